@@ -1,0 +1,1092 @@
+"""The AMP model of one module, computed once and shared by every rule.
+
+One traversal of the libcst tree records what AMP rules ask about:
+
+* every call, with the qualified names its callee may refer to (`names.py`),
+  the function it sits in, its branch path (if/else, loops, try/except) and the
+  innermost autocast region around it;
+* autocast regions (`with` items and decorators) with device, dtype, enabled;
+* assignments (so rules can follow `scaler = GradScaler(...)`,
+  `criterion = nn.BCELoss()`, `model = model.half()`);
+* numeric literals outside fp16's range (huge or tiny) with where they are used;
+* classes and functions.
+
+After the traversal it derives GradScaler and optimizer bindings (names,
+`self.` attributes and parameters), low-precision casts, the ordered
+training-step events of every function, and the file's project facts.
+
+Positions are resolved lazily: most parsed files have no finding, and the
+PositionProvider pass costs as much as the traversal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from . import torchapi
+from .diagnostics import Diagnostic, Fix, Location, Severity
+from .names import EMPTY, ImportTable, dotted_name
+from .project import FileFacts
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One level of control flow around a statement.
+
+    kind: "if" (body of an if/elif), "else" (its orelse), "loop" (for/while
+    body), "loop-else", "try", "except", "try-else", "finally".
+    """
+
+    kind: str
+    node: cst.CSTNode
+    test: Optional[cst.CSTNode] = None  # If.test, or the ExceptHandler type
+
+
+Path = Tuple[Frame, ...]
+
+
+@dataclass(eq=False)
+class AutocastRegion:
+    """A stretch of code that runs under an autocast context.
+
+    device: "cuda" | "cpu" | ... | None (decided at run time)
+    dtype: "fp16" | "bf16" | None (decided at run time); the device default
+           when the call omits it.
+    enabled: True | False | None (decided at run time, e.g. `enabled=args.amp`)
+    """
+
+    node: cst.CSTNode  # the With or the decorated FunctionDef
+    call: cst.Call
+    device: Optional[str]
+    dtype: Optional[str]
+    enabled: Optional[bool]
+    parent: Optional["AutocastRegion"]
+    framework: bool = False  # accelerator.autocast(), fabric.autocast()
+
+    @property
+    def low_precision(self) -> Optional[bool]:
+        """Whether ops here may run in a low-precision dtype (None: unknown)."""
+        return self.enabled
+
+    def may_run_fp16(self) -> bool:
+        return self.enabled is not False and self.dtype in ("fp16", None)
+
+
+@dataclass(eq=False)
+class Scope:
+    """A function body, or the module's top level (node is the Module)."""
+
+    node: Union[cst.FunctionDef, cst.Module]
+    name: str
+    cls: Optional[cst.ClassDef]
+    parent: Optional["Scope"]
+    params: Tuple[str, ...] = ()
+    calls: List["CallInfo"] = field(default_factory=list)
+    events: List["Event"] = field(default_factory=list)
+
+    @property
+    def is_module(self) -> bool:
+        return isinstance(self.node, cst.Module)
+
+
+@dataclass(eq=False)
+class CallInfo:
+    node: cst.Call
+    order: int
+    qualnames: FrozenSet[str]
+    dotted: Optional[str]  # the callee spelled as a dotted name
+    method: Optional[str]  # `x.y.m(...)` -> "m"
+    receiver: Optional[cst.BaseExpression]  # `x.y.m(...)` -> `x.y`
+    receiver_dotted: Optional[str]
+    scope: Scope
+    path: Path
+    region: Optional[AutocastRegion]
+    statement: cst.CSTNode
+
+    @property
+    def qualname(self) -> Optional[str]:
+        if len(self.qualnames) == 1:
+            return next(iter(self.qualnames))
+        return None
+
+    def calls_any(self, names: Iterable[str]) -> bool:
+        return not self.qualnames.isdisjoint(names)
+
+    def arg(self, position: Optional[int], keyword: Optional[str] = None) -> Optional[cst.BaseExpression]:
+        """The argument passed by `keyword`, or positionally at `position`."""
+        return call_arg(self.node, position, keyword)
+
+
+@dataclass(eq=False)
+class Assignment:
+    target: str  # dotted text of the target (`self.scaler`, `model`)
+    value: cst.BaseExpression
+    node: cst.CSTNode  # the Assign / AnnAssign / AugAssign
+    order: int
+    scope: Scope
+    path: Path
+    region: Optional[AutocastRegion]
+    unpacked: bool = False  # `a, b = value`: value is the whole right-hand side
+
+
+@dataclass(eq=False)
+class LiteralInfo:
+    """A numeric literal outside what fp16 represents (|x| > 65504, or 0 < |x| < 3e-8)."""
+
+    node: cst.BaseExpression  # the number, or the UnaryOperation `-number`
+    value: float
+    parents: Tuple[cst.CSTNode, ...]  # innermost first, up to the statement
+    call: Optional[CallInfo]  # the call it is an argument of, if any
+    keyword: Optional[str]
+    position: Optional[int]  # positional index when passed positionally
+    scope: Scope
+    path: Path
+    region: Optional[AutocastRegion]
+    statement: cst.CSTNode
+
+
+@dataclass(eq=False)
+class ScalerInfo:
+    key: str  # `scaler`, `self.scaler`
+    enabled: Optional[bool]  # literal enabled=, None when decided at run time
+    device: Optional[str]
+    constructors: List[CallInfo] = field(default_factory=list)
+    is_parameter: bool = False
+
+
+@dataclass(eq=False)
+class OptimizerInfo:
+    key: str
+    qualname: Optional[str] = None
+    fused: Optional[bool] = False
+    prepared: bool = False  # wrapped by accelerate/Lightning/DeepSpeed: handles scaling itself
+    constructors: List[CallInfo] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class LowPrecisionCast:
+    """`.half()`, `.to(torch.float16)`, `from_pretrained(torch_dtype=...)` and friends."""
+
+    call: CallInfo
+    dtype: str  # "fp16" | "bf16"
+    subject: Optional[str]  # the name that holds the low-precision object afterwards
+    assignment: Optional[Assignment]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One step of a training step, in source order within its scope.
+
+    kind: scaled_backward | backward | framework_backward | unscale | clip |
+          scaler_step | optimizer_step | update | zero_grad | save | call
+    """
+
+    kind: str
+    call: CallInfo
+    scaler: Optional[str] = None
+    optimizer: Optional[str] = None
+    target: Optional[str] = None  # for "call": the called function's name
+
+    @property
+    def path(self) -> Path:
+        return self.call.path
+
+    @property
+    def order(self) -> int:
+        return self.call.order
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def call_arg(call: cst.Call, position: Optional[int], keyword: Optional[str] = None) -> Optional[cst.BaseExpression]:
+    index = 0
+    for arg in call.args:
+        if arg.keyword is not None:
+            if keyword is not None and arg.keyword.value == keyword:
+                return arg.value
+            continue
+        if arg.star:
+            return None  # *args: positions after it are unknowable
+        if position is not None and index == position:
+            return arg.value
+        index += 1
+    return None
+
+
+def literal_bool(node: Optional[cst.CSTNode]) -> Optional[bool]:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
+def literal_string(node: Optional[cst.CSTNode]) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def literal_number(node: Optional[cst.CSTNode]) -> Optional[float]:
+    """The value of `1e9`, `-1e9`, `+5`, `10_000`; None for anything else."""
+    sign = 1.0
+    while isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        if isinstance(node.operator, cst.Minus):
+            sign = -sign
+        node = node.expression
+    if isinstance(node, (cst.Float, cst.Integer)):
+        try:
+            return sign * float(node.evaluated_value)
+        except (ValueError, OverflowError):
+            return None
+    return None
+
+
+def call_chain(expr: cst.CSTNode) -> Iterator[cst.Call]:
+    """`a.b().c().d()` yields the calls d(), c(), b() (outermost first)."""
+    while True:
+        if isinstance(expr, cst.Call):
+            yield expr
+            expr = expr.func
+        elif isinstance(expr, cst.Attribute):
+            expr = expr.value
+        else:
+            return
+
+
+_VERSION_WORDS = ("hasattr", "__version__", "version", "getattr", "is_torch", "TORCH_")
+_IMPORT_ERRORS = ("ImportError", "AttributeError", "ModuleNotFoundError")
+
+_SCALER_PARAM_HINT = "scaler"
+_OPTIMIZER_NAMES = ("optimizer", "optim", "opt")
+
+# --------------------------------------------------------------------------- context
+
+
+class ModuleContext:
+    """The AMP model of one module. Build with `ModuleContext.build(...)`."""
+
+    def __init__(self, module: cst.Module, source: str, path: str) -> None:
+        self.module = module
+        self.source = source
+        self.path = path
+        self.imports = ImportTable()
+        self.calls: List[CallInfo] = []
+        self.assignments: List[Assignment] = []
+        self.regions: List[AutocastRegion] = []
+        self.literals: List[LiteralInfo] = []
+        self.scopes: List[Scope] = []
+        self.classes: List[cst.ClassDef] = []
+        self.dtype_refs: List[Tuple[str, cst.CSTNode]] = []  # ("fp16", node) for torch.float16 etc.
+        self.scalers: Dict[str, ScalerInfo] = {}
+        self.optimizers: Dict[str, OptimizerInfo] = {}
+        self.low_precision_casts: List[LowPrecisionCast] = []
+        self.facts = FileFacts()
+        self._wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self._positions = None
+        self._parents = None
+        self._calls_by_qualname: Dict[str, List[CallInfo]] = {}
+        self._calls_by_method: Dict[str, List[CallInfo]] = {}
+        self._call_info: Dict[cst.Call, CallInfo] = {}
+        self._assignments_by_target: Dict[str, List[Assignment]] = {}
+
+    # ------------------------------------------------------------------ build
+
+    @classmethod
+    def build(cls, module: cst.Module, source: str, path: str = "<string>") -> "ModuleContext":
+        ctx = cls(module, source, path)
+        _collect_imports(ctx)
+        module.visit(_Collector(ctx))
+        for call in ctx.calls:
+            for q in call.qualnames:
+                ctx._calls_by_qualname.setdefault(q, []).append(call)
+            if call.method:
+                ctx._calls_by_method.setdefault(call.method, []).append(call)
+            ctx._call_info[call.node] = call
+        for a in ctx.assignments:
+            ctx._assignments_by_target.setdefault(a.target, []).append(a)
+        _find_scalers(ctx)
+        _find_optimizers(ctx)
+        _find_low_precision_casts(ctx)
+        for scope in ctx.scopes:
+            scope.events = _events(ctx, scope)
+        ctx.facts = _file_facts(ctx)
+        return ctx
+
+    # ------------------------------------------------------------------ names
+
+    def qualnames(self, node: cst.CSTNode) -> FrozenSet[str]:
+        return self.imports.qualnames(node)
+
+    def qualname(self, node: cst.CSTNode) -> Optional[str]:
+        return self.imports.qualname(node)
+
+    def dtype_of(self, node: Optional[cst.CSTNode]) -> Optional[str]:
+        """'fp16' | 'bf16' | 'fp32' for `torch.float16`, `th.half`, `"float16"`..."""
+        if node is None:
+            return None
+        s = literal_string(node)
+        if s is not None:
+            return torchapi.DTYPE_STRINGS.get(s.replace("torch.", ""))
+        for q in self.qualnames(node):
+            d = torchapi.dtype_of_qualname(q)
+            if d:
+                return d
+        return None
+
+    # ------------------------------------------------------------------ queries
+
+    def calls_to(self, *qualnames: str) -> List[CallInfo]:
+        out: List[CallInfo] = []
+        seen = set()
+        for q in qualnames:
+            for c in self._calls_by_qualname.get(q, ()):
+                if id(c) not in seen:
+                    seen.add(id(c))
+                    out.append(c)
+        out.sort(key=lambda c: c.order)
+        return out
+
+    def method_calls(self, *methods: str) -> List[CallInfo]:
+        out: List[CallInfo] = []
+        for m in methods:
+            out.extend(self._calls_by_method.get(m, ()))
+        out.sort(key=lambda c: c.order)
+        return out
+
+    def call_info(self, node: cst.Call) -> Optional[CallInfo]:
+        return self._call_info.get(node)
+
+    def assignments_to(self, target: str, scope: Optional[Scope] = None) -> List[Assignment]:
+        found = self._assignments_by_target.get(target, [])
+        if scope is None:
+            return list(found)
+        return [a for a in found if a.scope is scope or target.startswith("self.")]
+
+    def scope_named(self, name: str, cls: Optional[cst.ClassDef] = None) -> Optional[Scope]:
+        for s in self.scopes:
+            if s.name == name and (cls is None or s.cls is cls):
+                return s
+        return None
+
+    def scaler(self, key: Optional[str]) -> Optional[ScalerInfo]:
+        return self.scalers.get(key) if key else None
+
+    def is_optimizer(self, key: Optional[str]) -> bool:
+        if not key:
+            return False
+        if key in self.optimizers:
+            return True
+        last = key.rsplit(".", 1)[-1].lower()
+        if "sched" in last or "scaler" in last:
+            return False
+        return any(last == n or last.endswith(n) or last.startswith(n) for n in _OPTIMIZER_NAMES)
+
+    def is_version_gated(self, path: Path) -> bool:
+        """Inside an `except ImportError`, or an if/else on hasattr/version checks."""
+        for frame in path:
+            if frame.kind == "except":
+                text = self.code_for(frame.test) if frame.test is not None else "ImportError"
+                if any(e in text for e in _IMPORT_ERRORS):
+                    return True
+            elif frame.kind in ("if", "else") and frame.test is not None:
+                text = self.code_for(frame.test)
+                if any(w in text for w in _VERSION_WORDS):
+                    return True
+        return False
+
+    def project_uses_fp16(self) -> bool:
+        return self.facts.fp16 or self.facts.dtype_unknown
+
+    # ------------------------------------------------------------------ source
+
+    def code_for(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def position(self, node: cst.CSTNode) -> Tuple[Location, Location]:
+        if self._positions is None:
+            self._positions = self._wrapper.resolve(PositionProvider)
+        r = self._positions[node]
+        return Location(r.start.line, r.start.column + 1), Location(r.end.line, r.end.column + 1)
+
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        if self._parents is None:
+            self._parents = self._wrapper.resolve(ParentNodeProvider)
+        return self._parents.get(node)
+
+    def diagnostic(
+        self,
+        rule: "object",
+        node: cst.CSTNode,
+        message: Optional[str] = None,
+        *,
+        fix: Optional[Fix] = None,
+        data: Optional[dict] = None,
+        condition: Optional[str] = None,
+        severity: Optional[Severity] = None,
+    ) -> Diagnostic:
+        """A diagnostic of `rule` spanning `node`."""
+        start, end = self.position(node)
+        return Diagnostic(
+            code=rule.code,
+            name=rule.name,
+            message=message or rule.message,
+            severity=severity or rule.severity,
+            filename=self.path,
+            location=start,
+            end_location=end,
+            fix=fix,
+            noqa_row=start.row,
+            url=rule.url(),
+            condition=condition,
+            data=dict(data or {}),
+        )
+
+
+# --------------------------------------------------------------------------- traversal
+
+
+def _collect_imports(ctx: ModuleContext) -> None:
+    """Imports anywhere in the file (module level, functions, try/except)."""
+
+    class _Imports(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> bool:
+            ctx.imports.add_import(node)
+            return False
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+            ctx.imports.add_import_from(node)
+            return False
+
+        # expressions never hold imports: skip them to keep the pass cheap
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+            return any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body)
+
+    ctx.module.visit(_Imports())
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self, ctx: ModuleContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        module_scope = Scope(node=ctx.module, name="<module>", cls=None, parent=None)
+        ctx.scopes.append(module_scope)
+        self.scope = module_scope
+        self.classes: List[cst.ClassDef] = []
+        self.path: List[Frame] = []
+        self.region: Optional[AutocastRegion] = None
+        self.statement: cst.CSTNode = ctx.module
+        self.order = 0
+        self.stack: List[cst.CSTNode] = []
+        self.call_stack: List[CallInfo] = []
+        self._statements: List[cst.CSTNode] = []
+        # per-scope `name = torch.autocast(...)` so `with name:` is understood
+        self._autocast_aliases: Dict[Tuple[int, str], cst.Call] = {}
+
+    # -- bookkeeping shared by every node
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.stack.append(node)
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self._statements.append(self.statement)
+            self.statement = node
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.stack.pop()
+        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self.statement = self._statements.pop()
+
+    def _next(self) -> int:
+        self.order += 1
+        return self.order
+
+    # -- scopes
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.append(node)
+        self.ctx.classes.append(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.classes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        params = tuple(
+            p.name.value
+            for p in (
+                *node.params.posonly_params,
+                *node.params.params,
+                *node.params.kwonly_params,
+            )
+        )
+        cls = self.classes[-1] if self.classes and self._directly_in_class(node) else None
+        scope = Scope(node=node, name=node.name.value, cls=cls, parent=self.scope, params=params)
+        self.ctx.scopes.append(scope)
+        self._saved = getattr(self, "_saved", [])
+        self._saved.append((self.scope, self.path, self.region))
+        self.scope = scope
+        self.path = []
+        region = self._decorator_region(node)
+        if region is not None:
+            self.region = region
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scope, self.path, self.region = self._saved.pop()
+
+    def _directly_in_class(self, node: cst.FunctionDef) -> bool:
+        # stack: ..., ClassDef, IndentedBlock, FunctionDef
+        return len(self.stack) >= 3 and isinstance(self.stack[-3], cst.ClassDef)
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return True
+
+    # -- control flow
+
+    def _push(self, frame: Frame) -> None:
+        self.path.append(frame)
+
+    def _pop(self) -> None:
+        self.path.pop()
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._push(Frame("if", node, node.test))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self._push(Frame("else", node, node.test))
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self._pop()
+
+    def visit_For_body(self, node: cst.For) -> None:
+        self._push(Frame("loop", node))
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self._pop()
+
+    def visit_For_orelse(self, node: cst.For) -> None:
+        self._push(Frame("loop-else", node))
+
+    def leave_For_orelse(self, node: cst.For) -> None:
+        self._pop()
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self._push(Frame("loop", node, node.test))
+
+    def leave_While_body(self, node: cst.While) -> None:
+        self._pop()
+
+    def visit_While_orelse(self, node: cst.While) -> None:
+        self._push(Frame("loop-else", node))
+
+    def leave_While_orelse(self, node: cst.While) -> None:
+        self._pop()
+
+    def visit_Try_body(self, node: cst.Try) -> None:
+        self._push(Frame("try", node))
+
+    def leave_Try_body(self, node: cst.Try) -> None:
+        self._pop()
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self._push(Frame("except", node, node.type))
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self._pop()
+
+    def visit_Try_orelse(self, node: cst.Try) -> None:
+        self._push(Frame("try-else", node))
+
+    def leave_Try_orelse(self, node: cst.Try) -> None:
+        self._pop()
+
+    def visit_Try_finalbody(self, node: cst.Try) -> None:
+        self._push(Frame("finally", node))
+
+    def leave_Try_finalbody(self, node: cst.Try) -> None:
+        self._pop()
+
+    # -- autocast regions
+
+    def visit_With_body(self, node: cst.With) -> None:
+        self._region_saved = getattr(self, "_region_saved", [])
+        self._region_saved.append(self.region)
+        for item in node.items:
+            region = self._region_for(item.item, node)
+            if region is not None:
+                self.region = region
+                self.ctx.regions.append(region)
+
+    def leave_With_body(self, node: cst.With) -> None:
+        self.region = self._region_saved.pop()
+
+    def _decorator_region(self, node: cst.FunctionDef) -> Optional[AutocastRegion]:
+        region = None
+        for dec in node.decorators:
+            r = self._region_for(dec.decorator, node)
+            if r is not None:
+                self.ctx.regions.append(r)
+                region = r
+        return region
+
+    def _region_for(self, expr: cst.BaseExpression, node: cst.CSTNode) -> Optional[AutocastRegion]:
+        conditional = False
+        if isinstance(expr, cst.IfExp):
+            # `autocast(...) if use_amp else nullcontext()`
+            for side in (expr.body, expr.orelse):
+                if isinstance(side, cst.Call) and self._is_autocast_call(side):
+                    expr, conditional = side, True
+                    break
+            else:
+                return None
+        if isinstance(expr, cst.Name):
+            aliased = self._autocast_aliases.get((id(self.scope), expr.value))
+            if aliased is None:
+                return None
+            expr = aliased
+        if not isinstance(expr, cst.Call):
+            return None
+        region = _parse_autocast(self.ctx, expr, node, self.region)
+        if region is not None and conditional:
+            region.enabled = None if region.enabled is not False else False
+        return region
+
+    def _is_autocast_call(self, call: cst.Call) -> bool:
+        return _parse_autocast(self.ctx, call, call, None) is not None
+
+    # -- calls, assignments, literals
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        method = receiver = receiver_dotted = None
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            receiver = func.value
+            receiver_dotted = dotted_name(receiver)
+        info = CallInfo(
+            node=node,
+            order=self._next(),
+            qualnames=self.ctx.imports.qualnames(func),
+            dotted=dotted_name(func),
+            method=method,
+            receiver=receiver,
+            receiver_dotted=receiver_dotted,
+            scope=self.scope,
+            path=tuple(self.path),
+            region=self.region,
+            statement=self.statement,
+        )
+        self.ctx.calls.append(info)
+        self.scope.calls.append(info)
+        self.call_stack.append(info)
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        self.call_stack.pop()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._record_target(target.target, node.value, node)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._record_target(node.target, node.value, node)
+
+    def _record_target(self, target: cst.BaseExpression, value: cst.BaseExpression, node: cst.CSTNode) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for el in target.elements:
+                self._record_target_one(el.value, value, node, unpacked=True)
+        else:
+            self._record_target_one(target, value, node, unpacked=False)
+
+    def _record_target_one(self, target: cst.BaseExpression, value: cst.BaseExpression, node: cst.CSTNode, unpacked: bool) -> None:
+        name = dotted_name(target)
+        if name is None:
+            return
+        self.ctx.assignments.append(
+            Assignment(
+                target=name,
+                value=value,
+                node=node,
+                order=self._next(),
+                scope=self.scope,
+                path=tuple(self.path),
+                region=self.region,
+                unpacked=unpacked,
+            )
+        )
+        if not unpacked and isinstance(value, cst.Call) and _parse_autocast(self.ctx, value, value, None):
+            self._autocast_aliases[(id(self.scope), name)] = value
+
+    def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
+        qualnames = self.ctx.imports.qualnames(node)
+        for q in qualnames:
+            d = torchapi.dtype_of_qualname(q)
+            if d in ("fp16", "bf16"):
+                self.ctx.dtype_refs.append((d, node))
+                break
+        return None
+
+    def visit_Float(self, node: cst.Float) -> None:
+        self._number(node)
+
+    def visit_Integer(self, node: cst.Integer) -> None:
+        self._number(node)
+
+    def _number(self, node: Union[cst.Float, cst.Integer]) -> None:
+        try:
+            value = abs(float(node.evaluated_value))
+        except (ValueError, OverflowError):
+            return
+        if not (value > torchapi.FP16_MAX or 0 < value < torchapi.FP16_FLUSH_TO_ZERO):
+            return
+        # stack[-1] is the number itself
+        outer: cst.BaseExpression = node
+        i = len(self.stack) - 2
+        while i >= 0:
+            p = self.stack[i]
+            if isinstance(p, cst.UnaryOperation) and isinstance(p.operator, (cst.Minus, cst.Plus)):
+                outer = p
+                i -= 1
+                continue
+            break
+        number = literal_number(outer)
+        if number is None:
+            return
+        parents = tuple(reversed(self.stack[max(0, i - 8) : i + 1]))
+        call = keyword = position = None
+        if parents and isinstance(parents[0], cst.Arg) and self.call_stack:
+            arg = parents[0]
+            call = self.call_stack[-1]
+            if arg.keyword is not None:
+                keyword = arg.keyword.value
+            else:
+                position = next(
+                    (k for k, a in enumerate(a for a in call.node.args if a.keyword is None) if a is arg),
+                    None,
+                )
+        self.ctx.literals.append(
+            LiteralInfo(
+                node=outer,
+                value=number,
+                parents=parents,
+                call=call,
+                keyword=keyword,
+                position=position,
+                scope=self.scope,
+                path=tuple(self.path),
+                region=self.region,
+                statement=self.statement,
+            )
+        )
+
+
+def _parse_autocast(
+    ctx: ModuleContext, call: cst.Call, node: cst.CSTNode, parent: Optional[AutocastRegion]
+) -> Optional[AutocastRegion]:
+    """An AutocastRegion if `call` constructs an autocast context, else None."""
+    qualnames = ctx.imports.qualnames(call.func)
+    known = [q for q in qualnames if q in torchapi.AUTOCAST_CONTEXTS]
+    if known:
+        q = known[0]
+        implied_device = torchapi.AUTOCAST_CONTEXTS[q]
+        if implied_device is None:
+            device_node = call_arg(call, 0, "device_type")
+            device = literal_string(device_node)
+            dtype_node = call_arg(call, 1, "dtype")
+            enabled_node = call_arg(call, 2, "enabled")
+        else:
+            device = implied_device
+            enabled_node = call_arg(call, 0, "enabled")
+            dtype_node = call_arg(call, 1, "dtype")
+        if dtype_node is None:
+            dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
+        else:
+            d = ctx.dtype_of(dtype_node)
+            dtype = d if d in ("fp16", "bf16") else None
+        if enabled_node is None:
+            enabled: Optional[bool] = True
+        else:
+            enabled = literal_bool(enabled_node)
+        return AutocastRegion(node=node, call=call, device=device, dtype=dtype, enabled=enabled, parent=parent)
+    # accelerate / Lightning Fabric: `accelerator.autocast()`; dtype comes from their config
+    func = call.func
+    if (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "autocast"
+        and not qualnames
+        and dotted_name(func.value) is not None
+        and not ctx.imports.is_imported(dotted_name(func.value).split(".")[0])
+    ):
+        return AutocastRegion(node=node, call=call, device=None, dtype=None, enabled=None, parent=parent, framework=True)
+    return None
+
+
+# --------------------------------------------------------------------------- derived facts
+
+
+def _enabled_arg(call: CallInfo, qualname: str) -> Optional[cst.BaseExpression]:
+    # torch.amp.GradScaler(device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+    # torch.cuda.amp.GradScaler(init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+    position = 5 if qualname.startswith("torch.amp") else 4
+    return call.arg(position, "enabled")
+
+
+def _scaler_constructor(ctx: ModuleContext, value: cst.BaseExpression) -> Tuple[Optional[CallInfo], bool]:
+    """The GradScaler(...) call in `value` and whether it is conditional (`X if c else None`)."""
+    conditional = False
+    candidates: List[cst.BaseExpression] = [value]
+    if isinstance(value, cst.IfExp):
+        candidates = [value.body, value.orelse]
+        conditional = True
+    elif isinstance(value, cst.BooleanOperation):
+        candidates = [value.left, value.right]
+        conditional = True
+    for c in candidates:
+        if isinstance(c, cst.Call):
+            info = ctx.call_info(c)
+            if info is not None and _is_grad_scaler(info):
+                return info, conditional
+    return None, False
+
+
+def _is_grad_scaler(call: CallInfo) -> bool:
+    return any(
+        q in torchapi.GRAD_SCALERS or (q.startswith("torch.") and q.endswith("GradScaler")) for q in call.qualnames
+    )
+
+
+def _find_scalers(ctx: ModuleContext) -> None:
+    def add(key: str, enabled: Optional[bool], device: Optional[str] = None, ctor: Optional[CallInfo] = None, param: bool = False) -> None:
+        info = ctx.scalers.get(key)
+        if info is None:
+            ctx.scalers[key] = ScalerInfo(key=key, enabled=enabled, device=device, is_parameter=param)
+            info = ctx.scalers[key]
+        elif info.enabled != enabled:
+            info.enabled = None
+        if ctor is not None:
+            info.constructors.append(ctor)
+        if param:
+            info.is_parameter = True
+
+    for a in ctx.assignments:
+        if a.unpacked:
+            continue
+        ctor, conditional = _scaler_constructor(ctx, a.value)
+        if ctor is None:
+            continue
+        q = next(iter(sorted(ctor.qualnames)))
+        enabled_node = _enabled_arg(ctor, q)
+        enabled = True if enabled_node is None else literal_bool(enabled_node)
+        if conditional and enabled is True:
+            enabled = None
+        device = None
+        if q.startswith("torch.cuda"):
+            device = "cuda"
+        elif q.startswith("torch.cpu"):
+            device = "cpu"
+        elif q.startswith("torch.amp"):
+            device = literal_string(ctor.arg(0, "device")) or ("cuda" if ctor.arg(0, "device") is None else None)
+        add(a.target, enabled, device, ctor)
+    # receivers used the way only a GradScaler is used
+    for call in ctx.method_calls("backward"):
+        inner = call.receiver
+        if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "scale":
+            key = dotted_name(inner.func.value)
+            if key and key not in ctx.scalers and not ctx.imports.is_imported(key.split(".")[0]):
+                add(key, None)
+    for call in ctx.method_calls("unscale_"):
+        key = call.receiver_dotted
+        if key and key not in ctx.scalers and not ctx.imports.is_imported(key.split(".")[0]):
+            add(key, None)
+    for scope in ctx.scopes:
+        for p in scope.params:
+            if _SCALER_PARAM_HINT in p.lower() and p not in ctx.scalers:
+                add(p, None, param=True)
+    # `self.scaler = scaler` (a parameter) inherits "unknown"
+    for a in ctx.assignments:
+        src = dotted_name(a.value)
+        if src and src in ctx.scalers and a.target not in ctx.scalers:
+            add(a.target, ctx.scalers[src].enabled)
+
+
+def _find_optimizers(ctx: ModuleContext) -> None:
+    for a in ctx.assignments:
+        value = a.value
+        if isinstance(value, cst.Call):
+            info = ctx.call_info(value)
+            if info is None:
+                continue
+            q = info.qualname
+            if q and torchapi.is_optimizer_class(q) and not a.unpacked:
+                fused = literal_bool(info.arg(None, "fused"))
+                opt = ctx.optimizers.setdefault(a.target, OptimizerInfo(key=a.target))
+                opt.qualname = q
+                opt.fused = bool(fused) if fused is not None or info.arg(None, "fused") is None else None
+                opt.constructors.append(info)
+            elif info.method == "prepare" or info.method in ("setup", "initialize", "setup_optimizers"):
+                # accelerate `prepare`, Fabric `setup`, DeepSpeed `initialize`: the framework owns scaling
+                if ctx.is_optimizer(a.target) or (a.unpacked and "optim" in a.target.lower()):
+                    ctx.optimizers.setdefault(a.target, OptimizerInfo(key=a.target)).prepared = True
+    for call in ctx.method_calls("step", "unscale_"):
+        if call.receiver_dotted in ctx.scalers:
+            opt = dotted_name(call.arg(0) or cst.Name("_")) if call.arg(0) is not None else None
+            if opt and opt not in ctx.optimizers:
+                ctx.optimizers[opt] = OptimizerInfo(key=opt, fused=None)
+
+
+_CAST_METHODS = {"half": "fp16", "bfloat16": "bf16"}
+
+
+def _cast_dtype(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
+    """The low-precision dtype a `.half()` / `.to(...)` / `from_pretrained(...)` call produces."""
+    if call.method in _CAST_METHODS and not call.node.args:
+        return _CAST_METHODS[call.method]
+    if call.method in ("to", "type"):
+        for arg in call.node.args:
+            if arg.keyword is None or arg.keyword.value == "dtype":
+                d = ctx.dtype_of(arg.value)
+                if d in ("fp16", "bf16"):
+                    return d
+                if call.method == "type" and dotted_name(arg.value) and dotted_name(arg.value).endswith("HalfTensor"):
+                    return "fp16"
+    if call.method == "from_pretrained" or (call.dotted or "").endswith("from_pretrained"):
+        d = ctx.dtype_of(call.arg(None, "torch_dtype")) or ctx.dtype_of(call.arg(None, "dtype"))
+        if d in ("fp16", "bf16"):
+            return d
+    return None
+
+
+def _find_low_precision_casts(ctx: ModuleContext) -> None:
+    by_node: Dict[cst.Call, Assignment] = {}
+    for a in ctx.assignments:
+        if a.unpacked:
+            continue
+        for c in call_chain(a.value):
+            by_node[c] = a
+    for call in ctx.calls:
+        dtype = _cast_dtype(ctx, call)
+        if dtype is None:
+            continue
+        assignment = by_node.get(call.node)
+        subject = assignment.target if assignment is not None else call.receiver_dotted
+        ctx.low_precision_casts.append(LowPrecisionCast(call=call, dtype=dtype, subject=subject, assignment=assignment))
+
+
+def _scaled_names(scope: Scope, ctx: ModuleContext) -> Dict[str, str]:
+    """`scaled = scaler.scale(loss)` in this scope: name -> scaler key."""
+    out = {}
+    for a in ctx.assignments:
+        if a.scope is scope and isinstance(a.value, cst.Call) and isinstance(a.value.func, cst.Attribute):
+            if a.value.func.attr.value == "scale":
+                key = dotted_name(a.value.func.value)
+                if key in ctx.scalers:
+                    out[a.target] = key
+    return out
+
+
+def _events(ctx: ModuleContext, scope: Scope) -> List[Event]:
+    events: List[Event] = []
+    scaled = None
+    local_functions = {s.name for s in ctx.scopes if not s.is_module}
+    for call in scope.calls:
+        m = call.method
+        recv = call.receiver_dotted
+        if m == "backward":
+            inner = call.receiver
+            if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "scale":
+                key = dotted_name(inner.func.value)
+                if key in ctx.scalers:
+                    events.append(Event("scaled_backward", call, scaler=key))
+                    continue
+            if scaled is None:
+                scaled = _scaled_names(scope, ctx)
+            if recv in scaled:
+                events.append(Event("scaled_backward", call, scaler=scaled[recv]))
+            elif call.node.args and call.node.args[0].keyword is None and recv and not ctx.imports.is_imported(recv.split(".")[0]):
+                events.append(Event("framework_backward", call))
+            else:
+                events.append(Event("backward", call))
+        elif m in ("manual_backward",):
+            events.append(Event("framework_backward", call))
+        elif call.calls_any(("torch.autograd.backward",)):
+            events.append(Event("backward", call))
+        elif call.calls_any(torchapi.CLIP_FUNCTIONS):
+            events.append(Event("clip", call))
+        elif m == "unscale_" and recv in ctx.scalers:
+            events.append(Event("unscale", call, scaler=recv, optimizer=_arg_key(call)))
+        elif m == "step" and recv in ctx.scalers:
+            events.append(Event("scaler_step", call, scaler=recv, optimizer=_arg_key(call)))
+        elif m == "update" and recv in ctx.scalers:
+            events.append(Event("update", call, scaler=recv))
+        elif m == "step" and ctx.is_optimizer(recv):
+            events.append(Event("optimizer_step", call, optimizer=recv))
+        elif m == "zero_grad":
+            events.append(Event("zero_grad", call, optimizer=recv))
+        elif call.calls_any(("torch.save",)):
+            events.append(Event("save", call))
+        elif recv == "self" and m:
+            events.append(Event("call", call, target=m))
+        elif call.dotted in local_functions:
+            events.append(Event("call", call, target=call.dotted))
+    return events
+
+
+def _arg_key(call: CallInfo) -> Optional[str]:
+    arg = call.arg(0, "optimizer")
+    return dotted_name(arg) if arg is not None else None
+
+
+def _file_facts(ctx: ModuleContext) -> FileFacts:
+    active = [r for r in ctx.regions if r.enabled is not False]
+    dtypes = {r.dtype for r in active}
+    dtypes |= {c.dtype for c in ctx.low_precision_casts}
+    dtypes |= {d for d, _ in ctx.dtype_refs}
+    # constructing an enabled GradScaler only makes sense for fp16
+    scaler = any(s.constructors and s.enabled is not False for s in ctx.scalers.values())
+    return FileFacts(
+        fp16="fp16" in dtypes or scaler,
+        bf16="bf16" in dtypes,
+        dtype_unknown=None in dtypes,
+        autocast=bool(ctx.regions),
+    )
+
+
+def enclosing(path: Path, kind: str) -> Optional[Frame]:
+    """The innermost frame of `kind` in `path`."""
+    for frame in reversed(path):
+        if frame.kind == kind:
+            return frame
+    return None
+
+
+def path_contains(outer: Path, inner: Path) -> bool:
+    """True when `inner` runs whenever `outer` runs (outer is a prefix of inner)."""
+    return len(outer) <= len(inner) and tuple(inner[: len(outer)]) == tuple(outer)
+
+
+def exclusive(a: Path, b: Path) -> bool:
+    """True when code at `a` and code at `b` never run in the same pass
+    (the body and the else of one `if`, or a try body and its handler)."""
+    kinds_a = {id(f.node): f.kind for f in a}
+    for f in b:
+        other = kinds_a.get(id(f.node))
+        if other is not None and other != f.kind:
+            if {other, f.kind} == {"if", "else"} or {other, f.kind} == {"try-else", "except"}:
+                return True
+    return False
+
+
+def precedes(a: Event, b: Event) -> bool:
+    return a.order < b.order
+
+
+def loops(path: Path) -> Sequence[Frame]:
+    return [f for f in path if f.kind == "loop"]

@@ -1,0 +1,252 @@
+"""Discover files -> gate -> parse once -> AMP model -> rules -> noqa -> Diagnostics.
+
+`lint_source` lints one text (the unit tests and the stdin path use it);
+`lint_paths` lints a project, resolving the project-fact conditions of
+per-file diagnostics after every file has been read, so results never depend
+on the order files come in.
+"""
+from __future__ import annotations
+
+import fnmatch
+import io
+import os
+import re
+import tokenize
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+
+from .config import Config
+from .diagnostics import Diagnostic, Location, Severity
+from .project import FileFacts, ProjectFacts, condition_holds
+from .rule import Rule
+
+SYNTAX_ERROR_CODE = "AMP000"
+SYNTAX_ERROR_NAME = "syntax-error"
+PSEUDO_CODES = (SYNTAX_ERROR_CODE,)
+
+PYTHON_SUFFIXES = (".py", ".pyi")
+
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
+
+
+@dataclass
+class FileResult:
+    """What linting one file produced, before project-wide conditions are resolved."""
+
+    path: str
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+    facts: FileFacts = field(default_factory=FileFacts)
+    parsed: bool = False
+
+
+@dataclass
+class LintResult:
+    diagnostics: List[Diagnostic]
+    files: List[str]
+    facts: ProjectFacts
+
+
+# ------------------------------------------------------------------ selection
+
+
+def known_codes() -> List[str]:
+    from .registry import all_codes
+
+    return [*PSEUDO_CODES, *all_codes()]
+
+
+def default_codes() -> List[str]:
+    from .registry import all_rules
+
+    return [*PSEUDO_CODES, *(r.code for r in all_rules() if r.is_default())]
+
+
+def selected_rules(config: Config) -> Tuple[FrozenSet[str], List[Type[Rule]]]:
+    from .registry import all_rules
+
+    codes = config.selected_codes(known_codes(), default_codes())
+    return codes, [r for r in all_rules() if r.code in codes]
+
+
+# ------------------------------------------------------------------ one source
+
+
+def decode_source(data: bytes) -> str:
+    """Bytes -> text the way Python would read the file (coding cookie, BOM)."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    text = data.decode(encoding)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text
+
+
+def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
+    """Lint one file's text; conditional diagnostics are returned unresolved."""
+    result = FileResult(path=path)
+    active = [r for r in rules if r.passes_gate(source)]
+    if not active:
+        return result
+    import libcst as cst
+
+    from .context import ModuleContext
+
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        if SYNTAX_ERROR_CODE in codes:
+            result.diagnostics.append(syntax_error(path, exc.raw_line, exc.raw_column + 1, f"SyntaxError: {exc.message}"))
+        return result
+    except RecursionError:
+        if SYNTAX_ERROR_CODE in codes:
+            result.diagnostics.append(syntax_error(path, 1, 1, "file is nested too deeply to parse"))
+        return result
+    result.parsed = True
+    ctx = ModuleContext.build(module, source, path)
+    result.facts = ctx.facts
+    diagnostics: List[Diagnostic] = []
+    for rule_cls in active:
+        diagnostics.extend(rule_cls().check(ctx))
+    ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
+    diagnostics = [d for d in diagnostics if d.code not in ignored]
+    result.diagnostics = apply_noqa(diagnostics, source)
+    return result
+
+
+def syntax_error(path: str, row: int, column: int, message: str) -> Diagnostic:
+    return Diagnostic(
+        code=SYNTAX_ERROR_CODE,
+        name=SYNTAX_ERROR_NAME,
+        message=message,
+        severity=Severity.ERROR,
+        filename=path,
+        location=Location(max(row, 1), max(column, 1)),
+        end_location=Location(max(row, 1), max(column, 1)),
+        noqa_row=None,
+    )
+
+
+def noqa_map(source: str) -> Dict[int, Optional[FrozenSet[str]]]:
+    """row -> the codes its `# noqa: ...` names (None: a bare `# noqa`, all codes)."""
+    out: Dict[int, Optional[FrozenSet[str]]] = {}
+    if "noqa" not in source and "NOQA" not in source:
+        return out
+    for row, line in enumerate(source.splitlines(), start=1):
+        if "#" not in line:
+            continue
+        m = _NOQA.search(line)
+        if m is None:
+            continue
+        codes = m.group("codes")
+        out[row] = None if codes is None else frozenset(c.upper() for c in re.split(r"[\s,]+", codes) if c)
+    return out
+
+
+def apply_noqa(diagnostics: List[Diagnostic], source: str) -> List[Diagnostic]:
+    rows = noqa_map(source)
+    if not rows:
+        return diagnostics
+    kept = []
+    for d in diagnostics:
+        row = d.noqa_row
+        if row in rows and (rows[row] is None or d.code in rows[row]):
+            continue
+        kept.append(d)
+    return kept
+
+
+def resolve_conditions(diagnostics: Iterable[Diagnostic], facts: ProjectFacts, config: Config) -> List[Diagnostic]:
+    return [d for d in diagnostics if d.condition is None or condition_holds(d.condition, facts, config.precision)]
+
+
+def lint_source(source: str, path: str = "<string>", config: Optional[Config] = None) -> List[Diagnostic]:
+    """Lint one text as if it were the whole project."""
+    config = config or Config()
+    codes, rules = selected_rules(config)
+    result = lint_file_source(source, path, config, rules, codes)
+    facts = ProjectFacts.from_files([result.facts])
+    out = resolve_conditions(result.diagnostics, facts, config)
+    return sorted(out, key=Diagnostic.sort_key)
+
+
+# ------------------------------------------------------------------ discovery
+
+
+def _excluded(path: str, patterns: Sequence[str], root: Optional[str]) -> bool:
+    name = os.path.basename(path.rstrip(os.sep))
+    rel = os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/") if root else path.replace(os.sep, "/")
+    for pattern in patterns:
+        if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel, pattern.rstrip("/") + "/*"):
+            return True
+    return False
+
+
+def discover(paths: Sequence[str], config: Config, force_exclude: bool = False) -> Iterator[str]:
+    """Python files under `paths`, in a stable order.
+
+    Folders are walked skipping hidden folders, virtualenvs and `exclude`
+    globs; files named explicitly are always linted unless `force_exclude`.
+    """
+    patterns = (*config.exclude, *config.extend_exclude)
+    root = config.root or os.getcwd()
+    seen = set()
+    for given in paths:
+        if os.path.isdir(given):
+            for dirpath, dirnames, filenames in os.walk(given):
+                dirnames[:] = sorted(
+                    d
+                    for d in dirnames
+                    if not d.startswith(".")
+                    and not _excluded(os.path.join(dirpath, d), patterns, root)
+                    and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))
+                )
+                for f in sorted(filenames):
+                    full = os.path.join(dirpath, f)
+                    if f.endswith(PYTHON_SUFFIXES) and not _excluded(full, patterns, root) and full not in seen:
+                        seen.add(full)
+                        yield full
+        else:
+            if force_exclude and _excluded(given, patterns, root):
+                continue
+            if given not in seen:
+                seen.add(given)
+                yield given
+
+
+def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:
+    """(text, None) or (None, a one-line reason the file cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return None, "no such file"
+    except IsADirectoryError:
+        return None, "is a directory"
+    except PermissionError:
+        return None, "permission denied"
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+    try:
+        return decode_source(data), None
+    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
+        return None, f"cannot decode: {exc}"
+
+
+def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
+    source, problem = read_file(path)
+    if source is None:
+        result = FileResult(path=path)
+        if SYNTAX_ERROR_CODE in codes:
+            result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {problem}"))
+        return result
+    return lint_file_source(source, path, config, rules, codes)
+
+
+def lint_paths(paths: Sequence[str], config: Optional[Config] = None, force_exclude: bool = False) -> LintResult:
+    config = config or Config()
+    codes, rules = selected_rules(config)
+    files = list(discover(paths, config, force_exclude))
+    results = [lint_path(p, config, rules, codes) for p in files]
+    facts = ProjectFacts.from_files([r.facts for r in results])
+    diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
+    diagnostics.sort(key=Diagnostic.sort_key)
+    return LintResult(diagnostics=diagnostics, files=files, facts=facts)

@@ -1,0 +1,26 @@
+"""`amplint --explain [CODE]`: a rule's documentation, or a table of every rule."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .registry import all_rules, rules_by_code
+
+
+def rule_table() -> str:
+    rows = [f"{'code':<8}{'name':<42}{'severity':<9}default"]
+    for r in all_rules():
+        rows.append(f"{r.code:<8}{r.name:<42}{r.severity.value:<9}{'on' if r.is_default() else 'off'}")
+    return "\n".join(rows)
+
+
+def explain_text(code: Optional[str]) -> str:
+    if not code:
+        return rule_table()
+    rule = rules_by_code().get(code.strip().upper())
+    if rule is None:
+        import difflib
+
+        hint = difflib.get_close_matches(code.upper(), list(rules_by_code()), n=1)
+        raise KeyError(f"unknown rule code {code!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+    header = f"{rule.code} {rule.name} ({rule.severity.value}{'' if rule.is_default() else ', off by default'})"
+    return f"{header}\n\n{rule.docs()}\n"

@@ -1,0 +1,19 @@
+"""Output formats: one module each, each a pure `render(diagnostics, **context) -> str`."""
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Dict, List
+
+from ..diagnostics import Diagnostic
+
+#: format name -> module under amplint.report
+FORMATS: Dict[str, str] = {
+    "text": "text",
+    "concise": "concise",
+    "json": "json_format",
+}
+
+
+def renderer(name: str) -> Callable[..., str]:
+    module = importlib.import_module(f"{__name__}.{FORMATS[name]}")
+    return module.render

@@ -1,0 +1,18 @@
+"""ruff-compatible JSON: a list of diagnostic objects."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Sequence
+
+from ..diagnostics import Diagnostic
+
+
+def render(diagnostics: Sequence[Diagnostic], **_: object) -> str:
+    items = []
+    for d in diagnostics:
+        obj = d.to_json()
+        if not d.filename.startswith("<") and d.filename != "-":
+            obj["filename"] = os.path.abspath(d.filename)
+        items.append(obj)
+    return json.dumps(items, indent=2) + "\n"

@@ -1,0 +1,106 @@
+"""What a rule is: one class with its code, docs, examples, gate and detector.
+
+A rule reads the shared AMP model (`ModuleContext`) instead of walking the tree
+itself, so every rule of a run costs one traversal in total.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator, Optional, Pattern, Sequence, Tuple
+
+from .diagnostics import Diagnostic, Severity
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import ModuleContext
+
+DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules/{code}.md"
+
+
+def example_source(code: str) -> str:
+    """An example's text as a file: dedented, without the leading blank line."""
+    return textwrap.dedent(code).lstrip("\n")
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code the rule must stay silent on."""
+
+    code: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code the rule must flag.
+
+    `line`: the 1-based row the first finding must start on (optional).
+    `fixed`: the source after applying this rule's fixes (unsafe ones included).
+    `count`: how many findings of this rule (default: at least one).
+    """
+
+    code: str
+    line: Optional[int] = None
+    fixed: Optional[str] = None
+    count: Optional[int] = None
+    why: str = ""
+
+
+class Rule:
+    """Base class of every rule. Subclasses set the class attributes and `check`."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity]
+    message: ClassVar[str]
+    #: substrings of which at least one must occur in a file for the rule to be
+    #: able to fire; a file passing no selected rule's gate is never parsed
+    triggers: ClassVar[Tuple[str, ...]] = ()
+    #: an optional regex that must also match (after a trigger matched)
+    gate_regex: ClassVar[Optional[Pattern[str]]] = None
+    #: the amp-facts.md sections the rule rests on
+    facts: ClassVar[Tuple[str, ...]] = ()
+    VALID: ClassVar[Sequence[Valid]] = ()
+    INVALID: ClassVar[Sequence[Invalid]] = ()
+
+    def check(self, ctx: "ModuleContext") -> Iterable[Diagnostic]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- helpers
+
+    @classmethod
+    def passes_gate(cls, source: str) -> bool:
+        if cls.triggers and not any(t in source for t in cls.triggers):
+            return False
+        if cls.gate_regex is not None and cls.gate_regex.search(source) is None:
+            return False
+        return True
+
+    @classmethod
+    def url(cls) -> str:
+        return DOCS_URL.format(code=cls.code)
+
+    @classmethod
+    def docs(cls) -> str:
+        return textwrap.dedent(inspect.getdoc(cls) or "").strip()
+
+    @classmethod
+    def summary(cls) -> str:
+        """The first line of the docstring (used in rule tables)."""
+        doc = cls.docs()
+        for section in _sections(doc):
+            if section[0].lower() == "what it does":
+                return section[1].strip().split("\n\n")[0].replace("\n", " ")
+        return doc.split("\n", 1)[0]
+
+    @classmethod
+    def is_default(cls) -> bool:
+        return cls.severity is not Severity.INFO
+
+
+def _sections(doc: str) -> Iterator[Tuple[str, str]]:
+    parts = re.split(r"^## (.+)$", doc, flags=re.M)
+    for i in range(1, len(parts) - 1, 2):
+        yield parts[i].strip(), parts[i + 1]

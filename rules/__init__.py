@@ -1,0 +1,1 @@
+"""amplint's rules: one module per rule, named `ampNNN_<name>.py`."""

@@ -1,0 +1,320 @@
+"""AMP101 clip-grad-before-unscale."""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import Event, ModuleContext, Scope, exclusive, literal_number
+from amplint.fixes import insert_line_before, make_fix
+
+
+class ClipGradBeforeUnscale(Rule):
+    """
+    ## What it does
+    Flags `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` called on
+    gradients produced by `scaler.scale(loss).backward()` with no
+    `scaler.unscale_(optimizer)` before it in that training step.
+
+    ## Why is this bad?
+    The gradients are still multiplied by the loss scale (65536 by default), so
+    `clip_grad_norm_` sees exactly scale x the true norm. The clip therefore
+    *always* fires and divides the real update by roughly the scale: in
+    amp-facts E15 the weight moved 1.0e-6 instead of 0.049. For
+    `clip_grad_value_` the effective threshold in true-gradient units is
+    `clip_value / scale`. Training silently crawls; no error is raised.
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Unsafe: inserts `scaler.unscale_(optimizer)` before the clip, taking the
+    optimizer from the `scaler.step(...)` of the same step. With several
+    optimizers sharing the clipped parameters a human must choose which to
+    unscale. Offered only when that `scaler.step` is found.
+
+    ## Verification
+    `amplint --verify` runs the flagged step on a tiny model with a real
+    GradScaler and reports the clip's pre-clip norm against the true norm
+    (their ratio is the scale) and how much the update shrank.
+
+    ## Notes
+    Fused optimizers (`fused=True`) unscale inside their kernel at `step`,
+    which is after the clip, so they need `unscale_` before clipping too.
+    The rule stays silent when any `unscale_` precedes the clip in the step
+    (even under an `if`), when the scaler is built with `enabled=False`, and
+    when the clip is not a torch function (accelerate's
+    `accelerator.clip_grad_norm_` unscales for you).
+
+    ## References
+    - amp-facts.md §0.4, §2 (`clip_grad_norm_` on scaled grads, E15)
+    - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
+    """
+
+    code = "AMP101"
+    name = "clip-grad-before-unscale"
+    severity = Severity.ERROR
+    message = "gradient clipping on scaled gradients"
+    triggers = ("clip_grad",)
+    facts = ("§0.4", "§2")
+
+    VALID = [
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            "the documented order",
+        ),
+        Valid(
+            """
+import torch
+def train(model, loader, optimizer, scaler, clip):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        if clip:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            "unscale_ under the same `if` as the clip; scaler passed in as a parameter",
+        ),
+        Valid(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    with accelerator.autocast():
+        loss = model(**batch).loss
+    accelerator.backward(loss)
+    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+            "accelerate unscales inside accelerator.clip_grad_norm_",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.cuda.amp.GradScaler(enabled=False)
+scaler.scale(loss).backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+scaler.step(optimizer)
+scaler.update()
+""",
+            "a scaler built with enabled=False scales nothing",
+        ),
+        Valid(
+            """
+from timm.utils import NativeScaler
+loss_scaler = NativeScaler()
+loss_scaler(loss, optimizer, clip_grad=1.0, parameters=model.parameters())
+""",
+            "timm's NativeScaler unscales before its own clip",
+        ),
+        Valid(
+            """
+import torch
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+scaler.unscale_(opt)
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+scaler.step(opt)
+scaler.update()
+""",
+            "fused optimizer, unscaled before the clip",
+        ),
+        Valid(
+            """
+import torch
+if use_amp:
+    scaler.scale(loss).backward()
+else:
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""",
+            "the clip is on the non-AMP branch",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+scaler.step(optimizer)
+scaler.update()
+""",
+            line=4,
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+scaler.step(optimizer)
+scaler.update()
+""",
+        ),
+        Invalid(
+            """
+from torch.nn.utils import clip_grad_norm_ as clip
+from torch.cuda.amp import GradScaler
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = GradScaler()
+
+    def training_step(self, loss):
+        self.scaler.scale(loss).backward()
+        clip(self.model.parameters(), max_norm=1.0)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            line=12,
+        ),
+        Invalid(
+            """
+import torch.nn as nn
+from torch import amp
+scaler = amp.GradScaler()
+for step, batch in enumerate(loader):
+    with amp.autocast("cuda"):
+        loss = model(batch) / accum
+    scaler.scale(loss).backward()
+    if (step + 1) % accum == 0:
+        nn.utils.clip_grad_value_(model.parameters(), 0.5)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+""",
+            line=9,
+        ),
+        Invalid(
+            """
+import torch
+def step(model, opt, scaler, loss):
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    torch.nn.utils.clip_grad.clip_grad_norm_(model.parameters(), 5.0)
+    scaler.step(opt)
+    scaler.update()
+""",
+            line=5,
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        for scope in ctx.scopes:
+            events = scope.events
+            for clip in (e for e in events if e.kind == "clip"):
+                backward = self._scaled_backward_before(ctx, events, clip)
+                if backward is None or self._unscaled_before(ctx, events, clip, backward):
+                    continue
+                yield self._diagnostic(ctx, scope, clip, backward)
+
+    @staticmethod
+    def _scaled_backward_before(ctx: ModuleContext, events, clip: Event) -> Optional[Event]:
+        found = None
+        for e in events:
+            if e.order >= clip.order:
+                break
+            if e.kind == "scaled_backward" and not exclusive(e.path, clip.path):
+                scaler = ctx.scaler(e.scaler)
+                if scaler is not None and scaler.enabled is not False:
+                    found = e
+            elif e.kind in ("scaler_step", "update", "backward", "framework_backward") and not exclusive(e.path, clip.path):
+                found = None if e.kind != "backward" else found
+        return found
+
+    @staticmethod
+    def _unscaled_before(ctx: ModuleContext, events, clip: Event, backward: Event) -> bool:
+        for e in events:
+            if e.order >= clip.order:
+                break
+            if e.kind == "unscale":
+                return True
+            if e.kind == "call" and e.order > backward.order:
+                callee = ctx.scope_named(e.target)
+                if callee is not None and any(x.kind == "unscale" for x in callee.events):
+                    return True
+        return False
+
+    def _diagnostic(self, ctx: ModuleContext, scope: Scope, clip: Event, backward: Event) -> Diagnostic:
+        func = (clip.call.dotted or "clip_grad_norm_").rsplit(".", 1)[-1]
+        scaler = backward.scaler
+        by_value = "value" in func
+        threshold = clip.call.arg(1, "clip_value" if by_value else "max_norm")
+        threshold_value = literal_number(threshold) if threshold is not None else None
+        if by_value:
+            message = (
+                f"`{func}` clips gradients still multiplied by the loss scale (65536 by default): the effective "
+                f"threshold in true-gradient units is clip_value / scale, so almost every gradient is clipped; "
+                f"call `{scaler}.unscale_(optimizer)` first"
+            )
+        else:
+            message = (
+                f"`{func}` sees gradients still multiplied by the loss scale: the norm it measures is "
+                f"scale x the true norm (65536x by default), so the clip always fires and shrinks the real "
+                f"update by about that factor; call `{scaler}.unscale_(optimizer)` first"
+            )
+        step = next(
+            (
+                e
+                for e in scope.events
+                if e.kind == "scaler_step" and e.scaler == scaler and e.order > clip.order and e.optimizer
+            ),
+            None,
+        )
+        fix = None
+        if step is not None:
+            fix = make_fix(
+                f"Insert `{scaler}.unscale_({step.optimizer})` before the clip",
+                [insert_line_before(ctx, clip.call.statement, f"{scaler}.unscale_({step.optimizer})")],
+                safe=False,
+            )
+        data = {
+            "clip_function": func,
+            "threshold": threshold_value,
+            "scaler": scaler,
+            "optimizer": step.optimizer if step else None,
+            "step_source": _step_source(ctx, backward, step or clip),
+        }
+        return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data)
+
+
+def _step_source(ctx: ModuleContext, first: Event, last: Event) -> str:
+    """The flagged step's statements, from the backward to the step (for the verifier)."""
+    lines = ctx.source.splitlines()
+    start, _ = ctx.position(first.call.statement)
+    _, end = ctx.position(last.call.statement)
+    return "\n".join(lines[start.row - 1 : end.row])
