@@ -7,7 +7,7 @@ from .__version__ import __version__
 from .config import Config, ConfigError
 from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
 from .engine import LintResult, lint_paths, lint_source
-from .project import FP16
+from .project import AUTOCAST, FP16
 from .rule import Invalid, Rule, Valid
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Edit",
     "Fix",
     "FP16",
+    "AUTOCAST",
     "Invalid",
     "LintResult",
     "Location",

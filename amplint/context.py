@@ -27,6 +27,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from . import torchapi
+from .config import Config
 from .diagnostics import Diagnostic, Fix, Location, Severity
 from .names import EMPTY, ImportTable, dotted_name
 from .project import FileFacts
@@ -271,8 +272,10 @@ _OPTIMIZER_NAMES = ("optimizer", "optim", "opt")
 class ModuleContext:
     """The AMP model of one module. Build with `ModuleContext.build(...)`."""
 
-    def __init__(self, module: cst.Module, source: str, path: str) -> None:
+    def __init__(self, module: cst.Module, source: str, path: str, config: Optional[Config] = None) -> None:
         self.module = module
+        #: the effective configuration (rules read e.g. `config.torch_version` for fixes)
+        self.config = config or Config()
         self.source = source
         self.path = path
         self.imports = ImportTable()
@@ -298,8 +301,8 @@ class ModuleContext:
     # ------------------------------------------------------------------ build
 
     @classmethod
-    def build(cls, module: cst.Module, source: str, path: str = "<string>") -> "ModuleContext":
-        ctx = cls(module, source, path)
+    def build(cls, module: cst.Module, source: str, path: str = "<string>", config: Optional[Config] = None) -> "ModuleContext":
+        ctx = cls(module, source, path, config)
         _collect_imports(ctx)
         module.visit(_Collector(ctx))
         for call in ctx.calls:

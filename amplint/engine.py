@@ -101,7 +101,7 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
             result.diagnostics.append(syntax_error(path, 1, 1, "file is nested too deeply to parse"))
         return result
     result.parsed = True
-    ctx = ModuleContext.build(module, source, path)
+    ctx = ModuleContext.build(module, source, path, config)
     result.facts = ctx.facts
     diagnostics: List[Diagnostic] = []
     for rule_cls in active:

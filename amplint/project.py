@@ -13,6 +13,8 @@ from typing import Iterable
 
 #: the diagnostic holds if the project may run any code in fp16
 FP16 = "fp16"
+#: the diagnostic holds if the project uses autocast anywhere
+AUTOCAST = "autocast"
 
 
 @dataclass(frozen=True)
@@ -52,4 +54,6 @@ def condition_holds(condition: str, facts: ProjectFacts, precision: str = "auto"
         if precision == "bf16":
             return False
         return facts.may_run_fp16
+    if condition == AUTOCAST:
+        return facts.autocast or precision in ("fp16", "bf16")
     raise ValueError(f"unknown diagnostic condition {condition!r}")
