@@ -70,6 +70,9 @@ class _Command(click.Command):
 @click.option("--stdin-filename", default=None, help="The file name to report for '-' (stdin).")
 @click.option("--torch-version", default=None, help="The oldest torch the project supports (for fixes).")
 @click.option("--precision", type=click.Choice(["auto", "fp16", "bf16"]), default=None, help="Override the project's precision guess.")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Processes to lint with (default: the number of cores; 0 or 1: this process only).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None, envvar="AMPLINT_CACHE_DIR", help="Where to keep the cache (default: .amplint_cache beside pyproject.toml, or in the current folder; env AMPLINT_CACHE_DIR).")
 @click.version_option(__version__, "--version", prog_name="amplint", message="%(prog)s %(version)s")
 def main(
     paths: Tuple[str, ...],
@@ -84,6 +87,9 @@ def main(
     stdin_filename: Optional[str],
     torch_version: Optional[str],
     precision: Optional[str],
+    jobs: Optional[int],
+    no_cache: bool,
+    cache_dir: Optional[str],
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
     if explain is not None:
@@ -110,7 +116,7 @@ def main(
 
         # validate selectors given on the command line
         config.selected_codes(known_codes(), known_codes())
-        diagnostics = _run(targets, config, stdin_filename)
+        diagnostics = _run(targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""))
     except ConfigError as exc:
         raise fail(str(exc))
 
@@ -136,7 +142,8 @@ def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) ->
     return load_config(find_pyproject(real), known_codes())
 
 
-def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str]):
+def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None):
+    """cache_dir: None disables the cache; "" means the default place."""
     from .engine import lint_paths, lint_source
 
     if "-" in targets:
@@ -144,7 +151,12 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str]):
             raise ConfigError("'-' (stdin) cannot be combined with other paths")
         source = sys.stdin.read()
         return lint_source(source, stdin_filename or "-", config)
-    result = lint_paths(targets, config)
+    from .parallel import default_jobs, open_cache
+
+    cache = open_cache(config, cache_dir or None) if cache_dir is not None else None
+    result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)
+    if cache is not None:
+        cache.save()
     return result.diagnostics
 
 
