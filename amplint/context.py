@@ -202,6 +202,23 @@ class Event:
         return self.call.order
 
 
+@dataclass(eq=False)
+class Reference:
+    """One use of an imported name (see `ModuleContext.references`).
+
+    use: "call" (`node(...)`; `call` is the Call), "decorator" (a bare `@node`;
+    a called decorator is a "call" with `decorator` set), or "bare".
+    """
+
+    node: cst.BaseExpression  # the Name / Attribute chain
+    qualnames: FrozenSet[str]
+    root: str  # the chain's first name (`torch` in `torch.cuda.amp.autocast`)
+    use: str
+    path: Path
+    call: Optional[cst.Call] = None
+    decorator: Optional[cst.Decorator] = None
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -297,6 +314,8 @@ class ModuleContext:
         self._calls_by_method: Dict[str, List[CallInfo]] = {}
         self._call_info: Dict[cst.Call, CallInfo] = {}
         self._assignments_by_target: Dict[str, List[Assignment]] = {}
+        self._references: Optional[List["Reference"]] = None
+        self._rebound: FrozenSet[str] = frozenset()
 
     # ------------------------------------------------------------------ build
 
@@ -405,6 +424,25 @@ class ModuleContext:
 
     def project_uses_fp16(self) -> bool:
         return self.facts.fp16 or self.facts.dtype_unknown
+
+    def references(self) -> List["Reference"]:
+        """Every use of an imported name (`Name`/`Attribute` chain resolving
+        through the imports), outermost chain only, with its branch path and
+        how it is used: called, a decorator, or a bare reference. Computed on
+        first use (one extra traversal), then cached."""
+        if self._references is None:
+            collector = _ReferenceCollector(self)
+            self.module.visit(collector)
+            self._references = collector.references
+            self._rebound = collector.bound
+        return self._references
+
+    def is_rebound(self, name: str) -> bool:
+        """True when `name` is also bound by something other than an import
+        (assignment, def, class, parameter, for/with target) anywhere in the
+        file, so what it refers to at a given line is not known statically."""
+        self.references()
+        return name in self._rebound
 
     # ------------------------------------------------------------------ source
 
@@ -1061,6 +1099,188 @@ def _file_facts(ctx: ModuleContext) -> FileFacts:
         dtype_unknown=None in dtypes,
         autocast=bool(ctx.regions),
     )
+
+
+class _ReferenceCollector(cst.CSTVisitor):
+    """Collects `Reference`s and the names bound other than by import.
+
+    Branch frames mirror `_Collector`'s (if/else, try/except, loops) and are
+    kept across function definitions, so a function defined under a version
+    check counts as version-gated. Conditional expressions and the arguments of
+    `getattr`/`hasattr` calls add an "if" frame whose test is that expression.
+    """
+
+    def __init__(self, ctx: ModuleContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.references: List[Reference] = []
+        self.bound: set = set()
+        self.path: List[Frame] = []
+        self.skip: set = set()  # ids of Name nodes that are not references
+        self.parents: List[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.parents.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.parents.pop()
+
+    # -- not references
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.skip.add(id(node.keyword))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.skip.add(id(node.name))
+        self.bound.add(node.name.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.skip.add(id(node.name))
+        self.bound.add(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.skip.add(id(node.name))
+        self.bound.add(node.name.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._bind(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._bind(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._bind(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._bind(node.name)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._bind(node.target)
+
+    def _bind(self, target: cst.CSTNode) -> None:
+        if isinstance(target, cst.Name):
+            self.bound.add(target.value)
+            self.skip.add(id(target))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for el in target.elements:
+                self._bind(el.value)
+        elif isinstance(target, cst.StarredElement):
+            self._bind(target.value)
+
+    # -- branches
+    def visit_If_body(self, node: cst.If) -> None:
+        self.path.append(Frame("if", node, node.test))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self.path.pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self.path.append(Frame("else", node, node.test))
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self.path.pop()
+
+    def visit_IfExp_body(self, node: cst.IfExp) -> None:
+        self.path.append(Frame("if", node, node.test))
+
+    def leave_IfExp_body(self, node: cst.IfExp) -> None:
+        self.path.pop()
+
+    def visit_IfExp_orelse(self, node: cst.IfExp) -> None:
+        self.path.append(Frame("else", node, node.test))
+
+    def leave_IfExp_orelse(self, node: cst.IfExp) -> None:
+        self.path.pop()
+
+    def visit_Try_body(self, node: cst.Try) -> None:
+        self.path.append(Frame("try", node))
+
+    def leave_Try_body(self, node: cst.Try) -> None:
+        self.path.pop()
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self.path.append(Frame("except", node, node.type))
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self.path.pop()
+
+    def visit_Try_orelse(self, node: cst.Try) -> None:
+        self.path.append(Frame("try-else", node))
+
+    def leave_Try_orelse(self, node: cst.Try) -> None:
+        self.path.pop()
+
+    def visit_For_body(self, node: cst.For) -> None:
+        self.path.append(Frame("loop", node))
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self.path.pop()
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self.path.append(Frame("loop", node, node.test))
+
+    def leave_While_body(self, node: cst.While) -> None:
+        self.path.pop()
+
+    def visit_Call_args(self, node: cst.Call) -> None:
+        gate = isinstance(node.func, cst.Name) and node.func.value in ("getattr", "hasattr")
+        self.path.append(Frame("if", node, node if gate else None))
+
+    def leave_Call_args(self, node: cst.Call) -> None:
+        self.path.pop()
+
+    # -- references
+    def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
+        self.skip.add(id(node.attr))
+        if self._record(node):
+            return False
+        return None
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if id(node) not in self.skip:
+            self._record(node)
+
+    def _record(self, node: cst.BaseExpression) -> bool:
+        dotted = dotted_name(node)
+        if dotted is None:
+            return False
+        qualnames = self.ctx.imports.resolve_dotted(dotted)
+        if not qualnames:
+            return False
+        parent = self.parents[-2] if len(self.parents) >= 2 else None
+        use, call, decorator = "bare", None, None
+        if isinstance(parent, cst.Call) and parent.func is node:
+            use, call = "call", parent
+            grand = self.parents[-3] if len(self.parents) >= 3 else None
+            if isinstance(grand, cst.Decorator):
+                decorator = grand
+        elif isinstance(parent, cst.Decorator):
+            use, decorator = "decorator", parent
+        # `Call_args` frames are bookkeeping only; keep those with a test
+        path = tuple(f for f in self.path if not (f.kind == "if" and f.test is None))
+        self.references.append(
+            Reference(
+                node=node,
+                qualnames=qualnames,
+                root=dotted.split(".")[0],
+                use=use,
+                path=path,
+                call=call,
+                decorator=decorator,
+            )
+        )
+        return True
 
 
 def enclosing(path: Path, kind: str) -> Optional[Frame]:
