@@ -149,6 +149,8 @@ class LiteralInfo:
     path: Path
     region: Optional[AutocastRegion]
     statement: cst.CSTNode
+    #: the traversal order at the literal: calls/assignments before it have a smaller order
+    order: int = 0
 
 
 @dataclass(eq=False)
@@ -277,6 +279,42 @@ def call_chain(expr: cst.CSTNode) -> Iterator[cst.Call]:
             return
 
 
+_CAST_METHOD_DTYPES = {"half": "fp16", "bfloat16": "bf16", "float": "fp32", "double": "other", "long": "other", "int": "other", "bool": "other"}
+_FLOAT_FACTORIES = frozenset(
+    f"torch.{n}" for n in ("zeros", "ones", "empty", "rand", "randn", "eye", "linspace", "logspace")
+)
+_LIKE_FACTORIES = frozenset(
+    f"torch.{n}" for n in ("zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "full_like")
+)
+_DTYPE_KEEPING_FUNCTIONS = frozenset(
+    f"torch.{n}" for n in ("triu", "tril", "transpose", "unsqueeze", "squeeze", "reshape", "flatten", "clone", "masked_fill")
+)
+_DTYPE_KEEPING_METHODS = frozenset(
+    (
+        "view", "view_as", "reshape", "unsqueeze", "squeeze", "transpose", "permute", "t", "contiguous", "clone",
+        "detach", "expand", "expand_as", "repeat", "triu", "tril", "flatten", "masked_fill", "masked_fill_",
+        "fill_", "cuda", "cpu", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "abs", "neg",
+    )
+)
+_OTHER_DTYPES = frozenset(
+    (
+        "float64", "double", "int64", "long", "int32", "int", "int16", "short", "int8", "uint8", "bool",
+        "complex64", "complex128", "cfloat", "cdouble",
+    )
+)
+
+
+def _is_device_expr(ctx: "ModuleContext", node: cst.BaseExpression) -> bool:
+    """`"cuda"`, `device`, `self.device`, `x.device`, `torch.device(...)`: `.to(<this>)` keeps the dtype."""
+    s = literal_string(node)
+    if s is not None:
+        return s.split(":")[0] in ("cuda", "cpu", "xpu", "mps", "meta", "hpu", "xla")
+    if isinstance(node, cst.Call):
+        return bool(ctx.qualnames(node.func) & {"torch.device"})
+    name = dotted_name(node)
+    return name is not None and name.rsplit(".", 1)[-1] in ("device", "dev", "rank", "local_rank")
+
+
 _VERSION_WORDS = ("hasattr", "__version__", "version", "getattr", "is_torch", "TORCH_")
 _IMPORT_ERRORS = ("ImportError", "AttributeError", "ModuleNotFoundError")
 
@@ -359,6 +397,87 @@ class ModuleContext:
             d = torchapi.dtype_of_qualname(q)
             if d:
                 return d
+        return None
+
+    def known_dtype(
+        self,
+        node: Optional[cst.CSTNode],
+        scope: Optional[Scope] = None,
+        before: Optional[int] = None,
+        statement: Optional[cst.CSTNode] = None,
+        _depth: int = 0,
+    ) -> Optional[str]:
+        """The floating dtype an expression visibly has: 'fp16' | 'bf16' | 'fp32' |
+        'other' (float64, integer, bool) | None (unknown).
+
+        Follows casts (`.half()`, `.float()`, `.to(torch.float16)`), factories
+        (`torch.zeros(n)` is the default fp32, `dtype=` wins, `*_like` inherit),
+        dtype-preserving methods (`view`, `triu`, `unsqueeze`, `to(device)`, ...)
+        and plain names assigned in `scope` before order `before` (every such
+        assignment must agree; the one in `statement` itself is ignored). It
+        assumes the default dtype is float32 and never guesses otherwise.
+        """
+        if node is None or _depth > 6:
+            return None
+        again = lambda n, b=before: self.known_dtype(n, scope, b, statement, _depth + 1)  # noqa: E731
+        if isinstance(node, cst.Call):
+            func = node.func
+            method = func.attr.value if isinstance(func, cst.Attribute) else None
+            qualnames = self.qualnames(func)
+            if method in _CAST_METHOD_DTYPES and not node.args and not qualnames:
+                return _CAST_METHOD_DTYPES[method]
+            dtype_arg = call_arg(node, None, "dtype")
+            if method in ("to", "type") and not qualnames:
+                for arg in node.args:
+                    if arg.keyword is None or arg.keyword.value == "dtype":
+                        d = self.dtype_kind(arg.value)
+                        if d is not None:
+                            return d
+                positional = [a.value for a in node.args if a.keyword is None]
+                if all(_is_device_expr(self, a) for a in positional):
+                    return again(func.value)
+                return None
+            if qualnames & _FLOAT_FACTORIES:
+                if dtype_arg is not None:
+                    return self.dtype_kind(dtype_arg)
+                return "fp32"
+            if qualnames & _LIKE_FACTORIES:
+                if dtype_arg is not None:
+                    return self.dtype_kind(dtype_arg)
+                return again(call_arg(node, 0, "input"))
+            if qualnames & _DTYPE_KEEPING_FUNCTIONS:
+                return again(call_arg(node, 0, "input"))
+            if method in _DTYPE_KEEPING_METHODS and not qualnames:
+                if method in ("new_zeros", "new_ones", "new_empty", "new_full", "new_tensor") and dtype_arg is not None:
+                    return self.dtype_kind(dtype_arg)
+                return again(func.value)
+            return None
+        if isinstance(node, cst.Subscript):
+            return again(node.value)
+        if isinstance(node, cst.Name) and scope is not None and before is not None:
+            found = [
+                a
+                for a in self.assignments_to(node.value, scope)
+                if a.scope is scope
+                and a.order < before
+                and not a.unpacked
+                and not (isinstance(statement, cst.SimpleStatementLine) and any(a.node is s for s in statement.body))
+            ]
+            if not found:
+                return None
+            dtypes = {again(a.value, a.order) for a in found}
+            return dtypes.pop() if len(dtypes) == 1 else None
+        return None
+
+    def dtype_kind(self, node: Optional[cst.CSTNode]) -> Optional[str]:
+        """`dtype_of`, plus 'other' for torch dtypes that are not fp16/bf16/fp32 (`torch.long`)."""
+        if node is None:
+            return None
+        d = self.dtype_of(node)
+        if d is not None:
+            return d
+        if any(q.startswith("torch.") and q.split(".", 1)[1] in _OTHER_DTYPES for q in self.qualnames(node)):
+            return "other"
         return None
 
     # ------------------------------------------------------------------ queries
@@ -825,6 +944,7 @@ class _Collector(cst.CSTVisitor):
                 path=tuple(self.path),
                 region=self.region,
                 statement=self.statement,
+                order=self.order,
             )
         )
 
