@@ -256,3 +256,11 @@ CAPABILITY_FUNCTIONS: FrozenSet[str] = frozenset(
     {"torch.cuda.get_device_capability", "torch.cuda.get_device_properties"}
 )
 BF16_SUPPORT_FUNCTIONS: FrozenSet[str] = frozenset({"torch.cuda.is_bf16_supported"})
+
+#: constructors whose result is always a floating tensor
+FLOAT_FACTORIES: FrozenSet[str] = frozenset(
+    {
+        "torch.randn", "torch.rand", "torch.randn_like", "torch.rand_like",
+        "torch.nn.Parameter", "torch.nn.parameter.Parameter",
+    }
+)  # fmt: skip
