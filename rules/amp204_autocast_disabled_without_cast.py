@@ -273,7 +273,7 @@ def step(model, x, w, device_type):
         message = (
             f"`{name.value}` comes from `{source.op}` under the autocast region of line {outer_row}, so it is "
             f"{dtype}; `autocast(enabled=False)` (line {disabled_row}) casts nothing back, so `{op.op}` here "
-            f"either raises a dtype mismatch against fp32 weights or silently runs in {dtype}; "
+            f"either raises a dtype mismatch against an fp32 operand or silently runs in {dtype}; "
             f"use `{name.value}.float()`"
         )
         fix = make_fix(f"Cast `{name.value}` with `.float()`", [replace_node(ctx, name, f"{name.value}.float()")], safe=False)
