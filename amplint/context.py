@@ -133,6 +133,19 @@ class Assignment:
     path: Path
     region: Optional[AutocastRegion]
     unpacked: bool = False  # `a, b = value`: value is the whole right-hand side
+    statement: Optional[cst.CSTNode] = None  # the statement line holding the assignment
+
+
+@dataclass(eq=False)
+class MatMulInfo:
+    """An `a @ b` expression (autocast's `matmul`), placed like a call."""
+
+    node: cst.BinaryOperation
+    order: int
+    scope: Scope
+    path: Path
+    region: Optional[AutocastRegion]
+    statement: cst.CSTNode
 
 
 @dataclass(eq=False)
@@ -338,6 +351,7 @@ class ModuleContext:
         self.assignments: List[Assignment] = []
         self.regions: List[AutocastRegion] = []
         self.literals: List[LiteralInfo] = []
+        self.matmuls: List[MatMulInfo] = []
         self.scopes: List[Scope] = []
         self.classes: List[cst.ClassDef] = []
         self.dtype_refs: List[Tuple[str, cst.CSTNode]] = []  # ("fp16", node) for torch.float16 etc.
@@ -354,6 +368,8 @@ class ModuleContext:
         self._assignments_by_target: Dict[str, List[Assignment]] = {}
         self._references: Optional[List["Reference"]] = None
         self._rebound: FrozenSet[str] = frozenset()
+        self._autocast_ops: Optional[List["AutocastOp"]] = None
+        self._autocast_op_by_node: Dict[cst.CSTNode, "AutocastOp"] = {}
 
     # ------------------------------------------------------------------ build
 
@@ -880,10 +896,17 @@ class _Collector(cst.CSTVisitor):
                 path=tuple(self.path),
                 region=self.region,
                 unpacked=unpacked,
+                statement=self.statement,
             )
         )
         if not unpacked and isinstance(value, cst.Call) and _parse_autocast(self.ctx, value, value, None):
             self._autocast_aliases[(id(self.scope), name)] = value
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.MatrixMultiply):
+            self.ctx.matmuls.append(
+                MatMulInfo(node, self._next(), self.scope, tuple(self.path), self.region, self.statement)
+            )
 
     def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
         qualnames = self.ctx.imports.qualnames(node)
@@ -1434,3 +1457,201 @@ def precedes(a: Event, b: Event) -> bool:
 
 def loops(path: Path) -> Sequence[Frame]:
     return [f for f in path if f.kind == "loop"]
+
+
+# --------------------------------------------------------------------------- autocast ops, casts, regions
+
+
+@dataclass(eq=False)
+class AutocastOp:
+    """A use of an op that autocast lists: a torch function, a Tensor method, a
+    call of a module whose forward is that op (`self.fc(x)` with
+    `self.fc = nn.Linear(...)`), or `a @ b`.
+
+    op: the aten name (`linear`, `matmul`...). Whether it runs in the
+    low-precision dtype depends on the device: `torchapi.runs_in_lower_precision`.
+    inputs: the expressions whose tensors it consumes.
+    """
+
+    node: cst.CSTNode
+    op: str
+    inputs: Tuple[cst.BaseExpression, ...]
+    scope: Scope
+    path: Path
+    region: Optional[AutocastRegion]
+    order: int
+    statement: cst.CSTNode
+
+
+def autocast_ops(ctx: ModuleContext) -> List[AutocastOp]:
+    """Every use of an autocast-listed op in the module, in source order (computed once)."""
+    if ctx._autocast_ops is None:
+        ops: List[AutocastOp] = []
+        for call in ctx.calls:
+            op = _call_op(ctx, call)
+            if op is not None:
+                ops.append(op)
+        for mm in ctx.matmuls:
+            ops.append(AutocastOp(mm.node, "matmul", (mm.node.left, mm.node.right), mm.scope, mm.path, mm.region, mm.order, mm.statement))
+        ops.sort(key=lambda o: o.order)
+        ctx._autocast_ops = ops
+        ctx._autocast_op_by_node = {o.node: o for o in ops}
+    return ctx._autocast_ops
+
+
+def autocast_op_of(ctx: ModuleContext, node: cst.CSTNode) -> Optional[AutocastOp]:
+    """The listed op `node` (a Call or `a @ b`) is, if any."""
+    autocast_ops(ctx)
+    return ctx._autocast_op_by_node.get(node)
+
+
+def _call_op(ctx: ModuleContext, call: CallInfo) -> Optional[AutocastOp]:
+    node = call.node
+    if any(a.keyword is not None and a.keyword.value == "out" for a in node.args):
+        return None  # `out=` calls are not autocast [amp-facts §1.1]
+    args = tuple(a.value for a in node.args if not a.star)
+
+    def make(op: str, inputs: Tuple[cst.BaseExpression, ...]) -> AutocastOp:
+        return AutocastOp(node, op, inputs, call.scope, call.path, call.region, call.order, call.statement)
+
+    for q in call.qualnames:
+        op = torchapi.AUTOCAST_OP_FUNCTIONS.get(q)
+        if op is not None:
+            return make(op, args)
+    if call.qualnames:
+        return None
+    if call.method in torchapi.AUTOCAST_OP_METHODS and call.receiver is not None:
+        return make(torchapi.AUTOCAST_OP_METHODS[call.method], (call.receiver, *args))
+    cls = module_class(ctx, node.func, call.scope)
+    if cls is not None and cls in torchapi.AUTOCAST_OP_MODULES:
+        positional = tuple(a.value for a in node.args if a.keyword is None and not a.star)
+        return make(torchapi.AUTOCAST_OP_MODULES[cls], positional)
+    return None
+
+
+#: methods that return the module they are called on (`nn.Linear(4, 4).to(device)`)
+_MODULE_CHAIN_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "train", "eval", "requires_grad_"})
+
+
+def constructed_class(ctx: ModuleContext, value: cst.CSTNode) -> Optional[str]:
+    """`torch.nn.Linear` for `nn.Linear(4, 4)` or `nn.Linear(4, 4).to(device)`."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and isinstance(value.func.value, cst.Call)
+        and value.func.attr.value in _MODULE_CHAIN_METHODS
+    ):
+        value = value.func.value
+    if isinstance(value, cst.Call):
+        return ctx.qualname(value.func)
+    return None
+
+
+def module_class(ctx: ModuleContext, expr: cst.CSTNode, scope: Scope) -> Optional[str]:
+    """The class of the object `expr` (`self.fc`, `lin`) names, when every
+    assignment to it in reach constructs the same class; else None."""
+    if isinstance(expr, cst.Call):
+        return constructed_class(ctx, expr)
+    dotted = dotted_name(expr)
+    if dotted is None:
+        return None
+    if dotted.startswith("self."):
+        candidates = ctx.assignments_to(dotted)
+    else:
+        candidates = [a for a in ctx.assignments_to(dotted) if a.scope is scope]
+        if not candidates:
+            if dotted in scope.params:
+                return None
+            candidates = [a for a in ctx.assignments_to(dotted) if a.scope.is_module]
+    classes = set()
+    for a in candidates:
+        cls = None if a.unpacked else constructed_class(ctx, a.value)
+        if cls is None:
+            return None
+        classes.add(cls)
+    return classes.pop() if len(classes) == 1 else None
+
+
+def fp32_cast(ctx: ModuleContext, node: cst.CSTNode) -> bool:
+    """`x.float()`, `x.to(torch.float32)`, `x.to(device, torch.float)`, `x.type(torch.float32)`."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    method = node.func.attr.value
+    if method == "float":
+        return not node.args
+    if method in ("to", "type"):
+        for arg in node.args:
+            if (arg.keyword is None or arg.keyword.value == "dtype") and not isinstance(arg.value, cst.SimpleString):
+                if ctx.dtype_of(arg.value) == "fp32":
+                    return True
+    return False
+
+
+def strip_views(ctx: ModuleContext, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """The tensor expression under dtype-preserving views: `h.transpose(1, 2)[0]` -> `h`."""
+    while True:
+        if (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in torchapi.DTYPE_PRESERVING_METHODS
+            and not any(ctx.dtype_of(a.value) for a in expr.args)  # `x.view(torch.float16)` reinterprets
+        ):
+            expr = expr.func.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT", "H", "mH"):
+            expr = expr.value
+        else:
+            return expr
+
+
+def active_region(region: Optional[AutocastRegion]) -> Optional[AutocastRegion]:
+    """The region whose autocast is in force at code inside `region`: the
+    innermost one that is not switched off by a nested `enabled=False` region
+    of its device. None when autocast is (or may be) off there; a disabled
+    region whose device is not known counts as switching everything off."""
+    disabled = set()
+    r = region
+    while r is not None:
+        if r.enabled is False:
+            if r.device is None:
+                return None
+            disabled.add(r.device)
+        elif r.device is None:
+            return None if disabled else r
+        elif r.device not in disabled:
+            return r
+        r = r.parent
+    return None
+
+
+def region_within(region: Optional[AutocastRegion], ancestor: AutocastRegion) -> bool:
+    """Whether `region` is `ancestor` or nested (lexically) inside it."""
+    r = region
+    while r is not None:
+        if r is ancestor:
+            return True
+        r = r.parent
+    return False
+
+
+def same_device(ctx: ModuleContext, a: AutocastRegion, b: AutocastRegion) -> bool:
+    """Whether two regions are known to autocast the same device: both literal
+    and equal, or both given by the same expression (`device_type=dev`)."""
+    if a.framework or b.framework:
+        return False
+    if a.device is not None or b.device is not None:
+        return a.device == b.device
+    da, db = call_arg(a.call, 0, "device_type"), call_arg(b.call, 0, "device_type")
+    return da is not None and db is not None and ctx.code_for(da) == ctx.code_for(db)
+
+
+def assignment_before(ctx: ModuleContext, name: str, scope: Scope, statement: cst.CSTNode, order: int) -> Optional[Assignment]:
+    """The last assignment to `name` in `scope` in an earlier statement than
+    `statement` (source order; loops are not unrolled)."""
+    found = None
+    for a in ctx.assignments_to(name):
+        if a.scope is scope and a.order < order and a.statement is not statement:
+            if found is None or a.order > found.order:
+                found = a
+    return found
