@@ -370,6 +370,7 @@ class ModuleContext:
         self._rebound: FrozenSet[str] = frozenset()
         self._autocast_ops: Optional[List["AutocastOp"]] = None
         self._autocast_op_by_node: Dict[cst.CSTNode, "AutocastOp"] = {}
+        self._callers: Optional[Dict[int, List[CallInfo]]] = None
 
     # ------------------------------------------------------------------ build
 
@@ -530,6 +531,62 @@ class ModuleContext:
             if s.name == name and (cls is None or s.cls is cls):
                 return s
         return None
+
+    def callee(self, call: CallInfo) -> Optional[Scope]:
+        """The function defined in this file that `call` runs, if it can be told.
+
+        `self.m(...)` is the method `m` of the caller's class (or of another class
+        in the file when the caller's class has none: a base class); `f(...)` is a
+        function `f` nested in the caller, else a module-level one.
+        """
+        if call.receiver_dotted == "self" and call.method:
+            own = call.scope.cls
+            methods = [s for s in self.scopes if s.name == call.method and s.cls is not None]
+            for s in methods:
+                if s.cls is own:
+                    return s
+            return methods[0] if len(methods) == 1 else None
+        if call.method is None and isinstance(call.node.func, cst.Name):
+            name = call.node.func.value
+            functions = [s for s in self.scopes if s.name == name and s.cls is None and not s.is_module]
+            scope: Optional[Scope] = call.scope
+            while scope is not None:
+                for s in functions:
+                    if s.parent is scope:
+                        return s
+                scope = scope.parent
+        return None
+
+    def reachable_events(self, scope: Scope, depth: int = 3) -> List[Event]:
+        """`scope`'s events followed by those of the functions it calls in this
+        file (through `call` events, `depth` levels deep, each function once)."""
+        out: List[Event] = []
+        seen = {id(scope)}
+        frontier = [scope]
+        for _ in range(depth + 1):
+            following: List[Scope] = []
+            for s in frontier:
+                for e in s.events:
+                    out.append(e)
+                    if e.kind == "call":
+                        target = self.callee(e.call)
+                        if target is not None and id(target) not in seen:
+                            seen.add(id(target))
+                            following.append(target)
+            frontier = following
+        return out
+
+    def callers(self, scope: Scope) -> List[CallInfo]:
+        """The calls in this file that run `scope` (as resolved by `callee`)."""
+        if self._callers is None:
+            self._callers = {}
+            for s in self.scopes:
+                for e in s.events:
+                    if e.kind == "call":
+                        target = self.callee(e.call)
+                        if target is not None:
+                            self._callers.setdefault(id(target), []).append(e.call)
+        return list(self._callers.get(id(scope), ()))
 
     def scaler(self, key: Optional[str]) -> Optional[ScalerInfo]:
         return self.scalers.get(key) if key else None
@@ -1047,6 +1104,10 @@ def _is_grad_scaler(call: CallInfo) -> bool:
     )
 
 
+#: public: whether a call constructs a torch GradScaler (any import spelling)
+is_grad_scaler_call = _is_grad_scaler
+
+
 def _find_scalers(ctx: ModuleContext) -> None:
     def add(key: str, enabled: Optional[bool], device: Optional[str] = None, ctor: Optional[CallInfo] = None, param: bool = False) -> None:
         info = ctx.scalers.get(key)
@@ -1441,14 +1502,46 @@ def path_contains(outer: Path, inner: Path) -> bool:
 
 def exclusive(a: Path, b: Path) -> bool:
     """True when code at `a` and code at `b` never run in the same pass
-    (the body and the else of one `if`, or a try body and its handler)."""
+    (the body and the else of one `if`, or a try body and its handler), or
+    sit on opposite sides of two `if`s that test the same condition
+    (`if use_amp: ... else: ...` written twice, or `if c:` and `if not c:`)."""
     kinds_a = {id(f.node): f.kind for f in a}
     for f in b:
         other = kinds_a.get(id(f.node))
         if other is not None and other != f.kind:
             if {other, f.kind} == {"if", "else"} or {other, f.kind} == {"try-else", "except"}:
                 return True
+    for fa in a:
+        if fa.kind not in ("if", "else") or fa.test is None:
+            continue
+        for fb in b:
+            if fb.kind in ("if", "else") and fb.test is not None and fb.node is not fa.node:
+                if _opposite_tests(fa, fb):
+                    return True
     return False
+
+
+def _negated(test: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.expression
+    return None
+
+
+def _opposite_tests(fa: Frame, fb: Frame) -> bool:
+    """The two frames run under contradicting values of one condition
+    (the condition is assumed unchanged between the two `if`s)."""
+    ta, tb = fa.test, fb.test
+    flip = False
+    na, nb = _negated(ta), _negated(tb)
+    if na is not None and nb is None:
+        ta, flip = na, True
+    elif nb is not None and na is None:
+        tb, flip = nb, True
+    elif na is not None and nb is not None:
+        ta, tb = na, nb
+    if not ta.deep_equals(tb):
+        return False
+    return (fa.kind != fb.kind) != flip
 
 
 def precedes(a: Event, b: Event) -> bool:
