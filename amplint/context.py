@@ -929,10 +929,11 @@ def _find_optimizers(ctx: ModuleContext) -> None:
                 continue
             q = info.qualname
             if q and torchapi.is_optimizer_class(q) and not a.unpacked:
-                fused = literal_bool(info.arg(None, "fused"))
+                fused_arg = info.arg(None, "fused")
                 opt = ctx.optimizers.setdefault(a.target, OptimizerInfo(key=a.target))
                 opt.qualname = q
-                opt.fused = bool(fused) if fused is not None or info.arg(None, "fused") is None else None
+                # absent: not fused; a literal: that; anything else: decided at run time
+                opt.fused = False if fused_arg is None else literal_bool(fused_arg)
                 opt.constructors.append(info)
             elif info.method == "prepare" or info.method in ("setup", "initialize", "setup_optimizers"):
                 # accelerate `prepare`, Fabric `setup`, DeepSpeed `initialize`: the framework owns scaling

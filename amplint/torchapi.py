@@ -101,11 +101,9 @@ CLIP_FUNCTIONS: FrozenSet[str] = frozenset(
 def is_optimizer_class(qualname: str) -> bool:
     """`torch.optim.AdamW`, `bitsandbytes.optim.AdamW8bit`, `apex.optimizers.FusedAdam`..."""
     head, _, last = qualname.rpartition(".")
-    if not last[:1].isupper():
+    if not last[:1].isupper() or "sched" in qualname.lower() or "swa_utils" in head:
         return False
-    if head.startswith("torch.optim") and "lr_scheduler" not in head:
-        return True
-    return ("optim" in head.lower()) and "sched" not in last.lower()
+    return "optim" in head.lower()
 
 
 # --- fp16 numerics [amp-facts §6.1] ------------------------------------------
