@@ -123,15 +123,28 @@ def _overlaps(a: Tuple[Location, Location], b: Tuple[Location, Location]) -> boo
 
 def fix_source(source: str, lint, unsafe: bool = False, max_passes: int = 10) -> Tuple[str, int]:
     """Lint and fix repeatedly until no applicable fix remains; returns (source, fixes applied)."""
-    total = 0
+    source, fixed, _ = fix_until_stable(source, lint, unsafe, max_passes)
+    return source, len(fixed)
+
+
+def fix_until_stable(
+    source: str, lint, unsafe: bool = False, max_passes: int = 10
+) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
+    """`fix_source` that also returns the fixed diagnostics and those of the final source.
+
+    `lint(source)` returns the diagnostics of a text; every pass applies the
+    non-overlapping applicable fixes whose result parses, then lints again.
+    """
+    fixed_all: List[Diagnostic] = []
+    diagnostics = lint(source)
     for _ in range(max_passes):
-        diagnostics = lint(source)
         source_new, fixed = apply_fixes(source, diagnostics, unsafe)
         if not fixed or source_new == source:
             break
         source = source_new
-        total += len(fixed)
-    return source, total
+        fixed_all.extend(fixed)
+        diagnostics = lint(source)
+    return source, fixed_all, diagnostics
 
 
 # ----------------------------------------------------------------- imports
