@@ -31,6 +31,7 @@ from .config import Config
 from .diagnostics import Diagnostic, Fix, Location, Severity
 from .names import EMPTY, ImportTable, dotted_name
 from .project import FileFacts
+from .walk import own_hook, walk
 
 # --------------------------------------------------------------------------- data
 
@@ -378,7 +379,7 @@ class ModuleContext:
     def build(cls, module: cst.Module, source: str, path: str = "<string>", config: Optional[Config] = None) -> "ModuleContext":
         ctx = cls(module, source, path, config)
         _collect_imports(ctx)
-        module.visit(_Collector(ctx))
+        walk(module, _Collector(ctx))
         for call in ctx.calls:
             for q in call.qualnames:
                 ctx._calls_by_qualname.setdefault(q, []).append(call)
@@ -685,22 +686,53 @@ class ModuleContext:
 
 
 def _collect_imports(ctx: ModuleContext) -> None:
-    """Imports anywhere in the file (module level, functions, try/except)."""
+    """Imports anywhere in the file (module level, functions, classes, try/except).
 
-    class _Imports(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> bool:
-            ctx.imports.add_import(node)
-            return False
+    Imports are statements, so only statement bodies are walked; expressions
+    never hold them.
+    """
+    imports = ctx.imports
+    stack: List[cst.CSTNode] = [ctx.module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                if isinstance(small, cst.Import):
+                    imports.add_import(small)
+                elif isinstance(small, cst.ImportFrom):
+                    imports.add_import_from(small)
+            continue
+        for part in _statement_children(node):
+            stack.append(part)
 
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-            ctx.imports.add_import_from(node)
-            return False
 
-        # expressions never hold imports: skip them to keep the pass cheap
-        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-            return any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body)
+def _statement_children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The statements directly inside `node` (bodies, orelse, handlers, finally, cases)."""
+    out: List[cst.CSTNode] = []
+    body = getattr(node, "body", None)
+    if isinstance(body, (tuple, list)):
+        out.extend(body)
+    elif isinstance(body, cst.BaseSuite):
+        if isinstance(body, cst.IndentedBlock):
+            out.extend(body.body)
+        else:  # SimpleStatementSuite: `if x: import y`
+            out.append(cst.SimpleStatementLine(body=body.body))
+    for attr in ("orelse", "finalbody"):
+        extra = getattr(node, attr, None)
+        if extra is not None:
+            out.append(extra)
+    handlers = getattr(node, "handlers", None)
+    if handlers:
+        out.extend(handlers)
+    cases = getattr(node, "cases", None)
+    if cases:
+        out.extend(cases)
+    return out
 
-    ctx.module.visit(_Imports())
+
+_STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+#: per node type: (visit hook, leave hook, is a statement), looked up once per type
+_HOOKS: Dict[type, Tuple[Optional[object], Optional[object], bool]] = {}
 
 
 class _Collector(cst.CSTVisitor):
@@ -725,16 +757,34 @@ class _Collector(cst.CSTVisitor):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.stack.append(node)
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        hooks = _HOOKS.get(type(node))
+        if hooks is None:
+            hooks = self._hooks(node)
+        if hooks[2]:
             self._statements.append(self.statement)
             self.statement = node
-        return super().on_visit(node)
+        if hooks[0] is not None:
+            return hooks[0](self, node) is not False
+        return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
+        hooks = _HOOKS[type(original_node)]
+        if hooks[1] is not None:
+            hooks[1](self, original_node)
         self.stack.pop()
-        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        if hooks[2]:
             self.statement = self._statements.pop()
+
+    @staticmethod
+    def _hooks(node: cst.CSTNode) -> Tuple[Optional[object], Optional[object], bool]:
+        name = type(node).__name__
+        hooks = (
+            own_hook(_Collector, f"visit_{name}"),
+            own_hook(_Collector, f"leave_{name}"),
+            isinstance(node, _STATEMENT_TYPES),
+        )
+        _HOOKS[type(node)] = hooks
+        return hooks
 
     def _next(self) -> int:
         self.order += 1
