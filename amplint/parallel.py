@@ -98,7 +98,15 @@ def facts_of_path(path: str, config: Config) -> Any:
     from .engine import FileResult, read_file
 
     result = FileResult(path=path)
-    source, _ = read_file(path)
+    if path.lower().endswith(".ipynb"):
+        from .notebook import Notebook, NotebookError, read_notebook_text
+
+        try:
+            source: Optional[str] = Notebook.from_text(read_notebook_text(path)).source
+        except (OSError, UnicodeDecodeError, NotebookError):
+            source = None
+    else:
+        source, _ = read_file(path)
     if source is None or not passes_facts_gate(source):
         return result
     import libcst as cst
