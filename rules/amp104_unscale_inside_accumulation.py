@@ -99,7 +99,10 @@ class UnscaleInsideAccumulation(Rule):
     name = "unscale-inside-accumulation"
     severity = Severity.ERROR
     message = "unscale_/update outside the accumulation boundary"
-    triggers = ("unscale_(", ".update(")
+    # a scaler exists (GradScaler(...), `x.scale(loss)`, `unscale_`, a parameter named *scaler*)...
+    triggers = ("scaler", "Scaler", "SCALER", "unscale_", ".scale(")
+    # ...and every finding is an unscale_ or update call on it
+    requires = (("unscale_", "update"),)
     facts = ("§2", "§5")
 
     VALID = [

@@ -74,7 +74,8 @@ class BackwardInsideAutocast(Rule):
     name = "backward-inside-autocast"
     severity = Severity.WARNING
     message = "backward pass inside an autocast region"
-    triggers = ("backward",)
+    triggers = ("autocast",)  # a region in this file (every region is an autocast call)
+    requires = (("backward",),)
     facts = ("§1.1", "§5")
 
     VALID = [

@@ -86,7 +86,8 @@ class IneffectiveFp32CastInAutocast(Rule):
     name = "ineffective-fp32-cast-in-autocast"
     severity = Severity.WARNING
     message = "fp32 cast undone by autocast"
-    triggers = ("float",)
+    triggers = ("autocast",)  # a region in this file (every region is an autocast call)
+    requires = (("float",),)
     facts = ("§0.14", "§1.2", "§1.3")
 
     VALID = [

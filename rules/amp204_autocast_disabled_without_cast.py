@@ -84,7 +84,8 @@ class AutocastDisabledWithoutCast(Rule):
     name = "autocast-disabled-without-cast"
     severity = Severity.WARNING
     message = "low-precision tensor used inside autocast(enabled=False) without a cast"
-    triggers = ("False",)
+    triggers = ("autocast",)  # a region in this file (every region is an autocast call)
+    requires = (("False",),)  # the enabled=False region
     facts = ("§1.1", "§5")
 
     VALID = [

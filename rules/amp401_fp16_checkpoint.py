@@ -1,6 +1,8 @@
 """AMP401 fp16-checkpoint."""
 from __future__ import annotations
 
+import re
+
 from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
@@ -76,7 +78,9 @@ class Fp16Checkpoint(Rule):
     name = "fp16-checkpoint"
     severity = Severity.WARNING
     message = "checkpoint of an fp16 model"
-    triggers = ("half", "float16")
+    triggers = ("half", "Half", "float16", "fp16")  # .half(), .to(torch.float16 / "fp16"), .type(HalfTensor)
+    requires = (("save",),)
+    gate_regex = re.compile(r"\bsave\b")  # torch.save (not save_pretrained)
     facts = ("§6.4", "§6.5")
 
     VALID = [

@@ -93,6 +93,7 @@ class CustomOpWithoutAutocastRegistration(Rule):
     severity = Severity.WARNING
     message = "custom op called under autocast without an autocast registration"
     triggers = ("custom_op", "ops.", "cpp_extension")
+    requires = (("autocast",),)  # called inside an autocast region of this file
     facts = ("§4",)
 
     VALID = [
