@@ -161,8 +161,8 @@ class Model(nn.Module):
         )
         message = (
             f"CUDA bf16 autocast with no compute-capability check in this file ({_count(regions)}): below 8.0 "
-            f"(Volta, Turing) there are no bf16 tensor cores, so ops run emulated (a GTX 1080 matmul measured "
-            f"1.85x slower than fp32) and some cuDNN convolutions fail{note}; check "
+            f"(Pascal, Volta, Turing) there are no bf16 tensor cores, so ops run without them (a GTX 1080 matmul "
+            f"measured 1.85x slower than fp32) and some cuDNN convolutions fail{note}; check "
             f"`torch.cuda.get_device_capability() >= (8, 0)` or `is_bf16_supported(including_emulation=False)`"
         )
         yield ctx.diagnostic(self, regions[0].call, message, data={"regions": len(regions), "bare_is_bf16_supported": bare})
