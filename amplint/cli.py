@@ -70,6 +70,14 @@ class _Command(click.Command):
 @click.option("--stdin-filename", default=None, help="The file name to report for '-' (stdin).")
 @click.option("--torch-version", default=None, help="The oldest torch the project supports (for fixes).")
 @click.option("--precision", type=click.Choice(["auto", "fp16", "bf16"]), default=None, help="Override the project's precision guess.")
+@click.option("--fix/--no-fix", default=False, help="Apply safe fixes in place.")
+@click.option("--unsafe-fixes/--no-unsafe-fixes", default=False, help="Also apply (and mark [*]) fixes that need review.")
+@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff and write nothing (exit 1 when there is a diff).")
+@click.option("--show-fixes", is_flag=True, help="With --fix: list what was fixed, per file and code.")
+@click.option("--statistics", is_flag=True, help="Print how many findings each code has instead of the findings.")
+@click.option("--show-files", is_flag=True, help="Print the files that would be linted, then exit.")
+@click.option("--respect-gitignore/--no-respect-gitignore", default=None, help="Skip files .gitignore ignores (default: on).")
+@click.option("--force-exclude/--no-force-exclude", default=None, help="Apply exclude globs to files named on the command line too (for pre-commit).")
 @click.version_option(__version__, "--version", prog_name="amplint", message="%(prog)s %(version)s")
 def main(
     paths: Tuple[str, ...],
@@ -84,6 +92,14 @@ def main(
     stdin_filename: Optional[str],
     torch_version: Optional[str],
     precision: Optional[str],
+    fix: bool = False,
+    unsafe_fixes: bool = False,
+    diff: bool = False,
+    show_fixes: bool = False,
+    statistics: bool = False,
+    show_files: bool = False,
+    respect_gitignore: Optional[bool] = None,
+    force_exclude: Optional[bool] = None,
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
     if explain is not None:
@@ -105,21 +121,72 @@ def main(
             extend_select=_codes(extend_select),
             torch_version=parse_torch_version(torch_version, "--torch-version") if torch_version else None,
             precision=precision,
+            respect_gitignore=respect_gitignore,
+            force_exclude=force_exclude,
         )
         from .engine import known_codes
 
         # validate selectors given on the command line
         config.selected_codes(known_codes(), known_codes())
+        if show_files:
+            from .discovery import discover
+
+            for path in discover(targets, config):
+                click.echo(path)
+            raise click.exceptions.Exit(EXIT_CLEAN)
+        if fix or diff:
+            from .fixer import fix_paths, fix_stdin
+
+            if "-" in targets:
+                if len(targets) > 1:
+                    raise ConfigError("'-' (stdin) cannot be combined with other paths")
+                outcome = fix_stdin(sys.stdin.read(), stdin_filename or "-", config, unsafe_fixes)
+            else:
+                outcome = fix_paths(targets, config, unsafe_fixes, write=not diff)
+            raise click.exceptions.Exit(_report_fixes(outcome, output_format, unsafe_fixes, diff, show_fixes, statistics, exit_zero, "-" in targets))
         diagnostics = _run(targets, config, stdin_filename)
     except ConfigError as exc:
         raise fail(str(exc))
 
     from .report import renderer
 
-    click.echo(renderer(output_format)(diagnostics), nl=False)
+    if statistics:
+        from .report.statistics import render as render_statistics
+
+        click.echo(render_statistics(diagnostics, unsafe_fixes=unsafe_fixes, output_format=output_format), nl=False)
+    else:
+        click.echo(renderer(output_format)(diagnostics, unsafe_fixes=unsafe_fixes), nl=False)
     if diagnostics and not exit_zero:
         raise click.exceptions.Exit(EXIT_FINDINGS)
     raise click.exceptions.Exit(EXIT_CLEAN)
+
+
+def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fixes: bool, statistics: bool, exit_zero: bool, stdin: bool) -> int:
+    """Print what `--fix` / `--diff` did; returns the exit code."""
+    from .report import renderer
+    from .report.text import fixes_summary
+
+    for error in outcome.errors:
+        click.echo(f"amplint: error: {error}", err=True)
+    fixed = outcome.fixed_count
+    if diff:
+        click.echo("".join(c.diff for c in outcome.changes), nl=False)
+        click.echo(f"Would fix {fixed} error{'s' if fixed != 1 else ''}." if fixed else "No errors would be fixed.", err=True)
+        return EXIT_FINDINGS if outcome.changes and not exit_zero else (EXIT_ERROR if outcome.errors else EXIT_CLEAN)
+    if stdin:  # the fixed text goes to stdout, the report to stderr
+        click.echo(outcome.output or "", nl=False)
+    if statistics:
+        from .report.statistics import render as render_statistics
+
+        report = render_statistics(outcome.diagnostics, unsafe_fixes=unsafe, output_format=output_format)
+    else:
+        report = renderer(output_format)(outcome.diagnostics, fixed=fixed, unsafe_fixes=unsafe)
+    click.echo(report, nl=False, err=stdin)
+    if show_fixes and output_format == "text":
+        click.echo(fixes_summary(outcome.changes), nl=False, err=stdin)
+    if outcome.errors:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if outcome.diagnostics and not exit_zero else EXIT_CLEAN
 
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Config:
@@ -143,6 +210,10 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str]):
         if len(targets) > 1:
             raise ConfigError("'-' (stdin) cannot be combined with other paths")
         source = sys.stdin.read()
+        if stdin_filename and stdin_filename.lower().endswith(".ipynb"):
+            from .notebook import lint_notebook
+
+            return lint_notebook(source, stdin_filename, config)
         return lint_source(source, stdin_filename or "-", config)
     result = lint_paths(targets, config)
     return result.diagnostics

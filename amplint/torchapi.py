@@ -101,11 +101,9 @@ CLIP_FUNCTIONS: FrozenSet[str] = frozenset(
 def is_optimizer_class(qualname: str) -> bool:
     """`torch.optim.AdamW`, `bitsandbytes.optim.AdamW8bit`, `apex.optimizers.FusedAdam`..."""
     head, _, last = qualname.rpartition(".")
-    if not last[:1].isupper():
+    if not last[:1].isupper() or "sched" in qualname.lower() or "swa_utils" in head:
         return False
-    if head.startswith("torch.optim") and "lr_scheduler" not in head:
-        return True
-    return ("optim" in head.lower()) and "sched" not in last.lower()
+    return "optim" in head.lower()
 
 
 # --- fp16 numerics [amp-facts §6.1] ------------------------------------------
@@ -116,6 +114,170 @@ FP16_MIN_SUBNORMAL = 5.960464477539063e-08
 FP16_FLUSH_TO_ZERO = 2.9802322387695312e-08
 
 
+# --- deprecated device-specific AMP API [amp-facts §3; RUN E08, E32] -------------
+
+from dataclasses import dataclass as _dataclass  # noqa: E402  (appended section)
+from typing import Tuple as _Tuple  # noqa: E402
+
+
+@_dataclass(frozen=True)
+class DeprecatedApi:
+    """One deprecated name and what replaces it.
+
+    kind: "autocast" | "scaler" | "custom_fwd" | "custom_bwd" | "state"
+    params: the deprecated callable's positional parameter names, in order
+            (a fix maps every positional argument to its keyword).
+    new: the replacement, relative to the `torch` module ("amp.autocast").
+    min_torch: the oldest torch that has the replacement in the form a fix writes.
+    """
+
+    old: str
+    kind: str
+    device: str
+    new: str
+    category: str  # "FutureWarning" | "DeprecationWarning"
+    warning: str  # the exact text torch 2.13 emits
+    params: _Tuple[str, ...] = ()
+    min_torch: _Tuple[int, int] = (2, 4)
+
+
+def _fw(old: str, new: str) -> str:
+    return f"`{old}(args...)` is deprecated. Please use `{new}` instead."
+
+
+_AUTOCAST_PARAMS = ("enabled", "dtype", "cache_enabled")
+_SCALER_PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+
+#: every deprecated spelling (module re-exports included) -> what replaces it
+DEPRECATED_AMP: Dict[str, DeprecatedApi] = {}
+
+
+def _add(names: _Tuple[str, ...], api: DeprecatedApi) -> None:
+    for n in names:
+        DEPRECATED_AMP[n] = api
+
+
+for _dev in ("cuda", "cpu"):
+    _add(
+        (f"torch.{_dev}.amp.autocast", f"torch.{_dev}.amp.autocast_mode.autocast"),
+        DeprecatedApi(
+            old=f"torch.{_dev}.amp.autocast",
+            kind="autocast",
+            device=_dev,
+            new="amp.autocast",
+            category="FutureWarning",
+            warning=_fw(f"torch.{_dev}.amp.autocast", f"torch.amp.autocast('{_dev}', args...)"),
+            params=_AUTOCAST_PARAMS,
+            # torch.autocast(device_type, ...) exists since 1.10 [amp-facts §3]
+            min_torch=(1, 10),
+        ),
+    )
+    _add(
+        (f"torch.{_dev}.amp.GradScaler", f"torch.{_dev}.amp.grad_scaler.GradScaler"),
+        DeprecatedApi(
+            old=f"torch.{_dev}.amp.GradScaler",
+            kind="scaler",
+            device=_dev,
+            new="amp.GradScaler",
+            category="FutureWarning",
+            warning=_fw(f"torch.{_dev}.amp.GradScaler", f"torch.amp.GradScaler('{_dev}', args...)"),
+            params=_SCALER_PARAMS,
+            min_torch=(2, 3),  # GradScaler(device) [amp-facts §2, §3]
+        ),
+    )
+for _which, _param in (("custom_fwd", "fwd"), ("custom_bwd", "bwd")):
+    _add(
+        (f"torch.cuda.amp.{_which}", f"torch.cuda.amp.autocast_mode.{_which}"),
+        DeprecatedApi(
+            old=f"torch.cuda.amp.{_which}",
+            kind=_which,
+            device="cuda",
+            new=f"amp.{_which}",
+            category="FutureWarning",
+            warning=_fw(f"torch.cuda.amp.{_which}", f"torch.amp.{_which}(args..., device_type='cuda')"),
+            params=(_param,),
+            min_torch=(2, 4),  # custom_fwd(device_type=) [amp-facts §3, pytorch#126527]
+        ),
+    )
+
+#: device-specific autocast state functions (C++ DeprecationWarning, RUN E32 and
+#: the same texts for ipu/xla/set_*_enabled observed on the 2.13 build)
+_STATE_DEVICES = {"gpu": "cuda", "cpu": "cpu", "ipu": "ipu", "xla": "xla"}
+for _short, _dev in _STATE_DEVICES.items():
+    for _old, _new, _arg in (
+        (f"get_autocast_{_short}_dtype", "get_autocast_dtype", ""),
+        (f"set_autocast_{_short}_dtype", "set_autocast_dtype", "dtype"),
+        (f"is_autocast_{_short}_enabled", "is_autocast_enabled", ""),
+        (f"set_autocast_{_short}_enabled", "set_autocast_enabled", "enabled"),
+    ):
+        if _short == "gpu" and _old.endswith("_enabled"):
+            continue  # torch.is_autocast_enabled() / set_autocast_enabled(b) mean CUDA and are not deprecated
+        _add(
+            (f"torch.{_old}",),
+            DeprecatedApi(
+                old=f"torch.{_old}",
+                kind="state",
+                device=_dev,
+                new=_new,
+                category="DeprecationWarning",
+                warning=(
+                    f"torch.{_old}({_arg}) is deprecated. Please use "
+                    f"torch.{_new}('{_dev}'{', ' + _arg if _arg else ''}) instead."
+                ),
+                params=(_arg,) if _arg else (),
+                # the device-generic functions arrived with the deprecation (2.4 cycle)
+                min_torch=(2, 4),
+            ),
+        )
+
+#: `torch.amp.custom_fwd` / `custom_bwd`: `device_type` is a required keyword
+#: (TypeError at decoration time without it) [amp-facts §3, RUN E08]
+AMP_CUSTOM_FWD: FrozenSet[str] = frozenset({"torch.amp.custom_fwd", "torch.amp.autocast_mode.custom_fwd"})
+AMP_CUSTOM_BWD: FrozenSet[str] = frozenset({"torch.amp.custom_bwd", "torch.amp.autocast_mode.custom_bwd"})
+#: every decorator that makes an autograd.Function autocast-aware
+CUSTOM_FWD_BWD: FrozenSet[str] = AMP_CUSTOM_FWD | AMP_CUSTOM_BWD | frozenset(
+    {
+        "torch.cuda.amp.custom_fwd",
+        "torch.cuda.amp.custom_bwd",
+        "torch.cuda.amp.autocast_mode.custom_fwd",
+        "torch.cuda.amp.autocast_mode.custom_bwd",
+    }
+)
+
+# --- custom autograd Functions and custom ops [amp-facts §1.2, §1.3, §4] ---------
+
+AUTOGRAD_FUNCTION: FrozenSet[str] = frozenset(
+    {"torch.autograd.Function", "torch.autograd.function.Function", "torch.autograd.function.InplaceFunction"}
+)
+
+#: Python spellings of ops on the lower-precision lists of CUDA and CPU autocast
+#: (matmul / linear / conv / bmm family, SDPA) [amp-facts §1.2, §1.3]
+AUTOCAST_LOWER_PRECISION_FUNCS: FrozenSet[str] = frozenset(
+    [f"torch.{op}" for op in (
+        "matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "addmv", "addr", "mv", "einsum",
+        "chain_matmul", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+        "conv_transpose3d", "conv_tbc", "prelu", "linalg.multi_dot", "linalg.vecdot",
+    )]
+    + [f"torch.nn.functional.{op}" for op in (
+        "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+        "conv_transpose3d", "prelu", "scaled_dot_product_attention",
+    )]
+)
+#: the same ops as Tensor methods (`x.mm(w)`, `a.matmul(b)`)
+AUTOCAST_LOWER_PRECISION_METHODS: FrozenSet[str] = frozenset(
+    {"matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "addmv", "addr", "mv"}
+)
+
+CUSTOM_OP_DECORATORS: FrozenSet[str] = frozenset(
+    {"torch.library.custom_op", "torch._library.custom_ops.custom_op"}
+)
+REGISTER_AUTOCAST: FrozenSet[str] = frozenset({"torch.library.register_autocast"})
+CPP_EXTENSION_LOADERS: FrozenSet[str] = frozenset(
+    {"torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline"}
+)
+#: torch.ops namespaces whose ops ship autocast kernels (aten's lists; torchvision
+#: registers its own [amp-facts §4, pytorch/vision#4412])
+AUTOCAST_AWARE_OP_NAMESPACES: FrozenSet[str] = frozenset({"aten", "prims", "torchvision"})
 # --- autocast op lists [amp-facts §1.2, §1.3; REG E33] ------------------------------
 #
 # The aten ops each backend's autocast kernel runs in the autocast (low-precision)
