@@ -26,6 +26,9 @@ PSEUDO_CODES = (SYNTAX_ERROR_CODE,)
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 
+#: substrings without which a file cannot contribute a project fact (see `context._file_facts`)
+FACT_TRIGGERS = ("autocast", "half", "float16", "bfloat16", "fp16", "bf16", "GradScaler")
+
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
 
 
@@ -84,12 +87,24 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
     """Lint one file's text; conditional diagnostics are returned unresolved."""
     result = FileResult(path=path)
     active = [r for r in rules if r.passes_gate(source)]
+    facts_only = False
     if not active:
-        return result
+        # a file no rule needs may still say what precision the project runs in
+        # (fp16 autocast, `.half()`, a GradScaler), which conditional diagnostics
+        # of other files depend on: parse it for its facts alone
+        if not any(t in source for t in FACT_TRIGGERS):
+            return result
+        facts_only = True
     import libcst as cst
 
     from .context import ModuleContext
 
+    if facts_only:
+        try:
+            result.facts = ModuleContext.build(cst.parse_module(source), source, path, config).facts
+        except (cst.ParserSyntaxError, RecursionError):
+            pass
+        return result
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
