@@ -112,7 +112,7 @@ def test_syntax_error_is_amp000_and_the_run_goes_on(project):
     (project / "broken.py").write_text("def f(:\n    clip_grad_norm_(p, 1.0)\n")
     r = run(str(project), "--isolated")
     assert r.exit_code == 1
-    assert "broken.py:1:" in r.output and "AMP000" in r.output
+    assert "broken.py:" in r.output and "AMP000 SyntaxError" in r.output
     assert "bad.py:4:1: AMP101" in r.output
 
 
