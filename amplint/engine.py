@@ -58,16 +58,18 @@ def known_codes() -> List[str]:
 
 
 def default_codes() -> List[str]:
-    from .registry import all_rules
+    from .registry import default_codes as rule_defaults
 
-    return [*(c for c in PSEUDO_CODES if c not in OPT_IN_CODES), *(r.code for r in all_rules() if r.is_default())]
+    return [*(c for c in PSEUDO_CODES if c not in OPT_IN_CODES), *rule_defaults()]
 
 
 def selected_rules(config: Config) -> Tuple[FrozenSet[str], List[Type[Rule]]]:
-    from .registry import all_rules
+    """The selected codes and rules. The rules are `RuleSpec`s: they gate
+    without importing rule modules (and libcst) and stand in for the class."""
+    from .registry import select_specs
 
     codes = config.selected_codes(known_codes(), default_codes())
-    return codes, [r for r in all_rules() if r.code in codes]
+    return codes, select_specs(codes)  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------ one source
@@ -85,7 +87,9 @@ def decode_source(data: bytes) -> str:
 def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
     """Lint one file's text; conditional diagnostics are returned unresolved."""
     result = FileResult(path=path)
-    active = [r for r in rules if r.passes_gate(source)]
+    from .registry import passing
+
+    active = passing(rules, source)
     if not active:
         if UNUSED_NOQA_CODE in codes:
             result.diagnostics = _unused_noqa([], source, path, config, codes)
