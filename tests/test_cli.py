@@ -103,6 +103,8 @@ def test_explain():
     assert "## Why is this bad?" in r.output
     table = run("--explain")
     assert table.exit_code == 0 and "AMP101" in table.output
+    pseudo = run("--explain", "AMP900")
+    assert pseudo.exit_code == 0 and pseudo.output.startswith("AMP900 unused-noqa (warning, off by default)")
     unknown = run("--explain", "AMP1O1")
     assert unknown.exit_code == 2 and "unknown rule code" in unknown.output
 
