@@ -39,7 +39,9 @@ class _Command(click.Command):
 
     def main(self, *args, **kwargs):  # type: ignore[override]
         try:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+            # click >= 8.2 returns an Exit's code instead of raising it when standalone_mode=False
+            sys.exit(rv if isinstance(rv, int) else EXIT_CLEAN)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.UsageError as exc:

@@ -1,6 +1,7 @@
 """AMP104 unscale-inside-accumulation."""
 from __future__ import annotations
 
+
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Set, Tuple
 
@@ -99,10 +100,8 @@ class UnscaleInsideAccumulation(Rule):
     name = "unscale-inside-accumulation"
     severity = Severity.ERROR
     message = "unscale_/update outside the accumulation boundary"
-    # a scaler exists (GradScaler(...), `x.scale(loss)`, `unscale_`, a parameter named *scaler*)...
-    triggers = ("scaler", "Scaler", "SCALER", "unscale_", ".scale(")
-    # ...and every finding is an unscale_ or update call on it
-    requires = (("unscale_", "update"),)
+    triggers = ("unscale_(", ".update(")
+    requires = ((".scale(", "unscale_("),)  # both shapes need a scaled backward or unscale_
     facts = ("§2", "§5")
 
     VALID = [

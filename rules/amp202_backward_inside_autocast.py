@@ -1,6 +1,7 @@
 """AMP202 backward-inside-autocast."""
 from __future__ import annotations
 
+
 from typing import Iterator
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid

@@ -1,6 +1,7 @@
 """AMP203 ineffective-fp32-cast-in-autocast."""
 from __future__ import annotations
 
+
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst

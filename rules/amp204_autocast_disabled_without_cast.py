@@ -1,6 +1,7 @@
 """AMP204 autocast-disabled-without-cast."""
 from __future__ import annotations
 
+
 from typing import Iterator, Optional, Set
 
 import libcst as cst

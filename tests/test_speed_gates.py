@@ -60,12 +60,13 @@ def test_unusual_rules_fall_back_to_importing(source):
 def test_static_reading_of_a_regex_gate():
     source = (
         "import re\nfrom amplint import Rule, Severity\nclass R(Rule):\n    code = 'AMP999'\n    severity = Severity.INFO\n"
-        "    triggers = ('a', 'b')\n    gate_regex = re.compile(r'x\\d+', re.I | re.M)\n"
+        "    triggers = ('a', 'b')\n    requires = (('k', 'l'),)\n    gate_regex = re.compile(r'x\\d+', re.I | re.M)\n"
     )
     (spec,) = static_specs(source, "m")
-    assert spec.key() == ("AMP999", "info", ("a", "b"), (r"x\d+", re.I | re.M | re.U), "m")
+    assert spec.key() == ("AMP999", "info", ("a", "b"), (("k", "l"),), (r"x\d+", re.I | re.M | re.U), "m")
     assert not spec.is_default()
-    assert spec.passes_gate("a X12") and not spec.passes_gate("a y") and not spec.passes_gate("X12")
+    assert spec.passes_gate("a k X12") and not spec.passes_gate("a k y") and not spec.passes_gate("k X12")
+    assert not spec.passes_gate("a X12"), "the requires clause must hold too"
 
 
 def _examples():
