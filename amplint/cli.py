@@ -70,6 +70,9 @@ class _Command(click.Command):
 @click.option("--stdin-filename", default=None, help="The file name to report for '-' (stdin).")
 @click.option("--torch-version", default=None, help="The oldest torch the project supports (for fixes).")
 @click.option("--precision", type=click.Choice(["auto", "fp16", "bf16"]), default=None, help="Override the project's precision guess.")
+@click.option("--verify", is_flag=True, help="Run each finding's experiment in a torch subprocess and report a verdict.")
+@click.option("--device", default=None, metavar="DEVICE", help="Device for --verify: auto (prefers CUDA), cpu, cuda or cuda:N.")
+@click.option("--verify-timeout", type=float, default=None, metavar="S", help="Seconds each --verify experiment may run (default 60).")
 @click.version_option(__version__, "--version", prog_name="amplint", message="%(prog)s %(version)s")
 def main(
     paths: Tuple[str, ...],
@@ -84,6 +87,9 @@ def main(
     stdin_filename: Optional[str],
     torch_version: Optional[str],
     precision: Optional[str],
+    verify: bool,
+    device: Optional[str],
+    verify_timeout: Optional[float],
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
     if explain is not None:
@@ -110,9 +116,12 @@ def main(
 
         # validate selectors given on the command line
         config.selected_codes(known_codes(), known_codes())
+        verify_settings = _verify_settings(config, device, verify_timeout) if verify else None
         diagnostics = _run(targets, config, stdin_filename)
     except ConfigError as exc:
         raise fail(str(exc))
+    if verify_settings is not None:
+        _verify(diagnostics, *verify_settings)
 
     from .report import renderer
 
@@ -120,6 +129,30 @@ def main(
     if diagnostics and not exit_zero:
         raise click.exceptions.Exit(EXIT_FINDINGS)
     raise click.exceptions.Exit(EXIT_CLEAN)
+
+
+def _verify_settings(config: Config, device: Optional[str], timeout: Optional[float]) -> Tuple[str, float]:
+    """Checked before linting, so a missing torch or a bad flag fails fast (exit 2)."""
+    from .verify import INSTALL_HINT, VerifyError, torch_available, validate_device
+
+    if not torch_available():
+        raise ConfigError(INSTALL_HINT)
+    timeout = config.verify_timeout if timeout is None else timeout
+    if timeout <= 0:
+        raise ConfigError("--verify-timeout must be a positive number of seconds")
+    try:
+        return validate_device(device or config.verify_device), float(timeout)
+    except VerifyError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _verify(diagnostics, device: str, timeout: float) -> None:
+    from .verify import VerifyError, verify_diagnostics
+
+    try:
+        verify_diagnostics(diagnostics, device=device, timeout=timeout)
+    except VerifyError as exc:
+        raise fail(str(exc))
 
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Config:
