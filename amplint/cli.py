@@ -182,4 +182,4 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str]):
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    sys.exit(main())  # non-standalone click returns the exit code

@@ -10,12 +10,13 @@ An experiment is `run(data, lab) -> dict` built with `lab.confirmed(...)`,
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 import torch
 import torch.nn as nn
+
+from .verdicts import Verdicts
 
 FP16_MAX = 65504.0
 FP16_MIN_SUBNORMAL = 2.0**-24
@@ -64,7 +65,7 @@ def resolve_device(spec: str) -> torch.device:
     raise DeviceUnavailable(f"--device {spec}: not a device (use auto, cpu, cuda or cuda:N)")
 
 
-class Lab:
+class Lab(Verdicts):
     """Everything an experiment needs, on one device, reseeded per experiment."""
 
     ACCUM = 2  # micro-batches per optimizer step in accumulation experiments
@@ -181,70 +182,6 @@ class Lab:
         disables itself on a CPU-only machine (amp-facts §0.8).
         """
         return torch.amp.GradScaler(self.device_type, enabled=enabled, **kwargs)
-
-    # ------------------------------------------------------------ numbers
-
-    @staticmethod
-    def num(value: Any, sig: int = 6) -> Any:
-        """A number rounded to `sig` significant digits (stable evidence); inf/nan kept."""
-        if value is None:
-            return None
-        if isinstance(value, torch.Tensor):
-            value = value.detach().float().item()
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int):
-            return value
-        value = float(value)
-        if math.isnan(value) or math.isinf(value) or value == 0.0:
-            return value
-        return float(f"{value:.{sig}g}")
-
-    @staticmethod
-    def exc(error: BaseException) -> Dict[str, str]:
-        """An exception as evidence: type and the first line of its message."""
-        text = str(error).strip().splitlines()
-        return {"type": type(error).__name__, "message": (text[0] if text else "")[:300]}
-
-    # ------------------------------------------------------------ verdicts
-
-    def _verdict(
-        self,
-        verdict: str,
-        summary: Optional[str],
-        evidence: Optional[Dict[str, Any]],
-        method: str,
-        reason: Optional[str],
-        dtype: Any,
-    ) -> Dict[str, Any]:
-        if isinstance(dtype, torch.dtype):
-            dtype = self.dtype_name(dtype)
-        return {
-            "verdict": verdict,
-            "reason": reason,
-            "method": method,
-            "summary": summary,
-            "evidence": dict(evidence or {}),
-            "dtype": dtype,
-        }
-
-    def confirmed(self, summary: str, evidence: Optional[Dict[str, Any]] = None, *, method: str = "experiment", dtype: Any = None) -> Dict[str, Any]:
-        return self._verdict("confirmed", summary, evidence, method, None, dtype)
-
-    def not_reproduced(self, summary: str, evidence: Optional[Dict[str, Any]] = None, *, method: str = "experiment", dtype: Any = None) -> Dict[str, Any]:
-        return self._verdict("not-reproduced", summary, evidence, method, None, dtype)
-
-    def inconclusive(self, reason: str, evidence: Optional[Dict[str, Any]] = None, *, summary: Optional[str] = None, method: str = "experiment", dtype: Any = None) -> Dict[str, Any]:
-        return self._verdict("inconclusive", summary, evidence, method, reason, dtype)
-
-    def needs_cuda(self, what: str, evidence: Optional[Dict[str, Any]] = None, *, method: str = "experiment", dtype: Any = None) -> Dict[str, Any]:
-        """For CUDA-only behaviour seen from a CPU run: never claim it."""
-        ev = dict(evidence or {})
-        ev.setdefault("needs", what)
-        return self._verdict("inconclusive", None, ev, method, "needs CUDA", dtype)
-
-    def error(self, reason: str, **evidence: Any) -> Dict[str, Any]:
-        return self._verdict("error", None, evidence, "experiment", reason, None)
 
 
 def _cpu_name() -> str:

@@ -26,6 +26,9 @@ DEFAULT_TIMEOUT = 60.0
 STARTUP_TIMEOUT = 180.0
 
 
+_ENV_KEYS = ("torch", "device_type", "device", "device_name", "capability")
+
+
 class VerifyError(Exception):
     """The verifier cannot run at all (no torch, device unavailable, worker won't start)."""
 
@@ -73,6 +76,7 @@ class Runner:
         extra_sys_path: Iterable[str] = (),
         startup_timeout: Optional[float] = None,
         python: Optional[str] = None,
+        lazy: bool = False,
     ) -> None:
         self.device = device
         self.timeout = float(timeout)
@@ -80,6 +84,8 @@ class Runner:
         self.extra_sys_path = [os.path.abspath(p) for p in extra_sys_path]
         self.startup_timeout = float(startup_timeout) if startup_timeout else max(STARTUP_TIMEOUT, self.timeout)
         self.python = python or sys.executable
+        #: a lazy worker imports torch only when an experiment needs it (restarts are cheap)
+        self.lazy = lazy
         self.env_info: Dict[str, Any] = {}
         self.restarts = 0
         self._proc: Optional[subprocess.Popen] = None
@@ -88,6 +94,7 @@ class Runner:
         self._workdir: Optional[str] = None
         self._next_id = 0
         self._closed = False
+        self._eof = False
 
     # ------------------------------------------------------------ lifecycle
 
@@ -112,7 +119,7 @@ class Runner:
         self._spawn()
         line = self._read_line(self.startup_timeout)
         if line is None:
-            alive = self._proc is not None and self._proc.poll() is None
+            alive = not self._eof and self._proc is not None and self._proc.poll() is None
             status = "did not start within %.0f s" % self.startup_timeout if alive else _signal_name(self._proc.poll() if self._proc else None)
             tail = self._stderr_tail()
             self._kill()
@@ -125,7 +132,7 @@ class Runner:
         if hello.get("error"):
             self._kill()
             raise VerifyError(hello["error"])
-        self.env_info = dict(hello.get("env") or {})
+        self.env_info = dict(hello.get("env") or {}) or self.env_info
         return self.env_info
 
     def _spawn(self) -> None:
@@ -147,6 +154,8 @@ class Runner:
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("MKL_NUM_THREADS", "1")
         cmd = [self.python, "-m", "amplint.verify.worker", "--device", self.device, "--seed", str(self.seed)]
+        if self.lazy:
+            cmd.append("--lazy")
         try:
             self._proc = subprocess.Popen(
                 cmd,
@@ -181,6 +190,8 @@ class Runner:
         lines.put(None)
 
     def _read_line(self, timeout: float) -> Optional[str]:
+        """The next protocol line; None on timeout or EOF (`self._eof` tells which)."""
+        self._eof = False
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -191,6 +202,12 @@ class Runner:
             except queue.Empty:
                 return None
             if line is None:
+                self._eof = True
+                if self._proc is not None:
+                    try:  # the pipe closes a moment before the process is reaped
+                        self._proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        pass
                 return None
             if line.strip():
                 return line
@@ -253,7 +270,9 @@ class Runner:
 
     # ------------------------------------------------------------ experiments
 
-    def run(self, code: str, data: Optional[Dict[str, Any]] = None, target: Optional[str] = None) -> Dict[str, Any]:
+    def run(
+        self, code: str, data: Optional[Dict[str, Any]] = None, target: Optional[str] = None, timeout: Optional[float] = None
+    ) -> Dict[str, Any]:
         """One experiment -> a verdict dict. Timeouts and crashes become verdicts.
 
         `target` ("module:function") overrides the experiment module of `code`
@@ -279,16 +298,17 @@ class Runner:
             proc.stdin.flush()
         except (OSError, ValueError):
             pass  # the read below sees the EOF and reports the crash
-        line = self._read_line(self.timeout)
+        limit = self.timeout if timeout is None else float(timeout)
+        line = self._read_line(limit)
         duration = round(time.monotonic() - started, 3)
         if line is None:
-            alive = proc.poll() is None
+            alive = not self._eof and proc.poll() is None
             tail = self._stderr_tail()
             self._kill()
             self.restarts += 1
             if alive:
                 return self._parent_verdict(
-                    code, data, "inconclusive", f"timeout after {self.timeout:g} s", duration, {"timeout_s": self.timeout}
+                    code, data, "inconclusive", f"timeout after {limit:g} s", duration, {"timeout_s": limit}
                 )
             rc = proc.returncode
             evidence: Dict[str, Any] = {"worker": _signal_name(rc)}
@@ -304,6 +324,8 @@ class Runner:
             self._kill()
             self.restarts += 1
             return self._parent_verdict(code, data, "error", f"bad reply from the worker: {exc}", duration, {})
+        if isinstance(result, dict) and result.get("torch"):
+            self.env_info = {k: result[k] for k in _ENV_KEYS if k in result}
         return result
 
     def _parent_verdict(
@@ -317,6 +339,7 @@ class Runner:
             "evidence": evidence,
             "dtype": data.get("dtype"),
         }
+        out.update({k: None for k in _ENV_KEYS})
         out.update(self.env_info)
         out.update({"experiment": code, "seed": self.seed, "duration_s": duration})
         return out

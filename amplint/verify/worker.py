@@ -134,6 +134,7 @@ def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="amplint.verify.worker")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lazy", action="store_true", help="import torch only when an experiment needs it")
     args = parser.parse_args(argv)
     proto = _protocol_stream()
 
@@ -148,6 +149,12 @@ def main(argv: Optional[list] = None) -> int:
     except Exception:  # noqa: BLE001 # pragma: no cover
         pass
     _limit_resources("gpu" if args.device.startswith("cuda") else "unknown")
+    if args.lazy:
+        from .verdicts import LazyLab
+
+        lab: Any = LazyLab(args.device, args.seed)
+        send({"op": "hello", "env": {}, "lazy": True})
+        return _serve(lab, send, proto)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy"
         try:
@@ -162,6 +169,10 @@ def main(argv: Optional[list] = None) -> int:
             return 3
     _limit_resources(lab.device_type)
     send({"op": "hello", "env": lab.env()})
+    return _serve(lab, send, proto)
+
+
+def _serve(lab: Any, send: Any, proto: Any) -> int:
     for line in sys.stdin:
         line = line.strip()
         if not line:
@@ -171,7 +182,9 @@ def main(argv: Optional[list] = None) -> int:
         except ValueError:
             continue
         if request.get("op") == "exit":
-            break
+            proto.flush()
+            sys.stderr.flush()
+            os._exit(0)  # nothing to clean up here; interpreter teardown with torch loaded is slow
         if request.get("op") == "run":
             send({"op": "result", "id": request.get("id"), "result": run_one(lab, request)})
     return 0
