@@ -233,6 +233,7 @@ class Reference:
     path: Path
     call: Optional[cst.Call] = None
     decorator: Optional[cst.Decorator] = None
+    annotation: bool = False  # inside a type annotation (never evaluated at run time with PEP 563)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -1372,6 +1373,13 @@ class _ReferenceCollector(cst.CSTVisitor):
         self.path: List[Frame] = []
         self.skip: set = set()  # ids of Name nodes that are not references
         self.parents: List[cst.CSTNode] = []
+        self.annotations = 0
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self.annotations += 1
+
+    def leave_Annotation(self, original_node: cst.Annotation) -> None:
+        self.annotations -= 1
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.parents.append(node)
@@ -1532,6 +1540,7 @@ class _ReferenceCollector(cst.CSTVisitor):
                 path=path,
                 call=call,
                 decorator=decorator,
+                annotation=self.annotations > 0,
             )
         )
         return True

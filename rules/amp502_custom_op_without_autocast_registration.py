@@ -1,6 +1,7 @@
 """AMP502 custom-op-without-autocast-registration."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Set
 
@@ -92,7 +93,8 @@ class CustomOpWithoutAutocastRegistration(Rule):
     name = "custom-op-without-autocast-registration"
     severity = Severity.WARNING
     message = "custom op called under autocast without an autocast registration"
-    triggers = ("custom_op", "ops.", "cpp_extension")
+    triggers = ("custom_op", "torch.ops", "import ops", "cpp_extension")
+    gate_regex = re.compile(r"autocast")  # no autocast region, no finding
     facts = ("§4",)
 
     VALID = [
