@@ -306,3 +306,37 @@ def test_amp108_is_off_by_default():
     ).lstrip("\n")
     assert not [d for d in lint_source(source, "t.py", Config()) if d.code == "AMP108"]
     assert [d.code for d in lint_source(source, "t.py", Config(select=("AMP108",)))] == ["AMP108"]
+
+
+def test_amp104_update_every_iteration_is_fine_when_another_optimizer_steps_every_iteration():
+    assert not lint(
+        """
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        for i, real in enumerate(loader):
+            scaler.scale(critic_loss(real)).backward()
+            scaler.step(opt_d)
+            if i % n_critic == 0:
+                scaler.scale(gen_loss(real)).backward()
+                scaler.step(opt_g)
+                opt_g.zero_grad()
+            scaler.update()
+        """,
+        "AMP104",
+    )
+
+
+def test_amp102_direct_step_as_the_alternative_of_scaler_step():
+    assert not lint(
+        """
+        import torch
+        scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)
+        scaler.scale(loss).backward()
+        if scaler.is_enabled():
+            scaler.step(optimizer)
+        else:
+            optimizer.step()
+        scaler.update()
+        """,
+        "AMP102",
+    )
