@@ -316,10 +316,13 @@ def main(model, loader, optimizer):
 
     def _diagnostic(self, ctx: ModuleContext, step: Event, group: List[Event]) -> Diagnostic:
         scaler = step.scaler
+        if any(e.kind == "unscale" and e.scaler == scaler for e in step.call.scope.events):
+            first = "`unscale_` raises \"RuntimeError: unscale_() is being called after step().\""
+        else:
+            first = "`step` raises \"RuntimeError: step() has already been called since the last update().\""
         message = (
-            f"`{scaler}.step(...)` is never followed by `{scaler}.update()`: the next iteration's `step` raises "
-            f"\"RuntimeError: step() has already been called since the last update().\" and the loss scale never "
-            f"adapts; call `{scaler}.update()` once per iteration, after every optimizer's step"
+            f"`{scaler}.step(...)` is never followed by `{scaler}.update()`: the next iteration's {first} and the "
+            f"loss scale never adapts; call `{scaler}.update()` once per iteration, after every optimizer's step"
         )
         fix = None
         last = group[-1]

@@ -377,10 +377,11 @@ for step, batch in enumerate(loader):
             )
         elif shape == "sometimes":
             message = (
-                f"`{scaler}.unscale_({opt})` can run in the middle of an accumulation window: later micro-batches then "
-                f"add scaled gradients onto unscaled ones and `{scaler}.step` does not unscale again, so the "
-                f"accumulated gradient is silently wrong (by ~1e5 in amp-facts E18); unscale only inside the "
-                f"accumulation boundary"
+                f"`{scaler}.unscale_({opt})` can run in the middle of an accumulation window, outside the boundary "
+                f"`if`: once there, later micro-batches add scaled gradients onto unscaled ones and `{scaler}.step` "
+                f"does not unscale again, so the accumulated gradient is silently wrong (by ~1e5 in amp-facts E18); "
+                f"twice before `update()`, it raises \"RuntimeError: unscale_() has already been called on this "
+                f"optimizer since the last update().\"; unscale only inside the accumulation boundary"
             )
         elif shape == "twice":
             message = (
