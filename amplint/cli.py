@@ -39,7 +39,9 @@ class _Command(click.Command):
 
     def main(self, *args, **kwargs):  # type: ignore[override]
         try:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+            # click >= 8.2 returns an Exit's code instead of raising it when standalone_mode=False
+            sys.exit(rv if isinstance(rv, int) else EXIT_CLEAN)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
@@ -78,6 +80,12 @@ class _Command(click.Command):
 @click.option("--show-files", is_flag=True, help="Print the files that would be linted, then exit.")
 @click.option("--respect-gitignore/--no-respect-gitignore", default=None, help="Skip files .gitignore ignores (default: on).")
 @click.option("--force-exclude/--no-force-exclude", default=None, help="Apply exclude globs to files named on the command line too (for pre-commit).")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Processes to lint with (default: the number of cores; 0 or 1: this process only).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None, envvar="AMPLINT_CACHE_DIR", help="Where to keep the cache (default: .amplint_cache beside pyproject.toml, or in the current folder; env AMPLINT_CACHE_DIR).")
+@click.option("--verify", is_flag=True, help="Run each finding's experiment in a torch subprocess and report a verdict.")
+@click.option("--device", default=None, metavar="DEVICE", help="Device for --verify: auto (prefers CUDA), cpu, cuda or cuda:N.")
+@click.option("--verify-timeout", type=float, default=None, metavar="S", help="Seconds each --verify experiment may run (default 60).")
 @click.version_option(__version__, "--version", prog_name="amplint", message="%(prog)s %(version)s")
 def main(
     paths: Tuple[str, ...],
@@ -100,6 +108,12 @@ def main(
     show_files: bool = False,
     respect_gitignore: Optional[bool] = None,
     force_exclude: Optional[bool] = None,
+    jobs: Optional[int] = None,
+    no_cache: bool = False,
+    cache_dir: Optional[str] = None,
+    verify: bool = False,
+    device: Optional[str] = None,
+    verify_timeout: Optional[float] = None,
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
     if explain is not None:
@@ -128,6 +142,7 @@ def main(
 
         # validate selectors given on the command line
         config.selected_codes(known_codes(), known_codes())
+        verify_settings = _verify_settings(config, device, verify_timeout) if verify else None
         if show_files:
             from .discovery import discover
 
@@ -144,9 +159,11 @@ def main(
             else:
                 outcome = fix_paths(targets, config, unsafe_fixes, write=not diff)
             raise click.exceptions.Exit(_report_fixes(outcome, output_format, unsafe_fixes, diff, show_fixes, statistics, exit_zero, "-" in targets))
-        diagnostics = _run(targets, config, stdin_filename)
+        diagnostics = _run(targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""))
     except ConfigError as exc:
         raise fail(str(exc))
+    if verify_settings is not None:
+        _verify(diagnostics, *verify_settings)
 
     from .report import renderer
 
@@ -187,6 +204,28 @@ def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fi
     if outcome.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if outcome.diagnostics and not exit_zero else EXIT_CLEAN
+def _verify_settings(config: Config, device: Optional[str], timeout: Optional[float]) -> Tuple[str, float]:
+    """Checked before linting, so a missing torch or a bad flag fails fast (exit 2)."""
+    from .verify import INSTALL_HINT, VerifyError, torch_available, validate_device
+
+    if not torch_available():
+        raise ConfigError(INSTALL_HINT)
+    timeout = config.verify_timeout if timeout is None else timeout
+    if timeout <= 0:
+        raise ConfigError("--verify-timeout must be a positive number of seconds")
+    try:
+        return validate_device(device or config.verify_device), float(timeout)
+    except VerifyError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _verify(diagnostics, device: str, timeout: float) -> None:
+    from .verify import VerifyError, verify_diagnostics
+
+    try:
+        verify_diagnostics(diagnostics, device=device, timeout=timeout)
+    except VerifyError as exc:
+        raise fail(str(exc))
 
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Config:
@@ -203,7 +242,8 @@ def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) ->
     return load_config(find_pyproject(real), known_codes())
 
 
-def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str]):
+def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None):
+    """cache_dir: None disables the cache; "" means the default place."""
     from .engine import lint_paths, lint_source
 
     if "-" in targets:
@@ -215,9 +255,14 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str]):
 
             return lint_notebook(source, stdin_filename, config)
         return lint_source(source, stdin_filename or "-", config)
-    result = lint_paths(targets, config)
+    from .parallel import default_jobs, open_cache
+
+    cache = open_cache(config, cache_dir or None) if cache_dir is not None else None
+    result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)
+    if cache is not None:
+        cache.save()
     return result.diagnostics
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    sys.exit(main())  # non-standalone click returns the exit code

@@ -43,6 +43,10 @@ class NotebookError(ValueError):
     """The file is not a notebook amplint can read."""
 
 
+class NotPython(NotebookError):
+    """A notebook of another language (an R or Julia kernel): nothing to lint."""
+
+
 def is_notebook(path: str) -> bool:
     return path.lower().endswith(NOTEBOOK_SUFFIX)
 
@@ -86,7 +90,7 @@ class Notebook:
             raise NotebookError("not a notebook (no 'cells' list)")
         lang = (data.get("metadata") or {}).get("language_info", {}) or {}
         if isinstance(lang, dict) and lang.get("name") not in (None, "python"):
-            raise NotebookError(f"not a Python notebook (language {lang.get('name')!r})")
+            raise NotPython(f"not a Python notebook (language {lang.get('name')!r})")
         lines: List[str] = []
         spans: List[CellSpan] = []
         ipython: List[str] = []
@@ -259,7 +263,7 @@ def lint_notebook_text(raw: str, path: str, config, rules: Sequence, codes) -> T
         nb = Notebook.from_text(raw)
     except NotebookError as exc:
         result = FileResult(path=path)
-        if SYNTAX_ERROR_CODE in codes:
+        if SYNTAX_ERROR_CODE in codes and not isinstance(exc, NotPython):
             result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {exc}"))
         return None, result
     result = lint_file_source(nb.source, path, config, rules, codes)
