@@ -422,3 +422,15 @@ def test_amp601_one_finding_per_file():
         "AMP601",
     )
     assert found == [("AMP601", 2)]
+
+
+def test_capability_rules_skip_old_torch_compatibility_branches():
+    assert _codes(
+        """
+        import torch
+        if digit_version(TORCH_VERSION) < digit_version("1.10.0"):
+            with torch.cuda.amp.autocast(enabled=enabled):
+                yield
+        """,
+        "AMP602",
+    ) == []
