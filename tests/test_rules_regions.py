@@ -434,3 +434,19 @@ def test_capability_rules_skip_old_torch_compatibility_branches():
         """,
         "AMP602",
     ) == []
+
+
+def test_amp202_closure_defined_in_a_region_is_silent():
+    assert _codes(
+        """
+        import torch
+        with torch.autocast("cuda"):
+            def closure():
+                optimizer.zero_grad()
+                loss = model(x).sum()
+                loss.backward()
+                return loss
+        optimizer.step(closure)
+        """,
+        "AMP202",
+    ) == []
