@@ -450,3 +450,16 @@ def test_amp202_closure_defined_in_a_region_is_silent():
         """,
         "AMP202",
     ) == []
+
+
+def test_amp201_data_feeds_the_verifier_experiment():
+    source = textwrap.dedent(
+        """
+        import torch
+        model = Net().half()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-8)
+        """
+    ).lstrip("\n")
+    (d,) = lint_source(source, "t.py", Config(select=("AMP201",)))
+    assert d.data["optimizer_class"] == "torch.optim.Adam"
+    assert d.data["lr"] == 1e-3 and d.data["eps"] == 1e-8 and d.data["dtype"] == "fp16"
