@@ -240,6 +240,8 @@ for x in loader:
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        if not any(r.enabled is not False for r in ctx.regions):
+            return
         lowp: List[Tuple[AutocastOp, AutocastRegion]] = []
         for op in autocast_ops(ctx):
             region = active_region(op.region)

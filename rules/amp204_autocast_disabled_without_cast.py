@@ -244,6 +244,8 @@ def step(model, x, w, device_type):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        if not any(r.enabled is False for r in ctx.regions):
+            return
         reported: Set[int] = set()
         for disabled in ctx.regions:
             if disabled.enabled is not False:
