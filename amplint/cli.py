@@ -80,6 +80,9 @@ class _Command(click.Command):
 @click.option("--show-files", is_flag=True, help="Print the files that would be linted, then exit.")
 @click.option("--respect-gitignore/--no-respect-gitignore", default=None, help="Skip files .gitignore ignores (default: on).")
 @click.option("--force-exclude/--no-force-exclude", default=None, help="Apply exclude globs to files named on the command line too (for pre-commit).")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Processes to lint with (default: the number of cores; 0 or 1: this process only).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None, envvar="AMPLINT_CACHE_DIR", help="Where to keep the cache (default: .amplint_cache beside pyproject.toml, or in the current folder; env AMPLINT_CACHE_DIR).")
 @click.version_option(__version__, "--version", prog_name="amplint", message="%(prog)s %(version)s")
 def main(
     paths: Tuple[str, ...],
@@ -102,6 +105,9 @@ def main(
     show_files: bool = False,
     respect_gitignore: Optional[bool] = None,
     force_exclude: Optional[bool] = None,
+    jobs: Optional[int] = None,
+    no_cache: bool = False,
+    cache_dir: Optional[str] = None,
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
     if explain is not None:
@@ -146,7 +152,7 @@ def main(
             else:
                 outcome = fix_paths(targets, config, unsafe_fixes, write=not diff)
             raise click.exceptions.Exit(_report_fixes(outcome, output_format, unsafe_fixes, diff, show_fixes, statistics, exit_zero, "-" in targets))
-        diagnostics = _run(targets, config, stdin_filename)
+        diagnostics = _run(targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""))
     except ConfigError as exc:
         raise fail(str(exc))
 
@@ -205,7 +211,8 @@ def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) ->
     return load_config(find_pyproject(real), known_codes())
 
 
-def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str]):
+def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None):
+    """cache_dir: None disables the cache; "" means the default place."""
     from .engine import lint_paths, lint_source
 
     if "-" in targets:
@@ -217,7 +224,12 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str]):
 
             return lint_notebook(source, stdin_filename, config)
         return lint_source(source, stdin_filename or "-", config)
-    result = lint_paths(targets, config)
+    from .parallel import default_jobs, open_cache
+
+    cache = open_cache(config, cache_dir or None) if cache_dir is not None else None
+    result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)
+    if cache is not None:
+        cache.save()
     return result.diagnostics
 
 

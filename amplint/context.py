@@ -435,7 +435,7 @@ class ModuleContext:
         assignment must agree; the one in `statement` itself is ignored). It
         assumes the default dtype is float32 and never guesses otherwise.
         """
-        if node is None or _depth > 6:
+        if node is None or _depth > 10:
             return None
         again = lambda n, b=before: self.known_dtype(n, scope, b, statement, _depth + 1)  # noqa: E731
         if isinstance(node, cst.Call):

@@ -12,12 +12,15 @@ import os
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
 from .config import Config
 from .diagnostics import Diagnostic, Location, Severity
 from .project import FileFacts, ProjectFacts, condition_holds
 from .rule import Rule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import Cache
 
 SYNTAX_ERROR_CODE = "AMP000"
 SYNTAX_ERROR_NAME = "syntax-error"
@@ -27,6 +30,9 @@ PSEUDO_CODES = (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE)
 OPT_IN_CODES = (UNUSED_NOQA_CODE,)
 
 PYTHON_SUFFIXES = (".py", ".pyi")
+
+#: substrings without which a file cannot contribute a project fact (see `context._file_facts`)
+FACT_TRIGGERS = ("autocast", "half", "float16", "bfloat16", "fp16", "bf16", "GradScaler")
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
 
@@ -227,12 +233,22 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
     return lint_file_source(source, path, config, rules, codes)
 
 
-def lint_paths(paths: Sequence[str], config: Optional[Config] = None, force_exclude: bool = False) -> LintResult:
+def lint_paths(
+    paths: Sequence[str],
+    config: Optional[Config] = None,
+    force_exclude: bool = False,
+    jobs: int = 1,
+    cache: "Optional[Cache]" = None,
+) -> LintResult:
+    """Lint files and folders. `jobs` processes (results identical to one);
+    `cache`: an `amplint.cache.Cache` to reuse and record per-file results."""
+    from .parallel import lint_files, settle_facts
+
     config = config or Config()
     codes, rules = selected_rules(config)
     files = list(discover(paths, config, force_exclude))
-    results = [lint_path(p, config, rules, codes) for p in files]
-    facts = ProjectFacts.from_files([r.facts for r in results])
+    results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
+    facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
     diagnostics.sort(key=Diagnostic.sort_key)
     return LintResult(diagnostics=diagnostics, files=files, facts=facts)

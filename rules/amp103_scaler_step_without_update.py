@@ -1,6 +1,8 @@
 """AMP103 scaler-step-without-update."""
 from __future__ import annotations
 
+import re
+
 from typing import Iterator, List, Set
 
 from amplint import Diagnostic, Edit, Invalid, Location, Rule, Severity, Valid
@@ -66,6 +68,7 @@ class ScalerStepWithoutUpdate(Rule):
     severity = Severity.ERROR
     message = "GradScaler stepped but never updated"
     triggers = (".step(",)
+    gate_regex = re.compile(r"[Ss]cal")  # a scaler is bound, used or passed in under a *scaler* name
     facts = ("§2", "§5")
 
     VALID = [

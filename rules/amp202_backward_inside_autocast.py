@@ -1,6 +1,8 @@
 """AMP202 backward-inside-autocast."""
 from __future__ import annotations
 
+import re
+
 from typing import Iterator
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
@@ -75,6 +77,7 @@ class BackwardInsideAutocast(Rule):
     severity = Severity.WARNING
     message = "backward pass inside an autocast region"
     triggers = ("backward",)
+    gate_regex = re.compile(r"autocast")  # a finding needs an autocast region in the file
     facts = ("§1.1", "§5")
 
     VALID = [

@@ -1,6 +1,8 @@
 """AMP203 ineffective-fp32-cast-in-autocast."""
 from __future__ import annotations
 
+import re
+
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -86,7 +88,8 @@ class IneffectiveFp32CastInAutocast(Rule):
     name = "ineffective-fp32-cast-in-autocast"
     severity = Severity.WARNING
     message = "fp32 cast undone by autocast"
-    triggers = ("float",)
+    triggers = ("autocast",)  # a finding needs an autocast region in the file
+    gate_regex = re.compile(r"float")
     facts = ("§0.14", "§1.2", "§1.3")
 
     VALID = [

@@ -1,6 +1,8 @@
 """AMP204 autocast-disabled-without-cast."""
 from __future__ import annotations
 
+import re
+
 from typing import Iterator, Optional, Set
 
 import libcst as cst
@@ -84,7 +86,8 @@ class AutocastDisabledWithoutCast(Rule):
     name = "autocast-disabled-without-cast"
     severity = Severity.WARNING
     message = "low-precision tensor used inside autocast(enabled=False) without a cast"
-    triggers = ("False",)
+    triggers = ("autocast",)  # needs a low-precision region and a nested disabled one
+    gate_regex = re.compile(r"\bFalse\b")
     facts = ("§1.1", "§5")
 
     VALID = [

@@ -1,6 +1,8 @@
 """AMP401 fp16-checkpoint."""
 from __future__ import annotations
 
+import re
+
 from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
@@ -77,6 +79,7 @@ class Fp16Checkpoint(Rule):
     severity = Severity.WARNING
     message = "checkpoint of an fp16 model"
     triggers = ("half", "float16")
+    gate_regex = re.compile(r"\bsave\b")
     facts = ("§6.4", "§6.5")
 
     VALID = [
