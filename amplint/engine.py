@@ -31,8 +31,6 @@ OPT_IN_CODES = (UNUSED_NOQA_CODE,)
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 
-#: substrings without which a file cannot contribute a project fact (see `context._file_facts`)
-FACT_TRIGGERS = ("autocast", "half", "float16", "bfloat16", "fp16", "bf16", "GradScaler")
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
 
