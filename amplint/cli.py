@@ -157,7 +157,16 @@ def main(
                     raise ConfigError("'-' (stdin) cannot be combined with other paths")
                 outcome = fix_stdin(sys.stdin.read(), stdin_filename or "-", config, unsafe_fixes)
             else:
-                outcome = fix_paths(targets, config, unsafe_fixes, write=not diff)
+                from .parallel import default_jobs
+
+                outcome = fix_paths(
+                    targets,
+                    config,
+                    unsafe_fixes,
+                    write=not diff,
+                    jobs=default_jobs() if jobs is None else max(jobs, 1),
+                    cache_dir=None if no_cache else (cache_dir or ""),
+                )
             raise click.exceptions.Exit(_report_fixes(outcome, output_format, unsafe_fixes, diff, show_fixes, statistics, exit_zero, "-" in targets))
         diagnostics = _run(targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""))
     except ConfigError as exc:
