@@ -1,7 +1,6 @@
 """AMP104 unscale-inside-accumulation."""
 from __future__ import annotations
 
-import re
 
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Set, Tuple
@@ -102,7 +101,7 @@ class UnscaleInsideAccumulation(Rule):
     severity = Severity.ERROR
     message = "unscale_/update outside the accumulation boundary"
     triggers = ("unscale_(", ".update(")
-    gate_regex = re.compile(r"\.scale\(|unscale_\(")  # both shapes need a scaled backward or unscale_
+    requires = ((".scale(", "unscale_("),)  # both shapes need a scaled backward or unscale_
     facts = ("§2", "§5")
 
     VALID = [

@@ -1,6 +1,8 @@
 """AMP301 fp16-overflowing-literal."""
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
@@ -133,6 +135,8 @@ class Fp16OverflowingLiteral(Rule):
     severity = Severity.ERROR
     message = "constant overflows fp16"
     triggers = ("e9", "e10", "e8", "e7", "e6", "e5", "e12", "e15", "e20", "e30", "e38", "00000")
+    # the same exponents, in a number (not `float8_e5m2` or a hash): a literal has a digit or "." before its "e"
+    gate_regex = re.compile(r"[\d.]e(?:[5-9]|1[025]|[23]0|38)|00000")
     facts = ("§0.11", "§6.1", "§6.2")
 
     VALID = [
