@@ -7,24 +7,30 @@ on the order files come in.
 """
 from __future__ import annotations
 
-import fnmatch
 import io
 import os
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
 from .config import Config
 from .diagnostics import Diagnostic, Location, Severity
 from .project import FileFacts, ProjectFacts, condition_holds
 from .rule import Rule
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import Cache
+
 SYNTAX_ERROR_CODE = "AMP000"
 SYNTAX_ERROR_NAME = "syntax-error"
-PSEUDO_CODES = (SYNTAX_ERROR_CODE,)
+UNUSED_NOQA_CODE = "AMP900"  # see amplint/unused_noqa.py
+PSEUDO_CODES = (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE)
+#: pseudo-codes reported only when selected explicitly (`--extend-select AMP900`, `ALL`)
+OPT_IN_CODES = (UNUSED_NOQA_CODE,)
 
 PYTHON_SUFFIXES = (".py", ".pyi")
+
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
 
@@ -56,16 +62,18 @@ def known_codes() -> List[str]:
 
 
 def default_codes() -> List[str]:
-    from .registry import all_rules
+    from .registry import default_codes as rule_defaults
 
-    return [*PSEUDO_CODES, *(r.code for r in all_rules() if r.is_default())]
+    return [*(c for c in PSEUDO_CODES if c not in OPT_IN_CODES), *rule_defaults()]
 
 
 def selected_rules(config: Config) -> Tuple[FrozenSet[str], List[Type[Rule]]]:
-    from .registry import all_rules
+    """The selected codes and rules. The rules are `RuleSpec`s: they gate
+    without importing rule modules (and libcst) and stand in for the class."""
+    from .registry import select_specs
 
     codes = config.selected_codes(known_codes(), default_codes())
-    return codes, [r for r in all_rules() if r.code in codes]
+    return codes, select_specs(codes)  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------ one source
@@ -83,8 +91,12 @@ def decode_source(data: bytes) -> str:
 def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
     """Lint one file's text; conditional diagnostics are returned unresolved."""
     result = FileResult(path=path)
-    active = [r for r in rules if r.passes_gate(source)]
+    from .registry import passing
+
+    active = passing(rules, source)
     if not active:
+        if UNUSED_NOQA_CODE in codes:
+            result.diagnostics = _unused_noqa([], source, path, config, codes)
         return result
     import libcst as cst
 
@@ -109,7 +121,19 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
     diagnostics = [d for d in diagnostics if d.code not in ignored]
     result.diagnostics = apply_noqa(diagnostics, source)
+    if UNUSED_NOQA_CODE in codes:
+        result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
     return result
+
+
+def _unused_noqa(diagnostics: List[Diagnostic], source: str, path: str, config: Config, codes: FrozenSet[str]) -> List[Diagnostic]:
+    """AMP900 for the `# noqa` codes of `source` that suppressed none of `diagnostics`."""
+    from .unused_noqa import unused_noqa
+
+    ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
+    if UNUSED_NOQA_CODE in ignored:
+        return []
+    return unused_noqa(diagnostics, source, path, codes - ignored, known_codes())
 
 
 def syntax_error(path: str, row: int, column: int, message: str) -> Diagnostic:
@@ -171,45 +195,7 @@ def lint_source(source: str, path: str = "<string>", config: Optional[Config] = 
 # ------------------------------------------------------------------ discovery
 
 
-def _excluded(path: str, patterns: Sequence[str], root: Optional[str]) -> bool:
-    name = os.path.basename(path.rstrip(os.sep))
-    rel = os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/") if root else path.replace(os.sep, "/")
-    for pattern in patterns:
-        if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel, pattern.rstrip("/") + "/*"):
-            return True
-    return False
-
-
-def discover(paths: Sequence[str], config: Config, force_exclude: bool = False) -> Iterator[str]:
-    """Python files under `paths`, in a stable order.
-
-    Folders are walked skipping hidden folders, virtualenvs and `exclude`
-    globs; files named explicitly are always linted unless `force_exclude`.
-    """
-    patterns = (*config.exclude, *config.extend_exclude)
-    root = config.root or os.getcwd()
-    seen = set()
-    for given in paths:
-        if os.path.isdir(given):
-            for dirpath, dirnames, filenames in os.walk(given):
-                dirnames[:] = sorted(
-                    d
-                    for d in dirnames
-                    if not d.startswith(".")
-                    and not _excluded(os.path.join(dirpath, d), patterns, root)
-                    and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))
-                )
-                for f in sorted(filenames):
-                    full = os.path.join(dirpath, f)
-                    if f.endswith(PYTHON_SUFFIXES) and not _excluded(full, patterns, root) and full not in seen:
-                        seen.add(full)
-                        yield full
-        else:
-            if force_exclude and _excluded(given, patterns, root):
-                continue
-            if given not in seen:
-                seen.add(given)
-                yield given
+from .discovery import discover, excluded as _excluded  # noqa: E402,F401  (re-exported)
 
 
 def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:
@@ -232,6 +218,10 @@ def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:
 
 
 def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
+    if path.lower().endswith(".ipynb"):
+        from .notebook import lint_notebook_path
+
+        return lint_notebook_path(path, config, rules, codes)
     source, problem = read_file(path)
     if source is None:
         result = FileResult(path=path)
@@ -241,12 +231,22 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
     return lint_file_source(source, path, config, rules, codes)
 
 
-def lint_paths(paths: Sequence[str], config: Optional[Config] = None, force_exclude: bool = False) -> LintResult:
+def lint_paths(
+    paths: Sequence[str],
+    config: Optional[Config] = None,
+    force_exclude: bool = False,
+    jobs: int = 1,
+    cache: "Optional[Cache]" = None,
+) -> LintResult:
+    """Lint files and folders. `jobs` processes (results identical to one);
+    `cache`: an `amplint.cache.Cache` to reuse and record per-file results."""
+    from .parallel import lint_files, settle_facts
+
     config = config or Config()
     codes, rules = selected_rules(config)
     files = list(discover(paths, config, force_exclude))
-    results = [lint_path(p, config, rules, codes) for p in files]
-    facts = ProjectFacts.from_files([r.facts for r in results])
+    results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
+    facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
     diagnostics.sort(key=Diagnostic.sort_key)
     return LintResult(diagnostics=diagnostics, files=files, facts=facts)

@@ -5,7 +5,6 @@ itself, so every rule of a run costs one traversal in total.
 """
 from __future__ import annotations
 
-import inspect
 import re
 import textwrap
 from dataclasses import dataclass
@@ -84,6 +83,8 @@ class Rule:
 
     @classmethod
     def docs(cls) -> str:
+        import inspect
+
         return textwrap.dedent(inspect.getdoc(cls) or "").strip()
 
     @classmethod

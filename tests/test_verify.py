@@ -92,6 +92,7 @@ class Dec(torch.autograd.Function):
 CASES = [
     # AMP001
     ("001-autocast", "AMP001", {"api": "torch.cuda.amp.autocast"}, "confirmed", "experiment"),
+    ("001-rule-data", "AMP001", {"deprecated": "torch.cpu.amp.GradScaler", "category": "FutureWarning"}, "confirmed", "experiment"),
     ("001-snippet", "AMP001", {"api": "torch.cuda.amp.GradScaler", "snippet": "torch.cuda.amp.GradScaler(enabled=True)"}, "confirmed", "snippet"),
     ("001-getter", "AMP001", {"api": "torch.get_autocast_gpu_dtype"}, "confirmed", "experiment"),
     ("001-current-api", "AMP001", {"api": "torch.amp.GradScaler", "snippet": "torch.amp.GradScaler('cpu')"}, "not-reproduced", "snippet"),
@@ -109,6 +110,7 @@ CASES = [
     ("102-canonical", "AMP102", {}, "confirmed", "experiment"),
     ("102-snippet", "AMP102", {"step_source": "scaler.scale(loss).backward()\noptimizer.step()\nscaler.update()"}, "confirmed", "snippet"),
     ("102-adam", "AMP102", {"optimizer_class": "Adam"}, "confirmed", "experiment"),
+    ("102-unscaled-first", "AMP102", {"optimizer": "opt", "scaler": "scaler", "unscaled": True}, "confirmed", "experiment"),
     ("102-scaler-step", "AMP102", {"step_source": "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()"}, "not-reproduced", "snippet"),
     # AMP103
     ("103-canonical", "AMP103", {}, "confirmed", "experiment"),
@@ -119,11 +121,16 @@ CASES = [
     ("104-every-micro-batch", "AMP104", {"step_source": AMP104_BAD}, "confirmed", "snippet"),
     ("104-silent", "AMP104", {"step_source": AMP104_SILENT}, "confirmed", "snippet"),
     ("104-boundary", "AMP104", {"step_source": AMP104_GOOD}, "not-reproduced", "snippet"),
+    ("104-shape-every-updated", "AMP104", {"shape": "every-updated"}, "confirmed", "experiment"),
+    ("104-shape-sometimes", "AMP104", {"shape": "sometimes"}, "confirmed", "experiment"),
+    ("104-shape-twice", "AMP104", {"shape": "twice"}, "confirmed", "experiment"),
+    ("104-shape-update", "AMP104", {"shape": "update"}, "confirmed", "experiment"),
     # AMP105
     ("105-fp16", "AMP105", {"dtype": "fp16"}, "confirmed", "experiment"),
     ("105-bf16", "AMP105", {"dtype": "bf16"}, "not-reproduced", "experiment"),
     # AMP201
     ("201-sgd", "AMP201", {"optimizer_class": "SGD", "lr": 0.1}, "confirmed", "experiment"),
+    ("201-no-class", "AMP201", {"optimizer": "opt", "subject": "model"}, "confirmed", "experiment"),
     ("201-adam", "AMP201", {"optimizer_class": "torch.optim.Adam", "lr": 1e-3, "eps": 1e-8}, "confirmed", "experiment"),
     ("201-large-lr", "AMP201", {"optimizer_class": "SGD", "lr": 100.0}, "not-reproduced", "experiment"),
     # AMP301
@@ -156,6 +163,7 @@ CASES = [
     ("501-decorated", "AMP501", {"snippet": AMP501_DECORATED}, "not-reproduced", "snippet"),
     # AMP503
     ("503-canonical", "AMP503", {}, "confirmed", "experiment"),
+    ("503-rule-data", "AMP503", {"decorator": "torch.amp.custom_bwd"}, "confirmed", "experiment"),
     ("503-snippet", "AMP503", {"snippet": "@torch.amp.custom_fwd(cast_inputs=torch.float32)"}, "confirmed", "snippet"),
     ("503-device-type", "AMP503", {"snippet": "torch.amp.custom_fwd(device_type='cuda', cast_inputs=torch.float32)"}, "not-reproduced", "snippet"),
 ]

@@ -697,6 +697,7 @@ class RunRecord:
     harness_update_error: Optional[Dict[str, Any]] = None
     nonfinite_params: int = 0
     init_scale: float = 0.0
+    delta: Any = None  # flat tensor of the parameter change (for comparing runs)
 
 
 @contextlib.contextmanager
@@ -857,6 +858,7 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
         delta = sum(float((p.detach().float() - s.float()).pow(2).sum()) for p, s in zip(params, start))
         record.param_delta = math.sqrt(delta) if math.isfinite(delta) else float("inf")
         record.nonfinite_params = int(sum(int((~torch.isfinite(p)).sum()) for p in params))
+        record.delta = torch.cat([(p.detach().float() - s.float()).flatten() for p, s in zip(params, start)])
     return record
 
 

@@ -33,6 +33,17 @@ class ScalingResult:
             return None if self.enabled.param_delta == 0.0 else float("inf")
         return self.enabled.param_delta / self.disabled.param_delta
 
+    def update_difference(self) -> Optional[float]:
+        """||dW(enabled) - dW(disabled)|| / ||dW(disabled)||: ~0 when the scaler is transparent."""
+        e, d = self.enabled.delta, self.disabled.delta
+        if e is None or d is None:
+            return None
+        ref = float(d.norm())
+        if ref == 0.0:
+            return None
+        diff = float((e - d).norm())
+        return diff / ref if diff == diff else float("inf")
+
     def enabled_only_error(self) -> Optional[Dict[str, Any]]:
         """An exception (in the slice or the next update()) that only the scaled run raised."""
         for err, other in (

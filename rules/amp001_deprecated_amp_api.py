@@ -1,0 +1,455 @@
+"""AMP001 deprecated-amp-api."""
+from __future__ import annotations
+
+from typing import Iterator, List, Optional
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import ModuleContext, Path, Reference, literal_string
+from amplint.fixes import (
+    append_argument_edit,
+    call_is_plain,
+    insert_keyword_edits,
+    make_fix,
+    replace_node,
+    rewrite_with_imports,
+)
+from amplint.torchapi import DEPRECATED_AMP, DeprecatedApi
+
+_VERSION_WORDS = ("hasattr", "__version__", "version", "getattr", "is_torch", "TORCH_")
+
+
+class DeprecatedAmpApi(Rule):
+    """
+    ## What it does
+    Flags uses of the device-specific AMP API that torch deprecated in 2.4:
+    `torch.cuda.amp.autocast`, `torch.cuda.amp.GradScaler`,
+    `torch.cuda.amp.custom_fwd` / `custom_bwd`, `torch.cpu.amp.autocast`,
+    `torch.cpu.amp.GradScaler`, and the autocast state functions
+    `torch.get_autocast_gpu_dtype()`, `torch.get_autocast_cpu_dtype()`,
+    `torch.set_autocast_gpu_dtype()`, `torch.is_autocast_cpu_enabled()` and
+    their cpu/ipu/xla siblings, through every import and alias form
+    (`from torch.cuda.amp import autocast as ac`, `import torch.cuda.amp as amp`,
+    `from torch.cuda import amp`, the `autocast_mode` / `grad_scaler` modules).
+
+    ## Why is this bad?
+    Every call emits a warning (FutureWarning for the classes and decorators,
+    DeprecationWarning for the state functions) and the names are slated for
+    removal. The exact texts from torch 2.13 are quoted in the message, e.g.
+    `` `torch.cuda.amp.autocast(args...)` is deprecated. Please use
+    `torch.amp.autocast('cuda', args...)` instead. `` The device-generic API
+    (`torch.amp.autocast(device_type, ...)`, `torch.amp.GradScaler(device, ...)`,
+    `torch.amp.custom_fwd(device_type=...)`) is what the deprecated classes
+    forward to. `isinstance(s, torch.cuda.amp.GradScaler)` is also False for a
+    `torch.amp.GradScaler("cuda")`, so such checks break silently on migration.
+
+    ## Example
+    ```python
+    from torch.cuda.amp import GradScaler, autocast
+
+    scaler = GradScaler(2.0**14)
+    with autocast(False):
+        loss = model(x)
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**14)
+    with torch.amp.autocast("cuda", enabled=False):
+        loss = model(x)
+    ```
+
+    ## Fix safety
+    Safe. The rewrite maps *every* positional argument to its keyword, because
+    the positions differ: `torch.cuda.amp.autocast(False)` means
+    `enabled=False`, while the second positional of `torch.amp.autocast` is
+    `dtype`. `import torch` is added when the file lacks it, and a
+    `from torch.cuda.amp import X` whose every use is rewritten is removed.
+    The fix honours `torch-version` (the oldest torch the project supports):
+    `GradScaler("cuda")` needs torch >= 2.3, `custom_fwd(device_type=)` and the
+    `get_autocast_dtype`-style functions >= 2.4; for an older minimum no fix is
+    offered. Below 2.3 autocast is rewritten to `torch.autocast(...)`
+    (available since 1.10). No fix is offered for bare references
+    (`isinstance`, `functools.partial(...)`), `*args`/`**kwargs` calls, or a
+    string in a positional slot (`torch.cuda.amp.autocast("cuda")` passes
+    `enabled="cuda"`: that needs a human).
+
+    ## Verification
+    `amplint --verify` constructs the deprecated object on the installed torch
+    and reports the warning it emits.
+
+    ## Notes
+    Version-gated fallbacks stay silent: `try: from torch.amp import ...
+    except ImportError: from torch.cuda.amp import ...` (the name is ambiguous),
+    `hasattr(torch.amp, ...)` / `torch.__version__` if-else branches,
+    `getattr(torch.amp, "X", torch.cuda.amp.X)`, and names that are also
+    rebound in the file. Text inside strings and docstrings is never a use.
+    `torch.cuda.amp.autocast(device_type=...)` is AMP002 (it raises TypeError).
+
+    ## References
+    - amp-facts.md §0.9, §3 (exact warning texts, E08, E32; versions)
+    - https://pytorch.org/docs/stable/amp.html
+    - pytorch/pytorch#126527 (deprecation of the device-specific GradScaler and custom_fwd)
+    """
+
+    code = "AMP001"
+    name = "deprecated-amp-api"
+    severity = Severity.WARNING
+    message = "deprecated device-specific AMP API"
+    triggers = (
+        "cuda.amp",
+        "cpu.amp",
+        "import amp",
+        "autocast_gpu_",
+        "autocast_cpu_",
+        "autocast_ipu_",
+        "autocast_xla_",
+    )
+    facts = ("§0.9", "§3")
+
+    VALID = [
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+with torch.autocast("cuda", dtype=torch.float16):
+    loss = model(x)
+""",
+            "the current API",
+        ),
+        Valid(
+            """
+try:
+    from torch.amp import GradScaler, autocast
+except ImportError:
+    from torch.cuda.amp import GradScaler, autocast
+scaler = GradScaler()
+with autocast():
+    loss = model(x)
+""",
+            "try/except ImportError fallback: the names are ambiguous",
+        ),
+        Valid(
+            """
+import torch
+if hasattr(torch.amp, "GradScaler"):
+    scaler = torch.amp.GradScaler("cuda")
+else:
+    scaler = torch.cuda.amp.GradScaler()
+""",
+            "hasattr guard",
+        ),
+        Valid(
+            """
+import torch
+from packaging import version
+if version.parse(torch.__version__) >= version.parse("2.4"):
+    from torch.amp import custom_fwd
+    fwd = custom_fwd(device_type="cuda")
+else:
+    fwd = torch.cuda.amp.custom_fwd
+""",
+            "torch.__version__ check",
+        ),
+        Valid(
+            '''
+"""Training utilities.
+
+Replaces torch.cuda.amp.autocast() and torch.cuda.amp.GradScaler.
+"""
+import torch
+HELP = "use torch.cuda.amp.autocast(enabled=True) on old torch"
+''',
+            "text inside docstrings and strings",
+        ),
+        Valid(
+            """
+import torch
+autocast_cls = getattr(torch.amp, "autocast", torch.cuda.amp.autocast)
+amp_ctx = torch.amp.autocast if hasattr(torch, "amp") else torch.cuda.amp.autocast
+""",
+            "getattr default and hasattr conditional expression",
+        ),
+        Valid(
+            """
+import torch
+from torch.amp import custom_fwd as _custom_fwd
+try:
+    custom_fwd = functools.partial(_custom_fwd, device_type="cuda")
+except AttributeError:
+    from torch.cuda.amp import custom_fwd
+
+@custom_fwd
+def forward(ctx, x):
+    return x
+""",
+            "a name rebound by assignment is ambiguous",
+        ),
+        Valid(
+            """
+from apex import amp
+model, optimizer = amp.initialize(model, optimizer)
+with amp.scale_loss(loss, optimizer) as scaled:
+    scaled.backward()
+""",
+            "apex.amp is not torch",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+scaler = torch.cuda.amp.GradScaler()
+with torch.cuda.amp.autocast(False):
+    loss = model(x)
+""",
+            line=2,
+            count=2,
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+with torch.amp.autocast("cuda", enabled=False):
+    loss = model(x)
+""",
+        ),
+        Invalid(
+            """
+from torch.cuda.amp import GradScaler, autocast
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = GradScaler(2.0**14, enabled=True)
+
+    def training_step(self, x, y):
+        with autocast(True, torch.bfloat16):
+            loss = self.model(x, y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            line=7,
+            count=2,
+            fixed="""
+import torch
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**14, enabled=True)
+
+    def training_step(self, x, y):
+        with torch.amp.autocast("cuda", enabled=True, dtype=torch.bfloat16):
+            loss = self.model(x, y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+        ),
+        Invalid(
+            """
+import torch
+from torch.cuda.amp import custom_bwd, custom_fwd
+
+class ScaledMatmul(torch.autograd.Function):
+    @staticmethod
+    @custom_fwd(cast_inputs=torch.float32)
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a @ b
+
+    @staticmethod
+    @custom_bwd
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return grad @ b.t(), a.t() @ grad
+""",
+            line=6,
+            count=2,
+            fixed="""
+import torch
+
+class ScaledMatmul(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(cast_inputs=torch.float32, device_type="cuda")
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a @ b
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return grad @ b.t(), a.t() @ grad
+""",
+        ),
+        Invalid(
+            """
+import torch.cuda.amp as amp
+for step, (x, y) in enumerate(loader):
+    with amp.autocast(enabled=use_amp):
+        loss = model(x, y)
+    if use_amp:
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+""",
+            line=3,
+            fixed="""
+import torch
+for step, (x, y) in enumerate(loader):
+    with torch.amp.autocast("cuda", enabled=use_amp):
+        loss = model(x, y)
+    if use_amp:
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+""",
+        ),
+        Invalid(
+            """
+import torch
+from torch.cpu import amp as cpu_amp
+with cpu_amp.autocast(dtype=torch.bfloat16):
+    out = model(x)
+dtype = torch.get_autocast_gpu_dtype()
+""",
+            line=3,
+            count=2,
+            fixed="""
+import torch
+with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+    out = model(x)
+dtype = torch.get_autocast_dtype("cuda")
+""",
+        ),
+        Invalid(
+            """
+import torch
+def check(scaler):
+    assert isinstance(scaler, torch.cuda.amp.GradScaler)
+""",
+            line=3,
+            why="a bare reference: flagged, no fix (isinstance is False for torch.amp.GradScaler('cuda'))",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        flagged = []
+        for ref in ctx.references():
+            api = _deprecated(ctx, ref)
+            if api is not None:
+                flagged.append((ref, api))
+        refs = [r for r, _ in flagged]
+        for ref, api in flagged:
+            fix = None
+            edits = rewrite_with_imports(ctx, self.code, ref, refs, lambda r, p: _rewrite(ctx, r, p))
+            if edits is not None:
+                fix = make_fix(f"Use `torch.{api.new}` ({api.device!r})", edits, safe=True)
+            yield ctx.diagnostic(self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(api))
+
+
+def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
+    """The deprecated API `ref` certainly refers to, outside version gates."""
+    apis = {DEPRECATED_AMP.get(q) for q in ref.qualnames}
+    if None in apis or len({a.old for a in apis}) != 1:
+        return None  # not deprecated, or ambiguous (a try/except ImportError fallback)
+    api = next(iter(apis))
+    if ctx.is_rebound(ref.root) or _gated(ctx, ref.path):
+        return None
+    if api.kind == "autocast" and ref.call is not None and any(
+        a.keyword is not None and a.keyword.value == "device_type" for a in ref.call.args
+    ):
+        return None  # TypeError: AMP002
+    return api
+
+
+def _gated(ctx: ModuleContext, path: Path) -> bool:
+    if ctx.is_version_gated(path):
+        return True
+    # `if use_new_amp:` where `use_new_amp = hasattr(torch.amp, ...)` / a version check
+    for frame in path:
+        if frame.kind in ("if", "else") and isinstance(frame.test, (cst.Name, cst.UnaryOperation)):
+            test = frame.test.expression if isinstance(frame.test, cst.UnaryOperation) else frame.test
+            if isinstance(test, cst.Name):
+                for a in ctx.assignments_to(test.value):
+                    text = ctx.code_for(a.value)
+                    if any(w in text for w in _VERSION_WORDS):
+                        return True
+    return False
+
+
+def _message(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> str:
+    spelled = ctx.code_for(ref.node)
+    name = f"`{api.old}`" if spelled == api.old else f"`{spelled}` (`{api.old}`)"
+    what = "is deprecated" if ref.use != "bare" else "refers to a deprecated API"
+    message = f"{name} {what}; torch >= 2.4 warns: {api.category}: {api.warning}"
+    if api.kind == "scaler" and ref.use == "bare":
+        message += f" (an `isinstance` check against it is False for a `torch.amp.GradScaler({api.device!r})`)"
+    return message
+
+
+def _data(api: DeprecatedApi) -> dict:
+    return {
+        "deprecated": api.old,
+        "replacement": f"torch.{api.new}",
+        "device": api.device,
+        "category": api.category,
+        "warning": api.warning,
+    }
+
+
+def _rewrite(ctx: ModuleContext, ref: Reference, prefix: str) -> Optional[List]:
+    """Edits rewriting one reference to the device-generic API, or None."""
+    api = _deprecated(ctx, ref)
+    if api is None or ref.use == "bare":
+        return None
+    version = ctx.config.torch_version
+    if version is not None and version < api.min_torch:
+        return None
+    device = f'"{api.device}"'
+    if api.kind in ("custom_fwd", "custom_bwd"):
+        new = f"{prefix}.{api.new}"
+        if ref.use == "decorator":
+            return [replace_node(ctx, ref.node, f'{new}(device_type={device})')]
+        call = ref.call
+        if not call_is_plain(call) or _positional_count(call) > len(api.params):
+            return None
+        if any(a.keyword is not None and a.keyword.value == "device_type" for a in call.args):
+            return None
+        return [
+            replace_node(ctx, ref.node, new),
+            *insert_keyword_edits(ctx, call, api.params),
+            append_argument_edit(ctx, call, f"device_type={device}"),
+        ]
+    if ref.use != "call":
+        return None  # `@torch.cuda.amp.autocast` without parentheses is a bug of its own
+    call = ref.call
+    if not call_is_plain(call) or _positional_count(call) > len(api.params):
+        return None
+    if any(a.keyword is None and literal_string(a.value) is not None for a in call.args):
+        return None  # `torch.cuda.amp.autocast("cuda")` passes enabled="cuda"
+    if api.kind == "state":
+        if any(a.keyword is not None for a in call.args):
+            return None
+        new = f"{prefix}.{api.new}"
+        keywords: tuple = (None,) * len(api.params)
+    elif api.kind == "autocast" and version is not None and version < (2, 3):
+        new = f"{prefix}.autocast"  # torch.autocast: since 1.10 [amp-facts §3]
+        keywords = api.params
+    else:
+        new = f"{prefix}.{api.new}"
+        keywords = api.params
+    if not call.args:
+        return [replace_node(ctx, call, f"{new}({device})")]
+    return [replace_node(ctx, ref.node, new), *insert_keyword_edits(ctx, call, keywords, first=f"{device}, ")]
+
+
+def _positional_count(call: cst.Call) -> int:
+    return sum(1 for a in call.args if a.keyword is None)

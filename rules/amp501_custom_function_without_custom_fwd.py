@@ -1,0 +1,505 @@
+"""AMP501 custom-function-without-custom-fwd."""
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from amplint import AUTOCAST, Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import ModuleContext, Scope
+from amplint.torchapi import (
+    AUTOCAST_CONTEXTS,
+    AUTOCAST_AWARE_OP_NAMESPACES,
+    AUTOCAST_LOWER_PRECISION_FUNCS,
+    AUTOCAST_LOWER_PRECISION_METHODS,
+    AUTOGRAD_FUNCTION,
+    CPP_EXTENSION_LOADERS,
+    CUSTOM_FWD_BWD,
+)
+
+_E09 = "expected m1 and m2 to have the same dtype, but got: c10::BFloat16 != float"
+_CAST_METHODS = ("float", "half", "double", "bfloat16", "type_as")
+
+
+class CustomFunctionWithoutCustomFwd(Rule):
+    """
+    ## What it does
+    Flags a `torch.autograd.Function` subclass (any alias) whose `forward`
+    runs autocastable ops (matmul, `@`, mm/bmm/addmm, linear, conv, einsum,
+    SDPA: the lower-precision lists of §1.2/§1.3), or hands several of its
+    float inputs to a compiled extension kernel, while neither `forward` nor
+    `backward` is decorated with `custom_fwd` / `custom_bwd`, in a project
+    that uses autocast.
+
+    ## Why is this bad?
+    The forward of an undecorated Function runs with autocast on, so its
+    matmuls return fp16/bf16; the backward runs with autocast *off*, mixing
+    the low-precision grad with fp32 saved tensors. In amp-facts E09 exactly
+    this failed in backward with `RuntimeError: expected m1 and m2 to have the
+    same dtype, but got: c10::BFloat16 != float`; with
+    `custom_fwd(device_type=...)`/`custom_bwd(device_type=...)` it worked. A
+    kernel compiled for one dtype gets whatever flows in: fp16 activations
+    next to fp32 weights (§4). The AMP docs prescribe the decorators whenever a
+    Function wraps an autocastable op or takes several floating inputs (§5).
+
+    ## Example
+    ```python
+    class LinearFn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return x @ w.t()
+    ```
+
+    ## Use instead
+    ```python
+    class LinearFn(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cuda")
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return x @ w.t()
+
+        @staticmethod
+        @torch.amp.custom_bwd(device_type="cuda")
+        def backward(ctx, grad): ...
+    ```
+    For a kernel that needs one dtype, use
+    `custom_fwd(device_type="cuda", cast_inputs=torch.float32)`.
+
+    ## Fix safety
+    No fix: the device and whether to pass `cast_inputs` are the author's call.
+
+    ## Verification
+    `amplint --verify` runs the canonical reproduction (E09): an undecorated
+    matmul Function under CPU bf16 autocast, forward and backward.
+
+    ## Notes
+    Reported only when the project uses autocast somewhere (resolved across
+    files). Silent when `forward` or `backward` carries any `custom_fwd` /
+    `custom_bwd` (or autocast) decorator, when `forward` opens its own
+    autocast region (e.g. `autocast(enabled=False)`), and for Functions that
+    only move data: distributed gather/all-reduce/scatter, `.clone()`,
+    indexing, `cat`. The extension case needs two or more of the forward's
+    inputs passed to `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module
+    built by `torch.utils.cpp_extension.load`/`load_inline` or imported as a
+    compiled extension (`_C`, `_ext`, `*_cuda`), with no explicit dtype cast in
+    `forward`.
+
+    ## References
+    - amp-facts.md §1.2, §1.3 (op lists), §4 (custom ops, E09, E10), §5 (docs scenarios)
+    - https://pytorch.org/docs/stable/notes/amp_examples.html#autocast-and-custom-autograd-functions
+    """
+
+    code = "AMP501"
+    name = "custom-function-without-custom-fwd"
+    severity = Severity.WARNING
+    message = "autograd.Function without custom_fwd/custom_bwd in an autocast project"
+    triggers = ("Function",)
+    facts = ("§1.2", "§1.3", "§4", "§5")
+
+    VALID = [
+        Valid(
+            """
+import torch
+class LinearFn(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w.t()
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w, grad.t() @ x
+
+with torch.autocast("cuda"):
+    y = LinearFn.apply(x, w)
+""",
+            "decorated",
+        ),
+        Valid(
+            """
+import torch
+import torch.distributed as dist
+from torch.autograd import Function
+
+class AllGather(Function):
+    @staticmethod
+    def forward(ctx, tensor):
+        out = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        dist.all_gather(out, tensor)
+        ctx.rank = dist.get_rank()
+        return torch.cat(out, 0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        dist.all_reduce(grad)
+        return grad.chunk(dist.get_world_size())[ctx.rank]
+
+with torch.autocast("cuda"):
+    feats = AllGather.apply(model(x))
+""",
+            "only moves data (distributed gather / all-reduce)",
+        ),
+        Valid(
+            """
+import torch
+class GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -ctx.alpha * grad, None
+
+with torch.autocast("cuda"):
+    y = GradReverse.apply(model(x), 0.1)
+""",
+            "gradient reversal: clone and scale",
+        ),
+        Valid(
+            """
+import torch
+class LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        return x @ w.t()
+""",
+            "no autocast anywhere in the project",
+        ),
+        Valid(
+            """
+import torch
+from torch.cuda.amp import custom_fwd, custom_bwd
+class MyMM(torch.autograd.Function):
+    @staticmethod
+    @custom_fwd(cast_inputs=torch.float32)
+    def forward(ctx, a, b):
+        return a.mm(b)
+
+with torch.cuda.amp.autocast():
+    y = MyMM.apply(a, b)
+""",
+            "the deprecated decorator still makes it autocast-aware (AMP001 covers the spelling)",
+        ),
+        Valid(
+            """
+import torch
+class SafeMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        with torch.autocast("cuda", enabled=False):
+            return a.float() @ b.float()
+
+with torch.autocast("cuda"):
+    y = SafeMM.apply(a, b)
+""",
+            "forward disables autocast itself",
+        ),
+        Valid(
+            """
+import torch
+from . import _C
+class Sort(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keys, values):
+        return _C.sort_pairs(keys.float(), values.float())
+
+with torch.autocast("cuda"):
+    y = Sort.apply(k, v)
+""",
+            "extension inputs cast explicitly",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+
+class LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w, grad.t() @ x
+
+class Trainer:
+    def step(self, x):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return LinearFn.apply(x, self.w)
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+from torch.autograd import Function as F
+import torch.nn.functional as nnf
+
+class FusedProj(F):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return nnf.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad.mm(weight), grad.t().mm(x), grad.sum(0)
+
+with torch.amp.autocast("cuda"):
+    out = FusedProj.apply(h, w, b)
+""",
+            line=6,
+        ),
+        Invalid(
+            """
+import torch
+import torch.autograd as ag
+from torch.utils.cpp_extension import load
+
+deform = load(name="deform_conv", sources=["deform_conv.cpp", "deform_conv_cuda.cu"])
+
+class DeformConvFunction(ag.Function):
+    @staticmethod
+    def forward(ctx, input, offset, weight, stride=1):
+        ctx.save_for_backward(input, offset, weight)
+        return deform.forward(input, weight, offset, stride)
+
+def train(model, loader, use_amp):
+    for x in loader:
+        with torch.autocast("cuda", enabled=use_amp):
+            loss = model(x).mean()
+""",
+            line=9,
+        ),
+        Invalid(
+            """
+import torch
+
+class Attention(torch.autograd.function.Function):
+    @staticmethod
+    def forward(ctx, q, k, v):
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k)
+        return torch.bmm(scores.softmax(-1), v)
+
+with torch.cpu.amp.autocast():
+    y = Attention.apply(q, k, v)
+""",
+            line=5,
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        functions = _function_classes(ctx)
+        if not functions:
+            return
+        extensions = _extension_names(ctx)
+        for cls in functions:
+            methods = _methods(cls)
+            forward = methods.get("forward")
+            if forward is None:
+                continue
+            if any(_is_amp_decorator(ctx, d) for m in methods.values() for d in m.decorators):
+                continue
+            scope = next((s for s in ctx.scopes if s.node is forward), None)
+            if scope is None or _opens_autocast(ctx, scope):
+                continue
+            op = _autocastable_op(ctx, scope, forward)
+            if op is not None:
+                message = (
+                    f"`{cls.name.value}.forward` runs `{op}`, which autocast lowers to fp16/bf16, but the "
+                    f"Function has no `custom_fwd`/`custom_bwd`: backward runs outside autocast against fp32 "
+                    f"saved tensors and fails with dtype mismatches such as `{_E09}`; decorate forward with "
+                    f"`@torch.amp.custom_fwd(device_type=...)` and backward with `@torch.amp.custom_bwd(device_type=...)`"
+                )
+                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": op, "kind": "autocastable-op"})
+                continue
+            kernel = _extension_call(ctx, scope, forward, "setup_context" in methods, extensions)
+            if kernel is not None:
+                name, count = kernel
+                message = (
+                    f"`{cls.name.value}.forward` passes {count} float inputs to the compiled kernel `{name}` "
+                    f"without `custom_fwd`: under autocast they arrive in mixed dtypes (fp16 activations next to "
+                    f"fp32 weights) and the kernel is not autocast-aware; use "
+                    f"`@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)` and "
+                    f"`@torch.amp.custom_bwd(device_type=...)`"
+                )
+                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": name, "kind": "extension"})
+
+
+def _function_classes(ctx: ModuleContext) -> List[cst.ClassDef]:
+    found: List[cst.ClassDef] = []
+    local: Set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for cls in ctx.classes:
+            if cls in found:
+                continue
+            for base in cls.bases:
+                names = ctx.qualnames(base.value)
+                spelled = ctx.code_for(base.value)
+                if names & AUTOGRAD_FUNCTION or (not names and spelled in local):
+                    found.append(cls)
+                    local.add(cls.name.value)
+                    changed = True
+                    break
+    return found
+
+
+def _methods(cls: cst.ClassDef) -> dict:
+    out = {}
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    for stmt in body:
+        if isinstance(stmt, cst.FunctionDef):
+            out[stmt.name.value] = stmt
+    return out
+
+
+def _is_amp_decorator(ctx: ModuleContext, decorator: cst.Decorator) -> bool:
+    expr = decorator.decorator
+    if isinstance(expr, cst.Call):
+        expr = expr.func
+    names = ctx.qualnames(expr)
+    if names & (CUSTOM_FWD_BWD | frozenset(AUTOCAST_CONTEXTS)):
+        return True
+    last = ctx.code_for(expr).rsplit(".", 1)[-1]
+    # a local wrapper (`custom_fwd = partial(...)`, `amp_custom_fwd`): the author handled it
+    return "custom_fwd" in last or "custom_bwd" in last or "autocast" in last
+
+
+def _opens_autocast(ctx: ModuleContext, scope: Scope) -> bool:
+    for region in ctx.regions:
+        info = ctx.call_info(region.call)
+        if info is not None and info.scope is scope:
+            return True
+    return False
+
+
+class _MatMul(cst.CSTVisitor):
+    """Finds `a @ b` / `a @= b` in a function body, not in nested functions."""
+
+    def __init__(self) -> None:
+        self.found = False
+        self.depth = 0
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.depth += 1
+        return self.depth == 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.depth -= 1
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.MatrixMultiply):
+            self.found = True
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.operator, cst.MatrixMultiplyAssign):
+            self.found = True
+
+
+def _autocastable_op(ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef) -> Optional[str]:
+    for call in scope.calls:
+        hit = call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS
+        if hit:
+            return sorted(hit)[0]
+        if (
+            call.method in AUTOCAST_LOWER_PRECISION_METHODS
+            and not call.qualnames
+            and call.receiver is not None
+            and not _is_module_name(ctx, call.receiver_dotted)
+        ):
+            return f".{call.method}()"
+    visitor = _MatMul()
+    forward.visit(visitor)
+    return "@ (matmul)" if visitor.found else None
+
+
+def _is_module_name(ctx: ModuleContext, dotted: Optional[str]) -> bool:
+    return bool(dotted) and ctx.imports.is_imported(dotted.split(".")[0])
+
+
+def _extension_names(ctx: ModuleContext) -> Set[str]:
+    """Module-level names bound to compiled extensions."""
+    names: Set[str] = set()
+    for a in ctx.assignments:
+        if a.scope.is_module and isinstance(a.value, cst.Call) and "." not in a.target:
+            info = ctx.call_info(a.value)
+            if info is None:
+                continue
+            last = (info.dotted or "").rsplit(".", 1)[-1]
+            if info.qualnames & CPP_EXTENSION_LOADERS or last in ("load_ext", "load_extension"):
+                names.add(a.target)
+    for line in ctx.module.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for stmt in line.body:
+            if isinstance(stmt, (cst.Import, cst.ImportFrom)) and not isinstance(stmt.names, cst.ImportStar):
+                for alias in stmt.names:
+                    imported = ctx.code_for(alias.name).rsplit(".", 1)[-1]
+                    local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else imported
+                    if _looks_compiled(imported):
+                        names.add(local)
+    return names
+
+
+def _looks_compiled(name: str) -> bool:
+    return name in ("_C", "_ext", "_cuda", "_kernels") or name.endswith(("_cuda", "_ext", "_C", "_cpp"))
+
+
+def _extension_call(
+    ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef, setup_context: bool, extensions: Set[str]
+) -> Optional[Tuple[str, int]]:
+    params = [p.name.value for p in forward.params.params if not _config_default(p.default)]
+    if not setup_context and params:
+        params = params[1:]  # ctx
+    if len(params) < 2:
+        return None
+    for call in scope.calls:
+        if call.method in _CAST_METHODS or (call.method in ("to", "type") and _casts(ctx, call.node)):
+            return None  # the author converts dtypes by hand
+    for call in scope.calls:
+        dotted = call.dotted or ""
+        is_kernel = False
+        for q in call.qualnames:
+            parts = q.split(".")
+            if len(parts) >= 4 and parts[:2] == ["torch", "ops"] and parts[2] not in AUTOCAST_AWARE_OP_NAMESPACES:
+                is_kernel = True
+        if dotted.split(".")[0] in extensions and "." in dotted:
+            is_kernel = True
+        if not is_kernel:
+            continue
+        passed = {a.value.value for a in call.node.args if isinstance(a.value, cst.Name)}
+        count = len(passed & set(params))
+        if count >= 2:
+            return dotted, count
+    return None
+
+
+def _config_default(default: Optional[cst.BaseExpression]) -> bool:
+    """A parameter defaulting to a literal (`stride=1`, `training=False`) is configuration."""
+    if default is None:
+        return False
+    return isinstance(default, (cst.Integer, cst.Float, cst.SimpleString, cst.Name, cst.UnaryOperation, cst.Tuple))
+
+
+def _casts(ctx: ModuleContext, call: cst.Call) -> bool:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "dtype":
+            return True
+        if ctx.dtype_of(arg.value) is not None:
+            return True
+        if isinstance(arg.value, cst.Attribute) and arg.value.attr.value == "dtype":
+            return True
+    return False

@@ -1,0 +1,392 @@
+"""Fix edge cases of the API rules (AMP001, AMP002, AMP503) and the helpers they use:
+positional-to-keyword mapping, torch-version gating, import handling."""
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from amplint import Config, lint_source
+from amplint.context import ModuleContext
+from amplint.fixes import apply_edits, ensure_import, fix_source, module_alias, parses
+
+
+def _src(code: str) -> str:
+    return textwrap.dedent(code).lstrip("\n")
+
+
+def _lint(code: str, select=("AMP001",), path="example.py", **config):
+    return lint_source(code, path, Config(select=tuple(select), **config))
+
+
+def _fix(code: str, select=("AMP001",), path="example.py", **config):
+    source = _src(code)
+    fixed, _ = fix_source(source, lambda s: _lint(s, select, path, **config), unsafe=False)
+    assert parses(fixed)
+    return fixed
+
+
+def _ctx(code: str, path="example.py") -> ModuleContext:
+    source = _src(code)
+    return ModuleContext.build(cst.parse_module(source), source, path)
+
+
+# --------------------------------------------------------------- positional mapping
+
+
+def test_autocast_every_positional_becomes_a_keyword():
+    fixed = _fix(
+        """
+        import torch
+        with torch.cuda.amp.autocast(True, torch.bfloat16, False):
+            pass
+        """
+    )
+    assert 'torch.amp.autocast("cuda", enabled=True, dtype=torch.bfloat16, cache_enabled=False)' in fixed
+
+
+def test_grad_scaler_positionals_and_keywords_kept():
+    fixed = _fix(
+        """
+        import torch
+        scaler = torch.cuda.amp.GradScaler(1024.0, 2.0, 0.5, growth_interval=100, enabled=use_amp)
+        """
+    )
+    assert (
+        'torch.amp.GradScaler("cuda", init_scale=1024.0, growth_factor=2.0, backoff_factor=0.5, '
+        "growth_interval=100, enabled=use_amp)" in fixed
+    )
+
+
+def test_multiline_call_keeps_comments():
+    fixed = _fix(
+        """
+        import torch
+        scaler = torch.cpu.amp.GradScaler(
+            2.0**10,  # small start
+            enabled=True,
+        )
+        """
+    )
+    assert fixed == _src(
+        """
+        import torch
+        scaler = torch.amp.GradScaler(
+            "cpu", init_scale=2.0**10,  # small start
+            enabled=True,
+        )
+        """
+    )
+
+
+def test_no_fix_for_string_or_star_arguments():
+    for call in ('torch.cuda.amp.autocast("cuda")', "torch.cuda.amp.autocast(*args)", "torch.cuda.amp.GradScaler(**kw)"):
+        found = _lint(_src(f"import torch\nwith {call}:\n    pass\n"))
+        assert len(found) == 1 and found[0].fix is None, call
+
+
+def test_state_functions():
+    fixed = _fix(
+        """
+        import torch
+        a = torch.get_autocast_gpu_dtype()
+        torch.set_autocast_cpu_dtype(torch.bfloat16)
+        on = torch.is_autocast_cpu_enabled()
+        """
+    )
+    assert 'torch.get_autocast_dtype("cuda")' in fixed
+    assert 'torch.set_autocast_dtype("cpu", torch.bfloat16)' in fixed
+    assert 'torch.is_autocast_enabled("cpu")' in fixed
+
+
+def test_message_quotes_the_exact_warning():
+    (d,) = _lint(_src("import torch\ns = torch.cuda.amp.GradScaler()\n"))
+    assert (
+        "FutureWarning: `torch.cuda.amp.GradScaler(args...)` is deprecated. "
+        "Please use `torch.amp.GradScaler('cuda', args...)` instead." in d.message
+    )
+    (d,) = _lint(_src("import torch\nt = torch.get_autocast_cpu_dtype()\n"))
+    assert "DeprecationWarning: torch.get_autocast_cpu_dtype() is deprecated." in d.message
+
+
+def test_not_deprecated_state_functions_are_silent():
+    assert not _lint(_src("import torch\nx = torch.is_autocast_enabled()\ntorch.set_autocast_enabled(False)\n"))
+
+
+# --------------------------------------------------------------- torch-version
+
+
+@pytest.mark.parametrize(
+    "version,call,expected",
+    [
+        ((2, 2), "torch.cuda.amp.GradScaler()", None),
+        ((2, 3), "torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")'),
+        ((2, 3), "torch.cuda.amp.custom_fwd(f)", None),
+        ((2, 4), "torch.cuda.amp.custom_fwd(f)", 'torch.amp.custom_fwd(fwd=f, device_type="cuda")'),
+        ((2, 3), "torch.get_autocast_gpu_dtype()", None),
+        ((2, 2), "torch.cuda.amp.autocast(False)", 'torch.autocast("cuda", enabled=False)'),
+        ((1, 9), "torch.cuda.amp.autocast(False)", None),
+        (None, "torch.cuda.amp.custom_bwd(g)", 'torch.amp.custom_bwd(bwd=g, device_type="cuda")'),
+    ],
+)
+def test_torch_version_gates_the_fix(version, call, expected):
+    source = f"import torch\nx = {call}\n"
+    (d,) = _lint(source, torch_version=version)
+    if expected is None:
+        assert d.fix is None
+    else:
+        assert apply_edits(source, d.fix.edits) == f"import torch\nx = {expected}\n"
+
+
+# --------------------------------------------------------------- imports
+
+
+def test_from_import_replaced_by_import_torch():
+    fixed = _fix(
+        """
+        '''Trainer.'''
+        from __future__ import annotations
+        import os
+        from torch.cuda.amp import autocast, GradScaler
+        scaler = GradScaler()
+        with autocast():
+            pass
+        with autocast(enabled=False):
+            pass
+        """
+    )
+    assert fixed == _src(
+        """
+        '''Trainer.'''
+        from __future__ import annotations
+        import os
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.amp.autocast("cuda"):
+            pass
+        with torch.amp.autocast("cuda", enabled=False):
+            pass
+        """
+    )
+
+
+def test_import_kept_while_a_use_is_left():
+    fixed = _fix(
+        """
+        import torch
+        from torch.cuda.amp import GradScaler
+        scaler = GradScaler()
+        other = GradScaler()  # noqa: AMP001
+        """
+    )
+    assert fixed == _src(
+        """
+        import torch
+        from torch.cuda.amp import GradScaler
+        scaler = torch.amp.GradScaler("cuda")
+        other = GradScaler()  # noqa: AMP001
+        """
+    )
+
+
+def test_import_kept_for_bare_references():
+    fixed = _fix(
+        """
+        import torch
+        from torch.cuda.amp import GradScaler
+        scaler = GradScaler()
+        assert isinstance(scaler, GradScaler)
+        """
+    )
+    assert "from torch.cuda.amp import GradScaler\n" in fixed
+    assert 'scaler = torch.amp.GradScaler("cuda")' in fixed
+
+
+def test_parenthesized_import_keeps_other_names():
+    fixed = _fix(
+        """
+        import torch
+        from torch.cuda.amp import (
+            GradScaler,
+            autocast,
+        )
+        with autocast():
+            pass
+        assert isinstance(s, GradScaler)
+        """
+    )
+    assert "autocast," not in fixed and "GradScaler" in fixed.splitlines()[2]
+    assert 'with torch.amp.autocast("cuda"):' in fixed
+
+
+def test_torch_alias_is_used():
+    fixed = _fix(
+        """
+        import torch as th
+        from torch.cuda.amp import autocast
+        with autocast():
+            pass
+        """
+    )
+    assert fixed == _src(
+        """
+        import torch as th
+        with th.amp.autocast("cuda"):
+            pass
+        """
+    )
+
+
+def test_no_fix_when_torch_name_is_taken():
+    source = _src(
+        """
+        from mylib import torch
+        from torch.cuda.amp import autocast
+        with autocast():
+            pass
+        """
+    )
+    (d,) = _lint(source)
+    assert d.fix is None
+
+
+def test_init_module_keeps_reexported_import():
+    fixed = _fix(
+        """
+        from torch.cuda.amp import autocast
+        def run():
+            with autocast():
+                pass
+        """,
+        path="pkg/__init__.py",
+    )
+    assert fixed.startswith("import torch\nfrom torch.cuda.amp import autocast\n")
+
+
+def test_module_alias_and_ensure_import():
+    ctx = _ctx('"""doc"""\nimport torch.nn as nn\nx = 1\n')
+    assert module_alias(ctx, "torch") is None
+    edit = ensure_import(ctx, "torch")
+    assert apply_edits(ctx.source, [edit]) == '"""doc"""\nimport torch\nimport torch.nn as nn\nx = 1\n'
+    ctx = _ctx("import torch.nn\n")
+    assert module_alias(ctx, "torch") == "torch" and ensure_import(ctx, "torch") is None
+    ctx = _ctx('"""doc"""')
+    assert apply_edits(ctx.source, [ensure_import(ctx, "torch")]) == '"""doc"""\nimport torch\n'
+
+
+# --------------------------------------------------------------- AMP001 x AMP002 x AMP503
+
+
+def test_fixes_of_several_rules_converge():
+    code = """
+        from torch.cuda.amp import autocast, custom_fwd
+        from torch.amp import custom_bwd
+        import torch
+
+        class F(torch.autograd.Function):
+            @staticmethod
+            @custom_fwd
+            def forward(ctx, x):
+                return x @ x
+
+            @staticmethod
+            @custom_bwd
+            def backward(ctx, g):
+                return g
+
+        with autocast(device_type="cuda", dtype=torch.bfloat16):
+            y = F.apply(x)
+        with autocast(dtype=torch.bfloat16):
+            z = F.apply(x)
+        """
+    rules = ("AMP001", "AMP002", "AMP503")
+    fixed = _fix(code, select=rules)
+    assert not _lint(fixed, select=rules)
+    assert '@torch.amp.custom_fwd(device_type="cuda")' in fixed
+    assert '@custom_bwd(device_type="cuda")' in fixed
+    assert 'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):' in fixed
+    assert 'with torch.amp.autocast("cuda", dtype=torch.bfloat16):' in fixed
+    again = _fix(fixed, select=rules)
+    assert again == fixed
+
+
+def test_amp001_leaves_device_type_calls_to_amp002():
+    source = _src('import torch\nwith torch.cuda.amp.autocast(device_type="cuda"):\n    pass\n')
+    assert [d.code for d in _lint(source, select=("AMP001", "AMP002"))] == ["AMP002"]
+
+
+def test_amp503_no_fix_when_name_is_ambiguous():
+    source = _src(
+        """
+        try:
+            from torch.amp import custom_bwd
+        except ImportError:
+            from torch.cuda.amp import custom_bwd
+        @custom_bwd
+        def backward(ctx, g):
+            return g
+        """
+    )
+    (d,) = _lint(source, select=("AMP503",))
+    assert d.fix is None and "custom_bwd() missing 1 required keyword-only argument: 'device_type'" in d.message
+    assert not _lint(source, select=("AMP001",))
+
+
+# --------------------------------------------------------------- the reference model
+
+
+def test_references_skip_strings_keywords_and_attributes():
+    ctx = _ctx(
+        """
+        import torch
+        from torch.cuda.amp import autocast
+        s = "torch.cuda.amp.autocast()"
+        f(autocast=1)
+        obj.autocast()
+        with autocast():
+            pass
+        """
+    )
+    spelled = [(ctx.code_for(r.node), r.use) for r in ctx.references()]
+    assert spelled == [("autocast", "call")]
+
+
+def test_references_are_version_gated_through_getattr_and_ifexp():
+    ctx = _ctx(
+        """
+        import torch
+        a = getattr(torch.amp, "GradScaler", torch.cuda.amp.GradScaler)
+        b = torch.amp.autocast if hasattr(torch, "amp") else torch.cuda.amp.autocast
+        c = torch.cuda.amp.GradScaler()
+        """
+    )
+    cuda = [(ctx.code_for(r.node), r.use, ctx.is_version_gated(r.path)) for r in ctx.references() if ".cuda." in ctx.code_for(r.node)]
+    assert cuda == [
+        ("torch.cuda.amp.GradScaler", "bare", True),
+        ("torch.cuda.amp.autocast", "bare", True),
+        ("torch.cuda.amp.GradScaler", "call", False),
+    ]
+
+
+def test_rebound_names():
+    ctx = _ctx("from torch.amp import custom_fwd\ncustom_fwd = wrap(custom_fwd)\ndef f(autocast): pass\n")
+    assert ctx.is_rebound("custom_fwd") and ctx.is_rebound("autocast") and not ctx.is_rebound("torch")
+
+
+def test_amp501_is_conditional_on_project_autocast(tmp_path):
+    from amplint import lint_paths
+
+    (tmp_path / "fn.py").write_text(
+        "import torch\nclass L(torch.autograd.Function):\n    @staticmethod\n"
+        "    def forward(ctx, x, w):\n        return x @ w\n"
+    )
+    def amp501():
+        # default selection: a file is read for project facts only when some
+        # selected rule's gate lets it through (engine.lint_file_source)
+        return [d for d in lint_paths([str(tmp_path)], Config()).diagnostics if d.code == "AMP501"]
+
+    assert not amp501()
+    (tmp_path / "train.py").write_text('import torch\nwith torch.autocast(device_type="cuda"):\n    y = model(x)\n')
+    found = amp501()
+    assert [(d.code, d.location.row) for d in found] == [("AMP501", 4)]
