@@ -124,7 +124,8 @@ def test_verify_end_to_end_json_and_tree_untouched(tmp_path):
     (tree / "pkg" / "ok.py").write_text(CLEAN)
     (tree / "pyproject.toml").write_text('[tool.amplint.verify]\ndevice = "cpu"\ntimeout = 120\n')
     before = _snapshot(tree)
-    proc = _amplint(["--verify", "--output-format", "json", str(tree)], cwd=str(tree))
+    # --no-cache: the linter's own cache lives beside pyproject.toml; this test is about the verifier
+    proc = _amplint(["--verify", "--no-cache", "--output-format", "json", str(tree)], cwd=str(tree))
     assert proc.returncode == 1, proc.stderr
     findings = json.loads(proc.stdout)
     assert [f["code"] for f in findings] == ["AMP101"]
