@@ -175,7 +175,8 @@ def _with_device(data: dict, device_type: str) -> dict:
 
 @pytest.fixture(scope="module")
 def cpu_runner():
-    with Runner(device="cpu", timeout=120) as runner:
+    # tests/ on the path: the memory test runs an experiment from test_verify_isolation.py
+    with Runner(device="cpu", timeout=120, extra_sys_path=[os.path.dirname(os.path.abspath(__file__))]) as runner:
         runner.start()
         yield runner
 
@@ -240,6 +241,17 @@ def test_refused_snippet_falls_back_and_writes_nothing(cpu_runner, tmp_path):
 def test_snippet_failing_both_ways_falls_back(cpu_runner):
     v = cpu_runner.run("AMP101", {"step_source": "scaler.scale(loss).backward()\nmodel.module.foo()\nscaler.step(opt)"})
     assert v["method"] == "experiment" and "with and without scaling" in v["evidence"]["snippet_skipped"]
+
+
+def test_cpu_worker_caps_its_memory(cpu_runner):
+    ev = cpu_runner.run("TEST", {}, target="test_verify_isolation:limits")["evidence"]
+    if not ev.get("as") or ev["as"][0] == "unlimited":
+        pytest.skip("no RLIMIT_AS here")
+    restarts = cpu_runner.restarts
+    v = cpu_runner.run("TEST", {"bytes": int(ev["as"][0])}, target="test_verify_isolation:hog")
+    assert v["verdict"] == "error" and "MemoryError" in v["reason"], v
+    assert cpu_runner.run("TEST", {}, target="test_verify_isolation:ok")["verdict"] == "confirmed"
+    assert cpu_runner.restarts == restarts  # a MemoryError is a verdict, not a crash
 
 
 # ------------------------------------------------------------------ snippet analysis (no worker)

@@ -42,6 +42,24 @@ def _protocol_stream():
     return proto
 
 
+def _watch_parent() -> None:
+    """Exit when the parent goes away (killed amplint): never outlive it, even mid-experiment."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                try:  # the worker leads its own process group: take its children along
+                    os.killpg(os.getpgid(0), 9)
+                finally:
+                    os._exit(1)
+
+    threading.Thread(target=watch, name="amplint-parent-watch", daemon=True).start()
+
+
 def _limit_resources(device_type: str) -> None:
     """No core files; cap the address space on CPU (CUDA maps huge virtual ranges, so not there)."""
     try:
@@ -137,6 +155,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--lazy", action="store_true", help="import torch only when an experiment needs it")
     args = parser.parse_args(argv)
     proto = _protocol_stream()
+    _watch_parent()
 
     def send(obj: Dict[str, Any]) -> None:
         proto.write(json.dumps(obj) + "\n")
