@@ -211,8 +211,9 @@ def test_numbers_in_evidence(cpu_runner):
     v = cpu_runner.run("AMP102", {})
     assert v["evidence"]["update_ratio"] == 65536.0
     assert v["evidence"]["error"]["message"] == "No inf checks were recorded prior to update."
-    v = cpu_runner.run("AMP303", {})
+    v = cpu_runner.run("AMP303", {"device": "cuda"})
     assert "unsafe to autocast" in v["evidence"]["error"]["message"]
+    assert v["evidence"]["ran_on"] == "cpu (the flagged code targets cuda)"
     assert "AutocastCUDA" in v["evidence"]["ran_under"]  # reached the CUDA kernel, not CPU autocast
 
 

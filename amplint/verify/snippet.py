@@ -346,6 +346,7 @@ ROLE_PATTERNS: List[Tuple[str, "re.Pattern[str]"]] = [
     ("model", _R(r"^(model|net|network|module|\w+_model|model_\w+|\w+_net)$")),
     ("scheduler", _R(r"^(scheduler|sched|lr_scheduler|\w+_scheduler)$")),
     ("params", _R(r"^(params|parameters|model_params|trainable_params|param_list)$")),
+    ("loader", _R(r"^(\w*loader|\w*_dl|dl|batches|train_data|train_iter)$")),
     ("x", _R(r"^(x|xb|inputs?|inp|images?|imgs?|data|features|src|batch_x)$")),
     ("y", _R(r"^(y|yb|targets?|labels?|batch_y|gt)$")),
     ("index", _R(r"^(i|j|step|it|itr|iter|iteration|idx|batch_idx|batch_index|micro_step|global_step|n_iter|iter_num|step_idx|batch_i|b_idx|cur_iter)$")),
@@ -679,6 +680,8 @@ def prepare_training(spec: TrainingSpec) -> Prepared:
     if "accum" in all_roles:
         assumed["accumulation steps"] = 2
     uses_index = "index" in all_roles or "accum" in all_roles
+    if "loss" in all_roles:
+        assumed["loss"] = "MSE of the tiny model on a fixed batch"
     return Prepared(tree, compile_statements(tree), free, roles, uses_index, assumed)
 
 
@@ -811,6 +814,7 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
                 "device": lab.device,
                 "dtype": spec.dtype if spec.dtype is not None else torch.float32,
                 "sink": Sink(),
+                "loader": [lab.batch(j) for j in range(lab.ACCUM)],
             }[role]
 
         def bind(roles: Dict[str, Any], k: int, x: Any, y: Any, loss: Any, label: str) -> Dict[str, Any]:

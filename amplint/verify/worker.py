@@ -138,10 +138,14 @@ def run_one(lab: Any, request: Dict[str, Any]) -> Dict[str, Any]:
     finally:
         lab.end()
     out = dict(result)
+    env = lab.env()
+    if data.get("device") == "cuda" and env.get("device_type") == "cpu" and out.get("verdict") in VERDICTS[:2]:
+        # honest about where it ran: the verdict is about behaviour CPU and CUDA share
+        out.setdefault("evidence", {})["ran_on"] = "cpu (the flagged code targets cuda)"
     out.setdefault("method", "experiment")
     out.setdefault("evidence", {})
     out.setdefault("dtype", data.get("dtype"))
-    out.update(lab.env())
+    out.update(env)
     out["experiment"] = code
     out["seed"] = seed
     out["duration_s"] = round(time.perf_counter() - start, 3)

@@ -24,6 +24,14 @@ class ScalingResult:
     notes: Dict[str, Any] = field(default_factory=dict)
 
     @property
+    def dtype(self) -> Any:
+        """The autocast dtype the loss really ran in: the lab computes `loss` (canonical runs, or a
+        slice reading a free `loss`) under `spec.dtype`; a slice computing its own loss decides itself."""
+        if self.method == "experiment" or "loss" in self.prepared.assumed:
+            return self.spec.dtype or "fp32"
+        return None
+
+    @property
     def scale(self) -> float:
         return self.enabled.init_scale
 
@@ -57,8 +65,9 @@ class ScalingResult:
     def base_evidence(self, lab: Any) -> Dict[str, Any]:
         ev: Dict[str, Any] = {"loss_scale": lab.num(self.scale)}
         ev.update(self.notes)
-        if self.prepared.assumed and self.method == "snippet":
-            ev["assumed"] = dict(self.prepared.assumed)
+        assumed = {k: v for k, v in self.prepared.assumed.items() if k != "loss"}
+        if assumed and self.method == "snippet":
+            ev["assumed"] = assumed
         return ev
 
 

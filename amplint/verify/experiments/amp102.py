@@ -46,7 +46,7 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     )
     if err:
         ev["error"] = err
-    dtype = res.spec.dtype or "fp32"
+    dtype = res.dtype
     big = ratio is not None and ratio >= 2.0
     if big or err:
         parts = []
@@ -81,7 +81,7 @@ def _unscaled(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     )
     if e.exception:
         ev["error"] = e.exception
-    dtype = res.spec.dtype or "fp32"
+    dtype = res.dtype
     if e.nonfinite_params:
         return lab.confirmed(
             f"the overflowed step was applied: {e.nonfinite_params} parameters became inf/NaN "

@@ -86,7 +86,7 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     )
     if err:
         ev["error"] = err
-    dtype = res.spec.dtype or "fp32"
+    dtype = res.dtype
     if err:
         return lab.confirmed(
             f"micro-batch {err.get('iteration', 0) + 1} of {res.spec.iterations} raised {describe_error(err)}", ev, method=res.method, dtype=dtype
