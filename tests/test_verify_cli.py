@@ -134,3 +134,26 @@ def test_verify_end_to_end_json_and_tree_untouched(tmp_path):
     assert v["device"] == "cpu"  # from [tool.amplint.verify]
     assert v["evidence"]["ratio"] == 65536.0 and v["torch"] and v["seed"] == 0 and "duration_s" in v
     assert _snapshot(tree) == before, "amplint --verify changed the linted tree"
+
+
+def _verified_diagnostic() -> Diagnostic:
+    return Diagnostic(
+        code="AMP101",
+        name="clip-grad-before-unscale",
+        message="gradient clipping on scaled gradients",
+        severity=Severity.ERROR,
+        filename="train.py",
+        location=Location(8, 5),
+        end_location=Location(8, 60),
+        verification={"verdict": "confirmed", "method": "snippet", "evidence": {"ratio": 65536.0, "x": "inf"}, "device": "cpu"},
+    )
+
+
+def test_json_and_sarif_carry_the_verification():
+    d = _verified_diagnostic()
+    assert json.loads(renderer("json")([d]))[0]["verification"]["evidence"]["ratio"] == 65536.0
+    sarif = json.loads(renderer("sarif")([d]))
+    assert sarif["runs"][0]["results"][0]["properties"]["verification"]["verdict"] == "confirmed"
+    from tests.test_report_formats import _validate
+
+    _validate(sarif)
