@@ -136,7 +136,10 @@ def run_one(lab: Any, request: Dict[str, Any]) -> Dict[str, Any]:
         tb = traceback.format_exc(limit=-3)
         result = lab.error(f"experiment failed: {type(exc).__name__}: {str(exc)[:300]}", traceback=tb[-1500:])
     finally:
-        lab.end()
+        try:
+            lab.end()
+        except Exception as exc:  # noqa: BLE001 - e.g. a CUDA error surfacing at synchronize
+            result = lab.error(f"the device failed after the experiment: {type(exc).__name__}: {str(exc)[:300]}")
     out = dict(result)
     env = lab.env()
     if data.get("device") == "cuda" and env.get("device_type") == "cpu" and out.get("verdict") in VERDICTS[:2]:
