@@ -178,30 +178,6 @@ def main(
     raise click.exceptions.Exit(EXIT_CLEAN)
 
 
-def _verify_settings(config: Config, device: Optional[str], timeout: Optional[float]) -> Tuple[str, float]:
-    """Checked before linting, so a missing torch or a bad flag fails fast (exit 2)."""
-    from .verify import INSTALL_HINT, VerifyError, torch_available, validate_device
-
-    if not torch_available():
-        raise ConfigError(INSTALL_HINT)
-    timeout = config.verify_timeout if timeout is None else timeout
-    if timeout <= 0:
-        raise ConfigError("--verify-timeout must be a positive number of seconds")
-    try:
-        return validate_device(device or config.verify_device), float(timeout)
-    except VerifyError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _verify(diagnostics, device: str, timeout: float) -> None:
-    from .verify import VerifyError, verify_diagnostics
-
-    try:
-        verify_diagnostics(diagnostics, device=device, timeout=timeout)
-    except VerifyError as exc:
-        raise fail(str(exc))
-
-
 def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fixes: bool, statistics: bool, exit_zero: bool, stdin: bool) -> int:
     """Print what `--fix` / `--diff` did; returns the exit code."""
     from .report import renderer
@@ -228,6 +204,28 @@ def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fi
     if outcome.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if outcome.diagnostics and not exit_zero else EXIT_CLEAN
+def _verify_settings(config: Config, device: Optional[str], timeout: Optional[float]) -> Tuple[str, float]:
+    """Checked before linting, so a missing torch or a bad flag fails fast (exit 2)."""
+    from .verify import INSTALL_HINT, VerifyError, torch_available, validate_device
+
+    if not torch_available():
+        raise ConfigError(INSTALL_HINT)
+    timeout = config.verify_timeout if timeout is None else timeout
+    if timeout <= 0:
+        raise ConfigError("--verify-timeout must be a positive number of seconds")
+    try:
+        return validate_device(device or config.verify_device), float(timeout)
+    except VerifyError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _verify(diagnostics, device: str, timeout: float) -> None:
+    from .verify import VerifyError, verify_diagnostics
+
+    try:
+        verify_diagnostics(diagnostics, device=device, timeout=timeout)
+    except VerifyError as exc:
+        raise fail(str(exc))
 
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Config:
