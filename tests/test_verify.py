@@ -128,6 +128,16 @@ CASES = [
     # AMP105
     ("105-fp16", "AMP105", {"dtype": "fp16"}, "confirmed", "experiment"),
     ("105-bf16", "AMP105", {"dtype": "bf16"}, "not-reproduced", "experiment"),
+    # AMP106
+    ("106-fp16", "AMP106", {"optimizer": "opt", "module": "model"}, "confirmed", "experiment"),
+    ("106-bf16", "AMP106", {"dtype": "bf16"}, "not-reproduced", "experiment"),
+    # AMP107
+    ("107-fp16", "AMP107", {"where": "train_one_epoch"}, "confirmed", "experiment"),
+    ("107-bf16", "AMP107", {"dtype": "bf16"}, "not-reproduced", "experiment"),
+    # AMP203
+    ("203-linear", "AMP203", {"op": "linear", "device": "cpu", "dtype": "bf16"}, "confirmed", "experiment"),
+    ("203-conv2d", "AMP203", {"op": "conv2d", "device": None, "dtype": "fp16"}, "confirmed", "experiment"),
+    ("203-cpu-unlisted", "AMP203", {"op": "addmv", "device": "cpu", "dtype": "bf16"}, "not-reproduced", "experiment"),
     # AMP201
     ("201-sgd", "AMP201", {"optimizer_class": "SGD", "lr": 0.1}, "confirmed", "experiment"),
     ("201-no-class", "AMP201", {"optimizer": "opt", "subject": "model"}, "confirmed", "experiment"),
@@ -211,6 +221,9 @@ def test_numbers_in_evidence(cpu_runner):
     v = cpu_runner.run("AMP102", {})
     assert v["evidence"]["update_ratio"] == 65536.0
     assert v["evidence"]["error"]["message"] == "No inf checks were recorded prior to update."
+    v = cpu_runner.run("AMP203", {"op": "addmv", "device": "cuda"})
+    if v["device"] == "cpu":  # only the CUDA list lowers addmv: never claimed from a CPU run
+        assert (v["verdict"], v["reason"]) == ("inconclusive", "needs CUDA")
     v = cpu_runner.run("AMP303", {"device": "cuda"})
     assert "unsafe to autocast" in v["evidence"]["error"]["message"]
     assert v["evidence"]["ran_on"] == "cpu (the flagged code targets cuda)"
@@ -316,7 +329,7 @@ def cuda_runner():
 
 
 # verdicts that must not change on CUDA (the others only must not be `error`)
-_CUDA_STABLE = {"AMP001", "AMP002", "AMP101", "AMP102", "AMP103", "AMP104", "AMP301", "AMP303", "AMP401", "AMP501", "AMP503"}
+_CUDA_STABLE = {"AMP001", "AMP002", "AMP101", "AMP102", "AMP103", "AMP104", "AMP106", "AMP301", "AMP303", "AMP401", "AMP501", "AMP503"}
 
 
 @pytest.mark.cuda
