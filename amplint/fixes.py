@@ -107,9 +107,13 @@ def apply_edits(source: str, edits: Iterable[Edit]) -> str:
 def parses(source: str) -> bool:
     import libcst as cst
 
+    from .engine import run_guarded, too_deep
+
+    if too_deep(source) is not None:
+        return False
     try:
-        cst.parse_module(source)
-    except (cst.ParserSyntaxError, RecursionError):
+        run_guarded(cst.parse_module, source)  # a big stack: libcst recursion never kills the process
+    except (cst.ParserSyntaxError, RecursionError, MemoryError):
         return False
     return True
 
