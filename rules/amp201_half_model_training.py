@@ -88,7 +88,8 @@ class HalfModelTraining(Rule):
     name = "half-model-training"
     severity = Severity.WARNING
     message = "optimizer updates an fp16 model without fp32 master weights"
-    triggers = ("half", "float16")
+    triggers = ("half", "Half", "float16", "fp16")
+    requires = (("optim", "Optim", "OPTIM"),)  # an optimizer class (its module path says optim)
     facts = ("§0.12", "§6.4")
 
     VALID = [

@@ -1,7 +1,6 @@
 """AMP202 backward-inside-autocast."""
 from __future__ import annotations
 
-import re
 
 from typing import Iterator
 
@@ -76,8 +75,8 @@ class BackwardInsideAutocast(Rule):
     name = "backward-inside-autocast"
     severity = Severity.WARNING
     message = "backward pass inside an autocast region"
-    triggers = ("backward",)
-    gate_regex = re.compile(r"autocast")  # a finding needs an autocast region in the file
+    triggers = ("autocast",)  # a region in this file (every region is an autocast call)
+    requires = (("backward",),)
     facts = ("§1.1", "§5")
 
     VALID = [

@@ -103,8 +103,11 @@ def test_text_report_shows_one_verdict_line():
 
 
 def _snapshot(root):
+    """Every file and folder under root, except the linter's own cache (ruff keeps
+    one in the project too; the claim here is about what the verifier writes)."""
     out = {}
     for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".amplint_cache"]
         for name in dirs + files:
             path = os.path.join(folder, name)
             if os.path.isfile(path):
@@ -124,7 +127,8 @@ def test_verify_end_to_end_json_and_tree_untouched(tmp_path):
     (tree / "pkg" / "ok.py").write_text(CLEAN)
     (tree / "pyproject.toml").write_text('[tool.amplint.verify]\ndevice = "cpu"\ntimeout = 120\n')
     before = _snapshot(tree)
-    proc = _amplint(["--verify", "--output-format", "json", str(tree)], cwd=str(tree))
+    # --no-cache: the linter's own cache lives beside pyproject.toml; this test is about the verifier
+    proc = _amplint(["--verify", "--no-cache", "--output-format", "json", str(tree)], cwd=str(tree))
     assert proc.returncode == 1, proc.stderr
     findings = json.loads(proc.stdout)
     assert [f["code"] for f in findings] == ["AMP101"]
@@ -133,3 +137,26 @@ def test_verify_end_to_end_json_and_tree_untouched(tmp_path):
     assert v["device"] == "cpu"  # from [tool.amplint.verify]
     assert v["evidence"]["ratio"] == 65536.0 and v["torch"] and v["seed"] == 0 and "duration_s" in v
     assert _snapshot(tree) == before, "amplint --verify changed the linted tree"
+
+
+def _verified_diagnostic() -> Diagnostic:
+    return Diagnostic(
+        code="AMP101",
+        name="clip-grad-before-unscale",
+        message="gradient clipping on scaled gradients",
+        severity=Severity.ERROR,
+        filename="train.py",
+        location=Location(8, 5),
+        end_location=Location(8, 60),
+        verification={"verdict": "confirmed", "method": "snippet", "evidence": {"ratio": 65536.0, "x": "inf"}, "device": "cpu"},
+    )
+
+
+def test_json_and_sarif_carry_the_verification():
+    d = _verified_diagnostic()
+    assert json.loads(renderer("json")([d]))[0]["verification"]["evidence"]["ratio"] == 65536.0
+    sarif = json.loads(renderer("sarif")([d]))
+    assert sarif["runs"][0]["results"][0]["properties"]["verification"]["verdict"] == "confirmed"
+    from tests.test_report_formats import _validate
+
+    _validate(sarif)
