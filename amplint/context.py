@@ -57,8 +57,11 @@ class AutocastRegion:
     """A stretch of code that runs under an autocast context.
 
     device: "cuda" | "cpu" | ... | None (decided at run time)
-    dtype: "fp16" | "bf16" | None (decided at run time); the device default
-           when the call omits it.
+    dtype: "fp16" | "bf16" | "fp32" | None (decided at run time); the device default
+           when the call omits it. "fp32" (an explicit `dtype=torch.float32`):
+           CUDA autocast then runs its lower-precision list in fp32 and CPU
+           autocast disables itself [amp-facts §1.1], so nothing runs in low
+           precision, but the region is still entered (CUDA's BCE ban applies).
     enabled: True | False | None (decided at run time, e.g. `enabled=args.amp`)
     """
 
@@ -1107,7 +1110,7 @@ def _parse_autocast(
             dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
         else:
             d = ctx.dtype_of(dtype_node)
-            dtype = d if d in ("fp16", "bf16") else None
+            dtype = d if d in ("fp16", "bf16", "fp32") else None
         if enabled_node is None:
             enabled: Optional[bool] = True
         else:
