@@ -1,6 +1,7 @@
 """AMP002 cuda-autocast-device-type."""
 from __future__ import annotations
 
+import re
 from typing import Iterator, List, Optional
 
 import libcst as cst
@@ -70,7 +71,9 @@ class CudaAutocastDeviceType(Rule):
     name = "cuda-autocast-device-type"
     severity = Severity.ERROR
     message = "torch.cuda.amp.autocast has no device_type parameter"
-    triggers = ("device_type",)
+    # the deprecated class is spelled through torch.cuda.amp / torch.cpu.amp / `from torch.cuda import amp`
+    triggers = ("cuda.amp", "cpu.amp", "import amp")
+    gate_regex = re.compile(r"device_type")
     facts = ("§3", "§8")
 
     VALID = [

@@ -388,6 +388,6 @@ def test_amp501_is_conditional_on_project_autocast(tmp_path):
         return [d for d in lint_paths([str(tmp_path)], Config()).diagnostics if d.code == "AMP501"]
 
     assert not amp501()
-    (tmp_path / "train.py").write_text('import torch\nwith torch.autocast(device_type="cuda"):\n    y = model(x)\n')
+    (tmp_path / "train.py").write_text("import torch\nwith torch.cuda.amp.autocast():\n    y = model(x)\n")
     found = amp501()
     assert [(d.code, d.location.row) for d in found] == [("AMP501", 4)]
