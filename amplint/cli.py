@@ -39,7 +39,9 @@ class _Command(click.Command):
 
     def main(self, *args, **kwargs):  # type: ignore[override]
         try:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+            # click >= 8.2 returns an Exit's code instead of raising it when standalone_mode=False
+            sys.exit(rv if isinstance(rv, int) else EXIT_CLEAN)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
@@ -70,6 +72,20 @@ class _Command(click.Command):
 @click.option("--stdin-filename", default=None, help="The file name to report for '-' (stdin).")
 @click.option("--torch-version", default=None, help="The oldest torch the project supports (for fixes).")
 @click.option("--precision", type=click.Choice(["auto", "fp16", "bf16"]), default=None, help="Override the project's precision guess.")
+@click.option("--fix/--no-fix", default=False, help="Apply safe fixes in place.")
+@click.option("--unsafe-fixes/--no-unsafe-fixes", default=False, help="Also apply (and mark [*]) fixes that need review.")
+@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff and write nothing (exit 1 when there is a diff).")
+@click.option("--show-fixes", is_flag=True, help="With --fix: list what was fixed, per file and code.")
+@click.option("--statistics", is_flag=True, help="Print how many findings each code has instead of the findings.")
+@click.option("--show-files", is_flag=True, help="Print the files that would be linted, then exit.")
+@click.option("--respect-gitignore/--no-respect-gitignore", default=None, help="Skip files .gitignore ignores (default: on).")
+@click.option("--force-exclude/--no-force-exclude", default=None, help="Apply exclude globs to files named on the command line too (for pre-commit).")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Processes to lint with (default: the number of cores; 0 or 1: this process only).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None, envvar="AMPLINT_CACHE_DIR", help="Where to keep the cache (default: .amplint_cache beside pyproject.toml, or in the current folder; env AMPLINT_CACHE_DIR).")
+@click.option("--verify", is_flag=True, help="Run each finding's experiment in a torch subprocess and report a verdict.")
+@click.option("--device", default=None, metavar="DEVICE", help="Device for --verify: auto (prefers CUDA), cpu, cuda or cuda:N.")
+@click.option("--verify-timeout", type=float, default=None, metavar="S", help="Seconds each --verify experiment may run (default 60).")
 @click.version_option(__version__, "--version", prog_name="amplint", message="%(prog)s %(version)s")
 def main(
     paths: Tuple[str, ...],
@@ -84,6 +100,20 @@ def main(
     stdin_filename: Optional[str],
     torch_version: Optional[str],
     precision: Optional[str],
+    fix: bool = False,
+    unsafe_fixes: bool = False,
+    diff: bool = False,
+    show_fixes: bool = False,
+    statistics: bool = False,
+    show_files: bool = False,
+    respect_gitignore: Optional[bool] = None,
+    force_exclude: Optional[bool] = None,
+    jobs: Optional[int] = None,
+    no_cache: bool = False,
+    cache_dir: Optional[str] = None,
+    verify: bool = False,
+    device: Optional[str] = None,
+    verify_timeout: Optional[float] = None,
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
     if explain is not None:
@@ -105,21 +135,119 @@ def main(
             extend_select=_codes(extend_select),
             torch_version=parse_torch_version(torch_version, "--torch-version") if torch_version else None,
             precision=precision,
+            respect_gitignore=respect_gitignore,
+            force_exclude=force_exclude,
         )
         from .engine import known_codes
 
         # validate selectors given on the command line
         config.selected_codes(known_codes(), known_codes())
-        diagnostics = _run(targets, config, stdin_filename)
+        verify_settings = _verify_settings(config, device, verify_timeout) if verify else None
+        if show_files:
+            from .discovery import discover
+
+            for path in discover(targets, config):
+                click.echo(path)
+            raise click.exceptions.Exit(EXIT_CLEAN)
+        if fix or diff:
+            from .fixer import fix_paths, fix_stdin
+
+            if "-" in targets:
+                if len(targets) > 1:
+                    raise ConfigError("'-' (stdin) cannot be combined with other paths")
+                outcome = fix_stdin(sys.stdin.read(), stdin_filename or "-", config, unsafe_fixes)
+            else:
+                from .parallel import default_jobs
+
+                outcome = fix_paths(
+                    targets,
+                    config,
+                    unsafe_fixes,
+                    write=not diff,
+                    jobs=default_jobs() if jobs is None else max(jobs, 1),
+                    cache_dir=None if no_cache else (cache_dir or ""),
+                )
+            raise click.exceptions.Exit(_report_fixes(outcome, output_format, unsafe_fixes, diff, show_fixes, statistics, exit_zero, "-" in targets))
+        diagnostics = _run(targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""))
     except ConfigError as exc:
         raise fail(str(exc))
+    if verify_settings is not None:
+        _verify(diagnostics, *verify_settings)
 
     from .report import renderer
 
-    click.echo(renderer(output_format)(diagnostics), nl=False)
+    if statistics:
+        from .report.statistics import render as render_statistics
+
+        click.echo(render_statistics(diagnostics, unsafe_fixes=unsafe_fixes, output_format=output_format), nl=False)
+    else:
+        click.echo(renderer(output_format)(diagnostics, unsafe_fixes=unsafe_fixes), nl=False)
+    if _internal_errors(diagnostics):
+        raise click.exceptions.Exit(EXIT_ERROR)
     if diagnostics and not exit_zero:
         raise click.exceptions.Exit(EXIT_FINDINGS)
     raise click.exceptions.Exit(EXIT_CLEAN)
+
+
+def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fixes: bool, statistics: bool, exit_zero: bool, stdin: bool) -> int:
+    """Print what `--fix` / `--diff` did; returns the exit code."""
+    from .report import renderer
+    from .report.text import fixes_summary
+
+    for error in outcome.errors:
+        click.echo(f"amplint: error: {error}", err=True)
+    fixed = outcome.fixed_count
+    if diff:
+        click.echo("".join(c.diff for c in outcome.changes), nl=False)
+        click.echo(f"Would fix {fixed} error{'s' if fixed != 1 else ''}." if fixed else "No errors would be fixed.", err=True)
+        return EXIT_FINDINGS if outcome.changes and not exit_zero else (EXIT_ERROR if outcome.errors else EXIT_CLEAN)
+    if stdin:  # the fixed text goes to stdout, the report to stderr
+        click.echo(outcome.output or "", nl=False)
+    if statistics:
+        from .report.statistics import render as render_statistics
+
+        report = render_statistics(outcome.diagnostics, unsafe_fixes=unsafe, output_format=output_format)
+    else:
+        report = renderer(output_format)(outcome.diagnostics, fixed=fixed, unsafe_fixes=unsafe)
+    click.echo(report, nl=False, err=stdin)
+    if show_fixes and output_format == "text":
+        click.echo(fixes_summary(outcome.changes), nl=False, err=stdin)
+    if outcome.errors or _internal_errors(outcome.diagnostics):
+        return EXIT_ERROR
+    return EXIT_FINDINGS if outcome.diagnostics and not exit_zero else EXIT_CLEAN
+def _verify_settings(config: Config, device: Optional[str], timeout: Optional[float]) -> Tuple[str, float]:
+    """Checked before linting, so a missing torch or a bad flag fails fast (exit 2)."""
+    from .verify import INSTALL_HINT, VerifyError, torch_available, validate_device
+
+    if not torch_available():
+        raise ConfigError(INSTALL_HINT)
+    timeout = config.verify_timeout if timeout is None else timeout
+    if timeout <= 0:
+        raise ConfigError("--verify-timeout must be a positive number of seconds")
+    try:
+        return validate_device(device or config.verify_device), float(timeout)
+    except VerifyError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _verify(diagnostics, device: str, timeout: float) -> None:
+    from .verify import VerifyError, verify_diagnostics
+
+    try:
+        verify_diagnostics(diagnostics, device=device, timeout=timeout)
+    except VerifyError as exc:
+        raise fail(str(exc))
+
+
+def _internal_errors(diagnostics) -> bool:
+    """An internal error (a rule crashed on a file) exits 2, like ruff: the run finished and
+    every finding is printed, but some file was not fully checked."""
+    from .engine import is_internal_error
+
+    n = sum(1 for d in diagnostics if is_internal_error(d))
+    if n:
+        click.echo(f"amplint: error: {n} internal error{'s' if n != 1 else ''} (see AMP000 internal-error above); please report {'them' if n != 1 else 'it'}", err=True)
+    return n > 0
 
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Config:
@@ -136,17 +264,27 @@ def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) ->
     return load_config(find_pyproject(real), known_codes())
 
 
-def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str]):
+def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None):
+    """cache_dir: None disables the cache; "" means the default place."""
     from .engine import lint_paths, lint_source
 
     if "-" in targets:
         if len(targets) > 1:
             raise ConfigError("'-' (stdin) cannot be combined with other paths")
         source = sys.stdin.read()
+        if stdin_filename and stdin_filename.lower().endswith(".ipynb"):
+            from .notebook import lint_notebook
+
+            return lint_notebook(source, stdin_filename, config)
         return lint_source(source, stdin_filename or "-", config)
-    result = lint_paths(targets, config)
+    from .parallel import default_jobs, open_cache
+
+    cache = open_cache(config, cache_dir or None) if cache_dir is not None else None
+    result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)
+    if cache is not None:
+        cache.save()
     return result.diagnostics
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    sys.exit(main())  # non-standalone click returns the exit code

@@ -57,6 +57,8 @@ class Config:
     verify_device: str = "auto"
     verify_timeout: float = 60.0
     root: Optional[str] = None  # folder of the pyproject.toml the config came from
+    respect_gitignore: bool = True  # skip what .gitignore / .git/info/exclude ignore when walking folders
+    force_exclude: bool = False  # apply exclude globs to files named on the command line too
 
     def selected_codes(self, known: Sequence[str], defaults: Sequence[str]) -> FrozenSet[str]:
         chosen = set(expand_codes(self.select, known)) if self.select else set(defaults)
@@ -120,6 +122,8 @@ _KEYS = {
     "torch-version": "string",
     "precision": "string",
     "verify": "verify",
+    "respect-gitignore": "bool",
+    "force-exclude": "bool",
 }
 _VERIFY_KEYS = {"device": "string", "timeout": "number"}
 
@@ -186,6 +190,10 @@ def config_from_table(table: Mapping[str, Any], known_codes: Sequence[str], root
                 expand_codes(codes, known_codes)
                 entries.append((pattern, tuple(codes)))
             kwargs[attr] = tuple(entries)
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{source}: {key!r} must be true or false")
+            kwargs[attr] = value
         elif key == "torch-version":
             kwargs[attr] = parse_torch_version(value, source)
         elif key == "precision":

@@ -31,6 +31,7 @@ from .config import Config
 from .diagnostics import Diagnostic, Fix, Location, Severity
 from .names import EMPTY, ImportTable, dotted_name
 from .project import FileFacts
+from .walk import own_hook, walk
 
 # --------------------------------------------------------------------------- data
 
@@ -133,6 +134,19 @@ class Assignment:
     path: Path
     region: Optional[AutocastRegion]
     unpacked: bool = False  # `a, b = value`: value is the whole right-hand side
+    statement: Optional[cst.CSTNode] = None  # the statement line holding the assignment
+
+
+@dataclass(eq=False)
+class MatMulInfo:
+    """An `a @ b` expression (autocast's `matmul`), placed like a call."""
+
+    node: cst.BinaryOperation
+    order: int
+    scope: Scope
+    path: Path
+    region: Optional[AutocastRegion]
+    statement: cst.CSTNode
 
 
 @dataclass(eq=False)
@@ -149,6 +163,8 @@ class LiteralInfo:
     path: Path
     region: Optional[AutocastRegion]
     statement: cst.CSTNode
+    #: the traversal order at the literal: calls/assignments before it have a smaller order
+    order: int = 0
 
 
 @dataclass(eq=False)
@@ -278,6 +294,42 @@ def call_chain(expr: cst.CSTNode) -> Iterator[cst.Call]:
             return
 
 
+_CAST_METHOD_DTYPES = {"half": "fp16", "bfloat16": "bf16", "float": "fp32", "double": "other", "long": "other", "int": "other", "bool": "other"}
+_FLOAT_FACTORIES = frozenset(
+    f"torch.{n}" for n in ("zeros", "ones", "empty", "rand", "randn", "eye", "linspace", "logspace")
+)
+_LIKE_FACTORIES = frozenset(
+    f"torch.{n}" for n in ("zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "full_like")
+)
+_DTYPE_KEEPING_FUNCTIONS = frozenset(
+    f"torch.{n}" for n in ("triu", "tril", "transpose", "unsqueeze", "squeeze", "reshape", "flatten", "clone", "masked_fill")
+)
+_DTYPE_KEEPING_METHODS = frozenset(
+    (
+        "view", "view_as", "reshape", "unsqueeze", "squeeze", "transpose", "permute", "t", "contiguous", "clone",
+        "detach", "expand", "expand_as", "repeat", "triu", "tril", "flatten", "masked_fill", "masked_fill_",
+        "fill_", "cuda", "cpu", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "abs", "neg",
+    )
+)
+_OTHER_DTYPES = frozenset(
+    (
+        "float64", "double", "int64", "long", "int32", "int", "int16", "short", "int8", "uint8", "bool",
+        "complex64", "complex128", "cfloat", "cdouble",
+    )
+)
+
+
+def _is_device_expr(ctx: "ModuleContext", node: cst.BaseExpression) -> bool:
+    """`"cuda"`, `device`, `self.device`, `x.device`, `torch.device(...)`: `.to(<this>)` keeps the dtype."""
+    s = literal_string(node)
+    if s is not None:
+        return s.split(":")[0] in ("cuda", "cpu", "xpu", "mps", "meta", "hpu", "xla")
+    if isinstance(node, cst.Call):
+        return bool(ctx.qualnames(node.func) & {"torch.device"})
+    name = dotted_name(node)
+    return name is not None and name.rsplit(".", 1)[-1] in ("device", "dev", "rank", "local_rank")
+
+
 _VERSION_WORDS = ("hasattr", "__version__", "version", "getattr", "is_torch", "TORCH_")
 _IMPORT_ERRORS = ("ImportError", "AttributeError", "ModuleNotFoundError")
 
@@ -301,6 +353,7 @@ class ModuleContext:
         self.assignments: List[Assignment] = []
         self.regions: List[AutocastRegion] = []
         self.literals: List[LiteralInfo] = []
+        self.matmuls: List[MatMulInfo] = []
         self.scopes: List[Scope] = []
         self.classes: List[cst.ClassDef] = []
         self.dtype_refs: List[Tuple[str, cst.CSTNode]] = []  # ("fp16", node) for torch.float16 etc.
@@ -317,6 +370,10 @@ class ModuleContext:
         self._assignments_by_target: Dict[str, List[Assignment]] = {}
         self._references: Optional[List["Reference"]] = None
         self._rebound: FrozenSet[str] = frozenset()
+        self._autocast_ops: Optional[List["AutocastOp"]] = None
+        self._autocast_op_by_node: Dict[cst.CSTNode, "AutocastOp"] = {}
+        self._callers: Optional[Dict[int, List[CallInfo]]] = None
+        self._scopes_by_name: Optional[Dict[str, List[Scope]]] = None
 
     # ------------------------------------------------------------------ build
 
@@ -324,7 +381,7 @@ class ModuleContext:
     def build(cls, module: cst.Module, source: str, path: str = "<string>", config: Optional[Config] = None) -> "ModuleContext":
         ctx = cls(module, source, path, config)
         _collect_imports(ctx)
-        module.visit(_Collector(ctx))
+        walk(module, _Collector(ctx))
         for call in ctx.calls:
             for q in call.qualnames:
                 ctx._calls_by_qualname.setdefault(q, []).append(call)
@@ -362,6 +419,87 @@ class ModuleContext:
                 return d
         return None
 
+    def known_dtype(
+        self,
+        node: Optional[cst.CSTNode],
+        scope: Optional[Scope] = None,
+        before: Optional[int] = None,
+        statement: Optional[cst.CSTNode] = None,
+        _depth: int = 0,
+    ) -> Optional[str]:
+        """The floating dtype an expression visibly has: 'fp16' | 'bf16' | 'fp32' |
+        'other' (float64, integer, bool) | None (unknown).
+
+        Follows casts (`.half()`, `.float()`, `.to(torch.float16)`), factories
+        (`torch.zeros(n)` is the default fp32, `dtype=` wins, `*_like` inherit),
+        dtype-preserving methods (`view`, `triu`, `unsqueeze`, `to(device)`, ...)
+        and plain names assigned in `scope` before order `before` (every such
+        assignment must agree; the one in `statement` itself is ignored). It
+        assumes the default dtype is float32 and never guesses otherwise.
+        """
+        if node is None or _depth > 10:
+            return None
+        again = lambda n, b=before: self.known_dtype(n, scope, b, statement, _depth + 1)  # noqa: E731
+        if isinstance(node, cst.Call):
+            func = node.func
+            method = func.attr.value if isinstance(func, cst.Attribute) else None
+            qualnames = self.qualnames(func)
+            if method in _CAST_METHOD_DTYPES and not node.args and not qualnames:
+                return _CAST_METHOD_DTYPES[method]
+            dtype_arg = call_arg(node, None, "dtype")
+            if method in ("to", "type") and not qualnames:
+                for arg in node.args:
+                    if arg.keyword is None or arg.keyword.value == "dtype":
+                        d = self.dtype_kind(arg.value)
+                        if d is not None:
+                            return d
+                positional = [a.value for a in node.args if a.keyword is None]
+                if all(_is_device_expr(self, a) for a in positional):
+                    return again(func.value)
+                return None
+            if qualnames & _FLOAT_FACTORIES:
+                if dtype_arg is not None:
+                    return self.dtype_kind(dtype_arg)
+                return "fp32"
+            if qualnames & _LIKE_FACTORIES:
+                if dtype_arg is not None:
+                    return self.dtype_kind(dtype_arg)
+                return again(call_arg(node, 0, "input"))
+            if qualnames & _DTYPE_KEEPING_FUNCTIONS:
+                return again(call_arg(node, 0, "input"))
+            if method in _DTYPE_KEEPING_METHODS and not qualnames:
+                if method in ("new_zeros", "new_ones", "new_empty", "new_full", "new_tensor") and dtype_arg is not None:
+                    return self.dtype_kind(dtype_arg)
+                return again(func.value)
+            return None
+        if isinstance(node, cst.Subscript):
+            return again(node.value)
+        if isinstance(node, cst.Name) and scope is not None and before is not None:
+            found = [
+                a
+                for a in self.assignments_to(node.value, scope)
+                if a.scope is scope
+                and a.order < before
+                and not a.unpacked
+                and not (isinstance(statement, cst.SimpleStatementLine) and any(a.node is s for s in statement.body))
+            ]
+            if not found:
+                return None
+            dtypes = {again(a.value, a.order) for a in found}
+            return dtypes.pop() if len(dtypes) == 1 else None
+        return None
+
+    def dtype_kind(self, node: Optional[cst.CSTNode]) -> Optional[str]:
+        """`dtype_of`, plus 'other' for torch dtypes that are not fp16/bf16/fp32 (`torch.long`)."""
+        if node is None:
+            return None
+        d = self.dtype_of(node)
+        if d is not None:
+            return d
+        if any(q.startswith("torch.") and q.split(".", 1)[1] in _OTHER_DTYPES for q in self.qualnames(node)):
+            return "other"
+        return None
+
     # ------------------------------------------------------------------ queries
 
     def calls_to(self, *qualnames: str) -> List[CallInfo]:
@@ -396,6 +534,66 @@ class ModuleContext:
             if s.name == name and (cls is None or s.cls is cls):
                 return s
         return None
+
+    def callee(self, call: CallInfo) -> Optional[Scope]:
+        """The function defined in this file that `call` runs, if it can be told.
+
+        `self.m(...)` is the method `m` of the caller's class (or of another class
+        in the file when the caller's class has none: a base class); `f(...)` is a
+        function `f` nested in the caller, else a module-level one.
+        """
+        if self._scopes_by_name is None:
+            self._scopes_by_name = {}
+            for s in self.scopes:
+                self._scopes_by_name.setdefault(s.name, []).append(s)
+        if call.receiver_dotted == "self" and call.method:
+            own = call.scope.cls
+            methods = [s for s in self._scopes_by_name.get(call.method, ()) if s.cls is not None]
+            for s in methods:
+                if s.cls is own:
+                    return s
+            return methods[0] if len(methods) == 1 else None
+        if call.method is None and isinstance(call.node.func, cst.Name):
+            name = call.node.func.value
+            functions = [s for s in self._scopes_by_name.get(name, ()) if s.cls is None and not s.is_module]
+            scope: Optional[Scope] = call.scope
+            while scope is not None:
+                for s in functions:
+                    if s.parent is scope:
+                        return s
+                scope = scope.parent
+        return None
+
+    def reachable_events(self, scope: Scope, depth: int = 3) -> List[Event]:
+        """`scope`'s events followed by those of the functions it calls in this
+        file (through `call` events, `depth` levels deep, each function once)."""
+        out: List[Event] = []
+        seen = {id(scope)}
+        frontier = [scope]
+        for _ in range(depth + 1):
+            following: List[Scope] = []
+            for s in frontier:
+                for e in s.events:
+                    out.append(e)
+                    if e.kind == "call":
+                        target = self.callee(e.call)
+                        if target is not None and id(target) not in seen:
+                            seen.add(id(target))
+                            following.append(target)
+            frontier = following
+        return out
+
+    def callers(self, scope: Scope) -> List[CallInfo]:
+        """The calls in this file that run `scope` (as resolved by `callee`)."""
+        if self._callers is None:
+            self._callers = {}
+            for s in self.scopes:
+                for e in s.events:
+                    if e.kind == "call":
+                        target = self.callee(e.call)
+                        if target is not None:
+                            self._callers.setdefault(id(target), []).append(e.call)
+        return list(self._callers.get(id(scope), ()))
 
     def scaler(self, key: Optional[str]) -> Optional[ScalerInfo]:
         return self.scalers.get(key) if key else None
@@ -494,22 +692,53 @@ class ModuleContext:
 
 
 def _collect_imports(ctx: ModuleContext) -> None:
-    """Imports anywhere in the file (module level, functions, try/except)."""
+    """Imports anywhere in the file (module level, functions, classes, try/except).
 
-    class _Imports(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> bool:
-            ctx.imports.add_import(node)
-            return False
+    Imports are statements, so only statement bodies are walked; expressions
+    never hold them.
+    """
+    imports = ctx.imports
+    stack: List[cst.CSTNode] = [ctx.module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                if isinstance(small, cst.Import):
+                    imports.add_import(small)
+                elif isinstance(small, cst.ImportFrom):
+                    imports.add_import_from(small)
+            continue
+        for part in _statement_children(node):
+            stack.append(part)
 
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-            ctx.imports.add_import_from(node)
-            return False
 
-        # expressions never hold imports: skip them to keep the pass cheap
-        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-            return any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body)
+def _statement_children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The statements directly inside `node` (bodies, orelse, handlers, finally, cases)."""
+    out: List[cst.CSTNode] = []
+    body = getattr(node, "body", None)
+    if isinstance(body, (tuple, list)):
+        out.extend(body)
+    elif isinstance(body, cst.BaseSuite):
+        if isinstance(body, cst.IndentedBlock):
+            out.extend(body.body)
+        else:  # SimpleStatementSuite: `if x: import y`
+            out.append(cst.SimpleStatementLine(body=body.body))
+    for attr in ("orelse", "finalbody"):
+        extra = getattr(node, attr, None)
+        if extra is not None:
+            out.append(extra)
+    handlers = getattr(node, "handlers", None)
+    if handlers:
+        out.extend(handlers)
+    cases = getattr(node, "cases", None)
+    if cases:
+        out.extend(cases)
+    return out
 
-    ctx.module.visit(_Imports())
+
+_STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+#: per node type: (visit hook, leave hook, is a statement), looked up once per type
+_HOOKS: Dict[type, Tuple[Optional[object], Optional[object], bool]] = {}
 
 
 class _Collector(cst.CSTVisitor):
@@ -534,16 +763,34 @@ class _Collector(cst.CSTVisitor):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.stack.append(node)
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        hooks = _HOOKS.get(type(node))
+        if hooks is None:
+            hooks = self._hooks(node)
+        if hooks[2]:
             self._statements.append(self.statement)
             self.statement = node
-        return super().on_visit(node)
+        if hooks[0] is not None:
+            return hooks[0](self, node) is not False
+        return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
+        hooks = _HOOKS[type(original_node)]
+        if hooks[1] is not None:
+            hooks[1](self, original_node)
         self.stack.pop()
-        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        if hooks[2]:
             self.statement = self._statements.pop()
+
+    @staticmethod
+    def _hooks(node: cst.CSTNode) -> Tuple[Optional[object], Optional[object], bool]:
+        name = type(node).__name__
+        hooks = (
+            own_hook(_Collector, f"visit_{name}"),
+            own_hook(_Collector, f"leave_{name}"),
+            isinstance(node, _STATEMENT_TYPES),
+        )
+        _HOOKS[type(node)] = hooks
+        return hooks
 
     def _next(self) -> int:
         self.order += 1
@@ -762,10 +1009,17 @@ class _Collector(cst.CSTVisitor):
                 path=tuple(self.path),
                 region=self.region,
                 unpacked=unpacked,
+                statement=self.statement,
             )
         )
         if not unpacked and isinstance(value, cst.Call) and _parse_autocast(self.ctx, value, value, None):
             self._autocast_aliases[(id(self.scope), name)] = value
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.MatrixMultiply):
+            self.ctx.matmuls.append(
+                MatMulInfo(node, self._next(), self.scope, tuple(self.path), self.region, self.statement)
+            )
 
     def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
         qualnames = self.ctx.imports.qualnames(node)
@@ -826,6 +1080,7 @@ class _Collector(cst.CSTVisitor):
                 path=tuple(self.path),
                 region=self.region,
                 statement=self.statement,
+                order=self.order,
             )
         )
 
@@ -905,6 +1160,10 @@ def _is_grad_scaler(call: CallInfo) -> bool:
     )
 
 
+#: public: whether a call constructs a torch GradScaler (any import spelling)
+is_grad_scaler_call = _is_grad_scaler
+
+
 def _find_scalers(ctx: ModuleContext) -> None:
     def add(key: str, enabled: Optional[bool], device: Optional[str] = None, ctor: Optional[CallInfo] = None, param: bool = False) -> None:
         info = ctx.scalers.get(key)
@@ -968,10 +1227,11 @@ def _find_optimizers(ctx: ModuleContext) -> None:
                 continue
             q = info.qualname
             if q and torchapi.is_optimizer_class(q) and not a.unpacked:
-                fused = literal_bool(info.arg(None, "fused"))
+                fused_arg = info.arg(None, "fused")
                 opt = ctx.optimizers.setdefault(a.target, OptimizerInfo(key=a.target))
                 opt.qualname = q
-                opt.fused = bool(fused) if fused is not None or info.arg(None, "fused") is None else None
+                # absent: not fused; a literal: that; anything else: decided at run time
+                opt.fused = False if fused_arg is None else literal_bool(fused_arg)
                 opt.constructors.append(info)
             elif info.method == "prepare" or info.method in ("setup", "initialize", "setup_optimizers"):
                 # accelerate `prepare`, Fabric `setup`, DeepSpeed `initialize`: the framework owns scaling
@@ -1306,14 +1566,46 @@ def path_contains(outer: Path, inner: Path) -> bool:
 
 def exclusive(a: Path, b: Path) -> bool:
     """True when code at `a` and code at `b` never run in the same pass
-    (the body and the else of one `if`, or a try body and its handler)."""
+    (the body and the else of one `if`, or a try body and its handler), or
+    sit on opposite sides of two `if`s that test the same condition
+    (`if use_amp: ... else: ...` written twice, or `if c:` and `if not c:`)."""
     kinds_a = {id(f.node): f.kind for f in a}
     for f in b:
         other = kinds_a.get(id(f.node))
         if other is not None and other != f.kind:
             if {other, f.kind} == {"if", "else"} or {other, f.kind} == {"try-else", "except"}:
                 return True
+    for fa in a:
+        if fa.kind not in ("if", "else") or fa.test is None:
+            continue
+        for fb in b:
+            if fb.kind in ("if", "else") and fb.test is not None and fb.node is not fa.node:
+                if _opposite_tests(fa, fb):
+                    return True
     return False
+
+
+def _negated(test: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.expression
+    return None
+
+
+def _opposite_tests(fa: Frame, fb: Frame) -> bool:
+    """The two frames run under contradicting values of one condition
+    (the condition is assumed unchanged between the two `if`s)."""
+    ta, tb = fa.test, fb.test
+    flip = False
+    na, nb = _negated(ta), _negated(tb)
+    if na is not None and nb is None:
+        ta, flip = na, True
+    elif nb is not None and na is None:
+        tb, flip = nb, True
+    elif na is not None and nb is not None:
+        ta, tb = na, nb
+    if not ta.deep_equals(tb):
+        return False
+    return (fa.kind != fb.kind) != flip
 
 
 def precedes(a: Event, b: Event) -> bool:
@@ -1322,3 +1614,201 @@ def precedes(a: Event, b: Event) -> bool:
 
 def loops(path: Path) -> Sequence[Frame]:
     return [f for f in path if f.kind == "loop"]
+
+
+# --------------------------------------------------------------------------- autocast ops, casts, regions
+
+
+@dataclass(eq=False)
+class AutocastOp:
+    """A use of an op that autocast lists: a torch function, a Tensor method, a
+    call of a module whose forward is that op (`self.fc(x)` with
+    `self.fc = nn.Linear(...)`), or `a @ b`.
+
+    op: the aten name (`linear`, `matmul`...). Whether it runs in the
+    low-precision dtype depends on the device: `torchapi.runs_in_lower_precision`.
+    inputs: the expressions whose tensors it consumes.
+    """
+
+    node: cst.CSTNode
+    op: str
+    inputs: Tuple[cst.BaseExpression, ...]
+    scope: Scope
+    path: Path
+    region: Optional[AutocastRegion]
+    order: int
+    statement: cst.CSTNode
+
+
+def autocast_ops(ctx: ModuleContext) -> List[AutocastOp]:
+    """Every use of an autocast-listed op in the module, in source order (computed once)."""
+    if ctx._autocast_ops is None:
+        ops: List[AutocastOp] = []
+        for call in ctx.calls:
+            op = _call_op(ctx, call)
+            if op is not None:
+                ops.append(op)
+        for mm in ctx.matmuls:
+            ops.append(AutocastOp(mm.node, "matmul", (mm.node.left, mm.node.right), mm.scope, mm.path, mm.region, mm.order, mm.statement))
+        ops.sort(key=lambda o: o.order)
+        ctx._autocast_ops = ops
+        ctx._autocast_op_by_node = {o.node: o for o in ops}
+    return ctx._autocast_ops
+
+
+def autocast_op_of(ctx: ModuleContext, node: cst.CSTNode) -> Optional[AutocastOp]:
+    """The listed op `node` (a Call or `a @ b`) is, if any."""
+    autocast_ops(ctx)
+    return ctx._autocast_op_by_node.get(node)
+
+
+def _call_op(ctx: ModuleContext, call: CallInfo) -> Optional[AutocastOp]:
+    node = call.node
+    if any(a.keyword is not None and a.keyword.value == "out" for a in node.args):
+        return None  # `out=` calls are not autocast [amp-facts §1.1]
+    args = tuple(a.value for a in node.args if not a.star)
+
+    def make(op: str, inputs: Tuple[cst.BaseExpression, ...]) -> AutocastOp:
+        return AutocastOp(node, op, inputs, call.scope, call.path, call.region, call.order, call.statement)
+
+    for q in call.qualnames:
+        op = torchapi.AUTOCAST_OP_FUNCTIONS.get(q)
+        if op is not None:
+            return make(op, args)
+    if call.qualnames:
+        return None
+    if call.method in torchapi.AUTOCAST_OP_METHODS and call.receiver is not None:
+        return make(torchapi.AUTOCAST_OP_METHODS[call.method], (call.receiver, *args))
+    cls = module_class(ctx, node.func, call.scope)
+    if cls is not None and cls in torchapi.AUTOCAST_OP_MODULES:
+        positional = tuple(a.value for a in node.args if a.keyword is None and not a.star)
+        return make(torchapi.AUTOCAST_OP_MODULES[cls], positional)
+    return None
+
+
+#: methods that return the module they are called on (`nn.Linear(4, 4).to(device)`)
+_MODULE_CHAIN_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "train", "eval", "requires_grad_"})
+
+
+def constructed_class(ctx: ModuleContext, value: cst.CSTNode) -> Optional[str]:
+    """`torch.nn.Linear` for `nn.Linear(4, 4)` or `nn.Linear(4, 4).to(device)`."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and isinstance(value.func.value, cst.Call)
+        and value.func.attr.value in _MODULE_CHAIN_METHODS
+    ):
+        value = value.func.value
+    if isinstance(value, cst.Call):
+        return ctx.qualname(value.func)
+    return None
+
+
+def module_class(ctx: ModuleContext, expr: cst.CSTNode, scope: Scope) -> Optional[str]:
+    """The class of the object `expr` (`self.fc`, `lin`) names, when every
+    assignment to it in reach constructs the same class; else None."""
+    if isinstance(expr, cst.Call):
+        return constructed_class(ctx, expr)
+    dotted = dotted_name(expr)
+    if dotted is None:
+        return None
+    if dotted.startswith("self."):
+        candidates = ctx.assignments_to(dotted)
+    else:
+        candidates = [a for a in ctx.assignments_to(dotted) if a.scope is scope]
+        if not candidates:
+            if dotted in scope.params:
+                return None
+            candidates = [a for a in ctx.assignments_to(dotted) if a.scope.is_module]
+    classes = set()
+    for a in candidates:
+        cls = None if a.unpacked else constructed_class(ctx, a.value)
+        if cls is None:
+            return None
+        classes.add(cls)
+    return classes.pop() if len(classes) == 1 else None
+
+
+def fp32_cast(ctx: ModuleContext, node: cst.CSTNode) -> bool:
+    """`x.float()`, `x.to(torch.float32)`, `x.to(device, torch.float)`, `x.type(torch.float32)`."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    method = node.func.attr.value
+    if method == "float":
+        return not node.args
+    if method in ("to", "type"):
+        for arg in node.args:
+            if (arg.keyword is None or arg.keyword.value == "dtype") and not isinstance(arg.value, cst.SimpleString):
+                if ctx.dtype_of(arg.value) == "fp32":
+                    return True
+    return False
+
+
+def strip_views(ctx: ModuleContext, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """The tensor expression under dtype-preserving views: `h.transpose(1, 2)[0]` -> `h`."""
+    while True:
+        if (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in torchapi.DTYPE_PRESERVING_METHODS
+            and not any(ctx.dtype_of(a.value) for a in expr.args)  # `x.view(torch.float16)` reinterprets
+        ):
+            expr = expr.func.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT", "H", "mH"):
+            expr = expr.value
+        else:
+            return expr
+
+
+def active_region(region: Optional[AutocastRegion]) -> Optional[AutocastRegion]:
+    """The region whose autocast is in force at code inside `region`: the
+    innermost one that is not switched off by a nested `enabled=False` region
+    of its device. None when autocast is (or may be) off there; a disabled
+    region whose device is not known counts as switching everything off."""
+    disabled = set()
+    r = region
+    while r is not None:
+        if r.enabled is False:
+            if r.device is None:
+                return None
+            disabled.add(r.device)
+        elif r.device is None:
+            return None if disabled else r
+        elif r.device not in disabled:
+            return r
+        r = r.parent
+    return None
+
+
+def region_within(region: Optional[AutocastRegion], ancestor: AutocastRegion) -> bool:
+    """Whether `region` is `ancestor` or nested (lexically) inside it."""
+    r = region
+    while r is not None:
+        if r is ancestor:
+            return True
+        r = r.parent
+    return False
+
+
+def same_device(ctx: ModuleContext, a: AutocastRegion, b: AutocastRegion) -> bool:
+    """Whether two regions are known to autocast the same device: both literal
+    and equal, or both given by the same expression (`device_type=dev`)."""
+    if a.framework or b.framework:
+        return False
+    if a.device is not None or b.device is not None:
+        return a.device == b.device
+    da, db = call_arg(a.call, 0, "device_type"), call_arg(b.call, 0, "device_type")
+    return da is not None and db is not None and ctx.code_for(da) == ctx.code_for(db)
+
+
+def assignment_before(ctx: ModuleContext, name: str, scope: Scope, statement: cst.CSTNode, order: int) -> Optional[Assignment]:
+    """The last assignment to `name` in `scope` in an earlier statement than
+    `statement` (source order; loops are not unrolled)."""
+    found = None
+    for a in ctx.assignments_to(name):
+        if a.scope is scope and a.order < order and a.statement is not statement:
+            if found is None or a.order > found.order:
+                found = a
+    return found

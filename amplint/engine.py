@@ -7,24 +7,30 @@ on the order files come in.
 """
 from __future__ import annotations
 
-import fnmatch
 import io
 import os
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
 from .config import Config
 from .diagnostics import Diagnostic, Location, Severity
 from .project import FileFacts, ProjectFacts, condition_holds
 from .rule import Rule
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import Cache
+
 SYNTAX_ERROR_CODE = "AMP000"
 SYNTAX_ERROR_NAME = "syntax-error"
-PSEUDO_CODES = (SYNTAX_ERROR_CODE,)
+UNUSED_NOQA_CODE = "AMP900"  # see amplint/unused_noqa.py
+PSEUDO_CODES = (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE)
+#: pseudo-codes reported only when selected explicitly (`--extend-select AMP900`, `ALL`)
+OPT_IN_CODES = (UNUSED_NOQA_CODE,)
 
 PYTHON_SUFFIXES = (".py", ".pyi")
+
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
 
@@ -56,16 +62,18 @@ def known_codes() -> List[str]:
 
 
 def default_codes() -> List[str]:
-    from .registry import all_rules
+    from .registry import default_codes as rule_defaults
 
-    return [*PSEUDO_CODES, *(r.code for r in all_rules() if r.is_default())]
+    return [*(c for c in PSEUDO_CODES if c not in OPT_IN_CODES), *rule_defaults()]
 
 
 def selected_rules(config: Config) -> Tuple[FrozenSet[str], List[Type[Rule]]]:
-    from .registry import all_rules
+    """The selected codes and rules. The rules are `RuleSpec`s: they gate
+    without importing rule modules (and libcst) and stand in for the class."""
+    from .registry import select_specs
 
     codes = config.selected_codes(known_codes(), default_codes())
-    return codes, [r for r in all_rules() if r.code in codes]
+    return codes, select_specs(codes)  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------ one source
@@ -83,9 +91,131 @@ def decode_source(data: bytes) -> str:
 def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
     """Lint one file's text; conditional diagnostics are returned unresolved."""
     result = FileResult(path=path)
-    active = [r for r in rules if r.passes_gate(source)]
+    from .registry import passing
+
+    active = passing(rules, source)
     if not active:
+        if UNUSED_NOQA_CODE in codes:
+            result.diagnostics = _unused_noqa([], source, path, config, codes)
         return result
+    deep = too_deep(source)  # in this thread: the recursion limit Python runs the file with
+    if deep is not None:
+        if SYNTAX_ERROR_CODE in codes:
+            result.diagnostics.append(syntax_error(path, deep[0], 1, deep[1]))
+        return result
+    diagnostics = run_guarded(_parse_and_check, source, path, config, active, codes, result)
+    if diagnostics is None:
+        return result
+    ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
+    diagnostics = [d for d in diagnostics if d.code not in ignored]
+    result.diagnostics.extend(apply_noqa(diagnostics, source))
+    if UNUSED_NOQA_CODE in codes:
+        result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
+    return result
+
+
+# ------------------------------------------------------------------ never crash
+#
+# A linter in pre-commit sees every file a repository holds. Three guards keep
+# one file from taking down the run:
+#  1. CPython's own parser (C, several times faster than libcst) first rejects
+#     nesting Python itself cannot run ("too many nested parentheses",
+#     RecursionError/MemoryError while building the tree): libcst's native
+#     parser would overflow the C stack and kill the process on such input.
+#  2. libcst and the AMP model run in a thread with a large stack and a higher
+#     recursion limit, so legitimately deep code (long `a and b and ...`
+#     chains, which CPython keeps flat but libcst nests) parses; what is
+#     still too deep raises RecursionError, reported as AMP000.
+#  3. Every rule runs in its own try: a bug in one rule on one file becomes an
+#     `AMP000 internal-error` diagnostic naming the rule and the exception, and
+#     the other rules and files go on. The CLI exits 2 when any occurred.
+
+INTERNAL_ERROR_NAME = "internal-error"
+REPORT_URL = "https://github.com/amplint/amplint/issues"
+_STACK_SIZE = 512 * 1024 * 1024  # reserved address space, committed only as used
+_RECURSION_LIMIT = 20_000
+_TOO_DEEP = ("too many nested parentheses", "too many levels of indentation")
+
+
+def too_deep(source: str) -> Optional[Tuple[int, str]]:
+    """(row, reason) when CPython itself cannot parse `source` for its nesting."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences and the like
+            ast.parse(source)
+    except (RecursionError, MemoryError):
+        return 1, "file is nested too deeply to parse (Python's own parser gives up on it too)"
+    except SyntaxError as exc:
+        msg = str(exc.msg or "")
+        if any(t in msg for t in _TOO_DEEP):
+            return exc.lineno or 1, f"SyntaxError: {msg}"
+    except (ValueError, TypeError):  # NUL bytes: libcst reports them
+        pass
+    return None
+
+
+def run_guarded(fn, *args):
+    """`fn(*args)` on a thread with a large stack and recursion limit (see above)."""
+    import sys
+    import threading
+
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    try:
+        previous_size = threading.stack_size(_STACK_SIZE)
+    except (ValueError, RuntimeError):  # platform without settable stacks
+        return fn(*args)
+    previous_limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(max(previous_limit, _RECURSION_LIMIT))
+        thread = threading.Thread(target=target, name="amplint-lint", daemon=True)
+        thread.start()
+    finally:
+        threading.stack_size(previous_size)
+    try:
+        thread.join()
+    finally:
+        sys.setrecursionlimit(previous_limit)
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def internal_error(path: str, where: str, exc: BaseException) -> Diagnostic:
+    text = str(exc).replace("\n", " ").strip()
+    if len(text) > 200:
+        text = text[:197] + "..."
+    return Diagnostic(
+        code=SYNTAX_ERROR_CODE,
+        name=INTERNAL_ERROR_NAME,
+        message=(
+            f"internal error in {where}: {type(exc).__name__}{': ' + text if text else ''}; "
+            f"this file was not fully checked, please report it at {REPORT_URL}"
+        ),
+        severity=Severity.ERROR,
+        filename=path,
+        location=Location(1, 1),
+        end_location=Location(1, 1),
+        noqa_row=None,
+    )
+
+
+def is_internal_error(d: Diagnostic) -> bool:
+    return d.code == SYNTAX_ERROR_CODE and d.name == INTERNAL_ERROR_NAME
+
+
+def _parse_and_check(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> Optional[List[Diagnostic]]:
+    """Parse, build the AMP model and run `active` rules; None when the file could not be analysed
+    (the reason is then in `result.diagnostics`)."""
     import libcst as cst
 
     from .context import ModuleContext
@@ -95,21 +225,45 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
     except cst.ParserSyntaxError as exc:
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, exc.raw_line, exc.raw_column + 1, f"SyntaxError: {exc.message}"))
-        return result
-    except RecursionError:
+        return None
+    except (RecursionError, MemoryError):
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, 1, 1, "file is nested too deeply to parse"))
-        return result
+        return None
+    except Exception as exc:  # libcst itself failed on input it should handle
+        result.diagnostics.append(internal_error(path, "the parser (libcst)", exc))
+        return None
     result.parsed = True
-    ctx = ModuleContext.build(module, source, path, config)
+    try:
+        ctx = ModuleContext.build(module, source, path, config)
+    except RecursionError:
+        if SYNTAX_ERROR_CODE in codes:
+            result.diagnostics.append(syntax_error(path, 1, 1, "file is nested too deeply to analyse"))
+        return None
+    except Exception as exc:
+        result.diagnostics.append(internal_error(path, "the AMP model (context.py)", exc))
+        return None
     result.facts = ctx.facts
     diagnostics: List[Diagnostic] = []
     for rule_cls in active:
-        diagnostics.extend(rule_cls().check(ctx))
+        try:
+            diagnostics.extend(list(rule_cls().check(ctx)))
+        except RecursionError:
+            if SYNTAX_ERROR_CODE in codes:
+                result.diagnostics.append(syntax_error(path, 1, 1, f"file is nested too deeply for {rule_cls.code} to analyse"))
+        except Exception as exc:
+            result.diagnostics.append(internal_error(path, f"rule {rule_cls.code} ({rule_cls.name})", exc))
+    return diagnostics
+
+
+def _unused_noqa(diagnostics: List[Diagnostic], source: str, path: str, config: Config, codes: FrozenSet[str]) -> List[Diagnostic]:
+    """AMP900 for the `# noqa` codes of `source` that suppressed none of `diagnostics`."""
+    from .unused_noqa import unused_noqa
+
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
-    diagnostics = [d for d in diagnostics if d.code not in ignored]
-    result.diagnostics = apply_noqa(diagnostics, source)
-    return result
+    if UNUSED_NOQA_CODE in ignored:
+        return []
+    return unused_noqa(diagnostics, source, path, codes - ignored, known_codes())
 
 
 def syntax_error(path: str, row: int, column: int, message: str) -> Diagnostic:
@@ -130,7 +284,9 @@ def noqa_map(source: str) -> Dict[int, Optional[FrozenSet[str]]]:
     out: Dict[int, Optional[FrozenSet[str]]] = {}
     if "noqa" not in source and "NOQA" not in source:
         return out
-    for row, line in enumerate(source.splitlines(), start=1):
+    from .fixes import split_lines
+
+    for row, line in enumerate(split_lines(source), start=1):
         if "#" not in line:
             continue
         m = _NOQA.search(line)
@@ -171,45 +327,7 @@ def lint_source(source: str, path: str = "<string>", config: Optional[Config] = 
 # ------------------------------------------------------------------ discovery
 
 
-def _excluded(path: str, patterns: Sequence[str], root: Optional[str]) -> bool:
-    name = os.path.basename(path.rstrip(os.sep))
-    rel = os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/") if root else path.replace(os.sep, "/")
-    for pattern in patterns:
-        if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel, pattern.rstrip("/") + "/*"):
-            return True
-    return False
-
-
-def discover(paths: Sequence[str], config: Config, force_exclude: bool = False) -> Iterator[str]:
-    """Python files under `paths`, in a stable order.
-
-    Folders are walked skipping hidden folders, virtualenvs and `exclude`
-    globs; files named explicitly are always linted unless `force_exclude`.
-    """
-    patterns = (*config.exclude, *config.extend_exclude)
-    root = config.root or os.getcwd()
-    seen = set()
-    for given in paths:
-        if os.path.isdir(given):
-            for dirpath, dirnames, filenames in os.walk(given):
-                dirnames[:] = sorted(
-                    d
-                    for d in dirnames
-                    if not d.startswith(".")
-                    and not _excluded(os.path.join(dirpath, d), patterns, root)
-                    and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))
-                )
-                for f in sorted(filenames):
-                    full = os.path.join(dirpath, f)
-                    if f.endswith(PYTHON_SUFFIXES) and not _excluded(full, patterns, root) and full not in seen:
-                        seen.add(full)
-                        yield full
-        else:
-            if force_exclude and _excluded(given, patterns, root):
-                continue
-            if given not in seen:
-                seen.add(given)
-                yield given
+from .discovery import discover, excluded as _excluded  # noqa: E402,F401  (re-exported)
 
 
 def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:
@@ -218,20 +336,46 @@ def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:
         with open(path, "rb") as fh:
             data = fh.read()
     except FileNotFoundError:
-        return None, "no such file"
+        if os.path.islink(path):
+            return None, f"broken symbolic link (to {os.readlink(path)!r})"
+        return None, "no such file or directory"
     except IsADirectoryError:
         return None, "is a directory"
     except PermissionError:
         return None, "permission denied"
     except OSError as exc:
         return None, exc.strerror or str(exc)
+    except ValueError as exc:  # a NUL byte in the path
+        return None, f"invalid path: {exc}"
     try:
         return decode_source(data), None
-    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
-        return None, f"cannot decode: {exc}"
+    except UnicodeDecodeError as exc:
+        return None, _decode_problem(data, exc)
+    except (SyntaxError, LookupError) as exc:
+        # tokenize.detect_encoding: a bad or unknown coding cookie, or bytes that are not UTF-8
+        # in the first two lines of a file without one
+        msg = str(exc.args[0] if exc.args else exc)
+        if "invalid or missing encoding declaration" in msg:
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as err:
+                return None, _decode_problem(data, err)
+        return None, f"cannot decode: {msg}"
+
+
+def _decode_problem(data: bytes, exc: UnicodeDecodeError) -> str:
+    row = data.count(b"\n", 0, exc.start) + 1
+    byte = data[exc.start : exc.start + 1].hex()
+    if exc.encoding.replace("_", "-").lower() in ("utf-8", "utf-8-sig", "utf8"):
+        return f"cannot decode: byte 0x{byte} on line {row} is not UTF-8 and no coding cookie (`# -*- coding: ... -*-`) names another encoding"
+    return f"cannot decode: byte 0x{byte} on line {row} is not valid {exc.encoding}"
 
 
 def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
+    if path.lower().endswith(".ipynb"):
+        from .notebook import lint_notebook_path
+
+        return lint_notebook_path(path, config, rules, codes)
     source, problem = read_file(path)
     if source is None:
         result = FileResult(path=path)
@@ -241,12 +385,22 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
     return lint_file_source(source, path, config, rules, codes)
 
 
-def lint_paths(paths: Sequence[str], config: Optional[Config] = None, force_exclude: bool = False) -> LintResult:
+def lint_paths(
+    paths: Sequence[str],
+    config: Optional[Config] = None,
+    force_exclude: bool = False,
+    jobs: int = 1,
+    cache: "Optional[Cache]" = None,
+) -> LintResult:
+    """Lint files and folders. `jobs` processes (results identical to one);
+    `cache`: an `amplint.cache.Cache` to reuse and record per-file results."""
+    from .parallel import lint_files, settle_facts
+
     config = config or Config()
     codes, rules = selected_rules(config)
     files = list(discover(paths, config, force_exclude))
-    results = [lint_path(p, config, rules, codes) for p in files]
-    facts = ProjectFacts.from_files([r.facts for r in results])
+    results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
+    facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
     diagnostics.sort(key=Diagnostic.sort_key)
     return LintResult(diagnostics=diagnostics, files=files, facts=facts)

@@ -13,10 +13,21 @@ def rule_table() -> str:
     return "\n".join(rows)
 
 
+def _pseudo() -> dict:
+    """The engine's codes without a rule class (AMP000 syntax-error, AMP900 unused-noqa)."""
+    from .report.common import PSEUDO_RULES
+
+    return PSEUDO_RULES
+
+
 def explain_text(code: Optional[str]) -> str:
     if not code:
         return rule_table()
     rule = rules_by_code().get(code.strip().upper())
+    if rule is None and code.strip().upper() in _pseudo():
+        meta = _pseudo()[code.strip().upper()]
+        default = ", off by default" if code.strip().upper() == "AMP900" else ""
+        return f"{code.strip().upper()} {meta['name']} ({meta['severity']}{default})\n\n{meta['summary']}\nSee docs/configuration.md.\n"
     if rule is None:
         import difflib
 

@@ -71,6 +71,13 @@ class ImportTable:
     def is_imported(self, local: str) -> bool:
         return local in self._aliases
 
+    def bound_name(self, qualified: str) -> Optional[str]:
+        """A local name bound to exactly `qualified` (`import torch as th` -> "th"), if any."""
+        for local in sorted(self._aliases):
+            if self._aliases[local] == {qualified}:
+                return local
+        return None
+
     def resolve_dotted(self, dotted: str) -> FrozenSet[str]:
         root, _, rest = dotted.partition(".")
         targets = self._aliases.get(root)

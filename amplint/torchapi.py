@@ -101,11 +101,9 @@ CLIP_FUNCTIONS: FrozenSet[str] = frozenset(
 def is_optimizer_class(qualname: str) -> bool:
     """`torch.optim.AdamW`, `bitsandbytes.optim.AdamW8bit`, `apex.optimizers.FusedAdam`..."""
     head, _, last = qualname.rpartition(".")
-    if not last[:1].isupper():
+    if not last[:1].isupper() or "sched" in qualname.lower() or "swa_utils" in head:
         return False
-    if head.startswith("torch.optim") and "lr_scheduler" not in head:
-        return True
-    return ("optim" in head.lower()) and "sched" not in last.lower()
+    return "optim" in head.lower()
 
 
 # --- fp16 numerics [amp-facts §6.1] ------------------------------------------
@@ -280,3 +278,151 @@ CPP_EXTENSION_LOADERS: FrozenSet[str] = frozenset(
 #: torch.ops namespaces whose ops ship autocast kernels (aten's lists; torchvision
 #: registers its own [amp-facts §4, pytorch/vision#4412])
 AUTOCAST_AWARE_OP_NAMESPACES: FrozenSet[str] = frozenset({"aten", "prims", "torchvision"})
+# --- autocast op lists [amp-facts §1.2, §1.3; REG E33] ------------------------------
+#
+# The aten ops each backend's autocast kernel runs in the autocast (low-precision)
+# dtype ("lower_precision_fp"). Authoritative for torch 2.13 are the dispatcher
+# registrations [REG], printed in E33; the docs page lists Python names and
+# omits some entries (§1.2 "Docs and code disagree").
+
+#: CUDA: AT_FORALL_LOWER_PRECISION_FP plus the cudnn convolutions [amp-facts §1.2]
+LOWER_PRECISION_OPS_CUDA: FrozenSet[str] = frozenset(
+    {
+        "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc",
+        "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution",
+        "cudnn_convolution", "cudnn_convolution_transpose", "prelu",
+        "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linalg_vecdot", "linear",
+        "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot",
+        "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell",
+        "rnn_tanh_cell", "rnn_relu_cell",
+        "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+    }
+)  # fmt: skip
+
+#: CPU: the "to bf16/fp16" list [amp-facts §1.3]; no einsum, mv, addmv, addr, RNN cells
+LOWER_PRECISION_OPS_CPU: FrozenSet[str] = frozenset(
+    {
+        "conv1d", "conv2d", "conv3d", "bmm", "mm", "linalg_vecdot", "baddbmm", "addmm",
+        "_addmm_activation", "addbmm", "linear", "_convolution", "matmul", "conv_tbc",
+        "mkldnn_rnn_layer", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+        "prelu", "scaled_dot_product_attention", "_native_multi_head_attention",
+    }
+)  # fmt: skip
+
+#: device -> lower-precision ops; XPU uses CUDA's macros without the cudnn ops [amp-facts §1.2].
+#: Devices absent here (mps, hpu, xla...) have no list in amp-facts: rules stay silent on them.
+LOWER_PRECISION_OPS: Dict[str, FrozenSet[str]] = {
+    "cuda": LOWER_PRECISION_OPS_CUDA,
+    "xpu": LOWER_PRECISION_OPS_CUDA - {"cudnn_convolution", "cudnn_convolution_transpose"},
+    "cpu": LOWER_PRECISION_OPS_CPU,
+}
+
+
+def runs_in_lower_precision(op: str, device: Optional[str]) -> bool:
+    """Whether autocast on `device` runs aten `op` in the low-precision dtype.
+
+    With the device unknown (decided at run time) only ops listed for both
+    CUDA and CPU count, so the answer holds whichever it turns out to be.
+    """
+    if device is None:
+        return op in LOWER_PRECISION_OPS_CUDA and op in LOWER_PRECISION_OPS_CPU
+    ops = LOWER_PRECISION_OPS.get(device)
+    return ops is not None and op in ops
+
+
+def _with_aliases(table: Dict[str, str], prefixes: Dict[str, str]) -> Dict[str, str]:
+    out = dict(table)
+    for short, long in prefixes.items():
+        for name, op in table.items():
+            if name.startswith(short):
+                out[long + name[len(short):]] = op
+    return out
+
+
+#: torch functions (qualified names) -> the aten op they dispatch to
+AUTOCAST_OP_FUNCTIONS: Dict[str, str] = _with_aliases(
+    {
+        "torch.matmul": "matmul", "torch.mm": "mm", "torch.bmm": "bmm", "torch.mv": "mv",
+        "torch.addmm": "addmm", "torch.addbmm": "addbmm", "torch.baddbmm": "baddbmm",
+        "torch.addmv": "addmv", "torch.addr": "addr", "torch.einsum": "einsum",
+        "torch.chain_matmul": "chain_matmul", "torch.linalg.multi_dot": "linalg_multi_dot",
+        "torch.linalg.vecdot": "linalg_vecdot", "torch.linalg.matmul": "matmul",
+        "torch.conv1d": "conv1d", "torch.conv2d": "conv2d", "torch.conv3d": "conv3d",
+        "torch.conv_tbc": "conv_tbc", "torch.conv_transpose1d": "conv_transpose1d",
+        "torch.conv_transpose2d": "conv_transpose2d", "torch.conv_transpose3d": "conv_transpose3d",
+        "torch.prelu": "prelu",
+        "torch.nn.functional.linear": "linear",
+        "torch.nn.functional.conv1d": "conv1d", "torch.nn.functional.conv2d": "conv2d",
+        "torch.nn.functional.conv3d": "conv3d", "torch.nn.functional.conv_tbc": "conv_tbc",
+        "torch.nn.functional.conv_transpose1d": "conv_transpose1d",
+        "torch.nn.functional.conv_transpose2d": "conv_transpose2d",
+        "torch.nn.functional.conv_transpose3d": "conv_transpose3d",
+        "torch.nn.functional.prelu": "prelu",
+        "torch.nn.functional.scaled_dot_product_attention": "scaled_dot_product_attention",
+    },
+    {},
+)  # fmt: skip
+
+#: Tensor methods -> aten op. In-place forms (`addmm_`) and `out=` calls are not
+#: autocast [amp-facts §1.1, E05], so they are absent.
+AUTOCAST_OP_METHODS: Dict[str, str] = {
+    "matmul": "matmul", "mm": "mm", "bmm": "bmm", "mv": "mv", "addmm": "addmm",
+    "addbmm": "addbmm", "baddbmm": "baddbmm", "addmv": "addmv", "addr": "addr", "prelu": "prelu",
+}  # fmt: skip
+
+#: nn.Module classes whose forward applies one listed op to its input
+AUTOCAST_OP_MODULES: Dict[str, str] = _with_aliases(
+    {
+        "torch.nn.Linear": "linear", "torch.nn.LazyLinear": "linear",
+        "torch.nn.Conv1d": "conv1d", "torch.nn.Conv2d": "conv2d", "torch.nn.Conv3d": "conv3d",
+        "torch.nn.LazyConv1d": "conv1d", "torch.nn.LazyConv2d": "conv2d", "torch.nn.LazyConv3d": "conv3d",
+        "torch.nn.ConvTranspose1d": "conv_transpose1d", "torch.nn.ConvTranspose2d": "conv_transpose2d",
+        "torch.nn.ConvTranspose3d": "conv_transpose3d", "torch.nn.PReLU": "prelu",
+        "torch.nn.LSTMCell": "lstm_cell", "torch.nn.GRUCell": "gru_cell", "torch.nn.RNNCell": "rnn_tanh_cell",
+    },
+    {"torch.nn.Linear": "torch.nn.modules.linear.Linear", "torch.nn.Conv": "torch.nn.modules.conv.Conv"},
+)  # fmt: skip
+
+#: nn.Module classes whose output is a floating tensor (their own listed op or not)
+FLOAT_OUTPUT_MODULES: FrozenSet[str] = frozenset(
+    {
+        *AUTOCAST_OP_MODULES,
+        "torch.nn.LayerNorm", "torch.nn.GroupNorm", "torch.nn.RMSNorm", "torch.nn.Embedding",
+        "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d",
+    }
+)  # fmt: skip
+
+#: Tensor methods that keep the dtype of their receiver (views, copies, reshapes)
+DTYPE_PRESERVING_METHODS: FrozenSet[str] = frozenset(
+    {
+        "transpose", "permute", "view", "reshape", "contiguous", "t", "unsqueeze", "squeeze",
+        "flatten", "expand", "expand_as", "view_as", "reshape_as", "narrow", "detach", "clone",
+        "chunk", "split", "unflatten", "movedim", "swapaxes",
+    }
+)  # fmt: skip
+
+# --- DataParallel [amp-facts §0.15, §5] ------------------------------------------------
+
+#: constructors of single-process multi-GPU wrappers whose replicas run in worker threads
+DATA_PARALLEL_CLASSES: FrozenSet[str] = frozenset(
+    {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
+)
+#: the functional form, `torch.nn.parallel.data_parallel(module, inputs, device_ids)`
+DATA_PARALLEL_FUNCTIONS: FrozenSet[str] = frozenset(
+    {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
+)
+
+# --- device capability checks [amp-facts §7] ---------------------------------------------
+
+CAPABILITY_FUNCTIONS: FrozenSet[str] = frozenset(
+    {"torch.cuda.get_device_capability", "torch.cuda.get_device_properties"}
+)
+BF16_SUPPORT_FUNCTIONS: FrozenSet[str] = frozenset({"torch.cuda.is_bf16_supported"})
+
+#: constructors whose result is always a floating tensor
+FLOAT_FACTORIES: FrozenSet[str] = frozenset(
+    {
+        "torch.randn", "torch.rand", "torch.randn_like", "torch.rand_like",
+        "torch.nn.Parameter", "torch.nn.parameter.Parameter",
+    }
+)  # fmt: skip

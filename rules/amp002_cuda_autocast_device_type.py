@@ -1,7 +1,6 @@
 """AMP002 cuda-autocast-device-type."""
 from __future__ import annotations
 
-import re
 from typing import Iterator, List, Optional
 
 import libcst as cst
@@ -73,7 +72,7 @@ class CudaAutocastDeviceType(Rule):
     message = "torch.cuda.amp.autocast has no device_type parameter"
     # the deprecated class is spelled through torch.cuda.amp / torch.cpu.amp / `from torch.cuda import amp`
     triggers = ("cuda.amp", "cpu.amp", "import amp")
-    gate_regex = re.compile(r"device_type")
+    requires = (("device_type",),)  # only torch.cuda.amp.autocast(device_type=...) crashes
     facts = ("§3", "§8")
 
     VALID = [

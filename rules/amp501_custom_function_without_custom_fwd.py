@@ -1,7 +1,6 @@
 """AMP501 custom-function-without-custom-fwd."""
 from __future__ import annotations
 
-import re
 from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -101,7 +100,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     message = "autograd.Function without custom_fwd/custom_bwd in an autocast project"
     # every spelling of torch.autograd.Function names `autograd` in an import or the base
     triggers = ("autograd",)
-    gate_regex = re.compile(r"\bdef\s+forward\b")
+    requires = (("forward",),)
     facts = ("§1.2", "§1.3", "§4", "§5")
 
     VALID = [

@@ -1,7 +1,6 @@
 """AMP502 custom-op-without-autocast-registration."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Set
 
@@ -94,7 +93,7 @@ class CustomOpWithoutAutocastRegistration(Rule):
     severity = Severity.WARNING
     message = "custom op called under autocast without an autocast registration"
     triggers = ("custom_op", "torch.ops", "import ops", "cpp_extension")
-    gate_regex = re.compile(r"autocast")  # no autocast region, no finding
+    requires = (("autocast",),)  # no autocast region, no finding
     facts = ("§4",)
 
     VALID = [

@@ -11,6 +11,11 @@ FORMATS: Dict[str, str] = {
     "text": "text",
     "concise": "concise",
     "json": "json_format",
+    "json-lines": "json_lines",
+    "sarif": "sarif",
+    "github": "github",
+    "gitlab": "gitlab",
+    "junit": "junit",
 }
 
 

@@ -1,0 +1,337 @@
+"""Per-file results cached across runs in `.amplint_cache/`.
+
+An entry is keyed by the file's path and the hash of its bytes, inside a store
+whose name is a fingerprint of everything else a result depends on: the
+amplint version, the code of amplint and of its rules (so an edited rule or an
+editable install never serves stale results), the effective configuration and
+the selected codes. An entry holds what the engine needs after the file: its
+diagnostics *before* project-fact conditions are resolved, and its facts, so
+a warm run resolves conditions exactly as a cold one.
+
+Warm runs do not read unchanged files: an entry also records the file's
+(mtime_ns, size) and when it was read; a file whose stat is unchanged and
+whose mtime is older than that read by more than `RACY_SECONDS` is trusted
+(git's "racy clean" rule). Anything else is re-read and re-hashed, and reused
+when the hash matches.
+
+Safety: the store is JSON (never pickle: a cache folder can come from anyone's
+repository), written to a temporary file and renamed over the old one, so
+concurrent runs never see half a file (the last writer wins; the loser only
+loses reuse). A store that does not load (corrupt, truncated, another format)
+is ignored and rewritten.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .__version__ import __version__
+from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+from .project import FileFacts
+
+ENV = "AMPLINT_CACHE_DIR"
+DEFAULT_DIR = ".amplint_cache"
+FORMAT = 1
+#: a file modified within this many seconds of when it was read is re-hashed
+RACY_SECONDS = 2.0
+
+Stat = Tuple[int, int]  # (mtime_ns, size)
+
+
+def cache_dir(given: Optional[str], root: Optional[str]) -> str:
+    """--cache-dir, else $AMPLINT_CACHE_DIR, else .amplint_cache beside the config (or in the cwd)."""
+    if given:
+        return given
+    env = os.environ.get(ENV)
+    if env:
+        return env
+    return os.path.join(root or os.getcwd(), DEFAULT_DIR)
+
+
+def file_digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def stat_key(st: os.stat_result) -> Stat:
+    return (st.st_mtime_ns, st.st_size)
+
+
+def code_fingerprint() -> str:
+    """A hash of amplint's own source and its rules' source (cheap: ~40 small files)."""
+    import amplint
+    import amplint.rules
+
+    h = hashlib.blake2b(digest_size=16)
+    h.update(__version__.encode())
+    for folder in (*amplint.__path__, *amplint.rules.__path__):
+        for dirpath, dirnames, filenames in os.walk(folder):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    h.update(os.path.relpath(path, folder).encode())
+                    try:
+                        with open(path, "rb") as fh:
+                            h.update(fh.read())
+                    except OSError:
+                        pass
+    return h.hexdigest()
+
+
+def fingerprint(config: Any, codes: Iterable[str], extra: str = "") -> str:
+    """Everything but the file that decides a file's result."""
+    h = hashlib.blake2b(digest_size=12)
+    h.update(f"{FORMAT}\0{code_fingerprint()}\0{config!r}\0{sorted(codes)!r}\0{extra}".encode())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------ encoding
+
+
+class _NotCacheable(Exception):
+    pass
+
+
+def _enc(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [_enc(v) for v in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [_enc(v) for v in value]}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value) or "__tuple__" in value:
+            raise _NotCacheable
+        return {k: _enc(v) for k, v in value.items()}
+    raise _NotCacheable
+
+
+def _dec(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_dec(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {"__tuple__"}:
+            return tuple(_dec(v) for v in value["__tuple__"])
+        return {k: _dec(v) for k, v in value.items()}
+    return value
+
+
+def encode_diagnostic(d: Diagnostic) -> Dict[str, Any]:
+    out: Dict[str, Any] = {
+        "code": d.code,
+        "name": d.name,
+        "message": d.message,
+        "severity": d.severity.value,
+        "filename": d.filename,
+        "location": [d.location.row, d.location.column],
+        "end_location": [d.end_location.row, d.end_location.column],
+        "noqa_row": d.noqa_row,
+        "url": d.url,
+        "condition": d.condition,
+        "cell": d.cell,
+        "data": _enc(d.data),
+        "verification": _enc(d.verification),
+        "fix": None,
+    }
+    if d.fix is not None:
+        out["fix"] = {
+            "applicability": d.fix.applicability.value,
+            "message": d.fix.message,
+            "edits": [
+                [e.location.row, e.location.column, e.end_location.row, e.end_location.column, e.content] for e in d.fix.edits
+            ],
+        }
+    known = {f.name for f in dataclasses.fields(Diagnostic)}
+    if known - set(out):  # a field this module does not know yet: do not cache
+        raise _NotCacheable
+    return out
+
+
+def decode_diagnostic(o: Dict[str, Any]) -> Diagnostic:
+    fix = None
+    if o["fix"] is not None:
+        f = o["fix"]
+        fix = Fix(
+            applicability=Applicability(f["applicability"]),
+            message=f["message"],
+            edits=tuple(Edit(Location(a, b), Location(c, d), content) for a, b, c, d, content in f["edits"]),
+        )
+    return Diagnostic(
+        code=o["code"],
+        name=o["name"],
+        message=o["message"],
+        severity=Severity(o["severity"]),
+        filename=o["filename"],
+        location=Location(*o["location"]),
+        end_location=Location(*o["end_location"]),
+        fix=fix,
+        noqa_row=o["noqa_row"],
+        url=o["url"],
+        condition=o["condition"],
+        cell=o["cell"],
+        data=_dec(o["data"]),
+        verification=_dec(o["verification"]),
+    )
+
+
+def encode_result(result: Any) -> Optional[Dict[str, Any]]:
+    """A FileResult as JSON, or None when it holds something JSON cannot round-trip."""
+    from .engine import FileResult
+
+    try:
+        extra = {f.name for f in dataclasses.fields(FileResult)} - {"path", "diagnostics", "facts", "parsed"}
+        for name in extra:  # fields added later: cache only when they hold their default
+            f = next(f for f in dataclasses.fields(FileResult) if f.name == name)
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
+            if getattr(result, name) != default:
+                return None
+        diags = [encode_diagnostic(d) for d in result.diagnostics]
+        out = {"d": diags, "f": dataclasses.asdict(result.facts), "p": result.parsed}
+        if decode_result(result.path, json.loads(json.dumps(out))).diagnostics != result.diagnostics:
+            return None
+        return out
+    except (_NotCacheable, TypeError, ValueError):
+        return None
+
+
+def decode_result(path: str, o: Dict[str, Any]) -> Any:
+    from .engine import FileResult
+
+    return FileResult(
+        path=path,
+        diagnostics=[decode_diagnostic(d) for d in o["d"]],
+        facts=FileFacts(**o["f"]),
+        parsed=bool(o["p"]),
+    )
+
+
+# ------------------------------------------------------------------ the store
+
+
+class Cache:
+    """One store (one JSON file) per fingerprint; entries per (kind, path).
+
+    kind: "lint" (a file's rule results) or "facts" (a file parsed only for its
+    project facts).
+    """
+
+    def __init__(self, directory: str, fingerprint: str) -> None:
+        self.directory = directory
+        self.path = os.path.join(directory, f"amplint-{fingerprint}.json")
+        self.entries: Dict[str, Dict[str, list]] = {"lint": {}, "facts": {}}
+        self._changed: Dict[str, Dict[str, list]] = {"lint": {}, "facts": {}}
+        self.hits = 0
+        self.misses = 0
+        self._load()
+
+    def _load(self) -> None:
+        self.entries = _read_store(self.path)
+
+    # an entry: [mtime_ns, size, digest, read_at (seconds), encoded result]
+
+    def lookup(self, kind: str, path: str, st: Optional[Stat]) -> Tuple[Optional[Any], Optional[str]]:
+        """(the result if the file is unchanged by its stat, else None; the digest on record)."""
+        entry = self.entries[kind].get(path)
+        if entry is None:
+            return None, None
+        mtime_ns, size, digest, read_at, payload = entry
+        if st is not None and (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS:
+            try:
+                self.hits += 1
+                return decode_result(path, payload), digest
+            except (KeyError, TypeError, ValueError):
+                self.hits -= 1
+        return None, digest
+
+    def reuse(self, kind: str, path: str, st: Stat, read_at: float) -> Optional[Any]:
+        """The stored result of a file whose bytes hash to the recorded digest."""
+        entry = self.entries[kind].get(path)
+        if entry is None:
+            return None
+        try:
+            result = decode_result(path, entry[4])
+        except (KeyError, TypeError, ValueError):
+            return None
+        self.hits += 1
+        self._put(kind, path, [st[0], st[1], entry[2], read_at, entry[4]])
+        return result
+
+    def store(self, kind: str, path: str, st: Stat, digest: str, read_at: float, result: Any) -> None:
+        self.misses += 1
+        payload = encode_result(result)
+        if payload is None:
+            self.entries[kind].pop(path, None)
+            return
+        self._put(kind, path, [st[0], st[1], digest, read_at, payload])
+
+    def _put(self, kind: str, path: str, entry: list) -> None:
+        self.entries[kind][path] = entry
+        self._changed[kind][path] = entry
+
+    def save(self) -> None:
+        """Write the store atomically, merging entries another run wrote meanwhile."""
+        if not any(self._changed.values()):
+            return
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            _write_gitignore(self.directory)
+            merged = _read_store(self.path)
+            for kind, changed in self._changed.items():
+                merged[kind].update(changed)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump({"format": FORMAT, "version": __version__, "entries": merged}, fh, separators=(",", ":"))
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600
+                os.replace(tmp, self.path)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+        except OSError:
+            return  # a read-only tree or a full disk: run without a cache
+        self._changed = {"lint": {}, "facts": {}}
+
+
+def _read_store(path: str) -> Dict[str, Dict[str, list]]:
+    empty: Dict[str, Dict[str, list]] = {"lint": {}, "facts": {}}
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return empty
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), dict):
+        return empty
+    out = empty
+    for kind in out:
+        entries = data["entries"].get(kind)
+        if isinstance(entries, dict):
+            out[kind] = {
+                p: e
+                for p, e in entries.items()
+                if isinstance(e, list) and len(e) == 5 and isinstance(e[0], int) and isinstance(e[1], int) and isinstance(e[2], str) and isinstance(e[3], (int, float)) and isinstance(e[4], dict)
+            }
+    return out
+
+
+def _write_gitignore(directory: str) -> None:
+    marker = os.path.join(directory, ".gitignore")
+    if not os.path.exists(marker):
+        try:
+            with open(marker, "w", encoding="utf-8") as fh:
+                fh.write("# created by amplint\n*\n")
+        except OSError:
+            pass
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,203 @@
+"""`--fix`, `--unsafe-fixes` and `--diff`: apply the fixes of a finished lint run.
+
+The project is linted once (so project-fact conditions are resolved over
+every file); then each file that has an applicable fix is fixed with
+`fixes.fix_until_stable` (lint -> apply -> lint until nothing applies; a fix
+whose result does not parse is dropped) against those same project facts,
+and is either written back (`writer`) or shown as a unified diff. Notebooks
+are fixed as one program and written back cell by cell (`notebook`).
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from .config import Config
+from .diagnostics import Diagnostic
+from .fixes import applicable, fix_until_stable
+from .project import ProjectFacts
+
+
+@dataclass
+class FileChange:
+    path: str
+    fixed: List[Diagnostic]  # the diagnostics whose fixes were applied
+    diff: str  # a unified diff of the change
+    written: bool = False
+
+
+@dataclass
+class FixOutcome:
+    diagnostics: List[Diagnostic]  # what remains after fixing
+    changes: List[FileChange] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)  # "path: why it was not written"
+    output: Optional[str] = None  # the fixed text for stdin
+
+    @property
+    def fixed_count(self) -> int:
+        return sum(len(c.fixed) for c in self.changes)
+
+
+def unified_diff(old: str, new: str, fromfile: str, tofile: Optional[str] = None) -> str:
+    def lines(text: str) -> List[str]:
+        out = text.splitlines(keepends=True)
+        if out and not out[-1].endswith(("\n", "\r")):
+            out[-1] += "\n\\ No newline at end of file\n"
+        return out
+
+    return "".join(difflib.unified_diff(lines(old), lines(new), fromfile=fromfile, tofile=tofile or fromfile))
+
+
+def _linter(path: str, config: Config, facts: ProjectFacts) -> Callable[[str], List[Diagnostic]]:
+    from .engine import lint_file_source, resolve_conditions, selected_rules
+
+    codes, rules = selected_rules(config)
+
+    def lint(source: str) -> List[Diagnostic]:
+        result = lint_file_source(source, path, config, rules, codes)
+        return resolve_conditions(result.diagnostics, facts, config)
+
+    return lint
+
+
+def fix_text(source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
+    """(fixed source, fixed diagnostics, remaining diagnostics) of one Python text."""
+    return fix_until_stable(source, _linter(path, config, facts), unsafe)
+
+
+def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome) -> Optional[List[Diagnostic]]:
+    from . import writer
+
+    try:
+        original = writer.read_source(path)
+    except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
+        outcome.errors.append(f"{path}: cannot read: {exc}")
+        return None
+    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe)
+    if not fixed or new == original.text:
+        return remaining
+    change = FileChange(path, fixed, unified_diff(original.text, new, path))
+    if write:
+        try:
+            change.written = writer.write_text(new, original)
+        except (OSError, UnicodeEncodeError) as exc:
+            outcome.errors.append(f"{path}: not written: {exc}")
+            return None
+    outcome.changes.append(change)
+    return remaining
+
+
+def _fix_notebook(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome) -> Optional[List[Diagnostic]]:
+    from . import writer
+    from .notebook import Notebook, NotebookError
+
+    try:
+        original = writer.read_source(path, python=False)
+        nb = Notebook.from_text(original.text)
+    except (OSError, UnicodeDecodeError, NotebookError) as exc:
+        outcome.errors.append(f"{path}: cannot read: {exc}")
+        return None
+    program, fixed, remaining = fix_text(nb.source, path, config, facts, unsafe)
+    remaining = [nb.map_diagnostic(d) for d in remaining]
+    if not fixed or program == nb.source:
+        return remaining
+    rendered = nb.render(program)
+    if rendered is None:
+        outcome.errors.append(f"{path}: the fixes could not be mapped back to the notebook's cells; not written")
+        return None
+    diff = "".join(unified_diff(old, new, f"{path}:cell {i}") for i, old, new in nb.changed_cells(program))
+    change = FileChange(path, [nb.map_diagnostic(d) for d in fixed], diff)
+    if write:
+        try:
+            change.written = writer.write_text(rendered, original)
+        except OSError as exc:
+            outcome.errors.append(f"{path}: not written: {exc}")
+            return None
+    outcome.changes.append(change)
+    return remaining
+
+
+def fix_files(
+    diagnostics: Sequence[Diagnostic],
+    facts: ProjectFacts,
+    config: Config,
+    unsafe: bool = False,
+    write: bool = True,
+) -> FixOutcome:
+    """Fix every file of a lint run that has an applicable fix; diagnostics of the others are kept."""
+    from .notebook import is_notebook
+
+    by_file: Dict[str, List[Diagnostic]] = {}
+    for d in diagnostics:
+        by_file.setdefault(d.filename, []).append(d)
+    outcome = FixOutcome(diagnostics=[])
+    for path, found in by_file.items():
+        if applicable(found, unsafe):
+            fix = _fix_notebook if is_notebook(path) else _fix_python
+            remaining = fix(path, config, facts, unsafe, write, outcome)
+            if remaining is not None:
+                outcome.diagnostics.extend(remaining)
+                continue
+        outcome.diagnostics.extend(found)
+    outcome.diagnostics.sort(key=Diagnostic.sort_key)
+    return outcome
+
+
+def fix_paths(
+    paths: Sequence[str],
+    config: Config,
+    unsafe: bool = False,
+    write: bool = True,
+    force_exclude: bool = False,
+    jobs: int = 1,
+    cache_dir: Optional[str] = None,
+) -> FixOutcome:
+    """Lint `paths` (with `jobs` processes and the cache, like a plain run), then fix.
+
+    cache_dir: None disables the cache; "" means the default place.
+    """
+    from .engine import lint_paths
+
+    cache = None
+    if cache_dir is not None:
+        from .parallel import open_cache
+
+        cache = open_cache(config, cache_dir or None)
+    result = lint_paths(paths, config, force_exclude=force_exclude, jobs=max(jobs, 1), cache=cache)
+    if cache is not None:
+        cache.save()
+    return fix_files(result.diagnostics, result.facts, config, unsafe, write)
+
+
+def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> FixOutcome:
+    """Fix a text read from stdin; `output` is the fixed text (a notebook's JSON for .ipynb)."""
+    from .engine import selected_rules
+    from .notebook import Notebook, is_notebook, lint_notebook_text
+
+    codes, rules = selected_rules(config)
+    if is_notebook(path):
+        nb, result = lint_notebook_text(source, path, config, rules, codes)
+        facts = ProjectFacts.from_files([result.facts])
+        if nb is None:
+            return FixOutcome(diagnostics=list(result.diagnostics), output=source)
+        program, fixed, remaining = fix_text(nb.source, path, config, facts, unsafe)
+        rendered = nb.render(program)
+        outcome = FixOutcome(diagnostics=sorted((nb.map_diagnostic(d) for d in remaining), key=Diagnostic.sort_key))
+        if rendered is None:
+            outcome.errors.append(f"{path}: the fixes could not be mapped back to the notebook's cells")
+            outcome.output = source
+            return outcome
+        outcome.output = rendered
+        if fixed and rendered != source:
+            diff = "".join(unified_diff(o, n, f"{path}:cell {i}") for i, o, n in nb.changed_cells(program))
+            outcome.changes.append(FileChange(path, [nb.map_diagnostic(d) for d in fixed], diff))
+        return outcome
+    from .engine import lint_file_source
+
+    facts = ProjectFacts.from_files([lint_file_source(source, path, config, rules, codes).facts])
+    new, fixed, remaining = fix_text(source, path, config, facts, unsafe)
+    outcome = FixOutcome(diagnostics=sorted(remaining, key=Diagnostic.sort_key), output=new)
+    if fixed and new != source:
+        outcome.changes.append(FileChange(path, fixed, unified_diff(source, new, path)))
+    return outcome

@@ -1,0 +1,262 @@
+"""Lint many files: the cache, worker processes, and project facts on demand.
+
+`lint_files` returns one `FileResult` per file, in the order given, whatever
+the number of processes: each worker lints whole files with exactly the
+serial code (`engine.lint_path`), and results are put back by index, so a
+parallel run is identical to a serial one.
+
+Processes pay off only when there is enough to read: below `MIN_PARALLEL_BYTES`
+of files to look at (after the cache), everything runs in this process.
+
+`settle_facts` makes project-fact conditions exact even though files that
+pass no rule's gate are never parsed: when a conditional diagnostic is still
+undecided after the lint, the files that pass the *facts gate* (the text any
+fact needs, see `FACT_TRIGGERS`) and were not parsed are parsed for their
+facts only, until the conditions hold or no such file is left.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Callable, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+
+from .cache import Cache, Stat, file_digest, now, stat_key
+from .config import Config
+from .project import FileFacts, ProjectFacts, condition_holds
+
+#: below this many bytes of files to read, one process is faster than several
+MIN_PARALLEL_BYTES = 1 << 20
+MIN_PARALLEL_FILES = 8
+
+#: text without which a file cannot contribute a project fact (fp16, bf16,
+#: dtype decided at run time, autocast): autocast regions, GradScalers,
+#: `.half()`/`.bfloat16()`, `torch.float16`/`torch.half`/`torch.bfloat16`,
+#: "float16"/"fp16"/"bf16"/"half" dtype strings, `HalfTensor`.
+#: tests/test_speed_facts.py proves it on every example and real file it has.
+FACT_TRIGGERS: Tuple[str, ...] = ("autocast", "GradScaler", "half", "Half", "float16", "fp16", "bf16")
+
+
+def passes_facts_gate(source: str) -> bool:
+    return any(t in source for t in FACT_TRIGGERS)
+
+
+def open_cache(config: Config, directory: Optional[str] = None) -> Cache:
+    """The cache for this configuration: --cache-dir, $AMPLINT_CACHE_DIR or .amplint_cache."""
+    from .cache import cache_dir, fingerprint
+    from .engine import selected_rules
+
+    codes, rules = selected_rules(config)
+    extra = repr(sorted(r.key() for r in rules if hasattr(r, "key"))) + repr(FACT_TRIGGERS)
+    return Cache(cache_dir(directory, config.root), fingerprint(config, codes, extra))
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+# ------------------------------------------------------------------ one file (in any process)
+
+_STATE: dict = {}
+
+
+def _init(config: Config, rules: Sequence[Any], codes: FrozenSet[str], kind: str) -> None:
+    _STATE.update(config=config, rules=rules, codes=codes, kind=kind)
+
+
+Item = Tuple[int, str, Optional[str], bool]
+
+
+def _work(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
+    """(index, path, digest on record, hash it?) -> (index, stat, digest, read time, result or None if unchanged)."""
+    index, path, known, hashing = item
+    config, rules, codes, kind = _STATE["config"], _STATE["rules"], _STATE["codes"], _STATE["kind"]
+    st: Optional[Stat] = None
+    digest: Optional[str] = None
+    read_at = now()
+    if hashing:
+        try:
+            st = stat_key(os.stat(path))
+            with open(path, "rb") as fh:
+                digest = file_digest(fh.read())
+        except OSError:
+            st = digest = None
+        if known is not None and digest == known:
+            return index, st, digest, read_at, None
+    if kind == "facts":
+        return index, st, digest, read_at, facts_of_path(path, config)
+    from .engine import lint_path
+
+    return index, st, digest, read_at, lint_path(path, config, rules, codes)
+
+
+def facts_of_path(path: str, config: Config) -> Any:
+    """A FileResult with only the file's project facts (no rule runs)."""
+    from .engine import FileResult, read_file
+
+    result = FileResult(path=path)
+    if path.lower().endswith(".ipynb"):
+        from .notebook import Notebook, NotebookError, read_notebook_text
+
+        try:
+            source: Optional[str] = Notebook.from_text(read_notebook_text(path)).source
+        except (OSError, UnicodeDecodeError, NotebookError):
+            source = None
+    else:
+        source, _ = read_file(path)
+    if source is None or not passes_facts_gate(source):
+        return result
+    import libcst as cst
+
+    from .context import ModuleContext
+    from .engine import run_guarded, too_deep
+
+    if too_deep(source) is not None:  # libcst would overflow the C stack
+        return result
+
+    def build() -> Any:
+        return ModuleContext.build(cst.parse_module(source), source, path, config).facts
+
+    try:
+        result.facts = run_guarded(build)
+        result.parsed = True
+    except (cst.ParserSyntaxError, RecursionError, MemoryError):
+        pass
+    except Exception:  # a bug in the AMP model: the file gives no facts; the lint pass reports such bugs
+        pass
+    return result
+
+
+# ------------------------------------------------------------------ many files
+
+
+def lint_files(
+    files: Sequence[str],
+    config: Config,
+    rules: Sequence[Any],
+    codes: FrozenSet[str],
+    jobs: int = 1,
+    cache: Optional[Cache] = None,
+    kind: str = "lint",
+    stop: Optional[Callable[[Any], bool]] = None,
+) -> List[Any]:
+    """One result per file, in order. `stop(result)` returning True ends the run
+    early (results not computed are None)."""
+    results: List[Any] = [None] * len(files)
+    todo: List[Item] = []
+    size = 0
+    for i, path in enumerate(files):
+        if cache is None:
+            todo.append((i, path, None, False))
+            continue
+        try:
+            st: Optional[Stat] = stat_key(os.stat(path))
+        except OSError:
+            st = None
+        hit, known = cache.lookup(kind, path, st)
+        if hit is not None:
+            results[i] = hit
+            if stop is not None and stop(hit):
+                return results
+            continue
+        todo.append((i, path, known, True))
+        size += st[1] if st else 0
+    if cache is None and jobs > 1 and len(todo) >= MIN_PARALLEL_FILES:
+        size = sum(_size(item[1]) for item in todo)
+    parallel = jobs > 1 and len(todo) >= MIN_PARALLEL_FILES and size >= MIN_PARALLEL_BYTES
+    _init(config, rules, codes, kind)
+    outputs = _run_parallel(todo, jobs) if parallel else map(_work, todo)
+    try:
+        for index, st, digest, read_at, result in outputs:
+            path = files[index]
+            if result is None:  # bytes unchanged: reuse
+                result = cache.reuse(kind, path, st, read_at) if cache is not None and st is not None else None
+                if result is None:
+                    _, _, _, _, result = _work((index, path, None, False))
+            elif cache is not None and st is not None and digest is not None:
+                cache.store(kind, path, st, digest, read_at, result)
+            results[index] = result
+            if stop is not None and stop(result):
+                break
+    finally:
+        close = getattr(outputs, "close", None)
+        if close is not None:
+            close()
+    return results
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _run_parallel(todo: List[Item], jobs: int) -> Iterator[Tuple[int, Optional[Stat], Optional[str], float, Any]]:
+    """Results in the order of `todo`, computed by `jobs` processes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        context = multiprocessing.get_context("fork")  # workers inherit what is imported
+    else:
+        context = multiprocessing.get_context("spawn")
+    workers = min(jobs, len(todo))
+    # big files first would balance better, but order must not change what
+    # is computed, only when: keep the given order and use small chunks
+    chunksize = max(1, min(32, len(todo) // (workers * 8)))
+    executor = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=_init,
+        initargs=(_STATE["config"], _STATE["rules"], _STATE["codes"], _STATE["kind"]),
+    )
+
+    def results() -> Iterator[Tuple[int, Optional[Stat], Optional[str], float, Any]]:
+        try:
+            for out in executor.map(_work, todo, chunksize=chunksize):
+                yield out
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    return results()
+
+
+# ------------------------------------------------------------------ project facts
+
+
+def _pending(results: Sequence[Any], facts: ProjectFacts, config: Config) -> set:
+    """The conditions some diagnostic needs that the facts do not (yet) satisfy."""
+    conditions = {d.condition for r in results for d in r.diagnostics if d.condition is not None}
+    return {c for c in conditions if not condition_holds(c, facts, config.precision)}
+
+
+def settle_facts(
+    files: Sequence[str],
+    results: Sequence[Any],
+    config: Config,
+    jobs: int = 1,
+    cache: Optional[Cache] = None,
+) -> ProjectFacts:
+    """The project facts, reading unparsed files' facts only while a condition needs them.
+
+    Facts only ever turn on, so a condition that holds stays held: the facts
+    pass stops as soon as every pending condition holds.
+    """
+    facts = ProjectFacts.from_files(r.facts for r in results)
+    pending = _pending(results, facts, config)
+    rest = [f for f, r in zip(files, results) if not r.parsed]
+    if not pending or not rest:
+        return facts
+    state = {"facts": facts}
+
+    def decided(result: Any) -> bool:
+        merged = ProjectFacts.from_files([state["facts"], result.facts])  # type: ignore[list-item]
+        state["facts"] = merged
+        return all(condition_holds(c, merged, config.precision) for c in pending)
+
+    lint_files(rest, config, (), frozenset(), jobs=jobs, cache=cache, kind="facts", stop=decided)
+    return state["facts"]

@@ -1,0 +1,357 @@
+"""AMP102 optimizer-step-bypasses-scaler."""
+from __future__ import annotations
+
+import re
+from typing import Iterator, List, Optional
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import Event, ModuleContext, exclusive, is_grad_scaler_call
+from amplint.fixes import make_fix, replace_node
+
+_BACKWARDS = ("scaled_backward", "backward", "framework_backward")
+
+
+class OptimizerStepBypassesScaler(Rule):
+    """
+    ## What it does
+    Flags `optimizer.step()` called directly on gradients produced by
+    `scaler.scale(loss).backward()`, instead of `scaler.step(optimizer)`.
+
+    ## Why is this bad?
+    The gradients are still multiplied by the loss scale (65536 by default),
+    and `optimizer.step()` does not know it: no error is raised and the update
+    is 65536x too large (amp-facts E13 measured a ratio of 65536.0). The
+    following `scaler.update()` then raises
+    `AssertionError: No inf checks were recorded prior to update.`, because no
+    `scaler.step`/`unscale_` recorded an inf check. When `scaler.unscale_(opt)`
+    ran first the size is right, but `optimizer.step()` still skips GradScaler's
+    inf/NaN check: a step with overflowed gradients (expected while the scale
+    calibrates) writes inf/NaN into the weights instead of being skipped.
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    optimizer.step()
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Unsafe: replaces `optimizer.step()` with `scaler.step(optimizer)`, which
+    changes what runs (the step is skipped when gradients overflow). Offered
+    only when the call passes no arguments.
+
+    ## Verification
+    `amplint --verify` runs the flagged step on a tiny model with a real
+    GradScaler and reports the update size against the unscaled update (their
+    ratio is the scale) and the exception `scaler.update()` raises.
+
+    ## Notes
+    The rule stays silent on optimizers prepared by accelerate, Lightning
+    Fabric or DeepSpeed (`accelerator.prepare(...)`: they unscale and skip
+    themselves), on apex's `amp.scale_loss`, on `optimizer.step()` in the
+    non-AMP branch of `if use_amp: ... else: ...` (also when the condition is
+    tested twice), when the last backward before the step was not scaled, and
+    when the scaler is built with `enabled=False` or is not a torch GradScaler.
+
+    ## References
+    - amp-facts.md §0.6, §2 (`step`, `update`; E13)
+    - https://pytorch.org/docs/stable/amp.html#gradient-scaling
+    """
+
+    code = "AMP102"
+    name = "optimizer-step-bypasses-scaler"
+    severity = Severity.ERROR
+    message = "optimizer.step() on scaled gradients"
+    triggers = (".step(",)
+    gate_regex = re.compile(r"\.scale\(")
+    facts = ("§0.6", "§2")
+
+    VALID = [
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+""",
+            "the documented step",
+        ),
+        Valid(
+            """
+import torch
+def train(model, loader, optimizer, scaler, use_amp):
+    for x, y in loader:
+        with torch.autocast("cuda", enabled=use_amp):
+            loss = model(x, y)
+        if use_amp:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+""",
+            "optimizer.step() in the non-AMP branch",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.cuda.amp.GradScaler() if args.fp16 else None
+for batch in loader:
+    loss = model(batch)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+""",
+            "the same condition tested twice: the direct step is on the fp32 path",
+        ),
+        Valid(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    loss = model(**batch).loss
+    accelerator.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            "accelerate's prepared optimizer unscales and skips itself",
+        ),
+        Valid(
+            """
+from apex import amp
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+for batch in loader:
+    loss = model(batch)
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+""",
+            "apex's amp.scale_loss unscales when the context exits",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+scaler.scale(loss).backward()
+optimizer.step()
+""",
+            "a disabled scaler returns the loss unchanged",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss_d).backward()
+scaler.step(opt_d)
+loss_g.backward()
+opt_g.step()
+scaler.update()
+""",
+            "the direct step follows a plain (unscaled) backward",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)
+for batch in loader:
+    scaler.scale(model(batch)).backward()
+    if scaler.is_enabled():
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+""",
+            "scaler.step and optimizer.step as alternatives after one scaled backward",
+        ),
+        Valid(
+            """
+class FP16Optimizer:
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.scaler = DynamicLossScaler(init_scale=2.0 ** 15)
+
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def step(self):
+        self.scaler.scale(loss).backward()
+        self.optimizer.step()
+""",
+            "a custom loss scaler (not torch's GradScaler) unscales inside its optimizer wrapper",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    optimizer.step()
+    scaler.update()
+""",
+            line=7,
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        Invalid(
+            """
+from torch.cuda.amp import GradScaler, autocast
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = GradScaler()
+
+    def training_step(self, batch):
+        with autocast():
+            loss = self.model(**batch).loss
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        self.optimizer.step()
+        self.scaler.update()
+""",
+            line=14,
+            why="unscaled first: the size is right but inf/NaN steps are not skipped",
+        ),
+        Invalid(
+            """
+from torch import amp as tamp
+scaler = tamp.GradScaler()
+for step, batch in enumerate(loader):
+    with tamp.autocast("cuda"):
+        loss = model(batch) / accum
+    scaler.scale(loss).backward()
+    if (step + 1) % accum == 0:
+        optimizer.step()
+        scaler.update()
+        optimizer.zero_grad()
+""",
+            line=8,
+        ),
+        Invalid(
+            """
+import torch
+def gan_step(gen, disc, opt_g, opt_d, scaler, loss_d, loss_g):
+    scaler.scale(loss_d).backward()
+    scaler.step(opt_d)
+    scaler.scale(loss_g).backward()
+    opt_g.step()
+    scaler.update()
+""",
+            line=6,
+            why="two optimizers, one scaler: the generator's step bypasses it",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        for scope in ctx.scopes:
+            events = scope.events
+            for step in (e for e in events if e.kind == "optimizer_step"):
+                info = ctx.optimizers.get(step.optimizer or "")
+                if info is not None and info.prepared:
+                    continue
+                backward = _last_backward(events, step)
+                if backward is None or backward.kind != "scaled_backward":
+                    continue
+                if not _is_enabled_torch_scaler(ctx, backward.scaler):
+                    continue
+                between = [
+                    e
+                    for e in events
+                    if backward.order < e.order < step.order and not exclusive(e.path, step.path)
+                ]
+                if any(e.kind == "scaler_step" for e in between):
+                    continue  # scaler.step already ran in this step: a different problem
+                if any(
+                    e.kind == "scaler_step" and e.order > backward.order and exclusive(e.path, step.path)
+                    for e in events
+                ):
+                    continue  # `if scaler.is_enabled(): scaler.step(opt) else: opt.step()`: alternatives
+                unscaled = any(e.kind == "unscale" and e.optimizer == step.optimizer for e in between)
+                yield self._diagnostic(ctx, step, backward, unscaled)
+
+    def _diagnostic(self, ctx: ModuleContext, step: Event, backward: Event, unscaled: bool) -> Diagnostic:
+        opt, scaler = step.optimizer, backward.scaler
+        if unscaled:
+            message = (
+                f"`{opt}.step()` bypasses `{scaler}.step({opt})`: the gradients were unscaled, but only "
+                f"`{scaler}.step` skips a step whose gradients overflowed, so an inf/NaN step (expected while "
+                f"the scale calibrates from 65536) is written into the weights; call `{scaler}.step({opt})`"
+            )
+        else:
+            message = (
+                f"`{opt}.step()` applies gradients still multiplied by the loss scale: the update is 65536x too "
+                f"large by default (no error), and the next `{scaler}.update()` raises "
+                f"\"No inf checks were recorded prior to update.\"; call `{scaler}.step({opt})`"
+            )
+        fix = None
+        if not step.call.node.args:
+            fix = make_fix(
+                f"Replace with `{scaler}.step({opt})`",
+                [replace_node(ctx, step.call.node, f"{scaler}.step({opt})")],
+                safe=False,
+            )
+        data = {"optimizer": opt, "scaler": scaler, "unscaled": unscaled}
+        return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data)
+
+
+def _last_backward(events: List[Event], step: Event) -> Optional[Event]:
+    """The last backward of any kind that can run before `step` in the same pass."""
+    found = None
+    for e in events:
+        if e.order >= step.order:
+            break
+        if e.kind in _BACKWARDS and not exclusive(e.path, step.path):
+            found = e
+    return found
+
+
+def _is_enabled_torch_scaler(ctx: ModuleContext, key: Optional[str]) -> bool:
+    """A torch GradScaler that may be enabled: built here by `GradScaler(...)`,
+    or passed in, and never assigned from anything else in this file."""
+    info = ctx.scaler(key)
+    if info is None or info.enabled is False:
+        return False
+    if info.constructors:
+        return True
+    for a in ctx.assignments_to(info.key):
+        if isinstance(a.value, cst.Call):
+            call = ctx.call_info(a.value)
+            if call is not None and not is_grad_scaler_call(call):
+                return False
+    return True

@@ -1,0 +1,586 @@
+"""AMP104 unscale-inside-accumulation."""
+from __future__ import annotations
+
+
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import Event, Frame, ModuleContext, Path, Scope, exclusive, path_contains
+
+
+@dataclass(frozen=True)
+class _Step:
+    """An event seen from one function, with the helpers it calls inlined."""
+
+    event: Event
+    path: Path  # the call sites' paths followed by the event's own
+    order: Tuple[int, ...]
+    inlined: bool
+
+    @property
+    def kind(self) -> str:
+        return self.event.kind
+
+
+class UnscaleInsideAccumulation(Rule):
+    """
+    ## What it does
+    Flags `scaler.unscale_(optimizer)` that runs more often than
+    `scaler.step(optimizer)`: on every micro-batch of a gradient-accumulation
+    loop (outside the `if (step + 1) % accum == 0:` boundary, or inside an
+    inner micro-batch loop), or twice for one optimizer before `update()`.
+    It also flags `scaler.update()` that runs on every micro-batch while the
+    step runs only at the boundary.
+
+    ## Why is this bad?
+    `unscale_` may run once per optimizer per iteration, after all of that
+    step's gradients have been accumulated (amp-facts §2, §5):
+    - A second `unscale_` before `update()` raises
+      `RuntimeError: unscale_() has already been called on this optimizer since the last update().`
+      With `unscale_` on every micro-batch that is the second micro-batch.
+    - When it runs mid-window without raising (under a logging `if`, or with an
+      `update()` on every micro-batch) no error is raised and the gradients are
+      silently wrong: later micro-batches add scaled gradients onto unscaled
+      ones and `step` does not unscale again (wrong by ~1e5 in E18), or each
+      `unscale_` divides the earlier micro-batches by the scale again.
+    - `update()` on a micro-batch with no `step`/`unscale_` raises
+      `AssertionError: No inf checks were recorded prior to update.`
+
+    ## Example
+    ```python
+    for i, (x, y) in enumerate(loader):
+        scaler.scale(loss_fn(model(x), y) / accum).backward()
+        scaler.unscale_(optimizer)
+        if (i + 1) % accum == 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for i, (x, y) in enumerate(loader):
+        scaler.scale(loss_fn(model(x), y) / accum).backward()
+        if (i + 1) % accum == 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    No fix: where the call belongs (inside the boundary `if`, before the clip)
+    depends on the surrounding code.
+
+    ## Verification
+    `amplint --verify` runs a two-micro-batch accumulation window of the
+    flagged loop with a real GradScaler and reports the exception, or the ratio
+    of the accumulated gradient to the true one.
+
+    ## Notes
+    The rule reasons over branch paths and follows helper calls in this file
+    (`self.training_step(batch)` per micro-batch, `self.optimizer_step()` under
+    the boundary). An `if` around the step counts as an accumulation boundary
+    only when the gradients persist across iterations: `zero_grad` inside it,
+    or a test with `%` or an `accum...` name, and no `zero_grad` on every
+    iteration. `unscale_` inside the boundary `if` (also through a helper) and
+    a scaler built with `enabled=False` are fine.
+
+    ## References
+    - amp-facts.md §2 (`unscale_`, `update`, gradient accumulation, E12, E18), §5
+    - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation
+    """
+
+    code = "AMP104"
+    name = "unscale-inside-accumulation"
+    severity = Severity.ERROR
+    message = "unscale_/update outside the accumulation boundary"
+    triggers = ("unscale_(", ".update(")
+    requires = ((".scale(", "unscale_("),)  # both shapes need a scaled backward or unscale_
+    facts = ("§2", "§5")
+
+    VALID = [
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, (x, y) in enumerate(loader):
+    with torch.autocast("cuda"):
+        loss = model(x, y) / accum
+    scaler.scale(loss).backward()
+    if (i + 1) % accum == 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+            "unscale_ inside the boundary `if`",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    optimizer.zero_grad()
+    scaler.scale(model(x, y)).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if torch.isfinite(loss):
+        scaler.step(optimizer)
+    scaler.update()
+""",
+            "no accumulation (zero_grad every iteration): a conditional step is not a boundary",
+        ),
+        Valid(
+            """
+from torch.cuda.amp import GradScaler
+
+class Trainer:
+    def __init__(self):
+        self.scaler = GradScaler()
+
+    def training_step(self, batch):
+        loss = self.model(**batch).loss / self.accum
+        self.scaler.scale(loss).backward()
+
+    def optimizer_step(self):
+        if self.max_grad_norm:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad()
+
+    def train(self):
+        for step, batch in enumerate(self.loader):
+            self.training_step(batch)
+            if (step + 1) % self.accum == 0:
+                self.optimizer_step()
+""",
+            "HF-style: unscale_ in the helper called under the boundary",
+        ),
+        Valid(
+            """
+import torch
+def gan_step(scaler, opt_g, opt_d, loss_d, loss_g):
+    scaler.scale(loss_d).backward()
+    scaler.unscale_(opt_d)
+    scaler.step(opt_d)
+    scaler.scale(loss_g).backward()
+    scaler.unscale_(opt_g)
+    scaler.step(opt_g)
+    scaler.update()
+""",
+            "one unscale_ per optimizer (two optimizers, one scaler)",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+for i, batch in enumerate(loader):
+    scaler.scale(model(batch)).backward()
+    scaler.unscale_(optimizer)
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+            "a disabled scaler's unscale_ does nothing",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for batch in loader:
+    scaler.scale(model(batch)).backward()
+    if clip:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+""",
+            "unscale_ under `if clip:`, once per step",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, (real, _) in enumerate(loader):
+    with torch.autocast("cuda"):
+        loss_d = critic_loss(critic, gen, real)
+    scaler.scale(loss_d).backward()
+    scaler.step(opt_d)
+    if i % n_critic == 0:
+        with torch.autocast("cuda"):
+            loss_g = gen_loss(critic, gen, real)
+        scaler.scale(loss_g).backward()
+        scaler.unscale_(opt_g)
+        scaler.step(opt_g)
+        opt_g.zero_grad()
+    scaler.update()
+    opt_d.zero_grad()
+""",
+            "WGAN: the critic steps every iteration, the generator every n_critic; one update per iteration",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+
+def train(model, loader, epochs=3, accum_steps=8, max_norm=1.0):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda")
+    for epoch in range(epochs):
+        for i, (images, labels) in enumerate(loader):
+            with torch.autocast(device_type="cuda", dtype=torch.float16):
+                loss = F.cross_entropy(model(images), labels) / accum_steps
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            if (i + 1) % accum_steps == 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+""",
+            line=12,
+            why="unscale_ on every micro-batch: the second raises RuntimeError",
+        ),
+        Invalid(
+            """
+from torch.cuda.amp import GradScaler
+
+class Trainer:
+    def __init__(self):
+        self.scaler = GradScaler()
+
+    def training_step(self, batch):
+        loss = self.model(**batch).loss / self.args.gradient_accumulation_steps
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+
+    def optimizer_step(self):
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad()
+
+    def train(self):
+        for step, batch in enumerate(self.loader):
+            self.training_step(batch)
+            if (step + 1) % self.args.gradient_accumulation_steps == 0:
+                self.optimizer_step()
+""",
+            line=10,
+            why="HF-style trainer: the per-micro-batch helper unscales",
+        ),
+        Invalid(
+            """
+from torch import amp
+scaler = amp.GradScaler()
+for step, batch in enumerate(loader):
+    scaler.scale(model(batch) / accum).backward()
+    if step % log_every == 0:
+        scaler.unscale_(opt)
+        log(grad_norm(model))
+    if (step + 1) % accum == 0:
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+""",
+            line=6,
+            why="unscale_ for logging mid-window: silently wrong gradients (E18)",
+        ),
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for batch in loader:
+    for chunk in batch.split(micro):
+        scaler.scale(model(chunk) / n_chunks).backward()
+        scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+""",
+            line=6,
+            why="an inner micro-batch loop",
+        ),
+        Invalid(
+            """
+import torch
+def train_step(model, optimizer, scaler, loss, max_norm):
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if log_grads:
+        scaler.unscale_(optimizer)
+        log(model)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            line=7,
+            why="twice for one optimizer in one step: RuntimeError",
+        ),
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for step, batch in enumerate(loader):
+    scaler.scale(model(batch) / accum).backward()
+    if (step + 1) % accum == 0:
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+    scaler.update()
+""",
+            line=8,
+            why="update() on every micro-batch: AssertionError on the first non-boundary one",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        reported: Set[int] = set()
+        for scope in ctx.scopes:
+            if not any(e.kind in ("unscale", "update") for e in ctx.reachable_events(scope, depth=2)):
+                continue
+            steps = _flatten(ctx, scope, depth=2)
+            for finding in _findings(ctx, steps):
+                node = finding[0].event.call.node
+                if id(node) in reported:
+                    continue
+                reported.add(id(node))
+                yield self._diagnostic(ctx, *finding)
+
+    def _diagnostic(self, ctx: ModuleContext, flagged: _Step, shape: str, other: Optional[_Step]) -> Diagnostic:
+        e = flagged.event
+        scaler = e.scaler
+        opt = e.optimizer or "optimizer"
+        if shape == "every":
+            message = (
+                f"`{scaler}.unscale_({opt})` runs on every micro-batch but `{scaler}.step` only at the accumulation "
+                f"boundary: the second micro-batch's `unscale_` raises \"RuntimeError: unscale_() has already been "
+                f"called on this optimizer since the last update().\"; move it inside the boundary `if`, before the clip"
+            )
+        elif shape == "every-updated":
+            message = (
+                f"`{scaler}.unscale_({opt})` and `{scaler}.update()` run on every micro-batch but `{scaler}.step` only "
+                f"at the accumulation boundary: no error, but each `unscale_` divides the gradients accumulated so "
+                f"far by the scale (65536 by default) again, so the step sees little more than the last micro-batch; "
+                f"move both inside the boundary `if`"
+            )
+        elif shape == "sometimes":
+            message = (
+                f"`{scaler}.unscale_({opt})` can run in the middle of an accumulation window, outside the boundary "
+                f"`if`: once there, later micro-batches add scaled gradients onto unscaled ones and `{scaler}.step` "
+                f"does not unscale again, so the accumulated gradient is silently wrong (by ~1e5 in amp-facts E18); "
+                f"twice before `update()`, it raises \"RuntimeError: unscale_() has already been called on this "
+                f"optimizer since the last update().\"; unscale only inside the accumulation boundary"
+            )
+        elif shape == "twice":
+            message = (
+                f"`{scaler}.unscale_({opt})` runs a second time before `{scaler}.update()`: it raises "
+                f"\"RuntimeError: unscale_() has already been called on this optimizer since the last update().\"; "
+                f"unscale each optimizer once per step"
+            )
+        else:  # "update"
+            message = (
+                f"`{scaler}.update()` runs on every micro-batch but `{scaler}.step` only at the accumulation boundary: "
+                f"on the first micro-batch that is not a boundary it raises \"AssertionError: No inf checks were "
+                f"recorded prior to update.\"; move it inside the boundary `if`, after the step"
+            )
+        data = {"shape": shape, "scaler": scaler, "optimizer": e.optimizer}
+        return ctx.diagnostic(self, e.call.node, message, data=data)
+
+
+def _flatten(ctx: ModuleContext, scope: Scope, depth: int, stack: Tuple[int, ...] = ()) -> List[_Step]:
+    out: List[_Step] = []
+    for e in scope.events:
+        if e.kind == "call":
+            callee = ctx.callee(e.call)
+            if callee is not None and depth > 0 and id(callee) not in stack and id(callee) != id(scope):
+                for sub in _flatten(ctx, callee, depth - 1, stack + (id(scope),)):
+                    out.append(_Step(sub.event, e.path + sub.path, (e.order,) + sub.order, True))
+                continue
+        out.append(_Step(e, e.path, (e.order,), False))
+    return out
+
+
+def _same_scaler(ctx: ModuleContext, a: _Step, b: _Step) -> bool:
+    if a.inlined or b.inlined:
+        return True  # parameter names change across calls
+    return a.event.scaler == b.event.scaler
+
+
+def _same_optimizer(a: _Step, b: _Step) -> bool:
+    oa, ob = a.event.optimizer, b.event.optimizer
+    return oa is None or ob is None or oa == ob
+
+
+def _enabled(ctx: ModuleContext, step: _Step) -> bool:
+    info = ctx.scaler(step.event.scaler)
+    return info is not None and info.enabled is not False
+
+
+def _has(path: Path, frame: Frame) -> bool:
+    return any(f is frame for f in path)
+
+
+def _equivalent_in(path: Path, frame: Frame) -> bool:
+    """`path` runs under `frame` or under an `if` testing the same condition the same way."""
+    for f in path:
+        if f is frame:
+            return True
+        if f.kind == frame.kind and f.test is not None and frame.test is not None and f.test.deep_equals(frame.test):
+            return True
+    return False
+
+
+def _boundary(ctx: ModuleContext, steps: List[_Step], backward: _Step, step: _Step) -> Optional[Tuple[Frame, Frame]]:
+    """(loop, boundary `if`) when `step` runs at accumulation boundaries of a loop that runs `backward` each time."""
+    loops = [f for f in backward.path if f.kind == "loop" and _has(step.path, f)]
+    if not loops:
+        return None
+    loop = loops[-1]
+    after = list(step.path[[i for i, f in enumerate(step.path) if f is loop][0] + 1 :])
+    frame = next((f for f in after if f.kind in ("if", "else") and not _has(backward.path, f)), None)
+    if frame is None:
+        return None
+    zero = [s for s in steps if s.kind == "zero_grad" and _has(s.path, loop)]
+    if any(not _equivalent_in(s.path, frame) and _runs_every(s, loop) for s in zero):
+        return None  # gradients are cleared every iteration: no accumulation
+    if any(_equivalent_in(s.path, frame) for s in zero) or _looks_like_accumulation(ctx, frame):
+        return loop, frame
+    return None
+
+
+def _runs_every(step: _Step, loop: Frame) -> bool:
+    """No `if` between `loop` and the step."""
+    index = [i for i, f in enumerate(step.path) if f is loop][0]
+    return not any(f.kind in ("if", "else", "except") for f in step.path[index + 1 :])
+
+
+def _looks_like_accumulation(ctx: ModuleContext, frame: Frame) -> bool:
+    test = frame.test
+    if test is None:
+        return False
+    found = []
+
+    class _V(cst.CSTVisitor):
+        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+            if isinstance(node.operator, cst.Modulo):
+                found.append(node)
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if "accum" in node.value.lower() or node.value == "sync_gradients":
+                found.append(node)
+
+    test.visit(_V())
+    return bool(found)
+
+
+def _inner_loop(backward: _Step, step: _Step, steps: List[_Step]) -> Optional[Frame]:
+    """A loop that runs `backward` several times per `step` (micro-batches)."""
+    for f in reversed(backward.path):
+        if f.kind == "loop" and not _has(step.path, f):
+            if any(s.kind == "zero_grad" and _has(s.path, f) for s in steps):
+                return None
+            if step.order > backward.order:
+                return f
+    return None
+
+
+def _findings(ctx: ModuleContext, steps: List[_Step]) -> Iterator[Tuple[_Step, str, Optional[_Step]]]:
+    backwards = [s for s in steps if s.kind == "scaled_backward" and _enabled(ctx, s)]
+    scaler_steps = [s for s in steps if s.kind == "scaler_step"]
+    unscales = [s for s in steps if s.kind == "unscale" and _enabled(ctx, s)]
+    updates = [s for s in steps if s.kind == "update" and _enabled(ctx, s)]
+    flagged: Set[int] = set()
+    # 1. more often than the step: outside the accumulation boundary, or in a micro-batch loop
+    for b in backwards:
+        for st in scaler_steps:
+            if not _same_scaler(ctx, b, st) or exclusive(b.path, st.path):
+                continue
+            bound = _boundary(ctx, steps, b, st)
+            inner = _inner_loop(b, st, steps) if bound is None else None
+            if bound is None and inner is None:
+                continue
+            per_batch_updates = [
+                u
+                for u in updates
+                if _same_scaler(ctx, u, st)
+                and (
+                    (bound is not None and _has(u.path, bound[0]) and not _equivalent_in(u.path, bound[1]))
+                    or (inner is not None and _has(u.path, inner))
+                )
+            ]
+            for u in unscales:
+                if id(u) in flagged or not _same_scaler(ctx, u, st) or not _same_optimizer(u, st):
+                    continue
+                if bound is not None:
+                    loop, frame = bound
+                    if not _has(u.path, loop) or _equivalent_in(u.path, frame) or exclusive(u.path, b.path):
+                        continue
+                    every = _runs_every(u, loop) or all(_has(b.path, f) for f in u.path)
+                else:
+                    if not _has(u.path, inner):
+                        continue
+                    every = all(_has(b.path, f) for f in u.path) or path_contains(u.path, b.path)
+                flagged.add(id(u))
+                if not every:
+                    yield u, "sometimes", st
+                elif per_batch_updates:
+                    yield u, "every-updated", st
+                else:
+                    yield u, "every", st
+            # an update on every micro-batch is fine when something records inf checks each time
+            # (another optimizer stepped every iteration, as in a WGAN critic loop)
+            recorded = [
+                s
+                for s in scaler_steps + unscales
+                if s is not st
+                and _same_scaler(ctx, s, st)
+                and (
+                    (bound is not None and _has(s.path, bound[0]) and not _equivalent_in(s.path, bound[1]))
+                    or (inner is not None and _has(s.path, inner))
+                )
+            ]
+            if not recorded:
+                for u in per_batch_updates:
+                    if id(u) not in flagged and u.order > b.order:
+                        flagged.add(id(u))
+                        yield u, "update", st
+    # 2. twice for one optimizer before update()
+    for i, u1 in enumerate(unscales):
+        for u2 in unscales[i + 1 :]:
+            if id(u2) in flagged or id(u1) in flagged:
+                continue
+            o1, o2 = u1.event.optimizer, u2.event.optimizer
+            if o1 is None or o1 != o2 or not _same_scaler(ctx, u1, u2) or exclusive(u1.path, u2.path):
+                continue
+            if not (path_contains(u1.path, u2.path) or path_contains(u2.path, u1.path)):
+                continue
+            if _loop_between(u1, u2):
+                continue
+            if any(
+                up.order > u1.order and up.order < u2.order and not exclusive(up.path, u2.path)
+                for up in updates
+            ):
+                continue
+            flagged.add(id(u2))
+            yield u2, "twice", u1
+
+
+def _loop_between(u1: _Step, u2: _Step) -> bool:
+    """`for opt in optimizers: scaler.unscale_(opt)` style: a loop only one of them is in."""
+    return any(f.kind == "loop" for f in u1.path if not _has(u2.path, f)) or any(
+        f.kind == "loop" for f in u2.path if not _has(u1.path, f)
+    )

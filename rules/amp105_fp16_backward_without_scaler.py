@@ -1,0 +1,407 @@
+"""AMP105 fp16-backward-without-scaler."""
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Set
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import Assignment, AutocastRegion, CallInfo, Event, ModuleContext, Scope, exclusive
+
+
+class Fp16BackwardWithoutScaler(Rule):
+    """
+    ## What it does
+    Flags `loss.backward()` on a loss computed under an fp16 autocast region
+    (an explicit `dtype=torch.float16`, or CUDA's default) in a file that has
+    no GradScaler at all.
+
+    ## Why is this bad?
+    Under fp16 autocast the backward pass runs the fp16 ops in fp16, so their
+    gradients live in fp16's range: values below its smallest subnormal
+    (5.96e-8) flush to zero and values below its smallest normal (6.1e-5) keep
+    only a few bits (amp-facts §6.1). Small gradients, common deep in a network
+    and late in training, vanish without any error. Loss scaling (65536 by
+    default) shifts them into range before the backward and unscales them in
+    fp32 before the step (amp-facts §2, §8 C5). bf16 has fp32's exponent range
+    and needs no scaler.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    ```
+    Or use `dtype=torch.bfloat16` where the hardware supports it.
+
+    ## Fix safety
+    No fix: adding a scaler changes the step (`scaler.step`, `scaler.update`)
+    and the checkpoint.
+
+    ## Verification
+    `amplint --verify` runs a tiny fp16 autocast model whose gradients are
+    small and reports how many gradient elements are zero without a scaler and
+    with one.
+
+    ## Notes
+    Silent when the region is bf16, when its dtype is decided at run time
+    (`dtype=dtype`), on CPU autocast without a dtype (bf16 by default), for
+    framework backward calls (`accelerator.backward(loss)`,
+    `self.manual_backward(loss)`, DeepSpeed's `engine.backward(loss)`), for
+    apex's `amp.scale_loss`, and whenever any GradScaler or `scaler` name
+    appears in the file (it may be scaled elsewhere). A region with a run-time
+    `enabled=` still counts: when it is on, the scaler is missing.
+
+    ## References
+    - amp-facts.md §2 (bf16 needs no scaler), §6.1 (fp16 limits), §8 C5
+    - https://pytorch.org/docs/stable/amp.html#gradient-scaling
+    """
+
+    code = "AMP105"
+    name = "fp16-backward-without-scaler"
+    severity = Severity.WARNING
+    message = "backward through fp16 autocast without a GradScaler"
+    triggers = ("backward(",)
+    facts = ("§2", "§6.1")
+
+    VALID = [
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            "the documented fp16 step",
+        ),
+        Valid(
+            """
+import torch
+for x, y in loader:
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+            "bf16 needs no scaler",
+        ),
+        Valid(
+            """
+import torch
+def train(model, loader, optimizer, dtype):
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=dtype):
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+""",
+            "dtype decided at run time",
+        ),
+        Valid(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    with accelerator.autocast():
+        loss = model(**batch).loss
+    accelerator.backward(loss)
+    optimizer.step()
+""",
+            "accelerate scales inside accelerator.backward",
+        ),
+        Valid(
+            """
+import torch
+for x in loader:
+    with torch.autocast("cpu"):
+        loss = model(x).sum()
+    loss.backward()
+""",
+            "CPU autocast defaults to bf16",
+        ),
+        Valid(
+            """
+import torch
+def train_step(model, batch, optimizer, scaler):
+    with torch.autocast("cuda"):
+        loss = model(batch)
+    loss = scaler.scale(loss)
+    loss.backward()
+""",
+            "a scaler passed in scales the loss",
+        ),
+        Valid(
+            """
+import torch
+with torch.autocast("cuda"):
+    preds = model(x)
+loss = loss_fn(model_fp32(x), y)
+loss.backward()
+""",
+            "the loss does not come from the fp16 region",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+from torch.cuda.amp import autocast
+
+class Trainer:
+    def compute_loss(self, batch):
+        with autocast():
+            outputs = self.model(**batch)
+        return outputs.loss
+
+    def training_step(self, batch):
+        loss = self.compute_loss(batch) / self.accum
+        loss.backward()
+""",
+            line=11,
+            why="HF-style trainer: the loss comes back from an fp16 helper",
+        ),
+        Invalid(
+            """
+import torch as T
+def train(model, loader, optimizer, args):
+    for step, (x, y) in enumerate(loader):
+        with T.amp.autocast("cuda", enabled=args.amp):
+            logits = model(x)
+        loss = T.nn.functional.cross_entropy(logits, y) / args.accum
+        (loss / 2).backward()
+        if (step + 1) % args.accum == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+            line=7,
+            why="loss built from fp16 activations; enabled decided at run time",
+        ),
+        Invalid(
+            """
+import torch
+with torch.autocast("cpu", dtype=torch.float16):
+    out = model(x)
+    loss = out.float().pow(2).mean()
+torch.autograd.backward(loss)
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+import torch
+from torch.cuda.amp import autocast
+
+def gan_step(gen, disc, opt_g, opt_d, real, z):
+    with autocast():
+        fake = gen(z)
+        loss_d = disc_loss(disc(real), disc(fake.detach()))
+    opt_d.zero_grad()
+    loss_d.backward()
+    opt_d.step()
+    with autocast():
+        loss_g = gen_loss(disc(fake))
+    opt_g.zero_grad()
+    loss_g.backward()
+    opt_g.step()
+""",
+            line=9,
+            count=2,
+            why="a GAN step: both backward passes run through fp16 without loss scaling",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        if ctx.scalers or _mentions_scaling(ctx):
+            return
+        if not any(_is_fp16(r) for r in ctx.regions):
+            return
+        for scope in ctx.scopes:
+            for event in scope.events:
+                if event.kind != "backward":
+                    continue
+                loss = _loss_expression(event.call)
+                if loss is None:
+                    continue
+                source = _fp16_source(ctx, scope, event, loss)
+                if source is not None:
+                    yield self._diagnostic(ctx, event, loss, source)
+
+    def _diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion) -> Diagnostic:
+        row = ctx.position(region.call)[0].row
+        text = ctx.code_for(loss).strip()
+        message = (
+            f"`{text}` comes from an fp16 autocast region (line {row}) and is backpropagated with no GradScaler: "
+            f"gradients in the fp16 backward ops below 6e-8 flush to zero and below 6.1e-5 lose precision, so "
+            f"small gradients vanish silently; scale the loss with `torch.amp.GradScaler` (or use bf16)"
+        )
+        data = {"loss": text, "region_row": row, "device": region.device}
+        return ctx.diagnostic(self, event.call.node, message, data=data)
+
+
+def _is_fp16(region: Optional[AutocastRegion]) -> bool:
+    return region is not None and not region.framework and region.enabled is not False and region.dtype == "fp16"
+
+
+def _mentions_scaling(ctx: ModuleContext) -> bool:
+    text = ctx.source
+    return "scaler" in text.lower() or "scale_loss" in text or "GradScaler" in text
+
+
+def _loss_expression(call: CallInfo) -> Optional[cst.BaseExpression]:
+    if call.calls_any(("torch.autograd.backward",)):
+        return call.arg(0, "tensors")
+    if call.method == "backward" and call.receiver is not None:
+        return call.receiver
+    return None
+
+
+def _names(expr: cst.CSTNode) -> Set[str]:
+    found: Set[str] = set()
+
+    class _V(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            found.add(node.value)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            # `outputs.loss` -> outputs; never the attribute names themselves
+            node.value.visit(self)
+            return False
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            # arguments only: a callee's name is not data
+            for arg in node.args:
+                arg.value.visit(self)
+            if isinstance(node.func, cst.Attribute):
+                node.func.value.visit(self)
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    expr.visit(_V())
+    return found
+
+
+def _last_assignment(ctx: ModuleContext, scope: Scope, name: str, before: int, at) -> Optional[Assignment]:
+    found = None
+    for a in ctx.assignments_to(name, scope):
+        if a.scope is scope and a.order < before and not exclusive(a.path, at):
+            found = a
+    return found
+
+
+def _fp16_source(ctx: ModuleContext, scope: Scope, event: Event, loss: cst.BaseExpression) -> Optional[AutocastRegion]:
+    """The fp16 region the loss (or a value it is computed from) was computed in."""
+    region = _returned_from_fp16(ctx, loss)
+    if region is not None:
+        return region
+    frontier = _names(loss)
+    seen: Set[str] = set()
+    before = event.order
+    for _ in range(3):
+        following: Set[str] = set()
+        for name in frontier - seen:
+            seen.add(name)
+            a = _last_assignment(ctx, scope, name, before, event.path)
+            if a is None:
+                continue
+            if _is_fp16(a.region):
+                return a.region
+            region = _returned_from_fp16(ctx, a.value)
+            if region is not None:
+                return region
+            following |= _names(a.value)
+        frontier = following
+    return None
+
+
+def _returned_from_fp16(ctx: ModuleContext, value: cst.BaseExpression) -> Optional[AutocastRegion]:
+    """`self.compute_loss(batch)` (possibly `/ n`) whose function returns a value computed under fp16 autocast."""
+    calls: List[cst.Call] = []
+    if isinstance(value, cst.Call):
+        calls.append(value)
+    elif isinstance(value, cst.BinaryOperation):
+        for side in (value.left, value.right):
+            if isinstance(side, cst.Call):
+                calls.append(side)
+    for node in calls:
+        info = ctx.call_info(node)
+        if info is None:
+            continue
+        if _is_fp16(info.region):
+            return info.region
+        callee = ctx.callee(info)
+        if callee is None or not isinstance(callee.node, cst.FunctionDef):
+            continue
+        for ret in _returns(callee.node):
+            if ret.value is None:
+                continue
+            for inner in _calls_in(ret.value):
+                ci = ctx.call_info(inner)
+                if ci is not None and _is_fp16(ci.region):
+                    return ci.region
+            for name in _names(ret.value):
+                for a in ctx.assignments_to(name, callee):
+                    if a.scope is callee and _is_fp16(a.region):
+                        return a.region
+    return None
+
+
+def _returns(func: cst.FunctionDef) -> List[cst.Return]:
+    found: List[cst.Return] = []
+
+    class _V(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is func
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+    func.visit(_V())
+    return found
+
+
+def _calls_in(expr: cst.CSTNode) -> List[cst.Call]:
+    found: List[cst.Call] = []
+
+    class _V(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            found.append(node)
+
+    expr.visit(_V())
+    return found

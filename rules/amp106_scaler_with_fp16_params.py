@@ -1,0 +1,348 @@
+"""AMP106 scaler-with-fp16-params."""
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import CallInfo, Event, LowPrecisionCast, ModuleContext, exclusive
+
+#: wrappers that keep the wrapped module's parameters (and their dtype)
+_WRAPPERS = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.compile",
+)
+#: methods that return the same module with the same parameter dtype
+_SAME_DTYPE_METHODS = ("cuda", "to", "train", "eval", "cpu", "requires_grad_", "half")
+
+
+class ScalerWithFp16Params(Rule):
+    """
+    ## What it does
+    Flags `scaler.step(optimizer)` / `scaler.unscale_(optimizer)` where the
+    optimizer updates the parameters of a model converted to fp16 by
+    `.half()`, `.to(torch.float16)` or `from_pretrained(torch_dtype=torch.float16)`.
+
+    ## Why is this bad?
+    GradScaler keeps fp32 master copies of nothing: it unscales the
+    parameters' `.grad` in place and refuses fp16 gradients. The first
+    `unscale_`/`step` raises `ValueError: Attempting to unscale FP16 gradients.`
+    (amp-facts §2, E16). Mixed precision means fp32 parameters with autocast
+    choosing fp16 per op; `.half()` on the trained model is pure fp16 training,
+    where updates round away and Adam's eps is 0 (§6.4).
+
+    ## Example
+    ```python
+    model = Net().cuda().half()
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    ...
+    scaler.step(optimizer)
+    ```
+
+    ## Use instead
+    ```python
+    model = Net().cuda()  # fp32 parameters
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    ...
+    scaler.step(optimizer)
+    ```
+
+    ## Fix safety
+    No fix: removing the cast changes memory use and the input dtypes the
+    model expects.
+
+    ## Verification
+    `amplint --verify` builds a tiny fp16 model with the flagged optimizer
+    class and a real GradScaler and reports the exception `step` raises.
+
+    ## Notes
+    Silent for bf16 parameters (GradScaler accepts them, E16), for fp16
+    modules the optimizer does not update (a frozen `vae.half()` next to
+    `AdamW(unet.parameters())`, or `requires_grad_(False)`), for optimizers
+    over a `requires_grad` filter (trainable adapters are often fp32), for a
+    model cast back with `.float()`, for master-weight schemes (the optimizer
+    holds fp32 copies), and when the scaler is built with `enabled=False`.
+
+    ## References
+    - amp-facts.md §2 (`unscale_`: fp16 gradients, E16), §6.4
+    - https://pytorch.org/docs/stable/amp.html#torch.autocast
+    """
+
+    code = "AMP106"
+    name = "scaler-with-fp16-params"
+    severity = Severity.ERROR
+    message = "GradScaler used on fp16 parameters"
+    triggers = ("half(", "float16", "torch.half", "fp16", "Half")
+    # a scaler's unscale_/step, and a scaler: GradScaler(...), `x.scale(loss)`, `unscale_`, a *scaler* name
+    requires = (("unscale_", "step"), ("Scaler", "scaler", "SCALER", ".scale(", "unscale_"))
+    facts = ("§2", "§6.4")
+
+    VALID = [
+        Valid(
+            """
+import torch
+model = Net().cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            "fp32 parameters under fp16 autocast",
+        ),
+        Valid(
+            """
+import torch
+vae = AutoencoderKL.from_pretrained(path, subfolder="vae", torch_dtype=torch.float16)
+vae.requires_grad_(False)
+unet = UNet2DConditionModel.from_pretrained(path, subfolder="unet")
+optimizer = torch.optim.AdamW(unet.parameters(), lr=1e-5)
+scaler = torch.amp.GradScaler("cuda")
+for batch in loader:
+    with torch.autocast("cuda"):
+        latents = vae.encode(batch["pixels"].half()).latent_dist.sample()
+        loss = unet(latents, batch["t"]).sample.pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            "a frozen fp16 VAE next to an fp32 UNet (diffusers fine-tuning)",
+        ),
+        Valid(
+            """
+import torch
+model = Net().cuda().to(torch.bfloat16)
+optimizer = torch.optim.AdamW(model.parameters())
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(model(x).float().mean()).backward()
+scaler.step(optimizer)
+scaler.update()
+""",
+            "bf16 parameters: GradScaler accepts them",
+        ),
+        Valid(
+            """
+import torch
+model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.float16)
+model = get_peft_model(model, lora_config)
+optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, model.parameters()), lr=2e-4)
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+scaler.step(optimizer)
+scaler.update()
+""",
+            "LoRA adapters on an fp16 base: only trainable (fp32) parameters are optimized",
+        ),
+        Valid(
+            """
+import torch
+model = Net().half()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+scaler.scale(loss).backward()
+scaler.step(optimizer)
+""",
+            "a disabled scaler does not unscale",
+        ),
+        Valid(
+            """
+import torch
+model = Net().cuda()
+optimizer = torch.optim.AdamW(model.parameters())
+scaler = torch.amp.GradScaler("cuda")
+for batch in loader:
+    scaler.scale(loss_fn(model, batch)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+export = model.half().eval()
+torch.onnx.export(export, x, "model.onnx")
+""",
+            "an fp16 inference copy made after training",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+model = Net().cuda().half()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x.half()), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            line=9,
+        ),
+        Invalid(
+            """
+import torch
+from torch.cuda.amp import GradScaler
+from transformers import AutoModelForSequenceClassification
+
+class Trainer:
+    def __init__(self, name):
+        self.model = AutoModelForSequenceClassification.from_pretrained(name, torch_dtype=torch.float16)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=2e-5)
+        self.scaler = GradScaler()
+
+    def training_step(self, batch):
+        self.scaler.scale(self.model(**batch).loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            line=13,
+        ),
+        Invalid(
+            """
+import torch as T
+def main(args):
+    model = build_model()
+    model.to(device, dtype=T.float16)
+    model = T.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    opt = T.optim.SGD([{"params": model.parameters(), "lr": 0.1}])
+    scaler = T.amp.GradScaler(enabled=args.amp)
+    for x, y in loader:
+        scaler.scale(crit(model(x), y)).backward()
+        scaler.step(opt)
+        scaler.update()
+""",
+            line=10,
+            why="cast in place, then wrapped by DDP; enabled decided at run time but the cast is unconditional",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16" and c.subject]
+        if not casts:
+            return
+        done: Set[str] = set()
+        for scope in ctx.scopes:
+            for event in scope.events:
+                if event.kind not in ("unscale", "scaler_step") or not event.optimizer or event.optimizer in done:
+                    continue
+                info = ctx.scaler(event.scaler)
+                if info is None or info.enabled is False:
+                    continue
+                found = _fp16_module(ctx, event, casts, info.enabled)
+                if found is not None:
+                    done.add(event.optimizer)
+                    yield self._diagnostic(ctx, event, *found)
+
+    def _diagnostic(self, ctx: ModuleContext, event: Event, cast: LowPrecisionCast, module: str) -> Diagnostic:
+        row = ctx.position(cast.call.node)[0].row
+        method = cast.call.method or (cast.call.dotted or "").rsplit(".", 1)[-1]
+        how = {"half": ".half()", "to": ".to(float16)", "type": ".type(float16)"}.get(
+            method, f"{method}(torch_dtype=float16)"
+        )
+        call = "step" if event.kind == "scaler_step" else "unscale_"
+        message = (
+            f"`{event.optimizer}` updates the parameters of `{module}`, converted to fp16 by `{how}` (line {row}): "
+            f"`{event.scaler}.{call}` raises \"ValueError: Attempting to unscale FP16 gradients.\"; keep the "
+            f"parameters fp32 and let autocast run the ops in fp16"
+        )
+        data = {"optimizer": event.optimizer, "module": module, "cast_row": row}
+        return ctx.diagnostic(self, event.call.node, message, data=data)
+
+
+def _fp16_module(
+    ctx: ModuleContext, event: Event, casts: List[LowPrecisionCast], scaler_enabled: Optional[bool]
+) -> Optional[Tuple[LowPrecisionCast, str]]:
+    opt = ctx.optimizers.get(event.optimizer or "")
+    if opt is None:
+        return None
+    for ctor in opt.constructors:
+        params = ctor.arg(0, "params")
+        if params is None or "requires_grad" in ctx.code_for(params):
+            continue
+        for module in _modules(ctx, params):
+            for name in _aliases(ctx, module, ctor):
+                for cast in casts:
+                    if cast.subject != name or cast.call.order > event.order:
+                        continue
+                    if cast.call.scope is event.call.scope and exclusive(cast.call.path, event.call.path):
+                        continue
+                    if scaler_enabled is None and any(f.kind in ("if", "else") for f in cast.call.path):
+                        continue  # both decided at run time: perhaps never together
+                    if _undone(ctx, name, cast, event) or _frozen(ctx, name):
+                        continue
+                    return cast, module
+    return None
+
+
+def _modules(ctx: ModuleContext, params: cst.BaseExpression) -> List[str]:
+    """`model.parameters()` / `self.model.named_parameters()` receivers inside the params expression."""
+    found: List[str] = []
+
+    class _V(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            info = ctx.call_info(node)
+            if info is not None and info.method in ("parameters", "named_parameters") and info.receiver_dotted:
+                found.append(info.receiver_dotted)
+
+    params.visit(_V())
+    return found
+
+
+def _aliases(ctx: ModuleContext, module: str, ctor: CallInfo) -> List[str]:
+    """`module` and the name it was assigned from (`self.model = model`)."""
+    names = [module]
+    for a in ctx.assignments_to(module):
+        if a.order < ctor.order and isinstance(a.value, cst.Name):
+            names.append(a.value.value)
+    return names
+
+
+def _undone(ctx: ModuleContext, name: str, cast: LowPrecisionCast, event: Event) -> bool:
+    """Between the cast and the step, `name` is cast back to fp32 or rebound to something else."""
+    for call in ctx.method_calls("float", "to", "type"):
+        if cast.call.order < call.order < event.order and call.receiver_dotted == name:
+            if call.method == "float" or any(ctx.dtype_of(a.value) == "fp32" for a in call.node.args):
+                return True
+    for a in ctx.assignments_to(name):
+        if not (cast.call.order < a.order < event.order) or a is cast.assignment:
+            continue
+        if not _keeps_dtype(ctx, name, a.value):
+            return True
+    return False
+
+
+def _keeps_dtype(ctx: ModuleContext, name: str, value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.Call):
+        info = ctx.call_info(value)
+        if info is not None and info.calls_any(_WRAPPERS) and any(
+            isinstance(arg.value, (cst.Name, cst.Attribute)) and ctx.code_for(arg.value) == name for arg in value.args
+        ):
+            return True
+        node: cst.BaseExpression = value
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value not in _SAME_DTYPE_METHODS:
+                return False
+            if node.func.attr.value == "to" and any(ctx.dtype_of(a.value) == "fp32" for a in node.args):
+                return False
+            node = node.func.value
+        return ctx.code_for(node) == name
+    return False
+
+
+def _frozen(ctx: ModuleContext, name: str) -> bool:
+    for call in ctx.method_calls("requires_grad_"):
+        if call.receiver_dotted == name and call.node.args and ctx.code_for(call.node.args[0].value) == "False":
+            return True
+    return False

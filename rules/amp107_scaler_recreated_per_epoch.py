@@ -1,0 +1,404 @@
+"""AMP107 scaler-recreated-per-epoch."""
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Tuple
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import CallInfo, Frame, ModuleContext, Scope, is_grad_scaler_call, literal_bool
+
+
+class ScalerRecreatedPerEpoch(Rule):
+    """
+    ## What it does
+    Flags `GradScaler(...)` constructed inside the training loop, or inside a
+    function that runs once per epoch (`train_one_epoch(...)` called from
+    `for epoch in ...`), while the optimizer lives on across iterations.
+
+    ## Why is this bad?
+    The scale is learned state: it starts at `init_scale` (65536), halves on
+    every step whose gradients overflow (that step is skipped) and doubles
+    after 2000 clean steps (amp-facts §2, E14). A new scaler each epoch throws
+    that away: every epoch restarts at 65536 and pays one skipped optimizer
+    step per halving again, any growth is lost, and the scale is not the one
+    a checkpoint's `scaler.state_dict()` would restore. Built on every step,
+    the scale never leaves 65536: if the gradients overflow there, every step
+    is skipped and the model never trains.
+
+    ## Example
+    ```python
+    def train_one_epoch(model, loader, optimizer):
+        scaler = torch.amp.GradScaler("cuda")
+        for x, y in loader:
+            ...
+
+    for epoch in range(epochs):
+        train_one_epoch(model, loader, optimizer)
+    ```
+
+    ## Use instead
+    ```python
+    def train_one_epoch(model, loader, optimizer, scaler):
+        for x, y in loader:
+            ...
+
+    scaler = torch.amp.GradScaler("cuda")
+    for epoch in range(epochs):
+        train_one_epoch(model, loader, optimizer, scaler)
+    ```
+
+    ## Fix safety
+    No fix: the scaler has to be created by the caller and passed in.
+
+    ## Verification
+    `amplint --verify` runs two short "epochs" with a gradient that overflows
+    at 65536, once with one scaler and once with a fresh scaler per epoch, and
+    reports the skipped steps of each.
+
+    ## Notes
+    Silent when the optimizer is built in the same loop or function (a new
+    run per iteration: hyper-parameter sweeps, cross-validation folds), when
+    the construction is conditional (`if scaler is None:`), for a scaler built
+    once in `main()` and passed in, for `self.scaler` built in `__init__`, and
+    for `enabled=False`.
+
+    ## References
+    - amp-facts.md §2 (constructor defaults, `update`, `state_dict`; E11, E14)
+    - https://pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training
+    """
+
+    code = "AMP107"
+    name = "scaler-recreated-per-epoch"
+    severity = Severity.WARNING
+    message = "GradScaler re-created every epoch"
+    triggers = ("GradScaler",)
+    facts = ("§2",)
+
+    VALID = [
+        Valid(
+            """
+import torch
+def train_one_epoch(model, loader, optimizer, scaler):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+def main(model, loader, optimizer, epochs):
+    scaler = torch.amp.GradScaler("cuda")
+    for epoch in range(epochs):
+        train_one_epoch(model, loader, optimizer, scaler)
+""",
+            "built once in main() and passed in",
+        ),
+        Valid(
+            """
+from torch.cuda.amp import GradScaler
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.optimizer = optimizer
+        self.scaler = GradScaler()
+
+    def train_epoch(self, loader):
+        for batch in loader:
+            self.scaler.scale(self.model(**batch).loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+""",
+            "self.scaler built in __init__",
+        ),
+        Valid(
+            """
+import torch
+for lr in (1e-4, 3e-4, 1e-3):
+    model = Net().cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    scaler = torch.amp.GradScaler("cuda")
+    for epoch in range(epochs):
+        for x, y in loader:
+            scaler.scale(model(x, y)).backward()
+            scaler.step(optimizer)
+            scaler.update()
+""",
+            "a sweep: a new model, optimizer and scaler per run",
+        ),
+        Valid(
+            """
+import torch
+scaler = None
+for epoch in range(epochs):
+    if scaler is None:
+        scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        scaler.scale(model(x, y)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            "built lazily, once",
+        ),
+        Valid(
+            """
+import torch
+def train_one_epoch(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    for x, y in loader:
+        scaler.scale(model(x, y)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            "a disabled scaler has no state to lose",
+        ),
+        Valid(
+            """
+import torch
+def run_fold(fold, data):
+    model = Net().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    for epoch in range(10):
+        for x, y in data[fold]:
+            scaler.scale(model(x, y)).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+for fold in range(5):
+    run_fold(fold, data)
+""",
+            "cross-validation: each fold is a new run with its own optimizer",
+        ),
+        Valid(
+            """
+import torch
+def train(hyp, opt, device):
+    model = Model(opt.cfg).to(device)
+    optimizer = smart_optimizer(model, opt.optimizer, hyp["lr0"])
+    scaler = torch.cuda.amp.GradScaler(enabled=amp)
+    for epoch in range(start_epoch, epochs):
+        for i, (imgs, targets) in enumerate(train_loader):
+            with torch.cuda.amp.autocast(amp):
+                loss = compute_loss(model(imgs), targets)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+for _ in range(opt.evolve):
+    hyp = mutate(hyp)
+    results = train(hyp.copy(), opt, device)
+""",
+            "yolov5's hyper-parameter evolution: each call of train() is a whole run",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+
+def train_one_epoch(model, loader, optimizer, epoch):
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+
+def main(model, loader, optimizer, args):
+    for epoch in range(args.epochs):
+        train_one_epoch(model, loader, optimizer, epoch)
+""",
+            line=4,
+        ),
+        Invalid(
+            """
+from torch.cuda.amp import GradScaler as Scaler
+
+model = build().cuda()
+optimizer = torch.optim.AdamW(model.parameters())
+for epoch in range(num_epochs):
+    scaler = Scaler()
+    for step, batch in enumerate(loader):
+        scaler.scale(model(**batch).loss / accum).backward()
+        if (step + 1) % accum == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+""",
+            line=6,
+        ),
+        Invalid(
+            """
+from torch import amp
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def train_epoch(self, loader):
+        self.scaler = amp.GradScaler("cuda")
+        for batch in loader:
+            self.scaler.scale(self.model(**batch).loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+    def fit(self, loader, epochs):
+        for epoch in range(epochs):
+            self.train_epoch(loader)
+""",
+            line=9,
+        ),
+        Invalid(
+            """
+import torch
+def train_one_epoch(model, loader, optimizer, device):
+    scaler = torch.amp.GradScaler(device)
+    for images, targets in loader:
+        with torch.autocast(device):
+            loss = model(images, targets)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            line=3,
+            why="a per-epoch function (by name and shape) with no caller in this file",
+        ),
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda"):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            line=3,
+            why="built on every step",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        for call in ctx.calls:
+            if not is_grad_scaler_call(call) or _disabled(ctx, call):
+                continue
+            found = _per_iteration(ctx, call)
+            if found is not None:
+                yield self._diagnostic(ctx, call, *found)
+
+    def _diagnostic(self, ctx: ModuleContext, call: CallInfo, where: str, per_step: bool) -> Diagnostic:
+        if per_step:
+            message = (
+                f"`GradScaler(...)` is constructed on every training step ({where}): the loss scale never leaves "
+                f"its initial 65536, so if the gradients overflow there every step is skipped and the model never "
+                f"trains; create the scaler once, before the loop"
+            )
+        else:
+            message = (
+                f"`GradScaler(...)` is constructed once per epoch ({where}): the learned loss scale restarts at "
+                f"65536 every epoch, each halving back to a scale that fits costs a skipped optimizer step again, "
+                f"growth is lost, and a checkpoint cannot restore it; create the scaler once and pass it in"
+            )
+        return ctx.diagnostic(self, call.node, message, data={"where": where, "per_step": per_step})
+
+
+def _disabled(ctx: ModuleContext, call: CallInfo) -> bool:
+    for key, info in ctx.scalers.items():
+        if any(c is call for c in info.constructors):
+            return info.enabled is False
+    return literal_bool(call.arg(None, "enabled")) is False
+
+
+def _target(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
+    for key, info in ctx.scalers.items():
+        if any(c is call for c in info.constructors):
+            return key
+    return None
+
+
+def _builds_optimizer(ctx: ModuleContext, scope: Scope, loop: Optional[Frame]) -> bool:
+    """An optimizer (or a framework `prepare`) constructed in `scope`, inside `loop` when given."""
+    for info in ctx.optimizers.values():
+        for c in info.constructors:
+            if c.scope is scope and (loop is None or any(f is loop for f in c.path)):
+                return True
+    for c in scope.calls:
+        if c.method in ("prepare", "initialize", "setup") and (loop is None or any(f is loop for f in c.path)):
+            return True
+    # `optimizer = smart_optimizer(model, ...)`, `self.optimizer = build_optimizer(cfg)`
+    for a in ctx.assignments:
+        if a.scope is scope and isinstance(a.value, cst.Call) and ctx.is_optimizer(a.target):
+            if loop is None or any(f is loop for f in a.path):
+                return True
+    return False
+
+
+def _runs_epochs(scope: Scope) -> bool:
+    """A backward inside two nested loops: the function is a whole run (epochs of batches)."""
+    return any(
+        e.kind in ("scaled_backward", "backward") and sum(f.kind == "loop" for f in e.path) >= 2 for e in scope.events
+    )
+
+
+def _uses(ctx: ModuleContext, scope: Scope, key: Optional[str], loop: Optional[Frame]) -> Tuple[bool, bool]:
+    """(the scaler is used in `scope` [inside `loop`], a scaled backward runs directly in `loop`)."""
+    used = direct = False
+    for e in scope.events:
+        if loop is not None and not any(f is loop for f in e.path):
+            continue
+        if e.kind in ("scaled_backward", "scaler_step", "unscale", "update") and (key is None or e.scaler == key):
+            used = True
+            if e.kind == "scaled_backward" and loop is not None:
+                inner = e.path[[i for i, f in enumerate(e.path) if f is loop][0] + 1 :]
+                direct = direct or not any(f.kind == "loop" for f in inner)
+    if key is not None and not used:
+        for c in scope.calls:
+            if loop is not None and not any(f is loop for f in c.path):
+                continue
+            if any(isinstance(a.value, (cst.Name, cst.Attribute)) and ctx.code_for(a.value) == key for a in c.node.args):
+                used = True
+    return used, direct
+
+
+def _per_iteration(ctx: ModuleContext, call: CallInfo) -> Optional[Tuple[str, bool]]:
+    scope = call.scope
+    key = _target(ctx, call)
+    loops = [f for f in call.path if f.kind == "loop"]
+    if loops:
+        loop = loops[-1]
+        after = call.path[[i for i, f in enumerate(call.path) if f is loop][0] + 1 :]
+        if any(f.kind in ("if", "else", "except", "try") for f in after):
+            return None  # built conditionally (lazily, on error, ...)
+        if _builds_optimizer(ctx, scope, loop):
+            return None
+        used, direct = _uses(ctx, scope, key, loop)
+        if not used:
+            return None
+        return f"inside the loop at line {ctx.position(loop.node)[0].row}", direct
+    if scope.is_module or any(f.kind in ("if", "else", "except") for f in call.path):
+        return None
+    if _builds_optimizer(ctx, scope, None) or _runs_epochs(scope):
+        return None
+    used, _ = _uses(ctx, scope, key, None)
+    if not used:
+        return None
+    looped = [c for c in ctx.callers(scope) if any(f.kind == "loop" for f in c.path)]
+    for caller in looped:
+        loop = [f for f in caller.path if f.kind == "loop"][-1]
+        if not _builds_optimizer(ctx, caller.scope, loop):
+            row = ctx.position(caller.node)[0].row
+            per_step = not _has_loop(scope) and any(e.kind == "scaled_backward" for e in scope.events)
+            return f"in `{scope.name}`, called in a loop at line {row}", per_step
+    if not ctx.callers(scope) and "epoch" in scope.name.lower() and _has_loop(scope):
+        return f"in `{scope.name}`, which runs once per epoch", False
+    return None
+
+
+def _has_loop(scope: Scope) -> bool:
+    return any(any(f.kind == "loop" for f in e.path) for e in scope.events)

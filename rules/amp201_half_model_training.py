@@ -1,0 +1,526 @@
+"""AMP201 half-model-training."""
+from __future__ import annotations
+
+import re
+from typing import Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint import torchapi
+from amplint.context import (
+    CallInfo,
+    LowPrecisionCast,
+    ModuleContext,
+    Scope,
+    assignment_before,
+    call_chain,
+    exclusive,
+    fp32_cast,
+    literal_bool,
+    literal_number,
+)
+from amplint.names import dotted_name
+
+#: callees that keep fp32 master weights for the optimizer they are given
+#: (apex FP16_Optimizer / amp.initialize, DeepSpeed, fairseq's FP16Optimizer...)
+_MASTER_WRAPPER = re.compile(r"fp16|master|initialize|mixedprecision", re.IGNORECASE)
+_INIT_SCOPES = ("__init__", "<module>", "setup", "build", "build_model")
+
+
+class HalfModelTraining(Rule):
+    """
+    ## What it does
+    Flags `.half()`, `.to(torch.float16)` and `from_pretrained(...,
+    torch_dtype=torch.float16)` on a module whose parameters an optimizer is
+    then built on (`Adam(model.parameters())`, `filter(..., model.parameters())`,
+    param groups of its submodules) and steps, with no fp32 master copy.
+
+    ## Why is this bad?
+    The optimizer then updates fp16 weights in place. fp16 has 10 mantissa
+    bits: near 1.0 representable values are 9.8e-4 apart, so small updates
+    round away (in amp-facts E30 an SGD step 1.0 - 5e-5 stayed 1.0). Adam's
+    default `eps=1e-8` is below fp16's smallest subnormal and becomes 0, so
+    `grad / (sqrt(v) + eps)` divides by zero once `v` underflows: in E30 the
+    parameters were `-inf` after one step with gradients of 1e-5. A GradScaler
+    refuses fp16 gradients outright (AMP106). Autocast keeps parameters,
+    gradients and optimizer state in fp32 and avoids all of this.
+
+    ## Example
+    ```python
+    model = Net().cuda().half()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ```
+
+    ## Use instead
+    ```python
+    model = Net().cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with torch.autocast("cuda"):
+        loss = criterion(model(x), y)
+    ```
+
+    ## Fix safety
+    No fix is offered: moving to autocast also needs a GradScaler and input
+    changes, which a human has to make.
+
+    ## Verification
+    `amplint --verify` steps the flagged optimizer class once on fp16
+    parameters with small gradients and reports the parameters' change and
+    inf count against the same step in fp32.
+
+    ## Notes
+    Silent for inference copies (`model.half().eval()`, an EMA or export
+    copy nobody optimizes), for `x.half().float()` rounding tricks, for tensors
+    (only `.parameters()` of the converted object count as evidence), for
+    master-weight schemes (the optimizer gets fp32 copies, or is handed to
+    apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed), for files that
+    freeze parameters (trainable adapters may be fp32), when the name is
+    rebound (`model = get_peft_model(model, config)`) before the optimizer is
+    built, and for bf16 (wide range; not this rule).
+
+    ## References
+    - amp-facts.md §0.12, §6.1, §6.4 (E30), §2 (E16)
+    - https://pytorch.org/docs/stable/amp.html#torch.autocast ("do not call `.half()` on your model")
+    """
+
+    code = "AMP201"
+    name = "half-model-training"
+    severity = Severity.WARNING
+    message = "optimizer updates an fp16 model without fp32 master weights"
+    triggers = ("half", "Half", "float16", "fp16")
+    requires = (("optim", "Optim", "OPTIM"),)  # an optimizer class (its module path says optim)
+    facts = ("§0.12", "§6.4")
+
+    VALID = [
+        Valid(
+            """
+import torch
+model = Net().cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+train(model, optimizer)
+model.half().eval()
+torch.onnx.export(model, dummy.half(), "model.onnx")
+""",
+            "an inference conversion after training",
+        ),
+        Valid(
+            """
+import copy
+import torch
+model = Net().cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+ema = copy.deepcopy(model).half()
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+torch.save(ema.state_dict(), "ema.pt")
+""",
+            "an EMA copy for saving: nothing optimizes it",
+        ),
+        Valid(
+            """
+import torch
+model = Net().cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in loader:
+    x = x.half().float()  # simulate fp16 input rounding
+    loss = model(x).mean()
+    loss.backward()
+    optimizer.step()
+""",
+            "a rounding trick on a tensor, converted back",
+        ),
+        Valid(
+            """
+import torch
+model = Net().cuda().half()
+master = [p.detach().clone().float().requires_grad_() for p in model.parameters()]
+optimizer = torch.optim.SGD(master, lr=0.1)
+""",
+            "a master-weight scheme: the optimizer updates fp32 copies",
+        ),
+        Valid(
+            """
+import torch
+model = Net().cuda().to(torch.bfloat16)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+""",
+            "bf16 parameters: not this rule",
+        ),
+        Valid(
+            """
+import torch
+model = Net().cuda()
+optimizer = torch.optim.Adam(model.parameters())
+for x, y in loader:
+    x = x.half()
+    loss = model(x).float().mean()
+    loss.backward()
+    optimizer.step()
+""",
+            "a tensor converted, not the optimized module",
+        ),
+        Valid(
+            """
+import torch
+from apex.fp16_utils import FP16_Optimizer
+model = Net().cuda().half()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)
+""",
+            "apex FP16_Optimizer keeps fp32 master weights",
+        ),
+        Valid(
+            """
+import torch
+from transformers import AutoModelForCausalLM
+from peft import LoraConfig, get_peft_model
+model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.float16)
+model = get_peft_model(model, LoraConfig(r=8))
+optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4)
+""",
+            "the name is rebound to a PEFT model (adapters are kept fp32) before the optimizer",
+        ),
+        Valid(
+            """
+import torch
+model = Net().cuda().half()
+for p in model.parameters():
+    p.requires_grad = False
+model.head = torch.nn.Linear(512, 10).cuda()
+optimizer = torch.optim.SGD(filter(lambda p: p.requires_grad, model.parameters()), lr=0.1)
+""",
+            "a frozen fp16 backbone with an fp32 trainable head",
+        ),
+        Valid(
+            """
+import torch
+teacher = Teacher().cuda()
+student = Student().cuda()
+optimizer = torch.optim.AdamW(student.parameters())
+with torch.no_grad():
+    teacher = teacher.half()
+""",
+            "an inference-only teacher; the optimized student stays fp32",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+model = Net().cuda().half()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+for x, y in loader:
+    loss = criterion(model(x.cuda().half()), y.cuda())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+""",
+            line=2,
+        ),
+        Invalid(
+            """
+import torch
+from torch.optim import AdamW
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=torch.float16).to("cuda")
+optimizer = AdamW(model.parameters(), lr=2e-5)
+""",
+            line=4,
+        ),
+        Invalid(
+            """
+import torch.optim as optim
+
+class Trainer:
+    def __init__(self, model, lr):
+        self.model = model.cuda().half()
+        self.lr = lr
+
+    def configure_optimizer(self):
+        self.optimizer = optim.Adam(filter(lambda p: p.requires_grad, self.model.parameters()), lr=self.lr)
+
+    def step(self, loss):
+        loss.backward()
+        self.optimizer.step()
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+import torch
+def main(args):
+    model = build_model(args)
+    if args.fp16:
+        model.half()
+    groups = [
+        {"params": model.backbone.parameters(), "lr": args.lr * 0.1},
+        {"params": model.head.parameters()},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=args.lr)
+    return model, optimizer
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+from torch import float16, optim
+optimizer = optim.SGD(net.parameters(), lr=0.01)
+net.to("cuda", float16)
+for epoch in range(10):
+    for x, y in loader:
+        optimizer.zero_grad()
+        criterion(net(x), y).backward()
+        optimizer.step()
+""",
+            line=3,
+            why="converted after the optimizer was built, before it steps: the same Parameter objects become fp16",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16"]
+        if not casts:
+            return
+        ctors = [c for c in ctx.calls if c.qualname and torchapi.is_optimizer_class(c.qualname)]
+        if not ctors or _freezes(ctx):
+            return
+        for cast in casts:
+            if _not_a_training_conversion(ctx, cast):
+                continue
+            subjects = _subjects(ctx, cast)
+            for ctor in ctors:
+                key = _assigned_key(ctx, ctor)
+                if self._updates(ctx, cast, subjects, ctor, key):
+                    yield self._diagnostic(ctx, cast, ctor)
+                    break
+
+    def _updates(self, ctx: ModuleContext, cast: LowPrecisionCast, subjects: Set[str], ctor: CallInfo, key: Optional[str]) -> bool:
+        if not subjects or exclusive(cast.call.path, ctor.path):
+            return False
+        if not _in_reach(cast.call.scope, ctor.scope, subjects):
+            return False
+        params = ctor.arg(0, "params")
+        if params is None or not _references_parameters(ctx, params, subjects, ctor):
+            return False
+        if cast.call.order < ctor.order:
+            if _rebound_between(ctx, subjects, cast, ctor):
+                return False
+        elif not (key and _stepped_after(ctx, key, cast.call)):
+            return False
+        if _reverted_later(ctx, subjects, cast.call):
+            return False
+        if key and _master_wrapped(ctx, key):
+            return False
+        return True
+
+    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:
+        opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
+        what = _describe(ctx, cast)
+        adam = "adam" in opt.lower()
+        if adam:
+            numbers = (
+                "Adam's eps=1e-8 is 0 in fp16 (in amp-facts E30 Adam's parameters were -inf after one step "
+                "with gradients of 1e-5), and small updates round away (1.0 - 5e-5 stays 1.0 in fp16)"
+            )
+        else:
+            numbers = (
+                "fp16 values near 1.0 are 9.8e-4 apart, so small updates round away "
+                "(in amp-facts E30 the SGD step 1.0 - 5e-5 stayed 1.0)"
+            )
+        message = (
+            f"{what} makes the parameters that `{opt}` updates fp16, with no fp32 master copy: {numbers}; "
+            f"keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
+        )
+        data = {
+            "optimizer": opt,
+            "optimizer_class": ctor.qualname,
+            "lr": literal_number(ctor.arg(1, "lr")),
+            "eps": literal_number(ctor.arg(None, "eps")),
+            "dtype": "fp16",
+            "subject": cast.subject,
+        }
+        return ctx.diagnostic(self, cast.call.node, message, data=data)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _describe(ctx: ModuleContext, cast: LowPrecisionCast) -> str:
+    node = cast.call.node
+    if cast.call.method == "from_pretrained" or (cast.call.dotted or "").endswith("from_pretrained"):
+        return "`from_pretrained(..., torch_dtype=float16)`"
+    text = ctx.code_for(node)
+    if len(text) > 40 or "\n" in text:
+        text = f"{cast.subject or ''}.{cast.call.method}(...)"
+    return f"`{text}`"
+
+
+def _chain_root(ctx: ModuleContext, node: cst.CSTNode) -> Optional[str]:
+    """`model` for `model.cuda().half()`; None for `Net().half()` or `copy.deepcopy(m).half()`."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        node = node.func.value
+    name = dotted_name(node)
+    if name is None or ctx.imports.is_imported(name.split(".")[0]):
+        return None
+    return name
+
+
+def _subjects(ctx: ModuleContext, cast: LowPrecisionCast) -> Set[str]:
+    out = set()
+    if cast.subject and not ctx.imports.is_imported(cast.subject.split(".")[0]):
+        out.add(cast.subject)
+    if cast.call.method in ("half", "to", "type"):  # Module.half()/to() convert in place
+        root = _chain_root(ctx, cast.call.node)
+        if root:
+            out.add(root)
+    return out
+
+
+def _outer_methods(ctx: ModuleContext, node: cst.Call) -> List[Tuple[str, cst.Call]]:
+    """Methods chained after `node`: `.eval()` in `model.half().eval()`."""
+    out = []
+    current: cst.CSTNode = node
+    while True:
+        parent = ctx.parent(current)
+        if not isinstance(parent, cst.Attribute) or parent.value is not current:
+            return out
+        call = ctx.parent(parent)
+        if not isinstance(call, cst.Call) or call.func is not parent:
+            return out
+        out.append((parent.attr.value, call))
+        current = call
+
+
+def _not_a_training_conversion(ctx: ModuleContext, cast: LowPrecisionCast) -> bool:
+    """Inference or rounding shapes: `.half().eval()`, `.eval().half()`, `.half().float()`."""
+    after = _outer_methods(ctx, cast.call.node)
+    for method, call in after:
+        if method == "eval" or method == "double" or fp32_cast(ctx, call):
+            return True
+        if method == "requires_grad_" and literal_bool(call.args[0].value if call.args else None) is False:
+            return True
+    before = list(call_chain(cast.call.node))[1:]
+    return any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "eval" for c in before)
+
+
+def _assigned_key(ctx: ModuleContext, ctor: CallInfo) -> Optional[str]:
+    for a in ctx.assignments:
+        if not a.unpacked and a.value is ctor.node:
+            return a.target
+    return None
+
+
+def _in_reach(cast_scope: Scope, ctor_scope: Scope, subjects: Set[str]) -> bool:
+    """The optimizer's scope sees the object the cast converted, and the cast runs first
+    (same scope, or a constructor-like scope of the same class, or module level)."""
+    if cast_scope is ctor_scope:
+        return True
+    if cast_scope.name not in _INIT_SCOPES:
+        return False
+    if cast_scope.cls is not None and cast_scope.cls is ctor_scope.cls and any(s.startswith("self.") for s in subjects):
+        return True
+    if cast_scope.is_module:
+        return not any(s.split(".")[0] in ctor_scope.params for s in subjects)
+    return False
+
+
+def _matches(receiver: Optional[str], subjects: Set[str]) -> bool:
+    return receiver is not None and any(receiver == s or receiver.startswith(s + ".") for s in subjects)
+
+
+class _Refs(cst.CSTVisitor):
+    def __init__(self, ctx: ModuleContext, subjects: Set[str]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.subjects = subjects
+        self.parameters = False
+        self.fp32 = False
+        self.names: List[cst.Name] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("parameters", "named_parameters"):
+            if _matches(dotted_name(node.func.value), self.subjects):
+                self.parameters = True
+        if fp32_cast(self.ctx, node):
+            self.fp32 = True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)
+
+
+def _references_parameters(ctx: ModuleContext, params: cst.BaseExpression, subjects: Set[str], ctor: CallInfo) -> bool:
+    """`params` holds the subjects' own parameters (not fp32 copies of them), directly or through one name."""
+    refs = _Refs(ctx, subjects)
+    params.visit(refs)
+    if refs.fp32:
+        return False
+    if refs.parameters:
+        return True
+    if isinstance(params, cst.Name):
+        a = assignment_before(ctx, params.value, ctor.scope, ctor.statement, ctor.order)
+        if a is not None and not a.unpacked:
+            inner = _Refs(ctx, subjects)
+            a.value.visit(inner)
+            return inner.parameters and not inner.fp32
+    return False
+
+
+def _rebound_between(ctx: ModuleContext, subjects: Set[str], cast: LowPrecisionCast, ctor: CallInfo) -> bool:
+    """A subject is assigned something other than itself (`model = get_peft_model(model)`)
+    between the cast and the optimizer."""
+    for s in subjects:
+        for a in ctx.assignments_to(s):
+            if a is cast.assignment or not (cast.call.order < a.order < ctor.order):
+                continue
+            if a.scope is not ctor.scope and a.scope is not cast.call.scope:
+                continue
+            if _chain_root(ctx, a.value) != s:
+                return True
+    return False
+
+
+def _stepped_after(ctx: ModuleContext, key: str, cast: CallInfo) -> bool:
+    for call in ctx.method_calls("step"):
+        if call.scope is not cast.scope or call.order <= cast.order:
+            continue
+        if call.receiver_dotted == key:
+            return True
+        arg = call.arg(0, "optimizer")
+        if arg is not None and dotted_name(arg) == key:
+            return True
+    return False
+
+
+def _reverted_later(ctx: ModuleContext, subjects: Set[str], cast: CallInfo) -> bool:
+    """`model.float()` / `model.to(torch.float32)` later in the same scope."""
+    for call in ctx.calls:
+        if call.scope is cast.scope and call.order > cast.order and fp32_cast(ctx, call.node):
+            if _chain_root(ctx, call.node) in subjects:
+                return True
+    return False
+
+
+def _master_wrapped(ctx: ModuleContext, key: str) -> bool:
+    """The optimizer is handed to something that keeps fp32 master weights."""
+    for call in ctx.calls:
+        callee = call.dotted or next(iter(call.qualnames), "") or ""
+        if not _MASTER_WRAPPER.search(callee):
+            continue
+        if any(dotted_name(a.value) == key for a in call.node.args):
+            return True
+    return False
+
+
+def _freezes(ctx: ModuleContext) -> bool:
+    """`p.requires_grad = False` or `.requires_grad_(False)` anywhere in the file."""
+    for a in ctx.assignments:
+        if a.target.endswith("requires_grad") and literal_bool(a.value) is False:
+            return True
+    for call in ctx.method_calls("requires_grad_"):
+        if literal_bool(call.arg(0, "requires_grad")) is False:
+            return True
+    return False

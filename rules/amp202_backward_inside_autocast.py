@@ -1,0 +1,250 @@
+"""AMP202 backward-inside-autocast."""
+from __future__ import annotations
+
+
+from typing import Iterator
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import ModuleContext, active_region
+
+_BACKWARD_EVENTS = ("scaled_backward", "backward", "framework_backward")
+
+
+class BackwardInsideAutocast(Rule):
+    """
+    ## What it does
+    Flags `loss.backward()`, `scaler.scale(loss).backward()`,
+    `torch.autograd.backward(...)` and framework backward calls
+    (`accelerator.backward(loss)`) written inside an enabled `torch.autocast`
+    region (a `with` block or an `@autocast` decorator).
+
+    ## Why is this bad?
+    Autocast should wrap only the forward pass and the loss. PyTorch's autocast
+    documentation calls backward passes under autocast "not recommended":
+    backward ops already run in the dtypes autocast chose for the matching
+    forward ops, so the region adds nothing to them, while every other op
+    written after the backward in the same block (gradient clipping, gradient
+    penalties, the optimizer step, logging math) is autocast as well. It is not
+    an error: in amp-facts E23 the gradients were identical inside and outside.
+    That is why this is a warning about structure, not a bug report.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda"):
+        loss = criterion(model(x), y)
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    with torch.autocast("cuda"):
+        loss = criterion(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    No fix is offered: moving the backward (and whatever follows it) out of
+    the `with` block changes which statements autocast, so a human decides
+    where the region ends.
+
+    ## Verification
+    `amplint --verify` runs a tiny model's step with the backward inside and
+    outside autocast and reports the largest gradient difference and the
+    dtypes of the gradients.
+
+    ## Notes
+    A backward inside a nested `autocast(enabled=False)` of the same device
+    is not flagged. Framework regions (`accelerator.autocast()`,
+    `fabric.autocast()`) are not flagged: their precision comes from the
+    framework's configuration (possibly no mixed precision at all) and their
+    documentation wraps whole training functions in them; a framework
+    backward inside a plain `torch.autocast` region is flagged like any other.
+    A region whose `enabled=` is decided at run time (`enabled=use_amp`) is
+    flagged: whenever AMP is on, the backward is inside it.
+
+    ## References
+    - amp-facts.md §1.1 ("Backward": not recommended, not an error; E23), §5 (typical training)
+    - https://pytorch.org/docs/stable/amp.html#torch.autocast
+    """
+
+    code = "AMP202"
+    name = "backward-inside-autocast"
+    severity = Severity.WARNING
+    message = "backward pass inside an autocast region"
+    triggers = ("autocast",)  # a region in this file (every region is an autocast call)
+    requires = (("backward",),)
+    facts = ("§1.1", "§5")
+
+    VALID = [
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = criterion(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            "the documented shape: backward after the `with` block",
+        ),
+        Valid(
+            """
+import torch
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = model(x).float().pow(2).mean()
+    with torch.autocast("cuda", enabled=False):
+        loss.backward()
+""",
+            "a nested autocast(enabled=False) of the same device turns autocast off",
+        ),
+        Valid(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="bf16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    with accelerator.autocast():
+        loss = model(**batch).loss
+        accelerator.backward(loss)
+    optimizer.step()
+""",
+            "accelerate's own region: precision set by its config, documented around whole training code",
+        ),
+        Valid(
+            """
+from torch.cuda.amp import autocast
+with autocast(enabled=False):
+    loss = model(x).sum()
+    loss.backward()
+""",
+            "a literally disabled region is not autocast",
+        ),
+        Valid(
+            """
+import torch
+def train_step(model, x, y, optimizer):
+    with torch.autocast("cuda"):
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+    loss.backward()
+    optimizer.step()
+""",
+            "backward in the same function, after the region",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast(device_type="cuda", dtype=torch.float16):
+        loss = criterion(model(x), y)
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            line=6,
+        ),
+        Invalid(
+            """
+from torch.cuda.amp import GradScaler, autocast
+
+class Trainer:
+    def __init__(self, model, optimizer, use_amp):
+        self.model = model
+        self.optimizer = optimizer
+        self.use_amp = use_amp
+        self.scaler = GradScaler(enabled=use_amp)
+
+    def training_step(self, batch):
+        with autocast(enabled=self.use_amp):
+            loss = self.model(**batch).loss
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+""",
+            line=13,
+        ),
+        Invalid(
+            """
+import torch as th
+
+@th.autocast("cuda", dtype=th.bfloat16)
+def train_step(model, x, y, opt):
+    loss = th.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+""",
+            line=6,
+        ),
+        Invalid(
+            """
+from torch import autocast as amp_ctx
+for step, batch in enumerate(loader):
+    with amp_ctx("cuda"):
+        loss = model(**batch).loss / accum
+        if (step + 1) % accum == 0:
+            accelerator.backward(loss)
+""",
+            line=6,
+        ),
+        Invalid(
+            """
+import torch
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    loss = model(x).mean()
+    with torch.autocast("cuda", enabled=False):
+        torch.autograd.backward(loss)
+""",
+            line=5,
+            why="disabling CUDA autocast leaves the CPU region in force",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        for scope in ctx.scopes:
+            for event in scope.events:
+                if event.kind not in _BACKWARD_EVENTS:
+                    continue
+                region = active_region(event.call.region)
+                if region is None or region.framework or _defined_inside(ctx, region, scope):
+                    continue
+                yield self._diagnostic(ctx, event.call, region)
+
+    def _diagnostic(self, ctx: ModuleContext, call, region) -> Diagnostic:
+        text = ctx.code_for(call.node)
+        if len(text) > 50 or "\n" in text:
+            text = ctx.code_for(call.node.func).rsplit(".", 1)[-1] + "(...)"
+        row = ctx.position(region.call)[0].row
+        when = " (when enabled)" if region.enabled is None else ""
+        message = (
+            f"`{text}` runs inside the autocast region of line {row}{when}: PyTorch recommends autocast around "
+            f"the forward pass and loss only (backward ops already run in the dtypes chosen for their forward "
+            f"ops, and the rest of the block after it autocasts too); move it after the `with` block"
+        )
+        return ctx.diagnostic(
+            self,
+            call.node,
+            message,
+            data={"region_line": row, "device": region.device, "dtype": region.dtype},
+        )
+
+
+def _defined_inside(ctx: ModuleContext, region, scope) -> bool:
+    """The backward's function is merely *defined* in the region (a closure run
+    later, e.g. by `optimizer.step(closure)`), so the region need not be active
+    when it runs."""
+    if scope.is_module or region.node is scope.node:
+        return False
+    r_start, r_end = ctx.position(region.node)
+    s_start, s_end = ctx.position(scope.node)
+    return (r_start.row, r_start.column) <= (s_start.row, s_start.column) and (s_end.row, s_end.column) <= (r_end.row, r_end.column)

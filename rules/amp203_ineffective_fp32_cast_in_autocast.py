@@ -1,0 +1,435 @@
+"""AMP203 ineffective-fp32-cast-in-autocast."""
+from __future__ import annotations
+
+
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint import torchapi
+from amplint.context import (
+    Assignment,
+    AutocastOp,
+    AutocastRegion,
+    ModuleContext,
+    Scope,
+    active_region,
+    assignment_before,
+    autocast_op_of,
+    autocast_ops,
+    fp32_cast,
+    module_class,
+    strip_views,
+)
+
+_DTYPE_WORDS = {"fp16": "fp16", "bf16": "bf16", None: "low-precision"}
+
+
+class IneffectiveFp32CastInAutocast(Rule):
+    """
+    ## What it does
+    Flags `.float()` / `.to(torch.float32)` inside an enabled autocast region
+    when the cast's result goes straight into an op that autocast runs in the
+    low-precision dtype (`linear`, `matmul`/`@`, `mm`, `bmm`, `addmm`,
+    `baddbmm`, convolutions, `scaled_dot_product_attention`, `einsum` on CUDA,
+    ...; the lists differ per device) and the cast's input is known to be a
+    floating tensor (the output of such an op or of an `nn.Linear`/`nn.Conv*`/
+    norm/embedding module, a parameter, a low-precision cast).
+
+    ## Why is this bad?
+    Ops on autocast's lower-precision list cast every floating input to the
+    autocast dtype whatever dtype it arrives in, so the manual upcast is undone
+    before the op runs: in amp-facts E27 `lin(h.float())` under bf16 autocast
+    still returned bf16. The op the author wanted in fp32 (typically a
+    numerically sensitive projection or attention score) silently runs in
+    fp16/bf16, and the cast costs a round trip through memory. Only a nested
+    `autocast(enabled=False)` makes the op run in fp32.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        h = self.fc1(x)
+        logits = self.head(h.float())  # still bf16
+    ```
+
+    ## Use instead
+    ```python
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        h = self.fc1(x)
+        with torch.autocast("cuda", enabled=False):
+            logits = self.head(h.float())  # fp32
+    ```
+
+    ## Fix safety
+    No fix is offered: whether the op should really run in fp32 (and pay for
+    it) or the cast should simply go is the author's call.
+
+    ## Verification
+    `amplint --verify` runs the op on a tiny input under the region's autocast
+    device and dtype, with and without the cast, and reports the output dtype
+    (the same low-precision dtype both times).
+
+    ## Notes
+    Silent when the cast feeds an fp32-list or unlisted op (`F.cross_entropy`,
+    `softmax`, `pow(2).mean()`), when the cast name is also used elsewhere,
+    after the region, inside `autocast(enabled=False)`, and when the cast's
+    input may be an integer or boolean tensor (`mask.float()` into `bmm`
+    converts a mask, it is not an upcast). Ops are taken from the region's
+    device list: `einsum` is lower precision on CUDA but not listed on CPU.
+
+    ## References
+    - amp-facts.md §0.14, §1.1, §1.2 (CUDA list), §1.3 (CPU list), §5, E27
+    - https://pytorch.org/docs/stable/amp.html#autocast-op-reference
+    """
+
+    code = "AMP203"
+    name = "ineffective-fp32-cast-in-autocast"
+    severity = Severity.WARNING
+    message = "fp32 cast undone by autocast"
+    triggers = ("autocast",)  # a region in this file (every region is an autocast call)
+    requires = (("float",),)
+    facts = ("§0.14", "§1.2", "§1.3")
+
+    VALID = [
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+lin = torch.nn.Linear(8, 8)
+with torch.autocast("cuda"):
+    h = lin(x)
+    loss = F.cross_entropy(h.float(), y)
+""",
+            "the cast feeds an fp32-list op (a loss)",
+        ),
+        Valid(
+            """
+import torch
+lin = torch.nn.Linear(8, 8)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    h = lin(x)
+    probs = h.float().softmax(-1)
+""",
+            "the cast feeds an op that is not on the lower-precision list",
+        ),
+        Valid(
+            """
+import torch
+lin = torch.nn.Linear(8, 8)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    h = lin(x)
+out = lin(h.float())
+""",
+            "the cast is after the region",
+        ),
+        Valid(
+            """
+import torch
+lin = torch.nn.Linear(8, 8)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    h = lin(x)
+    with torch.autocast("cuda", enabled=False):
+        out = lin(h.float())
+""",
+            "the documented way: a nested autocast(enabled=False)",
+        ),
+        Valid(
+            """
+import torch
+with torch.autocast("cuda"):
+    hidden = encoder(input_ids)
+    pooled = torch.bmm(attention_mask.unsqueeze(1).float(), hidden)
+""",
+            "`mask.float()` may convert an integer mask: not known to be an upcast",
+        ),
+        Valid(
+            """
+import torch
+from torch import nn
+class RMSHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+        self.out = nn.Linear(64, 10)
+
+    def forward(self, x):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            h = self.fc(x)
+            h = h.float()
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return self.out(h)
+""",
+            "the fp32 copy is also used by the hand-written RMS norm, where the cast does count",
+        ),
+        Valid(
+            """
+import torch
+lin = torch.nn.Linear(8, 8)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    h = lin(x)
+    y = torch.einsum("ij,jk->ik", h.float(), w)
+""",
+            "einsum is not on CPU autocast's list",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+lin = torch.nn.Linear(8, 8)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    h = lin(x)
+    out = lin(h.float())
+""",
+            line=5,
+            why="amp-facts E27",
+        ),
+        Invalid(
+            """
+import torch
+from torch import nn
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, 4 * dim)
+        self.fc2 = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            h = self.fc1(x)
+            h = h.float()  # keep the down projection in fp32
+            return self.fc2(h)
+""",
+            line=13,
+        ),
+        Invalid(
+            """
+import torch.nn as nn
+from torch.cuda.amp import autocast
+
+class Attention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        with autocast():
+            q, k = self.q(x), self.k(x)
+            scores = q.float() @ k.float().transpose(-2, -1)
+        return scores
+""",
+            count=2,
+            line=13,
+        ),
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+weight = torch.nn.Parameter(torch.randn(16, 16))
+for x in loader:
+    with torch.amp.autocast(device_type="cuda", enabled=use_amp):
+        y = F.linear(x, weight.to(dtype=torch.float32))
+""",
+            line=6,
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        if not any(r.enabled is not False for r in ctx.regions):
+            return
+        lowp: List[Tuple[AutocastOp, AutocastRegion]] = []
+        for op in autocast_ops(ctx):
+            region = active_region(op.region)
+            if region is not None and torchapi.runs_in_lower_precision(op.op, region.device):
+                lowp.append((op, region))
+        if not lowp:
+            return
+        fed: Dict[int, Tuple[AutocastOp, AutocastRegion]] = {}
+        for op, region in lowp:
+            for inp in op.inputs:
+                fed[id(strip_views(ctx, inp))] = (op, region)
+        reported: Set[int] = set()
+        for op, region in lowp:
+            for inp in op.inputs:
+                base = strip_views(ctx, inp)
+                cast: Optional[cst.Call] = None
+                at = (op.statement, op.order)  # where the cast is evaluated
+                if fp32_cast(ctx, base):
+                    cast = base
+                elif isinstance(base, cst.Name):
+                    a = assignment_before(ctx, base.value, op.scope, op.statement, op.order)
+                    if a is None or a.unpacked or active_region(a.region) is not region:
+                        continue
+                    value = strip_views(ctx, a.value)
+                    if not fp32_cast(ctx, value) or not _all_uses_fed(ctx, a, fed, region):
+                        continue
+                    cast = value
+                    at = (a.statement or a.node, a.order)
+                if cast is None or id(cast) in reported:
+                    continue
+                receiver = cast.func.value  # type: ignore[union-attr]
+                if not _is_floating(ctx, receiver, op.scope, *at):
+                    continue
+                reported.add(id(cast))
+                yield self._diagnostic(ctx, cast, op, region)
+
+    def _diagnostic(self, ctx: ModuleContext, cast: cst.Call, op: AutocastOp, region: AutocastRegion) -> Diagnostic:
+        dtype = _DTYPE_WORDS.get(region.dtype, "low-precision")
+        row = ctx.position(region.call)[0].row
+        text = ctx.code_for(cast)
+        if len(text) > 40 or "\n" in text:
+            text = "." + cast.func.attr.value + "(...)"  # type: ignore[union-attr]
+        autocast = f"{region.device} autocast" if region.device else "autocast"
+        when = ", when enabled," if region.enabled is None else ""
+        message = (
+            f"`{text}` feeds `{op.op}`, which {autocast} (line {row}){when} runs in {dtype} whatever its inputs' "
+            f"dtype: the cast is undone and `{op.op}` does not run in fp32 (amp-facts E27: `lin(h.float())` "
+            f"stays bf16); to compute it in fp32 wrap it in a nested `autocast(..., enabled=False)`"
+        )
+        return ctx.diagnostic(
+            self,
+            cast,
+            message,
+            data={"op": op.op, "device": region.device, "dtype": region.dtype, "region_line": row},
+        )
+
+
+def _is_floating(ctx: ModuleContext, expr: cst.BaseExpression, scope: Scope, statement: cst.CSTNode, order: int, depth: int = 0) -> bool:
+    """Whether `expr` is known to hold a floating tensor (so `.float()` on it is an upcast, not a conversion)."""
+    expr = strip_views(ctx, expr)
+    if isinstance(expr, (cst.Call, cst.BinaryOperation)):
+        if autocast_op_of(ctx, expr) is not None:
+            return True
+        if isinstance(expr, cst.Call):
+            if not ctx.qualnames(expr.func).isdisjoint(torchapi.FLOAT_FACTORIES):
+                return True
+            if any(c.call.node is expr for c in ctx.low_precision_casts):
+                return True
+            cls = module_class(ctx, expr.func, scope)
+            return cls is not None and cls in torchapi.FLOAT_OUTPUT_MODULES
+        return False
+    if depth > 0 or not isinstance(expr, (cst.Name, cst.Attribute)):
+        return False
+    if isinstance(expr, cst.Attribute):
+        cls = module_class(ctx, expr, scope)  # `self.weight = nn.Parameter(...)`
+        return cls is not None and cls in torchapi.FLOAT_FACTORIES
+    a = assignment_before(ctx, expr.value, scope, statement, order)
+    if a is None:
+        cls = module_class(ctx, expr, scope)  # a module-level parameter
+        return cls is not None and cls in torchapi.FLOAT_FACTORIES
+    value = _value_of(a)
+    if value is None:
+        return False
+    return _is_floating(ctx, value, a.scope, a.statement or statement, a.order, depth + 1)
+
+
+def _value_of(a: Assignment) -> Optional[cst.BaseExpression]:
+    """The expression bound to `a.target`, also for `q, k = self.q(x), self.k(x)`."""
+    if not a.unpacked:
+        return a.value
+    if not isinstance(a.node, cst.Assign) or len(a.node.targets) != 1 or not isinstance(a.value, (cst.Tuple, cst.List)):
+        return None
+    target = a.node.targets[0].target
+    if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(a.value.elements):
+        return None
+    for t, v in zip(target.elements, a.value.elements):
+        if isinstance(t.value, cst.Name) and t.value.value == a.target and not isinstance(v, cst.StarredElement):
+            return v.value
+    return None
+
+
+class _Names(cst.CSTVisitor):
+    """Loads and stores of one name in a scope's own body (not nested functions or classes)."""
+
+    def __init__(self, name: str, root: cst.CSTNode) -> None:
+        super().__init__()
+        self.name = name
+        self.root = root
+        self.loads: List[cst.Name] = []
+        self.stores: Set[int] = set()
+        self.other_binding = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.root
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        for n in _target_names(node.target):
+            self.stores.add(id(n))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        for n in _target_names(node.target):
+            self.stores.add(id(n))
+
+    def visit_For(self, node: cst.For) -> None:
+        if any(n.value == self.name for n in _target_names(node.target)):
+            self.other_binding = True
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if any(n.value == self.name for n in _target_names(node.target)):
+            self.other_binding = True
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        if any(n.value == self.name for n in _target_names(node.name)):
+            self.other_binding = True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name and id(node) not in self.stores:
+            self.loads.append(node)
+
+
+def _target_names(target: cst.CSTNode) -> List[cst.Name]:
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        out: List[cst.Name] = []
+        for el in target.elements:
+            out.extend(_target_names(el.value))
+        return out
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return []
+
+
+def _all_uses_fed(ctx: ModuleContext, a: Assignment, fed: Dict[int, Tuple[AutocastOp, AutocastRegion]], region: AutocastRegion) -> bool:
+    """Every read of `a.target` from `a` to its next assignment is an input of a
+    lower-precision op under the same autocast region (so the fp32 copy serves nothing)."""
+    root = a.scope.node
+    names = _Names(a.target, root)
+    root.visit(names)
+    if names.other_binding:
+        return False
+    start = _end(ctx, a.statement or a.node)
+    later = [
+        _start(ctx, b.statement or b.node)
+        for b in ctx.assignments_to(a.target)
+        if b.scope is a.scope and b is not a and _start(ctx, b.statement or b.node) > start
+    ]
+    stop = min(later) if later else (10**9, 0)
+    uses = [n for n in names.loads if start < _start(ctx, n) < stop]
+    if not uses:
+        return False
+    for n in uses:
+        hit = fed.get(id(n))
+        if hit is None or hit[1] is not region:
+            return False
+    return True
+
+
+def _start(ctx: ModuleContext, node: cst.CSTNode) -> Tuple[int, int]:
+    loc = ctx.position(node)[0]
+    return (loc.row, loc.column)
+
+
+def _end(ctx: ModuleContext, node: cst.CSTNode) -> Tuple[int, int]:
+    loc = ctx.position(node)[1]
+    return (loc.row, loc.column)

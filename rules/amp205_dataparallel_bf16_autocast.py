@@ -1,0 +1,254 @@
+"""AMP205 dataparallel-bf16-autocast."""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint import torchapi
+from amplint.context import AutocastRegion, CallInfo, ModuleContext, active_region, call_chain
+from amplint.names import dotted_name
+
+
+class DataParallelBf16Autocast(Rule):
+    """
+    ## What it does
+    Flags a call of a `torch.nn.DataParallel` model (or of
+    `torch.nn.parallel.data_parallel(...)`) inside a `torch.autocast` region
+    whose dtype is `torch.bfloat16`.
+
+    ## Why is this bad?
+    Autocast state is thread-local, and DataParallel runs each replica in a
+    worker thread. Its `parallel_apply` re-enters autocast in every worker
+    with only the `enabled` flag of the main thread, not its dtype, so with
+    more than one GPU the replicas autocast to CUDA's default dtype, fp16,
+    while the code asked for bf16 (amp-facts §0.15; the mechanism is shown in
+    E26). bf16 was usually chosen for its range: in fp16 activations above
+    65504 become inf and small gradients underflow without a GradScaler. With
+    one GPU DataParallel calls the module in the main thread and bf16 holds,
+    so the bug appears only when the job gets a second GPU.
+
+    ## Example
+    ```python
+    model = torch.nn.DataParallel(model)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x).loss
+    ```
+
+    ## Use instead
+    ```python
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x).loss
+    ```
+    or apply `@torch.autocast("cuda", dtype=torch.bfloat16)` to the wrapped
+    model's `forward`, so each replica thread enters it itself.
+
+    ## Fix safety
+    No fix is offered: moving to DistributedDataParallel or into `forward`
+    is a structural change.
+
+    ## Verification
+    On a machine with two or more GPUs, `amplint --verify` runs
+    `parallel_apply` on two replicas under bf16 autocast and reports the
+    replicas' output dtype (fp16). It is inconclusive without two GPUs.
+
+    ## Notes
+    fp16 autocast around DataParallel is fine (the replicas' default is
+    fp16, and the propagation has worked since torch 1.7), and so is
+    DistributedDataParallel. Calls of `model.module(...)` bypass the replicas
+    and are not flagged.
+
+    ## References
+    - amp-facts.md §0.15, §5 (DataParallel in one process), E26
+    - pytorch/pytorch `torch/nn/parallel/parallel_apply.py` (`torch.amp.autocast(device_type, enabled=autocast_enabled)`)
+    - https://pytorch.org/docs/stable/notes/amp_examples.html#dataparallel-in-a-single-process
+    """
+
+    code = "AMP205"
+    name = "dataparallel-bf16-autocast"
+    severity = Severity.WARNING
+    message = "DataParallel called under bf16 autocast: replicas run fp16"
+    triggers = ("DataParallel", "data_parallel")
+    requires = (("autocast",),)  # the bf16 region is in this file
+    facts = ("§0.15", "§5")
+
+    VALID = [
+        Valid(
+            """
+import torch
+model = torch.nn.DataParallel(model)
+with torch.autocast("cuda"):
+    loss = model(x).mean()
+""",
+            "fp16 autocast around DataParallel: the replicas' default dtype is the one asked for",
+        ),
+        Valid(
+            """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+model = DDP(model, device_ids=[rank])
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = model(x).mean()
+""",
+            "DDP runs one process per GPU: no worker threads",
+        ),
+        Valid(
+            """
+import torch
+model = torch.nn.DataParallel(model)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = model.module(x).mean()
+""",
+            "`model.module` bypasses the replicas",
+        ),
+        Valid(
+            """
+import torch
+from torch import nn
+class Net(nn.Module):
+    @torch.autocast("cuda", dtype=torch.bfloat16)
+    def forward(self, x):
+        return self.body(x)
+model = nn.DataParallel(Net())
+loss = model(x).mean()
+""",
+            "autocast inside forward: every replica thread enters it",
+        ),
+        Valid(
+            """
+import torch
+model = torch.nn.DataParallel(model)
+model = model.module
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = model(x).mean()
+""",
+            "the name was rebound to the inner module",
+        ),
+        Valid(
+            """
+import torch
+model = torch.nn.DataParallel(model)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    loss = model(x).mean()
+""",
+            "CPU autocast: not the CUDA dtype the replicas lose",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+n_gpu = torch.cuda.device_count()
+if n_gpu > 1:
+    model = torch.nn.DataParallel(model)
+for batch in loader:
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        outputs = model(**batch)
+        loss = outputs.loss.mean()
+    loss.backward()
+""",
+            line=7,
+        ),
+        Invalid(
+            """
+import torch
+from torch.nn.parallel import DataParallel as DP
+
+class Trainer:
+    def __init__(self, model):
+        self.model = DP(model).cuda()
+
+    def train_step(self, x, y):
+        with torch.cuda.amp.autocast(dtype=torch.bfloat16):
+            out = self.model(x)
+            return torch.nn.functional.cross_entropy(out, y)
+""",
+            line=10,
+        ),
+        Invalid(
+            """
+import torch
+from torch.nn.parallel import data_parallel
+
+@torch.autocast("cuda", dtype=torch.bfloat16)
+def forward_all(module, x):
+    return data_parallel(module, x, device_ids=[0, 1])
+""",
+            line=6,
+        ),
+        Invalid(
+            """
+import torch.nn as nn
+from torch import amp, bfloat16
+net = nn.DataParallel(build_model()).to("cuda")
+def evaluate(batch, device):
+    with amp.autocast(device_type=device, dtype=bfloat16):
+        return net.forward(batch)
+""",
+            line=6,
+            why="module-level DataParallel, `.forward` spelling, device from a variable",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        if not any(r.dtype == "bf16" for r in ctx.regions):
+            return
+        for call in ctx.calls:
+            region = active_region(call.region)
+            if region is None or region.framework or region.dtype != "bf16" or region.device not in ("cuda", None):
+                continue
+            if call.calls_any(torchapi.DATA_PARALLEL_FUNCTIONS):
+                yield self._diagnostic(ctx, call, region, "torch.nn.parallel.data_parallel(...)")
+                continue
+            if call.qualnames:
+                continue
+            key = call.dotted
+            if call.method == "forward":
+                key = call.receiver_dotted
+            if key and _is_data_parallel(ctx, key, call):
+                yield self._diagnostic(ctx, call, region, f"`{key}` (a DataParallel model)")
+
+    def _diagnostic(self, ctx: ModuleContext, call: CallInfo, region: AutocastRegion, what: str) -> Diagnostic:
+        row = ctx.position(region.call)[0].row
+        message = (
+            f"{what} is called under bf16 autocast (line {row}): DataParallel passes only `enabled` to its "
+            f"replica threads, so with more than one GPU the replicas autocast to CUDA's default fp16, not bf16 "
+            f"(activations above 65504 become inf); use DistributedDataParallel or autocast inside the model's forward"
+        )
+        return ctx.diagnostic(self, call.node, message, data={"region_line": row})
+
+
+def _constructs_data_parallel(ctx: ModuleContext, value: cst.BaseExpression) -> bool:
+    sides = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+    for side in sides:
+        for c in call_chain(side):
+            if not ctx.qualnames(c.func).isdisjoint(torchapi.DATA_PARALLEL_CLASSES):
+                return True
+    return False
+
+
+def _chain_root(value: cst.BaseExpression) -> Optional[str]:
+    """`model` for `model.to(device).cuda()`."""
+    node: cst.CSTNode = value
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        node = node.func.value
+    return dotted_name(node) if node is not value else None
+
+
+def _is_data_parallel(ctx: ModuleContext, key: str, call: CallInfo) -> bool:
+    assignments = [a for a in ctx.assignments_to(key) if not a.unpacked]
+    if key.startswith("self."):
+        return any(_constructs_data_parallel(ctx, a.value) for a in assignments)
+    local = [a for a in assignments if a.scope is call.scope and a.order < call.order]
+    if not local and not call.scope.is_module and key not in call.scope.params:
+        local = [a for a in assignments if a.scope.is_module]
+    state = False
+    for a in sorted(local, key=lambda a: a.order):
+        if _constructs_data_parallel(ctx, a.value):
+            state = True
+        elif _chain_root(a.value) != key:
+            state = False
+    return state

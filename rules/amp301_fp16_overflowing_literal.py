@@ -1,0 +1,624 @@
+"""AMP301 fp16-overflowing-literal."""
+from __future__ import annotations
+
+import re
+
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Tuple
+
+import libcst as cst
+
+from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import AutocastRegion, CallInfo, LiteralInfo, ModuleContext, Path, Scope, literal_number
+from amplint.fixes import make_fix, replace_node
+
+FP16_MAX = 65504.0
+
+#: method -> (position, keyword) of the fill value
+_FILL_METHODS = {
+    "masked_fill": (1, "value"),
+    "masked_fill_": (1, "value"),
+    "fill_": (0, "value"),
+    "new_full": (1, "fill_value"),
+    "index_fill": (2, "value"),
+    "index_fill_": (2, "value"),
+}
+#: qualified function -> (position, keyword) of the fill value, position of the tensor (None: none)
+_FILL_FUNCTIONS = {
+    "torch.full": (1, "fill_value", None),
+    "torch.full_like": (1, "fill_value", 0),
+    "torch.masked_fill": (2, "value", 0),
+    "torch.Tensor.masked_fill": (2, "value", 0),
+    "torch.Tensor.masked_fill_": (2, "value", 0),
+}
+#: words in an `if` / conditional-expression test that make a constant dtype-aware
+_DTYPE_WORDS = ("dtype", "float16", "half", "fp16", "bf16", "bfloat16", "finfo", "autocast", "is_floating_point")
+
+
+@dataclass
+class _Site:
+    """One overflowing constant and where it is used."""
+
+    node: cst.BaseExpression  # what is flagged (and replaced by the fix)
+    value: float
+    text: str  # the constant as written
+    call: Optional[CallInfo]  # the call it is an argument of
+    position: Optional[int]
+    keyword: Optional[str]
+    parents: Tuple[cst.CSTNode, ...]
+    lit: LiteralInfo
+    scope: Scope
+    path: Path
+    region: Optional[AutocastRegion]
+    statement: cst.CSTNode
+    order: int
+
+
+class Fp16OverflowingLiteral(Rule):
+    """
+    ## What it does
+    Flags constants larger in magnitude than fp16's largest finite value
+    (65504), typically `-1e9` or `-1e10` attention-mask values, used where the
+    tensor they meet may be fp16:
+
+    - as the fill value of `masked_fill` / `masked_fill_` / `fill_` /
+      `index_fill` / `torch.full` / `new_full` / `full_like` (error: it raises);
+    - in an additive mask (`scores + (1 - mask) * -1e9`, `scores += mask * -1e9`,
+      `extended_mask = (1.0 - mask) * -1e9`) or in `torch.where(mask, -1e9, x)`
+      (warning: it silently becomes `-inf`).
+
+    The finding is kept only when the project can run fp16 (fp16 autocast,
+    `.half()`, `torch.float16`, an enabled GradScaler or a dtype decided at
+    run time, in any file); see `precision` in the configuration.
+
+    ## Why is this bad?
+    fp16 tops out at 65504. `fp16_tensor.masked_fill(mask, -1e9)` (and `fill_`,
+    `torch.full(..., dtype=torch.float16)`) raises
+    `RuntimeError: value cannot be converted to type c10::Half without overflow`;
+    -65504 still works and -65505 raises (amp-facts E03). Under autocast the
+    attention scores come out of a matmul in fp16, so code that worked in fp32
+    crashes the first time it runs under fp16 AMP.
+
+    The additive forms do not raise: `-1e9` becomes `-inf` in fp16, and a row
+    whose positions are all masked (padding-only query rows, a fully masked
+    causal block) goes through softmax as all `-inf` and comes out `NaN`
+    (E03, E04). Those NaNs then spread through the loss.
+
+    ## Example
+    ```python
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d)
+    scores = scores.masked_fill(attention_mask == 0, -1e9)
+    ```
+
+    ## Use instead
+    ```python
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d)
+    scores = scores.masked_fill(attention_mask == 0, torch.finfo(scores.dtype).min)
+    ```
+    `torch.finfo(x.dtype).min` is -65504 in fp16, about -3.39e38 in bf16 and
+    -3.40e38 in fp32, and a fully masked row of it softmaxes to a uniform row
+    instead of NaN (E04). `float("-inf")` also fills without raising, but
+    fully masked rows then give NaN. For additive masks, prefer `masked_fill`
+    (it replaces the score instead of adding to it: `-100 + finfo(fp16).min`
+    still overflows to `-inf`, E04) or build the mask in fp32.
+
+    ## Fix safety
+    Unsafe: replaces the constant of a fill (`masked_fill`, `fill_`,
+    `new_full`, `full_like`, `torch.full(dtype=d)`, `torch.where`) with
+    `torch.finfo(<tensor>.dtype).min` (`.max` for positive constants), where
+    `<tensor>` is the tensor being filled, when it is a plain name or
+    attribute and `torch` is imported in the file. The masked value changes
+    from -1e9 to the dtype's minimum, which is what the code meant but can
+    change results that depended on the exact constant. Additive masks get no
+    fix: adding `finfo.min` to a negative score overflows too.
+
+    ## Verification
+    `amplint --verify` fills (or adds) the flagged constant on an fp16 tensor
+    and reports the exception text or the count of `-inf` / NaN values after
+    a softmax over a fully masked row.
+
+    ## Notes
+    Silent on `float("-inf")`, `torch.finfo(x.dtype).min`, dtype-aware
+    constants (`-1e4 if x.dtype == torch.float16 else -1e9`, or an `if` on the
+    dtype), tensors visibly fp32/bf16 (`scores.float().masked_fill(...)`,
+    `torch.zeros(n, n).masked_fill_(...)`), code inside a bf16 or
+    `enabled=False` autocast region, and projects that never run fp16 (bf16
+    loses precision on -1e9 but represents it: it becomes -998244352, E03).
+
+    ## References
+    - amp-facts.md §0.11, §6.1, §6.2 (E02, E03, E04)
+    - https://pytorch.org/docs/stable/generated/torch.finfo.html
+    """
+
+    code = "AMP301"
+    name = "fp16-overflowing-literal"
+    severity = Severity.ERROR
+    message = "constant overflows fp16"
+    triggers = ("e9", "e10", "e8", "e7", "e6", "e5", "e12", "e15", "e20", "e30", "e38", "00000")
+    # the same exponents, in a number (not `float8_e5m2` or a hash): a literal has a digit or "." before its "e"
+    gate_regex = re.compile(r"[\d.]e(?:[5-9]|1[025]|[23]0|38)|00000")
+    facts = ("§0.11", "§6.1", "§6.2")
+
+    VALID = [
+        Valid(
+            """
+import torch
+with torch.autocast("cuda", dtype=torch.float16):
+    scores = q @ k.transpose(-1, -2)
+    scores = scores.masked_fill(mask == 0, float("-inf"))
+""",
+            "float('-inf') fills without raising",
+        ),
+        Valid(
+            """
+import torch
+with torch.autocast("cuda", dtype=torch.float16):
+    scores = q @ k.transpose(-1, -2)
+    scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+""",
+            "the dtype's own minimum",
+        ),
+        Valid(
+            """
+import torch
+model.half()
+
+def attend(scores, mask):
+    neg = -1e4 if scores.dtype == torch.float16 else -1e9
+    return scores.masked_fill(mask, -1e4 if scores.dtype == torch.float16 else -1e9)
+""",
+            "dtype-aware constants",
+        ),
+        Valid(
+            """
+import torch
+model = model.half()
+
+def attend(scores, mask):
+    if scores.dtype == torch.float16:
+        return scores.masked_fill(mask, -65504.0)
+    return scores.masked_fill(mask, -1e9)
+""",
+            "the -1e9 branch runs only when the scores are not fp16",
+        ),
+        Valid(
+            """
+import torch
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        scores = q @ k.transpose(-1, -2)
+        scores = scores.masked_fill(mask == 0, -1e9)
+""",
+            "a bf16-only project: -1e9 is representable in bf16",
+        ),
+        Valid(
+            """
+import torch
+model.half()
+causal = torch.triu(torch.ones(n, n), diagonal=1).masked_fill(mask, -1e9)
+scores = scores.float().masked_fill(mask, -1e9)
+big = torch.full((n, n), -1e9)
+""",
+            "tensors that are visibly fp32 (factories without dtype, .float())",
+        ),
+        Valid(
+            """
+import torch
+with torch.autocast("cuda"):
+    logits = model(x)
+    with torch.autocast("cuda", enabled=False):
+        scores = logits.float().masked_fill(mask, -1e9)
+    ids = torch.full((n,), 100000, dtype=torch.long)
+""",
+            "fp32-only region with an explicit cast; integer tensors",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+with torch.autocast("cuda"):
+    scores = q @ k.transpose(-1, -2)
+    scores = scores.masked_fill(mask == 0, -1e9)
+""",
+            line=4,
+            fixed="""
+import torch
+with torch.autocast("cuda"):
+    scores = q @ k.transpose(-1, -2)
+    scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+""",
+        ),
+        Invalid(
+            """
+import math
+import torch
+from torch import nn
+
+
+class BertSelfAttention(nn.Module):
+    def forward(self, hidden_states, attention_mask=None):
+        query = self.query(hidden_states)
+        key = self.key(hidden_states)
+        attention_scores = torch.matmul(query, key.transpose(-1, -2))
+        attention_scores = attention_scores / math.sqrt(self.head_dim)
+        if attention_mask is not None:
+            attention_scores.masked_fill_(attention_mask == 0, -1e10)
+        probs = nn.functional.softmax(attention_scores, dim=-1)
+        return torch.matmul(probs, self.value(hidden_states))
+
+
+model = BertSelfAttention().cuda().half()
+""",
+            line=13,
+            fixed="""
+import math
+import torch
+from torch import nn
+
+
+class BertSelfAttention(nn.Module):
+    def forward(self, hidden_states, attention_mask=None):
+        query = self.query(hidden_states)
+        key = self.key(hidden_states)
+        attention_scores = torch.matmul(query, key.transpose(-1, -2))
+        attention_scores = attention_scores / math.sqrt(self.head_dim)
+        if attention_mask is not None:
+            attention_scores.masked_fill_(attention_mask == 0, torch.finfo(attention_scores.dtype).min)
+        probs = nn.functional.softmax(attention_scores, dim=-1)
+        return torch.matmul(probs, self.value(hidden_states))
+
+
+model = BertSelfAttention().cuda().half()
+""",
+        ),
+        Invalid(
+            """
+import torch as th
+from torch.cuda.amp import autocast
+
+NEG_INF = -1e9
+
+def masked_logits(logits, valid):
+    return logits.masked_fill(~valid, NEG_INF)
+
+def train_step(model, batch):
+    with autocast():
+        logits = masked_logits(model(batch.x), batch.valid)
+""",
+            line=7,
+        ),
+        Invalid(
+            """
+import torch
+
+class Decoder(torch.nn.Module):
+    def forward(self, x, lengths):
+        bias = x.new_full((x.size(0), x.size(1)), -1e9)
+        pad = torch.full((4, 4), -1e9, dtype=torch.float16, device=x.device)
+        return x + bias + pad
+
+with torch.autocast("cuda"):
+    out = Decoder()(x, lengths)
+""",
+            line=5,
+            count=2,
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        for site in _sites(ctx):
+            diagnostic = self._judge(ctx, site)
+            if diagnostic is not None:
+                yield diagnostic
+
+    def _judge(self, ctx: ModuleContext, site: _Site) -> Optional[Diagnostic]:
+        region = site.region
+        if region is not None and (region.enabled is False or region.dtype == "bf16"):
+            return None
+        use = _classify(ctx, site)
+        if use is None:
+            return None
+        if _dtype_aware(ctx, site.parents, site.path, site.statement, site.scope):
+            return None
+        if use.op in ("additive", "where") and _is_integer(site.lit.node):
+            return None  # `index + 100000`: integer arithmetic, not a mask
+        if use.dtype_node is not None:
+            dtype = ctx.dtype_kind(use.dtype_node)
+        elif use.op == "torch.full":
+            dtype = "fp32"  # no dtype=: the default dtype (a float fill value gives float32)
+        else:
+            dtype = None
+            for expr in [use.tensor, *use.others]:
+                d = ctx.known_dtype(expr, site.scope, site.order, site.statement) if expr is not None else None
+                if d in ("fp32", "bf16", "other"):
+                    return None
+                dtype = dtype or d
+        if dtype in ("fp32", "bf16", "other"):
+            return None
+        return self._diagnostic(ctx, site, use, certain=dtype == "fp16")
+
+    def _diagnostic(self, ctx: ModuleContext, site: _Site, use: "_Use", certain: bool) -> Diagnostic:
+        tensor_text = ctx.code_for(use.tensor) if use.tensor is not None else None
+        bound = "min" if site.value < 0 else "max"
+        if use.raises:
+            message = (
+                f"{site.text} in `{use.op}` does not fit fp16 (largest finite value 65504): on an fp16 tensor it raises "
+                f"`RuntimeError: value cannot be converted to type c10::Half without overflow`; "
+                f"use `torch.finfo({tensor_text if _simple(use.tensor) else 'x'}.dtype).{bound}`"
+            )
+            severity = Severity.ERROR
+        else:
+            where = "an additive mask" if use.op == "additive" else f"`{use.op}`"
+            message = (
+                f"{site.text} in {where} overflows fp16 (largest finite value 65504): on fp16 tensors it silently "
+                f"becomes {'-' if site.value < 0 else ''}inf, and a fully masked row then softmaxes to NaN; "
+                f"use `torch.finfo(x.dtype).{bound}` with `masked_fill`/`torch.where`, or build the mask in fp32"
+            )
+            severity = Severity.WARNING
+        data = {
+            "literal": site.value,
+            "op": use.op,
+            "snippet": ctx.code_for(use.snippet),
+            "tensor": tensor_text,
+            "raises": use.raises,
+        }
+        return ctx.diagnostic(
+            self,
+            site.node,
+            message,
+            fix=_fix(ctx, site, use),
+            data=data,
+            condition=None if certain else FP16,
+            severity=severity,
+        )
+
+
+# --------------------------------------------------------------------------- sites
+
+
+@dataclass
+class _Use:
+    op: str  # "masked_fill", "torch.full", "torch.where", "additive", ...
+    tensor: Optional[cst.BaseExpression]  # the tensor filled / masked
+    snippet: cst.CSTNode  # the flagged expression
+    raises: bool
+    dtype_node: Optional[cst.BaseExpression] = None  # an explicit dtype= deciding the result dtype
+    others: Tuple[cst.BaseExpression, ...] = ()  # operands whose fp32-ness also makes it harmless
+
+
+def _sites(ctx: ModuleContext) -> Iterator[_Site]:
+    fill_calls: Optional[List[CallInfo]] = None
+    for lit in ctx.literals:
+        if abs(lit.value) <= FP16_MAX:
+            continue
+        text = ctx.code_for(lit.node)
+        parent = lit.parents[0] if lit.parents else None
+        if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is lit.node:
+            # `NEG_INF = -1e9` used later as a fill value
+            name = _single_name_target(parent)
+            if name is None or not _constant(ctx, name, lit.value):
+                continue
+            if fill_calls is None:
+                fill_calls = [c for c in ctx.calls if _is_fill_like(c)]
+            for call in fill_calls:
+                if lit.scope is not call.scope and not lit.scope.is_module:
+                    continue
+                for position, keyword, arg in _args(call):
+                    if isinstance(arg, cst.Name) and arg.value == name:
+                        yield _Site(arg, lit.value, text, call, position, keyword, (), lit, call.scope,
+                                    call.path, call.region, call.statement, call.order)
+            continue
+        call = lit.call
+        yield _Site(lit.node, lit.value, text, call, lit.position, lit.keyword, lit.parents, lit, lit.scope,
+                    call.path if call else lit.path, call.region if call else lit.region,
+                    call.statement if call else lit.statement, call.order if call else lit.order)
+
+
+def _classify(ctx: ModuleContext, site: _Site) -> Optional[_Use]:
+    call = site.call
+    if call is not None:
+        if call.method in _FILL_METHODS and not call.qualnames:
+            position, keyword = _FILL_METHODS[call.method]
+            if _at(site, position, keyword):
+                dtype = call.arg(None, "dtype") if call.method == "new_full" else None
+                return _Use(call.method, call.receiver, call.node, True, dtype)
+            return None
+        for q in sorted(call.qualnames & set(_FILL_FUNCTIONS)):
+            position, keyword, tensor_position = _FILL_FUNCTIONS[q]
+            if not _at(site, position, keyword):
+                return None
+            tensor = call.arg(tensor_position, "input") if tensor_position is not None else None
+            dtype = call.arg(None, "dtype") if q in ("torch.full", "torch.full_like") else None
+            return _Use(q.replace("torch.Tensor.", ""), tensor, call.node, True, dtype)
+        if call.qualnames & {"torch.where"}:
+            if _at(site, 1, "input"):
+                return _Use("torch.where", call.arg(2, "other"), call.node, False)
+            if _at(site, 2, "other"):
+                return _Use("torch.where", call.arg(1, "input"), call.node, False)
+            return None
+        if call.method == "where" and not call.qualnames and _at(site, 1, "other"):
+            return _Use("where", call.receiver, call.node, False)
+        return None
+    parents = site.parents
+    if not parents:
+        return None
+    first = parents[0]
+    second = parents[1] if len(parents) > 1 else None
+    if isinstance(first, cst.BinaryOperation) and isinstance(first.operator, (cst.Add, cst.Subtract)):
+        other = first.right if first.left is site.node else first.left
+        if literal_number(other) is not None:
+            return None
+        return _Use("additive", other, _outermost_sum(parents), False)
+    if isinstance(first, cst.BinaryOperation) and isinstance(first.operator, cst.Multiply):
+        mask = first.right if first.left is site.node else first.left
+        if literal_number(mask) is not None:
+            return None
+        if isinstance(second, cst.BinaryOperation) and isinstance(second.operator, (cst.Add, cst.Subtract)):
+            scores = second.right if second.left is first else second.left
+            return _Use("additive", scores, _outermost_sum(parents[1:]), False, others=(mask,))
+        if isinstance(second, cst.AugAssign) and isinstance(second.operator, (cst.AddAssign, cst.SubtractAssign)):
+            return _Use("additive", second.target, second, False, others=(mask,))
+        if isinstance(second, (cst.Assign, cst.AnnAssign)) and second.value is first:
+            name = _single_name_target(second) or ""
+            last = name.rsplit(".", 1)[-1].lower()
+            if "mask" in last or "bias" in last:
+                return _Use("additive", mask, first, False)
+        return None
+    if isinstance(first, cst.AugAssign) and isinstance(first.operator, (cst.AddAssign, cst.SubtractAssign)):
+        return _Use("additive", first.target, first, False)
+    return None
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _at(site: _Site, position: int, keyword: str) -> bool:
+    return site.keyword == keyword if site.keyword is not None else site.position == position
+
+
+def _args(call: CallInfo) -> Iterator[Tuple[Optional[int], Optional[str], cst.BaseExpression]]:
+    index = 0
+    for arg in call.node.args:
+        if arg.star:
+            return
+        if arg.keyword is not None:
+            yield None, arg.keyword.value, arg.value
+        else:
+            yield index, None, arg.value
+            index += 1
+
+
+def _is_fill_like(call: CallInfo) -> bool:
+    if call.method in _FILL_METHODS and not call.qualnames:
+        return True
+    if call.method == "where" and not call.qualnames:
+        return True
+    return bool(call.qualnames & (set(_FILL_FUNCTIONS) | {"torch.where"}))
+
+
+def _single_name_target(node: cst.CSTNode) -> Optional[str]:
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        target = node.targets[0].target
+    elif isinstance(node, cst.AnnAssign):
+        target = node.target
+    else:
+        return None
+    return target.value if isinstance(target, cst.Name) else None
+
+
+def _constant(ctx: ModuleContext, name: str, value: float) -> bool:
+    """`name` is only ever assigned this one number."""
+    found = ctx.assignments_to(name)
+    return bool(found) and all(literal_number(a.value) == value and not a.unpacked for a in found)
+
+
+def _is_integer(node: cst.CSTNode) -> bool:
+    while isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    return isinstance(node, cst.Integer)
+
+
+def _outermost_sum(parents) -> cst.CSTNode:
+    node = parents[0]
+    for p in parents[1:]:
+        if isinstance(p, cst.BinaryOperation):
+            node = p
+        else:
+            break
+    return node
+
+
+def _dtype_aware(ctx: ModuleContext, parents, path: Path, statement: cst.CSTNode, scope: Scope) -> bool:
+    for p in parents:
+        if isinstance(p, cst.IfExp) and _mentions_dtype(ctx.code_for(p.test)):
+            return True
+        if isinstance(p, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            break
+    if any(f.kind in ("if", "else") and f.test is not None and _mentions_dtype(ctx.code_for(f.test)) for f in path):
+        return True
+    return _after_dtype_guard(scope, statement, ctx)
+
+
+def _after_dtype_guard(scope: Scope, statement: cst.CSTNode, ctx: ModuleContext) -> bool:
+    """An earlier `if x.dtype == torch.float16: return ...` in an enclosing block of the function."""
+    node = scope.node
+    body = node.body.body if isinstance(node, cst.FunctionDef) else node.body
+    return bool(_guarded(ctx, body, statement))
+
+
+def _guarded(ctx: ModuleContext, body, target: cst.CSTNode) -> Optional[bool]:
+    """None: `target` is not in `body`; else whether a dtype guard that exits precedes it."""
+    guard = False
+    for stmt in body:
+        if stmt is target:
+            return guard
+        for suite in _suites(stmt):
+            found = _guarded(ctx, getattr(suite, "body", ()), target)
+            if found is not None:
+                return guard or found
+        if isinstance(stmt, cst.If) and _mentions_dtype(ctx.code_for(stmt.test)) and _exits(stmt.body):
+            guard = True
+    return None
+
+
+def _suites(stmt: cst.CSTNode) -> List[cst.CSTNode]:
+    """The blocks of a compound statement that run in the same function."""
+    if isinstance(stmt, cst.If):
+        out: List[cst.CSTNode] = [stmt.body]
+        if isinstance(stmt.orelse, cst.If):
+            out.append(cst.IndentedBlock(body=[stmt.orelse]))
+        elif stmt.orelse is not None:
+            out.append(stmt.orelse.body)
+        return out
+    if isinstance(stmt, (cst.For, cst.While)):
+        return [stmt.body] + ([stmt.orelse.body] if stmt.orelse is not None else [])
+    if isinstance(stmt, cst.With):
+        return [stmt.body]
+    if isinstance(stmt, cst.Try):
+        out = [stmt.body] + [h.body for h in stmt.handlers]
+        out += [x.body for x in (stmt.orelse, stmt.finalbody) if x is not None]
+        return out
+    return []
+
+
+def _exits(block: cst.BaseSuite) -> bool:
+    body = getattr(block, "body", ())
+    last = body[-1] if body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        return any(isinstance(s, (cst.Return, cst.Raise, cst.Continue)) for s in last.body)
+    return False
+
+
+def _mentions_dtype(text: str) -> bool:
+    return any(w in text for w in _DTYPE_WORDS)
+
+
+def _simple(node: Optional[cst.CSTNode]) -> bool:
+    """A plain name or attribute chain: safe to evaluate twice."""
+    if isinstance(node, cst.Name):
+        return True
+    return isinstance(node, cst.Attribute) and _simple(node.value)
+
+
+def _fix(ctx: ModuleContext, site: _Site, use: _Use):
+    if use.op == "additive":
+        return None
+    torch_name = ctx.imports.bound_name("torch")
+    if torch_name is None:
+        return None
+    bound = "min" if site.value < 0 else "max"
+    if use.dtype_node is not None:
+        if not _simple(use.dtype_node) or ctx.dtype_kind(use.dtype_node) is not None:
+            return None
+        finfo = f"{torch_name}.finfo({ctx.code_for(use.dtype_node)}).{bound}"
+    elif _simple(use.tensor):
+        finfo = f"{torch_name}.finfo({ctx.code_for(use.tensor)}.dtype).{bound}"
+    else:
+        return None
+    return make_fix(
+        f"Replace {site.text} with `{finfo}`",
+        [replace_node(ctx, site.node, finfo)],
+        safe=False,
+    )

@@ -1,0 +1,422 @@
+"""AMP302 fp16-underflowing-epsilon."""
+from __future__ import annotations
+
+import re
+
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import AutocastRegion, CallInfo, LiteralInfo, LowPrecisionCast, ModuleContext, Scope, literal_number
+from amplint.names import dotted_name
+
+#: fp16 rounds anything below this to 0 [amp-facts §6.1, E02]
+FP16_FLUSH_TO_ZERO = 2.9802322387695312e-08
+
+#: torch optimizers whose update divides by (sqrt(v) + eps): class -> (eps position, default eps)
+_OPTIMIZERS: Dict[str, Tuple[int, float]] = {
+    "torch.optim.Adam": (3, 1e-8),
+    "torch.optim.AdamW": (3, 1e-8),
+    "torch.optim.Adamax": (3, 1e-8),
+    "torch.optim.NAdam": (3, 1e-8),
+    "torch.optim.RAdam": (3, 1e-8),
+    "torch.optim.SparseAdam": (3, 1e-8),
+    "torch.optim.RMSprop": (3, 1e-8),
+    "torch.optim.Adagrad": (5, 1e-10),
+}
+_MODULE_FILES = {"SparseAdam": "sparse_adam"}
+_OPTIMIZERS.update(
+    {
+        f"torch.optim.{_MODULE_FILES.get(q.rsplit('.', 1)[1], q.rsplit('.', 1)[1].lower())}.{q.rsplit('.', 1)[1]}": v
+        for q, v in list(_OPTIMIZERS.items())
+    }
+)
+
+#: ops on the lower-precision autocast lists of both CUDA and CPU [amp-facts §1.2, §1.3]
+_LOWP_OPS = frozenset(
+    {
+        "torch.matmul", "torch.mm", "torch.bmm", "torch.baddbmm", "torch.addmm", "torch.addbmm", "torch.einsum",
+        "torch.nn.functional.linear", "torch.conv1d", "torch.conv2d", "torch.conv3d",
+        "torch.nn.functional.conv1d", "torch.nn.functional.conv2d", "torch.nn.functional.conv3d",
+        "torch.nn.functional.scaled_dot_product_attention",
+    }
+)
+#: ops on no autocast list (CUDA or CPU): their output keeps the input dtype even under autocast
+_KEEP_FP16 = frozenset(
+    {"abs", "neg", "relu", "sigmoid", "tanh", "mean", "amax", "amin", "clamp", "clamp_min", "detach", "clone",
+     "view", "reshape", "unsqueeze", "squeeze", "transpose", "contiguous", "masked_fill", "max", "min", "gelu",
+     "silu"}
+)
+#: ops autocast upcasts on some device (norm, sum, exp, log, pow, softmax...): fp16 only outside autocast
+_KEEP_FP16_OUTSIDE_AUTOCAST = frozenset(
+    {"norm", "sum", "sqrt", "rsqrt", "exp", "log", "pow", "square", "var", "std", "softmax", "log_softmax",
+     "cumsum", "prod", "logsumexp"}
+)
+_FUNCTION_MODULES = frozenset({"torch", "torch.nn.functional", "torch.linalg", "torch.special"})
+_CLAMPS = {"clamp": "min", "clamp_": "min", "clamp_min": "min", "clamp_min_": "min"}
+
+
+class Fp16UnderflowingEpsilon(Rule):
+    """
+    ## What it does
+    Flags epsilons below fp16's smallest subnormal (5.96e-8), such as `1e-8`
+    and `1e-12`, where they meet fp16 values:
+
+    - the `eps` of an Adam-family / RMSprop / Adagrad optimizer over
+      parameters converted to fp16 in the same file (`.half()`,
+      `.to(torch.float16)`, `from_pretrained(torch_dtype=torch.float16)`),
+      including the default `eps=1e-8` (`1e-10` for Adagrad) when none is
+      passed;
+    - `x + 1e-8`, `x / (y + 1e-12)`, `x.clamp(min=1e-8)` where the tensor is
+      visibly fp16 (`.half()` / `.to(torch.float16)`), or is the output of a
+      matmul/linear/conv inside an fp16 autocast region.
+
+    ## Why is this bad?
+    fp16 cannot hold anything below about 2.98e-8: `1e-8` and `1e-12` round to
+    exactly 0 (amp-facts §6.1, E02). The epsilon then guards nothing. In an
+    optimizer over fp16 parameters the second-moment estimate of small
+    gradients underflows to 0 as well, the update divides by `0 + 0`, and the
+    parameters become `-inf`: Adam with `eps=1e-8` turned fp16 parameters into
+    `-inf` after one step with gradients of 1e-5 (E30). In hand-written code,
+    `x / (norm + 1e-12)` divides by zero and `log(p + 1e-8)` gives `-inf` for
+    exactly the inputs the epsilon was meant to protect.
+
+    ## Example
+    ```python
+    model = Net().cuda().half()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)  # eps=1e-8 is 0 in fp16
+    ```
+
+    ## Use instead
+    ```python
+    model = Net().cuda()  # fp32 parameters; autocast runs the math in fp16
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda")
+    ```
+    If the parameters must stay fp16, use an eps fp16 represents (at least
+    6.1e-5, its smallest normal number; 1e-4 is common). In hand-written
+    code, use such an eps or compute the guarded expression in fp32
+    (`x.float()`).
+
+    ## Fix safety
+    No fix: the right eps (or moving to fp32 parameters) is a modelling
+    decision.
+
+    ## Verification
+    `amplint --verify` evaluates the flagged epsilon in fp16 (it is 0.0) and,
+    for optimizers, runs one step of the optimizer on fp16 parameters with
+    small gradients and reports the count of non-finite parameters.
+
+    ## Notes
+    Silent on `eps=` passed to ops that compute in fp32 internally
+    (`F.layer_norm`, `nn.LayerNorm`, `F.rms_norm`, `F.normalize` under CUDA
+    autocast), on optimizers over fp32 parameters (autocast keeps them fp32,
+    so `AdamW(eps=1e-8)` in an AMP script is fine), on `fused=True`
+    optimizers (they compute in fp32), on bf16 (1e-8 and 1e-12 are
+    representable, E02), and on tensors whose dtype is not visible.
+
+    ## References
+    - amp-facts.md §6.1 (E02), §6.4 (E30)
+    - https://pytorch.org/docs/stable/generated/torch.optim.Adam.html
+    """
+
+    code = "AMP302"
+    name = "fp16-underflowing-epsilon"
+    severity = Severity.WARNING
+    message = "epsilon underflows to 0 in fp16"
+    triggers = ("half", "float16", "autocast")
+    # an Adam-family/RMSprop/Adagrad optimizer (default eps), or a literal below 3e-8
+    requires = (("Adam", "RMSprop", "Adagrad", "e-", "E-", "0.0000000"),)
+    # ...precisely: below 3e-8 needs an exponent <= -8, or a mantissa below 1 (so with a ".")
+    gate_regex = re.compile(r"Adam|RMSprop|Adagrad|0\.0000000|[eE]-0*(?:[89]|[1-9]\d)|\.\d*[eE]-")
+    facts = ("§6.1", "§6.4")
+
+    VALID = [
+        Valid(
+            """
+import torch
+model = Net().cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-8)
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            "autocast keeps the parameters fp32: eps=1e-8 is fine",
+        ),
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+model = Net().cuda().half()
+x = x.half()
+h = F.layer_norm(x, (512,), eps=1e-12)
+n = F.normalize(x, dim=-1, eps=1e-12)
+norm = torch.nn.LayerNorm(512, eps=1e-12)
+""",
+            "eps passed to ops that compute in fp32 internally",
+        ),
+        Valid(
+            """
+import torch
+model = Net().to(torch.bfloat16)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-8)
+x = x.to(torch.bfloat16)
+y = x / (x.norm() + 1e-12)
+""",
+            "bf16 represents 1e-8 and 1e-12",
+        ),
+        Valid(
+            """
+import torch
+model = Net().cuda().half()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-4)
+fused = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+y = x.half().float() / (x.norm() + 1e-12)
+""",
+            "an eps fp16 represents; fused optimizers compute in fp32; fp32 arithmetic",
+        ),
+        Valid(
+            """
+import torch
+teacher = Net().cuda().half().eval()
+student = Net().cuda()
+optimizer = torch.optim.Adam(student.parameters(), lr=1e-3)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    h = torch.matmul(a, b)
+    p = h / (h.sum() + 1e-8)
+""",
+            "the optimized model is fp32 (the fp16 one is a frozen teacher); bf16 region",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+model = Net().cuda().half()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+""",
+            line=3,
+        ),
+        Invalid(
+            """
+from torch.optim import AdamW
+from transformers import AutoModelForCausalLM
+import torch
+
+class Trainer:
+    def __init__(self, name):
+        self.model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.float16)
+        self.optimizer = AdamW(self.model.parameters(), lr=2e-5, eps=1e-8, weight_decay=0.01)
+""",
+            line=8,
+        ),
+        Invalid(
+            """
+import torch
+
+def cosine_sim(a, b):
+    a = a.half()
+    b = b.half()
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1) + 1e-12)
+""",
+            line=6,
+        ),
+        Invalid(
+            """
+import torch
+from torch.cuda.amp import autocast
+
+for x, y in loader:
+    with autocast():
+        logits = torch.matmul(x, w)
+        scores = logits.abs()
+        probs = scores / (scores.amax(-1, keepdim=True) + 1e-8)
+        loss = -(torch.log(probs.clamp(min=1e-10)) * y).sum()
+        total = scores.sum(-1) + 1e-8
+""",
+            line=8,
+            count=2,
+            why="sum() is upcast to fp32 under CUDA autocast (line 10 is fine); abs/amax/division are not",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16" and c.subject]
+        if casts:
+            yield from self._optimizers(ctx, casts)
+        for lit in ctx.literals:
+            if not 0 < abs(lit.value) < FP16_FLUSH_TO_ZERO:
+                continue
+            if lit.call is None or lit.call.method in _CLAMPS:
+                d = self._arithmetic(ctx, lit)
+                if d is not None:
+                    yield d
+
+    # ------------------------------------------------------------ optimizers
+
+    def _optimizers(self, ctx: ModuleContext, casts: List[LowPrecisionCast]) -> Iterator[Diagnostic]:
+        for call in ctx.calls:
+            q = next((q for q in call.qualnames if q in _OPTIMIZERS), None)
+            if q is None:
+                continue
+            if call.arg(None, "fused") is not None and (ctx.code_for(call.arg(None, "fused")) != "False"):
+                continue
+            cast = _fp16_params(ctx, call, casts)
+            if cast is None:
+                continue
+            position, default = _OPTIMIZERS[q]
+            eps_node = call.arg(position, "eps")
+            if eps_node is None:
+                eps, node, text = default, call.node, f"the default eps={default:g}"
+            else:
+                lit = next((lit for lit in ctx.literals if lit.node is eps_node), None)
+                if lit is None or not 0 < abs(lit.value) < FP16_FLUSH_TO_ZERO:
+                    continue
+                eps, node, text = lit.value, eps_node, f"eps={ctx.code_for(eps_node)}"
+            cls = q.rsplit(".", 1)[-1]
+            row = ctx.position(cast.call.node)[0].row
+            message = (
+                f"`{cls}` with {text} over fp16 parameters (`{cast.subject}`, line {row}): {eps:g} is below fp16's "
+                f"smallest subnormal (5.96e-8) and rounds to 0, so where the squared-gradient average underflows the "
+                f"update divides by 0 and parameters become -inf/NaN (Adam went to -inf after one step with grads "
+                f"of 1e-5); keep fp32 parameters (autocast + GradScaler) or use an eps fp16 represents, e.g. 1e-4"
+            )
+            data = {"eps": eps, "optimizer_class": q, "snippet": ctx.code_for(call.node), "params": cast.subject}
+            yield ctx.diagnostic(self, node, message, data=data)
+
+    # ------------------------------------------------------------ arithmetic
+
+    def _arithmetic(self, ctx: ModuleContext, lit: LiteralInfo) -> Optional[Diagnostic]:
+        if lit.call is not None:
+            if not (lit.keyword == "min" or lit.position == 0):
+                return None
+            tensor = lit.call.receiver
+            snippet: cst.CSTNode = lit.call.node
+        else:
+            parent = lit.parents[0] if lit.parents else None
+            if not (isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, (cst.Add, cst.Subtract))):
+                return None
+            tensor = parent.right if parent.left is lit.node else parent.left
+            snippet = parent
+        region = lit.region
+        if region is not None and (region.enabled is False or region.dtype == "bf16"):
+            return None
+        verdict = _fp16_tensor(ctx, tensor, lit.scope, lit.order, lit.statement, region)
+        if verdict is None:
+            return None
+        certain, why = verdict
+        text = ctx.code_for(lit.node)
+        message = (
+            f"{text} is below fp16's smallest subnormal (5.96e-8) and rounds to 0 next to `{ctx.code_for(tensor)}`, "
+            f"{why}: it no longer guards against 0 (x/0 is inf, log(0) is -inf); use an eps fp16 represents "
+            f"(>= 6.1e-5, e.g. 1e-4) or compute this in fp32"
+        )
+        data = {"eps": lit.value, "optimizer_class": None, "snippet": ctx.code_for(snippet)}
+        return ctx.diagnostic(self, lit.node, message, data=data, condition=None if certain else FP16)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _names_in(node: Optional[cst.CSTNode]) -> Set[str]:
+    out: Set[str] = set()
+    stack = [node] if node is not None else []
+    while stack:
+        n = stack.pop()
+        name = dotted_name(n)
+        if name is not None:
+            parts = name.split(".")
+            out.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+            continue
+        stack.extend(n.children)
+    return out
+
+
+def _fp16_params(ctx: ModuleContext, call: CallInfo, casts: List[LowPrecisionCast]) -> Optional[LowPrecisionCast]:
+    """The fp16 cast of a module whose parameters `call` (an optimizer) receives."""
+    params = call.arg(0, "params")
+    names = _names_in(params)
+    for name in list(names):
+        if "." not in name:
+            for a in ctx.assignments_to(name, call.scope):
+                if a.scope is call.scope and a.order < call.order and not a.unpacked:
+                    names |= _names_in(a.value)
+    for cast in casts:
+        if cast.subject not in names:
+            continue
+        if cast.subject.startswith("self.") or cast.call.scope is call.scope or cast.call.scope.is_module:
+            if not _inference_only(ctx, cast):
+                return cast
+    return None
+
+
+def _inference_only(ctx: ModuleContext, cast: LowPrecisionCast) -> bool:
+    """`model.half().eval()`: a copy for inference."""
+    text = ctx.code_for(cast.assignment.value) if cast.assignment is not None else ""
+    return ".eval()" in text or "requires_grad_(False)" in text
+
+
+def _fp16_tensor(
+    ctx: ModuleContext,
+    node: Optional[cst.BaseExpression],
+    scope: Scope,
+    order: int,
+    statement: cst.CSTNode,
+    region: Optional[AutocastRegion],
+    depth: int = 0,
+) -> Optional[Tuple[bool, str]]:
+    """(certain, why) when `node` is visibly an fp16 tensor; None when not (or unknown)."""
+    if node is None or depth > 12:
+        return None
+    again = lambda n: _fp16_tensor(ctx, n, scope, order, statement, region, depth + 1)  # noqa: E731
+    dtype = ctx.known_dtype(node, scope, order, statement)
+    if dtype == "fp16":
+        return True, "an fp16 tensor"
+    if dtype is not None:
+        return None
+    active = region is not None and region.enabled is not False
+    if active and region.dtype in ("fp16", None) and _lowp_output(ctx, node):
+        certain = region.dtype == "fp16" and region.enabled is True
+        return certain, "the fp16 output of a matmul/linear/conv under fp16 autocast"
+    if isinstance(node, cst.BinaryOperation) and isinstance(
+        node.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power)
+    ):
+        sides = [again(x) if literal_number(x) is None else "number" for x in (node.left, node.right)]
+        if None in sides or sides == ["number", "number"]:
+            return None
+        tensors = [x for x in sides if x != "number"]
+        return all(c for c, _ in tensors), tensors[0][1]
+    if isinstance(node, cst.Call):
+        func = node.func
+        keeps = _KEEP_FP16 if active else _KEEP_FP16 | _KEEP_FP16_OUTSIDE_AUTOCAST
+        if isinstance(func, cst.Attribute) and not ctx.qualnames(func) and func.attr.value in keeps:
+            return again(func.value)
+        qualnames = ctx.qualnames(func)
+        if any(q.rsplit(".", 1)[-1] in keeps and q.rsplit(".", 1)[0] in _FUNCTION_MODULES for q in qualnames):
+            return again(node.args[0].value) if node.args and node.args[0].keyword is None else None
+        return None
+    if isinstance(node, cst.Name):
+        found = [
+            a
+            for a in ctx.assignments_to(node.value, scope)
+            if a.scope is scope and a.order < order and not a.unpacked
+        ]
+        if len(found) == 1:
+            a = found[0]
+            return _fp16_tensor(ctx, a.value, scope, a.order, a.node, a.region, depth + 1)
+    return None
+
+
+def _lowp_output(ctx: ModuleContext, node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        return True
+    if isinstance(node, cst.Call):
+        if ctx.qualnames(node.func) & _LOWP_OPS:
+            return True
+    return False

@@ -1,0 +1,388 @@
+"""AMP303 bce-under-autocast."""
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import AutocastRegion, CallInfo, ModuleContext, Scope, literal_string
+from amplint.fixes import make_fix, replace_node
+
+_BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
+_BCE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.modules.BCELoss"})
+_SIGMOIDS = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
+#: autocast devices with the BCE ban [amp-facts §1.4]; None: decided at run time
+_BANNED_DEVICES = ("cuda", "xpu", None)
+
+
+class BceUnderAutocast(Rule):
+    """
+    ## What it does
+    Flags `torch.nn.functional.binary_cross_entropy` and calls of
+    `torch.nn.BCELoss` instances made inside a CUDA (or XPU, or
+    unknown-device) autocast region, directly or through a function of the
+    same file called from inside the region.
+
+    ## Why is this bad?
+    Autocast bans BCE on CUDA and XPU, for fp16 and bf16 alike. The first
+    forward raises (amp-facts §1.4, E06):
+
+    ```
+    RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.
+    Many models use a sigmoid layer right before the binary cross entropy layer.
+    In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits
+    or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are
+    safe to autocast.
+    ```
+
+    BCE's backward can produce gradients fp16 cannot represent, and casting
+    its input to fp32 does not help because the cast is reversed in backward.
+    Code that passes its CPU tests (CPU autocast allows BCE and returns fp32)
+    crashes on the GPU.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda"):
+        logits = model(x)
+        loss = F.binary_cross_entropy(torch.sigmoid(logits), y)
+    ```
+
+    ## Use instead
+    ```python
+    with torch.autocast("cuda"):
+        logits = model(x)
+        loss = F.binary_cross_entropy_with_logits(logits, y)
+    ```
+    or, when only probabilities are available, compute the loss outside the
+    region or in a nested `torch.autocast("cuda", enabled=False)` on
+    `probs.float()`.
+
+    ## Fix safety
+    Unsafe: when the sigmoid is visible in the call
+    (`F.binary_cross_entropy(torch.sigmoid(z), y)`, `z.sigmoid()`,
+    `F.sigmoid(z)`), rewrites it to `F.binary_cross_entropy_with_logits(z, y)`
+    with the other arguments unchanged. For an `nn.BCELoss()` instance built
+    with no arguments (or only `reduction=`), the call becomes
+    `torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction=...)`.
+    The result is mathematically the same loss, computed more stably, so
+    values can differ in the last bits (and no longer clamp log to -100).
+
+    ## Verification
+    `amplint --verify` calls BCE under an autocast that reaches the
+    `AutocastCUDA` kernel (possible on a CPU-only machine by redispatch) and
+    reports the RuntimeError text.
+
+    ## Notes
+    Silent inside a nested `autocast(enabled=False)`, under CPU autocast
+    (BCE is on the CPU fp32 list and runs), under MPS autocast (no rule), and
+    for `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss`.
+
+    ## References
+    - amp-facts.md §0.2, §1.4 (E06)
+    - https://pytorch.org/docs/stable/amp.html#prefer-binary-cross-entropy-with-logits-over-binary-cross-entropy
+    """
+
+    code = "AMP303"
+    name = "bce-under-autocast"
+    severity = Severity.ERROR
+    message = "binary_cross_entropy raises under CUDA autocast"
+    triggers = ("binary_cross_entropy", "BCELoss")
+    requires = (("autocast",),)  # the region (its own or its callers') is in this file
+    facts = ("§0.2", "§1.4")
+
+    VALID = [
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+with torch.autocast("cuda"):
+    logits = model(x)
+    loss = F.binary_cross_entropy_with_logits(logits, y)
+""",
+            "the _with_logits form is safe to autocast",
+        ),
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+with torch.autocast("cuda"):
+    probs = torch.sigmoid(model(x))
+    with torch.autocast("cuda", enabled=False):
+        loss = F.binary_cross_entropy(probs.float(), y)
+""",
+            "inside a nested autocast(enabled=False)",
+        ),
+        Valid(
+            """
+import torch
+from torch import nn
+criterion = nn.BCELoss()
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    probs = model(x)
+    loss = criterion(probs, y)
+""",
+            "CPU autocast runs BCE in fp32",
+        ),
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+with torch.autocast("cuda"):
+    probs = torch.sigmoid(model(x))
+loss = F.binary_cross_entropy(probs.float(), y)
+""",
+            "the loss is computed after the region",
+        ),
+        Valid(
+            """
+import torch
+from torch import nn
+criterion = nn.BCEWithLogitsLoss()
+with torch.autocast("mps"):
+    loss = nn.BCELoss()(model(x), y)
+with torch.autocast("cuda"):
+    loss = criterion(model(x), y)
+""",
+            "MPS has no autocast rule for BCE; BCEWithLogitsLoss is safe",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+with torch.autocast("cuda"):
+    logits = model(x)
+    loss = F.binary_cross_entropy(torch.sigmoid(logits), y, reduction="sum")
+""",
+            line=5,
+            fixed="""
+import torch
+import torch.nn.functional as F
+with torch.autocast("cuda"):
+    logits = model(x)
+    loss = F.binary_cross_entropy_with_logits(logits, y, reduction="sum")
+""",
+        ),
+        Invalid(
+            """
+import torch
+from torch import nn
+from torch.cuda.amp import autocast, GradScaler
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.criterion = nn.BCELoss()
+        self.scaler = GradScaler()
+
+    def train_step(self, batch):
+        with autocast():
+            logits = self.model(batch["x"])
+            loss = self.criterion(logits.sigmoid(), batch["y"])
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            line=16,
+            fixed="""
+import torch
+from torch import nn
+from torch.cuda.amp import autocast, GradScaler
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.criterion = nn.BCELoss()
+        self.scaler = GradScaler()
+
+    def train_step(self, batch):
+        with autocast():
+            logits = self.model(batch["x"])
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, batch["y"])
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+        ),
+        Invalid(
+            """
+import torch
+from torch.nn.functional import binary_cross_entropy as bce
+
+def compute_loss(probs, target, mask):
+    return (bce(probs, target, reduction="none") * mask).mean()
+
+for step, batch in enumerate(loader):
+    with torch.amp.autocast(device_type="cuda", enabled=args.amp):
+        probs = model(batch.x)
+        if step % 2 == 0:
+            loss = compute_loss(probs, batch.y, batch.mask)
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+from accelerate import Accelerator
+import torch
+
+accelerator = Accelerator(mixed_precision="fp16")
+loss_fn = torch.nn.BCELoss(reduction="mean")
+for batch in loader:
+    with accelerator.autocast():
+        out = model(batch["x"])
+        loss = loss_fn(out, batch["y"])
+    accelerator.backward(loss)
+""",
+            line=9,
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        instances = _bce_instances(ctx)
+        for call in ctx.calls:
+            function, ctor = _bce_call(ctx, call, instances)
+            if function is None:
+                continue
+            region, via = _effective_region(ctx, call)
+            if region is None:
+                continue
+            yield self._diagnostic(ctx, call, function, ctor, region, via)
+
+    def _diagnostic(
+        self,
+        ctx: ModuleContext,
+        call: CallInfo,
+        function: str,
+        ctor: Optional[CallInfo],
+        region: AutocastRegion,
+        via: Optional[CallInfo],
+    ) -> Diagnostic:
+        where = {"cuda": "CUDA autocast", "xpu": "XPU autocast"}.get(region.device or "", "autocast (device decided at run time)")
+        if via is not None:
+            row = ctx.position(via.node)[0].row
+            where += f" (reached through the call on line {row})"
+        shown = "F.binary_cross_entropy" if function == "binary_cross_entropy" else "nn.BCELoss"
+        message = (
+            f"`{shown}` inside {where} raises `RuntimeError: torch.nn.functional.binary_cross_entropy and "
+            f"torch.nn.BCELoss are unsafe to autocast.` on CUDA/XPU, for fp16 and bf16 alike; pass logits to "
+            f"`binary_cross_entropy_with_logits` / `BCEWithLogitsLoss` (drop the sigmoid), or compute the loss in "
+            f"fp32 under `autocast(enabled=False)`"
+        )
+        data = {
+            "snippet": ctx.code_for(call.node),
+            "function": function,
+            "device": region.device,
+        }
+        return ctx.diagnostic(self, call.node, message, fix=_fix(ctx, call, function, ctor), data=data)
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def _bce_instances(ctx: ModuleContext) -> Dict[str, CallInfo]:
+    """Names/attributes only ever bound to `nn.BCELoss(...)` -> the constructor."""
+    out: Dict[str, CallInfo] = {}
+    rebound = set()
+    for a in ctx.assignments:
+        info = ctx.call_info(a.value) if isinstance(a.value, cst.Call) else None
+        if info is not None and not a.unpacked and info.calls_any(_BCE_MODULES):
+            out.setdefault(a.target, info)
+        else:
+            rebound.add(a.target)
+    return {k: v for k, v in out.items() if k not in rebound}
+
+
+def _bce_call(ctx: ModuleContext, call: CallInfo, instances: Dict[str, CallInfo]) -> Tuple[Optional[str], Optional[CallInfo]]:
+    if call.calls_any(_BCE_FUNCTIONS):
+        return "binary_cross_entropy", None
+    if call.dotted is not None and call.dotted in instances:
+        return "BCELoss", instances[call.dotted]
+    func = call.node.func
+    if isinstance(func, cst.Call):
+        inner = ctx.call_info(func)
+        if inner is not None and inner.calls_any(_BCE_MODULES):
+            return "BCELoss", inner
+    return None, None
+
+
+def _banned(region: Optional[AutocastRegion]) -> bool:
+    return region is not None and region.enabled is not False and region.device in _BANNED_DEVICES
+
+
+def _effective_region(ctx: ModuleContext, call: CallInfo) -> Tuple[Optional[AutocastRegion], Optional[CallInfo]]:
+    """The autocast region the call runs under: its own, or (one level) its function's callers'."""
+    if call.region is not None:
+        return (call.region, None) if _banned(call.region) else (None, None)
+    scope = call.scope
+    if scope.is_module:
+        return None, None
+    for caller in _callers(ctx, scope):
+        if _banned(caller.region):
+            return caller.region, caller
+    return None, None
+
+
+def _callers(ctx: ModuleContext, scope: Scope) -> List[CallInfo]:
+    if scope.cls is not None:
+        return [c for c in ctx.method_calls(scope.name) if c.receiver_dotted == "self" and c.scope.cls is scope.cls]
+    if scope.parent is not None and scope.parent.is_module:
+        return [c for c in ctx.calls if c.dotted == scope.name and not c.qualnames]
+    return []
+
+
+# --------------------------------------------------------------------------- fix
+
+
+def _logits_of(ctx: ModuleContext, node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """`z` for `torch.sigmoid(z)`, `F.sigmoid(z)`, `z.sigmoid()`."""
+    if not isinstance(node, cst.Call):
+        return None
+    if ctx.qualnames(node.func) & _SIGMOIDS:
+        if len(node.args) == 1 and node.args[0].keyword is None and not node.args[0].star:
+            return node.args[0].value
+        return None
+    func = node.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "sigmoid" and not node.args and not ctx.qualnames(func):
+        return func.value
+    return None
+
+
+def _fix(ctx: ModuleContext, call: CallInfo, function: str, ctor: Optional[CallInfo]):
+    probs = call.arg(0, "input")
+    logits = _logits_of(ctx, probs)
+    if logits is None:
+        return None
+    torch_name = ctx.imports.bound_name("torch")
+    if function == "binary_cross_entropy":
+        func = call.node.func
+        edits = [replace_node(ctx, probs, ctx.code_for(logits))]
+        if isinstance(func, cst.Attribute):
+            edits.append(replace_node(ctx, func.attr, "binary_cross_entropy_with_logits"))
+        elif torch_name is not None:
+            edits.append(replace_node(ctx, func, f"{torch_name}.nn.functional.binary_cross_entropy_with_logits"))
+        else:
+            return None
+        return make_fix("Use `binary_cross_entropy_with_logits` on the logits", edits, safe=False)
+    # an nn.BCELoss() instance: expressible only when built without weight/legacy arguments
+    if torch_name is None or ctor is None:
+        return None
+    args = call.node.args
+    if len(args) != 2 or any(a.keyword is not None or a.star for a in args):
+        return None
+    extra = ""
+    for arg in ctor.node.args:
+        if arg.keyword is None or arg.keyword.value != "reduction" or literal_string(arg.value) is None:
+            return None
+        extra = f", reduction={ctx.code_for(arg.value)}"
+    text = (
+        f"{torch_name}.nn.functional.binary_cross_entropy_with_logits("
+        f"{ctx.code_for(logits)}, {ctx.code_for(args[1].value)}{extra})"
+    )
+    return make_fix("Use `binary_cross_entropy_with_logits` on the logits", [replace_node(ctx, call.node, text)], safe=False)

@@ -1,0 +1,295 @@
+"""AMP401 fp16-checkpoint."""
+from __future__ import annotations
+
+import re
+
+from typing import Iterator, List, Optional, Tuple
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import CallInfo, LowPrecisionCast, ModuleContext
+from amplint.names import dotted_name
+
+_CAST_METHODS = ("half", "to", "type")
+_LOADS = ("load_state_dict", "load_checkpoint", "load_weights")
+
+
+class Fp16Checkpoint(Rule):
+    """
+    ## What it does
+    Flags `torch.save` of the `state_dict()` of a model converted to fp16
+    (`.half()`, `.to(torch.float16)`, `.type(torch.HalfTensor)`) in the same
+    file, directly or inside a checkpoint dict, when no fp32 copy of the
+    weights is saved or loaded from a checkpoint in that file.
+
+    ## Why is this bad?
+    The checkpoint keeps only what fp16 represents: every weight rounded to
+    11 significant bits (up to 2^-11, about 4.9e-4 relative; amp-facts E21
+    measured a 1.1e-4 absolute error on a Linear's weights), and every value
+    above 65504 already turned into `inf` when the model was cast (E21).
+    Loading it into an fp32 model raises nothing and leaves the model fp32,
+    so the lost precision is invisible and never comes back (§6.5). Resumed
+    training, fine-tuning and evaluation all start from the rounded weights.
+    Autocast never needs this: it keeps the parameters fp32, so an AMP
+    checkpoint is fp32.
+
+    ## Example
+    ```python
+    model = Net().cuda().half()
+    ...
+    torch.save(model.state_dict(), "model.pt")
+    ```
+
+    ## Use instead
+    ```python
+    model = Net().cuda()          # keep fp32 weights; autocast does the fp16 math
+    ...
+    torch.save(model.state_dict(), "model.pt")
+    # or, for a deployment artifact, save both
+    torch.save(model.state_dict(), "model_fp32.pt")
+    torch.save(copy.deepcopy(model).half().state_dict(), "model_fp16.pt")
+    ```
+
+    ## Fix safety
+    No fix: where the fp32 weights should come from is a design decision.
+
+    ## Verification
+    `amplint --verify` saves a model's weights through the flagged cast and
+    reports the largest rounding error and the number of values that became
+    `inf`.
+
+    ## Notes
+    Silent when the file also saves an fp32 `state_dict` (an inference copy
+    exported next to the real checkpoint), when the fp16 model's weights were
+    loaded from a checkpoint in the same file (an export script: the fp32
+    original is on disk), when the model is cast back with `.float()` before
+    the save, and for bf16: bf16 also rounds (8 significant bits) but keeps
+    fp32's range, and bf16 checkpoints are usually deliberate. Models loaded
+    with `from_pretrained(torch_dtype=torch.float16)` are not flagged: their
+    weights are typically fp16 at the source already.
+
+    ## References
+    - amp-facts.md §6.4, §6.5 (E21)
+    - https://pytorch.org/docs/stable/notes/amp_examples.html
+    """
+
+    code = "AMP401"
+    name = "fp16-checkpoint"
+    severity = Severity.WARNING
+    message = "checkpoint of an fp16 model"
+    triggers = ("half", "Half", "float16", "fp16")  # .half(), .to(torch.float16 / "fp16"), .type(HalfTensor)
+    requires = (("save",),)
+    gate_regex = re.compile(r"\bsave\b")  # torch.save (not save_pretrained)
+    facts = ("§6.4", "§6.5")
+
+    VALID = [
+        Valid(
+            """
+import copy
+import torch
+torch.save(model.state_dict(), "model_fp32.pt")
+export = copy.deepcopy(model).half().eval()
+torch.save(export.state_dict(), "model_fp16.pt")
+""",
+            "an inference copy exported next to the fp32 weights",
+        ),
+        Valid(
+            """
+import torch
+model = Net()
+model.load_state_dict(torch.load("best_fp32.pt"))
+model.half()
+torch.save(model.state_dict(), "best_fp16.pt")
+""",
+            "an export script: the fp32 weights come from a checkpoint on disk",
+        ),
+        Valid(
+            """
+import torch
+model = Net().cuda()
+with torch.autocast("cuda", dtype=torch.float16):
+    loss = model(x)
+torch.save(model.state_dict(), "model.pt")
+""",
+            "autocast keeps the parameters fp32",
+        ),
+        Valid(
+            """
+import torch
+model = Net().to(torch.bfloat16)
+torch.save(model.state_dict(), "model.pt")
+""",
+            "bf16 keeps fp32's range",
+        ),
+        Valid(
+            """
+import torch
+model = Net().half()
+evaluate(model)
+model.float()
+torch.save(model.state_dict(), "model.pt")
+""",
+            "cast back to fp32 before saving",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+model = Net().cuda().half()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = criterion(model(x.half()), y)
+    loss.backward()
+    optimizer.step()
+torch.save(model.state_dict(), "model.pt")
+""",
+            line=8,
+        ),
+        Invalid(
+            """
+import torch as th
+
+
+class Trainer:
+    def __init__(self, model, cfg):
+        self.model = model.to(device="cuda", dtype=th.float16)
+        self.optimizer = th.optim.AdamW(self.model.parameters(), lr=cfg.lr)
+
+    def save_checkpoint(self, path, epoch):
+        th.save(
+            {"epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()},
+            path,
+        )
+""",
+            line=10,
+        ),
+        Invalid(
+            """
+from torch import float16, save
+
+def export(model, path):
+    model = model.to(float16)
+    state = model.state_dict()
+    save(state, path)
+""",
+            line=6,
+        ),
+        Invalid(
+            """
+import torch
+torch.save(model.half().state_dict(), "model_fp16.pt")
+""",
+            line=2,
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16" and c.call.method in _CAST_METHODS]
+        if not casts:
+            return
+        saves = ctx.calls_to("torch.save")
+        found: List[Tuple[CallInfo, str, Optional[LowPrecisionCast]]] = []
+        fp32_saved = False
+        for save in saves:
+            for receiver, node in _saved_state_dicts(ctx, save):
+                if _not_weights(ctx, receiver):
+                    continue
+                cast = _fp16_cast(ctx, casts, save, receiver, node)
+                if cast is False:
+                    fp32_saved = True
+                else:
+                    found.append((save, receiver or ctx.code_for(node.func.value), cast))
+        if fp32_saved:
+            return
+        for save, model, cast in found:
+            if cast is not None and _loaded_from_checkpoint(ctx, cast):
+                continue
+            yield self._diagnostic(ctx, save, model, cast)
+
+    def _diagnostic(self, ctx: ModuleContext, save: CallInfo, model: str, cast: Optional[LowPrecisionCast]) -> Diagnostic:
+        where = ""
+        if cast is not None:
+            where = f" (converted on line {ctx.position(cast.call.node)[0].row})"
+        message = (
+            f"`torch.save` writes the fp16 weights of `{model}`{where}: each value is rounded to 11 significant "
+            f"bits (up to 4.9e-4 relative) and values above 65504 are inf; loading into an fp32 model casts "
+            f"silently and recovers none of it; save fp32 weights (keep the model fp32 and use autocast)"
+        )
+        data = {"snippet": ctx.code_for(save.node), "model": model, "dtype": "fp16"}
+        return ctx.diagnostic(self, save.node, message, data=data)
+
+
+def _not_weights(ctx: ModuleContext, receiver: Optional[str]) -> bool:
+    """Optimizer, scheduler and scaler state: not a model's weights."""
+    if receiver is None:
+        return False
+    last = receiver.rsplit(".", 1)[-1].lower()
+    return ctx.is_optimizer(receiver) or "sched" in last or "scaler" in last
+
+
+def _saved_state_dicts(ctx: ModuleContext, save: CallInfo) -> Iterator[Tuple[Optional[str], cst.Call]]:
+    """(receiver, call) for every `<x>.state_dict()` in what `save` writes (following one local name)."""
+    obj = save.arg(0, "obj")
+    nodes = [obj] if obj is not None else []
+    if isinstance(obj, cst.Name):
+        found = [
+            a
+            for a in ctx.assignments_to(obj.value, save.scope)
+            if a.scope is save.scope and a.order < save.order and not a.unpacked
+        ]
+        nodes = [found[-1].value] if found else []
+    for node in nodes:
+        for n in _walk(node):
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "state_dict":
+                if not n.args:
+                    yield dotted_name(n.func.value), n
+
+
+def _fp16_cast(ctx: ModuleContext, casts, save: CallInfo, receiver: Optional[str], node: cst.Call):
+    """The cast that made `receiver` fp16 at `save`; None if fp16 by a visible `.half()` chain; False if fp32."""
+    inner = node.func.value
+    if isinstance(inner, cst.Call):
+        info = ctx.call_info(inner)
+        if info is not None and any(c.call is info for c in casts):
+            return None
+        return False
+    if receiver is None:
+        return False
+    for cast in reversed(casts):
+        if cast.subject != receiver:
+            continue
+        if receiver.startswith("self."):
+            return cast
+        same_scope = cast.call.scope is save.scope and cast.call.order < save.order
+        if (same_scope or (cast.call.scope.is_module and save.scope.is_module)) and not _cast_back(ctx, receiver, cast, save):
+            return cast
+    return False
+
+
+def _cast_back(ctx: ModuleContext, receiver: str, cast: LowPrecisionCast, save: CallInfo) -> bool:
+    for call in ctx.method_calls("float", "to", "type"):
+        if call.receiver_dotted == receiver and cast.call.order < call.order < save.order:
+            if call.method == "float" or any(ctx.dtype_of(a.value) == "fp32" for a in call.node.args):
+                return True
+    return False
+
+
+def _loaded_from_checkpoint(ctx: ModuleContext, cast: LowPrecisionCast) -> bool:
+    """Weights restored from a file before the cast: an export of an fp32 original."""
+    subject = cast.subject
+    receiver = cast.call.receiver_dotted
+    for call in ctx.method_calls(*_LOADS):
+        if call.receiver_dotted in (subject, receiver) and call.order < cast.call.order:
+            return True
+    return False
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)

@@ -1,0 +1,309 @@
+"""AMP402 scaler-state-not-checkpointed."""
+from __future__ import annotations
+
+from typing import Iterator, List, Optional
+
+import libcst as cst
+
+from amplint import Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.context import CallInfo, ModuleContext
+from amplint.names import dotted_name
+
+
+class ScalerStateNotCheckpointed(Rule):
+    """
+    ## What it does
+    Flags a resume checkpoint (a `torch.save` of a dict holding an optimizer's
+    `state_dict()` and at least one more entry, usually the model's) written
+    while an enabled `GradScaler` is in use in the file, when the scaler's
+    `state_dict()` is saved nowhere. It also flags a resume that restores an
+    optimizer with `optimizer.load_state_dict(...)` in a file that never calls
+    `scaler.load_state_dict(...)`.
+
+    ## Why is this bad?
+    The scaler's state is the learned loss scale plus the growth tracker
+    (`scale`, `growth_factor`, `backoff_factor`, `growth_interval`,
+    `_growth_tracker`; amp-facts §2, E11). A resumed run without it restarts
+    at the initial scale, 65536 by default, and only comes down by halving
+    (backoff 0.5) on steps whose gradients overflow, and every such step is
+    skipped: a run that had settled at a scale of 2048 throws away 5
+    optimizer steps (65536 / 2048 = 2^5) after every resume, and its growth
+    counter restarts from 0 (E14). Resumed runs then differ from
+    uninterrupted ones.
+
+    ## Example
+    ```python
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+        "last.pt",
+    )
+    ```
+
+    ## Use instead
+    ```python
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(),
+            "epoch": epoch,
+        },
+        "last.pt",
+    )
+    # on resume
+    scaler.load_state_dict(checkpoint["scaler"])
+    ```
+
+    ## Fix safety
+    No fix: the key has to match the loading code, which may live elsewhere.
+
+    ## Verification
+    `amplint --verify` trains a tiny model with `GradScaler` until its scale
+    settles, saves and reloads without the scaler state, and reports the
+    scale before and after the resume and the number of skipped steps.
+
+    ## Notes
+    Silent when any `<scaler>.state_dict()` is called anywhere in the file
+    (under any key: `"scaler"`, `"amp"`, `"grad_scaler"`, or added to the dict
+    later), for weights-only exports (no optimizer state in the checkpoint),
+    for framework checkpoints (`accelerator.save_state`,
+    `trainer.save_checkpoint`), and when every scaler is built with
+    `enabled=False`. A scaler whose `enabled=` is decided at run time counts
+    as enabled: the fp16 runs need its state.
+
+    ## References
+    - amp-facts.md §2 (state_dict, E11; backoff and growth, E14)
+    - https://pytorch.org/docs/stable/notes/amp_examples.html#saving-resuming
+    """
+
+    code = "AMP402"
+    name = "scaler-state-not-checkpointed"
+    severity = Severity.WARNING
+    message = "GradScaler state is not checkpointed"
+    triggers = ("GradScaler", "scaler")
+    facts = ("§2",)
+
+    VALID = [
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+torch.save(
+    {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()},
+    "last.pt",
+)
+""",
+            "the scaler is saved",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+torch.save(model.state_dict(), "weights.pt")
+""",
+            "a weights-only export",
+        ),
+        Valid(
+            """
+from accelerate import Accelerator
+import torch
+accelerator = Accelerator(mixed_precision="fp16")
+scaler = torch.cuda.amp.GradScaler()
+accelerator.save_state("ckpt/")
+""",
+            "accelerate saves the scaler in save_state",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.cuda.amp.GradScaler(enabled=False)
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+optimizer.load_state_dict(ckpt["optimizer"])
+""",
+            "a disabled scaler has no state",
+        ),
+        Valid(
+            """
+import torch
+from torch.cuda.amp import GradScaler
+
+class Trainer:
+    def __init__(self):
+        self.grad_scaler = GradScaler()
+
+    def save_checkpoint(self, path):
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        state["amp"] = self.grad_scaler.state_dict()
+        torch.save(state, path)
+
+    def resume(self, path):
+        state = torch.load(path)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.grad_scaler.load_state_dict(state["amp"])
+""",
+            "saved under another key, added after the dict is built; loaded on resume",
+        ),
+        Valid(
+            """
+import torch
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = model(x)
+loss.backward()
+optimizer.step()
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+""",
+            "no GradScaler at all (bf16)",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for epoch in range(epochs):
+    train_one_epoch(model, optimizer, scaler)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "last.pt")
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+import torch
+from torch.cuda.amp import GradScaler, autocast
+
+
+class Trainer:
+    def __init__(self, model, optimizer, args):
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = GradScaler(enabled=args.fp16)
+
+    def save_checkpoint(self, path):
+        checkpoint = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict(),
+        }
+        torch.save(checkpoint, path)
+
+    def load_checkpoint(self, path):
+        checkpoint = torch.load(path, map_location="cpu")
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+""",
+            line=17,
+            count=2,
+        ),
+        Invalid(
+            """
+import torch as th
+from torch import amp
+
+def train(model, opt, loader, resume=None):
+    scaler = amp.GradScaler()
+    if resume:
+        ckpt = th.load(resume)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+    for x, y in loader:
+        with amp.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+""",
+            line=9,
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        live = _live_scalers(ctx)
+        if not live:
+            return
+        scaler = live[0]
+        if not _scaler_call(ctx, "state_dict"):
+            for call in ctx.calls_to("torch.save"):
+                optimizer = _resume_checkpoint(ctx, call)
+                if optimizer is not None:
+                    yield self._saved(ctx, call, scaler, optimizer)
+        if not _scaler_call(ctx, "load_state_dict"):
+            for call in ctx.method_calls("load_state_dict"):
+                if ctx.is_optimizer(call.receiver_dotted) and not call.qualnames:
+                    yield self._loaded(ctx, call, scaler)
+
+    def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str) -> Diagnostic:
+        message = (
+            f"this checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`: a resumed run restarts the loss "
+            f"scale at 65536 and halves it (backoff 0.5) only on overflowing steps, each of which is skipped "
+            f"(5 lost steps after every resume for a run settled at 2048); save `{scaler}.state_dict()` "
+            f"and restore it with `{scaler}.load_state_dict(...)`"
+        )
+        data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(call.node), "side": "save"}
+        return ctx.diagnostic(self, call.node, message, data=data)
+
+    def _loaded(self, ctx: ModuleContext, call: CallInfo, scaler: str) -> Diagnostic:
+        message = (
+            f"the resume restores `{call.receiver_dotted}` but never calls `{scaler}.load_state_dict(...)`: the "
+            f"loss scale restarts at 65536 and halves (backoff 0.5) only on overflowing steps, each of which is "
+            f"skipped after every resume"
+        )
+        data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load"}
+        return ctx.diagnostic(self, call.node, message, data=data)
+
+
+def _live_scalers(ctx: ModuleContext) -> List[str]:
+    """Scalers of this file that may be enabled and are built or used here."""
+    used = {e.scaler for s in ctx.scopes for e in s.events if e.scaler}
+    return [
+        key
+        for key, info in ctx.scalers.items()
+        if info.enabled is not False and (info.constructors or key in used)
+    ]
+
+
+def _is_scaler_name(ctx: ModuleContext, key: Optional[str]) -> bool:
+    if not key:
+        return False
+    return key in ctx.scalers or "scaler" in key.rsplit(".", 1)[-1].lower()
+
+
+def _scaler_call(ctx: ModuleContext, method: str) -> bool:
+    return any(_is_scaler_name(ctx, c.receiver_dotted) for c in ctx.method_calls(method))
+
+
+def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
+    """The optimizer whose state the saved dict holds, when it is a resume checkpoint."""
+    obj = call.arg(0, "obj")
+    if isinstance(obj, cst.Name):
+        found = [
+            a
+            for a in ctx.assignments_to(obj.value, call.scope)
+            if a.scope is call.scope and a.order < call.order and not a.unpacked
+        ]
+        obj = found[-1].value if found else None
+    if isinstance(obj, cst.Call) and dotted_name(obj.func) == "dict":
+        entries = len(obj.args)
+    elif isinstance(obj, cst.Dict):
+        entries = len(obj.elements)
+    else:
+        return None
+    optimizer = None
+    for node in _walk(obj):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
+            receiver = dotted_name(node.func.value)
+            if _is_scaler_name(ctx, receiver):
+                return None
+            if optimizer is None and ctx.is_optimizer(receiver):
+                optimizer = receiver
+        elif _is_scaler_name(ctx, dotted_name(node)) and isinstance(node, (cst.Name, cst.Attribute)):
+            return None  # the scaler object itself is pickled
+    return optimizer if optimizer is not None and entries >= 2 else None
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)

@@ -1,0 +1,171 @@
+"""The shared AMP model: names, autocast regions, scalers, optimizers, casts, events."""
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from amplint.context import ModuleContext, exclusive
+
+
+def build(code: str) -> ModuleContext:
+    source = textwrap.dedent(code).lstrip("\n")
+    return ModuleContext.build(cst.parse_module(source), source, "t.py")
+
+
+@pytest.mark.parametrize(
+    "code,device,dtype,enabled",
+    [
+        ("import torch\nwith torch.autocast('cuda'):\n    f()", "cuda", "fp16", True),
+        ("import torch\nwith torch.autocast('cpu'):\n    f()", "cpu", "bf16", True),
+        ("import torch\nwith torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n    f()", "cuda", "bf16", True),
+        ("import torch as T\nwith T.amp.autocast('cuda', T.float16):\n    f()", "cuda", "fp16", True),
+        ("from torch.cuda.amp import autocast\nwith autocast():\n    f()", "cuda", "fp16", True),
+        ("from torch.cuda import amp\nwith amp.autocast(enabled=False):\n    f()", "cuda", "fp16", False),
+        ("import torch\nwith torch.cuda.amp.autocast(False):\n    f()", "cuda", "fp16", False),
+        ("import torch\nwith torch.cpu.amp.autocast(dtype=torch.float16):\n    f()", "cpu", "fp16", True),
+        ("import torch\nwith torch.autocast(dev.type, dtype=dt):\n    f()", None, None, True),
+        ("import torch\nwith torch.autocast('cuda', enabled=args.amp):\n    f()", "cuda", "fp16", None),
+        ("import torch\nwith torch.autocast('cuda') if amp else nullcontext():\n    f()", "cuda", "fp16", None),
+        ("import torch\nctx = torch.autocast('cuda', dtype=torch.bfloat16)\nwith ctx:\n    f()", "cuda", "bf16", True),
+        ("import torch\n@torch.autocast('cuda')\ndef fwd():\n    f()", "cuda", "fp16", True),
+    ],
+)
+def test_autocast_region_forms(code, device, dtype, enabled):
+    ctx = build(code)
+    (call,) = [c for c in ctx.calls if c.dotted == "f"]
+    region = call.region
+    assert region is not None
+    assert (region.device, region.dtype, region.enabled) == (device, dtype, enabled)
+
+
+def test_accelerate_autocast_is_a_framework_region():
+    ctx = build("with accelerator.autocast():\n    f()")
+    (call,) = [c for c in ctx.calls if c.dotted == "f"]
+    assert call.region.framework and call.region.dtype is None
+
+
+def test_code_after_the_region_is_outside():
+    ctx = build("import torch\nwith torch.autocast('cuda'):\n    f()\ng()")
+    (g,) = [c for c in ctx.calls if c.dotted == "g"]
+    assert g.region is None
+
+
+def test_strings_are_not_code():
+    ctx = build('X = """\nwith torch.autocast("cuda"):\n    scaler.scale(loss).backward()\n"""')
+    assert not ctx.regions and not ctx.scalers
+
+
+@pytest.mark.parametrize(
+    "code,key,enabled",
+    [
+        ("import torch\nscaler = torch.amp.GradScaler('cuda')", "scaler", True),
+        ("from torch.cuda.amp import GradScaler\nscaler = GradScaler(enabled=False)", "scaler", False),
+        ("import torch\nscaler = torch.cuda.amp.GradScaler(enabled=args.fp16)", "scaler", None),
+        ("from torch import amp\nclass T:\n    def __init__(self):\n        self.scaler = amp.GradScaler()", "self.scaler", True),
+        ("def step(loss, grad_scaler):\n    grad_scaler.scale(loss).backward()", "grad_scaler", None),
+        ("import torch\nscaler = torch.amp.GradScaler() if fp16 else None", "scaler", None),
+    ],
+)
+def test_scaler_bindings(code, key, enabled):
+    ctx = build(code)
+    assert key in ctx.scalers
+    assert ctx.scalers[key].enabled is enabled
+
+
+def test_optimizers_and_fused():
+    ctx = build(
+        "import torch\nopt = torch.optim.AdamW(m.parameters(), fused=True)\n"
+        "sgd = torch.optim.SGD(m.parameters(), lr=0.1)\nsched = torch.optim.lr_scheduler.StepLR(opt, 1)"
+    )
+    assert ctx.optimizers["opt"].fused is True
+    assert ctx.optimizers["sgd"].fused is False
+    assert "sched" not in ctx.optimizers and not ctx.is_optimizer("sched")
+
+
+def test_prepared_optimizer():
+    ctx = build("model, optimizer = accelerator.prepare(model, optimizer)")
+    assert ctx.optimizers["optimizer"].prepared
+
+
+@pytest.mark.parametrize(
+    "code,subject,dtype",
+    [
+        ("model = Net().cuda().half()", "model", "fp16"),
+        ("model.half()", "model", "fp16"),
+        ("import torch\nmodel = model.to(torch.float16)", "model", "fp16"),
+        ("import torch\nmodel.to(device, dtype=torch.bfloat16)", "model", "bf16"),
+        ("import torch\nm = AutoModel.from_pretrained('x', torch_dtype=torch.float16)", "m", "fp16"),
+        ("m = AutoModel.from_pretrained('x', torch_dtype='float16')", "m", "fp16"),
+    ],
+)
+def test_low_precision_casts(code, subject, dtype):
+    ctx = build(code)
+    assert [(c.subject, c.dtype) for c in ctx.low_precision_casts] == [(subject, dtype)]
+
+
+def test_training_step_events_in_order_with_branches():
+    ctx = build(
+        """
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        def train(model, opt, loader, clip):
+            for x in loader:
+                loss = model(x)
+                scaler.scale(loss).backward()
+                if clip:
+                    scaler.unscale_(opt)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad()
+        """
+    )
+    scope = ctx.scope_named("train")
+    kinds = [e.kind for e in scope.events]
+    assert kinds == ["scaled_backward", "unscale", "clip", "scaler_step", "update", "zero_grad"]
+    unscale = scope.events[1]
+    assert [f.kind for f in unscale.path] == ["loop", "if"]
+    assert unscale.optimizer == "opt"
+
+
+def test_exclusive_branches():
+    ctx = build("if a:\n    f()\nelse:\n    g()\nh()")
+    f, g, h = (next(c for c in ctx.calls if c.dotted == n) for n in "fgh")
+    assert exclusive(f.path, g.path)
+    assert not exclusive(f.path, h.path)
+
+
+def test_framework_backward():
+    ctx = build("accelerator.backward(loss)\nloss.backward()")
+    assert [e.kind for e in ctx.scopes[0].events] == ["framework_backward", "backward"]
+
+
+def test_version_gated_fallback():
+    ctx = build(
+        """
+        try:
+            from torch.amp import GradScaler
+        except ImportError:
+            from torch.cuda.amp import GradScaler
+        if hasattr(torch, "amp"):
+            a()
+        else:
+            b()
+        """
+    )
+    (b,) = [c for c in ctx.calls if c.dotted == "b"]
+    assert ctx.is_version_gated(b.path)
+    assert ctx.imports.qualnames(cst.parse_expression("GradScaler")) == {
+        "torch.amp.GradScaler",
+        "torch.cuda.amp.GradScaler",
+    }
+
+
+def test_file_facts():
+    assert build("import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n    f()").facts.fp16 is False
+    assert build("import torch\nwith torch.autocast('cuda'):\n    f()").facts.fp16 is True
+    assert build("model.half()").facts.fp16 is True
+    unknown = build("import torch\nwith torch.autocast('cuda', dtype=dt):\n    f()").facts
+    assert unknown.dtype_unknown and not unknown.fp16

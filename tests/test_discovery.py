@@ -1,0 +1,124 @@
+"""File discovery: suffixes, excludes, --force-exclude, and the gitignore matcher (checked against git)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from amplint.config import Config
+from amplint.discovery import GitIgnore, discover, parse_gitignore
+
+
+def files(tmp_path, config=None, **kw):
+    config = config or Config(root=str(tmp_path))
+    return sorted(os.path.relpath(p, tmp_path).replace(os.sep, "/") for p in discover([str(tmp_path)], config, **kw))
+
+
+def touch(root, *names):
+    for name in names:
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x = 1\n")
+
+
+def test_suffixes_hidden_folders_and_venvs(tmp_path):
+    touch(tmp_path, "a.py", "b.pyi", "c.ipynb", "d.txt", ".hidden/e.py", "env/pyvenv.cfg", "env/lib/f.py", "build/g.py", "pkg/h.py")
+    assert files(tmp_path) == ["a.py", "b.pyi", "c.ipynb", "pkg/h.py"]
+
+
+def test_exclude_and_force_exclude(tmp_path):
+    touch(tmp_path, "keep.py", "gen/x.py", "pkg/gen/y.py", "skip_me.py")
+    config = Config(root=str(tmp_path), extend_exclude=("gen", "skip_*.py"))
+    assert files(tmp_path, config) == ["keep.py"]
+    named = [str(tmp_path / "skip_me.py"), str(tmp_path / "pkg" / "gen" / "y.py"), str(tmp_path / "keep.py")]
+    assert list(discover(named, config)) == named, "files named explicitly are linted"
+    assert list(discover(named, config, force_exclude=True)) == [str(tmp_path / "keep.py")]
+
+
+def test_gitignore_in_a_repository(tmp_path):
+    (tmp_path / ".git" / "info").mkdir(parents=True)
+    (tmp_path / ".git" / "info" / "exclude").write_text("secret.py\n")
+    (tmp_path / ".gitignore").write_text("data/\n*.gen.py\n!keep.gen.py\n/rooted.py\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".gitignore").write_text("local.py\n!rooted.py\n")
+    touch(tmp_path, "a.py", "secret.py", "data/b.py", "x.gen.py", "keep.gen.py", "rooted.py", "sub/rooted.py", "sub/local.py", "sub/c.py", "local.py")
+    assert files(tmp_path) == ["a.py", "keep.gen.py", "local.py", "sub/c.py", "sub/rooted.py"]
+    assert len(files(tmp_path, respect_gitignore=False)) == 10
+    # linting a subfolder still applies the .gitignore files above it
+    sub = [os.path.basename(p) for p in discover([str(tmp_path / "sub")], Config(root=str(tmp_path)))]
+    assert sub == ["c.py", "rooted.py"]
+
+
+def test_gitignore_outside_a_repository_applies_below_the_given_folder(tmp_path):
+    (tmp_path / ".gitignore").write_text("ignored.py\n")
+    touch(tmp_path, "ignored.py", "kept.py")
+    assert files(tmp_path) == ["kept.py"]
+
+
+def test_respect_gitignore_in_config(tmp_path):
+    (tmp_path / ".gitignore").write_text("*.py\n")
+    touch(tmp_path, "a.py")
+    assert files(tmp_path) == []
+    assert files(tmp_path, Config(root=str(tmp_path), respect_gitignore=False)) == ["a.py"]
+
+
+# the matcher against git itself, on patterns that exercise every rule of gitignore(5)
+PATTERNS = """\
+# comment
+*.log
+!important.log
+build/
+/top.py
+docs/**/*.tmp.py
+**/cache
+a/**/b.py
+foo?.py
+[ab]x.py
+[!c]y.py
+nested/deep/*.py
+\\#hash.py
+trailing.py\\ 
+"""
+
+PATHS = [
+    "x.log", "important.log", "sub/y.log", "build/a.py", "sub/build/b.py", "top.py", "sub/top.py",
+    "docs/x.tmp.py", "docs/a/b/x.tmp.py", "docs/keep.py", "cache/a.py", "deep/er/cache/b.py",
+    "a/b.py", "a/x/y/b.py", "b.py", "foo1.py", "foo12.py", "ax.py", "cx.py", "ay.py", "cy.py",
+    "nested/deep/z.py", "nested/deep/more/z.py", "#hash.py", "trailing.py ", "plain.py",
+]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_matcher_agrees_with_git(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text(PATTERNS)
+    for rel in PATHS:
+        touch(tmp_path, rel)
+    out = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=tmp_path,
+        input="\n".join(PATHS) + "\n",
+        capture_output=True,
+        text=True,
+    )
+    git_ignored = set(out.stdout.splitlines())
+    ignore = GitIgnore.for_folder(str(tmp_path))
+    ours = set()
+    for rel in PATHS:
+        # a path is ignored if it or any folder above it is (git never descends into ignored folders)
+        parts = rel.split("/")
+        for i in range(1, len(parts) + 1):
+            if ignore.ignored(str(tmp_path.joinpath(*parts[:i])), i < len(parts)):
+                ours.add(rel)
+                break
+    assert len(git_ignored) >= 15, out.stderr
+    assert ours == git_ignored
+
+
+def test_parse_gitignore_skips_comments_and_blanks():
+    assert parse_gitignore("# c\n\n   \n") == []
+    pats = parse_gitignore("a/\n!b\n")
+    assert pats[0].dir_only and not pats[0].negate and pats[1].negate

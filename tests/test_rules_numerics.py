@@ -1,0 +1,379 @@
+"""Focused tests of the fp16-numerics and checkpoint rules (AMP301, AMP302, AMP303, AMP401, AMP402)
+and of the AMP-model helpers they rely on (`known_dtype`, `bound_name`, literal order)."""
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from amplint import Config, Severity, lint_paths, lint_source
+from amplint.context import ModuleContext
+from amplint.fixes import fix_source
+
+
+def lint(code, rule, **config):
+    source = textwrap.dedent(code).lstrip("\n")
+    return [d for d in lint_source(source, "example.py", Config(select=(rule,), **config)) if d.code == rule]
+
+
+def fixed(code, rule):
+    source = textwrap.dedent(code).lstrip("\n")
+    out, _ = fix_source(source, lambda s: [d for d in lint_source(s, "x.py", Config(select=(rule,))) if d.code == rule], unsafe=True)
+    return out
+
+
+def write(tmp_path, files):
+    for name, code in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(code).lstrip("\n"))
+
+
+MODEL = """
+import torch
+from torch import nn
+
+class Attention(nn.Module):
+    def forward(self, q, k, attention_mask):
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        return scores.masked_fill(attention_mask == 0, -1e9).softmax(-1)
+"""
+
+# --------------------------------------------------------------------- AMP301: project facts
+
+
+@pytest.mark.parametrize("names", [("a_model.py", "b_train.py"), ("z_model.py", "a_train.py")])
+def test_amp301_silent_in_bf16_only_project(tmp_path, names):
+    write(
+        tmp_path,
+        {
+            names[0]: MODEL,
+            names[1]: """
+                import torch
+                for x in loader:
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        loss = model(x)
+                    loss.backward()
+            """,
+        },
+    )
+    result = lint_paths([str(tmp_path)], Config(select=("AMP301",)))
+    assert [d for d in result.diagnostics if d.code == "AMP301"] == []
+
+
+@pytest.mark.parametrize("names", [("a_model.py", "b_train.py"), ("z_model.py", "a_train.py")])
+def test_amp301_kept_when_another_file_uses_fp16(tmp_path, names):
+    write(
+        tmp_path,
+        {
+            names[0]: MODEL,
+            names[1]: """
+                import torch
+                scaler = torch.amp.GradScaler("cuda")
+                for x in loader:
+                    with torch.autocast("cuda"):
+                        loss = model(x)
+                    scaler.scale(loss).backward()
+            """,
+        },
+    )
+    found = [d for d in lint_paths([str(tmp_path)], Config(select=("AMP301",))).diagnostics if d.code == "AMP301"]
+    assert len(found) == 1
+    d = found[0]
+    assert d.filename.endswith(names[0]) and d.severity is Severity.ERROR
+    assert d.data == {
+        "literal": -1e9,
+        "op": "masked_fill",
+        "snippet": "scores.masked_fill(attention_mask == 0, -1e9)",
+        "tensor": "scores",
+        "raises": True,
+    }
+    assert "65504" in d.message and "c10::Half" in d.message
+
+
+def test_amp301_half_elsewhere_and_runtime_dtype(tmp_path):
+    write(tmp_path, {"model.py": MODEL, "export.py": "model = load().half()\n"})
+    assert any(d.code == "AMP301" for d in lint_paths([str(tmp_path)], Config(select=("AMP301",))).diagnostics)
+    write(tmp_path, {"export.py": 'import torch\nwith torch.autocast("cuda", dtype=args.dtype):\n    y = model(x)\n'})
+    assert any(d.code == "AMP301" for d in lint_paths([str(tmp_path)], Config(select=("AMP301",))).diagnostics)
+
+
+def test_amp301_precision_setting_overrides():
+    assert lint(MODEL, "AMP301") == []  # a lone model file: nothing says fp16
+    assert len(lint(MODEL, "AMP301", precision="fp16")) == 1
+    fp16_file = MODEL + "\nmodel = Attention().half()\n"
+    assert lint(fp16_file, "AMP301", precision="bf16") == []
+
+
+# --------------------------------------------------------------------- AMP301: shapes
+
+
+ADDITIVE = """
+import torch
+model = model.half()
+
+def attend(scores, mask, attention_mask):
+    a = scores + (1 - mask) * -1e9
+    scores += mask * -1e9
+    extended_attention_mask = (1.0 - attention_mask) * -10000000000.0
+    b = torch.where(mask, -1e9, scores)
+    c = scores - 1e9 * mask.float()
+    d = index + 100000
+    best = -1e9
+    return a, b, c, d
+"""
+
+
+def test_amp301_additive_forms_are_warnings():
+    found = lint(ADDITIVE, "AMP301")
+    assert [(d.location.row, d.severity) for d in found] == [
+        (5, Severity.WARNING),
+        (6, Severity.WARNING),
+        (7, Severity.WARNING),
+        (8, Severity.WARNING),
+    ]
+    assert "-inf" in found[0].message and "NaN" in found[0].message
+    assert found[0].data["op"] == "additive" and found[0].data["snippet"] == "scores + (1 - mask) * -1e9"
+    assert found[0].fix is None  # adding finfo.min overflows too: no fix for additive masks
+    assert found[3].data["op"] == "torch.where" and found[3].fix is not None
+
+
+def test_amp301_fix_uses_the_local_torch_name_and_needs_one():
+    code = """
+    import torch as th
+    x = th.zeros(3, dtype=th.float16)
+    x.fill_(-1e9)
+    """
+    assert "x.fill_(th.finfo(x.dtype).min)" in fixed(code, "AMP301")
+    no_torch = """
+    from torch import float16
+    x = make().half()
+    x.masked_fill_(m, 1e9)
+    """
+    found = lint(no_torch, "AMP301")
+    assert len(found) == 1 and found[0].fix is None
+    assert found[0].condition is None  # the tensor is visibly fp16
+
+
+def test_amp301_full_with_dtype():
+    code = """
+    import torch
+    a = torch.full((2,), -1e9, dtype=torch.float16)
+    b = torch.full((2,), -1e9, dtype=dtype)
+    c = torch.full((2,), -1e9)
+    d = torch.full((2,), -1e9, dtype=torch.float32)
+    """
+    found = lint(code, "AMP301")
+    assert [d.location.row for d in found] == [2, 3]
+    assert found[0].condition is None and found[1].condition == "fp16"
+    assert "torch.finfo(dtype).min" in fixed(code, "AMP301")
+
+
+def test_amp301_dtype_aware_and_regions():
+    code = """
+    import torch
+    model.half()
+    def f(x, mask):
+        mask_value = -1e4 if x.dtype == torch.float16 else -1e9
+        y = x.masked_fill(mask, {torch.float16: -1e4}.get(x.dtype, -1e9)) if x.dtype != torch.float16 else x
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            z = x.masked_fill(mask, -1e9)
+        return y, z
+    """
+    assert lint(code, "AMP301") == []
+
+
+# --------------------------------------------------------------------- AMP302
+
+
+def test_amp302_data_and_default_eps():
+    code = """
+    import torch
+    model = Net().half()
+    opt = torch.optim.Adagrad(model.parameters(), lr=0.01)
+    adam = torch.optim.Adam(params=[{"params": model.parameters()}], eps=1e-12)
+    """
+    found = lint(code, "AMP302")
+    assert [(d.location.row, d.data["eps"], d.data["optimizer_class"]) for d in found] == [
+        (3, 1e-10, "torch.optim.Adagrad"),
+        (4, 1e-12, "torch.optim.Adam"),
+    ]
+    assert "rounds to 0" in found[0].message and "5.96e-8" in found[0].message
+
+
+def test_amp302_params_through_a_local_name_and_inference_copies():
+    code = """
+    import torch
+    def train(net):
+        model = net.cuda().half()
+        params = [p for p in model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=1e-4)
+    """
+    assert len(lint(code, "AMP302")) == 1
+    copy = """
+    import torch
+    frozen = net.half().eval()
+    opt = torch.optim.Adam(frozen.parameters())
+    """
+    assert lint(copy, "AMP302") == []
+
+
+def test_amp302_region_of_unknown_dtype_is_conditional():
+    code = """
+    import torch
+    with torch.autocast("cuda", dtype=args.dtype):
+        h = torch.matmul(a, b)
+        p = h / (h.amax() + 1e-8)
+    """
+    found = lint(code, "AMP302")
+    assert len(found) == 1 and found[0].condition == "fp16"
+    assert lint(code, "AMP302", precision="bf16") == []
+
+
+def test_amp302_fp32_and_unknown_operands_are_silent():
+    code = """
+    import torch
+    model = model.half()
+    a = x / (x.norm() + 1e-12)
+    b = x.float() / (x.float().norm() + 1e-12)
+    c = torch.log(p + 1e-8)
+    """
+    assert lint(code, "AMP302") == []
+
+
+# --------------------------------------------------------------------- AMP303
+
+
+def test_amp303_fix_for_from_import():
+    code = """
+    import torch
+    from torch.nn.functional import binary_cross_entropy
+    with torch.autocast("cuda"):
+        loss = binary_cross_entropy(torch.sigmoid(z), y, weight=w)
+    """
+    assert "torch.nn.functional.binary_cross_entropy_with_logits(z, y, weight=w)" in fixed(code, "AMP303")
+
+
+def test_amp303_no_fix_without_visible_sigmoid_or_with_weighted_instance():
+    code = """
+    import torch
+    crit = torch.nn.BCELoss(weight=w)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        a = crit(torch.sigmoid(z), y)
+        b = torch.nn.functional.binary_cross_entropy(probs, y)
+    """
+    found = lint(code, "AMP303")
+    assert len(found) == 2 and all(d.fix is None for d in found)
+    assert [d.data["function"] for d in found] == ["BCELoss", "binary_cross_entropy"]
+    assert "bf16" in found[0].message  # banned for bf16 too
+
+
+def test_amp303_methods_called_from_regions():
+    code = """
+    import torch
+    import torch.nn.functional as F
+
+    class Model(torch.nn.Module):
+        def loss(self, probs, y):
+            return F.binary_cross_entropy(probs, y)
+
+        def training_step(self, batch):
+            with torch.autocast("cuda"):
+                probs = self(batch.x)
+            with torch.autocast("cuda", enabled=False):
+                loss = self.loss(probs.float(), batch.y)
+            return loss
+
+        def eval_step(self, batch):
+            with torch.autocast("cuda"):
+                return self.loss(self(batch.x), batch.y)
+    """
+    found = lint(code, "AMP303")
+    assert len(found) == 1 and found[0].location.row == 6
+    assert "line 17" in found[0].message
+
+
+def test_amp303_rebound_names_are_not_instances():
+    code = """
+    import torch
+    crit = torch.nn.BCELoss()
+    crit = torch.nn.BCEWithLogitsLoss()
+    with torch.autocast("cuda"):
+        loss = crit(model(x), y)
+    """
+    assert lint(code, "AMP303") == []
+
+
+# --------------------------------------------------------------------- AMP401 / AMP402
+
+
+def test_amp401_data():
+    code = """
+    import torch
+    model = Net().half()
+    torch.save({"model": model.state_dict()}, "m.pt")
+    """
+    (d,) = lint(code, "AMP401")
+    assert d.data["model"] == "model" and "65504" in d.message and "line 2" in d.message
+
+
+def test_amp402_scaler_used_through_parameter_and_saved_object():
+    used = """
+    import torch
+    def train(model, optimizer, scaler):
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "ckpt.pt")
+    """
+    (d,) = lint(used, "AMP402")
+    assert d.data["side"] == "save" and "65536" in d.message and "0.5" in d.message
+    pickled = used.replace('"optimizer": optimizer.state_dict()}', '"optimizer": optimizer.state_dict(), "scaler": scaler}')
+    assert lint(pickled, "AMP402") == []
+    unused = """
+    import torch
+    def train(model, optimizer, scaler):
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "ckpt.pt")
+    """
+    assert lint(unused, "AMP402") == []
+
+
+# --------------------------------------------------------------------- AMP model helpers
+
+
+def _ctx(code):
+    source = textwrap.dedent(code).lstrip("\n")
+    return ModuleContext.build(cst.parse_module(source), source)
+
+
+def test_known_dtype():
+    ctx = _ctx(
+        """
+        import torch
+        a = torch.zeros(3)
+        b = torch.ones(3, dtype=torch.float16).view(3, 1)
+        c = x.half().transpose(0, 1)
+        d = c.to("cuda")
+        e = c.to(dtype)
+        f = torch.triu(torch.ones(n, n), diagonal=1)
+        g = torch.full_like(b, 0)
+        h = torch.zeros(3, dtype=torch.long)
+        i = x.float()
+        if cond:
+            j = x.half()
+        else:
+            j = x.float()
+        k = j
+        """
+    )
+    scope = ctx.scopes[0]
+    expected = dict(a="fp32", b="fp16", c="fp16", d="fp16", e=None, f="fp32", g="fp16", h="other", i="fp32", j=None)
+    for name, dtype in expected.items():
+        assert ctx.known_dtype(cst.Name(name), scope, 10_000) == dtype, name
+
+
+def test_bound_name_and_literal_order():
+    ctx = _ctx("import torch as th\nfrom torch import nn\nx = f(1)\ny = -1e9\n")
+    assert ctx.imports.bound_name("torch") == "th"
+    assert ctx.imports.bound_name("numpy") is None
+    (lit,) = ctx.literals
+    assert lit.order > max(c.order for c in ctx.calls)
