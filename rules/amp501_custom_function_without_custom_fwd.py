@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from amplint import AUTOCAST, Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Scope
+from amplint.context import ModuleContext, Scope, imported_names
 from amplint.torchapi import (
     AUTOCAST_CONTEXTS,
     AUTOCAST_AWARE_OP_NAMESPACES,
@@ -402,7 +402,7 @@ with torch.cpu.amp.autocast():
                     f"(amp-facts E09); decorate forward with `@torch.amp.custom_fwd(device_type=...)` and "
                     f"backward with `@torch.amp.custom_bwd(device_type=...)`"
                 )
-                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": op, "kind": "autocastable-op"})
+                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)})
                 continue
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
             if kernel is not None:
@@ -414,7 +414,12 @@ with torch.cpu.amp.autocast():
                     f"`@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)` and "
                     f"`@torch.amp.custom_bwd(device_type=...)`"
                 )
-                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": name, "kind": "extension"})
+                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": name, "kind": "extension", **_class_data(ctx, cls)})
+
+
+def _class_data(ctx: ModuleContext, cls: cst.ClassDef) -> dict:
+    """What the verifier needs to rebuild the Function: its source and import bindings."""
+    return {"class_name": cls.name.value, "snippet": ctx.code_for(cls).strip(), "names": imported_names(ctx, cls)}
 
 
 def _function_classes(ctx: ModuleContext) -> List[cst.ClassDef]:
