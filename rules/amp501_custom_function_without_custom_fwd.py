@@ -71,8 +71,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
     No fix: the device and whether to pass `cast_inputs` are the author's call.
 
     ## Verification
-    `amplint --verify` runs the canonical reproduction (E09): an undecorated
-    matmul Function under CPU bf16 autocast, forward and backward.
+    `amplint --verify` runs the flagged Function itself when its source can be
+    bound (small inputs under CPU bf16 autocast, forward then backward), else
+    the canonical reproduction (E09), and reports the error or the dtypes.
 
     ## Notes
     Reported only when the project uses autocast somewhere (resolved across
@@ -83,10 +84,11 @@ class CustomFunctionWithoutCustomFwd(Rule):
     forward, autocast replayed in backward), for Functions without a
     `backward`, for ops fed straight from `torch.fft` (complex tensors are not
     autocast-eligible, §1.1), and for Functions that only move data:
-    distributed gather/all-reduce/scatter, `.clone()`, indexing, `cat`. The extension case needs two or more of the forward's
-    inputs passed to `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module
-    built by `torch.utils.cpp_extension.load`/`load_inline` or imported as a
-    compiled extension (`_C`, `_ext`, `*_cuda`), with no explicit dtype cast in
+    distributed gather/all-reduce/scatter, `.clone()`, indexing, `cat`.
+    The extension case needs two or more of the forward's inputs passed to
+    `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module built by
+    `torch.utils.cpp_extension.load`/`load_inline` or imported as a compiled
+    extension (`_C`, `_ext`, `*_cuda`), with no explicit dtype cast in
     `forward`.
 
     ## References
