@@ -285,6 +285,22 @@ def literal_number(node: Optional[cst.CSTNode]) -> Optional[float]:
     return None
 
 
+def imported_names(ctx: "ModuleContext", node: cst.CSTNode) -> Dict[str, str]:
+    """{local name: qualified name} for every imported name used in `node` that
+    resolves unambiguously, so the verifier can bind a flagged snippet."""
+    found: Dict[str, str] = {}
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            if name.value not in found:
+                q = ctx.imports.qualname(name)
+                if q is not None:
+                    found[name.value] = q
+
+    node.visit(_Names())
+    return found
+
+
 def call_chain(expr: cst.CSTNode) -> Iterator[cst.Call]:
     """`a.b().c().d()` yields the calls d(), c(), b() (outermost first)."""
     while True:
