@@ -252,6 +252,7 @@ def train(model, opt, loader, resume=None):
             for call in ctx.method_calls("load_state_dict"):
                 if ctx.is_optimizer(call.receiver_dotted) and not call.qualnames and _from_checkpoint(call, loads):
                     yield self._loaded(ctx, call, scaler)
+                    break  # one per file: the scaler is missing from every resume path alike
 
     def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str) -> Diagnostic:
         message = (
