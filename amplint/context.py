@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from . import torchapi
 from .config import Config
 from .diagnostics import Diagnostic, Fix, Location, Severity
 from .names import EMPTY, ImportTable, dotted_name
 from .project import FileFacts
-from .walk import own_hook, walk
+from .walk import own_hook, parent_map, walk
 
 # --------------------------------------------------------------------------- data
 
@@ -675,7 +675,7 @@ class ModuleContext:
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         if self._parents is None:
-            self._parents = self._wrapper.resolve(ParentNodeProvider)
+            self._parents = parent_map(self.module)
         return self._parents.get(node)
 
     def diagnostic(
