@@ -83,6 +83,9 @@ class _Command(click.Command):
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Processes to lint with (default: the number of cores; 0 or 1: this process only).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None, envvar="AMPLINT_CACHE_DIR", help="Where to keep the cache (default: .amplint_cache beside pyproject.toml, or in the current folder; env AMPLINT_CACHE_DIR).")
+@click.option("--verify", is_flag=True, help="Run each finding's experiment in a torch subprocess and report a verdict.")
+@click.option("--device", default=None, metavar="DEVICE", help="Device for --verify: auto (prefers CUDA), cpu, cuda or cuda:N.")
+@click.option("--verify-timeout", type=float, default=None, metavar="S", help="Seconds each --verify experiment may run (default 60).")
 @click.version_option(__version__, "--version", prog_name="amplint", message="%(prog)s %(version)s")
 def main(
     paths: Tuple[str, ...],
@@ -108,6 +111,9 @@ def main(
     jobs: Optional[int] = None,
     no_cache: bool = False,
     cache_dir: Optional[str] = None,
+    verify: bool = False,
+    device: Optional[str] = None,
+    verify_timeout: Optional[float] = None,
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
     if explain is not None:
@@ -136,6 +142,7 @@ def main(
 
         # validate selectors given on the command line
         config.selected_codes(known_codes(), known_codes())
+        verify_settings = _verify_settings(config, device, verify_timeout) if verify else None
         if show_files:
             from .discovery import discover
 
@@ -150,11 +157,22 @@ def main(
                     raise ConfigError("'-' (stdin) cannot be combined with other paths")
                 outcome = fix_stdin(sys.stdin.read(), stdin_filename or "-", config, unsafe_fixes)
             else:
-                outcome = fix_paths(targets, config, unsafe_fixes, write=not diff)
+                from .parallel import default_jobs
+
+                outcome = fix_paths(
+                    targets,
+                    config,
+                    unsafe_fixes,
+                    write=not diff,
+                    jobs=default_jobs() if jobs is None else max(jobs, 1),
+                    cache_dir=None if no_cache else (cache_dir or ""),
+                )
             raise click.exceptions.Exit(_report_fixes(outcome, output_format, unsafe_fixes, diff, show_fixes, statistics, exit_zero, "-" in targets))
         diagnostics = _run(targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""))
     except ConfigError as exc:
         raise fail(str(exc))
+    if verify_settings is not None:
+        _verify(diagnostics, *verify_settings)
 
     from .report import renderer
 
@@ -197,6 +215,28 @@ def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fi
     if outcome.errors or _internal_errors(outcome.diagnostics):
         return EXIT_ERROR
     return EXIT_FINDINGS if outcome.diagnostics and not exit_zero else EXIT_CLEAN
+def _verify_settings(config: Config, device: Optional[str], timeout: Optional[float]) -> Tuple[str, float]:
+    """Checked before linting, so a missing torch or a bad flag fails fast (exit 2)."""
+    from .verify import INSTALL_HINT, VerifyError, torch_available, validate_device
+
+    if not torch_available():
+        raise ConfigError(INSTALL_HINT)
+    timeout = config.verify_timeout if timeout is None else timeout
+    if timeout <= 0:
+        raise ConfigError("--verify-timeout must be a positive number of seconds")
+    try:
+        return validate_device(device or config.verify_device), float(timeout)
+    except VerifyError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _verify(diagnostics, device: str, timeout: float) -> None:
+    from .verify import VerifyError, verify_diagnostics
+
+    try:
+        verify_diagnostics(diagnostics, device=device, timeout=timeout)
+    except VerifyError as exc:
+        raise fail(str(exc))
 
 
 def _internal_errors(diagnostics) -> bool:
@@ -247,4 +287,4 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    sys.exit(main())  # non-standalone click returns the exit code

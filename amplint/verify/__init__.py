@@ -1,0 +1,96 @@
+"""The runtime verifier behind `amplint --verify`.
+
+Importing this package never imports torch: the parent side (`runner.py`)
+talks JSON to one worker subprocess (`worker.py`), the only place torch is
+imported. Experiments live in `experiments/ampNNN.py`, one per rule code, each
+`run(finding_data, lab) -> verdict dict`. The contract (data keys, verdict
+fields) is documented in docs/verifier.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from .runner import DEFAULT_TIMEOUT, Runner, VerifyError, torch_available
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "Runner",
+    "VerifyError",
+    "experiment_codes",
+    "has_experiment",
+    "torch_available",
+    "validate_device",
+    "verify_diagnostics",
+    "INSTALL_HINT",
+]
+
+INSTALL_HINT = "--verify needs torch in this environment: pip install 'amplint[verify]'"
+_EXPERIMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments")
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def experiment_codes() -> List[str]:
+    """Rule codes that have an experiment (from the file names; nothing imported)."""
+    try:
+        names = os.listdir(_EXPERIMENTS)
+    except OSError:  # pragma: no cover
+        return []
+    return sorted(n[:-3].upper() for n in names if re.fullmatch(r"amp\d{3}\.py", n))
+
+
+def has_experiment(code: str) -> bool:
+    return os.path.isfile(os.path.join(_EXPERIMENTS, f"{code.lower()}.py")) and bool(re.fullmatch(r"AMP\d{3}", code))
+
+
+def validate_device(device: str) -> str:
+    """auto | cpu | cuda | cuda:N (case-insensitive) or VerifyError."""
+    spec = (device or "auto").strip().lower()
+    if not _DEVICE.match(spec):
+        raise VerifyError(f"--device {device!r}: use auto, cpu, cuda or cuda:N")
+    return spec
+
+
+def _key(code: str, data: Dict[str, Any]) -> Tuple[str, str]:
+    return code, json.dumps(data, sort_keys=True, default=str)
+
+
+def verify_diagnostics(
+    diagnostics: Iterable[Any],
+    device: str = "auto",
+    timeout: float = DEFAULT_TIMEOUT,
+    seed: int = 0,
+    runner: Optional[Runner] = None,
+    on_result: Optional[Callable[[Any, Dict[str, Any]], None]] = None,
+) -> int:
+    """Set `d.verification` on every diagnostic whose rule has an experiment.
+
+    Findings with identical (code, data) run once. Returns how many diagnostics
+    got a verdict. Raises VerifyError when the verifier cannot run at all (no
+    torch, device unavailable, the worker does not start).
+    """
+    todo = [d for d in diagnostics if has_experiment(d.code)]
+    if not todo:
+        return 0
+    if not torch_available():
+        raise VerifyError(INSTALL_HINT)
+    device = validate_device(device)
+    own = runner is None
+    runner = runner or Runner(device=device, timeout=timeout, seed=seed)
+    cache: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    try:
+        runner.start()
+        for d in todo:
+            data = dict(d.data or {})
+            key = _key(d.code, data)
+            if key not in cache:
+                cache[key] = runner.run(d.code, data)
+            d.verification = dict(cache[key])
+            if on_result is not None:
+                on_result(d, d.verification)
+    finally:
+        if own:
+            runner.close()
+    return len(todo)

@@ -1,0 +1,175 @@
+"""AMP302 fp16-underflowing-epsilon: eps flushes to 0 in fp16; the user's optimizer on fp16 params.
+
+Optimizer findings (`optimizer_class` present): builds the flagged optimizer
+(`snippet`, with `model`/`params` bound to fp16 parameters; else
+`optimizer_class(params, lr=lr, eps=eps)`), gives it gradients from 1e-6 to
+1e-1 and takes one step; fp32 parameters are the reference (amp-facts §0.12,
+§6.4, E30). Expression findings: evaluates the flagged expression on zero
+tensors in fp16 and in fp32 and compares finiteness (§6.1, E22).
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any, Dict, Optional, Tuple
+
+from ..snippet import Refused, SnippetFailed, Unbindable, check_safe, eval_expression, free_names, parse, resolve_qualname, role_of, run_source
+from ._training import fmt
+
+
+def _eps(data: Dict[str, Any]) -> float:
+    eps = data.get("eps")
+    if isinstance(eps, str):
+        try:
+            eps = float(eps)
+        except ValueError:
+            eps = None
+    return float(eps) if isinstance(eps, (int, float)) and not isinstance(eps, bool) else 1e-8
+
+
+def _grads_like(torch: Any, p: Any) -> Any:
+    n = p.numel()
+    exps = torch.linspace(-6, -1, n, dtype=torch.float64)
+    return (10.0**exps).reshape(p.shape).to(p.device, p.dtype)
+
+
+def _optimizer_from_snippet(lab: Any, source: str, data: Dict[str, Any], params: list, model: Any) -> Any:
+    tree = parse(source)
+    check_safe(tree)
+    if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.Expr, ast.Assign)):
+        raise Refused("not an optimizer construction")
+    env: Dict[str, Any] = {}
+    missing = []
+    for name in free_names(tree).names:
+        role = role_of(name, data)
+        if role and role.startswith(("module:", "api:")):
+            env[name] = resolve_qualname(role.split(":", 1)[1])
+        elif isinstance(data.get("optimizer_class"), str) and name == data["optimizer_class"].rsplit(".", 1)[-1]:
+            env[name] = lab.optimizer_class(name)
+        elif role == "model":
+            env[name] = model
+        elif role == "params":
+            env[name] = params
+        else:
+            missing.append(name)
+    if missing:
+        raise Unbindable(missing)
+    opt = run_source(tree, env)
+    if not isinstance(opt, lab.torch.optim.Optimizer):
+        raise Refused("the flagged code did not build a torch optimizer")
+    return opt
+
+
+def _step(lab: Any, dtype: Any, build) -> Tuple[int, int, Any]:
+    """One step from fixed params/grads; (non-finite params, params, optimizer)."""
+    torch = lab.torch
+    model = lab.model(dtype=dtype)
+    params = list(model.parameters())
+    opt = build(params, model)
+    for p in params:
+        p.grad = _grads_like(torch, p)
+    opt.step()
+    bad = sum(int((~torch.isfinite(p)).sum()) for p in params)
+    return bad, sum(p.numel() for p in params), opt
+
+
+def _optimizer_experiment(lab: Any, data: Dict[str, Any], eps: float, ev: Dict[str, Any]) -> Dict[str, Any]:
+    torch = lab.torch
+    source = data.get("snippet")
+    method = "experiment"
+    build = None
+    if isinstance(source, str) and source.strip():
+        try:
+            probe = lab.model(dtype=torch.float16)
+            _optimizer_from_snippet(lab, source, data, list(probe.parameters()), probe)
+            build = lambda params, model: _optimizer_from_snippet(lab, source, data, params, model)  # noqa: E731
+            method = "snippet"
+        except (Refused, Unbindable) as exc:
+            ev["snippet_skipped"] = f"could not bind {', '.join(exc.names)}" if isinstance(exc, Unbindable) else f"not run: {exc}"
+        except Exception as exc:  # noqa: BLE001
+            ev["snippet_skipped"] = f"the flagged code raised {type(exc).__name__}: {str(exc)[:120]}"
+    if build is None:
+        try:
+            cls = lab.optimizer_class(data.get("optimizer_class") or "Adam")
+        except LookupError as exc:
+            return lab.inconclusive(str(exc), ev)
+        kwargs = {"lr": data.get("lr") if isinstance(data.get("lr"), (int, float)) else 1e-3, "eps": eps}
+        build = lambda params, model: cls(params, **kwargs)  # noqa: E731
+    bad16, total, opt = _step(lab, torch.float16, build)
+    bad32, _, _ = _step(lab, torch.float32, build)
+    group = opt.param_groups[0]
+    ev.update(
+        optimizer=type(opt).__name__,
+        lr=lab.num(group.get("lr")),
+        optimizer_eps=group.get("eps"),
+        grads="1e-6 .. 1e-1",
+        nonfinite_params_fp16=bad16,
+        nonfinite_params_fp32=bad32,
+        params=total,
+    )
+    if bad16 and not bad32:
+        return lab.confirmed(
+            f"one {type(opt).__name__} step on fp16 params made {bad16}/{total} of them non-finite (fp32 params: {bad32}); "
+            f"eps {group.get('eps')!r} is {fmt(ev['eps_fp16'])} in fp16",
+            ev,
+            method=method,
+            dtype="fp16",
+        )
+    return lab.not_reproduced(
+        f"one {type(opt).__name__} step on fp16 params left them finite ({bad16}/{total} non-finite; eps {group.get('eps')!r} -> {fmt(ev['eps_fp16'])} in fp16)",
+        ev,
+        method=method,
+        dtype="fp16",
+    )
+
+
+def _nonfinite(torch: Any, value: Any) -> Optional[int]:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return int((~torch.isfinite(value)).sum())
+    return None
+
+
+def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
+    torch = lab.torch
+    eps = _eps(data)
+    ev: Dict[str, Any] = {"eps": eps, "eps_fp16": lab.num(torch.tensor(eps, dtype=torch.float64).half().item())}
+    if data.get("optimizer_class"):
+        return _optimizer_experiment(lab, data, eps, ev)
+    source = data.get("snippet")
+    method = "snippet"
+    attempt16 = attempt32 = None
+    if isinstance(source, str) and source.strip():
+        try:
+            attempt16 = eval_expression(lab, source, data, torch.float16, fill="zeros")
+            attempt32 = eval_expression(lab, source, data, torch.float32, fill="zeros")
+        except Refused as exc:
+            ev["snippet_skipped"] = f"not run: {exc}"
+        except Unbindable as exc:
+            ev["snippet_skipped"] = f"could not bind {', '.join(exc.names)}"
+        except SnippetFailed as exc:
+            ev["snippet_skipped"] = f"the flagged code raised {exc}"[:200]
+        if attempt16 is None or attempt32 is None:
+            attempt16 = attempt32 = None
+    if attempt16 is None:
+        method = "experiment"
+        source = f"x / (x.abs().sum(-1, keepdim=True) + {eps!r})"
+        attempt16 = eval_expression(lab, source, {}, torch.float16, fill="zeros")
+        attempt32 = eval_expression(lab, source, {}, torch.float32, fill="zeros")
+    ev["evaluated"] = source.strip()
+    ev["inputs"] = "zeros"
+    bad16, bad32 = _nonfinite(torch, attempt16[0]), _nonfinite(torch, attempt32[0])
+    ev.update(nonfinite_fp16=bad16, nonfinite_fp32=bad32)
+    if bad16 is None or bad32 is None:
+        return lab.inconclusive("the expression did not produce a floating tensor", ev, method=method, dtype="fp16")
+    if bad16 and not bad32:
+        return lab.confirmed(
+            f"eps {eps!r} is {fmt(ev['eps_fp16'])} in fp16: on zero inputs the expression gave {bad16} non-finite value(s) in fp16, {bad32} in fp32",
+            ev,
+            method=method,
+            dtype="fp16",
+        )
+    return lab.not_reproduced(
+        f"on zero inputs the expression gave {bad16} non-finite value(s) in fp16 and {bad32} in fp32 (eps {eps!r} -> {fmt(ev['eps_fp16'])} in fp16)",
+        ev,
+        method=method,
+        dtype="fp16",
+    )

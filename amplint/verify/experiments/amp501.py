@@ -1,0 +1,135 @@
+"""AMP501 custom-function-without-custom-fwd: the dtype mismatch raised in backward.
+
+Defines the flagged `torch.autograd.Function` (its class source in `snippet`,
+with `torch`/`nn`/`F` bound; else the canonical matmul Function of amp-facts
+E09), applies it to fp32 inputs that require grad under autocast (the finding's
+dtype, else the device's default: bf16 on CPU, fp16 on CUDA) and runs backward
+outside autocast, as training does. The same call without autocast is the
+reference (amp-facts §4, E09).
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+from typing import Any, Dict, Optional, Tuple
+
+from ..snippet import Refused, Unbindable, check_safe, free_names, parse, resolve_qualname, role_of, run_source
+
+CANONICAL = '''
+class Plain(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a.mm(b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return g.mm(b.t()), a.t().mm(g)
+'''
+
+
+def _define(lab: Any, source: str, data: Dict[str, Any]) -> Any:
+    tree = parse(source)
+    check_safe(tree)
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    if not classes:
+        raise Refused("no class definition")
+    env: Dict[str, Any] = {}
+    missing = []
+    for name in free_names(tree).names:
+        role = role_of(name, data)
+        if role and role.startswith(("module:", "api:")):
+            env[name] = resolve_qualname(role.split(":", 1)[1])
+        elif name in ("Function",):
+            env[name] = lab.torch.autograd.Function
+        elif name in ("custom_fwd", "custom_bwd"):
+            env[name] = getattr(lab.torch.amp, name)
+        else:
+            missing.append(name)
+    if missing:
+        raise Unbindable(missing)
+    wanted = data.get("function") or data.get("class_name")
+    target = next((c for c in classes if c.name == wanted), classes[-1])
+    tree = ast.Module(body=[*tree.body, ast.Expr(ast.Name(target.name, ast.Load()))], type_ignores=[])
+    cls = run_source(ast.fix_missing_locations(tree), env)
+    if not (isinstance(cls, type) and issubclass(cls, lab.torch.autograd.Function)):
+        raise Refused("not a torch.autograd.Function")
+    return cls
+
+
+def _inputs(lab: Any, cls: Any) -> Tuple[Any, ...]:
+    torch = lab.torch
+    sig = inspect.signature(cls.forward)
+    params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
+    required = [p for p in params if p.default is p.empty]
+    g = torch.Generator().manual_seed(lab.seed)
+    return tuple(torch.randn(4, 4, generator=g).to(lab.device).requires_grad_() for _ in required or params[:1])
+
+
+def _apply(lab: Any, cls: Any, dtype: Optional[Any]) -> Tuple[Optional[str], Optional[BaseException], str]:
+    """(forward output dtype, error, phase)."""
+    inputs = _inputs(lab, cls)
+    try:
+        with lab.autocast(dtype):
+            out = cls.apply(*inputs)
+    except Exception as exc:  # noqa: BLE001
+        return None, exc, "forward"
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    try:
+        first.float().sum().backward()
+    except Exception as exc:  # noqa: BLE001
+        return str(first.dtype).replace("torch.", ""), exc, "backward"
+    return str(first.dtype).replace("torch.", ""), None, ""
+
+
+def _is_dtype_error(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("dtype" in text or "scalar type" in text or "same type" in text)
+
+
+def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
+    torch = lab.torch
+    default = torch.float16 if lab.is_cuda else torch.bfloat16
+    dtype = lab.dtype(data.get("dtype"), default=default)
+    if dtype not in (torch.float16, torch.bfloat16):
+        dtype = default
+    ev: Dict[str, Any] = {"autocast": f"{lab.device_type}, {lab.dtype_name(dtype)}"}
+    cls = None
+    method = "snippet"
+    source = data.get("snippet")
+    if isinstance(source, str) and source.strip():
+        try:
+            cls = _define(lab, source, data)
+            _, ref_error, _ = _apply(lab, cls, None)
+            if ref_error is not None:
+                ev["snippet_skipped"] = f"the Function fails without autocast too: {type(ref_error).__name__}: {str(ref_error)[:120]}"
+                cls = None
+        except Unbindable as exc:
+            ev["snippet_skipped"] = f"could not bind {', '.join(exc.names)}"
+        except Refused as exc:
+            ev["snippet_skipped"] = f"not run: {exc}"
+        except Exception as exc:  # noqa: BLE001
+            ev["snippet_skipped"] = f"defining it raised {type(exc).__name__}: {str(exc)[:120]}"
+    if cls is None:
+        method = "experiment"
+        cls = _define(lab, CANONICAL, {})
+    out_dtype, error, phase = _apply(lab, cls, dtype)
+    ev.update(function=cls.__name__, forward_output_dtype=out_dtype)
+    if error is not None:
+        ev["error"] = {**lab.exc(error), "phase": phase}
+    if error is not None and _is_dtype_error(error):
+        return lab.confirmed(
+            f"{cls.__name__} under {lab.dtype_name(dtype)} autocast: {phase} raised {type(error).__name__}: {str(error).splitlines()[0][:160]}",
+            ev,
+            method=method,
+            dtype=dtype,
+        )
+    if error is None:
+        return lab.not_reproduced(
+            f"{cls.__name__} ran forward ({out_dtype}) and backward under {lab.dtype_name(dtype)} autocast without error",
+            ev,
+            method=method,
+            dtype=dtype,
+        )
+    return lab.inconclusive(f"{phase} raised {type(error).__name__}, not a dtype mismatch", ev, method=method, dtype=dtype)

@@ -1,0 +1,129 @@
+"""Verdict construction shared by the lab and the lazy lab (no torch here).
+
+A verdict is a plain dict:
+    verdict   "confirmed" | "not-reproduced" | "inconclusive" | "error"
+    reason    why inconclusive/error (None otherwise)
+    method    "snippet" (the user's own code ran) | "experiment" (the rule's canonical reproduction)
+    summary   one line with the numbers
+    evidence  {name: number | string | list | dict}
+    dtype     "fp16" | "bf16" | "fp32" | None
+The worker adds device, device_name, capability, torch, experiment, seed, duration_s.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional
+
+_DTYPE_LABELS = {
+    "torch.float16": "fp16",
+    "torch.bfloat16": "bf16",
+    "torch.float32": "fp32",
+    "torch.float64": "fp64",
+}
+
+
+def dtype_label(dtype: Any) -> Any:
+    """A torch.dtype (or its name) -> "fp16"/"bf16"/...; other values unchanged."""
+    if dtype is None or isinstance(dtype, str) and dtype not in _DTYPE_LABELS:
+        return dtype
+    return _DTYPE_LABELS.get(str(dtype), str(dtype))
+
+
+class Verdicts:
+    """Builders for verdict dicts and stable evidence numbers."""
+
+    @staticmethod
+    def num(value: Any, sig: int = 6) -> Any:
+        """A number rounded to `sig` significant digits (stable evidence); inf/nan kept."""
+        if value is None or isinstance(value, (bool, int)):
+            return value
+        if hasattr(value, "detach"):  # a tensor
+            value = value.detach().float().item()
+        value = float(value)
+        if math.isnan(value) or math.isinf(value) or value == 0.0:
+            return value
+        return float(f"{value:.{sig}g}")
+
+    @staticmethod
+    def exc(error: BaseException) -> Dict[str, str]:
+        """An exception as evidence: type and the first line of its message."""
+        text = str(error).strip().splitlines()
+        return {"type": type(error).__name__, "message": (text[0] if text else "")[:300]}
+
+    def _verdict(
+        self,
+        verdict: str,
+        summary: Optional[str],
+        evidence: Optional[Dict[str, Any]],
+        method: str,
+        reason: Optional[str],
+        dtype: Any,
+    ) -> Dict[str, Any]:
+        return {
+            "verdict": verdict,
+            "reason": reason,
+            "method": method,
+            "summary": summary,
+            "evidence": dict(evidence or {}),
+            "dtype": dtype_label(dtype),
+        }
+
+    def confirmed(self, summary: str, evidence: Optional[Dict[str, Any]] = None, *, method: str = "experiment", dtype: Any = None) -> Dict[str, Any]:
+        return self._verdict("confirmed", summary, evidence, method, None, dtype)
+
+    def not_reproduced(self, summary: str, evidence: Optional[Dict[str, Any]] = None, *, method: str = "experiment", dtype: Any = None) -> Dict[str, Any]:
+        return self._verdict("not-reproduced", summary, evidence, method, None, dtype)
+
+    def inconclusive(
+        self, reason: str, evidence: Optional[Dict[str, Any]] = None, *, summary: Optional[str] = None, method: str = "experiment", dtype: Any = None
+    ) -> Dict[str, Any]:
+        return self._verdict("inconclusive", summary, evidence, method, reason, dtype)
+
+    def needs_cuda(self, what: str, evidence: Optional[Dict[str, Any]] = None, *, method: str = "experiment", dtype: Any = None) -> Dict[str, Any]:
+        """For CUDA-only behaviour seen from a CPU run: never claim it."""
+        ev = dict(evidence or {})
+        ev.setdefault("needs", what)
+        return self._verdict("inconclusive", None, ev, method, "needs CUDA", dtype)
+
+    def error(self, reason: str, **evidence: Any) -> Dict[str, Any]:
+        return self._verdict("error", None, evidence, "experiment", reason, None)
+
+
+class LazyLab(Verdicts):
+    """Stands in for the Lab until an experiment touches torch (`--lazy` workers).
+
+    Verdict helpers work without torch; any other attribute imports torch and
+    builds the real Lab on the requested device.
+    """
+
+    def __init__(self, device: str, seed: int) -> None:
+        self._device = device
+        self._seed = seed
+        self._code: Optional[str] = None
+        self._real: Any = None
+
+    def materialize(self) -> Any:
+        if self._real is None:
+            from .lab import Lab
+
+            self._real = Lab(self._device, self._seed)
+            if self._code is not None:
+                self._real.begin(self._code, self._seed)
+        return self._real
+
+    def begin(self, code: str, seed: int) -> None:
+        self._code, self._seed = code, seed
+        if self._real is not None:
+            self._real.begin(code, seed)
+
+    def end(self) -> None:
+        if self._real is not None:
+            self._real.end()
+
+    def env(self) -> Dict[str, Any]:
+        return self._real.env() if self._real is not None else {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.materialize(), name)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The verifier's CUDA checks in one go, for a GPU box (whole run: under 10 minutes).
+#
+#   scripts/gpu-check.sh            # from anywhere; uses .venv/bin/python when present
+#
+# 1. the CUDA-marked verifier tests (every experiment on cuda, the direct AMP303 ban, cuda:N);
+# 2. `amplint --verify --device cuda fixtures/`, then checks that no verdict is `error` and that
+#    every verdict ran on a CUDA device.
+# Exit status 0 only when both parts pass.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+PY="${PYTHON:-python3}"
+[ -x .venv/bin/python ] && PY=.venv/bin/python
+OUTDIR="${OUT:-$(mktemp -d)}"
+mkdir -p "$OUTDIR"
+status=0
+started=$SECONDS
+
+echo "== environment"
+command -v nvidia-smi >/dev/null && nvidia-smi -L
+if ! "$PY" - <<'PY'
+import torch
+assert torch.cuda.is_available(), f"torch {torch.__version__} sees no CUDA device"
+i = torch.cuda.current_device()
+print("torch", torch.__version__, "|", torch.cuda.get_device_name(i), "| capability", torch.cuda.get_device_capability(i))
+PY
+then
+    echo "gpu-check: FAIL (no usable CUDA device)"
+    exit 2
+fi
+
+echo "== 1/2 CUDA verifier tests"
+if AMPLINT_REQUIRE_CUDA=1 timeout 330 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs tests/test_verify.py; then
+    echo "CUDA tests: ok"
+else
+    echo "CUDA tests: FAIL"
+    status=1
+fi
+
+echo "== 2/2 amplint --verify --device cuda fixtures/"
+if [ ! -d fixtures ]; then
+    echo "gpu-check: fixtures/ not found"
+    status=1
+else
+    timeout 240 "$PY" -m amplint.cli --verify --device cuda --verify-timeout 60 --output-format json fixtures/ \
+        >"$OUTDIR/verify-fixtures.json" 2>"$OUTDIR/verify-fixtures.err"
+    rc=$?
+    if [ "$rc" -gt 1 ]; then
+        echo "amplint exited $rc:"
+        cat "$OUTDIR/verify-fixtures.err"
+        status=1
+    elif ! "$PY" - "$OUTDIR/verify-fixtures.json" <<'PY'
+import collections, json, sys
+findings = json.load(open(sys.argv[1]))
+verified = [f for f in findings if f.get("verification")]
+table = collections.Counter((f["code"], f["verification"]["verdict"]) for f in verified)
+for (code, verdict), n in sorted(table.items()):
+    print(f"  {code:7} {verdict:15} {n}")
+bad = [f for f in verified if f["verification"]["verdict"] == "error"]
+cpu = [f for f in verified if not str(f["verification"].get("device") or "").startswith("cuda")
+       and f["verification"]["verdict"] != "inconclusive"]
+for f in bad + cpu:
+    v = f["verification"]
+    print(f"  {f['filename']}:{f['location']['row']} {f['code']} {v['verdict']} {v.get('reason')} on {v.get('device')}")
+print(f"{len(findings)} findings, {len(verified)} verified, {len(bad)} errors, {len(cpu)} not on CUDA")
+sys.exit(1 if bad or cpu or not verified else 0)
+PY
+    then
+        status=1
+    fi
+fi
+
+echo "gpu-check: $([ $status -eq 0 ] && echo ok || echo FAIL) in $((SECONDS - started)) s (outputs in $OUTDIR)"
+exit $status
