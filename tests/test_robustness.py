@@ -756,3 +756,74 @@ def test_verifier_run_many_finishes_through_faults(tmp_path):
     assert verdicts[4]["verdict"] == "error" and "ModuleNotFoundError" in verdicts[4]["reason"]
     assert verdicts[5]["verdict"] == "confirmed"
     assert all(v.get("reason") or v["verdict"] == "confirmed" for v in verdicts)
+
+
+# ------------------------------------------------------------------ interrupted writes
+
+
+@pytest.mark.parametrize("where", ["write", "fsync", "chmod", "replace"])
+def test_interrupted_fix_write_leaves_the_original(tmp_path, monkeypatch, where):
+    """Ctrl-C (or a crash) at any point of writing a fixed file: the original bytes stay,
+    no temporary file is left, and the interrupt is not swallowed."""
+    import amplint.writer as writer
+
+    path = tmp_path / "train.py"
+    original = BAD.replace("\n", "\r\n").encode()
+    path.write_bytes(original)
+    path.chmod(0o640)
+
+    real_fdopen = os.fdopen
+
+    class Interrupting:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, data):
+            self.fh.write(data[: len(data) // 2])  # half of the new content reached the temp file
+            self.fh.flush()
+            raise KeyboardInterrupt
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    if where == "write":
+        monkeypatch.setattr(writer.os, "fdopen", lambda fd, *a, **k: Interrupting(real_fdopen(fd, *a, **k)))
+    else:
+        monkeypatch.setattr(writer.os, where, interrupt)
+    from amplint.fixer import fix_paths
+
+    with pytest.raises(KeyboardInterrupt):
+        fix_paths([str(path)], ALL, unsafe=True, write=True)
+    monkeypatch.undo()
+    assert path.read_bytes() == original
+    assert sorted(os.listdir(tmp_path)) == ["train.py"], "a temporary file was left behind"
+    assert (path.stat().st_mode & 0o777) == 0o640
+
+
+def test_failed_write_of_one_file_leaves_it_and_fixes_the_others(tmp_path, monkeypatch):
+    import amplint.writer as writer
+    from amplint.fixer import fix_paths
+
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text(BAD)
+    b.write_text(BAD)
+    real = writer.write_atomic
+
+    def flaky(p, data):
+        if p.endswith("a.py"):
+            raise OSError(28, "No space left on device")
+        return real(p, data)
+
+    monkeypatch.setattr(writer, "write_atomic", flaky)
+    outcome = fix_paths([str(tmp_path)], ALL, unsafe=True, write=True)
+    assert len(outcome.errors) == 1 and "a.py" in outcome.errors[0] and "\n" not in outcome.errors[0]
+    assert a.read_text() == BAD and b.read_text() == FIXED
