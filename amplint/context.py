@@ -1316,7 +1316,9 @@ def _scaled_names(scope: Scope, ctx: ModuleContext) -> Dict[str, str]:
 def _events(ctx: ModuleContext, scope: Scope) -> List[Event]:
     events: List[Event] = []
     scaled = None
-    local_functions = {s.name for s in ctx.scopes if not s.is_module}
+    local_functions = ctx.__dict__.get("_local_function_names")
+    if local_functions is None:  # once per module, not once per scope (quadratic on files with thousands of functions)
+        local_functions = ctx._local_function_names = {s.name for s in ctx.scopes if not s.is_module}
     for call in scope.calls:
         m = call.method
         recv = call.receiver_dotted
