@@ -198,3 +198,17 @@ def test_validate_device(spec, ok):
     else:
         with pytest.raises(VerifyError):
             validate_device(spec)
+
+
+def test_experiments_ship_in_the_wheel():
+    """setuptools lists packages explicitly: the experiments subpackage must be among them."""
+    import sys as _sys
+
+    if _sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
+        packages = tomllib.load(fh)["tool"]["setuptools"]["packages"]
+    assert "amplint.verify.experiments" in packages
