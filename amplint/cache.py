@@ -287,6 +287,9 @@ class Cache:
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     json.dump({"format": FORMAT, "version": __version__, "entries": merged}, fh, separators=(",", ":"))
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600
                 os.replace(tmp, self.path)
             except BaseException:
                 try:

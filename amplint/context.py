@@ -233,6 +233,7 @@ class Reference:
     path: Path
     call: Optional[cst.Call] = None
     decorator: Optional[cst.Decorator] = None
+    annotation: bool = False  # inside a type annotation (never evaluated at run time with PEP 563)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -372,6 +373,7 @@ class ModuleContext:
         self._autocast_ops: Optional[List["AutocastOp"]] = None
         self._autocast_op_by_node: Dict[cst.CSTNode, "AutocastOp"] = {}
         self._callers: Optional[Dict[int, List[CallInfo]]] = None
+        self._scopes_by_name: Optional[Dict[str, List[Scope]]] = None
 
     # ------------------------------------------------------------------ build
 
@@ -540,16 +542,20 @@ class ModuleContext:
         in the file when the caller's class has none: a base class); `f(...)` is a
         function `f` nested in the caller, else a module-level one.
         """
+        if self._scopes_by_name is None:
+            self._scopes_by_name = {}
+            for s in self.scopes:
+                self._scopes_by_name.setdefault(s.name, []).append(s)
         if call.receiver_dotted == "self" and call.method:
             own = call.scope.cls
-            methods = [s for s in self.scopes if s.name == call.method and s.cls is not None]
+            methods = [s for s in self._scopes_by_name.get(call.method, ()) if s.cls is not None]
             for s in methods:
                 if s.cls is own:
                     return s
             return methods[0] if len(methods) == 1 else None
         if call.method is None and isinstance(call.node.func, cst.Name):
             name = call.node.func.value
-            functions = [s for s in self.scopes if s.name == name and s.cls is None and not s.is_module]
+            functions = [s for s in self._scopes_by_name.get(name, ()) if s.cls is None and not s.is_module]
             scope: Optional[Scope] = call.scope
             while scope is not None:
                 for s in functions:
@@ -1372,6 +1378,13 @@ class _ReferenceCollector(cst.CSTVisitor):
         self.path: List[Frame] = []
         self.skip: set = set()  # ids of Name nodes that are not references
         self.parents: List[cst.CSTNode] = []
+        self.annotations = 0
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self.annotations += 1
+
+    def leave_Annotation(self, original_node: cst.Annotation) -> None:
+        self.annotations -= 1
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.parents.append(node)
@@ -1532,6 +1545,7 @@ class _ReferenceCollector(cst.CSTVisitor):
                 path=path,
                 call=call,
                 decorator=decorator,
+                annotation=self.annotations > 0,
             )
         )
         return True

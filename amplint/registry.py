@@ -9,8 +9,8 @@ Rule modules import `amplint.context`, which imports libcst (about a third of
 a second to import). Most runs never need it: a file that passes no selected
 rule's gate is never parsed. So the engine does not import rule modules to
 learn their gates; `rule_specs()` reads each rule module's *source* with the
-stdlib `ast` and takes `code`, `name`, `severity`, `triggers` and
-`gate_regex` from the class body, where the exemplar's anatomy puts them as
+stdlib `ast` and takes `code`, `severity`, `triggers`, `requires`
+and `gate_regex` from the class body, where the exemplar's anatomy puts them as
 literals (`gate_regex = re.compile(r"...", re.I)` is understood). A module
 whose rule class does not spell these as literals (inherits them, computes
 them) is simply imported, so the result is always what importing would give;
@@ -39,7 +39,7 @@ PACKAGE = "amplint.rules"
 class RuleSpec:
     """What the engine needs to know about a rule before parsing anything."""
 
-    __slots__ = ("code", "severity", "triggers", "gate_regex", "module", "_cls")
+    __slots__ = ("code", "severity", "triggers", "requires", "gate_regex", "module", "_cls")
 
     def __init__(
         self,
@@ -49,16 +49,20 @@ class RuleSpec:
         gate_regex: Optional[Pattern[str]],
         module: str,
         cls: Optional[Type[Rule]] = None,
+        requires: Tuple[Tuple[str, ...], ...] = (),
     ) -> None:
         self.code = code
         self.severity = severity
         self.triggers = tuple(triggers)
+        self.requires = tuple(tuple(c) for c in requires)
         self.gate_regex = gate_regex
         self.module = module
         self._cls = cls
 
     def passes_gate(self, source: str) -> bool:
         if self.triggers and not any(t in source for t in self.triggers):
+            return False
+        if not all(any(t in source for t in clause) for clause in self.requires):
             return False
         if self.gate_regex is not None and self.gate_regex.search(source) is None:
             return False
@@ -88,10 +92,10 @@ class RuleSpec:
         return getattr(self.load(), name)
 
     def __getstate__(self) -> tuple:
-        return (self.code, self.severity, self.triggers, self.gate_regex, self.module)
+        return (self.code, self.severity, self.triggers, self.requires, self.gate_regex, self.module)
 
     def __setstate__(self, state: tuple) -> None:
-        self.code, self.severity, self.triggers, self.gate_regex, self.module = state
+        self.code, self.severity, self.triggers, self.requires, self.gate_regex, self.module = state
         self._cls = None
 
     def __repr__(self) -> str:
@@ -100,11 +104,12 @@ class RuleSpec:
     def key(self) -> tuple:
         """What decides the gate (for tests and the cache fingerprint)."""
         regex = (self.gate_regex.pattern, self.gate_regex.flags) if self.gate_regex is not None else None
-        return (self.code, self.severity.value, self.triggers, regex, self.module)
+        return (self.code, self.severity.value, self.triggers, self.requires, regex, self.module)
 
     @classmethod
     def of(cls, rule: Type[Rule]) -> "RuleSpec":
-        return cls(rule.code, rule.severity, tuple(rule.triggers), rule.gate_regex, rule.__module__, rule)
+        requires = tuple(tuple(c) for c in getattr(rule, "requires", ()))
+        return cls(rule.code, rule.severity, tuple(rule.triggers), rule.gate_regex, rule.__module__, rule, requires)
 
 
 def _is_rule_class(value: object, module: str) -> bool:
@@ -216,6 +221,8 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
     for r in rules:
         if r.triggers and not any(has(t) for t in r.triggers):
             continue
+        if not all(any(has(t) for t in clause) for clause in getattr(r, "requires", ())):
+            continue
         if r.gate_regex is not None and r.gate_regex.search(source) is None:
             continue
         out.append(r)
@@ -229,7 +236,6 @@ class _NotLiteral(Exception):
     pass
 
 
-_GATE_ATTRS = ("code", "severity", "triggers", "gate_regex")
 
 
 def static_specs(source: str, module: str) -> Optional[List[RuleSpec]]:
@@ -259,6 +265,7 @@ def static_specs(source: str, module: str) -> Optional[List[RuleSpec]]:
                         triggers=_triggers(attrs.get("triggers")),
                         gate_regex=_regex(attrs.get("gate_regex")),
                         module=module,
+                        requires=_requires(attrs.get("requires")),
                     )
                 )
             except _NotLiteral:
@@ -307,6 +314,14 @@ def _triggers(node: Optional[ast.expr]) -> Tuple[str, ...]:
     if not all(isinstance(v, str) for v in value):
         raise _NotLiteral
     return tuple(value)
+
+
+def _requires(node: Optional[ast.expr]) -> Tuple[Tuple[str, ...], ...]:
+    if node is None:
+        return ()
+    if not isinstance(node, (ast.Tuple, ast.List)) or not all(isinstance(e, (ast.Tuple, ast.List)) for e in node.elts):
+        raise _NotLiteral
+    return tuple(_triggers(e) for e in node.elts)
 
 
 def _regex(node: Optional[ast.expr]) -> Optional[Pattern[str]]:

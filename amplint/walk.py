@@ -117,6 +117,14 @@ def _plan(visitor_cls: type, node: cst.CSTNode, cache: Dict[type, _Plan]) -> _Pl
 
 
 _PLANS: Dict[type, Dict[type, _Plan]] = {}
+#: value type -> whether `walk` descends into it (a node that is not token-only);
+#: a dict lookup instead of isinstance against libcst's ABC on every child
+_ENTER: Dict[type, bool] = {}
+
+
+def _enter(kind: type) -> bool:
+    enter = _ENTER[kind] = isinstance(kind, type) and issubclass(kind, cst.CSTNode) and kind not in SKIP
+    return enter
 
 
 def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
@@ -130,8 +138,7 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     visitor_cls = type(visitor)
     on_visit = visitor.on_visit
     on_leave = visitor.on_leave
-    skip = SKIP
-    node_base = cst.CSTNode
+    enter_types = _ENTER  # type -> whether to descend into a value of that type
 
     def go(n: cst.CSTNode) -> None:
         if on_visit(n):
@@ -144,12 +151,20 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
                     continue
                 if enter is not None:
                     enter(visitor, n)
-                if type(value) is tuple or type(value) is list:
+                kind = type(value)
+                if kind is tuple or kind is list:
                     for child in value:
-                        if type(child) not in skip and isinstance(child, node_base):
+                        descend = enter_types.get(type(child))
+                        if descend is None:
+                            descend = _enter(type(child))
+                        if descend:
                             go(child)
-                elif type(value) not in skip and isinstance(value, node_base):
-                    go(value)
+                else:
+                    descend = enter_types.get(kind)
+                    if descend is None:
+                        descend = _enter(kind)
+                    if descend:
+                        go(value)
                 if leave is not None:
                     leave(visitor, n)
         on_leave(n)

@@ -71,6 +71,7 @@ class CudaAutocastDeviceType(Rule):
     severity = Severity.ERROR
     message = "torch.cuda.amp.autocast has no device_type parameter"
     triggers = ("device_type",)
+    requires = (("autocast",),)  # only torch.cuda.amp.autocast(device_type=...) crashes
     facts = ("§3", "§8")
 
     VALID = [

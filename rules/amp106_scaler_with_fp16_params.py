@@ -80,7 +80,9 @@ class ScalerWithFp16Params(Rule):
     name = "scaler-with-fp16-params"
     severity = Severity.ERROR
     message = "GradScaler used on fp16 parameters"
-    triggers = ("half(", "float16", "torch.half", "fp16")
+    triggers = ("half(", "float16", "torch.half", "fp16", "Half")
+    # a scaler's unscale_/step, and a scaler: GradScaler(...), `x.scale(loss)`, `unscale_`, a *scaler* name
+    requires = (("unscale_", "step"), ("Scaler", "scaler", "SCALER", ".scale(", "unscale_"))
     facts = ("§2", "§6.4")
 
     VALID = [

@@ -18,6 +18,7 @@ from amplint.context import (
     exclusive,
     fp32_cast,
     literal_bool,
+    literal_number,
 )
 from amplint.names import dotted_name
 
@@ -87,7 +88,8 @@ class HalfModelTraining(Rule):
     name = "half-model-training"
     severity = Severity.WARNING
     message = "optimizer updates an fp16 model without fp32 master weights"
-    triggers = ("half", "float16")
+    triggers = ("half", "Half", "float16", "fp16")
+    requires = (("optim", "Optim", "OPTIM"),)  # an optimizer class (its module path says optim)
     facts = ("§0.12", "§6.4")
 
     VALID = [
@@ -333,7 +335,15 @@ for epoch in range(10):
             f"{what} makes the parameters that `{opt}` updates fp16, with no fp32 master copy: {numbers}; "
             f"keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
         )
-        return ctx.diagnostic(self, cast.call.node, message, data={"optimizer": opt, "subject": cast.subject})
+        data = {
+            "optimizer": opt,
+            "optimizer_class": ctor.qualname,
+            "lr": literal_number(ctor.arg(1, "lr")),
+            "eps": literal_number(ctor.arg(None, "eps")),
+            "dtype": "fp16",
+            "subject": cast.subject,
+        }
+        return ctx.diagnostic(self, cast.call.node, message, data=data)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -1,7 +1,6 @@
 """AMP203 ineffective-fp32-cast-in-autocast."""
 from __future__ import annotations
 
-import re
 
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -88,8 +87,8 @@ class IneffectiveFp32CastInAutocast(Rule):
     name = "ineffective-fp32-cast-in-autocast"
     severity = Severity.WARNING
     message = "fp32 cast undone by autocast"
-    triggers = ("autocast",)  # a finding needs an autocast region in the file
-    gate_regex = re.compile(r"float")
+    triggers = ("autocast",)  # a region in this file (every region is an autocast call)
+    requires = (("float",),)
     facts = ("§0.14", "§1.2", "§1.3")
 
     VALID = [
@@ -240,6 +239,8 @@ for x in loader:
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        if not any(r.enabled is not False for r in ctx.regions):
+            return
         lowp: List[Tuple[AutocastOp, AutocastRegion]] = []
         for op in autocast_ops(ctx):
             region = active_region(op.region)

@@ -1,7 +1,6 @@
 """AMP204 autocast-disabled-without-cast."""
 from __future__ import annotations
 
-import re
 
 from typing import Iterator, Optional, Set
 
@@ -86,8 +85,8 @@ class AutocastDisabledWithoutCast(Rule):
     name = "autocast-disabled-without-cast"
     severity = Severity.WARNING
     message = "low-precision tensor used inside autocast(enabled=False) without a cast"
-    triggers = ("autocast",)  # needs a low-precision region and a nested disabled one
-    gate_regex = re.compile(r"\bFalse\b")
+    triggers = ("autocast",)  # a region in this file (every region is an autocast call)
+    requires = (("False",),)  # the enabled=False region
     facts = ("§1.1", "§5")
 
     VALID = [
@@ -244,6 +243,8 @@ def step(model, x, w, device_type):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        if not any(r.enabled is False for r in ctx.regions):
+            return
         reported: Set[int] = set()
         for disabled in ctx.regions:
             if disabled.enabled is not False:

@@ -71,6 +71,7 @@ class DataParallelBf16Autocast(Rule):
     severity = Severity.WARNING
     message = "DataParallel called under bf16 autocast: replicas run fp16"
     triggers = ("DataParallel", "data_parallel")
+    requires = (("autocast",),)  # the bf16 region is in this file
     facts = ("§0.15", "§5")
 
     VALID = [

@@ -88,6 +88,7 @@ class BceUnderAutocast(Rule):
     severity = Severity.ERROR
     message = "binary_cross_entropy raises under CUDA autocast"
     triggers = ("binary_cross_entropy", "BCELoss")
+    requires = (("autocast",),)  # the region (its own or its callers') is in this file
     facts = ("§0.2", "§1.4")
 
     VALID = [

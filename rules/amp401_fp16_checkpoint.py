@@ -78,8 +78,9 @@ class Fp16Checkpoint(Rule):
     name = "fp16-checkpoint"
     severity = Severity.WARNING
     message = "checkpoint of an fp16 model"
-    triggers = ("half", "float16")
-    gate_regex = re.compile(r"\bsave\b")
+    triggers = ("half", "Half", "float16", "fp16")  # .half(), .to(torch.float16 / "fp16"), .type(HalfTensor)
+    requires = (("save",),)
+    gate_regex = re.compile(r"\bsave\b")  # torch.save (not save_pretrained)
     facts = ("§6.4", "§6.5")
 
     VALID = [

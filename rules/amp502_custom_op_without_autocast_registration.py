@@ -92,7 +92,8 @@ class CustomOpWithoutAutocastRegistration(Rule):
     name = "custom-op-without-autocast-registration"
     severity = Severity.WARNING
     message = "custom op called under autocast without an autocast registration"
-    triggers = ("custom_op", "ops.", "cpp_extension")
+    triggers = ("custom_op", "torch.ops", "import ops", "cpp_extension")
+    requires = (("autocast",),)  # no autocast region, no finding
     facts = ("§4",)
 
     VALID = [

@@ -379,7 +379,8 @@ def test_amp501_is_conditional_on_project_autocast(tmp_path):
 
     (tmp_path / "fn.py").write_text(
         "import torch\nclass L(torch.autograd.Function):\n    @staticmethod\n"
-        "    def forward(ctx, x, w):\n        return x @ w\n"
+        "    def forward(ctx, x, w):\n        ctx.save_for_backward(x, w)\n        return x @ w\n"
+        "    @staticmethod\n    def backward(ctx, g):\n        x, w = ctx.saved_tensors\n        return g @ w.t(), x.t() @ g\n"
     )
     def amp501():
         # default selection: a file is read for project facts only when some

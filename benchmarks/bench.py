@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""amplint against its peers, on the same files, in the same run (run by hand; not a test).
+
+    python benchmarks/bench.py                 # set up (first time: downloads) and measure
+    python benchmarks/bench.py --corpora timm --runs 3
+    python benchmarks/bench.py --slow-peers all  # fixit and torchfix on every corpus (minutes each)
+
+Everything downloaded lives outside the repository, in $AMPLINT_BENCH_CACHE
+(default ~/.cache/amplint-bench): pinned wheels of the corpora (unpacked, never
+imported or installed), and one virtualenv per tool: amplint (this checkout,
+installed non-editable, as users get it), ruff, fixit, torchfix (which needs
+libcst<1.6, hence its own venv). psutil is installed into the amplint venv
+only to measure.
+
+For each corpus it times, as whole processes: amplint cold (fresh cache dir)
+with --jobs 1 and the default jobs, amplint warm (nothing changed), amplint
+--version, `ruff check --select ALL --output-format concise --no-cache`,
+`fixit lint`, `torchfix`, and a bare libcst parse of every file (a process
+pool of one worker per core). Each number is the median of --runs runs
+(tools that take minutes: --slow-runs, default 1, and only on corpora of at
+most --slow-max-files files unless --slow-peers all); peak memory is the
+largest resident set of any process of the run (the pool workers included).
+The table goes to stdout as Markdown; --json writes the raw numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from typing import Dict, List, Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.path.expanduser(os.environ.get("AMPLINT_BENCH_CACHE", "~/.cache/amplint-bench"))
+
+CORPORA = {
+    # name: (PyPI requirement, folder inside the wheel that is the package)
+    "transformers": ("transformers==5.24.0", "transformers"),
+    "diffusers": ("diffusers==0.42.1", "diffusers"),
+    "timm": ("timm==1.0.31", "timm"),
+    "pytorch-lightning": ("pytorch-lightning==2.6.6", "pytorch_lightning"),
+}
+PEERS = {
+    "ruff": ["ruff==0.17.6"],
+    "fixit": ["fixit==2.2.1"],
+    "torchfix": ["torchfix==0.7.0", "libcst<1.6"],
+}
+
+# runs a command, prints {"wall": s, "maxrss_kb": largest process of the tree, "rc": n}
+_WRAPPER = r"""
+import json, resource, subprocess, sys, time
+t = time.perf_counter()
+p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+wall = time.perf_counter() - t
+print(json.dumps({"wall": wall, "maxrss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "rc": p.returncode}))
+"""
+
+_PARSE = r"""
+import os, sys
+from concurrent.futures import ProcessPoolExecutor
+import libcst
+
+def parse(path):
+    with open(path, "rb") as fh:
+        try:
+            libcst.parse_module(fh.read())
+        except Exception:
+            return 1
+    return 0
+
+if __name__ == "__main__":
+    files = [os.path.join(d, f) for d, _, fs in os.walk(sys.argv[1]) for f in fs if f.endswith(".py")]
+    with ProcessPoolExecutor(os.cpu_count()) as pool:
+        failed = sum(pool.map(parse, files, chunksize=16))
+"""
+
+
+def sh(cmd: Sequence[str], **kw) -> str:
+    return subprocess.run(list(cmd), check=True, capture_output=True, text=True, **kw).stdout
+
+
+def venv(name: str, packages: Sequence[str]) -> str:
+    """The python of a virtualenv under the cache with `packages` installed (created once)."""
+    root = os.path.join(CACHE, "venvs", name)
+    python = os.path.join(root, "bin", "python")
+    stamp = os.path.join(root, ".installed")
+    want = "\n".join(packages)
+    if not os.path.exists(stamp) or open(stamp).read() != want:
+        shutil.rmtree(root, ignore_errors=True)
+        sh([sys.executable, "-m", "venv", root])
+        sh([python, "-m", "pip", "install", "-q", *packages])
+        with open(stamp, "w") as fh:
+            fh.write(want)
+    return python
+
+
+def amplint_venv() -> str:
+    """This checkout, installed non-editable (re-installed on every run: it is what is measured)."""
+    python = venv("amplint", ["psutil"])
+    sh([python, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", REPO])
+    sh([python, "-m", "pip", "install", "-q", REPO])  # its dependencies
+    return python
+
+
+def corpus(name: str) -> str:
+    requirement, folder = CORPORA[name]
+    wheels = os.path.join(CACHE, "wheels")
+    os.makedirs(wheels, exist_ok=True)
+    dist = requirement.split("==")[0].replace("-", "_").lower()
+    version = requirement.split("==")[1]
+    found = [w for w in os.listdir(wheels) if w.lower().startswith(f"{dist}-{version}-") and w.endswith(".whl")]
+    if not found:
+        sh([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", requirement, "-d", wheels])
+        found = [w for w in os.listdir(wheels) if w.lower().startswith(f"{dist}-{version}-") and w.endswith(".whl")]
+    target = os.path.join(CACHE, "src", found[0][:-4])
+    if not os.path.isdir(target):
+        with zipfile.ZipFile(os.path.join(wheels, found[0])) as z:
+            z.extractall(target)
+    return os.path.join(target, folder)
+
+
+def measure(cmd: Sequence[str], runs: int, before=None, cwd: Optional[str] = None) -> Dict[str, float]:
+    walls, rss = [], []
+    rc = None
+    for _ in range(runs):
+        if before is not None:
+            before()
+        out = subprocess.run([sys.executable, "-c", _WRAPPER, *cmd], capture_output=True, text=True, cwd=cwd, check=True)
+        data = json.loads(out.stdout)
+        walls.append(data["wall"])
+        rss.append(data["maxrss_kb"] / 1024)
+        rc = data["rc"]
+    return {"median_s": statistics.median(walls), "min_s": min(walls), "runs": runs, "peak_mb": max(rss), "rc": rc}
+
+
+def count(path: str) -> Dict[str, int]:
+    files = lines = size = 0
+    for d, _, fs in os.walk(path):
+        for f in fs:
+            if f.endswith(".py"):
+                files += 1
+                with open(os.path.join(d, f), "rb") as fh:
+                    data = fh.read()
+                size += len(data)
+                lines += data.count(b"\n")
+    return {"files": files, "lines": lines, "bytes": size}
+
+
+def gate_stats(python: str, path: str) -> Dict[str, object]:
+    """How many files pass each default rule's gate (what amplint has to parse)."""
+    code = r"""
+import json, os, sys
+from amplint.engine import default_codes
+from amplint.registry import passing, rule_specs
+specs = [s for s in rule_specs() if s.code in set(default_codes())]
+per = {s.code: [0, 0] for s in specs}
+anyp = [0, 0]
+for d, _, fs in os.walk(sys.argv[1]):
+    for f in fs:
+        if f.endswith(".py"):
+            text = open(os.path.join(d, f), encoding="utf-8", errors="replace").read()
+            hit = passing(specs, text)
+            if hit:
+                anyp[0] += 1; anyp[1] += len(text)
+            for s in hit:
+                per[s.code][0] += 1; per[s.code][1] += len(text)
+print(json.dumps({"any": anyp, "per_rule": per}))
+"""
+    return json.loads(sh([python, "-c", code, path]))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=list(CORPORA))
+    ap.add_argument("--runs", type=int, default=5, help="runs per fast measurement (median)")
+    ap.add_argument("--slow-runs", type=int, default=1, help="runs for fixit and torchfix")
+    ap.add_argument("--slow-max-files", type=int, default=400, help="run fixit/torchfix only on corpora this small")
+    ap.add_argument("--slow-peers", choices=["auto", "all", "none"], default="auto")
+    ap.add_argument("--json", help="also write the raw numbers here")
+    args = ap.parse_args(argv)
+
+    amplint_py = amplint_venv()
+    bindir = os.path.dirname(amplint_py)
+    amplint = os.path.join(bindir, "amplint")
+    peers = {name: os.path.dirname(venv(name, pkgs)) for name, pkgs in PEERS.items()}
+    versions = {
+        "amplint": sh([amplint, "--version"]).strip(),
+        "ruff": sh([os.path.join(peers["ruff"], "ruff"), "--version"]).strip(),
+        "fixit": sh([os.path.join(peers["fixit"], "python"), "-c", "import fixit, libcst; print('fixit', fixit.__version__, 'libcst', libcst.__version__ if hasattr(libcst, '__version__') else '')"]).strip(),
+        "torchfix": sh([os.path.join(peers["torchfix"], "python"), "-c", "import importlib.metadata as m; print('torchfix', m.version('torchfix'), 'libcst', m.version('libcst'))"]).strip(),
+        "libcst (amplint venv)": sh([amplint_py, "-c", "import importlib.metadata as m; print(m.version('libcst'))"]).strip(),
+        "python": platform.python_version(),
+    }
+    machine = {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "cpu": _cpu_name(),
+        "load_before": os.getloadavg(),
+    }
+    results: Dict[str, Dict[str, object]] = {}
+    work = tempfile.mkdtemp(prefix="amplint-bench-")
+    env_cache = os.path.join(work, "cache")
+    try:
+        for name in args.corpora:
+            path = corpus(name)
+            info: Dict[str, object] = {"path": path, **count(path), "gates": gate_stats(amplint_py, path)}
+            rows: Dict[str, Dict[str, float]] = {}
+            fresh = lambda: shutil.rmtree(env_cache, ignore_errors=True)  # noqa: E731
+            base = [amplint, path, "--isolated", "--exit-zero", "--cache-dir", env_cache]
+            rows["amplint cold, --jobs 1"] = measure([*base, "--jobs", "1"], args.runs, before=fresh, cwd=work)
+            rows["amplint cold, default jobs"] = measure(base, args.runs, before=fresh, cwd=work)
+            fresh()
+            subprocess.run(base, stdout=subprocess.DEVNULL, cwd=work)  # fill the cache
+            rows["amplint warm, default jobs"] = measure(base, args.runs, cwd=work)
+            rows["amplint warm, --jobs 1"] = measure([*base, "--jobs", "1"], args.runs, cwd=work)
+            rows["amplint --version"] = measure([amplint, "--version"], args.runs, cwd=work)
+            rows["ruff check --select ALL --output-format concise --no-cache"] = measure(
+                [os.path.join(peers["ruff"], "ruff"), "check", "--select", "ALL", "--output-format", "concise", "--no-cache", "--exit-zero", "--isolated", path],
+                args.runs,
+                cwd=work,
+            )
+            rows["bare libcst parse (pool, 1 worker per core)"] = measure([amplint_py, "-c", _PARSE, path], max(1, min(args.runs, 3)), cwd=work)
+            slow = args.slow_peers == "all" or (args.slow_peers == "auto" and info["files"] <= args.slow_max_files)
+            if slow:
+                rows["fixit lint"] = measure([os.path.join(peers["fixit"], "fixit"), "lint", path], args.slow_runs, cwd=work)
+                rows["torchfix"] = measure([os.path.join(peers["torchfix"], "torchfix"), path], args.slow_runs, cwd=work)
+            info["rows"] = rows
+            results[name] = info
+            _print_corpus(name, info)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    machine["load_after"] = os.getloadavg()
+    print("\n## Machine and versions\n")
+    for k, v in {**machine, **versions}.items():
+        print(f"- {k}: {v}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"machine": machine, "versions": versions, "results": results}, fh, indent=2)
+    return 0
+
+
+def _print_corpus(name: str, info: Dict[str, object]) -> None:
+    rows = info["rows"]  # type: ignore[index]
+    ruff = rows["ruff check --select ALL --output-format concise --no-cache"]["median_s"]  # type: ignore[index]
+    gates = info["gates"]  # type: ignore[index]
+    print(f"\n### {name}: {info['files']} files, {info['lines']:,} lines, {info['bytes'] / 1e6:.1f} MB; "
+          f"{gates['any'][0]} files ({gates['any'][1] / 1e6:.1f} MB) pass a default rule's gate\n")
+    print("| tool | median wall (s) | min (s) | runs | peak RSS per process (MB) | x ruff |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for tool, r in rows.items():  # type: ignore[union-attr]
+        print(f"| {tool} | {r['median_s']:.2f} | {r['min_s']:.2f} | {r['runs']} | {r['peak_mb']:.0f} | {r['median_s'] / ruff:.2f} |")
+    cold = rows["amplint cold, default jobs"]["median_s"]  # type: ignore[index]
+    for peer in ("fixit lint", "torchfix", "bare libcst parse (pool, 1 worker per core)"):
+        if peer in rows:  # type: ignore[operator]
+            print(f"\namplint cold / {peer}: {cold / rows[peer]['median_s']:.3f}")  # type: ignore[index]
+    heavy = sorted(gates["per_rule"].items(), key=lambda kv: -kv[1][1])[:5]
+    print("\nGates letting the most bytes through: " + ", ".join(f"{c} {n} files/{b / 1e6:.1f} MB" for c, (n, b) in heavy))
+    sys.stdout.flush()
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
