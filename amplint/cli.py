@@ -157,7 +157,16 @@ def main(
                     raise ConfigError("'-' (stdin) cannot be combined with other paths")
                 outcome = fix_stdin(sys.stdin.read(), stdin_filename or "-", config, unsafe_fixes)
             else:
-                outcome = fix_paths(targets, config, unsafe_fixes, write=not diff)
+                from .parallel import default_jobs
+
+                outcome = fix_paths(
+                    targets,
+                    config,
+                    unsafe_fixes,
+                    write=not diff,
+                    jobs=default_jobs() if jobs is None else max(jobs, 1),
+                    cache_dir=None if no_cache else (cache_dir or ""),
+                )
             raise click.exceptions.Exit(_report_fixes(outcome, output_format, unsafe_fixes, diff, show_fixes, statistics, exit_zero, "-" in targets))
         diagnostics = _run(targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""))
     except ConfigError as exc:
@@ -173,6 +182,8 @@ def main(
         click.echo(render_statistics(diagnostics, unsafe_fixes=unsafe_fixes, output_format=output_format), nl=False)
     else:
         click.echo(renderer(output_format)(diagnostics, unsafe_fixes=unsafe_fixes), nl=False)
+    if _internal_errors(diagnostics):
+        raise click.exceptions.Exit(EXIT_ERROR)
     if diagnostics and not exit_zero:
         raise click.exceptions.Exit(EXIT_FINDINGS)
     raise click.exceptions.Exit(EXIT_CLEAN)
@@ -201,7 +212,7 @@ def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fi
     click.echo(report, nl=False, err=stdin)
     if show_fixes and output_format == "text":
         click.echo(fixes_summary(outcome.changes), nl=False, err=stdin)
-    if outcome.errors:
+    if outcome.errors or _internal_errors(outcome.diagnostics):
         return EXIT_ERROR
     return EXIT_FINDINGS if outcome.diagnostics and not exit_zero else EXIT_CLEAN
 def _verify_settings(config: Config, device: Optional[str], timeout: Optional[float]) -> Tuple[str, float]:
@@ -226,6 +237,17 @@ def _verify(diagnostics, device: str, timeout: float) -> None:
         verify_diagnostics(diagnostics, device=device, timeout=timeout)
     except VerifyError as exc:
         raise fail(str(exc))
+
+
+def _internal_errors(diagnostics) -> bool:
+    """An internal error (a rule crashed on a file) exits 2, like ruff: the run finished and
+    every finding is printed, but some file was not fully checked."""
+    from .engine import is_internal_error
+
+    n = sum(1 for d in diagnostics if is_internal_error(d))
+    if n:
+        click.echo(f"amplint: error: {n} internal error{'s' if n != 1 else ''} (see AMP000 internal-error above); please report {'them' if n != 1 else 'it'}", err=True)
+    return n > 0
 
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Config:

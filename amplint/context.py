@@ -57,8 +57,11 @@ class AutocastRegion:
     """A stretch of code that runs under an autocast context.
 
     device: "cuda" | "cpu" | ... | None (decided at run time)
-    dtype: "fp16" | "bf16" | None (decided at run time); the device default
-           when the call omits it.
+    dtype: "fp16" | "bf16" | "fp32" | None (decided at run time); the device default
+           when the call omits it. "fp32" (an explicit `dtype=torch.float32`):
+           CUDA autocast then runs its lower-precision list in fp32 and CPU
+           autocast disables itself [amp-facts §1.1], so nothing runs in low
+           precision, but the region is still entered (CUDA's BCE ban applies).
     enabled: True | False | None (decided at run time, e.g. `enabled=args.amp`)
     """
 
@@ -233,6 +236,7 @@ class Reference:
     path: Path
     call: Optional[cst.Call] = None
     decorator: Optional[cst.Decorator] = None
+    annotation: bool = False  # inside a type annotation (never evaluated at run time with PEP 563)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -279,6 +283,22 @@ def literal_number(node: Optional[cst.CSTNode]) -> Optional[float]:
         except (ValueError, OverflowError):
             return None
     return None
+
+
+def imported_names(ctx: "ModuleContext", node: cst.CSTNode) -> Dict[str, str]:
+    """{local name: qualified name} for every imported name used in `node` that
+    resolves unambiguously, so the verifier can bind a flagged snippet."""
+    found: Dict[str, str] = {}
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            if name.value not in found:
+                q = ctx.imports.qualname(name)
+                if q is not None:
+                    found[name.value] = q
+
+    node.visit(_Names())
+    return found
 
 
 def call_chain(expr: cst.CSTNode) -> Iterator[cst.Call]:
@@ -372,6 +392,7 @@ class ModuleContext:
         self._autocast_ops: Optional[List["AutocastOp"]] = None
         self._autocast_op_by_node: Dict[cst.CSTNode, "AutocastOp"] = {}
         self._callers: Optional[Dict[int, List[CallInfo]]] = None
+        self._scopes_by_name: Optional[Dict[str, List[Scope]]] = None
 
     # ------------------------------------------------------------------ build
 
@@ -540,16 +561,20 @@ class ModuleContext:
         in the file when the caller's class has none: a base class); `f(...)` is a
         function `f` nested in the caller, else a module-level one.
         """
+        if self._scopes_by_name is None:
+            self._scopes_by_name = {}
+            for s in self.scopes:
+                self._scopes_by_name.setdefault(s.name, []).append(s)
         if call.receiver_dotted == "self" and call.method:
             own = call.scope.cls
-            methods = [s for s in self.scopes if s.name == call.method and s.cls is not None]
+            methods = [s for s in self._scopes_by_name.get(call.method, ()) if s.cls is not None]
             for s in methods:
                 if s.cls is own:
                     return s
             return methods[0] if len(methods) == 1 else None
         if call.method is None and isinstance(call.node.func, cst.Name):
             name = call.node.func.value
-            functions = [s for s in self.scopes if s.name == name and s.cls is None and not s.is_module]
+            functions = [s for s in self._scopes_by_name.get(name, ()) if s.cls is None and not s.is_module]
             scope: Optional[Scope] = call.scope
             while scope is not None:
                 for s in functions:
@@ -1101,7 +1126,7 @@ def _parse_autocast(
             dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
         else:
             d = ctx.dtype_of(dtype_node)
-            dtype = d if d in ("fp16", "bf16") else None
+            dtype = d if d in ("fp16", "bf16", "fp32") else None
         if enabled_node is None:
             enabled: Optional[bool] = True
         else:
@@ -1291,7 +1316,9 @@ def _scaled_names(scope: Scope, ctx: ModuleContext) -> Dict[str, str]:
 def _events(ctx: ModuleContext, scope: Scope) -> List[Event]:
     events: List[Event] = []
     scaled = None
-    local_functions = {s.name for s in ctx.scopes if not s.is_module}
+    local_functions = ctx.__dict__.get("_local_function_names")
+    if local_functions is None:  # once per module, not once per scope (quadratic on files with thousands of functions)
+        local_functions = ctx._local_function_names = {s.name for s in ctx.scopes if not s.is_module}
     for call in scope.calls:
         m = call.method
         recv = call.receiver_dotted
@@ -1372,6 +1399,13 @@ class _ReferenceCollector(cst.CSTVisitor):
         self.path: List[Frame] = []
         self.skip: set = set()  # ids of Name nodes that are not references
         self.parents: List[cst.CSTNode] = []
+        self.annotations = 0
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self.annotations += 1
+
+    def leave_Annotation(self, original_node: cst.Annotation) -> None:
+        self.annotations -= 1
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.parents.append(node)
@@ -1532,6 +1566,7 @@ class _ReferenceCollector(cst.CSTVisitor):
                 path=path,
                 call=call,
                 decorator=decorator,
+                annotation=self.annotations > 0,
             )
         )
         return True

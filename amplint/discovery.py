@@ -32,9 +32,11 @@ LINTABLE_SUFFIXES = (".py", ".pyi", ".ipynb")
 
 @dataclass(frozen=True)
 class IgnorePattern:
+    body: str  # the regex text
     regex: "re.Pattern[str]"
     negate: bool
     dir_only: bool
+    basename: bool  # no `/` in the pattern: matches the last path component at any depth
 
 
 def _translate(glob: str) -> str:
@@ -109,29 +111,49 @@ def parse_gitignore(text: str) -> List[IgnorePattern]:
         anchored = "/" in line
         line = line.lstrip("/")
         body = _translate(line)
-        if not anchored:
-            body = "(?:.*/)?" + body
-        patterns.append(IgnorePattern(re.compile(f"^{body}$", re.DOTALL), negate, dir_only))
+        patterns.append(IgnorePattern(body, re.compile(body, re.DOTALL), negate, dir_only, not anchored))
     return patterns
 
 
-@dataclass(frozen=True)
 class IgnoreFile:
-    """The patterns of one .gitignore (or info/exclude), relative to `base` (an absolute folder)."""
+    """The patterns of one .gitignore (or info/exclude), relative to `base` (an absolute folder).
 
-    base: str
-    patterns: Tuple[IgnorePattern, ...]
+    Combined regexes answer the usual "no pattern matches" case with one or two
+    match calls per path: patterns without a `/` are matched against the last
+    path component only (which is what git's "at any depth" means).
+    """
+
+    def __init__(self, base: str, patterns: Tuple[IgnorePattern, ...]):
+        self.base = base
+        self.patterns = patterns
+        self._prefix = base.rstrip(os.sep) + os.sep
+
+        def combined(items: Sequence[IgnorePattern]) -> "Optional[re.Pattern[str]]":
+            return re.compile("|".join(f"(?:{p.body})" for p in items), re.DOTALL) if items else None
+
+        self._quick = {
+            is_dir: (
+                combined([p for p in patterns if p.basename and (is_dir or not p.dir_only)]),
+                combined([p for p in patterns if not p.basename and (is_dir or not p.dir_only)]),
+            )
+            for is_dir in (False, True)
+        }
 
     def match(self, abspath: str, is_dir: bool) -> Optional[bool]:
         """True: ignored, False: re-included by a `!` pattern, None: no pattern matches."""
-        rel = os.path.relpath(abspath, self.base)
-        if rel.startswith(".."):
+        if not abspath.startswith(self._prefix):
             return None
-        rel = rel.replace(os.sep, "/")
+        rel = abspath[len(self._prefix) :]
+        if os.sep != "/":
+            rel = rel.replace(os.sep, "/")
+        name = rel.rsplit("/", 1)[-1]
+        by_name, by_path = self._quick[is_dir]
+        if (by_name is None or by_name.fullmatch(name) is None) and (by_path is None or by_path.fullmatch(rel) is None):
+            return None
         for p in reversed(self.patterns):  # the last matching pattern wins
             if p.dir_only and not is_dir:
                 continue
-            if p.regex.match(rel):
+            if p.regex.fullmatch(name if p.basename else rel):
                 return not p.negate
         return None
 
@@ -225,8 +247,8 @@ class GitIgnore:
         found = _read_ignore_file(os.path.join(folder, ".gitignore"), os.path.abspath(folder))
         return GitIgnore(self.files + (found,)) if found else self
 
-    def ignored(self, path: str, is_dir: bool) -> bool:
-        abspath = os.path.abspath(path)
+    def ignored(self, path: str, is_dir: bool, absolute: bool = False) -> bool:
+        abspath = path if absolute else os.path.abspath(path)
         for f in reversed(self.files):  # deeper files take precedence
             verdict = f.match(abspath, is_dir)
             if verdict is not None:
@@ -237,27 +259,53 @@ class GitIgnore:
 # ------------------------------------------------------------------ exclude globs
 
 
+class Excluder:
+    """The exclude globs, compiled once: a glob matches a name, or a path relative to `root`.
+
+    Same answers as `fnmatch.fnmatch(name, glob) or fnmatch.fnmatch(rel, glob)
+    or fnmatch.fnmatch(rel, glob + "/*")`, in one regex call each.
+    """
+
+    def __init__(self, patterns: Sequence[str], root: Optional[str]):
+        self.root = os.path.abspath(root) if root else None
+        self._prefix = (self.root.rstrip(os.sep) + os.sep) if self.root else None
+        norm = [os.path.normcase(p) for p in patterns]
+        self._name = re.compile("|".join(fnmatch.translate(p) for p in norm)) if norm else None
+        self._rel = re.compile("|".join(fnmatch.translate(p) for p in (*norm, *(p.rstrip("/") + "/*" for p in norm)))) if norm else None
+
+    def rel(self, abspath: str) -> str:
+        if self._prefix is not None and abspath.startswith(self._prefix):
+            rel = abspath[len(self._prefix) :]
+        else:  # outside the project: its absolute path
+            rel = abspath
+        return rel.replace(os.sep, "/") if os.sep != "/" else rel
+
+    def __call__(self, abspath: str, name: Optional[str] = None) -> bool:
+        if self._name is None:
+            return False
+        name = name if name is not None else os.path.basename(abspath.rstrip(os.sep))
+        if self._name.match(os.path.normcase(name)):
+            return True
+        return self._rel.match(os.path.normcase(self.rel(abspath))) is not None
+
+
 def excluded(path: str, patterns: Sequence[str], root: Optional[str]) -> bool:
     """Whether `path` matches an exclude glob, by name or by its path relative to `root`."""
-    name = os.path.basename(path.rstrip(os.sep))
-    rel = os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/") if root else path.replace(os.sep, "/")
-    for pattern in patterns:
-        if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel, pattern.rstrip("/") + "/*"):
-            return True
-    return False
+    return Excluder(patterns, root)(os.path.abspath(path), os.path.basename(path.rstrip(os.sep)))
 
 
 def excluded_with_parents(path: str, patterns: Sequence[str], root: Optional[str]) -> bool:
     """`excluded` for the file or any folder above it (up to `root`): what --force-exclude checks."""
-    if excluded(path, patterns, root):
-        return True
+    check = Excluder(patterns, root)
     current = os.path.abspath(path)
-    stop = os.path.abspath(root) if root else None
+    if check(current, os.path.basename(path.rstrip(os.sep))):
+        return True
+    stop = check.root
     while True:
         parent = os.path.dirname(current)
         if parent == current or (stop is not None and (parent == stop or not parent.startswith(stop + os.sep))):
             return False
-        if excluded(parent, patterns, root):
+        if check(parent):
             return True
         current = parent
 
@@ -277,13 +325,14 @@ def discover(
     force_exclude = force_exclude or getattr(config, "force_exclude", False)
     if respect_gitignore is None:
         respect_gitignore = getattr(config, "respect_gitignore", True)
-    seen = set()
+    check = Excluder(patterns, root)
+    seen: set = set()
     for given in paths:
         if os.path.isdir(given):
-            ignore = GitIgnore.for_folder(given) if respect_gitignore else None
-            if force_exclude and excluded_with_parents(given, patterns, root) and os.path.abspath(given) != os.path.abspath(root):
+            if force_exclude and os.path.abspath(given) != check.root and excluded_with_parents(given, patterns, root):
                 continue
-            yield from _walk(given, patterns, root, ignore, seen)
+            ignore = GitIgnore.for_folder(given) if respect_gitignore else None
+            yield from _walk(given, check, ignore, seen)
         else:
             if force_exclude and excluded_with_parents(given, patterns, root):
                 continue
@@ -292,28 +341,33 @@ def discover(
                 yield given
 
 
-def _walk(top: str, patterns: Sequence[str], root: str, ignore: Optional[GitIgnore], seen: set) -> Iterator[str]:
-    stack = {os.path.abspath(top): ignore}
+def _walk(top: str, check: Excluder, ignore: Optional[GitIgnore], seen: set) -> Iterator[str]:
+    """os.walk, pruning excluded and ignored folders; `ignore` already holds `top`'s .gitignore."""
+    top_abs = os.path.abspath(top)
+    parents = {top_abs: ignore}
     for dirpath, dirnames, filenames in os.walk(top):
-        here = stack.pop(os.path.abspath(dirpath), ignore)
+        here_abs = os.path.abspath(dirpath)
+        here = parents.pop(here_abs, None)
+        if here is not None and here_abs != top_abs and ".gitignore" in filenames:
+            here = here.enter(dirpath)
         kept = []
         for d in sorted(dirnames):
-            full = os.path.join(dirpath, d)
-            if d.startswith(".") or excluded(full, patterns, root) or os.path.exists(os.path.join(full, "pyvenv.cfg")):
+            full_abs = here_abs + os.sep + d
+            if d.startswith(".") or check(full_abs, d) or os.path.exists(os.path.join(full_abs, "pyvenv.cfg")):
                 continue
-            if here is not None and here.ignored(full, True):
+            if here is not None and here.ignored(full_abs, True, absolute=True):
                 continue
             kept.append(d)
-            if here is not None:
-                stack[os.path.abspath(full)] = here.enter(full)
+            parents[full_abs] = here
         dirnames[:] = kept
         for f in sorted(filenames):
             if not f.endswith(LINTABLE_SUFFIXES):
                 continue
             full = os.path.join(dirpath, f)
-            if full in seen or excluded(full, patterns, root):
+            full_abs = here_abs + os.sep + f
+            if full in seen or check(full_abs, f):
                 continue
-            if here is not None and here.ignored(full, False):
+            if here is not None and here.ignored(full_abs, False, absolute=True):
                 continue
             seen.add(full)
             yield full

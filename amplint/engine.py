@@ -98,6 +98,124 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
         if UNUSED_NOQA_CODE in codes:
             result.diagnostics = _unused_noqa([], source, path, config, codes)
         return result
+    deep = too_deep(source)  # in this thread: the recursion limit Python runs the file with
+    if deep is not None:
+        if SYNTAX_ERROR_CODE in codes:
+            result.diagnostics.append(syntax_error(path, deep[0], 1, deep[1]))
+        return result
+    diagnostics = run_guarded(_parse_and_check, source, path, config, active, codes, result)
+    if diagnostics is None:
+        return result
+    ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
+    diagnostics = [d for d in diagnostics if d.code not in ignored]
+    result.diagnostics.extend(apply_noqa(diagnostics, source))
+    if UNUSED_NOQA_CODE in codes:
+        result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
+    return result
+
+
+# ------------------------------------------------------------------ never crash
+#
+# A linter in pre-commit sees every file a repository holds. Three guards keep
+# one file from taking down the run:
+#  1. CPython's own parser (C, several times faster than libcst) first rejects
+#     nesting Python itself cannot run ("too many nested parentheses",
+#     RecursionError/MemoryError while building the tree): libcst's native
+#     parser would overflow the C stack and kill the process on such input.
+#  2. libcst and the AMP model run in a thread with a large stack and a higher
+#     recursion limit, so legitimately deep code (long `a and b and ...`
+#     chains, which CPython keeps flat but libcst nests) parses; what is
+#     still too deep raises RecursionError, reported as AMP000.
+#  3. Every rule runs in its own try: a bug in one rule on one file becomes an
+#     `AMP000 internal-error` diagnostic naming the rule and the exception, and
+#     the other rules and files go on. The CLI exits 2 when any occurred.
+
+INTERNAL_ERROR_NAME = "internal-error"
+REPORT_URL = "https://github.com/amplint/amplint/issues"
+_STACK_SIZE = 512 * 1024 * 1024  # reserved address space, committed only as used
+_RECURSION_LIMIT = 20_000
+_TOO_DEEP = ("too many nested parentheses", "too many levels of indentation")
+
+
+def too_deep(source: str) -> Optional[Tuple[int, str]]:
+    """(row, reason) when CPython itself cannot parse `source` for its nesting."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences and the like
+            ast.parse(source)
+    except (RecursionError, MemoryError):
+        return 1, "file is nested too deeply to parse (Python's own parser gives up on it too)"
+    except SyntaxError as exc:
+        msg = str(exc.msg or "")
+        if any(t in msg for t in _TOO_DEEP):
+            return exc.lineno or 1, f"SyntaxError: {msg}"
+    except (ValueError, TypeError):  # NUL bytes: libcst reports them
+        pass
+    return None
+
+
+def run_guarded(fn, *args):
+    """`fn(*args)` on a thread with a large stack and recursion limit (see above)."""
+    import sys
+    import threading
+
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    try:
+        previous_size = threading.stack_size(_STACK_SIZE)
+    except (ValueError, RuntimeError):  # platform without settable stacks
+        return fn(*args)
+    previous_limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(max(previous_limit, _RECURSION_LIMIT))
+        thread = threading.Thread(target=target, name="amplint-lint", daemon=True)
+        thread.start()
+    finally:
+        threading.stack_size(previous_size)
+    try:
+        thread.join()
+    finally:
+        sys.setrecursionlimit(previous_limit)
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def internal_error(path: str, where: str, exc: BaseException) -> Diagnostic:
+    text = str(exc).replace("\n", " ").strip()
+    if len(text) > 200:
+        text = text[:197] + "..."
+    return Diagnostic(
+        code=SYNTAX_ERROR_CODE,
+        name=INTERNAL_ERROR_NAME,
+        message=(
+            f"internal error in {where}: {type(exc).__name__}{': ' + text if text else ''}; "
+            f"this file was not fully checked, please report it at {REPORT_URL}"
+        ),
+        severity=Severity.ERROR,
+        filename=path,
+        location=Location(1, 1),
+        end_location=Location(1, 1),
+        noqa_row=None,
+    )
+
+
+def is_internal_error(d: Diagnostic) -> bool:
+    return d.code == SYNTAX_ERROR_CODE and d.name == INTERNAL_ERROR_NAME
+
+
+def _parse_and_check(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> Optional[List[Diagnostic]]:
+    """Parse, build the AMP model and run `active` rules; None when the file could not be analysed
+    (the reason is then in `result.diagnostics`)."""
     import libcst as cst
 
     from .context import ModuleContext
@@ -107,23 +225,35 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
     except cst.ParserSyntaxError as exc:
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, exc.raw_line, exc.raw_column + 1, f"SyntaxError: {exc.message}"))
-        return result
-    except RecursionError:
+        return None
+    except (RecursionError, MemoryError):
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, 1, 1, "file is nested too deeply to parse"))
-        return result
+        return None
+    except Exception as exc:  # libcst itself failed on input it should handle
+        result.diagnostics.append(internal_error(path, "the parser (libcst)", exc))
+        return None
     result.parsed = True
-    ctx = ModuleContext.build(module, source, path, config)
+    try:
+        ctx = ModuleContext.build(module, source, path, config)
+    except RecursionError:
+        if SYNTAX_ERROR_CODE in codes:
+            result.diagnostics.append(syntax_error(path, 1, 1, "file is nested too deeply to analyse"))
+        return None
+    except Exception as exc:
+        result.diagnostics.append(internal_error(path, "the AMP model (context.py)", exc))
+        return None
     result.facts = ctx.facts
     diagnostics: List[Diagnostic] = []
     for rule_cls in active:
-        diagnostics.extend(rule_cls().check(ctx))
-    ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
-    diagnostics = [d for d in diagnostics if d.code not in ignored]
-    result.diagnostics = apply_noqa(diagnostics, source)
-    if UNUSED_NOQA_CODE in codes:
-        result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
-    return result
+        try:
+            diagnostics.extend(list(rule_cls().check(ctx)))
+        except RecursionError:
+            if SYNTAX_ERROR_CODE in codes:
+                result.diagnostics.append(syntax_error(path, 1, 1, f"file is nested too deeply for {rule_cls.code} to analyse"))
+        except Exception as exc:
+            result.diagnostics.append(internal_error(path, f"rule {rule_cls.code} ({rule_cls.name})", exc))
+    return diagnostics
 
 
 def _unused_noqa(diagnostics: List[Diagnostic], source: str, path: str, config: Config, codes: FrozenSet[str]) -> List[Diagnostic]:
@@ -154,7 +284,9 @@ def noqa_map(source: str) -> Dict[int, Optional[FrozenSet[str]]]:
     out: Dict[int, Optional[FrozenSet[str]]] = {}
     if "noqa" not in source and "NOQA" not in source:
         return out
-    for row, line in enumerate(source.splitlines(), start=1):
+    from .fixes import split_lines
+
+    for row, line in enumerate(split_lines(source), start=1):
         if "#" not in line:
             continue
         m = _NOQA.search(line)
@@ -204,17 +336,39 @@ def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:
         with open(path, "rb") as fh:
             data = fh.read()
     except FileNotFoundError:
-        return None, "no such file"
+        if os.path.islink(path):
+            return None, f"broken symbolic link (to {os.readlink(path)!r})"
+        return None, "no such file or directory"
     except IsADirectoryError:
         return None, "is a directory"
     except PermissionError:
         return None, "permission denied"
     except OSError as exc:
         return None, exc.strerror or str(exc)
+    except ValueError as exc:  # a NUL byte in the path
+        return None, f"invalid path: {exc}"
     try:
         return decode_source(data), None
-    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
-        return None, f"cannot decode: {exc}"
+    except UnicodeDecodeError as exc:
+        return None, _decode_problem(data, exc)
+    except (SyntaxError, LookupError) as exc:
+        # tokenize.detect_encoding: a bad or unknown coding cookie, or bytes that are not UTF-8
+        # in the first two lines of a file without one
+        msg = str(exc.args[0] if exc.args else exc)
+        if "invalid or missing encoding declaration" in msg:
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as err:
+                return None, _decode_problem(data, err)
+        return None, f"cannot decode: {msg}"
+
+
+def _decode_problem(data: bytes, exc: UnicodeDecodeError) -> str:
+    row = data.count(b"\n", 0, exc.start) + 1
+    byte = data[exc.start : exc.start + 1].hex()
+    if exc.encoding.replace("_", "-").lower() in ("utf-8", "utf-8-sig", "utf8"):
+        return f"cannot decode: byte 0x{byte} on line {row} is not UTF-8 and no coding cookie (`# -*- coding: ... -*-`) names another encoding"
+    return f"cannot decode: byte 0x{byte} on line {row} is not valid {exc.encoding}"
 
 
 def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:

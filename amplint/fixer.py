@@ -144,10 +144,29 @@ def fix_files(
     return outcome
 
 
-def fix_paths(paths: Sequence[str], config: Config, unsafe: bool = False, write: bool = True, force_exclude: bool = False) -> FixOutcome:
+def fix_paths(
+    paths: Sequence[str],
+    config: Config,
+    unsafe: bool = False,
+    write: bool = True,
+    force_exclude: bool = False,
+    jobs: int = 1,
+    cache_dir: Optional[str] = None,
+) -> FixOutcome:
+    """Lint `paths` (with `jobs` processes and the cache, like a plain run), then fix.
+
+    cache_dir: None disables the cache; "" means the default place.
+    """
     from .engine import lint_paths
 
-    result = lint_paths(paths, config, force_exclude=force_exclude)
+    cache = None
+    if cache_dir is not None:
+        from .parallel import open_cache
+
+        cache = open_cache(config, cache_dir or None)
+    result = lint_paths(paths, config, force_exclude=force_exclude, jobs=max(jobs, 1), cache=cache)
+    if cache is not None:
+        cache.save()
     return fix_files(result.diagnostics, result.facts, config, unsafe, write)
 
 

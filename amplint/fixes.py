@@ -6,6 +6,7 @@ result still parses, so a fix can never turn working code into a syntax error.
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Tuple
 
 from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location
@@ -25,18 +26,45 @@ def replace_node(ctx: "ModuleContext", node: "cst.CSTNode", text: str) -> Edit:
 
 
 def insert_line_before(ctx: "ModuleContext", statement: "cst.CSTNode", line: str) -> Edit:
-    """Insert `line` as a new statement before `statement`, at its indentation."""
+    """Insert `line` as a new statement before `statement`, at its indentation
+    and with the line ending that row uses (a CRLF file stays CRLF)."""
     start, _ = ctx.position(statement)
     indent = _indent_of_row(ctx.source, start.row)
-    return Edit(Location(start.row, 1), Location(start.row, 1), f"{indent}{line}\n")
+    return Edit(Location(start.row, 1), Location(start.row, 1), f"{indent}{line}{_ending_of_row(ctx.source, start.row)}")
+
+
+#: line breaks as Python's tokenizer and libcst count rows; `str.splitlines`
+#: also breaks at form feeds, \v, \x1c-\x1e, \x85, \u2028 and \u2029, which
+#: would shift every row after one of them
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(source: str, keepends: bool = False) -> List[str]:
+    """`source.splitlines()`, counting rows the way libcst positions do."""
+    if keepends:
+        out = [m for m in re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", source)]
+        return out
+    lines = _LINE_BREAK.split(source)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def _indent_of_row(source: str, row: int) -> str:
-    lines = source.splitlines()
+    lines = split_lines(source)
     if 0 < row <= len(lines):
         line = lines[row - 1]
-        return line[: len(line) - len(line.lstrip(" \t"))]
+        return line[: len(line) - len(line.lstrip(" \t\x0c"))]
     return ""
+
+
+def _ending_of_row(source: str, row: int) -> str:
+    lines = split_lines(source, keepends=True)
+    if 0 < row <= len(lines):
+        m = _LINE_BREAK.search(lines[row - 1])
+        if m is not None:
+            return m.group(0)
+    return "\n"
 
 
 def make_fix(message: str, edits: Sequence[Edit], safe: bool) -> Fix:
@@ -50,7 +78,7 @@ def _offsets(source: str) -> List[int]:
     """Offset of the start of each 1-based row (index 0 unused)."""
     starts = [0, 0]
     pos = 0
-    for line in source.splitlines(keepends=True):
+    for line in split_lines(source, keepends=True):
         pos += len(line)
         starts.append(pos)
     return starts
@@ -79,9 +107,13 @@ def apply_edits(source: str, edits: Iterable[Edit]) -> str:
 def parses(source: str) -> bool:
     import libcst as cst
 
+    from .engine import run_guarded, too_deep
+
+    if too_deep(source) is not None:
+        return False
     try:
-        cst.parse_module(source)
-    except (cst.ParserSyntaxError, RecursionError):
+        run_guarded(cst.parse_module, source)  # a big stack: libcst recursion never kills the process
+    except (cst.ParserSyntaxError, RecursionError, MemoryError):
         return False
     return True
 
@@ -229,10 +261,11 @@ def ensure_import(ctx: "ModuleContext", module: str) -> Optional[Edit]:
     text = f"import {module}\n"
     if row is None:
         if after is None:
-            row = 1
+            # before the first statement, so a shebang / coding line / license header stays first
+            row = ctx.position(ctx.module.body[0])[0].row if ctx.module.body else len(ctx.source.splitlines()) + 1
         else:
             row = ctx.position(after)[1].row + 1
-            if row > len(ctx.source.splitlines()) and not ctx.source.endswith("\n"):
+            if row > len(split_lines(ctx.source)) and not ctx.source.endswith("\n"):
                 return Edit(Location(row, 1), Location(row, 1), "\n" + text)
     return Edit(Location(row, 1), Location(row, 1), text)
 

@@ -58,7 +58,9 @@ def unused_noqa(
     for d in diagnostics:
         if d.noqa_row is not None:
             suppressed.add((d.noqa_row, d.code))
-    lines = source.splitlines()
+    from .fixes import split_lines
+
+    lines = split_lines(source)
     out: List[Diagnostic] = []
     for row, col, text in _comments(source):
         m = _NOQA.search(text)

@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional
 import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Path, Reference, literal_string
+from amplint.context import ModuleContext, Reference, imported_names, literal_string
 from amplint.fixes import (
     append_argument_edit,
     call_is_plain,
@@ -84,9 +84,11 @@ class DeprecatedAmpApi(Rule):
     ## Notes
     Version-gated fallbacks stay silent: `try: from torch.amp import ...
     except ImportError: from torch.cuda.amp import ...` (the name is ambiguous),
-    `hasattr(torch.amp, ...)` / `torch.__version__` if-else branches,
-    `getattr(torch.amp, "X", torch.cuda.amp.X)`, and names that are also
-    rebound in the file. Text inside strings and docstrings is never a use.
+    `hasattr(torch.amp, ...)` / `torch.__version__` if-else branches and the
+    code after an early-returning one, `except TypeError:` fallbacks,
+    `getattr(torch.amp, "X", torch.cuda.amp.X)`, feature probes in a `try`
+    body, type annotations, and names that are also rebound in the file.
+    Text inside strings and docstrings is never a use.
     `torch.cuda.amp.autocast(device_type=...)` is AMP002 (it raises TypeError).
 
     ## References
@@ -187,6 +189,52 @@ def forward(ctx, x):
     return x
 """,
             "a name rebound by assignment is ambiguous",
+        ),
+        Valid(
+            """
+import torch
+def autocast_dtype(device_type):
+    if hasattr(torch, "get_autocast_dtype"):
+        return torch.get_autocast_dtype(device_type)
+    # torch < 2.4 only has the per-device getters
+    if device_type == "cuda":
+        return torch.get_autocast_gpu_dtype()
+    return torch.get_autocast_cpu_dtype()
+""",
+            "fallback after an early-returning hasattr check",
+        ),
+        Valid(
+            """
+import torch
+def is_autocast_enabled(device="cuda"):
+    try:
+        return torch.is_autocast_enabled(device)
+    except TypeError:
+        if device == "cpu":
+            return torch.is_autocast_cpu_enabled()
+        return torch.is_autocast_enabled()
+""",
+            "fallback in `except TypeError` (old torch rejects the device argument)",
+        ),
+        Valid(
+            """
+import torch
+def cpu_amp_available():
+    try:
+        _ = torch.cpu.amp.autocast
+    except AttributeError:
+        return False
+    return True
+""",
+            "feature probe in a try body",
+        ),
+        Valid(
+            """
+from torch.cuda.amp import GradScaler
+def save_state(output_dir: str, scaler: GradScaler = None) -> None:
+    ...
+""",
+            "a type annotation constructs nothing",
         ),
         Valid(
             """
@@ -352,7 +400,7 @@ def check(scaler):
             edits = rewrite_with_imports(ctx, self.code, ref, refs, lambda r, p: _rewrite(ctx, r, p))
             if edits is not None:
                 fix = make_fix(f"Use `torch.{api.new}` ({api.device!r})", edits, safe=True)
-            yield ctx.diagnostic(self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(api))
+            yield ctx.diagnostic(self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api))
 
 
 def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
@@ -361,7 +409,7 @@ def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
     if None in apis or len({a.old for a in apis}) != 1:
         return None  # not deprecated, or ambiguous (a try/except ImportError fallback)
     api = next(iter(apis))
-    if ctx.is_rebound(ref.root) or _gated(ctx, ref.path):
+    if ref.annotation or ctx.is_rebound(ref.root) or _gated(ctx, ref):
         return None
     if api.kind == "autocast" and ref.call is not None and any(
         a.keyword is not None and a.keyword.value == "device_type" for a in ref.call.args
@@ -370,8 +418,19 @@ def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
     return api
 
 
-def _gated(ctx: ModuleContext, path: Path) -> bool:
+def _gated(ctx: ModuleContext, ref: Reference) -> bool:
+    """Code that runs only on a torch without the new API (or probes for it)."""
+    path = ref.path
     if ctx.is_version_gated(path):
+        return True
+    for frame in path:
+        # `try: torch.is_autocast_enabled(device) except TypeError: <old per-device API>`
+        if frame.kind == "except" and frame.test is not None and "TypeError" in ctx.code_for(frame.test):
+            return True
+        # `try: torch.cpu.amp.autocast except AttributeError: ...`: a feature probe
+        if frame.kind == "try" and ref.use == "bare" and _catches_import_errors(frame.node):
+            return True
+    if _after_version_return(ctx, ref.node):
         return True
     # `if use_new_amp:` where `use_new_amp = hasattr(torch.amp, ...)` / a version check
     for frame in path:
@@ -385,6 +444,51 @@ def _gated(ctx: ModuleContext, path: Path) -> bool:
     return False
 
 
+def _catches_import_errors(node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.Try):
+        return False
+    for handler in node.handlers:
+        if handler.type is None:
+            return True
+        text = cst.Module([]).code_for_node(handler.type)
+        if any(e in text for e in ("ImportError", "AttributeError", "ModuleNotFoundError")):
+            return True
+    return False
+
+
+def _after_version_return(ctx: ModuleContext, node: cst.CSTNode) -> bool:
+    """True when an earlier statement of an enclosing block is `if <version or
+    hasattr check>: ... return/raise`, so this code is the old-torch fallback."""
+    child = node
+    parent = ctx.parent(child)
+    while parent is not None:
+        body = None
+        if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            body = parent.body
+        if body is not None:
+            for stmt in body:
+                if stmt is child:
+                    break
+                if isinstance(stmt, cst.If) and _exits(stmt.body) and any(
+                    w in ctx.code_for(stmt.test) for w in _VERSION_WORDS
+                ):
+                    return True
+        if isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        child, parent = parent, ctx.parent(parent)
+    return False
+
+
+def _exits(block: cst.BaseSuite) -> bool:
+    stmts = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        return any(isinstance(s, (cst.Return, cst.Raise)) for s in last.body)
+    return False
+
+
 def _message(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> str:
     spelled = ctx.code_for(ref.node)
     name = f"`{api.old}`" if spelled == api.old else f"`{spelled}` (`{api.old}`)"
@@ -395,8 +499,12 @@ def _message(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> str:
     return message
 
 
-def _data(api: DeprecatedApi) -> dict:
+def _data(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> dict:
+    flagged = ref.call if ref.call is not None else ref.node
     return {
+        "snippet": ctx.code_for(flagged),
+        "names": imported_names(ctx, flagged),
+        "use": ref.use,
         "deprecated": api.old,
         "replacement": f"torch.{api.new}",
         "device": api.device,

@@ -173,6 +173,20 @@ scaler.update()
         ),
         Valid(
             """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)
+for batch in loader:
+    scaler.scale(model(batch)).backward()
+    if scaler.is_enabled():
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+""",
+            "scaler.step and optimizer.step as alternatives after one scaled backward",
+        ),
+        Valid(
+            """
 class FP16Optimizer:
     def __init__(self, optimizer):
         self.optimizer = optimizer
@@ -283,6 +297,11 @@ def gan_step(gen, disc, opt_g, opt_d, scaler, loss_d, loss_g):
                 ]
                 if any(e.kind == "scaler_step" for e in between):
                     continue  # scaler.step already ran in this step: a different problem
+                if any(
+                    e.kind == "scaler_step" and e.order > backward.order and exclusive(e.path, step.path)
+                    for e in events
+                ):
+                    continue  # `if scaler.is_enabled(): scaler.step(opt) else: opt.step()`: alternatives
                 unscaled = any(e.kind == "unscale" and e.optimizer == step.optimizer for e in between)
                 yield self._diagnostic(ctx, step, backward, unscaled)
 

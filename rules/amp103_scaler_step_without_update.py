@@ -14,8 +14,9 @@ class ScalerStepWithoutUpdate(Rule):
     """
     ## What it does
     Flags a GradScaler that is `step`ped but never `update`d: no
-    `scaler.update()` in the function that calls `scaler.step(optimizer)`, in
-    the helpers it calls, or in the functions of this file that call it.
+    `scaler.update()` inside the training loop that runs `scaler.step(optimizer)`
+    (directly or in a helper it calls), or, for a step outside any such loop,
+    in its function, its helpers, or the functions of this file that call it.
 
     ## Why is this bad?
     `update()` ends the iteration: it resets the per-optimizer state and adapts
@@ -184,6 +185,39 @@ for batch in loader:
 """,
             "a module-level scaler updated once after both optimizers' steps",
         ),
+        Valid(
+            """
+from torch.amp.grad_scaler import GradScaler
+
+class Trainer:
+    def __init__(self):
+        self.state.scaler = GradScaler()
+
+    def _train_batch(self, use_grad_scaling):
+        while True:
+            try:
+                self._train_microbatches(microbatches, total_loss_dict)
+                for optimizer in self.state.optimizers:
+                    if use_grad_scaling:
+                        self.state.scaler.step(optimizer)
+                    else:
+                        optimizer.step()
+            except RuntimeError as e:
+                continue
+            break
+
+    def _train_microbatches(self, microbatches, loss_dict):
+        for microbatch in microbatches:
+            self.state.scaler.scale(self._loss(microbatch)).backward()
+
+    def _train_loop(self):
+        for batch_idx, self.state.batch in enumerate(self._iter_dataloader()):
+            total_loss_dict = self._train_batch(use_grad_scaling)
+            if use_grad_scaling:
+                self.state.scaler.update()
+""",
+            "composer: a step per optimizer inside an OOM-retry loop, update() in the caller's batch loop",
+        ),
     ]
 
     INVALID = [
@@ -285,10 +319,13 @@ def main(model, loader, optimizer):
 
     def _diagnostic(self, ctx: ModuleContext, step: Event, group: List[Event]) -> Diagnostic:
         scaler = step.scaler
+        if any(e.kind == "unscale" and e.scaler == scaler for e in step.call.scope.events):
+            first = "`unscale_` raises \"RuntimeError: unscale_() is being called after step().\""
+        else:
+            first = "`step` raises \"RuntimeError: step() has already been called since the last update().\""
         message = (
-            f"`{scaler}.step(...)` is never followed by `{scaler}.update()`: the next iteration's `step` raises "
-            f"\"RuntimeError: step() has already been called since the last update().\" and the loss scale never "
-            f"adapts; call `{scaler}.update()` once per iteration, after every optimizer's step"
+            f"`{scaler}.step(...)` is never followed by `{scaler}.update()`: the next iteration's {first} and the "
+            f"loss scale never adapts; call `{scaler}.update()` once per iteration, after every optimizer's step"
         )
         fix = None
         last = group[-1]
@@ -310,7 +347,10 @@ def _indent(source: str, row: int) -> str:
 def _updated(ctx: ModuleContext, scope: Scope, step: Event) -> bool:
     """Some `update()` ends the iteration that `step` runs in."""
     key = step.scaler or ""
-    loops = _loops(step.path)
+    # the training loops around the step: those that also run a backward here (not a
+    # loop over optimizers, nor a retry loop around a helper that does the work)
+    backwards = [e for e in scope.events if e.kind in ("scaled_backward", "backward", "framework_backward")]
+    loops = [f for f in _loops(step.path) if any(any(g is f for g in b.path) for b in backwards)]
     if _update_within(ctx, scope, loops):
         return True
     if loops:

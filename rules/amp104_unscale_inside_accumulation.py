@@ -208,6 +208,27 @@ for batch in loader:
 """,
             "unscale_ under `if clip:`, once per step",
         ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, (real, _) in enumerate(loader):
+    with torch.autocast("cuda"):
+        loss_d = critic_loss(critic, gen, real)
+    scaler.scale(loss_d).backward()
+    scaler.step(opt_d)
+    if i % n_critic == 0:
+        with torch.autocast("cuda"):
+            loss_g = gen_loss(critic, gen, real)
+        scaler.scale(loss_g).backward()
+        scaler.unscale_(opt_g)
+        scaler.step(opt_g)
+        opt_g.zero_grad()
+    scaler.update()
+    opt_d.zero_grad()
+""",
+            "WGAN: the critic steps every iteration, the generator every n_critic; one update per iteration",
+        ),
     ]
 
     INVALID = [
@@ -358,10 +379,11 @@ for step, batch in enumerate(loader):
             )
         elif shape == "sometimes":
             message = (
-                f"`{scaler}.unscale_({opt})` can run in the middle of an accumulation window: later micro-batches then "
-                f"add scaled gradients onto unscaled ones and `{scaler}.step` does not unscale again, so the "
-                f"accumulated gradient is silently wrong (by ~1e5 in amp-facts E18); unscale only inside the "
-                f"accumulation boundary"
+                f"`{scaler}.unscale_({opt})` can run in the middle of an accumulation window, outside the boundary "
+                f"`if`: once there, later micro-batches add scaled gradients onto unscaled ones and `{scaler}.step` "
+                f"does not unscale again, so the accumulated gradient is silently wrong (by ~1e5 in amp-facts E18); "
+                f"twice before `update()`, it raises \"RuntimeError: unscale_() has already been called on this "
+                f"optimizer since the last update().\"; unscale only inside the accumulation boundary"
             )
         elif shape == "twice":
             message = (
@@ -519,7 +541,19 @@ def _findings(ctx: ModuleContext, steps: List[_Step]) -> Iterator[Tuple[_Step, s
                     yield u, "every-updated", st
                 else:
                     yield u, "every", st
-            if not any(id(u) in flagged for u in unscales if _same_scaler(ctx, u, st)):
+            # an update on every micro-batch is fine when something records inf checks each time
+            # (another optimizer stepped every iteration, as in a WGAN critic loop)
+            recorded = [
+                s
+                for s in scaler_steps + unscales
+                if s is not st
+                and _same_scaler(ctx, s, st)
+                and (
+                    (bound is not None and _has(s.path, bound[0]) and not _equivalent_in(s.path, bound[1]))
+                    or (inner is not None and _has(s.path, inner))
+                )
+            ]
+            if not recorded:
                 for u in per_batch_updates:
                     if id(u) not in flagged and u.order > b.order:
                         flagged.add(id(u))

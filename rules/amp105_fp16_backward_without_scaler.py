@@ -216,6 +216,28 @@ torch.autograd.backward(loss)
 """,
             line=5,
         ),
+        Invalid(
+            """
+import torch
+from torch.cuda.amp import autocast
+
+def gan_step(gen, disc, opt_g, opt_d, real, z):
+    with autocast():
+        fake = gen(z)
+        loss_d = disc_loss(disc(real), disc(fake.detach()))
+    opt_d.zero_grad()
+    loss_d.backward()
+    opt_d.step()
+    with autocast():
+        loss_g = gen_loss(disc(fake))
+    opt_g.zero_grad()
+    loss_g.backward()
+    opt_g.step()
+""",
+            line=9,
+            count=2,
+            why="a GAN step: both backward passes run through fp16 without loss scaling",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:

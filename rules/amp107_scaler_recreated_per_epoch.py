@@ -170,6 +170,27 @@ for fold in range(5):
 """,
             "cross-validation: each fold is a new run with its own optimizer",
         ),
+        Valid(
+            """
+import torch
+def train(hyp, opt, device):
+    model = Model(opt.cfg).to(device)
+    optimizer = smart_optimizer(model, opt.optimizer, hyp["lr0"])
+    scaler = torch.cuda.amp.GradScaler(enabled=amp)
+    for epoch in range(start_epoch, epochs):
+        for i, (imgs, targets) in enumerate(train_loader):
+            with torch.cuda.amp.autocast(amp):
+                loss = compute_loss(model(imgs), targets)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+for _ in range(opt.evolve):
+    hyp = mutate(hyp)
+    results = train(hyp.copy(), opt, device)
+""",
+            "yolov5's hyper-parameter evolution: each call of train() is a whole run",
+        ),
     ]
 
     INVALID = [
@@ -310,7 +331,19 @@ def _builds_optimizer(ctx: ModuleContext, scope: Scope, loop: Optional[Frame]) -
     for c in scope.calls:
         if c.method in ("prepare", "initialize", "setup") and (loop is None or any(f is loop for f in c.path)):
             return True
+    # `optimizer = smart_optimizer(model, ...)`, `self.optimizer = build_optimizer(cfg)`
+    for a in ctx.assignments:
+        if a.scope is scope and isinstance(a.value, cst.Call) and ctx.is_optimizer(a.target):
+            if loop is None or any(f is loop for f in a.path):
+                return True
     return False
+
+
+def _runs_epochs(scope: Scope) -> bool:
+    """A backward inside two nested loops: the function is a whole run (epochs of batches)."""
+    return any(
+        e.kind in ("scaled_backward", "backward") and sum(f.kind == "loop" for f in e.path) >= 2 for e in scope.events
+    )
 
 
 def _uses(ctx: ModuleContext, scope: Scope, key: Optional[str], loop: Optional[Frame]) -> Tuple[bool, bool]:
@@ -350,7 +383,7 @@ def _per_iteration(ctx: ModuleContext, call: CallInfo) -> Optional[Tuple[str, bo
         return f"inside the loop at line {ctx.position(loop.node)[0].row}", direct
     if scope.is_module or any(f.kind in ("if", "else", "except") for f in call.path):
         return None
-    if _builds_optimizer(ctx, scope, None):
+    if _builds_optimizer(ctx, scope, None) or _runs_epochs(scope):
         return None
     used, _ = _uses(ctx, scope, key, None)
     if not used:

@@ -18,6 +18,7 @@ from amplint.context import (
     exclusive,
     fp32_cast,
     literal_bool,
+    literal_number,
 )
 from amplint.names import dotted_name
 
@@ -334,7 +335,15 @@ for epoch in range(10):
             f"{what} makes the parameters that `{opt}` updates fp16, with no fp32 master copy: {numbers}; "
             f"keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
         )
-        return ctx.diagnostic(self, cast.call.node, message, data={"optimizer": opt, "subject": cast.subject})
+        data = {
+            "optimizer": opt,
+            "optimizer_class": ctor.qualname,
+            "lr": literal_number(ctor.arg(1, "lr")),
+            "eps": literal_number(ctor.arg(None, "eps")),
+            "dtype": "fp16",
+            "subject": cast.subject,
+        }
+        return ctx.diagnostic(self, cast.call.node, message, data=data)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -216,7 +216,7 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
                 if event.kind not in _BACKWARD_EVENTS:
                     continue
                 region = active_region(event.call.region)
-                if region is None or region.framework:
+                if region is None or region.framework or region.dtype == "fp32" or _defined_inside(ctx, region, scope):
                     continue
                 yield self._diagnostic(ctx, event.call, region)
 
@@ -237,3 +237,14 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
             message,
             data={"region_line": row, "device": region.device, "dtype": region.dtype},
         )
+
+
+def _defined_inside(ctx: ModuleContext, region, scope) -> bool:
+    """The backward's function is merely *defined* in the region (a closure run
+    later, e.g. by `optimizer.step(closure)`), so the region need not be active
+    when it runs."""
+    if scope.is_module or region.node is scope.node:
+        return False
+    r_start, r_end = ctx.position(region.node)
+    s_start, s_end = ctx.position(scope.node)
+    return (r_start.row, r_start.column) <= (s_start.row, s_start.column) and (s_end.row, s_end.column) <= (r_end.row, r_end.column)

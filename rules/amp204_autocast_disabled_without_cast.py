@@ -243,6 +243,8 @@ def step(model, x, w, device_type):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        if not any(r.enabled is False for r in ctx.regions):
+            return
         reported: Set[int] = set()
         for disabled in ctx.regions:
             if disabled.enabled is not False:
@@ -293,7 +295,7 @@ def _enclosing(ctx: ModuleContext, disabled: AutocastRegion) -> Optional[Autocas
     r = disabled.parent
     while r is not None:
         if same_device(ctx, r, disabled):
-            return None if r.enabled is False or r.framework else r
+            return None if r.enabled is False or r.framework or r.dtype == "fp32" else r
         r = r.parent
     return None
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
@@ -134,9 +133,9 @@ class Fp16OverflowingLiteral(Rule):
     name = "fp16-overflowing-literal"
     severity = Severity.ERROR
     message = "constant overflows fp16"
-    triggers = ("e9", "e10", "e8", "e7", "e6", "e5", "e12", "e15", "e20", "e30", "e38", "00000")
-    # the same exponents, in a number (not `float8_e5m2` or a hash): a literal has a digit or "." before its "e"
-    gate_regex = re.compile(r"[\d.]e(?:[5-9]|1[025]|[23]0|38)|00000")
+    triggers = ("e", "E", "0000", "_000")
+    #: a number literal above 65504 (`1e9`, `1E+10`, `100000`, `1_000_000`), the only thing the rule flags
+    gate_regex = re.compile(r"\d[eE]\+?(?:[5-9]|[1-9]\d)\b|\d{5,}|\d_\d{3}_\d{3}")
     facts = ("§0.11", "§6.1", "§6.2")
 
     VALID = [
@@ -317,10 +316,10 @@ with torch.autocast("cuda"):
         region = site.region
         if region is not None and (region.enabled is False or region.dtype == "bf16"):
             return None
-        if _dtype_aware(ctx, site.parents, site.path, site.statement):
-            return None
         use = _classify(ctx, site)
         if use is None:
+            return None
+        if _dtype_aware(ctx, site.parents, site.path, site.statement, site.scope):
             return None
         if use.op in ("additive", "where") and _is_integer(site.lit.node):
             return None  # `index + 100000`: integer arithmetic, not a mask
@@ -530,7 +529,7 @@ def _outermost_sum(parents) -> cst.CSTNode:
     return node
 
 
-def _dtype_aware(ctx: ModuleContext, parents, path: Path, statement: cst.CSTNode) -> bool:
+def _dtype_aware(ctx: ModuleContext, parents, path: Path, statement: cst.CSTNode, scope: Scope) -> bool:
     for p in parents:
         if isinstance(p, cst.IfExp) and _mentions_dtype(ctx.code_for(p.test)):
             return True
@@ -538,26 +537,49 @@ def _dtype_aware(ctx: ModuleContext, parents, path: Path, statement: cst.CSTNode
             break
     if any(f.kind in ("if", "else") and f.test is not None and _mentions_dtype(ctx.code_for(f.test)) for f in path):
         return True
-    return _after_dtype_guard(ctx, statement)
+    return _after_dtype_guard(scope, statement, ctx)
 
 
-def _after_dtype_guard(ctx: ModuleContext, statement: cst.CSTNode) -> bool:
+def _after_dtype_guard(scope: Scope, statement: cst.CSTNode, ctx: ModuleContext) -> bool:
     """An earlier `if x.dtype == torch.float16: return ...` in an enclosing block of the function."""
-    node = statement
-    for _ in range(12):
-        block = ctx.parent(node)
-        if block is None or isinstance(block, (cst.FunctionDef, cst.ClassDef)):
-            return False
-        if isinstance(block, (cst.IndentedBlock, cst.Module)):
-            for sibling in block.body:
-                if sibling is node:
-                    break
-                if isinstance(sibling, cst.If) and _mentions_dtype(ctx.code_for(sibling.test)) and _exits(sibling.body):
-                    return True
-            if isinstance(block, cst.Module):
-                return False
-        node = block
-    return False
+    node = scope.node
+    body = node.body.body if isinstance(node, cst.FunctionDef) else node.body
+    return bool(_guarded(ctx, body, statement))
+
+
+def _guarded(ctx: ModuleContext, body, target: cst.CSTNode) -> Optional[bool]:
+    """None: `target` is not in `body`; else whether a dtype guard that exits precedes it."""
+    guard = False
+    for stmt in body:
+        if stmt is target:
+            return guard
+        for suite in _suites(stmt):
+            found = _guarded(ctx, getattr(suite, "body", ()), target)
+            if found is not None:
+                return guard or found
+        if isinstance(stmt, cst.If) and _mentions_dtype(ctx.code_for(stmt.test)) and _exits(stmt.body):
+            guard = True
+    return None
+
+
+def _suites(stmt: cst.CSTNode) -> List[cst.CSTNode]:
+    """The blocks of a compound statement that run in the same function."""
+    if isinstance(stmt, cst.If):
+        out: List[cst.CSTNode] = [stmt.body]
+        if isinstance(stmt.orelse, cst.If):
+            out.append(cst.IndentedBlock(body=[stmt.orelse]))
+        elif stmt.orelse is not None:
+            out.append(stmt.orelse.body)
+        return out
+    if isinstance(stmt, (cst.For, cst.While)):
+        return [stmt.body] + ([stmt.orelse.body] if stmt.orelse is not None else [])
+    if isinstance(stmt, cst.With):
+        return [stmt.body]
+    if isinstance(stmt, cst.Try):
+        out = [stmt.body] + [h.body for h in stmt.handlers]
+        out += [x.body for x in (stmt.orelse, stmt.finalbody) if x is not None]
+        return out
+    return []
 
 
 def _exits(block: cst.BaseSuite) -> bool:

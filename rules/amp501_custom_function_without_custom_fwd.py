@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from amplint import AUTOCAST, Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Scope
+from amplint.context import ModuleContext, Scope, imported_names
 from amplint.torchapi import (
     AUTOCAST_CONTEXTS,
     AUTOCAST_AWARE_OP_NAMESPACES,
@@ -71,19 +71,24 @@ class CustomFunctionWithoutCustomFwd(Rule):
     No fix: the device and whether to pass `cast_inputs` are the author's call.
 
     ## Verification
-    `amplint --verify` runs the canonical reproduction (E09): an undecorated
-    matmul Function under CPU bf16 autocast, forward and backward.
+    `amplint --verify` runs the flagged Function itself when its source can be
+    bound (small inputs under CPU bf16 autocast, forward then backward), else
+    the canonical reproduction (E09), and reports the error or the dtypes.
 
     ## Notes
     Reported only when the project uses autocast somewhere (resolved across
-    files). Silent when `forward` or `backward` carries any `custom_fwd` /
-    `custom_bwd` (or autocast) decorator, when `forward` opens its own
-    autocast region (e.g. `autocast(enabled=False)`), and for Functions that
-    only move data: distributed gather/all-reduce/scatter, `.clone()`,
-    indexing, `cat`. The extension case needs two or more of the forward's
-    inputs passed to `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module
-    built by `torch.utils.cpp_extension.load`/`load_inline` or imported as a
-    compiled extension (`_C`, `_ext`, `*_cuda`), with no explicit dtype cast in
+    files), and only when `backward` also does dtype-sensitive work (an
+    autocastable op or a kernel call): that is where the mismatch surfaces.
+    Silent when any method carries a `custom_fwd` / `custom_bwd` (or autocast)
+    decorator or opens its own autocast region (`autocast(enabled=False)` in
+    forward, autocast replayed in backward), for Functions without a
+    `backward`, for ops fed straight from `torch.fft` (complex tensors are not
+    autocast-eligible, §1.1), and for Functions that only move data:
+    distributed gather/all-reduce/scatter, `.clone()`, indexing, `cat`.
+    The extension case needs two or more of the forward's inputs passed to
+    `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module built by
+    `torch.utils.cpp_extension.load`/`load_inline` or imported as a compiled
+    extension (`_C`, `_ext`, `*_cuda`), with no explicit dtype cast in
     `forward`.
 
     ## References
@@ -95,7 +100,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
     name = "custom-function-without-custom-fwd"
     severity = Severity.WARNING
     message = "autograd.Function without custom_fwd/custom_bwd in an autocast project"
-    triggers = ("Function",)
+    # every spelling of torch.autograd.Function names `autograd` in an import or the base
+    triggers = ("autograd",)
+    requires = (("forward",),)
     facts = ("§1.2", "§1.3", "§4", "§5")
 
     VALID = [
@@ -204,6 +211,60 @@ with torch.autocast("cuda"):
         Valid(
             """
 import torch
+class FusedInference(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return torch.matmul(a, b)
+
+with torch.autocast("cuda"):
+    y = FusedInference.apply(a, b)
+""",
+            "no backward: an inference-only helper",
+        ),
+        Valid(
+            """
+import torch
+from torch.fft import fft, ifft
+class CircConv(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return fft(torch.einsum("...nb,mnb->...mb", ifft(x), fft(w))).real
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return fft(torch.einsum("...mb,mnb->...nb", fft(g), ifft(w))).real, None
+
+with torch.autocast("cuda"):
+    y = CircConv.apply(x, w)
+""",
+            "complex inputs from torch.fft are not autocast-eligible",
+        ),
+        Valid(
+            """
+import torch
+class ZeroLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.autocast = torch.is_autocast_enabled()
+        ctx.save_for_backward(x, w)
+        return x.matmul(w.t())
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        with torch.autocast("cuda", enabled=ctx.autocast):
+            return g.matmul(w), g.t().matmul(x)
+
+with torch.autocast("cuda"):
+    y = ZeroLinear.apply(x, w)
+""",
+            "backward replays the forward's autocast state by hand (DeepSpeed ZeRO-3 linear)",
+        ),
+        Valid(
+            """
+import torch
 from . import _C
 class Sort(torch.autograd.Function):
     @staticmethod
@@ -275,6 +336,11 @@ class DeformConvFunction(ag.Function):
         ctx.save_for_backward(input, offset, weight)
         return deform.forward(input, weight, offset, stride)
 
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, offset, weight = ctx.saved_tensors
+        return deform.backward(grad_output, input, weight, offset)
+
 def train(model, loader, use_amp):
     for x in loader:
         with torch.autocast("cuda", enabled=use_amp):
@@ -290,7 +356,15 @@ class Attention(torch.autograd.function.Function):
     @staticmethod
     def forward(ctx, q, k, v):
         scores = torch.einsum("bhqd,bhkd->bhqk", q, k)
-        return torch.bmm(scores.softmax(-1), v)
+        probs = scores.softmax(-1)
+        ctx.save_for_backward(q, k, v, probs)
+        return torch.bmm(probs, v)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, probs = ctx.saved_tensors
+        grad_v = torch.bmm(probs.transpose(1, 2), grad)
+        return None, None, grad_v
 
 with torch.cpu.amp.autocast():
     y = Attention.apply(q, k, v)
@@ -304,37 +378,50 @@ with torch.cpu.amp.autocast():
         if not functions:
             return
         extensions = _extension_names(ctx)
+        scopes = {id(s.node): s for s in ctx.scopes}
         for cls in functions:
             methods = _methods(cls)
-            forward = methods.get("forward")
-            if forward is None:
-                continue
+            forward, backward = methods.get("forward"), methods.get("backward")
+            if forward is None or backward is None:
+                continue  # inference-only helper: nothing runs outside autocast
             if any(_is_amp_decorator(ctx, d) for m in methods.values() for d in m.decorators):
                 continue
-            scope = next((s for s in ctx.scopes if s.node is forward), None)
-            if scope is None or _opens_autocast(ctx, scope):
+            fwd, bwd = scopes.get(id(forward)), scopes.get(id(backward))
+            if fwd is None or bwd is None:
                 continue
-            op = _autocastable_op(ctx, scope, forward)
+            if any(_opens_autocast(ctx, scopes.get(id(m))) for m in methods.values()):
+                continue  # the author manages autocast by hand (e.g. replays it in backward)
+            setup_context = "setup_context" in methods
+            in_backward = _autocastable_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
+            if not in_backward:
+                continue  # backward does no dtype-sensitive work
+            op = _autocastable_op(ctx, fwd, forward)
             if op is not None:
                 message = (
-                    f"`{cls.name.value}.forward` runs `{op}`, which autocast lowers to fp16/bf16, but the "
-                    f"Function has no `custom_fwd`/`custom_bwd`: backward runs outside autocast against fp32 "
-                    f"saved tensors and fails with dtype mismatches such as `{_E09}`; decorate forward with "
-                    f"`@torch.amp.custom_fwd(device_type=...)` and backward with `@torch.amp.custom_bwd(device_type=...)`"
+                    f"`{cls.name.value}.forward` runs `{op}`, which autocast lowers to fp16/bf16, but the Function "
+                    f"has no `custom_fwd`/`custom_bwd`: backward runs outside autocast, mixing low-precision "
+                    f"grads and saved tensors with fp32 ones, which fails with errors such as `{_E09}` "
+                    f"(amp-facts E09); decorate forward with `@torch.amp.custom_fwd(device_type=...)` and "
+                    f"backward with `@torch.amp.custom_bwd(device_type=...)`"
                 )
-                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": op, "kind": "autocastable-op"})
+                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)})
                 continue
-            kernel = _extension_call(ctx, scope, forward, "setup_context" in methods, extensions)
+            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
             if kernel is not None:
                 name, count = kernel
                 message = (
                     f"`{cls.name.value}.forward` passes {count} float inputs to the compiled kernel `{name}` "
-                    f"without `custom_fwd`: under autocast they arrive in mixed dtypes (fp16 activations next to "
-                    f"fp32 weights) and the kernel is not autocast-aware; use "
+                    f"without `custom_fwd`: under autocast they can arrive in mixed dtypes (fp16 activations next "
+                    f"to fp32 weights) and the kernel is not autocast-aware; use "
                     f"`@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)` and "
                     f"`@torch.amp.custom_bwd(device_type=...)`"
                 )
-                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": name, "kind": "extension"})
+                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": name, "kind": "extension", **_class_data(ctx, cls)})
+
+
+def _class_data(ctx: ModuleContext, cls: cst.ClassDef) -> dict:
+    """What the verifier needs to rebuild the Function: its source and import bindings."""
+    return {"class_name": cls.name.value, "snippet": ctx.code_for(cls).strip(), "names": imported_names(ctx, cls)}
 
 
 def _function_classes(ctx: ModuleContext) -> List[cst.ClassDef]:
@@ -378,7 +465,9 @@ def _is_amp_decorator(ctx: ModuleContext, decorator: cst.Decorator) -> bool:
     return "custom_fwd" in last or "custom_bwd" in last or "autocast" in last
 
 
-def _opens_autocast(ctx: ModuleContext, scope: Scope) -> bool:
+def _opens_autocast(ctx: ModuleContext, scope: Optional[Scope]) -> bool:
+    if scope is None:
+        return False
     for region in ctx.regions:
         info = ctx.call_info(region.call)
         if info is not None and info.scope is scope:
@@ -412,7 +501,7 @@ class _MatMul(cst.CSTVisitor):
 def _autocastable_op(ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef) -> Optional[str]:
     for call in scope.calls:
         hit = call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS
-        if hit:
+        if hit and not _complex_input(ctx, call.node):
             return sorted(hit)[0]
         if (
             call.method in AUTOCAST_LOWER_PRECISION_METHODS
@@ -424,6 +513,14 @@ def _autocastable_op(ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef)
     visitor = _MatMul()
     forward.visit(visitor)
     return "@ (matmul)" if visitor.found else None
+
+
+def _complex_input(ctx: ModuleContext, call: cst.Call) -> bool:
+    """An argument straight out of `torch.fft`: complex, so not eligible for autocast (§1.1)."""
+    for arg in call.args:
+        if isinstance(arg.value, cst.Call) and any(q.startswith("torch.fft.") for q in ctx.qualnames(arg.value.func)):
+            return True
+    return False
 
 
 def _is_module_name(ctx: ModuleContext, dotted: Optional[str]) -> bool:
@@ -459,12 +556,13 @@ def _looks_compiled(name: str) -> bool:
 
 
 def _extension_call(
-    ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef, setup_context: bool, extensions: Set[str]
+    ctx: ModuleContext, scope: Scope, func: cst.FunctionDef, setup_context: bool, extensions: Set[str], least: int
 ) -> Optional[Tuple[str, int]]:
-    params = [p.name.value for p in forward.params.params if not _config_default(p.default)]
+    """A compiled-kernel call in `func` receiving at least `least` of its tensor parameters."""
+    params = [p.name.value for p in func.params.params if not _config_default(p.default)]
     if not setup_context and params:
         params = params[1:]  # ctx
-    if len(params) < 2:
+    if len(params) < least:
         return None
     for call in scope.calls:
         if call.method in _CAST_METHODS or (call.method in ("to", "type") and _casts(ctx, call.node)):
@@ -482,7 +580,7 @@ def _extension_call(
             continue
         passed = {a.value.value for a in call.node.args if isinstance(a.value, cst.Name)}
         count = len(passed & set(params))
-        if count >= 2:
+        if count >= least or least <= 1:
             return dotted, count
     return None
 

@@ -150,7 +150,7 @@ class Model(nn.Module):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
-        regions = [r for r in ctx.regions if _cuda_region(r) and r.dtype == "bf16"]
+        regions = [r for r in ctx.regions if _cuda_region(r) and r.dtype == "bf16" and not _version_gated(ctx, r)]
         if not regions or capability_checked(ctx, bf16=True):
             return
         bare = bool(ctx.calls_to(*torchapi.BF16_SUPPORT_FUNCTIONS))
@@ -170,6 +170,12 @@ class Model(nn.Module):
 
 def _cuda_region(r: AutocastRegion) -> bool:
     return r.device == "cuda" and r.enabled is not False and not r.framework
+
+
+def _version_gated(ctx: ModuleContext, r: AutocastRegion) -> bool:
+    """Regions in compatibility branches for old torch versions (`if TORCH_VERSION < ...`)."""
+    info = ctx.call_info(r.call)
+    return info is not None and ctx.is_version_gated(info.path)
 
 
 def _count(regions: List[AutocastRegion]) -> str:

@@ -5,7 +5,7 @@ from typing import Iterator
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint import torchapi
-from amplint.context import ModuleContext
+from amplint.context import AutocastRegion, ModuleContext
 
 
 class Fp16WithoutTensorCoreCheck(Rule):
@@ -148,7 +148,10 @@ class Net(nn.Module):
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         regions = [
-            r for r in ctx.regions if r.device == "cuda" and r.dtype == "fp16" and r.enabled is not False and not r.framework
+            r
+            for r in ctx.regions
+            if r.device == "cuda" and r.dtype == "fp16" and r.enabled is not False and not r.framework
+            and not _version_gated(ctx, r)
         ]
         if not regions or ctx.calls_to(*torchapi.CAPABILITY_FUNCTIONS):
             return
@@ -159,3 +162,9 @@ class Net(nn.Module):
             f"not come; check or log `torch.cuda.get_device_capability() >= (7, 0)`"
         )
         yield ctx.diagnostic(self, regions[0].call, message, data={"regions": len(regions)})
+
+
+def _version_gated(ctx: ModuleContext, r: AutocastRegion) -> bool:
+    """Regions in compatibility branches for old torch versions (`if TORCH_VERSION < ...`)."""
+    info = ctx.call_info(r.call)
+    return info is not None and ctx.is_version_gated(info.path)

@@ -92,6 +92,7 @@ class Dec(torch.autograd.Function):
 CASES = [
     # AMP001
     ("001-autocast", "AMP001", {"api": "torch.cuda.amp.autocast"}, "confirmed", "experiment"),
+    ("001-rule-data", "AMP001", {"deprecated": "torch.cpu.amp.GradScaler", "category": "FutureWarning"}, "confirmed", "experiment"),
     ("001-snippet", "AMP001", {"api": "torch.cuda.amp.GradScaler", "snippet": "torch.cuda.amp.GradScaler(enabled=True)"}, "confirmed", "snippet"),
     ("001-getter", "AMP001", {"api": "torch.get_autocast_gpu_dtype"}, "confirmed", "experiment"),
     ("001-current-api", "AMP001", {"api": "torch.amp.GradScaler", "snippet": "torch.amp.GradScaler('cpu')"}, "not-reproduced", "snippet"),
@@ -109,6 +110,7 @@ CASES = [
     ("102-canonical", "AMP102", {}, "confirmed", "experiment"),
     ("102-snippet", "AMP102", {"step_source": "scaler.scale(loss).backward()\noptimizer.step()\nscaler.update()"}, "confirmed", "snippet"),
     ("102-adam", "AMP102", {"optimizer_class": "Adam"}, "confirmed", "experiment"),
+    ("102-unscaled-first", "AMP102", {"optimizer": "opt", "scaler": "scaler", "unscaled": True}, "confirmed", "experiment"),
     ("102-scaler-step", "AMP102", {"step_source": "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()"}, "not-reproduced", "snippet"),
     # AMP103
     ("103-canonical", "AMP103", {}, "confirmed", "experiment"),
@@ -119,11 +121,29 @@ CASES = [
     ("104-every-micro-batch", "AMP104", {"step_source": AMP104_BAD}, "confirmed", "snippet"),
     ("104-silent", "AMP104", {"step_source": AMP104_SILENT}, "confirmed", "snippet"),
     ("104-boundary", "AMP104", {"step_source": AMP104_GOOD}, "not-reproduced", "snippet"),
+    ("104-shape-every-updated", "AMP104", {"shape": "every-updated"}, "confirmed", "experiment"),
+    ("104-shape-sometimes", "AMP104", {"shape": "sometimes"}, "confirmed", "experiment"),
+    ("104-shape-twice", "AMP104", {"shape": "twice"}, "confirmed", "experiment"),
+    ("104-shape-update", "AMP104", {"shape": "update"}, "confirmed", "experiment"),
     # AMP105
     ("105-fp16", "AMP105", {"dtype": "fp16"}, "confirmed", "experiment"),
     ("105-bf16", "AMP105", {"dtype": "bf16"}, "not-reproduced", "experiment"),
+    # AMP106
+    ("106-fp16", "AMP106", {"optimizer": "opt", "module": "model"}, "confirmed", "experiment"),
+    ("106-bf16", "AMP106", {"dtype": "bf16"}, "not-reproduced", "experiment"),
+    # AMP107
+    ("107-fp16", "AMP107", {"where": "train_one_epoch"}, "confirmed", "experiment"),
+    ("107-bf16", "AMP107", {"dtype": "bf16"}, "not-reproduced", "experiment"),
+    # AMP203
+    ("203-linear", "AMP203", {"op": "linear", "device": "cpu", "dtype": "bf16"}, "confirmed", "experiment"),
+    ("203-conv2d", "AMP203", {"op": "conv2d", "device": None, "dtype": "fp16"}, "confirmed", "experiment"),
+    ("203-cpu-unlisted", "AMP203", {"op": "addmv", "device": "cpu", "dtype": "bf16"}, "not-reproduced", "experiment"),
+    # AMP204
+    ("204-linear", "AMP204", {"name": "h", "source_op": "linear", "op": "linear", "device": "cpu", "dtype": "bf16"}, "confirmed", "experiment"),
+    ("204-cpu-unlisted-source", "AMP204", {"source_op": "addr", "op": "linear", "device": "cpu"}, "not-reproduced", "experiment"),
     # AMP201
     ("201-sgd", "AMP201", {"optimizer_class": "SGD", "lr": 0.1}, "confirmed", "experiment"),
+    ("201-no-class", "AMP201", {"optimizer": "opt", "subject": "model"}, "confirmed", "experiment"),
     ("201-adam", "AMP201", {"optimizer_class": "torch.optim.Adam", "lr": 1e-3, "eps": 1e-8}, "confirmed", "experiment"),
     ("201-large-lr", "AMP201", {"optimizer_class": "SGD", "lr": 100.0}, "not-reproduced", "experiment"),
     # AMP301
@@ -156,6 +176,7 @@ CASES = [
     ("501-decorated", "AMP501", {"snippet": AMP501_DECORATED}, "not-reproduced", "snippet"),
     # AMP503
     ("503-canonical", "AMP503", {}, "confirmed", "experiment"),
+    ("503-rule-data", "AMP503", {"decorator": "torch.amp.custom_bwd"}, "confirmed", "experiment"),
     ("503-snippet", "AMP503", {"snippet": "@torch.amp.custom_fwd(cast_inputs=torch.float32)"}, "confirmed", "snippet"),
     ("503-device-type", "AMP503", {"snippet": "torch.amp.custom_fwd(device_type='cuda', cast_inputs=torch.float32)"}, "not-reproduced", "snippet"),
 ]
@@ -167,7 +188,8 @@ def _with_device(data: dict, device_type: str) -> dict:
 
 @pytest.fixture(scope="module")
 def cpu_runner():
-    with Runner(device="cpu", timeout=120) as runner:
+    # tests/ on the path: the memory test runs an experiment from test_verify_isolation.py
+    with Runner(device="cpu", timeout=120, extra_sys_path=[os.path.dirname(os.path.abspath(__file__))]) as runner:
         runner.start()
         yield runner
 
@@ -202,8 +224,12 @@ def test_numbers_in_evidence(cpu_runner):
     v = cpu_runner.run("AMP102", {})
     assert v["evidence"]["update_ratio"] == 65536.0
     assert v["evidence"]["error"]["message"] == "No inf checks were recorded prior to update."
-    v = cpu_runner.run("AMP303", {})
+    v = cpu_runner.run("AMP203", {"op": "addmv", "device": "cuda"})
+    if v["device"] == "cpu":  # only the CUDA list lowers addmv: never claimed from a CPU run
+        assert (v["verdict"], v["reason"]) == ("inconclusive", "needs CUDA")
+    v = cpu_runner.run("AMP303", {"device": "cuda"})
     assert "unsafe to autocast" in v["evidence"]["error"]["message"]
+    assert v["evidence"]["ran_on"] == "cpu (the flagged code targets cuda)"
     assert "AutocastCUDA" in v["evidence"]["ran_under"]  # reached the CUDA kernel, not CPU autocast
 
 
@@ -232,6 +258,17 @@ def test_refused_snippet_falls_back_and_writes_nothing(cpu_runner, tmp_path):
 def test_snippet_failing_both_ways_falls_back(cpu_runner):
     v = cpu_runner.run("AMP101", {"step_source": "scaler.scale(loss).backward()\nmodel.module.foo()\nscaler.step(opt)"})
     assert v["method"] == "experiment" and "with and without scaling" in v["evidence"]["snippet_skipped"]
+
+
+def test_cpu_worker_caps_its_memory(cpu_runner):
+    ev = cpu_runner.run("TEST", {}, target="test_verify_isolation:limits")["evidence"]
+    if not ev.get("as") or ev["as"][0] == "unlimited":
+        pytest.skip("no RLIMIT_AS here")
+    restarts = cpu_runner.restarts
+    v = cpu_runner.run("TEST", {"bytes": int(ev["as"][0])}, target="test_verify_isolation:hog")
+    assert v["verdict"] == "error" and "MemoryError" in v["reason"], v
+    assert cpu_runner.run("TEST", {}, target="test_verify_isolation:ok")["verdict"] == "confirmed"
+    assert cpu_runner.restarts == restarts  # a MemoryError is a verdict, not a crash
 
 
 # ------------------------------------------------------------------ snippet analysis (no worker)
@@ -295,7 +332,7 @@ def cuda_runner():
 
 
 # verdicts that must not change on CUDA (the others only must not be `error`)
-_CUDA_STABLE = {"AMP001", "AMP002", "AMP101", "AMP102", "AMP103", "AMP104", "AMP301", "AMP303", "AMP401", "AMP501", "AMP503"}
+_CUDA_STABLE = {"AMP001", "AMP002", "AMP101", "AMP102", "AMP103", "AMP104", "AMP106", "AMP301", "AMP303", "AMP401", "AMP501", "AMP503"}
 
 
 @pytest.mark.cuda

@@ -127,7 +127,8 @@ def test_verify_end_to_end_json_and_tree_untouched(tmp_path):
     (tree / "pkg" / "ok.py").write_text(CLEAN)
     (tree / "pyproject.toml").write_text('[tool.amplint.verify]\ndevice = "cpu"\ntimeout = 120\n')
     before = _snapshot(tree)
-    proc = _amplint(["--verify", "--output-format", "json", str(tree)], cwd=str(tree))
+    # --no-cache: the linter's own cache lives beside pyproject.toml; this test is about the verifier
+    proc = _amplint(["--verify", "--no-cache", "--output-format", "json", str(tree)], cwd=str(tree))
     assert proc.returncode == 1, proc.stderr
     findings = json.loads(proc.stdout)
     assert [f["code"] for f in findings] == ["AMP101"]
@@ -136,3 +137,78 @@ def test_verify_end_to_end_json_and_tree_untouched(tmp_path):
     assert v["device"] == "cpu"  # from [tool.amplint.verify]
     assert v["evidence"]["ratio"] == 65536.0 and v["torch"] and v["seed"] == 0 and "duration_s" in v
     assert _snapshot(tree) == before, "amplint --verify changed the linted tree"
+
+
+def _verified_diagnostic() -> Diagnostic:
+    return Diagnostic(
+        code="AMP101",
+        name="clip-grad-before-unscale",
+        message="gradient clipping on scaled gradients",
+        severity=Severity.ERROR,
+        filename="train.py",
+        location=Location(8, 5),
+        end_location=Location(8, 60),
+        verification={"verdict": "confirmed", "method": "snippet", "evidence": {"ratio": 65536.0, "x": "inf"}, "device": "cpu"},
+    )
+
+
+def test_json_and_sarif_carry_the_verification():
+    d = _verified_diagnostic()
+    assert json.loads(renderer("json")([d]))[0]["verification"]["evidence"]["ratio"] == 65536.0
+    sarif = json.loads(renderer("sarif")([d]))
+    assert sarif["runs"][0]["results"][0]["properties"]["verification"]["verdict"] == "confirmed"
+    from tests.test_report_formats import _validate
+
+    _validate(sarif)
+
+
+def test_verify_diagnostics_runs_identical_findings_once(monkeypatch):
+    import amplint.verify as verify
+
+    calls = []
+
+    class FakeRunner:
+        def start(self):
+            return {}
+
+        def run(self, code, data):
+            calls.append((code, dict(data)))
+            return {"verdict": "confirmed", "n": len(calls)}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(verify, "torch_available", lambda: True)
+    a, b, c = (_verified_diagnostic() for _ in range(3))
+    for d, literal in ((a, 1.0), (b, 1.0), (c, 2.0)):
+        d.verification, d.data = None, {"threshold": literal}
+    other = _verified_diagnostic()
+    other.code, other.verification = "AMP999", None  # no experiment: left alone
+    assert verify.verify_diagnostics([a, b, c, other], runner=FakeRunner()) == 3
+    assert len(calls) == 2 and a.verification == b.verification and c.verification["n"] == 2
+    assert other.verification is None
+
+
+@pytest.mark.parametrize("spec,ok", [("auto", True), ("CPU", True), ("cuda", True), ("cuda:1", True), ("cuda:x", False), ("mps", False)])
+def test_validate_device(spec, ok):
+    from amplint.verify import VerifyError, validate_device
+
+    if ok:
+        assert validate_device(spec) == spec.lower()
+    else:
+        with pytest.raises(VerifyError):
+            validate_device(spec)
+
+
+def test_experiments_ship_in_the_wheel():
+    """setuptools lists packages explicitly: the experiments subpackage must be among them."""
+    import sys as _sys
+
+    if _sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
+        packages = tomllib.load(fh)["tool"]["setuptools"]["packages"]
+    assert "amplint.verify.experiments" in packages

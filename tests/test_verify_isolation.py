@@ -63,6 +63,17 @@ def noisy(data, lab):
     return lab.not_reproduced("quiet", {})
 
 
+def limits(data, lab):
+    with open("/proc/self/limits") as fh:
+        rows = {line[:26].strip(): line[26:].split()[:2] for line in fh}
+    return lab.confirmed("limits", {"as": rows.get("Max address space"), "core": rows.get("Max core file size")})
+
+
+def hog(data, lab):
+    block = bytearray(data["bytes"])  # MemoryError under the worker's RLIMIT_AS
+    return lab.confirmed("allocated", {"len": len(block)})
+
+
 def write_cwd(data, lab):
     with open("scratch.txt", "w") as fh:
         fh.write("x")
@@ -110,6 +121,9 @@ def test_timeout_crash_and_restart(tmp_path, monkeypatch):
     # lazy: restarts after a kill do not re-import torch (test speed); uses_torch imports it once
     with Runner(device="cpu", timeout=3, extra_sys_path=[HERE], lazy=True) as runner:
         assert runner.run("TEST", {}, target=f"{T}:uses_torch", timeout=180)["device"] == "cpu"
+        if os.path.exists("/proc/self/limits"):
+            ev = runner.run("TEST", {}, target=f"{T}:limits")["evidence"]
+            assert ev["core"] == ["0", "0"]
         first = runner.run("TEST", {}, target=f"{T}:write_cwd")
         assert first["verdict"] == "confirmed"
         workdir = runner.workdir
@@ -145,3 +159,23 @@ def test_timeout_crash_and_restart(tmp_path, monkeypatch):
     assert pid is not None and wait_dead(pid)
     assert not os.path.exists(workdir), "the temporary directory was not removed"
     assert not os.listdir(tree), "the worker wrote into the caller's directory"
+
+
+def test_worker_exits_when_amplint_dies(tmp_path):
+    """A hung experiment must not outlive a killed parent (the worker watches its parent)."""
+    pid_file = tmp_path / "pids"
+    script = (
+        "import sys; from amplint.verify import Runner\n"
+        f"r = Runner(device='cpu', timeout=600, extra_sys_path=[{HERE!r}], lazy=True)\n"
+        f"r.run('TEST', {{'pid_file': {str(pid_file)!r}}}, target='{T}:hang')\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline and parent.poll() is None
+        time.sleep(0.1)
+    worker, grandchild = map(int, pid_file.read_text().split())
+    parent.kill()
+    parent.wait()
+    assert wait_dead(worker, 15) and wait_dead(grandchild, 15), "the worker outlived amplint"
+

@@ -108,6 +108,8 @@ def document(diagnostics: Sequence[Diagnostic], root: Optional[str] = None, rule
             result["properties"] = {"cell": d.cell}
         elif d.fix is not None:
             result["fixes"] = [_fix(d, root)]
+        if d.verification is not None:  # `amplint --verify`: the verdict and its evidence
+            result.setdefault("properties", {})["verification"] = d.verification
         results.append(result)
     return {
         "$schema": SCHEMA_URI,

@@ -346,6 +346,7 @@ ROLE_PATTERNS: List[Tuple[str, "re.Pattern[str]"]] = [
     ("model", _R(r"^(model|net|network|module|\w+_model|model_\w+|\w+_net)$")),
     ("scheduler", _R(r"^(scheduler|sched|lr_scheduler|\w+_scheduler)$")),
     ("params", _R(r"^(params|parameters|model_params|trainable_params|param_list)$")),
+    ("loader", _R(r"^(\w*loader|\w*_dl|dl|batches|train_data|train_iter)$")),
     ("x", _R(r"^(x|xb|inputs?|inp|images?|imgs?|data|features|src|batch_x)$")),
     ("y", _R(r"^(y|yb|targets?|labels?|batch_y|gt)$")),
     ("index", _R(r"^(i|j|step|it|itr|iter|iteration|idx|batch_idx|batch_index|micro_step|global_step|n_iter|iter_num|step_idx|batch_i|b_idx|cur_iter)$")),
@@ -679,6 +680,8 @@ def prepare_training(spec: TrainingSpec) -> Prepared:
     if "accum" in all_roles:
         assumed["accumulation steps"] = 2
     uses_index = "index" in all_roles or "accum" in all_roles
+    if "loss" in all_roles:
+        assumed["loss"] = "MSE of the tiny model on a fixed batch"
     return Prepared(tree, compile_statements(tree), free, roles, uses_index, assumed)
 
 
@@ -697,6 +700,7 @@ class RunRecord:
     harness_update_error: Optional[Dict[str, Any]] = None
     nonfinite_params: int = 0
     init_scale: float = 0.0
+    delta: Any = None  # flat tensor of the parameter change (for comparing runs)
 
 
 @contextlib.contextmanager
@@ -810,6 +814,7 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
                 "device": lab.device,
                 "dtype": spec.dtype if spec.dtype is not None else torch.float32,
                 "sink": Sink(),
+                "loader": [lab.batch(j) for j in range(lab.ACCUM)],
             }[role]
 
         def bind(roles: Dict[str, Any], k: int, x: Any, y: Any, loss: Any, label: str) -> Dict[str, Any]:
@@ -857,6 +862,7 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
         delta = sum(float((p.detach().float() - s.float()).pow(2).sum()) for p, s in zip(params, start))
         record.param_delta = math.sqrt(delta) if math.isfinite(delta) else float("inf")
         record.nonfinite_params = int(sum(int((~torch.isfinite(p)).sum()) for p in params))
+        record.delta = torch.cat([(p.detach().float() - s.float()).flatten() for p, s in zip(params, start)])
     return record
 
 

@@ -42,6 +42,24 @@ def _protocol_stream():
     return proto
 
 
+def _watch_parent() -> None:
+    """Exit when the parent goes away (killed amplint): never outlive it, even mid-experiment."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                try:  # the worker leads its own process group: take its children along
+                    os.killpg(os.getpgid(0), 9)
+                finally:
+                    os._exit(1)
+
+    threading.Thread(target=watch, name="amplint-parent-watch", daemon=True).start()
+
+
 def _limit_resources(device_type: str) -> None:
     """No core files; cap the address space on CPU (CUDA maps huge virtual ranges, so not there)."""
     try:
@@ -118,12 +136,19 @@ def run_one(lab: Any, request: Dict[str, Any]) -> Dict[str, Any]:
         tb = traceback.format_exc(limit=-3)
         result = lab.error(f"experiment failed: {type(exc).__name__}: {str(exc)[:300]}", traceback=tb[-1500:])
     finally:
-        lab.end()
+        try:
+            lab.end()
+        except Exception as exc:  # noqa: BLE001 - e.g. a CUDA error surfacing at synchronize
+            result = lab.error(f"the device failed after the experiment: {type(exc).__name__}: {str(exc)[:300]}")
     out = dict(result)
+    env = lab.env()
+    if data.get("device") == "cuda" and env.get("device_type") == "cpu" and out.get("verdict") in VERDICTS[:2]:
+        # honest about where it ran: the verdict is about behaviour CPU and CUDA share
+        out.setdefault("evidence", {})["ran_on"] = "cpu (the flagged code targets cuda)"
     out.setdefault("method", "experiment")
     out.setdefault("evidence", {})
     out.setdefault("dtype", data.get("dtype"))
-    out.update(lab.env())
+    out.update(env)
     out["experiment"] = code
     out["seed"] = seed
     out["duration_s"] = round(time.perf_counter() - start, 3)
@@ -137,6 +162,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--lazy", action="store_true", help="import torch only when an experiment needs it")
     args = parser.parse_args(argv)
     proto = _protocol_stream()
+    _watch_parent()
 
     def send(obj: Dict[str, Any]) -> None:
         proto.write(json.dumps(obj) + "\n")

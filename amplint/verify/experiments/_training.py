@@ -24,6 +24,14 @@ class ScalingResult:
     notes: Dict[str, Any] = field(default_factory=dict)
 
     @property
+    def dtype(self) -> Any:
+        """The autocast dtype the loss really ran in: the lab computes `loss` (canonical runs, or a
+        slice reading a free `loss`) under `spec.dtype`; a slice computing its own loss decides itself."""
+        if self.method == "experiment" or "loss" in self.prepared.assumed:
+            return self.spec.dtype or "fp32"
+        return None
+
+    @property
     def scale(self) -> float:
         return self.enabled.init_scale
 
@@ -32,6 +40,17 @@ class ScalingResult:
         if self.disabled.param_delta == 0.0:
             return None if self.enabled.param_delta == 0.0 else float("inf")
         return self.enabled.param_delta / self.disabled.param_delta
+
+    def update_difference(self) -> Optional[float]:
+        """||dW(enabled) - dW(disabled)|| / ||dW(disabled)||: ~0 when the scaler is transparent."""
+        e, d = self.enabled.delta, self.disabled.delta
+        if e is None or d is None:
+            return None
+        ref = float(d.norm())
+        if ref == 0.0:
+            return None
+        diff = float((e - d).norm())
+        return diff / ref if diff == diff else float("inf")
 
     def enabled_only_error(self) -> Optional[Dict[str, Any]]:
         """An exception (in the slice or the next update()) that only the scaled run raised."""
@@ -46,8 +65,9 @@ class ScalingResult:
     def base_evidence(self, lab: Any) -> Dict[str, Any]:
         ev: Dict[str, Any] = {"loss_scale": lab.num(self.scale)}
         ev.update(self.notes)
-        if self.prepared.assumed and self.method == "snippet":
-            ev["assumed"] = dict(self.prepared.assumed)
+        assumed = {k: v for k, v in self.prepared.assumed.items() if k != "loss"}
+        if assumed and self.method == "snippet":
+            ev["assumed"] = assumed
         return ev
 
 

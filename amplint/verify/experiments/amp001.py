@@ -31,7 +31,7 @@ def _call_api(torch: Any, api: str) -> Any:
 
 def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     torch = lab.torch
-    api = str(data.get("api") or CANONICAL_API)
+    api = str(data.get("api") or data.get("deprecated") or CANONICAL_API)
     tree = api_snippet(data.get("snippet"), data)
     method = "snippet" if tree is not None else "experiment"
     ev: Dict[str, Any] = {"api": api}
@@ -56,6 +56,9 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         ev["error"] = lab.exc(error)
     if deprecations:
         w = deprecations[0]
+        expected = data.get("warning")
+        if isinstance(expected, str) and expected:
+            ev["message_as_the_finding_says"] = expected.strip() in str(w.message)
         return lab.confirmed(f"{w.category.__name__}: {str(w.message)[:200]}", ev, method=method)
     if error is not None and tree is not None:
         # the user's call failed for another reason: try the bare API

@@ -16,7 +16,7 @@ CANONICAL_API = "torch.cuda.amp.autocast"
 
 def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     torch = lab.torch
-    api = str(data.get("api") or CANONICAL_API)
+    api = str(data.get("api") or data.get("deprecated") or CANONICAL_API)
     tree = api_snippet(data.get("snippet"), data)
     ev: Dict[str, Any] = {"api": api}
     if tree is not None:

@@ -67,7 +67,7 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         ev["fraction_clipped_on_true_grads"] = lab.num(cd.get("fraction_clipped"))
     if e.exception:
         ev["error"] = e.exception
-    dtype = res.spec.dtype or "fp32"
+    dtype = res.dtype
     if ratio > 1.5:
         if ce["seen"] > thr:
             tail = f"it clipped to {fmt(thr)} and the real update came out {fmt(shrink)}x smaller than with unscaled clipping"

@@ -14,6 +14,13 @@ CANONICAL = """\
 scaler.scale(loss).backward()
 optimizer.step()
 """
+#: `unscaled: true` findings: unscale_ ran first, so the size is right but an overflowed step is applied
+CANONICAL_UNSCALED = """\
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)
+optimizer.step()
+scaler.update()
+"""
 
 
 def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
@@ -22,6 +29,8 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
             return "the flagged code never stepped the optimizer"
         return None
 
+    if data.get("unscaled") and not data.get("step_source"):
+        return _unscaled(data, lab)
     res = run_scaling(lab, data, CANONICAL, complete_update="always", relevant=relevant)
     e = res.enabled
     ev = res.base_evidence(lab)
@@ -37,7 +46,7 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     )
     if err:
         ev["error"] = err
-    dtype = res.spec.dtype or "fp32"
+    dtype = res.dtype
     big = ratio is not None and ratio >= 2.0
     if big or err:
         parts = []
@@ -56,3 +65,29 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
             f"the update matched the unscaled run (ratio {fmt(ratio)}) and scaler.update() raised nothing", ev, method=res.method, dtype=dtype
         )
     return lab.inconclusive(f"no parameter update to compare (ratio {fmt(ratio)})", ev, method=res.method, dtype=dtype)
+
+
+def _unscaled(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
+    """unscale_ then optimizer.step(): nothing skips the step whose gradients overflowed."""
+    res = run_scaling(lab, {k: v for k, v in data.items() if k != "step_source"}, CANONICAL_UNSCALED, overflow_at=0)
+    e = res.enabled
+    ev = res.base_evidence(lab)
+    ev.update(
+        variant="unscale_ before optimizer.step()",
+        overflow_injected="inf gradient on the first step",
+        nonfinite_params=e.nonfinite_params,
+        optimizer_steps=e.optimizer_steps,
+        scale_history=e.scale_history,
+    )
+    if e.exception:
+        ev["error"] = e.exception
+    dtype = res.dtype
+    if e.nonfinite_params:
+        return lab.confirmed(
+            f"the overflowed step was applied: {e.nonfinite_params} parameters became inf/NaN "
+            f"(scaler.step would have skipped it; the scale still backed off to {fmt(e.scale_history[-1] if e.scale_history else None)})",
+            ev,
+            method=res.method,
+            dtype=dtype,
+        )
+    return lab.not_reproduced("the overflowed step left every parameter finite", ev, method=res.method, dtype=dtype)

@@ -37,12 +37,13 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     )
     if err:
         ev["error"] = err
-    dtype = res.spec.dtype or "fp32"
+    dtype = res.dtype
     stuck = after_overflow is not None and after_overflow >= res.scale and e.scaler_calls.get("update", 0) == 0
     if err or stuck:
         parts = []
         if err:
-            parts.append(f"iteration {err.get('iteration', 0) + 1} raised {describe_error(err)}")
+            k = err.get("iteration", 0)
+            parts.append(f"{f'iteration {k + 1}' if k else 'the step'} raised {describe_error(err)}")
         if stuck:
             parts.append(f"after an inf gradient the scale stayed {fmt(after_overflow)} (no update() backed it off)")
         return lab.confirmed("; ".join(parts), ev, method=res.method, dtype=dtype)

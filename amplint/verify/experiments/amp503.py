@@ -16,7 +16,7 @@ CANONICAL_API = "torch.amp.custom_fwd"
 
 def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     torch = lab.torch
-    api = str(data.get("api") or CANONICAL_API)
+    api = str(data.get("api") or data.get("decorator") or CANONICAL_API)
     tree = api_snippet(data.get("snippet"), data, need_call=False)
     ev: Dict[str, Any] = {"api": api}
 

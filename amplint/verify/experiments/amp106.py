@@ -1,0 +1,37 @@
+"""AMP106 scaler-with-fp16-params: `ValueError: Attempting to unscale FP16 gradients.`
+
+A tiny model converted to the finding's dtype (fp16 by default), the finding's
+`optimizer_class` (SGD by default) and a real GradScaler on the device: one
+scaled backward and `scaler.step` (amp-facts §0.7, §2 `unscale_`, E16). bf16
+parameters are accepted, so `dtype: "bf16"` does not reproduce.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+
+def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
+    torch = lab.torch
+    dtype = lab.dtype(data.get("dtype"), default=torch.float16)
+    try:
+        cls = lab.optimizer_class(data.get("optimizer_class") or "SGD")
+    except LookupError:
+        cls = torch.optim.SGD
+    model = lab.model(dtype=dtype)
+    opt = lab.optimizer(model.parameters(), cls.__name__)
+    scaler = lab.scaler()
+    x, _ = lab.batch(0, dtype=dtype)
+    loss = model(x).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    name = lab.dtype_name(dtype)
+    ev: Dict[str, Any] = {"params_dtype": name, "grad_dtype": str(next(model.parameters()).grad.dtype).replace("torch.", ""), "optimizer": cls.__name__}
+    try:
+        scaler.step(opt)
+        scaler.update()
+    except Exception as exc:  # noqa: BLE001
+        ev["error"] = lab.exc(exc)
+        if isinstance(exc, ValueError) and "FP16" in str(exc):
+            return lab.confirmed(f"scaler.step on {name} parameters raised {type(exc).__name__}: {str(exc)[:160]}", ev, dtype=dtype)
+        return lab.inconclusive(f"scaler.step raised {type(exc).__name__}, not the fp16 ValueError", ev, dtype=dtype)
+    ev["scale_after_step"] = lab.num(scaler.get_scale())
+    return lab.not_reproduced(f"GradScaler stepped {name} parameters without error", ev, dtype=dtype)
