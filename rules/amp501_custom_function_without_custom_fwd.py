@@ -80,8 +80,10 @@ class CustomFunctionWithoutCustomFwd(Rule):
     files), and only when `backward` also does dtype-sensitive work (an
     autocastable op or a kernel call): that is where the mismatch surfaces.
     Silent when any method carries a `custom_fwd` / `custom_bwd` (or autocast)
-    decorator or opens its own autocast region (`autocast(enabled=False)` in
-    forward, autocast replayed in backward), for Functions without a
+    decorator, opens its own autocast region (`autocast(enabled=False)` in
+    forward, autocast replayed in backward) or reads the autocast state
+    (`torch.get_autocast_dtype`, `is_autocast_enabled`), for `out=` calls
+    (not autocast, §1.1), for Functions without a
     `backward`, for ops fed straight from `torch.fft` (complex tensors are not
     autocast-eligible, §1.1), and for Functions that only move data:
     distributed gather/all-reduce/scatter, `.clone()`, indexing, `cat`.
@@ -265,6 +267,48 @@ with torch.autocast("cuda"):
         Valid(
             """
 import torch
+class ChunkedLogProb(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight):
+        dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else hidden.dtype
+        ctx.dtype = dtype
+        ctx.save_for_backward(hidden, weight)
+        return torch.mm(hidden.to(dtype), weight.to(dtype).t())
+
+    @staticmethod
+    def backward(ctx, g):
+        hidden, weight = ctx.saved_tensors
+        return g.to(ctx.dtype).mm(weight.to(ctx.dtype)), None
+
+with torch.autocast("cuda"):
+    y = ChunkedLogProb.apply(h, w)
+""",
+            "reads the autocast dtype and casts by hand (TRL chunked log-prob)",
+        ),
+        Valid(
+            """
+import torch
+class TiledMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        out = torch.empty(a.shape[0], b.shape[1], device=a.device)
+        torch.mm(a, b, out=out)
+        ctx.save_for_backward(a, b)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return torch.mm(g, b.t()), torch.mm(a.t(), g)
+
+with torch.autocast("cuda"):
+    y = TiledMM.apply(a, b)
+""",
+            "`out=` calls are not autocast (§1.1)",
+        ),
+        Valid(
+            """
+import torch
 from . import _C
 class Sort(torch.autograd.Function):
     @staticmethod
@@ -389,8 +433,8 @@ with torch.cpu.amp.autocast():
             fwd, bwd = scopes.get(id(forward)), scopes.get(id(backward))
             if fwd is None or bwd is None:
                 continue
-            if any(_opens_autocast(ctx, scopes.get(id(m))) for m in methods.values()):
-                continue  # the author manages autocast by hand (e.g. replays it in backward)
+            if any(_manages_autocast(ctx, scopes.get(id(m))) for m in methods.values()):
+                continue  # the author manages autocast by hand (replays it in backward, reads its dtype)
             setup_context = "setup_context" in methods
             in_backward = _autocastable_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
             if not in_backward:
@@ -465,6 +509,20 @@ def _is_amp_decorator(ctx: ModuleContext, decorator: cst.Decorator) -> bool:
     return "custom_fwd" in last or "custom_bwd" in last or "autocast" in last
 
 
+_AUTOCAST_STATE = frozenset(
+    {"torch.is_autocast_enabled", "torch.get_autocast_dtype", "torch.get_autocast_gpu_dtype", "torch.get_autocast_cpu_dtype"}
+)
+
+
+def _manages_autocast(ctx: ModuleContext, scope: Optional[Scope]) -> bool:
+    """The method opens an autocast region or reads the autocast state."""
+    if scope is None:
+        return False
+    if any(call.qualnames & _AUTOCAST_STATE for call in scope.calls):
+        return True
+    return _opens_autocast(ctx, scope)
+
+
 def _opens_autocast(ctx: ModuleContext, scope: Optional[Scope]) -> bool:
     if scope is None:
         return False
@@ -500,6 +558,8 @@ class _MatMul(cst.CSTVisitor):
 
 def _autocastable_op(ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef) -> Optional[str]:
     for call in scope.calls:
+        if call.arg(None, "out") is not None:
+            continue  # `out=` calls are not autocast (§1.1)
         hit = call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS
         if hit and not _complex_input(ctx, call.node):
             return sorted(hit)[0]
