@@ -82,7 +82,8 @@ class CustomFunctionWithoutCustomFwd(Rule):
     Silent when any method carries a `custom_fwd` / `custom_bwd` (or autocast)
     decorator, opens its own autocast region (`autocast(enabled=False)` in
     forward, autocast replayed in backward) or reads the autocast state
-    (`torch.get_autocast_dtype`, `is_autocast_enabled`), for `out=` calls
+    (`torch.get_autocast_dtype`, `is_autocast_enabled`), when `backward`
+    casts dtypes by hand (`w.to(grad.dtype)`, `.float()`), for `out=` calls
     (not autocast, §1.1), for Functions without a
     `backward`, for ops fed straight from `torch.fft` (complex tensors are not
     autocast-eligible, §1.1), and for Functions that only move data:
@@ -288,6 +289,27 @@ with torch.autocast("cuda"):
         Valid(
             """
 import torch
+import torch.nn.functional as F
+class CompressedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return F.linear(x, w)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        dtype = g.dtype
+        return g @ w.to(dtype), g.t() @ x.to(dtype)
+
+with torch.autocast("cuda"):
+    y = CompressedLinear.apply(h, w)
+""",
+            "backward casts the saved tensors to the grad's dtype (PEFT VeLoRA)",
+        ),
+        Valid(
+            """
+import torch
 class TiledMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b):
@@ -435,6 +457,8 @@ with torch.cpu.amp.autocast():
                 continue
             if any(_manages_autocast(ctx, scopes.get(id(m))) for m in methods.values()):
                 continue  # the author manages autocast by hand (replays it in backward, reads its dtype)
+            if _casts_by_hand(ctx, bwd):
+                continue  # backward converts dtypes itself (`w.to(grad.dtype)`, `.float()`)
             setup_context = "setup_context" in methods
             in_backward = _autocastable_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
             if not in_backward:
@@ -583,6 +607,12 @@ def _complex_input(ctx: ModuleContext, call: cst.Call) -> bool:
     return False
 
 
+def _casts_by_hand(ctx: ModuleContext, scope: Scope) -> bool:
+    return any(
+        call.method in _CAST_METHODS or (call.method in ("to", "type") and _casts(ctx, call.node)) for call in scope.calls
+    )
+
+
 def _is_module_name(ctx: ModuleContext, dotted: Optional[str]) -> bool:
     return bool(dotted) and ctx.imports.is_imported(dotted.split(".")[0])
 
@@ -658,6 +688,8 @@ def _casts(ctx: ModuleContext, call: cst.Call) -> bool:
             return True
         if ctx.dtype_of(arg.value) is not None:
             return True
-        if isinstance(arg.value, cst.Attribute) and arg.value.attr.value == "dtype":
-            return True
+        if isinstance(arg.value, cst.Attribute) and "dtype" in arg.value.attr.value:
+            return True  # `.to(grad.dtype)`, `.to(ctx.compute_dtype)`
+        if isinstance(arg.value, cst.Name) and "dtype" in arg.value.value:
+            return True  # `.to(dtype)`, `.to(compute_dtype)`
     return False
