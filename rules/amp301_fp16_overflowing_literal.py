@@ -8,8 +8,9 @@ from typing import Iterator, List, Optional, Tuple
 import libcst as cst
 
 from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import AutocastRegion, CallInfo, LiteralInfo, ModuleContext, Path, Scope, literal_number
+from amplint.context import AutocastRegion, CallInfo, LiteralInfo, ModuleContext, Path, Scope, literal_number, dotted_name
 from amplint.fixes import make_fix, replace_node
+
 
 FP16_MAX = 65504.0
 
@@ -63,8 +64,8 @@ class Fp16OverflowingLiteral(Rule):
     - as the fill value of `masked_fill` / `masked_fill_` / `fill_` /
       `index_fill` / `torch.full` / `new_full` / `full_like` (error: it raises);
     - in an additive mask (`scores + (1 - mask) * -1e9`, `scores += mask * -1e9`,
-      `extended_mask = (1.0 - mask) * -1e9`) or in `torch.where(mask, -1e9, x)`
-      (warning: it silently becomes `-inf`).
+      `extended_mask = (1.0 - mask) * -1e9`, `softmax(scores - 1e9, -1)`) or in
+      `torch.where(mask, -1e9, x)` (warning: it silently becomes `-inf`).
 
     The finding is kept only when the project can run fp16 (fp16 autocast,
     `.half()`, `torch.float16`, an enabled GradScaler or a dtype decided at
@@ -449,6 +450,10 @@ def _classify(ctx: ModuleContext, site: _Site) -> Optional[_Use]:
         other = first.right if first.left is site.node else first.left
         if literal_number(other) is not None:
             return None
+        # a constant shift of a whole tensor (`probs - 1e8` before a threshold) is harmless even as -inf;
+        # it matters when the shifted scores go through a softmax in the same expression
+        if not any(_is_softmax(ctx, p) for p in parents[1:] if not isinstance(p, cst.BaseStatement)):
+            return None
         return _Use("additive", other, _outermost_sum(parents), False)
     if isinstance(first, cst.BinaryOperation) and isinstance(first.operator, cst.Multiply):
         mask = first.right if first.left is site.node else first.left
@@ -471,6 +476,14 @@ def _classify(ctx: ModuleContext, site: _Site) -> Optional[_Use]:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _is_softmax(ctx: ModuleContext, node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else dotted_name(func) or ""
+    return name in ("softmax", "log_softmax")
 
 
 def _at(site: _Site, position: int, keyword: str) -> bool:
