@@ -258,7 +258,7 @@ def test_amp106_the_model_cast_back_to_fp32_is_fine():
     )
 
 
-def test_amp106_frozen_whole_model_and_conditional_cast_with_runtime_scaler():
+def test_amp106_conditional_cast_with_a_runtime_scaler_is_left_alone():
     assert not lint(
         """
         import torch
@@ -267,6 +267,22 @@ def test_amp106_frozen_whole_model_and_conditional_cast_with_runtime_scaler():
             model = model.half()
         optimizer = torch.optim.AdamW(model.parameters())
         scaler = torch.amp.GradScaler("cuda", enabled=not args.half)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        """,
+        "AMP106",
+    )
+
+
+def test_amp106_a_frozen_fp16_module_is_not_unscaled():
+    assert not lint(
+        """
+        import torch
+        encoder = Encoder().half()
+        encoder.requires_grad_(False)
+        optimizer = torch.optim.AdamW(encoder.parameters())
+        scaler = torch.amp.GradScaler("cuda")
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
