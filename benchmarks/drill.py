@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -22,13 +23,19 @@ from corpus import DRILL_PACKAGES, corpus_dir, fetch  # noqa: E402
 from amplint import Config, lint_paths  # noqa: E402
 
 
-def run() -> list:
+def run(select: tuple = (), jobs: int = 1, only: tuple = (), out: Optional[Path] = None) -> list:
     findings = []
     print(f"{'package':<24}{'files':>7}{'findings':>10}{'AMP000':>8}{'seconds':>9}")
     for name, version in DRILL_PACKAGES.items():
+        if only and name not in only:
+            continue
         folder = fetch(name, version)
         start = time.perf_counter()
-        result = lint_paths([str(folder)], Config(exclude=(".git", "__pycache__"), root=str(folder)))
+        result = lint_paths(
+            [str(folder)],
+            Config(exclude=(".git", "__pycache__"), root=str(folder), select=select),
+            jobs=jobs,
+        )
         took = time.perf_counter() - start
         crashes = sum(1 for d in result.diagnostics if d.code == "AMP000")
         for d in result.diagnostics:
@@ -43,13 +50,16 @@ def run() -> list:
                     "message": d.message,
                 }
             )
-        print(f"{name:<24}{len(result.files):>7}{len(result.diagnostics):>10}{crashes:>8}{took:>9.1f}")
+        print(f"{name:<24}{len(result.files):>7}{len(result.diagnostics):>10}{crashes:>8}{took:>9.1f}", flush=True)
+        if out is not None:  # keep what is done so far (a full drill takes many minutes)
+            out.write_text(json.dumps(findings, indent=1))
     return findings
 
 
 def show(findings: list, code: str, context: int = 4) -> None:
+    codes = set(code.split(","))
     for f in findings:
-        if f["code"] != code:
+        if f["code"] not in codes and "ALL" not in codes:
             continue
         name, version = f["package"].split("==")
         path = corpus_dir() / f"{name}-{version}" / f["file"]
@@ -63,16 +73,30 @@ def show(findings: list, code: str, context: int = 4) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--show", metavar="CODE", help="print each finding of CODE with context")
+    parser.add_argument("--show", metavar="CODE", help="print each finding of CODE (comma-separated, or ALL) with context")
+    parser.add_argument("--select", default="", help="comma-separated rule selectors (e.g. ALL for info rules too)")
+    parser.add_argument("--jobs", type=int, default=1, help="processes to lint with")
+    parser.add_argument("--packages", default="", help="comma-separated package names (default: all)")
+    parser.add_argument("--out", help="findings file (default <corpus>/drill-findings.json)")
     args = parser.parse_args()
-    out = corpus_dir() / "drill-findings.json"
+    out = Path(args.out) if args.out else corpus_dir() / "drill-findings.json"
     if args.show and out.exists():
         show(json.loads(out.read_text()), args.show.upper())
         return
-    findings = run()
+    start = time.perf_counter()
+    findings = run(
+        tuple(c for c in args.select.split(",") if c),
+        args.jobs,
+        tuple(p for p in args.packages.split(",") if p),
+        out,
+    )
+    took = time.perf_counter() - start
     out.write_text(json.dumps(findings, indent=1))
     per_rule = collections.Counter(f["code"] for f in findings)
     print("\nper rule:", dict(sorted(per_rule.items())))
+    per_severity = collections.Counter(f["severity"] for f in findings)
+    print("per severity:", dict(sorted(per_severity.items())))
+    print(f"wall time: {took:.1f}s")
     print(f"written: {out}")
     if args.show:
         show(findings, args.show.upper())
