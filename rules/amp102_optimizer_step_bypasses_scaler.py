@@ -9,6 +9,7 @@ import libcst as cst
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import Event, ModuleContext, exclusive, is_grad_scaler_call
 from amplint.fixes import make_fix, replace_node
+from amplint.steps import step_data, step_source
 
 _BACKWARDS = ("scaled_backward", "backward", "framework_backward")
 
@@ -327,6 +328,8 @@ def gan_step(gen, disc, opt_g, opt_d, scaler, loss_d, loss_g):
                 safe=False,
             )
         data = {"optimizer": opt, "scaler": scaler, "unscaled": unscaled}
+        scope = step.call.scope
+        data.update(step_data(ctx, scope, backward, opt), step_source=step_source(ctx, backward, step, scope))
         return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data)
 
 
@@ -355,3 +358,4 @@ def _is_enabled_torch_scaler(ctx: ModuleContext, key: Optional[str]) -> bool:
             if call is not None and not is_grad_scaler_call(call):
                 return False
     return True
+

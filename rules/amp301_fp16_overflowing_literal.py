@@ -363,6 +363,8 @@ with torch.autocast("cuda"):
             "snippet": ctx.code_for(use.snippet),
             "tensor": tensor_text,
             "raises": use.raises,
+            "dtype": site.lit.region.dtype if site.lit.region is not None else None,
+            "device": site.lit.region.device if site.lit.region is not None else None,
         }
         return ctx.diagnostic(
             self,
