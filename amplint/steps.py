@@ -62,7 +62,24 @@ def step_source(
             break
         if e.kind in closers and not exclusive(e.path, last.path) and _same_loops(e, last):
             end = e
-    return lines_between(ctx, first.call.statement, end.call.statement)
+    return lines_between(ctx, _start(ctx, first), end.call.statement)
+
+
+def _start(ctx: ModuleContext, first: Event) -> cst.CSTNode:
+    """`first`'s statement, or the earlier one that assigns its receiver
+    (`scaled = scaler.scale(loss)` before `scaled.backward()`)."""
+    receiver = first.call.receiver
+    if not isinstance(receiver, cst.Name):
+        return first.call.statement
+    before = [
+        a
+        for a in ctx.assignments_to(receiver.value, first.call.scope)
+        if a.order < first.order and a.scope is first.call.scope and not exclusive(a.path, first.path)
+    ]
+    latest = max(before, key=lambda a: a.order) if before else None
+    if latest is not None and latest.statement is not None:
+        return latest.statement
+    return first.call.statement
 
 
 def _same_loops(a: Event, b: Event) -> bool:

@@ -311,5 +311,8 @@ def step(model, opt, scaler, loss):
             "step_source": step_source(ctx, backward, step or clip, scope),
         }
         data.update({k: v for k, v in step_data(ctx, scope, backward, data["optimizer"]).items() if k not in data})
+        spelled, qualname = clip.call.dotted, clip.call.qualname
+        if spelled and qualname and "." not in spelled and spelled != qualname.rsplit(".", 1)[-1]:
+            data["names"] = {spelled: qualname}  # an alias (`clip_grad_norm_ as clip`) the verifier resolves
         return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data)
 

@@ -329,7 +329,12 @@ def gan_step(gen, disc, opt_g, opt_d, scaler, loss_d, loss_g):
             )
         data = {"optimizer": opt, "scaler": scaler, "unscaled": unscaled}
         scope = step.call.scope
-        data.update(step_data(ctx, scope, backward, opt), step_source=step_source(ctx, backward, step, scope))
+        data.update(step_data(ctx, scope, backward, opt))
+        if not any(
+            e.kind == "scaler_step" and e.scaler == scaler and e.order < step.order and not exclusive(e.path, step.path)
+            for e in scope.events
+        ):  # with another optimizer stepped through the scaler, a one-optimizer slice would not behave the same
+            data["step_source"] = step_source(ctx, backward, step, scope)
         return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data)
 
 

@@ -379,7 +379,7 @@ ROLE_PATTERNS: List[Tuple[str, "re.Pattern[str]"]] = [
     ("scaler", _R(r"^(scaler|grad_scaler|loss_scaler|amp_scaler|gradscaler|\w+_scaler)$")),
     ("optimizer", _R(r"^(opt|optim|optimizer|optimiser|opt_\w+|optimizer_\w+|\w+_opt|\w+_optim|\w+_optimizer)$")),
     ("criterion", _R(r"^(criterion|loss_fn|loss_func|loss_function|lossfn|criteria|loss_module)$")),
-    ("loss", _R(r"^(loss|losses?_?\w*|\w+_loss)$")),
+    ("loss", _R(r"^(loss|losses|loss_\w+|\w+_loss)$")),
     ("model", _R(r"^(model|net|network|module|\w+_model|model_\w+|\w+_net)$")),
     ("scheduler", _R(r"^(scheduler|sched|lr_scheduler|\w+_scheduler)$")),
     ("params", _R(r"^(params|parameters|model_params|trainable_params|param_list)$")),
@@ -390,7 +390,7 @@ ROLE_PATTERNS: List[Tuple[str, "re.Pattern[str]"]] = [
     ("index", _R(r"^(i|j|step|it|itr|iter|iteration|idx|batch_idx|batch_index|micro_step|global_step|n_iter|iter_num|step_idx|batch_i|b_idx|cur_iter)$")),
     ("accum", _R(r"^(accum\w*|\w*accumulat\w*|grad_acc\w*|update_freq|n_accum)$")),
     ("threshold", _R(r"^(max_norm|max_grad_norm|clip|clip_grad|grad_clip|clip_norm|gradient_clip_val|gradient_clipping|clip_value|grad_norm_clip|clip_grad_norm|max_grad|clip_max_norm|grad_clip_norm)$")),
-    ("flag", _R(r"^(use_amp|amp|fp16|use_fp16|mixed_precision|enable_amp|amp_enabled|use_scaler|use_mixed_precision)$")),
+    ("flag", _R(r"^(use_amp|amp|fp16|use_fp16|mixed_precision|enable_amp|amp_enabled|use_scaler|use_mixed_precision|log_grads|log_grad_norm|log_gradients|track_grad_norm|debug|verbose)$")),
     ("device", _R(r"^(device|dev)$")),
     ("dtype", _R(r"^(dtype|amp_dtype|ptdtype|autocast_dtype|compute_dtype)$")),
     ("sink", _R(r"^(logger|log|writer|tb_writer|summary_writer|wandb|pbar|progress_bar|tracker|meter|tb)$")),
@@ -461,7 +461,7 @@ class Namespace:
 
 class Batch(tuple):
     """One (x, y) micro-batch: unpacks as `x, y = batch`, indexes as `batch[0]`, and the
-    tiny model accepts it whole (`model(batch)`)."""
+    tiny model accepts it whole (`model(batch)` returns the loss)."""
 
     @property
     def x(self) -> Any:
@@ -473,8 +473,9 @@ class Batch(tuple):
 
 
 def _tiny_model_wrapper(torch: Any) -> type:
-    """The lab model as the slice sees it: `model(x)`, `model(batch)` and `model(x, y)`
-    (a model that returns its loss: MSE against `y`); same parameters as the lab model."""
+    """The lab model as the slice sees it: `model(x)` returns outputs; `model(x, y)` and
+    `model(batch)` (a model given the targets) return the loss, MSE against `y`. Same
+    parameters as the lab model."""
 
     class TinyModel(torch.nn.Module):
         def __init__(self, net: Any, criterion: Any) -> None:
@@ -483,8 +484,8 @@ def _tiny_model_wrapper(torch: Any) -> type:
             self.criterion = criterion
 
         def forward(self, inputs: Any, targets: Any = None) -> Any:
-            if isinstance(inputs, Batch):
-                inputs = inputs.x
+            if isinstance(inputs, Batch) and targets is None:
+                return self.criterion(self.net(inputs.x).float(), inputs.y)
             out = self.net(inputs)
             if targets is None:
                 return out
