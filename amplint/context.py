@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from . import torchapi
 from .config import Config
 from .diagnostics import Diagnostic, Fix, Location, Severity
 from .names import EMPTY, ImportTable, dotted_name
 from .project import FileFacts
-from .walk import own_hook, walk
+from .walk import own_hook, parent_map, walk
 
 # --------------------------------------------------------------------------- data
 
@@ -57,8 +57,11 @@ class AutocastRegion:
     """A stretch of code that runs under an autocast context.
 
     device: "cuda" | "cpu" | ... | None (decided at run time)
-    dtype: "fp16" | "bf16" | None (decided at run time); the device default
-           when the call omits it.
+    dtype: "fp16" | "bf16" | "fp32" | None (decided at run time); the device default
+           when the call omits it. "fp32" (an explicit `dtype=torch.float32`):
+           CUDA autocast then runs its lower-precision list in fp32 and CPU
+           autocast disables itself [amp-facts §1.1], so nothing runs in low
+           precision, but the region is still entered (CUDA's BCE ban applies).
     enabled: True | False | None (decided at run time, e.g. `enabled=args.amp`)
     """
 
@@ -280,6 +283,22 @@ def literal_number(node: Optional[cst.CSTNode]) -> Optional[float]:
         except (ValueError, OverflowError):
             return None
     return None
+
+
+def imported_names(ctx: "ModuleContext", node: cst.CSTNode) -> Dict[str, str]:
+    """{local name: qualified name} for every imported name used in `node` that
+    resolves unambiguously, so the verifier can bind a flagged snippet."""
+    found: Dict[str, str] = {}
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            if name.value not in found:
+                q = ctx.imports.qualname(name)
+                if q is not None:
+                    found[name.value] = q
+
+    node.visit(_Names())
+    return found
 
 
 def call_chain(expr: cst.CSTNode) -> Iterator[cst.Call]:
@@ -656,7 +675,7 @@ class ModuleContext:
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         if self._parents is None:
-            self._parents = self._wrapper.resolve(ParentNodeProvider)
+            self._parents = parent_map(self.module)
         return self._parents.get(node)
 
     def diagnostic(
@@ -1107,7 +1126,7 @@ def _parse_autocast(
             dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
         else:
             d = ctx.dtype_of(dtype_node)
-            dtype = d if d in ("fp16", "bf16") else None
+            dtype = d if d in ("fp16", "bf16", "fp32") else None
         if enabled_node is None:
             enabled: Optional[bool] = True
         else:
@@ -1297,7 +1316,9 @@ def _scaled_names(scope: Scope, ctx: ModuleContext) -> Dict[str, str]:
 def _events(ctx: ModuleContext, scope: Scope) -> List[Event]:
     events: List[Event] = []
     scaled = None
-    local_functions = {s.name for s in ctx.scopes if not s.is_module}
+    local_functions = ctx.__dict__.get("_local_function_names")
+    if local_functions is None:  # once per module, not once per scope (quadratic on files with thousands of functions)
+        local_functions = ctx._local_function_names = {s.name for s in ctx.scopes if not s.is_module}
     for call in scope.calls:
         m = call.method
         recv = call.receiver_dotted

@@ -261,7 +261,8 @@ def ensure_import(ctx: "ModuleContext", module: str) -> Optional[Edit]:
     text = f"import {module}\n"
     if row is None:
         if after is None:
-            row = 1
+            # before the first statement, so a shebang / coding line / license header stays first
+            row = ctx.position(ctx.module.body[0])[0].row if ctx.module.body else len(ctx.source.splitlines()) + 1
         else:
             row = ctx.position(after)[1].row + 1
             if row > len(split_lines(ctx.source)) and not ctx.source.endswith("\n"):

@@ -170,3 +170,24 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         on_leave(n)
 
     go(node)
+
+
+def parent_map(module: cst.CSTNode) -> Dict[cst.CSTNode, cst.CSTNode]:
+    """node -> its parent for every node under `module`, as libcst's
+    ParentNodeProvider gives it, without rebuilding the tree."""
+    parents: Dict[cst.CSTNode, cst.CSTNode] = {}
+    stack = [module]
+    node_base = cst.CSTNode
+    while stack:
+        node = stack.pop()
+        for field in child_fields(node):
+            value = getattr(node, field)
+            if type(value) is tuple or type(value) is list:
+                for child in value:
+                    if isinstance(child, node_base):
+                        parents[child] = node
+                        stack.append(child)
+            elif isinstance(value, node_base):
+                parents[value] = node
+                stack.append(value)
+    return parents

@@ -137,7 +137,9 @@ def measure(cmd: Sequence[str], runs: int, before=None, cwd: Optional[str] = Non
         walls.append(data["wall"])
         rss.append(data["maxrss_kb"] / 1024)
         rc = data["rc"]
-    return {"median_s": statistics.median(walls), "min_s": min(walls), "runs": runs, "peak_mb": max(rss), "rc": rc}
+    row = {"median_s": statistics.median(walls), "min_s": min(walls), "runs": runs, "peak_mb": max(rss), "rc": rc}
+    print(f"  {' '.join(os.path.basename(c) for c in cmd[:3])} ...: {row}", file=sys.stderr, flush=True)
+    return row
 
 
 def count(path: str) -> Dict[str, int]:
@@ -186,6 +188,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--json", help="also write the raw numbers here")
     args = ap.parse_args(argv)
 
+    work = tempfile.mkdtemp(prefix="amplint-bench-")
+    os.chdir(work)  # never import the checkout's amplint from the current folder
     amplint_py = amplint_venv()
     bindir = os.path.dirname(amplint_py)
     amplint = os.path.join(bindir, "amplint")
@@ -205,7 +209,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "load_before": os.getloadavg(),
     }
     results: Dict[str, Dict[str, object]] = {}
-    work = tempfile.mkdtemp(prefix="amplint-bench-")
     env_cache = os.path.join(work, "cache")
     try:
         for name in args.corpora:
@@ -235,6 +238,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             results[name] = info
             _print_corpus(name, info)
     finally:
+        os.chdir(os.path.expanduser("~"))
         shutil.rmtree(work, ignore_errors=True)
     machine["load_after"] = os.getloadavg()
     print("\n## Machine and versions\n")

@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional
 import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Reference, literal_string
+from amplint.context import ModuleContext, Reference, imported_names, literal_string
 from amplint.fixes import (
     append_argument_edit,
     call_is_plain,
@@ -400,7 +400,7 @@ def check(scaler):
             edits = rewrite_with_imports(ctx, self.code, ref, refs, lambda r, p: _rewrite(ctx, r, p))
             if edits is not None:
                 fix = make_fix(f"Use `torch.{api.new}` ({api.device!r})", edits, safe=True)
-            yield ctx.diagnostic(self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(api))
+            yield ctx.diagnostic(self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api))
 
 
 def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
@@ -499,8 +499,12 @@ def _message(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> str:
     return message
 
 
-def _data(api: DeprecatedApi) -> dict:
+def _data(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> dict:
+    flagged = ref.call if ref.call is not None else ref.node
     return {
+        "snippet": ctx.code_for(flagged),
+        "names": imported_names(ctx, flagged),
+        "use": ref.use,
         "deprecated": api.old,
         "replacement": f"torch.{api.new}",
         "device": api.device,

@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional
 import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Reference
+from amplint.context import ModuleContext, Reference, imported_names
 from amplint.fixes import call_is_plain, insert_keyword_edits, make_fix, replace_node, rewrite_with_imports
 from amplint.torchapi import DEPRECATED_AMP
 
@@ -70,8 +70,9 @@ class CudaAutocastDeviceType(Rule):
     name = "cuda-autocast-device-type"
     severity = Severity.ERROR
     message = "torch.cuda.amp.autocast has no device_type parameter"
-    triggers = ("device_type",)
-    requires = (("autocast",),)  # only torch.cuda.amp.autocast(device_type=...) crashes
+    # the deprecated class is spelled through torch.cuda.amp / torch.cpu.amp / `from torch.cuda import amp`
+    triggers = ("cuda.amp", "cpu.amp", "import amp")
+    requires = (("device_type",),)  # only torch.cuda.amp.autocast(device_type=...) crashes
     facts = ("§3", "§8")
 
     VALID = [
@@ -208,7 +209,18 @@ with torch.autocast(device_type="cpu"):
                 f"{name} has no `device_type` parameter: this call raises `{_TYPE_ERROR}`; "
                 f"use `torch.autocast(device_type=..., ...)`"
             )
-            yield ctx.diagnostic(self, ref.call, message, fix=fix, data={"deprecated": old, "exception": _TYPE_ERROR})
+            yield ctx.diagnostic(
+                self,
+                ref.call,
+                message,
+                fix=fix,
+                data={
+                    "deprecated": old,
+                    "exception": _TYPE_ERROR,
+                    "snippet": ctx.code_for(ref.call),
+                    "names": imported_names(ctx, ref.call),
+                },
+            )
 
 
 def _crashes(ctx: ModuleContext, ref: Reference) -> bool:

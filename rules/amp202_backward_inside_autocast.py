@@ -216,7 +216,7 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
                 if event.kind not in _BACKWARD_EVENTS:
                     continue
                 region = active_region(event.call.region)
-                if region is None or region.framework or _defined_inside(ctx, region, scope):
+                if region is None or region.framework or region.dtype == "fp32" or _defined_inside(ctx, region, scope):
                     continue
                 yield self._diagnostic(ctx, event.call, region)
 

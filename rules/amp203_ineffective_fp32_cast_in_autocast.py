@@ -244,7 +244,7 @@ for x in loader:
         lowp: List[Tuple[AutocastOp, AutocastRegion]] = []
         for op in autocast_ops(ctx):
             region = active_region(op.region)
-            if region is not None and torchapi.runs_in_lower_precision(op.op, region.device):
+            if region is not None and region.dtype != "fp32" and torchapi.runs_in_lower_precision(op.op, region.device):
                 lowp.append((op, region))
         if not lowp:
             return

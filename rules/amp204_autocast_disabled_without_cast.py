@@ -295,7 +295,7 @@ def _enclosing(ctx: ModuleContext, disabled: AutocastRegion) -> Optional[Autocas
     r = disabled.parent
     while r is not None:
         if same_device(ctx, r, disabled):
-            return None if r.enabled is False or r.framework else r
+            return None if r.enabled is False or r.framework or r.dtype == "fp32" else r
         r = r.parent
     return None
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
@@ -134,9 +133,9 @@ class Fp16OverflowingLiteral(Rule):
     name = "fp16-overflowing-literal"
     severity = Severity.ERROR
     message = "constant overflows fp16"
-    triggers = ("e9", "e10", "e8", "e7", "e6", "e5", "e12", "e15", "e20", "e30", "e38", "00000")
-    # the same exponents, in a number (not `float8_e5m2` or a hash): a literal has a digit or "." before its "e"
-    gate_regex = re.compile(r"[\d.]e(?:[5-9]|1[025]|[23]0|38)|00000")
+    triggers = ("e", "E", "0000", "_000")
+    #: a number literal above 65504 (`1e9`, `1E+10`, `100000`, `1_000_000`), the only thing the rule flags
+    gate_regex = re.compile(r"\d[eE]\+?(?:[5-9]|[1-9]\d)\b|\d{5,}|\d_\d{3}_\d{3}")
     facts = ("§0.11", "§6.1", "§6.2")
 
     VALID = [

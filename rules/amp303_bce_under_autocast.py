@@ -233,7 +233,7 @@ from accelerate import Accelerator
 import torch
 
 accelerator = Accelerator(mixed_precision="fp16")
-loss_fn = torch.nn.BCELoss(reduction="mean")
+loss_fn = torch.nn.BCELoss(reduction="mean").to(accelerator.device)
 for batch in loader:
     with accelerator.autocast():
         out = model(batch["x"])
@@ -292,7 +292,13 @@ def _bce_instances(ctx: ModuleContext) -> Dict[str, CallInfo]:
     out: Dict[str, CallInfo] = {}
     rebound = set()
     for a in ctx.assignments:
-        info = ctx.call_info(a.value) if isinstance(a.value, cst.Call) else None
+        value = a.value
+        # `nn.BCELoss().cuda()`, `nn.BCELoss().to(device)`
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("cuda", "to"):
+            if not isinstance(value.func.value, cst.Call):
+                break
+            value = value.func.value
+        info = ctx.call_info(value) if isinstance(value, cst.Call) else None
         if info is not None and not a.unpacked and info.calls_any(_BCE_MODULES):
             out.setdefault(a.target, info)
         else:

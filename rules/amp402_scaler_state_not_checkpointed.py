@@ -154,6 +154,26 @@ torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "
 """,
             "no GradScaler at all (bf16)",
         ),
+        Valid(
+            """
+import torch
+
+
+class AcceleratedOptimizer:
+    def __init__(self, optimizer, scaler=None):
+        self.optimizer = optimizer
+        self.scaler = scaler
+        state_dict = move_to_device(self.optimizer.state_dict(), "cuda")
+        self.optimizer.load_state_dict(state_dict)
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+
+    def step(self):
+        self.scaler.step(self.optimizer)
+""",
+            "a wrapper moving or delegating optimizer state is not a resume (accelerate's AcceleratedOptimizer)",
+        ),
     ]
 
     INVALID = [
@@ -228,9 +248,11 @@ def train(model, opt, loader, resume=None):
                 if optimizer is not None:
                     yield self._saved(ctx, call, scaler, optimizer)
         if not _scaler_call(ctx, "load_state_dict"):
+            loads = ctx.calls_to("torch.load")
             for call in ctx.method_calls("load_state_dict"):
-                if ctx.is_optimizer(call.receiver_dotted) and not call.qualnames:
+                if ctx.is_optimizer(call.receiver_dotted) and not call.qualnames and _from_checkpoint(call, loads):
                     yield self._loaded(ctx, call, scaler)
+                    break  # one per file: the scaler is missing from every resume path alike
 
     def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str) -> Diagnostic:
         message = (
@@ -260,6 +282,16 @@ def _live_scalers(ctx: ModuleContext) -> List[str]:
         for key, info in ctx.scalers.items()
         if info.enabled is not False and (info.constructors or key in used)
     ]
+
+
+def _from_checkpoint(call: CallInfo, loads: List[CallInfo]) -> bool:
+    """`opt.load_state_dict(ckpt["optimizer"])` in a function that `torch.load`s: a resume, not a
+    device move or a wrapper delegating `load_state_dict`."""
+    if call.scope.name == "load_state_dict":
+        return False
+    return any(load.scope is call.scope and load.order < call.order for load in loads) or any(
+        load.node is call.arg(0, "state_dict") for load in loads
+    )
 
 
 def _is_scaler_name(ctx: ModuleContext, key: Optional[str]) -> bool:

@@ -1,13 +1,12 @@
 """AMP501 custom-function-without-custom-fwd."""
 from __future__ import annotations
 
-import re
 from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from amplint import AUTOCAST, Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Scope
+from amplint.context import ModuleContext, Scope, imported_names
 from amplint.torchapi import (
     AUTOCAST_CONTEXTS,
     AUTOCAST_AWARE_OP_NAMESPACES,
@@ -72,8 +71,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
     No fix: the device and whether to pass `cast_inputs` are the author's call.
 
     ## Verification
-    `amplint --verify` runs the canonical reproduction (E09): an undecorated
-    matmul Function under CPU bf16 autocast, forward and backward.
+    `amplint --verify` runs the flagged Function itself when its source can be
+    bound (small inputs under CPU bf16 autocast, forward then backward), else
+    the canonical reproduction (E09), and reports the error or the dtypes.
 
     ## Notes
     Reported only when the project uses autocast somewhere (resolved across
@@ -84,10 +84,11 @@ class CustomFunctionWithoutCustomFwd(Rule):
     forward, autocast replayed in backward), for Functions without a
     `backward`, for ops fed straight from `torch.fft` (complex tensors are not
     autocast-eligible, §1.1), and for Functions that only move data:
-    distributed gather/all-reduce/scatter, `.clone()`, indexing, `cat`. The extension case needs two or more of the forward's
-    inputs passed to `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module
-    built by `torch.utils.cpp_extension.load`/`load_inline` or imported as a
-    compiled extension (`_C`, `_ext`, `*_cuda`), with no explicit dtype cast in
+    distributed gather/all-reduce/scatter, `.clone()`, indexing, `cat`.
+    The extension case needs two or more of the forward's inputs passed to
+    `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module built by
+    `torch.utils.cpp_extension.load`/`load_inline` or imported as a compiled
+    extension (`_C`, `_ext`, `*_cuda`), with no explicit dtype cast in
     `forward`.
 
     ## References
@@ -101,7 +102,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     message = "autograd.Function without custom_fwd/custom_bwd in an autocast project"
     # every spelling of torch.autograd.Function names `autograd` in an import or the base
     triggers = ("autograd",)
-    gate_regex = re.compile(r"\bdef\s+forward\b")
+    requires = (("forward",),)
     facts = ("§1.2", "§1.3", "§4", "§5")
 
     VALID = [
@@ -403,7 +404,7 @@ with torch.cpu.amp.autocast():
                     f"(amp-facts E09); decorate forward with `@torch.amp.custom_fwd(device_type=...)` and "
                     f"backward with `@torch.amp.custom_bwd(device_type=...)`"
                 )
-                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": op, "kind": "autocastable-op"})
+                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)})
                 continue
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
             if kernel is not None:
@@ -415,7 +416,12 @@ with torch.cpu.amp.autocast():
                     f"`@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)` and "
                     f"`@torch.amp.custom_bwd(device_type=...)`"
                 )
-                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": name, "kind": "extension"})
+                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": name, "kind": "extension", **_class_data(ctx, cls)})
+
+
+def _class_data(ctx: ModuleContext, cls: cst.ClassDef) -> dict:
+    """What the verifier needs to rebuild the Function: its source and import bindings."""
+    return {"class_name": cls.name.value, "snippet": ctx.code_for(cls).strip(), "names": imported_names(ctx, cls)}
 
 
 def _function_classes(ctx: ModuleContext) -> List[cst.ClassDef]:

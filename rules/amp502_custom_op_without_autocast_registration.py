@@ -7,7 +7,7 @@ from typing import Dict, Iterator, List, Optional, Set
 import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import CallInfo, ModuleContext, literal_string
+from amplint.context import CallInfo, ModuleContext, imported_names, literal_string
 from amplint.torchapi import (
     AUTOCAST_AWARE_OP_NAMESPACES,
     CPP_EXTENSION_LOADERS,
@@ -251,7 +251,15 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
             if op is None or _registered(op, registered) or _casts_inputs(ctx, call):
                 continue
             device = region.device or "cuda"
-            yield ctx.diagnostic(self, call.node, _message(op, device), data={"op": op.qualified or op.local, "kind": op.kind})
+            data = {
+                "op": op.qualified or op.local,
+                "kind": op.kind,
+                "device": device,
+                "dtype": region.dtype,
+                "snippet": ctx.code_for(call.node),
+                "names": imported_names(ctx, call.node),
+            }
+            yield ctx.diagnostic(self, call.node, _message(op, device), data=data)
 
 
 def _custom_ops(ctx: ModuleContext) -> Dict[str, _Op]:

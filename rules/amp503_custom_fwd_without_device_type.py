@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Reference
+from amplint.context import ModuleContext, Reference, imported_names
 from amplint.fixes import append_argument_edit, call_is_plain, make_fix, replace_node
 from amplint.torchapi import AMP_CUSTOM_BWD, AMP_CUSTOM_FWD, CUSTOM_FWD_BWD
 
@@ -275,7 +275,8 @@ class F(torch.autograd.Function):
             if ambiguous:
                 message += " (the name may also be the deprecated `torch.cuda.amp` form, which takes no device_type)"
             node = ref.decorator.decorator if ref.decorator is not None else ref.call
-            yield ctx.diagnostic(self, node, message, fix=fix, data={"decorator": f"torch.amp.{which}"})
+            data = {"decorator": f"torch.amp.{which}", "snippet": ctx.code_for(node), "names": imported_names(ctx, node)}
+            yield ctx.diagnostic(self, node, message, fix=fix, data=data)
 
 
 def _lacks_device_type(ref: Reference) -> bool:

@@ -273,9 +273,33 @@ def test_module_alias_and_ensure_import():
     assert module_alias(ctx, "torch") == "torch" and ensure_import(ctx, "torch") is None
     ctx = _ctx('"""doc"""')
     assert apply_edits(ctx.source, [ensure_import(ctx, "torch")]) == '"""doc"""\nimport torch\n'
+    ctx = _ctx("#!/usr/bin/env python\n# -*- coding: utf-8 -*-\n\ntry:\n    import apex\nexcept ImportError:\n    apex = None\n")
+    assert apply_edits(ctx.source, [ensure_import(ctx, "torch")]).startswith(
+        "#!/usr/bin/env python\n# -*- coding: utf-8 -*-\n\nimport torch\ntry:\n"
+    )
 
 
 # --------------------------------------------------------------- AMP001 x AMP002 x AMP503
+
+
+def test_amp502_registration_forms():
+    base = """
+        import torch
+        lib = torch.library.Library("myops", "DEF")
+        lib.define("rms(Tensor x) -> Tensor")
+        {extra}
+        with torch.autocast("cuda"):
+            y = torch.ops.myops.rms(model(x))
+        """
+    assert _lint(_src(base.format(extra="")), select=("AMP502",))
+    for extra in (
+        'lib.impl("rms", rms_autocast, "AutocastCUDA")',
+        'torch.library.register_autocast("myops::rms", "cuda", torch.float32)',
+    ):
+        assert not _lint(_src(base.format(extra=extra)), select=("AMP502",)), extra
+    # never suggests the API that does not exist [amp-facts §4]
+    (d,) = _lint(_src(base.format(extra="")), select=("AMP502",))
+    assert "register_op_dtype" not in d.message and "register_autocast" in d.message
 
 
 def test_fixes_of_several_rules_converge():
@@ -383,11 +407,10 @@ def test_amp501_is_conditional_on_project_autocast(tmp_path):
         "    @staticmethod\n    def backward(ctx, g):\n        x, w = ctx.saved_tensors\n        return g @ w.t(), x.t() @ g\n"
     )
     def amp501():
-        # default selection: a file is read for project facts only when some
-        # selected rule's gate lets it through (engine.lint_file_source)
-        return [d for d in lint_paths([str(tmp_path)], Config()).diagnostics if d.code == "AMP501"]
+        # AMP501 alone: train.py passes no selected gate, its facts are read on demand
+        return [d for d in lint_paths([str(tmp_path)], Config(select=("AMP501",))).diagnostics if d.code == "AMP501"]
 
     assert not amp501()
-    (tmp_path / "train.py").write_text('import torch\nwith torch.autocast(device_type="cuda"):\n    y = model(x)\n')
+    (tmp_path / "train.py").write_text('import torch\nwith torch.autocast("cuda"):\n    y = model(x)\n')
     found = amp501()
     assert [(d.code, d.location.row) for d in found] == [("AMP501", 4)]

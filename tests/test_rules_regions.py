@@ -463,3 +463,25 @@ def test_amp201_data_feeds_the_verifier_experiment():
     (d,) = lint_source(source, "t.py", Config(select=("AMP201",)))
     assert d.data["optimizer_class"] == "torch.optim.Adam"
     assert d.data["lr"] == 1e-3 and d.data["eps"] == 1e-8 and d.data["dtype"] == "fp16"
+
+
+def test_explicit_fp32_autocast_is_not_low_precision():
+    ctx = _ctx(
+        """
+        import torch
+        with torch.autocast("cuda", dtype=torch.float32):
+            pass
+        """
+    )
+    assert ctx.regions[0].dtype == "fp32" and ctx.regions[0].enabled is True
+    source = """
+    import torch
+    lin = torch.nn.Linear(4, 4)
+    with torch.autocast("cuda", dtype=torch.float32):
+        h = lin(x)
+        y = lin(h.float())
+        with torch.autocast("cuda", enabled=False):
+            z = lin(h)
+        y.sum().backward()
+    """
+    assert _codes(source, "AMP202", "AMP203", "AMP204") == []

@@ -133,3 +133,15 @@ def test_collector_has_no_hooks_for_skipped_nodes():
     for t in SKIP:
         assert own_hook(_Collector, f"visit_{t.__name__}") is None
         assert own_hook(_Collector, f"leave_{t.__name__}") is None
+
+
+@pytest.mark.parametrize("sources", list(_sources())[:3])
+def test_parent_map_equals_parent_node_provider(sources):
+    from libcst.metadata import MetadataWrapper, ParentNodeProvider
+
+    from amplint.walk import parent_map
+
+    for source in sources:
+        wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+        expected = dict(wrapper.resolve(ParentNodeProvider))
+        assert parent_map(wrapper.module) == expected

@@ -138,6 +138,9 @@ CASES = [
     ("203-linear", "AMP203", {"op": "linear", "device": "cpu", "dtype": "bf16"}, "confirmed", "experiment"),
     ("203-conv2d", "AMP203", {"op": "conv2d", "device": None, "dtype": "fp16"}, "confirmed", "experiment"),
     ("203-cpu-unlisted", "AMP203", {"op": "addmv", "device": "cpu", "dtype": "bf16"}, "not-reproduced", "experiment"),
+    # AMP204
+    ("204-linear", "AMP204", {"name": "h", "source_op": "linear", "op": "linear", "device": "cpu", "dtype": "bf16"}, "confirmed", "experiment"),
+    ("204-cpu-unlisted-source", "AMP204", {"source_op": "addr", "op": "linear", "device": "cpu"}, "not-reproduced", "experiment"),
     # AMP201
     ("201-sgd", "AMP201", {"optimizer_class": "SGD", "lr": 0.1}, "confirmed", "experiment"),
     ("201-no-class", "AMP201", {"optimizer": "opt", "subject": "model"}, "confirmed", "experiment"),

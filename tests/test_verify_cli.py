@@ -160,3 +160,55 @@ def test_json_and_sarif_carry_the_verification():
     from tests.test_report_formats import _validate
 
     _validate(sarif)
+
+
+def test_verify_diagnostics_runs_identical_findings_once(monkeypatch):
+    import amplint.verify as verify
+
+    calls = []
+
+    class FakeRunner:
+        def start(self):
+            return {}
+
+        def run(self, code, data):
+            calls.append((code, dict(data)))
+            return {"verdict": "confirmed", "n": len(calls)}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(verify, "torch_available", lambda: True)
+    a, b, c = (_verified_diagnostic() for _ in range(3))
+    for d, literal in ((a, 1.0), (b, 1.0), (c, 2.0)):
+        d.verification, d.data = None, {"threshold": literal}
+    other = _verified_diagnostic()
+    other.code, other.verification = "AMP999", None  # no experiment: left alone
+    assert verify.verify_diagnostics([a, b, c, other], runner=FakeRunner()) == 3
+    assert len(calls) == 2 and a.verification == b.verification and c.verification["n"] == 2
+    assert other.verification is None
+
+
+@pytest.mark.parametrize("spec,ok", [("auto", True), ("CPU", True), ("cuda", True), ("cuda:1", True), ("cuda:x", False), ("mps", False)])
+def test_validate_device(spec, ok):
+    from amplint.verify import VerifyError, validate_device
+
+    if ok:
+        assert validate_device(spec) == spec.lower()
+    else:
+        with pytest.raises(VerifyError):
+            validate_device(spec)
+
+
+def test_experiments_ship_in_the_wheel():
+    """setuptools lists packages explicitly: the experiments subpackage must be among them."""
+    import sys as _sys
+
+    if _sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
+        packages = tomllib.load(fh)["tool"]["setuptools"]["packages"]
+    assert "amplint.verify.experiments" in packages

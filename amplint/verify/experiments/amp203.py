@@ -27,7 +27,7 @@ def _op(torch: Any, name: str) -> Optional[Callable[[Any, Any], Any]]:
         "einsum": lambda h, g: torch.einsum("ij,jk->ik", h, w(h, A, B)),
         "mv": lambda h, g: torch.mv(h, w(h, A)),
         "addmv": lambda h, g: torch.addmv(w(h, 4), h, w(h, A)),
-        "addr": lambda h, g: torch.addr(w(h, 4, B), h[0], w(h, B)),
+        "addr": lambda h, g: torch.addr(w(h, A, B), h[0], w(h, B)),
         "conv1d": lambda h, g: F.conv1d(h[None], w(h, 2, 4, 3)),
         "conv2d": lambda h, g: F.conv2d(h[None, None], w(h, 2, 1, 3, 3)),
         "conv_transpose1d": lambda h, g: F.conv_transpose1d(h[None], w(h, 4, 2, 3)),
