@@ -412,9 +412,8 @@ def _step_data(ctx: ModuleContext, step: Event, group: List[Event]) -> dict:
             break
         if e.kind == "scaled_backward" and e.scaler == step.scaler and not exclusive(e.path, step.path):
             backward = e
-    if backward is None:
-        return {}
-    data = step_data(ctx, scope, backward, step.optimizer)
-    data["step_source"] = step_source(ctx, backward, group[-1], scope, closers=("zero_grad",))
+    data = step_data(ctx, scope, backward or step, step.optimizer)
+    if backward is not None:
+        data["step_source"] = step_source(ctx, backward, group[-1], scope, closers=("zero_grad",))
     return data
 
