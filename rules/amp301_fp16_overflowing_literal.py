@@ -10,6 +10,7 @@ import libcst as cst
 from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import AutocastRegion, CallInfo, LiteralInfo, ModuleContext, Path, Scope, literal_number, dotted_name
 from amplint.fixes import make_fix, replace_node
+from amplint.torchapi import AUTOCAST_LOWER_PRECISION_FUNCS, AUTOCAST_LOWER_PRECISION_METHODS
 
 
 FP16_MAX = 65504.0
@@ -220,6 +221,39 @@ with torch.autocast("cuda"):
 """,
             "fp32-only region with an explicit cast; integer tensors",
         ),
+        Valid(
+            """
+import torch
+
+def check_early_stop(running_beam_scores, beam_scores, is_sent_finished, length_penalty):
+    best_possible = running_beam_scores[:, :1] / length_penalty
+    worst_finished = torch.where(is_sent_finished, torch.min(beam_scores, dim=1, keepdim=True)[0], -1.0e9)
+    return best_possible > worst_finished
+
+def step(topk_log_probs, finished):
+    topk_log_probs += (~finished) * -1.0e9
+    return topk_log_probs
+
+model = model.half()
+""",
+            "the drill (transformers beam search): shifting existing scores whose dtype is not visibly fp16",
+        ),
+        Valid(
+            """
+import torch
+
+def select_tiling(tilings, required_scale):
+    required_scale = torch.where(required_scale < 1.0, 10e9, required_scale)
+    return tilings[int(required_scale.argmin())]
+
+def init_state(state):
+    state[4] -= 1e30
+    return state
+
+model.half()
+""",
+            "the drill (transformers molmo2, rwkv): big constants on size arithmetic and fp32 recurrent state",
+        ),
     ]
 
     INVALID = [
@@ -345,6 +379,12 @@ with torch.autocast("cuda"):
                 dtype = dtype or d
         if dtype in ("fp32", "bf16", "other"):
             return None
+        if dtype is None and not use.raises and not _builds_mask(use) and not _low_precision_source(ctx, use.tensor, site):
+            # a silent overflow on an existing tensor of unknown dtype: report it only when the
+            # tensor visibly comes from an op autocast runs in fp16 (matmul, linear, ...: §6.2 "the
+            # attention scores come out of a matmul as fp16"). Beam scores, log-probs, recurrent
+            # state and index arithmetic shifted by a big constant are fp32 in the drill's libraries.
+            return None
         return self._diagnostic(ctx, site, use, certain=dtype == "fp16")
 
     def _diagnostic(self, ctx: ModuleContext, site: _Site, use: "_Use", certain: bool) -> Diagnostic:
@@ -397,6 +437,53 @@ class _Use:
     dtype_node: Optional[cst.BaseExpression] = None  # an explicit dtype= deciding the result dtype
     others: Tuple[cst.BaseExpression, ...] = ()  # operands whose fp32-ness also makes it harmless
     sign: float = 1.0  # -1 when the constant is subtracted (`scores - 1e9 * mask`)
+
+
+def _builds_mask(use: "_Use") -> bool:
+    """`torch.where(m, 0.0, -1e10)` or `bias = (1 - m) * -1e9`: a new additive mask, made to be
+    added to attention scores (whatever their dtype), not a shift of an existing tensor."""
+    if use.op in ("torch.where", "where"):
+        return literal_number(use.tensor) is not None if use.tensor is not None else False
+    return use.op == "additive" and use.snippet is not None and isinstance(use.snippet, cst.BinaryOperation) and (
+        isinstance(use.snippet.operator, cst.Multiply)
+    )
+
+
+def _low_precision_source(ctx: ModuleContext, expr: Optional[cst.BaseExpression], site: "_Site", depth: int = 0) -> bool:
+    """`expr` is, or is bound in this scope (before the site) to, the result of an op that autocast
+    lowers to fp16 (matmul, `@`, bmm, einsum, linear, conv, SDPA), or an fp16 cast."""
+    if expr is None or depth > 3:
+        return False
+    if isinstance(expr, cst.Name):
+        return any(
+            _low_precision_source(ctx, a.value, site, depth + 1)
+            for a in ctx.assignments_to(expr.value, site.scope)
+            if a.scope is site.scope and a.order < site.order
+        )
+    for node in _walk(expr):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+            return True
+        if isinstance(node, cst.Call):
+            if ctx.qualnames(node.func) & AUTOCAST_LOWER_PRECISION_FUNCS:
+                return True
+            if isinstance(node.func, cst.Attribute) and not ctx.qualnames(node.func):
+                method = node.func.attr.value
+                if method in AUTOCAST_LOWER_PRECISION_METHODS or method == "half":
+                    return True
+            if ctx.known_dtype(node) == "fp16":
+                return True
+        if isinstance(node, cst.Name) and node is not expr and depth < 3:
+            if _low_precision_source(ctx, node, site, depth + 1):
+                return True
+    return False
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)
 
 
 def _sites(ctx: ModuleContext) -> Iterator[_Site]:

@@ -342,9 +342,62 @@ with torch.autocast("cuda"):
 """,
             "extension inputs cast explicitly",
         ),
+        # the drill (peft LoHa): the grad is multiplied elementwise by an fp32 product
+        # first, which promotes it to fp32, so the matmuls in backward never mix dtypes
+        Valid(
+            """
+import torch
+
+class HadaWeight(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w1a, w1b, w2a, w2b, scale=torch.tensor(1)):
+        ctx.save_for_backward(w1a, w1b, w2a, w2b, scale)
+        return ((w1a @ w1b) * (w2a @ w2b)) * scale
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (w1a, w1b, w2a, w2b, scale) = ctx.saved_tensors
+        grad_out = grad_out * scale
+        temp = grad_out * (w2a @ w2b)
+        grad_w1a = temp @ w1b.T
+        grad_w1b = w1a.T @ temp
+        return grad_w1a, grad_w1b, None, None, None
+
+with torch.autocast("cuda"):
+    w = HadaWeight.apply(a, b, c, d)
+"""
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+import torch.distributed as dist
+
+class AsyncColumnParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, group, input, weight, bias):
+        ctx.group = group
+        output = torch.matmul(input, weight.transpose(-1, -2))
+        ctx.save_for_backward(input, weight)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, weight = ctx.saved_tensors
+        grad_input = grad_output.matmul(weight)
+        handle = dist.all_reduce(grad_input.contiguous(), group=ctx.group, async_op=True)
+        grad_weight = grad_output.view(-1, grad_output.shape[-1]).t().matmul(input.view(-1, input.shape[-1]))
+        handle.wait()
+        return None, grad_input, grad_weight, None
+
+def train_step(engine, batch):
+    with torch.autocast("cuda", dtype=torch.float16):
+        return engine(batch)
+""",
+            line=6,
+        ),
         Invalid(
             """
 import torch
@@ -460,9 +513,9 @@ with torch.cpu.amp.autocast():
             if _casts_by_hand(ctx, bwd):
                 continue  # backward converts dtypes itself (`w.to(grad.dtype)`, `.float()`)
             setup_context = "setup_context" in methods
-            in_backward = _autocastable_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
+            in_backward = _grad_meets_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
             if not in_backward:
-                continue  # backward does no dtype-sensitive work
+                continue  # the incoming grad never reaches a dtype-sensitive op
             op = _autocastable_op(ctx, fwd, forward)
             if op is not None:
                 message = (
@@ -563,6 +616,7 @@ class _MatMul(cst.CSTVisitor):
     def __init__(self) -> None:
         self.found = False
         self.depth = 0
+        self.operands: List[cst.BaseExpression] = []
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self.depth += 1
@@ -574,10 +628,12 @@ class _MatMul(cst.CSTVisitor):
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.MatrixMultiply):
             self.found = True
+            self.operands += [node.left, node.right]
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if isinstance(node.operator, cst.MatrixMultiplyAssign):
             self.found = True
+            self.operands += [node.target, node.value]
 
 
 def _autocastable_op(ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef) -> Optional[str]:
@@ -597,6 +653,67 @@ def _autocastable_op(ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef)
     visitor = _MatMul()
     forward.visit(visitor)
     return "@ (matmul)" if visitor.found else None
+
+
+#: methods that keep a tensor's dtype (the grad stays low precision through them)
+_DTYPE_KEEPING = frozenset(
+    {"view", "reshape", "t", "transpose", "permute", "contiguous", "unsqueeze", "squeeze", "flatten",
+     "expand", "expand_as", "narrow", "clone", "detach", "view_as", "reshape_as", "chunk", "split"}
+)
+
+
+def _grad_meets_op(ctx: ModuleContext, scope: Scope, backward: cst.FunctionDef) -> Optional[str]:
+    """An autocastable op in `backward` fed the incoming grad itself (or a view of it).
+
+    The E09 failure is a low-precision grad meeting an fp32 saved tensor in a
+    matmul-like op. A grad first combined elementwise with an fp32 tensor is
+    promoted to fp32 (§1.1 unlisted ops promote), so a matmul on the result is safe.
+    """
+    params = [p.name.value for p in backward.params.params][1:]  # after ctx
+    grads = set(params)
+    changed = True
+    while changed:  # names bound to a view of a grad
+        changed = False
+        for a in ctx.assignments:
+            if a.scope is scope and "." not in a.target and a.target not in grads and _from_grad(a.value, grads):
+                grads.add(a.target)
+                changed = True
+    for call in scope.calls:
+        operands: List[cst.BaseExpression] = []
+        name = ""
+        if (call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS) and not _complex_input(ctx, call.node):
+            operands = [a.value for a in call.node.args if a.keyword is None]
+            name = sorted(call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS)[0]
+        elif call.method in AUTOCAST_LOWER_PRECISION_METHODS and not call.qualnames and call.receiver is not None:
+            operands = [call.receiver] + [a.value for a in call.node.args if a.keyword is None]
+            name = f".{call.method}()"
+        if any(_from_grad(o, grads) for o in operands):
+            return name
+    visitor = _MatMul()
+    backward.visit(visitor)
+    for node in visitor.operands:
+        if _from_grad(node, grads):
+            return "@ (matmul)"
+    return None
+
+
+def _from_grad(expr: cst.BaseExpression, grads: Set[str]) -> bool:
+    """`expr` is a grad or a dtype-keeping view of one (`grad.t()`, `grad[i]`, `grad.view(-1, d)`)."""
+    while True:
+        if isinstance(expr, cst.Name):
+            return expr.value in grads
+        if isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT", "H", "data"):
+            expr = expr.value
+        elif (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in _DTYPE_KEEPING
+        ):
+            expr = expr.func.value
+        else:
+            return False
 
 
 def _complex_input(ctx: ModuleContext, call: cst.Call) -> bool:
