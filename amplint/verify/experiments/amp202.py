@@ -8,8 +8,9 @@ inside the `with` block and after it (amp-facts §1.1, E23):
    reaching the first layer's low-precision output (backward ops run in the
    forward's dtypes either way, so E23 found them identical);
 2. a layer whose forward is written under a nested `autocast(enabled=False)`
-   (fp32 on purpose): the dtypes of the matmuls its backward dispatches and
-   the largest gradient difference;
+   (fp32 on purpose): the largest gradient difference and each run's relative
+   gradient error against an fp64 run (its backward matmuls autocast when
+   the backward is inside the region);
 3. an op written after the backward in the same block (an `mm` of the
    gradients, as a gradient penalty or logging would do): its output dtype.
 
@@ -20,28 +21,7 @@ off). The plain gradients are reported either way and never overclaimed.
 """
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any, Dict, Tuple
-
-_MATMULS = ("mm", "addmm", "bmm", "matmul", "linear")
-
-
-def _mm_dtypes() -> Any:
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Probe(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.dtypes: Counter = Counter()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            out = func(*args, **(kwargs or {}))
-            if func.overloadpacket.__name__ in _MATMULS and hasattr(out, "dtype"):
-                self.dtypes[str(out.dtype).replace("torch.", "")] += 1
-            return out
-
-    return Probe()
-
 
 def _plain(lab: Any, dtype: Any, inside: bool) -> Tuple[Any, Dict[str, Any]]:
     torch = lab.torch
@@ -71,7 +51,7 @@ def _plain(lab: Any, dtype: Any, inside: bool) -> Tuple[Any, Dict[str, Any]]:
     return [p.grad.detach().clone() for p in model.parameters()], seen
 
 
-def _fp32_layer(lab: Any, dtype: Any, inside: bool) -> Tuple[Any, Dict[str, int]]:
+def _fp32_layer(lab: Any, dtype: Any, inside: bool) -> Any:
     torch = lab.torch
     model = lab.model()
     x, y = lab.batch(1)
@@ -79,14 +59,24 @@ def _fp32_layer(lab: Any, dtype: Any, inside: bool) -> Tuple[Any, Dict[str, int]
         with torch.autocast(lab.device_type, enabled=False):
             out = model(x)  # written to stay fp32
         loss = torch.nn.functional.mse_loss(out, y)
-        probe = _mm_dtypes()
         if inside:
-            with probe:
-                loss.backward()
-    if not inside:
-        with probe:
             loss.backward()
-    return [p.grad.detach().clone() for p in model.parameters()], dict(probe.dtypes)
+    if not inside:
+        loss.backward()
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def _fp64_reference(lab: Any) -> Any:
+    torch = lab.torch
+    model = lab.model(dtype=torch.float64)
+    x, y = lab.batch(1, dtype=torch.float64)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def _rel_error(grads: Any, ref: Any) -> float:
+    err = max((g.double() - r).abs().max().item() for g, r in zip(grads, ref))
+    return err / (max(r.abs().max().item() for r in ref) or 1.0)
 
 
 def _max_diff(a: Any, b: Any) -> Tuple[float, float]:
@@ -103,9 +93,11 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     g_in, seen_in = _plain(lab, dtype, inside=True)
     g_out, seen_out = _plain(lab, dtype, inside=False)
     plain_diff, plain_rel = _max_diff(g_in, g_out)
-    f_in, mm_in = _fp32_layer(lab, dtype, inside=True)
-    f_out, mm_out = _fp32_layer(lab, dtype, inside=False)
+    f_in = _fp32_layer(lab, dtype, inside=True)
+    f_out = _fp32_layer(lab, dtype, inside=False)
     fp32_diff, fp32_rel = _max_diff(f_in, f_out)
+    ref = _fp64_reference(lab)
+    err_in, err_out = _rel_error(f_in, ref), _rel_error(f_out, ref)
     ev: Dict[str, Any] = {
         "autocast": f"{lab.device_type}, {name}",
         "plain_max_grad_diff": lab.num(plain_diff),
@@ -114,15 +106,15 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         "activation_grad_dtype_outside": seen_out.get("activation_grad_dtype"),
         "after_backward_mm_dtype_inside": seen_in.get("after_backward_mm_dtype"),
         "after_backward_mm_dtype_outside": seen_out.get("after_backward_mm_dtype"),
-        "fp32_layer_backward_matmul_dtypes_inside": mm_in,
-        "fp32_layer_backward_matmul_dtypes_outside": mm_out,
+        "fp32_layer_grad_rel_error_vs_fp64_inside": lab.num(err_in, 3),
+        "fp32_layer_grad_rel_error_vs_fp64_outside": lab.num(err_out, 3),
         "fp32_layer_max_grad_diff": lab.num(fp32_diff),
         "fp32_layer_max_grad_rel_diff": lab.num(fp32_rel, 3),
     }
     if data.get("device") and data["device"] != lab.device_type:
         ev["ran_on"] = f"{lab.device_type} (the flagged code targets {data['device']})"
     after_low = ev["after_backward_mm_dtype_inside"] != ev["after_backward_mm_dtype_outside"]
-    fp32_low = fp32_diff > 0.0 or set(mm_in) != set(mm_out)
+    fp32_low = fp32_diff > 0.0 and err_in > err_out
     plain = (
         f"plain gradients {'identical' if plain_diff == 0.0 else 'differ'} inside vs outside (max diff {ev['plain_max_grad_diff']}; "
         f"backward gradient at the {name} activation {ev['activation_grad_dtype_inside']} both ways)"
@@ -133,8 +125,8 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
             parts.append(f"an mm after backward in the block ran {ev['after_backward_mm_dtype_inside']} (outside: {ev['after_backward_mm_dtype_outside']})")
         if fp32_low:
             parts.append(
-                f"the backward of a layer kept fp32 with autocast(enabled=False) ran matmuls {mm_in} inside vs {mm_out} outside "
-                f"(grad max rel diff {ev['fp32_layer_max_grad_rel_diff']})"
+                f"the backward of a layer kept fp32 with autocast(enabled=False) autocast too: its gradients' error vs fp64 "
+                f"was {ev['fp32_layer_grad_rel_error_vs_fp64_inside']} inside vs {ev['fp32_layer_grad_rel_error_vs_fp64_outside']} outside"
             )
         return lab.confirmed(f"{name} autocast around backward: {'; '.join(parts)}; {plain}", ev, dtype=dtype)
     return lab.not_reproduced(f"{name} autocast around backward changed nothing measured: {plain}", ev, dtype=dtype)
