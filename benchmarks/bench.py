@@ -59,7 +59,8 @@ import json, resource, subprocess, sys, time
 t = time.perf_counter()
 p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 wall = time.perf_counter() - t
-print(json.dumps({"wall": wall, "maxrss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "rc": p.returncode}))
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall": wall, "cpu": u.ru_utime + u.ru_stime, "maxrss_kb": u.ru_maxrss, "rc": p.returncode}))
 """
 
 _PARSE = r"""
@@ -127,7 +128,7 @@ def corpus(name: str) -> str:
 
 
 def measure(cmd: Sequence[str], runs: int, before=None, cwd: Optional[str] = None) -> Dict[str, float]:
-    walls, rss = [], []
+    walls, rss, cpus = [], [], []
     rc = None
     for _ in range(runs):
         if before is not None:
@@ -135,9 +136,10 @@ def measure(cmd: Sequence[str], runs: int, before=None, cwd: Optional[str] = Non
         out = subprocess.run([sys.executable, "-c", _WRAPPER, *cmd], capture_output=True, text=True, cwd=cwd, check=True)
         data = json.loads(out.stdout)
         walls.append(data["wall"])
+        cpus.append(data["cpu"])
         rss.append(data["maxrss_kb"] / 1024)
         rc = data["rc"]
-    row = {"median_s": statistics.median(walls), "min_s": min(walls), "runs": runs, "peak_mb": max(rss), "rc": rc}
+    row = {"median_s": statistics.median(walls), "min_s": min(walls), "cpu_s": statistics.median(cpus), "runs": runs, "peak_mb": max(rss), "rc": rc}
     print(f"  {' '.join(os.path.basename(c) for c in cmd[:3])} ...: {row}", file=sys.stderr, flush=True)
     return row
 
@@ -256,10 +258,14 @@ def _print_corpus(name: str, info: Dict[str, object]) -> None:
     gates = info["gates"]  # type: ignore[index]
     print(f"\n### {name}: {info['files']} files, {info['lines']:,} lines, {info['bytes'] / 1e6:.1f} MB; "
           f"{gates['any'][0]} files ({gates['any'][1] / 1e6:.1f} MB) pass a default rule's gate\n")
-    print("| tool | median wall (s) | min (s) | runs | peak RSS per process (MB) | x ruff |")
-    print("|---|---:|---:|---:|---:|---:|")
+    ruff_cpu = rows["ruff check --select ALL --output-format concise --no-cache"]["cpu_s"]  # type: ignore[index]
+    print("| tool | median wall (s) | min (s) | CPU user+sys (s) | runs | peak RSS per process (MB) | wall x ruff | CPU x ruff |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for tool, r in rows.items():  # type: ignore[union-attr]
-        print(f"| {tool} | {r['median_s']:.2f} | {r['min_s']:.2f} | {r['runs']} | {r['peak_mb']:.0f} | {r['median_s'] / ruff:.2f} |")
+        print(
+            f"| {tool} | {r['median_s']:.2f} | {r['min_s']:.2f} | {r['cpu_s']:.2f} | {r['runs']} | {r['peak_mb']:.0f} "
+            f"| {r['median_s'] / ruff:.2f} | {r['cpu_s'] / max(ruff_cpu, 1e-9):.2f} |"
+        )
     cold = rows["amplint cold, default jobs"]["median_s"]  # type: ignore[index]
     for peer in ("fixit lint", "torchfix", "bare libcst parse (pool, 1 worker per core)"):
         if peer in rows:  # type: ignore[operator]

@@ -380,6 +380,28 @@ dtype = torch.get_autocast_dtype("cuda")
         Invalid(
             """
 import torch
+from packaging import version
+
+def build_scaler(enabled):
+    if version.parse(torch.__version__) < version.parse("1.6"):
+        raise ImportError("native AMP needs torch >= 1.6")
+    return torch.cuda.amp.GradScaler(enabled=enabled)
+""",
+            line=7,
+            fixed="""
+import torch
+from packaging import version
+
+def build_scaler(enabled):
+    if version.parse(torch.__version__) < version.parse("1.6"):
+        raise ImportError("native AMP needs torch >= 1.6")
+    return torch.amp.GradScaler("cuda", enabled=enabled)
+""",
+            why="a version check that raises guards the main path; the code after it is not a fallback",
+        ),
+        Invalid(
+            """
+import torch
 def check(scaler):
     assert isinstance(scaler, torch.cuda.amp.GradScaler)
 """,
@@ -469,9 +491,7 @@ def _after_version_return(ctx: ModuleContext, node: cst.CSTNode) -> bool:
             for stmt in body:
                 if stmt is child:
                     break
-                if isinstance(stmt, cst.If) and _exits(stmt.body) and any(
-                    w in ctx.code_for(stmt.test) for w in _VERSION_WORDS
-                ):
+                if isinstance(stmt, cst.If) and _returns(stmt.body) and _torch_version_test(ctx.code_for(stmt.test)):
                     return True
         if isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
             return False
@@ -479,14 +499,20 @@ def _after_version_return(ctx: ModuleContext, node: cst.CSTNode) -> bool:
     return False
 
 
-def _exits(block: cst.BaseSuite) -> bool:
+def _returns(block: cst.BaseSuite) -> bool:
+    """The block ends in `return` (a `raise` guards unsupported versions: the
+    code after it is the main path, not a fallback)."""
     stmts = block.body if isinstance(block, cst.IndentedBlock) else [block]
     if not stmts:
         return False
     last = stmts[-1]
     if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-        return any(isinstance(s, (cst.Return, cst.Raise)) for s in last.body)
+        return any(isinstance(s, cst.Return) for s in last.body)
     return False
+
+
+def _torch_version_test(text: str) -> bool:
+    return "torch" in text.lower() and any(w in text for w in _VERSION_WORDS)
 
 
 def _message(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> str:

@@ -8,8 +8,9 @@ from typing import Iterator, List, Optional, Tuple
 import libcst as cst
 
 from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import AutocastRegion, CallInfo, LiteralInfo, ModuleContext, Path, Scope, literal_number
+from amplint.context import AutocastRegion, CallInfo, LiteralInfo, ModuleContext, Path, Scope, literal_number, dotted_name
 from amplint.fixes import make_fix, replace_node
+
 
 FP16_MAX = 65504.0
 
@@ -63,8 +64,8 @@ class Fp16OverflowingLiteral(Rule):
     - as the fill value of `masked_fill` / `masked_fill_` / `fill_` /
       `index_fill` / `torch.full` / `new_full` / `full_like` (error: it raises);
     - in an additive mask (`scores + (1 - mask) * -1e9`, `scores += mask * -1e9`,
-      `extended_mask = (1.0 - mask) * -1e9`) or in `torch.where(mask, -1e9, x)`
-      (warning: it silently becomes `-inf`).
+      `extended_mask = (1.0 - mask) * -1e9`, `softmax(scores - 1e9, -1)`) or in
+      `torch.where(mask, -1e9, x)` (warning: it silently becomes `-inf`).
 
     The finding is kept only when the project can run fp16 (fp16 autocast,
     `.half()`, `torch.float16`, an enabled GradScaler or a dtype decided at
@@ -352,7 +353,7 @@ with torch.autocast("cuda"):
             where = "an additive mask" if use.op == "additive" else f"`{use.op}`"
             message = (
                 f"{site.text} in {where} overflows fp16 (largest finite value 65504): on fp16 tensors it silently "
-                f"becomes {'-' if site.value < 0 else ''}inf, and a fully masked row then softmaxes to NaN; "
+                f"becomes {'-' if site.value * use.sign < 0 else ''}inf, and a fully masked row then softmaxes to NaN; "
                 f"use `torch.finfo(x.dtype).{bound}` with `masked_fill`/`torch.where`, or build the mask in fp32"
             )
             severity = Severity.WARNING
@@ -385,6 +386,7 @@ class _Use:
     raises: bool
     dtype_node: Optional[cst.BaseExpression] = None  # an explicit dtype= deciding the result dtype
     others: Tuple[cst.BaseExpression, ...] = ()  # operands whose fp32-ness also makes it harmless
+    sign: float = 1.0  # -1 when the constant is subtracted (`scores - 1e9 * mask`)
 
 
 def _sites(ctx: ModuleContext) -> Iterator[_Site]:
@@ -449,16 +451,23 @@ def _classify(ctx: ModuleContext, site: _Site) -> Optional[_Use]:
         other = first.right if first.left is site.node else first.left
         if literal_number(other) is not None:
             return None
-        return _Use("additive", other, _outermost_sum(parents), False)
+        # a constant shift of a whole tensor (`probs - 1e8` before a threshold) is harmless even as -inf;
+        # it matters when the shifted scores go through a softmax in the same expression
+        if not any(_is_softmax(ctx, p) for p in parents[1:] if not isinstance(p, cst.BaseStatement)):
+            return None
+        sign = -1.0 if isinstance(first.operator, cst.Subtract) and first.right is site.node else 1.0
+        return _Use("additive", other, _outermost_sum(parents), False, sign=sign)
     if isinstance(first, cst.BinaryOperation) and isinstance(first.operator, cst.Multiply):
         mask = first.right if first.left is site.node else first.left
         if literal_number(mask) is not None:
             return None
         if isinstance(second, cst.BinaryOperation) and isinstance(second.operator, (cst.Add, cst.Subtract)):
             scores = second.right if second.left is first else second.left
-            return _Use("additive", scores, _outermost_sum(parents[1:]), False, others=(mask,))
+            sign = -1.0 if isinstance(second.operator, cst.Subtract) and second.right is first else 1.0
+            return _Use("additive", scores, _outermost_sum(parents[1:]), False, others=(mask,), sign=sign)
         if isinstance(second, cst.AugAssign) and isinstance(second.operator, (cst.AddAssign, cst.SubtractAssign)):
-            return _Use("additive", second.target, second, False, others=(mask,))
+            sign = -1.0 if isinstance(second.operator, cst.SubtractAssign) else 1.0
+            return _Use("additive", second.target, second, False, others=(mask,), sign=sign)
         if isinstance(second, (cst.Assign, cst.AnnAssign)) and second.value is first:
             name = _single_name_target(second) or ""
             last = name.rsplit(".", 1)[-1].lower()
@@ -466,11 +475,20 @@ def _classify(ctx: ModuleContext, site: _Site) -> Optional[_Use]:
                 return _Use("additive", mask, first, False)
         return None
     if isinstance(first, cst.AugAssign) and isinstance(first.operator, (cst.AddAssign, cst.SubtractAssign)):
-        return _Use("additive", first.target, first, False)
+        sign = -1.0 if isinstance(first.operator, cst.SubtractAssign) else 1.0
+        return _Use("additive", first.target, first, False, sign=sign)
     return None
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _is_softmax(ctx: ModuleContext, node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else dotted_name(func) or ""
+    return name in ("softmax", "log_softmax")
 
 
 def _at(site: _Site, position: int, keyword: str) -> bool:

@@ -8,8 +8,8 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import AutocastRegion, CallInfo, LiteralInfo, LowPrecisionCast, ModuleContext, Scope, literal_number
-from amplint.names import dotted_name
+from amplint.context import AutocastRegion, CallInfo, LiteralInfo, LowPrecisionCast, ModuleContext, Scope, literal_number, dotted_name
+
 
 #: fp16 rounds anything below this to 0 [amp-facts §6.1, E02]
 FP16_FLUSH_TO_ZERO = 2.9802322387695312e-08

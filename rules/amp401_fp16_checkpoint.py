@@ -8,8 +8,8 @@ from typing import Iterator, List, Optional, Tuple
 import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import CallInfo, LowPrecisionCast, ModuleContext
-from amplint.names import dotted_name
+from amplint.context import CallInfo, LowPrecisionCast, ModuleContext, dotted_name
+
 
 _CAST_METHODS = ("half", "to", "type")
 _LOADS = ("load_state_dict", "load_checkpoint", "load_weights")

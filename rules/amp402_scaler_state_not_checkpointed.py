@@ -6,8 +6,7 @@ from typing import Iterator, List, Optional
 import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import CallInfo, ModuleContext
-from amplint.names import dotted_name
+from amplint.context import CallInfo, ModuleContext, dotted_name
 
 
 class ScalerStateNotCheckpointed(Rule):

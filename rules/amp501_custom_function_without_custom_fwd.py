@@ -80,8 +80,11 @@ class CustomFunctionWithoutCustomFwd(Rule):
     files), and only when `backward` also does dtype-sensitive work (an
     autocastable op or a kernel call): that is where the mismatch surfaces.
     Silent when any method carries a `custom_fwd` / `custom_bwd` (or autocast)
-    decorator or opens its own autocast region (`autocast(enabled=False)` in
-    forward, autocast replayed in backward), for Functions without a
+    decorator, opens its own autocast region (`autocast(enabled=False)` in
+    forward, autocast replayed in backward) or reads the autocast state
+    (`torch.get_autocast_dtype`, `is_autocast_enabled`), when `backward`
+    casts dtypes by hand (`w.to(grad.dtype)`, `.float()`), for `out=` calls
+    (not autocast, §1.1), for Functions without a
     `backward`, for ops fed straight from `torch.fft` (complex tensors are not
     autocast-eligible, §1.1), and for Functions that only move data:
     distributed gather/all-reduce/scatter, `.clone()`, indexing, `cat`.
@@ -265,6 +268,69 @@ with torch.autocast("cuda"):
         Valid(
             """
 import torch
+class ChunkedLogProb(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight):
+        dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else hidden.dtype
+        ctx.dtype = dtype
+        ctx.save_for_backward(hidden, weight)
+        return torch.mm(hidden.to(dtype), weight.to(dtype).t())
+
+    @staticmethod
+    def backward(ctx, g):
+        hidden, weight = ctx.saved_tensors
+        return g.to(ctx.dtype).mm(weight.to(ctx.dtype)), None
+
+with torch.autocast("cuda"):
+    y = ChunkedLogProb.apply(h, w)
+""",
+            "reads the autocast dtype and casts by hand (TRL chunked log-prob)",
+        ),
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+class CompressedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return F.linear(x, w)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        dtype = g.dtype
+        return g @ w.to(dtype), g.t() @ x.to(dtype)
+
+with torch.autocast("cuda"):
+    y = CompressedLinear.apply(h, w)
+""",
+            "backward casts the saved tensors to the grad's dtype (PEFT VeLoRA)",
+        ),
+        Valid(
+            """
+import torch
+class TiledMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        out = torch.empty(a.shape[0], b.shape[1], device=a.device)
+        torch.mm(a, b, out=out)
+        ctx.save_for_backward(a, b)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return torch.mm(g, b.t()), torch.mm(a.t(), g)
+
+with torch.autocast("cuda"):
+    y = TiledMM.apply(a, b)
+""",
+            "`out=` calls are not autocast (§1.1)",
+        ),
+        Valid(
+            """
+import torch
 from . import _C
 class Sort(torch.autograd.Function):
     @staticmethod
@@ -389,8 +455,10 @@ with torch.cpu.amp.autocast():
             fwd, bwd = scopes.get(id(forward)), scopes.get(id(backward))
             if fwd is None or bwd is None:
                 continue
-            if any(_opens_autocast(ctx, scopes.get(id(m))) for m in methods.values()):
-                continue  # the author manages autocast by hand (e.g. replays it in backward)
+            if any(_manages_autocast(ctx, scopes.get(id(m))) for m in methods.values()):
+                continue  # the author manages autocast by hand (replays it in backward, reads its dtype)
+            if _casts_by_hand(ctx, bwd):
+                continue  # backward converts dtypes itself (`w.to(grad.dtype)`, `.float()`)
             setup_context = "setup_context" in methods
             in_backward = _autocastable_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
             if not in_backward:
@@ -465,6 +533,20 @@ def _is_amp_decorator(ctx: ModuleContext, decorator: cst.Decorator) -> bool:
     return "custom_fwd" in last or "custom_bwd" in last or "autocast" in last
 
 
+_AUTOCAST_STATE = frozenset(
+    {"torch.is_autocast_enabled", "torch.get_autocast_dtype", "torch.get_autocast_gpu_dtype", "torch.get_autocast_cpu_dtype"}
+)
+
+
+def _manages_autocast(ctx: ModuleContext, scope: Optional[Scope]) -> bool:
+    """The method opens an autocast region or reads the autocast state."""
+    if scope is None:
+        return False
+    if any(call.qualnames & _AUTOCAST_STATE for call in scope.calls):
+        return True
+    return _opens_autocast(ctx, scope)
+
+
 def _opens_autocast(ctx: ModuleContext, scope: Optional[Scope]) -> bool:
     if scope is None:
         return False
@@ -500,6 +582,8 @@ class _MatMul(cst.CSTVisitor):
 
 def _autocastable_op(ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef) -> Optional[str]:
     for call in scope.calls:
+        if call.arg(None, "out") is not None:
+            continue  # `out=` calls are not autocast (§1.1)
         hit = call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS
         if hit and not _complex_input(ctx, call.node):
             return sorted(hit)[0]
@@ -521,6 +605,12 @@ def _complex_input(ctx: ModuleContext, call: cst.Call) -> bool:
         if isinstance(arg.value, cst.Call) and any(q.startswith("torch.fft.") for q in ctx.qualnames(arg.value.func)):
             return True
     return False
+
+
+def _casts_by_hand(ctx: ModuleContext, scope: Scope) -> bool:
+    return any(
+        call.method in _CAST_METHODS or (call.method in ("to", "type") and _casts(ctx, call.node)) for call in scope.calls
+    )
 
 
 def _is_module_name(ctx: ModuleContext, dotted: Optional[str]) -> bool:
@@ -598,6 +688,8 @@ def _casts(ctx: ModuleContext, call: cst.Call) -> bool:
             return True
         if ctx.dtype_of(arg.value) is not None:
             return True
-        if isinstance(arg.value, cst.Attribute) and arg.value.attr.value == "dtype":
-            return True
+        if isinstance(arg.value, cst.Attribute) and "dtype" in arg.value.attr.value:
+            return True  # `.to(grad.dtype)`, `.to(ctx.compute_dtype)`
+        if isinstance(arg.value, cst.Name) and "dtype" in arg.value.value:
+            return True  # `.to(dtype)`, `.to(compute_dtype)`
     return False

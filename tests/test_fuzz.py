@@ -31,8 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def gate_header() -> str:
     """A comment line that passes every rule's gate (triggers and regexes)."""
-    words = sorted({t for r in all_rules() for t in r.triggers})
-    return "# " + " ".join(words) + " .scale( unscale_( Scaler float False save\n"
+    words = {t for r in all_rules() for t in r.triggers}
+    words |= {clause[0] for r in all_rules() for clause in getattr(r, "requires", ())}
+    # what the rules' gate regexes look for
+    return "# " + " ".join(sorted(words)) + " .scale( unscale_( Scaler float False save Adam 1e-8 def forward\n"
 
 
 HEADER = gate_header()

@@ -119,6 +119,9 @@ def attend(scores, mask, attention_mask):
     c = scores - 1e9 * mask.float()
     d = index + 100000
     best = -1e9
+    e = probs - 1e8
+    f = torch.softmax(scores - 1e9 * 1, dim=-1)
+    g = (scores + -1e9).softmax(-1)
     return a, b, c, d
 """
 
@@ -130,6 +133,7 @@ def test_amp301_additive_forms_are_warnings():
         (6, Severity.WARNING),
         (7, Severity.WARNING),
         (8, Severity.WARNING),
+        (14, Severity.WARNING),
     ]
     assert "-inf" in found[0].message and "NaN" in found[0].message
     assert found[0].data["op"] == "additive" and found[0].data["snippet"] == "scores + (1 - mask) * -1e9"
