@@ -106,7 +106,8 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
             summary=(
                 f"{count} CUDA device(s); mechanism on {mech['device']}: main thread asked "
                 f"{mech['main_thread_asked']}, a thread re-entering autocast with only enabled= ran "
-                f"{mech.get('thread_linear_dtype')} (the device default)"
+                f"{mech.get('thread_linear_dtype')}"
+                + (" (the device default)" if mech.get("thread_linear_dtype") == mech.get("device_default_dtype") else "")
             ),
             dtype=torch.bfloat16,
         )
