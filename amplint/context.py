@@ -20,6 +20,7 @@ PositionProvider pass costs as much as the traversal.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -349,7 +350,11 @@ def _is_device_expr(ctx: "ModuleContext", node: cst.BaseExpression) -> bool:
     return name is not None and name.rsplit(".", 1)[-1] in ("device", "dev", "rank", "local_rank")
 
 
-_VERSION_WORDS = ("hasattr", "__version__", "version", "getattr", "is_torch", "TORCH_")
+#: tests that pick code by torch version or API presence (not `is_torch_tpu_available()`,
+#: which chooses hardware, not an API generation)
+_VERSION_TEST = re.compile(
+    r"hasattr|getattr|version|is_torch_(?:greater|less|version)|(?:greater|less)_(?:or_)?(?:equal_)?than|TORCH_\w*\d"
+)
 _IMPORT_ERRORS = ("ImportError", "AttributeError", "ModuleNotFoundError")
 
 _SCALER_PARAM_HINT = "scaler"
@@ -636,7 +641,7 @@ class ModuleContext:
                     return True
             elif frame.kind in ("if", "else") and frame.test is not None:
                 text = self.code_for(frame.test)
-                if any(w in text for w in _VERSION_WORDS):
+                if _VERSION_TEST.search(text):
                     return True
         return False
 

@@ -6,6 +6,7 @@ from typing import Iterator, Optional
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import Event, ModuleContext, Scope, exclusive, literal_number
 from amplint.fixes import insert_line_before, make_fix
+from amplint.steps import step_data, step_source
 
 
 class ClipGradBeforeUnscale(Rule):
@@ -307,14 +308,11 @@ def step(model, opt, scaler, loss):
             "threshold": threshold_value,
             "scaler": scaler,
             "optimizer": step.optimizer if step else None,
-            "step_source": _step_source(ctx, backward, step or clip),
+            "step_source": step_source(ctx, backward, step or clip, scope),
         }
+        data.update({k: v for k, v in step_data(ctx, scope, backward, data["optimizer"]).items() if k not in data})
+        spelled, qualname = clip.call.dotted, clip.call.qualname
+        if spelled and qualname and "." not in spelled and spelled != qualname.rsplit(".", 1)[-1]:
+            data["names"] = {spelled: qualname}  # an alias (`clip_grad_norm_ as clip`) the verifier resolves
         return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data)
 
-
-def _step_source(ctx: ModuleContext, first: Event, last: Event) -> str:
-    """The flagged step's statements, from the backward to the step (for the verifier)."""
-    lines = ctx.source.splitlines()
-    start, _ = ctx.position(first.call.statement)
-    _, end = ctx.position(last.call.statement)
-    return "\n".join(lines[start.row - 1 : end.row])

@@ -9,6 +9,7 @@ import libcst as cst
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import Event, ModuleContext, exclusive, is_grad_scaler_call
 from amplint.fixes import make_fix, replace_node
+from amplint.steps import step_data, step_source
 
 _BACKWARDS = ("scaled_backward", "backward", "framework_backward")
 
@@ -21,8 +22,10 @@ class OptimizerStepBypassesScaler(Rule):
 
     ## Why is this bad?
     The gradients are still multiplied by the loss scale (65536 by default),
-    and `optimizer.step()` does not know it: no error is raised and the update
-    is 65536x too large (amp-facts E13 measured a ratio of 65536.0). The
+    and `optimizer.step()` does not know it: no error is raised and an SGD
+    update is 65536x too large (amp-facts E13 measured a ratio of 65536.0;
+    Adam-family optimizers normalize the gradient, so their step size barely
+    changes, but their eps becomes 65536x smaller relative to it). The
     following `scaler.update()` then raises
     `AssertionError: No inf checks were recorded prior to update.`, because no
     `scaler.step`/`unscale_` recorded an inf check. When `scaler.unscale_(opt)`
@@ -314,9 +317,10 @@ def gan_step(gen, disc, opt_g, opt_d, scaler, loss_d, loss_g):
                 f"the scale calibrates from 65536) is written into the weights; call `{scaler}.step({opt})`"
             )
         else:
+            size = _update_size(step_data(ctx, step.call.scope, backward, opt).get("optimizer_class"))
             message = (
-                f"`{opt}.step()` applies gradients still multiplied by the loss scale: the update is 65536x too "
-                f"large by default (no error), and the next `{scaler}.update()` raises "
+                f"`{opt}.step()` applies gradients still multiplied by the loss scale: {size}, overflowed "
+                f"(inf/NaN) steps are not skipped, and the next `{scaler}.update()` raises "
                 f"\"No inf checks were recorded prior to update.\"; call `{scaler}.step({opt})`"
             )
         fix = None
@@ -327,7 +331,29 @@ def gan_step(gen, disc, opt_g, opt_d, scaler, loss_d, loss_g):
                 safe=False,
             )
         data = {"optimizer": opt, "scaler": scaler, "unscaled": unscaled}
+        scope = step.call.scope
+        data.update(step_data(ctx, scope, backward, opt))
+        if not any(
+            e.kind == "scaler_step" and e.scaler == scaler and e.order < step.order and not exclusive(e.path, step.path)
+            for e in scope.events
+        ):  # with another optimizer stepped through the scaler, a one-optimizer slice would not behave the same
+            data["step_source"] = step_source(ctx, backward, step, scope)
         return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data)
+
+
+#: optimizers whose step normalizes the gradient (m / sqrt(v), sign), so a constant
+#: scale on every gradient nearly cancels out of the update size
+_SCALE_INVARIANT = ("Adam", "Adagrad", "Adadelta", "RMSprop", "Adafactor", "Lion", "LAMB", "Lamb")
+
+
+def _update_size(optimizer_class: Optional[str]) -> str:
+    """What the scale does to the size of the update, as far as the optimizer is known."""
+    name = (optimizer_class or "").rsplit(".", 1)[-1]
+    if name and any(k in name for k in _SCALE_INVARIANT):
+        return f"`{name}` normalizes gradients, so its step size barely changes (its eps acts 65536x smaller)"
+    if name:
+        return f"the `{name}` update is 65536x too large by default (no error)"
+    return "an SGD-style update is 65536x too large by default (no error; Adam-style optimizers largely cancel the scale)"
 
 
 def _last_backward(events: List[Event], step: Event) -> Optional[Event]:
@@ -355,3 +381,4 @@ def _is_enabled_torch_scaler(ctx: ModuleContext, key: Optional[str]) -> bool:
             if call is not None and not is_grad_scaler_call(call):
                 return False
     return True
+

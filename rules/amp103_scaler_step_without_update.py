@@ -6,8 +6,9 @@ import re
 from typing import Iterator, List, Set
 
 from amplint import Diagnostic, Edit, Invalid, Location, Rule, Severity, Valid
-from amplint.context import Event, ModuleContext, Scope
+from amplint.context import Event, ModuleContext, Scope, exclusive
 from amplint.fixes import make_fix
+from amplint.steps import step_data, step_source
 
 
 class ScalerStepWithoutUpdate(Rule):
@@ -335,6 +336,7 @@ def main(model, loader, optimizer):
             edit = Edit(Location(end.row + 1, 1), Location(end.row + 1, 1), f"{indent}{scaler}.update()\n")
             fix = make_fix(f"Insert `{scaler}.update()` after the last `{scaler}.step(...)`", [edit], safe=False)
         data = {"scaler": scaler, "optimizers": [e.optimizer for e in group]}
+        data.update(_step_data(ctx, step, group))
         return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data)
 
 
@@ -398,3 +400,20 @@ def _update_within(ctx: ModuleContext, scope: Scope, loops: List[object]) -> boo
             if callee is not None and any(x.kind == "update" for x in ctx.reachable_events(callee)):
                 return True
     return False
+
+
+def _step_data(ctx: ModuleContext, step: Event, group: List[Event]) -> dict:
+    """For the verifier: the step from the scaled backward before it through the last
+    `step` of this scaler (and a following zero_grad); no slice without a backward here."""
+    scope = step.call.scope
+    backward = None
+    for e in scope.events:
+        if e.order >= step.order:
+            break
+        if e.kind == "scaled_backward" and e.scaler == step.scaler and not exclusive(e.path, step.path):
+            backward = e
+    data = step_data(ctx, scope, backward or step, step.optimizer)
+    if backward is not None:
+        data["step_source"] = step_source(ctx, backward, group[-1], scope, closers=("zero_grad",))
+    return data
+

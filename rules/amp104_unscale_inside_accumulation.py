@@ -9,6 +9,7 @@ import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import Event, Frame, ModuleContext, Path, Scope, exclusive, path_contains
+from amplint.steps import innermost_common_loop, loop_body_source, step_data, step_source
 
 
 @dataclass(frozen=True)
@@ -398,6 +399,7 @@ for step, batch in enumerate(loader):
                 f"recorded prior to update.\"; move it inside the boundary `if`, after the step"
             )
         data = {"shape": shape, "scaler": scaler, "optimizer": e.optimizer}
+        data.update(_step_data(ctx, flagged, shape, other))
         return ctx.diagnostic(self, e.call.node, message, data=data)
 
 
@@ -584,3 +586,23 @@ def _loop_between(u1: _Step, u2: _Step) -> bool:
     return any(f.kind == "loop" for f in u1.path if not _has(u2.path, f)) or any(
         f.kind == "loop" for f in u2.path if not _has(u1.path, f)
     )
+
+
+def _step_data(ctx: ModuleContext, flagged: _Step, shape: str, other: Optional[_Step]) -> dict:
+    """For the verifier: one micro-batch (the body of the accumulation loop, run once per
+    micro-batch), or for "twice" the step from the scaled backward through update()."""
+    scope = flagged.event.call.scope
+    backward = None
+    for e in scope.events:
+        if e.order >= flagged.event.order:
+            break
+        if e.kind == "scaled_backward" and not exclusive(e.path, flagged.event.path):
+            backward = e
+    data = step_data(ctx, scope, backward, flagged.event.optimizer) if backward is not None else {}
+    if shape == "twice":
+        if backward is not None and not flagged.inlined:
+            data["step_source"] = step_source(ctx, backward, flagged.event, scope, closers=("scaler_step", "update", "zero_grad"))
+    elif other is not None:
+        data["step_source"] = loop_body_source(ctx, innermost_common_loop(flagged.path, other.path))
+    return data
+

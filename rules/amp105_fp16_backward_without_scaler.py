@@ -264,7 +264,7 @@ def gan_step(gen, disc, opt_g, opt_d, real, z):
             f"gradients in the fp16 backward ops below 6e-8 flush to zero and below 6.1e-5 lose precision, so "
             f"small gradients vanish silently; scale the loss with `torch.amp.GradScaler` (or use bf16)"
         )
-        data = {"loss": text, "region_row": row, "device": region.device}
+        data = {"loss": text, "region_row": row, "device": region.device, "dtype": region.dtype}
         return ctx.diagnostic(self, event.call.node, message, data=data)
 
 

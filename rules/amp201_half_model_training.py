@@ -341,6 +341,7 @@ for epoch in range(10):
             "lr": literal_number(ctor.arg(1, "lr")),
             "eps": literal_number(ctor.arg(None, "eps")),
             "dtype": "fp16",
+            "device": None,  # where the cast module runs is not known statically
             "subject": cast.subject,
         }
         return ctx.diagnostic(self, cast.call.node, message, data=data)

@@ -134,9 +134,17 @@ class Fp16OverflowingLiteral(Rule):
     name = "fp16-overflowing-literal"
     severity = Severity.ERROR
     message = "constant overflows fp16"
-    triggers = ("e", "E", "0000", "_000")
-    #: a number literal above 65504 (`1e9`, `1E+10`, `100000`, `1_000_000`), the only thing the rule flags
-    gate_regex = re.compile(r"\d[eE]\+?(?:[5-9]|[1-9]\d)\b|\d{5,}|\d_\d{3}_\d{3}")
+    triggers = ("e", "E", "0")
+    #: a number literal that can exceed 65504, the only thing the rule flags: an exponent of 4 or more
+    #: (`7e4`, `1E+10`, `1e09`), an integer part of 65505 or more (`100000`, `70000.0`), digit groups
+    #: (`1_000_000`) or a hex/octal/binary integer. Plain 5-digit numbers below 65505 (`10000.0`,
+    #: rope bases) are common in model code and never flagged, so they do not open the gate.
+    gate_regex = re.compile(
+        r"(?<!\w)(?:\d[\d_]*\.?\d*|\.\d+)[eE]\+?0*(?:[4-9]|[1-9]\d)(?!\w)"
+        r"|(?<![\w.])(?:6550[5-9]|655[1-9]\d|65[6-9]\d\d|6[6-9]\d{3}|[7-9]\d{4}|[1-9]\d{5,})(?!\w)"
+        r"|(?<![\w.])\d[\d_]*_\d"
+        r"|\b0[xXoObB]"
+    )
     facts = ("§0.11", "§6.1", "§6.2")
 
     VALID = [
@@ -363,6 +371,8 @@ with torch.autocast("cuda"):
             "snippet": ctx.code_for(use.snippet),
             "tensor": tensor_text,
             "raises": use.raises,
+            "dtype": site.lit.region.dtype if site.lit.region is not None else None,
+            "device": site.lit.region.device if site.lit.region is not None else None,
         }
         return ctx.diagnostic(
             self,

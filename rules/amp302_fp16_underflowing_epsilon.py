@@ -288,6 +288,7 @@ for x, y in loader:
                 f"of 1e-5); keep fp32 parameters (autocast + GradScaler) or use an eps fp16 represents, e.g. 1e-4"
             )
             data = {"eps": eps, "optimizer_class": q, "snippet": ctx.code_for(call.node), "params": cast.subject}
+            data.update(dtype=cast.dtype, device=None)
             yield ctx.diagnostic(self, node, message, data=data)
 
     # ------------------------------------------------------------ arithmetic
@@ -318,6 +319,7 @@ for x, y in loader:
             f"(>= 6.1e-5, e.g. 1e-4) or compute this in fp32"
         )
         data = {"eps": lit.value, "optimizer_class": None, "snippet": ctx.code_for(snippet)}
+        data.update(dtype="fp16", device=region.device if region is not None else None)
         return ctx.diagnostic(self, lit.node, message, data=data, condition=None if certain else FP16)
 
 

@@ -279,6 +279,7 @@ for batch in loader:
             "snippet": ctx.code_for(call.node),
             "function": function,
             "device": region.device,
+            "dtype": region.dtype,
         }
         return ctx.diagnostic(self, call.node, message, fix=_fix(ctx, call, function, ctor), data=data)
 

@@ -169,3 +169,19 @@ def test_file_facts():
     assert build("model.half()").facts.fp16 is True
     unknown = build("import torch\nwith torch.autocast('cuda', dtype=dt):\n    f()").facts
     assert unknown.dtype_unknown and not unknown.fp16
+
+
+def test_hardware_availability_checks_are_not_version_gates():
+    ctx = build(
+        """
+        if is_torch_tpu_available():
+            a()
+        if is_torch_greater_or_equal_than_2_3:
+            b()
+        if version.parse(torch.__version__) >= version.parse("2.4"):
+            c()
+        """
+    )
+    a, b, c = (next(x for x in ctx.calls if x.dotted == n) for n in "abc")
+    assert not ctx.is_version_gated(a.path)
+    assert ctx.is_version_gated(b.path) and ctx.is_version_gated(c.path)

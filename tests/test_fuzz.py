@@ -34,7 +34,7 @@ def gate_header() -> str:
     words = {t for r in all_rules() for t in r.triggers}
     words |= {clause[0] for r in all_rules() for clause in getattr(r, "requires", ())}
     # what the rules' gate regexes look for
-    return "# " + " ".join(sorted(words)) + " .scale( unscale_( Scaler float False save Adam 1e-8 def forward\n"
+    return "# " + " ".join(sorted(words)) + " .scale( unscale_( Scaler float False save Adam 1e-8 1e9 def forward\n"
 
 
 HEADER = gate_header()

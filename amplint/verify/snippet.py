@@ -145,6 +145,43 @@ class _TopReturns(ast.NodeTransformer):
         return ast.copy_location(ast.Raise(exc=ast.Name("__amplint_return__", ast.Load()), cause=None), node)
 
 
+class _Relocate(ast.NodeTransformer):
+    """Training slices run on the lab's device: `t.cuda(...)` -> `t.to(<lab device>)`, and
+    the device string "cuda" of an `autocast(...)` call -> the lab's device type. The
+    GradScaler protocol behaves the same on every device (amp-facts §0.8); `relocated`
+    records that the slice was changed."""
+
+    def __init__(self) -> None:
+        self.relocated = False
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "cuda":
+            self.relocated = True
+            to = ast.Attribute(value=func.value, attr="to", ctx=ast.Load())
+            return ast.copy_location(ast.Call(func=to, args=[ast.Name("__amplint_device__", ast.Load())], keywords=[]), node)
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name == "autocast":
+            device = ast.Name("__amplint_device_type__", ast.Load())
+            for i, arg in enumerate(node.args[:1]):
+                if isinstance(arg, ast.Constant) and arg.value == "cuda":
+                    node.args[i] = ast.copy_location(device, arg)
+                    self.relocated = True
+            for kw in node.keywords:
+                if kw.arg == "device_type" and isinstance(kw.value, ast.Constant) and kw.value.value == "cuda":
+                    kw.value = ast.copy_location(device, kw.value)
+                    self.relocated = True
+        return node
+
+
+def relocate(tree: ast.Module) -> Tuple[ast.Module, bool]:
+    """`tree` with CUDA-specific spellings pointed at the lab's device (see `_Relocate`)."""
+    transformer = _Relocate()
+    out = ast.fix_missing_locations(transformer.visit(ast.parse(ast.unparse(tree))))
+    return out, transformer.relocated
+
+
 def compile_statements(tree: ast.Module, name: str = "<flagged code>"):
     """Compile a slice so `return`, `break` and `continue` at its top level work."""
     body = _TopReturns().visit(ast.parse(ast.unparse(tree))).body
@@ -342,17 +379,18 @@ ROLE_PATTERNS: List[Tuple[str, "re.Pattern[str]"]] = [
     ("scaler", _R(r"^(scaler|grad_scaler|loss_scaler|amp_scaler|gradscaler|\w+_scaler)$")),
     ("optimizer", _R(r"^(opt|optim|optimizer|optimiser|opt_\w+|optimizer_\w+|\w+_opt|\w+_optim|\w+_optimizer)$")),
     ("criterion", _R(r"^(criterion|loss_fn|loss_func|loss_function|lossfn|criteria|loss_module)$")),
-    ("loss", _R(r"^(loss|losses?_?\w*|\w+_loss)$")),
+    ("loss", _R(r"^(loss|losses|loss_\w+|\w+_loss)$")),
     ("model", _R(r"^(model|net|network|module|\w+_model|model_\w+|\w+_net)$")),
     ("scheduler", _R(r"^(scheduler|sched|lr_scheduler|\w+_scheduler)$")),
     ("params", _R(r"^(params|parameters|model_params|trainable_params|param_list)$")),
     ("loader", _R(r"^(\w*loader|\w*_dl|dl|batches|train_data|train_iter)$")),
+    ("batch", _R(r"^(batch|minibatch|mini_batch|micro_batch|mb|batch_data)$")),
     ("x", _R(r"^(x|xb|inputs?|inp|images?|imgs?|data|features|src|batch_x)$")),
     ("y", _R(r"^(y|yb|targets?|labels?|batch_y|gt)$")),
     ("index", _R(r"^(i|j|step|it|itr|iter|iteration|idx|batch_idx|batch_index|micro_step|global_step|n_iter|iter_num|step_idx|batch_i|b_idx|cur_iter)$")),
     ("accum", _R(r"^(accum\w*|\w*accumulat\w*|grad_acc\w*|update_freq|n_accum)$")),
     ("threshold", _R(r"^(max_norm|max_grad_norm|clip|clip_grad|grad_clip|clip_norm|gradient_clip_val|gradient_clipping|clip_value|grad_norm_clip|clip_grad_norm|max_grad|clip_max_norm|grad_clip_norm)$")),
-    ("flag", _R(r"^(use_amp|amp|fp16|use_fp16|mixed_precision|enable_amp|amp_enabled|use_scaler|use_mixed_precision)$")),
+    ("flag", _R(r"^(use_amp|amp|fp16|use_fp16|mixed_precision|enable_amp|amp_enabled|use_scaler|use_mixed_precision|log_grads|log_grad_norm|log_gradients|track_grad_norm|debug|verbose)$")),
     ("device", _R(r"^(device|dev)$")),
     ("dtype", _R(r"^(dtype|amp_dtype|ptdtype|autocast_dtype|compute_dtype)$")),
     ("sink", _R(r"^(logger|log|writer|tb_writer|summary_writer|wandb|pbar|progress_bar|tracker|meter|tb)$")),
@@ -360,7 +398,7 @@ ROLE_PATTERNS: List[Tuple[str, "re.Pattern[str]"]] = [
 ]
 
 #: roles bound to plain values (never callable)
-VALUE_ROLES = frozenset({"threshold", "index", "accum", "flag", "x", "y", "loss", "device", "dtype", "params"})
+VALUE_ROLES = frozenset({"threshold", "index", "accum", "flag", "x", "y", "batch", "loss", "device", "dtype", "params"})
 
 #: torch API names that are unambiguous when spelled bare
 BARE_API = {
@@ -419,6 +457,41 @@ class Namespace:
 
     def __repr__(self) -> str:
         return f"<bound {self._label}>"
+
+
+class Batch(tuple):
+    """One (x, y) micro-batch: unpacks as `x, y = batch`, indexes as `batch[0]`, and the
+    tiny model accepts it whole (`model(batch)` returns the loss)."""
+
+    @property
+    def x(self) -> Any:
+        return self[0]
+
+    @property
+    def y(self) -> Any:
+        return self[1]
+
+
+def _tiny_model_wrapper(torch: Any) -> type:
+    """The lab model as the slice sees it: `model(x)` returns outputs; `model(x, y)` and
+    `model(batch)` (a model given the targets) return the loss, MSE against `y`. Same
+    parameters as the lab model."""
+
+    class TinyModel(torch.nn.Module):
+        def __init__(self, net: Any, criterion: Any) -> None:
+            super().__init__()
+            self.net = net
+            self.criterion = criterion
+
+        def forward(self, inputs: Any, targets: Any = None) -> Any:
+            if isinstance(inputs, Batch) and targets is None:
+                return self.criterion(self.net(inputs.x).float(), inputs.y)
+            out = self.net(inputs)
+            if targets is None:
+                return out
+            return self.criterion(out.float(), targets)
+
+    return TinyModel
 
 
 class Sink:
@@ -682,6 +755,9 @@ def prepare_training(spec: TrainingSpec) -> Prepared:
     uses_index = "index" in all_roles or "accum" in all_roles
     if "loss" in all_roles:
         assumed["loss"] = "MSE of the tiny model on a fixed batch"
+    tree, relocated = relocate(tree)
+    if relocated:
+        assumed["device"] = "`.cuda()` / autocast(\"cuda\") ran on the lab's device"
     return Prepared(tree, compile_statements(tree), free, roles, uses_index, assumed)
 
 
@@ -778,6 +854,7 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
 
     opt.register_step_post_hook(on_step)
     criterion = torch.nn.MSELoss()
+    wrapped = _tiny_model_wrapper(torch)(model, criterion)
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0)
     state = {"iteration": 0}
     if spec.overflow_at is not None:
@@ -802,11 +879,12 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
                 "scaler": scaler,
                 "optimizer": opt,
                 "criterion": criterion,
-                "model": model,
+                "model": wrapped,
                 "scheduler": scheduler,
                 "params": params,
                 "x": x,
                 "y": y,
+                "batch": Batch((x, y)),
                 "index": k,
                 "accum": lab.ACCUM,
                 "threshold": threshold,
@@ -814,7 +892,7 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
                 "device": lab.device,
                 "dtype": spec.dtype if spec.dtype is not None else torch.float32,
                 "sink": Sink(),
-                "loader": [lab.batch(j) for j in range(lab.ACCUM)],
+                "loader": [Batch(lab.batch(j)) for j in range(lab.ACCUM)],
             }[role]
 
         def bind(roles: Dict[str, Any], k: int, x: Any, y: Any, loss: Any, label: str) -> Dict[str, Any]:
@@ -831,7 +909,12 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
                     out[name] = value_for(role, k, x, y)
             return out
 
-        globs: Dict[str, Any] = {"__builtins__": _SAFE_BUILTINS, "__amplint_return__": _Return}
+        globs: Dict[str, Any] = {
+            "__builtins__": _SAFE_BUILTINS,
+            "__amplint_return__": _Return,
+            "__amplint_device__": lab.device,
+            "__amplint_device_type__": lab.device_type,
+        }
         for k in range(spec.iterations):
             state["iteration"] = k
             x, y = lab.batch(k)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ..snippet import Prepared, Refused, RunRecord, TrainingSpec, Unbindable, compare_scaling, prepare_training
+import ast
+
+from ..snippet import Prepared, Refused, RunRecord, TrainingSpec, Unbindable, compare_scaling, prepare_training, role_of
 
 
 @dataclass
@@ -118,6 +120,8 @@ def run_scaling(
         try:
             spec = replace(base, source=source)
             prepared = prepare_training(spec)
+            if calls_scaler_update(prepared, data):
+                spec = replace(spec, complete_update=None)  # the slice updates itself (maybe under an `if`)
             if prepared.uses_index:
                 spec = replace(spec, iterations=max(iterations, lab.ACCUM))
             enabled, disabled = compare_scaling(lab, spec, prepared)
@@ -137,6 +141,17 @@ def run_scaling(
     prepared = prepare_training(base)
     enabled, disabled = compare_scaling(lab, base, prepared)
     return ScalingResult("experiment", enabled, disabled, base, prepared, notes)
+
+
+def calls_scaler_update(prepared: Prepared, data: Dict[str, Any]) -> bool:
+    """The slice itself calls `<scaler>.update()` somewhere (then the harness adds none)."""
+    for node in ast.walk(prepared.tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update":
+            receiver = node.func.value
+            name = receiver.attr if isinstance(receiver, ast.Attribute) else receiver.id if isinstance(receiver, ast.Name) else None
+            if name is not None and role_of(name, data) == "scaler":
+                return True
+    return False
 
 
 def fmt(x: Any) -> str:

@@ -3,6 +3,9 @@
 Runs the flagged step with a GradScaler enabled and disabled and compares the
 parameter updates; then calls the next `scaler.update()` if the step did not
 (amp-facts §0.6, E13). Canonical: `scale(loss).backward(); optimizer.step()`.
+With `unscaled: true` (unscale_ ran before `optimizer.step()`) the flagged step
+(or the canonical one) runs with an inf gradient injected on the first
+iteration: nothing skips that step, so the weights become inf/NaN.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
             return "the flagged code never stepped the optimizer"
         return None
 
-    if data.get("unscaled") and not data.get("step_source"):
+    if data.get("unscaled"):
         return _unscaled(data, lab)
     res = run_scaling(lab, data, CANONICAL, complete_update="always", relevant=relevant)
     e = res.enabled
@@ -69,7 +72,12 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
 
 def _unscaled(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     """unscale_ then optimizer.step(): nothing skips the step whose gradients overflowed."""
-    res = run_scaling(lab, {k: v for k, v in data.items() if k != "step_source"}, CANONICAL_UNSCALED, overflow_at=0)
+    def relevant(enabled, disabled):
+        if enabled.optimizer_steps == 0:
+            return "the flagged code never stepped the optimizer"
+        return None
+
+    res = run_scaling(lab, data, CANONICAL_UNSCALED, overflow_at=0, relevant=relevant)
     e = res.enabled
     ev = res.base_evidence(lab)
     ev.update(
