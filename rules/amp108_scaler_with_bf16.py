@@ -45,7 +45,13 @@ class ScalerWithBf16(Rule):
     No fix: removing the scaler changes the step and the checkpoint format.
 
     ## Verification
-    Not needed: the rule is advice (info, off by default).
+    `amplint --verify` trains a tiny model 20 steps under bf16 autocast from
+    one seed with and without a GradScaler and reports whether the final
+    parameters are bitwise identical, the steps skipped, and the scaler's
+    extra work per step (one unscale/inf-check pass over every gradient
+    element, the `.item()` host sync in `step`, one scale update) with the
+    median step times (reported, not judged). Confirmed ("unneeded: same
+    parameters, extra work") when the parameters are identical.
 
     ## Notes
     Silent when any region is fp16 or of unknown dtype, when the file casts

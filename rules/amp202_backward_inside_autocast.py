@@ -52,9 +52,14 @@ class BackwardInsideAutocast(Rule):
     where the region ends.
 
     ## Verification
-    `amplint --verify` runs a tiny model's step with the backward inside and
-    outside autocast and reports the largest gradient difference and the
-    dtypes of the gradients.
+    `amplint --verify` runs a tiny model's backward inside and after the
+    region and reports: the plain gradients' largest difference and the
+    backward's dtype at the low-precision activation (the same both ways, as
+    in E23); the dtype of an `mm` written after the backward in the block;
+    and, for a layer kept fp32 with a nested `autocast(enabled=False)`, its
+    gradients' error against an fp64 run inside and outside (its backward
+    autocasts inside the region). Confirmed when either of the last two ran
+    in low precision; not reproduced when nothing changed.
 
     ## Notes
     A backward inside a nested `autocast(enabled=False)` of the same device

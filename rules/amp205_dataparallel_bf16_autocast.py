@@ -50,9 +50,13 @@ class DataParallelBf16Autocast(Rule):
     is a structural change.
 
     ## Verification
-    On a machine with two or more GPUs, `amplint --verify` runs
-    `parallel_apply` on two replicas under bf16 autocast and reports the
-    replicas' output dtype (fp16). It is inconclusive without two GPUs.
+    On a machine with two or more GPUs, `amplint --verify` calls a tiny
+    `DataParallel` model over two of them under bf16 autocast and reports each
+    replica's output dtype and the autocast dtype its thread saw (confirmed
+    when a replica ran fp16). With fewer it is inconclusive ("needs 2 CUDA
+    devices") and reports, as evidence only, the thread-local mechanism on the
+    lab's device (a thread re-entering autocast with only `enabled=` gets the
+    device default dtype) and whether `parallel_apply` forwards the dtype.
 
     ## Notes
     fp16 autocast around DataParallel is fine (the replicas' default is

@@ -68,9 +68,11 @@ class CustomOpWithoutAutocastRegistration(Rule):
     No fix: the right `cast_inputs` dtype depends on the kernel.
 
     ## Verification
-    `amplint --verify` runs the E10 reproduction: a custom op under CPU
-    autocast without and with `register_autocast`, reporting the dtypes the
-    kernel saw.
+    `amplint --verify` defines a fresh `torch.library.custom_op` and calls it
+    under autocast on a linear layer's output, reporting the dtypes its kernel
+    receives unregistered (low precision, autocast still on inside) and after
+    `register_autocast(device, cast_inputs=torch.float32)` (fp32, autocast
+    off), as in E10. The flagged op itself is not run.
 
     ## Notes
     There is no `torch.amp.register_op_dtype` (§4); the message never suggests

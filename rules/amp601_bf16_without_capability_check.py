@@ -47,9 +47,10 @@ class Bf16WithoutCapabilityCheck(Rule):
     fp32) is the author's decision.
 
     ## Verification
-    `amplint --verify` reports the device's capability and
-    `is_bf16_supported(including_emulation=False)`; the finding is confirmed
-    on a GPU below 8.0 and not reproduced on Ampere or newer.
+    `amplint --verify` reports the CUDA device's compute capability and
+    `is_bf16_supported()` with and without `including_emulation=False`; the
+    finding is confirmed below 8.0 and not reproduced on Ampere or newer.
+    Nothing is timed. On a CPU run it is inconclusive ("needs CUDA").
 
     ## Notes
     CPU bf16 autocast is not flagged (its speed-up needs AVX512-BF16/AMX,

@@ -42,8 +42,9 @@ class Fp16WithoutTensorCoreCheck(Rule):
     No fix is offered.
 
     ## Verification
-    `amplint --verify` reports the device's compute capability; the finding
-    is confirmed below 7.0 and not reproduced on Volta or newer.
+    `amplint --verify` reports the CUDA device's compute capability; the
+    finding is confirmed below 7.0 and not reproduced on Volta or newer.
+    Nothing is timed. On a CPU run it is inconclusive ("needs CUDA").
 
     ## Notes
     bf16 regions are AMP601's business (threshold 8.0). CPU autocast and
