@@ -273,8 +273,12 @@ def _is_fp16(region: Optional[AutocastRegion]) -> bool:
 
 
 def _mentions_scaling(ctx: ModuleContext) -> bool:
-    text = ctx.source
-    return "scaler" in text.lower() or "scale_loss" in text or "GradScaler" in text
+    """Loss scaling of any kind in the code (not in comments or docstrings): a name
+    holding a scaler (timm's `loss_scaler`, a `grad_scaler` parameter) or apex's
+    `amp.scale_loss`. Conservative on purpose: such files may scale elsewhere."""
+    names = [c.dotted or "" for c in ctx.calls] + [c.receiver_dotted or "" for c in ctx.calls]
+    names += [a.target for a in ctx.assignments] + [p for s in ctx.scopes for p in s.params]
+    return any("scaler" in n.lower() or "scale_loss" in n for n in names)
 
 
 def _loss_expression(call: CallInfo) -> Optional[cst.BaseExpression]:
