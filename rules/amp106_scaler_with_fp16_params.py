@@ -25,7 +25,8 @@ class ScalerWithFp16Params(Rule):
     ## What it does
     Flags `scaler.step(optimizer)` / `scaler.unscale_(optimizer)` where the
     optimizer updates the parameters of a model converted to fp16 by
-    `.half()`, `.to(torch.float16)` or `from_pretrained(torch_dtype=torch.float16)`.
+    `.half()`, `.to(torch.float16)` or `from_pretrained(torch_dtype=torch.float16)`,
+    and, for a CUDA GradScaler, of a model converted to bf16.
 
     ## Why is this bad?
     GradScaler keeps fp32 master copies of nothing: it unscales the
@@ -34,6 +35,13 @@ class ScalerWithFp16Params(Rule):
     (amp-facts §2, E16). Mixed precision means fp32 parameters with autocast
     choosing fp16 per op; `.half()` on the trained model is pure fp16 training,
     where updates round away and Adam's eps is 0 (§6.4).
+
+    bf16 parameters pass that check, but CUDA's unscale kernel is built for
+    fp32 and fp16 only (`AT_DISPATCH_FLOATING_TYPES_AND_HALF` in
+    `AmpKernels.cu`): on a GPU the first `unscale_`/`step` raises
+    `NotImplementedError` (measured on an H200, torch 2.11+cu130). The CPU
+    kernel accepts bf16, which is why amp-facts E16 (run on CPU) saw no error.
+    bf16 needs no loss scaling anyway (§0.7): drop the scaler.
 
     ## Example
     ```python
@@ -64,7 +72,10 @@ class ScalerWithFp16Params(Rule):
     class and a real GradScaler and reports the exception `step` raises.
 
     ## Notes
-    Silent for bf16 parameters (GradScaler accepts them, E16), for fp16
+    bf16 parameters are flagged only when the scaler is a CUDA one
+    (`GradScaler()`, `GradScaler("cuda")`, `torch.cuda.amp.GradScaler`); a CPU
+    scaler, or one whose device is chosen at run time, accepts or may accept
+    them. Silent for fp16
     modules the optimizer does not update (a frozen `vae.half()` next to
     `AdamW(unet.parameters())`, or `requires_grad_(False)`), for optimizers
     over a `requires_grad` filter (trainable adapters are often fp32), for a
@@ -79,7 +90,7 @@ class ScalerWithFp16Params(Rule):
     code = "AMP106"
     name = "scaler-with-fp16-params"
     severity = Severity.ERROR
-    message = "GradScaler used on fp16 parameters"
+    message = "GradScaler used on fp16 parameters (or bf16 ones on CUDA)"
     triggers = ("half(", "float16", "torch.half", "fp16", "Half")
     # a scaler's unscale_/step, and a scaler: GradScaler(...), `x.scale(loss)`, `unscale_`, a *scaler* name
     requires = (("unscale_", "step"), ("Scaler", "scaler", "SCALER", ".scale(", "unscale_"))
@@ -122,14 +133,26 @@ for batch in loader:
         Valid(
             """
 import torch
-model = Net().cuda().to(torch.bfloat16)
+model = Net().to(torch.bfloat16)
 optimizer = torch.optim.AdamW(model.parameters())
-scaler = torch.amp.GradScaler("cuda")
+scaler = torch.amp.GradScaler("cpu")
 scaler.scale(model(x).float().mean()).backward()
 scaler.step(optimizer)
 scaler.update()
 """,
-            "bf16 parameters: GradScaler accepts them",
+            "bf16 parameters and a CPU scaler: the CPU unscale kernel accepts bf16",
+        ),
+        Valid(
+            """
+import torch
+model = Net().cuda().to(torch.bfloat16)
+optimizer = torch.optim.AdamW(model.parameters())
+scaler = torch.amp.GradScaler(args.device)
+scaler.scale(model(x).float().mean()).backward()
+scaler.step(optimizer)
+scaler.update()
+""",
+            "bf16 parameters and a scaler whose device is chosen at run time",
         ),
         Valid(
             """
@@ -226,10 +249,23 @@ def main(args):
             line=10,
             why="cast in place, then wrapped by DDP; enabled decided at run time but the cast is unconditional",
         ),
+        Invalid(
+            """
+import torch
+model = Net().cuda().to(torch.bfloat16)
+optimizer = torch.optim.AdamW(model.parameters())
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(model(x).float().mean()).backward()
+scaler.step(optimizer)
+scaler.update()
+""",
+            line=6,
+            why="bf16 parameters and a CUDA scaler: CUDA's unscale kernel has no bf16 version",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
-        casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16" and c.subject]
+        casts = [c for c in ctx.low_precision_casts if c.dtype in ("fp16", "bf16") and c.subject]
         if not casts:
             return
         done: Set[str] = set()
@@ -240,7 +276,8 @@ def main(args):
                 info = ctx.scaler(event.scaler)
                 if info is None or info.enabled is False:
                     continue
-                found = _fp16_module(ctx, event, casts, info.enabled)
+                usable = [c for c in casts if c.dtype == "fp16" or info.device == "cuda"]
+                found = _low_precision_module(ctx, event, usable, info.enabled)
                 if found is not None:
                     done.add(event.optimizer)
                     yield self._diagnostic(ctx, event, *found)
@@ -248,20 +285,30 @@ def main(args):
     def _diagnostic(self, ctx: ModuleContext, event: Event, cast: LowPrecisionCast, module: str) -> Diagnostic:
         row = ctx.position(cast.call.node)[0].row
         method = cast.call.method or (cast.call.dotted or "").rsplit(".", 1)[-1]
-        how = {"half": ".half()", "to": ".to(float16)", "type": ".type(float16)"}.get(
-            method, f"{method}(torch_dtype=float16)"
+        torch_name = "float16" if cast.dtype == "fp16" else "bfloat16"
+        how = {"half": ".half()", "to": f".to({torch_name})", "type": f".type({torch_name})"}.get(
+            method, f"{method}(torch_dtype={torch_name})"
         )
         call = "step" if event.kind == "scaler_step" else "unscale_"
+        if cast.dtype == "fp16":
+            consequence = (
+                f"`{event.scaler}.{call}` raises \"ValueError: Attempting to unscale FP16 gradients.\"; keep the "
+                f"parameters fp32 and let autocast run the ops in fp16"
+            )
+        else:
+            consequence = (
+                f"on CUDA `{event.scaler}.{call}` raises NotImplementedError (the unscale kernel has no bfloat16 "
+                f"version); bf16 needs no loss scaling: drop the scaler"
+            )
         message = (
-            f"`{event.optimizer}` updates the parameters of `{module}`, converted to fp16 by `{how}` (line {row}): "
-            f"`{event.scaler}.{call}` raises \"ValueError: Attempting to unscale FP16 gradients.\"; keep the "
-            f"parameters fp32 and let autocast run the ops in fp16"
+            f"`{event.optimizer}` updates the parameters of `{module}`, converted to {cast.dtype} by `{how}` "
+            f"(line {row}): {consequence}"
         )
-        data = {"optimizer": event.optimizer, "module": module, "cast_row": row}
+        data = {"optimizer": event.optimizer, "module": module, "cast_row": row, "dtype": cast.dtype}
         return ctx.diagnostic(self, event.call.node, message, data=data)
 
 
-def _fp16_module(
+def _low_precision_module(
     ctx: ModuleContext, event: Event, casts: List[LowPrecisionCast], scaler_enabled: Optional[bool]
 ) -> Optional[Tuple[LowPrecisionCast, str]]:
     opt = ctx.optimizers.get(event.optimizer or "")
