@@ -39,7 +39,8 @@ class ScalerWithFp16Params(Rule):
     bf16 parameters pass that check, but CUDA's unscale kernel is built for
     fp32 and fp16 only (`AT_DISPATCH_FLOATING_TYPES_AND_HALF` in
     `AmpKernels.cu`): on a GPU the first `unscale_`/`step` raises
-    `NotImplementedError` (measured on an H200, torch 2.11+cu130). The CPU
+    `NotImplementedError: "_amp_foreach_non_finite_check_and_unscale_cuda" not
+    implemented for 'BFloat16'` (measured on an H200, torch 2.11+cu130). The CPU
     kernel accepts bf16, which is why amp-facts E16 (run on CPU) saw no error.
     bf16 needs no loss scaling anyway (§0.7): drop the scaler.
 
@@ -297,8 +298,9 @@ scaler.update()
             )
         else:
             consequence = (
-                f"on CUDA `{event.scaler}.{call}` raises NotImplementedError (the unscale kernel has no bfloat16 "
-                f"version); bf16 needs no loss scaling: drop the scaler"
+                f"on CUDA `{event.scaler}.{call}` raises \"NotImplementedError: "
+                f"\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'\" (measured on "
+                f"an H200); bf16 needs no loss scaling: drop the scaler"
             )
         message = (
             f"`{event.optimizer}` updates the parameters of `{module}`, converted to {cast.dtype} by `{how}` "
