@@ -8,6 +8,7 @@ on the order files come in.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import re
 import tokenize
@@ -98,12 +99,14 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
         if UNUSED_NOQA_CODE in codes:
             result.diagnostics = _unused_noqa([], source, path, config, codes)
         return result
-    deep = too_deep(source)  # in this thread: the recursion limit Python runs the file with
-    if deep is not None:
-        if SYNTAX_ERROR_CODE in codes:
-            result.diagnostics.append(syntax_error(path, deep[0], 1, deep[1]))
-        return result
-    diagnostics = run_guarded(_parse_and_check, source, path, config, active, codes, result)
+    diagnostics = _excerpt_checked(source, path, config, active, codes, result)
+    if diagnostics is None:
+        deep = too_deep(source)  # in this thread: the recursion limit Python runs the file with
+        if deep is not None:
+            if SYNTAX_ERROR_CODE in codes:
+                result.diagnostics.append(syntax_error(path, deep[0], 1, deep[1]))
+            return result
+        diagnostics = run_guarded(_parse_and_check, source, path, config, active, codes, result)
     if diagnostics is None:
         return result
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
@@ -112,6 +115,24 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
     if UNUSED_NOQA_CODE in codes:
         result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
     return result
+
+
+def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> Optional[List[Diagnostic]]:
+    """The diagnostics from parsing only what `active` can fire in (amplint/excerpt.py);
+    None when the file must be parsed whole."""
+    from .excerpt import excerpt
+    from .registry import site_lines
+
+    lines = site_lines(active, source)
+    text = excerpt(source, lines) if lines is not None else None
+    if text is None:
+        return None  # (CPython parsed the whole file to cut it, so it is not too deep to parse)
+    attempt = FileResult(path=path)
+    diagnostics = run_guarded(_parse_and_check, text, path, config, active, codes, attempt)
+    if diagnostics is None or attempt.diagnostics:
+        return None  # let the whole file speak for itself
+    result.facts = attempt.facts  # partial: the facts pass still reads the file whole if needed
+    return diagnostics
 
 
 # ------------------------------------------------------------------ never crash
@@ -137,10 +158,42 @@ _RECURSION_LIMIT = 20_000
 _TOO_DEEP = ("too many nested parentheses", "too many levels of indentation")
 
 
+_BRACKETS_ONLY = bytes(c for c in range(256) if c not in b"()[]{}")
+_BRACKET_STEP = [0] * 256
+for _c in b"([{":
+    _BRACKET_STEP[_c] = 1
+for _c in b")]}":
+    _BRACKET_STEP[_c] = -1
+
+
+def may_be_too_deep(source: str) -> bool:
+    """False when `source` certainly nests too little to trouble any parser (cheap: ~4 ms/MB).
+
+    Real code nests brackets a few dozen deep; CPython refuses 200 and libcst
+    needs thousands to exhaust the guarded thread's stack. The bracket depth is
+    read off the bracket characters alone, strings and comments included (a
+    few stray brackets in strings, as in regexes, move it by a few levels); a
+    badly unbalanced count, very long lines or long continuation runs (the
+    other ways to build deep trees) send the file to the full check.
+    """
+    data = source.encode("utf-8", "surrogatepass")
+    brackets = data.translate(None, _BRACKETS_ONLY)
+    if abs(sum(map(_BRACKET_STEP.__getitem__, brackets))) > 16:
+        return True  # many unmatched brackets in strings: the estimate below could be far off
+    if max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0) >= 90:
+        return True
+    if data.count(b"\\\n") > 500 or b"\n" + b" " * 100 in data or b"\n" + b"\t" * 50 in data:
+        return True
+    return max(map(len, data.split(b"\n")), default=0) > 20_000
+
+
 def too_deep(source: str) -> Optional[Tuple[int, str]]:
     """(row, reason) when CPython itself cannot parse `source` for its nesting."""
     import ast
     import warnings
+
+    if not may_be_too_deep(source):
+        return None
 
     try:
         with warnings.catch_warnings():
@@ -319,7 +372,9 @@ def lint_source(source: str, path: str = "<string>", config: Optional[Config] = 
     config = config or Config()
     codes, rules = selected_rules(config)
     result = lint_file_source(source, path, config, rules, codes)
-    facts = ProjectFacts.from_files([result.facts])
+    from .parallel import whole_file_facts
+
+    facts = ProjectFacts.from_files([whole_file_facts(result, source, config)])
     out = resolve_conditions(result.diagnostics, facts, config)
     return sorted(out, key=Diagnostic.sort_key)
 

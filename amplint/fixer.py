@@ -174,11 +174,12 @@ def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> F
     """Fix a text read from stdin; `output` is the fixed text (a notebook's JSON for .ipynb)."""
     from .engine import selected_rules
     from .notebook import Notebook, is_notebook, lint_notebook_text
+    from .parallel import whole_file_facts
 
     codes, rules = selected_rules(config)
     if is_notebook(path):
         nb, result = lint_notebook_text(source, path, config, rules, codes)
-        facts = ProjectFacts.from_files([result.facts])
+        facts = ProjectFacts.from_files([whole_file_facts(result, nb.source if nb is not None else "", config)])
         if nb is None:
             return FixOutcome(diagnostics=list(result.diagnostics), output=source)
         program, fixed, remaining = fix_text(nb.source, path, config, facts, unsafe)
@@ -195,7 +196,7 @@ def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> F
         return outcome
     from .engine import lint_file_source
 
-    facts = ProjectFacts.from_files([lint_file_source(source, path, config, rules, codes).facts])
+    facts = ProjectFacts.from_files([whole_file_facts(lint_file_source(source, path, config, rules, codes), source, config)])
     new, fixed, remaining = fix_text(source, path, config, facts, unsafe)
     outcome = FixOutcome(diagnostics=sorted(remaining, key=Diagnostic.sort_key), output=new)
     if fixed and new != source:

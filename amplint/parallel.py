@@ -107,27 +107,45 @@ def facts_of_path(path: str, config: Config) -> Any:
             source = None
     else:
         source, _ = read_file(path)
-    if source is None or not passes_facts_gate(source):
-        return result
+    if source is not None:
+        facts = facts_of_source(source, path, config)
+        if facts is not None:
+            result.facts, result.parsed = facts, True
+    return result
+
+
+def facts_of_source(source: str, path: str, config: Config) -> Any:
+    """The FileFacts of a whole text; None when it gives none (no fact trigger, or unparsable)."""
+    if not passes_facts_gate(source):
+        return None
     import libcst as cst
 
     from .context import ModuleContext
     from .engine import run_guarded, too_deep
 
     if too_deep(source) is not None:  # libcst would overflow the C stack
-        return result
+        return None
 
     def build() -> Any:
         return ModuleContext.build(cst.parse_module(source), source, path, config).facts
 
     try:
-        result.facts = run_guarded(build)
-        result.parsed = True
+        return run_guarded(build)
     except (cst.ParserSyntaxError, RecursionError, MemoryError):
-        pass
+        return None
     except Exception:  # a bug in the AMP model: the file gives no facts; the lint pass reports such bugs
-        pass
-    return result
+        return None
+
+
+def whole_file_facts(result: Any, source: str, config: Config) -> Any:
+    """`result.facts`, completed by reading the whole text when only an excerpt was parsed.
+
+    For callers that lint one text as a whole project (stdin, `lint_source`,
+    fixing one file); a run over many files completes facts in `settle_facts`.
+    """
+    if result.parsed or not result.diagnostics:
+        return result.facts
+    return facts_of_source(source, result.path, config) or result.facts
 
 
 # ------------------------------------------------------------------ many files

@@ -28,8 +28,9 @@ import os
 import pkgutil
 import re
 from functools import lru_cache
-from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence, Tuple, Type
+from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence, Set, Tuple, Type
 
+from . import gates
 from .diagnostics import Severity
 from .rule import Rule
 
@@ -39,7 +40,7 @@ PACKAGE = "amplint.rules"
 class RuleSpec:
     """What the engine needs to know about a rule before parsing anything."""
 
-    __slots__ = ("code", "severity", "triggers", "requires", "gate_regex", "module", "_cls")
+    __slots__ = ("code", "severity", "triggers", "requires", "gate_regex", "gate_check", "gate_sites", "module", "_cls")
 
     def __init__(
         self,
@@ -50,8 +51,12 @@ class RuleSpec:
         module: str,
         cls: Optional[Type[Rule]] = None,
         requires: Tuple[Tuple[str, ...], ...] = (),
+        gate_check: Optional[str] = None,
+        gate_sites: Optional[str] = None,
     ) -> None:
         self.code = code
+        self.gate_check = gate_check
+        self.gate_sites = gate_sites
         self.severity = severity
         self.triggers = tuple(triggers)
         self.requires = tuple(tuple(c) for c in requires)
@@ -65,6 +70,8 @@ class RuleSpec:
         if not all(any(t in source for t in clause) for clause in self.requires):
             return False
         if self.gate_regex is not None and self.gate_regex.search(source) is None:
+            return False
+        if self.gate_check is not None and not gates.resolve(self.gate_check)(source):
             return False
         return True
 
@@ -92,10 +99,16 @@ class RuleSpec:
         return getattr(self.load(), name)
 
     def __getstate__(self) -> tuple:
-        return (self.code, self.severity, self.triggers, self.requires, self.gate_regex, self.module)
+        return (
+            self.code, self.severity, self.triggers, self.requires, self.gate_regex, self.gate_check, self.gate_sites,
+            self.module,
+        )
 
     def __setstate__(self, state: tuple) -> None:
-        self.code, self.severity, self.triggers, self.requires, self.gate_regex, self.module = state
+        (
+            self.code, self.severity, self.triggers, self.requires, self.gate_regex, self.gate_check, self.gate_sites,
+            self.module,
+        ) = state
         self._cls = None
 
     def __repr__(self) -> str:
@@ -104,12 +117,18 @@ class RuleSpec:
     def key(self) -> tuple:
         """What decides the gate (for tests and the cache fingerprint)."""
         regex = (self.gate_regex.pattern, self.gate_regex.flags) if self.gate_regex is not None else None
-        return (self.code, self.severity.value, self.triggers, self.requires, regex, self.module)
+        return (
+            self.code, self.severity.value, self.triggers, self.requires, regex, self.gate_check, self.gate_sites,
+            self.module,
+        )
 
     @classmethod
     def of(cls, rule: Type[Rule]) -> "RuleSpec":
         requires = tuple(tuple(c) for c in getattr(rule, "requires", ()))
-        return cls(rule.code, rule.severity, tuple(rule.triggers), rule.gate_regex, rule.__module__, rule, requires)
+        return cls(
+            rule.code, rule.severity, tuple(rule.triggers), rule.gate_regex, rule.__module__, rule, requires,
+            getattr(rule, "gate_check", None), getattr(rule, "gate_sites", None),
+        )
 
 
 def _is_rule_class(value: object, module: str) -> bool:
@@ -160,7 +179,11 @@ def rule_specs() -> Tuple[RuleSpec, ...]:
         if path is not None:
             try:
                 with open(path, encoding="utf-8") as fh:
-                    specs = static_specs(fh.read(), name)
+                    source = fh.read()
+                try:
+                    specs = static_specs(_gate_part(source), name)
+                except SyntaxError:
+                    specs = static_specs(source, name)
             except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
                 specs = None
         if specs is None:  # not readable as literals: import it
@@ -202,18 +225,13 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
     triggers such as "autocast"), and a trigger that contains one already
     known to be absent is not searched at all.
     """
+    contains = _containment(tuple(rules))
     present: Dict[str, bool] = {}
-    absent: List[str] = []
 
     def has(trigger: str) -> bool:
         hit = present.get(trigger)
         if hit is None:
-            if any(a in trigger for a in absent):
-                hit = False
-            else:
-                hit = trigger in source
-                if not hit:
-                    absent.append(trigger)
+            hit = not any(present.get(part) is False for part in contains[trigger]) and trigger in source
             present[trigger] = hit
         return hit
 
@@ -225,8 +243,32 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
             continue
         if r.gate_regex is not None and r.gate_regex.search(source) is None:
             continue
+        check = getattr(r, "gate_check", None)
+        if check is not None and not gates.resolve(check)(source):
+            continue
         out.append(r)
     return out
+
+
+@lru_cache(maxsize=64)
+def _containment(rules: Tuple[Any, ...]) -> Dict[str, Tuple[str, ...]]:
+    """For every trigger of `rules`, the other triggers it contains (absent one of those, it is absent)."""
+    words = {t for r in rules for t in r.triggers} | {t for r in rules for c in getattr(r, "requires", ()) for t in c}
+    return {w: tuple(o for o in words if o != w and o in w) for w in words}
+
+
+def site_lines(rules: Sequence[Any], source: str) -> Optional[Set[int]]:
+    """The lines the passing `rules` can fire on or depend on; None when any needs the whole file."""
+    lines: Set[int] = set()
+    for r in rules:
+        name = getattr(r, "gate_sites", None)
+        if name is None:
+            return None
+        found = gates.resolve(name)(source)
+        if found is None:
+            return None
+        lines |= found
+    return lines
 
 
 # ------------------------------------------------------------------ static reading
@@ -236,6 +278,21 @@ class _NotLiteral(Exception):
     pass
 
 
+
+
+def _gate_part(source: str) -> str:
+    """The module up to its rule class's first example or method: where the exemplar's anatomy
+    puts the gate. Parsing that instead of the whole module (examples, check code) keeps a warm
+    run's start-up short; when the cut does not parse, the caller parses the whole text."""
+    header = re.search(r"^class \w+\((?:amplint\.)?Rule\):", source, re.M)
+    if header is None:
+        return source
+    start = header.start()
+    ends = [source.find(marker, start) for marker in ("\n    VALID", "\n    INVALID", "\n    def ", "\n    @")]
+    ends = [e for e in ends if e != -1]
+    if not ends:
+        return source
+    return source[: min(ends)] + "\n"
 
 
 def static_specs(source: str, module: str) -> Optional[List[RuleSpec]]:
@@ -266,6 +323,8 @@ def static_specs(source: str, module: str) -> Optional[List[RuleSpec]]:
                         gate_regex=_regex(attrs.get("gate_regex")),
                         module=module,
                         requires=_requires(attrs.get("requires")),
+                        gate_check=_optional_string(attrs.get("gate_check")),
+                        gate_sites=_optional_string(attrs.get("gate_sites")),
                     )
                 )
             except _NotLiteral:
@@ -289,6 +348,12 @@ def _string(node: Optional[ast.expr]) -> str:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     raise _NotLiteral
+
+
+def _optional_string(node: Optional[ast.expr]) -> Optional[str]:
+    if node is None or (isinstance(node, ast.Constant) and node.value is None):
+        return None
+    return _string(node)
 
 
 def _severity(node: Optional[ast.expr]) -> Severity:

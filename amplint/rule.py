@@ -10,6 +10,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator, Optional, Pattern, Sequence, Tuple
 
+from . import gates
 from .diagnostics import Diagnostic, Severity
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,6 +65,16 @@ class Rule:
     requires: ClassVar[Tuple[Tuple[str, ...], ...]] = ()
     #: an optional regex that must also match (after the substrings matched)
     gate_regex: ClassVar[Optional[Pattern[str]]] = None
+    #: an optional text-level check, checked last: the name of a function in
+    #: amplint/gates.py (`"amplint.gates:overflowing_literal_site"`), for a
+    #: necessary condition that substrings and one regex cannot say
+    gate_check: ClassVar[Optional[str]] = None
+    #: optional: a function in amplint/gates.py returning the lines the rule can fire
+    #: on or depends on (None: the whole file). When every rule a file passes has
+    #: one, only the top-level definitions holding those lines are parsed
+    #: (amplint/excerpt.py); set it only if a finding never depends on other
+    #: top-level functions or classes
+    gate_sites: ClassVar[Optional[str]] = None
     #: the amp-facts.md sections the rule rests on
     facts: ClassVar[Tuple[str, ...]] = ()
     VALID: ClassVar[Sequence[Valid]] = ()
@@ -81,6 +92,8 @@ class Rule:
         if not all(any(t in source for t in clause) for clause in cls.requires):
             return False
         if cls.gate_regex is not None and cls.gate_regex.search(source) is None:
+            return False
+        if cls.gate_check is not None and not gates.resolve(cls.gate_check)(source):
             return False
         return True
 

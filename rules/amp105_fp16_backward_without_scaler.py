@@ -1,6 +1,8 @@
 """AMP105 fp16-backward-without-scaler."""
 from __future__ import annotations
 
+import re
+
 from typing import Iterator, List, Optional, Set
 
 import libcst as cst
@@ -75,6 +77,9 @@ class Fp16BackwardWithoutScaler(Rule):
     severity = Severity.WARNING
     message = "backward through fp16 autocast without a GradScaler"
     triggers = ("backward(",)
+    requires = (("autocast",),)  # an fp16 autocast region in this file (every region is an autocast call)
+    #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
+    gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     facts = ("§2", "§6.1")
 
     VALID = [

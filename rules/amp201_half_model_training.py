@@ -89,7 +89,9 @@ class HalfModelTraining(Rule):
     severity = Severity.WARNING
     message = "optimizer updates an fp16 model without fp32 master weights"
     triggers = ("half", "Half", "float16", "fp16")
-    requires = (("optim", "Optim", "OPTIM"),)  # an optimizer class (its module path says optim)
+    requires = (("optim",),)  # an optimizer class: its module path says optim (`torch.optim.AdamW`)
+    # ...called through that path or imported on a line naming it; "optimizer" in prose is neither
+    gate_check = "amplint.gates:optimizer_class_used"
     facts = ("§0.12", "§6.4")
 
     VALID = [

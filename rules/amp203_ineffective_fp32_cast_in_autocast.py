@@ -1,6 +1,8 @@
 """AMP203 ineffective-fp32-cast-in-autocast."""
 from __future__ import annotations
 
+import re
+
 
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -89,6 +91,8 @@ class IneffectiveFp32CastInAutocast(Rule):
     message = "fp32 cast undone by autocast"
     triggers = ("autocast",)  # a region in this file (every region is an autocast call)
     requires = (("float",),)
+    #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
+    gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     facts = ("§0.14", "§1.2", "§1.3")
 
     VALID = [

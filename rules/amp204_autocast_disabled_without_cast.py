@@ -1,6 +1,8 @@
 """AMP204 autocast-disabled-without-cast."""
 from __future__ import annotations
 
+import re
+
 
 from typing import Iterator, Optional, Set
 
@@ -87,6 +89,8 @@ class AutocastDisabledWithoutCast(Rule):
     message = "low-precision tensor used inside autocast(enabled=False) without a cast"
     triggers = ("autocast",)  # a region in this file (every region is an autocast call)
     requires = (("False",),)  # the enabled=False region
+    #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
+    gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     facts = ("§1.1", "§5")
 
     VALID = [

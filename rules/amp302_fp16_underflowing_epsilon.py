@@ -1,7 +1,6 @@
 """AMP302 fp16-underflowing-epsilon."""
 from __future__ import annotations
 
-import re
 
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -126,10 +125,10 @@ class Fp16UnderflowingEpsilon(Rule):
     severity = Severity.WARNING
     message = "epsilon underflows to 0 in fp16"
     triggers = ("half", "float16", "autocast")
-    # an Adam-family/RMSprop/Adagrad optimizer (default eps), or a literal below 3e-8
-    requires = (("Adam", "RMSprop", "Adagrad", "e-", "E-", "0.0000000"),)
-    # ...precisely: below 3e-8 needs an exponent <= -8, or a mantissa below 1 (so with a ".")
-    gate_regex = re.compile(r"Adam|RMSprop|Adagrad|0\.0000000|[eE]-0*(?:[89]|[1-9]\d)|\.\d*[eE]-")
+    # an eps-taking optimizer constructed, or a literal below 3e-8 as a +/- operand or a clamp's min
+    gate_check = "amplint.gates:underflowing_eps_site"
+    #: a finding depends only on imports, module constants and the definition holding the site
+    gate_sites = "amplint.gates:underflowing_eps_lines"
     facts = ("§6.1", "§6.4")
 
     VALID = [

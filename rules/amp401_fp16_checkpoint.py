@@ -79,8 +79,8 @@ class Fp16Checkpoint(Rule):
     severity = Severity.WARNING
     message = "checkpoint of an fp16 model"
     triggers = ("half", "Half", "float16", "fp16")  # .half(), .to(torch.float16 / "fp16"), .type(HalfTensor)
-    requires = (("save",),)
-    gate_regex = re.compile(r"\bsave\b")  # torch.save (not save_pretrained)
+    requires = (("save",), ("state_dict",))  # it saves a `.state_dict()`
+    gate_regex = re.compile(r"\bsave\s*(?:\(|as\s)")  # a call of torch.save (or an alias), not save_pretrained
     facts = ("§6.4", "§6.5")
 
     VALID = [

@@ -1,6 +1,8 @@
 """AMP402 scaler-state-not-checkpointed."""
 from __future__ import annotations
 
+import re
+
 from typing import Iterator, List, Optional
 
 import libcst as cst
@@ -80,6 +82,8 @@ class ScalerStateNotCheckpointed(Rule):
     severity = Severity.WARNING
     message = "GradScaler state is not checkpointed"
     triggers = ("GradScaler", "scaler")
+    requires = (("save", "load"),)
+    gate_regex = re.compile(r"\b(?:save|load)\s*(?:\(|as\s)")  # a call of torch.save / torch.load (or an alias)
     facts = ("§2",)
 
     VALID = [

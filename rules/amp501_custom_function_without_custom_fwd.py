@@ -106,6 +106,8 @@ class CustomFunctionWithoutCustomFwd(Rule):
     # every spelling of torch.autograd.Function names `autograd` in an import or the base
     triggers = ("autograd",)
     requires = (("forward",),)
+    #: a finding depends only on the Function class and module-level names (imports, extension loaders)
+    gate_sites = "amplint.gates:autograd_function_lines"
     facts = ("§1.2", "§1.3", "§4", "§5")
 
     VALID = [

@@ -33,8 +33,11 @@ def gate_header() -> str:
     """A comment line that passes every rule's gate (triggers and regexes)."""
     words = {t for r in all_rules() for t in r.triggers}
     words |= {clause[0] for r in all_rules() for clause in getattr(r, "requires", ())}
-    # what the rules' gate regexes look for
-    return "# " + " ".join(sorted(words)) + " .scale( unscale_( Scaler float False save Adam 1e-8 1e9 def forward\n"
+    # what the rules' gate regexes and gate checks look for (a literal in context, a call)
+    return (
+        "# " + " ".join(sorted(words))
+        + " .scale( unscale_( Scaler float False Adam( optim.SGD( save( autocast( x * 1e9 x + 1e-8 def forward\n"
+    )
 
 
 HEADER = gate_header()

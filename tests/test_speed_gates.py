@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import pickle
 import re
 
 import libcst as cst
@@ -63,10 +64,23 @@ def test_static_reading_of_a_regex_gate():
         "    triggers = ('a', 'b')\n    requires = (('k', 'l'),)\n    gate_regex = re.compile(r'x\\d+', re.I | re.M)\n"
     )
     (spec,) = static_specs(source, "m")
-    assert spec.key() == ("AMP999", "info", ("a", "b"), (("k", "l"),), (r"x\d+", re.I | re.M | re.U), "m")
+    assert spec.key() == ("AMP999", "info", ("a", "b"), (("k", "l"),), (r"x\d+", re.I | re.M | re.U), None, None, "m")
     assert not spec.is_default()
     assert spec.passes_gate("a k X12") and not spec.passes_gate("a k y") and not spec.passes_gate("k X12")
     assert not spec.passes_gate("a X12"), "the requires clause must hold too"
+
+
+def test_static_reading_of_a_gate_check():
+    source = (
+        "from amplint import Rule, Severity\nclass R(Rule):\n    code = 'AMP999'\n    severity = Severity.ERROR\n"
+        "    gate_check = 'amplint.gates:overflowing_literal_site'\n"
+    )
+    (spec,) = static_specs(source, "m")
+    assert spec.gate_check == "amplint.gates:overflowing_literal_site"
+    assert spec.passes_gate("x = y.masked_fill(m, -1e9)")
+    assert not spec.passes_gate("vocab_size: int = 151655")
+    assert passing([spec], "x = y.masked_fill(m, -1e9)") == [spec]
+    assert pickle.loads(pickle.dumps(spec)).gate_check == spec.gate_check
 
 
 def _examples():

@@ -1,0 +1,397 @@
+"""Text-level gates that substrings and one regex cannot express.
+
+A rule's gate is a necessary condition for it to fire, checked on the raw text
+before anything is parsed (docs/performance.md). Most rules say it with
+`triggers` / `requires` / `gate_regex`. A rule whose condition is "a token of
+this kind, in one of these surroundings" names a function here with
+`gate_check = "amplint.gates:function_name"`.
+
+Everything here must stay cheap and must not import libcst: these functions
+run on every file of a monorepo, and a file that fails its gates is never
+parsed. Each function must be *sound*: it returns True for every text on
+which its rule can fire (tests/test_speed_gates.py holds every rule to that on
+its examples and the fixtures); a False positive only costs a parse.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Iterator, List, Optional, Set, Tuple, Union
+
+FP16_MAX = 65504.0
+
+# -------------------------------------------------------------------- AMP301
+
+#: digits -> "0", so one substring search finds every run of five digits, every
+#: digit-exponent pair and every digit group, whatever the digits are
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+#: in the translated text: substrings that every number literal above 65504 contains
+#: (5+ digits, an exponent, a digit group, or a hex/octal/binary prefix)
+_BIG_NUMBER_HINTS = (b"00000", b"0e0", b"0E0", b".e0", b".E0", b"e+0", b"E+0", b"0_0", b"0x", b"0X", b"0o", b"0O", b"0b", b"0B")
+#: one number literal, with token boundaries
+_NUMBER = re.compile(
+    rb"(?<![\w.])(?:0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+"
+    rb"|(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][+-]?\d[\d_]*)?)(?![\w.])"
+)
+#: a call of a fill-like function or method AMP301 knows (or an import alias of one)
+_FILL_CALL = re.compile(
+    rb"\b(?:masked_fill_?|fill_|new_full|index_fill_?|full(?:_like)?|where)\s*\("
+    rb"|\b(?:masked_fill_?|index_fill_?|full(?:_like)?|where)\s+as\s"
+)
+_FILL_NAMES = (b"masked_fill", b"masked_fill_", b"fill_", b"new_full", b"index_fill", b"index_fill_", b"full", b"full_like", b"where")
+#: keywords that name a fill value in those calls
+_FILL_KEYWORDS = (b"value", b"fill_value", b"other", b"input")
+_SPACE = b" \t\r\n\\"
+_OPERAND_END = re.compile(rb"[\w)\]'\"]")
+_ASSIGNED_NAME = re.compile(rb"[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?")
+
+
+def overflowing_literal_site(source: str) -> bool:
+    """AMP301's gate: a number literal beyond fp16's range, where AMP301 looks for one.
+
+    The rule flags such a constant only (a) as an argument of a fill-like call
+    (`masked_fill(m, -1e9)`, `torch.full(s, 1e10)`, `torch.where(m, -1e9, x)`),
+    (b) as an operand of `+`/`-` inside a softmax, (c) multiplied into an
+    additive mask (`(1 - m) * -1e9`), (d) in `x += c` / `x -= c`, or (e) as the
+    whole value of `NAME = c` where NAME is later passed to a fill call. (b)-(d)
+    never flag integers. Config defaults (`vocab_size: int = 151655`),
+    comparisons (`cp >= 0x20000`), docstrings ("defaults to 100000") and
+    containers are none of these, and they are most of the big numbers in
+    model code, so this reads the characters around each big literal.
+    """
+    return next(_overflowing_literal_sites(source), None) is not None
+
+
+def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
+    """The lines AMP301 can flag, or depends on: each candidate literal's line and, for
+    `NAME = literal`, every line that mentions NAME (its uses and any reassignment)."""
+    data = source.encode("utf-8", "surrogatepass")
+    lines: Set[int] = set()
+    for start, name in _overflowing_literal_sites(source, data):
+        lines.add(data.count(b"\n", 0, start) + 1)
+        if name:
+            for m in re.finditer(rb"\b%s\b" % re.escape(name), data):
+                lines.add(data.count(b"\n", 0, m.start()) + 1)
+    return lines
+
+
+def _overflowing_literal_sites(source: str, data: Optional[bytes] = None) -> Iterator[Tuple[int, bytes]]:
+    """(offset, NAME or b"") of every literal that passes `_big_site`."""
+    if data is None:
+        data = source.encode("utf-8", "surrogatepass")
+    facts = _FileFacts(source, data)
+    for start, end in _number_tokens(data, _BIG_NUMBER_HINTS):
+        value, is_int = _value(data[start:end])
+        if value is None or value <= FP16_MAX:
+            continue
+        site = _big_site(data, start, end, is_int, facts)
+        if site:
+            yield start, (site if isinstance(site, bytes) else b"")
+
+
+def _number_tokens(data: bytes, hints: Tuple[bytes, ...]) -> Iterator[Tuple[int, int]]:
+    """(start, end) of each number token that contains one of `hints` (read with digits as 0), once each."""
+    zeros = data.translate(_DIGITS_TO_ZERO)
+    if not any(h in zeros for h in hints):
+        return
+    seen = set()
+    for hint in hints:
+        at = zeros.find(hint)
+        while at != -1:
+            for m in _NUMBER.finditer(data, max(0, at - 64), at + 64):
+                if m.start() < at + len(hint) and at < m.end() and m.start() not in seen:
+                    seen.add(m.start())
+                    yield m.start(), m.end()
+            at = zeros.find(hint, at + 1)
+
+
+class _FileFacts:
+    """File-wide conditions, computed at most once and only when a literal needs them."""
+
+    def __init__(self, source: str, data: bytes) -> None:
+        self.source = source
+        self.data = data
+        self._fill: Optional[bool] = None
+
+    @property
+    def fill_call(self) -> bool:
+        if self._fill is None:
+            data = self.data
+            maybe = b"fill" in data or b"full" in data or b"where" in data  # a cheap necessary condition first
+            self._fill = maybe and _FILL_CALL.search(data) is not None
+        return self._fill
+
+    def passed_to_a_call(self, name: bytes) -> bool:
+        """`name` is a positional argument somewhere, or a fill keyword's value (`value=NEG`)."""
+        pattern = rb"(?:[(,]|\b(?:%s)\s*=)\s*%s\s*[,)]" % (b"|".join(_FILL_KEYWORDS), re.escape(name))
+        return re.search(pattern, self.data) is not None
+
+    @property
+    def softmax(self) -> bool:
+        return "softmax" in self.source
+
+
+def _value(text: bytes) -> Tuple[Optional[float], bool]:
+    """(|value|, is_integer) of a number token; (None, _) when it is not one."""
+    text = text.replace(b"_", b"")
+    try:
+        if text[:2].lower() in (b"0x", b"0o", b"0b"):
+            return float(int(text, 0)), True
+        if any(c in text for c in b".eE"):
+            return abs(float(text)), False
+        return float(int(text)), True
+    except (ValueError, OverflowError):
+        return None, False
+
+
+def _big_site(data: bytes, start: int, end: int, is_int: bool, facts: _FileFacts) -> Union[bool, bytes]:
+    """Whether AMP301 could flag this literal; for `NAME = literal`, NAME."""
+    i, opened = _skip_left(data, start - 1)
+    while i >= 0 and data[i] in b"-+":  # a unary sign, or a binary +/- with the literal as right operand
+        j, opened_more = _skip_left(data, i - 1)
+        if j >= 0 and not opened_more and _OPERAND_END.match(data, j):
+            if not is_int and facts.softmax:  # (b)
+                return True
+            break
+        i, opened = j, opened or opened_more
+    left = data[i : i + 1] if i >= 0 else b""
+    if opened and _word_before(data, i) in _FILL_NAMES:  # (a): the first argument, `x.fill_(-1e9)`
+        return True
+    if left == b"*" and not is_int:  # (c)
+        return True
+    if left == b"," and facts.fill_call:  # (a)
+        return True
+    if left == b"=":
+        found = _after_equals(data, i, end, is_int, facts)
+        if found:
+            return found
+    k = _skip_right(data, end)
+    right = data[k : k + 1]
+    if right == b"*" and not is_int:  # (c), the literal on the left
+        return True
+    if right in (b"+", b"-") and data[k + 1 : k + 2] != b"=" and not is_int and facts.softmax:  # (b)
+        return True
+    return False
+
+
+def _after_equals(data: bytes, i: int, end: int, is_int: bool, facts: _FileFacts) -> Union[bool, bytes]:
+    """The literal follows the `=` at `i`: an augmented assignment, a keyword or `NAME = literal`."""
+    before = data[i - 1 : i] if i > 0 else b""
+    if before in (b"=", b"<", b">", b"!"):
+        return False  # a comparison
+    if before in (b"+", b"-"):
+        return not is_int  # (d)
+    if before in (b"*", b"/", b"%", b"&", b"|", b"^", b"@", b":"):
+        return False  # other augmented assignments, walrus
+    if not facts.fill_call:
+        return False
+    j, _ = _skip_left(data, i - 1, parens=False)
+    name = _word_before(data, j)
+    k, _ = _skip_left(data, j - len(name), parens=False)
+    if k >= 0 and data[k : k + 1] in (b",", b"("):
+        return name in _FILL_KEYWORDS  # a keyword argument
+    # `NAME = literal` (or `NAME: T = literal`) alone on its line: (e)
+    line_start = data.rfind(b"\n", 0, i) + 1
+    target = _ASSIGNED_NAME.fullmatch(data, line_start, i)
+    if target is None:
+        return False
+    after = _skip_right(data, end, parens=False)
+    if after < len(data) and data[after : after + 1] not in (b"\n", b";", b"#"):
+        return False
+    name = target.group(1)
+    return name if facts.passed_to_a_call(name) else False
+
+
+def _word_before(data: bytes, i: int) -> bytes:
+    """The identifier that ends at index `i` (empty if none)."""
+    j = i
+    while j >= 0 and (data[j : j + 1].isalnum() or data[j : j + 1] == b"_"):
+        j -= 1
+    return data[j + 1 : i + 1]
+
+
+def _skip_left(data: bytes, i: int, parens: bool = True) -> Tuple[int, bool]:
+    """Index of the first character at or left of `i` that is not blank (or `(`); whether a `(` was passed."""
+    opened = False
+    while i >= 0:
+        c = data[i]
+        if c in _SPACE:
+            if c == 10:  # a newline: the previous line may end in a comment
+                line_start = data.rfind(b"\n", 0, i) + 1
+                hash_at = data.find(b"#", line_start, i)
+                if hash_at != -1:
+                    i = hash_at
+            i -= 1
+        elif parens and c == 40:  # (
+            opened = True
+            i -= 1
+        else:
+            break
+    return i, opened
+
+
+def _skip_right(data: bytes, i: int, parens: bool = True) -> int:
+    n = len(data)
+    while i < n and (data[i] in b" \t\\" or (parens and (data[i] in _SPACE or data[i] == 41))):
+        i += 1
+    return i
+
+
+# -------------------------------------------------------------------- AMP302
+
+#: fp16 rounds anything below this to 0 (amp-facts §6.1)
+FP16_FLUSH_TO_ZERO = 2.9802322387695312e-08
+#: in the translated text: substrings every literal below 3e-8 contains (a negative exponent, or 7 zeros)
+_TINY_NUMBER_HINTS = (b"e-0", b"E-0", b"0.0000000")
+#: a call (or import alias) of an optimizer whose update divides by sqrt(v) + eps
+_EPS_OPTIMIZER = re.compile(
+    rb"\b(?:Adam|AdamW|Adamax|NAdam|RAdam|SparseAdam|RMSprop|Adagrad)\s*(?:\(|as\s)"
+)
+
+
+def underflowing_eps_site(source: str) -> bool:
+    """AMP302's gate: an eps-taking optimizer is constructed, or a literal below 3e-8 sits where AMP302 looks.
+
+    The rule flags (a) an Adam-family / RMSprop / Adagrad constructor (its default
+    eps is 1e-8, so no literal is needed), (b) a tiny literal as an operand of
+    `+`/`-` (`x / (norm + 1e-8)`) and (c) one passed to `clamp`/`clamp_min` as
+    `min`. Config defaults (`layer_norm_eps: float = 1e-12`) and keyword
+    arguments (`LayerNorm(d, eps=1e-12)`) are neither and are skipped.
+    """
+    data = source.encode("utf-8", "surrogatepass")
+    return _constructs_eps_optimizer(data) or next(_tiny_literal_sites(data), None) is not None
+
+
+def _constructs_eps_optimizer(data: bytes) -> bool:
+    return (b"Ada" in data or b"RMSprop" in data) and _EPS_OPTIMIZER.search(data) is not None
+
+
+def underflowing_eps_lines(source: str) -> Optional[Set[int]]:
+    """The lines of AMP302's candidate literals; None (the whole file) when an optimizer is
+    constructed, since that form relates casts and constructors anywhere in the file."""
+    data = source.encode("utf-8", "surrogatepass")
+    if _constructs_eps_optimizer(data):
+        return None
+    return {data.count(b"\n", 0, start) + 1 for start in _tiny_literal_sites(data)}
+
+
+def _tiny_literal_sites(data: bytes) -> Iterator[int]:
+    clamp = b"clamp" in data
+    for start, end in _number_tokens(data, _TINY_NUMBER_HINTS):
+        value, _ = _value(data[start:end])
+        if value is None or not 0 < value < FP16_FLUSH_TO_ZERO:
+            continue
+        i, opened = _skip_left(data, start - 1)
+        binary = False
+        while i >= 0 and data[i] in b"-+":
+            j, opened_more = _skip_left(data, i - 1)
+            if j >= 0 and not opened_more and _OPERAND_END.match(data, j):
+                binary = True  # (b), the literal on the right
+                break
+            i, opened = j, opened or opened_more
+        k = _skip_right(data, end)
+        if binary or (data[k : k + 1] in (b"+", b"-") and data[k + 1 : k + 2] != b"="):
+            yield start  # (b)
+        elif clamp and (opened or data[i : i + 1] in (b",", b"=")):
+            yield start  # (c)
+
+
+# -------------------------------------------------------------------- AMP201
+
+#: `torch.optim.AdamW(`, `bnb.optim.AdamW8bit(`, `optim.SGD(`: an optimizer class called through its module path
+_OPTIMIZER_PATH_CALL = re.compile(r"optim\w*\.[A-Z]\w*\s*\(")
+_FROM_IMPORT = re.compile(r"[ \t]*from[ \t]+([\w.]+)[ \t]+import\b([^\n]*)")
+_PLAIN_IMPORT = re.compile(r"[ \t]*import[ \t]([^\n]*)")
+#: what a from-import line imports that can be an optimizer class or its module
+_CLASS_OR_CONTINUED = re.compile(r"\b[A-Z]|[(\\*]")
+_OPTIM_MODULE = re.compile(r"\boptim\w*")
+
+
+def optimizer_class_used(source: str) -> bool:
+    """AMP201's gate: an optimizer class (a name from a module whose path says optim) is used.
+
+    Either called through that path (`torch.optim.AdamW(`) or imported on a line
+    that names it (`from torch.optim import AdamW`, `import torch.optim as O`,
+    `from torch import optim as opt`); "optimizer" in prose is neither.
+    """
+    at = source.find("optim")
+    while at != -1:
+        if _OPTIMIZER_PATH_CALL.match(source, at):
+            return True
+        line_start = source.rfind("\n", 0, at) + 1
+        if _imports_optimizer(source, line_start):
+            return True
+        at = source.find("optim", at + 5)
+    return False
+
+
+def _imports_optimizer(source: str, line_start: int) -> bool:
+    """The import line at `line_start` may bind an optimizer class, or a module path to one."""
+    m = _FROM_IMPORT.match(source, line_start)
+    if m is not None:
+        path, names = m.groups()
+        if "optim" in path and _CLASS_OR_CONTINUED.search(names):
+            # from torch.optim import AdamW: the rule needs that class *called* (`class X(Optimizer)` is not)
+            bound = _bound_names(names)
+            return bound is None or any(re.search(r"\b%s\s*\(" % re.escape(b), source) for b in bound if b[:1].isupper())
+        return _OPTIM_MODULE.search(names) is not None  # from torch import optim (as opt)
+    m = _PLAIN_IMPORT.match(source, line_start)
+    return m is not None and "optim" in m.group(1)  # import torch.optim as O
+
+
+def _bound_names(names: str) -> Optional[List[str]]:
+    """The local names a one-line `import a, b as c` list binds; None when it continues (`(`, `\\`) or is `*`."""
+    names = names.split("#", 1)[0]
+    if any(c in names for c in "(\\*"):
+        return None
+    out = []
+    for part in names.split(","):
+        words = part.split()
+        if words:
+            out.append(words[-1])  # `AdamW` or the alias in `AdamW as A`
+    return out
+
+
+# -------------------------------------------------------------------- AMP501
+
+_CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.M)
+_FUNCTION_ALIAS = re.compile(r"\bFunction[ \t]+as[ \t]+(\w+)")
+
+
+def autograd_function_lines(source: str) -> Optional[Set[int]]:
+    """AMP501's sites: the `class` lines of autograd Functions, and of classes derived from them.
+
+    A finding depends only on the Function class itself and module-level names
+    (imports, extension loaders), so the rest of a model file need not be parsed.
+    A base counts when it spells `Function` (`torch.autograd.Function`,
+    `Function`), an alias of it (`Function as F`), or a class found so.
+    """
+    headers = [(m.start(), m.group(1), m.group(2)) for m in _CLASS_HEADER.finditer(source)]
+    if not headers:
+        return set()
+    bases = {"Function"} | set(_FUNCTION_ALIAS.findall(source))
+    found: Set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for start, name, spelled in headers:
+            if start not in found and any(b in bases for b in re.findall(r"\w+", spelled)):
+                found.add(start)
+                bases.add(name)
+                changed = True
+    return {source.count("\n", 0, start) + 1 for start in found}
+
+
+#: gate functions by the name rules give in `gate_check`
+GATES: dict = {
+    "overflowing_literal_site": overflowing_literal_site,
+    "overflowing_literal_lines": overflowing_literal_lines,
+    "underflowing_eps_site": underflowing_eps_site,
+    "underflowing_eps_lines": underflowing_eps_lines,
+    "optimizer_class_used": optimizer_class_used,
+    "autograd_function_lines": autograd_function_lines,
+}
+
+
+def resolve(name: str) -> Callable[[str], Any]:
+    """The gate (or site) function named `amplint.gates:NAME` (or just `NAME`)."""
+    return GATES[name.rsplit(":", 1)[-1]]

@@ -1,0 +1,203 @@
+"""amplint/gates.py: text-level gates are sound (pass wherever the rule fires) and selective.
+
+Each SOUND case is run through the rule itself with its gate bypassed, so the
+test proves the rule fires there, then that the gate lets the text through.
+SKIPPED cases are the big numbers model code is full of, which the gate must
+keep from being parsed.
+"""
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from amplint.context import ModuleContext
+from amplint.gates import overflowing_literal_site, underflowing_eps_site
+from amplint.registry import rules_by_code
+
+HEAD = "import torch\nimport torch.nn.functional as F\n"
+
+AMP301_SOUND = [
+    "def f(x: torch.HalfTensor, m):\n    return x.masked_fill(m, -1e9)\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(\n        m,\n        -1e10,\n    )\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m, value=-100000)\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m,  # the mask\n        -1e9)\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m, (-1e9))\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m, - -1e9)\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m, 0x1_0000)\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m, 1_000_000)\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m, 7E+4)\n",
+    "def f(x):\n    x = x.half()\n    return x.fill_(1e9)\n",
+    "def f(x):\n    x = x.half()\n    return x.fill_(-1e9)\n",
+    "def f(n):\n    return torch.full((n, n), -1e9, dtype=torch.float16)\n",
+    "def f(n):\n    return torch.full((n, n), fill_value=-1e9, dtype=torch.float16)\n",
+    "from torch import full as filled\ndef f(n):\n    return filled((n, n), -1e9, dtype=torch.float16)\n",
+    "NEG = -1e9\ndef f(x, m):\n    x = x.half()\n    return x.masked_fill(m, NEG)\n",
+    "NEG: float = -1e9  # mask value\ndef f(x, m):\n    x = x.half()\n    return x.masked_fill(m, NEG)\n",
+    "def f(q, k, m):\n    with torch.autocast('cuda', dtype=torch.float16):\n        s = q @ k\n        return torch.where(m, -1e9, s)\n",
+    "def f(q, k, mask):\n    with torch.autocast('cuda', dtype=torch.float16):\n        s = q @ k\n        return F.softmax(s + (1.0 - mask) * -1e9, -1)\n",
+    "def f(q, k, mask):\n    with torch.autocast('cuda', dtype=torch.float16):\n        s = q @ k\n        return F.softmax(s + (1.0 - mask) * \\\n            -1e9, -1)\n",
+    "def f(q, k, mask):\n    with torch.autocast('cuda', dtype=torch.float16):\n        s = q @ k\n        return F.softmax(s - 1e9 * mask, -1)\n",
+    "def f(q, k, mask):\n    with torch.autocast('cuda', dtype=torch.float16):\n        s = q @ k\n        s += mask * -1e9\n        return s.softmax(-1)\n",
+    "def f(q, k, mask):\n    with torch.autocast('cuda', dtype=torch.float16):\n        s = q @ k\n        s -= 1e9\n        return s.softmax(-1)\n",
+    "def f(q, k):\n    with torch.autocast('cuda', dtype=torch.float16):\n        s = q @ k\n        return torch.softmax(s - 1e9, -1)\n",
+]
+
+AMP301_SKIPPED = [
+    "class Config:\n    vocab_size: int = 151655\n    max_position_embeddings: int = 131072\n",
+    "def __init__(self, vocab_size=250002, rope_theta=1000000.0):\n    self.vocab_size = vocab_size\n",
+    "def is_cjk(cp):\n    return (cp >= 0x4E00 and cp <= 0x9FFF) or (cp >= 0x20000 and cp <= 0x2A6DF)\n",
+    '"""Args:\n    image_token_id (`int`, *optional*, defaults to 151655):\n"""\n',
+    "# see https://github.com/pytorch/pytorch/issues/100000\nx = y.masked_fill(m, float('-inf'))\n",
+    "SIZES = [100000, 200000]\nLIMITS = {'a': 1e9}\n",
+    "def f(index):\n    return torch.where(index > 0, index + 100000, index)\n",
+    "x = foo(timeout=1e9)\nif n == 1e9:\n    pass\n",
+]
+
+
+def _fires(source: str) -> bool:
+    ctx = ModuleContext.build(cst.parse_module(source), source, "case.py")
+    return bool(list(rules_by_code()["AMP301"]().check(ctx)))
+
+
+@pytest.mark.parametrize("body", AMP301_SOUND)
+def test_amp301_gate_passes_where_the_rule_fires(body):
+    source = HEAD + body
+    assert _fires(source), "the case must be one the rule flags"
+    assert overflowing_literal_site(source)
+
+
+@pytest.mark.parametrize("body", AMP301_SKIPPED)
+def test_amp301_gate_skips_big_numbers_the_rule_never_flags(body):
+    source = HEAD + body
+    assert not _fires(source)
+    assert not overflowing_literal_site(source)
+
+
+def test_amp301_gate_reads_non_ascii_text():
+    source = HEAD + "# ÄÖÜ 注意\ndef f(x, m):\n    x = x.half()\n    return x.masked_fill(m, -1e9)  # 遮罩\n"
+    assert overflowing_literal_site(source)
+    assert not overflowing_literal_site("s = '\udc80'\n")
+
+
+AMP302_SOUND = [
+    "model = Net().half()\nopt = torch.optim.Adam(model.parameters())\n",
+    "from torch.optim import AdamW as Opt\nmodel = Net().half()\nopt = Opt(model.parameters(), lr=1e-4)\n",
+    "def f(x):\n    x = x.half()\n    return x / (x.norm() + 1e-8)\n",
+    "def f(x):\n    x = x.half()\n    return x / (1e-10 + x.abs())\n",
+    "def f(x):\n    x = x.half()\n    return x / x.abs().clamp(min=1e-8)\n",
+    "def f(x):\n    x = x.half()\n    return x / x.abs().clamp(0.00000001)\n",
+    "def f(x):\n    x = x.half()\n    return x.clamp_min(+1e-8)\n",
+]
+
+AMP302_SKIPPED = [
+    "x = torch.zeros(3, dtype=torch.float16)\nclass Config:\n    layer_norm_eps: float = 1e-12\n",
+    "x = torch.zeros(3, dtype=torch.float16)\nnorm = torch.nn.LayerNorm(8, eps=1e-12)\n",
+    'x = torch.zeros(3, dtype=torch.float16)\n"""Uses Adam with its default eps 1e-8."""\n',
+]
+
+
+def _fires302(source: str) -> bool:
+    ctx = ModuleContext.build(cst.parse_module(source), source, "case.py")
+    return bool(list(rules_by_code()["AMP302"]().check(ctx)))
+
+
+@pytest.mark.parametrize("body", AMP302_SOUND)
+def test_amp302_gate_passes_where_the_rule_fires(body):
+    source = HEAD + body
+    assert _fires302(source), "the case must be one the rule flags"
+    assert underflowing_eps_site(source)
+
+
+@pytest.mark.parametrize("body", AMP302_SKIPPED)
+def test_amp302_gate_skips_eps_the_rule_never_flags(body):
+    source = HEAD + body
+    assert not _fires302(source)
+    assert not underflowing_eps_site(source)
+
+
+# ------------------------------------------------------------------ excerpts
+
+
+def _texts():
+    from tests.test_speed_gates import _corpus
+
+    texts = dict(_corpus())
+    for i, body in enumerate(AMP301_SOUND + AMP301_SKIPPED + AMP302_SOUND + AMP302_SKIPPED):
+        texts[f"case{i}.py"] = HEAD + body
+    # every text again between definitions it does not need, so that there is something to cut
+    for name, source in list(texts.items()):
+        texts[f"padded-{name}"] = FILLER + source + "\n" + FILLER.replace("_helper", "_helper2").replace("_Block", "_Block2")
+    return texts
+
+
+FILLER = """\
+def _helper(x):
+    return x * 2 + 1e-12
+
+
+class _Block(torch.nn.Module):
+    def forward(self, x):
+        with torch.autocast("cuda", dtype=torch.float16):
+            return self.proj(x).masked_fill(x > 0, 0.0).half()
+
+
+"""
+
+
+def test_an_excerpt_gives_the_diagnostics_of_the_whole_file():
+    """For rules with `gate_sites`, parsing the excerpt finds exactly what parsing the whole file finds."""
+    from amplint.config import Config
+    from amplint.engine import FileResult, _excerpt_checked, _parse_and_check, run_guarded
+    from amplint.registry import passing, rule_specs
+
+    config = Config()
+    local = [s for s in rule_specs() if s.gate_sites is not None]
+    assert {s.code for s in local} >= {"AMP301", "AMP302"}
+    codes = frozenset(s.code for s in rule_specs())
+    cut = with_findings = 0
+    for name, source in _texts().items():
+        active = passing(local, source)
+        if not active:
+            continue
+        partial = _excerpt_checked(source, name, config, active, codes, FileResult(path=name))
+        if partial is None:
+            continue
+        cut += 1
+        with_findings += bool(partial)
+        whole = run_guarded(_parse_and_check, source, name, config, active, codes, FileResult(path=name))
+        assert partial == whole, name  # positions, messages, fixes, conditions, verifier data
+    assert cut >= 100 and with_findings >= 20, "the corpus must exercise excerpts"
+
+
+def test_excerpt_blanks_only_definitions_without_wanted_lines():
+    from amplint.excerpt import excerpt
+
+    source = "import torch\n\n@dec\ndef a():\n    return 1\n\nX = 2\n\nclass B:\n    y = 3\n"
+    cut = excerpt(source, {10})
+    assert cut == "import torch\n\n\n\n\n\nX = 2\n\nclass B:\n    y = 3\n"
+    assert cut.count("\n") == source.count("\n")
+    assert excerpt(source, {4, 10}) is None  # nothing to blank
+    assert excerpt("def f(:\n", {1}) is None  # CPython cannot parse it: lint it whole
+    assert excerpt("def f():\r\n    pass\r\n", {9}) is None  # \r line ends: not cut
+
+
+AMP201_OPTIMIZER_USES = [
+    ("opt = torch.optim.AdamW(model.parameters())\n", True),
+    ("from torch.optim import AdamW\nopt = AdamW(params)\n", True),
+    ("from torch.optim import AdamW as A, SGD  # optimizers\nopt = A(params)\n", True),
+    ("from torch.optim.optimizer import Optimizer\nclass Lion(Optimizer):\n    pass\n", False),
+    ("from torch.optim import (\n    AdamW,\n)\n", True),
+    ("import torch.optim as O\n", True),
+    ("from torch import optim as opt\n", True),
+    ("import bitsandbytes as bnb\nopt = bnb.optim.AdamW8bit(params)\n", True),
+    ("from ..utils import is_optimum_available\n", False),
+    ('"""The optimizer (e.g. AdamW) is built by the Trainer."""\n', False),
+    ("def create_optimizer(self):\n    return self.optimizer\n", False),
+]
+
+
+@pytest.mark.parametrize("text,expected", AMP201_OPTIMIZER_USES)
+def test_amp201_gate_reads_optimizer_imports_and_calls(text, expected):
+    from amplint.gates import optimizer_class_used
+
+    assert optimizer_class_used(text) is expected
