@@ -195,7 +195,7 @@ def _after_equals(data: bytes, i: int, end: int, is_int: bool, facts: _FileFacts
     if target is None:
         return False
     after = _skip_right(data, end, parens=False)
-    if after < len(data) and data[after : after + 1] not in (b"\n", b";", b"#"):
+    if after < len(data) and data[after : after + 1] not in (b"\n", b"\r", b";", b"#"):
         return False
     name = target.group(1)
     return name if facts.passed_to_a_call(name) else False

@@ -29,7 +29,7 @@ import libcst as cst  # noqa: E402
 
 from amplint.config import Config  # noqa: E402
 from amplint.context import ModuleContext  # noqa: E402
-from amplint.engine import FileResult, _excerpt_checked, _parse_and_check, run_guarded  # noqa: E402
+from amplint.engine import FileResult, _excerpt_checked, _parse_and_check, read_file, run_guarded  # noqa: E402
 from amplint.registry import all_rules, passing, rule_specs  # noqa: E402
 
 
@@ -52,9 +52,8 @@ def main() -> int:
     for name, version in DRILL_PACKAGES.items():
         for path in python_files(fetch(name, version)):
             files += 1
-            try:
-                source = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
+            source, _ = read_file(str(path))  # as the linter reads it: own line ends, coding cookie
+            if source is None:
                 continue
             passes = {r.code for r in rules if specs[r.code].passes_gate(source)}
             gated.update(passes)

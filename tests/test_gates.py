@@ -74,6 +74,13 @@ def test_amp301_gate_skips_big_numbers_the_rule_never_flags(body):
     assert not overflowing_literal_site(source)
 
 
+@pytest.mark.parametrize("body", AMP301_SOUND)
+def test_amp301_gate_reads_crlf_files(body):
+    source = (HEAD + body).replace("\n", "\r\n")  # the linter reads files with their own line ends
+    assert _fires(source)
+    assert overflowing_literal_site(source)
+
+
 def test_amp301_gate_reads_non_ascii_text():
     source = HEAD + "# ÄÖÜ 注意\ndef f(x, m):\n    x = x.half()\n    return x.masked_fill(m, -1e9)  # 遮罩\n"
     assert overflowing_literal_site(source)
@@ -101,6 +108,13 @@ AMP302_SKIPPED = [
 def test_amp302_gate_passes_where_the_rule_fires(body):
     source = HEAD + body
     assert _fires(source, "AMP302"), "the case must be one the rule flags"
+    assert underflowing_eps_site(source)
+
+
+@pytest.mark.parametrize("body", AMP302_SOUND)
+def test_amp302_gate_reads_crlf_files(body):
+    source = (HEAD + body).replace("\n", "\r\n")
+    assert _fires(source, "AMP302")
     assert underflowing_eps_site(source)
 
 
