@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -1739,7 +1739,11 @@ def module_class(ctx: ModuleContext, expr: cst.CSTNode, scope: Scope) -> Optiona
     if dotted is None:
         return None
     if dotted.startswith("self."):
-        candidates = ctx.assignments_to(dotted)
+        # `self.fc` of this class (or a base class defined in this file), not of unrelated classes
+        family = _class_family(ctx, scope)
+        if not family:
+            return None
+        candidates = [a for a in ctx.assignments_to(dotted) if _enclosing_class_name(a.scope) in family]
     else:
         candidates = [a for a in ctx.assignments_to(dotted) if a.scope is scope]
         if not candidates:
@@ -1753,6 +1757,32 @@ def module_class(ctx: ModuleContext, expr: cst.CSTNode, scope: Scope) -> Optiona
             return None
         classes.add(cls)
     return classes.pop() if len(classes) == 1 else None
+
+
+def _enclosing_class_name(scope: Optional[Scope]) -> Optional[str]:
+    while scope is not None:
+        if scope.cls is not None:
+            return scope.cls.name.value
+        scope = scope.parent
+    return None
+
+
+def _class_family(ctx: ModuleContext, scope: Scope) -> Set[str]:
+    """The name of the class `scope` is a method of (through nested functions) and of its base
+    classes defined in this file, transitively; empty outside any class."""
+    name = _enclosing_class_name(scope)
+    if name is None:
+        return set()
+    bases: Dict[str, List[str]] = {}
+    for c in ctx.classes:  # every class of that name (a file may define one twice)
+        bases.setdefault(c.name.value, []).extend(b.value.value for b in c.bases if isinstance(b.value, cst.Name))
+    family, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current not in family:
+            family.add(current)
+            todo.extend(bases.get(current, ()))
+    return family
 
 
 def fp32_cast(ctx: ModuleContext, node: cst.CSTNode) -> bool:

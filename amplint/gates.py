@@ -381,6 +381,55 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
     return {source.count("\n", 0, start) + 1 for start in found}
 
 
+# -------------------------------------------------------------------- AMP202, AMP203, AMP204
+
+_CLASS_LINE = re.compile(r"^([ \t]*)class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?", re.M)
+
+
+def autocast_region_lines(source: str) -> Optional[Set[int]]:
+    """The sites of the rules about what happens inside autocast regions.
+
+    Regions are lexical (a `with` block or a decorated function), and what the
+    rules read about a site is in its own function, module-level statements
+    and, for `self.fc`-style modules, the class the site is in and its base
+    classes defined in the file. So: every line that mentions autocast, and
+    the `class` line of every class that may hold one of them, of every class
+    named as a base of those (transitively), and of every class so named.
+    """
+    mentions = []
+    at = source.find("autocast")
+    while at != -1:
+        line_start = source.rfind("\n", 0, at) + 1
+        text = source[line_start:at].expandtabs()
+        mentions.append((line_start, len(text) - len(text.lstrip(" "))))
+        at = source.find("autocast", at + 8)
+    lines = {source.count("\n", 0, start) + 1 for start, _ in mentions}
+    if not mentions:
+        return lines
+    headers = [(m.start(), len(m.group(1).expandtabs()), m.group(2), re.findall(r"\w+", m.group(3) or "")) for m in _CLASS_LINE.finditer(source)]
+    wanted: Set[str] = set()
+    for start, indent in mentions:
+        stack: List[Tuple[int, str]] = []  # the classes that may still be open at `start`
+        for h_start, h_indent, name, _ in headers:
+            if h_start >= start:
+                break
+            while stack and stack[-1][0] >= h_indent:
+                stack.pop()
+            stack.append((h_indent, name))
+        wanted.update(name for h_indent, name in stack if h_indent < indent)
+    grown = True
+    while grown:
+        grown = False
+        for _, _, name, bases in headers:
+            if name in wanted:
+                for b in bases:
+                    if b not in wanted:
+                        wanted.add(b)
+                        grown = True
+    lines.update(source.count("\n", 0, h_start) + 1 for h_start, _, name, _ in headers if name in wanted)
+    return lines
+
+
 #: gate functions by the name rules give in `gate_check`
 GATES: dict = {
     "overflowing_literal_site": overflowing_literal_site,
@@ -389,6 +438,7 @@ GATES: dict = {
     "underflowing_eps_lines": underflowing_eps_lines,
     "optimizer_class_used": optimizer_class_used,
     "autograd_function_lines": autograd_function_lines,
+    "autocast_region_lines": autocast_region_lines,
 }
 
 

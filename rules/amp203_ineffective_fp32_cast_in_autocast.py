@@ -93,6 +93,8 @@ class IneffectiveFp32CastInAutocast(Rule):
     requires = (("float",),)
     #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
+    #: findings depend only on the region's own definition, module-level statements and the class family
+    gate_sites = "amplint.gates:autocast_region_lines"
     facts = ("§0.14", "§1.2", "§1.3")
 
     VALID = [

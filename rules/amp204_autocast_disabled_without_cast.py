@@ -91,6 +91,8 @@ class AutocastDisabledWithoutCast(Rule):
     requires = (("False",),)  # the enabled=False region
     #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
+    #: findings depend only on the region's own definition, module-level statements and the class family
+    gate_sites = "amplint.gates:autocast_region_lines"
     facts = ("§1.1", "§5")
 
     VALID = [

@@ -134,15 +134,47 @@ def _texts():
     texts = dict(_corpus())
     for i, body in enumerate(AMP301_SOUND + AMP301_SKIPPED + AMP302_SOUND + AMP302_SKIPPED):
         texts[f"case{i}.py"] = HEAD + body
+    texts.update(CLASS_FAMILY_TEXTS)
     # every text again between definitions it does not need, so that there is something to cut
     for name, source in list(texts.items()):
-        texts[f"padded-{name}"] = FILLER + source + "\n" + FILLER.replace("_helper", "_helper2").replace("_Block", "_Block2")
+        texts[f"padded-{name}"] = FILLER + source + "\n" + FILLER.replace("_helper", "_helper2").replace("_Block", "_Block2").replace("_unrelated", "_unrelated2").replace("_Plain", "_Plain2")
     return texts
+
+
+CLASS_FAMILY_TEXTS = {
+    # `self.fc` is read from the class the site is in and its bases in the file, never from unrelated classes
+    "base-class.py": HEAD + (
+        "class Base(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(4, 4)\n\n\n"
+        "class Unrelated(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.LayerNorm(4)\n\n\n"
+        "def helper(x):\n    return x.sum()\n\n\n"
+        "class Child(Base):\n    def forward(self, x):\n        with torch.autocast('cuda', dtype=torch.float16):\n"
+        "            h = self.fc(x)\n            return self.fc(h.float())\n"
+    ),
+    "nested-class.py": HEAD + (
+        "class Outer(torch.nn.Module):\n    class Inner:\n        x = 1\n\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(4, 4)\n\n"
+        "    def forward(self, x):\n        with torch.autocast('cuda', dtype=torch.float16):\n"
+        "            with torch.autocast('cuda', enabled=False):\n                return self.fc(self.fc(x))\n\n\n"
+        "def unrelated(y):\n    return y\n"
+    ),
+}
 
 
 FILLER = """\
 def _helper(x):
     return x * 2 + 1e-12
+
+
+def _unrelated(y):
+    return y.sum() / y.numel()
+
+
+class _Plain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.LayerNorm(4)
 
 
 class _Block(torch.nn.Module):
@@ -177,6 +209,38 @@ def test_an_excerpt_gives_the_diagnostics_of_the_whole_file():
         whole = run_guarded(_parse_and_check, source, name, config, active, codes, FileResult(path=name))
         assert partial == whole, name  # positions, messages, fixes, conditions, verifier data
     assert cut >= 100 and with_findings >= 20, "the corpus must exercise excerpts"
+
+
+TRICKY_LAYOUTS = [
+    # a column-0 `class` line inside a module docstring
+    '"""Usage:\n\nclass Example:\n    pass\n"""\nimport torch\n\ndef a():\n    return 1\n\n\ndef b():\n    return 2\n',
+    # column-0 string content inside a function
+    'def a():\n    q = """\nSELECT *\nclass X:\n"""\n    return q\n\n\ndef b():\n    return 2\n',
+    # a column-0 comment inside a function, `else` at column 0, a name that starts like a keyword
+    "def a():\n    x = 1\n# a comment at column 0\n    return x\n\n\nif A:\n    B = 1\nelse:\n    B = 2\nelsewhere = 3\n\n\ndef b():\n    return B\n",
+    # decorators, a column-0 bracket continuation and a matmul at column 0
+    "import functools\n\n@functools.lru_cache()\n@staticmethod\ndef a():\n    return 1\n\n\nx = (a\n@ b\n)\n\n\nclass C:\n    y = [\n1,\n]\n\n\ndef b():\n    return 2\n",
+]
+
+
+@pytest.mark.parametrize("source", TRICKY_LAYOUTS)
+def test_excerpt_cut_by_columns_equals_the_exact_cut(source):
+    from amplint.excerpt import _by_ast, excerpt
+
+    rows = source.split("\n")
+    for last in range(1, len(rows) + 1):
+        for wanted in ({last}, {1, last}, set()):
+            cut = excerpt(source, wanted)
+            if cut is None:
+                continue  # the whole file: always right
+            # the cut blanks whole top-level definitions only (it is an exact cut for the lines it kept) ...
+            kept = {i + 1 for i, row in enumerate(cut.split("\n")) if row.strip()}
+            assert cut == _by_ast(source, rows, sorted(kept | wanted)), (wanted, source)
+            # ... and never one the exact cut for `wanted` keeps (it may keep more: a comment's line)
+            exact = _by_ast(source, rows, sorted(wanted)) or source
+            assert {i for i, row in enumerate(cut.split("\n")) if not row.strip()} <= {
+                i for i, row in enumerate(exact.split("\n")) if not row.strip()
+            }, (wanted, source)
 
 
 def test_excerpt_blanks_only_definitions_without_wanted_lines():
