@@ -65,15 +65,7 @@ class RuleSpec:
         self._cls = cls
 
     def passes_gate(self, source: str) -> bool:
-        if self.triggers and not any(t in source for t in self.triggers):
-            return False
-        if not all(any(t in source for t in clause) for clause in self.requires):
-            return False
-        if self.gate_regex is not None and self.gate_regex.search(source) is None:
-            return False
-        if self.gate_check is not None and not gates.resolve(self.gate_check)(source):
-            return False
-        return True
+        return bool(passing((self,), source))
 
     def is_default(self) -> bool:
         return self.severity is not Severity.INFO

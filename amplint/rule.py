@@ -10,7 +10,6 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator, Optional, Pattern, Sequence, Tuple
 
-from . import gates
 from .diagnostics import Diagnostic, Severity
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,15 +86,9 @@ class Rule:
 
     @classmethod
     def passes_gate(cls, source: str) -> bool:
-        if cls.triggers and not any(t in source for t in cls.triggers):
-            return False
-        if not all(any(t in source for t in clause) for clause in cls.requires):
-            return False
-        if cls.gate_regex is not None and cls.gate_regex.search(source) is None:
-            return False
-        if cls.gate_check is not None and not gates.resolve(cls.gate_check)(source):
-            return False
-        return True
+        from .registry import passing  # the one place gates are evaluated
+
+        return bool(passing((cls,), source))
 
     @classmethod
     def url(cls) -> str:
