@@ -79,6 +79,9 @@ class IneffectiveFp32CastInAutocast(Rule):
     input may be an integer or boolean tensor (`mask.float()` into `bmm`
     converts a mask, it is not an upcast). Ops are taken from the region's
     device list: `einsum` is lower precision on CUDA but not listed on CPU.
+    A module attribute (`self.head`) is known from the assignments in its own
+    class and that class's bases defined in the file; when they disagree or
+    none is visible, the op is treated as unknown and nothing is reported.
 
     ## References
     - amp-facts.md §0.14, §1.1, §1.2 (CUDA list), §1.3 (CPU list), §5, E27
