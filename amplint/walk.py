@@ -17,7 +17,7 @@ for them. `tests/test_speed_walk.py` proves that the hooks fire as under
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -191,3 +191,13 @@ def parent_map(module: cst.CSTNode) -> Dict[cst.CSTNode, cst.CSTNode]:
                 parents[value] = node
                 stack.append(value)
     return parents
+
+
+def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and every node under it (depth first, order not guaranteed), for rules that
+    look for a shape anywhere inside an expression without a visitor."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)

@@ -10,6 +10,7 @@ from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import AutocastRegion, CallInfo, LiteralInfo, ModuleContext, Path, Scope, literal_number, dotted_name
 from amplint.fixes import make_fix, replace_node
 from amplint.torchapi import AUTOCAST_LOWER_PRECISION_FUNCS, AUTOCAST_LOWER_PRECISION_METHODS
+from amplint.walk import descendants
 
 
 FP16_MAX = 65504.0
@@ -454,7 +455,7 @@ def _low_precision_source(ctx: ModuleContext, expr: Optional[cst.BaseExpression]
             for a in ctx.assignments_to(expr.value, site.scope)
             if a.scope is site.scope and a.order < site.order
         )
-    for node in _walk(expr):
+    for node in descendants(expr):
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
             return True
         if isinstance(node, cst.Call):
@@ -470,14 +471,6 @@ def _low_precision_source(ctx: ModuleContext, expr: Optional[cst.BaseExpression]
             if _low_precision_source(ctx, node, site, depth + 1):
                 return True
     return False
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(n.children)
 
 
 def _sites(ctx: ModuleContext) -> Iterator[_Site]:

@@ -9,6 +9,7 @@ import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import CallInfo, LowPrecisionCast, ModuleContext, dotted_name
+from amplint.walk import descendants
 
 
 _CAST_METHODS = ("half", "to", "type")
@@ -242,7 +243,7 @@ def _saved_state_dicts(ctx: ModuleContext, save: CallInfo) -> Iterator[Tuple[Opt
         ]
         nodes = [found[-1].value] if found else []
     for node in nodes:
-        for n in _walk(node):
+        for n in descendants(node):
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "state_dict":
                 if not n.args:
                     yield dotted_name(n.func.value), n
@@ -285,11 +286,3 @@ def _loaded_from_checkpoint(ctx: ModuleContext, cast: LowPrecisionCast) -> bool:
         if call.receiver_dotted in (subject, receiver) and call.order < cast.call.order:
             return True
     return False
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(n.children)

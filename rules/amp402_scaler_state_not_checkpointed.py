@@ -9,6 +9,7 @@ import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import CallInfo, ModuleContext, dotted_name
+from amplint.walk import descendants
 
 
 class ScalerStateNotCheckpointed(Rule):
@@ -324,7 +325,7 @@ def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
     else:
         return None
     optimizer = None
-    for node in _walk(obj):
+    for node in descendants(obj):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
             receiver = dotted_name(node.func.value)
             if _is_scaler_name(ctx, receiver):
@@ -334,11 +335,3 @@ def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
         elif _is_scaler_name(ctx, dotted_name(node)) and isinstance(node, (cst.Name, cst.Attribute)):
             return None  # the scaler object itself is pickled
     return optimizer if optimizer is not None and entries >= 2 else None
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(n.children)
