@@ -28,7 +28,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 from .__version__ import __version__
 from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity

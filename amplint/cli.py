@@ -5,7 +5,6 @@ one-line message on stderr).
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -45,7 +44,7 @@ class _Command(click.Command):
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
-            hint = f" (see 'amplint --help')"
+            hint = " (see 'amplint --help')"
             click.echo(f"amplint: error: {exc.format_message()}{hint}", err=True)
             sys.exit(EXIT_ERROR)
         except click.Abort:

@@ -30,7 +30,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from . import torchapi
 from .config import Config
 from .diagnostics import Diagnostic, Fix, Location, Severity
-from .names import EMPTY, ImportTable, dotted_name
+from .names import ImportTable, dotted_name
 from .project import FileFacts
 from .walk import own_hook, parent_map, walk
 

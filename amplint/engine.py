@@ -13,7 +13,7 @@ import os
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Type
 
 from .config import Config
 from .diagnostics import Diagnostic, Location, Severity

@@ -173,7 +173,7 @@ def fix_paths(
 def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> FixOutcome:
     """Fix a text read from stdin; `output` is the fixed text (a notebook's JSON for .ipynb)."""
     from .engine import selected_rules
-    from .notebook import Notebook, is_notebook, lint_notebook_text
+    from .notebook import is_notebook, lint_notebook_text
     from .parallel import whole_file_facts
 
     codes, rules = selected_rules(config)

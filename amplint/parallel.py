@@ -23,7 +23,7 @@ from typing import Any, Callable, FrozenSet, Iterator, List, Optional, Sequence,
 
 from .cache import Cache, Stat, file_digest, now, stat_key
 from .config import Config
-from .project import FileFacts, ProjectFacts, condition_holds
+from .project import ProjectFacts, condition_holds
 
 #: below this many bytes of files to read, one process is faster than several
 MIN_PARALLEL_BYTES = 1 << 20

@@ -33,9 +33,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.expanduser(os.environ.get("AMPLINT_BENCH_CACHE", "~/.cache/amplint-bench"))

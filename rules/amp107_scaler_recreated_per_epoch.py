@@ -1,7 +1,7 @@
 """AMP107 scaler-recreated-per-epoch."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import libcst as cst
 

@@ -1,7 +1,7 @@
 """AMP503 custom-fwd-without-device-type."""
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import ModuleContext, Reference, imported_names

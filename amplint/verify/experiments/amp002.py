@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from ..snippet import Unbindable, resolve_qualname
+from ..snippet import resolve_qualname
 from ._api import api_snippet, evaluate, record_warnings
 
 CANONICAL_API = "torch.cuda.amp.autocast"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 STEPS = 20
 _SCALER_OPS = ("_amp_foreach_non_finite_check_and_unscale_", "_amp_update_scale_", "host_syncs_item", "gradient_elements_checked_and_unscaled")
