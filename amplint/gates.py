@@ -21,12 +21,16 @@ FP16_MAX = 65504.0
 
 # -------------------------------------------------------------------- AMP301
 
-#: digits -> "0", so one substring search finds every run of five digits, every
-#: digit-exponent pair and every digit group, whatever the digits are
-_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+#: digits -> "0", and the letters of exponents and of hex/octal/binary prefixes to one
+#: letter each, so a few substring searches find every run of five digits, every
+#: digit-exponent pair, digit group and number prefix, whatever the digits are
+_NUMBER_SHAPE = bytes.maketrans(b"123456789EXoObB", b"000000000exxxxx")
 #: in the translated text: substrings that every number literal above 65504 contains
 #: (5+ digits, an exponent, a digit group, or a hex/octal/binary prefix)
-_BIG_NUMBER_HINTS = (b"00000", b"0e0", b"0E0", b".e0", b".E0", b"e+0", b"E+0", b"0_0", b"0x", b"0X", b"0o", b"0O", b"0b", b"0B")
+_BIG_NUMBER_HINTS = (b"00000", b"0e0", b".e0", b"e+0", b"0_0", b"0x")
+#: what `[\w.]` matches in a bytes pattern: a number token is a run of these (and exponent signs)
+_WORD_BYTE = tuple(chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_.") for c in range(256))
+_WORD_RUN = re.compile(rb"[\w.]*")
 #: one number literal, with token boundaries
 _NUMBER = re.compile(
     rb"(?<![\w.])(?:0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+"
@@ -89,19 +93,28 @@ def _overflowing_literal_sites(source: str, data: Optional[bytes] = None) -> Ite
 
 
 def _number_tokens(data: bytes, hints: Tuple[bytes, ...]) -> Iterator[Tuple[int, int]]:
-    """(start, end) of each number token that contains one of `hints` (read with digits as 0), once each."""
-    zeros = data.translate(_DIGITS_TO_ZERO)
-    if not any(h in zeros for h in hints):
-        return
+    """(start, end) of each number token that contains one of `hints` (in `_NUMBER_SHAPE` terms), once each.
+
+    A token begins where its run of `[\\w.]` bytes begins (`_NUMBER` wants no
+    such byte before it), so each hint found is read back to that start and
+    matched there once; the rest of the run cannot start another token, so the
+    search goes on after it. Hints inside identifiers (`layer_0_0`, `fp16b`)
+    cost one failed match each.
+    """
+    shape = data.translate(_NUMBER_SHAPE)
     seen = set()
     for hint in hints:
-        at = zeros.find(hint)
+        at = shape.find(hint)
         while at != -1:
-            for m in _NUMBER.finditer(data, max(0, at - 64), at + 64):
-                if m.start() < at + len(hint) and at < m.end() and m.start() not in seen:
-                    seen.add(m.start())
-                    yield m.start(), m.end()
-            at = zeros.find(hint, at + 1)
+            start = at
+            while start and _WORD_BYTE[data[start - 1]]:
+                start -= 1
+            if start not in seen:
+                seen.add(start)
+                m = _NUMBER.match(data, start)
+                if m is not None and m.end() > at:
+                    yield start, m.end()
+            at = shape.find(hint, max(at + 1, _WORD_RUN.match(data, at).end()))
 
 
 class _FileFacts:
@@ -121,9 +134,29 @@ class _FileFacts:
         return self._fill
 
     def passed_to_a_call(self, name: bytes) -> bool:
-        """`name` is a positional argument somewhere, or a fill keyword's value (`value=NEG`)."""
-        pattern = rb"(?:[(,]|\b(?:%s)\s*=)\s*%s\s*[,)]" % (b"|".join(_FILL_KEYWORDS), re.escape(name))
-        return re.search(pattern, self.data) is not None
+        """`name` is a positional argument somewhere, or a fill keyword's value (`value=NEG`).
+
+        Read around each occurrence of `name` rather than with one regex: a
+        pattern that starts with a character class makes `re` try every
+        position of the file (~1.5 ms on a big model file, for each name).
+        """
+        data = self.data
+        at = data.find(name)
+        while at != -1:
+            right = _skip_blanks(data, at + len(name), 1)
+            if data[right : right + 1] in (b",", b")"):
+                left = _skip_blanks(data, at - 1, -1)
+                before = data[left : left + 1]
+                if before in (b"(", b","):
+                    return True
+                if before == b"=":
+                    end = _skip_blanks(data, left - 1, -1)
+                    keyword = _word_before(data, end)
+                    start = end - len(keyword)
+                    if keyword in _FILL_KEYWORDS and not (start >= 0 and _WORD_BYTE[data[start]]):
+                        return True
+            at = data.find(name, at + 1)
+        return False
 
     @property
     def softmax(self) -> bool:
@@ -201,6 +234,13 @@ def _after_equals(data: bytes, i: int, end: int, is_int: bool, facts: _FileFacts
     return name if facts.passed_to_a_call(name) else False
 
 
+def _skip_blanks(data: bytes, i: int, step: int) -> int:
+    """The first index from `i` (going `step`) that is not whitespace (`\\s` of a bytes pattern)."""
+    while 0 <= i < len(data) and data[i] in b" \t\n\r\x0b\x0c":
+        i += step
+    return i
+
+
 def _word_before(data: bytes, i: int) -> bytes:
     """The identifier that ends at index `i` (empty if none)."""
     j = i
@@ -241,11 +281,9 @@ def _skip_right(data: bytes, i: int, parens: bool = True) -> int:
 #: fp16 rounds anything below this to 0 (amp-facts §6.1)
 FP16_FLUSH_TO_ZERO = 2.9802322387695312e-08
 #: in the translated text: substrings every literal below 3e-8 contains (a negative exponent, or 7 zeros)
-_TINY_NUMBER_HINTS = (b"e-0", b"E-0", b"0.0000000")
+_TINY_NUMBER_HINTS = (b"e-0", b"0.0000000")
 #: a call (or import alias) of an optimizer whose update divides by sqrt(v) + eps
-_EPS_OPTIMIZER = re.compile(
-    rb"\b(?:Adam|AdamW|Adamax|NAdam|RAdam|SparseAdam|RMSprop|Adagrad)\s*(?:\(|as\s)"
-)
+_EPS_OPTIMIZERS = (b"Adam", b"AdamW", b"Adamax", b"NAdam", b"RAdam", b"SparseAdam", b"RMSprop", b"Adagrad")
 
 
 def underflowing_eps_site(source: str) -> bool:
@@ -262,7 +300,23 @@ def underflowing_eps_site(source: str) -> bool:
 
 
 def _constructs_eps_optimizer(data: bytes) -> bool:
-    return (b"Ada" in data or b"RMSprop" in data) and _EPS_OPTIMIZER.search(data) is not None
+    """An Adam-family / RMSprop / Adagrad name called (`AdamW(`) or imported under an alias (`AdamW as A`)."""
+    for anchor in (b"Ada", b"RMSprop"):
+        at = data.find(anchor)
+        while at != -1:
+            start = at
+            while start and _WORD_BYTE[data[start - 1]] and data[start - 1] != 46:  # identifier bytes, not "."
+                start -= 1
+            end = _WORD_RUN.match(data, at).end()
+            end = min([end] + [i for i in (data.find(b".", at, end),) if i != -1])
+            if data[start:end] in _EPS_OPTIMIZERS:
+                after = _skip_blanks(data, end, 1)
+                if data[after : after + 1] == b"(" or (
+                    after > end and data[after : after + 2] == b"as" and data[after + 2 : after + 3].isspace()
+                ):
+                    return True
+            at = data.find(anchor, max(at + 1, end))
+    return False
 
 
 def underflowing_eps_lines(source: str) -> Optional[Set[int]]:

@@ -33,6 +33,12 @@ AMP301_SOUND = [
     "from torch import full as filled\ndef f(n):\n    return filled((n, n), -1e9, dtype=torch.float16)\n",
     "NEG = -1e9\ndef f(x, m):\n    x = x.half()\n    return x.masked_fill(m, NEG)\n",
     "NEG: float = -1e9  # mask value\ndef f(x, m):\n    x = x.half()\n    return x.masked_fill(m, NEG)\n",
+    "NEG = -1e9\ndef f(x, m):\n    x = x.half()\n    return x.masked_fill(m, value = NEG )\n",
+    "NEG = -1e9\ndef f(x, m):\n    x = x.half()\n    return x.masked_fill(\n        m,\n        NEG\n    )\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m, 1E9)\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m, 0X10000)\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m, 0B10000000000000000)\n",
+    "def f(x, m):\n    x = x.half()\n    return x.masked_fill(m, 1.E9)\n",
     "def f(q, k, m):\n    with torch.autocast('cuda', dtype=torch.float16):\n        s = q @ k\n        return torch.where(m, -1e9, s)\n",
     "def f(q, k, mask):\n    with torch.autocast('cuda', dtype=torch.float16):\n        s = q @ k\n        return F.softmax(s + (1.0 - mask) * -1e9, -1)\n",
     "def f(q, k, mask):\n    with torch.autocast('cuda', dtype=torch.float16):\n        s = q @ k\n        return F.softmax(s + (1.0 - mask) * \\\n            -1e9, -1)\n",
@@ -51,6 +57,8 @@ AMP301_SKIPPED = [
     "SIZES = [100000, 200000]\nLIMITS = {'a': 1e9}\n",
     "def f(index):\n    return torch.where(index > 0, index + 100000, index)\n",
     "x = foo(timeout=1e9)\nif n == 1e9:\n    pass\n",
+    "NEG = -1e9\nx = y.masked_fill(m, my_value=NEG2)\nz = NEG == w\n",
+    "layer_0_0 = conv2x(fp16b_100000)\nh = 0x1F\nx = y.masked_fill(m, 0)\n",
 ]
 
 
@@ -90,6 +98,8 @@ def test_amp301_gate_reads_non_ascii_text():
 AMP302_SOUND = [
     "model = Net().half()\nopt = torch.optim.Adam(model.parameters())\n",
     "from torch.optim import AdamW as Opt\nmodel = Net().half()\nopt = Opt(model.parameters(), lr=1e-4)\n",
+    "from torch import optim\nmodel = Net().half()\nopt = optim.RMSprop(model.parameters())\n",
+    "from torch.optim import Adagrad\nmodel = Net().half()\nopt = Adagrad (model.parameters())\n",
     "def f(x):\n    x = x.half()\n    return x / (x.norm() + 1e-8)\n",
     "def f(x):\n    x = x.half()\n    return x / (1e-10 + x.abs())\n",
     "def f(x):\n    x = x.half()\n    return x / x.abs().clamp(min=1e-8)\n",
@@ -101,6 +111,7 @@ AMP302_SKIPPED = [
     "x = torch.zeros(3, dtype=torch.float16)\nclass Config:\n    layer_norm_eps: float = 1e-12\n",
     "x = torch.zeros(3, dtype=torch.float16)\nnorm = torch.nn.LayerNorm(8, eps=1e-12)\n",
     'x = torch.zeros(3, dtype=torch.float16)\n"""Uses Adam with its default eps 1e-8."""\n',
+    "x = torch.zeros(3, dtype=torch.float16)\nopt = AdamWScheduleFree(params)\nMyAdam(params)\n",
 ]
 
 
