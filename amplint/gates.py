@@ -15,9 +15,85 @@ its examples and the fixtures); a False positive only costs a parse.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Callable, Iterator, List, Optional, Set, Tuple, Union
 
 FP16_MAX = 65504.0
+
+# -------------------------------------------------------------------- prose
+#
+# Gates look for words, and ML code says its words in comments, docstrings and
+# error messages too ("use `torch.autocast(...)`", ">>> torch.load(file)").
+# `in_prose` tells those apart where that is certain from the line alone.
+
+
+def in_prose(source: str, at: int) -> bool:
+    """Whether source[at] certainly lies in a comment, a doctest line or a string literal.
+
+    Read from the start of its line, which is code or inside a string: either
+    way a position the quotes put inside a string or after a `#` is no code.
+    False when unsure (a triple quote before it on the line, a line continued
+    with a backslash, an f-string's `{field}`), so a gate never loses code.
+    """
+    line_start = source.rfind("\n", 0, at) + 1
+    return _prose_head(source[line_start:at], source[max(0, line_start - 2) : line_start] == "\\\n")
+
+
+def _in_prose_bytes(data: bytes, at: int) -> bool:
+    """`in_prose` for the encoded text (`at` on an ASCII character)."""
+    line_start = data.rfind(b"\n", 0, at) + 1
+    head = data[line_start:at].decode("utf-8", "replace")
+    return _prose_head(head, data[max(0, line_start - 2) : line_start] == b"\\\n")
+
+
+def _prose_head(head: str, continued: bool) -> bool:
+    """Whether the end of `head`, the text of a line before a position, is in prose."""
+    if head.lstrip().startswith(">>>"):
+        return True
+    if continued or '"""' in head or "\'\'\'" in head:
+        return False
+    quote = ""
+    formatted = False
+    i = 0
+    while i < len(head):
+        c = head[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+            elif c == "{" and formatted:
+                if head[i + 1 : i + 2] == "{":  # a literal brace
+                    i += 2
+                    continue
+                close = _field_end(head, i)
+                if close == -1 or quote in head[i:close]:
+                    return False  # the position may be code inside the field
+                i = close
+        elif c == "#":
+            return True
+        elif c in "\"\'":
+            quote = c
+            j = i
+            while j > 0 and head[j - 1] in "rRbBuUfF":
+                j -= 1
+            formatted = "f" in head[j:i].lower()
+        i += 1
+    return bool(quote)
+
+
+def _field_end(text: str, i: int) -> int:
+    """The index of the `}` closing the f-string field opened at text[i]; -1 if not in `text`."""
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
+
 
 # -------------------------------------------------------------------- AMP301
 
@@ -62,15 +138,19 @@ def overflowing_literal_site(source: str) -> bool:
     containers are none of these, and they are most of the big numbers in
     model code, so this reads the characters around each big literal.
     """
-    return next(_overflowing_literal_sites(source), None) is not None
+    return bool(_overflowing_literal_site_list(source))
 
 
 def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
     """The lines AMP301 can flag, or depends on: each candidate literal's line and, for
-    `NAME = literal`, every line that mentions NAME (its uses and any reassignment)."""
+    `NAME = literal`, every line that mentions NAME (its uses and any reassignment).
+
+    What the rule reads about a literal is in the function holding it (the
+    tensor's assignments there, its autocast region) and module-level imports,
+    so only those functions are parsed, methods included (amplint/excerpt.py)."""
     data = source.encode("utf-8", "surrogatepass")
     lines: Set[int] = set()
-    for start, name in _overflowing_literal_sites(source, data):
+    for start, name in _overflowing_literal_site_list(source):
         lines.add(data.count(b"\n", 0, start) + 1)
         if name:
             for m in re.finditer(rb"\b%s\b" % re.escape(name), data):
@@ -78,18 +158,23 @@ def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
     return lines
 
 
-def _overflowing_literal_sites(source: str, data: Optional[bytes] = None) -> Iterator[Tuple[int, bytes]]:
-    """(offset, NAME or b"") of every literal that passes `_big_site`."""
-    if data is None:
-        data = source.encode("utf-8", "surrogatepass")
+@lru_cache(maxsize=4)
+def _overflowing_literal_site_list(source: str) -> Tuple[Tuple[int, bytes], ...]:
+    """(byte offset, NAME or b"") of every literal that passes `_big_site`.
+
+    Cached for the few texts in flight: the gate and the site function of a
+    file that passes ask for the same scan (a str caches its own hash)."""
+    data = source.encode("utf-8", "surrogatepass")
     facts = _FileFacts(source, data)
+    sites = []
     for start, end in _number_tokens(data, _BIG_NUMBER_HINTS):
         value, is_int = _value(data[start:end])
         if value is None or value <= FP16_MAX:
             continue
         site = _big_site(data, start, end, is_int, facts)
-        if site:
-            yield start, (site if isinstance(site, bytes) else b"")
+        if site and not _in_prose_bytes(data, start):
+            sites.append((start, site if isinstance(site, bytes) else b""))
+    return tuple(sites)
 
 
 def _number_tokens(data: bytes, hints: Tuple[bytes, ...]) -> Iterator[Tuple[int, int]]:
@@ -296,7 +381,7 @@ def underflowing_eps_site(source: str) -> bool:
     arguments (`LayerNorm(d, eps=1e-12)`) are neither and are skipped.
     """
     data = source.encode("utf-8", "surrogatepass")
-    return _constructs_eps_optimizer(data) or next(_tiny_literal_sites(data), None) is not None
+    return _constructs_eps_optimizer(data) or bool(_tiny_literal_site_list(source))
 
 
 def _constructs_eps_optimizer(data: bytes) -> bool:
@@ -309,7 +394,7 @@ def _constructs_eps_optimizer(data: bytes) -> bool:
                 start -= 1
             end = _WORD_RUN.match(data, at).end()
             end = min([end] + [i for i in (data.find(b".", at, end),) if i != -1])
-            if data[start:end] in _EPS_OPTIMIZERS:
+            if data[start:end] in _EPS_OPTIMIZERS and not _in_prose_bytes(data, start):
                 after = _skip_blanks(data, end, 1)
                 if data[after : after + 1] == b"(" or (
                     after > end and data[after : after + 2] == b"as" and data[after + 2 : after + 3].isspace()
@@ -325,7 +410,13 @@ def underflowing_eps_lines(source: str) -> Optional[Set[int]]:
     data = source.encode("utf-8", "surrogatepass")
     if _constructs_eps_optimizer(data):
         return None
-    return {data.count(b"\n", 0, start) + 1 for start in _tiny_literal_sites(data)}
+    return {data.count(b"\n", 0, start) + 1 for start in _tiny_literal_site_list(source)}
+
+
+@lru_cache(maxsize=4)
+def _tiny_literal_site_list(source: str) -> Tuple[int, ...]:
+    """Byte offsets of the literals below 3e-8 where AMP302 looks (cached like AMP301's)."""
+    return tuple(_tiny_literal_sites(source.encode("utf-8", "surrogatepass")))
 
 
 def _tiny_literal_sites(data: bytes) -> Iterator[int]:
@@ -344,9 +435,11 @@ def _tiny_literal_sites(data: bytes) -> Iterator[int]:
             i, opened = j, opened or opened_more
         k = _skip_right(data, end)
         if binary or (data[k : k + 1] in (b"+", b"-") and data[k + 1 : k + 2] != b"="):
-            yield start  # (b)
+            if not _in_prose_bytes(data, start):
+                yield start  # (b)
         elif clamp and (opened or data[i : i + 1] in (b",", b"=")):
-            yield start  # (c)
+            if not _in_prose_bytes(data, start):
+                yield start  # (c)
 
 
 # -------------------------------------------------------------------- AMP201
@@ -369,10 +462,10 @@ def optimizer_class_used(source: str) -> bool:
     """
     at = source.find("optim")
     while at != -1:
-        if _OPTIMIZER_PATH_CALL.match(source, at):
+        if _OPTIMIZER_PATH_CALL.match(source, at) and not in_prose(source, at):
             return True
         line_start = source.rfind("\n", 0, at) + 1
-        if _imports_optimizer(source, line_start):
+        if _imports_optimizer(source, line_start) and not in_prose(source, at):
             return True
         at = source.find("optim", at + 5)
     return False
@@ -387,9 +480,28 @@ def _imports_optimizer(source: str, line_start: int) -> bool:
             # from torch.optim import AdamW: the rule needs that class *called* (`class X(Optimizer)` is not)
             bound = _bound_names(names)
             return bound is None or any(re.search(r"\b%s\s*\(" % re.escape(b), source) for b in bound if b[:1].isupper())
-        return _OPTIM_MODULE.search(names) is not None  # from torch import optim (as opt)
+        return _binds_optim_module_alias(source, names)  # from torch import optim as opt
     m = _PLAIN_IMPORT.match(source, line_start)
     return m is not None and "optim" in m.group(1)  # import torch.optim as O
+
+
+def _binds_optim_module_alias(source: str, names: str) -> bool:
+    """`from torch import optim as O` (or `from bitsandbytes import optim`) used as `O.AdamW(...)`.
+
+    An imported name that keeps "optim" in its local name (`optim`, `bnb_optim`)
+    is found where it is used, by the caller's search for "optim" and
+    `_OPTIMIZER_PATH_CALL`; only an alias without it (`as O`) needs its uses
+    read here. A function such as `optimize_for_ort`, imported and called, is
+    neither.
+    """
+    if _bound_names(names) is None:  # continued on the next lines, or *: not read here
+        return _OPTIM_MODULE.search(names) is not None
+    for part in names.split("#", 1)[0].split(","):
+        words = part.split()
+        if len(words) == 3 and words[1] == "as" and "optim" in words[0] and "optim" not in words[2]:
+            if re.search(r"\b%s\s*\.\s*[A-Z]\w*\s*\(" % re.escape(words[2]), source):
+                return True
+    return False
 
 
 def _bound_names(names: str) -> Optional[List[str]]:
@@ -405,6 +517,129 @@ def _bound_names(names: str) -> Optional[List[str]]:
     return out
 
 
+# -------------------------------------------------------------------- calls: AMP101, AMP106, AMP401, AMP402
+#
+# These rules need a call the model resolves (`torch.save`, `torch.load`) or a
+# GradScaler method (`.scale(`, `.step(`). Words like "save", "load", "step"
+# and "scaler" fill ML code for other reasons (`model_card.save(...)`, a
+# doctest's `>>> batch = torch.load(file)`, a time-series model's
+# `self.scaler = MeanScaler(config)`), so these read each call's shape.
+
+_IDENT_BYTE = tuple(chr(c).isascii() and (chr(c).isalnum() or chr(c) == "_") for c in range(256))
+#: `import torch as th` (also in `import os, torch as th`)
+_TORCH_ALIAS = re.compile(rb"\btorch\s+as\s+(\w+)")
+_FROM_TORCH_IMPORT = re.compile(rb"\bfrom\s+torch\s+import\b")
+
+
+def torch_save_called(source: str) -> bool:
+    """AMP401's gate: `torch.save` may be called (the rule reads only `torch.save` calls)."""
+    return _torch_function_called(source.encode("utf-8", "surrogatepass"), b"save")
+
+
+def scaler_checkpoint_io(source: str) -> bool:
+    """AMP402's gate: `torch.save` or `torch.load` may be called, and a GradScaler may be built or used."""
+    data = source.encode("utf-8", "surrogatepass")
+    return _scaler_may_exist(data) and (_torch_function_called(data, b"save") or _torch_function_called(data, b"load"))
+
+
+def scaler_stepped(source: str) -> bool:
+    """AMP106's gate: `x.unscale_(` or `x.step(` may be a GradScaler's (the rule reads only those)."""
+    data = source.encode("utf-8", "surrogatepass")
+    return b"unscale_" in data or (_method_called(data, b"step") and _scaler_may_exist(data))
+
+
+def scale_called(source: str) -> bool:
+    """AMP101's gate: a `x.scale(` call, without which there is no scaled backward to clip after."""
+    return _method_called(source.encode("utf-8", "surrogatepass"), b"scale")
+
+
+def _torch_function_called(data: bytes, name: bytes) -> bool:
+    """`torch.NAME(` (or through `import torch as T`), a bare `NAME(` in a file that imports from
+    torch, or an alias (`NAME as N`, then called as `N(`): every way the model resolves `torch.NAME`."""
+    aliases: Optional[Set[bytes]] = None
+    for _, receiver in _calls(data, name):
+        if receiver is None:
+            if _FROM_TORCH_IMPORT.search(data) is not None:
+                return True
+            continue
+        if aliases is None:
+            aliases = {b"torch", *_TORCH_ALIAS.findall(data)}
+        if receiver in aliases:
+            return True
+    return re.search(rb"\b%s\s+as\s" % name, data) is not None
+
+
+def _method_called(data: bytes, name: bytes) -> bool:
+    return any(receiver is not None for _, receiver in _calls(data, name))
+
+
+def _calls(data: bytes, name: bytes) -> Iterator[Tuple[int, Optional[bytes]]]:
+    """(offset, receiver) of each `NAME(` that may be a call in code: the identifier before
+    the `.` of a method call (b"" when that is no identifier: `f().NAME(`), None for a bare
+    call. Comment and doctest lines are skipped; blanks, line breaks and comments may sit
+    between the parts, as Python allows inside brackets."""
+    n = len(data)
+    at = data.find(name)
+    while at != -1:
+        end = at + len(name)
+        if (at == 0 or not _IDENT_BYTE[data[at - 1]]) and (end >= n or not _IDENT_BYTE[data[end]]):
+            after = _skip_code_blanks(data, end)
+            if data[after : after + 1] == b"(" and not _in_prose_bytes(data, at):
+                left, _ = _skip_left(data, at - 1, parens=False)
+                if left >= 0 and data[left] == 46:  # "."
+                    j, _ = _skip_left(data, left - 1, parens=False)
+                    yield at, _word_before(data, j)
+                elif _word_before(data, left) != b"def":
+                    yield at, None
+        at = data.find(name, at + 1)
+
+
+def _skip_code_blanks(data: bytes, i: int) -> int:
+    """The first index from `i` that is not whitespace, a line continuation or a comment."""
+    n = len(data)
+    while i < n:
+        c = data[i]
+        if c in b" \t\r\n\x0c\\":
+            i += 1
+        elif c == 35:  # "#": a comment runs to the line end
+            nl = data.find(b"\n", i)
+            i = n if nl == -1 else nl
+        else:
+            break
+    return i
+
+
+def _scaler_may_exist(data: bytes) -> bool:
+    """Whatever the model takes for a GradScaler: a `GradScaler` constructor, the receiver of
+    `.scale(...)` or `.unscale_(`, or a parameter whose name contains "scaler" in any case."""
+    if b"GradScaler" in data or b"unscale_" in data or _method_called(data, b"scale"):
+        return True
+    lower = data.lower()
+    at = lower.find(b"scaler")
+    while at != -1:
+        start = at
+        while start and _IDENT_BYTE[data[start - 1]]:
+            start -= 1
+        end = at + 6
+        while end < len(data) and _IDENT_BYTE[data[end]]:
+            end += 1
+        if _may_be_parameter(data, start, end):
+            return True
+        at = lower.find(b"scaler", end)
+    return False
+
+
+def _may_be_parameter(data: bytes, start: int, end: int) -> bool:
+    """The identifier at data[start:end] sits where a parameter can: after `(`, `,`, `*` or
+    `lambda`, and before `,`, `)`, `:` or a default's `=`."""
+    after = _skip_code_blanks(data, end)
+    follower = data[after : after + 1]
+    if follower not in (b",", b")", b":", b"=") or data[after : after + 2] == b"==":
+        return False
+    left, _ = _skip_left(data, start - 1, parens=False)
+    return (left >= 0 and data[left] in b"(,*") or _word_before(data, left) == b"lambda"
+
+
 # -------------------------------------------------------------------- AMP501
 
 _CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.M)
@@ -415,7 +650,8 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
     """AMP501's sites: the `class` lines of autograd Functions, and of classes derived from them.
 
     A finding depends only on the Function class itself and module-level names
-    (imports, extension loaders), so the rest of a model file need not be parsed.
+    (imports, extension loaders), so the rest of a model file need not be parsed;
+    a `class` line keeps its class whole (amplint/excerpt.py).
     A base counts when it spells `Function` (`torch.autograd.Function`,
     `Function`), an alias of it (`Function as F`), or a class found so.
     """
@@ -438,6 +674,24 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
 # -------------------------------------------------------------------- AMP202, AMP203, AMP204
 
 _CLASS_LINE = re.compile(r"^([ \t]*)class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?", re.M)
+_AS_ALIAS = re.compile(r"\s+as\s+(\w+)")
+
+
+def _autocast_aliases(source: str) -> List[str]:
+    """The names of `import ... autocast as NAME`, read after each "autocast" (a regex led by
+    `\\b` would try every position of the file)."""
+    found = set()
+    at = source.find("autocast")
+    while at != -1:
+        m = _AS_ALIAS.match(source, at + 8)
+        if m is not None and not (at and _is_identifier_char(source[at - 1])):
+            found.add(m.group(1))
+        at = source.find("autocast", at + 8)
+    return sorted(found)
+
+
+def _is_identifier_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
 
 def autocast_region_lines(source: str) -> Optional[Set[int]]:
@@ -448,15 +702,25 @@ def autocast_region_lines(source: str) -> Optional[Set[int]]:
     and, for `self.fc`-style modules, the class the site is in and its base
     classes defined in the file. So: every line that mentions autocast, and
     the `class` line of every class that may hold one of them, of every class
-    named as a base of those (transitively), and of every class so named.
+    named as a base of those (transitively), and of every class so named: a
+    `class` line keeps its whole class in the excerpt (amplint/excerpt.py).
+    A name imported as autocast (`from torch import autocast as ac`) counts as
+    a mention of it; a mention that is certainly inside a comment or a
+    one-line string (an error message's "use `torch.autocast(...)`") does not.
     """
     mentions = []
-    at = source.find("autocast")
-    while at != -1:
-        line_start = source.rfind("\n", 0, at) + 1
-        text = source[line_start:at].expandtabs()
-        mentions.append((line_start, len(text) - len(text.lstrip(" "))))
-        at = source.find("autocast", at + 8)
+    for word in ("autocast", *_autocast_aliases(source)):
+        at = source.find(word)
+        while at != -1:
+            end = at + len(word)
+            whole = word == "autocast" or (
+                not (at and _is_identifier_char(source[at - 1])) and not (end < len(source) and _is_identifier_char(source[end]))
+            )
+            line_start = source.rfind("\n", 0, at) + 1
+            if whole and not in_prose(source, at):
+                text = source[line_start:at].expandtabs()
+                mentions.append((line_start, len(text) - len(text.lstrip(" "))))
+            at = source.find(word, end)
     lines = {source.count("\n", 0, start) + 1 for start, _ in mentions}
     if not mentions:
         return lines
@@ -493,6 +757,10 @@ GATES: dict = {
     "optimizer_class_used": optimizer_class_used,
     "autograd_function_lines": autograd_function_lines,
     "autocast_region_lines": autocast_region_lines,
+    "torch_save_called": torch_save_called,
+    "scaler_checkpoint_io": scaler_checkpoint_io,
+    "scaler_stepped": scaler_stepped,
+    "scale_called": scale_called,
 }
 
 

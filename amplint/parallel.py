@@ -127,7 +127,9 @@ def facts_of_source(source: str, path: str, config: Config) -> Any:
         return None
 
     def build() -> Any:
-        return ModuleContext.build(cst.parse_module(source), source, path, config).facts
+        ctx = ModuleContext.build(cst.parse_module(source), source, path, config)
+        ctx.release()
+        return ctx.facts
 
     try:
         return run_guarded(build)

@@ -214,8 +214,10 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
     """The rules (specs or classes) whose gate `source` passes.
 
     Each distinct trigger is searched for at most once per file (rules share
-    triggers such as "autocast"), and a trigger that contains one already
-    known to be absent is not searched at all.
+    triggers such as "autocast"), and a word that contains another rule's
+    trigger is searched only after that one is found: most files hold
+    neither, and the search for "autocast", made for other rules anyway, then
+    answers "autocast_gpu_", "autocast_cpu_", ...
     """
     contains = _containment(tuple(rules))
     present: Dict[str, bool] = {}
@@ -223,7 +225,7 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
     def has(trigger: str) -> bool:
         hit = present.get(trigger)
         if hit is None:
-            hit = not any(present.get(part) is False for part in contains[trigger]) and trigger in source
+            hit = all(has(part) for part in contains[trigger]) and trigger in source
             present[trigger] = hit
         return hit
 
@@ -244,18 +246,26 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
 
 @lru_cache(maxsize=64)
 def _containment(rules: Tuple[Any, ...]) -> Dict[str, Tuple[str, ...]]:
-    """For every trigger of `rules`, the other triggers it contains (absent one of those, it is absent)."""
-    words = {t for r in rules for t in r.triggers} | {t for r in rules for c in getattr(r, "requires", ()) for t in c}
-    return {w: tuple(o for o in words if o != w and o in w) for w in words}
+    """For every word of `rules`' gates, the triggers it contains (absent one of those, it is absent).
+
+    Only triggers serve as such guards: every file is searched for them anyway,
+    while a `requires` word ("step") may be common and otherwise never searched."""
+    triggers = {t for r in rules for t in r.triggers}
+    words = triggers | {t for r in rules for c in getattr(r, "requires", ()) for t in c}
+    return {w: tuple(o for o in triggers if o != w and o in w) for w in words}
 
 
 def site_lines(rules: Sequence[Any], source: str) -> Optional[Set[int]]:
     """The lines the passing `rules` can fire on or depend on; None when any needs the whole file."""
     lines: Set[int] = set()
+    done: Set[str] = set()  # rules share site functions (AMP202/203/204)
     for r in rules:
         name = getattr(r, "gate_sites", None)
         if name is None:
             return None
+        if name in done:
+            continue
+        done.add(name)
         found = gates.resolve(name)(source)
         if found is None:
             return None

@@ -70,9 +70,10 @@ class Rule:
     gate_check: ClassVar[Optional[str]] = None
     #: optional: a function in amplint/gates.py returning the lines the rule can fire
     #: on or depends on (None: the whole file). When every rule a file passes has
-    #: one, only the top-level definitions holding those lines are parsed
-    #: (amplint/excerpt.py); set it only if a finding never depends on other
-    #: top-level functions or classes
+    #: one, only the definitions holding those lines are parsed (amplint/excerpt.py):
+    #: top-level functions, and inside classes only the methods holding them; a
+    #: `class` line among the lines keeps that class whole. Set it only if a
+    #: finding never depends on other functions, or on more of its class than that
     gate_sites: ClassVar[Optional[str]] = None
     #: the amp-facts.md sections the rule rests on
     facts: ClassVar[Tuple[str, ...]] = ()

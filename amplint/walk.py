@@ -169,7 +169,12 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
                     leave(visitor, n)
         on_leave(n)
 
-    go(node)
+    try:
+        go(node)
+    finally:
+        # `go` refers to itself through its closure cell; breaking that cycle lets reference
+        # counting free the visitor and the tree it holds, without the cycle collector
+        go = None  # noqa: F841
 
 
 def parent_map(module: cst.CSTNode) -> Dict[cst.CSTNode, cst.CSTNode]:

@@ -70,6 +70,8 @@ class ClipGradBeforeUnscale(Rule):
     severity = Severity.ERROR
     message = "gradient clipping on scaled gradients"
     triggers = ("clip_grad",)
+    requires = (("backward",), ("scale",))  # a scaled backward: `scaler.scale(loss).backward()`
+    gate_check = "amplint.gates:scale_called"  # `.scale(` called as a method, not `self.scale` in attention code
     facts = ("§0.4", "§2")
 
     VALID = [

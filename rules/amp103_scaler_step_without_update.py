@@ -69,8 +69,8 @@ class ScalerStepWithoutUpdate(Rule):
     name = "scaler-step-without-update"
     severity = Severity.ERROR
     message = "GradScaler stepped but never updated"
-    triggers = (".step(",)
-    gate_regex = re.compile(r"[Ss]cal")  # a scaler is bound, used or passed in under a *scaler* name
+    triggers = ("GradScaler",)  # only a scaler built in this file is reported (`info.constructors`)
+    requires = (("step",),)
     facts = ("§2", "§5")
 
     VALID = [

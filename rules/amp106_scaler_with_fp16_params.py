@@ -93,8 +93,9 @@ class ScalerWithFp16Params(Rule):
     severity = Severity.ERROR
     message = "GradScaler used on fp16 parameters (or bf16 ones on CUDA)"
     triggers = ("half(", "float16", "torch.half", "fp16", "Half")
-    # a scaler's unscale_/step, and a scaler: GradScaler(...), `x.scale(loss)`, `unscale_`, a *scaler* name
-    requires = (("unscale_", "step"), ("Scaler", "scaler", "SCALER", ".scale(", "unscale_"))
+    # a scaler's unscale_/step, and a scaler: GradScaler(...), `x.scale(loss)`, `unscale_`, a *scaler* parameter
+    requires = (("unscale_", "step"), ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale ("))
+    gate_check = "amplint.gates:scaler_stepped"
     facts = ("§2", "§6.4")
 
     VALID = [

@@ -81,7 +81,7 @@ class Fp16Checkpoint(Rule):
     message = "checkpoint of an fp16 model"
     triggers = ("half", "Half", "float16", "fp16")  # .half(), .to(torch.float16 / "fp16"), .type(HalfTensor)
     requires = (("save",), ("state_dict",))  # it saves a `.state_dict()`
-    gate_regex = re.compile(r"\bsave\s*(?:\(|as\s)")  # a call of torch.save (or an alias), not save_pretrained
+    gate_check = "amplint.gates:torch_save_called"  # torch.save (or an alias), not save_pretrained or `card.save(`
     facts = ("§6.4", "§6.5")
 
     VALID = [

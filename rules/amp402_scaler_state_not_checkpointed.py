@@ -82,9 +82,10 @@ class ScalerStateNotCheckpointed(Rule):
     name = "scaler-state-not-checkpointed"
     severity = Severity.WARNING
     message = "GradScaler state is not checkpointed"
-    triggers = ("GradScaler", "scaler")
+    # a scaler (GradScaler(...), `x.scale(`, `unscale_`, a *scaler* parameter) and torch.save / torch.load
+    triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (")
     requires = (("save", "load"),)
-    gate_regex = re.compile(r"\b(?:save|load)\s*(?:\(|as\s)")  # a call of torch.save / torch.load (or an alias)
+    gate_check = "amplint.gates:scaler_checkpoint_io"
     facts = ("§2",)
 
     VALID = [

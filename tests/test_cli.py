@@ -110,8 +110,8 @@ def test_explain():
 
 
 def test_syntax_error_is_amp000_and_the_run_goes_on(project):
-    # the file passes AMP101's gate (it mentions clip_grad), so it is parsed
-    (project / "broken.py").write_text("def f(:\n    clip_grad_norm_(p, 1.0)\n")
+    # the file passes AMP107's gate (it mentions GradScaler), so it is parsed
+    (project / "broken.py").write_text("def f(:\n    scaler = torch.amp.GradScaler()\n")
     r = run(str(project), "--isolated")
     assert r.exit_code == 1
     assert "broken.py:" in r.output and "AMP000 SyntaxError" in r.output

@@ -30,13 +30,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def gate_header() -> str:
-    """A comment line that passes every rule's gate (triggers and regexes)."""
+    """A docstring line that passes every rule's gate (triggers, regexes and gate checks).
+
+    Not a comment: the call gates skip comment lines (amplint/gates.py)."""
     words = {t for r in all_rules() for t in r.triggers}
     words |= {clause[0] for r in all_rules() for clause in getattr(r, "requires", ())}
     # what the rules' gate regexes and gate checks look for (a literal in context, a call)
     return (
-        "# " + " ".join(sorted(words))
-        + " .scale( unscale_( Scaler float False Adam( optim.SGD( save( autocast( x * 1e9 x + 1e-8 def forward\n"
+        '"""' + " ".join(sorted(words))
+        + " x.scale( x.step( unscale_( f(scaler) Scaler float False Adam( optim.SGD( torch.save( torch.load("
+        + ' autocast( x * 1e9 x + 1e-8 def forward"""\n'
     )
 
 

@@ -59,6 +59,9 @@ AMP301_SKIPPED = [
     "x = foo(timeout=1e9)\nif n == 1e9:\n    pass\n",
     "NEG = -1e9\nx = y.masked_fill(m, my_value=NEG2)\nz = NEG == w\n",
     "layer_0_0 = conv2x(fp16b_100000)\nh = 0x1F\nx = y.masked_fill(m, 0)\n",
+    # the words of a finding, in prose
+    "def f(x, m):\n    x = x.half()\n    raise ValueError('masked_fill(m, -1e9) overflows fp16')  # or x.fill_(1e9)\n",
+    "def f(x, m):\n    x = x.half()\n    '''\n    >>> x.masked_fill(m, -1e9)\n    '''\n",
 ]
 
 
@@ -112,6 +115,8 @@ AMP302_SKIPPED = [
     "x = torch.zeros(3, dtype=torch.float16)\nnorm = torch.nn.LayerNorm(8, eps=1e-12)\n",
     'x = torch.zeros(3, dtype=torch.float16)\n"""Uses Adam with its default eps 1e-8."""\n',
     "x = torch.zeros(3, dtype=torch.float16)\nopt = AdamWScheduleFree(params)\nMyAdam(params)\n",
+    'x = torch.zeros(3, dtype=torch.float16)\n"""\n- `"adamw_torch"`: PyTorch\'s AdamW (recommended default)\n"""\n',
+    "x = torch.zeros(3, dtype=torch.float16)\nhelp = 'x / (norm + 1e-10) underflows'  # y + 1e-9\n",
 ]
 
 
@@ -162,6 +167,28 @@ CLASS_FAMILY_TEXTS = {
         "def helper(x):\n    return x.sum()\n\n\n"
         "class Child(Base):\n    def forward(self, x):\n        with torch.autocast('cuda', dtype=torch.float16):\n"
         "            h = self.fc(x)\n            return self.fc(h.float())\n"
+    ),
+    # an AMP301 / AMP302 site in one method of a big class: the other methods are cut, the answers stay
+    "one-method.py": HEAD + (
+        "NEG = -1e9\n\n\nclass Attention(torch.nn.Module):\n    scale = 0.125\n\n"
+        "    def __init__(self):\n        super().__init__()\n        self.proj = torch.nn.Linear(4, 4)\n\n"
+        "    def forward(self, q, k, mask):\n        s = (q @ k).half()\n        s = s.masked_fill(mask, -1e9)\n"
+        "        s = s.masked_fill(mask, NEG)\n        return s / (s.norm() + 1e-10)\n\n"
+        "    @property\n    def size(self):\n        return self.proj.out_features * 100000\n\n"
+        "    def extra_repr(self):\n        return 'attention'\n"
+    ),
+    # a region opened through an import alias: its line never says autocast
+    "alias.py": HEAD + (
+        "from torch import autocast as ac\n\n\ndef unrelated(y):\n    return y\n\n\n"
+        "def train(model, x):\n    with ac('cuda', dtype=torch.float16):\n        loss = model(x)\n        loss.backward()\n"
+        "        h = torch.nn.functional.linear(x, w)\n        with ac('cuda', enabled=False):\n            return h @ w\n"
+    ),
+    # autocast only named in an error message: the class is not kept whole for it
+    "message-mention.py": HEAD + (
+        "class Model(torch.nn.Module):\n    def check(self, dtype):\n        if dtype == torch.float16:\n"
+        "            raise ValueError(f\"{self.name}: use `with torch.autocast(device_type='cuda'):` instead\")\n\n"
+        "    def forward(self, q, k, m):\n        s = (q @ k).half()\n        return s.masked_fill(m, -1e9)\n\n"
+        "    def other(self):\n        with torch.autocast('cuda', enabled=False):\n            return self.fc(self.x)\n"
     ),
     "nested-class.py": HEAD + (
         "class Outer(torch.nn.Module):\n    class Inner:\n        x = 1\n\n"
@@ -229,6 +256,16 @@ TRICKY_LAYOUTS = [
     'def a():\n    q = """\nSELECT *\nclass X:\n"""\n    return q\n\n\ndef b():\n    return 2\n',
     # a column-0 comment inside a function, `else` at column 0, a name that starts like a keyword
     "def a():\n    x = 1\n# a comment at column 0\n    return x\n\n\nif A:\n    B = 1\nelse:\n    B = 2\nelsewhere = 3\n\n\ndef b():\n    return B\n",
+    # a class whose docstring has body-indented lines that look like methods
+    'class A:\n    """Example:\n\n    def fake(self):\n        pass\n    """\n\n    def a(self):\n        return 1\n\n    def b(self):\n        return 2\n',
+    # a continuation at the class body's indent inside a method, decorated methods, a nested class
+    "class A:\n    X = 1\n\n    def a(self):\n        y = f(\n    1)\n        return y\n\n    @property\n    @cache\n    def b(self):\n        return 2\n\n"
+    "    class Inner:\n        z = 3\n\n    async def c(self):\n        return 4\n\n\ndef top():\n    return 5\n",
+    # methods only (cutting them all would leave no body), a decorated class, a multi-line class line
+    "class A:\n    def a(self):\n        return 1\n\n    def b(self):\n        return 2\n\n\n@dataclass\nclass B:\n    def a(self):\n        return 1\n\n    def b(self):\n        return 2\n\n\n"
+    "class C(\n    Base,\n):\n    def a(self):\n        return 1\n\n    def b(self):\n        return 2\n",
+    # a tab-indented class and a method whose body holds a column-0 string line
+    'class A:\n\tdef a(self):\n\t\treturn 1\n\n\tdef b(self):\n\t\ts = """\nclass X:\n"""\n\t\treturn s\n\n\tdef c(self):\n\t\treturn 3\n',
     # decorators, a column-0 bracket continuation and a matmul at column 0
     "import functools\n\n@functools.lru_cache()\n@staticmethod\ndef a():\n    return 1\n\n\nx = (a\n@ b\n)\n\n\nclass C:\n    y = [\n1,\n]\n\n\ndef b():\n    return 2\n",
 ]
@@ -244,14 +281,54 @@ def test_excerpt_cut_by_columns_equals_the_exact_cut(source):
             cut = excerpt(source, wanted)
             if cut is None:
                 continue  # the whole file: always right
-            # the cut blanks whole top-level definitions only (it is an exact cut for the lines it kept) ...
-            kept = {i + 1 for i, row in enumerate(cut.split("\n")) if row.strip()}
-            assert cut == _by_ast(source, rows, sorted(kept | wanted)), (wanted, source)
-            # ... and never one the exact cut for `wanted` keeps (it may keep more: a comment's line)
-            exact = _by_ast(source, rows, sorted(wanted)) or source
-            assert {i for i, row in enumerate(cut.split("\n")) if not row.strip()} <= {
-                i for i, row in enumerate(exact.split("\n")) if not row.strip()
-            }, (wanted, source)
+            assert cut.count("\n") == source.count("\n")
+            # the cut is an exact cut: for the code it kept (a `class` line would ask for the whole class) ...
+            kept = {i + 1 for i in _code_rows(cut) if not rows[i].lstrip().startswith("class ")}
+            assert _code_rows(cut) == _code_rows(_by_ast(source, rows, sorted(kept)) or source), (wanted, source)
+            # ... and, for wanted lines of code (sites are), it blanks no code the exact cut keeps
+            if all(i - 1 in _code_rows(source) for i in wanted):
+                exact = _by_ast(source, rows, sorted(wanted)) or source
+                assert _code_rows(exact) <= _code_rows(cut), (wanted, source)
+
+
+def _code_rows(text):
+    return {i for i, row in enumerate(text.split("\n")) if row.strip() and not row.lstrip().startswith("#")}
+
+
+PROSE_MENTIONS = [
+    ('x = "use torch.autocast"', True),
+    ("x = 'use torch.autocast'", True),
+    ("# with torch.autocast('cuda'):", True),
+    ("y = 1  # autocast", True),
+    ("    >>> with torch.autocast('cuda'):", True),
+    ('msg = f"{a} {{b}} torch.autocast"', True),
+    ("msg = f\"{a['k']} torch.autocast\"", True),
+    ("with torch.autocast('cuda'):", False),
+    ('s = "a" + torch.autocast', False),
+    ("s = '\\'' + autocast", False),
+    ('x = f"{torch.autocast}"', False),
+    ('x = f"{a" + autocast', False),
+    ('x = """a""" + torch.autocast', False),  # a triple quote: the line may start inside a string
+]
+
+
+@pytest.mark.parametrize("line,prose", PROSE_MENTIONS)
+def test_autocast_mentions_in_prose_are_told_from_code(line, prose):
+    from amplint.gates import in_prose
+
+    assert in_prose(line, line.index("autocast")) is prose
+    assert in_prose("x = 1\n" + line, 6 + line.index("autocast")) is prose
+    # a line continued from the previous one may start inside a string: never certain (but a
+    # doctest prompt is no code anywhere)
+    continued = 'x = "a \\\n' + line
+    assert in_prose(continued, continued.index("autocast")) is (">>>" in line)
+
+
+def test_autocast_region_lines_follow_import_aliases():
+    from amplint.gates import autocast_region_lines
+
+    source = "from torch import autocast as ac\n\ndef f(x):\n    with ac('cuda'):\n        return x\nacc = 1\n"
+    assert autocast_region_lines(source) == {1, 4}
 
 
 def test_excerpt_blanks_only_definitions_without_wanted_lines():
@@ -273,11 +350,16 @@ AMP201_OPTIMIZER_USES = [
     ("from torch.optim.optimizer import Optimizer\nclass Lion(Optimizer):\n    pass\n", False),
     ("from torch.optim import (\n    AdamW,\n)\n", True),
     ("import torch.optim as O\n", True),
-    ("from torch import optim as opt\n", True),
+    ("from torch import optim as O\nopt = O.AdamW(params)\n", True),
+    ("from torch import optim as O  # never used\n", False),
+    ("from bitsandbytes import optim as bnb_optim\nopt = bnb_optim.AdamW8bit(params)\n", True),
+    ("from onnxscript.rewriter.ort_fusions import optimize_for_ort\nmodel = optimize_for_ort(model)\n", False),
     ("import bitsandbytes as bnb\nopt = bnb.optim.AdamW8bit(params)\n", True),
     ("from ..utils import is_optimum_available\n", False),
     ('"""The optimizer (e.g. AdamW) is built by the Trainer."""\n', False),
     ("def create_optimizer(self):\n    return self.optimizer\n", False),
+    ('msg = "build it with torch.optim.AdamW(params)"  # or optim.SGD(params)\n', False),
+    ('"""\n>>> from torch.optim import AdamW\n>>> opt = AdamW(params)\n"""\n', False),
 ]
 
 
@@ -286,3 +368,78 @@ def test_amp201_gate_reads_optimizer_imports_and_calls(text, expected):
     from amplint.gates import optimizer_class_used
 
     assert optimizer_class_used(text) is expected
+
+
+# ------------------------------------------------------------------ calls: AMP101, AMP106, AMP401, AMP402
+
+CALL_GATES_SOUND = [
+    # AMP401: torch.save however the model resolves it
+    ("AMP401", "model = Net().half()\ntorch.save(model.state_dict(), 'm.pt')\n"),
+    ("AMP401", "import torch as th\nmodel = Net().half()\nth.save(model.state_dict(), 'm.pt')\n"),
+    ("AMP401", "import os, torch as th\nmodel = Net().half()\nth.save(model.state_dict(), 'm.pt')\n"),
+    ("AMP401", "from torch import save\nmodel = Net().half()\nsave(model.state_dict(), 'm.pt')\n"),
+    ("AMP401", "from torch import save as dump\nmodel = Net().half()\ndump(model.state_dict(), 'm.pt')\n"),
+    ("AMP401", "model = Net().half()\ntorch.save(  # the weights\n    model.state_dict(), 'm.pt')\n"),
+    ("AMP401", "model = Net().half()\n(torch  # why not\n    .save (model.state_dict(), 'm.pt'))\n"),
+    # AMP402: a scaler built, passed in, or used, and a resume checkpoint saved or loaded
+    ("AMP402", "scaler = torch.amp.GradScaler()\nopt = torch.optim.AdamW(model.parameters())\n"
+               "torch.save({'model': model.state_dict(), 'optimizer': opt.state_dict()}, 'ckpt.pt')\n"),
+    ("AMP402", "def train(model, loss_scaler, loader):\n    opt = torch.optim.AdamW(model.parameters())\n"
+               "    for x in loader:\n        loss_scaler.scale(model(x)).backward()\n        loss_scaler.step(opt)\n"
+               "        loss_scaler.update()\n"
+               "    torch.save({'model': model.state_dict(), 'optimizer': opt.state_dict()}, 'ckpt.pt')\n"),
+    ("AMP402", "def train(model, s, loader):\n    opt = torch.optim.AdamW(model.parameters())\n"
+               "    for x in loader:\n        s.scale(model(x)).backward()\n        s.step(opt)\n        s.update()\n"
+               "    torch.save({'model': model.state_dict(), 'optimizer': opt.state_dict()}, 'ckpt.pt')\n"),
+    ("AMP402", "scaler = torch.amp.GradScaler()\nopt = torch.optim.AdamW(model.parameters())\n"
+               "def resume(path):\n    ckpt = torch.load(path)\n    opt.load_state_dict(ckpt['optimizer'])\n"),
+    # AMP106: a scaler's step/unscale_ over fp16 parameters
+    ("AMP106", "model = Net().cuda().half()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+               "scaler = torch.amp.GradScaler()\nscaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()\n"),
+    ("AMP106", "model = Net().cuda().half()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+               "scaler = torch.amp.GradScaler()\nscaler.scale(loss).backward()\n(scaler\n    .step(opt))\n"),
+    # AMP101: a clip after a scaled backward
+    ("AMP101", "scaler = torch.amp.GradScaler()\nscaler.scale(loss).backward()\n"
+               "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nscaler.step(opt)\nscaler.update()\n"),
+    ("AMP101", "scaler = torch.amp.GradScaler()\n(scaler  # scaled\n    .scale(loss)).backward()\n"
+               "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nscaler.step(opt)\nscaler.update()\n"),
+]
+
+CALL_GATES_SKIPPED = [
+    ("AMP401", "model = Net().half()\nsd = model.state_dict()\nmodel_card.save('README.md')\n"),
+    ("AMP401", 'model = Net().half()\n"""\n>>> torch.save(model.state_dict(), "m.pt")\n"""\n'),
+    ("AMP401", "model = Net().half()\n# torch.save(model.state_dict(), 'm.pt')\ndef save(self, state_dict):\n    pass\n"),
+    ("AMP401", "model = Net().half()\nsd = model.state_dict()\nraise ValueError(f'{sd}: call torch.save(model.state_dict(), p)')\n"),
+    # a time-series model: a data scaler, cache updates, torch.load only in a doctest
+    ("AMP402", "class MeanScaler(nn.Module):\n    pass\nclass Model(nn.Module):\n    def __init__(self, config):\n"
+               "        self.scaler = MeanScaler(config)\n    def forward(self, x, cache):\n"
+               "        cache.update(x)\n        return self.scaler(x)\n"
+               '"""\n>>> batch = torch.load(file)\n>>> opt.load_state_dict(batch["optimizer"])\n"""\n'),
+    ("AMP106", "model = Net().half()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nself.scaler = MinMaxScaler()\n"
+               "opt.step()\n"),
+    ("AMP101", "self.scale = dim ** -0.5\nx = q * self.scale\nloss.backward()\n"
+               "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"),
+]
+
+
+def _gate(code: str):
+    from amplint.gates import resolve
+    from amplint.registry import rule_specs
+
+    spec = next(s for s in rule_specs() if s.code == code)
+    return resolve(spec.gate_check)
+
+
+@pytest.mark.parametrize("code,body", CALL_GATES_SOUND)
+def test_call_gates_pass_where_the_rule_fires(code, body):
+    source = HEAD + body
+    assert _fires(source, code), "the case must be one the rule flags"
+    assert _gate(code)(source)
+    assert _gate(code)(source.replace("\n", "\r\n"))
+
+
+@pytest.mark.parametrize("code,body", CALL_GATES_SKIPPED)
+def test_call_gates_skip_words_that_are_no_such_call(code, body):
+    source = HEAD + body
+    assert not _fires(source, code)
+    assert not _gate(code)(source)

@@ -58,19 +58,20 @@ def _only_amp000(result, path) -> str:
 
 # ------------------------------------------------------------------ the bad-input table
 
-# (file name, bytes, a substring of the one AMP000 message)
+# (file name, bytes, a substring of the one AMP000 message); each mentions GradScaler, AMP107's one
+# trigger, so that it passes a gate and is parsed
 SYNTAX_ROWS = [
-    ("python2.py", b'import torch\nprint "x"\ntorch.nn.utils.clip_grad_norm_(p, 1.0)\n', "SyntaxError"),
-    ("python2_exec.py", b"import torch\nexec 'clip_grad_norm_(p, 1)'\n", "SyntaxError"),
-    ("python2_octal.py", b"import torch\nx = 0777  # clip_grad\n", "SyntaxError"),
-    ("half_typed.py", b"import torch\ndef step(:\n    torch.nn.utils.clip_grad_norm_(", "SyntaxError"),
-    ("unclosed_string.py", b'import torch\nx = "clip_grad\n', "SyntaxError"),
-    ("nul_byte.py", b"import torch\x00\ntorch.nn.utils.clip_grad_norm_(p, 1.0)\n", "SyntaxError"),
-    ("latin1_no_cookie.py", b'# caf\xe9\nimport torch\nclip_grad_norm_(p, 1)\n', "byte 0xe9 on line 1 is not UTF-8"),
-    ("latin1_line5_no_cookie.py", b'import torch\n\n\n\nx = "caf\xe9"  # clip_grad\n', "byte 0xe9 on line 5 is not UTF-8"),
-    ("wrong_cookie.py", b'# -*- coding: ascii -*-\nx = "caf\xe9"  # clip_grad\n', "not valid ascii"),
-    ("unknown_cookie.py", b"# -*- coding: klingon -*-\nimport torch  # clip_grad\n", "unknown encoding"),
-    ("bad_dedent.py", b"import torch\nif x:\n        a = 1\n    clip_grad_norm_(p, 1)\n", "SyntaxError"),
+    ("python2.py", b'import torch\nprint "x"\nscaler = torch.amp.GradScaler()\n', "SyntaxError"),
+    ("python2_exec.py", b"import torch\nexec 'GradScaler()'\n", "SyntaxError"),
+    ("python2_octal.py", b"import torch\nx = 0777  # GradScaler\n", "SyntaxError"),
+    ("half_typed.py", b"import torch\ndef step(:\n    torch.amp.GradScaler(", "SyntaxError"),
+    ("unclosed_string.py", b'import torch\nx = "GradScaler\n', "SyntaxError"),
+    ("nul_byte.py", b"import torch\x00\nscaler = torch.amp.GradScaler()\n", "SyntaxError"),
+    ("latin1_no_cookie.py", b'# caf\xe9\nimport torch\nGradScaler()\n', "byte 0xe9 on line 1 is not UTF-8"),
+    ("latin1_line5_no_cookie.py", b'import torch\n\n\n\nx = "caf\xe9"  # GradScaler\n', "byte 0xe9 on line 5 is not UTF-8"),
+    ("wrong_cookie.py", b'# -*- coding: ascii -*-\nx = "caf\xe9"  # GradScaler\n', "not valid ascii"),
+    ("unknown_cookie.py", b"# -*- coding: klingon -*-\nimport torch  # GradScaler\n", "unknown encoding"),
+    ("bad_dedent.py", b"import torch\nif x:\n        a = 1\n    GradScaler()\n", "SyntaxError"),
 ]
 
 
@@ -194,7 +195,7 @@ def test_deep_nesting_never_kills_the_process(tmp_path):
     """libcst's native parser overflows the C stack on deep nesting: a segfault
     cannot be caught, so the engine must not get there. One subprocess, all cases."""
     for name, body in DEEP.items():
-        (tmp_path / f"deep_{name}.py").write_text("import torch\n# clip_grad half\n" + body + "\n")
+        (tmp_path / f"deep_{name}.py").write_text("import torch\n# GradScaler half\n" + body + "\n")
     (tmp_path / "good.py").write_text(BAD)
     proc = subprocess.run(
         [sys.executable, "-m", "amplint.cli", "--select", "ALL", "--no-cache", "--output-format", "json", str(tmp_path)],
