@@ -289,17 +289,25 @@ def literal_number(node: Optional[cst.CSTNode]) -> Optional[float]:
 def imported_names(ctx: "ModuleContext", node: cst.CSTNode) -> Dict[str, str]:
     """{local name: qualified name} for every imported name used in `node` that
     resolves unambiguously, so the verifier can bind a flagged snippet."""
-    found: Dict[str, str] = {}
+    names = _ImportedNames(ctx.imports)
+    node.visit(names)
+    return names.found
 
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            if name.value not in found:
-                q = ctx.imports.qualname(name)
-                if q is not None:
-                    found[name.value] = q
 
-    node.visit(_Names())
-    return found
+class _ImportedNames(cst.CSTVisitor):
+    """For `imported_names` (a module-level class: one defined per call would hold its
+    closure, and so the file's tree, in a reference cycle)."""
+
+    def __init__(self, imports: ImportTable) -> None:
+        super().__init__()
+        self.imports = imports
+        self.found: Dict[str, str] = {}
+
+    def visit_Name(self, name: cst.Name) -> None:
+        if name.value not in self.found:
+            q = self.imports.qualname(name)
+            if q is not None:
+                self.found[name.value] = q
 
 
 def call_chain(expr: cst.CSTNode) -> Iterator[cst.Call]:
@@ -423,16 +431,18 @@ class ModuleContext:
         return ctx
 
     def release(self) -> None:
-        """Unlink scopes from their calls and events (each call links back to its scope).
+        """Drop everything this context holds, and the links from scopes to their calls and
+        events (each call links back to its scope).
 
-        With no cycle left, the model and the libcst tree it holds are freed by
-        reference counting as soon as the caller drops them, instead of waiting
-        for the cycle collector to scan a few hundred thousand objects. The
-        context must not be queried afterwards.
+        With no cycle left through the model, it and the libcst tree it holds
+        are freed by reference counting as soon as the caller drops them,
+        instead of waiting for the cycle collector to scan a few hundred
+        thousand objects. The context must not be used afterwards.
         """
         for scope in self.scopes:
             scope.calls = []
             scope.events = []
+        self.__dict__.clear()
 
     # ------------------------------------------------------------------ names
 

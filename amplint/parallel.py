@@ -128,8 +128,9 @@ def facts_of_source(source: str, path: str, config: Config) -> Any:
 
     def build() -> Any:
         ctx = ModuleContext.build(cst.parse_module(source), source, path, config)
+        facts = ctx.facts
         ctx.release()
-        return ctx.facts
+        return facts
 
     try:
         return run_guarded(build)

@@ -30,7 +30,6 @@ import re
 from functools import lru_cache
 from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence, Set, Tuple, Type
 
-from . import gates
 from .diagnostics import Severity
 from .rule import Rule
 
@@ -238,7 +237,7 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
         if r.gate_regex is not None and r.gate_regex.search(source) is None:
             continue
         check = getattr(r, "gate_check", None)
-        if check is not None and not gates.resolve(check)(source):
+        if check is not None and not _gate_function(check)(source):
             continue
         out.append(r)
     return out
@@ -255,6 +254,14 @@ def _containment(rules: Tuple[Any, ...]) -> Dict[str, Tuple[str, ...]]:
     return {w: tuple(o for o in triggers if o != w and o in w) for w in words}
 
 
+def _gate_function(name: str) -> Any:
+    """A `gate_check`/`gate_sites` function; amplint/gates.py is imported on first use, so a
+    warm run, which reads no file, does not import it."""
+    from . import gates
+
+    return gates.resolve(name)
+
+
 def site_lines(rules: Sequence[Any], source: str) -> Optional[Set[int]]:
     """The lines the passing `rules` can fire on or depend on; None when any needs the whole file."""
     lines: Set[int] = set()
@@ -266,7 +273,7 @@ def site_lines(rules: Sequence[Any], source: str) -> Optional[Set[int]]:
         if name in done:
             continue
         done.add(name)
-        found = gates.resolve(name)(source)
+        found = _gate_function(name)(source)
         if found is None:
             return None
         lines |= found
