@@ -26,7 +26,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 import time
 from typing import Any, Dict, Iterable, Optional, Tuple
 
@@ -36,7 +35,7 @@ from .project import FileFacts
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
-FORMAT = 1
+FORMAT = 2  # 2: a result keeps only what differs from "nothing found" (most files)
 #: a file modified within this many seconds of when it was read is re-hashed
 RACY_SECONDS = 2.0
 
@@ -191,7 +190,15 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
             if getattr(result, name) != default:
                 return None
         diags = [encode_diagnostic(d) for d in result.diagnostics]
-        out = {"d": diags, "f": dataclasses.asdict(result.facts), "p": result.parsed}
+        # only what differs from a file that says nothing: a warm run reads one entry per file
+        out: Dict[str, Any] = {}
+        if diags:
+            out["d"] = diags
+        facts = {k: v for k, v in dataclasses.asdict(result.facts).items() if v}
+        if facts:
+            out["f"] = facts
+        if result.parsed:
+            out["p"] = True
         if decode_result(result.path, json.loads(json.dumps(out))).diagnostics != result.diagnostics:
             return None
         return out
@@ -199,14 +206,20 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
         return None
 
 
+#: most files say nothing about precision: one shared (frozen) value for them
+_NO_FACTS = FileFacts()
+
+
 def decode_result(path: str, o: Dict[str, Any]) -> Any:
     from .engine import FileResult
 
+    diagnostics = o.get("d")
+    facts = o.get("f")
     return FileResult(
         path=path,
-        diagnostics=[decode_diagnostic(d) for d in o["d"]],
-        facts=FileFacts(**o["f"]),
-        parsed=bool(o["p"]),
+        diagnostics=[decode_diagnostic(d) for d in diagnostics] if diagnostics else [],
+        facts=FileFacts(**facts) if facts else _NO_FACTS,
+        parsed=bool(o.get("p")),
     )
 
 
@@ -283,6 +296,8 @@ class Cache:
             merged = _read_store(self.path)
             for kind, changed in self._changed.items():
                 merged[kind].update(changed)
+            import tempfile  # here: a warm run with nothing changed writes nothing
+
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:

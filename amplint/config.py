@@ -12,11 +12,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 DEFAULT_EXCLUDE: Tuple[str, ...] = (
     ".git",
     ".hg",
@@ -146,6 +141,10 @@ def find_pyproject(paths: Sequence[str]) -> Optional[Path]:
 
 
 def _read_toml(path: Path) -> Dict[str, Any]:
+    if sys.version_info >= (3, 11):  # imported here: most runs read no TOML (--isolated, no pyproject)
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)

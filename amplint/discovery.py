@@ -272,6 +272,11 @@ class Excluder:
         norm = [os.path.normcase(p) for p in patterns]
         self._name = re.compile("|".join(fnmatch.translate(p) for p in norm)) if norm else None
         self._rel = re.compile("|".join(fnmatch.translate(p) for p in (*norm, *(p.rstrip("/") + "/*" for p in norm)))) if norm else None
+        #: whether a file inside an already-checked folder can match: not when every glob is a
+        #: plain name or path (no `*?[`) that no lintable file is called, as the defaults are:
+        #: such a glob matches a file only by being its name, or through a folder above it
+        #: (`build/*`), and that folder was pruned
+        self.reaches_files = any(any(c in p for c in "*?[") or p.endswith(LINTABLE_SUFFIXES) for p in norm)
 
     def rel(self, abspath: str) -> str:
         if self._prefix is not None and abspath.startswith(self._prefix):
@@ -365,7 +370,7 @@ def _walk(top: str, check: Excluder, ignore: Optional[GitIgnore], seen: set) -> 
                 continue
             full = os.path.join(dirpath, f)
             full_abs = here_abs + os.sep + f
-            if full in seen or check(full_abs, f):
+            if full in seen or ((check.reaches_files or here_abs == top_abs) and check(full_abs, f)):
                 continue
             if here is not None and here.ignored(full_abs, False, absolute=True):
                 continue

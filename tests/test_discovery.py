@@ -122,3 +122,28 @@ def test_parse_gitignore_skips_comments_and_blanks():
     assert parse_gitignore("# c\n\n   \n") == []
     pats = parse_gitignore("a/\n!b\n")
     assert pats[0].dir_only and not pats[0].negate and pats[1].negate
+
+
+@pytest.mark.parametrize(
+    "patterns",
+    [(), ("build", "dist"), ("sub/deep",), ("conf.py",), ("*.pyi",), ("sub/*",), ("sub",), ("[bd]uild",), ("w.py", "build")],
+)
+def test_walk_skips_file_checks_only_where_no_glob_can_match(tmp_path, patterns):
+    """The walk checks files against the globs only when a glob could match one below a folder
+    that passed (`Excluder.reaches_files`); the result equals checking every file and folder."""
+    from amplint.config import Config
+    from amplint.discovery import Excluder, discover
+
+    for rel in ("a.py", "b.pyi", "build/x.py", "sub/build/y.py", "sub/z.py", "sub/deep/w.py", "docs/conf.py", "sub/deep/more/v.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    top = tmp_path
+    found = sorted(discover([str(top)], Config(exclude=patterns, root=str(tmp_path))))
+    check = Excluder(patterns, str(tmp_path))
+    expected = []
+    for path in sorted(top.rglob("*")):
+        if path.is_file():
+            chain = [path, *[p for p in path.parents if p != top and top in p.parents]]
+            if not any(check(str(p), p.name) for p in chain):
+                expected.append(str(path))
+    assert found == sorted(expected), patterns
