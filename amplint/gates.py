@@ -228,14 +228,14 @@ class _FileFacts:
         data = self.data
         at = data.find(name)
         while at != -1:
-            right = _skip_blanks(data, at + len(name), 1)
+            right = _skip_code_blanks(data, at + len(name))
             if data[right : right + 1] in (b",", b")"):
-                left = _skip_blanks(data, at - 1, -1)
+                left, _ = _skip_left(data, at - 1, parens=False)
                 before = data[left : left + 1]
                 if before in (b"(", b","):
                     return True
                 if before == b"=":
-                    end = _skip_blanks(data, left - 1, -1)
+                    end, _ = _skip_left(data, left - 1, parens=False)
                     keyword = _word_before(data, end)
                     start = end - len(keyword)
                     if keyword in _FILL_KEYWORDS and not (start >= 0 and _WORD_BYTE[data[start]]):
@@ -319,13 +319,6 @@ def _after_equals(data: bytes, i: int, end: int, is_int: bool, facts: _FileFacts
     return name if facts.passed_to_a_call(name) else False
 
 
-def _skip_blanks(data: bytes, i: int, step: int) -> int:
-    """The first index from `i` (going `step`) that is not whitespace (`\\s` of a bytes pattern)."""
-    while 0 <= i < len(data) and data[i] in b" \t\n\r\x0b\x0c":
-        i += step
-    return i
-
-
 def _word_before(data: bytes, i: int) -> bytes:
     """The identifier that ends at index `i` (empty if none)."""
     j = i
@@ -395,7 +388,7 @@ def _constructs_eps_optimizer(data: bytes) -> bool:
             end = _WORD_RUN.match(data, at).end()
             end = min([end] + [i for i in (data.find(b".", at, end),) if i != -1])
             if data[start:end] in _EPS_OPTIMIZERS and not _in_prose_bytes(data, start):
-                after = _skip_blanks(data, end, 1)
+                after = _skip_code_blanks(data, end)
                 if data[after : after + 1] == b"(" or (
                     after > end and data[after : after + 2] == b"as" and data[after + 2 : after + 3].isspace()
                 ):

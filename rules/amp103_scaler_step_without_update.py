@@ -1,8 +1,6 @@
 """AMP103 scaler-step-without-update."""
 from __future__ import annotations
 
-import re
-
 from typing import Iterator, List, Set
 
 from amplint import Diagnostic, Edit, Invalid, Location, Rule, Severity, Valid

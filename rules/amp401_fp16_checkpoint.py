@@ -1,8 +1,6 @@
 """AMP401 fp16-checkpoint."""
 from __future__ import annotations
 
-import re
-
 from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst

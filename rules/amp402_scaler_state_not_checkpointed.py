@@ -1,8 +1,6 @@
 """AMP402 scaler-state-not-checkpointed."""
 from __future__ import annotations
 
-import re
-
 from typing import Iterator, List, Optional
 
 import libcst as cst
