@@ -633,10 +633,31 @@ def _may_be_parameter(data: bytes, start: int, end: int) -> bool:
     return (left >= 0 and data[left] in b"(,*") or _word_before(data, left) == b"lambda"
 
 
-# -------------------------------------------------------------------- AMP501
+# -------------------------------------------------------------------- class lines and import aliases
 
-_CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.M)
-_FUNCTION_ALIAS = re.compile(r"\bFunction[ \t]+as[ \t]+(\w+)")
+#: a `class` line: its indent, name and the text of its bases
+_CLASS_LINE = re.compile(r"^([ \t]*)class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?", re.M)
+_AS_ALIAS = re.compile(r"\s+as\s+(\w+)")
+
+
+def _aliases(source: str, word: str) -> List[str]:
+    """The names of `import ... WORD as NAME`, read after each WORD (a regex led by `\\b`
+    would try every position of the file)."""
+    found = set()
+    at = source.find(word)
+    while at != -1:
+        m = _AS_ALIAS.match(source, at + len(word))
+        if m is not None and not (at and _is_identifier_char(source[at - 1])):
+            found.add(m.group(1))
+        at = source.find(word, at + len(word))
+    return sorted(found)
+
+
+def _is_identifier_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+# -------------------------------------------------------------------- AMP501
 
 
 def autograd_function_lines(source: str) -> Optional[Set[int]]:
@@ -648,10 +669,10 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
     A base counts when it spells `Function` (`torch.autograd.Function`,
     `Function`), an alias of it (`Function as F`), or a class found so.
     """
-    headers = [(m.start(), m.group(1), m.group(2)) for m in _CLASS_HEADER.finditer(source)]
+    headers = [(m.start(), m.group(2), m.group(3)) for m in _CLASS_LINE.finditer(source) if m.group(3)]
     if not headers:
         return set()
-    bases = {"Function"} | set(_FUNCTION_ALIAS.findall(source))
+    bases = {"Function", *_aliases(source, "Function")}
     found: Set[int] = set()
     changed = True
     while changed:
@@ -665,27 +686,6 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
 
 
 # -------------------------------------------------------------------- AMP202, AMP203, AMP204
-
-_CLASS_LINE = re.compile(r"^([ \t]*)class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?", re.M)
-_AS_ALIAS = re.compile(r"\s+as\s+(\w+)")
-
-
-def _autocast_aliases(source: str) -> List[str]:
-    """The names of `import ... autocast as NAME`, read after each "autocast" (a regex led by
-    `\\b` would try every position of the file)."""
-    found = set()
-    at = source.find("autocast")
-    while at != -1:
-        m = _AS_ALIAS.match(source, at + 8)
-        if m is not None and not (at and _is_identifier_char(source[at - 1])):
-            found.add(m.group(1))
-        at = source.find("autocast", at + 8)
-    return sorted(found)
-
-
-def _is_identifier_char(c: str) -> bool:
-    return c.isalnum() or c == "_"
-
 
 def autocast_region_lines(source: str) -> Optional[Set[int]]:
     """The sites of the rules about what happens inside autocast regions.
@@ -702,7 +702,7 @@ def autocast_region_lines(source: str) -> Optional[Set[int]]:
     one-line string (an error message's "use `torch.autocast(...)`") does not.
     """
     mentions = []
-    for word in ("autocast", *_autocast_aliases(source)):
+    for word in ("autocast", *_aliases(source, "autocast")):
         at = source.find(word)
         while at != -1:
             end = at + len(word)
