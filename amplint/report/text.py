@@ -1,9 +1,10 @@
 """`path:line:col: CODE message [*]`, a source excerpt, and a summary line."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 from ..diagnostics import Applicability, Diagnostic
+from .verification import VerificationLines, verdict_summary
 
 
 def location(d: Diagnostic) -> str:
@@ -19,25 +20,6 @@ def fix_available(d: Diagnostic, unsafe_fixes: bool = False) -> bool:
 def headline(d: Diagnostic, unsafe_fixes: bool = False) -> str:
     mark = " [*]" if fix_available(d, unsafe_fixes) else ""
     return f"{location(d)}: {d.code}{mark} {d.message}"
-
-
-def verification_line(d: Diagnostic) -> Optional[str]:
-    v = d.verification
-    if not v:
-        return None
-    verdict = v.get("verdict", "?")
-    reason = f" ({v['reason']})" if v.get("reason") else ""
-    evidence = v.get("summary") or ", ".join(f"{k}={val}" for k, val in (v.get("evidence") or {}).items())
-    where = ", ".join(x for x in (v.get("device"), f"torch {v['torch']}" if v.get("torch") else None) if x)
-    method = v.get("method")
-    parts = [f"verify: {verdict}{reason}"]
-    if method:
-        parts.append(f"[{method}]")
-    if evidence:
-        parts.append(evidence)
-    if where:
-        parts.append(f"({where})")
-    return "    " + " ".join(parts)
 
 
 def _plural(n: int, word: str, plural: str = "") -> str:
@@ -83,10 +65,12 @@ def fixes_summary(changes: Sequence[object]) -> str:
 
 def render(diagnostics: Sequence[Diagnostic], fixed: int = 0, unsafe_fixes: bool = False, **_: object) -> str:
     out: List[str] = []
+    verified = VerificationLines()
     for d in diagnostics:
         out.append(headline(d, unsafe_fixes))
-        v = verification_line(d)
-        if v:
-            out.append(v)
+        out.extend(verified.lines(d))
     out.append(summary(diagnostics, fixed, unsafe_fixes))
+    verdicts = verdict_summary(diagnostics)  # `--verify` only
+    if verdicts:
+        out.append(verdicts)
     return "\n".join(out) + "\n"
