@@ -494,6 +494,56 @@ def _tiny_model_wrapper(torch: Any) -> type:
     return TinyModel
 
 
+class Unbound(BaseException):
+    """A name the slice could not bind was used while it ran. A BaseException so the
+    user's own `except Exception:` cannot swallow it; callers turn it into `Unbindable`."""
+
+    def __init__(self, name: str) -> None:
+        self.names = [name]
+        super().__init__(name)
+
+
+class Missing:
+    """Stands for a name no role binds. Slices bind it lazily: code on a path that never runs
+    (an `else:` branch, a logging block) needs nothing, and any use of it on a path that does
+    run raises `Unbound`, so the verdict never rests on an invented value."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "_name", name)
+
+    def __repr__(self) -> str:
+        return f"<unbound {self._name}>"
+
+    def _use(self, *_: Any, **__: Any) -> Any:
+        raise Unbound(object.__getattribute__(self, "_name"))
+
+    def __getattr__(self, name: str) -> Any:
+        raise Unbound(f"{object.__getattribute__(self, '_name')}.{name}")
+
+    __call__ = __bool__ = __iter__ = __len__ = __getitem__ = __setitem__ = __contains__ = _use
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _use
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __neg__ = __abs__ = _use
+    __lt__ = __le__ = __gt__ = __ge__ = __index__ = __int__ = __float__ = __format__ = __enter__ = _use
+    __eq__ = __ne__ = _use  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]
+
+
+#: attributes that a name bound by role to a lab object may use; any other attribute means
+#: the name is something else (`opt.fp16`: `opt` is the options, not an optimizer)
+ROLE_ATTRS = {
+    "optimizer": frozenset(
+        {"step", "zero_grad", "param_groups", "state_dict", "load_state_dict", "add_param_group", "state", "defaults",
+         "register_step_pre_hook", "register_step_post_hook"}
+    ),
+    "scaler": frozenset(
+        {"scale", "unscale_", "step", "update", "get_scale", "is_enabled", "state_dict", "load_state_dict",
+         "get_growth_factor", "get_backoff_factor", "get_growth_interval"}
+    ),
+}
+
+
 class Sink:
     """A logger/progress bar stand-in: every call is accepted and ignored."""
 
@@ -698,6 +748,7 @@ class Prepared:
     roles: Dict[str, Any]  # name -> role, or a dict attr -> role for namespaces
     uses_index: bool
     assumed: Dict[str, Any]
+    unbound: List[str] = field(default_factory=list)  # bound lazily to `Missing`
 
 
 def _namespace_roles(chains: List[Tuple[str, ...]], data: Dict[str, Any], depth: int, missing: List[str], prefix: str) -> Dict[str, Any]:
@@ -711,13 +762,23 @@ def _namespace_roles(chains: List[Tuple[str, ...]], data: Dict[str, Any], depth:
             role = "flag"
         if role is None or role.startswith("module:") or (role == "namespace" and depth > 2):
             missing.append(f"{prefix}.{attr}")
+            roles[attr] = "missing"
             continue
+        role = _refine(role, [c[1:] for c in chains if c[1] == attr])
         if role == "namespace":
             sub = [c[1:] for c in chains if len(c) > 2 and c[1] == attr]
             roles[attr] = _namespace_roles(sub, data, depth + 1, missing, f"{prefix}.{attr}")
         else:
             roles[attr] = role
     return roles
+
+
+def _refine(role: Optional[str], chains: List[Tuple[str, ...]]) -> Optional[str]:
+    """An object role read with attributes that object does not have is a namespace."""
+    allowed = ROLE_ATTRS.get(role or "")
+    if allowed is not None and any(len(c) > 1 and c[1] not in allowed for c in chains):
+        return "namespace"
+    return role
 
 
 def prepare_training(spec: TrainingSpec) -> Prepared:
@@ -730,14 +791,14 @@ def prepare_training(spec: TrainingSpec) -> Prepared:
         role = role_of(name, spec.data)
         if name in free.called and role in VALUE_ROLES:
             role = None  # `clip(...)` is a function, not a threshold
+        role = _refine(role, chains)
         if role is None:
             missing.append(name)
+            roles[name] = "missing"
         elif role == "namespace":
             roles[name] = _namespace_roles(chains, spec.data, 1, missing, name)
         else:
             roles[name] = role
-    if missing:
-        raise Unbindable(missing)
 
     def flat(r: Any) -> Iterator[str]:
         if isinstance(r, dict):
@@ -758,7 +819,7 @@ def prepare_training(spec: TrainingSpec) -> Prepared:
     tree, relocated = relocate(tree)
     if relocated:
         assumed["device"] = "`.cuda()` / autocast(\"cuda\") ran on the lab's device"
-    return Prepared(tree, compile_statements(tree), free, roles, uses_index, assumed)
+    return Prepared(tree, compile_statements(tree), free, roles, uses_index, assumed, sorted(set(missing)))
 
 
 @dataclass
@@ -824,6 +885,18 @@ def clip_recorder(torch: Any, clips: List[Dict[str, Any]]) -> Iterator[Dict[str,
             setattr(mod, name, value)
 
 
+def spelled_by_role(roles: Dict[str, Any], prefix: str = "") -> Dict[str, List[str]]:
+    """{role: [spelled names in order]}, with `self.`/`args.` paths spelled out."""
+    out: Dict[str, List[str]] = {}
+    for name, role in roles.items():
+        if isinstance(role, dict):
+            for sub, names in spelled_by_role(role, f"{prefix}{name}.").items():
+                out.setdefault(sub, []).extend(names)
+        else:
+            out.setdefault(role, []).append(f"{prefix}{name}")
+    return out
+
+
 def _count_calls(obj: Any, method: str, counts: Dict[str, int]) -> None:
     original = getattr(obj, method)
 
@@ -842,17 +915,27 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
     model = lab.model()
     params = list(model.parameters())
     start = [p.detach().clone() for p in params]
-    opt = lab.optimizer(params, spec.optimizer or "SGD", lr=spec.lr)
-    scaler = lab.scaler(enabled=scaler_enabled)
-    record.init_scale = float(scaler.get_scale())
+    named = spelled_by_role(prepared.roles)
+    # one optimizer per spelled name, over disjoint parameters (two optimizers stepped through
+    # one scaler are the documented multi-optimizer pattern, not one optimizer stepped twice)
+    opt_names = named.get("optimizer") or ["<optimizer>"]
+    optimizers = {
+        name: lab.optimizer(params[i :: len(opt_names)] or params, spec.optimizer or "SGD", lr=spec.lr) for i, name in enumerate(opt_names)
+    }
+    opt = optimizers[opt_names[0]]
     counts = record.scaler_calls
-    for method in ("scale", "unscale_", "step", "update"):
-        _count_calls(scaler, method, counts)
+    scalers = {name: lab.scaler(enabled=scaler_enabled) for name in named.get("scaler") or ["<scaler>"]}
+    scaler = next(iter(scalers.values()))
+    record.init_scale = float(scaler.get_scale())
+    for each in scalers.values():
+        for method in ("scale", "unscale_", "step", "update"):
+            _count_calls(each, method, counts)
 
     def on_step(*_: Any) -> None:
         record.optimizer_steps += 1
 
-    opt.register_step_post_hook(on_step)
+    for each in optimizers.values():
+        each.register_step_post_hook(on_step)
     criterion = torch.nn.MSELoss()
     wrapped = _tiny_model_wrapper(torch)(model, criterion)
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0)
@@ -903,8 +986,14 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
                     for attr, value in bind(role, k, x, y, loss, f"{label}{name}.").items():
                         object.__setattr__(ns, attr, value)
                     out[name] = ns
+                elif role == "missing":
+                    out[name] = Missing(f"{label}{name}")
                 elif role == "loss":
-                    out[name] = loss
+                    out[name] = loss_by_name.get(f"{label}{name}", loss)
+                elif role == "optimizer":
+                    out[name] = optimizers.get(f"{label}{name}", opt)
+                elif role == "scaler":
+                    out[name] = scalers.get(f"{label}{name}", scaler)
                 else:
                     out[name] = value_for(role, k, x, y)
             return out
@@ -920,12 +1009,16 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
             x, y = lab.batch(k)
             with lab.autocast(spec.dtype):
                 loss = criterion(model(x).float(), y)
+                # a second spelled loss (`loss_G`, `loss_D`) is its own forward pass: its own graph
+                loss_by_name = {n: loss if i == 0 else criterion(model(x).float(), y) for i, n in enumerate(named.get("loss") or [])}
             globs.update(bind(prepared.roles, k, x, y, loss, ""))
             before = dict(counts)
             try:
                 exec(prepared.code, globs)  # noqa: S102 - the user's own flagged code
             except _Return:
                 pass
+            except Unbound as exc:
+                raise Unbindable(exc.names) from None
             except Exception as exc:  # noqa: BLE001
                 record.exception = {**lab.exc(exc), "iteration": k, "line": _error_line(exc)}
                 record.iterations_run = k + 1
