@@ -14,6 +14,7 @@ import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .runner import DEFAULT_TIMEOUT, Runner, VerifyError, torch_available
+from .prelude import Preludes
 from .verdicts import honest
 
 __all__ = [
@@ -81,10 +82,11 @@ def verify_diagnostics(
     own = runner is None
     runner = runner or Runner(device=device, timeout=timeout, seed=seed)
     cache: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    preludes = Preludes()
     try:
         runner.start()
         for d in todo:
-            data = dict(d.data or {})
+            data = preludes.data_for(d)  # the finding's data and the file's own helpers it uses
             key = _key(d.code, data)
             if key not in cache:
                 # checked here too: only a run of the user's code may confirm or refute

@@ -645,7 +645,7 @@ def bind_expression_names(
             env[name] = ns
             continue
         if name in free.called:
-            missing.append(name)  # an unknown callable
+            env[name] = Missing(name)  # an unknown callable: bound lazily, an error only if it is called
             continue
         if role == "device":
             env[name] = lab.device
@@ -700,6 +700,7 @@ def eval_expression(
     """
     tree = parse(source)
     check_safe(tree)
+    tree, lifted = with_prelude(tree, data)
     free = free_names(tree)
     last: Optional[BaseException] = None
     for binding in attempts:
@@ -708,14 +709,23 @@ def eval_expression(
         try:
             with context():
                 value = run_source(tree, env)
+        except Unbound as exc:
+            raise Unbindable(exc.names) from None
         except Exception as exc:  # noqa: BLE001
             if is_target_error(exc):
-                return None, exc, {"free_names": free.names, "layout": _layout(binding)}
+                return None, exc, _info(free, binding, lifted)
             last = exc
             continue
-        return value, None, {"free_names": free.names, "layout": _layout(binding)}
+        return value, None, _info(free, binding, lifted)
     assert last is not None
     raise SnippetFailed(last)
+
+
+def _info(free: FreeNames, binding: ExprBinding, lifted: List[str]) -> Dict[str, Any]:
+    info: Dict[str, Any] = {"free_names": free.names, "layout": _layout(binding)}
+    if lifted:
+        info["ran_the_files_own"] = lifted
+    return info
 
 
 def _layout(b: ExprBinding) -> str:
@@ -781,9 +791,25 @@ def _refine(role: Optional[str], chains: List[Tuple[str, ...]]) -> Optional[str]
     return role
 
 
+def with_prelude(tree: ast.Module, data: Dict[str, Any]) -> Tuple[ast.Module, List[str]]:
+    """`tree` preceded by the user's own definitions it uses (`data["prelude"]`, read from the
+    same file by `prelude.py`); unchanged when there are none or when they cannot be run."""
+    text = data.get("prelude") if isinstance(data, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        return tree, []
+    try:
+        pre = ast.parse(text)
+        check_safe(pre)
+    except (SyntaxError, ValueError, Refused, RecursionError):
+        return tree, []
+    names = [str(n) for n in data.get("prelude_names") or []]
+    return ast.Module(body=[*pre.body, *tree.body], type_ignores=[]), names
+
+
 def prepare_training(spec: TrainingSpec) -> Prepared:
     tree = parse(spec.source)
     check_safe(tree)
+    tree, lifted = with_prelude(tree, spec.data)
     free = free_names(tree)
     roles: Dict[str, Any] = {}
     missing: List[str] = []
@@ -816,6 +842,8 @@ def prepare_training(spec: TrainingSpec) -> Prepared:
     uses_index = "index" in all_roles or "accum" in all_roles
     if "loss" in all_roles:
         assumed["loss"] = "MSE of the tiny model on a fixed batch"
+    if lifted:
+        assumed["the file's own definitions of"] = lifted
     tree, relocated = relocate(tree)
     if relocated:
         assumed["device"] = "`.cuda()` / autocast(\"cuda\") ran on the lab's device"
