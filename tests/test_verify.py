@@ -170,6 +170,11 @@ CASES = [
     # AMP402
     ("402-fp16", "AMP402", {}, "confirmed", "experiment"),
     ("402-bf16", "AMP402", {"dtype": "bf16"}, "not-reproduced", "experiment"),
+    ("402-saved-dict", "AMP402", {"side": "save", "snippet": "torch.save({'model': self.model.state_dict(), 'optim': self.optimizer.state_dict(), 'epoch': epoch}, path)"}, "confirmed", "snippet"),
+    ("402-saved-with-scaler", "AMP402", {"side": "save", "snippet": "torch.save({'model': model.state_dict(), 'scaler': scaler.state_dict()}, path)"}, "not-reproduced", "snippet"),
+    ("402-saved-local", "AMP402", {"side": "save", "snippet": "torch.save(state, out / name)", "prelude": "state = {'model': model.state_dict(), 'optimizer': opt.state_dict(), 'loss': running / len(loader)}"}, "confirmed", "snippet"),
+    ("402-unknown-amp-state", "AMP402", {"side": "save", "snippet": "torch.save({'model': model.state_dict(), 'amp': amp_state}, path)"}, "inconclusive", "experiment"),
+    ("402-resume", "AMP402", {"side": "load", "snippet": "optimizer.load_state_dict(ckpt['optimizer'])"}, "confirmed", "experiment"),
     # AMP501
     ("501-canonical", "AMP501", {}, "confirmed", "experiment"),
     ("501-snippet", "AMP501", {"snippet": AMP501_PLAIN}, "confirmed", "snippet"),

@@ -22,6 +22,20 @@ from .snippet import MODULES, Refused, free_names, parse, role_of
 
 #: at most this many statements are lifted into a prelude
 MAX_STATEMENTS = 16
+#: rules whose snippet is a `torch.save(obj, path)` call: the experiment runs `obj` only
+SAVED_OBJECT = frozenset({"AMP402"})
+
+
+def saved_object(source: str) -> str:
+    """The source of the object a `save(obj, path)` call writes ("" when it is not one)."""
+    try:
+        tree = ast.parse(textwrap.dedent(source).strip())
+    except SyntaxError:
+        return ""
+    call = tree.body[0].value if len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) else None
+    if not isinstance(call, ast.Call) or not call.args:
+        return ""
+    return ast.unparse(call.args[0])
 
 
 def _defines(node: ast.stmt) -> Set[str]:
@@ -206,6 +220,8 @@ class Preludes:
         data = dict(d.data) if isinstance(d.data, dict) else {}
         training = isinstance(data.get("step_source"), str)
         snippet = data.get("step_source") if training else data.get("snippet")
+        if getattr(d, "code", None) in SAVED_OBJECT and isinstance(snippet, str):
+            snippet, training = saved_object(snippet), True  # what the save call writes, bound by role
         name = getattr(d, "filename", None)
         if not isinstance(snippet, str) or not snippet.strip() or not isinstance(name, str) or not name.endswith(".py"):
             return data

@@ -387,7 +387,7 @@ ROLE_PATTERNS: List[Tuple[str, "re.Pattern[str]"]] = [
     ("batch", _R(r"^(batch|minibatch|mini_batch|micro_batch|mb|batch_data)$")),
     ("x", _R(r"^(x|xb|inputs?|inp|images?|imgs?|data|features|src|batch_x)$")),
     ("y", _R(r"^(y|yb|targets?|labels?|batch_y|gt)$")),
-    ("index", _R(r"^(i|j|step|it|itr|iter|iteration|idx|batch_idx|batch_index|micro_step|global_step|n_iter|iter_num|step_idx|batch_i|b_idx|cur_iter)$")),
+    ("index", _R(r"^(i|j|step|it|itr|iter|iteration|idx|batch_idx|batch_index|micro_step|global_step|n_iter|iter_num|step_idx|batch_i|b_idx|cur_iter|epoch|ep|cur_epoch|epoch_idx)$")),
     ("accum", _R(r"^(accum\w*|\w*accumulat\w*|grad_acc\w*|update_freq|n_accum)$")),
     ("threshold", _R(r"^(max_norm|max_grad_norm|clip|clip_grad|grad_clip|clip_norm|gradient_clip_val|gradient_clipping|clip_value|grad_norm_clip|clip_grad_norm|max_grad|clip_max_norm|grad_clip_norm)$")),
     ("flag", _R(r"^(use_amp|amp|fp16|use_fp16|mixed_precision|enable_amp|amp_enabled|use_scaler|use_mixed_precision|log_grads|log_grad_norm|log_gradients|track_grad_norm|debug|verbose)$")),
@@ -673,7 +673,7 @@ def run_source(tree: ast.Module, env: Dict[str, Any]) -> Any:
         target = last.targets[-1] if isinstance(last, ast.Assign) else last.target
         if isinstance(target, ast.Name):
             value_name = target.id
-    globs = {"__builtins__": _SAFE_BUILTINS, "__amplint_return__": _Return, **env}
+    globs = {"__builtins__": _SAFE_BUILTINS, "__amplint_return__": _Return, **RUNTIME_NAMES, **env}
     try:
         exec(compile_statements(tree), globs)  # noqa: S102 - the user's own flagged code
     except _Return:
@@ -803,7 +803,33 @@ def with_prelude(tree: ast.Module, data: Dict[str, Any]) -> Tuple[ast.Module, Li
     except (SyntaxError, ValueError, Refused, RecursionError):
         return tree, []
     names = [str(n) for n in data.get("prelude_names") or []]
-    return ast.Module(body=[*pre.body, *tree.body], type_ignores=[]), names
+    module = ast.Module(body=[*[_tolerant(stmt) for stmt in pre.body], *tree.body], type_ignores=[])
+    return ast.fix_missing_locations(module), names
+
+
+def _tolerant(stmt: ast.stmt) -> ast.stmt:
+    """A prelude assignment that fails (its inputs are stand-ins, or unbound) binds its targets
+    to `Missing` instead of ending the run: they matter only if the flagged code uses them."""
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        return stmt
+    targets = sorted({n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]) for n in ast.walk(t) if isinstance(n, ast.Name)})
+    fallback = [
+        ast.Assign(
+            targets=[ast.Name(name, ast.Store())],
+            value=ast.Call(func=ast.Name("__amplint_missing__", ast.Load()), args=[ast.Constant(name)], keywords=[]),
+        )
+        for name in targets
+    ] or [ast.Pass()]
+    handler = ast.ExceptHandler(
+        type=ast.Tuple([ast.Name("Exception", ast.Load()), ast.Name("__amplint_unbound__", ast.Load())], ast.Load()),
+        name=None,
+        body=fallback,
+    )
+    return ast.copy_location(ast.Try(body=[stmt], handlers=[handler], orelse=[], finalbody=[]), stmt)
+
+
+#: names every exec of user code can see (the prelude's fallbacks)
+RUNTIME_NAMES = {"__amplint_missing__": None, "__amplint_unbound__": None}
 
 
 def prepare_training(spec: TrainingSpec) -> Prepared:
@@ -925,6 +951,24 @@ def spelled_by_role(roles: Dict[str, Any], prefix: str = "") -> Dict[str, List[s
     return out
 
 
+def bind_by_role(roles: Dict[str, Any], value_for: Callable[[str, str], Any], label: str = "") -> Dict[str, Any]:
+    """Free names -> values: `value_for(role, spelled path)` for each role, namespaces as
+    `Namespace` objects, names no role binds as `Missing` (an error only if used)."""
+    out: Dict[str, Any] = {}
+    for name, role in roles.items():
+        path = f"{label}{name}"
+        if isinstance(role, dict):
+            ns = Namespace(path)
+            for attr, value in bind_by_role(role, value_for, f"{path}.").items():
+                object.__setattr__(ns, attr, value)
+            out[name] = ns
+        elif role == "missing":
+            out[name] = Missing(path)
+        else:
+            out[name] = value_for(role, path)
+    return out
+
+
 def _count_calls(obj: Any, method: str, counts: Dict[str, int]) -> None:
     original = getattr(obj, method)
 
@@ -1031,6 +1075,7 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
             "__amplint_return__": _Return,
             "__amplint_device__": lab.device,
             "__amplint_device_type__": lab.device_type,
+            **RUNTIME_NAMES,
         }
         for k in range(spec.iterations):
             state["iteration"] = k
@@ -1086,3 +1131,6 @@ def compare_scaling(lab: Any, spec: TrainingSpec, prepared: Optional[Prepared] =
     enabled = run_training(lab, spec, prepared, True)
     disabled = run_training(lab, spec, prepared, False)
     return enabled, disabled
+
+
+RUNTIME_NAMES.update(__amplint_missing__=Missing, __amplint_unbound__=Unbound)
