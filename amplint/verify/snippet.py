@@ -114,13 +114,30 @@ def parse(source: str) -> ast.Module:
     raise Refused("cannot parse the flagged source")
 
 
+def _bound_names(tree: ast.AST) -> set:
+    """Names the snippet itself binds (parameters, assignment targets): a parameter called
+    `input` is the user's tensor, not the builtin (which is not in the snippet's builtins anyway)."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+    return bound
+
+
+#: denied names that are harmless once the snippet binds them itself (absent from its builtins)
+_REBINDABLE = frozenset({"input", "help", "exit", "quit"})
+
+
 def check_safe(tree: ast.AST) -> None:
+    rebound = _bound_names(tree) & _REBINDABLE
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             raise Refused("imports")
         if isinstance(node, (ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await, ast.AsyncFunctionDef, ast.AsyncFor, ast.AsyncWith)):
             raise Refused(type(node).__name__.lower())
-        if isinstance(node, ast.Name) and node.id in DENIED_NAMES:
+        if isinstance(node, ast.Name) and node.id in DENIED_NAMES and node.id not in rebound:
             raise Refused(f"`{node.id}`")
         if isinstance(node, ast.Attribute):
             if node.attr in DENIED_ATTRS:
