@@ -9,6 +9,7 @@ import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import Assignment, AutocastRegion, CallInfo, Event, ModuleContext, Scope, exclusive
+from amplint.steps import lines_between
 
 
 class Fp16BackwardWithoutScaler(Rule):
@@ -270,7 +271,28 @@ def gan_step(gen, disc, opt_g, opt_d, real, z):
             f"small gradients vanish silently; scale the loss with `torch.amp.GradScaler` (or use bf16)"
         )
         data = {"loss": text, "region_row": row, "device": region.device, "dtype": region.dtype}
+        source = _region_through_backward(ctx, region, event)
+        if source:  # the user's own statements, for `--verify` to run
+            data["step_source"] = source
         return ctx.diagnostic(self, event.call.node, message, data=data)
+
+
+def _region_through_backward(ctx: ModuleContext, region: AutocastRegion, event: Event) -> Optional[str]:
+    """The lines from the region's `with` through the backward, when both are in one function
+    and the `with` comes first (else None: the loss comes from elsewhere, e.g. a helper)."""
+    if not isinstance(region.node, cst.With):
+        return None
+    try:
+        start, _ = ctx.position(region.node)
+        at, _ = ctx.position(event.call.statement)
+    except KeyError:
+        return None
+    if start.row >= at.row or at.row - start.row > 60:
+        return None
+    scope = event.call.scope
+    if scope is None or not any(c.node is region.call and c.scope is scope for c in ctx.calls):
+        return None
+    return lines_between(ctx, region.node, event.call.statement) or None
 
 
 def _is_fp16(region: Optional[AutocastRegion]) -> bool:

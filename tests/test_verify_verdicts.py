@@ -232,14 +232,31 @@ def test_two_optimizers_are_two_optimizers(runner):
 
 
 @needs_torch
-def test_plain_backward_on_the_amp_off_branch_is_never_confirmed(runner, tmp_path):
+def test_plain_backward_on_the_amp_off_branch_is_not_reproduced(runner, tmp_path):
     from amplint import Config, lint_paths
 
     path = tmp_path / "train.py"
     path.write_text(FLAG_BRANCH)
     found = lint_paths([str(path)], Config(root=str(tmp_path))).diagnostics
-    assert not [d for d in found if d.code == "AMP105"]  # the linter is silent, and if it were not:
-    data = {"loss": "loss", "region_row": 10, "device": "cuda", "dtype": "fp16"}
-    v = runner.run("AMP105", data)
-    assert v["verdict"] != "confirmed" and v["verdict"] == "inconclusive", v
-    assert v["reference"]["verdict"] == "confirmed"  # what fp16 without a scaler does, kept apart
+    assert not [d for d in found if d.code == "AMP105"]  # the linter is silent, and were it not, the verifier:
+    slice_ = "\n".join(FLAG_BRANCH.splitlines()[9:18])
+    assert slice_.lstrip().startswith("with torch.autocast") and slice_.rstrip().endswith("loss.backward()")
+    v = runner.run("AMP105", {"step_source": slice_, "loss": "loss", "region_row": 10, "device": "cuda", "dtype": "fp16"})
+    assert (v["verdict"], v["method"]) == ("not-reproduced", "snippet"), v
+    assert "unscaled backward ran without fp16 ops" in v["summary"] and "went through the GradScaler" in v["summary"]
+
+
+@needs_torch
+def test_plain_backward_with_amp_on_is_confirmed_from_the_linted_file(runner, tmp_path):
+    """The buggy variant, end to end: the rule's own slice of the file, run by the verifier."""
+    from amplint import Config, lint_paths
+    from amplint.verify import verify_diagnostics
+
+    path = tmp_path / "train.py"
+    path.write_text(FLAG_BRANCH.replace("scaler, device, use_amp", "device, use_amp").split("        if use_amp:")[0] + "        loss.backward()\n        optimizer.step()\n")
+    found = [d for d in lint_paths([str(path)], Config(root=str(tmp_path))).diagnostics if d.code == "AMP105"]
+    assert len(found) == 1 and "step_source" in found[0].data
+    verify_diagnostics(found, runner=runner)
+    v = found[0].verification
+    assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
+    assert "no GradScaler (with its AMP flags on)" in v["summary"]
