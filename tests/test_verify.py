@@ -96,6 +96,10 @@ CASES = [
     ("001-snippet", "AMP001", {"api": "torch.cuda.amp.GradScaler", "snippet": "torch.cuda.amp.GradScaler(enabled=True)"}, "confirmed", "snippet"),
     ("001-getter", "AMP001", {"api": "torch.get_autocast_gpu_dtype"}, "confirmed", "experiment"),
     ("001-current-api", "AMP001", {"api": "torch.amp.GradScaler", "snippet": "torch.amp.GradScaler('cpu')"}, "not-reproduced", "snippet"),
+    ("001-own-names", "AMP001", {"api": "torch.cuda.amp.autocast", "snippet": "torch.cuda.amp.autocast(enabled=args.amp, dtype=amp_dtype)"}, "confirmed", "snippet"),
+    ("001-own-names-current", "AMP001", {"api": "torch.amp.autocast", "snippet": "torch.amp.autocast('cpu', enabled=args.amp, dtype=amp_dtype)"}, "not-reproduced", "snippet"),
+    ("001-own-helper", "AMP001", {"api": "torch.cuda.amp.autocast", "snippet": "torch.cuda.amp.autocast(dtype=pick(cfg))", "prelude": "def pick(c):\n    return torch.float16"}, "confirmed", "snippet"),
+    ("001-unbound-helper", "AMP001", {"api": "torch.cuda.amp.autocast", "snippet": "torch.cuda.amp.autocast(dtype=pick(cfg))"}, "confirmed", "experiment"),
     # AMP002
     ("002-canonical", "AMP002", {}, "confirmed", "experiment"),
     ("002-snippet", "AMP002", {"snippet": "torch.cuda.amp.autocast(device_type='cuda', dtype=torch.bfloat16)"}, "confirmed", "snippet"),
