@@ -110,8 +110,10 @@ def table(rows: List[Dict]) -> None:
         )
     true = [r for r in rows if r["true"]]
     own = sum(1 for r in true if r["method"] == "snippet")
-    share = own / len(true) if true else 0.0
-    print(f"\ntrue findings judged on the user's own code: {own}/{len(true)} = {share:.0%}")
+    decided = sum(1 for r in true if r["method"] == "snippet" and r["verdict"] in ("confirmed", "not-reproduced"))
+    n = max(len(true), 1)
+    print(f"\ntrue findings whose verdict ran the user's own code: {own}/{len(true)} = {own / n:.0%}")
+    print(f"true findings decided (confirmed / not-reproduced) on the user's own code: {decided}/{len(true)} = {decided / n:.0%}")
 
 
 if __name__ == "__main__":

@@ -155,6 +155,8 @@ CASES = [
     ("301-additive", "AMP301", {"snippet": "attn = attn + (1.0 - mask) * -1e9", "literal": -1e9}, "confirmed", "snippet"),
     ("301-where", "AMP301", {"snippet": "torch.where(mask, scores, -1e9)", "literal": -1e9, "op": "where"}, "confirmed", "snippet"),
     ("301-canonical", "AMP301", {"literal": -1e9, "op": "masked_fill", "snippet": "helper(scores, -1e9)"}, "confirmed", "experiment"),
+    ("301-fp32-mask", "AMP301", {"snippet": "torch.where(mask > 0, 0.0, -1e10)", "literal": -1e10, "op": "where"}, "inconclusive", "snippet"),
+    ("301-fp32-mask-cast", "AMP301", {"snippet": "torch.where(mask > 0, 0.0, -1e10).to(hidden.dtype)", "literal": -1e10, "op": "where"}, "confirmed", "snippet"),
     ("301-in-range", "AMP301", {"snippet": "scores.masked_fill(mask == 0, -1e4)", "literal": -1e4, "op": "masked_fill"}, "not-reproduced", "snippet"),
     ("301-bf16", "AMP301", {"snippet": "scores.masked_fill(mask == 0, -1e9)", "literal": -1e9, "dtype": "bf16"}, "not-reproduced", "snippet"),
     # AMP302
