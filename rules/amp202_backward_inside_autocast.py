@@ -6,8 +6,11 @@ import re
 
 from typing import Iterator
 
+import libcst as cst
+
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import ModuleContext, active_region
+from amplint.steps import lines_between
 
 _BACKWARD_EVENTS = ("scaled_backward", "backward", "framework_backward")
 
@@ -247,12 +250,10 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
             f"a layer kept fp32 by a nested `autocast(enabled=False)` runs in low precision (its gradient error "
             f"vs fp64 measured 2.7e-4 inside vs 6.9e-8 outside); move it after the `with` block"
         )
-        return ctx.diagnostic(
-            self,
-            call.node,
-            message,
-            data={"region_line": row, "device": region.device, "dtype": region.dtype},
-        )
+        data = {"region_line": row, "device": region.device, "dtype": region.dtype}
+        if isinstance(region.node, cst.With):  # the block, for `--verify` to run
+            data["step_source"] = lines_between(ctx, region.node, region.node)
+        return ctx.diagnostic(self, call.node, message, data=data)
 
 
 def _defined_inside(ctx: ModuleContext, region, scope) -> bool:

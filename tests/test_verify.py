@@ -88,6 +88,21 @@ class Dec(torch.autograd.Function):
         return g.mm(b.t()), a.t().mm(g)
 """
 
+AMP202_BLOCK = """\
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = model(x)
+            loss = criterion(out, y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()"""
+AMP202_BLOCK_MM = """\
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = model(x)
+            loss = criterion(out, y)
+            loss.backward()
+            probe = torch.matmul(x, x.t())
+            optimizer.step()"""
+
 # (id, code, data, verdict, method)
 CASES = [
     # AMP001
@@ -138,6 +153,10 @@ CASES = [
     # AMP107
     ("107-fp16", "AMP107", {"where": "train_one_epoch"}, "confirmed", "experiment"),
     ("107-bf16", "AMP107", {"dtype": "bf16"}, "not-reproduced", "experiment"),
+    # AMP202 on the user's block: confirmed only when an op after the backward was lowered; otherwise
+    # nothing is claimed (the stand-in model cannot show fp32-kept layers)
+    ("202-user-block", "AMP202", {"step_source": AMP202_BLOCK, "dtype": "fp16"}, "inconclusive", "snippet"),
+    ("202-user-mm-after-backward", "AMP202", {"step_source": AMP202_BLOCK_MM, "dtype": "fp16"}, "confirmed", "snippet"),
     # AMP203
     ("203-linear", "AMP203", {"op": "linear", "device": "cpu", "dtype": "bf16"}, "confirmed", "experiment"),
     ("203-conv2d", "AMP203", {"op": "conv2d", "device": None, "dtype": "fp16"}, "confirmed", "experiment"),
