@@ -15,9 +15,9 @@ import textwrap
 
 import pytest
 
-from amplint.config import Config
-from amplint.engine import lint_source
-from amplint.registry import all_rules
+from amplint.core.config import Config
+from amplint.engine.registry import all_rules
+from amplint.engine.run import lint_source
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "verifier.md")
 
@@ -163,7 +163,7 @@ def test_amp103_emits_the_step_and_amp104_the_loop_body():
 
 
 def test_step_slice_helper_is_shared():
-    """One helper builds every step slice (amplint/steps.py); no rule keeps its own."""
+    """One helper builds every step slice (amplint/model/steps.py); no rule keeps its own."""
     rules_dir = os.path.join(os.path.dirname(DOCS), "..", "rules")
     for name in ("amp101", "amp102", "amp103", "amp104"):
         path = next(f for f in os.listdir(rules_dir) if f.startswith(name))
