@@ -188,3 +188,16 @@ def test_import_linter_contracts_hold():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "2 kept, 0 broken" in proc.stdout
+
+
+def test_python_dash_m_amplint_runs_the_console_script(tmp_path):
+    from amplint import __version__
+
+    proc = subprocess.run([sys.executable, "-m", "amplint", "--version"], capture_output=True, text=True, cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (0, f"amplint {__version__}\n")
+    (tmp_path / "t.py").write_text("import torch\nwith torch.cuda.amp.autocast():\n    pass\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "amplint", "t.py", "--isolated", "--no-cache", "--output-format", "concise"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert proc.returncode == 1 and "t.py:2:6: AMP001" in proc.stdout, proc.stdout + proc.stderr
