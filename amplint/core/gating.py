@@ -8,7 +8,6 @@ from functools import lru_cache
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 
-
 def passing(rules: Sequence[Any], source: str) -> List[Any]:
     """The rules (specs or classes) whose gate `source` passes.
 

@@ -1,9 +1,10 @@
-"""Discover files -> gate -> parse once -> AMP model -> rules -> noqa -> Diagnostics.
+"""The per-file pipeline: source -> gate -> parse once -> AMP model -> rules -> noqa -> FileResult.
 
-`lint_source` lints one text (the unit tests and the stdin path use it);
-`lint_paths` lints a project, resolving the project-fact conditions of
-per-file diagnostics after every file has been read, so results never depend
-on the order files come in.
+Everything that runs it sits above it: `notebook.py` (a notebook as one
+program), `dispatch.py` (one path on disk), `parallel.py` and `run.py` (the
+run over many files, which resolves project-fact conditions at the end).
+Also here: which rules a configuration selects, reading and decoding a file,
+and the guards that turn a crash or a too-deep file into one AMP000 line.
 """
 from __future__ import annotations
 

@@ -217,8 +217,6 @@ class _NotLiteral(Exception):
     pass
 
 
-
-
 def _gate_part(source: str) -> str:
     """The rule class's header and attributes, up to its first example or method: where the
     exemplar's anatomy puts the gate. Parsing that instead of the whole module (docstring,

@@ -13,7 +13,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
 
 
-
 #: methods that return the module they are called on (`nn.Linear(4, 4).to(device)`)
 _MODULE_CHAIN_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "train", "eval", "requires_grad_"})
 

@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
 
 
-
 # --------------------------------------------------------------------------- traversal
 
 

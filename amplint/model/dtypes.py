@@ -18,7 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
 
 
-
 _CAST_METHOD_DTYPES = {"half": "fp16", "bfloat16": "bf16", "float": "fp32", "double": "other", "long": "other", "int": "other", "bool": "other"}
 _FLOAT_FACTORIES = frozenset(
     f"torch.{n}" for n in ("zeros", "ones", "empty", "rand", "randn", "eye", "linspace", "logspace")

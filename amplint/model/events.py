@@ -15,7 +15,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
 
 
-
 def _scaled_names(scope: Scope, ctx: ModuleContext) -> Dict[str, str]:
     """`scaled = scaler.scale(loss)` in this scope: name -> scaler key."""
     out = {}

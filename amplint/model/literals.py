@@ -6,8 +6,6 @@ from typing import Iterator, Optional
 import libcst as cst
 
 
-
-
 # --------------------------------------------------------------------------- helpers
 
 

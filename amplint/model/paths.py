@@ -9,7 +9,6 @@ import libcst as cst
 from .types import Event, Frame, Path
 
 
-
 def enclosing(path: Path, kind: str) -> Optional[Frame]:
     """The innermost frame of `kind` in `path`."""
     for frame in reversed(path):

@@ -14,7 +14,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
 
 
-
 def imported_names(ctx: "ModuleContext", node: cst.CSTNode) -> Dict[str, str]:
     """{local name: qualified name} for every imported name used in `node` that
     resolves unambiguously, so the verifier can bind a flagged snippet."""

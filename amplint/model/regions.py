@@ -17,7 +17,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
 
 
-
 def _parse_autocast(
     ctx: ModuleContext, call: cst.Call, node: cst.CSTNode, parent: Optional[AutocastRegion]
 ) -> Optional[AutocastRegion]:
