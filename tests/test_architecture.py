@@ -168,8 +168,13 @@ def test_rules_import_only_the_model():
 
 
 def test_model_facade_exports_resolve():
+    """Every export resolves, and none is shadowed by a submodule of the same name (once
+    `amplint.model.x` is imported, the package's attribute `x` is that module)."""
+    import pkgutil
+
     import amplint.model as model
 
+    assert not set(model.__all__) & {m.name for m in pkgutil.iter_modules(model.__path__)}
     for name in model.__all__:
         assert getattr(model, name) is not None, name
 

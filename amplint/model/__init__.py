@@ -90,7 +90,6 @@ _EXPORTS = {
     "own_hook": ".walk",
     "parent_map": ".walk",
     "SKIP": ".walk",
-    "walk": ".walk",
     # torchapi
     "AMP_CUSTOM_BWD": ".torchapi",
     "AMP_CUSTOM_FWD": ".torchapi",
