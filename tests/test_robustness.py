@@ -225,7 +225,7 @@ def test_facts_pass_survives_deep_files():
         """
         import sys, tempfile
         from amplint import Config
-        from amplint.parallel import facts_of_path
+        from amplint.engine.parallel import facts_of_path
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
             f.write("# Half\\ny = " + "a and " * 8000 + "1\\n")
         print(facts_of_path(f.name, Config()).parsed)
