@@ -1,7 +1,7 @@
 """The file's own definitions a flagged snippet uses, read by the parent (no torch here)."""
 from __future__ import annotations
 
-from amplint.diagnostics import Diagnostic, Location, Severity
+from amplint import Diagnostic, Location, Severity
 from amplint.verify.prelude import Preludes, prelude_for, saved_object
 
 TRAIN = '''\

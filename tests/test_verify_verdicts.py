@@ -12,7 +12,7 @@ import importlib.util
 
 import pytest
 
-from amplint.diagnostics import Diagnostic, Location, Severity
+from amplint import Diagnostic, Location, Severity
 from amplint.report import renderer
 from amplint.verify.verdicts import Verdicts, could_not_run, honest
 

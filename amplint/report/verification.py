@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Sequence, Set, Tuple
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 
 VERDICTS = ("confirmed", "not-reproduced", "inconclusive", "error")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
