@@ -260,3 +260,21 @@ def test_plain_backward_with_amp_on_is_confirmed_from_the_linted_file(runner, tm
     v = found[0].verification
     assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
     assert "no GradScaler (with its AMP flags on)" in v["summary"]
+
+
+# ------------------------------------------------------------------ lazy binding (no torch)
+
+
+def test_an_unbound_name_never_stands_for_a_value():
+    from amplint.verify.snippet import Missing, Unbound
+
+    m = Missing("meters")
+    uses = [lambda: m + 1, lambda: 1 - m, lambda: bool(m), lambda: m.update(1), lambda: m(), lambda: iter(m), lambda: m[0], lambda: 1 < m, lambda: f"{m}"]
+    for use in uses:
+        with pytest.raises(Unbound) as err:
+            use()
+        assert err.value.names[0].startswith("meters")
+    # the user's own `except Exception:` cannot swallow it (a verdict must not rest on a skipped line)
+    with pytest.raises(Unbound):
+        exec("try:\n    meters.update(loss)\nexcept Exception:\n    pass\n", {"meters": m, "loss": 1.0})
+    assert repr(m) == "<unbound meters>"
