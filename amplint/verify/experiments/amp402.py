@@ -129,7 +129,14 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scal
         prepared = prepare_training(TrainingSpec(source=ast.unparse(tree), data=dict(data, names={})))
     except Refused as exc:
         return None, f"not run: {exc}"
-    values = {"model": model, "optimizer": opt, "scaler": scaler, "index": 1, "accum": lab.ACCUM, "flag": True, "device": lab.device}
+    torch = lab.torch
+    x, y = lab.batch(0)
+    values = {
+        "model": model, "optimizer": opt, "scaler": scaler, "index": 1, "accum": lab.ACCUM, "flag": True, "device": lab.device,
+        "scheduler": torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), "criterion": torch.nn.MSELoss(),
+        "params": list(model.parameters()), "x": x, "y": y, "loss": torch.nn.MSELoss()(model(x), y).detach(),
+        "threshold": 1.0, "dtype": torch.float16,
+    }
 
     def value_for(role: str, path: str) -> Any:
         if role in values:

@@ -65,7 +65,9 @@ def _inputs(lab: Any, cls: Any) -> Tuple[Any, ...]:
     params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
     required = [p for p in params if p.default is p.empty]
     g = torch.Generator().manual_seed(lab.seed)
-    return tuple(torch.randn(4, 4, generator=g).to(lab.device).requires_grad_() for _ in required or params[:1])
+    # shaped by how the code names them: a bias is a vector, everything else a 4x4 matrix
+    shapes = [(4,) if "bias" in p.name.lower() else (4, 4) for p in required or params[:1]]
+    return tuple(torch.randn(*shape, generator=g).to(lab.device).requires_grad_() for shape in shapes)
 
 
 def _apply(lab: Any, cls: Any, dtype: Optional[Any]) -> Tuple[Optional[str], Optional[BaseException], str]:
