@@ -8,7 +8,7 @@ TRAIN = '''\
 import torch
 
 NEG_INF = -1e9
-LOG = print
+emit = print
 
 
 def grad_ok(step, every):
@@ -22,7 +22,7 @@ def train(model, loader, optimizer, scaler, log_every=50):
             loss = torch.nn.functional.mse_loss(model(x), y)
         scaler.scale(loss).backward()
         if grad_ok(step, log_every):
-            LOG(step)
+            emit(step)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(optimizer)
         scaler.update()
@@ -38,16 +38,16 @@ def masked(scores, mask):
 STEP = '''\
         scaler.scale(loss).backward()
         if grad_ok(step, log_every):
-            LOG(step)
+            emit(step)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(optimizer)'''
 
 
 def test_a_step_gets_its_helpers_constants_and_parameter_defaults():
     prelude, names = prelude_for(TRAIN, 19, STEP, {}, training=True)
-    assert names == ["LOG", "grad_ok", "log_every"]
+    assert names == ["emit", "grad_ok", "log_every"]
     assert prelude.splitlines()[0] == "log_every = 50"
-    assert "def grad_ok(step, every):" in prelude and "LOG = print" in prelude
+    assert "def grad_ok(step, every):" in prelude and "emit = print" in prelude
     # role-bound names (model, scaler, loss, step, optimizer) are never taken from the file
     assert "mse_loss" not in prelude and "enumerate" not in prelude
 
@@ -76,4 +76,15 @@ def test_preludes_leave_the_finding_alone(tmp_path):
     d = Diagnostic(code="AMP101", name="x", message="m", severity=Severity.ERROR, filename=str(path), location=Location(19, 9), end_location=Location(19, 60))
     d.data = {"step_source": STEP}
     data = Preludes().data_for(d)
-    assert data["prelude_names"] == ["LOG", "grad_ok", "log_every"] and "prelude" not in d.data
+    assert data["prelude_names"] == ["emit", "grad_ok", "log_every"] and "prelude" not in d.data
+
+
+def test_a_module_passed_in_and_called_gets_a_tiny_real_module():
+    text = (
+        "import torch\n\ndef train_epoch(model, head, loader, optimizer, scaler):\n    for x, y in loader:\n"
+        "        with torch.autocast('cuda'):\n            logits = head(model(x))\n            loss = logits.sum()\n"
+        "        scaler.scale(loss).backward()\n"
+    )
+    step = "        with torch.autocast('cuda'):\n            logits = head(model(x))\n            loss = logits.sum()\n        scaler.scale(loss).backward()"
+    prelude, names = prelude_for(text, 8, step, {}, training=True)
+    assert (prelude, names) == ("head = __amplint_module__()", ["head"])  # `model` stays the lab's model

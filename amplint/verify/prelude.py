@@ -18,7 +18,7 @@ import ast
 import textwrap
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
-from .snippet import MODULES, Refused, free_names, parse, role_of
+from .snippet import MODULES, VALUE_ROLES, Refused, free_names, parse, role_of
 
 #: at most this many statements are lifted into a prelude
 MAX_STATEMENTS = 16
@@ -94,7 +94,10 @@ def _wanted(tree: ast.Module, data: Dict[str, Any], training: bool) -> Set[str]:
         role = role_of(name, data)
         if name in MODULES or (role or "").startswith(("module:", "api:")):
             continue
-        if name in free.called or (training and role is None):
+        if training:
+            if role is None or (name in free.called and role in VALUE_ROLES):
+                wanted.add(name)  # names the lab binds by role (model, optimizer, ...) stay the lab's
+        elif name in free.called:
             wanted.add(name)
     return wanted
 
@@ -128,6 +131,13 @@ def _defaults(func: Optional[ast.AST]) -> Dict[str, ast.expr]:
         if default is not None:
             out[arg.arg] = default
     return {k: v for k, v in out.items() if _literal(v)}
+
+
+def _parameters(func: Optional[ast.AST]) -> Set[str]:
+    if func is None:
+        return set()
+    args = func.args  # type: ignore[attr-defined]
+    return {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self", "cls"}
 
 
 def _literal(node: ast.expr) -> bool:
@@ -196,8 +206,15 @@ def prelude_for(text: str, row: int, snippet: str, data: Dict[str, Any], trainin
                 first = min(d.lineno for d in decorators)
                 segment = "\n".join(lines[first - 1 : node.lineno - 1]) + "\n" + segment
             parts.append(textwrap.dedent(segment))
+    called = free_names(snippet_tree).called
+    params = _parameters(func) - set(defaults)
+    defined = {n for node in chosen.values() for n in _defines(node)}
+    modules = sorted(n for n in wanted if n in called and n in params and n not in defined and n not in from_defaults)
     parts = from_defaults + parts
     names = sorted({n for node in nodes for n in _defines(node)} | {d.split(" = ", 1)[0] for d in from_defaults})
+    if modules:  # a parameter the slice calls (`head(model(x))`): a module passed in, stood in by a tiny real one
+        parts.append("\n".join(f"{m} = __amplint_module__()" for m in modules))
+        names += modules
     return "\n".join(parts), names
 
 

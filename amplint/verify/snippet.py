@@ -846,7 +846,7 @@ def _tolerant(stmt: ast.stmt) -> ast.stmt:
 
 
 #: names every exec of user code can see (the prelude's fallbacks)
-RUNTIME_NAMES = {"__amplint_missing__": None, "__amplint_unbound__": None}
+RUNTIME_NAMES = {"__amplint_missing__": None, "__amplint_unbound__": None, "__amplint_module__": None}
 
 
 def prepare_training(spec: TrainingSpec) -> Prepared:
@@ -1150,4 +1150,12 @@ def compare_scaling(lab: Any, spec: TrainingSpec, prepared: Optional[Prepared] =
     return enabled, disabled
 
 
-RUNTIME_NAMES.update(__amplint_missing__=Missing, __amplint_unbound__=Unbound)
+def _tiny_module() -> Any:
+    """A module passed into the flagged function (`head(model(x))`): a tiny real one that
+    returns its input (worker side: torch is imported here only when a slice needs it)."""
+    import torch
+
+    return torch.nn.Identity()
+
+
+RUNTIME_NAMES.update(__amplint_missing__=Missing, __amplint_unbound__=Unbound, __amplint_module__=_tiny_module)
