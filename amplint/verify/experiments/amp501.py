@@ -59,20 +59,25 @@ def _define(lab: Any, source: str, data: Dict[str, Any]) -> Any:
     return cls
 
 
-def _inputs(lab: Any, cls: Any) -> Tuple[Any, ...]:
+def _inputs(lab: Any, cls: Any, batch: Optional[int] = None) -> Tuple[Any, ...]:
     torch = lab.torch
     sig = inspect.signature(cls.forward)
     params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
     required = [p for p in params if p.default is p.empty]
     g = torch.Generator().manual_seed(lab.seed)
     # shaped by how the code names them: a bias is a vector, everything else a 4x4 matrix
-    shapes = [(4,) if "bias" in p.name.lower() else (4, 4) for p in required or params[:1]]
+    lead = (batch,) if batch else ()
+    shapes = [(4,) if "bias" in p.name.lower() else (*lead, 4, 4) for p in required or params[:1]]
     return tuple(torch.randn(*shape, generator=g).to(lab.device).requires_grad_() for shape in shapes)
 
 
-def _apply(lab: Any, cls: Any, dtype: Optional[Any]) -> Tuple[Optional[str], Optional[BaseException], str]:
+#: input layouts tried in turn: matrices, then a batch of them (`x[:, i]`-style code)
+LAYOUTS = (None, 2)
+
+
+def _apply(lab: Any, cls: Any, dtype: Optional[Any], batch: Optional[int] = None) -> Tuple[Optional[str], Optional[BaseException], str]:
     """(forward output dtype, error, phase)."""
-    inputs = _inputs(lab, cls)
+    inputs = _inputs(lab, cls, batch)
     try:
         with lab.autocast(dtype):
             out = cls.apply(*inputs)
@@ -103,12 +108,16 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         dtype = default
     ev: Dict[str, Any] = {"autocast": f"{lab.device_type}, {lab.dtype_name(dtype)}"}
     cls = None
+    batch: Optional[int] = None
     method = "snippet"
     source = data.get("snippet")
     if isinstance(source, str) and source.strip():
         try:
             cls = _define(lab, source, data)
-            _, ref_error, _ = _apply(lab, cls, None)
+            for batch in LAYOUTS:  # the first layout the Function accepts without autocast
+                _, ref_error, _ = _apply(lab, cls, None, batch)
+                if ref_error is None:
+                    break
             if ref_error is not None:
                 ev["snippet_skipped"] = f"the Function fails without autocast too: {type(ref_error).__name__}: {str(ref_error)[:120]}"
                 cls = None
@@ -120,7 +129,7 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
             ev["snippet_skipped"] = f"defining it raised {type(exc).__name__}: {str(exc)[:120]}"
     if cls is not None:
         try:
-            out_dtype, error, phase = _apply(lab, cls, dtype)
+            out_dtype, error, phase = _apply(lab, cls, dtype, batch)
         except Unbindable as exc:
             ev["snippet_skipped"] = f"could not bind {', '.join(exc.names)}"
             cls = None
