@@ -19,6 +19,7 @@ _EXPORTS = {
     "Edit": ".diagnostics",
     "Fix": ".diagnostics",
     "Location": ".diagnostics",
+    "Related": ".diagnostics",
     "Severity": ".diagnostics",
     "LintResult": ".engine",
     "lint_paths": ".engine",
@@ -50,7 +51,7 @@ def __dir__() -> list:
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Config, ConfigError
-    from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+    from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
     from .engine import LintResult, lint_paths, lint_source
     from .project import AUTOCAST, FP16
     from .rule import Invalid, Rule, Valid

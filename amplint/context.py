@@ -29,7 +29,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from . import torchapi
 from .config import Config
-from .diagnostics import Diagnostic, Fix, Location, Severity
+from .diagnostics import Diagnostic, Fix, Location, Related, Severity
 from .names import ImportTable, dotted_name
 from .project import FileFacts
 from .walk import own_hook, parent_map, walk
@@ -715,8 +715,9 @@ class ModuleContext:
         data: Optional[dict] = None,
         condition: Optional[str] = None,
         severity: Optional[Severity] = None,
+        related: Sequence[Related] = (),
     ) -> Diagnostic:
-        """A diagnostic of `rule` spanning `node`."""
+        """A diagnostic of `rule` spanning `node`; `related`: its other sites (`ctx.related(...)`)."""
         start, end = self.position(node)
         return Diagnostic(
             code=rule.code,
@@ -731,7 +732,13 @@ class ModuleContext:
             url=rule.url(),
             condition=condition,
             data=dict(data or {}),
+            related=tuple(related),
         )
+
+    def related(self, node: cst.CSTNode, message: str) -> Related:
+        """Another site of a finding in this file, with a short note ("also saved")."""
+        start, end = self.position(node)
+        return Related(start, end, message)
 
 
 # --------------------------------------------------------------------------- traversal
