@@ -25,6 +25,7 @@ _EXPORTS = {
     "lint_paths": ".engine",
     "lint_source": ".engine",
     "AUTOCAST": ".project",
+    "AUTOCAST_OR_LIBRARY": ".project",
     "FP16": ".project",
     "Invalid": ".rule",
     "Rule": ".rule",
@@ -53,5 +54,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import Config, ConfigError
     from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
     from .engine import LintResult, lint_paths, lint_source
-    from .project import AUTOCAST, FP16
+    from .project import AUTOCAST, AUTOCAST_OR_LIBRARY, FP16
     from .rule import Invalid, Rule, Valid
