@@ -170,3 +170,12 @@ def test_notebook_related_sites_name_their_cells():
     assert (d.cell, d.location.row) == (2, 2)  # cells count from 1
     assert [(r.cell, r.location.row) for r in d.related] == [(2, 4), (2, 5), (3, 4)]
     assert text.related_line(d) == "    also saved at 4, 5; restored without it at cell 3:4"
+
+
+def test_the_fixture_trainer_reports_each_bug_once():
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "npu_trainer.py"
+    found = lint_source(fixture.read_text(), str(fixture), Config(select=("AMP402", "AMP204", "AMP104")))
+    assert [(d.code, d.location.row, [r.location.row for r in d.related]) for d in found] == [
+        ("AMP204", 29, [41]),
+        ("AMP402", 77, [79, 81, 86]),
+    ]
