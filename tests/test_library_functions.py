@@ -8,9 +8,9 @@ import textwrap
 import pytest
 
 from amplint import Config
-from amplint.engine import lint_paths
-from amplint.parallel import open_cache
-from amplint.project import library_module
+from amplint.engine.run import lint_paths
+from amplint.engine.parallel import open_cache
+from amplint.model.facts import library_module
 
 FUNCTION = textwrap.dedent(
     """\

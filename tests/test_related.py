@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import amplint.parallel as parallel
+import amplint.engine.parallel as parallel
 from amplint import Config
-from amplint.engine import lint_paths, lint_source
-from amplint.notebook import lint_notebook
-from amplint.parallel import open_cache
+from amplint.engine.run import lint_paths, lint_source
+from amplint.engine.notebook import lint_notebook
+from amplint.engine.parallel import open_cache
 from amplint.report import sarif, text
 from amplint.report.json_format import objects
 

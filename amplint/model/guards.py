@@ -14,7 +14,8 @@ from typing import Dict, List, Set, Tuple
 
 import libcst as cst
 
-from .context import Frame, ModuleContext, Path
+from .context import ModuleContext
+from .types import Frame, Path
 
 _EXITS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
 _BOUNDARIES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
