@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 
-from typing import Iterator, Optional, Set, Tuple
+from typing import Iterator, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -316,10 +316,15 @@ def step(model, x, w, device_type):
                         continue
                     reported.add(id(base))
                     yield self._diagnostic(ctx, base, source, op, outer, disabled)
+        found = {}  # the helper's use of the parameter -> the first caller's facts, every passing call
         for base, source, op, outer, disabled, call in _across_calls(ctx):
-            if id(base) not in reported:
-                reported.add(id(base))
-                yield self._diagnostic(ctx, base, source, op, outer, disabled, call)
+            if id(base) in reported:
+                continue
+            first = found.setdefault(id(base), (base, source, op, outer, disabled, []))
+            if call not in first[5]:
+                first[5].append(call)
+        for base, source, op, outer, disabled, calls in found.values():
+            yield self._diagnostic(ctx, base, source, op, outer, disabled, calls)
 
     def _diagnostic(
         self,
@@ -329,20 +334,20 @@ def step(model, x, w, device_type):
         op: AutocastOp,
         outer: AutocastRegion,
         disabled: AutocastRegion,
-        call: Optional[CallInfo] = None,
+        calls: Sequence[CallInfo] = (),
     ) -> Diagnostic:
         dtype = _DTYPE_WORDS.get(outer.dtype, "fp16 or bf16")
         outer_row = ctx.position(outer.call)[0].row
         disabled_row = ctx.position(disabled.call)[0].row
         origin = f"`{name.value}` comes from `{source.op}` under the autocast region of line {outer_row}"
-        related = []
-        if call is not None:  # the tensor was made by the caller and passed in
-            call_row = ctx.position(call.node)[0].row
+        # the tensor was made by a caller and passed in: the first call names it, every call is related
+        related = [ctx.related(call.node, "passed in") for call in calls]
+        if calls:
+            call_row = ctx.position(calls[0].node)[0].row
             origin = (
                 f"`{name.value}` is passed in by the call on line {call_row}, from `{source.op}` under the "
                 f"autocast region of line {outer_row}"
             )
-            related.append(ctx.related(call.node, "passed in"))
         message = (
             f"{origin}, so it is "
             f"{dtype}; `autocast(enabled=False)` (line {disabled_row}) casts nothing back, so `{op.op}` here "

@@ -179,3 +179,36 @@ def test_the_fixture_trainer_reports_each_bug_once():
         ("AMP204", 29, [41]),
         ("AMP402", 77, [79, 81, 86]),
     ]
+
+
+def test_a_helper_called_with_fp16_from_two_places_is_one_finding_naming_both_calls():
+    source = textwrap.dedent(
+        """\
+        import torch
+        import torch.nn.functional as F
+
+
+        def stable_logits(h, weight):
+            with torch.autocast("cuda", enabled=False):
+                return F.linear(h, weight)
+
+
+        def forward(x, w1, weight):
+            with torch.autocast("cuda"):
+                h = F.linear(x, w1)
+                return stable_logits(h, weight)
+
+
+        def forward_inline(x, w1, weight):
+            with torch.autocast("cuda"):
+                return stable_logits(F.linear(x, w1), weight)
+
+
+        def forward_fp32(x, weight):
+            with torch.autocast("cuda"):
+                return stable_logits(x, weight)
+        """
+    )
+    [d] = lint_source(source, "head.py", Config(select=("AMP204",)))
+    assert d.location.row == 7 and "call on line 13" in d.message
+    assert [(r.location.row, r.message) for r in d.related] == [(13, "passed in"), (18, "passed in")]
