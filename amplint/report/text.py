@@ -1,7 +1,7 @@
 """`path:line:col: CODE message [*]`, a source excerpt, and a summary line."""
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ..core.diagnostics import Applicability, Diagnostic
 from .verification import VerificationLines, verdict_summary
@@ -20,6 +20,27 @@ def fix_available(d: Diagnostic, unsafe_fixes: bool = False) -> bool:
 def headline(d: Diagnostic, unsafe_fixes: bool = False) -> str:
     mark = " [*]" if fix_available(d, unsafe_fixes) else ""
     return f"{location(d)}: {d.code}{mark} {d.message}"
+
+
+def related_line(d: Diagnostic) -> Optional[str]:
+    """The finding's other sites, notes grouped in order: "    also saved at 468, 470; restored at 520"
+    (another cell: "cell 3:12", another file: "trainer.py:106")."""
+    if not d.related:
+        return None
+    groups: List[List[str]] = []
+    last = None
+    for r in d.related:
+        where = str(r.location.row)
+        if r.cell is not None and r.cell != d.cell:
+            where = f"cell {r.cell}:{where}"
+        if r.filename is not None and r.filename != d.filename:
+            where = f"{r.filename}:{where}"
+        if r.message == last:
+            groups[-1].append(where)
+        else:
+            groups.append([r.message, where])
+            last = r.message
+    return "    " + "; ".join(f"{g[0]} at {', '.join(g[1:])}" for g in groups)
 
 
 def _plural(n: int, word: str, plural: str = "") -> str:
@@ -68,6 +89,9 @@ def render(diagnostics: Sequence[Diagnostic], fixed: int = 0, unsafe_fixes: bool
     verified = VerificationLines()
     for d in diagnostics:
         out.append(headline(d, unsafe_fixes))
+        related = related_line(d)
+        if related:
+            out.append(related)
         out.extend(verified.lines(d))
     out.append(summary(diagnostics, fixed, unsafe_fixes))
     verdicts = verdict_summary(diagnostics)  # `--verify` only
