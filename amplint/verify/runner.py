@@ -383,6 +383,9 @@ class Runner:
             self.restarts += 1
             return self._parent_verdict(code, data, "error", f"bad reply from the worker: {exc}", duration, {})
         result = clean_verdict(result)
+        for key in _ENV_KEYS:  # a verdict the worker made for a dead finding has no environment of its own
+            if result.get(key) is None and self.env_info.get(key) is not None:
+                result[key] = self.env_info[key]
         if self._deadline is not None and limit < self.timeout and str(result.get("reason") or "").startswith("timeout"):
             result["reason"] = "budget spent"
         if result.get("torch"):
