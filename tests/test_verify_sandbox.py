@@ -571,3 +571,14 @@ def test_sigterm_removes_temp_folders_and_processes(tmp_path):
         if proc.poll() is None:
             proc.kill()
         kill_marked(marker)
+
+
+def test_clean_text_leaves_no_line_breaker_or_control():
+    from amplint.verify.escape import clean_text
+
+    hostile = "".join(chr(c) for c in range(0x20)) + "\x7f\x85\x9b\u2028\u2029\u202e\u2066\ufeff" + "::error ok é 中"
+    cleaned = clean_text(hostile, limit=10_000)
+    assert cleaned.splitlines() == [cleaned], "a line break survived"
+    assert cleaned.isprintable(), repr(cleaned)
+    assert cleaned.endswith("::error ok é 中") and "\\n" in cleaned and "\\x1b" in cleaned and "\\u202e" in cleaned
+    assert len(clean_text("x" * 5000)) == 600

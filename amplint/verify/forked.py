@@ -77,7 +77,7 @@ def _child(body: Callable[[], Dict[str, Any]], result_w: int, output_w: int, clo
         os.dup2(output_w, 2)
         os.close(output_w)
         os.chdir(workdir)
-        os.environ["TMPDIR"] = workdir
+        os.environ["TMPDIR"] = os.environ["HOME"] = workdir  # caches (CUDA's, torch's) land in it
         tempfile.tempdir = workdir
         try:
             address_space = None

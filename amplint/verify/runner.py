@@ -162,7 +162,7 @@ class Runner:
             status = "did not start within %.0f s" % self.startup_timeout if alive else _signal_name(self._proc.poll() if self._proc else None)
             tail = self._stderr_tail()
             self._kill()
-            raise VerifyError(f"the verifier worker {status}" + (f": {tail}" if tail else ""))
+            raise VerifyError(f"the verifier worker {status}" + (f": {clean_text(tail)}" if tail else ""))
         try:
             hello = json.loads(line)
             if not isinstance(hello, dict):
