@@ -122,6 +122,28 @@ def kill_descendants(keep: Iterable[int] = (), rounds: int = 200) -> bool:
 # ----------------------------------------------------------------- the finding
 
 
+def user_tasks() -> int:
+    """Tasks (threads) of this real uid visible in /proc: what RLIMIT_NPROC counts where we live.
+
+    In bubblewrap's user namespace that is the sandbox's own tasks; without one, every task
+    of the user on the machine, so the process limit must be set above it."""
+    uid, count = os.getuid(), 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as fh:
+                fields = dict(line.split(":", 1) for line in fh if line.startswith(("Uid:", "Threads:")))
+        except (OSError, ValueError):
+            continue
+        try:
+            if int(fields["Uid"].split()[0]) == uid:
+                count += int(fields["Threads"])
+        except (KeyError, ValueError, IndexError):
+            continue
+    return count
+
+
 def hard_limits(cpu_s: int, address_space: Optional[int], file_size: int, nproc: int, nofile: int = 1024) -> None:
     """Set soft = hard limits (never above the current hard limit)."""
     import resource

@@ -36,6 +36,7 @@ METHODS = ("snippet", "experiment")
 RESULT_LIMIT = 1 << 20
 OUTPUT_KEEP = 4000
 FILE_SIZE_LIMIT = 64 << 20
+#: processes (tasks) a finding may add to those of its uid
 PROCESS_LIMIT = 128
 #: exit status of a child whose confinement failed (it ran nothing)
 _CONFINE_FAILED = 111
@@ -84,7 +85,8 @@ def _child(body: Callable[[], Dict[str, Any]], result_w: int, output_w: int, clo
             if limits.cap_address_space and limits.memory_mb > 0:
                 vm = _vm_size()
                 address_space = vm + limits.memory_mb * 1024 * 1024 if vm else None
-            confine.hard_limits(int(math.ceil(timeout)) + 1, address_space, FILE_SIZE_LIMIT, PROCESS_LIMIT)
+            nproc = confine.user_tasks() + PROCESS_LIMIT
+            confine.hard_limits(int(math.ceil(timeout)) + 1, address_space, FILE_SIZE_LIMIT, nproc)
             if limits.landlock_abi:
                 confine.landlock(limits.read_paths, [workdir], limits.devices, limits.landlock_abi)
         except OSError as exc:

@@ -148,8 +148,6 @@ class Runner:
         """Start the worker (if not running) and return its environment."""
         if self._proc is not None and self._proc.poll() is None:
             return self.env_info
-        if self._deadline is None and self.budget is not None:
-            self._deadline = time.monotonic() + self.budget
         if self._sandbox is None and not self.unsandboxed:
             try:
                 self._sandbox = Sandbox.find(read_only=self._read_paths(), device=self.device)
@@ -173,6 +171,8 @@ class Runner:
         if hello.get("error"):
             self._kill()
             raise VerifyError(clean_text(str(hello["error"])))
+        if self._deadline is None and self.budget is not None:  # startup has its own timeout
+            self._deadline = time.monotonic() + self.budget
         self.env_info = clean_verdict(dict(hello.get("env") or {})) or self.env_info
         worker_layers = [clean_text(str(x), 80) for x in hello.get("layers") or []]
         self.layers = (self._sandbox.layers() if self._sandbox else ["no sandbox (--verify-unsandboxed)"]) + worker_layers
