@@ -195,7 +195,7 @@ def attack_fork_bomb(data, lab):
     pids = []
     error = None
     try:
-        for _ in range(2000):
+        for _ in range(400):  # above the 128 a non-root finding may add
             pid = os.fork()
             if pid == 0:
                 time.sleep(600)
