@@ -28,7 +28,7 @@ import pytest
 if importlib.util.find_spec("torch") is None:
     pytest.skip("torch is not installed", allow_module_level=True)
 
-from amplint.diagnostics import Diagnostic, Location, Severity  # noqa: E402
+from amplint.core.diagnostics import Diagnostic, Location, Severity  # noqa: E402
 from amplint.report import FORMATS, renderer  # noqa: E402
 from amplint.verify import Runner, VerifyError  # noqa: E402
 from amplint.verify.sandbox import Sandbox, SandboxUnavailable  # noqa: E402

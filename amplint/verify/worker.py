@@ -232,7 +232,7 @@ def main(argv: Optional[list] = None) -> int:
 def _make_lab(args: Any) -> Any:
     """(lab, probe): a CPU lab built here, or a lazy one that each finding's process builds
     (`--lazy`, and CUDA, which does not survive fork: probe=True opens it once to say hello)."""
-    from .verdicts import LazyLab
+    from .lazy_lab import LazyLab
 
     if args.lazy:
         return LazyLab(args.device, args.seed), False
