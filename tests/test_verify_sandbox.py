@@ -30,7 +30,7 @@ if importlib.util.find_spec("torch") is None:
 
 from amplint.core.diagnostics import Diagnostic, Location, Severity  # noqa: E402
 from amplint.report import FORMATS, renderer  # noqa: E402
-from amplint.verify import Runner, VerifyError  # noqa: E402
+from amplint.verify import Runner  # noqa: E402
 from amplint.verify.sandbox import Sandbox, SandboxUnavailable  # noqa: E402
 from tests.procs import kill_marked, sleeper, wait_gone  # noqa: E402
 
@@ -582,3 +582,66 @@ def test_clean_text_leaves_no_line_breaker_or_control():
     assert cleaned.isprintable(), repr(cleaned)
     assert cleaned.endswith("::error ok é 中") and "\\n" in cleaned and "\\x1b" in cleaned and "\\u202e" in cleaned
     assert len(clean_text("x" * 5000)) == 600
+
+
+# ------------------------------------------------------------------ the per-finding process, directly
+
+
+def _link(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def _forked(body, timeout=10.0, close=()):
+    from amplint.verify.forked import Limits, run_forked
+
+    return run_forked(body, Limits(memory_mb=0), timeout, list(close))
+
+
+def test_a_findings_reply_is_parsed_strictly():
+    ok_ = _forked(lambda: {"verdict": "confirmed", "method": "snippet", "summary": "s"})
+    assert ok_.result == {"verdict": "confirmed", "method": "snippet", "summary": "s"}, ok_.problem
+    for body in (
+        lambda: {"verdict": "maybe"},
+        lambda: {"verdict": "confirmed", "method": "snippet\n::error::x"},
+        lambda: ["confirmed"],
+    ):
+        out = _forked(body)
+        assert out.result is None and out.problem.startswith("bad reply"), out.problem
+    out = _forked(lambda: {"verdict": "confirmed", "x": float("nan")})  # not JSON: the child cannot send it
+    assert out.result is None and "exit code 70" in out.problem, out.problem
+
+
+def test_a_finding_cannot_reach_the_workers_descriptors_or_outlive_its_timeout():
+    proto_r, proto_w = os.pipe()
+    try:
+        link = f"pipe:[{os.fstat(proto_w).st_ino}]"
+        line = b'{"op": "result", "id": 1, "result": {"verdict": "not-reproduced"}}\n'
+
+        def forge():
+            # the protocol pipe by its number, by its inode among all open fds, and its own result pipe
+            targets = {proto_w} | {int(fd) for fd in os.listdir("/proc/self/fd") if _link(fd) == link}
+            targets |= {int(fd) for fd in os.listdir("/proc/self/fd") if _link(fd).startswith("pipe:") and int(fd) > 2}
+            for fd in targets:
+                try:
+                    os.write(fd, line)
+                except OSError:
+                    pass
+            return {"verdict": "confirmed", "method": "experiment"}
+
+        out = _forked(forge, close=[proto_w])
+        os.set_blocking(proto_r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(proto_r, 100)  # nothing reached the worker's protocol pipe
+        assert out.result is None and out.problem.startswith("bad reply"), out.problem  # its own pipe: garbage first
+    finally:
+        os.close(proto_r)
+        os.close(proto_w)
+    out = _forked(lambda: time.sleep(60), timeout=1)
+    assert out.kind == "timeout" and out.problem == "timeout after 1 s"
+    out = _forked(lambda: os._exit(3))
+    assert out.problem.endswith("(exit code 3)")
+    printed = _forked(lambda: (os.write(1, b"y" * 60_000), os.write(2, b"z" * 40_000), {"verdict": "confirmed"})[2])
+    assert printed.result and printed.output_bytes == 100_000 and printed.output_tail == b"z" * 4000

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import select
 import shutil
 import signal
@@ -31,7 +32,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import confine
 
 VERDICTS = ("confirmed", "not-reproduced", "inconclusive", "error")
-METHODS = ("snippet", "experiment")
+#: a verdict's `method`: "snippet", "experiment", or another short lower-case word
+_METHOD = re.compile(r"[a-z][a-z-]{0,31}")
 #: bytes of a verdict document; bytes of printed output kept (the tail) per finding
 RESULT_LIMIT = 1 << 20
 OUTPUT_KEEP = 4000
@@ -222,7 +224,8 @@ def run_forked(body: Callable[[], Dict[str, Any]], limits: Limits, timeout: floa
         return out
     try:
         result = _strict_json(bytes(raw))
-        if not isinstance(result, dict) or result.get("verdict") not in VERDICTS or result.get("method", "experiment") not in METHODS:
+        method = result.get("method", "experiment") if isinstance(result, dict) else None
+        if not isinstance(result, dict) or result.get("verdict") not in VERDICTS or not (isinstance(method, str) and _METHOD.fullmatch(method)):
             raise ValueError("not a verdict")
     except (ValueError, UnicodeDecodeError) as exc:
         out.problem = f"bad reply from the finding's process: {exc}"[:300]
