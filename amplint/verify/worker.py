@@ -165,7 +165,6 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--lazy", action="store_true", help="import torch only when an experiment needs it")
     parser.add_argument("--memory-mb", type=int, default=4096, help="address space each finding may add (CPU)")
     parser.add_argument("--read", action="append", default=[], help="a folder findings may read (Landlock)")
-    parser.add_argument("--no-landlock", action="store_true")
     args = parser.parse_args(argv)
     proto = _protocol_stream()
     _watch_parent()
@@ -189,7 +188,7 @@ def main(argv: Optional[list] = None) -> int:
         layers.append("subreaper")
     except OSError:  # pragma: no cover - not Linux
         pass
-    abi = 0 if args.no_landlock else confine.landlock_abi()
+    abi = confine.landlock_abi()
     devices = [os.devnull, "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/shm"]
     if args.device != "cpu":
         import glob
@@ -198,7 +197,7 @@ def main(argv: Optional[list] = None) -> int:
     limits = Limits(
         memory_mb=args.memory_mb,
         landlock_abi=abi,
-        read_paths=list(args.read) + ["/proc", "/sys", "/dev"],
+        read_paths=list(args.read) + ["/proc", "/sys"],  # devices: only those listed, never disks
         devices=devices,
     )
     if abi:
