@@ -268,7 +268,8 @@ def test_the_sandbox_reports_its_layers(runner):
     assert "bubblewrap" in layers and "namespaces" in layers and "rlimits" in layers, runner.layers
 
 
-def test_writes_stay_in_the_findings_temp_folder(runner, tmp_path):
+def test_writes_stay_in_the_findings_temp_folder(runner, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the unconfined control run below writes into its cwd
     targets = [
         str(tmp_path / "outside.txt"),
         os.path.join(ROOT, "amplint", "pwned.py"),
