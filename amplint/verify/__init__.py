@@ -13,8 +13,8 @@ import os
 import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from .runner import DEFAULT_TIMEOUT, Runner, VerifyError, torch_available
 from .prelude import Preludes
+from .runner import DEFAULT_TIMEOUT, Runner, VerifyError, terminating_cleanly, torch_available
 from .verdicts import honest
 
 __all__ = [
@@ -66,12 +66,17 @@ def verify_diagnostics(
     seed: int = 0,
     runner: Optional[Runner] = None,
     on_result: Optional[Callable[[Any, Dict[str, Any]], None]] = None,
+    budget: Optional[float] = None,
+    unsandboxed: bool = False,
+    on_start: Optional[Callable[[List[str]], None]] = None,
 ) -> int:
     """Set `d.verification` on every diagnostic whose rule has an experiment.
 
     Findings with identical (code, data) run once. Returns how many diagnostics
     got a verdict. Raises VerifyError when the verifier cannot run at all (no
-    torch, device unavailable, the worker does not start).
+    torch, device unavailable, no sandbox and not `unsandboxed`, the worker does
+    not start). `on_start(layers)` hears what confines the worker before any
+    finding runs. SIGTERM/SIGHUP end the run like Ctrl-C: temp folders removed.
     """
     todo = [d for d in diagnostics if has_experiment(d.code)]
     if not todo:
@@ -80,21 +85,24 @@ def verify_diagnostics(
         raise VerifyError(INSTALL_HINT)
     device = validate_device(device)
     own = runner is None
-    runner = runner or Runner(device=device, timeout=timeout, seed=seed)
     cache: Dict[Tuple[str, str], Dict[str, Any]] = {}
     preludes = Preludes()
-    try:
-        runner.start()
-        for d in todo:
-            data = preludes.data_for(d)  # the finding's data and the file's own helpers it uses
-            key = _key(d.code, data)
-            if key not in cache:
-                # checked here too: only a run of the user's code may confirm or refute
-                cache[key] = honest(runner.run(d.code, data))
-            d.verification = dict(cache[key])
-            if on_result is not None:
-                on_result(d, d.verification)
-    finally:
-        if own:
-            runner.close()
+    with terminating_cleanly():
+        runner = runner or Runner(device=device, timeout=timeout, seed=seed, budget=budget, unsandboxed=unsandboxed)
+        try:
+            runner.start()
+            if on_start is not None:
+                on_start(list(getattr(runner, "layers", [])))
+            for d in todo:
+                data = preludes.data_for(d)  # the finding's data and the file's own helpers it uses
+                key = _key(d.code, data)
+                if key not in cache:
+                    # checked here too: only a run of the user's code may confirm or refute
+                    cache[key] = honest(runner.run(d.code, data))
+                d.verification = dict(cache[key])
+                if on_result is not None:
+                    on_result(d, d.verification)
+        finally:
+            if own:
+                runner.close()
     return len(todo)
