@@ -229,15 +229,16 @@ def decode_result(path: str, o: Dict[str, Any]) -> Any:
 class Cache:
     """One store (one JSON file) per fingerprint; entries per (kind, path).
 
-    kind: "lint" (a file's rule results) or "facts" (a file parsed only for its
-    project facts).
+    kind: "lint" (a file's rule results), "facts" (a file parsed only for its
+    project facts), or one of `RAW_KINDS`: the project model's text index and
+    summary of a file (`amplint.crossfile`), JSON data stored as it is.
     """
 
     def __init__(self, directory: str, fingerprint: str) -> None:
         self.directory = directory
         self.path = os.path.join(directory, f"amplint-{fingerprint}.json")
-        self.entries: Dict[str, Dict[str, list]] = {"lint": {}, "facts": {}}
-        self._changed: Dict[str, Dict[str, list]] = {"lint": {}, "facts": {}}
+        self.entries: Dict[str, Dict[str, list]] = _empty()
+        self._changed: Dict[str, Dict[str, list]] = _empty()
         self.hits = 0
         self.misses = 0
         self._load()
@@ -256,7 +257,7 @@ class Cache:
         if st is not None and (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS:
             try:
                 self.hits += 1
-                return decode_result(path, payload), digest
+                return _decode(kind, path, payload), digest
             except (KeyError, TypeError, ValueError):
                 self.hits -= 1
         return None, digest
@@ -267,7 +268,7 @@ class Cache:
         if entry is None:
             return None
         try:
-            result = decode_result(path, entry[4])
+            result = _decode(kind, path, entry[4])
         except (KeyError, TypeError, ValueError):
             return None
         self.hits += 1
@@ -276,8 +277,8 @@ class Cache:
 
     def store(self, kind: str, path: str, st: Stat, digest: str, read_at: float, result: Any) -> None:
         self.misses += 1
-        payload = encode_result(result)
-        if payload is None:
+        payload = result if kind in RAW_KINDS else encode_result(result)
+        if not isinstance(payload, dict):
             self.entries[kind].pop(path, None)
             return
         self._put(kind, path, [st[0], st[1], digest, read_at, payload])
@@ -314,11 +315,23 @@ class Cache:
                 raise
         except OSError:
             return  # a read-only tree or a full disk: run without a cache
-        self._changed = {"lint": {}, "facts": {}}
+        self._changed = _empty()
+
+
+#: kinds whose payload is JSON data kept as it is (not a FileResult)
+RAW_KINDS = ("pindex", "summary")
+
+
+def _empty() -> Dict[str, Dict[str, list]]:
+    return {"lint": {}, "facts": {}, **{k: {} for k in RAW_KINDS}}
+
+
+def _decode(kind: str, path: str, payload: Dict[str, Any]) -> Any:
+    return payload if kind in RAW_KINDS else decode_result(path, payload)
 
 
 def _read_store(path: str) -> Dict[str, Dict[str, list]]:
-    empty: Dict[str, Dict[str, list]] = {"lint": {}, "facts": {}}
+    empty = _empty()
     try:
         with open(path, "rb") as fh:
             data = json.loads(fh.read())

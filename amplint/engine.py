@@ -489,5 +489,10 @@ def lint_paths(
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
     facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
+    from .crossfile import merge, project_diagnostics
+
+    cross = project_diagnostics(files, config, rules, codes, cache)
+    if cross:
+        diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
     diagnostics.sort(key=Diagnostic.sort_key)
     return LintResult(diagnostics=diagnostics, files=files, facts=facts)

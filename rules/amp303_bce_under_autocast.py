@@ -8,6 +8,8 @@ import libcst as cst
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import AutocastRegion, CallInfo, ModuleContext, Scope, literal_string
 from amplint.fixes import make_fix, replace_node
+from amplint.model.project import Call, Project
+from amplint.model.project.graph import chain_text
 
 _BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 _BCE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.modules.BCELoss"})
@@ -255,6 +257,28 @@ for batch in loader:
                 continue
             yield self._diagnostic(ctx, call, function, ctor, region, via)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """BCE in a function that runs under autocast only through a call from
+        another file, or through a framework's precision setting."""
+        for call in project.calls():
+            shown = _project_bce(project, call)
+            if shown is None or project.region_of(call) is not None:
+                continue  # not BCE, or its own file's region decides (check above)
+            for witness in project.autocast_witnesses((call.path, call.func)):
+                region = witness.region
+                if region.enabled is False or region.device not in _BANNED_DEVICES:
+                    continue
+                via = f" (via {chain_text(witness.chain)})" if witness.chain else ""
+                message = (
+                    f"`{shown}` runs under {project.describe(region)}{via}: it raises `RuntimeError: "
+                    f"torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.` "
+                    f"on CUDA/XPU, for fp16 and bf16 alike; pass logits to `binary_cross_entropy_with_logits` / "
+                    f"`BCEWithLogitsLoss` (drop the sigmoid), or compute the loss in fp32 under `autocast(enabled=False)`"
+                )
+                data = {"function": "binary_cross_entropy" if shown.startswith("F.") else "BCELoss", "device": region.device, "dtype": region.dtype}
+                yield project.diagnostic(self, call, message, data=data)
+                break
+
     def _diagnostic(
         self,
         ctx: ModuleContext,
@@ -342,6 +366,16 @@ def _callers(ctx: ModuleContext, scope: Scope) -> List[CallInfo]:
     if scope.parent is not None and scope.parent.is_module:
         return [c for c in ctx.calls if c.dotted == scope.name and not c.qualnames]
     return []
+
+
+def _project_bce(project: Project, call: Call) -> Optional[str]:
+    """How to name the BCE a project call runs (None: not BCE)."""
+    for t in project.resolve_call(call):
+        if t[0] == "X" and t[1] in _BCE_FUNCTIONS:
+            return "F.binary_cross_entropy"
+        if t[0] == "R" and t[1] in _BCE_MODULES:
+            return "nn.BCELoss"
+    return None
 
 
 # --------------------------------------------------------------------------- fix

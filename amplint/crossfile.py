@@ -1,0 +1,190 @@
+"""Cross-file findings: the project model (`amplint.model.project`) run over a lint run.
+
+Each linted file belongs to a project: the nearest folder above it holding a
+`pyproject.toml`, `setup.py`, `setup.cfg` or `.git`. The project model of
+that folder is built from *all* of its files (found by the same discovery as
+a run over the folder), whatever subset the run was asked to lint, so
+`amplint changed_file.py` (as pre-commit runs it) reports for that file what
+`amplint .` reports for it. Only the files the model needs are parsed
+(`index.universe`); their text indexes and summaries are cached by content
+hash next to the lint results, so a one-file run in a warm project reads
+nothing but that file.
+
+Rules opt in with a `check_project(project)` method yielding diagnostics; the
+engine drops one that repeats a per-file finding at the same place.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+from .config import Config
+from .diagnostics import Diagnostic
+
+#: files whose presence makes a folder a project root
+ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+def project_root(path: str, _memo: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
+    """The nearest folder above `path` (absolute) that holds a project marker; None if none."""
+    folder = os.path.dirname(path)
+    seen: List[str] = []
+    root: Optional[str] = None
+    while True:
+        if _memo is not None and folder in _memo:
+            root = _memo[folder]
+            break
+        seen.append(folder)
+        if any(os.path.exists(os.path.join(folder, m)) for m in ROOT_MARKERS):
+            root = folder
+            break
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    if _memo is not None:
+        for f in seen:
+            _memo[f] = root
+    return root
+
+
+def project_rules(rules: Sequence[Any]) -> List[Any]:
+    """The selected rules that check the project (imports their modules)."""
+    out = []
+    for spec in rules:
+        cls = spec.load() if hasattr(spec, "load") else spec
+        if hasattr(cls, "check_project"):
+            out.append(cls)
+    return out
+
+
+def project_diagnostics(files: Sequence[str], config: Config, rules: Sequence[Any], codes: FrozenSet[str], cache: Any = None) -> List[Diagnostic]:
+    """The cross-file diagnostics of `files` (spelled as the run spells them), noqa applied."""
+    from .model.project import Project, universe
+
+    memo: Dict[str, Optional[str]] = {}
+    groups: Dict[Optional[str], Dict[str, str]] = {}
+    for f in files:
+        if f.endswith(".py"):
+            full = os.path.abspath(f)
+            groups.setdefault(project_root(full, memo), {})[full] = f
+    out: List[Diagnostic] = []
+    loaded: Optional[List[Any]] = None
+    store = _Store(cache)
+    for root in sorted(groups, key=lambda r: r or ""):
+        members = groups[root]
+        project_files = _project_files(root, members, config)
+        chosen = universe(project_files, root, store.index)
+        if not chosen or not any(f in members for f in chosen):
+            continue
+        summaries = {}
+        for f in chosen:
+            s = store.summary(f)
+            if s is not None:
+                summaries[f] = s
+        if loaded is None:
+            loaded = project_rules(rules)
+        if not loaded:
+            break
+        project = Project(root, summaries)
+        for rule_cls in loaded:
+            for d in rule_cls().check_project(project):
+                spelled = members.get(d.filename)
+                if spelled is not None and d.code in codes:
+                    d.filename = spelled
+                    out.append(d)
+    return _suppressed(out, config)
+
+
+def _project_files(root: Optional[str], members: Dict[str, str], config: Config) -> List[str]:
+    if root is None:
+        return sorted(members)
+    from .discovery import discover
+
+    found = {os.path.abspath(p) for p in discover([root], config) if p.endswith(".py")}
+    found.update(members)
+    return sorted(found)
+
+
+def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnostic]:
+    """`# noqa` and per-file ignores, as for per-file findings."""
+    from .engine import apply_noqa, known_codes, read_file
+
+    by_file: Dict[str, List[Diagnostic]] = {}
+    for d in diagnostics:
+        by_file.setdefault(d.filename, []).append(d)
+    out: List[Diagnostic] = []
+    for path, found in by_file.items():
+        ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
+        found = [d for d in found if d.code not in ignored]
+        source, _ = read_file(path)
+        out.extend(apply_noqa(found, source) if source is not None else found)
+    return out
+
+
+def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[Diagnostic]:
+    """Per-file diagnostics plus the cross-file ones that do not repeat one at the same place."""
+    kept = list(per_file)
+    seen = {(d.filename, d.code, d.location) for d in kept}
+    for d in cross:
+        key = (d.filename, d.code, d.location)
+        if key not in seen:
+            seen.add(key)
+            kept.append(d)
+    return kept
+
+
+class _Store:
+    """Text indexes and summaries by absolute path, through the run's cache when it has one."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self._index: Dict[str, Dict[str, Any]] = {}
+
+    def index(self, path: str) -> Dict[str, Any]:
+        found = self._index.get(path)
+        if found is None:
+            from .model.project import text_index
+
+            found = self._cached("pindex", path, text_index) or {"r": "", "i": []}
+            self._index[path] = found
+        return found
+
+    def summary(self, path: str) -> Optional[Dict[str, Any]]:
+        from .model.project import summarize
+
+        found = self._cached("summary", path, lambda text: {"s": summarize(text)})
+        return found.get("s") if found else None
+
+    def _cached(self, kind: str, path: str, compute: Callable[[str], Any]) -> Optional[Dict[str, Any]]:
+        from .cache import file_digest, now, stat_key
+        from .engine import decode_source
+
+        st: Optional[Tuple[int, int]] = None
+        known = None
+        if self.cache is not None:
+            try:
+                st = stat_key(os.stat(path))
+            except OSError:
+                return None
+            hit, known = self.cache.lookup(kind, path, st)
+            if hit is not None:
+                return hit
+        read_at = now()
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return None
+        digest = file_digest(data)
+        if self.cache is not None and st is not None and known == digest:
+            reused = self.cache.reuse(kind, path, st, read_at)
+            if reused is not None:
+                return reused
+        try:
+            value = compute(decode_source(data))
+        except (UnicodeDecodeError, SyntaxError, LookupError):
+            return None
+        if self.cache is not None and st is not None:
+            self.cache.store(kind, path, st, digest, read_at, value)
+        return value

@@ -1,0 +1,500 @@
+"""The project-wide AMP model: summaries joined into one program.
+
+Given the summaries of some files of a project (`summary.py`), this module
+answers what one file alone cannot:
+
+* what a spelled name refers to across files (imports resolved to project
+  files: relative imports, packages, `src/` layouts, scripts importing their
+  neighbours; re-exports through `__init__.py`);
+* what a value is: an instance of a project class (and whether its
+  parameters were made fp16), a project function, an external object such
+  as a `torch.nn.BCELoss` instance; followed through assignments,
+  attributes bound in `__init__`, builder functions' returns and the
+  arguments call sites pass to parameters;
+* the call graph: functions, `self.` methods, instances called as
+  `model(x)` / `self.head(x)` / `criterion(...)` to their `forward`;
+* facts propagated along it to a fixpoint: which functions may run under
+  autocast (with the region and the chain of calls that leads there),
+  including framework entry points (Lightning `Trainer(precision=...)`,
+  accelerate `Accelerator(mixed_precision=...)` + `prepare`, Hugging Face
+  `TrainingArguments(fp16/bf16=True)` + `Trainer(model=...)`).
+
+It is a reusable layer: rules ask it questions (`Project.calls`,
+`Project.resolve_call`, `Project.autocast_witnesses`), and so can the
+verifier or an editor server. It never imports libcst or torch.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+
+from ...diagnostics import Diagnostic, Location, Severity
+from .index import ModuleIndex
+
+# A value type is a small tuple:
+#   ("C", path, cls)         a project class object
+#   ("I", path, cls, dtype)  an instance of it; dtype "" or "fp16"/"bf16" when its parameters were cast
+#   ("F", path, qual)        a project function or method
+#   ("M", path)              a project module
+#   ("X", qualname)          an external name (torch.nn.BCELoss, torch.nn.functional.binary_cross_entropy)
+#   ("R", qualname, dtype)   what calling an external name returned (a torch.nn.BCELoss instance)
+Type = Tuple[Any, ...]
+TypeSet = FrozenSet[Type]
+FuncKey = Tuple[str, str]  # (path, qual)
+
+_EMPTY: TypeSet = frozenset()
+_MAX_CHAIN = 8
+_MAX_WITNESSES = 3
+_ROUNDS = 4
+_FORWARD = ("forward", "__call__")
+_LIGHTNING_HOOKS = ("training_step", "validation_step", "test_step", "predict_step", "forward")
+
+
+@dataclass(frozen=True)
+class Region:
+    """An autocast region as the project sees it: where it opens and what it does."""
+
+    path: str
+    row: int
+    device: Optional[str]
+    dtype: Optional[str]
+    enabled: Optional[bool]
+    kind: str = "autocast"  # "autocast" | "lightning" | "accelerate" | "hf" | "framework"
+
+
+@dataclass(frozen=True)
+class Witness:
+    """Why a function may run under autocast: the region, and the calls from it (function keys)."""
+
+    region: Region
+    chain: Tuple[FuncKey, ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    path: str
+    func: str  # the qual of the function holding the call
+    record: Dict[str, Any]  # the summary's call record
+
+    @property
+    def row(self) -> int:
+        return self.record["r"]
+
+
+class Project:
+    """The AMP model of the files whose summaries it was given.
+
+    `summaries`: path -> summary (from `summary.summarize`); `root`: the project
+    folder (module names are read relative to it, and to `root/src`).
+    """
+
+    def __init__(self, root: Optional[str], summaries: Dict[str, Dict[str, Any]]) -> None:
+        self.root = root
+        self.summaries = summaries
+        self._index = ModuleIndex(summaries, root)
+        self._param_types: Dict[Tuple[str, str, str], Set[Type]] = {}
+        self._memo: Dict[Any, TypeSet] = {}
+        self._active: Set[Any] = set()
+        self._resolved: Dict[int, TypeSet] = {}
+        self._witnesses: Optional[Dict[FuncKey, List[Witness]]] = None
+        self._settle()
+
+    # ------------------------------------------------------------------ modules
+
+    def module_path(self, module: str, importer: str, level: int = 0) -> Optional[str]:
+        """The project file of a module spelled in `importer` (None: not a project module)."""
+        return self._index.resolve(importer, level, module)
+
+    # ------------------------------------------------------------------ names and values
+
+    def functions(self) -> Iterator[Tuple[str, str, Dict[str, Any]]]:
+        for path, s in self.summaries.items():
+            for qual, info in s["functions"].items():
+                yield path, qual, info
+
+    def calls(self) -> Iterator[Call]:
+        for path, qual, info in self.functions():
+            for record in info["calls"]:
+                yield Call(path, qual, record)
+
+    def function(self, key: FuncKey) -> Optional[Dict[str, Any]]:
+        s = self.summaries.get(key[0])
+        return s["functions"].get(key[1]) if s is not None else None
+
+    def symbol(self, path: str, name: str, _depth: int = 0) -> TypeSet:
+        """What a top-level `name` of the file `path` is."""
+        s = self.summaries.get(path)
+        if s is None or _depth > 6:
+            return _EMPTY
+        if name in s["classes"]:
+            return frozenset({("C", path, name)})
+        if name in s["functions"] and name != "<module>":
+            return frozenset({("F", path, name)})
+        imported = s["imports"].get(name)
+        if imported is not None:
+            level, module, attr = imported
+            if not attr:
+                target = self.module_path(module, path, level)
+                return frozenset({("M", target)}) if target else frozenset({("X", module)})
+            target = self.module_path(f"{module}.{attr}" if module else attr, path, level)
+            if target is not None:
+                return frozenset({("M", target)})
+            owner = self.module_path(module, path, level) if (module or level) else None
+            if owner is not None:
+                return self.symbol(owner, attr, _depth + 1)
+            if level:
+                return _EMPTY
+            return frozenset({("X", f"{module}.{attr}")})
+        refs = s["functions"]["<module>"]["locals"].get(name)
+        if refs:
+            return self._values(path, "<module>", refs)
+        return _EMPTY
+
+    def name_types(self, path: str, func: str, name: str) -> TypeSet:
+        """What the dotted `name` spelled in function `func` of `path` may be."""
+        head, _, rest = name.partition(".")
+        types = self._head(path, func, head)
+        for attr in rest.split(".") if rest else ():
+            types = frozenset(t for base in types for t in self.attribute(base, attr))
+            if not types:
+                break
+        return types
+
+    def _head(self, path: str, func: str, head: str) -> TypeSet:
+        s = self.summaries[path]
+        scope: Optional[str] = func
+        while scope is not None:
+            info = s["functions"].get(scope)
+            if info is not None and scope != "<module>":
+                params = info["params"]
+                if info["cls"] and params and head == params[0] and scope.count(".") == 1:
+                    return frozenset({("I", path, info["cls"], "")})
+                refs = info["locals"].get(head)
+                if refs:
+                    return self._values(path, scope, refs)
+                if head in params:
+                    return frozenset(self._param_types.get((path, scope, head), ()))
+            scope = scope.rsplit(".", 1)[0] if "." in scope else None
+        return self.symbol(path, head)
+
+    def attribute(self, base: Type, attr: str) -> TypeSet:
+        kind = base[0]
+        if kind == "M":
+            return self.symbol(base[1], attr)
+        if kind == "X":
+            return frozenset({("X", f"{base[1]}.{attr}")})
+        if kind in ("I", "C"):
+            path, cls = base[1], base[2]
+            for p, c in self.mro(path, cls):
+                info = self.summaries[p]["classes"][c]
+                refs = info["attrs"].get(attr)
+                if refs and kind == "I":
+                    out: Set[Type] = set()
+                    for func, ref in refs:
+                        out |= self._value(p, func, ref)
+                    if out:
+                        return frozenset(out)
+                qual = f"{c}.{attr}"
+                if qual in self.summaries[p]["functions"]:
+                    return frozenset({("F", p, qual)})
+        return _EMPTY
+
+    def mro(self, path: str, cls: str, _depth: int = 0) -> List[Tuple[str, str]]:
+        """The class and its project base classes, nearest first."""
+        out = [(path, cls)]
+        if _depth > 8:
+            return out
+        for base in self.summaries[path]["classes"][cls]["bases"]:
+            if not base:
+                continue
+            for t in self.name_types(path, "<module>", base):
+                if t[0] == "C" and (t[1], t[2]) not in out:
+                    out.extend(x for x in self.mro(t[1], t[2], _depth + 1) if x not in out)
+        return out
+
+    def external_bases(self, path: str, cls: str) -> Set[str]:
+        """The qualified names of the external classes a project class derives from."""
+        out: Set[str] = set()
+        for p, c in self.mro(path, cls):
+            for base in self.summaries[p]["classes"][c]["bases"]:
+                for t in self.name_types(p, "<module>", base) if base else ():
+                    if t[0] == "X":
+                        out.add(t[1])
+        return out
+
+    def _values(self, path: str, func: str, refs: Iterable[Dict[str, Any]]) -> TypeSet:
+        out: Set[Type] = set()
+        for ref in refs:
+            out |= self._value(path, func, ref)
+        return frozenset(out)
+
+    def _value(self, path: str, func: str, ref: Optional[Dict[str, Any]]) -> TypeSet:
+        if ref is None:
+            return _EMPTY
+        key = (path, func, id(ref))
+        if key in self._memo:
+            return self._memo[key]
+        if key in self._active:
+            return _EMPTY  # a cycle (`x = f(x)`): what is known without it
+        self._active.add(key)
+        try:
+            if "n" in ref:
+                types = self.name_types(path, func, ref["n"])
+            else:
+                types = frozenset(t for callee in self.name_types(path, func, ref["c"]) for t in self.returns(callee))
+            for method in ref.get("m", ()):
+                if method.startswith("to:"):
+                    dtype = method[3:]
+                    types = frozenset(_with_dtype(t, "" if dtype == "fp32" else dtype) for t in types)
+        finally:
+            self._active.discard(key)
+        self._memo[key] = types
+        return types
+
+    def returns(self, callee: Type) -> TypeSet:
+        """What calling a value of type `callee` gives."""
+        kind = callee[0]
+        if kind == "C":
+            return frozenset({("I", callee[1], callee[2], "")})
+        if kind == "X":
+            return frozenset({("R", callee[1], "")})
+        if kind == "F":
+            info = self.function((callee[1], callee[2]))
+            if info is None:
+                return _EMPTY
+            types = self._values(callee[1], callee[2], info["returns"])
+            # `model = Net(); model.half(); return model`: the in-place casts of returned names
+            for subject, dtype, _row in info["casts"]:
+                if any(r.get("n") == subject for r in info["returns"]):
+                    types = frozenset(_with_dtype(t, dtype) for t in types)
+            return types
+        return _EMPTY
+
+    # ------------------------------------------------------------------ calls
+
+    def resolve_call(self, call: Call) -> TypeSet:
+        """What the callee of `call` may be (its value types, before calling)."""
+        key = id(call.record)
+        found = self._resolved.get(key)
+        if found is not None:
+            return found
+        record = call.record
+        if record["f"]:
+            types = self.name_types(call.path, call.func, record["f"])
+        elif "fv" in record:
+            types = self._value(call.path, call.func, record["fv"])
+        else:
+            types = _EMPTY
+        self._resolved[key] = types
+        return types
+
+    def callees(self, call: Call) -> List[FuncKey]:
+        """The project functions `call` runs: functions, methods, a class's `__init__`,
+        an instance's `forward`."""
+        out: List[FuncKey] = []
+        for t in self.resolve_call(call):
+            key = self.runs(t)
+            if key is not None and key not in out:
+                out.append(key)
+        return out
+
+    def runs(self, t: Type) -> Optional[FuncKey]:
+        if t[0] == "F":
+            return (t[1], t[2])
+        if t[0] in ("C", "I"):
+            names = ("__init__",) if t[0] == "C" else _FORWARD
+            for p, c in self.mro(t[1], t[2]):
+                for n in names:
+                    if f"{c}.{n}" in self.summaries[p]["functions"]:
+                        return (p, f"{c}.{n}")
+        return None
+
+    def _settle(self) -> None:
+        """Parameter types from the arguments call sites pass, to a fixpoint (a few rounds)."""
+        for _ in range(_ROUNDS):
+            found: Dict[Tuple[str, str, str], Set[Type]] = {}
+            for call in list(self.calls()):
+                for t in self.resolve_call(call):
+                    key = self.runs(t)
+                    if key is None:
+                        continue
+                    info = self.function(key)
+                    if info is None:
+                        continue
+                    params = list(info["params"])
+                    if info["cls"] and key[1].count(".") == 1 and params:
+                        params = params[1:]  # self
+                    for i, ref in enumerate(call.record["a"]):
+                        if i < len(params) and ref is not None:
+                            found.setdefault((key[0], key[1], params[i]), set()).update(self._value(call.path, call.func, ref))
+                    for kw, ref in call.record["k"].items():
+                        if kw in params and ref is not None:
+                            found.setdefault((key[0], key[1], kw), set()).update(self._value(call.path, call.func, ref))
+            if found == self._param_types:
+                break
+            self._param_types = found
+            self._memo.clear()
+            self._resolved.clear()
+
+    # ------------------------------------------------------------------ autocast
+
+    def region_of(self, call: Call) -> Optional[Region]:
+        """The innermost autocast region a call sits in within its own file (None: none known).
+        A region whose `enabled` is False is returned too: it shields what it holds."""
+        regions = self.summaries[call.path]["regions"]
+        index = call.record["g"]
+        while index >= 0:
+            r = regions[index]
+            region = self._region(call.path, call.func, r)
+            if region is not None:
+                return region
+            index = r["parent"]
+        return None
+
+    def _region(self, path: str, func: str, r: Dict[str, Any]) -> Optional[Region]:
+        via = r.get("via")
+        if via is None:
+            kind = "framework" if r.get("framework") else "autocast"
+            return Region(path, r["row"], r["device"], r["dtype"], r["enabled"], kind)
+        return None
+
+    def autocast_witnesses(self, key: FuncKey) -> List[Witness]:
+        """Why function `key` may run under autocast: up to a few regions (distinct device,
+        dtype, enabled), each with the shortest chain of calls found from it."""
+        if self._witnesses is None:
+            self._witnesses = self._propagate()
+        return self._witnesses.get(key, [])
+
+    def _seeds(self) -> Iterator[Tuple[FuncKey, Witness]]:
+        for call in self.calls():
+            region = self.region_of(call)
+            if region is None or region.enabled is False:
+                continue
+            for key in self.callees(call):
+                yield key, Witness(region, (key,))
+        for path, s in self.summaries.items():
+            for fw in s["frameworks"]:
+                region = Region(path, fw["row"], fw["device"], fw["dtype"], True, fw["kind"])
+                for key in self._framework_entries(path, fw):
+                    yield key, Witness(region, (key,))
+
+    def _framework_entries(self, path: str, fw: Dict[str, Any]) -> List[FuncKey]:
+        """The project functions a framework runs under its precision setting."""
+        info = self.summaries[path]["functions"].get(fw["func"])
+        if info is None:
+            return []
+        target = fw["target"]
+        models: Set[Type] = set()
+        for record in info["calls"]:
+            f = record["f"]
+            if fw["kind"] == "lightning" and f == f"{target}.fit":
+                ref = record["a"][0] if record["a"] else record["k"].get("model")
+                models |= self._value(path, fw["func"], ref)
+            elif fw["kind"] == "accelerate" and f == f"{target}.prepare":
+                for ref in record["a"]:
+                    models |= self._value(path, fw["func"], ref)
+            elif fw["kind"] == "hf" and (record["k"].get("args") or {}).get("n") == target:
+                models |= self._value(path, fw["func"], record["k"].get("model"))
+        out: List[FuncKey] = []
+        hooks = _LIGHTNING_HOOKS if fw["kind"] == "lightning" else _FORWARD
+        for t in models:
+            if t[0] != "I":
+                continue
+            for hook in hooks:  # the nearest definition of each hook
+                for p, c in self.mro(t[1], t[2]):
+                    key = (p, f"{c}.{hook}")
+                    if key[1] in self.summaries[p]["functions"]:
+                        if key not in out:
+                            out.append(key)
+                        break
+        return out
+
+    def _propagate(self) -> Dict[FuncKey, List[Witness]]:
+        witnesses: Dict[FuncKey, List[Witness]] = {}
+        frontier: List[Tuple[FuncKey, Witness]] = []
+
+        def add(key: FuncKey, w: Witness) -> None:
+            have = witnesses.setdefault(key, [])
+            sig = (w.region.device, w.region.dtype, w.region.enabled)
+            if len(have) >= _MAX_WITNESSES or any((h.region.device, h.region.dtype, h.region.enabled) == sig for h in have):
+                return
+            have.append(w)
+            frontier.append((key, w))
+
+        for key, w in sorted(self._seeds(), key=lambda kw: (kw[1].region.path, kw[1].region.row, kw[0])):
+            add(key, w)
+        while frontier:
+            current = frontier
+            frontier = []
+            for key, w in current:
+                if len(w.chain) >= _MAX_CHAIN:
+                    continue
+                info = self.function(key)
+                if info is None:
+                    continue
+                for record in info["calls"]:
+                    call = Call(key[0], key[1], record)
+                    if self.region_of(call) is not None:
+                        continue  # its own region decides (seeded above, or shielded by enabled=False)
+                    for callee in self.callees(call):
+                        if callee not in w.chain:
+                            add(callee, Witness(w.region, w.chain + (callee,)))
+        return witnesses
+
+
+    # ------------------------------------------------------------------ reporting
+
+    def where(self, path: str, row: int) -> str:
+        """`segkit/engine/trainer.py:18`: a place in the project, as a user reads it."""
+        rel = os.path.relpath(path, self.root) if self.root else os.path.basename(path)
+        return f"{rel.replace(os.sep, '/')}:{row}"
+
+    def describe(self, region: Region) -> str:
+        """`the CUDA autocast of train.py:18`, `the Lightning Trainer(precision="16-mixed") of main.py:9`."""
+        at = self.where(region.path, region.row)
+        dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(region.dtype or "", "")
+        if region.kind == "lightning":
+            return f"the {dtype} mixed precision of the Lightning `Trainer` at {at}"
+        if region.kind == "accelerate":
+            return f"the {dtype} mixed precision of the `Accelerator` at {at} (through `prepare`)"
+        if region.kind == "hf":
+            return f"the {dtype} mixed precision of the `TrainingArguments` at {at} (through `Trainer(model=...)`)"
+        device = {"cuda": "CUDA ", "cpu": "CPU ", "xpu": "XPU "}.get(region.device or "", "")
+        return f"the {device}autocast of {at}"
+
+    def diagnostic(self, rule: Any, call: Call, message: str, *, data: Optional[dict] = None, severity: Optional[Severity] = None) -> Diagnostic:
+        """A diagnostic of `rule` spanning a call (the path is the project's absolute one)."""
+        r = call.record
+        return Diagnostic(
+            code=rule.code,
+            name=rule.name,
+            message=message,
+            severity=severity or rule.severity,
+            filename=call.path,
+            location=Location(r["r"], r["c"]),
+            end_location=Location(r["er"], r["ec"]),
+            noqa_row=r["r"],
+            url=rule.url(),
+            data=dict(data or {}),
+        )
+
+
+def chain_text(chain: Tuple[FuncKey, ...]) -> str:
+    """"`UNet.forward` -> `DiceBCELoss.forward`"."""
+    return " -> ".join(f"`{display(k)}`" for k in chain)
+
+
+def _with_dtype(t: Type, dtype: str) -> Type:
+    if t[0] == "I":
+        return ("I", t[1], t[2], dtype)
+    if t[0] == "R":
+        return ("R", t[1], dtype)
+    return t
+
+
+def display(key: FuncKey) -> str:
+    """`Net.forward`, `compute_loss` (module level code shows as the file's name)."""
+    if key[1] == "<module>":
+        return os.path.basename(key[0])
+    return key[1]
