@@ -86,7 +86,7 @@ def project_diagnostics(files: Sequence[str], config: Config, rules: Sequence[An
             loaded = project_rules(rules)
         if not loaded:
             break
-        project = Project(root, summaries)
+        project = Project(root, summaries, files=project_files, load=store.summary)
         for rule_cls in loaded:
             for d in rule_cls().check_project(project):
                 spelled = members.get(d.filename)

@@ -20,6 +20,7 @@ from amplint.context import (
     literal_bool,
     literal_number,
 )
+from amplint.model.project import Project
 from amplint.names import dotted_name
 
 #: callees that keep fp32 master weights for the optimizer they are given
@@ -318,6 +319,28 @@ for epoch in range(10):
         if key and _master_wrapped(ctx, key):
             return False
         return True
+
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """An optimizer built on a module that another file made fp16 (a builder, a loader,
+        a `convert_weights(model)` helper); same-file casts are `check`'s."""
+        for call in project.calls():
+            q = project.optimizer_class(call)
+            if q is None:
+                continue
+            for module in project.fp16_modules(project.updated_modules(call)):
+                site = module[4]
+                if not site or site[0] == call.path:
+                    continue
+                opt = q.rsplit(".", 1)[-1]
+                numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() else ""
+                message = (
+                    f"`{opt}` updates the parameters of a `{module[2]}` that {project.where(*site)} made fp16, "
+                    f"with no fp32 master copy: {numbers}updates smaller than fp16's spacing (9.8e-4 near 1.0) "
+                    f"round away; keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
+                )
+                data = {"optimizer": opt, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*site)}
+                yield project.diagnostic(self, call, message, data=data)
+                break
 
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]

@@ -7,6 +7,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
+from amplint.model.project import Project
 from amplint.context import AutocastRegion, CallInfo, LiteralInfo, LowPrecisionCast, ModuleContext, Scope, literal_number, dotted_name
 
 
@@ -289,6 +290,34 @@ for x, y in loader:
             data = {"eps": eps, "optimizer_class": q, "snippet": ctx.code_for(call.node), "params": cast.subject}
             data.update(dtype=cast.dtype, device=None)
             yield ctx.diagnostic(self, node, message, data=data)
+
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """An optimizer whose eps underflows, over a module another file made fp16."""
+        for call in project.calls():
+            q = project.optimizer_class(call)
+            if q not in _OPTIMIZERS:
+                continue
+            module = next((m for m in project.fp16_modules(project.updated_modules(call)) if m[4] and m[4][0] != call.path), None)
+            if module is None:
+                continue
+            position, default = _OPTIMIZERS[q]
+            record = call.record
+            ref = record["k"].get("eps", record["a"][position] if len(record["a"]) > position else None)
+            if ref is None and "eps" not in record["k"] and len(record["a"]) <= position:
+                eps, text = default, f"the default eps={default:g}"
+            elif ref is not None and "v" in ref and 0 < abs(ref["v"]) < FP16_FLUSH_TO_ZERO:
+                eps, text = ref["v"], f"eps={ref['v']:g}"
+            else:
+                continue
+            cls = q.rsplit(".", 1)[-1]
+            message = (
+                f"`{cls}` with {text} over the parameters of a `{module[2]}` that {project.where(*module[4])} made "
+                f"fp16: {eps:g} is below fp16's smallest subnormal (5.96e-8) and rounds to 0, so where the "
+                f"squared-gradient average underflows the update divides by 0 and parameters become -inf/NaN; keep "
+                f"fp32 parameters (autocast + GradScaler) or use an eps fp16 represents, e.g. 1e-4"
+            )
+            data = {"eps": eps, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*module[4])}
+            yield project.diagnostic(self, call, message, data=data)
 
     # ------------------------------------------------------------ arithmetic
 

@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ...diagnostics import Diagnostic, Location, Severity
 from .index import ModuleIndex
 
 # A value type is a small tuple:
 #   ("C", path, cls)         a project class object
-#   ("I", path, cls, dtype)  an instance of it; dtype "" or "fp16"/"bf16" when its parameters were cast
+#   ("I", path, cls, dtype, site)  an instance of it; dtype "" or "fp16"/"bf16" when its parameters
+#                            were cast, site: (path, row) of that cast, else ()
 #   ("F", path, qual)        a project function or method
 #   ("M", path)              a project module
 #   ("X", qualname)          an external name (torch.nn.BCELoss, torch.nn.functional.binary_cross_entropy)
@@ -86,30 +87,54 @@ class Project:
     """The AMP model of the files whose summaries it was given.
 
     `summaries`: path -> summary (from `summary.summarize`); `root`: the project
-    folder (module names are read relative to it, and to `root/src`).
+    folder (module names are read relative to it, and to `root/src`); `files`:
+    every file of the project, and `load(path)` its summary: a module that a
+    name resolves to is loaded when first needed (the files a question starts
+    from are given, what they import comes as it is needed).
     """
 
-    def __init__(self, root: Optional[str], summaries: Dict[str, Dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        root: Optional[str],
+        summaries: Dict[str, Dict[str, Any]],
+        files: Optional[Iterable[str]] = None,
+        load: Optional[Callable[[str], Optional[Dict[str, Any]]]] = None,
+    ) -> None:
         self.root = root
-        self.summaries = summaries
-        self._index = ModuleIndex(summaries, root)
+        self.summaries = dict(summaries)
+        self._load = load
+        self._missing: Set[str] = set()
+        self._index = ModuleIndex(files if files is not None else summaries, root)
         self._param_types: Dict[Tuple[str, str, str], Set[Type]] = {}
         self._memo: Dict[Any, TypeSet] = {}
         self._active: Set[Any] = set()
         self._resolved: Dict[int, TypeSet] = {}
         self._witnesses: Optional[Dict[FuncKey, List[Witness]]] = None
+        self._loaded = len(self.summaries)
+        self._casts: Dict[FuncKey, List[Tuple[str, str, Tuple[str, int]]]] = {}
         self._settle()
 
     # ------------------------------------------------------------------ modules
 
     def module_path(self, module: str, importer: str, level: int = 0) -> Optional[str]:
-        """The project file of a module spelled in `importer` (None: not a project module)."""
-        return self._index.resolve(importer, level, module)
+        """The project file of a module spelled in `importer` (None: not a project module,
+        or one that does not parse)."""
+        path = self._index.resolve(importer, level, module)
+        if path is None or path in self.summaries:
+            return path
+        if self._load is None or path in self._missing:
+            return None
+        summary = self._load(path)
+        if summary is None:
+            self._missing.add(path)
+            return None
+        self.summaries[path] = summary
+        return path
 
     # ------------------------------------------------------------------ names and values
 
     def functions(self) -> Iterator[Tuple[str, str, Dict[str, Any]]]:
-        for path, s in self.summaries.items():
+        for path, s in list(self.summaries.items()):
             for qual, info in s["functions"].items():
                 yield path, qual, info
 
@@ -162,6 +187,52 @@ class Project:
         return types
 
     def _head(self, path: str, func: str, head: str) -> TypeSet:
+        types = self._head_uncast(path, func, head)
+        if types and func != "<module>":
+            for subject, dtype, site in self.casts_in((path, func)):
+                if subject == head:
+                    types = frozenset(_with_dtype(t, dtype, site) for t in types)
+        return types
+
+    def casts_in(self, key: FuncKey) -> List[Tuple[str, str, Tuple[str, int]]]:
+        """(name, dtype, cast site) for every name a function casts in place, itself
+        (`model.half()`) or through a project function it passes the name to
+        (`convert_weights(model)`, `model.apply(to_fp16)`)."""
+        found = self._casts.get(key)
+        if found is not None:
+            return found
+        self._casts[key] = []  # a recursive helper: what is known without it
+        info = self.function(key)
+        out: List[Tuple[str, str, Tuple[str, int]]] = []
+        if info is not None:
+            out.extend((subject, dtype, (key[0], row)) for subject, dtype, row in info["casts"])
+            for record in info["calls"]:
+                f = record["f"]
+                if not record["a"] or not f:
+                    continue
+                if f.endswith(".apply"):  # model.apply(fn): fn casts each submodule it is given
+                    subject, arg = f[: -len(".apply")], record["a"][0]
+                    targets = self._value(key[0], key[1], arg)
+                    position = 0
+                else:
+                    first = record["a"][0]
+                    if not first or "n" not in first:
+                        continue
+                    subject, targets, position = first["n"], self.name_types(key[0], key[1], f), 0
+                for t in targets:
+                    if t[0] != "F":
+                        continue
+                    callee = self.function((t[1], t[2]))
+                    if callee is None or len(callee["params"]) <= position:
+                        continue
+                    param = callee["params"][position]
+                    for name, dtype, _site in self.casts_in((t[1], t[2])):
+                        if name == param:
+                            out.append((subject, dtype, (key[0], record["r"])))
+        self._casts[key] = out
+        return out
+
+    def _head_uncast(self, path: str, func: str, head: str) -> TypeSet:
         s = self.summaries[path]
         scope: Optional[str] = func
         while scope is not None:
@@ -169,10 +240,12 @@ class Project:
             if info is not None and scope != "<module>":
                 params = info["params"]
                 if info["cls"] and params and head == params[0] and scope.count(".") == 1:
-                    return frozenset({("I", path, info["cls"], "")})
+                    return frozenset({("I", path, info["cls"], "", ())})
                 refs = info["locals"].get(head)
                 if refs:
                     return self._values(path, scope, refs)
+                if f"{scope}.{head}" in s["functions"]:  # a function defined inside this one
+                    return frozenset({("F", path, f"{scope}.{head}")})
                 if head in params:
                     return frozenset(self._param_types.get((path, scope, head), ()))
             scope = scope.rsplit(".", 1)[0] if "." in scope else None
@@ -246,7 +319,7 @@ class Project:
             for method in ref.get("m", ()):
                 if method.startswith("to:"):
                     dtype = method[3:]
-                    types = frozenset(_with_dtype(t, "" if dtype == "fp32" else dtype) for t in types)
+                    types = frozenset(_with_dtype(t, "" if dtype == "fp32" else dtype, (path, ref.get("mr", 0))) for t in types)
         finally:
             self._active.discard(key)
         self._memo[key] = types
@@ -256,19 +329,14 @@ class Project:
         """What calling a value of type `callee` gives."""
         kind = callee[0]
         if kind == "C":
-            return frozenset({("I", callee[1], callee[2], "")})
+            return frozenset({("I", callee[1], callee[2], "", ())})
         if kind == "X":
             return frozenset({("R", callee[1], "")})
         if kind == "F":
             info = self.function((callee[1], callee[2]))
             if info is None:
                 return _EMPTY
-            types = self._values(callee[1], callee[2], info["returns"])
-            # `model = Net(); model.half(); return model`: the in-place casts of returned names
-            for subject, dtype, _row in info["casts"]:
-                if any(r.get("n") == subject for r in info["returns"]):
-                    types = frozenset(_with_dtype(t, dtype) for t in types)
-            return types
+            return self._values(callee[1], callee[2], info["returns"])
         return _EMPTY
 
     # ------------------------------------------------------------------ calls
@@ -331,11 +399,47 @@ class Project:
                     for kw, ref in call.record["k"].items():
                         if kw in params and ref is not None:
                             found.setdefault((key[0], key[1], kw), set()).update(self._value(call.path, call.func, ref))
-            if found == self._param_types:
+            loaded = len(self.summaries)
+            if found == self._param_types and loaded == self._loaded:
                 break
+            self._loaded = loaded
             self._param_types = found
             self._memo.clear()
             self._resolved.clear()
+            self._casts.clear()
+
+    def updated_modules(self, call: Call) -> TypeSet:
+        """The modules whose parameters an optimizer constructor call is given
+        (`Adam(model.parameters())`, `filter(..., model.parameters())`, `params=`)."""
+        record = call.record
+        ref = record["a"][0] if record["a"] else record["k"].get("params")
+        for _ in range(3):
+            if not ref or "c" not in ref:
+                return _EMPTY
+            owner, _, method = ref["c"].rpartition(".")
+            if method in ("parameters", "named_parameters") and owner:
+                return self.name_types(call.path, call.func, owner)
+            if ref["c"] in ("filter", "list") and ref["a"]:
+                ref = ref["a"][-1]
+                continue
+            return _EMPTY
+        return _EMPTY
+
+    def optimizer_class(self, call: Call) -> Optional[str]:
+        """`torch.optim.AdamW` when the call constructs a torch optimizer (not a scheduler)."""
+        for t in self.resolve_call(call):
+            if t[0] == "X":
+                parts = t[1].split(".")
+                if (
+                    len(parts) >= 3 and parts[:2] == ["torch", "optim"] and parts[-1][:1].isupper()
+                    and parts[-1] != "Optimizer" and "lr_scheduler" not in parts and "swa_utils" not in parts
+                ):
+                    return t[1]
+        return None
+
+    def fp16_modules(self, types: Iterable[Type]) -> List[Type]:
+        """The instances among `types` whose parameters were cast to fp16, in a stable order."""
+        return sorted((t for t in types if t[0] == "I" and t[3] == "fp16"), key=repr)
 
     # ------------------------------------------------------------------ autocast
 
@@ -373,7 +477,7 @@ class Project:
                 continue
             for key in self.callees(call):
                 yield key, Witness(region, (key,))
-        for path, s in self.summaries.items():
+        for path, s in list(self.summaries.items()):
             for fw in s["frameworks"]:
                 region = Region(path, fw["row"], fw["device"], fw["dtype"], True, fw["kind"])
                 for key in self._framework_entries(path, fw):
@@ -485,9 +589,9 @@ def chain_text(chain: Tuple[FuncKey, ...]) -> str:
     return " -> ".join(f"`{display(k)}`" for k in chain)
 
 
-def _with_dtype(t: Type, dtype: str) -> Type:
+def _with_dtype(t: Type, dtype: str, site: Tuple[str, int]) -> Type:
     if t[0] == "I":
-        return ("I", t[1], t[2], dtype)
+        return ("I", t[1], t[2], dtype, site if dtype else ())
     if t[0] == "R":
         return ("R", t[1], dtype)
     return t

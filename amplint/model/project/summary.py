@@ -215,6 +215,7 @@ class _Summarizer:
         """What a value is, as far as the project model needs: a name, or the result of a call,
         followed by module-keeping methods (`Net().cuda().half()` -> Net, methods [cuda, half])."""
         methods: List[str] = []
+        row = getattr(node, "lineno", 0)
         while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MODULE_KEEPING:
             methods.append(self._method_tag(node))
             node = node.func.value
@@ -230,8 +231,13 @@ class _Summarizer:
             spelled = dotted(node)
             if spelled is not None:
                 out = {"n": spelled}
+        else:
+            number = _number(node)
+            if number is not None:
+                out = {"v": number}
         if out is not None and methods:
             out["m"] = methods
+            out["mr"] = row
         return out
 
     def _method_tag(self, call: ast.Call) -> str:
@@ -266,6 +272,10 @@ class _Summarizer:
         ref = self.vref(value)
         if name is None or ref is None:
             return
+        cast = next((m[3:] for m in ref.get("m", ()) if m in ("to:fp16", "to:bf16")), None)
+        if cast is not None and "." in name and ref.get("n", "").split(".")[0] == name.split(".")[0]:
+            # `layer.weight.data = layer.weight.data.half()`: `layer` changes in place
+            info["casts"].append([name.split(".")[0], cast, getattr(value, "lineno", 0)])
         if cls is not None and name.startswith("self.") and name.count(".") == 1:
             self.classes.setdefault(cls, {"line": 0, "bases": [], "attrs": {}})["attrs"].setdefault(name[5:], []).append([qual, ref])
         elif "." not in name:
@@ -408,6 +418,17 @@ def autocast_arguments(s: "_Summarizer", call: ast.Call, implied_device: Optiona
         value = _constant(enabled_node)
         enabled = value if isinstance(value, bool) else None
     return device, dtype, enabled
+
+
+def _number(node: ast.AST) -> Optional[float]:
+    """The value of `1e-8`, `-1e9`; None for anything else."""
+    sign = 1.0
+    while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        sign = -sign if isinstance(node.op, ast.USub) else sign
+        node = node.operand
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return sign * float(node.value)
+    return None
 
 
 def _constant(node: Optional[ast.AST]) -> Any:
