@@ -86,9 +86,18 @@ def project_diagnostics(files: Sequence[str], config: Config, rules: Sequence[An
             loaded = project_rules(rules)
         if not loaded:
             break
-        project = Project(root, summaries, files=project_files, load=store.summary)
+        project = None
         for rule_cls in loaded:
-            for d in rule_cls().check_project(project):
+            try:
+                if project is None:
+                    project = Project(root, summaries, files=project_files, load=store.summary)
+                found = list(rule_cls().check_project(project))
+            except Exception as exc:  # a bug must not stop the run: reported like a per-file one
+                from .engine import internal_error
+
+                out.append(internal_error(members[min(members)], f"rule {rule_cls.code} ({rule_cls.name}) on the project model", exc))
+                break
+            for d in found:
                 spelled = members.get(d.filename)
                 if spelled is not None and d.code in codes:
                     d.filename = spelled

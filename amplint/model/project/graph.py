@@ -314,8 +314,10 @@ class Project:
         try:
             if "n" in ref:
                 types = self.name_types(path, func, ref["n"])
-            else:
+            elif "c" in ref:
                 types = frozenset(t for callee in self.name_types(path, func, ref["c"]) for t in self.returns(callee))
+            else:  # a number
+                types = _EMPTY
             for method in ref.get("m", ()):
                 if method.startswith("to:"):
                     dtype = method[3:]

@@ -1,0 +1,74 @@
+"""The multi-file fixture projects (fixtures/projects/) report exactly their reviewed findings,
+and linting any one of their files reports for it what the whole project run reports."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from amplint import Config, lint_paths
+from amplint.cache import Cache
+
+PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "projects"
+DIRS = sorted(p for p in PROJECTS.iterdir() if (p / "pyproject.toml").exists())
+
+
+def findings(paths: List[str], cache=None) -> Dict[str, List[str]]:
+    out: Dict[str, List[str]] = {}
+    for d in lint_paths(paths, Config(), cache=cache).diagnostics:
+        out.setdefault(str(Path(d.filename).resolve()), []).append(f"{d.location.row}:{d.location.column} {d.code}")
+    return out
+
+
+def expected(project: Path) -> Dict[str, List[str]]:
+    out: Dict[str, List[str]] = {}
+    for line in (project / "expected.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            where, code = line.split()
+            path, row, col = where.rsplit(":", 2)
+            out.setdefault(str((project / path).resolve()), []).append(f"{row}:{col} {code}")
+    return out
+
+
+def test_every_shape_has_a_silent_twin():
+    names = {p.name for p in DIRS}
+    buggy = [n for n in names if not n.endswith("_ok")]
+    assert len(buggy) >= 3
+    for n in buggy:
+        assert f"{n}_ok" in names, f"{n} has no correct twin"
+        assert expected(PROJECTS / n), f"{n} expects no finding"
+
+
+@pytest.mark.parametrize("project", DIRS, ids=lambda p: p.name)
+def test_project_findings_match_expected(project):
+    assert findings([str(project)]) == expected(project)
+
+
+@pytest.mark.parametrize("project", DIRS, ids=lambda p: p.name)
+def test_one_file_reports_what_the_whole_project_reports(project, tmp_path):
+    """As pre-commit runs it: one changed file, the other files read from the warm cache."""
+    cache = Cache(str(tmp_path), "fp")
+    whole = findings([str(project)], cache)
+    cache.save()
+    for path in sorted(project.rglob("*.py")):
+        warm = Cache(str(tmp_path), "fp")
+        alone = findings([str(path)], warm)
+        assert alone.get(str(path.resolve()), []) == whole.get(str(path.resolve()), []), path
+        assert set(alone) <= {str(path.resolve())}, "a subset run reports only the files it was given"
+    # and with no cache at all (pre-commit's first run)
+    for path in sorted(project.rglob("*.py")):
+        alone = findings([str(path)])
+        assert alone.get(str(path.resolve()), []) == whole.get(str(path.resolve()), []), path
+
+
+def test_a_subset_run_reuses_the_cached_summaries(tmp_path):
+    project = PROJECTS / "bce_loss_module"
+    cache = Cache(str(tmp_path), "fp")
+    findings([str(project)], cache)
+    cache.save()
+    warm = Cache(str(tmp_path), "fp")
+    assert warm.entries["summary"], "the whole run cached the summaries it built"
+    findings([str(project / "segkit" / "losses.py")], warm)
+    assert warm.hits > 0
+    assert warm.misses == 0, "no other file was summarised again"
