@@ -183,7 +183,7 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
     from .engine import FileResult
 
     try:
-        extra = {f.name for f in dataclasses.fields(FileResult)} - {"path", "diagnostics", "facts", "parsed"}
+        extra = {f.name for f in dataclasses.fields(FileResult)} - {"path", "diagnostics", "facts", "parsed", "index"}
         for name in extra:  # fields added later: cache only when they hold their default
             f = next(f for f in dataclasses.fields(FileResult) if f.name == name)
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
@@ -199,6 +199,8 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
             out["f"] = facts
         if result.parsed:
             out["p"] = True
+        if result.index is not None and (result.index.get("r") or result.index.get("i")):
+            out["x"] = _enc(result.index)
         if decode_result(result.path, json.loads(json.dumps(out))).diagnostics != result.diagnostics:
             return None
         return out
@@ -208,6 +210,8 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
 
 #: most files say nothing about precision: one shared (frozen) value for them
 _NO_FACTS = FileFacts()
+#: the text index of a file with no project role and no import (never mutated)
+_NO_INDEX: Dict[str, Any] = {"r": "", "i": []}
 
 
 def decode_result(path: str, o: Dict[str, Any]) -> Any:
@@ -220,6 +224,7 @@ def decode_result(path: str, o: Dict[str, Any]) -> Any:
         diagnostics=[decode_diagnostic(d) for d in diagnostics] if diagnostics else [],
         facts=FileFacts(**facts) if facts else _NO_FACTS,
         parsed=bool(o.get("p")),
+        index=o.get("x", _NO_INDEX) if path.endswith(".py") else None,
     )
 
 

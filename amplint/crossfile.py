@@ -58,8 +58,16 @@ def project_rules(rules: Sequence[Any]) -> List[Any]:
     return out
 
 
-def project_diagnostics(files: Sequence[str], config: Config, rules: Sequence[Any], codes: FrozenSet[str], cache: Any = None) -> List[Diagnostic]:
-    """The cross-file diagnostics of `files` (spelled as the run spells them), noqa applied."""
+def project_diagnostics(
+    files: Sequence[str],
+    config: Config,
+    rules: Sequence[Any],
+    codes: FrozenSet[str],
+    cache: Any = None,
+    indexes: Optional[Dict[str, Dict[str, Any]]] = None,
+) -> List[Diagnostic]:
+    """The cross-file diagnostics of `files` (spelled as the run spells them), noqa applied.
+    `indexes`: the text indexes the lint pass already computed, by absolute path."""
     from .model.project import Project, universe
 
     memo: Dict[str, Optional[str]] = {}
@@ -70,7 +78,7 @@ def project_diagnostics(files: Sequence[str], config: Config, rules: Sequence[An
             groups.setdefault(project_root(full, memo), {})[full] = f
     out: List[Diagnostic] = []
     loaded: Optional[List[Any]] = None
-    store = _Store(cache)
+    store = _Store(cache, indexes or {})
     for root in sorted(groups, key=lambda r: r or ""):
         members = groups[root]
         project_files = _project_files(root, members, config)
@@ -146,18 +154,33 @@ def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[D
 class _Store:
     """Text indexes and summaries by absolute path, through the run's cache when it has one."""
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: Any, indexes: Dict[str, Dict[str, Any]]) -> None:
         self.cache = cache
-        self._index: Dict[str, Dict[str, Any]] = {}
+        self._index: Dict[str, Dict[str, Any]] = dict(indexes)
 
     def index(self, path: str) -> Dict[str, Any]:
         found = self._index.get(path)
         if found is None:
             from .model.project import text_index
 
-            found = self._cached("pindex", path, text_index) or {"r": "", "i": []}
+            found = self._linted(path) or self._cached("pindex", path, text_index) or {"r": "", "i": []}
             self._index[path] = found
         return found
+
+    def _linted(self, path: str) -> Optional[Dict[str, Any]]:
+        """The index an earlier run's lint of the unchanged file recorded."""
+        if self.cache is None:
+            return None
+        from .cache import stat_key
+
+        for spelled in (path, os.path.relpath(path)):
+            try:
+                hit, _ = self.cache.lookup("lint", spelled, stat_key(os.stat(path)))
+            except OSError:
+                return None
+            if hit is not None and hit.index is not None:
+                return hit.index
+        return None
 
     def summary(self, path: str) -> Optional[Dict[str, Any]]:
         from .model.project import summarize

@@ -46,6 +46,8 @@ class FileResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
     facts: FileFacts = field(default_factory=FileFacts)
     parsed: bool = False
+    #: the file's text index for the project model (`amplint.model.project.text_index`)
+    index: Optional[dict] = None
 
 
 @dataclass
@@ -469,7 +471,12 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {problem}"))
         return result
-    return lint_file_source(source, path, config, rules, codes)
+    result = lint_file_source(source, path, config, rules, codes)
+    if path.endswith(".py"):
+        from .model.project import text_index
+
+        result.index = text_index(source)
+    return result
 
 
 def lint_paths(
@@ -491,7 +498,8 @@ def lint_paths(
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
     from .crossfile import merge, project_diagnostics
 
-    cross = project_diagnostics(files, config, rules, codes, cache)
+    indexes = {os.path.abspath(r.path): r.index for r in results if r.index is not None}
+    cross = project_diagnostics(files, config, rules, codes, cache, indexes)
     if cross:
         diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
     diagnostics.sort(key=Diagnostic.sort_key)

@@ -284,6 +284,9 @@ def test_the_universe_is_empty_without_seeds_and_bounded_by_imports(tmp_path):
     (root / "d.py").write_text("from c import bce_loss\n")
     files = sorted(str(p) for p in root.rglob("*.py"))
     assert [Path(f).name for f in universe(files, str(root), index)] == ["c.py", "d.py"]
+    (root / "e.py").write_text("import torch\nopt = torch.optim.SGD(params, lr=0.1)\n")
+    files = sorted(str(p) for p in root.rglob("*.py"))
+    assert [Path(f).name for f in universe(files, str(root), index)] == ["c.py", "d.py", "e.py"]
 
 
 def test_fp16_follows_builders_but_not_other_instances(tmp_path):
@@ -325,3 +328,13 @@ def test_the_model_never_imports_libcst_or_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_package_linted_without_a_project_root_resolves_its_imports(tmp_path):
+    from amplint.model.project import ModuleIndex
+
+    files = {str(tmp_path / p) for p in ("lib/pkg/__init__.py", "lib/pkg/losses.py", "lib/pkg/sub/__init__.py", "lib/pkg/sub/head.py", "lib/tool.py")}
+    index = ModuleIndex(files, None)
+    assert index.resolve(str(tmp_path / "lib/pkg/sub/head.py"), 0, "pkg.losses") == str(tmp_path / "lib/pkg/losses.py")
+    assert index.resolve(str(tmp_path / "lib/pkg/sub/head.py"), 2, "losses") == str(tmp_path / "lib/pkg/losses.py")
+    assert index.resolve(str(tmp_path / "lib/tool.py"), 0, "pkg.sub") == str(tmp_path / "lib/pkg/sub/__init__.py")

@@ -5,27 +5,36 @@ choose them without parsing the project, every file gets a text index, cheap
 enough to compute for each file of a large repository and cached with the
 other per-file results:
 
-* roles: "s" -- the file holds something only another file can make wrong
-  (a BCE loss, a cast of weights to fp16: the seeds of cross-file findings);
-  "a" -- it may set precision (autocast, a framework's precision flag, a
-  GradScaler);
+* roles: "b" -- the file calls a BCE loss, which only its callers' autocast
+  (maybe in other files) makes wrong; "o" -- it builds a torch optimizer,
+  whose module may have been made fp16 by what the file imports; "a" -- it
+  may set precision (autocast, a framework's precision flag, a GradScaler);
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one).
 
-`universe` then takes the seeds, the files that import them (transitively,
-a bounded number of levels), and the precision-setting files those import.
+`universe` then takes the BCE files, the files that import them (transitively,
+a bounded number of levels), the precision-setting files those import, and
+the optimizer files; what these import is loaded when a name leads there
+(`graph.Project`).
 """
 from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-_SEED = re.compile(r"binary_cross_entropy\s*\(|BCELoss\b|\.half\(\s*\)|float16")
-_PRECISION = re.compile(r"autocast|precision|fp16|bf16|GradScaler")
-_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
-_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;]+)", re.M)
+_BCE = re.compile(r"binary_cross_entropy\s*\(|BCELoss\b")
+_OPTIMIZER = re.compile(r"\b(?:Adam|AdamW|SGD|RMSprop|Adagrad|Adamax|NAdam|RAdam|Adadelta|LBFGS|SparseAdam|ASGD|Rprop)\s*\(")
+_PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler")
+#: the standard library's top-level modules: no project holds one, and leaving their imports
+#: out keeps the cached index small
+_EXTERNAL = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
+#: one pass over the import statements (`from` and `import` forms)
+_IMPORTS = re.compile(
+    r"^[ \t]*(?:from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))", re.M
+)
 
 #: how many importer levels above a seed file the universe reaches, and its size
 UP_LEVELS = 6
@@ -36,39 +45,64 @@ Import = Tuple[int, str, Tuple[str, ...]]
 
 def text_index(source: str) -> Dict[str, object]:
     """{"r": roles, "i": imports} of one file's text (JSON-able)."""
-    roles = ("s" if _SEED.search(source) else "") + ("a" if _PRECISION.search(source) else "")
+    # substring tests first (C speed); the regexes run only on the few files that pass them
+    roles = ""
+    if ("binary_cross_entropy" in source or "BCELoss" in source) and _BCE.search(source):
+        roles += "b"
+    if "optim" in source and _OPTIMIZER.search(source):
+        roles += "o"
+    if any(t in source for t in _PRECISION):
+        roles += "a"
     imports: List[List[object]] = []
     if "import" in source:
-        for m in _FROM.finditer(source):
-            names = [n.strip().split(" as ")[0].strip() for n in m.group(3).strip("()").replace("\\\n", " ").split(",")]
-            imports.append([len(m.group(1)), m.group(2), [n for n in names if n.isidentifier()]])
-        for m in _IMPORT.finditer(source):
-            for part in m.group(1).split(","):
+        for m in _IMPORTS.finditer(source):
+            if m.group(4) is None:
+                if not m.group(1) and m.group(2).split(".")[0] in _EXTERNAL:
+                    continue
+                names = [n.strip().split(" as ")[0].strip() for n in m.group(3).strip("()").replace("\\\n", " ").split(",")]
+                imports.append([len(m.group(1)), m.group(2), [n for n in names if n.isidentifier()]])
+                continue
+            for part in m.group(4).split(","):
                 name = part.strip().split(" as ")[0].strip()
-                if name and all(p.isidentifier() for p in name.split(".")):
+                if name and all(p.isidentifier() for p in name.split(".")) and name.split(".")[0] not in _EXTERNAL:
                     imports.append([0, name, []])
     return {"r": roles, "i": imports}
 
 
-def module_names(path: str, root: Optional[str]) -> List[str]:
-    """The dotted names a file may be imported as: relative to the project root, and to
-    `root/src` (a `src/` layout)."""
-    if root is None:
-        return []
-    rel = os.path.relpath(path, root)
-    if rel.startswith(".."):
-        return []
-    parts = rel[:-3].split(os.sep) if rel.endswith(".py") else rel.split(os.sep)
-    if parts and parts[-1] == "__init__":
-        parts = parts[:-1]
-    if not parts:
-        return []
-    out = [".".join(parts)]
-    if parts[0] == "src" and len(parts) > 1:
-        out.append(".".join(parts[1:]))
+def module_names(path: str, root: Optional[str], files: Optional[Set[str]] = None) -> List[str]:
+    """The dotted names a file may be imported as: relative to the project root, to
+    `root/src` (a `src/` layout), and from its topmost package folder (the folders
+    above it holding an `__init__.py` among `files`), so a package linted on its
+    own, with no project root, still resolves its absolute imports."""
+    out: List[str] = []
+    if root is not None:
+        rel = os.path.relpath(path, root)
+        if not rel.startswith(".."):
+            parts = _parts(rel)
+            if parts:
+                out.append(".".join(parts))
+                if parts[0] == "src" and len(parts) > 1:
+                    out.append(".".join(parts[1:]))
+    if files is not None:
+        top = folder = os.path.dirname(path)
+        while os.path.join(folder, "__init__.py") in files:
+            top = folder
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+        if top != os.path.dirname(path) or os.path.join(top, "__init__.py") in files:
+            parts = _parts(os.path.relpath(path, os.path.dirname(top)))
+            if parts and ".".join(parts) not in out:
+                out.append(".".join(parts))
     return out
 
 
+def _parts(rel: str) -> List[str]:
+    parts = rel[:-3].split(os.sep) if rel.endswith(".py") else rel.split(os.sep)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return parts
 
 
 class ModuleIndex:
@@ -78,7 +112,7 @@ class ModuleIndex:
         self.files: Set[str] = set(files)
         self.by_name: Dict[str, str] = {}
         for path in sorted(self.files):
-            for name in module_names(path, root):
+            for name in module_names(path, root, self.files):
                 self.by_name.setdefault(name, path)
 
     def resolve(self, importer: str, level: int, module: str) -> Optional[str]:
@@ -113,28 +147,48 @@ class ModuleIndex:
 
 
 def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, object]]) -> List[str]:
-    """The files the project model needs: none unless some file is a seed; else the seeds,
-    their importers up to `UP_LEVELS` levels, and the precision-setting files any of
-    those import. Sorted; the same for any subset of the project that asks."""
-    seeds = [f for f in files if "s" in str(index(f)["r"])]
-    if not seeds:
+    """The files the project model starts from: the BCE files, their importers up to
+    `UP_LEVELS` levels, the precision-setting files any of those import, and the
+    optimizer files. Empty when the project has no BCE file and no optimizer file.
+    Sorted; the same for any subset of the project that asks."""
+    seeds = [f for f in files if "b" in str(index(f)["r"])]
+    optimizers = [f for f in files if "o" in str(index(f)["r"])]
+    if not seeds and not optimizers:
         return []
-    modules = ModuleIndex(files, root)
-    imports: Dict[str, List[str]] = {f: modules.imported_files(f, index(f)["i"]) for f in files}  # type: ignore[arg-type]
-    importers: Dict[str, List[str]] = {}
-    for f in files:
-        for target in imports[f]:
-            importers.setdefault(target, []).append(f)
-    chosen: Set[str] = set(seeds)
-    level = list(seeds)
-    for _ in range(UP_LEVELS):
-        following = sorted({i for f in level for i in importers.get(f, ()) if i not in chosen})
-        if not following or len(chosen) + len(following) > MAX_FILES:
-            break
-        chosen.update(following)
-        level = following
-    for f in sorted(chosen):
-        for target in imports[f]:
-            if target not in chosen and "a" in str(index(target)["r"]) and len(chosen) < MAX_FILES:
-                chosen.add(target)
+    chosen: Set[str] = set(seeds) | set(optimizers)
+    if seeds:
+        modules = ModuleIndex(files, root)
+        entries = {f: index(f)["i"] for f in files}
+        reached: Set[str] = set(seeds)
+        level = list(seeds)
+        for _ in range(UP_LEVELS):
+            following = sorted({i for i in _importers(level, files, entries, modules) if i not in reached})
+            if not following or len(chosen | set(following)) > MAX_FILES:
+                break
+            reached.update(following)
+            chosen.update(following)
+            level = following
+        for f in sorted(chosen):
+            for target in modules.imported_files(f, entries[f]):  # type: ignore[arg-type]
+                if target not in chosen and "a" in str(index(target)["r"]) and len(chosen) < MAX_FILES:
+                    chosen.add(target)
     return sorted(chosen)
+
+
+def _importers(targets: Sequence[str], files: Sequence[str], entries: Dict[str, object], modules: "ModuleIndex") -> Set[str]:
+    """The files that import any of `targets`. Only import statements naming a target's
+    module or package name (its last dotted part) are resolved: a cheap string test first."""
+    names: Set[str] = set()
+    for t in targets:
+        base = os.path.basename(t)
+        names.add(os.path.basename(os.path.dirname(t)) if base == "__init__.py" else base[:-3])
+    wanted = set(targets)
+    out: Set[str] = set()
+    for f in files:
+        relevant = [
+            e for e in entries[f]  # type: ignore[union-attr]
+            if str(e[1]).rsplit(".", 1)[-1] in names or any(n in names for n in e[2]) or (not e[1] and e[0])
+        ]
+        if relevant and wanted.intersection(modules.imported_files(f, relevant)):
+            out.add(f)
+    return out
