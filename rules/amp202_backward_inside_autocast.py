@@ -8,6 +8,7 @@ from typing import Iterator
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import ModuleContext, active_region
+from amplint.model.project import Project
 
 _BACKWARD_EVENTS = ("scaled_backward", "backward", "framework_backward")
 
@@ -235,6 +236,32 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
                     continue
                 yield self._diagnostic(ctx, event.call, region)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A backward inside an autocast the file alone does not show: one held in an
+        attribute or `partial` (`with self.amp_autocast():`), or applied by a project
+        decorator defined in another module."""
+        for call in project.calls():
+            f = call.record["f"]
+            if not (f.endswith(".backward") or f == "backward") or f in ("torch.autograd.backward",):
+                continue
+            region = project.region_of(call)
+            if region is None:
+                region = next(
+                    (w.region for w in project.autocast_witnesses((call.path, call.func)) if len(w.chain) == 1 and _decorated(project, call, w.region)),
+                    None,
+                )
+            elif region.kind != "held":
+                continue  # `check` sees it
+            if region is None or region.enabled is False or region.dtype == "fp32":
+                continue
+            when = " (when enabled)" if region.enabled is None else ""
+            message = (
+                f"`{f}()` runs inside {project.describe(region)}{when}: PyTorch recommends autocast around the forward "
+                f"pass and loss only: the rest of the block after it autocasts too, and the backward of a layer kept "
+                f"fp32 by a nested `autocast(enabled=False)` runs in low precision; move it out of the region"
+            )
+            yield project.diagnostic(self, call, message, data={"region_line": region.row, "device": region.device, "dtype": region.dtype})
+
     def _diagnostic(self, ctx: ModuleContext, call, region) -> Diagnostic:
         text = ctx.code_for(call.node)
         if len(text) > 50 or "\n" in text:
@@ -253,6 +280,12 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
             message,
             data={"region_line": row, "device": region.device, "dtype": region.dtype},
         )
+
+
+def _decorated(project: Project, call, region) -> bool:
+    """Whether `region` comes from a decorator of the function holding `call` (not a caller)."""
+    info = project.function((call.path, call.func))
+    return info is not None and any(project.decorator_region(t) == region for d in info["decorators"] if d for t in project.name_types(call.path, "<module>" if "." not in call.func else call.func.rsplit(".", 1)[0], d))
 
 
 def _defined_inside(ctx: ModuleContext, region, scope) -> bool:

@@ -8,7 +8,7 @@ import libcst as cst
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import AutocastRegion, CallInfo, ModuleContext, Scope, literal_string
 from amplint.fixes import make_fix, replace_node
-from amplint.model.project import Call, Project
+from amplint.model.project import Call, Project, Witness
 from amplint.model.project.graph import chain_text
 
 _BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
@@ -259,12 +259,17 @@ for batch in loader:
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """BCE in a function that runs under autocast only through a call from
-        another file, or through a framework's precision setting."""
+        another file, a framework's precision setting, an autocast held in an
+        attribute or `partial`, or a project decorator."""
         for call in project.calls():
             shown = _project_bce(project, call)
-            if shown is None or project.region_of(call) is not None:
-                continue  # not BCE, or its own file's region decides (check above)
-            for witness in project.autocast_witnesses((call.path, call.func)):
+            if shown is None:
+                continue
+            own = project.region_of(call)
+            if own is not None and own.kind != "held":
+                continue  # a region its own file shows decides (check above)
+            witnesses = [Witness(own, ())] if own is not None else project.autocast_witnesses((call.path, call.func))
+            for witness in witnesses:
                 region = witness.region
                 if region.enabled is False or region.device not in _BANNED_DEVICES:
                     continue

@@ -338,3 +338,57 @@ def test_a_package_linted_without_a_project_root_resolves_its_imports(tmp_path):
     assert index.resolve(str(tmp_path / "lib/pkg/sub/head.py"), 0, "pkg.losses") == str(tmp_path / "lib/pkg/losses.py")
     assert index.resolve(str(tmp_path / "lib/pkg/sub/head.py"), 2, "losses") == str(tmp_path / "lib/pkg/losses.py")
     assert index.resolve(str(tmp_path / "lib/tool.py"), 0, "pkg.sub") == str(tmp_path / "lib/pkg/sub/__init__.py")
+
+
+def test_autocast_held_in_an_attribute_or_a_project_decorator(tmp_path):
+    root = write(tmp_path, {
+        "amp.py": """
+            import functools
+            import torch
+
+            def fp16_forward(fn):
+                @functools.wraps(fn)
+                def wrapper(*args, **kwargs):
+                    with torch.autocast("cuda", dtype=torch.float16):
+                        return fn(*args, **kwargs)
+                return wrapper
+
+            def no_autocast(fn):
+                @functools.wraps(fn)
+                def wrapper(*args, **kwargs):
+                    with torch.autocast("cuda", enabled=False):
+                        return fn(*args, **kwargs)
+                return wrapper
+        """,
+        "train.py": """
+            from functools import partial
+            from contextlib import suppress
+            import torch
+            import torch.nn.functional as F
+            from amp import fp16_forward, no_autocast
+
+            class Head(torch.nn.Module):
+                @fp16_forward
+                def forward(self, x, y):
+                    return F.binary_cross_entropy(x.sigmoid(), y)
+
+            class SafeHead(torch.nn.Module):
+                @no_autocast
+                def forward(self, x, y):
+                    return F.binary_cross_entropy(x.float().sigmoid(), y)
+
+            def train(args, model, x):
+                amp_autocast = partial(torch.autocast, device_type="cuda", dtype=torch.bfloat16) if args.amp else suppress
+                cpu_autocast = partial(torch.autocast, "cpu")
+                with amp_autocast():
+                    loss = model(x).sum()
+                    loss.backward()
+                with cpu_autocast():
+                    loss = F.binary_cross_entropy(model(x), x)
+                loss.backward()
+        """,
+    })
+    result = lint_paths([str(root)], Config())
+    found = [(Path(d.filename).name, d.location.row, d.code) for d in result.diagnostics]
+    assert found == [("train.py", 11, "AMP303"), ("train.py", 23, "AMP202")]
+    assert "(when enabled)" in result.diagnostics[1].message

@@ -29,6 +29,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
+from ... import torchapi
 from ...diagnostics import Diagnostic, Location, Severity
 from .index import ModuleIndex
 
@@ -40,6 +41,7 @@ from .index import ModuleIndex
 #   ("M", path)              a project module
 #   ("X", qualname)          an external name (torch.nn.BCELoss, torch.nn.functional.binary_cross_entropy)
 #   ("R", qualname, dtype)   what calling an external name returned (a torch.nn.BCELoss instance)
+#   ("A", device, dtype, enabled)  an autocast held for later: `partial(torch.autocast, "cuda")`
 Type = Tuple[Any, ...]
 TypeSet = FrozenSet[Type]
 FuncKey = Tuple[str, str]  # (path, qual)
@@ -314,6 +316,8 @@ class Project:
         try:
             if "n" in ref:
                 types = self.name_types(path, func, ref["n"])
+            elif "p" in ref and ref["a"]:
+                types = self._partial(path, func, ref)
             elif "c" in ref:
                 types = frozenset(t for callee in self.name_types(path, func, ref["c"]) for t in self.returns(callee))
             else:  # a number
@@ -326,6 +330,40 @@ class Project:
             self._active.discard(key)
         self._memo[key] = types
         return types
+
+    def _partial(self, path: str, func: str, ref: Dict[str, Any]) -> TypeSet:
+        """`partial(torch.autocast, device_type="cuda", dtype=torch.float16)`: an autocast held for later."""
+        if not any(t == ("X", "functools.partial") for t in self.name_types(path, func, ref["c"])):
+            return _EMPTY
+        target = self._value(path, func, ref["a"][0])
+        held = [t[1] for t in target if t[0] == "X" and t[1] in torchapi.AUTOCAST_CONTEXTS]
+        if not held:
+            return _EMPTY
+        args = dict(ref["k"])
+        positional = ("device_type", "dtype", "enabled") if torchapi.AUTOCAST_CONTEXTS[held[0]] is None else ("enabled", "dtype")
+        for name, value in zip(positional, ref["a"][1:]):
+            args.setdefault(name, value)
+        return frozenset({self.autocast_of(path, func, held[0], args)})
+
+    def autocast_of(self, path: str, func: str, qualname: str, args: Dict[str, Any]) -> Type:
+        """("A", device, dtype, enabled) from an autocast's arguments (vrefs by parameter name)."""
+        device = torchapi.AUTOCAST_CONTEXTS[qualname]
+        if device is None:
+            device = (args.get("device_type") or {}).get("s")
+        dtype_ref = args.get("dtype")
+        if dtype_ref is None:
+            dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
+        elif "s" in dtype_ref:
+            dtype = torchapi.DTYPE_STRINGS.get(dtype_ref["s"].replace("torch.", ""))
+        else:
+            dtype = next((torchapi.dtype_of_qualname(t[1]) for t in self._value(path, func, dtype_ref) if t[0] == "X"), None)
+        enabled_ref = args.get("enabled")
+        enabled: Optional[bool] = True
+        if enabled_ref is not None:
+            enabled = None
+            if "n" in enabled_ref and enabled_ref["n"] in ("True", "False"):
+                enabled = enabled_ref["n"] == "True"
+        return ("A", device, dtype, enabled)
 
     def returns(self, callee: Type) -> TypeSet:
         """What calling a value of type `callee` gives."""
@@ -463,7 +501,20 @@ class Project:
         if via is None:
             kind = "framework" if r.get("framework") else "autocast"
             return Region(path, r["row"], r["device"], r["dtype"], r["enabled"], kind)
-        return None
+        # `with self.amp_autocast():` -- what the callee holds decides
+        types = self.name_types(path, func, via)
+        held = [t for t in types if t[0] == "A"]
+        if not held:
+            return None
+        device, dtype, enabled = held[0][1], held[0][2], held[0][3]
+        if len(held) < len(types) or any(h[1:] != held[0][1:] for h in held):
+            # `amp_autocast = partial(torch.autocast, ...) if amp else suppress`: decided at run time
+            enabled = None if enabled is not False else False
+            if any(h[1] != device for h in held):
+                device = None
+            if any(h[2] != dtype for h in held):
+                dtype = None
+        return Region(path, r["row"], device, dtype, enabled, "held")
 
     def autocast_witnesses(self, key: FuncKey) -> List[Witness]:
         """Why function `key` may run under autocast: up to a few regions (distinct device,
@@ -479,11 +530,39 @@ class Project:
                 continue
             for key in self.callees(call):
                 yield key, Witness(region, (key,))
+        for path, qual, info in list(self.functions()):
+            for decorator in info["decorators"]:
+                if not decorator:
+                    continue
+                for t in self.name_types(path, "<module>" if "." not in qual else qual.rsplit(".", 1)[0], decorator):
+                    region = self.decorator_region(t)
+                    if region is not None:
+                        yield (path, qual), Witness(region, ((path, qual),))
         for path, s in list(self.summaries.items()):
             for fw in s["frameworks"]:
                 region = Region(path, fw["row"], fw["device"], fw["dtype"], True, fw["kind"])
                 for key in self._framework_entries(path, fw):
                     yield key, Witness(region, (key,))
+
+    def decorator_region(self, t: Type) -> Optional[Region]:
+        """The region a project decorator runs the decorated function under: one whose
+        nested wrapper calls the function it was given inside an enabled autocast."""
+        if t[0] != "F":
+            return None
+        info = self.function((t[1], t[2]))
+        if info is None or not info["params"]:
+            return None
+        param = info["params"][0]
+        prefix = f"{t[2]}."
+        for qual, inner in self.summaries[t[1]]["functions"].items():
+            if not qual.startswith(prefix):
+                continue
+            for record in inner["calls"]:
+                if record["f"] == param:
+                    region = self.region_of(Call(t[1], qual, record))
+                    if region is not None and region.enabled is not False:
+                        return region
+        return None
 
     def _framework_entries(self, path: str, fw: Dict[str, Any]) -> List[FuncKey]:
         """The project functions a framework runs under its precision setting."""
@@ -567,6 +646,8 @@ class Project:
         if region.kind == "hf":
             return f"the {dtype} mixed precision of the `TrainingArguments` at {at} (through `Trainer(model=...)`)"
         device = {"cuda": "CUDA ", "cpu": "CPU ", "xpu": "XPU "}.get(region.device or "", "")
+        if region.kind == "held":
+            return f"the {device}autocast held by the `with` of {at}"
         return f"the {device}autocast of {at}"
 
     def diagnostic(self, rule: Any, call: Call, message: str, *, data: Optional[dict] = None, severity: Optional[Severity] = None) -> Diagnostic:

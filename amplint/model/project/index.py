@@ -9,13 +9,14 @@ other per-file results:
   (maybe in other files) makes wrong; "o" -- it builds a torch optimizer,
   whose module may have been made fp16 by what the file imports; "a" -- it
   may set precision (autocast, a framework's precision flag, a GradScaler);
+  "h" -- it may hold an autocast in a `partial` and enter it later;
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one).
 
 `universe` then takes the BCE files, the files that import them (transitively,
 a bounded number of levels), the precision-setting files those import, and
-the optimizer files; what these import is loaded when a name leads there
+the optimizer files and files holding an autocast in a `partial`; what these import is loaded when a name leads there
 (`graph.Project`).
 """
 from __future__ import annotations
@@ -53,6 +54,8 @@ def text_index(source: str) -> Dict[str, object]:
         roles += "o"
     if any(t in source for t in _PRECISION):
         roles += "a"
+        if "autocast" in source and "partial" in source:
+            roles += "h"  # an autocast held in a `partial`, maybe entered later
     imports: List[List[object]] = []
     if "import" in source:
         for m in _IMPORTS.finditer(source):
@@ -152,7 +155,7 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     optimizer files. Empty when the project has no BCE file and no optimizer file.
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
-    optimizers = [f for f in files if "o" in str(index(f)["r"])]
+    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "oh")]
     if not seeds and not optimizers:
         return []
     chosen: Set[str] = set(seeds) | set(optimizers)

@@ -231,6 +231,8 @@ class _Summarizer:
             spelled = dotted(node)
             if spelled is not None:
                 out = {"n": spelled}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 40:
+            out = {"s": node.value}
         else:
             number = _number(node)
             if number is not None:
@@ -267,6 +269,10 @@ class _Summarizer:
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "prepare":
                 for t, a in zip(target.elts, value.args):
                     self._bind(t, a, info, cls, qual)
+            return
+        if isinstance(value, (ast.IfExp, ast.BoolOp)):  # `partial(...) if amp else suppress`: either
+            for alternative in (value.body, value.orelse) if isinstance(value, ast.IfExp) else value.values:
+                self._bind(target, alternative, info, cls, qual)
             return
         name = dotted(target)
         ref = self.vref(value)
