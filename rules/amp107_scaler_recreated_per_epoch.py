@@ -7,6 +7,7 @@ import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import CallInfo, Frame, ModuleContext, Scope, is_grad_scaler_call, literal_bool
+from amplint.model.project import Project
 
 
 class ScalerRecreatedPerEpoch(Rule):
@@ -291,6 +292,27 @@ for x, y in loader:
             found = _per_iteration(ctx, call)
             if found is not None:
                 yield self._diagnostic(ctx, call, *found)
+
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A function that builds its own GradScaler, called in a loop from another file."""
+        for call in project.calls():
+            if call.func == "<module>" or call.record.get("l") or project.grad_scaler(call) is None:
+                continue  # module level, or a loop its own file shows (`check`)
+            enabled = call.record["k"].get("enabled") or {}
+            if enabled.get("n") == "False" or call.func.rsplit(".", 1)[-1] == "__init__":
+                continue
+            for caller in project.callers((call.path, call.func)):
+                if caller.path == call.path or not caller.record.get("l"):
+                    continue
+                name = call.func.rsplit(".", 1)[-1]
+                message = (
+                    f"`GradScaler(...)` is constructed on every call of `{name}`, which "
+                    f"{project.where(caller.path, caller.row)} calls in a loop: the learned loss scale restarts at "
+                    f"65536 each time, each halving back to a scale that fits costs a skipped optimizer step again, "
+                    f"and a checkpoint cannot restore it; create the scaler once and pass it in"
+                )
+                yield project.diagnostic(self, call, message, data={"where": project.where(caller.path, caller.row), "per_step": False})
+                break
 
     def _diagnostic(self, ctx: ModuleContext, call: CallInfo, where: str, per_step: bool) -> Diagnostic:
         if per_step:

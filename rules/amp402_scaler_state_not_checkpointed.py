@@ -1,12 +1,15 @@
 """AMP402 scaler-state-not-checkpointed."""
 from __future__ import annotations
 
+import json
+
 from typing import Iterator, List, Optional
 
 import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import CallInfo, ModuleContext, dotted_name
+from amplint.model.project import Project
 from amplint.walk import descendants
 
 
@@ -257,6 +260,29 @@ def train(model, opt, loader, resume=None):
                     yield self._loaded(ctx, call, scaler)
                     break  # one per file: the scaler is missing from every resume path alike
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A checkpoint helper in another module (`save_checkpoint(model, optimizer, ...)`)
+        that saves the optimizer but not the GradScaler the calling loop owns and never
+        passes to it."""
+        for call in project.calls():
+            scaler = None
+            for key in project.callees(call):
+                saved = project.saved_checkpoint(key) if key[0] != call.path else None
+                if saved is None or _mentions_scaler(saved[1]):
+                    continue
+                scaler = scaler or _live_scaler(project, call)
+                if scaler is None or any(_mentions_scaler(a) for a in (*call.record["a"], *call.record["k"].values())):
+                    break
+                helper = key[1].rsplit(".", 1)[-1]
+                message = (
+                    f"`{helper}` ({project.where(saved[0].path, saved[0].row)}) saves a resume checkpoint without "
+                    f"the state of `{scaler}`, and this call does not pass it: a resumed run restarts the loss scale "
+                    f"at 65536 and halves it only on overflowing steps, each of which is skipped; save "
+                    f"`{scaler}.state_dict()` with it and restore it with `{scaler}.load_state_dict(...)`"
+                )
+                yield project.diagnostic(self, call, message, data={"scaler": scaler, "side": "save", "helper": helper})
+                break
+
     def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str) -> Diagnostic:
         message = (
             f"this checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`: a resumed run restarts the loss "
@@ -275,6 +301,34 @@ def train(model, opt, loader, resume=None):
         )
         data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load"}
         return ctx.diagnostic(self, call.node, message, data=data)
+
+
+def _mentions_scaler(ref) -> bool:
+    """Whether a summarised value names a scaler anywhere (`scaler`, `self.scaler.state_dict()`, a dict key)."""
+    return "scaler" in json.dumps(ref).lower()
+
+
+def _live_scaler(project: Project, call) -> Optional[str]:
+    """The enabled GradScaler the function holding `call` (or its class) builds or is given and
+    uses (`.scale(...)`), unless its file saves that scaler's state somewhere itself."""
+    info = project.function((call.path, call.func))
+    if info is None:
+        return None
+    scope = [info]
+    if info["cls"]:
+        scope = [f for q, f in project.summaries[call.path]["functions"].items() if q.startswith(info["cls"] + ".")]
+    for f in scope:
+        for record in f["calls"]:
+            name = record["f"]
+            if not name.endswith(".scale") or "scaler" not in name.lower():
+                continue
+            owner = name[: -len(".scale")]
+            if any(r["f"] == f"{owner}.state_dict" for g in project.summaries[call.path]["functions"].values() for r in g["calls"]):
+                return None
+            types = project.name_types(call.path, call.func, owner)
+            if any(t[0] == "R" and "GradScaler" in t[1] for t in types) or owner.split(".")[-1] in info["params"]:
+                return owner
+    return None
 
 
 def _live_scalers(ctx: ModuleContext) -> List[str]:

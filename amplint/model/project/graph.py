@@ -112,6 +112,7 @@ class Project:
         self._active: Set[Any] = set()
         self._resolved: Dict[int, TypeSet] = {}
         self._witnesses: Optional[Dict[FuncKey, List[Witness]]] = None
+        self._callers: Optional[Dict[FuncKey, List[Call]]] = None
         self._loaded = len(self.summaries)
         self._casts: Dict[FuncKey, List[Tuple[str, str, Tuple[str, int]]]] = {}
         self._settle()
@@ -475,6 +476,41 @@ class Project:
                     and parts[-1] != "Optimizer" and "lr_scheduler" not in parts and "swa_utils" not in parts
                 ):
                     return t[1]
+        return None
+
+    def grad_scaler(self, call: Call) -> Optional[str]:
+        """The qualified name when the call constructs a torch GradScaler."""
+        for t in self.resolve_call(call):
+            if t[0] == "X" and (t[1] in torchapi.GRAD_SCALERS or (t[1].startswith("torch.") and t[1].endswith("GradScaler"))):
+                return t[1]
+        return None
+
+    def callers(self, key: FuncKey) -> List[Call]:
+        """The calls of the project (as far as it is loaded) that run function `key`."""
+        if self._callers is None:
+            self._callers = {}
+            for call in list(self.calls()):
+                for callee in self.callees(call):
+                    self._callers.setdefault(callee, []).append(call)
+        return list(self._callers.get(key, ()))
+
+    def saved_checkpoint(self, key: FuncKey) -> Optional[Tuple[Call, Dict[str, Any]]]:
+        """The `torch.save({...})` of a resume checkpoint in function `key` -- a dict holding an
+        optimizer's `state_dict()` -- and the dict; None when the function saves none."""
+        info = self.function(key)
+        if info is None:
+            return None
+        for record in info["calls"]:
+            call = Call(key[0], key[1], record)
+            if not record["a"] or not any(t == ("X", "torch.save") for t in self.resolve_call(call)):
+                continue
+            saved = record["a"][0]
+            if saved and "n" in saved:  # `state = {...}; torch.save(state, path)`
+                saved = next((r for r in info["locals"].get(saved["n"], ()) if r and "d" in r), None)
+            if saved and "d" in saved and any(
+                v and "c" in v and v["c"].endswith(".state_dict") and "optim" in v["c"].lower() for v in saved["d"].values()
+            ):
+                return call, saved
         return None
 
     def fp16_modules(self, types: Iterable[Type]) -> List[Type]:

@@ -10,6 +10,8 @@ other per-file results:
   whose module may have been made fp16 by what the file imports; "a" -- it
   may set precision (autocast, a framework's precision flag, a GradScaler);
   "h" -- it may hold an autocast in a `partial` and enter it later;
+  "g" -- it builds a GradScaler (another file may call that per epoch, or
+  save the checkpoint without it);
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one).
@@ -56,6 +58,8 @@ def text_index(source: str) -> Dict[str, object]:
         roles += "a"
         if "autocast" in source and "partial" in source:
             roles += "h"  # an autocast held in a `partial`, maybe entered later
+        if "GradScaler(" in source:
+            roles += "g"
     imports: List[List[object]] = []
     if "import" in source:
         for m in _IMPORTS.finditer(source):
@@ -151,17 +155,23 @@ class ModuleIndex:
 
 def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, object]]) -> List[str]:
     """The files the project model starts from: the BCE files, their importers up to
-    `UP_LEVELS` levels, the precision-setting files any of those import, and the
-    optimizer files. Empty when the project has no BCE file and no optimizer file.
+    `UP_LEVELS` levels, the precision-setting files any of those import, the
+    optimizer files, files holding an autocast in a `partial`, and the files
+    building a GradScaler with their direct importers. Empty when none is there.
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
-    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "oh")]
+    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohg")]
     if not seeds and not optimizers:
         return []
     chosen: Set[str] = set(seeds) | set(optimizers)
-    if seeds:
+    scalers = [f for f in optimizers if "g" in str(index(f)["r"])]
+    if seeds or scalers:
         modules = ModuleIndex(files, root)
         entries = {f: index(f)["i"] for f in files}
+        for f in sorted(_importers(scalers, files, entries, modules)) if scalers else ():
+            if len(chosen) < MAX_FILES:
+                chosen.add(f)  # who calls a function that builds a GradScaler
+    if seeds:
         reached: Set[str] = set(seeds)
         level = list(seeds)
         for _ in range(UP_LEVELS):

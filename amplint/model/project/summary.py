@@ -62,6 +62,7 @@ def dotted(node: Optional[ast.AST]) -> Optional[str]:
 class _Summarizer:
     def __init__(self, source: str) -> None:
         self.lines = source.splitlines()
+        self.loops = 0  # loop bodies around the statement being read, in its function
         self.imports: Dict[str, List[Any]] = {}
         self.classes: Dict[str, Dict[str, Any]] = {}
         self.functions: Dict[str, Dict[str, Any]] = {}
@@ -122,8 +123,10 @@ class _Summarizer:
             "casts": [],
         }
         self.functions[qual] = info
+        outer_loops, self.loops = self.loops, 0
         for stmt in body:
             self._statement(stmt, qual, info, cls, region)
+        self.loops = outer_loops
 
     def _statement(self, stmt: ast.stmt, qual: str, info: Dict[str, Any], cls: Optional[str], region: int) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -164,7 +167,14 @@ class _Summarizer:
             self._in_place_cast(stmt.value, info)
             return
         # compound statements: their expressions, then their bodies, in the same region
+        looping = isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
         for name, value in ast.iter_fields(stmt):
+            if looping and name == "body":
+                self.loops += 1
+                for v in value:
+                    self._statement(v, qual, info, cls, region)
+                self.loops -= 1
+                continue
             if isinstance(value, list):
                 for v in value:
                     if isinstance(v, ast.stmt):
@@ -231,6 +241,10 @@ class _Summarizer:
             spelled = dotted(node)
             if spelled is not None:
                 out = {"n": spelled}
+        elif isinstance(node, ast.Dict):  # a checkpoint: {"model": model.state_dict(), ...}
+            out = {"d": {str(k.value): self.vref(v) for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}}
+            if any(k is None or not isinstance(k, ast.Constant) for k in node.keys):
+                out["more"] = 1  # `**extra` or computed keys: more than it shows
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 40:
             out = {"s": node.value}
         else:
@@ -314,6 +328,8 @@ class _Summarizer:
             "a": [self.vref(a) for a in node.args if not isinstance(a, ast.Starred)],
             "k": {k.arg: self.vref(k.value) for k in node.keywords if k.arg},
         }
+        if self.loops:
+            record["l"] = 1  # in a loop body of its function
         if spelled is None:
             inner = self.vref(node.func)
             if inner is not None:
