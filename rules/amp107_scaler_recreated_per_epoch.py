@@ -7,7 +7,7 @@ import libcst as cst
 
 from amplint import Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import CallInfo, Frame, ModuleContext, Scope, is_grad_scaler_call, literal_bool
-from amplint.model.project import Project
+from amplint.model.project import Call, Project
 
 
 class ScalerRecreatedPerEpoch(Rule):
@@ -63,6 +63,9 @@ class ScalerRecreatedPerEpoch(Rule):
     the construction is conditional (`if scaler is None:`), for a scaler built
     once in `main()` and passed in, for `self.scaler` built in `__init__`, and
     for `enabled=False`.
+
+    Across files: also flags a function that builds its own GradScaler when
+    another file calls it inside a loop; the message names that call.
 
     ## References
     - amp-facts.md §2 (constructor defaults, `update`, `state_dict`; E11, E14)
@@ -296,13 +299,13 @@ for x, y in loader:
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """A function that builds its own GradScaler, called in a loop from another file."""
         for call in project.calls():
-            if call.func == "<module>" or call.record.get("l") or project.grad_scaler(call) is None:
-                continue  # module level, or a loop its own file shows (`check`)
+            if call.func == "<module>" or call.record.get("l") or call.record.get("i") or project.grad_scaler(call) is None:
+                continue  # module level, a loop its own file shows (`check`), or conditional (`if scaler is None:`)
             enabled = call.record["k"].get("enabled") or {}
-            if enabled.get("n") == "False" or call.func.rsplit(".", 1)[-1] == "__init__":
-                continue
+            if enabled.get("n") == "False" or call.func.rsplit(".", 1)[-1] == "__init__" or _builds_an_optimizer(project, call.path, call.func):
+                continue  # a whole run per call (sweeps, folds) builds its optimizer too
             for caller in project.callers((call.path, call.func)):
-                if caller.path == call.path or not caller.record.get("l"):
+                if caller.path == call.path or not caller.record.get("l") or _builds_an_optimizer(project, caller.path, caller.func, loop=True):
                     continue
                 name = call.func.rsplit(".", 1)[-1]
                 message = (
@@ -328,6 +331,17 @@ for x, y in loader:
                 f"growth is lost, and a checkpoint cannot restore it; create the scaler once and pass it in"
             )
         return ctx.diagnostic(self, call.node, message, data={"where": where, "per_step": per_step})
+
+
+def _builds_an_optimizer(project: Project, path: str, func: str, loop: bool = False) -> bool:
+    """Whether a project function builds an optimizer (in a loop body, with `loop`) or has one `prepare`d."""
+    info = project.function((path, func))
+    for record in info["calls"] if info is not None else ():
+        if loop and not record.get("l"):
+            continue
+        if record["f"].endswith(".prepare") or project.optimizer_class(Call(path, func, record)) is not None:
+            return True
+    return False
 
 
 def _disabled(ctx: ModuleContext, call: CallInfo) -> bool:

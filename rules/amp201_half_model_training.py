@@ -80,6 +80,13 @@ class HalfModelTraining(Rule):
     rebound (`model = get_peft_model(model, config)`) before the optimizer is
     built, and for bf16 (wide range; not this rule).
 
+    Across files: also flags an optimizer built on a module that a builder,
+    loader or `convert_weights(model)`-style helper in another file made fp16
+    (in place, through `model.apply(...)`, or by returning `model.half()`);
+    the message names where. Another instance of the same class that was not
+    cast stays silent. A cast decided at run time (`model.to(dtype)`) is not
+    followed.
+
     ## References
     - amp-facts.md §0.12, §6.1, §6.4 (E30), §2 (E16)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast ("do not call `.half()` on your model")

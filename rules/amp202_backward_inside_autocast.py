@@ -78,6 +78,11 @@ class BackwardInsideAutocast(Rule):
     A region whose `enabled=` is decided at run time (`enabled=use_amp`) is
     flagged: whenever AMP is on, the backward is inside it.
 
+    Across files: also flags a backward inside an autocast the file alone
+    does not show: one held in an attribute or `partial`
+    (`amp_autocast = partial(torch.autocast, ...)` then `with amp_autocast():`),
+    or entered by a project decorator defined in another module.
+
     ## References
     - amp-facts.md §1.1 ("Backward": not recommended, not an error; E23), §5 (typical training)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast

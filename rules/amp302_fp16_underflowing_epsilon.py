@@ -116,6 +116,9 @@ class Fp16UnderflowingEpsilon(Rule):
     optimizers (they compute in fp32), on bf16 (1e-8 and 1e-12 are
     representable, E02), and on tensors whose dtype is not visible.
 
+    Across files: the optimizer's eps is checked, as above, when the fp16
+    parameters were made in another file (see AMP201).
+
     ## References
     - amp-facts.md §6.1 (E02), §6.4 (E30)
     - https://pytorch.org/docs/stable/generated/torch.optim.Adam.html

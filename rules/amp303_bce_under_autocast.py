@@ -80,6 +80,19 @@ class BceUnderAutocast(Rule):
     (BCE is on the CPU fp32 list and runs), under MPS autocast (no rule), and
     for `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss`.
 
+    Across files (the project model): also flags BCE in a loss module or
+    helper that runs under autocast only because of another file -- a
+    trainer that autocasts the model whose head calls it, a Lightning
+    `Trainer(precision="16-mixed")` running `training_step`, an
+    `Accelerator(mixed_precision=...)` that `prepare`d the model, an autocast
+    kept in an attribute or `partial` (`with self.amp_autocast():`), or a
+    project decorator that enters autocast. The message names the region and
+    the chain of calls. Here the rule over-approximates on purpose: the ban
+    raises on every call, whatever the dtype, so any one path in is enough.
+    It follows only what names resolve to (imports, assignments, attributes
+    bound in `__init__`, arguments call sites pass); a model whose class
+    nothing names (`model = registry[args.arch]()`) is not followed.
+
     ## References
     - amp-facts.md §0.2, §1.4 (E06)
     - https://pytorch.org/docs/stable/amp.html#prefer-binary-cross-entropy-with-logits-over-binary-cross-entropy

@@ -74,6 +74,12 @@ class ScalerStateNotCheckpointed(Rule):
     `enabled=False`. A scaler whose `enabled=` is decided at run time counts
     as enabled: the fp16 runs need its state.
 
+    Across files: also flags a call to a checkpoint helper in another module
+    (`save_checkpoint(dir, epoch, model, optimizer)`) that saves an
+    optimizer's state and no scaler, made by code that owns an enabled
+    GradScaler and passes it no scaler in any argument; the message names the
+    helper's `torch.save`.
+
     ## References
     - amp-facts.md §2 (state_dict, E11; backoff and growth, E14)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#saving-resuming

@@ -392,3 +392,47 @@ def test_autocast_held_in_an_attribute_or_a_project_decorator(tmp_path):
     found = [(Path(d.filename).name, d.location.row, d.code) for d in result.diagnostics]
     assert found == [("train.py", 11, "AMP303"), ("train.py", 23, "AMP202")]
     assert "(when enabled)" in result.diagnostics[1].message
+
+
+def test_a_scaler_built_per_call_is_silent_for_whole_runs_and_conditional_builds(tmp_path):
+    root = write(tmp_path, {
+        "engine.py": """
+            import torch
+
+            def train(model, loader, opt):
+                scaler = torch.amp.GradScaler("cuda")
+                for x in loader:
+                    scaler.scale(model(x)).backward()
+                    scaler.step(opt)
+                    scaler.update()
+
+            def run_fold(fold, loader):
+                model = build(fold)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                scaler = torch.amp.GradScaler("cuda")
+
+            def resume(model, loader, opt, scaler=None):
+                if scaler is None:
+                    scaler = torch.amp.GradScaler("cuda")
+        """,
+        "main.py": """
+            import torch
+            from engine import resume, run_fold, train
+
+            for fold in range(5):
+                run_fold(fold, loader)
+            for lr in (0.1, 0.01):
+                opt = torch.optim.SGD(model.parameters(), lr=lr)
+                train(model, loader, opt)
+            for epoch in range(90):
+                resume(model, loader, opt)
+        """,
+        "loop.py": """
+            from engine import train
+            for epoch in range(90):
+                train(model, loader, opt)
+        """,
+    })
+    assert codes(root) == ["engine.py:5 AMP107"]
+    message = lint_paths([str(root)], Config()).diagnostics[0].message
+    assert "loop.py:4 calls in a loop" in message

@@ -63,6 +63,7 @@ class _Summarizer:
     def __init__(self, source: str) -> None:
         self.lines = source.splitlines()
         self.loops = 0  # loop bodies around the statement being read, in its function
+        self.branches = 0  # if/else bodies around it
         self.imports: Dict[str, List[Any]] = {}
         self.classes: Dict[str, Dict[str, Any]] = {}
         self.functions: Dict[str, Dict[str, Any]] = {}
@@ -123,10 +124,11 @@ class _Summarizer:
             "casts": [],
         }
         self.functions[qual] = info
-        outer_loops, self.loops = self.loops, 0
+        outer = self.loops, self.branches
+        self.loops = self.branches = 0
         for stmt in body:
             self._statement(stmt, qual, info, cls, region)
-        self.loops = outer_loops
+        self.loops, self.branches = outer
 
     def _statement(self, stmt: ast.stmt, qual: str, info: Dict[str, Any], cls: Optional[str], region: int) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -174,6 +176,12 @@ class _Summarizer:
                 for v in value:
                     self._statement(v, qual, info, cls, region)
                 self.loops -= 1
+                continue
+            if isinstance(stmt, ast.If) and name in ("body", "orelse"):
+                self.branches += 1
+                for v in value:
+                    self._statement(v, qual, info, cls, region)
+                self.branches -= 1
                 continue
             if isinstance(value, list):
                 for v in value:
@@ -330,6 +338,8 @@ class _Summarizer:
         }
         if self.loops:
             record["l"] = 1  # in a loop body of its function
+        if self.branches:
+            record["i"] = 1  # in an if/else body of its function
         if spelled is None:
             inner = self.vref(node.func)
             if inner is not None:
