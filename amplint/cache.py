@@ -246,6 +246,10 @@ class Cache:
         self._changed: Dict[str, Dict[str, list]] = _empty()
         self.hits = 0
         self.misses = 0
+        #: RAW_KINDS entries (text indexes, summaries) computed and reused this run, by kind;
+        #: `hits` and `misses` count files linted (or read for facts)
+        self.built: Dict[str, int] = {}
+        self.reused: Dict[str, int] = {}
         self._load()
 
     def _load(self) -> None:
@@ -253,18 +257,21 @@ class Cache:
 
     # an entry: [mtime_ns, size, digest, read_at (seconds), encoded result]
 
-    def lookup(self, kind: str, path: str, st: Optional[Stat]) -> Tuple[Optional[Any], Optional[str]]:
-        """(the result if the file is unchanged by its stat, else None; the digest on record)."""
+    def lookup(self, kind: str, path: str, st: Optional[Stat], count: bool = True) -> Tuple[Optional[Any], Optional[str]]:
+        """(the result if the file is unchanged by its stat, else None; the digest on record).
+        `count=False`: a look that is not this run's use of the entry (no hit counted)."""
         entry = self.entries[kind].get(path)
         if entry is None:
             return None, None
         mtime_ns, size, digest, read_at, payload = entry
         if st is not None and (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS:
             try:
-                self.hits += 1
-                return _decode(kind, path, payload), digest
+                found = _decode(kind, path, payload)
             except (KeyError, TypeError, ValueError):
-                self.hits -= 1
+                return None, digest
+            if count:
+                self._hit(kind)
+            return found, digest
         return None, digest
 
     def reuse(self, kind: str, path: str, st: Stat, read_at: float) -> Optional[Any]:
@@ -276,12 +283,21 @@ class Cache:
             result = _decode(kind, path, entry[4])
         except (KeyError, TypeError, ValueError):
             return None
-        self.hits += 1
+        self._hit(kind)
         self._put(kind, path, [st[0], st[1], entry[2], read_at, entry[4]])
         return result
 
+    def _hit(self, kind: str) -> None:
+        if kind in RAW_KINDS:
+            self.reused[kind] = self.reused.get(kind, 0) + 1
+        else:
+            self.hits += 1
+
     def store(self, kind: str, path: str, st: Stat, digest: str, read_at: float, result: Any) -> None:
-        self.misses += 1
+        if kind in RAW_KINDS:  # not a file linted again: counted apart
+            self.built[kind] = self.built.get(kind, 0) + 1
+        else:
+            self.misses += 1
         payload = result if kind in RAW_KINDS else encode_result(result)
         if not isinstance(payload, dict):
             self.entries[kind].pop(path, None)

@@ -1,7 +1,8 @@
 """Cross-file findings: the project model (`amplint.model.project`) run over a lint run.
 
 Each linted file belongs to a project: the nearest folder above it holding a
-`pyproject.toml`, `setup.py`, `setup.cfg` or `.git`. The project model of
+`pyproject.toml`, `setup.py`, `setup.cfg` or `.git` (else, inside a package,
+the folder holding its topmost package). The project model of
 that folder is built from *all* of its files (found by the same discovery as
 a run over the folder), whatever subset the run was asked to lint, so
 `amplint changed_file.py` (as pre-commit runs it) reports for that file what
@@ -26,7 +27,24 @@ ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 
 
 def project_root(path: str, _memo: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
-    """The nearest folder above `path` (absolute) that holds a project marker; None if none."""
+    """The nearest folder above `path` (absolute) that holds a project marker; else, for a
+    file inside a package, the folder holding its topmost package (an unpacked wheel or
+    sdist); else None."""
+    root = _marked_root(path, _memo)
+    if root is not None:
+        return root
+    folder = os.path.dirname(path)
+    top = None
+    while os.path.exists(os.path.join(folder, "__init__.py")):
+        top = folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return os.path.dirname(top) if top is not None else None
+
+
+def _marked_root(path: str, _memo: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
     folder = os.path.dirname(path)
     seen: List[str] = []
     root: Optional[str] = None
@@ -58,32 +76,68 @@ def project_rules(rules: Sequence[Any]) -> List[Any]:
     return out
 
 
+class Projects:
+    """The projects a run's files belong to, and each project's files.
+
+    A project's files are found by the same discovery as a run over its root;
+    when the run was given the root (or a folder above it) they are the run's
+    own files, so only a subset run walks the project again.
+    """
+
+    def __init__(self, paths: Sequence[str], files: Sequence[str], config: Config) -> None:
+        self.config = config
+        self._given = [os.path.abspath(p) for p in paths]
+        memo: Dict[str, Optional[str]] = {}
+        #: root -> {absolute path: the path as the run spells it}
+        self.groups: Dict[Optional[str], Dict[str, str]] = {}
+        for f in files:
+            if f.endswith(".py"):
+                full = os.path.abspath(f)
+                self.groups.setdefault(project_root(full, memo), {})[full] = f
+        self._files: Dict[Optional[str], List[str]] = {}
+
+    def files(self, root: Optional[str]) -> List[str]:
+        """Every Python file of the project at `root` (absolute paths, sorted)."""
+        found = self._files.get(root)
+        if found is None:
+            members = self.groups.get(root, {})
+            if root is None or any(root == g or root.startswith(g.rstrip(os.sep) + os.sep) for g in self._given):
+                found = sorted(members)
+            else:
+                from .discovery import discover
+
+                walked = {os.path.abspath(p) for p in discover([root], self.config) if p.endswith(".py")}
+                found = sorted(walked | set(members))
+            self._files[root] = found
+        return found
+
+    def others(self) -> List[str]:
+        """The files of the run's projects that the run was not given."""
+        out: List[str] = []
+        for root, members in sorted(self.groups.items(), key=lambda kv: kv[0] or ""):
+            out.extend(f for f in self.files(root) if f not in members)
+        return out
+
+
 def project_diagnostics(
-    files: Sequence[str],
-    config: Config,
+    projects: Projects,
     rules: Sequence[Any],
     codes: FrozenSet[str],
     cache: Any = None,
     indexes: Optional[Dict[str, Dict[str, Any]]] = None,
 ) -> List[Diagnostic]:
-    """The cross-file diagnostics of `files` (spelled as the run spells them), noqa applied.
-    `indexes`: the text indexes the lint pass already computed, by absolute path."""
+    """The cross-file diagnostics of the run's files (spelled as the run spells them), noqa
+    applied. `indexes`: the text indexes the lint pass already computed, by absolute path."""
     from .model.project import Project, universe
 
-    memo: Dict[str, Optional[str]] = {}
-    groups: Dict[Optional[str], Dict[str, str]] = {}
-    for f in files:
-        if f.endswith(".py"):
-            full = os.path.abspath(f)
-            groups.setdefault(project_root(full, memo), {})[full] = f
     out: List[Diagnostic] = []
     loaded: Optional[List[Any]] = None
     store = _Store(cache, indexes or {})
-    for root in sorted(groups, key=lambda r: r or ""):
-        members = groups[root]
-        project_files = _project_files(root, members, config)
+    for root in sorted(projects.groups, key=lambda r: r or ""):
+        members = projects.groups[root]
+        project_files = projects.files(root)
         chosen = universe(project_files, root, store.index)
-        if not chosen or not any(f in members for f in chosen):
+        if not chosen:
             continue
         summaries = {}
         for f in chosen:
@@ -110,17 +164,7 @@ def project_diagnostics(
                 if spelled is not None and d.code in codes:
                     d.filename = spelled
                     out.append(d)
-    return _suppressed(out, config)
-
-
-def _project_files(root: Optional[str], members: Dict[str, str], config: Config) -> List[str]:
-    if root is None:
-        return sorted(members)
-    from .discovery import discover
-
-    found = {os.path.abspath(p) for p in discover([root], config) if p.endswith(".py")}
-    found.update(members)
-    return sorted(found)
+    return _suppressed(out, projects.config)
 
 
 def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnostic]:
@@ -175,7 +219,7 @@ class _Store:
 
         for spelled in (path, os.path.relpath(path)):
             try:
-                hit, _ = self.cache.lookup("lint", spelled, stat_key(os.stat(path)))
+                hit, _ = self.cache.lookup("lint", spelled, stat_key(os.stat(path)), count=False)
             except OSError:
                 return None
             if hit is not None and hit.index is not None:

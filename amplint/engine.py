@@ -495,11 +495,19 @@ def lint_paths(
     files = list(discover(paths, config, force_exclude))
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
     facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
-    diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
-    from .crossfile import merge, project_diagnostics
+    from .crossfile import Projects, merge, project_diagnostics
+    from .parallel import pending_conditions
 
+    projects = Projects(paths, files, config)
+    if pending_conditions(results, facts, config):
+        # a subset run: the rest of the project decides, as in a run over all of it
+        others = projects.others()
+        if others:
+            rest = [FileResult(path=o) for o in others]
+            facts = settle_facts([*files, *others], [*results, *rest], config, jobs=jobs, cache=cache)
+    diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
     indexes = {os.path.abspath(r.path): r.index for r in results if r.index is not None}
-    cross = project_diagnostics(files, config, rules, codes, cache, indexes)
+    cross = project_diagnostics(projects, rules, codes, cache, indexes)
     if cross:
         diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
     diagnostics.sort(key=Diagnostic.sort_key)

@@ -70,5 +70,19 @@ def test_a_subset_run_reuses_the_cached_summaries(tmp_path):
     warm = Cache(str(tmp_path), "fp")
     assert warm.entries["summary"], "the whole run cached the summaries it built"
     findings([str(project / "segkit" / "losses.py")], warm)
-    assert warm.hits > 0
-    assert warm.misses == 0, "no other file was summarised again"
+    assert warm.hits > 0 and warm.reused.get("summary")
+    assert warm.misses == 0 and not warm.built, "no file was linted, indexed or summarised again"
+
+
+def test_a_subset_run_resolves_project_conditions_with_the_whole_project(tmp_path):
+    """A `-1e9` mask matters only if the project runs fp16 somewhere: the other files decide."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "m"\n')
+    (tmp_path / "model.py").write_text(
+        "import torch\n\ndef attend(scores, mask):\n    return scores.masked_fill(mask, -1e9).softmax(-1)\n"
+    )
+    (tmp_path / "train.py").write_text("import torch\nmodel = Net().cuda()\nwith torch.autocast('cuda', dtype=torch.float16):\n    out = model(x)\n")
+    whole = findings([str(tmp_path)])
+    assert whole.get(str((tmp_path / "model.py").resolve())), "the fp16 autocast in train.py makes the mask a finding"
+    assert findings([str(tmp_path / "model.py")]) == whole
+    (tmp_path / "train.py").write_text("import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n    out = model(x)\n")
+    assert findings([str(tmp_path / "model.py")]) == findings([str(tmp_path)]) == {}

@@ -436,3 +436,16 @@ def test_a_scaler_built_per_call_is_silent_for_whole_runs_and_conditional_builds
     assert codes(root) == ["engine.py:5 AMP107"]
     message = lint_paths([str(root)], Config()).diagnostics[0].message
     assert "loop.py:4 calls in a loop" in message
+
+
+def test_the_project_root(tmp_path):
+    from amplint.crossfile import project_root
+
+    (tmp_path / "repo" / "pkg" / "sub").mkdir(parents=True)
+    for p in ("repo/pkg/__init__.py", "repo/pkg/sub/__init__.py", "repo/pkg/sub/m.py", "repo/script.py"):
+        (tmp_path / p).write_text("")
+    # no marker: a package's project is the folder holding its topmost package
+    assert project_root(str(tmp_path / "repo/pkg/sub/m.py")) == str(tmp_path / "repo")
+    (tmp_path / "repo" / "pyproject.toml").write_text("")
+    assert project_root(str(tmp_path / "repo/pkg/sub/m.py")) == str(tmp_path / "repo")
+    assert project_root(str(tmp_path / "repo/script.py")) == str(tmp_path / "repo")
