@@ -287,6 +287,14 @@ class Cache:
         self._put(kind, path, [st[0], st[1], entry[2], read_at, entry[4]])
         return result
 
+    def get_raw(self, kind: str, key: str) -> Optional[Dict[str, Any]]:
+        """A RAW_KINDS entry stored under a key that is not a file (a project's findings)."""
+        entry = self.entries[kind].get(key)
+        return entry[4] if entry is not None else None
+
+    def put_raw(self, kind: str, key: str, payload: Dict[str, Any]) -> None:
+        self._put(kind, key, [0, 0, "", 0.0, payload])
+
     def _hit(self, kind: str) -> None:
         if kind in RAW_KINDS:
             self.reused[kind] = self.reused.get(kind, 0) + 1
@@ -340,7 +348,7 @@ class Cache:
 
 
 #: kinds whose payload is JSON data kept as it is (not a FileResult)
-RAW_KINDS = ("pindex", "summary")
+RAW_KINDS = ("pindex", "summary", "project")
 
 
 def _empty() -> Dict[str, Dict[str, list]]:

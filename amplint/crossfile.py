@@ -128,43 +128,48 @@ def project_diagnostics(
 ) -> List[Diagnostic]:
     """The cross-file diagnostics of the run's files (spelled as the run spells them), noqa
     applied. `indexes`: the text indexes the lint pass already computed, by absolute path."""
-    from .model.project import Project, universe
-
     out: List[Diagnostic] = []
-    loaded: Optional[List[Any]] = None
     store = _Store(cache, indexes or {})
     for root in sorted(projects.groups, key=lambda r: r or ""):
         members = projects.groups[root]
-        project_files = projects.files(root)
-        chosen = universe(project_files, root, store.index)
-        if not chosen:
-            continue
-        summaries = {}
-        for f in chosen:
-            s = store.summary(f)
-            if s is not None:
-                summaries[f] = s
-        if loaded is None:
-            loaded = project_rules(rules)
-        if not loaded:
-            break
-        project = None
-        for rule_cls in loaded:
-            try:
-                if project is None:
-                    project = Project(root, summaries, files=project_files, load=store.summary)
-                found = list(rule_cls().check_project(project))
-            except Exception as exc:  # a bug must not stop the run: reported like a per-file one
-                from .engine import internal_error
-
-                out.append(internal_error(members[min(members)], f"rule {rule_cls.code} ({rule_cls.name}) on the project model", exc))
-                break
-            for d in found:
-                spelled = members.get(d.filename)
-                if spelled is not None and d.code in codes:
-                    d.filename = spelled
-                    out.append(d)
+        for d in _project_findings(root, projects.files(root), rules, store, members):
+            spelled = members.get(d.filename)
+            if spelled is not None and d.code in codes:
+                d.filename = spelled
+                out.append(d)
     return _suppressed(out, projects.config)
+
+
+def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any], store: "_Store", members: Dict[str, str]) -> List[Diagnostic]:
+    """Every cross-file finding of one project (absolute paths), reused from the cache when no
+    file the model read last time has changed (a warm run then loads no rule and parses nothing)."""
+    from .model.project import Project, universe
+
+    chosen = universe(files, root, store.index)
+    if not chosen:
+        return []
+    reused = store.findings(root, chosen)
+    if reused is not None:
+        return reused
+    summaries = {}
+    for f in chosen:
+        s = store.summary(f)
+        if s is not None:
+            summaries[f] = s
+    found: List[Diagnostic] = []
+    project = None
+    for rule_cls in project_rules(rules):
+        try:
+            if project is None:
+                project = Project(root, summaries, files=files, load=store.summary)
+            found.extend(rule_cls().check_project(project))
+        except Exception as exc:  # a bug must not stop the run: reported like a per-file one
+            from .engine import internal_error
+
+            found.append(internal_error(min(members), f"rule {rule_cls.code} ({rule_cls.name}) on the project model", exc))
+            return found  # not cached: the next run reports it again
+    store.remember(root, chosen, sorted(project.summaries) if project is not None else chosen, found)
+    return found
 
 
 def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnostic]:
@@ -210,6 +215,45 @@ class _Store:
             found = self._linted(path) or self._cached("pindex", path, text_index) or {"r": "", "i": []}
             self._index[path] = found
         return found
+
+    def findings(self, root: Optional[str], chosen: List[str]) -> Optional[List[Diagnostic]]:
+        """The findings recorded for this project when it started from the same files and
+        none of the files its model read has changed since."""
+        if self.cache is None:
+            return None
+        from .cache import decode_diagnostic, now, stat_key, RACY_SECONDS
+
+        entry = self.cache.get_raw("project", root or "")
+        if not entry or entry.get("universe") != chosen:
+            return None
+        for path, (mtime_ns, size, read_at) in entry["files"].items():
+            try:
+                st = stat_key(os.stat(path))
+            except OSError:
+                return None
+            if st != (mtime_ns, size) or mtime_ns / 1e9 >= read_at - RACY_SECONDS:
+                return None
+        try:
+            return [decode_diagnostic(d) for d in entry["diagnostics"]]
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def remember(self, root: Optional[str], chosen: List[str], read: List[str], found: List[Diagnostic]) -> None:
+        if self.cache is None:
+            return
+        from .cache import encode_diagnostic, now, stat_key
+
+        files = {}
+        for path in read:
+            try:
+                files[path] = [*stat_key(os.stat(path)), now()]
+            except OSError:
+                return
+        try:
+            diagnostics = [encode_diagnostic(d) for d in found]
+        except Exception:  # a diagnostic the cache cannot hold: recompute next time
+            return
+        self.cache.put_raw("project", root or "", {"universe": chosen, "files": files, "diagnostics": diagnostics})
 
     def _linted(self, path: str) -> Optional[Dict[str, Any]]:
         """The index an earlier run's lint of the unchanged file recorded."""

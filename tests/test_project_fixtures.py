@@ -62,16 +62,28 @@ def test_one_file_reports_what_the_whole_project_reports(project, tmp_path):
         assert alone.get(str(path.resolve()), []) == whole.get(str(path.resolve()), []), path
 
 
-def test_a_subset_run_reuses_the_cached_summaries(tmp_path):
-    project = PROJECTS / "bce_loss_module"
-    cache = Cache(str(tmp_path), "fp")
-    findings([str(project)], cache)
+def test_a_subset_run_reuses_the_cached_project(tmp_path):
+    import os
+    import shutil
+
+    project = tmp_path / "p"
+    shutil.copytree(PROJECTS / "bce_loss_module", project)
+    for path in project.rglob("*"):
+        os.utime(path, (path.stat().st_atime - 60, path.stat().st_mtime - 60))
+    store = tmp_path / "cache"
+    cache = Cache(str(store), "fp")
+    whole = findings([str(project)], cache)
     cache.save()
-    warm = Cache(str(tmp_path), "fp")
-    assert warm.entries["summary"], "the whole run cached the summaries it built"
-    findings([str(project / "segkit" / "losses.py")], warm)
-    assert warm.hits > 0 and warm.reused.get("summary")
-    assert warm.misses == 0 and not warm.built, "no file was linted, indexed or summarised again"
+    assert cache.entries["summary"] and cache.entries["project"]
+    losses = project / "segkit" / "losses.py"
+    warm = Cache(str(store), "fp")
+    assert findings([str(losses)], warm) == whole
+    assert warm.misses == 0 and not warm.built, "nothing linted, indexed or summarised again"
+    # an edit: that file alone is linted and summarised again, the others' summaries are reused
+    losses.write_text(losses.read_text() + "\n# tuned\n")
+    edited = Cache(str(store), "fp")
+    assert findings([str(losses)], edited) == whole
+    assert edited.misses == 1 and edited.built == {"summary": 1} and edited.reused.get("summary")
 
 
 def test_a_subset_run_resolves_project_conditions_with_the_whole_project(tmp_path):
