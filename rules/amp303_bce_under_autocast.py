@@ -387,7 +387,17 @@ def _callers(ctx: ModuleContext, scope: Scope) -> List[CallInfo]:
 
 
 def _project_bce(project: Project, call: Call) -> Optional[str]:
-    """How to name the BCE a project call runs (None: not BCE)."""
+    """How to name the BCE a project call runs (None: not BCE). Only calls that may be BCE by
+    their spelling are resolved: `...binary_cross_entropy(...)`, `nn.BCELoss()(...)`, or a
+    name some file binds to a `BCELoss(...)`."""
+    f = call.record["f"]
+    last = f.rsplit(".", 1)[-1]
+    if not (
+        last == "binary_cross_entropy"
+        or (not f and "BCELoss" in str(call.record.get("fv")))
+        or (last and last in project.names_bound_to("BCELoss"))
+    ):
+        return None
     for t in project.resolve_call(call):
         if t[0] == "X" and t[1] in _BCE_FUNCTIONS:
             return "F.binary_cross_entropy"

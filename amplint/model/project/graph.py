@@ -108,13 +108,16 @@ class Project:
         self._missing: Set[str] = set()
         self._index = ModuleIndex(files if files is not None else summaries, root)
         self._param_types: Dict[Tuple[str, str, str], Set[Type]] = {}
-        self._memo: Dict[Any, TypeSet] = {}
+        #: memos per loading mode: what a name is may differ once more modules are loaded
+        self._memos: Dict[bool, Dict[Any, TypeSet]] = {False: {}, True: {}}
+        self._may_load = True
         self._active: Set[Any] = set()
-        self._resolved: Dict[int, TypeSet] = {}
-        self._witnesses: Optional[Dict[FuncKey, List[Witness]]] = None
+        self._resolveds: Dict[bool, Dict[int, TypeSet]] = {False: {}, True: {}}
+        self._witnesses: Dict[FuncKey, List[Witness]] = {}
+        self._entries: Optional[Dict[FuncKey, List[Region]]] = None
         self._callers: Optional[Dict[FuncKey, List[Call]]] = None
-        self._loaded = len(self.summaries)
-        self._casts: Dict[FuncKey, List[Tuple[str, str, Tuple[str, int]]]] = {}
+        self._bound: Dict[str, Set[str]] = {}
+        self._casts: Dict[Tuple[FuncKey, bool], List[Tuple[str, str, Tuple[str, int]]]] = {}
         self._settle()
 
     # ------------------------------------------------------------------ modules
@@ -125,7 +128,7 @@ class Project:
         path = self._index.resolve(importer, level, module)
         if path is None or path in self.summaries:
             return path
-        if self._load is None or path in self._missing:
+        if self._load is None or not self._may_load or path in self._missing:
             return None
         summary = self._load(path)
         if summary is None:
@@ -201,10 +204,11 @@ class Project:
         """(name, dtype, cast site) for every name a function casts in place, itself
         (`model.half()`) or through a project function it passes the name to
         (`convert_weights(model)`, `model.apply(to_fp16)`)."""
-        found = self._casts.get(key)
+        memo = (key, self._may_load)
+        found = self._casts.get(memo)
         if found is not None:
             return found
-        self._casts[key] = []  # a recursive helper: what is known without it
+        self._casts[memo] = []  # a recursive helper: what is known without it
         info = self.function(key)
         out: List[Tuple[str, str, Tuple[str, int]]] = []
         if info is not None:
@@ -232,7 +236,7 @@ class Project:
                     for name, dtype, _site in self.casts_in((t[1], t[2])):
                         if name == param:
                             out.append((subject, dtype, (key[0], record["r"])))
-        self._casts[key] = out
+        self._casts[memo] = out
         return out
 
     def _head_uncast(self, path: str, func: str, head: str) -> TypeSet:
@@ -309,8 +313,9 @@ class Project:
         if ref is None:
             return _EMPTY
         key = (path, func, id(ref))
-        if key in self._memo:
-            return self._memo[key]
+        memo = self._memos[self._may_load]
+        if key in memo:
+            return memo[key]
         if key in self._active:
             return _EMPTY  # a cycle (`x = f(x)`): what is known without it
         self._active.add(key)
@@ -329,7 +334,7 @@ class Project:
                     types = frozenset(_with_dtype(t, "" if dtype == "fp32" else dtype, (path, ref.get("mr", 0))) for t in types)
         finally:
             self._active.discard(key)
-        self._memo[key] = types
+        memo[key] = types
         return types
 
     def _partial(self, path: str, func: str, ref: Dict[str, Any]) -> TypeSet:
@@ -385,7 +390,8 @@ class Project:
     def resolve_call(self, call: Call) -> TypeSet:
         """What the callee of `call` may be (its value types, before calling)."""
         key = id(call.record)
-        found = self._resolved.get(key)
+        resolved = self._resolveds[self._may_load]
+        found = resolved.get(key)
         if found is not None:
             return found
         record = call.record
@@ -395,7 +401,7 @@ class Project:
             types = self._value(call.path, call.func, record["fv"])
         else:
             types = _EMPTY
-        self._resolved[key] = types
+        resolved[key] = types
         return types
 
     def callees(self, call: Call) -> List[FuncKey]:
@@ -420,7 +426,19 @@ class Project:
         return None
 
     def _settle(self) -> None:
-        """Parameter types from the arguments call sites pass, to a fixpoint (a few rounds)."""
+        """Parameter types from the arguments call sites pass, to a fixpoint (a few rounds),
+        among the files given (no module is loaded for it), and who calls whom."""
+        self._may_load = False
+        try:
+            self._settle_rounds()
+            self._callers = {}
+            for call in list(self.calls()):
+                for callee in self.callees(call):
+                    self._callers.setdefault(callee, []).append(call)
+        finally:
+            self._may_load = True
+
+    def _settle_rounds(self) -> None:
         for _ in range(_ROUNDS):
             found: Dict[Tuple[str, str, str], Set[Type]] = {}
             for call in list(self.calls()):
@@ -440,13 +458,11 @@ class Project:
                     for kw, ref in call.record["k"].items():
                         if kw in params and ref is not None:
                             found.setdefault((key[0], key[1], kw), set()).update(self._value(call.path, call.func, ref))
-            loaded = len(self.summaries)
-            if found == self._param_types and loaded == self._loaded:
+            if found == self._param_types:
                 break
-            self._loaded = loaded
             self._param_types = found
-            self._memo.clear()
-            self._resolved.clear()
+            for memo in (*self._memos.values(), *self._resolveds.values()):
+                memo.clear()
             self._casts.clear()
 
     def updated_modules(self, call: Call) -> TypeSet:
@@ -466,8 +482,25 @@ class Project:
             return _EMPTY
         return _EMPTY
 
+    def names_bound_to(self, suffix: str) -> Set[str]:
+        """The last parts of the names and attributes the loaded files bind to the result of a
+        call spelled with `suffix` (`self.loss = nn.BCELoss()` -> "loss"): a cheap test of
+        which calls may need resolving."""
+        found = self._bound.get(suffix)
+        if found is None:
+            found = set()
+            for s in list(self.summaries.values()):
+                bindings = [n for f in s["functions"].values() for n, refs in f["locals"].items() if _has_call(refs, suffix)]
+                bindings += [a for c in s["classes"].values() for a, refs in c["attrs"].items() if _has_call((r for _, r in refs), suffix)]
+                found.update(bindings)
+            self._bound[suffix] = found
+        return found
+
     def optimizer_class(self, call: Call) -> Optional[str]:
         """`torch.optim.AdamW` when the call constructs a torch optimizer (not a scheduler)."""
+        last = call.record["f"].rsplit(".", 1)[-1]
+        if not last[:1].isupper() or last.endswith(("LR", "Scheduler", "Scaler")):
+            return None  # only a class can be an optimizer: the spelling decides what is resolved
         for t in self.resolve_call(call):
             if t[0] == "X":
                 parts = t[1].split(".")
@@ -480,19 +513,16 @@ class Project:
 
     def grad_scaler(self, call: Call) -> Optional[str]:
         """The qualified name when the call constructs a torch GradScaler."""
+        if not call.record["f"].endswith("Scaler"):
+            return None
         for t in self.resolve_call(call):
             if t[0] == "X" and (t[1] in torchapi.GRAD_SCALERS or (t[1].startswith("torch.") and t[1].endswith("GradScaler"))):
                 return t[1]
         return None
 
     def callers(self, key: FuncKey) -> List[Call]:
-        """The calls of the project (as far as it is loaded) that run function `key`."""
-        if self._callers is None:
-            self._callers = {}
-            for call in list(self.calls()):
-                for callee in self.callees(call):
-                    self._callers.setdefault(callee, []).append(call)
-        return list(self._callers.get(key, ()))
+        """The calls in the files the model started from that run function `key`."""
+        return list((self._callers or {}).get(key, ()))
 
     def saved_checkpoint(self, key: FuncKey) -> Optional[Tuple[Call, Dict[str, Any]]]:
         """The `torch.save({...})` of a resume checkpoint in function `key` -- a dict holding an
@@ -554,31 +584,60 @@ class Project:
 
     def autocast_witnesses(self, key: FuncKey) -> List[Witness]:
         """Why function `key` may run under autocast: up to a few regions (distinct device,
-        dtype, enabled), each with the shortest chain of calls found from it."""
-        if self._witnesses is None:
-            self._witnesses = self._propagate()
-        return self._witnesses.get(key, [])
+        dtype, enabled), each with the chain of calls from the region down to `key`, nearest
+        first. Found by walking callers back from `key`, so only what leads there is read."""
+        found = self._witnesses.get(key)
+        if found is not None:
+            return found
+        out: List[Witness] = []
+        signatures: Set[Tuple[Any, ...]] = set()
 
-    def _seeds(self) -> Iterator[Tuple[FuncKey, Witness]]:
-        for call in self.calls():
-            region = self.region_of(call)
-            if region is None or region.enabled is False:
-                continue
-            for key in self.callees(call):
-                yield key, Witness(region, (key,))
-        for path, qual, info in list(self.functions()):
-            for decorator in info["decorators"]:
-                if not decorator:
-                    continue
-                for t in self.name_types(path, "<module>" if "." not in qual else qual.rsplit(".", 1)[0], decorator):
+        def add(region: Region, chain: Tuple[FuncKey, ...]) -> None:
+            sig = (region.device, region.dtype, region.enabled)
+            if region.enabled is not False and sig not in signatures and len(out) < _MAX_WITNESSES:
+                signatures.add(sig)
+                out.append(Witness(region, chain))
+
+        seen = {key}
+        frontier: List[Tuple[FuncKey, Tuple[FuncKey, ...]]] = [(key, (key,))]
+        while frontier and len(out) < _MAX_WITNESSES:
+            following: List[Tuple[FuncKey, Tuple[FuncKey, ...]]] = []
+            for fkey, chain in frontier:
+                for region in self._entry_regions(fkey):
+                    add(region, chain)
+                for call in self.callers(fkey):
+                    region = self.region_of(call)
+                    if region is not None:
+                        add(region, chain)  # entered here (or shielded by enabled=False)
+                        continue
+                    caller = (call.path, call.func)
+                    if caller not in seen and len(chain) < _MAX_CHAIN:
+                        seen.add(caller)
+                        following.append((caller, (caller, *chain)))
+            frontier = following
+        self._witnesses[key] = out
+        return out
+
+    def _entry_regions(self, key: FuncKey) -> List[Region]:
+        """Regions a function is entered under without a call the project shows: its
+        decorators', and a framework's precision setting for the hooks it runs."""
+        if self._entries is None:
+            self._entries = {}
+            for path, s in list(self.summaries.items()):
+                for fw in s["frameworks"]:
+                    region = Region(path, fw["row"], fw["device"], fw["dtype"], True, fw["kind"])
+                    for entry in self._framework_entries(path, fw):
+                        self._entries.setdefault(entry, []).append(region)
+        out = list(self._entries.get(key, ()))
+        info = self.function(key)
+        for decorator in info["decorators"] if info is not None else ():
+            if decorator:
+                scope = "<module>" if "." not in key[1] else key[1].rsplit(".", 1)[0]
+                for t in self.name_types(key[0], scope, decorator):
                     region = self.decorator_region(t)
                     if region is not None:
-                        yield (path, qual), Witness(region, ((path, qual),))
-        for path, s in list(self.summaries.items()):
-            for fw in s["frameworks"]:
-                region = Region(path, fw["row"], fw["device"], fw["dtype"], True, fw["kind"])
-                for key in self._framework_entries(path, fw):
-                    yield key, Witness(region, (key,))
+                        out.append(region)
+        return out
 
     def decorator_region(self, t: Type) -> Optional[Region]:
         """The region a project decorator runs the decorated function under: one whose
@@ -631,39 +690,6 @@ class Project:
                         break
         return out
 
-    def _propagate(self) -> Dict[FuncKey, List[Witness]]:
-        witnesses: Dict[FuncKey, List[Witness]] = {}
-        frontier: List[Tuple[FuncKey, Witness]] = []
-
-        def add(key: FuncKey, w: Witness) -> None:
-            have = witnesses.setdefault(key, [])
-            sig = (w.region.device, w.region.dtype, w.region.enabled)
-            if len(have) >= _MAX_WITNESSES or any((h.region.device, h.region.dtype, h.region.enabled) == sig for h in have):
-                return
-            have.append(w)
-            frontier.append((key, w))
-
-        for key, w in sorted(self._seeds(), key=lambda kw: (kw[1].region.path, kw[1].region.row, kw[0])):
-            add(key, w)
-        while frontier:
-            current = frontier
-            frontier = []
-            for key, w in current:
-                if len(w.chain) >= _MAX_CHAIN:
-                    continue
-                info = self.function(key)
-                if info is None:
-                    continue
-                for record in info["calls"]:
-                    call = Call(key[0], key[1], record)
-                    if self.region_of(call) is not None:
-                        continue  # its own region decides (seeded above, or shielded by enabled=False)
-                    for callee in self.callees(call):
-                        if callee not in w.chain:
-                            add(callee, Witness(w.region, w.chain + (callee,)))
-        return witnesses
-
-
     # ------------------------------------------------------------------ reporting
 
     def where(self, path: str, row: int) -> str:
@@ -706,6 +732,10 @@ class Project:
 def chain_text(chain: Tuple[FuncKey, ...]) -> str:
     """"`UNet.forward` -> `DiceBCELoss.forward`"."""
     return " -> ".join(f"`{display(k)}`" for k in chain)
+
+
+def _has_call(refs: Iterable[Optional[Dict[str, Any]]], suffix: str) -> bool:
+    return any(r is not None and r.get("c", "").endswith(suffix) for r in refs)
 
 
 def _with_dtype(t: Type, dtype: str, site: Tuple[str, int]) -> Type:

@@ -31,6 +31,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 _BCE = re.compile(r"binary_cross_entropy\s*\(|BCELoss\b")
 _OPTIMIZER = re.compile(r"\b(?:Adam|AdamW|SGD|RMSprop|Adagrad|Adamax|NAdam|RAdam|Adadelta|LBFGS|SparseAdam|ASGD|Rprop)\s*\(")
 _PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler")
+#: code that sets precision, not prose about it: an autocast, a scaler, a framework's setting
+_SETS_PRECISION = re.compile(r"autocast\s*\(|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True")
 #: the standard library's top-level modules: no project holds one, and leaving their imports
 #: out keeps the cached index small
 _EXTERNAL = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
@@ -54,7 +56,7 @@ def text_index(source: str) -> Dict[str, object]:
         roles += "b"
     if "optim" in source and _OPTIMIZER.search(source):
         roles += "o"
-    if any(t in source for t in _PRECISION):
+    if any(t in source for t in _PRECISION) and _SETS_PRECISION.search(source):
         roles += "a"
         if "autocast" in source and "partial" in source:
             roles += "h"  # an autocast held in a `partial`, maybe entered later
