@@ -155,6 +155,20 @@ class Project:
 
     def symbol(self, path: str, name: str, _depth: int = 0) -> TypeSet:
         """What a top-level `name` of the file `path` is."""
+        memo = self._memos[self._may_load]
+        key = ("symbol", path, name)
+        found = memo.get(key)
+        if found is None:
+            if key in self._active:
+                return _EMPTY
+            self._active.add(key)
+            try:
+                found = memo[key] = self._symbol(path, name, _depth)
+            finally:
+                self._active.discard(key)
+        return found
+
+    def _symbol(self, path: str, name: str, _depth: int) -> TypeSet:
         s = self.summaries.get(path)
         if s is None or _depth > 6:
             return _EMPTY
@@ -282,6 +296,14 @@ class Project:
 
     def mro(self, path: str, cls: str, _depth: int = 0) -> List[Tuple[str, str]]:
         """The class and its project base classes, nearest first."""
+        key = ("mro", path, cls)
+        memo = self._memos[self._may_load]
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = tuple(self._mro(path, cls, _depth))  # type: ignore[assignment]
+        return list(found)
+
+    def _mro(self, path: str, cls: str, _depth: int) -> List[Tuple[str, str]]:
         out = [(path, cls)]
         if _depth > 8:
             return out
@@ -442,6 +464,8 @@ class Project:
         for _ in range(_ROUNDS):
             found: Dict[Tuple[str, str, str], Set[Type]] = {}
             for call in list(self.calls()):
+                if not call.record["a"] and not call.record["k"]:
+                    continue  # binds no parameter
                 for t in self.resolve_call(call):
                     key = self.runs(t)
                     if key is None:

@@ -78,33 +78,45 @@ def text_index(source: str) -> Dict[str, object]:
     return {"r": roles, "i": imports}
 
 
-def module_names(path: str, root: Optional[str], files: Optional[Set[str]] = None) -> List[str]:
+def module_names(path: str, root: Optional[str], files: Optional[Set[str]] = None, tops: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
     """The dotted names a file may be imported as: relative to the project root, to
     `root/src` (a `src/` layout), and from its topmost package folder (the folders
     above it holding an `__init__.py` among `files`), so a package linted on its
     own, with no project root, still resolves its absolute imports."""
     out: List[str] = []
     if root is not None:
-        rel = os.path.relpath(path, root)
-        if not rel.startswith(".."):
+        rel = _below(path, root)
+        if rel is not None:
             parts = _parts(rel)
             if parts:
                 out.append(".".join(parts))
                 if parts[0] == "src" and len(parts) > 1:
                     out.append(".".join(parts[1:]))
     if files is not None:
-        top = folder = os.path.dirname(path)
-        while os.path.join(folder, "__init__.py") in files:
-            top = folder
-            parent = os.path.dirname(folder)
-            if parent == folder:
-                break
-            folder = parent
-        if top != os.path.dirname(path) or os.path.join(top, "__init__.py") in files:
-            parts = _parts(os.path.relpath(path, os.path.dirname(top)))
+        top = _package_top(os.path.dirname(path), files, tops if tops is not None else {})
+        if top is not None:
+            parts = _parts(_below(path, os.path.dirname(top)) or "")
             if parts and ".".join(parts) not in out:
                 out.append(".".join(parts))
     return out
+
+
+def _below(path: str, folder: str) -> Optional[str]:
+    """`path` relative to `folder` when it lies below it (both absolute and normalised)."""
+    prefix = folder.rstrip(os.sep) + os.sep
+    return path[len(prefix):] if path.startswith(prefix) else None
+
+
+def _package_top(folder: str, files: Set[str], tops: Dict[str, Optional[str]]) -> Optional[str]:
+    """The topmost folder of the package chain holding `folder` (None: not in a package)."""
+    if folder in tops:
+        return tops[folder]
+    top: Optional[str] = None
+    if os.path.join(folder, "__init__.py") in files:
+        parent = os.path.dirname(folder)
+        top = (_package_top(parent, files, tops) if parent != folder else None) or folder
+    tops[folder] = top
+    return top
 
 
 def _parts(rel: str) -> List[str]:
@@ -120,11 +132,19 @@ class ModuleIndex:
     def __init__(self, files: Iterable[str], root: Optional[str]) -> None:
         self.files: Set[str] = set(files)
         self.by_name: Dict[str, str] = {}
+        self._resolved: Dict[Tuple[str, int, str], Optional[str]] = {}
+        tops: Dict[str, Optional[str]] = {}
         for path in sorted(self.files):
-            for name in module_names(path, root, self.files):
+            for name in module_names(path, root, self.files, tops):
                 self.by_name.setdefault(name, path)
 
     def resolve(self, importer: str, level: int, module: str) -> Optional[str]:
+        key = (os.path.dirname(importer), level, module)
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(importer, level, module)
+        return self._resolved[key]
+
+    def _resolve(self, importer: str, level: int, module: str) -> Optional[str]:
         if level:
             base = os.path.dirname(importer)
             for _ in range(level - 1):
