@@ -5,9 +5,10 @@ from typing import Iterator, Optional, Tuple
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import CallInfo, Frame, ModuleContext, Scope, is_grad_scaler_call, literal_bool
-from amplint.model.project import Call, Project
+from amplint.model import (
+    CallInfo, Diagnostic, Frame, Invalid, ModuleContext, Rule, Scope, Severity, Valid, is_grad_scaler_call,
+    literal_bool, Project, ProjectCall,
+)
 
 
 class ScalerRecreatedPerEpoch(Rule):
@@ -339,7 +340,7 @@ def _builds_an_optimizer(project: Project, path: str, func: str, loop: bool = Fa
     for record in info["calls"] if info is not None else ():
         if loop and not record.get("l"):
             continue
-        if record["f"].endswith(".prepare") or project.optimizer_class(Call(path, func, record)) is not None:
+        if record["f"].endswith(".prepare") or project.optimizer_class(ProjectCall(path, func, record)) is not None:
             return True
     return False
 

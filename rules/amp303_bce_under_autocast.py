@@ -5,11 +5,10 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import AutocastRegion, CallInfo, ModuleContext, Scope, literal_string
-from amplint.fixes import make_fix, replace_node
-from amplint.model.project import Call, Project, Witness
-from amplint.model.project.graph import chain_text
+from amplint.model import (
+    AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, literal_string,
+    make_fix, replace_node, Project, ProjectCall, Witness, chain_text,
+)
 
 _BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 _BCE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.modules.BCELoss"})
@@ -386,7 +385,7 @@ def _callers(ctx: ModuleContext, scope: Scope) -> List[CallInfo]:
     return []
 
 
-def _project_bce(project: Project, call: Call) -> Optional[str]:
+def _project_bce(project: Project, call: ProjectCall) -> Optional[str]:
     """How to name the BCE a project call runs (None: not BCE). Only calls that may be BCE by
     their spelling are resolved: `...binary_cross_entropy(...)`, `nn.BCELoss()(...)`, or a
     name some file binds to a `BCELoss(...)`."""

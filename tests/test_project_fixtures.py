@@ -8,7 +8,7 @@ from typing import Dict, List
 import pytest
 
 from amplint import Config, lint_paths
-from amplint.cache import Cache
+from amplint.engine.cache import Cache
 
 PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "projects"
 DIRS = sorted(p for p in PROJECTS.iterdir() if (p / "pyproject.toml").exists())

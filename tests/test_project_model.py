@@ -439,7 +439,7 @@ def test_a_scaler_built_per_call_is_silent_for_whole_runs_and_conditional_builds
 
 
 def test_the_project_root(tmp_path):
-    from amplint.crossfile import project_root
+    from amplint.engine.crossfile import project_root
 
     (tmp_path / "repo" / "pkg" / "sub").mkdir(parents=True)
     for p in ("repo/pkg/__init__.py", "repo/pkg/sub/__init__.py", "repo/pkg/sub/m.py", "repo/script.py"):

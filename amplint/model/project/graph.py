@@ -29,8 +29,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
-from ... import torchapi
-from ...diagnostics import Diagnostic, Location, Severity
+from .. import torchapi
+from ...core.diagnostics import Diagnostic, Location, Severity
 from .index import ModuleIndex
 
 # A value type is a small tuple:
@@ -751,6 +751,10 @@ class Project:
             url=rule.url(),
             data=dict(data or {}),
         )
+
+
+#: the name rules know a project call by (`amplint.model.ProjectCall`)
+ProjectCall = Call
 
 
 def chain_text(chain: Tuple[FuncKey, ...]) -> str:

@@ -20,7 +20,7 @@ import ast
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-from ... import torchapi
+from .. import torchapi
 
 #: bump when the shape of a summary changes (it is part of the cache key)
 VERSION = 1

@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
-from .config import Config
-from .diagnostics import Diagnostic
+from ..core.config import Config
+from ..core.diagnostics import Diagnostic
 
 #: files whose presence makes a folder a project root
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -143,7 +143,7 @@ def project_diagnostics(
 def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any], store: "_Store", members: Dict[str, str]) -> List[Diagnostic]:
     """Every cross-file finding of one project (absolute paths), reused from the cache when no
     file the model read last time has changed (a warm run then loads no rule and parses nothing)."""
-    from .model.project import Project, universe
+    from ..model.project import Project, universe
 
     chosen = universe(files, root, store.index)
     if not chosen:
@@ -164,7 +164,7 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
                 project = Project(root, summaries, files=files, load=store.summary)
             found.extend(rule_cls().check_project(project))
         except Exception as exc:  # a bug must not stop the run: reported like a per-file one
-            from .engine import internal_error
+            from .pipeline import internal_error
 
             found.append(internal_error(min(members), f"rule {rule_cls.code} ({rule_cls.name}) on the project model", exc))
             return found  # not cached: the next run reports it again
@@ -174,7 +174,7 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
 
 def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnostic]:
     """`# noqa` and per-file ignores, as for per-file findings."""
-    from .engine import apply_noqa, known_codes, read_file
+    from .pipeline import apply_noqa, known_codes, read_file
 
     by_file: Dict[str, List[Diagnostic]] = {}
     for d in diagnostics:
@@ -210,7 +210,7 @@ class _Store:
     def index(self, path: str) -> Dict[str, Any]:
         found = self._index.get(path)
         if found is None:
-            from .model.project import text_index
+            from ..model.project import text_index
 
             found = self._linted(path) or self._cached("pindex", path, text_index) or {"r": "", "i": []}
             self._index[path] = found
@@ -271,14 +271,14 @@ class _Store:
         return None
 
     def summary(self, path: str) -> Optional[Dict[str, Any]]:
-        from .model.project import summarize
+        from ..model.project import summarize
 
         found = self._cached("summary", path, lambda text: {"s": summarize(text)})
         return found.get("s") if found else None
 
     def _cached(self, kind: str, path: str, compute: Callable[[str], Any]) -> Optional[Dict[str, Any]]:
         from .cache import file_digest, now, stat_key
-        from .engine import decode_source
+        from .pipeline import decode_source
 
         st: Optional[Tuple[int, int]] = None
         known = None
