@@ -98,3 +98,25 @@ def test_a_subset_run_resolves_project_conditions_with_the_whole_project(tmp_pat
     assert findings([str(tmp_path / "model.py")]) == whole
     (tmp_path / "train.py").write_text("import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n    out = model(x)\n")
     assert findings([str(tmp_path / "model.py")]) == findings([str(tmp_path)]) == {}
+
+
+def test_project_findings_survive_a_touch_but_not_an_edit(tmp_path):
+    import os
+    import shutil
+
+    project = tmp_path / "p"
+    shutil.copytree(PROJECTS / "half_builder", project)
+    for path in project.rglob("*"):
+        os.utime(path, (path.stat().st_atime - 60, path.stat().st_mtime - 60))
+    store = tmp_path / "cache"
+    cache = Cache(str(store), "fp")
+    whole = findings([str(project)], cache)
+    cache.save()
+    builder = project / "retrieval" / "models" / "builder.py"
+    os.utime(builder)  # touched: same bytes
+    touched = Cache(str(store), "fp")
+    assert findings([str(project / "finetune.py")], touched) == whole
+    assert "summary" not in touched.built and not touched.reused.get("summary"), "the findings were reused whole"
+    builder.write_text(builder.read_text().replace("    convert_weights(model)\n", ""))
+    edited = Cache(str(store), "fp")
+    assert findings([str(project / "finetune.py")], edited) == {}, "the edit removed the cause"

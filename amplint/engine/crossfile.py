@@ -221,17 +221,19 @@ class _Store:
         none of the files its model read has changed since."""
         if self.cache is None:
             return None
-        from .cache import decode_diagnostic, now, stat_key, RACY_SECONDS
+        from .cache import RACY_SECONDS, decode_diagnostic, file_digest, stat_key
 
         entry = self.cache.get_raw("project", root or "")
         if not entry or entry.get("universe") != chosen:
             return None
-        for path, (mtime_ns, size, read_at) in entry["files"].items():
+        for path, (mtime_ns, size, read_at, digest) in entry["files"].items():
             try:
                 st = stat_key(os.stat(path))
+                if st != (mtime_ns, size) or mtime_ns / 1e9 >= read_at - RACY_SECONDS:
+                    with open(path, "rb") as fh:  # touched, or too recent to trust: the bytes decide
+                        if file_digest(fh.read()) != digest:
+                            return None
             except OSError:
-                return None
-            if st != (mtime_ns, size) or mtime_ns / 1e9 >= read_at - RACY_SECONDS:
                 return None
         try:
             return [decode_diagnostic(d) for d in entry["diagnostics"]]
@@ -241,12 +243,14 @@ class _Store:
     def remember(self, root: Optional[str], chosen: List[str], read: List[str], found: List[Diagnostic]) -> None:
         if self.cache is None:
             return
-        from .cache import encode_diagnostic, now, stat_key
+        from .cache import encode_diagnostic, file_digest, now, stat_key
 
         files = {}
         for path in read:
             try:
-                files[path] = [*stat_key(os.stat(path)), now()]
+                st = stat_key(os.stat(path))
+                with open(path, "rb") as fh:
+                    files[path] = [*st, now(), file_digest(fh.read())]
             except OSError:
                 return
         try:
