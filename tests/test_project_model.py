@@ -284,7 +284,7 @@ def test_the_universe_is_empty_without_seeds_and_bounded_by_imports(tmp_path):
     (root / "d.py").write_text("from c import bce_loss\n")
     files = sorted(str(p) for p in root.rglob("*.py"))
     assert [Path(f).name for f in universe(files, str(root), index)] == ["c.py", "d.py"]
-    (root / "e.py").write_text("import torch\nopt = torch.optim.SGD(params, lr=0.1)\n")
+    (root / "e.py").write_text("import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
     files = sorted(str(p) for p in root.rglob("*.py"))
     assert [Path(f).name for f in universe(files, str(root), index)] == ["c.py", "d.py", "e.py"]
 
@@ -449,3 +449,17 @@ def test_the_project_root(tmp_path):
     (tmp_path / "repo" / "pyproject.toml").write_text("")
     assert project_root(str(tmp_path / "repo/pkg/sub/m.py")) == str(tmp_path / "repo")
     assert project_root(str(tmp_path / "repo/script.py")) == str(tmp_path / "repo")
+
+
+def test_only_rules_that_check_the_project_are_imported_for_it():
+    from amplint.engine.crossfile import project_rules
+    from amplint.engine.registry import RuleSpec, rule_specs
+
+    specs = []
+    for spec in rule_specs():  # fresh copies: nothing loaded yet
+        copy = object.__new__(RuleSpec)
+        copy.__setstate__(spec.__getstate__())
+        specs.append(copy)
+    loaded = project_rules(specs)
+    assert {r.code for r in loaded} == {"AMP107", "AMP201", "AMP202", "AMP302", "AMP303", "AMP402"}
+    assert all(s._cls is None for s in specs if s.code not in {r.code for r in loaded})

@@ -523,8 +523,8 @@ class Project:
     def optimizer_class(self, call: Call) -> Optional[str]:
         """`torch.optim.AdamW` when the call constructs a torch optimizer (not a scheduler)."""
         last = call.record["f"].rsplit(".", 1)[-1]
-        if not last[:1].isupper() or last.endswith(("LR", "Scheduler", "Scaler")):
-            return None  # only a class can be an optimizer: the spelling decides what is resolved
+        if not last[:1].isupper() or last.endswith(("LR", "Scheduler", "Scaler")) or not self._from_torch(call):
+            return None  # only a class imported from torch can be one: the spelling decides what is resolved
         for t in self.resolve_call(call):
             if t[0] == "X":
                 parts = t[1].split(".")
@@ -537,12 +537,18 @@ class Project:
 
     def grad_scaler(self, call: Call) -> Optional[str]:
         """The qualified name when the call constructs a torch GradScaler."""
-        if not call.record["f"].endswith("Scaler"):
+        if not call.record["f"].endswith("Scaler") or not self._from_torch(call):
             return None
         for t in self.resolve_call(call):
             if t[0] == "X" and (t[1] in torchapi.GRAD_SCALERS or (t[1].startswith("torch.") and t[1].endswith("GradScaler"))):
                 return t[1]
         return None
+
+    def _from_torch(self, call: Call) -> bool:
+        """Whether the callee's first name is imported from torch (read off the import table,
+        so asking loads no project module)."""
+        imported = self.summaries[call.path]["imports"].get(call.record["f"].split(".")[0])
+        return imported is not None and not imported[0] and imported[1].split(".")[0] == "torch"
 
     def callers(self, key: FuncKey) -> List[Call]:
         """The calls in the files the model started from that run function `key`."""

@@ -54,7 +54,7 @@ def text_index(source: str) -> Dict[str, object]:
     roles = ""
     if ("binary_cross_entropy" in source or "BCELoss" in source) and _BCE.search(source):
         roles += "b"
-    if "optim" in source and _OPTIMIZER.search(source):
+    if "optim" in source and "parameters(" in source and _OPTIMIZER.search(source):
         roles += "o"
     if any(t in source for t in _PRECISION) and _SETS_PRECISION.search(source):
         roles += "a"
