@@ -315,7 +315,8 @@ for x, y in loader:
                     f"65536 each time, each halving back to a scale that fits costs a skipped optimizer step again, "
                     f"and a checkpoint cannot restore it; create the scaler once and pass it in"
                 )
-                yield project.diagnostic(self, call, message, data={"where": project.where(caller.path, caller.row), "per_step": False})
+                cause = project.related(caller.path, caller.row, "called in a loop here")
+                yield project.diagnostic(self, call, message, data={"where": project.where(caller.path, caller.row), "per_step": False}, related=(cause,))
                 break
 
     def _diagnostic(self, ctx: ModuleContext, call: CallInfo, where: str, per_step: bool) -> Diagnostic:

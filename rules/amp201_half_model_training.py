@@ -334,7 +334,7 @@ for epoch in range(10):
                     f"round away; keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
                 )
                 data = {"optimizer": opt, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*site)}
-                yield project.diagnostic(self, call, message, data=data)
+                yield project.diagnostic(self, call, message, data=data, related=(project.related(*site, "made fp16 here"),))
                 break
 
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:

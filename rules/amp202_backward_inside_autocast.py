@@ -263,7 +263,8 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
                 f"pass and loss only: the rest of the block after it autocasts too, and the backward of a layer kept "
                 f"fp32 by a nested `autocast(enabled=False)` runs in low precision; move it out of the region"
             )
-            yield project.diagnostic(self, call, message, data={"region_line": region.row, "device": region.device, "dtype": region.dtype})
+            cause = project.related(region.path, region.row, "autocast entered here")
+            yield project.diagnostic(self, call, message, data={"region_line": region.row, "device": region.device, "dtype": region.dtype}, related=(cause,))
 
     def _diagnostic(self, ctx: ModuleContext, call, region) -> Diagnostic:
         text = ctx.code_for(call.node)

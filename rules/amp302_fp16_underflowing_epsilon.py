@@ -321,7 +321,7 @@ for x, y in loader:
                 f"fp32 parameters (autocast + GradScaler) or use an eps fp16 represents, e.g. 1e-4"
             )
             data = {"eps": eps, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*module[4])}
-            yield project.diagnostic(self, call, message, data=data)
+            yield project.diagnostic(self, call, message, data=data, related=(project.related(*module[4], "made fp16 here"),))
 
     # ------------------------------------------------------------ arithmetic
 

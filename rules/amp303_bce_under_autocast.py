@@ -293,7 +293,8 @@ for batch in loader:
                     f"`BCEWithLogitsLoss` (drop the sigmoid), or compute the loss in fp32 under `autocast(enabled=False)`"
                 )
                 data = {"function": "binary_cross_entropy" if shown.startswith("F.") else "BCELoss", "device": region.device, "dtype": region.dtype}
-                yield project.diagnostic(self, call, message, data=data)
+                cause = project.related(region.path, region.row, "autocast entered here")
+                yield project.diagnostic(self, call, message, data=data, related=(cause,))
                 break
 
     def _diagnostic(

@@ -463,3 +463,21 @@ def test_only_rules_that_check_the_project_are_imported_for_it():
     loaded = project_rules(specs)
     assert {r.code for r in loaded} == {"AMP107", "AMP201", "AMP202", "AMP302", "AMP303", "AMP402"}
     assert all(s._cls is None for s in specs if s.code not in {r.code for r in loaded})
+
+
+def test_cross_file_findings_carry_their_cause_as_a_related_location(tmp_path):
+    root = write(tmp_path, {
+        "losses.py": BCE_LOSS,
+        "train.py": """
+            import torch
+            from losses import bce_loss
+
+            with torch.autocast("cuda"):
+                loss = bce_loss(p, y)
+        """,
+    })
+    (d,) = lint_paths([str(root)], Config()).diagnostics
+    (cause,) = d.related
+    assert Path(cause.filename).name == "train.py" and cause.location.row == 5
+    assert cause.message == "autocast entered here"
+    assert d.to_json()["related"][0]["location"]["row"] == 5

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 from .. import torchapi
-from ...core.diagnostics import Diagnostic, Location, Severity
+from ...core.diagnostics import Diagnostic, Location, Related, Severity
 from .index import ModuleIndex
 
 # A value type is a small tuple:
@@ -742,8 +742,23 @@ class Project:
             return f"the {device}autocast held by the `with` of {at}"
         return f"the {device}autocast of {at}"
 
-    def diagnostic(self, rule: Any, call: Call, message: str, *, data: Optional[dict] = None, severity: Optional[Severity] = None) -> Diagnostic:
-        """A diagnostic of `rule` spanning a call (the path is the project's absolute one)."""
+    def related(self, path: str, row: int, note: str) -> Related:
+        """The cause of a finding, elsewhere in the project (a line: summaries keep rows)."""
+        shown = os.path.relpath(path)
+        return Related(Location(row, 1), Location(row, 1), note, filename=path if shown.startswith("..") else shown)
+
+    def diagnostic(
+        self,
+        rule: Any,
+        call: Call,
+        message: str,
+        *,
+        data: Optional[dict] = None,
+        severity: Optional[Severity] = None,
+        related: Tuple[Related, ...] = (),
+    ) -> Diagnostic:
+        """A diagnostic of `rule` spanning a call (the path is the project's absolute one);
+        `related`: where its cause is."""
         r = call.record
         return Diagnostic(
             code=rule.code,
@@ -756,6 +771,7 @@ class Project:
             noqa_row=r["r"],
             url=rule.url(),
             data=dict(data or {}),
+            related=tuple(related),
         )
 
 
