@@ -322,14 +322,15 @@ for epoch in range(10):
             q = project.optimizer_class(call)
             if q is None:
                 continue
-            for module in project.fp16_modules(project.updated_modules(call)):
-                site = module[4]
+            if project.master_weights(call):
+                continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
+            for name, site in project.fp16_modules(project.updated_modules(call)):
                 if not site or site[0] == call.path:
                     continue
                 opt = q.rsplit(".", 1)[-1]
                 numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() else ""
                 message = (
-                    f"`{opt}` updates the parameters of a `{module[2]}` that {project.where(*site)} made fp16, "
+                    f"`{opt}` updates the parameters of a `{name}` that {project.where(*site)} made fp16, "
                     f"with no fp32 master copy: {numbers}updates smaller than fp16's spacing (9.8e-4 near 1.0) "
                     f"round away; keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
                 )

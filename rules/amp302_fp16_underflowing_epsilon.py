@@ -299,9 +299,9 @@ for x, y in loader:
         """An optimizer whose eps underflows, over a module another file made fp16."""
         for call in project.calls():
             q = project.optimizer_class(call)
-            if q not in _OPTIMIZERS:
+            if q not in _OPTIMIZERS or project.master_weights(call):
                 continue
-            module = next((m for m in project.fp16_modules(project.updated_modules(call)) if m[4] and m[4][0] != call.path), None)
+            module = next((m for m in project.fp16_modules(project.updated_modules(call)) if m[1] and m[1][0] != call.path), None)
             if module is None:
                 continue
             position, default = _OPTIMIZERS[q]
@@ -315,13 +315,13 @@ for x, y in loader:
                 continue
             cls = q.rsplit(".", 1)[-1]
             message = (
-                f"`{cls}` with {text} over the parameters of a `{module[2]}` that {project.where(*module[4])} made "
+                f"`{cls}` with {text} over the parameters of a `{module[0]}` that {project.where(*module[1])} made "
                 f"fp16: {eps:g} is below fp16's smallest subnormal (5.96e-8) and rounds to 0, so where the "
                 f"squared-gradient average underflows the update divides by 0 and parameters become -inf/NaN; keep "
                 f"fp32 parameters (autocast + GradScaler) or use an eps fp16 represents, e.g. 1e-4"
             )
-            data = {"eps": eps, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*module[4])}
-            yield project.diagnostic(self, call, message, data=data, related=(project.related(*module[4], "made fp16 here"),))
+            data = {"eps": eps, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*module[1])}
+            yield project.diagnostic(self, call, message, data=data, related=(project.related(*module[1], "made fp16 here"),))
 
     # ------------------------------------------------------------ arithmetic
 

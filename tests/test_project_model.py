@@ -317,7 +317,7 @@ def test_fp16_follows_builders_but_not_other_instances(tmp_path):
     })
     project = project_of(root)
     found = {c.row: project.fp16_modules(project.updated_modules(c)) for c in project.calls() if project.optimizer_class(c)}
-    assert [t[2] for t in found[7]] == ["Net"] and found[8] == []
+    assert [name for name, _ in found[7]] == ["Net"] and found[8] == []
     assert codes(root) == ["train.py:7 AMP201"]
 
 
@@ -481,3 +481,42 @@ def test_cross_file_findings_carry_their_cause_as_a_related_location(tmp_path):
     assert Path(cause.filename).name == "train.py" and cause.location.row == 5
     assert cause.message == "autocast entered here"
     assert d.to_json()["related"][0]["location"]["row"] == 5
+
+
+def test_fp16_weights_cast_back_or_master_wrapped_stay_silent(tmp_path):
+    root = write(tmp_path, {
+        "models.py": """
+            from torch import nn
+
+            def load_half():
+                model = nn.Linear(4, 4)
+                model.half()
+                return model
+        """,
+        "back.py": """
+            import torch
+            from models import load_half
+
+            model = load_half()
+            model.float()
+            opt = torch.optim.AdamW(model.parameters())
+        """,
+        "apex_train.py": """
+            import torch
+            from apex import amp
+            from models import load_half
+
+            def main():
+                model = load_half()
+                opt = torch.optim.AdamW(model.parameters())
+                model, opt = amp.initialize(model, opt, opt_level="O2")
+        """,
+        "plain.py": """
+            import torch
+            from models import load_half
+
+            model = load_half()
+            opt = torch.optim.AdamW(model.parameters(), eps=1e-4)
+        """,
+    })
+    assert codes(root) == ["plain.py:6 AMP201"]

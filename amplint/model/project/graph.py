@@ -26,6 +26,7 @@ verifier or an editor server. It never imports libcst or torch.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
@@ -40,13 +41,16 @@ from .index import ModuleIndex
 #   ("F", path, qual)        a project function or method
 #   ("M", path)              a project module
 #   ("X", qualname)          an external name (torch.nn.BCELoss, torch.nn.functional.binary_cross_entropy)
-#   ("R", qualname, dtype)   what calling an external name returned (a torch.nn.BCELoss instance)
+#   ("R", qualname, dtype, site)  what calling an external name returned (a torch.nn.BCELoss instance,
+#                            an nn.Linear whose parameters were cast: dtype and site as for "I")
 #   ("A", device, dtype, enabled)  an autocast held for later: `partial(torch.autocast, "cuda")`
 Type = Tuple[Any, ...]
 TypeSet = FrozenSet[Type]
 FuncKey = Tuple[str, str]  # (path, qual)
 
 _EMPTY: TypeSet = frozenset()
+#: callees that keep fp32 master weights for the optimizer they are given
+_MASTER_WRAPPER = re.compile(r"fp16|master|initialize|mixedprecision|deepspeed", re.IGNORECASE)
 _MAX_CHAIN = 8
 _MAX_WITNESSES = 3
 _ROUNDS = 4
@@ -208,10 +212,10 @@ class Project:
 
     def _head(self, path: str, func: str, head: str) -> TypeSet:
         types = self._head_uncast(path, func, head)
-        if types and func != "<module>":
-            for subject, dtype, site in self.casts_in((path, func)):
+        if types:
+            for subject, dtype, site in self.casts_in((path, func)):  # in source order: the last one holds
                 if subject == head:
-                    types = frozenset(_with_dtype(t, dtype, site) for t in types)
+                    types = frozenset(_with_dtype(t, "" if dtype == "fp32" else dtype, site) for t in types)
         return types
 
     def casts_in(self, key: FuncKey) -> List[Tuple[str, str, Tuple[str, int]]]:
@@ -399,7 +403,7 @@ class Project:
         if kind == "C":
             return frozenset({("I", callee[1], callee[2], "", ())})
         if kind == "X":
-            return frozenset({("R", callee[1], "")})
+            return frozenset({("R", callee[1], "", ())})
         if kind == "F":
             info = self.function((callee[1], callee[2]))
             if info is None:
@@ -573,9 +577,17 @@ class Project:
                 return call, saved
         return None
 
-    def fp16_modules(self, types: Iterable[Type]) -> List[Type]:
-        """The instances among `types` whose parameters were cast to fp16, in a stable order."""
-        return sorted((t for t in types if t[0] == "I" and t[3] == "fp16"), key=repr)
+    def master_weights(self, call: Call) -> bool:
+        """Whether the function holding `call` hands its optimizer to something that keeps fp32
+        master weights (apex `amp.initialize`, `FP16_Optimizer`, DeepSpeed, fairseq's optimizers)."""
+        info = self.function((call.path, call.func))
+        return info is not None and any(_MASTER_WRAPPER.search(r["f"]) for r in info["calls"] if r["f"])
+
+    def fp16_modules(self, types: Iterable[Type]) -> List[Tuple[str, Tuple[str, int]]]:
+        """(class name, cast site) of the modules among `types` whose parameters were cast to
+        fp16 (project classes and external ones, `nn.Linear`, `resnet50`), in a stable order."""
+        found = {(t[2] if t[0] == "I" else t[1].rsplit(".", 1)[-1], t[-1]) for t in types if t[0] in ("I", "R") and t[-2] == "fp16"}
+        return sorted(found)
 
     # ------------------------------------------------------------------ autocast
 
@@ -792,7 +804,7 @@ def _with_dtype(t: Type, dtype: str, site: Tuple[str, int]) -> Type:
     if t[0] == "I":
         return ("I", t[1], t[2], dtype, site if dtype else ())
     if t[0] == "R":
-        return ("R", t[1], dtype)
+        return ("R", t[1], dtype, site if dtype else ())
     return t
 
 

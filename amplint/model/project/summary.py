@@ -310,11 +310,11 @@ class _Summarizer:
             info["locals"].setdefault(name, []).append(ref)
 
     def _in_place_cast(self, expr: ast.AST, info: Dict[str, Any]) -> None:
-        """`model.half()` / `model.to(torch.float16)` as a statement: the module itself changes."""
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("half", "to", "bfloat16", "type"):
+        """`model.half()` / `model.to(torch.float16)` / `model.float()` as a statement: the module itself changes."""
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("half", "to", "bfloat16", "type", "float"):
             tag = self._method_tag(expr)
             subject = dotted(expr.func.value)
-            if tag in ("to:fp16", "to:bf16") and subject is not None:
+            if tag in ("to:fp16", "to:bf16", "to:fp32") and subject is not None:
                 info["casts"].append([subject, tag[3:], expr.lineno])
 
     # ------------------------------------------------------------------ calls
