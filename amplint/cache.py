@@ -35,7 +35,7 @@ from .project import FileFacts
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
-FORMAT = 2  # 2: a result keeps only what differs from "nothing found" (most files)
+FORMAT = 3  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows
 #: a file modified within this many seconds of when it was read is re-hashed
 RACY_SECONDS = 2.0
 
@@ -135,6 +135,8 @@ def encode_diagnostic(d: Diagnostic) -> Dict[str, Any]:
         "cell": d.cell,
         "data": _enc(d.data),
         "verification": _enc(d.verification),
+        "help": d.help,
+        "raw_rows": list(d.raw_rows) if d.raw_rows is not None else None,
         "fix": None,
     }
     if d.fix is not None:
@@ -175,6 +177,8 @@ def decode_diagnostic(o: Dict[str, Any]) -> Diagnostic:
         cell=o["cell"],
         data=_dec(o["data"]),
         verification=_dec(o["verification"]),
+        help=o.get("help"),
+        raw_rows=tuple(o["raw_rows"]) if o.get("raw_rows") else None,
     )
 
 

@@ -715,8 +715,9 @@ class ModuleContext:
         data: Optional[dict] = None,
         condition: Optional[str] = None,
         severity: Optional[Severity] = None,
+        help: Optional[str] = None,
     ) -> Diagnostic:
-        """A diagnostic of `rule` spanning `node`."""
+        """A diagnostic of `rule` spanning `node`; `help` says what to write instead."""
         start, end = self.position(node)
         return Diagnostic(
             code=rule.code,
@@ -731,6 +732,7 @@ class ModuleContext:
             url=rule.url(),
             condition=condition,
             data=dict(data or {}),
+            help=help,
         )
 
 

@@ -422,7 +422,9 @@ def check(scaler):
             edits = rewrite_with_imports(ctx, self.code, ref, refs, lambda r, p: _rewrite(ctx, r, p))
             if edits is not None:
                 fix = make_fix(f"Use `torch.{api.new}` ({api.device!r})", edits, safe=True)
-            yield ctx.diagnostic(self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api))
+            yield ctx.diagnostic(
+                self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api), help=_help(ref, api)
+            )
 
 
 def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
@@ -518,11 +520,17 @@ def _torch_version_test(text: str) -> bool:
 def _message(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> str:
     spelled = ctx.code_for(ref.node)
     name = f"`{api.old}`" if spelled == api.old else f"`{spelled}` (`{api.old}`)"
-    what = "is deprecated" if ref.use != "bare" else "refers to a deprecated API"
-    message = f"{name} {what}; torch >= 2.4 warns: {api.category}: {api.warning}"
     if api.kind == "scaler" and ref.use == "bare":
-        message += f" (an `isinstance` check against it is False for a `torch.amp.GradScaler({api.device!r})`)"
-    return message
+        return f"{name} is deprecated, and no `torch.amp.GradScaler` is an instance of it"
+    return f"{name} is deprecated"
+
+
+def _help(ref: Reference, api: DeprecatedApi) -> str:
+    if api.kind in ("custom_fwd", "custom_bwd"):
+        return f'Use `@torch.{api.new}(device_type="{api.device}")`'
+    if api.kind == "scaler" and ref.use == "bare":
+        return "Check against `torch.amp.GradScaler`"
+    return f'Use `torch.{api.new}("{api.device}", ...)`'
 
 
 def _data(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> dict:

@@ -205,15 +205,13 @@ with torch.autocast(device_type="cpu"):
             old = DEPRECATED_AMP[next(iter(ref.qualnames))].old
             spelled = ctx.code_for(ref.node)
             name = f"`{old}`" if spelled == old else f"`{spelled}` (`{old}`)"
-            message = (
-                f"{name} has no `device_type` parameter: this call raises `{_TYPE_ERROR}`; "
-                f"use `torch.autocast(device_type=..., ...)`"
-            )
+            message = f"{name} has no `device_type` parameter; this call raises `TypeError`"
             yield ctx.diagnostic(
                 self,
                 ref.call,
                 message,
                 fix=fix,
+                help="Use `torch.autocast(device_type=...)`",
                 data={
                     "deprecated": old,
                     "exception": _TYPE_ERROR,

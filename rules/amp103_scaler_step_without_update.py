@@ -318,14 +318,7 @@ def main(model, loader, optimizer):
 
     def _diagnostic(self, ctx: ModuleContext, step: Event, group: List[Event]) -> Diagnostic:
         scaler = step.scaler
-        if any(e.kind == "unscale" and e.scaler == scaler for e in step.call.scope.events):
-            first = "`unscale_` raises \"RuntimeError: unscale_() is being called after step().\""
-        else:
-            first = "`step` raises \"RuntimeError: step() has already been called since the last update().\""
-        message = (
-            f"`{scaler}.step(...)` is never followed by `{scaler}.update()`: the next iteration's {first} and the "
-            f"loss scale never adapts; call `{scaler}.update()` once per iteration, after every optimizer's step"
-        )
+        message = f"`{scaler}.step(...)` is never followed by `{scaler}.update()`; the next step raises"
         fix = None
         last = group[-1]
         if all(e.path == last.path for e in group):
@@ -335,7 +328,8 @@ def main(model, loader, optimizer):
             fix = make_fix(f"Insert `{scaler}.update()` after the last `{scaler}.step(...)`", [edit], safe=False)
         data = {"scaler": scaler, "optimizers": [e.optimizer for e in group]}
         data.update(_step_data(ctx, step, group))
-        return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data)
+        help = f"Call `{scaler}.update()` once per iteration, after every optimizer's step"
+        return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data, help=help)
 
 
 def _indent(source: str, row: int) -> str:

@@ -365,42 +365,25 @@ for step, batch in enumerate(loader):
         e = flagged.event
         scaler = e.scaler
         opt = e.optimizer or "optimizer"
+        unscale = f"`{scaler}.unscale_({opt})`"
         if shape == "every":
-            message = (
-                f"`{scaler}.unscale_({opt})` runs on every micro-batch but `{scaler}.step` only at the accumulation "
-                f"boundary: the second micro-batch's `unscale_` raises \"RuntimeError: unscale_() has already been "
-                f"called on this optimizer since the last update().\"; move it inside the boundary `if`, before the clip"
-            )
+            message = f"{unscale} runs on every micro-batch, `step` only at the boundary; it raises"
+            help = "Move it inside the accumulation boundary `if`, before the clip"
         elif shape == "every-updated":
-            message = (
-                f"`{scaler}.unscale_({opt})` and `{scaler}.update()` run on every micro-batch but `{scaler}.step` only "
-                f"at the accumulation boundary: no error, but each `unscale_` divides the gradients accumulated so "
-                f"far by the scale (65536 by default) again, so the step sees little more than the last micro-batch; "
-                f"move both inside the boundary `if`"
-            )
+            message = f"{unscale} and `update()` run on every micro-batch: accumulated gradients are unscaled again"
+            help = "Move both inside the accumulation boundary `if`"
         elif shape == "sometimes":
-            message = (
-                f"`{scaler}.unscale_({opt})` can run in the middle of an accumulation window, outside the boundary "
-                f"`if`: once there, later micro-batches add scaled gradients onto unscaled ones and `{scaler}.step` "
-                f"does not unscale again, so the accumulated gradient is silently wrong (by ~1e5 in amp-facts E18); "
-                f"twice before `update()`, it raises \"RuntimeError: unscale_() has already been called on this "
-                f"optimizer since the last update().\"; unscale only inside the accumulation boundary"
-            )
+            message = f"{unscale} can run in the middle of an accumulation window"
+            help = "Unscale only inside the accumulation boundary `if`"
         elif shape == "twice":
-            message = (
-                f"`{scaler}.unscale_({opt})` runs a second time before `{scaler}.update()`: it raises "
-                f"\"RuntimeError: unscale_() has already been called on this optimizer since the last update().\"; "
-                f"unscale each optimizer once per step"
-            )
+            message = f"{unscale} runs a second time before `{scaler}.update()`; it raises"
+            help = "Unscale each optimizer once per step"
         else:  # "update"
-            message = (
-                f"`{scaler}.update()` runs on every micro-batch but `{scaler}.step` only at the accumulation boundary: "
-                f"on the first micro-batch that is not a boundary it raises \"AssertionError: No inf checks were "
-                f"recorded prior to update.\"; move it inside the boundary `if`, after the step"
-            )
+            message = f"`{scaler}.update()` runs on every micro-batch, `step` only at the boundary; it raises"
+            help = "Move it inside the accumulation boundary `if`, after the step"
         data = {"shape": shape, "scaler": scaler, "optimizer": e.optimizer}
         data.update(_step_data(ctx, flagged, shape, other))
-        return ctx.diagnostic(self, e.call.node, message, data=data)
+        return ctx.diagnostic(self, e.call.node, message, data=data, help=help)
 
 
 def _flatten(ctx: ModuleContext, scope: Scope, depth: int, stack: Tuple[int, ...] = ()) -> List[_Step]:

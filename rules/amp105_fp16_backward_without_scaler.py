@@ -264,13 +264,16 @@ def gan_step(gen, disc, opt_g, opt_d, real, z):
     def _diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion) -> Diagnostic:
         row = ctx.position(region.call)[0].row
         text = ctx.code_for(loss).strip()
-        message = (
-            f"`{text}` comes from an fp16 autocast region (line {row}) and is backpropagated with no GradScaler: "
-            f"gradients in the fp16 backward ops below 6e-8 flush to zero and below 6.1e-5 lose precision, so "
-            f"small gradients vanish silently; scale the loss with `torch.amp.GradScaler` (or use bf16)"
-        )
+        message = f"`{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
         data = {"loss": text, "region_row": row, "device": region.device, "dtype": region.dtype}
-        return ctx.diagnostic(self, event.call.node, message, data=data)
+        help = "Scale the loss with `torch.amp.GradScaler`, or autocast to bf16"
+        return ctx.diagnostic(self, event.call.node, message, data=data, help=help)
+
+
+def _short(text: str, limit: int = 30) -> str:
+    """An expression as a message names it: one line, at most `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_fp16(region: Optional[AutocastRegion]) -> bool:

@@ -292,23 +292,14 @@ scaler.update()
             method, f"{method}(torch_dtype={torch_name})"
         )
         call = "step" if event.kind == "scaler_step" else "unscale_"
+        fails = "raises" if cast.dtype == "fp16" else "raises on CUDA"
+        message = f"`{event.scaler}.{call}` {fails} on the {cast.dtype} gradients of `{module}` (`{how}`)"
         if cast.dtype == "fp16":
-            consequence = (
-                f"`{event.scaler}.{call}` raises \"ValueError: Attempting to unscale FP16 gradients.\"; keep the "
-                f"parameters fp32 and let autocast run the ops in fp16"
-            )
+            help = "Keep the parameters fp32 and let autocast run the ops in fp16"
         else:
-            consequence = (
-                f"on CUDA `{event.scaler}.{call}` raises \"NotImplementedError: "
-                f"\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'\" (measured on "
-                f"an H200); bf16 needs no loss scaling: drop the scaler"
-            )
-        message = (
-            f"`{event.optimizer}` updates the parameters of `{module}`, converted to {cast.dtype} by `{how}` "
-            f"(line {row}): {consequence}"
-        )
+            help = "Drop the scaler: bf16 needs no loss scaling"
         data = {"optimizer": event.optimizer, "module": module, "cast_row": row, "dtype": cast.dtype}
-        return ctx.diagnostic(self, event.call.node, message, data=data)
+        return ctx.diagnostic(self, event.call.node, message, data=data, help=help)
 
 
 def _low_precision_module(

@@ -184,9 +184,6 @@ scaler.scale(loss).backward()
                 yield self._diagnostic(ctx, ctor)
 
     def _diagnostic(self, ctx: ModuleContext, ctor: CallInfo) -> Diagnostic:
-        message = (
-            "GradScaler is enabled but every autocast region in this file is bf16: bf16 has fp32's exponent range "
-            "(max 3.39e38), so gradients do not underflow; the scaler only adds a pass over the gradients and a host "
-            "sync per step; drop it, or build it with `enabled=(dtype == torch.float16)`"
-        )
-        return ctx.diagnostic(self, ctor.node, message)
+        message = "GradScaler is enabled but every autocast region in this file is bf16, which needs no scaling"
+        help = "Drop the scaler, or build it with `enabled=(dtype == torch.float16)`"
+        return ctx.diagnostic(self, ctor.node, message, help=help)

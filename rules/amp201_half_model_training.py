@@ -322,21 +322,8 @@ for epoch in range(10):
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
         what = _describe(ctx, cast)
-        adam = "adam" in opt.lower()
-        if adam:
-            numbers = (
-                "Adam's eps=1e-8 is 0 in fp16 (in amp-facts E30 Adam's parameters were -inf after one step "
-                "with gradients of 1e-5), and small updates round away (1.0 - 5e-5 stays 1.0 in fp16)"
-            )
-        else:
-            numbers = (
-                "fp16 values near 1.0 are 9.8e-4 apart, so small updates round away "
-                "(in amp-facts E30 the SGD step 1.0 - 5e-5 stayed 1.0)"
-            )
-        message = (
-            f"{what} makes the parameters that `{opt}` updates fp16, with no fp32 master copy: {numbers}; "
-            f"keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
-        )
+        message = f"{what} makes the parameters `{opt}` updates fp16, with no fp32 master copy"
+        help = "Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
         data = {
             "optimizer": opt,
             "optimizer_class": ctor.qualname,
@@ -346,7 +333,7 @@ for epoch in range(10):
             "device": None,  # where the cast module runs is not known statically
             "subject": cast.subject,
         }
-        return ctx.diagnostic(self, cast.call.node, message, data=data)
+        return ctx.diagnostic(self, cast.call.node, message, data=data, help=help)
 
 
 # --------------------------------------------------------------------------- helpers

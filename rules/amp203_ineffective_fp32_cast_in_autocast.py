@@ -293,17 +293,14 @@ for x in loader:
         if len(text) > 40 or "\n" in text:
             text = "." + cast.func.attr.value + "(...)"  # type: ignore[union-attr]
         autocast = f"{region.device} autocast" if region.device else "autocast"
-        when = ", when enabled," if region.enabled is None else ""
-        message = (
-            f"`{text}` feeds `{op.op}`, which {autocast} (line {row}){when} runs in {dtype} whatever its inputs' "
-            f"dtype: the cast is undone and `{op.op}` does not run in fp32 (amp-facts E27: `lin(h.float())` "
-            f"stays bf16); to compute it in fp32 wrap it in a nested `autocast(..., enabled=False)`"
-        )
+        when = " (when enabled)" if region.enabled is None else ""
+        message = f"`{text}` is undone: {autocast}{when} runs `{op.op}` in {dtype} whatever its inputs"
         return ctx.diagnostic(
             self,
             cast,
             message,
             data={"op": op.op, "device": region.device, "dtype": region.dtype, "region_line": row},
+            help=f"Run `{op.op}` in a nested `autocast(..., enabled=False)` to compute it in fp32",
         )
 
 

@@ -278,20 +278,14 @@ def step(model, x, w, device_type):
         self, ctx: ModuleContext, name: cst.Name, source: AutocastOp, op: AutocastOp, outer: AutocastRegion, disabled: AutocastRegion
     ) -> Diagnostic:
         dtype = _DTYPE_WORDS.get(outer.dtype, "fp16 or bf16")
-        outer_row = ctx.position(outer.call)[0].row
-        disabled_row = ctx.position(disabled.call)[0].row
-        message = (
-            f"`{name.value}` comes from `{source.op}` under the autocast region of line {outer_row}, so it is "
-            f"{dtype}; `autocast(enabled=False)` (line {disabled_row}) casts nothing back, so `{op.op}` here "
-            f"either raises a dtype mismatch against an fp32 operand or silently runs in {dtype}; "
-            f"use `{name.value}.float()`"
-        )
+        message = f"`{name.value}` is still {dtype} from `{source.op}`: `autocast(enabled=False)` casts nothing back"
         fix = make_fix(f"Cast `{name.value}` with `.float()`", [replace_node(ctx, name, f"{name.value}.float()")], safe=False)
         return ctx.diagnostic(
             self,
             name,
             message,
             fix=fix,
+            help=f"Use `{name.value}.float()`",
             data={"name": name.value, "source_op": source.op, "op": op.op, "device": outer.device, "dtype": outer.dtype},
         )
 

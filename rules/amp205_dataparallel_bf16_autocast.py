@@ -217,12 +217,9 @@ def evaluate(batch, device):
 
     def _diagnostic(self, ctx: ModuleContext, call: CallInfo, region: AutocastRegion, what: str) -> Diagnostic:
         row = ctx.position(region.call)[0].row
-        message = (
-            f"{what} is called under bf16 autocast (line {row}): DataParallel passes only `enabled` to its "
-            f"replica threads, so with more than one GPU the replicas autocast to CUDA's default fp16, not bf16 "
-            f"(activations above 65504 become inf); use DistributedDataParallel or autocast inside the model's forward"
-        )
-        return ctx.diagnostic(self, call.node, message, data={"region_line": row})
+        message = f"{what} runs under bf16 autocast, but its replicas autocast to fp16"
+        help = "Use DistributedDataParallel, or autocast inside the model's forward"
+        return ctx.diagnostic(self, call.node, message, data={"region_line": row}, help=help)
 
 
 def _constructs_data_parallel(ctx: ModuleContext, value: cst.BaseExpression) -> bool:

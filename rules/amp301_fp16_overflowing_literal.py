@@ -386,19 +386,13 @@ with torch.autocast("cuda"):
         tensor_text = ctx.code_for(use.tensor) if use.tensor is not None else None
         bound = "min" if site.value < 0 else "max"
         if use.raises:
-            message = (
-                f"{site.text} in `{use.op}` does not fit fp16 (largest finite value 65504): on an fp16 tensor it raises "
-                f"`RuntimeError: value cannot be converted to type c10::Half without overflow`; "
-                f"use `torch.finfo({tensor_text if _simple(use.tensor) else 'x'}.dtype).{bound}`"
-            )
+            message = f"{site.text} in `{use.op}` does not fit fp16; on an fp16 tensor it raises"
+            help = f"Use `torch.finfo({tensor_text if _simple(use.tensor) else 'x'}.dtype).{bound}`"
             severity = Severity.ERROR
         else:
             where = "an additive mask" if use.op == "additive" else f"`{use.op}`"
-            message = (
-                f"{site.text} in {where} overflows fp16 (largest finite value 65504): on fp16 tensors it silently "
-                f"becomes {'-' if site.value * use.sign < 0 else ''}inf, and a fully masked row then softmaxes to NaN; "
-                f"use `torch.finfo(x.dtype).{bound}` with `masked_fill`/`torch.where`, or build the mask in fp32"
-            )
+            message = f"{site.text} in {where} overflows fp16 to inf; a fully masked row softmaxes to NaN"
+            help = f"Use `torch.finfo(x.dtype).{bound}`, or build the mask in fp32"
             severity = Severity.WARNING
         data = {
             "literal": site.value,
@@ -417,6 +411,7 @@ with torch.autocast("cuda"):
             data=data,
             condition=None if certain else FP16,
             severity=severity,
+            help=help,
         )
 
 

@@ -279,16 +279,11 @@ for x, y in loader:
                     continue
                 eps, node, text = lit.value, eps_node, f"eps={ctx.code_for(eps_node)}"
             cls = q.rsplit(".", 1)[-1]
-            row = ctx.position(cast.call.node)[0].row
-            message = (
-                f"`{cls}` with {text} over fp16 parameters (`{cast.subject}`, line {row}): {eps:g} is below fp16's "
-                f"smallest subnormal (5.96e-8) and rounds to 0, so where the squared-gradient average underflows the "
-                f"update divides by 0 and parameters become -inf/NaN (Adam went to -inf after one step with grads "
-                f"of 1e-5); keep fp32 parameters (autocast + GradScaler) or use an eps fp16 represents, e.g. 1e-4"
-            )
+            message = f"`{cls}` with {text} over fp16 parameters (`{cast.subject}`): {eps:g} rounds to 0 in fp16"
+            help = "Keep fp32 parameters (autocast + GradScaler), or use an eps fp16 represents, e.g. 1e-4"
             data = {"eps": eps, "optimizer_class": q, "snippet": ctx.code_for(call.node), "params": cast.subject}
             data.update(dtype=cast.dtype, device=None)
-            yield ctx.diagnostic(self, node, message, data=data)
+            yield ctx.diagnostic(self, node, message, data=data, help=help)
 
     # ------------------------------------------------------------ arithmetic
 
@@ -312,14 +307,17 @@ for x, y in loader:
             return None
         certain, why = verdict
         text = ctx.code_for(lit.node)
-        message = (
-            f"{text} is below fp16's smallest subnormal (5.96e-8) and rounds to 0 next to `{ctx.code_for(tensor)}`, "
-            f"{why}: it no longer guards against 0 (x/0 is inf, log(0) is -inf); use an eps fp16 represents "
-            f"(>= 6.1e-5, e.g. 1e-4) or compute this in fp32"
-        )
+        message = f"{text} rounds to 0 in fp16 next to `{_short(ctx.code_for(tensor))}`, {why}"
+        help = "Use an eps fp16 represents (>= 6.1e-5, e.g. 1e-4), or compute this in fp32"
         data = {"eps": lit.value, "optimizer_class": None, "snippet": ctx.code_for(snippet)}
         data.update(dtype="fp16", device=region.device if region is not None else None)
-        return ctx.diagnostic(self, lit.node, message, data=data, condition=None if certain else FP16)
+        return ctx.diagnostic(self, lit.node, message, data=data, condition=None if certain else FP16, help=help)
+
+
+def _short(text: str, limit: int = 30) -> str:
+    """An expression as a message names it: one line, at most `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --------------------------------------------------------------------------- helpers
@@ -384,7 +382,7 @@ def _fp16_tensor(
     active = region is not None and region.enabled is not False
     if active and region.dtype in ("fp16", None) and _lowp_output(ctx, node):
         certain = region.dtype == "fp16" and region.enabled is True
-        return certain, "the fp16 output of a matmul/linear/conv under fp16 autocast"
+        return certain, "an fp16 matmul/linear/conv output"
     if isinstance(node, cst.BinaryOperation) and isinstance(
         node.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power)
     ):

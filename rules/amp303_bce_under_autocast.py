@@ -264,24 +264,19 @@ for batch in loader:
         region: AutocastRegion,
         via: Optional[CallInfo],
     ) -> Diagnostic:
-        where = {"cuda": "CUDA autocast", "xpu": "XPU autocast"}.get(region.device or "", "autocast (device decided at run time)")
+        where = {"cuda": "CUDA autocast", "xpu": "XPU autocast"}.get(region.device or "", "autocast")
         if via is not None:
-            row = ctx.position(via.node)[0].row
-            where += f" (reached through the call on line {row})"
+            where += f" (through `{via.dotted or 'a call'}`)"
         shown = "F.binary_cross_entropy" if function == "binary_cross_entropy" else "nn.BCELoss"
-        message = (
-            f"`{shown}` inside {where} raises `RuntimeError: torch.nn.functional.binary_cross_entropy and "
-            f"torch.nn.BCELoss are unsafe to autocast.` on CUDA/XPU, for fp16 and bf16 alike; pass logits to "
-            f"`binary_cross_entropy_with_logits` / `BCEWithLogitsLoss` (drop the sigmoid), or compute the loss in "
-            f"fp32 under `autocast(enabled=False)`"
-        )
+        message = f"`{shown}` under {where} raises: it is unsafe to autocast"
+        help = "Pass logits to `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss` (drop the sigmoid)"
         data = {
             "snippet": ctx.code_for(call.node),
             "function": function,
             "device": region.device,
             "dtype": region.dtype,
         }
-        return ctx.diagnostic(self, call.node, message, fix=_fix(ctx, call, function, ctor), data=data)
+        return ctx.diagnostic(self, call.node, message, fix=_fix(ctx, call, function, ctor), data=data, help=help)
 
 
 # --------------------------------------------------------------------------- detection

@@ -209,16 +209,10 @@ torch.save(model.half().state_dict(), "model_fp16.pt")
             yield self._diagnostic(ctx, save, model, cast)
 
     def _diagnostic(self, ctx: ModuleContext, save: CallInfo, model: str, cast: Optional[LowPrecisionCast]) -> Diagnostic:
-        where = ""
-        if cast is not None:
-            where = f" (converted on line {ctx.position(cast.call.node)[0].row})"
-        message = (
-            f"`torch.save` writes the fp16 weights of `{model}`{where}: each value is rounded to 11 significant "
-            f"bits (up to 4.9e-4 relative) and values above 65504 are inf; loading into an fp32 model casts "
-            f"silently and recovers none of it; save fp32 weights (keep the model fp32 and use autocast)"
-        )
+        message = f"`torch.save` writes the fp16 weights of `{model}`; the lost precision cannot be recovered"
+        help = "Save fp32 weights: keep the model fp32 and use autocast"
         data = {"snippet": ctx.code_for(save.node), "model": model, "dtype": "fp16"}
-        return ctx.diagnostic(self, save.node, message, data=data)
+        return ctx.diagnostic(self, save.node, message, data=data, help=help)
 
 
 def _not_weights(ctx: ModuleContext, receiver: Optional[str]) -> bool:

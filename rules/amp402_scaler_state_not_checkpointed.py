@@ -258,23 +258,16 @@ def train(model, opt, loader, resume=None):
                     break  # one per file: the scaler is missing from every resume path alike
 
     def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str) -> Diagnostic:
-        message = (
-            f"this checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`: a resumed run restarts the loss "
-            f"scale at 65536 and halves it (backoff 0.5) only on overflowing steps, each of which is skipped "
-            f"(5 lost steps after every resume for a run settled at 2048); save `{scaler}.state_dict()` "
-            f"and restore it with `{scaler}.load_state_dict(...)`"
-        )
+        message = f"This checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`"
+        help = f"Save `{scaler}.state_dict()` and restore it with `{scaler}.load_state_dict(...)`"
         data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(call.node), "side": "save"}
-        return ctx.diagnostic(self, call.node, message, data=data)
+        return ctx.diagnostic(self, call.node, message, data=data, help=help)
 
     def _loaded(self, ctx: ModuleContext, call: CallInfo, scaler: str) -> Diagnostic:
-        message = (
-            f"the resume restores `{call.receiver_dotted}` but never calls `{scaler}.load_state_dict(...)`: the "
-            f"loss scale restarts at 65536 and halves (backoff 0.5) only on overflowing steps, each of which is "
-            f"skipped after every resume"
-        )
+        message = f"The resume restores `{call.receiver_dotted}` but not `{scaler}`'s loss scale"
+        help = f"Call `{scaler}.load_state_dict(...)` with the saved scaler state"
         data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load"}
-        return ctx.diagnostic(self, call.node, message, data=data)
+        return ctx.diagnostic(self, call.node, message, data=data, help=help)
 
 
 def _live_scalers(ctx: ModuleContext) -> List[str]:

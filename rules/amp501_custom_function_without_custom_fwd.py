@@ -17,7 +17,6 @@ from amplint.torchapi import (
     CUSTOM_FWD_BWD,
 )
 
-_E09 = "expected m1 and m2 to have the same dtype, but got: c10::BFloat16 != float"
 _CAST_METHODS = ("float", "half", "double", "bfloat16", "type_as")
 
 
@@ -520,26 +519,16 @@ with torch.cpu.amp.autocast():
                 continue  # the incoming grad never reaches a dtype-sensitive op
             op = _autocastable_op(ctx, fwd, forward)
             if op is not None:
-                message = (
-                    f"`{cls.name.value}.forward` runs `{op}`, which autocast lowers to fp16/bf16, but the Function "
-                    f"has no `custom_fwd`/`custom_bwd`: backward runs outside autocast, mixing low-precision "
-                    f"grads and saved tensors with fp32 ones, which fails with errors such as `{_E09}` "
-                    f"(amp-facts E09); decorate forward with `@torch.amp.custom_fwd(device_type=...)` and "
-                    f"backward with `@torch.amp.custom_bwd(device_type=...)`"
-                )
-                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)})
+                message = f"`{cls.name.value}.forward` runs `{op}` under autocast, but backward will not"
+                help = "Decorate forward with `@torch.amp.custom_fwd(device_type=...)`, backward with `custom_bwd`"
+                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)}, help=help)
                 continue
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
             if kernel is not None:
                 name, count = kernel
-                message = (
-                    f"`{cls.name.value}.forward` passes {count} float inputs to the compiled kernel `{name}` "
-                    f"without `custom_fwd`: under autocast they can arrive in mixed dtypes (fp16 activations next "
-                    f"to fp32 weights) and the kernel is not autocast-aware; use "
-                    f"`@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)` and "
-                    f"`@torch.amp.custom_bwd(device_type=...)`"
-                )
-                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": name, "kind": "extension", **_class_data(ctx, cls)})
+                message = f"`{cls.name.value}.forward` passes {count} float inputs to `{name}`, which is not autocast-aware"
+                help = "Use `@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`"
+                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
 
 
 def _class_data(ctx: ModuleContext, cls: cst.ClassDef) -> dict:

@@ -261,7 +261,7 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
                 "snippet": ctx.code_for(call.node),
                 "names": imported_names(ctx, call.node),
             }
-            yield ctx.diagnostic(self, call.node, _message(op, device), data=data)
+            yield ctx.diagnostic(self, call.node, _message(op), data=data, help=_help(op, device))
 
 
 def _custom_ops(ctx: ModuleContext) -> Dict[str, _Op]:
@@ -381,23 +381,16 @@ def _casts_inputs(ctx: ModuleContext, call: CallInfo) -> bool:
     return False
 
 
-def _message(op: _Op, device: str) -> str:
+def _message(op: _Op) -> str:
     if op.kind == "extension":
-        return (
-            f"`{op.local}` (a `cpp_extension` module function) is called under autocast: it bypasses the "
-            f"dispatcher, so autocast never casts its inputs and the kernel gets whatever dtype flows in "
-            f"(fp16/bf16 activations next to fp32 weights); cast the inputs inside "
-            f"`torch.autocast(\"{device}\", enabled=False)`, or wrap it in an autograd.Function with "
-            f"`@torch.amp.custom_fwd(device_type=\"{device}\", cast_inputs=torch.float32)`"
-        )
-    name = op.qualified or op.local
-    how = (
-        f"`{op.local}.register_autocast(\"{device}\", torch.float32)`"
-        if op.kind == "custom_op"
-        else f"`torch.library.register_autocast(\"{name}\", \"{device}\", torch.float32)`"
-    )
-    return (
-        f"custom op `{name}` is called under autocast with no autocast rule: unregistered ops fall through "
-        f"autocast, so its inputs are not cast (the kernel sees whatever dtype flows in) and autocast stays "
-        f"enabled inside it; register one with {how} (or the dtype the kernel needs)"
-    )
+        return f"`{op.local}` (a `cpp_extension` function) is called under autocast, which never casts its inputs"
+    return f"Custom op `{op.qualified or op.local}` is called under autocast with no autocast rule"
+
+
+def _help(op: _Op, device: str) -> str:
+    if op.kind == "extension":
+        return f'Cast its inputs inside `torch.autocast("{device}", enabled=False)`'
+    if op.kind == "custom_op":
+        return f'Register one with `{op.local}.register_autocast("{device}", torch.float32)`'
+    return f'Register one with `torch.library.register_autocast("{op.qualified or op.local}", "{device}", torch.float32)`'
+

@@ -267,16 +267,12 @@ class F(torch.autograd.Function):
             ambiguous = not ref.qualnames <= _ALL
             fix = None if ambiguous else _fix(ctx, ref, device)
             spelled = ctx.code_for(ref.node)
-            message = (
-                f"`{spelled}` without `device_type=` raises `TypeError: {which}() missing 1 required "
-                f"keyword-only argument: 'device_type'` when the decorated class is defined (at import); "
-                f"pass `device_type=\"{device}\"`"
-            )
+            message = f"`{spelled}` without `device_type=` raises `TypeError` at import"
             if ambiguous:
-                message += " (the name may also be the deprecated `torch.cuda.amp` form, which takes no device_type)"
+                message += " (unless it is the deprecated `torch.cuda.amp` form)"
             node = ref.decorator.decorator if ref.decorator is not None else ref.call
             data = {"decorator": f"torch.amp.{which}", "snippet": ctx.code_for(node), "names": imported_names(ctx, node)}
-            yield ctx.diagnostic(self, node, message, fix=fix, data=data)
+            yield ctx.diagnostic(self, node, message, fix=fix, data=data, help=f'Pass `device_type="{device}"`')
 
 
 def _lacks_device_type(ref: Reference) -> bool:

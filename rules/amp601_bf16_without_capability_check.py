@@ -155,18 +155,11 @@ class Model(nn.Module):
         if not regions or capability_checked(ctx, bf16=True):
             return
         bare = bool(ctx.calls_to(*torchapi.BF16_SUPPORT_FUNCTIONS))
-        note = (
-            "; the bare `torch.cuda.is_bf16_supported()` used here is True there too, by emulation"
-            if bare
-            else ""
-        )
-        message = (
-            f"CUDA bf16 autocast with no compute-capability check in this file ({_count(regions)}): below 8.0 "
-            f"(Pascal, Volta, Turing) there are no bf16 tensor cores, so ops run without them (a GTX 1080 matmul "
-            f"measured 1.85x slower than fp32) and some cuDNN convolutions fail{note}; check "
-            f"`torch.cuda.get_device_capability() >= (8, 0)` or `is_bf16_supported(including_emulation=False)`"
-        )
-        yield ctx.diagnostic(self, regions[0].call, message, data={"regions": len(regions), "bare_is_bf16_supported": bare})
+        message = f"CUDA bf16 autocast ({_count(regions)}) with no compute-capability check in this file"
+        if bare:
+            message += "; `is_bf16_supported()` is True by emulation"
+        help = "Check `torch.cuda.get_device_capability() >= (8, 0)`"
+        yield ctx.diagnostic(self, regions[0].call, message, data={"regions": len(regions), "bare_is_bf16_supported": bare}, help=help)
 
 
 def _cuda_region(r: AutocastRegion) -> bool:
