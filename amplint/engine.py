@@ -96,6 +96,9 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
     result = FileResult(path=path)
     from .registry import passing
 
+    exempt = file_exemption(source)
+    if exempt is not None and not exempt:
+        return result  # `# amplint: noqa`: the whole file, as ruff's `# ruff: noqa`
     active = passing(rules, source)
     if not active:
         if UNUSED_NOQA_CODE in codes:
@@ -113,7 +116,7 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
     if diagnostics is None:
         return result
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
-    diagnostics = [d for d in diagnostics if d.code not in ignored]
+    diagnostics = [d for d in diagnostics if d.code not in ignored and not (exempt and d.code in exempt)]
     result.diagnostics.extend(apply_noqa(diagnostics, source))
     if UNUSED_NOQA_CODE in codes:
         result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
@@ -362,6 +365,41 @@ def syntax_error(path: str, row: int, column: int, message: str) -> Diagnostic:
         end_location=Location(max(row, 1), max(column, 1)),
         noqa_row=None,
     )
+
+
+_FILE_NOQA = re.compile(
+    r"^[ \t]*#[ \t]*amplint[ \t]*:[ \t]*noqa(?:[ \t]*:[ \t]*(?P<codes>[A-Za-z]+[0-9]+(?:[ \t,]+[A-Za-z]+[0-9]+)*))?[ \t]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def file_exemption(source: str) -> Optional[FrozenSet[str]]:
+    """The codes an own-line `# amplint: noqa: CODES` turns off for the whole file; an empty
+    set for a bare `# amplint: noqa` (everything); None when the file has neither."""
+    if "amplint" not in source:
+        return None
+    found: Optional[set] = None
+    matches = list(_FILE_NOQA.finditer(source))
+    comments = _comment_rows(source) if matches else set()
+    for m in matches:
+        if source.count("\n", 0, m.start()) + 1 not in comments:
+            continue  # the text of a string, not a comment
+        codes = m.group("codes")
+        if codes is None:
+            return frozenset()
+        found = (found or set()) | {c.upper() for c in re.split(r"[\s,]+", codes) if c}
+    return frozenset(found) if found is not None else None
+
+
+def _comment_rows(source: str) -> set:
+    rows = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                rows.add(tok.start[0])
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return rows
 
 
 def noqa_map(source: str) -> Dict[int, Optional[FrozenSet[str]]]:

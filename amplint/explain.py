@@ -20,9 +20,19 @@ def _pseudo() -> dict:
     return PSEUDO_RULES
 
 
+def _by_name(name: str) -> Optional[str]:
+    """The code of the rule (or pseudo-rule) called `name` (`clip-grad-before-unscale`)."""
+    name = name.strip().lower()
+    for r in all_rules():
+        if r.name == name:
+            return r.code
+    return next((code for code, meta in _pseudo().items() if meta["name"] == name), None)
+
+
 def explain_text(code: Optional[str]) -> str:
     if not code:
         return rule_table()
+    code = _by_name(code) or code
     rule = rules_by_code().get(code.strip().upper())
     if rule is None and code.strip().upper() in _pseudo():
         meta = _pseudo()[code.strip().upper()]
@@ -31,7 +41,8 @@ def explain_text(code: Optional[str]) -> str:
     if rule is None:
         import difflib
 
-        hint = difflib.get_close_matches(code.upper(), list(rules_by_code()), n=1)
-        raise KeyError(f"unknown rule code {code!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+        names = [r.name for r in all_rules()]
+        hint = difflib.get_close_matches(code.upper(), list(rules_by_code()), n=1) or difflib.get_close_matches(code.lower(), names, n=1)
+        raise KeyError(f"unknown rule code or name {code!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
     header = f"{rule.code} {rule.name} ({rule.severity.value}{'' if rule.is_default() else ', off by default'})"
     return f"{header}\n\n{rule.docs()}\n"

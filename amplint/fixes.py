@@ -124,11 +124,13 @@ def applicable(diagnostics: Iterable[Diagnostic], unsafe: bool) -> List[Diagnost
     ]
 
 
-def apply_fixes(source: str, diagnostics: Sequence[Diagnostic], unsafe: bool = False) -> Tuple[str, List[Diagnostic]]:
+def apply_fixes(
+    source: str, diagnostics: Sequence[Diagnostic], unsafe: bool = False, rejected: Optional[List[Tuple[Diagnostic, str]]] = None
+) -> Tuple[str, List[Diagnostic]]:
     """Apply the fixes of `diagnostics` that do not overlap; return (new source, fixed ones).
 
     A fix whose edits overlap an already chosen fix waits for the next pass;
-    a fix that would break parsing is dropped.
+    a fix that would break parsing is dropped (and listed in `rejected` with why).
     """
     chosen: List[Diagnostic] = []
     taken: List[Tuple[Location, Location]] = []
@@ -138,6 +140,8 @@ def apply_fixes(source: str, diagnostics: Sequence[Diagnostic], unsafe: bool = F
             continue
         candidate = apply_edits(source, [e for c in chosen for e in c.fix.edits] + list(d.fix.edits))
         if not parses(candidate):
+            if rejected is not None:
+                rejected.append((d, "the fixed code would not parse"))
             continue
         chosen.append(d)
         taken.extend(spans)
@@ -160,23 +164,79 @@ def fix_source(source: str, lint, unsafe: bool = False, max_passes: int = 10) ->
 
 
 def fix_until_stable(
-    source: str, lint, unsafe: bool = False, max_passes: int = 10
+    source: str, lint, unsafe: bool = False, max_passes: int = 10, rejected: Optional[List[Tuple[Diagnostic, str]]] = None
 ) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
     """`fix_source` that also returns the fixed diagnostics and those of the final source.
 
     `lint(source)` returns the diagnostics of a text; every pass applies the
     non-overlapping applicable fixes whose result parses, then lints again.
+    A fix is kept only if the fixed text has no finding the text before it
+    lacked (see `new_findings`); when a pass creates one, its fixes are
+    retried one at a time and each that creates one is dropped, with the reason
+    appended to `rejected` as (diagnostic, why).
     """
     fixed_all: List[Diagnostic] = []
+    refused: set = set()
     diagnostics = lint(source)
     for _ in range(max_passes):
-        source_new, fixed = apply_fixes(source, diagnostics, unsafe)
+        candidates = [d for d in diagnostics if _fix_key(d) not in refused]
+        dropped: List[Tuple[Diagnostic, str]] = []
+        source_new, fixed = apply_fixes(source, candidates, unsafe, dropped)
+        if fixed and source_new != source:
+            after = lint(source_new)
+            if new_findings(diagnostics, after):
+                source_new, fixed, after = _one_at_a_time(source, diagnostics, fixed, lint, dropped)
+        refused.update(_fix_key(d) for d, _ in dropped)
+        if rejected is not None:
+            rejected.extend(dropped)
         if not fixed or source_new == source:
             break
         source = source_new
         fixed_all.extend(fixed)
-        diagnostics = lint(source)
+        diagnostics = after
     return source, fixed_all, diagnostics
+
+
+def _fix_key(d: Diagnostic) -> tuple:
+    """What identifies a fix across passes (rows move as other fixes land)."""
+    return (d.code, d.fix.message if d.fix else "", tuple(e.content for e in d.fix.edits) if d.fix else ())
+
+
+def _finding_key(d: Diagnostic) -> tuple:
+    return (d.code, re.sub(r"\d+", "#", d.message))
+
+
+def new_findings(before: Sequence[Diagnostic], after: Sequence[Diagnostic]) -> List[Diagnostic]:
+    """The findings of `after` that `before` did not have (compared by code and the message
+    without numbers, counted, so moved rows do not matter)."""
+    from collections import Counter
+
+    have = Counter(_finding_key(d) for d in before)
+    out = []
+    for d in after:
+        key = _finding_key(d)
+        if have[key] > 0:
+            have[key] -= 1
+        else:
+            out.append(d)
+    return out
+
+
+def _one_at_a_time(source: str, before: List[Diagnostic], fixed: List[Diagnostic], lint, dropped: List[Tuple[Diagnostic, str]]):
+    """Apply `fixed` one by one, keeping each only if the text so far gains no finding."""
+    kept: List[Diagnostic] = []
+    current, current_findings = source, before
+    for d in fixed:
+        candidate = apply_edits(source, [e for c in kept for e in c.fix.edits] + list(d.fix.edits))
+        after = lint(candidate)
+        created = new_findings(before, after)
+        if created:
+            first = created[0]
+            dropped.append((d, f"the fix would create {first.code} ({first.message})"))
+            continue
+        kept.append(d)
+        current, current_findings = candidate, after
+    return current, kept, current_findings
 
 
 # ----------------------------------------------------------------- imports
@@ -196,6 +256,23 @@ def _top_level_imports(ctx: "ModuleContext"):
             for stmt in line.body:
                 if isinstance(stmt, (cst.Import, cst.ImportFrom)):
                     yield line, stmt
+
+
+def _nested_imports(ctx: "ModuleContext"):
+    """(SimpleStatementLine, Import|ImportFrom) for every import inside a function, class or block."""
+    import libcst as cst
+
+    found = []
+    top = set(id(line) for line in ctx.module.body)
+
+    class Collect(cst.CSTVisitor):
+        def visit_SimpleStatementLine(self, line: cst.SimpleStatementLine) -> bool:
+            if id(line) not in top:
+                found.extend((line, s) for s in line.body if isinstance(s, (cst.Import, cst.ImportFrom)))
+            return False
+
+    ctx.module.visit(Collect())
+    return found
 
 
 def module_alias(ctx: "ModuleContext", module: str) -> Optional[str]:
@@ -281,19 +358,21 @@ def name_uses(ctx: "ModuleContext", name: str) -> list:
     return [r for r in ctx.references() if r.root == name]
 
 
-def drop_imported_name(ctx: "ModuleContext", name: str, prefix: str = "") -> Optional[Edit]:
+def drop_imported_name(ctx: "ModuleContext", name: str, prefix: str = "", nested: bool = False) -> Optional[Edit]:
     """An Edit removing `name` from the module-level `from m import ...` (or
     `import m as name`) that binds it (the whole line when nothing else is left), with `prefix`
     (e.g. "import torch\\n") written in its place. None when `name` is not bound
     by exactly one such statement, the statement shares its line with another
     statement, or the module re-exports names (`__all__`, `__init__.py`).
+    `nested`: look at the imports inside functions and blocks instead (the line
+    is replaced by `prefix`, indented like it).
     """
     import libcst as cst
 
     if "__all__" in ctx.source or ctx.path.replace("\\", "/").endswith("__init__.py"):
         return None
     found = []
-    for line, stmt in _top_level_imports(ctx):
+    for line, stmt in _nested_imports(ctx) if nested else _top_level_imports(ctx):
         if isinstance(stmt.names, cst.ImportStar):
             continue
         for alias in stmt.names:
@@ -314,6 +393,8 @@ def drop_imported_name(ctx: "ModuleContext", name: str, prefix: str = "") -> Opt
     if not kept:
         start, _ = ctx.position(line)
         _, end = ctx.position(line)
+        if nested and _sole_statement(ctx, line):
+            prefix = _indent_of_row(ctx.source, start.row) + "pass\n"  # a block cannot be empty
         # the statement's whole line, with its newline
         return Edit(Location(start.row, 1), Location(end.row + 1, 1), prefix)
     kept = list(kept)
@@ -321,10 +402,17 @@ def drop_imported_name(ctx: "ModuleContext", name: str, prefix: str = "") -> Opt
     new_stmt = stmt.with_changes(names=kept)
     start, end = ctx.position(stmt)
     text = ctx.module.code_for_node(new_stmt)
-    if prefix:
+    if prefix and not nested:
         indent_row = start.row
         return Edit(Location(indent_row, 1), end, prefix + _indent_of_row(ctx.source, indent_row) + text)
     return Edit(start, end, text)
+
+
+def _sole_statement(ctx: "ModuleContext", line) -> bool:
+    """Whether `line` is the only statement of its block (removing it would empty the block)."""
+    block = ctx.parent(line)
+    body = getattr(block, "body", None)
+    return isinstance(body, (list, tuple)) and len(body) == 1
 
 
 def is_suppressed(ctx: "ModuleContext", node: "cst.CSTNode", code: str) -> bool:
@@ -433,6 +521,11 @@ def rewrite_with_imports(ctx: "ModuleContext", code: str, ref, flagged: Sequence
                 drop = drop_imported_name(ctx, ref.root, "import torch\n" if need_import else "")
                 if drop is not None:
                     return group + [drop]
+                # a function-local import: the uses now name `torch`, bound at the top
+                drop = drop_imported_name(ctx, ref.root, nested=True)
+                added = ensure_import(ctx, prefix) if need_import else None
+                if drop is not None and (added is not None or not need_import):
+                    return group + [drop] + ([added] if added is not None else [])
     if need_import:
         added = ensure_import(ctx, prefix)
         if added is not None:

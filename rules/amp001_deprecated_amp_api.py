@@ -1,7 +1,7 @@
 """AMP001 deprecated-amp-api."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -421,7 +421,7 @@ def check(scaler):
             fix = None
             edits = rewrite_with_imports(ctx, self.code, ref, refs, lambda r, p: _rewrite(ctx, r, p))
             if edits is not None:
-                fix = make_fix(f"Use `torch.{api.new}` ({api.device!r})", edits, safe=True)
+                fix = make_fix(f"Use `torch.{api.new}` ({api.device!r}){_needs(ctx, api.min_torch)}", edits, safe=True)
             yield ctx.diagnostic(
                 self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api), help=_help(ref, api)
             )
@@ -523,6 +523,12 @@ def _message(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> str:
     if api.kind == "scaler" and ref.use == "bare":
         return f"{name} is deprecated, and no `torch.amp.GradScaler` is an instance of it"
     return f"{name} is deprecated"
+
+
+def _needs(ctx: ModuleContext, version: Tuple[int, int]) -> str:
+    """With no torch floor known (no `torch-version`, none in the project's requirements),
+    the fix's title says which torch it needs."""
+    return "" if ctx.config.torch_version is not None else f" (needs torch >= {version[0]}.{version[1]})"
 
 
 def _help(ref: Reference, api: DeprecatedApi) -> str:

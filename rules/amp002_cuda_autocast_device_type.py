@@ -201,7 +201,8 @@ with torch.autocast(device_type="cpu"):
         flagged = [r for r in ctx.references() if _crashes(ctx, r)]
         for ref in flagged:
             edits = rewrite_with_imports(ctx, self.code, ref, flagged, lambda r, p: _rewrite(ctx, r, p))
-            fix = make_fix("Use `torch.autocast(device_type=...)`", edits, safe=True) if edits else None
+            needs = "" if ctx.config.torch_version is not None else " (needs torch >= 1.10)"
+            fix = make_fix(f"Use `torch.autocast(device_type=...)`{needs}", edits, safe=True) if edits else None
             old = DEPRECATED_AMP[next(iter(ref.qualnames))].old
             spelled = ctx.code_for(ref.node)
             name = f"`{old}`" if spelled == old else f"`{spelled}` (`{old}`)"

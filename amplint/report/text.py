@@ -141,6 +141,7 @@ def render(
     unsafe_fixes: bool = False,
     color: bool = False,
     sources: Optional[Mapping[str, str]] = None,
+    quiet: bool = False,
     **_: object,
 ) -> str:
     out: List[str] = []
@@ -152,5 +153,7 @@ def render(
         if v:
             out.append(clean(v))
         out.append("")
+    if quiet:
+        return "\n".join(out[:-1]) + "\n" if out else ""
     out.append(summary(diagnostics, fixed, unsafe_fixes))
     return "\n".join(out) + "\n"
