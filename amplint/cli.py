@@ -347,7 +347,7 @@ class _Output:
 
     def write(self, text: str, err: bool = False) -> None:
         if self.path is None or err:
-            click.echo(text, nl=False, err=err)
+            click.echo(text, nl=False, err=err, color=True if self.color else None)
             return
         try:
             with open(self.path, "a" if self._opened else "w", encoding="utf-8") as fh:

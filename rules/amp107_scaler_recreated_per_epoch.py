@@ -294,7 +294,7 @@ for x, y in loader:
 
     def _diagnostic(self, ctx: ModuleContext, call: CallInfo, where: str, per_step: bool) -> Diagnostic:
         every = "training step" if per_step else "epoch"
-        message = f"`GradScaler(...)` is built anew every {every} ({where}): the loss scale never settles"
+        message = f"`GradScaler(...)` is rebuilt every {every} ({where}): its loss scale never settles"
         help = "Create the scaler once, before the loop" if per_step else "Create the scaler once and pass it in"
         return ctx.diagnostic(self, call.node, message, data={"where": where, "per_step": per_step}, help=help)
 
@@ -384,9 +384,9 @@ def _per_iteration(ctx: ModuleContext, call: CallInfo) -> Optional[Tuple[str, bo
         loop = [f for f in caller.path if f.kind == "loop"][-1]
         if not _builds_optimizer(ctx, caller.scope, loop):
             per_step = not _has_loop(scope) and any(e.kind == "scaled_backward" for e in scope.events)
-            return f"in `{scope.name}`, called in a loop", per_step
+            return f"in `{scope.name}`", per_step
     if not ctx.callers(scope) and "epoch" in scope.name.lower() and _has_loop(scope):
-        return f"in `{scope.name}`, which runs once per epoch", False
+        return f"in `{scope.name}`", False
     return None
 
 

@@ -322,7 +322,7 @@ for epoch in range(10):
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
         what = _describe(ctx, cast)
-        message = f"{what} makes the parameters `{opt}` updates fp16, with no fp32 master copy"
+        message = f"{what}: `{opt}` updates fp16 parameters with no fp32 master copy"
         help = "Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
         data = {
             "optimizer": opt,

@@ -294,7 +294,7 @@ for x in loader:
             text = "." + cast.func.attr.value + "(...)"  # type: ignore[union-attr]
         autocast = f"{region.device} autocast" if region.device else "autocast"
         when = " (when enabled)" if region.enabled is None else ""
-        message = f"`{text}` is undone: {autocast}{when} runs `{op.op}` in {dtype} whatever its inputs"
+        message = f"`{text}` is undone: {autocast}{when} runs `{op.op}` in {dtype} anyway"
         return ctx.diagnostic(
             self,
             cast,

@@ -269,7 +269,7 @@ class F(torch.autograd.Function):
             spelled = ctx.code_for(ref.node)
             message = f"`{spelled}` without `device_type=` raises `TypeError` at import"
             if ambiguous:
-                message += " (unless it is the deprecated `torch.cuda.amp` form)"
+                message += " (unless it is `torch.cuda.amp`'s)"
             node = ref.decorator.decorator if ref.decorator is not None else ref.call
             data = {"decorator": f"torch.amp.{which}", "snippet": ctx.code_for(node), "names": imported_names(ctx, node)}
             yield ctx.diagnostic(self, node, message, fix=fix, data=data, help=f'Pass `device_type="{device}"`')

@@ -157,7 +157,7 @@ class Model(nn.Module):
         bare = bool(ctx.calls_to(*torchapi.BF16_SUPPORT_FUNCTIONS))
         message = f"CUDA bf16 autocast ({_count(regions)}) with no compute-capability check in this file"
         if bare:
-            message += "; `is_bf16_supported()` is True by emulation"
+            message = f"CUDA bf16 autocast ({_count(regions)}) checked only by `is_bf16_supported()`, True by emulation"
         help = "Check `torch.cuda.get_device_capability() >= (8, 0)`"
         yield ctx.diagnostic(self, regions[0].call, message, data={"regions": len(regions), "bare_is_bf16_supported": bare}, help=help)
 

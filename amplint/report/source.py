@@ -6,7 +6,9 @@ Text from the linted file is untrusted: `clean` makes it safe to print.
 """
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..diagnostics import Diagnostic
@@ -52,20 +54,29 @@ class Sources:
             return self._given[filename]
         if filename.startswith("<") or filename == "-":
             return None
-        from ..writer import read_source
-
         try:
-            return read_source(filename, python=not filename.lower().endswith(".ipynb")).text
-        except (OSError, UnicodeDecodeError, SyntaxError, LookupError, ValueError):
+            with open(filename, "rb") as fh:
+                data = fh.read()
+            if filename.lower().endswith(".ipynb"):
+                return data.decode("utf-8-sig")
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)  # the coding cookie, as Python reads it
+            return data.decode(encoding).lstrip("\ufeff")
+        except (OSError, UnicodeDecodeError, SyntaxError, LookupError):
             return None
+
+
+#: rows as Python's tokenizer and libcst count them (not `str.splitlines`, which
+#: also breaks at form feeds and other separators and would shift every row after one)
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def _split(text: Optional[str]) -> Optional[List[str]]:
     if text is None:
         return None
-    from ..fixes import split_lines
-
-    return split_lines(text)
+    lines = _LINE_BREAK.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def _cell_text(raw: Optional[str], cell: int) -> Optional[str]:
