@@ -61,7 +61,7 @@ class AutocastRegion:
     dtype: "fp16" | "bf16" | "fp32" | None (decided at run time); the device default
            when the call omits it. "fp32" (an explicit `dtype=torch.float32`):
            CUDA autocast then runs its lower-precision list in fp32 and CPU
-           autocast disables itself [amp-facts §1.1], so nothing runs in low
+           autocast disables itself, so nothing runs in low
            precision, but the region is still entered (CUDA's BCE ban applies).
     enabled: True | False | None (decided at run time, e.g. `enabled=args.amp`)
     """
@@ -1715,7 +1715,7 @@ def autocast_op_of(ctx: ModuleContext, node: cst.CSTNode) -> Optional[AutocastOp
 def _call_op(ctx: ModuleContext, call: CallInfo) -> Optional[AutocastOp]:
     node = call.node
     if any(a.keyword is not None and a.keyword.value == "out" for a in node.args):
-        return None  # `out=` calls are not autocast [amp-facts §1.1]
+        return None  # `out=` calls are not autocast
     args = tuple(a.value for a in node.args if not a.star)
 
     def make(op: str, inputs: Tuple[cst.BaseExpression, ...]) -> AutocastOp:

@@ -92,7 +92,7 @@ class DeprecatedAmpApi(Rule):
     `torch.cuda.amp.autocast(device_type=...)` is AMP002 (it raises TypeError).
 
     ## References
-    - amp-facts.md §0.9, §3 (exact warning texts, E08, E32; versions)
+    - amplint's evidence page: `amplint --explain AMP001` (docs/evidence.md#amp001)
     - https://pytorch.org/docs/stable/amp.html
     - pytorch/pytorch#126527 (deprecation of the device-specific GradScaler and custom_fwd)
     """
@@ -110,7 +110,6 @@ class DeprecatedAmpApi(Rule):
         "autocast_ipu_",
         "autocast_xla_",
     )
-    facts = ("§0.9", "§3")
 
     VALID = [
         Valid(
@@ -589,7 +588,7 @@ def _rewrite(ctx: ModuleContext, ref: Reference, prefix: str) -> Optional[List]:
         new = f"{prefix}.{api.new}"
         keywords: tuple = (None,) * len(api.params)
     elif api.kind == "autocast" and version is not None and version < (2, 3):
-        new = f"{prefix}.autocast"  # torch.autocast: since 1.10 [amp-facts §3]
+        new = f"{prefix}.autocast"  # torch.autocast: since 1.10
         keywords = api.params
     else:
         new = f"{prefix}.{api.new}"

@@ -23,9 +23,9 @@ class CudaAutocastDeviceType(Rule):
     The device-specific autocast classes take `(enabled, dtype, cache_enabled)`;
     they have no `device_type` parameter. The call raises
     `TypeError: autocast.__new__() got an unexpected keyword argument
-    'device_type'` the moment it runs (amp-facts E28). It is a common mix-up
+    'device_type'` the moment it runs. It is a common mix-up
     of the two APIs, spread by tutorials that import `autocast` from
-    `torch.cuda.amp` and then call it with `device_type="cuda"` (§8 C16).
+    `torch.cuda.amp` and then call it with `device_type="cuda"`.
 
     ## Example
     ```python
@@ -62,7 +62,7 @@ class CudaAutocastDeviceType(Rule):
     the call is valid on the torch that takes the first branch.
 
     ## References
-    - amp-facts.md §3, §8 C16 (RUN E28)
+    - amplint's evidence page: `amplint --explain AMP002` (docs/evidence.md#amp002)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast
     """
 
@@ -73,7 +73,6 @@ class CudaAutocastDeviceType(Rule):
     # the deprecated class is spelled through torch.cuda.amp / torch.cpu.amp / `from torch.cuda import amp`
     triggers = ("cuda.amp", "cpu.amp", "import amp")
     requires = (("device_type",),)  # only torch.cuda.amp.autocast(device_type=...) crashes
-    facts = ("§3", "§8")
 
     VALID = [
         Valid(

@@ -20,7 +20,7 @@ class ClipGradBeforeUnscale(Rule):
     The gradients are still multiplied by the loss scale (65536 by default), so
     `clip_grad_norm_` sees exactly scale x the true norm. The clip therefore
     *always* fires and divides the real update by roughly the scale: in
-    amp-facts E15 the weight moved 1.0e-6 instead of 0.049. For
+    amplint's measurement (docs/evidence.md) the weight moved 1.0e-6 instead of 0.049. For
     `clip_grad_value_` the effective threshold in true-gradient units is
     `clip_value / scale`. Training silently crawls; no error is raised.
 
@@ -61,7 +61,7 @@ class ClipGradBeforeUnscale(Rule):
     `accelerator.clip_grad_norm_` unscales for you).
 
     ## References
-    - amp-facts.md §0.4, §2 (`clip_grad_norm_` on scaled grads, E15)
+    - amplint's evidence page: `amplint --explain AMP101` (docs/evidence.md#amp101)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
     """
 
@@ -72,7 +72,6 @@ class ClipGradBeforeUnscale(Rule):
     triggers = ("clip_grad",)
     requires = (("backward",), ("scale",))  # a scaled backward: `scaler.scale(loss).backward()`
     gate_check = "amplint.gates:scale_called"  # `.scale(` called as a method, not `self.scale` in attention code
-    facts = ("§0.4", "§2")
 
     VALID = [
         Valid(

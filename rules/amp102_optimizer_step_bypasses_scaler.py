@@ -23,7 +23,7 @@ class OptimizerStepBypassesScaler(Rule):
     ## Why is this bad?
     The gradients are still multiplied by the loss scale (65536 by default),
     and `optimizer.step()` does not know it: no error is raised and an SGD
-    update is 65536x too large (amp-facts E13 measured a ratio of 65536.0;
+    update is 65536x too large (amplint measured a ratio of 65536.0;
     Adam-family optimizers normalize the gradient, so their step size barely
     changes, but their eps becomes 65536x smaller relative to it). The
     following `scaler.update()` then raises
@@ -66,7 +66,7 @@ class OptimizerStepBypassesScaler(Rule):
     when the scaler is built with `enabled=False` or is not a torch GradScaler.
 
     ## References
-    - amp-facts.md §0.6, §2 (`step`, `update`; E13)
+    - amplint's evidence page: `amplint --explain AMP102` (docs/evidence.md#amp102)
     - https://pytorch.org/docs/stable/amp.html#gradient-scaling
     """
 
@@ -76,7 +76,6 @@ class OptimizerStepBypassesScaler(Rule):
     message = "optimizer.step() on scaled gradients"
     triggers = (".step(",)
     gate_regex = re.compile(r"\.scale\(")
-    facts = ("§0.6", "§2")
 
     VALID = [
         Valid(

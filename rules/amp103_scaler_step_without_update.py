@@ -22,8 +22,7 @@ class ScalerStepWithoutUpdate(Rule):
     the scale. Without it the next iteration's `scaler.step(optimizer)` raises
     `RuntimeError: step() has already been called since the last update().`
     (with an `unscale_` first: `unscale_() is being called after step().`), and
-    the scale never backs off after an overflow or grows after 2000 clean steps
-    (amp-facts §2, E12).
+    the scale never backs off after an overflow or grows after 2000 clean steps.
 
     ## Example
     ```python
@@ -59,7 +58,7 @@ class ScalerStepWithoutUpdate(Rule):
     a scaler built with `enabled=False`.
 
     ## References
-    - amp-facts.md §2 (`update`, E12), §5 (multiple optimizers: one `update()` after all steps)
+    - amplint's evidence page: `amplint --explain AMP103` (docs/evidence.md#amp103)
     - https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler.update
     """
 
@@ -69,7 +68,6 @@ class ScalerStepWithoutUpdate(Rule):
     message = "GradScaler stepped but never updated"
     triggers = ("GradScaler",)  # only a scaler built in this file is reported (`info.constructors`)
     requires = (("step",),)
-    facts = ("§2", "§5")
 
     VALID = [
         Valid(

@@ -38,7 +38,7 @@ class UnscaleInsideAccumulation(Rule):
 
     ## Why is this bad?
     `unscale_` may run once per optimizer per iteration, after all of that
-    step's gradients have been accumulated (amp-facts §2, §5):
+    step's gradients have been accumulated:
     - A second `unscale_` before `update()` raises
       `RuntimeError: unscale_() has already been called on this optimizer since the last update().`
       With `unscale_` on every micro-batch that is the second micro-batch.
@@ -93,7 +93,7 @@ class UnscaleInsideAccumulation(Rule):
     a scaler built with `enabled=False` are fine.
 
     ## References
-    - amp-facts.md §2 (`unscale_`, `update`, gradient accumulation, E12, E18), §5
+    - amplint's evidence page: `amplint --explain AMP104` (docs/evidence.md#amp104)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation
     """
 
@@ -103,7 +103,6 @@ class UnscaleInsideAccumulation(Rule):
     message = "unscale_/update outside the accumulation boundary"
     triggers = ("unscale_(", ".update(")
     requires = ((".scale(", "unscale_("),)  # both shapes need a scaled backward or unscale_
-    facts = ("§2", "§5")
 
     VALID = [
         Valid(
@@ -299,7 +298,7 @@ for step, batch in enumerate(loader):
         opt.zero_grad()
 """,
             line=6,
-            why="unscale_ for logging mid-window: silently wrong gradients (E18)",
+            why="unscale_ for logging mid-window: silently wrong gradients",
         ),
         Invalid(
             """

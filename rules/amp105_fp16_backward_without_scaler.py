@@ -22,10 +22,10 @@ class Fp16BackwardWithoutScaler(Rule):
     Under fp16 autocast the backward pass runs the fp16 ops in fp16, so their
     gradients live in fp16's range: values below its smallest subnormal
     (5.96e-8) flush to zero and values below its smallest normal (6.1e-5) keep
-    only a few bits (amp-facts §6.1). Small gradients, common deep in a network
+    only a few bits. Small gradients, common deep in a network
     and late in training, vanish without any error. Loss scaling (65536 by
     default) shifts them into range before the backward and unscales them in
-    fp32 before the step (amp-facts §2, §8 C5). bf16 has fp32's exponent range
+    fp32 before the step. bf16 has fp32's exponent range
     and needs no scaler.
 
     ## Example
@@ -68,7 +68,7 @@ class Fp16BackwardWithoutScaler(Rule):
     `enabled=` still counts: when it is on, the scaler is missing.
 
     ## References
-    - amp-facts.md §2 (bf16 needs no scaler), §6.1 (fp16 limits), §8 C5
+    - amplint's evidence page: `amplint --explain AMP105` (docs/evidence.md#amp105)
     - https://pytorch.org/docs/stable/amp.html#gradient-scaling
     """
 
@@ -80,7 +80,6 @@ class Fp16BackwardWithoutScaler(Rule):
     requires = (("autocast",),)  # an fp16 autocast region in this file (every region is an autocast call)
     #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
-    facts = ("§2", "§6.1")
 
     VALID = [
         Valid(

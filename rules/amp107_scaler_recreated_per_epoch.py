@@ -19,7 +19,7 @@ class ScalerRecreatedPerEpoch(Rule):
     ## Why is this bad?
     The scale is learned state: it starts at `init_scale` (65536), halves on
     every step whose gradients overflow (that step is skipped) and doubles
-    after 2000 clean steps (amp-facts §2, E14). A new scaler each epoch throws
+    after 2000 clean steps. A new scaler each epoch throws
     that away: every epoch restarts at 65536 and pays one skipped optimizer
     step per halving again, any growth is lost, and the scale is not the one
     a checkpoint's `scaler.state_dict()` would restore. Built on every step,
@@ -64,7 +64,7 @@ class ScalerRecreatedPerEpoch(Rule):
     for `enabled=False`.
 
     ## References
-    - amp-facts.md §2 (constructor defaults, `update`, `state_dict`; E11, E14)
+    - amplint's evidence page: `amplint --explain AMP107` (docs/evidence.md#amp107)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training
     """
 
@@ -73,7 +73,6 @@ class ScalerRecreatedPerEpoch(Rule):
     severity = Severity.WARNING
     message = "GradScaler re-created every epoch"
     triggers = ("GradScaler",)
-    facts = ("§2",)
 
     VALID = [
         Valid(

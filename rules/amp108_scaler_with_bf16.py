@@ -16,7 +16,7 @@ class ScalerWithBf16(Rule):
     ## Why is this bad?
     It is harmless but unneeded: bf16 has fp32's exponent range (max 3.39e38,
     the same smallest normal 1.18e-38), so gradients do not underflow and
-    there is nothing to scale (amp-facts §2, §6.1, §8 C15). The scaler still
+    there is nothing to scale. The scaler still
     costs a pass over every gradient in `unscale_` and a host sync per step
     (`step` reads `found_inf` with `.item()`), and its state adds noise to
     checkpoints.
@@ -60,7 +60,7 @@ class ScalerWithBf16(Rule):
     and for framework regions (`accelerator.autocast()`).
 
     ## References
-    - amp-facts.md §2 (bf16: "never *require* a scaler"), §6.1, §8 C15
+    - amplint's evidence page: `amplint --explain AMP108` (docs/evidence.md#amp108)
     - https://github.com/pytorch/pytorch/issues/36169
     """
 
@@ -69,7 +69,6 @@ class ScalerWithBf16(Rule):
     severity = Severity.INFO
     message = "GradScaler is unneeded with bf16 autocast"
     triggers = ("GradScaler",)
-    facts = ("§2", "§6.1")
 
     VALID = [
         Valid(

@@ -39,7 +39,7 @@ class HalfModelTraining(Rule):
     ## Why is this bad?
     The optimizer then updates fp16 weights in place. fp16 has 10 mantissa
     bits: near 1.0 representable values are 9.8e-4 apart, so small updates
-    round away (in amp-facts E30 an SGD step 1.0 - 5e-5 stayed 1.0). Adam's
+    round away. Adam's
     default `eps=1e-8` is below fp16's smallest subnormal and becomes 0, so
     `grad / (sqrt(v) + eps)` divides by zero once `v` underflows: in E30 the
     parameters were `-inf` after one step with gradients of 1e-5. A GradScaler
@@ -80,7 +80,7 @@ class HalfModelTraining(Rule):
     built, and for bf16 (wide range; not this rule).
 
     ## References
-    - amp-facts.md §0.12, §6.1, §6.4 (E30), §2 (E16)
+    - amplint's evidence page: `amplint --explain AMP201` (docs/evidence.md#amp201)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast ("do not call `.half()` on your model")
     """
 
@@ -92,7 +92,6 @@ class HalfModelTraining(Rule):
     requires = (("optim",),)  # an optimizer class: its module path says optim (`torch.optim.AdamW`)
     # ...called through that path or imported on a line naming it; "optimizer" in prose is neither
     gate_check = "amplint.gates:optimizer_class_used"
-    facts = ("§0.12", "§6.4")
 
     VALID = [
         Valid(

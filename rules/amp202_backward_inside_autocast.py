@@ -24,7 +24,7 @@ class BackwardInsideAutocast(Rule):
     Autocast should wrap only the forward pass and the loss. PyTorch's autocast
     documentation calls backward passes under autocast "not recommended":
     backward ops already run in the dtypes autocast chose for the matching
-    forward ops, so for plain layers the region adds nothing (in amp-facts E23
+    forward ops, so for plain layers the region adds nothing (in amplint's measurement
     the gradients were identical inside and outside). Two things do change:
     every op written after the backward in the same block (gradient clipping,
     gradient penalties, the optimizer step, logging math) is autocast as well,
@@ -78,7 +78,7 @@ class BackwardInsideAutocast(Rule):
     flagged: whenever AMP is on, the backward is inside it.
 
     ## References
-    - amp-facts.md §1.1 ("Backward": not recommended, not an error; E23), §5 (typical training)
+    - amplint's evidence page: `amplint --explain AMP202` (docs/evidence.md#amp202)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast
     """
 
@@ -92,7 +92,6 @@ class BackwardInsideAutocast(Rule):
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
     gate_sites = "amplint.gates:autocast_region_lines"
-    facts = ("§1.1", "§5")
 
     VALID = [
         Valid(

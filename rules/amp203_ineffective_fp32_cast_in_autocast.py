@@ -42,7 +42,7 @@ class IneffectiveFp32CastInAutocast(Rule):
     ## Why is this bad?
     Ops on autocast's lower-precision list cast every floating input to the
     autocast dtype whatever dtype it arrives in, so the manual upcast is undone
-    before the op runs: in amp-facts E27 `lin(h.float())` under bf16 autocast
+    before the op runs: in amplint's measurement `lin(h.float())` under bf16 autocast
     still returned bf16. The op the author wanted in fp32 (typically a
     numerically sensitive projection or attention score) silently runs in
     fp16/bf16, and the cast costs a round trip through memory. Only a nested
@@ -84,7 +84,7 @@ class IneffectiveFp32CastInAutocast(Rule):
     none is visible, the op is treated as unknown and nothing is reported.
 
     ## References
-    - amp-facts.md §0.14, §1.1, §1.2 (CUDA list), §1.3 (CPU list), §5, E27
+    - amplint's evidence page: `amplint --explain AMP203` (docs/evidence.md#amp203)
     - https://pytorch.org/docs/stable/amp.html#autocast-op-reference
     """
 
@@ -98,7 +98,6 @@ class IneffectiveFp32CastInAutocast(Rule):
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
     gate_sites = "amplint.gates:autocast_region_lines"
-    facts = ("§0.14", "§1.2", "§1.3")
 
     VALID = [
         Valid(
@@ -193,7 +192,7 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
     out = lin(h.float())
 """,
             line=5,
-            why="amp-facts E27",
+            why="the cast is undone under bf16 autocast (measured, docs/evidence.md)",
         ),
         Invalid(
             """

@@ -41,8 +41,8 @@ class AutocastDisabledWithoutCast(Rule):
     not convert tensors that already are fp16/bf16. PyTorch's autocast
     documentation says tensors coming from the surrounding region must be cast
     back by hand. Without the cast the op runs on the low-precision tensor: with
-    an fp32 weight it raises `mat1 and mat2 must have the same dtype` (amp-facts
-    §6.4), and with low-precision operands on both sides it silently runs in
+    an fp32 weight it raises `mat1 and mat2 must have the same dtype`,
+    and with low-precision operands on both sides it silently runs in
     fp16/bf16, which is exactly what disabling autocast was meant to prevent.
 
     ## Example
@@ -79,7 +79,7 @@ class AutocastDisabledWithoutCast(Rule):
     CUDA autocast off and is not considered.
 
     ## References
-    - amp-facts.md §1.1, §5 (nested `autocast(enabled=False)` regions must cast their inputs; E27), §6.4
+    - amplint's evidence page: `amplint --explain AMP204` (docs/evidence.md#amp204)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast
     """
 
@@ -93,7 +93,6 @@ class AutocastDisabledWithoutCast(Rule):
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
     gate_sites = "amplint.gates:autocast_region_lines"
-    facts = ("§1.1", "§5")
 
     VALID = [
         Valid(

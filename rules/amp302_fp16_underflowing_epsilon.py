@@ -10,7 +10,7 @@ from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
 from amplint.context import AutocastRegion, CallInfo, LiteralInfo, LowPrecisionCast, ModuleContext, Scope, literal_number, dotted_name
 
 
-#: fp16 rounds anything below this to 0 [amp-facts §6.1, E02]
+#: fp16 rounds anything below this to 0
 FP16_FLUSH_TO_ZERO = 2.9802322387695312e-08
 
 #: torch optimizers whose update divides by (sqrt(v) + eps): class -> (eps position, default eps)
@@ -32,7 +32,7 @@ _OPTIMIZERS.update(
     }
 )
 
-#: ops on the lower-precision autocast lists of both CUDA and CPU [amp-facts §1.2, §1.3]
+#: ops on the lower-precision autocast lists of both CUDA and CPU
 _LOWP_OPS = frozenset(
     {
         "torch.matmul", "torch.mm", "torch.bmm", "torch.baddbmm", "torch.addmm", "torch.addbmm", "torch.einsum",
@@ -73,11 +73,11 @@ class Fp16UnderflowingEpsilon(Rule):
 
     ## Why is this bad?
     fp16 cannot hold anything below about 2.98e-8: `1e-8` and `1e-12` round to
-    exactly 0 (amp-facts §6.1, E02). The epsilon then guards nothing. In an
+    exactly 0. The epsilon then guards nothing. In an
     optimizer over fp16 parameters the second-moment estimate of small
     gradients underflows to 0 as well, the update divides by `0 + 0`, and the
     parameters become `-inf`: Adam with `eps=1e-8` turned fp16 parameters into
-    `-inf` after one step with gradients of 1e-5 (E30). In hand-written code,
+    `-inf` after one step with gradients of 1e-5. In hand-written code,
     `x / (norm + 1e-12)` divides by zero and `log(p + 1e-8)` gives `-inf` for
     exactly the inputs the epsilon was meant to protect.
 
@@ -116,7 +116,7 @@ class Fp16UnderflowingEpsilon(Rule):
     representable, E02), and on tensors whose dtype is not visible.
 
     ## References
-    - amp-facts.md §6.1 (E02), §6.4 (E30)
+    - amplint's evidence page: `amplint --explain AMP302` (docs/evidence.md#amp302)
     - https://pytorch.org/docs/stable/generated/torch.optim.Adam.html
     """
 
@@ -129,7 +129,6 @@ class Fp16UnderflowingEpsilon(Rule):
     gate_check = "amplint.gates:underflowing_eps_site"
     #: a finding depends only on imports, module constants and the definition holding the site
     gate_sites = "amplint.gates:underflowing_eps_lines"
-    facts = ("§6.1", "§6.4")
 
     VALID = [
         Valid(

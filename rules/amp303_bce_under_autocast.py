@@ -12,7 +12,7 @@ from amplint.fixes import make_fix, replace_node
 _BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 _BCE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.modules.BCELoss"})
 _SIGMOIDS = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
-#: autocast devices with the BCE ban [amp-facts §1.4]; None: decided at run time
+#: autocast devices with the BCE ban; None: decided at run time
 _BANNED_DEVICES = ("cuda", "xpu", None)
 
 
@@ -26,7 +26,7 @@ class BceUnderAutocast(Rule):
 
     ## Why is this bad?
     Autocast bans BCE on CUDA and XPU, for fp16 and bf16 alike. The first
-    forward raises (amp-facts §1.4, E06):
+    forward raises:
 
     ```
     RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.
@@ -79,7 +79,7 @@ class BceUnderAutocast(Rule):
     for `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss`.
 
     ## References
-    - amp-facts.md §0.2, §1.4 (E06)
+    - amplint's evidence page: `amplint --explain AMP303` (docs/evidence.md#amp303)
     - https://pytorch.org/docs/stable/amp.html#prefer-binary-cross-entropy-with-logits-over-binary-cross-entropy
     """
 
@@ -89,7 +89,6 @@ class BceUnderAutocast(Rule):
     message = "binary_cross_entropy raises under CUDA autocast"
     triggers = ("binary_cross_entropy", "BCELoss")
     requires = (("autocast",),)  # the region (its own or its callers') is in this file
-    facts = ("§0.2", "§1.4")
 
     VALID = [
         Valid(

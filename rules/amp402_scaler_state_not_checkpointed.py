@@ -23,12 +23,12 @@ class ScalerStateNotCheckpointed(Rule):
     ## Why is this bad?
     The scaler's state is the learned loss scale plus the growth tracker
     (`scale`, `growth_factor`, `backoff_factor`, `growth_interval`,
-    `_growth_tracker`; amp-facts §2, E11). A resumed run without it restarts
+    `_growth_tracker`). A resumed run without it restarts
     at the initial scale, 65536 by default, and only comes down by halving
     (backoff 0.5) on steps whose gradients overflow, and every such step is
     skipped: a run that had settled at a scale of 2048 throws away 5
     optimizer steps (65536 / 2048 = 2^5) after every resume, and its growth
-    counter restarts from 0 (E14). Resumed runs then differ from
+    counter restarts from 0. Resumed runs then differ from
     uninterrupted ones.
 
     ## Example
@@ -72,7 +72,7 @@ class ScalerStateNotCheckpointed(Rule):
     as enabled: the fp16 runs need its state.
 
     ## References
-    - amp-facts.md §2 (state_dict, E11; backoff and growth, E14)
+    - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#saving-resuming
     """
 
@@ -84,7 +84,6 @@ class ScalerStateNotCheckpointed(Rule):
     triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (")
     requires = (("save", "load"),)
     gate_check = "amplint.gates:scaler_checkpoint_io"
-    facts = ("§2",)
 
     VALID = [
         Valid(

@@ -33,13 +33,13 @@ class CustomFunctionWithoutCustomFwd(Rule):
     ## Why is this bad?
     The forward of an undecorated Function runs with autocast on, so its
     matmuls return fp16/bf16; the backward runs with autocast *off*, mixing
-    the low-precision grad with fp32 saved tensors. In amp-facts E09 exactly
+    the low-precision grad with fp32 saved tensors. In amplint's measurement exactly
     this failed in backward with `RuntimeError: expected m1 and m2 to have the
     same dtype, but got: c10::BFloat16 != float`; with
     `custom_fwd(device_type=...)`/`custom_bwd(device_type=...)` it worked. A
     kernel compiled for one dtype gets whatever flows in: fp16 activations
-    next to fp32 weights (§4). The AMP docs prescribe the decorators whenever a
-    Function wraps an autocastable op or takes several floating inputs (§5).
+    next to fp32 weights. The AMP docs prescribe the decorators whenever a
+    Function wraps an autocastable op or takes several floating inputs.
 
     ## Example
     ```python
@@ -72,7 +72,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     ## Verification
     `amplint --verify` runs the flagged Function itself when its source can be
     bound (small inputs under CPU bf16 autocast, forward then backward), else
-    the canonical reproduction (E09), and reports the error or the dtypes.
+    the canonical reproduction, and reports the error or the dtypes.
 
     ## Notes
     Reported only when the project uses autocast somewhere (resolved across
@@ -94,7 +94,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     `forward`.
 
     ## References
-    - amp-facts.md §1.2, §1.3 (op lists), §4 (custom ops, E09, E10), §5 (docs scenarios)
+    - amplint's evidence page: `amplint --explain AMP501` (docs/evidence.md#amp501)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#autocast-and-custom-autograd-functions
     """
 
@@ -107,7 +107,6 @@ class CustomFunctionWithoutCustomFwd(Rule):
     requires = (("forward",),)
     #: a finding depends only on the Function class and module-level names (imports, extension loaders)
     gate_sites = "amplint.gates:autograd_function_lines"
-    facts = ("§1.2", "§1.3", "§4", "§5")
 
     VALID = [
         Valid(
@@ -327,7 +326,7 @@ class TiledMM(torch.autograd.Function):
 with torch.autocast("cuda"):
     y = TiledMM.apply(a, b)
 """,
-            "`out=` calls are not autocast (§1.1)",
+            "`out=` calls are not autocast",
         ),
         Valid(
             """
@@ -630,7 +629,7 @@ class _MatMul(cst.CSTVisitor):
 def _autocastable_op(ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef) -> Optional[str]:
     for call in scope.calls:
         if call.arg(None, "out") is not None:
-            continue  # `out=` calls are not autocast (§1.1)
+            continue  # `out=` calls are not autocast
         hit = call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS
         if hit and not _complex_input(ctx, call.node):
             return sorted(hit)[0]
@@ -708,7 +707,7 @@ def _from_grad(expr: cst.BaseExpression, grads: Set[str]) -> bool:
 
 
 def _complex_input(ctx: ModuleContext, call: cst.Call) -> bool:
-    """An argument straight out of `torch.fft`: complex, so not eligible for autocast (§1.1)."""
+    """An argument straight out of `torch.fft`: complex, so not eligible for autocast."""
     for arg in call.args:
         if isinstance(arg.value, cst.Call) and any(q.startswith("torch.fft.") for q in ctx.qualnames(arg.value.func)):
             return True

@@ -36,13 +36,13 @@ class CustomOpWithoutAutocastRegistration(Rule):
 
     ## Why is this bad?
     An op without an autocast kernel hits autocast's *fallthrough*: its inputs
-    are not cast, and autocast stays enabled inside it (amp-facts §4). In E10
+    are not cast, and autocast stays enabled inside it. In E10
     the kernel saw `(float32, float32, autocast on)` and its inner `mm`
     returned bf16. Under autocast the inputs are often fp16/bf16 outputs of a
     previous linear next to fp32 weights, so a kernel written for `float*`
     reads garbage or raises a dtype error. `torch.library.register_autocast(op,
     device_type, cast_inputs)` (or `CustomOpDef.register_autocast`) casts the
-    inputs and runs the op with autocast disabled (E10). A pybind function from
+    inputs and runs the op with autocast disabled. A pybind function from
     `cpp_extension.load` is not a dispatcher op at all: nothing can register
     it, so its inputs must be cast by hand.
 
@@ -75,7 +75,7 @@ class CustomOpWithoutAutocastRegistration(Rule):
     off), as in E10. The flagged op itself is not run.
 
     ## Notes
-    There is no `torch.amp.register_op_dtype` (§4); the message never suggests
+    There is no `torch.amp.register_op_dtype`; the message never suggests
     it. Registration in another file cannot be seen: the rule stays silent when
     any `register_autocast` call, or any `Library.impl`/`torch.library.impl`
     for an `Autocast*` dispatch key, mentions the op's name anywhere in the
@@ -86,7 +86,7 @@ class CustomOpWithoutAutocastRegistration(Rule):
     `autocast(enabled=False)` are fine.
 
     ## References
-    - amp-facts.md §4 (fallthrough, register_autocast, E10), §8 C24/C25
+    - amplint's evidence page: `amplint --explain AMP502` (docs/evidence.md#amp502)
     - https://pytorch.org/docs/stable/library.html#torch.library.register_autocast
     """
 
@@ -96,7 +96,6 @@ class CustomOpWithoutAutocastRegistration(Rule):
     message = "custom op called under autocast without an autocast registration"
     triggers = ("custom_op", "torch.ops", "import ops", "cpp_extension")
     requires = (("autocast",),)  # no autocast region, no finding
-    facts = ("§4",)
 
     VALID = [
         Valid(

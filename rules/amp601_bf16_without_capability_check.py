@@ -57,7 +57,7 @@ class Bf16WithoutCapabilityCheck(Rule):
     but it works everywhere), nor regions whose dtype is decided at run time.
 
     ## References
-    - amp-facts.md §7 (tensor cores, `is_bf16_supported(including_emulation=...)`), §8 C14, C20
+    - amplint's evidence page: `amplint --explain AMP601` (docs/evidence.md#amp601)
     - https://pytorch.org/docs/stable/generated/torch.cuda.is_bf16_supported.html
     """
 
@@ -66,7 +66,6 @@ class Bf16WithoutCapabilityCheck(Rule):
     severity = Severity.INFO
     message = "CUDA bf16 autocast without a compute-capability check"
     triggers = ("bfloat16",)
-    facts = ("§7",)
 
     VALID = [
         Valid(

@@ -52,7 +52,7 @@ class Fp16WithoutTensorCoreCheck(Rule):
     ratio itself depends on the GPU and is not claimed here.
 
     ## References
-    - amp-facts.md §7 (tensor cores from 7.0), §8 C10, C26
+    - amplint's evidence page: `amplint --explain AMP602` (docs/evidence.md#amp602)
     - https://pytorch.org/docs/stable/generated/torch.cuda.get_device_capability.html
     """
 
@@ -61,7 +61,6 @@ class Fp16WithoutTensorCoreCheck(Rule):
     severity = Severity.INFO
     message = "CUDA fp16 autocast without a compute-capability check"
     triggers = ("autocast",)
-    facts = ("§7",)
 
     VALID = [
         Valid(
