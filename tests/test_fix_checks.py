@@ -212,3 +212,27 @@ def test_every_fix_on_the_fixtures_keeps_the_code_parsing_quiet_and_runnable(tmp
         assert after[name][0] == 0 or before[name][0] != 0, (name, after[name])
     # AMP503's fix turns a TypeError at import into a module that loads
     assert before["custom_ops.py"][0] != 0 and after["custom_ops.py"] == (0, ())
+
+
+@pytest.mark.slow
+def test_every_fix_on_real_code_is_kept_and_parses():
+    """A drill package (benchmarks/corpus.py), when fetched: every fix amplint offers there
+    (unsafe ones too) survives the re-lint check, and each fixed file parses."""
+    import ast
+
+    from amplint import lint_paths
+    from amplint.fixer import fix_files, fix_text
+
+    folder = Path(os.environ.get("AMPLINT_CORPUS_DIR", Path.home() / ".cache" / "amplint-corpus")) / "diffusers-0.42.1"
+    if not (folder / ".unpacked").exists():
+        pytest.skip("diffusers is not fetched (python benchmarks/drill.py --packages diffusers fetches it)")
+    config = Config(exclude=(".git", "__pycache__"), root=str(folder))
+    result = lint_paths([str(folder)], config)
+    outcome = fix_files(result.diagnostics, result.facts, config, unsafe=True, write=False)
+    assert outcome.rejected == [] and outcome.errors == []
+    assert outcome.changes  # diffusers 0.42.1 has a -1e9 fill that amplint rewrites
+    for change in outcome.changes:
+        old = Path(change.path).read_text(encoding="utf-8")
+        new, fixed, _ = fix_text(old, change.path, config, result.facts, True)
+        assert fixed and new != old
+        ast.parse(new)
