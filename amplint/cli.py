@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 import click
 
 from .__version__ import __version__
-from .config import Config, ConfigError, find_config, load_config, parse_torch_version, with_overrides
+from .core.config import Config, ConfigError, find_config, load_config, parse_torch_version, with_overrides
 from .report import FORMATS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -148,7 +148,7 @@ def main(
             respect_gitignore=respect_gitignore,
             force_exclude=force_exclude,
         )
-        from .engine import known_codes
+        from .engine.pipeline import known_codes
 
         # validate selectors given on the command line
         config.selected_codes(known_codes(), known_codes())
@@ -161,7 +161,7 @@ def main(
             click.echo(settings_text(config, origin), nl=False)
             raise click.exceptions.Exit(EXIT_CLEAN)
         if add_noqa:
-            from .add_noqa import add_noqa_paths
+            from .fix.add_noqa import add_noqa_paths
 
             if "-" in targets:
                 raise ConfigError("--add-noqa cannot read stdin; name the files")
@@ -172,20 +172,20 @@ def main(
                 click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
             raise click.exceptions.Exit(EXIT_ERROR if errors else EXIT_CLEAN)
         if show_files:
-            from .discovery import discover
+            from .engine.discovery import discover
 
             for path in discover(targets, config):
                 click.echo(path)
             raise click.exceptions.Exit(EXIT_CLEAN)
         if fix or diff:
-            from .fixer import fix_paths, fix_stdin
+            from .fix.fixer import fix_paths, fix_stdin
 
             if "-" in targets:
                 if len(targets) > 1:
                     raise ConfigError("'-' (stdin) cannot be combined with other paths")
                 outcome = fix_stdin(sys.stdin.read(), stdin_filename or "-", config, unsafe_fixes)
             else:
-                from .parallel import default_jobs
+                from .engine.parallel import default_jobs
 
                 outcome = fix_paths(
                     targets,
@@ -279,7 +279,7 @@ def _verify(diagnostics, device: str, timeout: float) -> None:
 def _internal_errors(diagnostics) -> bool:
     """An internal error (a rule crashed on a file) exits 2, like ruff: the run finished and
     every finding is printed, but some file was not fully checked."""
-    from .engine import is_internal_error
+    from .engine.pipeline import is_internal_error
 
     n = sum(1 for d in diagnostics if is_internal_error(d))
     if n:
@@ -289,7 +289,7 @@ def _internal_errors(diagnostics) -> bool:
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Tuple[Config, dict]:
     """(config, {"file": where it came from}); --isolated reads no file."""
-    from .engine import known_codes
+    from .engine.pipeline import known_codes
 
     if isolated:
         return Config(), {"file": None}
@@ -306,7 +306,7 @@ def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) ->
 def _inferred_floor(targets: Sequence[str], config: Config) -> Tuple[Config, Optional[str]]:
     """`torch-version` from the project's requirements when no setting gives it (like ruff's
     `target-version` from `requires-python`); returns the config and where the floor came from."""
-    from . import torchfloor
+    from .core import torchfloor
 
     folder = Path(config.root) if config.root else torchfloor.project_folder(targets)
     found = torchfloor.infer(folder) if folder is not None else None
@@ -317,7 +317,7 @@ def _inferred_floor(targets: Sequence[str], config: Config) -> Tuple[Config, Opt
 
 
 def default_jobs_or(jobs: Optional[int]) -> int:
-    from .parallel import default_jobs
+    from .engine.parallel import default_jobs
 
     return default_jobs() if jobs is None else max(jobs, 1)
 
@@ -361,7 +361,7 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
     """cache_dir: None disables the cache; "" means the default place. Text read from
     stdin is put in `sources` (name -> text) for the report's source frames."""
     sources = {} if sources is None else sources
-    from .engine import lint_paths, lint_source
+    from .engine.run import lint_paths, lint_source
 
     if "-" in targets:
         if len(targets) > 1:
@@ -369,11 +369,11 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
         source = sys.stdin.read()
         sources[stdin_filename or "-"] = source
         if stdin_filename and stdin_filename.lower().endswith(".ipynb"):
-            from .notebook import lint_notebook
+            from .engine.notebook import lint_notebook
 
             return lint_notebook(source, stdin_filename, config)
         return lint_source(source, stdin_filename or "-", config)
-    from .parallel import default_jobs, open_cache
+    from .engine.parallel import default_jobs, open_cache
 
     cache = open_cache(config, cache_dir or None) if cache_dir is not None else None
     result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from .registry import all_rules, rules_by_code
+from .engine.registry import all_rules, rules_by_code
 
 
 def rule_table() -> str:

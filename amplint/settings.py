@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, Mapping
 
-from .config import Config
+from .core.config import Config
 
 
 def _toml(value: Any) -> str:
@@ -29,7 +29,7 @@ def _toml(value: Any) -> str:
 
 
 def settings_text(config: Config, origin: Mapping[str, Any]) -> str:
-    from .engine import default_codes, known_codes
+    from .engine.pipeline import default_codes, known_codes
 
     lines = [f"# config file: {origin.get('file') or '(none: defaults)'}"]
     floor_from = origin.get("torch-version")

@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from amplint import Config, lint_source  # noqa: E402
-from amplint.registry import all_rules  # noqa: E402
-from amplint.rule import example_source  # noqa: E402
+from amplint.engine.registry import all_rules  # noqa: E402
+from amplint.core.rule import example_source  # noqa: E402
 from amplint.verify import verify_diagnostics  # noqa: E402
 
 

@@ -86,7 +86,7 @@ def test_notebook_findings_point_at_the_cells_row_in_the_ipynb(tmp_path):
 
 
 def test_notebook_with_a_one_string_source_maps_every_line_to_its_row(tmp_path):
-    from amplint.notebook_rows import source_rows
+    from amplint.engine.notebook_rows import source_rows
 
     raw = '{"cells": [{"cell_type": "markdown", "source": "x"},\n {"cell_type": "code",\n  "source": "a\\nb\\n"}]}'
     assert source_rows(raw) == {1: [1], 2: [3, 3, 3]}

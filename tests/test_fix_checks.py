@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from amplint import Config, lint_source
 from amplint.cli import main
-from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
-from amplint.fixes import fix_until_stable, new_findings
-from amplint.torchfloor import floor_of, infer
+from amplint.core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+from amplint.fix.apply import fix_until_stable, new_findings
+from amplint.core.torchfloor import floor_of, infer
 
 from .fixture_expectations import FIXTURES
 
@@ -221,7 +221,7 @@ def test_every_fix_on_real_code_is_kept_and_parses():
     import ast
 
     from amplint import lint_paths
-    from amplint.fixer import fix_files, fix_text
+    from amplint.fix.fixer import fix_files, fix_text
 
     folder = Path(os.environ.get("AMPLINT_CORPUS_DIR", Path.home() / ".cache" / "amplint-corpus")) / "diffusers-0.42.1"
     if not (folder / ".unpacked").exists():

@@ -12,8 +12,8 @@ import statistics
 import pytest
 
 from amplint import Config, lint_paths, lint_source
-from amplint.registry import all_rules
-from amplint.rule import example_source
+from amplint.engine.registry import all_rules
+from amplint.core.rule import example_source
 
 from .fixture_expectations import FIXTURES
 

@@ -142,7 +142,7 @@ def test_clean_junit_counts_one_passing_test_everywhere(tmp_path):
 
 
 def test_add_noqa_leaves_rows_that_end_inside_a_string():
-    from amplint.add_noqa import add_noqa_text
+    from amplint.fix.add_noqa import add_noqa_text
 
     source = 'x = f("""\nbody\n""")\ny = 1\n'
     new, added, refused = add_noqa_text(source, {1: {"AMP301"}, 4: {"AMP301"}})

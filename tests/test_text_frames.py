@@ -5,7 +5,7 @@ from click.testing import CliRunner
 
 from amplint import lint_source
 from amplint.cli import main
-from amplint.diagnostics import Diagnostic, Location, Severity
+from amplint.core.diagnostics import Diagnostic, Location, Severity
 from amplint.report.source import clean
 from amplint.report.text import frame, render
 

@@ -20,7 +20,7 @@ import json
 import re
 from typing import Dict, Optional, Sequence, Tuple
 
-from ..diagnostics import Diagnostic, Severity
+from ..core.diagnostics import Diagnostic, Severity
 from .common import relative_path, severity_of
 from .source import Sources
 

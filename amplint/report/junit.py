@@ -8,7 +8,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Sequence
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 from .common import relative_path
 
 
@@ -31,7 +31,7 @@ def render(diagnostics: Sequence[Diagnostic], root: Optional[str] = None, **_: o
                 "testcase",
                 name=f"org.amplint.{d.code}",
                 classname=path,
-                line=str(d.raw_rows[0] if d.cell is not None and d.raw_rows else d.location.row),
+                line=str(d.location.row if d.cell is None else (d.raw_rows or (1, 1))[0]),
                 column=str(d.location.column if d.cell is None else 1),
             )
             failure = ET.SubElement(case, "failure", message=d.message, type=d.code)

@@ -11,7 +11,7 @@ import re
 import tokenize
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 
 #: C0/C1 control characters (ANSI escapes, newlines, ...) other than tab
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ..diagnostics import Applicability, Diagnostic
+from ..core.diagnostics import Applicability, Diagnostic
 from .source import Sources, clean
 
 CONTEXT = 2  # lines shown before and after the span, as ruff does

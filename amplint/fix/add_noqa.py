@@ -13,7 +13,7 @@ import re
 import tokenize
 from typing import Dict, List, Sequence, Set, Tuple
 
-from .config import Config
+from ..core.config import Config
 
 #: codes a `# noqa` cannot or need not suppress
 _SKIPPED = ("AMP000", "AMP900")
@@ -35,7 +35,7 @@ def commentable_rows(source: str) -> Set[int]:
 
 def with_noqa(line: str, codes: Sequence[str]) -> str:
     """`line` (with its line ending) carrying `# noqa` for `codes`."""
-    from .engine import _NOQA
+    from ..core.noqa import _NOQA
 
     body = line.rstrip("\r\n")
     ending = line[len(body) :]
@@ -51,7 +51,7 @@ def with_noqa(line: str, codes: Sequence[str]) -> str:
 
 def add_noqa_text(source: str, rows: Dict[int, Set[str]]) -> Tuple[str, int, List[int]]:
     """(new text, directives added, rows that could not take one)."""
-    from .fixes import split_lines
+    from ..core.text import split_lines
 
     lines = split_lines(source, keepends=True)
     ok = commentable_rows(source)
@@ -70,8 +70,8 @@ def add_noqa_text(source: str, rows: Dict[int, Set[str]]) -> Tuple[str, int, Lis
 def add_noqa_paths(paths: Sequence[str], config: Config, jobs: int = 1) -> Tuple[int, List[str]]:
     """Lint `paths` and add the directives; returns (directives added, error lines)."""
     from . import writer
-    from .engine import lint_paths
-    from .notebook import is_notebook
+    from ..engine.notebook import is_notebook
+    from ..engine.run import lint_paths
 
     by_file: Dict[str, Dict[int, Set[str]]] = {}
     for d in lint_paths(paths, config, jobs=jobs).diagnostics:
