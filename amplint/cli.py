@@ -200,7 +200,10 @@ def main(
                 code = EXIT_FINDINGS
             raise click.exceptions.Exit(code)
         sources: dict = {}
-        diagnostics = _run(targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""), sources=sources)
+        diagnostics = _run(
+            targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""), sources=sources,
+            unsafe_fixes=unsafe_fixes or output_format in ("json", "json-lines", "sarif"),  # these print every fix
+        )
     except ConfigError as exc:
         raise fail(str(exc))
     if verify_settings is not None:
@@ -357,9 +360,10 @@ class _Output:
         self._opened = True
 
 
-def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None, sources: Optional[dict] = None):
+def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None, sources: Optional[dict] = None, unsafe_fixes: bool = True):
     """cache_dir: None disables the cache; "" means the default place. Text read from
-    stdin is put in `sources` (name -> text) for the report's source frames."""
+    stdin is put in `sources` (name -> text) for the report's source frames. The fixes
+    offered (safe ones, and unsafe ones with `unsafe_fixes`) are checked before they are shown."""
     sources = {} if sources is None else sources
     from .engine.run import lint_paths, lint_source
 
@@ -379,6 +383,12 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
     result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)
     if cache is not None:
         cache.save()
+    if any(d.fix is not None for d in result.diagnostics):
+        from .fix.fixer import withdraw_failing_fixes
+        from .report.source import clean
+
+        for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes):
+            click.echo(f"amplint: warning: {clean(line)}", err=True)
     return result.diagnostics
 
 

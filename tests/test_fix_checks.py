@@ -236,3 +236,29 @@ def test_every_fix_on_real_code_is_kept_and_parses():
         new, fixed, _ = fix_text(old, change.path, config, result.facts, True)
         assert fixed and new != old
         ast.parse(new)
+
+
+def test_a_plain_run_withdraws_the_fix_it_would_drop(tmp_path, monkeypatch):
+    """What `[*]` and JSON offer is checked like --fix: the same stand-in linter as above, on
+    a real file; the fix that would create a finding loses its `fix`, the other keeps it."""
+    from amplint.fix import fixer
+
+    path = tmp_path / "t.py"
+    path.write_text("bad1\nbad2\n")
+
+    def lint(source):
+        out = []
+        for row, line in enumerate(source.splitlines(), start=1):
+            if line in ("bad1", "bad2"):
+                new = "boom" if line == "bad1" else "good"
+                fix = Fix(Applicability.SAFE, f"fix{line[-1]}", (Edit(Location(row, 1), Location(row, 5), new),))
+                out.append(Diagnostic("AMP900", "x", line, Severity.ERROR, str(path), Location(row, 1), Location(row, 5), fix=fix))
+            elif line == "boom":
+                out.append(_finding("AMP104", row, "created"))
+        return out
+
+    monkeypatch.setattr(fixer, "_linter", lambda *a: lint)
+    found = lint(path.read_text())
+    warnings = fixer.withdraw_failing_fixes(found, None, Config())  # unsafe ones too (JSON shows them)
+    assert [d.fix is None for d in found] == [True, False]
+    assert warnings == [f"{path}:1:1: AMP900 fix withdrawn: the fix would create AMP104 (created)"]

@@ -86,14 +86,14 @@ def fix_until_stable(
     refused: set = set()
     diagnostics = lint(source)
     for _ in range(max_passes):
-        candidates = [d for d in diagnostics if _fix_key(d) not in refused]
+        candidates = [d for d in diagnostics if fix_key(d) not in refused]
         dropped: List[Tuple[Diagnostic, str]] = []
         source_new, fixed = apply_fixes(source, candidates, unsafe, dropped)
         if fixed and source_new != source:
             after = lint(source_new)
             if new_findings(diagnostics, after):
                 source_new, fixed, after = _one_at_a_time(source, diagnostics, fixed, lint, dropped)
-        refused.update(_fix_key(d) for d, _ in dropped)
+        refused.update(fix_key(d) for d, _ in dropped)
         if rejected is not None:
             rejected.extend(dropped)
         if not fixed or source_new == source:
@@ -104,7 +104,7 @@ def fix_until_stable(
     return source, fixed_all, diagnostics
 
 
-def _fix_key(d: Diagnostic) -> tuple:
+def fix_key(d: Diagnostic) -> tuple:
     """What identifies a fix across passes (rows move as other fixes land)."""
     return (d.code, d.fix.message if d.fix else "", tuple(e.content for e in d.fix.edits) if d.fix else ())
 

@@ -77,6 +77,37 @@ def fix_text(
     return result
 
 
+def withdraw_failing_fixes(diagnostics: Sequence[Diagnostic], facts: ProjectFacts, config: Config, unsafe: bool = True) -> List[str]:
+    """Check the fixes a plain run offers the way `--fix` applies them: each Python file with
+    an offered fix (safe ones; unsafe ones too with `unsafe`) is fixed in memory and re-linted.
+    A fix dropped there is withdrawn from its diagnostic (`fix = None`, in place); returns one
+    warning line per withdrawn fix. Files without an offered fix are not parsed again (a warm
+    run stays parse-free for them). Notebooks are checked when fixed (`--fix`), not here."""
+    from ..engine.notebook import is_notebook
+    from . import writer
+    from .apply import fix_key
+
+    by_file: Dict[str, List[Diagnostic]] = {}
+    for d in applicable(diagnostics, unsafe):
+        if not is_notebook(d.filename):
+            by_file.setdefault(d.filename, []).append(d)
+    lines: List[str] = []
+    for path, found in by_file.items():
+        try:
+            source = writer.read_source(path).text
+        except (OSError, UnicodeDecodeError, SyntaxError, LookupError):
+            continue
+        rejected: List[Tuple[Diagnostic, str]] = []
+        fix_until_stable(source, _linter(path, config, facts), unsafe, rejected=rejected)
+        why_by_key = {fix_key(d): why for d, why in rejected}
+        for d in found:
+            why = why_by_key.get(fix_key(d))
+            if why is not None:
+                d.fix = None
+                lines.append(f"{path}:{d.location.row}:{d.location.column}: {d.code} fix withdrawn: {why}")
+    return lines
+
+
 def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome) -> Optional[List[Diagnostic]]:
     from . import writer
 
