@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..core.diagnostics import Diagnostic, Edit, Fix, Location
+from ..core.diagnostics import Diagnostic, Edit, Fix, Location, Related
 from .notebook_rows import file_rows, source_rows
 
 NOTEBOOK_SUFFIX = ".ipynb"
@@ -158,8 +158,14 @@ class Notebook:
                 _, b = self.to_cell(e.end_location)
                 edits.append(Edit(a, b, e.content))
             fix = Fix(fix.applicability, fix.message, tuple(edits))
+        related = tuple(self._map_related(r) if r.filename is None else r for r in d.related)
         raw_rows = file_rows(self.file_rows(), cell, start.row, end.row)
-        return replace(d, location=start, end_location=end, cell=cell, noqa_row=noqa_row, fix=fix, raw_rows=raw_rows)
+        return replace(d, location=start, end_location=end, cell=cell, noqa_row=noqa_row, fix=fix, related=related, raw_rows=raw_rows)
+
+    def _map_related(self, r: Related) -> Related:
+        cell, start = self.to_cell(r.location)
+        end_cell, end = self.to_cell(r.end_location)
+        return Related(start, end if end_cell == cell else start, r.message, None, cell)
 
     def file_rows(self) -> Optional[Dict[int, List[int]]]:
         """cell -> the .ipynb row of each of its lines (computed once; see notebook_rows)."""
