@@ -520,19 +520,26 @@ def _looks_like_accumulation(ctx: ModuleContext, frame: Frame) -> bool:
     test = frame.test
     if test is None:
         return False
-    found = []
+    found = _AccumulationTest()
+    test.visit(found)
+    return bool(found.nodes)
 
-    class _V(cst.CSTVisitor):
-        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-            if isinstance(node.operator, cst.Modulo):
-                found.append(node)
 
-        def visit_Name(self, node: cst.Name) -> None:
-            if "accum" in node.value.lower() or node.value == "sync_gradients":
-                found.append(node)
+class _AccumulationTest(cst.CSTVisitor):
+    """`i % k` or an `accum...`/`sync_gradients` name in a test (module level: a class defined
+    per call would hold its closure, and so the file's tree, in a reference cycle)."""
 
-    test.visit(_V())
-    return bool(found)
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: List[cst.CSTNode] = []
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Modulo):
+            self.nodes.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if "accum" in node.value.lower() or node.value == "sync_gradients":
+            self.nodes.append(node)
 
 
 def _inner_loop(backward: _Step, step: _Step, steps: List[_Step]) -> Optional[Frame]:
