@@ -102,7 +102,7 @@ def test_text_shows_the_reference_once_per_rule_and_ends_with_a_verdict_count():
     ref = honest(_reference_only("confirmed", snippet_skipped="could not bind meters", skipped=8))
     ran = {"verdict": "not-reproduced", "method": "snippet", "summary": "same update as unscaled training", "evidence": {}, "device": "cpu", "torch": "2.13.0"}
     ds = [_diagnostic("AMP402", dict(ref, device="cpu", torch="2.13.0"), 10), _diagnostic("AMP402", dict(ref), 20), _diagnostic("AMP104", ran, 30)]
-    lines = renderer("text")(ds).splitlines()
+    lines = [ln for ln in renderer("text")(ds).splitlines() if ln.strip()]  # findings, verdicts, summary
     assert lines[1] == "    verify: inconclusive (could not run this code: meters) [experiment] (cpu, torch 2.13.0)"
     assert lines[2] == "    reference AMP402: confirmed on the rule's own example, not this code: skipped 8 of 10 steps"
     assert lines[3].startswith("train.py:20:5: AMP402") and lines[4].startswith("    verify: inconclusive")

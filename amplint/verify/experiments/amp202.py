@@ -2,7 +2,7 @@
 
 Three measurements on a tiny model under autocast (the finding's dtype, else
 the device default: bf16 on CPU, fp16 on CUDA), each run with the backward
-inside the `with` block and after it (amp-facts §1.1, E23):
+inside the `with` block and after it:
 
 1. plain step: the largest gradient difference and the dtype of the gradient
    reaching the first layer's low-precision output (backward ops run in the
@@ -135,7 +135,7 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     return lab.not_reproduced(f"{name} autocast around backward changed nothing measured: {plain}", ev, dtype=dtype)
 
 
-#: ops autocast runs in low precision whatever their inputs (both devices' lists; amp-facts §1)
+#: ops autocast runs in low precision whatever their inputs (both devices' lists)
 LOWERED = frozenset(
     {"matmul", "mm", "bmm", "linear", "addmm", "addbmm", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
      "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "mv", "addmv", "chain_matmul", "__matmul__", "prelu"}

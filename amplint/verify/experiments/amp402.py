@@ -5,7 +5,7 @@ a loss large enough that 65536 overflows fp16 gradients, until the GradScaler
 has backed off to a scale that fits; then "resumes" twice from that point, once
 with a fresh GradScaler (the checkpoint lacked `scaler.state_dict()`) and once
 with the saved state loaded, counting the optimizer steps skipped after the
-resume (amp-facts §2 `update`, `state_dict`, E14).
+resume.
 
 The user's own code: for a checkpoint that is saved (`side: "save"`), the
 object the flagged `torch.save(...)` writes is built by running the user's
