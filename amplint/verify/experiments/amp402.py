@@ -120,6 +120,8 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scal
     """(the object the user's save call writes, None) or (None, why it could not be built)."""
     if data.get("side") != "save":
         return None, "the flagged code resumes a checkpoint; only the saving side is run" if data.get("side") == "load" else None
+    if not isinstance(data.get("snippet"), str) or not data["snippet"].strip():
+        return None, None  # no flagged call to run (e.g. the save is in a helper)
     try:
         expr = _saved_expression(data.get("snippet"))
         if expr is None:
