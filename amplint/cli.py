@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 import click
 
 from .__version__ import __version__
-from .config import Config, ConfigError, find_pyproject, load_config, parse_torch_version, with_overrides
+from .config import Config, ConfigError, find_pyproject, load_config, parse_seconds, parse_torch_version, with_overrides
 from .report import FORMATS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -82,6 +82,7 @@ class _Command(click.Command):
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Processes to lint with (default: the number of cores; 0 or 1: this process only).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None, envvar="AMPLINT_CACHE_DIR", help="Where to keep the cache (default: .amplint_cache beside pyproject.toml, or in the current folder; env AMPLINT_CACHE_DIR).")
+@click.option("--file-timeout", type=float, default=None, metavar="S", help="Seconds one file's analysis may take before it is skipped with AMP000 (default 120; 0: no limit).")
 @click.option("--verify", is_flag=True, help="Run each finding's experiment in a torch subprocess and report a verdict.")
 @click.option("--device", default=None, metavar="DEVICE", help="Device for --verify: auto (prefers CUDA), cpu, cuda or cuda:N.")
 @click.option("--verify-timeout", type=float, default=None, metavar="S", help="Seconds each --verify experiment may run (default 60).")
@@ -113,6 +114,7 @@ def main(
     verify: bool = False,
     device: Optional[str] = None,
     verify_timeout: Optional[float] = None,
+    file_timeout: Optional[float] = None,
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
     if explain is not None:
@@ -136,6 +138,7 @@ def main(
             precision=precision,
             respect_gitignore=respect_gitignore,
             force_exclude=force_exclude,
+            file_timeout=parse_seconds(file_timeout, "--file-timeout") if file_timeout is not None else None,
         )
         from .engine import known_codes
 

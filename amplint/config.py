@@ -51,6 +51,7 @@ class Config:
     precision: str = "auto"
     verify_device: str = "auto"
     verify_timeout: float = 60.0
+    file_timeout: float = 120.0  # seconds one file's analysis may take (0: no limit); see amplint/budget.py
     root: Optional[str] = None  # folder of the pyproject.toml the config came from
     respect_gitignore: bool = True  # skip what .gitignore / .git/info/exclude ignore when walking folders
     force_exclude: bool = False  # apply exclude globs to files named on the command line too
@@ -119,6 +120,7 @@ _KEYS = {
     "verify": "verify",
     "respect-gitignore": "bool",
     "force-exclude": "bool",
+    "file-timeout": "seconds",
 }
 _VERIFY_KEYS = {"device": "string", "timeout": "number"}
 
@@ -195,6 +197,8 @@ def config_from_table(table: Mapping[str, Any], known_codes: Sequence[str], root
             if not isinstance(value, bool):
                 raise ConfigError(f"{source}: {key!r} must be true or false")
             kwargs[attr] = value
+        elif kind == "seconds":
+            kwargs[attr] = parse_seconds(value, f"{source}: {key}")
         elif key == "torch-version":
             kwargs[attr] = parse_torch_version(value, source)
         elif key == "precision":
@@ -216,6 +220,13 @@ def config_from_table(table: Mapping[str, Any], known_codes: Sequence[str], root
                         raise ConfigError(f"{source}: verify.timeout must be a positive number of seconds")
                     kwargs["verify_timeout"] = float(vvalue)
     return Config(**kwargs)
+
+
+def parse_seconds(value: Any, what: str) -> float:
+    """A non-negative number of seconds (0: no limit)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise ConfigError(f"{what} must be a number of seconds (0: no limit), got {value!r}")
+    return float(value)
 
 
 def parse_torch_version(value: Any, source: str = "config") -> Tuple[int, int]:

@@ -132,9 +132,12 @@ def facts_of_source(source: str, path: str, config: Config) -> Any:
         ctx.release()
         return facts
 
+    from .budget import BudgetExceeded, file_budget
+
     try:
-        return run_guarded(build)
-    except (cst.ParserSyntaxError, RecursionError, MemoryError):
+        with file_budget(config.file_timeout):
+            return run_guarded(build)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError, BudgetExceeded):
         return None
     except Exception:  # a bug in the AMP model: the file gives no facts; the lint pass reports such bugs
         return None
