@@ -32,6 +32,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from .__version__ import __version__
 from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
 from .project import FileFacts
+from .safe_read import read_bytes
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
@@ -320,8 +321,7 @@ class Cache:
 def _read_store(path: str) -> Dict[str, Dict[str, list]]:
     empty: Dict[str, Dict[str, list]] = {"lint": {}, "facts": {}}
     try:
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read())
+        data = json.loads(read_bytes(path))  # a planted pipe named like a store is never opened
     except (OSError, ValueError, UnicodeDecodeError):
         return empty
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), dict):

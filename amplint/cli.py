@@ -5,6 +5,8 @@ one-line message on stderr).
 """
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -128,6 +130,7 @@ def main(
 
     targets = list(paths) or ["."]
     try:
+        _refuse_link_loops(targets)
         config = _load(targets, config_file, isolated)
         config = with_overrides(
             config,
@@ -250,6 +253,21 @@ def _internal_errors(diagnostics) -> bool:
     if n:
         click.echo(f"amplint: error: {n} internal error{'s' if n != 1 else ''} (see AMP000 internal-error above); please report {'them' if n != 1 else 'it'}", err=True)
     return n > 0
+
+
+def _refuse_link_loops(targets: Sequence[str]) -> None:
+    """A path given on the command line that is a symbolic link loop is a usage error (exit 2);
+    loops met while walking a folder are AMP000 lines like any unreadable file."""
+    for target in targets:
+        if target == "-":
+            continue
+        try:
+            os.stat(target)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfigError(f"{target}: symbolic link loop (too many levels of symbolic links)") from None
+        except ValueError:  # a NUL byte: reported per file, as before
+            pass
 
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Config:

@@ -127,7 +127,8 @@ _VERIFY_KEYS = {"device": "string", "timeout": "number"}
 
 def find_pyproject(paths: Sequence[str]) -> Optional[Path]:
     """The nearest pyproject.toml with a [tool.amplint] table, walking up from the paths."""
-    starts = [Path(p).resolve() for p in paths] or [Path.cwd()]
+    # realpath, not Path.resolve: on a symbolic link loop the latter raises RuntimeError (3.11)
+    starts = [Path(os.path.realpath(p)) for p in paths] or [Path.cwd()]
     for start in starts:
         folder = start if start.is_dir() else start.parent
         for candidate in (folder, *folder.parents):
@@ -147,9 +148,10 @@ def _read_toml(path: Path) -> Dict[str, Any]:
         import tomllib
     else:  # pragma: no cover
         import tomli as tomllib
+    from .safe_read import read_bytes
+
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(read_bytes(str(path)).decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
@@ -166,7 +168,7 @@ def load_config(path: Optional[Path], known_codes: Sequence[str]) -> Config:
     table = data.get("tool", {}).get("amplint")
     if table is None:
         table = data if path.name != "pyproject.toml" else {}
-    return config_from_table(table, known_codes, root=str(path.parent.resolve()), source=str(path))
+    return config_from_table(table, known_codes, root=os.path.realpath(path.parent), source=str(path))
 
 
 def config_from_table(table: Mapping[str, Any], known_codes: Sequence[str], root: Optional[str] = None, source: str = "config") -> Config:

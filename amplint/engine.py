@@ -440,9 +440,12 @@ from .discovery import discover, excluded as _excluded  # noqa: E402,F401  (re-e
 
 def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:
     """(text, None) or (None, a one-line reason the file cannot be read)."""
+    from .safe_read import NotRegularFile, read_bytes
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = read_bytes(path)  # never opens a pipe, socket or device
+    except NotRegularFile as exc:
+        return None, exc.strerror
     except FileNotFoundError:
         if os.path.islink(path):
             return None, f"broken symbolic link (to {os.readlink(path)!r})"
@@ -506,9 +509,12 @@ def lint_paths(
 
     config = config or Config()
     codes, rules = selected_rules(config)
-    files = list(discover(paths, config, force_exclude))
+    unreadable: List[Tuple[str, str]] = []
+    files = list(discover(paths, config, force_exclude, problems=unreadable))
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
     facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
+    if SYNTAX_ERROR_CODE in codes:
+        diagnostics.extend(syntax_error(folder, 1, 1, f"cannot read folder: {reason.lower()}; its files were not linted") for folder, reason in unreadable)
     diagnostics.sort(key=Diagnostic.sort_key)
     return LintResult(diagnostics=diagnostics, files=files, facts=facts)

@@ -24,6 +24,7 @@ from typing import Any, Callable, FrozenSet, Iterator, List, Optional, Sequence,
 from .cache import Cache, Stat, file_digest, now, stat_key
 from .config import Config
 from .project import ProjectFacts, condition_holds
+from .safe_read import read_bytes
 
 #: below this many bytes of files to read, one process is faster than several
 MIN_PARALLEL_BYTES = 1 << 20
@@ -80,8 +81,7 @@ def _work(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
     if hashing:
         try:
             st = stat_key(os.stat(path))
-            with open(path, "rb") as fh:
-                digest = file_digest(fh.read())
+            digest = file_digest(read_bytes(path))
         except OSError:
             st = digest = None
         if known is not None and digest == known:
