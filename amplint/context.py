@@ -15,8 +15,9 @@ After the traversal it derives GradScaler and optimizer bindings (names,
 `self.` attributes and parameters), low-precision casts, the ordered
 training-step events of every function, and the file's project facts.
 
-Positions are resolved lazily: most parsed files have no finding, and the
-PositionProvider pass costs as much as the traversal.
+Positions are resolved lazily, one top-level statement at a time
+(`amplint.positions`): most parsed files have no finding, and libcst's
+whole-module PositionProvider pass costs as much as the traversal.
 """
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from . import torchapi
 from .config import Config
@@ -393,7 +393,6 @@ class ModuleContext:
         self.optimizers: Dict[str, OptimizerInfo] = {}
         self.low_precision_casts: List[LowPrecisionCast] = []
         self.facts = FileFacts()
-        self._wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self._positions = None
         self._parents = None
         self._calls_by_qualname: Dict[str, List[CallInfo]] = {}
@@ -695,8 +694,10 @@ class ModuleContext:
         return self.module.code_for_node(node)
 
     def position(self, node: cst.CSTNode) -> Tuple[Location, Location]:
-        if self._positions is None:
-            self._positions = self._wrapper.resolve(PositionProvider)
+        if self._positions is None:  # per top-level statement: linear in what is reported on
+            from .positions import Positions
+
+            self._positions = Positions(self.module)
         r = self._positions[node]
         return Location(r.start.line, r.start.column + 1), Location(r.end.line, r.end.column + 1)
 
