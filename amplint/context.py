@@ -394,6 +394,7 @@ class ModuleContext:
         self.low_precision_casts: List[LowPrecisionCast] = []
         self.facts = FileFacts()
         self._positions = None
+        self._name_dtypes = None
         self._parents = None
         self._calls_by_qualname: Dict[str, List[CallInfo]] = {}
         self._calls_by_method: Dict[str, List[CallInfo]] = {}
@@ -520,18 +521,11 @@ class ModuleContext:
         if isinstance(node, cst.Subscript):
             return again(node.value)
         if isinstance(node, cst.Name) and scope is not None and before is not None:
-            found = [
-                a
-                for a in self.assignments_to(node.value, scope)
-                if a.scope is scope
-                and a.order < before
-                and not a.unpacked
-                and not (isinstance(statement, cst.SimpleStatementLine) and any(a.node is s for s in statement.body))
-            ]
-            if not found:
-                return None
-            dtypes = {again(a.value, a.order) for a in found}
-            return dtypes.pop() if len(dtypes) == 1 else None
+            if self._name_dtypes is None:  # linear in the function (amplint/dtype_flow.py)
+                from .dtype_flow import NameDtypes
+
+                self._name_dtypes = NameDtypes(self)
+            return self._name_dtypes.lookup(node.value, scope, before, statement, _depth)
         return None
 
     def dtype_kind(self, node: Optional[cst.CSTNode]) -> Optional[str]:

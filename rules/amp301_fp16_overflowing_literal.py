@@ -475,7 +475,9 @@ def _low_precision_source(ctx: ModuleContext, expr: Optional[cst.BaseExpression]
 
 
 def _sites(ctx: ModuleContext) -> Iterator[_Site]:
-    fill_calls: Optional[List[CallInfo]] = None
+    # name -> its uses as an argument of a fill-like call, in call order: built once, so n
+    # `NEG_i = -1e9` constants cost O(n), not O(n * fill calls)
+    fill_args: Optional[Dict[str, List[Tuple[CallInfo, Optional[int], Optional[str], cst.Name]]]] = None
     for lit in ctx.literals:
         if abs(lit.value) <= FP16_MAX:
             continue
@@ -486,15 +488,18 @@ def _sites(ctx: ModuleContext) -> Iterator[_Site]:
             name = _single_name_target(parent)
             if name is None or not _constant(ctx, name, lit.value):
                 continue
-            if fill_calls is None:
-                fill_calls = [c for c in ctx.calls if _is_fill_like(c)]
-            for call in fill_calls:
+            if fill_args is None:
+                fill_args = {}
+                for call in ctx.calls:
+                    if _is_fill_like(call):
+                        for position, keyword, arg in _args(call):
+                            if isinstance(arg, cst.Name):
+                                fill_args.setdefault(arg.value, []).append((call, position, keyword, arg))
+            for call, position, keyword, arg in fill_args.get(name, ()):
                 if lit.scope is not call.scope and not lit.scope.is_module:
                     continue
-                for position, keyword, arg in _args(call):
-                    if isinstance(arg, cst.Name) and arg.value == name:
-                        yield _Site(arg, lit.value, text, call, position, keyword, (), lit, call.scope,
-                                    call.path, call.region, call.statement, call.order)
+                yield _Site(arg, lit.value, text, call, position, keyword, (), lit, call.scope,
+                            call.path, call.region, call.statement, call.order)
             continue
         call = lit.call
         yield _Site(lit.node, lit.value, text, call, lit.position, lit.keyword, lit.parents, lit, lit.scope,
