@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Type
 
-from .rule import Rule
+from .core.rule import Rule
 
 TABLE_START = "<!-- rules-table:start -->"
 TABLE_END = "<!-- rules-table:end -->"
@@ -106,7 +106,7 @@ def with_table(readme: str, table: str) -> str:
 def expected(root: Path, rules: Optional[Sequence[Type[Rule]]] = None) -> Dict[Path, Optional[str]]:
     """path -> the text it must have (None: the file must not exist)."""
     if rules is None:
-        from .registry import all_rules
+        from .engine.registry import all_rules
 
         rules = all_rules()
     out: Dict[Path, Optional[str]] = {}

@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from amplint import Config, lint_paths
-from amplint import parallel
-from amplint.budget import BudgetExceeded, file_budget, wait
-from amplint.cache import Cache
+from amplint.engine import parallel
+from amplint.engine.budget import BudgetExceeded, file_budget, wait
+from amplint.engine.cache import Cache
 from amplint.cli import main
-from amplint.engine import TIMEOUT_NAME
+from amplint.engine.pipeline import TIMEOUT_NAME
 
 BAD = """\
 import torch
@@ -30,7 +30,7 @@ MESSAGE = "analysis took longer than 0.5 s; skipped"
 @pytest.fixture
 def slow_rule(monkeypatch):
     """AMP101 sleeps (in short naps, up to a minute) on files holding the marker."""
-    from amplint.registry import rules_by_code
+    from amplint.engine.registry import rules_by_code
 
     rule = rules_by_code()["AMP101"]
     original = rule.check
@@ -96,7 +96,7 @@ def test_slow_file_is_skipped_with_worker_processes(project, slow_rule, monkeypa
 
 def test_no_budget_means_no_limit(tmp_path, monkeypatch):
     """0 turns the budget off: a rule slower than any small budget still reports."""
-    from amplint.registry import rules_by_code
+    from amplint.engine.registry import rules_by_code
 
     rule = rules_by_code()["AMP101"]
     original = rule.check

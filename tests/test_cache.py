@@ -9,9 +9,9 @@ import textwrap
 import pytest
 
 from amplint import Config
-from amplint.cache import ENV, Cache, cache_dir
-from amplint.engine import lint_paths
-from amplint.parallel import open_cache
+from amplint.engine.cache import ENV, Cache, cache_dir
+from amplint.engine.parallel import open_cache
+from amplint.engine.run import lint_paths
 
 CLIP = textwrap.dedent(
     """
@@ -62,7 +62,7 @@ def test_cold_then_warm_hits_without_reading(tmp_path, monkeypatch):
     assert c1.hits == 0 and c1.misses >= 4
     assert {d.code for d in cold.diagnostics} >= {"AMP101", "AMP301"}
 
-    import amplint.engine as engine
+    import amplint.engine.dispatch as engine
 
     def no_lint(*a, **k):  # a warm run with nothing changed lints nothing
         raise AssertionError("linted a file the cache holds")
@@ -120,7 +120,7 @@ def test_touched_but_unchanged_file_is_reused(tmp_path, monkeypatch):
     _old(root / "train.py", 120)
     first, _ = _run(root, tmp_path)
     _old(root / "train.py", 60)  # new mtime, same bytes
-    import amplint.engine as engine
+    import amplint.engine.dispatch as engine
 
     monkeypatch.setattr(engine, "lint_path", lambda *a, **k: (_ for _ in ()).throw(AssertionError("relinted")))
     second, cache = _run(root, tmp_path)
@@ -148,7 +148,7 @@ def test_corrupt_store_is_ignored_and_rewritten(tmp_path, garbage):
         fh.write(garbage.replace(b"%s", str(root / "train.py").encode()))
     again, _ = _run(root, tmp_path)
     assert _view(again) == _view(cold)
-    from amplint.cache import _read_store, machine_key
+    from amplint.engine.cache import _read_store, machine_key
 
     assert _read_store(path, machine_key())["lint"]  # rewritten, under this machine's key
     warm, c3 = _run(root, tmp_path)
@@ -199,9 +199,9 @@ def test_cli_flags(tmp_path):
 
 
 def test_unencodable_data_is_not_cached(tmp_path):
-    from amplint.cache import encode_result
-    from amplint.diagnostics import Diagnostic, Location, Severity
-    from amplint.engine import FileResult
+    from amplint.engine.cache import encode_result
+    from amplint.core.diagnostics import Diagnostic, Location, Severity
+    from amplint.engine.pipeline import FileResult
 
     d = Diagnostic("AMP101", "n", "m", Severity.ERROR, "f.py", Location(1, 1), Location(1, 2), data={"x": object()})
     assert encode_result(FileResult(path="f.py", diagnostics=[d])) is None

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from amplint.cache import FORMAT, MAGIC, _mac, _read_store
+from amplint.engine.cache import FORMAT, MAGIC, _mac, _read_store
 
 CLIP = """\
 import torch

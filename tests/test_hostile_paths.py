@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from amplint import Config, lint_paths
-from amplint.parallel import open_cache
-from amplint.safe_read import NotRegularFile, read_bytes
+from amplint.engine.parallel import open_cache
+from amplint.core.safe_read import NotRegularFile, read_bytes
 from tests.privileges import permissions_enforced
 
 BAD = """\

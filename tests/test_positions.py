@@ -8,10 +8,10 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from amplint.positions import Positions
-from amplint.registry import all_rules
-from amplint.rule import example_source
-from amplint.walk import parent_map
+from amplint.model.positions import Positions
+from amplint.engine.registry import all_rules
+from amplint.core.rule import example_source
+from amplint.model.walk import parent_map
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ODD = [

@@ -20,10 +20,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
 
-from .safe_read import read_text
+from ..core.safe_read import read_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import Config
+    from ..core.config import Config
 
 #: file suffixes a folder walk picks up
 LINTABLE_SUFFIXES = (".py", ".pyi", ".ipynb")

@@ -18,12 +18,12 @@ every earlier assignment precedes that statement.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
 
-    from .context import Assignment, ModuleContext, Scope
+    from .types import Assignment, Scope
 
 _EMPTY = object()  # no assignment yet
 _CONFLICT = object()  # two assignments disagree
@@ -44,7 +44,7 @@ class _Table:
 class NameDtypes:
     """Per AMP model: the answers of `known_dtype` for plain names."""
 
-    def __init__(self, ctx: "ModuleContext") -> None:
+    def __init__(self, ctx: Any) -> None:  # the ModuleContext (above this module)
         self._ctx = ctx
         self._tables: Dict[Tuple[str, int, int], _Table] = {}
 
