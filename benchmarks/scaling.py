@@ -105,7 +105,7 @@ def big_source(target_bytes: int) -> str:
 
 
 def measure(path: str, runs: int) -> Dict[str, float]:
-    cmd = [sys.executable, "-c", _WRAPPER, sys.executable, "-c", _AMPLINT, "--no-cache", "--jobs", "1", path]
+    cmd = [sys.executable, "-c", _WRAPPER, sys.executable, "-c", _AMPLINT, "--no-cache", "--jobs", "1", "--file-timeout", "0", path]
     walls: List[float] = []
     rss: List[float] = []
     found = 0

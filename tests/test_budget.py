@@ -1,4 +1,4 @@
-"""The per-file time budget (amplint/budget.py): a file whose analysis runs too long is
+"""The per-file time budget (amplint/engine/budget.py): a file whose analysis runs too long is
 reported as one AMP000 line and the run goes on, serially and with worker processes."""
 from __future__ import annotations
 

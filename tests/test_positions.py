@@ -1,4 +1,4 @@
-"""amplint.positions gives every node the range libcst's PositionProvider gives it."""
+"""amplint.model.positions gives every node the range libcst's PositionProvider gives it."""
 from __future__ import annotations
 
 import glob

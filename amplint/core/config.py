@@ -51,7 +51,7 @@ class Config:
     precision: str = "auto"
     verify_device: str = "auto"
     verify_timeout: float = 60.0
-    file_timeout: float = 120.0  # seconds one file's analysis may take (0: no limit); see amplint/budget.py
+    file_timeout: float = 120.0  # seconds one file's analysis may take (0: no limit); see engine/budget.py
     root: Optional[str] = None  # folder of the pyproject.toml the config came from
     respect_gitignore: bool = True  # skip what .gitignore / .git/info/exclude ignore when walking folders
     force_exclude: bool = False  # apply exclude globs to files named on the command line too

@@ -5,7 +5,7 @@ pathological input or a slow rule must still not stall a pre-commit hook or a
 CI job. `lint_file_source` opens a budget (`file_timeout` seconds,
 `[tool.amplint] file-timeout`, `--file-timeout`) around one file; the work
 that can take long (the libcst parse, the AMP model, the rules) already runs
-on its own thread (`engine.run_guarded`), which waits for it at most until the
+on its own thread (`engine/pipeline.run_guarded`), which waits for it at most until the
 budget's deadline. When the deadline passes, the waiting side raises
 `BudgetExceeded` (the engine turns it into AMP000 "analysis took longer than
 N s; skipped") and the abandoned thread is asked to stop with an

@@ -43,7 +43,7 @@ class FileResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
     facts: FileFacts = field(default_factory=FileFacts)
     parsed: bool = False
-    #: the analysis ran past the file's time budget (amplint/budget.py): never cached
+    #: the analysis ran past the file's time budget (engine/budget.py): never cached
     over_budget: bool = False
 
 
@@ -85,7 +85,7 @@ def decode_source(data: bytes) -> str:
 
 def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
     """Lint one file's text; conditional diagnostics are returned unresolved. A file whose
-    analysis runs past `config.file_timeout` seconds gives only an AMP000 line (amplint/budget.py)."""
+    analysis runs past `config.file_timeout` seconds gives only an AMP000 line (engine/budget.py)."""
     from .budget import BudgetExceeded, file_budget
 
     try:
