@@ -1,12 +1,12 @@
 """AMP001 deprecated-amp-api."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from amplint.model import (
-    DEPRECATED_AMP, DeprecatedApi, Diagnostic, Invalid, ModuleContext, Reference, Rule, Severity, Valid,
+    DEPRECATED_AMP, DeprecatedApi, Diagnostic, Frame, Invalid, ModuleContext, Path, Reference, Rule, Severity, Valid,
     append_argument_edit, call_is_plain, imported_names, insert_keyword_edits, literal_string, make_fix,
     replace_node, rewrite_with_imports,
 )
@@ -84,6 +84,12 @@ class DeprecatedAmpApi(Rule):
     body, type annotations, and names that are also rebound in the file.
     Text inside strings and docstrings is never a use.
     `torch.cuda.amp.autocast(device_type=...)` is AMP002 (it raises TypeError).
+
+    A device dispatch is no fallback: `from torch.cuda.amp import GradScaler`
+    in the `else` of `if npu: from torch.npu.amp import GradScaler elif mlu:
+    ...` runs on every CUDA machine, whatever the torch version. It is
+    reported once, at that import, without a fix (the other branches bind the
+    same name); uses of the name stay silent, as for any ambiguous name.
 
     ## References
     - amp-facts.md §0.9, §3 (exact warning texts, E08, E32; versions)
@@ -239,9 +245,56 @@ with amp.scale_loss(loss, optimizer) as scaled:
 """,
             "apex.amp is not torch",
         ),
+        Valid(
+            """
+import torch
+
+if is_torch_npu_available():
+    from torch.npu.amp import GradScaler
+elif hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+    from torch.amp import GradScaler
+else:
+    from torch.cuda.amp import GradScaler
+
+scaler = GradScaler()
+""",
+            "a device dispatch whose CUDA fallback is version-gated (hasattr) stays silent",
+        ),
+        Valid(
+            """
+if is_npu_available():
+    from torch.npu.amp import GradScaler
+else:
+    from torch.amp import GradScaler
+
+scaler = GradScaler()
+""",
+            "a device dispatch whose CUDA branch already uses torch.amp",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+
+from .utils import is_mlu_available, is_npu_available
+
+if is_npu_available():
+    from torch.npu.amp import GradScaler
+elif is_mlu_available():
+    from torch.mlu.amp import GradScaler
+else:
+    from torch.cuda.amp import GradScaler
+
+
+def build_scaler(enabled):
+    return GradScaler(enabled=enabled)
+""",
+            line=10,
+            count=1,
+            why="a device dispatch is not a version fallback: the CUDA branch warns on every CUDA run (reported at the import, once)",
+        ),
         Invalid(
             """
 import torch
@@ -417,6 +470,8 @@ def check(scaler):
             if edits is not None:
                 fix = make_fix(f"Use `torch.{api.new}` ({api.device!r})", edits, safe=True)
             yield ctx.diagnostic(self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api))
+        for alias, api, others in _device_dispatch_imports(ctx):
+            yield ctx.diagnostic(self, alias, _dispatch_message(ctx, alias, api, others), data=_dispatch_data(ctx, alias, api))
 
 
 def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
@@ -436,7 +491,10 @@ def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
 
 def _gated(ctx: ModuleContext, ref: Reference) -> bool:
     """Code that runs only on a torch without the new API (or probes for it)."""
-    path = ref.path
+    return _gated_at(ctx, ref.path, ref.node, ref.use == "bare")
+
+
+def _gated_at(ctx: ModuleContext, path: Path, node: cst.CSTNode, bare: bool) -> bool:
     if ctx.is_version_gated(path):
         return True
     for frame in path:
@@ -444,9 +502,9 @@ def _gated(ctx: ModuleContext, ref: Reference) -> bool:
         if frame.kind == "except" and frame.test is not None and "TypeError" in ctx.code_for(frame.test):
             return True
         # `try: torch.cpu.amp.autocast except AttributeError: ...`: a feature probe
-        if frame.kind == "try" and ref.use == "bare" and _catches_import_errors(frame.node):
+        if frame.kind == "try" and bare and _catches_import_errors(frame.node):
             return True
-    if _after_version_return(ctx, ref.node):
+    if _after_version_return(ctx, node):
         return True
     # `if use_new_amp:` where `use_new_amp = hasattr(torch.amp, ...)` / a version check
     for frame in path:
@@ -458,6 +516,81 @@ def _gated(ctx: ModuleContext, ref: Reference) -> bool:
                     if any(w in text for w in _VERSION_WORDS):
                         return True
     return False
+
+
+def _device_dispatch_imports(ctx: ModuleContext) -> Iterator[Tuple[cst.ImportAlias, DeprecatedApi, List[str]]]:
+    """`from torch.cuda.amp import GradScaler` in one branch of a device dispatch (`if npu: from
+    torch.npu.amp import GradScaler elif mlu: ... else: <it>`): the name is ambiguous, so its uses
+    are left alone, but the CUDA branch is no version fallback and warns on every CUDA run. Only
+    when every other binding of the name is another device's AMP module and the import sits
+    under an `if` that is no version check, outside any `try`."""
+    for node, path in _imports_with_paths(ctx.module):
+        if not isinstance(node.names, tuple) or node.relative or node.module is None:
+            continue
+        if not path:
+            continue
+        module = ctx.code_for(node.module)
+        for alias in node.names:
+            name = ctx.code_for(alias.name)
+            local = ctx.code_for(alias.asname.name) if alias.asname is not None else name
+            api = DEPRECATED_AMP.get(f"{module}.{name}")
+            targets = ctx.imports.resolve_dotted(local)
+            others = sorted(t for t in targets if t != api.old) if api is not None else []
+            if api is None or not others or not all(_other_device(t, name) for t in others):
+                continue
+            if _gated_at(ctx, path, node, False) or ctx.is_rebound(local):
+                continue
+            yield alias, api, others
+
+
+def _other_device(qualified: str, name: str) -> bool:
+    """`torch.npu.amp.GradScaler`, `torch_npu.npu.amp.autocast`: another device's AMP name,
+    neither torch's device-generic API nor a deprecated one."""
+    module, _, last = qualified.rpartition(".")
+    if last != name or qualified in DEPRECATED_AMP or not module.endswith(".amp"):
+        return False
+    return module not in ("torch", "torch.amp", "torch.cuda.amp", "torch.cpu.amp")
+
+
+def _imports_with_paths(module: cst.Module) -> Iterator[Tuple[cst.ImportFrom, Path]]:
+    """Every `from ... import ...` at module level or in its if/elif/else branches (not in a
+    `try`, a function or a class), with its if/else frames."""
+    stack: List[Tuple[cst.CSTNode, Path]] = [(s, ()) for s in reversed(module.body)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                if isinstance(small, cst.ImportFrom):
+                    yield small, path
+        elif isinstance(node, cst.If):
+            parts: List[Tuple[cst.CSTNode, Path]] = [(s, path + (Frame("if", node, node.test),)) for s in node.body.body]
+            if isinstance(node.orelse, cst.If):
+                parts.append((node.orelse, path + (Frame("else", node, node.test),)))
+            elif isinstance(node.orelse, cst.Else):
+                parts.extend((s, path + (Frame("else", node, node.test),)) for s in node.orelse.body.body)
+            stack.extend(reversed(parts))
+
+
+def _dispatch_message(ctx: ModuleContext, alias: cst.ImportAlias, api: DeprecatedApi, others: List[str]) -> str:
+    name = ctx.code_for(alias.name)
+    alternatives = ", ".join(f"`{o.rpartition('.')[0]}`" for o in others)
+    return (
+        f"`{name}` imported from `{api.old.rpartition('.')[0]}` (the CUDA branch of a device dispatch with "
+        f"{alternatives}) is deprecated; torch >= 2.4 warns on every CUDA run: {api.category}: {api.warning}"
+    )
+
+
+def _dispatch_data(ctx: ModuleContext, alias: cst.ImportAlias, api: DeprecatedApi) -> dict:
+    return {
+        "snippet": f"from {api.old.rpartition('.')[0]} import {ctx.code_for(alias.name)}",
+        "names": {},
+        "use": "import",
+        "deprecated": api.old,
+        "replacement": f"torch.{api.new}",
+        "device": api.device,
+        "category": api.category,
+        "warning": api.warning,
+    }
 
 
 def _catches_import_errors(node: cst.CSTNode) -> bool:

@@ -297,32 +297,38 @@ def _loss_expression(call: CallInfo) -> Optional[cst.BaseExpression]:
 
 
 def _names(expr: cst.CSTNode) -> Set[str]:
-    found: Set[str] = set()
-
-    class _V(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            found.add(node.value)
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            # `outputs.loss` -> outputs; never the attribute names themselves
-            node.value.visit(self)
-            return False
-
-        def visit_Call(self, node: cst.Call) -> bool:
-            # arguments only: a callee's name is not data
-            for arg in node.args:
-                arg.value.visit(self)
-            if isinstance(node.func, cst.Attribute):
-                node.func.value.visit(self)
-            return False
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
-
     if isinstance(expr, cst.Name):
         return {expr.value}
-    expr.visit(_V())
-    return found
+    names = _DataNames()
+    expr.visit(names)
+    return names.found
+
+
+class _DataNames(cst.CSTVisitor):
+    """For `_names` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: Set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        # `outputs.loss` -> outputs; never the attribute names themselves
+        node.value.visit(self)
+        return False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        # arguments only: a callee's name is not data
+        for arg in node.args:
+            arg.value.visit(self)
+        if isinstance(node.func, cst.Attribute):
+            node.func.value.visit(self)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
 
 
 def _last_assignment(ctx: ModuleContext, scope: Scope, name: str, before: int, at) -> Optional[Assignment]:
@@ -391,28 +397,42 @@ def _returned_from_fp16(ctx: ModuleContext, value: cst.BaseExpression) -> Option
 
 
 def _returns(func: cst.FunctionDef) -> List[cst.Return]:
-    found: List[cst.Return] = []
+    returns = _Returns(func)
+    func.visit(returns)
+    return returns.found
 
-    class _V(cst.CSTVisitor):
-        def visit_Return(self, node: cst.Return) -> None:
-            found.append(node)
 
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is func
+class _Returns(cst.CSTVisitor):
+    """The `return`s of one function, not of functions or lambdas nested in it
+    (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
 
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
+    def __init__(self, func: cst.FunctionDef) -> None:
+        super().__init__()
+        self.func = func
+        self.found: List[cst.Return] = []
 
-    func.visit(_V())
-    return found
+    def visit_Return(self, node: cst.Return) -> None:
+        self.found.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.func
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
 
 
 def _calls_in(expr: cst.CSTNode) -> List[cst.Call]:
-    found: List[cst.Call] = []
+    calls = _Calls()
+    expr.visit(calls)
+    return calls.found
 
-    class _V(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            found.append(node)
 
-    expr.visit(_V())
-    return found
+class _Calls(cst.CSTVisitor):
+    """For `_calls_in` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: List[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.found.append(node)

@@ -339,16 +339,23 @@ def _low_precision_module(
 
 def _modules(ctx: ModuleContext, params: cst.BaseExpression) -> List[str]:
     """`model.parameters()` / `self.model.named_parameters()` receivers inside the params expression."""
-    found: List[str] = []
+    receivers = _ParameterReceivers(ctx)
+    params.visit(receivers)
+    return receivers.found
 
-    class _V(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            info = ctx.call_info(node)
-            if info is not None and info.method in ("parameters", "named_parameters") and info.receiver_dotted:
-                found.append(info.receiver_dotted)
 
-    params.visit(_V())
-    return found
+class _ParameterReceivers(cst.CSTVisitor):
+    """For `_modules` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+    def __init__(self, ctx: ModuleContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.found: List[str] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        info = self.ctx.call_info(node)
+        if info is not None and info.method in ("parameters", "named_parameters") and info.receiver_dotted:
+            self.found.append(info.receiver_dotted)
 
 
 def _aliases(ctx: ModuleContext, module: str, ctor: CallInfo) -> List[str]:

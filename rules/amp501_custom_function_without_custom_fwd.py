@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from amplint.model import (
-    AUTOCAST, AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
+    AUTOCAST, AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
     AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, Diagnostic, Invalid,
     ModuleContext, Rule, Scope, Severity, Valid, imported_names,
 )
@@ -71,7 +71,14 @@ class CustomFunctionWithoutCustomFwd(Rule):
 
     ## Notes
     Reported only when the project uses autocast somewhere (resolved across
-    files), and only when `backward` also does dtype-sensitive work (an
+    files), or when the Function is library code: a public (no leading `_`),
+    module-level class in a module of an importable package (a `.py` file
+    next to an `__init__.py`, not a test, not a `__main__`/setup script, no
+    `if __name__ == "__main__":` block, not under `tests/`, `examples/`,
+    `scripts/`, `benchmarks/` or `docs/`). Such a Function runs under its
+    users' autocast whether or not the library opens a region itself (a
+    kernel package). Scripts and tests need autocast in the project. Only
+    when `backward` also does dtype-sensitive work (an
     autocastable op or a kernel call): that is where the mismatch surfaces.
     Silent when any method carries a `custom_fwd` / `custom_bwd` (or autocast)
     decorator, opens its own autocast region (`autocast(enabled=False)` in
@@ -494,7 +501,10 @@ with torch.cpu.amp.autocast():
             return
         extensions = _extension_names(ctx)
         scopes = {id(s.node): s for s in ctx.scopes}
+        script = _runs_as_script(ctx)
         for cls in functions:
+            # a public Function of an importable module runs under its users' autocast
+            condition = AUTOCAST if script or not _public(ctx, cls) else AUTOCAST_OR_LIBRARY
             methods = _methods(cls)
             forward, backward = methods.get("forward"), methods.get("backward")
             if forward is None or backward is None:
@@ -521,7 +531,7 @@ with torch.cpu.amp.autocast():
                     f"(amp-facts E09); decorate forward with `@torch.amp.custom_fwd(device_type=...)` and "
                     f"backward with `@torch.amp.custom_bwd(device_type=...)`"
                 )
-                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)})
+                yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)})
                 continue
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
             if kernel is not None:
@@ -533,7 +543,20 @@ with torch.cpu.amp.autocast():
                     f"`@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)` and "
                     f"`@torch.amp.custom_bwd(device_type=...)`"
                 )
-                yield ctx.diagnostic(self, forward.name, message, condition=AUTOCAST, data={"op": name, "kind": "extension", **_class_data(ctx, cls)})
+                yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": name, "kind": "extension", **_class_data(ctx, cls)})
+
+
+def _runs_as_script(ctx: ModuleContext) -> bool:
+    """The module has an `if __name__ == "__main__":` block: a script, not a library module."""
+    for stmt in ctx.module.body:
+        if isinstance(stmt, cst.If) and "__main__" in ctx.code_for(stmt.test) and "__name__" in ctx.code_for(stmt.test):
+            return True
+    return False
+
+
+def _public(ctx: ModuleContext, cls: cst.ClassDef) -> bool:
+    """A module-level class whose name does not start with `_`: importable by users."""
+    return not cls.name.value.startswith("_") and ctx.parent(cls) is ctx.module
 
 
 def _class_data(ctx: ModuleContext, cls: cst.ClassDef) -> dict:

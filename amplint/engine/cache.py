@@ -39,7 +39,7 @@ import time
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ..__version__ import __version__
-from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
 from ..model.facts import FileFacts
 from ..core.safe_read import read_bytes
 
@@ -194,6 +194,10 @@ def encode_diagnostic(d: Diagnostic) -> Dict[str, Any]:
         "data": _enc(d.data),
         "verification": _enc(d.verification),
         "fix": None,
+        "related": [
+            [r.location.row, r.location.column, r.end_location.row, r.end_location.column, r.message, r.filename, r.cell]
+            for r in d.related
+        ],
     }
     if d.fix is not None:
         out["fix"] = {
@@ -233,6 +237,10 @@ def decode_diagnostic(o: Dict[str, Any]) -> Diagnostic:
         cell=o["cell"],
         data=_dec(o["data"]),
         verification=_dec(o["verification"]),
+        related=tuple(
+            Related(Location(a, b), Location(c, e), message, filename, cell)
+            for a, b, c, e, message, filename, cell in o.get("related", ())
+        ),
     )
 
 

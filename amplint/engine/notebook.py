@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..core.diagnostics import Diagnostic, Edit, Fix, Location
+from ..core.diagnostics import Diagnostic, Edit, Fix, Location, Related
 
 NOTEBOOK_SUFFIX = ".ipynb"
 
@@ -156,7 +156,13 @@ class Notebook:
                 _, b = self.to_cell(e.end_location)
                 edits.append(Edit(a, b, e.content))
             fix = Fix(fix.applicability, fix.message, tuple(edits))
-        return replace(d, location=start, end_location=end, cell=cell, noqa_row=noqa_row, fix=fix)
+        related = tuple(self._map_related(r) if r.filename is None else r for r in d.related)
+        return replace(d, location=start, end_location=end, cell=cell, noqa_row=noqa_row, fix=fix, related=related)
+
+    def _map_related(self, r: Related) -> Related:
+        cell, start = self.to_cell(r.location)
+        end_cell, end = self.to_cell(r.end_location)
+        return Related(start, end if end_cell == cell else start, r.message, None, cell)
 
     # ------------------------------------------------------------- writing
 

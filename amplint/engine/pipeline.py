@@ -388,7 +388,11 @@ def apply_noqa(diagnostics: List[Diagnostic], source: str) -> List[Diagnostic]:
 
 
 def resolve_conditions(diagnostics: Iterable[Diagnostic], facts: ProjectFacts, config: Config) -> List[Diagnostic]:
-    return [d for d in diagnostics if d.condition is None or condition_holds(d.condition, facts, config.precision)]
+    return [
+        d
+        for d in diagnostics
+        if d.condition is None or condition_holds(d.condition, facts, config.precision, d.filename, config.root)
+    ]
 
 
 def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:

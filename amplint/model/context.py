@@ -22,12 +22,12 @@ whole-module PositionProvider pass costs as much as the traversal.
 from __future__ import annotations
 
 import re
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from ..core.config import Config
-from ..core.diagnostics import Diagnostic, Fix, Location, Severity
+from ..core.diagnostics import Diagnostic, Fix, Location, Related, Severity
 from . import torchapi
 from .collector import _Collector, _collect_imports
 from .dtypes import (
@@ -398,8 +398,9 @@ class ModuleContext:
         data: Optional[dict] = None,
         condition: Optional[str] = None,
         severity: Optional[Severity] = None,
+        related: Sequence[Related] = (),
     ) -> Diagnostic:
-        """A diagnostic of `rule` spanning `node`."""
+        """A diagnostic of `rule` spanning `node`; `related`: its other sites (`ctx.related(...)`)."""
         start, end = self.position(node)
         return Diagnostic(
             code=rule.code,
@@ -414,7 +415,13 @@ class ModuleContext:
             url=rule.url(),
             condition=condition,
             data=dict(data or {}),
+            related=tuple(related),
         )
+
+    def related(self, node: cst.CSTNode, message: str) -> Related:
+        """Another site of a finding in this file, with a short note ("also saved")."""
+        start, end = self.position(node)
+        return Related(start, end, message)
 
 
 def _file_facts(ctx: ModuleContext) -> FileFacts:

@@ -5,7 +5,8 @@ name, short and full description, help text and URI, default level), and
 each result points at its rule by `ruleId` and `ruleIndex`. Locations are
 relative to the folder amplint ran in (`uriBaseId` `%SRCROOT%`, the
 repository root in CI); regions are 1-based, end column exclusive, counted
-in Unicode code points (`columnKind`). Findings with a fix carry it as a SARIF
+in Unicode code points (`columnKind`). A finding's other sites are its
+`relatedLocations` (each with its note as the message). Findings with a fix carry it as a SARIF
 `fix` (a notebook's fix is left out: its rows are within a cell, not the file).
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Type
 from urllib.parse import quote
 
 from ..__version__ import __version__
-from ..core.diagnostics import Diagnostic, Severity
+from ..core.diagnostics import Diagnostic, Related, Severity
 from .common import PSEUDO_RULES, relative_path, rule_classes, severity_of
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -80,6 +81,20 @@ def _fix(d: Diagnostic, root: Optional[str]) -> Dict[str, Any]:
     }
 
 
+def _related(index: int, r: Related, d: Diagnostic, root: Optional[str]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {
+        "id": index,
+        "physicalLocation": {
+            "artifactLocation": artifact_location(r.filename or d.filename, root),
+            "region": _region(r.location, r.end_location),
+        },
+        "message": {"text": r.message},
+    }
+    if r.cell is not None:  # a notebook's rows are within the cell, as the result's are
+        out["properties"] = {"cell": r.cell}
+    return out
+
+
 def document(diagnostics: Sequence[Diagnostic], root: Optional[str] = None, rules: Optional[Sequence[Type]] = None) -> Dict[str, Any]:
     classes = rule_classes(rules)
     index: Dict[str, int] = {}
@@ -104,6 +119,8 @@ def document(diagnostics: Sequence[Diagnostic], root: Optional[str] = None, rule
                 }
             ],
         }
+        if d.related:
+            result["relatedLocations"] = [_related(i, r, d, root) for i, r in enumerate(d.related)]
         if d.cell is not None:
             result["properties"] = {"cell": d.cell}
         elif d.fix is not None:

@@ -21,6 +21,27 @@ def headline(d: Diagnostic, unsafe_fixes: bool = False) -> str:
     return f"{location(d)}: {d.code}{mark} {d.message}"
 
 
+def related_line(d: Diagnostic) -> Optional[str]:
+    """The finding's other sites, notes grouped in order: "    also saved at 468, 470; restored at 520"
+    (another cell: "cell 3:12", another file: "trainer.py:106")."""
+    if not d.related:
+        return None
+    groups: List[List[str]] = []
+    last = None
+    for r in d.related:
+        where = str(r.location.row)
+        if r.cell is not None and r.cell != d.cell:
+            where = f"cell {r.cell}:{where}"
+        if r.filename is not None and r.filename != d.filename:
+            where = f"{r.filename}:{where}"
+        if r.message == last:
+            groups[-1].append(where)
+        else:
+            groups.append([r.message, where])
+            last = r.message
+    return "    " + "; ".join(f"{g[0]} at {', '.join(g[1:])}" for g in groups)
+
+
 def verification_line(d: Diagnostic) -> Optional[str]:
     v = d.verification
     if not v:
@@ -85,8 +106,8 @@ def render(diagnostics: Sequence[Diagnostic], fixed: int = 0, unsafe_fixes: bool
     out: List[str] = []
     for d in diagnostics:
         out.append(headline(d, unsafe_fixes))
-        v = verification_line(d)
-        if v:
-            out.append(v)
+        for extra in (related_line(d), verification_line(d)):
+            if extra:
+                out.append(extra)
     out.append(summary(diagnostics, fixed, unsafe_fixes))
     return "\n".join(out) + "\n"
