@@ -9,7 +9,7 @@ import errno
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
@@ -87,7 +87,9 @@ class _Command(click.Command):
 @click.option("--file-timeout", type=float, default=None, metavar="S", help="Seconds one file's analysis may take before it is skipped with AMP000 (default 120; 0: no limit).")
 @click.option("--verify", is_flag=True, help="Run each finding's experiment in a torch subprocess and report a verdict.")
 @click.option("--device", default=None, metavar="DEVICE", help="Device for --verify: auto (prefers CUDA), cpu, cuda or cuda:N.")
-@click.option("--verify-timeout", type=float, default=None, metavar="S", help="Seconds each --verify experiment may run (default 60).")
+@click.option("--verify-timeout", type=float, default=None, metavar="S", help="Seconds each --verify experiment may run (default 60, at most 600).")
+@click.option("--verify-budget", type=float, default=None, metavar="S", help="Seconds all of --verify may take (default 900, at most 3600); later findings are 'inconclusive: budget spent'.")
+@click.option("--verify-unsandboxed", is_flag=True, help="Let --verify run the flagged code without its OS sandbox where the machine cannot start one (only on code you trust).")
 @click.version_option(__version__, "--version", prog_name="amplint", message="%(prog)s %(version)s")
 def main(
     paths: Tuple[str, ...],
@@ -116,6 +118,8 @@ def main(
     verify: bool = False,
     device: Optional[str] = None,
     verify_timeout: Optional[float] = None,
+    verify_budget: Optional[float] = None,
+    verify_unsandboxed: bool = False,
     file_timeout: Optional[float] = None,
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
@@ -147,7 +151,7 @@ def main(
 
         # validate selectors given on the command line
         config.selected_codes(known_codes(), known_codes())
-        verify_settings = _verify_settings(config, device, verify_timeout) if verify else None
+        verify_settings = _verify_settings(config, device, verify_timeout, verify_budget, verify_unsandboxed) if verify else None
         if show_files:
             from .engine.discovery import discover
 
@@ -177,7 +181,7 @@ def main(
     except ConfigError as exc:
         raise fail(str(exc))
     if verify_settings is not None:
-        _verify(diagnostics, *verify_settings)
+        _verify(diagnostics, verify_settings)
 
     from .report import renderer
 
@@ -220,28 +224,43 @@ def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fi
     if outcome.errors or _internal_errors(outcome.diagnostics):
         return EXIT_ERROR
     return EXIT_FINDINGS if outcome.diagnostics and not exit_zero else EXIT_CLEAN
-def _verify_settings(config: Config, device: Optional[str], timeout: Optional[float]) -> Tuple[str, float]:
-    """Checked before linting, so a missing torch or a bad flag fails fast (exit 2)."""
+def _verify_settings(
+    config: Config, device: Optional[str], timeout: Optional[float], budget: Optional[float], unsandboxed: bool
+) -> Dict[str, Any]:
+    """Checked before linting, so a missing torch or a bad flag fails fast (exit 2).
+
+    The timeout cap holds for the command line and for a repository's config alike;
+    running without the sandbox is a command-line choice only, never a config one."""
     from .verify import INSTALL_HINT, VerifyError, torch_available, validate_device
+    from .verify.runner import MAX_BUDGET, MAX_TIMEOUT, check_seconds
 
     if not torch_available():
         raise ConfigError(INSTALL_HINT)
-    timeout = config.verify_timeout if timeout is None else timeout
-    if timeout <= 0:
-        raise ConfigError("--verify-timeout must be a positive number of seconds")
     try:
-        return validate_device(device or config.verify_device), float(timeout)
+        return {
+            "device": validate_device(device or config.verify_device),
+            "timeout": check_seconds(config.verify_timeout if timeout is None else timeout,
+                                     "--verify-timeout" if timeout is not None else "verify.timeout", MAX_TIMEOUT),
+            "budget": check_seconds(config.verify_budget if budget is None else budget,
+                                    "--verify-budget" if budget is not None else "verify.budget", MAX_BUDGET),
+            "unsandboxed": unsandboxed,
+        }
     except VerifyError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def _verify(diagnostics, device: str, timeout: float) -> None:
+def _verify(diagnostics, settings: Dict[str, Any]) -> None:
     from .verify import VerifyError, verify_diagnostics
 
     try:
-        verify_diagnostics(diagnostics, device=device, timeout=timeout)
+        verify_diagnostics(diagnostics, **settings, on_start=_say_sandbox)
     except VerifyError as exc:
         raise fail(str(exc))
+
+
+def _say_sandbox(layers) -> None:
+    """On stderr, before any user code runs: what confines it (or that nothing does)."""
+    click.echo("amplint: verify sandbox: " + "; ".join(layers), err=True)
 
 
 def _internal_errors(diagnostics) -> bool:

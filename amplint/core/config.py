@@ -6,6 +6,7 @@ Unknown keys, unknown codes and wrong types raise `ConfigError` with a
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -51,6 +52,7 @@ class Config:
     precision: str = "auto"
     verify_device: str = "auto"
     verify_timeout: float = 60.0
+    verify_budget: float = 900.0
     file_timeout: float = 120.0  # seconds one file's analysis may take (0: no limit); see engine/budget.py
     root: Optional[str] = None  # folder of the pyproject.toml the config came from
     respect_gitignore: bool = True  # skip what .gitignore / .git/info/exclude ignore when walking folders
@@ -122,7 +124,7 @@ _KEYS = {
     "force-exclude": "bool",
     "file-timeout": "seconds",
 }
-_VERIFY_KEYS = {"device": "string", "timeout": "number"}
+_VERIFY_KEYS = {"device": "string", "timeout": "number", "budget": "number"}
 
 
 def find_pyproject(paths: Sequence[str]) -> Optional[Path]:
@@ -217,10 +219,10 @@ def config_from_table(table: Mapping[str, Any], known_codes: Sequence[str], root
                     if not isinstance(vvalue, str):
                         raise ConfigError(f"{source}: verify.device must be a string")
                     kwargs["verify_device"] = vvalue
-                else:
-                    if isinstance(vvalue, bool) or not isinstance(vvalue, (int, float)) or vvalue <= 0:
-                        raise ConfigError(f"{source}: verify.timeout must be a positive number of seconds")
-                    kwargs["verify_timeout"] = float(vvalue)
+                else:  # caps are checked with the command line's values (`amplint.verify.runner`)
+                    if isinstance(vvalue, bool) or not isinstance(vvalue, (int, float)) or not math.isfinite(vvalue) or vvalue <= 0:
+                        raise ConfigError(f"{source}: verify.{vkey} must be a positive, finite number of seconds")
+                    kwargs[f"verify_{vkey}"] = float(vvalue)
     return Config(**kwargs)
 
 
