@@ -6,7 +6,7 @@ import sys
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--version"]:
+    if sys.argv[1:] in (["--version"], ["-V"]):
         from .__version__ import __version__
 
         sys.stdout.write(f"amplint {__version__}\n")

@@ -23,12 +23,12 @@ class ScalerStateNotCheckpointed(Rule):
     ## Why is this bad?
     The scaler's state is the learned loss scale plus the growth tracker
     (`scale`, `growth_factor`, `backoff_factor`, `growth_interval`,
-    `_growth_tracker`; amp-facts §2, E11). A resumed run without it restarts
+    `_growth_tracker`). A resumed run without it restarts
     at the initial scale, 65536 by default, and only comes down by halving
     (backoff 0.5) on steps whose gradients overflow, and every such step is
     skipped: a run that had settled at a scale of 2048 throws away 5
     optimizer steps (65536 / 2048 = 2^5) after every resume, and its growth
-    counter restarts from 0 (E14). Resumed runs then differ from
+    counter restarts from 0. Resumed runs then differ from
     uninterrupted ones.
 
     ## Example
@@ -79,7 +79,7 @@ class ScalerStateNotCheckpointed(Rule):
     as enabled: the fp16 runs need its state.
 
     ## References
-    - amp-facts.md §2 (state_dict, E11; backoff and growth, E14)
+    - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#saving-resuming
     """
 
@@ -91,7 +91,6 @@ class ScalerStateNotCheckpointed(Rule):
     triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (")
     requires = (("save", "load"),)
     gate_check = "amplint.core.gates:scaler_checkpoint_io"
-    facts = ("§2",)
 
     VALID = [
         Valid(
@@ -300,23 +299,16 @@ def train(model, opt, loader, resume=None):
             yield self._loaded(ctx, resume, scaler)
 
     def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str, related: List[Related]) -> Diagnostic:
-        message = (
-            f"this checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`: a resumed run restarts the loss "
-            f"scale at 65536 and halves it (backoff 0.5) only on overflowing steps, each of which is skipped "
-            f"(5 lost steps after every resume for a run settled at 2048); save `{scaler}.state_dict()` "
-            f"and restore it with `{scaler}.load_state_dict(...)`"
-        )
+        message = f"This checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`"
+        help = f"Save `{scaler}.state_dict()` and restore it with `{scaler}.load_state_dict(...)`"
         data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(call.node), "side": "save"}
-        return ctx.diagnostic(self, call.node, message, data=data, related=related)
+        return ctx.diagnostic(self, call.node, message, data=data, related=related, help=help)
 
     def _loaded(self, ctx: ModuleContext, call: CallInfo, scaler: str) -> Diagnostic:
-        message = (
-            f"the resume restores `{call.receiver_dotted}` but never calls `{scaler}.load_state_dict(...)`: the "
-            f"loss scale restarts at 65536 and halves (backoff 0.5) only on overflowing steps, each of which is "
-            f"skipped after every resume"
-        )
+        message = f"The resume restores `{call.receiver_dotted}` but not `{scaler}`'s loss scale"
+        help = f"Call `{scaler}.load_state_dict(...)` with the saved scaler state"
         data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load"}
-        return ctx.diagnostic(self, call.node, message, data=data)
+        return ctx.diagnostic(self, call.node, message, data=data, help=help)
 
 
 def _live_scalers(ctx: ModuleContext) -> List[str]:

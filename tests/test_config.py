@@ -114,7 +114,8 @@ def test_selectors():
 def test_torch_version_forms():
     assert parse_torch_version("2.3") == (2, 3)
     assert parse_torch_version(">=2.1.0") == (2, 1)
-    assert parse_torch_version(2.4) == (2, 4)
+    with pytest.raises(ConfigError, match="quoted string"):
+        parse_torch_version(2.1)  # TOML read `torch-version = 2.10` as 2.1
     assert parse_torch_version("2") == (2, 0)
 
 

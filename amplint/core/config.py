@@ -127,6 +127,27 @@ _KEYS = {
 _VERIFY_KEYS = {"device": "string", "timeout": "number", "budget": "number"}
 
 
+#: per folder, the files amplint reads its settings from, first match wins (ruff's order:
+#: `.ruff.toml`, `ruff.toml`, then a pyproject.toml with a [tool.ruff] table)
+CONFIG_FILES = (".amplint.toml", "amplint.toml")
+
+
+def find_config(paths: Sequence[str]) -> Optional[Path]:
+    """The nearest `.amplint.toml`, `amplint.toml`, or pyproject.toml with [tool.amplint], walking up."""
+    # realpath, not Path.resolve: on a symbolic link loop the latter raises RuntimeError (3.11)
+    starts = [Path(os.path.realpath(p)) for p in paths] or [Path.cwd()]
+    for start in starts:
+        folder = start if start.is_dir() else start.parent
+        for candidate in (folder, *folder.parents):
+            for name in CONFIG_FILES:
+                if (candidate / name).is_file():
+                    return candidate / name
+            found = _pyproject_with_table(candidate / "pyproject.toml")
+            if found is not None:
+                return found
+    return None
+
+
 def find_pyproject(paths: Sequence[str]) -> Optional[Path]:
     """The nearest pyproject.toml with a [tool.amplint] table, walking up from the paths."""
     # realpath, not Path.resolve: on a symbolic link loop the latter raises RuntimeError (3.11)
@@ -134,15 +155,20 @@ def find_pyproject(paths: Sequence[str]) -> Optional[Path]:
     for start in starts:
         folder = start if start.is_dir() else start.parent
         for candidate in (folder, *folder.parents):
-            f = candidate / "pyproject.toml"
-            if f.is_file():
-                try:
-                    data = _read_toml(f)
-                except ConfigError:
-                    return f  # report the broken file rather than skipping past it
-                if "amplint" in data.get("tool", {}):
-                    return f
+            found = _pyproject_with_table(candidate / "pyproject.toml")
+            if found is not None:
+                return found
     return None
+
+
+def _pyproject_with_table(f: Path) -> Optional[Path]:
+    if not f.is_file():
+        return None
+    try:
+        data = _read_toml(f)
+    except ConfigError:
+        return f  # report the broken file rather than skipping past it
+    return f if "amplint" in data.get("tool", {}) else None
 
 
 def _read_toml(path: Path) -> Dict[str, Any]:
@@ -235,7 +261,8 @@ def parse_seconds(value: Any, what: str) -> float:
 
 def parse_torch_version(value: Any, source: str = "config") -> Tuple[int, int]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = str(value)
+        # TOML reads an unquoted 2.10 as the number 2.1: never guess which was meant
+        raise ConfigError(f"{source}: torch-version must be a quoted string like \"{value}\" (an unquoted 2.10 reads as 2.1)")
     if not isinstance(value, str):
         raise ConfigError(f"{source}: torch-version must be a string like \"2.1\"")
     parts = value.strip().lstrip(">=~^ ").split(".")

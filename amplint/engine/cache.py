@@ -45,7 +45,8 @@ from ..core.safe_read import read_bytes
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
-FORMAT = 3  # 2: a result keeps only what differs from "nothing found" (most files); 3: a MAC line first
+FORMAT = 4  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows;
+#: 4: a MAC line first (the store is trusted only under this user's key)
 #: the first line of a store: this, the format, and the MAC of the rest
 MAGIC = b"amplint-cache"
 KEY_BYTES = 32
@@ -193,6 +194,8 @@ def encode_diagnostic(d: Diagnostic) -> Dict[str, Any]:
         "cell": d.cell,
         "data": _enc(d.data),
         "verification": _enc(d.verification),
+        "help": d.help,
+        "raw_rows": list(d.raw_rows) if d.raw_rows is not None else None,
         "fix": None,
         "related": [
             [r.location.row, r.location.column, r.end_location.row, r.end_location.column, r.message, r.filename, r.cell]
@@ -241,6 +244,8 @@ def decode_diagnostic(o: Dict[str, Any]) -> Diagnostic:
             Related(Location(a, b), Location(c, e), message, filename, cell)
             for a, b, c, e, message, filename, cell in o.get("related", ())
         ),
+        help=o.get("help"),
+        raw_rows=tuple(o["raw_rows"]) if o.get("raw_rows") else None,
     )
 
 

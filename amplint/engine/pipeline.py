@@ -19,7 +19,7 @@ from typing import FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tupl
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Location, Severity
-from ..core.noqa import noqa_map
+from ..core.noqa import file_exemption, noqa_map
 from ..core.rule import Rule
 from ..model.facts import FileFacts, ProjectFacts, condition_holds
 
@@ -103,6 +103,9 @@ def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Ty
     result = FileResult(path=path)
     from ..core.gating import passing
 
+    exempt = file_exemption(source)
+    if exempt is not None and not exempt:
+        return result  # `# amplint: noqa`: the whole file, as ruff's `# ruff: noqa`
     active = passing(rules, source)
     if not active:
         if UNUSED_NOQA_CODE in codes:
@@ -120,7 +123,7 @@ def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Ty
     if diagnostics is None:
         return result
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
-    diagnostics = [d for d in diagnostics if d.code not in ignored]
+    diagnostics = [d for d in diagnostics if d.code not in ignored and not (exempt and d.code in exempt)]
     result.diagnostics.extend(apply_noqa(diagnostics, source))
     if UNUSED_NOQA_CODE in codes:
         result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
