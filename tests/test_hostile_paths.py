@@ -100,6 +100,17 @@ def test_pipes_where_amplint_reads_metadata_are_never_opened(tmp_path):
     assert " AMP101 " in _lines_for(out.stdout, "good.py")[0]
 
 
+def test_pipes_named_like_requirement_files_are_never_opened(tmp_path):
+    """The torch-version floor is read from the project's files: pipes there are skipped."""
+    (tmp_path / "good.py").write_text(BAD)
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(install_requires=['numpy'])\n")
+    os.mkfifo(tmp_path / "requirements.txt")
+    os.mkfifo(tmp_path / "requirements-dev.txt")
+    out = _run(["--no-cache", "."], cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert " AMP101 " in _lines_for(out.stdout, "good.py")[0]
+
+
 def test_read_bytes_refuses_without_opening(tmp_path, monkeypatch):
     os.mkfifo(tmp_path / "p")
     opened = []
