@@ -45,6 +45,8 @@ class FileResult:
     parsed: bool = False
     #: the analysis ran past the file's time budget (engine/budget.py): never cached
     over_budget: bool = False
+    #: the file's text index for the project model (`amplint.model.project.text_index`)
+    index: Optional[dict] = None
 
 
 # ------------------------------------------------------------------ selection
