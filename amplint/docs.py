@@ -85,6 +85,25 @@ def rule_page(rule: Type[Rule]) -> str:
     return "\n".join(lines)
 
 
+def runtime_page(code: str, meta: Dict[str, str]) -> str:
+    """The page of a runtime-only code (AMP7xx), from `amplint/watch/codes.py`."""
+    lines = [
+        GENERATED.format(source="amplint/watch/codes.py"),
+        "",
+        f"# {code}: {meta['name']}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| Severity | {meta['severity']} |",
+        "| Reported by | `amplint run`, `amplint.watch(...)` and its callbacks (see [run.md](../run.md)) |",
+        f"| Message | {meta['message']} |",
+        "",
+        meta["docs"].strip(),
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def rules_table(rules: Sequence[Type[Rule]]) -> str:
     rows = ["| code | name | severity | fix | what it flags |", "|---|---|---|---|---|"]
     for r in rules:
@@ -116,6 +135,10 @@ def expected(root: Path, rules: Optional[Sequence[Type[Rule]]] = None) -> Dict[P
             out[old] = None
     for r in rules:
         out[folder / f"{r.code}.md"] = rule_page(r)
+    from .watch.codes import RUNTIME_RULES
+
+    for code, meta in RUNTIME_RULES.items():
+        out[folder / f"{code}.md"] = runtime_page(code, meta)
     readme = root / "README.md"
     out[readme] = with_table(readme.read_text(encoding="utf-8"), rules_table(rules))
     return out
