@@ -6,7 +6,10 @@
 # 1. the CUDA-marked verifier tests (every experiment on cuda, the direct AMP303 ban, cuda:N);
 # 2. `amplint --verify --device cuda fixtures/`, then checks that no verdict is `error` and that
 #    every verdict ran on a CUDA device.
-# Exit status 0 only when both parts pass.
+# 3. a CUDA fp16 training (autocast + GradScaler("cuda"), overflowing from step 10) under `amplint run`:
+#    checks the header names the GPU, the scale collapses (AMP701 naming `inp`), the incident replays
+#    on CUDA, and `benchmarks/watch_overhead.py --device cuda` prints the guard's overhead.
+# Exit status 0 only when every part passes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +33,7 @@ then
     exit 2
 fi
 
-echo "== 1/2 CUDA verifier tests"
+echo "== 1/3 CUDA verifier tests"
 if AMPLINT_REQUIRE_CUDA=1 timeout 330 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs tests/test_verify.py; then
     echo "CUDA tests: ok"
 else
@@ -38,7 +41,7 @@ else
     status=1
 fi
 
-echo "== 2/2 amplint --verify --device cuda fixtures/"
+echo "== 2/3 amplint --verify --device cuda fixtures/"
 if [ ! -d fixtures ]; then
     echo "gpu-check: fixtures/ not found"
     status=1
@@ -69,6 +72,30 @@ PY
     then
         status=1
     fi
+fi
+
+echo "== 3/3 CUDA fp16 training under amplint run"
+sed -e 's/"cpu"/"cuda"/g' -e 's/Net()/Net().cuda()/' -e 's/^    x = torch.randn(32, 16, generator=gen)/    x = torch.randn(32, 16, generator=gen).cuda()/' \
+    tests/data/watch/train_cpu.py >"$OUTDIR/train_cuda.py"
+if timeout 240 "$PY" -m amplint._start run --report "$OUTDIR/run" -- "$OUTDIR/train_cuda.py" forward_overflow 30 \
+        >"$OUTDIR/run.out" 2>"$OUTDIR/run.err" \
+   && "$PY" - "$OUTDIR/run/events.jsonl" <<'PY'
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1])]
+head, steps = evs[0], [e for e in evs if e["type"] == "step"]
+codes = [e["code"] for e in evs if e["type"] == "finding"]
+print("  ", head["device"], "capability", head["capability"], "| steps", len(steps), "skipped", sum(s["skipped"] for s in steps), "| findings", codes)
+assert head["cuda"] and head["capability"] and head["autocast_dtype"] == "float16", head
+assert codes == ["AMP701"] and len(steps) == 30 and [s["step"] for s in steps if s["skipped"]] == list(range(11, 31))
+assert any(e["type"] == "nonfinite" and e["module"] == "inp" for e in evs)
+PY
+then
+    echo "amplint run on CUDA: ok"
+    timeout 120 "$PY" -m amplint._start replay --device cuda "$OUTDIR"/run/incidents/step12.pt; [ $? -eq 1 ] || status=1
+    timeout 180 "$PY" benchmarks/watch_overhead.py --device cuda --rounds 3 --steps 200 || status=1
+else
+    echo "amplint run on CUDA: FAIL"; tail -20 "$OUTDIR/run.err"
+    status=1
 fi
 
 echo "gpu-check: $([ $status -eq 0 ] && echo ok || echo FAIL) in $((SECONDS - started)) s (outputs in $OUTDIR)"

@@ -145,12 +145,13 @@ class Guard:
             self.log.write(self.header())
         self.log.write(record)
 
-    def report(self, code: str, site: sites.Site, message: str, **data: Any) -> None:
+    def report(self, code: str, site: sites.Site, message: str, step: Optional[int] = None, **data: Any) -> None:
+        """A finding, once per code and line; `step` defaults to the step in progress."""
         key = (code, site[0], site[1])
         if key in self.reported:
             return
         self.reported.add(key)
-        self.write(finding(code, site[0], site[1], message, self.step + 1, **data))
+        self.write(finding(code, site[0], site[1], message, self.step + 1 if step is None else step, **data))
 
     # ---- steps --------------------------------------------------------------------------
     def emit_step(self, loss_scale: Optional[float], skipped: bool, norm_sq: Optional[float]) -> None:
@@ -260,7 +261,7 @@ class Guard:
             if src is not None:
                 message += f"; first non-finite: {src['kind']} of `{src['module']}` ({src['class']})"
             where = (src["filename"], src["line"]) if src and src.get("filename") else site
-            self.report("AMP701", where, message, since_step=self.detector.run_start or self.detector.first_skip)
+            self.report("AMP701", where, message, step=self.step, since_step=self.detector.run_start or self.detector.first_skip)
         return result
 
     def _roots(self, params: List[torch.Tensor]) -> List[Any]:

@@ -10,7 +10,7 @@ import sys
 import torch
 from torch import nn
 
-MODES = ("healthy", "collapse", "clip_scaled", "bypass", "noscaler", "half", "save", "noupdate", "accumulate", "forward_overflow")
+MODES = ("healthy", "collapse", "clip_scaled", "bypass", "noscaler", "half", "save", "noupdate", "accumulate", "forward_overflow", "settling")
 
 
 class Net(nn.Module):
@@ -38,7 +38,8 @@ def main(mode, steps):
     if mode == "half":
         model = model.half()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    # "settling": the default 65536 start, which overflows for a few steps until the scale fits
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** (16 if mode == "settling" else 10))
     for step in range(steps):
         x, y = batch(step, gen)
         if mode == "collapse" and step >= 10:
@@ -59,8 +60,7 @@ def main(mode, steps):
             opt.step()
         elif mode == "bypass":
             scaler.scale(loss).backward()
-            opt.step()
-            scaler.update() if False else None
+            opt.step()  # bypasses the scaler
         elif mode == "accumulate":
             scaler.scale(loss).backward()
             if step % 2 == 0:
@@ -75,7 +75,9 @@ def main(mode, steps):
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             else:
                 scaler.unscale_(opt)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                if mode == "healthy":
+                    print("norm", step, norm.item().hex())
             scaler.step(opt)
             if mode == "noupdate":
                 scaler.step(opt)
