@@ -140,12 +140,12 @@ def test_checkpoint_findings_point_at_the_saves(tmp_path_factory):
     _, _, report = run_mode(tmp_path_factory, "save", 4)
     found = {f["code"]: f["line"] for f in of_type(events(report), "finding")}
     assert found == {
-        "AMP402": line_of(TRAIN, 'torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, "ckpt.pt")'),
-        "AMP401": line_of(TRAIN, 'torch.save(Net().half().state_dict(), "model_fp16.pt")'),
+        "AMP402": line_of(TRAIN, 'torch.save({"optimizer": opt.state_dict()}, "optimizer.pt")'),
+        "AMP401": line_of(TRAIN, 'torch.save(model.half().state_dict(), "model_fp16.pt")'),
     }
 
 
-def test_checkpoint_with_scaler_state_is_fine(tmp_path):
+def test_checkpoint_with_scaler_state_and_an_fp16_export_beside_fp32_is_fine(tmp_path):
     script = tmp_path / "ckpt.py"
     script.write_text(
         "import torch\nfrom torch import nn\nm = nn.Linear(4, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
@@ -153,6 +153,7 @@ def test_checkpoint_with_scaler_state_is_fine(tmp_path):
         "scaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()\n"
         "torch.save({'model': m.state_dict(), 'optimizer': opt.state_dict()}, 'a.pt')\n"
         "torch.save({'scaler': scaler.state_dict()}, 'b.pt')\n"
+        "torch.save(m.half().state_dict(), 'export_fp16.pt')\n"
     )
     run = watched(str(tmp_path / "rep"), str(script), cwd=str(tmp_path))
     assert run.returncode == 0, run.stderr

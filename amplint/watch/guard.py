@@ -120,6 +120,8 @@ class Guard:
         self.build_sites = sites.BuildSites()
         self.sources = Sources(self.build_sites, self.options.arm_steps, self.write)
         self.saves_without_scaler: List[Dict[str, Any]] = []
+        self.fp16_saves: List[Dict[str, Any]] = []
+        self.fp32_saved = False
         self.scaler_state_saved = False
         self.restore: List[Tuple[Any, str, Any]] = []
         self._torch_save = torch.save
@@ -340,23 +342,29 @@ class Guard:
         return result
 
     def save(self, orig, obj, *args, **kwargs):
-        fp16, opt_state, scaler_state = _inspect_checkpoint(obj)
+        fp16, fp32, opt_state, scaler_state = _inspect_checkpoint(obj)
         site = sites.caller_site(3)
         if fp16:
-            self.report("AMP401", site, f"torch.save of {fp16} fp16 floating-point tensors: the checkpoint keeps "
-                        "fp16-rounded weights")
+            self.fp16_saves.append({"site": site, "step": self.step + 1, "count": fp16})
+        self.fp32_saved = self.fp32_saved or fp32 > 0
         if scaler_state:
             self.scaler_state_saved = True
         elif opt_state and any(getattr(s, "_enabled", False) for s in list(self.iterations.keys())):
-            self.saves_without_scaler.append({"site": site, "step": self.step})
+            self.saves_without_scaler.append({"site": site, "step": self.step + 1})
         return orig(obj, *args, **kwargs)
 
     def finish(self) -> None:
-        """At exit: AMP402 when optimizer state was saved and scaler state never was."""
+        """At exit, the checkpoint findings, judged on every save of the run: AMP401 when fp16
+        tensors were saved and no fp32 ones ever were (an fp16 export beside an fp32 checkpoint is
+        fine), AMP402 when optimizer state was saved and scaler state never was."""
+        if self.fp16_saves and not self.fp32_saved:
+            first = self.fp16_saves[0]
+            self.report("AMP401", first["site"], f"torch.save of {first['count']} fp16 tensors and no fp32 copy of the "
+                        "weights in any checkpoint of this run: the fp16 rounding is kept for good", step=first["step"])
         if self.saves_without_scaler and not self.scaler_state_saved:
             first = self.saves_without_scaler[0]
             self.report("AMP402", first["site"], "checkpoint with optimizer state but no GradScaler state "
-                        "(scaler.state_dict()): a resumed run restarts the loss scale")
+                        "(scaler.state_dict()): a resumed run restarts the loss scale", step=first["step"])
         self.sources.disarm()
         self.incidents.disarm()
         self.log.close()
@@ -416,9 +424,10 @@ class Guard:
         self.hooks = []
 
 
-def _inspect_checkpoint(obj: Any) -> Tuple[int, bool, bool]:
-    """(fp16 tensors, holds optimizer state, holds GradScaler state), looking a bounded way in."""
-    fp16 = 0
+def _inspect_checkpoint(obj: Any) -> Tuple[int, int, bool, bool]:
+    """(fp16 tensors, fp32 tensors, holds optimizer state, holds GradScaler state), looking a bounded
+    way in; tensors inside optimizer state do not count (its moments are the optimizer's business)."""
+    fp16 = fp32 = 0
     opt_state = scaler_state = False
     stack = [(obj, 0)]
     seen = 0
@@ -426,19 +435,19 @@ def _inspect_checkpoint(obj: Any) -> Tuple[int, bool, bool]:
         value, depth = stack.pop()
         seen += 1
         if isinstance(value, torch.Tensor):
-            if value.dtype == torch.float16:
-                fp16 += 1
+            fp16 += value.dtype == torch.float16
+            fp32 += value.dtype == torch.float32
         elif isinstance(value, dict) and depth < 6:
             keys = set(k for k in value.keys() if isinstance(k, str))
             if {"state", "param_groups"} <= keys:
                 opt_state = True
-                continue  # optimizer moments are the optimizer's business, not the model's dtype
+                continue
             if {"scale", "_growth_tracker"} <= keys:
                 scaler_state = True
             stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, (list, tuple)) and depth < 6:
             stack.extend((v, depth + 1) for v in value)
-    return fp16, opt_state, scaler_state
+    return fp16, fp32, opt_state, scaler_state
 
 
 def install(directory: str, options: Optional[Options] = None) -> Guard:

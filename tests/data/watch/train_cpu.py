@@ -85,8 +85,8 @@ def main(mode, steps):
         opt.zero_grad()
         print(step, loss.item().hex())
     if mode == "save":
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, "ckpt.pt")
-        torch.save(Net().half().state_dict(), "model_fp16.pt")
+        torch.save({"optimizer": opt.state_dict()}, "optimizer.pt")
+        torch.save(model.half().state_dict(), "model_fp16.pt")
     print("done")
 
 
