@@ -196,3 +196,13 @@ def test_incident_is_bounded(tmp_path):
 def test_run_without_a_command_is_a_usage_error(tmp_path):
     res = amplint("run", "--report", str(tmp_path / "r"), cwd=str(tmp_path))
     assert res.returncode == 2 and "no command to run" in res.stderr
+
+
+def test_an_existing_sitecustomize_still_runs(tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE'] = 'ran'\n")
+    script = tmp_path / "prog.py"
+    script.write_text("import os, sys\nprint(os.environ.get('USER_SITECUSTOMIZE'), 'torch' in sys.modules)\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    run = watched(str(tmp_path / "rep"), str(script), cwd=str(tmp_path), env=env)
+    assert run.returncode == 0 and run.stdout == "ran False\n", run.stderr  # and torch is not imported for it
