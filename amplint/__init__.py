@@ -12,22 +12,22 @@ from typing import TYPE_CHECKING, Any
 from .__version__ import __version__
 
 _EXPORTS = {
-    "Config": ".config",
-    "ConfigError": ".config",
-    "Applicability": ".diagnostics",
-    "Diagnostic": ".diagnostics",
-    "Edit": ".diagnostics",
-    "Fix": ".diagnostics",
-    "Location": ".diagnostics",
-    "Severity": ".diagnostics",
-    "LintResult": ".engine",
-    "lint_paths": ".engine",
-    "lint_source": ".engine",
-    "AUTOCAST": ".project",
-    "FP16": ".project",
-    "Invalid": ".rule",
-    "Rule": ".rule",
-    "Valid": ".rule",
+    "Config": ".core.config",
+    "ConfigError": ".core.config",
+    "Applicability": ".core.diagnostics",
+    "Diagnostic": ".core.diagnostics",
+    "Edit": ".core.diagnostics",
+    "Fix": ".core.diagnostics",
+    "Location": ".core.diagnostics",
+    "Severity": ".core.diagnostics",
+    "LintResult": ".engine.run",
+    "lint_paths": ".engine.run",
+    "lint_source": ".engine.run",
+    "AUTOCAST": ".model.facts",
+    "FP16": ".model.facts",
+    "Invalid": ".core.rule",
+    "Rule": ".core.rule",
+    "Valid": ".core.rule",
 }
 
 __all__ = ["__version__", "watch", *sorted(_EXPORTS)]
@@ -53,8 +53,8 @@ def __dir__() -> list:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import Config, ConfigError
-    from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
-    from .engine import LintResult, lint_paths, lint_source
-    from .project import AUTOCAST, FP16
-    from .rule import Invalid, Rule, Valid
+    from .core.config import Config, ConfigError
+    from .core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+    from .core.rule import Invalid, Rule, Valid
+    from .engine.run import LintResult, lint_paths, lint_source
+    from .model.facts import AUTOCAST, FP16

@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 import click
 
 from .__version__ import __version__
-from .config import Config, ConfigError, find_pyproject, load_config, parse_torch_version, with_overrides
+from .core.config import Config, ConfigError, find_pyproject, load_config, parse_torch_version, with_overrides
 from .report import FORMATS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -137,26 +137,26 @@ def main(
             respect_gitignore=respect_gitignore,
             force_exclude=force_exclude,
         )
-        from .engine import known_codes
+        from .engine.pipeline import known_codes
 
         # validate selectors given on the command line
         config.selected_codes(known_codes(), known_codes())
         verify_settings = _verify_settings(config, device, verify_timeout) if verify else None
         if show_files:
-            from .discovery import discover
+            from .engine.discovery import discover
 
             for path in discover(targets, config):
                 click.echo(path)
             raise click.exceptions.Exit(EXIT_CLEAN)
         if fix or diff:
-            from .fixer import fix_paths, fix_stdin
+            from .fix.fixer import fix_paths, fix_stdin
 
             if "-" in targets:
                 if len(targets) > 1:
                     raise ConfigError("'-' (stdin) cannot be combined with other paths")
                 outcome = fix_stdin(sys.stdin.read(), stdin_filename or "-", config, unsafe_fixes)
             else:
-                from .parallel import default_jobs
+                from .engine.parallel import default_jobs
 
                 outcome = fix_paths(
                     targets,
@@ -241,7 +241,7 @@ def _verify(diagnostics, device: str, timeout: float) -> None:
 def _internal_errors(diagnostics) -> bool:
     """An internal error (a rule crashed on a file) exits 2, like ruff: the run finished and
     every finding is printed, but some file was not fully checked."""
-    from .engine import is_internal_error
+    from .engine.pipeline import is_internal_error
 
     n = sum(1 for d in diagnostics if is_internal_error(d))
     if n:
@@ -250,7 +250,7 @@ def _internal_errors(diagnostics) -> bool:
 
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Config:
-    from .engine import known_codes
+    from .engine.pipeline import known_codes
 
     if isolated:
         return Config()
@@ -265,18 +265,18 @@ def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) ->
 
 def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None):
     """cache_dir: None disables the cache; "" means the default place."""
-    from .engine import lint_paths, lint_source
+    from .engine.run import lint_paths, lint_source
 
     if "-" in targets:
         if len(targets) > 1:
             raise ConfigError("'-' (stdin) cannot be combined with other paths")
         source = sys.stdin.read()
         if stdin_filename and stdin_filename.lower().endswith(".ipynb"):
-            from .notebook import lint_notebook
+            from .engine.notebook import lint_notebook
 
             return lint_notebook(source, stdin_filename, config)
         return lint_source(source, stdin_filename or "-", config)
-    from .parallel import default_jobs, open_cache
+    from .engine.parallel import default_jobs, open_cache
 
     cache = open_cache(config, cache_dir or None) if cache_dir is not None else None
     result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Type
 
-from .rule import Rule
+from .core.rule import Rule
 
 TABLE_START = "<!-- rules-table:start -->"
 TABLE_END = "<!-- rules-table:end -->"
@@ -127,7 +127,7 @@ def expected(root: Path, rules: Optional[Sequence[Type[Rule]]] = None) -> Dict[P
     (AMP7xx) have pages when the rules are the shipped ones."""
     runtime: Dict[str, Dict[str, str]] = {}
     if rules is None:
-        from .registry import all_rules
+        from .engine.registry import all_rules
         from .watch.codes import RUNTIME_RULES
 
         rules, runtime = all_rules(), RUNTIME_RULES

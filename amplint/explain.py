@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .registry import all_rules, rules_by_code
+from .engine.registry import all_rules, rules_by_code
 
 
 def rule_table() -> str:

@@ -160,8 +160,9 @@ def gate_stats(python: str, path: str) -> Dict[str, object]:
     """How many files pass each default rule's gate (what amplint has to parse)."""
     code = r"""
 import json, os, sys
-from amplint.engine import default_codes
-from amplint.registry import passing, rule_specs
+from amplint.core.gating import passing
+from amplint.engine.pipeline import default_codes
+from amplint.engine.registry import rule_specs
 specs = [s for s in rule_specs() if s.code in set(default_codes())]
 per = {s.code: [0, 0] for s in specs}
 anyp = [0, 0]

@@ -9,7 +9,7 @@ fires but its gate fails is a gate bug (the linter would have skipped a real
 finding), printed and counted. `--prefilter` parses only files a regex matches
 (a looser, obviously sound condition) to save time. Also prints how many
 files each gate lets through, to see how selective it is, and checks that
-parsing only the excerpt (amplint/excerpt.py) of a file finds exactly what
+parsing only the excerpt (amplint/engine/excerpt.py) of a file finds exactly what
 parsing it whole finds, for the rules with `gate_sites`. Run by hand.
 """
 from __future__ import annotations
@@ -27,10 +27,11 @@ from corpus import DRILL_PACKAGES, fetch, python_files  # noqa: E402
 
 import libcst as cst  # noqa: E402
 
-from amplint.config import Config  # noqa: E402
-from amplint.context import ModuleContext  # noqa: E402
-from amplint.engine import FileResult, _excerpt_checked, _parse_and_check, read_file, run_guarded  # noqa: E402
-from amplint.registry import all_rules, passing, rule_specs  # noqa: E402
+from amplint.core.config import Config  # noqa: E402
+from amplint.core.gating import passing
+from amplint.engine.pipeline import FileResult, _excerpt_checked, _parse_and_check, read_file, run_guarded  # noqa: E402
+from amplint.engine.registry import all_rules, rule_specs  # noqa: E402
+from amplint.model.context import ModuleContext  # noqa: E402
 
 
 def main() -> int:

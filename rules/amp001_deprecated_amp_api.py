@@ -5,17 +5,11 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Reference, imported_names, literal_string
-from amplint.fixes import (
-    append_argument_edit,
-    call_is_plain,
-    insert_keyword_edits,
-    make_fix,
-    replace_node,
-    rewrite_with_imports,
+from amplint.model import (
+    DEPRECATED_AMP, DeprecatedApi, Diagnostic, Invalid, ModuleContext, Reference, Rule, Severity, Valid,
+    append_argument_edit, call_is_plain, imported_names, insert_keyword_edits, literal_string, make_fix,
+    replace_node, rewrite_with_imports,
 )
-from amplint.torchapi import DEPRECATED_AMP, DeprecatedApi
 
 _VERSION_WORDS = ("hasattr", "__version__", "version", "getattr", "is_torch", "TORCH_")
 

@@ -5,10 +5,10 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Reference, imported_names
-from amplint.fixes import call_is_plain, insert_keyword_edits, make_fix, replace_node, rewrite_with_imports
-from amplint.torchapi import DEPRECATED_AMP
+from amplint.model import (
+    DEPRECATED_AMP, Diagnostic, Invalid, ModuleContext, Reference, Rule, Severity, Valid, call_is_plain,
+    imported_names, insert_keyword_edits, make_fix, replace_node, rewrite_with_imports,
+)
 
 _TYPE_ERROR = "TypeError: autocast.__new__() got an unexpected keyword argument 'device_type'"
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import Event, ModuleContext, Scope, exclusive, literal_number
-from amplint.fixes import insert_line_before, make_fix
-from amplint.steps import step_data, step_source
+from amplint.model import (
+    Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid, exclusive, insert_line_before,
+    literal_number, make_fix, step_data, step_source,
+)
 
 
 class ClipGradBeforeUnscale(Rule):
@@ -71,7 +71,7 @@ class ClipGradBeforeUnscale(Rule):
     message = "gradient clipping on scaled gradients"
     triggers = ("clip_grad",)
     requires = (("backward",), ("scale",))  # a scaled backward: `scaler.scale(loss).backward()`
-    gate_check = "amplint.gates:scale_called"  # `.scale(` called as a method, not `self.scale` in attention code
+    gate_check = "amplint.core.gates:scale_called"  # `.scale(` called as a method, not `self.scale` in attention code
     facts = ("§0.4", "§2")
 
     VALID = [

@@ -6,10 +6,10 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import Event, ModuleContext, exclusive, is_grad_scaler_call
-from amplint.fixes import make_fix, replace_node
-from amplint.steps import step_data, step_source
+from amplint.model import (
+    Diagnostic, Event, Invalid, ModuleContext, Rule, Severity, Valid, exclusive, is_grad_scaler_call, make_fix,
+    replace_node, step_data, step_source,
+)
 
 _BACKWARDS = ("scaled_backward", "backward", "framework_backward")
 

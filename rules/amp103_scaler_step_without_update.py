@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Iterator, List, Set
 
-from amplint import Diagnostic, Edit, Invalid, Location, Rule, Severity, Valid
-from amplint.context import Event, ModuleContext, Scope, exclusive
-from amplint.fixes import make_fix
-from amplint.steps import step_data, step_source
+from amplint.model import (
+    Diagnostic, Edit, Event, Invalid, Location, ModuleContext, Rule, Scope, Severity, Valid, exclusive, make_fix,
+    step_data, step_source,
+)
 
 
 class ScalerStepWithoutUpdate(Rule):

@@ -7,9 +7,10 @@ from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import Event, Frame, ModuleContext, Path, Scope, exclusive, path_contains
-from amplint.steps import innermost_common_loop, loop_body_source, step_data, step_source
+from amplint.model import (
+    Diagnostic, Event, Frame, Invalid, ModuleContext, Path, Rule, Scope, Severity, Valid, exclusive,
+    innermost_common_loop, loop_body_source, path_contains, step_data, step_source,
+)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ from typing import Iterator, List, Optional, Set
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import Assignment, AutocastRegion, CallInfo, Event, ModuleContext, Scope, exclusive
+from amplint.model import (
+    Assignment, AutocastRegion, CallInfo, Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
+    exclusive,
+)
 
 
 class Fp16BackwardWithoutScaler(Rule):

@@ -5,8 +5,9 @@ from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import CallInfo, Event, LowPrecisionCast, ModuleContext, exclusive
+from amplint.model import (
+    CallInfo, Diagnostic, Event, Invalid, LowPrecisionCast, ModuleContext, Rule, Severity, Valid, exclusive,
+)
 
 #: wrappers that keep the wrapped module's parameters (and their dtype)
 _WRAPPERS = (
@@ -95,7 +96,7 @@ class ScalerWithFp16Params(Rule):
     triggers = ("half(", "float16", "torch.half", "fp16", "Half")
     # a scaler's unscale_/step, and a scaler: GradScaler(...), `x.scale(loss)`, `unscale_`, a *scaler* parameter
     requires = (("unscale_", "step"), ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale ("))
-    gate_check = "amplint.gates:scaler_stepped"
+    gate_check = "amplint.core.gates:scaler_stepped"
     facts = ("§2", "§6.4")
 
     VALID = [

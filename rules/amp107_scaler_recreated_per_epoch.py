@@ -5,8 +5,10 @@ from typing import Iterator, Optional, Tuple
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import CallInfo, Frame, ModuleContext, Scope, is_grad_scaler_call, literal_bool
+from amplint.model import (
+    CallInfo, Diagnostic, Frame, Invalid, ModuleContext, Rule, Scope, Severity, Valid, is_grad_scaler_call,
+    literal_bool,
+)
 
 
 class ScalerRecreatedPerEpoch(Rule):

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import CallInfo, ModuleContext
+from amplint.model import CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid
 
 
 class ScalerWithBf16(Rule):

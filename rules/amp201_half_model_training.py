@@ -6,21 +6,10 @@ from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint import torchapi
-from amplint.context import (
-    CallInfo,
-    LowPrecisionCast,
-    ModuleContext,
-    Scope,
-    assignment_before,
-    call_chain,
-    exclusive,
-    fp32_cast,
-    literal_bool,
-    literal_number,
+from amplint.model import (
+    CallInfo, Diagnostic, Invalid, LowPrecisionCast, ModuleContext, Rule, Scope, Severity, Valid, assignment_before,
+    call_chain, dotted_name, exclusive, fp32_cast, literal_bool, literal_number, torchapi,
 )
-from amplint.names import dotted_name
 
 #: callees that keep fp32 master weights for the optimizer they are given
 #: (apex FP16_Optimizer / amp.initialize, DeepSpeed, fairseq's FP16Optimizer...)
@@ -91,7 +80,7 @@ class HalfModelTraining(Rule):
     triggers = ("half", "Half", "float16", "fp16")
     requires = (("optim",),)  # an optimizer class: its module path says optim (`torch.optim.AdamW`)
     # ...called through that path or imported on a line naming it; "optimizer" in prose is neither
-    gate_check = "amplint.gates:optimizer_class_used"
+    gate_check = "amplint.core.gates:optimizer_class_used"
     facts = ("§0.12", "§6.4")
 
     VALID = [

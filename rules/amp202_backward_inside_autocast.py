@@ -6,8 +6,7 @@ import re
 
 from typing import Iterator
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, active_region
+from amplint.model import Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, active_region
 
 _BACKWARD_EVENTS = ("scaled_backward", "backward", "framework_backward")
 
@@ -91,7 +90,7 @@ class BackwardInsideAutocast(Rule):
     #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
-    gate_sites = "amplint.gates:autocast_region_lines"
+    gate_sites = "amplint.core.gates:autocast_region_lines"
     facts = ("§1.1", "§5")
 
     VALID = [

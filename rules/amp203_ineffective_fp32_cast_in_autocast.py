@@ -8,21 +8,9 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint import torchapi
-from amplint.context import (
-    Assignment,
-    AutocastOp,
-    AutocastRegion,
-    ModuleContext,
-    Scope,
-    active_region,
-    assignment_before,
-    autocast_op_of,
-    autocast_ops,
-    fp32_cast,
-    module_class,
-    strip_views,
+from amplint.model import (
+    Assignment, AutocastOp, AutocastRegion, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
+    active_region, assignment_before, autocast_op_of, autocast_ops, fp32_cast, module_class, strip_views, torchapi,
 )
 
 _DTYPE_WORDS = {"fp16": "fp16", "bf16": "bf16", None: "low-precision"}
@@ -97,7 +85,7 @@ class IneffectiveFp32CastInAutocast(Rule):
     #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
-    gate_sites = "amplint.gates:autocast_region_lines"
+    gate_sites = "amplint.core.gates:autocast_region_lines"
     facts = ("§0.14", "§1.2", "§1.3")
 
     VALID = [

@@ -8,21 +8,11 @@ from typing import Iterator, Optional, Set
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint import torchapi
-from amplint.context import (
-    AutocastOp,
-    AutocastRegion,
-    ModuleContext,
-    active_region,
-    assignment_before,
-    autocast_op_of,
-    autocast_ops,
-    region_within,
-    same_device,
-    strip_views,
+from amplint.model import (
+    AutocastOp, AutocastRegion, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, active_region,
+    assignment_before, autocast_op_of, autocast_ops, make_fix, region_within, replace_node, same_device,
+    strip_views, torchapi,
 )
-from amplint.fixes import make_fix, replace_node
 
 _DTYPE_WORDS = {"fp16": "fp16", "bf16": "bf16", None: "fp16 or bf16"}
 
@@ -92,7 +82,7 @@ class AutocastDisabledWithoutCast(Rule):
     #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
-    gate_sites = "amplint.gates:autocast_region_lines"
+    gate_sites = "amplint.core.gates:autocast_region_lines"
     facts = ("§1.1", "§5")
 
     VALID = [

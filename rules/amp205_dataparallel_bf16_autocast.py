@@ -5,10 +5,10 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint import torchapi
-from amplint.context import AutocastRegion, CallInfo, ModuleContext, active_region, call_chain
-from amplint.names import dotted_name
+from amplint.model import (
+    AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, active_region, call_chain,
+    dotted_name, torchapi,
+)
 
 
 class DataParallelBf16Autocast(Rule):

@@ -6,11 +6,11 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import AutocastRegion, CallInfo, LiteralInfo, ModuleContext, Path, Scope, literal_number, dotted_name
-from amplint.fixes import make_fix, replace_node
-from amplint.torchapi import AUTOCAST_LOWER_PRECISION_FUNCS, AUTOCAST_LOWER_PRECISION_METHODS
-from amplint.walk import descendants
+from amplint.model import (
+    AUTOCAST_LOWER_PRECISION_FUNCS, AUTOCAST_LOWER_PRECISION_METHODS, FP16, AutocastRegion, CallInfo, Diagnostic,
+    Invalid, LiteralInfo, ModuleContext, Path, Rule, Scope, Severity, Valid, descendants, dotted_name,
+    literal_number, make_fix, replace_node,
+)
 
 
 FP16_MAX = 65504.0
@@ -138,9 +138,9 @@ class Fp16OverflowingLiteral(Rule):
     #: a number literal beyond 65504 in one of the places `_classify` looks (a fill call's
     #: argument, a mask product, `+=`, a softmax operand, `NAME = literal`): most big numbers in
     #: model code are config defaults, comparisons and docstrings, which never open the gate
-    gate_check = "amplint.gates:overflowing_literal_site"
+    gate_check = "amplint.core.gates:overflowing_literal_site"
     #: a finding depends only on imports, module constants and the definition holding the site
-    gate_sites = "amplint.gates:overflowing_literal_lines"
+    gate_sites = "amplint.core.gates:overflowing_literal_lines"
     facts = ("§0.11", "§6.1", "§6.2")
 
     VALID = [

@@ -6,8 +6,10 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint import FP16, Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import AutocastRegion, CallInfo, LiteralInfo, LowPrecisionCast, ModuleContext, Scope, literal_number, dotted_name
+from amplint.model import (
+    FP16, AutocastRegion, CallInfo, Diagnostic, Invalid, LiteralInfo, LowPrecisionCast, ModuleContext, Rule, Scope,
+    Severity, Valid, dotted_name, literal_number,
+)
 
 
 #: fp16 rounds anything below this to 0 [amp-facts §6.1, E02]
@@ -126,9 +128,9 @@ class Fp16UnderflowingEpsilon(Rule):
     message = "epsilon underflows to 0 in fp16"
     triggers = ("half", "float16", "autocast")
     # an eps-taking optimizer constructed, or a literal below 3e-8 as a +/- operand or a clamp's min
-    gate_check = "amplint.gates:underflowing_eps_site"
+    gate_check = "amplint.core.gates:underflowing_eps_site"
     #: a finding depends only on imports, module constants and the definition holding the site
-    gate_sites = "amplint.gates:underflowing_eps_lines"
+    gate_sites = "amplint.core.gates:underflowing_eps_lines"
     facts = ("§6.1", "§6.4")
 
     VALID = [

@@ -5,9 +5,10 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import AutocastRegion, CallInfo, ModuleContext, Scope, literal_string
-from amplint.fixes import make_fix, replace_node
+from amplint.model import (
+    AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, literal_string,
+    make_fix, replace_node,
+)
 
 _BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 _BCE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.modules.BCELoss"})

@@ -5,9 +5,9 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import CallInfo, LowPrecisionCast, ModuleContext, dotted_name
-from amplint.walk import descendants
+from amplint.model import (
+    CallInfo, Diagnostic, Invalid, LowPrecisionCast, ModuleContext, Rule, Severity, Valid, descendants, dotted_name,
+)
 
 
 _CAST_METHODS = ("half", "to", "type")
@@ -79,7 +79,7 @@ class Fp16Checkpoint(Rule):
     message = "checkpoint of an fp16 model"
     triggers = ("half", "Half", "float16", "fp16")  # .half(), .to(torch.float16 / "fp16"), .type(HalfTensor)
     requires = (("save",), ("state_dict",))  # it saves a `.state_dict()`
-    gate_check = "amplint.gates:torch_save_called"  # torch.save (or an alias), not save_pretrained or `card.save(`
+    gate_check = "amplint.core.gates:torch_save_called"  # torch.save (or an alias), not save_pretrained or `card.save(`
     facts = ("§6.4", "§6.5")
 
     VALID = [

@@ -5,9 +5,7 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import CallInfo, ModuleContext, dotted_name
-from amplint.walk import descendants
+from amplint.model import CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, descendants, dotted_name
 
 
 class ScalerStateNotCheckpointed(Rule):
@@ -83,7 +81,7 @@ class ScalerStateNotCheckpointed(Rule):
     # a scaler (GradScaler(...), `x.scale(`, `unscale_`, a *scaler* parameter) and torch.save / torch.load
     triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (")
     requires = (("save", "load"),)
-    gate_check = "amplint.gates:scaler_checkpoint_io"
+    gate_check = "amplint.core.gates:scaler_checkpoint_io"
     facts = ("§2",)
 
     VALID = [

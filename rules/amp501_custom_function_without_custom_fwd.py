@@ -5,16 +5,10 @@ from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint import AUTOCAST, Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Scope, imported_names
-from amplint.torchapi import (
-    AUTOCAST_CONTEXTS,
-    AUTOCAST_AWARE_OP_NAMESPACES,
-    AUTOCAST_LOWER_PRECISION_FUNCS,
-    AUTOCAST_LOWER_PRECISION_METHODS,
-    AUTOGRAD_FUNCTION,
-    CPP_EXTENSION_LOADERS,
-    CUSTOM_FWD_BWD,
+from amplint.model import (
+    AUTOCAST, AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
+    AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, Diagnostic, Invalid,
+    ModuleContext, Rule, Scope, Severity, Valid, imported_names,
 )
 
 _E09 = "expected m1 and m2 to have the same dtype, but got: c10::BFloat16 != float"
@@ -107,7 +101,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     triggers = ("autograd",)
     requires = (("forward",),)
     #: a finding depends only on the Function class and module-level names (imports, extension loaders)
-    gate_sites = "amplint.gates:autograd_function_lines"
+    gate_sites = "amplint.core.gates:autograd_function_lines"
     facts = ("§1.2", "§1.3", "§4", "§5")
 
     VALID = [

@@ -6,13 +6,9 @@ from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import CallInfo, ModuleContext, imported_names, literal_string
-from amplint.torchapi import (
-    AUTOCAST_AWARE_OP_NAMESPACES,
-    CPP_EXTENSION_LOADERS,
-    CUSTOM_OP_DECORATORS,
-    REGISTER_AUTOCAST,
+from amplint.model import (
+    AUTOCAST_AWARE_OP_NAMESPACES, CPP_EXTENSION_LOADERS, CUSTOM_OP_DECORATORS, REGISTER_AUTOCAST, CallInfo,
+    Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, imported_names, literal_string,
 )
 
 _CASTS = ("float", "half", "bfloat16", "double", "type_as")

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint.context import ModuleContext, Reference, imported_names
-from amplint.fixes import append_argument_edit, call_is_plain, make_fix, replace_node
-from amplint.torchapi import AMP_CUSTOM_BWD, AMP_CUSTOM_FWD, CUSTOM_FWD_BWD
+from amplint.model import (
+    AMP_CUSTOM_BWD, AMP_CUSTOM_FWD, CUSTOM_FWD_BWD, Diagnostic, Invalid, ModuleContext, Reference, Rule, Severity,
+    Valid, append_argument_edit, call_is_plain, imported_names, make_fix, replace_node,
+)
 
 _ALL = AMP_CUSTOM_FWD | AMP_CUSTOM_BWD
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Iterator, List
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint import torchapi
-from amplint.context import AutocastRegion, ModuleContext, literal_bool
+from amplint.model import (
+    AutocastRegion, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, literal_bool, torchapi,
+)
 
 
 class Bf16WithoutCapabilityCheck(Rule):

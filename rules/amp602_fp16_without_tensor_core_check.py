@@ -3,9 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint import Diagnostic, Invalid, Rule, Severity, Valid
-from amplint import torchapi
-from amplint.context import AutocastRegion, ModuleContext
+from amplint.model import AutocastRegion, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, torchapi
 
 
 class Fp16WithoutTensorCoreCheck(Rule):

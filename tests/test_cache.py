@@ -10,9 +10,9 @@ import textwrap
 import pytest
 
 from amplint import Config
-from amplint.cache import ENV, Cache, cache_dir
-from amplint.engine import lint_paths
-from amplint.parallel import open_cache
+from amplint.engine.cache import ENV, Cache, cache_dir
+from amplint.engine.parallel import open_cache
+from amplint.engine.run import lint_paths
 
 CLIP = textwrap.dedent(
     """
@@ -63,7 +63,7 @@ def test_cold_then_warm_hits_without_reading(tmp_path, monkeypatch):
     assert c1.hits == 0 and c1.misses >= 4
     assert {d.code for d in cold.diagnostics} >= {"AMP101", "AMP301"}
 
-    import amplint.engine as engine
+    import amplint.engine.dispatch as engine
 
     def no_lint(*a, **k):  # a warm run with nothing changed lints nothing
         raise AssertionError("linted a file the cache holds")
@@ -121,7 +121,7 @@ def test_touched_but_unchanged_file_is_reused(tmp_path, monkeypatch):
     _old(root / "train.py", 120)
     first, _ = _run(root, tmp_path)
     _old(root / "train.py", 60)  # new mtime, same bytes
-    import amplint.engine as engine
+    import amplint.engine.dispatch as engine
 
     monkeypatch.setattr(engine, "lint_path", lambda *a, **k: (_ for _ in ()).throw(AssertionError("relinted")))
     second, cache = _run(root, tmp_path)
@@ -199,9 +199,9 @@ def test_cli_flags(tmp_path):
 
 
 def test_unencodable_data_is_not_cached(tmp_path):
-    from amplint.cache import encode_result
-    from amplint.diagnostics import Diagnostic, Location, Severity
-    from amplint.engine import FileResult
+    from amplint.engine.cache import encode_result
+    from amplint.core.diagnostics import Diagnostic, Location, Severity
+    from amplint.engine.pipeline import FileResult
 
     d = Diagnostic("AMP101", "n", "m", Severity.ERROR, "f.py", Location(1, 1), Location(1, 2), data={"x": object()})
     assert encode_result(FileResult(path="f.py", diagnostics=[d])) is None

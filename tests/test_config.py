@@ -5,8 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from amplint.config import Config, ConfigError, config_from_table, expand_codes, find_pyproject, load_config, parse_torch_version, with_overrides
-from amplint.engine import default_codes, known_codes
+from amplint.core.config import (
+    Config, ConfigError, config_from_table, expand_codes, find_pyproject, load_config, parse_torch_version,
+    with_overrides,
+)
+from amplint.engine.pipeline import default_codes, known_codes
 
 KNOWN = known_codes()
 

@@ -6,7 +6,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from amplint.context import ModuleContext, exclusive
+from amplint.model.context import ModuleContext
+from amplint.model.paths import exclusive
 
 
 def build(code: str) -> ModuleContext:

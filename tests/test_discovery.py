@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from amplint.config import Config
-from amplint.discovery import GitIgnore, discover, parse_gitignore
+from amplint.core.config import Config
+from amplint.engine.discovery import GitIgnore, discover, parse_gitignore
 
 
 def files(tmp_path, config=None, **kw):
@@ -131,8 +131,8 @@ def test_parse_gitignore_skips_comments_and_blanks():
 def test_walk_skips_file_checks_only_where_no_glob_can_match(tmp_path, patterns):
     """The walk checks files against the globs only when a glob could match one below a folder
     that passed (`Excluder.reaches_files`); the result equals checking every file and folder."""
-    from amplint.config import Config
-    from amplint.discovery import Excluder, discover
+    from amplint.core.config import Config
+    from amplint.engine.discovery import Excluder, discover
 
     for rel in ("a.py", "b.pyi", "build/x.py", "sub/build/y.py", "sub/z.py", "sub/deep/w.py", "docs/conf.py", "sub/deep/more/v.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

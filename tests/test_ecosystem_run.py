@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from amplint import Config, lint_paths
-from amplint.engine import is_internal_error
-from amplint.parallel import default_jobs
+from amplint.engine.parallel import default_jobs
+from amplint.engine.pipeline import is_internal_error
 
 pytestmark = pytest.mark.slow
 

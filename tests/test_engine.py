@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 
 from amplint import Config, lint_paths, lint_source
-from amplint.engine import default_codes, known_codes, noqa_map
-from amplint.fixes import fix_source
+from amplint.core.noqa import noqa_map
+from amplint.engine.pipeline import default_codes, known_codes
+from amplint.fix.apply import fix_source
 
 BAD = """\
 import torch

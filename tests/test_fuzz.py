@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from amplint import Config, lint_source
-from amplint.engine import is_internal_error
-from amplint.fixes import apply_fixes, fix_until_stable, parses, split_lines
-from amplint.registry import all_rules
-from amplint.rule import example_source
+from amplint.core.rule import example_source
+from amplint.core.text import split_lines
+from amplint.engine.pipeline import is_internal_error
+from amplint.engine.registry import all_rules
+from amplint.fix.apply import apply_fixes, fix_until_stable, parses
 
 ALL = Config(select=("ALL",))
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def gate_header() -> str:
     """A docstring line that passes every rule's gate (triggers, regexes and gate checks).
 
-    Not a comment: the call gates skip comment lines (amplint/gates.py)."""
+    Not a comment: the call gates skip comment lines (amplint/core/gates.py)."""
     words = {t for r in all_rules() for t in r.triggers}
     words |= {clause[0] for r in all_rules() for clause in getattr(r, "requires", ())}
     # what the rules' gate regexes and gate checks look for (a literal in context, a call)

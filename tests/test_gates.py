@@ -1,4 +1,4 @@
-"""amplint/gates.py: text-level gates are sound (pass wherever the rule fires) and selective.
+"""amplint/core/gates.py: text-level gates are sound (pass wherever the rule fires) and selective.
 
 Each SOUND case is run through the rule itself with its gate bypassed, so the
 test proves the rule fires there, then that the gate lets the text through.
@@ -10,9 +10,9 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from amplint.context import ModuleContext
-from amplint.gates import overflowing_literal_site, underflowing_eps_site
-from amplint.registry import rules_by_code
+from amplint.core.gates import overflowing_literal_site, underflowing_eps_site
+from amplint.engine.registry import rules_by_code
+from amplint.model.context import ModuleContext
 
 HEAD = "import torch\nimport torch.nn.functional as F\n"
 
@@ -226,9 +226,10 @@ class _Block(torch.nn.Module):
 
 def test_an_excerpt_gives_the_diagnostics_of_the_whole_file():
     """For rules with `gate_sites`, parsing the excerpt finds exactly what parsing the whole file finds."""
-    from amplint.config import Config
-    from amplint.engine import FileResult, _excerpt_checked, _parse_and_check, run_guarded
-    from amplint.registry import passing, rule_specs
+    from amplint.core.config import Config
+    from amplint.engine.pipeline import FileResult, _excerpt_checked, _parse_and_check, run_guarded
+    from amplint.core.gating import passing
+    from amplint.engine.registry import rule_specs
 
     config = Config()
     local = [s for s in rule_specs() if s.gate_sites is not None]
@@ -273,7 +274,7 @@ TRICKY_LAYOUTS = [
 
 @pytest.mark.parametrize("source", TRICKY_LAYOUTS)
 def test_excerpt_cut_by_columns_equals_the_exact_cut(source):
-    from amplint.excerpt import _by_ast, excerpt
+    from amplint.engine.excerpt import _by_ast, excerpt
 
     rows = source.split("\n")
     for last in range(1, len(rows) + 1):
@@ -314,7 +315,7 @@ PROSE_MENTIONS = [
 
 @pytest.mark.parametrize("line,prose", PROSE_MENTIONS)
 def test_autocast_mentions_in_prose_are_told_from_code(line, prose):
-    from amplint.gates import in_prose
+    from amplint.core.gates import in_prose
 
     assert in_prose(line, line.index("autocast")) is prose
     assert in_prose("x = 1\n" + line, 6 + line.index("autocast")) is prose
@@ -325,14 +326,14 @@ def test_autocast_mentions_in_prose_are_told_from_code(line, prose):
 
 
 def test_autocast_region_lines_follow_import_aliases():
-    from amplint.gates import autocast_region_lines
+    from amplint.core.gates import autocast_region_lines
 
     source = "from torch import autocast as ac\n\ndef f(x):\n    with ac('cuda'):\n        return x\nacc = 1\n"
     assert autocast_region_lines(source) == {1, 4}
 
 
 def test_excerpt_blanks_only_definitions_without_wanted_lines():
-    from amplint.excerpt import excerpt
+    from amplint.engine.excerpt import excerpt
 
     source = "import torch\n\n@dec\ndef a():\n    return 1\n\nX = 2\n\nclass B:\n    y = 3\n"
     cut = excerpt(source, {10})
@@ -365,7 +366,7 @@ AMP201_OPTIMIZER_USES = [
 
 @pytest.mark.parametrize("text,expected", AMP201_OPTIMIZER_USES)
 def test_amp201_gate_reads_optimizer_imports_and_calls(text, expected):
-    from amplint.gates import optimizer_class_used
+    from amplint.core.gates import optimizer_class_used
 
     assert optimizer_class_used(text) is expected
 
@@ -423,8 +424,8 @@ CALL_GATES_SKIPPED = [
 
 
 def _gate(code: str):
-    from amplint.gates import resolve
-    from amplint.registry import rule_specs
+    from amplint.core.gates import resolve
+    from amplint.engine.registry import rule_specs
 
     spec = next(s for s in rule_specs() if s.code == code)
     return resolve(spec.gate_check)

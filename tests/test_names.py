@@ -1,4 +1,4 @@
-"""The import-alias table (amplint/names.py) answers like libcst's QualifiedNameProvider.
+"""The import-alias table (amplint/model/names.py) answers like libcst's QualifiedNameProvider.
 
 The AMP model asks "what may this callee / attribute chain refer to" for every
 call; QualifiedNameProvider + ScopeProvider answer that at several times the
@@ -14,7 +14,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
 
-from amplint.names import ImportTable, dotted_name
+from amplint.model.names import ImportTable, dotted_name
 
 CASES = {
     "import-as": """
@@ -156,7 +156,7 @@ def test_alias_table_answers_like_qualified_name_provider(name):
 
 
 def test_the_context_uses_the_table_for_calls():
-    from amplint.context import ModuleContext
+    from amplint.model.context import ModuleContext
 
     source = textwrap.dedent(CASES["from-import-as"]).lstrip()
     ctx = ModuleContext.build(cst.parse_module(source), source)

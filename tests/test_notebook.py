@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from amplint import Config
 from amplint.cli import main
-from amplint.notebook import Notebook, NotebookError, lint_notebook
+from amplint.engine.notebook import Notebook, NotebookError, lint_notebook
 
 
 def cell(source, kind="code", **extra):

@@ -8,11 +8,11 @@ import textwrap
 
 import pytest
 
-import amplint.parallel as parallel
+import amplint.engine.parallel as parallel
 from amplint import Config
-from amplint.engine import lint_paths
-from amplint.rule import example_source
-from amplint.registry import all_rules
+from amplint.core.rule import example_source
+from amplint.engine.registry import all_rules
+from amplint.engine.run import lint_paths
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_parallel_equals_serial(project, always_parallel):
 
 
 def test_parallel_with_cache_equals_serial(project, always_parallel, tmp_path):
-    from amplint.parallel import open_cache
+    from amplint.engine.parallel import open_cache
 
     config = Config()
     serial = lint_paths([str(project)], config, jobs=1)
@@ -95,7 +95,8 @@ def test_facts_come_from_files_no_rule_parses(tmp_path, always_parallel, jobs):
     """fp16 is decided in a file that passes no rule's gate: the facts pass reads it."""
     (tmp_path / "mask.py").write_text(MASK)
     (tmp_path / "buffers.py").write_text("import torch\nt = torch.zeros(3, dtype=torch.float16)\n")
-    from amplint.registry import passing, rule_specs
+    from amplint.core.gating import passing
+    from amplint.engine.registry import rule_specs
 
     assert not passing(rule_specs(), (tmp_path / "buffers.py").read_text()), "the test needs a file no rule parses"
     result = lint_paths([str(tmp_path)], Config(), jobs=jobs)

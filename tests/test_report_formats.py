@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from amplint import Config, Rule, Severity, lint_source
-from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
+from amplint.core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from amplint.report import FORMATS, renderer
 from amplint.report.github import escape_data, escape_property
 
@@ -161,12 +161,12 @@ def test_sarif_validates_against_the_official_schema():
 
 
 def test_sarif_from_a_real_run_validates_and_points_at_its_rules():
-    from amplint.registry import all_rules
+    from amplint.engine.registry import all_rules
 
     items = []
     for rule in all_rules():
         for case in rule.INVALID:
-            from amplint.rule import example_source
+            from amplint.core.rule import example_source
 
             items.extend(lint_source(example_source(case.code), "src/example.py", Config(select=("ALL",))))
     assert items

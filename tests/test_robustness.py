@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from amplint import Config, lint_paths, lint_source
 from amplint.cli import main
-from amplint.engine import INTERNAL_ERROR_NAME, is_internal_error, read_file
+from amplint.engine.pipeline import INTERNAL_ERROR_NAME, is_internal_error, read_file
 
 BAD = """\
 import torch
@@ -225,7 +225,7 @@ def test_facts_pass_survives_deep_files():
         """
         import sys, tempfile
         from amplint import Config
-        from amplint.parallel import facts_of_path
+        from amplint.engine.parallel import facts_of_path
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
             f.write("# Half\\ny = " + "a and " * 8000 + "1\\n")
         print(facts_of_path(f.name, Config()).parsed)
@@ -236,7 +236,7 @@ def test_facts_pass_survives_deep_files():
 
 
 def test_recursion_error_in_context_build_is_reported(monkeypatch):
-    import amplint.context as context
+    import amplint.model.context as context
 
     def boom(*a, **k):
         raise RecursionError("maximum recursion depth exceeded")
@@ -265,8 +265,8 @@ def test_unreadable_file(tmp_path, monkeypatch):
                     raise PermissionError(13, "Permission denied", str(file))
                 return real_open(file, *args, **kwargs)
 
-            monkeypatch.setattr("amplint.engine.open", guarded_open, raising=False)
-            monkeypatch.setattr("amplint.parallel.open", guarded_open, raising=False)
+            monkeypatch.setattr("amplint.engine.pipeline.open", guarded_open, raising=False)
+            monkeypatch.setattr("amplint.engine.parallel.open", guarded_open, raising=False)
         result = _lint_dir(tmp_path)
         assert _only_amp000(result, bad) == "cannot lint: permission denied"
     finally:
@@ -459,7 +459,7 @@ def test_missing_path_on_the_command_line_is_a_finding_not_a_crash(tmp_path):
 
 
 def _break_rule(monkeypatch, code, exc):
-    from amplint.registry import rules_by_code
+    from amplint.engine.registry import rules_by_code
 
     rule = rules_by_code()[code]
 
@@ -497,7 +497,7 @@ def test_internal_error_is_reported_even_if_amp000_is_ignored(monkeypatch):
 
 
 def test_generator_rules_failing_late_are_caught(monkeypatch):
-    from amplint.registry import rules_by_code
+    from amplint.engine.registry import rules_by_code
 
     rule = rules_by_code()["AMP101"]
 
@@ -511,7 +511,7 @@ def test_generator_rules_failing_late_are_caught(monkeypatch):
 
 
 def test_internal_error_in_context_build(monkeypatch):
-    import amplint.context as context
+    import amplint.model.context as context
 
     def build(cls, *a, **k):
         raise AttributeError("no attribute 'value'")
@@ -537,7 +537,7 @@ def test_cli_exits_2_on_internal_error_but_prints_everything(tmp_path, monkeypat
 
 
 def _fix(path: Path, unsafe: bool):
-    from amplint.fixer import fix_paths
+    from amplint.fix.fixer import fix_paths
 
     outcome = fix_paths([str(path)], Config(select=("ALL",)), unsafe=unsafe, write=True)
     assert not outcome.errors, outcome.errors
@@ -578,7 +578,7 @@ def test_fix_on_unfixable_inputs_writes_nothing(tmp_path):
     for name, data, _ in SYNTAX_ROWS:
         (tmp_path / name).write_bytes(data)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    from amplint.fixer import fix_paths
+    from amplint.fix.fixer import fix_paths
 
     fix_paths([str(tmp_path)], ALL, unsafe=True, write=True)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
@@ -766,7 +766,7 @@ def test_verifier_run_many_finishes_through_faults(tmp_path):
 def test_interrupted_fix_write_leaves_the_original(tmp_path, monkeypatch, where):
     """Ctrl-C (or a crash) at any point of writing a fixed file: the original bytes stay,
     no temporary file is left, and the interrupt is not swallowed."""
-    import amplint.writer as writer
+    import amplint.fix.writer as writer
 
     path = tmp_path / "train.py"
     original = BAD.replace("\n", "\r\n").encode()
@@ -800,7 +800,7 @@ def test_interrupted_fix_write_leaves_the_original(tmp_path, monkeypatch, where)
         monkeypatch.setattr(writer.os, "fdopen", lambda fd, *a, **k: Interrupting(real_fdopen(fd, *a, **k)))
     else:
         monkeypatch.setattr(writer.os, where, interrupt)
-    from amplint.fixer import fix_paths
+    from amplint.fix.fixer import fix_paths
 
     with pytest.raises(KeyboardInterrupt):
         fix_paths([str(path)], ALL, unsafe=True, write=True)
@@ -811,8 +811,8 @@ def test_interrupted_fix_write_leaves_the_original(tmp_path, monkeypatch, where)
 
 
 def test_failed_write_of_one_file_leaves_it_and_fixes_the_others(tmp_path, monkeypatch):
-    import amplint.writer as writer
-    from amplint.fixer import fix_paths
+    import amplint.fix.writer as writer
+    from amplint.fix.fixer import fix_paths
 
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_text(BAD)

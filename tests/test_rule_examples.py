@@ -6,9 +6,9 @@ import textwrap
 import pytest
 
 from amplint import Config, lint_source
-from amplint.fixes import apply_fixes, fix_source
-from amplint.registry import all_rules
-from amplint.rule import example_source
+from amplint.core.rule import example_source
+from amplint.engine.registry import all_rules
+from amplint.fix.apply import apply_fixes, fix_source
 
 
 def _config(rule) -> Config:

@@ -8,8 +8,10 @@ import libcst as cst
 import pytest
 
 from amplint import Config, lint_source
-from amplint.context import ModuleContext
-from amplint.fixes import apply_edits, ensure_import, fix_source, module_alias, parses
+from amplint.core.text import apply_edits
+from amplint.fix.apply import fix_source, parses
+from amplint.model.context import ModuleContext
+from amplint.model.edits import ensure_import, module_alias
 
 
 def _src(code: str) -> str:

@@ -8,8 +8,8 @@ import libcst as cst
 import pytest
 
 from amplint import Config, Severity, lint_paths, lint_source
-from amplint.context import ModuleContext
-from amplint.fixes import fix_source
+from amplint.fix.apply import fix_source
+from amplint.model.context import ModuleContext
 
 
 def lint(code, rule, **config):

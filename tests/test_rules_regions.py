@@ -7,16 +7,12 @@ import textwrap
 import libcst as cst
 import pytest
 
-from amplint import Config, lint_source, torchapi
-from amplint.context import (
-    ModuleContext,
-    active_region,
-    autocast_ops,
-    fp32_cast,
-    module_class,
-    same_device,
-    strip_views,
-)
+from amplint import Config, lint_source
+from amplint.model import torchapi
+from amplint.model.bindings import module_class
+from amplint.model.context import ModuleContext
+from amplint.model.dtypes import fp32_cast, strip_views
+from amplint.model.regions import active_region, autocast_ops, same_device
 
 
 def _ctx(code: str) -> ModuleContext:
@@ -285,7 +281,7 @@ def test_amp203_parameter_receiver_is_floating():
 
 
 def test_amp204_reassigned_inside_the_disabled_region_is_silent_and_fix_applies():
-    from amplint.fixes import fix_source
+    from amplint.fix.apply import fix_source
 
     source = textwrap.dedent(
         """

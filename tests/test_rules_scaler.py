@@ -8,7 +8,9 @@ import libcst as cst
 import pytest
 
 from amplint import Config, lint_source
-from amplint.context import ModuleContext, exclusive, is_grad_scaler_call
+from amplint.model.context import ModuleContext
+from amplint.model.paths import exclusive
+from amplint.model.scalers import is_grad_scaler_call
 
 
 def build(code: str) -> ModuleContext:

@@ -6,11 +6,11 @@ import os
 
 import libcst as cst
 
-from amplint.context import ModuleContext
-from amplint.parallel import FACT_TRIGGERS, passes_facts_gate
-from amplint.project import FileFacts
-from amplint.registry import all_rules
-from amplint.rule import example_source
+from amplint.core.rule import example_source
+from amplint.engine.parallel import FACT_TRIGGERS, passes_facts_gate
+from amplint.engine.registry import all_rules
+from amplint.model.context import ModuleContext
+from amplint.model.facts import FileFacts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -15,9 +15,10 @@ import re
 import libcst as cst
 import pytest
 
-from amplint.context import ModuleContext
-from amplint.registry import RuleSpec, all_rules, passing, rule_specs, static_specs
-from amplint.rule import example_source
+from amplint.core.gating import passing
+from amplint.core.rule import example_source
+from amplint.engine.registry import RuleSpec, all_rules, rule_specs, static_specs
+from amplint.model.context import ModuleContext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -73,10 +74,10 @@ def test_static_reading_of_a_regex_gate():
 def test_static_reading_of_a_gate_check():
     source = (
         "from amplint import Rule, Severity\nclass R(Rule):\n    code = 'AMP999'\n    severity = Severity.ERROR\n"
-        "    gate_check = 'amplint.gates:overflowing_literal_site'\n"
+        "    gate_check = 'amplint.core.gates:overflowing_literal_site'\n"
     )
     (spec,) = static_specs(source, "m")
-    assert spec.gate_check == "amplint.gates:overflowing_literal_site"
+    assert spec.gate_check == "amplint.core.gates:overflowing_literal_site"
     assert spec.passes_gate("x = y.masked_fill(m, -1e9)")
     assert not spec.passes_gate("vocab_size: int = 151655")
     assert passing([spec], "x = y.masked_fill(m, -1e9)") == [spec]

@@ -1,4 +1,4 @@
-"""The cycle collector stays out of the per-file work (amplint/engine.py `gc_paused`).
+"""The cycle collector stays out of the per-file work (amplint/engine/pipeline.py `gc_paused`).
 
 A cold run pauses CPython's cycle collector while a file is parsed and
 analysed; that is only safe while a file's libcst tree and AMP model are freed
@@ -13,10 +13,10 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amplint.config import Config
-from amplint.context import ModuleContext
-from amplint.engine import lint_source
-from amplint.registry import all_rules
+from amplint.core.config import Config
+from amplint.engine.registry import all_rules
+from amplint.engine.run import lint_source
+from amplint.model.context import ModuleContext
 
 FIXTURES = sorted((Path(__file__).resolve().parent.parent / "fixtures").glob("*.py"))
 
@@ -40,7 +40,7 @@ def test_a_file_s_tree_and_model_die_without_the_cycle_collector(path):
         kept = [
             o
             for o in gc.garbage
-            if isinstance(o, cst.CSTNode) or (type(o).__module__ == "amplint.context" and vars(o))
+            if isinstance(o, cst.CSTNode) or (type(o).__module__.startswith("amplint.model.") and vars(o))
         ]
         assert not kept, f"a reference cycle holds the file's tree or model: {sorted({type(o).__name__ for o in kept})}"
     finally:

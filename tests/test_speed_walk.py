@@ -1,4 +1,4 @@
-"""`amplint.walk.walk` fires the same hooks in the same order as libcst's `visit`,
+"""`amplint.model.walk.walk` fires the same hooks in the same order as libcst's `visit`,
 and the AMP model built with it equals the one built with `visit`."""
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import sysconfig
 import libcst as cst
 import pytest
 
-from amplint.context import ModuleContext, _Collector
-from amplint.registry import all_rules
-from amplint.rule import example_source
-from amplint.walk import SKIP, own_hook, walk
+from amplint.core.rule import example_source
+from amplint.engine.registry import all_rules
+from amplint.model.collector import _Collector
+from amplint.model.context import ModuleContext
+from amplint.model.walk import SKIP, own_hook, walk
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -117,7 +118,7 @@ def _summary(ctx: ModuleContext):
 
 @pytest.mark.parametrize("sources", list(_sources()))
 def test_model_built_by_walk_equals_model_built_by_visit(sources, monkeypatch):
-    import amplint.context as context
+    import amplint.model.context as context
 
     for source in sources:
         module = cst.parse_module(source)
@@ -139,7 +140,7 @@ def test_collector_has_no_hooks_for_skipped_nodes():
 def test_parent_map_equals_parent_node_provider(sources):
     from libcst.metadata import MetadataWrapper, ParentNodeProvider
 
-    from amplint.walk import parent_map
+    from amplint.model.walk import parent_map
 
     for source in sources:
         wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)

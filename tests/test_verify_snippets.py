@@ -8,6 +8,7 @@ promises for it (the "rule emits" column of the contract table).
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -15,9 +16,9 @@ import textwrap
 
 import pytest
 
-from amplint.config import Config
-from amplint.engine import lint_source
-from amplint.registry import all_rules
+from amplint.core.config import Config
+from amplint.engine.registry import all_rules
+from amplint.engine.run import lint_source
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "verifier.md")
 
@@ -163,12 +164,13 @@ def test_amp103_emits_the_step_and_amp104_the_loop_body():
 
 
 def test_step_slice_helper_is_shared():
-    """One helper builds every step slice (amplint/steps.py); no rule keeps its own."""
+    """One helper builds every step slice (amplint/model/steps.py); no rule keeps its own."""
     rules_dir = os.path.join(os.path.dirname(DOCS), "..", "rules")
     for name in ("amp101", "amp102", "amp103", "amp104"):
         path = next(f for f in os.listdir(rules_dir) if f.startswith(name))
         text = open(os.path.join(rules_dir, path), encoding="utf-8").read()
-        assert "from amplint.steps import" in text, path
+        imported = {a.name for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ImportFrom) and n.module == "amplint.model" for a in n.names}
+        assert {"step_data", "step_source"} <= imported, path  # amplint.model re-exports model/steps.py
         assert "def _step_source" not in text and "lines[start.row - 1" not in text, path
 
 

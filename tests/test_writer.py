@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from amplint.cli import main
-from amplint.engine import decode_source
-from amplint.writer import decode, encode, newline_style, read_source, write_atomic, write_text
+from amplint.engine.pipeline import decode_source
+from amplint.fix.writer import decode, encode, newline_style, read_source, write_atomic, write_text
 
 BAD = """\
 import torch
@@ -79,12 +79,12 @@ def test_a_failed_write_leaves_the_original(tmp_path, monkeypatch):
 def test_unwritable_file_is_an_error_not_a_crash(tmp_path, monkeypatch):
     p = tmp_path / "t.py"
     p.write_text(BAD)
-    import amplint.writer
+    import amplint.fix.writer
 
     def boom(path, data):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(amplint.writer, "write_atomic", boom)
+    monkeypatch.setattr(amplint.fix.writer, "write_atomic", boom)
     r = fix(p)
     assert r.exit_code == 2 and "not written" in r.output
     assert p.read_text() == BAD

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Dict, List
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 
 #: format name -> module under amplint.report
 FORMATS: Dict[str, str] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional, Sequence, Type
 
-from ..diagnostics import Diagnostic, Severity
+from ..core.diagnostics import Diagnostic, Severity
 
 #: the engine's pseudo-rules, which have no Rule class
 PSEUDO_RULES: Dict[str, Dict[str, str]] = {
@@ -40,7 +40,7 @@ def relative_path(filename: str, root: Optional[str] = None) -> str:
 
 def rule_classes(rules: Optional[Sequence[Type]] = None) -> Dict[str, Type]:
     if rules is None:
-        from ..registry import all_rules
+        from ..engine.registry import all_rules
 
         rules = all_rules()
     return {r.code: r for r in rules}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 from .text import headline
 
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Dict, Optional, Sequence, Tuple
 
-from ..diagnostics import Diagnostic, Severity
+from ..core.diagnostics import Diagnostic, Severity
 from .common import relative_path, severity_of
 
 SEVERITIES = {Severity.ERROR: "major", Severity.WARNING: "minor", Severity.INFO: "info"}

@@ -5,7 +5,7 @@ import json
 import os
 from typing import List, Sequence
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 
 
 def objects(diagnostics: Sequence[Diagnostic]) -> List[dict]:

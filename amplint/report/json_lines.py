@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 from .json_format import objects
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Sequence
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 from .common import relative_path
 
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Type
 from urllib.parse import quote
 
 from ..__version__ import __version__
-from ..diagnostics import Diagnostic, Severity
+from ..core.diagnostics import Diagnostic, Severity
 from .common import PSEUDO_RULES, relative_path, rule_classes, severity_of
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"

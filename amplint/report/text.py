@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from ..diagnostics import Applicability, Diagnostic
+from ..core.diagnostics import Applicability, Diagnostic
 
 
 def location(d: Diagnostic) -> str:

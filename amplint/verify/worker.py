@@ -176,7 +176,7 @@ def main(argv: Optional[list] = None) -> int:
         pass
     _limit_resources("gpu" if args.device.startswith("cuda") else "unknown")
     if args.lazy:
-        from .verdicts import LazyLab
+        from .lazy_lab import LazyLab
 
         lab: Any = LazyLab(args.device, args.seed)
         send({"op": "hello", "env": {}, "lazy": True})

@@ -13,10 +13,10 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .config import Config
-from .diagnostics import Diagnostic
-from .fixes import applicable, fix_until_stable
-from .project import ProjectFacts
+from ..core.config import Config
+from ..core.diagnostics import Diagnostic
+from ..model.facts import ProjectFacts
+from .apply import applicable, fix_until_stable
 
 
 @dataclass
@@ -50,7 +50,7 @@ def unified_diff(old: str, new: str, fromfile: str, tofile: Optional[str] = None
 
 
 def _linter(path: str, config: Config, facts: ProjectFacts) -> Callable[[str], List[Diagnostic]]:
-    from .engine import lint_file_source, resolve_conditions, selected_rules
+    from ..engine.pipeline import lint_file_source, resolve_conditions, selected_rules
 
     codes, rules = selected_rules(config)
 
@@ -90,7 +90,7 @@ def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, wr
 
 def _fix_notebook(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome) -> Optional[List[Diagnostic]]:
     from . import writer
-    from .notebook import Notebook, NotebookError
+    from ..engine.notebook import Notebook, NotebookError
 
     try:
         original = writer.read_source(path, python=False)
@@ -126,7 +126,7 @@ def fix_files(
     write: bool = True,
 ) -> FixOutcome:
     """Fix every file of a lint run that has an applicable fix; diagnostics of the others are kept."""
-    from .notebook import is_notebook
+    from ..engine.notebook import is_notebook
 
     by_file: Dict[str, List[Diagnostic]] = {}
     for d in diagnostics:
@@ -157,11 +157,11 @@ def fix_paths(
 
     cache_dir: None disables the cache; "" means the default place.
     """
-    from .engine import lint_paths
+    from ..engine.run import lint_paths
 
     cache = None
     if cache_dir is not None:
-        from .parallel import open_cache
+        from ..engine.parallel import open_cache
 
         cache = open_cache(config, cache_dir or None)
     result = lint_paths(paths, config, force_exclude=force_exclude, jobs=max(jobs, 1), cache=cache)
@@ -172,9 +172,9 @@ def fix_paths(
 
 def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> FixOutcome:
     """Fix a text read from stdin; `output` is the fixed text (a notebook's JSON for .ipynb)."""
-    from .engine import selected_rules
-    from .notebook import is_notebook, lint_notebook_text
-    from .parallel import whole_file_facts
+    from ..engine.pipeline import selected_rules
+    from ..engine.notebook import is_notebook, lint_notebook_text
+    from ..engine.parallel import whole_file_facts
 
     codes, rules = selected_rules(config)
     if is_notebook(path):
@@ -194,7 +194,7 @@ def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> F
             diff = "".join(unified_diff(o, n, f"{path}:cell {i}") for i, o, n in nb.changed_cells(program))
             outcome.changes.append(FileChange(path, [nb.map_diagnostic(d) for d in fixed], diff))
         return outcome
-    from .engine import lint_file_source
+    from ..engine.pipeline import lint_file_source
 
     facts = ProjectFacts.from_files([whole_file_facts(lint_file_source(source, path, config, rules, codes), source, config)])
     new, fixed, remaining = fix_text(source, path, config, facts, unsafe)

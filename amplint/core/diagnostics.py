@@ -53,7 +53,7 @@ class Fix:
 class Diagnostic:
     """One finding of one rule in one file.
 
-    `condition` names a project fact (see `amplint.project`) that must hold for
+    `condition` names a project fact (see `amplint.model.facts`) that must hold for
     the diagnostic to be reported; the engine resolves it after every file has
     been read. `data` carries what the detector extracted (literal, dtype,
     snippet source, ...) for the verifier.

@@ -19,7 +19,7 @@ import re
 import tokenize
 from typing import FrozenSet, Iterable, List, Sequence, Set, Tuple
 
-from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
 
 CODE = "AMP900"
 NAME = "unused-noqa"
@@ -58,7 +58,7 @@ def unused_noqa(
     for d in diagnostics:
         if d.noqa_row is not None:
             suppressed.add((d.noqa_row, d.code))
-    from .fixes import split_lines
+    from ..core.text import split_lines
 
     lines = split_lines(source)
     out: List[Diagnostic] = []

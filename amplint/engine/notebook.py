@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .diagnostics import Diagnostic, Edit, Fix, Location
+from ..core.diagnostics import Diagnostic, Edit, Fix, Location
 
 NOTEBOOK_SUFFIX = ".ipynb"
 
@@ -257,7 +257,7 @@ def dump_like(data: Any, raw: str) -> str:
 
 def lint_notebook_text(raw: str, path: str, config, rules: Sequence, codes) -> Tuple[Optional[Notebook], "object"]:
     """(notebook, FileResult with diagnostics in cell coordinates)."""
-    from .engine import FileResult, SYNTAX_ERROR_CODE, lint_file_source, syntax_error
+    from .pipeline import FileResult, SYNTAX_ERROR_CODE, lint_file_source, syntax_error
 
     try:
         nb = Notebook.from_text(raw)
@@ -278,7 +278,7 @@ def read_notebook_text(path: str) -> str:
 
 
 def lint_notebook_path(path: str, config, rules: Sequence, codes) -> "object":
-    from .engine import FileResult, SYNTAX_ERROR_CODE, syntax_error
+    from .pipeline import FileResult, SYNTAX_ERROR_CODE, syntax_error
 
     try:
         raw = read_notebook_text(path)
@@ -293,9 +293,9 @@ def lint_notebook_path(path: str, config, rules: Sequence, codes) -> "object":
 
 def lint_notebook(raw: str, path: str = "<notebook>.ipynb", config=None) -> List[Diagnostic]:
     """Lint one notebook's text as if it were the whole project (like `lint_source`)."""
-    from .config import Config
-    from .engine import resolve_conditions, selected_rules
-    from .project import ProjectFacts
+    from ..core.config import Config
+    from .pipeline import resolve_conditions, selected_rules
+    from ..model.facts import ProjectFacts
 
     config = config or Config()
     codes, rules = selected_rules(config)

@@ -2,7 +2,7 @@
 
 `lint_files` returns one `FileResult` per file, in the order given, whatever
 the number of processes: each worker lints whole files with exactly the
-serial code (`engine.lint_path`), and results are put back by index, so a
+serial code (`dispatch.lint_path`), and results are put back by index, so a
 parallel run is identical to a serial one.
 
 Processes pay off only when there is enough to read: below `MIN_PARALLEL_BYTES`
@@ -21,9 +21,9 @@ import sys
 import threading
 from typing import Any, Callable, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
+from ..core.config import Config
+from ..model.facts import ProjectFacts, condition_holds
 from .cache import Cache, Stat, file_digest, now, stat_key
-from .config import Config
-from .project import ProjectFacts, condition_holds
 
 #: below this many bytes of files to read, one process is faster than several
 MIN_PARALLEL_BYTES = 1 << 20
@@ -44,7 +44,7 @@ def passes_facts_gate(source: str) -> bool:
 def open_cache(config: Config, directory: Optional[str] = None) -> Cache:
     """The cache for this configuration: --cache-dir, $AMPLINT_CACHE_DIR or .amplint_cache."""
     from .cache import cache_dir, fingerprint
-    from .engine import selected_rules
+    from .pipeline import selected_rules
 
     codes, rules = selected_rules(config)
     extra = repr(sorted(r.key() for r in rules if hasattr(r, "key"))) + repr(FACT_TRIGGERS)
@@ -88,14 +88,14 @@ def _work(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
             return index, st, digest, read_at, None
     if kind == "facts":
         return index, st, digest, read_at, facts_of_path(path, config)
-    from .engine import lint_path
+    from .dispatch import lint_path
 
     return index, st, digest, read_at, lint_path(path, config, rules, codes)
 
 
 def facts_of_path(path: str, config: Config) -> Any:
     """A FileResult with only the file's project facts (no rule runs)."""
-    from .engine import FileResult, read_file
+    from .pipeline import FileResult, read_file
 
     result = FileResult(path=path)
     if path.lower().endswith(".ipynb"):
@@ -120,8 +120,8 @@ def facts_of_source(source: str, path: str, config: Config) -> Any:
         return None
     import libcst as cst
 
-    from .context import ModuleContext
-    from .engine import run_guarded, too_deep
+    from ..model.context import ModuleContext
+    from .pipeline import run_guarded, too_deep
 
     if too_deep(source) is not None:  # libcst would overflow the C stack
         return None

@@ -4,7 +4,7 @@ A rule's gate is a necessary condition for it to fire, checked on the raw text
 before anything is parsed (docs/performance.md). Most rules say it with
 `triggers` / `requires` / `gate_regex`. A rule whose condition is "a token of
 this kind, in one of these surroundings" names a function here with
-`gate_check = "amplint.gates:function_name"`.
+`gate_check = "amplint.core.gates:function_name"`.
 
 Everything here must stay cheap and must not import libcst: these functions
 run on every file of a monorepo, and a file that fails its gates is never
@@ -147,7 +147,7 @@ def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
 
     What the rule reads about a literal is in the function holding it (the
     tensor's assignments there, its autocast region) and module-level imports,
-    so only those functions are parsed, methods included (amplint/excerpt.py)."""
+    so only those functions are parsed, methods included (amplint/engine/excerpt.py)."""
     data = source.encode("utf-8", "surrogatepass")
     lines: Set[int] = set()
     for start, name in _overflowing_literal_site_list(source):
@@ -665,7 +665,7 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
 
     A finding depends only on the Function class itself and module-level names
     (imports, extension loaders), so the rest of a model file need not be parsed;
-    a `class` line keeps its class whole (amplint/excerpt.py).
+    a `class` line keeps its class whole (amplint/engine/excerpt.py).
     A base counts when it spells `Function` (`torch.autograd.Function`,
     `Function`), an alias of it (`Function as F`), or a class found so.
     """
@@ -696,7 +696,7 @@ def autocast_region_lines(source: str) -> Optional[Set[int]]:
     classes defined in the file. So: every line that mentions autocast, and
     the `class` line of every class that may hold one of them, of every class
     named as a base of those (transitively), and of every class so named: a
-    `class` line keeps its whole class in the excerpt (amplint/excerpt.py).
+    `class` line keeps its whole class in the excerpt (amplint/engine/excerpt.py).
     A name imported as autocast (`from torch import autocast as ac`) counts as
     a mention of it; a mention that is certainly inside a comment or a
     one-line string (an error message's "use `torch.autocast(...)`") does not.
@@ -758,5 +758,5 @@ GATES: dict = {
 
 
 def resolve(name: str) -> Callable[[str], Any]:
-    """The gate (or site) function named `amplint.gates:NAME` (or just `NAME`)."""
+    """The gate (or site) function named `amplint.core.gates:NAME` (or just `NAME`)."""
     return GATES[name.rsplit(":", 1)[-1]]

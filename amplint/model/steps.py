@@ -23,7 +23,9 @@ from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 
-from .context import AutocastRegion, Event, Frame, ModuleContext, Path, Scope, exclusive
+from .context import ModuleContext
+from .paths import exclusive
+from .types import AutocastRegion, Event, Frame, Path, Scope
 
 #: events that close a step after the optimizer/scaler step
 _CLOSERS = ("update", "zero_grad")

@@ -29,9 +29,9 @@ import os
 import time
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from .__version__ import __version__
-from .diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
-from .project import FileFacts
+from ..__version__ import __version__
+from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+from ..model.facts import FileFacts
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
@@ -62,12 +62,14 @@ def stat_key(st: os.stat_result) -> Stat:
 
 def code_fingerprint() -> str:
     """A hash of amplint's own source and its rules' source (cheap: ~40 small files)."""
-    import amplint
     import amplint.rules
 
+    # the `amplint` package folder, read off this file's place (amplint/engine/cache.py)
+    # instead of importing the facade, which sits above every layer
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     h = hashlib.blake2b(digest_size=16)
     h.update(__version__.encode())
-    for folder in (*amplint.__path__, *amplint.rules.__path__):
+    for folder in (package, *amplint.rules.__path__):
         for dirpath, dirnames, filenames in os.walk(folder):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
             for name in sorted(filenames):
@@ -180,7 +182,7 @@ def decode_diagnostic(o: Dict[str, Any]) -> Diagnostic:
 
 def encode_result(result: Any) -> Optional[Dict[str, Any]]:
     """A FileResult as JSON, or None when it holds something JSON cannot round-trip."""
-    from .engine import FileResult
+    from .pipeline import FileResult
 
     try:
         extra = {f.name for f in dataclasses.fields(FileResult)} - {"path", "diagnostics", "facts", "parsed"}
@@ -211,7 +213,7 @@ _NO_FACTS = FileFacts()
 
 
 def decode_result(path: str, o: Dict[str, Any]) -> Any:
-    from .engine import FileResult
+    from .pipeline import FileResult
 
     diagnostics = o.get("d")
     facts = o.get("f")

@@ -1,9 +1,10 @@
-"""Discover files -> gate -> parse once -> AMP model -> rules -> noqa -> Diagnostics.
+"""The per-file pipeline: source -> gate -> parse once -> AMP model -> rules -> noqa -> FileResult.
 
-`lint_source` lints one text (the unit tests and the stdin path use it);
-`lint_paths` lints a project, resolving the project-fact conditions of
-per-file diagnostics after every file has been read, so results never depend
-on the order files come in.
+Everything that runs it sits above it: `notebook.py` (a notebook as one
+program), `dispatch.py` (one path on disk), `parallel.py` and `run.py` (the
+run over many files, which resolves project-fact conditions at the end).
+Also here: which rules a configuration selects, reading and decoding a file,
+and the guards that turn a crash or a too-deep file into one AMP000 line.
 """
 from __future__ import annotations
 
@@ -12,30 +13,25 @@ import gc
 import io
 import itertools
 import os
-import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
-from .config import Config
-from .diagnostics import Diagnostic, Location, Severity
-from .project import FileFacts, ProjectFacts, condition_holds
-from .rule import Rule
+from ..core.config import Config
+from ..core.diagnostics import Diagnostic, Location, Severity
+from ..core.noqa import noqa_map
+from ..core.rule import Rule
+from ..model.facts import FileFacts, ProjectFacts, condition_holds
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .cache import Cache
 
 SYNTAX_ERROR_CODE = "AMP000"
 SYNTAX_ERROR_NAME = "syntax-error"
-UNUSED_NOQA_CODE = "AMP900"  # see amplint/unused_noqa.py
+UNUSED_NOQA_CODE = "AMP900"  # see amplint/engine/unused_noqa.py
 PSEUDO_CODES = (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE)
 #: pseudo-codes reported only when selected explicitly (`--extend-select AMP900`, `ALL`)
 OPT_IN_CODES = (UNUSED_NOQA_CODE,)
 
 PYTHON_SUFFIXES = (".py", ".pyi")
-
-
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
 
 
 @dataclass
@@ -46,13 +42,6 @@ class FileResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
     facts: FileFacts = field(default_factory=FileFacts)
     parsed: bool = False
-
-
-@dataclass
-class LintResult:
-    diagnostics: List[Diagnostic]
-    files: List[str]
-    facts: ProjectFacts
 
 
 # ------------------------------------------------------------------ selection
@@ -94,7 +83,7 @@ def decode_source(data: bytes) -> str:
 def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
     """Lint one file's text; conditional diagnostics are returned unresolved."""
     result = FileResult(path=path)
-    from .registry import passing
+    from ..core.gating import passing
 
     active = passing(rules, source)
     if not active:
@@ -121,10 +110,10 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
 
 
 def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> Optional[List[Diagnostic]]:
-    """The diagnostics from parsing only what `active` can fire in (amplint/excerpt.py);
+    """The diagnostics from parsing only what `active` can fire in (amplint/engine/excerpt.py);
     None when the file must be parsed whole."""
     from .excerpt import excerpt
-    from .registry import site_lines
+    from ..core.gating import site_lines
 
     lines = site_lines(active, source)
     text = excerpt(source, lines) if lines is not None else None
@@ -302,7 +291,7 @@ def _parse_and_check(source: str, path: str, config: Config, active: Sequence[Ty
     (the reason is then in `result.diagnostics`)."""
     import libcst as cst
 
-    from .context import ModuleContext
+    from ..model.context import ModuleContext
 
     try:
         module = cst.parse_module(source)
@@ -364,24 +353,6 @@ def syntax_error(path: str, row: int, column: int, message: str) -> Diagnostic:
     )
 
 
-def noqa_map(source: str) -> Dict[int, Optional[FrozenSet[str]]]:
-    """row -> the codes its `# noqa: ...` names (None: a bare `# noqa`, all codes)."""
-    out: Dict[int, Optional[FrozenSet[str]]] = {}
-    if "noqa" not in source and "NOQA" not in source:
-        return out
-    from .fixes import split_lines
-
-    for row, line in enumerate(split_lines(source), start=1):
-        if "#" not in line:
-            continue
-        m = _NOQA.search(line)
-        if m is None:
-            continue
-        codes = m.group("codes")
-        out[row] = None if codes is None else frozenset(c.upper() for c in re.split(r"[\s,]+", codes) if c)
-    return out
-
-
 def apply_noqa(diagnostics: List[Diagnostic], source: str) -> List[Diagnostic]:
     rows = noqa_map(source)
     if not rows:
@@ -397,24 +368,6 @@ def apply_noqa(diagnostics: List[Diagnostic], source: str) -> List[Diagnostic]:
 
 def resolve_conditions(diagnostics: Iterable[Diagnostic], facts: ProjectFacts, config: Config) -> List[Diagnostic]:
     return [d for d in diagnostics if d.condition is None or condition_holds(d.condition, facts, config.precision)]
-
-
-def lint_source(source: str, path: str = "<string>", config: Optional[Config] = None) -> List[Diagnostic]:
-    """Lint one text as if it were the whole project."""
-    config = config or Config()
-    codes, rules = selected_rules(config)
-    result = lint_file_source(source, path, config, rules, codes)
-    from .parallel import whole_file_facts
-
-    facts = ProjectFacts.from_files([whole_file_facts(result, source, config)])
-    out = resolve_conditions(result.diagnostics, facts, config)
-    return sorted(out, key=Diagnostic.sort_key)
-
-
-# ------------------------------------------------------------------ discovery
-
-
-from .discovery import discover, excluded as _excluded  # noqa: E402,F401  (re-exported)
 
 
 def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:
@@ -456,38 +409,3 @@ def _decode_problem(data: bytes, exc: UnicodeDecodeError) -> str:
     if exc.encoding.replace("_", "-").lower() in ("utf-8", "utf-8-sig", "utf8"):
         return f"cannot decode: byte 0x{byte} on line {row} is not UTF-8 and no coding cookie (`# -*- coding: ... -*-`) names another encoding"
     return f"cannot decode: byte 0x{byte} on line {row} is not valid {exc.encoding}"
-
-
-def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
-    if path.lower().endswith(".ipynb"):
-        from .notebook import lint_notebook_path
-
-        return lint_notebook_path(path, config, rules, codes)
-    source, problem = read_file(path)
-    if source is None:
-        result = FileResult(path=path)
-        if SYNTAX_ERROR_CODE in codes:
-            result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {problem}"))
-        return result
-    return lint_file_source(source, path, config, rules, codes)
-
-
-def lint_paths(
-    paths: Sequence[str],
-    config: Optional[Config] = None,
-    force_exclude: bool = False,
-    jobs: int = 1,
-    cache: "Optional[Cache]" = None,
-) -> LintResult:
-    """Lint files and folders. `jobs` processes (results identical to one);
-    `cache`: an `amplint.cache.Cache` to reuse and record per-file results."""
-    from .parallel import lint_files, settle_facts
-
-    config = config or Config()
-    codes, rules = selected_rules(config)
-    files = list(discover(paths, config, force_exclude))
-    results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
-    facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
-    diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
-    diagnostics.sort(key=Diagnostic.sort_key)
-    return LintResult(diagnostics=diagnostics, files=files, facts=facts)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import Config
+    from ..core.config import Config
 
 #: file suffixes a folder walk picks up
 LINTABLE_SUFFIXES = (".py", ".pyi", ".ipynb")

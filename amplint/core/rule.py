@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator, Optional, Patter
 from .diagnostics import Diagnostic, Severity
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .context import ModuleContext
+    from ..model.context import ModuleContext
 
 DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules/{code}.md"
 
@@ -65,12 +65,12 @@ class Rule:
     #: an optional regex that must also match (after the substrings matched)
     gate_regex: ClassVar[Optional[Pattern[str]]] = None
     #: an optional text-level check, checked last: the name of a function in
-    #: amplint/gates.py (`"amplint.gates:overflowing_literal_site"`), for a
+    #: amplint/core/gates.py (`"amplint.core.gates:overflowing_literal_site"`), for a
     #: necessary condition that substrings and one regex cannot say
     gate_check: ClassVar[Optional[str]] = None
-    #: optional: a function in amplint/gates.py returning the lines the rule can fire
+    #: optional: a function in amplint/core/gates.py returning the lines the rule can fire
     #: on or depends on (None: the whole file). When every rule a file passes has
-    #: one, only the definitions holding those lines are parsed (amplint/excerpt.py):
+    #: one, only the definitions holding those lines are parsed (amplint/engine/excerpt.py):
     #: top-level functions, and inside classes only the methods holding them; a
     #: `class` line among the lines keeps that class whole. Set it only if a
     #: finding never depends on other functions, or on more of its class than that
@@ -87,7 +87,7 @@ class Rule:
 
     @classmethod
     def passes_gate(cls, source: str) -> bool:
-        from .registry import passing  # the one place gates are evaluated
+        from .gating import passing  # the one place gates are evaluated
 
         return bool(passing((cls,), source))
 

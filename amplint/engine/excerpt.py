@@ -4,7 +4,7 @@ libcst parses about 0.5 MB/s, and a 200 KB model file often passes a gate for
 one reason: a single `x + 1e-20` or `masked_fill(m, -1e9)` in one method.
 Rules whose findings at a site depend only on the file's module-level
 statements (imports, constants) and the function that holds the site say so by
-naming a site function (`gate_sites`, in amplint/gates.py) that returns the
+naming a site function (`gate_sites`, in amplint/core/gates.py) that returns the
 lines they can fire on or depend on. When every rule a file passes does, the
 engine builds an *excerpt*: the source with every top-level function and class
 that holds none of those lines replaced by blank lines, and, inside a kept

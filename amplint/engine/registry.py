@@ -5,7 +5,7 @@ A rule is a `Rule` subclass in a module of `rules/` (shipped as
 
 Gates without imports
 ---------------------
-Rule modules import `amplint.context`, which imports libcst (about a third of
+Rule modules import `amplint.model`, whose model imports libcst (about a third of
 a second to import). Most runs never need it: a file that passes no selected
 rule's gate is never parsed. So the engine does not import rule modules to
 learn their gates; `rule_specs()` reads each rule module's *source* with the
@@ -28,10 +28,11 @@ import os
 import pkgutil
 import re
 from functools import lru_cache
-from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence, Set, Tuple, Type
+from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple, Type
 
-from .diagnostics import Severity
-from .rule import Rule
+from ..core.diagnostics import Severity
+from ..core.gating import passing
+from ..core.rule import Rule
 
 PACKAGE = "amplint.rules"
 
@@ -209,84 +210,11 @@ def select_specs(codes: Iterable[str]) -> List[RuleSpec]:
     return [r for r in rule_specs() if r.code in wanted]
 
 
-def passing(rules: Sequence[Any], source: str) -> List[Any]:
-    """The rules (specs or classes) whose gate `source` passes.
-
-    Each distinct trigger is searched for at most once per file (rules share
-    triggers such as "autocast"), and a word that contains another rule's
-    trigger is searched only after that one is found: most files hold
-    neither, and the search for "autocast", made for other rules anyway, then
-    answers "autocast_gpu_", "autocast_cpu_", ...
-    """
-    contains = _containment(tuple(rules))
-    present: Dict[str, bool] = {}
-
-    def has(trigger: str) -> bool:
-        hit = present.get(trigger)
-        if hit is None:
-            hit = all(has(part) for part in contains[trigger]) and trigger in source
-            present[trigger] = hit
-        return hit
-
-    out = []
-    for r in rules:
-        if r.triggers and not any(has(t) for t in r.triggers):
-            continue
-        if not all(any(has(t) for t in clause) for clause in getattr(r, "requires", ())):
-            continue
-        if r.gate_regex is not None and r.gate_regex.search(source) is None:
-            continue
-        check = getattr(r, "gate_check", None)
-        if check is not None and not _gate_function(check)(source):
-            continue
-        out.append(r)
-    return out
-
-
-@lru_cache(maxsize=64)
-def _containment(rules: Tuple[Any, ...]) -> Dict[str, Tuple[str, ...]]:
-    """For every word of `rules`' gates, the triggers it contains (absent one of those, it is absent).
-
-    Only triggers serve as such guards: every file is searched for them anyway,
-    while a `requires` word ("step") may be common and otherwise never searched."""
-    triggers = {t for r in rules for t in r.triggers}
-    words = triggers | {t for r in rules for c in getattr(r, "requires", ()) for t in c}
-    return {w: tuple(o for o in triggers if o != w and o in w) for w in words}
-
-
-def _gate_function(name: str) -> Any:
-    """A `gate_check`/`gate_sites` function; amplint/gates.py is imported on first use, so a
-    warm run, which reads no file, does not import it."""
-    from . import gates
-
-    return gates.resolve(name)
-
-
-def site_lines(rules: Sequence[Any], source: str) -> Optional[Set[int]]:
-    """The lines the passing `rules` can fire on or depend on; None when any needs the whole file."""
-    lines: Set[int] = set()
-    done: Set[str] = set()  # rules share site functions (AMP202/203/204)
-    for r in rules:
-        name = getattr(r, "gate_sites", None)
-        if name is None:
-            return None
-        if name in done:
-            continue
-        done.add(name)
-        found = _gate_function(name)(source)
-        if found is None:
-            return None
-        lines |= found
-    return lines
-
-
 # ------------------------------------------------------------------ static reading
 
 
 class _NotLiteral(Exception):
     pass
-
-
 
 
 def _gate_part(source: str) -> str:

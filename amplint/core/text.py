@@ -1,0 +1,58 @@
+"""Text utilities shared by the engine, the fixer and the rules' edit builders:
+line splitting as Python sees lines, and applying text edits by row/column."""
+from __future__ import annotations
+
+import re
+from typing import Iterable, List
+
+from .diagnostics import Edit, Location
+
+
+#: line breaks as Python's tokenizer and libcst count rows; `str.splitlines`
+#: also breaks at form feeds, \v, \x1c-\x1e, \x85, \u2028 and \u2029, which
+#: would shift every row after one of them
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(source: str, keepends: bool = False) -> List[str]:
+    """`source.splitlines()`, counting rows the way libcst positions do."""
+    if keepends:
+        out = [m for m in re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", source)]
+        return out
+    lines = _LINE_BREAK.split(source)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+# ----------------------------------------------------------------- applying
+
+
+def _offsets(source: str) -> List[int]:
+    """Offset of the start of each 1-based row (index 0 unused)."""
+    starts = [0, 0]
+    pos = 0
+    for line in split_lines(source, keepends=True):
+        pos += len(line)
+        starts.append(pos)
+    return starts
+
+
+def _offset(starts: List[int], loc: Location, length: int) -> int:
+    if loc.row >= len(starts):
+        return length
+    return min(starts[loc.row] + loc.column - 1, length)
+
+
+def apply_edits(source: str, edits: Iterable[Edit]) -> str:
+    """Apply non-overlapping edits (sorted from the end so offsets stay valid)."""
+    starts = _offsets(source)
+    spans = sorted(
+        ((_offset(starts, e.location, len(source)), _offset(starts, e.end_location, len(source)), e.content) for e in edits),
+        key=lambda s: (s[0], s[1]),
+        reverse=True,
+    )
+    out = source
+    for begin, end, content in spans:
+        out = out[:begin] + content + out[end:]
+    return out

@@ -1,0 +1,23 @@
+"""One path on disk to its per-file linter: Python source (`pipeline.py`) or a
+notebook (`notebook.py`)."""
+from __future__ import annotations
+
+from typing import FrozenSet, Sequence, Type
+
+from ..core.config import Config
+from ..core.rule import Rule
+from .pipeline import FileResult, SYNTAX_ERROR_CODE, lint_file_source, read_file, syntax_error
+
+
+def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
+    if path.lower().endswith(".ipynb"):
+        from .notebook import lint_notebook_path
+
+        return lint_notebook_path(path, config, rules, codes)
+    source, problem = read_file(path)
+    if source is None:
+        result = FileResult(path=path)
+        if SYNTAX_ERROR_CODE in codes:
+            result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {problem}"))
+        return result
+    return lint_file_source(source, path, config, rules, codes)

@@ -1,0 +1,58 @@
+"""The run over many files: discover, lint each (in parallel, through the
+cache), then resolve the project-fact conditions of per-file diagnostics after
+every file has been read, so results never depend on the order files come in.
+
+`lint_source` lints one text (the unit tests and the stdin path use it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, List, Optional, Sequence
+
+from ..core.config import Config
+from ..core.diagnostics import Diagnostic
+from ..model.facts import ProjectFacts
+from .discovery import discover
+from .pipeline import lint_file_source, resolve_conditions, selected_rules
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import Cache
+
+
+@dataclass
+class LintResult:
+    diagnostics: List[Diagnostic]
+    files: List[str]
+    facts: ProjectFacts
+
+
+def lint_source(source: str, path: str = "<string>", config: Optional[Config] = None) -> List[Diagnostic]:
+    """Lint one text as if it were the whole project."""
+    config = config or Config()
+    codes, rules = selected_rules(config)
+    result = lint_file_source(source, path, config, rules, codes)
+    from .parallel import whole_file_facts
+
+    facts = ProjectFacts.from_files([whole_file_facts(result, source, config)])
+    out = resolve_conditions(result.diagnostics, facts, config)
+    return sorted(out, key=Diagnostic.sort_key)
+
+
+def lint_paths(
+    paths: Sequence[str],
+    config: Optional[Config] = None,
+    force_exclude: bool = False,
+    jobs: int = 1,
+    cache: "Optional[Cache]" = None,
+) -> LintResult:
+    """Lint files and folders. `jobs` processes (results identical to one);
+    `cache`: an `amplint.engine.cache.Cache` to reuse and record per-file results."""
+    from .parallel import lint_files, settle_facts
+
+    config = config or Config()
+    codes, rules = selected_rules(config)
+    files = list(discover(paths, config, force_exclude))
+    results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
+    facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
+    diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
+    diagnostics.sort(key=Diagnostic.sort_key)
+    return LintResult(diagnostics=diagnostics, files=files, facts=facts)

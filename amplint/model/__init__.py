@@ -1,0 +1,173 @@
+"""The AMP model: what rules read, and the only place they import from.
+
+`ModuleContext.build` walks a parsed file once (`collector.py`) and derives
+scalers and optimizers (`scalers.py`), low-precision casts (`dtypes.py`),
+training-step events (`events.py`) and the file's facts (`facts.py`); rules
+query it instead of walking the tree. The names below are everything a rule
+needs: the model's types and queries, the rule base class and diagnostics
+(from `amplint.core`), and the fix-edit builders (`edits.py`). They load on
+first use (PEP 562), so importing `amplint.model.facts` (the engine does, for
+project facts) imports neither libcst nor the collector.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    # core.rule
+    "Invalid": "..core.rule",
+    "Rule": "..core.rule",
+    "Valid": "..core.rule",
+    "example_source": "..core.rule",
+    # core.diagnostics
+    "Applicability": "..core.diagnostics",
+    "Diagnostic": "..core.diagnostics",
+    "Edit": "..core.diagnostics",
+    "Fix": "..core.diagnostics",
+    "Location": "..core.diagnostics",
+    "Severity": "..core.diagnostics",
+    # context
+    "ModuleContext": ".context",
+    # types
+    "Assignment": ".types",
+    "AutocastRegion": ".types",
+    "CallInfo": ".types",
+    "Event": ".types",
+    "Frame": ".types",
+    "LiteralInfo": ".types",
+    "LowPrecisionCast": ".types",
+    "MatMulInfo": ".types",
+    "OptimizerInfo": ".types",
+    "Path": ".types",
+    "Reference": ".types",
+    "ScalerInfo": ".types",
+    "Scope": ".types",
+    # literals
+    "call_arg": ".literals",
+    "call_chain": ".literals",
+    "literal_bool": ".literals",
+    "literal_number": ".literals",
+    "literal_string": ".literals",
+    # paths
+    "enclosing": ".paths",
+    "exclusive": ".paths",
+    "loops": ".paths",
+    "path_contains": ".paths",
+    "precedes": ".paths",
+    # regions
+    "active_region": ".regions",
+    "autocast_op_of": ".regions",
+    "autocast_ops": ".regions",
+    "AutocastOp": ".regions",
+    "region_within": ".regions",
+    "same_device": ".regions",
+    # scalers
+    "is_grad_scaler_call": ".scalers",
+    # bindings
+    "assignment_before": ".bindings",
+    "constructed_class": ".bindings",
+    "module_class": ".bindings",
+    # references
+    "imported_names": ".references",
+    # dtypes
+    "fp32_cast": ".dtypes",
+    "strip_views": ".dtypes",
+    # steps
+    "innermost_common_loop": ".steps",
+    "lines_between": ".steps",
+    "loop_body_source": ".steps",
+    "step_data": ".steps",
+    "step_region": ".steps",
+    "step_source": ".steps",
+    # names
+    "dotted_name": ".names",
+    "EMPTY": ".names",
+    "ImportTable": ".names",
+    # walk
+    "child_fields": ".walk",
+    "CONDITIONAL": ".walk",
+    "descendants": ".walk",
+    "own_hook": ".walk",
+    "parent_map": ".walk",
+    "SKIP": ".walk",
+    # torchapi
+    "AMP_CUSTOM_BWD": ".torchapi",
+    "AMP_CUSTOM_FWD": ".torchapi",
+    "AUTOCAST_AWARE_OP_NAMESPACES": ".torchapi",
+    "AUTOCAST_CONTEXTS": ".torchapi",
+    "AUTOCAST_LOWER_PRECISION_FUNCS": ".torchapi",
+    "AUTOCAST_LOWER_PRECISION_METHODS": ".torchapi",
+    "AUTOCAST_OP_FUNCTIONS": ".torchapi",
+    "AUTOCAST_OP_METHODS": ".torchapi",
+    "AUTOCAST_OP_MODULES": ".torchapi",
+    "AUTOGRAD_FUNCTION": ".torchapi",
+    "BF16_DTYPES": ".torchapi",
+    "BF16_SUPPORT_FUNCTIONS": ".torchapi",
+    "CAPABILITY_FUNCTIONS": ".torchapi",
+    "CLIP_FUNCTIONS": ".torchapi",
+    "CPP_EXTENSION_LOADERS": ".torchapi",
+    "CUSTOM_FWD_BWD": ".torchapi",
+    "CUSTOM_OP_DECORATORS": ".torchapi",
+    "DATA_PARALLEL_CLASSES": ".torchapi",
+    "DATA_PARALLEL_FUNCTIONS": ".torchapi",
+    "DEFAULT_INIT_SCALE": ".torchapi",
+    "DEPRECATED_AMP": ".torchapi",
+    "DeprecatedApi": ".torchapi",
+    "DEVICE_DEFAULT_DTYPE": ".torchapi",
+    "dtype_of_qualname": ".torchapi",
+    "DTYPE_PRESERVING_METHODS": ".torchapi",
+    "DTYPE_STRINGS": ".torchapi",
+    "FLOAT_FACTORIES": ".torchapi",
+    "FLOAT_OUTPUT_MODULES": ".torchapi",
+    "FP16_DTYPES": ".torchapi",
+    "FP16_FLUSH_TO_ZERO": ".torchapi",
+    "FP16_MAX": ".torchapi",
+    "FP16_MIN_SUBNORMAL": ".torchapi",
+    "FP32_DTYPES": ".torchapi",
+    "FUSED_CAPABLE": ".torchapi",
+    "GRAD_SCALERS": ".torchapi",
+    "is_optimizer_class": ".torchapi",
+    "LOWER_PRECISION_OPS": ".torchapi",
+    "LOWER_PRECISION_OPS_CPU": ".torchapi",
+    "LOWER_PRECISION_OPS_CUDA": ".torchapi",
+    "REGISTER_AUTOCAST": ".torchapi",
+    "runs_in_lower_precision": ".torchapi",
+    # facts
+    "AUTOCAST": ".facts",
+    "condition_holds": ".facts",
+    "FileFacts": ".facts",
+    "FP16": ".facts",
+    "ProjectFacts": ".facts",
+    # edits
+    "append_argument_edit": ".edits",
+    "call_is_plain": ".edits",
+    "can_bind": ".edits",
+    "drop_imported_name": ".edits",
+    "ensure_import": ".edits",
+    "insert_keyword_edits": ".edits",
+    "insert_line_before": ".edits",
+    "is_suppressed": ".edits",
+    "make_fix": ".edits",
+    "module_alias": ".edits",
+    "name_uses": ".edits",
+    "replace_node": ".edits",
+    "rewrite_with_imports": ".edits",
+    "torch_prefix": ".edits",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'amplint.model' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,418 @@
+"""The one traversal that fills the AMP model: imports, calls, assignments,
+scopes, autocast regions, literals, matmuls, dtype references.
+
+`walk.py` calls the visitor hooks libcst's `visit` would, without rebuilding
+nodes; the collector keeps the branch path and the innermost autocast region
+of every statement as it goes."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
+
+import libcst as cst
+
+from . import torchapi
+from .literals import literal_number
+from .names import dotted_name
+from .regions import _parse_autocast
+from .types import Assignment, AutocastRegion, CallInfo, Frame, LiteralInfo, MatMulInfo, Scope
+from .walk import own_hook
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import ModuleContext
+
+
+# --------------------------------------------------------------------------- traversal
+
+
+def _collect_imports(ctx: ModuleContext) -> None:
+    """Imports anywhere in the file (module level, functions, classes, try/except).
+
+    Imports are statements, so only statement bodies are walked; expressions
+    never hold them.
+    """
+    imports = ctx.imports
+    stack: List[cst.CSTNode] = [ctx.module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                if isinstance(small, cst.Import):
+                    imports.add_import(small)
+                elif isinstance(small, cst.ImportFrom):
+                    imports.add_import_from(small)
+            continue
+        for part in _statement_children(node):
+            stack.append(part)
+
+
+def _statement_children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The statements directly inside `node` (bodies, orelse, handlers, finally, cases)."""
+    out: List[cst.CSTNode] = []
+    body = getattr(node, "body", None)
+    if isinstance(body, (tuple, list)):
+        out.extend(body)
+    elif isinstance(body, cst.BaseSuite):
+        if isinstance(body, cst.IndentedBlock):
+            out.extend(body.body)
+        else:  # SimpleStatementSuite: `if x: import y`
+            out.append(cst.SimpleStatementLine(body=body.body))
+    for attr in ("orelse", "finalbody"):
+        extra = getattr(node, attr, None)
+        if extra is not None:
+            out.append(extra)
+    handlers = getattr(node, "handlers", None)
+    if handlers:
+        out.extend(handlers)
+    cases = getattr(node, "cases", None)
+    if cases:
+        out.extend(cases)
+    return out
+
+
+_STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+#: per node type: (visit hook, leave hook, is a statement), looked up once per type
+_HOOKS: Dict[type, Tuple[Optional[object], Optional[object], bool]] = {}
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self, ctx: ModuleContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        module_scope = Scope(node=ctx.module, name="<module>", cls=None, parent=None)
+        ctx.scopes.append(module_scope)
+        self.scope = module_scope
+        self.classes: List[cst.ClassDef] = []
+        self.path: List[Frame] = []
+        self.region: Optional[AutocastRegion] = None
+        self.statement: cst.CSTNode = ctx.module
+        self.order = 0
+        self.stack: List[cst.CSTNode] = []
+        self.call_stack: List[CallInfo] = []
+        self._statements: List[cst.CSTNode] = []
+        # per-scope `name = torch.autocast(...)` so `with name:` is understood
+        self._autocast_aliases: Dict[Tuple[int, str], cst.Call] = {}
+
+    # -- bookkeeping shared by every node
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.stack.append(node)
+        hooks = _HOOKS.get(type(node))
+        if hooks is None:
+            hooks = self._hooks(node)
+        if hooks[2]:
+            self._statements.append(self.statement)
+            self.statement = node
+        if hooks[0] is not None:
+            return hooks[0](self, node) is not False
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        hooks = _HOOKS[type(original_node)]
+        if hooks[1] is not None:
+            hooks[1](self, original_node)
+        self.stack.pop()
+        if hooks[2]:
+            self.statement = self._statements.pop()
+
+    @staticmethod
+    def _hooks(node: cst.CSTNode) -> Tuple[Optional[object], Optional[object], bool]:
+        name = type(node).__name__
+        hooks = (
+            own_hook(_Collector, f"visit_{name}"),
+            own_hook(_Collector, f"leave_{name}"),
+            isinstance(node, _STATEMENT_TYPES),
+        )
+        _HOOKS[type(node)] = hooks
+        return hooks
+
+    def _next(self) -> int:
+        self.order += 1
+        return self.order
+
+    # -- scopes
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.append(node)
+        self.ctx.classes.append(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.classes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        params = tuple(
+            p.name.value
+            for p in (
+                *node.params.posonly_params,
+                *node.params.params,
+                *node.params.kwonly_params,
+            )
+        )
+        cls = self.classes[-1] if self.classes and self._directly_in_class(node) else None
+        scope = Scope(node=node, name=node.name.value, cls=cls, parent=self.scope, params=params)
+        self.ctx.scopes.append(scope)
+        self._saved = getattr(self, "_saved", [])
+        self._saved.append((self.scope, self.path, self.region))
+        self.scope = scope
+        self.path = []
+        region = self._decorator_region(node)
+        if region is not None:
+            self.region = region
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scope, self.path, self.region = self._saved.pop()
+
+    def _directly_in_class(self, node: cst.FunctionDef) -> bool:
+        # stack: ..., ClassDef, IndentedBlock, FunctionDef
+        return len(self.stack) >= 3 and isinstance(self.stack[-3], cst.ClassDef)
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return True
+
+    # -- control flow
+
+    def _push(self, frame: Frame) -> None:
+        self.path.append(frame)
+
+    def _pop(self) -> None:
+        self.path.pop()
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._push(Frame("if", node, node.test))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self._push(Frame("else", node, node.test))
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self._pop()
+
+    def visit_For_body(self, node: cst.For) -> None:
+        self._push(Frame("loop", node))
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self._pop()
+
+    def visit_For_orelse(self, node: cst.For) -> None:
+        self._push(Frame("loop-else", node))
+
+    def leave_For_orelse(self, node: cst.For) -> None:
+        self._pop()
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self._push(Frame("loop", node, node.test))
+
+    def leave_While_body(self, node: cst.While) -> None:
+        self._pop()
+
+    def visit_While_orelse(self, node: cst.While) -> None:
+        self._push(Frame("loop-else", node))
+
+    def leave_While_orelse(self, node: cst.While) -> None:
+        self._pop()
+
+    def visit_Try_body(self, node: cst.Try) -> None:
+        self._push(Frame("try", node))
+
+    def leave_Try_body(self, node: cst.Try) -> None:
+        self._pop()
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self._push(Frame("except", node, node.type))
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self._pop()
+
+    def visit_Try_orelse(self, node: cst.Try) -> None:
+        self._push(Frame("try-else", node))
+
+    def leave_Try_orelse(self, node: cst.Try) -> None:
+        self._pop()
+
+    def visit_Try_finalbody(self, node: cst.Try) -> None:
+        self._push(Frame("finally", node))
+
+    def leave_Try_finalbody(self, node: cst.Try) -> None:
+        self._pop()
+
+    # -- autocast regions
+
+    def visit_With_body(self, node: cst.With) -> None:
+        self._region_saved = getattr(self, "_region_saved", [])
+        self._region_saved.append(self.region)
+        for item in node.items:
+            region = self._region_for(item.item, node)
+            if region is not None:
+                self.region = region
+                self.ctx.regions.append(region)
+
+    def leave_With_body(self, node: cst.With) -> None:
+        self.region = self._region_saved.pop()
+
+    def _decorator_region(self, node: cst.FunctionDef) -> Optional[AutocastRegion]:
+        region = None
+        for dec in node.decorators:
+            r = self._region_for(dec.decorator, node)
+            if r is not None:
+                self.ctx.regions.append(r)
+                region = r
+        return region
+
+    def _region_for(self, expr: cst.BaseExpression, node: cst.CSTNode) -> Optional[AutocastRegion]:
+        conditional = False
+        if isinstance(expr, cst.IfExp):
+            # `autocast(...) if use_amp else nullcontext()`
+            for side in (expr.body, expr.orelse):
+                if isinstance(side, cst.Call) and self._is_autocast_call(side):
+                    expr, conditional = side, True
+                    break
+            else:
+                return None
+        if isinstance(expr, cst.Name):
+            aliased = self._autocast_aliases.get((id(self.scope), expr.value))
+            if aliased is None:
+                return None
+            expr = aliased
+        if not isinstance(expr, cst.Call):
+            return None
+        region = _parse_autocast(self.ctx, expr, node, self.region)
+        if region is not None and conditional:
+            region.enabled = None if region.enabled is not False else False
+        return region
+
+    def _is_autocast_call(self, call: cst.Call) -> bool:
+        return _parse_autocast(self.ctx, call, call, None) is not None
+
+    # -- calls, assignments, literals
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        method = receiver = receiver_dotted = None
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            receiver = func.value
+            receiver_dotted = dotted_name(receiver)
+        info = CallInfo(
+            node=node,
+            order=self._next(),
+            qualnames=self.ctx.imports.qualnames(func),
+            dotted=dotted_name(func),
+            method=method,
+            receiver=receiver,
+            receiver_dotted=receiver_dotted,
+            scope=self.scope,
+            path=tuple(self.path),
+            region=self.region,
+            statement=self.statement,
+        )
+        self.ctx.calls.append(info)
+        self.scope.calls.append(info)
+        self.call_stack.append(info)
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        self.call_stack.pop()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._record_target(target.target, node.value, node)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._record_target(node.target, node.value, node)
+
+    def _record_target(self, target: cst.BaseExpression, value: cst.BaseExpression, node: cst.CSTNode) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for el in target.elements:
+                self._record_target_one(el.value, value, node, unpacked=True)
+        else:
+            self._record_target_one(target, value, node, unpacked=False)
+
+    def _record_target_one(self, target: cst.BaseExpression, value: cst.BaseExpression, node: cst.CSTNode, unpacked: bool) -> None:
+        name = dotted_name(target)
+        if name is None:
+            return
+        self.ctx.assignments.append(
+            Assignment(
+                target=name,
+                value=value,
+                node=node,
+                order=self._next(),
+                scope=self.scope,
+                path=tuple(self.path),
+                region=self.region,
+                unpacked=unpacked,
+                statement=self.statement,
+            )
+        )
+        if not unpacked and isinstance(value, cst.Call) and _parse_autocast(self.ctx, value, value, None):
+            self._autocast_aliases[(id(self.scope), name)] = value
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.MatrixMultiply):
+            self.ctx.matmuls.append(
+                MatMulInfo(node, self._next(), self.scope, tuple(self.path), self.region, self.statement)
+            )
+
+    def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
+        qualnames = self.ctx.imports.qualnames(node)
+        for q in qualnames:
+            d = torchapi.dtype_of_qualname(q)
+            if d in ("fp16", "bf16"):
+                self.ctx.dtype_refs.append((d, node))
+                break
+        return None
+
+    def visit_Float(self, node: cst.Float) -> None:
+        self._number(node)
+
+    def visit_Integer(self, node: cst.Integer) -> None:
+        self._number(node)
+
+    def _number(self, node: Union[cst.Float, cst.Integer]) -> None:
+        try:
+            value = abs(float(node.evaluated_value))
+        except (ValueError, OverflowError):
+            return
+        if not (value > torchapi.FP16_MAX or 0 < value < torchapi.FP16_FLUSH_TO_ZERO):
+            return
+        # stack[-1] is the number itself
+        outer: cst.BaseExpression = node
+        i = len(self.stack) - 2
+        while i >= 0:
+            p = self.stack[i]
+            if isinstance(p, cst.UnaryOperation) and isinstance(p.operator, (cst.Minus, cst.Plus)):
+                outer = p
+                i -= 1
+                continue
+            break
+        number = literal_number(outer)
+        if number is None:
+            return
+        parents = tuple(reversed(self.stack[max(0, i - 8) : i + 1]))
+        call = keyword = position = None
+        if parents and isinstance(parents[0], cst.Arg) and self.call_stack:
+            arg = parents[0]
+            call = self.call_stack[-1]
+            if arg.keyword is not None:
+                keyword = arg.keyword.value
+            else:
+                position = next(
+                    (k for k, a in enumerate(a for a in call.node.args if a.keyword is None) if a is arg),
+                    None,
+                )
+        self.ctx.literals.append(
+            LiteralInfo(
+                node=outer,
+                value=number,
+                parents=parents,
+                call=call,
+                keyword=keyword,
+                position=position,
+                scope=self.scope,
+                path=tuple(self.path),
+                region=self.region,
+                statement=self.statement,
+                order=self.order,
+            )
+        )

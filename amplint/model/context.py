@@ -1,0 +1,437 @@
+"""The AMP model of one module, computed once and shared by every rule.
+
+One traversal of the libcst tree records what AMP rules ask about:
+
+* every call, with the qualified names its callee may refer to (`names.py`),
+  the function it sits in, its branch path (if/else, loops, try/except) and the
+  innermost autocast region around it;
+* autocast regions (`with` items and decorators) with device, dtype, enabled;
+* assignments (so rules can follow `scaler = GradScaler(...)`,
+  `criterion = nn.BCELoss()`, `model = model.half()`);
+* numeric literals outside fp16's range (huge or tiny) with where they are used;
+* classes and functions.
+
+After the traversal it derives GradScaler and optimizer bindings (names,
+`self.` attributes and parameters), low-precision casts, the ordered
+training-step events of every function, and the file's project facts.
+
+Positions are resolved lazily: most parsed files have no finding, and the
+PositionProvider pass costs as much as the traversal.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from ..core.config import Config
+from ..core.diagnostics import Diagnostic, Fix, Location, Severity
+from . import torchapi
+from .collector import _Collector, _collect_imports
+from .dtypes import (
+    _CAST_METHOD_DTYPES, _DTYPE_KEEPING_FUNCTIONS, _DTYPE_KEEPING_METHODS, _FLOAT_FACTORIES, _LIKE_FACTORIES,
+    _OTHER_DTYPES, _find_low_precision_casts, _is_device_expr,
+)
+from .events import _events
+from .facts import FileFacts
+from .literals import call_arg, literal_string
+from .names import ImportTable
+from .references import _ReferenceCollector
+from .regions import AutocastOp
+from .scalers import _find_optimizers, _find_scalers
+from .types import (
+    Assignment, AutocastRegion, CallInfo, Event, LiteralInfo, LowPrecisionCast, MatMulInfo, OptimizerInfo, Path,
+    Reference, ScalerInfo, Scope,
+)
+from .walk import parent_map, walk
+
+
+#: tests that pick code by torch version or API presence (not `is_torch_tpu_available()`,
+#: which chooses hardware, not an API generation)
+_VERSION_TEST = re.compile(
+    r"hasattr|getattr|version|is_torch_(?:greater|less|version)|(?:greater|less)_(?:or_)?(?:equal_)?than|TORCH_\w*\d"
+)
+_IMPORT_ERRORS = ("ImportError", "AttributeError", "ModuleNotFoundError")
+_OPTIMIZER_NAMES = ("optimizer", "optim", "opt")
+
+# --------------------------------------------------------------------------- context
+
+
+class ModuleContext:
+    """The AMP model of one module. Build with `ModuleContext.build(...)`."""
+
+    def __init__(self, module: cst.Module, source: str, path: str, config: Optional[Config] = None) -> None:
+        self.module = module
+        #: the effective configuration (rules read e.g. `config.torch_version` for fixes)
+        self.config = config or Config()
+        self.source = source
+        self.path = path
+        self.imports = ImportTable()
+        self.calls: List[CallInfo] = []
+        self.assignments: List[Assignment] = []
+        self.regions: List[AutocastRegion] = []
+        self.literals: List[LiteralInfo] = []
+        self.matmuls: List[MatMulInfo] = []
+        self.scopes: List[Scope] = []
+        self.classes: List[cst.ClassDef] = []
+        self.dtype_refs: List[Tuple[str, cst.CSTNode]] = []  # ("fp16", node) for torch.float16 etc.
+        self.scalers: Dict[str, ScalerInfo] = {}
+        self.optimizers: Dict[str, OptimizerInfo] = {}
+        self.low_precision_casts: List[LowPrecisionCast] = []
+        self.facts = FileFacts()
+        self._wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self._positions = None
+        self._parents = None
+        self._calls_by_qualname: Dict[str, List[CallInfo]] = {}
+        self._calls_by_method: Dict[str, List[CallInfo]] = {}
+        self._call_info: Dict[cst.Call, CallInfo] = {}
+        self._assignments_by_target: Dict[str, List[Assignment]] = {}
+        self._references: Optional[List["Reference"]] = None
+        self._rebound: FrozenSet[str] = frozenset()
+        self._autocast_ops: Optional[List["AutocastOp"]] = None
+        self._autocast_op_by_node: Dict[cst.CSTNode, "AutocastOp"] = {}
+        self._callers: Optional[Dict[int, List[CallInfo]]] = None
+        self._scopes_by_name: Optional[Dict[str, List[Scope]]] = None
+
+    # ------------------------------------------------------------------ build
+
+    @classmethod
+    def build(cls, module: cst.Module, source: str, path: str = "<string>", config: Optional[Config] = None) -> "ModuleContext":
+        ctx = cls(module, source, path, config)
+        _collect_imports(ctx)
+        walk(module, _Collector(ctx))
+        for call in ctx.calls:
+            for q in call.qualnames:
+                ctx._calls_by_qualname.setdefault(q, []).append(call)
+            if call.method:
+                ctx._calls_by_method.setdefault(call.method, []).append(call)
+            ctx._call_info[call.node] = call
+        for a in ctx.assignments:
+            ctx._assignments_by_target.setdefault(a.target, []).append(a)
+        _find_scalers(ctx)
+        _find_optimizers(ctx)
+        _find_low_precision_casts(ctx)
+        for scope in ctx.scopes:
+            scope.events = _events(ctx, scope)
+        ctx.facts = _file_facts(ctx)
+        return ctx
+
+    def release(self) -> None:
+        """Drop everything this context holds, and the links from scopes to their calls and
+        events (each call links back to its scope).
+
+        With no cycle left through the model, it and the libcst tree it holds
+        are freed by reference counting as soon as the caller drops them,
+        instead of waiting for the cycle collector to scan a few hundred
+        thousand objects. The context must not be used afterwards.
+        """
+        for scope in self.scopes:
+            scope.calls = []
+            scope.events = []
+        self.__dict__.clear()
+
+    # ------------------------------------------------------------------ names
+
+    def qualnames(self, node: cst.CSTNode) -> FrozenSet[str]:
+        return self.imports.qualnames(node)
+
+    def qualname(self, node: cst.CSTNode) -> Optional[str]:
+        return self.imports.qualname(node)
+
+    def dtype_of(self, node: Optional[cst.CSTNode]) -> Optional[str]:
+        """'fp16' | 'bf16' | 'fp32' for `torch.float16`, `th.half`, `"float16"`..."""
+        if node is None:
+            return None
+        s = literal_string(node)
+        if s is not None:
+            return torchapi.DTYPE_STRINGS.get(s.replace("torch.", ""))
+        for q in self.qualnames(node):
+            d = torchapi.dtype_of_qualname(q)
+            if d:
+                return d
+        return None
+
+    def known_dtype(
+        self,
+        node: Optional[cst.CSTNode],
+        scope: Optional[Scope] = None,
+        before: Optional[int] = None,
+        statement: Optional[cst.CSTNode] = None,
+        _depth: int = 0,
+    ) -> Optional[str]:
+        """The floating dtype an expression visibly has: 'fp16' | 'bf16' | 'fp32' |
+        'other' (float64, integer, bool) | None (unknown).
+
+        Follows casts (`.half()`, `.float()`, `.to(torch.float16)`), factories
+        (`torch.zeros(n)` is the default fp32, `dtype=` wins, `*_like` inherit),
+        dtype-preserving methods (`view`, `triu`, `unsqueeze`, `to(device)`, ...)
+        and plain names assigned in `scope` before order `before` (every such
+        assignment must agree; the one in `statement` itself is ignored). It
+        assumes the default dtype is float32 and never guesses otherwise.
+        """
+        if node is None or _depth > 10:
+            return None
+        again = lambda n, b=before: self.known_dtype(n, scope, b, statement, _depth + 1)  # noqa: E731
+        if isinstance(node, cst.Call):
+            func = node.func
+            method = func.attr.value if isinstance(func, cst.Attribute) else None
+            qualnames = self.qualnames(func)
+            if method in _CAST_METHOD_DTYPES and not node.args and not qualnames:
+                return _CAST_METHOD_DTYPES[method]
+            dtype_arg = call_arg(node, None, "dtype")
+            if method in ("to", "type") and not qualnames:
+                for arg in node.args:
+                    if arg.keyword is None or arg.keyword.value == "dtype":
+                        d = self.dtype_kind(arg.value)
+                        if d is not None:
+                            return d
+                positional = [a.value for a in node.args if a.keyword is None]
+                if all(_is_device_expr(self, a) for a in positional):
+                    return again(func.value)
+                return None
+            if qualnames & _FLOAT_FACTORIES:
+                if dtype_arg is not None:
+                    return self.dtype_kind(dtype_arg)
+                return "fp32"
+            if qualnames & _LIKE_FACTORIES:
+                if dtype_arg is not None:
+                    return self.dtype_kind(dtype_arg)
+                return again(call_arg(node, 0, "input"))
+            if qualnames & _DTYPE_KEEPING_FUNCTIONS:
+                return again(call_arg(node, 0, "input"))
+            if method in _DTYPE_KEEPING_METHODS and not qualnames:
+                if method in ("new_zeros", "new_ones", "new_empty", "new_full", "new_tensor") and dtype_arg is not None:
+                    return self.dtype_kind(dtype_arg)
+                return again(func.value)
+            return None
+        if isinstance(node, cst.Subscript):
+            return again(node.value)
+        if isinstance(node, cst.Name) and scope is not None and before is not None:
+            found = [
+                a
+                for a in self.assignments_to(node.value, scope)
+                if a.scope is scope
+                and a.order < before
+                and not a.unpacked
+                and not (isinstance(statement, cst.SimpleStatementLine) and any(a.node is s for s in statement.body))
+            ]
+            if not found:
+                return None
+            dtypes = {again(a.value, a.order) for a in found}
+            return dtypes.pop() if len(dtypes) == 1 else None
+        return None
+
+    def dtype_kind(self, node: Optional[cst.CSTNode]) -> Optional[str]:
+        """`dtype_of`, plus 'other' for torch dtypes that are not fp16/bf16/fp32 (`torch.long`)."""
+        if node is None:
+            return None
+        d = self.dtype_of(node)
+        if d is not None:
+            return d
+        if any(q.startswith("torch.") and q.split(".", 1)[1] in _OTHER_DTYPES for q in self.qualnames(node)):
+            return "other"
+        return None
+
+    # ------------------------------------------------------------------ queries
+
+    def calls_to(self, *qualnames: str) -> List[CallInfo]:
+        out: List[CallInfo] = []
+        seen = set()
+        for q in qualnames:
+            for c in self._calls_by_qualname.get(q, ()):
+                if id(c) not in seen:
+                    seen.add(id(c))
+                    out.append(c)
+        out.sort(key=lambda c: c.order)
+        return out
+
+    def method_calls(self, *methods: str) -> List[CallInfo]:
+        out: List[CallInfo] = []
+        for m in methods:
+            out.extend(self._calls_by_method.get(m, ()))
+        out.sort(key=lambda c: c.order)
+        return out
+
+    def call_info(self, node: cst.Call) -> Optional[CallInfo]:
+        return self._call_info.get(node)
+
+    def assignments_to(self, target: str, scope: Optional[Scope] = None) -> List[Assignment]:
+        found = self._assignments_by_target.get(target, [])
+        if scope is None:
+            return list(found)
+        return [a for a in found if a.scope is scope or target.startswith("self.")]
+
+    def scope_named(self, name: str, cls: Optional[cst.ClassDef] = None) -> Optional[Scope]:
+        for s in self.scopes:
+            if s.name == name and (cls is None or s.cls is cls):
+                return s
+        return None
+
+    def callee(self, call: CallInfo) -> Optional[Scope]:
+        """The function defined in this file that `call` runs, if it can be told.
+
+        `self.m(...)` is the method `m` of the caller's class (or of another class
+        in the file when the caller's class has none: a base class); `f(...)` is a
+        function `f` nested in the caller, else a module-level one.
+        """
+        if self._scopes_by_name is None:
+            self._scopes_by_name = {}
+            for s in self.scopes:
+                self._scopes_by_name.setdefault(s.name, []).append(s)
+        if call.receiver_dotted == "self" and call.method:
+            own = call.scope.cls
+            methods = [s for s in self._scopes_by_name.get(call.method, ()) if s.cls is not None]
+            for s in methods:
+                if s.cls is own:
+                    return s
+            return methods[0] if len(methods) == 1 else None
+        if call.method is None and isinstance(call.node.func, cst.Name):
+            name = call.node.func.value
+            functions = [s for s in self._scopes_by_name.get(name, ()) if s.cls is None and not s.is_module]
+            scope: Optional[Scope] = call.scope
+            while scope is not None:
+                for s in functions:
+                    if s.parent is scope:
+                        return s
+                scope = scope.parent
+        return None
+
+    def reachable_events(self, scope: Scope, depth: int = 3) -> List[Event]:
+        """`scope`'s events followed by those of the functions it calls in this
+        file (through `call` events, `depth` levels deep, each function once)."""
+        out: List[Event] = []
+        seen = {id(scope)}
+        frontier = [scope]
+        for _ in range(depth + 1):
+            following: List[Scope] = []
+            for s in frontier:
+                for e in s.events:
+                    out.append(e)
+                    if e.kind == "call":
+                        target = self.callee(e.call)
+                        if target is not None and id(target) not in seen:
+                            seen.add(id(target))
+                            following.append(target)
+            frontier = following
+        return out
+
+    def callers(self, scope: Scope) -> List[CallInfo]:
+        """The calls in this file that run `scope` (as resolved by `callee`)."""
+        if self._callers is None:
+            self._callers = {}
+            for s in self.scopes:
+                for e in s.events:
+                    if e.kind == "call":
+                        target = self.callee(e.call)
+                        if target is not None:
+                            self._callers.setdefault(id(target), []).append(e.call)
+        return list(self._callers.get(id(scope), ()))
+
+    def scaler(self, key: Optional[str]) -> Optional[ScalerInfo]:
+        return self.scalers.get(key) if key else None
+
+    def is_optimizer(self, key: Optional[str]) -> bool:
+        if not key:
+            return False
+        if key in self.optimizers:
+            return True
+        last = key.rsplit(".", 1)[-1].lower()
+        if "sched" in last or "scaler" in last:
+            return False
+        return any(last == n or last.endswith(n) or last.startswith(n) for n in _OPTIMIZER_NAMES)
+
+    def is_version_gated(self, path: Path) -> bool:
+        """Inside an `except ImportError`, or an if/else on hasattr/version checks."""
+        for frame in path:
+            if frame.kind == "except":
+                text = self.code_for(frame.test) if frame.test is not None else "ImportError"
+                if any(e in text for e in _IMPORT_ERRORS):
+                    return True
+            elif frame.kind in ("if", "else") and frame.test is not None:
+                text = self.code_for(frame.test)
+                if _VERSION_TEST.search(text):
+                    return True
+        return False
+
+    def project_uses_fp16(self) -> bool:
+        return self.facts.fp16 or self.facts.dtype_unknown
+
+    def references(self) -> List["Reference"]:
+        """Every use of an imported name (`Name`/`Attribute` chain resolving
+        through the imports), outermost chain only, with its branch path and
+        how it is used: called, a decorator, or a bare reference. Computed on
+        first use (one extra traversal), then cached."""
+        if self._references is None:
+            collector = _ReferenceCollector(self)
+            self.module.visit(collector)
+            self._references = collector.references
+            self._rebound = collector.bound
+        return self._references
+
+    def is_rebound(self, name: str) -> bool:
+        """True when `name` is also bound by something other than an import
+        (assignment, def, class, parameter, for/with target) anywhere in the
+        file, so what it refers to at a given line is not known statically."""
+        self.references()
+        return name in self._rebound
+
+    # ------------------------------------------------------------------ source
+
+    def code_for(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def position(self, node: cst.CSTNode) -> Tuple[Location, Location]:
+        if self._positions is None:
+            self._positions = self._wrapper.resolve(PositionProvider)
+        r = self._positions[node]
+        return Location(r.start.line, r.start.column + 1), Location(r.end.line, r.end.column + 1)
+
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        if self._parents is None:
+            self._parents = parent_map(self.module)
+        return self._parents.get(node)
+
+    def diagnostic(
+        self,
+        rule: "object",
+        node: cst.CSTNode,
+        message: Optional[str] = None,
+        *,
+        fix: Optional[Fix] = None,
+        data: Optional[dict] = None,
+        condition: Optional[str] = None,
+        severity: Optional[Severity] = None,
+    ) -> Diagnostic:
+        """A diagnostic of `rule` spanning `node`."""
+        start, end = self.position(node)
+        return Diagnostic(
+            code=rule.code,
+            name=rule.name,
+            message=message or rule.message,
+            severity=severity or rule.severity,
+            filename=self.path,
+            location=start,
+            end_location=end,
+            fix=fix,
+            noqa_row=start.row,
+            url=rule.url(),
+            condition=condition,
+            data=dict(data or {}),
+        )
+
+
+def _file_facts(ctx: ModuleContext) -> FileFacts:
+    active = [r for r in ctx.regions if r.enabled is not False]
+    dtypes = {r.dtype for r in active}
+    dtypes |= {c.dtype for c in ctx.low_precision_casts}
+    dtypes |= {d for d, _ in ctx.dtype_refs}
+    # constructing an enabled GradScaler only makes sense for fp16
+    scaler = any(s.constructors and s.enabled is not False for s in ctx.scalers.values())
+    return FileFacts(
+        fp16="fp16" in dtypes or scaler,
+        bf16="bf16" in dtypes,
+        dtype_unknown=None in dtypes,
+        autocast=bool(ctx.regions),
+    )

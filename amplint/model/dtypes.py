@@ -1,0 +1,125 @@
+"""Dtype inference: which floating dtype an expression visibly has, low-precision
+casts (`.half()`, `.to(torch.float16)`, `torch_dtype=`), and fp32 casts.
+
+The tables here drive `ModuleContext.known_dtype`; everything assumes the
+default dtype is float32 and never guesses otherwise."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, Optional
+
+import libcst as cst
+
+from . import torchapi
+from .literals import call_chain, literal_string
+from .names import dotted_name
+from .types import Assignment, CallInfo, LowPrecisionCast
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import ModuleContext
+
+
+_CAST_METHOD_DTYPES = {"half": "fp16", "bfloat16": "bf16", "float": "fp32", "double": "other", "long": "other", "int": "other", "bool": "other"}
+_FLOAT_FACTORIES = frozenset(
+    f"torch.{n}" for n in ("zeros", "ones", "empty", "rand", "randn", "eye", "linspace", "logspace")
+)
+_LIKE_FACTORIES = frozenset(
+    f"torch.{n}" for n in ("zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "full_like")
+)
+_DTYPE_KEEPING_FUNCTIONS = frozenset(
+    f"torch.{n}" for n in ("triu", "tril", "transpose", "unsqueeze", "squeeze", "reshape", "flatten", "clone", "masked_fill")
+)
+_DTYPE_KEEPING_METHODS = frozenset(
+    (
+        "view", "view_as", "reshape", "unsqueeze", "squeeze", "transpose", "permute", "t", "contiguous", "clone",
+        "detach", "expand", "expand_as", "repeat", "triu", "tril", "flatten", "masked_fill", "masked_fill_",
+        "fill_", "cuda", "cpu", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "abs", "neg",
+    )
+)
+_OTHER_DTYPES = frozenset(
+    (
+        "float64", "double", "int64", "long", "int32", "int", "int16", "short", "int8", "uint8", "bool",
+        "complex64", "complex128", "cfloat", "cdouble",
+    )
+)
+
+
+def _is_device_expr(ctx: "ModuleContext", node: cst.BaseExpression) -> bool:
+    """`"cuda"`, `device`, `self.device`, `x.device`, `torch.device(...)`: `.to(<this>)` keeps the dtype."""
+    s = literal_string(node)
+    if s is not None:
+        return s.split(":")[0] in ("cuda", "cpu", "xpu", "mps", "meta", "hpu", "xla")
+    if isinstance(node, cst.Call):
+        return bool(ctx.qualnames(node.func) & {"torch.device"})
+    name = dotted_name(node)
+    return name is not None and name.rsplit(".", 1)[-1] in ("device", "dev", "rank", "local_rank")
+
+
+_CAST_METHODS = {"half": "fp16", "bfloat16": "bf16"}
+
+
+def _cast_dtype(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
+    """The low-precision dtype a `.half()` / `.to(...)` / `from_pretrained(...)` call produces."""
+    if call.method in _CAST_METHODS and not call.node.args:
+        return _CAST_METHODS[call.method]
+    if call.method in ("to", "type"):
+        for arg in call.node.args:
+            if arg.keyword is None or arg.keyword.value == "dtype":
+                d = ctx.dtype_of(arg.value)
+                if d in ("fp16", "bf16"):
+                    return d
+                if call.method == "type" and dotted_name(arg.value) and dotted_name(arg.value).endswith("HalfTensor"):
+                    return "fp16"
+    if call.method == "from_pretrained" or (call.dotted or "").endswith("from_pretrained"):
+        d = ctx.dtype_of(call.arg(None, "torch_dtype")) or ctx.dtype_of(call.arg(None, "dtype"))
+        if d in ("fp16", "bf16"):
+            return d
+    return None
+
+
+def _find_low_precision_casts(ctx: ModuleContext) -> None:
+    by_node: Dict[cst.Call, Assignment] = {}
+    for a in ctx.assignments:
+        if a.unpacked:
+            continue
+        for c in call_chain(a.value):
+            by_node[c] = a
+    for call in ctx.calls:
+        dtype = _cast_dtype(ctx, call)
+        if dtype is None:
+            continue
+        assignment = by_node.get(call.node)
+        subject = assignment.target if assignment is not None else call.receiver_dotted
+        ctx.low_precision_casts.append(LowPrecisionCast(call=call, dtype=dtype, subject=subject, assignment=assignment))
+
+
+def fp32_cast(ctx: ModuleContext, node: cst.CSTNode) -> bool:
+    """`x.float()`, `x.to(torch.float32)`, `x.to(device, torch.float)`, `x.type(torch.float32)`."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    method = node.func.attr.value
+    if method == "float":
+        return not node.args
+    if method in ("to", "type"):
+        for arg in node.args:
+            if (arg.keyword is None or arg.keyword.value == "dtype") and not isinstance(arg.value, cst.SimpleString):
+                if ctx.dtype_of(arg.value) == "fp32":
+                    return True
+    return False
+
+
+def strip_views(ctx: ModuleContext, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """The tensor expression under dtype-preserving views: `h.transpose(1, 2)[0]` -> `h`."""
+    while True:
+        if (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in torchapi.DTYPE_PRESERVING_METHODS
+            and not any(ctx.dtype_of(a.value) for a in expr.args)  # `x.view(torch.float16)` reinterprets
+        ):
+            expr = expr.func.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT", "H", "mH"):
+            expr = expr.value
+        else:
+            return expr

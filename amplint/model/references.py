@@ -1,0 +1,228 @@
+"""Uses of imported names (`ModuleContext.references`, `imported_names`).
+
+A second traversal, run only when a rule asks: most files never need it."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+import libcst as cst
+
+from .names import ImportTable, dotted_name
+from .types import Frame, Reference
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import ModuleContext
+
+
+def imported_names(ctx: "ModuleContext", node: cst.CSTNode) -> Dict[str, str]:
+    """{local name: qualified name} for every imported name used in `node` that
+    resolves unambiguously, so the verifier can bind a flagged snippet."""
+    names = _ImportedNames(ctx.imports)
+    node.visit(names)
+    return names.found
+
+
+class _ImportedNames(cst.CSTVisitor):
+    """For `imported_names` (a module-level class: one defined per call would hold its
+    closure, and so the file's tree, in a reference cycle)."""
+
+    def __init__(self, imports: ImportTable) -> None:
+        super().__init__()
+        self.imports = imports
+        self.found: Dict[str, str] = {}
+
+    def visit_Name(self, name: cst.Name) -> None:
+        if name.value not in self.found:
+            q = self.imports.qualname(name)
+            if q is not None:
+                self.found[name.value] = q
+
+
+class _ReferenceCollector(cst.CSTVisitor):
+    """Collects `Reference`s and the names bound other than by import.
+
+    Branch frames mirror `_Collector`'s (if/else, try/except, loops) and are
+    kept across function definitions, so a function defined under a version
+    check counts as version-gated. Conditional expressions and the arguments of
+    `getattr`/`hasattr` calls add an "if" frame whose test is that expression.
+    """
+
+    def __init__(self, ctx: ModuleContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.references: List[Reference] = []
+        self.bound: set = set()
+        self.path: List[Frame] = []
+        self.skip: set = set()  # ids of Name nodes that are not references
+        self.parents: List[cst.CSTNode] = []
+        self.annotations = 0
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self.annotations += 1
+
+    def leave_Annotation(self, original_node: cst.Annotation) -> None:
+        self.annotations -= 1
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.parents.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.parents.pop()
+
+    # -- not references
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.skip.add(id(node.keyword))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.skip.add(id(node.name))
+        self.bound.add(node.name.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.skip.add(id(node.name))
+        self.bound.add(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.skip.add(id(node.name))
+        self.bound.add(node.name.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._bind(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._bind(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._bind(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._bind(node.name)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._bind(node.target)
+
+    def _bind(self, target: cst.CSTNode) -> None:
+        if isinstance(target, cst.Name):
+            self.bound.add(target.value)
+            self.skip.add(id(target))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for el in target.elements:
+                self._bind(el.value)
+        elif isinstance(target, cst.StarredElement):
+            self._bind(target.value)
+
+    # -- branches
+    def visit_If_body(self, node: cst.If) -> None:
+        self.path.append(Frame("if", node, node.test))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self.path.pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self.path.append(Frame("else", node, node.test))
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self.path.pop()
+
+    def visit_IfExp_body(self, node: cst.IfExp) -> None:
+        self.path.append(Frame("if", node, node.test))
+
+    def leave_IfExp_body(self, node: cst.IfExp) -> None:
+        self.path.pop()
+
+    def visit_IfExp_orelse(self, node: cst.IfExp) -> None:
+        self.path.append(Frame("else", node, node.test))
+
+    def leave_IfExp_orelse(self, node: cst.IfExp) -> None:
+        self.path.pop()
+
+    def visit_Try_body(self, node: cst.Try) -> None:
+        self.path.append(Frame("try", node))
+
+    def leave_Try_body(self, node: cst.Try) -> None:
+        self.path.pop()
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self.path.append(Frame("except", node, node.type))
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self.path.pop()
+
+    def visit_Try_orelse(self, node: cst.Try) -> None:
+        self.path.append(Frame("try-else", node))
+
+    def leave_Try_orelse(self, node: cst.Try) -> None:
+        self.path.pop()
+
+    def visit_For_body(self, node: cst.For) -> None:
+        self.path.append(Frame("loop", node))
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self.path.pop()
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self.path.append(Frame("loop", node, node.test))
+
+    def leave_While_body(self, node: cst.While) -> None:
+        self.path.pop()
+
+    def visit_Call_args(self, node: cst.Call) -> None:
+        gate = isinstance(node.func, cst.Name) and node.func.value in ("getattr", "hasattr")
+        self.path.append(Frame("if", node, node if gate else None))
+
+    def leave_Call_args(self, node: cst.Call) -> None:
+        self.path.pop()
+
+    # -- references
+    def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
+        self.skip.add(id(node.attr))
+        if self._record(node):
+            return False
+        return None
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if id(node) not in self.skip:
+            self._record(node)
+
+    def _record(self, node: cst.BaseExpression) -> bool:
+        dotted = dotted_name(node)
+        if dotted is None:
+            return False
+        qualnames = self.ctx.imports.resolve_dotted(dotted)
+        if not qualnames:
+            return False
+        parent = self.parents[-2] if len(self.parents) >= 2 else None
+        use, call, decorator = "bare", None, None
+        if isinstance(parent, cst.Call) and parent.func is node:
+            use, call = "call", parent
+            grand = self.parents[-3] if len(self.parents) >= 3 else None
+            if isinstance(grand, cst.Decorator):
+                decorator = grand
+        elif isinstance(parent, cst.Decorator):
+            use, decorator = "decorator", parent
+        # `Call_args` frames are bookkeeping only; keep those with a test
+        path = tuple(f for f in self.path if not (f.kind == "if" and f.test is None))
+        self.references.append(
+            Reference(
+                node=node,
+                qualnames=qualnames,
+                root=dotted.split(".")[0],
+                use=use,
+                path=path,
+                call=call,
+                decorator=decorator,
+                annotation=self.annotations > 0,
+            )
+        )
+        return True

@@ -1,0 +1,169 @@
+"""Autocast regions: parsing `torch.autocast(...)` and its aliases into an
+`AutocastRegion`, the ops that run inside one, and how regions nest."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+import libcst as cst
+
+from . import torchapi
+from .bindings import module_class
+from .literals import call_arg, literal_bool, literal_string
+from .names import dotted_name
+from .types import AutocastRegion, CallInfo, Path, Scope
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import ModuleContext
+
+
+def _parse_autocast(
+    ctx: ModuleContext, call: cst.Call, node: cst.CSTNode, parent: Optional[AutocastRegion]
+) -> Optional[AutocastRegion]:
+    """An AutocastRegion if `call` constructs an autocast context, else None."""
+    qualnames = ctx.imports.qualnames(call.func)
+    known = [q for q in qualnames if q in torchapi.AUTOCAST_CONTEXTS]
+    if known:
+        q = known[0]
+        implied_device = torchapi.AUTOCAST_CONTEXTS[q]
+        if implied_device is None:
+            device_node = call_arg(call, 0, "device_type")
+            device = literal_string(device_node)
+            dtype_node = call_arg(call, 1, "dtype")
+            enabled_node = call_arg(call, 2, "enabled")
+        else:
+            device = implied_device
+            enabled_node = call_arg(call, 0, "enabled")
+            dtype_node = call_arg(call, 1, "dtype")
+        if dtype_node is None:
+            dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
+        else:
+            d = ctx.dtype_of(dtype_node)
+            dtype = d if d in ("fp16", "bf16", "fp32") else None
+        if enabled_node is None:
+            enabled: Optional[bool] = True
+        else:
+            enabled = literal_bool(enabled_node)
+        return AutocastRegion(node=node, call=call, device=device, dtype=dtype, enabled=enabled, parent=parent)
+    # accelerate / Lightning Fabric: `accelerator.autocast()`; dtype comes from their config
+    func = call.func
+    if (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "autocast"
+        and not qualnames
+        and dotted_name(func.value) is not None
+        and not ctx.imports.is_imported(dotted_name(func.value).split(".")[0])
+    ):
+        return AutocastRegion(node=node, call=call, device=None, dtype=None, enabled=None, parent=parent, framework=True)
+    return None
+
+
+# --------------------------------------------------------------------------- autocast ops, casts, regions
+
+
+@dataclass(eq=False)
+class AutocastOp:
+    """A use of an op that autocast lists: a torch function, a Tensor method, a
+    call of a module whose forward is that op (`self.fc(x)` with
+    `self.fc = nn.Linear(...)`), or `a @ b`.
+
+    op: the aten name (`linear`, `matmul`...). Whether it runs in the
+    low-precision dtype depends on the device: `torchapi.runs_in_lower_precision`.
+    inputs: the expressions whose tensors it consumes.
+    """
+
+    node: cst.CSTNode
+    op: str
+    inputs: Tuple[cst.BaseExpression, ...]
+    scope: Scope
+    path: Path
+    region: Optional[AutocastRegion]
+    order: int
+    statement: cst.CSTNode
+
+
+def autocast_ops(ctx: ModuleContext) -> List[AutocastOp]:
+    """Every use of an autocast-listed op in the module, in source order (computed once)."""
+    if ctx._autocast_ops is None:
+        ops: List[AutocastOp] = []
+        for call in ctx.calls:
+            op = _call_op(ctx, call)
+            if op is not None:
+                ops.append(op)
+        for mm in ctx.matmuls:
+            ops.append(AutocastOp(mm.node, "matmul", (mm.node.left, mm.node.right), mm.scope, mm.path, mm.region, mm.order, mm.statement))
+        ops.sort(key=lambda o: o.order)
+        ctx._autocast_ops = ops
+        ctx._autocast_op_by_node = {o.node: o for o in ops}
+    return ctx._autocast_ops
+
+
+def autocast_op_of(ctx: ModuleContext, node: cst.CSTNode) -> Optional[AutocastOp]:
+    """The listed op `node` (a Call or `a @ b`) is, if any."""
+    autocast_ops(ctx)
+    return ctx._autocast_op_by_node.get(node)
+
+
+def _call_op(ctx: ModuleContext, call: CallInfo) -> Optional[AutocastOp]:
+    node = call.node
+    if any(a.keyword is not None and a.keyword.value == "out" for a in node.args):
+        return None  # `out=` calls are not autocast [amp-facts §1.1]
+    args = tuple(a.value for a in node.args if not a.star)
+
+    def make(op: str, inputs: Tuple[cst.BaseExpression, ...]) -> AutocastOp:
+        return AutocastOp(node, op, inputs, call.scope, call.path, call.region, call.order, call.statement)
+
+    for q in call.qualnames:
+        op = torchapi.AUTOCAST_OP_FUNCTIONS.get(q)
+        if op is not None:
+            return make(op, args)
+    if call.qualnames:
+        return None
+    if call.method in torchapi.AUTOCAST_OP_METHODS and call.receiver is not None:
+        return make(torchapi.AUTOCAST_OP_METHODS[call.method], (call.receiver, *args))
+    cls = module_class(ctx, node.func, call.scope)
+    if cls is not None and cls in torchapi.AUTOCAST_OP_MODULES:
+        positional = tuple(a.value for a in node.args if a.keyword is None and not a.star)
+        return make(torchapi.AUTOCAST_OP_MODULES[cls], positional)
+    return None
+
+
+def active_region(region: Optional[AutocastRegion]) -> Optional[AutocastRegion]:
+    """The region whose autocast is in force at code inside `region`: the
+    innermost one that is not switched off by a nested `enabled=False` region
+    of its device. None when autocast is (or may be) off there; a disabled
+    region whose device is not known counts as switching everything off."""
+    disabled = set()
+    r = region
+    while r is not None:
+        if r.enabled is False:
+            if r.device is None:
+                return None
+            disabled.add(r.device)
+        elif r.device is None:
+            return None if disabled else r
+        elif r.device not in disabled:
+            return r
+        r = r.parent
+    return None
+
+
+def region_within(region: Optional[AutocastRegion], ancestor: AutocastRegion) -> bool:
+    """Whether `region` is `ancestor` or nested (lexically) inside it."""
+    r = region
+    while r is not None:
+        if r is ancestor:
+            return True
+        r = r.parent
+    return False
+
+
+def same_device(ctx: ModuleContext, a: AutocastRegion, b: AutocastRegion) -> bool:
+    """Whether two regions are known to autocast the same device: both literal
+    and equal, or both given by the same expression (`device_type=dev`)."""
+    if a.framework or b.framework:
+        return False
+    if a.device is not None or b.device is not None:
+        return a.device == b.device
+    da, db = call_arg(a.call, 0, "device_type"), call_arg(b.call, 0, "device_type")
+    return da is not None and db is not None and ctx.code_for(da) == ctx.code_for(db)

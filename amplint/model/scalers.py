@@ -1,0 +1,137 @@
+"""GradScalers and optimizers: their bindings (names, `self.` attributes,
+parameters), constructors, `enabled=` literals, fused and framework-prepared
+optimizers."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+import libcst as cst
+
+from . import torchapi
+from .literals import literal_bool, literal_string
+from .names import dotted_name
+from .types import CallInfo, OptimizerInfo, ScalerInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import ModuleContext
+
+
+_SCALER_PARAM_HINT = "scaler"
+
+
+# --------------------------------------------------------------------------- derived facts
+
+
+def _enabled_arg(call: CallInfo, qualname: str) -> Optional[cst.BaseExpression]:
+    # torch.amp.GradScaler(device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+    # torch.cuda.amp.GradScaler(init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+    position = 5 if qualname.startswith("torch.amp") else 4
+    return call.arg(position, "enabled")
+
+
+def _scaler_constructor(ctx: ModuleContext, value: cst.BaseExpression) -> Tuple[Optional[CallInfo], bool]:
+    """The GradScaler(...) call in `value` and whether it is conditional (`X if c else None`)."""
+    conditional = False
+    candidates: List[cst.BaseExpression] = [value]
+    if isinstance(value, cst.IfExp):
+        candidates = [value.body, value.orelse]
+        conditional = True
+    elif isinstance(value, cst.BooleanOperation):
+        candidates = [value.left, value.right]
+        conditional = True
+    for c in candidates:
+        if isinstance(c, cst.Call):
+            info = ctx.call_info(c)
+            if info is not None and _is_grad_scaler(info):
+                return info, conditional
+    return None, False
+
+
+def _is_grad_scaler(call: CallInfo) -> bool:
+    return any(
+        q in torchapi.GRAD_SCALERS or (q.startswith("torch.") and q.endswith("GradScaler")) for q in call.qualnames
+    )
+
+
+#: public: whether a call constructs a torch GradScaler (any import spelling)
+is_grad_scaler_call = _is_grad_scaler
+
+
+def _find_scalers(ctx: ModuleContext) -> None:
+    def add(key: str, enabled: Optional[bool], device: Optional[str] = None, ctor: Optional[CallInfo] = None, param: bool = False) -> None:
+        info = ctx.scalers.get(key)
+        if info is None:
+            ctx.scalers[key] = ScalerInfo(key=key, enabled=enabled, device=device, is_parameter=param)
+            info = ctx.scalers[key]
+        elif info.enabled != enabled:
+            info.enabled = None
+        if ctor is not None:
+            info.constructors.append(ctor)
+        if param:
+            info.is_parameter = True
+
+    for a in ctx.assignments:
+        if a.unpacked:
+            continue
+        ctor, conditional = _scaler_constructor(ctx, a.value)
+        if ctor is None:
+            continue
+        q = next(iter(sorted(ctor.qualnames)))
+        enabled_node = _enabled_arg(ctor, q)
+        enabled = True if enabled_node is None else literal_bool(enabled_node)
+        if conditional and enabled is True:
+            enabled = None
+        device = None
+        if q.startswith("torch.cuda"):
+            device = "cuda"
+        elif q.startswith("torch.cpu"):
+            device = "cpu"
+        elif q.startswith("torch.amp"):
+            device = literal_string(ctor.arg(0, "device")) or ("cuda" if ctor.arg(0, "device") is None else None)
+        add(a.target, enabled, device, ctor)
+    # receivers used the way only a GradScaler is used
+    for call in ctx.method_calls("backward"):
+        inner = call.receiver
+        if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "scale":
+            key = dotted_name(inner.func.value)
+            if key and key not in ctx.scalers and not ctx.imports.is_imported(key.split(".")[0]):
+                add(key, None)
+    for call in ctx.method_calls("unscale_"):
+        key = call.receiver_dotted
+        if key and key not in ctx.scalers and not ctx.imports.is_imported(key.split(".")[0]):
+            add(key, None)
+    for scope in ctx.scopes:
+        for p in scope.params:
+            if _SCALER_PARAM_HINT in p.lower() and p not in ctx.scalers:
+                add(p, None, param=True)
+    # `self.scaler = scaler` (a parameter) inherits "unknown"
+    for a in ctx.assignments:
+        src = dotted_name(a.value)
+        if src and src in ctx.scalers and a.target not in ctx.scalers:
+            add(a.target, ctx.scalers[src].enabled)
+
+
+def _find_optimizers(ctx: ModuleContext) -> None:
+    for a in ctx.assignments:
+        value = a.value
+        if isinstance(value, cst.Call):
+            info = ctx.call_info(value)
+            if info is None:
+                continue
+            q = info.qualname
+            if q and torchapi.is_optimizer_class(q) and not a.unpacked:
+                fused_arg = info.arg(None, "fused")
+                opt = ctx.optimizers.setdefault(a.target, OptimizerInfo(key=a.target))
+                opt.qualname = q
+                # absent: not fused; a literal: that; anything else: decided at run time
+                opt.fused = False if fused_arg is None else literal_bool(fused_arg)
+                opt.constructors.append(info)
+            elif info.method == "prepare" or info.method in ("setup", "initialize", "setup_optimizers"):
+                # accelerate `prepare`, Fabric `setup`, DeepSpeed `initialize`: the framework owns scaling
+                if ctx.is_optimizer(a.target) or (a.unpacked and "optim" in a.target.lower()):
+                    ctx.optimizers.setdefault(a.target, OptimizerInfo(key=a.target)).prepared = True
+    for call in ctx.method_calls("step", "unscale_"):
+        if call.receiver_dotted in ctx.scalers:
+            opt = dotted_name(call.arg(0) or cst.Name("_")) if call.arg(0) is not None else None
+            if opt and opt not in ctx.optimizers:
+                ctx.optimizers[opt] = OptimizerInfo(key=opt, fused=None)
