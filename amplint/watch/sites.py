@@ -69,8 +69,11 @@ class BuildSites:
             return found
         import inspect
 
-        try:  # built before the guard was installed: the class definition is the best we know
+        try:  # built before the guard was installed: a class of the user's own is the best we know
             cls = type(module)
-            return inspect.getsourcefile(cls) or "<unknown>", inspect.getsourcelines(cls)[1]
+            path = inspect.getsourcefile(cls)
+            if not path or _internal(os.path.abspath(path)):
+                return None  # torch's own class: its definition says nothing about this model
+            return path, inspect.getsourcelines(cls)[1]
         except (OSError, TypeError):
             return None
