@@ -52,7 +52,7 @@ def main() -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--width", type=int, default=128)
     p.add_argument("--batch", type=int, default=64)
     args = p.parse_args()
     torch.manual_seed(0)

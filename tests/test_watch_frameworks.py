@@ -83,8 +83,13 @@ def test_lightning_callback(tmp_path):
     out = subprocess.run([sys.executable, os.path.join(DATA, "train_lightning.py"), "callback"], capture_output=True, text=True,
                          cwd=tmp_path, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    _lightning_checks(events(report), out.stdout)
+    evs = events(report)
+    _lightning_checks(evs, out.stdout)
     assert "amplint run: 30 optimizer steps, 20 skipped" in out.stderr
+    # the model was built before fit: its modules point at the LightningModule's class
+    script = os.path.join(DATA, "train_lightning.py")
+    [collapse] = [f for f in of_type(evs, "finding") if f["code"] == "AMP701"]
+    assert (collapse["filename"], collapse["line"]) == (script, line_of(script, "class Model(pl.LightningModule):"))
 
 
 def _hf_checks(evs):

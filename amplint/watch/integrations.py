@@ -3,8 +3,9 @@
 Each class is built on first access (`amplint.watch.LightningCallback`), so
 that neither lightning nor transformers is imported before someone asks for
 it. The guard is installed when training starts and closed (summary, report)
-when it ends. Models built before that point are named by their class
-definition instead of the line that built them.
+when it ends. The model, built before that point, is adopted: its modules are
+named by their path in it, and their lines by their class when it is the
+user's own.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def _lightning() -> Any:
             self._watch = watch(report, **options)
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            self._watch.model = pl_module
             self._watch.__enter__()
 
         def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
@@ -55,6 +57,7 @@ def _hf() -> Any:
             self._watch = watch(report, **options)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._watch.model = kwargs.get("model")
             self._watch.__enter__()
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

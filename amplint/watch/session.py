@@ -17,8 +17,9 @@ from typing import Any, Optional
 class watch:
     """Watch the training steps run inside the `with` block; see docs/run.md for the options."""
 
-    def __init__(self, report: str = "amplint-run", html: bool = True, **options: Any) -> None:
+    def __init__(self, report: str = "amplint-run", html: bool = True, model: Any = None, **options: Any) -> None:
         self.report = report
+        self.model = model  # a model built before the block, so its modules can be named
         self.html = html
         self.options = options
         self.guard: Optional[Any] = None
@@ -31,6 +32,8 @@ class watch:
             raise RuntimeError("amplint.watch: a guard is already installed in this process")
         directory = fresh_report_dir(self.report)
         self.guard = guard.install(directory, guard.Options(**self.options))
+        if self.model is not None:
+            self.guard.build_sites.adopt(self.model)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

@@ -60,6 +60,14 @@ class BuildSites:
             except TypeError:  # pragma: no cover - a module that refuses weak references
                 pass
 
+    def adopt(self, root) -> None:
+        """Know the modules of a model built before the guard; the line that built each is
+        unknown, so each points at the model's class when that class is the user's own."""
+        where = self._class_site(root)
+        for module in root.modules():
+            if module not in self.sites:
+                self.sites[module] = self._class_site(module) or where
+
     def site(self, module) -> Optional[Site]:
         try:
             found = self.sites.get(module)
@@ -67,13 +75,17 @@ class BuildSites:
             found = None
         if found is not None:
             return found
+        return self._class_site(module)  # built before the guard was installed
+
+    @staticmethod
+    def _class_site(module) -> Optional[Site]:
+        """Where the module's class is defined, when it is the user's class (never torch's)."""
         import inspect
 
-        try:  # built before the guard was installed: a class of the user's own is the best we know
-            cls = type(module)
-            path = inspect.getsourcefile(cls)
+        try:
+            path = inspect.getsourcefile(type(module))
             if not path or _internal(os.path.abspath(path)):
-                return None  # torch's own class: its definition says nothing about this model
-            return path, inspect.getsourcelines(cls)[1]
+                return None
+            return path, inspect.getsourcelines(type(module))[1]
         except (OSError, TypeError):
             return None
