@@ -1,7 +1,9 @@
 """DIR/events.jsonl: one JSON object per line, appended by every watched process.
 
-Each line is written with one `os.write` on an O_APPEND descriptor, so the
-ranks of a torchrun job can share the file without interleaving lines. The
+Lines are written with one `os.write` on an O_APPEND descriptor, so the ranks
+of a torchrun job can share the file without interleaving lines. Step records
+are buffered (up to 32 lines or 2 seconds: a write per step is a syscall per
+step); every other record, and `close()` at exit, flushes them first. The
 file is bounded (`max_bytes`): past the bound, step records stop and one
 `truncated` line says so; findings keep a small reserve so they are never lost
 to a long run. Values are plain JSON (no NaN/Infinity: non-finite numbers are
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from typing import Any, Dict, Iterator, List, Optional
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -35,6 +38,8 @@ class EventLog:
         self.written = 0
         self.truncated = False
         self._fd: Optional[int] = None
+        self._buffer: List[bytes] = []
+        self._flushed_at = time.monotonic()
 
     def write(self, record: Dict[str, Any]) -> bool:
         """Append one record; False when the bound dropped it."""
@@ -44,18 +49,30 @@ class EventLog:
         if self.written + len(line) > budget:
             if not self.truncated and record.get("type") != "finding":
                 self.truncated = True
-                self._append(json.dumps({"type": "truncated", "rank": self.rank, "pid": os.getpid(), "after_bytes": self.written}).encode() + b"\n")
+                note = json.dumps({"type": "truncated", "rank": self.rank, "pid": os.getpid(), "after_bytes": self.written})
+                self._buffer.append(note.encode() + b"\n")
+                self.written += len(self._buffer[-1])
+                self.flush()
             return False
-        self._append(line)
+        self._buffer.append(line)
+        self.written += len(line)
+        if record.get("type") != "step" or len(self._buffer) >= 32 or time.monotonic() - self._flushed_at > 2.0:
+            self.flush()
         return True
+
+    def flush(self) -> None:
+        if self._buffer:
+            data, self._buffer = b"".join(self._buffer), []
+            self._append(data)
+        self._flushed_at = time.monotonic()
 
     def _append(self, data: bytes) -> None:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.write(self._fd, data)
-        self.written += len(data)
 
     def close(self) -> None:
+        self.flush()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

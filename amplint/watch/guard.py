@@ -62,7 +62,7 @@ class Options:
 class _Iteration:
     """One GradScaler's bookkeeping between two update() calls."""
 
-    __slots__ = ("scaled", "unscaled", "scaled_after_unscale", "stepped", "optimizers", "norm_sq")
+    __slots__ = ("scaled", "unscaled", "scaled_after_unscale", "stepped", "optimizers", "norm_sq", "pending_norm")
 
     def __init__(self) -> None:
         self.scaled = False
@@ -71,6 +71,9 @@ class _Iteration:
         self.stepped: set = set()
         self.optimizers: Dict[int, Any] = {}
         self.norm_sq: List[float] = []
+        # optimizer id -> its params, unscaled by the user and not measured yet: a clip_grad_norm_
+        # over exactly them returns the norm for free, else scaler.step measures them
+        self.pending_norm: Dict[int, List[torch.Tensor]] = {}
 
 
 def _grad_norm_sq(params: List[torch.Tensor], divide: float = 1.0) -> float:
@@ -86,15 +89,28 @@ def _params(optimizer: Any) -> List[torch.Tensor]:
     return [p for g in optimizer.param_groups for p in g["params"]]
 
 
-def _peak_memory() -> Tuple[Optional[int], str]:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return int(torch.cuda.max_memory_allocated()), "cuda"
-    try:
-        import resource
+class _PeakMemory:
+    """Peak memory so far: CUDA's max_memory_allocated (cheap, every step), else the process's
+    peak resident set, read every `every` steps (getrusage is a syscall, slow in some sandboxes;
+    the peak only grows, so the last reading is a lower bound in between)."""
 
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "rss"
-    except ImportError:  # pragma: no cover - not POSIX
-        return None, "none"
+    def __init__(self, every: int = 64) -> None:
+        self.every = every
+        self.calls = 0
+        self.rss: Optional[int] = None
+
+    def __call__(self) -> Tuple[Optional[int], str]:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return int(torch.cuda.max_memory_allocated()), "cuda"
+        if self.calls % self.every == 0:
+            try:
+                import resource
+
+                self.rss = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+            except ImportError:  # pragma: no cover - not POSIX
+                return None, "none"
+        self.calls += 1
+        return self.rss, "rss"
 
 
 class Guard:
@@ -112,9 +128,10 @@ class Guard:
         self.iterations: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self.scaled_outputs: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
         self.checked_optimizers: "weakref.WeakSet" = weakref.WeakSet()
-        self.pending_norm: Optional[float] = None
+        self.plain_norm_sq: Optional[float] = None
         self.clip_norm_sq: Optional[float] = None  # clip_grad_norm_'s own total (before clipping) this step
         self.last_time: Optional[float] = None
+        self.peak_memory = _PeakMemory()
         self.skipped_run = 0
         self.detector = CollapseDetector(self.options.collapse_steps, self.options.skip_share, self.options.min_steps)
         self.build_sites = sites.BuildSites()
@@ -161,7 +178,7 @@ class Guard:
         elapsed = None if self.last_time is None else now - self.last_time
         self.last_time = now
         self.step += 1
-        peak, kind = _peak_memory()
+        peak, kind = self.peak_memory()
         self.write({
             "type": "step", "step": self.step, "loss_scale": loss_scale, "skipped": skipped,
             "grad_norm": finite_or_none(None if norm_sq is None else norm_sq ** 0.5),
@@ -202,8 +219,17 @@ class Guard:
         it.unscaled[id(optimizer)] = ({id(p) for p in params}, site)
         it.optimizers[id(optimizer)] = optimizer
         if self.options.grad_norm:
-            it.norm_sq.append(_grad_norm_sq(params))
+            if getattr(self.local, "in_scaler_step", 0):
+                it.norm_sq.append(_grad_norm_sq(params))  # scaler.step's own unscale_: the step follows
+            else:
+                it.pending_norm[id(optimizer)] = params
         return result
+
+    def _measure_pending(self, it: _Iteration, key: Optional[int] = None) -> None:
+        for opt_id in [key] if key is not None else list(it.pending_norm):
+            params = it.pending_norm.pop(opt_id, None)
+            if params is not None:
+                it.norm_sq.append(_grad_norm_sq(params))
 
     def scaler_step(self, orig, scaler, optimizer, *args, **kwargs):
         if not getattr(scaler, "_enabled", False):
@@ -216,6 +242,7 @@ class Guard:
             self.report("AMP104", site, "gradients were unscaled, then more scaled gradients were added before scaler.step(): "
                         "the step mixes unscaled and scaled gradients")
         fused = getattr(optimizer, "_step_supports_amp_scaling", False) and id(optimizer) not in it.unscaled
+        self._measure_pending(it, id(optimizer))
         depth = getattr(self.local, "in_scaler_step", 0)
         self.local.in_scaler_step = depth + 1
         try:
@@ -240,7 +267,6 @@ class Guard:
             return orig(scaler, new_scale)
         skipped = sum(float(v.item()) for v in recorded) > 0
         before = scaler.get_scale()
-        site = sites.caller_site(3)
         result = orig(scaler, new_scale)
         after = scaler.get_scale()
         norm_sq = sum(it.norm_sq) if it.norm_sq else None
@@ -262,7 +288,7 @@ class Guard:
             src = self.sources.first
             if src is not None:
                 message += f"; first non-finite: {src['kind']} of `{src['module']}` ({src['class']})"
-            where = (src["filename"], src["line"]) if src and src.get("filename") else site
+            where = (src["filename"], src["line"]) if src and src.get("filename") else sites.caller_site(3)
             self.report("AMP701", where, message, step=self.step, since_step=self.detector.run_start or self.detector.first_skip)
         return result
 
@@ -287,15 +313,15 @@ class Guard:
             self.report("AMP102", site or sites.caller_site(3), f"{type(optimizer).__name__}.step() called outside "
                         "scaler.step(): it applies gradients that are still multiplied by the loss scale")
         if self.clip_norm_sq is not None:
-            self.pending_norm = self.clip_norm_sq  # the gradients were clipped: their norm before clipping
+            self.plain_norm_sq = self.clip_norm_sq  # the gradients were clipped: their norm before clipping
         elif self.options.grad_norm:
-            self.pending_norm = _grad_norm_sq(_params(optimizer))
+            self.plain_norm_sq = _grad_norm_sq(_params(optimizer))
 
     def optimizer_post(self, optimizer, args, kwargs) -> None:
         if getattr(self.local, "in_scaler_step", 0):
             return
-        self.emit_step(None, False, self.pending_norm)
-        self.pending_norm = None
+        self.emit_step(None, False, self.plain_norm_sq)
+        self.plain_norm_sq = None
 
     # ---- backward, autocast, clipping, saving ---------------------------------------------
     def backward(self, orig, tensor, *args, **kwargs):
@@ -328,6 +354,7 @@ class Guard:
     def clip(self, orig, parameters, *args, **kwargs):
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         open_its = self._open_scaled_iterations()
+        free = None  # the iteration whose pending norm clip_grad_norm_'s own result gives
         if open_its:
             unscaled = set()
             for it in open_its:
@@ -336,8 +363,19 @@ class Guard:
             if any(id(p) not in unscaled for p in params if p.grad is not None):
                 self.report("AMP101", sites.caller_site(3), f"{getattr(orig, '__name__', 'clipping')} on gradients still "
                             "multiplied by the loss scale: call scaler.unscale_(optimizer) first")
+            ids = {id(p) for p in params}
+            for it in open_its:
+                pending = [k for k, ps in it.pending_norm.items() if {id(p) for p in ps} == ids]
+                if pending and getattr(orig, "__name__", "") == "clip_grad_norm_":
+                    free = (it, pending[0])
+                else:
+                    self._measure_pending(it)  # measured before clipping changes them
         result = orig(params, *args, **kwargs)
-        if not open_its and isinstance(result, torch.Tensor) and result.numel() == 1:
+        if free is not None and isinstance(result, torch.Tensor) and result.numel() == 1:
+            it, key = free
+            it.pending_norm.pop(key, None)
+            it.norm_sq.append(float(result) ** 2)
+        elif not open_its and isinstance(result, torch.Tensor) and result.numel() == 1:
             self.clip_norm_sq = float(result) ** 2
         return result
 
