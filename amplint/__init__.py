@@ -19,11 +19,13 @@ _EXPORTS = {
     "Edit": ".core.diagnostics",
     "Fix": ".core.diagnostics",
     "Location": ".core.diagnostics",
+    "Related": ".core.diagnostics",
     "Severity": ".core.diagnostics",
     "LintResult": ".engine.run",
     "lint_paths": ".engine.run",
     "lint_source": ".engine.run",
     "AUTOCAST": ".model.facts",
+    "AUTOCAST_OR_LIBRARY": ".model.facts",
     "FP16": ".model.facts",
     "Invalid": ".core.rule",
     "Rule": ".core.rule",
@@ -54,7 +56,7 @@ def __dir__() -> list:
 
 if TYPE_CHECKING:  # pragma: no cover
     from .core.config import Config, ConfigError
-    from .core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+    from .core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
     from .core.rule import Invalid, Rule, Valid
     from .engine.run import LintResult, lint_paths, lint_source
-    from .model.facts import AUTOCAST, FP16
+    from .model.facts import AUTOCAST, AUTOCAST_OR_LIBRARY, FP16

@@ -1,12 +1,12 @@
 """AMP001 deprecated-amp-api."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from amplint.model import (
-    DEPRECATED_AMP, DeprecatedApi, Diagnostic, Invalid, ModuleContext, Reference, Rule, Severity, Valid,
+    DEPRECATED_AMP, DeprecatedApi, Diagnostic, Frame, Invalid, ModuleContext, Path, Reference, Rule, Severity, Valid,
     append_argument_edit, call_is_plain, imported_names, insert_keyword_edits, literal_string, make_fix,
     replace_node, rewrite_with_imports,
 )
@@ -85,8 +85,14 @@ class DeprecatedAmpApi(Rule):
     Text inside strings and docstrings is never a use.
     `torch.cuda.amp.autocast(device_type=...)` is AMP002 (it raises TypeError).
 
+    A device dispatch is no fallback: `from torch.cuda.amp import GradScaler`
+    in the `else` of `if npu: from torch.npu.amp import GradScaler elif mlu:
+    ...` runs on every CUDA machine, whatever the torch version. It is
+    reported once, at that import, without a fix (the other branches bind the
+    same name); uses of the name stay silent, as for any ambiguous name.
+
     ## References
-    - amp-facts.md §0.9, §3 (exact warning texts, E08, E32; versions)
+    - amplint's evidence page: `amplint --explain AMP001` (docs/evidence.md#amp001)
     - https://pytorch.org/docs/stable/amp.html
     - pytorch/pytorch#126527 (deprecation of the device-specific GradScaler and custom_fwd)
     """
@@ -104,7 +110,6 @@ class DeprecatedAmpApi(Rule):
         "autocast_ipu_",
         "autocast_xla_",
     )
-    facts = ("§0.9", "§3")
 
     VALID = [
         Valid(
@@ -239,9 +244,56 @@ with amp.scale_loss(loss, optimizer) as scaled:
 """,
             "apex.amp is not torch",
         ),
+        Valid(
+            """
+import torch
+
+if is_torch_npu_available():
+    from torch.npu.amp import GradScaler
+elif hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+    from torch.amp import GradScaler
+else:
+    from torch.cuda.amp import GradScaler
+
+scaler = GradScaler()
+""",
+            "a device dispatch whose CUDA fallback is version-gated (hasattr) stays silent",
+        ),
+        Valid(
+            """
+if is_npu_available():
+    from torch.npu.amp import GradScaler
+else:
+    from torch.amp import GradScaler
+
+scaler = GradScaler()
+""",
+            "a device dispatch whose CUDA branch already uses torch.amp",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+
+from .utils import is_mlu_available, is_npu_available
+
+if is_npu_available():
+    from torch.npu.amp import GradScaler
+elif is_mlu_available():
+    from torch.mlu.amp import GradScaler
+else:
+    from torch.cuda.amp import GradScaler
+
+
+def build_scaler(enabled):
+    return GradScaler(enabled=enabled)
+""",
+            line=10,
+            count=1,
+            why="a device dispatch is not a version fallback: the CUDA branch warns on every CUDA run (reported at the import, once)",
+        ),
         Invalid(
             """
 import torch
@@ -415,8 +467,15 @@ def check(scaler):
             fix = None
             edits = rewrite_with_imports(ctx, self.code, ref, refs, lambda r, p: _rewrite(ctx, r, p))
             if edits is not None:
-                fix = make_fix(f"Use `torch.{api.new}` ({api.device!r})", edits, safe=True)
-            yield ctx.diagnostic(self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api))
+                fix = make_fix(f"Use `torch.{api.new}` ({api.device!r}){_needs(ctx, api.min_torch)}", edits, safe=True)
+            yield ctx.diagnostic(
+                self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api), help=_help(ref, api)
+            )
+        for alias, api, others in _device_dispatch_imports(ctx):
+            yield ctx.diagnostic(
+                self, alias, _dispatch_message(ctx, alias, api, others), data=_dispatch_data(ctx, alias, api),
+                help=f'Use `torch.{api.new}("{api.device}", ...)`',
+            )
 
 
 def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
@@ -436,7 +495,10 @@ def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
 
 def _gated(ctx: ModuleContext, ref: Reference) -> bool:
     """Code that runs only on a torch without the new API (or probes for it)."""
-    path = ref.path
+    return _gated_at(ctx, ref.path, ref.node, ref.use == "bare")
+
+
+def _gated_at(ctx: ModuleContext, path: Path, node: cst.CSTNode, bare: bool) -> bool:
     if ctx.is_version_gated(path):
         return True
     for frame in path:
@@ -444,9 +506,9 @@ def _gated(ctx: ModuleContext, ref: Reference) -> bool:
         if frame.kind == "except" and frame.test is not None and "TypeError" in ctx.code_for(frame.test):
             return True
         # `try: torch.cpu.amp.autocast except AttributeError: ...`: a feature probe
-        if frame.kind == "try" and ref.use == "bare" and _catches_import_errors(frame.node):
+        if frame.kind == "try" and bare and _catches_import_errors(frame.node):
             return True
-    if _after_version_return(ctx, ref.node):
+    if _after_version_return(ctx, node):
         return True
     # `if use_new_amp:` where `use_new_amp = hasattr(torch.amp, ...)` / a version check
     for frame in path:
@@ -458,6 +520,78 @@ def _gated(ctx: ModuleContext, ref: Reference) -> bool:
                     if any(w in text for w in _VERSION_WORDS):
                         return True
     return False
+
+
+def _device_dispatch_imports(ctx: ModuleContext) -> Iterator[Tuple[cst.ImportAlias, DeprecatedApi, List[str]]]:
+    """`from torch.cuda.amp import GradScaler` in one branch of a device dispatch (`if npu: from
+    torch.npu.amp import GradScaler elif mlu: ... else: <it>`): the name is ambiguous, so its uses
+    are left alone, but the CUDA branch is no version fallback and warns on every CUDA run. Only
+    when every other binding of the name is another device's AMP module and the import sits
+    under an `if` that is no version check, outside any `try`."""
+    for node, path in _imports_with_paths(ctx.module):
+        if not isinstance(node.names, tuple) or node.relative or node.module is None:
+            continue
+        if not path:
+            continue
+        module = ctx.code_for(node.module)
+        for alias in node.names:
+            name = ctx.code_for(alias.name)
+            local = ctx.code_for(alias.asname.name) if alias.asname is not None else name
+            api = DEPRECATED_AMP.get(f"{module}.{name}")
+            targets = ctx.imports.resolve_dotted(local)
+            others = sorted(t for t in targets if t != api.old) if api is not None else []
+            if api is None or not others or not all(_other_device(t, name) for t in others):
+                continue
+            if _gated_at(ctx, path, node, False) or ctx.is_rebound(local):
+                continue
+            yield alias, api, others
+
+
+def _other_device(qualified: str, name: str) -> bool:
+    """`torch.npu.amp.GradScaler`, `torch_npu.npu.amp.autocast`: another device's AMP name,
+    neither torch's device-generic API nor a deprecated one."""
+    module, _, last = qualified.rpartition(".")
+    if last != name or qualified in DEPRECATED_AMP or not module.endswith(".amp"):
+        return False
+    return module not in ("torch", "torch.amp", "torch.cuda.amp", "torch.cpu.amp")
+
+
+def _imports_with_paths(module: cst.Module) -> Iterator[Tuple[cst.ImportFrom, Path]]:
+    """Every `from ... import ...` at module level or in its if/elif/else branches (not in a
+    `try`, a function or a class), with its if/else frames."""
+    stack: List[Tuple[cst.CSTNode, Path]] = [(s, ()) for s in reversed(module.body)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                if isinstance(small, cst.ImportFrom):
+                    yield small, path
+        elif isinstance(node, cst.If):
+            parts: List[Tuple[cst.CSTNode, Path]] = [(s, path + (Frame("if", node, node.test),)) for s in node.body.body]
+            if isinstance(node.orelse, cst.If):
+                parts.append((node.orelse, path + (Frame("else", node, node.test),)))
+            elif isinstance(node.orelse, cst.Else):
+                parts.extend((s, path + (Frame("else", node, node.test),)) for s in node.orelse.body.body)
+            stack.extend(reversed(parts))
+
+
+def _dispatch_message(ctx: ModuleContext, alias: cst.ImportAlias, api: DeprecatedApi, others: List[str]) -> str:
+    name = ctx.code_for(alias.name)
+    alternatives = ", ".join(f"`{o.rpartition('.')[0]}`" for o in others)
+    return f"`{name}` from `{api.old.rpartition('.')[0]}` (the CUDA branch beside {alternatives}) is deprecated"
+
+
+def _dispatch_data(ctx: ModuleContext, alias: cst.ImportAlias, api: DeprecatedApi) -> dict:
+    return {
+        "snippet": f"from {api.old.rpartition('.')[0]} import {ctx.code_for(alias.name)}",
+        "names": {},
+        "use": "import",
+        "deprecated": api.old,
+        "replacement": f"torch.{api.new}",
+        "device": api.device,
+        "category": api.category,
+        "warning": api.warning,
+    }
 
 
 def _catches_import_errors(node: cst.CSTNode) -> bool:
@@ -512,11 +646,23 @@ def _torch_version_test(text: str) -> bool:
 def _message(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> str:
     spelled = ctx.code_for(ref.node)
     name = f"`{api.old}`" if spelled == api.old else f"`{spelled}` (`{api.old}`)"
-    what = "is deprecated" if ref.use != "bare" else "refers to a deprecated API"
-    message = f"{name} {what}; torch >= 2.4 warns: {api.category}: {api.warning}"
     if api.kind == "scaler" and ref.use == "bare":
-        message += f" (an `isinstance` check against it is False for a `torch.amp.GradScaler({api.device!r})`)"
-    return message
+        return f"{name} is deprecated, and no `torch.amp.GradScaler` is an instance of it"
+    return f"{name} is deprecated"
+
+
+def _needs(ctx: ModuleContext, version: Tuple[int, int]) -> str:
+    """With no torch floor known (no `torch-version`, none in the project's requirements),
+    the fix's title says which torch it needs."""
+    return "" if ctx.config.torch_version is not None else f" (needs torch >= {version[0]}.{version[1]})"
+
+
+def _help(ref: Reference, api: DeprecatedApi) -> str:
+    if api.kind in ("custom_fwd", "custom_bwd"):
+        return f'Use `@torch.{api.new}(device_type="{api.device}")`'
+    if api.kind == "scaler" and ref.use == "bare":
+        return "Check against `torch.amp.GradScaler`"
+    return f'Use `torch.{api.new}("{api.device}", ...)`'
 
 
 def _data(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> dict:
@@ -569,7 +715,7 @@ def _rewrite(ctx: ModuleContext, ref: Reference, prefix: str) -> Optional[List]:
         new = f"{prefix}.{api.new}"
         keywords: tuple = (None,) * len(api.params)
     elif api.kind == "autocast" and version is not None and version < (2, 3):
-        new = f"{prefix}.autocast"  # torch.autocast: since 1.10 [amp-facts §3]
+        new = f"{prefix}.autocast"  # torch.autocast: since 1.10
         keywords = api.params
     else:
         new = f"{prefix}.{api.new}"

@@ -8,7 +8,7 @@ from typing import Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from amplint.model import (
-    Diagnostic, Event, Frame, Invalid, ModuleContext, Path, Rule, Scope, Severity, Valid, exclusive,
+    Diagnostic, Event, Frame, GuardedPaths, Invalid, ModuleContext, Path, Rule, Scope, Severity, Valid, exclusive,
     innermost_common_loop, loop_body_source, path_contains, step_data, step_source,
 )
 
@@ -39,7 +39,7 @@ class UnscaleInsideAccumulation(Rule):
 
     ## Why is this bad?
     `unscale_` may run once per optimizer per iteration, after all of that
-    step's gradients have been accumulated (amp-facts §2, §5):
+    step's gradients have been accumulated:
     - A second `unscale_` before `update()` raises
       `RuntimeError: unscale_() has already been called on this optimizer since the last update().`
       With `unscale_` on every micro-batch that is the second micro-batch.
@@ -91,10 +91,14 @@ class UnscaleInsideAccumulation(Rule):
     only when the gradients persist across iterations: `zero_grad` inside it,
     or a test with `%` or an `accum...` name, and no `zero_grad` on every
     iteration. `unscale_` inside the boundary `if` (also through a helper) and
-    a scaler built with `enabled=False` are fine.
+    a scaler built with `enabled=False` are fine. A guard clause is a branch
+    too: after `if step % accum: return` (or `continue`), the rest of the
+    function (or loop body) runs only at the boundary, so an early return
+    that waits for N micro-batches is a boundary, and an `unscale_` before
+    `if ...: continue` runs on every micro-batch.
 
     ## References
-    - amp-facts.md §2 (`unscale_`, `update`, gradient accumulation, E12, E18), §5
+    - amplint's evidence page: `amplint --explain AMP104` (docs/evidence.md#amp104)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation
     """
 
@@ -104,7 +108,6 @@ class UnscaleInsideAccumulation(Rule):
     message = "unscale_/update outside the accumulation boundary"
     triggers = ("unscale_(", ".update(")
     requires = ((".scale(", "unscale_("),)  # both shapes need a scaled backward or unscale_
-    facts = ("§2", "§5")
 
     VALID = [
         Valid(
@@ -231,9 +234,64 @@ for i, (real, _) in enumerate(loader):
 """,
             "WGAN: the critic steps every iteration, the generator every n_critic; one update per iteration",
         ),
+        Valid(
+            """
+import math
+
+import torch
+
+scaler = torch.amp.GradScaler("cuda")
+
+
+class Trainer:
+    def train_step(self, batch):
+        with torch.autocast("cuda"):
+            loss = self.model(batch) / self.accum_steps
+        scaler.scale(loss).backward()
+        self.micro_batches += 1
+        if self.micro_batches < self.accum_steps:
+            return loss
+        self.micro_batches = 0
+        scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        if math.isfinite(norm):
+            scaler.step(self.optimizer)
+            self.optimizer.zero_grad()
+        scaler.update()
+        return loss
+
+    def fit(self, loader):
+        for batch in loader:
+            self.train_step(batch)
+""",
+            "the accumulation boundary is an early return: everything after it runs once per window",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+
+scaler = torch.amp.GradScaler("cuda")
+
+
+def train(model, loader, optimizer, accum):
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cuda"):
+            loss = model(x, y) / accum
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        if (i + 1) % accum != 0:
+            continue
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+            line=11,
+            why="a guard clause (`continue`) is the boundary; the unscale before it runs on every micro-batch",
+        ),
         Invalid(
             """
 import torch
@@ -300,7 +358,7 @@ for step, batch in enumerate(loader):
         opt.zero_grad()
 """,
             line=6,
-            why="unscale_ for logging mid-window: silently wrong gradients (E18)",
+            why="unscale_ for logging mid-window: silently wrong gradients",
         ),
         Invalid(
             """
@@ -351,10 +409,11 @@ for step, batch in enumerate(loader):
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         reported: Set[int] = set()
+        guards = GuardedPaths(ctx)
         for scope in ctx.scopes:
             if not any(e.kind in ("unscale", "update") for e in ctx.reachable_events(scope, depth=2)):
                 continue
-            steps = _flatten(ctx, scope, depth=2)
+            steps = _flatten(ctx, scope, 2, guards)
             for finding in _findings(ctx, steps):
                 node = finding[0].event.call.node
                 if id(node) in reported:
@@ -366,54 +425,40 @@ for step, batch in enumerate(loader):
         e = flagged.event
         scaler = e.scaler
         opt = e.optimizer or "optimizer"
+        unscale = f"`{scaler}.unscale_({opt})`"
         if shape == "every":
-            message = (
-                f"`{scaler}.unscale_({opt})` runs on every micro-batch but `{scaler}.step` only at the accumulation "
-                f"boundary: the second micro-batch's `unscale_` raises \"RuntimeError: unscale_() has already been "
-                f"called on this optimizer since the last update().\"; move it inside the boundary `if`, before the clip"
-            )
+            message = f"{unscale} runs on every micro-batch, `step` only at the boundary; it raises"
+            help = "Move it inside the accumulation boundary `if`, before the clip"
         elif shape == "every-updated":
-            message = (
-                f"`{scaler}.unscale_({opt})` and `{scaler}.update()` run on every micro-batch but `{scaler}.step` only "
-                f"at the accumulation boundary: no error, but each `unscale_` divides the gradients accumulated so "
-                f"far by the scale (65536 by default) again, so the step sees little more than the last micro-batch; "
-                f"move both inside the boundary `if`"
-            )
+            message = f"{unscale} and `update()` run on every micro-batch: accumulated gradients are unscaled again"
+            help = "Move both inside the accumulation boundary `if`"
         elif shape == "sometimes":
-            message = (
-                f"`{scaler}.unscale_({opt})` can run in the middle of an accumulation window, outside the boundary "
-                f"`if`: once there, later micro-batches add scaled gradients onto unscaled ones and `{scaler}.step` "
-                f"does not unscale again, so the accumulated gradient is silently wrong (by ~1e5 in amp-facts E18); "
-                f"twice before `update()`, it raises \"RuntimeError: unscale_() has already been called on this "
-                f"optimizer since the last update().\"; unscale only inside the accumulation boundary"
-            )
+            message = f"{unscale} can run in the middle of an accumulation window"
+            help = "Unscale only inside the accumulation boundary `if`"
         elif shape == "twice":
-            message = (
-                f"`{scaler}.unscale_({opt})` runs a second time before `{scaler}.update()`: it raises "
-                f"\"RuntimeError: unscale_() has already been called on this optimizer since the last update().\"; "
-                f"unscale each optimizer once per step"
-            )
+            message = f"{unscale} runs a second time before `{scaler}.update()`; it raises"
+            help = "Unscale each optimizer once per step"
         else:  # "update"
-            message = (
-                f"`{scaler}.update()` runs on every micro-batch but `{scaler}.step` only at the accumulation boundary: "
-                f"on the first micro-batch that is not a boundary it raises \"AssertionError: No inf checks were "
-                f"recorded prior to update.\"; move it inside the boundary `if`, after the step"
-            )
+            message = f"`{scaler}.update()` runs on every micro-batch, `step` only at the boundary; it raises"
+            help = "Move it inside the accumulation boundary `if`, after the step"
         data = {"shape": shape, "scaler": scaler, "optimizer": e.optimizer}
         data.update(_step_data(ctx, flagged, shape, other))
-        return ctx.diagnostic(self, e.call.node, message, data=data)
+        return ctx.diagnostic(self, e.call.node, message, data=data, help=help)
 
 
-def _flatten(ctx: ModuleContext, scope: Scope, depth: int, stack: Tuple[int, ...] = ()) -> List[_Step]:
+def _flatten(ctx: ModuleContext, scope: Scope, depth: int, guards: GuardedPaths, stack: Tuple[int, ...] = ()) -> List[_Step]:
+    """The scope's events with helpers' events inlined; paths include guard clauses (code after
+    `if not boundary: return` runs only at the boundary)."""
     out: List[_Step] = []
     for e in scope.events:
+        path = guards.path(e.path, e.call.statement)
         if e.kind == "call":
             callee = ctx.callee(e.call)
             if callee is not None and depth > 0 and id(callee) not in stack and id(callee) != id(scope):
-                for sub in _flatten(ctx, callee, depth - 1, stack + (id(scope),)):
-                    out.append(_Step(sub.event, e.path + sub.path, (e.order,) + sub.order, True))
+                for sub in _flatten(ctx, callee, depth - 1, guards, stack + (id(scope),)):
+                    out.append(_Step(sub.event, path + sub.path, (e.order,) + sub.order, True))
                 continue
-        out.append(_Step(e, e.path, (e.order,), False))
+        out.append(_Step(e, path, (e.order,), False))
     return out
 
 
@@ -475,19 +520,26 @@ def _looks_like_accumulation(ctx: ModuleContext, frame: Frame) -> bool:
     test = frame.test
     if test is None:
         return False
-    found = []
+    found = _AccumulationTest()
+    test.visit(found)
+    return bool(found.nodes)
 
-    class _V(cst.CSTVisitor):
-        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-            if isinstance(node.operator, cst.Modulo):
-                found.append(node)
 
-        def visit_Name(self, node: cst.Name) -> None:
-            if "accum" in node.value.lower() or node.value == "sync_gradients":
-                found.append(node)
+class _AccumulationTest(cst.CSTVisitor):
+    """`i % k` or an `accum...`/`sync_gradients` name in a test (module level: a class defined
+    per call would hold its closure, and so the file's tree, in a reference cycle)."""
 
-    test.visit(_V())
-    return bool(found)
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: List[cst.CSTNode] = []
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Modulo):
+            self.nodes.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if "accum" in node.value.lower() or node.value == "sync_gradients":
+            self.nodes.append(node)
 
 
 def _inner_loop(backward: _Step, step: _Step, steps: List[_Step]) -> Optional[Frame]:

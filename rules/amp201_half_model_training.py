@@ -28,7 +28,7 @@ class HalfModelTraining(Rule):
     ## Why is this bad?
     The optimizer then updates fp16 weights in place. fp16 has 10 mantissa
     bits: near 1.0 representable values are 9.8e-4 apart, so small updates
-    round away (in amp-facts E30 an SGD step 1.0 - 5e-5 stayed 1.0). Adam's
+    round away. Adam's
     default `eps=1e-8` is below fp16's smallest subnormal and becomes 0, so
     `grad / (sqrt(v) + eps)` divides by zero once `v` underflows: in E30 the
     parameters were `-inf` after one step with gradients of 1e-5. A GradScaler
@@ -69,7 +69,7 @@ class HalfModelTraining(Rule):
     built, and for bf16 (wide range; not this rule).
 
     ## References
-    - amp-facts.md §0.12, §6.1, §6.4 (E30), §2 (E16)
+    - amplint's evidence page: `amplint --explain AMP201` (docs/evidence.md#amp201)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast ("do not call `.half()` on your model")
     """
 
@@ -81,7 +81,6 @@ class HalfModelTraining(Rule):
     requires = (("optim",),)  # an optimizer class: its module path says optim (`torch.optim.AdamW`)
     # ...called through that path or imported on a line naming it; "optimizer" in prose is neither
     gate_check = "amplint.core.gates:optimizer_class_used"
-    facts = ("§0.12", "§6.4")
 
     VALID = [
         Valid(
@@ -311,21 +310,8 @@ for epoch in range(10):
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
         what = _describe(ctx, cast)
-        adam = "adam" in opt.lower()
-        if adam:
-            numbers = (
-                "Adam's eps=1e-8 is 0 in fp16 (in amp-facts E30 Adam's parameters were -inf after one step "
-                "with gradients of 1e-5), and small updates round away (1.0 - 5e-5 stays 1.0 in fp16)"
-            )
-        else:
-            numbers = (
-                "fp16 values near 1.0 are 9.8e-4 apart, so small updates round away "
-                "(in amp-facts E30 the SGD step 1.0 - 5e-5 stayed 1.0)"
-            )
-        message = (
-            f"{what} makes the parameters that `{opt}` updates fp16, with no fp32 master copy: {numbers}; "
-            f"keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
-        )
+        message = f"{what}: `{opt}` updates fp16 parameters with no fp32 master copy"
+        help = "Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
         data = {
             "optimizer": opt,
             "optimizer_class": ctor.qualname,
@@ -335,7 +321,7 @@ for epoch in range(10):
             "device": None,  # where the cast module runs is not known statically
             "subject": cast.subject,
         }
-        return ctx.diagnostic(self, cast.call.node, message, data=data)
+        return ctx.diagnostic(self, cast.call.node, message, data=data, help=help)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -23,7 +23,7 @@ class BackwardInsideAutocast(Rule):
     Autocast should wrap only the forward pass and the loss. PyTorch's autocast
     documentation calls backward passes under autocast "not recommended":
     backward ops already run in the dtypes autocast chose for the matching
-    forward ops, so for plain layers the region adds nothing (in amp-facts E23
+    forward ops, so for plain layers the region adds nothing (in amplint's measurement
     the gradients were identical inside and outside). Two things do change:
     every op written after the backward in the same block (gradient clipping,
     gradient penalties, the optimizer step, logging math) is autocast as well,
@@ -77,7 +77,7 @@ class BackwardInsideAutocast(Rule):
     flagged: whenever AMP is on, the backward is inside it.
 
     ## References
-    - amp-facts.md §1.1 ("Backward": not recommended, not an error; E23), §5 (typical training)
+    - amplint's evidence page: `amplint --explain AMP202` (docs/evidence.md#amp202)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast
     """
 
@@ -91,7 +91,6 @@ class BackwardInsideAutocast(Rule):
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
     gate_sites = "amplint.core.gates:autocast_region_lines"
-    facts = ("§1.1", "§5")
 
     VALID = [
         Valid(
@@ -240,17 +239,13 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
             text = ctx.code_for(call.node.func).rsplit(".", 1)[-1] + "(...)"
         row = ctx.position(region.call)[0].row
         when = " (when enabled)" if region.enabled is None else ""
-        message = (
-            f"`{text}` runs inside the autocast region of line {row}{when}: PyTorch recommends autocast around "
-            f"the forward pass and loss only: the rest of the block after it autocasts too, and the backward of "
-            f"a layer kept fp32 by a nested `autocast(enabled=False)` runs in low precision (its gradient error "
-            f"vs fp64 measured 2.7e-4 inside vs 6.9e-8 outside); move it after the `with` block"
-        )
+        message = f"`{text}` runs inside an autocast region{when}"
         return ctx.diagnostic(
             self,
             call.node,
             message,
             data={"region_line": row, "device": region.device, "dtype": region.dtype},
+            help="Move the backward after the `with` block",
         )
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 import re
 
 
-from typing import Iterator, Optional, Set
+from typing import Iterator, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from amplint.model import (
-    AutocastOp, AutocastRegion, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, active_region,
+    AutocastOp, AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, active_region,
     assignment_before, autocast_op_of, autocast_ops, make_fix, region_within, replace_node, same_device,
     strip_views, torchapi,
 )
@@ -31,8 +31,8 @@ class AutocastDisabledWithoutCast(Rule):
     not convert tensors that already are fp16/bf16. PyTorch's autocast
     documentation says tensors coming from the surrounding region must be cast
     back by hand. Without the cast the op runs on the low-precision tensor: with
-    an fp32 weight it raises `mat1 and mat2 must have the same dtype` (amp-facts
-    §6.4), and with low-precision operands on both sides it silently runs in
+    an fp32 weight it raises `mat1 and mat2 must have the same dtype`,
+    and with low-precision operands on both sides it silently runs in
     fp16/bf16, which is exactly what disabling autocast was meant to prevent.
 
     ## Example
@@ -64,12 +64,16 @@ class AutocastDisabledWithoutCast(Rule):
     ## Notes
     Only names assigned inside the enclosing region, in the same function,
     from an op on that device's lower-precision list are followed, and only
-    uses in such ops are flagged. A disabled region for another device
+    uses in such ops are flagged. Across one call in the same file: a
+    function that opens `autocast(enabled=False)` on its own and is called
+    from inside an enabled region with such a tensor (or the op itself) is
+    flagged where it uses the parameter unchanged, with the call as a related
+    location. A disabled region for another device
     (`autocast("cpu", enabled=False)` inside CUDA autocast) does not turn
     CUDA autocast off and is not considered.
 
     ## References
-    - amp-facts.md §1.1, §5 (nested `autocast(enabled=False)` regions must cast their inputs; E27), §6.4
+    - amplint's evidence page: `amplint --explain AMP204` (docs/evidence.md#amp204)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast
     """
 
@@ -83,7 +87,6 @@ class AutocastDisabledWithoutCast(Rule):
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
     gate_sites = "amplint.core.gates:autocast_region_lines"
-    facts = ("§1.1", "§5")
 
     VALID = [
         Valid(
@@ -159,9 +162,58 @@ with torch.autocast("cuda"):
 """,
             "h feeds an op that is not on the lower-precision list",
         ),
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+
+
+def stable_logits(h, weight):
+    with torch.autocast("cuda", enabled=False):
+        return F.linear(h.float(), weight)
+
+
+def forward(x, w1, weight):
+    with torch.autocast("cuda"):
+        h = F.linear(x, w1)
+        return stable_logits(h, weight)
+
+
+def forward_fp32(x, weight):
+    with torch.autocast("cuda"):
+        return stable_logits(x, weight)
+""",
+            "the helper casts its input; a caller passing an input it did not compute under autocast",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def stable_logits(h, weight):
+    with torch.autocast("cuda", enabled=False):
+        return F.linear(h, weight)
+
+
+class Head(nn.Module):
+    def __init__(self, dim, n_classes):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.weight = nn.Parameter(torch.randn(n_classes, dim))
+
+    def forward(self, x):
+        with torch.autocast("cuda"):
+            h = self.proj(x)
+            return stable_logits(h, self.weight)
+""",
+            line=8,
+            why="across a call: the helper's autocast(enabled=False) gets the caller's fp16 `h` (the call is a related site)",
+        ),
         Invalid(
             """
 import torch
@@ -263,26 +315,40 @@ def step(model, x, w, device_type):
                         continue
                     reported.add(id(base))
                     yield self._diagnostic(ctx, base, source, op, outer, disabled)
+        found = {}  # the helper's use of the parameter -> the first caller's facts, every passing call
+        for base, source, op, outer, disabled, call in _across_calls(ctx):
+            if id(base) in reported:
+                continue
+            first = found.setdefault(id(base), (base, source, op, outer, disabled, []))
+            if call not in first[5]:
+                first[5].append(call)
+        for base, source, op, outer, disabled, calls in found.values():
+            yield self._diagnostic(ctx, base, source, op, outer, disabled, calls)
 
     def _diagnostic(
-        self, ctx: ModuleContext, name: cst.Name, source: AutocastOp, op: AutocastOp, outer: AutocastRegion, disabled: AutocastRegion
+        self,
+        ctx: ModuleContext,
+        name: cst.Name,
+        source: AutocastOp,
+        op: AutocastOp,
+        outer: AutocastRegion,
+        disabled: AutocastRegion,
+        calls: Sequence[CallInfo] = (),
     ) -> Diagnostic:
         dtype = _DTYPE_WORDS.get(outer.dtype, "fp16 or bf16")
-        outer_row = ctx.position(outer.call)[0].row
-        disabled_row = ctx.position(disabled.call)[0].row
-        message = (
-            f"`{name.value}` comes from `{source.op}` under the autocast region of line {outer_row}, so it is "
-            f"{dtype}; `autocast(enabled=False)` (line {disabled_row}) casts nothing back, so `{op.op}` here "
-            f"either raises a dtype mismatch against an fp32 operand or silently runs in {dtype}; "
-            f"use `{name.value}.float()`"
-        )
+        # the tensor was made by a caller and passed in: every call is related
+        related = [ctx.related(call.node, "passed in") for call in calls]
+        came = "is passed in still" if calls else "is still"
+        message = f"`{name.value}` {came} {dtype} from `{source.op}`: `autocast(enabled=False)` casts nothing back"
         fix = make_fix(f"Cast `{name.value}` with `.float()`", [replace_node(ctx, name, f"{name.value}.float()")], safe=False)
         return ctx.diagnostic(
             self,
             name,
             message,
             fix=fix,
+            help=f"Use `{name.value}.float()`",
             data={"name": name.value, "source_op": source.op, "op": op.op, "device": outer.device, "dtype": outer.dtype},
+            related=related,
         )
 
 
@@ -294,6 +360,72 @@ def _enclosing(ctx: ModuleContext, disabled: AutocastRegion) -> Optional[Autocas
             return None if r.enabled is False or r.framework or r.dtype == "fp32" else r
         r = r.parent
     return None
+
+
+def _across_calls(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, AutocastOp, AutocastRegion, AutocastOp, AutocastRegion, CallInfo]]:
+    """A function of this file that opens `autocast(enabled=False)` with no enabled region around
+    it in its own body, called from inside an enabled region of the same device with a tensor
+    that region made in low precision: the parameter that receives it, used unchanged in a
+    lower-precision op inside the disabled region (the helper is called with fp16 tensors)."""
+    tops = [r for r in ctx.regions if r.enabled is False and _enclosing(ctx, r) is None and r.parent is None]
+    if not tops:
+        return
+    ops = autocast_ops(ctx)
+    for disabled in tops:
+        inside = [op for op in ops if region_within(op.region, disabled)]
+        if not inside or inside[0].scope.is_module:
+            continue
+        helper = inside[0].scope
+        for call in ctx.calls:
+            outer = active_region(call.region)
+            if outer is None or outer.framework or outer.dtype == "fp32" or not same_device(ctx, outer, disabled):
+                continue
+            if ctx.callee(call) is not helper:
+                continue
+            for param, arg in _bound_arguments(call, helper):
+                source = _passed_low_precision(ctx, arg, call, outer)
+                if source is None:
+                    continue
+                for op in inside:
+                    if op.scope is not helper or not torchapi.runs_in_lower_precision(op.op, outer.device):
+                        continue
+                    if active_region(op.region) is not None:
+                        continue  # autocast is on again around the op
+                    for inp in op.inputs:
+                        base = strip_views(ctx, inp)
+                        if isinstance(base, cst.Name) and base.value == param:
+                            if assignment_before(ctx, param, helper, op.statement, op.order) is None:
+                                yield base, source, op, outer, disabled, call
+
+
+def _bound_arguments(call: CallInfo, helper: Scope) -> Iterator[Tuple[str, cst.BaseExpression]]:
+    """(parameter, argument) pairs of a plain call (`self.m(a, b=c)` skips `self`)."""
+    params = list(helper.params)
+    if helper.cls is not None and call.receiver_dotted == "self" and params:
+        params = params[1:]
+    for i, a in enumerate(call.node.args):
+        if a.star:
+            return
+        if a.keyword is not None:
+            if a.keyword.value in params:
+                yield a.keyword.value, a.value
+        elif i < len(params):
+            yield params[i], a.value
+
+
+def _passed_low_precision(ctx: ModuleContext, arg: cst.BaseExpression, call: CallInfo, outer: AutocastRegion) -> Optional[AutocastOp]:
+    """The lower-precision op (run under `outer`) whose result `arg` is: the op itself, or a
+    name assigned from it under `outer` in the caller."""
+    base = strip_views(ctx, arg)
+    source = autocast_op_of(ctx, base)
+    if source is None and isinstance(base, cst.Name):
+        a = assignment_before(ctx, base.value, call.scope, call.statement, call.order)
+        if a is None or a.unpacked or active_region(a.region) is not outer:
+            return None
+        source = autocast_op_of(ctx, strip_views(ctx, a.value))
+    if source is None or not torchapi.runs_in_lower_precision(source.op, outer.device):
+        return None
+    return source
 
 
 def _low_precision_source(

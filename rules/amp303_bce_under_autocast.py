@@ -13,7 +13,7 @@ from amplint.model import (
 _BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 _BCE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.modules.BCELoss"})
 _SIGMOIDS = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
-#: autocast devices with the BCE ban [amp-facts §1.4]; None: decided at run time
+#: autocast devices with the BCE ban; None: decided at run time
 _BANNED_DEVICES = ("cuda", "xpu", None)
 
 
@@ -27,7 +27,7 @@ class BceUnderAutocast(Rule):
 
     ## Why is this bad?
     Autocast bans BCE on CUDA and XPU, for fp16 and bf16 alike. The first
-    forward raises (amp-facts §1.4, E06):
+    forward raises:
 
     ```
     RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.
@@ -80,7 +80,7 @@ class BceUnderAutocast(Rule):
     for `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss`.
 
     ## References
-    - amp-facts.md §0.2, §1.4 (E06)
+    - amplint's evidence page: `amplint --explain AMP303` (docs/evidence.md#amp303)
     - https://pytorch.org/docs/stable/amp.html#prefer-binary-cross-entropy-with-logits-over-binary-cross-entropy
     """
 
@@ -90,7 +90,6 @@ class BceUnderAutocast(Rule):
     message = "binary_cross_entropy raises under CUDA autocast"
     triggers = ("binary_cross_entropy", "BCELoss")
     requires = (("autocast",),)  # the region (its own or its callers') is in this file
-    facts = ("§0.2", "§1.4")
 
     VALID = [
         Valid(
@@ -265,24 +264,19 @@ for batch in loader:
         region: AutocastRegion,
         via: Optional[CallInfo],
     ) -> Diagnostic:
-        where = {"cuda": "CUDA autocast", "xpu": "XPU autocast"}.get(region.device or "", "autocast (device decided at run time)")
+        where = {"cuda": "CUDA autocast", "xpu": "XPU autocast"}.get(region.device or "", "autocast")
         if via is not None:
-            row = ctx.position(via.node)[0].row
-            where += f" (reached through the call on line {row})"
+            where += f" (through `{via.dotted or 'a call'}`)"
         shown = "F.binary_cross_entropy" if function == "binary_cross_entropy" else "nn.BCELoss"
-        message = (
-            f"`{shown}` inside {where} raises `RuntimeError: torch.nn.functional.binary_cross_entropy and "
-            f"torch.nn.BCELoss are unsafe to autocast.` on CUDA/XPU, for fp16 and bf16 alike; pass logits to "
-            f"`binary_cross_entropy_with_logits` / `BCEWithLogitsLoss` (drop the sigmoid), or compute the loss in "
-            f"fp32 under `autocast(enabled=False)`"
-        )
+        message = f"`{shown}` under {where} raises: it is unsafe to autocast"
+        help = "Pass logits to `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss` (drop the sigmoid)"
         data = {
             "snippet": ctx.code_for(call.node),
             "function": function,
             "device": region.device,
             "dtype": region.dtype,
         }
-        return ctx.diagnostic(self, call.node, message, fix=_fix(ctx, call, function, ctor), data=data)
+        return ctx.diagnostic(self, call.node, message, fix=_fix(ctx, call, function, ctor), data=data, help=help)
 
 
 # --------------------------------------------------------------------------- detection

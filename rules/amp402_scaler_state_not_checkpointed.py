@@ -1,11 +1,13 @@
 """AMP402 scaler-state-not-checkpointed."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amplint.model import CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, descendants, dotted_name
+from amplint.model import (
+    CallInfo, Diagnostic, Invalid, ModuleContext, Related, Rule, Severity, Valid, descendants, dotted_name,
+)
 
 
 class ScalerStateNotCheckpointed(Rule):
@@ -21,12 +23,12 @@ class ScalerStateNotCheckpointed(Rule):
     ## Why is this bad?
     The scaler's state is the learned loss scale plus the growth tracker
     (`scale`, `growth_factor`, `backoff_factor`, `growth_interval`,
-    `_growth_tracker`; amp-facts §2, E11). A resumed run without it restarts
+    `_growth_tracker`). A resumed run without it restarts
     at the initial scale, 65536 by default, and only comes down by halving
     (backoff 0.5) on steps whose gradients overflow, and every such step is
     skipped: a run that had settled at a scale of 2048 throws away 5
     optimizer steps (65536 / 2048 = 2^5) after every resume, and its growth
-    counter restarts from 0 (E14). Resumed runs then differ from
+    counter restarts from 0. Resumed runs then differ from
     uninterrupted ones.
 
     ## Example
@@ -61,6 +63,13 @@ class ScalerStateNotCheckpointed(Rule):
     scale before and after the resume and the number of skipped steps.
 
     ## Notes
+    One finding per file: the scaler is missing from every checkpoint alike
+    and one added `scaler.state_dict()` silences them all, so the finding sits
+    at the first save and lists the other saves ("also saved at 468, 470")
+    and the resume ("restored without it") as related locations (SARIF
+    `relatedLocations`, JSON `related`). A resume alone is reported at the
+    resume.
+
     Silent when any `<scaler>.state_dict()` is called anywhere in the file
     (under any key: `"scaler"`, `"amp"`, `"grad_scaler"`, or added to the dict
     later), for weights-only exports (no optimizer state in the checkpoint),
@@ -70,7 +79,7 @@ class ScalerStateNotCheckpointed(Rule):
     as enabled: the fp16 runs need its state.
 
     ## References
-    - amp-facts.md §2 (state_dict, E11; backoff and growth, E14)
+    - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#saving-resuming
     """
 
@@ -82,7 +91,6 @@ class ScalerStateNotCheckpointed(Rule):
     triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (")
     requires = (("save", "load"),)
     gate_check = "amplint.core.gates:scaler_checkpoint_io"
-    facts = ("§2",)
 
     VALID = [
         Valid(
@@ -214,7 +222,27 @@ class Trainer:
         self.optimizer.load_state_dict(checkpoint["optimizer"])
 """,
             line=17,
-            count=2,
+            count=1,
+            why="one finding: the resume that restores the optimizer alone is its related site",
+        ),
+        Invalid(
+            """
+import torch
+
+scaler = torch.amp.GradScaler("cuda")
+
+
+def save(model, optimizer, epoch, best):
+    ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
+    torch.save(ckpt, "last.pt")
+    if best:
+        torch.save(ckpt, "best.pt")
+    if epoch % 10 == 0:
+        torch.save(ckpt, f"epoch_{epoch}.pt")
+""",
+            line=8,
+            count=1,
+            why="one bug, one finding: the other saves of the same checkpoint are related sites",
         ),
         Invalid(
             """
@@ -243,36 +271,44 @@ def train(model, opt, loader, resume=None):
         if not live:
             return
         scaler = live[0]
+        saves: List[Tuple[CallInfo, str]] = []
         if not _scaler_call(ctx, "state_dict"):
             for call in ctx.calls_to("torch.save"):
                 optimizer = _resume_checkpoint(ctx, call)
                 if optimizer is not None:
-                    yield self._saved(ctx, call, scaler, optimizer)
+                    saves.append((call, optimizer))
+        resume = None
         if not _scaler_call(ctx, "load_state_dict"):
             loads = ctx.calls_to("torch.load")
-            for call in ctx.method_calls("load_state_dict"):
-                if ctx.is_optimizer(call.receiver_dotted) and not call.qualnames and _from_checkpoint(call, loads):
-                    yield self._loaded(ctx, call, scaler)
-                    break  # one per file: the scaler is missing from every resume path alike
+            resume = next(
+                (
+                    call
+                    for call in ctx.method_calls("load_state_dict")
+                    if ctx.is_optimizer(call.receiver_dotted) and not call.qualnames and _from_checkpoint(call, loads)
+                ),
+                None,
+            )  # the first one: the scaler is missing from every resume path alike
+        # one bug, one finding: the scaler is missing from the file's checkpoints, reported at the
+        # first save (where its state is added) with the other saves and the resume as related sites
+        related = [ctx.related(call.node, "also saved") for call, _ in saves[1:]]
+        if saves:
+            if resume is not None:
+                related.append(ctx.related(resume.node, "restored without it"))
+            yield self._saved(ctx, saves[0][0], scaler, saves[0][1], related)
+        elif resume is not None:
+            yield self._loaded(ctx, resume, scaler)
 
-    def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str) -> Diagnostic:
-        message = (
-            f"this checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`: a resumed run restarts the loss "
-            f"scale at 65536 and halves it (backoff 0.5) only on overflowing steps, each of which is skipped "
-            f"(5 lost steps after every resume for a run settled at 2048); save `{scaler}.state_dict()` "
-            f"and restore it with `{scaler}.load_state_dict(...)`"
-        )
+    def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str, related: List[Related]) -> Diagnostic:
+        message = f"This checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`"
+        help = f"Save `{scaler}.state_dict()` and restore it with `{scaler}.load_state_dict(...)`"
         data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(call.node), "side": "save"}
-        return ctx.diagnostic(self, call.node, message, data=data)
+        return ctx.diagnostic(self, call.node, message, data=data, related=related, help=help)
 
     def _loaded(self, ctx: ModuleContext, call: CallInfo, scaler: str) -> Diagnostic:
-        message = (
-            f"the resume restores `{call.receiver_dotted}` but never calls `{scaler}.load_state_dict(...)`: the "
-            f"loss scale restarts at 65536 and halves (backoff 0.5) only on overflowing steps, each of which is "
-            f"skipped after every resume"
-        )
+        message = f"The resume restores `{call.receiver_dotted}` but not `{scaler}`'s loss scale"
+        help = f"Call `{scaler}.load_state_dict(...)` with the saved scaler state"
         data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load"}
-        return ctx.diagnostic(self, call.node, message, data=data)
+        return ctx.diagnostic(self, call.node, message, data=data, help=help)
 
 
 def _live_scalers(ctx: ModuleContext) -> List[str]:

@@ -49,6 +49,35 @@ class Fix:
     edits: Tuple[Edit, ...]
 
 
+@dataclass(frozen=True)
+class Related:
+    """Another place that belongs to a finding: a second site of the same bug,
+    or the cause that lives elsewhere (SARIF's `relatedLocations`).
+
+    `message` is a short note in the user's terms ("also saved", "restored");
+    the text output groups consecutive notes: "also saved at 468, 470".
+    `filename` None: the diagnostic's own file. `cell`: a notebook cell, as
+    `Diagnostic.cell`.
+    """
+
+    location: Location
+    end_location: Location
+    message: str
+    filename: Optional[str] = None
+    cell: Optional[int] = None
+
+    def to_json(self, filename: str) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "message": self.message,
+            "filename": self.filename or filename,
+            "location": asdict(self.location),
+            "end_location": asdict(self.end_location),
+        }
+        if self.cell is not None:
+            out["cell"] = self.cell
+        return out
+
+
 @dataclass
 class Diagnostic:
     """One finding of one rule in one file.
@@ -56,7 +85,8 @@ class Diagnostic:
     `condition` names a project fact (see `amplint.model.facts`) that must hold for
     the diagnostic to be reported; the engine resolves it after every file has
     been read. `data` carries what the detector extracted (literal, dtype,
-    snippet source, ...) for the verifier.
+    snippet source, ...) for the verifier. `related`: the finding's other
+    sites (`Related`), in source order; one bug is reported once.
     """
 
     code: str
@@ -73,6 +103,12 @@ class Diagnostic:
     cell: Optional[int] = None
     data: dict = field(default_factory=dict)
     verification: Optional[dict] = None
+    related: Tuple[Related, ...] = ()
+    #: ruff's `help:` line: what to write instead, in the user's names
+    help: Optional[str] = None
+    #: a notebook finding's first and last row in the .ipynb file itself (its JSON
+    #: lines), for formats that can only point into the file (SARIF, GitLab, JUnit)
+    raw_rows: Optional[Tuple[int, int]] = None
 
     @property
     def fixable(self) -> bool:
@@ -95,6 +131,8 @@ class Diagnostic:
             "url": self.url,
             "noqa_row": self.noqa_row,
         }
+        if self.help is not None:
+            out["help"] = self.help
         if self.cell is not None:
             out["cell"] = self.cell
         if self.fix is not None:
@@ -110,6 +148,8 @@ class Diagnostic:
                     for e in self.fix.edits
                 ],
             }
+        if self.related:
+            out["related"] = [r.to_json(self.filename) for r in self.related]
         if self.verification is not None:
             out["verification"] = self.verification
         return out

@@ -30,12 +30,12 @@ import time
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ..__version__ import __version__
-from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
 from ..model.facts import FileFacts
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
-FORMAT = 2  # 2: a result keeps only what differs from "nothing found" (most files)
+FORMAT = 3  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows
 #: a file modified within this many seconds of when it was read is re-hashed
 RACY_SECONDS = 2.0
 
@@ -137,7 +137,13 @@ def encode_diagnostic(d: Diagnostic) -> Dict[str, Any]:
         "cell": d.cell,
         "data": _enc(d.data),
         "verification": _enc(d.verification),
+        "help": d.help,
+        "raw_rows": list(d.raw_rows) if d.raw_rows is not None else None,
         "fix": None,
+        "related": [
+            [r.location.row, r.location.column, r.end_location.row, r.end_location.column, r.message, r.filename, r.cell]
+            for r in d.related
+        ],
     }
     if d.fix is not None:
         out["fix"] = {
@@ -177,6 +183,12 @@ def decode_diagnostic(o: Dict[str, Any]) -> Diagnostic:
         cell=o["cell"],
         data=_dec(o["data"]),
         verification=_dec(o["verification"]),
+        related=tuple(
+            Related(Location(a, b), Location(c, e), message, filename, cell)
+            for a, b, c, e, message, filename, cell in o.get("related", ())
+        ),
+        help=o.get("help"),
+        raw_rows=tuple(o["raw_rows"]) if o.get("raw_rows") else None,
     )
 
 

@@ -251,8 +251,12 @@ def _run_parallel(todo: List[Item], jobs: int) -> Iterator[Tuple[int, Optional[S
 
 def _pending(results: Sequence[Any], facts: ProjectFacts, config: Config) -> set:
     """The conditions some diagnostic needs that the facts do not (yet) satisfy."""
-    conditions = {d.condition for r in results for d in r.diagnostics if d.condition is not None}
-    return {c for c in conditions if not condition_holds(c, facts, config.precision)}
+    return {
+        d.condition
+        for r in results
+        for d in r.diagnostics
+        if d.condition is not None and not condition_holds(d.condition, facts, config.precision, d.filename, config.root)
+    }
 
 
 def settle_facts(

@@ -25,6 +25,7 @@ _EXPORTS = {
     "Edit": "..core.diagnostics",
     "Fix": "..core.diagnostics",
     "Location": "..core.diagnostics",
+    "Related": "..core.diagnostics",
     "Severity": "..core.diagnostics",
     # context
     "ModuleContext": ".context",
@@ -48,6 +49,8 @@ _EXPORTS = {
     "literal_bool": ".literals",
     "literal_number": ".literals",
     "literal_string": ".literals",
+    # guards
+    "GuardedPaths": ".guards",
     # paths
     "enclosing": ".paths",
     "exclusive": ".paths",
@@ -134,6 +137,7 @@ _EXPORTS = {
     "runs_in_lower_precision": ".torchapi",
     # facts
     "AUTOCAST": ".facts",
+    "AUTOCAST_OR_LIBRARY": ".facts",
     "condition_holds": ".facts",
     "FileFacts": ".facts",
     "FP16": ".facts",

@@ -21,13 +21,13 @@ PositionProvider pass costs as much as the traversal.
 from __future__ import annotations
 
 import re
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..core.config import Config
-from ..core.diagnostics import Diagnostic, Fix, Location, Severity
+from ..core.diagnostics import Diagnostic, Fix, Location, Related, Severity
 from . import torchapi
 from .collector import _Collector, _collect_imports
 from .dtypes import (
@@ -403,8 +403,11 @@ class ModuleContext:
         data: Optional[dict] = None,
         condition: Optional[str] = None,
         severity: Optional[Severity] = None,
+        related: Sequence[Related] = (),
+        help: Optional[str] = None,
     ) -> Diagnostic:
-        """A diagnostic of `rule` spanning `node`."""
+        """A diagnostic of `rule` spanning `node`; `related`: its other sites (`ctx.related(...)`);
+        `help` says what to write instead."""
         start, end = self.position(node)
         return Diagnostic(
             code=rule.code,
@@ -419,7 +422,14 @@ class ModuleContext:
             url=rule.url(),
             condition=condition,
             data=dict(data or {}),
+            related=tuple(related),
+            help=help,
         )
+
+    def related(self, node: cst.CSTNode, message: str) -> Related:
+        """Another site of a finding in this file, with a short note ("also saved")."""
+        start, end = self.position(node)
+        return Related(start, end, message)
 
 
 def _file_facts(ctx: ModuleContext) -> FileFacts:

@@ -8,13 +8,21 @@ over every file, so the order files are read in never matters) or the
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Optional
 
 #: the diagnostic holds if the project may run any code in fp16
 FP16 = "fp16"
 #: the diagnostic holds if the project uses autocast anywhere
 AUTOCAST = "autocast"
+#: ... or if the file is a module of an importable package: library code runs under its
+#: users' autocast whether or not the library opens a region itself
+AUTOCAST_OR_LIBRARY = "autocast-or-library"
+
+#: folders whose files are run, not imported by users (relative to the project root)
+_NOT_LIBRARY_DIRS = frozenset(("tests", "test", "testing", "examples", "example", "scripts", "benchmarks", "docs"))
+_NOT_LIBRARY_FILES = frozenset(("__main__.py", "setup.py", "conftest.py", "manage.py"))
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,32 @@ class ProjectFacts:
         return self.fp16 or self.dtype_unknown
 
 
-def condition_holds(condition: str, facts: ProjectFacts, precision: str = "auto") -> bool:
+def library_module(filename: Optional[str], root: Optional[str] = None) -> bool:
+    """Whether `filename` is a module of an importable package: a `.py` file next to an
+    `__init__.py`, not a test, a `__main__`/setup script, or under tests/, examples/,
+    scripts/, benchmarks/ or docs/ of the project. Read when conditions are resolved
+    (never cached with a file's results: adding an `__init__.py` changes the answer)."""
+    if not filename or not filename.endswith(".py") or filename.startswith("<"):
+        return False
+    name = os.path.basename(filename)
+    if name in _NOT_LIBRARY_FILES or name.startswith("test_") or name.endswith("_test.py"):
+        return False
+    folder = os.path.dirname(os.path.abspath(filename))
+    if not os.path.isfile(os.path.join(folder, "__init__.py")):
+        return False
+    where = os.path.abspath(filename)
+    if root:
+        base = os.path.abspath(root)
+        if where.startswith(base + os.sep):
+            where = where[len(base) + 1 :]
+    return not any(part in _NOT_LIBRARY_DIRS for part in where.split(os.sep)[:-1])
+
+
+def condition_holds(
+    condition: str, facts: ProjectFacts, precision: str = "auto", filename: Optional[str] = None, root: Optional[str] = None
+) -> bool:
+    """Whether a diagnostic's condition holds; `filename` (the diagnostic's file) only for
+    file-dependent conditions (without it they hold only through the project facts)."""
     if condition == FP16:
         if precision == "fp16":
             return True
@@ -56,4 +89,6 @@ def condition_holds(condition: str, facts: ProjectFacts, precision: str = "auto"
         return facts.may_run_fp16
     if condition == AUTOCAST:
         return facts.autocast or precision in ("fp16", "bf16")
+    if condition == AUTOCAST_OR_LIBRARY:
+        return condition_holds(AUTOCAST, facts, precision) or library_module(filename, root)
     raise ValueError(f"unknown diagnostic condition {condition!r}")

@@ -12,10 +12,15 @@ def objects(diagnostics: Sequence[Diagnostic]) -> List[dict]:
     items = []
     for d in diagnostics:
         obj = d.to_json()
-        if not d.filename.startswith("<") and d.filename != "-":
-            obj["filename"] = os.path.abspath(d.filename)
+        obj["filename"] = _absolute(d.filename)
+        for related in obj.get("related", ()):
+            related["filename"] = _absolute(related["filename"])
         items.append(obj)
     return items
+
+
+def _absolute(filename: str) -> str:
+    return filename if filename.startswith("<") or filename == "-" else os.path.abspath(filename)
 
 
 def render(diagnostics: Sequence[Diagnostic], **_: object) -> str:

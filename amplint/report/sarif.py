@@ -5,8 +5,14 @@ name, short and full description, help text and URI, default level), and
 each result points at its rule by `ruleId` and `ruleIndex`. Locations are
 relative to the folder amplint ran in (`uriBaseId` `%SRCROOT%`, the
 repository root in CI); regions are 1-based, end column exclusive, counted
-in Unicode code points (`columnKind`). Findings with a fix carry it as a SARIF
+in Unicode code points (`columnKind`). A finding's other sites are its
+`relatedLocations` (each with its note as the message). Findings with a fix carry it as a SARIF
 `fix` (a notebook's fix is left out: its rows are within a cell, not the file).
+
+A notebook finding's region is the rows of the .ipynb file (its JSON) that hold
+the flagged lines of the cell, without columns (a JSON row's columns are not the
+code's); `properties` keep the cell and the row and column within it. When
+those rows cannot be told, the location names the file with no region.
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Type
 from urllib.parse import quote
 
 from ..__version__ import __version__
-from ..core.diagnostics import Diagnostic, Severity
+from ..core.diagnostics import Diagnostic, Related, Severity
 from .common import PSEUDO_RULES, relative_path, rule_classes, severity_of
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -80,6 +86,20 @@ def _fix(d: Diagnostic, root: Optional[str]) -> Dict[str, Any]:
     }
 
 
+def _related(index: int, r: Related, d: Diagnostic, root: Optional[str]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {
+        "id": index,
+        "physicalLocation": {
+            "artifactLocation": artifact_location(r.filename or d.filename, root),
+            "region": _region(r.location, r.end_location),
+        },
+        "message": {"text": r.message},
+    }
+    if r.cell is not None:  # a notebook's rows are within the cell, as the result's are
+        out["properties"] = {"cell": r.cell}
+    return out
+
+
 def document(diagnostics: Sequence[Diagnostic], root: Optional[str] = None, rules: Optional[Sequence[Type]] = None) -> Dict[str, Any]:
     classes = rule_classes(rules)
     index: Dict[str, int] = {}
@@ -90,22 +110,22 @@ def document(diagnostics: Sequence[Diagnostic], root: Optional[str] = None, rule
             descriptors.append(rule_descriptor(d.code, classes.get(d.code), d))
     results = []
     for d in diagnostics:
+        physical: Dict[str, Any] = {"artifactLocation": artifact_location(d.filename, root)}
+        if d.cell is None:
+            physical["region"] = _region(d.location, d.end_location)
+        elif d.raw_rows is not None:
+            physical["region"] = {"startLine": d.raw_rows[0], "endLine": d.raw_rows[1]}
         result: Dict[str, Any] = {
             "ruleId": d.code,
             "ruleIndex": index[d.code],
             "level": LEVELS[severity_of(d)],
             "message": {"text": d.message},
-            "locations": [
-                {
-                    "physicalLocation": {
-                        "artifactLocation": artifact_location(d.filename, root),
-                        "region": _region(d.location, d.end_location),
-                    }
-                }
-            ],
+            "locations": [{"physicalLocation": physical}],
         }
+        if d.related:
+            result["relatedLocations"] = [_related(i, r, d, root) for i, r in enumerate(d.related)]
         if d.cell is not None:
-            result["properties"] = {"cell": d.cell}
+            result["properties"] = {"cell": d.cell, "cellLine": d.location.row, "cellColumn": d.location.column}
         elif d.fix is not None:
             result["fixes"] = [_fix(d, root)]
         if d.verification is not None:  # `amplint --verify`: the verdict and its evidence
