@@ -96,6 +96,3 @@ def read_events(path: str) -> Iterator[Dict[str, Any]]:
             if isinstance(value, dict):
                 yield value
 
-
-def by_type(events: List[Dict[str, Any]], kind: str) -> List[Dict[str, Any]]:
-    return [e for e in events if e.get("type") == kind]
