@@ -7,7 +7,7 @@ import libcst as cst
 
 from amplint.model import (
     CallInfo, Diagnostic, Frame, Invalid, ModuleContext, Rule, Scope, Severity, Valid, is_grad_scaler_call,
-    literal_bool,
+    literal_bool, Project, ProjectCall,
 )
 
 
@@ -64,6 +64,9 @@ class ScalerRecreatedPerEpoch(Rule):
     the construction is conditional (`if scaler is None:`), for a scaler built
     once in `main()` and passed in, for `self.scaler` built in `__init__`, and
     for `enabled=False`.
+
+    Across files: also flags a function that builds its own GradScaler when
+    another file calls it inside a loop; the message names that call.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP107` (docs/evidence.md#amp107)
@@ -293,11 +296,44 @@ for x, y in loader:
             if found is not None:
                 yield self._diagnostic(ctx, call, *found)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A function that builds its own GradScaler, called in a loop from another file."""
+        for call in project.calls():
+            if call.func == "<module>" or call.record.get("l") or call.record.get("i") or project.grad_scaler(call) is None:
+                continue  # module level, a loop its own file shows (`check`), or conditional (`if scaler is None:`)
+            enabled = call.record["k"].get("enabled") or {}
+            if enabled.get("n") == "False" or call.func.rsplit(".", 1)[-1] == "__init__" or _builds_an_optimizer(project, call.path, call.func):
+                continue  # a whole run per call (sweeps, folds) builds its optimizer too
+            for caller in project.callers((call.path, call.func)):
+                if caller.path == call.path or not caller.record.get("l") or _builds_an_optimizer(project, caller.path, caller.func, loop=True):
+                    continue
+                name = call.func.rsplit(".", 1)[-1]
+                message = (
+                    f"`GradScaler(...)` is constructed on every call of `{name}`, which "
+                    f"{project.where(caller.path, caller.row)} calls in a loop: the learned loss scale restarts at "
+                    f"65536 each time, each halving back to a scale that fits costs a skipped optimizer step again, "
+                    f"and a checkpoint cannot restore it; create the scaler once and pass it in"
+                )
+                cause = project.related(caller.path, caller.row, "called in a loop here")
+                yield project.diagnostic(self, call, message, data={"where": project.where(caller.path, caller.row), "per_step": False}, related=(cause,))
+                break
+
     def _diagnostic(self, ctx: ModuleContext, call: CallInfo, where: str, per_step: bool) -> Diagnostic:
         every = "training step" if per_step else "epoch"
         message = f"`GradScaler(...)` is rebuilt every {every} ({where}): its loss scale never settles"
         help = "Create the scaler once, before the loop" if per_step else "Create the scaler once and pass it in"
         return ctx.diagnostic(self, call.node, message, data={"where": where, "per_step": per_step}, help=help)
+
+
+def _builds_an_optimizer(project: Project, path: str, func: str, loop: bool = False) -> bool:
+    """Whether a project function builds an optimizer (in a loop body, with `loop`) or has one `prepare`d."""
+    info = project.function((path, func))
+    for record in info["calls"] if info is not None else ():
+        if loop and not record.get("l"):
+            continue
+        if record["f"].endswith(".prepare") or project.optimizer_class(ProjectCall(path, func, record)) is not None:
+            return True
+    return False
 
 
 def _disabled(ctx: ModuleContext, call: CallInfo) -> bool:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from amplint.model import (
     CallInfo, Diagnostic, Invalid, LowPrecisionCast, ModuleContext, Rule, Scope, Severity, Valid, assignment_before,
-    call_chain, dotted_name, exclusive, fp32_cast, literal_bool, literal_number, torchapi,
+    call_chain, dotted_name, exclusive, fp32_cast, literal_bool, literal_number, torchapi, Project,
 )
 
 #: callees that keep fp32 master weights for the optimizer they are given
@@ -67,6 +67,13 @@ class HalfModelTraining(Rule):
     freeze parameters (trainable adapters may be fp32), when the name is
     rebound (`model = get_peft_model(model, config)`) before the optimizer is
     built, and for bf16 (wide range; not this rule).
+
+    Across files: also flags an optimizer built on a module that a builder,
+    loader or `convert_weights(model)`-style helper in another file made fp16
+    (in place, through `model.apply(...)`, or by returning `model.half()`);
+    the message names where. Another instance of the same class that was not
+    cast stays silent. A cast decided at run time (`model.to(dtype)`) is not
+    followed.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP201` (docs/evidence.md#amp201)
@@ -306,6 +313,29 @@ for epoch in range(10):
         if key and _master_wrapped(ctx, key):
             return False
         return True
+
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """An optimizer built on a module that another file made fp16 (a builder, a loader,
+        a `convert_weights(model)` helper); same-file casts are `check`'s."""
+        for call in project.calls():
+            q = project.optimizer_class(call)
+            if q is None:
+                continue
+            if project.master_weights(call):
+                continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
+            for name, site in project.fp16_modules(project.updated_modules(call)):
+                if not site or site[0] == call.path:
+                    continue
+                opt = q.rsplit(".", 1)[-1]
+                numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() else ""
+                message = (
+                    f"`{opt}` updates the parameters of a `{name}` that {project.where(*site)} made fp16, "
+                    f"with no fp32 master copy: {numbers}updates smaller than fp16's spacing (9.8e-4 near 1.0) "
+                    f"round away; keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
+                )
+                data = {"optimizer": opt, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*site)}
+                yield project.diagnostic(self, call, message, data=data, related=(project.related(*site, "made fp16 here"),))
+                break
 
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]

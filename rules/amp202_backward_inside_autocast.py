@@ -6,7 +6,7 @@ import re
 
 from typing import Iterator
 
-from amplint.model import Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, active_region
+from amplint.model import Diagnostic, Invalid, ModuleContext, Project, Rule, Severity, Valid, active_region
 
 _BACKWARD_EVENTS = ("scaled_backward", "backward", "framework_backward")
 
@@ -75,6 +75,11 @@ class BackwardInsideAutocast(Rule):
     backward inside a plain `torch.autocast` region is flagged like any other.
     A region whose `enabled=` is decided at run time (`enabled=use_amp`) is
     flagged: whenever AMP is on, the backward is inside it.
+
+    Across files: also flags a backward inside an autocast the file alone
+    does not show: one held in an attribute or `partial`
+    (`amp_autocast = partial(torch.autocast, ...)` then `with amp_autocast():`),
+    or entered by a project decorator defined in another module.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP202` (docs/evidence.md#amp202)
@@ -233,6 +238,33 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
                     continue
                 yield self._diagnostic(ctx, event.call, region)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A backward inside an autocast the file alone does not show: one held in an
+        attribute or `partial` (`with self.amp_autocast():`), or applied by a project
+        decorator defined in another module."""
+        for call in project.calls():
+            f = call.record["f"]
+            if not (f.endswith(".backward") or f == "backward") or f in ("torch.autograd.backward",):
+                continue
+            region = project.region_of(call)
+            if region is None:
+                region = next(
+                    (w.region for w in project.autocast_witnesses((call.path, call.func)) if len(w.chain) == 1 and _decorated(project, call, w.region)),
+                    None,
+                )
+            elif region.kind != "held":
+                continue  # `check` sees it
+            if region is None or region.enabled is False or region.dtype == "fp32":
+                continue
+            when = " (when enabled)" if region.enabled is None else ""
+            message = (
+                f"`{f}()` runs inside {project.describe(region)}{when}: PyTorch recommends autocast around the forward "
+                f"pass and loss only: the rest of the block after it autocasts too, and the backward of a layer kept "
+                f"fp32 by a nested `autocast(enabled=False)` runs in low precision; move it out of the region"
+            )
+            cause = project.related(region.path, region.row, "autocast entered here")
+            yield project.diagnostic(self, call, message, data={"region_line": region.row, "device": region.device, "dtype": region.dtype}, related=(cause,))
+
     def _diagnostic(self, ctx: ModuleContext, call, region) -> Diagnostic:
         text = ctx.code_for(call.node)
         if len(text) > 50 or "\n" in text:
@@ -247,6 +279,12 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
             data={"region_line": row, "device": region.device, "dtype": region.dtype},
             help="Move the backward after the `with` block",
         )
+
+
+def _decorated(project: Project, call, region) -> bool:
+    """Whether `region` comes from a decorator of the function holding `call` (not a caller)."""
+    info = project.function((call.path, call.func))
+    return info is not None and any(project.decorator_region(t) == region for d in info["decorators"] if d for t in project.name_types(call.path, "<module>" if "." not in call.func else call.func.rsplit(".", 1)[0], d))
 
 
 def _defined_inside(ctx: ModuleContext, region, scope) -> bool:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from amplint.model import (
     FP16, AutocastRegion, CallInfo, Diagnostic, Invalid, LiteralInfo, LowPrecisionCast, ModuleContext, Rule, Scope,
-    Severity, Valid, dotted_name, literal_number,
+    Severity, Valid, dotted_name, literal_number, Project,
 )
 
 
@@ -116,6 +116,9 @@ class Fp16UnderflowingEpsilon(Rule):
     so `AdamW(eps=1e-8)` in an AMP script is fine), on `fused=True`
     optimizers (they compute in fp32), on bf16 (1e-8 and 1e-12 are
     representable, E02), and on tensors whose dtype is not visible.
+
+    Across files: the optimizer's eps is checked, as above, when the fp16
+    parameters were made in another file (see AMP201).
 
     ## References
     - amplint's evidence page: `amplint --explain AMP302` (docs/evidence.md#amp302)
@@ -285,6 +288,34 @@ for x, y in loader:
             data = {"eps": eps, "optimizer_class": q, "snippet": ctx.code_for(call.node), "params": cast.subject}
             data.update(dtype=cast.dtype, device=None)
             yield ctx.diagnostic(self, node, message, data=data, help=help)
+
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """An optimizer whose eps underflows, over a module another file made fp16."""
+        for call in project.calls():
+            q = project.optimizer_class(call)
+            if q not in _OPTIMIZERS or project.master_weights(call):
+                continue
+            module = next((m for m in project.fp16_modules(project.updated_modules(call)) if m[1] and m[1][0] != call.path), None)
+            if module is None:
+                continue
+            position, default = _OPTIMIZERS[q]
+            record = call.record
+            ref = record["k"].get("eps", record["a"][position] if len(record["a"]) > position else None)
+            if ref is None and "eps" not in record["k"] and len(record["a"]) <= position:
+                eps, text = default, f"the default eps={default:g}"
+            elif ref is not None and "v" in ref and 0 < abs(ref["v"]) < FP16_FLUSH_TO_ZERO:
+                eps, text = ref["v"], f"eps={ref['v']:g}"
+            else:
+                continue
+            cls = q.rsplit(".", 1)[-1]
+            message = (
+                f"`{cls}` with {text} over the parameters of a `{module[0]}` that {project.where(*module[1])} made "
+                f"fp16: {eps:g} is below fp16's smallest subnormal (5.96e-8) and rounds to 0, so where the "
+                f"squared-gradient average underflows the update divides by 0 and parameters become -inf/NaN; keep "
+                f"fp32 parameters (autocast + GradScaler) or use an eps fp16 represents, e.g. 1e-4"
+            )
+            data = {"eps": eps, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*module[1])}
+            yield project.diagnostic(self, call, message, data=data, related=(project.related(*module[1], "made fp16 here"),))
 
     # ------------------------------------------------------------ arithmetic
 

@@ -7,7 +7,7 @@ import libcst as cst
 
 from amplint.model import (
     AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, literal_string,
-    make_fix, replace_node,
+    make_fix, replace_node, Project, ProjectCall, Witness, chain_text,
 )
 
 _BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
@@ -78,6 +78,19 @@ class BceUnderAutocast(Rule):
     Silent inside a nested `autocast(enabled=False)`, under CPU autocast
     (BCE is on the CPU fp32 list and runs), under MPS autocast (no rule), and
     for `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss`.
+
+    Across files (the project model): also flags BCE in a loss module or
+    helper that runs under autocast only because of another file -- a
+    trainer that autocasts the model whose head calls it, a Lightning
+    `Trainer(precision="16-mixed")` running `training_step`, an
+    `Accelerator(mixed_precision=...)` that `prepare`d the model, an autocast
+    kept in an attribute or `partial` (`with self.amp_autocast():`), or a
+    project decorator that enters autocast. The message names the region and
+    the chain of calls. Here the rule over-approximates on purpose: the ban
+    raises on every call, whatever the dtype, so any one path in is enough.
+    It follows only what names resolve to (imports, assignments, attributes
+    bound in `__init__`, arguments call sites pass); a model whose class
+    nothing names (`model = registry[args.arch]()`) is not followed.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP303` (docs/evidence.md#amp303)
@@ -255,6 +268,34 @@ for batch in loader:
                 continue
             yield self._diagnostic(ctx, call, function, ctor, region, via)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """BCE in a function that runs under autocast only through a call from
+        another file, a framework's precision setting, an autocast held in an
+        attribute or `partial`, or a project decorator."""
+        for call in project.calls():
+            shown = _project_bce(project, call)
+            if shown is None:
+                continue
+            own = project.region_of(call)
+            if own is not None and own.kind != "held":
+                continue  # a region its own file shows decides (check above)
+            witnesses = [Witness(own, ())] if own is not None else project.autocast_witnesses((call.path, call.func))
+            for witness in witnesses:
+                region = witness.region
+                if region.enabled is False or region.device not in _BANNED_DEVICES:
+                    continue
+                via = f" (via {chain_text(witness.chain)})" if witness.chain else ""
+                message = (
+                    f"`{shown}` runs under {project.describe(region)}{via}: it raises `RuntimeError: "
+                    f"torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.` "
+                    f"on CUDA/XPU, for fp16 and bf16 alike; pass logits to `binary_cross_entropy_with_logits` / "
+                    f"`BCEWithLogitsLoss` (drop the sigmoid), or compute the loss in fp32 under `autocast(enabled=False)`"
+                )
+                data = {"function": "binary_cross_entropy" if shown.startswith("F.") else "BCELoss", "device": region.device, "dtype": region.dtype}
+                cause = project.related(region.path, region.row, "autocast entered here")
+                yield project.diagnostic(self, call, message, data=data, related=(cause,))
+                break
+
     def _diagnostic(
         self,
         ctx: ModuleContext,
@@ -337,6 +378,26 @@ def _callers(ctx: ModuleContext, scope: Scope) -> List[CallInfo]:
     if scope.parent is not None and scope.parent.is_module:
         return [c for c in ctx.calls if c.dotted == scope.name and not c.qualnames]
     return []
+
+
+def _project_bce(project: Project, call: ProjectCall) -> Optional[str]:
+    """How to name the BCE a project call runs (None: not BCE). Only calls that may be BCE by
+    their spelling are resolved: `...binary_cross_entropy(...)`, `nn.BCELoss()(...)`, or a
+    name some file binds to a `BCELoss(...)`."""
+    f = call.record["f"]
+    last = f.rsplit(".", 1)[-1]
+    if not (
+        last == "binary_cross_entropy"
+        or (not f and "BCELoss" in str(call.record.get("fv")))
+        or (last and last in project.names_bound_to("BCELoss"))
+    ):
+        return None
+    for t in project.resolve_call(call):
+        if t[0] == "X" and t[1] in _BCE_FUNCTIONS:
+            return "F.binary_cross_entropy"
+        if t[0] == "R" and t[1] in _BCE_MODULES:
+            return "nn.BCELoss"
+    return None
 
 
 # --------------------------------------------------------------------------- fix

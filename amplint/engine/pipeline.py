@@ -42,6 +42,8 @@ class FileResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
     facts: FileFacts = field(default_factory=FileFacts)
     parsed: bool = False
+    #: the file's text index for the project model (`amplint.model.project.text_index`)
+    index: Optional[dict] = None
 
 
 # ------------------------------------------------------------------ selection
