@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import sys
 
+# `amplint NAME ...` for these names runs "module:function" (which returns the exit code)
+# instead of linting; a folder with one of these names is linted as `amplint ./NAME`.
+SUBCOMMANDS = {
+    "server": "amplint.server.main:main",
+}
+
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
+        import importlib
+
+        module, _, function = SUBCOMMANDS[sys.argv[1]].partition(":")
+        sys.exit(getattr(importlib.import_module(module), function)())
     if sys.argv[1:] == ["--version"]:
         from .__version__ import __version__
 
