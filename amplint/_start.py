@@ -17,7 +17,7 @@ def main() -> None:
 
         module, _, function = SUBCOMMANDS[sys.argv[1]].partition(":")
         sys.exit(getattr(importlib.import_module(module), function)())
-    if sys.argv[1:] == ["--version"]:
+    if sys.argv[1:] in (["--version"], ["-V"]):
         from .__version__ import __version__
 
         sys.stdout.write(f"amplint {__version__}\n")

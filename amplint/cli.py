@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
 from .__version__ import __version__
-from .core.config import Config, ConfigError, find_pyproject, load_config, parse_torch_version, with_overrides
+from .core.config import Config, ConfigError, find_config, load_config, parse_torch_version, with_overrides
 from .report import FORMATS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -64,8 +64,13 @@ class _Command(click.Command):
     show_default=True,
     help="How to print diagnostics.",
 )
+@click.option("-o", "--output-file", type=click.Path(dir_okay=False), default=None, help="Write the report to this file instead of stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="Print the findings and nothing else (no summary).")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
-@click.option("--explain", "explain", default=None, metavar="CODE", is_flag=False, flag_value="", help="Show a rule's documentation (no CODE: list all rules).")
+@click.option("--exit-non-zero-on-fix", is_flag=True, help="With --fix: exit 1 when a fix was applied, even if nothing remains.")
+@click.option("--show-settings", is_flag=True, help="Print the settings that apply (and where they came from), then exit.")
+@click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` to every line with a finding, then exit.")
+@click.option("--explain", "explain", default=None, metavar="CODE", is_flag=False, flag_value="", help="Show a rule's documentation, by code or name (no CODE: list all rules).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Read settings from this TOML file.")
 @click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
 @click.option("--stdin-filename", default=None, help="The file name to report for '-' (stdin).")
@@ -84,15 +89,22 @@ class _Command(click.Command):
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None, envvar="AMPLINT_CACHE_DIR", help="Where to keep the cache (default: .amplint_cache beside pyproject.toml, or in the current folder; env AMPLINT_CACHE_DIR).")
 @click.option("--verify", is_flag=True, help="Run each finding's experiment in a torch subprocess and report a verdict.")
 @click.option("--device", default=None, metavar="DEVICE", help="Device for --verify: auto (prefers CUDA), cpu, cuda or cuda:N.")
-@click.option("--verify-timeout", type=float, default=None, metavar="S", help="Seconds each --verify experiment may run (default 60).")
-@click.version_option(__version__, "--version", prog_name="amplint", message="%(prog)s %(version)s")
+@click.option("--verify-timeout", type=float, default=None, metavar="S", help="Seconds each --verify experiment may run (default 60, at most 600).")
+@click.option("--verify-budget", type=float, default=None, metavar="S", help="Seconds all of --verify may take (default 900, at most 3600); later findings are 'inconclusive: budget spent'.")
+@click.option("--verify-unsandboxed", is_flag=True, help="Let --verify run the flagged code without its OS sandbox where the machine cannot start one (only on code you trust).")
+@click.version_option(__version__, "-V", "--version", prog_name="amplint", message="%(prog)s %(version)s")
 def main(
     paths: Tuple[str, ...],
     select: Tuple[str, ...],
     ignore: Tuple[str, ...],
     extend_select: Tuple[str, ...],
     output_format: str,
+    output_file: Optional[str],
+    quiet: bool,
     exit_zero: bool,
+    exit_non_zero_on_fix: bool,
+    show_settings: bool,
+    add_noqa: bool,
     explain: Optional[str],
     config_file: Optional[str],
     isolated: bool,
@@ -113,6 +125,8 @@ def main(
     verify: bool = False,
     device: Optional[str] = None,
     verify_timeout: Optional[float] = None,
+    verify_budget: Optional[float] = None,
+    verify_unsandboxed: bool = False,
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
     if explain is not None:
@@ -125,8 +139,9 @@ def main(
         raise click.exceptions.Exit(EXIT_CLEAN)
 
     targets = list(paths) or ["."]
+    out = _Output(output_file, output_format)
     try:
-        config = _load(targets, config_file, isolated)
+        config, origin = _load(targets, config_file, isolated)
         config = with_overrides(
             config,
             select=_codes(select),
@@ -141,7 +156,25 @@ def main(
 
         # validate selectors given on the command line
         config.selected_codes(known_codes(), known_codes())
-        verify_settings = _verify_settings(config, device, verify_timeout) if verify else None
+        if torch_version is None and config.torch_version is None and not isolated:
+            config, origin["torch-version"] = _inferred_floor(targets, config)
+        verify_settings = _verify_settings(config, device, verify_timeout, verify_budget, verify_unsandboxed) if verify else None
+        if show_settings:
+            from .settings import settings_text
+
+            click.echo(settings_text(config, origin), nl=False)
+            raise click.exceptions.Exit(EXIT_CLEAN)
+        if add_noqa:
+            from .fix.add_noqa import add_noqa_paths
+
+            if "-" in targets:
+                raise ConfigError("--add-noqa cannot read stdin; name the files")
+            added, errors = add_noqa_paths(targets, config, jobs=default_jobs_or(jobs))
+            for error in errors:
+                click.echo(f"amplint: error: {error}", err=True)
+            if not quiet:
+                click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
+            raise click.exceptions.Exit(EXIT_ERROR if errors else EXIT_CLEAN)
         if show_files:
             from .engine.discovery import discover
 
@@ -166,21 +199,28 @@ def main(
                     jobs=default_jobs() if jobs is None else max(jobs, 1),
                     cache_dir=None if no_cache else (cache_dir or ""),
                 )
-            raise click.exceptions.Exit(_report_fixes(outcome, output_format, unsafe_fixes, diff, show_fixes, statistics, exit_zero, "-" in targets))
-        diagnostics = _run(targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""))
+            code = _report_fixes(outcome, output_format, unsafe_fixes, diff, show_fixes, statistics, exit_zero, "-" in targets, out, quiet)
+            if code == EXIT_CLEAN and exit_non_zero_on_fix and outcome.fixed_count and not diff:
+                code = EXIT_FINDINGS
+            raise click.exceptions.Exit(code)
+        sources: dict = {}
+        diagnostics = _run(
+            targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""), sources=sources,
+            unsafe_fixes=unsafe_fixes or output_format in ("json", "json-lines", "sarif"),  # these print every fix
+        )
     except ConfigError as exc:
         raise fail(str(exc))
     if verify_settings is not None:
-        _verify(diagnostics, *verify_settings)
+        _verify(diagnostics, verify_settings)
 
     from .report import renderer
 
     if statistics:
         from .report.statistics import render as render_statistics
 
-        click.echo(render_statistics(diagnostics, unsafe_fixes=unsafe_fixes, output_format=output_format), nl=False)
+        out.write(render_statistics(diagnostics, unsafe_fixes=unsafe_fixes, output_format=output_format))
     else:
-        click.echo(renderer(output_format)(diagnostics, unsafe_fixes=unsafe_fixes), nl=False)
+        out.write(renderer(output_format)(diagnostics, unsafe_fixes=unsafe_fixes, **out.context(quiet, sources)))
     if _internal_errors(diagnostics):
         raise click.exceptions.Exit(EXIT_ERROR)
     if diagnostics and not exit_zero:
@@ -188,13 +228,17 @@ def main(
     raise click.exceptions.Exit(EXIT_CLEAN)
 
 
-def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fixes: bool, statistics: bool, exit_zero: bool, stdin: bool) -> int:
+def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fixes: bool, statistics: bool, exit_zero: bool, stdin: bool, out: "_Output", quiet: bool) -> int:
     """Print what `--fix` / `--diff` did; returns the exit code."""
     from .report import renderer
     from .report.text import fixes_summary
 
     for error in outcome.errors:
         click.echo(f"amplint: error: {error}", err=True)
+    from .report.source import clean
+
+    for line in outcome.rejected:
+        click.echo(f"amplint: warning: {clean(line)}", err=True)
     fixed = outcome.fixed_count
     if diff:
         click.echo("".join(c.diff for c in outcome.changes), nl=False)
@@ -207,35 +251,51 @@ def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fi
 
         report = render_statistics(outcome.diagnostics, unsafe_fixes=unsafe, output_format=output_format)
     else:
-        report = renderer(output_format)(outcome.diagnostics, fixed=fixed, unsafe_fixes=unsafe)
-    click.echo(report, nl=False, err=stdin)
+        context = out.context(quiet, {}) if not stdin else {"quiet": quiet}
+        report = renderer(output_format)(outcome.diagnostics, fixed=fixed, unsafe_fixes=unsafe, **context)
+    out.write(report, err=stdin)
     if show_fixes and output_format == "text":
-        click.echo(fixes_summary(outcome.changes), nl=False, err=stdin)
+        out.write(fixes_summary(outcome.changes), err=stdin)
     if outcome.errors or _internal_errors(outcome.diagnostics):
         return EXIT_ERROR
     return EXIT_FINDINGS if outcome.diagnostics and not exit_zero else EXIT_CLEAN
-def _verify_settings(config: Config, device: Optional[str], timeout: Optional[float]) -> Tuple[str, float]:
-    """Checked before linting, so a missing torch or a bad flag fails fast (exit 2)."""
+def _verify_settings(
+    config: Config, device: Optional[str], timeout: Optional[float], budget: Optional[float], unsandboxed: bool
+) -> Dict[str, Any]:
+    """Checked before linting, so a missing torch or a bad flag fails fast (exit 2).
+
+    The timeout cap holds for the command line and for a repository's config alike;
+    running without the sandbox is a command-line choice only, never a config one."""
     from .verify import INSTALL_HINT, VerifyError, torch_available, validate_device
+    from .verify.runner import MAX_BUDGET, MAX_TIMEOUT, check_seconds
 
     if not torch_available():
         raise ConfigError(INSTALL_HINT)
-    timeout = config.verify_timeout if timeout is None else timeout
-    if timeout <= 0:
-        raise ConfigError("--verify-timeout must be a positive number of seconds")
     try:
-        return validate_device(device or config.verify_device), float(timeout)
+        return {
+            "device": validate_device(device or config.verify_device),
+            "timeout": check_seconds(config.verify_timeout if timeout is None else timeout,
+                                     "--verify-timeout" if timeout is not None else "verify.timeout", MAX_TIMEOUT),
+            "budget": check_seconds(config.verify_budget if budget is None else budget,
+                                    "--verify-budget" if budget is not None else "verify.budget", MAX_BUDGET),
+            "unsandboxed": unsandboxed,
+        }
     except VerifyError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def _verify(diagnostics, device: str, timeout: float) -> None:
+def _verify(diagnostics, settings: Dict[str, Any]) -> None:
     from .verify import VerifyError, verify_diagnostics
 
     try:
-        verify_diagnostics(diagnostics, device=device, timeout=timeout)
+        verify_diagnostics(diagnostics, **settings, on_start=_say_sandbox)
     except VerifyError as exc:
         raise fail(str(exc))
+
+
+def _say_sandbox(layers) -> None:
+    """On stderr, before any user code runs: what confines it (or that nothing does)."""
+    click.echo("amplint: verify sandbox: " + "; ".join(layers), err=True)
 
 
 def _internal_errors(diagnostics) -> bool:
@@ -249,28 +309,88 @@ def _internal_errors(diagnostics) -> bool:
     return n > 0
 
 
-def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Config:
+def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Tuple[Config, dict]:
+    """(config, {"file": where it came from}); --isolated reads no file."""
     from .engine.pipeline import known_codes
 
     if isolated:
-        return Config()
+        return Config(), {"file": None}
     if config_file:
         path = Path(config_file)
         if not path.is_file():
             raise ConfigError(f"config file not found: {config_file}")
-        return load_config(path, known_codes())
+        return load_config(path, known_codes()), {"file": str(path)}
     real = [t for t in targets if t != "-"] or ["."]
-    return load_config(find_pyproject(real), known_codes())
+    found = find_config(real)
+    return load_config(found, known_codes()), {"file": str(found) if found else None}
 
 
-def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None):
-    """cache_dir: None disables the cache; "" means the default place."""
+def _inferred_floor(targets: Sequence[str], config: Config) -> Tuple[Config, Optional[str]]:
+    """`torch-version` from the project's requirements when no setting gives it (like ruff's
+    `target-version` from `requires-python`); returns the config and where the floor came from."""
+    from .core import torchfloor
+
+    folder = Path(config.root) if config.root else torchfloor.project_folder(targets)
+    found = torchfloor.infer(folder) if folder is not None else None
+    if found is None:
+        return config, None
+    floor, source = found
+    return with_overrides(config, torch_version=floor), str(folder / source) if source != "requirements*.txt" else source
+
+
+def default_jobs_or(jobs: Optional[int]) -> int:
+    from .engine.parallel import default_jobs
+
+    return default_jobs() if jobs is None else max(jobs, 1)
+
+
+class _Output:
+    """Where the report goes (stdout or `--output-file`) and whether it is colored.
+
+    Color only on a terminal, for the text formats; `NO_COLOR` (any value) turns it
+    off and `FORCE_COLOR` (non-empty) on, as https://no-color.org and
+    https://force-color.org ask. A report file is never colored.
+    """
+
+    def __init__(self, path: Optional[str], output_format: str) -> None:
+        import os
+
+        self.path = path
+        self.color = False
+        if path is None and output_format in ("text", "concise"):
+            if os.environ.get("FORCE_COLOR"):
+                self.color = True
+            elif "NO_COLOR" not in os.environ:
+                self.color = sys.stdout.isatty()
+        self._opened = False
+
+    def context(self, quiet: bool, sources: dict) -> dict:
+        return {"color": self.color, "quiet": quiet, "sources": sources}
+
+    def write(self, text: str, err: bool = False) -> None:
+        if self.path is None or err:
+            click.echo(text, nl=False, err=err, color=True if self.color else None)
+            return
+        try:
+            with open(self.path, "a" if self._opened else "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise fail(f"cannot write {self.path}: {exc.strerror}") from None
+        self._opened = True
+
+
+def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None, sources: Optional[dict] = None, unsafe_fixes: bool = True):
+    """cache_dir: None disables the cache; "" means the default place. Text read from
+    stdin is put in `sources` (name -> text) for the report's source frames. The fixes
+    offered (safe ones, and unsafe ones with `unsafe_fixes`) are checked before they are shown."""
+    sources = {} if sources is None else sources
     from .engine.run import lint_paths, lint_source
 
     if "-" in targets:
         if len(targets) > 1:
             raise ConfigError("'-' (stdin) cannot be combined with other paths")
         source = sys.stdin.read()
+        sources[stdin_filename or "-"] = source
         if stdin_filename and stdin_filename.lower().endswith(".ipynb"):
             from .engine.notebook import lint_notebook
 
@@ -282,6 +402,12 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
     result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)
     if cache is not None:
         cache.save()
+    if any(d.fix is not None for d in result.diagnostics):
+        from .fix.fixer import withdraw_failing_fixes
+        from .report.source import clean
+
+        for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes):
+            click.echo(f"amplint: warning: {clean(line)}", err=True)
     return result.diagnostics
 
 

@@ -66,8 +66,7 @@ def rule_page(rule: Type[Rule]) -> str:
         f"| Fix | {_fix_kind(rule)} |",
         f"| Message | {rule.message} |",
     ]
-    if rule.facts:
-        lines.append(f"| amp-facts | {', '.join(rule.facts)} |")
+    lines.append(f"| Evidence | [measured, with the experiment that reproduces it](../evidence.md#{rule.code.lower()}) |")
     lines += ["", rule.docs().strip(), ""]
     traps = [case for case in rule.VALID if case.why]
     if traps:

@@ -92,7 +92,7 @@ class DeprecatedAmpApi(Rule):
     same name); uses of the name stay silent, as for any ambiguous name.
 
     ## References
-    - amp-facts.md §0.9, §3 (exact warning texts, E08, E32; versions)
+    - amplint's evidence page: `amplint --explain AMP001` (docs/evidence.md#amp001)
     - https://pytorch.org/docs/stable/amp.html
     - pytorch/pytorch#126527 (deprecation of the device-specific GradScaler and custom_fwd)
     """
@@ -110,7 +110,6 @@ class DeprecatedAmpApi(Rule):
         "autocast_ipu_",
         "autocast_xla_",
     )
-    facts = ("§0.9", "§3")
 
     VALID = [
         Valid(
@@ -468,10 +467,15 @@ def check(scaler):
             fix = None
             edits = rewrite_with_imports(ctx, self.code, ref, refs, lambda r, p: _rewrite(ctx, r, p))
             if edits is not None:
-                fix = make_fix(f"Use `torch.{api.new}` ({api.device!r})", edits, safe=True)
-            yield ctx.diagnostic(self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api))
+                fix = make_fix(f"Use `torch.{api.new}` ({api.device!r}){_needs(ctx, api.min_torch)}", edits, safe=True)
+            yield ctx.diagnostic(
+                self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api), help=_help(ref, api)
+            )
         for alias, api, others in _device_dispatch_imports(ctx):
-            yield ctx.diagnostic(self, alias, _dispatch_message(ctx, alias, api, others), data=_dispatch_data(ctx, alias, api))
+            yield ctx.diagnostic(
+                self, alias, _dispatch_message(ctx, alias, api, others), data=_dispatch_data(ctx, alias, api),
+                help=f'Use `torch.{api.new}("{api.device}", ...)`',
+            )
 
 
 def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
@@ -574,10 +578,7 @@ def _imports_with_paths(module: cst.Module) -> Iterator[Tuple[cst.ImportFrom, Pa
 def _dispatch_message(ctx: ModuleContext, alias: cst.ImportAlias, api: DeprecatedApi, others: List[str]) -> str:
     name = ctx.code_for(alias.name)
     alternatives = ", ".join(f"`{o.rpartition('.')[0]}`" for o in others)
-    return (
-        f"`{name}` imported from `{api.old.rpartition('.')[0]}` (the CUDA branch of a device dispatch with "
-        f"{alternatives}) is deprecated; torch >= 2.4 warns on every CUDA run: {api.category}: {api.warning}"
-    )
+    return f"`{name}` from `{api.old.rpartition('.')[0]}` (the CUDA branch beside {alternatives}) is deprecated"
 
 
 def _dispatch_data(ctx: ModuleContext, alias: cst.ImportAlias, api: DeprecatedApi) -> dict:
@@ -645,11 +646,23 @@ def _torch_version_test(text: str) -> bool:
 def _message(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> str:
     spelled = ctx.code_for(ref.node)
     name = f"`{api.old}`" if spelled == api.old else f"`{spelled}` (`{api.old}`)"
-    what = "is deprecated" if ref.use != "bare" else "refers to a deprecated API"
-    message = f"{name} {what}; torch >= 2.4 warns: {api.category}: {api.warning}"
     if api.kind == "scaler" and ref.use == "bare":
-        message += f" (an `isinstance` check against it is False for a `torch.amp.GradScaler({api.device!r})`)"
-    return message
+        return f"{name} is deprecated, and no `torch.amp.GradScaler` is an instance of it"
+    return f"{name} is deprecated"
+
+
+def _needs(ctx: ModuleContext, version: Tuple[int, int]) -> str:
+    """With no torch floor known (no `torch-version`, none in the project's requirements),
+    the fix's title says which torch it needs."""
+    return "" if ctx.config.torch_version is not None else f" (needs torch >= {version[0]}.{version[1]})"
+
+
+def _help(ref: Reference, api: DeprecatedApi) -> str:
+    if api.kind in ("custom_fwd", "custom_bwd"):
+        return f'Use `@torch.{api.new}(device_type="{api.device}")`'
+    if api.kind == "scaler" and ref.use == "bare":
+        return "Check against `torch.amp.GradScaler`"
+    return f'Use `torch.{api.new}("{api.device}", ...)`'
 
 
 def _data(ctx: ModuleContext, ref: Reference, api: DeprecatedApi) -> dict:
@@ -702,7 +715,7 @@ def _rewrite(ctx: ModuleContext, ref: Reference, prefix: str) -> Optional[List]:
         new = f"{prefix}.{api.new}"
         keywords: tuple = (None,) * len(api.params)
     elif api.kind == "autocast" and version is not None and version < (2, 3):
-        new = f"{prefix}.autocast"  # torch.autocast: since 1.10 [amp-facts §3]
+        new = f"{prefix}.autocast"  # torch.autocast: since 1.10
         keywords = api.params
     else:
         new = f"{prefix}.{api.new}"

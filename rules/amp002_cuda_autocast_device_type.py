@@ -23,9 +23,9 @@ class CudaAutocastDeviceType(Rule):
     The device-specific autocast classes take `(enabled, dtype, cache_enabled)`;
     they have no `device_type` parameter. The call raises
     `TypeError: autocast.__new__() got an unexpected keyword argument
-    'device_type'` the moment it runs (amp-facts E28). It is a common mix-up
+    'device_type'` the moment it runs. It is a common mix-up
     of the two APIs, spread by tutorials that import `autocast` from
-    `torch.cuda.amp` and then call it with `device_type="cuda"` (§8 C16).
+    `torch.cuda.amp` and then call it with `device_type="cuda"`.
 
     ## Example
     ```python
@@ -62,7 +62,7 @@ class CudaAutocastDeviceType(Rule):
     the call is valid on the torch that takes the first branch.
 
     ## References
-    - amp-facts.md §3, §8 C16 (RUN E28)
+    - amplint's evidence page: `amplint --explain AMP002` (docs/evidence.md#amp002)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast
     """
 
@@ -73,7 +73,6 @@ class CudaAutocastDeviceType(Rule):
     # the deprecated class is spelled through torch.cuda.amp / torch.cpu.amp / `from torch.cuda import amp`
     triggers = ("cuda.amp", "cpu.amp", "import amp")
     requires = (("device_type",),)  # only torch.cuda.amp.autocast(device_type=...) crashes
-    facts = ("§3", "§8")
 
     VALID = [
         Valid(
@@ -201,19 +200,18 @@ with torch.autocast(device_type="cpu"):
         flagged = [r for r in ctx.references() if _crashes(ctx, r)]
         for ref in flagged:
             edits = rewrite_with_imports(ctx, self.code, ref, flagged, lambda r, p: _rewrite(ctx, r, p))
-            fix = make_fix("Use `torch.autocast(device_type=...)`", edits, safe=True) if edits else None
+            needs = "" if ctx.config.torch_version is not None else " (needs torch >= 1.10)"
+            fix = make_fix(f"Use `torch.autocast(device_type=...)`{needs}", edits, safe=True) if edits else None
             old = DEPRECATED_AMP[next(iter(ref.qualnames))].old
             spelled = ctx.code_for(ref.node)
             name = f"`{old}`" if spelled == old else f"`{spelled}` (`{old}`)"
-            message = (
-                f"{name} has no `device_type` parameter: this call raises `{_TYPE_ERROR}`; "
-                f"use `torch.autocast(device_type=..., ...)`"
-            )
+            message = f"{name} has no `device_type` parameter; this call raises `TypeError`"
             yield ctx.diagnostic(
                 self,
                 ref.call,
                 message,
                 fix=fix,
+                help="Use `torch.autocast(device_type=...)`",
                 data={
                     "deprecated": old,
                     "exception": _TYPE_ERROR,

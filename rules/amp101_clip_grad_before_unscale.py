@@ -20,7 +20,7 @@ class ClipGradBeforeUnscale(Rule):
     The gradients are still multiplied by the loss scale (65536 by default), so
     `clip_grad_norm_` sees exactly scale x the true norm. The clip therefore
     *always* fires and divides the real update by roughly the scale: in
-    amp-facts E15 the weight moved 1.0e-6 instead of 0.049. For
+    amplint's measurement (docs/evidence.md) the weight moved 1.0e-6 instead of 0.049. For
     `clip_grad_value_` the effective threshold in true-gradient units is
     `clip_value / scale`. Training silently crawls; no error is raised.
 
@@ -61,7 +61,7 @@ class ClipGradBeforeUnscale(Rule):
     `accelerator.clip_grad_norm_` unscales for you).
 
     ## References
-    - amp-facts.md §0.4, §2 (`clip_grad_norm_` on scaled grads, E15)
+    - amplint's evidence page: `amplint --explain AMP101` (docs/evidence.md#amp101)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
     """
 
@@ -72,7 +72,6 @@ class ClipGradBeforeUnscale(Rule):
     triggers = ("clip_grad",)
     requires = (("backward",), ("scale",))  # a scaled backward: `scaler.scale(loss).backward()`
     gate_check = "amplint.core.gates:scale_called"  # `.scale(` called as a method, not `self.scale` in attention code
-    facts = ("§0.4", "§2")
 
     VALID = [
         Valid(
@@ -239,11 +238,12 @@ def step(model, opt, scaler, loss):
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         for scope in ctx.scopes:
             events = scope.events
+            fixed = set()  # (backward, optimizer): one `unscale_` per optimizer per step, before the first clip
             for clip in (e for e in events if e.kind == "clip"):
                 backward = self._scaled_backward_before(ctx, events, clip)
                 if backward is None or self._unscaled_before(ctx, events, clip, backward):
                     continue
-                yield self._diagnostic(ctx, scope, clip, backward)
+                yield self._diagnostic(ctx, scope, clip, backward, fixed)
 
     @staticmethod
     def _scaled_backward_before(ctx: ModuleContext, events, clip: Event) -> Optional[Event]:
@@ -272,24 +272,13 @@ def step(model, opt, scaler, loss):
                     return True
         return False
 
-    def _diagnostic(self, ctx: ModuleContext, scope: Scope, clip: Event, backward: Event) -> Diagnostic:
+    def _diagnostic(self, ctx: ModuleContext, scope: Scope, clip: Event, backward: Event, fixed: set) -> Diagnostic:
         func = (clip.call.dotted or "clip_grad_norm_").rsplit(".", 1)[-1]
         scaler = backward.scaler
         by_value = "value" in func
         threshold = clip.call.arg(1, "clip_value" if by_value else "max_norm")
         threshold_value = literal_number(threshold) if threshold is not None else None
-        if by_value:
-            message = (
-                f"`{func}` clips gradients still multiplied by the loss scale (65536 by default): the effective "
-                f"threshold in true-gradient units is clip_value / scale, so almost every gradient is clipped; "
-                f"call `{scaler}.unscale_(optimizer)` first"
-            )
-        else:
-            message = (
-                f"`{func}` sees gradients still multiplied by the loss scale: the norm it measures is "
-                f"scale x the true norm (65536x by default), so the clip always fires and shrinks the real "
-                f"update by about that factor; call `{scaler}.unscale_(optimizer)` first"
-            )
+        message = f"`{clip.call.dotted or func}` clips gradients still multiplied by the loss scale"
         step = next(
             (
                 e
@@ -299,7 +288,8 @@ def step(model, opt, scaler, loss):
             None,
         )
         fix = None
-        if step is not None:
+        if step is not None and (backward.order, step.optimizer) not in fixed:
+            fixed.add((backward.order, step.optimizer))
             fix = make_fix(
                 f"Insert `{scaler}.unscale_({step.optimizer})` before the clip",
                 [insert_line_before(ctx, clip.call.statement, f"{scaler}.unscale_({step.optimizer})")],
@@ -316,5 +306,7 @@ def step(model, opt, scaler, loss):
         spelled, qualname = clip.call.dotted, clip.call.qualname
         if spelled and qualname and "." not in spelled and spelled != qualname.rsplit(".", 1)[-1]:
             data["names"] = {spelled: qualname}  # an alias (`clip_grad_norm_ as clip`) the verifier resolves
-        return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data)
+        optimizer = step.optimizer if step is not None else "optimizer"
+        help = f"Call `{scaler}.unscale_({optimizer})` before the clip"
+        return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data, help=help)
 

@@ -22,8 +22,7 @@ class ScalerStepWithoutUpdate(Rule):
     the scale. Without it the next iteration's `scaler.step(optimizer)` raises
     `RuntimeError: step() has already been called since the last update().`
     (with an `unscale_` first: `unscale_() is being called after step().`), and
-    the scale never backs off after an overflow or grows after 2000 clean steps
-    (amp-facts §2, E12).
+    the scale never backs off after an overflow or grows after 2000 clean steps.
 
     ## Example
     ```python
@@ -59,7 +58,7 @@ class ScalerStepWithoutUpdate(Rule):
     a scaler built with `enabled=False`.
 
     ## References
-    - amp-facts.md §2 (`update`, E12), §5 (multiple optimizers: one `update()` after all steps)
+    - amplint's evidence page: `amplint --explain AMP103` (docs/evidence.md#amp103)
     - https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler.update
     """
 
@@ -69,7 +68,6 @@ class ScalerStepWithoutUpdate(Rule):
     message = "GradScaler stepped but never updated"
     triggers = ("GradScaler",)  # only a scaler built in this file is reported (`info.constructors`)
     requires = (("step",),)
-    facts = ("§2", "§5")
 
     VALID = [
         Valid(
@@ -318,14 +316,7 @@ def main(model, loader, optimizer):
 
     def _diagnostic(self, ctx: ModuleContext, step: Event, group: List[Event]) -> Diagnostic:
         scaler = step.scaler
-        if any(e.kind == "unscale" and e.scaler == scaler for e in step.call.scope.events):
-            first = "`unscale_` raises \"RuntimeError: unscale_() is being called after step().\""
-        else:
-            first = "`step` raises \"RuntimeError: step() has already been called since the last update().\""
-        message = (
-            f"`{scaler}.step(...)` is never followed by `{scaler}.update()`: the next iteration's {first} and the "
-            f"loss scale never adapts; call `{scaler}.update()` once per iteration, after every optimizer's step"
-        )
+        message = f"`{scaler}.step(...)` is never followed by `{scaler}.update()`; the next step raises"
         fix = None
         last = group[-1]
         if all(e.path == last.path for e in group):
@@ -335,7 +326,8 @@ def main(model, loader, optimizer):
             fix = make_fix(f"Insert `{scaler}.update()` after the last `{scaler}.step(...)`", [edit], safe=False)
         data = {"scaler": scaler, "optimizers": [e.optimizer for e in group]}
         data.update(_step_data(ctx, step, group))
-        return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data)
+        help = f"Call `{scaler}.update()` once per iteration, after every optimizer's step"
+        return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data, help=help)
 
 
 def _indent(source: str, row: int) -> str:

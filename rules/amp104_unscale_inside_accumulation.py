@@ -39,7 +39,7 @@ class UnscaleInsideAccumulation(Rule):
 
     ## Why is this bad?
     `unscale_` may run once per optimizer per iteration, after all of that
-    step's gradients have been accumulated (amp-facts §2, §5):
+    step's gradients have been accumulated:
     - A second `unscale_` before `update()` raises
       `RuntimeError: unscale_() has already been called on this optimizer since the last update().`
       With `unscale_` on every micro-batch that is the second micro-batch.
@@ -98,7 +98,7 @@ class UnscaleInsideAccumulation(Rule):
     `if ...: continue` runs on every micro-batch.
 
     ## References
-    - amp-facts.md §2 (`unscale_`, `update`, gradient accumulation, E12, E18), §5
+    - amplint's evidence page: `amplint --explain AMP104` (docs/evidence.md#amp104)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation
     """
 
@@ -108,7 +108,6 @@ class UnscaleInsideAccumulation(Rule):
     message = "unscale_/update outside the accumulation boundary"
     triggers = ("unscale_(", ".update(")
     requires = ((".scale(", "unscale_("),)  # both shapes need a scaled backward or unscale_
-    facts = ("§2", "§5")
 
     VALID = [
         Valid(
@@ -359,7 +358,7 @@ for step, batch in enumerate(loader):
         opt.zero_grad()
 """,
             line=6,
-            why="unscale_ for logging mid-window: silently wrong gradients (E18)",
+            why="unscale_ for logging mid-window: silently wrong gradients",
         ),
         Invalid(
             """
@@ -426,42 +425,25 @@ for step, batch in enumerate(loader):
         e = flagged.event
         scaler = e.scaler
         opt = e.optimizer or "optimizer"
+        unscale = f"`{scaler}.unscale_({opt})`"
         if shape == "every":
-            message = (
-                f"`{scaler}.unscale_({opt})` runs on every micro-batch but `{scaler}.step` only at the accumulation "
-                f"boundary: the second micro-batch's `unscale_` raises \"RuntimeError: unscale_() has already been "
-                f"called on this optimizer since the last update().\"; move it inside the boundary `if`, before the clip"
-            )
+            message = f"{unscale} runs on every micro-batch, `step` only at the boundary; it raises"
+            help = "Move it inside the accumulation boundary `if`, before the clip"
         elif shape == "every-updated":
-            message = (
-                f"`{scaler}.unscale_({opt})` and `{scaler}.update()` run on every micro-batch but `{scaler}.step` only "
-                f"at the accumulation boundary: no error, but each `unscale_` divides the gradients accumulated so "
-                f"far by the scale (65536 by default) again, so the step sees little more than the last micro-batch; "
-                f"move both inside the boundary `if`"
-            )
+            message = f"{unscale} and `update()` run on every micro-batch: accumulated gradients are unscaled again"
+            help = "Move both inside the accumulation boundary `if`"
         elif shape == "sometimes":
-            message = (
-                f"`{scaler}.unscale_({opt})` can run in the middle of an accumulation window, outside the boundary "
-                f"`if`: once there, later micro-batches add scaled gradients onto unscaled ones and `{scaler}.step` "
-                f"does not unscale again, so the accumulated gradient is silently wrong (by ~1e5 in amp-facts E18); "
-                f"twice before `update()`, it raises \"RuntimeError: unscale_() has already been called on this "
-                f"optimizer since the last update().\"; unscale only inside the accumulation boundary"
-            )
+            message = f"{unscale} can run in the middle of an accumulation window"
+            help = "Unscale only inside the accumulation boundary `if`"
         elif shape == "twice":
-            message = (
-                f"`{scaler}.unscale_({opt})` runs a second time before `{scaler}.update()`: it raises "
-                f"\"RuntimeError: unscale_() has already been called on this optimizer since the last update().\"; "
-                f"unscale each optimizer once per step"
-            )
+            message = f"{unscale} runs a second time before `{scaler}.update()`; it raises"
+            help = "Unscale each optimizer once per step"
         else:  # "update"
-            message = (
-                f"`{scaler}.update()` runs on every micro-batch but `{scaler}.step` only at the accumulation boundary: "
-                f"on the first micro-batch that is not a boundary it raises \"AssertionError: No inf checks were "
-                f"recorded prior to update.\"; move it inside the boundary `if`, after the step"
-            )
+            message = f"`{scaler}.update()` runs on every micro-batch, `step` only at the boundary; it raises"
+            help = "Move it inside the accumulation boundary `if`, after the step"
         data = {"shape": shape, "scaler": scaler, "optimizer": e.optimizer}
         data.update(_step_data(ctx, flagged, shape, other))
-        return ctx.diagnostic(self, e.call.node, message, data=data)
+        return ctx.diagnostic(self, e.call.node, message, data=data, help=help)
 
 
 def _flatten(ctx: ModuleContext, scope: Scope, depth: int, guards: GuardedPaths, stack: Tuple[int, ...] = ()) -> List[_Step]:
@@ -538,19 +520,26 @@ def _looks_like_accumulation(ctx: ModuleContext, frame: Frame) -> bool:
     test = frame.test
     if test is None:
         return False
-    found = []
+    found = _AccumulationTest()
+    test.visit(found)
+    return bool(found.nodes)
 
-    class _V(cst.CSTVisitor):
-        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-            if isinstance(node.operator, cst.Modulo):
-                found.append(node)
 
-        def visit_Name(self, node: cst.Name) -> None:
-            if "accum" in node.value.lower() or node.value == "sync_gradients":
-                found.append(node)
+class _AccumulationTest(cst.CSTVisitor):
+    """`i % k` or an `accum...`/`sync_gradients` name in a test (module level: a class defined
+    per call would hold its closure, and so the file's tree, in a reference cycle)."""
 
-    test.visit(_V())
-    return bool(found)
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: List[cst.CSTNode] = []
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Modulo):
+            self.nodes.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if "accum" in node.value.lower() or node.value == "sync_gradients":
+            self.nodes.append(node)
 
 
 def _inner_loop(backward: _Step, step: _Step, steps: List[_Step]) -> Optional[Frame]:

@@ -24,10 +24,10 @@ class Fp16BackwardWithoutScaler(Rule):
     Under fp16 autocast the backward pass runs the fp16 ops in fp16, so their
     gradients live in fp16's range: values below its smallest subnormal
     (5.96e-8) flush to zero and values below its smallest normal (6.1e-5) keep
-    only a few bits (amp-facts §6.1). Small gradients, common deep in a network
+    only a few bits. Small gradients, common deep in a network
     and late in training, vanish without any error. Loss scaling (65536 by
     default) shifts them into range before the backward and unscales them in
-    fp32 before the step (amp-facts §2, §8 C5). bf16 has fp32's exponent range
+    fp32 before the step. bf16 has fp32's exponent range
     and needs no scaler.
 
     ## Example
@@ -70,7 +70,7 @@ class Fp16BackwardWithoutScaler(Rule):
     `enabled=` still counts: when it is on, the scaler is missing.
 
     ## References
-    - amp-facts.md §2 (bf16 needs no scaler), §6.1 (fp16 limits), §8 C5
+    - amplint's evidence page: `amplint --explain AMP105` (docs/evidence.md#amp105)
     - https://pytorch.org/docs/stable/amp.html#gradient-scaling
     """
 
@@ -82,7 +82,6 @@ class Fp16BackwardWithoutScaler(Rule):
     requires = (("autocast",),)  # an fp16 autocast region in this file (every region is an autocast call)
     #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
-    facts = ("§2", "§6.1")
 
     VALID = [
         Valid(
@@ -266,13 +265,16 @@ def gan_step(gen, disc, opt_g, opt_d, real, z):
     def _diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion) -> Diagnostic:
         row = ctx.position(region.call)[0].row
         text = ctx.code_for(loss).strip()
-        message = (
-            f"`{text}` comes from an fp16 autocast region (line {row}) and is backpropagated with no GradScaler: "
-            f"gradients in the fp16 backward ops below 6e-8 flush to zero and below 6.1e-5 lose precision, so "
-            f"small gradients vanish silently; scale the loss with `torch.amp.GradScaler` (or use bf16)"
-        )
+        message = f"`{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
         data = {"loss": text, "region_row": row, "device": region.device, "dtype": region.dtype}
-        return ctx.diagnostic(self, event.call.node, message, data=data)
+        help = "Scale the loss with `torch.amp.GradScaler`, or autocast to bf16"
+        return ctx.diagnostic(self, event.call.node, message, data=data, help=help)
+
+
+def _short(text: str, limit: int = 30) -> str:
+    """An expression as a message names it: one line, at most `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_fp16(region: Optional[AutocastRegion]) -> bool:
@@ -297,32 +299,38 @@ def _loss_expression(call: CallInfo) -> Optional[cst.BaseExpression]:
 
 
 def _names(expr: cst.CSTNode) -> Set[str]:
-    found: Set[str] = set()
-
-    class _V(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            found.add(node.value)
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            # `outputs.loss` -> outputs; never the attribute names themselves
-            node.value.visit(self)
-            return False
-
-        def visit_Call(self, node: cst.Call) -> bool:
-            # arguments only: a callee's name is not data
-            for arg in node.args:
-                arg.value.visit(self)
-            if isinstance(node.func, cst.Attribute):
-                node.func.value.visit(self)
-            return False
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
-
     if isinstance(expr, cst.Name):
         return {expr.value}
-    expr.visit(_V())
-    return found
+    names = _DataNames()
+    expr.visit(names)
+    return names.found
+
+
+class _DataNames(cst.CSTVisitor):
+    """For `_names` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: Set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        # `outputs.loss` -> outputs; never the attribute names themselves
+        node.value.visit(self)
+        return False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        # arguments only: a callee's name is not data
+        for arg in node.args:
+            arg.value.visit(self)
+        if isinstance(node.func, cst.Attribute):
+            node.func.value.visit(self)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
 
 
 def _last_assignment(ctx: ModuleContext, scope: Scope, name: str, before: int, at) -> Optional[Assignment]:
@@ -391,28 +399,42 @@ def _returned_from_fp16(ctx: ModuleContext, value: cst.BaseExpression) -> Option
 
 
 def _returns(func: cst.FunctionDef) -> List[cst.Return]:
-    found: List[cst.Return] = []
+    returns = _Returns(func)
+    func.visit(returns)
+    return returns.found
 
-    class _V(cst.CSTVisitor):
-        def visit_Return(self, node: cst.Return) -> None:
-            found.append(node)
 
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is func
+class _Returns(cst.CSTVisitor):
+    """The `return`s of one function, not of functions or lambdas nested in it
+    (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
 
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
+    def __init__(self, func: cst.FunctionDef) -> None:
+        super().__init__()
+        self.func = func
+        self.found: List[cst.Return] = []
 
-    func.visit(_V())
-    return found
+    def visit_Return(self, node: cst.Return) -> None:
+        self.found.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.func
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
 
 
 def _calls_in(expr: cst.CSTNode) -> List[cst.Call]:
-    found: List[cst.Call] = []
+    calls = _Calls()
+    expr.visit(calls)
+    return calls.found
 
-    class _V(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            found.append(node)
 
-    expr.visit(_V())
-    return found
+class _Calls(cst.CSTVisitor):
+    """For `_calls_in` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: List[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.found.append(node)

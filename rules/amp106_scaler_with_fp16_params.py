@@ -33,17 +33,17 @@ class ScalerWithFp16Params(Rule):
     GradScaler keeps fp32 master copies of nothing: it unscales the
     parameters' `.grad` in place and refuses fp16 gradients. The first
     `unscale_`/`step` raises `ValueError: Attempting to unscale FP16 gradients.`
-    (amp-facts §2, E16). Mixed precision means fp32 parameters with autocast
+    Mixed precision means fp32 parameters with autocast
     choosing fp16 per op; `.half()` on the trained model is pure fp16 training,
-    where updates round away and Adam's eps is 0 (§6.4).
+    where updates round away and Adam's eps is 0.
 
     bf16 parameters pass that check, but CUDA's unscale kernel is built for
     fp32 and fp16 only (`AT_DISPATCH_FLOATING_TYPES_AND_HALF` in
     `AmpKernels.cu`): on a GPU the first `unscale_`/`step` raises
     `NotImplementedError: "_amp_foreach_non_finite_check_and_unscale_cuda" not
     implemented for 'BFloat16'` (measured on an H200, torch 2.11+cu130). The CPU
-    kernel accepts bf16, which is why amp-facts E16 (run on CPU) saw no error.
-    bf16 needs no loss scaling anyway (§0.7): drop the scaler.
+    kernel accepts bf16, which is why amplint's measurement on CPU saw no error.
+    bf16 needs no loss scaling anyway: drop the scaler.
 
     ## Example
     ```python
@@ -85,7 +85,7 @@ class ScalerWithFp16Params(Rule):
     holds fp32 copies), and when the scaler is built with `enabled=False`.
 
     ## References
-    - amp-facts.md §2 (`unscale_`: fp16 gradients, E16), §6.4
+    - amplint's evidence page: `amplint --explain AMP106` (docs/evidence.md#amp106)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast
     """
 
@@ -97,7 +97,6 @@ class ScalerWithFp16Params(Rule):
     # a scaler's unscale_/step, and a scaler: GradScaler(...), `x.scale(loss)`, `unscale_`, a *scaler* parameter
     requires = (("unscale_", "step"), ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale ("))
     gate_check = "amplint.core.gates:scaler_stepped"
-    facts = ("§2", "§6.4")
 
     VALID = [
         Valid(
@@ -293,23 +292,14 @@ scaler.update()
             method, f"{method}(torch_dtype={torch_name})"
         )
         call = "step" if event.kind == "scaler_step" else "unscale_"
+        fails = "raises" if cast.dtype == "fp16" else "raises on CUDA"
+        message = f"`{event.scaler}.{call}` {fails} on the {cast.dtype} gradients of `{module}` (`{how}`)"
         if cast.dtype == "fp16":
-            consequence = (
-                f"`{event.scaler}.{call}` raises \"ValueError: Attempting to unscale FP16 gradients.\"; keep the "
-                f"parameters fp32 and let autocast run the ops in fp16"
-            )
+            help = "Keep the parameters fp32 and let autocast run the ops in fp16"
         else:
-            consequence = (
-                f"on CUDA `{event.scaler}.{call}` raises \"NotImplementedError: "
-                f"\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'\" (measured on "
-                f"an H200); bf16 needs no loss scaling: drop the scaler"
-            )
-        message = (
-            f"`{event.optimizer}` updates the parameters of `{module}`, converted to {cast.dtype} by `{how}` "
-            f"(line {row}): {consequence}"
-        )
+            help = "Drop the scaler: bf16 needs no loss scaling"
         data = {"optimizer": event.optimizer, "module": module, "cast_row": row, "dtype": cast.dtype}
-        return ctx.diagnostic(self, event.call.node, message, data=data)
+        return ctx.diagnostic(self, event.call.node, message, data=data, help=help)
 
 
 def _low_precision_module(
@@ -339,16 +329,23 @@ def _low_precision_module(
 
 def _modules(ctx: ModuleContext, params: cst.BaseExpression) -> List[str]:
     """`model.parameters()` / `self.model.named_parameters()` receivers inside the params expression."""
-    found: List[str] = []
+    receivers = _ParameterReceivers(ctx)
+    params.visit(receivers)
+    return receivers.found
 
-    class _V(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            info = ctx.call_info(node)
-            if info is not None and info.method in ("parameters", "named_parameters") and info.receiver_dotted:
-                found.append(info.receiver_dotted)
 
-    params.visit(_V())
-    return found
+class _ParameterReceivers(cst.CSTVisitor):
+    """For `_modules` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+    def __init__(self, ctx: ModuleContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.found: List[str] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        info = self.ctx.call_info(node)
+        if info is not None and info.method in ("parameters", "named_parameters") and info.receiver_dotted:
+            self.found.append(info.receiver_dotted)
 
 
 def _aliases(ctx: ModuleContext, module: str, ctor: CallInfo) -> List[str]:

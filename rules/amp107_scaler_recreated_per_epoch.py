@@ -7,7 +7,7 @@ import libcst as cst
 
 from amplint.model import (
     CallInfo, Diagnostic, Frame, Invalid, ModuleContext, Rule, Scope, Severity, Valid, is_grad_scaler_call,
-    literal_bool,
+    literal_bool, Project, ProjectCall,
 )
 
 
@@ -21,7 +21,7 @@ class ScalerRecreatedPerEpoch(Rule):
     ## Why is this bad?
     The scale is learned state: it starts at `init_scale` (65536), halves on
     every step whose gradients overflow (that step is skipped) and doubles
-    after 2000 clean steps (amp-facts §2, E14). A new scaler each epoch throws
+    after 2000 clean steps. A new scaler each epoch throws
     that away: every epoch restarts at 65536 and pays one skipped optimizer
     step per halving again, any growth is lost, and the scale is not the one
     a checkpoint's `scaler.state_dict()` would restore. Built on every step,
@@ -65,8 +65,11 @@ class ScalerRecreatedPerEpoch(Rule):
     once in `main()` and passed in, for `self.scaler` built in `__init__`, and
     for `enabled=False`.
 
+    Across files: also flags a function that builds its own GradScaler when
+    another file calls it inside a loop; the message names that call.
+
     ## References
-    - amp-facts.md §2 (constructor defaults, `update`, `state_dict`; E11, E14)
+    - amplint's evidence page: `amplint --explain AMP107` (docs/evidence.md#amp107)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training
     """
 
@@ -75,7 +78,6 @@ class ScalerRecreatedPerEpoch(Rule):
     severity = Severity.WARNING
     message = "GradScaler re-created every epoch"
     triggers = ("GradScaler",)
-    facts = ("§2",)
 
     VALID = [
         Valid(
@@ -294,20 +296,44 @@ for x, y in loader:
             if found is not None:
                 yield self._diagnostic(ctx, call, *found)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A function that builds its own GradScaler, called in a loop from another file."""
+        for call in project.calls():
+            if call.func == "<module>" or call.record.get("l") or call.record.get("i") or project.grad_scaler(call) is None:
+                continue  # module level, a loop its own file shows (`check`), or conditional (`if scaler is None:`)
+            enabled = call.record["k"].get("enabled") or {}
+            if enabled.get("n") == "False" or call.func.rsplit(".", 1)[-1] == "__init__" or _builds_an_optimizer(project, call.path, call.func):
+                continue  # a whole run per call (sweeps, folds) builds its optimizer too
+            for caller in project.callers((call.path, call.func)):
+                if caller.path == call.path or not caller.record.get("l") or _builds_an_optimizer(project, caller.path, caller.func, loop=True):
+                    continue
+                name = call.func.rsplit(".", 1)[-1]
+                message = (
+                    f"`GradScaler(...)` is constructed on every call of `{name}`, which "
+                    f"{project.where(caller.path, caller.row)} calls in a loop: the learned loss scale restarts at "
+                    f"65536 each time, each halving back to a scale that fits costs a skipped optimizer step again, "
+                    f"and a checkpoint cannot restore it; create the scaler once and pass it in"
+                )
+                cause = project.related(caller.path, caller.row, "called in a loop here")
+                yield project.diagnostic(self, call, message, data={"where": project.where(caller.path, caller.row), "per_step": False}, related=(cause,))
+                break
+
     def _diagnostic(self, ctx: ModuleContext, call: CallInfo, where: str, per_step: bool) -> Diagnostic:
-        if per_step:
-            message = (
-                f"`GradScaler(...)` is constructed on every training step ({where}): the loss scale never leaves "
-                f"its initial 65536, so if the gradients overflow there every step is skipped and the model never "
-                f"trains; create the scaler once, before the loop"
-            )
-        else:
-            message = (
-                f"`GradScaler(...)` is constructed once per epoch ({where}): the learned loss scale restarts at "
-                f"65536 every epoch, each halving back to a scale that fits costs a skipped optimizer step again, "
-                f"growth is lost, and a checkpoint cannot restore it; create the scaler once and pass it in"
-            )
-        return ctx.diagnostic(self, call.node, message, data={"where": where, "per_step": per_step})
+        every = "training step" if per_step else "epoch"
+        message = f"`GradScaler(...)` is rebuilt every {every} ({where}): its loss scale never settles"
+        help = "Create the scaler once, before the loop" if per_step else "Create the scaler once and pass it in"
+        return ctx.diagnostic(self, call.node, message, data={"where": where, "per_step": per_step}, help=help)
+
+
+def _builds_an_optimizer(project: Project, path: str, func: str, loop: bool = False) -> bool:
+    """Whether a project function builds an optimizer (in a loop body, with `loop`) or has one `prepare`d."""
+    info = project.function((path, func))
+    for record in info["calls"] if info is not None else ():
+        if loop and not record.get("l"):
+            continue
+        if record["f"].endswith(".prepare") or project.optimizer_class(ProjectCall(path, func, record)) is not None:
+            return True
+    return False
 
 
 def _disabled(ctx: ModuleContext, call: CallInfo) -> bool:
@@ -382,7 +408,7 @@ def _per_iteration(ctx: ModuleContext, call: CallInfo) -> Optional[Tuple[str, bo
         used, direct = _uses(ctx, scope, key, loop)
         if not used:
             return None
-        return f"inside the loop at line {ctx.position(loop.node)[0].row}", direct
+        return "inside the loop", direct
     if scope.is_module or any(f.kind in ("if", "else", "except") for f in call.path):
         return None
     if _builds_optimizer(ctx, scope, None) or _runs_epochs(scope):
@@ -394,11 +420,10 @@ def _per_iteration(ctx: ModuleContext, call: CallInfo) -> Optional[Tuple[str, bo
     for caller in looped:
         loop = [f for f in caller.path if f.kind == "loop"][-1]
         if not _builds_optimizer(ctx, caller.scope, loop):
-            row = ctx.position(caller.node)[0].row
             per_step = not _has_loop(scope) and any(e.kind == "scaled_backward" for e in scope.events)
-            return f"in `{scope.name}`, called in a loop at line {row}", per_step
+            return f"in `{scope.name}`", per_step
     if not ctx.callers(scope) and "epoch" in scope.name.lower() and _has_loop(scope):
-        return f"in `{scope.name}`, which runs once per epoch", False
+        return f"in `{scope.name}`", False
     return None
 
 

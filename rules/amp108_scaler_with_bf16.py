@@ -15,7 +15,7 @@ class ScalerWithBf16(Rule):
     ## Why is this bad?
     It is harmless but unneeded: bf16 has fp32's exponent range (max 3.39e38,
     the same smallest normal 1.18e-38), so gradients do not underflow and
-    there is nothing to scale (amp-facts §2, §6.1, §8 C15). The scaler still
+    there is nothing to scale. The scaler still
     costs a pass over every gradient in `unscale_` and a host sync per step
     (`step` reads `found_inf` with `.item()`), and its state adds noise to
     checkpoints.
@@ -59,7 +59,7 @@ class ScalerWithBf16(Rule):
     and for framework regions (`accelerator.autocast()`).
 
     ## References
-    - amp-facts.md §2 (bf16: "never *require* a scaler"), §6.1, §8 C15
+    - amplint's evidence page: `amplint --explain AMP108` (docs/evidence.md#amp108)
     - https://github.com/pytorch/pytorch/issues/36169
     """
 
@@ -68,7 +68,6 @@ class ScalerWithBf16(Rule):
     severity = Severity.INFO
     message = "GradScaler is unneeded with bf16 autocast"
     triggers = ("GradScaler",)
-    facts = ("§2", "§6.1")
 
     VALID = [
         Valid(
@@ -183,9 +182,6 @@ scaler.scale(loss).backward()
                 yield self._diagnostic(ctx, ctor)
 
     def _diagnostic(self, ctx: ModuleContext, ctor: CallInfo) -> Diagnostic:
-        message = (
-            "GradScaler is enabled but every autocast region in this file is bf16: bf16 has fp32's exponent range "
-            "(max 3.39e38), so gradients do not underflow; the scaler only adds a pass over the gradients and a host "
-            "sync per step; drop it, or build it with `enabled=(dtype == torch.float16)`"
-        )
-        return ctx.diagnostic(self, ctor.node, message)
+        message = "GradScaler is enabled but every autocast region in this file is bf16, which needs no scaling"
+        help = "Drop the scaler, or build it with `enabled=(dtype == torch.float16)`"
+        return ctx.diagnostic(self, ctor.node, message, help=help)

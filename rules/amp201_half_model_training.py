@@ -8,7 +8,7 @@ import libcst as cst
 
 from amplint.model import (
     CallInfo, Diagnostic, Invalid, LowPrecisionCast, ModuleContext, Rule, Scope, Severity, Valid, assignment_before,
-    call_chain, dotted_name, exclusive, fp32_cast, literal_bool, literal_number, torchapi,
+    call_chain, dotted_name, exclusive, fp32_cast, literal_bool, literal_number, torchapi, Project,
 )
 
 #: callees that keep fp32 master weights for the optimizer they are given
@@ -28,7 +28,7 @@ class HalfModelTraining(Rule):
     ## Why is this bad?
     The optimizer then updates fp16 weights in place. fp16 has 10 mantissa
     bits: near 1.0 representable values are 9.8e-4 apart, so small updates
-    round away (in amp-facts E30 an SGD step 1.0 - 5e-5 stayed 1.0). Adam's
+    round away. Adam's
     default `eps=1e-8` is below fp16's smallest subnormal and becomes 0, so
     `grad / (sqrt(v) + eps)` divides by zero once `v` underflows: in E30 the
     parameters were `-inf` after one step with gradients of 1e-5. A GradScaler
@@ -68,8 +68,15 @@ class HalfModelTraining(Rule):
     rebound (`model = get_peft_model(model, config)`) before the optimizer is
     built, and for bf16 (wide range; not this rule).
 
+    Across files: also flags an optimizer built on a module that a builder,
+    loader or `convert_weights(model)`-style helper in another file made fp16
+    (in place, through `model.apply(...)`, or by returning `model.half()`);
+    the message names where. Another instance of the same class that was not
+    cast stays silent. A cast decided at run time (`model.to(dtype)`) is not
+    followed.
+
     ## References
-    - amp-facts.md §0.12, §6.1, §6.4 (E30), §2 (E16)
+    - amplint's evidence page: `amplint --explain AMP201` (docs/evidence.md#amp201)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast ("do not call `.half()` on your model")
     """
 
@@ -81,7 +88,6 @@ class HalfModelTraining(Rule):
     requires = (("optim",),)  # an optimizer class: its module path says optim (`torch.optim.AdamW`)
     # ...called through that path or imported on a line naming it; "optimizer" in prose is neither
     gate_check = "amplint.core.gates:optimizer_class_used"
-    facts = ("§0.12", "§6.4")
 
     VALID = [
         Valid(
@@ -308,24 +314,34 @@ for epoch in range(10):
             return False
         return True
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """An optimizer built on a module that another file made fp16 (a builder, a loader,
+        a `convert_weights(model)` helper); same-file casts are `check`'s."""
+        for call in project.calls():
+            q = project.optimizer_class(call)
+            if q is None:
+                continue
+            if project.master_weights(call):
+                continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
+            for name, site in project.fp16_modules(project.updated_modules(call)):
+                if not site or site[0] == call.path:
+                    continue
+                opt = q.rsplit(".", 1)[-1]
+                numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() else ""
+                message = (
+                    f"`{opt}` updates the parameters of a `{name}` that {project.where(*site)} made fp16, "
+                    f"with no fp32 master copy: {numbers}updates smaller than fp16's spacing (9.8e-4 near 1.0) "
+                    f"round away; keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
+                )
+                data = {"optimizer": opt, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*site)}
+                yield project.diagnostic(self, call, message, data=data, related=(project.related(*site, "made fp16 here"),))
+                break
+
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
         what = _describe(ctx, cast)
-        adam = "adam" in opt.lower()
-        if adam:
-            numbers = (
-                "Adam's eps=1e-8 is 0 in fp16 (in amp-facts E30 Adam's parameters were -inf after one step "
-                "with gradients of 1e-5), and small updates round away (1.0 - 5e-5 stays 1.0 in fp16)"
-            )
-        else:
-            numbers = (
-                "fp16 values near 1.0 are 9.8e-4 apart, so small updates round away "
-                "(in amp-facts E30 the SGD step 1.0 - 5e-5 stayed 1.0)"
-            )
-        message = (
-            f"{what} makes the parameters that `{opt}` updates fp16, with no fp32 master copy: {numbers}; "
-            f"keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
-        )
+        message = f"{what}: `{opt}` updates fp16 parameters with no fp32 master copy"
+        help = "Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
         data = {
             "optimizer": opt,
             "optimizer_class": ctor.qualname,
@@ -335,7 +351,7 @@ for epoch in range(10):
             "device": None,  # where the cast module runs is not known statically
             "subject": cast.subject,
         }
-        return ctx.diagnostic(self, cast.call.node, message, data=data)
+        return ctx.diagnostic(self, cast.call.node, message, data=data, help=help)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -6,7 +6,7 @@ import re
 
 from typing import Iterator
 
-from amplint.model import Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, active_region
+from amplint.model import Diagnostic, Invalid, ModuleContext, Project, Rule, Severity, Valid, active_region
 
 _BACKWARD_EVENTS = ("scaled_backward", "backward", "framework_backward")
 
@@ -23,7 +23,7 @@ class BackwardInsideAutocast(Rule):
     Autocast should wrap only the forward pass and the loss. PyTorch's autocast
     documentation calls backward passes under autocast "not recommended":
     backward ops already run in the dtypes autocast chose for the matching
-    forward ops, so for plain layers the region adds nothing (in amp-facts E23
+    forward ops, so for plain layers the region adds nothing (in amplint's measurement
     the gradients were identical inside and outside). Two things do change:
     every op written after the backward in the same block (gradient clipping,
     gradient penalties, the optimizer step, logging math) is autocast as well,
@@ -76,8 +76,13 @@ class BackwardInsideAutocast(Rule):
     A region whose `enabled=` is decided at run time (`enabled=use_amp`) is
     flagged: whenever AMP is on, the backward is inside it.
 
+    Across files: also flags a backward inside an autocast the file alone
+    does not show: one held in an attribute or `partial`
+    (`amp_autocast = partial(torch.autocast, ...)` then `with amp_autocast():`),
+    or entered by a project decorator defined in another module.
+
     ## References
-    - amp-facts.md §1.1 ("Backward": not recommended, not an error; E23), §5 (typical training)
+    - amplint's evidence page: `amplint --explain AMP202` (docs/evidence.md#amp202)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast
     """
 
@@ -91,7 +96,6 @@ class BackwardInsideAutocast(Rule):
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
     gate_sites = "amplint.core.gates:autocast_region_lines"
-    facts = ("§1.1", "§5")
 
     VALID = [
         Valid(
@@ -234,24 +238,53 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
                     continue
                 yield self._diagnostic(ctx, event.call, region)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A backward inside an autocast the file alone does not show: one held in an
+        attribute or `partial` (`with self.amp_autocast():`), or applied by a project
+        decorator defined in another module."""
+        for call in project.calls():
+            f = call.record["f"]
+            if not (f.endswith(".backward") or f == "backward") or f in ("torch.autograd.backward",):
+                continue
+            region = project.region_of(call)
+            if region is None:
+                region = next(
+                    (w.region for w in project.autocast_witnesses((call.path, call.func)) if len(w.chain) == 1 and _decorated(project, call, w.region)),
+                    None,
+                )
+            elif region.kind != "held":
+                continue  # `check` sees it
+            if region is None or region.enabled is False or region.dtype == "fp32":
+                continue
+            when = " (when enabled)" if region.enabled is None else ""
+            message = (
+                f"`{f}()` runs inside {project.describe(region)}{when}: PyTorch recommends autocast around the forward "
+                f"pass and loss only: the rest of the block after it autocasts too, and the backward of a layer kept "
+                f"fp32 by a nested `autocast(enabled=False)` runs in low precision; move it out of the region"
+            )
+            cause = project.related(region.path, region.row, "autocast entered here")
+            yield project.diagnostic(self, call, message, data={"region_line": region.row, "device": region.device, "dtype": region.dtype}, related=(cause,))
+
     def _diagnostic(self, ctx: ModuleContext, call, region) -> Diagnostic:
         text = ctx.code_for(call.node)
         if len(text) > 50 or "\n" in text:
             text = ctx.code_for(call.node.func).rsplit(".", 1)[-1] + "(...)"
         row = ctx.position(region.call)[0].row
         when = " (when enabled)" if region.enabled is None else ""
-        message = (
-            f"`{text}` runs inside the autocast region of line {row}{when}: PyTorch recommends autocast around "
-            f"the forward pass and loss only: the rest of the block after it autocasts too, and the backward of "
-            f"a layer kept fp32 by a nested `autocast(enabled=False)` runs in low precision (its gradient error "
-            f"vs fp64 measured 2.7e-4 inside vs 6.9e-8 outside); move it after the `with` block"
-        )
+        message = f"`{text}` runs inside an autocast region{when}"
         return ctx.diagnostic(
             self,
             call.node,
             message,
             data={"region_line": row, "device": region.device, "dtype": region.dtype},
+            help="Move the backward after the `with` block",
         )
+
+
+def _decorated(project: Project, call, region) -> bool:
+    """Whether `region` comes from a decorator of the function holding `call` (not a caller)."""
+    info = project.function((call.path, call.func))
+    return info is not None and any(project.decorator_region(t) == region for d in info["decorators"] if d for t in project.name_types(call.path, "<module>" if "." not in call.func else call.func.rsplit(".", 1)[0], d))
 
 
 def _defined_inside(ctx: ModuleContext, region, scope) -> bool:

@@ -30,7 +30,7 @@ class IneffectiveFp32CastInAutocast(Rule):
     ## Why is this bad?
     Ops on autocast's lower-precision list cast every floating input to the
     autocast dtype whatever dtype it arrives in, so the manual upcast is undone
-    before the op runs: in amp-facts E27 `lin(h.float())` under bf16 autocast
+    before the op runs: in amplint's measurement `lin(h.float())` under bf16 autocast
     still returned bf16. The op the author wanted in fp32 (typically a
     numerically sensitive projection or attention score) silently runs in
     fp16/bf16, and the cast costs a round trip through memory. Only a nested
@@ -72,7 +72,7 @@ class IneffectiveFp32CastInAutocast(Rule):
     none is visible, the op is treated as unknown and nothing is reported.
 
     ## References
-    - amp-facts.md §0.14, §1.1, §1.2 (CUDA list), §1.3 (CPU list), §5, E27
+    - amplint's evidence page: `amplint --explain AMP203` (docs/evidence.md#amp203)
     - https://pytorch.org/docs/stable/amp.html#autocast-op-reference
     """
 
@@ -86,7 +86,6 @@ class IneffectiveFp32CastInAutocast(Rule):
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
     gate_sites = "amplint.core.gates:autocast_region_lines"
-    facts = ("§0.14", "§1.2", "§1.3")
 
     VALID = [
         Valid(
@@ -181,7 +180,7 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
     out = lin(h.float())
 """,
             line=5,
-            why="amp-facts E27",
+            why="the cast is undone under bf16 autocast (measured, docs/evidence.md)",
         ),
         Invalid(
             """
@@ -281,17 +280,14 @@ for x in loader:
         if len(text) > 40 or "\n" in text:
             text = "." + cast.func.attr.value + "(...)"  # type: ignore[union-attr]
         autocast = f"{region.device} autocast" if region.device else "autocast"
-        when = ", when enabled," if region.enabled is None else ""
-        message = (
-            f"`{text}` feeds `{op.op}`, which {autocast} (line {row}){when} runs in {dtype} whatever its inputs' "
-            f"dtype: the cast is undone and `{op.op}` does not run in fp32 (amp-facts E27: `lin(h.float())` "
-            f"stays bf16); to compute it in fp32 wrap it in a nested `autocast(..., enabled=False)`"
-        )
+        when = " (when enabled)" if region.enabled is None else ""
+        message = f"`{text}` is undone: {autocast}{when} runs `{op.op}` in {dtype} anyway"
         return ctx.diagnostic(
             self,
             cast,
             message,
             data={"op": op.op, "device": region.device, "dtype": region.dtype, "region_line": row},
+            help=f"Run `{op.op}` in a nested `autocast(..., enabled=False)` to compute it in fp32",
         )
 
 

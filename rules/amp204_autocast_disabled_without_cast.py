@@ -31,8 +31,8 @@ class AutocastDisabledWithoutCast(Rule):
     not convert tensors that already are fp16/bf16. PyTorch's autocast
     documentation says tensors coming from the surrounding region must be cast
     back by hand. Without the cast the op runs on the low-precision tensor: with
-    an fp32 weight it raises `mat1 and mat2 must have the same dtype` (amp-facts
-    §6.4), and with low-precision operands on both sides it silently runs in
+    an fp32 weight it raises `mat1 and mat2 must have the same dtype`,
+    and with low-precision operands on both sides it silently runs in
     fp16/bf16, which is exactly what disabling autocast was meant to prevent.
 
     ## Example
@@ -73,7 +73,7 @@ class AutocastDisabledWithoutCast(Rule):
     CUDA autocast off and is not considered.
 
     ## References
-    - amp-facts.md §1.1, §5 (nested `autocast(enabled=False)` regions must cast their inputs; E27), §6.4
+    - amplint's evidence page: `amplint --explain AMP204` (docs/evidence.md#amp204)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast
     """
 
@@ -87,7 +87,6 @@ class AutocastDisabledWithoutCast(Rule):
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
     #: findings depend only on the region's own definition, module-level statements and the class family
     gate_sites = "amplint.core.gates:autocast_region_lines"
-    facts = ("§1.1", "§5")
 
     VALID = [
         Valid(
@@ -337,29 +336,17 @@ def step(model, x, w, device_type):
         calls: Sequence[CallInfo] = (),
     ) -> Diagnostic:
         dtype = _DTYPE_WORDS.get(outer.dtype, "fp16 or bf16")
-        outer_row = ctx.position(outer.call)[0].row
-        disabled_row = ctx.position(disabled.call)[0].row
-        origin = f"`{name.value}` comes from `{source.op}` under the autocast region of line {outer_row}"
-        # the tensor was made by a caller and passed in: the first call names it, every call is related
+        # the tensor was made by a caller and passed in: every call is related
         related = [ctx.related(call.node, "passed in") for call in calls]
-        if calls:
-            call_row = ctx.position(calls[0].node)[0].row
-            origin = (
-                f"`{name.value}` is passed in by the call on line {call_row}, from `{source.op}` under the "
-                f"autocast region of line {outer_row}"
-            )
-        message = (
-            f"{origin}, so it is "
-            f"{dtype}; `autocast(enabled=False)` (line {disabled_row}) casts nothing back, so `{op.op}` here "
-            f"either raises a dtype mismatch against an fp32 operand or silently runs in {dtype}; "
-            f"use `{name.value}.float()`"
-        )
+        came = "is passed in still" if calls else "is still"
+        message = f"`{name.value}` {came} {dtype} from `{source.op}`: `autocast(enabled=False)` casts nothing back"
         fix = make_fix(f"Cast `{name.value}` with `.float()`", [replace_node(ctx, name, f"{name.value}.float()")], safe=False)
         return ctx.diagnostic(
             self,
             name,
             message,
             fix=fix,
+            help=f"Use `{name.value}.float()`",
             data={"name": name.value, "source_op": source.op, "op": op.op, "device": outer.device, "dtype": outer.dtype},
             related=related,
         )

@@ -23,8 +23,7 @@ class DataParallelBf16Autocast(Rule):
     worker thread. Its `parallel_apply` re-enters autocast in every worker
     with only the `enabled` flag of the main thread, not its dtype, so with
     more than one GPU the replicas autocast to CUDA's default dtype, fp16,
-    while the code asked for bf16 (amp-facts §0.15; the mechanism is shown in
-    E26). bf16 was usually chosen for its range: in fp16 activations above
+    while the code asked for bf16 (docs/evidence.md shows the mechanism). bf16 was usually chosen for its range: in fp16 activations above
     65504 become inf and small gradients underflow without a GradScaler. With
     one GPU DataParallel calls the module in the main thread and bf16 holds,
     so the bug appears only when the job gets a second GPU.
@@ -65,7 +64,7 @@ class DataParallelBf16Autocast(Rule):
     and are not flagged.
 
     ## References
-    - amp-facts.md §0.15, §5 (DataParallel in one process), E26
+    - amplint's evidence page: `amplint --explain AMP205` (docs/evidence.md#amp205)
     - pytorch/pytorch `torch/nn/parallel/parallel_apply.py` (`torch.amp.autocast(device_type, enabled=autocast_enabled)`)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#dataparallel-in-a-single-process
     """
@@ -76,7 +75,6 @@ class DataParallelBf16Autocast(Rule):
     message = "DataParallel called under bf16 autocast: replicas run fp16"
     triggers = ("DataParallel", "data_parallel")
     requires = (("autocast",),)  # the bf16 region is in this file
-    facts = ("§0.15", "§5")
 
     VALID = [
         Valid(
@@ -217,12 +215,9 @@ def evaluate(batch, device):
 
     def _diagnostic(self, ctx: ModuleContext, call: CallInfo, region: AutocastRegion, what: str) -> Diagnostic:
         row = ctx.position(region.call)[0].row
-        message = (
-            f"{what} is called under bf16 autocast (line {row}): DataParallel passes only `enabled` to its "
-            f"replica threads, so with more than one GPU the replicas autocast to CUDA's default fp16, not bf16 "
-            f"(activations above 65504 become inf); use DistributedDataParallel or autocast inside the model's forward"
-        )
-        return ctx.diagnostic(self, call.node, message, data={"region_line": row})
+        message = f"{what} runs under bf16 autocast, but its replicas autocast to fp16"
+        help = "Use DistributedDataParallel, or autocast inside the model's forward"
+        return ctx.diagnostic(self, call.node, message, data={"region_line": row}, help=help)
 
 
 def _constructs_data_parallel(ctx: ModuleContext, value: cst.BaseExpression) -> bool:

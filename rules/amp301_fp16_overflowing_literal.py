@@ -76,14 +76,13 @@ class Fp16OverflowingLiteral(Rule):
     fp16 tops out at 65504. `fp16_tensor.masked_fill(mask, -1e9)` (and `fill_`,
     `torch.full(..., dtype=torch.float16)`) raises
     `RuntimeError: value cannot be converted to type c10::Half without overflow`;
-    -65504 still works and -65505 raises (amp-facts E03). Under autocast the
+    -65504 still works and -65505 raises. Under autocast the
     attention scores come out of a matmul in fp16, so code that worked in fp32
     crashes the first time it runs under fp16 AMP.
 
     The additive forms do not raise: `-1e9` becomes `-inf` in fp16, and a row
     whose positions are all masked (padding-only query rows, a fully masked
-    causal block) goes through softmax as all `-inf` and comes out `NaN`
-    (E03, E04). Those NaNs then spread through the loss.
+    causal block) goes through softmax as all `-inf` and comes out `NaN`. Those NaNs then spread through the loss.
 
     ## Example
     ```python
@@ -98,7 +97,7 @@ class Fp16OverflowingLiteral(Rule):
     ```
     `torch.finfo(x.dtype).min` is -65504 in fp16, about -3.39e38 in bf16 and
     -3.40e38 in fp32, and a fully masked row of it softmaxes to a uniform row
-    instead of NaN (E04). `float("-inf")` also fills without raising, but
+    instead of NaN. `float("-inf")` also fills without raising, but
     fully masked rows then give NaN. For additive masks, prefer `masked_fill`
     (it replaces the score instead of adding to it: `-100 + finfo(fp16).min`
     still overflows to `-inf`, E04) or build the mask in fp32.
@@ -127,7 +126,7 @@ class Fp16OverflowingLiteral(Rule):
     loses precision on -1e9 but represents it: it becomes -998244352, E03).
 
     ## References
-    - amp-facts.md §0.11, §6.1, §6.2 (E02, E03, E04)
+    - amplint's evidence page: `amplint --explain AMP301` (docs/evidence.md#amp301)
     - https://pytorch.org/docs/stable/generated/torch.finfo.html
     """
 
@@ -141,7 +140,6 @@ class Fp16OverflowingLiteral(Rule):
     gate_check = "amplint.core.gates:overflowing_literal_site"
     #: a finding depends only on imports, module constants and the definition holding the site
     gate_sites = "amplint.core.gates:overflowing_literal_lines"
-    facts = ("§0.11", "§6.1", "§6.2")
 
     VALID = [
         Valid(
@@ -386,19 +384,13 @@ with torch.autocast("cuda"):
         tensor_text = ctx.code_for(use.tensor) if use.tensor is not None else None
         bound = "min" if site.value < 0 else "max"
         if use.raises:
-            message = (
-                f"{site.text} in `{use.op}` does not fit fp16 (largest finite value 65504): on an fp16 tensor it raises "
-                f"`RuntimeError: value cannot be converted to type c10::Half without overflow`; "
-                f"use `torch.finfo({tensor_text if _simple(use.tensor) else 'x'}.dtype).{bound}`"
-            )
+            message = f"{site.text} in `{use.op}` does not fit fp16; on an fp16 tensor it raises"
+            help = f"Use `torch.finfo({tensor_text if _simple(use.tensor) else 'x'}.dtype).{bound}`"
             severity = Severity.ERROR
         else:
             where = "an additive mask" if use.op == "additive" else f"`{use.op}`"
-            message = (
-                f"{site.text} in {where} overflows fp16 (largest finite value 65504): on fp16 tensors it silently "
-                f"becomes {'-' if site.value * use.sign < 0 else ''}inf, and a fully masked row then softmaxes to NaN; "
-                f"use `torch.finfo(x.dtype).{bound}` with `masked_fill`/`torch.where`, or build the mask in fp32"
-            )
+            message = f"{site.text} in {where} overflows fp16 to inf; a fully masked row softmaxes to NaN"
+            help = f"Use `torch.finfo(x.dtype).{bound}`, or build the mask in fp32"
             severity = Severity.WARNING
         data = {
             "literal": site.value,
@@ -417,6 +409,7 @@ with torch.autocast("cuda"):
             data=data,
             condition=None if certain else FP16,
             severity=severity,
+            help=help,
         )
 
 

@@ -8,11 +8,11 @@ import libcst as cst
 
 from amplint.model import (
     FP16, AutocastRegion, CallInfo, Diagnostic, Invalid, LiteralInfo, LowPrecisionCast, ModuleContext, Rule, Scope,
-    Severity, Valid, dotted_name, literal_number,
+    Severity, Valid, dotted_name, literal_number, Project,
 )
 
 
-#: fp16 rounds anything below this to 0 [amp-facts §6.1, E02]
+#: fp16 rounds anything below this to 0
 FP16_FLUSH_TO_ZERO = 2.9802322387695312e-08
 
 #: torch optimizers whose update divides by (sqrt(v) + eps): class -> (eps position, default eps)
@@ -34,7 +34,7 @@ _OPTIMIZERS.update(
     }
 )
 
-#: ops on the lower-precision autocast lists of both CUDA and CPU [amp-facts §1.2, §1.3]
+#: ops on the lower-precision autocast lists of both CUDA and CPU
 _LOWP_OPS = frozenset(
     {
         "torch.matmul", "torch.mm", "torch.bmm", "torch.baddbmm", "torch.addmm", "torch.addbmm", "torch.einsum",
@@ -75,11 +75,11 @@ class Fp16UnderflowingEpsilon(Rule):
 
     ## Why is this bad?
     fp16 cannot hold anything below about 2.98e-8: `1e-8` and `1e-12` round to
-    exactly 0 (amp-facts §6.1, E02). The epsilon then guards nothing. In an
+    exactly 0. The epsilon then guards nothing. In an
     optimizer over fp16 parameters the second-moment estimate of small
     gradients underflows to 0 as well, the update divides by `0 + 0`, and the
     parameters become `-inf`: Adam with `eps=1e-8` turned fp16 parameters into
-    `-inf` after one step with gradients of 1e-5 (E30). In hand-written code,
+    `-inf` after one step with gradients of 1e-5. In hand-written code,
     `x / (norm + 1e-12)` divides by zero and `log(p + 1e-8)` gives `-inf` for
     exactly the inputs the epsilon was meant to protect.
 
@@ -117,8 +117,11 @@ class Fp16UnderflowingEpsilon(Rule):
     optimizers (they compute in fp32), on bf16 (1e-8 and 1e-12 are
     representable, E02), and on tensors whose dtype is not visible.
 
+    Across files: the optimizer's eps is checked, as above, when the fp16
+    parameters were made in another file (see AMP201).
+
     ## References
-    - amp-facts.md §6.1 (E02), §6.4 (E30)
+    - amplint's evidence page: `amplint --explain AMP302` (docs/evidence.md#amp302)
     - https://pytorch.org/docs/stable/generated/torch.optim.Adam.html
     """
 
@@ -131,7 +134,6 @@ class Fp16UnderflowingEpsilon(Rule):
     gate_check = "amplint.core.gates:underflowing_eps_site"
     #: a finding depends only on imports, module constants and the definition holding the site
     gate_sites = "amplint.core.gates:underflowing_eps_lines"
-    facts = ("§6.1", "§6.4")
 
     VALID = [
         Valid(
@@ -281,16 +283,39 @@ for x, y in loader:
                     continue
                 eps, node, text = lit.value, eps_node, f"eps={ctx.code_for(eps_node)}"
             cls = q.rsplit(".", 1)[-1]
-            row = ctx.position(cast.call.node)[0].row
-            message = (
-                f"`{cls}` with {text} over fp16 parameters (`{cast.subject}`, line {row}): {eps:g} is below fp16's "
-                f"smallest subnormal (5.96e-8) and rounds to 0, so where the squared-gradient average underflows the "
-                f"update divides by 0 and parameters become -inf/NaN (Adam went to -inf after one step with grads "
-                f"of 1e-5); keep fp32 parameters (autocast + GradScaler) or use an eps fp16 represents, e.g. 1e-4"
-            )
+            message = f"`{cls}` with {text} over fp16 parameters (`{cast.subject}`): {eps:g} rounds to 0 in fp16"
+            help = "Keep fp32 parameters (autocast + GradScaler), or use an eps fp16 represents, e.g. 1e-4"
             data = {"eps": eps, "optimizer_class": q, "snippet": ctx.code_for(call.node), "params": cast.subject}
             data.update(dtype=cast.dtype, device=None)
-            yield ctx.diagnostic(self, node, message, data=data)
+            yield ctx.diagnostic(self, node, message, data=data, help=help)
+
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """An optimizer whose eps underflows, over a module another file made fp16."""
+        for call in project.calls():
+            q = project.optimizer_class(call)
+            if q not in _OPTIMIZERS or project.master_weights(call):
+                continue
+            module = next((m for m in project.fp16_modules(project.updated_modules(call)) if m[1] and m[1][0] != call.path), None)
+            if module is None:
+                continue
+            position, default = _OPTIMIZERS[q]
+            record = call.record
+            ref = record["k"].get("eps", record["a"][position] if len(record["a"]) > position else None)
+            if ref is None and "eps" not in record["k"] and len(record["a"]) <= position:
+                eps, text = default, f"the default eps={default:g}"
+            elif ref is not None and "v" in ref and 0 < abs(ref["v"]) < FP16_FLUSH_TO_ZERO:
+                eps, text = ref["v"], f"eps={ref['v']:g}"
+            else:
+                continue
+            cls = q.rsplit(".", 1)[-1]
+            message = (
+                f"`{cls}` with {text} over the parameters of a `{module[0]}` that {project.where(*module[1])} made "
+                f"fp16: {eps:g} is below fp16's smallest subnormal (5.96e-8) and rounds to 0, so where the "
+                f"squared-gradient average underflows the update divides by 0 and parameters become -inf/NaN; keep "
+                f"fp32 parameters (autocast + GradScaler) or use an eps fp16 represents, e.g. 1e-4"
+            )
+            data = {"eps": eps, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*module[1])}
+            yield project.diagnostic(self, call, message, data=data, related=(project.related(*module[1], "made fp16 here"),))
 
     # ------------------------------------------------------------ arithmetic
 
@@ -314,14 +339,17 @@ for x, y in loader:
             return None
         certain, why = verdict
         text = ctx.code_for(lit.node)
-        message = (
-            f"{text} is below fp16's smallest subnormal (5.96e-8) and rounds to 0 next to `{ctx.code_for(tensor)}`, "
-            f"{why}: it no longer guards against 0 (x/0 is inf, log(0) is -inf); use an eps fp16 represents "
-            f"(>= 6.1e-5, e.g. 1e-4) or compute this in fp32"
-        )
+        message = f"{text} rounds to 0 in fp16 next to `{_short(ctx.code_for(tensor))}`, {why}"
+        help = "Use an eps fp16 represents (>= 6.1e-5, e.g. 1e-4), or compute this in fp32"
         data = {"eps": lit.value, "optimizer_class": None, "snippet": ctx.code_for(snippet)}
         data.update(dtype="fp16", device=region.device if region is not None else None)
-        return ctx.diagnostic(self, lit.node, message, data=data, condition=None if certain else FP16)
+        return ctx.diagnostic(self, lit.node, message, data=data, condition=None if certain else FP16, help=help)
+
+
+def _short(text: str, limit: int = 30) -> str:
+    """An expression as a message names it: one line, at most `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --------------------------------------------------------------------------- helpers
@@ -386,7 +414,7 @@ def _fp16_tensor(
     active = region is not None and region.enabled is not False
     if active and region.dtype in ("fp16", None) and _lowp_output(ctx, node):
         certain = region.dtype == "fp16" and region.enabled is True
-        return certain, "the fp16 output of a matmul/linear/conv under fp16 autocast"
+        return certain, "an fp16 matmul/linear/conv output"
     if isinstance(node, cst.BinaryOperation) and isinstance(
         node.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power)
     ):

@@ -7,13 +7,13 @@ import libcst as cst
 
 from amplint.model import (
     AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, literal_string,
-    make_fix, replace_node,
+    make_fix, replace_node, Project, ProjectCall, Witness, chain_text,
 )
 
 _BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 _BCE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.modules.BCELoss"})
 _SIGMOIDS = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
-#: autocast devices with the BCE ban [amp-facts §1.4]; None: decided at run time
+#: autocast devices with the BCE ban; None: decided at run time
 _BANNED_DEVICES = ("cuda", "xpu", None)
 
 
@@ -27,7 +27,7 @@ class BceUnderAutocast(Rule):
 
     ## Why is this bad?
     Autocast bans BCE on CUDA and XPU, for fp16 and bf16 alike. The first
-    forward raises (amp-facts §1.4, E06):
+    forward raises:
 
     ```
     RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.
@@ -79,8 +79,21 @@ class BceUnderAutocast(Rule):
     (BCE is on the CPU fp32 list and runs), under MPS autocast (no rule), and
     for `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss`.
 
+    Across files (the project model): also flags BCE in a loss module or
+    helper that runs under autocast only because of another file -- a
+    trainer that autocasts the model whose head calls it, a Lightning
+    `Trainer(precision="16-mixed")` running `training_step`, an
+    `Accelerator(mixed_precision=...)` that `prepare`d the model, an autocast
+    kept in an attribute or `partial` (`with self.amp_autocast():`), or a
+    project decorator that enters autocast. The message names the region and
+    the chain of calls. Here the rule over-approximates on purpose: the ban
+    raises on every call, whatever the dtype, so any one path in is enough.
+    It follows only what names resolve to (imports, assignments, attributes
+    bound in `__init__`, arguments call sites pass); a model whose class
+    nothing names (`model = registry[args.arch]()`) is not followed.
+
     ## References
-    - amp-facts.md §0.2, §1.4 (E06)
+    - amplint's evidence page: `amplint --explain AMP303` (docs/evidence.md#amp303)
     - https://pytorch.org/docs/stable/amp.html#prefer-binary-cross-entropy-with-logits-over-binary-cross-entropy
     """
 
@@ -90,7 +103,6 @@ class BceUnderAutocast(Rule):
     message = "binary_cross_entropy raises under CUDA autocast"
     triggers = ("binary_cross_entropy", "BCELoss")
     requires = (("autocast",),)  # the region (its own or its callers') is in this file
-    facts = ("§0.2", "§1.4")
 
     VALID = [
         Valid(
@@ -256,6 +268,34 @@ for batch in loader:
                 continue
             yield self._diagnostic(ctx, call, function, ctor, region, via)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """BCE in a function that runs under autocast only through a call from
+        another file, a framework's precision setting, an autocast held in an
+        attribute or `partial`, or a project decorator."""
+        for call in project.calls():
+            shown = _project_bce(project, call)
+            if shown is None:
+                continue
+            own = project.region_of(call)
+            if own is not None and own.kind != "held":
+                continue  # a region its own file shows decides (check above)
+            witnesses = [Witness(own, ())] if own is not None else project.autocast_witnesses((call.path, call.func))
+            for witness in witnesses:
+                region = witness.region
+                if region.enabled is False or region.device not in _BANNED_DEVICES:
+                    continue
+                via = f" (via {chain_text(witness.chain)})" if witness.chain else ""
+                message = (
+                    f"`{shown}` runs under {project.describe(region)}{via}: it raises `RuntimeError: "
+                    f"torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.` "
+                    f"on CUDA/XPU, for fp16 and bf16 alike; pass logits to `binary_cross_entropy_with_logits` / "
+                    f"`BCEWithLogitsLoss` (drop the sigmoid), or compute the loss in fp32 under `autocast(enabled=False)`"
+                )
+                data = {"function": "binary_cross_entropy" if shown.startswith("F.") else "BCELoss", "device": region.device, "dtype": region.dtype}
+                cause = project.related(region.path, region.row, "autocast entered here")
+                yield project.diagnostic(self, call, message, data=data, related=(cause,))
+                break
+
     def _diagnostic(
         self,
         ctx: ModuleContext,
@@ -265,24 +305,19 @@ for batch in loader:
         region: AutocastRegion,
         via: Optional[CallInfo],
     ) -> Diagnostic:
-        where = {"cuda": "CUDA autocast", "xpu": "XPU autocast"}.get(region.device or "", "autocast (device decided at run time)")
+        where = {"cuda": "CUDA autocast", "xpu": "XPU autocast"}.get(region.device or "", "autocast")
         if via is not None:
-            row = ctx.position(via.node)[0].row
-            where += f" (reached through the call on line {row})"
+            where += f" (through `{via.dotted or 'a call'}`)"
         shown = "F.binary_cross_entropy" if function == "binary_cross_entropy" else "nn.BCELoss"
-        message = (
-            f"`{shown}` inside {where} raises `RuntimeError: torch.nn.functional.binary_cross_entropy and "
-            f"torch.nn.BCELoss are unsafe to autocast.` on CUDA/XPU, for fp16 and bf16 alike; pass logits to "
-            f"`binary_cross_entropy_with_logits` / `BCEWithLogitsLoss` (drop the sigmoid), or compute the loss in "
-            f"fp32 under `autocast(enabled=False)`"
-        )
+        message = f"`{shown}` under {where} raises: it is unsafe to autocast"
+        help = "Pass logits to `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss` (drop the sigmoid)"
         data = {
             "snippet": ctx.code_for(call.node),
             "function": function,
             "device": region.device,
             "dtype": region.dtype,
         }
-        return ctx.diagnostic(self, call.node, message, fix=_fix(ctx, call, function, ctor), data=data)
+        return ctx.diagnostic(self, call.node, message, fix=_fix(ctx, call, function, ctor), data=data, help=help)
 
 
 # --------------------------------------------------------------------------- detection
@@ -343,6 +378,26 @@ def _callers(ctx: ModuleContext, scope: Scope) -> List[CallInfo]:
     if scope.parent is not None and scope.parent.is_module:
         return [c for c in ctx.calls if c.dotted == scope.name and not c.qualnames]
     return []
+
+
+def _project_bce(project: Project, call: ProjectCall) -> Optional[str]:
+    """How to name the BCE a project call runs (None: not BCE). Only calls that may be BCE by
+    their spelling are resolved: `...binary_cross_entropy(...)`, `nn.BCELoss()(...)`, or a
+    name some file binds to a `BCELoss(...)`."""
+    f = call.record["f"]
+    last = f.rsplit(".", 1)[-1]
+    if not (
+        last == "binary_cross_entropy"
+        or (not f and "BCELoss" in str(call.record.get("fv")))
+        or (last and last in project.names_bound_to("BCELoss"))
+    ):
+        return None
+    for t in project.resolve_call(call):
+        if t[0] == "X" and t[1] in _BCE_FUNCTIONS:
+            return "F.binary_cross_entropy"
+        if t[0] == "R" and t[1] in _BCE_MODULES:
+            return "nn.BCELoss"
+    return None
 
 
 # --------------------------------------------------------------------------- fix

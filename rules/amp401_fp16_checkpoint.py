@@ -24,11 +24,11 @@ class Fp16Checkpoint(Rule):
 
     ## Why is this bad?
     The checkpoint keeps only what fp16 represents: every weight rounded to
-    11 significant bits (up to 2^-11, about 4.9e-4 relative; amp-facts E21
-    measured a 1.1e-4 absolute error on a Linear's weights), and every value
-    above 65504 already turned into `inf` when the model was cast (E21).
+    11 significant bits (up to 2^-11, about 4.9e-4 relative;
+    amplint measured a 1.1e-4 absolute error on a Linear's weights), and every value
+    above 65504 already turned into `inf` when the model was cast.
     Loading it into an fp32 model raises nothing and leaves the model fp32,
-    so the lost precision is invisible and never comes back (§6.5). Resumed
+    so the lost precision is invisible and never comes back. Resumed
     training, fine-tuning and evaluation all start from the rounded weights.
     Autocast never needs this: it keeps the parameters fp32, so an AMP
     checkpoint is fp32.
@@ -69,7 +69,7 @@ class Fp16Checkpoint(Rule):
     weights are typically fp16 at the source already.
 
     ## References
-    - amp-facts.md §6.4, §6.5 (E21)
+    - amplint's evidence page: `amplint --explain AMP401` (docs/evidence.md#amp401)
     - https://pytorch.org/docs/stable/notes/amp_examples.html
     """
 
@@ -80,7 +80,6 @@ class Fp16Checkpoint(Rule):
     triggers = ("half", "Half", "float16", "fp16")  # .half(), .to(torch.float16 / "fp16"), .type(HalfTensor)
     requires = (("save",), ("state_dict",))  # it saves a `.state_dict()`
     gate_check = "amplint.core.gates:torch_save_called"  # torch.save (or an alias), not save_pretrained or `card.save(`
-    facts = ("§6.4", "§6.5")
 
     VALID = [
         Valid(
@@ -209,16 +208,10 @@ torch.save(model.half().state_dict(), "model_fp16.pt")
             yield self._diagnostic(ctx, save, model, cast)
 
     def _diagnostic(self, ctx: ModuleContext, save: CallInfo, model: str, cast: Optional[LowPrecisionCast]) -> Diagnostic:
-        where = ""
-        if cast is not None:
-            where = f" (converted on line {ctx.position(cast.call.node)[0].row})"
-        message = (
-            f"`torch.save` writes the fp16 weights of `{model}`{where}: each value is rounded to 11 significant "
-            f"bits (up to 4.9e-4 relative) and values above 65504 are inf; loading into an fp32 model casts "
-            f"silently and recovers none of it; save fp32 weights (keep the model fp32 and use autocast)"
-        )
+        message = f"`torch.save` writes the fp16 weights of `{model}`; the lost precision cannot be recovered"
+        help = "Save fp32 weights: keep the model fp32 and use autocast"
         data = {"snippet": ctx.code_for(save.node), "model": model, "dtype": "fp16"}
-        return ctx.diagnostic(self, save.node, message, data=data)
+        return ctx.diagnostic(self, save.node, message, data=data, help=help)
 
 
 def _not_weights(ctx: ModuleContext, receiver: Optional[str]) -> bool:

@@ -1,12 +1,13 @@
 """AMP402 scaler-state-not-checkpointed."""
 from __future__ import annotations
 
+import json
 from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from amplint.model import (
-    CallInfo, Diagnostic, Invalid, ModuleContext, Related, Rule, Severity, Valid, descendants, dotted_name,
+    CallInfo, Diagnostic, Invalid, ModuleContext, Project, Related, Rule, Severity, Valid, descendants, dotted_name,
 )
 
 
@@ -23,12 +24,12 @@ class ScalerStateNotCheckpointed(Rule):
     ## Why is this bad?
     The scaler's state is the learned loss scale plus the growth tracker
     (`scale`, `growth_factor`, `backoff_factor`, `growth_interval`,
-    `_growth_tracker`; amp-facts §2, E11). A resumed run without it restarts
+    `_growth_tracker`). A resumed run without it restarts
     at the initial scale, 65536 by default, and only comes down by halving
     (backoff 0.5) on steps whose gradients overflow, and every such step is
     skipped: a run that had settled at a scale of 2048 throws away 5
     optimizer steps (65536 / 2048 = 2^5) after every resume, and its growth
-    counter restarts from 0 (E14). Resumed runs then differ from
+    counter restarts from 0. Resumed runs then differ from
     uninterrupted ones.
 
     ## Example
@@ -78,8 +79,14 @@ class ScalerStateNotCheckpointed(Rule):
     `enabled=False`. A scaler whose `enabled=` is decided at run time counts
     as enabled: the fp16 runs need its state.
 
+    Across files: also flags a call to a checkpoint helper in another module
+    (`save_checkpoint(dir, epoch, model, optimizer)`) that saves an
+    optimizer's state and no scaler, made by code that owns an enabled
+    GradScaler and passes it no scaler in any argument; the message names the
+    helper's `torch.save`.
+
     ## References
-    - amp-facts.md §2 (state_dict, E11; backoff and growth, E14)
+    - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#saving-resuming
     """
 
@@ -91,7 +98,6 @@ class ScalerStateNotCheckpointed(Rule):
     triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (")
     requires = (("save", "load"),)
     gate_check = "amplint.core.gates:scaler_checkpoint_io"
-    facts = ("§2",)
 
     VALID = [
         Valid(
@@ -299,24 +305,72 @@ def train(model, opt, loader, resume=None):
         elif resume is not None:
             yield self._loaded(ctx, resume, scaler)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A checkpoint helper in another module (`save_checkpoint(model, optimizer, ...)`)
+        that saves the optimizer but not the GradScaler the calling loop owns and never
+        passes to it."""
+        for call in project.calls():
+            last = call.record["f"].rsplit(".", 1)[-1].lower()
+            if "save" not in last and "checkpoint" not in last and "ckpt" not in last:
+                continue  # a checkpoint helper is named for what it does
+            scaler = None
+            for key in project.callees(call):
+                saved = project.saved_checkpoint(key) if key[0] != call.path else None
+                if saved is None or _mentions_scaler(saved[1]):
+                    continue
+                scaler = scaler or _live_scaler(project, call)
+                if scaler is None or any(_mentions_scaler(a) for a in (*call.record["a"], *call.record["k"].values())):
+                    break
+                helper = key[1].rsplit(".", 1)[-1]
+                message = (
+                    f"`{helper}` ({project.where(saved[0].path, saved[0].row)}) saves a resume checkpoint without "
+                    f"the state of `{scaler}`, and this call does not pass it: a resumed run restarts the loss scale "
+                    f"at 65536 and halves it only on overflowing steps, each of which is skipped; save "
+                    f"`{scaler}.state_dict()` with it and restore it with `{scaler}.load_state_dict(...)`"
+                )
+                cause = project.related(saved[0].path, saved[0].row, "saved here without the scaler")
+                yield project.diagnostic(self, call, message, data={"scaler": scaler, "side": "save", "helper": helper}, related=(cause,))
+                break
+
     def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str, related: List[Related]) -> Diagnostic:
-        message = (
-            f"this checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`: a resumed run restarts the loss "
-            f"scale at 65536 and halves it (backoff 0.5) only on overflowing steps, each of which is skipped "
-            f"(5 lost steps after every resume for a run settled at 2048); save `{scaler}.state_dict()` "
-            f"and restore it with `{scaler}.load_state_dict(...)`"
-        )
+        message = f"This checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`"
+        help = f"Save `{scaler}.state_dict()` and restore it with `{scaler}.load_state_dict(...)`"
         data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(call.node), "side": "save"}
-        return ctx.diagnostic(self, call.node, message, data=data, related=related)
+        return ctx.diagnostic(self, call.node, message, data=data, related=related, help=help)
 
     def _loaded(self, ctx: ModuleContext, call: CallInfo, scaler: str) -> Diagnostic:
-        message = (
-            f"the resume restores `{call.receiver_dotted}` but never calls `{scaler}.load_state_dict(...)`: the "
-            f"loss scale restarts at 65536 and halves (backoff 0.5) only on overflowing steps, each of which is "
-            f"skipped after every resume"
-        )
+        message = f"The resume restores `{call.receiver_dotted}` but not `{scaler}`'s loss scale"
+        help = f"Call `{scaler}.load_state_dict(...)` with the saved scaler state"
         data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load"}
-        return ctx.diagnostic(self, call.node, message, data=data)
+        return ctx.diagnostic(self, call.node, message, data=data, help=help)
+
+
+def _mentions_scaler(ref) -> bool:
+    """Whether a summarised value names a scaler anywhere (`scaler`, `self.scaler.state_dict()`, a dict key)."""
+    return "scaler" in json.dumps(ref).lower()
+
+
+def _live_scaler(project: Project, call) -> Optional[str]:
+    """The enabled GradScaler the function holding `call` (or its class) builds or is given and
+    uses (`.scale(...)`), unless its file saves that scaler's state somewhere itself."""
+    info = project.function((call.path, call.func))
+    if info is None:
+        return None
+    scope = [info]
+    if info["cls"]:
+        scope = [f for q, f in project.summaries[call.path]["functions"].items() if q.startswith(info["cls"] + ".")]
+    for f in scope:
+        for record in f["calls"]:
+            name = record["f"]
+            if not name.endswith(".scale") or "scaler" not in name.lower():
+                continue
+            owner = name[: -len(".scale")]
+            if any(r["f"] == f"{owner}.state_dict" for g in project.summaries[call.path]["functions"].values() for r in g["calls"]):
+                return None
+            types = project.name_types(call.path, call.func, owner)
+            if any(t[0] == "R" and "GradScaler" in t[1] for t in types) or owner.split(".")[-1] in info["params"]:
+                return owner
+    return None
 
 
 def _live_scalers(ctx: ModuleContext) -> List[str]:

@@ -11,7 +11,6 @@ from amplint.model import (
     ModuleContext, Rule, Scope, Severity, Valid, imported_names,
 )
 
-_E09 = "expected m1 and m2 to have the same dtype, but got: c10::BFloat16 != float"
 _CAST_METHODS = ("float", "half", "double", "bfloat16", "type_as")
 
 
@@ -28,13 +27,13 @@ class CustomFunctionWithoutCustomFwd(Rule):
     ## Why is this bad?
     The forward of an undecorated Function runs with autocast on, so its
     matmuls return fp16/bf16; the backward runs with autocast *off*, mixing
-    the low-precision grad with fp32 saved tensors. In amp-facts E09 exactly
+    the low-precision grad with fp32 saved tensors. In amplint's measurement exactly
     this failed in backward with `RuntimeError: expected m1 and m2 to have the
     same dtype, but got: c10::BFloat16 != float`; with
     `custom_fwd(device_type=...)`/`custom_bwd(device_type=...)` it worked. A
     kernel compiled for one dtype gets whatever flows in: fp16 activations
-    next to fp32 weights (§4). The AMP docs prescribe the decorators whenever a
-    Function wraps an autocastable op or takes several floating inputs (§5).
+    next to fp32 weights. The AMP docs prescribe the decorators whenever a
+    Function wraps an autocastable op or takes several floating inputs.
 
     ## Example
     ```python
@@ -67,7 +66,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     ## Verification
     `amplint --verify` runs the flagged Function itself when its source can be
     bound (small inputs under CPU bf16 autocast, forward then backward), else
-    the canonical reproduction (E09), and reports the error or the dtypes.
+    the canonical reproduction, and reports the error or the dtypes.
 
     ## Notes
     Reported only when the project uses autocast somewhere (resolved across
@@ -96,7 +95,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     `forward`.
 
     ## References
-    - amp-facts.md §1.2, §1.3 (op lists), §4 (custom ops, E09, E10), §5 (docs scenarios)
+    - amplint's evidence page: `amplint --explain AMP501` (docs/evidence.md#amp501)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#autocast-and-custom-autograd-functions
     """
 
@@ -109,7 +108,6 @@ class CustomFunctionWithoutCustomFwd(Rule):
     requires = (("forward",),)
     #: a finding depends only on the Function class and module-level names (imports, extension loaders)
     gate_sites = "amplint.core.gates:autograd_function_lines"
-    facts = ("§1.2", "§1.3", "§4", "§5")
 
     VALID = [
         Valid(
@@ -329,7 +327,7 @@ class TiledMM(torch.autograd.Function):
 with torch.autocast("cuda"):
     y = TiledMM.apply(a, b)
 """,
-            "`out=` calls are not autocast (§1.1)",
+            "`out=` calls are not autocast",
         ),
         Valid(
             """
@@ -524,26 +522,16 @@ with torch.cpu.amp.autocast():
                 continue  # the incoming grad never reaches a dtype-sensitive op
             op = _autocastable_op(ctx, fwd, forward)
             if op is not None:
-                message = (
-                    f"`{cls.name.value}.forward` runs `{op}`, which autocast lowers to fp16/bf16, but the Function "
-                    f"has no `custom_fwd`/`custom_bwd`: backward runs outside autocast, mixing low-precision "
-                    f"grads and saved tensors with fp32 ones, which fails with errors such as `{_E09}` "
-                    f"(amp-facts E09); decorate forward with `@torch.amp.custom_fwd(device_type=...)` and "
-                    f"backward with `@torch.amp.custom_bwd(device_type=...)`"
-                )
-                yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)})
+                message = f"`{cls.name.value}.forward` runs `{op}` under autocast, but backward will not"
+                help = "Decorate forward with `@torch.amp.custom_fwd(device_type=...)`, backward with `custom_bwd`"
+                yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)}, help=help)
                 continue
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
             if kernel is not None:
                 name, count = kernel
-                message = (
-                    f"`{cls.name.value}.forward` passes {count} float inputs to the compiled kernel `{name}` "
-                    f"without `custom_fwd`: under autocast they can arrive in mixed dtypes (fp16 activations next "
-                    f"to fp32 weights) and the kernel is not autocast-aware; use "
-                    f"`@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)` and "
-                    f"`@torch.amp.custom_bwd(device_type=...)`"
-                )
-                yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": name, "kind": "extension", **_class_data(ctx, cls)})
+                message = f"`{cls.name.value}.forward` passes {count} float inputs to `{name}`, which is not autocast-aware"
+                help = "Use `@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`"
+                yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
 
 
 def _runs_as_script(ctx: ModuleContext) -> bool:
@@ -658,7 +646,7 @@ class _MatMul(cst.CSTVisitor):
 def _autocastable_op(ctx: ModuleContext, scope: Scope, forward: cst.FunctionDef) -> Optional[str]:
     for call in scope.calls:
         if call.arg(None, "out") is not None:
-            continue  # `out=` calls are not autocast (§1.1)
+            continue  # `out=` calls are not autocast
         hit = call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS
         if hit and not _complex_input(ctx, call.node):
             return sorted(hit)[0]
@@ -736,7 +724,7 @@ def _from_grad(expr: cst.BaseExpression, grads: Set[str]) -> bool:
 
 
 def _complex_input(ctx: ModuleContext, call: cst.Call) -> bool:
-    """An argument straight out of `torch.fft`: complex, so not eligible for autocast (§1.1)."""
+    """An argument straight out of `torch.fft`: complex, so not eligible for autocast."""
     for arg in call.args:
         if isinstance(arg.value, cst.Call) and any(q.startswith("torch.fft.") for q in ctx.qualnames(arg.value.func)):
             return True

@@ -32,13 +32,13 @@ class CustomOpWithoutAutocastRegistration(Rule):
 
     ## Why is this bad?
     An op without an autocast kernel hits autocast's *fallthrough*: its inputs
-    are not cast, and autocast stays enabled inside it (amp-facts §4). In E10
+    are not cast, and autocast stays enabled inside it. In E10
     the kernel saw `(float32, float32, autocast on)` and its inner `mm`
     returned bf16. Under autocast the inputs are often fp16/bf16 outputs of a
     previous linear next to fp32 weights, so a kernel written for `float*`
     reads garbage or raises a dtype error. `torch.library.register_autocast(op,
     device_type, cast_inputs)` (or `CustomOpDef.register_autocast`) casts the
-    inputs and runs the op with autocast disabled (E10). A pybind function from
+    inputs and runs the op with autocast disabled. A pybind function from
     `cpp_extension.load` is not a dispatcher op at all: nothing can register
     it, so its inputs must be cast by hand.
 
@@ -71,7 +71,7 @@ class CustomOpWithoutAutocastRegistration(Rule):
     off), as in E10. The flagged op itself is not run.
 
     ## Notes
-    There is no `torch.amp.register_op_dtype` (§4); the message never suggests
+    There is no `torch.amp.register_op_dtype`; the message never suggests
     it. Registration in another file cannot be seen: the rule stays silent when
     any `register_autocast` call, or any `Library.impl`/`torch.library.impl`
     for an `Autocast*` dispatch key, mentions the op's name anywhere in the
@@ -82,7 +82,7 @@ class CustomOpWithoutAutocastRegistration(Rule):
     `autocast(enabled=False)` are fine.
 
     ## References
-    - amp-facts.md §4 (fallthrough, register_autocast, E10), §8 C24/C25
+    - amplint's evidence page: `amplint --explain AMP502` (docs/evidence.md#amp502)
     - https://pytorch.org/docs/stable/library.html#torch.library.register_autocast
     """
 
@@ -92,7 +92,6 @@ class CustomOpWithoutAutocastRegistration(Rule):
     message = "custom op called under autocast without an autocast registration"
     triggers = ("custom_op", "torch.ops", "import ops", "cpp_extension")
     requires = (("autocast",),)  # no autocast region, no finding
-    facts = ("§4",)
 
     VALID = [
         Valid(
@@ -257,7 +256,7 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
                 "snippet": ctx.code_for(call.node),
                 "names": imported_names(ctx, call.node),
             }
-            yield ctx.diagnostic(self, call.node, _message(op, device), data=data)
+            yield ctx.diagnostic(self, call.node, _message(op), data=data, help=_help(op, device))
 
 
 def _custom_ops(ctx: ModuleContext) -> Dict[str, _Op]:
@@ -377,23 +376,16 @@ def _casts_inputs(ctx: ModuleContext, call: CallInfo) -> bool:
     return False
 
 
-def _message(op: _Op, device: str) -> str:
+def _message(op: _Op) -> str:
     if op.kind == "extension":
-        return (
-            f"`{op.local}` (a `cpp_extension` module function) is called under autocast: it bypasses the "
-            f"dispatcher, so autocast never casts its inputs and the kernel gets whatever dtype flows in "
-            f"(fp16/bf16 activations next to fp32 weights); cast the inputs inside "
-            f"`torch.autocast(\"{device}\", enabled=False)`, or wrap it in an autograd.Function with "
-            f"`@torch.amp.custom_fwd(device_type=\"{device}\", cast_inputs=torch.float32)`"
-        )
-    name = op.qualified or op.local
-    how = (
-        f"`{op.local}.register_autocast(\"{device}\", torch.float32)`"
-        if op.kind == "custom_op"
-        else f"`torch.library.register_autocast(\"{name}\", \"{device}\", torch.float32)`"
-    )
-    return (
-        f"custom op `{name}` is called under autocast with no autocast rule: unregistered ops fall through "
-        f"autocast, so its inputs are not cast (the kernel sees whatever dtype flows in) and autocast stays "
-        f"enabled inside it; register one with {how} (or the dtype the kernel needs)"
-    )
+        return f"`{op.local}` (a `cpp_extension` function) is called under autocast, which never casts its inputs"
+    return f"Custom op `{op.qualified or op.local}` is called under autocast with no autocast rule"
+
+
+def _help(op: _Op, device: str) -> str:
+    if op.kind == "extension":
+        return f'Cast its inputs inside `torch.autocast("{device}", enabled=False)`'
+    if op.kind == "custom_op":
+        return f'Register one with `{op.local}.register_autocast("{device}", torch.float32)`'
+    return f'Register one with `torch.library.register_autocast("{op.qualified or op.local}", "{device}", torch.float32)`'
+

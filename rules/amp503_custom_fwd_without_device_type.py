@@ -22,9 +22,9 @@ class CustomFwdWithoutDeviceType(Rule):
     Unlike the deprecated `torch.cuda.amp` versions, the generic decorators take
     a required keyword-only `device_type`. Without it the decorator raises
     `TypeError: custom_fwd() missing 1 required keyword-only argument:
-    'device_type'` (amp-facts E08) when the class body runs, which is at
+    'device_type'` when the class body runs, which is at
     import time: the module cannot even be imported. The docs page's bare
-    `@custom_fwd` example is only valid for `torch.cuda.amp.custom_fwd` (§5).
+    `@custom_fwd` example is only valid for `torch.cuda.amp.custom_fwd`.
 
     ## Example
     ```python
@@ -70,7 +70,7 @@ class CustomFwdWithoutDeviceType(Rule):
     is not followed.
 
     ## References
-    - amp-facts.md §3, §4, §5 (RUN E08, E09)
+    - amplint's evidence page: `amplint --explain AMP503` (docs/evidence.md#amp503)
     - https://pytorch.org/docs/stable/amp.html#torch.amp.custom_fwd
     """
 
@@ -79,7 +79,6 @@ class CustomFwdWithoutDeviceType(Rule):
     severity = Severity.ERROR
     message = "torch.amp.custom_fwd/custom_bwd without device_type"
     triggers = ("custom_fwd", "custom_bwd")
-    facts = ("§3", "§4", "§5")
 
     VALID = [
         Valid(
@@ -267,16 +266,12 @@ class F(torch.autograd.Function):
             ambiguous = not ref.qualnames <= _ALL
             fix = None if ambiguous else _fix(ctx, ref, device)
             spelled = ctx.code_for(ref.node)
-            message = (
-                f"`{spelled}` without `device_type=` raises `TypeError: {which}() missing 1 required "
-                f"keyword-only argument: 'device_type'` when the decorated class is defined (at import); "
-                f"pass `device_type=\"{device}\"`"
-            )
+            message = f"`{spelled}` without `device_type=` raises `TypeError` at import"
             if ambiguous:
-                message += " (the name may also be the deprecated `torch.cuda.amp` form, which takes no device_type)"
+                message += " (unless it is `torch.cuda.amp`'s)"
             node = ref.decorator.decorator if ref.decorator is not None else ref.call
             data = {"decorator": f"torch.amp.{which}", "snippet": ctx.code_for(node), "names": imported_names(ctx, node)}
-            yield ctx.diagnostic(self, node, message, fix=fix, data=data)
+            yield ctx.diagnostic(self, node, message, fix=fix, data=data, help=f'Pass `device_type="{device}"`')
 
 
 def _lacks_device_type(ref: Reference) -> bool:

@@ -57,7 +57,7 @@ class Bf16WithoutCapabilityCheck(Rule):
     but it works everywhere), nor regions whose dtype is decided at run time.
 
     ## References
-    - amp-facts.md §7 (tensor cores, `is_bf16_supported(including_emulation=...)`), §8 C14, C20
+    - amplint's evidence page: `amplint --explain AMP601` (docs/evidence.md#amp601)
     - https://pytorch.org/docs/stable/generated/torch.cuda.is_bf16_supported.html
     """
 
@@ -66,7 +66,6 @@ class Bf16WithoutCapabilityCheck(Rule):
     severity = Severity.INFO
     message = "CUDA bf16 autocast without a compute-capability check"
     triggers = ("bfloat16",)
-    facts = ("§7",)
 
     VALID = [
         Valid(
@@ -155,18 +154,11 @@ class Model(nn.Module):
         if not regions or capability_checked(ctx, bf16=True):
             return
         bare = bool(ctx.calls_to(*torchapi.BF16_SUPPORT_FUNCTIONS))
-        note = (
-            "; the bare `torch.cuda.is_bf16_supported()` used here is True there too, by emulation"
-            if bare
-            else ""
-        )
-        message = (
-            f"CUDA bf16 autocast with no compute-capability check in this file ({_count(regions)}): below 8.0 "
-            f"(Pascal, Volta, Turing) there are no bf16 tensor cores, so ops run without them (a GTX 1080 matmul "
-            f"measured 1.85x slower than fp32) and some cuDNN convolutions fail{note}; check "
-            f"`torch.cuda.get_device_capability() >= (8, 0)` or `is_bf16_supported(including_emulation=False)`"
-        )
-        yield ctx.diagnostic(self, regions[0].call, message, data={"regions": len(regions), "bare_is_bf16_supported": bare})
+        message = f"CUDA bf16 autocast ({_count(regions)}) with no compute-capability check in this file"
+        if bare:
+            message = f"CUDA bf16 autocast ({_count(regions)}) checked only by `is_bf16_supported()`, True by emulation"
+        help = "Check `torch.cuda.get_device_capability() >= (8, 0)`"
+        yield ctx.diagnostic(self, regions[0].call, message, data={"regions": len(regions), "bare_is_bf16_supported": bare}, help=help)
 
 
 def _cuda_region(r: AutocastRegion) -> bool:

@@ -50,7 +50,7 @@ class Fp16WithoutTensorCoreCheck(Rule):
     ratio itself depends on the GPU and is not claimed here.
 
     ## References
-    - amp-facts.md §7 (tensor cores from 7.0), §8 C10, C26
+    - amplint's evidence page: `amplint --explain AMP602` (docs/evidence.md#amp602)
     - https://pytorch.org/docs/stable/generated/torch.cuda.get_device_capability.html
     """
 
@@ -59,7 +59,6 @@ class Fp16WithoutTensorCoreCheck(Rule):
     severity = Severity.INFO
     message = "CUDA fp16 autocast without a compute-capability check"
     triggers = ("autocast",)
-    facts = ("§7",)
 
     VALID = [
         Valid(
@@ -155,12 +154,9 @@ class Net(nn.Module):
         if not regions or ctx.calls_to(*torchapi.CAPABILITY_FUNCTIONS):
             return
         count = "1 region" if len(regions) == 1 else f"{len(regions)} regions"
-        message = (
-            f"CUDA fp16 autocast with no compute-capability check in this file ({count}): fp16 tensor cores start "
-            f"at capability 7.0 (Volta); on older GPUs autocast runs without them and the expected speed-up may "
-            f"not come; check or log `torch.cuda.get_device_capability() >= (7, 0)`"
-        )
-        yield ctx.diagnostic(self, regions[0].call, message, data={"regions": len(regions)})
+        message = f"CUDA fp16 autocast ({count}) with no compute-capability check in this file"
+        help = "Check or log `torch.cuda.get_device_capability() >= (7, 0)`"
+        yield ctx.diagnostic(self, regions[0].call, message, data={"regions": len(regions)}, help=help)
 
 
 def _version_gated(ctx: ModuleContext, r: AutocastRegion) -> bool:

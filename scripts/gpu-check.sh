@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The verifier's CUDA checks in one go, for a GPU box (whole run: under 10 minutes).
+# The verifier's CUDA checks in one go, for a GPU box (whole run: under 15 minutes).
 #
 #   scripts/gpu-check.sh            # from anywhere; uses .venv/bin/python when present
 #
 # 1. the CUDA-marked verifier tests (every experiment on cuda, the direct AMP303 ban, cuda:N);
-# 2. `amplint --verify --device cuda fixtures/`, then checks that no verdict is `error` and that
-#    every verdict ran on a CUDA device.
-# Exit status 0 only when both parts pass.
+# 2. `amplint --verify --device cuda fixtures/` inside the verifier's sandbox (bubblewrap with the
+#    /dev/nvidia* devices bound in), then checks that the sandbox was on, that no verdict is `error`
+#    and that every verdict ran on a CUDA device;
+# 3. the same over the drill's real training code (benchmarks/drill.py's packages), when the corpus
+#    is already unpacked under $AMPLINT_CORPUS_DIR (default ~/.cache/amplint-corpus; a GPU box
+#    without network cannot fetch it): the verdict table per code, no `error`, all on CUDA.
+# Exit status 0 only when every part that ran passes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +34,7 @@ then
     exit 2
 fi
 
-echo "== 1/2 CUDA verifier tests"
+echo "== 1/3 CUDA verifier tests"
 if AMPLINT_REQUIRE_CUDA=1 timeout 330 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs tests/test_verify.py; then
     echo "CUDA tests: ok"
 else
@@ -38,25 +42,30 @@ else
     status=1
 fi
 
-echo "== 2/2 amplint --verify --device cuda fixtures/"
-if [ ! -d fixtures ]; then
-    echo "gpu-check: fixtures/ not found"
-    status=1
-else
-    timeout 240 "$PY" -m amplint.cli --verify --device cuda --verify-timeout 60 --output-format json fixtures/ \
-        >"$OUTDIR/verify-fixtures.json" 2>"$OUTDIR/verify-fixtures.err"
-    rc=$?
+# verify PATH... on CUDA in the sandbox; prints the verdict table; returns non-zero on any failure
+verify_on_cuda() {
+    local name="$1" limit="$2"; shift 2
+    timeout "$limit" "$PY" -m amplint.cli --verify --device "${GPU_CHECK_DEVICE:-cuda}" --verify-timeout 60 --verify-budget $((limit - 40)) \
+        --no-cache --output-format json "$@" >"$OUTDIR/verify-$name.json" 2>"$OUTDIR/verify-$name.err"
+    local rc=$?
     if [ "$rc" -gt 1 ]; then
         echo "amplint exited $rc:"
-        cat "$OUTDIR/verify-fixtures.err"
-        status=1
-    elif ! "$PY" - "$OUTDIR/verify-fixtures.json" <<'PY'
+        tail -20 "$OUTDIR/verify-$name.err"
+        return 1
+    fi
+    if ! grep -q "verify sandbox: bubblewrap" "$OUTDIR/verify-$name.err"; then
+        echo "the sandbox was not on:"
+        grep "verify sandbox" "$OUTDIR/verify-$name.err"
+        return 1
+    fi
+    grep "verify sandbox" "$OUTDIR/verify-$name.err"
+    "$PY" - "$OUTDIR/verify-$name.json" <<'PY'
 import collections, json, sys
 findings = json.load(open(sys.argv[1]))
 verified = [f for f in findings if f.get("verification")]
-table = collections.Counter((f["code"], f["verification"]["verdict"]) for f in verified)
-for (code, verdict), n in sorted(table.items()):
-    print(f"  {code:7} {verdict:15} {n}")
+table = collections.Counter((f["code"], f["verification"]["verdict"], f["verification"].get("method")) for f in verified)
+for (code, verdict, method), n in sorted(table.items()):
+    print(f"  {code:7} {verdict:15} {method or '':10} {n}")
 bad = [f for f in verified if f["verification"]["verdict"] == "error"]
 cpu = [f for f in verified if not str(f["verification"].get("device") or "").startswith("cuda")
        and f["verification"]["verdict"] != "inconclusive"]
@@ -66,9 +75,33 @@ for f in bad + cpu:
 print(f"{len(findings)} findings, {len(verified)} verified, {len(bad)} errors, {len(cpu)} not on CUDA")
 sys.exit(1 if bad or cpu or not verified else 0)
 PY
-    then
-        status=1
-    fi
+}
+
+echo "== 2/3 amplint --verify --device cuda fixtures/ (sandboxed)"
+if [ ! -d fixtures ]; then
+    echo "gpu-check: fixtures/ not found"
+    status=1
+elif ! verify_on_cuda fixtures 240 fixtures/; then
+    status=1
+fi
+
+echo "== 3/3 the drill's real findings on CUDA (sandboxed)"
+CORPUS="${AMPLINT_CORPUS_DIR:-$HOME/.cache/amplint-corpus}"
+mapfile -t DRILL < <("$PY" - "$CORPUS" <<'PY'
+import sys, pathlib
+sys.path.insert(0, "benchmarks")
+from corpus import DRILL_PACKAGES
+root = pathlib.Path(sys.argv[1])
+for name, version in DRILL_PACKAGES.items():
+    folder = root / f"{name}-{version}"
+    if (folder / ".unpacked").exists():
+        print(folder)
+PY
+)
+if [ "${#DRILL[@]}" -eq 0 ]; then
+    echo "skipped: no unpacked drill corpus under $CORPUS (fetch it with benchmarks/drill.py where there is network)"
+elif ! verify_on_cuda drill 300 "${DRILL[@]}"; then
+    status=1
 fi
 
 echo "gpu-check: $([ $status -eq 0 ] && echo ok || echo FAIL) in $((SECONDS - started)) s (outputs in $OUTDIR)"

@@ -10,11 +10,11 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def current_findings() -> Dict[str, List[str]]:
-    """file name -> ["row:col CODE", ...] for the whole fixtures project (default rules)."""
+    """path relative to fixtures/ -> ["row:col CODE", ...] for the whole fixtures folder (default rules)."""
     result = lint_paths([str(FIXTURES)], Config(root=str(FIXTURES)))
     out: Dict[str, List[str]] = {}
     for d in result.diagnostics:
-        out.setdefault(Path(d.filename).name, []).append(f"{d.location.row}:{d.location.column} {d.code}")
+        out.setdefault(Path(d.filename).relative_to(FIXTURES).as_posix(), []).append(f"{d.location.row}:{d.location.column} {d.code}")
     return out
 
 

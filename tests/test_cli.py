@@ -106,7 +106,7 @@ def test_explain():
     pseudo = run("--explain", "AMP900")
     assert pseudo.exit_code == 0 and pseudo.output.startswith("AMP900 unused-noqa (warning, off by default)")
     unknown = run("--explain", "AMP1O1")
-    assert unknown.exit_code == 2 and "unknown rule code" in unknown.output
+    assert unknown.exit_code == 2 and "unknown rule code or name" in unknown.output
 
 
 def test_syntax_error_is_amp000_and_the_run_goes_on(project):

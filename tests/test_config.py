@@ -69,8 +69,11 @@ timeout = 5
         ({"torch-version": ["2.1"]}, "torch-version must be a string"),
         ({"respect-gitignore": "yes"}, "'respect-gitignore' must be true or false"),
         ({"verify": {"devise": "cpu"}}, "did you mean 'device'?"),
-        ({"verify": {"timeout": 0}}, "verify.timeout must be a positive number"),
-        ({"verify": {"timeout": True}}, "verify.timeout must be a positive number"),
+        ({"verify": {"timeout": 0}}, "verify.timeout must be a positive, finite number"),
+        ({"verify": {"timeout": True}}, "verify.timeout must be a positive, finite number"),
+        ({"verify": {"timeout": float("nan")}}, "verify.timeout must be a positive, finite number"),
+        ({"verify": {"timeout": float("inf")}}, "verify.timeout must be a positive, finite number"),
+        ({"verify": {"budget": -1}}, "verify.budget must be a positive, finite number"),
         ({"verify": "cpu"}, "[tool.amplint.verify] must be a table"),
     ],
 )
@@ -111,7 +114,8 @@ def test_selectors():
 def test_torch_version_forms():
     assert parse_torch_version("2.3") == (2, 3)
     assert parse_torch_version(">=2.1.0") == (2, 1)
-    assert parse_torch_version(2.4) == (2, 4)
+    with pytest.raises(ConfigError, match="quoted string"):
+        parse_torch_version(2.1)  # TOML read `torch-version = 2.10` as 2.1
     assert parse_torch_version("2") == (2, 0)
 
 

@@ -65,7 +65,7 @@ class FakeAdvice(Rule):
 RULES = [FakeClip, FakeMask, FakeAdvice]
 
 
-def _d(code, name, severity, filename, start, end, message, fix=None, cell=None):
+def _d(code, name, severity, filename, start, end, message, fix=None, cell=None, raw_rows=None):
     return Diagnostic(
         code=code,
         name=name,
@@ -78,6 +78,7 @@ def _d(code, name, severity, filename, start, end, message, fix=None, cell=None)
         noqa_row=start[0],
         url=f"https://github.com/amplint/amplint/blob/main/docs/rules/{code}.md",
         cell=cell,
+        raw_rows=raw_rows,
     )
 
 
@@ -88,7 +89,7 @@ def diagnostics():
         _d("AMP101", "clip-grad-before-unscale", Severity.ERROR, f"{ROOT}/src/train.py", (4, 1), (4, 58), "`clip_grad_norm_` sees scaled gradients; call `scaler.unscale_(opt)` first", insert),
         _d("AMP301", "fp16-overflowing-literal", Severity.WARNING, f"{ROOT}/src/train.py", (7, 28), (9, 5), "-1e9 overflows fp16 (max 65504): 100% of <masked> rows, & more\nsecond line", replace),
         _d("AMP601", "bf16-without-capability-check", Severity.INFO, f"{ROOT}/my dir/a,b.py", (1, 1), (1, 5), "advice: check capability"),
-        _d("AMP101", "clip-grad-before-unscale", Severity.ERROR, f"{ROOT}/nb.ipynb", (3, 5), (3, 60), "clip in a notebook", cell=4),
+        _d("AMP101", "clip-grad-before-unscale", Severity.ERROR, f"{ROOT}/nb.ipynb", (3, 5), (3, 60), "clip in a notebook", cell=4, raw_rows=(41, 41)),
         _d("AMP000", "syntax-error", Severity.ERROR, f"{ROOT}/broken.py", (2, 7), (2, 7), "SyntaxError: unexpected token"),
     ]
 
@@ -198,7 +199,8 @@ def test_sarif_fields():
     spaced = run["results"][2]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
     assert spaced == "my%20dir/a%2Cb.py"
     notebook = run["results"][3]
-    assert notebook["properties"] == {"cell": 4} and "fixes" not in notebook
+    assert notebook["properties"] == {"cell": 4, "cellLine": 3, "cellColumn": 5} and "fixes" not in notebook
+    assert notebook["locations"][0]["physicalLocation"]["region"] == {"startLine": 41, "endLine": 41}  # the .ipynb row
 
 
 def test_sarif_path_outside_the_root_is_an_absolute_uri():
@@ -227,7 +229,7 @@ def test_github_lines():
     assert lines[1].startswith("::warning file=src/train.py,line=7,endLine=9,title=amplint (AMP301)::")
     assert "%25" in lines[1] and "%0A" in lines[1] and "\n" not in lines[1]
     assert lines[2].startswith("::notice file=my dir/a%2Cb.py,line=1,col=1,endLine=1,endColumn=5,")
-    assert lines[3] == "::error file=nb.ipynb,title=amplint (AMP101)::cell 4:3:5: clip in a notebook"
+    assert lines[3] == "::error file=nb.ipynb,line=41,endLine=41,title=amplint (AMP101)::cell 4:3:5: clip in a notebook"
 
 
 # ------------------------------------------------------------------ GitLab, JUnit, JSON lines

@@ -89,7 +89,7 @@ def test_amp301_kept_when_another_file_uses_fp16(tmp_path, names):
         "dtype": None,  # no autocast region around the literal
         "device": None,
     }
-    assert "65504" in d.message and "c10::Half" in d.message
+    assert d.message == "-1e9 in `masked_fill` does not fit fp16; on an fp16 tensor it raises"
 
 
 def test_amp301_half_elsewhere_and_runtime_dtype(tmp_path):
@@ -138,7 +138,7 @@ def test_amp301_additive_forms_are_warnings():
         (9, Severity.WARNING),
         (15, Severity.WARNING),
     ]
-    assert "-inf" in found[0].message and "NaN" in found[0].message
+    assert "overflows fp16 to inf" in found[0].message and "NaN" in found[0].message
     assert found[0].data["op"] == "additive" and found[0].data["snippet"] == "scores + (1 - mask) * -1e9"
     assert found[0].fix is None  # adding finfo.min overflows too: no fix for additive masks
     assert found[3].data["op"] == "torch.where" and found[3].fix is not None
@@ -204,7 +204,7 @@ def test_amp302_data_and_default_eps():
         (3, 1e-10, "torch.optim.Adagrad"),
         (4, 1e-12, "torch.optim.Adam"),
     ]
-    assert "rounds to 0" in found[0].message and "5.96e-8" in found[0].message
+    assert "1e-10 rounds to 0 in fp16" in found[0].message
 
 
 def test_amp302_params_through_a_local_name_and_inference_copies():
@@ -271,7 +271,7 @@ def test_amp303_no_fix_without_visible_sigmoid_or_with_weighted_instance():
     found = lint(code, "AMP303")
     assert len(found) == 2 and all(d.fix is None for d in found)
     assert [d.data["function"] for d in found] == ["BCELoss", "binary_cross_entropy"]
-    assert "bf16" in found[0].message  # banned for bf16 too
+    assert "raises" in found[0].message  # banned for bf16 too
 
 
 def test_amp303_methods_called_from_regions():
@@ -296,7 +296,7 @@ def test_amp303_methods_called_from_regions():
     """
     found = lint(code, "AMP303")
     assert len(found) == 1 and found[0].location.row == 6
-    assert "line 17" in found[0].message
+    assert "(through `self.loss`)" in found[0].message
 
 
 def test_amp303_rebound_names_are_not_instances():
@@ -320,7 +320,7 @@ def test_amp401_data():
     torch.save({"model": model.state_dict()}, "m.pt")
     """
     (d,) = lint(code, "AMP401")
-    assert d.data["model"] == "model" and "65504" in d.message and "line 2" in d.message
+    assert d.data["model"] == "model" and d.message == "`torch.save` writes the fp16 weights of `model`; the lost precision cannot be recovered"
 
 
 def test_amp402_scaler_used_through_parameter_and_saved_object():
@@ -333,7 +333,7 @@ def test_amp402_scaler_used_through_parameter_and_saved_object():
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "ckpt.pt")
     """
     (d,) = lint(used, "AMP402")
-    assert d.data["side"] == "save" and "65536" in d.message and "0.5" in d.message
+    assert d.data["side"] == "save" and d.help == "Save `scaler.state_dict()` and restore it with `scaler.load_state_dict(...)`"
     pickled = used.replace('"optimizer": optimizer.state_dict()}', '"optimizer": optimizer.state_dict(), "scaler": scaler}')
     assert lint(pickled, "AMP402") == []
     unused = """

@@ -6,6 +6,7 @@ Unknown keys, unknown codes and wrong types raise `ConfigError` with a
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -51,6 +52,7 @@ class Config:
     precision: str = "auto"
     verify_device: str = "auto"
     verify_timeout: float = 60.0
+    verify_budget: float = 900.0
     root: Optional[str] = None  # folder of the pyproject.toml the config came from
     respect_gitignore: bool = True  # skip what .gitignore / .git/info/exclude ignore when walking folders
     force_exclude: bool = False  # apply exclude globs to files named on the command line too
@@ -120,7 +122,27 @@ _KEYS = {
     "respect-gitignore": "bool",
     "force-exclude": "bool",
 }
-_VERIFY_KEYS = {"device": "string", "timeout": "number"}
+_VERIFY_KEYS = {"device": "string", "timeout": "number", "budget": "number"}
+
+
+#: per folder, the files amplint reads its settings from, first match wins (ruff's order:
+#: `.ruff.toml`, `ruff.toml`, then a pyproject.toml with a [tool.ruff] table)
+CONFIG_FILES = (".amplint.toml", "amplint.toml")
+
+
+def find_config(paths: Sequence[str]) -> Optional[Path]:
+    """The nearest `.amplint.toml`, `amplint.toml`, or pyproject.toml with [tool.amplint], walking up."""
+    starts = [Path(p).resolve() for p in paths] or [Path.cwd()]
+    for start in starts:
+        folder = start if start.is_dir() else start.parent
+        for candidate in (folder, *folder.parents):
+            for name in CONFIG_FILES:
+                if (candidate / name).is_file():
+                    return candidate / name
+            found = _pyproject_with_table(candidate / "pyproject.toml")
+            if found is not None:
+                return found
+    return None
 
 
 def find_pyproject(paths: Sequence[str]) -> Optional[Path]:
@@ -129,15 +151,20 @@ def find_pyproject(paths: Sequence[str]) -> Optional[Path]:
     for start in starts:
         folder = start if start.is_dir() else start.parent
         for candidate in (folder, *folder.parents):
-            f = candidate / "pyproject.toml"
-            if f.is_file():
-                try:
-                    data = _read_toml(f)
-                except ConfigError:
-                    return f  # report the broken file rather than skipping past it
-                if "amplint" in data.get("tool", {}):
-                    return f
+            found = _pyproject_with_table(candidate / "pyproject.toml")
+            if found is not None:
+                return found
     return None
+
+
+def _pyproject_with_table(f: Path) -> Optional[Path]:
+    if not f.is_file():
+        return None
+    try:
+        data = _read_toml(f)
+    except ConfigError:
+        return f  # report the broken file rather than skipping past it
+    return f if "amplint" in data.get("tool", {}) else None
 
 
 def _read_toml(path: Path) -> Dict[str, Any]:
@@ -211,16 +238,17 @@ def config_from_table(table: Mapping[str, Any], known_codes: Sequence[str], root
                     if not isinstance(vvalue, str):
                         raise ConfigError(f"{source}: verify.device must be a string")
                     kwargs["verify_device"] = vvalue
-                else:
-                    if isinstance(vvalue, bool) or not isinstance(vvalue, (int, float)) or vvalue <= 0:
-                        raise ConfigError(f"{source}: verify.timeout must be a positive number of seconds")
-                    kwargs["verify_timeout"] = float(vvalue)
+                else:  # caps are checked with the command line's values (`amplint.verify.runner`)
+                    if isinstance(vvalue, bool) or not isinstance(vvalue, (int, float)) or not math.isfinite(vvalue) or vvalue <= 0:
+                        raise ConfigError(f"{source}: verify.{vkey} must be a positive, finite number of seconds")
+                    kwargs[f"verify_{vkey}"] = float(vvalue)
     return Config(**kwargs)
 
 
 def parse_torch_version(value: Any, source: str = "config") -> Tuple[int, int]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = str(value)
+        # TOML reads an unquoted 2.10 as the number 2.1: never guess which was meant
+        raise ConfigError(f"{source}: torch-version must be a quoted string like \"{value}\" (an unquoted 2.10 reads as 2.1)")
     if not isinstance(value, str):
         raise ConfigError(f"{source}: torch-version must be a string like \"2.1\"")
     parts = value.strip().lstrip(">=~^ ").split(".")

@@ -104,6 +104,11 @@ class Diagnostic:
     data: dict = field(default_factory=dict)
     verification: Optional[dict] = None
     related: Tuple[Related, ...] = ()
+    #: ruff's `help:` line: what to write instead, in the user's names
+    help: Optional[str] = None
+    #: a notebook finding's first and last row in the .ipynb file itself (its JSON
+    #: lines), for formats that can only point into the file (SARIF, GitLab, JUnit)
+    raw_rows: Optional[Tuple[int, int]] = None
 
     @property
     def fixable(self) -> bool:
@@ -126,6 +131,8 @@ class Diagnostic:
             "url": self.url,
             "noqa_row": self.noqa_row,
         }
+        if self.help is not None:
+            out["help"] = self.help
         if self.cell is not None:
             out["cell"] = self.cell
         if self.fix is not None:

@@ -356,7 +356,7 @@ def _skip_right(data: bytes, i: int, parens: bool = True) -> int:
 
 # -------------------------------------------------------------------- AMP302
 
-#: fp16 rounds anything below this to 0 (amp-facts §6.1)
+#: fp16 rounds anything below this to 0
 FP16_FLUSH_TO_ZERO = 2.9802322387695312e-08
 #: in the translated text: substrings every literal below 3e-8 contains (a negative exponent, or 7 zeros)
 _TINY_NUMBER_HINTS = (b"e-0", b"0.0000000")

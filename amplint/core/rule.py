@@ -75,8 +75,6 @@ class Rule:
     #: `class` line among the lines keeps that class whole. Set it only if a
     #: finding never depends on other functions, or on more of its class than that
     gate_sites: ClassVar[Optional[str]] = None
-    #: the amp-facts.md sections the rule rests on
-    facts: ClassVar[Tuple[str, ...]] = ()
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 

@@ -35,7 +35,7 @@ from ..model.facts import FileFacts
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
-FORMAT = 2  # 2: a result keeps only what differs from "nothing found" (most files)
+FORMAT = 3  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows
 #: a file modified within this many seconds of when it was read is re-hashed
 RACY_SECONDS = 2.0
 
@@ -137,6 +137,8 @@ def encode_diagnostic(d: Diagnostic) -> Dict[str, Any]:
         "cell": d.cell,
         "data": _enc(d.data),
         "verification": _enc(d.verification),
+        "help": d.help,
+        "raw_rows": list(d.raw_rows) if d.raw_rows is not None else None,
         "fix": None,
         "related": [
             [r.location.row, r.location.column, r.end_location.row, r.end_location.column, r.message, r.filename, r.cell]
@@ -185,6 +187,8 @@ def decode_diagnostic(o: Dict[str, Any]) -> Diagnostic:
             Related(Location(a, b), Location(c, e), message, filename, cell)
             for a, b, c, e, message, filename, cell in o.get("related", ())
         ),
+        help=o.get("help"),
+        raw_rows=tuple(o["raw_rows"]) if o.get("raw_rows") else None,
     )
 
 
@@ -193,7 +197,7 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
     from .pipeline import FileResult
 
     try:
-        extra = {f.name for f in dataclasses.fields(FileResult)} - {"path", "diagnostics", "facts", "parsed"}
+        extra = {f.name for f in dataclasses.fields(FileResult)} - {"path", "diagnostics", "facts", "parsed", "index"}
         for name in extra:  # fields added later: cache only when they hold their default
             f = next(f for f in dataclasses.fields(FileResult) if f.name == name)
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
@@ -209,6 +213,8 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
             out["f"] = facts
         if result.parsed:
             out["p"] = True
+        if result.index is not None and (result.index.get("r") or result.index.get("i")):
+            out["x"] = _enc(result.index)
         if decode_result(result.path, json.loads(json.dumps(out))).diagnostics != result.diagnostics:
             return None
         return out
@@ -218,6 +224,8 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
 
 #: most files say nothing about precision: one shared (frozen) value for them
 _NO_FACTS = FileFacts()
+#: the text index of a file with no project role and no import (never mutated)
+_NO_INDEX: Dict[str, Any] = {"r": "", "i": []}
 
 
 def decode_result(path: str, o: Dict[str, Any]) -> Any:
@@ -230,6 +238,7 @@ def decode_result(path: str, o: Dict[str, Any]) -> Any:
         diagnostics=[decode_diagnostic(d) for d in diagnostics] if diagnostics else [],
         facts=FileFacts(**facts) if facts else _NO_FACTS,
         parsed=bool(o.get("p")),
+        index=o.get("x", _NO_INDEX) if path.endswith(".py") else None,
     )
 
 
@@ -239,17 +248,22 @@ def decode_result(path: str, o: Dict[str, Any]) -> Any:
 class Cache:
     """One store (one JSON file) per fingerprint; entries per (kind, path).
 
-    kind: "lint" (a file's rule results) or "facts" (a file parsed only for its
-    project facts).
+    kind: "lint" (a file's rule results), "facts" (a file parsed only for its
+    project facts), or one of `RAW_KINDS`: the project model's text index and
+    summary of a file (`amplint.crossfile`), JSON data stored as it is.
     """
 
     def __init__(self, directory: str, fingerprint: str) -> None:
         self.directory = directory
         self.path = os.path.join(directory, f"amplint-{fingerprint}.json")
-        self.entries: Dict[str, Dict[str, list]] = {"lint": {}, "facts": {}}
-        self._changed: Dict[str, Dict[str, list]] = {"lint": {}, "facts": {}}
+        self.entries: Dict[str, Dict[str, list]] = _empty()
+        self._changed: Dict[str, Dict[str, list]] = _empty()
         self.hits = 0
         self.misses = 0
+        #: RAW_KINDS entries (text indexes, summaries) computed and reused this run, by kind;
+        #: `hits` and `misses` count files linted (or read for facts)
+        self.built: Dict[str, int] = {}
+        self.reused: Dict[str, int] = {}
         self._load()
 
     def _load(self) -> None:
@@ -257,18 +271,21 @@ class Cache:
 
     # an entry: [mtime_ns, size, digest, read_at (seconds), encoded result]
 
-    def lookup(self, kind: str, path: str, st: Optional[Stat]) -> Tuple[Optional[Any], Optional[str]]:
-        """(the result if the file is unchanged by its stat, else None; the digest on record)."""
+    def lookup(self, kind: str, path: str, st: Optional[Stat], count: bool = True) -> Tuple[Optional[Any], Optional[str]]:
+        """(the result if the file is unchanged by its stat, else None; the digest on record).
+        `count=False`: a look that is not this run's use of the entry (no hit counted)."""
         entry = self.entries[kind].get(path)
         if entry is None:
             return None, None
         mtime_ns, size, digest, read_at, payload = entry
         if st is not None and (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS:
             try:
-                self.hits += 1
-                return decode_result(path, payload), digest
+                found = _decode(kind, path, payload)
             except (KeyError, TypeError, ValueError):
-                self.hits -= 1
+                return None, digest
+            if count:
+                self._hit(kind)
+            return found, digest
         return None, digest
 
     def reuse(self, kind: str, path: str, st: Stat, read_at: float) -> Optional[Any]:
@@ -277,17 +294,34 @@ class Cache:
         if entry is None:
             return None
         try:
-            result = decode_result(path, entry[4])
+            result = _decode(kind, path, entry[4])
         except (KeyError, TypeError, ValueError):
             return None
-        self.hits += 1
+        self._hit(kind)
         self._put(kind, path, [st[0], st[1], entry[2], read_at, entry[4]])
         return result
 
+    def get_raw(self, kind: str, key: str) -> Optional[Dict[str, Any]]:
+        """A RAW_KINDS entry stored under a key that is not a file (a project's findings)."""
+        entry = self.entries[kind].get(key)
+        return entry[4] if entry is not None else None
+
+    def put_raw(self, kind: str, key: str, payload: Dict[str, Any]) -> None:
+        self._put(kind, key, [0, 0, "", 0.0, payload])
+
+    def _hit(self, kind: str) -> None:
+        if kind in RAW_KINDS:
+            self.reused[kind] = self.reused.get(kind, 0) + 1
+        else:
+            self.hits += 1
+
     def store(self, kind: str, path: str, st: Stat, digest: str, read_at: float, result: Any) -> None:
-        self.misses += 1
-        payload = encode_result(result)
-        if payload is None:
+        if kind in RAW_KINDS:  # not a file linted again: counted apart
+            self.built[kind] = self.built.get(kind, 0) + 1
+        else:
+            self.misses += 1
+        payload = result if kind in RAW_KINDS else encode_result(result)
+        if not isinstance(payload, dict):
             self.entries[kind].pop(path, None)
             return
         self._put(kind, path, [st[0], st[1], digest, read_at, payload])
@@ -324,11 +358,23 @@ class Cache:
                 raise
         except OSError:
             return  # a read-only tree or a full disk: run without a cache
-        self._changed = {"lint": {}, "facts": {}}
+        self._changed = _empty()
+
+
+#: kinds whose payload is JSON data kept as it is (not a FileResult)
+RAW_KINDS = ("pindex", "summary", "project")
+
+
+def _empty() -> Dict[str, Dict[str, list]]:
+    return {"lint": {}, "facts": {}, **{k: {} for k in RAW_KINDS}}
+
+
+def _decode(kind: str, path: str, payload: Dict[str, Any]) -> Any:
+    return payload if kind in RAW_KINDS else decode_result(path, payload)
 
 
 def _read_store(path: str) -> Dict[str, Dict[str, list]]:
-    empty: Dict[str, Dict[str, list]] = {"lint": {}, "facts": {}}
+    empty = _empty()
     try:
         with open(path, "rb") as fh:
             data = json.loads(fh.read())

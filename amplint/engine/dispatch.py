@@ -20,4 +20,9 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {problem}"))
         return result
-    return lint_file_source(source, path, config, rules, codes)
+    result = lint_file_source(source, path, config, rules, codes)
+    if path.endswith(".py"):
+        from ..model.project import text_index
+
+        result.index = text_index(source)  # for the project model (crossfile.py), cached with the result
+    return result

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..core.diagnostics import Diagnostic, Edit, Fix, Location, Related
+from .notebook_rows import file_rows, source_rows
 
 NOTEBOOK_SUFFIX = ".ipynb"
 
@@ -77,6 +78,7 @@ class Notebook:
     source: str  # the program
     spans: List[CellSpan]
     ipython_lines: List[str]  # original lines behind the placeholders
+    _file_rows: Optional[tuple] = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------- reading
 
@@ -157,12 +159,19 @@ class Notebook:
                 edits.append(Edit(a, b, e.content))
             fix = Fix(fix.applicability, fix.message, tuple(edits))
         related = tuple(self._map_related(r) if r.filename is None else r for r in d.related)
-        return replace(d, location=start, end_location=end, cell=cell, noqa_row=noqa_row, fix=fix, related=related)
+        raw_rows = file_rows(self.file_rows(), cell, start.row, end.row)
+        return replace(d, location=start, end_location=end, cell=cell, noqa_row=noqa_row, fix=fix, related=related, raw_rows=raw_rows)
 
     def _map_related(self, r: Related) -> Related:
         cell, start = self.to_cell(r.location)
         end_cell, end = self.to_cell(r.end_location)
         return Related(start, end if end_cell == cell else start, r.message, None, cell)
+
+    def file_rows(self) -> Optional[Dict[int, List[int]]]:
+        """cell -> the .ipynb row of each of its lines (computed once; see notebook_rows)."""
+        if self._file_rows is None:
+            self._file_rows = (source_rows(self.raw),)
+        return self._file_rows[0]
 
     # ------------------------------------------------------------- writing
 

@@ -249,7 +249,7 @@ def _run_parallel(todo: List[Item], jobs: int) -> Iterator[Tuple[int, Optional[S
 # ------------------------------------------------------------------ project facts
 
 
-def _pending(results: Sequence[Any], facts: ProjectFacts, config: Config) -> set:
+def pending_conditions(results: Sequence[Any], facts: ProjectFacts, config: Config) -> set:
     """The conditions some diagnostic needs that the facts do not (yet) satisfy."""
     return {
         d.condition
@@ -272,7 +272,7 @@ def settle_facts(
     pass stops as soon as every pending condition holds.
     """
     facts = ProjectFacts.from_files(r.facts for r in results)
-    pending = _pending(results, facts, config)
+    pending = pending_conditions(results, facts, config)
     rest = [f for f, r in zip(files, results) if not r.parsed]
     if not pending or not rest:
         return facts

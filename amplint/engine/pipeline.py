@@ -19,7 +19,7 @@ from typing import FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tupl
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Location, Severity
-from ..core.noqa import noqa_map
+from ..core.noqa import file_exemption, noqa_map
 from ..core.rule import Rule
 from ..model.facts import FileFacts, ProjectFacts, condition_holds
 
@@ -42,6 +42,8 @@ class FileResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
     facts: FileFacts = field(default_factory=FileFacts)
     parsed: bool = False
+    #: the file's text index for the project model (`amplint.model.project.text_index`)
+    index: Optional[dict] = None
 
 
 # ------------------------------------------------------------------ selection
@@ -85,6 +87,9 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
     result = FileResult(path=path)
     from ..core.gating import passing
 
+    exempt = file_exemption(source)
+    if exempt is not None and not exempt:
+        return result  # `# amplint: noqa`: the whole file, as ruff's `# ruff: noqa`
     active = passing(rules, source)
     if not active:
         if UNUSED_NOQA_CODE in codes:
@@ -102,7 +107,7 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
     if diagnostics is None:
         return result
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
-    diagnostics = [d for d in diagnostics if d.code not in ignored]
+    diagnostics = [d for d in diagnostics if d.code not in ignored and not (exempt and d.code in exempt)]
     result.diagnostics.extend(apply_noqa(diagnostics, source))
     if UNUSED_NOQA_CODE in codes:
         result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))

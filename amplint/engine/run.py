@@ -1,10 +1,13 @@
 """The run over many files: discover, lint each (in parallel, through the
 cache), then resolve the project-fact conditions of per-file diagnostics after
-every file has been read, so results never depend on the order files come in.
+every file has been read, so results never depend on the order files come in,
+and add the cross-file findings of the projects the files belong to
+(`crossfile.py`).
 
 `lint_source` lints one text (the unit tests and the stdin path use it)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
@@ -12,7 +15,7 @@ from ..core.config import Config
 from ..core.diagnostics import Diagnostic
 from ..model.facts import ProjectFacts
 from .discovery import discover
-from .pipeline import lint_file_source, resolve_conditions, selected_rules
+from .pipeline import FileResult, lint_file_source, resolve_conditions, selected_rules
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import Cache
@@ -53,6 +56,20 @@ def lint_paths(
     files = list(discover(paths, config, force_exclude))
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
     facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
+    from .crossfile import Projects, merge, project_diagnostics
+    from .parallel import pending_conditions
+
+    projects = Projects(paths, files, config)
+    if pending_conditions(results, facts, config):
+        # a subset run: the rest of the project decides, as in a run over all of it
+        others = projects.others()
+        if others:
+            rest = [FileResult(path=o) for o in others]
+            facts = settle_facts([*files, *others], [*results, *rest], config, jobs=jobs, cache=cache)
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
+    indexes = {os.path.abspath(r.path): r.index for r in results if r.index is not None}
+    cross = project_diagnostics(projects, rules, codes, cache, indexes)
+    if cross:
+        diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
     diagnostics.sort(key=Diagnostic.sort_key)
     return LintResult(diagnostics=diagnostics, files=files, facts=facts)

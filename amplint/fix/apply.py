@@ -1,9 +1,11 @@
 """Applying fixes: a set of edits is applied only when the result still parses,
-so a fix can never turn working code into a syntax error; fixes are applied
-until the source is stable."""
+so a fix can never turn working code into a syntax error, and kept only when the
+re-linted result has no finding the source lacked; fixes are applied until the
+source is stable."""
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence, Tuple
+import re
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 from ..core.diagnostics import Applicability, Diagnostic, Location
 from ..core.text import apply_edits
@@ -29,11 +31,13 @@ def applicable(diagnostics: Iterable[Diagnostic], unsafe: bool) -> List[Diagnost
     ]
 
 
-def apply_fixes(source: str, diagnostics: Sequence[Diagnostic], unsafe: bool = False) -> Tuple[str, List[Diagnostic]]:
+def apply_fixes(
+    source: str, diagnostics: Sequence[Diagnostic], unsafe: bool = False, rejected: Optional[List[Tuple[Diagnostic, str]]] = None
+) -> Tuple[str, List[Diagnostic]]:
     """Apply the fixes of `diagnostics` that do not overlap; return (new source, fixed ones).
 
     A fix whose edits overlap an already chosen fix waits for the next pass;
-    a fix that would break parsing is dropped.
+    a fix that would break parsing is dropped (and listed in `rejected` with why).
     """
     chosen: List[Diagnostic] = []
     taken: List[Tuple[Location, Location]] = []
@@ -43,6 +47,8 @@ def apply_fixes(source: str, diagnostics: Sequence[Diagnostic], unsafe: bool = F
             continue
         candidate = apply_edits(source, [e for c in chosen for e in c.fix.edits] + list(d.fix.edits))
         if not parses(candidate):
+            if rejected is not None:
+                rejected.append((d, "the fixed code would not parse"))
             continue
         chosen.append(d)
         taken.extend(spans)
@@ -65,20 +71,76 @@ def fix_source(source: str, lint, unsafe: bool = False, max_passes: int = 10) ->
 
 
 def fix_until_stable(
-    source: str, lint, unsafe: bool = False, max_passes: int = 10
+    source: str, lint, unsafe: bool = False, max_passes: int = 10, rejected: Optional[List[Tuple[Diagnostic, str]]] = None
 ) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
     """`fix_source` that also returns the fixed diagnostics and those of the final source.
 
     `lint(source)` returns the diagnostics of a text; every pass applies the
     non-overlapping applicable fixes whose result parses, then lints again.
+    A fix is kept only if the fixed text has no finding the text before it
+    lacked (see `new_findings`); when a pass creates one, its fixes are
+    retried one at a time and each that creates one is dropped, with the reason
+    appended to `rejected` as (diagnostic, why).
     """
     fixed_all: List[Diagnostic] = []
+    refused: set = set()
     diagnostics = lint(source)
     for _ in range(max_passes):
-        source_new, fixed = apply_fixes(source, diagnostics, unsafe)
+        candidates = [d for d in diagnostics if fix_key(d) not in refused]
+        dropped: List[Tuple[Diagnostic, str]] = []
+        source_new, fixed = apply_fixes(source, candidates, unsafe, dropped)
+        if fixed and source_new != source:
+            after = lint(source_new)
+            if new_findings(diagnostics, after):
+                source_new, fixed, after = _one_at_a_time(source, diagnostics, fixed, lint, dropped)
+        refused.update(fix_key(d) for d, _ in dropped)
+        if rejected is not None:
+            rejected.extend(dropped)
         if not fixed or source_new == source:
             break
         source = source_new
         fixed_all.extend(fixed)
-        diagnostics = lint(source)
+        diagnostics = after
     return source, fixed_all, diagnostics
+
+
+def fix_key(d: Diagnostic) -> tuple:
+    """What identifies a fix across passes (rows move as other fixes land)."""
+    return (d.code, d.fix.message if d.fix else "", tuple(e.content for e in d.fix.edits) if d.fix else ())
+
+
+def _finding_key(d: Diagnostic) -> tuple:
+    return (d.code, re.sub(r"\d+", "#", d.message))
+
+
+def new_findings(before: Sequence[Diagnostic], after: Sequence[Diagnostic]) -> List[Diagnostic]:
+    """The findings of `after` that `before` did not have (compared by code and the message
+    without numbers, counted, so moved rows do not matter)."""
+    from collections import Counter
+
+    have = Counter(_finding_key(d) for d in before)
+    out = []
+    for d in after:
+        key = _finding_key(d)
+        if have[key] > 0:
+            have[key] -= 1
+        else:
+            out.append(d)
+    return out
+
+
+def _one_at_a_time(source: str, before: List[Diagnostic], fixed: List[Diagnostic], lint, dropped: List[Tuple[Diagnostic, str]]):
+    """Apply `fixed` one by one, keeping each only if the text so far gains no finding."""
+    kept: List[Diagnostic] = []
+    current, current_findings = source, before
+    for d in fixed:
+        candidate = apply_edits(source, [e for c in kept for e in c.fix.edits] + list(d.fix.edits))
+        after = lint(candidate)
+        created = new_findings(before, after)
+        if created:
+            first = created[0]
+            dropped.append((d, f"the fix would create {first.code} ({first.message})"))
+            continue
+        kept.append(d)
+        current, current_findings = candidate, after
+    return current, kept, current_findings

@@ -33,6 +33,7 @@ class FixOutcome:
     changes: List[FileChange] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)  # "path: why it was not written"
     output: Optional[str] = None  # the fixed text for stdin
+    rejected: List[str] = field(default_factory=list)  # "path:row:col: CODE fix not applied: why"
 
     @property
     def fixed_count(self) -> int:
@@ -61,9 +62,50 @@ def _linter(path: str, config: Config, facts: ProjectFacts) -> Callable[[str], L
     return lint
 
 
-def fix_text(source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
-    """(fixed source, fixed diagnostics, remaining diagnostics) of one Python text."""
-    return fix_until_stable(source, _linter(path, config, facts), unsafe)
+def fix_text(
+    source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, outcome: Optional["FixOutcome"] = None, nb=None
+) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
+    """(fixed source, fixed diagnostics, remaining diagnostics) of one Python text; the fixes
+    that were checked and dropped are listed in `outcome.rejected` (`nb`: map their rows to cells)."""
+    rejected: List[Tuple[Diagnostic, str]] = []
+    result = fix_until_stable(source, _linter(path, config, facts), unsafe, rejected=rejected)
+    if outcome is not None:
+        for d, why in rejected:
+            d = nb.map_diagnostic(d) if nb is not None else d
+            cell = f"cell {d.cell}:" if d.cell is not None else ""
+            outcome.rejected.append(f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} fix not applied: {why}")
+    return result
+
+
+def withdraw_failing_fixes(diagnostics: Sequence[Diagnostic], facts: ProjectFacts, config: Config, unsafe: bool = True) -> List[str]:
+    """Check the fixes a plain run offers the way `--fix` applies them: each Python file with
+    an offered fix (safe ones; unsafe ones too with `unsafe`) is fixed in memory and re-linted.
+    A fix dropped there is withdrawn from its diagnostic (`fix = None`, in place); returns one
+    warning line per withdrawn fix. Files without an offered fix are not parsed again (a warm
+    run stays parse-free for them). Notebooks are checked when fixed (`--fix`), not here."""
+    from ..engine.notebook import is_notebook
+    from . import writer
+    from .apply import fix_key
+
+    by_file: Dict[str, List[Diagnostic]] = {}
+    for d in applicable(diagnostics, unsafe):
+        if not is_notebook(d.filename):
+            by_file.setdefault(d.filename, []).append(d)
+    lines: List[str] = []
+    for path, found in by_file.items():
+        try:
+            source = writer.read_source(path).text
+        except (OSError, UnicodeDecodeError, SyntaxError, LookupError):
+            continue
+        rejected: List[Tuple[Diagnostic, str]] = []
+        fix_until_stable(source, _linter(path, config, facts), unsafe, rejected=rejected)
+        why_by_key = {fix_key(d): why for d, why in rejected}
+        for d in found:
+            why = why_by_key.get(fix_key(d))
+            if why is not None:
+                d.fix = None
+                lines.append(f"{path}:{d.location.row}:{d.location.column}: {d.code} fix withdrawn: {why}")
+    return lines
 
 
 def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome) -> Optional[List[Diagnostic]]:
@@ -74,7 +116,7 @@ def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, wr
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
         outcome.errors.append(f"{path}: cannot read: {exc}")
         return None
-    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe)
+    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome)
     if not fixed or new == original.text:
         return remaining
     change = FileChange(path, fixed, unified_diff(original.text, new, path))
@@ -98,7 +140,7 @@ def _fix_notebook(path: str, config: Config, facts: ProjectFacts, unsafe: bool, 
     except (OSError, UnicodeDecodeError, NotebookError) as exc:
         outcome.errors.append(f"{path}: cannot read: {exc}")
         return None
-    program, fixed, remaining = fix_text(nb.source, path, config, facts, unsafe)
+    program, fixed, remaining = fix_text(nb.source, path, config, facts, unsafe, outcome, nb)
     remaining = [nb.map_diagnostic(d) for d in remaining]
     if not fixed or program == nb.source:
         return remaining
@@ -182,9 +224,10 @@ def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> F
         facts = ProjectFacts.from_files([whole_file_facts(result, nb.source if nb is not None else "", config)])
         if nb is None:
             return FixOutcome(diagnostics=list(result.diagnostics), output=source)
-        program, fixed, remaining = fix_text(nb.source, path, config, facts, unsafe)
+        outcome = FixOutcome(diagnostics=[])
+        program, fixed, remaining = fix_text(nb.source, path, config, facts, unsafe, outcome, nb)
         rendered = nb.render(program)
-        outcome = FixOutcome(diagnostics=sorted((nb.map_diagnostic(d) for d in remaining), key=Diagnostic.sort_key))
+        outcome.diagnostics = sorted((nb.map_diagnostic(d) for d in remaining), key=Diagnostic.sort_key)
         if rendered is None:
             outcome.errors.append(f"{path}: the fixes could not be mapped back to the notebook's cells")
             outcome.output = source
@@ -197,8 +240,9 @@ def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> F
     from ..engine.pipeline import lint_file_source
 
     facts = ProjectFacts.from_files([whole_file_facts(lint_file_source(source, path, config, rules, codes), source, config)])
-    new, fixed, remaining = fix_text(source, path, config, facts, unsafe)
-    outcome = FixOutcome(diagnostics=sorted(remaining, key=Diagnostic.sort_key), output=new)
+    outcome = FixOutcome(diagnostics=[])
+    new, fixed, remaining = fix_text(source, path, config, facts, unsafe, outcome)
+    outcome.diagnostics, outcome.output = sorted(remaining, key=Diagnostic.sort_key), new
     if fixed and new != source:
         outcome.changes.append(FileChange(path, fixed, unified_diff(source, new, path)))
     return outcome

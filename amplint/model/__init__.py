@@ -157,6 +157,11 @@ _EXPORTS = {
     "replace_node": ".edits",
     "rewrite_with_imports": ".edits",
     "torch_prefix": ".edits",
+    # project (the project-wide model: cross-file findings)
+    "Project": ".project.graph",
+    "ProjectCall": ".project.graph",
+    "Witness": ".project.graph",
+    "chain_text": ".project.graph",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -404,8 +404,10 @@ class ModuleContext:
         condition: Optional[str] = None,
         severity: Optional[Severity] = None,
         related: Sequence[Related] = (),
+        help: Optional[str] = None,
     ) -> Diagnostic:
-        """A diagnostic of `rule` spanning `node`; `related`: its other sites (`ctx.related(...)`)."""
+        """A diagnostic of `rule` spanning `node`; `related`: its other sites (`ctx.related(...)`);
+        `help` says what to write instead."""
         start, end = self.position(node)
         return Diagnostic(
             code=rule.code,
@@ -421,6 +423,7 @@ class ModuleContext:
             condition=condition,
             data=dict(data or {}),
             related=tuple(related),
+            help=help,
         )
 
     def related(self, node: cst.CSTNode, message: str) -> Related:

@@ -73,6 +73,23 @@ def _top_level_imports(ctx: "ModuleContext"):
                     yield line, stmt
 
 
+def _nested_imports(ctx: "ModuleContext"):
+    """(SimpleStatementLine, Import|ImportFrom) for every import inside a function, class or block."""
+    import libcst as cst
+
+    found = []
+    top = set(id(line) for line in ctx.module.body)
+
+    class Collect(cst.CSTVisitor):
+        def visit_SimpleStatementLine(self, line: cst.SimpleStatementLine) -> bool:
+            if id(line) not in top:
+                found.extend((line, s) for s in line.body if isinstance(s, (cst.Import, cst.ImportFrom)))
+            return False
+
+    ctx.module.visit(Collect())
+    return found
+
+
 def module_alias(ctx: "ModuleContext", module: str) -> Optional[str]:
     """The local name under which a module-level `import module` / `import
     module as alias` / `import module.sub` makes `module` usable, or None.
@@ -156,19 +173,21 @@ def name_uses(ctx: "ModuleContext", name: str) -> list:
     return [r for r in ctx.references() if r.root == name]
 
 
-def drop_imported_name(ctx: "ModuleContext", name: str, prefix: str = "") -> Optional[Edit]:
+def drop_imported_name(ctx: "ModuleContext", name: str, prefix: str = "", nested: bool = False) -> Optional[Edit]:
     """An Edit removing `name` from the module-level `from m import ...` (or
     `import m as name`) that binds it (the whole line when nothing else is left), with `prefix`
     (e.g. "import torch\\n") written in its place. None when `name` is not bound
     by exactly one such statement, the statement shares its line with another
     statement, or the module re-exports names (`__all__`, `__init__.py`).
+    `nested`: look at the imports inside functions and blocks instead (the line
+    is replaced by `prefix`, indented like it).
     """
     import libcst as cst
 
     if "__all__" in ctx.source or ctx.path.replace("\\", "/").endswith("__init__.py"):
         return None
     found = []
-    for line, stmt in _top_level_imports(ctx):
+    for line, stmt in _nested_imports(ctx) if nested else _top_level_imports(ctx):
         if isinstance(stmt.names, cst.ImportStar):
             continue
         for alias in stmt.names:
@@ -189,6 +208,8 @@ def drop_imported_name(ctx: "ModuleContext", name: str, prefix: str = "") -> Opt
     if not kept:
         start, _ = ctx.position(line)
         _, end = ctx.position(line)
+        if nested and _sole_statement(ctx, line):
+            prefix = _indent_of_row(ctx.source, start.row) + "pass\n"  # a block cannot be empty
         # the statement's whole line, with its newline
         return Edit(Location(start.row, 1), Location(end.row + 1, 1), prefix)
     kept = list(kept)
@@ -196,10 +217,17 @@ def drop_imported_name(ctx: "ModuleContext", name: str, prefix: str = "") -> Opt
     new_stmt = stmt.with_changes(names=kept)
     start, end = ctx.position(stmt)
     text = ctx.module.code_for_node(new_stmt)
-    if prefix:
+    if prefix and not nested:
         indent_row = start.row
         return Edit(Location(indent_row, 1), end, prefix + _indent_of_row(ctx.source, indent_row) + text)
     return Edit(start, end, text)
+
+
+def _sole_statement(ctx: "ModuleContext", line) -> bool:
+    """Whether `line` is the only statement of its block (removing it would empty the block)."""
+    block = ctx.parent(line)
+    body = getattr(block, "body", None)
+    return isinstance(body, (list, tuple)) and len(body) == 1
 
 
 def is_suppressed(ctx: "ModuleContext", node: "cst.CSTNode", code: str) -> bool:
@@ -308,6 +336,11 @@ def rewrite_with_imports(ctx: "ModuleContext", code: str, ref, flagged: Sequence
                 drop = drop_imported_name(ctx, ref.root, "import torch\n" if need_import else "")
                 if drop is not None:
                     return group + [drop]
+                # a function-local import: the uses now name `torch`, bound at the top
+                drop = drop_imported_name(ctx, ref.root, nested=True)
+                added = ensure_import(ctx, prefix) if need_import else None
+                if drop is not None and (added is not None or not need_import):
+                    return group + [drop] + ([added] if added is not None else [])
     if need_import:
         added = ensure_import(ctx, prefix)
         if added is not None:

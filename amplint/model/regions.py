@@ -107,7 +107,7 @@ def autocast_op_of(ctx: ModuleContext, node: cst.CSTNode) -> Optional[AutocastOp
 def _call_op(ctx: ModuleContext, call: CallInfo) -> Optional[AutocastOp]:
     node = call.node
     if any(a.keyword is not None and a.keyword.value == "out" for a in node.args):
-        return None  # `out=` calls are not autocast [amp-facts §1.1]
+        return None  # `out=` calls are not autocast
     args = tuple(a.value for a in node.args if not a.star)
 
     def make(op: str, inputs: Tuple[cst.BaseExpression, ...]) -> AutocastOp:

@@ -1,4 +1,4 @@
-"""What amplint knows about torch's API, as data (amp-facts.md is the source).
+"""What amplint knows about torch's API, as data.
 
 Qualified names are the names a user can import; every alias that torch itself
 re-exports is listed so `from torch.cuda.amp.autocast_mode import autocast`
@@ -21,7 +21,7 @@ AUTOCAST_CONTEXTS: Dict[str, Optional[str]] = {
     "torch.cpu.amp.autocast_mode.autocast": "cpu",
 }
 
-#: default autocast dtype per device [amp-facts §1.1]
+#: default autocast dtype per device
 DEVICE_DEFAULT_DTYPE: Dict[str, str] = {
     "cuda": "fp16",
     "cpu": "bf16",
@@ -73,13 +73,13 @@ GRAD_SCALERS: FrozenSet[str] = frozenset(
     }
 )
 
-#: `GradScaler(device="cuda", init_scale=2.0**16, ...)` [amp-facts §2]
+#: `GradScaler(device="cuda", init_scale=2.0**16, ...)`
 DEFAULT_INIT_SCALE = 65536.0
 
 # --- optimizers -----------------------------------------------------------
 
 #: optimizers whose constructors accept `fused=True` and then unscale inside
-#: their own kernel (`_step_supports_amp_scaling`) [amp-facts §2]
+#: their own kernel (`_step_supports_amp_scaling`)
 FUSED_CAPABLE: FrozenSet[str] = frozenset(
     {"torch.optim.Adam", "torch.optim.AdamW", "torch.optim.SGD", "torch.optim.Adagrad"}
 )
@@ -106,7 +106,7 @@ def is_optimizer_class(qualname: str) -> bool:
     return "optim" in head.lower()
 
 
-# --- fp16 numerics [amp-facts §6.1] ------------------------------------------
+# --- fp16 numerics ------------------------------------------
 
 FP16_MAX = 65504.0
 FP16_MIN_SUBNORMAL = 5.960464477539063e-08
@@ -114,7 +114,7 @@ FP16_MIN_SUBNORMAL = 5.960464477539063e-08
 FP16_FLUSH_TO_ZERO = 2.9802322387695312e-08
 
 
-# --- deprecated device-specific AMP API [amp-facts §3; RUN E08, E32] -------------
+# --- deprecated device-specific AMP API -------------
 
 from dataclasses import dataclass as _dataclass  # noqa: E402  (appended section)
 from typing import Tuple as _Tuple  # noqa: E402
@@ -168,7 +168,7 @@ for _dev in ("cuda", "cpu"):
             category="FutureWarning",
             warning=_fw(f"torch.{_dev}.amp.autocast", f"torch.amp.autocast('{_dev}', args...)"),
             params=_AUTOCAST_PARAMS,
-            # torch.autocast(device_type, ...) exists since 1.10 [amp-facts §3]
+            # torch.autocast(device_type, ...) exists since 1.10
             min_torch=(1, 10),
         ),
     )
@@ -182,7 +182,7 @@ for _dev in ("cuda", "cpu"):
             category="FutureWarning",
             warning=_fw(f"torch.{_dev}.amp.GradScaler", f"torch.amp.GradScaler('{_dev}', args...)"),
             params=_SCALER_PARAMS,
-            min_torch=(2, 3),  # GradScaler(device) [amp-facts §2, §3]
+            min_torch=(2, 3),  # GradScaler(device)
         ),
     )
 for _which, _param in (("custom_fwd", "fwd"), ("custom_bwd", "bwd")):
@@ -196,7 +196,7 @@ for _which, _param in (("custom_fwd", "fwd"), ("custom_bwd", "bwd")):
             category="FutureWarning",
             warning=_fw(f"torch.cuda.amp.{_which}", f"torch.amp.{_which}(args..., device_type='cuda')"),
             params=(_param,),
-            min_torch=(2, 4),  # custom_fwd(device_type=) [amp-facts §3, pytorch#126527]
+            min_torch=(2, 4),  # custom_fwd(device_type=)
         ),
     )
 
@@ -231,7 +231,7 @@ for _short, _dev in _STATE_DEVICES.items():
         )
 
 #: `torch.amp.custom_fwd` / `custom_bwd`: `device_type` is a required keyword
-#: (TypeError at decoration time without it) [amp-facts §3, RUN E08]
+#: (TypeError at decoration time without it)
 AMP_CUSTOM_FWD: FrozenSet[str] = frozenset({"torch.amp.custom_fwd", "torch.amp.autocast_mode.custom_fwd"})
 AMP_CUSTOM_BWD: FrozenSet[str] = frozenset({"torch.amp.custom_bwd", "torch.amp.autocast_mode.custom_bwd"})
 #: every decorator that makes an autograd.Function autocast-aware
@@ -244,14 +244,14 @@ CUSTOM_FWD_BWD: FrozenSet[str] = AMP_CUSTOM_FWD | AMP_CUSTOM_BWD | frozenset(
     }
 )
 
-# --- custom autograd Functions and custom ops [amp-facts §1.2, §1.3, §4] ---------
+# --- custom autograd Functions and custom ops ---------
 
 AUTOGRAD_FUNCTION: FrozenSet[str] = frozenset(
     {"torch.autograd.Function", "torch.autograd.function.Function", "torch.autograd.function.InplaceFunction"}
 )
 
 #: Python spellings of ops on the lower-precision lists of CUDA and CPU autocast
-#: (matmul / linear / conv / bmm family, SDPA) [amp-facts §1.2, §1.3]
+#: (matmul / linear / conv / bmm family, SDPA)
 AUTOCAST_LOWER_PRECISION_FUNCS: FrozenSet[str] = frozenset(
     [f"torch.{op}" for op in (
         "matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "addmv", "addr", "mv", "einsum",
@@ -276,16 +276,16 @@ CPP_EXTENSION_LOADERS: FrozenSet[str] = frozenset(
     {"torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline"}
 )
 #: torch.ops namespaces whose ops ship autocast kernels (aten's lists; torchvision
-#: registers its own [amp-facts §4, pytorch/vision#4412])
+#: registers its own)
 AUTOCAST_AWARE_OP_NAMESPACES: FrozenSet[str] = frozenset({"aten", "prims", "torchvision"})
-# --- autocast op lists [amp-facts §1.2, §1.3; REG E33] ------------------------------
+# --- autocast op lists ------------------------------
 #
 # The aten ops each backend's autocast kernel runs in the autocast (low-precision)
 # dtype ("lower_precision_fp"). Authoritative for torch 2.13 are the dispatcher
 # registrations [REG], printed in E33; the docs page lists Python names and
 # omits some entries (§1.2 "Docs and code disagree").
 
-#: CUDA: AT_FORALL_LOWER_PRECISION_FP plus the cudnn convolutions [amp-facts §1.2]
+#: CUDA: AT_FORALL_LOWER_PRECISION_FP plus the cudnn convolutions
 LOWER_PRECISION_OPS_CUDA: FrozenSet[str] = frozenset(
     {
         "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc",
@@ -299,7 +299,7 @@ LOWER_PRECISION_OPS_CUDA: FrozenSet[str] = frozenset(
     }
 )  # fmt: skip
 
-#: CPU: the "to bf16/fp16" list [amp-facts §1.3]; no einsum, mv, addmv, addr, RNN cells
+#: CPU: the "to bf16/fp16" list; no einsum, mv, addmv, addr, RNN cells
 LOWER_PRECISION_OPS_CPU: FrozenSet[str] = frozenset(
     {
         "conv1d", "conv2d", "conv3d", "bmm", "mm", "linalg_vecdot", "baddbmm", "addmm",
@@ -309,8 +309,8 @@ LOWER_PRECISION_OPS_CPU: FrozenSet[str] = frozenset(
     }
 )  # fmt: skip
 
-#: device -> lower-precision ops; XPU uses CUDA's macros without the cudnn ops [amp-facts §1.2].
-#: Devices absent here (mps, hpu, xla...) have no list in amp-facts: rules stay silent on them.
+#: device -> lower-precision ops; XPU uses CUDA's macros without the cudnn ops.
+#: Devices absent here (mps, hpu, xla...) have no known list: rules stay silent on them.
 LOWER_PRECISION_OPS: Dict[str, FrozenSet[str]] = {
     "cuda": LOWER_PRECISION_OPS_CUDA,
     "xpu": LOWER_PRECISION_OPS_CUDA - {"cudnn_convolution", "cudnn_convolution_transpose"},
@@ -364,7 +364,7 @@ AUTOCAST_OP_FUNCTIONS: Dict[str, str] = _with_aliases(
 )  # fmt: skip
 
 #: Tensor methods -> aten op. In-place forms (`addmm_`) and `out=` calls are not
-#: autocast [amp-facts §1.1, E05], so they are absent.
+#: autocast, so they are absent.
 AUTOCAST_OP_METHODS: Dict[str, str] = {
     "matmul": "matmul", "mm": "mm", "bmm": "bmm", "mv": "mv", "addmm": "addmm",
     "addbmm": "addbmm", "baddbmm": "baddbmm", "addmv": "addmv", "addr": "addr", "prelu": "prelu",
@@ -401,7 +401,7 @@ DTYPE_PRESERVING_METHODS: FrozenSet[str] = frozenset(
     }
 )  # fmt: skip
 
-# --- DataParallel [amp-facts §0.15, §5] ------------------------------------------------
+# --- DataParallel ------------------------------------------------
 
 #: constructors of single-process multi-GPU wrappers whose replicas run in worker threads
 DATA_PARALLEL_CLASSES: FrozenSet[str] = frozenset(
@@ -412,7 +412,7 @@ DATA_PARALLEL_FUNCTIONS: FrozenSet[str] = frozenset(
     {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
 )
 
-# --- device capability checks [amp-facts §7] ---------------------------------------------
+# --- device capability checks ---------------------------------------------
 
 CAPABILITY_FUNCTIONS: FrozenSet[str] = frozenset(
     {"torch.cuda.get_device_capability", "torch.cuda.get_device_properties"}

@@ -40,7 +40,7 @@ class AutocastRegion:
     dtype: "fp16" | "bf16" | "fp32" | None (decided at run time); the device default
            when the call omits it. "fp32" (an explicit `dtype=torch.float32`):
            CUDA autocast then runs its lower-precision list in fp32 and CPU
-           autocast disables itself [amp-facts §1.1], so nothing runs in low
+           autocast disables itself, so nothing runs in low
            precision, but the region is still entered (CUDA's BCE ban applies).
     enabled: True | False | None (decided at run time, e.g. `enabled=args.amp`)
     """

@@ -7,5 +7,5 @@ from ..core.diagnostics import Diagnostic
 from .text import headline
 
 
-def render(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool = False, **_: object) -> str:
-    return "".join(headline(d, unsafe_fixes) + "\n" for d in diagnostics)
+def render(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool = False, color: bool = False, **_: object) -> str:
+    return "".join(headline(d, unsafe_fixes, color) + "\n" for d in diagnostics)

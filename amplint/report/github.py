@@ -6,7 +6,8 @@ Escaping follows @actions/core (`toCommandValue` / `escapeData` /
 `escapeProperty`): `%`, CR and LF in the message; additionally `:` and `,` in
 property values. GitHub only places columns on single-line annotations, so
 `col`/`endColumn` are left out when a finding spans several lines. A finding in
-a notebook names its cell in the message (the file's own lines are JSON).
+a notebook names its cell in the message and points at the .ipynb rows holding
+the cell's lines (the file's own lines are JSON), without columns.
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ def command(d: Diagnostic, root: Optional[str] = None) -> str:
     message = d.message
     if d.cell is not None:
         message = f"cell {d.cell}:{d.location.row}:{d.location.column}: {message}"
+        if d.raw_rows is not None:
+            props.append(f"line={d.raw_rows[0]}")
+            props.append(f"endLine={d.raw_rows[1]}")
     else:
         props.append(f"line={d.location.row}")
         single = d.end_location.row == d.location.row

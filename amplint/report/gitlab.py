@@ -1,46 +1,66 @@
 """GitLab Code Quality report (`artifacts:reports:codequality`).
 
 A JSON list of issues with `description`, `check_name`, `fingerprint`,
-`severity` and `location.path` / `location.lines.begin`. The fingerprint is a
-hash of the path, code, message and which occurrence of that triple the
-finding is, and never of the line number, so a finding keeps its fingerprint
-when code above it moves and GitLab does not report it as new.
+`severity` and `location.path` / `location.lines.begin`.
+
+The fingerprint says which finding this is, so GitLab can tell a new finding
+from one that moved: a hash of the path, the rule code, the message with every
+number taken out (`template`), the flagged source text (whitespace-normalised),
+the notebook cell, and which occurrence of all that the finding is. Never a
+line number, in or out of the message: inserting lines above a finding keeps
+its fingerprint; editing the flagged code makes it a new finding.
+
+A notebook finding's `lines` are rows of the .ipynb file (its JSON), the rows
+holding the cell's lines; the description names the cell.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Dict, Optional, Sequence, Tuple
 
 from ..core.diagnostics import Diagnostic, Severity
 from .common import relative_path, severity_of
+from .source import Sources
 
 SEVERITIES = {Severity.ERROR: "major", Severity.WARNING: "minor", Severity.INFO: "info"}
 
 
-def fingerprint(path: str, d: Diagnostic, occurrence: int) -> str:
-    key = "\0".join((path, d.code, d.message, str(d.cell or 0), str(occurrence)))
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+_NUMBER = re.compile(r"\d+")
 
 
-def render(diagnostics: Sequence[Diagnostic], root: Optional[str] = None, **_: object) -> str:
-    seen: Dict[Tuple[str, str, str, int], int] = {}
+def template(message: str) -> str:
+    """The message with its numbers taken out: `line 12` and `line 13` are one template."""
+    return _NUMBER.sub("#", message)
+
+
+def fingerprint(key: Tuple[str, ...], occurrence: int) -> str:
+    return hashlib.sha256("\0".join((*key, str(occurrence))).encode("utf-8")).hexdigest()
+
+
+def render(diagnostics: Sequence[Diagnostic], root: Optional[str] = None, sources: Optional[dict] = None, **_: object) -> str:
+    files = Sources(sources)
+    seen: Dict[Tuple[str, ...], int] = {}
     issues = []
     for d in diagnostics:
         path = relative_path(d.filename, root)
-        key = (path, d.code, d.message, d.cell or 0)
+        key = (path, d.code, template(d.message), files.span_text(d) or "", str(d.cell or 0))
         occurrence = seen.get(key, 0)
         seen[key] = occurrence + 1
         where = f"cell {d.cell}: " if d.cell is not None else ""
+        begin, end = d.location.row, max(d.end_location.row, d.location.row)
+        if d.cell is not None:
+            begin, end = d.raw_rows or (1, 1)
         issues.append(
             {
                 "description": f"{where}{d.code} {d.message}",
                 "check_name": d.code,
-                "fingerprint": fingerprint(path, d, occurrence),
+                "fingerprint": fingerprint(key, occurrence),
                 "severity": SEVERITIES[severity_of(d)],
                 "location": {
                     "path": path,
-                    "lines": {"begin": d.location.row, "end": max(d.end_location.row, d.location.row)},
+                    "lines": {"begin": begin, "end": end},
                 },
             }
         )

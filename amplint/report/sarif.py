@@ -8,6 +8,11 @@ repository root in CI); regions are 1-based, end column exclusive, counted
 in Unicode code points (`columnKind`). A finding's other sites are its
 `relatedLocations` (each with its note as the message). Findings with a fix carry it as a SARIF
 `fix` (a notebook's fix is left out: its rows are within a cell, not the file).
+
+A notebook finding's region is the rows of the .ipynb file (its JSON) that hold
+the flagged lines of the cell, without columns (a JSON row's columns are not the
+code's); `properties` keep the cell and the row and column within it. When
+those rows cannot be told, the location names the file with no region.
 """
 from __future__ import annotations
 
@@ -105,24 +110,22 @@ def document(diagnostics: Sequence[Diagnostic], root: Optional[str] = None, rule
             descriptors.append(rule_descriptor(d.code, classes.get(d.code), d))
     results = []
     for d in diagnostics:
+        physical: Dict[str, Any] = {"artifactLocation": artifact_location(d.filename, root)}
+        if d.cell is None:
+            physical["region"] = _region(d.location, d.end_location)
+        elif d.raw_rows is not None:
+            physical["region"] = {"startLine": d.raw_rows[0], "endLine": d.raw_rows[1]}
         result: Dict[str, Any] = {
             "ruleId": d.code,
             "ruleIndex": index[d.code],
             "level": LEVELS[severity_of(d)],
             "message": {"text": d.message},
-            "locations": [
-                {
-                    "physicalLocation": {
-                        "artifactLocation": artifact_location(d.filename, root),
-                        "region": _region(d.location, d.end_location),
-                    }
-                }
-            ],
+            "locations": [{"physicalLocation": physical}],
         }
         if d.related:
             result["relatedLocations"] = [_related(i, r, d, root) for i, r in enumerate(d.related)]
         if d.cell is not None:
-            result["properties"] = {"cell": d.cell}
+            result["properties"] = {"cell": d.cell, "cellLine": d.location.row, "cellColumn": d.location.column}
         elif d.fix is not None:
             result["fixes"] = [_fix(d, root)]
         if d.verification is not None:  # `amplint --verify`: the verdict and its evidence

@@ -1,14 +1,31 @@
-"""`path:line:col: CODE message [*]`, a source excerpt, and a summary line."""
+"""ruff's `full` format: `path:line:col: CODE [*] message`, the source lines with the
+span underlined, a `help:` line, and a summary.
+
+`concise` prints the headline alone. Rows the finding spans are shown with
+`CONTEXT` lines around them; a file that cannot be read (stdin not handed
+over, a file gone since) is reported without a frame. `color` adds ANSI
+styles (the CLI decides: a terminal, `NO_COLOR`, `FORCE_COLOR`).
+"""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..core.diagnostics import Applicability, Diagnostic
+from .source import Sources, clean
+
+CONTEXT = 2  # lines shown before and after the span, as ruff does
+MAX_SPAN_ROWS = 6  # a longer span shows its first rows only
+
+_STYLES = {"bold": "1", "red": "1;31", "cyan": "36", "blue": "1;34", "yellow": "33"}
+
+
+def style(text: str, name: str, color: bool) -> str:
+    return f"\x1b[{_STYLES[name]}m{text}\x1b[0m" if color else text
 
 
 def location(d: Diagnostic) -> str:
     cell = f"cell {d.cell}:" if d.cell is not None else ""
-    return f"{d.filename}:{cell}{d.location.row}:{d.location.column}"
+    return f"{clean(d.filename)}:{cell}{d.location.row}:{d.location.column}"
 
 
 def fix_available(d: Diagnostic, unsafe_fixes: bool = False) -> bool:
@@ -16,9 +33,46 @@ def fix_available(d: Diagnostic, unsafe_fixes: bool = False) -> bool:
     return d.fix is not None and (unsafe_fixes or d.fix.applicability is Applicability.SAFE)
 
 
-def headline(d: Diagnostic, unsafe_fixes: bool = False) -> str:
-    mark = " [*]" if fix_available(d, unsafe_fixes) else ""
-    return f"{location(d)}: {d.code}{mark} {d.message}"
+def headline(d: Diagnostic, unsafe_fixes: bool = False, color: bool = False) -> str:
+    mark = " " + style("[*]", "cyan", color) if fix_available(d, unsafe_fixes) else ""
+    return f"{style(location(d), 'bold', color)}: {style(d.code, 'red', color)}{mark} {clean(d.message)}"
+
+
+def help_text(d: Diagnostic) -> Optional[str]:
+    """The `help:` line: the rule's advice, else the fix's title."""
+    if d.help:
+        return d.help
+    return d.fix.message if d.fix is not None else None
+
+
+def frame(d: Diagnostic, lines: Optional[List[str]], color: bool = False) -> List[str]:
+    """The source lines around `d` with its span underlined, and its help (ruff's layout)."""
+    out: List[str] = []
+    row = d.location.row
+    if lines is not None and 0 < row <= len(lines):
+        end_row = min(max(d.end_location.row, row), len(lines), row + MAX_SPAN_ROWS - 1)
+        first, last = max(1, row - CONTEXT), min(len(lines), end_row + CONTEXT)
+        width = len(str(last))
+        gutter = style(" " * width + " |", "blue", color)
+        out.append(gutter)
+        for r in range(first, last + 1):
+            line = lines[r - 1]
+            out.append(f"{style(f'{r:>{width}} |', 'blue', color)} {clean(line)}".rstrip())
+            if row <= r <= end_row:
+                start = d.location.column if r == row else len(line) - len(line.lstrip()) + 1
+                stop = d.end_location.column if r == d.end_location.row else len(line) + 1
+                lead = len(clean(line[: start - 1]))
+                marks = max(1, len(clean(line[start - 1 : stop - 1])))
+                label = f" {d.code}" if r == end_row else ""
+                out.append(f"{gutter} {' ' * lead}{style('^' * marks + label, 'red', color)}")
+        out.append(gutter)
+        pad = " " * width
+    else:
+        pad = " "
+    advice = help_text(d)
+    if advice:
+        out.append(f"{pad} = {style('help', 'cyan', color)}: {clean(advice)}")
+    return out
 
 
 def related_line(d: Diagnostic) -> Optional[str]:
@@ -102,12 +156,25 @@ def fixes_summary(changes: Sequence[object]) -> str:
     return "\n".join(out) + "\n"
 
 
-def render(diagnostics: Sequence[Diagnostic], fixed: int = 0, unsafe_fixes: bool = False, **_: object) -> str:
+def render(
+    diagnostics: Sequence[Diagnostic],
+    fixed: int = 0,
+    unsafe_fixes: bool = False,
+    color: bool = False,
+    sources: Optional[Mapping[str, str]] = None,
+    quiet: bool = False,
+    **_: object,
+) -> str:
     out: List[str] = []
+    files = Sources(sources)
     for d in diagnostics:
-        out.append(headline(d, unsafe_fixes))
+        out.append(headline(d, unsafe_fixes, color))
+        out.extend(frame(d, files.lines(d), color))
         for extra in (related_line(d), verification_line(d)):
             if extra:
-                out.append(extra)
+                out.append(clean(extra))
+        out.append("")
+    if quiet:
+        return "\n".join(out[:-1]) + "\n" if out else ""
     out.append(summary(diagnostics, fixed, unsafe_fixes))
     return "\n".join(out) + "\n"

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from .runner import DEFAULT_TIMEOUT, Runner, VerifyError, torch_available
+from .runner import DEFAULT_TIMEOUT, Runner, VerifyError, terminating_cleanly, torch_available
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -64,12 +64,17 @@ def verify_diagnostics(
     seed: int = 0,
     runner: Optional[Runner] = None,
     on_result: Optional[Callable[[Any, Dict[str, Any]], None]] = None,
+    budget: Optional[float] = None,
+    unsandboxed: bool = False,
+    on_start: Optional[Callable[[List[str]], None]] = None,
 ) -> int:
     """Set `d.verification` on every diagnostic whose rule has an experiment.
 
     Findings with identical (code, data) run once. Returns how many diagnostics
     got a verdict. Raises VerifyError when the verifier cannot run at all (no
-    torch, device unavailable, the worker does not start).
+    torch, device unavailable, no sandbox and not `unsandboxed`, the worker does
+    not start). `on_start(layers)` hears what confines the worker before any
+    finding runs. SIGTERM/SIGHUP end the run like Ctrl-C: temp folders removed.
     """
     todo = [d for d in diagnostics if has_experiment(d.code)]
     if not todo:
@@ -78,19 +83,22 @@ def verify_diagnostics(
         raise VerifyError(INSTALL_HINT)
     device = validate_device(device)
     own = runner is None
-    runner = runner or Runner(device=device, timeout=timeout, seed=seed)
     cache: Dict[Tuple[str, str], Dict[str, Any]] = {}
-    try:
-        runner.start()
-        for d in todo:
-            data = dict(d.data or {})
-            key = _key(d.code, data)
-            if key not in cache:
-                cache[key] = runner.run(d.code, data)
-            d.verification = dict(cache[key])
-            if on_result is not None:
-                on_result(d, d.verification)
-    finally:
-        if own:
-            runner.close()
+    with terminating_cleanly():
+        runner = runner or Runner(device=device, timeout=timeout, seed=seed, budget=budget, unsandboxed=unsandboxed)
+        try:
+            runner.start()
+            if on_start is not None:
+                on_start(list(getattr(runner, "layers", [])))
+            for d in todo:
+                data = dict(d.data or {})
+                key = _key(d.code, data)
+                if key not in cache:
+                    cache[key] = runner.run(d.code, data)
+                d.verification = dict(cache[key])
+                if on_result is not None:
+                    on_result(d, d.verification)
+        finally:
+            if own:
+                runner.close()
     return len(todo)

@@ -179,7 +179,7 @@ class Lab(Verdicts):
         """A GradScaler on the lab's device.
 
         Always pass the device: `GradScaler()` means "cuda" and silently
-        disables itself on a CPU-only machine (amp-facts §0.8).
+        disables itself on a CPU-only machine.
         """
         return torch.amp.GradScaler(self.device_type, enabled=enabled, **kwargs)
 

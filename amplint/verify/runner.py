@@ -1,15 +1,24 @@
-"""The parent side of the verifier: one worker subprocess, reused across experiments.
+"""The parent side of the verifier: one sandboxed worker, reused across findings.
 
-Never imports torch. The worker (`python -m amplint.verify.worker`) runs in a
-fresh temporary directory, in its own session (process group), with stdout as
-a JSON-lines protocol pipe and stderr captured to a file. Each experiment has a
-timeout; when it passes, or the worker dies, the whole process group is killed
-and the next experiment starts a new worker. A hung or crashing experiment
-therefore costs a verdict (`inconclusive: timeout` / `error`), never the linter.
+Never imports torch. The worker (`python -m amplint.verify.worker`) starts inside
+bubblewrap (`sandbox.py`: its own user, PID, network and mount namespaces, a
+read-only view of Python and torch, a private size-capped /tmp, an environment of
+a few fixed variables) and forks one confined process per finding (`forked.py`).
+The worker enforces each finding's timeout itself, so a hang or crash costs that
+finding's verdict (`inconclusive: timeout` / `error`), never the warm worker; if
+the worker itself stops answering, the whole sandbox is killed and restarted.
+
+Where this machine cannot start the sandbox, `Runner.start` raises VerifyError
+saying why, unless the runner was made with `unsandboxed=True` (`--verify-unsandboxed`).
+Every verdict is made inert (`escape.clean_verdict`) before it leaves this module.
+A total `budget` (seconds) bounds the whole run: once spent, the remaining findings
+are `inconclusive: budget spent` without running.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import queue
 import shutil
@@ -19,9 +28,22 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional
+
+from .escape import clean_text, clean_verdict
+from .sandbox import SANDBOX_TMP, Sandbox, SandboxUnavailable, base_env, python_paths, system_paths
 
 DEFAULT_TIMEOUT = 60.0
+#: the most any finding may run, whatever a flag or a repository's config asks
+MAX_TIMEOUT = 600.0
+#: the most a whole run may take (`--verify-budget`, verify.budget)
+MAX_BUDGET = 3600.0
+#: seconds the worker gets beyond a finding's timeout to kill it and answer
+GRACE = 10.0
+UNSANDBOXED_HINT = (
+    "--verify runs the flagged code only inside its sandbox. "
+    "To run it without one, on code you trust: --verify-unsandboxed"
+)
 #: importing torch (and initialising CUDA) can be slow on a cold machine
 STARTUP_TIMEOUT = 180.0
 
@@ -63,7 +85,7 @@ def _signal_name(returncode: Optional[int]) -> str:
 
 
 class Runner:
-    """Runs experiments in one reusable worker subprocess.
+    """Runs experiments in one reusable, sandboxed worker.
 
     >>> with Runner(device="cpu", timeout=60) as r:       # doctest: +SKIP
     ...     verdict = r.run("AMP101", {"threshold": 1.0})
@@ -78,17 +100,26 @@ class Runner:
         startup_timeout: Optional[float] = None,
         python: Optional[str] = None,
         lazy: bool = False,
+        unsandboxed: bool = False,
+        budget: Optional[float] = None,
+        memory_mb: int = 4096,
     ) -> None:
         self.device = device
-        self.timeout = float(timeout)
+        self.timeout = check_seconds(timeout, "timeout", MAX_TIMEOUT)
+        self.budget = None if budget is None else check_seconds(budget, "budget", None)
         self.seed = int(seed)
         self.extra_sys_path = [os.path.abspath(p) for p in extra_sys_path]
         self.startup_timeout = float(startup_timeout) if startup_timeout else max(STARTUP_TIMEOUT, self.timeout)
         self.python = python or sys.executable
-        #: a lazy worker imports torch only when an experiment needs it (restarts are cheap)
+        #: a lazy worker imports torch only when an experiment needs it (in each finding's process)
         self.lazy = lazy
+        self.unsandboxed = unsandboxed
+        self.memory_mb = int(memory_mb)
         self.env_info: Dict[str, Any] = {}
+        #: what confined the worker, in words (filled by `start`)
+        self.layers: List[str] = []
         self.restarts = 0
+        self._sandbox: Optional[Sandbox] = None
         self._proc: Optional[subprocess.Popen] = None
         self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
         self._stderr_path: Optional[str] = None
@@ -96,6 +127,7 @@ class Runner:
         self._next_id = 0
         self._closed = False
         self._eof = False
+        self._deadline: Optional[float] = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -117,6 +149,11 @@ class Runner:
         """Start the worker (if not running) and return its environment."""
         if self._proc is not None and self._proc.poll() is None:
             return self.env_info
+        if self._sandbox is None and not self.unsandboxed:
+            try:
+                self._sandbox = Sandbox.find(read_only=self._read_paths(), device=self.device)
+            except SandboxUnavailable as exc:
+                raise VerifyError(f"{exc}. {UNSANDBOXED_HINT}") from None
         self._spawn()
         line = self._read_line(self.startup_timeout)
         if line is None:
@@ -124,17 +161,27 @@ class Runner:
             status = "did not start within %.0f s" % self.startup_timeout if alive else _signal_name(self._proc.poll() if self._proc else None)
             tail = self._stderr_tail()
             self._kill()
-            raise VerifyError(f"the verifier worker {status}" + (f": {tail}" if tail else ""))
+            raise VerifyError(f"the verifier worker {status}" + (f": {clean_text(tail)}" if tail else ""))
         try:
             hello = json.loads(line)
+            if not isinstance(hello, dict):
+                raise ValueError(line)
         except ValueError:
             self._kill()
             raise VerifyError(f"the verifier worker sent {line[:200]!r}")
         if hello.get("error"):
             self._kill()
-            raise VerifyError(hello["error"])
-        self.env_info = dict(hello.get("env") or {}) or self.env_info
+            raise VerifyError(clean_text(str(hello["error"])))
+        if self._deadline is None and self.budget is not None:  # startup has its own timeout
+            self._deadline = time.monotonic() + self.budget
+        self.env_info = clean_verdict(dict(hello.get("env") or {})) or self.env_info
+        worker_layers = [clean_text(str(x), 80) for x in hello.get("layers") or []]
+        self.layers = (self._sandbox.layers() if self._sandbox else ["no sandbox (--verify-unsandboxed)"]) + worker_layers
         return self.env_info
+
+    def _read_paths(self) -> List[str]:
+        """Folders the worker reads: Python, torch, the amplint package, the runner's extra paths."""
+        return sorted({*python_paths(self.python), os.path.join(_package_root(), "amplint"), *self.extra_sys_path})
 
     def _spawn(self) -> None:
         if self._closed:
@@ -142,28 +189,33 @@ class Runner:
         if self._workdir is None:
             self._workdir = tempfile.mkdtemp(prefix="amplint-verify-")
         fd, self._stderr_path = tempfile.mkstemp(prefix="worker-", suffix=".log", dir=self._workdir)
-        run_dir = tempfile.mkdtemp(prefix="run-", dir=self._workdir)
-        env = dict(os.environ)
-        paths = [*self.extra_sys_path, _package_root()]
-        if env.get("PYTHONPATH"):
-            paths.append(env["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(paths)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env["PYTHONHASHSEED"] = "0"
-        env["PYTHONUNBUFFERED"] = "1"
-        env["TMPDIR"] = run_dir
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault("MKL_NUM_THREADS", "1")
-        cmd = [self.python, "-m", "amplint.verify.worker", "--device", self.device, "--seed", str(self.seed)]
+        if self._sandbox is not None:
+            run_dir = SANDBOX_TMP
+        else:
+            run_dir = tempfile.mkdtemp(prefix="run-", dir=self._workdir)
+        env = base_env({
+            "PYTHONPATH": os.pathsep.join([*self.extra_sys_path, _package_root()]),
+            "TMPDIR": run_dir,
+            "HOME": run_dir,
+        })
+        cmd = [self.python, "-m", "amplint.verify.worker", "--device", self.device, "--seed", str(self.seed),
+               "--memory-mb", str(self.memory_mb)]
+        for path in [*self._read_paths(), *system_paths()]:
+            cmd.extend(["--read", path])
         if self.lazy:
             cmd.append("--lazy")
+        if self._sandbox is not None:
+            cmd = self._sandbox.command(cmd, env=env, cwd=run_dir)
+            env, cwd = {"PATH": env["PATH"]}, self._workdir
+        else:
+            cwd = run_dir
         try:
             self._proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=fd,
-                cwd=run_dir,
+                cwd=cwd,
                 env=env,
                 start_new_session=True,
                 close_fds=True,
@@ -274,12 +326,18 @@ class Runner:
     def run(
         self, code: str, data: Optional[Dict[str, Any]] = None, target: Optional[str] = None, timeout: Optional[float] = None
     ) -> Dict[str, Any]:
-        """One experiment -> a verdict dict. Timeouts and crashes become verdicts.
+        """One experiment -> an inert verdict dict. Timeouts, crashes and a spent budget become verdicts.
 
         `target` ("module:function") overrides the experiment module of `code`
         (tests use it to run hanging or crashing experiments).
         """
         data = dict(data or {})
+        limit = self.timeout if timeout is None else check_seconds(timeout, "timeout", None)
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                return self._parent_verdict(code, data, "inconclusive", "budget spent", 0.0, {"budget_s": self.budget})
+            limit = min(limit, left)
         self.start()
         self._next_id += 1
         request = {
@@ -288,6 +346,7 @@ class Runner:
             "code": code,
             "data": data,
             "seed": self.seed,
+            "timeout": limit,
         }
         if target:
             request["target"] = target
@@ -299,10 +358,9 @@ class Runner:
             proc.stdin.flush()
         except (OSError, ValueError):
             pass  # the read below sees the EOF and reports the crash
-        limit = self.timeout if timeout is None else float(timeout)
-        line = self._read_line(limit)
+        line = self._read_line(limit + GRACE)
         duration = round(time.monotonic() - started, 3)
-        if line is None:
+        if line is None:  # the worker itself hung or died: that is not the finding's doing alone
             alive = not self._eof and proc.poll() is None
             tail = self._stderr_tail()
             self._kill()
@@ -319,13 +377,19 @@ class Runner:
         try:
             reply = json.loads(line)
             result = reply["result"]
-            if reply.get("id") != request["id"]:
+            if reply.get("id") != request["id"] or not isinstance(result, dict):
                 raise ValueError("out-of-order reply")
         except (ValueError, KeyError, TypeError) as exc:
             self._kill()
             self.restarts += 1
             return self._parent_verdict(code, data, "error", f"bad reply from the worker: {exc}", duration, {})
-        if isinstance(result, dict) and result.get("torch"):
+        result = clean_verdict(result)
+        for key in _ENV_KEYS:  # a verdict the worker made for a dead finding has no environment of its own
+            if result.get(key) is None and self.env_info.get(key) is not None:
+                result[key] = self.env_info[key]
+        if self._deadline is not None and limit < self.timeout and str(result.get("reason") or "").startswith("timeout"):
+            result["reason"] = "budget spent"
+        if result.get("torch"):
             self.env_info = {k: result[k] for k in _ENV_KEYS if k in result}
         return result
 
@@ -343,7 +407,38 @@ class Runner:
         out.update({k: None for k in _ENV_KEYS})
         out.update(self.env_info)
         out.update({"experiment": code, "seed": self.seed, "duration_s": duration})
-        return out
+        return clean_verdict(out)
+
+
+def check_seconds(value: Any, what: str, cap: Optional[float]) -> float:
+    """A finite, positive number of seconds, at most `cap`, or VerifyError saying so."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if not ok or (cap is not None and value > cap):
+        limit = f" up to {cap:g}" if cap is not None else ""
+        raise VerifyError(f"{what} must be a positive, finite number of seconds{limit}, got {value!r}")
+    return float(value)
+
+
+@contextlib.contextmanager
+def terminating_cleanly() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise SystemExit while verifying, so `finally` blocks remove the temp folders
+    (SIGINT already raises KeyboardInterrupt). Only in the main thread; restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            previous[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_many(requests: List[Dict[str, Any]], **runner_kwargs: Any) -> List[Dict[str, Any]]:

@@ -148,7 +148,7 @@ class _TopReturns(ast.NodeTransformer):
 class _Relocate(ast.NodeTransformer):
     """Training slices run on the lab's device: `t.cuda(...)` -> `t.to(<lab device>)`, and
     the device string "cuda" of an `autocast(...)` call -> the lab's device type. The
-    GradScaler protocol behaves the same on every device (amp-facts §0.8); `relocated`
+    GradScaler protocol behaves the same on every device; `relocated`
     records that the slice was changed."""
 
     def __init__(self) -> None:

@@ -1,22 +1,24 @@
 """The verifier's worker process: `python -m amplint.verify.worker --device D --seed S`.
 
-The only place amplint imports torch. The parent (`runner.py`) starts one
-worker per run and sends it one JSON request per line on stdin:
+The only place amplint imports torch. The parent (`runner.py`) starts one worker
+per run, inside the sandbox (`sandbox.py`), and sends it one JSON request per line
+on stdin:
 
     {"op": "run", "id": 1, "code": "AMP101", "target": "amplint.verify.experiments.amp101:run",
-     "data": {...}, "seed": 0}
+     "data": {...}, "seed": 0, "timeout": 60}
     {"op": "exit"}
 
 and reads one JSON object per line from the worker's *original* stdout:
 
-    {"op": "hello", "env": {...}}            # once, after torch is imported
-    {"op": "hello", "error": "..."}          # the device cannot be used
+    {"op": "hello", "env": {...}, "layers": [...]}   # once, after torch is imported
+    {"op": "hello", "error": "..."}                  # the device cannot be used
     {"op": "result", "id": 1, "result": {...verdict...}}
 
-File descriptor 1 is re-pointed at stderr before anything else runs, so prints
-from experiments or from the user's snippets can never corrupt the protocol.
-The parent starts the worker in a fresh temporary directory (its cwd) in a
-new session, and kills the whole process group on timeout.
+The worker never runs an experiment (or the user's code) itself: each request runs
+in a forked, confined child (`forked.py`) that cannot reach the protocol pipe, and
+the worker enforces the request's timeout, so a hang or crash costs one verdict,
+not the warm worker. File descriptor 1 is re-pointed at stderr before anything
+else runs, so the worker's own prints never reach the protocol either.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import traceback
 import warnings
 from typing import Any, Dict, Optional
 
-VERDICTS = ("confirmed", "not-reproduced", "inconclusive", "error")
+from .forked import VERDICTS, run_forked
 
 
 def _protocol_stream():
@@ -52,43 +54,14 @@ def _watch_parent() -> None:
         while True:
             time.sleep(1.0)
             if os.getppid() != parent:
-                try:  # the worker leads its own process group: take its children along
-                    os.killpg(os.getpgid(0), 9)
+                try:
+                    from .confine import kill_descendants
+
+                    kill_descendants()
                 finally:
                     os._exit(1)
 
     threading.Thread(target=watch, name="amplint-parent-watch", daemon=True).start()
-
-
-def _limit_resources(device_type: str) -> None:
-    """No core files; cap the address space on CPU (CUDA maps huge virtual ranges, so not there)."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not POSIX
-        return
-    try:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ValueError, OSError):  # pragma: no cover
-        pass
-    if device_type != "cpu":
-        return
-    extra_mb = int(os.environ.get("AMPLINT_VERIFY_MEMORY_MB", "4096"))
-    if extra_mb <= 0:
-        return
-    try:
-        with open("/proc/self/status") as fh:
-            vm_kb = next(int(line.split()[1]) for line in fh if line.startswith("VmSize:"))
-    except (OSError, StopIteration, ValueError):
-        return
-    limit = (vm_kb + extra_mb * 1024) * 1024
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        if soft == resource.RLIM_INFINITY or soft > limit:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    except (ValueError, OSError):  # pragma: no cover
-        pass
 
 
 def jsonable(value: Any, depth: int = 0) -> Any:
@@ -155,11 +128,43 @@ def run_one(lab: Any, request: Dict[str, Any]) -> Dict[str, Any]:
     return jsonable(out)
 
 
+def _fail_verdict(kind: str, problem: str, request: Dict[str, Any], env: Dict[str, Any], output: str) -> Dict[str, Any]:
+    """The worker's own verdict when a finding's process gave none (timeout, crash, garbage)."""
+    data = request.get("data") or {}
+    evidence: Dict[str, Any] = {}
+    if kind == "timeout":
+        evidence["timeout_s"] = request.get("timeout")
+    elif output.strip():
+        lines = [ln for ln in output.splitlines() if ln.strip() and "Failed to initialize NumPy" not in ln]
+        evidence["output"] = " | ".join(lines[-6:])[-600:]
+    out: Dict[str, Any] = {
+        "verdict": "inconclusive" if kind == "timeout" else "error",
+        "reason": problem,
+        "method": "experiment",
+        "summary": None,
+        "evidence": evidence,
+        "dtype": data.get("dtype"),
+    }
+    out.update(env)
+    out.update({"experiment": request.get("code") or "?", "seed": int(request.get("seed", 0)), "duration_s": None})
+    return out
+
+
+def _timeout(request: Dict[str, Any]) -> float:
+    """The request's timeout, strictly a finite positive number (else the worker's default)."""
+    value = request.get("timeout")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    return 60.0
+
+
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="amplint.verify.worker")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lazy", action="store_true", help="import torch only when an experiment needs it")
+    parser.add_argument("--memory-mb", type=int, default=4096, help="address space each finding may add (CPU)")
+    parser.add_argument("--read", action="append", default=[], help="a folder findings may read (Landlock)")
     args = parser.parse_args(argv)
     proto = _protocol_stream()
     _watch_parent()
@@ -174,31 +179,128 @@ def main(argv: Optional[list] = None) -> int:
         faulthandler.enable(sys.stderr)
     except Exception:  # noqa: BLE001 # pragma: no cover
         pass
-    _limit_resources("gpu" if args.device.startswith("cuda") else "unknown")
-    if args.lazy:
-        from .lazy_lab import LazyLab
+    from . import confine
+    from .forked import Limits
 
-        lab: Any = LazyLab(args.device, args.seed)
-        send({"op": "hello", "env": {}, "lazy": True})
-        return _serve(lab, send, proto)
+    layers = []
+    try:
+        confine.mark_worker()
+        layers.append("subreaper")
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    abi = confine.landlock_abi()
+    devices = [os.devnull, "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/shm"]
+    if args.device != "cpu":
+        import glob
+
+        devices += sorted(glob.glob("/dev/nvidia*"))
+    limits = Limits(
+        memory_mb=args.memory_mb,
+        landlock_abi=abi,
+        read_paths=list(args.read) + ["/proc", "/sys"],  # devices: only those listed, never disks
+        devices=devices,
+    )
+    if abi:
+        layers.append(f"landlock ABI {abi}")
+    layers.append("rlimits")
+    close = [proto.fileno(), 0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy"
         try:
-            from .lab import Lab, DeviceUnavailable
-
-            lab = Lab(args.device, args.seed)
-        except DeviceUnavailable as exc:
-            send({"op": "hello", "error": str(exc)})
-            return 3
+            lab, probe = _make_lab(args)
         except Exception as exc:  # noqa: BLE001
-            send({"op": "hello", "error": f"cannot start the verifier: {type(exc).__name__}: {exc}"})
+            send({"op": "hello", "error": _lab_error(exc)})
             return 3
-    _limit_resources(lab.device_type)
-    send({"op": "hello", "env": lab.env()})
-    return _serve(lab, send, proto)
+    if not probe and not args.lazy:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _warm_up(lab)
+    env = lab.env()
+    if probe:  # CUDA: the device opens in each finding's process (CUDA does not survive fork)
+        outcome = run_forked(lambda: {"verdict": "confirmed", "method": "experiment", "env": _probe(lab)}, limits, 180.0, close)
+        if outcome.result is None or "error" in (outcome.result.get("env") or {}):
+            why = (outcome.result or {}).get("env", {}).get("error") or outcome.problem or "the device probe failed"
+            send({"op": "hello", "error": str(why)})
+            return 3
+        env = outcome.result["env"]
+    limits.cap_address_space = env.get("device_type", "cpu") == "cpu" and not probe
+    send({"op": "hello", "env": env, "lazy": bool(args.lazy), "layers": layers})
+    return _serve(lab, send, limits, close, env)
 
 
-def _serve(lab: Any, send: Any, proto: Any) -> int:
+def _make_lab(args: Any) -> Any:
+    """(lab, probe): a CPU lab built here, or a lazy one that each finding's process builds
+    (`--lazy`, and CUDA, which does not survive fork: probe=True opens it once to say hello)."""
+    from .lazy_lab import LazyLab
+
+    if args.lazy:
+        return LazyLab(args.device, args.seed), False
+    if args.device != "cpu" and (args.device != "auto" or _cuda_visible()):
+        import torch  # noqa: F401 - warm for every finding; CUDA itself is not touched here
+
+        return LazyLab(args.device, args.seed), True
+    from .lab import Lab
+
+    return Lab("cpu", args.seed), False
+
+
+def _warm_up(lab: Any) -> None:
+    """Pay torch's lazy first-use costs once, here, not in every finding's process: import the
+    experiments (amplint's own code) and what creating an optimizer pulls in (torch._dynamo,
+    seconds), and run one tiny scaled, autocast training step. No user code runs here."""
+    from . import experiments
+
+    folder = os.path.dirname(os.path.abspath(experiments.__file__))
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py") and name != "__init__.py":
+            importlib.import_module(f"{experiments.__name__}.{name[:-3]}")
+    importlib.import_module(".snippet", __package__)
+    torch = lab.torch
+    lab.begin("warm-up", 0)
+    try:
+        model = lab.model()
+        for cls in ("SGD", "Adam", "AdamW"):
+            opt = lab.optimizer(model.parameters(), cls)
+            scaler = lab.scaler()
+            x, y = lab.batch()
+            for dtype in (torch.float16, torch.bfloat16):
+                with lab.autocast(dtype):
+                    loss = torch.nn.functional.mse_loss(model(x).float(), y)
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad(set_to_none=True)
+    finally:
+        lab.end()
+
+
+def _cuda_visible() -> bool:
+    """Whether CUDA devices exist, asked without initializing CUDA in this process (NVML)."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _probe(lab: Any) -> Dict[str, Any]:
+    try:
+        lab.materialize()
+    except Exception as exc:  # noqa: BLE001
+        return {"error": _lab_error(exc)}
+    return lab.env()
+
+
+def _lab_error(exc: BaseException) -> str:
+    from .lab import DeviceUnavailable
+
+    if isinstance(exc, DeviceUnavailable):
+        return str(exc)
+    return f"cannot start the verifier: {type(exc).__name__}: {exc}"
+
+
+def _serve(lab: Any, send: Any, limits: Any, close: list, env: Dict[str, Any]) -> int:
     for line in sys.stdin:
         line = line.strip()
         if not line:
@@ -207,12 +309,19 @@ def _serve(lab: Any, send: Any, proto: Any) -> int:
             request = json.loads(line)
         except ValueError:
             continue
+        if not isinstance(request, dict):
+            continue
         if request.get("op") == "exit":
-            proto.flush()
             sys.stderr.flush()
             os._exit(0)  # nothing to clean up here; interpreter teardown with torch loaded is slow
         if request.get("op") == "run":
-            send({"op": "result", "id": request.get("id"), "result": run_one(lab, request)})
+            timeout = _timeout(request)
+            outcome = run_forked(lambda: run_one(lab, request), limits, timeout, close)
+            if outcome.result is not None:
+                result = outcome.result
+            else:
+                result = _fail_verdict(outcome.kind, outcome.problem or "no verdict", request, env, outcome.output())
+            send({"op": "result", "id": request.get("id"), "result": result})
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Device-capability probes shared by AMP601 and AMP602 (amp-facts §7)."""
+"""Device-capability probes shared by AMP601 and AMP602."""
 from __future__ import annotations
 
 from typing import Any, Dict, Optional

@@ -1,8 +1,7 @@
 """AMP001 deprecated-amp-api: the FutureWarning is raised.
 
 Calls the flagged API (the finding's `snippet` when it is a call whose names
-all resolve, else the API named by `api`) with warnings recorded
-(amp-facts §0.9, §3, E08, E32). Device-independent: the deprecation fires on
+all resolve, else the API named by `api`) with warnings recorded. Device-independent: the deprecation fires on
 construction whatever the device.
 """
 from __future__ import annotations

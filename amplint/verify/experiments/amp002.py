@@ -1,7 +1,7 @@
 """AMP002 cuda-autocast-device-type: `torch.cuda.amp.autocast(device_type=...)` raises TypeError.
 
 Evaluates the flagged call (when its names resolve) or
-`<api>(device_type="cuda"[, dtype=...])` (amp-facts §0.9, §3, E28). The
+`<api>(device_type="cuda"[, dtype=...])`. The
 signature check does not depend on the device.
 """
 from __future__ import annotations

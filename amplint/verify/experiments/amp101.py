@@ -3,7 +3,7 @@
 Runs the flagged step (`step_source`) on a tiny model with a real GradScaler,
 once enabled and once disabled, and compares what the clip saw. The canonical
 reproduction is `scale(loss).backward(); clip(model.parameters(), threshold);
-scaler.step(optimizer); scaler.update()` (amp-facts §0.4, E15).
+scaler.step(optimizer); scaler.update()`.
 """
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """AMP102 optimizer-step-bypasses-scaler: the update is scale x too big; the next update() raises.
 
 Runs the flagged step with a GradScaler enabled and disabled and compares the
-parameter updates; then calls the next `scaler.update()` if the step did not
-(amp-facts §0.6, E13). Canonical: `scale(loss).backward(); optimizer.step()`.
+parameter updates; then calls the next `scaler.update()` if the step did not. Canonical: `scale(loss).backward(); optimizer.step()`.
 With `unscaled: true` (unscale_ ran before `optimizer.step()`) the flagged step
 (or the canonical one) runs with an inf gradient injected on the first
 iteration: nothing skips that step, so the weights become inf/NaN.

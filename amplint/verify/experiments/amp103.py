@@ -1,8 +1,7 @@
 """AMP103 scaler-step-without-update: the next iteration raises, or the scale never backs off.
 
 Runs the flagged step for two iterations, the first with an overflowing (inf)
-gradient, with a GradScaler enabled and disabled (amp-facts §2 `step`/`update`,
-E12, E14). Canonical: `scale(loss).backward(); scaler.step(optimizer);
+gradient, with a GradScaler enabled and disabled. Canonical: `scale(loss).backward(); scaler.step(optimizer);
 optimizer.zero_grad()` with no `update()`.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Runs the flagged step for `Lab.ACCUM` (2) micro-batches with the loop index and
 the accumulation count bound, with a GradScaler enabled and disabled, and
-compares the parameter updates (amp-facts §2 gradient accumulation, E12, E18).
+compares the parameter updates.
 Without a `step_source` the canonical reproduction follows the finding's
 `shape`: "every" (unscale_ on every micro-batch), "every-updated" (unscale_ and
 update on every micro-batch), "sometimes" (unscale_ mid-window), "twice"

@@ -5,8 +5,7 @@ default) on a small MLP and one backward, plain and through a GradScaler
 (65536, then `unscale_`), against an fp32 reference. The loss is multiplied by
 1, 1e-2 and 1e-3 to cover gradient magnitudes from typical to small; the
 verdict reports, for each, the fraction of nonzero fp32 gradient values that
-came out exactly zero (amp-facts §2 "scale the loss", §6.1: fp16's smallest
-subnormal is 5.96e-8).
+came out exactly zero (fp16's smallest subnormal is 5.96e-8).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A tiny model converted to the finding's dtype (fp16 by default), the finding's
 `optimizer_class` (SGD by default) and a real GradScaler on the device: one
-scaled backward and `scaler.step` (amp-facts §0.7, §2 `unscale_`, E16).
+scaled backward and `scaler.step`.
 
 fp16 gradients fail GradScaler's dtype check on every device. bf16 ones pass
 it, and then depend on the device's unscale kernel: the CPU one accepts bf16

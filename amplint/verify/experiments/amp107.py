@@ -3,7 +3,7 @@
 Two short "epochs" of a tiny model under autocast (the finding's dtype, fp16 by
 default) with a loss whose gradients overflow fp16 at scale 65536: once with
 one GradScaler for both epochs, once with a fresh GradScaler per epoch; reports
-the optimizer steps skipped in the second epoch (amp-facts §2 `update`, E14).
+the optimizer steps skipped in the second epoch.
 """
 from __future__ import annotations
 

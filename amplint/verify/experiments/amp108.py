@@ -2,7 +2,7 @@
 
 Trains the same tiny model twice from the same seed under bf16 autocast, STEPS
 optimizer steps each: once plain (`loss.backward(); opt.step()`) and once
-through a GradScaler on the device (`scale/backward/step/update`, amp-facts §2).
+through a GradScaler on the device (`scale/backward/step/update`).
 Counts, in one step of each run, the scaler's extra work by wrapping its
 kernels and `Tensor.item()`: the `_amp_foreach_non_finite_check_and_unscale_`
 pass over every gradient element, the `found_inf.item()` host sync in `step`,

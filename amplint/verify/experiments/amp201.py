@@ -5,7 +5,7 @@ finding's dtype), with gradients spread from 1e-5 to 1e-1, against the same
 step on fp32 parameters (the master weights autocast keeps). Counts parameters
 whose fp32 update was lost to fp16 rounding and parameters that became
 non-finite. Uses the finding's `optimizer_class`/`lr`/`eps`; without a class it
-runs both SGD (lr 0.1) and Adam (lr 1e-3, eps 1e-8) (amp-facts §0.12, §6.4, E30).
+runs both SGD (lr 0.1) and Adam (lr 1e-3, eps 1e-8).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Three measurements on a tiny model under autocast (the finding's dtype, else
 the device default: bf16 on CPU, fp16 on CUDA), each run with the backward
-inside the `with` block and after it (amp-facts §1.1, E23):
+inside the `with` block and after it:
 
 1. plain step: the largest gradient difference and the dtype of the gradient
    reaching the first layer's low-precision output (backward ops run in the

@@ -2,8 +2,7 @@
 
 Runs the finding's `op` on an fp32 (`.float()`-ed) input under autocast on the
 lab's device with the finding's dtype (the device default when absent) and
-reports the output dtype: low precision means autocast recast the input
-(amp-facts §0.14, §1, E27). On CPU an op that only the CUDA autocast list
+reports the output dtype: low precision means autocast recast the input. On CPU an op that only the CUDA autocast list
 lowers is `inconclusive: needs CUDA`.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ Produces the tensor with the finding's `source_op` under autocast (the
 finding's dtype, else the device default), then runs the finding's `op` on it
 inside `autocast(enabled=False)` against fp32 operands, without and with
 `.float()`: a dtype-mismatch exception, or a result still in low precision,
-confirms (amp-facts §1.1, §5 "nested autocast(enabled=False)", E27). On CPU a
+confirms. On CPU a
 `source_op` that only the CUDA autocast list lowers is `inconclusive: needs CUDA`.
 """
 from __future__ import annotations

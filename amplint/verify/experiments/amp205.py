@@ -7,7 +7,7 @@ replica thread saw. Confirmed when a replica ran fp16 instead of bf16.
 
 With fewer it is inconclusive ("needs 2 CUDA devices"): with one device
 DataParallel calls the module in the main thread, so bf16 holds. As evidence
-it shows the mechanism on the lab's device (amp-facts §0.15, E26): a thread
+it shows the mechanism on the lab's device: a thread
 that re-enters autocast with only `enabled=` forwarded, as `parallel_apply`
 does, autocasts to the device's default dtype rather than the main thread's,
 and whether `parallel_apply`'s source forwards the dtype at all.

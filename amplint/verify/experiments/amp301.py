@@ -3,8 +3,7 @@
 Evaluates the flagged expression (`snippet`) with fp16 tensors bound to its free
 names (boolean masks with a fully set and a fully clear row), then softmaxes the
 result over its last dimension; the same expression in fp32 is the reference.
-Canonical: `scores.masked_fill(mask, literal)` / `scores + literal` / ... by `op`
-(amp-facts §0.11, §6.1, §6.2, E03, E04).
+Canonical: `scores.masked_fill(mask, literal)` / `scores + literal` / ... by `op`.
 """
 from __future__ import annotations
 

@@ -3,9 +3,8 @@
 Optimizer findings (`optimizer_class` present): builds the flagged optimizer
 (`snippet`, with `model`/`params` bound to fp16 parameters; else
 `optimizer_class(params, lr=lr, eps=eps)`), gives it gradients from 1e-6 to
-1e-1 and takes one step; fp32 parameters are the reference (amp-facts §0.12,
-§6.4, E30). Expression findings: evaluates the flagged expression on zero
-tensors in fp16 and in fp32 and compares finiteness (§6.1, E22).
+1e-1 and takes one step; fp32 parameters are the reference. Expression findings: evaluates the flagged expression on zero
+tensors in fp16 and in fp32 and compares finiteness.
 """
 from __future__ import annotations
 

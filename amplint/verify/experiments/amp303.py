@@ -4,7 +4,7 @@ On CUDA: evaluates the flagged call (`snippet`, probabilities in (0.05, 0.95)
 bound to its free names) under `torch.autocast("cuda")`. On CPU, where CPU
 autocast allows BCE, every `F.binary_cross_entropy` call the expression makes
 (directly or through `nn.BCELoss`) is sent to the AutocastCUDA kernel by
-redispatch, the kernel CUDA autocast runs (amp-facts §0.2, §1.4, E06); where
+redispatch, the kernel CUDA autocast runs; where
 that kernel cannot be reached the verdict is `inconclusive: needs CUDA`.
 """
 from __future__ import annotations

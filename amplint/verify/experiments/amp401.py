@@ -4,7 +4,7 @@ Converts a tiny fp32 model's weights to the finding's dtype (fp16 by default),
 saves and loads the state_dict in memory, loads it into an fp32 model and
 measures what was lost; a probe tensor with values around and above 65504
 (large BatchNorm statistics, embeddings) shows the overflow to inf and the
-underflow of tiny values (amp-facts §0.13, §6.5, E21).
+underflow of tiny values.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ a loss large enough that 65536 overflows fp16 gradients, until the GradScaler
 has backed off to a scale that fits; then "resumes" twice from that point, once
 with a fresh GradScaler (the checkpoint lacked `scaler.state_dict()`) and once
 with the saved state loaded, counting the optimizer steps skipped after the
-resume (amp-facts §2 `update`, `state_dict`, E14).
+resume.
 """
 from __future__ import annotations
 

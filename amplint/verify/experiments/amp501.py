@@ -1,11 +1,10 @@
 """AMP501 custom-function-without-custom-fwd: the dtype mismatch raised in backward.
 
 Defines the flagged `torch.autograd.Function` (its class source in `snippet`,
-with `torch`/`nn`/`F` bound; else the canonical matmul Function of amp-facts
-E09), applies it to fp32 inputs that require grad under autocast (the finding's
+with `torch`/`nn`/`F` bound; else the canonical matmul Function), applies it to fp32 inputs that require grad under autocast (the finding's
 dtype, else the device's default: bf16 on CPU, fp16 on CUDA) and runs backward
 outside autocast, as training does. The same call without autocast is the
-reference (amp-facts §4, E09).
+reference.
 """
 from __future__ import annotations
 

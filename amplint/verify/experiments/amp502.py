@@ -4,8 +4,7 @@ Defines a fresh `torch.library.custom_op` in the worker (a matmul kernel that
 records the dtypes it receives and whether autocast is on inside it), then
 calls it under autocast (the finding's dtype, else the device default: bf16 on
 CPU, fp16 on CUDA) on the output of a linear layer and an fp32 weight: once
-unregistered and once after `register_autocast(device, cast_inputs=torch.float32)`
-(amp-facts §4, E10). Confirmed when the unregistered kernel received a
+unregistered and once after `register_autocast(device, cast_inputs=torch.float32)`. Confirmed when the unregistered kernel received a
 low-precision tensor that the registered one receives as fp32. The user's op
 itself is not run (it is usually a compiled extension); the dispatcher's
 autocast fallthrough for unregistered ops is the same on every device.

@@ -2,7 +2,7 @@
 
 Applies the flagged decorator (the finding's `snippet`, e.g.
 `torch.amp.custom_fwd(cast_inputs=torch.float32)` or bare `torch.amp.custom_fwd`)
-to a dummy forward, else `<api>` bare (amp-facts §3 `custom_fwd`, E08).
+to a dummy forward, else `<api>` bare.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Reports the CUDA device's compute capability and `torch.cuda.is_bf16_supported()
 with the default emulation fallback and with `including_emulation=False`.
 Below capability 8.0 there are no bf16 tensor cores while the bare call may
 still say True (emulation), so the finding is confirmed; on 8.0 or newer it
-is not reproduced. Nothing is timed: the speed ratio is not claimed (amp-facts
+is not reproduced. Nothing is timed: the speed ratio is not claimed (
 §7). On a CPU run, or on ROCm (whose capability numbers are not NVIDIA's), it is
 inconclusive.
 """

@@ -3,7 +3,7 @@
 Reports the CUDA device's compute capability: below 7.0 (before Volta) there
 are no fp16 tensor cores, so the finding is confirmed; on 7.0 or newer it is
 not reproduced. Nothing is timed: the speed-up depends on the GPU and is not
-claimed (amp-facts §7). On a CPU run, or on ROCm, it is inconclusive.
+claimed. On a CPU run, or on ROCm, it is inconclusive.
 """
 from __future__ import annotations
 

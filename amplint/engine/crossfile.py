@@ -1,0 +1,330 @@
+"""Cross-file findings: the project model (`amplint.model.project`) run over a lint run.
+
+Each linted file belongs to a project: the nearest folder above it holding a
+`pyproject.toml`, `setup.py`, `setup.cfg` or `.git` (else, inside a package,
+the folder holding its topmost package). The project model of
+that folder is built from *all* of its files (found by the same discovery as
+a run over the folder), whatever subset the run was asked to lint, so
+`amplint changed_file.py` (as pre-commit runs it) reports for that file what
+`amplint .` reports for it. Only the files the model needs are parsed
+(`index.universe`); their text indexes and summaries are cached by content
+hash next to the lint results, so a one-file run in a warm project reads
+nothing but that file.
+
+Rules opt in with a `check_project(project)` method yielding diagnostics; the
+engine drops one that repeats a per-file finding at the same place.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+from ..core.config import Config
+from ..core.diagnostics import Diagnostic
+
+#: files whose presence makes a folder a project root
+ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+def project_root(path: str, _memo: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
+    """The nearest folder above `path` (absolute) that holds a project marker; else, for a
+    file inside a package, the folder holding its topmost package (an unpacked wheel or
+    sdist); else None."""
+    root = _marked_root(path, _memo)
+    if root is not None:
+        return root
+    folder = os.path.dirname(path)
+    top = None
+    while os.path.exists(os.path.join(folder, "__init__.py")):
+        top = folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return os.path.dirname(top) if top is not None else None
+
+
+def _marked_root(path: str, _memo: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
+    folder = os.path.dirname(path)
+    seen: List[str] = []
+    root: Optional[str] = None
+    while True:
+        if _memo is not None and folder in _memo:
+            root = _memo[folder]
+            break
+        seen.append(folder)
+        if any(os.path.exists(os.path.join(folder, m)) for m in ROOT_MARKERS):
+            root = folder
+            break
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    if _memo is not None:
+        for f in seen:
+            _memo[f] = root
+    return root
+
+
+def project_rules(rules: Sequence[Any]) -> List[Any]:
+    """The selected rules that check the project. A rule given as a spec is imported only
+    when its module's text defines `check_project` (importing every rule costs a cold
+    parallel run's parent process a third of the cross-file pass)."""
+    out = []
+    for spec in rules:
+        if hasattr(spec, "load"):
+            if not _defines_check_project(spec.module):
+                continue
+            spec = spec.load()
+        if hasattr(spec, "check_project"):
+            out.append(spec)
+    return out
+
+
+def _defines_check_project(module: str) -> bool:
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module)
+        with open(found.origin, encoding="utf-8") as fh:  # type: ignore[union-attr, arg-type]
+            return "def check_project(" in fh.read()
+    except (ImportError, AttributeError, TypeError, ValueError, OSError):
+        return True  # cannot tell without importing it
+
+
+class Projects:
+    """The projects a run's files belong to, and each project's files.
+
+    A project's files are found by the same discovery as a run over its root;
+    when the run was given the root (or a folder above it) they are the run's
+    own files, so only a subset run walks the project again.
+    """
+
+    def __init__(self, paths: Sequence[str], files: Sequence[str], config: Config) -> None:
+        self.config = config
+        self._given = [os.path.abspath(p) for p in paths]
+        memo: Dict[str, Optional[str]] = {}
+        #: root -> {absolute path: the path as the run spells it}
+        self.groups: Dict[Optional[str], Dict[str, str]] = {}
+        for f in files:
+            if f.endswith(".py"):
+                full = os.path.abspath(f)
+                self.groups.setdefault(project_root(full, memo), {})[full] = f
+        self._files: Dict[Optional[str], List[str]] = {}
+
+    def files(self, root: Optional[str]) -> List[str]:
+        """Every Python file of the project at `root` (absolute paths, sorted)."""
+        found = self._files.get(root)
+        if found is None:
+            members = self.groups.get(root, {})
+            if root is None or any(root == g or root.startswith(g.rstrip(os.sep) + os.sep) for g in self._given):
+                found = sorted(members)
+            else:
+                from .discovery import discover
+
+                walked = {os.path.abspath(p) for p in discover([root], self.config) if p.endswith(".py")}
+                found = sorted(walked | set(members))
+            self._files[root] = found
+        return found
+
+    def others(self) -> List[str]:
+        """The files of the run's projects that the run was not given."""
+        out: List[str] = []
+        for root, members in sorted(self.groups.items(), key=lambda kv: kv[0] or ""):
+            out.extend(f for f in self.files(root) if f not in members)
+        return out
+
+
+def project_diagnostics(
+    projects: Projects,
+    rules: Sequence[Any],
+    codes: FrozenSet[str],
+    cache: Any = None,
+    indexes: Optional[Dict[str, Dict[str, Any]]] = None,
+) -> List[Diagnostic]:
+    """The cross-file diagnostics of the run's files (spelled as the run spells them), noqa
+    applied. `indexes`: the text indexes the lint pass already computed, by absolute path."""
+    out: List[Diagnostic] = []
+    store = _Store(cache, indexes or {})
+    for root in sorted(projects.groups, key=lambda r: r or ""):
+        members = projects.groups[root]
+        for d in _project_findings(root, projects.files(root), rules, store, members):
+            spelled = members.get(d.filename)
+            if spelled is not None and d.code in codes:
+                d.filename = spelled
+                out.append(d)
+    return _suppressed(out, projects.config)
+
+
+def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any], store: "_Store", members: Dict[str, str]) -> List[Diagnostic]:
+    """Every cross-file finding of one project (absolute paths), reused from the cache when no
+    file the model read last time has changed (a warm run then loads no rule and parses nothing)."""
+    from ..model.project import Project, universe
+
+    chosen = universe(files, root, store.index)
+    if not chosen:
+        return []
+    reused = store.findings(root, chosen)
+    if reused is not None:
+        return reused
+    summaries = {}
+    for f in chosen:
+        s = store.summary(f)
+        if s is not None:
+            summaries[f] = s
+    found: List[Diagnostic] = []
+    project = None
+    for rule_cls in project_rules(rules):
+        try:
+            if project is None:
+                project = Project(root, summaries, files=files, load=store.summary)
+            found.extend(rule_cls().check_project(project))
+        except Exception as exc:  # a bug must not stop the run: reported like a per-file one
+            from .pipeline import internal_error
+
+            found.append(internal_error(min(members), f"rule {rule_cls.code} ({rule_cls.name}) on the project model", exc))
+            return found  # not cached: the next run reports it again
+    store.remember(root, chosen, sorted(project.summaries) if project is not None else chosen, found)
+    return found
+
+
+def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnostic]:
+    """`# noqa` and per-file ignores, as for per-file findings."""
+    from .pipeline import apply_noqa, known_codes, read_file
+
+    by_file: Dict[str, List[Diagnostic]] = {}
+    for d in diagnostics:
+        by_file.setdefault(d.filename, []).append(d)
+    out: List[Diagnostic] = []
+    for path, found in by_file.items():
+        ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
+        found = [d for d in found if d.code not in ignored]
+        source, _ = read_file(path)
+        out.extend(apply_noqa(found, source) if source is not None else found)
+    return out
+
+
+def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[Diagnostic]:
+    """Per-file diagnostics plus the cross-file ones that do not repeat one at the same place."""
+    kept = list(per_file)
+    seen = {(d.filename, d.code, d.location) for d in kept}
+    for d in cross:
+        key = (d.filename, d.code, d.location)
+        if key not in seen:
+            seen.add(key)
+            kept.append(d)
+    return kept
+
+
+class _Store:
+    """Text indexes and summaries by absolute path, through the run's cache when it has one."""
+
+    def __init__(self, cache: Any, indexes: Dict[str, Dict[str, Any]]) -> None:
+        self.cache = cache
+        self._index: Dict[str, Dict[str, Any]] = dict(indexes)
+
+    def index(self, path: str) -> Dict[str, Any]:
+        found = self._index.get(path)
+        if found is None:
+            from ..model.project import text_index
+
+            found = self._linted(path) or self._cached("pindex", path, text_index) or {"r": "", "i": []}
+            self._index[path] = found
+        return found
+
+    def findings(self, root: Optional[str], chosen: List[str]) -> Optional[List[Diagnostic]]:
+        """The findings recorded for this project when it started from the same files and
+        none of the files its model read has changed since."""
+        if self.cache is None:
+            return None
+        from .cache import RACY_SECONDS, decode_diagnostic, file_digest, stat_key
+
+        entry = self.cache.get_raw("project", root or "")
+        if not entry or entry.get("universe") != chosen:
+            return None
+        for path, (mtime_ns, size, read_at, digest) in entry["files"].items():
+            try:
+                st = stat_key(os.stat(path))
+                if st != (mtime_ns, size) or mtime_ns / 1e9 >= read_at - RACY_SECONDS:
+                    with open(path, "rb") as fh:  # touched, or too recent to trust: the bytes decide
+                        if file_digest(fh.read()) != digest:
+                            return None
+            except OSError:
+                return None
+        try:
+            return [decode_diagnostic(d) for d in entry["diagnostics"]]
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def remember(self, root: Optional[str], chosen: List[str], read: List[str], found: List[Diagnostic]) -> None:
+        if self.cache is None:
+            return
+        from .cache import encode_diagnostic, file_digest, now, stat_key
+
+        files = {}
+        for path in read:
+            try:
+                st = stat_key(os.stat(path))
+                with open(path, "rb") as fh:
+                    files[path] = [*st, now(), file_digest(fh.read())]
+            except OSError:
+                return
+        try:
+            diagnostics = [encode_diagnostic(d) for d in found]
+        except Exception:  # a diagnostic the cache cannot hold: recompute next time
+            return
+        self.cache.put_raw("project", root or "", {"universe": chosen, "files": files, "diagnostics": diagnostics})
+
+    def _linted(self, path: str) -> Optional[Dict[str, Any]]:
+        """The index an earlier run's lint of the unchanged file recorded."""
+        if self.cache is None:
+            return None
+        from .cache import stat_key
+
+        for spelled in (path, os.path.relpath(path)):
+            try:
+                hit, _ = self.cache.lookup("lint", spelled, stat_key(os.stat(path)), count=False)
+            except OSError:
+                return None
+            if hit is not None and hit.index is not None:
+                return hit.index
+        return None
+
+    def summary(self, path: str) -> Optional[Dict[str, Any]]:
+        from ..model.project import summarize
+
+        found = self._cached("summary", path, lambda text: {"s": summarize(text)})
+        return found.get("s") if found else None
+
+    def _cached(self, kind: str, path: str, compute: Callable[[str], Any]) -> Optional[Dict[str, Any]]:
+        from .cache import file_digest, now, stat_key
+        from .pipeline import decode_source
+
+        st: Optional[Tuple[int, int]] = None
+        known = None
+        if self.cache is not None:
+            try:
+                st = stat_key(os.stat(path))
+            except OSError:
+                return None
+            hit, known = self.cache.lookup(kind, path, st)
+            if hit is not None:
+                return hit
+        read_at = now()
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return None
+        digest = file_digest(data)
+        if self.cache is not None and st is not None and known == digest:
+            reused = self.cache.reuse(kind, path, st, read_at)
+            if reused is not None:
+                return reused
+        try:
+            value = compute(decode_source(data))
+        except (UnicodeDecodeError, SyntaxError, LookupError):
+            return None
+        if self.cache is not None and st is not None:
+            self.cache.store(kind, path, st, digest, read_at, value)
+        return value

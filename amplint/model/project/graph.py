@@ -1,0 +1,815 @@
+"""The project-wide AMP model: summaries joined into one program.
+
+Given the summaries of some files of a project (`summary.py`), this module
+answers what one file alone cannot:
+
+* what a spelled name refers to across files (imports resolved to project
+  files: relative imports, packages, `src/` layouts, scripts importing their
+  neighbours; re-exports through `__init__.py`);
+* what a value is: an instance of a project class (and whether its
+  parameters were made fp16), a project function, an external object such
+  as a `torch.nn.BCELoss` instance; followed through assignments,
+  attributes bound in `__init__`, builder functions' returns and the
+  arguments call sites pass to parameters;
+* the call graph: functions, `self.` methods, instances called as
+  `model(x)` / `self.head(x)` / `criterion(...)` to their `forward`;
+* facts propagated along it to a fixpoint: which functions may run under
+  autocast (with the region and the chain of calls that leads there),
+  including framework entry points (Lightning `Trainer(precision=...)`,
+  accelerate `Accelerator(mixed_precision=...)` + `prepare`, Hugging Face
+  `TrainingArguments(fp16/bf16=True)` + `Trainer(model=...)`).
+
+It is a reusable layer: rules ask it questions (`Project.calls`,
+`Project.resolve_call`, `Project.autocast_witnesses`), and so can the
+verifier or an editor server. It never imports libcst or torch.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+
+from .. import torchapi
+from ...core.diagnostics import Diagnostic, Location, Related, Severity
+from .index import ModuleIndex
+
+# A value type is a small tuple:
+#   ("C", path, cls)         a project class object
+#   ("I", path, cls, dtype, site)  an instance of it; dtype "" or "fp16"/"bf16" when its parameters
+#                            were cast, site: (path, row) of that cast, else ()
+#   ("F", path, qual)        a project function or method
+#   ("M", path)              a project module
+#   ("X", qualname)          an external name (torch.nn.BCELoss, torch.nn.functional.binary_cross_entropy)
+#   ("R", qualname, dtype, site)  what calling an external name returned (a torch.nn.BCELoss instance,
+#                            an nn.Linear whose parameters were cast: dtype and site as for "I")
+#   ("A", device, dtype, enabled)  an autocast held for later: `partial(torch.autocast, "cuda")`
+Type = Tuple[Any, ...]
+TypeSet = FrozenSet[Type]
+FuncKey = Tuple[str, str]  # (path, qual)
+
+_EMPTY: TypeSet = frozenset()
+#: callees that keep fp32 master weights for the optimizer they are given
+_MASTER_WRAPPER = re.compile(r"fp16|master|initialize|mixedprecision|deepspeed", re.IGNORECASE)
+_MAX_CHAIN = 8
+_MAX_WITNESSES = 3
+_ROUNDS = 4
+_FORWARD = ("forward", "__call__")
+_LIGHTNING_HOOKS = ("training_step", "validation_step", "test_step", "predict_step", "forward")
+
+
+@dataclass(frozen=True)
+class Region:
+    """An autocast region as the project sees it: where it opens and what it does."""
+
+    path: str
+    row: int
+    device: Optional[str]
+    dtype: Optional[str]
+    enabled: Optional[bool]
+    kind: str = "autocast"  # "autocast" | "lightning" | "accelerate" | "hf" | "framework"
+
+
+@dataclass(frozen=True)
+class Witness:
+    """Why a function may run under autocast: the region, and the calls from it (function keys)."""
+
+    region: Region
+    chain: Tuple[FuncKey, ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    path: str
+    func: str  # the qual of the function holding the call
+    record: Dict[str, Any]  # the summary's call record
+
+    @property
+    def row(self) -> int:
+        return self.record["r"]
+
+
+class Project:
+    """The AMP model of the files whose summaries it was given.
+
+    `summaries`: path -> summary (from `summary.summarize`); `root`: the project
+    folder (module names are read relative to it, and to `root/src`); `files`:
+    every file of the project, and `load(path)` its summary: a module that a
+    name resolves to is loaded when first needed (the files a question starts
+    from are given, what they import comes as it is needed).
+    """
+
+    def __init__(
+        self,
+        root: Optional[str],
+        summaries: Dict[str, Dict[str, Any]],
+        files: Optional[Iterable[str]] = None,
+        load: Optional[Callable[[str], Optional[Dict[str, Any]]]] = None,
+    ) -> None:
+        self.root = root
+        self.summaries = dict(summaries)
+        self._load = load
+        self._missing: Set[str] = set()
+        self._index = ModuleIndex(files if files is not None else summaries, root)
+        self._param_types: Dict[Tuple[str, str, str], Set[Type]] = {}
+        #: memos per loading mode: what a name is may differ once more modules are loaded
+        self._memos: Dict[bool, Dict[Any, TypeSet]] = {False: {}, True: {}}
+        self._may_load = True
+        self._active: Set[Any] = set()
+        self._resolveds: Dict[bool, Dict[int, TypeSet]] = {False: {}, True: {}}
+        self._witnesses: Dict[FuncKey, List[Witness]] = {}
+        self._entries: Optional[Dict[FuncKey, List[Region]]] = None
+        self._callers: Optional[Dict[FuncKey, List[Call]]] = None
+        self._bound: Dict[str, Set[str]] = {}
+        self._casts: Dict[Tuple[FuncKey, bool], List[Tuple[str, str, Tuple[str, int]]]] = {}
+        self._settle()
+
+    # ------------------------------------------------------------------ modules
+
+    def module_path(self, module: str, importer: str, level: int = 0) -> Optional[str]:
+        """The project file of a module spelled in `importer` (None: not a project module,
+        or one that does not parse)."""
+        path = self._index.resolve(importer, level, module)
+        if path is None or path in self.summaries:
+            return path
+        if self._load is None or not self._may_load or path in self._missing:
+            return None
+        summary = self._load(path)
+        if summary is None:
+            self._missing.add(path)
+            return None
+        self.summaries[path] = summary
+        return path
+
+    # ------------------------------------------------------------------ names and values
+
+    def functions(self) -> Iterator[Tuple[str, str, Dict[str, Any]]]:
+        for path, s in list(self.summaries.items()):
+            for qual, info in s["functions"].items():
+                yield path, qual, info
+
+    def calls(self) -> Iterator[Call]:
+        for path, qual, info in self.functions():
+            for record in info["calls"]:
+                yield Call(path, qual, record)
+
+    def function(self, key: FuncKey) -> Optional[Dict[str, Any]]:
+        s = self.summaries.get(key[0])
+        return s["functions"].get(key[1]) if s is not None else None
+
+    def symbol(self, path: str, name: str, _depth: int = 0) -> TypeSet:
+        """What a top-level `name` of the file `path` is."""
+        memo = self._memos[self._may_load]
+        key = ("symbol", path, name)
+        found = memo.get(key)
+        if found is None:
+            if key in self._active:
+                return _EMPTY
+            self._active.add(key)
+            try:
+                found = memo[key] = self._symbol(path, name, _depth)
+            finally:
+                self._active.discard(key)
+        return found
+
+    def _symbol(self, path: str, name: str, _depth: int) -> TypeSet:
+        s = self.summaries.get(path)
+        if s is None or _depth > 6:
+            return _EMPTY
+        if name in s["classes"]:
+            return frozenset({("C", path, name)})
+        if name in s["functions"] and name != "<module>":
+            return frozenset({("F", path, name)})
+        imported = s["imports"].get(name)
+        if imported is not None:
+            level, module, attr = imported
+            if not attr:
+                target = self.module_path(module, path, level)
+                return frozenset({("M", target)}) if target else frozenset({("X", module)})
+            target = self.module_path(f"{module}.{attr}" if module else attr, path, level)
+            if target is not None:
+                return frozenset({("M", target)})
+            owner = self.module_path(module, path, level) if (module or level) else None
+            if owner is not None:
+                return self.symbol(owner, attr, _depth + 1)
+            if level:
+                return _EMPTY
+            return frozenset({("X", f"{module}.{attr}")})
+        refs = s["functions"]["<module>"]["locals"].get(name)
+        if refs:
+            return self._values(path, "<module>", refs)
+        return _EMPTY
+
+    def name_types(self, path: str, func: str, name: str) -> TypeSet:
+        """What the dotted `name` spelled in function `func` of `path` may be."""
+        head, _, rest = name.partition(".")
+        types = self._head(path, func, head)
+        for attr in rest.split(".") if rest else ():
+            types = frozenset(t for base in types for t in self.attribute(base, attr))
+            if not types:
+                break
+        return types
+
+    def _head(self, path: str, func: str, head: str) -> TypeSet:
+        types = self._head_uncast(path, func, head)
+        if types:
+            for subject, dtype, site in self.casts_in((path, func)):  # in source order: the last one holds
+                if subject == head:
+                    types = frozenset(_with_dtype(t, "" if dtype == "fp32" else dtype, site) for t in types)
+        return types
+
+    def casts_in(self, key: FuncKey) -> List[Tuple[str, str, Tuple[str, int]]]:
+        """(name, dtype, cast site) for every name a function casts in place, itself
+        (`model.half()`) or through a project function it passes the name to
+        (`convert_weights(model)`, `model.apply(to_fp16)`)."""
+        memo = (key, self._may_load)
+        found = self._casts.get(memo)
+        if found is not None:
+            return found
+        self._casts[memo] = []  # a recursive helper: what is known without it
+        info = self.function(key)
+        out: List[Tuple[str, str, Tuple[str, int]]] = []
+        if info is not None:
+            out.extend((subject, dtype, (key[0], row)) for subject, dtype, row in info["casts"])
+            for record in info["calls"]:
+                f = record["f"]
+                if not record["a"] or not f:
+                    continue
+                if f.endswith(".apply"):  # model.apply(fn): fn casts each submodule it is given
+                    subject, arg = f[: -len(".apply")], record["a"][0]
+                    targets = self._value(key[0], key[1], arg)
+                    position = 0
+                else:
+                    first = record["a"][0]
+                    if not first or "n" not in first:
+                        continue
+                    subject, targets, position = first["n"], self.name_types(key[0], key[1], f), 0
+                for t in targets:
+                    if t[0] != "F":
+                        continue
+                    callee = self.function((t[1], t[2]))
+                    if callee is None or len(callee["params"]) <= position:
+                        continue
+                    param = callee["params"][position]
+                    for name, dtype, _site in self.casts_in((t[1], t[2])):
+                        if name == param:
+                            out.append((subject, dtype, (key[0], record["r"])))
+        self._casts[memo] = out
+        return out
+
+    def _head_uncast(self, path: str, func: str, head: str) -> TypeSet:
+        s = self.summaries[path]
+        scope: Optional[str] = func
+        while scope is not None:
+            info = s["functions"].get(scope)
+            if info is not None and scope != "<module>":
+                params = info["params"]
+                if info["cls"] and params and head == params[0] and scope.count(".") == 1:
+                    return frozenset({("I", path, info["cls"], "", ())})
+                refs = info["locals"].get(head)
+                if refs:
+                    return self._values(path, scope, refs)
+                if f"{scope}.{head}" in s["functions"]:  # a function defined inside this one
+                    return frozenset({("F", path, f"{scope}.{head}")})
+                if head in params:
+                    return frozenset(self._param_types.get((path, scope, head), ()))
+            scope = scope.rsplit(".", 1)[0] if "." in scope else None
+        return self.symbol(path, head)
+
+    def attribute(self, base: Type, attr: str) -> TypeSet:
+        kind = base[0]
+        if kind == "M":
+            return self.symbol(base[1], attr)
+        if kind == "X":
+            return frozenset({("X", f"{base[1]}.{attr}")})
+        if kind in ("I", "C"):
+            path, cls = base[1], base[2]
+            for p, c in self.mro(path, cls):
+                info = self.summaries[p]["classes"][c]
+                refs = info["attrs"].get(attr)
+                if refs and kind == "I":
+                    out: Set[Type] = set()
+                    for func, ref in refs:
+                        out |= self._value(p, func, ref)
+                    if out:
+                        return frozenset(out)
+                qual = f"{c}.{attr}"
+                if qual in self.summaries[p]["functions"]:
+                    return frozenset({("F", p, qual)})
+        return _EMPTY
+
+    def mro(self, path: str, cls: str, _depth: int = 0) -> List[Tuple[str, str]]:
+        """The class and its project base classes, nearest first."""
+        key = ("mro", path, cls)
+        memo = self._memos[self._may_load]
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = tuple(self._mro(path, cls, _depth))  # type: ignore[assignment]
+        return list(found)
+
+    def _mro(self, path: str, cls: str, _depth: int) -> List[Tuple[str, str]]:
+        out = [(path, cls)]
+        if _depth > 8:
+            return out
+        for base in self.summaries[path]["classes"][cls]["bases"]:
+            if not base:
+                continue
+            for t in self.name_types(path, "<module>", base):
+                if t[0] == "C" and (t[1], t[2]) not in out:
+                    out.extend(x for x in self.mro(t[1], t[2], _depth + 1) if x not in out)
+        return out
+
+    def external_bases(self, path: str, cls: str) -> Set[str]:
+        """The qualified names of the external classes a project class derives from."""
+        out: Set[str] = set()
+        for p, c in self.mro(path, cls):
+            for base in self.summaries[p]["classes"][c]["bases"]:
+                for t in self.name_types(p, "<module>", base) if base else ():
+                    if t[0] == "X":
+                        out.add(t[1])
+        return out
+
+    def _values(self, path: str, func: str, refs: Iterable[Dict[str, Any]]) -> TypeSet:
+        out: Set[Type] = set()
+        for ref in refs:
+            out |= self._value(path, func, ref)
+        return frozenset(out)
+
+    def _value(self, path: str, func: str, ref: Optional[Dict[str, Any]]) -> TypeSet:
+        if ref is None:
+            return _EMPTY
+        key = (path, func, id(ref))
+        memo = self._memos[self._may_load]
+        if key in memo:
+            return memo[key]
+        if key in self._active:
+            return _EMPTY  # a cycle (`x = f(x)`): what is known without it
+        self._active.add(key)
+        try:
+            if "n" in ref:
+                types = self.name_types(path, func, ref["n"])
+            elif "p" in ref and ref["a"]:
+                types = self._partial(path, func, ref)
+            elif "c" in ref:
+                types = frozenset(t for callee in self.name_types(path, func, ref["c"]) for t in self.returns(callee))
+            else:  # a number
+                types = _EMPTY
+            for method in ref.get("m", ()):
+                if method.startswith("to:"):
+                    dtype = method[3:]
+                    types = frozenset(_with_dtype(t, "" if dtype == "fp32" else dtype, (path, ref.get("mr", 0))) for t in types)
+        finally:
+            self._active.discard(key)
+        memo[key] = types
+        return types
+
+    def _partial(self, path: str, func: str, ref: Dict[str, Any]) -> TypeSet:
+        """`partial(torch.autocast, device_type="cuda", dtype=torch.float16)`: an autocast held for later."""
+        if not any(t == ("X", "functools.partial") for t in self.name_types(path, func, ref["c"])):
+            return _EMPTY
+        target = self._value(path, func, ref["a"][0])
+        held = [t[1] for t in target if t[0] == "X" and t[1] in torchapi.AUTOCAST_CONTEXTS]
+        if not held:
+            return _EMPTY
+        args = dict(ref["k"])
+        positional = ("device_type", "dtype", "enabled") if torchapi.AUTOCAST_CONTEXTS[held[0]] is None else ("enabled", "dtype")
+        for name, value in zip(positional, ref["a"][1:]):
+            args.setdefault(name, value)
+        return frozenset({self.autocast_of(path, func, held[0], args)})
+
+    def autocast_of(self, path: str, func: str, qualname: str, args: Dict[str, Any]) -> Type:
+        """("A", device, dtype, enabled) from an autocast's arguments (vrefs by parameter name)."""
+        device = torchapi.AUTOCAST_CONTEXTS[qualname]
+        if device is None:
+            device = (args.get("device_type") or {}).get("s")
+        dtype_ref = args.get("dtype")
+        if dtype_ref is None:
+            dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
+        elif "s" in dtype_ref:
+            dtype = torchapi.DTYPE_STRINGS.get(dtype_ref["s"].replace("torch.", ""))
+        else:
+            dtype = next((torchapi.dtype_of_qualname(t[1]) for t in self._value(path, func, dtype_ref) if t[0] == "X"), None)
+        enabled_ref = args.get("enabled")
+        enabled: Optional[bool] = True
+        if enabled_ref is not None:
+            enabled = None
+            if "n" in enabled_ref and enabled_ref["n"] in ("True", "False"):
+                enabled = enabled_ref["n"] == "True"
+        return ("A", device, dtype, enabled)
+
+    def returns(self, callee: Type) -> TypeSet:
+        """What calling a value of type `callee` gives."""
+        kind = callee[0]
+        if kind == "C":
+            return frozenset({("I", callee[1], callee[2], "", ())})
+        if kind == "X":
+            return frozenset({("R", callee[1], "", ())})
+        if kind == "F":
+            info = self.function((callee[1], callee[2]))
+            if info is None:
+                return _EMPTY
+            return self._values(callee[1], callee[2], info["returns"])
+        return _EMPTY
+
+    # ------------------------------------------------------------------ calls
+
+    def resolve_call(self, call: Call) -> TypeSet:
+        """What the callee of `call` may be (its value types, before calling)."""
+        key = id(call.record)
+        resolved = self._resolveds[self._may_load]
+        found = resolved.get(key)
+        if found is not None:
+            return found
+        record = call.record
+        if record["f"]:
+            types = self.name_types(call.path, call.func, record["f"])
+        elif "fv" in record:
+            types = self._value(call.path, call.func, record["fv"])
+        else:
+            types = _EMPTY
+        resolved[key] = types
+        return types
+
+    def callees(self, call: Call) -> List[FuncKey]:
+        """The project functions `call` runs: functions, methods, a class's `__init__`,
+        an instance's `forward`."""
+        out: List[FuncKey] = []
+        for t in self.resolve_call(call):
+            key = self.runs(t)
+            if key is not None and key not in out:
+                out.append(key)
+        return out
+
+    def runs(self, t: Type) -> Optional[FuncKey]:
+        if t[0] == "F":
+            return (t[1], t[2])
+        if t[0] in ("C", "I"):
+            names = ("__init__",) if t[0] == "C" else _FORWARD
+            for p, c in self.mro(t[1], t[2]):
+                for n in names:
+                    if f"{c}.{n}" in self.summaries[p]["functions"]:
+                        return (p, f"{c}.{n}")
+        return None
+
+    def _settle(self) -> None:
+        """Parameter types from the arguments call sites pass, to a fixpoint (a few rounds),
+        among the files given (no module is loaded for it), and who calls whom."""
+        self._may_load = False
+        try:
+            self._settle_rounds()
+            self._callers = {}
+            for call in list(self.calls()):
+                for callee in self.callees(call):
+                    self._callers.setdefault(callee, []).append(call)
+        finally:
+            self._may_load = True
+
+    def _settle_rounds(self) -> None:
+        for _ in range(_ROUNDS):
+            found: Dict[Tuple[str, str, str], Set[Type]] = {}
+            for call in list(self.calls()):
+                if not call.record["a"] and not call.record["k"]:
+                    continue  # binds no parameter
+                for t in self.resolve_call(call):
+                    key = self.runs(t)
+                    if key is None:
+                        continue
+                    info = self.function(key)
+                    if info is None:
+                        continue
+                    params = list(info["params"])
+                    if info["cls"] and key[1].count(".") == 1 and params:
+                        params = params[1:]  # self
+                    for i, ref in enumerate(call.record["a"]):
+                        if i < len(params) and ref is not None:
+                            found.setdefault((key[0], key[1], params[i]), set()).update(self._value(call.path, call.func, ref))
+                    for kw, ref in call.record["k"].items():
+                        if kw in params and ref is not None:
+                            found.setdefault((key[0], key[1], kw), set()).update(self._value(call.path, call.func, ref))
+            if found == self._param_types:
+                break
+            self._param_types = found
+            for memo in (*self._memos.values(), *self._resolveds.values()):
+                memo.clear()
+            self._casts.clear()
+
+    def updated_modules(self, call: Call) -> TypeSet:
+        """The modules whose parameters an optimizer constructor call is given
+        (`Adam(model.parameters())`, `filter(..., model.parameters())`, `params=`)."""
+        record = call.record
+        ref = record["a"][0] if record["a"] else record["k"].get("params")
+        for _ in range(3):
+            if not ref or "c" not in ref:
+                return _EMPTY
+            owner, _, method = ref["c"].rpartition(".")
+            if method in ("parameters", "named_parameters") and owner:
+                return self.name_types(call.path, call.func, owner)
+            if ref["c"] in ("filter", "list") and ref["a"]:
+                ref = ref["a"][-1]
+                continue
+            return _EMPTY
+        return _EMPTY
+
+    def names_bound_to(self, suffix: str) -> Set[str]:
+        """The last parts of the names and attributes the loaded files bind to the result of a
+        call spelled with `suffix` (`self.loss = nn.BCELoss()` -> "loss"): a cheap test of
+        which calls may need resolving."""
+        found = self._bound.get(suffix)
+        if found is None:
+            found = set()
+            for s in list(self.summaries.values()):
+                bindings = [n for f in s["functions"].values() for n, refs in f["locals"].items() if _has_call(refs, suffix)]
+                bindings += [a for c in s["classes"].values() for a, refs in c["attrs"].items() if _has_call((r for _, r in refs), suffix)]
+                found.update(bindings)
+            self._bound[suffix] = found
+        return found
+
+    def optimizer_class(self, call: Call) -> Optional[str]:
+        """`torch.optim.AdamW` when the call constructs a torch optimizer (not a scheduler)."""
+        last = call.record["f"].rsplit(".", 1)[-1]
+        if not last[:1].isupper() or last.endswith(("LR", "Scheduler", "Scaler")) or not self._from_torch(call):
+            return None  # only a class imported from torch can be one: the spelling decides what is resolved
+        for t in self.resolve_call(call):
+            if t[0] == "X":
+                parts = t[1].split(".")
+                if (
+                    len(parts) >= 3 and parts[:2] == ["torch", "optim"] and parts[-1][:1].isupper()
+                    and parts[-1] != "Optimizer" and "lr_scheduler" not in parts and "swa_utils" not in parts
+                ):
+                    return t[1]
+        return None
+
+    def grad_scaler(self, call: Call) -> Optional[str]:
+        """The qualified name when the call constructs a torch GradScaler."""
+        if not call.record["f"].endswith("Scaler") or not self._from_torch(call):
+            return None
+        for t in self.resolve_call(call):
+            if t[0] == "X" and (t[1] in torchapi.GRAD_SCALERS or (t[1].startswith("torch.") and t[1].endswith("GradScaler"))):
+                return t[1]
+        return None
+
+    def _from_torch(self, call: Call) -> bool:
+        """Whether the callee's first name is imported from torch (read off the import table,
+        so asking loads no project module)."""
+        imported = self.summaries[call.path]["imports"].get(call.record["f"].split(".")[0])
+        return imported is not None and not imported[0] and imported[1].split(".")[0] == "torch"
+
+    def callers(self, key: FuncKey) -> List[Call]:
+        """The calls in the files the model started from that run function `key`."""
+        return list((self._callers or {}).get(key, ()))
+
+    def saved_checkpoint(self, key: FuncKey) -> Optional[Tuple[Call, Dict[str, Any]]]:
+        """The `torch.save({...})` of a resume checkpoint in function `key` -- a dict holding an
+        optimizer's `state_dict()` -- and the dict; None when the function saves none."""
+        info = self.function(key)
+        if info is None:
+            return None
+        for record in info["calls"]:
+            call = Call(key[0], key[1], record)
+            if not record["a"] or not any(t == ("X", "torch.save") for t in self.resolve_call(call)):
+                continue
+            saved = record["a"][0]
+            if saved and "n" in saved:  # `state = {...}; torch.save(state, path)`
+                saved = next((r for r in info["locals"].get(saved["n"], ()) if r and "d" in r), None)
+            if saved and "d" in saved and any(
+                v and "c" in v and v["c"].endswith(".state_dict") and "optim" in v["c"].lower() for v in saved["d"].values()
+            ):
+                return call, saved
+        return None
+
+    def master_weights(self, call: Call) -> bool:
+        """Whether the function holding `call` hands its optimizer to something that keeps fp32
+        master weights (apex `amp.initialize`, `FP16_Optimizer`, DeepSpeed, fairseq's optimizers)."""
+        info = self.function((call.path, call.func))
+        return info is not None and any(_MASTER_WRAPPER.search(r["f"]) for r in info["calls"] if r["f"])
+
+    def fp16_modules(self, types: Iterable[Type]) -> List[Tuple[str, Tuple[str, int]]]:
+        """(class name, cast site) of the modules among `types` whose parameters were cast to
+        fp16 (project classes and external ones, `nn.Linear`, `resnet50`), in a stable order."""
+        found = {(t[2] if t[0] == "I" else t[1].rsplit(".", 1)[-1], t[-1]) for t in types if t[0] in ("I", "R") and t[-2] == "fp16"}
+        return sorted(found)
+
+    # ------------------------------------------------------------------ autocast
+
+    def region_of(self, call: Call) -> Optional[Region]:
+        """The innermost autocast region a call sits in within its own file (None: none known).
+        A region whose `enabled` is False is returned too: it shields what it holds."""
+        regions = self.summaries[call.path]["regions"]
+        index = call.record["g"]
+        while index >= 0:
+            r = regions[index]
+            region = self._region(call.path, call.func, r)
+            if region is not None:
+                return region
+            index = r["parent"]
+        return None
+
+    def _region(self, path: str, func: str, r: Dict[str, Any]) -> Optional[Region]:
+        via = r.get("via")
+        if via is None:
+            kind = "framework" if r.get("framework") else "autocast"
+            return Region(path, r["row"], r["device"], r["dtype"], r["enabled"], kind)
+        # `with self.amp_autocast():` -- what the callee holds decides
+        types = self.name_types(path, func, via)
+        held = [t for t in types if t[0] == "A"]
+        if not held:
+            return None
+        device, dtype, enabled = held[0][1], held[0][2], held[0][3]
+        if len(held) < len(types) or any(h[1:] != held[0][1:] for h in held):
+            # `amp_autocast = partial(torch.autocast, ...) if amp else suppress`: decided at run time
+            enabled = None if enabled is not False else False
+            if any(h[1] != device for h in held):
+                device = None
+            if any(h[2] != dtype for h in held):
+                dtype = None
+        return Region(path, r["row"], device, dtype, enabled, "held")
+
+    def autocast_witnesses(self, key: FuncKey) -> List[Witness]:
+        """Why function `key` may run under autocast: up to a few regions (distinct device,
+        dtype, enabled), each with the chain of calls from the region down to `key`, nearest
+        first. Found by walking callers back from `key`, so only what leads there is read."""
+        found = self._witnesses.get(key)
+        if found is not None:
+            return found
+        out: List[Witness] = []
+        signatures: Set[Tuple[Any, ...]] = set()
+
+        def add(region: Region, chain: Tuple[FuncKey, ...]) -> None:
+            sig = (region.device, region.dtype, region.enabled)
+            if region.enabled is not False and sig not in signatures and len(out) < _MAX_WITNESSES:
+                signatures.add(sig)
+                out.append(Witness(region, chain))
+
+        seen = {key}
+        frontier: List[Tuple[FuncKey, Tuple[FuncKey, ...]]] = [(key, (key,))]
+        while frontier and len(out) < _MAX_WITNESSES:
+            following: List[Tuple[FuncKey, Tuple[FuncKey, ...]]] = []
+            for fkey, chain in frontier:
+                for region in self._entry_regions(fkey):
+                    add(region, chain)
+                for call in self.callers(fkey):
+                    region = self.region_of(call)
+                    if region is not None:
+                        add(region, chain)  # entered here (or shielded by enabled=False)
+                        continue
+                    caller = (call.path, call.func)
+                    if caller not in seen and len(chain) < _MAX_CHAIN:
+                        seen.add(caller)
+                        following.append((caller, (caller, *chain)))
+            frontier = following
+        self._witnesses[key] = out
+        return out
+
+    def _entry_regions(self, key: FuncKey) -> List[Region]:
+        """Regions a function is entered under without a call the project shows: its
+        decorators', and a framework's precision setting for the hooks it runs."""
+        if self._entries is None:
+            self._entries = {}
+            for path, s in list(self.summaries.items()):
+                for fw in s["frameworks"]:
+                    region = Region(path, fw["row"], fw["device"], fw["dtype"], True, fw["kind"])
+                    for entry in self._framework_entries(path, fw):
+                        self._entries.setdefault(entry, []).append(region)
+        out = list(self._entries.get(key, ()))
+        info = self.function(key)
+        for decorator in info["decorators"] if info is not None else ():
+            if decorator:
+                scope = "<module>" if "." not in key[1] else key[1].rsplit(".", 1)[0]
+                for t in self.name_types(key[0], scope, decorator):
+                    region = self.decorator_region(t)
+                    if region is not None:
+                        out.append(region)
+        return out
+
+    def decorator_region(self, t: Type) -> Optional[Region]:
+        """The region a project decorator runs the decorated function under: one whose
+        nested wrapper calls the function it was given inside an enabled autocast."""
+        if t[0] != "F":
+            return None
+        info = self.function((t[1], t[2]))
+        if info is None or not info["params"]:
+            return None
+        param = info["params"][0]
+        prefix = f"{t[2]}."
+        for qual, inner in self.summaries[t[1]]["functions"].items():
+            if not qual.startswith(prefix):
+                continue
+            for record in inner["calls"]:
+                if record["f"] == param:
+                    region = self.region_of(Call(t[1], qual, record))
+                    if region is not None and region.enabled is not False:
+                        return region
+        return None
+
+    def _framework_entries(self, path: str, fw: Dict[str, Any]) -> List[FuncKey]:
+        """The project functions a framework runs under its precision setting."""
+        info = self.summaries[path]["functions"].get(fw["func"])
+        if info is None:
+            return []
+        target = fw["target"]
+        models: Set[Type] = set()
+        for record in info["calls"]:
+            f = record["f"]
+            if fw["kind"] == "lightning" and f == f"{target}.fit":
+                ref = record["a"][0] if record["a"] else record["k"].get("model")
+                models |= self._value(path, fw["func"], ref)
+            elif fw["kind"] == "accelerate" and f == f"{target}.prepare":
+                for ref in record["a"]:
+                    models |= self._value(path, fw["func"], ref)
+            elif fw["kind"] == "hf" and (record["k"].get("args") or {}).get("n") == target:
+                models |= self._value(path, fw["func"], record["k"].get("model"))
+        out: List[FuncKey] = []
+        hooks = _LIGHTNING_HOOKS if fw["kind"] == "lightning" else _FORWARD
+        for t in models:
+            if t[0] != "I":
+                continue
+            for hook in hooks:  # the nearest definition of each hook
+                for p, c in self.mro(t[1], t[2]):
+                    key = (p, f"{c}.{hook}")
+                    if key[1] in self.summaries[p]["functions"]:
+                        if key not in out:
+                            out.append(key)
+                        break
+        return out
+
+    # ------------------------------------------------------------------ reporting
+
+    def where(self, path: str, row: int) -> str:
+        """`segkit/engine/trainer.py:18`: a place in the project, as a user reads it."""
+        rel = os.path.relpath(path, self.root) if self.root else os.path.basename(path)
+        return f"{rel.replace(os.sep, '/')}:{row}"
+
+    def describe(self, region: Region) -> str:
+        """`the CUDA autocast of train.py:18`, `the Lightning Trainer(precision="16-mixed") of main.py:9`."""
+        at = self.where(region.path, region.row)
+        dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(region.dtype or "", "")
+        if region.kind == "lightning":
+            return f"the {dtype} mixed precision of the Lightning `Trainer` at {at}"
+        if region.kind == "accelerate":
+            return f"the {dtype} mixed precision of the `Accelerator` at {at} (through `prepare`)"
+        if region.kind == "hf":
+            return f"the {dtype} mixed precision of the `TrainingArguments` at {at} (through `Trainer(model=...)`)"
+        device = {"cuda": "CUDA ", "cpu": "CPU ", "xpu": "XPU "}.get(region.device or "", "")
+        if region.kind == "held":
+            return f"the {device}autocast held by the `with` of {at}"
+        return f"the {device}autocast of {at}"
+
+    def related(self, path: str, row: int, note: str) -> Related:
+        """The cause of a finding, elsewhere in the project (a line: summaries keep rows)."""
+        shown = os.path.relpath(path)
+        return Related(Location(row, 1), Location(row, 1), note, filename=path if shown.startswith("..") else shown)
+
+    def diagnostic(
+        self,
+        rule: Any,
+        call: Call,
+        message: str,
+        *,
+        data: Optional[dict] = None,
+        severity: Optional[Severity] = None,
+        related: Tuple[Related, ...] = (),
+    ) -> Diagnostic:
+        """A diagnostic of `rule` spanning a call (the path is the project's absolute one);
+        `related`: where its cause is."""
+        r = call.record
+        return Diagnostic(
+            code=rule.code,
+            name=rule.name,
+            message=message,
+            severity=severity or rule.severity,
+            filename=call.path,
+            location=Location(r["r"], r["c"]),
+            end_location=Location(r["er"], r["ec"]),
+            noqa_row=r["r"],
+            url=rule.url(),
+            data=dict(data or {}),
+            related=tuple(related),
+        )
+
+
+#: the name rules know a project call by (`amplint.model.ProjectCall`)
+ProjectCall = Call
+
+
+def chain_text(chain: Tuple[FuncKey, ...]) -> str:
+    """"`UNet.forward` -> `DiceBCELoss.forward`"."""
+    return " -> ".join(f"`{display(k)}`" for k in chain)
+
+
+def _has_call(refs: Iterable[Optional[Dict[str, Any]]], suffix: str) -> bool:
+    return any(r is not None and r.get("c", "").endswith(suffix) for r in refs)
+
+
+def _with_dtype(t: Type, dtype: str, site: Tuple[str, int]) -> Type:
+    if t[0] == "I":
+        return ("I", t[1], t[2], dtype, site if dtype else ())
+    if t[0] == "R":
+        return ("R", t[1], dtype, site if dtype else ())
+    return t
+
+
+def display(key: FuncKey) -> str:
+    """`Net.forward`, `compute_loss` (module level code shows as the file's name)."""
+    if key[1] == "<module>":
+        return os.path.basename(key[0])
+    return key[1]

@@ -1,0 +1,229 @@
+"""What a file's text says before it is parsed: its project roles and its imports.
+
+The project model parses (with `ast`) only the files a question leads to. To
+choose them without parsing the project, every file gets a text index, cheap
+enough to compute for each file of a large repository and cached with the
+other per-file results:
+
+* roles: "b" -- the file calls a BCE loss, which only its callers' autocast
+  (maybe in other files) makes wrong; "o" -- it builds a torch optimizer,
+  whose module may have been made fp16 by what the file imports; "a" -- it
+  may set precision (autocast, a framework's precision flag, a GradScaler);
+  "h" -- it may hold an autocast in a `partial` and enter it later;
+  "g" -- it builds a GradScaler (another file may call that per epoch, or
+  save the checkpoint without it);
+* imports: (level, module, names) for every import statement, read by a
+  regular expression (strings holding `import` lines can only add files to
+  look at, never hide one).
+
+`universe` then takes the BCE files, the files that import them (transitively,
+a bounded number of levels), the precision-setting files those import, and
+the optimizer files and files holding an autocast in a `partial`; what these import is loaded when a name leads there
+(`graph.Project`).
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+_BCE = re.compile(r"binary_cross_entropy\s*\(|BCELoss\b")
+_OPTIMIZER = re.compile(r"\b(?:Adam|AdamW|SGD|RMSprop|Adagrad|Adamax|NAdam|RAdam|Adadelta|LBFGS|SparseAdam|ASGD|Rprop)\s*\(")
+_PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler")
+#: code that sets precision, not prose about it: an autocast, a scaler, a framework's setting
+_SETS_PRECISION = re.compile(r"autocast\s*\(|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True")
+#: the standard library's top-level modules: no project holds one, and leaving their imports
+#: out keeps the cached index small
+_EXTERNAL = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
+#: one pass over the import statements (`from` and `import` forms)
+_IMPORTS = re.compile(
+    r"^[ \t]*(?:from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))", re.M
+)
+
+#: how many importer levels above a seed file the universe reaches, and its size
+UP_LEVELS = 6
+MAX_FILES = 300
+
+Import = Tuple[int, str, Tuple[str, ...]]
+
+
+def text_index(source: str) -> Dict[str, object]:
+    """{"r": roles, "i": imports} of one file's text (JSON-able)."""
+    # substring tests first (C speed); the regexes run only on the few files that pass them
+    roles = ""
+    if ("binary_cross_entropy" in source or "BCELoss" in source) and _BCE.search(source):
+        roles += "b"
+    if "optim" in source and "parameters(" in source and _OPTIMIZER.search(source):
+        roles += "o"
+    if any(t in source for t in _PRECISION) and _SETS_PRECISION.search(source):
+        roles += "a"
+        if "autocast" in source and "partial" in source:
+            roles += "h"  # an autocast held in a `partial`, maybe entered later
+        if "GradScaler(" in source:
+            roles += "g"
+    imports: List[List[object]] = []
+    if "import" in source:
+        for m in _IMPORTS.finditer(source):
+            if m.group(4) is None:
+                if not m.group(1) and m.group(2).split(".")[0] in _EXTERNAL:
+                    continue
+                names = [n.strip().split(" as ")[0].strip() for n in m.group(3).strip("()").replace("\\\n", " ").split(",")]
+                imports.append([len(m.group(1)), m.group(2), [n for n in names if n.isidentifier()]])
+                continue
+            for part in m.group(4).split(","):
+                name = part.strip().split(" as ")[0].strip()
+                if name and all(p.isidentifier() for p in name.split(".")) and name.split(".")[0] not in _EXTERNAL:
+                    imports.append([0, name, []])
+    return {"r": roles, "i": imports}
+
+
+def module_names(path: str, root: Optional[str], files: Optional[Set[str]] = None, tops: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
+    """The dotted names a file may be imported as: relative to the project root, to
+    `root/src` (a `src/` layout), and from its topmost package folder (the folders
+    above it holding an `__init__.py` among `files`), so a package linted on its
+    own, with no project root, still resolves its absolute imports."""
+    out: List[str] = []
+    if root is not None:
+        rel = _below(path, root)
+        if rel is not None:
+            parts = _parts(rel)
+            if parts:
+                out.append(".".join(parts))
+                if parts[0] == "src" and len(parts) > 1:
+                    out.append(".".join(parts[1:]))
+    if files is not None:
+        top = _package_top(os.path.dirname(path), files, tops if tops is not None else {})
+        if top is not None:
+            parts = _parts(_below(path, os.path.dirname(top)) or "")
+            if parts and ".".join(parts) not in out:
+                out.append(".".join(parts))
+    return out
+
+
+def _below(path: str, folder: str) -> Optional[str]:
+    """`path` relative to `folder` when it lies below it (both absolute and normalised)."""
+    prefix = folder.rstrip(os.sep) + os.sep
+    return path[len(prefix):] if path.startswith(prefix) else None
+
+
+def _package_top(folder: str, files: Set[str], tops: Dict[str, Optional[str]]) -> Optional[str]:
+    """The topmost folder of the package chain holding `folder` (None: not in a package)."""
+    if folder in tops:
+        return tops[folder]
+    top: Optional[str] = None
+    if os.path.join(folder, "__init__.py") in files:
+        parent = os.path.dirname(folder)
+        top = (_package_top(parent, files, tops) if parent != folder else None) or folder
+    tops[folder] = top
+    return top
+
+
+def _parts(rel: str) -> List[str]:
+    parts = rel[:-3].split(os.sep) if rel.endswith(".py") else rel.split(os.sep)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return parts
+
+
+class ModuleIndex:
+    """Module names -> project files, for imports spelled in a given file."""
+
+    def __init__(self, files: Iterable[str], root: Optional[str]) -> None:
+        self.files: Set[str] = set(files)
+        self.by_name: Dict[str, str] = {}
+        self._resolved: Dict[Tuple[str, int, str], Optional[str]] = {}
+        tops: Dict[str, Optional[str]] = {}
+        for path in sorted(self.files):
+            for name in module_names(path, root, self.files, tops):
+                self.by_name.setdefault(name, path)
+
+    def resolve(self, importer: str, level: int, module: str) -> Optional[str]:
+        key = (os.path.dirname(importer), level, module)
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(importer, level, module)
+        return self._resolved[key]
+
+    def _resolve(self, importer: str, level: int, module: str) -> Optional[str]:
+        if level:
+            base = os.path.dirname(importer)
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            target = os.path.join(base, module.replace(".", os.sep)) if module else base
+            return self._file_at(target)
+        near = self._file_at(os.path.join(os.path.dirname(importer), module.replace(".", os.sep)))
+        return near if near is not None else self.by_name.get(module)
+
+    def _file_at(self, base: str) -> Optional[str]:
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if candidate in self.files:
+                return candidate
+        return None
+
+    def imported_files(self, importer: str, imports: Sequence[Sequence[object]]) -> List[str]:
+        """The project files an import list names (modules, and submodules imported by name)."""
+        out: List[str] = []
+        for level, module, names in imports:
+            assert isinstance(level, int) and isinstance(module, str)
+            target = self.resolve(importer, level, module)
+            if target is not None:
+                out.append(target)
+            for name in names or ():  # `from pkg import losses` may name a submodule
+                sub = self.resolve(importer, level, f"{module}.{name}" if module else str(name))
+                if sub is not None:
+                    out.append(sub)
+        return out
+
+
+def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, object]]) -> List[str]:
+    """The files the project model starts from: the BCE files, their importers up to
+    `UP_LEVELS` levels, the precision-setting files any of those import, the
+    optimizer files, files holding an autocast in a `partial`, and the files
+    building a GradScaler with their direct importers. Empty when none is there.
+    Sorted; the same for any subset of the project that asks."""
+    seeds = [f for f in files if "b" in str(index(f)["r"])]
+    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohg")]
+    if not seeds and not optimizers:
+        return []
+    chosen: Set[str] = set(seeds) | set(optimizers)
+    scalers = [f for f in optimizers if "g" in str(index(f)["r"])]
+    if seeds or scalers:
+        modules = ModuleIndex(files, root)
+        entries = {f: index(f)["i"] for f in files}
+        for f in sorted(_importers(scalers, files, entries, modules)) if scalers else ():
+            if len(chosen) < MAX_FILES:
+                chosen.add(f)  # who calls a function that builds a GradScaler
+    if seeds:
+        reached: Set[str] = set(seeds)
+        level = list(seeds)
+        for _ in range(UP_LEVELS):
+            following = sorted({i for i in _importers(level, files, entries, modules) if i not in reached})
+            if not following or len(chosen | set(following)) > MAX_FILES:
+                break
+            reached.update(following)
+            chosen.update(following)
+            level = following
+        for f in sorted(chosen):
+            for target in modules.imported_files(f, entries[f]):  # type: ignore[arg-type]
+                if target not in chosen and "a" in str(index(target)["r"]) and len(chosen) < MAX_FILES:
+                    chosen.add(target)
+    return sorted(chosen)
+
+
+def _importers(targets: Sequence[str], files: Sequence[str], entries: Dict[str, object], modules: "ModuleIndex") -> Set[str]:
+    """The files that import any of `targets`. Only import statements naming a target's
+    module or package name (its last dotted part) are resolved: a cheap string test first."""
+    names: Set[str] = set()
+    for t in targets:
+        base = os.path.basename(t)
+        names.add(os.path.basename(os.path.dirname(t)) if base == "__init__.py" else base[:-3])
+    wanted = set(targets)
+    out: Set[str] = set()
+    for f in files:
+        relevant = [
+            e for e in entries[f]  # type: ignore[union-attr]
+            if str(e[1]).rsplit(".", 1)[-1] in names or any(n in names for n in e[2]) or (not e[1] and e[0])
+        ]
+        if relevant and wanted.intersection(modules.imported_files(f, relevant)):
+            out.add(f)
+    return out

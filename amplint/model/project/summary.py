@@ -1,0 +1,478 @@
+"""One file's summary for the project-wide AMP model: plain JSON-able data.
+
+The project model (`graph.py`) never holds a syntax tree: it reads, for each
+file it needs, what the file defines (functions, classes and the attributes
+their methods bind), imports (relative ones too), calls (with the arguments
+passed, and the autocast region each call sits in) and what it does that
+matters to AMP (autocast regions, framework precision settings, casts to
+low precision). Summaries are cached by content hash like other per-file
+results, so a run over one changed file reuses the other files' summaries.
+
+Built with Python's own `ast` (C parser, several times cheaper than libcst):
+the project model parses only the files a question leads it to, and those
+are mostly files no rule needed to parse. Spellings are kept as dotted text
+(`self.head`, `F.binary_cross_entropy`); `graph.py` resolves them through
+the imports, so the summary depends on nothing but the file's own text.
+"""
+from __future__ import annotations
+
+import ast
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+from .. import torchapi
+
+#: bump when the shape of a summary changes (it is part of the cache key)
+VERSION = 1
+
+#: methods that return the module they are called on (`Net().cuda().half()`)
+_MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
+_LIGHTNING_TRAINERS = frozenset(
+    ("lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer", "lightning.pytorch.trainer.Trainer", "pytorch_lightning.trainer.Trainer")
+)
+_ACCELERATORS = frozenset(("accelerate.Accelerator", "accelerate.accelerator.Accelerator"))
+_HF_ARGS = frozenset(
+    ("transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments", "transformers.training_args.TrainingArguments")
+)
+
+
+def summarize(source: str) -> Optional[Dict[str, Any]]:
+    """The summary of one Python text; None when it does not parse."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return _Summarizer(source).run(tree)
+
+
+def dotted(node: Optional[ast.AST]) -> Optional[str]:
+    """`a.b.c` for a Name/Attribute chain, else None."""
+    parts: List[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+class _Summarizer:
+    def __init__(self, source: str) -> None:
+        self.lines = source.splitlines()
+        self.loops = 0  # loop bodies around the statement being read, in its function
+        self.branches = 0  # if/else bodies around it
+        self.imports: Dict[str, List[Any]] = {}
+        self.classes: Dict[str, Dict[str, Any]] = {}
+        self.functions: Dict[str, Dict[str, Any]] = {}
+        self.regions: List[Dict[str, Any]] = []
+        self.frameworks: List[Dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self, tree: ast.Module) -> Dict[str, Any]:
+        self._collect_imports(tree)
+        self._function("<module>", tree.body, None, [], 1, -1, [])
+        return {
+            "v": VERSION,
+            "imports": self.imports,
+            "classes": self.classes,
+            "functions": self.functions,
+            "regions": self.regions,
+            "frameworks": self.frameworks,
+        }
+
+    def _collect_imports(self, tree: ast.Module) -> None:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.imports.setdefault(alias.asname, [0, alias.name, ""])
+                    else:
+                        root = alias.name.split(".")[0]
+                        self.imports.setdefault(root, [0, root, ""])
+            elif isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if alias.name == "*":
+                        continue
+                    self.imports.setdefault(alias.asname or alias.name, [node.level or 0, node.module or "", alias.name])
+
+    def qualname(self, text: Optional[str]) -> Optional[str]:
+        """The absolute qualified name of a dotted spelling through the imports (None: not imported)."""
+        if not text:
+            return None
+        root, _, rest = text.partition(".")
+        target = self.imports.get(root)
+        if target is None or target[0]:
+            return None
+        base = f"{target[1]}.{target[2]}" if target[2] else target[1]
+        return f"{base}.{rest}" if rest else base
+
+    # ------------------------------------------------------------------ scopes
+
+    def _function(self, qual: str, body: List[ast.stmt], cls: Optional[str], params: List[str], line: int, region: int, decorators: List[str]) -> None:
+        info: Dict[str, Any] = {
+            "line": line,
+            "cls": cls or "",
+            "params": params,
+            "decorators": decorators,
+            "calls": [],
+            "locals": {},
+            "returns": [],
+            "casts": [],
+        }
+        self.functions[qual] = info
+        outer = self.loops, self.branches
+        self.loops = self.branches = 0
+        for stmt in body:
+            self._statement(stmt, qual, info, cls, region)
+        self.loops, self.branches = outer
+
+    def _statement(self, stmt: ast.stmt, qual: str, info: Dict[str, Any], cls: Optional[str], region: int) -> None:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._def(stmt, qual, cls if qual == "<module>" or cls is None else None, info)
+            return
+        if isinstance(stmt, ast.ClassDef):
+            if qual == "<module>":
+                self._class(stmt)
+            return
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            inner = region
+            for item in stmt.items:
+                inner = self._with_item(item.context_expr, stmt.lineno, inner, qual)
+                self._expression(item.context_expr, qual, info, region)
+                if item.optional_vars is not None:
+                    self._bind(item.optional_vars, item.context_expr, info, cls, qual)
+            for s in stmt.body:
+                self._statement(s, qual, info, cls, inner)
+            return
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            value = stmt.value
+            if value is not None:
+                self._expression(value, qual, info, region)
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for target in targets:
+                    self._bind(target, value, info, cls, qual)
+                    self._framework(value, target, qual)
+            return
+        if isinstance(stmt, ast.Return):
+            if stmt.value is not None:
+                self._expression(stmt.value, qual, info, region)
+                ref = self.vref(stmt.value)
+                if ref is not None:
+                    info["returns"].append(ref)
+            return
+        if isinstance(stmt, ast.Expr):
+            self._expression(stmt.value, qual, info, region)
+            self._in_place_cast(stmt.value, info)
+            return
+        # compound statements: their expressions, then their bodies, in the same region
+        looping = isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
+        for name, value in ast.iter_fields(stmt):
+            if looping and name == "body":
+                self.loops += 1
+                for v in value:
+                    self._statement(v, qual, info, cls, region)
+                self.loops -= 1
+                continue
+            if isinstance(stmt, ast.If) and name in ("body", "orelse"):
+                self.branches += 1
+                for v in value:
+                    self._statement(v, qual, info, cls, region)
+                self.branches -= 1
+                continue
+            if isinstance(value, list):
+                for v in value:
+                    if isinstance(v, ast.stmt):
+                        self._statement(v, qual, info, cls, region)
+                    elif isinstance(v, ast.excepthandler):
+                        for s in v.body:
+                            self._statement(s, qual, info, cls, region)
+                    elif isinstance(v, ast.match_case) if hasattr(ast, "match_case") else False:
+                        for s in v.body:
+                            self._statement(s, qual, info, cls, region)
+                    elif isinstance(v, ast.expr):
+                        self._expression(v, qual, info, region)
+            elif isinstance(value, ast.expr):
+                self._expression(value, qual, info, region)
+
+    def _def(self, node: ast.AST, outer: str, cls: Optional[str], outer_info: Dict[str, Any]) -> None:
+        assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        qual = node.name if outer == "<module>" else f"{outer}.{node.name}"
+        if cls is not None and outer != "<module>":
+            qual = f"{cls}.{node.name}"
+        args = node.args
+        params = [a.arg for a in (*getattr(args, "posonlyargs", []), *args.args, *args.kwonlyargs)]
+        decorators = []
+        region = -1
+        for d in node.decorator_list:
+            call = d if isinstance(d, ast.Call) else None
+            spelled = dotted(call.func if call is not None else d)
+            decorators.append(spelled or "")
+            if call is not None:
+                region = self._region(call, node.lineno, region, via=None)
+        self._function(qual, node.body, cls, params, node.lineno, region, decorators)
+
+    def _class(self, node: ast.ClassDef) -> None:
+        self.classes[node.name] = {"line": node.lineno, "bases": [dotted(b) or "" for b in node.bases], "attrs": {}}
+        for stmt in node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._def(stmt, node.name, node.name, {})
+            elif isinstance(stmt, ast.Assign):
+                for t in stmt.targets:
+                    if isinstance(t, ast.Name):
+                        ref = self.vref(stmt.value)
+                        if ref is not None:
+                            self.classes[node.name]["attrs"].setdefault(t.id, []).append(["<module>", ref])
+
+    # ------------------------------------------------------------------ values
+
+    def vref(self, node: ast.AST) -> Optional[Dict[str, Any]]:
+        """What a value is, as far as the project model needs: a name, or the result of a call,
+        followed by module-keeping methods (`Net().cuda().half()` -> Net, methods [cuda, half])."""
+        methods: List[str] = []
+        row = getattr(node, "lineno", 0)
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MODULE_KEEPING:
+            methods.append(self._method_tag(node))
+            node = node.func.value
+        methods.reverse()
+        out: Optional[Dict[str, Any]] = None
+        if isinstance(node, ast.Call):
+            spelled = dotted(node.func)
+            if spelled is not None:
+                out = {"c": spelled, "a": [self.vref(a) for a in node.args if not isinstance(a, ast.Starred)], "k": {k.arg: self.vref(k.value) for k in node.keywords if k.arg}}
+                if spelled.rsplit(".", 1)[-1] == "partial" and node.args:
+                    out["p"] = dotted(node.args[0]) or ""
+        elif isinstance(node, (ast.Name, ast.Attribute)):
+            spelled = dotted(node)
+            if spelled is not None:
+                out = {"n": spelled}
+        elif isinstance(node, ast.Dict):  # a checkpoint: {"model": model.state_dict(), ...}
+            out = {"d": {str(k.value): self.vref(v) for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}}
+            if any(k is None or not isinstance(k, ast.Constant) for k in node.keys):
+                out["more"] = 1  # `**extra` or computed keys: more than it shows
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 40:
+            out = {"s": node.value}
+        else:
+            number = _number(node)
+            if number is not None:
+                out = {"v": number}
+        if out is not None and methods:
+            out["m"] = methods
+            out["mr"] = row
+        return out
+
+    def _method_tag(self, call: ast.Call) -> str:
+        assert isinstance(call.func, ast.Attribute)
+        name = call.func.attr
+        if name in ("to", "type"):
+            for arg in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]:
+                d = self.dtype(arg)
+                if d is not None:
+                    return f"to:{d}"
+        if name == "half":
+            return "to:fp16"
+        if name == "bfloat16":
+            return "to:bf16"
+        if name in ("float", "double"):
+            return "to:fp32"
+        return name
+
+    def dtype(self, node: Optional[ast.AST]) -> Optional[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return torchapi.DTYPE_STRINGS.get(node.value.replace("torch.", ""))
+        return torchapi.dtype_of_qualname(self.qualname(dotted(node)))
+
+    def _bind(self, target: ast.AST, value: ast.AST, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            # `model, opt = accelerator.prepare(model, opt)`: element i is argument i
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "prepare":
+                for t, a in zip(target.elts, value.args):
+                    self._bind(t, a, info, cls, qual)
+            return
+        if isinstance(value, (ast.IfExp, ast.BoolOp)):  # `partial(...) if amp else suppress`: either
+            for alternative in (value.body, value.orelse) if isinstance(value, ast.IfExp) else value.values:
+                self._bind(target, alternative, info, cls, qual)
+            return
+        name = dotted(target)
+        ref = self.vref(value)
+        if name is None or ref is None:
+            return
+        cast = next((m[3:] for m in ref.get("m", ()) if m in ("to:fp16", "to:bf16")), None)
+        if cast is not None and "." in name and ref.get("n", "").split(".")[0] == name.split(".")[0]:
+            # `layer.weight.data = layer.weight.data.half()`: `layer` changes in place
+            info["casts"].append([name.split(".")[0], cast, getattr(value, "lineno", 0)])
+        if cls is not None and name.startswith("self.") and name.count(".") == 1:
+            self.classes.setdefault(cls, {"line": 0, "bases": [], "attrs": {}})["attrs"].setdefault(name[5:], []).append([qual, ref])
+        elif "." not in name:
+            info["locals"].setdefault(name, []).append(ref)
+
+    def _in_place_cast(self, expr: ast.AST, info: Dict[str, Any]) -> None:
+        """`model.half()` / `model.to(torch.float16)` / `model.float()` as a statement: the module itself changes."""
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("half", "to", "bfloat16", "type", "float"):
+            tag = self._method_tag(expr)
+            subject = dotted(expr.func.value)
+            if tag in ("to:fp16", "to:bf16", "to:fp32") and subject is not None:
+                info["casts"].append([subject, tag[3:], expr.lineno])
+
+    # ------------------------------------------------------------------ calls
+
+    def _expression(self, expr: ast.AST, qual: str, info: Dict[str, Any], region: int) -> None:
+        for node in _walk_expression(expr):
+            if isinstance(node, ast.Call):
+                self._call(node, info, region)
+
+    def _call(self, node: ast.Call, info: Dict[str, Any], region: int) -> None:
+        spelled = dotted(node.func)
+        record: Dict[str, Any] = {
+            "f": spelled or "",
+            "r": node.lineno,
+            "c": self._column(node.lineno, node.col_offset),
+            "er": node.end_lineno or node.lineno,
+            "ec": self._column(node.end_lineno or node.lineno, node.end_col_offset or 0),
+            "g": region,
+            "a": [self.vref(a) for a in node.args if not isinstance(a, ast.Starred)],
+            "k": {k.arg: self.vref(k.value) for k in node.keywords if k.arg},
+        }
+        if self.loops:
+            record["l"] = 1  # in a loop body of its function
+        if self.branches:
+            record["i"] = 1  # in an if/else body of its function
+        if spelled is None:
+            inner = self.vref(node.func)
+            if inner is not None:
+                record["fv"] = inner  # `nn.BCELoss()(p, y)`, `Net().cuda()(x)`
+        info["calls"].append(record)
+
+    def _column(self, row: int, byte_offset: int) -> int:
+        """ast counts UTF-8 bytes; diagnostics count characters (1-based)."""
+        if 0 < row <= len(self.lines):
+            line = self.lines[row - 1]
+            if not line.isascii():
+                return len(line.encode("utf-8")[:byte_offset].decode("utf-8", "replace")) + 1
+        return byte_offset + 1
+
+    # ------------------------------------------------------------------ regions
+
+    def _with_item(self, expr: ast.AST, line: int, parent: int, qual: str) -> int:
+        if not isinstance(expr, ast.Call):
+            return parent
+        spelled = dotted(expr.func)
+        if spelled is None:
+            return parent
+        q = self.qualname(spelled)
+        if q in torchapi.AUTOCAST_CONTEXTS:
+            return self._region(expr, line, parent, via=None)
+        if spelled.rsplit(".", 1)[-1] == "autocast" and q is None and "." in spelled:
+            # accelerate / Fabric `accelerator.autocast()`: the dtype is in their config
+            return self._add_region(line, parent, None, None, None, framework=True)
+        if q is None or not q.startswith(("torch.", "contextlib.", "accelerate.")):
+            # `with self.amp_autocast():`, `with amp_context():` -- maybe an autocast held in
+            # an attribute or made by a project function; the project model decides
+            return self._add_region(line, parent, None, None, None, via=spelled)
+        return parent
+
+    def _region(self, call: ast.Call, line: int, parent: int, via: Optional[str]) -> int:
+        q = self.qualname(dotted(call.func))
+        if q not in torchapi.AUTOCAST_CONTEXTS:
+            return parent
+        device, dtype, enabled = autocast_arguments(self, call, torchapi.AUTOCAST_CONTEXTS[q])
+        return self._add_region(line, parent, device, dtype, enabled)
+
+    def _add_region(self, line: int, parent: int, device: Optional[str], dtype: Optional[str], enabled: Optional[bool], framework: bool = False, via: Optional[str] = None) -> int:
+        region: Dict[str, Any] = {"row": line, "device": device, "dtype": dtype, "enabled": enabled, "parent": parent}
+        if framework:
+            region["framework"] = True
+        if via is not None:
+            region["via"] = via
+        self.regions.append(region)
+        return len(self.regions) - 1
+
+    def _framework(self, value: ast.AST, target: ast.AST, qual: str) -> None:
+        """`Trainer(precision="16-mixed")`, `Accelerator(mixed_precision="fp16")`, `TrainingArguments(fp16=True)`."""
+        if not isinstance(value, ast.Call):
+            return
+        q = self.qualname(dotted(value.func))
+        name = dotted(target)
+        if q is None or name is None:
+            return
+        keywords = {k.arg: k.value for k in value.keywords if k.arg}
+        entry: Optional[Dict[str, Any]] = None
+        if q in _LIGHTNING_TRAINERS:
+            precision = _constant(keywords.get("precision"))
+            dtype = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16"}.get(precision)  # type: ignore[arg-type]
+            if dtype is not None:
+                accelerator = _constant(keywords.get("accelerator"))
+                device = {"gpu": "cuda", "cuda": "cuda", "cpu": "cpu"}.get(accelerator) if isinstance(accelerator, str) else None  # type: ignore[arg-type]
+                entry = {"kind": "lightning", "dtype": dtype, "device": device}
+        elif q in _ACCELERATORS:
+            mp = _constant(keywords.get("mixed_precision"))
+            if mp in ("fp16", "bf16"):
+                cpu = _constant(keywords.get("cpu")) is True
+                entry = {"kind": "accelerate", "dtype": mp, "device": "cpu" if cpu else None}
+        elif q in _HF_ARGS:
+            for flag in ("fp16", "bf16"):
+                if _constant(keywords.get(flag)) is True:
+                    entry = {"kind": "hf", "dtype": flag, "device": "cpu" if _constant(keywords.get("use_cpu")) is True else None}
+        if entry is not None:
+            entry.update(row=value.lineno, target=name, func=qual)
+            self.frameworks.append(entry)
+
+
+def autocast_arguments(s: "_Summarizer", call: ast.Call, implied_device: Optional[str]) -> Tuple[Optional[str], Optional[str], Optional[bool]]:
+    """(device, dtype, enabled) of an autocast constructor call, as the per-file model reads them."""
+
+    def arg(position: int, keyword: str) -> Optional[ast.AST]:
+        for k in call.keywords:
+            if k.arg == keyword:
+                return k.value
+        if any(isinstance(a, ast.Starred) for a in call.args[: position + 1]):
+            return None
+        return call.args[position] if position < len(call.args) else None
+
+    if implied_device is None:
+        device_node, dtype_node, enabled_node = arg(0, "device_type"), arg(1, "dtype"), arg(2, "enabled")
+        value = _constant(device_node)
+        device = value if isinstance(value, str) else None
+    else:
+        device = implied_device
+        enabled_node, dtype_node = arg(0, "enabled"), arg(1, "dtype")
+    if dtype_node is None:
+        dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
+    else:
+        d = s.dtype(dtype_node)
+        dtype = d if d in ("fp16", "bf16", "fp32") else None
+    if enabled_node is None:
+        enabled: Optional[bool] = True
+    else:
+        value = _constant(enabled_node)
+        enabled = value if isinstance(value, bool) else None
+    return device, dtype, enabled
+
+
+def _number(node: ast.AST) -> Optional[float]:
+    """The value of `1e-8`, `-1e9`; None for anything else."""
+    sign = 1.0
+    while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        sign = -sign if isinstance(node.op, ast.USub) else sign
+        node = node.operand
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return sign * float(node.value)
+    return None
+
+
+def _constant(node: Optional[ast.AST]) -> Any:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def _walk_expression(expr: ast.AST):
+    """The nodes of an expression, not descending into lambdas (they run later, elsewhere)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Lambda):
+            continue
+        yield node
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))

@@ -1,0 +1,522 @@
+"""The project-wide AMP model (amplint.model.project): imports, values, the call graph,
+autocast facts, and the cross-file findings built on them."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, List
+
+from amplint import Config, lint_paths
+from amplint.model.project import Project, summarize, text_index, universe
+
+BCE_LOSS = """
+import torch.nn.functional as F
+
+def bce_loss(probs, target):
+    return F.binary_cross_entropy(probs, target)
+"""
+
+
+def write(root: Path, files: Dict[str, str]) -> Path:
+    (root / "pyproject.toml").write_text('[project]\nname = "p"\n')
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def codes(root: Path, paths: List[str] = None) -> List[str]:
+    result = lint_paths(paths or [str(root)], Config())
+    return [f"{Path(d.filename).resolve().relative_to(root.resolve()).as_posix()}:{d.location.row} {d.code}" for d in result.diagnostics]
+
+
+def project_of(root: Path) -> Project:
+    files = sorted(str(p) for p in root.rglob("*.py"))
+    texts = {f: Path(f).read_text() for f in files}
+    chosen = universe(files, str(root), lambda f: text_index(texts[f]))
+    return Project(str(root), {f: summarize(texts[f]) for f in chosen}, files=files, load=lambda f: summarize(texts[f]))
+
+
+# ------------------------------------------------------------------ imports
+
+
+def test_relative_and_package_imports_reach_the_loss(tmp_path):
+    root = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/losses.py": BCE_LOSS,
+        "pkg/heads/__init__.py": "from .seg import SegHead\n",
+        "pkg/heads/seg.py": """
+            from torch import nn
+            from .. import losses
+
+            class SegHead(nn.Module):
+                def forward(self, x, y):
+                    return losses.bce_loss(x.sigmoid(), y)
+        """,
+        "run.py": """
+            import torch
+            from pkg.heads import SegHead
+
+            head = SegHead()
+            with torch.autocast("cuda"):
+                loss = head(x, y)
+        """,
+    })
+    assert codes(root) == ["pkg/losses.py:5 AMP303"]
+
+
+def test_src_layout_and_module_aliases(tmp_path):
+    root = write(tmp_path, {
+        "src/proj/__init__.py": "",
+        "src/proj/losses.py": BCE_LOSS,
+        "scripts/train.py": """
+            import torch
+            import proj.losses as L
+
+            def step(x, y):
+                with torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16):
+                    return L.bce_loss(x, y)
+        """,
+    })
+    assert codes(root) == ["src/proj/losses.py:5 AMP303"]
+
+
+def test_a_script_imports_its_neighbour(tmp_path):
+    root = write(tmp_path, {
+        "tools/losses.py": BCE_LOSS,
+        "tools/train.py": """
+            import torch
+            from losses import bce_loss
+
+            with torch.amp.autocast("cuda"):
+                loss = bce_loss(p, y)
+        """,
+    })
+    assert codes(root) == ["tools/losses.py:5 AMP303"]
+
+
+# ------------------------------------------------------------------ precision first
+
+
+def test_stays_silent_where_bce_is_allowed_or_shielded(tmp_path):
+    root = write(tmp_path, {
+        "losses.py": BCE_LOSS,
+        "cpu.py": """
+            import torch
+            from losses import bce_loss
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = bce_loss(p, y)
+        """,
+        "shielded.py": """
+            import torch
+            from losses import bce_loss
+            with torch.autocast("cuda"):
+                out = model(x)
+                with torch.autocast("cuda", enabled=False):
+                    loss = bce_loss(out.float(), y)
+        """,
+        "after.py": """
+            import torch
+            from losses import bce_loss
+            with torch.autocast("cuda"):
+                out = model(x)
+            loss = bce_loss(out.float(), y)
+        """,
+        "in_string.py": '''
+            CODE = """
+            with torch.autocast("cuda"):
+                loss = bce_loss(p, y)
+            """
+        ''',
+        "unresolved.py": """
+            import torch
+            def step(model, x):
+                with torch.autocast("cuda"):
+                    return model(x)  # nothing says which module `model` is
+        """,
+    })
+    assert codes(root) == []
+
+
+def test_one_finding_per_bce_call_and_the_message_names_the_cause(tmp_path):
+    root = write(tmp_path, {
+        "losses.py": BCE_LOSS,
+        "train.py": """
+            import torch
+            from losses import bce_loss
+
+            class Net(torch.nn.Module):
+                def forward(self, x, y):
+                    return bce_loss(x.sigmoid(), y)
+
+            def main(loader):
+                net = Net()
+                for x, y in loader:
+                    with torch.autocast("cuda"):
+                        loss = net(x, y)
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        loss = net(x, y)
+        """,
+    })
+    result = lint_paths([str(root)], Config())
+    assert [d.code for d in result.diagnostics] == ["AMP303"]
+    message = result.diagnostics[0].message
+    assert "the CUDA autocast of train.py:12" in message
+    assert "(via `Net.forward` -> `bce_loss`)" in message
+
+
+def test_a_same_file_finding_is_not_repeated(tmp_path):
+    root = write(tmp_path, {
+        "train.py": """
+            import torch
+            import torch.nn.functional as F
+
+            def compute_loss(p, y):
+                return F.binary_cross_entropy(p, y)
+
+            with torch.autocast("cuda"):
+                loss = compute_loss(p, y)
+        """,
+    })
+    assert codes(root) == ["train.py:6 AMP303"]
+
+
+# ------------------------------------------------------------------ values and the graph
+
+
+def test_parameters_take_the_types_call_sites_pass(tmp_path):
+    root = write(tmp_path, {
+        "losses.py": """
+            from torch import nn
+            import torch.nn.functional as F
+
+            class Crit(nn.Module):
+                def forward(self, p, y):
+                    return F.binary_cross_entropy(p, y)
+        """,
+        "engine.py": """
+            import torch
+
+            class Engine:
+                def __init__(self, model, criterion):
+                    self.model = model
+                    self.criterion = criterion
+
+                def step(self, x, y):
+                    with torch.autocast("cuda"):
+                        return self.criterion(self.model(x), y)
+        """,
+        "main.py": """
+            from engine import Engine
+            from losses import Crit
+
+            Engine(model=build(), criterion=Crit()).step(x, y)
+        """,
+    })
+    assert codes(root) == ["losses.py:7 AMP303"]
+
+
+def test_cycles_and_recursion_terminate(tmp_path):
+    root = write(tmp_path, {
+        "a.py": """
+            import torch
+            from b import g
+
+            def f(x, n):
+                x = f(x, n - 1) if n else g(x, n)
+                return x
+
+            with torch.autocast("cuda"):
+                f(x, 3)
+        """,
+        "b.py": """
+            import torch.nn.functional as F
+            from a import f
+
+            def g(x, n):
+                y = f(x, n)
+                return F.binary_cross_entropy(y, y)
+        """,
+    })
+    assert codes(root) == ["b.py:7 AMP303"]
+
+
+def test_summaries_are_plain_json_and_deterministic():
+    source = textwrap.dedent("""
+        import torch
+        from .losses import bce as loss_fn
+        from functools import partial
+
+        class T:
+            def __init__(self, m):
+                self.m = m.half()
+                self.ac = partial(torch.autocast, "cuda")
+
+            @torch.autocast("cuda", enabled=False)
+            def run(self, x):
+                with self.ac():
+                    return loss_fn(self.m(x), -1e9)
+    """)
+    s = summarize(source)
+    assert json.loads(json.dumps(s)) == s
+    assert summarize(source) == s
+    assert s["imports"]["loss_fn"] == [1, "losses", "bce"]
+    call = next(c for c in s["functions"]["T.run"]["calls"] if c["f"] == "loss_fn")
+    held = s["regions"][call["g"]]  # `with self.ac():`: for the project model to resolve
+    assert held["via"] == "self.ac"
+    assert s["regions"][held["parent"]]["enabled"] is False  # the decorator's region
+    assert summarize("def broken(:\n") is None
+
+
+def test_the_universe_is_empty_without_seeds_and_bounded_by_imports(tmp_path):
+    root = write(tmp_path, {
+        "a.py": "import torch\nwith torch.autocast('cuda'):\n    pass\n",
+        "b.py": "import a\n",
+    })
+    files = sorted(str(p) for p in root.rglob("*.py"))
+    index = lambda f: text_index(Path(f).read_text())  # noqa: E731
+    assert universe(files, str(root), index) == []
+    (root / "c.py").write_text(BCE_LOSS)
+    (root / "d.py").write_text("from c import bce_loss\n")
+    files = sorted(str(p) for p in root.rglob("*.py"))
+    assert [Path(f).name for f in universe(files, str(root), index)] == ["c.py", "d.py"]
+    (root / "e.py").write_text("import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
+    files = sorted(str(p) for p in root.rglob("*.py"))
+    assert [Path(f).name for f in universe(files, str(root), index)] == ["c.py", "d.py", "e.py"]
+
+
+def test_fp16_follows_builders_but_not_other_instances(tmp_path):
+    root = write(tmp_path, {
+        "models.py": """
+            from torch import nn
+
+            class Net(nn.Module):
+                pass
+
+            def to_fp16(module):
+                module.half()
+
+            def build_half():
+                model = Net().cuda()
+                to_fp16(model)
+                return model
+        """,
+        "train.py": """
+            import torch
+            from models import Net, build_half
+
+            student = build_half()
+            teacher = Net()
+            opt = torch.optim.SGD(student.parameters(), lr=0.1)
+            opt_t = torch.optim.SGD(teacher.parameters(), lr=0.1)
+        """,
+    })
+    project = project_of(root)
+    found = {c.row: project.fp16_modules(project.updated_modules(c)) for c in project.calls() if project.optimizer_class(c)}
+    assert [name for name, _ in found[7]] == ["Net"] and found[8] == []
+    assert codes(root) == ["train.py:7 AMP201"]
+
+
+def test_the_model_never_imports_libcst_or_torch():
+    code = (
+        "import sys, amplint.model.project as p; p.summarize('import torch\\nx = 1\\n'); "
+        "print(sorted(m for m in ('libcst', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_package_linted_without_a_project_root_resolves_its_imports(tmp_path):
+    from amplint.model.project import ModuleIndex
+
+    files = {str(tmp_path / p) for p in ("lib/pkg/__init__.py", "lib/pkg/losses.py", "lib/pkg/sub/__init__.py", "lib/pkg/sub/head.py", "lib/tool.py")}
+    index = ModuleIndex(files, None)
+    assert index.resolve(str(tmp_path / "lib/pkg/sub/head.py"), 0, "pkg.losses") == str(tmp_path / "lib/pkg/losses.py")
+    assert index.resolve(str(tmp_path / "lib/pkg/sub/head.py"), 2, "losses") == str(tmp_path / "lib/pkg/losses.py")
+    assert index.resolve(str(tmp_path / "lib/tool.py"), 0, "pkg.sub") == str(tmp_path / "lib/pkg/sub/__init__.py")
+
+
+def test_autocast_held_in_an_attribute_or_a_project_decorator(tmp_path):
+    root = write(tmp_path, {
+        "amp.py": """
+            import functools
+            import torch
+
+            def fp16_forward(fn):
+                @functools.wraps(fn)
+                def wrapper(*args, **kwargs):
+                    with torch.autocast("cuda", dtype=torch.float16):
+                        return fn(*args, **kwargs)
+                return wrapper
+
+            def no_autocast(fn):
+                @functools.wraps(fn)
+                def wrapper(*args, **kwargs):
+                    with torch.autocast("cuda", enabled=False):
+                        return fn(*args, **kwargs)
+                return wrapper
+        """,
+        "train.py": """
+            from functools import partial
+            from contextlib import suppress
+            import torch
+            import torch.nn.functional as F
+            from amp import fp16_forward, no_autocast
+
+            class Head(torch.nn.Module):
+                @fp16_forward
+                def forward(self, x, y):
+                    return F.binary_cross_entropy(x.sigmoid(), y)
+
+            class SafeHead(torch.nn.Module):
+                @no_autocast
+                def forward(self, x, y):
+                    return F.binary_cross_entropy(x.float().sigmoid(), y)
+
+            def train(args, model, x):
+                amp_autocast = partial(torch.autocast, device_type="cuda", dtype=torch.bfloat16) if args.amp else suppress
+                cpu_autocast = partial(torch.autocast, "cpu")
+                with amp_autocast():
+                    loss = model(x).sum()
+                    loss.backward()
+                with cpu_autocast():
+                    loss = F.binary_cross_entropy(model(x), x)
+                loss.backward()
+        """,
+    })
+    result = lint_paths([str(root)], Config())
+    found = [(Path(d.filename).name, d.location.row, d.code) for d in result.diagnostics]
+    assert found == [("train.py", 11, "AMP303"), ("train.py", 23, "AMP202")]
+    assert "(when enabled)" in result.diagnostics[1].message
+
+
+def test_a_scaler_built_per_call_is_silent_for_whole_runs_and_conditional_builds(tmp_path):
+    root = write(tmp_path, {
+        "engine.py": """
+            import torch
+
+            def train(model, loader, opt):
+                scaler = torch.amp.GradScaler("cuda")
+                for x in loader:
+                    scaler.scale(model(x)).backward()
+                    scaler.step(opt)
+                    scaler.update()
+
+            def run_fold(fold, loader):
+                model = build(fold)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                scaler = torch.amp.GradScaler("cuda")
+
+            def resume(model, loader, opt, scaler=None):
+                if scaler is None:
+                    scaler = torch.amp.GradScaler("cuda")
+        """,
+        "main.py": """
+            import torch
+            from engine import resume, run_fold, train
+
+            for fold in range(5):
+                run_fold(fold, loader)
+            for lr in (0.1, 0.01):
+                opt = torch.optim.SGD(model.parameters(), lr=lr)
+                train(model, loader, opt)
+            for epoch in range(90):
+                resume(model, loader, opt)
+        """,
+        "loop.py": """
+            from engine import train
+            for epoch in range(90):
+                train(model, loader, opt)
+        """,
+    })
+    assert codes(root) == ["engine.py:5 AMP107"]
+    message = lint_paths([str(root)], Config()).diagnostics[0].message
+    assert "loop.py:4 calls in a loop" in message
+
+
+def test_the_project_root(tmp_path):
+    from amplint.engine.crossfile import project_root
+
+    (tmp_path / "repo" / "pkg" / "sub").mkdir(parents=True)
+    for p in ("repo/pkg/__init__.py", "repo/pkg/sub/__init__.py", "repo/pkg/sub/m.py", "repo/script.py"):
+        (tmp_path / p).write_text("")
+    # no marker: a package's project is the folder holding its topmost package
+    assert project_root(str(tmp_path / "repo/pkg/sub/m.py")) == str(tmp_path / "repo")
+    (tmp_path / "repo" / "pyproject.toml").write_text("")
+    assert project_root(str(tmp_path / "repo/pkg/sub/m.py")) == str(tmp_path / "repo")
+    assert project_root(str(tmp_path / "repo/script.py")) == str(tmp_path / "repo")
+
+
+def test_only_rules_that_check_the_project_are_imported_for_it():
+    from amplint.engine.crossfile import project_rules
+    from amplint.engine.registry import RuleSpec, rule_specs
+
+    specs = []
+    for spec in rule_specs():  # fresh copies: nothing loaded yet
+        copy = object.__new__(RuleSpec)
+        copy.__setstate__(spec.__getstate__())
+        specs.append(copy)
+    loaded = project_rules(specs)
+    assert {r.code for r in loaded} == {"AMP107", "AMP201", "AMP202", "AMP302", "AMP303", "AMP402"}
+    assert all(s._cls is None for s in specs if s.code not in {r.code for r in loaded})
+
+
+def test_cross_file_findings_carry_their_cause_as_a_related_location(tmp_path):
+    root = write(tmp_path, {
+        "losses.py": BCE_LOSS,
+        "train.py": """
+            import torch
+            from losses import bce_loss
+
+            with torch.autocast("cuda"):
+                loss = bce_loss(p, y)
+        """,
+    })
+    (d,) = lint_paths([str(root)], Config()).diagnostics
+    (cause,) = d.related
+    assert Path(cause.filename).name == "train.py" and cause.location.row == 5
+    assert cause.message == "autocast entered here"
+    assert d.to_json()["related"][0]["location"]["row"] == 5
+
+
+def test_fp16_weights_cast_back_or_master_wrapped_stay_silent(tmp_path):
+    root = write(tmp_path, {
+        "models.py": """
+            from torch import nn
+
+            def load_half():
+                model = nn.Linear(4, 4)
+                model.half()
+                return model
+        """,
+        "back.py": """
+            import torch
+            from models import load_half
+
+            model = load_half()
+            model.float()
+            opt = torch.optim.AdamW(model.parameters())
+        """,
+        "apex_train.py": """
+            import torch
+            from apex import amp
+            from models import load_half
+
+            def main():
+                model = load_half()
+                opt = torch.optim.AdamW(model.parameters())
+                model, opt = amp.initialize(model, opt, opt_level="O2")
+        """,
+        "plain.py": """
+            import torch
+            from models import load_half
+
+            model = load_half()
+            opt = torch.optim.AdamW(model.parameters(), eps=1e-4)
+        """,
+    })
+    assert codes(root) == ["plain.py:6 AMP201"]
