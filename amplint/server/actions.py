@@ -20,9 +20,16 @@ def overlaps(d: Diagnostic, start: Location, end: Location) -> bool:
     return d.location <= end and start <= d.end_location
 
 
-def fix_action(d: Diagnostic, lines: Lines, uri: str) -> Optional[lsp.CodeAction]:
+def fix_action(d: Diagnostic, lines: Lines, uri: str, source: Optional[str]) -> Optional[lsp.CodeAction]:
+    """The finding's fix, offered only if the fixed `source` parses, as `--fix` applies
+    fixes (`source` None: a notebook cell, which need not parse alone; checked on `--fix`)."""
     if d.fix is None:
         return None
+    if source is not None:
+        from ..fix.apply import apply_fixes
+
+        if not apply_fixes(source, [d], unsafe=True)[1]:
+            return None
     safe = d.fix.applicability == Applicability.SAFE
     label = d.fix.message if safe else f"{d.fix.message} (unsafe: review the change)"
     return lsp.CodeAction(
@@ -58,7 +65,7 @@ def fix_all_action(source: str, uri: str, lint: Callable[[str], List[Diagnostic]
     """Every safe fix, applied until the text is stable (as `amplint --fix`); None: nothing to fix."""
     from ..fix.apply import fix_until_stable
 
-    fixed, done, _ = fix_until_stable(source, lint, False)
+    fixed, done, _ = fix_until_stable(source, lint, False)  # checks each pass as --fix does
     if not done or fixed == source:
         return None
     return lsp.CodeAction(
@@ -68,12 +75,12 @@ def fix_all_action(source: str, uri: str, lint: Callable[[str], List[Diagnostic]
     )
 
 
-def actions_for(diagnostics: Sequence[Diagnostic], lines: Lines, uri: str, start: Location, end: Location) -> List[lsp.CodeAction]:
+def actions_for(diagnostics: Sequence[Diagnostic], lines: Lines, uri: str, start: Location, end: Location, source: Optional[str]) -> List[lsp.CodeAction]:
     out: List[lsp.CodeAction] = []
     for d in diagnostics:
         if not overlaps(d, start, end):
             continue
-        for action in (fix_action(d, lines, uri), noqa_action(d, lines, uri)):
+        for action in (fix_action(d, lines, uri, source), noqa_action(d, lines, uri)):
             if action is not None:
                 out.append(action)
     return out

@@ -234,7 +234,7 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
         out: List[lsp.CodeAction] = []
         if not only or any(lsp.CodeActionKind.QuickFix.value.startswith(k) for k in only):
             start, end = lines.location(params.range.start), lines.location(params.range.end)
-            out.extend(actions_for(findings, lines, uri, start, end))
+            out.extend(actions_for(findings, lines, uri, start, end, None if linted.cells else linted.source))
         wants_fix_all = only and any(FIX_ALL.startswith(k) for k in only)
         if wants_fix_all and not linted.cells and any(d.fix is not None for d in findings):
             path, config = path_of(uri), linted.config
