@@ -203,3 +203,14 @@ def test_the_server_lints_without_importing_torch(tmp_path):
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+async def test_an_edit_while_the_first_lint_runs_is_not_lost(client: LanguageClient):
+    uri = (client.root / "quick.py").as_uri()
+    client.text_document_did_open(lsp.DidOpenTextDocumentParams(text_document=lsp.TextDocumentItem(uri=uri, language_id="python", version=1, text=CLIP)))
+    client.text_document_did_change(  # before the first publish
+        lsp.DidChangeTextDocumentParams(text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=2), content_changes=[lsp.TextDocumentContentChangeWholeDocument(text="x = 1\n")])
+    )
+    while uri not in client.diagnostics or list(client.diagnostics[uri]):
+        await asyncio.wait_for(client.wait_for_notification(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), 30)
+    assert list(client.diagnostics[uri]) == []

@@ -60,6 +60,7 @@ class AmplintServer(LanguageServer):
         self.debounce = debounce
         self.projects = Projects()
         self.linted: Dict[str, Linted] = {}  # a text document's or notebook's uri -> its last lint
+        self.tracked: set = set()  # the open Python documents (not notebook cells)
         self.owner: Dict[str, str] = {}  # a cell's uri -> its notebook's uri
         self.timers: Dict[str, asyncio.TimerHandle] = {}
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amplint-lint")
@@ -173,24 +174,28 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: AmplintServer, params: lsp.DidOpenTextDocumentParams) -> None:
         if is_python(params.text_document):
+            ls.tracked.add(params.text_document.uri)
             ls.schedule(params.text_document.uri, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: AmplintServer, params: lsp.DidChangeTextDocumentParams) -> None:
-        if params.text_document.uri in ls.linted or params.text_document.uri in ls.timers:
+        if params.text_document.uri in ls.tracked:
             ls.schedule(params.text_document.uri, ls.debounce)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: AmplintServer, params: lsp.DidSaveTextDocumentParams) -> None:
         uri = params.text_document.uri
-        if uri in ls.linted:
-            linted = ls.linted[uri]
-            ls.projects.refresh(path_of(uri), linted.config)
+        if uri in ls.tracked:
+            linted = ls.linted.get(uri)
+            if linted is not None:
+                ls.projects.refresh(path_of(uri), linted.config)
             ls.schedule(uri, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: AmplintServer, params: lsp.DidCloseTextDocumentParams) -> None:
-        ls.forget(params.text_document.uri)
+        if params.text_document.uri in ls.tracked:
+            ls.tracked.discard(params.text_document.uri)
+            ls.forget(params.text_document.uri)
 
     @server.feature(lsp.NOTEBOOK_DOCUMENT_DID_OPEN)
     def notebook_open(ls: AmplintServer, params: lsp.DidOpenNotebookDocumentParams) -> None:
