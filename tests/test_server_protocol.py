@@ -2,6 +2,8 @@
 severities, the noqa action."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 pytest.importorskip("lsprotocol")
@@ -10,6 +12,12 @@ from lsprotocol import types as lsp  # noqa: E402
 from amplint.core.diagnostics import Diagnostic, Location, Related, Severity  # noqa: E402
 from amplint.server.actions import noqa_action  # noqa: E402
 from amplint.server.protocol import Lines, to_lsp  # noqa: E402
+
+
+_CLIP = (
+    'import torch\nscaler = torch.amp.GradScaler("cuda")\nscaler.scale(loss).backward()\n'
+    "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nscaler.step(optimizer)\nscaler.update()\n"
+)
 
 
 def _diag(**kw) -> Diagnostic:
@@ -54,3 +62,20 @@ def test_noqa_action_adds_the_code_to_the_line(line, expected):
 def test_a_bare_noqa_needs_no_action():
     d = _diag(location=Location(1, 1), end_location=Location(1, 5), noqa_row=1)
     assert noqa_action(d, Lines("torch.save(m)  # noqa\n"), "file:///p/a.py") is None
+
+
+def test_the_server_lints_without_importing_torch(tmp_path):
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from amplint.server.lsp import build\n"
+        "from amplint.server.documents import lint_python\n"
+        "from amplint.server.project import Projects\n"
+        "build()\n"
+        f"found = lint_python({_CLIP!r}, {str(tmp_path / 't.py')!r}, Projects()).diagnostics\n"
+        "assert [d.code for d in found] == ['AMP101'], found\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
