@@ -9,7 +9,7 @@ import libcst as cst
 
 from amplint.model import (
     Assignment, AutocastRegion, CallInfo, Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
-    exclusive,
+    exclusive, lines_between,
 )
 
 
@@ -267,6 +267,9 @@ def gan_step(gen, disc, opt_g, opt_d, real, z):
         text = ctx.code_for(loss).strip()
         message = f"`{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
         data = {"loss": text, "region_row": row, "device": region.device, "dtype": region.dtype}
+        source = _region_through_backward(ctx, region, event)
+        if source:  # the user's own statements, for `--verify` to run
+            data["step_source"] = source
         help = "Scale the loss with `torch.amp.GradScaler`, or autocast to bf16"
         return ctx.diagnostic(self, event.call.node, message, data=data, help=help)
 
@@ -275,6 +278,24 @@ def _short(text: str, limit: int = 30) -> str:
     """An expression as a message names it: one line, at most `limit` characters."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _region_through_backward(ctx: ModuleContext, region: AutocastRegion, event: Event) -> Optional[str]:
+    """The lines from the region's `with` through the backward, when both are in one function
+    and the `with` comes first (else None: the loss comes from elsewhere, e.g. a helper)."""
+    if not isinstance(region.node, cst.With):
+        return None
+    try:
+        start, _ = ctx.position(region.node)
+        at, _ = ctx.position(event.call.statement)
+    except KeyError:
+        return None
+    if start.row >= at.row or at.row - start.row > 60:
+        return None
+    scope = event.call.scope
+    if scope is None or not any(c.node is region.call and c.scope is scope for c in ctx.calls):
+        return None
+    return lines_between(ctx, region.node, event.call.statement) or None
 
 
 def _is_fp16(region: Optional[AutocastRegion]) -> bool:

@@ -6,7 +6,9 @@ import re
 
 from typing import Iterator
 
-from amplint.model import Diagnostic, Invalid, ModuleContext, Project, Rule, Severity, Valid, active_region
+import libcst as cst
+
+from amplint.model import Diagnostic, Invalid, ModuleContext, Project, Rule, Severity, Valid, active_region, lines_between
 
 _BACKWARD_EVENTS = ("scaled_backward", "backward", "framework_backward")
 
@@ -272,13 +274,10 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
         row = ctx.position(region.call)[0].row
         when = " (when enabled)" if region.enabled is None else ""
         message = f"`{text}` runs inside an autocast region{when}"
-        return ctx.diagnostic(
-            self,
-            call.node,
-            message,
-            data={"region_line": row, "device": region.device, "dtype": region.dtype},
-            help="Move the backward after the `with` block",
-        )
+        data = {"region_line": row, "device": region.device, "dtype": region.dtype}
+        if isinstance(region.node, cst.With):  # the block, for `--verify` to run
+            data["step_source"] = lines_between(ctx, region.node, region.node)
+        return ctx.diagnostic(self, call.node, message, data=data, help="Move the backward after the `with` block")
 
 
 def _decorated(project: Project, call, region) -> bool:

@@ -601,14 +601,14 @@ def fault_hog_progressive(data, lab):
     blocks = []
     for _ in range(10_000):
         blocks.append(bytearray(256 * 1024 * 1024))
-    return lab.confirmed("allocated everything", {"blocks": len(blocks)})
+    return lab.confirmed("allocated everything", {"blocks": len(blocks)}, method="snippet")
 
 
 def fault_binary_stdout(data, lab):
     os.write(1, b"\xff\xfe\x00 not json {\n")
     print("\x00garbage", flush=True)
     sys.stdout.write('{"op": "result", "id": 1, "result": {"verdict": "confirmed"}}\n')
-    return lab.not_reproduced("quiet", {})
+    return lab.not_reproduced("quiet", {}, method="snippet")
 
 
 def _protocol_fds():
@@ -631,25 +631,25 @@ def fault_garbage_on_protocol(data, lab):
             os.write(fd, b"Segmentation fault (core dumped) \xff\n")
         except OSError:
             pass
-    return lab.confirmed("wrote garbage", {})
+    return lab.confirmed("wrote garbage", {}, method="snippet")
 
 
 def fault_leave_child(data, lab):
     from tests.procs import sleeper
 
     child = subprocess.Popen(sleeper(data["marker"]))
-    return lab.confirmed("left a child running", {"child": child.pid})
+    return lab.confirmed("left a child running", {"child": child.pid}, method="snippet")
 
 
 def fault_leave_detached_child(data, lab):
     from tests.procs import sleeper
 
     child = subprocess.Popen(sleeper(data["marker"]), start_new_session=True)
-    return lab.confirmed("left a detached child running", {"child": child.pid})
+    return lab.confirmed("left a detached child running", {"child": child.pid}, method="snippet")
 
 
 def fault_ok(data, lab):
-    return lab.confirmed("fine", {"pid": os.getpid()})
+    return lab.confirmed("fine", {"pid": os.getpid()}, method="snippet")
 
 
 def _alive(pid: int) -> bool:

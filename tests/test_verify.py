@@ -16,7 +16,7 @@ if importlib.util.find_spec("torch") is None:  # the worker needs torch; this pr
     pytest.skip("torch is not installed", allow_module_level=True)
 
 from amplint.verify import Runner, VerifyError, experiment_codes, has_experiment  # noqa: E402
-from amplint.verify.snippet import Refused, Unbindable, free_names, parse, prepare_training, role_of, TrainingSpec, check_safe  # noqa: E402
+from amplint.verify.snippet import Refused, free_names, parse, prepare_training, role_of, TrainingSpec, check_safe  # noqa: E402
 
 DEV = "{dev}"  # replaced by the lab's device type in snippets that name it
 
@@ -88,6 +88,21 @@ class Dec(torch.autograd.Function):
         return g.mm(b.t()), a.t().mm(g)
 """
 
+AMP202_BLOCK = """\
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = model(x)
+            loss = criterion(out, y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()"""
+AMP202_BLOCK_MM = """\
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = model(x)
+            loss = criterion(out, y)
+            loss.backward()
+            probe = torch.matmul(x, x.t())
+            optimizer.step()"""
+
 # (id, code, data, verdict, method)
 CASES = [
     # AMP001
@@ -96,6 +111,10 @@ CASES = [
     ("001-snippet", "AMP001", {"api": "torch.cuda.amp.GradScaler", "snippet": "torch.cuda.amp.GradScaler(enabled=True)"}, "confirmed", "snippet"),
     ("001-getter", "AMP001", {"api": "torch.get_autocast_gpu_dtype"}, "confirmed", "experiment"),
     ("001-current-api", "AMP001", {"api": "torch.amp.GradScaler", "snippet": "torch.amp.GradScaler('cpu')"}, "not-reproduced", "snippet"),
+    ("001-own-names", "AMP001", {"api": "torch.cuda.amp.autocast", "snippet": "torch.cuda.amp.autocast(enabled=args.amp, dtype=amp_dtype)"}, "confirmed", "snippet"),
+    ("001-own-names-current", "AMP001", {"api": "torch.amp.autocast", "snippet": "torch.amp.autocast('cpu', enabled=args.amp, dtype=amp_dtype)"}, "not-reproduced", "snippet"),
+    ("001-own-helper", "AMP001", {"api": "torch.cuda.amp.autocast", "snippet": "torch.cuda.amp.autocast(dtype=pick(cfg))", "prelude": "def pick(c):\n    return torch.float16"}, "confirmed", "snippet"),
+    ("001-unbound-helper", "AMP001", {"api": "torch.cuda.amp.autocast", "snippet": "torch.cuda.amp.autocast(dtype=pick(cfg))"}, "confirmed", "experiment"),
     # AMP002
     ("002-canonical", "AMP002", {}, "confirmed", "experiment"),
     ("002-snippet", "AMP002", {"snippet": "torch.cuda.amp.autocast(device_type='cuda', dtype=torch.bfloat16)"}, "confirmed", "snippet"),
@@ -134,6 +153,10 @@ CASES = [
     # AMP107
     ("107-fp16", "AMP107", {"where": "train_one_epoch"}, "confirmed", "experiment"),
     ("107-bf16", "AMP107", {"dtype": "bf16"}, "not-reproduced", "experiment"),
+    # AMP202 on the user's block: confirmed only when an op after the backward was lowered; otherwise
+    # nothing is claimed (the stand-in model cannot show fp32-kept layers)
+    ("202-user-block", "AMP202", {"step_source": AMP202_BLOCK, "dtype": "fp16"}, "inconclusive", "snippet"),
+    ("202-user-mm-after-backward", "AMP202", {"step_source": AMP202_BLOCK_MM, "dtype": "fp16"}, "confirmed", "snippet"),
     # AMP203
     ("203-linear", "AMP203", {"op": "linear", "device": "cpu", "dtype": "bf16"}, "confirmed", "experiment"),
     ("203-conv2d", "AMP203", {"op": "conv2d", "device": None, "dtype": "fp16"}, "confirmed", "experiment"),
@@ -151,6 +174,8 @@ CASES = [
     ("301-additive", "AMP301", {"snippet": "attn = attn + (1.0 - mask) * -1e9", "literal": -1e9}, "confirmed", "snippet"),
     ("301-where", "AMP301", {"snippet": "torch.where(mask, scores, -1e9)", "literal": -1e9, "op": "where"}, "confirmed", "snippet"),
     ("301-canonical", "AMP301", {"literal": -1e9, "op": "masked_fill", "snippet": "helper(scores, -1e9)"}, "confirmed", "experiment"),
+    ("301-fp32-mask", "AMP301", {"snippet": "torch.where(mask > 0, 0.0, -1e10)", "literal": -1e10, "op": "where"}, "inconclusive", "snippet"),
+    ("301-fp32-mask-cast", "AMP301", {"snippet": "torch.where(mask > 0, 0.0, -1e10).to(hidden.dtype)", "literal": -1e10, "op": "where"}, "confirmed", "snippet"),
     ("301-in-range", "AMP301", {"snippet": "scores.masked_fill(mask == 0, -1e4)", "literal": -1e4, "op": "masked_fill"}, "not-reproduced", "snippet"),
     ("301-bf16", "AMP301", {"snippet": "scores.masked_fill(mask == 0, -1e9)", "literal": -1e9, "dtype": "bf16"}, "not-reproduced", "snippet"),
     # AMP302
@@ -170,6 +195,11 @@ CASES = [
     # AMP402
     ("402-fp16", "AMP402", {}, "confirmed", "experiment"),
     ("402-bf16", "AMP402", {"dtype": "bf16"}, "not-reproduced", "experiment"),
+    ("402-saved-dict", "AMP402", {"side": "save", "snippet": "torch.save({'model': self.model.state_dict(), 'optim': self.optimizer.state_dict(), 'epoch': epoch}, path)"}, "confirmed", "snippet"),
+    ("402-saved-with-scaler", "AMP402", {"side": "save", "snippet": "torch.save({'model': model.state_dict(), 'scaler': scaler.state_dict()}, path)"}, "not-reproduced", "snippet"),
+    ("402-saved-local", "AMP402", {"side": "save", "snippet": "torch.save(state, out / name)", "prelude": "state = {'model': model.state_dict(), 'optimizer': opt.state_dict(), 'loss': running / len(loader)}"}, "confirmed", "snippet"),
+    ("402-unknown-amp-state", "AMP402", {"side": "save", "snippet": "torch.save({'model': model.state_dict(), 'amp': amp_state}, path)"}, "inconclusive", "experiment"),
+    ("402-resume", "AMP402", {"side": "load", "snippet": "optimizer.load_state_dict(ckpt['optimizer'])"}, "confirmed", "experiment"),
     # AMP501
     ("501-canonical", "AMP501", {}, "confirmed", "experiment"),
     ("501-snippet", "AMP501", {"snippet": AMP501_PLAIN}, "confirmed", "snippet"),
@@ -197,12 +227,24 @@ def cpu_runner():
 @pytest.mark.parametrize("case_id,code,data,verdict,method", CASES, ids=[c[0] for c in CASES])
 def test_experiment(cpu_runner, case_id, code, data, verdict, method):
     v = cpu_runner.run(code, _with_device(data, "cpu"))
-    assert (v["verdict"], v["method"]) == (verdict, method), v
+    assert_outcome(v, verdict, method)
     # every verdict carries the environment and its evidence
     assert v["device"] == "cpu" and v["torch"] and v["seed"] == 0 and v["experiment"] == code
     assert isinstance(v["evidence"], dict) and isinstance(v["duration_s"], float)
-    if verdict in ("confirmed", "not-reproduced"):
-        assert v["summary"], v
+
+
+def assert_outcome(v: dict, verdict: str, method: str) -> None:
+    """`verdict` about the user's code (method snippet), or, where only the rule's reference
+    experiment ran, `inconclusive` with that experiment's `verdict` attached as `reference`."""
+    if method == "snippet" or verdict not in ("confirmed", "not-reproduced"):
+        assert (v["verdict"], v["method"]) == (verdict, method), v
+        assert "reference" not in v or v["verdict"] == "inconclusive", v
+        if verdict in ("confirmed", "not-reproduced"):
+            assert v["summary"], v
+        return
+    assert (v["verdict"], v["method"]) == ("inconclusive", "experiment"), v
+    assert v["reason"].startswith("could not run this code: "), v
+    assert v["reference"]["verdict"] == verdict and v["reference"]["summary"], v
 
 
 def test_every_requested_rule_has_an_experiment():
@@ -226,12 +268,12 @@ def test_numbers_in_evidence(cpu_runner):
     assert ev["loss_scale"] == 65536.0 and ev["ratio"] == 65536.0
     assert ev["clip_fired"] is True and ev["update_shrink"] > 1000
     v = cpu_runner.run("AMP102", {})
-    assert v["evidence"]["update_ratio"] == 65536.0
-    assert v["evidence"]["error"]["message"] == "No inf checks were recorded prior to update."
+    assert v["reference"]["evidence"]["update_ratio"] == 65536.0  # the reference experiment's numbers
+    assert v["reference"]["evidence"]["error"]["message"] == "No inf checks were recorded prior to update."
     v = cpu_runner.run("AMP203", {"op": "addmv", "device": "cuda"})
     if v["device"] == "cpu":  # only the CUDA list lowers addmv: never claimed from a CPU run
         assert (v["verdict"], v["reason"]) == ("inconclusive", "needs CUDA")
-    v = cpu_runner.run("AMP303", {"device": "cuda"})
+    v = cpu_runner.run("AMP303", {"device": "cuda", "snippet": "F.binary_cross_entropy(torch.sigmoid(logits), target)"})
     assert "unsafe to autocast" in v["evidence"]["error"]["message"]
     assert v["evidence"]["ran_on"] == "cpu (the flagged code targets cuda)"
     assert "AutocastCUDA" in v["evidence"]["ran_under"]  # reached the CUDA kernel, not CPU autocast
@@ -247,8 +289,22 @@ def test_same_inputs_same_verdict(cpu_runner):
 
 def test_unbindable_snippet_falls_back(cpu_runner):
     v = cpu_runner.run("AMP101", {"step_source": "scaler.scale(loss).backward()\nmy_clip(model, 1.0)\nscaler.step(opt)"})
-    assert v["method"] == "experiment" and v["verdict"] == "confirmed"
+    assert v["method"] == "experiment" and v["verdict"] == "inconclusive"
+    assert v["reason"] == "could not run this code: my_clip" and v["reference"]["verdict"] == "confirmed"
     assert "my_clip" in v["evidence"]["snippet_skipped"]
+
+
+def test_unbound_names_off_the_path_that_runs_are_not_needed(cpu_runner):
+    source = """\
+scaler.scale(loss).backward()
+if use_amp:
+    scaler.step(optimizer)
+else:
+    my_fallback_step(optimizer, ema_model)
+scaler.update()
+"""
+    v = cpu_runner.run("AMP102", {"step_source": source})
+    assert (v["verdict"], v["method"]) == ("not-reproduced", "snippet"), v
 
 
 def test_refused_snippet_falls_back_and_writes_nothing(cpu_runner, tmp_path):
@@ -291,9 +347,10 @@ def test_self_chains_and_roles():
     assert "clip" in free.called
     assert role_of("scaler", {}) == "scaler" and role_of("opt", {}) == "optimizer" and role_of("loss_fn", {}) == "criterion"
     assert role_of("my_scaler_obj", {"scaler": "self.my_scaler_obj"}) == "scaler"
-    with pytest.raises(Unbindable) as err:
-        prepare_training(TrainingSpec(source="scaler.scale(loss).backward()\nclip(model.parameters(), 1.0)"))
-    assert err.value.names == ["clip"]
+    prepared = prepare_training(TrainingSpec(source="scaler.scale(loss).backward()\nclip(model.parameters(), 1.0)"))
+    assert prepared.unbound == ["clip"] and prepared.roles["clip"] == "missing"  # bound lazily
+    prepared = prepare_training(TrainingSpec(source="if opt.fp16:\n    scaler.step(optimizer_G)"))
+    assert prepared.roles["opt"] == {"fp16": "flag"} and prepared.roles["optimizer_G"] == "optimizer"
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,7 @@ def attack_write_outside(data, lab):
     for path in data["paths"]:
         results[path] = _try(lambda p=path: open(p, "w").write("pwned"))
     results["cwd"] = _try(lambda: open("inside.txt", "w").write("fine"))
-    return lab.confirmed("tried", results)
+    return lab.confirmed("tried", results, method="snippet")
 
 
 def attack_chains(data, lab):
@@ -77,7 +77,7 @@ def attack_chains(data, lab):
         "import": _try(lambda: builtins.__import__("subprocess").run(["sh", "-c", f"echo x > {out}/import"])),
         "spawn": _try(lambda: torch.os.waitpid(torch.os.posix_spawn("/bin/sh", ["sh", "-c", f"echo x > {out}/spawn"], {}), 0)),
         "open": _try(lambda: builtins.open(f"{out}/open", "w").write("x")),
-    })
+    }, method="snippet")
 
 
 def attack_socket(data, lab):
@@ -85,7 +85,7 @@ def attack_socket(data, lab):
         with socket.create_connection(("127.0.0.1", data["port"]), timeout=3) as s:
             s.sendall(os.environ.get("AMPLINT_TEST_SECRET", "no secret").encode())
 
-    return lab.confirmed("tried", {"connect": _try(connect)})
+    return lab.confirmed("tried", {"connect": _try(connect)}, method="snippet")
 
 
 def attack_env(data, lab):
@@ -99,7 +99,7 @@ def attack_env(data, lab):
             except OSError:
                 pass
     found = any(data["secret"] in text for text in seen)
-    return lab.confirmed("read", {"found": found, "keys": sorted(os.environ), "processes": len(seen) - 1 - len(os.environ)})
+    return lab.confirmed("read", {"found": found, "keys": sorted(os.environ), "processes": len(seen) - 1 - len(os.environ)}, method="snippet")
 
 
 def attack_rlimits(data, lab):
@@ -107,7 +107,7 @@ def attack_rlimits(data, lab):
     for name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NPROC", "RLIMIT_NOFILE"):
         which = getattr(resource, name)
         out[name] = _try(lambda w=which: resource.setrlimit(w, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)))
-    return lab.confirmed("tried", out)
+    return lab.confirmed("tried", out, method="snippet")
 
 
 def attack_setsid_survivor(data, lab):
@@ -118,13 +118,13 @@ def attack_setsid_survivor(data, lab):
         subprocess.Popen(sleeper(data["marker"]))
         os._exit(0)
     os.waitpid(pid, 0)
-    return lab.confirmed("left daemons", {})
+    return lab.confirmed("left daemons", {}, method="snippet")
 
 
 def attack_posix_spawn(data, lab):
     marker = data["marker"]
     pid = os.posix_spawn(sys.executable, sleeper(marker), {})
-    return lab.confirmed("spawned", {"pid": pid})
+    return lab.confirmed("spawned", {"pid": pid}, method="snippet")
 
 
 def _forged(id_):
@@ -155,7 +155,7 @@ def attack_protocol(data, lab):
             written[f"fd{fd}"] = "wrote"
         except OSError:
             pass
-    return lab.not_reproduced("FORGED", {"written": written})
+    return lab.not_reproduced("FORGED", {"written": written}, method="snippet")
 
 
 def attack_inject(data, lab):
@@ -163,7 +163,7 @@ def attack_inject(data, lab):
 
 
 def attack_inject_summary(data, lab):
-    return lab.confirmed(data["message"], {data["message"]: data["message"]})
+    return lab.confirmed(data["message"], {data["message"]: data["message"]}, method="snippet")
 
 
 def attack_print_flood(data, lab):
@@ -174,7 +174,7 @@ def attack_print_flood(data, lab):
         sys.stdout.write(chunk)
         n += 1
     sys.stdout.flush()
-    return lab.confirmed("flooded", {"mb": n})
+    return lab.confirmed("flooded", {"mb": n}, method="snippet")
 
 
 def attack_fill_tmp(data, lab):
@@ -187,8 +187,8 @@ def attack_fill_tmp(data, lab):
                 fh.write(b"\0" * (16 << 20))
             written += 16
     except OSError as exc:
-        return lab.confirmed("stopped", {"mb": written, "error": type(exc).__name__})
-    return lab.confirmed("filled", {"mb": written})
+        return lab.confirmed("stopped", {"mb": written, "error": type(exc).__name__}, method="snippet")
+    return lab.confirmed("filled", {"mb": written}, method="snippet")
 
 
 def attack_fork_bomb(data, lab):
@@ -203,7 +203,7 @@ def attack_fork_bomb(data, lab):
             pids.append(pid)
     except OSError as exc:
         error = type(exc).__name__
-    return lab.confirmed("forked", {"children": len(pids), "error": error})
+    return lab.confirmed("forked", {"children": len(pids), "error": error}, method="snippet")
 
 
 def hang(data, lab):
@@ -211,7 +211,7 @@ def hang(data, lab):
 
 
 def ok(data, lab):
-    return lab.confirmed("fine", {"n": data.get("n")})
+    return lab.confirmed("fine", {"n": data.get("n")}, method="snippet")
 
 
 # ------------------------------------------------------------------ fixtures and helpers
@@ -278,7 +278,7 @@ def test_writes_stay_in_the_findings_temp_folder(runner, tmp_path, monkeypatch):
         "/etc/amplint-pwned",
     ]
     # the attack is real: the same code, unconfined, writes the first file
-    attack_write_outside({"paths": targets[:1]}, type("L", (), {"confirmed": staticmethod(lambda s, e: e)})())
+    attack_write_outside({"paths": targets[:1]}, type("L", (), {"confirmed": staticmethod(lambda s, e, **_: e)})())
     assert (tmp_path / "outside.txt").exists()
     (tmp_path / "outside.txt").unlink()
 

@@ -260,12 +260,14 @@ def test_user_step_runs_or_falls_back(runner, code, source, method):
     data = _data(source, code)
     assert data.get("step_source")
     v = runner.run(code, data)
-    assert v["verdict"] == "confirmed", v
     assert v["method"] == method, v
     skipped = (v.get("evidence") or {}).get("snippet_skipped")
-    if method == "experiment":
+    if method == "experiment":  # the user's step could not run: no verdict on it, the reference attached
+        assert v["verdict"] == "inconclusive" and v["reference"]["verdict"] == "confirmed", v
         assert skipped and skipped.startswith("could not bind"), v
+        assert v["reason"] == "could not run this code: " + skipped[len("could not bind ") :], v
     else:
+        assert v["verdict"] == "confirmed", v
         assert not skipped, v
 
 

@@ -12,6 +12,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..core.diagnostics import Applicability, Diagnostic
 from .source import Sources, clean
+from .verification import VerificationLines, verdict_summary
 
 CONTEXT = 2  # lines shown before and after the span, as ruff does
 MAX_SPAN_ROWS = 6  # a longer span shows its first rows only
@@ -96,25 +97,6 @@ def related_line(d: Diagnostic) -> Optional[str]:
     return "    " + "; ".join(f"{g[0]} at {', '.join(g[1:])}" for g in groups)
 
 
-def verification_line(d: Diagnostic) -> Optional[str]:
-    v = d.verification
-    if not v:
-        return None
-    verdict = v.get("verdict", "?")
-    reason = f" ({v['reason']})" if v.get("reason") else ""
-    evidence = v.get("summary") or ", ".join(f"{k}={val}" for k, val in (v.get("evidence") or {}).items())
-    where = ", ".join(x for x in (v.get("device"), f"torch {v['torch']}" if v.get("torch") else None) if x)
-    method = v.get("method")
-    parts = [f"verify: {verdict}{reason}"]
-    if method:
-        parts.append(f"[{method}]")
-    if evidence:
-        parts.append(evidence)
-    if where:
-        parts.append(f"({where})")
-    return "    " + " ".join(parts)
-
-
 def _plural(n: int, word: str, plural: str = "") -> str:
     return f"{n} {word if n == 1 else (plural or word + 's')}"
 
@@ -167,14 +149,18 @@ def render(
 ) -> str:
     out: List[str] = []
     files = Sources(sources)
+    verified = VerificationLines()  # one verdict line per finding, a rule's reference result once
     for d in diagnostics:
         out.append(headline(d, unsafe_fixes, color))
         out.extend(frame(d, files.lines(d), color))
-        for extra in (related_line(d), verification_line(d)):
+        for extra in (related_line(d), *verified.lines(d)):
             if extra:
                 out.append(clean(extra))
         out.append("")
     if quiet:
         return "\n".join(out[:-1]) + "\n" if out else ""
     out.append(summary(diagnostics, fixed, unsafe_fixes))
+    verdicts = verdict_summary(diagnostics)  # `--verify` only
+    if verdicts:
+        out.append(verdicts)
     return "\n".join(out) + "\n"

@@ -13,7 +13,9 @@ import os
 import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from .prelude import Preludes
 from .runner import DEFAULT_TIMEOUT, Runner, VerifyError, terminating_cleanly, torch_available
+from .verdicts import honest
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -84,6 +86,7 @@ def verify_diagnostics(
     device = validate_device(device)
     own = runner is None
     cache: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    preludes = Preludes()
     with terminating_cleanly():
         runner = runner or Runner(device=device, timeout=timeout, seed=seed, budget=budget, unsandboxed=unsandboxed)
         try:
@@ -91,10 +94,11 @@ def verify_diagnostics(
             if on_start is not None:
                 on_start(list(getattr(runner, "layers", [])))
             for d in todo:
-                data = dict(d.data or {})
+                data = preludes.data_for(d)  # the finding's data and the file's own helpers it uses
                 key = _key(d.code, data)
                 if key not in cache:
-                    cache[key] = runner.run(d.code, data)
+                    # checked here too: only a run of the user's code may confirm or refute
+                    cache[key] = honest(runner.run(d.code, data))
                 d.verification = dict(cache[key])
                 if on_result is not None:
                     on_result(d, d.verification)

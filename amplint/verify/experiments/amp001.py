@@ -38,7 +38,10 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         if tree is not None:
             _, error, caught = record_warnings(lambda: evaluate(tree, data))
             ev["called"] = data.get("snippet").strip()
-        else:
+            if isinstance(error, Unbindable):  # the call needs a name the code defines elsewhere
+                ev["snippet_skipped"] = f"could not bind {', '.join(error.names)}"
+                tree, method = None, "experiment"
+        if tree is None:
             _, error, caught = record_warnings(lambda: _call_api(torch, api))
             ev["called"] = f"{api}(...)"
     except (LookupError, Unbindable, AttributeError, ImportError) as exc:

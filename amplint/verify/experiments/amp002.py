@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from ..snippet import resolve_qualname
+from ..snippet import Unbindable, resolve_qualname
 from ._api import api_snippet, evaluate, record_warnings
 
 CANONICAL_API = "torch.cuda.amp.autocast"
@@ -19,11 +19,15 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     api = str(data.get("api") or data.get("deprecated") or CANONICAL_API)
     tree = api_snippet(data.get("snippet"), data)
     ev: Dict[str, Any] = {"api": api}
+    method = "experiment"
     if tree is not None:
         method = "snippet"
         ev["called"] = data["snippet"].strip()
         _, error, _ = record_warnings(lambda: evaluate(tree, data))
-    else:
+        if isinstance(error, Unbindable):  # the call needs a name the code defines elsewhere
+            ev["snippet_skipped"] = f"could not bind {', '.join(error.names)}"
+            tree, method = None, "experiment"
+    if tree is None:
         method = "experiment"
         kwargs: Dict[str, Any] = {"device_type": "cuda"}
         dtype = lab.dtype(data.get("dtype"), default=None)

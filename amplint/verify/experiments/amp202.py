@@ -21,7 +21,7 @@ off). The plain gradients are reported either way and never overclaimed.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 def _plain(lab: Any, dtype: Any, inside: bool) -> Tuple[Any, Dict[str, Any]]:
     torch = lab.torch
@@ -113,6 +113,9 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     }
     if data.get("device") and data["device"] != lab.device_type:
         ev["ran_on"] = f"{lab.device_type} (the flagged code targets {data['device']})"
+    users = _users_block(lab, data, dtype)
+    if users is not None:
+        return users(ev, name)
     after_low = ev["after_backward_mm_dtype_inside"] != ev["after_backward_mm_dtype_outside"]
     fp32_low = fp32_diff > 0.0 and err_in > err_out
     plain = (
@@ -130,3 +133,96 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
             )
         return lab.confirmed(f"{name} autocast around backward: {'; '.join(parts)}; {plain}", ev, dtype=dtype)
     return lab.not_reproduced(f"{name} autocast around backward changed nothing measured: {plain}", ev, dtype=dtype)
+
+
+#: ops autocast runs in low precision whatever their inputs (both devices' lists)
+LOWERED = frozenset(
+    {"matmul", "mm", "bmm", "linear", "addmm", "addbmm", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
+     "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "mv", "addmv", "chain_matmul", "__matmul__", "prelu"}
+)
+
+
+def _users_block(lab: Any, data: Dict[str, Any], dtype: Any) -> Any:
+    """Run the user's `with autocast(...)` block (`step_source`) on the tiny model and record
+    which ops after its backward autocast lowered. Returns a verdict builder, or None (no
+    block, or it could not run: `snippet_skipped` is set by the caller's reference path)."""
+    from ..snippet import Refused, TrainingSpec, Unbindable, prepare_training, run_training
+
+    source = data.get("step_source")
+    if not isinstance(source, str) or not source.strip():
+        return None
+    torch = lab.torch
+    spec = TrainingSpec(source=source, data=dict(data), dtype=None)
+    lowered: List[str] = []
+    ran_after: List[str] = []
+    state = {"after": False}
+
+    class Recorder(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = getattr(func, "__name__", str(func))
+            if state["after"] and (not name.startswith("_") or name == "__matmul__"):
+                ran_after.append(name)
+                if name in LOWERED and getattr(out, "dtype", None) in (torch.float16, torch.bfloat16):
+                    inputs = [a for a in args if isinstance(a, torch.Tensor)]
+                    if inputs and all(a.dtype == torch.float32 for a in inputs):
+                        lowered.append(f"{name} -> {str(out.dtype).replace('torch.', '')}")
+            return out
+
+    original_backward = torch.Tensor.backward
+
+    def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original_backward(self, *args, **kwargs)
+        state["after"] = True
+        return out
+
+    try:
+        prepared = prepare_training(spec)
+        torch.Tensor.backward = backward  # type: ignore[method-assign]
+        try:
+            with Recorder():
+                enabled = run_training(lab, spec, prepared, True)
+        finally:
+            torch.Tensor.backward = original_backward  # type: ignore[method-assign]
+    except (Refused, Unbindable) as exc:
+        why = f"could not bind {', '.join(exc.names)}" if isinstance(exc, Unbindable) else f"not run: {exc}"
+
+        def skipped(ev: Dict[str, Any], name: str) -> Any:
+            ev["snippet_skipped"] = why
+            return _reference_verdict(lab, ev, name, dtype)
+
+        return skipped
+    error = enabled.exception
+
+    def verdict(ev: Dict[str, Any], name: str) -> Any:
+        ev["user_block"] = {"ops_after_backward": sorted(set(ran_after))[:20], "lowered_after_backward": lowered[:10], "error": error}
+        if error and not state["after"]:
+            ev["snippet_skipped"] = f"the flagged code raised {error['type']}: {error['message'][:120]}"
+            return _reference_verdict(lab, ev, name, dtype)
+        if not state["after"]:
+            return lab.inconclusive("the flagged backward never ran", ev, method="snippet", dtype=dtype)
+        if lowered:
+            return lab.confirmed(
+                f"after the backward, the block ran {', '.join(lowered[:3])} under autocast (outside the block: float32)",
+                ev,
+                method="snippet",
+                dtype=dtype,
+            )
+        return lab.inconclusive(
+            "nothing the block runs after its backward is lowered by autocast here; whether the model keeps a layer fp32 "
+            "with autocast(enabled=False) (whose backward would then run in low precision) the stand-in model cannot show",
+            ev,
+            method="snippet",
+            dtype=dtype,
+        )
+
+    return verdict
+
+
+def _reference_verdict(lab: Any, ev: Dict[str, Any], name: str, dtype: Any) -> Any:
+    """The reference experiment's verdict (reported as `reference`: the user's block did not run)."""
+    after_low = ev["after_backward_mm_dtype_inside"] != ev["after_backward_mm_dtype_outside"]
+    fp32_low = ev["fp32_layer_max_grad_diff"] not in (0, 0.0)
+    if after_low or fp32_low:
+        return lab.confirmed(f"{name} autocast around backward: an mm after backward in the block ran {ev['after_backward_mm_dtype_inside']}", ev, dtype=dtype)
+    return lab.not_reproduced(f"{name} autocast around backward changed nothing measured", ev, dtype=dtype)

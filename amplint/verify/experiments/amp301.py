@@ -93,6 +93,17 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         return lab.confirmed(
             f"{fmt(lit)} became {fmt(lit_cast)} in {name}: {inf} -inf/inf value(s) in the result{tail}{fp32}", ev, method=method, dtype=dtype
         )
+    if value.is_floating_point() and value.dtype != dtype and lit_cast in (float("inf"), float("-inf")):
+        # e.g. `torch.where(mask > 0, 0.0, -1e10)`: the literals make an fp32 tensor, which overflows
+        # only where it later meets low-precision tensors (`scores += mask`), outside the flagged code
+        ev["result_dtype"] = str(value.dtype).replace("torch.", "")
+        return lab.inconclusive(
+            f"the flagged expression gives a {ev['result_dtype']} tensor here, so {fmt(lit)} stays finite in it; it becomes "
+            f"{fmt(lit_cast)} only where the result meets {name} tensors, which the flagged code does not show",
+            ev,
+            method=method,
+            dtype=dtype,
+        )
     return lab.not_reproduced(
         f"the result stayed finite in {name} ({fmt(lit)} -> {fmt(lit_cast)}; softmax NaN rows: {nan_rows})", ev, method=method, dtype=dtype
     )

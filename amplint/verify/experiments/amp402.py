@@ -6,11 +6,22 @@ has backed off to a scale that fits; then "resumes" twice from that point, once
 with a fresh GradScaler (the checkpoint lacked `scaler.state_dict()`) and once
 with the saved state loaded, counting the optimizer steps skipped after the
 resume.
+
+The user's own code: for a checkpoint that is saved (`side: "save"`), the
+object the flagged `torch.save(...)` writes is built by running the user's
+expression (and the statements of the same file that build it, the prelude)
+on the warmed-up lab model, optimizer and scaler. The verdict is about that
+object: `confirmed` when it holds no GradScaler state (a resume from it is the
+fresh-scaler resume measured here), `not-reproduced` when it does. A resume
+(`side: "load"`) is not run: its verdict is the reference experiment's, kept
+apart as `reference`.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+import ast
+from typing import Any, Dict, List, Optional, Tuple
 
+from ..snippet import Refused, TrainingSpec, Unbindable, Unbound, bind_by_role, check_safe, parse, prepare_training, with_prelude
 from ._training import fmt
 
 WARMUP, AFTER = 10, 10
@@ -62,6 +73,7 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     fresh_skipped, fresh_history = resume(False)
     kept_skipped, kept_history = resume(True)
     name = lab.dtype_name(dtype)
+    checkpoint, why = _users_checkpoint(lab, data, model, opt, scaler)
     ev = {
         "warmup_steps": WARMUP,
         "warmup_skipped": warm_skipped,
@@ -72,6 +84,10 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         "scale_history_fresh": fresh_history,
         "scale_history_restored": kept_history,
     }
+    if checkpoint is not None:
+        return _judge_checkpoint(lab, checkpoint, scaler, ev, name, dtype)
+    if why:
+        ev["snippet_skipped"] = why
     if fresh_skipped > kept_skipped:
         return lab.confirmed(
             f"{name}: resuming with a fresh GradScaler (scale 65536) skipped {fresh_skipped} of the next {AFTER} optimizer steps "
@@ -83,5 +99,130 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         f"{name}: a fresh GradScaler after the resume skipped {fresh_skipped} steps, the restored one {kept_skipped} "
         f"(no overflow at scale 65536 here)",
         ev,
+        dtype=dtype,
+    )
+
+
+def _saved_expression(source: Any) -> Optional[ast.Module]:
+    """The object a `torch.save(obj, path)` call writes, as an expression statement."""
+    tree = parse(source)
+    call = tree.body[0].value if len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) else None
+    if not isinstance(call, ast.Call) or not isinstance(call.func, (ast.Attribute, ast.Name)):
+        return None
+    func = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
+    if func != "save":
+        return None
+    obj = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "obj"), None)
+    return ast.Module(body=[ast.Expr(obj)], type_ignores=[]) if obj is not None else None
+
+
+def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scaler: Any) -> Tuple[Any, Optional[str]]:
+    """(the object the user's save call writes, None) or (None, why it could not be built)."""
+    if data.get("side") != "save":
+        return None, "the flagged code resumes a checkpoint; only the saving side is run" if data.get("side") == "load" else None
+    if not isinstance(data.get("snippet"), str) or not data["snippet"].strip():
+        return None, None  # no flagged call to run (e.g. the save is in a helper)
+    try:
+        expr = _saved_expression(data.get("snippet"))
+        if expr is None:
+            return None, "the flagged call is not a save of one object"
+        check_safe(expr)
+        tree, _ = with_prelude(expr, data)
+        prepared = prepare_training(TrainingSpec(source=ast.unparse(tree), data=dict(data, names={})))
+    except Refused as exc:
+        return None, f"not run: {exc}"
+    torch = lab.torch
+    x, y = lab.batch(0)
+    values = {
+        "model": model, "optimizer": opt, "scaler": scaler, "index": 1, "accum": lab.ACCUM, "flag": True, "device": lab.device,
+        "scheduler": torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), "criterion": torch.nn.MSELoss(),
+        "params": list(model.parameters()), "x": x, "y": y, "loss": torch.nn.MSELoss()(model(x), y).detach(),
+        "threshold": 1.0, "dtype": torch.float16,
+    }
+
+    def value_for(role: str, path: str) -> Any:
+        if role in values:
+            return values[role]
+        if role.startswith(("module:", "api:")):
+            from ..snippet import resolve_qualname
+
+            return resolve_qualname(role.split(":", 1)[1])
+        return _Unknown(path)
+
+    env = bind_by_role(prepared.roles, value_for)
+    body = prepared.tree.body
+    last = body[-1]
+    if not isinstance(last, ast.Expr):
+        return None, "the flagged call is not a save of one object"
+    holder = ast.Assign(targets=[ast.Name("__amplint_saved__", ast.Store())], value=last.value)
+    module = ast.fix_missing_locations(ast.Module(body=[*body[:-1], ast.copy_location(holder, last)], type_ignores=[]))
+    from ..snippet import _SAFE_BUILTINS, RUNTIME_NAMES
+
+    globs: Dict[str, Any] = {"__builtins__": _SAFE_BUILTINS, **RUNTIME_NAMES, **env}
+    try:
+        exec(compile(module, "<flagged code>", "exec"), globs)  # noqa: S102 - the user's own checkpoint expression
+    except Unbound as exc:
+        return None, f"could not bind {', '.join(Unbindable(exc.names).names)}"
+    except Exception as exc:  # noqa: BLE001
+        return None, f"the flagged code raised {type(exc).__name__}: {str(exc)[:120]}"
+    return globs.get("__amplint_saved__"), None
+
+
+class _Unknown:
+    """A name with a lab role that has no object here (a loader, a criterion): kept as an opaque value."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+_SCALER_WORDS = ("scal", "amp")
+
+
+def _unknown_scaler_parts(obj: Any, key: str = "", depth: int = 0) -> List[str]:
+    """Values the code could not compute (unbound names) that may be the scaler state."""
+    from ..snippet import Missing
+
+    if isinstance(obj, (Missing, _Unknown)):
+        path = object.__getattribute__(obj, "_name") if isinstance(obj, Missing) else obj.path
+        return [path] if any(w in (key + " " + path).lower() for w in _SCALER_WORDS) else []
+    out: List[str] = []
+    if depth < 4 and isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _unknown_scaler_parts(v, str(k), depth + 1)
+    elif depth < 4 and isinstance(obj, (list, tuple)):
+        for v in obj:
+            out += _unknown_scaler_parts(v, key, depth + 1)
+    return out
+
+
+def _holds_scaler_state(obj: Any, scaler: Any, depth: int = 0) -> bool:
+    if obj is scaler:
+        return True
+    if isinstance(obj, dict):
+        if {"scale", "growth_factor", "backoff_factor"} <= set(obj):
+            return True
+        return depth < 4 and any(_holds_scaler_state(v, scaler, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return depth < 4 and any(_holds_scaler_state(v, scaler, depth + 1) for v in obj)
+    return False
+
+
+def _judge_checkpoint(lab: Any, checkpoint: Any, scaler: Any, ev: Dict[str, Any], name: str, dtype: Any) -> Dict[str, Any]:
+    keys = sorted(str(k) for k in checkpoint) if isinstance(checkpoint, dict) else [type(checkpoint).__name__]
+    ev["checkpoint_keys"] = keys[:20]
+    skipped, kept, after = ev["skipped_after_resume_fresh_scaler"], ev["skipped_after_resume_restored_scaler"], ev["steps_after_resume"]
+    if _holds_scaler_state(checkpoint, scaler):
+        ev["checkpoint_holds_scaler_state"] = True
+        return lab.not_reproduced(f"the checkpoint this code saves holds the GradScaler state (keys: {', '.join(keys[:8])})", ev, method="snippet", dtype=dtype)
+    unknown = _unknown_scaler_parts(checkpoint)
+    if unknown:  # e.g. `"amp": amp_state` from a helper: it may be the scaler's state
+        ev["snippet_skipped"] = f"could not bind {', '.join(sorted(set(unknown)))}"
+        return lab.inconclusive(f"could not run this code: {', '.join(sorted(set(unknown)))}", ev, dtype=dtype)
+    ev["checkpoint_holds_scaler_state"] = False
+    return lab.confirmed(
+        f"the checkpoint this code saves ({', '.join(keys[:8])}) has no GradScaler state: resuming from it starts a fresh "
+        f"scaler at 65536, which here skipped {skipped} of the next {after} {name} steps (restored state: {kept})",
+        ev,
+        method="snippet",
         dtype=dtype,
     )

@@ -12,7 +12,7 @@ import ast
 import inspect
 from typing import Any, Dict, Optional, Tuple
 
-from ..snippet import Refused, Unbindable, check_safe, free_names, parse, resolve_qualname, role_of, run_source
+from ..snippet import Missing, Refused, Unbindable, Unbound, check_safe, free_names, parse, resolve_qualname, role_of, run_source, with_prelude
 
 CANONICAL = '''
 class Plain(torch.autograd.Function):
@@ -34,20 +34,21 @@ def _define(lab: Any, source: str, data: Dict[str, Any]) -> Any:
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
     if not classes:
         raise Refused("no class definition")
+    tree, _ = with_prelude(tree, data)  # the file's own helpers the class uses
     env: Dict[str, Any] = {}
-    missing = []
     for name in free_names(tree).names:
         role = role_of(name, data)
         if role and role.startswith(("module:", "api:")):
-            env[name] = resolve_qualname(role.split(":", 1)[1])
+            try:
+                env[name] = resolve_qualname(role.split(":", 1)[1])
+            except (LookupError, ImportError, AttributeError):
+                env[name] = Missing(name)  # not torch (`deepspeed.comm`): an error only if used
         elif name in ("Function",):
             env[name] = lab.torch.autograd.Function
         elif name in ("custom_fwd", "custom_bwd"):
             env[name] = getattr(lab.torch.amp, name)
         else:
-            missing.append(name)
-    if missing:
-        raise Unbindable(missing)
+            env[name] = Missing(name)  # bound lazily: an error only if the class uses it
     wanted = data.get("function") or data.get("class_name")
     target = next((c for c in classes if c.name == wanted), classes[-1])
     tree = ast.Module(body=[*tree.body, ast.Expr(ast.Name(target.name, ast.Load()))], type_ignores=[])
@@ -57,26 +58,37 @@ def _define(lab: Any, source: str, data: Dict[str, Any]) -> Any:
     return cls
 
 
-def _inputs(lab: Any, cls: Any) -> Tuple[Any, ...]:
+def _inputs(lab: Any, cls: Any, batch: Optional[int] = None) -> Tuple[Any, ...]:
     torch = lab.torch
     sig = inspect.signature(cls.forward)
     params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
     required = [p for p in params if p.default is p.empty]
     g = torch.Generator().manual_seed(lab.seed)
-    return tuple(torch.randn(4, 4, generator=g).to(lab.device).requires_grad_() for _ in required or params[:1])
+    # shaped by how the code names them: a bias is a vector, everything else a 4x4 matrix
+    lead = (batch,) if batch else ()
+    shapes = [(4,) if "bias" in p.name.lower() else (*lead, 4, 4) for p in required or params[:1]]
+    return tuple(torch.randn(*shape, generator=g).to(lab.device).requires_grad_() for shape in shapes)
 
 
-def _apply(lab: Any, cls: Any, dtype: Optional[Any]) -> Tuple[Optional[str], Optional[BaseException], str]:
+#: input layouts tried in turn: matrices, then a batch of them (`x[:, i]`-style code)
+LAYOUTS = (None, 2)
+
+
+def _apply(lab: Any, cls: Any, dtype: Optional[Any], batch: Optional[int] = None) -> Tuple[Optional[str], Optional[BaseException], str]:
     """(forward output dtype, error, phase)."""
-    inputs = _inputs(lab, cls)
+    inputs = _inputs(lab, cls, batch)
     try:
         with lab.autocast(dtype):
             out = cls.apply(*inputs)
+    except Unbound as exc:
+        raise Unbindable(exc.names) from None
     except Exception as exc:  # noqa: BLE001
         return None, exc, "forward"
     first = out[0] if isinstance(out, (tuple, list)) else out
     try:
         first.float().sum().backward()
+    except Unbound as exc:
+        raise Unbindable(exc.names) from None
     except Exception as exc:  # noqa: BLE001
         return str(first.dtype).replace("torch.", ""), exc, "backward"
     return str(first.dtype).replace("torch.", ""), None, ""
@@ -95,12 +107,16 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         dtype = default
     ev: Dict[str, Any] = {"autocast": f"{lab.device_type}, {lab.dtype_name(dtype)}"}
     cls = None
+    batch: Optional[int] = None
     method = "snippet"
     source = data.get("snippet")
     if isinstance(source, str) and source.strip():
         try:
             cls = _define(lab, source, data)
-            _, ref_error, _ = _apply(lab, cls, None)
+            for batch in LAYOUTS:  # the first layout the Function accepts without autocast
+                _, ref_error, _ = _apply(lab, cls, None, batch)
+                if ref_error is None:
+                    break
             if ref_error is not None:
                 ev["snippet_skipped"] = f"the Function fails without autocast too: {type(ref_error).__name__}: {str(ref_error)[:120]}"
                 cls = None
@@ -110,10 +126,16 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
             ev["snippet_skipped"] = f"not run: {exc}"
         except Exception as exc:  # noqa: BLE001
             ev["snippet_skipped"] = f"defining it raised {type(exc).__name__}: {str(exc)[:120]}"
+    if cls is not None:
+        try:
+            out_dtype, error, phase = _apply(lab, cls, dtype, batch)
+        except Unbindable as exc:
+            ev["snippet_skipped"] = f"could not bind {', '.join(exc.names)}"
+            cls = None
     if cls is None:
         method = "experiment"
         cls = _define(lab, CANONICAL, {})
-    out_dtype, error, phase = _apply(lab, cls, dtype)
+        out_dtype, error, phase = _apply(lab, cls, dtype)
     ev.update(function=cls.__name__, forward_output_dtype=out_dtype)
     if error is not None:
         ev["error"] = {**lab.exc(error), "phase": phase}

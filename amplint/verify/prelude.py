@@ -1,0 +1,251 @@
+"""The user's own helpers for a flagged snippet, read from the same file (parent side, no torch).
+
+A flagged expression or training-step slice often uses names it does not define:
+a helper function (`compute_loss(...)`), a class, a constant, a local computed a
+few lines earlier (`state = {...}` before `torch.save(state, path)`). Instead of
+giving up (`could not bind ...`), the verifier runs those definitions too: this
+module finds, for each such name, the statement that defines it (in the
+enclosing function before the slice, else at module level), transitively, and
+returns their source in file order as a *prelude* that the worker runs before
+the slice (`data["prelude"]`). Names the lab binds by role (model, optimizer,
+scaler, loss, ...) are never taken from the file: the slice runs on the lab's
+tiny real objects. What the prelude cannot define stays unbound, and is bound
+lazily in the worker (a use of it ends the run as "could not bind").
+"""
+from __future__ import annotations
+
+import ast
+import textwrap
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+
+from .snippet import MODULES, VALUE_ROLES, Refused, free_names, parse, role_of
+
+#: at most this many statements are lifted into a prelude
+MAX_STATEMENTS = 16
+#: rules whose snippet is a `torch.save(obj, path)` call: the experiment runs `obj` only
+SAVED_OBJECT = frozenset({"AMP402"})
+
+
+def saved_object(source: str) -> str:
+    """The source of the object a `save(obj, path)` call writes ("" when it is not one)."""
+    try:
+        tree = ast.parse(textwrap.dedent(source).strip())
+    except SyntaxError:
+        return ""
+    call = tree.body[0].value if len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) else None
+    if not isinstance(call, ast.Call) or not call.args:
+        return ""
+    return ast.unparse(call.args[0])
+
+
+def _defines(node: ast.stmt) -> Set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    targets: List[ast.AST] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, ast.AnnAssign) and node.value is not None:
+        targets = [node.target]
+    names: Set[str] = set()
+    for t in targets:
+        for sub in ast.walk(t):
+            if isinstance(sub, ast.Name):
+                names.add(sub.id)
+    return names
+
+
+def _statements(body: List[ast.stmt], before: int) -> Iterator[ast.stmt]:
+    """Statements of a function body that start before row `before`, at any depth, not in nested scopes' bodies."""
+    for node in body:
+        if node.lineno >= before:
+            return
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            yield from _statements(getattr(node, field, []) or [], before)
+        for handler in getattr(node, "handlers", []) or []:
+            yield from _statements(handler.body, before)
+
+
+def _enclosing_function(tree: ast.Module, row: int) -> Optional[ast.AST]:
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= row <= (node.end_lineno or node.lineno):
+            if found is None or node.lineno >= found.lineno:
+                found = node
+    return found
+
+
+def _slice_start(lines: List[str], row: int, snippet: str) -> int:
+    """The file row where the flagged slice begins (its first line, searched upwards from `row`)."""
+    first = next((ln.strip() for ln in snippet.splitlines() if ln.strip()), "")
+    for r in range(min(row, len(lines)), 0, -1):
+        if lines[r - 1].strip() == first:
+            return r
+    return row
+
+
+def _wanted(tree: ast.Module, data: Dict[str, Any], training: bool) -> Set[str]:
+    """Names of `tree` the lab does not bind by role: they need the user's definitions."""
+    free = free_names(tree)
+    wanted = set()
+    for name in free.names:
+        role = role_of(name, data)
+        if name in MODULES or (role or "").startswith(("module:", "api:")):
+            continue
+        if training:
+            if role is None or (name in free.called and role in VALUE_ROLES):
+                wanted.add(name)  # names the lab binds by role (model, optimizer, ...) stay the lab's
+        elif name in free.called:
+            wanted.add(name)
+    return wanted
+
+
+def _constants(tree: ast.Module, data: Dict[str, Any]) -> Set[str]:
+    """Names of an expression snippet the lab would synthesize as tensors but that the file
+    defines as module-level constants (`NEG_INF = -1e9`): the file's value is the truth."""
+    free = free_names(tree)
+    return {n for n in free.names if n not in free.called and role_of(n, data) is None}
+
+
+def _is_constant(node: ast.stmt) -> bool:
+    value = getattr(node, "value", None)
+    try:
+        ast.literal_eval(value) if value is not None else None
+    except ValueError:
+        return isinstance(value, ast.UnaryOp) and isinstance(value.operand, ast.Constant)
+    return value is not None
+
+
+def _defaults(func: Optional[ast.AST]) -> Dict[str, ast.expr]:
+    """A function's parameters with literal defaults (`log_every=50`)."""
+    if func is None:
+        return {}
+    args = func.args  # type: ignore[attr-defined]
+    positional = [*args.posonlyargs, *args.args]
+    out = {}
+    for arg, default in zip(positional[len(positional) - len(args.defaults) :], args.defaults):
+        out[arg.arg] = default
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        if default is not None:
+            out[arg.arg] = default
+    return {k: v for k, v in out.items() if _literal(v)}
+
+
+def _parameters(func: Optional[ast.AST]) -> Set[str]:
+    if func is None:
+        return set()
+    args = func.args  # type: ignore[attr-defined]
+    return {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self", "cls"}
+
+
+def _literal(node: ast.expr) -> bool:
+    try:
+        ast.literal_eval(node)
+    except ValueError:
+        return False
+    return True
+
+
+def prelude_for(text: str, row: int, snippet: str, data: Dict[str, Any], training: bool) -> Tuple[str, List[str]]:
+    """(prelude source, the names it defines) for the snippet flagged at `row` of the file `text`."""
+    try:
+        tree = ast.parse(text)
+        snippet_tree = parse(snippet)
+        wanted = _wanted(snippet_tree, data, training)
+        constants = set() if training else _constants(snippet_tree, data)
+    except (SyntaxError, ValueError, Refused, RecursionError):
+        return "", []
+    if not wanted and not constants:
+        return "", []
+    lines = text.splitlines()
+    start = _slice_start(lines, row, snippet)
+    func = _enclosing_function(tree, start)
+    local = list(_statements(func.body, start)) if func is not None else []
+    module = [n for n in tree.body if not (func is not None and n.lineno <= func.lineno <= (n.end_lineno or n.lineno))]
+    defaults = _defaults(func)
+    chosen: Dict[int, ast.stmt] = {}
+    from_defaults: List[str] = []
+    done: Set[str] = set()
+    for name in sorted(constants):
+        node = next((n for n in reversed(module) if name in _defines(n) and _is_constant(n)), None)
+        if node is not None and not any(name in _defines(n) for n in local) and name not in defaults:
+            chosen[id(node)] = node
+            done.add(name)
+    todo = sorted(wanted)
+    while todo and len(chosen) < MAX_STATEMENTS:
+        name = todo.pop()
+        if name in done:
+            continue
+        done.add(name)
+        node = next((n for n in reversed(local) if name in _defines(n)), None)
+        if node is None and name in defaults:
+            from_defaults.append(f"{name} = {ast.unparse(defaults[name])}")
+            continue
+        if node is None:  # module level: before the slice, or anywhere when the slice is in a function
+            node = next((n for n in reversed(module) if name in _defines(n) and (func is not None or n.lineno < start)), None)
+        if node is None or id(node) in chosen:
+            continue
+        chosen[id(node)] = node
+        source = ast.get_source_segment(text, node, padded=True)
+        if source is None:
+            continue
+        try:
+            inner = ast.parse(textwrap.dedent(source))
+        except SyntaxError:
+            continue
+        todo.extend(n for n in _wanted(inner, data, training) if n not in done)
+    nodes = sorted(chosen.values(), key=lambda n: n.lineno)
+    parts = []
+    for node in nodes:
+        segment = ast.get_source_segment(text, node, padded=True)
+        if segment:
+            decorators = [d for d in getattr(node, "decorator_list", [])]
+            if decorators:  # decorators sit above `def`: take them along
+                first = min(d.lineno for d in decorators)
+                segment = "\n".join(lines[first - 1 : node.lineno - 1]) + "\n" + segment
+            parts.append(textwrap.dedent(segment))
+    called = free_names(snippet_tree).called
+    params = _parameters(func) - set(defaults)
+    defined = {n for node in chosen.values() for n in _defines(node)}
+    modules = sorted(n for n in wanted if n in called and n in params and n not in defined and n not in from_defaults)
+    parts = from_defaults + parts
+    names = sorted({n for node in nodes for n in _defines(node)} | {d.split(" = ", 1)[0] for d in from_defaults})
+    if modules:  # a parameter the slice calls (`head(model(x))`): a module passed in, stood in by a tiny real one
+        parts.append("\n".join(f"{m} = __amplint_module__()" for m in modules))
+        names += modules
+    return "\n".join(parts), names
+
+
+class Preludes:
+    """The data sent for each finding: its own, plus the prelude from its file (files read once)."""
+
+    def __init__(self) -> None:
+        self._texts: Dict[str, Optional[str]] = {}
+
+    def _text(self, name: str) -> Optional[str]:
+        if name not in self._texts:
+            try:
+                with open(name, encoding="utf-8") as fh:
+                    self._texts[name] = fh.read()
+            except (OSError, UnicodeDecodeError):
+                self._texts[name] = None
+        return self._texts[name]
+
+    def data_for(self, d: Any) -> Dict[str, Any]:
+        data = dict(d.data) if isinstance(d.data, dict) else {}
+        training = isinstance(data.get("step_source"), str)
+        snippet = data.get("step_source") if training else data.get("snippet")
+        if getattr(d, "code", None) in SAVED_OBJECT and isinstance(snippet, str):
+            snippet, training = saved_object(snippet), True  # what the save call writes, bound by role
+        name = getattr(d, "filename", None)
+        if not isinstance(snippet, str) or not snippet.strip() or not isinstance(name, str) or not name.endswith(".py"):
+            return data
+        text = self._text(name)
+        if text is None:
+            return data
+        prelude, names = prelude_for(text, d.location.row, snippet, data, training)
+        if prelude:
+            data.update(prelude=prelude, prelude_names=names)
+        return data
