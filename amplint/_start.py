@@ -9,6 +9,7 @@ import sys
 SUBCOMMANDS = {
     "run": "amplint.watch.run:main",
     "replay": "amplint.watch.replay:main",
+    "server": "amplint.server.main:main",
 }
 
 
