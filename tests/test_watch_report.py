@@ -125,4 +125,4 @@ def test_subcommand_table_leaves_linting_alone(tmp_path):
     assert res.returncode == 0
     from amplint._start import SUBCOMMANDS
 
-    assert set(SUBCOMMANDS) == {"run", "replay"}
+    assert set(SUBCOMMANDS) == {"run", "replay", "server"}
