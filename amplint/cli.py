@@ -5,6 +5,8 @@ one-line message on stderr).
 """
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -12,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import click
 
 from .__version__ import __version__
-from .core.config import Config, ConfigError, find_config, load_config, parse_torch_version, with_overrides
+from .core.config import Config, ConfigError, find_config, load_config, parse_seconds, parse_torch_version, with_overrides
 from .report import FORMATS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -87,6 +89,7 @@ class _Command(click.Command):
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Processes to lint with (default: the number of cores; 0 or 1: this process only).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None, envvar="AMPLINT_CACHE_DIR", help="Where to keep the cache (default: .amplint_cache beside pyproject.toml, or in the current folder; env AMPLINT_CACHE_DIR).")
+@click.option("--file-timeout", type=float, default=None, metavar="S", help="Seconds one file's analysis may take before it is skipped with AMP000 (default 120; 0: no limit).")
 @click.option("--verify", is_flag=True, help="Run each finding's experiment in a torch subprocess and report a verdict.")
 @click.option("--device", default=None, metavar="DEVICE", help="Device for --verify: auto (prefers CUDA), cpu, cuda or cuda:N.")
 @click.option("--verify-timeout", type=float, default=None, metavar="S", help="Seconds each --verify experiment may run (default 60, at most 600).")
@@ -127,6 +130,7 @@ def main(
     verify_timeout: Optional[float] = None,
     verify_budget: Optional[float] = None,
     verify_unsandboxed: bool = False,
+    file_timeout: Optional[float] = None,
 ) -> None:
     """Lint PyTorch mixed-precision (AMP) code. PATHS default to the current folder; '-' reads stdin."""
     if explain is not None:
@@ -141,6 +145,7 @@ def main(
     targets = list(paths) or ["."]
     out = _Output(output_file, output_format)
     try:
+        _refuse_link_loops(targets)
         config, origin = _load(targets, config_file, isolated)
         config = with_overrides(
             config,
@@ -151,6 +156,7 @@ def main(
             precision=precision,
             respect_gitignore=respect_gitignore,
             force_exclude=force_exclude,
+            file_timeout=parse_seconds(file_timeout, "--file-timeout") if file_timeout is not None else None,
         )
         from .engine.pipeline import known_codes
 
@@ -307,6 +313,21 @@ def _internal_errors(diagnostics) -> bool:
     if n:
         click.echo(f"amplint: error: {n} internal error{'s' if n != 1 else ''} (see AMP000 internal-error above); please report {'them' if n != 1 else 'it'}", err=True)
     return n > 0
+
+
+def _refuse_link_loops(targets: Sequence[str]) -> None:
+    """A path given on the command line that is a symbolic link loop is a usage error (exit 2);
+    loops met while walking a folder are AMP000 lines like any unreadable file."""
+    for target in targets:
+        if target == "-":
+            continue
+        try:
+            os.stat(target)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfigError(f"{target}: symbolic link loop (too many levels of symbolic links)") from None
+        except ValueError:  # a NUL byte: reported per file, as before
+            pass
 
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Tuple[Config, dict]:

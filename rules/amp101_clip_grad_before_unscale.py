@@ -239,34 +239,44 @@ def step(model, opt, scaler, loss):
         for scope in ctx.scopes:
             events = scope.events
             fixed = set()  # (backward, optimizer): one `unscale_` per optimizer per step, before the first clip
-            for clip in (e for e in events if e.kind == "clip"):
-                backward = self._scaled_backward_before(ctx, events, clip)
-                if backward is None or self._unscaled_before(ctx, events, clip, backward):
+            # the first unscale of the scope: "unscaled before the clip" is a prefix question
+            first_unscale = next((e.order for e in events if e.kind == "unscale"), None)
+            for index, clip in enumerate(events):
+                if clip.kind != "clip":
+                    continue
+                at = self._scaled_backward_before(ctx, events, index)
+                if at is None:
+                    continue
+                backward = events[at]
+                if first_unscale is not None and first_unscale < clip.order:
+                    continue
+                if self._unscaled_by_helper(ctx, events, at, index):
                     continue
                 yield self._diagnostic(ctx, scope, clip, backward, fixed)
 
     @staticmethod
-    def _scaled_backward_before(ctx: ModuleContext, events, clip: Event) -> Optional[Event]:
-        found = None
-        for e in events:
-            if e.order >= clip.order:
-                break
-            if e.kind == "scaled_backward" and not exclusive(e.path, clip.path):
+    def _scaled_backward_before(ctx: ModuleContext, events, index: int) -> Optional[int]:
+        """The index of the scaled backward whose gradients `events[index]` (a clip) clips: the
+        last event before it, on a path that can run with it, that is a scaled backward (of an
+        enabled scaler) or ends one (scaler.step, update, a framework's backward); read
+        backwards from the clip, so n clips cost the events between each and its backward."""
+        clip = events[index]
+        for at in range(index - 1, -1, -1):
+            e = events[at]
+            if e.kind == "scaled_backward":
                 scaler = ctx.scaler(e.scaler)
-                if scaler is not None and scaler.enabled is not False:
-                    found = e
-            elif e.kind in ("scaler_step", "update", "backward", "framework_backward") and not exclusive(e.path, clip.path):
-                found = None if e.kind != "backward" else found
-        return found
+                if scaler is None or scaler.enabled is False or exclusive(e.path, clip.path):
+                    continue
+                return at
+            if e.kind in ("scaler_step", "update", "framework_backward") and not exclusive(e.path, clip.path):
+                return None
+        return None
 
     @staticmethod
-    def _unscaled_before(ctx: ModuleContext, events, clip: Event, backward: Event) -> bool:
-        for e in events:
-            if e.order >= clip.order:
-                break
-            if e.kind == "unscale":
-                return True
-            if e.kind == "call" and e.order > backward.order:
+    def _unscaled_by_helper(ctx: ModuleContext, events, backward: int, clip: int) -> bool:
+        """A call between the backward and the clip to a function of this file that unscales."""
+        for e in events[backward + 1 : clip]:
+            if e.kind == "call":
                 callee = ctx.scope_named(e.target)
                 if callee is not None and any(x.kind == "unscale" for x in callee.events):
                     return True

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -343,19 +343,20 @@ with torch.autocast("cuda"):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        guards = _GuardIndex(ctx)
         for site in _sites(ctx):
-            diagnostic = self._judge(ctx, site)
+            diagnostic = self._judge(ctx, site, guards)
             if diagnostic is not None:
                 yield diagnostic
 
-    def _judge(self, ctx: ModuleContext, site: _Site) -> Optional[Diagnostic]:
+    def _judge(self, ctx: ModuleContext, site: _Site, guards: "_GuardIndex") -> Optional[Diagnostic]:
         region = site.region
         if region is not None and (region.enabled is False or region.dtype == "bf16"):
             return None
         use = _classify(ctx, site)
         if use is None:
             return None
-        if _dtype_aware(ctx, site.parents, site.path, site.statement, site.scope):
+        if _dtype_aware(ctx, site.parents, site.path, site.statement, site.scope, guards):
             return None
         if use.op in ("additive", "where") and _is_integer(site.lit.node):
             return None  # `index + 100000`: integer arithmetic, not a mask
@@ -467,7 +468,9 @@ def _low_precision_source(ctx: ModuleContext, expr: Optional[cst.BaseExpression]
 
 
 def _sites(ctx: ModuleContext) -> Iterator[_Site]:
-    fill_calls: Optional[List[CallInfo]] = None
+    # name -> its uses as an argument of a fill-like call, in call order: built once, so n
+    # `NEG_i = -1e9` constants cost O(n), not O(n * fill calls)
+    fill_args: Optional[Dict[str, List[Tuple[CallInfo, Optional[int], Optional[str], cst.Name]]]] = None
     for lit in ctx.literals:
         if abs(lit.value) <= FP16_MAX:
             continue
@@ -478,15 +481,18 @@ def _sites(ctx: ModuleContext) -> Iterator[_Site]:
             name = _single_name_target(parent)
             if name is None or not _constant(ctx, name, lit.value):
                 continue
-            if fill_calls is None:
-                fill_calls = [c for c in ctx.calls if _is_fill_like(c)]
-            for call in fill_calls:
+            if fill_args is None:
+                fill_args = {}
+                for call in ctx.calls:
+                    if _is_fill_like(call):
+                        for position, keyword, arg in _args(call):
+                            if isinstance(arg, cst.Name):
+                                fill_args.setdefault(arg.value, []).append((call, position, keyword, arg))
+            for call, position, keyword, arg in fill_args.get(name, ()):
                 if lit.scope is not call.scope and not lit.scope.is_module:
                     continue
-                for position, keyword, arg in _args(call):
-                    if isinstance(arg, cst.Name) and arg.value == name:
-                        yield _Site(arg, lit.value, text, call, position, keyword, (), lit, call.scope,
-                                    call.path, call.region, call.statement, call.order)
+                yield _Site(arg, lit.value, text, call, position, keyword, (), lit, call.scope,
+                            call.path, call.region, call.statement, call.order)
             continue
         call = lit.call
         yield _Site(lit.node, lit.value, text, call, lit.position, lit.keyword, lit.parents, lit, lit.scope,
@@ -624,7 +630,8 @@ def _outermost_sum(parents) -> cst.CSTNode:
     return node
 
 
-def _dtype_aware(ctx: ModuleContext, parents, path: Path, statement: cst.CSTNode, scope: Scope) -> bool:
+def _dtype_aware(ctx: ModuleContext, parents, path: Path, statement: cst.CSTNode, scope: Scope,
+                 guards: "_GuardIndex") -> bool:
     for p in parents:
         if isinstance(p, cst.IfExp) and _mentions_dtype(ctx.code_for(p.test)):
             return True
@@ -632,29 +639,37 @@ def _dtype_aware(ctx: ModuleContext, parents, path: Path, statement: cst.CSTNode
             break
     if any(f.kind in ("if", "else") and f.test is not None and _mentions_dtype(ctx.code_for(f.test)) for f in path):
         return True
-    return _after_dtype_guard(scope, statement, ctx)
+    return guards.after_dtype_guard(scope, statement)
 
 
-def _after_dtype_guard(scope: Scope, statement: cst.CSTNode, ctx: ModuleContext) -> bool:
-    """An earlier `if x.dtype == torch.float16: return ...` in an enclosing block of the function."""
-    node = scope.node
-    body = node.body.body if isinstance(node, cst.FunctionDef) else node.body
-    return bool(_guarded(ctx, body, statement))
+class _GuardIndex:
+    """Which statements of a function (or module) follow an `if x.dtype == torch.float16: return ...`
+    in an enclosing block. Each scope's body is read once, on its first query, so a file with n
+    sites costs O(n) here instead of rescanning the preceding statements per site."""
 
+    def __init__(self, ctx: ModuleContext) -> None:
+        self._ctx = ctx
+        self._by_scope: Dict[int, Dict[int, bool]] = {}
 
-def _guarded(ctx: ModuleContext, body, target: cst.CSTNode) -> Optional[bool]:
-    """None: `target` is not in `body`; else whether a dtype guard that exits precedes it."""
-    guard = False
-    for stmt in body:
-        if stmt is target:
-            return guard
-        for suite in _suites(stmt):
-            found = _guarded(ctx, getattr(suite, "body", ()), target)
-            if found is not None:
-                return guard or found
-        if isinstance(stmt, cst.If) and _mentions_dtype(ctx.code_for(stmt.test)) and _exits(stmt.body):
-            guard = True
-    return None
+    def after_dtype_guard(self, scope: Scope, statement: cst.CSTNode) -> bool:
+        index = self._by_scope.get(id(scope.node))
+        if index is None:
+            node = scope.node
+            body = node.body.body if isinstance(node, cst.FunctionDef) else node.body
+            index = self._by_scope[id(scope.node)] = {}
+            self._index(body, False, index)
+        return index.get(id(statement), False)
+
+    def _index(self, body, outer: bool, index: Dict[int, bool]) -> None:
+        """Record, for every statement in `body` and its nested blocks, whether a guard that
+        exits precedes it in its own block or any enclosing one."""
+        guard = outer
+        for stmt in body:
+            index[id(stmt)] = guard
+            for suite in _suites(stmt):
+                self._index(getattr(suite, "body", ()), guard, index)
+            if isinstance(stmt, cst.If) and _mentions_dtype(self._ctx.code_for(stmt.test)) and _exits(stmt.body):
+                guard = True
 
 
 def _suites(stmt: cst.CSTNode) -> List[cst.CSTNode]:

@@ -250,24 +250,15 @@ def test_recursion_error_in_context_build_is_reported(monkeypatch):
 # ------------------------------------------------------------------ files that cannot be read
 
 
-def test_unreadable_file(tmp_path, monkeypatch):
+def test_unreadable_file(tmp_path):
+    from tests.privileges import permissions_enforced
+
     bad = tmp_path / "secret.py"
     bad.write_text(BAD)
     bad.chmod(0)
     try:
-        if os.access(bad, os.R_OK):  # root reads anything: simulate the refusal
-            import builtins
-
-            real_open = builtins.open
-
-            def guarded_open(file, *args, **kwargs):
-                if os.fspath(file) == str(bad):
-                    raise PermissionError(13, "Permission denied", str(file))
-                return real_open(file, *args, **kwargs)
-
-            monkeypatch.setattr("amplint.engine.pipeline.open", guarded_open, raising=False)
-            monkeypatch.setattr("amplint.engine.parallel.open", guarded_open, raising=False)
-        result = _lint_dir(tmp_path)
+        with permissions_enforced():  # root too is refused by the kernel: a real EACCES
+            result = _lint_dir(tmp_path)
         assert _only_amp000(result, bad) == "cannot lint: permission denied"
     finally:
         bad.chmod(0o644)

@@ -53,6 +53,7 @@ class Config:
     verify_device: str = "auto"
     verify_timeout: float = 60.0
     verify_budget: float = 900.0
+    file_timeout: float = 120.0  # seconds one file's analysis may take (0: no limit); see engine/budget.py
     root: Optional[str] = None  # folder of the pyproject.toml the config came from
     respect_gitignore: bool = True  # skip what .gitignore / .git/info/exclude ignore when walking folders
     force_exclude: bool = False  # apply exclude globs to files named on the command line too
@@ -121,6 +122,7 @@ _KEYS = {
     "verify": "verify",
     "respect-gitignore": "bool",
     "force-exclude": "bool",
+    "file-timeout": "seconds",
 }
 _VERIFY_KEYS = {"device": "string", "timeout": "number", "budget": "number"}
 
@@ -132,7 +134,8 @@ CONFIG_FILES = (".amplint.toml", "amplint.toml")
 
 def find_config(paths: Sequence[str]) -> Optional[Path]:
     """The nearest `.amplint.toml`, `amplint.toml`, or pyproject.toml with [tool.amplint], walking up."""
-    starts = [Path(p).resolve() for p in paths] or [Path.cwd()]
+    # realpath, not Path.resolve: on a symbolic link loop the latter raises RuntimeError (3.11)
+    starts = [Path(os.path.realpath(p)) for p in paths] or [Path.cwd()]
     for start in starts:
         folder = start if start.is_dir() else start.parent
         for candidate in (folder, *folder.parents):
@@ -147,7 +150,8 @@ def find_config(paths: Sequence[str]) -> Optional[Path]:
 
 def find_pyproject(paths: Sequence[str]) -> Optional[Path]:
     """The nearest pyproject.toml with a [tool.amplint] table, walking up from the paths."""
-    starts = [Path(p).resolve() for p in paths] or [Path.cwd()]
+    # realpath, not Path.resolve: on a symbolic link loop the latter raises RuntimeError (3.11)
+    starts = [Path(os.path.realpath(p)) for p in paths] or [Path.cwd()]
     for start in starts:
         folder = start if start.is_dir() else start.parent
         for candidate in (folder, *folder.parents):
@@ -172,9 +176,10 @@ def _read_toml(path: Path) -> Dict[str, Any]:
         import tomllib
     else:  # pragma: no cover
         import tomli as tomllib
+    from .safe_read import read_bytes
+
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(read_bytes(str(path)).decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
@@ -191,7 +196,7 @@ def load_config(path: Optional[Path], known_codes: Sequence[str]) -> Config:
     table = data.get("tool", {}).get("amplint")
     if table is None:
         table = data if path.name != "pyproject.toml" else {}
-    return config_from_table(table, known_codes, root=str(path.parent.resolve()), source=str(path))
+    return config_from_table(table, known_codes, root=os.path.realpath(path.parent), source=str(path))
 
 
 def config_from_table(table: Mapping[str, Any], known_codes: Sequence[str], root: Optional[str] = None, source: str = "config") -> Config:
@@ -222,6 +227,8 @@ def config_from_table(table: Mapping[str, Any], known_codes: Sequence[str], root
             if not isinstance(value, bool):
                 raise ConfigError(f"{source}: {key!r} must be true or false")
             kwargs[attr] = value
+        elif kind == "seconds":
+            kwargs[attr] = parse_seconds(value, f"{source}: {key}")
         elif key == "torch-version":
             kwargs[attr] = parse_torch_version(value, source)
         elif key == "precision":
@@ -243,6 +250,13 @@ def config_from_table(table: Mapping[str, Any], known_codes: Sequence[str], root
                         raise ConfigError(f"{source}: verify.{vkey} must be a positive, finite number of seconds")
                     kwargs[f"verify_{vkey}"] = float(vvalue)
     return Config(**kwargs)
+
+
+def parse_seconds(value: Any, what: str) -> float:
+    """A non-negative number of seconds (0: no limit)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise ConfigError(f"{what} must be a number of seconds (0: no limit), got {value!r}")
+    return float(value)
 
 
 def parse_torch_version(value: Any, source: str = "config") -> Tuple[int, int]:

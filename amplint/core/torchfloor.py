@@ -11,9 +11,12 @@ gives none. A `torch-version` setting overrides all of this.
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
+
+from .safe_read import read_text
 
 Version = Tuple[int, int]
 
@@ -60,7 +63,7 @@ def _from_setup_cfg(path: Path) -> Optional[Version]:
 
     parser = configparser.ConfigParser()
     try:
-        parser.read(path, encoding="utf-8")
+        parser.read_string(read_text(str(path)))
         value = parser.get("options", "install_requires", fallback="")
     except (configparser.Error, UnicodeDecodeError, OSError):
         return None
@@ -71,7 +74,7 @@ def _from_setup_py(path: Path) -> Optional[Version]:
     import ast
 
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        tree = ast.parse(read_text(str(path)))
     except (SyntaxError, ValueError, OSError):
         return None
     for node in ast.walk(tree):
@@ -83,7 +86,7 @@ def _from_setup_py(path: Path) -> Optional[Version]:
 def _from_requirements(folder: Path) -> Optional[Version]:
     for path in sorted(folder.glob("requirements*.txt")):
         try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+            lines = read_text(str(path)).splitlines()  # a pipe named requirements.txt is never opened
         except OSError:
             continue
         floor = _first_floor(lines)
@@ -112,7 +115,7 @@ def infer(folder: Path) -> Optional[Tuple[Version, str]]:
 
 def project_folder(paths: Sequence[str]) -> Optional[Path]:
     """The nearest folder at or above the first path holding a project file."""
-    starts: List[Path] = [Path(p).resolve() for p in paths if p != "-"] or [Path.cwd()]
+    starts: List[Path] = [Path(os.path.realpath(p)) for p in paths if p != "-"] or [Path.cwd()]
     start = starts[0] if starts[0].is_dir() else starts[0].parent
     for candidate in (start, *start.parents):
         if any((candidate / name).is_file() for name in PROJECT_FILES):

@@ -14,16 +14,25 @@ whose mtime is older than that read by more than `RACY_SECONDS` is trusted
 (git's "racy clean" rule). Anything else is re-read and re-hashed, and reused
 when the hash matches.
 
-Safety: the store is JSON (never pickle: a cache folder can come from anyone's
-repository), written to a temporary file and renamed over the old one, so
-concurrent runs never see half a file (the last writer wins; the loser only
-loses reuse). A store that does not load (corrupt, truncated, another format)
-is ignored and rewritten.
+Safety: a cache folder can come with anyone's repository (committed, or in a
+CI artifact restored at the same absolute path), so a store is trusted only if
+this user on this machine wrote it: its first line carries a MAC of the rest,
+a keyed BLAKE2b under a random key kept outside every project
+(`$XDG_CACHE_HOME/amplint/cache-key`, else `~/.cache/amplint/cache-key`,
+created 0600 on first use). A store from another machine, another user or a
+hand-edited one fails the check and is ignored (and rewritten), so planted
+entries can neither hide a finding nor change a message; where no key can be
+kept (a read-only home), nothing is read from or written to the cache. The
+store is JSON (never pickle), written to a temporary file and renamed over
+the old one, so concurrent runs never see half a file (the last writer wins;
+the loser only loses reuse). A store that does not load (corrupt, truncated,
+another format) is ignored and rewritten.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import json
 import os
 import time
@@ -32,10 +41,15 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from ..__version__ import __version__
 from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
 from ..model.facts import FileFacts
+from ..core.safe_read import read_bytes
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
-FORMAT = 3  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows
+FORMAT = 4  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows;
+#: 4: a MAC line first (the store is trusted only under this user's key)
+#: the first line of a store: this, the format, and the MAC of the rest
+MAGIC = b"amplint-cache"
+KEY_BYTES = 32
 #: a file modified within this many seconds of when it was read is re-hashed
 RACY_SECONDS = 2.0
 
@@ -50,6 +64,49 @@ def cache_dir(given: Optional[str], root: Optional[str]) -> str:
     if env:
         return env
     return os.path.join(root or os.getcwd(), DEFAULT_DIR)
+
+
+def key_file() -> str:
+    """Where this user's cache key lives: outside every project, in the user's cache folder."""
+    base = os.environ.get("XDG_CACHE_HOME") or (os.environ.get("LOCALAPPDATA") if os.name == "nt" else None)
+    return os.path.join(base or os.path.join(os.path.expanduser("~"), ".cache"), "amplint", "cache-key")
+
+
+def machine_key() -> Optional[bytes]:
+    """This user's random cache key, made on first use; None when it can be neither read nor made."""
+    path = key_file()
+    key = _read_key(path)
+    if key is not None:
+        return key
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        import tempfile
+
+        fd, tmp = tempfile.mkstemp(prefix=".key-", dir=os.path.dirname(path))  # 0600
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(os.urandom(KEY_BYTES))
+            os.link(tmp, path)  # atomic, and never replaces a key a concurrent run made first
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    except OSError:
+        return None
+    return _read_key(path)
+
+
+def _read_key(path: str) -> Optional[bytes]:
+    try:
+        key = read_bytes(path)
+    except OSError:
+        return None
+    return key if len(key) == KEY_BYTES else None
+
+
+def _mac(key: bytes, name: str, payload: bytes) -> bytes:
+    """The store's MAC, bound to its file name (the fingerprint of what produced it)."""
+    return hashlib.blake2b(name.encode("utf-8") + b"\0" + payload, key=key, digest_size=32).hexdigest().encode("ascii")
 
 
 def file_digest(data: bytes) -> str:
@@ -260,6 +317,7 @@ class Cache:
         self._changed: Dict[str, Dict[str, list]] = _empty()
         self.hits = 0
         self.misses = 0
+        self.key = machine_key()  # None: no cache this run (nothing read, nothing written)
         #: RAW_KINDS entries (text indexes, summaries) computed and reused this run, by kind;
         #: `hits` and `misses` count files linted (or read for facts)
         self.built: Dict[str, int] = {}
@@ -267,7 +325,7 @@ class Cache:
         self._load()
 
     def _load(self) -> None:
-        self.entries = _read_store(self.path)
+        self.entries = _read_store(self.path, self.key)
 
     # an entry: [mtime_ns, size, digest, read_at (seconds), encoded result]
 
@@ -332,20 +390,22 @@ class Cache:
 
     def save(self) -> None:
         """Write the store atomically, merging entries another run wrote meanwhile."""
-        if not any(self._changed.values()):
+        if not any(self._changed.values()) or self.key is None:
             return
         try:
             os.makedirs(self.directory, exist_ok=True)
             _write_gitignore(self.directory)
-            merged = _read_store(self.path)
+            merged = _read_store(self.path, self.key)
             for kind, changed in self._changed.items():
                 merged[kind].update(changed)
             import tempfile  # here: a warm run with nothing changed writes nothing
 
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
             try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump({"format": FORMAT, "version": __version__, "entries": merged}, fh, separators=(",", ":"))
+                payload = json.dumps({"format": FORMAT, "version": __version__, "entries": merged}, separators=(",", ":")).encode("utf-8")
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload)))
+                    fh.write(payload)
                 umask = os.umask(0)
                 os.umask(umask)
                 os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600
@@ -373,12 +433,24 @@ def _decode(kind: str, path: str, payload: Dict[str, Any]) -> Any:
     return payload if kind in RAW_KINDS else decode_result(path, payload)
 
 
-def _read_store(path: str) -> Dict[str, Dict[str, list]]:
+def _read_store(path: str, key: Optional[bytes]) -> Dict[str, Dict[str, list]]:
+    """The entries of the store at `path` if its MAC proves `key`'s owner wrote it, else none."""
     empty = _empty()
+    if key is None:
+        return empty
     try:
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read())
-    except (OSError, ValueError, UnicodeDecodeError):
+        raw = read_bytes(path)  # a planted pipe named like a store is never opened
+    except OSError:
+        return empty
+    header, _, payload = raw.partition(b"\n")
+    parts = header.split(b" ")
+    if len(parts) != 3 or parts[0] != MAGIC or parts[1] != b"%d" % FORMAT:
+        return empty
+    if not hmac.compare_digest(parts[2], _mac(key, os.path.basename(path), payload)):
+        return empty  # written by another machine or user, or edited: never trusted
+    try:
+        data = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
         return empty
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), dict):
         return empty

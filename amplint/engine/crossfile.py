@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Seq
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
+from ..core.safe_read import read_bytes
 
 #: files whose presence makes a folder a project root
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -246,9 +247,8 @@ class _Store:
             try:
                 st = stat_key(os.stat(path))
                 if st != (mtime_ns, size) or mtime_ns / 1e9 >= read_at - RACY_SECONDS:
-                    with open(path, "rb") as fh:  # touched, or too recent to trust: the bytes decide
-                        if file_digest(fh.read()) != digest:
-                            return None
+                    if file_digest(read_bytes(path)) != digest:  # touched, or too recent: the bytes decide
+                        return None
             except OSError:
                 return None
         try:
@@ -265,8 +265,7 @@ class _Store:
         for path in read:
             try:
                 st = stat_key(os.stat(path))
-                with open(path, "rb") as fh:
-                    files[path] = [*st, now(), file_digest(fh.read())]
+                files[path] = [*st, now(), file_digest(read_bytes(path))]
             except OSError:
                 return
         try:
@@ -312,8 +311,7 @@ class _Store:
                 return hit
         read_at = now()
         try:
-            with open(path, "rb") as fh:
-                data = fh.read()
+            data = read_bytes(path)  # never a pipe or device named like a source
         except OSError:
             return None
         digest = file_digest(data)

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
 
+from ..core.safe_read import read_text
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Config
 
@@ -160,8 +162,7 @@ class IgnoreFile:
 
 def _read_ignore_file(path: str, base: str) -> Optional[IgnoreFile]:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            patterns = parse_gitignore(fh.read())
+        patterns = parse_gitignore(read_text(path))
     except OSError:
         return None
     return IgnoreFile(base, tuple(patterns)) if patterns else None
@@ -184,8 +185,7 @@ def _git_dir(root: str) -> Optional[str]:
     if os.path.isdir(dot_git):
         return dot_git
     try:  # a worktree or submodule: "gitdir: <path>"
-        with open(dot_git, encoding="utf-8") as fh:
-            line = fh.readline().strip()
+        line = read_text(dot_git).split("\n", 1)[0].strip()
     except OSError:
         return None
     if line.startswith("gitdir:"):
@@ -217,8 +217,7 @@ class GitIgnore:
             common = git_dir
             if git_dir is not None and os.path.isfile(os.path.join(git_dir, "commondir")):
                 try:
-                    with open(os.path.join(git_dir, "commondir"), encoding="utf-8") as fh:
-                        common = os.path.normpath(os.path.join(git_dir, fh.read().strip()))
+                    common = os.path.normpath(os.path.join(git_dir, read_text(os.path.join(git_dir, "commondir")).strip()))
                 except OSError:
                     pass
             if common is not None:
@@ -323,8 +322,10 @@ def discover(
     config: "Config",
     force_exclude: bool = False,
     respect_gitignore: Optional[bool] = None,
+    problems: Optional[List[Tuple[str, str]]] = None,
 ) -> Iterator[str]:
-    """Lintable files under `paths`, in a stable order, each once."""
+    """Lintable files under `paths`, in a stable order, each once. Folders the walk cannot
+    read are appended to `problems` as (folder, reason)."""
     patterns = (*config.exclude, *config.extend_exclude)
     root = config.root or os.getcwd()
     force_exclude = force_exclude or getattr(config, "force_exclude", False)
@@ -337,7 +338,7 @@ def discover(
             if force_exclude and os.path.abspath(given) != check.root and excluded_with_parents(given, patterns, root):
                 continue
             ignore = GitIgnore.for_folder(given) if respect_gitignore else None
-            yield from _walk(given, check, ignore, seen)
+            yield from _walk(given, check, ignore, seen, problems)
         else:
             if force_exclude and excluded_with_parents(given, patterns, root):
                 continue
@@ -346,11 +347,16 @@ def discover(
                 yield given
 
 
-def _walk(top: str, check: Excluder, ignore: Optional[GitIgnore], seen: set) -> Iterator[str]:
+def _walk(top: str, check: Excluder, ignore: Optional[GitIgnore], seen: set, problems: Optional[List[Tuple[str, str]]] = None) -> Iterator[str]:
     """os.walk, pruning excluded and ignored folders; `ignore` already holds `top`'s .gitignore."""
     top_abs = os.path.abspath(top)
     parents = {top_abs: ignore}
-    for dirpath, dirnames, filenames in os.walk(top):
+
+    def unreadable(exc: OSError) -> None:
+        if problems is not None:
+            problems.append((exc.filename or top, exc.strerror or str(exc)))
+
+    for dirpath, dirnames, filenames in os.walk(top, onerror=unreadable):
         here_abs = os.path.abspath(dirpath)
         here = parents.pop(here_abs, None)
         if here is not None and here_abs != top_abs and ".gitignore" in filenames:

@@ -287,9 +287,9 @@ def lint_notebook_text(raw: str, path: str, config, rules: Sequence, codes) -> T
 
 
 def read_notebook_text(path: str) -> str:
-    with open(path, "rb") as fh:
-        data = fh.read()
-    return data.decode("utf-8-sig")
+    from ..core.safe_read import read_bytes
+
+    return read_bytes(path).decode("utf-8-sig")
 
 
 def lint_notebook_path(path: str, config, rules: Sequence, codes) -> "object":

@@ -24,6 +24,7 @@ from typing import Any, Callable, FrozenSet, Iterator, List, Optional, Sequence,
 from ..core.config import Config
 from ..model.facts import ProjectFacts, condition_holds
 from .cache import Cache, Stat, file_digest, now, stat_key
+from ..core.safe_read import read_bytes
 
 #: below this many bytes of files to read, one process is faster than several
 MIN_PARALLEL_BYTES = 1 << 20
@@ -80,8 +81,7 @@ def _work(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
     if hashing:
         try:
             st = stat_key(os.stat(path))
-            with open(path, "rb") as fh:
-                digest = file_digest(fh.read())
+            digest = file_digest(read_bytes(path))
         except OSError:
             st = digest = None
         if known is not None and digest == known:
@@ -132,9 +132,12 @@ def facts_of_source(source: str, path: str, config: Config) -> Any:
         ctx.release()
         return facts
 
+    from .budget import BudgetExceeded, file_budget
+
     try:
-        return run_guarded(build)
-    except (cst.ParserSyntaxError, RecursionError, MemoryError):
+        with file_budget(config.file_timeout):
+            return run_guarded(build)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError, BudgetExceeded):
         return None
     except Exception:  # a bug in the AMP model: the file gives no facts; the lint pass reports such bugs
         return None

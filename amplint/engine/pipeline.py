@@ -26,6 +26,7 @@ from ..model.facts import FileFacts, ProjectFacts, condition_holds
 
 SYNTAX_ERROR_CODE = "AMP000"
 SYNTAX_ERROR_NAME = "syntax-error"
+TIMEOUT_NAME = "analysis-timeout"  # AMP000 for a file past its time budget (engine/budget.py)
 UNUSED_NOQA_CODE = "AMP900"  # see amplint/engine/unused_noqa.py
 PSEUDO_CODES = (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE)
 #: pseudo-codes reported only when selected explicitly (`--extend-select AMP900`, `ALL`)
@@ -42,6 +43,8 @@ class FileResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
     facts: FileFacts = field(default_factory=FileFacts)
     parsed: bool = False
+    #: the analysis ran past the file's time budget (engine/budget.py): never cached
+    over_budget: bool = False
     #: the file's text index for the project model (`amplint.model.project.text_index`)
     index: Optional[dict] = None
 
@@ -83,7 +86,22 @@ def decode_source(data: bytes) -> str:
 
 
 def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
-    """Lint one file's text; conditional diagnostics are returned unresolved."""
+    """Lint one file's text; conditional diagnostics are returned unresolved. A file whose
+    analysis runs past `config.file_timeout` seconds gives only an AMP000 line (engine/budget.py)."""
+    from .budget import BudgetExceeded, file_budget
+
+    try:
+        with file_budget(config.file_timeout):
+            return _lint_file_source(source, path, config, rules, codes)
+    except BudgetExceeded as exc:
+        # no facts either (parsed: the facts pass would only run out of time again)
+        result = FileResult(path=path, parsed=True, over_budget=True)
+        if SYNTAX_ERROR_CODE in codes:
+            result.diagnostics.append(syntax_error(path, 1, 1, f"{exc}; skipped", TIMEOUT_NAME))
+        return result
+
+
+def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
     result = FileResult(path=path)
     from ..core.gating import passing
 
@@ -240,6 +258,8 @@ def _run_on_big_stack(fn, *args):
     import sys
     import threading
 
+    from .budget import wait
+
     box: dict = {}
 
     def target() -> None:
@@ -260,7 +280,7 @@ def _run_on_big_stack(fn, *args):
     finally:
         threading.stack_size(previous_size)
     try:
-        thread.join()
+        wait(thread)  # until the file's time budget runs out, if one is open
     finally:
         sys.setrecursionlimit(previous_limit)
     if "error" in box:
@@ -345,10 +365,11 @@ def _unused_noqa(diagnostics: List[Diagnostic], source: str, path: str, config: 
     return unused_noqa(diagnostics, source, path, codes - ignored, known_codes())
 
 
-def syntax_error(path: str, row: int, column: int, message: str) -> Diagnostic:
+def syntax_error(path: str, row: int, column: int, message: str, name: str = SYNTAX_ERROR_NAME) -> Diagnostic:
+    """An AMP000 line: the file (or part of it) could not be analysed, and why."""
     return Diagnostic(
         code=SYNTAX_ERROR_CODE,
-        name=SYNTAX_ERROR_NAME,
+        name=name,
         message=message,
         severity=Severity.ERROR,
         filename=path,
@@ -381,9 +402,12 @@ def resolve_conditions(diagnostics: Iterable[Diagnostic], facts: ProjectFacts, c
 
 def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:
     """(text, None) or (None, a one-line reason the file cannot be read)."""
+    from ..core.safe_read import NotRegularFile, read_bytes
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = read_bytes(path)  # never opens a pipe, socket or device
+    except NotRegularFile as exc:
+        return None, exc.strerror
     except FileNotFoundError:
         if os.path.islink(path):
             return None, f"broken symbolic link (to {os.readlink(path)!r})"

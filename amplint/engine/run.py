@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
 from ..model.facts import ProjectFacts
 from .discovery import discover
-from .pipeline import FileResult, lint_file_source, resolve_conditions, selected_rules
+from .pipeline import SYNTAX_ERROR_CODE, FileResult, lint_file_source, resolve_conditions, selected_rules, syntax_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import Cache
@@ -53,7 +53,8 @@ def lint_paths(
 
     config = config or Config()
     codes, rules = selected_rules(config)
-    files = list(discover(paths, config, force_exclude))
+    unreadable: List[Tuple[str, str]] = []
+    files = list(discover(paths, config, force_exclude, problems=unreadable))
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
     facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     from .crossfile import Projects, merge, project_diagnostics
@@ -71,5 +72,10 @@ def lint_paths(
     cross = project_diagnostics(projects, rules, codes, cache, indexes)
     if cross:
         diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
+    if SYNTAX_ERROR_CODE in codes:
+        diagnostics.extend(
+            syntax_error(folder, 1, 1, f"cannot read folder: {reason.lower()}; its files were not linted")
+            for folder, reason in unreadable
+        )
     diagnostics.sort(key=Diagnostic.sort_key)
     return LintResult(diagnostics=diagnostics, files=files, facts=facts)

@@ -15,8 +15,9 @@ After the traversal it derives GradScaler and optimizer bindings (names,
 `self.` attributes and parameters), low-precision casts, the ordered
 training-step events of every function, and the file's project facts.
 
-Positions are resolved lazily: most parsed files have no finding, and the
-PositionProvider pass costs as much as the traversal.
+Positions are resolved lazily, one top-level statement at a time
+(`model/positions.py`): most parsed files have no finding, and libcst's
+whole-module PositionProvider pass costs as much as the traversal.
 """
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ import re
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Fix, Location, Related, Severity
@@ -81,8 +81,8 @@ class ModuleContext:
         self.optimizers: Dict[str, OptimizerInfo] = {}
         self.low_precision_casts: List[LowPrecisionCast] = []
         self.facts = FileFacts()
-        self._wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self._positions = None
+        self._name_dtypes = None
         self._parents = None
         self._calls_by_qualname: Dict[str, List[CallInfo]] = {}
         self._calls_by_method: Dict[str, List[CallInfo]] = {}
@@ -209,18 +209,11 @@ class ModuleContext:
         if isinstance(node, cst.Subscript):
             return again(node.value)
         if isinstance(node, cst.Name) and scope is not None and before is not None:
-            found = [
-                a
-                for a in self.assignments_to(node.value, scope)
-                if a.scope is scope
-                and a.order < before
-                and not a.unpacked
-                and not (isinstance(statement, cst.SimpleStatementLine) and any(a.node is s for s in statement.body))
-            ]
-            if not found:
-                return None
-            dtypes = {again(a.value, a.order) for a in found}
-            return dtypes.pop() if len(dtypes) == 1 else None
+            if self._name_dtypes is None:  # linear in the function (model/dtype_flow.py)
+                from .dtype_flow import NameDtypes
+
+                self._name_dtypes = NameDtypes(self)
+            return self._name_dtypes.lookup(node.value, scope, before, statement, _depth)
         return None
 
     def dtype_kind(self, node: Optional[cst.CSTNode]) -> Optional[str]:
@@ -383,8 +376,10 @@ class ModuleContext:
         return self.module.code_for_node(node)
 
     def position(self, node: cst.CSTNode) -> Tuple[Location, Location]:
-        if self._positions is None:
-            self._positions = self._wrapper.resolve(PositionProvider)
+        if self._positions is None:  # per top-level statement: linear in what is reported on
+            from .positions import Positions
+
+            self._positions = Positions(self.module)
         r = self._positions[node]
         return Location(r.start.line, r.start.column + 1), Location(r.end.line, r.end.column + 1)
 

@@ -80,6 +80,7 @@ def child_fields(node: cst.CSTNode) -> Tuple[str, ...]:
     cls = type(node)
     fields = _FIELDS.get(cls)
     if fields is None:
+        node = _without_long_sequences(node)
         recorder = _FieldRecorder(node)
         node._visit_and_replace_children(recorder)
         order = list(recorder.fields)
@@ -88,6 +89,23 @@ def child_fields(node: cst.CSTNode) -> Tuple[str, ...]:
         order += [f.name for f in dataclasses.fields(node) if f.name not in order]
         fields = _FIELDS[cls] = tuple(order)
     return fields
+
+
+def _without_long_sequences(node: cst.CSTNode) -> cst.CSTNode:
+    """A copy of `node` with its long sequence fields emptied, to learn the field order from:
+    libcst calls a field's attribute hooks whatever it holds, but visits every item (the
+    340,000 lines of a big module's body, the first time a Module is seen) to return it."""
+    changes = {
+        f.name: ()
+        for f in dataclasses.fields(node)
+        if type(getattr(node, f.name)) in (tuple, list) and len(getattr(node, f.name)) > 16
+    }
+    if not changes:
+        return node
+    try:
+        return dataclasses.replace(node, **changes)
+    except Exception:  # a node that must not be empty there: learn from the node itself
+        return node
 
 
 _Plan = Tuple[Tuple[str, Optional[Any], Optional[Any], bool], ...]

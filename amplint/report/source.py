@@ -12,6 +12,7 @@ import tokenize
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..core.diagnostics import Diagnostic
+from ..core.safe_read import read_bytes
 
 #: C0/C1 control characters (ANSI escapes, newlines, ...) other than tab
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -55,8 +56,7 @@ class Sources:
         if filename.startswith("<") or filename == "-":
             return None
         try:
-            with open(filename, "rb") as fh:
-                data = fh.read()
+            data = read_bytes(filename)  # a pipe or device named like a source is never opened
             if filename.lower().endswith(".ipynb"):
                 return data.decode("utf-8-sig")
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)  # the coding cookie, as Python reads it

@@ -1,0 +1,118 @@
+"""Source positions of nodes, one top-level statement at a time.
+
+libcst's `MetadataWrapper.resolve(PositionProvider)` regenerates the whole
+module with position tracking, and first walks the whole tree once more for
+batchable providers (none here). For a file with a few findings that is most
+of the cost of reporting them: a 10 MB file cut to an excerpt is still 340,000
+lines, mostly the blank lines that stand in for what was cut.
+
+`Positions` gives the same ranges (tests/test_positions.py compares every node
+of every example and fixture) by generating only the top-level statement that
+holds the node asked about, starting at that statement's first line. The first
+lines come from one pass over the module's statements that counts lines
+without positions: a blank or comment line before a statement (`leading_lines`)
+is one line and is not generated at all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+from libcst._position import CodeRange
+from libcst.metadata import PositionProvider
+from libcst.metadata.position_provider import NEWLINE_RE, PositionProvidingCodegenState
+
+from .walk import child_fields
+
+
+@dataclass(frozen=False)
+class _LineCounter(CodegenState):
+    """Codegen that only counts the lines it would write (as the position state counts them)."""
+
+    lines: int = 0
+
+    def add_indent_tokens(self) -> None:
+        pass  # indentation never holds a newline
+
+    def add_token(self, value: str) -> None:
+        self.lines += len(NEWLINE_RE.findall(value))
+
+    def pop_trailing_newline(self) -> None:  # only a Module calls it
+        raise AssertionError("not for modules")
+
+
+class Positions:
+    """node -> `CodeRange`, as `PositionProvider` gives it, computed per top-level statement."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self._module = module
+        self._tops: Optional[Dict[cst.CSTNode, cst.CSTNode]] = None  # node -> its top-level statement
+        self._ranges: Dict[cst.CSTNode, CodeRange] = {}
+        self._starts: Optional[Dict[int, int]] = None  # id(top-level statement) -> its first line
+        self._whole = False
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        found = self._ranges.get(node)
+        if found is not None:
+            return found
+        top = self._top_statements().get(node)
+        start = self._first_lines().get(id(top)) if top is not None else None
+        if start is None:  # the module itself, its header / footer, or a blank or comment line
+            self._generate_whole()
+        else:
+            self._generate(top, start)
+        return self._ranges[node]
+
+    def _top_statements(self) -> Dict[cst.CSTNode, cst.CSTNode]:
+        """Every node under a top-level statement -> that statement, blank and comment lines
+        (`EmptyLine`) left out: in an excerpt they are most of the module."""
+        if self._tops is None:
+            tops: Dict[cst.CSTNode, cst.CSTNode] = {}
+            node_base, empty_line = cst.CSTNode, cst.EmptyLine
+            for stmt in self._module.body:
+                stack = [stmt]
+                while stack:
+                    node = stack.pop()
+                    tops[node] = stmt
+                    for name in child_fields(node):
+                        value = getattr(node, name)
+                        if type(value) is tuple or type(value) is list:
+                            stack.extend(c for c in value if isinstance(c, node_base) and type(c) is not empty_line)
+                        elif isinstance(value, node_base) and type(value) is not empty_line:
+                            stack.append(value)
+            self._tops = tops
+        return self._tops
+
+    def _first_lines(self) -> Dict[int, int]:
+        if self._starts is None:
+            module = self._module
+            line = 1 + len(module.header)  # an EmptyLine is one line
+            starts: Dict[int, int] = {}
+            for stmt in module.body:
+                starts[id(stmt)] = line
+                line += len(stmt.leading_lines)
+                counter = _LineCounter(default_indent=module.default_indent, default_newline=module.default_newline)
+                stmt.with_changes(leading_lines=())._codegen(counter)
+                line += counter.lines
+            self._starts = starts
+        return self._starts
+
+    def _generate(self, stmt: cst.CSTNode, first_line: int) -> None:
+        provider = PositionProvider()
+        state = PositionProvidingCodegenState(
+            default_indent=self._module.default_indent,
+            default_newline=self._module.default_newline,
+            provider=provider,
+        )
+        state.line = first_line
+        stmt._codegen(state)
+        self._ranges.update(provider._computed)
+
+    def _generate_whole(self) -> None:
+        if not self._whole:
+            provider = PositionProvider()
+            provider._gen_impl(self._module)
+            self._ranges.update(provider._computed)
+            self._whole = True

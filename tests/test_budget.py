@@ -1,0 +1,176 @@
+"""The per-file time budget (amplint/engine/budget.py): a file whose analysis runs too long is
+reported as one AMP000 line and the run goes on, serially and with worker processes."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from amplint import Config, lint_paths
+from amplint.engine import parallel
+from amplint.engine.budget import BudgetExceeded, file_budget, wait
+from amplint.engine.cache import Cache
+from amplint.cli import main
+from amplint.engine.pipeline import TIMEOUT_NAME
+
+BAD = """\
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+scaler.step(optimizer)
+scaler.update()
+"""
+SLOW = BAD + "# slow-marker\n"
+MESSAGE = "analysis took longer than 0.5 s; skipped"
+
+
+@pytest.fixture
+def slow_rule(monkeypatch):
+    """AMP101 sleeps (in short naps, up to a minute) on files holding the marker."""
+    from amplint.engine.registry import rules_by_code
+
+    rule = rules_by_code()["AMP101"]
+    original = rule.check
+    naps = []
+
+    def check(self, ctx):
+        if "slow-marker" in ctx.source:
+            for _ in range(1200):
+                naps.append(1)
+                time.sleep(0.05)
+        return original(self, ctx)
+
+    monkeypatch.setattr(rule, "check", check)
+    return naps
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW)
+    (tmp_path / "good.py").write_text(BAD)
+    return tmp_path
+
+
+def _by_file(result):
+    out = {}
+    for d in result.diagnostics:
+        out.setdefault(d.filename.rsplit("/", 1)[-1], []).append((d.code, d.name if d.code == "AMP000" else "", d.message if d.code == "AMP000" else ""))
+    return out
+
+
+def _assert_skipped_and_went_on(result):
+    found = _by_file(result)
+    assert found["slow.py"] == [("AMP000", TIMEOUT_NAME, MESSAGE)], found
+    assert [c for c, _, _ in found["good.py"]] == ["AMP101"], found
+
+
+def _lint_threads():
+    return [t for t in threading.enumerate() if t.name == "amplint-lint"]
+
+
+def test_slow_file_is_skipped_serially(project, slow_rule):
+    result = lint_paths([str(project)], Config(file_timeout=0.5), jobs=1)
+    _assert_skipped_and_went_on(result)
+    # the abandoned analysis thread is told to stop: it does, at its next nap
+    for _ in range(400):
+        if not _lint_threads():
+            break
+        time.sleep(0.05)
+    assert not _lint_threads()
+    assert len(slow_rule) < 1200
+
+
+def test_slow_file_is_skipped_with_worker_processes(project, slow_rule, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_FILES", 1)
+    used = []
+    real = parallel._run_parallel
+    monkeypatch.setattr(parallel, "_run_parallel", lambda todo, jobs: used.append(jobs) or real(todo, jobs))
+    result = lint_paths([str(project)], Config(file_timeout=0.5), jobs=2)
+    assert used == [2]
+    _assert_skipped_and_went_on(result)
+
+
+def test_no_budget_means_no_limit(tmp_path, monkeypatch):
+    """0 turns the budget off: a rule slower than any small budget still reports."""
+    from amplint.engine.registry import rules_by_code
+
+    rule = rules_by_code()["AMP101"]
+    original = rule.check
+
+    def check(self, ctx):
+        time.sleep(0.3)
+        return original(self, ctx)
+
+    monkeypatch.setattr(rule, "check", check)
+    (tmp_path / "good.py").write_text(BAD)
+    assert [c for c, _, _ in _by_file(lint_paths([str(tmp_path)], Config(file_timeout=0)))["good.py"]] == ["AMP101"]
+    found = _by_file(lint_paths([str(tmp_path)], Config(file_timeout=0.1)))["good.py"]
+    assert found == [("AMP000", TIMEOUT_NAME, "analysis took longer than 0.1 s; skipped")]
+
+
+def test_skipped_file_is_not_cached(project, slow_rule, monkeypatch, tmp_path_factory):
+    cache_dir = str(tmp_path_factory.mktemp("cache"))
+    config = Config(file_timeout=0.5)
+    cache = Cache(cache_dir, "fp")
+    _assert_skipped_and_went_on(lint_paths([str(project)], config, cache=cache))
+    cache.save()
+    monkeypatch.undo()  # the rule is fast again: the next run must analyse the file
+    result = lint_paths([str(project)], config, cache=Cache(cache_dir, "fp"))
+    assert [c for c, _, _ in _by_file(result)["slow.py"]] == ["AMP101"]
+
+
+def test_cli_flag_and_config_key(project, slow_rule, monkeypatch):
+    monkeypatch.chdir(project)
+    runner = CliRunner()
+    out = runner.invoke(main, ["--no-cache", "--jobs", "1", "--file-timeout", "0.5", "slow.py", "good.py"])
+    assert out.exit_code == 1
+    assert f"slow.py:1:1: AMP000 {MESSAGE}" in out.output
+    assert "good.py:4:1: AMP101" in out.output
+    (project / "pyproject.toml").write_text("[tool.amplint]\nfile-timeout = 0.5\n")
+    out = runner.invoke(main, ["--no-cache", "--jobs", "1", "slow.py", "good.py"])
+    assert f"slow.py:1:1: AMP000 {MESSAGE}" in out.output
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_bad_budget_exits_2_with_one_line(tmp_path, value):
+    out = CliRunner().invoke(main, ["--no-cache", "--file-timeout", value, str(tmp_path)])
+    assert out.exit_code == 2
+    assert out.output.count("\n") == 1 and "--file-timeout must be a number of seconds" in out.output
+
+
+def test_bad_budget_in_config_exits_2(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nfile-timeout = "soon"\n')
+    out = CliRunner().invoke(main, ["--no-cache", str(tmp_path)])
+    assert out.exit_code == 2 and "file-timeout must be a number of seconds" in out.output
+
+
+def test_wait_without_budget_waits_for_the_thread():
+    done = []
+    t = threading.Thread(target=lambda: (time.sleep(0.2), done.append(1)), daemon=True)
+    t.start()
+    wait(t)
+    assert done == [1]
+
+
+def test_budget_passed_before_the_wait_raises_and_stops_the_thread():
+    stopped = []
+
+    def naps():
+        try:
+            for _ in range(200):
+                time.sleep(0.05)
+        except BaseException as exc:  # what the engine's thread does with it too
+            stopped.append(type(exc).__name__)
+
+    t = threading.Thread(target=naps, daemon=True)
+    with file_budget(0.01):
+        time.sleep(0.05)
+        t.start()
+        with pytest.raises(BudgetExceeded):
+            wait(t)
+    t.join()
+    assert stopped == ["_Abandoned"]

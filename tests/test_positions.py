@@ -1,0 +1,59 @@
+"""amplint.model.positions gives every node the range libcst's PositionProvider gives it."""
+from __future__ import annotations
+
+import glob
+import os
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from amplint.model.positions import Positions
+from amplint.engine.registry import all_rules
+from amplint.core.rule import example_source
+from amplint.model.walk import parent_map
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ODD = [
+    "",
+    "\n\n# only comments\n\n",
+    "x = 1",  # no trailing newline
+    "# header\n\n\nimport a; import b\n\n\n@d\n\n# between\n@e(1)\ndef f(\n    a,\n):\n    '''doc\n\n    '''\n    return a\n# footer\n\n",
+    "if a:\r\n    b = '''x\r\ny'''\r\nelse:\r\n    pass\r\n",
+    "class C:\n\tdef m(self):\n\t\treturn [\n1,\n\t2]\n\nx = (\\\n  1)\n",
+    "s = 'a\\\nb'\nasync def g():\n    async with a as b:\n        await c(lambda q=1e9: -q)\n",
+]
+
+
+def _cases():
+    for i, text in enumerate(ODD):
+        yield pytest.param(text, id=f"odd{i}")
+    for rule in all_rules():
+        for j, case in enumerate((*rule.VALID, *rule.INVALID)):
+            yield pytest.param(example_source(case.code), id=f"{rule.code}-{j}")
+    for path in sorted(glob.glob(os.path.join(HERE, "..", "fixtures", "*.py"))):
+        with open(path, encoding="utf-8") as fh:
+            yield pytest.param(fh.read(), id=os.path.basename(path))
+
+
+@pytest.mark.parametrize("source", list(_cases()))
+def test_same_ranges_as_libcst_for_every_node(source):
+    module = cst.parse_module(source)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    parents = parent_map(module)
+    nodes = [module, *parents]
+    # fresh per query order: statements last-to-first, then the module (the whole-module path)
+    positions = Positions(module)
+    for node in reversed(nodes):
+        assert positions[node] == expected[node], (type(node).__name__, module.code_for_node(node))
+
+
+def test_only_the_statement_asked_about_is_generated(monkeypatch):
+    source = "import torch\n" + "\n" * 1000 + "def big():\n" + "    x = 1\n" * 500 + "y = torch.zeros(1)\n"
+    module = cst.parse_module(source)
+    generated = []
+    real = Positions._generate
+    monkeypatch.setattr(Positions, "_generate", lambda self, stmt, line: generated.append(stmt) or real(self, stmt, line))
+    last = module.body[-1]
+    assert Positions(module)[last].start.line == 1503
+    assert generated == [last]
