@@ -32,10 +32,14 @@ _EXPORTS = {
     "Valid": ".core.rule",
 }
 
-__all__ = ["__version__", *sorted(_EXPORTS)]
+__all__ = ["__version__", "watch", *sorted(_EXPORTS)]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "watch":  # the runtime guard's package, callable: `with amplint.watch(DIR):` (amplint/watch/)
+        import importlib
+
+        return importlib.import_module(".watch", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'amplint' has no attribute {name!r}")
@@ -47,7 +51,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | {"watch"})
 
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -87,6 +87,7 @@ class _Command(click.Command):
 @click.option("--respect-gitignore/--no-respect-gitignore", default=None, help="Skip files .gitignore ignores (default: on).")
 @click.option("--force-exclude/--no-force-exclude", default=None, help="Apply exclude globs to files named on the command line too (for pre-commit).")
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Processes to lint with (default: the number of cores; 0 or 1: this process only).")
+@click.option("--watch", is_flag=True, help="Lint again whenever a file under PATHS changes (needs the 'server' extra).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None, envvar="AMPLINT_CACHE_DIR", help="Where to keep the cache (default: .amplint_cache beside pyproject.toml, or in the current folder; env AMPLINT_CACHE_DIR).")
 @click.option("--file-timeout", type=float, default=None, metavar="S", help="Seconds one file's analysis may take before it is skipped with AMP000 (default 120; 0: no limit).")
@@ -123,6 +124,7 @@ def main(
     respect_gitignore: Optional[bool] = None,
     force_exclude: Optional[bool] = None,
     jobs: Optional[int] = None,
+    watch: bool = False,
     no_cache: bool = False,
     cache_dir: Optional[str] = None,
     verify: bool = False,
@@ -187,6 +189,8 @@ def main(
             for path in discover(targets, config):
                 click.echo(path)
             raise click.exceptions.Exit(EXIT_CLEAN)
+        if watch:
+            raise click.exceptions.Exit(_watch(targets, config, output_format, unsafe_fixes, quiet, out, jobs, None if no_cache else (cache_dir or ""), fix or diff))
         if fix or diff:
             from .fix.fixer import fix_paths, fix_stdin
 
@@ -232,6 +236,23 @@ def main(
     if diagnostics and not exit_zero:
         raise click.exceptions.Exit(EXIT_FINDINGS)
     raise click.exceptions.Exit(EXIT_CLEAN)
+
+
+def _watch(targets: Sequence[str], config: Config, output_format: str, unsafe_fixes: bool, quiet: bool, out: "_Output", jobs: Optional[int], cache_dir: Optional[str], fixing: bool) -> int:
+    """`--watch`: report, then report again on every change (amplint/server/watch.py)."""
+    if "-" in targets:
+        raise ConfigError("--watch cannot read stdin ('-')")
+    if fixing:
+        raise ConfigError("--watch reports findings; it cannot be combined with --fix or --diff")
+    from .report import renderer
+    from .server.watch import watch_paths
+
+    def lint_once() -> str:
+        sources: dict = {}
+        found = _run(targets, config, None, jobs=jobs, cache_dir=cache_dir, sources=sources, unsafe_fixes=unsafe_fixes)
+        return renderer(output_format)(found, unsafe_fixes=unsafe_fixes, **out.context(quiet, sources))
+
+    return watch_paths(targets, lint_once, lambda text: out.write(text + "\n"))
 
 
 def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fixes: bool, statistics: bool, exit_zero: bool, stdin: bool, out: "_Output", quiet: bool) -> int:

@@ -84,6 +84,25 @@ def rule_page(rule: Type[Rule]) -> str:
     return "\n".join(lines)
 
 
+def runtime_page(code: str, meta: Dict[str, str]) -> str:
+    """The page of a runtime-only code (AMP7xx), from `amplint/watch/codes.py`."""
+    lines = [
+        GENERATED.format(source="amplint/watch/codes.py"),
+        "",
+        f"# {code}: {meta['name']}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| Severity | {meta['severity']} |",
+        "| Reported by | `amplint run`, `amplint.watch(...)` and its callbacks (see [run.md](../run.md)) |",
+        f"| Message | {meta['message']} |",
+        "",
+        meta["docs"].strip(),
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def rules_table(rules: Sequence[Type[Rule]]) -> str:
     rows = ["| code | name | severity | fix | what it flags |", "|---|---|---|---|---|"]
     for r in rules:
@@ -103,11 +122,14 @@ def with_table(readme: str, table: str) -> str:
 
 
 def expected(root: Path, rules: Optional[Sequence[Type[Rule]]] = None) -> Dict[Path, Optional[str]]:
-    """path -> the text it must have (None: the file must not exist)."""
+    """path -> the text it must have (None: the file must not exist). The runtime-only codes
+    (AMP7xx) have pages when the rules are the shipped ones."""
+    runtime: Dict[str, Dict[str, str]] = {}
     if rules is None:
         from .engine.registry import all_rules
+        from .watch.codes import RUNTIME_RULES
 
-        rules = all_rules()
+        rules, runtime = all_rules(), RUNTIME_RULES
     out: Dict[Path, Optional[str]] = {}
     folder = root / "docs" / "rules"
     if folder.is_dir():
@@ -115,6 +137,8 @@ def expected(root: Path, rules: Optional[Sequence[Type[Rule]]] = None) -> Dict[P
             out[old] = None
     for r in rules:
         out[folder / f"{r.code}.md"] = rule_page(r)
+    for code, meta in runtime.items():
+        out[folder / f"{code}.md"] = runtime_page(code, meta)
     readme = root / "README.md"
     out[readme] = with_table(readme.read_text(encoding="utf-8"), rules_table(rules))
     return out

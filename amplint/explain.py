@@ -36,6 +36,12 @@ def explain_text(code: Optional[str]) -> str:
         return rule_table()
     code = _by_name(code) or code
     rule = rules_by_code().get(code.strip().upper())
+    if rule is None:
+        from .watch.codes import RUNTIME_RULES
+
+        meta = RUNTIME_RULES.get(code.strip().upper())
+        if meta is not None:
+            return f"{code.strip().upper()} {meta['name']} ({meta['severity']}, reported by `amplint run`)\n\n{meta['docs']}"
     if rule is None and code.strip().upper() in _pseudo():
         meta = _pseudo()[code.strip().upper()]
         default = ", off by default" if code.strip().upper() == "AMP900" else ""

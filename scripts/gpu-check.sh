@@ -10,6 +10,9 @@
 # 3. the same over the drill's real training code (benchmarks/drill.py's packages), when the corpus
 #    is already unpacked under $AMPLINT_CORPUS_DIR (default ~/.cache/amplint-corpus; a GPU box
 #    without network cannot fetch it): the verdict table per code, no `error`, all on CUDA.
+# 4. a CUDA fp16 training (autocast + GradScaler("cuda"), overflowing from step 10) under `amplint run`:
+#    checks the header names the GPU, the scale collapses (AMP701 naming `inp`), the incident replays
+#    on CUDA, and `benchmarks/watch_overhead.py --device cuda` prints the guard's overhead.
 # Exit status 0 only when every part that ran passes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +37,7 @@ then
     exit 2
 fi
 
-echo "== 1/3 CUDA verifier tests"
+echo "== 1/4 CUDA verifier tests"
 if AMPLINT_REQUIRE_CUDA=1 timeout 330 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs tests/test_verify.py; then
     echo "CUDA tests: ok"
 else
@@ -77,7 +80,7 @@ sys.exit(1 if bad or cpu or not verified else 0)
 PY
 }
 
-echo "== 2/3 amplint --verify --device cuda fixtures/ (sandboxed)"
+echo "== 2/4 amplint --verify --device cuda fixtures/ (sandboxed)"
 if [ ! -d fixtures ]; then
     echo "gpu-check: fixtures/ not found"
     status=1
@@ -85,7 +88,7 @@ elif ! verify_on_cuda fixtures 240 fixtures/; then
     status=1
 fi
 
-echo "== 3/3 the drill's real findings on CUDA (sandboxed)"
+echo "== 3/4 the drill's real findings on CUDA (sandboxed)"
 CORPUS="${AMPLINT_CORPUS_DIR:-$HOME/.cache/amplint-corpus}"
 mapfile -t DRILL < <("$PY" - "$CORPUS" <<'PY'
 import sys, pathlib
@@ -101,6 +104,30 @@ PY
 if [ "${#DRILL[@]}" -eq 0 ]; then
     echo "skipped: no unpacked drill corpus under $CORPUS (fetch it with benchmarks/drill.py where there is network)"
 elif ! verify_on_cuda drill 300 "${DRILL[@]}"; then
+    status=1
+fi
+
+echo "== 4/4 CUDA fp16 training under amplint run"
+sed -e 's/"cpu"/"cuda"/g' -e 's/Net()/Net().cuda()/' -e 's/^    x = torch.randn(32, 16, generator=gen)/    x = torch.randn(32, 16, generator=gen).cuda()/' \
+    tests/data/watch/train_cpu.py >"$OUTDIR/train_cuda.py"
+if timeout 240 "$PY" -m amplint._start run --report "$OUTDIR/run" -- "$OUTDIR/train_cuda.py" forward_overflow 30 \
+        >"$OUTDIR/run.out" 2>"$OUTDIR/run.err" \
+   && "$PY" - "$OUTDIR/run/events.jsonl" <<'PY'
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1])]
+head, steps = evs[0], [e for e in evs if e["type"] == "step"]
+codes = [e["code"] for e in evs if e["type"] == "finding"]
+print("  ", head["device"], "capability", head["capability"], "| steps", len(steps), "skipped", sum(s["skipped"] for s in steps), "| findings", codes)
+assert head["cuda"] and head["capability"] and head["autocast_dtype"] == "float16", head
+assert codes == ["AMP701"] and len(steps) == 30 and [s["step"] for s in steps if s["skipped"]] == list(range(11, 31))
+assert any(e["type"] == "nonfinite" and e["module"] == "inp" for e in evs)
+PY
+then
+    echo "amplint run on CUDA: ok"
+    timeout 120 "$PY" -m amplint._start replay --device cuda "$OUTDIR"/run/incidents/step12.pt; [ $? -eq 1 ] || status=1
+    timeout 180 "$PY" benchmarks/watch_overhead.py --device cuda --rounds 3 --steps 200 || status=1
+else
+    echo "amplint run on CUDA: FAIL"; tail -20 "$OUTDIR/run.err"
     status=1
 fi
 

@@ -1,0 +1,514 @@
+"""The guard: observes a training run from inside its process, read-only.
+
+`install()` wraps a few torch entry points in place (GradScaler's scale /
+unscale_ / step / update, the global optimizer step hooks, `Tensor.backward`,
+`torch.autocast.__enter__`, `clip_grad_norm_` / `clip_grad_value_`,
+`torch.save`, `nn.Module.__init__` for build sites). Every wrapper calls the
+original with the same arguments and only reads tensors, so the run computes
+the same numbers (tests/test_watch_run.py compares losses bit for bit). One
+step record per optimizer step goes to DIR/events.jsonl: at `scaler.update()`
+for an enabled GradScaler (one record for all the optimizers it stepped), at
+`optimizer.step()` otherwise.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from . import sites
+from .events import EventLog, finite_or_none
+from .findings import CollapseDetector, finding
+from .incident import Incidents
+from .sources import Sources
+
+_GUARD: Optional["Guard"] = None
+
+
+class Options:
+    """What `amplint run` / `amplint.watch()` pass through AMPLINT_WATCH_* (see docs/run.md)."""
+
+    def __init__(self, collapse_steps: int = 8, skip_share: float = 0.25, min_steps: int = 50, grad_norm: bool = True,
+                 incident_burst: int = 2, incident_max_bytes: int = 256 * 1024 * 1024, arm_steps: int = 50,
+                 max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.collapse_steps = collapse_steps
+        self.skip_share = skip_share
+        self.min_steps = min_steps
+        self.grad_norm = grad_norm
+        self.incident_burst = incident_burst
+        self.incident_max_bytes = incident_max_bytes
+        self.arm_steps = arm_steps
+        self.max_bytes = max_bytes
+
+    @classmethod
+    def from_env(cls, env: Dict[str, str]) -> "Options":
+        o = cls()
+        for key, conv in (("collapse_steps", int), ("skip_share", float), ("min_steps", int), ("incident_burst", int),
+                          ("incident_max_bytes", int), ("arm_steps", int), ("max_bytes", int)):
+            raw = env.get("AMPLINT_WATCH_" + key.upper())
+            if raw:
+                setattr(o, key, conv(raw))
+        if env.get("AMPLINT_WATCH_GRAD_NORM") == "0":
+            o.grad_norm = False
+        return o
+
+
+class _Iteration:
+    """One GradScaler's bookkeeping between two update() calls."""
+
+    __slots__ = ("scaled", "unscaled", "scaled_after_unscale", "stepped", "optimizers", "norm_sq", "pending_norm")
+
+    def __init__(self) -> None:
+        self.scaled = False
+        self.unscaled: Dict[int, Tuple[set, sites.Site]] = {}
+        self.scaled_after_unscale: set = set()
+        self.stepped: set = set()
+        self.optimizers: Dict[int, Any] = {}
+        self.norm_sq: List[float] = []
+        # optimizer id -> its params, unscaled by the user and not measured yet: a clip_grad_norm_
+        # over exactly them returns the norm for free, else scaler.step measures them
+        self.pending_norm: Dict[int, List[torch.Tensor]] = {}
+
+
+def _grad_norm_sq(params: List[torch.Tensor], divide: float = 1.0) -> float:
+    grads = [p.grad for p in params if p.grad is not None and not p.grad.is_sparse]
+    if not grads:
+        return 0.0
+    norms = torch._foreach_norm([g.detach() for g in grads])
+    total = float(torch.linalg.vector_norm(torch.stack([n.float().to(norms[0].device) for n in norms])))
+    return (total / divide) ** 2
+
+
+def _params(optimizer: Any) -> List[torch.Tensor]:
+    return [p for g in optimizer.param_groups for p in g["params"]]
+
+
+class _PeakMemory:
+    """Peak memory so far: CUDA's max_memory_allocated (cheap, every step), else the process's
+    peak resident set, read every `every` steps (getrusage is a syscall, slow in some sandboxes;
+    the peak only grows, so the last reading is a lower bound in between)."""
+
+    def __init__(self, every: int = 64) -> None:
+        self.every = every
+        self.calls = 0
+        self.rss: Optional[int] = None
+
+    def __call__(self) -> Tuple[Optional[int], str]:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return int(torch.cuda.max_memory_allocated()), "cuda"
+        if self.calls % self.every == 0:
+            try:
+                import resource
+
+                self.rss = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+            except ImportError:  # pragma: no cover - not POSIX
+                return None, "none"
+        self.calls += 1
+        return self.rss, "rss"
+
+
+class Guard:
+    def __init__(self, directory: str, options: Optional[Options] = None) -> None:
+        self.options = options or Options()
+        self.directory = os.path.abspath(directory)
+        self.rank = int(os.environ.get("RANK", "0") or 0)
+        self.log = EventLog(self.directory, self.rank, self.options.max_bytes)
+        self.local = threading.local()
+        self.step = 0
+        self.header_done = False
+        self.autocast: Optional[Tuple[str, str]] = None
+        self.fp16_autocast = False
+        self.reported: set = set()
+        self.iterations: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self.scaled_outputs: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+        self.checked_optimizers: "weakref.WeakSet" = weakref.WeakSet()
+        self.plain_norm_sq: Optional[float] = None
+        self.clip_norm_sq: Optional[float] = None  # clip_grad_norm_'s own total (before clipping) this step
+        self.last_time: Optional[float] = None
+        self.peak_memory = _PeakMemory()
+        self.skipped_run = 0
+        self.detector = CollapseDetector(self.options.collapse_steps, self.options.skip_share, self.options.min_steps)
+        self.build_sites = sites.BuildSites()
+        self.sources = Sources(self.build_sites, self.options.arm_steps, self.write)
+        self.saves_without_scaler: List[Dict[str, Any]] = []
+        self.fp16_saves: List[Dict[str, Any]] = []
+        self.fp32_saved = False
+        self.scaler_state_saved = False
+        self.restore: List[Tuple[Any, str, Any]] = []
+        self._torch_save = torch.save
+        self.incidents = Incidents(self.directory, self.options.incident_burst, self.options.incident_max_bytes, self._torch_save, self.write)
+
+    # ---- output -------------------------------------------------------------------------
+    def header(self) -> Dict[str, Any]:
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        device, capability = "cpu", None
+        if cuda:
+            index = torch.cuda.current_device()
+            device = torch.cuda.get_device_name(index)
+            capability = ".".join(map(str, torch.cuda.get_device_capability(index)))
+        return {
+            "type": "header", "torch": torch.__version__, "cuda": torch.version.cuda, "device": device,
+            "capability": capability, "autocast_device": self.autocast[0] if self.autocast else None,
+            "autocast_dtype": self.autocast[1] if self.autocast else None, "argv": list(sys.argv)[:20],
+        }
+
+    def write(self, record: Dict[str, Any]) -> None:
+        if not self.header_done:
+            self.header_done = True
+            self.log.write(self.header())
+        self.log.write(record)
+
+    def report(self, code: str, site: sites.Site, message: str, step: Optional[int] = None, **data: Any) -> None:
+        """A finding, once per code and line; `step` defaults to the step in progress."""
+        key = (code, site[0], site[1])
+        if key in self.reported:
+            return
+        self.reported.add(key)
+        self.write(finding(code, site[0], site[1], message, self.step + 1 if step is None else step, **data))
+
+    # ---- steps --------------------------------------------------------------------------
+    def emit_step(self, loss_scale: Optional[float], skipped: bool, norm_sq: Optional[float]) -> None:
+        now = time.perf_counter()
+        elapsed = None if self.last_time is None else now - self.last_time
+        self.last_time = now
+        self.step += 1
+        peak, kind = self.peak_memory()
+        self.write({
+            "type": "step", "step": self.step, "loss_scale": loss_scale, "skipped": skipped,
+            "grad_norm": finite_or_none(None if norm_sq is None else norm_sq ** 0.5),
+            "step_time_s": elapsed, "peak_mem_bytes": peak, "mem": kind,
+        })
+        self.fp16_autocast = False
+        self.clip_norm_sq = None
+
+    def _iteration(self, scaler: Any) -> _Iteration:
+        it = self.iterations.get(scaler)
+        if it is None:
+            it = self.iterations[scaler] = _Iteration()
+        return it
+
+    def _open_scaled_iterations(self) -> List[_Iteration]:
+        return [it for s, it in list(self.iterations.items()) if it.scaled and getattr(s, "_enabled", False)]
+
+    # ---- GradScaler -----------------------------------------------------------------------
+    def scale(self, orig, scaler, outputs):
+        result = orig(scaler, outputs)
+        if getattr(scaler, "_enabled", False):
+            it = self._iteration(scaler)
+            it.scaled = True
+            it.scaled_after_unscale.update(it.unscaled)
+            if isinstance(result, torch.Tensor):
+                self.scaled_outputs[id(result)] = result
+        return result
+
+    def unscale_(self, orig, scaler, optimizer):
+        if not getattr(scaler, "_enabled", False):
+            return orig(scaler, optimizer)
+        it = self._iteration(scaler)
+        site = sites.caller_site(3)
+        if id(optimizer) in it.unscaled and id(optimizer) not in it.stepped:
+            self.report("AMP104", site, "scaler.unscale_() called twice for one optimizer before scaler.update()")
+        result = orig(scaler, optimizer)
+        params = _params(optimizer)
+        it.unscaled[id(optimizer)] = ({id(p) for p in params}, site)
+        it.optimizers[id(optimizer)] = optimizer
+        if self.options.grad_norm:
+            if getattr(self.local, "in_scaler_step", 0):
+                it.norm_sq.append(_grad_norm_sq(params))  # scaler.step's own unscale_: the step follows
+            else:
+                it.pending_norm[id(optimizer)] = params
+        return result
+
+    def _measure_pending(self, it: _Iteration, key: Optional[int] = None) -> None:
+        for opt_id in [key] if key is not None else list(it.pending_norm):
+            params = it.pending_norm.pop(opt_id, None)
+            if params is not None:
+                it.norm_sq.append(_grad_norm_sq(params))
+
+    def scaler_step(self, orig, scaler, optimizer, *args, **kwargs):
+        if not getattr(scaler, "_enabled", False):
+            return orig(scaler, optimizer, *args, **kwargs)
+        it = self._iteration(scaler)
+        if id(optimizer) in it.stepped:
+            self.report("AMP103", sites.caller_site(3), "scaler.step() again without scaler.update() in between")
+        if id(optimizer) in it.scaled_after_unscale and id(optimizer) in it.unscaled:
+            site = it.unscaled[id(optimizer)][1]
+            self.report("AMP104", site, "gradients were unscaled, then more scaled gradients were added before scaler.step(): "
+                        "the step mixes unscaled and scaled gradients")
+        fused = getattr(optimizer, "_step_supports_amp_scaling", False) and id(optimizer) not in it.unscaled
+        self._measure_pending(it, id(optimizer))
+        depth = getattr(self.local, "in_scaler_step", 0)
+        self.local.in_scaler_step = depth + 1
+        try:
+            result = orig(scaler, optimizer, *args, **kwargs)
+        finally:
+            self.local.in_scaler_step = depth
+        it.stepped.add(id(optimizer))
+        it.optimizers[id(optimizer)] = optimizer
+        if fused and self.options.grad_norm:
+            it.norm_sq.append(_grad_norm_sq(_params(optimizer), scaler.get_scale()))
+        return result
+
+    def update(self, orig, scaler, new_scale=None):
+        if not getattr(scaler, "_enabled", False):
+            return orig(scaler, new_scale)
+        it = self._iteration(scaler)
+        states = getattr(scaler, "_per_optimizer_states", {})
+        recorded = [v for st in states.values() for v in st.get("found_inf_per_device", {}).values()]
+        if not recorded:
+            self.report("AMP104", sites.caller_site(3), "scaler.update() with no scaler.step() since the last update "
+                        "(update on every micro-batch?)")
+            return orig(scaler, new_scale)
+        skipped = sum(float(v.item()) for v in recorded) > 0
+        before = scaler.get_scale()
+        result = orig(scaler, new_scale)
+        after = scaler.get_scale()
+        norm_sq = sum(it.norm_sq) if it.norm_sq else None
+        optimizers = list(it.optimizers.values())
+        self.iterations[scaler] = _Iteration()
+        self.skipped_run = self.skipped_run + 1 if skipped else 0
+        self.emit_step(after, skipped, norm_sq)
+        if skipped:
+            params = [p for o in optimizers for p in _params(o)]
+            self.sources.on_skipped(self.step, params)
+            self.incidents.end_step(self.step, True, self.skipped_run, optimizers, scaler, before)
+            if not self.incidents.done:
+                self.incidents.arm(self._roots(params))
+        else:
+            self.incidents.end_step(self.step, False, 0, optimizers, scaler, before)
+        self.sources.end_step(self.step)
+        message = self.detector.feed(self.step, before, after, skipped)
+        if message is not None:
+            src = self.sources.first
+            if src is not None:
+                message += f"; first non-finite: {src['kind']} of `{src['module']}` ({src['class']})"
+            where = (src["filename"], src["line"]) if src and src.get("filename") else sites.caller_site(3)
+            self.report("AMP701", where, message, step=self.step, since_step=self.detector.run_start or self.detector.first_skip)
+        return result
+
+    def _roots(self, params: List[torch.Tensor]) -> List[Any]:
+        """The live modules holding any of `params`: the first of them a step calls is its outermost model call."""
+        wanted = {id(p) for p in params}
+        return [m for m in list(self.build_sites.sites.keys()) if any(id(p) in wanted for p in m.parameters())]
+
+    # ---- optimizers -----------------------------------------------------------------------
+    def optimizer_pre(self, optimizer, args, kwargs) -> None:
+        if getattr(self.local, "in_scaler_step", 0):
+            return
+        site = None
+        if optimizer not in self.checked_optimizers:
+            self.checked_optimizers.add(optimizer)
+            fp16 = [p for p in _params(optimizer) if p.dtype == torch.float16]
+            if fp16:
+                site = sites.caller_site(3)
+                self.report("AMP201", site, f"{type(optimizer).__name__} updates {len(fp16)} fp16 parameter tensors: "
+                            "small updates round away without fp32 master weights")
+        if self._open_scaled_iterations():
+            self.report("AMP102", site or sites.caller_site(3), f"{type(optimizer).__name__}.step() called outside "
+                        "scaler.step(): it applies gradients that are still multiplied by the loss scale")
+        if self.clip_norm_sq is not None:
+            self.plain_norm_sq = self.clip_norm_sq  # the gradients were clipped: their norm before clipping
+        elif self.options.grad_norm:
+            self.plain_norm_sq = _grad_norm_sq(_params(optimizer))
+
+    def optimizer_post(self, optimizer, args, kwargs) -> None:
+        if getattr(self.local, "in_scaler_step", 0):
+            return
+        self.emit_step(None, False, self.plain_norm_sq)
+        self.plain_norm_sq = None
+
+    # ---- backward, autocast, clipping, saving ---------------------------------------------
+    def backward(self, orig, tensor, *args, **kwargs):
+        scaled = self.scaled_outputs.get(id(tensor)) is tensor
+        suspect = not scaled and (self.fp16_autocast or tensor.dtype == torch.float16)
+        site = sites.caller_site(3) if suspect else None
+        result = orig(tensor, *args, **kwargs)
+        if suspect and ("AMP105", site[0], site[1]) not in self.reported:
+            total = zeros = 0
+            for m in list(self.build_sites.sites.keys()):
+                for p in m._parameters.values():
+                    if p is not None and p.grad is not None:
+                        total += p.grad.numel()
+                        zeros += int((p.grad == 0).sum())
+            share = zeros / total if total else 0.0
+            self.report("AMP105", site, f"backward through fp16 autocast without a GradScaler: {100 * share:.1f}% of "
+                        "gradient values are exactly zero (fp16 flushes magnitudes below 6e-8 to zero)", zero_share=share)
+        return result
+
+    def autocast_enter(self, orig, ctx):
+        result = orig(ctx)
+        if getattr(ctx, "_enabled", False) and torch.is_grad_enabled():  # no_grad evaluation never reaches backward
+            dtype = getattr(ctx, "fast_dtype", None)
+            if self.autocast is None:
+                self.autocast = (str(getattr(ctx, "device", "")), str(dtype).replace("torch.", ""))
+            if dtype == torch.float16:
+                self.fp16_autocast = True
+        return result
+
+    def clip(self, orig, parameters, *args, **kwargs):
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        open_its = self._open_scaled_iterations()
+        free = None  # the iteration whose pending norm clip_grad_norm_'s own result gives
+        if open_its:
+            unscaled = set()
+            for it in open_its:
+                for ids, _ in it.unscaled.values():
+                    unscaled |= ids
+            if any(id(p) not in unscaled for p in params if p.grad is not None):
+                self.report("AMP101", sites.caller_site(3), f"{getattr(orig, '__name__', 'clipping')} on gradients still "
+                            "multiplied by the loss scale: call scaler.unscale_(optimizer) first")
+            ids = {id(p) for p in params}
+            for it in open_its:
+                pending = [k for k, ps in it.pending_norm.items() if {id(p) for p in ps} == ids]
+                if pending and getattr(orig, "__name__", "") == "clip_grad_norm_":
+                    free = (it, pending[0])
+                else:
+                    self._measure_pending(it)  # measured before clipping changes them
+        result = orig(params, *args, **kwargs)
+        if free is not None and isinstance(result, torch.Tensor) and result.numel() == 1:
+            it, key = free
+            it.pending_norm.pop(key, None)
+            it.norm_sq.append(float(result) ** 2)
+        elif not open_its and isinstance(result, torch.Tensor) and result.numel() == 1:
+            self.clip_norm_sq = float(result) ** 2
+        return result
+
+    def save(self, orig, obj, *args, **kwargs):
+        fp16, fp32, opt_state, scaler_state = _inspect_checkpoint(obj)
+        site = sites.caller_site(3)
+        if fp16:
+            self.fp16_saves.append({"site": site, "step": self.step + 1, "count": fp16})
+        self.fp32_saved = self.fp32_saved or fp32 > 0
+        if scaler_state:
+            self.scaler_state_saved = True
+        elif opt_state and any(getattr(s, "_enabled", False) for s in list(self.iterations.keys())):
+            self.saves_without_scaler.append({"site": site, "step": self.step + 1})
+        return orig(obj, *args, **kwargs)
+
+    def finish(self) -> None:
+        """At exit, the checkpoint findings, judged on every save of the run: AMP401 when fp16
+        tensors were saved and no fp32 ones ever were (an fp16 export beside an fp32 checkpoint is
+        fine), AMP402 when optimizer state was saved and scaler state never was."""
+        if self.fp16_saves and not self.fp32_saved:
+            first = self.fp16_saves[0]
+            self.report("AMP401", first["site"], f"torch.save of {first['count']} fp16 tensors and no fp32 copy of the "
+                        "weights in any checkpoint of this run: the fp16 rounding is kept for good", step=first["step"])
+        if self.saves_without_scaler and not self.scaler_state_saved:
+            first = self.saves_without_scaler[0]
+            self.report("AMP402", first["site"], "checkpoint with optimizer state but no GradScaler state "
+                        "(scaler.state_dict()): a resumed run restarts the loss scale", step=first["step"])
+        self.sources.disarm()
+        self.incidents.disarm()
+        self.log.close()
+
+    # ---- patching -------------------------------------------------------------------------
+    def _wrap(self, owner: Any, name: str, handler) -> None:
+        original = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            return handler(original, *args, **kwargs)
+
+        wrapper.__name__ = getattr(original, "__name__", name)
+        wrapper.__doc__ = getattr(original, "__doc__", None)
+        wrapper.__wrapped__ = original
+        setattr(owner, name, wrapper)
+        self.restore.append((owner, name, original))
+
+    def install(self) -> None:
+        sites.skip_package(os.path.dirname(torch.__file__))
+        from torch.amp.grad_scaler import GradScaler
+
+        self._wrap(GradScaler, "scale", self.scale)
+        self._wrap(GradScaler, "unscale_", self.unscale_)
+        self._wrap(GradScaler, "step", self.scaler_step)
+        self._wrap(GradScaler, "update", self.update)
+        self._wrap(torch.Tensor, "backward", self.backward)
+        self._wrap(torch.autocast, "__enter__", self.autocast_enter)
+        import torch.nn.utils.clip_grad as clip_grad
+
+        for name in ("clip_grad_norm_", "clip_grad_value_"):
+            original = getattr(clip_grad, name)
+            self._wrap(clip_grad, name, self.clip)
+            if getattr(torch.nn.utils, name, None) is original:
+                setattr(torch.nn.utils, name, getattr(clip_grad, name))
+                self.restore.append((torch.nn.utils, name, original))
+        self._wrap(torch, "save", self.save)
+        guard = self
+        module_init = torch.nn.Module.__init__
+
+        def init(module, *args, **kwargs):
+            module_init(module, *args, **kwargs)
+            guard.build_sites.record(module, sys._getframe(1))
+
+        init.__wrapped__ = module_init
+        torch.nn.Module.__init__ = init
+        self.restore.append((torch.nn.Module, "__init__", module_init))
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self.hooks = [register_optimizer_step_pre_hook(self.optimizer_pre), register_optimizer_step_post_hook(self.optimizer_post)]
+
+    def uninstall(self) -> None:
+        for owner, name, original in reversed(self.restore):
+            setattr(owner, name, original)
+        self.restore = []
+        for h in getattr(self, "hooks", []):
+            h.remove()
+        self.hooks = []
+
+
+def _inspect_checkpoint(obj: Any) -> Tuple[int, int, bool, bool]:
+    """(fp16 tensors, fp32 tensors, holds optimizer state, holds GradScaler state), looking a bounded
+    way in; tensors inside optimizer state do not count (its moments are the optimizer's business)."""
+    fp16 = fp32 = 0
+    opt_state = scaler_state = False
+    stack = [(obj, 0)]
+    seen = 0
+    while stack and seen < 100000:
+        value, depth = stack.pop()
+        seen += 1
+        if isinstance(value, torch.Tensor):
+            fp16 += value.dtype == torch.float16
+            fp32 += value.dtype == torch.float32
+        elif isinstance(value, dict) and depth < 6:
+            keys = set(k for k in value.keys() if isinstance(k, str))
+            if {"state", "param_groups"} <= keys:
+                opt_state = True
+                continue
+            if {"scale", "_growth_tracker"} <= keys:
+                scaler_state = True
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple)) and depth < 6:
+            stack.extend((v, depth + 1) for v in value)
+    return fp16, fp32, opt_state, scaler_state
+
+
+def install(directory: str, options: Optional[Options] = None) -> Guard:
+    """Install the process-wide guard (idempotent) and finish it at exit."""
+    global _GUARD
+    if _GUARD is None:
+        _GUARD = Guard(directory, options)
+        _GUARD.install()
+        atexit.register(_GUARD.finish)
+    return _GUARD
+
+
+def current() -> Optional[Guard]:
+    return _GUARD
+
+
+def uninstall() -> None:
+    global _GUARD
+    if _GUARD is not None:
+        _GUARD.finish()
+        _GUARD.uninstall()
+        try:
+            atexit.unregister(_GUARD.finish)
+        except Exception:  # pragma: no cover
+            pass
+        _GUARD = None

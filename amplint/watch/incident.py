@@ -1,0 +1,139 @@
+"""Incident snapshots: what `amplint replay` needs to re-run one overflowing step.
+
+Armed after the first skipped step. A global forward pre-hook copies the
+inputs of the step's root model call (the outermost module holding optimized
+parameters, i.e. the first such module the step calls) with the RNG state and the autocast setting, and a tensor hook on
+its output keeps the gradient backward brings to it (the scaled upstream
+gradient, so replay needs no loss function). When that step is skipped too and
+the burst reaches `burst` consecutive skipped steps, the snapshot is written
+with the model (unchanged: a skipped step updates nothing), the optimizer and
+scaler state to DIR/incidents/step<N>.pt, once, if it fits in `max_bytes`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable, Dict, List, Optional, Set
+
+import torch
+
+
+def _cpu(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if depth < 4 and isinstance(value, (list, tuple)):
+        return type(value)(_cpu(v, depth + 1) for v in value) if type(value) in (list, tuple) else [_cpu(v, depth + 1) for v in value]
+    if depth < 4 and isinstance(value, dict):
+        return {k: _cpu(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+def tensor_bytes(value: Any, depth: int = 0) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if depth < 6 and isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v, depth + 1) for v in value)
+    if depth < 6 and isinstance(value, dict):
+        return sum(tensor_bytes(v, depth + 1) for v in value.values())
+    return 0
+
+
+def autocast_setting() -> Dict[str, Any]:
+    for device in ("cuda", "cpu"):
+        try:
+            if torch.is_autocast_enabled(device):
+                return {"enabled": True, "device_type": device, "dtype": str(torch.get_autocast_dtype(device)).replace("torch.", "")}
+        except (RuntimeError, TypeError):  # pragma: no cover - a device type this build lacks
+            continue
+    return {"enabled": False, "device_type": None, "dtype": None}
+
+
+class Incidents:
+    def __init__(self, directory: str, burst: int, max_bytes: int, save: Callable[..., None], report: Callable[[Dict[str, Any]], None]) -> None:
+        self.directory = directory
+        self.burst = burst
+        self.max_bytes = max_bytes
+        self.save_fn = save  # torch's own save, never the guard's
+        self.report = report
+        self.done = burst <= 0
+        self.handles: List[Any] = []
+        self.roots: Set[int] = set()
+        self.capture: Optional[Dict[str, Any]] = None
+
+    def arm(self, roots: List[Any]) -> None:
+        if self.done or self.handles:
+            return
+        self.roots = {id(m) for m in roots}
+        nn_module = torch.nn.modules.module
+        self.handles = [
+            nn_module.register_module_forward_pre_hook(self._pre),
+            nn_module.register_module_forward_hook(self._post),
+        ]
+
+    def _pre(self, module: Any, args: Any) -> None:
+        if self.capture is None and id(module) in self.roots:
+            rng = {"cpu": torch.get_rng_state()}
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                rng["cuda"] = torch.cuda.get_rng_state_all()
+            self.capture = {"module": module, "inputs": _cpu(args), "rng": rng, "autocast": autocast_setting(), "training": module.training}
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        cap = self.capture
+        if cap is None or cap["module"] is not module or "output_dtype" in cap:
+            return
+        out = output if isinstance(output, torch.Tensor) else None
+        if out is None and isinstance(output, (list, tuple)) and output and isinstance(output[0], torch.Tensor):
+            out = output[0]
+        cap["output_dtype"] = str(out.dtype) if out is not None else None
+        if out is not None and out.requires_grad:
+            def keep(grad: torch.Tensor) -> None:
+                cap["grad_output"] = grad.detach().to("cpu", copy=True)
+            out.register_hook(keep)
+
+    def end_step(self, step: int, skipped: bool, skipped_run: int, optimizers: List[Any], scaler: Any, scale_before: float) -> None:
+        cap, self.capture = self.capture, None
+        if self.done or cap is None or not skipped or skipped_run < self.burst:
+            return
+        self.done = True
+        self.disarm()
+        model = cap["module"]
+        snap: Dict[str, Any] = {
+            "format": 1,
+            "step": step,
+            "inputs": cap["inputs"],
+            "grad_output": cap.get("grad_output"),
+            "rng": cap["rng"],
+            "autocast": cap["autocast"],
+            "training": cap["training"],
+            "loss_scale": scale_before,
+            "scaler": scaler.state_dict() if scaler is not None else None,
+            "optimizers": [o.state_dict() for o in optimizers],
+            "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+            "main_file": os.path.abspath(getattr(sys.modules.get("__main__"), "__file__", "") or ""),
+            "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
+        }
+        size = tensor_bytes(snap)
+        if size > self.max_bytes:
+            self.report({"type": "incident", "step": step, "path": None, "bytes": size, "message": f"not saved: {size} bytes is over the {self.max_bytes}-byte bound"})
+            return
+        os.makedirs(os.path.join(self.directory, "incidents"), exist_ok=True)
+        rank = os.environ.get("RANK")
+        name = f"step{step}" + (f"-rank{rank}" if rank not in (None, "0") else "") + ".pt"
+        path = os.path.join(self.directory, "incidents", name)
+        import copy
+
+        try:
+            snap["model"] = copy.deepcopy(model).to("cpu")
+        except Exception:  # noqa: BLE001 - a model that cannot be copied is replayed from its class
+            snap["model"] = None
+        try:
+            self.save_fn(snap, path)
+        except Exception:  # noqa: BLE001 - unpicklable model: keep the weights, name the class
+            snap["model"] = None
+            self.save_fn(snap, path)
+        self.report({"type": "incident", "step": step, "path": path, "bytes": os.path.getsize(path), "message": f"snapshot of step {step}"})
+
+    def disarm(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
