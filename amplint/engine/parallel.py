@@ -228,6 +228,8 @@ def _run_parallel(todo: List[Item], jobs: int) -> Iterator[Tuple[int, Optional[S
         context = multiprocessing.get_context("fork")  # workers inherit what is imported
     else:
         context = multiprocessing.get_context("spawn")
+    if context.get_start_method() == "fork" and _STATE["kind"] == "lint":
+        _preload(_STATE["rules"])
     workers = min(jobs, len(todo))
     # big files first would balance better, but order must not change what
     # is computed, only when: keep the given order and use small chunks
@@ -247,6 +249,19 @@ def _run_parallel(todo: List[Item], jobs: int) -> Iterator[Tuple[int, Optional[S
             executor.shutdown(wait=True, cancel_futures=True)
 
     return results()
+
+
+def _preload(rules: Sequence[Any]) -> None:
+    """Import libcst, the AMP model and the rules that check the project before the
+    workers fork. A run big enough for a pool almost always parses something, and the
+    project pass after it loads those rules in this process anyway: imported once here,
+    the forked workers inherit them instead of each importing libcst again, and the
+    project pass finds them loaded (on timm, one libcst import instead of one per process;
+    see docs/performance.md). A run where every file is a cache hit starts no pool."""
+    from ..model.context import ModuleContext  # noqa: F401  (libcst and the collector)
+    from .crossfile import project_rules
+
+    project_rules(rules)
 
 
 # ------------------------------------------------------------------ project facts
