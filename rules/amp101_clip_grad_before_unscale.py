@@ -1,7 +1,8 @@
 """AMP101 clip-grad-before-unscale."""
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from bisect import bisect_right
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from amplint.model import (
     Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid, exclusive, insert_line_before,
@@ -241,6 +242,7 @@ def step(model, opt, scaler, loss):
             fixed = set()  # (backward, optimizer): one `unscale_` per optimizer per step, before the first clip
             # the first unscale of the scope: "unscaled before the clip" is a prefix question
             first_unscale = next((e.order for e in events if e.kind == "unscale"), None)
+            steps = None  # built at the scope's first finding
             for index, clip in enumerate(events):
                 if clip.kind != "clip":
                     continue
@@ -252,7 +254,9 @@ def step(model, opt, scaler, loss):
                     continue
                 if self._unscaled_by_helper(ctx, events, at, index):
                     continue
-                yield self._diagnostic(ctx, scope, clip, backward, fixed)
+                if steps is None:
+                    steps = _steps_by_scaler(events)
+                yield self._diagnostic(ctx, scope, index, backward, fixed, steps)
 
     @staticmethod
     def _scaled_backward_before(ctx: ModuleContext, events, index: int) -> Optional[int]:
@@ -282,21 +286,20 @@ def step(model, opt, scaler, loss):
                     return True
         return False
 
-    def _diagnostic(self, ctx: ModuleContext, scope: Scope, clip: Event, backward: Event, fixed: set) -> Diagnostic:
+    def _diagnostic(
+        self, ctx: ModuleContext, scope: Scope, index: int, backward: Event, fixed: set, steps: Dict[Optional[str], List[int]]
+    ) -> Diagnostic:
+        """The finding for the clip `scope.events[index]`; `steps` holds the indices of the
+        scope's `scaler.step(opt)` events per scaler, so the step after the clip is bisected,
+        not rescanned from the scope's start for each clip."""
+        clip = scope.events[index]
         func = (clip.call.dotted or "clip_grad_norm_").rsplit(".", 1)[-1]
         scaler = backward.scaler
         by_value = "value" in func
         threshold = clip.call.arg(1, "clip_value" if by_value else "max_norm")
         threshold_value = literal_number(threshold) if threshold is not None else None
         message = f"`{clip.call.dotted or func}` clips gradients still multiplied by the loss scale"
-        step = next(
-            (
-                e
-                for e in scope.events
-                if e.kind == "scaler_step" and e.scaler == scaler and e.order > clip.order and e.optimizer
-            ),
-            None,
-        )
+        step = _next_step(scope.events, steps.get(scaler, []), index)
         fix = None
         if step is not None and (backward.order, step.optimizer) not in fixed:
             fixed.add((backward.order, step.optimizer))
@@ -320,3 +323,19 @@ def step(model, opt, scaler, loss):
         help = f"Call `{scaler}.unscale_({optimizer})` before the clip"
         return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data, help=help)
 
+
+def _steps_by_scaler(events: Sequence[Event]) -> Dict[Optional[str], List[int]]:
+    """Indices of the `scaler.step(optimizer)` events (with a known optimizer), per scaler."""
+    out: Dict[Optional[str], List[int]] = {}
+    for at, e in enumerate(events):
+        if e.kind == "scaler_step" and e.optimizer:
+            out.setdefault(e.scaler, []).append(at)
+    return out
+
+
+def _next_step(events: Sequence[Event], indices: List[int], clip: int) -> Optional[Event]:
+    """The first of `indices` (ascending) after the clip `events[clip]`, also in order number."""
+    for at in range(bisect_right(indices, clip), len(indices)):
+        if events[indices[at]].order > events[clip].order:
+            return events[indices[at]]
+    return None

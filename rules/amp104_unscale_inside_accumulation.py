@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 
+from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from amplint.model import (
-    Diagnostic, Event, Frame, GuardedPaths, Invalid, ModuleContext, Path, Rule, Scope, Severity, Valid, exclusive,
+    Diagnostic, Event, Frame, events_before, GuardedPaths, Invalid, ModuleContext, Path, Rule, Scope, Severity, Valid, exclusive,
     innermost_common_loop, loop_body_source, path_contains, step_data, step_source,
 )
 
@@ -492,7 +493,39 @@ def _equivalent_in(path: Path, frame: Frame) -> bool:
     return False
 
 
-def _boundary(ctx: ModuleContext, steps: List[_Step], backward: _Step, step: _Step) -> Optional[Tuple[Frame, Frame]]:
+class _Memo:
+    """What `_findings` would otherwise recompute for every (backward, scaler step) pair.
+
+    `_equivalent_in` treats two `if`s of one kind with equal tests alike, so whatever
+    depends on a boundary frame only through it is computed once per such class: the
+    class key is the frame when it has no test, else the first frame seen of that kind
+    whose test `deep_equals` it (bucketed by the test's code)."""
+
+    def __init__(self, ctx: ModuleContext, steps: List[_Step]) -> None:
+        self.ctx = ctx
+        self.zero_grads = [s for s in steps if s.kind == "zero_grad"]
+        self.buckets: Dict[Tuple[str, str], List[Frame]] = {}
+        self.boundaries: Dict[Tuple[int, int], bool] = {}
+        self.zeroed: Dict[int, bool] = {}
+
+    def frame_class(self, frame: Frame) -> int:
+        if frame.test is None:
+            return id(frame)
+        bucket = self.buckets.setdefault((frame.kind, self.ctx.module.code_for_node(frame.test)), [])
+        for seen in bucket:
+            if seen.test.deep_equals(frame.test):
+                return id(seen)
+        bucket.append(frame)
+        return id(frame)
+
+    def zeroed_in(self, loop: Frame) -> bool:
+        """A `zero_grad` runs somewhere inside `loop`."""
+        if id(loop) not in self.zeroed:
+            self.zeroed[id(loop)] = any(_has(s.path, loop) for s in self.zero_grads)
+        return self.zeroed[id(loop)]
+
+
+def _boundary(memo: _Memo, backward: _Step, step: _Step) -> Optional[Tuple[Frame, Frame]]:
     """(loop, boundary `if`) when `step` runs at accumulation boundaries of a loop that runs `backward` each time."""
     loops = [f for f in backward.path if f.kind == "loop" and _has(step.path, f)]
     if not loops:
@@ -502,12 +535,18 @@ def _boundary(ctx: ModuleContext, steps: List[_Step], backward: _Step, step: _St
     frame = next((f for f in after if f.kind in ("if", "else") and not _has(backward.path, f)), None)
     if frame is None:
         return None
-    zero = [s for s in steps if s.kind == "zero_grad" and _has(s.path, loop)]
+    key = (id(loop), memo.frame_class(frame))
+    if key not in memo.boundaries:
+        memo.boundaries[key] = _accumulates(memo, loop, frame)
+    return (loop, frame) if memo.boundaries[key] else None
+
+
+def _accumulates(memo: _Memo, loop: Frame, frame: Frame) -> bool:
+    """Gradients persist across iterations of `loop` and `frame` is where they are stepped."""
+    zero = [s for s in memo.zero_grads if _has(s.path, loop)]
     if any(not _equivalent_in(s.path, frame) and _runs_every(s, loop) for s in zero):
-        return None  # gradients are cleared every iteration: no accumulation
-    if any(_equivalent_in(s.path, frame) for s in zero) or _looks_like_accumulation(ctx, frame):
-        return loop, frame
-    return None
+        return False  # gradients are cleared every iteration: no accumulation
+    return any(_equivalent_in(s.path, frame) for s in zero) or _looks_like_accumulation(memo.ctx, frame)
 
 
 def _runs_every(step: _Step, loop: Frame) -> bool:
@@ -542,11 +581,11 @@ class _AccumulationTest(cst.CSTVisitor):
             self.nodes.append(node)
 
 
-def _inner_loop(backward: _Step, step: _Step, steps: List[_Step]) -> Optional[Frame]:
+def _inner_loop(memo: _Memo, backward: _Step, step: _Step) -> Optional[Frame]:
     """A loop that runs `backward` several times per `step` (micro-batches)."""
     for f in reversed(backward.path):
         if f.kind == "loop" and not _has(step.path, f):
-            if any(s.kind == "zero_grad" and _has(s.path, f) for s in steps):
+            if memo.zeroed_in(f):
                 return None
             if step.order > backward.order:
                 return f
@@ -559,15 +598,26 @@ def _findings(ctx: ModuleContext, steps: List[_Step]) -> Iterator[Tuple[_Step, s
     unscales = [s for s in steps if s.kind == "unscale" and _enabled(ctx, s)]
     updates = [s for s in steps if s.kind == "update" and _enabled(ctx, s)]
     flagged: Set[int] = set()
+    memo = _Memo(ctx, steps)
     # 1. more often than the step: outside the accumulation boundary, or in a micro-batch loop
-    for b in backwards:
+    for b in _distinct_backwards(backwards):
+        # A scaler step that finds the same boundary class (or inner loop) as an earlier one,
+        # with the same scaler and optimizer, finds nothing new: what it flags depends on it
+        # only through those, and it is never among its own `recorded` (it runs under its
+        # boundary `if`, outside the inner loop).
+        done: Set[tuple] = set()
         for st in scaler_steps:
             if not _same_scaler(ctx, b, st) or exclusive(b.path, st.path):
                 continue
-            bound = _boundary(ctx, steps, b, st)
-            inner = _inner_loop(b, st, steps) if bound is None else None
+            bound = _boundary(memo, b, st)
+            inner = _inner_loop(memo, b, st) if bound is None else None
             if bound is None and inner is None:
                 continue
+            where = (id(bound[0]), memo.frame_class(bound[1])) if bound is not None else (id(inner),)
+            key = where + (st.inlined, None if st.inlined else st.event.scaler, st.event.optimizer)
+            if key in done:
+                continue
+            done.add(key)
             per_batch_updates = [
                 u
                 for u in updates
@@ -614,6 +664,7 @@ def _findings(ctx: ModuleContext, steps: List[_Step]) -> Iterator[Tuple[_Step, s
                         flagged.add(id(u))
                         yield u, "update", st
     # 2. twice for one optimizer before update()
+    update_orders = [u.order for u in updates]
     for i, u1 in enumerate(unscales):
         for u2 in unscales[i + 1 :]:
             if id(u2) in flagged or id(u1) in flagged:
@@ -625,13 +676,36 @@ def _findings(ctx: ModuleContext, steps: List[_Step]) -> Iterator[Tuple[_Step, s
                 continue
             if _loop_between(u1, u2):
                 continue
-            if any(
-                up.order > u1.order and up.order < u2.order and not exclusive(up.path, u2.path)
-                for up in updates
-            ):
+            if _updated_between(updates, update_orders, u1, u2):
                 continue
             flagged.add(id(u2))
             yield u2, "twice", u1
+
+
+def _distinct_backwards(backwards: List[_Step]) -> Iterator[_Step]:
+    """The backwards that can yield a finding: a backward with the same frames, inlining and
+    scaler as an earlier one (all a pairing reads of it besides its order) finds only what
+    the earlier one found (its boundary and loops are the same, and an earlier
+    backward passes every "after the backward" test a later one passes), so 600 copies of a
+    training step in one loop pair one backward with the scaler steps, not 600."""
+    seen: Dict[tuple, Tuple[int, ...]] = {}
+    for b in backwards:
+        key = (tuple(id(f) for f in b.path), b.inlined, None if b.inlined else b.event.scaler)
+        if key in seen and seen[key] <= b.order:
+            continue
+        seen[key] = b.order
+        yield b
+
+
+def _updated_between(updates: List[_Step], orders: List[Tuple[int, ...]], u1: _Step, u2: _Step) -> bool:
+    """An `update()` between `u1` and `u2` that can run with `u2`; `orders` are the updates'
+    (ascending) orders, read back from `u2` so the check costs the updates in between."""
+    for at in range(bisect_left(orders, u2.order) - 1, -1, -1):
+        if orders[at] <= u1.order:
+            return False
+        if not exclusive(updates[at].path, u2.path):
+            return True
+    return False
 
 
 def _loop_between(u1: _Step, u2: _Step) -> bool:
@@ -646,11 +720,11 @@ def _step_data(ctx: ModuleContext, flagged: _Step, shape: str, other: Optional[_
     micro-batch), or for "twice" the step from the scaled backward through update()."""
     scope = flagged.event.call.scope
     backward = None
-    for e in scope.events:
-        if e.order >= flagged.event.order:
-            break
+    for at in range(events_before(scope, flagged.event.order) - 1, -1, -1):  # latest first
+        e = scope.events[at]
         if e.kind == "scaled_backward" and not exclusive(e.path, flagged.event.path):
             backward = e
+            break
     data = step_data(ctx, scope, backward, flagged.event.optimizer) if backward is not None else {}
     if shape == "twice":
         if backward is not None and not flagged.inlined:

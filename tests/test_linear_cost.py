@@ -84,3 +84,91 @@ def test_amp101_clips_read_back_to_their_backward(monkeypatch):
     )
     make = lambda n: "import torch\nscaler = torch.amp.GradScaler('cuda')\ndef train(model, opt, loader):\n    for x in loader:\n" + step * n  # noqa: E731
     _linear(_calls_for(monkeypatch, make, rule, "exclusive", sizes=(20, 40)))
+
+
+# n copies of a training step in one loop: AMP104 paired every scaled backward with every
+# `scaler.step`, and the step slices of AMP101-AMP104's findings rescanned the function's
+# events from its start for each finding.
+_TRAIN = "import torch\nscaler = torch.amp.GradScaler('cuda')\ndef train(model, opt, loader):\n    for i, x in enumerate(loader):\n"
+
+
+def _rule(code):
+    from amplint.engine.registry import rules_by_code
+
+    return importlib.import_module(rules_by_code()[code].__module__)
+
+
+def test_amp104_pairs_alike_backwards_once(monkeypatch):
+    step = (
+        "        scaler.scale(loss).backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "        scaler.step(opt)\n        scaler.update()\n"
+    )
+    _linear(_calls_for(monkeypatch, lambda n: _TRAIN + step * n, _rule("AMP104"), "_boundary"))
+
+
+def test_amp104_reads_each_boundary_class_once(monkeypatch):
+    """n accumulation boundaries `if (i + 1) % accum == 0:` with equal tests: whether the loop
+    accumulates is decided once, not once per (backward, step) pair."""
+    step = (
+        "        scaler.scale(loss).backward()\n        scaler.unscale_(opt)\n"
+        "        if (i + 1) % accum == 0:\n"
+        "            scaler.step(opt)\n            scaler.update()\n            opt.zero_grad()\n"
+    )
+    counts = _calls_for(monkeypatch, lambda n: _TRAIN + step * n, _rule("AMP104"), "_equivalent_in")
+    _linear(counts)
+
+
+def test_step_slices_read_forward_from_the_finding(monkeypatch):
+    """Event orders read while building n findings' step slices and autocast regions."""
+    from amplint.model.types import Event
+
+    step = (
+        "        with torch.autocast('cuda'):\n            loss = model(x)\n"
+        "        scaler.scale(loss).backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "        scaler.step(opt)\n        scaler.update()\n        opt.zero_grad()\n"
+    )
+    out = []
+    for n in (20, 40):
+        reads = [0]
+        order = Event.order.fget
+
+        def counting(self, _order=order, _reads=reads):
+            _reads[0] += 1
+            return _order(self)
+
+        with monkeypatch.context() as m:
+            m.setattr(Event, "order", property(counting))
+            found = lint_source(_TRAIN + step * n, "x.py", Config(select=("ALL",), file_timeout=0))
+        assert sum(d.code == "AMP101" for d in found) == n
+        assert all(d.data.get("step_source") for d in found if d.code == "AMP101")
+        out.append((reads[0], len(found)))
+    _linear(out)
+
+
+def test_scope_events_and_calls_are_in_source_order():
+    """`model/event_index.py` bisects a scope's events and calls by order number: they must be
+    recorded in ascending order (every rule example and fixture, with helpers inlined)."""
+    import pathlib
+
+    import libcst as cst
+
+    from amplint.engine.registry import all_rules
+
+    sources = [ex.code for rule in all_rules() for ex in list(rule.VALID) + list(rule.INVALID)]
+    sources += [p.read_text() for p in sorted(pathlib.Path(__file__).parent.parent.joinpath("fixtures").glob("*.py"))]
+    scopes = 0
+    for source in sources:
+        source = source.lstrip("\n")
+        try:
+            module = cst.parse_module(source)
+        except cst.ParserSyntaxError:
+            continue
+        ctx = ModuleContext.build(module, source, "t.py")
+        for scope in ctx.scopes:
+            for items in (scope.events, scope.calls):
+                orders = [item.order for item in items]
+                assert orders == sorted(orders), source
+            scopes += bool(scope.events)
+    assert scopes > 50

@@ -75,6 +75,9 @@ _EXPORTS = {
     # dtypes
     "fp32_cast": ".dtypes",
     "strip_views": ".dtypes",
+    # event_index
+    "events_after": ".event_index",
+    "events_before": ".event_index",
     # steps
     "innermost_common_loop": ".steps",
     "lines_between": ".steps",

@@ -19,11 +19,12 @@ empty string means "no slice" and the verifier runs its canonical reproduction.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 import libcst as cst
 
 from .context import ModuleContext
+from .event_index import events_after, region_calls_before
 from .paths import exclusive
 from .types import AutocastRegion, Event, Frame, Path, Scope
 
@@ -56,10 +57,10 @@ def step_source(
     `closers` events (update/zero_grad) that follow `last` in `scope` before the
     next backward and can run in the same pass."""
     end = last
-    events: Iterable[Event] = scope.events if scope is not None else first.call.scope.events
-    for e in events:
-        if e.order <= last.order:
-            continue
+    owner = scope if scope is not None else first.call.scope
+    events = owner.events
+    for at in range(events_after(owner, last.order), len(events)):
+        e = events[at]
         if e.kind in _BACKWARDS:
             break
         if e.kind in closers and not exclusive(e.path, last.path) and _same_loops(e, last):
@@ -114,13 +115,10 @@ def step_region(scope: Scope, event: Event) -> Optional[AutocastRegion]:
     call, else the last region entered in `scope` before it (same pass)."""
     if event.call.region is not None:
         return event.call.region
-    found = None
-    for call in scope.calls:
-        if call.order >= event.order:
-            break
-        if call.region is not None and not exclusive(call.path, event.path):
-            found = call.region
-    return found
+    for call in region_calls_before(scope, event.order):  # latest first
+        if not exclusive(call.path, event.path):
+            return call.region
+    return None
 
 
 def step_data(ctx: ModuleContext, scope: Scope, backward: Event, optimizer: Optional[str]) -> dict:
