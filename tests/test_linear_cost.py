@@ -296,3 +296,61 @@ def test_amp103_decides_each_loop_once():
     assert [d.code for d in lint_source(_TRAIN + step * 3, "x.py", Config(select=("AMP103",)))] == ["AMP103"]
     assert not lint_source(make(3), "x.py", Config(select=("AMP103",)))
     _work_is_linear(make, {rule.__file__})
+
+
+def test_gate_site_rows_match_counting_newlines():
+    """AMP301's and AMP302's excerpt lines come from one newline index (bisected per site, not
+    the newlines before each site counted again): the same rows as counting them, multi-byte
+    characters and names used on other lines included."""
+    from amplint.core import gates
+
+    source = "é = 'ü'\nimport torch\nNEG = -1e9\n" + "".join(
+        f"s{i} = x.masked_fill(m, -1e9)  # ü\ny{i} = x / (z + 1e-12) if c else x.masked_fill(m, NEG)\n"
+        for i in range(30)
+    )
+    data = source.encode()
+
+    def row(offset):
+        return data.count(b"\n", 0, offset) + 1
+
+    expected = set()
+    for start, name in gates._overflowing_literal_site_list(source):
+        expected.add(row(start))
+        if name:
+            expected |= {row(m.start()) for m in __import__("re").finditer(rb"\b%s\b" % name, data)}
+    assert gates.overflowing_literal_lines(source) == expected and len(expected) == 61
+    tiny = {row(start) for start in gates._tiny_literal_site_list(source)}
+    assert len(tiny) == 30 and gates.underflowing_eps_lines(source) == tiny
+
+
+def test_step_slices_split_the_file_once_and_share_a_loop_body():
+    """n AMP104 findings in one accumulation loop: the file is split into lines once, not once
+    per finding, and the loop body (the verifier's micro-batch) is one string all of them hold
+    (it was a copy of the n-step body per finding: n^2 memory)."""
+    import libcst as cst
+
+    from amplint.engine.registry import rules_by_code
+
+    cls = rules_by_code()["AMP104"]
+    step = (
+        "        scaler.scale(loss).backward()\n        scaler.unscale_(opt)\n"
+        "        if (i + 1) % accum == 0:\n"
+        "            scaler.step(opt)\n            scaler.update()\n            opt.zero_grad()\n"
+    )
+    splits = []
+    for n in (10, 20):
+        calls = [0]
+
+        class Counting(str):
+            def splitlines(self, *args, **kwargs):
+                calls[0] += 1
+                return str.splitlines(self, *args, **kwargs)
+
+        source = _TRAIN + step * n
+        ctx = ModuleContext.build(cst.parse_module(source), Counting(source), "x.py")
+        found = list(cls().check(ctx))
+        assert len(found) == n
+        bodies = {id(d.data["step_source"]) for d in found}
+        assert len(bodies) == 1 and found[0].data["step_source"].count("scaler.unscale_(opt)") == n
+        splits.append(calls[0])
+    assert splits[1] <= splits[0], splits
