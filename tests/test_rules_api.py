@@ -450,3 +450,38 @@ def test_none_test_on_a_name_that_is_no_probe_stays_flagged():
         """
     )
     assert [(d.code, d.location.row) for d in _lint(code)] == [("AMP001", 4)]
+
+
+# --------------------------------------------------------------- class attributes do not shadow imports
+
+
+def test_class_attribute_of_the_same_name_does_not_hide_the_import():
+    # yolov5 `AutoShape`: `amp = False` is a class attribute; `forward` still calls torch.cuda.amp
+    code = _src(
+        """
+        import torch
+        from torch.cuda import amp
+
+        class AutoShape(torch.nn.Module):
+            amp = False
+
+            def forward(self, ims):
+                autocast = self.amp and ims.device.type != "cpu"
+                with amp.autocast(autocast):
+                    return self.model(ims)
+        """
+    )
+    assert [(d.code, d.location.row) for d in _lint(code)] == [("AMP001", 9)]
+
+
+def test_name_used_in_the_class_body_that_binds_it_stays_ambiguous():
+    code = _src(
+        """
+        from torch.cuda import amp
+
+        class Config:
+            amp = make_amp()
+            context = amp.autocast()
+        """
+    )
+    assert _lint(code) == []
