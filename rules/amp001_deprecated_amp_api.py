@@ -80,8 +80,11 @@ class DeprecatedAmpApi(Rule):
     except ImportError: from torch.cuda.amp import ...` (the name is ambiguous),
     `hasattr(torch.amp, ...)` / `torch.__version__` if-else branches and the
     code after an early-returning one, `except TypeError:` fallbacks,
-    `getattr(torch.amp, "X", torch.cuda.amp.X)`, feature probes in a `try`
-    body, type annotations, and names that are also rebound in the file.
+    `getattr(torch.amp, "X", torch.cuda.amp.X)`, branches on a probe
+    (`get = getattr(torch, "get_autocast_dtype", None)`, then `if get is None:`),
+    feature probes in a `try` body, type annotations, and names that are also
+    rebound in the file (a class attribute of the same name rebinds it only
+    for the class body, not for its methods).
     Text inside strings and docstrings is never a use.
     `torch.cuda.amp.autocast(device_type=...)` is AMP002 (it raises TypeError).
 
