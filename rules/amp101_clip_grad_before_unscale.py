@@ -449,7 +449,7 @@ for batch in loader:
         by_value = "value" in func
         threshold = clip.call.arg(1, "clip_value" if by_value else "max_norm")
         spelled = clip.call.dotted or func
-        message = f"`{spelled}` clips gradients still multiplied by the loss scale of `{accelerator}.backward` (fp16)"
+        message = f"`{spelled}` clips gradients that the fp16 `{accelerator}.backward` left scaled"
         fix = None
         if backward.order not in fixed and _accelerate_clip_compatible(clip.call, func) and len(_accelerate_unscales(scope)) == 0:
             fixed.add(backward.order)

@@ -42,7 +42,7 @@ def lint(code: str):
 def test_fires_after_an_fp16_accelerators_backward(construct):
     found = lint(HEAD + construct + "\n" + LOOP)
     assert [d.location.row for d in found] == [7]
-    assert "`accelerator.backward` (fp16)" in found[0].message
+    assert "the fp16 `accelerator.backward` left scaled" in found[0].message
     assert "accelerator.clip_grad_norm_" in found[0].help
 
 
@@ -64,7 +64,7 @@ def test_fires_through_the_module_alias_and_an_attribute_set_in_init():
         """
     )
     assert [d.location.row for d in found] == [11]
-    assert "self.accel.backward" in found[0].message
+    assert "`self.accel.backward`" in found[0].message
     assert found[0].fix is not None and found[0].fix.edits[0].content == "self.accel.clip_grad_value_"
 
 
