@@ -8,6 +8,12 @@ the selected codes. An entry holds what the engine needs after the file: its
 diagnostics *before* project-fact conditions are resolved, and its facts, so
 a warm run resolves conditions exactly as a cold one.
 
+A lint entry may also hold the outcome of checking the fixes a plain run offers
+(`fix.fixer.withdraw_failing_fixes`: the file fixed in memory and re-linted), per
+check key (the project facts, the unsafe flag, whether the file is a library
+module: the rest of what that outcome depends on is in the store's name), so a
+warm run neither lints nor parses a file that offers a fix.
+
 Warm runs do not read unchanged files: an entry also records the file's
 (mtime_ns, size) and when it was read; a file whose stat is unchanged and
 whose mtime is older than that read by more than `RACY_SECONDS` is trusted
@@ -45,8 +51,9 @@ from ..core.safe_read import read_bytes
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
-FORMAT = 4  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows;
-#: 4: a MAC line first (the store is trusted only under this user's key)
+FORMAT = 5  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows;
+#: 4: a MAC line first (the store is trusted only under this user's key); 5: a lint entry
+#: may hold the outcome of checking its offered fixes (`FIX_CHECKS`)
 #: the first line of a store: this, the format, and the MAC of the rest
 MAGIC = b"amplint-cache"
 KEY_BYTES = 32
@@ -367,6 +374,30 @@ class Cache:
     def put_raw(self, kind: str, key: str, payload: Dict[str, Any]) -> None:
         self._put(kind, key, [0, 0, "", 0.0, payload])
 
+    def fix_check(self, path: str, key: str, st: Optional[Stat] = None, digest: Optional[str] = None) -> Optional[list]:
+        """The recorded outcome of checking the fixes of `path`'s lint entry under `key`, if
+        the file is unchanged: by its stat (`st`, as in `lookup`) or by its bytes' `digest`."""
+        entry = self.entries["lint"].get(path)
+        if entry is None:
+            return None
+        mtime_ns, size, known, read_at, payload = entry
+        unchanged = digest == known if digest is not None else (
+            st is not None and (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS
+        )
+        checks = payload.get(FIX_CHECKS)
+        outcome = checks.get(key) if unchanged and isinstance(checks, dict) else None
+        return outcome if isinstance(outcome, list) else None
+
+    def record_fix_check(self, path: str, digest: str, key: str, outcome: list) -> None:
+        """Keep `outcome` with `path`'s lint entry when that entry is of the bytes checked."""
+        entry = self.entries["lint"].get(path)
+        if entry is None or entry[2] != digest:
+            return
+        payload = dict(entry[4])
+        checks = payload.get(FIX_CHECKS)
+        payload[FIX_CHECKS] = {**(checks if isinstance(checks, dict) else {}), key: outcome}
+        self._put("lint", path, [*entry[:4], payload])
+
     def _hit(self, kind: str) -> None:
         if kind in RAW_KINDS:
             self.reused[kind] = self.reused.get(kind, 0) + 1
@@ -421,6 +452,8 @@ class Cache:
         self._changed = _empty()
 
 
+#: the key, in a lint entry's payload, of its fix checks: {check key: outcome}
+FIX_CHECKS = "c"
 #: kinds whose payload is JSON data kept as it is (not a FileResult)
 RAW_KINDS = ("pindex", "summary", "project")
 
