@@ -29,8 +29,8 @@ created 0600 on first use). A store from another machine, another user or a
 hand-edited one fails the check and is ignored (and rewritten), so planted
 entries can neither hide a finding nor change a message; where no key can be
 kept (a read-only home), nothing is read from or written to the cache. The
-store is JSON (never pickle), written to a temporary file and renamed over
-the old one, so concurrent runs never see half a file (the last writer wins;
+store is JSON (never pickle), replaced atomically (`core/atomic.py`: a
+temporary file renamed over the old one), so concurrent runs never see half a file (the last writer wins;
 the loser only loses reuse). A store that does not load (corrupt, truncated,
 another format) is ignored and rewritten.
 """
@@ -45,6 +45,7 @@ import time
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ..__version__ import __version__
+from ..core.atomic import replace_atomically
 from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
 from ..model.facts import FileFacts
 from ..core.safe_read import read_bytes
@@ -429,24 +430,11 @@ class Cache:
             merged = _read_store(self.path, self.key)
             for kind, changed in self._changed.items():
                 merged[kind].update(changed)
-            import tempfile  # here: a warm run with nothing changed writes nothing
-
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
-            try:
-                payload = json.dumps({"format": FORMAT, "version": __version__, "entries": merged}, separators=(",", ":")).encode("utf-8")
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload)))
-                    fh.write(payload)
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600
-                os.replace(tmp, self.path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            payload = json.dumps({"format": FORMAT, "version": __version__, "entries": merged}, separators=(",", ":")).encode("utf-8")
+            header = b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload))
+            # a store is made anew: a link planted in its place is replaced, not followed, and
+            # a planted file's mode bits are not kept
+            replace_atomically(self.path, header + payload, keep_mode=False)
         except OSError:
             return  # a read-only tree or a full disk: run without a cache
         self._changed = _empty()
