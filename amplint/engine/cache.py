@@ -343,8 +343,8 @@ class Cache:
         entry = self.entries[kind].get(path)
         if entry is None:
             return None, None
-        mtime_ns, size, digest, read_at, payload = entry
-        if st is not None and (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS:
+        digest, payload = entry[2], entry[4]
+        if _unchanged(entry, st):
             try:
                 found = _decode(kind, path, payload)
             except (KeyError, TypeError, ValueError):
@@ -381,11 +381,8 @@ class Cache:
         entry = self.entries["lint"].get(path)
         if entry is None:
             return None
-        mtime_ns, size, known, read_at, payload = entry
-        unchanged = digest == known if digest is not None else (
-            st is not None and (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS
-        )
-        checks = payload.get(FIX_CHECKS)
+        unchanged = digest == entry[2] if digest is not None else _unchanged(entry, st)
+        checks = entry[4].get(FIX_CHECKS)
         outcome = checks.get(key) if unchanged and isinstance(checks, dict) else None
         return outcome if isinstance(outcome, list) else None
 
@@ -444,6 +441,12 @@ class Cache:
 FIX_CHECKS = "c"
 #: kinds whose payload is JSON data kept as it is (not a FileResult)
 RAW_KINDS = ("pindex", "summary", "project")
+
+
+def _unchanged(entry: list, st: Optional[Stat]) -> bool:
+    """Whether a file whose stat is `st` is trusted unchanged since `entry` (git's racy-clean rule)."""
+    mtime_ns, size, _, read_at, _ = entry
+    return st is not None and (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS
 
 
 def _empty() -> Dict[str, Dict[str, list]]:
