@@ -87,21 +87,22 @@ class Dec(torch.autograd.Function):
         a, b = ctx.saved_tensors
         return g.mm(b.t()), a.t().mm(g)
 """
-# an fp32 bias added to the matmul: fp32 inputs give an fp32 output and an all-fp32 backward; an
-# input handed over in low precision (an earlier autocast op's output) meets the fp32 grad there
-AMP501_FP32_BIAS = """\
-class LinearReLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        out = x @ weight.t() + bias
-        return out.clamp_min(0)
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, weight = ctx.saved_tensors
-        return grad_out @ weight, grad_out.t() @ x, grad_out.sum(0)
-"""
+
+def _fixture_class(name: str, fixture: str = "custom_ops.py") -> str:
+    """The source of a class of fixtures/FIXTURE (the fixtures' own findings, verified)."""
+    import ast
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", fixture)
+    with open(path, encoding="utf-8") as fh:
+        source = fh.read()
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == name)
+    return ast.get_source_segment(source, node) + "\n"
+
+
+# `LinearReLU` adds an fp32 bias to its matmul: fp32 inputs give an fp32 output and an all-fp32
+# backward; an input handed over in low precision (an earlier autocast op's output) meets the fp32 grad
+AMP501_FP32_BIAS = _fixture_class("LinearReLU")
 AMP501_FP32_BIAS_DECORATED = AMP501_FP32_BIAS.replace(
     "    def forward", '    @torch.amp.custom_fwd(device_type="{dev}")\n    def forward'
 ).replace("    def backward", '    @torch.amp.custom_bwd(device_type="{dev}")\n    def backward')
