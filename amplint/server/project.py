@@ -23,22 +23,37 @@ CONFIG_NAMES = ("amplint.toml", "pyproject.toml")
 
 def find_config_file(path: str) -> Optional[Path]:
     """The nearest amplint.toml, or pyproject.toml with [tool.amplint], above `path`."""
-    from ..core.config import _read_toml
-
     folder = Path(path).resolve().parent
     for candidate in (folder, *folder.parents):
         bare = candidate / "amplint.toml"
         if bare.is_file():
             return bare
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file():
-            try:
-                data = _read_toml(pyproject)
-            except ConfigError:
-                return pyproject  # report the broken file rather than skipping past it
-            if "amplint" in data.get("tool", {}):
-                return pyproject
+        if pyproject.is_file() and _names_amplint(pyproject):
+            return pyproject
     return None
+
+
+_NAMES_AMPLINT: Dict[Tuple[str, int, int], bool] = {}
+
+
+def _names_amplint(pyproject: Path) -> bool:
+    """Whether a pyproject.toml has [tool.amplint] (or is broken: reported rather than skipped);
+    read again only when the file changes (the server asks on every keystroke)."""
+    from ..core.config import _read_toml
+
+    st = pyproject.stat()
+    key = (str(pyproject), st.st_mtime_ns, st.st_size)
+    known = _NAMES_AMPLINT.get(key)
+    if known is None:
+        try:
+            known = "amplint" in _read_toml(pyproject).get("tool", {})
+        except ConfigError:
+            known = True
+        if len(_NAMES_AMPLINT) > 256:
+            _NAMES_AMPLINT.clear()
+        _NAMES_AMPLINT[key] = known
+    return known
 
 
 class Projects:
@@ -57,7 +72,11 @@ class Projects:
 
         found = find_config_file(path)
         if found is None:
-            return Config(root=self._root_of(path))
+            root = self._root_of(path)
+            cached = self._configs.get(f"<default {root}>")
+            if cached is None:  # one object per root: the server's incremental re-lint keys on it
+                cached = self._configs[f"<default {root}>"] = (0.0, Config(root=root))
+            return cached[1]
         key = str(found)
         mtime = found.stat().st_mtime
         cached = self._configs.get(key)
