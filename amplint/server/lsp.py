@@ -100,6 +100,10 @@ class AmplintServer(LanguageServer):
             return  # replaced by a newer edit, or the process is gone: the next edit re-lints
         if self.snapshot(uri) != snapshot or self.linted.get(uri) is not fast:
             return
+        base = fast.base
+        if base is not None and full.facts == base.facts and _same(full.raw, base.raw):
+            base.confirmed = True  # the usual case: nothing to redo (a new base costs a parse)
+            return
         linted = await asyncio.get_running_loop().run_in_executor(self.worker, exact, source, path, fast.config, full, self.projects)
         if self.snapshot(uri) != snapshot or self.linted.get(uri) is not fast:
             return
@@ -166,6 +170,10 @@ class AmplintServer(LanguageServer):
             return linted, linted.diagnostics, lines
         position = linted.cells.index(uri) + 1 if uri in linted.cells else -1
         return linted, [d for d in linted.diagnostics if d.cell == position], lines
+
+
+def _same(a: List[Diagnostic], b: List[Diagnostic]) -> bool:
+    return sorted(a, key=Diagnostic.sort_key) == sorted(b, key=Diagnostic.sort_key)
 
 
 def path_of(uri: str) -> str:
