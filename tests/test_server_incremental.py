@@ -195,3 +195,26 @@ def test_an_edit_inside_the_training_step_is_linted_there() -> None:
     assert got.raw == full.raw == []  # the finding is gone, as a full lint says
     again, full_again = _relint(after, TRAIN)
     assert again is not None and [d.code for d in again.raw] == [d.code for d in full_again.raw] == ["AMP101"]
+
+
+# ------------------------------------------------------------------ the background full lint
+
+def test_the_recheck_process_runs_the_full_lint_newest_request_first() -> None:
+    from concurrent.futures import CancelledError
+
+    from amplint.server.recheck import Rechecker
+
+    config = Config()
+    edited = TRAIN.replace("        torch.nn.utils.clip_grad_norm_", "        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_")
+    checker = Rechecker()
+    try:
+        first = checker.submit(TRAIN, "train.py", config)
+        replaced = checker.submit(edited, "train.py", config)  # queued behind the first ...
+        newest = checker.submit(TRAIN, "train.py", config)  # ... and replaced by this one
+        assert first.result(timeout=120).raw == full_lint(TRAIN, "train.py", config).raw
+        with pytest.raises(CancelledError):
+            replaced.result(timeout=1)
+        assert [d.code for d in newest.result(timeout=120).raw] == ["AMP101"]
+    finally:
+        checker.close()
+    assert checker.submit(TRAIN, "train.py", config).cancelled()

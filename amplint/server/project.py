@@ -64,6 +64,7 @@ class Projects:
         self.use_cache = use_cache
         self._configs: Dict[str, Tuple[float, Config]] = {}
         self._facts: Dict[str, Dict[str, FileFacts]] = {}
+        self._others: Dict[Tuple[Optional[str], str], ProjectFacts] = {}  # (root, file) -> the rest's facts
         self._lock = threading.Lock()
 
     def config_for(self, path: str) -> Config:
@@ -95,9 +96,16 @@ class Projects:
 
     def facts_for(self, path: str, own: FileFacts, config: Config) -> ProjectFacts:
         """The project's facts with `own` (the buffer's) in place of the saved file's."""
-        others = self.file_facts(config)
         me = os.path.abspath(path)
-        return ProjectFacts.from_files([f for p, f in others.items() if p != me] + [own])
+        key = (config.root, me)
+        rest = self._others.get(key)
+        if rest is None:  # once per file and root, not per keystroke (a project has thousands)
+            others = self.file_facts(config)
+            rest = ProjectFacts.from_files([f for p, f in others.items() if p != me])
+            with self._lock:
+                self._others[key] = rest
+        merged = FileFacts(fp16=rest.fp16, bf16=rest.bf16, dtype_unknown=rest.dtype_unknown, autocast=rest.autocast)
+        return ProjectFacts.from_files([merged, own])
 
     def file_facts(self, config: Config) -> Dict[str, FileFacts]:
         """Every project file's facts, read once per root (through the CLI's cache)."""
@@ -120,6 +128,7 @@ class Projects:
                 from ..engine.parallel import facts_of_path
 
                 known[me] = facts_of_path(me, config).facts
+            self._others = {k: v for k, v in self._others.items() if k[0] != root}
 
 
 def _read_facts(root: str, config: Config, use_cache: bool) -> Dict[str, FileFacts]:
