@@ -1,7 +1,7 @@
 """The server's incremental re-lint (amplint/server/incremental.py) equals a full
 lint after every edit of real files: scripted edits inside the definitions of
 every fixture (comments, deleted, duplicated and inserted lines, changed
-literals and names, calls moved), from a fixed seed list, each checked against
+literals and names, calls moved, lines typed below a definition), from a fixed seed list, each checked against
 the engine's full per-file lint of the edited text. Also: the edits that must
 fall back to a full lint do, and the fast path is taken for the rest (so the
 equality is not proved by always falling back)."""
@@ -51,7 +51,7 @@ def _edit(rng: random.Random, source: str) -> Optional[str]:
     i = rng.randint(first, last) - 1  # 0-based row inside the definition (its header included)
     line = rows[i]
     indent = line[: len(line) - len(line.lstrip())] or "    "
-    kind = rng.choice(["comment", "delete", "duplicate", "pass", "literal", "rename", "swap", "call", "typing"])
+    kind = rng.choice(["comment", "delete", "duplicate", "pass", "literal", "rename", "swap", "call", "typing", "append"])
     if kind == "comment":
         rows[i] = line + "  # edited"
     elif kind == "delete" and i > first - 1:
@@ -75,6 +75,10 @@ def _edit(rng: random.Random, source: str) -> Optional[str]:
             "x = x.half()",
             "y = torch.ones(3) * 1e-8",
         ]))
+    elif kind == "append":  # Enter after the definition's last line, then a line of its body (or blank)
+        last_line = rows[last - 1]
+        body = last_line[: len(last_line) - len(last_line.lstrip())] or "    "
+        rows.insert(last, rng.choice(["", body, body + "z = 0"]))
     elif kind == "typing":  # a keystroke in the middle of a word
         column = rng.randint(0, len(line))
         rows[i] = line[:column] + "x" + line[column:]
@@ -170,6 +174,7 @@ def _relint(before: str, after: str):
         ("def unrelated(x):", "def unrelated2(x):"),  # renamed: names changed
         ("    y = x + 1", "    s = torch.amp.GradScaler(\"cuda\")\n    y = x + 1"),  # a registry entry
         ("    y = x + 1\n", "    y = x + 1\n\n\nx = 1\n"),  # a new module-level statement
+        ("    return y\n", "    return y\n\n\ndef more():\n    pass\n"),  # a new definition below it
     ],
 )
 def test_edits_others_depend_on_lint_the_whole_buffer(old: str, new: str) -> None:
@@ -185,6 +190,17 @@ def test_an_independent_edit_moves_the_later_findings() -> None:
     assert [d.code for d in full.raw] == ["AMP101"]
     assert got.raw == full.raw  # the clip in `train` moved two rows down with its fix and noqa row
     assert got.raw[0].location.row == TRAIN.split("\n").index("        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)") + 3
+
+
+def test_typing_below_the_last_line_of_a_function() -> None:
+    """Enter at the end of a function, then a statement in its body: both stay on the fast path."""
+    opened = TRAIN.replace("    return y\n", "    return y\n    \n")
+    got, full = _relint(TRAIN, opened)
+    assert got is not None and got.raw == full.raw
+    typed = opened.replace("    return y\n    \n", "    return y\n    print(y)\n")
+    again, full_again = _relint(opened, typed)
+    assert again is not None and again.raw == full_again.raw
+    assert [d.code for d in again.raw] == ["AMP101"]
 
 
 def test_an_edit_inside_the_training_step_is_linted_there() -> None:

@@ -17,7 +17,10 @@ lints the whole buffer:
   statement there does not parse alone as one definition;
 - E (before or after) holds an import or `global`/`nonlocal`;
 - another statement names E or a class inside it, or calls `self.m` for a
-  function `m` defined in E (the per-file model resolves those by name);
+  function `m` defined in E (the per-file model resolves those by name); or E
+  names another top-level function or calls `self.m` for a method `m` another
+  statement defines and E does not (a function's findings may depend on its
+  callers);
 - E's registry contributions (GradScalers, optimizers, held autocasts: see
   `shapes.py`) changed;
 - the rules passing the gate, the file-level `# amplint: noqa`, or E's facts
@@ -134,7 +137,7 @@ def relint(base: Base, source: str, path: str, config: Config, rules: Sequence, 
     found = _changed(base, rows)
     if found is None:
         return None
-    index, new_stmt, delta = found
+    index, new_stmt, delta, changed_to = found
     old_stmt = base.statements[index]
     others = base.statements[:index] + base.statements[index + 1 :]
     if not _independent(old_stmt.shape, new_stmt.shape, others):
@@ -164,13 +167,13 @@ def relint(base: Base, source: str, path: str, config: Config, rules: Sequence, 
             own.append(mapped)
 
     def shift(r: int) -> Optional[int]:
-        if old_stmt.first <= r <= old_stmt.last:
-            return None  # a kept finding points into the edited statement
-        return r + delta if r > old_stmt.last else r
+        if old_stmt.first <= r <= changed_to:
+            return None  # a kept finding points into the edited rows
+        return r + delta if r > changed_to else r
 
     kept: List[Diagnostic] = []
     for d in base.raw:
-        if old_stmt.first <= d.location.row <= old_stmt.last:
+        if old_stmt.first <= d.location.row <= changed_to:
             continue
         moved = _remap(d, shift) if delta or d.related or d.data else d
         if moved is None:
@@ -196,8 +199,10 @@ def relint(base: Base, source: str, path: str, config: Config, rules: Sequence, 
 # ------------------------------------------------------------------ where the change is
 
 
-def _changed(base: Base, rows: List[str]) -> Optional[Tuple[int, Statement, int]]:
-    """(index of the edited statement, its new Statement, line delta), or None."""
+def _changed(base: Base, rows: List[str]) -> Optional[Tuple[int, Statement, int, int]]:
+    """(index of the edited statement, its new Statement, line delta, the last changed old
+    row), or None. The changed rows lie in one top-level definition, or run from it into the
+    blank and comment lines before the next statement (typing at the end of a function)."""
     old = base.rows
     limit = min(len(old), len(rows))
     a = _common(lambda k: old[:k] == rows[:k], limit)
@@ -208,24 +213,20 @@ def _changed(base: Base, rows: List[str]) -> Optional[Tuple[int, Statement, int]
     if i < 0:
         return None
     stmt = base.statements[i]
-    if not stmt.shape.is_def:
+    following = base.statements[i + 1].first if i + 1 < len(base.statements) else len(old) + 1
+    if not stmt.shape.is_def or lo < stmt.first or hi_old >= following:
         return None
-    if hi_old >= lo:  # rows were replaced or removed: all of them inside the statement
-        if not (stmt.first <= lo and hi_old <= stmt.last):
-            return None
-    elif not (stmt.first <= lo - 1 and lo <= stmt.last):  # rows inserted: between two of its rows
-        return None
-    region = rows[stmt.first - 1 : stmt.last + delta]
+    region = rows[stmt.first - 1 : max(stmt.last + delta, hi_new)]
     tree = _parse("\n".join(region))
     if tree is None or len(tree.body) != 1 or not isinstance(tree.body[0], DEFINITIONS):
         return None
     node = tree.body[0]
     first = stmt.first - 1 + _first_line(node)
     last = stmt.first - 1 + (node.end_lineno or node.lineno)
-    if first != stmt.first or last != stmt.last + delta:
-        return None  # lines around it became comments or blank: let the whole file decide
-    text = "\n".join(region)
-    return i, Statement(first, last, shape(node, base.aliases, text)), delta
+    if first != stmt.first:
+        return None  # lines above it became comments: let the whole file decide
+    text = "\n".join(rows[first - 1 : last])
+    return i, Statement(first, last, shape(node, base.aliases, text)), delta, max(hi_old, stmt.last)
 
 
 def _common(same: Callable[[int], bool], limit: int) -> int:
@@ -252,16 +253,20 @@ def _independent(old: Shape, new: Shape, others: Sequence[Statement]) -> bool:
     keys = old.keys.union(new.keys, *(s.shape.keys for s in others if s.shape.keys))
     if registry_of(old, keys) != registry_of(new, keys):
         return False
+    bare = old.bare | new.bare
+    calls = (old.self_attrs | new.self_attrs) - methods  # `self.m` that E may not resolve itself
     for s in others:
         if exported & s.shape.bare or methods & s.shape.self_attrs:
-            return False
+            return False  # it names E, or may run one of E's methods
+        if s.shape.function in bare or calls & s.shape.methods:
+            return False  # E runs it: its findings may depend on its callers
     return True
 
 
 def _excerpt(statements: List[Statement], index: int) -> List[int]:
     """The rows (1-based) of the excerpt: every statement but the definitions other than
-    `index` that it does not reach by name (transitively) and that hold no registry entry
-    or import. Only the kept rows are parsed: blank lines in their place cost libcst
+    `index` that it does not reach by name (transitively: classes, whose attributes its
+    `self.` may read) and that hold no registry entry or import. Only the kept rows are parsed: blank lines in their place cost libcst
     (and position generation) as much as short code."""
     edited = statements[index]
     keys = frozenset().union(*(s.shape.keys for s in statements if s.shape.keys))

@@ -6,7 +6,8 @@ finding elsewhere, and which other definitions an excerpt of it must keep.
 The model links top-level statements in a few ways only, and each has its
 field here:
 - names: a bare `f(...)` or `Base` resolves to a module-level function or a
-  class of the file by name (`ModuleContext.callee`, class families);
+  class of the file by name (`ModuleContext.callee`, class families), and a
+  function's findings may depend on its callers (`ModuleContext.callers`);
 - `self.m(...)`: the method `m` of the caller's class, or the only method of
   that name in the file;
 - file-wide registries keyed by dotted name: GradScalers, optimizers (their
@@ -41,6 +42,7 @@ class Shape:
     """One top-level statement's links to the rest of the file (position-free)."""
 
     is_def: bool
+    function: Optional[str]  # a top-level function's name (a bare call elsewhere runs it)
     exported: FrozenSet[str]  # its own name and every class inside it (classes are found by name)
     methods: FrozenSet[str]  # the functions defined inside it (`self.m(...)` elsewhere may run one)
     bare: FrozenSet[str]  # every Name it reads or binds
@@ -141,6 +143,7 @@ def shape(node: ast.stmt, table: Dict[str, str], text: str) -> Shape:
                 registry.append(f"copy {ast.dump(n)}")  # a copy counts when its source is a key
     return Shape(
         is_def=is_def,
+        function=node.name if isinstance(node, _FUNCTIONS) else None,
         exported=frozenset(exported),
         methods=frozenset(methods),
         bare=frozenset(bare),
