@@ -22,7 +22,8 @@ lints the whole buffer:
   statement defines and E does not (a function's findings may depend on its
   callers);
 - E's registry contributions (GradScalers, optimizers, held autocasts: see
-  `shapes.py`) changed;
+  `shapes.py`) changed, or an assignment in E changed to a name another
+  statement uses (some rules read a name's assignments file-wide);
 - the rules passing the gate, the file-level `# amplint: noqa`, or E's facts
   changed in a way the excerpt cannot tell (see `_facts`);
 - a kept finding of another statement points into E (a related site, a line
@@ -253,6 +254,12 @@ def _independent(old: Shape, new: Shape, others: Sequence[Statement]) -> bool:
     keys = old.keys.union(new.keys, *(s.shape.keys for s in others if s.shape.keys))
     if registry_of(old, keys) != registry_of(new, keys):
         return False
+    changed = {name for name, _ in set(old.assigns) ^ set(new.assigns)}
+    if changed:  # rules look some assignments up by name, file-wide: who reads these names?
+        heads = {n.split(".", 1)[0] for n in changed if not n.startswith("self.")}
+        attrs = {n.split(".")[1] for n in changed if n.startswith("self.")}
+        if any(heads & s.shape.bare or attrs & s.shape.self_attrs for s in others):
+            return False
     bare = old.bare | new.bare
     calls = (old.self_attrs | new.self_attrs) - methods  # `self.m` that E may not resolve itself
     for s in others:

@@ -14,7 +14,9 @@ field here:
   constructors, `prepare`/`setup` results, the receivers of `.scale`,
   `.unscale_`, `.step` and `.step`'s argument, parameters named `*scaler*`, plain
   copies of those) and held autocast contexts;
-- imports below the top level (resolved file-wide) and `global`/`nonlocal`.
+- imports below the top level (resolved file-wide) and `global`/`nonlocal`;
+- assignments: some rules look a name's assignments up file-wide
+  (`ModuleContext.assignments_to(name)` without a scope).
 Everything is over-approximated: a name in a string is not counted, but any
 Name node is, whatever its scope.
 """
@@ -43,12 +45,13 @@ class Shape:
 
     is_def: bool
     function: Optional[str]  # a top-level function's name (a bare call elsewhere runs it)
-    exported: FrozenSet[str]  # its own name and every class inside it (classes are found by name)
+    exported: FrozenSet[str]  # its own name, every class inside it (found by name), a class body's bindings
     methods: FrozenSet[str]  # the functions defined inside it (`self.m(...)` elsewhere may run one)
     bare: FrozenSet[str]  # every Name it reads or binds
     self_attrs: FrozenSet[str]  # every `self.X` it mentions
     registry: Tuple[str, ...]  # what it adds to the file-wide registries, as text (sorted, unique)
     keys: FrozenSet[str]  # the registry keys it binds or uses that way
+    assigns: Tuple[Tuple[str, str], ...]  # (name, the binding as text): rules look some up file-wide
     imports: bool  # an import below the top level
     scoping: bool  # `global` / `nonlocal`
     facts_text: bool  # text a project fact needs (engine/parallel.FACT_TRIGGERS)
@@ -97,10 +100,13 @@ def shape(node: ast.stmt, table: Dict[str, str], text: str) -> Shape:
     self_attrs: Set[str] = set()
     registry: List[str] = []
     keys: Set[str] = set()
+    assigns: Set[Tuple[str, str]] = set()
     imports = scoping = False
     is_def = isinstance(node, DEFINITIONS)
     if is_def:
         exported.add(node.name)  # type: ignore[attr-defined]
+    if isinstance(node, ast.ClassDef):
+        exported |= _class_level_names(node)
     for n in ast.walk(node):
         if isinstance(n, ast.Name):
             bare.add(n.id)
@@ -135,6 +141,8 @@ def shape(node: ast.stmt, table: Dict[str, str], text: str) -> Shape:
                     registry.append(f"optimizer {arg}")
         if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and n.value is not None:
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            binding = ast.dump(n)
+            assigns.update((name, binding) for name in _target_names(targets))
             if _binds_registry(n.value, table):
                 names = _target_names(targets)
                 keys.update(names)
@@ -150,10 +158,26 @@ def shape(node: ast.stmt, table: Dict[str, str], text: str) -> Shape:
         self_attrs=frozenset(self_attrs),
         registry=tuple(sorted(set(registry))),  # a set: the registries merge repeated entries
         keys=frozenset(keys),
+        assigns=tuple(sorted(assigns)),
         imports=imports,
         scoping=scoping,
         facts_text=any(t in text for t in FACT_TRIGGERS),
     )
+
+
+def _class_level_names(node: ast.ClassDef) -> Set[str]:
+    """Names a class body binds outside its methods: the per-file model has no class scope,
+    so `x = ...` there reads as a module-level binding of `x`."""
+    out: Set[str] = set()
+    todo: List[ast.AST] = list(node.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, _FUNCTIONS):
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+        todo.extend(ast.iter_child_nodes(n))
+    return out
 
 
 def _binds_registry(value: ast.AST, table: Dict[str, str]) -> bool:
