@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
-from ..core.diagnostics import Diagnostic, Edit, Fix, Location, Related
+from ..core.diagnostics import Diagnostic, Edit, Fix, Location
 from ..core.noqa import file_exemption
 from ..model.facts import FileFacts
 from .shapes import DEFINITIONS, Shape, aliases, registry_of, shape
