@@ -227,3 +227,58 @@ def test_accelerates_own_code_leaves_gradients_scaled_for_a_torch_clip():
     for fixed in ("accelerator.clip_grad_norm_", "unscale_gradients, then torch clip"):
         assert runs[fixed]["ratio"] == pytest.approx(1.0, rel=1e-4)
         assert runs[fixed]["weight_moved"] > 1000 * flagged["weight_moved"]
+
+
+SERVER_FILE = '''import torch
+from accelerate import Accelerator
+
+
+class Setup:
+    def __init__(self):
+        self.accelerator = Accelerator(mixed_precision="fp16")
+
+
+def post_forward(self, loss):
+    self.accelerator.backward(loss)
+    torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+    self.optimizer.step()
+
+
+accelerator = Accelerator(mixed_precision="fp16")
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        accelerator.backward(model(**batch).loss)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+'''
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ('        self.accelerator = Accelerator(mixed_precision="fp16")', '        self.accelerator = Accelerator(mixed_precision="bf16")'),
+        ('accelerator = Accelerator(mixed_precision="fp16")\n\n', 'accelerator = Accelerator(mixed_precision="no")\n\n'),
+        ("        torch.nn.utils.clip_grad_norm_(model", "        accelerator.unscale_gradients()\n        torch.nn.utils.clip_grad_norm_(model"),
+        ("    self.optimizer.step()", "    self.optimizer.step()\n    self.count += 1"),
+    ],
+)
+def test_the_servers_incremental_relint_follows_the_accelerator_across_definitions(old, new):
+    """An edit to one definition re-lints what depends on it: the editor shows what a full lint shows."""
+    from amplint.engine.pipeline import selected_rules
+    from amplint.server.documents import full_lint
+    from amplint.server.incremental import base_of, relint
+
+    config = Config(select=("AMP101",))
+    codes, rules = selected_rules(config)
+    full = full_lint(SERVER_FILE, "train.py", config)
+    assert [d.location.row for d in full.raw if d.code == "AMP101"] == [12, 22]
+    base = base_of(SERVER_FILE, full.raw, full.facts, full.active, config)
+    after = SERVER_FILE.replace(old, new, 1)
+    assert after != SERVER_FILE
+    got = relint(base, after, "train.py", config, rules, codes)
+    expected = full_lint(after, "train.py", config).raw
+    assert (got.raw if got is not None else expected) == expected
+    if "unscale_gradients" in new:  # an edit inside `train` only: the fast path, and the finding goes
+        assert got is not None and [d.location.row for d in got.raw] == [12]
