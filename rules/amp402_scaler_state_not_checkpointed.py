@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-from typing import Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, Related, Rule, Severity, Valid
 
-from amplint.model import (
-    CallInfo, Diagnostic, Invalid, ModuleContext, Project, Related, Rule, Severity, Valid, descendants, dotted_name,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    from amplint.model import CallInfo, ModuleContext
 
 
 class ScalerStateNotCheckpointed(Rule):
@@ -405,6 +404,10 @@ def _scaler_call(ctx: ModuleContext, method: str) -> bool:
 
 def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
     """The optimizer whose state the saved dict holds, when it is a resume checkpoint."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
     obj = call.arg(0, "obj")
     if isinstance(obj, cst.Name):
         found = [
