@@ -225,3 +225,43 @@ def test_the_static_check_can_fail():
         "def bad(node: cst.Call) -> bool:\n    return isinstance(node, cst.Name)\n"
     )
     assert _runtime_uses(ast.parse(source), {"cst"}) == {"cst": [8]}
+
+
+# ------------------------------------------------------------------ the universe of a warm run
+
+
+def test_a_warm_run_reads_the_universe_back_and_an_edit_recomputes_it(tmp_path, monkeypatch):
+    """The universe reads every file's text index; when no file of the project changed
+    (the same key of paths and digests) the recorded one is used, in a whole run and in a
+    one-file run; an edit that changes what it holds is seen."""
+    import amplint.model.project as model
+    from amplint import Config, lint_paths
+    from amplint.engine.cache import Cache
+
+    root = tmp_path / "proj"
+    shutil.copytree(PROJECTS / "bce_loss_module", root)
+    for path in root.rglob("*"):
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 60 * 10**9))
+    computed = []
+    real = model.universe
+    monkeypatch.setattr(model, "universe", lambda *a, **k: computed.append(1) or real(*a, **k))
+
+    def run(paths):
+        cache = Cache(str(tmp_path / "cache"), "fp")
+        found = sorted(f"{Path(d.filename).name}:{d.location.row} {d.code}" for d in lint_paths([str(p) for p in paths], Config(), cache=cache).diagnostics)
+        cache.save()
+        return found
+
+    cold = run([root])
+    assert computed == [1] and "losses.py:22 AMP303" in cold
+    assert run([root]) == cold and computed == [1], "warm: read back"
+    losses = root / "segkit" / "losses.py"
+    assert run([losses]) == [f for f in cold if f.startswith("losses.py")] and computed == [1], "one file, warm project"
+    unet = root / "segkit" / "models" / "unet.py"
+    unet.write_text(unet.read_text().replace("from ..losses import DiceBCELoss", "from ..losses import DiceBCELoss  # edited"))
+    assert run([root]) == cold and computed == [1, 1], "an edited file: computed again"
+    trainer = root / "segkit" / "engine" / "trainer.py"
+    trainer.write_text(trainer.read_text().replace("autocast", "no_autocast_here"))
+    edited = run([root])
+    assert computed == [1, 1, 1] and "losses.py:22 AMP303" not in edited

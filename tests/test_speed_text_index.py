@@ -13,7 +13,13 @@ from hypothesis import given, settings, strategies as st
 
 from amplint.engine.registry import all_rules
 from amplint.model.project import index
-from amplint.model.project.index import text_index
+from amplint.model.project.index import imports_of, text_index as packed
+
+
+def text_index(source: str) -> Dict[str, object]:
+    """The index with its imports unpacked, as the reference spells them."""
+    found = packed(source)
+    return {"r": found["r"], "i": imports_of(found)}
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,6 +113,13 @@ _PIECES = st.sampled_from(
         "precision", "autocast(", "GradScaler(", "partial(", "_", "é", "BCELoss", "binary_cross_entropy(",
     ]
 )
+
+
+def test_the_imports_pack_into_one_string():
+    found = packed("from .losses import (DiceLoss,\n  BCE as B)\nimport torch, segkit.models as m\nfrom . import a\n")
+    assert isinstance(found["i"], str)
+    assert imports_of(found) == [[1, "losses", ["DiceLoss", "BCE"]], [0, "torch", []], [0, "segkit.models", []], [1, "", ["a"]]]
+    assert imports_of(packed("x = 1\n")) == []
 
 
 @settings(max_examples=400, deadline=None)
