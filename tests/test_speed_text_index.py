@@ -126,3 +126,28 @@ def test_the_imports_pack_into_one_string():
 @given(st.lists(_PIECES, max_size=40).map("".join))
 def test_equals_the_reference_on_random_texts(text):
     assert text_index(text) == reference(text)
+
+
+def test_the_held_autocast_role_needs_a_partial_of_an_autocast():
+    """Role "h" starts the project model from a file: only a `partial(` of an autocast (or of a
+    name the file binds to one) gives it, not the two words in one big model file."""
+    held = [
+        'amp = partial(torch.autocast, "cuda")\n',
+        "f = functools.partial(\n    torch.cuda.amp.autocast, enabled=True)\n",
+        'from torch import autocast as ac\nx = partial(ac, "cuda")\n',
+        'ac = torch.autocast\nself.a = partial(ac, device_type="cuda")\n',
+        'self.ctx = torch.autocast\nf = partial(self.ctx, "cuda")\n',
+    ]
+    not_held = [
+        'with torch.autocast("cuda"):\n    f = partial(F.gelu, approximate="tanh")\n',
+        "ctx == torch.autocast\nf = partial(ctx)\n",
+        "myctx = torch.autocast\nf = partial(ctx)\n",
+        "ctx = torch.autocast_mode\nf = partial(ctx)\n",
+        "from torch import my_autocast as ac\nx = partial(ac)\n",
+    ]
+    for text in held:
+        assert index._holds_autocast(text), text
+        assert "h" in packed(text + "with torch.autocast('cuda'):\n    pass\n")["r"]
+    for text in not_held:
+        assert not index._holds_autocast(text), text
+        assert "h" not in packed(text + "with torch.autocast('cuda'):\n    pass\n")["r"]

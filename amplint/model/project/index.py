@@ -52,9 +52,8 @@ _SETS_PRECISION = (
     ("fp16", re.compile(r"fp16\s*=\s*True"), True),
     ("bf16", re.compile(r"bf16\s*=\s*True"), True),
 )
-#: `partial(X` and the names the file binds to an autocast (`ac = torch.autocast`, `autocast as ac`)
+#: `partial(X`
 _PARTIAL = re.compile(r"partial\s*\(\s*([\w.]+)")
-_AUTOCAST_ALIAS = re.compile(r"\bautocast\s+as\s+(\w+)|(\w+)\s*=\s*[\w.]*\bautocast\b")
 #: the standard library's top-level modules: no project holds one, and leaving their imports
 #: out keeps the cached index small
 _EXTERNAL = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
@@ -150,8 +149,20 @@ def _holds_autocast(source: str) -> bool:
     targets = {m.group(1) for m in _PARTIAL.finditer(source)}
     if any("autocast" in t for t in targets):
         return True
-    aliases = {a or b for a, b in _AUTOCAST_ALIAS.findall(source)}
-    return any(t.rsplit(".", 1)[-1] in aliases for t in targets)
+    return any(_autocast_alias(source, name) for name in {t.rsplit(".", 1)[-1] for t in targets})
+
+
+def _autocast_alias(source: str, name: str) -> bool:
+    """Whether the file binds `name` to an autocast: `autocast as name`, `name = torch.autocast`."""
+    if not name:
+        return False
+    for m in re.finditer(r"autocast\s+as\s+" + re.escape(name) + r"\b", source):
+        if _word_start(source, m.start()):
+            return True
+    for m in re.finditer(re.escape(name) + r"\s*=\s*([\w.]*)", source):
+        if _word_start(source, m.start()) and "autocast" in m.group(1).split("."):
+            return True
+    return False
 
 
 def module_names(path: str, root: Optional[str], files: Optional[Set[str]] = None, tops: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
