@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import sites
+from . import sites, underflow
 from .events import EventLog, finite_or_none
 from .findings import CollapseDetector, finding
 from .incident import Incidents
@@ -416,18 +416,27 @@ class Guard:
         ref = self.scaled_outputs.get(id(tensor))
         scaled = ref is not None and ref() is tensor
         suspect = not scaled and (self.fp16_autocast or tensor.dtype == torch.float16)
-        site = sites.caller_site(3) if suspect else None
+        if not suspect:
+            return orig(tensor, *args, **kwargs)
+        site = sites.caller_site(3)
+        if ("AMP105", site[0], site[1]) in self.reported:
+            return orig(tensor, *args, **kwargs)
+        probe = None
+        if not kwargs.get("inputs") and len(args) < 4:  # (a backward restricted to some inputs is not measured)
+            gradient = args[0] if args else kwargs.get("gradient")
+            params = list({id(p): p for m in list(self.build_sites.sites.keys()) for p in m._parameters.values() if p is not None}.values())
+            probe = underflow.before_backward(tensor, gradient, params)
         result = orig(tensor, *args, **kwargs)
-        if suspect and ("AMP105", site[0], site[1]) not in self.reported:
-            total = zeros = 0
-            for m in list(self.build_sites.sites.keys()):
-                for p in m._parameters.values():
-                    if p is not None and p.grad is not None:
-                        total += p.grad.numel()
-                        zeros += int((p.grad == 0).sum())
-            share = zeros / total if total else 0.0
-            self.report("AMP105", site, f"backward through fp16 autocast without a GradScaler: {100 * share:.1f}% of "
-                        "gradient values are exactly zero (fp16 flushes magnitudes below 6e-8 to zero)", zero_share=share)
+        message = "backward through fp16 autocast without a GradScaler"
+        data: Dict[str, Any] = {}
+        if probe is not None:
+            flushed, nonzero = underflow.after_backward(probe)
+            if nonzero:
+                share = flushed / nonzero
+                message += (f": {100 * share:.1f}% of the gradient values ({flushed} of {nonzero}) were flushed to zero "
+                            f"(nonzero with the loss scaled by {underflow.SCALE:g})")
+                data = {"flushed_share": share, "flushed": flushed, "nonzero_scaled": nonzero}
+        self.report("AMP105", site, message, **data)
         return result
 
     def autocast_enter(self, orig, ctx):
