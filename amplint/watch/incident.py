@@ -52,6 +52,17 @@ def autocast_setting() -> Dict[str, Any]:
     return {"enabled": False, "device_type": None, "dtype": None}
 
 
+def _without_forward_wrappers(model: Any) -> Any:
+    """The model with accelerate's autocast wrapper taken off its forward (accelerate keeps the
+    original as `_original_forward`): replay applies the recorded precision itself, and its fp32
+    pass must not run in fp16."""
+    for module in model.modules():
+        if "_original_forward" in module.__dict__:
+            module.__dict__.pop("forward", None)
+            module.__dict__.pop("_original_forward", None)
+    return model
+
+
 class Incidents:
     def __init__(self, directory: str, burst: int, max_bytes: int, save: Callable[..., None], report: Callable[[Dict[str, Any]], None]) -> None:
         self.directory = directory
@@ -71,12 +82,20 @@ class Incidents:
             self.handles.append(module.register_forward_hook(self._post))
 
     def _pre(self, module: Any, args: Any, kwargs: Dict[str, Any]) -> None:
-        if self.capture is None:
-            rng = {"cpu": torch.get_rng_state()}
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                rng["cuda"] = torch.cuda.get_rng_state_all()
-            self.capture = {"module": module, "inputs": _cpu(args), "kwargs": _cpu(dict(kwargs)), "rng": rng,
-                            "autocast": autocast_setting(), "training": module.training}
+        cap = self.capture
+        if cap is not None:
+            if "output_dtype" not in cap and not cap["autocast"]["enabled"]:
+                # a module inside the root's call: autocast entered by a wrapper of the root's forward
+                # (accelerate wraps `model.forward` in it) is the precision the step ran in
+                inner = autocast_setting()
+                if inner["enabled"]:
+                    cap["autocast"] = inner
+            return
+        rng = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        self.capture = {"module": module, "inputs": _cpu(args), "kwargs": _cpu(dict(kwargs)), "rng": rng,
+                        "autocast": autocast_setting(), "training": module.training}
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         cap = self.capture
@@ -123,7 +142,7 @@ class Incidents:
         import copy
 
         try:
-            snap["model"] = copy.deepcopy(model).to("cpu")
+            snap["model"] = _without_forward_wrappers(copy.deepcopy(model).to("cpu"))
         except Exception:  # noqa: BLE001 - a model that cannot be copied is replayed from its class
             snap["model"] = None
         try:
