@@ -314,7 +314,8 @@ class Project:
         for base in self.summaries[path]["classes"][cls]["bases"]:
             if not base:
                 continue
-            for t in self.name_types(path, "<module>", base):
+            # sorted: a base bound two ways gives the same MRO in every process
+            for t in sorted(self.name_types(path, "<module>", base), key=repr):
                 if t[0] == "C" and (t[1], t[2]) not in out:
                     out.extend(x for x in self.mro(t[1], t[2], _depth + 1) if x not in out)
         return out
@@ -616,7 +617,8 @@ class Project:
         device, dtype, enabled = held[0][1], held[0][2], held[0][3]
         if len(held) < len(types) or any(h[1:] != held[0][1:] for h in held):
             # `amp_autocast = partial(torch.autocast, ...) if amp else suppress`: decided at run time
-            enabled = None if enabled is not False else False
+            # off only if every binding is off: not whichever the hash seed listed first
+            enabled = False if all(h[3] is False for h in held) else None
             if any(h[1] != device for h in held):
                 device = None
             if any(h[2] != dtype for h in held):
