@@ -3,9 +3,9 @@
 Set and frozenset iteration order changes with PYTHONHASHSEED, so any pick from a
 set (`next(iter(s))`, a loop that stops early, a join for a message) can change a
 finding, a message, a fix or the output order from one run to the next. This runs
-the whole fixtures tree plus every rule's examples, written out as files, under
-several hash seeds in fresh processes, one of them with `--jobs 1` and the others
-with `--jobs 2`, and asserts the JSON reports are identical.
+the whole fixtures tree, every rule's examples and a few names bound two ways (all
+written out as files) under several hash seeds in fresh processes, one with
+`--jobs 1` and the others with `--jobs 2`, and asserts the JSON reports are identical.
 """
 from __future__ import annotations
 
@@ -25,12 +25,69 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Names bound two ways (try/except ImportError, if/else): their qualnames are a set of
+# two, and a pick from it followed the hash seed (AMP002 named `torch.cuda.amp.autocast`
+# in some processes and `torch.cpu.amp.autocast` in others).
+TWO_WAYS = {
+    "amp002_two_ways.py": """\
+import torch
+
+try:
+    from torch.cuda.amp import autocast
+except ImportError:
+    from torch.cpu.amp import autocast
+
+
+def step(model, x):
+    with autocast(device_type="cuda"):
+        return model(x)
+""",
+    "dtype_two_ways.py": """\
+import torch
+
+if torch.cuda.is_bf16_supported():
+    from torch import bfloat16 as half
+else:
+    from torch import float16 as half
+
+
+def train(model, data, optimizer):
+    model = model.to(half)
+    for x, y in data:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+    "ops_two_ways.py": """\
+import torch
+
+try:
+    from torch import mm as product
+except ImportError:
+    from torch import bmm as product
+try:
+    from apex.optimizers import FusedAdam as Adam
+except ImportError:
+    from torch.optim import Adam
+
+
+def step(a, b, model):
+    opt = Adam(model.parameters(), eps=1e-8)
+    with torch.autocast("cuda"):
+        out = product(a.half(), b.float())
+    return out, opt
+""",
+}
+
 
 def _write_examples(folder: Path) -> None:
     for rule in all_rules():
         for kind in ("VALID", "INVALID"):
             for i, case in enumerate(getattr(rule, kind)):
                 (folder / f"{rule.code.lower()}_{kind.lower()}_{i}.py").write_text(example_source(case.code), encoding="utf-8")
+    for name, text in TWO_WAYS.items():
+        (folder / name).write_text(text, encoding="utf-8")
 
 
 def _report(tree: Path, seed: int, jobs: int) -> str:
