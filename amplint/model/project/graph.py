@@ -676,7 +676,7 @@ class Project:
         for decorator in info["decorators"] if info is not None else ():
             if decorator:
                 scope = "<module>" if "." not in key[1] else key[1].rsplit(".", 1)[0]
-                for t in self.name_types(key[0], scope, decorator):
+                for t in sorted(self.name_types(key[0], scope, decorator), key=repr):  # not set order
                     region = self.decorator_region(t)
                     if region is not None:
                         out.append(region)
@@ -721,7 +721,7 @@ class Project:
                 models |= self._value(path, fw["func"], record["k"].get("model"))
         out: List[FuncKey] = []
         hooks = _LIGHTNING_HOOKS if fw["kind"] == "lightning" else _FORWARD
-        for t in models:
+        for t in sorted(models, key=repr):  # sorted: the entries' order must not follow the hash seed
             if t[0] != "I":
                 continue
             for hook in hooks:  # the nearest definition of each hook
