@@ -9,7 +9,7 @@ import libcst as cst
 from amplint.model import (
     AUTOCAST_LOWER_PRECISION_FUNCS, AUTOCAST_LOWER_PRECISION_METHODS, FP16, AutocastRegion, CallInfo, Diagnostic,
     Invalid, LiteralInfo, ModuleContext, Path, Rule, Scope, Severity, Valid, descendants, dotted_name,
-    literal_number, make_fix, replace_node,
+    literal_number, make_fix, replace_node, Project, ProjectCall, Witness, chain_text,
 )
 
 
@@ -32,6 +32,13 @@ _FILL_FUNCTIONS = {
     "torch.Tensor.masked_fill": (2, "value", 0),
     "torch.Tensor.masked_fill_": (2, "value", 0),
 }
+#: torch modules whose output autocast computes in lower precision (`self.qkv(x)`)
+_LOWERING_MODULES = frozenset(
+    f"torch.nn.{m}" for m in (
+        "Linear", "LazyLinear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+        "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d",
+    )
+)
 #: words in an `if` / conditional-expression test that make a constant dtype-aware
 _DTYPE_WORDS = ("dtype", "float16", "half", "fp16", "bf16", "bfloat16", "finfo", "autocast", "is_floating_point")
 
@@ -349,6 +356,42 @@ with torch.autocast("cuda"):
             if diagnostic is not None:
                 yield diagnostic
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A mask constant in a function that runs under an fp16 autocast its file does not
+        show (another file's, a held `partial(torch.autocast, ...)`, a project decorator, a
+        framework's precision flag), on a tensor that autocast computed in fp16 there."""
+        for path, qual, info in list(project.functions()):
+            for site in info.get("masks", ()):
+                call = ProjectCall(path, qual, site)
+                own = project.region_of(call)
+                if own is not None and own.kind != "held":
+                    continue  # a region its own file shows decides (`check`)
+                witnesses = [Witness(own, ())] if own is not None else project.autocast_witnesses((path, qual))
+                witness = next((w for w in witnesses if w.region.enabled is not False and w.region.dtype == "fp16"), None)
+                if witness is None or not _lowered(project, call, site["src"]):
+                    continue  # bf16 keeps fp32's range; a tensor not made by autocast may be fp32
+                yield self._project_diagnostic(project, call, site, witness)
+
+    def _project_diagnostic(self, project: Project, call: ProjectCall, site: dict, witness: Witness) -> Diagnostic:
+        region = witness.region
+        via = f" (via {chain_text(witness.chain)})" if witness.chain else ""
+        when = " when enabled" if region.enabled is None else ""
+        tensor = site["x"] or "the tensor"
+        under = f"`{tensor}` is fp16 under {project.describe(region)}{via}{when}"
+        bound = "min" if site["v"] < 0 else "max"
+        if site["raises"]:
+            message = f"{site['t']} in `{site['op']}` does not fit fp16 and raises: {under}"
+            severity = Severity.ERROR
+        else:
+            where = "an additive mask" if site["op"] == "additive" else f"`{site['op']}`"
+            message = f"{site['t']} in {where} overflows fp16 to inf, so a fully masked row softmaxes to NaN: {under}"
+            severity = Severity.WARNING
+        data = {"literal": site["v"], "op": site["op"], "tensor": site["x"] or None, "raises": bool(site["raises"]),
+                "dtype": region.dtype, "device": region.device}
+        cause = project.related(region.path, region.row, "autocast entered here")
+        return project.diagnostic(self, call, message, data=data, severity=severity, related=(cause,),
+                                  help=f"Use `torch.finfo({site['x'] or 'x'}.dtype).{bound}`")
+
     def _judge(self, ctx: ModuleContext, site: _Site, guards: "_GuardIndex") -> Optional[Diagnostic]:
         region = site.region
         if region is not None and (region.enabled is False or region.dtype == "bf16"):
@@ -415,6 +458,17 @@ with torch.autocast("cuda"):
 
 
 # --------------------------------------------------------------------------- sites
+
+
+def _lowered(project: Project, call: ProjectCall, src) -> bool:
+    """The tensor a mask site meets is an autocast output: an op autocast lowers made it
+    (recorded as "lp" by the summary), or a torch module the project model resolves."""
+    if src == "lp":
+        return True
+    for spelled in src.get("m", ()) if isinstance(src, dict) else ():
+        if any(t[0] == "R" and t[1] in _LOWERING_MODULES for t in project.name_types(call.path, call.func, spelled)):
+            return True
+    return False
 
 
 @dataclass

@@ -17,6 +17,7 @@ engine drops one that repeats a per-file finding at the same place.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
@@ -206,14 +207,26 @@ def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnosti
 
 
 def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[Diagnostic]:
-    """Per-file diagnostics plus the cross-file ones that do not repeat one at the same place."""
+    """Per-file diagnostics plus the cross-file ones that do not repeat one at the same place.
+
+    A per-file finding that held only through a project-wide condition ("the project runs
+    fp16 somewhere") and a cross-file one at the same place are one bug: the cross-file one,
+    which names the actual cause, takes its message and related sites, the per-file one's
+    fix and help stay."""
     kept = list(per_file)
-    seen = {(d.filename, d.code, d.location) for d in kept}
+    seen = {(d.filename, d.code, d.location): i for i, d in enumerate(kept)}
     for d in cross:
         key = (d.filename, d.code, d.location)
-        if key not in seen:
-            seen.add(key)
+        i = seen.get(key)
+        if i is None:
+            seen[key] = len(kept)
             kept.append(d)
+        elif kept[i].condition is not None and d.condition is None:
+            local = kept[i]
+            kept[i] = replace(
+                local, message=d.message, severity=d.severity, related=d.related, condition=None,
+                data={**local.data, **d.data}, help=local.help or d.help,
+            )
     return kept
 
 

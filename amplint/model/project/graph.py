@@ -768,9 +768,10 @@ class Project:
         data: Optional[dict] = None,
         severity: Optional[Severity] = None,
         related: Tuple[Related, ...] = (),
+        help: Optional[str] = None,
     ) -> Diagnostic:
-        """A diagnostic of `rule` spanning a call (the path is the project's absolute one);
-        `related`: where its cause is."""
+        """A diagnostic of `rule` spanning a call, or any summary record with the same
+        position keys (the path is the project's absolute one); `related`: where its cause is."""
         r = call.record
         return Diagnostic(
             code=rule.code,
@@ -784,6 +785,7 @@ class Project:
             url=rule.url(),
             data=dict(data or {}),
             related=tuple(related),
+            help=help,
         )
 
 

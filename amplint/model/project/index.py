@@ -11,12 +11,15 @@ other per-file results:
   may set precision (autocast, a framework's precision flag, a GradScaler);
   "h" -- it may hold an autocast in a `partial` and enter it later;
   "g" -- it builds a GradScaler (another file may call that per epoch, or
-  save the checkpoint without it);
+  save the checkpoint without it); "m" -- a constant beyond fp16's range
+  sits where a mask is filled or added (AMP301's text gate), which only the
+  dtype of its callers' autocast makes wrong;
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one).
 
-`universe` then takes the BCE files, the files that import them (transitively,
+`universe` then takes the BCE files (and, when some file sets precision, the
+mask files), the files that import them (transitively,
 a bounded number of levels), the precision-setting files those import, and
 the optimizer files and files holding an autocast in a `partial`; what these import is loaded when a name leads there
 (`graph.Project`).
@@ -28,11 +31,14 @@ import re
 import sys
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from ...core.gates import overflowing_literal_site
+
 _BCE = re.compile(r"binary_cross_entropy\s*\(|BCELoss\b")
 _OPTIMIZER = re.compile(r"\b(?:Adam|AdamW|SGD|RMSprop|Adagrad|Adamax|NAdam|RAdam|Adadelta|LBFGS|SparseAdam|ASGD|Rprop)\s*\(")
 _PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler")
-#: code that sets precision, not prose about it: an autocast, a scaler, a framework's setting
-_SETS_PRECISION = re.compile(r"autocast\s*\(|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True")
+#: code that sets precision, not prose about it: an autocast (entered, or held: `partial(torch.autocast,
+#: ...)`), a scaler, a framework's setting
+_SETS_PRECISION = re.compile(r"autocast\s*\(|autocast\s*[,)]|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True")
 #: the standard library's top-level modules: no project holds one, and leaving their imports
 #: out keeps the cached index small
 _EXTERNAL = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
@@ -62,6 +68,8 @@ def text_index(source: str) -> Dict[str, object]:
             roles += "h"  # an autocast held in a `partial`, maybe entered later
         if "GradScaler(" in source:
             roles += "g"
+    if overflowing_literal_site(source):
+        roles += "m"
     imports: List[List[object]] = []
     if "import" in source:
         for m in _IMPORTS.finditer(source):
@@ -182,6 +190,8 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     building a GradScaler with their direct importers. Empty when none is there.
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
+    if any("a" in str(index(f)["r"]) for f in files):  # a mask matters only under some region
+        seeds += [f for f in files if "m" in str(index(f)["r"]) and "b" not in str(index(f)["r"])]
     optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohg")]
     if not seeds and not optimizers:
         return []
