@@ -1,12 +1,13 @@
 """AMP401 fp16-checkpoint."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from amplint.model import (
     CallInfo, Diagnostic, Invalid, LowPrecisionCast, ModuleContext, Rule, Severity, Valid, descendants, dotted_name,
+    Project, ProjectCall,
 )
 
 
@@ -207,11 +208,48 @@ torch.save(model.half().state_dict(), "model_fp16.pt")
                 continue
             yield self._diagnostic(ctx, save, model, cast)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """`torch.save` of the state_dict of a model that another file made fp16 (a builder, a
+        loader, `convert_weights(model)`); same-file casts are `check`'s. As there: silent when
+        the file also saves a state_dict that is not fp16 (an fp32 copy next to the export)."""
+        by_file: Dict[str, List[Tuple[ProjectCall, str, Tuple[str, Tuple[str, int]]]]] = {}
+        fp32_saved = set()
+        for call in project.calls():
+            if not project.is_save(call):
+                continue
+            for owner in project.saved_state_dicts(call):
+                if _not_model(owner):
+                    continue
+                modules = project.fp16_modules(project.name_types(call.path, call.func, owner))
+                if not modules:
+                    fp32_saved.add(call.path)  # unknown or fp32: the file keeps other weights too
+                elif modules[0][1] and modules[0][1][0] != call.path:
+                    by_file.setdefault(call.path, []).append((call, owner, modules[0]))
+        for path, found in by_file.items():
+            if path in fp32_saved:
+                continue
+            call, owner, (cls, site) = found[0]
+            message = (
+                f"`torch.save` writes the fp16 weights of `{owner}`, a `{cls}` that {project.where(*site)} made fp16; "
+                f"the lost precision cannot be recovered"
+            )
+            related = [project.related(*site, "made fp16 here")]
+            related += [project.related(c.path, c.row, "also saved") for c, _, _ in found[1:]]
+            data = {"model": owner, "dtype": "fp16", "cast_at": project.where(*site)}
+            yield project.diagnostic(self, call, message, data=data, related=tuple(related),
+                                     help="Save fp32 weights: keep the model fp32 and use autocast")
+
     def _diagnostic(self, ctx: ModuleContext, save: CallInfo, model: str, cast: Optional[LowPrecisionCast]) -> Diagnostic:
         message = f"`torch.save` writes the fp16 weights of `{model}`; the lost precision cannot be recovered"
         help = "Save fp32 weights: keep the model fp32 and use autocast"
         data = {"snippet": ctx.code_for(save.node), "model": model, "dtype": "fp16"}
         return ctx.diagnostic(self, save.node, message, data=data, help=help)
+
+
+def _not_model(owner: str) -> bool:
+    """Optimizer, scheduler and scaler state, by the spelling (the project model's view)."""
+    last = owner.rsplit(".", 1)[-1].lower()
+    return any(w in last for w in ("optim", "sched", "scaler")) or last in ("opt",)
 
 
 def _not_weights(ctx: ModuleContext, receiver: Optional[str]) -> bool:

@@ -111,7 +111,9 @@ class Project:
         self._load = load
         self._missing: Set[str] = set()
         self._index = ModuleIndex(files if files is not None else summaries, root)
-        self._param_types: Dict[Tuple[str, str, str], Set[Type]] = {}
+        #: (path, function, parameter) -> the arguments call sites pass it: (caller path, caller
+        #: function, the argument's vref), evaluated when asked, so what they name may load modules
+        self._param_args: Dict[Tuple[str, str, str], Dict[Tuple[str, str, int], Dict[str, Any]]] = {}
         #: memos per loading mode: what a name is may differ once more modules are loaded
         self._memos: Dict[bool, Dict[Any, TypeSet]] = {False: {}, True: {}}
         self._may_load = True
@@ -272,9 +274,20 @@ class Project:
                 if f"{scope}.{head}" in s["functions"]:  # a function defined inside this one
                     return frozenset({("F", path, f"{scope}.{head}")})
                 if head in params:
-                    return frozenset(self._param_types.get((path, scope, head), ()))
+                    return self._param_values((path, scope, head))
             scope = scope.rsplit(".", 1)[0] if "." in scope else None
         return self.symbol(path, head)
+
+    def _param_values(self, key: Tuple[str, str, str]) -> TypeSet:
+        """What a parameter may be: the values of the arguments its call sites pass."""
+        memo = self._memos[self._may_load]
+        found = memo.get(("param", key))
+        if found is None:
+            out: Set[Type] = set()
+            for (path, func, _), ref in self._param_args.get(key, {}).items():
+                out |= self._value(path, func, ref)
+            found = memo[("param", key)] = frozenset(out)
+        return found
 
     def attribute(self, base: Type, attr: str) -> TypeSet:
         kind = base[0]
@@ -466,7 +479,7 @@ class Project:
 
     def _settle_rounds(self) -> None:
         for _ in range(_ROUNDS):
-            found: Dict[Tuple[str, str, str], Set[Type]] = {}
+            found: Dict[Tuple[str, str, str], Dict[Tuple[str, str, int], Dict[str, Any]]] = {}
             for call in list(self.calls()):
                 if not call.record["a"] and not call.record["k"]:
                     continue  # binds no parameter
@@ -482,13 +495,13 @@ class Project:
                         params = params[1:]  # self
                     for i, ref in enumerate(call.record["a"]):
                         if i < len(params) and ref is not None:
-                            found.setdefault((key[0], key[1], params[i]), set()).update(self._value(call.path, call.func, ref))
+                            found.setdefault((key[0], key[1], params[i]), {})[(call.path, call.func, id(ref))] = ref
                     for kw, ref in call.record["k"].items():
                         if kw in params and ref is not None:
-                            found.setdefault((key[0], key[1], kw), set()).update(self._value(call.path, call.func, ref))
-            if found == self._param_types:
+                            found.setdefault((key[0], key[1], kw), {})[(call.path, call.func, id(ref))] = ref
+            if found.keys() == self._param_args.keys() and all(found[k].keys() == self._param_args[k].keys() for k in found):
                 break
-            self._param_types = found
+            self._param_args = found
             for memo in (*self._memos.values(), *self._resolveds.values()):
                 memo.clear()
             self._casts.clear()
@@ -576,6 +589,30 @@ class Project:
             ):
                 return call, saved
         return None
+
+    def is_save(self, call: Call) -> bool:
+        """Whether the call is `torch.save(...)` (by its spelling first: only `...save` is resolved)."""
+        f = call.record["f"]
+        return bool(call.record["a"]) and (f == "save" or f.endswith(".save")) and any(
+            t == ("X", "torch.save") for t in self.resolve_call(call)
+        )
+
+    def saved_state_dicts(self, call: Call) -> List[str]:
+        """The spellings whose `.state_dict()` a `torch.save` call writes: directly, in a dict
+        (`{"model": model.state_dict(), ...}`), or through one local name bound to either."""
+        saved = call.record["a"][0]
+        if saved and "n" in saved:
+            info = self.function((call.path, call.func))
+            refs = info["locals"].get(saved["n"], ()) if info is not None else ()
+            saved = refs[-1] if refs else None
+        values = list(saved["d"].values()) if saved and "d" in saved else [saved]
+        out: List[str] = []
+        for v in values:
+            if v and "c" in v and v["c"].endswith(".state_dict") and not v["a"] and v["c"] != ".state_dict":
+                owner = v["c"][: -len(".state_dict")]
+                if owner not in out:
+                    out.append(owner)
+        return out
 
     def master_weights(self, call: Call) -> bool:
         """Whether the function holding `call` hands its optimizer to something that keeps fp32

@@ -186,8 +186,10 @@ class ModuleIndex:
 def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, object]]) -> List[str]:
     """The files the project model starts from: the BCE files, their importers up to
     `UP_LEVELS` levels, the precision-setting files any of those import, the
-    optimizer files, files holding an autocast in a `partial`, and the files
-    building a GradScaler with their direct importers. Empty when none is there.
+    mask files (when a file sets precision), the files holding an autocast in a
+    `partial`, and the files building an optimizer or a GradScaler with their
+    direct importers (a trainer class gets its model, and a helper its callers,
+    from there). Empty when none is there.
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
     if any("a" in str(index(f)["r"]) for f in files):  # a mask matters only under some region
@@ -196,13 +198,13 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     if not seeds and not optimizers:
         return []
     chosen: Set[str] = set(seeds) | set(optimizers)
-    scalers = [f for f in optimizers if "g" in str(index(f)["r"])]
-    if seeds or scalers:
+    builders = [f for f in optimizers if any(r in str(index(f)["r"]) for r in "og")]
+    if seeds or builders:
         modules = ModuleIndex(files, root)
         entries = {f: index(f)["i"] for f in files}
-        for f in sorted(_importers(scalers, files, entries, modules)) if scalers else ():
+        for f in sorted(_importers(builders, files, entries, modules)) if builders else ():
             if len(chosen) < MAX_FILES:
-                chosen.add(f)  # who calls a function that builds a GradScaler
+                chosen.add(f)  # who calls a function that builds a GradScaler, or passes a trainer its model
     if seeds:
         reached: Set[str] = set(seeds)
         level = list(seeds)
