@@ -104,3 +104,83 @@ def test_bf16_fp32_casts_back_and_optimizer_state_stay_silent(tmp_path):
     engine = root / "pkg" / "engine.py"
     engine.write_text(engine.read_text().replace('"model": model.state_dict(), ', "").replace("torch.save(model.state_dict()", "torch.save(opt.state_dict()"))
     assert run(root, "AMP401") == []
+
+
+# ------------------------------------------------------------------ AMP402: the resume side
+
+CKPT = """
+    import torch
+
+    def load_checkpoint(path, model, optimizer{extra}):
+        state = torch.load(path, map_location="cpu")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        {restore}
+        return state["epoch"] + 1
+
+    def save_checkpoint(path, model, optimizer, epoch):
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+"""
+
+LOOP = """
+    import torch
+    from utils.ckpt import load_checkpoint, save_checkpoint
+
+    def main(args, model, loader):
+        optimizer = torch.optim.AdamW(model.parameters())
+        scaler = torch.amp.GradScaler("cuda")
+        start = load_checkpoint(args.resume, model, optimizer{passed}) if args.resume else 0
+        for epoch in range(start, args.epochs):
+            for x, y in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x, y)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+            {save}
+"""
+
+OWN_SAVE = 'torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "last.pt")'
+GOOD_SAVE = 'torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, "last.pt")'
+
+
+def resume_project(root: Path, save: str, extra: str = "", restore: str = "pass", passed: str = "") -> Path:
+    return write(root, {
+        "utils/__init__.py": "",
+        "utils/ckpt.py": CKPT.replace("{extra}", extra).replace("{restore}", restore),
+        "train.py": LOOP.replace("{passed}", passed).replace("{save}", save),
+    })
+
+
+def test_a_resume_helper_that_skips_the_scaler_is_found_at_the_call(tmp_path):
+    root = resume_project(tmp_path, GOOD_SAVE)
+    found = run(root, "AMP402")
+    assert [where(d) for d in found] == ["train.py:8"]
+    assert "`load_checkpoint` (utils/ckpt.py:7) resumes `optimizer` but never restores `scaler`" in found[0].message
+    assert [(Path(r.filename).name, r.location.row) for r in found[0].related] == [("ckpt.py", 7)]
+    assert [where(d) for d in run(root, "AMP402", [str(root / "train.py")])] == ["train.py:8"]
+
+
+def test_the_resume_joins_the_save_finding_of_the_same_scaler(tmp_path):
+    # the save through the helper (a cross-file finding): one finding, the resume related
+    found = run(resume_project(tmp_path / "helper", "save_checkpoint('last.pt', model, optimizer, epoch)"), "AMP402")
+    assert [where(d) for d in found] == ["train.py:17"]
+    assert [(r.location.row, r.message) for r in found[0].related][-1] == (8, "restored without it")
+    # the loop's own torch.save (a per-file finding): the same
+    found = run(resume_project(tmp_path / "own", OWN_SAVE), "AMP402")
+    assert [where(d) for d in found] == ["train.py:17"]
+    assert [(r.location.row, r.message) for r in found[0].related] == [(8, "restored without it")]
+
+
+def test_a_resume_that_restores_or_is_given_the_scaler_stays_silent(tmp_path):
+    restores = resume_project(tmp_path / "r", GOOD_SAVE, extra=", scaler=None", restore='scaler.load_state_dict(state["scaler"])', passed=", scaler=scaler")
+    assert run(restores, "AMP402") == []
+    after = resume_project(tmp_path / "a", GOOD_SAVE)
+    train = after / "train.py"
+    train.write_text(train.read_text().replace("    for epoch", "    scaler.load_state_dict(torch.load(args.resume)['scaler'])\n    for epoch", 1))
+    assert run(after, "AMP402") == []
+    moved = resume_project(tmp_path / "m", GOOD_SAVE)
+    ckpt = moved / "utils" / "ckpt.py"
+    ckpt.write_text(ckpt.read_text().replace('state = torch.load(path, map_location="cpu")', "state = path"))
+    assert run(moved, "AMP402") == [], "no torch.load: a state handed over, not a resume"

@@ -614,6 +614,38 @@ class Project:
                     out.append(owner)
         return out
 
+    def restored_checkpoint(self, key: FuncKey) -> Optional[Call]:
+        """The `<optimizer>.load_state_dict(...)` of a resume in function `key` -- one that also
+        `torch.load`s -- when the function restores no scaler (by the name of what it restores);
+        None otherwise."""
+        info = self.function(key)
+        if info is None:
+            return None
+        loads, found = False, None
+        for record in info["calls"]:
+            f = record["f"]
+            call = Call(key[0], key[1], record)
+            if (f == "load" or f.endswith(".load")) and any(t == ("X", "torch.load") for t in self.resolve_call(call)):
+                loads = True
+            elif f.endswith(".load_state_dict"):
+                owner = f[: -len(".load_state_dict")]
+                if "scaler" in owner.lower():
+                    return None
+                if found is None and self._optimizer_name(key, owner):
+                    found = call
+        return found if loads else None
+
+    def _optimizer_name(self, key: FuncKey, spelled: str) -> bool:
+        """A name spelled like an optimizer, or one its call sites bind to a torch optimizer."""
+        if "optim" in spelled.rsplit(".", 1)[-1].lower():
+            return True
+        return any(t[0] == "R" and t[1].startswith("torch.optim.") and "lr_scheduler" not in t[1] for t in self.name_types(key[0], key[1], spelled))
+
+    def site(self, call: Call, note: str) -> Related:
+        """Another site of a finding in the finding's own file: the span of a call."""
+        r = call.record
+        return Related(Location(r["r"], r["c"]), Location(r["er"], r["ec"]), note)
+
     def master_weights(self, call: Call) -> bool:
         """Whether the function holding `call` hands its optimizer to something that keeps fp32
         master weights (apex `amp.initialize`, `FP16_Optimizer`, DeepSpeed, fairseq's optimizers)."""
