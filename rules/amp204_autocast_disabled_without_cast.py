@@ -11,7 +11,7 @@ import libcst as cst
 from amplint.model import (
     AutocastOp, AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, active_region,
     assignment_before, autocast_op_of, autocast_ops, make_fix, region_within, replace_node, same_device,
-    strip_views, torchapi,
+    strip_views, torchapi, Project, ProjectCall, chain_text,
 )
 
 _DTYPE_WORDS = {"fp16": "fp16", "bf16": "bf16", None: "fp16 or bf16"}
@@ -324,6 +324,40 @@ def step(model, x, w, device_type):
                 first[5].append(call)
         for base, source, op, outer, disabled, calls in found.values():
             yield self._diagnostic(ctx, base, source, op, outer, disabled, calls)
+
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A function that opens `autocast(enabled=False)` and uses a parameter unchanged in a
+        lower-precision op, when a low-precision tensor reaches that parameter through more
+        than one call or from another file (one call in the same file is `check`'s)."""
+        for path, qual, info in list(project.functions()):
+            uses = info.get("disabled")
+            if not uses:
+                continue
+            regions = project.summaries[path]["regions"]
+            reported = set()
+            for use in uses:
+                if (use["r"], use["c"]) in reported:
+                    continue
+                if use["op"].startswith("m:") and not project.lowers(path, qual, use["op"][2:]):
+                    continue
+                device = regions[use["g"]]["device"]
+                found = project.carried_into((path, qual), use["p"], device)
+                if not found:
+                    continue
+                reported.add((use["r"], use["c"]))
+                region, chain, passing = found[0]
+                dtype = _DTYPE_WORDS.get(region.dtype, "fp16 or bf16")
+                name = use["p"]
+                message = (
+                    f"`{name}` is passed in still {dtype} from {project.describe(region)} (via {chain_text(chain)}): "
+                    f"`autocast(enabled=False)` casts nothing back"
+                )
+                related = [project.related(c.path, c.row, "passed in") for _, _, c in found[:3]]
+                related.append(project.related(region.path, region.row, "autocast entered here"))
+                data = {"name": name, "op": use["op"].replace("m:", ""), "device": region.device, "dtype": region.dtype,
+                        "chain": [k[1] for k in chain]}
+                yield project.diagnostic(self, ProjectCall(path, qual, use), message, data=data, related=tuple(related),
+                                         help=f"Use `{name}.float()`")
 
     def _diagnostic(
         self,

@@ -32,13 +32,6 @@ _FILL_FUNCTIONS = {
     "torch.Tensor.masked_fill": (2, "value", 0),
     "torch.Tensor.masked_fill_": (2, "value", 0),
 }
-#: torch modules whose output autocast computes in lower precision (`self.qkv(x)`)
-_LOWERING_MODULES = frozenset(
-    f"torch.nn.{m}" for m in (
-        "Linear", "LazyLinear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
-        "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d",
-    )
-)
 #: words in an `if` / conditional-expression test that make a constant dtype-aware
 _DTYPE_WORDS = ("dtype", "float16", "half", "fp16", "bf16", "bfloat16", "finfo", "autocast", "is_floating_point")
 
@@ -465,10 +458,7 @@ def _lowered(project: Project, call: ProjectCall, src) -> bool:
     (recorded as "lp" by the summary), or a torch module the project model resolves."""
     if src == "lp":
         return True
-    for spelled in src.get("m", ()) if isinstance(src, dict) else ():
-        if any(t[0] == "R" and t[1] in _LOWERING_MODULES for t in project.name_types(call.path, call.func, spelled)):
-            return True
-    return False
+    return isinstance(src, dict) and any(project.lowers(call.path, call.func, spelled) for spelled in src.get("m", ()))
 
 
 @dataclass

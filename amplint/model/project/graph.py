@@ -56,6 +56,13 @@ _MAX_WITNESSES = 3
 _ROUNDS = 4
 _FORWARD = ("forward", "__call__")
 _LIGHTNING_HOOKS = ("training_step", "validation_step", "test_step", "predict_step", "forward")
+#: torch modules whose output autocast computes in lower precision (`self.qkv(x)`, `self.head(h)`)
+LOWERING_MODULES = frozenset(
+    f"torch.nn.{m}" for m in (
+        "Linear", "LazyLinear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+        "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d",
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -799,6 +806,52 @@ class Project:
                         if key not in out:
                             out.append(key)
                         break
+        return out
+
+    def lowers(self, path: str, func: str, spelled: str) -> bool:
+        """Whether the callable spelled in `func` is a torch module autocast runs in lower
+        precision (`self.qkv` bound to an `nn.Linear`)."""
+        return any(t[0] == "R" and t[1] in LOWERING_MODULES for t in self.name_types(path, func, spelled))
+
+    def carried_into(self, key: FuncKey, param: str, device: Optional[str]) -> List[Tuple[Region, Tuple[FuncKey, ...], Call]]:
+        """Where parameter `param` of function `key` receives a tensor that an autocast region of
+        `device` made in lower precision: (the region, the chain of functions from the one that
+        made it down to `key`, the call that passed it there). Follows parameters passed on
+        unchanged (the summary's `ap`) up to a few calls, in any file of the model."""
+        out: List[Tuple[Region, Tuple[FuncKey, ...], Call]] = []
+        seen = {(key, param)}
+        frontier = [(key, param, (key,))]
+        while frontier:
+            following = []
+            for fkey, name, chain in frontier:
+                info = self.function(fkey)
+                if info is None:
+                    continue
+                params = list(info["params"])
+                if info["cls"] and fkey[1].count(".") == 1 and params:
+                    params = params[1:]  # called on an instance: `self` is bound
+                if name not in params:
+                    continue
+                position = str(params.index(name))
+                for call in self.callers(fkey):
+                    carried = call.record.get("ap", {}).get(position)
+                    caller = (call.path, call.func)
+                    if isinstance(carried, str) and carried.startswith("p:"):
+                        if len(chain) < _MAX_CHAIN and (caller, carried[2:]) not in seen:
+                            seen.add((caller, carried[2:]))
+                            following.append((caller, carried[2:], (caller, *chain)))
+                        continue
+                    if carried is None or (carried != "lp" and not any(self.lowers(call.path, call.func, m) for m in carried.get("m", ()))):
+                        continue
+                    region = self.region_of(call)
+                    entered: List[Tuple[Region, Tuple[FuncKey, ...]]] = [(region, (caller, *chain))] if region is not None else [
+                        (w.region, (*w.chain, *chain)) for w in self.autocast_witnesses(caller)  # made under its callers' autocast
+                    ]
+                    for region, through in entered:
+                        if region.enabled is not False and region.dtype != "fp32" and device is not None and region.device == device:
+                            out.append((region, through, call))
+                            break
+            frontier = following
         return out
 
     # ------------------------------------------------------------------ reporting

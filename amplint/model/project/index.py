@@ -13,13 +13,14 @@ other per-file results:
   "g" -- it builds a GradScaler (another file may call that per epoch, or
   save the checkpoint without it); "m" -- a constant beyond fp16's range
   sits where a mask is filled or added (AMP301's text gate), which only the
-  dtype of its callers' autocast makes wrong;
+  dtype of its callers' autocast makes wrong; "k" -- it opens
+  `autocast(enabled=False)`, which gets its callers' low-precision tensors;
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one).
 
 `universe` then takes the BCE files (and, when some file sets precision, the
-mask files), the files that import them (transitively,
+mask files and the files that turn autocast off), the files that import them (transitively,
 a bounded number of levels), the precision-setting files those import, and
 the optimizer files and files holding an autocast in a `partial`; what these import is loaded when a name leads there
 (`graph.Project`).
@@ -39,6 +40,8 @@ _PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler")
 #: code that sets precision, not prose about it: an autocast (entered, or held: `partial(torch.autocast,
 #: ...)`), a scaler, a framework's setting
 _SETS_PRECISION = re.compile(r"autocast\s*\(|autocast\s*[,)]|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True")
+#: an autocast turned off by a literal: a helper whose callers (maybe elsewhere) pass it fp16 tensors
+_DISABLES = re.compile(r"autocast\s*\([^)]*enabled\s*=\s*False")
 #: the standard library's top-level modules: no project holds one, and leaving their imports
 #: out keeps the cached index small
 _EXTERNAL = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
@@ -70,6 +73,8 @@ def text_index(source: str) -> Dict[str, object]:
             roles += "g"
     if overflowing_literal_site(source):
         roles += "m"
+    if "enabled" in source and _DISABLES.search(source):
+        roles += "k"
     imports: List[List[object]] = []
     if "import" in source:
         for m in _IMPORTS.finditer(source):
@@ -193,7 +198,7 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
     if any("a" in str(index(f)["r"]) for f in files):  # a mask matters only under some region
-        seeds += [f for f in files if "m" in str(index(f)["r"]) and "b" not in str(index(f)["r"])]
+        seeds += [f for f in files if any(r in str(index(f)["r"]) for r in "mk") and "b" not in str(index(f)["r"])]
     optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohg")]
     if not seeds and not optimizers:
         return []

@@ -40,7 +40,8 @@ _DTYPE_WORDS = ("dtype", "float16", "half", "fp16", "bf16", "bfloat16", "finfo",
 _MAX_DEPTH = 4
 
 Source = Union[str, Dict[str, List[str]], None]
-History = Sequence[Tuple[str, ast.AST]]
+#: a function's plain assignments so far: (name, value, autocast region index at the assignment)
+History = Sequence[Tuple[str, ast.AST, int]]
 
 
 def dtype_aware(body: Sequence[ast.stmt]) -> bool:
@@ -93,8 +94,8 @@ def _fill(s: Any, call: ast.Call, history: History, constants: History, region: 
         return []
     literal = value
     if isinstance(value, ast.Name):  # `NEG_INF = -1e9` at module level, passed by name
-        bound = [v for name, v in constants if name == value.id]
-        if not bound or any(name == value.id for name, _ in history) or len({_number(v) for v in bound}) != 1:
+        bound = [entry[1] for entry in constants if entry[0] == value.id]
+        if not bound or any(entry[0] == value.id for entry in history) or len({_number(v) for v in bound}) != 1:
             return []
         literal = bound[0]
     number = _number(literal)

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
 from ...core.gates import overflowing_literal_site
-from . import masks
+from . import disabled, masks
 from .astutil import dotted, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
@@ -58,6 +58,8 @@ class _Summarizer:
         self.lines = source.splitlines()
         #: AMP301's text gate: whether any big constant sits where a mask site can be
         self.overflows = overflowing_literal_site(source)
+        #: whether the file may open `autocast(enabled=False)` (AMP204's helper end)
+        self.disables = "enabled" in source and "False" in source
         self.loops = 0  # loop bodies around the statement being read, in its function
         self.branches = 0  # if/else bodies around it
         self.imports: Dict[str, List[Any]] = {}
@@ -66,7 +68,8 @@ class _Summarizer:
         self.regions: List[Dict[str, Any]] = []
         self.frameworks: List[Dict[str, Any]] = []
         #: per function: (name, value) of its plain assignments so far, in order (mask sites read them)
-        self.history: Dict[str, List[Tuple[str, ast.AST]]] = {}
+        self.history: Dict[str, List[Tuple[str, ast.AST, int]]] = {}
+        self.region_now = -1  # the autocast region of the statement being read
         self.aware: Dict[str, bool] = {}  # per function: it tests a dtype (its constants are dtype-aware)
 
     # ------------------------------------------------------------------ driver
@@ -132,6 +135,7 @@ class _Summarizer:
         self.loops, self.branches = outer
 
     def _statement(self, stmt: ast.stmt, qual: str, info: Dict[str, Any], cls: Optional[str], region: int) -> None:
+        self.region_now = region
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             self._def(stmt, qual, cls if qual == "<module>" or cls is None else None, info)
             return
@@ -297,7 +301,7 @@ class _Summarizer:
         if isinstance(target, (ast.Tuple, ast.List)):
             for t in target.elts:  # `q, k, v = self.qkv(x).chunk(3, -1)`: each is made by the value
                 if isinstance(t, ast.Name):
-                    self.history[qual].append((t.id, value))
+                    self.history[qual].append((t.id, value, self.region_now))
             # `model, opt = accelerator.prepare(model, opt)`: element i is argument i
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "prepare":
                 for t, a in zip(target.elts, value.args):
@@ -309,7 +313,7 @@ class _Summarizer:
             return
         name = dotted(target)
         if isinstance(target, ast.Name):
-            self.history[qual].append((target.id, value))
+            self.history[qual].append((target.id, value, self.region_now))
         ref = self.vref(value)
         if name is None or ref is None:
             return
@@ -332,6 +336,10 @@ class _Summarizer:
 
     def _masks(self, expr: ast.AST, qual: str, info: Dict[str, Any], region: int, target: Optional[ast.AST] = None) -> None:
         """Overflowing mask constants of a statement (`masks.py`), unless the function tests a dtype."""
+        if self.disables and qual != "<module>" and disabled.disabled_alone(self.regions, region):
+            found = disabled.uses(self, expr, self.functions[qual]["params"], self.history[qual], region)
+            if found:
+                info.setdefault("disabled", []).extend(found)
         if not self.overflows or self.aware.get(qual, True):
             return
         found = masks.sites(self, expr, self.history[qual], self.history.get("<module>", ()), region, target)
@@ -343,9 +351,9 @@ class _Summarizer:
     def _expression(self, expr: ast.AST, qual: str, info: Dict[str, Any], region: int) -> None:
         for node in _walk_expression(expr):
             if isinstance(node, ast.Call):
-                self._call(node, info, region)
+                self._call(node, info, region, qual)
 
-    def _call(self, node: ast.Call, info: Dict[str, Any], region: int) -> None:
+    def _call(self, node: ast.Call, info: Dict[str, Any], region: int, qual: str) -> None:
         spelled = dotted(node.func)
         record: Dict[str, Any] = {
             "f": spelled or "",
@@ -365,7 +373,25 @@ class _Summarizer:
             inner = self.vref(node.func)
             if inner is not None:
                 record["fv"] = inner  # `nn.BCELoss()(p, y)`, `Net().cuda()(x)`
+        if node.args and qual != "<module>" and (spelled is None or self.qualname(spelled) is None):
+            carried = self._carried(node, info, region, qual)
+            if carried:
+                record["ap"] = carried
         info["calls"].append(record)
+
+    def _carried(self, node: ast.Call, info: Dict[str, Any], region: int, qual: str) -> Dict[str, Any]:
+        """What the positional arguments of a project call carry into it (`disabled.passed`),
+        by position: low-precision tensors made in the call's own region, and parameters
+        passed on."""
+        enabled = region < 0 or self.regions[region].get("enabled") is not False  # none here: the callers' may be
+        out: Dict[str, Any] = {}
+        for i, arg in enumerate(node.args):
+            if isinstance(arg, ast.Starred):
+                break
+            found = disabled.passed(self, arg, info["params"], self.history[qual], region, enabled)
+            if found is not None:
+                out[str(i)] = found
+        return out
 
     def _column(self, row: int, byte_offset: int) -> int:
         """ast counts UTF-8 bytes; diagnostics count characters (1-based)."""
