@@ -324,10 +324,10 @@ for epoch in range(10):
             if project.master_weights(call):
                 continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
             for name, site in project.fp16_modules(project.updated_modules(call)):
-                if not site or site[0] == call.path:
+                if not site or (site[0] == call.path and not project.loaded_at(site)):
                     continue
                 opt = q.rsplit(".", 1)[-1]
-                numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() else ""
+                numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() and "eps" not in call.record["k"] else ""
                 message = (
                     f"`{opt}` updates the parameters of a `{name}` that {project.where(*site)} made fp16, "
                     f"with no fp32 master copy: {numbers}updates smaller than fp16's spacing (9.8e-4 near 1.0) "

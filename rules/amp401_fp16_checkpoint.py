@@ -223,7 +223,7 @@ torch.save(model.half().state_dict(), "model_fp16.pt")
                 modules = project.fp16_modules(project.name_types(call.path, call.func, owner))
                 if not modules:
                     fp32_saved.add(call.path)  # unknown or fp32: the file keeps other weights too
-                elif modules[0][1] and modules[0][1][0] != call.path:
+                elif modules[0][1] and (modules[0][1][0] != call.path or project.loaded_at(modules[0][1])):
                     by_file.setdefault(call.path, []).append((call, owner, modules[0]))
         for path, found in by_file.items():
             if path in fp32_saved:

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 
 from .. import torchapi
 from ...core.diagnostics import Diagnostic, Location, Related, Severity
+from . import loaders
 from .index import ModuleIndex
 
 # A value type is a small tuple:
@@ -130,6 +131,7 @@ class Project:
         self._entries: Optional[Dict[FuncKey, List[Region]]] = None
         self._callers: Optional[Dict[FuncKey, List[Call]]] = None
         self._bound: Dict[str, Set[str]] = {}
+        self._loader_sites: Dict[Tuple[str, int], str] = {}
         self._casts: Dict[Tuple[FuncKey, bool], List[Tuple[str, str, Tuple[str, int]]]] = {}
         self._settle()
 
@@ -371,7 +373,10 @@ class Project:
             elif "p" in ref and ref["a"]:
                 types = self._partial(path, func, ref)
             elif "c" in ref:
-                types = frozenset(t for callee in self.name_types(path, func, ref["c"]) for t in self.returns(callee))
+                callees = self.name_types(path, func, ref["c"])
+                types = self._loaded(path, callees, ref)
+                if not types and "e0" not in ref:
+                    types = frozenset(t for callee in callees for t in self.returns(callee))
             else:  # a number
                 types = _EMPTY
             for method in ref.get("m", ()):
@@ -382,6 +387,21 @@ class Project:
             self._active.discard(key)
         memo[key] = types
         return types
+
+    def _loaded(self, path: str, callees: TypeSet, ref: Dict[str, Any]) -> TypeSet:
+        """A model that a library loader of `loaders.LOADERS` returns with fp16 weights."""
+        for t in callees:
+            if t[0] == "X":
+                shown = loaders.fp16_weights(t[1], ref, first="e0" in ref)
+                if shown is not None:
+                    site = (path, ref.get("r", 0))
+                    self._loader_sites[site] = shown
+                    return frozenset({("R", t[1], "fp16", site)})
+        return _EMPTY
+
+    def loaded_at(self, site: Tuple[str, int]) -> Optional[str]:
+        """The loader call (`clip.load(...)`) that made a module fp16 at `site`, if one did."""
+        return self._loader_sites.get(tuple(site))  # type: ignore[arg-type]
 
     def _partial(self, path: str, func: str, ref: Dict[str, Any]) -> TypeSet:
         """`partial(torch.autocast, device_type="cuda", dtype=torch.float16)`: an autocast held for later."""
@@ -662,7 +682,10 @@ class Project:
     def fp16_modules(self, types: Iterable[Type]) -> List[Tuple[str, Tuple[str, int]]]:
         """(class name, cast site) of the modules among `types` whose parameters were cast to
         fp16 (project classes and external ones, `nn.Linear`, `resnet50`), in a stable order."""
-        found = {(t[2] if t[0] == "I" else t[1].rsplit(".", 1)[-1], t[-1]) for t in types if t[0] in ("I", "R") and t[-2] == "fp16"}
+        found = {
+            (t[2] if t[0] == "I" else self._loader_sites.get(t[-1]) or t[1].rsplit(".", 1)[-1], t[-1])
+            for t in types if t[0] in ("I", "R") and t[-2] == "fp16"
+        }
         return sorted(found)
 
     # ------------------------------------------------------------------ autocast

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
 from ...core.gates import overflowing_literal_site
-from . import disabled, masks
+from . import disabled, loaders, masks
 from .astutil import dotted, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
@@ -257,6 +257,8 @@ class _Summarizer:
                 out = {"c": spelled, "a": [self.vref(a) for a in node.args if not isinstance(a, ast.Starred)], "k": {k.arg: self.vref(k.value) for k in node.keywords if k.arg}}
                 if spelled.rsplit(".", 1)[-1] == "partial" and node.args:
                     out["p"] = dotted(node.args[0]) or ""
+                if spelled.rsplit(".", 1)[-1] in loaders.LAST_NAMES:
+                    out["r"] = row  # a library loader's call is where its weights became fp16
         elif isinstance(node, (ast.Name, ast.Attribute)):
             spelled = dotted(node)
             if spelled is not None:
@@ -302,6 +304,11 @@ class _Summarizer:
             for t in target.elts:  # `q, k, v = self.qkv(x).chunk(3, -1)`: each is made by the value
                 if isinstance(t, ast.Name):
                     self.history[qual].append((t.id, value, self.region_now))
+            first = target.elts[0] if target.elts else None
+            if isinstance(first, ast.Name) and isinstance(value, ast.Call):
+                ref = self.vref(value)
+                if ref is not None and "c" in ref:  # `model, preprocess = clip.load(...)`: the first element
+                    info["locals"].setdefault(first.id, []).append({**ref, "e0": 1})
             # `model, opt = accelerator.prepare(model, opt)`: element i is argument i
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "prepare":
                 for t, a in zip(target.elts, value.args):
