@@ -75,6 +75,19 @@ class HalfModelTraining(Rule):
     cast stays silent. A cast decided at run time (`model.to(dtype)`) is not
     followed.
 
+    Library loaders that return fp16 weights count as a cast, in the same
+    file too, only where their source makes it certain (one table,
+    `amplint/model/project/loaders.py`; also used by AMP302 and AMP401):
+
+    | loader | fp16 weights when | fp32 when |
+    |---|---|---|
+    | OpenAI `clip.load(name, device)` | `device` is a literal CUDA device (`"cuda"`, `"cuda:1"`, `torch.device("cuda")`): `build_model` runs `convert_weights` | `device="cpu"` (the loader calls `model.float()`) |
+    | `open_clip.create_model` / `create_model_and_transforms` / `create_model_from_pretrained` | `precision="fp16"` or `"pure_fp16"` | the default `"fp32"`, `"amp"` |
+
+    A device or precision decided at run time (`device=device`, the default
+    `"cuda" if torch.cuda.is_available() else "cpu"`) is not guessed, and a
+    `model.float()` after the load keeps it silent.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP201` (docs/evidence.md#amp201)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast ("do not call `.half()` on your model")

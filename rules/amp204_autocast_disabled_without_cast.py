@@ -68,7 +68,14 @@ class AutocastDisabledWithoutCast(Rule):
     function that opens `autocast(enabled=False)` on its own and is called
     from inside an enabled region with such a tensor (or the op itself) is
     flagged where it uses the parameter unchanged, with the call as a related
-    location. A disabled region for another device
+    location. Deeper, or across files (the project model): a parameter passed
+    on unchanged through more calls (`Head.forward` -> `Head.project` ->
+    `stable_logits`), or a tensor made by such an op in a function that runs
+    under another file's autocast, is followed along the call graph; the
+    message names the region and the chain, the passing calls are related
+    locations. Arguments made before the region, or by a project module the
+    model does not resolve to an `nn.Linear`/`nn.Conv*`, are not followed.
+    A disabled region for another device
     (`autocast("cpu", enabled=False)` inside CUDA autocast) does not turn
     CUDA autocast off and is not considered.
 

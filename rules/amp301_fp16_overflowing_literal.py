@@ -125,6 +125,20 @@ class Fp16OverflowingLiteral(Rule):
     `enabled=False` autocast region, and projects that never run fp16 (bf16
     loses precision on -1e9 but represents it: it becomes -998244352, E03).
 
+    Across functions and files (the project model): also flags a fill or an
+    additive mask in a function that runs under an fp16 autocast its own file
+    does not show -- another file's region reached through the call graph,
+    an autocast held in an attribute or `partial` (`with self.amp_autocast():`),
+    a project decorator that enters autocast, a Lightning
+    `Trainer(precision="16-mixed")` or an fp16 `Accelerator`. Only when the
+    region's dtype is fp16 (bf16 represents -1e9) and the tensor is an autocast
+    output: made in that function by an op autocast runs in fp16 (`q @ k`,
+    `torch.matmul`, `F.linear`, an `nn.Linear` / `nn.Conv*` held in an
+    attribute), not `.float()`ed, and in no function that tests a dtype. The
+    message names the region and the chain of calls; when the per-file check
+    already reported the constant because the project runs fp16 somewhere, the
+    one finding takes this message and keeps its fix.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP301` (docs/evidence.md#amp301)
     - https://pytorch.org/docs/stable/generated/torch.finfo.html

@@ -69,6 +69,17 @@ class Fp16Checkpoint(Rule):
     with `from_pretrained(torch_dtype=torch.float16)` are not flagged: their
     weights are typically fp16 at the source already.
 
+    Across files (the project model): also flags `torch.save` of the
+    `state_dict()` of a model that another file made fp16 -- a builder that
+    returns `model.half()`, a `model.half()` in place, a
+    `convert_weights(model)` helper, a library loader of the table in AMP201's
+    notes (`clip.load(name, device="cuda")`) -- saved directly, in a dict or
+    through one local name, by a trainer function or class that received it.
+    One finding per file, at its first such save, with the cast and the other
+    saves as related locations. Silent when the file saves another
+    `state_dict` that is not known to be fp16 (an fp32 copy, an EMA model),
+    and when the model is cast back with `.float()` in the saving function.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP401` (docs/evidence.md#amp401)
     - https://pytorch.org/docs/stable/notes/amp_examples.html

@@ -84,7 +84,13 @@ class ScalerStateNotCheckpointed(Rule):
     (`save_checkpoint(dir, epoch, model, optimizer)`) that saves an
     optimizer's state and no scaler, made by code that owns an enabled
     GradScaler and passes it no scaler in any argument; the message names the
-    helper's `torch.save`.
+    helper's `torch.save`. The resume side likewise: a helper in another module
+    that `torch.load`s and restores the optimizer (`load_checkpoint(path,
+    model, optimizer)`) but no scaler, called by a loop that owns one, passes
+    it none and never calls its `load_state_dict` itself. One bug, one
+    finding: when the same scaler's state is also missing from the saves
+    (through a helper or the loop's own `torch.save`), the resume call is a
+    related location of that finding ("restored without it").
 
     ## References
     - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
