@@ -336,6 +336,7 @@ def step(model, x, w, device_type):
         """A function that opens `autocast(enabled=False)` and uses a parameter unchanged in a
         lower-precision op, when a low-precision tensor reaches that parameter through more
         than one call or from another file (one call in the same file is `check`'s)."""
+        project.reached()  # loads the modules autocast regions lead to
         for path, qual, info in list(project.functions()):
             uses = info.get("disabled")
             if not uses:

@@ -367,6 +367,7 @@ with torch.autocast("cuda"):
         """A mask constant in a function that runs under an fp16 autocast its file does not
         show (another file's, a held `partial(torch.autocast, ...)`, a project decorator, a
         framework's precision flag), on a tensor that autocast computed in fp16 there."""
+        project.reached()  # loads the modules autocast regions lead to
         for path, qual, info in list(project.functions()):
             for site in info.get("masks", ()):
                 call = ProjectCall(path, qual, site)

@@ -56,8 +56,10 @@ def builder(cast: str) -> str:
 
 TRAINER = """
     import torch
+    from .builder import build
 
-    def train(model, loader, out):
+    def train(cfg, loader, out):
+        model = build(cfg)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for x, y in loader:
             loss = (model(x) - y).pow(2).mean()
@@ -77,10 +79,9 @@ def project(tmp_path: Path, cast: str, after: str = "pass") -> Path:
         "pkg/builder.py": builder(cast),
         "pkg/engine.py": TRAINER.replace("{after}", after),
         "main.py": """
-            from pkg.builder import build
             from pkg.engine import train
 
-            train(build(cfg), loader, "runs")
+            train(cfg, loader, "runs")
         """,
     })
 
@@ -88,13 +89,13 @@ def project(tmp_path: Path, cast: str, after: str = "pass") -> Path:
 def test_an_fp16_model_built_in_another_file_is_one_finding_per_trainer(tmp_path):
     root = project(tmp_path, ".half()")
     found = run(root, "AMP401")
-    assert [where(d) for d in found] == ["engine.py:11"], "one bug, one finding"
+    assert [where(d) for d in found] == ["engine.py:13"], "one bug, one finding"
     d = found[0]
     assert "`torch.save` writes the fp16 weights of `model`, a `Net` that pkg/builder.py:7 made fp16" in d.message
     assert [(Path(r.filename).name, r.location.row, r.message) for r in d.related] == [
-        ("builder.py", 7, "made fp16 here"), ("engine.py", 13, "also saved"),
+        ("builder.py", 7, "made fp16 here"), ("engine.py", 15, "also saved"),
     ]
-    assert [where(x) for x in run(root, "AMP401", [str(root / "pkg" / "engine.py")])] == ["engine.py:11"]
+    assert [where(x) for x in run(root, "AMP401", [str(root / "pkg" / "engine.py")])] == ["engine.py:13"]
 
 
 def test_bf16_fp32_casts_back_and_optimizer_state_stay_silent(tmp_path):

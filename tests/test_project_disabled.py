@@ -39,7 +39,25 @@ class Head(nn.Module):
 """
 
 
+TRAIN = """
+import torch
+from pkg.head import Head
+
+head = Head(8, 2).cuda()
+optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = (head(x) - y).pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
 def write(root: Path, files: Dict[str, str]) -> Path:
+    """A project: `files` and the training script that runs `Head` under autocast."""
+    files = {"train.py": TRAIN, **files}
     root.mkdir(parents=True, exist_ok=True)
     (root / "pyproject.toml").write_text('[project]\nname = "p"\n')
     for name, text in files.items():

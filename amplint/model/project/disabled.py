@@ -42,7 +42,7 @@ def disabled_alone(regions: Sequence[Dict[str, Any]], region: int) -> bool:
 
 def uses(s: Any, expr: ast.AST, params: Sequence[str], history: masks.History, region: int) -> List[Dict[str, Any]]:
     """Parameters used unchanged as inputs of lower-precision ops in `expr`."""
-    assigned = {entry[0] for entry in history}
+    assigned = history.by_name
     out: List[Dict[str, Any]] = []
     for n in walk_expression(expr):
         op, inputs = _op(s, n)
@@ -66,12 +66,12 @@ def passed(s: Any, arg: ast.AST, params: Sequence[str], history: masks.History, 
     in none of its file: the graph then asks who calls its function under autocast)."""
     base = _strip(arg)
     if isinstance(base, ast.Name):
-        last = next((i for i in range(len(history) - 1, -1, -1) if history[i][0] == base.id), None)
+        last = history.last(base.id)
         if last is None:
             return f"p:{base.id}" if base.id in params and base.id not in ("self", "cls") else None
-        if not enabled or history[last][2] != region:
+        if not enabled or history.entries[last][2] != region:
             return None  # made before the region (fp32), or in another block
-        found = masks.source(s, history[last][1], history, last)
+        found = masks.made_by(s, history, last)
     elif enabled:
         found = masks.source(s, base, history, len(history))
     else:

@@ -55,6 +55,8 @@ _MASTER_WRAPPER = re.compile(r"fp16|master|initialize|mixedprecision|deepspeed",
 _MAX_CHAIN = 8
 _MAX_WITNESSES = 3
 _ROUNDS = 4
+#: how many (function, region) facts `reached` records at most: a bound on the modules it loads
+_MAX_REACHED = 4000
 _FORWARD = ("forward", "__call__")
 _LIGHTNING_HOOKS = ("training_step", "validation_step", "test_step", "predict_step", "forward")
 #: torch modules whose output autocast computes in lower precision (`self.qkv(x)`, `self.head(h)`)
@@ -116,6 +118,7 @@ class Project:
     ) -> None:
         self.root = root
         self.summaries = dict(summaries)
+        self._given = list(summaries)  # the files the model starts from (the universe)
         self._load = load
         self._missing: Set[str] = set()
         self._index = ModuleIndex(files if files is not None else summaries, root)
@@ -132,6 +135,8 @@ class Project:
         self._callers: Optional[Dict[FuncKey, List[Call]]] = None
         self._bound: Dict[str, Set[str]] = {}
         self._loader_sites: Dict[Tuple[str, int], str] = {}
+        self._reached: Optional[Set[FuncKey]] = None
+        self._reached_callers: Dict[FuncKey, List[Call]] = {}
         self._casts: Dict[Tuple[FuncKey, bool], List[Tuple[str, str, Tuple[str, int]]]] = {}
         self._settle()
 
@@ -514,24 +519,28 @@ class Project:
                     key = self.runs(t)
                     if key is None:
                         continue
-                    info = self.function(key)
-                    if info is None:
-                        continue
-                    params = list(info["params"])
-                    if info["cls"] and key[1].count(".") == 1 and params:
-                        params = params[1:]  # self
-                    for i, ref in enumerate(call.record["a"]):
-                        if i < len(params) and ref is not None:
-                            found.setdefault((key[0], key[1], params[i]), {})[(call.path, call.func, id(ref))] = ref
-                    for kw, ref in call.record["k"].items():
-                        if kw in params and ref is not None:
-                            found.setdefault((key[0], key[1], kw), {})[(call.path, call.func, id(ref))] = ref
+                    self._bind_arguments(call, key, found)
             if found.keys() == self._param_args.keys() and all(found[k].keys() == self._param_args[k].keys() for k in found):
                 break
             self._param_args = found
             for memo in (*self._memos.values(), *self._resolveds.values()):
                 memo.clear()
             self._casts.clear()
+
+    def _bind_arguments(self, call: Call, key: FuncKey, into: Dict[Tuple[str, str, str], Dict[Tuple[str, str, int], Dict[str, Any]]]) -> None:
+        """Record the arguments `call` passes to the parameters of function `key`."""
+        info = self.function(key)
+        if info is None:
+            return
+        params = list(info["params"])
+        if info["cls"] and key[1].count(".") == 1 and params:
+            params = params[1:]  # self
+        for i, ref in enumerate(call.record["a"]):
+            if i < len(params) and ref is not None:
+                into.setdefault((key[0], key[1], params[i]), {})[(call.path, call.func, id(ref))] = ref
+        for kw, ref in call.record["k"].items():
+            if kw in params and ref is not None:
+                into.setdefault((key[0], key[1], kw), {})[(call.path, call.func, id(ref))] = ref
 
     def updated_modules(self, call: Call) -> TypeSet:
         """The modules whose parameters an optimizer constructor call is given
@@ -595,8 +604,62 @@ class Project:
         return imported is not None and not imported[0] and imported[1].split(".")[0] == "torch"
 
     def callers(self, key: FuncKey) -> List[Call]:
-        """The calls in the files the model started from that run function `key`."""
-        return list((self._callers or {}).get(key, ()))
+        """The calls that run function `key`: in the files the model started from, and the
+        ones `reached` followed into modules it loaded."""
+        out = list((self._callers or {}).get(key, ()))
+        out.extend(c for c in self._reached_callers.get(key, ()) if c not in out)
+        return out
+
+    def reached(self) -> Set[FuncKey]:
+        """The functions that calls made inside an enabled autocast region of the files the
+        model starts from run, directly or through further calls. Follows calls forward, loading the modules they
+        resolve to, and records each call it follows (`callers` then knows them), so a model
+        file nothing in the universe names is read only when a region leads there."""
+        if self._reached is not None:
+            return self._reached
+        self._reached = set()  # asked again while it runs (a held region resolving): what is known
+        found: Dict[FuncKey, Set[Tuple[Any, ...]]] = {}
+        frontier: List[Tuple[Call, Region, Tuple[FuncKey, ...]]] = []
+        for path in self._given:
+            for qual, info in self.summaries[path]["functions"].items():
+                for record in info["calls"]:
+                    call = Call(path, qual, record)
+                    region = self.region_of(call) if record["g"] >= 0 else None
+                    if region is not None and region.enabled is not False:
+                        frontier.append((call, region, ()))
+        for key, regions in list(self._framework_map().items()):  # hooks a framework runs under its precision
+            info = self.function(key)
+            for region in regions:
+                found.setdefault(key, set()).add((region.device, region.dtype, region.enabled))
+                for record in info["calls"] if info is not None else ():
+                    if record["g"] < 0:
+                        frontier.append((Call(key[0], key[1], record), region, (key,)))
+        budget = _MAX_REACHED
+        while frontier and budget > 0:
+            following: List[Tuple[Call, Region, Tuple[FuncKey, ...]]] = []
+            for call, region, chain in frontier:
+                for key in self.callees(call):
+                    signatures = found.setdefault(key, set())
+                    if call not in self._reached_callers.setdefault(key, []):
+                        self._reached_callers[key].append(call)
+                    sig = (region.device, region.dtype, region.enabled)
+                    if sig in signatures or len(signatures) >= _MAX_WITNESSES:
+                        continue
+                    signatures.add(sig)
+                    budget -= 1
+                    info = self.function(key)
+                    if info is None or len(chain) + 1 >= _MAX_CHAIN:
+                        continue
+                    for record in info["calls"]:
+                        inner = Call(key[0], key[1], record)
+                        own = self.region_of(inner) if record["g"] >= 0 else None
+                        if own is None:
+                            following.append((inner, region, (*chain, key)))
+                        elif own.enabled is not False:  # its own region, from here down
+                            following.append((inner, own, ()))
+            frontier = following
+        self._reached = set(found)
+        return self._reached
 
     def saved_checkpoint(self, key: FuncKey) -> Optional[Tuple[Call, Dict[str, Any]]]:
         """The `torch.save({...})` of a resume checkpoint in function `key` -- a dict holding an
@@ -762,14 +825,7 @@ class Project:
     def _entry_regions(self, key: FuncKey) -> List[Region]:
         """Regions a function is entered under without a call the project shows: its
         decorators', and a framework's precision setting for the hooks it runs."""
-        if self._entries is None:
-            self._entries = {}
-            for path, s in list(self.summaries.items()):
-                for fw in s["frameworks"]:
-                    region = Region(path, fw["row"], fw["device"], fw["dtype"], True, fw["kind"])
-                    for entry in self._framework_entries(path, fw):
-                        self._entries.setdefault(entry, []).append(region)
-        out = list(self._entries.get(key, ()))
+        out = list(self._framework_map().get(key, ()))
         info = self.function(key)
         for decorator in info["decorators"] if info is not None else ():
             if decorator:
@@ -779,6 +835,18 @@ class Project:
                     if region is not None:
                         out.append(region)
         return out
+
+    def _framework_map(self) -> Dict[FuncKey, List[Region]]:
+        """The hooks each framework precision setting of the loaded files runs (Lightning's
+        `training_step`, a prepared model's `forward`), with the setting as their region."""
+        if self._entries is None:
+            self._entries = {}
+            for path, s in list(self.summaries.items()):
+                for fw in s["frameworks"]:
+                    region = Region(path, fw["row"], fw["device"], fw["dtype"], True, fw["kind"])
+                    for entry in self._framework_entries(path, fw):
+                        self._entries.setdefault(entry, []).append(region)
+        return self._entries
 
     def decorator_region(self, t: Type) -> Optional[Region]:
         """The region a project decorator runs the decorated function under: one whose

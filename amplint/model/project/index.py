@@ -11,19 +11,20 @@ other per-file results:
   may set precision (autocast, a framework's precision flag, a GradScaler);
   "h" -- it may hold an autocast in a `partial` and enter it later;
   "g" -- it builds a GradScaler (another file may call that per epoch, or
-  save the checkpoint without it); "m" -- a constant beyond fp16's range
-  sits where a mask is filled or added (AMP301's text gate), which only the
-  dtype of its callers' autocast makes wrong; "k" -- it opens
-  `autocast(enabled=False)`, which gets its callers' low-precision tensors;
+  save the checkpoint without it); "f" -- it sets a framework's mixed
+  precision (Lightning `Trainer(precision=...)`, `Accelerator(mixed_precision=...)`,
+  `TrainingArguments(fp16=True)`), which runs the hooks of the model it is given;
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one).
 
-`universe` then takes the BCE files (and, when some file sets precision, the
-mask files and the files that turn autocast off), the files that import them (transitively,
+`universe` then takes the BCE files, the files that import them (transitively,
 a bounded number of levels), the precision-setting files those import, and
-the optimizer files and files holding an autocast in a `partial`; what these import is loaded when a name leads there
-(`graph.Project`).
+the optimizer files, the GradScaler files with their direct importers, and
+files holding an autocast in a `partial` or setting a framework's precision;
+what these import is loaded when a name
+leads there (`graph.Project`, whose `reached` follows calls out of autocast
+regions into the modules they lead to).
 """
 from __future__ import annotations
 
@@ -32,16 +33,17 @@ import re
 import sys
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ...core.gates import overflowing_literal_site
-
 _BCE = re.compile(r"binary_cross_entropy\s*\(|BCELoss\b")
 _OPTIMIZER = re.compile(r"\b(?:Adam|AdamW|SGD|RMSprop|Adagrad|Adamax|NAdam|RAdam|Adadelta|LBFGS|SparseAdam|ASGD|Rprop)\s*\(")
 _PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler")
 #: code that sets precision, not prose about it: an autocast (entered, or held: `partial(torch.autocast,
 #: ...)`), a scaler, a framework's setting
-_SETS_PRECISION = re.compile(r"autocast\s*\(|autocast\s*[,)]|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True")
-#: an autocast turned off by a literal: a helper whose callers (maybe elsewhere) pass it fp16 tensors
-_DISABLES = re.compile(r"autocast\s*\([^)]*enabled\s*=\s*False")
+_SETS_PRECISION = re.compile(r"autocast\s*\(|partial\(\s*[\w.]*autocast\b|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True")
+#: a framework's mixed-precision setting in its constructor call
+_FRAMEWORK = re.compile(
+    r"\bTrainer\s*\([^)]*\bprecision\s*=|\bAccelerator\s*\([^)]*\bmixed_precision\s*="
+    r"|TrainingArguments\s*\([^)]*\b(?:fp16|bf16)\s*=\s*True"
+)
 #: the standard library's top-level modules: no project holds one, and leaving their imports
 #: out keeps the cached index small
 _EXTERNAL = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
@@ -71,10 +73,8 @@ def text_index(source: str) -> Dict[str, object]:
             roles += "h"  # an autocast held in a `partial`, maybe entered later
         if "GradScaler(" in source:
             roles += "g"
-    if overflowing_literal_site(source):
-        roles += "m"
-    if "enabled" in source and _DISABLES.search(source):
-        roles += "k"
+        if ("Trainer" in source or "Accelerator" in source or "Arguments" in source) and _FRAMEWORK.search(source):
+            roles += "f"  # a framework runs the project's hooks under this precision
     imports: List[List[object]] = []
     if "import" in source:
         for m in _IMPORTS.finditer(source):
@@ -191,25 +191,22 @@ class ModuleIndex:
 def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, object]]) -> List[str]:
     """The files the project model starts from: the BCE files, their importers up to
     `UP_LEVELS` levels, the precision-setting files any of those import, the
-    mask files (when a file sets precision), the files holding an autocast in a
-    `partial`, and the files building an optimizer or a GradScaler with their
-    direct importers (a trainer class gets its model, and a helper its callers,
-    from there). Empty when none is there.
+    optimizer files, files holding an autocast in a `partial` or setting a
+    framework's mixed precision, and the files
+    building a GradScaler with their direct importers. Empty when none is there.
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
-    if any("a" in str(index(f)["r"]) for f in files):  # a mask matters only under some region
-        seeds += [f for f in files if any(r in str(index(f)["r"]) for r in "mk") and "b" not in str(index(f)["r"])]
-    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohg")]
+    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgf")]
     if not seeds and not optimizers:
         return []
     chosen: Set[str] = set(seeds) | set(optimizers)
-    builders = [f for f in optimizers if any(r in str(index(f)["r"]) for r in "og")]
-    if seeds or builders:
+    scalers = [f for f in optimizers if "g" in str(index(f)["r"])]
+    if seeds or scalers:
         modules = ModuleIndex(files, root)
         entries = {f: index(f)["i"] for f in files}
-        for f in sorted(_importers(builders, files, entries, modules)) if builders else ():
+        for f in sorted(_importers(scalers, files, entries, modules)) if scalers else ():
             if len(chosen) < MAX_FILES:
-                chosen.add(f)  # who calls a function that builds a GradScaler, or passes a trainer its model
+                chosen.add(f)  # who calls a function that builds a GradScaler
     if seeds:
         reached: Set[str] = set(seeds)
         level = list(seeds)

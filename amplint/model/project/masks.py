@@ -20,6 +20,7 @@ record nothing: their constants are dtype-aware. Uses only `ast`.
 from __future__ import annotations
 
 import ast
+import bisect
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import torchapi
@@ -40,8 +41,32 @@ _DTYPE_WORDS = ("dtype", "float16", "half", "fp16", "bf16", "bfloat16", "finfo",
 _MAX_DEPTH = 4
 
 Source = Union[str, Dict[str, List[str]], None]
-#: a function's plain assignments so far: (name, value, autocast region index at the assignment)
-History = Sequence[Tuple[str, ast.AST, int]]
+
+
+class History:
+    """A function's plain assignments so far, in order: (name, value, autocast region index at
+    the assignment), with each name's positions, so "the last assignment of `x` before entry i"
+    is a bisection, and what made each value is read once."""
+
+    def __init__(self) -> None:
+        self.entries: List[Tuple[str, ast.AST, int]] = []
+        self.by_name: Dict[str, List[int]] = {}
+        self.sources: Dict[int, Source] = {}
+
+    def add(self, name: str, value: ast.AST, region: int) -> None:
+        self.by_name.setdefault(name, []).append(len(self.entries))
+        self.entries.append((name, value, region))
+
+    def last(self, name: str, before: Optional[int] = None) -> Optional[int]:
+        """The position of the last assignment of `name` before entry `before` (default: all)."""
+        positions = self.by_name.get(name)
+        if not positions:
+            return None
+        i = bisect.bisect_left(positions, len(self.entries) if before is None else before) - 1
+        return positions[i] if i >= 0 else None
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
 def dtype_aware(body: Sequence[ast.stmt]) -> bool:
@@ -94,8 +119,8 @@ def _fill(s: Any, call: ast.Call, history: History, constants: History, region: 
         return []
     literal = value
     if isinstance(value, ast.Name):  # `NEG_INF = -1e9` at module level, passed by name
-        bound = [entry[1] for entry in constants if entry[0] == value.id]
-        if not bound or any(entry[0] == value.id for entry in history) or len({_number(v) for v in bound}) != 1:
+        bound = [constants.entries[i][1] for i in constants.by_name.get(value.id, ())]
+        if not bound or value.id in history.by_name or len({_number(v) for v in bound}) != 1:
             return []
         literal = bound[0]
     number = _number(literal)
@@ -158,15 +183,24 @@ def source(s: Any, expr: ast.AST, history: History, before: int, depth: int = 0)
             if spelled and q is None and spelled not in callees:
                 callees.append(spelled)  # `self.qkv(x)`: the project model resolves it
         elif isinstance(n, ast.Name):
-            for i in range(before - 1, -1, -1):
-                if history[i][0] == n.id:
-                    inner = source(s, history[i][1], history, i, depth + 1)
-                    if inner == "lp":
-                        return "lp"
-                    if isinstance(inner, dict):
-                        callees.extend(c for c in inner["m"] if c not in callees)
-                    break
+            i = history.last(n.id, before)
+            if i is not None:
+                inner = made_by(s, history, i, depth + 1)
+                if inner == "lp":
+                    return "lp"
+                if isinstance(inner, dict):
+                    callees.extend(c for c in inner["m"] if c not in callees)
     return {"m": callees[:6]} if callees else None
+
+
+def made_by(s: Any, history: History, i: int, depth: int = 0) -> Source:
+    """What made the value of assignment `i` (`source`, memoised per assignment)."""
+    if i in history.sources:
+        return history.sources[i]
+    found = source(s, history.entries[i][1], history, i, depth)
+    if depth == 0 or found is not None:
+        history.sources[i] = found
+    return found
 
 
 def _scaled_literal(node: ast.AST) -> Optional[Tuple[ast.AST, float, ast.AST]]:

@@ -68,7 +68,7 @@ class _Summarizer:
         self.regions: List[Dict[str, Any]] = []
         self.frameworks: List[Dict[str, Any]] = []
         #: per function: (name, value) of its plain assignments so far, in order (mask sites read them)
-        self.history: Dict[str, List[Tuple[str, ast.AST, int]]] = {}
+        self.history: Dict[str, masks.History] = {}
         self.region_now = -1  # the autocast region of the statement being read
         self.aware: Dict[str, bool] = {}  # per function: it tests a dtype (its constants are dtype-aware)
 
@@ -126,8 +126,8 @@ class _Summarizer:
             "casts": [],
         }
         self.functions[qual] = info
-        self.history[qual] = []
-        self.aware[qual] = masks.dtype_aware(body) if qual != "<module>" else True
+        self.history[qual] = masks.History()
+        self.aware[qual] = masks.dtype_aware(body) if qual != "<module>" and self.overflows else True
         outer = self.loops, self.branches
         self.loops = self.branches = 0
         for stmt in body:
@@ -303,11 +303,11 @@ class _Summarizer:
         if isinstance(target, (ast.Tuple, ast.List)):
             for t in target.elts:  # `q, k, v = self.qkv(x).chunk(3, -1)`: each is made by the value
                 if isinstance(t, ast.Name):
-                    self.history[qual].append((t.id, value, self.region_now))
+                    self.history[qual].add(t.id, value, self.region_now)
             first = target.elts[0] if target.elts else None
             if isinstance(first, ast.Name) and isinstance(value, ast.Call):
                 ref = self.vref(value)
-                if ref is not None and "c" in ref:  # `model, preprocess = clip.load(...)`: the first element
+                if ref is not None and "r" in ref:  # `model, preprocess = clip.load(...)`: a loader's model
                     info["locals"].setdefault(first.id, []).append({**ref, "e0": 1})
             # `model, opt = accelerator.prepare(model, opt)`: element i is argument i
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "prepare":
@@ -320,7 +320,7 @@ class _Summarizer:
             return
         name = dotted(target)
         if isinstance(target, ast.Name):
-            self.history[qual].append((target.id, value, self.region_now))
+            self.history[qual].add(target.id, value, self.region_now)
         ref = self.vref(value)
         if name is None or ref is None:
             return
@@ -349,7 +349,7 @@ class _Summarizer:
                 info.setdefault("disabled", []).extend(found)
         if not self.overflows or self.aware.get(qual, True):
             return
-        found = masks.sites(self, expr, self.history[qual], self.history.get("<module>", ()), region, target)
+        found = masks.sites(self, expr, self.history[qual], self.history["<module>"], region, target)
         if found:
             info.setdefault("masks", []).extend(found)
 
