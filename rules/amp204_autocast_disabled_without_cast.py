@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence, Set, Tuple
 
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, chain_text, torchapi
 
-from typing import Iterator, Optional, Sequence, Set, Tuple
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
 
-import libcst as cst
+    from amplint.model import (
+        AutocastOp, AutocastRegion, CallInfo, ModuleContext, Scope, active_region, assignment_before,
+        autocast_op_of, autocast_ops, make_fix, region_within, replace_node, same_device, strip_views,
+    )
 
-from amplint.model import (
-    AutocastOp, AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, active_region,
-    assignment_before, autocast_op_of, autocast_ops, make_fix, region_within, replace_node, same_device,
-    strip_views, torchapi, Project, ProjectCall, chain_text,
-)
 
 _DTYPE_WORDS = {"fp16": "fp16", "bf16": "bf16", None: "fp16 or bf16"}
 
@@ -298,6 +299,9 @@ def step(model, x, w, device_type):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        import libcst as cst
+
+        from amplint.model import active_region, autocast_ops, region_within, same_device, strip_views
         if not any(r.enabled is False for r in ctx.regions):
             return
         reported: Set[int] = set()
@@ -377,6 +381,7 @@ def step(model, x, w, device_type):
         disabled: AutocastRegion,
         calls: Sequence[CallInfo] = (),
     ) -> Diagnostic:
+        from amplint.model import make_fix, replace_node
         dtype = _DTYPE_WORDS.get(outer.dtype, "fp16 or bf16")
         # the tensor was made by a caller and passed in: every call is related
         related = [ctx.related(call.node, "passed in") for call in calls]
@@ -396,6 +401,7 @@ def step(model, x, w, device_type):
 
 def _enclosing(ctx: ModuleContext, disabled: AutocastRegion) -> Optional[AutocastRegion]:
     """The region of the same device that `disabled` switches off, if it was on."""
+    from amplint.model import same_device
     r = disabled.parent
     while r is not None:
         if same_device(ctx, r, disabled):
@@ -409,6 +415,9 @@ def _across_calls(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, AutocastOp, Au
     it in its own body, called from inside an enabled region of the same device with a tensor
     that region made in low precision: the parameter that receives it, used unchanged in a
     lower-precision op inside the disabled region (the helper is called with fp16 tensors)."""
+    import libcst as cst
+
+    from amplint.model import active_region, assignment_before, autocast_ops, region_within, same_device, strip_views
     tops = [r for r in ctx.regions if r.enabled is False and _enclosing(ctx, r) is None and r.parent is None]
     if not tops:
         return
@@ -458,6 +467,9 @@ def _bound_arguments(call: CallInfo, helper: Scope) -> Iterator[Tuple[str, cst.B
 def _passed_low_precision(ctx: ModuleContext, arg: cst.BaseExpression, call: CallInfo, outer: AutocastRegion) -> Optional[AutocastOp]:
     """The lower-precision op (run under `outer`) whose result `arg` is: the op itself, or a
     name assigned from it under `outer` in the caller."""
+    import libcst as cst
+
+    from amplint.model import active_region, assignment_before, autocast_op_of, strip_views
     base = strip_views(ctx, arg)
     source = autocast_op_of(ctx, base)
     if source is None and isinstance(base, cst.Name):
@@ -474,6 +486,7 @@ def _low_precision_source(
     ctx: ModuleContext, name: cst.Name, op: AutocastOp, outer: AutocastRegion, disabled: AutocastRegion
 ) -> Optional[AutocastOp]:
     """The lower-precision op whose result `name` holds, assigned under `outer` but outside `disabled`."""
+    from amplint.model import active_region, assignment_before, autocast_op_of, region_within, strip_views
     a = assignment_before(ctx, name.value, op.scope, op.statement, op.order)
     if a is None or a.unpacked:
         return None

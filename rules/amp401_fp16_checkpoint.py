@@ -1,14 +1,14 @@
 """AMP401 fp16-checkpoint."""
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
-from amplint.model import (
-    CallInfo, Diagnostic, Invalid, LowPrecisionCast, ModuleContext, Rule, Severity, Valid, descendants, dotted_name,
-    Project, ProjectCall,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import CallInfo, LowPrecisionCast, ModuleContext, descendants, dotted_name
 
 
 _CAST_METHODS = ("half", "to", "type")
@@ -273,6 +273,9 @@ def _not_weights(ctx: ModuleContext, receiver: Optional[str]) -> bool:
 
 def _saved_state_dicts(ctx: ModuleContext, save: CallInfo) -> Iterator[Tuple[Optional[str], cst.Call]]:
     """(receiver, call) for every `<x>.state_dict()` in what `save` writes (following one local name)."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
     obj = save.arg(0, "obj")
     nodes = [obj] if obj is not None else []
     if isinstance(obj, cst.Name):
@@ -291,6 +294,7 @@ def _saved_state_dicts(ctx: ModuleContext, save: CallInfo) -> Iterator[Tuple[Opt
 
 def _fp16_cast(ctx: ModuleContext, casts, save: CallInfo, receiver: Optional[str], node: cst.Call):
     """The cast that made `receiver` fp16 at `save`; None if fp16 by a visible `.half()` chain; False if fp32."""
+    import libcst as cst
     inner = node.func.value
     if isinstance(inner, cst.Call):
         info = ctx.call_info(inner)

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import json
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Related, Rule, Severity, Valid
 
-from amplint.model import (
-    CallInfo, Diagnostic, Invalid, ModuleContext, Project, ProjectCall, Related, Rule, Severity, Valid, descendants,
-    dotted_name,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    from amplint.model import CallInfo, ModuleContext
 
 
 class ScalerStateNotCheckpointed(Rule):
@@ -91,6 +89,7 @@ class ScalerStateNotCheckpointed(Rule):
     finding: when the same scaler's state is also missing from the saves
     (through a helper or the loop's own `torch.save`), the resume call is a
     related location of that finding ("restored without it").
+
 
     ## References
     - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
@@ -349,6 +348,8 @@ def train(model, opt, loader, resume=None):
             saved = project.saved_checkpoint(key) if key[0] != call.path else None
             if saved is None or _mentions_scaler(saved[1]):
                 continue
+            if scaler is None and not _scale_owners(project, call):
+                return  # no scaler here to leave out: resolve (and load) nothing
             scaler = scaler or _live_scaler(project, call, "state_dict")
             if scaler is None or _passes_scaler(call):
                 return
@@ -368,7 +369,7 @@ def train(model, opt, loader, resume=None):
             restored = project.restored_checkpoint(key) if key[0] != call.path else None
             if restored is None:
                 continue
-            scaler = _live_scaler(project, call, "load_state_dict")
+            scaler = _live_scaler(project, call, "load_state_dict") if _scale_owners(project, call) else None
             if scaler is not None and not _passes_scaler(call):
                 yield call, scaler, key[1].rsplit(".", 1)[-1], restored
             return
@@ -391,6 +392,18 @@ def _mentions_scaler(ref) -> bool:
     return "scaler" in json.dumps(ref).lower()
 
 
+def _scale_owners(project: Project, call) -> List[str]:
+    """What the function holding `call` (or its class) calls `.scale(...)` on, when its name
+    says scaler (`scaler`, `self.grad_scaler`): read from the summary, nothing resolved."""
+    info = project.function((call.path, call.func))
+    if info is None:
+        return []
+    scope = [info]
+    if info["cls"]:
+        scope = [f for q, f in project.summaries[call.path]["functions"].items() if q.startswith(info["cls"] + ".")]
+    return [r["f"][: -len(".scale")] for f in scope for r in f["calls"] if r["f"].endswith(".scale") and "scaler" in r["f"].lower()]
+
+
 def _passes_scaler(call: ProjectCall) -> bool:
     return any(_mentions_scaler(a) for a in (*call.record["a"], *call.record["k"].values()))
 
@@ -402,20 +415,12 @@ def _live_scaler(project: Project, call, method: str) -> Optional[str]:
     info = project.function((call.path, call.func))
     if info is None:
         return None
-    scope = [info]
-    if info["cls"]:
-        scope = [f for q, f in project.summaries[call.path]["functions"].items() if q.startswith(info["cls"] + ".")]
-    for f in scope:
-        for record in f["calls"]:
-            name = record["f"]
-            if not name.endswith(".scale") or "scaler" not in name.lower():
-                continue
-            owner = name[: -len(".scale")]
-            if any(r["f"] == f"{owner}.{method}" for g in project.summaries[call.path]["functions"].values() for r in g["calls"]):
-                return None
-            types = project.name_types(call.path, call.func, owner)
-            if any(t[0] == "R" and "GradScaler" in t[1] for t in types) or owner.split(".")[-1] in info["params"]:
-                return owner
+    for owner in _scale_owners(project, call):
+        if any(r["f"] == f"{owner}.{method}" for g in project.summaries[call.path]["functions"].values() for r in g["calls"]):
+            return None
+        types = project.name_types(call.path, call.func, owner)
+        if any(t[0] == "R" and "GradScaler" in t[1] for t in types) or owner.split(".")[-1] in info["params"]:
+            return owner
     return None
 
 
@@ -451,6 +456,10 @@ def _scaler_call(ctx: ModuleContext, method: str) -> bool:
 
 def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
     """The optimizer whose state the saved dict holds, when it is a resume checkpoint."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
     obj = call.arg(0, "obj")
     if isinstance(obj, cst.Name):
         found = [

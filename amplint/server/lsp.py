@@ -104,7 +104,7 @@ class AmplintServer(LanguageServer):
         if base is not None and full.facts == base.facts and _same(full.raw, base.raw):
             base.confirmed = True  # the usual case: nothing to redo (a new base costs a parse)
             return
-        linted = await asyncio.get_running_loop().run_in_executor(self.worker, exact, source, path, fast.config, full, self.projects)
+        linted = await asyncio.get_running_loop().run_in_executor(self.worker, exact, source, path, fast.config, full, self.projects, base)
         if self.snapshot(uri) != snapshot or self.linted.get(uri) is not fast:
             return
         self.linted[uri] = linted
