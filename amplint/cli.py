@@ -221,7 +221,8 @@ def main(
     except ConfigError as exc:
         raise fail(str(exc))
     if verify_settings is not None:
-        _verify(diagnostics, verify_settings)
+        # stdin's text is not the file's: its verdicts are not kept
+        _verify(diagnostics, verify_settings, config, None if no_cache or "-" in targets else (cache_dir or ""))
 
     from .report import renderer
 
@@ -311,11 +312,14 @@ def _verify_settings(
         raise ConfigError(str(exc)) from None
 
 
-def _verify(diagnostics, settings: Dict[str, Any]) -> None:
+def _verify(diagnostics, settings: Dict[str, Any], config: Config, cache_dir: Optional[str]) -> None:
+    """Verdicts are kept beside the lint cache (none with --no-cache) for `amplint server`."""
     from .verify import VerifyError, verify_diagnostics
+    from .verify.store import VerdictStore
 
+    store = VerdictStore.for_config(config, cache_dir or None) if cache_dir is not None else None
     try:
-        verify_diagnostics(diagnostics, **settings, on_start=_say_sandbox)
+        verify_diagnostics(diagnostics, **settings, on_start=_say_sandbox, store=store)
     except VerifyError as exc:
         raise fail(str(exc))
 
