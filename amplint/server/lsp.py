@@ -24,9 +24,11 @@ from pygls.uris import to_fs_path
 from ..__version__ import __version__
 from ..core.diagnostics import Diagnostic
 from .actions import FIX_ALL, actions_for, fix_all_action, hover_text, overlaps
+from .crossfile import CrossFile
 from .documents import Linted, lint_notebook_cells, lint_python, lint_text
 from .project import Projects
 from .protocol import Lines, to_lsp
+from .verdicts import Verdicts
 
 DEBOUNCE_S = 0.15
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -59,6 +61,8 @@ class AmplintServer(LanguageServer):
         )
         self.debounce = debounce
         self.projects = Projects()
+        self.crossfile = CrossFile()  # findings whose cause is in another file
+        self.verdicts = Verdicts()  # verdicts `amplint --verify` cached
         self.linted: Dict[str, Linted] = {}  # a text document's or notebook's uri -> its last lint
         self.tracked: set = set()  # the open Python documents (not notebook cells)
         self.owner: Dict[str, str] = {}  # a cell's uri -> its notebook's uri
@@ -103,8 +107,9 @@ class AmplintServer(LanguageServer):
     def run_lint(self, uri: str, snapshot: Tuple) -> Linted:
         kind, path, content = snapshot
         if kind == "notebook":
-            return lint_notebook_cells(content, path, self.projects)
-        return lint_python(content, path, self.projects)
+            return self.verdicts.attach(lint_notebook_cells(content, path, self.projects), path)
+        linted = self.crossfile.add(lint_python(content, path, self.projects), path)
+        return self.verdicts.attach(linted, path)
 
     # ------------------------------------------------------------ publishing
 
@@ -189,6 +194,7 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
             linted = ls.linted.get(uri)
             if linted is not None:
                 ls.projects.refresh(path_of(uri), linted.config)
+            ls.crossfile.saved(path_of(uri))
             ls.schedule(uri, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
