@@ -4,72 +4,136 @@ The CLI builds the project model of a linted file's whole project (its root:
 the nearest folder with a `pyproject.toml`, `setup.py`, `setup.cfg` or
 `.git`) and reports the findings located in that file; their causes in other
 files are `Diagnostic.related`, which the editor shows as related
-information. Here the same model runs with the buffer's text in place of the
-saved file (`engine.crossfile.buffer_diagnostics`); the other files' text
-indexes and summaries come from the cache shared with CLI runs, and while the
-buffer equals the saved file the project's recorded findings are reused.
+information. Here the same model runs on the buffer's text
+(`engine.crossfile.buffer_diagnostics`); the other files' text indexes and
+summaries come from the cache shared with CLI runs, and while the buffer
+equals the saved file the project's recorded findings are reused.
 
-A project's file list is found once and again after a save in it (a new file
-counts from its first save); the cache is kept per configuration (one load)
-and saved when the model computed something new for it.
+Building the model of a large project costs seconds, far more than a
+keystroke may, so it runs on its own thread, off the lint path, when a
+document is opened and whenever a file of its project is saved; its findings
+are then carried along the buffer's edits (`relocate.py`: a finding whose
+lines are edited is dropped until the next save). When a result arrives the
+server re-publishes the document (`on_ready`). A project's file list is found
+once and again after a save in it (a new file counts from its first save).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
 from .documents import Linted
+from .relocate import relocate
 
 
 class CrossFile:
-    """Project file lists by root and caches by configuration, for the lint thread."""
+    """The last cross-file findings of each open Python file, and the thread that makes them."""
 
-    def __init__(self, use_cache: bool = True) -> None:
+    def __init__(self, on_ready: Callable[[str], None] = lambda path: None, use_cache: bool = True) -> None:
+        self.on_ready = on_ready  # called on the model's thread with the path whose findings changed
         self.use_cache = use_cache
+        #: path -> (the text the findings were computed for, the findings, conditions unresolved)
+        self._known: Dict[str, Tuple[str, List[Diagnostic]]] = {}
+        self._wanted: Dict[str, int] = {}  # path -> the generation of its newest request
+        self._stale: set = set()  # paths opened or saved since their findings were made
         self._files: Dict[Tuple[Optional[str], Config], List[str]] = {}
         self._caches: Dict[Config, Any] = {}
         self._lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amplint-project")
+
+    # ------------------------------------------------------------ the lint path (cheap)
 
     def add(self, linted: Linted, path: str) -> Linted:
-        """`linted` (a Python buffer's lint) with the cross-file findings of its file added."""
-        if linted.error or linted.cells:
+        """`linted` with its file's cross-file findings added (the last ones computed, moved
+        onto the buffer's text); asks for new ones if the file was opened or saved."""
+        if linted.error or linted.cells or not path.endswith(".py") or linted.facts is None:
             return linted
-        cross = self.findings(path, linted.source, linted.config, linted.facts)
-        if not cross:
+        me = os.path.abspath(path)
+        with self._lock:
+            known = self._known.get(me)
+            if known is None or me in self._stale:
+                self._stale.discard(me)
+                self._request(me, path, linted.source, linted.config)
+        if known is None or not known[1]:
             return linted
         from ..engine.crossfile import merge
+        from ..engine.pipeline import resolve_conditions
 
+        cross = resolve_conditions(relocate(known[1], known[0], linted.source), linted.facts, linted.config)
+        if not cross:
+            return linted
         return dataclasses.replace(linted, diagnostics=sorted(merge(linted.diagnostics, cross), key=Diagnostic.sort_key))
 
-    def findings(self, path: str, text: str, config: Config, facts: Any) -> List[Diagnostic]:
-        """The cross-file findings located in the buffer `text` of `path`, conditions resolved
-        with the project's `facts` (None: the configuration has none to resolve them with)."""
-        if not path.endswith(".py") or facts is None:
-            return []
-        from ..engine.crossfile import buffer_diagnostics, project_root
-        from ..engine.pipeline import resolve_conditions, selected_rules
+    def opened(self, path: str) -> None:
+        """A document was opened: its findings are made again (the project may have changed)."""
+        with self._lock:
+            self._stale.add(os.path.abspath(path))
 
-        me = os.path.abspath(path)
-        root = project_root(me)
-        codes, rules = selected_rules(config)
-        cache = self._cache(config)
-        found = buffer_diagnostics(path, text, self._project_files(root, config), rules, codes, config, cache)
-        if cache is not None:
-            cache.save()  # writes only what the model computed anew (a read-only tree: nothing)
-        return resolve_conditions(found, facts, config)
-
-    def saved(self, path: str) -> None:
-        """`path` was saved: its project's file list is found again on the next lint."""
+    def saved(self, path: str) -> List[str]:
+        """`path` was saved: every open file of its project gets new findings. Returns those
+        files (absolute), for the caller to lint again."""
         from ..engine.crossfile import project_root
 
         root = project_root(os.path.abspath(path))
         with self._lock:
             for key in [k for k in self._files if k[0] == root]:
                 del self._files[key]
+            same = [p for p in self._known if project_root(p) == root]
+            self._stale.update(same)
+            self._stale.add(os.path.abspath(path))
+        return same
+
+    def forget(self, path: str) -> None:
+        with self._lock:
+            me = os.path.abspath(path)
+            self._known.pop(me, None)
+            self._wanted.pop(me, None)
+            self._stale.discard(me)
+
+    def shutdown(self) -> None:
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------ the model's thread
+
+    def _request(self, me: str, path: str, text: str, config: Config) -> None:
+        """(Lock held.) Make the findings of `text` on the model's thread; a newer request
+        for the same file makes an older one that has not started yet a no-op."""
+        generation = self._wanted.get(me, 0) + 1
+        self._wanted[me] = generation
+        self._worker.submit(self._make, me, path, text, config, generation)
+
+    def _make(self, me: str, path: str, text: str, config: Config, generation: int) -> None:
+        with self._lock:
+            if self._wanted.get(me) != generation:
+                return
+        try:
+            found = self.findings(path, text, config)
+        except Exception:  # pragma: no cover - a rule's crash is an AMP000 finding; this is a last resort
+            return
+        with self._lock:
+            if self._wanted.get(me) != generation:
+                return
+            old = self._known.get(me)
+            self._known[me] = (text, found)
+        if old is None or old[1] != found or old[0] != text:
+            self.on_ready(me)
+
+    def findings(self, path: str, text: str, config: Config) -> List[Diagnostic]:
+        """The cross-file findings located in the text `text` of `path` (conditions unresolved)."""
+        from ..engine.crossfile import buffer_diagnostics, project_root
+        from ..engine.pipeline import selected_rules
+
+        codes, rules = selected_rules(config)
+        cache = self._cache(config)
+        found = buffer_diagnostics(path, text, self._project_files(project_root(os.path.abspath(path)), config), rules, codes, config, cache)
+        if cache is not None:
+            cache.save()  # writes only what the model computed anew (a read-only tree: nothing)
+        return found
 
     def _project_files(self, root: Optional[str], config: Config) -> List[str]:
         if root is None:
@@ -90,8 +154,10 @@ class CrossFile:
             return None
         with self._lock:
             cache = self._caches.get(config)
-            if cache is None:
-                from ..engine.parallel import open_cache
+        if cache is None:
+            from ..engine.parallel import open_cache
 
-                cache = self._caches[config] = open_cache(config)
-            return cache
+            cache = open_cache(config)
+            with self._lock:
+                self._caches[config] = cache
+        return cache

@@ -7,6 +7,11 @@ actions meanwhile, and a lint whose document changed again before it finished
 is not published (the next one is on its way). Notebooks are synced as
 notebook documents: their code cells are linted as one program, like
 `amplint NOTEBOOK.ipynb`, and each cell gets its own findings.
+
+A Python file's cross-file findings (causes in other files, as related
+information) come from the project model, built on a thread of its own when
+the file is opened and when a file of its project is saved (`crossfile.py`);
+verdicts a `--verify` run cached are shown on their findings (`verdicts.py`).
 """
 from __future__ import annotations
 
@@ -61,7 +66,7 @@ class AmplintServer(LanguageServer):
         )
         self.debounce = debounce
         self.projects = Projects()
-        self.crossfile = CrossFile()  # findings whose cause is in another file
+        self.crossfile = CrossFile(self.project_findings_ready)  # findings caused in other files
         self.verdicts = Verdicts()  # verdicts `amplint --verify` cached
         self.linted: Dict[str, Linted] = {}  # a text document's or notebook's uri -> its last lint
         self.tracked: set = set()  # the open Python documents (not notebook cells)
@@ -69,6 +74,7 @@ class AmplintServer(LanguageServer):
         self.timers: Dict[str, asyncio.TimerHandle] = {}
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amplint-lint")
         self.shown_errors: set = set()
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
 
     # ------------------------------------------------------------ scheduling
 
@@ -81,6 +87,7 @@ class AmplintServer(LanguageServer):
         self.timers[uri] = loop.call_later(delay, lambda: loop.create_task(self.lint(uri)))
 
     async def lint(self, uri: str) -> None:
+        self.loop = asyncio.get_running_loop()
         self.timers.pop(uri, None)
         snapshot = self.snapshot(uri)
         if snapshot is None:
@@ -110,6 +117,17 @@ class AmplintServer(LanguageServer):
             return self.verdicts.attach(lint_notebook_cells(content, path, self.projects), path)
         linted = self.crossfile.add(lint_python(content, path, self.projects), path)
         return self.verdicts.attach(linted, path)
+
+    def project_findings_ready(self, path: str) -> None:
+        """(On the project model's thread.) New cross-file findings for `path`: lint its documents."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.relint, [path])
+
+    def relint(self, paths: List[str]) -> None:
+        wanted = {os.path.abspath(p) for p in paths}
+        for uri in list(self.tracked):
+            if os.path.abspath(path_of(uri)) in wanted:
+                self.schedule(uri, 0)
 
     # ------------------------------------------------------------ publishing
 
@@ -180,6 +198,7 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
     def did_open(ls: AmplintServer, params: lsp.DidOpenTextDocumentParams) -> None:
         if is_python(params.text_document):
             ls.tracked.add(params.text_document.uri)
+            ls.crossfile.opened(path_of(params.text_document.uri))
             ls.schedule(params.text_document.uri, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
@@ -194,13 +213,14 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
             linted = ls.linted.get(uri)
             if linted is not None:
                 ls.projects.refresh(path_of(uri), linted.config)
-            ls.crossfile.saved(path_of(uri))
+            ls.relint(ls.crossfile.saved(path_of(uri)))  # the open files of its project
             ls.schedule(uri, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: AmplintServer, params: lsp.DidCloseTextDocumentParams) -> None:
         if params.text_document.uri in ls.tracked:
             ls.tracked.discard(params.text_document.uri)
+            ls.crossfile.forget(path_of(params.text_document.uri))
             ls.forget(params.text_document.uri)
 
     @server.feature(lsp.NOTEBOOK_DOCUMENT_DID_OPEN)
@@ -269,5 +289,6 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: AmplintServer, params: None) -> None:
         ls.worker.shutdown(wait=False, cancel_futures=True)
+        ls.crossfile.shutdown()
 
     return server
