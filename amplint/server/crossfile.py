@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..core.config import Config
@@ -40,11 +40,14 @@ class CrossFile:
         #: path -> (the text the findings were computed for, the findings, conditions unresolved)
         self._known: Dict[str, Tuple[str, List[Diagnostic]]] = {}
         self._wanted: Dict[str, int] = {}  # path -> the generation of its newest request
+        self._pending: set = set()  # paths whose newest request has not finished
         self._stale: set = set()  # paths opened or saved since their findings were made
         self._files: Dict[Tuple[Optional[str], Config], List[str]] = {}
         self._caches: Dict[Config, Any] = {}
         self._lock = threading.Lock()
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amplint-project")
+        #: requests for the model's thread; a daemon, so a model still running never holds up exit
+        self._queue: "queue.Queue[Optional[Tuple[str, str, str, Config, int]]]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------ the lint path (cheap)
 
@@ -56,7 +59,7 @@ class CrossFile:
         me = os.path.abspath(path)
         with self._lock:
             known = self._known.get(me)
-            if known is None or me in self._stale:
+            if me in self._stale or (known is None and me not in self._pending):
                 self._stale.discard(me)
                 self._request(me, path, linted.source, linted.config)
         if known is None or not known[1]:
@@ -94,9 +97,10 @@ class CrossFile:
             self._known.pop(me, None)
             self._wanted.pop(me, None)
             self._stale.discard(me)
+            self._pending.discard(me)
 
     def shutdown(self) -> None:
-        self._worker.shutdown(wait=False, cancel_futures=True)
+        self._queue.put(None)
 
     # ------------------------------------------------------------ the model's thread
 
@@ -105,7 +109,18 @@ class CrossFile:
         for the same file makes an older one that has not started yet a no-op."""
         generation = self._wanted.get(me, 0) + 1
         self._wanted[me] = generation
-        self._worker.submit(self._make, me, path, text, config, generation)
+        self._pending.add(me)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="amplint-project", daemon=True)
+            self._thread.start()
+        self._queue.put((me, path, text, config, generation))
+
+    def _serve(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            self._make(*job)
 
     def _make(self, me: str, path: str, text: str, config: Config, generation: int) -> None:
         with self._lock:
@@ -113,11 +128,12 @@ class CrossFile:
                 return
         try:
             found = self.findings(path, text, config)
-        except Exception:  # pragma: no cover - a rule's crash is an AMP000 finding; this is a last resort
-            return
+        except Exception:  # a rule's crash is an AMP000 finding; this is a last resort (say, a vanished root)
+            found = []
         with self._lock:
             if self._wanted.get(me) != generation:
                 return
+            self._pending.discard(me)
             old = self._known.get(me)
             self._known[me] = (text, found)
         if old is None or old[1] != found or old[0] != text:
