@@ -1,0 +1,80 @@
+"""When the server builds a file's project model: once on open, again after a save, never
+once per keystroke, and one model at a time per file."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pytest.importorskip("lsprotocol")
+
+from amplint.server.crossfile import CrossFile  # noqa: E402
+from amplint.server.documents import lint_python  # noqa: E402
+from amplint.server.project import Projects  # noqa: E402
+
+
+class Counting(CrossFile):
+    """A CrossFile whose model records what it was asked and waits until released."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.asked = []
+        self.release = threading.Event()
+        self.ready = threading.Event()
+        self.fail = fail
+        super().__init__(on_ready=lambda path: self.ready.set(), use_cache=False)
+
+    def findings(self, path, text, config):
+        self.asked.append(text)
+        assert self.release.wait(60)
+        if self.fail:
+            raise OSError("the project folder vanished")
+        return []
+
+
+@pytest.fixture
+def buffer(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("x = 1\n")
+    projects = Projects(str(tmp_path))
+    return str(path), lambda text: lint_python(text, str(path), projects)
+
+
+def test_keystrokes_while_the_model_runs_queue_nothing_and_a_save_asks_again(buffer):
+    path, lint = buffer
+    cross = Counting()
+    for i in range(5):  # typing while the first model is being built
+        cross.add(lint(f"x = {i}\n"), path)
+    cross.release.set()
+    assert cross.ready.wait(60)
+    assert cross.asked == ["x = 0\n"]
+    cross.ready.clear()
+    cross.add(lint("x = 7\n"), path)  # findings known, nothing saved: none asked
+    assert cross.saved(path) == [path]
+    cross.add(lint("x = 8\n"), path)
+    assert cross.ready.wait(60)
+    assert cross.asked == ["x = 0\n", "x = 8\n"]
+
+
+def test_a_failed_model_counts_as_no_findings_not_as_a_reason_to_ask_again(buffer):
+    path, lint = buffer
+    cross = Counting(fail=True)
+    cross.release.set()
+    linted = lint("x = 1\n")
+    assert cross.add(linted, path) is linted
+    assert cross.ready.wait(60)
+    assert cross.add(lint("x = 2\n"), path).diagnostics == []
+    assert cross.asked == ["x = 1\n"]
+
+
+def test_reopening_asks_again(buffer):
+    path, lint = buffer
+    cross = Counting()
+    cross.release.set()
+    cross.add(lint("x = 1\n"), path)
+    assert cross.ready.wait(60)
+    cross.ready.clear()
+    cross.forget(path)
+    cross.opened(path)
+    cross.add(lint("x = 1\n"), path)
+    assert cross.ready.wait(60)
+    assert cross.asked == ["x = 1\n", "x = 1\n"]
