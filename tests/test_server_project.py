@@ -101,6 +101,19 @@ async def test_a_cross_file_finding_has_its_cause_in_the_other_file_as_related_i
     assert "AMP303" in codes(await published(client, uri, lambda ds: "AMP303" in codes(ds)))
 
 
+async def test_saving_the_file_that_holds_the_cause_updates_the_open_file(client: LanguageClient):
+    project = client.root / "bce_loss_module"
+    losses, trainer = project / "segkit" / "losses.py", project / "segkit" / "engine" / "trainer.py"
+    uri = open_file(client, losses, losses.read_text())
+    await published(client, uri, lambda ds: "AMP303" in codes(ds))
+    fixed = trainer.read_text().replace('with torch.autocast("cuda", dtype=torch.float16):', "if True:")
+    trainer_uri = open_file(client, trainer, trainer.read_text())
+    replace_all(client, trainer_uri, 2, fixed)
+    trainer.write_text(fixed)  # the editor writes the file, then says so
+    client.text_document_did_save(lsp.DidSaveTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=trainer_uri)))
+    assert "AMP303" not in codes(await published(client, uri, lambda ds: "AMP303" not in codes(ds)))
+
+
 async def test_a_buffer_that_differs_from_the_saved_file_is_what_counts(client: LanguageClient):
     path = client.root / "bce_loss_module" / "segkit" / "losses.py"
     uri = open_file(client, path, "import os\n\n\n" + path.read_text())  # unsaved lines on top
