@@ -202,3 +202,29 @@ def test_the_store_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
 
+
+
+def test_json_output_shows_a_kept_verdict_as_cached_while_the_file_is_unchanged(tmp_path, monkeypatch):
+    from amplint.cli import main
+
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\n")
+    (tmp_path / "train.py").write_text(CLIP)
+    monkeypatch.chdir(tmp_path)
+    store = VerdictStore(str(tmp_path / ".amplint_cache"))
+    store.record(finding(path="train.py"), content_digest("train.py", CLIP), CONFIRMED)
+    store.save()
+
+    def run(*args):
+        result = CliRunner().invoke(main, [*args, "train.py"])
+        assert result.exit_code == 1, result.output
+        return result.output
+
+    (d,) = json.loads(run("--output-format", "json"))
+    assert d["verification"]["verdict"] == "confirmed" and d["verification"]["cached"] is True
+    assert d["verification"]["summary"] == "clip saw 65536x the norm"
+    assert "verify:" not in run() and "Verified" not in run()  # the default (text) output is unchanged
+    (d,) = json.loads(run("--output-format", "json", "--no-cache"))
+    assert "verification" not in d
+    (tmp_path / "train.py").write_text(CLIP + "print('done')\n")
+    (d,) = json.loads(run("--output-format", "json"))
+    assert "verification" not in d

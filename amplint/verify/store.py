@@ -202,6 +202,23 @@ class VerdictStore:
         self._stat = None
 
 
+def attach_cached(diagnostics: List[Any], folder: str) -> int:
+    """Give each finding without a verdict the one an earlier `--verify` kept for its unchanged
+    file, marked `cached` (for JSON output). Returns how many got one."""
+    store = VerdictStore(folder)
+    if not store.entries:
+        return 0
+    digests = FileDigests()
+    n = 0
+    for d in diagnostics:
+        found = store.lookup(d, digests.of(d.filename)) if d.verification is None else None
+        if found is not None:
+            found.pop("at", None)
+            d.verification = {**found, "cached": True}
+            n += 1
+    return n
+
+
 def _mac(key: bytes, name: str, payload: bytes) -> bytes:
     """Bound to the store's kind and file name, so no other sealed file passes for it."""
     data = MAGIC + b"\0" + name.encode("utf-8") + b"\0" + payload
