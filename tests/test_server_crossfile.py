@@ -2,6 +2,7 @@
 once per keystroke, and one model at a time per file."""
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -16,19 +17,25 @@ from amplint.server.project import Projects  # noqa: E402
 class Counting(CrossFile):
     """A CrossFile whose model records what it was asked and waits until released."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, found=()) -> None:
         self.asked = []
         self.release = threading.Event()
-        self.ready = threading.Event()
+        self.ready = threading.Event()  # a model finished
+        self.told = []  # what on_ready heard
         self.fail = fail
-        super().__init__(on_ready=lambda path: self.ready.set(), use_cache=False)
+        self.found = list(found)
+        super().__init__(on_ready=self.told.append, use_cache=False)
 
     def findings(self, path, text, config):
         self.asked.append(text)
         assert self.release.wait(60)
         if self.fail:
             raise OSError("the project folder vanished")
-        return []
+        return list(self.found)
+
+    def _make(self, *args):
+        super()._make(*args)
+        self.ready.set()
 
 
 @pytest.fixture
@@ -78,3 +85,22 @@ def test_reopening_asks_again(buffer):
     cross.add(lint("x = 1\n"), path)
     assert cross.ready.wait(60)
     assert cross.asked == ["x = 1\n", "x = 1\n"]
+
+
+def test_the_server_hears_only_of_findings_that_change_what_it_shows(buffer):
+    from amplint.core.diagnostics import Diagnostic, Location, Severity
+
+    path, lint = buffer
+    quiet = Counting()
+    quiet.release.set()
+    quiet.add(lint("x = 1\n"), path)
+    assert quiet.ready.wait(60) and quiet.told == []  # none before, none now: nothing to publish
+
+    finding = Diagnostic("AMP303", "bce", "BCE under autocast", Severity.ERROR, path, Location(1, 1), Location(1, 6))
+    loud = Counting(found=[finding])
+    loud.release.set()
+    linted = lint("x = 1\n")
+    assert loud.add(linted, path) is linted  # not known yet: the file's own findings alone
+    assert loud.ready.wait(60) and loud.told == [os.path.abspath(path)]
+    assert [d.code for d in loud.add(lint("x = 1\n"), path).diagnostics] == ["AMP303"]
+    assert [d.location.row for d in loud.add(lint("# new\nx = 1\n"), path).diagnostics] == [2]  # moved with the edit

@@ -136,8 +136,9 @@ class CrossFile:
             self._pending.discard(me)
             old = self._known.get(me)
             self._known[me] = (text, found)
-        if old is None or old[1] != found or old[0] != text:
-            self.on_ready(me)
+        before = old[1] if old is not None else []
+        if found != before or (found and old is not None and old[0] != text):
+            self.on_ready(me)  # what the document shows changes (else no new publication)
 
     def findings(self, path: str, text: str, config: Config) -> List[Diagnostic]:
         """The cross-file findings located in the text `text` of `path` (conditions unresolved)."""

@@ -69,6 +69,7 @@ class AmplintServer(LanguageServer):
         self.crossfile = CrossFile(self.project_findings_ready)  # findings caused in other files
         self.verdicts = Verdicts()  # verdicts `amplint --verify` cached
         self.linted: Dict[str, Linted] = {}  # a text document's or notebook's uri -> its last lint
+        self.plain: Dict[str, Linted] = {}  # a Python document's last lint before the project's findings
         self.tracked: set = set()  # the open Python documents (not notebook cells)
         self.owner: Dict[str, str] = {}  # a cell's uri -> its notebook's uri
         self.timers: Dict[str, asyncio.TimerHandle] = {}
@@ -115,19 +116,40 @@ class AmplintServer(LanguageServer):
         kind, path, content = snapshot
         if kind == "notebook":
             return self.verdicts.attach(lint_notebook_cells(content, path, self.projects), path)
-        linted = self.crossfile.add(lint_python(content, path, self.projects), path)
-        return self.verdicts.attach(linted, path)
+        plain = self.plain[uri] = lint_python(content, path, self.projects)
+        return self.completed(plain, path)
+
+    def completed(self, plain: Linted, path: str) -> Linted:
+        """A Python file's own findings with its cross-file ones and cached verdicts."""
+        return self.verdicts.attach(self.crossfile.add(plain, path), path)
 
     def project_findings_ready(self, path: str) -> None:
-        """(On the project model's thread.) New cross-file findings for `path`: lint its documents."""
+        """(On the project model's thread.) New cross-file findings for `path`."""
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self.relint, [path])
+            self.loop.call_soon_threadsafe(self.refresh, [path])
 
-    def relint(self, paths: List[str]) -> None:
+    def refresh(self, paths: List[str]) -> None:
+        """Publish the open documents of `paths` again with their newest cross-file findings."""
         wanted = {os.path.abspath(p) for p in paths}
         for uri in list(self.tracked):
             if os.path.abspath(path_of(uri)) in wanted:
-                self.schedule(uri, 0)
+                self.loop = self.loop or asyncio.get_running_loop()
+                self.loop.create_task(self.republish(uri))
+
+    async def republish(self, uri: str) -> None:
+        """The last lint with the newest cross-file findings when the text is still the one it
+        linted (the file's own findings are not made again); else a new lint."""
+        plain, snapshot = self.plain.get(uri), self.snapshot(uri)
+        if snapshot is None:
+            return
+        if plain is None or snapshot[2] != plain.source:
+            self.schedule(uri, 0)
+            return
+        linted = await asyncio.get_running_loop().run_in_executor(self.worker, self.completed, plain, snapshot[1])
+        if self.snapshot(uri) != snapshot:
+            return
+        self.linted[uri] = linted
+        self.publish(uri, linted)
 
     # ------------------------------------------------------------ publishing
 
@@ -152,6 +174,7 @@ class AmplintServer(LanguageServer):
         if timer is not None:
             timer.cancel()
         linted = self.linted.pop(uri, None)
+        self.plain.pop(uri, None)
         for cell_uri in (linted.cells if linted else []) or [uri]:
             self.send(cell_uri, [])
 
@@ -213,7 +236,7 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
             linted = ls.linted.get(uri)
             if linted is not None:
                 ls.projects.refresh(path_of(uri), linted.config)
-            ls.relint(ls.crossfile.saved(path_of(uri)))  # the open files of its project
+            ls.refresh(ls.crossfile.saved(path_of(uri)))  # the open files of its project
             ls.schedule(uri, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
