@@ -2,8 +2,8 @@
 Neovim against `amplint server`: the block on the page is the block that was tried.
 
 Each block is marked `<!-- nvim-block: VERSION -->` (the oldest Neovim it is for); it
-runs when the `nvim` on PATH (or `$AMPLINT_TEST_NVIM`) is at least that version, and is
-skipped otherwise. The probe waits for the diagnostics of a file of a fixture project
+runs in every Neovim at hand that is at least that version (the `nvim` on PATH and those
+named in `$AMPLINT_TEST_NVIM`, separated by `os.pathsep`), and is skipped where none is. The probe waits for the diagnostics of a file of a fixture project
 and prints them with their related information, the hover and the code actions."""
 from __future__ import annotations
 
@@ -55,16 +55,23 @@ def blocks() -> List[Tuple[Tuple[int, int], str]]:
     return [((int(a), int(b)), body) for a, b, body in BLOCK.findall(DOC.read_text(encoding="utf-8"))]
 
 
-def nvim() -> Optional[Tuple[str, Tuple[int, int]]]:
-    exe = os.environ.get("AMPLINT_TEST_NVIM") or shutil.which("nvim")
-    if not exe:
-        return None
+def nvims() -> List[Tuple[str, Tuple[int, int]]]:
+    """(executable, (major, minor)) of each Neovim at hand."""
+    found = []
+    for exe in [shutil.which("nvim"), *filter(None, os.environ.get("AMPLINT_TEST_NVIM", "").split(os.pathsep))]:
+        version = _version(exe) if exe else None
+        if version is not None and exe not in [e for e, _ in found]:
+            found.append((exe, version))
+    return found
+
+
+def _version(exe: str) -> Optional[Tuple[int, int]]:
     try:
         out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"NVIM v(\d+)\.(\d+)", out)
-    return (exe, (int(m.group(1)), int(m.group(2)))) if m else None
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def test_the_page_has_a_block_per_neovim_generation():
@@ -74,12 +81,15 @@ def test_the_page_has_a_block_per_neovim_generation():
 
 @pytest.mark.parametrize("version,body", blocks(), ids=lambda v: ".".join(map(str, v)) if isinstance(v, tuple) else "")
 def test_a_documented_block_runs_in_headless_neovim(tmp_path, version, body):
-    found = nvim()
-    if found is None:
-        pytest.skip("no nvim on PATH (or $AMPLINT_TEST_NVIM)")
-    exe, have = found
-    if have < version:
-        pytest.skip(f"the block is for Neovim {version[0]}.{version[1]}+; this one is {have[0]}.{have[1]}")
+    usable = [(exe, have) for exe, have in nvims() if have >= version]
+    if not usable:
+        pytest.skip(f"the block is for Neovim {version[0]}.{version[1]}+; at hand: {nvims() or 'none'}")
+    for exe, have in usable:
+        _try_block(tmp_path / f"nvim-{have[0]}.{have[1]}", exe, body)
+
+
+def _try_block(tmp_path: Path, exe: str, body: str) -> None:
+    tmp_path.mkdir()
     project = tmp_path / "project"
     shutil.copytree(PROJECT, project)
     bin_dir = tmp_path / "bin"  # `amplint` as the block calls it: this interpreter's amplint
