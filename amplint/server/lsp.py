@@ -117,11 +117,13 @@ class AmplintServer(LanguageServer):
         if kind == "notebook":
             return self.verdicts.attach(lint_notebook_cells(content, path, self.projects), path)
         plain = self.plain[uri] = lint_python(content, path, self.projects)
-        return self.completed(plain, path)
+        return self.completed(plain, uri, path)
 
-    def completed(self, plain: Linted, path: str) -> Linted:
-        """A Python file's own findings with its cross-file ones and cached verdicts."""
-        return self.verdicts.attach(self.crossfile.add(plain, path), path)
+    def completed(self, plain: Linted, uri: str, path: str) -> Linted:
+        """A Python file's own findings with its cross-file ones (a saved file's only: an
+        untitled buffer is linted alone, like stdin) and cached verdicts."""
+        linted = self.crossfile.add(plain, path) if uri.startswith("file:") else plain
+        return self.verdicts.attach(linted, path)
 
     def project_findings_ready(self, path: str) -> None:
         """(On the project model's thread.) New cross-file findings for `path`."""
@@ -145,7 +147,7 @@ class AmplintServer(LanguageServer):
         if plain is None or snapshot[2] != plain.source:
             self.schedule(uri, 0)
             return
-        linted = await asyncio.get_running_loop().run_in_executor(self.worker, self.completed, plain, snapshot[1])
+        linted = await asyncio.get_running_loop().run_in_executor(self.worker, self.completed, plain, uri, snapshot[1])
         if self.snapshot(uri) != snapshot:
             return
         self.linted[uri] = linted
