@@ -463,14 +463,14 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
 
     cache = open_cache(config, cache_dir or None) if cache_dir is not None else None
     result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)
-    if cache is not None:
-        cache.save()
     if any(d.fix is not None for d in result.diagnostics):
         from .fix.fixer import withdraw_failing_fixes
         from .report.source import clean
 
-        for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes):
+        for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes, cache):
             click.echo(f"amplint: warning: {clean(line)}", err=True)
+    if cache is not None:
+        cache.save()  # with the fix checks, kept with their files' entries
     return result.diagnostics
 
 

@@ -32,6 +32,19 @@ DRILL_PACKAGES: Dict[str, str] = {
     "torchtune": "0.6.1",
     "sentence-transformers": "6.2.0",
     "fairscale": "0.4.13",
+    # multi-file training projects (issue 13): trainers, engines, solvers, recipes
+    "yolov5": "7.0.14",
+    "nnunetv2": "2.8.1",
+    "pytorch-ignite": "0.5.5",
+    "monai": "1.6.1",
+    "fastai": "2.8.12",
+    "audiocraft": "1.3.0",
+    "trainer": "0.0.36",
+    "rfdetr": "1.11.2",
+    "salesforce-lavis": "1.0.2",
+    "litgpt": "0.5.13",
+    "torchdistill": "1.1.5",
+    "super-gradients": "3.7.1",
 }
 
 

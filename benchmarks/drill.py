@@ -3,8 +3,16 @@
     python benchmarks/drill.py                 # fetch (once) and lint every package
     python benchmarks/drill.py --show AMP101   # print each AMP101 finding with context, for review
 
-Findings are written to `<corpus>/drill-findings.json`; the hand review of
-every finding lives in docs/precision.md. Run by hand, not in the test suite.
+    python benchmarks/drill.py --check         # exit 1 when a finding is not as reviewed
+    python benchmarks/drill.py --table         # the per-rule precision/recall table of docs/precision.md
+
+Findings are written to `<corpus>/drill-findings.json`. The hand review of
+every finding (and of the pitfalls amplint misses) is data, `drill_review.json`
+(see drill_review.py): each run is compared with it, and a finding that
+appeared, moved or disappeared is printed (UNREVIEWED / GONE) for review;
+`--template` writes the unreviewed ones as entries to fill in. The prose is in
+docs/precision.md. Run by hand; tests/test_drill_review.py runs a few small
+packages (slow) and checks the review data itself.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import drill_review  # noqa: E402
 from corpus import DRILL_PACKAGES, corpus_dir, fetch  # noqa: E402
 
 from amplint import Config, lint_paths  # noqa: E402
@@ -78,18 +87,21 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="processes to lint with")
     parser.add_argument("--packages", default="", help="comma-separated package names (default: all)")
     parser.add_argument("--out", help="findings file (default <corpus>/drill-findings.json)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a finding is not as reviewed")
+    parser.add_argument("--template", metavar="PATH", help="write the unreviewed findings as review entries to fill in")
+    parser.add_argument("--table", action="store_true", help="print the per-rule precision/recall table and stop")
     args = parser.parse_args()
+    if args.table:
+        print(drill_review.table(drill_review.load()))
+        return
     out = Path(args.out) if args.out else corpus_dir() / "drill-findings.json"
     if args.show and out.exists():
         show(json.loads(out.read_text()), args.show.upper())
         return
     start = time.perf_counter()
-    findings = run(
-        tuple(c for c in args.select.split(",") if c),
-        args.jobs,
-        tuple(p for p in args.packages.split(",") if p),
-        out,
-    )
+    select = tuple(c for c in args.select.split(",") if c)
+    only = tuple(p for p in args.packages.split(",") if p)
+    findings = run(select, args.jobs, only, out)
     took = time.perf_counter() - start
     out.write_text(json.dumps(findings, indent=1))
     per_rule = collections.Counter(f["code"] for f in findings)
@@ -98,8 +110,18 @@ def main() -> None:
     print("per severity:", dict(sorted(per_severity.items())))
     print(f"wall time: {took:.1f}s")
     print(f"written: {out}")
+    comparison = drill_review.compare(
+        findings, drill_review.load(), drill_review.package_specs(only, DRILL_PACKAGES), select
+    )
+    drill_review.report(comparison)
+    if args.template:
+        entries = [drill_review.entry(f, "", "") for f in comparison.unreviewed]
+        Path(args.template).write_text(json.dumps(entries, indent=1))
+        print(f"review template ({len(entries)} entries): {args.template}")
     if args.show:
         show(findings, args.show.upper())
+    if args.check and (comparison.unreviewed or comparison.gone):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

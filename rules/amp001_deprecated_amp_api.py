@@ -80,8 +80,11 @@ class DeprecatedAmpApi(Rule):
     except ImportError: from torch.cuda.amp import ...` (the name is ambiguous),
     `hasattr(torch.amp, ...)` / `torch.__version__` if-else branches and the
     code after an early-returning one, `except TypeError:` fallbacks,
-    `getattr(torch.amp, "X", torch.cuda.amp.X)`, feature probes in a `try`
-    body, type annotations, and names that are also rebound in the file.
+    `getattr(torch.amp, "X", torch.cuda.amp.X)`, branches on a probe
+    (`get = getattr(torch, "get_autocast_dtype", None)`, then `if get is None:`),
+    feature probes in a `try` body, type annotations, and names that are also
+    rebound in the file (a class attribute of the same name rebinds it only
+    for the class body, not for its methods).
     Text inside strings and docstrings is never a use.
     `torch.cuda.amp.autocast(device_type=...)` is AMP002 (it raises TypeError).
 
@@ -201,6 +204,15 @@ def autocast_dtype(device_type):
     return torch.get_autocast_cpu_dtype()
 """,
             "fallback after an early-returning hasattr check",
+        ),
+        Valid(
+            """
+import torch
+def cuda_autocast_dtype():
+    get_dtype = getattr(torch, "get_autocast_dtype", None)
+    return get_dtype("cuda") if get_dtype is not None else torch.get_autocast_gpu_dtype()
+""",
+            "fallback when a getattr probe found no new API (`probe is not None`)",
         ),
         Valid(
             """
@@ -510,16 +522,30 @@ def _gated_at(ctx: ModuleContext, path: Path, node: cst.CSTNode, bare: bool) -> 
             return True
     if _after_version_return(ctx, node):
         return True
-    # `if use_new_amp:` where `use_new_amp = hasattr(torch.amp, ...)` / a version check
+    # `if use_new_amp:` where `use_new_amp = hasattr(torch.amp, ...)` / a version check, or
+    # `get(...) if get is not None else <old API>` where `get = getattr(torch, "get_autocast_dtype", None)`
     for frame in path:
-        if frame.kind in ("if", "else") and isinstance(frame.test, (cst.Name, cst.UnaryOperation)):
-            test = frame.test.expression if isinstance(frame.test, cst.UnaryOperation) else frame.test
-            if isinstance(test, cst.Name):
+        if frame.kind in ("if", "else") and frame.test is not None:
+            test = _tested_name(frame.test)
+            if test is not None:
                 for a in ctx.assignments_to(test.value):
                     text = ctx.code_for(a.value)
                     if any(w in text for w in _VERSION_WORDS):
                         return True
     return False
+
+
+def _tested_name(test: cst.BaseExpression) -> Optional[cst.Name]:
+    """The name a branch tests: `x`, `not x`, `x is None`, `x is not None`."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test = test.expression
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if isinstance(target.operator, (cst.Is, cst.IsNot)) and isinstance(target.comparator, cst.Name) and (
+            target.comparator.value == "None"
+        ):
+            test = test.left
+    return test if isinstance(test, cst.Name) else None
 
 
 def _device_dispatch_imports(ctx: ModuleContext) -> Iterator[Tuple[cst.ImportAlias, DeprecatedApi, List[str]]]:

@@ -30,7 +30,10 @@ class CustomFunctionWithoutCustomFwd(Rule):
     the low-precision grad with fp32 saved tensors. In amplint's measurement exactly
     this failed in backward with `RuntimeError: expected m1 and m2 to have the
     same dtype, but got: c10::BFloat16 != float`; with
-    `custom_fwd(device_type=...)`/`custom_bwd(device_type=...)` it worked. A
+    `custom_fwd(device_type=...)`/`custom_bwd(device_type=...)` it worked. The
+    other way round fails alike: when an fp32 bias added to the matmul makes
+    the output (and so the grad) fp32, an input that arrived in low precision
+    from an earlier autocast op, saved for backward, meets that fp32 grad. A
     kernel compiled for one dtype gets whatever flows in: fp16 activations
     next to fp32 weights. The AMP docs prescribe the decorators whenever a
     Function wraps an autocastable op or takes several floating inputs.

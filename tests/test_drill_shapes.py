@@ -67,3 +67,28 @@ def test_shift_of_scores_of_unknown_dtype_is_not_flagged():
         """
     )
     assert found == []
+
+
+_MASKS_TO_BOXES = """
+import torch
+
+def masks_to_boxes(masks):
+    h, w = masks.shape[-2:]
+    y = torch.arange(0, h, dtype=torch.{dtype}, device=masks.device)
+    x = torch.arange(0, w, dtype=torch.{dtype}, device=masks.device)
+    y, x = torch.meshgrid(y, x, indexing="ij")
+    x_mask = masks * x.unsqueeze(0)
+    return x_mask.masked_fill(~(masks.bool()), 1e8).flatten(1).min(-1)[0]
+
+model = build().half()
+"""
+
+
+def test_fill_of_a_product_with_an_fp32_grid_is_not_flagged():
+    # rfdetr `masks_to_boxes`: whatever dtype the masks have, times the fp32 grid the product is fp32
+    assert _amp301(_MASKS_TO_BOXES.format(dtype="float32")) == []
+
+
+def test_fill_of_a_product_with_an_fp16_grid_is_flagged():
+    found = _amp301(_MASKS_TO_BOXES.format(dtype="float16"))
+    assert [(d.location.row, d.severity) for d in found] == [(10, Severity.ERROR)]

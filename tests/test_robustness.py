@@ -760,7 +760,7 @@ def test_verifier_run_many_finishes_through_faults(tmp_path):
 def test_interrupted_fix_write_leaves_the_original(tmp_path, monkeypatch, where):
     """Ctrl-C (or a crash) at any point of writing a fixed file: the original bytes stay,
     no temporary file is left, and the interrupt is not swallowed."""
-    import amplint.fix.writer as writer
+    import amplint.core.atomic as atomic
 
     path = tmp_path / "train.py"
     original = BAD.replace("\n", "\r\n").encode()
@@ -791,9 +791,9 @@ def test_interrupted_fix_write_leaves_the_original(tmp_path, monkeypatch, where)
         raise KeyboardInterrupt
 
     if where == "write":
-        monkeypatch.setattr(writer.os, "fdopen", lambda fd, *a, **k: Interrupting(real_fdopen(fd, *a, **k)))
+        monkeypatch.setattr(atomic.os, "fdopen", lambda fd, *a, **k: Interrupting(real_fdopen(fd, *a, **k)))
     else:
-        monkeypatch.setattr(writer.os, where, interrupt)
+        monkeypatch.setattr(atomic.os, where, interrupt)
     from amplint.fix.fixer import fix_paths
 
     with pytest.raises(KeyboardInterrupt):

@@ -418,3 +418,70 @@ def test_amp501_is_conditional_on_project_autocast(tmp_path):
     (tmp_path / "train.py").write_text('import torch\nwith torch.autocast("cuda"):\n    y = model(x)\n')
     found = amp501()
     assert [(d.code, d.location.row) for d in found] == [("AMP501", 4)]
+
+
+# --------------------------------------------------------------- feature probes tested against None
+
+
+def test_fallback_of_a_getattr_probe_tested_against_none_is_silent():
+    # rfdetr's `_cuda_autocast_dtype`: the old getter runs only on a torch without the new one
+    code = _src(
+        """
+        import torch
+        def cuda_autocast_dtype():
+            get_dtype = getattr(torch, "get_autocast_dtype", None)
+            if get_dtype is None:
+                return torch.get_autocast_gpu_dtype()
+            return get_dtype("cuda")
+        """
+    )
+    assert _lint(code) == []
+
+
+def test_none_test_on_a_name_that_is_no_probe_stays_flagged():
+    code = _src(
+        """
+        import torch
+        def train_step(model, batch, scaler=None):
+            if scaler is not None:
+                with torch.cuda.amp.autocast():
+                    return model(batch)
+            return model(batch)
+        """
+    )
+    assert [(d.code, d.location.row) for d in _lint(code)] == [("AMP001", 4)]
+
+
+# --------------------------------------------------------------- class attributes do not shadow imports
+
+
+def test_class_attribute_of_the_same_name_does_not_hide_the_import():
+    # yolov5 `AutoShape`: `amp = False` is a class attribute; `forward` still calls torch.cuda.amp
+    code = _src(
+        """
+        import torch
+        from torch.cuda import amp
+
+        class AutoShape(torch.nn.Module):
+            amp = False
+
+            def forward(self, ims):
+                autocast = self.amp and ims.device.type != "cpu"
+                with amp.autocast(autocast):
+                    return self.model(ims)
+        """
+    )
+    assert [(d.code, d.location.row) for d in _lint(code)] == [("AMP001", 9)]
+
+
+def test_name_used_in_the_class_body_that_binds_it_stays_ambiguous():
+    code = _src(
+        """
+        from torch.cuda import amp
+
+        class Config:
+            amp = make_amp()
+            context = amp.autocast()
+        """
+    )
+    assert _lint(code) == []

@@ -378,6 +378,35 @@ def test_known_dtype():
         assert ctx.known_dtype(cst.Name(name), scope, 10_000) == dtype, name
 
 
+def test_known_dtype_of_arithmetic_pieces_and_dtyped_factories():
+    ctx = _ctx(
+        """
+        import torch
+        h = x.half()
+        grid = torch.arange(0, w, dtype=torch.float32)
+        ints = torch.arange(0, w)
+        y, gx = torch.meshgrid(grid, grid, indexing="ij")
+        first, second = h.chunk(2)
+        value, index = h.max(1)
+        a = h * 2.0
+        b = -1 * h
+        c = h + h
+        d = masks * gx.unsqueeze(0)
+        e = h * gx
+        f = masks * h
+        g = h.double() * gx
+        i = masks * ints
+        """
+    )
+    scope = ctx.scopes[0]
+    expected = dict(
+        grid="fp32", ints=None, y="fp32", gx="fp32", first="fp16", second="fp16", value=None, index=None,
+        a="fp16", b="fp16", c="fp16", d="fp32", e="fp32", f=None, g=None, i=None,
+    )
+    for name, dtype in expected.items():
+        assert ctx.known_dtype(cst.Name(name), scope, 10_000) == dtype, name
+
+
 def test_bound_name_and_literal_order():
     ctx = _ctx("import torch as th\nfrom torch import nn\nx = f(1)\ny = -1e9\n")
     assert ctx.imports.bound_name("torch") == "th"

@@ -88,6 +88,25 @@ class Dec(torch.autograd.Function):
         return g.mm(b.t()), a.t().mm(g)
 """
 
+
+def _fixture_class(name: str, fixture: str = "custom_ops.py") -> str:
+    """The source of a class of fixtures/FIXTURE (the fixtures' own findings, verified)."""
+    import ast
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", fixture)
+    with open(path, encoding="utf-8") as fh:
+        source = fh.read()
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == name)
+    return ast.get_source_segment(source, node) + "\n"
+
+
+# `LinearReLU` adds an fp32 bias to its matmul: fp32 inputs give an fp32 output and an all-fp32
+# backward; an input handed over in low precision (an earlier autocast op's output) meets the fp32 grad
+AMP501_FP32_BIAS = _fixture_class("LinearReLU")
+AMP501_FP32_BIAS_DECORATED = AMP501_FP32_BIAS.replace(
+    "    def forward", '    @torch.amp.custom_fwd(device_type="{dev}")\n    def forward'
+).replace("    def backward", '    @torch.amp.custom_bwd(device_type="{dev}")\n    def backward')
+
 AMP202_BLOCK = """\
         with torch.autocast("cuda", dtype=torch.float16):
             out = model(x)
@@ -204,6 +223,8 @@ CASES = [
     ("501-canonical", "AMP501", {}, "confirmed", "experiment"),
     ("501-snippet", "AMP501", {"snippet": AMP501_PLAIN}, "confirmed", "snippet"),
     ("501-decorated", "AMP501", {"snippet": AMP501_DECORATED}, "not-reproduced", "snippet"),
+    ("501-fp32-bias", "AMP501", {"snippet": AMP501_FP32_BIAS}, "confirmed", "snippet"),
+    ("501-fp32-bias-decorated", "AMP501", {"snippet": AMP501_FP32_BIAS_DECORATED}, "not-reproduced", "snippet"),
     # AMP503
     ("503-canonical", "AMP503", {}, "confirmed", "experiment"),
     ("503-rule-data", "AMP503", {"decorator": "torch.amp.custom_bwd"}, "confirmed", "experiment"),
@@ -231,6 +252,15 @@ def test_experiment(cpu_runner, case_id, code, data, verdict, method):
     # every verdict carries the environment and its evidence
     assert v["device"] == "cpu" and v["torch"] and v["seed"] == 0 and v["experiment"] == code
     assert isinstance(v["evidence"], dict) and isinstance(v["duration_s"], float)
+
+
+def test_a_function_whose_fp32_inputs_run_clean_is_run_with_a_low_precision_input(cpu_runner):
+    v = cpu_runner.run("AMP501", {"snippet": AMP501_FP32_BIAS})
+    assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
+    assert v["evidence"]["low_precision_input"] == "x" and v["evidence"]["error"]["phase"] == "backward", v
+    assert "its input `x` in bf16, as an earlier autocast op hands it" in v["summary"], v
+    v = cpu_runner.run("AMP501", {"snippet": AMP501_PLAIN})  # fails with fp32 inputs already
+    assert v["verdict"] == "confirmed" and "low_precision_input" not in v["evidence"], v
 
 
 def assert_outcome(v: dict, verdict: str, method: str) -> None:

@@ -14,7 +14,9 @@ import pytest
 if importlib.util.find_spec("torch") is None:  # the worker needs torch; this process never imports it
     pytest.skip("torch is not installed", allow_module_level=True)
 
-from amplint.verify import Runner, experiment_codes  # noqa: E402
+from amplint.verify import experiment_codes  # noqa: E402
+
+from .verify_helpers import runner  # noqa: E402,F401  (the module's CPU worker fixture)
 
 # (id, code, data, CPU verdict, CPU reason)
 CASES = [
@@ -30,13 +32,6 @@ CASES = [
     ("602-cpu", "AMP602", {"regions": 2}, "inconclusive", "needs CUDA"),
 ]
 CODES = {c[1] for c in CASES}
-
-
-@pytest.fixture(scope="module")
-def runner():
-    with Runner(device="cpu", timeout=120) as r:
-        r.start()
-        yield r
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ promises for it (the "rule emits" column of the contract table).
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 import re
 import textwrap
@@ -19,6 +18,8 @@ import pytest
 from amplint.core.config import Config
 from amplint.engine.registry import all_rules
 from amplint.engine.run import lint_source
+
+from .verify_helpers import needs_torch, runner  # noqa: F401  (runner: the module's CPU worker fixture)
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "verifier.md")
 
@@ -229,17 +230,6 @@ def test_every_rule_with_an_experiment_emits_the_documented_keys():
 
 
 # ------------------------------------------------------------ the verifier runs the user's step
-
-needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-
-
-@pytest.fixture(scope="module")
-def runner():
-    from amplint.verify import Runner
-
-    with Runner(device="cpu", timeout=120) as r:
-        r.start()
-        yield r
 
 
 @needs_torch

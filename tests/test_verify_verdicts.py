@@ -8,13 +8,14 @@ through the worker: the false-positive shapes of issue 14 must never come out
 """
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 
 from amplint import Diagnostic, Location, Severity
 from amplint.report import renderer
 from amplint.verify.verdicts import Verdicts, could_not_run, honest
+
+from .verify_helpers import needs_torch, runner  # noqa: F401  (runner: the module's CPU worker fixture)
 
 
 def _reference_only(verdict: str = "confirmed", **evidence) -> dict:
@@ -130,8 +131,6 @@ def test_verdict_text_is_one_line_whatever_the_code_printed():
 
 # ------------------------------------------------------------------ the false-positive shapes (worker)
 
-needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-
 # pix2pixHD-style: one GradScaler, generator and discriminator stepped through it, one update() per
 # iteration (the documented multi-optimizer pattern). The first step has no update() of its own.
 GAN_SHARED_UPDATE = """\
@@ -196,15 +195,6 @@ def train_epoch(model, loader, optimizer, scaler, device, use_amp):
             loss.backward()
             optimizer.step()
 """
-
-
-@pytest.fixture(scope="module")
-def runner():
-    from amplint.verify import Runner
-
-    with Runner(device="cpu", timeout=120) as r:
-        r.start()
-        yield r
 
 
 @needs_torch

@@ -8,6 +8,12 @@ the selected codes. An entry holds what the engine needs after the file: its
 diagnostics *before* project-fact conditions are resolved, and its facts, so
 a warm run resolves conditions exactly as a cold one.
 
+A lint entry may also hold the outcome of checking the fixes a plain run offers
+(`fix.fixer.withdraw_failing_fixes`: the file fixed in memory and re-linted), per
+check key (the project facts, the unsafe flag, whether the file is a library
+module: the rest of what that outcome depends on is in the store's name), so a
+warm run neither lints nor parses a file that offers a fix.
+
 Warm runs do not read unchanged files: an entry also records the file's
 (mtime_ns, size) and when it was read; a file whose stat is unchanged and
 whose mtime is older than that read by more than `RACY_SECONDS` is trusted
@@ -23,8 +29,8 @@ created 0600 on first use). A store from another machine, another user or a
 hand-edited one fails the check and is ignored (and rewritten), so planted
 entries can neither hide a finding nor change a message; where no key can be
 kept (a read-only home), nothing is read from or written to the cache. The
-store is JSON (never pickle), written to a temporary file and renamed over
-the old one, so concurrent runs never see half a file (the last writer wins;
+store is JSON (never pickle), replaced atomically (`core/atomic.py`: a
+temporary file renamed over the old one), so concurrent runs never see half a file (the last writer wins;
 the loser only loses reuse). A store that does not load (corrupt, truncated,
 another format) is ignored and rewritten.
 """
@@ -39,14 +45,16 @@ import time
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ..__version__ import __version__
+from ..core.atomic import replace_atomically
 from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
 from ..model.facts import FileFacts
 from ..core.safe_read import read_bytes
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
-FORMAT = 4  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows;
-#: 4: a MAC line first (the store is trusted only under this user's key)
+FORMAT = 5  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows;
+#: 4: a MAC line first (the store is trusted only under this user's key); 5: a lint entry
+#: may hold the outcome of checking its offered fixes (`FIX_CHECKS`)
 #: the first line of a store: this, the format, and the MAC of the rest
 MAGIC = b"amplint-cache"
 KEY_BYTES = 32
@@ -335,8 +343,8 @@ class Cache:
         entry = self.entries[kind].get(path)
         if entry is None:
             return None, None
-        mtime_ns, size, digest, read_at, payload = entry
-        if st is not None and (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS:
+        digest, payload = entry[2], entry[4]
+        if _unchanged(entry, st):
             try:
                 found = _decode(kind, path, payload)
             except (KeyError, TypeError, ValueError):
@@ -366,6 +374,27 @@ class Cache:
 
     def put_raw(self, kind: str, key: str, payload: Dict[str, Any]) -> None:
         self._put(kind, key, [0, 0, "", 0.0, payload])
+
+    def fix_check(self, path: str, key: str, st: Optional[Stat] = None, digest: Optional[str] = None) -> Optional[list]:
+        """The recorded outcome of checking the fixes of `path`'s lint entry under `key`, if
+        the file is unchanged: by its stat (`st`, as in `lookup`) or by its bytes' `digest`."""
+        entry = self.entries["lint"].get(path)
+        if entry is None:
+            return None
+        unchanged = digest == entry[2] if digest is not None else _unchanged(entry, st)
+        checks = entry[4].get(FIX_CHECKS)
+        outcome = checks.get(key) if unchanged and isinstance(checks, dict) else None
+        return outcome if isinstance(outcome, list) else None
+
+    def record_fix_check(self, path: str, digest: str, key: str, outcome: list) -> None:
+        """Keep `outcome` with `path`'s lint entry when that entry is of the bytes checked."""
+        entry = self.entries["lint"].get(path)
+        if entry is None or entry[2] != digest:
+            return
+        payload = dict(entry[4])
+        checks = payload.get(FIX_CHECKS)
+        payload[FIX_CHECKS] = {**(checks if isinstance(checks, dict) else {}), key: outcome}
+        self._put("lint", path, [*entry[:4], payload])
 
     def _hit(self, kind: str) -> None:
         if kind in RAW_KINDS:
@@ -398,31 +427,26 @@ class Cache:
             merged = _read_store(self.path, self.key)
             for kind, changed in self._changed.items():
                 merged[kind].update(changed)
-            import tempfile  # here: a warm run with nothing changed writes nothing
-
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
-            try:
-                payload = json.dumps({"format": FORMAT, "version": __version__, "entries": merged}, separators=(",", ":")).encode("utf-8")
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload)))
-                    fh.write(payload)
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600
-                os.replace(tmp, self.path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            payload = json.dumps({"format": FORMAT, "version": __version__, "entries": merged}, separators=(",", ":")).encode("utf-8")
+            header = b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload))
+            # a store is made anew: a link planted in its place is replaced, not followed, and
+            # a planted file's mode bits are not kept
+            replace_atomically(self.path, header + payload, keep_mode=False)
         except OSError:
             return  # a read-only tree or a full disk: run without a cache
         self._changed = _empty()
 
 
+#: the key, in a lint entry's payload, of its fix checks: {check key: outcome}
+FIX_CHECKS = "c"
 #: kinds whose payload is JSON data kept as it is (not a FileResult)
 RAW_KINDS = ("pindex", "summary", "project")
+
+
+def _unchanged(entry: list, st: Optional[Stat]) -> bool:
+    """Whether a file whose stat is `st` is trusted unchanged since `entry` (git's racy-clean rule)."""
+    mtime_ns, size, _, read_at, _ = entry
+    return st is not None and (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS
 
 
 def _empty() -> Dict[str, Dict[str, list]]:

@@ -5,18 +5,23 @@ every file); then each file that has an applicable fix is fixed with
 `fixes.fix_until_stable` (lint -> apply -> lint until nothing applies; a fix
 whose result does not parse is dropped) against those same project facts,
 and is either written back (`writer`) or shown as a unified diff. Notebooks
-are fixed as one program and written back cell by cell (`notebook`).
+are fixed as one program and written back cell by cell (`notebook`). A plain run checks
+the fixes it offers the same way (`withdraw_failing_fixes`).
 """
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
 from ..model.facts import ProjectFacts
-from .apply import applicable, fix_until_stable
+from .apply import applicable, fix_key, fix_until_stable
+
+if TYPE_CHECKING:
+    from ..engine.cache import Cache
 
 
 @dataclass
@@ -77,35 +82,75 @@ def fix_text(
     return result
 
 
-def withdraw_failing_fixes(diagnostics: Sequence[Diagnostic], facts: ProjectFacts, config: Config, unsafe: bool = True) -> List[str]:
-    """Check the fixes a plain run offers the way `--fix` applies them: each Python file with
-    an offered fix (safe ones; unsafe ones too with `unsafe`) is fixed in memory and re-linted.
-    A fix dropped there is withdrawn from its diagnostic (`fix = None`, in place); returns one
-    warning line per withdrawn fix. Files without an offered fix are not parsed again (a warm
-    run stays parse-free for them). Notebooks are checked when fixed (`--fix`), not here."""
-    from ..engine.notebook import is_notebook
-    from . import writer
-    from .apply import fix_key
-
+def withdraw_failing_fixes(
+    diagnostics: Sequence[Diagnostic], facts: ProjectFacts, config: Config, unsafe: bool = True, cache: Optional["Cache"] = None
+) -> List[str]:
+    """Check the fixes a plain run offers the way `--fix` applies them: each file (notebook
+    or not) with an offered fix (safe ones; unsafe ones too with `unsafe`) is fixed in memory
+    and re-linted. A fix dropped there is withdrawn from its diagnostic (`fix = None`, in
+    place); returns one warning line per withdrawn fix. Files without an offered fix are not
+    read again; with `cache` (an `engine.cache.Cache`), the outcome is kept with the file's
+    lint entry, so a warm run of an unchanged file parses nothing for it either."""
     by_file: Dict[str, List[Diagnostic]] = {}
     for d in applicable(diagnostics, unsafe):
-        if not is_notebook(d.filename):
-            by_file.setdefault(d.filename, []).append(d)
+        by_file.setdefault(d.filename, []).append(d)
     lines: List[str] = []
     for path, found in by_file.items():
-        try:
-            source = writer.read_source(path).text
-        except (OSError, UnicodeDecodeError, SyntaxError, LookupError):
-            continue
-        rejected: List[Tuple[Diagnostic, str]] = []
-        fix_until_stable(source, _linter(path, config, facts), unsafe, rejected=rejected)
-        why_by_key = {fix_key(d): why for d, why in rejected}
+        why_by_key = _fix_check(path, config, facts, unsafe, cache)
         for d in found:
             why = why_by_key.get(fix_key(d))
             if why is not None:
                 d.fix = None
-                lines.append(f"{path}:{d.location.row}:{d.location.column}: {d.code} fix withdrawn: {why}")
+                cell = f"cell {d.cell}:" if d.cell is not None else ""
+                lines.append(f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} fix withdrawn: {why}")
     return lines
+
+
+def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cache: Optional["Cache"]) -> Dict[tuple, str]:
+    """{fix key: why} of the fixes of `path` that `--fix` would drop, from `cache` when it
+    holds the check of these bytes under this key (nothing dropped when unreadable)."""
+    from ..core.safe_read import read_bytes
+    from ..engine.cache import file_digest, stat_key
+    from ..model.facts import library_module
+
+    # the rest of what the outcome depends on (config, rules, amplint) names the store
+    key = f"{facts!r} unsafe={unsafe} library={library_module(path, config.root)}"
+    outcome: Optional[list] = None
+    if cache is not None:
+        try:
+            outcome = cache.fix_check(path, key, st=stat_key(os.stat(path)))
+        except OSError:
+            return {}
+    if outcome is None:
+        try:
+            data = read_bytes(path)
+        except OSError:
+            return {}
+        digest = file_digest(data)
+        outcome = cache.fix_check(path, key, digest=digest) if cache is not None else None
+        if outcome is None:
+            outcome = _check_fixes(path, data, config, facts, unsafe)
+            if cache is not None:
+                cache.record_fix_check(path, digest, key, outcome)
+    return {(code, message, tuple(contents)): why for code, message, contents, why in outcome}
+
+
+def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, unsafe: bool) -> list:
+    """[[code, fix title, edit contents, why], ...]: the fixes of the file's bytes `data`
+    that fixing drops (JSON data, as the cache keeps it)."""
+    from . import writer
+    from ..engine.notebook import Notebook, NotebookError, is_notebook
+
+    notebook = is_notebook(path)
+    try:
+        text = writer.decode(data, path, python=not notebook).text
+        if notebook:
+            text = Notebook.from_text(text).source
+    except (UnicodeDecodeError, SyntaxError, LookupError, NotebookError):
+        return []
+    rejected: List[Tuple[Diagnostic, str]] = []
+    fix_until_stable(text, _linter(path, config, facts), unsafe, rejected=rejected)
+    return [[code, title, list(contents), why] for (code, title, contents), why in ((fix_key(d), why) for d, why in rejected)]
 
 
 def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome) -> Optional[List[Diagnostic]]:

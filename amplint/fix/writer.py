@@ -3,20 +3,18 @@
 `read_source` remembers how the file was stored (encoding, BOM, newline
 style); `encode` turns fixed text back into bytes the same way, so a fix
 never converts a CRLF file to LF or a latin-1 file to UTF-8. `write_atomic`
-writes a temporary file in the same folder and renames it over the original
-(`os.replace`), keeping the permission bits and writing through symlinks, so
-an interrupted run never leaves a half-written file.
+replaces the file atomically (`core/atomic.py`), keeping the permission bits and
+writing through symlinks, so an interrupted run never leaves a half-written file.
 """
 from __future__ import annotations
 
 import codecs
 import io
-import os
-import stat
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from typing import Optional
+
+from ..core.atomic import replace_atomically
 
 
 @dataclass(frozen=True)
@@ -66,28 +64,9 @@ def encode(text: str, like: SourceFile) -> bytes:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Replace the file at `path` with `data` atomically, keeping its permission bits."""
-    target = os.path.realpath(path)  # write through a symlink, never replace the link
-    folder = os.path.dirname(target) or "."
-    try:
-        mode: Optional[int] = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = None
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".amplint-tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Replace the file at `path` with `data` atomically, keeping its permission bits and
+    writing through a symbolic link (the link stays)."""
+    replace_atomically(path, data, follow_symlinks=True)
 
 
 def write_text(text: str, like: SourceFile) -> bool:

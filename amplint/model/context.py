@@ -31,8 +31,9 @@ from ..core.diagnostics import Diagnostic, Fix, Location, Related, Severity
 from . import torchapi
 from .collector import _Collector, _collect_imports
 from .dtypes import (
-    _CAST_METHOD_DTYPES, _DTYPE_KEEPING_FUNCTIONS, _DTYPE_KEEPING_METHODS, _FLOAT_FACTORIES, _LIKE_FACTORIES,
-    _OTHER_DTYPES, _find_low_precision_casts, _is_device_expr,
+    _ALIGNING_FUNCTIONS, _CAST_METHOD_DTYPES, _DTYPE_KEEPING_FUNCTIONS, _DTYPE_KEEPING_METHODS, _DTYPED_FACTORIES,
+    _FLOAT_FACTORIES, _LIKE_FACTORIES, _OTHER_DTYPES, _SPLITTING_FUNCTIONS, _SPLITTING_METHODS,
+    _find_low_precision_casts, _is_device_expr,
 )
 from .events import _events
 from .facts import FileFacts
@@ -166,10 +167,19 @@ class ModuleContext:
 
         Follows casts (`.half()`, `.float()`, `.to(torch.float16)`), factories
         (`torch.zeros(n)` is the default fp32, `dtype=` wins, `*_like` inherit),
-        dtype-preserving methods (`view`, `triu`, `unsqueeze`, `to(device)`, ...)
+        dtype-preserving methods (`view`, `triu`, `unsqueeze`, `to(device)`, ...),
+        `arange`/`full`/`tensor` with `dtype=`, the pieces of `meshgrid` and of
+        splits (`chunk`, `unbind`: the dtype of each piece), arithmetic (below)
         and plain names assigned in `scope` before order `before` (every such
         assignment must agree; the one in `statement` itself is ignored). It
         assumes the default dtype is float32 and never guesses otherwise.
+
+        Arithmetic (`+ - * /`) follows type promotion: a Python number keeps a
+        float tensor's dtype, two alike tensors keep it, and an fp32 tensor lifts
+        the other operand to (at least) fp32: `fp16_mask * fp32_grid` is fp32.
+        The one exception, a 0-dim fp32 tensor times a dimensioned fp16 one
+        (which stays fp16), cannot be told apart here; the rules only use an
+        fp32 answer to stay silent, so that case costs a finding, never a false one.
         """
         if node is None or _depth > 10:
             return None
@@ -195,6 +205,18 @@ class ModuleContext:
                 if dtype_arg is not None:
                     return self.dtype_kind(dtype_arg)
                 return "fp32"
+            if qualnames & _DTYPED_FACTORIES:
+                return self.dtype_kind(dtype_arg) if dtype_arg is not None else None
+            if qualnames & _ALIGNING_FUNCTIONS:
+                inputs = [a.value for a in node.args if a.keyword is None]
+                if len(inputs) == 1 and isinstance(inputs[0], (cst.List, cst.Tuple)):
+                    inputs = [e.value for e in inputs[0].elements]
+                dtypes = {again(i) for i in inputs}
+                return dtypes.pop() if len(dtypes) == 1 else None
+            if qualnames & _SPLITTING_FUNCTIONS:
+                return again(call_arg(node, 0, "input"))
+            if method in _SPLITTING_METHODS and not qualnames:
+                return again(func.value)
             if qualnames & _LIKE_FACTORIES:
                 if dtype_arg is not None:
                     return self.dtype_kind(dtype_arg)
@@ -208,6 +230,8 @@ class ModuleContext:
             return None
         if isinstance(node, cst.Subscript):
             return again(node.value)
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, _ARITHMETIC):
+            return _promoted(node, again)
         if isinstance(node, cst.Name) and scope is not None and before is not None:
             if self._name_dtypes is None:  # linear in the function (model/dtype_flow.py)
                 from .dtype_flow import NameDtypes
@@ -215,6 +239,16 @@ class ModuleContext:
                 self._name_dtypes = NameDtypes(self)
             return self._name_dtypes.lookup(node.value, scope, before, statement, _depth)
         return None
+
+    def unpacks_alike(self, value: cst.BaseExpression) -> bool:
+        """`a, b = value` gives every target the same dtype, the one `known_dtype(value)` tells:
+        `torch.meshgrid(y, x)`, `torch.broadcast_tensors(...)`, `x.chunk(2)`, `x.unbind(0)`."""
+        if not isinstance(value, cst.Call):
+            return False
+        qualnames = self.qualnames(value.func)
+        if qualnames:
+            return bool(qualnames & (_ALIGNING_FUNCTIONS | _SPLITTING_FUNCTIONS))
+        return isinstance(value.func, cst.Attribute) and value.func.attr.value in _SPLITTING_METHODS
 
     def dtype_kind(self, node: Optional[cst.CSTNode]) -> Optional[str]:
         """`dtype_of`, plus 'other' for torch dtypes that are not fp16/bf16/fp32 (`torch.long`)."""
@@ -440,3 +474,24 @@ def _file_facts(ctx: ModuleContext) -> FileFacts:
         dtype_unknown=None in dtypes,
         autocast=bool(ctx.regions),
     )
+
+
+_ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)
+_FLOATS = ("fp16", "bf16", "fp32")
+
+
+def _promoted(node: cst.BinaryOperation, dtype_of) -> Optional[str]:
+    """The dtype of `left <op> right` by type promotion, or None when it depends on what is unseen."""
+    sides = []
+    for side in (node.left, node.right):
+        inner = side.expression if isinstance(side, cst.UnaryOperation) else side
+        sides.append("number" if isinstance(inner, (cst.Integer, cst.Float)) else dtype_of(side))
+    left, right = sides
+    if "number" in sides:
+        other = right if left == "number" else left
+        return other if other in _FLOATS else None  # a Python number keeps a float tensor's dtype
+    if left == right and left in _FLOATS:
+        return left
+    if "fp32" in sides and (left in _FLOATS or left is None) and (right in _FLOATS or right is None):
+        return "fp32"  # fp32 lifts fp16/bf16 (and ints); a float64 partner would give float64
+    return None

@@ -68,7 +68,11 @@ class NameDtypes:
         key = (name, id(scope), depth)
         table = self._tables.get(key)
         if table is None:
-            found = [a for a in self._ctx.assignments_to(name, scope) if a.scope is scope and not a.unpacked]
+            found = [
+                a
+                for a in self._ctx.assignments_to(name, scope)
+                if a.scope is scope and (not a.unpacked or self._ctx.unpacks_alike(a.value))
+            ]
             found.sort(key=lambda a: a.order)
             table = self._tables[key] = _Table(found)
         return table

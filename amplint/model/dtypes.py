@@ -35,6 +35,14 @@ _DTYPE_KEEPING_METHODS = frozenset(
         "fill_", "cuda", "cpu", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "abs", "neg",
     )
 )
+#: factories whose result dtype follows their arguments (`arange(3)` is int64, `full(s, 1.)` fp32),
+#: so only an explicit `dtype=` tells
+_DTYPED_FACTORIES = frozenset(f"torch.{n}" for n in ("arange", "range", "full", "tensor", "as_tensor", "randint"))
+#: functions returning tensors that all share their inputs' one dtype (`torch.meshgrid(y, x)`)
+_ALIGNING_FUNCTIONS = frozenset(("torch.meshgrid", "torch.broadcast_tensors"))
+#: splits: every piece keeps the input's dtype (`a, b = x.chunk(2)`)
+_SPLITTING_FUNCTIONS = frozenset(f"torch.{n}" for n in ("chunk", "split", "unbind", "tensor_split"))
+_SPLITTING_METHODS = frozenset(("chunk", "split", "unbind", "tensor_split"))
 _OTHER_DTYPES = frozenset(
     (
         "float64", "double", "int64", "long", "int32", "int", "int16", "short", "int8", "uint8", "bool",

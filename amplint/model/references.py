@@ -45,6 +45,11 @@ class _ReferenceCollector(cst.CSTVisitor):
     kept across function definitions, so a function defined under a version
     check counts as version-gated. Conditional expressions and the arguments of
     `getattr`/`hasattr` calls add an "if" frame whose test is that expression.
+
+    A name bound in a class body (a class attribute `amp = False`, a method
+    `def autocast`) is no binding for the code in the methods, which reach it
+    only as `self.amp`: it makes the name ambiguous only where the class body
+    itself uses it (`bound` gets it at the end of the module then).
     """
 
     def __init__(self, ctx: ModuleContext) -> None:
@@ -56,6 +61,9 @@ class _ReferenceCollector(cst.CSTVisitor):
         self.skip: set = set()  # ids of Name nodes that are not references
         self.parents: List[cst.CSTNode] = []
         self.annotations = 0
+        self.bodies: List[str] = []  # "class" / "def": the bodies the visit is in, innermost last
+        self.class_bound: set = set()  # names bound directly in a class body
+        self.class_used: set = set()  # roots of references made directly in a class body
 
     def visit_Annotation(self, node: cst.Annotation) -> None:
         self.annotations += 1
@@ -88,11 +96,32 @@ class _ReferenceCollector(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.skip.add(id(node.name))
-        self.bound.add(node.name.value)
+        self._bind_name(node.name.value)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.skip.add(id(node.name))
-        self.bound.add(node.name.value)
+        self._bind_name(node.name.value)
+
+    def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self.bodies.append("def")
+
+    def leave_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self.bodies.pop()
+
+    def visit_ClassDef_body(self, node: cst.ClassDef) -> None:
+        self.bodies.append("class")
+
+    def leave_ClassDef_body(self, node: cst.ClassDef) -> None:
+        self.bodies.pop()
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        self.bound |= self.class_bound & self.class_used
+
+    def _in_class_body(self) -> bool:
+        return bool(self.bodies) and self.bodies[-1] == "class"
+
+    def _bind_name(self, name: str) -> None:
+        (self.class_bound if self._in_class_body() else self.bound).add(name)
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
         self._bind(node.target)
@@ -114,7 +143,7 @@ class _ReferenceCollector(cst.CSTVisitor):
 
     def _bind(self, target: cst.CSTNode) -> None:
         if isinstance(target, cst.Name):
-            self.bound.add(target.value)
+            self._bind_name(target.value)
             self.skip.add(id(target))
         elif isinstance(target, (cst.Tuple, cst.List)):
             for el in target.elements:
@@ -202,6 +231,8 @@ class _ReferenceCollector(cst.CSTVisitor):
         qualnames = self.ctx.imports.resolve_dotted(dotted)
         if not qualnames:
             return False
+        if self._in_class_body():
+            self.class_used.add(dotted.split(".")[0])
         parent = self.parents[-2] if len(self.parents) >= 2 else None
         use, call, decorator = "bare", None, None
         if isinstance(parent, cst.Call) and parent.func is node:

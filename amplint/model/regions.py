@@ -25,16 +25,13 @@ def _parse_autocast(
     known = [q for q in qualnames if q in torchapi.AUTOCAST_CONTEXTS]
     if known:
         q = known[0]
-        implied_device = torchapi.AUTOCAST_CONTEXTS[q]
-        if implied_device is None:
-            device_node = call_arg(call, 0, "device_type")
-            device = literal_string(device_node)
-            dtype_node = call_arg(call, 1, "dtype")
-            enabled_node = call_arg(call, 2, "enabled")
-        else:
-            device = implied_device
-            enabled_node = call_arg(call, 0, "enabled")
-            dtype_node = call_arg(call, 1, "dtype")
+        parameters = torchapi.autocast_parameters(q)
+
+        def arg(name: str) -> Optional[cst.BaseExpression]:
+            return call_arg(call, parameters.index(name), name) if name in parameters else None
+
+        device = torchapi.AUTOCAST_CONTEXTS[q] or literal_string(arg("device_type"))
+        dtype_node, enabled_node = arg("dtype"), arg("enabled")
         if dtype_node is None:
             dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
         else:

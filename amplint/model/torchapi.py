@@ -6,7 +6,7 @@ resolves like `torch.cuda.amp.autocast`.
 """
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Optional
+from typing import Dict, FrozenSet, Optional, Tuple
 
 # --- autocast -------------------------------------------------------------
 
@@ -20,6 +20,19 @@ AUTOCAST_CONTEXTS: Dict[str, Optional[str]] = {
     "torch.cpu.amp.autocast": "cpu",
     "torch.cpu.amp.autocast_mode.autocast": "cpu",
 }
+
+#: autocast's parameters in positional order, `torch.autocast(device_type, dtype, enabled,
+#: cache_enabled)`; a constructor that implies its device takes none:
+#: `torch.cuda.amp.autocast(enabled, dtype, cache_enabled)`, `torch.cpu.amp.autocast(...)` alike
+AUTOCAST_PARAMETERS: Tuple[str, ...] = ("device_type", "dtype", "enabled", "cache_enabled")
+DEVICE_AUTOCAST_PARAMETERS: Tuple[str, ...] = ("enabled", "dtype", "cache_enabled")
+
+
+def autocast_parameters(qualname: str) -> Tuple[str, ...]:
+    """The positional parameters of the autocast constructor `qualname` (a key of
+    `AUTOCAST_CONTEXTS`), read alike by the per-file model and the project summary."""
+    return AUTOCAST_PARAMETERS if AUTOCAST_CONTEXTS[qualname] is None else DEVICE_AUTOCAST_PARAMETERS
+
 
 #: default autocast dtype per device
 DEVICE_DEFAULT_DTYPE: Dict[str, str] = {

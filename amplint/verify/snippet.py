@@ -1087,13 +1087,7 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
                     out[name] = value_for(role, k, x, y)
             return out
 
-        globs: Dict[str, Any] = {
-            "__builtins__": _SAFE_BUILTINS,
-            "__amplint_return__": _Return,
-            "__amplint_device__": lab.device,
-            "__amplint_device_type__": lab.device_type,
-            **RUNTIME_NAMES,
-        }
+        globs = slice_globals(lab, {})
         for k in range(spec.iterations):
             state["iteration"] = k
             x, y = lab.batch(k)
@@ -1103,17 +1097,11 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
                 loss_by_name = {n: loss if i == 0 else criterion(model(x).float(), y) for i, n in enumerate(named.get("loss") or [])}
             globs.update(bind(prepared.roles, k, x, y, loss, ""))
             before = dict(counts)
-            try:
-                exec(prepared.code, globs)  # noqa: S102 - the user's own flagged code
-            except _Return:
-                pass
-            except Unbound as exc:
-                raise Unbindable(exc.names) from None
-            except Exception as exc:  # noqa: BLE001
-                record.exception = {**lab.exc(exc), "iteration": k, "line": _error_line(exc)}
-                record.iterations_run = k + 1
-                break
+            error = run_slice(prepared, globs)
             record.iterations_run = k + 1
+            if error is not None:
+                record.exception = {**lab.exc(error), "iteration": k, "line": _error_line(error)}
+                break
             updated = counts["update"] > before["update"]
             stepped = counts["step"] > before["step"] or counts["unscale_"] > before["unscale_"]
             if not updated and (spec.complete_update == "always" or (spec.complete_update == "if-stepped" and stepped)):
@@ -1130,6 +1118,34 @@ def run_training(lab: Any, spec: TrainingSpec, prepared: Prepared, scaler_enable
         record.nonfinite_params = int(sum(int((~torch.isfinite(p)).sum()) for p in params))
         record.delta = torch.cat([(p.detach().float() - s.float()).flatten() for p, s in zip(params, start)])
     return record
+
+
+def slice_globals(lab: Any, env: Dict[str, Any]) -> Dict[str, Any]:
+    """The globals a training-step slice runs in: the safe builtins, the names the slice's
+    rewrites call (`return` as `__amplint_return__`, the lab's device), then `env`."""
+    return {
+        "__builtins__": _SAFE_BUILTINS,
+        "__amplint_return__": _Return,
+        "__amplint_device__": lab.device,
+        "__amplint_device_type__": lab.device_type,
+        **RUNTIME_NAMES,
+        **env,
+    }
+
+
+def run_slice(prepared: Prepared, globs: Dict[str, Any]) -> Optional[Exception]:
+    """Run the slice once in `globs` (from `slice_globals`): None when it ran to its end or
+    a top-level `return`, else the exception the user's code raised (its traceback kept).
+    A name no lab role could bind raises `Unbindable`: no verdict rests on such a run."""
+    try:
+        exec(prepared.code, globs)  # noqa: S102 - the user's own flagged code
+    except _Return:
+        return None
+    except Unbound as exc:
+        raise Unbindable(exc.names) from None
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    return None
 
 
 def _error_line(exc: BaseException) -> Optional[int]:

@@ -372,8 +372,7 @@ class Project:
         if not held:
             return _EMPTY
         args = dict(ref["k"])
-        positional = ("device_type", "dtype", "enabled") if torchapi.AUTOCAST_CONTEXTS[held[0]] is None else ("enabled", "dtype")
-        for name, value in zip(positional, ref["a"][1:]):
+        for name, value in zip(torchapi.autocast_parameters(held[0]), ref["a"][1:]):
             args.setdefault(name, value)
         return frozenset({self.autocast_of(path, func, held[0], args)})
 

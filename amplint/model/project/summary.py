@@ -378,7 +378,7 @@ class _Summarizer:
         q = self.qualname(dotted(call.func))
         if q not in torchapi.AUTOCAST_CONTEXTS:
             return parent
-        device, dtype, enabled = autocast_arguments(self, call, torchapi.AUTOCAST_CONTEXTS[q])
+        device, dtype, enabled = autocast_arguments(self, call, q)
         return self._add_region(line, parent, device, dtype, enabled)
 
     def _add_region(self, line: int, parent: int, device: Optional[str], dtype: Optional[str], enabled: Optional[bool], framework: bool = False, via: Optional[str] = None) -> int:
@@ -421,24 +421,27 @@ class _Summarizer:
             self.frameworks.append(entry)
 
 
-def autocast_arguments(s: "_Summarizer", call: ast.Call, implied_device: Optional[str]) -> Tuple[Optional[str], Optional[str], Optional[bool]]:
-    """(device, dtype, enabled) of an autocast constructor call, as the per-file model reads them."""
+def autocast_arguments(s: "_Summarizer", call: ast.Call, qualname: str) -> Tuple[Optional[str], Optional[str], Optional[bool]]:
+    """(device, dtype, enabled) of a call of the autocast constructor `qualname`, as the
+    per-file model reads them (`torchapi.autocast_parameters`)."""
+    parameters = torchapi.autocast_parameters(qualname)
 
-    def arg(position: int, keyword: str) -> Optional[ast.AST]:
+    def arg(name: str) -> Optional[ast.AST]:
+        if name not in parameters:
+            return None
         for k in call.keywords:
-            if k.arg == keyword:
+            if k.arg == name:
                 return k.value
+        position = parameters.index(name)
         if any(isinstance(a, ast.Starred) for a in call.args[: position + 1]):
             return None
         return call.args[position] if position < len(call.args) else None
 
-    if implied_device is None:
-        device_node, dtype_node, enabled_node = arg(0, "device_type"), arg(1, "dtype"), arg(2, "enabled")
-        value = _constant(device_node)
+    device = torchapi.AUTOCAST_CONTEXTS[qualname]
+    if device is None:
+        value = _constant(arg("device_type"))
         device = value if isinstance(value, str) else None
-    else:
-        device = implied_device
-        enabled_node, dtype_node = arg(0, "enabled"), arg(1, "dtype")
+    dtype_node, enabled_node = arg("dtype"), arg("enabled")
     if dtype_node is None:
         dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
     else:

@@ -21,19 +21,17 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..snippet import (
-    RUNTIME_NAMES,
     Batch,
     Refused,
     Sink,
     TrainingSpec,
     Unbindable,
-    Unbound,
-    _Return,
-    _SAFE_BUILTINS,
     _tiny_model_wrapper,
     bind_by_role,
     prepare_training,
     resolve_qualname,
+    run_slice,
+    slice_globals,
 )
 from ._training import fmt
 
@@ -168,15 +166,7 @@ def _run_once(lab: Any, prepared: Any, flag: bool) -> Dict[str, Any]:
             return resolve_qualname(role.split(":", 1)[1])
         return values[role]
 
-    env = bind_by_role(prepared.roles, value_for)
-    globs: Dict[str, Any] = {
-        "__builtins__": _SAFE_BUILTINS,
-        "__amplint_return__": _Return,
-        "__amplint_device__": lab.device,
-        "__amplint_device_type__": lab.device_type,
-        **RUNTIME_NAMES,
-        **env,
-    }
+    globs = slice_globals(lab, bind_by_role(prepared.roles, value_for))
     original_backward = torch.Tensor.backward
 
     def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -185,15 +175,11 @@ def _run_once(lab: Any, prepared: Any, flag: bool) -> Dict[str, Any]:
 
     torch.Tensor.backward = backward  # type: ignore[method-assign]
     try:
-        exec(prepared.code, globs)  # noqa: S102 - the user's own flagged code
-    except _Return:
-        pass
-    except Unbound as exc:
-        raise Unbindable(exc.names) from None
-    except Exception as exc:  # noqa: BLE001
-        record["error"] = lab.exc(exc)
+        error = run_slice(prepared, globs)
     finally:
         torch.Tensor.backward = original_backward  # type: ignore[method-assign]
+    if error is not None:
+        record["error"] = lab.exc(error)
     return record
 
 

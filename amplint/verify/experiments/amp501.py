@@ -4,13 +4,16 @@ Defines the flagged `torch.autograd.Function` (its class source in `snippet`,
 with `torch`/`nn`/`F` bound; else the canonical matmul Function), applies it to fp32 inputs that require grad under autocast (the finding's
 dtype, else the device's default: bf16 on CPU, fp16 on CUDA) and runs backward
 outside autocast, as training does. The same call without autocast is the
-reference.
+reference. When fp32 inputs run clean (an fp32 bias added to the matmul makes the
+output, and so the backward, fp32), the first input is given in the autocast
+dtype, as an earlier autocast op inside a model hands it over; only a dtype
+error in backward then counts (the forward is autocast's to cast).
 """
 from __future__ import annotations
 
 import ast
 import inspect
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..snippet import Missing, Refused, Unbindable, Unbound, check_safe, free_names, parse, resolve_qualname, role_of, run_source, with_prelude
 
@@ -58,25 +61,35 @@ def _define(lab: Any, source: str, data: Dict[str, Any]) -> Any:
     return cls
 
 
-def _inputs(lab: Any, cls: Any, batch: Optional[int] = None) -> Tuple[Any, ...]:
-    torch = lab.torch
+def _parameters(cls: Any) -> List[Any]:
+    """The forward's inputs the experiment fills: the required ones (at least the first), after ctx."""
     sig = inspect.signature(cls.forward)
     params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
-    required = [p for p in params if p.default is p.empty]
+    return [p for p in params if p.default is p.empty] or params[:1]
+
+
+def _inputs(lab: Any, cls: Any, batch: Optional[int] = None, first_dtype: Optional[Any] = None) -> Tuple[Any, ...]:
+    """fp32 leaves that require grad; `first_dtype`: the first input in that dtype instead."""
+    torch = lab.torch
     g = torch.Generator().manual_seed(lab.seed)
     # shaped by how the code names them: a bias is a vector, everything else a 4x4 matrix
     lead = (batch,) if batch else ()
-    shapes = [(4,) if "bias" in p.name.lower() else (*lead, 4, 4) for p in required or params[:1]]
-    return tuple(torch.randn(*shape, generator=g).to(lab.device).requires_grad_() for shape in shapes)
+    shapes = [(4,) if "bias" in p.name.lower() else (*lead, 4, 4) for p in _parameters(cls)]
+    tensors = [torch.randn(*shape, generator=g).to(lab.device) for shape in shapes]
+    if first_dtype is not None:
+        tensors[0] = tensors[0].to(first_dtype)
+    return tuple(t.requires_grad_() for t in tensors)
 
 
 #: input layouts tried in turn: matrices, then a batch of them (`x[:, i]`-style code)
 LAYOUTS = (None, 2)
 
 
-def _apply(lab: Any, cls: Any, dtype: Optional[Any], batch: Optional[int] = None) -> Tuple[Optional[str], Optional[BaseException], str]:
+def _apply(
+    lab: Any, cls: Any, dtype: Optional[Any], batch: Optional[int] = None, first_dtype: Optional[Any] = None
+) -> Tuple[Optional[str], Optional[BaseException], str]:
     """(forward output dtype, error, phase)."""
-    inputs = _inputs(lab, cls, batch)
+    inputs = _inputs(lab, cls, batch, first_dtype)
     try:
         with lab.autocast(dtype):
             out = cls.apply(*inputs)
@@ -129,6 +142,13 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     if cls is not None:
         try:
             out_dtype, error, phase = _apply(lab, cls, dtype, batch)
+            if error is None:
+                # inside a model the Function's input is often an earlier autocast op's output,
+                # already low precision: a backward that mixes it with an fp32 grad fails there
+                low = _apply(lab, cls, dtype, batch, first_dtype=dtype)
+                if low[1] is not None and low[2] == "backward" and _is_dtype_error(low[1]):
+                    out_dtype, error, phase = low
+                    ev["low_precision_input"] = _parameters(cls)[0].name
         except Unbindable as exc:
             ev["snippet_skipped"] = f"could not bind {', '.join(exc.names)}"
             cls = None
@@ -140,8 +160,10 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     if error is not None:
         ev["error"] = {**lab.exc(error), "phase": phase}
     if error is not None and _is_dtype_error(error):
+        given = ev.get("low_precision_input")
+        given = f" (its input `{given}` in {lab.dtype_name(dtype)}, as an earlier autocast op hands it)" if given else ""
         return lab.confirmed(
-            f"{cls.__name__} under {lab.dtype_name(dtype)} autocast: {phase} raised {type(error).__name__}: {str(error).splitlines()[0][:160]}",
+            f"{cls.__name__} under {lab.dtype_name(dtype)} autocast{given}: {phase} raised {type(error).__name__}: {str(error).splitlines()[0][:160]}",
             ev,
             method=method,
             dtype=dtype,
