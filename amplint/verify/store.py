@@ -28,11 +28,11 @@ import hashlib
 import hmac
 import json
 import os
-import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..__version__ import __version__
+from ..core.atomic import replace_atomically
 from ..core.safe_read import read_bytes
 from ..engine.cache import cache_dir, code_fingerprint, machine_key
 
@@ -183,18 +183,8 @@ class VerdictStore:
                 newest = sorted(merged, key=lambda k: max(r.get("at", 0) for r in merged[k]), reverse=True)
                 merged = {k: merged[k] for k in newest[:MAX_FINDINGS]}
             payload = json.dumps({"format": FORMAT, "version": __version__, "entries": merged}, separators=(",", ":")).encode("utf-8")
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-verdicts-", suffix=".json", dir=self.directory)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload)))
-                    fh.write(payload)
-                os.replace(tmp, self.path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            header = b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload))
+            replace_atomically(self.path, header + payload, keep_mode=False)  # a planted link is replaced, not followed
         except OSError:
             return  # a read-only tree or a full disk: the verdicts were still reported
         self._changed = {}
