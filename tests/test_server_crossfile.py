@@ -24,7 +24,7 @@ class Counting(CrossFile):
         self.told = []  # what on_ready heard
         self.fail = fail
         self.found = list(found)
-        super().__init__(on_ready=self.told.append, use_cache=False)
+        super().__init__(Projects, on_ready=self.told.append, use_cache=False)
 
     def findings(self, path, text, config):
         self.asked.append(text)
@@ -104,3 +104,20 @@ def test_the_server_hears_only_of_findings_that_change_what_it_shows(buffer):
     assert loud.ready.wait(60) and loud.told == [os.path.abspath(path)]
     assert [d.code for d in loud.add(lint("x = 1\n"), path).diagnostics] == ["AMP303"]
     assert [d.location.row for d in loud.add(lint("# new\nx = 1\n"), path).diagnostics] == [2]  # moved with the edit
+
+
+@pytest.mark.parametrize("other,kept", [("model = model.half()\n", True), ("model = model.float()\n", False)])
+def test_a_conditional_cross_file_finding_is_decided_by_the_projects_saved_files(tmp_path, monkeypatch, other, kept):
+    import amplint.engine.crossfile as engine_crossfile
+    from amplint.core.diagnostics import Diagnostic, Location, Severity
+    from amplint.model.facts import FP16
+
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\n")
+    (tmp_path / "model.py").write_text("import torch\n" + other)
+    path = tmp_path / "train.py"
+    path.write_text("x = 1\n")
+    conditional = Diagnostic("AMP302", "eps", "eps underflows in fp16", Severity.WARNING, str(path), Location(1, 1), Location(1, 6), condition=FP16)
+    monkeypatch.setattr(engine_crossfile, "buffer_diagnostics", lambda *args, **kwargs: [conditional])
+    projects = Projects(str(tmp_path))
+    cross = CrossFile(lambda: projects, use_cache=False)
+    assert cross.findings(str(path), "x = 1\n", projects.config_for(str(path))) == ([conditional] if kept else [])

@@ -13,8 +13,10 @@ Building the model of a large project costs seconds, far more than a
 keystroke may, so it runs on its own thread, off the lint path, when a
 document is opened and whenever a file of its project is saved; its findings
 are then carried along the buffer's edits (`relocate.py`: a finding whose
-lines are edited is dropped until the next save). When a result arrives the
-server re-publishes the document (`on_ready`). A project's file list is found
+lines are edited is dropped until the next save). Findings that hold only
+under a project fact (fp16 used somewhere, ...) are decided by the project's
+saved files, as for `amplint FILE`. When a result changes what the document
+shows, the server re-publishes it (`on_ready`). A project's file list is found
 once and again after a save in it (a new file counts from its first save).
 """
 from __future__ import annotations
@@ -28,16 +30,18 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
 from .documents import Linted
+from .project import Projects
 from .relocate import relocate
 
 
 class CrossFile:
     """The last cross-file findings of each open Python file, and the thread that makes them."""
 
-    def __init__(self, on_ready: Callable[[str], None] = lambda path: None, use_cache: bool = True) -> None:
+    def __init__(self, projects: Callable[[], Projects], on_ready: Callable[[str], None] = lambda path: None, use_cache: bool = True) -> None:
+        self.projects = projects  # the server's configurations and project facts
         self.on_ready = on_ready  # called on the model's thread with the path whose findings changed
         self.use_cache = use_cache
-        #: path -> (the text the findings were computed for, the findings, conditions unresolved)
+        #: path -> (the text the findings were computed for, the findings)
         self._known: Dict[str, Tuple[str, List[Diagnostic]]] = {}
         self._wanted: Dict[str, int] = {}  # path -> the generation of its newest request
         self._pending: set = set()  # paths whose newest request has not finished
@@ -54,7 +58,7 @@ class CrossFile:
     def add(self, linted: Linted, path: str) -> Linted:
         """`linted` with its file's cross-file findings added (the last ones computed, moved
         onto the buffer's text); asks for new ones if the file was opened or saved."""
-        if linted.error or linted.cells or not path.endswith(".py") or linted.facts is None:
+        if linted.error or linted.cells or not path.endswith(".py"):
             return linted
         me = os.path.abspath(path)
         with self._lock:
@@ -65,9 +69,8 @@ class CrossFile:
         if known is None or not known[1]:
             return linted
         from ..engine.crossfile import merge
-        from ..engine.pipeline import resolve_conditions
 
-        cross = resolve_conditions(relocate(known[1], known[0], linted.source), linted.facts, linted.config)
+        cross = relocate(known[1], known[0], linted.source)
         if not cross:
             return linted
         return dataclasses.replace(linted, diagnostics=sorted(merge(linted.diagnostics, cross), key=Diagnostic.sort_key))
@@ -141,15 +144,19 @@ class CrossFile:
             self.on_ready(me)  # what the document shows changes (else no new publication)
 
     def findings(self, path: str, text: str, config: Config) -> List[Diagnostic]:
-        """The cross-file findings located in the text `text` of `path` (conditions unresolved)."""
+        """The cross-file findings located in the text `text` of `path`, their project-fact
+        conditions decided by the project's saved files, as `amplint path` decides them."""
         from ..engine.crossfile import buffer_diagnostics, project_root
-        from ..engine.pipeline import selected_rules
+        from ..engine.pipeline import resolve_conditions, selected_rules
+        from ..model.facts import ProjectFacts
 
         codes, rules = selected_rules(config)
         cache = self._cache(config)
         found = buffer_diagnostics(path, text, self._project_files(project_root(os.path.abspath(path)), config), rules, codes, config, cache)
         if cache is not None:
             cache.save()  # writes only what the model computed anew (a read-only tree: nothing)
+        if any(d.condition for d in found):
+            found = resolve_conditions(found, ProjectFacts.from_files(list(self.projects().file_facts(config).values())), config)
         return found
 
     def _project_files(self, root: Optional[str], config: Config) -> List[str]:

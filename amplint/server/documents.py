@@ -9,7 +9,6 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
-from ..model.facts import ProjectFacts
 from .project import Projects
 
 
@@ -24,7 +23,6 @@ class Linted:
     config: Config
     error: Optional[str] = None  # a configuration problem, shown instead of findings
     cells: List[str] = field(default_factory=list)  # notebook: the cell document of each position
-    facts: Optional[ProjectFacts] = None  # the project's facts, the buffer's own included
 
 
 def lint_python(source: str, path: str, projects: Projects) -> Linted:
@@ -34,16 +32,11 @@ def lint_python(source: str, path: str, projects: Projects) -> Linted:
         config = projects.config_for(path)
     except ConfigError as exc:
         return Linted(source, [], Config(), error=str(exc))
-    diagnostics, facts = lint_with_facts(source, path, config, projects)
-    return Linted(source, diagnostics, config, facts=facts)
+    return Linted(source, lint_text(source, path, config, projects), config)
 
 
 def lint_text(source: str, path: str, config: Config, projects: Projects) -> List[Diagnostic]:
     """The engine's per-file pipeline, conditions resolved with the project's facts."""
-    return lint_with_facts(source, path, config, projects)[0]
-
-
-def lint_with_facts(source: str, path: str, config: Config, projects: Projects) -> Tuple[List[Diagnostic], ProjectFacts]:
     from ..engine.parallel import whole_file_facts
     from ..engine.pipeline import lint_file_source, resolve_conditions, selected_rules
 
@@ -51,7 +44,7 @@ def lint_with_facts(source: str, path: str, config: Config, projects: Projects) 
     result = lint_file_source(source, path, config, rules, codes)
     facts = projects.facts_for(path, whole_file_facts(result, source, config), config)
     out = resolve_conditions(result.diagnostics, facts, config)
-    return sorted(out, key=Diagnostic.sort_key), facts
+    return sorted(out, key=Diagnostic.sort_key)
 
 
 def notebook_json(cells: Sequence[Tuple[str, str]]) -> str:

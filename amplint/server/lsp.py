@@ -66,7 +66,7 @@ class AmplintServer(LanguageServer):
         )
         self.debounce = debounce
         self.projects = Projects()
-        self.crossfile = CrossFile(self.project_findings_ready)  # findings caused in other files
+        self.crossfile = CrossFile(lambda: self.projects, self.project_findings_ready)  # findings caused in other files
         self.verdicts = Verdicts()  # verdicts `amplint --verify` cached
         self.linted: Dict[str, Linted] = {}  # a text document's or notebook's uri -> its last lint
         self.plain: Dict[str, Linted] = {}  # a Python document's last lint before the project's findings
