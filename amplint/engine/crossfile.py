@@ -380,9 +380,9 @@ class _BufferStore(_Store):
             return self._own[0]
         return super().summary(path)
 
-    def findings(self, root: Optional[str], chosen: List[str]) -> Optional[List[Diagnostic]]:
-        return super().findings(root, chosen) if self.saved else None
+    def findings(self, *args: Any) -> Optional[List[Diagnostic]]:
+        return super().findings(*args) if self.saved else None
 
-    def remember(self, root: Optional[str], chosen: List[str], read: List[str], found: List[Diagnostic]) -> None:
+    def remember(self, *args: Any) -> None:
         if self.saved:
-            super().remember(root, chosen, read, found)
+            super().remember(*args)
