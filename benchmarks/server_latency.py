@@ -8,7 +8,7 @@ Starts `python -m amplint server` as an editor would (stdio, JSON-RPC), opens a
 generated training module of --lines lines (many small models and one training
 step with an AMP101 finding at the end), then types: each edit inserts a
 character in a comment on a line chosen at random (one edit per round, each
-round waits for its publishDiagnostics). The time from sending the change to
+round waits for its publishDiagnostics; `--where step`: in the training step). The time from sending the change to
 the publish, minus the server's debounce, is the latency a user feels after
 they stop typing. Reported: median, p90 and max in ms, and whether the finding
 was still published each time (it must be: the edits do not touch it).
@@ -49,7 +49,7 @@ STEP = '''
 
 def train_step(model, batch, optimizer, scaler):
     with torch.autocast("cuda", dtype=torch.float16):
-        loss = model(batch).mean()
+        loss = model(batch).mean()  # step
     scaler.scale(loss).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     scaler.step(optimizer)
@@ -107,6 +107,7 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=5000)
     parser.add_argument("--edits", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--where", choices=("model", "step"), default="model", help="type in the models' comments or in the training step's (whose scaler and optimizer the registries hold)")
     args = parser.parse_args()
     from amplint.server.lsp import DEBOUNCE_S
 
@@ -124,7 +125,7 @@ def main() -> int:
         first = client.publish()
         open_ms = (time.perf_counter() - start) * 1000
         lines = source.split("\n")
-        comment_rows = [i for i, line in enumerate(lines) if "# comment" in line]
+        comment_rows = [i for i, line in enumerate(lines) if ("# comment" if args.where == "model" else "# step") in line]
         latencies, kept = [], 0
         for version in range(2, args.edits + 2):
             row = rng.choice(comment_rows)

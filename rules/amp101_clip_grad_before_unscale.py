@@ -5,9 +5,17 @@ from bisect import bisect_right
 from typing import Dict, Iterator, List, Optional, Sequence
 
 from amplint.model import (
-    Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid, exclusive, insert_line_before,
-    literal_number, make_fix, step_data, step_source,
+    CLIP_FUNCTIONS, CallInfo, Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid, exclusive,
+    insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, step_data, step_source,
 )
+
+#: accelerate's methods that unscale the gradients of its GradScaler (clip_grad_* call unscale_gradients)
+_ACCELERATE_UNSCALING = frozenset(("unscale_gradients", "clip_grad_norm_", "clip_grad_value_"))
+#: the keywords accelerate's clip methods take, by torch clip function (torch's take more)
+_ACCELERATE_CLIP_KEYWORDS = {
+    "clip_grad_norm_": frozenset(("parameters", "max_norm", "norm_type")),
+    "clip_grad_value_": frozenset(("parameters", "clip_value")),
+}
 
 
 class ClipGradBeforeUnscale(Rule):
@@ -15,7 +23,10 @@ class ClipGradBeforeUnscale(Rule):
     ## What it does
     Flags `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` called on
     gradients produced by `scaler.scale(loss).backward()` with no
-    `scaler.unscale_(optimizer)` before it in that training step.
+    `scaler.unscale_(optimizer)` before it in that training step. The same
+    for accelerate: a torch clip after `accelerator.backward(loss)` of an
+    `Accelerator(mixed_precision="fp16")` built in the same file, with no
+    `accelerator.unscale_gradients()` before it.
 
     ## Why is this bad?
     The gradients are still multiplied by the loss scale (65536 by default), so
@@ -24,6 +35,10 @@ class ClipGradBeforeUnscale(Rule):
     amplint's measurement (docs/evidence.md) the weight moved 1.0e-6 instead of 0.049. For
     `clip_grad_value_` the effective threshold in true-gradient units is
     `clip_value / scale`. Training silently crawls; no error is raised.
+    accelerate's fp16 `backward` is `scaler.scale(loss).backward()` with its
+    own GradScaler, and only its `unscale_gradients()` (which its
+    `clip_grad_norm_` / `clip_grad_value_` call) unscales before the
+    prepared optimizer's `step`: a torch clip in between sees the scaled norm.
 
     ## Example
     ```python
@@ -47,6 +62,12 @@ class ClipGradBeforeUnscale(Rule):
     optimizer from the `scaler.step(...)` of the same step. With several
     optimizers sharing the clipped parameters a human must choose which to
     unscale. Offered only when that `scaler.step` is found.
+    For accelerate, unsafe too: calls `accelerator.clip_grad_norm_` (or
+    `clip_grad_value_`) in place of torch's, the replacement accelerate
+    documents; it unscales every prepared optimizer, so it is offered only
+    for the first clip after the backward, when nothing else in the function
+    unscales, and when the call passes no argument accelerate's method lacks
+    (`foreach=`, `error_if_nonfinite=`).
 
     ## Verification
     `amplint --verify` runs the flagged step on a tiny model with a real
@@ -61,6 +82,21 @@ class ClipGradBeforeUnscale(Rule):
     when the clip is not a torch function (accelerate's
     `accelerator.clip_grad_norm_` unscales for you).
 
+    With accelerate it fires only where fp16 is certain from the code: the
+    `Accelerator(...)` that `.backward` is called on is built in the same
+    file with the literal `mixed_precision="fp16"`, and every binding of that
+    name is such a constructor. It is silent for `"bf16"` and `"no"` (no
+    scaler), for a `mixed_precision` read from a config, the arguments or the
+    environment (decided at run time: a bf16 run would make the finding
+    false, so amplint does not guess), for an accelerator passed in as a
+    parameter, for `cpu=True` (accelerate builds no scaler on a CPU), for a
+    DeepSpeed, FSDP or Megatron-LM plugin (they own scaling and clipping),
+    for a `GradScalerKwargs(enabled=...)` handler in the file, and when
+    `accelerator.unscale_gradients()`, `accelerator.clip_grad_norm_` or
+    `clip_grad_value_` runs before the clip (even under an `if`). An
+    `accelerate launch` configuration can still switch to DeepSpeed at run
+    time; the rule judges the code it reads.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP101` (docs/evidence.md#amp101)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
@@ -71,8 +107,10 @@ class ClipGradBeforeUnscale(Rule):
     severity = Severity.ERROR
     message = "gradient clipping on scaled gradients"
     triggers = ("clip_grad",)
-    requires = (("backward",), ("scale",))  # a scaled backward: `scaler.scale(loss).backward()`
-    gate_check = "amplint.core.gates:scale_called"  # `.scale(` called as a method, not `self.scale` in attention code
+    # a scaled backward: `scaler.scale(loss).backward()`, or `accelerator.backward(loss)` of an fp16 Accelerator
+    requires = (("backward",), ("scale", "Accelerator"))
+    # `.scale(` called as a method (not `self.scale` in attention code), or "Accelerator" with "fp16"
+    gate_check = "amplint.core.gates:scaled_backward_possible"
 
     VALID = [
         Valid(
@@ -163,6 +201,47 @@ else:
 """,
             "the clip is on the non-AMP branch",
         ),
+        Valid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="bf16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+            "accelerate with bf16 builds no GradScaler",
+        ),
+        Valid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+            "accelerate's mixed precision decided at run time",
+        ),
+        Valid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    if accelerator.sync_gradients:
+        accelerator.unscale_gradients()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+            "accelerate fp16, gradients unscaled with accelerator.unscale_gradients() before the clip",
+        ),
     ]
 
     INVALID = [
@@ -234,6 +313,35 @@ def step(model, opt, scaler, loss):
 """,
             line=5,
         ),
+        Invalid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    with accelerator.autocast():
+        loss = model(**batch).loss
+    accelerator.backward(loss)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            line=9,
+            fixed="""
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    with accelerator.autocast():
+        loss = model(**batch).loss
+    accelerator.backward(loss)
+    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -246,24 +354,31 @@ def step(model, opt, scaler, loss):
             for index, clip in enumerate(events):
                 if clip.kind != "clip":
                     continue
-                at = self._scaled_backward_before(ctx, events, index)
+                at = self._scaled_backward_before(ctx, scope, events, index)
                 if at is None:
                     continue
                 backward = events[at]
                 if first_unscale is not None and first_unscale < clip.order:
                     continue
+                accelerate = backward.kind == "framework_backward"
+                if accelerate and any(c.order < clip.order for c in _accelerate_unscales(scope)):
+                    continue
                 if self._unscaled_by_helper(ctx, events, at, index):
+                    continue
+                if accelerate:
+                    yield self._accelerate_diagnostic(ctx, scope, clip, backward, fixed)
                     continue
                 if steps is None:
                     steps = _steps_by_scaler(events)
                 yield self._diagnostic(ctx, scope, index, backward, fixed, steps)
 
     @staticmethod
-    def _scaled_backward_before(ctx: ModuleContext, events, index: int) -> Optional[int]:
+    def _scaled_backward_before(ctx: ModuleContext, scope: Scope, events, index: int) -> Optional[int]:
         """The index of the scaled backward whose gradients `events[index]` (a clip) clips: the
         last event before it, on a path that can run with it, that is a scaled backward (of an
-        enabled scaler) or ends one (scaler.step, update, a framework's backward); read
-        backwards from the clip, so n clips cost the events between each and its backward."""
+        enabled scaler, or of an `Accelerator(mixed_precision="fp16")`) or ends one
+        (scaler.step, update, another framework's backward); read backwards from the clip,
+        so n clips cost the events between each and its backward."""
         clip = events[index]
         for at in range(index - 1, -1, -1):
             e = events[at]
@@ -273,16 +388,19 @@ def step(model, opt, scaler, loss):
                     continue
                 return at
             if e.kind in ("scaler_step", "update", "framework_backward") and not exclusive(e.path, clip.path):
+                if e.kind == "framework_backward" and scaling_accelerator(ctx, e.call.receiver_dotted, scope) is not None:
+                    return at
                 return None
         return None
 
     @staticmethod
     def _unscaled_by_helper(ctx: ModuleContext, events, backward: int, clip: int) -> bool:
-        """A call between the backward and the clip to a function of this file that unscales."""
+        """A call between the backward and the clip to a function of this file that unscales
+        (`scaler.unscale_`, or accelerate's `unscale_gradients` / `clip_grad_*`)."""
         for e in events[backward + 1 : clip]:
             if e.kind == "call":
                 callee = ctx.scope_named(e.target)
-                if callee is not None and any(x.kind == "unscale" for x in callee.events):
+                if callee is not None and (any(x.kind == "unscale" for x in callee.events) or _accelerate_unscales(callee)):
                     return True
         return False
 
@@ -322,6 +440,55 @@ def step(model, opt, scaler, loss):
         optimizer = step.optimizer if step is not None else "optimizer"
         help = f"Call `{scaler}.unscale_({optimizer})` before the clip"
         return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data, help=help)
+
+    def _accelerate_diagnostic(self, ctx: ModuleContext, scope: Scope, clip: Event, backward: Event, fixed: set) -> Diagnostic:
+        """The finding for a torch clip after `accelerator.backward(loss)` of an fp16 Accelerator;
+        the fix calls the accelerator's own clip method, which accelerate documents for this."""
+        accelerator = backward.call.receiver_dotted
+        func = (clip.call.qualname or clip.call.dotted or "clip_grad_norm_").rsplit(".", 1)[-1]
+        by_value = "value" in func
+        threshold = clip.call.arg(1, "clip_value" if by_value else "max_norm")
+        spelled = clip.call.dotted or func
+        message = f"`{spelled}` clips gradients that the fp16 `{accelerator}.backward` left scaled"
+        fix = None
+        if backward.order not in fixed and _accelerate_clip_compatible(clip.call, func) and len(_accelerate_unscales(scope)) == 0:
+            fixed.add(backward.order)
+            fix = make_fix(
+                f"Call `{accelerator}.{func}` instead",
+                [replace_node(ctx, clip.call.node.func, f"{accelerator}.{func}")],
+                safe=False,
+            )
+        data = {
+            "clip_function": func,
+            "threshold": literal_number(threshold) if threshold is not None else None,
+            "scaler": None,
+            "framework": "accelerate",
+            "accelerator": accelerator,
+            "optimizer": None,
+            "step_source": step_source(ctx, backward, clip, scope),
+        }
+        help = f"Call `{accelerator}.{func}(...)` instead: it unscales the gradients before clipping"
+        return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data, help=help)
+
+
+def _accelerate_unscales(scope: Scope) -> List[CallInfo]:
+    """The calls of `scope` that unscale accelerate's gradients (`accelerator.unscale_gradients()`,
+    `accelerator.clip_grad_norm_/value_`, which unscale first): any such method of any receiver,
+    since silence is the safe answer when a call may unscale."""
+    return [c for c in scope.calls if c.method in _ACCELERATE_UNSCALING and not c.calls_any(CLIP_FUNCTIONS)]
+
+
+def _accelerate_clip_compatible(call: CallInfo, func: str) -> bool:
+    """The torch clip's arguments mean the same to accelerate's method of that name (no
+    `foreach=` / `error_if_nonfinite=`, no unpacking), so swapping the callee keeps the call."""
+    allowed = _ACCELERATE_CLIP_KEYWORDS.get(func)
+    if allowed is None:
+        return False
+    args = call.node.args
+    if any(a.star for a in args):
+        return False
+    positional = sum(1 for a in args if a.keyword is None)
+    return positional <= len(allowed) and all(a.keyword.value in allowed for a in args if a.keyword is not None)
 
 
 def _steps_by_scaler(events: Sequence[Event]) -> Dict[Optional[str], List[int]]:

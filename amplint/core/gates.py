@@ -541,9 +541,14 @@ def scaler_stepped(source: str) -> bool:
     return b"unscale_" in data or (_method_called(data, b"step") and _scaler_may_exist(data))
 
 
-def scale_called(source: str) -> bool:
-    """AMP101's gate: a `x.scale(` call, without which there is no scaled backward to clip after."""
-    return _method_called(source.encode("utf-8", "surrogatepass"), b"scale")
+def scaled_backward_possible(source: str) -> bool:
+    """AMP101's gate: a `x.scale(` call, or an accelerate `Accelerator` and the string "fp16"
+    (any case: accelerate lower-cases it) for `Accelerator(mixed_precision="fp16")`, whose
+    `backward` scales; without either there is no scaled backward to clip after."""
+    data = source.encode("utf-8", "surrogatepass")
+    if _method_called(data, b"scale"):
+        return True
+    return b"Accelerator" in data and b"fp16" in data.lower()
 
 
 def _torch_function_called(data: bytes, name: bytes) -> bool:
@@ -753,7 +758,7 @@ GATES: dict = {
     "torch_save_called": torch_save_called,
     "scaler_checkpoint_io": scaler_checkpoint_io,
     "scaler_stepped": scaler_stepped,
-    "scale_called": scale_called,
+    "scaled_backward_possible": scaled_backward_possible,
 }
 
 

@@ -113,6 +113,14 @@ def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Ty
         if UNUSED_NOQA_CODE in codes:
             result.diagnostics = _unused_noqa([], source, path, config, codes)
         return result
+    return lint_active(source, path, config, active, codes, exempt, result)
+
+
+def lint_active(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], exempt: Optional[FrozenSet[str]], result: Optional[FileResult] = None) -> FileResult:
+    """Run the rules `active` (already gated) on `source`; `exempt`: the file-level noqa codes.
+    The server's incremental re-lint (server/incremental.py) calls it on an excerpt with
+    the gate and the exemption of the whole buffer, so the excerpt runs what the file would."""
+    result = result if result is not None else FileResult(path=path)
     with gc_paused():
         diagnostics = _excerpt_checked(source, path, config, active, codes, result)
         if diagnostics is None:

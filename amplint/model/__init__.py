@@ -66,6 +66,8 @@ _EXPORTS = {
     "same_device": ".regions",
     # scalers
     "is_grad_scaler_call": ".scalers",
+    # accelerators
+    "scaling_accelerator": ".accelerators",
     # bindings
     "assignment_before": ".bindings",
     "constructed_class": ".bindings",

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
+from ..model.facts import FileFacts
 from .project import Projects
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .incremental import Base
 
 
 @dataclass
@@ -23,28 +27,71 @@ class Linted:
     config: Config
     error: Optional[str] = None  # a configuration problem, shown instead of findings
     cells: List[str] = field(default_factory=list)  # notebook: the cell document of each position
+    base: "Optional[Base]" = None  # a Python buffer: what its next incremental re-lint starts from
+    fast: bool = False  # from an incremental re-lint: a full lint should confirm it
 
 
-def lint_python(source: str, path: str, projects: Projects) -> Linted:
+def lint_python(source: str, path: str, projects: Projects, base: "Optional[Base]" = None) -> Linted:
+    """Lint a Python buffer; with `base` (its last exact lint) only the edited definition
+    when that is enough (server/incremental.py): `Linted.fast` then says so."""
     from ..core.config import ConfigError
+    from ..engine.pipeline import selected_rules
+    from .incremental import base_of, relint
 
     try:
         config = projects.config_for(path)
     except ConfigError as exc:
         return Linted(source, [], Config(), error=str(exc))
-    return Linted(source, lint_text(source, path, config, projects), config)
+    if base is not None:
+        codes, rules = selected_rules(config)
+        again = relint(base, source, path, config, rules, codes)
+        if again is not None:
+            return Linted(source, resolved(again.raw, again.facts, path, config, projects), config, base=again.base, fast=not again.base.confirmed)
+    full = full_lint(source, path, config)
+    diagnostics = resolved(full.raw, full.facts, path, config, projects)
+    return Linted(source, diagnostics, config, base=base_of(source, full.raw, full.facts, full.active, config))
+
+
+def exact(source: str, path: str, config: Config, full: "FullLint", projects: Projects) -> Linted:
+    """The Linted of a full lint done elsewhere (server/recheck.py)."""
+    from .incremental import base_of
+
+    diagnostics = resolved(full.raw, full.facts, path, config, projects)
+    return Linted(source, diagnostics, config, base=base_of(source, full.raw, full.facts, full.active, config))
 
 
 def lint_text(source: str, path: str, config: Config, projects: Projects) -> List[Diagnostic]:
     """The engine's per-file pipeline, conditions resolved with the project's facts."""
-    from ..engine.parallel import whole_file_facts
-    from ..engine.pipeline import lint_file_source, resolve_conditions, selected_rules
+    full = full_lint(source, path, config)
+    return resolved(full.raw, full.facts, path, config, projects)
+
+
+def resolved(raw: Sequence[Diagnostic], own: FileFacts, path: str, config: Config, projects: Projects) -> List[Diagnostic]:
+    """A buffer's findings with their project-fact conditions decided (`own`: the buffer's facts)."""
+    from ..engine.pipeline import resolve_conditions
+
+    out = resolve_conditions(raw, projects.facts_for(path, own, config), config)
+    return sorted(out, key=Diagnostic.sort_key)
+
+
+@dataclass
+class FullLint:
+    """One text through the engine's per-file pipeline, before project-fact conditions."""
+
+    raw: List[Diagnostic]
+    facts: FileFacts  # of the whole text, even when the engine parsed only an excerpt
+    active: Tuple[str, ...]  # the codes of the rules that passed the gate
+
+
+def full_lint(source: str, path: str, config: Config) -> FullLint:
+    from ..core.gating import passing
+    from ..engine.parallel import facts_of_source
+    from ..engine.pipeline import lint_file_source, selected_rules
 
     codes, rules = selected_rules(config)
     result = lint_file_source(source, path, config, rules, codes)
-    facts = projects.facts_for(path, whole_file_facts(result, source, config), config)
-    out = resolve_conditions(result.diagnostics, facts, config)
-    return sorted(out, key=Diagnostic.sort_key)
+    facts = result.facts if result.parsed else (facts_of_source(source, path, config) or FileFacts())
+    return FullLint(result.diagnostics, facts, tuple(r.code for r in passing(rules, source)))
 
 
 def notebook_json(cells: Sequence[Tuple[str, str]]) -> str:

@@ -30,9 +30,10 @@ from ..__version__ import __version__
 from ..core.diagnostics import Diagnostic
 from .actions import FIX_ALL, actions_for, fix_all_action, hover_text, overlaps
 from .crossfile import CrossFile
-from .documents import Linted, lint_notebook_cells, lint_python, lint_text
+from .documents import Linted, exact, lint_notebook_cells, lint_python, lint_text
 from .project import Projects
 from .protocol import Lines, to_lsp
+from .recheck import Rechecker
 from .verdicts import Verdicts
 
 DEBOUNCE_S = 0.15
@@ -74,6 +75,7 @@ class AmplintServer(LanguageServer):
         self.owner: Dict[str, str] = {}  # a cell's uri -> its notebook's uri
         self.timers: Dict[str, asyncio.TimerHandle] = {}
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amplint-lint")
+        self.rechecker = Rechecker()  # full lints confirming fast ones (incremental.py)
         self.shown_errors: set = set()
         self.loop: Optional[asyncio.AbstractEventLoop] = None
 
@@ -98,6 +100,29 @@ class AmplintServer(LanguageServer):
             return
         self.linted[uri] = linted
         self.publish(uri, linted)
+        if linted.fast:
+            asyncio.get_running_loop().create_task(self.confirm(uri, snapshot, linted))
+
+    async def confirm(self, uri: str, snapshot: Tuple, fast: Linted) -> None:
+        """After a fast publish: the full lint, in the recheck process; re-published if it differs."""
+        _, path, source = snapshot
+        plain = self.plain.get(uri)  # the fast lint itself (`fast` may be re-published with new cross-file findings)
+        try:
+            full = await asyncio.wrap_future(self.rechecker.submit(source, path, fast.config))
+        except (asyncio.CancelledError, RuntimeError):
+            return  # replaced by a newer edit, or the process is gone: the next edit re-lints
+        if self.snapshot(uri) != snapshot or self.plain.get(uri) is not plain:
+            return
+        base = fast.base
+        if base is not None and full.facts == base.facts and _same(full.raw, base.raw):
+            base.confirmed = True  # the usual case: nothing to redo (a new base costs a parse)
+            return
+        linted = await asyncio.get_running_loop().run_in_executor(self.worker, self.exact_lint, uri, source, path, fast.config, full)
+        if self.snapshot(uri) != snapshot or linted is None:
+            return
+        self.linted[uri] = linted
+        if linted.diagnostics != fast.diagnostics:
+            self.publish(uri, linted)
 
     def snapshot(self, uri: str) -> Optional[Tuple]:
         """What the lint of `uri` reads: (path, text) or (path, ((cell uri, kind, text), ...))."""
@@ -116,7 +141,17 @@ class AmplintServer(LanguageServer):
         kind, path, content = snapshot
         if kind == "notebook":
             return self.verdicts.attach(lint_notebook_cells(content, path, self.projects), path)
-        plain = self.plain[uri] = lint_python(content, path, self.projects)
+        previous = self.plain.get(uri)
+        plain = self.plain[uri] = lint_python(content, path, self.projects, previous.base if previous is not None else None)
+        return self.completed(plain, uri, path)
+
+    def exact_lint(self, uri: str, source: str, path: str, config, full) -> Optional[Linted]:
+        """The full lint `full` as the document's lint (None: a newer lint came meanwhile)."""
+        fast = self.plain.get(uri)
+        plain = exact(source, path, config, full, self.projects)
+        if self.plain.get(uri) is not fast:
+            return None
+        self.plain[uri] = plain
         return self.completed(plain, uri, path)
 
     def completed(self, plain: Linted, uri: str, path: str) -> Linted:
@@ -193,6 +228,10 @@ class AmplintServer(LanguageServer):
             return linted, linted.diagnostics, lines
         position = linted.cells.index(uri) + 1 if uri in linted.cells else -1
         return linted, [d for d in linted.diagnostics if d.cell == position], lines
+
+
+def _same(a: List[Diagnostic], b: List[Diagnostic]) -> bool:
+    return sorted(a, key=Diagnostic.sort_key) == sorted(b, key=Diagnostic.sort_key)
 
 
 def path_of(uri: str) -> str:
@@ -315,5 +354,6 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
     def shutdown(ls: AmplintServer, params: None) -> None:
         ls.worker.shutdown(wait=False, cancel_futures=True)
         ls.crossfile.shutdown()
+        ls.rechecker.close()
 
     return server

@@ -23,22 +23,37 @@ CONFIG_NAMES = ("amplint.toml", "pyproject.toml")
 
 def find_config_file(path: str) -> Optional[Path]:
     """The nearest amplint.toml, or pyproject.toml with [tool.amplint], above `path`."""
-    from ..core.config import _read_toml
-
     folder = Path(path).resolve().parent
     for candidate in (folder, *folder.parents):
         bare = candidate / "amplint.toml"
         if bare.is_file():
             return bare
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file():
-            try:
-                data = _read_toml(pyproject)
-            except ConfigError:
-                return pyproject  # report the broken file rather than skipping past it
-            if "amplint" in data.get("tool", {}):
-                return pyproject
+        if pyproject.is_file() and _names_amplint(pyproject):
+            return pyproject
     return None
+
+
+_NAMES_AMPLINT: Dict[Tuple[str, int, int], bool] = {}
+
+
+def _names_amplint(pyproject: Path) -> bool:
+    """Whether a pyproject.toml has [tool.amplint] (or is broken: reported rather than skipped);
+    read again only when the file changes (the server asks on every keystroke)."""
+    from ..core.config import _read_toml
+
+    st = pyproject.stat()
+    key = (str(pyproject), st.st_mtime_ns, st.st_size)
+    known = _NAMES_AMPLINT.get(key)
+    if known is None:
+        try:
+            known = "amplint" in _read_toml(pyproject).get("tool", {})
+        except ConfigError:
+            known = True
+        if len(_NAMES_AMPLINT) > 256:
+            _NAMES_AMPLINT.clear()
+        _NAMES_AMPLINT[key] = known
+    return known
 
 
 class Projects:
@@ -49,6 +64,7 @@ class Projects:
         self.use_cache = use_cache
         self._configs: Dict[str, Tuple[float, Config]] = {}
         self._facts: Dict[str, Dict[str, FileFacts]] = {}
+        self._others: Dict[Tuple[Optional[str], str], ProjectFacts] = {}  # (root, file) -> the rest's facts
         self._lock = threading.Lock()
 
     def config_for(self, path: str) -> Config:
@@ -57,7 +73,11 @@ class Projects:
 
         found = find_config_file(path)
         if found is None:
-            return Config(root=self._root_of(path))
+            root = self._root_of(path)
+            cached = self._configs.get(f"<default {root}>")
+            if cached is None:  # one object per root: the server's incremental re-lint keys on it
+                cached = self._configs[f"<default {root}>"] = (0.0, Config(root=root))
+            return cached[1]
         key = str(found)
         mtime = found.stat().st_mtime
         cached = self._configs.get(key)
@@ -76,9 +96,16 @@ class Projects:
 
     def facts_for(self, path: str, own: FileFacts, config: Config) -> ProjectFacts:
         """The project's facts with `own` (the buffer's) in place of the saved file's."""
-        others = self.file_facts(config)
         me = os.path.abspath(path)
-        return ProjectFacts.from_files([f for p, f in others.items() if p != me] + [own])
+        key = (config.root, me)
+        rest = self._others.get(key)
+        if rest is None:  # once per file and root, not per keystroke (a project has thousands)
+            others = self.file_facts(config)
+            rest = ProjectFacts.from_files([f for p, f in others.items() if p != me])
+            with self._lock:
+                self._others[key] = rest
+        merged = FileFacts(fp16=rest.fp16, bf16=rest.bf16, dtype_unknown=rest.dtype_unknown, autocast=rest.autocast)
+        return ProjectFacts.from_files([merged, own])
 
     def file_facts(self, config: Config) -> Dict[str, FileFacts]:
         """Every project file's facts, read once per root (through the CLI's cache)."""
@@ -101,6 +128,7 @@ class Projects:
                 from ..engine.parallel import facts_of_path
 
                 known[me] = facts_of_path(me, config).facts
+            self._others = {k: v for k, v in self._others.items() if k[0] != root}
 
 
 def _read_facts(root: str, config: Config, use_cache: bool) -> Dict[str, FileFacts]:

@@ -1,0 +1,284 @@
+"""AMP101 with accelerate's fp16 GradScaler: `accelerator.backward(loss)` scales the
+loss when the file builds `Accelerator(mixed_precision="fp16")`, so a torch clip before
+`accelerator.unscale_gradients()` sees scaled gradients. Shapes beyond the rule's
+examples: where the accelerator is bound, how fp16 is spelled, and everything that must
+keep the rule silent (run-time precision, parameters, plugins, CPU, unscaling helpers)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from amplint import Config, lint_source
+from amplint.core.gates import scaled_backward_possible
+from amplint.fix.apply import fix_source
+
+HEAD = "import torch\nfrom accelerate import Accelerator\n"
+LOOP = """
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+"""
+
+
+def lint(code: str):
+    source = textwrap.dedent(code).lstrip("\n")
+    return [d for d in lint_source(source, "t.py", Config(select=("AMP101",))) if d.code == "AMP101"]
+
+
+@pytest.mark.parametrize(
+    "construct",
+    [
+        'accelerator = Accelerator(mixed_precision="fp16")',
+        "accelerator = Accelerator(mixed_precision='FP16', gradient_accumulation_steps=4)",
+        'accelerator = Accelerator(True, False, "fp16")',
+        'accelerator = Accelerator(mixed_precision="fp16", cpu=False, deepspeed_plugin=None)',
+    ],
+)
+def test_fires_after_an_fp16_accelerators_backward(construct):
+    found = lint(HEAD + construct + "\n" + LOOP)
+    assert [d.location.row for d in found] == [7]
+    assert "the fp16 `accelerator.backward` left scaled" in found[0].message
+    assert "accelerator.clip_grad_norm_" in found[0].help
+
+
+def test_fires_through_the_module_alias_and_an_attribute_set_in_init():
+    found = lint(
+        """
+        import accelerate
+        from torch.nn.utils import clip_grad_value_
+
+        class Trainer:
+            def __init__(self, model, optimizer):
+                self.accel = accelerate.Accelerator(mixed_precision="fp16")
+                self.model, self.optimizer = self.accel.prepare(model, optimizer)
+
+            def step(self, loss):
+                self.accel.backward(loss)
+                clip_grad_value_(self.model.parameters(), 0.5)
+                self.optimizer.step()
+        """
+    )
+    assert [d.location.row for d in found] == [11]
+    assert "`self.accel.backward`" in found[0].message
+    assert found[0].fix is not None and found[0].fix.edits[0].content == "self.accel.clip_grad_value_"
+
+
+def test_fires_for_a_module_accelerator_used_in_a_function_and_one_built_in_main():
+    module_level = HEAD + 'accelerator = Accelerator(mixed_precision="fp16")\ndef train():' + textwrap.indent(LOOP, "    ")
+    assert [d.location.row for d in lint(module_level)] == [7]
+    local = HEAD + 'def main():\n    accelerator = Accelerator(mixed_precision="fp16")' + textwrap.indent(LOOP, "    ")
+    assert [d.location.row for d in lint(local)] == [7]
+    aliased = HEAD + 'acc = Accelerator(mixed_precision="fp16")\naccelerator = acc\n' + LOOP
+    assert [d.location.row for d in lint(aliased)] == [8]
+
+
+def test_the_fix_calls_the_accelerators_own_clip_and_is_unsafe():
+    source = HEAD + 'accelerator = Accelerator(mixed_precision="fp16")\n' + LOOP
+    (d,) = lint(source)
+    assert d.fix.applicability.value == "unsafe"
+    assert fix_source(source, lint, unsafe=False) == (source, 0)
+    fixed, count = fix_source(source, lint, unsafe=True)
+    assert count == 1
+    assert fixed == source.replace("torch.nn.utils.clip_grad_norm_(", "accelerator.clip_grad_norm_(")
+
+
+@pytest.mark.parametrize(
+    "clip",
+    [
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)",
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, 2.0, True)",
+        "torch.nn.utils.clip_grad_norm_(*clip_args)",
+    ],
+)
+def test_no_fix_when_accelerates_method_would_not_take_the_arguments(clip):
+    source = HEAD + 'accelerator = Accelerator(mixed_precision="fp16")\n' + LOOP.replace(
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)", clip
+    )
+    (d,) = lint(source)
+    assert d.fix is None
+
+
+def test_one_fix_per_step_and_none_when_the_function_unscales_later():
+    two = HEAD + 'accelerator = Accelerator(mixed_precision="fp16")\n' + LOOP.replace(
+        "    optimizer.step()", "    torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)\n    optimizer.step()"
+    )
+    found = lint(two)
+    assert len(found) == 2 and [d.fix is not None for d in found] == [True, False]
+    later = HEAD + 'accelerator = Accelerator(mixed_precision="fp16")\n' + LOOP.replace(
+        "    optimizer.step()", "    accelerator.clip_grad_norm_(head.parameters(), 1.0)\n    optimizer.step()"
+    )
+    (d,) = lint(later)
+    assert d.fix is None  # a second unscale in the step would raise
+
+
+@pytest.mark.parametrize(
+    "construct",
+    [
+        'accelerator = Accelerator(mixed_precision="no")',
+        'accelerator = Accelerator(mixed_precision="bf16")',
+        "accelerator = Accelerator()",  # ACCELERATE_MIXED_PRECISION / `accelerate config`: run time
+        "accelerator = Accelerator(mixed_precision=args.mixed_precision)",
+        'accelerator = Accelerator(mixed_precision="fp16" if args.fp16 else "no")',
+        'accelerator = Accelerator(mixed_precision="fp16", cpu=True)',
+        'accelerator = Accelerator(mixed_precision="fp16", cpu=args.cpu)',
+        'accelerator = Accelerator(mixed_precision="fp16", deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))',
+        'accelerator = Accelerator(mixed_precision="fp16", fsdp_plugin=plugin)',
+        'accelerator = Accelerator(mixed_precision="fp16", **accelerator_kwargs)',
+        'accelerator = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(enabled=args.amp)])',
+        'accelerator = Accelerator(mixed_precision="fp16")\nif args.bf16:\n    accelerator = Accelerator(mixed_precision="bf16")',
+        'accelerator = make_accelerator()',
+        'accelerator = MyAccelerator(mixed_precision="fp16")',
+    ],
+)
+def test_silent_unless_fp16_is_certain_from_the_code(construct):
+    assert lint(HEAD + construct + "\n" + LOOP) == []
+
+
+def test_silent_for_an_accelerator_passed_in_even_when_the_file_builds_an_fp16_one():
+    code = HEAD + 'accelerator = Accelerator(mixed_precision="fp16")\ndef train(accelerator, model, loader, optimizer):' + textwrap.indent(LOOP, "    ")
+    assert lint(code) == []
+    stored = """
+        from accelerate import Accelerator
+        import torch
+        class Box:
+            def __init__(self, accelerator):
+                self.accelerator = accelerator
+            def step(self, loss):
+                self.accelerator.backward(loss)
+                torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        accelerator = Accelerator(mixed_precision="fp16")
+        """
+    assert lint(stored) == []
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "accelerator.unscale_gradients()",
+        "accelerator.unscale_gradients(optimizer=optimizer)",
+        "if accelerator.sync_gradients:\n        accelerator.unscale_gradients()",
+        "accelerator.clip_grad_value_(head.parameters(), 1.0)",
+        "accelerator.scaler.unscale_(optimizer)",
+    ],
+)
+def test_silent_when_accelerate_unscaled_before_the_clip(before):
+    loop = LOOP.replace("    torch.nn.utils", f"    {before}\n    torch.nn.utils")
+    assert lint(HEAD + 'accelerator = Accelerator(mixed_precision="fp16")\n' + loop) == []
+
+
+def test_silent_when_a_helper_of_the_file_unscales_first():
+    code = """
+        import torch
+        from accelerate import Accelerator
+        class T:
+            def __init__(self):
+                self.accelerator = Accelerator(mixed_precision="fp16")
+            def _unscale(self):
+                self.accelerator.unscale_gradients()
+            def step(self, loss):
+                self.accelerator.backward(loss)
+                self._unscale()
+                torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        """
+    assert lint(code) == []
+
+
+def test_silent_for_a_plain_backward_and_a_clip_on_the_other_branch():
+    plain = HEAD + 'accelerator = Accelerator(mixed_precision="fp16")\n' + LOOP.replace(
+        "accelerator.backward(model(**batch).loss)", "model(**batch).loss.backward()"
+    )
+    assert lint(plain) == []
+    branch = HEAD + 'accelerator = Accelerator(mixed_precision="fp16")\n' + """
+for batch in loader:
+    if use_accelerate:
+        accelerator.backward(loss)
+    else:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+"""
+    assert lint(branch) == []
+
+
+def test_the_gate_passes_every_firing_shape_and_rejects_files_without_fp16():
+    firing = HEAD + 'accelerator = Accelerator(mixed_precision="FP16")\n' + LOOP
+    assert lint(firing) and scaled_backward_possible(firing)
+    assert not scaled_backward_possible(HEAD + 'accelerator = Accelerator(mixed_precision="bf16")\n' + LOOP)
+    assert not scaled_backward_possible("import torch\nloss.backward()\ntorch.nn.utils.clip_grad_norm_(p, 1.0)\n")
+    assert scaled_backward_possible("scaler.scale(loss).backward()\n")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None, reason="needs accelerate (the watch-test extra)")
+def test_accelerates_own_code_leaves_gradients_scaled_for_a_torch_clip():
+    """The fact the rule rests on, on the installed accelerate: scripts/measure_accelerate_amp101.py,
+    in its own process (torch and accelerate's global state stay out of the test process)."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "measure_accelerate_amp101.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = {r["mode"]: r for r in json.loads(done.stdout)["runs"]}
+    flagged = runs["torch clip"]
+    assert flagged["ratio"] == pytest.approx(flagged["scale"], rel=1e-4)
+    for fixed in ("accelerator.clip_grad_norm_", "unscale_gradients, then torch clip"):
+        assert runs[fixed]["ratio"] == pytest.approx(1.0, rel=1e-4)
+        assert runs[fixed]["weight_moved"] > 1000 * flagged["weight_moved"]
+
+
+SERVER_FILE = '''import torch
+from accelerate import Accelerator
+
+
+class Setup:
+    def __init__(self):
+        self.accelerator = Accelerator(mixed_precision="fp16")
+
+
+def post_forward(self, loss):
+    self.accelerator.backward(loss)
+    torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+    self.optimizer.step()
+
+
+accelerator = Accelerator(mixed_precision="fp16")
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        accelerator.backward(model(**batch).loss)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+'''
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ('        self.accelerator = Accelerator(mixed_precision="fp16")', '        self.accelerator = Accelerator(mixed_precision="bf16")'),
+        ('accelerator = Accelerator(mixed_precision="fp16")\n\n', 'accelerator = Accelerator(mixed_precision="no")\n\n'),
+        ("        torch.nn.utils.clip_grad_norm_(model", "        accelerator.unscale_gradients()\n        torch.nn.utils.clip_grad_norm_(model"),
+        ("    self.optimizer.step()", "    self.optimizer.step()\n    self.count += 1"),
+    ],
+)
+def test_the_servers_incremental_relint_follows_the_accelerator_across_definitions(old, new):
+    """An edit to one definition re-lints what depends on it: the editor shows what a full lint shows."""
+    from amplint.engine.pipeline import selected_rules
+    from amplint.server.documents import full_lint
+    from amplint.server.incremental import base_of, relint
+
+    config = Config(select=("AMP101",))
+    codes, rules = selected_rules(config)
+    full = full_lint(SERVER_FILE, "train.py", config)
+    assert [d.location.row for d in full.raw if d.code == "AMP101"] == [12, 22]
+    base = base_of(SERVER_FILE, full.raw, full.facts, full.active, config)
+    after = SERVER_FILE.replace(old, new, 1)
+    assert after != SERVER_FILE
+    got = relint(base, after, "train.py", config, rules, codes)
+    expected = full_lint(after, "train.py", config).raw
+    assert (got.raw if got is not None else expected) == expected
+    if "unscale_gradients" in new:  # an edit inside `train` only: the fast path, and the finding goes
+        assert got is not None and [d.location.row for d in got.raw] == [12]
