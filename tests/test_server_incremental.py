@@ -234,3 +234,71 @@ def test_the_recheck_process_runs_the_full_lint_newest_request_first() -> None:
     finally:
         checker.close()
     assert checker.submit(TRAIN, "train.py", config).cancelled()
+
+
+# ------------------------------------------------------------------ after a correction
+
+PROBED = '''import torch
+
+
+def amp_api():
+    new_api = hasattr(torch, "amp") and hasattr(torch.amp, "autocast")
+    return new_api
+
+
+def forward(model, x, new_api):
+    with torch.cuda.amp.autocast():
+        return model(x)
+
+
+def other(x):
+    return x + 1
+'''
+# the call gated behind a name that `amp_api` (which `forward` does not name) assigns from
+# a version probe: AMP001 looks the name up file-wide, the excerpt of `forward` lacks it
+GATED = PROBED.replace(
+    "    with torch.cuda.amp.autocast():\n        return model(x)\n",
+    "    if new_api:\n        return model(x)\n    else:\n        with torch.cuda.amp.autocast():\n            return model(x)\n",
+)
+
+
+def test_a_definition_the_full_lint_corrected_lints_whole_from_then_on(tmp_path) -> None:
+    from amplint.server.documents import exact, lint_python
+    from amplint.server.project import Projects
+
+    projects, path = Projects(str(tmp_path)), str(tmp_path / "train.py")
+    opened = lint_python(PROBED, path, projects)
+    assert [d.code for d in opened.diagnostics] == ["AMP001"]
+    fast = lint_python(GATED, path, projects, opened.base)
+    full = full_lint(GATED, path, opened.config)
+    assert fast.fast and [d.code for d in fast.diagnostics] == ["AMP001"] and full.raw == []  # the known limit
+    corrected = exact(GATED, path, opened.config, full, projects, fast.base)
+    assert corrected.diagnostics == [] and corrected.base.distrust == {"forward"}
+
+    typed = GATED.replace("    if new_api:", "    # typed\n    if new_api:")
+    again = lint_python(typed, path, projects, corrected.base)
+    assert not again.fast and again.diagnostics == []  # the whole buffer: no AMP001 again
+    assert again.base.distrust == {"forward"}  # kept across that full lint
+    elsewhere = lint_python(typed.replace("x + 1", "x + 2"), path, projects, again.base)
+    assert elsewhere.fast and elsewhere.diagnostics == []  # other definitions stay on the fast path
+    assert elsewhere.base.distrust == {"forward"}
+
+
+def test_the_definitions_where_the_full_lint_disagrees_are_distrusted() -> None:
+    import dataclasses
+
+    from amplint.core.diagnostics import Location
+    from amplint.server.incremental import distrusted
+
+    config = Config()
+    codes, rules = selected_rules(config)
+    base = _base(PROBED, "train.py", config)
+    edited = PROBED.replace("x + 1", "x + 2")
+    got = relint(base, edited, "train.py", config, rules, codes)
+    assert got is not None
+    assert distrusted(got.base, full_lint(edited, "train.py", config).raw) == frozenset()  # it agrees
+    [finding] = got.base.raw  # AMP001 in `forward`
+    assert distrusted(got.base, []) == {"forward"}  # the full lint lacks it
+    row = edited.split("\n").index("    return x + 2") + 1
+    elsewhere = dataclasses.replace(finding, location=Location(row, 5), end_location=Location(row, 10))
+    assert distrusted(got.base, [finding, elsewhere]) == {"other"}  # the full lint has one more, in `other`

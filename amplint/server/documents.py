@@ -49,15 +49,18 @@ def lint_python(source: str, path: str, projects: Projects, base: "Optional[Base
             return Linted(source, resolved(again.raw, again.facts, path, config, projects), config, base=again.base, fast=not again.base.confirmed)
     full = full_lint(source, path, config)
     diagnostics = resolved(full.raw, full.facts, path, config, projects)
-    return Linted(source, diagnostics, config, base=base_of(source, full.raw, full.facts, full.active, config))
+    distrust = base.distrust if base is not None else frozenset()
+    return Linted(source, diagnostics, config, base=base_of(source, full.raw, full.facts, full.active, config, distrust))
 
 
-def exact(source: str, path: str, config: Config, full: "FullLint", projects: Projects) -> Linted:
-    """The Linted of a full lint done elsewhere (server/recheck.py)."""
-    from .incremental import base_of
+def exact(source: str, path: str, config: Config, full: "FullLint", projects: Projects, fast: "Optional[Base]" = None) -> Linted:
+    """The Linted of a full lint done elsewhere (server/recheck.py); `fast`: the base of the
+    incremental result it corrects (its disagreements are remembered: `incremental.distrusted`)."""
+    from .incremental import base_of, distrusted
 
     diagnostics = resolved(full.raw, full.facts, path, config, projects)
-    return Linted(source, diagnostics, config, base=base_of(source, full.raw, full.facts, full.active, config))
+    distrust = distrusted(fast, full.raw) if fast is not None else frozenset()
+    return Linted(source, diagnostics, config, base=base_of(source, full.raw, full.facts, full.active, config, distrust))
 
 
 def lint_text(source: str, path: str, config: Config, projects: Projects) -> List[Diagnostic]:

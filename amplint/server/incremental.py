@@ -28,7 +28,9 @@ lints the whole buffer:
   changed in a way the excerpt cannot tell (see `_facts`);
 - a kept finding of another statement points into E (a related site, a line
   in its data), or the excerpt's lint fails (syntax, an internal error);
-- AMP900 (unused noqa) is selected: it is about the whole file.
+- AMP900 (unused noqa) is selected: it is about the whole file;
+- the background full lint once found other findings in E than its excerpt
+  did (`Base.distrust`): the excerpt would show them again at every keystroke.
 
 The server publishes this result at once and then runs the full lint in the
 background (`recheck.py`), re-publishing if it differs, so the editor is
@@ -73,6 +75,9 @@ class Base:
     aliases: Dict[str, str]
     config: Config
     confirmed: bool = True  # from a full lint (False: from an incremental one, not yet checked)
+    #: definitions whose excerpt once gave other findings than the full lint: edits in them
+    #: re-lint the whole buffer (see `distrusted`)
+    distrust: FrozenSet[str] = frozenset()
 
 
 def _parse(text: str) -> Optional[ast.Module]:
@@ -88,8 +93,11 @@ def _first_line(node: ast.stmt) -> int:
     return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
 
 
-def base_of(source: str, raw: Sequence[Diagnostic], facts: FileFacts, active: Sequence[str], config: Config) -> Optional[Base]:
-    """The base for incremental re-lints after a full lint of `source`; None when it cannot be one."""
+def base_of(
+    source: str, raw: Sequence[Diagnostic], facts: FileFacts, active: Sequence[str], config: Config, distrust: FrozenSet[str] = frozenset()
+) -> Optional[Base]:
+    """The base for incremental re-lints after a full lint of `source`; None when it cannot be one.
+    `distrust`: the previous base's (`Base.distrust`)."""
     from ..engine.pipeline import SYNTAX_ERROR_CODE
 
     if "\r" in source or any(d.code == SYNTAX_ERROR_CODE for d in raw):
@@ -115,7 +123,31 @@ def base_of(source: str, raw: Sequence[Diagnostic], facts: FileFacts, active: Se
         exemption=file_exemption(source),
         aliases=table,
         config=config,
+        distrust=distrust,
     )
+
+
+def distrusted(fast: Base, full: Sequence[Diagnostic]) -> FrozenSet[str]:
+    """`fast.distrust` and the definitions where `fast` (an incremental result) and `full` (the
+    full lint of the same text) disagree on a finding. A rule that looks a name up file-wide
+    (`ModuleContext.assignments_to(name)`) can see, in the whole file, an assignment the
+    excerpt left out; the next keystroke in that definition would show the excerpt's finding
+    again until the background lint corrects it. Edits in these lint the whole buffer."""
+    differing = _missing(fast.raw, full) + _missing(full, fast.raw)
+    names = set(fast.distrust)
+    for d in differing:
+        i = bisect.bisect_right(fast.starts, d.location.row) - 1
+        if i >= 0 and d.location.row <= fast.statements[i].last and fast.statements[i].shape.name is not None:
+            names.add(fast.statements[i].shape.name)
+    return frozenset(names)
+
+
+def _missing(these: Sequence[Diagnostic], there: Sequence[Diagnostic]) -> List[Diagnostic]:
+    """The findings of `these` not in `there` (compared within their sort key: not quadratic)."""
+    by_key: Dict[tuple, List[Diagnostic]] = {}
+    for d in there:
+        by_key.setdefault(d.sort_key(), []).append(d)
+    return [d for d in these if d not in by_key.get(d.sort_key(), ())]
 
 
 @dataclass
@@ -140,6 +172,8 @@ def relint(base: Base, source: str, path: str, config: Config, rules: Sequence, 
         return None
     index, new_stmt, delta, changed_to = found
     old_stmt = base.statements[index]
+    if old_stmt.shape.name in base.distrust:
+        return None
     others = base.statements[:index] + base.statements[index + 1 :]
     if not _independent(old_stmt.shape, new_stmt.shape, others):
         return None
@@ -193,6 +227,7 @@ def relint(base: Base, source: str, path: str, config: Config, rules: Sequence, 
         aliases=base.aliases,
         config=config,
         confirmed=False,
+        distrust=base.distrust,
     )
     return Relinted(raw, facts, new_base)
 

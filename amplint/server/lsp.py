@@ -117,7 +117,7 @@ class AmplintServer(LanguageServer):
         if base is not None and full.facts == base.facts and _same(full.raw, base.raw):
             base.confirmed = True  # the usual case: nothing to redo (a new base costs a parse)
             return
-        linted = await asyncio.get_running_loop().run_in_executor(self.worker, self.exact_lint, uri, source, path, fast.config, full)
+        linted = await asyncio.get_running_loop().run_in_executor(self.worker, self.exact_lint, uri, source, path, fast.config, full, base)
         if self.snapshot(uri) != snapshot or linted is None:
             return
         self.linted[uri] = linted
@@ -145,10 +145,11 @@ class AmplintServer(LanguageServer):
         plain = self.plain[uri] = lint_python(content, path, self.projects, previous.base if previous is not None else None)
         return self.completed(plain, uri, path)
 
-    def exact_lint(self, uri: str, source: str, path: str, config, full) -> Optional[Linted]:
-        """The full lint `full` as the document's lint (None: a newer lint came meanwhile)."""
+    def exact_lint(self, uri: str, source: str, path: str, config, full, base) -> Optional[Linted]:
+        """The full lint `full` as the document's lint, correcting the fast one whose base is
+        `base` (None: a newer lint came meanwhile)."""
         fast = self.plain.get(uri)
-        plain = exact(source, path, config, full, self.projects)
+        plain = exact(source, path, config, full, self.projects, base)
         if self.plain.get(uri) is not fast:
             return None
         self.plain[uri] = plain

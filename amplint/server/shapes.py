@@ -44,6 +44,7 @@ class Shape:
     """One top-level statement's links to the rest of the file (position-free)."""
 
     is_def: bool
+    name: Optional[str]  # a definition's name
     function: Optional[str]  # a top-level function's name (a bare call elsewhere runs it)
     exported: FrozenSet[str]  # its own name, every class inside it (found by name), a class body's bindings
     methods: FrozenSet[str]  # the functions defined inside it (`self.m(...)` elsewhere may run one)
@@ -151,6 +152,7 @@ def shape(node: ast.stmt, table: Dict[str, str], text: str) -> Shape:
                 registry.append(f"copy {ast.dump(n)}")  # a copy counts when its source is a key
     return Shape(
         is_def=is_def,
+        name=node.name if is_def else None,  # type: ignore[attr-defined]
         function=node.name if isinstance(node, _FUNCTIONS) else None,
         exported=frozenset(exported),
         methods=frozenset(methods),
