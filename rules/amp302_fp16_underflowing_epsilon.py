@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple
 
-import libcst as cst
+from amplint.model import FP16, Diagnostic, Invalid, Project, Rule, Severity, Valid
 
-from amplint.model import (
-    FP16, AutocastRegion, CallInfo, Diagnostic, Invalid, LiteralInfo, LowPrecisionCast, ModuleContext, Rule, Scope,
-    Severity, Valid, dotted_name, literal_number, Project,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import AutocastRegion, CallInfo, LiteralInfo, LowPrecisionCast, ModuleContext, Scope
 
 
 #: fp16 rounds anything below this to 0
@@ -320,6 +320,8 @@ for x, y in loader:
     # ------------------------------------------------------------ arithmetic
 
     def _arithmetic(self, ctx: ModuleContext, lit: LiteralInfo) -> Optional[Diagnostic]:
+        import libcst as cst
+
         if lit.call is not None:
             if not (lit.keyword == "min" or lit.position == 0):
                 return None
@@ -356,6 +358,8 @@ def _short(text: str, limit: int = 30) -> str:
 
 
 def _names_in(node: Optional[cst.CSTNode]) -> Set[str]:
+    from amplint.model import dotted_name
+
     out: Set[str] = set()
     stack = [node] if node is not None else []
     while stack:
@@ -403,6 +407,10 @@ def _fp16_tensor(
     depth: int = 0,
 ) -> Optional[Tuple[bool, str]]:
     """(certain, why) when `node` is visibly an fp16 tensor; None when not (or unknown)."""
+    import libcst as cst
+
+    from amplint.model import literal_number
+
     if node is None or depth > 12:
         return None
     again = lambda n: _fp16_tensor(ctx, n, scope, order, statement, region, depth + 1)  # noqa: E731
@@ -445,6 +453,8 @@ def _fp16_tensor(
 
 
 def _lowp_output(ctx: ModuleContext, node: cst.BaseExpression) -> bool:
+    import libcst as cst
+
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
         return True
     if isinstance(node, cst.Call):
