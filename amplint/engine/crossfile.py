@@ -388,8 +388,8 @@ def buffer_diagnostics(
 
 class _BufferStore(_Store):
     """The project's files through the cache, but one file read from an editor's buffer:
-    while that differs from the saved file, findings recorded for the project are neither
-    reused nor recorded (they describe the saved text)."""
+    while that differs from the saved file, the universe and findings recorded for the
+    project are neither reused nor recorded (they describe the saved text)."""
 
     def __init__(self, cache: Any, path: str, text: str) -> None:
         super().__init__(cache, {})
@@ -415,6 +415,13 @@ class _BufferStore(_Store):
                 self._own.append(summarize(self.text))
             return self._own[0]
         return super().summary(path)
+
+    def universe(self, root: Optional[str], files: List[str]) -> Tuple[List[str], Optional[str]]:
+        if self.saved:
+            return super().universe(root, files)
+        from ..model.project import universe  # the record's universe is the saved text's
+
+        return universe(files, root, self.index), None
 
     def findings(self, *args: Any) -> Optional[List[Diagnostic]]:
         return super().findings(*args) if self.saved else None
