@@ -121,3 +121,32 @@ def test_a_conditional_cross_file_finding_is_decided_by_the_projects_saved_files
     projects = Projects(str(tmp_path))
     cross = CrossFile(lambda: projects, use_cache=False)
     assert cross.findings(str(path), "x = 1\n", projects.config_for(str(path))) == ([conditional] if kept else [])
+
+
+def test_an_unsaved_buffer_is_modelled_from_its_own_text_even_when_the_project_is_warm(tmp_path):
+    """The saved project has no BCE at all (a warm cache records its project pass); the buffer
+    adds one: the cross-file finding is there before any save."""
+    import shutil
+    from pathlib import Path
+
+    from amplint.core.config import Config
+    from amplint.engine.crossfile import buffer_diagnostics
+    from amplint.engine.parallel import open_cache
+    from amplint.engine.pipeline import selected_rules
+    from amplint.engine.run import lint_paths
+
+    root = tmp_path / "project"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "bce_loss_module", root)
+    losses = root / "segkit" / "losses.py"
+    buggy = losses.read_text()
+    losses.write_text(buggy.replace("F.binary_cross_entropy(probs, target.float())", "F.mse_loss(probs, target.float())"))
+    config = Config(root=str(root))
+    for _ in range(2):  # cold, then warm: the project's universe recorded under its files' key
+        cache = open_cache(config, str(tmp_path / "cache"))
+        assert [d.code for d in lint_paths([str(root)], config, cache=cache).diagnostics if d.code == "AMP303"] == []
+        cache.save()
+    cache = open_cache(config, str(tmp_path / "cache"))
+    codes, rules = selected_rules(config)
+    files = sorted(str(p) for p in root.rglob("*.py"))
+    found = buffer_diagnostics(str(losses), buggy, files, rules, codes, config, cache)
+    assert [(d.code, d.location.row) for d in found] == [("AMP303", 22)]
