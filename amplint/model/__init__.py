@@ -72,6 +72,7 @@ _EXPORTS = {
     "assignment_before": ".bindings",
     "constructed_class": ".bindings",
     "module_class": ".bindings",
+    "self_bindings": ".bindings",
     # references
     "imported_names": ".references",
     # dtypes

@@ -40,11 +40,7 @@ def module_class(ctx: ModuleContext, expr: cst.CSTNode, scope: Scope) -> Optiona
     if dotted is None:
         return None
     if dotted.startswith("self."):
-        # `self.fc` of this class (or a base class defined in this file), not of unrelated classes
-        family = _class_family(ctx, scope)
-        if not family:
-            return None
-        candidates = [a for a in ctx.assignments_to(dotted) if _enclosing_class_name(a.scope) in family]
+        candidates = self_bindings(ctx, dotted, scope)
     else:
         candidates = [a for a in ctx.assignments_to(dotted) if a.scope is scope]
         if not candidates:
@@ -58,6 +54,16 @@ def module_class(ctx: ModuleContext, expr: cst.CSTNode, scope: Scope) -> Optiona
             return None
         classes.add(cls)
     return classes.pop() if len(classes) == 1 else None
+
+
+def self_bindings(ctx: ModuleContext, dotted: str, scope: Scope) -> List[Assignment]:
+    """The assignments to `self.X` (`dotted`) that a method running in `scope` can see: those
+    made in its class or in a base class defined in this file, never those of an unrelated
+    class that happens to use the same attribute name; none outside any class."""
+    family = _class_family(ctx, scope)
+    if not family:
+        return []
+    return [a for a in ctx.assignments_to(dotted) if _enclosing_class_name(a.scope) in family]
 
 
 def _enclosing_class_name(scope: Optional[Scope]) -> Optional[str]:
