@@ -73,6 +73,7 @@ _EXPORTS = {
     "constructed_class": ".bindings",
     "module_class": ".bindings",
     "self_bindings": ".bindings",
+    "sees_self_of": ".bindings",
     # references
     "imported_names": ".references",
     # dtypes

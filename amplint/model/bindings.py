@@ -61,9 +61,14 @@ def self_bindings(ctx: ModuleContext, dotted: str, scope: Scope) -> List[Assignm
     made in its class or in a base class defined in this file, never those of an unrelated
     class that happens to use the same attribute name; none outside any class."""
     family = _class_family(ctx, scope)
-    if not family:
-        return []
     return [a for a in ctx.assignments_to(dotted) if _enclosing_class_name(a.scope) in family]
+
+
+def sees_self_of(ctx: ModuleContext, reader: Scope, writer: Scope) -> bool:
+    """Whether `self.X` set in `writer` can be what `self.X` means in `reader`: `writer` is a
+    method of `reader`'s class or of one of its base classes defined in this file."""
+    name = _enclosing_class_name(writer)
+    return name is not None and name in _class_family(ctx, reader)
 
 
 def _enclosing_class_name(scope: Optional[Scope]) -> Optional[str]:
