@@ -216,6 +216,27 @@ class Trainer:
 """,
             "`self.model` of another class: the one `Trainer` optimizes is not cast here",
         ),
+        Valid(
+            """
+import torch
+
+class Inference:
+    def __init__(self, net):
+        self.model = net.half()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.0)
+
+class Trainer:
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            "`self.optimizer` of another class: `Trainer`'s own is passed in",
+        ),
     ]
 
     INVALID = [
@@ -352,6 +373,8 @@ def _low_precision_module(
     if opt is None:
         return None
     for ctor in opt.constructors:
+        if opt.key.startswith("self.") and not sees_self_of(ctx, event.call.scope, ctor.scope):
+            continue  # another class's `self.optimizer`
         params = ctor.arg(0, "params")
         if params is None or "requires_grad" in ctx.code_for(params):
             continue
