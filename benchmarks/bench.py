@@ -190,6 +190,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--slow-max-files", type=int, default=400, help="run fixit/torchfix only on corpora this small")
     ap.add_argument("--slow-peers", choices=["auto", "all", "none"], default="auto")
     ap.add_argument("--json", help="also write the raw numbers here")
+    ap.add_argument(
+        "--skip", nargs="+", default=[], choices=["jobs1", "parse"],
+        help="leave out the cold --jobs 1 rows (jobs1) or the bare libcst parse (parse): minutes on a loaded machine",
+    )
     args = ap.parse_args(argv)
 
     work = tempfile.mkdtemp(prefix="amplint-bench-")
@@ -221,12 +225,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rows: Dict[str, Dict[str, float]] = {}
             fresh = lambda: shutil.rmtree(env_cache, ignore_errors=True)  # noqa: E731
             base = [amplint, path, "--isolated", "--exit-zero", "--cache-dir", env_cache]
-            rows["amplint cold, --jobs 1"] = measure([*base, "--jobs", "1"], args.runs, before=fresh, cwd=work)
+            if "jobs1" not in args.skip:
+                rows["amplint cold, --jobs 1"] = measure([*base, "--jobs", "1"], args.runs, before=fresh, cwd=work)
             rows["amplint cold, default jobs"] = measure(base, args.runs, before=fresh, cwd=work)
             fresh()
             subprocess.run(base, stdout=subprocess.DEVNULL, cwd=work)  # fill the cache
             rows["amplint warm, default jobs"] = measure(base, args.runs, cwd=work)
-            rows["amplint warm, --jobs 1"] = measure([*base, "--jobs", "1"], args.runs, cwd=work)
+            if "jobs1" not in args.skip:
+                rows["amplint warm, --jobs 1"] = measure([*base, "--jobs", "1"], args.runs, cwd=work)
             one = _one_file(path)
             # what pre-commit runs after an edit: one file, the rest of the project from the warm cache
             rows[f"amplint one file, warm project ({os.path.relpath(one, path)})"] = measure(
@@ -238,7 +244,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 args.runs,
                 cwd=work,
             )
-            rows["bare libcst parse (pool, 1 worker per core)"] = measure([amplint_py, "-c", _PARSE, path], max(1, min(args.runs, 3)), cwd=work)
+            if "parse" not in args.skip:
+                rows["bare libcst parse (pool, 1 worker per core)"] = measure([amplint_py, "-c", _PARSE, path], max(1, min(args.runs, 3)), cwd=work)
             slow = args.slow_peers == "all" or (args.slow_peers == "auto" and info["files"] <= args.slow_max_files)
             if slow:
                 rows["fixit lint"] = measure([os.path.join(peers["fixit"], "fixit"), "lint", path], args.slow_runs, cwd=work)

@@ -1,14 +1,12 @@
 """AMP107 scaler-recreated-per-epoch."""
 from __future__ import annotations
 
-from typing import Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Iterator, Optional, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
-from amplint.model import (
-    CallInfo, Diagnostic, Frame, Invalid, ModuleContext, Rule, Scope, Severity, Valid, is_grad_scaler_call,
-    literal_bool, Project, ProjectCall,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    from amplint.model import CallInfo, Frame, ModuleContext, Scope
 
 
 class ScalerRecreatedPerEpoch(Rule):
@@ -289,6 +287,8 @@ for x, y in loader:
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        from amplint.model import is_grad_scaler_call
+
         for call in ctx.calls:
             if not is_grad_scaler_call(call) or _disabled(ctx, call):
                 continue
@@ -337,6 +337,8 @@ def _builds_an_optimizer(project: Project, path: str, func: str, loop: bool = Fa
 
 
 def _disabled(ctx: ModuleContext, call: CallInfo) -> bool:
+    from amplint.model import literal_bool
+
     for key, info in ctx.scalers.items():
         if any(c is call for c in info.constructors):
             return info.enabled is False
@@ -352,6 +354,8 @@ def _target(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
 
 def _builds_optimizer(ctx: ModuleContext, scope: Scope, loop: Optional[Frame]) -> bool:
     """An optimizer (or a framework `prepare`) constructed in `scope`, inside `loop` when given."""
+    import libcst as cst
+
     for info in ctx.optimizers.values():
         for c in info.constructors:
             if c.scope is scope and (loop is None or any(f is loop for f in c.path)):
@@ -376,6 +380,8 @@ def _runs_epochs(scope: Scope) -> bool:
 
 def _uses(ctx: ModuleContext, scope: Scope, key: Optional[str], loop: Optional[Frame]) -> Tuple[bool, bool]:
     """(the scaler is used in `scope` [inside `loop`], a scaled backward runs directly in `loop`)."""
+    import libcst as cst
+
     used = direct = False
     for e in scope.events:
         if loop is not None and not any(f is loop for f in e.path):

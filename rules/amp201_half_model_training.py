@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Set, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, Rule, Severity, Valid, torchapi
 
-from amplint.model import (
-    CallInfo, Diagnostic, Invalid, LowPrecisionCast, ModuleContext, Rule, Scope, Severity, Valid, assignment_before,
-    call_chain, dotted_name, exclusive, fp32_cast, literal_bool, literal_number, torchapi, Project,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import CallInfo, LowPrecisionCast, ModuleContext, Scope
 
 #: callees that keep fp32 master weights for the optimizer they are given
 #: (apex FP16_Optimizer / amp.initialize, DeepSpeed, fairseq's FP16Optimizer...)
@@ -296,6 +296,8 @@ for epoch in range(10):
                     break
 
     def _updates(self, ctx: ModuleContext, cast: LowPrecisionCast, subjects: Set[str], ctor: CallInfo, key: Optional[str]) -> bool:
+        from amplint.model import exclusive
+
         if not subjects or exclusive(cast.call.path, ctor.path):
             return False
         if not _in_reach(cast.call.scope, ctor.scope, subjects):
@@ -338,6 +340,8 @@ for epoch in range(10):
                 break
 
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:
+        from amplint.model import literal_number
+
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
         what = _describe(ctx, cast)
         message = f"{what}: `{opt}` updates fp16 parameters with no fp32 master copy"
@@ -369,6 +373,10 @@ def _describe(ctx: ModuleContext, cast: LowPrecisionCast) -> str:
 
 def _chain_root(ctx: ModuleContext, node: cst.CSTNode) -> Optional[str]:
     """`model` for `model.cuda().half()`; None for `Net().half()` or `copy.deepcopy(m).half()`."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
     while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
         node = node.func.value
     name = dotted_name(node)
@@ -390,6 +398,8 @@ def _subjects(ctx: ModuleContext, cast: LowPrecisionCast) -> Set[str]:
 
 def _outer_methods(ctx: ModuleContext, node: cst.Call) -> List[Tuple[str, cst.Call]]:
     """Methods chained after `node`: `.eval()` in `model.half().eval()`."""
+    import libcst as cst
+
     out = []
     current: cst.CSTNode = node
     while True:
@@ -405,6 +415,10 @@ def _outer_methods(ctx: ModuleContext, node: cst.Call) -> List[Tuple[str, cst.Ca
 
 def _not_a_training_conversion(ctx: ModuleContext, cast: LowPrecisionCast) -> bool:
     """Inference or rounding shapes: `.half().eval()`, `.eval().half()`, `.half().float()`."""
+    import libcst as cst
+
+    from amplint.model import call_chain, fp32_cast, literal_bool
+
     after = _outer_methods(ctx, cast.call.node)
     for method, call in after:
         if method == "eval" or method == "double" or fp32_cast(ctx, call):
@@ -440,40 +454,40 @@ def _matches(receiver: Optional[str], subjects: Set[str]) -> bool:
     return receiver is not None and any(receiver == s or receiver.startswith(s + ".") for s in subjects)
 
 
-class _Refs(cst.CSTVisitor):
-    def __init__(self, ctx: ModuleContext, subjects: Set[str]) -> None:
-        super().__init__()
-        self.ctx = ctx
-        self.subjects = subjects
-        self.parameters = False
-        self.fp32 = False
-        self.names: List[cst.Name] = []
+def _refs(ctx: ModuleContext, node: cst.CSTNode, subjects: Set[str]) -> Tuple[bool, bool]:
+    """(a subject's `.parameters()` is called, an fp32 cast is made) anywhere in `node`."""
+    import libcst as cst
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("parameters", "named_parameters"):
-            if _matches(dotted_name(node.func.value), self.subjects):
-                self.parameters = True
-        if fp32_cast(self.ctx, node):
-            self.fp32 = True
+    from amplint.model import descendants, dotted_name, fp32_cast
 
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.append(node)
+    parameters = fp32 = False
+    for n in descendants(node):
+        if not isinstance(n, cst.Call):
+            continue
+        if isinstance(n.func, cst.Attribute) and n.func.attr.value in ("parameters", "named_parameters"):
+            if _matches(dotted_name(n.func.value), subjects):
+                parameters = True
+        if fp32_cast(ctx, n):
+            fp32 = True
+    return parameters, fp32
 
 
 def _references_parameters(ctx: ModuleContext, params: cst.BaseExpression, subjects: Set[str], ctor: CallInfo) -> bool:
     """`params` holds the subjects' own parameters (not fp32 copies of them), directly or through one name."""
-    refs = _Refs(ctx, subjects)
-    params.visit(refs)
-    if refs.fp32:
+    import libcst as cst
+
+    from amplint.model import assignment_before
+
+    parameters, fp32 = _refs(ctx, params, subjects)
+    if fp32:
         return False
-    if refs.parameters:
+    if parameters:
         return True
     if isinstance(params, cst.Name):
         a = assignment_before(ctx, params.value, ctor.scope, ctor.statement, ctor.order)
         if a is not None and not a.unpacked:
-            inner = _Refs(ctx, subjects)
-            a.value.visit(inner)
-            return inner.parameters and not inner.fp32
+            parameters, fp32 = _refs(ctx, a.value, subjects)
+            return parameters and not fp32
     return False
 
 
@@ -492,6 +506,8 @@ def _rebound_between(ctx: ModuleContext, subjects: Set[str], cast: LowPrecisionC
 
 
 def _stepped_after(ctx: ModuleContext, key: str, cast: CallInfo) -> bool:
+    from amplint.model import dotted_name
+
     for call in ctx.method_calls("step"):
         if call.scope is not cast.scope or call.order <= cast.order:
             continue
@@ -505,6 +521,8 @@ def _stepped_after(ctx: ModuleContext, key: str, cast: CallInfo) -> bool:
 
 def _reverted_later(ctx: ModuleContext, subjects: Set[str], cast: CallInfo) -> bool:
     """`model.float()` / `model.to(torch.float32)` later in the same scope."""
+    from amplint.model import fp32_cast
+
     for call in ctx.calls:
         if call.scope is cast.scope and call.order > cast.order and fp32_cast(ctx, call.node):
             if _chain_root(ctx, call.node) in subjects:
@@ -514,6 +532,8 @@ def _reverted_later(ctx: ModuleContext, subjects: Set[str], cast: CallInfo) -> b
 
 def _master_wrapped(ctx: ModuleContext, key: str) -> bool:
     """The optimizer is handed to something that keeps fp32 master weights."""
+    from amplint.model import dotted_name
+
     for call in ctx.calls:
         callee = call.dotted or next(iter(call.qualnames), "") or ""
         if not _MASTER_WRAPPER.search(callee):
@@ -525,6 +545,8 @@ def _master_wrapped(ctx: ModuleContext, key: str) -> bool:
 
 def _freezes(ctx: ModuleContext) -> bool:
     """`p.requires_grad = False` or `.requires_grad_(False)` anywhere in the file."""
+    from amplint.model import literal_bool
+
     for a in ctx.assignments:
         if a.target.endswith("requires_grad") and literal_bool(a.value) is False:
             return True

@@ -4,11 +4,12 @@ from __future__ import annotations
 import re
 
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, Rule, Severity, Valid
 
-from amplint.model import Diagnostic, Invalid, ModuleContext, Project, Rule, Severity, Valid, active_region, lines_between
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    from amplint.model import ModuleContext
 
 _BACKWARD_EVENTS = ("scaled_backward", "backward", "framework_backward")
 
@@ -231,6 +232,8 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        from amplint.model import active_region
+
         for scope in ctx.scopes:
             for event in scope.events:
                 if event.kind not in _BACKWARD_EVENTS:
@@ -268,6 +271,10 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
             yield project.diagnostic(self, call, message, data={"region_line": region.row, "device": region.device, "dtype": region.dtype}, related=(cause,))
 
     def _diagnostic(self, ctx: ModuleContext, call, region) -> Diagnostic:
+        import libcst as cst
+
+        from amplint.model import lines_between
+
         text = ctx.code_for(call.node)
         if len(text) > 50 or "\n" in text:
             text = ctx.code_for(call.node.func).rsplit(".", 1)[-1] + "(...)"

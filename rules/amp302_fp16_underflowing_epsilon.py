@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple
 
-import libcst as cst
+from amplint.model import FP16, Diagnostic, Invalid, Project, Rule, Severity, Valid
 
-from amplint.model import (
-    FP16, AutocastRegion, CallInfo, Diagnostic, Invalid, LiteralInfo, LowPrecisionCast, ModuleContext, Rule, Scope,
-    Severity, Valid, dotted_name, literal_number, Project, sees_self_of,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import AutocastRegion, CallInfo, LiteralInfo, LowPrecisionCast, ModuleContext, Scope
 
 
 #: fp16 rounds anything below this to 0
@@ -350,6 +350,8 @@ class Trainer(Base):
     # ------------------------------------------------------------ arithmetic
 
     def _arithmetic(self, ctx: ModuleContext, lit: LiteralInfo) -> Optional[Diagnostic]:
+        import libcst as cst
+
         if lit.call is not None:
             if not (lit.keyword == "min" or lit.position == 0):
                 return None
@@ -386,6 +388,8 @@ def _short(text: str, limit: int = 30) -> str:
 
 
 def _names_in(node: Optional[cst.CSTNode]) -> Set[str]:
+    from amplint.model import dotted_name
+
     out: Set[str] = set()
     stack = [node] if node is not None else []
     while stack:
@@ -401,6 +405,8 @@ def _names_in(node: Optional[cst.CSTNode]) -> Set[str]:
 
 def _fp16_params(ctx: ModuleContext, call: CallInfo, casts: List[LowPrecisionCast]) -> Optional[LowPrecisionCast]:
     """The fp16 cast of a module whose parameters `call` (an optimizer) receives."""
+    from amplint.model import sees_self_of
+
     params = call.arg(0, "params")
     names = _names_in(params)
     for name in list(names):
@@ -437,6 +443,10 @@ def _fp16_tensor(
     depth: int = 0,
 ) -> Optional[Tuple[bool, str]]:
     """(certain, why) when `node` is visibly an fp16 tensor; None when not (or unknown)."""
+    import libcst as cst
+
+    from amplint.model import literal_number
+
     if node is None or depth > 12:
         return None
     again = lambda n: _fp16_tensor(ctx, n, scope, order, statement, region, depth + 1)  # noqa: E731
@@ -479,6 +489,8 @@ def _fp16_tensor(
 
 
 def _lowp_output(ctx: ModuleContext, node: cst.BaseExpression) -> bool:
+    import libcst as cst
+
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
         return True
     if isinstance(node, cst.Call):

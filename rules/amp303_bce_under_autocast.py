@@ -1,14 +1,14 @@
 """AMP303 bce-under-autocast."""
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness, chain_text
 
-from amplint.model import (
-    AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, literal_string,
-    make_fix, replace_node, Project, ProjectCall, Witness, chain_text,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import AutocastRegion, CallInfo, ModuleContext, Scope
 
 _BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 _BCE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.modules.BCELoss"})
@@ -325,6 +325,8 @@ for batch in loader:
 
 def _bce_instances(ctx: ModuleContext) -> Dict[str, CallInfo]:
     """Names/attributes only ever bound to `nn.BCELoss(...)` -> the constructor."""
+    import libcst as cst
+
     out: Dict[str, CallInfo] = {}
     rebound = set()
     for a in ctx.assignments:
@@ -343,6 +345,8 @@ def _bce_instances(ctx: ModuleContext) -> Dict[str, CallInfo]:
 
 
 def _bce_call(ctx: ModuleContext, call: CallInfo, instances: Dict[str, CallInfo]) -> Tuple[Optional[str], Optional[CallInfo]]:
+    import libcst as cst
+
     if call.calls_any(_BCE_FUNCTIONS):
         return "binary_cross_entropy", None
     if call.dotted is not None and call.dotted in instances:
@@ -405,6 +409,8 @@ def _project_bce(project: Project, call: ProjectCall) -> Optional[str]:
 
 def _logits_of(ctx: ModuleContext, node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
     """`z` for `torch.sigmoid(z)`, `F.sigmoid(z)`, `z.sigmoid()`."""
+    import libcst as cst
+
     if not isinstance(node, cst.Call):
         return None
     if ctx.qualnames(node.func) & _SIGMOIDS:
@@ -418,6 +424,10 @@ def _logits_of(ctx: ModuleContext, node: Optional[cst.BaseExpression]) -> Option
 
 
 def _fix(ctx: ModuleContext, call: CallInfo, function: str, ctor: Optional[CallInfo]):
+    import libcst as cst
+
+    from amplint.model import literal_string, make_fix, replace_node
+
     probs = call.arg(0, "input")
     logits = _logits_of(ctx, probs)
     if logits is None:

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-from typing import Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, Related, Rule, Severity, Valid
 
-from amplint.model import (
-    CallInfo, Diagnostic, Invalid, ModuleContext, Project, Related, Rule, Severity, Valid, descendants, dotted_name,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    from amplint.model import CallInfo, ModuleContext
 
 
 class ScalerStateNotCheckpointed(Rule):
@@ -313,6 +312,8 @@ def train(model, opt, loader, resume=None):
             last = call.record["f"].rsplit(".", 1)[-1].lower()
             if "save" not in last and "checkpoint" not in last and "ckpt" not in last:
                 continue  # a checkpoint helper is named for what it does
+            if not _scale_owners(project, call):
+                continue  # no scaler here to leave out: resolve (and load) nothing
             scaler = None
             for key in project.callees(call):
                 saved = project.saved_checkpoint(key) if key[0] != call.path else None
@@ -350,26 +351,30 @@ def _mentions_scaler(ref) -> bool:
     return "scaler" in json.dumps(ref).lower()
 
 
+def _scale_owners(project: Project, call) -> List[str]:
+    """What the function holding `call` (or its class) calls `.scale(...)` on, when its name
+    says scaler (`scaler`, `self.grad_scaler`): read from the summary, nothing resolved."""
+    info = project.function((call.path, call.func))
+    if info is None:
+        return []
+    scope = [info]
+    if info["cls"]:
+        scope = [f for q, f in project.summaries[call.path]["functions"].items() if q.startswith(info["cls"] + ".")]
+    return [r["f"][: -len(".scale")] for f in scope for r in f["calls"] if r["f"].endswith(".scale") and "scaler" in r["f"].lower()]
+
+
 def _live_scaler(project: Project, call) -> Optional[str]:
     """The enabled GradScaler the function holding `call` (or its class) builds or is given and
     uses (`.scale(...)`), unless its file saves that scaler's state somewhere itself."""
     info = project.function((call.path, call.func))
     if info is None:
         return None
-    scope = [info]
-    if info["cls"]:
-        scope = [f for q, f in project.summaries[call.path]["functions"].items() if q.startswith(info["cls"] + ".")]
-    for f in scope:
-        for record in f["calls"]:
-            name = record["f"]
-            if not name.endswith(".scale") or "scaler" not in name.lower():
-                continue
-            owner = name[: -len(".scale")]
-            if any(r["f"] == f"{owner}.state_dict" for g in project.summaries[call.path]["functions"].values() for r in g["calls"]):
-                return None
-            types = project.name_types(call.path, call.func, owner)
-            if any(t[0] == "R" and "GradScaler" in t[1] for t in types) or owner.split(".")[-1] in info["params"]:
-                return owner
+    for owner in _scale_owners(project, call):
+        if any(r["f"] == f"{owner}.state_dict" for g in project.summaries[call.path]["functions"].values() for r in g["calls"]):
+            return None
+        types = project.name_types(call.path, call.func, owner)
+        if any(t[0] == "R" and "GradScaler" in t[1] for t in types) or owner.split(".")[-1] in info["params"]:
+            return owner
     return None
 
 
@@ -405,6 +410,10 @@ def _scaler_call(ctx: ModuleContext, method: str) -> bool:
 
 def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
     """The optimizer whose state the saved dict holds, when it is a resume checkpoint."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
     obj = call.arg(0, "obj")
     if isinstance(obj, cst.Name):
         found = [

@@ -290,7 +290,7 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
 #: most files say nothing about precision: one shared (frozen) value for them
 _NO_FACTS = FileFacts()
 #: the text index of a file with no project role and no import (never mutated)
-_NO_INDEX: Dict[str, Any] = {"r": "", "i": []}
+_NO_INDEX: Dict[str, Any] = {"r": "", "i": ""}
 
 
 def decode_result(path: str, o: Dict[str, Any]) -> Any:
@@ -330,6 +330,8 @@ class Cache:
         #: `hits` and `misses` count files linted (or read for facts)
         self.built: Dict[str, int] = {}
         self.reused: Dict[str, int] = {}
+        #: path -> the digest of its bytes as this run found them (a stat hit, a reuse, a store)
+        self._current: Dict[str, str] = {}
         self._load()
 
     def _load(self) -> None:
@@ -351,8 +353,28 @@ class Cache:
                 return None, digest
             if count:
                 self._hit(kind)
+            self._current[path] = digest
             return found, digest
         return None, digest
+
+    def current_digest(self, kind: str, path: str) -> Optional[str]:
+        """The digest of the file's bytes now: as this run found them, else the one on record
+        when the file is unchanged by its stat (nothing decoded); None when not known."""
+        found = self._current.get(path)
+        if found is not None:
+            return found
+        entry = self.entries[kind].get(path)
+        if entry is None:
+            return None
+        try:
+            st = stat_key(os.stat(path))
+        except OSError:
+            return None
+        mtime_ns, size, digest, read_at = entry[:4]
+        if (mtime_ns, size) == st and mtime_ns / 1e9 < read_at - RACY_SECONDS:
+            self._current[path] = digest
+            return digest
+        return None
 
     def reuse(self, kind: str, path: str, st: Stat, read_at: float) -> Optional[Any]:
         """The stored result of a file whose bytes hash to the recorded digest."""
@@ -365,6 +387,7 @@ class Cache:
             return None
         self._hit(kind)
         self._put(kind, path, [st[0], st[1], entry[2], read_at, entry[4]])
+        self._current[path] = entry[2]
         return result
 
     def get_raw(self, kind: str, key: str) -> Optional[Dict[str, Any]]:
@@ -412,6 +435,7 @@ class Cache:
             self.entries[kind].pop(path, None)
             return
         self._put(kind, path, [st[0], st[1], digest, read_at, payload])
+        self._current[path] = digest
 
     def _put(self, kind: str, path: str, entry: list) -> None:
         self.entries[kind][path] = entry

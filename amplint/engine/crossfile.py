@@ -69,8 +69,9 @@ def _marked_root(path: str, _memo: Optional[Dict[str, Optional[str]]] = None) ->
 
 def project_rules(rules: Sequence[Any]) -> List[Any]:
     """The selected rules that check the project. A rule given as a spec is imported only
-    when its module's text defines `check_project` (importing every rule costs a cold
-    parallel run's parent process a third of the cross-file pass)."""
+    when its module's text defines `check_project`: such modules import no libcst at module
+    level (tests/test_speed_project_rules.py), while importing any other rule module would
+    import libcst and the per-file model."""
     out = []
     for spec in rules:
         if hasattr(spec, "load"):
@@ -105,12 +106,15 @@ class Projects:
         self.config = config
         self._given = [os.path.abspath(p) for p in paths]
         memo: Dict[str, Optional[str]] = {}
+        roots: Dict[str, Optional[str]] = {}  # folder -> its project root: asked once per folder
         #: root -> {absolute path: the path as the run spells it}
         self.groups: Dict[Optional[str], Dict[str, str]] = {}
         for f in files:
             if f.endswith(".py"):
                 full = os.path.abspath(f)
-                self.groups.setdefault(project_root(full, memo), {})[full] = f
+                folder = os.path.dirname(full)
+                root = roots[folder] if folder in roots else roots.setdefault(folder, project_root(full, memo))
+                self.groups.setdefault(root, {})[full] = f
         self._files: Dict[Optional[str], List[str]] = {}
 
     def files(self, root: Optional[str]) -> List[str]:
@@ -160,9 +164,9 @@ def project_diagnostics(
 def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any], store: "_Store", members: Dict[str, str]) -> List[Diagnostic]:
     """Every cross-file finding of one project (absolute paths), reused from the cache when no
     file the model read last time has changed (a warm run then loads no rule and parses nothing)."""
-    from ..model.project import Project, universe
+    from ..model.project import Project
 
-    chosen = universe(files, root, store.index)
+    chosen, key = store.universe(root, files)
     if not chosen:
         return []
     reused = store.findings(root, chosen)
@@ -185,7 +189,7 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
 
             found.append(internal_error(min(members), f"rule {rule_cls.code} ({rule_cls.name}) on the project model", exc))
             return found  # not cached: the next run reports it again
-    store.remember(root, chosen, sorted(project.summaries) if project is not None else chosen, found)
+    store.remember(root, chosen, key, sorted(project.summaries) if project is not None else chosen, found)
     return found
 
 
@@ -229,9 +233,41 @@ class _Store:
         if found is None:
             from ..model.project import text_index
 
-            found = self._linted(path) or self._cached("pindex", path, text_index) or {"r": "", "i": []}
+            found = self._linted(path) or self._cached("pindex", path, text_index) or {"r": "", "i": ""}
             self._index[path] = found
         return found
+
+    def universe(self, root: Optional[str], files: List[str]) -> Tuple[List[str], Optional[str]]:
+        """(the files the project model starts from, a key of every project file's bytes).
+        `index.universe` reads the text index of every file; when no file of the project
+        changed since the project's findings were recorded (same key), the universe recorded
+        with them is the one it would compute, and no index is read (a warm run)."""
+        from ..model.project import universe
+
+        key = self._files_key(files)
+        entry = self.cache.get_raw("project", root or "") if self.cache is not None and key is not None else None
+        if entry and entry.get("key") == key and isinstance(entry.get("universe"), list):
+            return entry["universe"], key
+        chosen = universe(files, root, self.index)
+        return chosen, key if key is not None else self._files_key(files)
+
+    def _files_key(self, files: List[str]) -> Optional[str]:
+        """A digest of every file's path and bytes as the cache knows them now; None when
+        one file's bytes are not known (not linted by this run, changed, never cached)."""
+        if self.cache is None:
+            return None
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=16)
+        for path in files:
+            digest = self.cache.current_digest("lint", path)
+            if digest is None:
+                rel = os.path.relpath(path)
+                digest = self.cache.current_digest("lint", rel) if rel != path else None
+            if digest is None:
+                return None
+            h.update(f"{path}\0{digest}\0".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()
 
     def findings(self, root: Optional[str], chosen: List[str]) -> Optional[List[Diagnostic]]:
         """The findings recorded for this project when it started from the same files and
@@ -256,7 +292,7 @@ class _Store:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def remember(self, root: Optional[str], chosen: List[str], read: List[str], found: List[Diagnostic]) -> None:
+    def remember(self, root: Optional[str], chosen: List[str], key: Optional[str], read: List[str], found: List[Diagnostic]) -> None:
         if self.cache is None:
             return
         from .cache import encode_diagnostic, file_digest, now, stat_key
@@ -272,7 +308,7 @@ class _Store:
             diagnostics = [encode_diagnostic(d) for d in found]
         except Exception:  # a diagnostic the cache cannot hold: recompute next time
             return
-        self.cache.put_raw("project", root or "", {"universe": chosen, "files": files, "diagnostics": diagnostics})
+        self.cache.put_raw("project", root or "", {"universe": chosen, "key": key, "files": files, "diagnostics": diagnostics})
 
     def _linted(self, path: str) -> Optional[Dict[str, Any]]:
         """The index an earlier run's lint of the unchanged file recorded."""

@@ -229,7 +229,7 @@ def _run_parallel(todo: List[Item], jobs: int) -> Iterator[Tuple[int, Optional[S
     else:
         context = multiprocessing.get_context("spawn")
     if context.get_start_method() == "fork" and _STATE["kind"] == "lint":
-        _preload(_STATE["rules"])
+        _preload([item[1] for item in todo], _STATE["rules"])
     workers = min(jobs, len(todo))
     # big files first would balance better, but order must not change what
     # is computed, only when: keep the given order and use small chunks
@@ -251,17 +251,42 @@ def _run_parallel(todo: List[Item], jobs: int) -> Iterator[Tuple[int, Optional[S
     return results()
 
 
-def _preload(rules: Sequence[Any]) -> None:
-    """Import libcst, the AMP model and the rules that check the project before the
-    workers fork. A run big enough for a pool almost always parses something, and the
-    project pass after it loads those rules in this process anyway: imported once here,
-    the forked workers inherit them instead of each importing libcst again, and the
-    project pass finds them loaded (on timm, one libcst import instead of one per process;
-    see docs/performance.md). A run where every file is a cache hit starts no pool."""
-    from ..model.context import ModuleContext  # noqa: F401  (libcst and the collector)
-    from .crossfile import project_rules
+def _preload(paths: Sequence[str], rules: Sequence[Any]) -> None:
+    """Import libcst and the AMP model before the workers fork, when the run will parse
+    something: the forked workers inherit them instead of each importing libcst again (one
+    import per run instead of one per process; see docs/performance.md). Whether a file
+    will be parsed is probed on the first files of the run (`_will_parse`); a run whose
+    files pass no gate imports libcst nowhere. (The project pass needs no libcst: the
+    rules' `check_project` read only the `ast` summaries.)"""
+    if _will_parse(paths, rules):
+        from ..model.context import ModuleContext  # noqa: F401  (libcst and the collector)
 
-    project_rules(rules)
+
+#: how much of a pool run's files the parent reads before forking, looking for one that passes a gate
+PROBE_BYTES = 1 << 20
+
+
+def _will_parse(paths: Sequence[str], rules: Sequence[Any]) -> bool:
+    """Whether one of the first files (up to `PROBE_BYTES`) passes a selected rule's gate.
+    A speed hint only: a miss just lets each worker import libcst when it first parses."""
+    from ..core.gating import passing
+    from .pipeline import decode_source
+
+    read = 0
+    for path in paths:
+        if read >= PROBE_BYTES:
+            return False
+        if path.lower().endswith(".ipynb"):
+            continue
+        try:
+            data = read_bytes(path)
+            source = decode_source(data)
+        except (OSError, ValueError, SyntaxError, LookupError):  # the worker reports it
+            continue
+        read += len(data)
+        if passing(rules, source):
+            return True
+    return False
 
 
 # ------------------------------------------------------------------ project facts

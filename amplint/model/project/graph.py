@@ -121,7 +121,7 @@ class Project:
         self._entries: Optional[Dict[FuncKey, List[Region]]] = None
         self._callers: Optional[Dict[FuncKey, List[Call]]] = None
         self._bound: Dict[str, Set[str]] = {}
-        self._casts: Dict[Tuple[FuncKey, bool], List[Tuple[str, str, Tuple[str, int]]]] = {}
+        self._casts: Dict[Tuple[FuncKey, bool, str], List[Tuple[str, str, Tuple[str, int]]]] = {}
         self._settle()
 
     # ------------------------------------------------------------------ modules
@@ -213,16 +213,16 @@ class Project:
     def _head(self, path: str, func: str, head: str) -> TypeSet:
         types = self._head_uncast(path, func, head)
         if types:
-            for subject, dtype, site in self.casts_in((path, func)):  # in source order: the last one holds
-                if subject == head:
-                    types = frozenset(_with_dtype(t, "" if dtype == "fp32" else dtype, site) for t in types)
+            for _, dtype, site in self.casts_in((path, func), head):  # in source order: the last one holds
+                types = frozenset(_with_dtype(t, "" if dtype == "fp32" else dtype, site) for t in types)
         return types
 
-    def casts_in(self, key: FuncKey) -> List[Tuple[str, str, Tuple[str, int]]]:
-        """(name, dtype, cast site) for every name a function casts in place, itself
-        (`model.half()`) or through a project function it passes the name to
-        (`convert_weights(model)`, `model.apply(to_fp16)`)."""
-        memo = (key, self._may_load)
+    def casts_in(self, key: FuncKey, subject: str) -> List[Tuple[str, str, Tuple[str, int]]]:
+        """(name, dtype, cast site) for every in-place cast of the name `subject` in a
+        function, by itself (`model.half()`) or through a project function it passes the
+        name to (`convert_weights(model)`, `model.apply(to_fp16)`). Only the calls passing
+        `subject` are resolved: resolving every call of a big function loads modules."""
+        memo = (key, self._may_load, subject)
         found = self._casts.get(memo)
         if found is not None:
             return found
@@ -230,20 +230,21 @@ class Project:
         info = self.function(key)
         out: List[Tuple[str, str, Tuple[str, int]]] = []
         if info is not None:
-            out.extend((subject, dtype, (key[0], row)) for subject, dtype, row in info["casts"])
+            out.extend((name, dtype, (key[0], row)) for name, dtype, row in info["casts"] if name == subject)
             for record in info["calls"]:
                 f = record["f"]
                 if not record["a"] or not f:
                     continue
                 if f.endswith(".apply"):  # model.apply(fn): fn casts each submodule it is given
-                    subject, arg = f[: -len(".apply")], record["a"][0]
-                    targets = self._value(key[0], key[1], arg)
+                    if f[: -len(".apply")] != subject:
+                        continue
+                    targets = self._value(key[0], key[1], record["a"][0])
                     position = 0
                 else:
                     first = record["a"][0]
-                    if not first or "n" not in first:
+                    if not first or first.get("n") != subject:
                         continue
-                    subject, targets, position = first["n"], self.name_types(key[0], key[1], f), 0
+                    targets, position = self.name_types(key[0], key[1], f), 0
                 for t in targets:
                     if t[0] != "F":
                         continue
@@ -251,9 +252,8 @@ class Project:
                     if callee is None or len(callee["params"]) <= position:
                         continue
                     param = callee["params"][position]
-                    for name, dtype, _site in self.casts_in((t[1], t[2])):
-                        if name == param:
-                            out.append((subject, dtype, (key[0], record["r"])))
+                    for _, dtype, _site in self.casts_in((t[1], t[2]), param):
+                        out.append((subject, dtype, (key[0], record["r"])))
         self._casts[memo] = out
         return out
 

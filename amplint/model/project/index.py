@@ -9,12 +9,16 @@ other per-file results:
   (maybe in other files) makes wrong; "o" -- it builds a torch optimizer,
   whose module may have been made fp16 by what the file imports; "a" -- it
   may set precision (autocast, a framework's precision flag, a GradScaler);
-  "h" -- it may hold an autocast in a `partial` and enter it later;
+  "h" -- it may hold an autocast in a `partial` and enter it later (a `partial(`
+  whose first argument names autocast, or a name the file binds to it:
+  `ac = torch.autocast`, `autocast as ac`);
   "g" -- it builds a GradScaler (another file may call that per epoch, or
   save the checkpoint without it);
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
-  look at, never hide one).
+  look at, never hide one), packed into one string (`imports_of` unpacks it):
+  every file's index is in the cache store a warm run loads, and one string
+  per file parses several times faster than nested lists.
 
 `universe` then takes the BCE files, the files that import them (transitively,
 a bounded number of levels), the precision-setting files those import, and
@@ -28,15 +32,32 @@ import re
 import sys
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+# Every pattern starts with a literal, which `re` finds at memchr speed; a word boundary
+# before it is checked on the few matches (`_word_start`): a leading `\b` or an alternation
+# makes `re` try every position (40-70x slower on the big model files of a repository).
 _BCE = re.compile(r"binary_cross_entropy\s*\(|BCELoss\b")
-_OPTIMIZER = re.compile(r"\b(?:Adam|AdamW|SGD|RMSprop|Adagrad|Adamax|NAdam|RAdam|Adadelta|LBFGS|SparseAdam|ASGD|Rprop)\s*\(")
-_PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler")
+#: a torch optimizer class called (as a word): `Adam(`, `torch.optim.AdamW (`; each name holds one of
+#: these literals, searched first
+_OPTIMIZERS = ("Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "Adadelta", "LBFGS", "SparseAdam", "ASGD", "Rprop")
+_OPTIMIZER_CALLS = tuple(
+    (literal, re.compile("|".join(re.escape(n) + r"\s*\(" for n in _OPTIMIZERS if literal in n)))
+    for literal in ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta", "LBFGS", "Rprop")
+)
 #: code that sets precision, not prose about it: an autocast, a scaler, a framework's setting
-_SETS_PRECISION = re.compile(r"autocast\s*\(|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True")
+#: (literal, pattern, whether the match must start a word)
+_SETS_PRECISION = (
+    ("autocast", re.compile(r"autocast\s*\("), False),
+    ("GradScaler", re.compile(r"GradScaler\s*\("), False),
+    ("precision", re.compile(r"precision\s*="), False),
+    ("fp16", re.compile(r"fp16\s*=\s*True"), True),
+    ("bf16", re.compile(r"bf16\s*=\s*True"), True),
+)
+#: `partial(X`
+_PARTIAL = re.compile(r"partial\s*\(\s*([\w.]+)")
 #: the standard library's top-level modules: no project holds one, and leaving their imports
 #: out keeps the cached index small
 _EXTERNAL = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
-#: one pass over the import statements (`from` and `import` forms)
+#: an import statement (`from` and `import` forms), matched at the start of a line holding "import"
 _IMPORTS = re.compile(
     r"^[ \t]*(?:from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))", re.M
 )
@@ -48,23 +69,25 @@ MAX_FILES = 300
 Import = Tuple[int, str, Tuple[str, ...]]
 
 
-def text_index(source: str) -> Dict[str, object]:
-    """{"r": roles, "i": imports} of one file's text (JSON-able)."""
+def text_index(source: str) -> Dict[str, str]:
+    """{"r": roles, "i": imports (packed)} of one file's text (JSON-able)."""
     # substring tests first (C speed); the regexes run only on the few files that pass them
     roles = ""
     if ("binary_cross_entropy" in source or "BCELoss" in source) and _BCE.search(source):
         roles += "b"
-    if "optim" in source and "parameters(" in source and _OPTIMIZER.search(source):
+    if "optim" in source and "parameters(" in source and any(
+        literal in source and _found(pattern, source, word=True) for literal, pattern in _OPTIMIZER_CALLS
+    ):
         roles += "o"
-    if any(t in source for t in _PRECISION) and _SETS_PRECISION.search(source):
+    if any(literal in source and _found(pattern, source, word) for literal, pattern, word in _SETS_PRECISION):
         roles += "a"
-        if "autocast" in source and "partial" in source:
+        if "autocast" in source and "partial" in source and _holds_autocast(source):
             roles += "h"  # an autocast held in a `partial`, maybe entered later
         if "GradScaler(" in source:
             roles += "g"
     imports: List[List[object]] = []
     if "import" in source:
-        for m in _IMPORTS.finditer(source):
+        for m in _import_statements(source):
             if m.group(4) is None:
                 if not m.group(1) and m.group(2).split(".")[0] in _EXTERNAL:
                     continue
@@ -75,7 +98,71 @@ def text_index(source: str) -> Dict[str, object]:
                 name = part.strip().split(" as ")[0].strip()
                 if name and all(p.isidentifier() for p in name.split(".")) and name.split(".")[0] not in _EXTERNAL:
                     imports.append([0, name, []])
-    return {"r": roles, "i": imports}
+    return {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
+
+
+def imports_of(index: Dict[str, str]) -> List[List[object]]:
+    """The (level, module, names) of an index's import statements."""
+    out: List[List[object]] = []
+    for line in index["i"].split("\n") if index["i"] else ():
+        level, module, names = line.split("\t")
+        out.append([int(level), module, names.split(" ") if names else []])
+    return out
+
+
+def _word_start(source: str, at: int) -> bool:
+    """Whether a word starts at `at` (what `\\b` before a word character asks)."""
+    return at == 0 or not (source[at - 1].isalnum() or source[at - 1] == "_")
+
+
+def _found(pattern: "re.Pattern[str]", source: str, word: bool) -> bool:
+    if not word:
+        return pattern.search(source) is not None
+    return any(_word_start(source, m.start()) for m in pattern.finditer(source))
+
+
+def _import_statements(source: str) -> Iterable["re.Match[str]"]:
+    """What `_IMPORTS.finditer(source)` finds, trying only the lines that hold "import" (a
+    match starts at a line start and holds "import" on its first line); a line inside the
+    previous match (a parenthesised name list) is skipped, as `finditer` does."""
+    end = pos = 0
+    while True:
+        at = source.find("import", pos)
+        if at == -1:
+            return
+        start = source.rfind("\n", 0, at) + 1
+        if start >= end:
+            m = _IMPORTS.match(source, start)
+            if m is not None:
+                end = m.end()
+                yield m
+        newline = source.find("\n", at)
+        if newline == -1:
+            return
+        pos = max(newline + 1, end)
+
+
+def _holds_autocast(source: str) -> bool:
+    """A `partial(...)` of an autocast: its first argument is spelled with `autocast`
+    (`torch.autocast`, `amp.autocast`) or is a name the file binds to one. Most files holding
+    both words use `partial` for something else (a big model file with an autocast region)."""
+    targets = {m.group(1) for m in _PARTIAL.finditer(source)}
+    if any("autocast" in t for t in targets):
+        return True
+    return any(_autocast_alias(source, name) for name in {t.rsplit(".", 1)[-1] for t in targets})
+
+
+def _autocast_alias(source: str, name: str) -> bool:
+    """Whether the file binds `name` to an autocast: `autocast as name`, `name = torch.autocast`."""
+    if not name:
+        return False
+    for m in re.finditer(r"autocast\s+as\s+" + re.escape(name) + r"\b", source):
+        if _word_start(source, m.start()):
+            return True
+    for m in re.finditer(re.escape(name) + r"\s*=\s*([\w.]*)", source):
+        if _word_start(source, m.start()) and "autocast" in m.group(1).split("."):
+            return True
+    return False
 
 
 def module_names(path: str, root: Optional[str], files: Optional[Set[str]] = None, tops: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
@@ -175,7 +262,7 @@ class ModuleIndex:
         return out
 
 
-def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, object]]) -> List[str]:
+def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, str]]) -> List[str]:
     """The files the project model starts from: the BCE files, their importers up to
     `UP_LEVELS` levels, the precision-setting files any of those import, the
     optimizer files, files holding an autocast in a `partial`, and the files
@@ -189,7 +276,7 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     scalers = [f for f in optimizers if "g" in str(index(f)["r"])]
     if seeds or scalers:
         modules = ModuleIndex(files, root)
-        entries = {f: index(f)["i"] for f in files}
+        entries = {f: imports_of(index(f)) for f in files}
         for f in sorted(_importers(scalers, files, entries, modules)) if scalers else ():
             if len(chosen) < MAX_FILES:
                 chosen.add(f)  # who calls a function that builds a GradScaler
