@@ -4,6 +4,7 @@
     python benchmarks/scaling.py                       # 1k..64k AMP-dense lines + the 10 MB file
     python benchmarks/scaling.py --sizes 2500 20000 --runs 3 --no-big
     python benchmarks/scaling.py --shape function      # the dense lines inside one function
+    python benchmarks/scaling.py --shape accum         # gradient-accumulation steps in one loop
 
 Each size is one generated file, linted by a fresh `amplint --no-cache --jobs 1
 --file-timeout 0` process (the way a user runs it, without the time budget), timed
@@ -15,6 +16,10 @@ so the growth exponent is fitted on CPU time (and printed for wall time too).
 - AMP-dense: `s{i} = scores.masked_fill(scores > k, -1e9)` on an fp16 tensor, every
   line an AMP301 finding (the issue's worst case), at module level (`--shape module`)
   or in the body of one function (`--shape function`), or both (`--shape both`).
+- accum (`--shape accum`, not part of `both`): training steps in one loop of one
+  function, 8 lines each (autocast forward, scaled backward, `unscale_` on every
+  micro-batch, the step under `if (i + 1) % accum == 0:`): an AMP104 finding per step,
+  and the shape whose guards, event pairs and step slices used to be quadratic.
 - big: about 10 MB of plain model code (classes with methods doing arithmetic, no AMP
   word) and a single `masked_fill(..., -1e9)` under fp16 autocast near the end: the
   file passes the gate, so its cost is the parse, the model and the rules on 10 MB.
@@ -52,8 +57,32 @@ print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "maxrss_
 _AMPLINT = "import sys; from amplint._start import main; sys.exit(main())"
 
 
+_ACCUM_STEP = (
+    "        with torch.autocast('cuda', dtype=torch.float16):\n"
+    "            loss = model(x) / accum\n"
+    "        scaler.scale(loss).backward()\n"
+    "        scaler.unscale_(opt)\n"
+    "        if (i + 1) % accum == 0:\n"
+    "            scaler.step(opt)\n"
+    "            scaler.update()\n"
+    "            opt.zero_grad()\n"
+)
+
+
+def accum_source(lines: int) -> str:
+    """About `lines` lines of gradient-accumulation steps in one loop (8 lines a step)."""
+    head = (
+        "import torch\n\nscaler = torch.amp.GradScaler('cuda')\n\n\n"
+        "def train(model, opt, loader, accum):\n    for i, x in enumerate(loader):\n"
+    )
+    return head + _ACCUM_STEP * max(1, lines // 8)
+
+
 def dense_source(lines: int, shape: str) -> str:
-    """`lines` AMP301 sites on an fp16 tensor, at module level or inside one function."""
+    """`lines` AMP301 sites on an fp16 tensor, at module level or inside one function;
+    `shape` "accum": `accum_source`."""
+    if shape == "accum":
+        return accum_source(lines)
     head = ["import torch", "", "k = 0.5"]
     if shape == "module":
         head.append("scores = torch.randn(8, 8, dtype=torch.float16)")
@@ -140,7 +169,7 @@ def fit(points: Sequence[Sequence[float]]) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES))
-    ap.add_argument("--shape", choices=("module", "function", "both"), default="both")
+    ap.add_argument("--shape", choices=("module", "function", "both", "accum"), default="both")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--big-mb", type=float, default=10.0)
     ap.add_argument("--no-big", action="store_true", help="skip the 10 MB file")
@@ -155,7 +184,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="amplint-scaling-") as tmp:
         for shape in shapes:
             rows = []
-            print(f"\n## AMP-dense lines, {shape} level\n")
+            print(f"\n## {'accumulation steps in one loop' if shape == 'accum' else f'AMP-dense lines, {shape} level'}\n")
             print("| lines | median wall (s) | min wall (s) | median CPU (s) | peak RSS (MB) | output lines | k (CPU) vs previous |")
             print("|---:|---:|---:|---:|---:|---:|---:|")
             for n in args.sizes:

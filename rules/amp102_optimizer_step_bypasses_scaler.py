@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import libcst as cst
 
 from amplint.model import (
-    Diagnostic, Event, Invalid, ModuleContext, Rule, Severity, Valid, exclusive, is_grad_scaler_call, make_fix,
-    replace_node, step_data, step_source,
+    Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid, events_after, events_before, exclusive,
+    is_grad_scaler_call, make_fix, replace_node, sees_self_of, self_bindings, step_data, step_source,
 )
 
 _BACKWARDS = ("scaled_backward", "backward", "framework_backward")
@@ -203,6 +203,25 @@ class FP16Optimizer:
 """,
             "a custom loss scaler (not torch's GradScaler) unscales inside its optimizer wrapper",
         ),
+        Valid(
+            """
+import torch
+from apex_like import DynamicLossScaler
+
+class Mixed:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+class Plain:
+    def __init__(self):
+        self.scaler = DynamicLossScaler(init_scale=2.0 ** 15)
+
+    def step(self, x):
+        self.scaler.scale(self.model(x).mean()).backward()
+        self.optimizer.step()
+""",
+            "`Plain`'s own `self.scaler` is not a torch GradScaler; the other class's is another object",
+        ),
     ]
 
     INVALID = [
@@ -278,36 +297,52 @@ def gan_step(gen, disc, opt_g, opt_d, scaler, loss_d, loss_g):
             line=6,
             why="two optimizers, one scaler: the generator's step bypasses it",
         ),
+        Invalid(
+            """
+import torch
+
+class Base:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+class Trainer(Base):
+    def step(self, x):
+        self.scaler.scale(self.model(x).mean()).backward()
+        self.optimizer.step()
+""",
+            line=10,
+            why="`self.scaler` built by a base class defined in the file",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         for scope in ctx.scopes:
             events = scope.events
+            scaler_steps: Optional[_ScalerSteps] = None
             for step in (e for e in events if e.kind == "optimizer_step"):
                 info = ctx.optimizers.get(step.optimizer or "")
                 if info is not None and info.prepared:
                     continue
-                backward = _last_backward(events, step)
+                backward = _last_backward(scope, step)
                 if backward is None or backward.kind != "scaled_backward":
                     continue
-                if not _is_enabled_torch_scaler(ctx, backward.scaler):
+                if not _is_enabled_torch_scaler(ctx, backward.scaler, scope):
                     continue
                 between = [
                     e
-                    for e in events
-                    if backward.order < e.order < step.order and not exclusive(e.path, step.path)
+                    for e in events[events_after(scope, backward.order) : events_before(scope, step.order)]
+                    if not exclusive(e.path, step.path)
                 ]
                 if any(e.kind == "scaler_step" for e in between):
                     continue  # scaler.step already ran in this step: a different problem
-                if any(
-                    e.kind == "scaler_step" and e.order > backward.order and exclusive(e.path, step.path)
-                    for e in events
-                ):
+                if scaler_steps is None:
+                    scaler_steps = _ScalerSteps(events)
+                if scaler_steps.alternative(backward, step):
                     continue  # `if scaler.is_enabled(): scaler.step(opt) else: opt.step()`: alternatives
                 unscaled = any(e.kind == "unscale" and e.optimizer == step.optimizer for e in between)
-                yield self._diagnostic(ctx, step, backward, unscaled)
+                yield self._diagnostic(ctx, step, backward, unscaled, scaler_steps)
 
-    def _diagnostic(self, ctx: ModuleContext, step: Event, backward: Event, unscaled: bool) -> Diagnostic:
+    def _diagnostic(self, ctx: ModuleContext, step: Event, backward: Event, unscaled: bool, scaler_steps: "_ScalerSteps") -> Diagnostic:
         opt, scaler = step.optimizer, backward.scaler
         if unscaled:
             message = f"`{opt}.step()` bypasses `{scaler}`: steps with inf/NaN gradients are not skipped"
@@ -323,34 +358,63 @@ def gan_step(gen, disc, opt_g, opt_d, scaler, loss_d, loss_g):
         data = {"optimizer": opt, "scaler": scaler, "unscaled": unscaled}
         scope = step.call.scope
         data.update(step_data(ctx, scope, backward, opt))
-        if not any(
-            e.kind == "scaler_step" and e.scaler == scaler and e.order < step.order and not exclusive(e.path, step.path)
-            for e in scope.events
-        ):  # with another optimizer stepped through the scaler, a one-optimizer slice would not behave the same
+        if not scaler_steps.earlier_through(scaler, step):  # with another optimizer stepped through the scaler, a one-optimizer slice would not behave the same
             data["step_source"] = step_source(ctx, backward, step, scope)
         return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data, help=f"Call `{scaler}.step({opt})` instead")
 
 
-def _last_backward(events: List[Event], step: Event) -> Optional[Event]:
+def _last_backward(scope: Scope, step: Event) -> Optional[Event]:
     """The last backward of any kind that can run before `step` in the same pass."""
-    found = None
-    for e in events:
-        if e.order >= step.order:
-            break
+    events = scope.events
+    for at in range(events_before(scope, step.order) - 1, -1, -1):
+        e = events[at]
         if e.kind in _BACKWARDS and not exclusive(e.path, step.path):
-            found = e
-    return found
+            return e
+    return None
 
 
-def _is_enabled_torch_scaler(ctx: ModuleContext, key: Optional[str]) -> bool:
+class _ScalerSteps:
+    """A scope's `scaler.step(...)` calls, one entry per (path, scaler) with the first and
+    last order seen there: the questions below depend on a scaler step only through its
+    path, scaler and order, so each optimizer step asks once per distinct place, not once
+    per scaler step in the function."""
+
+    def __init__(self, events: List[Event]) -> None:
+        self.places: Dict[tuple, List] = {}
+        for e in events:
+            if e.kind == "scaler_step":
+                place = self.places.get((tuple(id(f) for f in e.path), e.scaler))
+                if place is None:
+                    self.places[(tuple(id(f) for f in e.path), e.scaler)] = [e.path, e.scaler, e.order, e.order]
+                else:
+                    place[3] = e.order
+
+    def alternative(self, backward: Event, step: Event) -> bool:
+        """A scaler step after `backward` that never runs with `step` (the other branch)."""
+        return any(last > backward.order and exclusive(path, step.path) for path, _, _, last in self.places.values())
+
+    def earlier_through(self, scaler: Optional[str], step: Event) -> bool:
+        """A step through `scaler` before `step` that can run with it (another optimizer)."""
+        return any(
+            key == scaler and first < step.order and not exclusive(path, step.path)
+            for path, key, first, _ in self.places.values()
+        )
+
+
+def _is_enabled_torch_scaler(ctx: ModuleContext, key: Optional[str], scope: Scope) -> bool:
     """A torch GradScaler that may be enabled: built here by `GradScaler(...)`,
-    or passed in, and never assigned from anything else in this file."""
+    or passed in, and never assigned from anything else in this file (for
+    `self.scaler` read in `scope`: by its class or a base, not an unrelated class)."""
     info = ctx.scaler(key)
     if info is None or info.enabled is False:
         return False
-    if info.constructors:
+    constructors, assignments = info.constructors, ctx.assignments_to(info.key)
+    if info.key.startswith("self."):
+        constructors = [c for c in constructors if sees_self_of(ctx, scope, c.scope)]
+        assignments = self_bindings(ctx, info.key, scope)
+    if constructors:
         return True
-    for a in ctx.assignments_to(info.key):
+    for a in assignments:
         if isinstance(a.value, cst.Call):
             call = ctx.call_info(a.value)
             if call is not None and not is_grad_scaler_call(call):

@@ -1,11 +1,11 @@
 """AMP103 scaler-step-without-update."""
 from __future__ import annotations
 
-from typing import Iterator, List, Set
+from typing import Dict, Iterator, List, Optional, Set
 
 from amplint.model import (
-    Diagnostic, Edit, Event, Invalid, Location, ModuleContext, Rule, Scope, Severity, Valid, exclusive, make_fix,
-    step_data, step_source,
+    Diagnostic, Edit, Event, Invalid, Location, ModuleContext, Rule, Scope, Severity, Valid, events_before, exclusive,
+    make_fix, step_data, step_source,
 )
 
 
@@ -299,6 +299,7 @@ def main(model, loader, optimizer):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        updated = _Updated(ctx)
         for scope in ctx.scopes:
             reported: Set[str] = set()
             steps = [e for e in scope.events if e.kind == "scaler_step" and e.scaler]
@@ -308,7 +309,7 @@ def main(model, loader, optimizer):
                 info = ctx.scaler(step.scaler)
                 if info is None or info.enabled is False or not info.constructors:
                     continue
-                if _updated(ctx, scope, step):
+                if updated(scope, step):
                     continue
                 reported.add(step.scaler)
                 group = [e for e in steps if e.scaler == step.scaler]
@@ -336,60 +337,102 @@ def _indent(source: str, row: int) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def _updated(ctx: ModuleContext, scope: Scope, step: Event) -> bool:
-    """Some `update()` ends the iteration that `step` runs in."""
-    key = step.scaler or ""
-    # the training loops around the step: those that also run a backward here (not a
-    # loop over optimizers, nor a retry loop around a helper that does the work)
-    backwards = [e for e in scope.events if e.kind in ("scaled_backward", "backward", "framework_backward")]
-    loops = [f for f in _loops(step.path) if any(any(g is f for g in b.path) for b in backwards)]
-    if _update_within(ctx, scope, loops):
-        return True
-    if loops:
-        return False  # the step repeats in this loop with no update inside it
-    # the step's function runs once per call: look at its callers (up to 3 levels)
-    frontier = [scope]
-    seen = {id(scope)}
-    for _ in range(3):
-        following: List[Scope] = []
-        for s in frontier:
-            for call in ctx.callers(s):
-                caller = call.scope
-                if _update_within(ctx, caller, _loops(call.path)):
-                    return True
-                if not _loops(call.path) and id(caller) not in seen:
-                    seen.add(id(caller))
-                    following.append(caller)
-        frontier = following
-    # hooks run by a framework: a shared scaler updated anywhere in this file
-    shared = key.startswith("self.") or (key not in scope.params and not ctx.assignments_to(key, scope))
-    if shared and any(e.kind == "update" and e.scaler == key for s in ctx.scopes for e in s.events):
-        return True
-    # a parameter of a function nobody here calls: its caller (elsewhere) may update it
-    if key.split(".")[0] in scope.params and not ctx.callers(scope):
-        return True
-    info = ctx.scalers[key]
-    if key.startswith("self.") and scope.cls is not None and all(c.scope.cls is not scope.cls for c in info.constructors):
-        return True  # built by another class: a base class elsewhere may update it
-    return False
+class _Updated:
+    """Whether some `update()` ends the iteration a scaler step runs in, per file.
+
+    The answer depends on a step only through its scope, scaler and the loops around
+    it, so it is worked out once per such triple; what it reads of the whole file (the
+    backwards' loops of a scope, the scalers updated anywhere, each loop nest's
+    updates) is read once, so n steps in one function cost n, not n times the file."""
+
+    def __init__(self, ctx: ModuleContext) -> None:
+        self.ctx = ctx
+        self.answers: Dict[tuple, bool] = {}
+        self.training_loops: Dict[int, Set[int]] = {}
+        self.updates_in: Dict[int, Dict[Optional[int], List[Event]]] = {}
+        self.helpers: Dict[int, bool] = {}
+        self.updated_anywhere: Optional[Set[Optional[str]]] = None
+
+    def __call__(self, scope: Scope, step: Event) -> bool:
+        # the training loops around the step: those that also run a backward here (not a
+        # loop over optimizers, nor a retry loop around a helper that does the work)
+        if id(scope) not in self.training_loops:
+            backwards = [e for e in scope.events if e.kind in ("scaled_backward", "backward", "framework_backward")]
+            self.training_loops[id(scope)] = {id(f) for b in backwards for f in b.path if f.kind == "loop"}
+        around = self.training_loops[id(scope)]
+        loops = [f for f in _loops(step.path) if id(f) in around]
+        key = (id(scope), step.scaler, tuple(id(f) for f in loops))
+        if key not in self.answers:
+            self.answers[key] = self._updated(scope, step.scaler or "", loops)
+        return self.answers[key]
+
+    def _updated(self, scope: Scope, key: str, loops: List[object]) -> bool:
+        ctx = self.ctx
+        if self._update_within(scope, loops):
+            return True
+        if loops:
+            return False  # the step repeats in this loop with no update inside it
+        # the step's function runs once per call: look at its callers (up to 3 levels)
+        frontier = [scope]
+        seen = {id(scope)}
+        for _ in range(3):
+            following: List[Scope] = []
+            for s in frontier:
+                for call in ctx.callers(s):
+                    caller = call.scope
+                    if self._update_within(caller, _loops(call.path)):
+                        return True
+                    if not _loops(call.path) and id(caller) not in seen:
+                        seen.add(id(caller))
+                        following.append(caller)
+            frontier = following
+        # hooks run by a framework: a shared scaler updated anywhere in this file
+        shared = key.startswith("self.") or (key not in scope.params and not ctx.assignments_to(key, scope))
+        if shared:
+            if self.updated_anywhere is None:
+                self.updated_anywhere = {e.scaler for s in ctx.scopes for e in s.events if e.kind == "update"}
+            if key in self.updated_anywhere:
+                return True
+        # a parameter of a function nobody here calls: its caller (elsewhere) may update it
+        if key.split(".")[0] in scope.params and not ctx.callers(scope):
+            return True
+        info = ctx.scalers[key]
+        if key.startswith("self.") and scope.cls is not None and all(c.scope.cls is not scope.cls for c in info.constructors):
+            return True  # built by another class: a base class elsewhere may update it
+        return False
+
+    def _update_within(self, scope: Scope, loops: List[object]) -> bool:
+        """`scope` has an `update()` (directly, or in a helper it calls) inside every one of `loops`."""
+        index = self.updates_in.get(id(scope))
+        if index is None:
+            index = self.updates_in[id(scope)] = self._updates_by_loop(scope)
+        if not loops:
+            return bool(index.get(None))
+        return any(all(any(f is loop for f in e.path) for loop in loops) for e in index.get(id(loops[-1]), ()))
+
+    def _updates_by_loop(self, scope: Scope) -> Dict[Optional[int], List[Event]]:
+        """The scope's updates (and calls of helpers that update), filed under every loop
+        around them (None: all of them)."""
+        index: Dict[Optional[int], List[Event]] = {None: []}
+        for e in scope.events:
+            if e.kind == "update" or (e.kind == "call" and self._helper_updates(e)):
+                index[None].append(e)
+                for f in e.path:
+                    if f.kind == "loop":
+                        index.setdefault(id(f), []).append(e)
+        return index
+
+    def _helper_updates(self, call: Event) -> bool:
+        callee = self.ctx.callee(call.call)
+        if callee is None:
+            return False
+        if id(callee) not in self.helpers:
+            self.helpers[id(callee)] = any(x.kind == "update" for x in self.ctx.reachable_events(callee))
+        return self.helpers[id(callee)]
 
 
 def _loops(path) -> List[object]:
     return [f for f in path if f.kind == "loop"]
-
-
-def _update_within(ctx: ModuleContext, scope: Scope, loops: List[object]) -> bool:
-    """`scope` has an `update()` (directly, or in a helper it calls) inside every one of `loops`."""
-    for e in scope.events:
-        if not all(any(f is loop for f in e.path) for loop in loops):
-            continue
-        if e.kind == "update":
-            return True
-        if e.kind == "call":
-            callee = ctx.callee(e.call)
-            if callee is not None and any(x.kind == "update" for x in ctx.reachable_events(callee)):
-                return True
-    return False
 
 
 def _step_data(ctx: ModuleContext, step: Event, group: List[Event]) -> dict:
@@ -397,11 +440,11 @@ def _step_data(ctx: ModuleContext, step: Event, group: List[Event]) -> dict:
     `step` of this scaler (and a following zero_grad); no slice without a backward here."""
     scope = step.call.scope
     backward = None
-    for e in scope.events:
-        if e.order >= step.order:
-            break
+    for at in range(events_before(scope, step.order) - 1, -1, -1):  # latest first
+        e = scope.events[at]
         if e.kind == "scaled_backward" and e.scaler == step.scaler and not exclusive(e.path, step.path):
             backward = e
+            break
     data = step_data(ctx, scope, backward or step, step.optimizer)
     if backward is not None:
         data["step_source"] = step_source(ctx, backward, group[-1], scope, closers=("zero_grad",))

@@ -664,22 +664,60 @@ def _findings(ctx: ModuleContext, steps: List[_Step]) -> Iterator[Tuple[_Step, s
                         flagged.add(id(u))
                         yield u, "update", st
     # 2. twice for one optimizer before update()
+    yield from _twice(ctx, unscales, updates, flagged)
+
+
+def _twice(ctx: ModuleContext, unscales: List[_Step], updates: List[_Step], flagged: Set[int]) -> Iterator[Tuple[_Step, str, Optional[_Step]]]:
+    """A second unscale of one optimizer before `update()`: `u2` is flagged when an earlier
+    unscale `u1` of that optimizer (not flagged itself) and scaler can run in the same pass
+    with `u2`, with no update in between that runs with `u2`. Each `u2` reads back only
+    to the last such update, and meets only the unflagged unscales of its optimizer after
+    it, so n steps in one function cost n, not n^2 pairs. Findings come in the order of
+    their `u1` (the earliest that matches), then of `u2`."""
     update_orders = [u.order for u in updates]
-    for i, u1 in enumerate(unscales):
-        for u2 in unscales[i + 1 :]:
-            if id(u2) in flagged or id(u1) in flagged:
+    live: Dict[str, Tuple[List[_Step], List[Tuple[int, ...]]]] = {}  # optimizer -> unflagged unscales
+    found: List[Tuple[Tuple[int, ...], int, _Step, _Step]] = []
+    for j, u2 in enumerate(unscales):
+        if id(u2) in flagged:
+            continue
+        opt = u2.event.optimizer
+        if opt is None:
+            continue
+        earlier, orders = live.setdefault(opt, ([], []))
+        if earlier:
+            partner = _first_partner(ctx, earlier, orders, updates, update_orders, u2)
+            if partner is not None:
+                flagged.add(id(u2))
+                found.append((partner.order, j, u2, partner))
                 continue
-            o1, o2 = u1.event.optimizer, u2.event.optimizer
-            if o1 is None or o1 != o2 or not _same_scaler(ctx, u1, u2) or exclusive(u1.path, u2.path):
-                continue
-            if not (path_contains(u1.path, u2.path) or path_contains(u2.path, u1.path)):
-                continue
-            if _loop_between(u1, u2):
-                continue
-            if _updated_between(updates, update_orders, u1, u2):
-                continue
-            flagged.add(id(u2))
-            yield u2, "twice", u1
+        earlier.append(u2)
+        orders.append(u2.order)
+    found.sort(key=lambda t: (t[0], t[1]))
+    for _, _, u2, u1 in found:
+        yield u2, "twice", u1
+
+
+def _first_partner(
+    ctx: ModuleContext, earlier: List[_Step], orders: List[Tuple[int, ...]], updates: List[_Step],
+    update_orders: List[Tuple[int, ...]], u2: _Step,
+) -> Optional[_Step]:
+    """The earliest of `earlier` (ascending) that `u2` unscales a second time."""
+    last_update = None  # the latest update before u2 that runs with it, after earlier[0]
+    for at in range(bisect_left(update_orders, u2.order) - 1, -1, -1):
+        if update_orders[at] <= orders[0]:
+            break
+        if not exclusive(updates[at].path, u2.path):
+            last_update = update_orders[at]
+            break
+    start = 0 if last_update is None else bisect_left(orders, last_update)
+    for u1 in earlier[start:]:
+        if not _same_scaler(ctx, u1, u2) or exclusive(u1.path, u2.path):
+            continue
+        if not (path_contains(u1.path, u2.path) or path_contains(u2.path, u1.path)):
+            continue
+        if not _loop_between(u1, u2):
+            return u1
+    return None
 
 
 def _distinct_backwards(backwards: List[_Step]) -> Iterator[_Step]:
@@ -695,17 +733,6 @@ def _distinct_backwards(backwards: List[_Step]) -> Iterator[_Step]:
             continue
         seen[key] = b.order
         yield b
-
-
-def _updated_between(updates: List[_Step], orders: List[Tuple[int, ...]], u1: _Step, u2: _Step) -> bool:
-    """An `update()` between `u1` and `u2` that can run with `u2`; `orders` are the updates'
-    (ascending) orders, read back from `u2` so the check costs the updates in between."""
-    for at in range(bisect_left(orders, u2.order) - 1, -1, -1):
-        if orders[at] <= u1.order:
-            return False
-        if not exclusive(updates[at].path, u2.path):
-            return True
-    return False
 
 
 def _loop_between(u1: _Step, u2: _Step) -> bool:

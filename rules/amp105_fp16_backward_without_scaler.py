@@ -60,6 +60,18 @@ class Fp16BackwardWithoutScaler(Rule):
     small and reports how many gradient elements are zero without a scaler and
     with one.
 
+    ## At run time
+    `amplint run` reports AMP105 at the `backward()` call when a loss from an
+    fp16 autocast forward is backpropagated unscaled, with the share of
+    gradient values flushed to zero: right before that backward (once per
+    call site) the same backward runs once more through `torch.autograd.grad`
+    with the loss multiplied by 2^14; of the parameter-gradient values that
+    pass finds nonzero and finite, the share the program's own backward left
+    unchanged (zero) is the flushed share (`flushed_share`, `flushed`,
+    `nonzero_scaled` in events.jsonl). Values that are zero in any precision
+    (a dead ReLU unit) are not counted. The extra pass writes no `.grad`;
+    backward hooks of the program see it once.
+
     ## Notes
     Silent when the region is bf16, when its dtype is decided at run time
     (`dtype=dtype`), on CPU autocast without a dtype (bf16 by default), for

@@ -7,6 +7,7 @@ import libcst as cst
 
 from amplint.model import (
     CallInfo, Diagnostic, Invalid, LowPrecisionCast, ModuleContext, Rule, Severity, Valid, descendants, dotted_name,
+    sees_self_of,
 )
 
 
@@ -130,6 +131,23 @@ torch.save(model.state_dict(), "model.pt")
 """,
             "cast back to fp32 before saving",
         ),
+        Valid(
+            """
+import torch
+
+class Exporter:
+    def __init__(self, net):
+        self.model = net.half()
+
+class Trainer:
+    def __init__(self, net):
+        self.model = net
+
+    def save(self, path):
+        torch.save(self.model.state_dict(), path)
+""",
+            "`self.model` of another class: `Trainer` saves fp32 weights",
+        ),
     ]
 
     INVALID = [
@@ -181,6 +199,21 @@ import torch
 torch.save(model.half().state_dict(), "model_fp16.pt")
 """,
             line=2,
+        ),
+        Invalid(
+            """
+import torch
+
+class Base:
+    def __init__(self, net):
+        self.model = net.half()
+
+class Trainer(Base):
+    def save(self, path):
+        torch.save(self.model.state_dict(), path)
+""",
+            line=9,
+            why="`self.model` cast by a base class defined in the file",
         ),
     ]
 
@@ -254,7 +287,9 @@ def _fp16_cast(ctx: ModuleContext, casts, save: CallInfo, receiver: Optional[str
         if cast.subject != receiver:
             continue
         if receiver.startswith("self."):
-            return cast
+            if sees_self_of(ctx, save.scope, cast.call.scope):  # not another class's `self.model`
+                return cast
+            continue
         same_scope = cast.call.scope is save.scope and cast.call.order < save.order
         if (same_scope or (cast.call.scope.is_module and save.scope.is_module)) and not _cast_back(ctx, receiver, cast, save):
             return cast

@@ -481,3 +481,30 @@ def test_explicit_fp32_autocast_is_not_low_precision():
         y.sum().backward()
     """
     assert _codes(source, "AMP202", "AMP203", "AMP204") == []
+
+
+def test_a_name_imported_two_ways_reads_the_same_in_every_process():
+    """`autocast` bound by `try: from torch.amp ...` / `except: from torch.cuda.amp ...`: the
+    region (and so AMP602) must not depend on the hash seed's order of the name's targets."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    source = (
+        "try:\n    from torch.amp import GradScaler, autocast\nexcept ImportError:\n"
+        "    from torch.cuda.amp import GradScaler, autocast\n"
+        "scaler = GradScaler()\nwith autocast():\n    loss = model(x)\n"
+    )
+    script = (
+        "import json, sys, libcst as cst\nfrom amplint.model.context import ModuleContext\n"
+        "src = sys.stdin.read()\nctx = ModuleContext.build(cst.parse_module(src), src, 't.py')\n"
+        "print(json.dumps([(r.device, r.dtype) for r in ctx.regions]))\n"
+    )
+    seen = set()
+    for seed in ("0", "1", "3", "6"):  # 0 and 1 disagreed before
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        out = subprocess.run([sys.executable, "-c", script], input=source, capture_output=True, text=True, env=env, check=True)
+        seen.add(out.stdout)
+    assert len(seen) == 1, seen
+    assert json.loads(seen.pop()) == [[None, None]]

@@ -130,10 +130,10 @@ def test_static_codes_seen_happening(tmp_path_factory, mode, code, where, below)
     assert f"{TRAIN}:{line}: {code} " in run.stderr
 
 
-def test_fp16_backward_without_scaler_reports_the_zero_share(tmp_path_factory):
+def test_fp16_backward_without_scaler_reports_the_flushed_share(tmp_path_factory):
     _, _, report = run_mode(tmp_path_factory, "noscaler", 6)
     [f] = of_type(events(report), "finding")
-    assert 0 <= f["zero_share"] < 1 and f"{100 * f['zero_share']:.1f}% of gradient values" in f["message"]
+    assert 0 <= f["flushed_share"] < 1 and f"{100 * f['flushed_share']:.1f}% of the gradient values" in f["message"]
 
 
 def test_checkpoint_findings_point_at_the_saves(tmp_path_factory):

@@ -15,6 +15,7 @@ its examples and the fixtures); a False positive only costs a parse.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from functools import lru_cache
 from typing import Any, Callable, Iterator, List, Optional, Set, Tuple, Union
 
@@ -149,13 +150,29 @@ def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
     tensor's assignments there, its autocast region) and module-level imports,
     so only those functions are parsed, methods included (amplint/engine/excerpt.py)."""
     data = source.encode("utf-8", "surrogatepass")
+    row = _Rows(data)
     lines: Set[int] = set()
     for start, name in _overflowing_literal_site_list(source):
-        lines.add(data.count(b"\n", 0, start) + 1)
+        lines.add(row(start))
         if name:
             for m in re.finditer(rb"\b%s\b" % re.escape(name), data):
-                lines.add(data.count(b"\n", 0, m.start()) + 1)
+                lines.add(row(m.start()))
     return lines
+
+
+class _Rows:
+    """The 1-based line of a byte offset, by bisection in the offsets of the newlines (found
+    once): counting the newlines before each site cost the file's size per site, quadratic
+    in a file where every line holds one."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.newlines: Optional[List[int]] = None
+
+    def __call__(self, offset: int) -> int:
+        if self.newlines is None:
+            self.newlines = [m.start() for m in re.finditer(b"\n", self.data)]
+        return bisect_left(self.newlines, offset) + 1
 
 
 @lru_cache(maxsize=4)
@@ -403,7 +420,8 @@ def underflowing_eps_lines(source: str) -> Optional[Set[int]]:
     data = source.encode("utf-8", "surrogatepass")
     if _constructs_eps_optimizer(data):
         return None
-    return {data.count(b"\n", 0, start) + 1 for start in _tiny_literal_site_list(source)}
+    row = _Rows(data)
+    return {row(start) for start in _tiny_literal_site_list(source)}
 
 
 @lru_cache(maxsize=4)

@@ -7,10 +7,16 @@ paths do not show. Order rules that reason about when a step runs (an
 accumulation boundary written as an early return) ask for the guarded path:
 the event's path with one `Frame("else", guard)` per guard clause before it, so
 `exclusive()` knows the guard's body and what follows it never run in one pass.
+
+Each block's guard clauses are listed once (with every statement's index in the
+block), so asking for an event's guards costs the blocks around it and the guards
+it gets, not a rescan of the statements before it: n training steps in one loop
+stay linear in n.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Set, Tuple
+from bisect import bisect_left
+from typing import Dict, List, Tuple
 
 import libcst as cst
 
@@ -20,6 +26,10 @@ from .types import Frame, Path
 _EXITS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
 _BOUNDARIES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
 
+#: a block's guard clauses in source order, their indices in the block, and the
+#: index of every statement in it (by id)
+_Block = Tuple[List[cst.If], List[int], Dict[int, int]]
+
 
 class GuardedPaths:
     """Guarded paths of one file; one `Frame` per guard, so frames compare by identity."""
@@ -27,17 +37,23 @@ class GuardedPaths:
     def __init__(self, ctx: ModuleContext) -> None:
         self.ctx = ctx
         self._frames: Dict[int, Frame] = {}
+        self._blocks: Dict[int, _Block] = {}
 
     def path(self, path: Path, statement: cst.CSTNode) -> Path:
         """`path` (the branches around `statement`, within its function) with the guard
         clauses before it, each placed after the frames that enclose the guard."""
-        guards = self._guards(statement)
-        if not guards:
+        levels, chain = self._guards(statement)
+        if not levels:
             return path
+        # a guard found in the block at step `i` of the walk up is enclosed by the frames
+        # whose node lies further up the walk (step > i)
+        step_of = {node: i for i, node in enumerate(chain)}
+        steps = [step_of.get(id(f.node), -1) for f in path]
         ranked: List[Tuple[int, int, Frame]] = [(i, 1, f) for i, f in enumerate(path)]
-        for guard, enclosing in guards:
-            depth = sum(1 for f in path if id(f.node) in enclosing)
-            ranked.append((depth - 1, 2, self._frame(guard)))
+        for level, guards in levels:  # outermost block first
+            depth = sum(1 for s in steps if s > level)
+            for guard in reversed(guards):  # latest first within a block
+                ranked.append((depth - 1, 2, self._frame(guard)))
         ranked.sort(key=lambda t: (t[0], t[1]))
         return tuple(f for _, _, f in ranked)
 
@@ -47,22 +63,36 @@ class GuardedPaths:
             frame = self._frames[id(guard)] = Frame("else", guard, guard.test)
         return frame
 
-    def _guards(self, statement: cst.CSTNode) -> List[Tuple[cst.If, Set[int]]]:
-        """Guard clauses before `statement` in its block and the blocks around it (up to its
-        function), outermost first, each with the ids of the nodes around its block."""
-        found: List[Tuple[cst.If, Set[int]]] = []
+    def _guards(self, statement: cst.CSTNode) -> Tuple[List[Tuple[int, List[cst.If]]], List[int]]:
+        """The guard clauses before `statement` in its block and the blocks around it (up to
+        its function), outermost block first, each with the step of the walk up at which its
+        block was met; and the ids of the nodes met on that walk, in order."""
+        levels: List[Tuple[int, List[cst.If]]] = []
+        chain: List[int] = []
         child, parent = statement, self.ctx.parent(statement)
         while parent is not None and not isinstance(child, _BOUNDARIES):
-            for _, enclosing in found:
-                enclosing.add(id(parent))
+            chain.append(id(parent))
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-                for stmt in parent.body:
-                    if stmt is child:
-                        break
-                    if isinstance(stmt, cst.If) and stmt.orelse is None and _exits(stmt.body):
-                        found.append((stmt, set()))
+                guards, indices, index_of = self._block(parent)
+                before = bisect_left(indices, index_of.get(id(child), len(parent.body)))
+                if before:
+                    levels.append((len(chain) - 1, guards[:before]))
             child, parent = parent, self.ctx.parent(parent)
-        return list(reversed(found))
+        levels.reverse()
+        return levels, chain
+
+    def _block(self, block: cst.CSTNode) -> _Block:
+        """The block's guard clauses, read once per block."""
+        found = self._blocks.get(id(block))
+        if found is None:
+            guards: List[cst.If] = []
+            indices: List[int] = []
+            for i, stmt in enumerate(block.body):
+                if isinstance(stmt, cst.If) and stmt.orelse is None and _exits(stmt.body):
+                    guards.append(stmt)
+                    indices.append(i)
+            found = self._blocks[id(block)] = (guards, indices, {id(s): i for i, s in enumerate(block.body)})
+        return found
 
 
 def _exits(body: cst.BaseSuite) -> bool:

@@ -22,7 +22,10 @@ def _parse_autocast(
 ) -> Optional[AutocastRegion]:
     """An AutocastRegion if `call` constructs an autocast context, else None."""
     qualnames = ctx.imports.qualnames(call.func)
-    known = [q for q in qualnames if q in torchapi.AUTOCAST_CONTEXTS]
+    # sorted: a name bound two ways (`try: from torch.amp import autocast` / `except
+    # ImportError: from torch.cuda.amp import autocast`) must read the same in every
+    # process, not as the set's hash order falls
+    known = sorted(q for q in qualnames if q in torchapi.AUTOCAST_CONTEXTS)
     if known:
         q = known[0]
         parameters = torchapi.autocast_parameters(q)

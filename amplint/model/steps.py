@@ -42,8 +42,16 @@ def lines_between(ctx: ModuleContext, first: cst.CSTNode, last: cst.CSTNode) -> 
         return ""
     if end.row < start.row:
         return ""
-    lines = ctx.source.splitlines()
-    return "\n".join(lines[start.row - 1 : end.row])
+    return "\n".join(_source_lines(ctx)[start.row - 1 : end.row])
+
+
+def _source_lines(ctx: ModuleContext) -> list:
+    """The file's lines, split once per file (cached on the context, which `release` clears)
+    rather than once per finding: n findings in a file of n lines cost n, not n^2."""
+    lines = ctx.__dict__.get("_source_lines")
+    if lines is None:
+        lines = ctx.__dict__["_source_lines"] = ctx.source.splitlines()
+    return lines
 
 
 def step_source(
@@ -101,14 +109,23 @@ def innermost_common_loop(a: Path, b: Path) -> Optional[Frame]:
 
 
 def loop_body_source(ctx: ModuleContext, loop: Optional[Frame]) -> str:
-    """The body of a `for`/`while` loop frame (one micro-batch), or ""."""
+    """The body of a `for`/`while` loop frame (one micro-batch), or "". One string per loop,
+    shared by its findings: n findings in a loop of n steps hold one body, not n copies."""
     if loop is None or loop.kind != "loop" or not isinstance(loop.node, (cst.For, cst.While)):
         return ""
-    body = loop.node.body
+    bodies = ctx.__dict__.setdefault("_loop_bodies", {})
+    if id(loop.node) not in bodies:
+        bodies[id(loop.node)] = _loop_body(ctx, loop.node)
+    return bodies[id(loop.node)]
+
+
+def _loop_body(ctx: ModuleContext, loop: cst.CSTNode) -> str:
+    body = loop.body
     statements = list(body.body) if isinstance(body, cst.IndentedBlock) else []
     if not statements:
         return ""
     return lines_between(ctx, statements[0], statements[-1])
+
 
 def step_region(scope: Scope, event: Event) -> Optional[AutocastRegion]:
     """The autocast region the step's loss was computed in: the region of `event`'s

@@ -9,10 +9,19 @@ the same numbers (tests/test_watch_run.py compares losses bit for bit). One
 step record per optimizer step goes to DIR/events.jsonl: at `scaler.update()`
 for an enabled GradScaler (one record for all the optimizers it stepped), at
 `optimizer.step()` otherwise.
+
+Per step the guard reads no tensor value on the host (a read on CUDA waits for
+the device, stalling the pipeline): whether scaler.step skipped the update is
+seen by the optimizer step hook not firing inside it (fused optimizers, which
+decide on the device, are read), the loss scale is copied on the device, and
+gradient norms stay tensors. Step records are kept unresolved and turned into
+numbers in batches (`flush_steps`: every 32 steps, 2 s, before any other
+record, at exit), which is also when the loss-scale-collapse detector runs.
 """
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import sys
 import threading
@@ -22,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import sites
+from . import sites, underflow
 from .events import EventLog, finite_or_none
 from .findings import CollapseDetector, finding
 from .incident import Incidents
@@ -62,31 +71,70 @@ class Options:
 class _Iteration:
     """One GradScaler's bookkeeping between two update() calls."""
 
-    __slots__ = ("scaled", "unscaled", "scaled_after_unscale", "stepped", "optimizers", "norm_sq", "pending_norm")
+    __slots__ = ("scaled", "unscaled", "scaled_after_unscale", "stepped", "skipped", "optimizers", "norms", "pending_norm")
 
     def __init__(self) -> None:
         self.scaled = False
-        self.unscaled: Dict[int, Tuple[set, sites.Site]] = {}
+        self.unscaled: Dict[int, Tuple[frozenset, sites.Site]] = {}
         self.scaled_after_unscale: set = set()
         self.stepped: set = set()
+        self.skipped = False  # a scaler.step of this iteration skipped its optimizer
         self.optimizers: Dict[int, Any] = {}
-        self.norm_sq: List[float] = []
+        self.norms: List[Any] = []  # gradient norms (0-dim tensors or floats) of the unscaled gradients, per group
         # optimizer id -> its params, unscaled by the user and not measured yet: a clip_grad_norm_
         # over exactly them returns the norm for free, else scaler.step measures them
         self.pending_norm: Dict[int, List[torch.Tensor]] = {}
 
 
-def _grad_norm_sq(params: List[torch.Tensor], divide: float = 1.0) -> float:
+def _grad_norm(params: List[torch.Tensor], divide: Any = None) -> Any:
+    """The 2-norm of the gradients as a 0-dim tensor on their device (no host read), divided by
+    `divide` (a scale, float or tensor) when given."""
     grads = [p.grad for p in params if p.grad is not None and not p.grad.is_sparse]
     if not grads:
         return 0.0
     norms = torch._foreach_norm([g.detach() for g in grads])
-    total = float(torch.linalg.vector_norm(torch.stack([n.float().to(norms[0].device) for n in norms])))
-    return (total / divide) ** 2
+    total = torch.linalg.vector_norm(torch.stack([n.float().to(norms[0].device) for n in norms]))
+    return total if divide is None else total / divide
 
 
-def _params(optimizer: Any) -> List[torch.Tensor]:
-    return [p for g in optimizer.param_groups for p in g["params"]]
+def _resolve_norm(norms: Optional[List[Any]]) -> Optional[float]:
+    """The combined norm of several groups' norms, read on the host now."""
+    if norms is None:
+        return None
+    return finite_or_none(math.hypot(*[float(n) for n in norms]))
+
+
+def _scale_now(scaler: Any) -> Any:
+    """The scaler's current scale, without waiting for the device: a float on CPU (reading
+    is free), else a copy on the device, read when the step record is resolved."""
+    scale = getattr(scaler, "_scale", None)
+    if not isinstance(scale, torch.Tensor):
+        return float(scaler.get_scale())
+    return float(scale) if scale.device.type == "cpu" else scale.detach().clone()
+
+
+class _ParamIds:
+    """optimizer -> (its parameters, their ids), rebuilt only when its param_groups change."""
+
+    def __init__(self) -> None:
+        self.cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    def __call__(self, optimizer: Any) -> Tuple[List[torch.Tensor], frozenset]:
+        groups = optimizer.param_groups
+        key = tuple((id(g["params"]), len(g["params"])) for g in groups)
+        try:
+            hit = self.cache.get(optimizer)
+        except TypeError:  # pragma: no cover - an optimizer that refuses weak references
+            hit = None
+        if hit is not None and hit[0] == key:
+            return hit[1], hit[2]
+        params = [p for g in groups for p in g["params"]]
+        ids = frozenset(id(p) for p in params)
+        try:
+            self.cache[optimizer] = (key, params, ids)
+        except TypeError:  # pragma: no cover
+            pass
+        return params, ids
 
 
 class _PeakMemory:
@@ -100,7 +148,7 @@ class _PeakMemory:
         self.rss: Optional[int] = None
 
     def __call__(self) -> Tuple[Optional[int], str]:
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_initialized():  # (is_available() costs microseconds per call; this does not)
             return int(torch.cuda.max_memory_allocated()), "cuda"
         if self.calls % self.every == 0:
             try:
@@ -126,10 +174,14 @@ class Guard:
         self.fp16_autocast = False
         self.reported: set = set()
         self.iterations: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self.scaled_outputs: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+        self.scaled_outputs: Dict[int, Any] = {}  # id -> weakref of scaler.scale()'s latest results (bounded)
         self.checked_optimizers: "weakref.WeakSet" = weakref.WeakSet()
-        self.plain_norm_sq: Optional[float] = None
-        self.clip_norm_sq: Optional[float] = None  # clip_grad_norm_'s own total (before clipping) this step
+        self.param_ids = _ParamIds()
+        self.plain_norm: Optional[List[Any]] = None
+        self.clip_norm: Optional[Any] = None  # clip_grad_norm_'s own total (before clipping) this step
+        self.pending: List[List[Any]] = []  # step records not yet resolved into numbers (see flush_steps)
+        self.flushed_at: Optional[float] = None
+        self.update_site: Optional[sites.Site] = None  # a scaler.update() call: AMP701's line when no source is known
         self.last_time: Optional[float] = None
         self.peak_memory = _PeakMemory()
         self.skipped_run = 0
@@ -159,6 +211,7 @@ class Guard:
         }
 
     def write(self, record: Dict[str, Any]) -> None:
+        self.flush_steps()  # the steps before this record come before it in the file
         if not self.header_done:
             self.header_done = True
             self.log.write(self.header())
@@ -173,19 +226,48 @@ class Guard:
         self.write(finding(code, site[0], site[1], message, self.step + 1 if step is None else step, **data))
 
     # ---- steps --------------------------------------------------------------------------
-    def emit_step(self, loss_scale: Optional[float], skipped: bool, norm_sq: Optional[float]) -> None:
+    def emit_step(self, scale_before: Any, scale_after: Any, skipped: bool, norms: Optional[List[Any]]) -> None:
+        """Queue this step's record; its tensor values are read in `flush_steps`, in a batch."""
         now = time.perf_counter()
         elapsed = None if self.last_time is None else now - self.last_time
         self.last_time = now
         self.step += 1
         peak, kind = self.peak_memory()
-        self.write({
-            "type": "step", "step": self.step, "loss_scale": loss_scale, "skipped": skipped,
-            "grad_norm": finite_or_none(None if norm_sq is None else norm_sq ** 0.5),
-            "step_time_s": elapsed, "peak_mem_bytes": peak, "mem": kind,
-        })
+        self.pending.append([self.step, scale_before, scale_after, skipped, norms, elapsed, peak, kind])
         self.fp16_autocast = False
-        self.clip_norm_sq = None
+        self.clip_norm = None
+        if self.flushed_at is None:
+            self.flushed_at = now
+        if len(self.pending) >= 32 or now - self.flushed_at > 2.0:
+            self.flush_steps()
+
+    def flush_steps(self) -> None:
+        """Read the queued steps' values, write their records, and feed the collapse detector."""
+        self.flushed_at = time.perf_counter()
+        if not self.pending:
+            return
+        batch, self.pending = self.pending, []
+        if not self.header_done:
+            self.header_done = True
+            self.log.write(self.header())
+        for step, before, after, skipped, norms, elapsed, peak, kind in batch:
+            before = None if before is None else float(before)
+            after = None if after is None else float(after)
+            self.log.write_step(step, after, skipped, _resolve_norm(norms), elapsed, peak, kind)
+            if before is not None and after is not None:
+                self.collapse(step, before, after, skipped)
+        self.log.flush()
+
+    def collapse(self, step: int, before: float, after: float, skipped: bool) -> None:
+        """AMP701, located at the first non-finite module when one was found."""
+        message = self.detector.feed(step, before, after, skipped)
+        if message is None:
+            return
+        src = self.sources.first
+        if src is not None:
+            message += f"; first non-finite: {src['kind']} of `{src['module']}` ({src['class']})"
+        where = (src["filename"], src["line"]) if src and src.get("filename") else (self.update_site or ("<unknown>", 0))
+        self.report("AMP701", where, message, step=step, since_step=self.detector.run_start or self.detector.first_skip)
 
     def _iteration(self, scaler: Any) -> _Iteration:
         it = self.iterations.get(scaler)
@@ -204,7 +286,10 @@ class Guard:
             it.scaled = True
             it.scaled_after_unscale.update(it.unscaled)
             if isinstance(result, torch.Tensor):
-                self.scaled_outputs[id(result)] = result
+                outputs = self.scaled_outputs
+                outputs[id(result)] = weakref.ref(result)
+                if len(outputs) > 64:
+                    del outputs[next(iter(outputs))]
         return result
 
     def unscale_(self, orig, scaler, optimizer):
@@ -215,12 +300,12 @@ class Guard:
         if id(optimizer) in it.unscaled and id(optimizer) not in it.stepped:
             self.report("AMP104", site, "scaler.unscale_() called twice for one optimizer before scaler.update()")
         result = orig(scaler, optimizer)
-        params = _params(optimizer)
-        it.unscaled[id(optimizer)] = ({id(p) for p in params}, site)
+        params, ids = self.param_ids(optimizer)
+        it.unscaled[id(optimizer)] = (ids, site)
         it.optimizers[id(optimizer)] = optimizer
         if self.options.grad_norm:
             if getattr(self.local, "in_scaler_step", 0):
-                it.norm_sq.append(_grad_norm_sq(params))  # scaler.step's own unscale_: the step follows
+                it.norms.append(_grad_norm(params))  # scaler.step's own unscale_: the step follows
             else:
                 it.pending_norm[id(optimizer)] = params
         return result
@@ -229,7 +314,7 @@ class Guard:
         for opt_id in [key] if key is not None else list(it.pending_norm):
             params = it.pending_norm.pop(opt_id, None)
             if params is not None:
-                it.norm_sq.append(_grad_norm_sq(params))
+                it.norms.append(_grad_norm(params))
 
     def scaler_step(self, orig, scaler, optimizer, *args, **kwargs):
         if not getattr(scaler, "_enabled", False):
@@ -245,14 +330,21 @@ class Guard:
         self._measure_pending(it, id(optimizer))
         depth = getattr(self.local, "in_scaler_step", 0)
         self.local.in_scaler_step = depth + 1
+        self.local.inner_steps = 0
         try:
             result = orig(scaler, optimizer, *args, **kwargs)
         finally:
             self.local.in_scaler_step = depth
         it.stepped.add(id(optimizer))
         it.optimizers[id(optimizer)] = optimizer
+        if getattr(optimizer, "_step_supports_amp_scaling", False) or not isinstance(optimizer, torch.optim.Optimizer):
+            # the step is always called (fused: it skips on the device), or no step hook sees it: read found_inf
+            state = getattr(scaler, "_per_optimizer_states", {}).get(id(optimizer), {})
+            it.skipped = it.skipped or sum(float(v) for v in state.get("found_inf_per_device", {}).values()) > 0
+        else:
+            it.skipped = it.skipped or self.local.inner_steps == 0  # scaler.step did not call optimizer.step()
         if fused and self.options.grad_norm:
-            it.norm_sq.append(_grad_norm_sq(_params(optimizer), scaler.get_scale()))
+            it.norms.append(_grad_norm(self.param_ids(optimizer)[0], scaler._get_scale_async()))
         return result
 
     def update(self, orig, scaler, new_scale=None):
@@ -260,22 +352,24 @@ class Guard:
             return orig(scaler, new_scale)
         it = self._iteration(scaler)
         states = getattr(scaler, "_per_optimizer_states", {})
-        recorded = [v for st in states.values() for v in st.get("found_inf_per_device", {}).values()]
-        if not recorded:
+        if not any(st.get("found_inf_per_device") for st in states.values()):
             self.report("AMP104", sites.caller_site(3), "scaler.update() with no scaler.step() since the last update "
                         "(update on every micro-batch?)")
             return orig(scaler, new_scale)
-        skipped = sum(float(v.item()) for v in recorded) > 0
-        before = scaler.get_scale()
+        skipped = it.skipped
+        if not it.stepped:  # unscale_ then update, no step: what update() backs off on is found_inf
+            skipped = sum(float(v) for st in states.values() for v in st.get("found_inf_per_device", {}).values()) > 0
+        before = _scale_now(scaler)
         result = orig(scaler, new_scale)
-        after = scaler.get_scale()
-        norm_sq = sum(it.norm_sq) if it.norm_sq else None
+        after = _scale_now(scaler)
         optimizers = list(it.optimizers.values())
         self.iterations[scaler] = _Iteration()
         self.skipped_run = self.skipped_run + 1 if skipped else 0
-        self.emit_step(after, skipped, norm_sq)
+        if skipped or self.update_site is None:
+            self.update_site = sites.caller_site(3)
+        self.emit_step(before, after, skipped, it.norms or None)
         if skipped:
-            params = [p for o in optimizers for p in _params(o)]
+            params = [p for o in optimizers for p in self.param_ids(o)[0]]
             self.sources.on_skipped(self.step, params)
             self.incidents.end_step(self.step, True, self.skipped_run, optimizers, scaler, before)
             if not self.incidents.done:
@@ -283,13 +377,6 @@ class Guard:
         else:
             self.incidents.end_step(self.step, False, 0, optimizers, scaler, before)
         self.sources.end_step(self.step)
-        message = self.detector.feed(self.step, before, after, skipped)
-        if message is not None:
-            src = self.sources.first
-            if src is not None:
-                message += f"; first non-finite: {src['kind']} of `{src['module']}` ({src['class']})"
-            where = (src["filename"], src["line"]) if src and src.get("filename") else sites.caller_site(3)
-            self.report("AMP701", where, message, step=self.step, since_step=self.detector.run_start or self.detector.first_skip)
         return result
 
     def _roots(self, params: List[torch.Tensor]) -> List[Any]:
@@ -304,7 +391,7 @@ class Guard:
         site = None
         if optimizer not in self.checked_optimizers:
             self.checked_optimizers.add(optimizer)
-            fp16 = [p for p in _params(optimizer) if p.dtype == torch.float16]
+            fp16 = [p for p in self.param_ids(optimizer)[0] if p.dtype == torch.float16]
             if fp16:
                 site = sites.caller_site(3)
                 self.report("AMP201", site, f"{type(optimizer).__name__} updates {len(fp16)} fp16 parameter tensors: "
@@ -312,33 +399,44 @@ class Guard:
         if self._open_scaled_iterations():
             self.report("AMP102", site or sites.caller_site(3), f"{type(optimizer).__name__}.step() called outside "
                         "scaler.step(): it applies gradients that are still multiplied by the loss scale")
-        if self.clip_norm_sq is not None:
-            self.plain_norm_sq = self.clip_norm_sq  # the gradients were clipped: their norm before clipping
+        if self.clip_norm is not None:
+            self.plain_norm = [self.clip_norm]  # the gradients were clipped: their norm before clipping
         elif self.options.grad_norm:
-            self.plain_norm_sq = _grad_norm_sq(_params(optimizer))
+            self.plain_norm = [_grad_norm(self.param_ids(optimizer)[0])]
 
     def optimizer_post(self, optimizer, args, kwargs) -> None:
         if getattr(self.local, "in_scaler_step", 0):
+            self.local.inner_steps = getattr(self.local, "inner_steps", 0) + 1  # scaler.step did step it
             return
-        self.emit_step(None, False, self.plain_norm_sq)
-        self.plain_norm_sq = None
+        self.emit_step(None, None, False, self.plain_norm)
+        self.plain_norm = None
 
     # ---- backward, autocast, clipping, saving ---------------------------------------------
     def backward(self, orig, tensor, *args, **kwargs):
-        scaled = self.scaled_outputs.get(id(tensor)) is tensor
+        ref = self.scaled_outputs.get(id(tensor))
+        scaled = ref is not None and ref() is tensor
         suspect = not scaled and (self.fp16_autocast or tensor.dtype == torch.float16)
-        site = sites.caller_site(3) if suspect else None
+        if not suspect:
+            return orig(tensor, *args, **kwargs)
+        site = sites.caller_site(3)
+        if ("AMP105", site[0], site[1]) in self.reported:
+            return orig(tensor, *args, **kwargs)
+        probe = None
+        if not kwargs.get("inputs") and len(args) < 4:  # (a backward restricted to some inputs is not measured)
+            gradient = args[0] if args else kwargs.get("gradient")
+            params = list({id(p): p for m in list(self.build_sites.sites.keys()) for p in m._parameters.values() if p is not None}.values())
+            probe = underflow.before_backward(tensor, gradient, params)
         result = orig(tensor, *args, **kwargs)
-        if suspect and ("AMP105", site[0], site[1]) not in self.reported:
-            total = zeros = 0
-            for m in list(self.build_sites.sites.keys()):
-                for p in m._parameters.values():
-                    if p is not None and p.grad is not None:
-                        total += p.grad.numel()
-                        zeros += int((p.grad == 0).sum())
-            share = zeros / total if total else 0.0
-            self.report("AMP105", site, f"backward through fp16 autocast without a GradScaler: {100 * share:.1f}% of "
-                        "gradient values are exactly zero (fp16 flushes magnitudes below 6e-8 to zero)", zero_share=share)
+        message = "backward through fp16 autocast without a GradScaler"
+        data: Dict[str, Any] = {}
+        if probe is not None:
+            flushed, nonzero = underflow.after_backward(probe)
+            if nonzero:
+                share = flushed / nonzero
+                message += (f": {100 * share:.1f}% of the gradient values ({flushed} of {nonzero}) were flushed to zero "
+                            f"(nonzero with the loss scaled by {underflow.SCALE:g})")
+                data = {"flushed_share": share, "flushed": flushed, "nonzero_scaled": nonzero}
+        self.report("AMP105", site, message, **data)
         return result
 
     def autocast_enter(self, orig, ctx):
@@ -374,9 +472,9 @@ class Guard:
         if free is not None and isinstance(result, torch.Tensor) and result.numel() == 1:
             it, key = free
             it.pending_norm.pop(key, None)
-            it.norm_sq.append(float(result) ** 2)
+            it.norms.append(result.detach())
         elif not open_its and isinstance(result, torch.Tensor) and result.numel() == 1:
-            self.clip_norm_sq = float(result) ** 2
+            self.clip_norm = result.detach()
         return result
 
     def save(self, orig, obj, *args, **kwargs):
@@ -395,6 +493,7 @@ class Guard:
         """At exit, the checkpoint findings, judged on every save of the run: AMP401 when fp16
         tensors were saved and no fp32 ones ever were (an fp16 export beside an fp32 checkpoint is
         fine), AMP402 when optimizer state was saved and scaler state never was."""
+        self.flush_steps()
         if self.fp16_saves and not self.fp32_saved:
             first = self.fp16_saves[0]
             self.report("AMP401", first["site"], f"torch.save of {first['count']} fp16 tensors and no fp32 copy of the "

@@ -1,10 +1,12 @@
 """Incident snapshots: what `amplint replay` needs to re-run one overflowing step.
 
-Armed after the first skipped step. A global forward pre-hook copies the
-inputs of the step's root model call (the outermost module holding optimized
-parameters, i.e. the first such module the step calls) with the RNG state and the autocast setting, and a tensor hook on
-its output keeps the gradient backward brings to it (the scaled upstream
-gradient, so replay needs no loss function). When that step is skipped too and
+Armed after the first skipped step. A forward pre-hook on each module holding
+optimized parameters copies the positional and keyword arguments of the
+step's root model call (the first such module the step calls, i.e. the
+outermost: `model(**batch)` included) with the RNG state and the autocast
+setting, and a tensor hook on its output (its first tensor: a Hugging Face
+output's `loss` when labels were passed) keeps the gradient backward brings to
+it (the scaled upstream gradient, so replay needs no loss function). When that step is skipped too and
 the burst reaches `burst` consecutive skipped steps, the snapshot is written
 with the model (unchanged: a skipped step updates nothing), the optimizer and
 scaler state to DIR/incidents/step<N>.pt, once, if it fits in `max_bytes`.
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
+
+from .sources import first_tensor
 
 
 def _cpu(value: Any, depth: int = 0) -> Any:
@@ -48,6 +52,17 @@ def autocast_setting() -> Dict[str, Any]:
     return {"enabled": False, "device_type": None, "dtype": None}
 
 
+def _without_forward_wrappers(model: Any) -> Any:
+    """The model with accelerate's autocast wrapper taken off its forward (accelerate keeps the
+    original as `_original_forward`): replay applies the recorded precision itself, and its fp32
+    pass must not run in fp16."""
+    for module in model.modules():
+        if "_original_forward" in module.__dict__:
+            module.__dict__.pop("forward", None)
+            module.__dict__.pop("_original_forward", None)
+    return model
+
+
 class Incidents:
     def __init__(self, directory: str, burst: int, max_bytes: int, save: Callable[..., None], report: Callable[[Dict[str, Any]], None]) -> None:
         self.directory = directory
@@ -57,33 +72,36 @@ class Incidents:
         self.report = report
         self.done = burst <= 0
         self.handles: List[Any] = []
-        self.roots: Set[int] = set()
         self.capture: Optional[Dict[str, Any]] = None
 
     def arm(self, roots: List[Any]) -> None:
         if self.done or self.handles:
             return
-        self.roots = {id(m) for m in roots}
-        nn_module = torch.nn.modules.module
-        self.handles = [
-            nn_module.register_module_forward_pre_hook(self._pre),
-            nn_module.register_module_forward_hook(self._post),
-        ]
+        for module in roots:  # per module: only these hooks see keyword arguments
+            self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
+            self.handles.append(module.register_forward_hook(self._post))
 
-    def _pre(self, module: Any, args: Any) -> None:
-        if self.capture is None and id(module) in self.roots:
-            rng = {"cpu": torch.get_rng_state()}
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                rng["cuda"] = torch.cuda.get_rng_state_all()
-            self.capture = {"module": module, "inputs": _cpu(args), "rng": rng, "autocast": autocast_setting(), "training": module.training}
+    def _pre(self, module: Any, args: Any, kwargs: Dict[str, Any]) -> None:
+        cap = self.capture
+        if cap is not None:
+            if "output_dtype" not in cap and not cap["autocast"]["enabled"]:
+                # a module inside the root's call: autocast entered by a wrapper of the root's forward
+                # (accelerate wraps `model.forward` in it) is the precision the step ran in
+                inner = autocast_setting()
+                if inner["enabled"]:
+                    cap["autocast"] = inner
+            return
+        rng = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        self.capture = {"module": module, "inputs": _cpu(args), "kwargs": _cpu(dict(kwargs)), "rng": rng,
+                        "autocast": autocast_setting(), "training": module.training}
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         cap = self.capture
         if cap is None or cap["module"] is not module or "output_dtype" in cap:
             return
-        out = output if isinstance(output, torch.Tensor) else None
-        if out is None and isinstance(output, (list, tuple)) and output and isinstance(output[0], torch.Tensor):
-            out = output[0]
+        out = first_tensor(output)
         cap["output_dtype"] = str(out.dtype) if out is not None else None
         if out is not None and out.requires_grad:
             def keep(grad: torch.Tensor) -> None:
@@ -101,6 +119,7 @@ class Incidents:
             "format": 1,
             "step": step,
             "inputs": cap["inputs"],
+            "kwargs": cap["kwargs"],
             "grad_output": cap.get("grad_output"),
             "rng": cap["rng"],
             "autocast": cap["autocast"],
@@ -123,7 +142,7 @@ class Incidents:
         import copy
 
         try:
-            snap["model"] = copy.deepcopy(model).to("cpu")
+            snap["model"] = _without_forward_wrappers(copy.deepcopy(model).to("cpu"))
         except Exception:  # noqa: BLE001 - a model that cannot be copied is replayed from its class
             snap["model"] = None
         try:

@@ -1,7 +1,8 @@
 """`amplint replay FILE`: re-run a saved overflowing step away from the cluster.
 
 Loads an incident snapshot (DIR/incidents/stepN.pt, written by the guard),
-then runs the model's forward on the saved batch with the saved RNG state,
+then calls the model as the step did (the saved positional and keyword
+arguments) with the saved RNG state,
 and backward from the saved upstream gradient (the scaled gradient the loss
 sent into the model's output, so no loss function is needed): once in the
 recorded precision (the recorded autocast setting) and once in fp32, on CPU
@@ -82,7 +83,7 @@ def run_once(snap: Dict[str, Any], device: str, precision: Optional[Tuple[str, s
     """One forward + backward; the first non-finite module as text, or None when all is finite."""
     import torch
 
-    from .sources import all_finite
+    from .sources import all_finite, first_tensor
 
     model = copy.deepcopy(snap["model"]).to(device).train(bool(snap.get("training", True)))
     names = {id(m): (n or type(model).__name__) for n, m in model.named_modules()}
@@ -99,18 +100,19 @@ def run_once(snap: Dict[str, Any], device: str, precision: Optional[Tuple[str, s
     if device.startswith("cuda") and rng.get("cuda"):
         torch.cuda.set_rng_state_all(rng["cuda"])
     inputs = _to(snap["inputs"], device)
+    kwargs = _to(snap.get("kwargs") or {}, device)
     try:
         if precision is not None:
             with torch.autocast(device.split(":")[0], dtype=getattr(torch, precision[1])):
-                output = model(*inputs)
+                output = model(*inputs, **kwargs)
         else:
-            output = model(*inputs)
+            output = model(*inputs, **kwargs)
     finally:
         for h in handles:
             h.remove()
     if hit:
         return hit[0]
-    out = output if isinstance(output, torch.Tensor) else (output[0] if isinstance(output, (list, tuple)) else None)
+    out = first_tensor(output)
     grad = snap.get("grad_output")
     if out is None or grad is None or not out.requires_grad or not bool(torch.isfinite(grad).all()):
         return None  # a non-finite upstream gradient (the loss overflowed) says nothing about the model

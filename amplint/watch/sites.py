@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import weakref
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SKIP = [_HERE + os.sep]
@@ -22,10 +22,17 @@ def skip_package(path: str) -> None:
     prefix = os.path.abspath(path) + os.sep
     if prefix not in _SKIP:
         _SKIP.append(prefix)
+        _INTERNAL.clear()
+
+
+_INTERNAL: Dict[str, bool] = {}  # filename -> internal? (caller_site runs every step: no prefix scan each time)
 
 
 def _internal(filename: str) -> bool:
-    return filename.startswith("<frozen") or any(filename.startswith(p) for p in _SKIP)
+    known = _INTERNAL.get(filename)
+    if known is None:
+        known = _INTERNAL[filename] = filename.startswith("<frozen") or any(filename.startswith(p) for p in _SKIP)
+    return known
 
 
 def caller_site(depth: int = 2) -> Site:

@@ -47,6 +47,18 @@ def _floats(value: Any, out: List[torch.Tensor], depth: int = 0) -> None:
             _floats(v, out, depth + 1)
 
 
+def first_tensor(value: Any) -> Optional[torch.Tensor]:
+    """The tensor a model call returns first: itself, the first item of a tuple or list, the
+    first tensor value of a dict or a Hugging Face ModelOutput (`loss` when labels were given)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple)):
+        return value[0] if value and isinstance(value[0], torch.Tensor) else None
+    if isinstance(value, dict):
+        return next((v for v in value.values() if isinstance(v, torch.Tensor)), None)
+    return None
+
+
 def all_finite(value: Any) -> bool:
     tensors: List[torch.Tensor] = []
     _floats(value, tensors)
