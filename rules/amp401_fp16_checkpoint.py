@@ -8,7 +8,7 @@ from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Sever
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
     import libcst as cst
 
-    from amplint.model import CallInfo, LowPrecisionCast, ModuleContext, descendants, dotted_name
+    from amplint.model import CallInfo, LowPrecisionCast, ModuleContext, descendants, dotted_name, sees_self_of
 
 
 _CAST_METHODS = ("half", "to", "type")
@@ -142,6 +142,23 @@ torch.save(model.state_dict(), "model.pt")
 """,
             "cast back to fp32 before saving",
         ),
+        Valid(
+            """
+import torch
+
+class Exporter:
+    def __init__(self, net):
+        self.model = net.half()
+
+class Trainer:
+    def __init__(self, net):
+        self.model = net
+
+    def save(self, path):
+        torch.save(self.model.state_dict(), path)
+""",
+            "`self.model` of another class: `Trainer` saves fp32 weights",
+        ),
     ]
 
     INVALID = [
@@ -193,6 +210,21 @@ import torch
 torch.save(model.half().state_dict(), "model_fp16.pt")
 """,
             line=2,
+        ),
+        Invalid(
+            """
+import torch
+
+class Base:
+    def __init__(self, net):
+        self.model = net.half()
+
+class Trainer(Base):
+    def save(self, path):
+        torch.save(self.model.state_dict(), path)
+""",
+            line=9,
+            why="`self.model` cast by a base class defined in the file",
         ),
     ]
 
@@ -295,6 +327,8 @@ def _saved_state_dicts(ctx: ModuleContext, save: CallInfo) -> Iterator[Tuple[Opt
 def _fp16_cast(ctx: ModuleContext, casts, save: CallInfo, receiver: Optional[str], node: cst.Call):
     """The cast that made `receiver` fp16 at `save`; None if fp16 by a visible `.half()` chain; False if fp32."""
     import libcst as cst
+
+    from amplint.model import sees_self_of
     inner = node.func.value
     if isinstance(inner, cst.Call):
         info = ctx.call_info(inner)
@@ -307,7 +341,9 @@ def _fp16_cast(ctx: ModuleContext, casts, save: CallInfo, receiver: Optional[str
         if cast.subject != receiver:
             continue
         if receiver.startswith("self."):
-            return cast
+            if sees_self_of(ctx, save.scope, cast.call.scope):  # not another class's `self.model`
+                return cast
+            continue
         same_scope = cast.call.scope is save.scope and cast.call.order < save.order
         if (same_scope or (cast.call.scope.is_module and save.scope.is_module)) and not _cast_back(ctx, receiver, cast, save):
             return cast

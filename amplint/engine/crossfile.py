@@ -384,3 +384,70 @@ class _Store:
         if self.cache is not None and st is not None:
             self.cache.store(kind, path, st, digest, read_at, value)
         return value
+
+
+def buffer_diagnostics(
+    path: str, text: str, files: Sequence[str], rules: Sequence[Any], codes: FrozenSet[str], config: Config, cache: Any = None
+) -> List[Diagnostic]:
+    """The cross-file findings of the file `path` when its text is `text` (an editor's
+    buffer, saved or not): what `amplint path` reports for it once saved. `files`: every
+    Python file of its project (absolute). Conditions are left to the caller to resolve."""
+    me = os.path.abspath(path)
+    store = _BufferStore(cache, me, text)
+    project = sorted({*files, me})
+    found = [d for d in _project_findings(project_root(me), project, rules, store, {me: path}) if d.filename == me and d.code in codes]
+    for d in found:
+        d.filename = path
+    if config.per_file_ignores:
+        from .pipeline import known_codes
+
+        ignored = config.ignored_for(path, known_codes())
+        found = [d for d in found if d.code not in ignored]
+    from .pipeline import apply_noqa
+
+    return apply_noqa(found, text)
+
+
+class _BufferStore(_Store):
+    """The project's files through the cache, but one file read from an editor's buffer:
+    while that differs from the saved file, the universe and findings recorded for the
+    project are neither reused nor recorded (they describe the saved text)."""
+
+    def __init__(self, cache: Any, path: str, text: str) -> None:
+        super().__init__(cache, {})
+        self.path = path
+        self.text = text
+        from .pipeline import read_file
+
+        self.saved = read_file(path)[0] == text
+        self._own: List[Optional[Dict[str, Any]]] = []  # the buffer's summary, once made
+
+    def index(self, path: str) -> Dict[str, Any]:
+        if path == self.path and not self.saved and path not in self._index:
+            from ..model.project import text_index
+
+            self._index[path] = text_index(self.text)
+        return super().index(path)
+
+    def summary(self, path: str) -> Optional[Dict[str, Any]]:
+        if path == self.path and not self.saved:
+            if not self._own:
+                from ..model.project import summarize
+
+                self._own.append(summarize(self.text))
+            return self._own[0]
+        return super().summary(path)
+
+    def universe(self, root: Optional[str], files: List[str]) -> Tuple[List[str], Optional[str]]:
+        if self.saved:
+            return super().universe(root, files)
+        from ..model.project import universe  # the record's universe is the saved text's
+
+        return universe(files, root, self.index), None
+
+    def findings(self, *args: Any) -> Optional[List[Diagnostic]]:
+        return super().findings(*args) if self.saved else None
+
+    def remember(self, *args: Any) -> None:
+        if self.saved:
+            super().remember(*args)
