@@ -325,7 +325,7 @@ class Trainer(Base):
             q = project.optimizer_class(call)
             if q not in _OPTIMIZERS or project.master_weights(call):
                 continue
-            module = next((m for m in project.fp16_modules(project.updated_modules(call)) if m[1] and m[1][0] != call.path), None)
+            module = next((m for m in project.fp16_modules(project.updated_modules(call)) if m[1] and (m[1][0] != call.path or project.loaded_at(m[1]))), None)
             if module is None:
                 continue
             position, default = _OPTIMIZERS[q]

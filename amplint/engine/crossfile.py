@@ -17,10 +17,11 @@ engine drops one that repeats a per-file finding at the same place.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
-from ..core.diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic, Related
 from ..core.safe_read import read_bytes
 
 #: files whose presence makes a folder a project root
@@ -210,14 +211,35 @@ def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnosti
 
 
 def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[Diagnostic]:
-    """Per-file diagnostics plus the cross-file ones that do not repeat one at the same place."""
+    """Per-file diagnostics plus the cross-file ones that do not repeat one at the same place.
+
+    One bug, one finding, two ways:
+    - a per-file finding that held only through a project-wide condition ("the project runs
+      fp16 somewhere") and a cross-file one at the same place: the cross-file one, which names
+      the actual cause, takes its message and related sites; the per-file fix and help stay;
+    - a cross-file finding naming the same bug (`data["bug"]`) as a per-file one of the same
+      rule in the same file (a resume helper that skips the scaler a per-file finding already
+      says is never saved) joins it as a related site, with its `data["as_related"]` note."""
     kept = list(per_file)
-    seen = {(d.filename, d.code, d.location) for d in kept}
+    seen = {(d.filename, d.code, d.location): i for i, d in enumerate(kept)}
+    bugs = {(d.filename, d.code, d.data.get("bug")): i for i, d in enumerate(kept) if d.data.get("bug")}
     for d in cross:
         key = (d.filename, d.code, d.location)
-        if key not in seen:
-            seen.add(key)
+        i = seen.get(key)
+        same_bug = bugs.get((d.filename, d.code, d.data.get("bug"))) if d.data.get("bug") else None
+        if i is None and same_bug is not None:
+            local = kept[same_bug]
+            note = Related(d.location, d.end_location, str(d.data.get("as_related") or "another site"))
+            kept[same_bug] = replace(local, related=(*local.related, note))
+        elif i is None:
+            seen[key] = len(kept)
             kept.append(d)
+        elif kept[i].condition is not None and d.condition is None:
+            local = kept[i]
+            kept[i] = replace(
+                local, message=d.message, severity=d.severity, related=d.related, condition=None,
+                data={**local.data, **d.data}, help=local.help or d.help,
+            )
     return kept
 
 
