@@ -221,7 +221,10 @@ def main(
     except ConfigError as exc:
         raise fail(str(exc))
     if verify_settings is not None:
-        _verify(diagnostics, verify_settings)
+        # stdin's text is not the file's: its verdicts are not kept
+        _verify(diagnostics, verify_settings, config, None if no_cache or "-" in targets else (cache_dir or ""))
+    elif diagnostics and output_format in ("json", "json-lines") and not no_cache and "-" not in targets:
+        _cached_verdicts(diagnostics, config, cache_dir)
 
     from .report import renderer
 
@@ -311,13 +314,31 @@ def _verify_settings(
         raise ConfigError(str(exc)) from None
 
 
-def _verify(diagnostics, settings: Dict[str, Any]) -> None:
+def _verify(diagnostics, settings: Dict[str, Any], config: Config, cache_dir: Optional[str]) -> None:
+    """Verdicts are kept beside the lint cache (none with --no-cache) for `amplint server`."""
     from .verify import VerifyError, verify_diagnostics
+    from .verify.store import VerdictStore
 
+    store = VerdictStore.for_config(config, cache_dir or None) if cache_dir is not None else None
     try:
-        verify_diagnostics(diagnostics, **settings, on_start=_say_sandbox)
+        verify_diagnostics(diagnostics, **settings, on_start=_say_sandbox, store=store)
     except VerifyError as exc:
         raise fail(str(exc))
+
+
+def _cached_verdicts(diagnostics, config: Config, given: Optional[str]) -> None:
+    """JSON output shows a verdict an earlier --verify kept for the unchanged file (`cached`)."""
+    from .engine.cache import cache_dir
+
+    folder = cache_dir(given, config.root)
+    try:
+        if not any(name.startswith("verdicts-") for name in os.listdir(folder)):
+            return  # no verify run kept anything here: the verifier's package is not even imported
+    except OSError:
+        return
+    from .verify.store import attach_cached
+
+    attach_cached(diagnostics, folder)
 
 
 def _say_sandbox(layers) -> None:

@@ -242,6 +242,23 @@ for batch in loader:
 """,
             "accelerate fp16, gradients unscaled with accelerator.unscale_gradients() before the clip",
         ),
+        Valid(
+            """
+import torch
+from accelerate import Accelerator
+
+class Exporter:
+    def __init__(self):
+        self.accelerator = Accelerator(mixed_precision="fp16")
+
+class Trainer:
+    def step(self, loss):
+        self.accelerator.backward(loss)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+""",
+            "`self.accelerator` of another class: `Trainer`'s own accelerator is not visible here",
+        ),
     ]
 
     INVALID = [
@@ -341,6 +358,24 @@ for batch in loader:
     optimizer.step()
     optimizer.zero_grad()
 """,
+        ),
+        Invalid(
+            """
+import torch
+from accelerate import Accelerator
+
+class Base:
+    def __init__(self):
+        self.accelerator = Accelerator(mixed_precision="fp16")
+
+class Trainer(Base):
+    def step(self, loss):
+        self.accelerator.backward(loss)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+""",
+            line=11,
+            why="`self.accelerator` built by a base class defined in the file",
         ),
     ]
 

@@ -8,7 +8,7 @@ import libcst as cst
 
 from amplint.model import (
     Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid, events_after, events_before, exclusive,
-    is_grad_scaler_call, make_fix, replace_node, step_data, step_source,
+    is_grad_scaler_call, make_fix, replace_node, sees_self_of, self_bindings, step_data, step_source,
 )
 
 _BACKWARDS = ("scaled_backward", "backward", "framework_backward")
@@ -203,6 +203,25 @@ class FP16Optimizer:
 """,
             "a custom loss scaler (not torch's GradScaler) unscales inside its optimizer wrapper",
         ),
+        Valid(
+            """
+import torch
+from apex_like import DynamicLossScaler
+
+class Mixed:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+class Plain:
+    def __init__(self):
+        self.scaler = DynamicLossScaler(init_scale=2.0 ** 15)
+
+    def step(self, x):
+        self.scaler.scale(self.model(x).mean()).backward()
+        self.optimizer.step()
+""",
+            "`Plain`'s own `self.scaler` is not a torch GradScaler; the other class's is another object",
+        ),
     ]
 
     INVALID = [
@@ -278,6 +297,22 @@ def gan_step(gen, disc, opt_g, opt_d, scaler, loss_d, loss_g):
             line=6,
             why="two optimizers, one scaler: the generator's step bypasses it",
         ),
+        Invalid(
+            """
+import torch
+
+class Base:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+class Trainer(Base):
+    def step(self, x):
+        self.scaler.scale(self.model(x).mean()).backward()
+        self.optimizer.step()
+""",
+            line=10,
+            why="`self.scaler` built by a base class defined in the file",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -291,7 +326,7 @@ def gan_step(gen, disc, opt_g, opt_d, scaler, loss_d, loss_g):
                 backward = _last_backward(scope, step)
                 if backward is None or backward.kind != "scaled_backward":
                     continue
-                if not _is_enabled_torch_scaler(ctx, backward.scaler):
+                if not _is_enabled_torch_scaler(ctx, backward.scaler, scope):
                     continue
                 between = [
                     e
@@ -366,15 +401,20 @@ class _ScalerSteps:
         )
 
 
-def _is_enabled_torch_scaler(ctx: ModuleContext, key: Optional[str]) -> bool:
+def _is_enabled_torch_scaler(ctx: ModuleContext, key: Optional[str], scope: Scope) -> bool:
     """A torch GradScaler that may be enabled: built here by `GradScaler(...)`,
-    or passed in, and never assigned from anything else in this file."""
+    or passed in, and never assigned from anything else in this file (for
+    `self.scaler` read in `scope`: by its class or a base, not an unrelated class)."""
     info = ctx.scaler(key)
     if info is None or info.enabled is False:
         return False
-    if info.constructors:
+    constructors, assignments = info.constructors, ctx.assignments_to(info.key)
+    if info.key.startswith("self."):
+        constructors = [c for c in constructors if sees_self_of(ctx, scope, c.scope)]
+        assignments = self_bindings(ctx, info.key, scope)
+    if constructors:
         return True
-    for a in ctx.assignments_to(info.key):
+    for a in assignments:
         if isinstance(a.value, cst.Call):
             call = ctx.call_info(a.value)
             if call is not None and not is_grad_scaler_call(call):

@@ -7,6 +7,7 @@ import libcst as cst
 
 from amplint.model import (
     CallInfo, Diagnostic, Event, Invalid, LowPrecisionCast, ModuleContext, Rule, Severity, Valid, exclusive,
+    sees_self_of,
 )
 
 #: wrappers that keep the wrapped module's parameters (and their dtype)
@@ -195,6 +196,47 @@ torch.onnx.export(export, x, "model.onnx")
 """,
             "an fp16 inference copy made after training",
         ),
+        Valid(
+            """
+import torch
+
+class Exporter:
+    def __init__(self, net):
+        self.model = net.half()
+
+class Trainer:
+    def __init__(self):
+        self.optimizer = torch.optim.AdamW(self.model.parameters())
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def step(self, x):
+        self.scaler.scale(self.model(x).float().mean()).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            "`self.model` of another class: the one `Trainer` optimizes is not cast here",
+        ),
+        Valid(
+            """
+import torch
+
+class Inference:
+    def __init__(self, net):
+        self.model = net.half()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.0)
+
+class Trainer:
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            "`self.optimizer` of another class: `Trainer`'s own is passed in",
+        ),
     ]
 
     INVALID = [
@@ -264,6 +306,28 @@ scaler.update()
             line=6,
             why="bf16 parameters and a CUDA scaler: CUDA's unscale kernel has no bf16 version",
         ),
+        Invalid(
+            """
+import torch
+
+class Base:
+    def __init__(self, net):
+        self.model = net.half()
+
+class Trainer(Base):
+    def __init__(self, net):
+        super().__init__(net)
+        self.optimizer = torch.optim.AdamW(self.model.parameters())
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def step(self, x):
+        self.scaler.scale(self.model(x).float().mean()).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            line=15,
+            why="`self.model` cast by a base class defined in the file",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -309,6 +373,8 @@ def _low_precision_module(
     if opt is None:
         return None
     for ctor in opt.constructors:
+        if opt.key.startswith("self.") and not sees_self_of(ctx, event.call.scope, ctor.scope):
+            continue  # another class's `self.optimizer`
         params = ctor.arg(0, "params")
         if params is None or "requires_grad" in ctx.code_for(params):
             continue
@@ -317,6 +383,8 @@ def _low_precision_module(
                 for cast in casts:
                     if cast.subject != name or cast.call.order > event.order:
                         continue
+                    if name.startswith("self.") and not sees_self_of(ctx, ctor.scope, cast.call.scope):
+                        continue  # another class's `self.model`
                     if cast.call.scope is event.call.scope and exclusive(cast.call.path, event.call.path):
                         continue
                     if scaler_enabled is None and any(f.kind in ("if", "else") for f in cast.call.path):

@@ -75,6 +75,19 @@ class HalfModelTraining(Rule):
     cast stays silent. A cast decided at run time (`model.to(dtype)`) is not
     followed.
 
+    Library loaders that return fp16 weights count as a cast, in the same
+    file too, only where their source makes it certain (one table,
+    `amplint/model/project/loaders.py`; also used by AMP302 and AMP401):
+
+    | loader | fp16 weights when | fp32 when |
+    |---|---|---|
+    | OpenAI `clip.load(name, device)` | `device` is a literal CUDA device (`"cuda"`, `"cuda:1"`, `torch.device("cuda")`): `build_model` runs `convert_weights` | `device="cpu"` (the loader calls `model.float()`) |
+    | `open_clip.create_model` / `create_model_and_transforms` / `create_model_from_pretrained` | `precision="fp16"` or `"pure_fp16"` | the default `"fp32"`, `"amp"` |
+
+    A device or precision decided at run time (`device=device`, the default
+    `"cuda" if torch.cuda.is_available() else "cpu"`) is not guessed, and a
+    `model.float()` after the load keeps it silent.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP201` (docs/evidence.md#amp201)
     - https://pytorch.org/docs/stable/amp.html#torch.autocast ("do not call `.half()` on your model")
@@ -326,10 +339,10 @@ for epoch in range(10):
             if project.master_weights(call):
                 continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
             for name, site in project.fp16_modules(project.updated_modules(call)):
-                if not site or site[0] == call.path:
+                if not site or (site[0] == call.path and not project.loaded_at(site)):
                     continue
                 opt = q.rsplit(".", 1)[-1]
-                numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() else ""
+                numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() and "eps" not in call.record["k"] else ""
                 message = (
                     f"`{opt}` updates the parameters of a `{name}` that {project.where(*site)} made fp16, "
                     f"with no fp32 master copy: {numbers}updates smaller than fp16's spacing (9.8e-4 near 1.0) "

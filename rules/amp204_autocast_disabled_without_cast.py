@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence, Set, Tuple
 
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, chain_text, torchapi
 
-from typing import Iterator, Optional, Sequence, Set, Tuple
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
 
-import libcst as cst
+    from amplint.model import (
+        AutocastOp, AutocastRegion, CallInfo, ModuleContext, Scope, active_region, assignment_before,
+        autocast_op_of, autocast_ops, make_fix, region_within, replace_node, same_device, strip_views,
+    )
 
-from amplint.model import (
-    AutocastOp, AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, active_region,
-    assignment_before, autocast_op_of, autocast_ops, make_fix, region_within, replace_node, same_device,
-    strip_views, torchapi,
-)
 
 _DTYPE_WORDS = {"fp16": "fp16", "bf16": "bf16", None: "fp16 or bf16"}
 
@@ -68,7 +69,14 @@ class AutocastDisabledWithoutCast(Rule):
     function that opens `autocast(enabled=False)` on its own and is called
     from inside an enabled region with such a tensor (or the op itself) is
     flagged where it uses the parameter unchanged, with the call as a related
-    location. A disabled region for another device
+    location. Deeper, or across files (the project model): a parameter passed
+    on unchanged through more calls (`Head.forward` -> `Head.project` ->
+    `stable_logits`), or a tensor made by such an op in a function that runs
+    under another file's autocast, is followed along the call graph; the
+    message names the region and the chain, the passing calls are related
+    locations. Arguments made before the region, or by a project module the
+    model does not resolve to an `nn.Linear`/`nn.Conv*`, are not followed.
+    A disabled region for another device
     (`autocast("cpu", enabled=False)` inside CUDA autocast) does not turn
     CUDA autocast off and is not considered.
 
@@ -291,6 +299,9 @@ def step(model, x, w, device_type):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        import libcst as cst
+
+        from amplint.model import active_region, autocast_ops, region_within, same_device, strip_views
         if not any(r.enabled is False for r in ctx.regions):
             return
         reported: Set[int] = set()
@@ -325,6 +336,41 @@ def step(model, x, w, device_type):
         for base, source, op, outer, disabled, calls in found.values():
             yield self._diagnostic(ctx, base, source, op, outer, disabled, calls)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A function that opens `autocast(enabled=False)` and uses a parameter unchanged in a
+        lower-precision op, when a low-precision tensor reaches that parameter through more
+        than one call or from another file (one call in the same file is `check`'s)."""
+        project.reached()  # loads the modules autocast regions lead to
+        for path, qual, info in list(project.functions()):
+            uses = info.get("disabled")
+            if not uses:
+                continue
+            regions = project.summaries[path]["regions"]
+            reported = set()
+            for use in uses:
+                if (use["r"], use["c"]) in reported:
+                    continue
+                if use["op"].startswith("m:") and not project.lowers(path, qual, use["op"][2:]):
+                    continue
+                device = regions[use["g"]]["device"]
+                found = project.carried_into((path, qual), use["p"], device)
+                if not found:
+                    continue
+                reported.add((use["r"], use["c"]))
+                region, chain, passing = found[0]
+                dtype = _DTYPE_WORDS.get(region.dtype, "fp16 or bf16")
+                name = use["p"]
+                message = (
+                    f"`{name}` is passed in still {dtype} from {project.describe(region)} (via {chain_text(chain)}): "
+                    f"`autocast(enabled=False)` casts nothing back"
+                )
+                related = [project.related(c.path, c.row, "passed in") for _, _, c in found[:3]]
+                related.append(project.related(region.path, region.row, "autocast entered here"))
+                data = {"name": name, "op": use["op"].replace("m:", ""), "device": region.device, "dtype": region.dtype,
+                        "chain": [k[1] for k in chain]}
+                yield project.diagnostic(self, ProjectCall(path, qual, use), message, data=data, related=tuple(related),
+                                         help=f"Use `{name}.float()`")
+
     def _diagnostic(
         self,
         ctx: ModuleContext,
@@ -335,6 +381,7 @@ def step(model, x, w, device_type):
         disabled: AutocastRegion,
         calls: Sequence[CallInfo] = (),
     ) -> Diagnostic:
+        from amplint.model import make_fix, replace_node
         dtype = _DTYPE_WORDS.get(outer.dtype, "fp16 or bf16")
         # the tensor was made by a caller and passed in: every call is related
         related = [ctx.related(call.node, "passed in") for call in calls]
@@ -354,6 +401,7 @@ def step(model, x, w, device_type):
 
 def _enclosing(ctx: ModuleContext, disabled: AutocastRegion) -> Optional[AutocastRegion]:
     """The region of the same device that `disabled` switches off, if it was on."""
+    from amplint.model import same_device
     r = disabled.parent
     while r is not None:
         if same_device(ctx, r, disabled):
@@ -367,6 +415,9 @@ def _across_calls(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, AutocastOp, Au
     it in its own body, called from inside an enabled region of the same device with a tensor
     that region made in low precision: the parameter that receives it, used unchanged in a
     lower-precision op inside the disabled region (the helper is called with fp16 tensors)."""
+    import libcst as cst
+
+    from amplint.model import active_region, assignment_before, autocast_ops, region_within, same_device, strip_views
     tops = [r for r in ctx.regions if r.enabled is False and _enclosing(ctx, r) is None and r.parent is None]
     if not tops:
         return
@@ -416,6 +467,9 @@ def _bound_arguments(call: CallInfo, helper: Scope) -> Iterator[Tuple[str, cst.B
 def _passed_low_precision(ctx: ModuleContext, arg: cst.BaseExpression, call: CallInfo, outer: AutocastRegion) -> Optional[AutocastOp]:
     """The lower-precision op (run under `outer`) whose result `arg` is: the op itself, or a
     name assigned from it under `outer` in the caller."""
+    import libcst as cst
+
+    from amplint.model import active_region, assignment_before, autocast_op_of, strip_views
     base = strip_views(ctx, arg)
     source = autocast_op_of(ctx, base)
     if source is None and isinstance(base, cst.Name):
@@ -432,6 +486,7 @@ def _low_precision_source(
     ctx: ModuleContext, name: cst.Name, op: AutocastOp, outer: AutocastRegion, disabled: AutocastRegion
 ) -> Optional[AutocastOp]:
     """The lower-precision op whose result `name` holds, assigned under `outer` but outside `disabled`."""
+    from amplint.model import active_region, assignment_before, autocast_op_of, region_within, strip_views
     a = assignment_before(ctx, name.value, op.scope, op.statement, op.order)
     if a is None or a.unpacked:
         return None

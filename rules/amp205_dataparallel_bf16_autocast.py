@@ -7,7 +7,7 @@ import libcst as cst
 
 from amplint.model import (
     AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, active_region, call_chain,
-    dotted_name, torchapi,
+    dotted_name, self_bindings, torchapi,
 )
 
 
@@ -137,6 +137,24 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
 """,
             "CPU autocast: not the CUDA dtype the replicas lose",
         ),
+        Valid(
+            """
+import torch
+
+class Replicated:
+    def __init__(self, net):
+        self.model = torch.nn.DataParallel(net)
+
+class Trainer:
+    def __init__(self, net):
+        self.model = net
+
+    def run(self, x):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return self.model(x)
+""",
+            "`self.model` of another class: `Trainer`'s own model is not DataParallel",
+        ),
     ]
 
     INVALID = [
@@ -193,6 +211,22 @@ def evaluate(batch, device):
             line=6,
             why="module-level DataParallel, `.forward` spelling, device from a variable",
         ),
+        Invalid(
+            """
+import torch
+
+class Base:
+    def __init__(self, net):
+        self.model = torch.nn.DataParallel(net)
+
+class Trainer(Base):
+    def run(self, x):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return self.model(x)
+""",
+            line=10,
+            why="`self.model` wrapped by a base class defined in the file",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -238,9 +272,10 @@ def _chain_root(value: cst.BaseExpression) -> Optional[str]:
 
 
 def _is_data_parallel(ctx: ModuleContext, key: str, call: CallInfo) -> bool:
-    assignments = [a for a in ctx.assignments_to(key) if not a.unpacked]
     if key.startswith("self."):
-        return any(_constructs_data_parallel(ctx, a.value) for a in assignments)
+        # `self.model` of the calling class or its bases here, not another class's attribute
+        return any(not a.unpacked and _constructs_data_parallel(ctx, a.value) for a in self_bindings(ctx, key, call.scope))
+    assignments = [a for a in ctx.assignments_to(key) if not a.unpacked]
     local = [a for a in assignments if a.scope is call.scope and a.order < call.order]
     if not local and not call.scope.is_module and key not in call.scope.params:
         local = [a for a in assignments if a.scope.is_module]

@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, FP16, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness, chain_text
 
-from amplint.model import (
-    AUTOCAST_LOWER_PRECISION_FUNCS, AUTOCAST_LOWER_PRECISION_METHODS, FP16, AutocastRegion, CallInfo, Diagnostic,
-    Invalid, LiteralInfo, ModuleContext, Path, Rule, Scope, Severity, Valid, descendants, dotted_name,
-    literal_number, make_fix, replace_node,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import (
+        AUTOCAST_LOWER_PRECISION_FUNCS, AUTOCAST_LOWER_PRECISION_METHODS, AutocastRegion, CallInfo,
+        LiteralInfo, ModuleContext, Path, Scope, descendants, dotted_name, literal_number, make_fix,
+        replace_node,
+    )
 
 
 FP16_MAX = 65504.0
@@ -124,6 +127,20 @@ class Fp16OverflowingLiteral(Rule):
     `torch.zeros(n, n).masked_fill_(...)`), code inside a bf16 or
     `enabled=False` autocast region, and projects that never run fp16 (bf16
     loses precision on -1e9 but represents it: it becomes -998244352, E03).
+
+    Across functions and files (the project model): also flags a fill or an
+    additive mask in a function that runs under an fp16 autocast its own file
+    does not show -- another file's region reached through the call graph,
+    an autocast held in an attribute or `partial` (`with self.amp_autocast():`),
+    a project decorator that enters autocast, a Lightning
+    `Trainer(precision="16-mixed")` or an fp16 `Accelerator`. Only when the
+    region's dtype is fp16 (bf16 represents -1e9) and the tensor is an autocast
+    output: made in that function by an op autocast runs in fp16 (`q @ k`,
+    `torch.matmul`, `F.linear`, an `nn.Linear` / `nn.Conv*` held in an
+    attribute), not `.float()`ed, and in no function that tests a dtype. The
+    message names the region and the chain of calls; when the per-file check
+    already reported the constant because the project runs fp16 somewhere, the
+    one finding takes this message and keeps its fix.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP301` (docs/evidence.md#amp301)
@@ -349,6 +366,43 @@ with torch.autocast("cuda"):
             if diagnostic is not None:
                 yield diagnostic
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A mask constant in a function that runs under an fp16 autocast its file does not
+        show (another file's, a held `partial(torch.autocast, ...)`, a project decorator, a
+        framework's precision flag), on a tensor that autocast computed in fp16 there."""
+        project.reached()  # loads the modules autocast regions lead to
+        for path, qual, info in list(project.functions()):
+            for site in info.get("masks", ()):
+                call = ProjectCall(path, qual, site)
+                own = project.region_of(call)
+                if own is not None and own.kind != "held":
+                    continue  # a region its own file shows decides (`check`)
+                witnesses = [Witness(own, ())] if own is not None else project.autocast_witnesses((path, qual))
+                witness = next((w for w in witnesses if w.region.enabled is not False and w.region.dtype == "fp16"), None)
+                if witness is None or not _lowered(project, call, site["src"]):
+                    continue  # bf16 keeps fp32's range; a tensor not made by autocast may be fp32
+                yield self._project_diagnostic(project, call, site, witness)
+
+    def _project_diagnostic(self, project: Project, call: ProjectCall, site: dict, witness: Witness) -> Diagnostic:
+        region = witness.region
+        via = f" (via {chain_text(witness.chain)})" if witness.chain else ""
+        when = " when enabled" if region.enabled is None else ""
+        tensor = site["x"] or "the tensor"
+        under = f"`{tensor}` is fp16 under {project.describe(region)}{via}{when}"
+        bound = "min" if site["v"] < 0 else "max"
+        if site["raises"]:
+            message = f"{site['t']} in `{site['op']}` does not fit fp16 and raises: {under}"
+            severity = Severity.ERROR
+        else:
+            where = "an additive mask" if site["op"] == "additive" else f"`{site['op']}`"
+            message = f"{site['t']} in {where} overflows fp16 to inf, so a fully masked row softmaxes to NaN: {under}"
+            severity = Severity.WARNING
+        data = {"literal": site["v"], "op": site["op"], "tensor": site["x"] or None, "raises": bool(site["raises"]),
+                "dtype": region.dtype, "device": region.device}
+        cause = project.related(region.path, region.row, "autocast entered here")
+        return project.diagnostic(self, call, message, data=data, severity=severity, related=(cause,),
+                                  help=f"Use `torch.finfo({site['x'] or 'x'}.dtype).{bound}`")
+
     def _judge(self, ctx: ModuleContext, site: _Site, guards: "_GuardIndex") -> Optional[Diagnostic]:
         region = site.region
         if region is not None and (region.enabled is False or region.dtype == "bf16"):
@@ -417,6 +471,14 @@ with torch.autocast("cuda"):
 # --------------------------------------------------------------------------- sites
 
 
+def _lowered(project: Project, call: ProjectCall, src) -> bool:
+    """The tensor a mask site meets is an autocast output: an op autocast lowers made it
+    (recorded as "lp" by the summary), or a torch module the project model resolves."""
+    if src == "lp":
+        return True
+    return isinstance(src, dict) and any(project.lowers(call.path, call.func, spelled) for spelled in src.get("m", ()))
+
+
 @dataclass
 class _Use:
     op: str  # "masked_fill", "torch.full", "torch.where", "additive", ...
@@ -431,6 +493,9 @@ class _Use:
 def _builds_mask(use: "_Use") -> bool:
     """`torch.where(m, 0.0, -1e10)` or `bias = (1 - m) * -1e9`: a new additive mask, made to be
     added to attention scores (whatever their dtype), not a shift of an existing tensor."""
+    import libcst as cst
+
+    from amplint.model import literal_number
     if use.op in ("torch.where", "where"):
         return literal_number(use.tensor) is not None if use.tensor is not None else False
     return use.op == "additive" and use.snippet is not None and isinstance(use.snippet, cst.BinaryOperation) and (
@@ -441,6 +506,9 @@ def _builds_mask(use: "_Use") -> bool:
 def _low_precision_source(ctx: ModuleContext, expr: Optional[cst.BaseExpression], site: "_Site", depth: int = 0) -> bool:
     """`expr` is, or is bound in this scope (before the site) to, the result of an op that autocast
     lowers to fp16 (matmul, `@`, bmm, einsum, linear, conv, SDPA), or an fp16 cast."""
+    import libcst as cst
+
+    from amplint.model import AUTOCAST_LOWER_PRECISION_FUNCS, AUTOCAST_LOWER_PRECISION_METHODS, descendants
     if expr is None or depth > 3:
         return False
     if isinstance(expr, cst.Name):
@@ -470,6 +538,7 @@ def _low_precision_source(ctx: ModuleContext, expr: Optional[cst.BaseExpression]
 def _sites(ctx: ModuleContext) -> Iterator[_Site]:
     # name -> its uses as an argument of a fill-like call, in call order: built once, so n
     # `NEG_i = -1e9` constants cost O(n), not O(n * fill calls)
+    import libcst as cst
     fill_args: Optional[Dict[str, List[Tuple[CallInfo, Optional[int], Optional[str], cst.Name]]]] = None
     for lit in ctx.literals:
         if abs(lit.value) <= FP16_MAX:
@@ -501,6 +570,9 @@ def _sites(ctx: ModuleContext) -> Iterator[_Site]:
 
 
 def _classify(ctx: ModuleContext, site: _Site) -> Optional[_Use]:
+    import libcst as cst
+
+    from amplint.model import literal_number
     call = site.call
     if call is not None:
         if call.method in _FILL_METHODS and not call.qualnames:
@@ -567,6 +639,9 @@ def _classify(ctx: ModuleContext, site: _Site) -> Optional[_Use]:
 
 
 def _is_softmax(ctx: ModuleContext, node: cst.CSTNode) -> bool:
+    import libcst as cst
+
+    from amplint.model import dotted_name
     if not isinstance(node, cst.Call):
         return False
     func = node.func
@@ -599,6 +674,7 @@ def _is_fill_like(call: CallInfo) -> bool:
 
 
 def _single_name_target(node: cst.CSTNode) -> Optional[str]:
+    import libcst as cst
     if isinstance(node, cst.Assign) and len(node.targets) == 1:
         target = node.targets[0].target
     elif isinstance(node, cst.AnnAssign):
@@ -610,17 +686,20 @@ def _single_name_target(node: cst.CSTNode) -> Optional[str]:
 
 def _constant(ctx: ModuleContext, name: str, value: float) -> bool:
     """`name` is only ever assigned this one number."""
+    from amplint.model import literal_number
     found = ctx.assignments_to(name)
     return bool(found) and all(literal_number(a.value) == value and not a.unpacked for a in found)
 
 
 def _is_integer(node: cst.CSTNode) -> bool:
+    import libcst as cst
     while isinstance(node, cst.UnaryOperation):
         node = node.expression
     return isinstance(node, cst.Integer)
 
 
 def _outermost_sum(parents) -> cst.CSTNode:
+    import libcst as cst
     node = parents[0]
     for p in parents[1:]:
         if isinstance(p, cst.BinaryOperation):
@@ -632,6 +711,7 @@ def _outermost_sum(parents) -> cst.CSTNode:
 
 def _dtype_aware(ctx: ModuleContext, parents, path: Path, statement: cst.CSTNode, scope: Scope,
                  guards: "_GuardIndex") -> bool:
+    import libcst as cst
     for p in parents:
         if isinstance(p, cst.IfExp) and _mentions_dtype(ctx.code_for(p.test)):
             return True
@@ -652,6 +732,7 @@ class _GuardIndex:
         self._by_scope: Dict[int, Dict[int, bool]] = {}
 
     def after_dtype_guard(self, scope: Scope, statement: cst.CSTNode) -> bool:
+        import libcst as cst
         index = self._by_scope.get(id(scope.node))
         if index is None:
             node = scope.node
@@ -663,6 +744,7 @@ class _GuardIndex:
     def _index(self, body, outer: bool, index: Dict[int, bool]) -> None:
         """Record, for every statement in `body` and its nested blocks, whether a guard that
         exits precedes it in its own block or any enclosing one."""
+        import libcst as cst
         guard = outer
         for stmt in body:
             index[id(stmt)] = guard
@@ -674,6 +756,7 @@ class _GuardIndex:
 
 def _suites(stmt: cst.CSTNode) -> List[cst.CSTNode]:
     """The blocks of a compound statement that run in the same function."""
+    import libcst as cst
     if isinstance(stmt, cst.If):
         out: List[cst.CSTNode] = [stmt.body]
         if isinstance(stmt.orelse, cst.If):
@@ -693,6 +776,7 @@ def _suites(stmt: cst.CSTNode) -> List[cst.CSTNode]:
 
 
 def _exits(block: cst.BaseSuite) -> bool:
+    import libcst as cst
     body = getattr(block, "body", ())
     last = body[-1] if body else None
     if isinstance(last, cst.SimpleStatementLine):
@@ -706,12 +790,14 @@ def _mentions_dtype(text: str) -> bool:
 
 def _simple(node: Optional[cst.CSTNode]) -> bool:
     """A plain name or attribute chain: safe to evaluate twice."""
+    import libcst as cst
     if isinstance(node, cst.Name):
         return True
     return isinstance(node, cst.Attribute) and _simple(node.value)
 
 
 def _fix(ctx: ModuleContext, site: _Site, use: _Use):
+    from amplint.model import make_fix, replace_node
     if use.op == "additive":
         return None
     torch_name = ctx.imports.bound_name("torch")

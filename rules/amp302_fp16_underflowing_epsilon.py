@@ -195,6 +195,21 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
 """,
             "the optimized model is fp32 (the fp16 one is a frozen teacher); bf16 region",
         ),
+        Valid(
+            """
+import torch
+
+class Exporter:
+    def __init__(self, net):
+        self.model = net.half()
+
+class Trainer:
+    def __init__(self, net):
+        self.model = net
+        self.optimizer = torch.optim.Adam(self.model.parameters(), eps=1e-8)
+""",
+            "`self.model` of another class: `Trainer` optimizes fp32 parameters",
+        ),
     ]
 
     INVALID = [
@@ -247,6 +262,21 @@ for x, y in loader:
             count=2,
             why="sum() is upcast to fp32 under CUDA autocast (line 10 is fine); abs/amax/division are not",
         ),
+        Invalid(
+            """
+import torch
+
+class Base:
+    def __init__(self, net):
+        self.model = net.half()
+
+class Trainer(Base):
+    def configure(self):
+        self.optimizer = torch.optim.Adam(self.model.parameters(), eps=1e-8)
+""",
+            line=9,
+            why="`self.model` cast by a base class defined in the file",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -295,7 +325,7 @@ for x, y in loader:
             q = project.optimizer_class(call)
             if q not in _OPTIMIZERS or project.master_weights(call):
                 continue
-            module = next((m for m in project.fp16_modules(project.updated_modules(call)) if m[1] and m[1][0] != call.path), None)
+            module = next((m for m in project.fp16_modules(project.updated_modules(call)) if m[1] and (m[1][0] != call.path or project.loaded_at(m[1]))), None)
             if module is None:
                 continue
             position, default = _OPTIMIZERS[q]
@@ -375,6 +405,8 @@ def _names_in(node: Optional[cst.CSTNode]) -> Set[str]:
 
 def _fp16_params(ctx: ModuleContext, call: CallInfo, casts: List[LowPrecisionCast]) -> Optional[LowPrecisionCast]:
     """The fp16 cast of a module whose parameters `call` (an optimizer) receives."""
+    from amplint.model import sees_self_of
+
     params = call.arg(0, "params")
     names = _names_in(params)
     for name in list(names):
@@ -385,7 +417,11 @@ def _fp16_params(ctx: ModuleContext, call: CallInfo, casts: List[LowPrecisionCas
     for cast in casts:
         if cast.subject not in names:
             continue
-        if cast.subject.startswith("self.") or cast.call.scope is call.scope or cast.call.scope.is_module:
+        if cast.subject.startswith("self."):
+            visible = sees_self_of(ctx, call.scope, cast.call.scope)  # not another class's `self.model`
+        else:
+            visible = cast.call.scope is call.scope or cast.call.scope.is_module
+        if visible:
             if not _inference_only(ctx, cast):
                 return cast
     return None

@@ -1,13 +1,14 @@
 """AMP401 fp16-checkpoint."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
-from amplint.model import (
-    CallInfo, Diagnostic, Invalid, LowPrecisionCast, ModuleContext, Rule, Severity, Valid, descendants, dotted_name,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import CallInfo, LowPrecisionCast, ModuleContext, descendants, dotted_name, sees_self_of
 
 
 _CAST_METHODS = ("half", "to", "type")
@@ -67,6 +68,17 @@ class Fp16Checkpoint(Rule):
     fp32's range, and bf16 checkpoints are usually deliberate. Models loaded
     with `from_pretrained(torch_dtype=torch.float16)` are not flagged: their
     weights are typically fp16 at the source already.
+
+    Across files (the project model): also flags `torch.save` of the
+    `state_dict()` of a model that another file made fp16 -- a builder that
+    returns `model.half()`, a `model.half()` in place, a
+    `convert_weights(model)` helper, a library loader of the table in AMP201's
+    notes (`clip.load(name, device="cuda")`) -- saved directly, in a dict or
+    through one local name, by a trainer function or class that received it.
+    One finding per file, at its first such save, with the cast and the other
+    saves as related locations. Silent when the file saves another
+    `state_dict` that is not known to be fp16 (an fp32 copy, an EMA model),
+    and when the model is cast back with `.float()` in the saving function.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP401` (docs/evidence.md#amp401)
@@ -130,6 +142,23 @@ torch.save(model.state_dict(), "model.pt")
 """,
             "cast back to fp32 before saving",
         ),
+        Valid(
+            """
+import torch
+
+class Exporter:
+    def __init__(self, net):
+        self.model = net.half()
+
+class Trainer:
+    def __init__(self, net):
+        self.model = net
+
+    def save(self, path):
+        torch.save(self.model.state_dict(), path)
+""",
+            "`self.model` of another class: `Trainer` saves fp32 weights",
+        ),
     ]
 
     INVALID = [
@@ -182,6 +211,21 @@ torch.save(model.half().state_dict(), "model_fp16.pt")
 """,
             line=2,
         ),
+        Invalid(
+            """
+import torch
+
+class Base:
+    def __init__(self, net):
+        self.model = net.half()
+
+class Trainer(Base):
+    def save(self, path):
+        torch.save(self.model.state_dict(), path)
+""",
+            line=9,
+            why="`self.model` cast by a base class defined in the file",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -207,11 +251,48 @@ torch.save(model.half().state_dict(), "model_fp16.pt")
                 continue
             yield self._diagnostic(ctx, save, model, cast)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """`torch.save` of the state_dict of a model that another file made fp16 (a builder, a
+        loader, `convert_weights(model)`); same-file casts are `check`'s. As there: silent when
+        the file also saves a state_dict that is not fp16 (an fp32 copy next to the export)."""
+        by_file: Dict[str, List[Tuple[ProjectCall, str, Tuple[str, Tuple[str, int]]]]] = {}
+        fp32_saved = set()
+        for call in project.calls():
+            if not project.is_save(call):
+                continue
+            for owner in project.saved_state_dicts(call):
+                if _not_model(owner):
+                    continue
+                modules = project.fp16_modules(project.name_types(call.path, call.func, owner))
+                if not modules:
+                    fp32_saved.add(call.path)  # unknown or fp32: the file keeps other weights too
+                elif modules[0][1] and (modules[0][1][0] != call.path or project.loaded_at(modules[0][1])):
+                    by_file.setdefault(call.path, []).append((call, owner, modules[0]))
+        for path, found in by_file.items():
+            if path in fp32_saved:
+                continue
+            call, owner, (cls, site) = found[0]
+            message = (
+                f"`torch.save` writes the fp16 weights of `{owner}`, a `{cls}` that {project.where(*site)} made fp16; "
+                f"the lost precision cannot be recovered"
+            )
+            related = [project.related(*site, "made fp16 here")]
+            related += [project.related(c.path, c.row, "also saved") for c, _, _ in found[1:]]
+            data = {"model": owner, "dtype": "fp16", "cast_at": project.where(*site)}
+            yield project.diagnostic(self, call, message, data=data, related=tuple(related),
+                                     help="Save fp32 weights: keep the model fp32 and use autocast")
+
     def _diagnostic(self, ctx: ModuleContext, save: CallInfo, model: str, cast: Optional[LowPrecisionCast]) -> Diagnostic:
         message = f"`torch.save` writes the fp16 weights of `{model}`; the lost precision cannot be recovered"
         help = "Save fp32 weights: keep the model fp32 and use autocast"
         data = {"snippet": ctx.code_for(save.node), "model": model, "dtype": "fp16"}
         return ctx.diagnostic(self, save.node, message, data=data, help=help)
+
+
+def _not_model(owner: str) -> bool:
+    """Optimizer, scheduler and scaler state, by the spelling (the project model's view)."""
+    last = owner.rsplit(".", 1)[-1].lower()
+    return any(w in last for w in ("optim", "sched", "scaler")) or last in ("opt",)
 
 
 def _not_weights(ctx: ModuleContext, receiver: Optional[str]) -> bool:
@@ -224,6 +305,9 @@ def _not_weights(ctx: ModuleContext, receiver: Optional[str]) -> bool:
 
 def _saved_state_dicts(ctx: ModuleContext, save: CallInfo) -> Iterator[Tuple[Optional[str], cst.Call]]:
     """(receiver, call) for every `<x>.state_dict()` in what `save` writes (following one local name)."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
     obj = save.arg(0, "obj")
     nodes = [obj] if obj is not None else []
     if isinstance(obj, cst.Name):
@@ -242,6 +326,9 @@ def _saved_state_dicts(ctx: ModuleContext, save: CallInfo) -> Iterator[Tuple[Opt
 
 def _fp16_cast(ctx: ModuleContext, casts, save: CallInfo, receiver: Optional[str], node: cst.Call):
     """The cast that made `receiver` fp16 at `save`; None if fp16 by a visible `.half()` chain; False if fp32."""
+    import libcst as cst
+
+    from amplint.model import sees_self_of
     inner = node.func.value
     if isinstance(inner, cst.Call):
         info = ctx.call_info(inner)
@@ -254,7 +341,9 @@ def _fp16_cast(ctx: ModuleContext, casts, save: CallInfo, receiver: Optional[str
         if cast.subject != receiver:
             continue
         if receiver.startswith("self."):
-            return cast
+            if sees_self_of(ctx, save.scope, cast.call.scope):  # not another class's `self.model`
+                return cast
+            continue
         same_scope = cast.call.scope is save.scope and cast.call.order < save.order
         if (same_scope or (cast.call.scope.is_module and save.scope.is_module)) and not _cast_back(ctx, receiver, cast, save):
             return cast

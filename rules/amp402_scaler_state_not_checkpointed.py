@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-from amplint.model import Diagnostic, Invalid, Project, Related, Rule, Severity, Valid
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Related, Rule, Severity, Valid
 
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
     from amplint.model import CallInfo, ModuleContext
@@ -82,7 +82,14 @@ class ScalerStateNotCheckpointed(Rule):
     (`save_checkpoint(dir, epoch, model, optimizer)`) that saves an
     optimizer's state and no scaler, made by code that owns an enabled
     GradScaler and passes it no scaler in any argument; the message names the
-    helper's `torch.save`.
+    helper's `torch.save`. The resume side likewise: a helper in another module
+    that `torch.load`s and restores the optimizer (`load_checkpoint(path,
+    model, optimizer)`) but no scaler, called by a loop that owns one, passes
+    it none and never calls its `load_state_dict` itself. One bug, one
+    finding: when the same scaler's state is also missing from the saves
+    (through a helper or the loop's own `torch.save`), the resume call is a
+    related location of that finding ("restored without it").
+
 
     ## References
     - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
@@ -305,44 +312,78 @@ def train(model, opt, loader, resume=None):
             yield self._loaded(ctx, resume, scaler)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
-        """A checkpoint helper in another module (`save_checkpoint(model, optimizer, ...)`)
-        that saves the optimizer but not the GradScaler the calling loop owns and never
-        passes to it."""
+        """Checkpoint helpers in another module: one that saves the optimizer but not the
+        GradScaler the calling loop owns and never passes to it (`save_checkpoint(model,
+        optimizer, ...)`), and one that resumes the optimizer but never restores that scaler
+        (`load_checkpoint(path, model, optimizer)`). One bug, one finding: a resume of the same
+        scaler joins the save's finding as a related site."""
+        saves: Dict[Tuple[str, str], Diagnostic] = {}
+        resumes: List[Tuple[ProjectCall, str, str, ProjectCall]] = []
         for call in project.calls():
             last = call.record["f"].rsplit(".", 1)[-1].lower()
-            if "save" not in last and "checkpoint" not in last and "ckpt" not in last:
-                continue  # a checkpoint helper is named for what it does
-            if not _scale_owners(project, call):
-                continue  # no scaler here to leave out: resolve (and load) nothing
-            scaler = None
-            for key in project.callees(call):
-                saved = project.saved_checkpoint(key) if key[0] != call.path else None
-                if saved is None or _mentions_scaler(saved[1]):
-                    continue
-                scaler = scaler or _live_scaler(project, call)
-                if scaler is None or any(_mentions_scaler(a) for a in (*call.record["a"], *call.record["k"].values())):
-                    break
-                helper = key[1].rsplit(".", 1)[-1]
-                message = (
-                    f"`{helper}` ({project.where(saved[0].path, saved[0].row)}) saves a resume checkpoint without "
-                    f"the state of `{scaler}`, and this call does not pass it: a resumed run restarts the loss scale "
-                    f"at 65536 and halves it only on overflowing steps, each of which is skipped; save "
-                    f"`{scaler}.state_dict()` with it and restore it with `{scaler}.load_state_dict(...)`"
-                )
-                cause = project.related(saved[0].path, saved[0].row, "saved here without the scaler")
-                yield project.diagnostic(self, call, message, data={"scaler": scaler, "side": "save", "helper": helper}, related=(cause,))
-                break
+            if "load" in last or "resume" in last or "restore" in last:
+                resumes.extend(self._resume(project, call))
+            elif "save" in last or "checkpoint" in last or "ckpt" in last:  # a helper is named for what it does
+                for found in self._save(project, call):
+                    saves.setdefault((call.path, found.data["scaler"]), found)
+        for call, scaler, helper, restored in resumes:
+            joined = saves.get((call.path, scaler))
+            if joined is not None:
+                joined.related = (*joined.related, project.site(call, "restored without it"))
+                continue
+            message = (
+                f"`{helper}` ({project.where(restored.path, restored.row)}) resumes `{restored.record['f'][: -len('.load_state_dict')]}` "
+                f"but never restores `{scaler}`, and this call does not pass it: the resumed run restarts the loss "
+                f"scale at 65536 and skips a step for each halving back to the scale it had learned"
+            )
+            cause = project.related(restored.path, restored.row, "restored here without the scaler")
+            data = {"scaler": scaler, "side": "load", "helper": helper, "bug": scaler, "as_related": "restored without it"}
+            yield project.diagnostic(self, call, message, data=data, related=(cause,),
+                                     help=f"Restore it with `{scaler}.load_state_dict(...)` after the call, or pass `{scaler}` in")
+        yield from saves.values()
+
+    def _save(self, project: Project, call: ProjectCall) -> Iterator[Diagnostic]:
+        scaler = None
+        for key in project.callees(call):
+            saved = project.saved_checkpoint(key) if key[0] != call.path else None
+            if saved is None or _mentions_scaler(saved[1]):
+                continue
+            if scaler is None and not _scale_owners(project, call):
+                return  # no scaler here to leave out: resolve (and load) nothing
+            scaler = scaler or _live_scaler(project, call, "state_dict")
+            if scaler is None or _passes_scaler(call):
+                return
+            helper = key[1].rsplit(".", 1)[-1]
+            message = (
+                f"`{helper}` ({project.where(saved[0].path, saved[0].row)}) saves a resume checkpoint without "
+                f"the state of `{scaler}`, and this call does not pass it: a resumed run restarts the loss scale "
+                f"at 65536 and halves it only on overflowing steps, each of which is skipped; save "
+                f"`{scaler}.state_dict()` with it and restore it with `{scaler}.load_state_dict(...)`"
+            )
+            cause = project.related(saved[0].path, saved[0].row, "saved here without the scaler")
+            yield project.diagnostic(self, call, message, data={"scaler": scaler, "side": "save", "helper": helper, "bug": scaler, "as_related": "also saved"}, related=(cause,))
+            return
+
+    def _resume(self, project: Project, call: ProjectCall) -> Iterator[Tuple[ProjectCall, str, str, ProjectCall]]:
+        for key in project.callees(call):
+            restored = project.restored_checkpoint(key) if key[0] != call.path else None
+            if restored is None:
+                continue
+            scaler = _live_scaler(project, call, "load_state_dict") if _scale_owners(project, call) else None
+            if scaler is not None and not _passes_scaler(call):
+                yield call, scaler, key[1].rsplit(".", 1)[-1], restored
+            return
 
     def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str, related: List[Related]) -> Diagnostic:
         message = f"This checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`"
         help = f"Save `{scaler}.state_dict()` and restore it with `{scaler}.load_state_dict(...)`"
-        data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(call.node), "side": "save"}
+        data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(call.node), "side": "save", "bug": scaler}
         return ctx.diagnostic(self, call.node, message, data=data, related=related, help=help)
 
     def _loaded(self, ctx: ModuleContext, call: CallInfo, scaler: str) -> Diagnostic:
         message = f"The resume restores `{call.receiver_dotted}` but not `{scaler}`'s loss scale"
         help = f"Call `{scaler}.load_state_dict(...)` with the saved scaler state"
-        data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load"}
+        data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load", "bug": scaler}
         return ctx.diagnostic(self, call.node, message, data=data, help=help)
 
 
@@ -363,14 +404,19 @@ def _scale_owners(project: Project, call) -> List[str]:
     return [r["f"][: -len(".scale")] for f in scope for r in f["calls"] if r["f"].endswith(".scale") and "scaler" in r["f"].lower()]
 
 
-def _live_scaler(project: Project, call) -> Optional[str]:
+def _passes_scaler(call: ProjectCall) -> bool:
+    return any(_mentions_scaler(a) for a in (*call.record["a"], *call.record["k"].values()))
+
+
+def _live_scaler(project: Project, call, method: str) -> Optional[str]:
     """The enabled GradScaler the function holding `call` (or its class) builds or is given and
-    uses (`.scale(...)`), unless its file saves that scaler's state somewhere itself."""
+    uses (`.scale(...)`), unless its file calls that scaler's `method` (`state_dict` for the
+    save side, `load_state_dict` for the resume) somewhere itself."""
     info = project.function((call.path, call.func))
     if info is None:
         return None
     for owner in _scale_owners(project, call):
-        if any(r["f"] == f"{owner}.state_dict" for g in project.summaries[call.path]["functions"].values() for r in g["calls"]):
+        if any(r["f"] == f"{owner}.{method}" for g in project.summaries[call.path]["functions"].values() for r in g["calls"]):
             return None
         types = project.name_types(call.path, call.func, owner)
         if any(t[0] == "R" and "GradScaler" in t[1] for t in types) or owner.split(".")[-1] in info["params"]:

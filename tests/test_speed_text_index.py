@@ -24,8 +24,11 @@ def text_index(source: str) -> Dict[str, object]:
 ROOT = Path(__file__).resolve().parents[1]
 
 _OPTIMIZER = re.compile(r"\b(?:Adam|AdamW|SGD|RMSprop|Adagrad|Adamax|NAdam|RAdam|Adadelta|LBFGS|SparseAdam|ASGD|Rprop)\s*\(")
-_SETS_PRECISION = re.compile(r"autocast\s*\(|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True")
-_PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler")
+_SETS_PRECISION = re.compile(r"autocast\s*\(|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True|partial\s*\(\s*[\w.]*autocast\b")
+_PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler", "partial")
+_FRAMEWORK = re.compile(
+    r"\bTrainer\s*\([^)]*\bprecision\s*=|\bAccelerator\s*\([^)]*\bmixed_precision\s*=|\bTrainingArguments\s*\([^)]*\b(?:fp16|bf16)\s*=\s*True"
+)
 
 
 def reference(source: str) -> Dict[str, object]:
@@ -41,6 +44,8 @@ def reference(source: str) -> Dict[str, object]:
             roles += "h"
         if "GradScaler(" in source:
             roles += "g"
+        if _FRAMEWORK.search(source):
+            roles += "f"
     imports: List[List[object]] = []
     for m in index._IMPORTS.finditer(source):
         if m.group(4) is None:
@@ -57,6 +62,9 @@ def reference(source: str) -> Dict[str, object]:
 
 
 EDGES = [
+    'trainer = pl.Trainer(precision="16-mixed", accelerator="gpu")\n',
+    'args = Seq2SeqTrainingArguments(fp16=True)\n',
+    'amp = functools.partial(torch.autocast, "cuda", dtype=torch.float16)\n',
     "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\n",
     "opt = MyAdam(model.parameters())  # optim\n",
     "opt = my_SGD(model.parameters())  # optim\n",

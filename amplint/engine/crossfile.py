@@ -17,10 +17,11 @@ engine drops one that repeats a per-file finding at the same place.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
-from ..core.diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic, Related
 from ..core.safe_read import read_bytes
 
 #: files whose presence makes a folder a project root
@@ -210,14 +211,35 @@ def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnosti
 
 
 def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[Diagnostic]:
-    """Per-file diagnostics plus the cross-file ones that do not repeat one at the same place."""
+    """Per-file diagnostics plus the cross-file ones that do not repeat one at the same place.
+
+    One bug, one finding, two ways:
+    - a per-file finding that held only through a project-wide condition ("the project runs
+      fp16 somewhere") and a cross-file one at the same place: the cross-file one, which names
+      the actual cause, takes its message and related sites; the per-file fix and help stay;
+    - a cross-file finding naming the same bug (`data["bug"]`) as a per-file one of the same
+      rule in the same file (a resume helper that skips the scaler a per-file finding already
+      says is never saved) joins it as a related site, with its `data["as_related"]` note."""
     kept = list(per_file)
-    seen = {(d.filename, d.code, d.location) for d in kept}
+    seen = {(d.filename, d.code, d.location): i for i, d in enumerate(kept)}
+    bugs = {(d.filename, d.code, d.data.get("bug")): i for i, d in enumerate(kept) if d.data.get("bug")}
     for d in cross:
         key = (d.filename, d.code, d.location)
-        if key not in seen:
-            seen.add(key)
+        i = seen.get(key)
+        same_bug = bugs.get((d.filename, d.code, d.data.get("bug"))) if d.data.get("bug") else None
+        if i is None and same_bug is not None:
+            local = kept[same_bug]
+            note = Related(d.location, d.end_location, str(d.data.get("as_related") or "another site"))
+            kept[same_bug] = replace(local, related=(*local.related, note))
+        elif i is None:
+            seen[key] = len(kept)
             kept.append(d)
+        elif kept[i].condition is not None and d.condition is None:
+            local = kept[i]
+            kept[i] = replace(
+                local, message=d.message, severity=d.severity, related=d.related, condition=None,
+                data={**local.data, **d.data}, help=local.help or d.help,
+            )
     return kept
 
 
@@ -362,3 +384,70 @@ class _Store:
         if self.cache is not None and st is not None:
             self.cache.store(kind, path, st, digest, read_at, value)
         return value
+
+
+def buffer_diagnostics(
+    path: str, text: str, files: Sequence[str], rules: Sequence[Any], codes: FrozenSet[str], config: Config, cache: Any = None
+) -> List[Diagnostic]:
+    """The cross-file findings of the file `path` when its text is `text` (an editor's
+    buffer, saved or not): what `amplint path` reports for it once saved. `files`: every
+    Python file of its project (absolute). Conditions are left to the caller to resolve."""
+    me = os.path.abspath(path)
+    store = _BufferStore(cache, me, text)
+    project = sorted({*files, me})
+    found = [d for d in _project_findings(project_root(me), project, rules, store, {me: path}) if d.filename == me and d.code in codes]
+    for d in found:
+        d.filename = path
+    if config.per_file_ignores:
+        from .pipeline import known_codes
+
+        ignored = config.ignored_for(path, known_codes())
+        found = [d for d in found if d.code not in ignored]
+    from .pipeline import apply_noqa
+
+    return apply_noqa(found, text)
+
+
+class _BufferStore(_Store):
+    """The project's files through the cache, but one file read from an editor's buffer:
+    while that differs from the saved file, the universe and findings recorded for the
+    project are neither reused nor recorded (they describe the saved text)."""
+
+    def __init__(self, cache: Any, path: str, text: str) -> None:
+        super().__init__(cache, {})
+        self.path = path
+        self.text = text
+        from .pipeline import read_file
+
+        self.saved = read_file(path)[0] == text
+        self._own: List[Optional[Dict[str, Any]]] = []  # the buffer's summary, once made
+
+    def index(self, path: str) -> Dict[str, Any]:
+        if path == self.path and not self.saved and path not in self._index:
+            from ..model.project import text_index
+
+            self._index[path] = text_index(self.text)
+        return super().index(path)
+
+    def summary(self, path: str) -> Optional[Dict[str, Any]]:
+        if path == self.path and not self.saved:
+            if not self._own:
+                from ..model.project import summarize
+
+                self._own.append(summarize(self.text))
+            return self._own[0]
+        return super().summary(path)
+
+    def universe(self, root: Optional[str], files: List[str]) -> Tuple[List[str], Optional[str]]:
+        if self.saved:
+            return super().universe(root, files)
+        from ..model.project import universe  # the record's universe is the saved text's
+
+        return universe(files, root, self.index), None
+
+    def findings(self, *args: Any) -> Optional[List[Diagnostic]]:
+        return super().findings(*args) if self.saved else None
+
+    def remember(self, *args: Any) -> None:
+        if self.saved:
+            super().remember(*args)

@@ -72,6 +72,8 @@ _EXPORTS = {
     "assignment_before": ".bindings",
     "constructed_class": ".bindings",
     "module_class": ".bindings",
+    "self_bindings": ".bindings",
+    "sees_self_of": ".bindings",
     # references
     "imported_names": ".references",
     # dtypes

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 
 import libcst as cst
 
+from .bindings import self_bindings
 from .literals import literal_bool
 from .names import dotted_name
 from .types import Assignment, CallInfo, Scope
@@ -79,11 +80,11 @@ def _resolve(ctx: "ModuleContext", name: str, scope: Scope, depth: int) -> Optio
 
 
 def _bindings(ctx: "ModuleContext", name: str, scope: Scope) -> List[Assignment]:
-    """The assignments that can bind `name` where `scope` reads it: for `self.x` every one
-    in the file; for a plain name those of `scope` itself when it assigns it, else the module's."""
-    found = ctx.assignments_to(name)
+    """The assignments that can bind `name` where `scope` reads it: for `self.x` those of
+    its class and its bases here (`self_bindings`); for a plain name those of `scope` itself when it assigns it, else the module's."""
     if name.startswith("self."):
-        return found
+        return self_bindings(ctx, name, scope)
+    found = ctx.assignments_to(name)
     own = [a for a in found if a.scope is scope]
     if own:
         return own

@@ -40,11 +40,9 @@ def module_class(ctx: ModuleContext, expr: cst.CSTNode, scope: Scope) -> Optiona
     if dotted is None:
         return None
     if dotted.startswith("self."):
-        # `self.fc` of this class (or a base class defined in this file), not of unrelated classes
-        family = _class_family(ctx, scope)
-        if not family:
-            return None
-        candidates = [a for a in ctx.assignments_to(dotted) if _enclosing_class_name(a.scope) in family]
+        if _enclosing_class_name(scope) is None:
+            return None  # a function taking `self` outside any class: which class is unknown
+        candidates = self_bindings(ctx, dotted, scope)
     else:
         candidates = [a for a in ctx.assignments_to(dotted) if a.scope is scope]
         if not candidates:
@@ -58,6 +56,25 @@ def module_class(ctx: ModuleContext, expr: cst.CSTNode, scope: Scope) -> Optiona
             return None
         classes.add(cls)
     return classes.pop() if len(classes) == 1 else None
+
+
+def self_bindings(ctx: ModuleContext, dotted: str, scope: Scope) -> List[Assignment]:
+    """The assignments to `self.X` (`dotted`) that code running in `scope` can see: from a
+    method, those made in its class or in a base class defined in this file, never those of an
+    unrelated class that happens to use the same attribute name. From a function outside any
+    class that takes `self` (a method attached elsewhere) no class can be ruled out: all."""
+    found = ctx.assignments_to(dotted)
+    family = _class_family(ctx, scope)
+    if not family:
+        return found
+    return [a for a in found if _enclosing_class_name(a.scope) in family]
+
+
+def sees_self_of(ctx: ModuleContext, reader: Scope, writer: Scope) -> bool:
+    """Whether `self.X` set in `writer` can be what `self.X` means in `reader` (as in
+    `self_bindings`: `writer` is in `reader`'s class or a base here, or `reader` is in no class)."""
+    family = _class_family(ctx, reader)
+    return not family or _enclosing_class_name(writer) in family
 
 
 def _enclosing_class_name(scope: Optional[Scope]) -> Optional[str]:

@@ -11,6 +11,7 @@ from lsprotocol import types as lsp
 from ..core.diagnostics import Applicability, Diagnostic, Location
 from ..core.noqa import _NOQA  # the engine's own reading of a `# noqa` comment
 from .protocol import Lines, text_edits, whole_document
+from .verdicts import hover_line
 
 FIX_ALL = "source.fixAll.amplint"
 
@@ -91,6 +92,9 @@ def hover_text(d: Diagnostic) -> str:
     from ..engine.registry import rules_by_code
 
     head = f"**{d.code}** `{d.name}` ({d.severity.value})\n\n{_escape(d.message)}"
+    verdict = hover_line(d)
+    if verdict is not None:
+        head += f"\n\n{_escape(verdict)}"
     rule = rules_by_code().get(d.code)
     if rule is None:
         return head

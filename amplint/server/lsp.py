@@ -7,6 +7,11 @@ actions meanwhile, and a lint whose document changed again before it finished
 is not published (the next one is on its way). Notebooks are synced as
 notebook documents: their code cells are linted as one program, like
 `amplint NOTEBOOK.ipynb`, and each cell gets its own findings.
+
+A Python file's cross-file findings (causes in other files, as related
+information) come from the project model, built on a thread of its own when
+the file is opened and when a file of its project is saved (`crossfile.py`);
+verdicts a `--verify` run cached are shown on their findings (`verdicts.py`).
 """
 from __future__ import annotations
 
@@ -24,10 +29,12 @@ from pygls.uris import to_fs_path
 from ..__version__ import __version__
 from ..core.diagnostics import Diagnostic
 from .actions import FIX_ALL, actions_for, fix_all_action, hover_text, overlaps
+from .crossfile import CrossFile
 from .documents import Linted, exact, lint_notebook_cells, lint_python, lint_text
 from .project import Projects
 from .protocol import Lines, to_lsp
 from .recheck import Rechecker
+from .verdicts import Verdicts
 
 DEBOUNCE_S = 0.15
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -60,13 +67,17 @@ class AmplintServer(LanguageServer):
         )
         self.debounce = debounce
         self.projects = Projects()
+        self.crossfile = CrossFile(lambda: self.projects, self.project_findings_ready)  # findings caused in other files
+        self.verdicts = Verdicts()  # verdicts `amplint --verify` cached
         self.linted: Dict[str, Linted] = {}  # a text document's or notebook's uri -> its last lint
+        self.plain: Dict[str, Linted] = {}  # a Python document's last lint before the project's findings
         self.tracked: set = set()  # the open Python documents (not notebook cells)
         self.owner: Dict[str, str] = {}  # a cell's uri -> its notebook's uri
         self.timers: Dict[str, asyncio.TimerHandle] = {}
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amplint-lint")
         self.rechecker = Rechecker()  # full lints confirming fast ones (incremental.py)
         self.shown_errors: set = set()
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
 
     # ------------------------------------------------------------ scheduling
 
@@ -79,6 +90,7 @@ class AmplintServer(LanguageServer):
         self.timers[uri] = loop.call_later(delay, lambda: loop.create_task(self.lint(uri)))
 
     async def lint(self, uri: str) -> None:
+        self.loop = asyncio.get_running_loop()
         self.timers.pop(uri, None)
         snapshot = self.snapshot(uri)
         if snapshot is None:
@@ -94,18 +106,19 @@ class AmplintServer(LanguageServer):
     async def confirm(self, uri: str, snapshot: Tuple, fast: Linted) -> None:
         """After a fast publish: the full lint, in the recheck process; re-published if it differs."""
         _, path, source = snapshot
+        plain = self.plain.get(uri)  # the fast lint itself (`fast` may be re-published with new cross-file findings)
         try:
             full = await asyncio.wrap_future(self.rechecker.submit(source, path, fast.config))
         except (asyncio.CancelledError, RuntimeError):
             return  # replaced by a newer edit, or the process is gone: the next edit re-lints
-        if self.snapshot(uri) != snapshot or self.linted.get(uri) is not fast:
+        if self.snapshot(uri) != snapshot or self.plain.get(uri) is not plain:
             return
         base = fast.base
         if base is not None and full.facts == base.facts and _same(full.raw, base.raw):
             base.confirmed = True  # the usual case: nothing to redo (a new base costs a parse)
             return
-        linted = await asyncio.get_running_loop().run_in_executor(self.worker, exact, source, path, fast.config, full, self.projects, base)
-        if self.snapshot(uri) != snapshot or self.linted.get(uri) is not fast:
+        linted = await asyncio.get_running_loop().run_in_executor(self.worker, self.exact_lint, uri, source, path, fast.config, full, base)
+        if self.snapshot(uri) != snapshot or linted is None:
             return
         self.linted[uri] = linted
         if linted.diagnostics != fast.diagnostics:
@@ -127,9 +140,54 @@ class AmplintServer(LanguageServer):
     def run_lint(self, uri: str, snapshot: Tuple) -> Linted:
         kind, path, content = snapshot
         if kind == "notebook":
-            return lint_notebook_cells(content, path, self.projects)
-        previous = self.linted.get(uri)
-        return lint_python(content, path, self.projects, previous.base if previous is not None else None)
+            return self.verdicts.attach(lint_notebook_cells(content, path, self.projects), path)
+        previous = self.plain.get(uri)
+        plain = self.plain[uri] = lint_python(content, path, self.projects, previous.base if previous is not None else None)
+        return self.completed(plain, uri, path)
+
+    def exact_lint(self, uri: str, source: str, path: str, config, full, base) -> Optional[Linted]:
+        """The full lint `full` as the document's lint, correcting the fast one whose base is
+        `base` (None: a newer lint came meanwhile)."""
+        fast = self.plain.get(uri)
+        plain = exact(source, path, config, full, self.projects, base)
+        if self.plain.get(uri) is not fast:
+            return None
+        self.plain[uri] = plain
+        return self.completed(plain, uri, path)
+
+    def completed(self, plain: Linted, uri: str, path: str) -> Linted:
+        """A Python file's own findings with its cross-file ones (a saved file's only: an
+        untitled buffer is linted alone, like stdin) and cached verdicts."""
+        linted = self.crossfile.add(plain, path) if uri.startswith("file:") else plain
+        return self.verdicts.attach(linted, path)
+
+    def project_findings_ready(self, path: str) -> None:
+        """(On the project model's thread.) New cross-file findings for `path`."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.refresh, [path])
+
+    def refresh(self, paths: List[str]) -> None:
+        """Publish the open documents of `paths` again with their newest cross-file findings."""
+        wanted = {os.path.abspath(p) for p in paths}
+        for uri in list(self.tracked):
+            if os.path.abspath(path_of(uri)) in wanted:
+                self.loop = self.loop or asyncio.get_running_loop()
+                self.loop.create_task(self.republish(uri))
+
+    async def republish(self, uri: str) -> None:
+        """The last lint with the newest cross-file findings when the text is still the one it
+        linted (the file's own findings are not made again); else a new lint."""
+        plain, snapshot = self.plain.get(uri), self.snapshot(uri)
+        if snapshot is None:
+            return
+        if plain is None or snapshot[2] != plain.source:
+            self.schedule(uri, 0)
+            return
+        linted = await asyncio.get_running_loop().run_in_executor(self.worker, self.completed, plain, uri, snapshot[1])
+        if self.snapshot(uri) != snapshot:
+            return
+        self.linted[uri] = linted
+        self.publish(uri, linted)
 
     # ------------------------------------------------------------ publishing
 
@@ -154,6 +212,7 @@ class AmplintServer(LanguageServer):
         if timer is not None:
             timer.cancel()
         linted = self.linted.pop(uri, None)
+        self.plain.pop(uri, None)
         for cell_uri in (linted.cells if linted else []) or [uri]:
             self.send(cell_uri, [])
 
@@ -204,6 +263,7 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
     def did_open(ls: AmplintServer, params: lsp.DidOpenTextDocumentParams) -> None:
         if is_python(params.text_document):
             ls.tracked.add(params.text_document.uri)
+            ls.crossfile.opened(path_of(params.text_document.uri))
             ls.schedule(params.text_document.uri, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
@@ -218,12 +278,14 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
             linted = ls.linted.get(uri)
             if linted is not None:
                 ls.projects.refresh(path_of(uri), linted.config)
+            ls.refresh(ls.crossfile.saved(path_of(uri)))  # the open files of its project
             ls.schedule(uri, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: AmplintServer, params: lsp.DidCloseTextDocumentParams) -> None:
         if params.text_document.uri in ls.tracked:
             ls.tracked.discard(params.text_document.uri)
+            ls.crossfile.forget(path_of(params.text_document.uri))
             ls.forget(params.text_document.uri)
 
     @server.feature(lsp.NOTEBOOK_DOCUMENT_DID_OPEN)
@@ -292,6 +354,7 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: AmplintServer, params: None) -> None:
         ls.worker.shutdown(wait=False, cancel_futures=True)
+        ls.crossfile.shutdown()
         ls.rechecker.close()
 
     return server

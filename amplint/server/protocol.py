@@ -9,6 +9,7 @@ from lsprotocol import types as lsp
 
 from ..core.diagnostics import Diagnostic, Edit, Location, Severity
 from ..core.text import split_lines
+from .verdicts import data_of, message_suffix
 
 SOURCE = "amplint"
 
@@ -60,15 +61,19 @@ def to_lsp(d: Diagnostic, lines: Lines, uri: str, related_uri: Dict[Optional[int
                 target = related_uri.get(r.cell, uri)
                 rng = lines.range(r.location, r.end_location) if r.cell == d.cell else _plain_range(r.location, r.end_location)
             related.append(lsp.DiagnosticRelatedInformation(location=lsp.Location(uri=target, range=rng), message=r.message))
+    data = {"code": d.code, "row": d.location.row, "column": d.location.column}
+    verification = data_of(d)
+    if verification is not None:
+        data["verification"] = verification
     return lsp.Diagnostic(
         range=lines.range(d.location, d.end_location),
-        message=d.message,
+        message=d.message + message_suffix(d),
         severity=SEVERITIES.get(d.severity, lsp.DiagnosticSeverity.Warning),
         code=d.code,
         code_description=lsp.CodeDescription(href=d.url) if d.url else None,
         source=SOURCE,
         related_information=related,
-        data={"code": d.code, "row": d.location.row, "column": d.location.column},
+        data=data,
     )
 
 

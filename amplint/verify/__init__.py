@@ -69,6 +69,7 @@ def verify_diagnostics(
     budget: Optional[float] = None,
     unsandboxed: bool = False,
     on_start: Optional[Callable[[List[str]], None]] = None,
+    store: Optional[Any] = None,
 ) -> int:
     """Set `d.verification` on every diagnostic whose rule has an experiment.
 
@@ -77,6 +78,8 @@ def verify_diagnostics(
     torch, device unavailable, no sandbox and not `unsandboxed`, the worker does
     not start). `on_start(layers)` hears what confines the worker before any
     finding runs. SIGTERM/SIGHUP end the run like Ctrl-C: temp folders removed.
+    `store` (a `store.VerdictStore`) keeps each verdict for the editor, saved at the end
+    (also when the run is cut short).
     """
     todo = [d for d in diagnostics if has_experiment(d.code)]
     if not todo:
@@ -87,6 +90,10 @@ def verify_diagnostics(
     own = runner is None
     cache: Dict[Tuple[str, str], Dict[str, Any]] = {}
     preludes = Preludes()
+    if store is not None:
+        from .store import FileDigests
+
+        digests = FileDigests()
     with terminating_cleanly():
         runner = runner or Runner(device=device, timeout=timeout, seed=seed, budget=budget, unsandboxed=unsandboxed)
         try:
@@ -100,9 +107,13 @@ def verify_diagnostics(
                     # checked here too: only a run of the user's code may confirm or refute
                     cache[key] = honest(runner.run(d.code, data))
                 d.verification = dict(cache[key])
+                if store is not None:
+                    store.record(d, digests.of(d.filename), d.verification)
                 if on_result is not None:
                     on_result(d, d.verification)
         finally:
             if own:
                 runner.close()
+            if store is not None:
+                store.save()
     return len(todo)

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 
 from .. import torchapi
 from ...core.diagnostics import Diagnostic, Location, Related, Severity
+from . import loaders
 from .index import ModuleIndex
 
 # A value type is a small tuple:
@@ -54,8 +55,17 @@ _MASTER_WRAPPER = re.compile(r"fp16|master|initialize|mixedprecision|deepspeed",
 _MAX_CHAIN = 8
 _MAX_WITNESSES = 3
 _ROUNDS = 4
+#: how many (function, region) facts `reached` records at most: a bound on the modules it loads
+_MAX_REACHED = 4000
 _FORWARD = ("forward", "__call__")
 _LIGHTNING_HOOKS = ("training_step", "validation_step", "test_step", "predict_step", "forward")
+#: torch modules whose output autocast computes in lower precision (`self.qkv(x)`, `self.head(h)`)
+LOWERING_MODULES = frozenset(
+    f"torch.nn.{m}" for m in (
+        "Linear", "LazyLinear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+        "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d",
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -108,10 +118,13 @@ class Project:
     ) -> None:
         self.root = root
         self.summaries = dict(summaries)
+        self._given = list(summaries)  # the files the model starts from (the universe)
         self._load = load
         self._missing: Set[str] = set()
         self._index = ModuleIndex(files if files is not None else summaries, root)
-        self._param_types: Dict[Tuple[str, str, str], Set[Type]] = {}
+        #: (path, function, parameter) -> the arguments call sites pass it: (caller path, caller
+        #: function, the argument's vref), evaluated when asked, so what they name may load modules
+        self._param_args: Dict[Tuple[str, str, str], Dict[Tuple[str, str, int], Dict[str, Any]]] = {}
         #: memos per loading mode: what a name is may differ once more modules are loaded
         self._memos: Dict[bool, Dict[Any, TypeSet]] = {False: {}, True: {}}
         self._may_load = True
@@ -121,6 +134,9 @@ class Project:
         self._entries: Optional[Dict[FuncKey, List[Region]]] = None
         self._callers: Optional[Dict[FuncKey, List[Call]]] = None
         self._bound: Dict[str, Set[str]] = {}
+        self._loader_sites: Dict[Tuple[str, int], str] = {}
+        self._reached: Optional[Set[FuncKey]] = None
+        self._reached_callers: Dict[FuncKey, List[Call]] = {}
         self._casts: Dict[Tuple[FuncKey, bool, str], List[Tuple[str, str, Tuple[str, int]]]] = {}
         self._settle()
 
@@ -272,9 +288,20 @@ class Project:
                 if f"{scope}.{head}" in s["functions"]:  # a function defined inside this one
                     return frozenset({("F", path, f"{scope}.{head}")})
                 if head in params:
-                    return frozenset(self._param_types.get((path, scope, head), ()))
+                    return self._param_values((path, scope, head))
             scope = scope.rsplit(".", 1)[0] if "." in scope else None
         return self.symbol(path, head)
+
+    def _param_values(self, key: Tuple[str, str, str]) -> TypeSet:
+        """What a parameter may be: the values of the arguments its call sites pass."""
+        memo = self._memos[self._may_load]
+        found = memo.get(("param", key))
+        if found is None:
+            out: Set[Type] = set()
+            for (path, func, _), ref in self._param_args.get(key, {}).items():
+                out |= self._value(path, func, ref)
+            found = memo[("param", key)] = frozenset(out)
+        return found
 
     def attribute(self, base: Type, attr: str) -> TypeSet:
         kind = base[0]
@@ -352,7 +379,10 @@ class Project:
             elif "p" in ref and ref["a"]:
                 types = self._partial(path, func, ref)
             elif "c" in ref:
-                types = frozenset(t for callee in self.name_types(path, func, ref["c"]) for t in self.returns(callee))
+                callees = self.name_types(path, func, ref["c"])
+                types = self._loaded(path, callees, ref)
+                if not types and "e0" not in ref:
+                    types = frozenset(t for callee in callees for t in self.returns(callee))
             else:  # a number
                 types = _EMPTY
             for method in ref.get("m", ()):
@@ -363,6 +393,21 @@ class Project:
             self._active.discard(key)
         memo[key] = types
         return types
+
+    def _loaded(self, path: str, callees: TypeSet, ref: Dict[str, Any]) -> TypeSet:
+        """A model that a library loader of `loaders.LOADERS` returns with fp16 weights."""
+        for t in callees:
+            if t[0] == "X":
+                shown = loaders.fp16_weights(t[1], ref, first="e0" in ref)
+                if shown is not None:
+                    site = (path, ref.get("r", 0))
+                    self._loader_sites[site] = shown
+                    return frozenset({("R", t[1], "fp16", site)})
+        return _EMPTY
+
+    def loaded_at(self, site: Tuple[str, int]) -> Optional[str]:
+        """The loader call (`clip.load(...)`) that made a module fp16 at `site`, if one did."""
+        return self._loader_sites.get(tuple(site))  # type: ignore[arg-type]
 
     def _partial(self, path: str, func: str, ref: Dict[str, Any]) -> TypeSet:
         """`partial(torch.autocast, device_type="cuda", dtype=torch.float16)`: an autocast held for later."""
@@ -466,7 +511,7 @@ class Project:
 
     def _settle_rounds(self) -> None:
         for _ in range(_ROUNDS):
-            found: Dict[Tuple[str, str, str], Set[Type]] = {}
+            found: Dict[Tuple[str, str, str], Dict[Tuple[str, str, int], Dict[str, Any]]] = {}
             for call in list(self.calls()):
                 if not call.record["a"] and not call.record["k"]:
                     continue  # binds no parameter
@@ -474,24 +519,28 @@ class Project:
                     key = self.runs(t)
                     if key is None:
                         continue
-                    info = self.function(key)
-                    if info is None:
-                        continue
-                    params = list(info["params"])
-                    if info["cls"] and key[1].count(".") == 1 and params:
-                        params = params[1:]  # self
-                    for i, ref in enumerate(call.record["a"]):
-                        if i < len(params) and ref is not None:
-                            found.setdefault((key[0], key[1], params[i]), set()).update(self._value(call.path, call.func, ref))
-                    for kw, ref in call.record["k"].items():
-                        if kw in params and ref is not None:
-                            found.setdefault((key[0], key[1], kw), set()).update(self._value(call.path, call.func, ref))
-            if found == self._param_types:
+                    self._bind_arguments(call, key, found)
+            if found.keys() == self._param_args.keys() and all(found[k].keys() == self._param_args[k].keys() for k in found):
                 break
-            self._param_types = found
+            self._param_args = found
             for memo in (*self._memos.values(), *self._resolveds.values()):
                 memo.clear()
             self._casts.clear()
+
+    def _bind_arguments(self, call: Call, key: FuncKey, into: Dict[Tuple[str, str, str], Dict[Tuple[str, str, int], Dict[str, Any]]]) -> None:
+        """Record the arguments `call` passes to the parameters of function `key`."""
+        info = self.function(key)
+        if info is None:
+            return
+        params = list(info["params"])
+        if info["cls"] and key[1].count(".") == 1 and params:
+            params = params[1:]  # self
+        for i, ref in enumerate(call.record["a"]):
+            if i < len(params) and ref is not None:
+                into.setdefault((key[0], key[1], params[i]), {})[(call.path, call.func, id(ref))] = ref
+        for kw, ref in call.record["k"].items():
+            if kw in params and ref is not None:
+                into.setdefault((key[0], key[1], kw), {})[(call.path, call.func, id(ref))] = ref
 
     def updated_modules(self, call: Call) -> TypeSet:
         """The modules whose parameters an optimizer constructor call is given
@@ -555,8 +604,62 @@ class Project:
         return imported is not None and not imported[0] and imported[1].split(".")[0] == "torch"
 
     def callers(self, key: FuncKey) -> List[Call]:
-        """The calls in the files the model started from that run function `key`."""
-        return list((self._callers or {}).get(key, ()))
+        """The calls that run function `key`: in the files the model started from, and the
+        ones `reached` followed into modules it loaded."""
+        out = list((self._callers or {}).get(key, ()))
+        out.extend(c for c in self._reached_callers.get(key, ()) if c not in out)
+        return out
+
+    def reached(self) -> Set[FuncKey]:
+        """The functions that calls made inside an enabled autocast region of the files the
+        model starts from run, directly or through further calls. Follows calls forward, loading the modules they
+        resolve to, and records each call it follows (`callers` then knows them), so a model
+        file nothing in the universe names is read only when a region leads there."""
+        if self._reached is not None:
+            return self._reached
+        self._reached = set()  # asked again while it runs (a held region resolving): what is known
+        found: Dict[FuncKey, Set[Tuple[Any, ...]]] = {}
+        frontier: List[Tuple[Call, Region, Tuple[FuncKey, ...]]] = []
+        for path in self._given:
+            for qual, info in self.summaries[path]["functions"].items():
+                for record in info["calls"]:
+                    call = Call(path, qual, record)
+                    region = self.region_of(call) if record["g"] >= 0 else None
+                    if region is not None and region.enabled is not False:
+                        frontier.append((call, region, ()))
+        for key, regions in list(self._framework_map().items()):  # hooks a framework runs under its precision
+            info = self.function(key)
+            for region in regions:
+                found.setdefault(key, set()).add((region.device, region.dtype, region.enabled))
+                for record in info["calls"] if info is not None else ():
+                    if record["g"] < 0:
+                        frontier.append((Call(key[0], key[1], record), region, (key,)))
+        budget = _MAX_REACHED
+        while frontier and budget > 0:
+            following: List[Tuple[Call, Region, Tuple[FuncKey, ...]]] = []
+            for call, region, chain in frontier:
+                for key in self.callees(call):
+                    signatures = found.setdefault(key, set())
+                    if call not in self._reached_callers.setdefault(key, []):
+                        self._reached_callers[key].append(call)
+                    sig = (region.device, region.dtype, region.enabled)
+                    if sig in signatures or len(signatures) >= _MAX_WITNESSES:
+                        continue
+                    signatures.add(sig)
+                    budget -= 1
+                    info = self.function(key)
+                    if info is None or len(chain) + 1 >= _MAX_CHAIN:
+                        continue
+                    for record in info["calls"]:
+                        inner = Call(key[0], key[1], record)
+                        own = self.region_of(inner) if record["g"] >= 0 else None
+                        if own is None:
+                            following.append((inner, region, (*chain, key)))
+                        elif own.enabled is not False:  # its own region, from here down
+                            following.append((inner, own, ()))
+            frontier = following
+        self._reached = set(found)
+        return self._reached
 
     def saved_checkpoint(self, key: FuncKey) -> Optional[Tuple[Call, Dict[str, Any]]]:
         """The `torch.save({...})` of a resume checkpoint in function `key` -- a dict holding an
@@ -577,6 +680,62 @@ class Project:
                 return call, saved
         return None
 
+    def is_save(self, call: Call) -> bool:
+        """Whether the call is `torch.save(...)` (by its spelling first: only `...save` is resolved)."""
+        f = call.record["f"]
+        return bool(call.record["a"]) and (f == "save" or f.endswith(".save")) and any(
+            t == ("X", "torch.save") for t in self.resolve_call(call)
+        )
+
+    def saved_state_dicts(self, call: Call) -> List[str]:
+        """The spellings whose `.state_dict()` a `torch.save` call writes: directly, in a dict
+        (`{"model": model.state_dict(), ...}`), or through one local name bound to either."""
+        saved = call.record["a"][0]
+        if saved and "n" in saved:
+            info = self.function((call.path, call.func))
+            refs = info["locals"].get(saved["n"], ()) if info is not None else ()
+            saved = refs[-1] if refs else None
+        values = list(saved["d"].values()) if saved and "d" in saved else [saved]
+        out: List[str] = []
+        for v in values:
+            if v and "c" in v and v["c"].endswith(".state_dict") and not v["a"] and v["c"] != ".state_dict":
+                owner = v["c"][: -len(".state_dict")]
+                if owner not in out:
+                    out.append(owner)
+        return out
+
+    def restored_checkpoint(self, key: FuncKey) -> Optional[Call]:
+        """The `<optimizer>.load_state_dict(...)` of a resume in function `key` -- one that also
+        `torch.load`s -- when the function restores no scaler (by the name of what it restores);
+        None otherwise."""
+        info = self.function(key)
+        if info is None:
+            return None
+        loads, found = False, None
+        for record in info["calls"]:
+            f = record["f"]
+            call = Call(key[0], key[1], record)
+            if (f == "load" or f.endswith(".load")) and any(t == ("X", "torch.load") for t in self.resolve_call(call)):
+                loads = True
+            elif f.endswith(".load_state_dict"):
+                owner = f[: -len(".load_state_dict")]
+                if "scaler" in owner.lower():
+                    return None
+                if found is None and self._optimizer_name(key, owner):
+                    found = call
+        return found if loads else None
+
+    def _optimizer_name(self, key: FuncKey, spelled: str) -> bool:
+        """A name spelled like an optimizer, or one its call sites bind to a torch optimizer."""
+        if "optim" in spelled.rsplit(".", 1)[-1].lower():
+            return True
+        return any(t[0] == "R" and t[1].startswith("torch.optim.") and "lr_scheduler" not in t[1] for t in self.name_types(key[0], key[1], spelled))
+
+    def site(self, call: Call, note: str) -> Related:
+        """Another site of a finding in the finding's own file: the span of a call."""
+        r = call.record
+        return Related(Location(r["r"], r["c"]), Location(r["er"], r["ec"]), note)
+
     def master_weights(self, call: Call) -> bool:
         """Whether the function holding `call` hands its optimizer to something that keeps fp32
         master weights (apex `amp.initialize`, `FP16_Optimizer`, DeepSpeed, fairseq's optimizers)."""
@@ -586,7 +745,10 @@ class Project:
     def fp16_modules(self, types: Iterable[Type]) -> List[Tuple[str, Tuple[str, int]]]:
         """(class name, cast site) of the modules among `types` whose parameters were cast to
         fp16 (project classes and external ones, `nn.Linear`, `resnet50`), in a stable order."""
-        found = {(t[2] if t[0] == "I" else t[1].rsplit(".", 1)[-1], t[-1]) for t in types if t[0] in ("I", "R") and t[-2] == "fp16"}
+        found = {
+            (t[2] if t[0] == "I" else self._loader_sites.get(t[-1]) or t[1].rsplit(".", 1)[-1], t[-1])
+            for t in types if t[0] in ("I", "R") and t[-2] == "fp16"
+        }
         return sorted(found)
 
     # ------------------------------------------------------------------ autocast
@@ -664,14 +826,7 @@ class Project:
     def _entry_regions(self, key: FuncKey) -> List[Region]:
         """Regions a function is entered under without a call the project shows: its
         decorators', and a framework's precision setting for the hooks it runs."""
-        if self._entries is None:
-            self._entries = {}
-            for path, s in list(self.summaries.items()):
-                for fw in s["frameworks"]:
-                    region = Region(path, fw["row"], fw["device"], fw["dtype"], True, fw["kind"])
-                    for entry in self._framework_entries(path, fw):
-                        self._entries.setdefault(entry, []).append(region)
-        out = list(self._entries.get(key, ()))
+        out = list(self._framework_map().get(key, ()))
         info = self.function(key)
         for decorator in info["decorators"] if info is not None else ():
             if decorator:
@@ -681,6 +836,18 @@ class Project:
                     if region is not None:
                         out.append(region)
         return out
+
+    def _framework_map(self) -> Dict[FuncKey, List[Region]]:
+        """The hooks each framework precision setting of the loaded files runs (Lightning's
+        `training_step`, a prepared model's `forward`), with the setting as their region."""
+        if self._entries is None:
+            self._entries = {}
+            for path, s in list(self.summaries.items()):
+                for fw in s["frameworks"]:
+                    region = Region(path, fw["row"], fw["device"], fw["dtype"], True, fw["kind"])
+                    for entry in self._framework_entries(path, fw):
+                        self._entries.setdefault(entry, []).append(region)
+        return self._entries
 
     def decorator_region(self, t: Type) -> Optional[Region]:
         """The region a project decorator runs the decorated function under: one whose
@@ -733,6 +900,52 @@ class Project:
                         break
         return out
 
+    def lowers(self, path: str, func: str, spelled: str) -> bool:
+        """Whether the callable spelled in `func` is a torch module autocast runs in lower
+        precision (`self.qkv` bound to an `nn.Linear`)."""
+        return any(t[0] == "R" and t[1] in LOWERING_MODULES for t in self.name_types(path, func, spelled))
+
+    def carried_into(self, key: FuncKey, param: str, device: Optional[str]) -> List[Tuple[Region, Tuple[FuncKey, ...], Call]]:
+        """Where parameter `param` of function `key` receives a tensor that an autocast region of
+        `device` made in lower precision: (the region, the chain of functions from the one that
+        made it down to `key`, the call that passed it there). Follows parameters passed on
+        unchanged (the summary's `ap`) up to a few calls, in any file of the model."""
+        out: List[Tuple[Region, Tuple[FuncKey, ...], Call]] = []
+        seen = {(key, param)}
+        frontier = [(key, param, (key,))]
+        while frontier:
+            following = []
+            for fkey, name, chain in frontier:
+                info = self.function(fkey)
+                if info is None:
+                    continue
+                params = list(info["params"])
+                if info["cls"] and fkey[1].count(".") == 1 and params:
+                    params = params[1:]  # called on an instance: `self` is bound
+                if name not in params:
+                    continue
+                position = str(params.index(name))
+                for call in self.callers(fkey):
+                    carried = call.record.get("ap", {}).get(position)
+                    caller = (call.path, call.func)
+                    if isinstance(carried, str) and carried.startswith("p:"):
+                        if len(chain) < _MAX_CHAIN and (caller, carried[2:]) not in seen:
+                            seen.add((caller, carried[2:]))
+                            following.append((caller, carried[2:], (caller, *chain)))
+                        continue
+                    if carried is None or (carried != "lp" and not any(self.lowers(call.path, call.func, m) for m in carried.get("m", ()))):
+                        continue
+                    region = self.region_of(call)
+                    entered: List[Tuple[Region, Tuple[FuncKey, ...]]] = [(region, (caller, *chain))] if region is not None else [
+                        (w.region, (*w.chain, *chain)) for w in self.autocast_witnesses(caller)  # made under its callers' autocast
+                    ]
+                    for region, through in entered:
+                        if region.enabled is not False and region.dtype != "fp32" and device is not None and region.device == device:
+                            out.append((region, through, call))
+                            break
+            frontier = following
+        return out
+
     # ------------------------------------------------------------------ reporting
 
     def where(self, path: str, row: int) -> str:
@@ -769,9 +982,10 @@ class Project:
         data: Optional[dict] = None,
         severity: Optional[Severity] = None,
         related: Tuple[Related, ...] = (),
+        help: Optional[str] = None,
     ) -> Diagnostic:
-        """A diagnostic of `rule` spanning a call (the path is the project's absolute one);
-        `related`: where its cause is."""
+        """A diagnostic of `rule` spanning a call, or any summary record with the same
+        position keys (the path is the project's absolute one); `related`: where its cause is."""
         r = call.record
         return Diagnostic(
             code=rule.code,
@@ -785,6 +999,7 @@ class Project:
             url=rule.url(),
             data=dict(data or {}),
             related=tuple(related),
+            help=help,
         )
 
 

@@ -13,7 +13,9 @@ other per-file results:
   whose first argument names autocast, or a name the file binds to it:
   `ac = torch.autocast`, `autocast as ac`);
   "g" -- it builds a GradScaler (another file may call that per epoch, or
-  save the checkpoint without it);
+  save the checkpoint without it); "f" -- it sets a framework's mixed
+  precision (Lightning `Trainer(precision=...)`, `Accelerator(mixed_precision=...)`,
+  `TrainingArguments(fp16=True)`), which runs the hooks of the model it is given;
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one), packed into one string (`imports_of` unpacks it):
@@ -22,8 +24,10 @@ other per-file results:
 
 `universe` then takes the BCE files, the files that import them (transitively,
 a bounded number of levels), the precision-setting files those import, and
-the optimizer files and files holding an autocast in a `partial`; what these import is loaded when a name leads there
-(`graph.Project`).
+the optimizer files, the GradScaler files with their direct importers, and
+files holding an autocast in a `partial` or setting a framework's precision;
+what these import is loaded when a name leads there (`graph.Project`, whose
+`reached` follows calls out of autocast regions into the modules they lead to).
 """
 from __future__ import annotations
 
@@ -51,6 +55,13 @@ _SETS_PRECISION = (
     ("precision", re.compile(r"precision\s*="), False),
     ("fp16", re.compile(r"fp16\s*=\s*True"), True),
     ("bf16", re.compile(r"bf16\s*=\s*True"), True),
+    ("partial", re.compile(r"partial\s*\(\s*[\w.]*autocast\b"), False),  # an autocast held for later
+)
+#: a framework's mixed-precision setting in its constructor call (literal first, then the call)
+_FRAMEWORKS = (
+    ("Trainer", re.compile(r"Trainer\s*\([^)]*\bprecision\s*=")),
+    ("Accelerator", re.compile(r"Accelerator\s*\([^)]*\bmixed_precision\s*=")),
+    ("TrainingArguments", re.compile(r"TrainingArguments\s*\([^)]*\b(?:fp16|bf16)\s*=\s*True")),
 )
 #: `partial(X`
 _PARTIAL = re.compile(r"partial\s*\(\s*([\w.]+)")
@@ -85,6 +96,8 @@ def text_index(source: str) -> Dict[str, str]:
             roles += "h"  # an autocast held in a `partial`, maybe entered later
         if "GradScaler(" in source:
             roles += "g"
+        if any(literal in source and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
+            roles += "f"  # a framework runs the project's hooks under this precision
     imports: List[List[object]] = []
     if "import" in source:
         for m in _import_statements(source):
@@ -265,11 +278,12 @@ class ModuleIndex:
 def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, str]]) -> List[str]:
     """The files the project model starts from: the BCE files, their importers up to
     `UP_LEVELS` levels, the precision-setting files any of those import, the
-    optimizer files, files holding an autocast in a `partial`, and the files
-    building a GradScaler with their direct importers. Empty when none is there.
+    optimizer files, files holding an autocast in a `partial` or setting a
+    framework's mixed precision, and the files building a GradScaler with their
+    direct importers. Empty when none is there.
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
-    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohg")]
+    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgf")]
     if not seeds and not optimizers:
         return []
     chosen: Set[str] = set(seeds) | set(optimizers)

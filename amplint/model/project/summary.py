@@ -21,9 +21,12 @@ import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
+from ...core.gates import overflowing_literal_site
+from . import disabled, loaders, masks
+from .astutil import dotted, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 1
+VERSION = 2
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -47,21 +50,16 @@ def summarize(source: str) -> Optional[Dict[str, Any]]:
     return _Summarizer(source).run(tree)
 
 
-def dotted(node: Optional[ast.AST]) -> Optional[str]:
-    """`a.b.c` for a Name/Attribute chain, else None."""
-    parts: List[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
 
 
 class _Summarizer:
     def __init__(self, source: str) -> None:
+        self.source = source
         self.lines = source.splitlines()
+        #: AMP301's text gate: whether any big constant sits where a mask site can be
+        self.overflows = overflowing_literal_site(source)
+        #: whether the file may open `autocast(enabled=False)` (AMP204's helper end)
+        self.disables = "enabled" in source and "False" in source
         self.loops = 0  # loop bodies around the statement being read, in its function
         self.branches = 0  # if/else bodies around it
         self.imports: Dict[str, List[Any]] = {}
@@ -69,6 +67,10 @@ class _Summarizer:
         self.functions: Dict[str, Dict[str, Any]] = {}
         self.regions: List[Dict[str, Any]] = []
         self.frameworks: List[Dict[str, Any]] = []
+        #: per function: (name, value) of its plain assignments so far, in order (mask sites read them)
+        self.history: Dict[str, masks.History] = {}
+        self.region_now = -1  # the autocast region of the statement being read
+        self.aware: Dict[str, bool] = {}  # per function: it tests a dtype (its constants are dtype-aware)
 
     # ------------------------------------------------------------------ driver
 
@@ -124,6 +126,8 @@ class _Summarizer:
             "casts": [],
         }
         self.functions[qual] = info
+        self.history[qual] = masks.History()
+        self.aware[qual] = masks.dtype_aware(body) if qual != "<module>" and self.overflows else True
         outer = self.loops, self.branches
         self.loops = self.branches = 0
         for stmt in body:
@@ -131,6 +135,7 @@ class _Summarizer:
         self.loops, self.branches = outer
 
     def _statement(self, stmt: ast.stmt, qual: str, info: Dict[str, Any], cls: Optional[str], region: int) -> None:
+        self.region_now = region
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             self._def(stmt, qual, cls if qual == "<module>" or cls is None else None, info)
             return
@@ -152,6 +157,7 @@ class _Summarizer:
             value = stmt.value
             if value is not None:
                 self._expression(value, qual, info, region)
+                self._masks(value, qual, info, region)
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 for target in targets:
                     self._bind(target, value, info, cls, qual)
@@ -160,13 +166,19 @@ class _Summarizer:
         if isinstance(stmt, ast.Return):
             if stmt.value is not None:
                 self._expression(stmt.value, qual, info, region)
+                self._masks(stmt.value, qual, info, region)
                 ref = self.vref(stmt.value)
                 if ref is not None:
                     info["returns"].append(ref)
             return
         if isinstance(stmt, ast.Expr):
             self._expression(stmt.value, qual, info, region)
+            self._masks(stmt.value, qual, info, region)
             self._in_place_cast(stmt.value, info)
+            return
+        if isinstance(stmt, ast.AugAssign):
+            self._expression(stmt.value, qual, info, region)
+            self._masks(stmt.value, qual, info, region, target=stmt.target if isinstance(stmt.op, (ast.Add, ast.Sub)) else None)
             return
         # compound statements: their expressions, then their bodies, in the same region
         looping = isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
@@ -245,6 +257,8 @@ class _Summarizer:
                 out = {"c": spelled, "a": [self.vref(a) for a in node.args if not isinstance(a, ast.Starred)], "k": {k.arg: self.vref(k.value) for k in node.keywords if k.arg}}
                 if spelled.rsplit(".", 1)[-1] == "partial" and node.args:
                     out["p"] = dotted(node.args[0]) or ""
+                if spelled.rsplit(".", 1)[-1] in loaders.LAST_NAMES:
+                    out["r"] = row  # a library loader's call is where its weights became fp16
         elif isinstance(node, (ast.Name, ast.Attribute)):
             spelled = dotted(node)
             if spelled is not None:
@@ -287,6 +301,14 @@ class _Summarizer:
 
     def _bind(self, target: ast.AST, value: ast.AST, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:  # `q, k, v = self.qkv(x).chunk(3, -1)`: each is made by the value
+                if isinstance(t, ast.Name):
+                    self.history[qual].add(t.id, value, self.region_now)
+            first = target.elts[0] if target.elts else None
+            if isinstance(first, ast.Name) and isinstance(value, ast.Call):
+                ref = self.vref(value)
+                if ref is not None and "r" in ref:  # `model, preprocess = clip.load(...)`: a loader's model
+                    info["locals"].setdefault(first.id, []).append({**ref, "e0": 1})
             # `model, opt = accelerator.prepare(model, opt)`: element i is argument i
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "prepare":
                 for t, a in zip(target.elts, value.args):
@@ -297,6 +319,8 @@ class _Summarizer:
                 self._bind(target, alternative, info, cls, qual)
             return
         name = dotted(target)
+        if isinstance(target, ast.Name):
+            self.history[qual].add(target.id, value, self.region_now)
         ref = self.vref(value)
         if name is None or ref is None:
             return
@@ -317,14 +341,26 @@ class _Summarizer:
             if tag in ("to:fp16", "to:bf16", "to:fp32") and subject is not None:
                 info["casts"].append([subject, tag[3:], expr.lineno])
 
+    def _masks(self, expr: ast.AST, qual: str, info: Dict[str, Any], region: int, target: Optional[ast.AST] = None) -> None:
+        """Overflowing mask constants of a statement (`masks.py`), unless the function tests a dtype."""
+        if self.disables and qual != "<module>" and disabled.disabled_alone(self.regions, region):
+            found = disabled.uses(self, expr, self.functions[qual]["params"], self.history[qual], region)
+            if found:
+                info.setdefault("disabled", []).extend(found)
+        if not self.overflows or self.aware.get(qual, True):
+            return
+        found = masks.sites(self, expr, self.history[qual], self.history["<module>"], region, target)
+        if found:
+            info.setdefault("masks", []).extend(found)
+
     # ------------------------------------------------------------------ calls
 
     def _expression(self, expr: ast.AST, qual: str, info: Dict[str, Any], region: int) -> None:
         for node in _walk_expression(expr):
             if isinstance(node, ast.Call):
-                self._call(node, info, region)
+                self._call(node, info, region, qual)
 
-    def _call(self, node: ast.Call, info: Dict[str, Any], region: int) -> None:
+    def _call(self, node: ast.Call, info: Dict[str, Any], region: int, qual: str) -> None:
         spelled = dotted(node.func)
         record: Dict[str, Any] = {
             "f": spelled or "",
@@ -344,7 +380,25 @@ class _Summarizer:
             inner = self.vref(node.func)
             if inner is not None:
                 record["fv"] = inner  # `nn.BCELoss()(p, y)`, `Net().cuda()(x)`
+        if node.args and qual != "<module>" and (spelled is None or self.qualname(spelled) is None):
+            carried = self._carried(node, info, region, qual)
+            if carried:
+                record["ap"] = carried
         info["calls"].append(record)
+
+    def _carried(self, node: ast.Call, info: Dict[str, Any], region: int, qual: str) -> Dict[str, Any]:
+        """What the positional arguments of a project call carry into it (`disabled.passed`),
+        by position: low-precision tensors made in the call's own region, and parameters
+        passed on."""
+        enabled = region < 0 or self.regions[region].get("enabled") is not False  # none here: the callers' may be
+        out: Dict[str, Any] = {}
+        for i, arg in enumerate(node.args):
+            if isinstance(arg, ast.Starred):
+                break
+            found = disabled.passed(self, arg, info["params"], self.history[qual], region, enabled)
+            if found is not None:
+                out[str(i)] = found
+        return out
 
     def _column(self, row: int, byte_offset: int) -> int:
         """ast counts UTF-8 bytes; diagnostics count characters (1-based)."""
@@ -455,27 +509,7 @@ def autocast_arguments(s: "_Summarizer", call: ast.Call, qualname: str) -> Tuple
     return device, dtype, enabled
 
 
-def _number(node: ast.AST) -> Optional[float]:
-    """The value of `1e-8`, `-1e9`; None for anything else."""
-    sign = 1.0
-    while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        sign = -sign if isinstance(node.op, ast.USub) else sign
-        node = node.operand
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return sign * float(node.value)
-    return None
 
 
 def _constant(node: Optional[ast.AST]) -> Any:
     return node.value if isinstance(node, ast.Constant) else None
-
-
-def _walk_expression(expr: ast.AST):
-    """The nodes of an expression, not descending into lambdas (they run later, elsewhere)."""
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Lambda):
-            continue
-        yield node
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))

@@ -1,0 +1,187 @@
+"""Checkpoints across files: an fp16 model saved by a trainer in another file (AMP401), and
+a resume helper that never restores the GradScaler the loop owns (AMP402)."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Dict, List
+
+from amplint import Config, lint_paths
+
+MODEL = """
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def write(root: Path, files: Dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "p"\n')
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def run(root: Path, codes: str, paths: List[str] = None):
+    return lint_paths(paths or [str(root)], Config(select=frozenset(codes.split()))).diagnostics
+
+
+def where(d) -> str:
+    return f"{Path(d.filename).name}:{d.location.row}"
+
+
+# ------------------------------------------------------------------ AMP401
+
+
+def builder(cast: str) -> str:
+    return f"""
+        import torch
+        from .net import Net
+
+        def build(cfg):
+            model = Net()
+            model{cast}
+            return model.cuda()
+    """
+
+
+TRAINER = """
+    import torch
+    from .builder import build
+
+    def train(cfg, loader, out):
+        model = build(cfg)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = (model(x) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, out + "/last.pt")
+        {after}
+        torch.save(model.state_dict(), out + "/final.pt")
+"""
+
+
+def project(tmp_path: Path, cast: str, after: str = "pass") -> Path:
+    return write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/net.py": MODEL,
+        "pkg/builder.py": builder(cast),
+        "pkg/engine.py": TRAINER.replace("{after}", after),
+        "main.py": """
+            from pkg.engine import train
+
+            train(cfg, loader, "runs")
+        """,
+    })
+
+
+def test_an_fp16_model_built_in_another_file_is_one_finding_per_trainer(tmp_path):
+    root = project(tmp_path, ".half()")
+    found = run(root, "AMP401")
+    assert [where(d) for d in found] == ["engine.py:13"], "one bug, one finding"
+    d = found[0]
+    assert "`torch.save` writes the fp16 weights of `model`, a `Net` that pkg/builder.py:7 made fp16" in d.message
+    assert [(Path(r.filename).name, r.location.row, r.message) for r in d.related] == [
+        ("builder.py", 7, "made fp16 here"), ("engine.py", 15, "also saved"),
+    ]
+    assert [where(x) for x in run(root, "AMP401", [str(root / "pkg" / "engine.py")])] == ["engine.py:13"]
+
+
+def test_bf16_fp32_casts_back_and_optimizer_state_stay_silent(tmp_path):
+    assert run(project(tmp_path / "bf16", ".to(torch.bfloat16)"), "AMP401") == []
+    assert run(project(tmp_path / "fp32", ".half()", after="model.float()"), "AMP401") == []
+    root = project(tmp_path / "opt", ".half()")
+    engine = root / "pkg" / "engine.py"
+    engine.write_text(engine.read_text().replace('"model": model.state_dict(), ', "").replace("torch.save(model.state_dict()", "torch.save(opt.state_dict()"))
+    assert run(root, "AMP401") == []
+
+
+# ------------------------------------------------------------------ AMP402: the resume side
+
+CKPT = """
+    import torch
+
+    def load_checkpoint(path, model, optimizer{extra}):
+        state = torch.load(path, map_location="cpu")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        {restore}
+        return state["epoch"] + 1
+
+    def save_checkpoint(path, model, optimizer, epoch):
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+"""
+
+LOOP = """
+    import torch
+    from utils.ckpt import load_checkpoint, save_checkpoint
+
+    def main(args, model, loader):
+        optimizer = torch.optim.AdamW(model.parameters())
+        scaler = torch.amp.GradScaler("cuda")
+        start = load_checkpoint(args.resume, model, optimizer{passed}) if args.resume else 0
+        for epoch in range(start, args.epochs):
+            for x, y in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x, y)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+            {save}
+"""
+
+OWN_SAVE = 'torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "last.pt")'
+GOOD_SAVE = 'torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, "last.pt")'
+
+
+def resume_project(root: Path, save: str, extra: str = "", restore: str = "pass", passed: str = "") -> Path:
+    return write(root, {
+        "utils/__init__.py": "",
+        "utils/ckpt.py": CKPT.replace("{extra}", extra).replace("{restore}", restore),
+        "train.py": LOOP.replace("{passed}", passed).replace("{save}", save),
+    })
+
+
+def test_a_resume_helper_that_skips_the_scaler_is_found_at_the_call(tmp_path):
+    root = resume_project(tmp_path, GOOD_SAVE)
+    found = run(root, "AMP402")
+    assert [where(d) for d in found] == ["train.py:8"]
+    assert "`load_checkpoint` (utils/ckpt.py:7) resumes `optimizer` but never restores `scaler`" in found[0].message
+    assert [(Path(r.filename).name, r.location.row) for r in found[0].related] == [("ckpt.py", 7)]
+    assert [where(d) for d in run(root, "AMP402", [str(root / "train.py")])] == ["train.py:8"]
+
+
+def test_the_resume_joins_the_save_finding_of_the_same_scaler(tmp_path):
+    # the save through the helper (a cross-file finding): one finding, the resume related
+    found = run(resume_project(tmp_path / "helper", "save_checkpoint('last.pt', model, optimizer, epoch)"), "AMP402")
+    assert [where(d) for d in found] == ["train.py:17"]
+    assert [(r.location.row, r.message) for r in found[0].related][-1] == (8, "restored without it")
+    # the loop's own torch.save (a per-file finding): the same
+    found = run(resume_project(tmp_path / "own", OWN_SAVE), "AMP402")
+    assert [where(d) for d in found] == ["train.py:17"]
+    assert [(r.location.row, r.message) for r in found[0].related] == [(8, "restored without it")]
+
+
+def test_a_resume_that_restores_or_is_given_the_scaler_stays_silent(tmp_path):
+    restores = resume_project(tmp_path / "r", GOOD_SAVE, extra=", scaler=None", restore='scaler.load_state_dict(state["scaler"])', passed=", scaler=scaler")
+    assert run(restores, "AMP402") == []
+    after = resume_project(tmp_path / "a", GOOD_SAVE)
+    train = after / "train.py"
+    train.write_text(train.read_text().replace("    for epoch", "    scaler.load_state_dict(torch.load(args.resume)['scaler'])\n    for epoch", 1))
+    assert run(after, "AMP402") == []
+    moved = resume_project(tmp_path / "m", GOOD_SAVE)
+    ckpt = moved / "utils" / "ckpt.py"
+    ckpt.write_text(ckpt.read_text().replace('state = torch.load(path, map_location="cpu")', "state = path"))
+    assert run(moved, "AMP402") == [], "no torch.load: a state handed over, not a resume"
