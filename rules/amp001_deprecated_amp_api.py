@@ -495,7 +495,7 @@ def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:
     apis = {DEPRECATED_AMP.get(q) for q in ref.qualnames}
     if None in apis or len({a.old for a in apis}) != 1:
         return None  # not deprecated, or ambiguous (a try/except ImportError fallback)
-    api = next(iter(apis))
+    api = DEPRECATED_AMP[min(ref.qualnames)]  # the same `old` either way; min keeps the pick fixed
     if ref.annotation or ctx.is_rebound(ref.root) or _gated(ctx, ref):
         return None
     if api.kind == "autocast" and ref.call is not None and any(

@@ -202,7 +202,7 @@ with torch.autocast(device_type="cpu"):
             edits = rewrite_with_imports(ctx, self.code, ref, flagged, lambda r, p: _rewrite(ctx, r, p))
             needs = "" if ctx.config.torch_version is not None else " (needs torch >= 1.10)"
             fix = make_fix(f"Use `torch.autocast(device_type=...)`{needs}", edits, safe=True) if edits else None
-            old = DEPRECATED_AMP[next(iter(ref.qualnames))].old
+            old = DEPRECATED_AMP[min(ref.qualnames)].old  # min: a name bound two ways reads the same in every process
             spelled = ctx.code_for(ref.node)
             name = f"`{old}`" if spelled == old else f"`{spelled}` (`{old}`)"
             message = f"{name} has no `device_type` parameter; this call raises `TypeError`"
@@ -239,7 +239,7 @@ def _rewrite(ctx: ModuleContext, ref: Reference, prefix: str) -> Optional[List]:
     if version is not None and version < (1, 10):
         return None
     call: cst.Call = ref.call
-    api = DEPRECATED_AMP[next(iter(ref.qualnames))]
+    api = DEPRECATED_AMP[min(ref.qualnames)]  # min, not the set's hash order
     if not call_is_plain(call) or sum(1 for a in call.args if a.keyword is None) > len(api.params):
         return None
     return [replace_node(ctx, ref.node, f"{prefix}.autocast"), *insert_keyword_edits(ctx, call, api.params)]

@@ -548,7 +548,7 @@ def _master_wrapped(ctx: ModuleContext, key: str) -> bool:
     from amplint.model import dotted_name
 
     for call in ctx.calls:
-        callee = call.dotted or next(iter(call.qualnames), "") or ""
+        callee = call.dotted or min(call.qualnames, default="")
         if not _MASTER_WRAPPER.search(callee):
             continue
         if any(dotted_name(a.value) == key for a in call.node.args):

@@ -339,7 +339,7 @@ def _op_of(ctx: ModuleContext, call: CallInfo, ops: Dict[str, _Op], namespaces: 
     dotted = call.dotted or ""
     if dotted in ops:
         return ops[dotted]
-    for q in call.qualnames:
+    for q in sorted(call.qualnames):  # sorted: the op named must not follow the hash seed
         parts = q.split(".")
         if len(parts) >= 4 and parts[:2] == ["torch", "ops"]:
             ns, name = parts[2], parts[3]

@@ -356,7 +356,7 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
         qualnames = self.ctx.imports.qualnames(node)
-        for q in qualnames:
+        for q in sorted(qualnames):  # sorted: the first dtype found must not follow the hash seed
             d = torchapi.dtype_of_qualname(q)
             if d in ("fp16", "bf16"):
                 self.ctx.dtype_refs.append((d, node))

@@ -148,7 +148,7 @@ class ModuleContext:
         s = literal_string(node)
         if s is not None:
             return torchapi.DTYPE_STRINGS.get(s.replace("torch.", ""))
-        for q in self.qualnames(node):
+        for q in sorted(self.qualnames(node)):  # sorted: the first dtype found must not follow the hash seed
             d = torchapi.dtype_of_qualname(q)
             if d:
                 return d

@@ -113,7 +113,7 @@ def _call_op(ctx: ModuleContext, call: CallInfo) -> Optional[AutocastOp]:
     def make(op: str, inputs: Tuple[cst.BaseExpression, ...]) -> AutocastOp:
         return AutocastOp(node, op, inputs, call.scope, call.path, call.region, call.order, call.statement)
 
-    for q in call.qualnames:
+    for q in sorted(call.qualnames):  # sorted: a name bound two ways picks the same op in every process
         op = torchapi.AUTOCAST_OP_FUNCTIONS.get(q)
         if op is not None:
             return make(op, args)

@@ -341,7 +341,8 @@ class Project:
         for base in self.summaries[path]["classes"][cls]["bases"]:
             if not base:
                 continue
-            for t in self.name_types(path, "<module>", base):
+            # sorted: a base bound two ways gives the same MRO in every process
+            for t in sorted(self.name_types(path, "<module>", base), key=repr):
                 if t[0] == "C" and (t[1], t[2]) not in out:
                     out.extend(x for x in self.mro(t[1], t[2], _depth + 1) if x not in out)
         return out
@@ -778,7 +779,8 @@ class Project:
         device, dtype, enabled = held[0][1], held[0][2], held[0][3]
         if len(held) < len(types) or any(h[1:] != held[0][1:] for h in held):
             # `amp_autocast = partial(torch.autocast, ...) if amp else suppress`: decided at run time
-            enabled = None if enabled is not False else False
+            # off only if every binding is off: not whichever the hash seed listed first
+            enabled = False if all(h[3] is False for h in held) else None
             if any(h[1] != device for h in held):
                 device = None
             if any(h[2] != dtype for h in held):
@@ -829,7 +831,7 @@ class Project:
         for decorator in info["decorators"] if info is not None else ():
             if decorator:
                 scope = "<module>" if "." not in key[1] else key[1].rsplit(".", 1)[0]
-                for t in self.name_types(key[0], scope, decorator):
+                for t in sorted(self.name_types(key[0], scope, decorator), key=repr):  # not set order
                     region = self.decorator_region(t)
                     if region is not None:
                         out.append(region)
@@ -886,7 +888,7 @@ class Project:
                 models |= self._value(path, fw["func"], record["k"].get("model"))
         out: List[FuncKey] = []
         hooks = _LIGHTNING_HOOKS if fw["kind"] == "lightning" else _FORWARD
-        for t in models:
+        for t in sorted(models, key=repr):  # sorted: the entries' order must not follow the hash seed
             if t[0] != "I":
                 continue
             for hook in hooks:  # the nearest definition of each hook
