@@ -1,4 +1,6 @@
 """A tiny DDP run for torchrun on CPU (gloo): fp16 autocast + GradScaler("cpu"); prints "done" per rank."""
+import sys
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -21,7 +23,7 @@ def main():
         scaler.update()
         opt.zero_grad()
     dist.destroy_process_group()
-    print("done", rank)
+    sys.stdout.write(f"done {rank}\n")  # one write: two ranks share the pipe, print() writes word by word
 
 
 if __name__ == "__main__":
