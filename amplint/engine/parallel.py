@@ -121,13 +121,14 @@ def facts_of_source(source: str, path: str, config: Config) -> Any:
     import libcst as cst
 
     from ..model.context import ModuleContext
+    from ..model.parse import parse_module
     from .pipeline import run_guarded, too_deep
 
     if too_deep(source) is not None:  # libcst would overflow the C stack
         return None
 
     def build() -> Any:
-        ctx = ModuleContext.build(cst.parse_module(source), source, path, config)
+        ctx = ModuleContext.build(parse_module(source), source, path, config)
         facts = ctx.facts
         ctx.release()
         return facts

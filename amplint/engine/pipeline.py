@@ -325,9 +325,10 @@ def _parse_and_check(source: str, path: str, config: Config, active: Sequence[Ty
     import libcst as cst
 
     from ..model.context import ModuleContext
+    from ..model.parse import parse_module
 
     try:
-        module = cst.parse_module(source)
+        module = parse_module(source)
     except cst.ParserSyntaxError as exc:
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, exc.raw_line, exc.raw_column + 1, f"SyntaxError: {exc.message}"))
