@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+from collections import deque
 from typing import Iterator, List, Optional
 
 
@@ -29,11 +30,41 @@ def number(node: ast.AST) -> Optional[float]:
 
 
 def walk_expression(expr: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of an expression, not descending into lambdas (they run later, elsewhere)."""
+    """The nodes of an expression in preorder, not descending into lambdas (they run later,
+    elsewhere). Children are read off each class's `_fields` directly: `ast.iter_child_nodes`
+    (a generator over `ast.iter_fields`) was most of the cost of summarising a big file."""
     stack = [expr]
+    pop, push = stack.pop, stack.append
     while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Lambda):
+        node = pop()
+        if node.__class__ is ast.Lambda:
             continue
         yield node
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+        children: List[ast.AST] = []
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, ast.AST):
+                children.append(value)
+            elif value.__class__ is list:
+                children.extend(v for v in value if isinstance(v, ast.AST))
+        while children:
+            push(children.pop())
+
+
+_NESTING = (ast.stmt, ast.excepthandler, getattr(ast, "match_case", ast.excepthandler))
+
+
+def imports(body: List[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every `import`/`from ... import` statement in `body` and the bodies nested in it
+    (functions, classes, branches, `try`), without visiting expressions: in the order
+    `ast.walk` meets them (breadth first), so the first binding of a name stays the same."""
+    queue = deque(body)
+    while queue:
+        node = queue.popleft()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+            continue
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if value.__class__ is list and value and isinstance(value[0], _NESTING):
+                queue.extend(value)

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .. import torchapi
 from ...core.gates import overflowing_literal_site
 from . import disabled, loaders, masks
-from .astutil import dotted, number as _number, walk_expression as _walk_expression
+from .astutil import dotted, imports as _imports, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
 VERSION = 2
@@ -87,7 +87,7 @@ class _Summarizer:
         }
 
     def _collect_imports(self, tree: ast.Module) -> None:
-        for node in ast.walk(tree):
+        for node in _imports(tree.body):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
