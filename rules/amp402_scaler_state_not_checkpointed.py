@@ -343,13 +343,13 @@ def train(model, opt, loader, resume=None):
         yield from saves.values()
 
     def _save(self, project: Project, call: ProjectCall) -> Iterator[Diagnostic]:
+        if not _scale_owners(project, call):
+            return  # no scaler here to leave out: resolve (and load) nothing
         scaler = None
         for key in project.callees(call):
             saved = project.saved_checkpoint(key) if key[0] != call.path else None
             if saved is None or _mentions_scaler(saved[1]):
                 continue
-            if scaler is None and not _scale_owners(project, call):
-                return  # no scaler here to leave out: resolve (and load) nothing
             scaler = scaler or _live_scaler(project, call, "state_dict")
             if scaler is None or _passes_scaler(call):
                 return
@@ -365,11 +365,13 @@ def train(model, opt, loader, resume=None):
             return
 
     def _resume(self, project: Project, call: ProjectCall) -> Iterator[Tuple[ProjectCall, str, str, ProjectCall]]:
+        if not _scale_owners(project, call):
+            return  # no scaler here to restore: resolve (and load) nothing
         for key in project.callees(call):
             restored = project.restored_checkpoint(key) if key[0] != call.path else None
             if restored is None:
                 continue
-            scaler = _live_scaler(project, call, "load_state_dict") if _scale_owners(project, call) else None
+            scaler = _live_scaler(project, call, "load_state_dict")
             if scaler is not None and not _passes_scaler(call):
                 yield call, scaler, key[1].rsplit(".", 1)[-1], restored
             return
