@@ -2,19 +2,20 @@
 notebook (`notebook.py`)."""
 from __future__ import annotations
 
-from typing import FrozenSet, Sequence, Type
+from typing import FrozenSet, Optional, Sequence, Type
 
 from ..core.config import Config
 from ..core.rule import Rule
 from .pipeline import FileResult, SYNTAX_ERROR_CODE, lint_file_source, read_file, syntax_error
 
 
-def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
+def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str], data: Optional[bytes] = None) -> FileResult:
+    """`data`: the file's bytes when the caller has read them already (a Python file)."""
     if path.lower().endswith(".ipynb"):
         from .notebook import lint_notebook_path
 
         return lint_notebook_path(path, config, rules, codes)
-    source, problem = read_file(path)
+    source, problem = read_file(path, data)
     if source is None:
         result = FileResult(path=path)
         if SYNTAX_ERROR_CODE in codes:

@@ -77,20 +77,22 @@ def _work(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
     config, rules, codes, kind = _STATE["config"], _STATE["rules"], _STATE["codes"], _STATE["kind"]
     st: Optional[Stat] = None
     digest: Optional[str] = None
+    data: Optional[bytes] = None
     read_at = now()
     if hashing:
         try:
             st = stat_key(os.stat(path))
-            digest = file_digest(read_bytes(path))
+            data = read_bytes(path)
+            digest = file_digest(data)
         except OSError:
-            st = digest = None
+            st = digest = data = None
         if known is not None and digest == known:
             return index, st, digest, read_at, None
     if kind == "facts":
         return index, st, digest, read_at, facts_of_path(path, config)
     from .dispatch import lint_path
 
-    return index, st, digest, read_at, lint_path(path, config, rules, codes)
+    return index, st, digest, read_at, lint_path(path, config, rules, codes, data)
 
 
 def facts_of_path(path: str, config: Config) -> Any:

@@ -409,12 +409,14 @@ def resolve_conditions(diagnostics: Iterable[Diagnostic], facts: ProjectFacts, c
     ]
 
 
-def read_file(path: str) -> Tuple[Optional[str], Optional[str]]:
-    """(text, None) or (None, a one-line reason the file cannot be read)."""
+def read_file(path: str, data: Optional[bytes] = None) -> Tuple[Optional[str], Optional[str]]:
+    """(text, None) or (None, a one-line reason the file cannot be read). `data`: the file's
+    bytes when the caller has read them already (to hash them), so they are read once."""
     from ..core.safe_read import NotRegularFile, read_bytes
 
     try:
-        data = read_bytes(path)  # never opens a pipe, socket or device
+        if data is None:
+            data = read_bytes(path)  # never opens a pipe, socket or device
     except NotRegularFile as exc:
         return None, exc.strerror
     except FileNotFoundError:
