@@ -135,3 +135,13 @@ def test_passing_equals_each_rule_alone():
     texts = ["", "autocast", "register_autocast only", "float16 save", "x = 1e9", "x=float8_e5m2", "unscale_ .update("]
     for text in texts:
         assert passing(specs, text) == [s for s in specs if s.passes_gate(text)]
+
+
+def test_every_guard_stands_for_several_triggers():
+    """A guard is searched to spare the scans of the triggers holding it: one held by fewer
+    than two triggers would only add a scan."""
+    from amplint.core.gating import GUARDS
+
+    triggers = {t for s in rule_specs() for t in s.triggers}
+    for guard in GUARDS:
+        assert sum(guard in t for t in triggers) >= 2, guard
