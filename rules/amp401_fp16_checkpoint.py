@@ -366,11 +366,7 @@ def _saved_state_dicts(ctx: ModuleContext, save: CallInfo) -> Iterator[Tuple[Opt
     obj = save.arg(0, "obj")
     nodes = [obj] if obj is not None else []
     if isinstance(obj, cst.Name):
-        found = [
-            a
-            for a in ctx.assignments_to(obj.value, save.scope)
-            if a.scope is save.scope and a.order < save.order and not a.unpacked
-        ]
+        found = ctx.assigned_before(obj.value, save)
         nodes = [found[-1].value] if found else []
     for node in nodes:
         for n in descendants(node):
@@ -383,14 +379,7 @@ def _saved_dict(ctx: ModuleContext, save: CallInfo) -> Optional[cst.Dict]:
     """The dict literal `save` writes, directly or through one local name assigned before it."""
     import libcst as cst
 
-    obj = save.arg(0, "obj")
-    if isinstance(obj, cst.Name):
-        found = [
-            a
-            for a in ctx.assignments_to(obj.value, save.scope)
-            if a.scope is save.scope and a.order < save.order and not a.unpacked
-        ]
-        obj = found[-1].value if found else None
+    obj = _assigned(ctx, save.arg(0, "obj"), save)
     return obj if isinstance(obj, cst.Dict) else None
 
 
@@ -418,13 +407,13 @@ def _fp16_module_copy(ctx: ModuleContext, casts, saved: cst.Dict, save: CallInfo
     return copy if resumes else None
 
 
-def _assigned(ctx: ModuleContext, value: cst.CSTNode, save: CallInfo) -> Optional[cst.CSTNode]:
+def _assigned(ctx: ModuleContext, value: Optional[cst.CSTNode], save: CallInfo) -> Optional[cst.CSTNode]:
     """`value`, or for a local name the value last assigned to it before `save` in its scope."""
     import libcst as cst
 
     if not isinstance(value, cst.Name):
         return value
-    found = [a for a in ctx.assignments_to(value.value, save.scope) if a.scope is save.scope and a.order < save.order and not a.unpacked]
+    found = ctx.assigned_before(value.value, save)
     return found[-1].value if found else None
 
 

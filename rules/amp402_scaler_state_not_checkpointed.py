@@ -464,11 +464,7 @@ def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
 
     obj = call.arg(0, "obj")
     if isinstance(obj, cst.Name):
-        found = [
-            a
-            for a in ctx.assignments_to(obj.value, call.scope)
-            if a.scope is call.scope and a.order < call.order and not a.unpacked
-        ]
+        found = ctx.assigned_before(obj.value, call)
         obj = found[-1].value if found else None
     if isinstance(obj, cst.Call) and dotted_name(obj.func) == "dict":
         entries = len(obj.args)
