@@ -547,7 +547,7 @@ def _runs_as_script(ctx: ModuleContext) -> bool:
 
 def _public(ctx: ModuleContext, cls: cst.ClassDef) -> bool:
     """A module-level class whose name does not start with `_`: importable by users."""
-    return not cls.name.value.startswith("_") and ctx.parent(cls) is ctx.module
+    return not cls.name.value.startswith("_") and any(stmt is cls for stmt in ctx.module.body)  # no parent map of the file
 
 
 def _class_data(ctx: ModuleContext, cls: cst.ClassDef) -> dict:
