@@ -29,18 +29,29 @@ created 0600 on first use). A store from another machine, another user or a
 hand-edited one fails the check and is ignored (and rewritten), so planted
 entries can neither hide a finding nor change a message; where no key can be
 kept (a read-only home), nothing is read from or written to the cache. The
-store is JSON (never pickle), replaced atomically (`core/atomic.py`: a
-temporary file renamed over the old one), so concurrent runs never see half a file (the last writer wins;
-the loser only loses reuse). A store that does not load (corrupt, truncated,
-another format) is ignored and rewritten.
+store holds plain data (dicts, lists, strings, numbers) in `marshal`'s format
+(never pickle: no code runs on load), one blob per kind inside one outer blob;
+nothing is decoded before the MAC of the whole file proves this user wrote it.
+marshal decodes the store several times faster than JSON, and a kind is
+decoded only when the run first asks for it: a warm run whose project findings
+are reused never decodes the summaries, and writes their blob back as it was
+read. The interpreter's cache tag is part of the fingerprint, so a store is
+read only by the interpreter that wrote it (marshal's format is CPython's).
+The store is replaced atomically (`core/atomic.py`: a temporary file renamed
+over the old one), so concurrent runs never see half a file (the last writer
+wins; the loser only loses reuse): a run that changed entries re-reads the
+store before writing only when another run replaced it since it was loaded.
+A store that does not load (corrupt, truncated, another format) is ignored and
+rewritten.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import hmac
-import json
+import marshal
 import os
+import sys
 import time
 from typing import Any, Dict, Iterable, Optional, Tuple
 
@@ -52,9 +63,9 @@ from ..core.safe_read import read_bytes
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
-FORMAT = 5  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows;
+FORMAT = 6  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows;
 #: 4: a MAC line first (the store is trusted only under this user's key); 5: a lint entry
-#: may hold the outcome of checking its offered fixes (`FIX_CHECKS`)
+#: may hold the outcome of checking its offered fixes (`FIX_CHECKS`); 6: marshal, one blob per kind
 #: the first line of a store: this, the format, and the MAC of the rest
 MAGIC = b"amplint-cache"
 KEY_BYTES = 32
@@ -152,7 +163,8 @@ def code_fingerprint() -> str:
 def fingerprint(config: Any, codes: Iterable[str], extra: str = "") -> str:
     """Everything but the file that decides a file's result."""
     h = hashlib.blake2b(digest_size=12)
-    h.update(f"{FORMAT}\0{code_fingerprint()}\0{config!r}\0{sorted(codes)!r}\0{extra}".encode())
+    tag = sys.implementation.cache_tag  # the store's format is this interpreter's marshal
+    h.update(f"{FORMAT}\0{tag}\0{code_fingerprint()}\0{config!r}\0{sorted(codes)!r}\0{extra}".encode())
     return h.hexdigest()
 
 
@@ -280,6 +292,8 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
             out["p"] = True
         if result.index is not None and (result.index.get("r") or result.index.get("i")):
             out["x"] = _enc(result.index)
+        import json  # the payload must be plain data (JSON's types): what a warm run decodes is what it was
+
         if decode_result(result.path, json.loads(json.dumps(out))).diagnostics != result.diagnostics:
             return None
         return out
@@ -320,8 +334,10 @@ class Cache:
 
     def __init__(self, directory: str, fingerprint: str) -> None:
         self.directory = directory
-        self.path = os.path.join(directory, f"amplint-{fingerprint}.json")
-        self.entries: Dict[str, Dict[str, list]] = _empty()
+        self.path = os.path.join(directory, f"amplint-{fingerprint}.store")
+        self.entries: Dict[str, Dict[str, list]] = _Entries()
+        #: the store file as this run loaded it (device, inode, size, mtime): unchanged at save, not re-read
+        self._loaded: Optional[Tuple[int, int, int, int]] = None
         self._changed: Dict[str, Dict[str, list]] = _empty()
         self.hits = 0
         self.misses = 0
@@ -335,7 +351,7 @@ class Cache:
         self._load()
 
     def _load(self) -> None:
-        self.entries = _read_store(self.path, self.key)
+        self.entries, self._loaded = _load_store(self.path, self.key)
 
     # an entry: [mtime_ns, size, digest, read_at (seconds), encoded result]
 
@@ -448,16 +464,21 @@ class Cache:
         try:
             os.makedirs(self.directory, exist_ok=True)
             _write_gitignore(self.directory)
-            merged = _read_store(self.path, self.key)
-            for kind, changed in self._changed.items():
-                merged[kind].update(changed)
-            payload = json.dumps({"format": FORMAT, "version": __version__, "entries": merged}, separators=(",", ":")).encode("utf-8")
+            if self._loaded is not None and _file_id(self.path) == self._loaded:
+                merged = self.entries  # no other run replaced the store: it holds every change already
+            else:
+                merged, _ = _load_store(self.path, self.key)
+                for kind, changed in self._changed.items():
+                    if changed:
+                        merged[kind].update(changed)
+            payload = encode_store(merged)
             header = b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload))
             # a store is made anew: a link planted in its place is replaced, not followed, and
-            # a planted file's mode bits are not kept
-            replace_atomically(self.path, header + payload, keep_mode=False)
-        except OSError:
-            return  # a read-only tree or a full disk: run without a cache
+            # a planted file's mode bits are not kept; not fsynced: a torn store fails its MAC
+            replace_atomically(self.path, header + payload, keep_mode=False, durable=False)
+        except (OSError, ValueError):  # a read-only tree, a full disk (or data marshal refuses): no cache
+            return
+        self.entries, self._loaded = merged, None  # a later save re-reads what others wrote since
         self._changed = _empty()
 
 
@@ -474,44 +495,100 @@ def _unchanged(entry: list, st: Optional[Stat]) -> bool:
 
 
 def _empty() -> Dict[str, Dict[str, list]]:
-    return {"lint": {}, "facts": {}, **{k: {} for k in RAW_KINDS}}
+    return {kind: {} for kind in KINDS}
+
+
+#: every kind of entry, in the order a store holds them
+KINDS = ("lint", "facts", *RAW_KINDS)
 
 
 def _decode(kind: str, path: str, payload: Dict[str, Any]) -> Any:
     return payload if kind in RAW_KINDS else decode_result(path, payload)
 
 
+class _Entries(dict):
+    """A store's entries by kind ({kind: {path: entry}}), each kind decoded from its blob
+    on first use; `blobs` holds the kinds not decoded yet, written back as they are."""
+
+    def __init__(self, blobs: Optional[Dict[str, bytes]] = None) -> None:
+        super().__init__()
+        self.blobs: Dict[str, bytes] = blobs or {}
+
+    def __missing__(self, kind: str) -> Dict[str, list]:
+        if kind not in KINDS:
+            raise KeyError(kind)
+        found = _decode_kind(self.blobs.pop(kind, None))
+        self[kind] = found
+        return found
+
+
+def _decode_kind(blob: Optional[bytes]) -> Dict[str, list]:
+    """The well-formed entries of one kind's blob (none when it does not decode)."""
+    if blob is None:
+        return {}
+    try:
+        entries = marshal.loads(blob)
+    except (ValueError, EOFError, TypeError):
+        return {}
+    if not isinstance(entries, dict):
+        return {}
+    return {
+        p: e
+        for p, e in entries.items()
+        if isinstance(p, str) and isinstance(e, list) and len(e) == 5 and isinstance(e[0], int) and isinstance(e[1], int) and isinstance(e[2], str) and isinstance(e[3], (int, float)) and isinstance(e[4], dict)
+    }
+
+
+def encode_store(entries: Dict[str, Dict[str, list]]) -> bytes:
+    """A store's payload (what its MAC covers): the kinds not decoded are written as read."""
+    blobs = getattr(entries, "blobs", {})
+    kinds = {}
+    for kind in KINDS:
+        if dict.__contains__(entries, kind):
+            kinds[kind] = marshal.dumps(dict.__getitem__(entries, kind))
+        elif kind in blobs:
+            kinds[kind] = blobs[kind]
+    return marshal.dumps({"format": FORMAT, "version": __version__, "kinds": kinds})
+
+
+def _file_id(path: str) -> Optional[Tuple[int, int, int, int]]:
+    """What tells one version of a file from another: a replaced store is a new inode."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _read_store(path: str, key: Optional[bytes]) -> Dict[str, Dict[str, list]]:
     """The entries of the store at `path` if its MAC proves `key`'s owner wrote it, else none."""
-    empty = _empty()
+    return _load_store(path, key)[0]
+
+
+def _load_store(path: str, key: Optional[bytes]) -> Tuple["_Entries", Optional[Tuple[int, int, int, int]]]:
+    """(`_read_store`'s entries, the file's id as read: taken before reading, so a store
+    replaced meanwhile reads as changed at save)."""
+    empty = _Entries()
     if key is None:
-        return empty
+        return empty, None
+    loaded = _file_id(path)
     try:
         raw = read_bytes(path)  # a planted pipe named like a store is never opened
     except OSError:
-        return empty
+        return empty, None
     header, _, payload = raw.partition(b"\n")
     parts = header.split(b" ")
     if len(parts) != 3 or parts[0] != MAGIC or parts[1] != b"%d" % FORMAT:
-        return empty
+        return empty, loaded
     if not hmac.compare_digest(parts[2], _mac(key, os.path.basename(path), payload)):
-        return empty  # written by another machine or user, or edited: never trusted
+        return empty, loaded  # written by another machine or user, or edited: never trusted
     try:
-        data = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
-        return empty
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), dict):
-        return empty
-    out = empty
-    for kind in out:
-        entries = data["entries"].get(kind)
-        if isinstance(entries, dict):
-            out[kind] = {
-                p: e
-                for p, e in entries.items()
-                if isinstance(e, list) and len(e) == 5 and isinstance(e[0], int) and isinstance(e[1], int) and isinstance(e[2], str) and isinstance(e[3], (int, float)) and isinstance(e[4], dict)
-            }
-    return out
+        data = marshal.loads(payload)  # only now: these are bytes this user's amplint wrote
+    except (ValueError, EOFError, TypeError):
+        return empty, loaded
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("kinds"), dict):
+        return empty, loaded
+    return _Entries({k: v for k, v in data["kinds"].items() if k in KINDS and isinstance(v, bytes)}), loaded
 
 
 def _write_gitignore(directory: str) -> None:
