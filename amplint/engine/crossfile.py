@@ -18,54 +18,86 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Related
 from ..core.safe_read import read_bytes
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .discovery import WalkRecord
+
 #: files whose presence makes a folder a project root
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+#: what `project_root` asks of a folder: the run's walk notes them as it lists (`WalkRecord`)
+ROOT_NAMES = (*ROOT_MARKERS, "__init__.py")
 
 
-def project_root(path: str, _memo: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
+def project_root(path: str) -> Optional[str]:
     """The nearest folder above `path` (absolute) that holds a project marker; else, for a
     file inside a package, the folder holding its topmost package (an unpacked wheel or
     sdist); else None."""
-    root = _marked_root(path, _memo)
-    if root is not None:
-        return root
-    folder = os.path.dirname(path)
-    top = None
-    while os.path.exists(os.path.join(folder, "__init__.py")):
-        top = folder
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    return os.path.dirname(top) if top is not None else None
+    return _Roots().root(path)
 
 
-def _marked_root(path: str, _memo: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
-    folder = os.path.dirname(path)
-    seen: List[str] = []
-    root: Optional[str] = None
-    while True:
-        if _memo is not None and folder in _memo:
-            root = _memo[folder]
-            break
-        seen.append(folder)
-        if any(os.path.exists(os.path.join(folder, m)) for m in ROOT_MARKERS):
-            root = folder
-            break
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    if _memo is not None:
+class _Roots:
+    """`project_root` for many files: each folder is asked about once (whether it holds a
+    marker, an `__init__.py`), through `exists` (`os.path.exists(os.path.join(folder,
+    name))`, or a `WalkRecord`'s answer from the listing the run's walk made)."""
+
+    def __init__(self, exists: Optional[Callable[[str, str], bool]] = None) -> None:
+        self.exists = exists or (lambda folder, name: os.path.exists(os.path.join(folder, name)))
+        self._marked: Dict[str, Optional[str]] = {}  # folder -> the nearest marked folder at or above it
+        self._top: Dict[str, Optional[str]] = {}  # folder -> the topmost package holding it (None: no package)
+
+    def root(self, path: str) -> Optional[str]:
+        folder = os.path.dirname(path)
+        marked = self._marked_root(folder)
+        if marked is not None:
+            return marked
+        top = self._package_top(folder)
+        return os.path.dirname(top) if top is not None else None
+
+    def _marked_root(self, folder: str) -> Optional[str]:
+        seen: List[str] = []
+        root: Optional[str] = None
+        while True:
+            if folder in self._marked:
+                root = self._marked[folder]
+                break
+            seen.append(folder)
+            if any(self.exists(folder, m) for m in ROOT_MARKERS):
+                root = folder
+                break
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
         for f in seen:
-            _memo[f] = root
-    return root
+            self._marked[f] = root
+        return root
+
+    def _package_top(self, folder: str) -> Optional[str]:
+        """The highest folder of the unbroken run of packages (`__init__.py`) from `folder` up."""
+        chain: List[str] = []
+        above: Optional[str] = None  # the answer for the folder above the chain
+        current = folder
+        while True:
+            if current in self._top:
+                above = self._top[current]
+                break
+            if not self.exists(current, "__init__.py"):
+                self._top[current] = None
+                break
+            chain.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        top = above if above is not None else (chain[-1] if chain else None)
+        for f in chain:
+            self._top[f] = top
+        return top
 
 
 def project_rules(rules: Sequence[Any]) -> List[Any]:
@@ -100,21 +132,24 @@ class Projects:
 
     A project's files are found by the same discovery as a run over its root;
     when the run was given the root (or a folder above it) they are the run's
-    own files, so only a subset run walks the project again.
+    own files, so only a subset run walks the project again, and then not into
+    the folders the run walked already (`walk`, the run's `WalkRecord`), whose
+    files it knows, nor does it ask again what the run's listings answered.
     """
 
-    def __init__(self, paths: Sequence[str], files: Sequence[str], config: Config) -> None:
+    def __init__(self, paths: Sequence[str], files: Sequence[str], config: Config, walk: "Optional[WalkRecord]" = None) -> None:
         self.config = config
         self._given = [os.path.abspath(p) for p in paths]
-        memo: Dict[str, Optional[str]] = {}
-        roots: Dict[str, Optional[str]] = {}  # folder -> its project root: asked once per folder
+        self._walk = walk
+        roots = _Roots(walk.exists if walk is not None else None)
+        by_folder: Dict[str, Optional[str]] = {}  # folder -> its project root: asked once per folder
         #: root -> {absolute path: the path as the run spells it}
         self.groups: Dict[Optional[str], Dict[str, str]] = {}
         for f in files:
             if f.endswith(".py"):
                 full = os.path.abspath(f)
                 folder = os.path.dirname(full)
-                root = roots[folder] if folder in roots else roots.setdefault(folder, project_root(full, memo))
+                root = by_folder[folder] if folder in by_folder else by_folder.setdefault(folder, roots.root(full))
                 self.groups.setdefault(root, {})[full] = f
         self._files: Dict[Optional[str], List[str]] = {}
 
@@ -128,7 +163,8 @@ class Projects:
             else:
                 from .discovery import discover
 
-                walked = {os.path.abspath(p) for p in discover([root], self.config) if p.endswith(".py")}
+                # (root is absolute and normalized, so is every path found under it)
+                walked = {p for p in discover([root], self.config, reuse=self._walk) if p.endswith(".py")}
                 found = sorted(walked | set(members))
             self._files[root] = found
         return found

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
 from ..model.facts import ProjectFacts
-from .discovery import discover
+from .discovery import WalkRecord, discover
 from .pipeline import SYNTAX_ERROR_CODE, FileResult, lint_file_source, resolve_conditions, selected_rules, syntax_error
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,13 +54,16 @@ def lint_paths(
     config = config or Config()
     codes, rules = selected_rules(config)
     unreadable: List[Tuple[str, str]] = []
-    files = list(discover(paths, config, force_exclude, problems=unreadable))
+    from .crossfile import ROOT_NAMES
+
+    walk = WalkRecord(ROOT_NAMES)  # what the walk saw, for the cross-file pass (crossfile.Projects)
+    files = list(discover(paths, config, force_exclude, problems=unreadable, record=walk))
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
     facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     from .crossfile import Projects, merge, project_diagnostics
     from .parallel import pending_conditions
 
-    projects = Projects(paths, files, config)
+    projects = Projects(paths, files, config, walk)
     if pending_conditions(results, facts, config):
         # a subset run: the rest of the project decides, as in a run over all of it
         others = projects.others()
