@@ -42,15 +42,26 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
     return out
 
 
+#: short words that several triggers contain, searched first: one scan that is absent from most
+#: files stands for the scans of every trigger holding it ("cale": `Scaler`, `scaler`, `unscale_`,
+#: `scale(`, `scale (`; ".amp": `cuda.amp`, `cpu.amp`; "custom_": `custom_op`, `custom_fwd`,
+#: `custom_bwd`; "alf": `half`, `Half`). Searched only as part of a trigger that holds them.
+GUARDS = ("cale", ".amp", "custom_", "alf")
+
+
 @lru_cache(maxsize=64)
 def _containment(rules: Tuple[Any, ...]) -> Dict[str, Tuple[str, ...]]:
-    """For every word of `rules`' gates, the triggers it contains (absent one of those, it is absent).
+    """For every word of `rules`' gates, the shorter words it contains (absent one of those, it is
+    absent): other triggers, and the `GUARDS` it holds.
 
-    Only triggers serve as such guards: every file is searched for them anyway,
+    Only triggers and guards serve as such: every file is searched for triggers anyway,
     while a `requires` word ("step") may be common and otherwise never searched."""
     triggers = {t for r in rules for t in r.triggers}
     words = triggers | {t for r in rules for c in getattr(r, "requires", ()) for t in c}
-    return {w: tuple(o for o in triggers if o != w and o in w) for w in words}
+    out = {w: tuple(o for o in (*sorted(triggers), *GUARDS) if o != w and o in w) for w in words}
+    for guard in GUARDS:
+        out.setdefault(guard, ())
+    return out
 
 
 def _gate_function(name: str) -> Any:

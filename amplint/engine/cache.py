@@ -53,6 +53,7 @@ import marshal
 import os
 import sys
 import time
+from functools import lru_cache
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ..__version__ import __version__
@@ -274,10 +275,7 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
     from .pipeline import FileResult
 
     try:
-        extra = {f.name for f in dataclasses.fields(FileResult)} - {"path", "diagnostics", "facts", "parsed", "index"}
-        for name in extra:  # fields added later: cache only when they hold their default
-            f = next(f for f in dataclasses.fields(FileResult) if f.name == name)
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
+        for name, default in _uncached_fields(FileResult):  # fields added later: cached only at their default
             if getattr(result, name) != default:
                 return None
         diags = [encode_diagnostic(d) for d in result.diagnostics]
@@ -285,20 +283,31 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
         out: Dict[str, Any] = {}
         if diags:
             out["d"] = diags
-        facts = {k: v for k, v in dataclasses.asdict(result.facts).items() if v}
-        if facts:
-            out["f"] = facts
+        if result.facts != _NO_FACTS:
+            out["f"] = {k: v for k, v in dataclasses.asdict(result.facts).items() if v}
         if result.parsed:
             out["p"] = True
         if result.index is not None and (result.index.get("r") or result.index.get("i")):
             out["x"] = _enc(result.index)
-        import json  # the payload must be plain data (JSON's types): what a warm run decodes is what it was
+        if diags:
+            import json  # the payload must be plain data (JSON's types): what a warm run decodes is what it was
 
-        if decode_result(result.path, json.loads(json.dumps(out))).diagnostics != result.diagnostics:
-            return None
+            if decode_result(result.path, json.loads(json.dumps(out))).diagnostics != result.diagnostics:
+                return None
         return out
     except (_NotCacheable, TypeError, ValueError):
         return None
+
+
+@lru_cache(maxsize=None)
+def _uncached_fields(result_class: type) -> Tuple[Tuple[str, Any], ...]:
+    """(name, default) of the FileResult fields the cache does not keep."""
+    kept = {"path", "diagnostics", "facts", "parsed", "index"}
+    return tuple(
+        (f.name, f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)  # type: ignore[misc]
+        for f in dataclasses.fields(result_class)
+        if f.name not in kept
+    )
 
 
 #: most files say nothing about precision: one shared (frozen) value for them

@@ -103,12 +103,16 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
 
 def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
     result = FileResult(path=path)
-    from ..core.gating import passing
+    from ..core.docstrings import has_triple_quotes, without_docstrings
+    from ..core.gating import passing, site_lines
 
     exempt = file_exemption(source)
     if exempt is not None and not exempt:
         return result  # `# amplint: noqa`: the whole file, as ruff's `# ruff: noqa`
     active = passing(rules, source)
+    if active and has_triple_quotes(source) and site_lines(active, source) is None:
+        # about to be parsed whole: drop the rules whose gate passed only on docstring words
+        active = passing(active, without_docstrings(source) or source)
     if not active:
         if UNUSED_NOQA_CODE in codes:
             result.diagnostics = _unused_noqa([], source, path, config, codes)

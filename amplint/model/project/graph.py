@@ -121,7 +121,7 @@ class Project:
         self._given = list(summaries)  # the files the model starts from (the universe)
         self._load = load
         self._missing: Set[str] = set()
-        self._index = ModuleIndex(files if files is not None else summaries, root)
+        self._index = ModuleIndex.of(files if files is not None else summaries, root)
         #: (path, function, parameter) -> the arguments call sites pass it: (caller path, caller
         #: function, the argument's vref), evaluated when asked, so what they name may load modules
         self._param_args: Dict[Tuple[str, str, str], Dict[Tuple[str, str, int], Dict[str, Any]]] = {}

@@ -229,6 +229,21 @@ def _parts(rel: str) -> List[str]:
 class ModuleIndex:
     """Module names -> project files, for imports spelled in a given file."""
 
+    #: the last index built, by (root, files): the universe and the project model of one run
+    #: ask for the same one (building it names every file of the project)
+    _last: Optional[Tuple[Tuple[Optional[str], Tuple[str, ...]], "ModuleIndex"]] = None
+
+    @classmethod
+    def of(cls, files: Iterable[str], root: Optional[str]) -> "ModuleIndex":
+        """The index of `files` under `root`, built once for the same arguments in a row."""
+        key = (root, tuple(files))
+        last = cls._last
+        if last is not None and last[0] == key:
+            return last[1]
+        made = cls(key[1], root)
+        cls._last = (key, made)
+        return made
+
     def __init__(self, files: Iterable[str], root: Optional[str]) -> None:
         self.files: Set[str] = set(files)
         self.by_name: Dict[str, str] = {}
@@ -289,7 +304,7 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     chosen: Set[str] = set(seeds) | set(optimizers)
     scalers = [f for f in optimizers if "g" in str(index(f)["r"])]
     if seeds or scalers:
-        modules = ModuleIndex(files, root)
+        modules = ModuleIndex.of(files, root)
         entries = {f: imports_of(index(f)) for f in files}
         for f in sorted(_importers(scalers, files, entries, modules)) if scalers else ():
             if len(chosen) < MAX_FILES:
