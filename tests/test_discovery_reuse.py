@@ -151,7 +151,7 @@ def test_roots_from_the_listing_equal_roots_from_stat(tmp_path, variant):
     _touch(r, "w2/z.py")
     walk = WalkRecord(ROOT_NAMES)
     files = [os.path.abspath(f) for f in discover([*given, str(r / "w2")], Config(root=str(tmp_path)), record=walk)]
-    roots = crossfile._Roots(walk.exists)
+    roots = crossfile._Roots(walk)
     for f in files:
         assert roots.root(f) == project_root(f), f
     assert walk.names  # the walk did record its listings

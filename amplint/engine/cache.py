@@ -47,8 +47,6 @@ rewritten.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import marshal
 import os
 import sys
@@ -58,6 +56,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ..__version__ import __version__
 from ..core.atomic import replace_atomically
+from ..core.digest import blake2b, compare_digest
 from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
 from ..model.facts import FileFacts
 from ..core.safe_read import read_bytes
@@ -126,11 +125,11 @@ def _read_key(path: str) -> Optional[bytes]:
 
 def _mac(key: bytes, name: str, payload: bytes) -> bytes:
     """The store's MAC, bound to its file name (the fingerprint of what produced it)."""
-    return hashlib.blake2b(name.encode("utf-8") + b"\0" + payload, key=key, digest_size=32).hexdigest().encode("ascii")
+    return blake2b(name.encode("utf-8") + b"\0" + payload, key=key, digest_size=32).hexdigest().encode("ascii")
 
 
 def file_digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return blake2b(data, digest_size=16).hexdigest()
 
 
 def stat_key(st: os.stat_result) -> Stat:
@@ -144,7 +143,7 @@ def code_fingerprint() -> str:
     # the `amplint` package folder, read off this file's place (amplint/engine/cache.py)
     # instead of importing the facade, which sits above every layer
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    h = hashlib.blake2b(digest_size=16)
+    h = blake2b(digest_size=16)
     h.update(__version__.encode())
     for folder in (package, *amplint.rules.__path__):
         for dirpath, dirnames, filenames in os.walk(folder):
@@ -163,7 +162,7 @@ def code_fingerprint() -> str:
 
 def fingerprint(config: Any, codes: Iterable[str], extra: str = "") -> str:
     """Everything but the file that decides a file's result."""
-    h = hashlib.blake2b(digest_size=12)
+    h = blake2b(digest_size=12)
     tag = sys.implementation.cache_tag  # the store's format is this interpreter's marshal
     h.update(f"{FORMAT}\0{tag}\0{code_fingerprint()}\0{config!r}\0{sorted(codes)!r}\0{extra}".encode())
     return h.hexdigest()
@@ -589,7 +588,7 @@ def _load_store(path: str, key: Optional[bytes]) -> Tuple["_Entries", Optional[T
     parts = header.split(b" ")
     if len(parts) != 3 or parts[0] != MAGIC or parts[1] != b"%d" % FORMAT:
         return empty, loaded
-    if not hmac.compare_digest(parts[2], _mac(key, os.path.basename(path), payload)):
+    if not compare_digest(parts[2], _mac(key, os.path.basename(path), payload)):
         return empty, loaded  # written by another machine or user, or edited: never trusted
     try:
         data = marshal.loads(payload)  # only now: these are bytes this user's amplint wrote

@@ -29,8 +29,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: files whose presence makes a folder a project root
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_PACKAGE = ("__init__.py",)
 #: what `project_root` asks of a folder: the run's walk notes them as it lists (`WalkRecord`)
-ROOT_NAMES = (*ROOT_MARKERS, "__init__.py")
+ROOT_NAMES = (*ROOT_MARKERS, *_PACKAGE)
+
+
+def _holds_any(folder: str, names: Sequence[str]) -> bool:
+    return any(os.path.exists(os.path.join(folder, name)) for name in names)
 
 
 def project_root(path: str) -> Optional[str]:
@@ -42,11 +47,11 @@ def project_root(path: str) -> Optional[str]:
 
 class _Roots:
     """`project_root` for many files: each folder is asked about once (whether it holds a
-    marker, an `__init__.py`), through `exists` (`os.path.exists(os.path.join(folder,
-    name))`, or a `WalkRecord`'s answer from the listing the run's walk made)."""
+    marker, an `__init__.py`), through `walk` (the run's `WalkRecord`: from the listings
+    its walk made) or the file system."""
 
-    def __init__(self, exists: Optional[Callable[[str, str], bool]] = None) -> None:
-        self.exists = exists or (lambda folder, name: os.path.exists(os.path.join(folder, name)))
+    def __init__(self, walk: "Optional[WalkRecord]" = None) -> None:
+        self.holds_any = walk.holds_any if walk is not None else _holds_any
         self._marked: Dict[str, Optional[str]] = {}  # folder -> the nearest marked folder at or above it
         self._top: Dict[str, Optional[str]] = {}  # folder -> the topmost package holding it (None: no package)
 
@@ -66,7 +71,7 @@ class _Roots:
                 root = self._marked[folder]
                 break
             seen.append(folder)
-            if any(self.exists(folder, m) for m in ROOT_MARKERS):
+            if self.holds_any(folder, ROOT_MARKERS):
                 root = folder
                 break
             parent = os.path.dirname(folder)
@@ -86,7 +91,7 @@ class _Roots:
             if current in self._top:
                 above = self._top[current]
                 break
-            if not self.exists(current, "__init__.py"):
+            if not self.holds_any(current, _PACKAGE):
                 self._top[current] = None
                 break
             chain.append(current)
@@ -141,13 +146,13 @@ class Projects:
         self.config = config
         self._given = [os.path.abspath(p) for p in paths]
         self._walk = walk
-        roots = _Roots(walk.exists if walk is not None else None)
+        roots = _Roots(walk)
         by_folder: Dict[str, Optional[str]] = {}  # folder -> its project root: asked once per folder
         #: root -> {absolute path: the path as the run spells it}
         self.groups: Dict[Optional[str], Dict[str, str]] = {}
         for f in files:
             if f.endswith(".py"):
-                full = os.path.abspath(f)
+                full = walk.abspath(f) if walk is not None else os.path.abspath(f)
                 folder = os.path.dirname(full)
                 root = by_folder[folder] if folder in by_folder else by_folder.setdefault(folder, roots.root(full))
                 self.groups.setdefault(root, {})[full] = f
@@ -200,15 +205,16 @@ def project_diagnostics(
 
 def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any], store: "_Store", members: Dict[str, str]) -> List[Diagnostic]:
     """Every cross-file finding of one project (absolute paths), reused from the cache when no
-    file the model read last time has changed (a warm run then loads no rule and parses nothing)."""
-    from ..model.project import Project
-
+    file the model read last time has changed (a warm run then loads no rule, parses nothing
+    and imports no module of the model)."""
     chosen, key = store.universe(root, files)
     if not chosen:
         return []
     reused = store.findings(root, chosen)
     if reused is not None:
         return reused
+    from ..model.project import Project
+
     summaries = {}
     for f in chosen:
         s = store.summary(f)
@@ -300,12 +306,12 @@ class _Store:
         `index.universe` reads the text index of every file; when no file of the project
         changed since the project's findings were recorded (same key), the universe recorded
         with them is the one it would compute, and no index is read (a warm run)."""
-        from ..model.project import universe
-
         key = self._files_key(files)
         entry = self.cache.get_raw("project", root or "") if self.cache is not None and key is not None else None
         if entry and entry.get("key") == key and isinstance(entry.get("universe"), list):
             return entry["universe"], key
+        from ..model.project import universe
+
         chosen = universe(files, root, self.index)
         return chosen, key if key is not None else self._files_key(files)
 
@@ -314,9 +320,9 @@ class _Store:
         one file's bytes are not known (not linted by this run, changed, never cached)."""
         if self.cache is None:
             return None
-        import hashlib
+        from ..core.digest import blake2b
 
-        h = hashlib.blake2b(digest_size=16)
+        h = blake2b(digest_size=16)
         for path in files:
             digest = self.cache.current_digest("lint", path)
             if digest is None:

@@ -349,13 +349,20 @@ class WalkRecord:
         self.watch = frozenset(watch)
         self.names: Dict[str, FrozenSet[str]] = {}
         self.tops: Dict[str, Tuple[Optional[tuple], List[str]]] = {}
+        #: each file the walk yielded -> `os.path.abspath` of it (the walk built it anyway)
+        self.absolute: Dict[str, str] = {}
 
-    def exists(self, folder: str, name: str) -> bool:
-        """`os.path.exists(os.path.join(folder, name))`, from the listing when the walk made one."""
+    def holds_any(self, folder: str, names: Sequence[str]) -> bool:
+        """Whether `os.path.exists` says `folder` holds one of `names`: from the listing where
+        the walk made one and watched them all, else asked."""
         found = self.names.get(folder)
-        if found is None or name not in self.watch:
-            return os.path.exists(os.path.join(folder, name))
-        return name in found
+        if found is None or not self.watch.issuperset(names):
+            return any(os.path.exists(os.path.join(folder, name)) for name in names)
+        return not found.isdisjoint(names)
+
+    def abspath(self, path: str) -> str:
+        """`os.path.abspath(path)`, without asking again for a file the walk yielded."""
+        return self.absolute.get(path) or os.path.abspath(path)
 
 
 def _stack_key(ignore: Optional[GitIgnore]) -> Optional[tuple]:
@@ -418,6 +425,8 @@ def _walk(
     passes (absolute), those already yielded from another path too."""
     top_abs = os.path.abspath(top)
     posix = os.sep == "/"
+    # (on Windows abspath also drops trailing dots and spaces: not recorded there)
+    absolute = record.absolute if record is not None and posix else None
     stack: List[Tuple[str, str, Optional[GitIgnore], Optional[List[str]]]] = [(top, top_abs, ignore, None)]
     while stack:
         dirpath, here_abs, here, known = stack.pop()
@@ -468,6 +477,8 @@ def _walk(
             full = spelled + f if spelled is not None else os.path.join(dirpath, f)
             if full not in seen:
                 seen.add(full)
+                if absolute is not None:
+                    absolute[full] = full_abs
                 yield full
         stack.extend(reversed(below))
 

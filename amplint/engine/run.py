@@ -7,7 +7,6 @@ and add the cross-file findings of the projects the files belong to
 `lint_source` lints one text (the unit tests and the stdin path use it)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
@@ -71,7 +70,7 @@ def lint_paths(
             rest = [FileResult(path=o) for o in others]
             facts = settle_facts([*files, *others], [*results, *rest], config, jobs=jobs, cache=cache)
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
-    indexes = {os.path.abspath(r.path): r.index for r in results if r.index is not None}
+    indexes = {walk.abspath(r.path): r.index for r in results if r.index is not None}
     cross = project_diagnostics(projects, rules, codes, cache, indexes)
     if cross:
         diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
