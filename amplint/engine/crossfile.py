@@ -34,6 +34,14 @@ _PACKAGE = ("__init__.py",)
 ROOT_NAMES = (*ROOT_MARKERS, *_PACKAGE)
 
 
+def _parent(path: str) -> str:
+    """`os.path.dirname(path)`, cheaper where the last `/` has no other before it (on POSIX,
+    what dirname then returns): Projects asks it of every file of a run and every folder
+    up to a project root."""
+    i = path.rfind("/") if os.sep == "/" else -1
+    return path[:i] if i > 0 and path[i - 1] != "/" else os.path.dirname(path)
+
+
 def _holds_any(folder: str, names: Sequence[str]) -> bool:
     return any(os.path.exists(os.path.join(folder, name)) for name in names)
 
@@ -56,12 +64,12 @@ class _Roots:
         self._top: Dict[str, Optional[str]] = {}  # folder -> the topmost package holding it (None: no package)
 
     def root(self, path: str) -> Optional[str]:
-        folder = os.path.dirname(path)
+        folder = _parent(path)
         marked = self._marked_root(folder)
         if marked is not None:
             return marked
         top = self._package_top(folder)
-        return os.path.dirname(top) if top is not None else None
+        return _parent(top) if top is not None else None
 
     def _marked_root(self, folder: str) -> Optional[str]:
         seen: List[str] = []
@@ -74,7 +82,7 @@ class _Roots:
             if self.holds_any(folder, ROOT_MARKERS):
                 root = folder
                 break
-            parent = os.path.dirname(folder)
+            parent = _parent(folder)
             if parent == folder:
                 break
             folder = parent
@@ -95,7 +103,7 @@ class _Roots:
                 self._top[current] = None
                 break
             chain.append(current)
-            parent = os.path.dirname(current)
+            parent = _parent(current)
             if parent == current:
                 break
             current = parent
@@ -150,12 +158,18 @@ class Projects:
         by_folder: Dict[str, Optional[str]] = {}  # folder -> its project root: asked once per folder
         #: root -> {absolute path: the path as the run spells it}
         self.groups: Dict[Optional[str], Dict[str, str]] = {}
+        absolute = walk.abspath if walk is not None else os.path.abspath
+        group: Dict[str, str] = {}
+        last = None  # the folder of the file before: a walk gives a folder's files together
         for f in files:
             if f.endswith(".py"):
-                full = walk.abspath(f) if walk is not None else os.path.abspath(f)
-                folder = os.path.dirname(full)
-                root = by_folder[folder] if folder in by_folder else by_folder.setdefault(folder, roots.root(full))
-                self.groups.setdefault(root, {})[full] = f
+                full = absolute(f)
+                folder = _parent(full)
+                if folder != last:
+                    root = by_folder[folder] if folder in by_folder else by_folder.setdefault(folder, roots.root(full))
+                    group = self.groups.setdefault(root, {})
+                    last = folder
+                group[full] = f
         self._files: Dict[Optional[str], List[str]] = {}
 
     def files(self, root: Optional[str]) -> List[str]:
