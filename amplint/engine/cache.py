@@ -349,8 +349,7 @@ _NO_INDEX: Dict[str, Any] = {"r": "", "i": ""}
 
 
 def decode_result(path: str, o: Dict[str, Any]) -> Any:
-    from .pipeline import FileResult
-
+    FileResult = _RESULT[0] if _RESULT else _result_class()  # (a warm run decodes one per file)
     diagnostics = o.get("d")
     facts = o.get("f")
     return FileResult(
@@ -360,6 +359,17 @@ def decode_result(path: str, o: Dict[str, Any]) -> Any:
         parsed=bool(o.get("p")),
         index=o.get("x", _NO_INDEX) if path.endswith(".py") else None,
     )
+
+
+#: pipeline.FileResult, once imported (pipeline sits above this module)
+_RESULT: list = []
+
+
+def _result_class() -> Any:
+    from .pipeline import FileResult
+
+    _RESULT[:] = [FileResult]
+    return FileResult
 
 
 # ------------------------------------------------------------------ the store
@@ -558,8 +568,9 @@ class _Entries(dict):
     def __missing__(self, kind: str) -> Dict[str, list]:
         if kind not in KINDS:
             raise KeyError(kind)
-        found = _decode_kind(self.blobs.pop(kind, None))
-        self[kind] = found
+        # (a thread that asks meanwhile decodes the same blob; the first one kept wins)
+        found = self.setdefault(kind, _decode_kind(self.blobs.get(kind)))
+        self.blobs.pop(kind, None)
         return found
 
 

@@ -70,7 +70,8 @@ def lint_paths(
             rest = [FileResult(path=o) for o in others]
             facts = settle_facts([*files, *others], [*results, *rest], config, jobs=jobs, cache=cache)
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
-    indexes = {walk.abspath(r.path): r.index for r in results if r.index is not None}
+    absolute = walk.abspath
+    indexes = {absolute(r.path): r.index for r in results if r.index is not None}
     cross = project_diagnostics(projects, rules, codes, cache, indexes)
     if cross:
         diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
