@@ -3,8 +3,8 @@
 - the store is decoded only after its MAC checks out, one kind at a time as the run asks
   (a warm run whose project findings are reused never decodes the summaries), and it is
   not read again at save unless another run replaced it;
-- the code fingerprint stats amplint's sources instead of reading them, yet changes with
-  any edit (a racy file is read);
+- the code fingerprint (a hash of amplint's sources' bytes) is remembered under their stat,
+  so a warm run reads none of them, yet any edit changes it (a racy file is not remembered);
 - a warm run imports no module it does not use (the project model, OpenSSL, difflib...).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from amplint import Config
 from amplint.engine import cache as cache_module
-from amplint.engine.cache import Cache, sources_fingerprint
+from amplint.engine.cache import Cache, sources_fingerprint, sources_stat
 from amplint.engine.parallel import open_cache
 from amplint.engine.run import lint_paths
 
@@ -140,37 +140,49 @@ def _sources(tmp_path):
     return src
 
 
-def test_code_fingerprint_trusts_the_stat_of_files_not_changed_lately(tmp_path, monkeypatch):
-    src = _sources(tmp_path)
-    later = time.time() + 60  # every file is old by then: judged by its stat
-    before = sources_fingerprint([str(src)], now=later)
+def _reads(monkeypatch):
     reads = []
     real = cache_module.read_bytes
-    monkeypatch.setattr(cache_module, "read_bytes", lambda p: reads.append(p) or real(p))
-    assert sources_fingerprint([str(src)], now=later) == before and not reads
+    monkeypatch.setattr(cache_module, "read_bytes", lambda p: reads.append(os.path.basename(p)) or real(p))
+    return reads
+
+
+def test_code_fingerprint_is_of_the_bytes_and_remembered_under_the_stat(tmp_path, monkeypatch):
+    src = _sources(tmp_path)
+    memo = str(tmp_path / "memo")
+    later = time.time() + 60  # every file is old by then: its stat can be trusted
+    reads = _reads(monkeypatch)
+    first = sources_fingerprint([str(src)], memo, now=later)
+    assert sorted(r for r in reads if r != "memo") == ["a.py", "b.py"]
+    reads.clear()
+    assert sources_fingerprint([str(src)], memo, now=later) == first and reads == ["memo"]  # no source read
     (src / "__pycache__" / "c.py").write_text("changed\n")
     (src / "notes.txt").write_text("changed\n")
-    assert sources_fingerprint([str(src)], now=later) == before
+    assert sources_fingerprint([str(src)], memo, now=later) == first
+    # the same code installed anew elsewhere (another stat, another place): the same fingerprint
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy)
+    assert sources_fingerprint([str(copy)], memo, now=later) == first
+    assert sources_fingerprint([str(copy)], None) == first  # and without a memo
     st = os.stat(src / "a.py")
     (src / "a.py").write_text("A = 3\n")  # same size, and the mtime put back: the ctime still moves
     os.utime(src / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns))
     assert os.stat(src / "a.py").st_mtime_ns == st.st_mtime_ns
-    assert sources_fingerprint([str(src)], now=later) != before
+    assert sources_fingerprint([str(src)], memo, now=later) != first
 
 
-def test_code_fingerprint_reads_a_file_changed_within_the_racy_window(tmp_path, monkeypatch):
+def test_code_fingerprint_is_not_remembered_while_a_file_is_racy(tmp_path, monkeypatch):
     src = _sources(tmp_path)
-    reads = []
-    real = cache_module.read_bytes
-    monkeypatch.setattr(cache_module, "read_bytes", lambda p: reads.append(p) or real(p))
-    now = time.time()
-    first = sources_fingerprint([str(src)], now=now)
-    assert sorted(os.path.basename(p) for p in reads) == ["a.py", "b.py"]
+    memo = tmp_path / "memo"
+    now = time.time()  # a.py and b.py were written just now
+    assert sources_stat([str(src)], now=now) is None
+    first = sources_fingerprint([str(src)], str(memo), now=now)
+    assert not memo.exists()
     st = os.stat(src / "a.py")
     (src / "a.py").write_text("A = 3\n")
-    # a clock that ticks coarsely: the edit kept every stat field git would compare
+    # a clock that ticks coarsely: the edit kept every stat field the memo would compare
     monkeypatch.setattr(os.DirEntry, "stat", lambda self: st if self.name == "a.py" else os.stat(self.path))
-    assert sources_fingerprint([str(src)], now=now) != first
+    assert sources_fingerprint([str(src)], str(memo), now=now) != first
 
 
 def test_warm_run_imports(tmp_path):

@@ -52,7 +52,7 @@ import os
 import sys
 import time
 from functools import lru_cache
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 from ..__version__ import __version__
 from ..core.atomic import replace_atomically
@@ -137,32 +137,71 @@ def stat_key(st: os.stat_result) -> Stat:
 
 
 def code_fingerprint() -> str:
-    """A fingerprint of amplint's own source and its rules' source (`sources_fingerprint`)."""
+    """A fingerprint of amplint's own source and its rules' source (`sources_fingerprint`),
+    remembered in this user's cache folder next to the cache key."""
     import amplint.rules
 
     # the `amplint` package folder, read off this file's place (amplint/engine/cache.py)
     # instead of importing the facade, which sits above every layer
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return sources_fingerprint((package, *amplint.rules.__path__))
+    return sources_fingerprint((package, *amplint.rules.__path__), os.path.join(os.path.dirname(key_file()), "code-fingerprints"))
 
 
-def sources_fingerprint(folders: Iterable[str], now: Optional[float] = None) -> str:
-    """A hash of the version and of the Python files under `folders` (hidden folders and
-    `__pycache__` left out): each file's path and, as git trusts an index entry, its stat
-    (size, mtime, ctime, inode: an edit changes the ctime, which no tool sets back), or its
-    bytes while it was changed within `RACY_SECONDS` of `now` (a second edit in the same
-    clock tick could keep the stat). Some 180 stats instead of reading and hashing some
-    180 files (2 MB) on every run."""
+#: how many (sources' stat -> fingerprint) pairs the memo keeps (one per install: venvs, checkouts)
+MEMO_ENTRIES = 16
+
+
+def sources_fingerprint(folders: Sequence[str], memo: Optional[str] = None, now: Optional[float] = None) -> str:
+    """A hash of the version and of the bytes of the Python files under `folders` (hidden
+    folders and `__pycache__` left out): the same for the same code wherever and whenever it
+    is installed (a CI job's fresh install finds the cache its last job left). Reading and
+    hashing ~180 files costs ~14 ms per run, so it is remembered in the file `memo` under
+    the files' stat (`sources_stat`), as git trusts an index entry; a file changed within
+    `RACY_SECONDS` of `now` leaves it unremembered."""
+    stat = sources_stat(folders, now) if memo is not None else None
+    known = _read_memo(memo) if stat is not None and memo is not None else {}
+    found = known.get(stat) if stat is not None else None
+    if found is not None:
+        return found
+    h = blake2b(digest_size=16)
+    h.update(__version__.encode())
+    for folder in folders:
+        for rel, entry in _sources(folder, b""):
+            h.update(rel + b"\0")
+            try:
+                h.update(read_bytes(entry.path))
+            except OSError:
+                pass
+    found = h.hexdigest()
+    if stat is not None and memo is not None:
+        _write_memo(memo, known, stat, found)
+    return found
+
+
+def sources_stat(folders: Sequence[str], now: Optional[float] = None) -> Optional[str]:
+    """A hash of where the Python files under `folders` are and of each one's stat (size,
+    mtime, ctime, inode: an edit moves the ctime, which no tool sets back); None when one
+    changed within `RACY_SECONDS` of `now` (a second edit in the same clock tick could keep
+    every field)."""
     racy_before = (time.time() if now is None else now) - RACY_SECONDS
     h = blake2b(digest_size=16)
     h.update(__version__.encode())
     for folder in folders:
         h.update(b"\0%s\0" % os.fsencode(folder))
-        _hash_sources(h, folder, b"", racy_before)
+        for rel, entry in _sources(folder, b""):
+            try:
+                st = entry.stat()
+            except OSError:
+                h.update(rel + b"\0-\0")
+                continue
+            if max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 >= racy_before:
+                return None
+            h.update(b"%s\0%d %d %d %d\0" % (rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
     return h.hexdigest()
 
 
-def _hash_sources(h: Any, folder: str, rel: bytes, racy_before: float) -> None:
+def _sources(folder: str, rel: bytes) -> Iterable[Tuple[bytes, "os.DirEntry[str]"]]:
+    """(path relative to the folder first given, entry) of each `.py` file, in a stable order."""
     try:
         with os.scandir(folder) as it:
             entries = sorted(it, key=lambda e: e.name)
@@ -177,20 +216,28 @@ def _hash_sources(h: Any, folder: str, rel: bytes, racy_before: float) -> None:
         if is_dir:
             if not entry.name.startswith((".", "__pycache__")):
                 below.append(entry)
-            continue
-        if not entry.name.endswith(".py"):
-            continue
-        h.update(rel + os.fsencode(entry.name) + b"\0")
-        try:
-            st = entry.stat()
-            if max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < racy_before:
-                h.update(b"s%d %d %d %d\0" % (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-            else:
-                h.update(b"c" + read_bytes(entry.path) + b"\0")
-        except OSError:
-            pass
+        elif entry.name.endswith(".py"):
+            yield rel + os.fsencode(entry.name), entry
     for entry in below:
-        _hash_sources(h, entry.path, rel + os.fsencode(entry.name) + b"/", racy_before)
+        yield from _sources(entry.path, rel + os.fsencode(entry.name) + b"/")
+
+
+def _read_memo(path: str) -> Dict[str, str]:
+    try:
+        lines = read_bytes(path).decode("ascii").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    pairs = (line.split(" ") for line in lines)
+    return {p[0]: p[1] for p in pairs if len(p) == 2}
+
+
+def _write_memo(path: str, known: Dict[str, str], stat: str, found: str) -> None:
+    kept = [(k, v) for k, v in known.items() if k != stat][-(MEMO_ENTRIES - 1) :] + [(stat, found)]
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        replace_atomically(path, "".join(f"{k} {v}\n" for k, v in kept).encode("ascii"), keep_mode=False, durable=False)
+    except OSError:
+        pass  # no memo: the next run reads the sources again
 
 
 def fingerprint(config: Any, codes: Iterable[str], extra: str = "") -> str:
