@@ -336,13 +336,14 @@ def excluded_with_parents(path: str, patterns: Sequence[str], root: Optional[str
 
 class WalkRecord:
     """What a run's walk saw, kept for the cross-file pass so it asks the file system nothing
-    twice (tests/test_discovery.py proves the answers equal asking again).
+    twice (tests/test_discovery_reuse.py proves the answers equal asking again).
 
     `names`: for each folder listed (absolute), which of the names in `watch` it holds,
-    present as `os.path.exists` says (`exists`); `tops`: for each folder given and walked
-    to the end (absolute), the key of the ignore files in force there (`_stack_key`) and
-    every file its walk found (absolute; `discover`'s `reuse` stands them in for a walk of
-    that folder where that walk would apply the same ignore files).
+    present as `os.path.exists` says (`holds_any`); `tops`: for each folder given and
+    walked to the end (absolute), the key of the ignore files in force there (`_stack_key`)
+    and every file its walk found (absolute; `discover`'s `reuse` stands them in for a walk
+    of that folder where that walk would apply the same ignore files); `absolute`: the
+    absolute path of each file it yielded (on POSIX, where that is the joined names).
     """
 
     def __init__(self, watch: Sequence[str] = ()) -> None:
