@@ -509,7 +509,7 @@ def _listing(folder: str, problems: Optional[List[Tuple[str, str]]], top: str, w
                     is_dir = False
                 if is_dir:
                     out.dirnames.append(name)
-                    if entry.is_symlink():
+                    if _is_link(entry):
                         out.links.add(name)
                     if name in watch:
                         out.present.add(name)  # a folder exists (a link's target, is_dir said)
@@ -542,6 +542,13 @@ class _Listing:
         self.gitignore = False
         self.venv = False
         self.present: set = set()
+
+
+def _is_link(entry: "os.DirEntry[str]") -> bool:
+    try:
+        return entry.is_symlink()
+    except OSError:  # as os.path.islink, which os.walk asked
+        return False
 
 
 def _is_file(entry: "os.DirEntry[str]") -> bool:
