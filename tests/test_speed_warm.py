@@ -204,3 +204,20 @@ def test_parent_is_dirname(path):
     from amplint.engine.crossfile import _parent
 
     assert _parent(path) == os.path.dirname(path)
+
+
+def test_the_console_script_leaves_its_heap_out_of_the_exit_collections(tmp_path, monkeypatch, capsys):
+    import gc
+
+    from amplint import _start
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(sys, "argv", ["amplint", str(tmp_path), "--isolated", "--no-cache"])
+    assert gc.get_freeze_count() == 0
+    try:
+        with pytest.raises(SystemExit) as exc:
+            _start.main()
+        assert exc.value.code == 0
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()  # this process goes on (pytest)
