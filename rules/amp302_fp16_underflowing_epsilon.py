@@ -411,9 +411,8 @@ def _fp16_params(ctx: ModuleContext, call: CallInfo, casts: List[LowPrecisionCas
     names = _names_in(params)
     for name in list(names):
         if "." not in name:
-            for a in ctx.assignments_to(name, call.scope):
-                if a.scope is call.scope and a.order < call.order and not a.unpacked:
-                    names |= _names_in(a.value)
+            for a in ctx.assigned_before(name, call):
+                names |= _names_in(a.value)
     for cast in casts:
         if cast.subject not in names:
             continue

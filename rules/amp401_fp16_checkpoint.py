@@ -69,6 +69,13 @@ class Fp16Checkpoint(Rule):
     with `from_pretrained(torch_dtype=torch.float16)` are not flagged: their
     weights are typically fp16 at the source already.
 
+    Also flags a checkpoint dict that holds an optimizer's `state_dict()` (a
+    checkpoint to resume from) and stores the model as a module cast to fp16
+    right there (`"model": deepcopy(model).half()`): resuming loads the
+    rounded weights and trains on from them. One finding per dict, at its
+    first save, with its other saves as related sites. Silent for an fp16
+    module saved without optimizer state (an export).
+
     Across files (the project model): also flags `torch.save` of the
     `state_dict()` of a model that another file made fp16 -- a builder that
     returns `model.half()`, a `model.half()` in place, a
@@ -159,6 +166,14 @@ class Trainer:
 """,
             "`self.model` of another class: `Trainer` saves fp32 weights",
         ),
+        Valid(
+            """
+import copy
+import torch
+torch.save({"model": copy.deepcopy(model).half(), "names": names}, "export_fp16.pt")
+""",
+            "an fp16 export without optimizer state: nothing resumes from it",
+        ),
     ]
 
     INVALID = [
@@ -226,6 +241,21 @@ class Trainer(Base):
             line=9,
             why="`self.model` cast by a base class defined in the file",
         ),
+        Invalid(
+            """
+from copy import deepcopy
+import torch
+
+def train(model, optimizer, epochs, last, best):
+    for epoch in range(epochs):
+        fit(model, optimizer)
+        ckpt = {"epoch": epoch, "model": deepcopy(model).half(), "optimizer": optimizer.state_dict()}
+        torch.save(ckpt, last)
+        torch.save(ckpt, best)
+""",
+            line=8,
+            why="a resume checkpoint holding an fp16 copy of the module (the second save is a related site)",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -250,6 +280,31 @@ class Trainer(Base):
             if cast is not None and _loaded_from_checkpoint(ctx, cast):
                 continue
             yield self._diagnostic(ctx, save, model, cast)
+        if not found:
+            yield from self._fp16_copies(ctx, casts, saves)
+
+    def _fp16_copies(self, ctx: ModuleContext, casts, saves: List[CallInfo]) -> Iterator[Diagnostic]:
+        """A resume checkpoint (it holds an optimizer's state) that stores the model as an fp16
+        copy of the module (`"model": deepcopy(model).half()`) and no fp32 weights: resuming
+        trains on from the rounded weights. One finding per checkpoint dict, at its first save,
+        the other saves of it as related sites."""
+        by_dict: Dict[int, List[CallInfo]] = {}
+        copies: Dict[int, cst.CSTNode] = {}
+        for save in saves:
+            saved = _saved_dict(ctx, save)
+            if saved is None:
+                continue
+            copy = _fp16_module_copy(ctx, casts, saved, save)
+            if copy is not None:
+                by_dict.setdefault(id(saved), []).append(save)
+                copies[id(saved)] = copy
+        for key, found in by_dict.items():
+            save, copy = found[0], ctx.code_for(copies[key])
+            message = f"This resume checkpoint saves `{copy}`: a resumed run trains on from fp16-rounded weights"
+            related = [ctx.related(other.node, "also saved") for other in found[1:]]
+            data = {"snippet": ctx.code_for(save.node), "model": copy, "dtype": "fp16"}
+            yield ctx.diagnostic(self, save.node, message, data=data, related=related,
+                                 help="Save the fp32 weights in the checkpoint; export an fp16 copy separately")
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """`torch.save` of the state_dict of a model that another file made fp16 (a builder, a
@@ -311,17 +366,67 @@ def _saved_state_dicts(ctx: ModuleContext, save: CallInfo) -> Iterator[Tuple[Opt
     obj = save.arg(0, "obj")
     nodes = [obj] if obj is not None else []
     if isinstance(obj, cst.Name):
-        found = [
-            a
-            for a in ctx.assignments_to(obj.value, save.scope)
-            if a.scope is save.scope and a.order < save.order and not a.unpacked
-        ]
+        found = ctx.assigned_before(obj.value, save)
         nodes = [found[-1].value] if found else []
     for node in nodes:
         for n in descendants(node):
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "state_dict":
                 if not n.args:
                     yield dotted_name(n.func.value), n
+
+
+def _saved_dict(ctx: ModuleContext, save: CallInfo) -> Optional[cst.Dict]:
+    """The dict literal `save` writes, directly or through one local name assigned before it."""
+    import libcst as cst
+
+    obj = _assigned(ctx, save.arg(0, "obj"), save)
+    return obj if isinstance(obj, cst.Dict) else None
+
+
+def _fp16_module_copy(ctx: ModuleContext, casts, saved: cst.Dict, save: CallInfo) -> Optional[cst.CSTNode]:
+    """The value of `saved` that is a module cast to fp16 for the save (`deepcopy(model).half()`,
+    directly or through one local name assigned before the save), when another value holds an
+    optimizer's `state_dict()` (a checkpoint to resume from)."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
+    copy = None
+    resumes = False
+    for element in saved.elements:
+        value = getattr(element, "value", None)
+        if value is None:
+            continue
+        if copy is None and _cast_chain(ctx, casts, _assigned(ctx, value, save)):
+            copy = value
+            continue
+        for n in descendants(value):
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "state_dict" and not n.args:
+                receiver = dotted_name(n.func.value)
+                resumes = resumes or (receiver is not None and ctx.is_optimizer(receiver))
+    return copy if resumes else None
+
+
+def _assigned(ctx: ModuleContext, value: Optional[cst.CSTNode], save: CallInfo) -> Optional[cst.CSTNode]:
+    """`value`, or for a local name the value last assigned to it before `save` in its scope."""
+    import libcst as cst
+
+    if not isinstance(value, cst.Name):
+        return value
+    found = ctx.assigned_before(value.value, save)
+    return found[-1].value if found else None
+
+
+def _cast_chain(ctx: ModuleContext, casts, node: Optional[cst.CSTNode]) -> bool:
+    """Whether `node` is a method chain with an fp16 cast in it (`deepcopy(m).half().to(memory_format=...)`)."""
+    import libcst as cst
+
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        info = ctx.call_info(node)
+        if info is not None and any(c.call is info for c in casts):
+            return True
+        node = node.func.value
+    return False
 
 
 def _fp16_cast(ctx: ModuleContext, casts, save: CallInfo, receiver: Optional[str], node: cst.Call):

@@ -70,6 +70,14 @@ class ScalerStateNotCheckpointed(Rule):
     `relatedLocations`, JSON `related`). A resume alone is reported at the
     resume.
 
+    Also flags a scaler that is restored (`scaler.load_state_dict(...)`, or
+    rebound from a `restore`/`load`/`resume` helper it was passed:
+    `model, opt, self.scaler = self.restore_model(path, model, opt,
+    self.scaler)`) and then, in the same block, replaced by a fresh
+    `GradScaler()`: the restored scale is thrown away on every resume. Reported
+    at the new `GradScaler()`, with the restore as a related location; silent
+    when the fresh scaler is built in another branch or before the restore.
+
     Silent when any `<scaler>.state_dict()` is called anywhere in the file
     (under any key: `"scaler"`, `"amp"`, `"grad_scaler"`, or added to the dict
     later), for weights-only exports (no optimizer state in the checkpoint),
@@ -102,7 +110,7 @@ class ScalerStateNotCheckpointed(Rule):
     message = "GradScaler state is not checkpointed"
     # a scaler (GradScaler(...), `x.scale(`, `unscale_`, a *scaler* parameter) and torch.save / torch.load
     triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (")
-    requires = (("save", "load"),)
+    requires = (("save", "load", "restore", "resume"),)
     gate_check = "amplint.core.gates:scaler_checkpoint_io"
 
     VALID = [
@@ -196,6 +204,24 @@ class AcceleratedOptimizer:
 """,
             "a wrapper moving or delegating optimizer state is not a resume (accelerate's AcceleratedOptimizer)",
         ),
+        Valid(
+            """
+import torch
+
+
+def setup(args, model, optimizer):
+    scaler = torch.cuda.amp.GradScaler()
+    if args.resume:
+        checkpoint = torch.load(args.resume)
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scaler.load_state_dict(checkpoint["scaler"])
+    else:
+        scaler = torch.cuda.amp.GradScaler(init_scale=2.0**10)
+    torch.save({"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, "ckpt.pt")
+    return scaler
+""",
+            "the fresh scaler is built only where nothing was restored (another branch)",
+        ),
     ]
 
     INVALID = [
@@ -277,12 +303,36 @@ def train(model, opt, loader, resume=None):
 """,
             line=9,
         ),
+        Invalid(
+            """
+import torch
+
+
+class Trainer:
+    def __init__(self, args, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.scaler = torch.cuda.amp.GradScaler()
+        if args.restore_path:
+            (self.model, self.optimizer, self.scaler) = self.restore_model(args.restore_path, self.model, self.optimizer, self.scaler)
+            self.scaler = torch.cuda.amp.GradScaler()
+
+    def restore_model(self, path, model, optimizer, scaler):
+        checkpoint = torch.load(path)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scaler.load_state_dict(checkpoint["scaler"])
+        return model, optimizer, scaler
+""",
+            line=10,
+            why="the restored scaler is replaced by a fresh one right after the restore",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         live = _live_scalers(ctx)
         if not live:
             return
+        yield from self._replaced_after_restore(ctx, live)
         scaler = live[0]
         saves: List[Tuple[CallInfo, str]] = []
         if not _scaler_call(ctx, "state_dict"):
@@ -376,6 +426,28 @@ def train(model, opt, loader, resume=None):
                 yield call, scaler, key[1].rsplit(".", 1)[-1], restored
             return
 
+    def _replaced_after_restore(self, ctx: ModuleContext, live: List[str]) -> Iterator[Diagnostic]:
+        """A scaler restored from a checkpoint (`scaler.load_state_dict(...)`, or rebound from a
+        restore helper it was passed to) and then, in the same block, replaced by a fresh
+        `GradScaler()`: the restored loss scale is thrown away on every resume."""
+        for key in live:
+            restores = _restores(ctx, key)
+            if not restores:
+                continue
+            for constructor in ctx.scalers[key].constructors:
+                restore = next(
+                    (r for r in reversed(restores) if r[1] < constructor.order and _same_block(ctx, r[0], constructor.statement)),
+                    None,
+                )
+                if restore is None:
+                    continue
+                message = f"This fresh GradScaler replaces the `{key}` just restored: every resume restarts the loss scale"
+                data = {"scaler": key, "optimizer": _restored_optimizer(ctx, restore[0]), "side": "load",
+                        "snippet": ctx.code_for(constructor.node), "bug": key}
+                yield ctx.diagnostic(self, constructor.node, message, data=data,
+                                     related=[ctx.related(restore[0], "restored here")],
+                                     help=f"Drop the new `GradScaler()` after the restore, or build it before restoring `{key}`")
+
     def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str, related: List[Related]) -> Diagnostic:
         message = f"This checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`"
         help = f"Save `{scaler}.state_dict()` and restore it with `{scaler}.load_state_dict(...)`"
@@ -426,6 +498,50 @@ def _live_scaler(project: Project, call, method: str) -> Optional[str]:
     return None
 
 
+#: what a helper that restores state from a checkpoint is called
+_RESTORE_WORDS = ("load", "restore", "resume")
+
+
+def _restores(ctx: ModuleContext, key: str) -> List[Tuple[cst.CSTNode, int]]:
+    """(statement, order) where the scaler `key` gets a checkpoint's state: `key.load_state_dict(...)`,
+    or `key` (alone or in a tuple) assigned from a restore helper that was passed `key` itself
+    (`model, opt, self.scaler = self.restore_model(path, model, opt, self.scaler)`; a helper is
+    named for what it does: load, restore, resume)."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    out = [(c.statement, c.order) for c in ctx.method_calls("load_state_dict") if c.receiver_dotted == key]
+    for a in ctx.assignments_to(key):
+        value = a.value
+        if not isinstance(value, cst.Call):
+            continue
+        helper = (dotted_name(value.func) or "").rsplit(".", 1)[-1].lower()
+        if any(w in helper for w in _RESTORE_WORDS) and any(dotted_name(arg.value) == key for arg in value.args):
+            out.append((a.statement or a.node, a.order))
+    return sorted(out, key=lambda r: r[1])
+
+
+def _restored_optimizer(ctx: ModuleContext, statement: cst.CSTNode) -> Optional[str]:
+    """The optimizer the restore statement also hands over (`restore_model(path, model, opt, scaler)`)."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
+    for node in descendants(statement):
+        if isinstance(node, cst.Arg):
+            name = dotted_name(node.value)
+            if name is not None and ctx.is_optimizer(name):
+                return name
+    return None
+
+
+def _same_block(ctx: ModuleContext, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether two statements sit in the same statement list (not in different branches)."""
+    parent = ctx.parent(first)
+    return parent is not None and parent is ctx.parent(second)
+
+
 def _live_scalers(ctx: ModuleContext) -> List[str]:
     """Scalers of this file that may be enabled and are built or used here."""
     used = {e.scaler for s in ctx.scopes for e in s.events if e.scaler}
@@ -464,11 +580,7 @@ def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
 
     obj = call.arg(0, "obj")
     if isinstance(obj, cst.Name):
-        found = [
-            a
-            for a in ctx.assignments_to(obj.value, call.scope)
-            if a.scope is call.scope and a.order < call.order and not a.unpacked
-        ]
+        found = ctx.assigned_before(obj.value, call)
         obj = found[-1].value if found else None
     if isinstance(obj, cst.Call) and dotted_name(obj.func) == "dict":
         entries = len(obj.args)

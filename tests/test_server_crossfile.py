@@ -150,3 +150,40 @@ def test_an_unsaved_buffer_is_modelled_from_its_own_text_even_when_the_project_i
     files = sorted(str(p) for p in root.rglob("*.py"))
     found = buffer_diagnostics(str(losses), buggy, files, rules, codes, config, cache)
     assert [(d.code, d.location.row) for d in found] == [("AMP303", 22)]
+
+
+def test_an_unsaved_buffer_that_becomes_a_starting_file_is_in_the_universe(tmp_path):
+    """The saved `finetune.py` builds no optimizer, so the universe a warm cache records for
+    the project starts from another file only; the buffer adds the optimizer on the fp16
+    model: the universe is computed from the buffer's text, not reused from the record."""
+    import shutil
+    from pathlib import Path
+
+    from amplint.core.config import Config
+    from amplint.engine.crossfile import buffer_diagnostics
+    from amplint.engine.parallel import open_cache
+    from amplint.engine.pipeline import selected_rules
+    from amplint.engine.run import lint_paths
+
+    root = tmp_path / "project"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "half_builder", root)
+    (root / "probe.py").write_text(
+        "import torch\nfrom torch import nn\n\n\ndef probe():\n    head = nn.Linear(4, 2)\n"
+        "    return torch.optim.SGD(head.parameters(), lr=0.1)\n"
+    )
+    finetune = root / "finetune.py"
+    buffer = finetune.read_text()
+    line = "    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.2)\n"
+    assert line in buffer
+    finetune.write_text(buffer.replace(line, "    optimizer = None\n"))
+    config = Config(root=str(root))
+    for _ in range(2):  # cold, then warm: the universe ([probe.py]) recorded under the files' key
+        cache = open_cache(config, str(tmp_path / "cache"))
+        assert [d for d in lint_paths([str(root)], config, cache=cache).diagnostics if d.code == "AMP201"] == []
+        cache.save()
+    cache = open_cache(config, str(tmp_path / "cache"))
+    lint_paths([str(root)], config, cache=cache)  # as the server does: every saved file's digest known
+    codes, rules = selected_rules(config)
+    files = sorted(str(p) for p in root.rglob("*.py"))
+    found = buffer_diagnostics(str(finetune), buffer, files, rules, codes, config, cache)
+    assert ("AMP201", 18) in [(d.code, d.location.row) for d in found]

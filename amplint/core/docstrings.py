@@ -15,11 +15,9 @@ their first answer.
 from __future__ import annotations
 
 import ast
-import warnings
-from collections import deque
 from typing import List, Optional, Tuple
 
-_NESTING = (ast.stmt, ast.excepthandler, getattr(ast, "match_case", ast.excepthandler))
+from .pyast import parse, statements
 
 
 def has_triple_quotes(source: str) -> bool:
@@ -31,11 +29,8 @@ def without_docstrings(source: str) -> Optional[str]:
     used as block comments) replaced by spaces, newlines kept; None when it does not parse."""
     if source.count("\r") != source.count("\r\n"):
         return None  # lone carriage returns end lines for CPython, not for the offsets below
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parse(source)
+    if tree is None:
         return None
     spans = _string_statements(tree)
     if not spans:
@@ -51,18 +46,11 @@ def without_docstrings(source: str) -> Optional[str]:
 def _string_statements(tree: ast.Module) -> List[Tuple[Tuple[int, int], Tuple[int, int]]]:
     """((row, byte column), (end row, end byte column)) of each plain-string statement."""
     out = []
-    queue = deque(tree.body)
-    while queue:
-        node = queue.popleft()
+    for node in statements(tree.body):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             v = node.value
             if v.end_lineno is not None and v.end_col_offset is not None:
                 out.append(((v.lineno, v.col_offset), (v.end_lineno, v.end_col_offset)))
-            continue
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if value.__class__ is list and value and isinstance(value[0], _NESTING):
-                queue.extend(value)
     return out
 
 

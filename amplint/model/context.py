@@ -290,6 +290,14 @@ class ModuleContext:
             return list(found)
         return [a for a in found if a.scope is scope or target.startswith("self.")]
 
+    def assigned_before(self, name: str, call: CallInfo) -> List[Assignment]:
+        """The plain assignments to the local `name` in `call`'s scope that come before `call`,
+        in order (tuple unpacking left out): what `torch.save(ckpt, ...)` writes is the value
+        of the last one."""
+        return [
+            a for a in self.assignments_to(name, call.scope) if a.scope is call.scope and a.order < call.order and not a.unpacked
+        ]
+
     def scope_named(self, name: str, cls: Optional[cst.ClassDef] = None) -> Optional[Scope]:
         for s in self.scopes:
             if s.name == name and (cls is None or s.cls is cls):

@@ -42,13 +42,13 @@ from __future__ import annotations
 import ast
 import bisect
 import dataclasses
-import warnings
 from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Edit, Fix, Location
 from ..core.noqa import file_exemption
+from ..core.pyast import parse as parse_python
 from ..model.facts import FileFacts
 from .shapes import DEFINITIONS, Shape, aliases, registry_of, shape
 
@@ -80,15 +80,6 @@ class Base:
     distrust: FrozenSet[str] = frozenset()
 
 
-def _parse(text: str) -> Optional[ast.Module]:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
 def _first_line(node: ast.stmt) -> int:
     return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
 
@@ -102,7 +93,7 @@ def base_of(
 
     if "\r" in source or any(d.code == SYNTAX_ERROR_CODE for d in raw):
         return None
-    tree = _parse(source)
+    tree = parse_python(source)
     if tree is None:
         return None
     rows = source.split("\n")
@@ -253,7 +244,7 @@ def _changed(base: Base, rows: List[str]) -> Optional[Tuple[int, Statement, int,
     if not stmt.shape.is_def or lo < stmt.first or hi_old >= following:
         return None
     region = rows[stmt.first - 1 : max(stmt.last + delta, hi_new)]
-    tree = _parse("\n".join(region))
+    tree = parse_python("\n".join(region))
     if tree is None or len(tree.body) != 1 or not isinstance(tree.body[0], DEFINITIONS):
         return None
     node = tree.body[0]

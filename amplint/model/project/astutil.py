@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import ast
-from collections import deque
 from typing import Iterator, List, Optional
+
+from ...core.pyast import statements
 
 
 def dotted(node: Optional[ast.AST]) -> Optional[str]:
@@ -51,20 +52,7 @@ def walk_expression(expr: ast.AST) -> Iterator[ast.AST]:
             push(children.pop())
 
 
-_NESTING = (ast.stmt, ast.excepthandler, getattr(ast, "match_case", ast.excepthandler))
-
-
-def imports(body: List[ast.stmt]) -> Iterator[ast.stmt]:
-    """Every `import`/`from ... import` statement in `body` and the bodies nested in it
-    (functions, classes, branches, `try`), without visiting expressions: in the order
-    `ast.walk` meets them (breadth first), so the first binding of a name stays the same."""
-    queue = deque(body)
-    while queue:
-        node = queue.popleft()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-            continue
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if value.__class__ is list and value and isinstance(value[0], _NESTING):
-                queue.extend(value)
+def imports(body: List[ast.stmt]) -> Iterator[ast.AST]:
+    """Every `import`/`from ... import` statement in `body` and the bodies nested in it, in the
+    order `ast.walk` meets them (breadth first), so the first binding of a name stays the same."""
+    return (node for node in statements(body) if isinstance(node, (ast.Import, ast.ImportFrom)))

@@ -17,11 +17,11 @@ the imports, so the summary depends on nothing but the file's own text.
 from __future__ import annotations
 
 import ast
-import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
 from ...core.gates import overflowing_literal_site
+from ...core.pyast import parse
 from . import disabled, loaders, masks
 from .astutil import dotted, imports as _imports, number as _number, walk_expression as _walk_expression
 
@@ -41,13 +41,8 @@ _HF_ARGS = frozenset(
 
 def summarize(source: str) -> Optional[Dict[str, Any]]:
     """The summary of one Python text; None when it does not parse."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    return _Summarizer(source).run(tree)
+    tree = parse(source)
+    return _Summarizer(source).run(tree) if tree is not None else None
 
 
 
