@@ -26,7 +26,22 @@ def main() -> None:
         sys.exit(0)
     from .cli import main as cli_main
 
-    cli_main()
+    try:
+        cli_main()
+    finally:
+        _leave_heap_to_the_os()
+
+
+def _leave_heap_to_the_os() -> None:
+    """The process ends here (click exits). Tearing the interpreter down, CPython collects
+    cycles again over the objects still alive while it clears the modules (~20 ms of a
+    0.25 s warm run over transformers, measured from the last atexit handler to the
+    process's end: 30 ms -> 10 ms), looking for cycles the exit frees anyway. Frozen
+    objects are left out of those collections (`gc.freeze`); stdout and stderr are still
+    flushed, atexit handlers still run, and every file amplint writes is closed by then."""
+    import gc
+
+    gc.freeze()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from amplint.engine.cache import FORMAT, MAGIC, _mac, _read_store
+from amplint.engine.cache import FORMAT, MAGIC, _mac, _read_store, encode_store
 
 CLIP = """\
 import torch
@@ -51,12 +51,12 @@ def _key(machine) -> bytes:
 
 
 def _store(root) -> str:
-    (name,) = [n for n in os.listdir(root / ".amplint_cache") if n.endswith(".json")]
+    (name,) = [n for n in os.listdir(root / ".amplint_cache") if n.endswith(".store")]
     return str(root / ".amplint_cache" / name)
 
 
 def _write_store(path, key, entries) -> None:
-    payload = json.dumps({"format": FORMAT, "version": "x", "entries": entries}).encode()
+    payload = encode_store(entries)
     mac = _mac(key, os.path.basename(path), payload)
     with open(path, "wb") as fh:
         fh.write(b"%s %d %s\n" % (MAGIC, FORMAT, mac) + payload)
@@ -125,13 +125,13 @@ def test_stores_without_this_machines_mac_are_ignored(tmp_path, machines, how):
     _forge(path, key)
     assert _amplint(root, victim) != truth  # signed with the victim's own key: trusted
     entries = _read_store(path, key)
-    payload = json.dumps({"format": FORMAT, "version": "x", "entries": entries}).encode()
+    payload = encode_store(entries)
     if how == "unsigned":
         data = payload
     elif how == "bad-mac":
         data = b"%s %d %s\n" % (MAGIC, FORMAT, b"0" * 64) + payload
     elif how == "old-format":
-        data = json.dumps({"format": 2, "version": "x", "entries": entries}).encode()
+        data = b"%s %d %s\n" % (MAGIC, FORMAT - 1, _mac(key, os.path.basename(path), payload)) + payload
     else:  # a genuine MAC of another store, replayed under this store's name
         data = b"%s %d %s\n" % (MAGIC, FORMAT, _mac(key, "amplint-other.json", payload)) + payload
     with open(path, "wb") as fh:

@@ -5,16 +5,17 @@ one file system), are flushed and fsynced (so a crash just after the rename cann
 empty file under the old name), get the permission bits, and the temporary file is renamed
 over the target (`os.replace`). On any failure the temporary file is removed and the target
 is untouched. Fixed sources (`fix/writer.py`) and cache stores (`engine/cache.py`) are
-written this way.
+written this way; a cache store skips the fsync (`durable=False`): a store torn by a crash
+fails its MAC and is only rebuilt, and the fsync of a 2 MB store is a visible part of a
+one-file run.
 """
 from __future__ import annotations
 
 import os
 import stat
-import tempfile
 
 
-def replace_atomically(path: str, data: bytes, follow_symlinks: bool = False, keep_mode: bool = True) -> None:
+def replace_atomically(path: str, data: bytes, follow_symlinks: bool = False, keep_mode: bool = True, durable: bool = True) -> None:
     """Replace the file at `path` with `data`.
 
     keep_mode: the new file gets the old one's permission bits (a fixed source keeps its
@@ -23,7 +24,10 @@ def replace_atomically(path: str, data: bytes, follow_symlinks: bool = False, ke
     follow_symlinks: write the file a symbolic link points to, keeping the link (a fixed
     source); otherwise a link at `path` is itself replaced, never written through (a cache
     store in a linted tree must not write where a planted link points).
+    durable: fsync the bytes before the rename (see above for who may skip it).
     """
+    import tempfile  # here: a run that writes nothing does not import it (and shutil, random)
+
     target = os.path.realpath(path) if follow_symlinks else path
     folder = os.path.dirname(target) or "."
     mode = None
@@ -40,8 +44,9 @@ def replace_atomically(path: str, data: bytes, follow_symlinks: bool = False, ke
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:

@@ -5,7 +5,6 @@ Unknown keys, unknown codes and wrong types raise `ConfigError` with a
 """
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import sys
@@ -102,6 +101,8 @@ def expand_codes(selectors: Iterable[str], known: Sequence[str]) -> List[str]:
             continue
         matches = [c for c in known if c.startswith(sel)]
         if not matches:
+            import difflib  # only for this message
+
             hint = difflib.get_close_matches(sel, known, n=1)
             raise ConfigError(f"unknown rule selector {sel!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
         out.extend(matches)
@@ -281,6 +282,8 @@ def _strings(value: Any, key: str, source: str) -> List[str]:
 
 
 def _did_you_mean(key: str, options: Iterable[str]) -> str:
+    import difflib  # only for this message
+
     hint = difflib.get_close_matches(key, list(options), n=1)
     return f"; did you mean {hint[0]!r}?" if hint else ""
 

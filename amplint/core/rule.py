@@ -6,7 +6,6 @@ itself, so every rule of a run costs one traversal in total.
 from __future__ import annotations
 
 import re
-import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator, Optional, Pattern, Sequence, Tuple
 
@@ -20,6 +19,8 @@ DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules/{code}.md"
 
 def example_source(code: str) -> str:
     """An example's text as a file: dedented, without the leading blank line."""
+    import textwrap  # not at import: a run over cached results shows no example
+
     return textwrap.dedent(code).lstrip("\n")
 
 
@@ -96,6 +97,7 @@ class Rule:
     @classmethod
     def docs(cls) -> str:
         import inspect
+        import textwrap
 
         return textwrap.dedent(inspect.getdoc(cls) or "").strip()
 

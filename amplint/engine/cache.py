@@ -3,8 +3,8 @@
 An entry is keyed by the file's path and the hash of its bytes, inside a store
 whose name is a fingerprint of everything else a result depends on: the
 amplint version, the code of amplint and of its rules (so an edited rule or an
-editable install never serves stale results), the effective configuration and
-the selected codes. An entry holds what the engine needs after the file: its
+editable install never serves stale results: `sources_fingerprint`), the
+effective configuration and the selected codes. An entry holds what the engine needs after the file: its
 diagnostics *before* project-fact conditions are resolved, and its facts, so
 a warm run resolves conditions exactly as a cold one.
 
@@ -29,33 +29,43 @@ created 0600 on first use). A store from another machine, another user or a
 hand-edited one fails the check and is ignored (and rewritten), so planted
 entries can neither hide a finding nor change a message; where no key can be
 kept (a read-only home), nothing is read from or written to the cache. The
-store is JSON (never pickle), replaced atomically (`core/atomic.py`: a
-temporary file renamed over the old one), so concurrent runs never see half a file (the last writer wins;
-the loser only loses reuse). A store that does not load (corrupt, truncated,
-another format) is ignored and rewritten.
+store holds plain data (dicts, lists, strings, numbers) in `marshal`'s format
+(never pickle: no code runs on load), one blob per kind inside one outer blob;
+nothing is decoded before the MAC of the whole file proves this user wrote it.
+marshal decodes the store several times faster than JSON, and a kind is
+decoded only when the run first asks for it: a warm run whose project findings
+are reused never decodes the summaries, and writes their blob back as it was
+read. The interpreter's cache tag is part of the fingerprint, so a store is
+read only by the interpreter that wrote it (marshal's format is CPython's).
+The store is replaced atomically (`core/atomic.py`: a temporary file renamed
+over the old one), so concurrent runs never see half a file (the last writer
+wins; the loser only loses reuse): a run that changed entries re-reads the
+store before writing only when another run replaced it since it was loaded.
+A store that does not load (corrupt, truncated, another format) is ignored and
+rewritten.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
-import json
+import marshal
 import os
+import sys
 import time
 from functools import lru_cache
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 from ..__version__ import __version__
 from ..core.atomic import replace_atomically
+from ..core.digest import blake2b, compare_digest
 from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
 from ..model.facts import FileFacts
 from ..core.safe_read import read_bytes
 
 ENV = "AMPLINT_CACHE_DIR"
 DEFAULT_DIR = ".amplint_cache"
-FORMAT = 5  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows;
+FORMAT = 6  # 2: a result keeps only what differs from "nothing found" (most files); 3: help, raw_rows;
 #: 4: a MAC line first (the store is trusted only under this user's key); 5: a lint entry
-#: may hold the outcome of checking its offered fixes (`FIX_CHECKS`)
+#: may hold the outcome of checking its offered fixes (`FIX_CHECKS`); 6: marshal, one blob per kind
 #: the first line of a store: this, the format, and the MAC of the rest
 MAGIC = b"amplint-cache"
 KEY_BYTES = 32
@@ -115,11 +125,11 @@ def _read_key(path: str) -> Optional[bytes]:
 
 def _mac(key: bytes, name: str, payload: bytes) -> bytes:
     """The store's MAC, bound to its file name (the fingerprint of what produced it)."""
-    return hashlib.blake2b(name.encode("utf-8") + b"\0" + payload, key=key, digest_size=32).hexdigest().encode("ascii")
+    return blake2b(name.encode("utf-8") + b"\0" + payload, key=key, digest_size=32).hexdigest().encode("ascii")
 
 
 def file_digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return blake2b(data, digest_size=16).hexdigest()
 
 
 def stat_key(st: os.stat_result) -> Stat:
@@ -127,33 +137,114 @@ def stat_key(st: os.stat_result) -> Stat:
 
 
 def code_fingerprint() -> str:
-    """A hash of amplint's own source and its rules' source (cheap: ~40 small files)."""
+    """A fingerprint of amplint's own source and its rules' source (`sources_fingerprint`),
+    remembered in this user's cache folder next to the cache key."""
     import amplint.rules
 
     # the `amplint` package folder, read off this file's place (amplint/engine/cache.py)
     # instead of importing the facade, which sits above every layer
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    h = hashlib.blake2b(digest_size=16)
+    return sources_fingerprint((package, *amplint.rules.__path__), os.path.join(os.path.dirname(key_file()), "code-fingerprints"))
+
+
+#: how many (sources' stat -> fingerprint) pairs the memo keeps (one per install: venvs, checkouts)
+MEMO_ENTRIES = 16
+
+
+def sources_fingerprint(folders: Sequence[str], memo: Optional[str] = None, now: Optional[float] = None) -> str:
+    """A hash of the version and of the bytes of the Python files under `folders` (hidden
+    folders and `__pycache__` left out): the same for the same code wherever and whenever it
+    is installed (a CI job's fresh install finds the cache its last job left). Reading and
+    hashing ~180 files costs ~14 ms per run, so it is remembered in the file `memo` under
+    the files' stat (`sources_stat`), as git trusts an index entry; a file changed within
+    `RACY_SECONDS` of `now` leaves it unremembered."""
+    stat = sources_stat(folders, now) if memo is not None else None
+    known = _read_memo(memo) if stat is not None and memo is not None else {}
+    found = known.get(stat) if stat is not None else None
+    if found is not None:
+        return found
+    h = blake2b(digest_size=16)
     h.update(__version__.encode())
-    for folder in (package, *amplint.rules.__path__):
-        for dirpath, dirnames, filenames in os.walk(folder):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
-            for name in sorted(filenames):
-                if name.endswith(".py"):
-                    path = os.path.join(dirpath, name)
-                    h.update(os.path.relpath(path, folder).encode())
-                    try:
-                        with open(path, "rb") as fh:
-                            h.update(fh.read())
-                    except OSError:
-                        pass
+    for folder in folders:
+        for rel, entry in _sources(folder, b""):
+            h.update(rel + b"\0")
+            try:
+                h.update(read_bytes(entry.path))
+            except OSError:
+                pass
+    found = h.hexdigest()
+    if stat is not None and memo is not None:
+        _write_memo(memo, known, stat, found)
+    return found
+
+
+def sources_stat(folders: Sequence[str], now: Optional[float] = None) -> Optional[str]:
+    """A hash of where the Python files under `folders` are and of each one's stat (size,
+    mtime, ctime, inode: an edit moves the ctime, which no tool sets back); None when one
+    changed within `RACY_SECONDS` of `now` (a second edit in the same clock tick could keep
+    every field)."""
+    racy_before = (time.time() if now is None else now) - RACY_SECONDS
+    h = blake2b(digest_size=16)
+    h.update(__version__.encode())
+    for folder in folders:
+        h.update(b"\0%s\0" % os.fsencode(folder))
+        for rel, entry in _sources(folder, b""):
+            try:
+                st = entry.stat()
+            except OSError:
+                h.update(rel + b"\0-\0")
+                continue
+            if max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 >= racy_before:
+                return None
+            h.update(b"%s\0%d %d %d %d\0" % (rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
     return h.hexdigest()
+
+
+def _sources(folder: str, rel: bytes) -> Iterable[Tuple[bytes, "os.DirEntry[str]"]]:
+    """(path relative to the folder first given, entry) of each `.py` file, in a stable order."""
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return
+    below = []
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            continue
+        if is_dir:
+            if not entry.name.startswith((".", "__pycache__")):
+                below.append(entry)
+        elif entry.name.endswith(".py"):
+            yield rel + os.fsencode(entry.name), entry
+    for entry in below:
+        yield from _sources(entry.path, rel + os.fsencode(entry.name) + b"/")
+
+
+def _read_memo(path: str) -> Dict[str, str]:
+    try:
+        lines = read_bytes(path).decode("ascii").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    pairs = (line.split(" ") for line in lines)
+    return {p[0]: p[1] for p in pairs if len(p) == 2}
+
+
+def _write_memo(path: str, known: Dict[str, str], stat: str, found: str) -> None:
+    kept = [(k, v) for k, v in known.items() if k != stat][-(MEMO_ENTRIES - 1) :] + [(stat, found)]
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        replace_atomically(path, "".join(f"{k} {v}\n" for k, v in kept).encode("ascii"), keep_mode=False, durable=False)
+    except OSError:
+        pass  # no memo: the next run reads the sources again
 
 
 def fingerprint(config: Any, codes: Iterable[str], extra: str = "") -> str:
     """Everything but the file that decides a file's result."""
-    h = hashlib.blake2b(digest_size=12)
-    h.update(f"{FORMAT}\0{code_fingerprint()}\0{config!r}\0{sorted(codes)!r}\0{extra}".encode())
+    h = blake2b(digest_size=12)
+    tag = sys.implementation.cache_tag  # the store's format is this interpreter's marshal
+    h.update(f"{FORMAT}\0{tag}\0{code_fingerprint()}\0{config!r}\0{sorted(codes)!r}\0{extra}".encode())
     return h.hexdigest()
 
 
@@ -277,8 +368,11 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
             out["p"] = True
         if result.index is not None and (result.index.get("r") or result.index.get("i")):
             out["x"] = _enc(result.index)
-        if diags and decode_result(result.path, json.loads(json.dumps(out))).diagnostics != result.diagnostics:
-            return None
+        if diags:
+            import json  # the payload must be plain data (JSON's types): what a warm run decodes is what it was
+
+            if decode_result(result.path, json.loads(json.dumps(out))).diagnostics != result.diagnostics:
+                return None
         return out
     except (_NotCacheable, TypeError, ValueError):
         return None
@@ -302,8 +396,7 @@ _NO_INDEX: Dict[str, Any] = {"r": "", "i": ""}
 
 
 def decode_result(path: str, o: Dict[str, Any]) -> Any:
-    from .pipeline import FileResult
-
+    FileResult = _RESULT[0] if _RESULT else _result_class()  # (a warm run decodes one per file)
     diagnostics = o.get("d")
     facts = o.get("f")
     return FileResult(
@@ -313,6 +406,17 @@ def decode_result(path: str, o: Dict[str, Any]) -> Any:
         parsed=bool(o.get("p")),
         index=o.get("x", _NO_INDEX) if path.endswith(".py") else None,
     )
+
+
+#: pipeline.FileResult, once imported (pipeline sits above this module)
+_RESULT: list = []
+
+
+def _result_class() -> Any:
+    from .pipeline import FileResult
+
+    _RESULT[:] = [FileResult]
+    return FileResult
 
 
 # ------------------------------------------------------------------ the store
@@ -328,8 +432,10 @@ class Cache:
 
     def __init__(self, directory: str, fingerprint: str) -> None:
         self.directory = directory
-        self.path = os.path.join(directory, f"amplint-{fingerprint}.json")
-        self.entries: Dict[str, Dict[str, list]] = _empty()
+        self.path = os.path.join(directory, f"amplint-{fingerprint}.store")
+        self.entries: Dict[str, Dict[str, list]] = _Entries()
+        #: the store file as this run loaded it (device, inode, size, mtime): unchanged at save, not re-read
+        self._loaded: Optional[Tuple[int, int, int, int]] = None
         self._changed: Dict[str, Dict[str, list]] = _empty()
         self.hits = 0
         self.misses = 0
@@ -343,7 +449,7 @@ class Cache:
         self._load()
 
     def _load(self) -> None:
-        self.entries = _read_store(self.path, self.key)
+        self.entries, self._loaded = _load_store(self.path, self.key)
 
     # an entry: [mtime_ns, size, digest, read_at (seconds), encoded result]
 
@@ -456,16 +562,21 @@ class Cache:
         try:
             os.makedirs(self.directory, exist_ok=True)
             _write_gitignore(self.directory)
-            merged = _read_store(self.path, self.key)
-            for kind, changed in self._changed.items():
-                merged[kind].update(changed)
-            payload = json.dumps({"format": FORMAT, "version": __version__, "entries": merged}, separators=(",", ":")).encode("utf-8")
+            if self._loaded is not None and _file_id(self.path) == self._loaded:
+                merged = self.entries  # no other run replaced the store: it holds every change already
+            else:
+                merged, _ = _load_store(self.path, self.key)
+                for kind, changed in self._changed.items():
+                    if changed:
+                        merged[kind].update(changed)
+            payload = encode_store(merged)
             header = b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload))
             # a store is made anew: a link planted in its place is replaced, not followed, and
-            # a planted file's mode bits are not kept
-            replace_atomically(self.path, header + payload, keep_mode=False)
-        except OSError:
-            return  # a read-only tree or a full disk: run without a cache
+            # a planted file's mode bits are not kept; not fsynced: a torn store fails its MAC
+            replace_atomically(self.path, header + payload, keep_mode=False, durable=False)
+        except (OSError, ValueError):  # a read-only tree, a full disk (or data marshal refuses): no cache
+            return
+        self.entries, self._loaded = merged, None  # a later save re-reads what others wrote since
         self._changed = _empty()
 
 
@@ -482,44 +593,101 @@ def _unchanged(entry: list, st: Optional[Stat]) -> bool:
 
 
 def _empty() -> Dict[str, Dict[str, list]]:
-    return {"lint": {}, "facts": {}, **{k: {} for k in RAW_KINDS}}
+    return {kind: {} for kind in KINDS}
+
+
+#: every kind of entry, in the order a store holds them
+KINDS = ("lint", "facts", *RAW_KINDS)
 
 
 def _decode(kind: str, path: str, payload: Dict[str, Any]) -> Any:
     return payload if kind in RAW_KINDS else decode_result(path, payload)
 
 
+class _Entries(dict):
+    """A store's entries by kind ({kind: {path: entry}}), each kind decoded from its blob
+    on first use; `blobs` holds the kinds not decoded yet, written back as they are."""
+
+    def __init__(self, blobs: Optional[Dict[str, bytes]] = None) -> None:
+        super().__init__()
+        self.blobs: Dict[str, bytes] = blobs or {}
+
+    def __missing__(self, kind: str) -> Dict[str, list]:
+        if kind not in KINDS:
+            raise KeyError(kind)
+        # (a thread that asks meanwhile decodes the same blob; the first one kept wins)
+        found = self.setdefault(kind, _decode_kind(self.blobs.get(kind)))
+        self.blobs.pop(kind, None)
+        return found
+
+
+def _decode_kind(blob: Optional[bytes]) -> Dict[str, list]:
+    """The well-formed entries of one kind's blob (none when it does not decode)."""
+    if blob is None:
+        return {}
+    try:
+        entries = marshal.loads(blob)
+    except (ValueError, EOFError, TypeError):
+        return {}
+    if not isinstance(entries, dict):
+        return {}
+    return {
+        p: e
+        for p, e in entries.items()
+        if isinstance(p, str) and isinstance(e, list) and len(e) == 5 and isinstance(e[0], int) and isinstance(e[1], int) and isinstance(e[2], str) and isinstance(e[3], (int, float)) and isinstance(e[4], dict)
+    }
+
+
+def encode_store(entries: Dict[str, Dict[str, list]]) -> bytes:
+    """A store's payload (what its MAC covers): the kinds not decoded are written as read."""
+    blobs = getattr(entries, "blobs", {})
+    kinds = {}
+    for kind in KINDS:
+        if dict.__contains__(entries, kind):
+            kinds[kind] = marshal.dumps(dict.__getitem__(entries, kind))
+        elif kind in blobs:
+            kinds[kind] = blobs[kind]
+    return marshal.dumps({"format": FORMAT, "version": __version__, "kinds": kinds})
+
+
+def _file_id(path: str) -> Optional[Tuple[int, int, int, int]]:
+    """What tells one version of a file from another: a replaced store is a new inode."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _read_store(path: str, key: Optional[bytes]) -> Dict[str, Dict[str, list]]:
     """The entries of the store at `path` if its MAC proves `key`'s owner wrote it, else none."""
-    empty = _empty()
+    return _load_store(path, key)[0]
+
+
+def _load_store(path: str, key: Optional[bytes]) -> Tuple["_Entries", Optional[Tuple[int, int, int, int]]]:
+    """(`_read_store`'s entries, the file's id as read: taken before reading, so a store
+    replaced meanwhile reads as changed at save)."""
+    empty = _Entries()
     if key is None:
-        return empty
+        return empty, None
+    loaded = _file_id(path)
     try:
         raw = read_bytes(path)  # a planted pipe named like a store is never opened
     except OSError:
-        return empty
+        return empty, None
     header, _, payload = raw.partition(b"\n")
     parts = header.split(b" ")
     if len(parts) != 3 or parts[0] != MAGIC or parts[1] != b"%d" % FORMAT:
-        return empty
-    if not hmac.compare_digest(parts[2], _mac(key, os.path.basename(path), payload)):
-        return empty  # written by another machine or user, or edited: never trusted
+        return empty, loaded
+    if not compare_digest(parts[2], _mac(key, os.path.basename(path), payload)):
+        return empty, loaded  # written by another machine or user, or edited: never trusted
     try:
-        data = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
-        return empty
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), dict):
-        return empty
-    out = empty
-    for kind in out:
-        entries = data["entries"].get(kind)
-        if isinstance(entries, dict):
-            out[kind] = {
-                p: e
-                for p, e in entries.items()
-                if isinstance(e, list) and len(e) == 5 and isinstance(e[0], int) and isinstance(e[1], int) and isinstance(e[2], str) and isinstance(e[3], (int, float)) and isinstance(e[4], dict)
-            }
-    return out
+        data = marshal.loads(payload)  # only now: these are bytes this user's amplint wrote
+    except (ValueError, EOFError, TypeError):
+        return empty, loaded
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("kinds"), dict):
+        return empty, loaded
+    return _Entries({k: v for k, v in data["kinds"].items() if k in KINDS and isinstance(v, bytes)}), loaded
 
 
 def _write_gitignore(directory: str) -> None:

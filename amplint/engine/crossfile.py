@@ -18,54 +18,99 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Related
 from ..core.safe_read import read_bytes
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .discovery import WalkRecord
+
 #: files whose presence makes a folder a project root
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_PACKAGE = ("__init__.py",)
+#: what `project_root` asks of a folder: the run's walk notes them as it lists (`WalkRecord`)
+ROOT_NAMES = (*ROOT_MARKERS, *_PACKAGE)
 
 
-def project_root(path: str, _memo: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
+def _parent(path: str) -> str:
+    """`os.path.dirname(path)`, cheaper where the last `/` has no other before it (on POSIX,
+    what dirname then returns): Projects asks it of every file of a run and every folder
+    up to a project root."""
+    i = path.rfind("/") if os.sep == "/" else -1
+    return path[:i] if i > 0 and path[i - 1] != "/" else os.path.dirname(path)
+
+
+def _holds_any(folder: str, names: Sequence[str]) -> bool:
+    return any(os.path.exists(os.path.join(folder, name)) for name in names)
+
+
+def project_root(path: str) -> Optional[str]:
     """The nearest folder above `path` (absolute) that holds a project marker; else, for a
     file inside a package, the folder holding its topmost package (an unpacked wheel or
     sdist); else None."""
-    root = _marked_root(path, _memo)
-    if root is not None:
-        return root
-    folder = os.path.dirname(path)
-    top = None
-    while os.path.exists(os.path.join(folder, "__init__.py")):
-        top = folder
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    return os.path.dirname(top) if top is not None else None
+    return _Roots().root(path)
 
 
-def _marked_root(path: str, _memo: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
-    folder = os.path.dirname(path)
-    seen: List[str] = []
-    root: Optional[str] = None
-    while True:
-        if _memo is not None and folder in _memo:
-            root = _memo[folder]
-            break
-        seen.append(folder)
-        if any(os.path.exists(os.path.join(folder, m)) for m in ROOT_MARKERS):
-            root = folder
-            break
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    if _memo is not None:
+class _Roots:
+    """`project_root` for many files: each folder is asked about once (whether it holds a
+    marker, an `__init__.py`), through `walk` (the run's `WalkRecord`: from the listings
+    its walk made) or the file system."""
+
+    def __init__(self, walk: "Optional[WalkRecord]" = None) -> None:
+        self.holds_any = walk.holds_any if walk is not None else _holds_any
+        self._marked: Dict[str, Optional[str]] = {}  # folder -> the nearest marked folder at or above it
+        self._top: Dict[str, Optional[str]] = {}  # folder -> the topmost package holding it (None: no package)
+
+    def root(self, path: str) -> Optional[str]:
+        folder = _parent(path)
+        marked = self._marked_root(folder)
+        if marked is not None:
+            return marked
+        top = self._package_top(folder)
+        return _parent(top) if top is not None else None
+
+    def _marked_root(self, folder: str) -> Optional[str]:
+        seen: List[str] = []
+        root: Optional[str] = None
+        while True:
+            if folder in self._marked:
+                root = self._marked[folder]
+                break
+            seen.append(folder)
+            if self.holds_any(folder, ROOT_MARKERS):
+                root = folder
+                break
+            parent = _parent(folder)
+            if parent == folder:
+                break
+            folder = parent
         for f in seen:
-            _memo[f] = root
-    return root
+            self._marked[f] = root
+        return root
+
+    def _package_top(self, folder: str) -> Optional[str]:
+        """The highest folder of the unbroken run of packages (`__init__.py`) from `folder` up."""
+        chain: List[str] = []
+        above: Optional[str] = None  # the answer for the folder above the chain
+        current = folder
+        while True:
+            if current in self._top:
+                above = self._top[current]
+                break
+            if not self.holds_any(current, _PACKAGE):
+                self._top[current] = None
+                break
+            chain.append(current)
+            parent = _parent(current)
+            if parent == current:
+                break
+            current = parent
+        top = above if above is not None else (chain[-1] if chain else None)
+        for f in chain:
+            self._top[f] = top
+        return top
 
 
 def project_rules(rules: Sequence[Any]) -> List[Any]:
@@ -100,22 +145,31 @@ class Projects:
 
     A project's files are found by the same discovery as a run over its root;
     when the run was given the root (or a folder above it) they are the run's
-    own files, so only a subset run walks the project again.
+    own files, so only a subset run walks the project again, and then not into
+    the folders the run walked already (`walk`, the run's `WalkRecord`), whose
+    files it knows, nor does it ask again what the run's listings answered.
     """
 
-    def __init__(self, paths: Sequence[str], files: Sequence[str], config: Config) -> None:
+    def __init__(self, paths: Sequence[str], files: Sequence[str], config: Config, walk: "Optional[WalkRecord]" = None) -> None:
         self.config = config
         self._given = [os.path.abspath(p) for p in paths]
-        memo: Dict[str, Optional[str]] = {}
-        roots: Dict[str, Optional[str]] = {}  # folder -> its project root: asked once per folder
+        self._walk = walk
+        roots = _Roots(walk)
+        by_folder: Dict[str, Optional[str]] = {}  # folder -> its project root: asked once per folder
         #: root -> {absolute path: the path as the run spells it}
         self.groups: Dict[Optional[str], Dict[str, str]] = {}
+        absolute = walk.abspath if walk is not None else os.path.abspath
+        group: Dict[str, str] = {}
+        last = None  # the folder of the file before: a walk gives a folder's files together
         for f in files:
             if f.endswith(".py"):
-                full = os.path.abspath(f)
-                folder = os.path.dirname(full)
-                root = roots[folder] if folder in roots else roots.setdefault(folder, project_root(full, memo))
-                self.groups.setdefault(root, {})[full] = f
+                full = absolute(f)
+                folder = _parent(full)
+                if folder != last:
+                    root = by_folder[folder] if folder in by_folder else by_folder.setdefault(folder, roots.root(full))
+                    group = self.groups.setdefault(root, {})
+                    last = folder
+                group[full] = f
         self._files: Dict[Optional[str], List[str]] = {}
 
     def files(self, root: Optional[str]) -> List[str]:
@@ -128,7 +182,8 @@ class Projects:
             else:
                 from .discovery import discover
 
-                walked = {os.path.abspath(p) for p in discover([root], self.config) if p.endswith(".py")}
+                # (root is absolute and normalized, so is every path found under it)
+                walked = {p for p in discover([root], self.config, reuse=self._walk) if p.endswith(".py")}
                 found = sorted(walked | set(members))
             self._files[root] = found
         return found
@@ -164,15 +219,16 @@ def project_diagnostics(
 
 def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any], store: "_Store", members: Dict[str, str]) -> List[Diagnostic]:
     """Every cross-file finding of one project (absolute paths), reused from the cache when no
-    file the model read last time has changed (a warm run then loads no rule and parses nothing)."""
-    from ..model.project import Project
-
+    file the model read last time has changed (a warm run then loads no rule, parses nothing
+    and imports no module of the model)."""
     chosen, key = store.universe(root, files)
     if not chosen:
         return []
     reused = store.findings(root, chosen)
     if reused is not None:
         return reused
+    from ..model.project import Project
+
     summaries = {}
     for f in chosen:
         s = store.summary(f)
@@ -264,12 +320,12 @@ class _Store:
         `index.universe` reads the text index of every file; when no file of the project
         changed since the project's findings were recorded (same key), the universe recorded
         with them is the one it would compute, and no index is read (a warm run)."""
-        from ..model.project import universe
-
         key = self._files_key(files)
         entry = self.cache.get_raw("project", root or "") if self.cache is not None and key is not None else None
         if entry and entry.get("key") == key and isinstance(entry.get("universe"), list):
             return entry["universe"], key
+        from ..model.project import universe
+
         chosen = universe(files, root, self.index)
         return chosen, key if key is not None else self._files_key(files)
 
@@ -278,9 +334,9 @@ class _Store:
         one file's bytes are not known (not linted by this run, changed, never cached)."""
         if self.cache is None:
             return None
-        import hashlib
+        from ..core.digest import blake2b
 
-        h = hashlib.blake2b(digest_size=16)
+        h = blake2b(digest_size=16)
         for path in files:
             digest = self.cache.current_digest("lint", path)
             if digest is None:

@@ -14,11 +14,10 @@ ignored folders instead of walking them. Global git excludes
 """
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from ..core.safe_read import read_text
 
@@ -262,20 +261,34 @@ class Excluder:
     """The exclude globs, compiled once: a glob matches a name, or a path relative to `root`.
 
     Same answers as `fnmatch.fnmatch(name, glob) or fnmatch.fnmatch(rel, glob)
-    or fnmatch.fnmatch(rel, glob + "/*")`, in one regex call each.
+    or fnmatch.fnmatch(rel, glob + "/*")`. A glob without `*?[` (all the default
+    excludes) matches only by equality, or as a leading part of `rel` (`glob/*`):
+    set lookups, with no regex to compile; the others share one regex per test.
     """
 
     def __init__(self, patterns: Sequence[str], root: Optional[str]):
         self.root = os.path.abspath(root) if root else None
         self._prefix = (self.root.rstrip(os.sep) + os.sep) if self.root else None
         norm = [os.path.normcase(p) for p in patterns]
-        self._name = re.compile("|".join(fnmatch.translate(p) for p in norm)) if norm else None
-        self._rel = re.compile("|".join(fnmatch.translate(p) for p in (*norm, *(p.rstrip("/") + "/*" for p in norm)))) if norm else None
+        globs = [p for p in norm if any(c in p for c in "*?[")]
+        plain = [p for p in norm if p not in globs]
+        self._any = bool(norm)
+        self._plain = frozenset(plain)  # a name or a rel path equal to one
+        # `plain/*` matches a rel path that starts with `plain/`: by its first part, or
+        # (a plain glob holding a `/`) by a prefix
+        self._first = frozenset(p.rstrip("/") for p in plain if "/" not in p.rstrip("/"))
+        self._prefixes = tuple(p.rstrip("/") + "/" for p in plain if "/" in p.rstrip("/"))
+        self._name = self._rel = None
+        if globs:
+            import fnmatch
+
+            self._name = re.compile("|".join(fnmatch.translate(p) for p in globs))
+            self._rel = re.compile("|".join(fnmatch.translate(p) for p in (*globs, *(p.rstrip("/") + "/*" for p in globs))))
         #: whether a file inside an already-checked folder can match: not when every glob is a
         #: plain name or path (no `*?[`) that no lintable file is called, as the defaults are:
         #: such a glob matches a file only by being its name, or through a folder above it
         #: (`build/*`), and that folder was pruned
-        self.reaches_files = any(any(c in p for c in "*?[") or p.endswith(LINTABLE_SUFFIXES) for p in norm)
+        self.reaches_files = bool(globs) or any(p.endswith(LINTABLE_SUFFIXES) for p in norm)
 
     def rel(self, abspath: str) -> str:
         if self._prefix is not None and abspath.startswith(self._prefix):
@@ -285,12 +298,16 @@ class Excluder:
         return rel.replace(os.sep, "/") if os.sep != "/" else rel
 
     def __call__(self, abspath: str, name: Optional[str] = None) -> bool:
-        if self._name is None:
+        if not self._any:
             return False
-        name = name if name is not None else os.path.basename(abspath.rstrip(os.sep))
-        if self._name.match(os.path.normcase(name)):
+        name = os.path.normcase(name if name is not None else os.path.basename(abspath.rstrip(os.sep)))
+        if name in self._plain or (self._name is not None and self._name.match(name)):
             return True
-        return self._rel.match(os.path.normcase(self.rel(abspath))) is not None
+        rel = os.path.normcase(self.rel(abspath))
+        if rel in self._plain or (self._rel is not None and self._rel.match(rel)):
+            return True
+        first, slash, _ = rel.partition("/")
+        return bool(slash) and first in self._first or (bool(self._prefixes) and rel.startswith(self._prefixes))
 
 
 def excluded(path: str, patterns: Sequence[str], root: Optional[str]) -> bool:
@@ -317,15 +334,56 @@ def excluded_with_parents(path: str, patterns: Sequence[str], root: Optional[str
 # ------------------------------------------------------------------ the walk
 
 
+class WalkRecord:
+    """What a run's walk saw, kept for the cross-file pass so it asks the file system nothing
+    twice (tests/test_discovery_reuse.py proves the answers equal asking again).
+
+    `names`: for each folder listed (absolute), which of the names in `watch` it holds,
+    present as `os.path.exists` says (`holds_any`); `tops`: for each folder given and
+    walked to the end (absolute), the key of the ignore files in force there (`_stack_key`)
+    and every file its walk found (absolute; `discover`'s `reuse` stands them in for a walk
+    of that folder where that walk would apply the same ignore files); `absolute`: the
+    absolute path of each file it yielded (on POSIX, where that is the joined names).
+    """
+
+    def __init__(self, watch: Sequence[str] = ()) -> None:
+        self.watch = frozenset(watch)
+        self.names: Dict[str, FrozenSet[str]] = {}
+        self.tops: Dict[str, Tuple[Optional[tuple], List[str]]] = {}
+        #: each file the walk yielded -> `os.path.abspath` of it (the walk built it anyway)
+        self.absolute: Dict[str, str] = {}
+
+    def holds_any(self, folder: str, names: Sequence[str]) -> bool:
+        """Whether `os.path.exists` says `folder` holds one of `names`: from the listing where
+        the walk made one and watched them all, else asked."""
+        found = self.names.get(folder)
+        if found is None or not self.watch.issuperset(names):
+            return any(os.path.exists(os.path.join(folder, name)) for name in names)
+        return not found.isdisjoint(names)
+
+    def abspath(self, path: str) -> str:
+        """`os.path.abspath(path)`, without asking again for a file the walk yielded."""
+        return self.absolute.get(path) or os.path.abspath(path)
+
+
+def _stack_key(ignore: Optional[GitIgnore]) -> Optional[tuple]:
+    """What decides a walk's gitignore answers: each ignore file's folder and patterns, in order."""
+    return None if ignore is None else tuple((f.base, f.patterns) for f in ignore.files)
+
+
 def discover(
     paths: Sequence[str],
     config: "Config",
     force_exclude: bool = False,
     respect_gitignore: Optional[bool] = None,
     problems: Optional[List[Tuple[str, str]]] = None,
+    record: Optional[WalkRecord] = None,
+    reuse: Optional[WalkRecord] = None,
 ) -> Iterator[str]:
     """Lintable files under `paths`, in a stable order, each once. Folders the walk cannot
-    read are appended to `problems` as (folder, reason)."""
+    read are appended to `problems` as (folder, reason). `record`: filled with what the
+    walk saw; `reuse`: a record whose folders walked to the end stand in for walking them
+    again (their files come as absolute paths; give absolute `paths` with it)."""
     patterns = (*config.exclude, *config.extend_exclude)
     root = config.root or os.getcwd()
     force_exclude = force_exclude or getattr(config, "force_exclude", False)
@@ -338,7 +396,10 @@ def discover(
             if force_exclude and os.path.abspath(given) != check.root and excluded_with_parents(given, patterns, root):
                 continue
             ignore = GitIgnore.for_folder(given) if respect_gitignore else None
-            yield from _walk(given, check, ignore, seen, problems)
+            found: Optional[List[str]] = [] if record is not None else None
+            yield from _walk(given, check, ignore, seen, problems, record, reuse, found)
+            if record is not None and found is not None:
+                record.tops[os.path.abspath(given)] = (_stack_key(ignore), found)
         else:
             if force_exclude and excluded_with_parents(given, patterns, root):
                 continue
@@ -347,38 +408,151 @@ def discover(
                 yield given
 
 
-def _walk(top: str, check: Excluder, ignore: Optional[GitIgnore], seen: set, problems: Optional[List[Tuple[str, str]]] = None) -> Iterator[str]:
-    """os.walk, pruning excluded and ignored folders; `ignore` already holds `top`'s .gitignore."""
+def _walk(
+    top: str,
+    check: Excluder,
+    ignore: Optional[GitIgnore],
+    seen: set,
+    problems: Optional[List[Tuple[str, str]]] = None,
+    record: Optional[WalkRecord] = None,
+    reuse: Optional[WalkRecord] = None,
+    found: Optional[List[str]] = None,
+) -> Iterator[str]:
+    """The files under `top` in os.walk's order (a folder's files, then its subfolders, each
+    sorted), pruning hidden, excluded, ignored and virtualenv folders, and (as os.walk) never
+    following a link to a folder; `ignore` already holds `top`'s .gitignore. One `scandir`
+    per folder and no other system call for most: its listing says whether the folder is a
+    virtualenv (holds `pyvenv.cfg`) and holds a `.gitignore`. `found`: gets every file that
+    passes (absolute), those already yielded from another path too."""
     top_abs = os.path.abspath(top)
-    parents = {top_abs: ignore}
-
-    def unreadable(exc: OSError) -> None:
-        if problems is not None:
-            problems.append((exc.filename or top, exc.strerror or str(exc)))
-
-    for dirpath, dirnames, filenames in os.walk(top, onerror=unreadable):
-        here_abs = os.path.abspath(dirpath)
-        here = parents.pop(here_abs, None)
-        if here is not None and here_abs != top_abs and ".gitignore" in filenames:
+    posix = os.sep == "/"
+    # (on Windows abspath also drops trailing dots and spaces: not recorded there)
+    absolute = record.absolute if record is not None and posix else None
+    stack: List[Tuple[str, str, Optional[GitIgnore], Optional[List[str]]]] = [(top, top_abs, ignore, None)]
+    while stack:
+        dirpath, here_abs, here, known = stack.pop()
+        if known is not None:  # a folder another walk went through, under the same rules
+            for full in known:
+                if found is not None:
+                    found.append(full)
+                if full not in seen:
+                    seen.add(full)
+                    yield full
+            continue
+        listed = _listing(dirpath, problems, top, record.watch if record is not None else frozenset())
+        if listed is None:
+            continue
+        if record is not None:
+            record.names[here_abs] = frozenset(listed.present)
+        prefix = here_abs if here_abs.endswith(os.sep) else here_abs + os.sep
+        if listed.venv and here_abs != top_abs and os.path.exists(prefix + "pyvenv.cfg"):
+            continue  # a virtualenv below the folder given
+        if here is not None and here_abs != top_abs and listed.gitignore:
             here = here.enter(dirpath)
-        kept = []
-        for d in sorted(dirnames):
-            full_abs = here_abs + os.sep + d
-            if d.startswith(".") or check(full_abs, d) or os.path.exists(os.path.join(full_abs, "pyvenv.cfg")):
+        below = []
+        links = listed.links
+        for d in sorted(listed.dirnames):
+            full_abs = prefix + d
+            if d.startswith(".") or check(full_abs, d):
                 continue
             if here is not None and here.ignored(full_abs, True, absolute=True):
                 continue
-            kept.append(d)
-            parents[full_abs] = here
-        dirnames[:] = kept
-        for f in sorted(filenames):
+            if d in links:
+                continue
+            other = reuse.tops.get(full_abs) if reuse is not None else None
+            if other is not None and _same_rules(here, full_abs, other[0]) and not os.path.exists(full_abs + os.sep + "pyvenv.cfg"):
+                below.append(("", full_abs, here, other[1]))
+            else:
+                below.append((os.path.join(dirpath, d), full_abs, here, None))
+        spelled = (dirpath if not dirpath or dirpath.endswith("/") else dirpath + "/") if posix else None
+        for f in sorted(listed.filenames):
             if not f.endswith(LINTABLE_SUFFIXES):
                 continue
-            full = os.path.join(dirpath, f)
-            full_abs = here_abs + os.sep + f
-            if full in seen or ((check.reaches_files or here_abs == top_abs) and check(full_abs, f)):
+            full_abs = prefix + f
+            if (check.reaches_files or here_abs == top_abs) and check(full_abs, f):
                 continue
-            if here is not None and here.ignored(full_abs, False, absolute=True):
+            if here is not None and here.files and here.ignored(full_abs, False, absolute=True):
                 continue
-            seen.add(full)
-            yield full
+            if found is not None:
+                found.append(full_abs)
+            full = spelled + f if spelled is not None else os.path.join(dirpath, f)
+            if full not in seen:
+                seen.add(full)
+                if absolute is not None:
+                    absolute[full] = full_abs
+                yield full
+        stack.extend(reversed(below))
+
+
+def _same_rules(here: Optional[GitIgnore], folder: str, key: Optional[tuple]) -> bool:
+    """Whether a walk at `folder`'s parent, with ignore files `here`, would apply inside
+    `folder` the ignore files another walk started at `folder` applied (`key`): that key
+    with `folder`'s own .gitignore, if it has one, taken off is `here`'s."""
+    if here is None or key is None:
+        return here is None and key is None
+    own = key[-1:] if key and key[-1][0] == folder else ()
+    return _stack_key(here) + own == key
+
+
+def _listing(folder: str, problems: Optional[List[Tuple[str, str]]], top: str, watch: FrozenSet[str]) -> Optional["_Listing"]:
+    """The folder's entries as os.walk sorts them (a link to a folder is a folder; an entry
+    that cannot be stat'ed is not), or None, the reason added to `problems`, when the folder
+    cannot be read."""
+    out = _Listing()
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = entry.name
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    out.dirnames.append(name)
+                    if _is_link(entry):
+                        out.links.add(name)
+                    if name in watch:
+                        out.present.add(name)  # a folder exists (a link's target, is_dir said)
+                else:
+                    out.filenames.append(name)
+                    if name == ".gitignore":
+                        out.gitignore = True
+                    if name in watch and (_is_file(entry) or os.path.exists(entry.path)):
+                        out.present.add(name)
+                if name == "pyvenv.cfg":
+                    out.venv = True
+    except OSError as exc:
+        if problems is not None:
+            problems.append((exc.filename or top, exc.strerror or str(exc)))
+        return None
+    return out
+
+
+class _Listing:
+    """One folder's entries. `gitignore`: a `.gitignore` among its files (not folders);
+    `venv`: a `pyvenv.cfg` of any kind (confirmed by `os.path.exists`, as before the listing);
+    `present`: the watched names `os.path.exists` says it holds."""
+
+    __slots__ = ("dirnames", "filenames", "links", "gitignore", "venv", "present")
+
+    def __init__(self) -> None:
+        self.dirnames: List[str] = []
+        self.filenames: List[str] = []
+        self.links: set = set()
+        self.gitignore = False
+        self.venv = False
+        self.present: set = set()
+
+
+def _is_link(entry: "os.DirEntry[str]") -> bool:
+    try:
+        return entry.is_symlink()
+    except OSError:  # as os.path.islink, which os.walk asked
+        return False
+
+
+def _is_file(entry: "os.DirEntry[str]") -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False

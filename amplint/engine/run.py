@@ -7,14 +7,13 @@ and add the cross-file findings of the projects the files belong to
 `lint_source` lints one text (the unit tests and the stdin path use it)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
 from ..model.facts import ProjectFacts
-from .discovery import discover
+from .discovery import WalkRecord, discover
 from .pipeline import SYNTAX_ERROR_CODE, FileResult, lint_file_source, resolve_conditions, selected_rules, syntax_error
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,13 +53,16 @@ def lint_paths(
     config = config or Config()
     codes, rules = selected_rules(config)
     unreadable: List[Tuple[str, str]] = []
-    files = list(discover(paths, config, force_exclude, problems=unreadable))
+    from .crossfile import ROOT_NAMES
+
+    walk = WalkRecord(ROOT_NAMES)  # what the walk saw, for the cross-file pass (crossfile.Projects)
+    files = list(discover(paths, config, force_exclude, problems=unreadable, record=walk))
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
     facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     from .crossfile import Projects, merge, project_diagnostics
     from .parallel import pending_conditions
 
-    projects = Projects(paths, files, config)
+    projects = Projects(paths, files, config, walk)
     if pending_conditions(results, facts, config):
         # a subset run: the rest of the project decides, as in a run over all of it
         others = projects.others()
@@ -68,7 +70,8 @@ def lint_paths(
             rest = [FileResult(path=o) for o in others]
             facts = settle_facts([*files, *others], [*results, *rest], config, jobs=jobs, cache=cache)
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
-    indexes = {os.path.abspath(r.path): r.index for r in results if r.index is not None}
+    absolute = walk.abspath
+    indexes = {absolute(r.path): r.index for r in results if r.index is not None}
     cross = project_diagnostics(projects, rules, codes, cache, indexes)
     if cross:
         diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
