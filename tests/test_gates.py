@@ -444,3 +444,48 @@ def test_call_gates_skip_words_that_are_no_such_call(code, body):
     source = HEAD + body
     assert not _fires(source, code)
     assert not _gate(code)(source)
+
+
+RMS_NORM = """\
+import torch
+
+
+def rms_norm(x):
+    return x / (x.pow(2).mean(-1, keepdim=True) + 1e-12).sqrt()
+
+
+"""
+
+
+@pytest.mark.parametrize(
+    "rest, parsed",
+    [("def export(model):\n    return model.half()\n", False), ("PRECISION = 'half'\n", True)],
+    ids=["fp16-word-in-another-function", "fp16-word-at-module-level"],
+)
+def test_a_rule_whose_gate_fails_on_the_excerpt_is_not_parsed(monkeypatch, rest, parsed):
+    """AMP302's file gate passes on "half" anywhere in the file. When its excerpt (the eps site's
+    function and the module level) holds no fp16 word, the rule cannot fire and nothing is parsed;
+    a module-level word stays in the excerpt."""
+    from amplint.core.config import Config
+    from amplint.engine import pipeline
+
+    calls = []
+    real = pipeline._parse_and_check
+    monkeypatch.setattr(pipeline, "_parse_and_check", lambda *a: calls.append(1) or real(*a))
+    config = Config(select=("AMP302",))
+    codes, rules = pipeline.selected_rules(config)
+    result = pipeline._lint_file_source(RMS_NORM + rest, "m.py", config, rules, codes)
+    assert result.diagnostics == [] and bool(calls) is parsed
+
+
+def test_the_same_rule_is_parsed_when_its_function_holds_the_fp16_word(monkeypatch):
+    from amplint.core.config import Config
+    from amplint.engine import pipeline
+
+    calls = []
+    real = pipeline._parse_and_check
+    monkeypatch.setattr(pipeline, "_parse_and_check", lambda *a: calls.append(1) or real(*a))
+    source = "import torch\n\n\ndef rms_norm(x):\n    x = x.half()\n    return x / (x.pow(2).mean(-1, keepdim=True) + 1e-12).sqrt()\n"
+    codes, rules = pipeline.selected_rules(Config(select=("AMP302",)))
+    result = pipeline._lint_file_source(source, "m.py", Config(select=("AMP302",)), rules, codes)
+    assert calls and [d.code for d in result.diagnostics] == ["AMP302"]

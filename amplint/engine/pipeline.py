@@ -148,12 +148,19 @@ def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Ty
     """The diagnostics from parsing only what `active` can fire in (amplint/engine/excerpt.py);
     None when the file must be parsed whole."""
     from .excerpt import excerpt
-    from ..core.gating import site_lines
+    from ..core.gating import passing, site_lines
 
     lines = site_lines(active, source)
     text = excerpt(source, lines) if lines is not None else None
     if text is None:
         return None  # (CPython parsed the whole file to cut it, so it is not too deep to parse)
+    # the excerpt holds all a rule's findings depend on: a rule whose gate fails on it cannot fire
+    kept = passing(active, text)
+    if not kept:
+        return []
+    if len(kept) < len(active):
+        active = kept
+        text = excerpt(source, site_lines(active, source) or ()) or text  # a smaller cut for the rest
     attempt = FileResult(path=path)
     diagnostics = run_guarded(_parse_and_check, text, path, config, active, codes, attempt)
     if diagnostics is None or attempt.diagnostics:
