@@ -305,7 +305,7 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     scalers = [f for f in optimizers if "g" in str(index(f)["r"])]
     if seeds or scalers:
         modules = ModuleIndex.of(files, root)
-        entries = {f: imports_of(index(f)) for f in files}
+        entries = _Entries(index)
         for f in sorted(_importers(scalers, files, entries, modules)) if scalers else ():
             if len(chosen) < MAX_FILES:
                 chosen.add(f)  # who calls a function that builds a GradScaler
@@ -326,9 +326,24 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     return sorted(chosen)
 
 
-def _importers(targets: Sequence[str], files: Sequence[str], entries: Dict[str, object], modules: "ModuleIndex") -> Set[str]:
+class _Entries(dict):
+    """file -> its import statements (`imports_of` its index), unpacked on first use: most
+    files' packed imports never pass `_importers`' substring test."""
+
+    def __init__(self, index: Callable[[str], Dict[str, str]]) -> None:
+        super().__init__()
+        self.index = index
+
+    def __missing__(self, path: str) -> List[List[object]]:
+        found = self[path] = imports_of(self.index(path))
+        return found
+
+
+def _importers(targets: Sequence[str], files: Sequence[str], entries: _Entries, modules: "ModuleIndex") -> Set[str]:
     """The files that import any of `targets`. Only import statements naming a target's
-    module or package name (its last dotted part) are resolved: a cheap string test first."""
+    module or package name (its last dotted part) are resolved, and only the files whose
+    packed imports hold one of those names, or a bare relative import (`from . import x`:
+    an empty module, "\t\t" in the packed text), are unpacked: cheap string tests first."""
     names: Set[str] = set()
     for t in targets:
         base = os.path.basename(t)
@@ -336,8 +351,11 @@ def _importers(targets: Sequence[str], files: Sequence[str], entries: Dict[str, 
     wanted = set(targets)
     out: Set[str] = set()
     for f in files:
+        packed = entries.index(f)["i"]
+        if not packed or ("\t\t" not in packed and not any(n in packed for n in names)):
+            continue
         relevant = [
-            e for e in entries[f]  # type: ignore[union-attr]
+            e for e in entries[f]
             if str(e[1]).rsplit(".", 1)[-1] in names or any(n in names for n in e[2]) or (not e[1] and e[0])
         ]
         if relevant and wanted.intersection(modules.imported_files(f, relevant)):
