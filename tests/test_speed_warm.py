@@ -62,12 +62,18 @@ class _Loads:
         monkeypatch.setattr(cache_module.marshal, "loads", loads)
 
 
-def test_nothing_is_decoded_before_the_mac_checks_out(tmp_path, monkeypatch):
+def _cold_run(tmp_path):
+    """(project root, config, the cache a cold run over it saved, the run's result)."""
     root = _project(tmp_path)
     config = Config()
-    c = open_cache(config, str(tmp_path / "cache"))
-    lint_paths([str(root)], config, cache=c)
-    c.save()
+    cache = open_cache(config, str(tmp_path / "cache"))
+    result = lint_paths([str(root)], config, cache=cache)
+    cache.save()
+    return root, config, cache, result
+
+
+def test_nothing_is_decoded_before_the_mac_checks_out(tmp_path, monkeypatch):
+    _, _, c, _ = _cold_run(tmp_path)
     with open(c.path, "rb") as fh:
         data = fh.read()
     header, _, payload = data.partition(b"\n")
@@ -79,11 +85,7 @@ def test_nothing_is_decoded_before_the_mac_checks_out(tmp_path, monkeypatch):
 
 
 def test_a_warm_run_decodes_only_the_kinds_it_uses_and_writes_nothing(tmp_path, monkeypatch):
-    root = _project(tmp_path)
-    config = Config()
-    cold_cache = open_cache(config, str(tmp_path / "cache"))
-    cold = lint_paths([str(root)], config, cache=cold_cache)
-    cold_cache.save()
+    root, config, cold_cache, cold = _cold_run(tmp_path)
     assert cold_cache.built.get("summary"), "the cold run summarised files for the project model"
     stat = os.stat(cold_cache.path)
 
@@ -99,11 +101,7 @@ def test_a_warm_run_decodes_only_the_kinds_it_uses_and_writes_nothing(tmp_path, 
 
 
 def test_save_reads_the_store_again_only_when_another_run_replaced_it(tmp_path, monkeypatch):
-    root = _project(tmp_path)
-    config = Config()
-    first = open_cache(config, str(tmp_path / "cache"))
-    lint_paths([str(root)], config, cache=first)
-    first.save()
+    root, config, first, _ = _cold_run(tmp_path)
     reads = []
     real = cache_module._load_store
 
