@@ -127,6 +127,11 @@ class Fp16OverflowingLiteral(Rule):
     `torch.zeros(n, n).masked_fill_(...)`), code inside a bf16 or
     `enabled=False` autocast region, and projects that never run fp16 (bf16
     loses precision on -1e9 but represents it: it becomes -998244352, E03).
+    Silent too on a parameter of a private module-level function (`_fill(scores,
+    ...)`) that the file only calls, when every call passes a tensor whose dtype
+    is visibly not fp16 where it is passed (`x.float()`, `torch.zeros(n)`, read
+    along the caller's own control flow); a caller in another file is not
+    looked for.
 
     Across functions and files (the project model): also flags a fill or an
     additive mask in a function that runs under an fp16 autocast its own file
@@ -264,6 +269,31 @@ model.half()
 """,
             "the drill (transformers molmo2, rwkv): big constants on size arithmetic and fp32 recurrent state",
         ),
+        Valid(
+            """
+import torch
+
+EMPTY_SCORE = -1e9
+
+
+def _fill_empty(scores, empty):
+    return scores.masked_fill(empty, EMPTY_SCORE)
+
+
+def maxsim(a, b, mask):
+    scores = torch.einsum("ash,bth->abst", a, b)
+    scores = scores.max(dim=-1).values.float()
+    if mask is not None:
+        scores = scores * mask
+    scores = scores.sum(dim=-1)
+    return _fill_empty(scores, ~mask.bool().any(dim=-1))
+
+
+def export(model):
+    return model.half()
+""",
+            "the private helper's only caller passes fp32 scores (`.float()`, then fp32-preserving ops)",
+        ),
     ]
 
     INVALID = [
@@ -357,6 +387,29 @@ with torch.autocast("cuda"):
             line=5,
             count=2,
         ),
+        Invalid(
+            """
+import torch
+
+EMPTY_SCORE = -1e9
+
+
+def _fill_empty(scores, empty):
+    return scores.masked_fill(empty, EMPTY_SCORE)
+
+
+def maxsim(a, b, mask):
+    scores = torch.einsum("ash,bth->abst", a, b).max(dim=-1).values.float().sum(dim=-1)
+    return _fill_empty(scores, ~mask.bool().any(dim=-1))
+
+
+def maxsim_half(a, b, mask):
+    scores = torch.einsum("ash,bth->abst", a, b).half().amax(dim=-1).sum(dim=-1)
+    return _fill_empty(scores, ~mask.bool().any(dim=-1))
+""",
+            line=7,
+            why="one caller passes fp16 scores",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -426,6 +479,8 @@ with torch.autocast("cuda"):
                     return None
                 dtype = dtype or d
         if dtype in ("fp32", "bf16", "other"):
+            return None
+        if dtype is None and _not_fp16_from_any_caller(ctx, use.tensor, site):
             return None
         if dtype is None and not use.raises and not _builds_mask(use) and not _low_precision_source(ctx, use.tensor, site):
             # a silent overflow on an existing tensor of unknown dtype: report it only when the
@@ -501,6 +556,39 @@ def _builds_mask(use: "_Use") -> bool:
     return use.op == "additive" and use.snippet is not None and isinstance(use.snippet, cst.BinaryOperation) and (
         isinstance(use.snippet.operator, cst.Multiply)
     )
+
+
+def _not_fp16_from_any_caller(ctx: ModuleContext, tensor: Optional[cst.BaseExpression], site: "_Site") -> bool:
+    """`tensor` is a parameter, not reassigned before the site, of a private module-level
+    function (`_fill(scores, ...)`) that this file only calls, and every call passes a value
+    whose dtype is visibly not fp16 (fp32, bf16, an integer) where it is passed: the argument
+    dtypes along the file's own call edges, read flow-sensitively. A private function is its
+    module's business; a caller in another file is not looked for (precision first)."""
+    import libcst as cst
+
+    from amplint.model import descendants
+
+    scope = site.scope
+    if not isinstance(tensor, cst.Name) or scope.is_module or scope.cls is not None:
+        return False
+    if not scope.name.startswith("_") or scope.name.startswith("__") or scope.parent is None or not scope.parent.is_module:
+        return False
+    if tensor.value not in scope.params or ctx.assigned_before(tensor.value, site):
+        return False
+    callers = [c for c in ctx.calls if ctx.callee(c) is scope]
+    if not callers:
+        return False
+    uses = sum(1 for n in descendants(ctx.module) if isinstance(n, cst.Name) and n.value == scope.name)
+    if uses != len(callers) + 1:  # the `def` and the calls: never passed on as a value
+        return False
+    position = scope.params.index(tensor.value)
+    for call in callers:
+        if any(a.star for a in call.node.args):
+            return False
+        arg = call.arg(position, tensor.value)
+        if arg is None or ctx.known_dtype(arg, call.scope, call.order, call.statement, path=call.path) not in ("fp32", "bf16", "other"):
+            return False
+    return True
 
 
 def _low_precision_source(ctx: ModuleContext, expr: Optional[cst.BaseExpression], site: "_Site", depth: int = 0) -> bool:

@@ -186,3 +186,47 @@ def test_hardware_availability_checks_are_not_version_gates():
     a, b, c = (next(x for x in ctx.calls if x.dotted == n) for n in "abc")
     assert not ctx.is_version_gated(a.path)
     assert ctx.is_version_gated(b.path) and ctx.is_version_gated(c.path)
+
+
+FLOW = """
+import torch
+
+
+def f(a, b, mask, c):
+    x = torch.einsum("ij,jk->ik", a, b)
+    x = x.float()
+    if mask is not None:
+        x = x * mask
+    x = x.sum(dim=-1)
+    g(x)
+    y = torch.zeros(3)
+    if c:
+        y = y.half()
+    g(y)
+    z = torch.zeros(3)
+    for _ in range(c):
+        z = z.half()
+    g(z)
+    w = torch.zeros(3).half()
+    try:
+        w = w.float()
+    except RuntimeError:
+        pass
+    g(w)
+"""
+
+
+def test_known_dtype_along_the_control_flow_of_the_point_asked_about():
+    """With `path`, an assignment every way to the point runs through hides the ones before it:
+    `x` is fp32 after `x = x.float()` whatever `einsum` gave; a branch, a loop body or a `try`
+    that may not run leaves both values possible."""
+    import libcst as cst
+
+    from amplint.model.context import ModuleContext
+
+    ctx = ModuleContext.build(cst.parse_module(FLOW), FLOW, "flow.py")
+    calls = [c for c in ctx.calls if c.dotted == "g"]
+    answers = [ctx.known_dtype(c.arg(0), c.scope, c.order, c.statement, path=c.path) for c in calls]
+    assert answers == ["fp32", None, None, None]
+    # without the flow, every assignment before the point must agree: einsum's is unknown
+    assert ctx.known_dtype(calls[0].arg(0), calls[0].scope, calls[0].order, calls[0].statement) is None

@@ -144,7 +144,8 @@ def overflowing_literal_site(source: str) -> bool:
 
 def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
     """The lines AMP301 can flag, or depends on: each candidate literal's line and, for
-    `NAME = literal`, every line that mentions NAME (its uses and any reassignment).
+    `NAME = literal`, every line that mentions NAME (its uses and any reassignment); for a
+    site in a private module-level function, every line that names the function (its calls).
 
     What the rule reads about a literal is in the function holding it (the
     tensor's assignments there, its autocast region) and module-level imports,
@@ -155,9 +156,24 @@ def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
     for start, name in _overflowing_literal_site_list(source):
         lines.add(row(start))
         if name:
-            for m in re.finditer(rb"\b%s\b" % re.escape(name), data):
-                lines.add(row(m.start()))
+            lines |= _mentions(data, name, row)
+    # a tensor that is a parameter of a private module-level function takes its dtype from the
+    # calls in this file: keep every line naming the function that holds a site
+    defs = [(row(m.start()), m.group(1)) for m in _TOP_LEVEL_DEF.finditer(data)]
+    starts = [r for r, _ in defs]
+    for line in sorted(lines):
+        i = bisect_left(starts, line + 1) - 1
+        if i >= 0 and defs[i][1].startswith(b"_") and not defs[i][1].startswith(b"__"):
+            lines |= _mentions(data, defs[i][1], row)
     return lines
+
+
+#: a `def` at column 0: the function holding the lines below it, up to the next one
+_TOP_LEVEL_DEF = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+def _mentions(data: bytes, name: bytes, row: "_Rows") -> Set[int]:
+    return {row(m.start()) for m in re.finditer(rb"\b%s\b" % re.escape(name), data)}
 
 
 class _Rows:

@@ -161,6 +161,7 @@ class ModuleContext:
         before: Optional[int] = None,
         statement: Optional[cst.CSTNode] = None,
         _depth: int = 0,
+        path: Optional[Path] = None,
     ) -> Optional[str]:
         """The floating dtype an expression visibly has: 'fp16' | 'bf16' | 'fp32' |
         'other' (float64, integer, bool) | None (unknown).
@@ -173,6 +174,9 @@ class ModuleContext:
         and plain names assigned in `scope` before order `before` (every such
         assignment must agree; the one in `statement` itself is ignored). It
         assumes the default dtype is float32 and never guesses otherwise.
+        With `path` (the control flow around the point asked about), a name's value
+        is read flow-sensitively: an earlier assignment that every way to the point
+        runs through hides the ones before it (model/dtype_flow.py).
 
         Arithmetic (`+ - * /`) follows type promotion: a Python number keeps a
         float tensor's dtype, two alike tensors keep it, and an fp32 tensor lifts
@@ -183,7 +187,7 @@ class ModuleContext:
         """
         if node is None or _depth > 10:
             return None
-        again = lambda n, b=before: self.known_dtype(n, scope, b, statement, _depth + 1)  # noqa: E731
+        again = lambda n, b=before: self.known_dtype(n, scope, b, statement, _depth + 1, path)  # noqa: E731
         if isinstance(node, cst.Call):
             func = node.func
             method = func.attr.value if isinstance(func, cst.Attribute) else None
@@ -224,7 +228,7 @@ class ModuleContext:
             if qualnames & _DTYPE_KEEPING_FUNCTIONS:
                 return again(call_arg(node, 0, "input"))
             if method in _DTYPE_KEEPING_METHODS and not qualnames:
-                if method in ("new_zeros", "new_ones", "new_empty", "new_full", "new_tensor") and dtype_arg is not None:
+                if dtype_arg is not None:  # `new_zeros(n, dtype=...)`, `x.sum(dtype=torch.float32)`
                     return self.dtype_kind(dtype_arg)
                 return again(func.value)
             return None
@@ -237,7 +241,7 @@ class ModuleContext:
                 from .dtype_flow import NameDtypes
 
                 self._name_dtypes = NameDtypes(self)
-            return self._name_dtypes.lookup(node.value, scope, before, statement, _depth)
+            return self._name_dtypes.lookup(node.value, scope, before, statement, _depth, path)
         return None
 
     def unpacks_alike(self, value: cst.BaseExpression) -> bool:

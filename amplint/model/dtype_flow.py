@@ -14,6 +14,13 @@ The value of an earlier assignment is judged as `known_dtype` judges it at
 that assignment (`before` = its order, one level deeper); the statement whose
 own assignments are ignored only matters at the question's own level, because
 every earlier assignment precedes that statement.
+
+Asked with the control-flow path of the point (`known_dtype(..., path=)`), the
+answer is flow-sensitive: only the assignments from the last one whose path
+encloses the point's (it runs on every way there: not in a branch, loop body or
+`try` the point is outside of) must agree, each judged at its own place the same
+way, once per depth. AMP301 asks so about the arguments a private helper is
+called with (`x = x.float()` hides an earlier `x = torch.einsum(...)`).
 """
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
 
-    from .types import Assignment, Scope
+    from .types import Assignment, Path, Scope
 
 _EMPTY = object()  # no assignment yet
 _CONFLICT = object()  # two assignments disagree
@@ -47,13 +54,18 @@ class NameDtypes:
     def __init__(self, ctx: Any) -> None:  # the ModuleContext (above this module)
         self._ctx = ctx
         self._tables: Dict[Tuple[str, int, int], _Table] = {}
+        self._flow_memo: Dict[Tuple[int, str, int], Optional[str]] = {}
 
-    def lookup(self, name: str, scope: "Scope", before: int, statement: "Optional[cst.CSTNode]", depth: int) -> Optional[str]:
+    def lookup(
+        self, name: str, scope: "Scope", before: int, statement: "Optional[cst.CSTNode]", depth: int, path: "Optional[Path]" = None
+    ) -> Optional[str]:
         table = self._table(name, scope, depth)
         count = bisect_left(table.orders, before)
         if count == 0:
             return None
         skipped = _own_assignments(table, count, statement)
+        if path is not None:
+            return self._flow(table, count, skipped, scope, depth, path)
         if skipped:
             first = min(skipped)
             if any(i not in skipped for i in range(first, count)):
@@ -93,9 +105,37 @@ class NameDtypes:
             agreement.append(d if previous is _EMPTY or previous == d else _CONFLICT)
         return agreement[count - 1]
 
+    def _flow(self, table: _Table, count: int, skipped: set, scope: "Scope", depth: int, path: "Path") -> Optional[str]:
+        """The agreement of the assignments from the last one that dominates the point (its
+        control flow encloses the point's: every way there runs through it) on; without one,
+        of all of them, as the flow-insensitive answer. Each assignment's value is judged
+        flow-sensitively too, at its own place, once per depth."""
+        kept = [i for i in range(count) if i not in skipped]
+        start = next((i for i in reversed(kept) if _encloses(table.assignments[i].path, path)), None)
+        if start is not None:
+            kept = [i for i in kept if i >= start]
+        dtypes = {self._flow_dtype(table.assignments[i], scope, depth) for i in kept}
+        return dtypes.pop() if len(dtypes) == 1 else None
+
+    def _flow_dtype(self, assignment: "Assignment", scope: "Scope", depth: int) -> Optional[str]:
+        key = (id(assignment.node), assignment.target, depth)
+        if key not in self._flow_memo:
+            self._flow_memo[key] = None  # an assignment that names itself: unknown
+            self._flow_memo[key] = self._ctx.known_dtype(
+                assignment.value, scope, assignment.order, None, depth + 1, assignment.path
+            )
+        return self._flow_memo[key]
+
     def _agreement_without(self, table: _Table, count: int, skipped: set, scope: "Scope", depth: int) -> Optional[str]:
         dtypes = {self._dtype(a, scope, depth) for i, a in enumerate(table.assignments[:count]) if i not in skipped}
         return dtypes.pop() if len(dtypes) == 1 else None
+
+
+def _encloses(outer: "Path", inner: "Path") -> bool:
+    """Whether the control flow `outer` (frames from the function's body in) is a prefix of
+    `inner`: a statement at `outer` runs on every way to a point at `inner` after it (a branch,
+    a loop body or a `try` body that holds the one does not hold the other)."""
+    return len(outer) <= len(inner) and all(a.kind == b.kind and a.node is b.node for a, b in zip(outer, inner))
 
 
 def _own_assignments(table: _Table, count: int, statement: "Optional[cst.CSTNode]") -> set:

@@ -33,6 +33,8 @@ _DTYPE_KEEPING_METHODS = frozenset(
         "view", "view_as", "reshape", "unsqueeze", "squeeze", "transpose", "permute", "t", "contiguous", "clone",
         "detach", "expand", "expand_as", "repeat", "triu", "tril", "flatten", "masked_fill", "masked_fill_",
         "fill_", "cuda", "cpu", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "abs", "neg",
+        # reductions keep a float tensor's dtype (an integer one's sum is int64: "other" either way)
+        "sum", "mean", "amax", "amin",
     )
 )
 #: factories whose result dtype follows their arguments (`arange(3)` is int64, `full(s, 1.)` fp32),
