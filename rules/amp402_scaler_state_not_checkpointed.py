@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Related, Rule, Severity, Valid
 
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
-    from amplint.model import CallInfo, ModuleContext
+    import libcst as cst
+
+    from amplint.model import CallInfo, ModuleContext, Path
 
 
 class ScalerStateNotCheckpointed(Rule):
@@ -428,15 +430,18 @@ class Trainer:
 
     def _replaced_after_restore(self, ctx: ModuleContext, live: List[str]) -> Iterator[Diagnostic]:
         """A scaler restored from a checkpoint (`scaler.load_state_dict(...)`, or rebound from a
-        restore helper it was passed to) and then, in the same block, replaced by a fresh
-        `GradScaler()`: the restored loss scale is thrown away on every resume."""
+        restore helper it was passed to) and then replaced by a fresh `GradScaler()` that runs
+        whenever the restore ran (its control flow encloses the restore's): the restored loss
+        scale is thrown away on every resume."""
+        from amplint.model import path_contains
+
         for key in live:
             restores = _restores(ctx, key)
             if not restores:
                 continue
             for constructor in ctx.scalers[key].constructors:
                 restore = next(
-                    (r for r in reversed(restores) if r[1] < constructor.order and _same_block(ctx, r[0], constructor.statement)),
+                    (r for r in reversed(restores) if r[1] < constructor.order and path_contains(constructor.path, r[2])),
                     None,
                 )
                 if restore is None:
@@ -502,8 +507,8 @@ def _live_scaler(project: Project, call, method: str) -> Optional[str]:
 _RESTORE_WORDS = ("load", "restore", "resume")
 
 
-def _restores(ctx: ModuleContext, key: str) -> List[Tuple[cst.CSTNode, int]]:
-    """(statement, order) where the scaler `key` gets a checkpoint's state: `key.load_state_dict(...)`,
+def _restores(ctx: ModuleContext, key: str) -> List[Tuple[cst.CSTNode, int, Path]]:
+    """(statement, order, control flow) where the scaler `key` gets a checkpoint's state: `key.load_state_dict(...)`,
     or `key` (alone or in a tuple) assigned from a restore helper that was passed `key` itself
     (`model, opt, self.scaler = self.restore_model(path, model, opt, self.scaler)`; a helper is
     named for what it does: load, restore, resume)."""
@@ -511,14 +516,14 @@ def _restores(ctx: ModuleContext, key: str) -> List[Tuple[cst.CSTNode, int]]:
 
     from amplint.model import dotted_name
 
-    out = [(c.statement, c.order) for c in ctx.method_calls("load_state_dict") if c.receiver_dotted == key]
+    out = [(c.statement, c.order, c.path) for c in ctx.method_calls("load_state_dict") if c.receiver_dotted == key]
     for a in ctx.assignments_to(key):
         value = a.value
         if not isinstance(value, cst.Call):
             continue
         helper = (dotted_name(value.func) or "").rsplit(".", 1)[-1].lower()
         if any(w in helper for w in _RESTORE_WORDS) and any(dotted_name(arg.value) == key for arg in value.args):
-            out.append((a.statement or a.node, a.order))
+            out.append((a.statement or a.node, a.order, a.path))
     return sorted(out, key=lambda r: r[1])
 
 
@@ -534,12 +539,6 @@ def _restored_optimizer(ctx: ModuleContext, statement: cst.CSTNode) -> Optional[
             if name is not None and ctx.is_optimizer(name):
                 return name
     return None
-
-
-def _same_block(ctx: ModuleContext, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-    """Whether two statements sit in the same statement list (not in different branches)."""
-    parent = ctx.parent(first)
-    return parent is not None and parent is ctx.parent(second)
 
 
 def _live_scalers(ctx: ModuleContext) -> List[str]:

@@ -2,11 +2,12 @@
 a resume helper that never restores the GradScaler the loop owns (AMP402)."""
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Dict, List
 
 from amplint import Config, lint_paths
+
+from .project_files import write_project
 
 MODEL = """
 from torch import nn
@@ -22,13 +23,7 @@ class Net(nn.Module):
 
 
 def write(root: Path, files: Dict[str, str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pyproject.toml").write_text('[project]\nname = "p"\n')
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+    return write_project(root, files)
 
 
 def run(root: Path, codes: str, paths: List[str] = None):

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Dict, List
 
 from amplint import Config, lint_paths
+
+from .project_files import write_project
 from amplint.model.project import summarize
 
 HELPER = """
@@ -57,14 +59,7 @@ for x, y in loader:
 
 def write(root: Path, files: Dict[str, str]) -> Path:
     """A project: `files` and the training script that runs `Head` under autocast."""
-    files = {"train.py": TRAIN, **files}
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pyproject.toml").write_text('[project]\nname = "p"\n')
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+    return write_project(root, {"train.py": TRAIN, **files})
 
 
 def run(root: Path, paths: List[str] = None):

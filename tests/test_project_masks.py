@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Dict, List
 
 from amplint import Config, lint_paths
+
+from .project_files import write_project
 from amplint.model.project import summarize
 
 ATTENTION = """
@@ -28,12 +30,7 @@ class Attention(nn.Module):
 
 
 def write(root: Path, files: Dict[str, str]) -> Path:
-    (root / "pyproject.toml").write_text('[project]\nname = "p"\n')
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+    return write_project(root, files)
 
 
 def run(root: Path, paths: List[str] = None):

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Dict, List
 
 from amplint import Config, lint_paths
+
+from .project_files import write_project
 from amplint.model.project import Project, summarize, text_index, universe
 
 BCE_LOSS = """
@@ -21,12 +23,7 @@ def bce_loss(probs, target):
 
 
 def write(root: Path, files: Dict[str, str]) -> Path:
-    (root / "pyproject.toml").write_text('[project]\nname = "p"\n')
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+    return write_project(root, files)
 
 
 def codes(root: Path, paths: List[str] = None) -> List[str]:

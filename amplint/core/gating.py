@@ -5,7 +5,7 @@ selected rule's gate is never parsed."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 
 def passing(rules: Sequence[Any], source: str) -> List[Any]:
@@ -83,8 +83,16 @@ def site_lines(rules: Sequence[Any], source: str) -> Optional[Set[int]]:
         if name in done:
             continue
         done.add(name)
-        found = _gate_function(name)(source)
+        found = _site_function_lines(name, source)
         if found is None:
             return None
         lines |= found
     return lines
+
+
+@lru_cache(maxsize=8)
+def _site_function_lines(name: str, source: str) -> Optional[FrozenSet[int]]:
+    """One site function's lines for one text, remembered for the few texts in flight: the
+    pipeline asks again for the same file (the docstring look, the excerpt, its re-cut)."""
+    found = _gate_function(name)(source)
+    return frozenset(found) if found is not None else None

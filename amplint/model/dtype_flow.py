@@ -27,6 +27,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from .paths import path_contains
+
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
 
@@ -111,7 +113,7 @@ class NameDtypes:
         of all of them, as the flow-insensitive answer. Each assignment's value is judged
         flow-sensitively too, at its own place, once per depth."""
         kept = [i for i in range(count) if i not in skipped]
-        start = next((i for i in reversed(kept) if _encloses(table.assignments[i].path, path)), None)
+        start = next((i for i in reversed(kept) if path_contains(table.assignments[i].path, path)), None)
         if start is not None:
             kept = [i for i in kept if i >= start]
         dtypes = {self._flow_dtype(table.assignments[i], scope, depth) for i in kept}
@@ -129,13 +131,6 @@ class NameDtypes:
     def _agreement_without(self, table: _Table, count: int, skipped: set, scope: "Scope", depth: int) -> Optional[str]:
         dtypes = {self._dtype(a, scope, depth) for i, a in enumerate(table.assignments[:count]) if i not in skipped}
         return dtypes.pop() if len(dtypes) == 1 else None
-
-
-def _encloses(outer: "Path", inner: "Path") -> bool:
-    """Whether the control flow `outer` (frames from the function's body in) is a prefix of
-    `inner`: a statement at `outer` runs on every way to a point at `inner` after it (a branch,
-    a loop body or a `try` body that holds the one does not hold the other)."""
-    return len(outer) <= len(inner) and all(a.kind == b.kind and a.node is b.node for a, b in zip(outer, inner))
 
 
 def _own_assignments(table: _Table, count: int, statement: "Optional[cst.CSTNode]") -> set:
