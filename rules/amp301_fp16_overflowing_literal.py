@@ -124,7 +124,8 @@ class Fp16OverflowingLiteral(Rule):
     Silent on `float("-inf")`, `torch.finfo(x.dtype).min`, dtype-aware
     constants (`-1e4 if x.dtype == torch.float16 else -1e9`, or an `if` on the
     dtype), tensors visibly fp32/bf16 (`scores.float().masked_fill(...)`,
-    `torch.zeros(n, n).masked_fill_(...)`), code inside a bf16 or
+    `torch.zeros(n, n).masked_fill_(...)`, a legacy typed constructor such as
+    `torch.cuda.FloatTensor(n).fill_(1e10)`), code inside a bf16 or
     `enabled=False` autocast region, and projects that never run fp16 (bf16
     loses precision on -1e9 but represents it: it becomes -998244352, E03).
     Silent too on a parameter of a private module-level function (`_fill(scores,
@@ -224,6 +225,24 @@ scores = scores.float().masked_fill(mask, -1e9)
 big = torch.full((n, n), -1e9)
 """,
             "tensors that are visibly fp32 (factories without dtype, .float())",
+        ),
+        Valid(
+            """
+import torch
+from torch.autograd import Function
+model.half()
+
+
+class NearFarFromAabb(Function):
+    @staticmethod
+    def forward(ctx, rays_o, rays_d, aabb):
+        n = rays_o.shape[0]
+        nears = torch.cuda.FloatTensor(n).fill_(1e10)
+        fars = torch.FloatTensor(n, 3).fill_(-1e10)
+        far = torch.Tensor(n).fill_(1e10)
+        return nears, fars, far
+""",
+            "legacy typed constructors name their dtype: torch.cuda.FloatTensor / torch.FloatTensor / torch.Tensor are fp32",
         ),
         Valid(
             """

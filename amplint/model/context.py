@@ -32,7 +32,7 @@ from . import torchapi
 from .collector import _Collector, _collect_imports
 from .dtypes import (
     _ALIGNING_FUNCTIONS, _CAST_METHOD_DTYPES, _DTYPE_KEEPING_FUNCTIONS, _DTYPE_KEEPING_METHODS, _DTYPED_FACTORIES,
-    _FLOAT_FACTORIES, _LIKE_FACTORIES, _OTHER_DTYPES, _SPLITTING_FUNCTIONS, _SPLITTING_METHODS,
+    _FLOAT_FACTORIES, _LIKE_FACTORIES, _OTHER_DTYPES, _TYPED_CONSTRUCTORS, _SPLITTING_FUNCTIONS, _SPLITTING_METHODS,
     _find_low_precision_casts, _is_device_expr,
 )
 from .events import _events
@@ -205,6 +205,9 @@ class ModuleContext:
                 if all(_is_device_expr(self, a) for a in positional):
                     return again(func.value)
                 return None
+            typed = {_TYPED_CONSTRUCTORS[q] for q in qualnames if q in _TYPED_CONSTRUCTORS}
+            if len(typed) == 1:
+                return typed.pop()
             if qualnames & _FLOAT_FACTORIES:
                 if dtype_arg is not None:
                     return self.dtype_kind(dtype_arg)

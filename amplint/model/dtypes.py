@@ -37,6 +37,16 @@ _DTYPE_KEEPING_METHODS = frozenset(
         "sum", "mean", "amax", "amin",
     )
 )
+#: legacy typed constructors (`torch.cuda.FloatTensor(B, N)`, `torch.HalfTensor(3)`): the class names the dtype
+_TYPED_CONSTRUCTORS: Dict[str, str] = {
+    f"{prefix}{name}Tensor": kind
+    for prefix in ("torch.", "torch.cuda.")
+    for name, kind in (
+        ("Float", "fp32"), ("Half", "fp16"), ("BFloat16", "bf16"), ("Double", "other"), ("Long", "other"),
+        ("Int", "other"), ("Short", "other"), ("Char", "other"), ("Byte", "other"), ("Bool", "other"),
+    )
+}
+_TYPED_CONSTRUCTORS["torch.Tensor"] = "fp32"  # `torch.Tensor(n)` allocates the default dtype
 #: factories whose result dtype follows their arguments (`arange(3)` is int64, `full(s, 1.)` fp32),
 #: so only an explicit `dtype=` tells
 _DTYPED_FACTORIES = frozenset(f"torch.{n}" for n in ("arange", "range", "full", "tensor", "as_tensor", "randint"))
