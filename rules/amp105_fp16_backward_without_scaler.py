@@ -79,7 +79,11 @@ class Fp16BackwardWithoutScaler(Rule):
     `self.manual_backward(loss)`, DeepSpeed's `engine.backward(loss)`), for
     apex's `amp.scale_loss`, and whenever any GradScaler or `scaler` name
     appears in the file (it may be scaled elsewhere). A region with a run-time
-    `enabled=` still counts: when it is on, the scaler is missing.
+    `enabled=` still counts: when it is on, the scaler is missing. Silent, too, on a
+    script that never updates parameters (no optimizer built or stepped and no
+    `zero_grad()` in the file: a benchmark timing `backward()`, a gradient check),
+    for its module-level code and the functions it calls itself; a function the
+    file only defines (a `training_step` whose caller steps) still counts.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP105` (docs/evidence.md#amp105)
@@ -176,6 +180,26 @@ loss.backward()
 """,
             "the loss does not come from the fp16 region",
         ),
+        Valid(
+            """
+import torch
+net = FFMLP(32, 1, 64).cuda()
+x = torch.rand(4096, 32, device="cuda")
+
+
+def time_backward(net, x):
+    with torch.cuda.amp.autocast(enabled=True):
+        y = net(x)
+        y.sum().backward()
+
+
+with torch.autocast("cuda", dtype=torch.float16):
+    y0 = net(x)
+y0.sum().backward()
+time_backward(net, x)
+""",
+            "a benchmark timing backward: no optimizer, so no update can underflow",
+        ),
     ]
 
     INVALID = [
@@ -231,6 +255,7 @@ with torch.autocast("cpu", dtype=torch.float16):
     out = model(x)
     loss = out.float().pow(2).mean()
 torch.autograd.backward(loss)
+optimizer.step()
 """,
             line=5,
         ),
@@ -263,10 +288,13 @@ def gan_step(gen, disc, opt_g, opt_d, real, z):
             return
         if not any(_is_fp16(r) for r in ctx.regions):
             return
+        updates = _updates_parameters(ctx)
         for scope in ctx.scopes:
             for event in scope.events:
                 if event.kind != "backward":
                     continue
+                if not updates and (scope.is_module or ctx.callers(scope)):
+                    continue  # a script (or a function its own script runs) that never steps: no update to lose
                 loss = _loss_expression(event.call)
                 if loss is None:
                     continue
@@ -312,6 +340,15 @@ def _region_through_backward(ctx: ModuleContext, region: AutocastRegion, event: 
 
 def _is_fp16(region: Optional[AutocastRegion]) -> bool:
     return region is not None and not region.framework and region.enabled is not False and region.dtype == "fp16"
+
+
+def _updates_parameters(ctx: ModuleContext) -> bool:
+    """Whether the file takes an optimizer step anywhere: an optimizer built or stepped, or a
+    `zero_grad()`. A benchmark or gradient check that only runs `backward()` (to time it, or to
+    read `.grad`) loses no update to underflow."""
+    if ctx.optimizers:
+        return True
+    return any(e.kind in ("optimizer_step", "zero_grad") for s in ctx.scopes for e in s.events)
 
 
 def _mentions_scaling(ctx: ModuleContext) -> bool:

@@ -238,6 +238,7 @@ def test_amp105_quantifies_the_underflow():
         with torch.autocast("cuda"):
             loss = model(x)
         loss.backward()
+        optimizer.step()
         """,
         "AMP105",
     )
@@ -363,6 +364,6 @@ def test_amp102_direct_step_as_the_alternative_of_scaler_step():
 def test_amp105_is_not_silenced_by_a_comment_or_docstring_mentioning_a_scaler():
     from amplint import Config, lint_source
 
-    source = '"""We dropped the GradScaler here."""\nimport torch\nwith torch.autocast("cuda"):\n    loss = model(x)\nloss.backward()  # no scaler\n'
+    source = '"""We dropped the GradScaler here."""\nimport torch\nwith torch.autocast("cuda"):\n    loss = model(x)\nloss.backward()  # no scaler\noptimizer.step()\n'
     found = [d for d in lint_source(source, "t.py", Config(select=("AMP105",)))]
     assert [d.location.row for d in found] == [5]
