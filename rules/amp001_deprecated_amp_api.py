@@ -25,7 +25,9 @@ class DeprecatedAmpApi(Rule):
     `torch.set_autocast_gpu_dtype()`, `torch.is_autocast_cpu_enabled()` and
     their cpu/ipu/xla siblings, through every import and alias form
     (`from torch.cuda.amp import autocast as ac`, `import torch.cuda.amp as amp`,
-    `from torch.cuda import amp`, the `autocast_mode` / `grad_scaler` modules).
+    `from torch.cuda import amp`, the `autocast_mode` / `grad_scaler` modules),
+    and `torch.cuda.amp...` in a file whose `torch` can only come from a star
+    import (`from utils.general import *`, no `import torch` of its own).
 
     ## Why is this bad?
     Every call emits a warning (FutureWarning for the classes and decorators,
@@ -285,6 +287,21 @@ scaler = GradScaler()
     ]
 
     INVALID = [
+        Invalid(
+            """
+from utils.general import *
+
+
+def train_one_epoch(model, loader, optimizer):
+    scaler = torch.cuda.amp.GradScaler()
+    for x, y in loader:
+        with torch.cuda.amp.autocast():
+            loss = model(x, y)
+""",
+            line=5,
+            count=2,
+            why="`torch` comes in through the star import (the file binds it nowhere else)",
+        ),
         Invalid(
             """
 import torch

@@ -172,3 +172,26 @@ def test_known_difference_function_local_import_is_file_wide():
     table = _table(module)
     call = module.body[1].body.body[0].body[0].value
     assert table.qualnames(call.func) == {"torch.nn.functional.relu"}
+
+
+def test_a_star_import_is_where_an_unbound_torch_comes_from():
+    from amplint.model.names import ImportTable
+    import libcst as cst
+
+    def table(source):
+        t = ImportTable()
+        for line in cst.parse_module(source).body:
+            for small in getattr(line, "body", ()):
+                if isinstance(small, cst.ImportFrom):
+                    t.add_import_from(small)
+                elif isinstance(small, cst.Import):
+                    t.add_import(small)
+        t.bind_star_torch()
+        return t
+
+    assert table("from pkg.utils import *\n").resolve_dotted("torch.cuda.amp.autocast") == {"torch.cuda.amp.autocast"}
+    assert table("from .common import *\n").is_imported("torch")
+    assert not table("from math import *\n").is_imported("torch")  # the standard library never brings torch
+    assert table("import torch as th\nfrom pkg import *\n").resolve_dotted("th.cuda") == {"torch.cuda"}
+    assert table("from torch.cuda import amp\nfrom pkg import *\n").resolve_dotted("torch.nn") == {"torch.nn"}
+    assert not table("import numpy as np\n").is_imported("torch")

@@ -43,6 +43,7 @@ def _collect_imports(ctx: ModuleContext) -> None:
             continue
         for part in _statement_children(node):
             stack.append(part)
+    imports.bind_star_torch()
 
 
 def _statement_children(node: cst.CSTNode) -> List[cst.CSTNode]:

@@ -12,11 +12,14 @@ what ambiguity means for them.
 """
 from __future__ import annotations
 
+import sys
 from typing import Dict, FrozenSet, Optional, Set
 
 import libcst as cst
 
 EMPTY: FrozenSet[str] = frozenset()
+#: star imports from these never bring `torch`
+_STDLIB: FrozenSet[str] = frozenset(getattr(sys, "stdlib_module_names", ()))
 
 
 def dotted_name(node: cst.CSTNode) -> Optional[str]:
@@ -41,6 +44,8 @@ class ImportTable:
 
     def __init__(self) -> None:
         self._aliases: Dict[str, Set[str]] = {}
+        #: `from pkg.utils import *` of a module outside the standard library was seen
+        self.star_import = False
 
     def add_import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -53,17 +58,25 @@ class ImportTable:
                 self._bind(root, root)
 
     def add_import_from(self, node: cst.ImportFrom) -> None:
+        if isinstance(node.names, cst.ImportStar):
+            root = _module_name(node.module).split(".")[0] if node.module is not None else ""
+            self.star_import = self.star_import or bool(node.relative) or root not in _STDLIB
+            return
         if node.relative or node.module is None:
             return  # project-local code: not a torch API
         module = _module_name(node.module)
-        if isinstance(node.names, cst.ImportStar):
-            return
         for alias in node.names:
             name = _module_name(alias.name)
             local = name
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 local = alias.asname.name.value
             self._bind(local, f"{module}.{name}")
+
+    def bind_star_torch(self) -> None:
+        """A file that star-imports a module and never imports `torch` itself can only have its
+        `torch` from the star: `from pkg.utils import *` then `torch.cuda.amp.autocast()`."""
+        if self.star_import and "torch" not in self._aliases:
+            self._bind("torch", "torch")
 
     def _bind(self, local: str, qualified: str) -> None:
         self._aliases.setdefault(local, set()).add(qualified)
