@@ -289,6 +289,22 @@ scaler = GradScaler()
     INVALID = [
         Invalid(
             """
+import torch
+
+
+class ImageLogger:
+    def log_img(self, pl_module, batch):
+        if hasattr(pl_module, "log_images") and callable(pl_module.log_images):
+            kwargs = {"dtype": torch.get_autocast_gpu_dtype()}
+            with torch.no_grad(), torch.cuda.amp.autocast(**kwargs):
+                images = pl_module.log_images(batch)
+""",
+            line=8,
+            count=2,
+            why="a hasattr probe of the user's own module is not a version fallback",
+        ),
+        Invalid(
+            """
 from utils.general import *
 
 

@@ -52,8 +52,21 @@ from .walk import parent_map, walk
 #: tests that pick code by torch version or API presence (not `is_torch_tpu_available()`,
 #: which chooses hardware, not an API generation)
 _VERSION_TEST = re.compile(
-    r"hasattr|getattr|version|is_torch_(?:greater|less|version)|(?:greater|less)_(?:or_)?(?:equal_)?than|TORCH_\w*\d"
+    r"version|is_torch_(?:greater|less|version)|(?:greater|less)_(?:or_)?(?:equal_)?than|TORCH_\w*\d"
 )
+#: `hasattr(obj, "name")` / `getattr(obj, "name", ...)`: a feature probe only when it asks torch (or an
+#: amp module) for something, or asks anything for an AMP name; `hasattr(pl_module, "log_images")` is not
+_ATTR_PROBE = re.compile(r"\b(?:has|get)attr\s*\(\s*([^,()]*)\s*,\s*([^,()]*)")
+_PROBED_AMP_NAME = re.compile(r"amp|autocast|[Ss]caler|custom_(?:fwd|bwd)|bfloat16|float16|bf16|fp16")
+
+
+def _is_version_test(text: str) -> bool:
+    if _VERSION_TEST.search(text):
+        return True
+    for obj, attr in _ATTR_PROBE.findall(text):
+        if "torch" in obj or "amp" in obj.lower() or _PROBED_AMP_NAME.search(attr):
+            return True
+    return False
 _IMPORT_ERRORS = ("ImportError", "AttributeError", "ModuleNotFoundError")
 _OPTIMIZER_NAMES = ("optimizer", "optim", "opt")
 
@@ -393,7 +406,7 @@ class ModuleContext:
                     return True
             elif frame.kind in ("if", "else") and frame.test is not None:
                 text = self.code_for(frame.test)
-                if _VERSION_TEST.search(text):
+                if _is_version_test(text):
                     return True
         return False
 
