@@ -299,7 +299,7 @@ class ImageLogger:
             with torch.no_grad(), torch.cuda.amp.autocast(**kwargs):
                 images = pl_module.log_images(batch)
 """,
-            line=8,
+            line=7,
             count=2,
             why="a hasattr probe of the user's own module is not a version fallback",
         ),
