@@ -1,0 +1,378 @@
+"""The blind drill: whole public training repositories, labelled by hand before amplint ran on them.
+
+    python benchmarks/blind_drill.py run --mirrors DIR [--split tuning|heldout|all] [--jobs 2]
+    python benchmarks/blind_drill.py score [--split tuning|heldout|all] [--show]
+    python benchmarks/blind_drill.py template --split tuning --out PATH   # unjudged findings to adjudicate
+    python benchmarks/blind_drill.py score --check                        # exit 1 if a finding is unjudged
+
+`blind_projects.json` pins each repository (GitHub `owner/name` and commit), its kind and its split:
+a third of them, drawn at random once (seed and draw recorded there), is held out: nobody reads
+their findings while rules change; they are scored only when a change is finished.
+`blind_labels/<owner>+<name>.json` holds, per repository, what a labeller who had not seen
+amplint's rules or output wrote after tracing the training step across files (`pitfalls`,
+`negatives`: file, line, why), and then, marked as such, the adjudication of every finding the
+blind labels did not decide (`adjudicated`) and of blind labels found wrong on review
+(`label_reviews`). Recall is measured on blind pitfalls only.
+
+The repositories' code is never committed: `run` exports each pinned commit from a local git
+mirror (`--mirrors DIR` holding `owner+name/repo` or `owner+name.git` bare directories, as the
+search tool's `fetch` or `git clone --mirror` leave them) into `<corpus>/blind/`, and lints it
+as a user would (`amplint --output-format json --no-cache <repo>`; the default rule selection,
+so info rules are not judged).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus import corpus_dir  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+PROJECTS_FILE = HERE / "blind_projects.json"
+LABELS_DIR = HERE / "blind_labels"
+
+#: the labelling guide's categories (tool-neutral names, so labels do not anchor on rule codes) -> rule codes
+CATEGORY_CODES: Dict[str, str] = {
+    "D1": "AMP001", "D2": "AMP002",
+    "S1": "AMP101", "S2": "AMP102", "S3": "AMP103", "S4": "AMP104", "S5": "AMP105", "S6": "AMP106",
+    "S7": "AMP107",
+    "R1": "AMP201", "R2": "AMP202", "R3": "AMP203", "R4": "AMP204", "R5": "AMP205",
+    "N1": "AMP301", "N2": "AMP302", "N3": "AMP303", "N4": "AMP304",
+    "C1": "AMP401", "C2": "AMP402",
+    "K1": "AMP501", "K2": "AMP502", "K3": "AMP503",
+    "X1": "AMP801", "X2": "AMP802", "X3": "AMP803", "X4": "AMP804", "X5": "AMP805", "X6": "AMP806",
+    "X7": "AMP807", "X8": "AMP808", "X9": "AMP101", "X10": "AMP811", "X11": "AMP812",
+}
+#: how far (rows before, after) a finding may sit from a label's line and still be that label's bug
+SLACK = (1, 1)
+#: a Function is labelled at its `class` line and reported at its `forward` a few lines below
+CODE_SLACK = {"AMP501": (1, 8)}
+
+
+class Label(NamedTuple):
+    project: str
+    code: str
+    file: str
+    rows: Tuple[int, ...]  # the reported line first, then the bug's other lines
+    kind: str  # "pitfall" | "negative"
+    confidence: str
+    why: str
+
+
+def load_projects() -> List[dict]:
+    return json.loads(PROJECTS_FILE.read_text(encoding="utf-8"))["projects"]
+
+
+def project_key(project: dict) -> str:
+    return project["repo"].replace("/", "+")
+
+
+def in_split(project: dict, split: str) -> bool:
+    return split == "all" or project["split"] == split
+
+
+def load_labels(key: str) -> Optional[dict]:
+    path = LABELS_DIR / f"{key}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _rows(entry: dict) -> Tuple[int, ...]:
+    first = entry.get("lines") or [entry["line"]]
+    return tuple(int(r) for r in [*first, *entry.get("also", [])])
+
+
+def labels_of(key: str, data: dict) -> List[Label]:
+    """The blind pitfalls and negatives, minus the pitfalls a review found wrong (`label_reviews`)."""
+    rejected = {
+        (r["cat"], r["file"], int(r["line"])) for r in data.get("label_reviews", []) if r["verdict"] == "not-a-pitfall"
+    }
+    out = []
+    for kind, entries in (("pitfall", data.get("pitfalls", [])), ("negative", data.get("negatives", []))):
+        for e in entries:
+            code = CATEGORY_CODES.get(e["cat"])
+            if code is None:
+                continue
+            rows = _rows(e)
+            if kind == "pitfall" and (e["cat"], e["file"], rows[0]) in rejected:
+                continue
+            out.append(Label(key, code, e["file"], rows, kind, e.get("confidence", "certain"), e.get("why", "")))
+    return out
+
+
+def _near(row: int, rows: Iterable[int], code: str = "") -> bool:
+    before, after = CODE_SLACK.get(code, SLACK)
+    return any(r - before <= row <= r + after for r in rows)
+
+
+# --- running -------------------------------------------------------------------------------------------------
+
+
+def mirror_of(mirrors: Path, key: str) -> Path:
+    for candidate in (mirrors / key / "repo", mirrors / f"{key}.git", mirrors / key):
+        if (candidate / "HEAD").exists() or (candidate / "objects").is_dir():
+            return candidate
+    raise SystemExit(f"blind_drill: no git mirror of {key} under {mirrors}")
+
+
+def export(git_dir: Path, commit: str, target: Path) -> Path:
+    """The commit's tree as plain files (blobs a shallow snapshot lacks are skipped, as `fetch` leaves them)."""
+    done = target / ".exported"
+    if done.exists() and done.read_text() == commit:
+        return target
+    listing = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "ls-tree", "-r", "-z", commit], capture_output=True, check=True
+    ).stdout.split(b"\0")
+    blobs = []
+    for item in listing:
+        if not item:
+            continue
+        meta, path = item.split(b"\t", 1)
+        mode, kind, sha = meta.split()
+        if kind == b"blob" and mode != b"120000":  # links are not followed out of the tree
+            blobs.append((sha, os.fsdecode(path)))
+    cat = subprocess.Popen(["git", "--git-dir", str(git_dir), "cat-file", "--batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert cat.stdin is not None and cat.stdout is not None
+    for sha, path in blobs:
+        cat.stdin.write(sha + b"\n")
+        cat.stdin.flush()
+        header = cat.stdout.readline().split()
+        if len(header) < 3 or header[1] == b"missing":
+            continue
+        data = cat.stdout.read(int(header[2]))
+        cat.stdout.read(1)
+        dest = target / path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+    cat.stdin.close()
+    cat.wait()
+    done.write_text(commit)
+    return target
+
+
+def lint(folder: Path, jobs: int) -> Tuple[List[dict], float]:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "amplint", "--output-format", "json", "--no-cache", "--exit-zero", "-j", str(jobs), "."],
+        cwd=folder, capture_output=True, text=True,
+    )
+    took = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"blind_drill: amplint failed on {folder}: {proc.stderr[-2000:]}")
+    findings = []
+    for d in json.loads(proc.stdout or "[]"):
+        findings.append({
+            "file": os.path.relpath(d["filename"], folder), "row": d["location"]["row"],
+            "column": d["location"]["column"], "code": d["code"], "severity": d["severity"], "message": d["message"],
+        })
+    return findings, took
+
+
+def run(args: argparse.Namespace) -> None:
+    root = corpus_dir() / "blind"
+    root.mkdir(parents=True, exist_ok=True)
+    results_file = root / f"findings-{args.split}.json"
+    only = set(filter(None, args.projects.split(",")))
+    # a run over some projects updates theirs and keeps the others' last results
+    results: Dict[str, dict] = json.loads(results_file.read_text()) if only and results_file.exists() else {}
+    for project in load_projects():
+        key = project_key(project)
+        if not in_split(project, args.split) or (only and key not in only):
+            continue
+        folder = export(mirror_of(Path(args.mirrors), key), project["commit"], root / f"{key}-{project['commit'][:12]}")
+        findings, took = lint(folder, args.jobs)
+        results[key] = {"commit": project["commit"], "findings": findings, "seconds": round(took, 2)}
+        print(f"{key:<58}{len(findings):>5} findings {took:>7.1f} s", flush=True)
+        results_file.write_text(json.dumps(results, indent=1))
+    print(f"written: {results_file}")
+
+
+# --- scoring -------------------------------------------------------------------------------------------------
+
+
+class Judged(NamedTuple):
+    project: str
+    finding: dict
+    verdict: str  # "correct" | "fp" | "unjudged"
+    source: str  # "blind" (a blind pitfall/negative decides it) | "adjudicated" | ""
+    label: Optional[Label]
+
+
+def judge(key: str, findings: Sequence[dict], data: Optional[dict]) -> Tuple[List[Judged], List[Label], List[Label]]:
+    """Each finding's verdict, and the blind pitfalls found and missed."""
+    labels = labels_of(key, data) if data else []
+    adjudicated = {
+        (a["code"], a["file"], int(a["row"])): a for a in (data or {}).get("adjudicated", [])
+    }
+    pitfalls = [lab for lab in labels if lab.kind == "pitfall"]
+    found = set()
+    judged = []
+    for f in per_file_units(findings):
+        if f["severity"] == "info" or f["code"] == "AMP000":
+            continue
+        match = next(
+            (lab for lab in pitfalls if lab.code == f["code"] and lab.file == f["file"]
+             and any(_near(row, lab.rows, lab.code) for row in f["rows"])), None,
+        )
+        if match is not None:
+            found.add(match)
+            judged.append(Judged(key, f, "correct", "blind", match))
+            continue
+        verdict = adjudicated.get((f["code"], f["file"], f["row"]))
+        if verdict is not None:
+            same = verdict.get("same_bug_as")  # the blind pitfall this finding reports at another of its sites
+            label = next(
+                (lab for lab in pitfalls if same and lab.file == same["file"] and lab.rows[0] == int(same["line"])
+                 and lab.code == CATEGORY_CODES.get(same["cat"])), None,
+            )
+            if label is not None and verdict["verdict"] == "correct":
+                found.add(label)
+            judged.append(Judged(key, f, verdict["verdict"], "adjudicated", label))
+            continue
+        negative = next(
+            (lab for lab in labels if lab.kind == "negative" and lab.code == f["code"] and lab.file == f["file"]
+             and any(_near(row, lab.rows, lab.code) for row in f["rows"])), None,
+        )
+        if negative is not None:
+            judged.append(Judged(key, f, "fp", "blind", negative))
+            continue
+        judged.append(Judged(key, f, "unjudged", "", None))
+    missed = [lab for lab in pitfalls if lab not in found]
+    return judged, sorted(found), missed
+
+
+#: rules whose findings are counted once per file (the labels list every use of a deprecated API per file)
+PER_FILE_CODES = frozenset({"AMP001"})
+
+
+def per_file_units(findings: Sequence[dict]) -> List[dict]:
+    """The findings as units of judgement: one per finding, but one per file for PER_FILE_CODES
+    (first row reported, every row kept in `rows`)."""
+    units: List[dict] = []
+    grouped: Dict[Tuple[str, str], dict] = {}
+    for f in findings:
+        if f["code"] in PER_FILE_CODES:
+            unit = grouped.get((f["code"], f["file"]))
+            if unit is not None:
+                unit["rows"].append(f["row"])
+                continue
+            unit = grouped[(f["code"], f["file"])] = {**f, "rows": [f["row"]]}
+            units.append(unit)
+        else:
+            units.append({**f, "rows": [f["row"]]})
+    return units
+
+
+def existing_codes() -> set:
+    from amplint.engine.registry import all_codes
+
+    return set(all_codes())
+
+
+def score(args: argparse.Namespace) -> int:
+    root = corpus_dir() / "blind"
+    results = json.loads((root / f"findings-{args.split}.json").read_text())
+    codes = existing_codes()
+    rows: Dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    unjudged: List[Judged] = []
+    misses: List[Label] = []
+    unlabelled = []
+    for key, result in sorted(results.items()):
+        data = load_labels(key)
+        if data is None:
+            unlabelled.append(key)
+            continue
+        judged, found, missed = judge(key, result["findings"], data)
+        for j in judged:
+            rows[j.finding["code"]]["findings"] += 1
+            rows[j.finding["code"]][j.verdict] += 1
+            if j.verdict == "unjudged":
+                unjudged.append(j)
+        for lab in found:
+            rows[lab.code]["found"] += 1
+        for lab in missed:
+            rows[lab.code]["missed"] += 1
+            misses.append(lab)
+    print(table(rows, codes, len(results) - len(unlabelled)))
+    if unlabelled:
+        print(f"\nnot labelled (not scored): {', '.join(unlabelled)}")
+    if args.show:
+        for j in unjudged:
+            print(f"UNJUDGED {j.project} {j.finding['file']}:{j.finding['row']} {j.finding['code']} {j.finding['message']}")
+        for lab in misses:
+            mark = "" if lab.code in codes else " (no rule yet)"
+            print(f"MISSED{mark} {lab.project} {lab.file}:{lab.rows[0]} {lab.code} [{lab.confidence}] {lab.why}")
+    if args.template:
+        entries = [
+            {"project": j.project, "code": j.finding["code"], "file": j.finding["file"], "row": j.finding["row"],
+             "message": j.finding["message"], "verdict": "", "reason": "", "by": "adjudicated"}
+            for j in unjudged
+        ]
+        Path(args.template).write_text(json.dumps(entries, indent=1))
+        print(f"adjudication template ({len(entries)} entries): {args.template}")
+    return 1 if args.check and unjudged else 0
+
+
+def table(rows: Dict[str, collections.Counter], codes: set, projects: int) -> str:
+    """Per rule: findings judged correct / fp / unjudged, blind pitfalls found / missed; totals over rules that exist."""
+    lines = [
+        f"{projects} projects; warning/error findings only (AMP001 counted once per file); recall on blind pitfalls",
+        "| rule | findings | correct | fp | unjudged | precision | blind found | blind missed | recall |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    total: collections.Counter = collections.Counter()
+    uncovered: collections.Counter = collections.Counter()
+    for code in sorted(rows):
+        r = rows[code]
+        if code not in codes:
+            uncovered[code] += r["missed"]
+            continue
+        total.update(r)
+        lines.append(_row(code, r))
+    lines.append(_row("**total**", total))
+    if uncovered:
+        lines.append("blind pitfalls in categories with no rule yet: "
+                     + ", ".join(f"{c} {n}" for c, n in sorted(uncovered.items())))
+    return "\n".join(lines)
+
+
+def _ratio(a: int, b: int) -> str:
+    return f"{a / b:.2f}" if b else "-"
+
+
+def _row(name: str, r: collections.Counter) -> str:
+    judged = r["correct"] + r["fp"]
+    return (f"| {name} | {r['findings']} | {r['correct']} | {r['fp']} | {r['unjudged']} | {_ratio(r['correct'], judged)} "
+            f"| {r['found']} | {r['missed']} | {_ratio(r['found'], r['found'] + r['missed'])} |")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="export the pinned commits and lint them")
+    p_run.add_argument("--mirrors", required=True, help="folder of bare git mirrors (owner+name/repo or owner+name.git)")
+    p_run.add_argument("--split", choices=("tuning", "heldout", "all"), default="tuning")
+    p_run.add_argument("--projects", default="", help="comma-separated owner+name keys (default: the whole split)")
+    p_run.add_argument("--jobs", type=int, default=2)
+    p_score = sub.add_parser("score", help="per-rule precision and recall against the labels")
+    p_score.add_argument("--split", choices=("tuning", "heldout", "all"), default="tuning")
+    p_score.add_argument("--show", action="store_true", help="list unjudged findings and missed pitfalls")
+    p_score.add_argument("--template", metavar="PATH", help="write the unjudged findings as adjudication entries")
+    p_score.add_argument("--check", action="store_true", help="exit 1 when a finding is unjudged")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        run(args)
+        return 0
+    return score(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

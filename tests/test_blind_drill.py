@@ -1,0 +1,89 @@
+"""The blind drill's data and its scoring (benchmarks/blind_drill.py): labels well-formed, the split
+recorded, findings matched to blind labels the way docs/precision.md describes."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import blind_drill  # noqa: E402
+
+
+def test_projects_are_pinned_and_a_third_is_held_out():
+    projects = blind_drill.load_projects()
+    assert len(projects) >= 40
+    assert len({p["repo"] for p in projects}) == len(projects)
+    for p in projects:
+        assert len(p["commit"]) == 40 and int(p["commit"], 16) >= 0
+        assert p["split"] in ("tuning", "heldout")
+    held = [p for p in projects if p["split"] == "heldout"]
+    assert len(held) == len(projects) // 3
+
+
+@pytest.mark.parametrize("path", sorted((BENCH / "blind_labels").glob("*.json")), ids=lambda p: p.stem)
+def test_labels_are_well_formed(path):
+    data = json.loads(path.read_text(encoding="utf-8"))
+    keys = {blind_drill.project_key(p) for p in blind_drill.load_projects()}
+    assert path.stem in keys
+    for entry in data.get("pitfalls", []) + data.get("negatives", []):
+        assert entry["cat"] in blind_drill.CATEGORY_CODES or entry["cat"] == "other", entry
+        assert entry["file"] and not entry["file"].startswith("/")
+        assert entry.get("lines") or isinstance(entry.get("line"), int)
+        assert entry.get("why")
+    for a in data.get("adjudicated", []):
+        assert a["verdict"] in ("correct", "fp") and a["reason"] and a["by"] == "adjudicated"
+    for r in data.get("label_reviews", []):
+        assert r["verdict"] in ("pitfall", "not-a-pitfall") and r["reason"] and r["by"] == "adjudicated"
+
+
+def _finding(code, file, row, severity="warning"):
+    return {"code": code, "file": file, "row": row, "column": 1, "severity": severity, "message": "m"}
+
+
+LABELS = {
+    "pitfalls": [
+        {"cat": "S1", "file": "train.py", "line": 40, "also": [55], "why": "clip on scaled grads"},
+        {"cat": "D1", "file": "train.py", "lines": [3, 9], "why": "torch.cuda.amp"},
+        {"cat": "K1", "file": "ops.py", "line": 10, "why": "Function without custom_fwd"},
+        {"cat": "C2", "file": "ckpt.py", "line": 7, "why": "no scaler state"},
+        {"cat": "N2", "file": "loss.py", "line": 4, "confidence": "likely", "why": "1e-8"},
+    ],
+    "negatives": [{"cat": "N1", "file": "attn.py", "line": 20, "why": "fp32 only"}],
+    "adjudicated": [
+        {"code": "AMP402", "file": "trainer.py", "row": 90, "verdict": "correct", "reason": "same bug, resume side",
+         "by": "adjudicated", "same_bug_as": {"cat": "C2", "file": "ckpt.py", "line": 7}},
+        {"code": "AMP301", "file": "x.py", "row": 5, "verdict": "fp", "reason": "fp32", "by": "adjudicated"},
+    ],
+    "label_reviews": [{"cat": "N2", "file": "loss.py", "line": 4, "verdict": "not-a-pitfall", "reason": "fp32",
+                       "by": "adjudicated"}],
+}
+
+
+def test_findings_are_judged_by_blind_labels_then_adjudications():
+    findings = [
+        _finding("AMP101", "train.py", 56),  # one of the bug's other lines (within a row)
+        _finding("AMP001", "train.py", 3), _finding("AMP001", "train.py", 9),  # one unit per file
+        _finding("AMP501", "ops.py", 12),  # reported at `forward`, below the labelled `class` line
+        _finding("AMP402", "trainer.py", 90),  # adjudicated: the C2 label's bug at its resume site
+        _finding("AMP301", "attn.py", 20),  # a blind negative
+        _finding("AMP301", "x.py", 5),  # adjudicated fp
+        _finding("AMP302", "other.py", 1),  # nothing decides it
+        _finding("AMP601", "train.py", 1, severity="info"),  # info rules are not judged
+    ]
+    judged, found, missed = blind_drill.judge("p", findings, LABELS)
+    verdicts = [(j.finding["code"], j.verdict, j.source) for j in judged]
+    assert verdicts == [
+        ("AMP101", "correct", "blind"), ("AMP001", "correct", "blind"), ("AMP501", "correct", "blind"),
+        ("AMP402", "correct", "adjudicated"), ("AMP301", "fp", "blind"), ("AMP301", "fp", "adjudicated"),
+        ("AMP302", "unjudged", ""),
+    ]
+    assert sorted(lab.code for lab in found) == ["AMP001", "AMP101", "AMP402", "AMP501"]
+    assert missed == []  # the N2 label was reviewed as not a pitfall
+
+
+def test_a_finding_far_from_the_label_is_not_that_label():
+    judged, found, missed = blind_drill.judge("p", [_finding("AMP101", "train.py", 47)], LABELS)
+    assert judged[0].verdict == "unjudged" and sorted(m.code for m in missed) == ["AMP001", "AMP101", "AMP402", "AMP501"]
