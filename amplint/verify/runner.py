@@ -31,7 +31,7 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from .escape import clean_text, clean_verdict
-from .sandbox import SANDBOX_TMP, Sandbox, SandboxUnavailable, base_env, python_paths, system_paths
+from .sandbox import SANDBOX_TMP, Sandbox, SandboxUnavailable, base_env, cgroup_v2_status, python_paths, system_paths
 
 DEFAULT_TIMEOUT = 60.0
 #: the most any finding may run, whatever a flag or a repository's config asks
@@ -175,7 +175,7 @@ class Runner:
         if self._deadline is None and self.budget is not None:  # startup has its own timeout
             self._deadline = time.monotonic() + self.budget
         self.env_info = clean_verdict(dict(hello.get("env") or {})) or self.env_info
-        worker_layers = [clean_text(str(x), 80) for x in hello.get("layers") or []]
+        worker_layers = [clean_text(str(x), 240) for x in hello.get("layers") or []]
         self.layers = (self._sandbox.layers() if self._sandbox else ["no sandbox (--verify-unsandboxed)"]) + worker_layers
         return self.env_info
 
@@ -204,7 +204,9 @@ class Runner:
             cmd.extend(["--read", path])
         if self.lazy:
             cmd.append("--lazy")
+        cmd.extend(["--cgroup", cgroup_v2_status()])
         if self._sandbox is not None:
+            cmd.append("--require-seccomp")  # a sandboxed run holds every layer, or does not start
             cmd = self._sandbox.command(cmd, env=env, cwd=run_dir)
             env, cwd = {"PATH": env["PATH"]}, self._workdir
         else:
