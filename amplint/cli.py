@@ -479,6 +479,7 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
 
         for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes, cache):
             click.echo(f"amplint: warning: {clean(line)}", err=True)
+    _say_notes(result.notes)
     if cache is not None:
         cache.save()  # with the fix checks, kept with their files' entries
         _say_notes(cache.notes)
