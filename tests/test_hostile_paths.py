@@ -241,3 +241,24 @@ def test_a_link_named_on_the_command_line_is_linted(tmp_path):
     repo, key, env = _escape_tree(tmp_path)
     out = subprocess.run([*AMPLINT, "--no-cache", "train_link.py"], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and " AMP101 " in out.stdout, out.stdout + out.stderr
+
+
+# ------------------------------------------------------------------ nesting no parser can hold (issue 24 item 6)
+
+
+@pytest.mark.parametrize("value", ["[" * 50_000 + "]" * 50_000, "{a = " * 50_000 + "1" + "}" * 50_000], ids=["arrays", "inline-tables"])
+def test_a_pyproject_nested_50000_deep_is_one_line(tmp_path, value):
+    (tmp_path / "pyproject.toml").write_text(f"[tool.amplint]\nselect = {value}\n")
+    (tmp_path / "good.py").write_text(BAD)
+    out = _run(["good.py"], cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr == f"amplint: error: {tmp_path / 'pyproject.toml'}: invalid TOML: arrays or tables nested too deeply to read\n"
+
+
+def test_a_notebook_nested_50000_deep_is_one_finding_and_the_rest_is_linted(tmp_path):
+    (tmp_path / "nb.ipynb").write_text("[" * 50_000 + "]" * 50_000)
+    (tmp_path / "good.py").write_text(BAD)
+    out = _run(["--isolated", "--no-cache", "--output-format", "concise", "."], cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "nb.ipynb:1:1: AMP000 cannot lint: invalid notebook JSON: arrays or objects nested too deeply to read" in out.stdout
+    assert " AMP101 " in out.stdout

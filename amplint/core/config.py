@@ -183,6 +183,8 @@ def _read_toml(path: Path) -> Dict[str, Any]:
         return tomllib.loads(read_bytes(str(path)).decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deeply to read") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: not UTF-8 (byte 0x{exc.object[exc.start:exc.start + 1].hex()} at offset {exc.start})") from None
     except OSError as exc:
