@@ -103,12 +103,15 @@ class Runner:
         unsandboxed: bool = False,
         budget: Optional[float] = None,
         memory_mb: int = 4096,
+        read_only: Iterable[str] = (),
     ) -> None:
         self.device = device
         self.timeout = check_seconds(timeout, "timeout", MAX_TIMEOUT)
         self.budget = None if budget is None else check_seconds(budget, "budget", None)
         self.seed = int(seed)
         self.extra_sys_path = [os.path.abspath(p) for p in extra_sys_path]
+        #: more folders or files findings may read (bound read-only; not on sys.path)
+        self.read_only = [os.path.abspath(p) for p in read_only]
         self.startup_timeout = float(startup_timeout) if startup_timeout else max(STARTUP_TIMEOUT, self.timeout)
         self.python = python or sys.executable
         #: a lazy worker imports torch only when an experiment needs it (in each finding's process)
@@ -181,7 +184,7 @@ class Runner:
 
     def _read_paths(self) -> List[str]:
         """Folders the worker reads: Python, torch, the amplint package, the runner's extra paths."""
-        return sorted({*python_paths(self.python), os.path.join(_package_root(), "amplint"), *self.extra_sys_path})
+        return sorted({*python_paths(self.python), os.path.join(_package_root(), "amplint"), *self.extra_sys_path, *self.read_only})
 
     def _spawn(self) -> None:
         if self._closed:
