@@ -8,7 +8,7 @@ import sys
 # instead of linting; a folder with one of these names is linted as `amplint ./NAME`.
 SUBCOMMANDS = {
     "run": "amplint.watch.run:main",
-    "replay": "amplint.watch.replay:main",
+    "replay": "amplint.replay:main",
     "server": "amplint.server.main:main",
 }
 

@@ -324,6 +324,16 @@ def _verify(diagnostics, settings: Dict[str, Any], config: Config, cache_dir: Op
         verify_diagnostics(diagnostics, **settings, on_start=_say_sandbox, store=store)
     except VerifyError as exc:
         raise fail(str(exc))
+    finally:
+        _say_notes(store.notes if store is not None else ())
+
+
+def _say_notes(notes) -> None:
+    """One warning line per note (links planted where the cache keeps its files), each once."""
+    from .report.source import clean
+
+    for line in dict.fromkeys(notes):
+        click.echo(f"amplint: warning: {clean(line)}", err=True)
 
 
 def _cached_verdicts(diagnostics, config: Config, given: Optional[str]) -> None:
@@ -469,8 +479,10 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
 
         for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes, cache):
             click.echo(f"amplint: warning: {clean(line)}", err=True)
+    _say_notes(result.notes)
     if cache is not None:
         cache.save()  # with the fix checks, kept with their files' entries
+        _say_notes(cache.notes)
     return result.diagnostics
 
 

@@ -7,7 +7,8 @@
     python benchmarks/scaling.py --shape accum         # gradient-accumulation steps in one loop
 
 Each size is one generated file, linted by a fresh `amplint --no-cache --jobs 1
---file-timeout 0` process (the way a user runs it, without the time budget), timed
+--file-timeout 0` process (the way a user runs it, without the time budget; `--file-timeout S`
+measures with one: issue 24's 140,000-line file with 30 s), timed
 as a whole: wall time, CPU time (user + system) and peak resident set
 (`resource.getrusage(RUSAGE_CHILDREN)` of a wrapper process that runs only it). On a
 shared machine the wall time swings with the neighbours' load; the CPU time much less,
@@ -136,8 +137,8 @@ def big_source(target_bytes: int) -> str:
     return "\n".join(parts)
 
 
-def measure(path: str, runs: int) -> Dict[str, float]:
-    cmd = [sys.executable, "-c", _WRAPPER, sys.executable, "-c", _AMPLINT, "--no-cache", "--jobs", "1", "--file-timeout", "0", path]
+def measure(path: str, runs: int, file_timeout: float = 0) -> Dict[str, float]:
+    cmd = [sys.executable, "-c", _WRAPPER, sys.executable, "-c", _AMPLINT, "--no-cache", "--jobs", "1", "--file-timeout", f"{file_timeout:g}", path]
     walls: List[float] = []
     cpus: List[float] = []
     rss: List[float] = []
@@ -175,10 +176,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-big", action="store_true", help="skip the 10 MB file")
     ap.add_argument("--max-seconds", type=float, default=300.0,
                     help="stop growing a shape once one size takes longer than this")
+    ap.add_argument("--file-timeout", type=float, default=0.0,
+                    help="the per-file budget each run gets (default 0: none; files over 512 KB keep their memory bound)")
     ap.add_argument("--json", help="write the raw numbers here")
     args = ap.parse_args(argv)
     env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} cores"
-    print(f"# amplint scaling ({env_note}); median of {args.runs} runs, --no-cache --jobs 1")
+    print(f"# amplint scaling ({env_note}); median of {args.runs} runs, --no-cache --jobs 1 --file-timeout {args.file_timeout:g}")
     results: Dict[str, list] = {}
     shapes = ("module", "function") if args.shape == "both" else (args.shape,)
     with tempfile.TemporaryDirectory(prefix="amplint-scaling-") as tmp:
@@ -191,7 +194,7 @@ def main(argv=None) -> int:
                 path = os.path.join(tmp, f"dense_{shape}_{n}.py")
                 with open(path, "w") as f:
                     f.write(dense_source(n, shape))
-                m = measure(path, args.runs)
+                m = measure(path, args.runs, args.file_timeout)
                 k = exponent(rows[-1]["lines"], rows[-1]["cpu"], n, m["cpu"]) if rows else None
                 rows.append({"lines": n, **m})
                 print(f"| {n} | {m['median']:.2f} | {m['min']:.2f} | {m['cpu']:.2f} | {m['rss_mb']:.0f} | {m['output_lines']} | "
@@ -212,7 +215,7 @@ def main(argv=None) -> int:
             with open(path, "w") as f:
                 f.write(big_source(int(args.big_mb * 1024 * 1024)))
             size_mb = os.path.getsize(path) / 1024 / 1024
-            m = measure(path, args.runs)
+            m = measure(path, args.runs, args.file_timeout)
             print(f"\n## {size_mb:.1f} MB plain file with one finding\n")
             print(f"median {m['median']:.2f} s, min {m['min']:.2f} s, CPU {m['cpu']:.2f} s, peak RSS {m['rss_mb']:.0f} MB, "
                   f"{m['output_lines']} output lines (targets: < 30 s, < 1536 MB)")

@@ -1,8 +1,10 @@
 """Finding processes from the host side, whatever PID namespace they live in.
 
 A sandboxed experiment cannot tell the test its PIDs (they are namespace-local) or
-write a file outside its temp folder, so the misbehaving experiments start children
-whose command line carries a marker, and the tests look for that marker in /proc.
+write a file outside its temp folder, so a misbehaving experiment names itself with a
+marker (`mark_self`: its process name, the last 15 characters of the marker; a finding
+may start no process), and the tests look for that marker in /proc: in command lines
+(the host's own sleepers) and in process names.
 """
 from __future__ import annotations
 
@@ -17,17 +19,33 @@ def sleeper(marker: str) -> List[str]:
     return [sys.executable, "-c", "import time; time.sleep(600)", marker]
 
 
+def mark_self(marker: str) -> None:
+    """Name this process (its main thread) after `marker`, as `marked` finds it (prctl: no fork)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(15, ctypes.c_char_p(comm(marker).encode()), 0, 0, 0)  # PR_SET_NAME
+
+
+def comm(marker: str) -> str:
+    """The process name `mark_self` gives: the kernel keeps 15 bytes."""
+    return marker[-15:]
+
+
 def marked(marker: str) -> List[int]:
-    """Live (non-zombie) processes whose command line contains `marker`."""
+    """Live (non-zombie) processes whose command line contains `marker`, or named after it."""
     out = []
     needle = marker.encode()
+    name_needle = comm(marker).encode() + b"\n"
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/cmdline", "rb") as fh:
                 if needle not in fh.read():
-                    continue
+                    with open(f"/proc/{name}/comm", "rb") as fc:
+                        if fc.read() != name_needle:
+                            continue
             with open(f"/proc/{name}/stat", "rb") as fh:
                 if fh.read().rsplit(b")", 1)[1].split()[0] == b"Z":
                     continue

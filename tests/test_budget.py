@@ -174,3 +174,105 @@ def test_budget_passed_before_the_wait_raises_and_stops_the_thread():
             wait(t)
     t.join()
     assert stopped == ["_Abandoned"]
+
+
+# ------------------------------------------------------------------ budgets that bind (issue 24 item 9)
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PADDING = "".join(f"def helper_{i}(x):\n    return x * {i} + 1\n\n\n" for i in range(16_000))  # ~600 KB
+
+# AMP101's check, on the marked file, runs a regular expression that backtracks for ever:
+# one call into C that holds the GIL, which no thread-level budget can interrupt
+_GIL_HOG = r"""
+import json, re, sys
+from amplint import Config, lint_paths
+from amplint.engine.registry import rules_by_code
+
+rule = rules_by_code()["AMP101"]
+original = rule.check
+
+def check(self, ctx):
+    if "gil-hog-marker" in ctx.source:
+        re.match(r"(a+)+$", "a" * 40 + "!")  # about 2**40 steps in C
+    return original(self, ctx)
+
+rule.check = check
+result = lint_paths(sys.argv[2:], Config(file_timeout=float(sys.argv[1])))
+print(json.dumps([[d.filename.rsplit("/", 1)[-1], d.code, d.message] for d in result.diagnostics]))
+"""
+
+
+def test_the_budget_binds_on_a_call_that_holds_the_gil(tmp_path):
+    hog = tmp_path / "hog.py"
+    hog.write_text(BAD + PADDING + "# gil-hog-marker\n")
+    (tmp_path / "good.py").write_text(BAD)
+    assert hog.stat().st_size > 512 * 1024
+    # the budget outlasts the parse (seconds), so the rule's call into C is what it must stop
+    proc = subprocess.run([sys.executable, "-c", _GIL_HOG, "20", str(hog), str(tmp_path / "good.py")],
+                          capture_output=True, text=True, timeout=240, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout)
+    assert ["hog.py", "AMP000", "analysis took longer than 20 s; skipped"] in found, found
+    assert [f for f in found if f[0] == "good.py"][0][1] == "AMP101"  # and the run went on
+
+
+def test_a_file_whose_analysis_outgrows_the_memory_bound_is_one_line(tmp_path, monkeypatch):
+    from amplint.engine import isolate
+
+    if not isolate.available():
+        pytest.skip("a big file is analysed in place here (not Linux, or threads running)")
+    monkeypatch.setattr(isolate, "MEMORY_MB", 48)  # the real bound is 1024 MB: a 10 MB file's tree
+    dense = "import torch\nk = 0.5\nscores = torch.randn(8, 8, dtype=torch.float16)\n" + "".join(
+        f"s{i} = scores.masked_fill(scores > k, -1e9)\n" for i in range(14_000))  # ~600 KB, all parsed
+    (tmp_path / "dense.py").write_text(dense)
+    (tmp_path / "good.py").write_text(BAD)
+    result = lint_paths([str(tmp_path)], Config(file_timeout=0))
+    by = _by_file(result)
+    assert by["dense.py"] == [("AMP000", TIMEOUT_NAME, "analysis needed more than 48 MB of memory; skipped")], by["dense.py"][:3]
+    assert by["good.py"][0][0] == "AMP101"
+
+
+def test_a_big_plain_file_costs_its_excerpt_not_its_size(tmp_path, monkeypatch):
+    """The 10 MB shape of benchmarks/scaling.py, scaled down: libcst parses only the function
+    holding the finding, and the memory a line costs stays that of reading it (issue 24: the
+    10 MB file had grown to 99 s and 3.7 GB when nothing counted this)."""
+    import importlib.util
+    import tracemalloc
+
+    import amplint.model.parse as parse
+
+    spec = importlib.util.spec_from_file_location("scaling", os.path.join(ROOT, "benchmarks", "scaling.py"))
+    scaling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scaling)
+    source = scaling.big_source(400 * 1024)  # under the confinement threshold: measured in this process
+    path = tmp_path / "big.py"
+    path.write_text(source)
+    parsed = []
+    original = parse.parse_module
+    monkeypatch.setattr(parse, "parse_module", lambda text, *a, **k: parsed.append(len(text.strip())) or original(text, *a, **k))
+    lint_paths([str(path)], Config(file_timeout=0))  # imports and first-use costs out of the count
+    parsed.clear()
+    tracemalloc.start()
+    try:
+        result = lint_paths([str(path)], Config(file_timeout=0))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    lines = source.count("\n")
+    assert [d.code for d in result.diagnostics] == ["AMP301"]
+    assert sum(parsed) < len(source) // 20, f"libcst parsed {sum(parsed)} of {len(source)} characters"
+    assert peak / lines < 1000, f"{peak / lines:.0f} bytes of Python memory per line"
+
+
+@pytest.mark.parametrize("value", ["0", "601", "1e9"])
+def test_a_repository_cannot_lift_the_budget(tmp_path, value):
+    (tmp_path / "pyproject.toml").write_text(f"[tool.amplint]\nfile-timeout = {value}\n")
+    (tmp_path / "t.py").write_text("x = 1\n")
+    out = CliRunner().invoke(main, ["--no-cache", str(tmp_path)])
+    assert out.exit_code == 2 and out.output.count("\n") == 1, out.output
+    assert "must be more than 0 and at most 600 seconds in a config file" in out.output

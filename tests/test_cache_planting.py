@@ -148,3 +148,93 @@ def test_no_key_no_cache(tmp_path):
     home.write_text("")  # the key's folder cannot be made under a file
     assert {c for _, c, *_ in _amplint(root, home)} == {"AMP101"}
     assert not (root / ".amplint_cache").exists()
+
+
+# ------------------------------------------------------------------ links planted where the cache lives (issue 24 item 4)
+
+
+def _run_plain(root, machine, *args):
+    """A plain `amplint train.py attend.py` (the default cache folder), its findings and stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "AMPLINT_CACHE_DIR"}
+    env["XDG_CACHE_HOME"] = str(machine)
+    out = subprocess.run([*AMPLINT, "--isolated", "--output-format", "json", "--jobs", "1", *args, "train.py", "attend.py"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode in (0, 1), out.stderr
+    found = sorted((os.path.basename(d["filename"]), d["code"], d["location"]["row"]) for d in json.loads(out.stdout))
+    return found, out.stderr
+
+
+def _tree(folder):
+    return sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
+
+
+def _repo(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "train.py").write_text(CLIP)
+    (root / "attend.py").write_text(MASK)
+    return root
+
+
+def test_a_cache_folder_shipped_as_a_link_is_not_written_through(tmp_path, machines):
+    _, victim = machines
+    root = _repo(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / ".amplint_cache").symlink_to(elsewhere)
+    truth, _ = _run_plain(root, victim, "--no-cache")
+    for _ in range(2):  # and again: nothing was stored there to be read back
+        found, err = _run_plain(root, victim)
+        assert found == truth
+        assert _tree(elsewhere) == [], "amplint wrote through the planted link"
+        lines = [line for line in err.splitlines() if "symbolic link" in line]
+        assert len(lines) == 1 and lines[0].startswith("amplint: warning: cache folder ") and "not used" in lines[0], err
+    assert os.path.islink(root / ".amplint_cache")
+
+
+def test_a_dangling_gitignore_link_in_the_cache_folder_creates_nothing(tmp_path, machines):
+    _, victim = machines
+    root = _repo(tmp_path)
+    target = tmp_path / "outside" / "created-by-amplint"
+    target.parent.mkdir()
+    (root / ".amplint_cache").mkdir()
+    (root / ".amplint_cache" / ".gitignore").symlink_to(target)  # as root: any path, a file under /etc
+    truth, _ = _run_plain(root, victim, "--no-cache")
+    found, err = _run_plain(root, victim)
+    assert found == truth
+    assert not os.path.lexists(target) and os.listdir(target.parent) == [], "amplint created the link's target"
+    assert os.path.islink(root / ".amplint_cache" / ".gitignore")
+    assert any(line.startswith("amplint: warning: ") and ".gitignore is a symbolic link" in line for line in err.splitlines()), err
+    assert _read_store(_store(root), _key(victim))["lint"]  # the store itself was written, in the real folder
+
+
+def test_a_store_planted_as_a_link_is_replaced_not_followed(tmp_path, machines):
+    _, victim = machines
+    root = _repo(tmp_path)
+    truth, _ = _run_plain(root, victim)  # makes the store, under its real name
+    store = _store(root)
+    os.unlink(store)
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me\n")
+    os.symlink(outside, store)
+    found, _ = _run_plain(root, victim)
+    assert found == truth
+    assert outside.read_text() == "keep me\n"
+    assert not os.path.islink(store) and _read_store(store, _key(victim))["lint"]
+
+
+def test_the_verdict_store_is_not_written_through_links(tmp_path, machines, monkeypatch):
+    from amplint.core.atomic import PlantedLink, write_in_folder
+    from amplint.verify.store import VerdictStore
+
+    _, victim = machines
+    monkeypatch.setenv("XDG_CACHE_HOME", str(victim))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / "cache"
+    link.symlink_to(elsewhere)
+    store = VerdictStore(str(link))
+    assert store.key is None and len(store.notes) == 1 and "symbolic link" in store.notes[0]
+    with pytest.raises(PlantedLink):
+        write_in_folder(str(link), "x.json", b"{}")
+    assert os.listdir(elsewhere) == []

@@ -74,6 +74,10 @@ def test_pipes_sockets_devices_are_skipped_with_one_line(hostile, args, tmp_path
         assert "Traceback" not in out.stderr
         for name, message in EXPECTED.items():
             lines = _lines_for(out.stdout, name)
+            if name in ("zero.py", "null.py"):  # links out of the project: a note, never opened
+                assert lines == [], (name, out.stdout)
+                assert f"amplint: warning: ./{name}: not linted: a symbolic link to a file outside the project" in out.stderr
+                continue
             assert len(lines) == 1 and lines[0].endswith(f":1:1: {message}"), (name, out.stdout)
         assert [line.split(": ", 1)[0].rsplit(":", 2)[0] for line in _lines_for(out.stdout, "good.py")] == ["./good.py"]
         assert " AMP101 " in _lines_for(out.stdout, "good.py")[0]
@@ -186,3 +190,75 @@ def test_unreadable_folder_is_silent_without_amp000(tmp_path):
     finally:
         locked.chmod(0o755)
     assert result.diagnostics == []
+
+
+# ------------------------------------------------------------------ links out of the project (issue 24 item 5)
+
+
+OUTSIDE = BAD.replace("scaler.update()", "scaler.update()  # OUTSIDE-SECRET-7f3a")
+
+
+def _escape_tree(tmp_path):
+    """A repository whose files link to the user's cache key and to a training script elsewhere."""
+    machine = tmp_path / "home-cache"
+    (machine / "amplint").mkdir(parents=True)
+    key = machine / "amplint" / "cache-key"
+    key.write_bytes(b"\xfe" + os.urandom(31))  # not UTF-8 from its first byte
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret_train.py").write_text(OUTSIDE)
+    (elsewhere / "pkg").mkdir()
+    (elsewhere / "pkg" / "deep.py").write_text(OUTSIDE)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text("[tool.amplint]\n")
+    (repo / "good.py").write_text(BAD)
+    (repo / "key.py").symlink_to(key)
+    (repo / "train_link.py").symlink_to(elsewhere / "secret_train.py")
+    (repo / "vendor").symlink_to(elsewhere / "pkg")  # a folder link: never walked
+    (repo / "inside.py").symlink_to(repo / "good.py")  # a link inside the project is linted
+    env = dict(os.environ, XDG_CACHE_HOME=str(machine))
+    return repo, key, env
+
+
+@pytest.mark.parametrize("fmt", ["text", "sarif", "json", "github"])
+def test_links_out_of_the_project_are_not_read(tmp_path, fmt):
+    repo, key, env = _escape_tree(tmp_path)
+    out = subprocess.run([*AMPLINT, "--output-format", fmt, "--jobs", "1", "."], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    both = out.stdout + out.stderr
+    assert "OUTSIDE-SECRET" not in both, "a line of a file outside the project was printed"
+    assert "0xfe" not in both and "key.py" not in out.stdout and "train_link.py" not in out.stdout, out.stdout
+    assert "good.py" in out.stdout and "inside.py" in out.stdout  # in-project files and links still linted
+    notes = [line for line in out.stderr.splitlines() if "outside the project" in line]
+    assert sorted(n.split(": ", 3)[2] for n in notes) == ["./key.py", "./train_link.py"], out.stderr
+    assert all(n.startswith("amplint: warning: ") and n.endswith("(name it on the command line to lint it)") for n in notes)
+    assert "Traceback" not in out.stderr
+
+
+def test_a_link_named_on_the_command_line_is_linted(tmp_path):
+    repo, key, env = _escape_tree(tmp_path)
+    out = subprocess.run([*AMPLINT, "--no-cache", "train_link.py"], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and " AMP101 " in out.stdout, out.stdout + out.stderr
+
+
+# ------------------------------------------------------------------ nesting no parser can hold (issue 24 item 6)
+
+
+@pytest.mark.parametrize("value", ["[" * 50_000 + "]" * 50_000, "{a = " * 50_000 + "1" + "}" * 50_000], ids=["arrays", "inline-tables"])
+def test_a_pyproject_nested_50000_deep_is_one_line(tmp_path, value):
+    (tmp_path / "pyproject.toml").write_text(f"[tool.amplint]\nselect = {value}\n")
+    (tmp_path / "good.py").write_text(BAD)
+    out = _run(["good.py"], cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr == f"amplint: error: {tmp_path / 'pyproject.toml'}: invalid TOML: arrays or tables nested too deeply to read\n"
+
+
+def test_a_notebook_nested_50000_deep_is_one_finding_and_the_rest_is_linted(tmp_path):
+    (tmp_path / "nb.ipynb").write_text("[" * 50_000 + "]" * 50_000)
+    (tmp_path / "good.py").write_text(BAD)
+    out = _run(["--isolated", "--no-cache", "--output-format", "concise", "."], cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "nb.ipynb:1:1: AMP000 cannot lint: invalid notebook JSON: arrays or objects nested too deeply to read" in out.stdout
+    assert " AMP101 " in out.stdout

@@ -625,18 +625,22 @@ def fault_garbage_on_protocol(data, lab):
     return lab.confirmed("wrote garbage", {}, method="snippet")
 
 
-def fault_leave_child(data, lab):
+def _spawn(marker, **kwargs):
+    """Start a marked sleeper: its pid, or why the finding's seccomp filter refused it."""
     from tests.procs import sleeper
 
-    child = subprocess.Popen(sleeper(data["marker"]))
-    return lab.confirmed("left a child running", {"child": child.pid}, method="snippet")
+    try:
+        return {"child": subprocess.Popen(sleeper(marker), **kwargs).pid}
+    except OSError as exc:  # a finding starts no process (verify/seccomp.py)
+        return {"refused": type(exc).__name__}
+
+
+def fault_leave_child(data, lab):
+    return lab.confirmed("tried to leave a child running", _spawn(data["marker"]), method="snippet")
 
 
 def fault_leave_detached_child(data, lab):
-    from tests.procs import sleeper
-
-    child = subprocess.Popen(sleeper(data["marker"]), start_new_session=True)
-    return lab.confirmed("left a detached child running", {"child": child.pid}, method="snippet")
+    return lab.confirmed("tried to leave a detached child running", _spawn(data["marker"], start_new_session=True), method="snippet")
 
 
 def fault_ok(data, lab):
@@ -694,7 +698,7 @@ def test_verifier_garbage_and_children_become_verdicts(tmp_path):
             assert v["verdict"] == "confirmed", "the run did not go on after garbage"
 
             v = runner.run("TEST", {"marker": marker}, target=f"{R}:fault_leave_child")
-            assert v["verdict"] == "confirmed"
+            assert v["verdict"] == "confirmed" and v["evidence"] == {"refused": "PermissionError"}, v
             assert wait_gone(marker), "an experiment's child process outlived its finding"
             worker = runner.pid
         assert _wait_dead(worker), "the worker outlived the run"
@@ -725,7 +729,7 @@ def test_verifier_detached_child_is_reaped(tmp_path):
     try:
         with Runner(device="cpu", timeout=20, extra_sys_path=[TESTS], lazy=True) as runner:
             v = runner.run("TEST", {"marker": marker}, target=f"{R}:fault_leave_detached_child")
-            assert v["verdict"] == "confirmed", v
+            assert v["verdict"] == "confirmed" and v["evidence"] == {"refused": "PermissionError"}, v
             assert wait_gone(marker, 5), "a setsid child outlived its finding"
     finally:
         kill_marked(marker)

@@ -153,3 +153,60 @@ def test_replay_rejects_what_is_not_a_snapshot(tmp_path):
     (tmp_path / "x.pt").write_bytes(b"not a pickle")
     res = amplint("replay", str(tmp_path / "x.pt"), cwd=str(tmp_path))
     assert res.returncode == 2 and res.stderr.startswith("amplint replay: error: cannot load")
+
+
+# ------------------------------------------------------------------ incidents are data (issue 24 item 7)
+
+
+class _Payload:
+    """Unpickled, it runs a shell command (as a hostile incident's pickle does)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+def test_an_incident_written_by_amplint_run_is_data_only(tmp_path):
+    import torch
+
+    report = str(tmp_path / "rep")
+    assert watched(report, TRAIN, "collapse", "14", cwd=str(tmp_path)).returncode == 0
+    [incident] = of_type(events(report), "incident")
+    snap = torch.load(incident["path"], weights_only=True)  # no code of the file can run
+    assert snap["format"] == 2 and isinstance(snap["objects"], bytes) and "model" not in snap
+
+
+def test_replay_never_unpickles_a_hostile_file_on_the_host(tmp_path):
+    import torch
+
+    marker = tmp_path / "pwned"
+    hostile = tmp_path / "step12.pt"
+    torch.save({"format": 1, "model": _Payload(f"echo x >> {marker}")}, str(hostile))
+    torch.load(str(hostile), weights_only=False)  # the attack is real: a plain load runs it
+    assert marker.exists()
+    marker.unlink()
+    res = amplint("replay", str(hostile), "--device", "cpu", cwd=str(tmp_path))
+    assert res.returncode == 2 and res.stdout == "", res
+    assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith(f"amplint replay: error: cannot load {hostile}: not a data-only amplint incident"), res.stderr
+    assert not marker.exists(), "replay ran the incident's code on the host"
+
+
+def test_replay_opens_the_model_pickle_only_inside_the_sandbox(tmp_path):
+    """A data-only incident whose model pickle is hostile: it runs, confined, and nothing gets out."""
+    import io
+
+    import torch
+
+    marker = tmp_path / "pwned"
+    blob = io.BytesIO()
+    torch.save({"model": _Payload(f"echo $AMPLINT_TEST_SECRET >> {marker}"), "inputs": (), "kwargs": {}}, blob)
+    hostile = tmp_path / "step3.pt"
+    torch.save({"format": 2, "step": 3, "autocast": {"enabled": False}, "objects": blob.getvalue()}, str(hostile))
+    env = dict(os.environ, AMPLINT_TEST_SECRET="s3cret-replay")
+    res = amplint("replay", str(hostile), "--device", "cpu", cwd=str(tmp_path), env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res
+    assert "amplint replay: sandbox: bubblewrap" in res.stderr and "seccomp" in res.stderr, res.stderr
+    assert not marker.exists(), "the incident's pickle reached the host"
+    assert "s3cret-replay" not in res.stdout + res.stderr

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import List, Optional
 
 
 def replace_atomically(path: str, data: bytes, follow_symlinks: bool = False, keep_mode: bool = True, durable: bool = True) -> None:
@@ -61,3 +62,105 @@ def _new_file_mode() -> int:
     umask = os.umask(0)  # the only way to read it
     os.umask(umask)
     return 0o666 & ~umask
+
+
+# ------------------------------------------------------------------ amplint's own folders
+
+
+class PlantedLink(OSError):
+    """A symbolic link where amplint keeps files of its own (a cache folder, a store, its
+    `.gitignore`): never written through, never read through."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        super().__init__(40, f"is a symbolic link (to {target}); not followed", path)  # ELOOP
+        self.target = target
+
+    def note(self) -> str:
+        return f"{self.filename} {self.strerror}"
+
+
+def open_folder(directory: str, create: bool = True) -> int:
+    """A descriptor of `directory`, opened without following a link in its place (PlantedLink);
+    made (with its parents) when missing and `create`."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        if not create:
+            raise
+        parent = os.path.dirname(os.path.abspath(directory))
+        os.makedirs(parent, exist_ok=True)
+        try:
+            os.mkdir(directory)
+        except FileExistsError:  # made by a concurrent run, or a dangling link planted meanwhile
+            pass
+        st = os.lstat(directory)
+    if stat.S_ISLNK(st.st_mode):
+        raise PlantedLink(directory)
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno in (40, 20) and os.path.islink(directory):  # swapped for a link since the lstat
+            raise PlantedLink(directory) from None
+        raise
+
+
+def write_in_folder(directory: str, name: str, data: bytes, gitignore: Optional[bytes] = None) -> List[str]:
+    """Replace `directory/name` with `data` atomically, never through a symbolic link: the
+    folder itself must not be one (PlantedLink), a link at `name` is replaced (rename does not
+    follow it), and the temporary file is made with O_EXCL | O_NOFOLLOW. `gitignore`: the
+    content of a `.gitignore` made in the folder when it has none (a link there is left as it
+    is, never followed). Returns notes on links found (for a one-line warning each)."""
+    notes: List[str] = []
+    fd = open_folder(directory)
+    try:
+        if gitignore is not None:
+            try:
+                st = os.lstat(".gitignore", dir_fd=fd)
+            except FileNotFoundError:
+                try:
+                    _create(fd, ".gitignore", gitignore)
+                except FileExistsError:
+                    pass
+            else:
+                if stat.S_ISLNK(st.st_mode):
+                    notes.append(PlantedLink(os.path.join(directory, ".gitignore")).note())
+        try:
+            if stat.S_ISLNK(os.lstat(name, dir_fd=fd).st_mode):
+                notes.append(PlantedLink(os.path.join(directory, name)).note() + ": replaced")
+        except FileNotFoundError:
+            pass
+        tmp = f".{name}.{os.urandom(6).hex()}.amplint-tmp"
+        _create(fd, tmp, data)
+        try:
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
+    return notes
+
+
+def _create(dir_fd: int, name: str, data: bytes) -> None:
+    """A new file `name` in the folder `dir_fd` holding `data` (O_EXCL: never an existing one, nor a link)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(name, flags, 0o666, dir_fd=dir_fd)  # the umask applies
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+    os.close(fd)

@@ -33,6 +33,8 @@ DEFAULT_EXCLUDE: Tuple[str, ...] = (
 )
 
 PRECISIONS = ("auto", "fp16", "bf16")
+#: the largest `file-timeout` a config file may set (the command line may say 0: no limit)
+MAX_FILE_TIMEOUT = 600.0
 
 
 class ConfigError(Exception):
@@ -183,6 +185,8 @@ def _read_toml(path: Path) -> Dict[str, Any]:
         return tomllib.loads(read_bytes(str(path)).decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deeply to read") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: not UTF-8 (byte 0x{exc.object[exc.start:exc.start + 1].hex()} at offset {exc.start})") from None
     except OSError as exc:
@@ -230,6 +234,9 @@ def config_from_table(table: Mapping[str, Any], known_codes: Sequence[str], root
             kwargs[attr] = value
         elif kind == "seconds":
             kwargs[attr] = parse_seconds(value, f"{source}: {key}")
+            if not 0 < kwargs[attr] <= MAX_FILE_TIMEOUT:  # a repository cannot lift the budget
+                raise ConfigError(f"{source}: {key} must be more than 0 and at most {MAX_FILE_TIMEOUT:g} seconds in a "
+                                  f"config file, got {value!r} (--file-timeout 0 on the command line turns the budget off)")
         elif key == "torch-version":
             kwargs[attr] = parse_torch_version(value, source)
         elif key == "precision":

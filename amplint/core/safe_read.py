@@ -52,10 +52,19 @@ def _refuse(path: str, mode: int) -> None:
         raise NotRegularFile(path, what)
 
 
-def read_bytes(path: str) -> bytes:
-    """The bytes of the regular file `path` (symbolic links followed); OSError otherwise."""
-    _refuse(path, os.stat(path).st_mode)
-    fd = os.open(path, _FLAGS)
+def read_bytes(path: str, follow_symlinks: bool = True) -> bytes:
+    """The bytes of the regular file `path`; OSError otherwise. `follow_symlinks=False`: a
+    symbolic link at `path` is refused too (NotRegularFile, "a symbolic link"), for the
+    files amplint keeps itself (cache stores), which a repository may plant as links."""
+    if follow_symlinks:
+        _refuse(path, os.stat(path).st_mode)
+        fd = os.open(path, _FLAGS)
+    else:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            raise NotRegularFile(path, "a symbolic link")
+        _refuse(path, mode)
+        fd = os.open(path, _FLAGS | getattr(os, "O_NOFOLLOW", 0))
     try:
         _refuse(path, os.fstat(fd).st_mode)
         with os.fdopen(fd, "rb", closefd=False) as fh:

@@ -10,8 +10,11 @@ budget's deadline. When the deadline passes, the waiting side raises
 `BudgetExceeded` (the engine turns it into AMP000 "analysis took longer than
 N s; skipped") and the abandoned thread is asked to stop with an
 asynchronous exception, which it receives at its next Python instruction
-(a long call into C, such as libcst's native parser, finishes first). The
-thread is a daemon, so it never keeps the process alive.
+(a long call into C, such as libcst's native parser, finishes first, and the waiting
+thread cannot even see the deadline while such a call holds the GIL). The thread is a
+daemon, so it never keeps the process alive. That is why a file big enough for such calls
+to be long (over `isolate.CONFINED_BYTES`) is worked on in a forked child that is killed
+at the deadline and whose memory is capped (`engine/isolate.py`).
 
 The deadline lives in a thread-local: each worker process and each file has
 its own, and code run outside a budget (unit tests calling the rules

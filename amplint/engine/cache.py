@@ -52,10 +52,10 @@ import os
 import sys
 import time
 from functools import lru_cache
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..__version__ import __version__
-from ..core.atomic import replace_atomically
+from ..core.atomic import PlantedLink, replace_atomically, write_in_folder
 from ..core.digest import blake2b, compare_digest
 from ..core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related, Severity
 from ..model.facts import FileFacts
@@ -440,6 +440,11 @@ class Cache:
         self.hits = 0
         self.misses = 0
         self.key = machine_key()  # None: no cache this run (nothing read, nothing written)
+        #: one-line notes for the user: links planted where the cache keeps its files
+        self.notes: List[str] = []
+        if self.key is not None and os.path.islink(directory):  # a repository's `.amplint_cache` link
+            self.notes.append(f"cache folder {directory} is a symbolic link (to {_link_target(directory)}); the cache was not used")
+            self.key = None
         #: RAW_KINDS entries (text indexes, summaries) computed and reused this run, by kind;
         #: `hits` and `misses` count files linted (or read for facts)
         self.built: Dict[str, int] = {}
@@ -560,8 +565,6 @@ class Cache:
         if not any(self._changed.values()) or self.key is None:
             return
         try:
-            os.makedirs(self.directory, exist_ok=True)
-            _write_gitignore(self.directory)
             if self._loaded is not None and _file_id(self.path) == self._loaded:
                 merged = self.entries  # no other run replaced the store: it holds every change already
             else:
@@ -571,9 +574,13 @@ class Cache:
                         merged[kind].update(changed)
             payload = encode_store(merged)
             header = b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload))
-            # a store is made anew: a link planted in its place is replaced, not followed, and
-            # a planted file's mode bits are not kept; not fsynced: a torn store fails its MAC
-            replace_atomically(self.path, header + payload, keep_mode=False, durable=False)
+            # a store is made anew in the folder opened without following links (a folder planted
+            # as a link is refused, a link in the store's place replaced, the .gitignore never
+            # written through one); not fsynced: a torn store fails its MAC
+            self.notes.extend(write_in_folder(self.directory, os.path.basename(self.path), header + payload, gitignore=GITIGNORE))
+        except PlantedLink as exc:
+            self.notes.append(f"cache folder {exc.note()}; the cache was not written")
+            return
         except (OSError, ValueError):  # a read-only tree, a full disk (or data marshal refuses): no cache
             return
         self.entries, self._loaded = merged, None  # a later save re-reads what others wrote since
@@ -672,7 +679,7 @@ def _load_store(path: str, key: Optional[bytes]) -> Tuple["_Entries", Optional[T
         return empty, None
     loaded = _file_id(path)
     try:
-        raw = read_bytes(path)  # a planted pipe named like a store is never opened
+        raw = read_bytes(path, follow_symlinks=False)  # a planted pipe or link named like a store is never opened
     except OSError:
         return empty, None
     header, _, payload = raw.partition(b"\n")
@@ -690,14 +697,15 @@ def _load_store(path: str, key: Optional[bytes]) -> Tuple["_Entries", Optional[T
     return _Entries({k: v for k, v in data["kinds"].items() if k in KINDS and isinstance(v, bytes)}), loaded
 
 
-def _write_gitignore(directory: str) -> None:
-    marker = os.path.join(directory, ".gitignore")
-    if not os.path.exists(marker):
-        try:
-            with open(marker, "w", encoding="utf-8") as fh:
-                fh.write("# created by amplint\n*\n")
-        except OSError:
-            pass
+#: the `.gitignore` amplint makes in a cache folder that has none
+GITIGNORE = b"# created by amplint\n*\n"
+
+
+def _link_target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
 
 
 def now() -> float:

@@ -207,6 +207,7 @@ def project_diagnostics(
     applied. `indexes`: the text indexes the lint pass already computed, by absolute path."""
     out: List[Diagnostic] = []
     store = _Store(cache, indexes or {})
+    store.file_timeout = projects.config.file_timeout
     for root in sorted(projects.groups, key=lambda r: r or ""):
         members = projects.groups[root]
         for d in _project_findings(root, projects.files(root), rules, store, members):
@@ -301,6 +302,9 @@ def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[D
 
 class _Store:
     """Text indexes and summaries by absolute path, through the run's cache when it has one."""
+
+    #: seconds a big file's summary may take (the run's `file-timeout`; 0: no limit)
+    file_timeout: float = 120.0
 
     def __init__(self, cache: Any, indexes: Dict[str, Dict[str, Any]]) -> None:
         self.cache = cache
@@ -443,8 +447,18 @@ class _Store:
             reused = self.cache.reuse(kind, path, st, read_at)
             if reused is not None:
                 return reused
+        from . import isolate
+
         try:
-            value = compute(decode_source(data))
+            text = decode_source(data)
+            if len(data) > isolate.CONFINED_BYTES and isolate.available():
+                # a big file's summary (CPython's parser, then a walk: minutes and gigabytes on
+                # 10 MB) is bounded like its lint: the file's budget, the child's memory bound
+                how, value = isolate.run_confined(compute, (text,), self.file_timeout)
+                if how != "ok":
+                    return None  # the project model goes on without it (its lint said why)
+            else:
+                value = compute(text)
         except (UnicodeDecodeError, SyntaxError, LookupError):
             return None
         if self.cache is not None and st is not None:

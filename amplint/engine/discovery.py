@@ -379,11 +379,18 @@ def discover(
     problems: Optional[List[Tuple[str, str]]] = None,
     record: Optional[WalkRecord] = None,
     reuse: Optional[WalkRecord] = None,
+    outside: Optional[List[str]] = None,
 ) -> Iterator[str]:
     """Lintable files under `paths`, in a stable order, each once. Folders the walk cannot
     read are appended to `problems` as (folder, reason). `record`: filled with what the
     walk saw; `reuse`: a record whose folders walked to the end stand in for walking them
-    again (their files come as absolute paths; give absolute `paths` with it)."""
+    again (their files come as absolute paths; give absolute `paths` with it).
+
+    A file met in a folder walk that is a symbolic link whose real path lies outside the
+    folder walked and outside the project's root (`config.root`) is not linted (a repository
+    cannot make amplint read, and print, a file of the machine: `key.py -> ~/.cache/...`); its
+    path is appended to `outside`. A file named on the command line is linted wherever its
+    link points."""
     patterns = (*config.exclude, *config.extend_exclude)
     root = config.root or os.getcwd()
     force_exclude = force_exclude or getattr(config, "force_exclude", False)
@@ -397,7 +404,8 @@ def discover(
                 continue
             ignore = GitIgnore.for_folder(given) if respect_gitignore else None
             found: Optional[List[str]] = [] if record is not None else None
-            yield from _walk(given, check, ignore, seen, problems, record, reuse, found)
+            inside = _inside(given, config.root)
+            yield from _walk(given, check, ignore, seen, problems, record, reuse, found, inside, outside)
             if record is not None and found is not None:
                 record.tops[os.path.abspath(given)] = (_stack_key(ignore), found)
         else:
@@ -417,6 +425,8 @@ def _walk(
     record: Optional[WalkRecord] = None,
     reuse: Optional[WalkRecord] = None,
     found: Optional[List[str]] = None,
+    inside: Tuple[str, ...] = (),
+    outside: Optional[List[str]] = None,
 ) -> Iterator[str]:
     """The files under `top` in os.walk's order (a folder's files, then its subfolders, each
     sorted), pruning hidden, excluded, ignored and virtualenv folders, and (as os.walk) never
@@ -473,6 +483,10 @@ def _walk(
                 continue
             if here is not None and here.files and here.ignored(full_abs, False, absolute=True):
                 continue
+            if f in listed.file_links and inside and not _within(os.path.realpath(full_abs), inside):
+                if outside is not None:
+                    outside.append(os.path.join(dirpath, f))
+                continue
             if found is not None:
                 found.append(full_abs)
             full = spelled + f if spelled is not None else os.path.join(dirpath, f)
@@ -482,6 +496,22 @@ def _walk(
                     absolute[full] = full_abs
                 yield full
         stack.extend(reversed(below))
+
+
+def _inside(top: str, root: Optional[str]) -> Tuple[str, ...]:
+    """The real folders a walk of `top` may read files from: `top`, and the project root
+    holding it."""
+    real = os.path.realpath(top)
+    roots = [real]
+    if root:
+        project = os.path.realpath(root)
+        if _within(real, (project,)):
+            roots.append(project)
+    return tuple(roots)
+
+
+def _within(path: str, roots: Tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
 def _same_rules(here: Optional[GitIgnore], folder: str, key: Optional[tuple]) -> bool:
@@ -515,6 +545,8 @@ def _listing(folder: str, problems: Optional[List[Tuple[str, str]]], top: str, w
                         out.present.add(name)  # a folder exists (a link's target, is_dir said)
                 else:
                     out.filenames.append(name)
+                    if _is_link(entry):
+                        out.file_links.add(name)
                     if name == ".gitignore":
                         out.gitignore = True
                     if name in watch and (_is_file(entry) or os.path.exists(entry.path)):
@@ -533,12 +565,13 @@ class _Listing:
     `venv`: a `pyvenv.cfg` of any kind (confirmed by `os.path.exists`, as before the listing);
     `present`: the watched names `os.path.exists` says it holds."""
 
-    __slots__ = ("dirnames", "filenames", "links", "gitignore", "venv", "present")
+    __slots__ = ("dirnames", "filenames", "links", "file_links", "gitignore", "venv", "present")
 
     def __init__(self) -> None:
         self.dirnames: List[str] = []
         self.filenames: List[str] = []
         self.links: set = set()
+        self.file_links: set = set()  # the files (not folders) that are symbolic links
         self.gitignore = False
         self.venv = False
         self.present: set = set()

@@ -88,6 +88,8 @@ class Notebook:
             data = json.loads(raw)
         except ValueError as exc:
             raise NotebookError(f"invalid notebook JSON: {exc}") from None
+        except RecursionError:  # the JSON scanner recurses per nested array or object
+            raise NotebookError("invalid notebook JSON: arrays or objects nested too deeply to read") from None
         if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
             raise NotebookError("not a notebook (no 'cells' list)")
         lang = (data.get("metadata") or {}).get("language_info", {}) or {}

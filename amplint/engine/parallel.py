@@ -72,7 +72,43 @@ Item = Tuple[int, str, Optional[str], bool]
 
 
 def _work(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
-    """(index, path, digest on record, hash it?) -> (index, stat, digest, read time, result or None if unchanged)."""
+    """(index, path, digest on record, hash it?) -> (index, stat, digest, read time, result or None if unchanged).
+    A file over `isolate.CONFINED_BYTES` is worked on in a forked child whose time and memory
+    are bounded (engine/isolate.py)."""
+    from . import isolate
+
+    if _size(item[1]) > isolate.CONFINED_BYTES and isolate.available():
+        return _work_confined(item)
+    return _work_here(item)
+
+
+def _work_confined(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
+    from . import isolate
+    from .budget import format_seconds
+    from .pipeline import SYNTAX_ERROR_CODE, TIMEOUT_NAME, FileResult, syntax_error
+
+    config, codes, kind = _STATE["config"], _STATE["codes"], _STATE["kind"]
+    index, path = item[0], item[1]
+    read_at = now()
+    how, value = isolate.run_confined(_work_here, (item,), config.file_timeout)
+    if how == "ok":
+        return value
+    result = FileResult(path=path, parsed=True, over_budget=True)  # never cached: the next run tries again
+    if how == "timeout":
+        message = f"analysis took longer than {format_seconds(config.file_timeout)} s; skipped"
+        name = TIMEOUT_NAME
+    elif how == "memory":
+        message, name = f"analysis needed more than {isolate.MEMORY_MB} MB of memory; skipped", TIMEOUT_NAME
+    else:
+        message, name = f"analysis failed ({value}); skipped", TIMEOUT_NAME
+    if kind == "lint" and SYNTAX_ERROR_CODE in codes:
+        result.diagnostics.append(syntax_error(path, 1, 1, message, name))
+    if kind == "facts":
+        result = FileResult(path=path)  # no facts: as a facts pass past its budget gives
+    return index, None, None, read_at, result
+
+
+def _work_here(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
     index, path, known, hashing = item
     config, rules, codes, kind = _STATE["config"], _STATE["rules"], _STATE["codes"], _STATE["kind"]
     st: Optional[Stat] = None

@@ -7,7 +7,7 @@ and add the cross-file findings of the projects the files belong to
 `lint_source` lints one text (the unit tests and the stdin path use it)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
@@ -25,6 +25,8 @@ class LintResult:
     diagnostics: List[Diagnostic]
     files: List[str]
     facts: ProjectFacts
+    #: one-line notes for the user (files left out: links out of the project)
+    notes: List[str] = field(default_factory=list)
 
 
 def lint_source(source: str, path: str = "<string>", config: Optional[Config] = None) -> List[Diagnostic]:
@@ -56,7 +58,8 @@ def lint_paths(
     from .crossfile import ROOT_NAMES
 
     walk = WalkRecord(ROOT_NAMES)  # what the walk saw, for the cross-file pass (crossfile.Projects)
-    files = list(discover(paths, config, force_exclude, problems=unreadable, record=walk))
+    outside: List[str] = []
+    files = list(discover(paths, config, force_exclude, problems=unreadable, record=walk, outside=outside))
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
     facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     from .crossfile import Projects, merge, project_diagnostics
@@ -81,4 +84,5 @@ def lint_paths(
             for folder, reason in unreadable
         )
     diagnostics.sort(key=Diagnostic.sort_key)
-    return LintResult(diagnostics=diagnostics, files=files, facts=facts)
+    notes = [f"{path}: not linted: a symbolic link to a file outside the project (name it on the command line to lint it)" for path in outside]
+    return LintResult(diagnostics=diagnostics, files=files, facts=facts, notes=notes)

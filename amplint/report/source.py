@@ -87,6 +87,6 @@ def _cell_text(raw: Optional[str], cell: int) -> Optional[str]:
     try:
         cells = json.loads(raw).get("cells")
         source = cells[cell - 1].get("source", "")
-    except (ValueError, AttributeError, IndexError, TypeError):
+    except (ValueError, AttributeError, IndexError, TypeError, RecursionError):
         return None
     return "".join(source) if isinstance(source, list) else source if isinstance(source, str) else None

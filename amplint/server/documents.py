@@ -86,13 +86,21 @@ class FullLint:
     active: Tuple[str, ...]  # the codes of the rules that passed the gate
 
 
+#: the most seconds the server spends on one document's lint, whatever `file-timeout` says
+#: (a repository's config cannot lift it): past it the document gets the budget's AMP000
+MAX_LINT_SECONDS = 20.0
+
+
 def full_lint(source: str, path: str, config: Config) -> FullLint:
+    from dataclasses import replace
+
     from ..core.gating import passing
     from ..engine.parallel import facts_of_source
     from ..engine.pipeline import lint_file_source, selected_rules
 
     codes, rules = selected_rules(config)
-    result = lint_file_source(source, path, config, rules, codes)
+    budget = config.file_timeout if 0 < config.file_timeout < MAX_LINT_SECONDS else MAX_LINT_SECONDS
+    result = lint_file_source(source, path, replace(config, file_timeout=budget), rules, codes)
     facts = result.facts if result.parsed else (facts_of_source(source, path, config) or FileFacts())
     return FullLint(result.diagnostics, facts, tuple(r.code for r in passing(rules, source)))
 

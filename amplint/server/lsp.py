@@ -27,6 +27,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.uris import to_fs_path
 
 from ..__version__ import __version__
+from ..core.config import Config
 from ..core.diagnostics import Diagnostic
 from .actions import FIX_ALL, actions_for, fix_all_action, hover_text, overlaps
 from .crossfile import CrossFile
@@ -38,6 +39,11 @@ from .verdicts import Verdicts
 
 DEBOUNCE_S = 0.15
 PYTHON_SUFFIXES = (".py", ".pyi")
+#: the largest document the server lints (characters); a bigger one gets one AMP000 line
+MAX_DOCUMENT_CHARS = 2_000_000
+#: a document above this is linted in full in the recheck process, not on the server's own
+#: thread: a parse of it would hold the GIL (and so the event loop) for too long
+IN_PROCESS_CHARS = 256_000
 
 
 class Protocol(LanguageServerProtocol):
@@ -54,6 +60,27 @@ class Protocol(LanguageServerProtocol):
 
 
 class AmplintServer(LanguageServer):
+    def _start_io_async(self, stdin=None, stdout=None):  # type: ignore[override]
+        """pygls' stdio loop, reading frames with `transport.read_messages` (every malformed
+        frame gets its JSON-RPC error; no traceback is logged)."""
+        import sys
+        import threading
+
+        from pygls.io_ import StdinAsyncReader, StdoutWriter
+
+        from .transport import quiet_logs, read_messages
+
+        quiet_logs()
+        self._stop_event = threading.Event()
+        reader = StdinAsyncReader(stdin or sys.stdin.buffer, self.thread_pool)
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            asyncio.run(read_messages(self._stop_event, reader, self.protocol))
+        except (BrokenPipeError, KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
+
     def __init__(self, debounce: float = DEBOUNCE_S) -> None:
         super().__init__(
             "amplint",
@@ -139,11 +166,34 @@ class AmplintServer(LanguageServer):
 
     def run_lint(self, uri: str, snapshot: Tuple) -> Linted:
         kind, path, content = snapshot
+        size = sum(len(text) for _, _, text in content) if kind == "notebook" else len(content)
+        if size > MAX_DOCUMENT_CHARS:
+            return too_large(kind, path, content, size)
         if kind == "notebook":
             return self.verdicts.attach(lint_notebook_cells(content, path, self.projects), path)
         previous = self.plain.get(uri)
-        plain = self.plain[uri] = lint_python(content, path, self.projects, previous.base if previous is not None else None)
+        base = previous.base if previous is not None else None
+        if base is None and size > IN_PROCESS_CHARS:
+            plain = self.lint_elsewhere(content, path)
+        else:
+            plain = lint_python(content, path, self.projects, base)
+        self.plain[uri] = plain
         return self.completed(plain, uri, path)
+
+    def lint_elsewhere(self, source: str, path: str) -> Linted:
+        """A big document's full lint in the recheck process: its seconds of parsing hold that
+        process's GIL, never this one's (the event loop keeps answering, `shutdown` included)."""
+        from ..core.config import ConfigError
+
+        try:
+            config = self.projects.config_for(path)
+        except ConfigError as exc:
+            return Linted(source, [], Config(), error=str(exc))
+        try:
+            full = self.rechecker.submit(source, path, config).result()
+        except Exception:  # noqa: BLE001 - cancelled (a newer edit, shutdown) or the process ended
+            return Linted(source, [], config)
+        return exact(source, path, config, full, self.projects)
 
     def exact_lint(self, uri: str, source: str, path: str, config, full, base) -> Optional[Linted]:
         """The full lint `full` as the document's lint, correcting the fast one whose base is
@@ -357,4 +407,29 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
         ls.crossfile.shutdown()
         ls.rechecker.close()
 
+    @server.feature(lsp.EXIT)
+    def exit_now(ls: AmplintServer, params: None) -> None:
+        """Leave at once, whatever a lint thread is doing: the interpreter's own exit would
+        wait for the lint and project threads (a 30 MB buffer: minutes)."""
+        import sys
+
+        ls.rechecker.close()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(0 if ls.protocol._shutdown else 1)
+
     return server
+
+
+def too_large(kind: str, path: str, content: object, size: int) -> Linted:
+    """What the editor shows for a document over MAX_DOCUMENT_CHARS: one AMP000 line (a
+    notebook: a message), nothing linted."""
+    from ..engine.pipeline import syntax_error
+
+    message = (f"not linted in the editor: the document has {size / 1e6:.1f} million characters, over the "
+               f"server's {MAX_DOCUMENT_CHARS / 1e6:g} million (`amplint FILE` lints it)")
+    if kind == "notebook":
+        return Linted("", [], Config(), error=message)
+    return Linted(str(content), [syntax_error(path, 1, 1, message)], Config())

@@ -165,6 +165,21 @@ def hard_limits(cpu_s: int, address_space: Optional[int], file_size: int, nproc:
         resource.setrlimit(which, (value, value))
 
 
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
+
+def fresh_session_keyring(keyctl_nr: int) -> None:
+    """Leave the inherited session keyring for a new, empty, anonymous one.
+
+    bubblewrap's namespaces do not separate keyrings: a process started by a CI runner
+    inherits the runner's session keyring, and the keys in it (tokens) can be read by
+    whatever possesses it. After this call this process (and what it starts) possesses
+    only the new keyring; the seccomp filter then refuses every keyring call."""
+    if _c().syscall(ctypes.c_long(keyctl_nr), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
+
+
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 when Landlock is absent or disabled."""
     try:

@@ -7,7 +7,10 @@ code itself. For each request it forks a child that, before any experiment code:
   go to an output pipe the worker drains (and caps), so nothing the code prints or
   writes can reach the protocol;
 * gets a fresh, private temp folder as cwd and TMPDIR;
-* sets hard rlimits and Landlock (`confine.py`).
+* joins a fresh, empty session keyring, sets hard rlimits and Landlock (`confine.py`),
+  then installs the seccomp filter (`seccomp.py`): no new processes, programs, sockets,
+  keyring calls, io_uring, userfaultfd, ptrace, bpf, mounts or namespaces. A finding is
+  therefore one process, and its address-space limit bounds the memory it holds in all.
 
 The child sends its verdict as one JSON document on a pipe of its own and exits. The
 worker waits with a wall-clock deadline, then kills the child and every descendant
@@ -29,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import confine
+from . import confine, seccomp
 
 VERDICTS = ("confirmed", "not-reproduced", "inconclusive", "error")
 #: a verdict's `method`: "snippet", "experiment", or another short lower-case word
@@ -54,6 +57,10 @@ class Limits:
     devices: List[str] = field(default_factory=list)
     tmp_root: str = field(default_factory=tempfile.gettempdir)
     cap_address_space: bool = True
+    #: the compiled seccomp program (`seccomp.build`), installed last; None: no filter
+    seccomp: Optional[bytes] = None
+    #: keyctl's system-call number: the child joins a fresh session keyring first; None: not
+    keyctl_nr: Optional[int] = None
 
 
 def _vm_size() -> Optional[int]:
@@ -83,6 +90,8 @@ def _child(body: Callable[[], Dict[str, Any]], result_w: int, output_w: int, clo
         os.environ["TMPDIR"] = os.environ["HOME"] = workdir  # caches (CUDA's, torch's) land in it
         tempfile.tempdir = workdir
         try:
+            if limits.keyctl_nr is not None:
+                confine.fresh_session_keyring(limits.keyctl_nr)
             address_space = None
             if limits.cap_address_space and limits.memory_mb > 0:
                 vm = _vm_size()
@@ -91,6 +100,8 @@ def _child(body: Callable[[], Dict[str, Any]], result_w: int, output_w: int, clo
             confine.hard_limits(int(math.ceil(timeout)) + 1, address_space, FILE_SIZE_LIMIT, nproc)
             if limits.landlock_abi:
                 confine.landlock(limits.read_paths, [workdir], limits.devices, limits.landlock_abi)
+            if limits.seccomp is not None:
+                seccomp.install(limits.seccomp)  # last: the calls above are among those it refuses
         except OSError as exc:
             os.write(2, f"amplint: confinement failed: {exc}\n".encode())
             os._exit(_CONFINE_FAILED)

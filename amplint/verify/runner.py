@@ -31,7 +31,7 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from .escape import clean_text, clean_verdict
-from .sandbox import SANDBOX_TMP, Sandbox, SandboxUnavailable, base_env, python_paths, system_paths
+from .sandbox import SANDBOX_TMP, Sandbox, SandboxUnavailable, base_env, cgroup_v2_status, python_paths, system_paths
 
 DEFAULT_TIMEOUT = 60.0
 #: the most any finding may run, whatever a flag or a repository's config asks
@@ -103,12 +103,15 @@ class Runner:
         unsandboxed: bool = False,
         budget: Optional[float] = None,
         memory_mb: int = 4096,
+        read_only: Iterable[str] = (),
     ) -> None:
         self.device = device
         self.timeout = check_seconds(timeout, "timeout", MAX_TIMEOUT)
         self.budget = None if budget is None else check_seconds(budget, "budget", None)
         self.seed = int(seed)
         self.extra_sys_path = [os.path.abspath(p) for p in extra_sys_path]
+        #: more folders or files findings may read (bound read-only; not on sys.path)
+        self.read_only = [os.path.abspath(p) for p in read_only]
         self.startup_timeout = float(startup_timeout) if startup_timeout else max(STARTUP_TIMEOUT, self.timeout)
         self.python = python or sys.executable
         #: a lazy worker imports torch only when an experiment needs it (in each finding's process)
@@ -175,13 +178,13 @@ class Runner:
         if self._deadline is None and self.budget is not None:  # startup has its own timeout
             self._deadline = time.monotonic() + self.budget
         self.env_info = clean_verdict(dict(hello.get("env") or {})) or self.env_info
-        worker_layers = [clean_text(str(x), 80) for x in hello.get("layers") or []]
+        worker_layers = [clean_text(str(x), 240) for x in hello.get("layers") or []]
         self.layers = (self._sandbox.layers() if self._sandbox else ["no sandbox (--verify-unsandboxed)"]) + worker_layers
         return self.env_info
 
     def _read_paths(self) -> List[str]:
         """Folders the worker reads: Python, torch, the amplint package, the runner's extra paths."""
-        return sorted({*python_paths(self.python), os.path.join(_package_root(), "amplint"), *self.extra_sys_path})
+        return sorted({*python_paths(self.python), os.path.join(_package_root(), "amplint"), *self.extra_sys_path, *self.read_only})
 
     def _spawn(self) -> None:
         if self._closed:
@@ -204,7 +207,9 @@ class Runner:
             cmd.extend(["--read", path])
         if self.lazy:
             cmd.append("--lazy")
+        cmd.extend(["--cgroup", cgroup_v2_status()])
         if self._sandbox is not None:
+            cmd.append("--require-seccomp")  # a sandboxed run holds every layer, or does not start
             cmd = self._sandbox.command(cmd, env=env, cwd=run_dir)
             env, cwd = {"PATH": env["PATH"]}, self._workdir
         else:

@@ -10,11 +10,13 @@ bubblewrap (`bwrap`, the distribution's package) with:
   killed when the namespace's first process dies (`--die-with-parent` ties that to us);
 * a read-only view of only what Python and torch need (the interpreter's prefixes,
   site-packages, the amplint package, system libraries, a few files of /etc), a fresh
-  /proc and a minimal /dev, and one writable, size-capped tmpfs at /tmp (its cwd);
+  /proc and a minimal /dev, and one writable, size-capped tmpfs at /tmp (its cwd), mounted
+  first so that an interpreter or amplint living under /tmp is bound over it, not hidden;
 * an environment holding only what torch needs (never the caller's variables).
 
 Inside, the worker forks one process per finding and confines it further (hard
-rlimits, Landlock, see `confine.py`). `Sandbox.probe()` starts bwrap once to learn
+rlimits, Landlock, a fresh session keyring, see `confine.py`; a seccomp filter, see
+`seccomp.py`). `Sandbox.probe()` starts bwrap once to learn
 whether this machine allows it; when it does not (no unprivileged user namespaces),
 `--verify` refuses to run user code unless `--verify-unsandboxed` says so.
 """
@@ -76,19 +78,57 @@ def python_paths(python: str = sys.executable) -> List[str]:
         paths.update(site.getsitepackages())
     except AttributeError:  # pragma: no cover - old virtualenv
         pass
-    for name in ("torch", "numpy"):
+    for name in ("torch", "numpy", "pyseccomp"):
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):  # pragma: no cover
             spec = None
         if spec is not None and spec.origin:
-            paths.add(os.path.dirname(os.path.dirname(spec.origin)))
-    return sorted(p for p in paths if p and os.path.isdir(p))
+            folder = os.path.dirname(spec.origin)
+            paths.add(folder if spec.submodule_search_locations is None else os.path.dirname(folder))
+    # site folders a .pth file or PYTHONPATH added (a venv made over another one's packages);
+    # never the current folder, which may be the linted repository
+    here = os.path.realpath(os.getcwd())
+    paths.update(p for p in sys.path if p and os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages") and os.path.realpath(p) != here)
+    return sorted(p for p in paths if p and os.path.isdir(p) and p != os.sep)
 
 
 def system_paths() -> List[str]:
     """System folders and /etc files every Python process reads (libraries, ld.so's cache)."""
     return [p for p in (*_SYSTEM_DIRS, *_ETC_FILES) if os.path.exists(p)]
+
+
+def cgroup_v2_status(mountinfo: str = "/proc/self/mountinfo", cgroup: str = "/proc/self/cgroup") -> str:
+    """Why no cgroup v2 bounds each finding's memory and processes on this machine, in words.
+
+    A cgroup v2 needs a unified hierarchy whose cgroup (this process's) offers the `memory`
+    and `pids` controllers and that this user may write (delegation). amplint does not
+    create cgroups yet: where one is delegated, the line says so, and the per-finding
+    bound is the one process under its address-space limit (the seccomp filter)."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
+            mounts = [line.split() for line in fh]
+        with open(cgroup, encoding="utf-8", errors="replace") as fh:
+            own = next((line.strip()[3:] for line in fh if line.startswith("0::")), None)
+    except OSError as exc:
+        return f"cannot read {exc.filename}"
+    point = next((m[4] for m in mounts if "-" in m and m[m.index("-") + 1:m.index("-") + 2] == ["cgroup2"]), None)
+    if point is None:
+        return "no cgroup2 file system mounted"
+    if own is None:
+        return "this process is in no cgroup v2"
+    folder = os.path.join(point, own.lstrip("/"))
+    try:
+        with open(os.path.join(folder, "cgroup.controllers"), encoding="utf-8") as fh:
+            controllers = set(fh.read().split())
+    except OSError:
+        return f"cannot read {folder}/cgroup.controllers"
+    missing = [c for c in ("memory", "pids") if c not in controllers]
+    if missing:
+        return f"the cgroup2 hierarchy at {point} has no {' or '.join(missing)} controller (a cgroup v1 host)"
+    if not os.access(folder, os.W_OK):
+        return f"{folder} is not delegated to this user"
+    return f"{folder} is delegated, not used by amplint yet"
 
 
 def _bwrap_supports(bwrap: str, flag: str) -> bool:
@@ -154,6 +194,9 @@ class Sandbox:
             else:
                 args.extend(["--ro-bind", path, path])
 
+        # the private /tmp first: a read-only bind below it (a venv under /tmp, amplint checked
+        # out there) is mounted over it afterwards instead of being hidden by it
+        args.extend(["--size", str(self.tmp_size_mb * 1024 * 1024), "--tmpfs", SANDBOX_TMP])
         for path in _SYSTEM_DIRS:
             ro(path)
         for path in _ETC_FILES:
@@ -168,7 +211,6 @@ class Sandbox:
             for path in ("/sys", "/run/nvidia-persistenced"):
                 if os.path.exists(path):
                     args.extend(["--ro-bind", path, path])
-        args.extend(["--size", str(self.tmp_size_mb * 1024 * 1024), "--tmpfs", SANDBOX_TMP])
         return args
 
     def command(self, argv: Sequence[str], env: Dict[str, str], cwd: str = SANDBOX_TMP) -> List[str]:

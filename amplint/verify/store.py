@@ -32,9 +32,9 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..__version__ import __version__
-from ..core.atomic import replace_atomically
+from ..core.atomic import PlantedLink, write_in_folder
 from ..core.safe_read import read_bytes
-from ..engine.cache import cache_dir, code_fingerprint, machine_key
+from ..engine.cache import GITIGNORE, cache_dir, code_fingerprint, machine_key
 
 MAGIC = b"amplint-verdicts"
 FORMAT = 1
@@ -126,6 +126,11 @@ class VerdictStore:
         self.directory = directory
         self.path = os.path.join(directory, f"verdicts-{code_fingerprint()}.json")
         self.key = machine_key()  # None: nothing is read or written
+        #: one-line notes for the user: links planted where the store keeps its files
+        self.notes: List[str] = []
+        if self.key is not None and os.path.islink(directory):  # a repository's `.amplint_cache` link
+            self.notes.append(f"cache folder {directory} is a symbolic link; no verdict was kept")
+            self.key = None
         self.entries: Dict[str, List[Record]] = {}
         self._changed: Dict[str, List[Record]] = {}
         self._stat: Optional[Tuple[int, int]] = None
@@ -176,7 +181,6 @@ class VerdictStore:
         if not self._changed or self.key is None:
             return
         try:
-            os.makedirs(self.directory, exist_ok=True)
             merged = _read(self.path, self.key)
             merged.update(self._changed)
             if len(merged) > MAX_FINDINGS:
@@ -184,7 +188,11 @@ class VerdictStore:
                 merged = {k: merged[k] for k in newest[:MAX_FINDINGS]}
             payload = json.dumps({"format": FORMAT, "version": __version__, "entries": merged}, separators=(",", ":")).encode("utf-8")
             header = b"%s %d %s\n" % (MAGIC, FORMAT, _mac(self.key, os.path.basename(self.path), payload))
-            replace_atomically(self.path, header + payload, keep_mode=False)  # a planted link is replaced, not followed
+            # in the folder opened without following links: a link in the store's place is replaced
+            self.notes.extend(write_in_folder(self.directory, os.path.basename(self.path), header + payload, gitignore=GITIGNORE))
+        except PlantedLink as exc:
+            self.notes.append(f"cache folder {exc.note()}; no verdict was kept")
+            return
         except OSError:
             return  # a read-only tree or a full disk: the verdicts were still reported
         self._changed = {}
@@ -220,7 +228,7 @@ def _read(path: str, key: Optional[bytes]) -> Dict[str, List[Record]]:
     if key is None:
         return {}
     try:
-        raw = read_bytes(path)  # never a pipe planted under the store's name
+        raw = read_bytes(path, follow_symlinks=False)  # never a pipe or link planted under the store's name
     except OSError:
         return {}
     header, _, payload = raw.partition(b"\n")

@@ -165,6 +165,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--lazy", action="store_true", help="import torch only when an experiment needs it")
     parser.add_argument("--memory-mb", type=int, default=4096, help="address space each finding may add (CPU)")
     parser.add_argument("--read", action="append", default=[], help="a folder findings may read (Landlock)")
+    parser.add_argument("--require-seccomp", action="store_true", help="refuse to start without the seccomp filter")
+    parser.add_argument("--cgroup", default="", help="why no cgroup v2 bounds a finding here (the layers line says it)")
     args = parser.parse_args(argv)
     proto = _protocol_stream()
     _watch_parent()
@@ -179,10 +181,26 @@ def main(argv: Optional[list] = None) -> int:
         faulthandler.enable(sys.stderr)
     except Exception:  # noqa: BLE001 # pragma: no cover
         pass
-    from . import confine
+    from . import confine, seccomp
     from .forked import Limits
 
     layers = []
+    try:
+        program: Optional[seccomp.Program] = seccomp.build()
+    except seccomp.SeccompUnavailable as exc:
+        if args.require_seccomp:
+            send({"op": "hello", "error": f"the per-finding seccomp filter cannot be built here: {exc}"})
+            return 3
+        program = None
+        layers.append(f"no seccomp ({exc})")
+    keyctl_nr = program.numbers.get("keyctl") if program is not None else _KEYCTL.get(os.uname().machine)
+    if keyctl_nr is not None:
+        try:  # the worker itself never holds the caller's session keyring either
+            confine.fresh_session_keyring(keyctl_nr)
+            layers.append("fresh session keyring")
+        except OSError as exc:
+            keyctl_nr = None
+            layers.append(f"inherited session keyring ({exc.strerror})")
     try:
         confine.mark_worker()
         layers.append("subreaper")
@@ -199,10 +217,13 @@ def main(argv: Optional[list] = None) -> int:
         landlock_abi=abi,
         read_paths=list(args.read) + ["/proc", "/sys"],  # devices: only those listed, never disks
         devices=devices,
+        seccomp=program.bpf if program is not None else None,
+        keyctl_nr=keyctl_nr,
     )
     if abi:
         layers.append(f"landlock ABI {abi}")
     layers.append("rlimits")
+    layers.extend(seccomp.summary(program))
     close = [proto.fileno(), 0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy"
@@ -224,8 +245,25 @@ def main(argv: Optional[list] = None) -> int:
             return 3
         env = outcome.result["env"]
     limits.cap_address_space = env.get("device_type", "cpu") == "cpu" and not probe
+    layers.append(_memory_layer(limits, program is not None, args.cgroup))
     send({"op": "hello", "env": env, "lazy": bool(args.lazy), "layers": layers})
     return _serve(lab, send, limits, close, env)
+
+
+#: keyctl's number where no libseccomp can tell it (the filter's absence is reported anyway)
+_KEYCTL = {"x86_64": 250, "aarch64": 219}
+
+
+def _memory_layer(limits: Any, one_process: bool, cgroup: str) -> str:
+    """The layers line's words for the memory and process bound of a finding."""
+    why = f"no cgroup v2: {cgroup}" if cgroup else "no cgroup v2"
+    if limits.cap_address_space and limits.memory_mb > 0:
+        bound = f"address space <= worker + {limits.memory_mb} MB"
+    else:
+        bound = "no address-space limit (CUDA reserves address space)"
+    if one_process:
+        return f"memory: one process per finding, {bound} ({why})"
+    return f"memory: {bound} per process, processes bounded by the timeout and reaper ({why})"
 
 
 def _make_lab(args: Any) -> Any:

@@ -110,7 +110,7 @@ def read_events(path: str) -> Iterator[Dict[str, Any]]:
                 continue
             try:
                 value = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested too deeply to read
                 continue
             if isinstance(value, dict):
                 yield value

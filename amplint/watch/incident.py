@@ -10,6 +10,11 @@ it (the scaled upstream gradient, so replay needs no loss function). When that s
 the burst reaches `burst` consecutive skipped steps, the snapshot is written
 with the model (unchanged: a skipped step updates nothing), the optimizer and
 scaler state to DIR/incidents/step<N>.pt, once, if it fits in `max_bytes`.
+
+The file is data (format 2): tensors, numbers and strings that `torch.load(weights_only=True)`
+reads without running code, so an incident copied off a cluster can be inspected safely. The
+model object and the call's arguments (which only their classes' code can rebuild) travel as one
+opaque pickle under `objects`, which `amplint replay` opens only inside the verifier's sandbox.
 """
 from __future__ import annotations
 
@@ -20,6 +25,10 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from .sources import first_tensor
+
+#: 2: data only (tensors, numbers, strings: `torch.load(weights_only=True)`), the model and the
+#: call's arguments in `objects`, a pickle only the sandbox opens; 1 (a whole pickle) is refused
+FORMAT = 2
 
 
 def _cpu(value: Any, depth: int = 0) -> Any:
@@ -116,10 +125,8 @@ class Incidents:
         self.disarm()
         model = cap["module"]
         snap: Dict[str, Any] = {
-            "format": 1,
+            "format": FORMAT,
             "step": step,
-            "inputs": cap["inputs"],
-            "kwargs": cap["kwargs"],
             "grad_output": cap.get("grad_output"),
             "rng": cap["rng"],
             "autocast": cap["autocast"],
@@ -131,7 +138,14 @@ class Incidents:
             "main_file": os.path.abspath(getattr(sys.modules.get("__main__"), "__file__", "") or ""),
             "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
         }
-        size = tensor_bytes(snap)
+        import copy
+
+        try:
+            model_copy = _without_forward_wrappers(copy.deepcopy(model).to("cpu"))
+        except Exception:  # noqa: BLE001 - a model that cannot be copied is replayed from its class
+            model_copy = None
+        snap["objects"] = self._objects({"model": model_copy, "inputs": cap["inputs"], "kwargs": cap["kwargs"]})
+        size = tensor_bytes(snap) + len(snap["objects"])
         if size > self.max_bytes:
             self.report({"type": "incident", "step": step, "path": None, "bytes": size, "message": f"not saved: {size} bytes is over the {self.max_bytes}-byte bound"})
             return
@@ -139,18 +153,22 @@ class Incidents:
         rank = os.environ.get("RANK")
         name = f"step{step}" + (f"-rank{rank}" if rank not in (None, "0") else "") + ".pt"
         path = os.path.join(self.directory, "incidents", name)
-        import copy
-
-        try:
-            snap["model"] = _without_forward_wrappers(copy.deepcopy(model).to("cpu"))
-        except Exception:  # noqa: BLE001 - a model that cannot be copied is replayed from its class
-            snap["model"] = None
-        try:
-            self.save_fn(snap, path)
-        except Exception:  # noqa: BLE001 - unpicklable model: keep the weights, name the class
-            snap["model"] = None
-            self.save_fn(snap, path)
+        self.save_fn(snap, path)  # data only: loads with torch.load(weights_only=True)
         self.report({"type": "incident", "step": step, "path": path, "bytes": os.path.getsize(path), "message": f"snapshot of step {step}"})
+
+    def _objects(self, objects: Dict[str, Any]) -> bytes:
+        """The model and the call's arguments as one opaque pickle (bytes in the data-only
+        snapshot): `amplint replay` unpickles it only inside the verifier's sandbox, where the
+        model's code runs anyway. An unpicklable model is left out (replay names its class)."""
+        import io
+
+        buf = io.BytesIO()
+        try:
+            self.save_fn(objects, buf)
+        except Exception:  # noqa: BLE001 - unpicklable model: keep the weights, name the class
+            buf = io.BytesIO()
+            self.save_fn({**objects, "model": None}, buf)
+        return buf.getvalue()
 
     def disarm(self) -> None:
         for h in self.handles:

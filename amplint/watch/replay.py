@@ -8,24 +8,26 @@ sent into the model's output, so no loss function is needed): once in the
 recorded precision (the recorded autocast setting) and once in fp32, on CPU
 or CUDA. It names the first module whose output is non-finite while its
 inputs are finite, else the module backward reached first with a non-finite
-parameter gradient. Exit code 1 when the recorded precision overflows, 0 when
-it does not, 2 when the snapshot cannot be replayed.
+parameter gradient.
 
-The snapshot is a pickle: replay only files you trust, as with `torch.load`.
-Model classes defined in the training script (`__main__`) are found by
+This module is the part that runs the incident: inside the verifier's sandbox
+(`sandboxed`, started by `amplint/replay.py`, which reads the incident's data on
+the host with `load_incident`: `torch.load(weights_only=True)`, no code runs).
+The model and the call's arguments come out of the incident's `objects` pickle
+there, and model classes defined in the training script (`__main__`) are found by
 reading that script's imports, functions, classes and constants (never its
 other top-level statements, which would start training).
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import copy
+import io
 import os
 import pickle
 import sys
 import types
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 
 def script_module(path: str) -> types.ModuleType:
@@ -124,76 +126,50 @@ def run_once(snap: Dict[str, Any], device: str, precision: Optional[Tuple[str, s
     return bad
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="amplint replay", description="Re-run a saved overflowing step in the recorded precision and in fp32.")
-    p.add_argument("file", help="an incident snapshot, DIR/incidents/stepN.pt")
-    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
-    p.add_argument("--main", default=None, metavar="SCRIPT", help="the training script defining the model classes (default: the one recorded)")
-    args = p.parse_args(list(sys.argv[2:] if argv is None else argv))
+class NotAnIncident(Exception):
+    """The file is not a data-only amplint incident (one line, for the user)."""
+
+
+def load_incident(path: str) -> Dict[str, Any]:
+    """The snapshot's data, read with `torch.load(weights_only=True)`: tensors, numbers and
+    strings only, so no code of the file runs. Anything else (an incident of format 1, a
+    pickle that calls `os.system`) raises NotAnIncident."""
     import torch
 
-    from .findings import clean
+    from .incident import FORMAT
 
     try:
-        snap = torch.load(args.file, map_location="cpu", weights_only=False, pickle_module=pickle_with_main(args.main or _recorded_main(args.file)))
-    except Exception as exc:  # noqa: BLE001 - any unreadable snapshot is a usage error
-        sys.stderr.write(f"amplint replay: error: cannot load {clean(args.file)}: {clean(exc)}\n")
-        return 2
-    if not isinstance(snap, dict) or snap.get("format") != 1:
-        sys.stderr.write("amplint replay: error: not an amplint incident snapshot\n")
-        return 2
+        snap = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - whatever the file holds, it is not ours
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise NotAnIncident(f"not a data-only amplint incident (format {FORMAT}): {first[:200]}") from None
+    if not isinstance(snap, dict) or snap.get("format") != FORMAT or not isinstance(snap.get("objects"), bytes):
+        raise NotAnIncident(f"not an amplint incident snapshot (format {FORMAT})")
+    return snap
+
+
+def sandboxed(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
+    """Run in the verifier's sandbox (`amplint replay` starts it): open the incident's model and
+    arguments (a pickle: the model's own code, which this process may run), replay the step in
+    the recorded precision and in fp32, and report both as a verdict."""
+    import torch
+
+    snap = load_incident(data["path"])
+    objects = torch.load(io.BytesIO(snap.pop("objects")), map_location="cpu", weights_only=False,
+                         pickle_module=pickle_with_main(data.get("main")))
+    snap.update(objects)
+    evidence: Dict[str, Any] = {"step": snap.get("step"), "loss_scale": snap.get("loss_scale")}
     if snap.get("model") is None:
-        sys.stderr.write(f"amplint replay: error: the model ({clean(snap.get('model_class'))}) could not be saved with the snapshot\n")
-        return 2
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        evidence["no_model"] = str(snap.get("model_class"))
+        return lab.inconclusive("the model could not be saved with the snapshot", evidence)
+    device = data["device"]
     ac = snap.get("autocast") or {}
     recorded = ("autocast", ac["dtype"]) if ac.get("enabled") and ac.get("dtype") else None
-    label = f"{ac['dtype']} autocast" if recorded else "recorded precision (no autocast)"
-    out = sys.stdout
-    out.write(f"amplint replay: step {snap.get('step')} (loss scale {snap.get('loss_scale')}), on {device}\n")
-    low = run_once(snap, device, recorded)
-    high = run_once(snap, device, None)
-    out.write(f"  {label}: " + (f"first non-finite: {clean(low)}" if low else "all outputs and gradients finite") + "\n")
-    out.write("  float32: " + (f"first non-finite: {clean(high)}" if high else "all outputs and gradients finite") + "\n")
-    if low and not high:
-        out.write(f"{clean(low)} overflows in {ac.get('dtype')} and not in float32\n")
-    elif low and high:
-        out.write("non-finite in float32 too: the values themselves blow up (learning rate, data, initialization), not only the precision\n")
-    return 1 if low else 0
+    evidence["low"] = run_once(snap, device, recorded)
+    evidence["high"] = run_once(snap, device, None)
+    evidence["dtype"] = ac.get("dtype") if recorded else None
+    if evidence["low"]:
+        return lab.confirmed(f"non-finite in {evidence['dtype']}", evidence, method="snippet")
+    return lab.not_reproduced("finite", evidence, method="snippet")
 
 
-def _recorded_main(path: str) -> Optional[str]:
-    """The training script recorded in the snapshot, read without unpickling the model."""
-    import torch
-
-    class Skip(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> Any:
-            if module == "__main__":
-                return _Placeholder
-            return super().find_class(module, name)
-
-    shim = types.ModuleType("amplint_pickle_probe")
-    shim.__dict__.update({k: getattr(pickle, k) for k in dir(pickle) if not k.startswith("__")})
-    shim.Unpickler = Skip  # type: ignore[attr-defined]
-    try:
-        snap = torch.load(path, map_location="cpu", weights_only=False, pickle_module=shim)
-    except Exception:  # noqa: BLE001 - the real load reports the error
-        return None
-    main_file = snap.get("main_file") if isinstance(snap, dict) else None
-    return main_file if main_file and os.path.isfile(main_file) else None
-
-
-class _Placeholder:
-    """Stands in for a `__main__` class while only the snapshot's metadata is read."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main(sys.argv[1:]))

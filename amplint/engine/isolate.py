@@ -1,0 +1,124 @@
+"""One big file's analysis in a forked child: a time budget that binds, a memory bound.
+
+The per-file budget (`budget.py`) waits for the analysis thread until the deadline and then
+asks it to stop, but a thread only stops at its next Python instruction, and the waiting
+thread itself needs the GIL to notice the deadline: one long call into C that holds the
+GIL (libcst's native parser on a 10 MB file: over a minute, and gigabytes) runs to its
+end whatever the budget says, and the process's memory grows with it. So a file bigger
+than `CONFINED_BYTES` is analysed in a child forked for it (`run_confined`):
+
+* the parent waits on a pipe with the deadline (`file-timeout` + 1 s; the child's own
+  budget normally answers first) and SIGKILLs the child past it: the budget binds within
+  a second, whatever the analysis is doing;
+* the child's address space is capped (RLIMIT_AS) at its size when forked plus the
+  analysis thread's stack reservation plus `MEMORY_MB`: a file whose analysis needs more
+  gets `AMP000 analysis needed more than 1024 MB of memory; skipped`, and the run goes on;
+* the result comes back pickled on the pipe (the child is this process, forked).
+
+Smaller files are analysed in place: every call into C on them is short (parsing is
+linear, about a second per 300 KB for libcst here), so the thread budget binds there.
+Only on Linux, and only from a process running one thread (forking a threaded process can
+leave a lock held in the child); elsewhere a big file is analysed in place as before.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Optional, Tuple
+
+#: files above this many bytes are analysed in a forked child
+CONFINED_BYTES = 512 * 1024
+#: memory the child's analysis may use beyond the process it was forked from
+MEMORY_MB = 1024
+#: the analysis thread's stack reservation (pipeline._STACK_SIZE): address space, not memory
+_STACK_RESERVE = 512 * 1024 * 1024
+_GRACE_S = 1.0
+
+Outcome = Tuple[str, Any]  # ("ok", value) | ("timeout", None) | ("memory", None) | ("crash", how)
+
+
+def available() -> bool:
+    """Whether a file can be analysed in a forked child here (Linux, one thread)."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
+
+
+def _vm_size() -> Optional[int]:
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb: Optional[int] = None) -> Outcome:
+    """`fn(*args)` in a forked child with `timeout` seconds (<= 0: none) and `memory_mb`
+    (default `MEMORY_MB`)."""
+    memory_mb = MEMORY_MB if memory_mb is None else memory_mb
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child (its outcomes are what the tests see)
+        status = 0
+        try:
+            os.close(read_fd)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 2)  # a native library's own last words (libcst: "memory allocation of N bytes failed")
+            os.close(null)
+            import resource
+
+            vm = _vm_size()
+            if vm is not None and memory_mb > 0:
+                cap = vm + _STACK_RESERVE + memory_mb * 1024 * 1024
+                resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            try:
+                payload = pickle.dumps(("ok", fn(*args)), protocol=pickle.HIGHEST_PROTOCOL)
+            except MemoryError:
+                payload = pickle.dumps(("memory", None))
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(write_fd, view):]
+        except BaseException:  # noqa: BLE001 - never return into the parent's code
+            status = 70
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    chunks = []
+    deadline = time.monotonic() + timeout + _GRACE_S if timeout and timeout > 0 else None
+    timed_out = False
+    try:
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([read_fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(read_fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_fd)
+        if timed_out:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # pragma: no cover
+                pass
+        _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return ("timeout", None)
+    if chunks:
+        try:
+            return pickle.loads(b"".join(chunks))  # this process's own child wrote it
+        except Exception:  # noqa: BLE001 - cut short: the child died writing it
+            pass
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGABRT:
+        return ("memory", None)  # a native allocation that failed under the cap aborts
+    how = f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
+    return ("crash", how)
