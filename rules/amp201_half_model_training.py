@@ -59,6 +59,9 @@ class HalfModelTraining(Rule):
     inf count against the same step in fp32.
 
     ## Notes
+    The parameters may reach the optimizer through a function of the same
+    file that returns its argument's `.parameters()` (`Adam(trainable(model))`).
+
     Silent for inference copies (`model.half().eval()`, an EMA or export
     copy nobody optimizes), for `x.half().float()` rounding tricks, for tensors
     (only `.parameters()` of the converted object count as evidence), for
@@ -215,6 +218,20 @@ with torch.no_grad():
 """,
             "an inference-only teacher; the optimized student stays fp32",
         ),
+        Valid(
+            """
+import torch
+
+
+def master_params(model):
+    return [p.detach().clone().float().requires_grad_() for p in model.parameters()]
+
+
+model = Net().cuda().half()
+optimizer = torch.optim.SGD(master_params(model), lr=0.1)
+""",
+            "a helper hands the optimizer fp32 copies of the fp16 parameters",
+        ),
     ]
 
     INVALID = [
@@ -288,6 +305,25 @@ for epoch in range(10):
 """,
             line=3,
             why="converted after the optimizer was built, before it steps: the same Parameter objects become fp16",
+        ),
+        Invalid(
+            """
+import torch
+from torch.optim import Adam
+
+
+def get_trainable_params(model):
+    return [params for params in model.parameters() if params.requires_grad]
+
+
+dalle = DALLE(vae=vae)
+if args.fp16:
+    dalle = dalle.half()
+dalle = dalle.cuda()
+opt = Adam(get_trainable_params(dalle), lr=3e-4)
+""",
+            line=11,
+            why="a helper of the file passes the fp16 model's own parameters to the optimizer",
         ),
     ]
 
@@ -496,11 +532,46 @@ def _references_parameters(ctx: ModuleContext, params: cst.BaseExpression, subje
         return False
     if parameters:
         return True
+    if isinstance(params, cst.Call) and _helper_returns_parameters(ctx, params, subjects, ctor):
+        return True
     if isinstance(params, cst.Name):
         a = assignment_before(ctx, params.value, ctor.scope, ctor.statement, ctor.order)
         if a is not None and not a.unpacked:
             parameters, fp32 = _refs(ctx, a.value, subjects)
             return parameters and not fp32
+    return False
+
+
+def _helper_returns_parameters(ctx: ModuleContext, params: cst.Call, subjects: Set[str], ctor: CallInfo) -> bool:
+    """`Adam(get_trainable_params(model))`: a function of this file, passed a subject, returns
+    its parameter's own parameters (`[p for p in model.parameters() if p.requires_grad]`),
+    not fp32 copies of them."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
+    info = ctx.call_info(params)
+    callee = ctx.callee(info) if info is not None else None
+    if callee is None or not isinstance(callee.node, cst.FunctionDef):
+        return False
+    names = list(callee.params)
+    if callee.cls is not None and names and info is not None and info.receiver_dotted == "self":
+        names = names[1:]  # `self.trainable(model)`: the first parameter is the instance
+    passed = set()
+    for i, arg in enumerate(a for a in params.args if not a.star):
+        if not _matches(dotted_name(arg.value), subjects):
+            continue
+        if arg.keyword is not None:
+            passed.add(arg.keyword.value)
+        elif i < len(names):
+            passed.add(names[i])
+    if not passed:
+        return False
+    returns = [n for n in descendants(callee.node.body) if isinstance(n, cst.Return) and n.value is not None]
+    for ret in returns:
+        parameters, fp32 = _refs(ctx, ret.value, passed)
+        if parameters and not fp32:
+            return True
     return False
 
 
