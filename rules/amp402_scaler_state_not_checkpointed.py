@@ -100,6 +100,16 @@ class ScalerStateNotCheckpointed(Rule):
     (through a helper or the loop's own `torch.save`), the resume call is a
     related location of that finding ("restored without it").
 
+    And a resume checkpoint saved by a loop that owns no GradScaler while a
+    function it calls builds one of its own (`scaler =
+    GradScaler(enabled=args.amp)` in `train_one_epoch`, neither returned nor
+    kept in an attribute): no save the loop makes can hold that scaler's
+    state (the scaler is also rebuilt per call: AMP107). The save may go
+    through a helper named for saving (`utils.save_on_master(weights, path)`)
+    when the dict it is given holds an optimizer's state. Reported at the
+    loop's first such save, with the scaler's constructor, the other saves
+    and the loop's resume as related sites.
+
 
     ## References
     - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
@@ -393,6 +403,38 @@ class Trainer:
             yield project.diagnostic(self, call, message, data=data, related=(cause,),
                                      help=f"Restore it with `{scaler}.load_state_dict(...)` after the call, or pass `{scaler}` in")
         yield from saves.values()
+        yield from self._scaler_out_of_reach(project)
+
+    def _scaler_out_of_reach(self, project: Project) -> Iterator[Diagnostic]:
+        """A resume checkpoint saved by a loop that owns no GradScaler while a function it calls
+        builds one of its own (`scaler = GradScaler(enabled=args.amp)` inside `train_one_epoch`,
+        never returned): no save the loop makes can hold that scaler's state. One finding per
+        saving function, at its first such save, the others and its resume as related sites."""
+        for key, scaler, built in _private_scalers(project):
+            for caller in project.callers(key):
+                if caller.path == key[0] and caller.func == key[1]:
+                    continue
+                info = project.function((caller.path, caller.func))
+                if info is None or _scale_owners(project, caller):
+                    continue  # the loop scales a loss itself: the checks above judge its saves
+                saves = [r for r in info["calls"] if _saves_resume_dict(info, r)]
+                if not saves or any(_mentions_scaler(a) for r in saves for a in (*r["a"], *r["k"].values())):
+                    continue
+                helper = key[1].rsplit(".", 1)[-1]
+                first = ProjectCall(caller.path, caller.func, saves[0])
+                message = f"This resume checkpoint cannot hold the GradScaler that `{helper}` builds for itself"
+                related = [project.related(key[0], built, f"`{scaler}` built here, inside `{helper}`")]
+                related += [project.site(ProjectCall(caller.path, caller.func, r), "also saved") for r in saves[1:]]
+                resume = next((r for r in info["calls"] if r["f"].endswith(".load_state_dict")
+                               and project._optimizer_name((caller.path, caller.func), r["f"][: -len(".load_state_dict")])), None)
+                if resume is not None:
+                    related.append(project.site(ProjectCall(caller.path, caller.func, resume), "restored without it"))
+                data = {"scaler": scaler, "side": "save", "helper": helper, "bug": scaler, "as_related": "also saved"}
+                yield project.diagnostic(
+                    self, first, message, data=data, related=tuple(related),
+                    help=f"Build the GradScaler here, pass it to `{helper}`, and save `scaler.state_dict()` with the checkpoint",
+                )
+                return  # one caller's saves judged: the same scaler, one finding
 
     def _save(self, project: Project, call: ProjectCall) -> Iterator[Diagnostic]:
         if not _scale_owners(project, call):
@@ -464,6 +506,53 @@ class Trainer:
         help = f"Call `{scaler}.load_state_dict(...)` with the saved scaler state"
         data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load", "bug": scaler}
         return ctx.diagnostic(self, call.node, message, data=data, help=help)
+
+
+def _private_scalers(project: Project) -> Iterator[Tuple[Tuple[str, str], str, int]]:
+    """(function, local name, row) of each GradScaler a function of the loaded files builds in a
+    local, scales a loss with, and keeps to itself (it neither returns it nor binds it to an
+    attribute), with `enabled=` absent or not a visible literal False."""
+    for path, qual, info in list(project.functions()):
+        if qual == "<module>":
+            continue
+        for name, refs in info["locals"].items():
+            ref = refs[-1] if refs else None
+            if not ref or not ref.get("c", "").endswith("GradScaler") or len(refs) != 1:
+                continue
+            ctor = next((r for r in info["calls"] if r["f"] == ref["c"] and r["a"] == ref["a"] and r["k"] == ref["k"]), None)
+            if ctor is None or project.grad_scaler(ProjectCall(path, qual, ctor)) is None:
+                continue
+            if "enabled" in ref["k"] and not (ref["k"]["enabled"] or {}).get("n"):
+                continue  # `enabled=False` or an expression the summary does not keep: not known to be on
+            if not any(r["f"] == f"{name}.scale" for r in info["calls"]):
+                continue
+            if any(r and r.get("n") == name for r in info["returns"]) or _bound_to_attribute(project, path, qual, name):
+                continue
+            yield (path, qual), name, ctor["r"]
+
+
+def _bound_to_attribute(project: Project, path: str, qual: str, name: str) -> bool:
+    """`self.scaler = scaler` (or any class attribute bound to the name) in the function."""
+    for cls in project.summaries[path]["classes"].values():
+        for where, ref in (r for refs in cls["attrs"].values() for r in refs):
+            if where == qual and ref and ref.get("n") == name:
+                return True
+    return False
+
+
+def _saves_resume_dict(info: Dict, record: Dict) -> bool:
+    """A call named for saving (`torch.save`, `utils.save_on_master`, `save_checkpoint`) whose
+    first argument is a dict -- spelled there or bound to a local -- holding an optimizer's
+    `state_dict()` and at least one more entry: a checkpoint to resume from."""
+    last = record["f"].rsplit(".", 1)[-1].lower()
+    if "save" not in last or not record["a"]:
+        return False
+    saved = record["a"][0]
+    if saved and "n" in saved:
+        saved = next((r for r in reversed(info["locals"].get(saved["n"], ())) if r and "d" in r), None)
+    if not saved or "d" not in saved or len(saved["d"]) < 2:
+        return False
+    return any(v and "c" in v and v["c"].endswith(".state_dict") and "optim" in v["c"].lower() for v in saved["d"].values())
 
 
 def _mentions_scaler(ref) -> bool:
