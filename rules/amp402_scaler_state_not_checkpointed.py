@@ -80,6 +80,13 @@ class ScalerStateNotCheckpointed(Rule):
     at the new `GradScaler()`, with the restore as a related location; silent
     when the fresh scaler is built in another branch or before the restore.
 
+    A checkpointer counts as a resume checkpoint too: an fvcore / detectron2
+    `Checkpointer(model, save_dir, optimizer=optimizer)` (or a class named
+    `...Checkpointer`) saves and resumes the `state_dict()` of what it is
+    registered with; when that is optimizers and schedulers only, it is
+    reported at its constructor (silent when it is also given another object,
+    such as detectron2's `trainer=`, whose state may hold the scaler).
+
     Silent when any `<scaler>.state_dict()` is called anywhere in the file
     (under any key: `"scaler"`, `"amp"`, `"grad_scaler"`, or added to the dict
     later), for weights-only exports (no optimizer state in the checkpoint),
@@ -234,6 +241,24 @@ def setup(args, model, optimizer):
 """,
             "the fresh scaler is built only where nothing was restored (another branch)",
         ),
+        Valid(
+            """
+import torch
+from detectron2.checkpoint import DetectionCheckpointer
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.grad_scaler = torch.cuda.amp.GradScaler()
+        self.checkpointer = DetectionCheckpointer(model, "out", optimizer=optimizer, trainer=self)
+
+    def step(self, loss):
+        self.grad_scaler.scale(loss).backward()
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+""",
+            "the checkpointer is also given an object (the trainer) whose state may hold the scaler",
+        ),
     ]
 
     INVALID = [
@@ -338,6 +363,26 @@ class Trainer:
             line=10,
             why="the restored scaler is replaced by a fresh one right after the restore",
         ),
+        Invalid(
+            """
+from fvcore.common.checkpoint import Checkpointer, PeriodicCheckpointer
+
+
+def do_train(cfg, model, optimizer, loader, resume):
+    fp16_scaler = model.fp16_scaler
+    checkpointer = Checkpointer(model, cfg.output_dir, optimizer=optimizer, save_to_disk=True)
+    start = checkpointer.resume_or_load(cfg.weights, resume=resume).get("iteration", -1) + 1
+    periodic = PeriodicCheckpointer(checkpointer, period=1000)
+    for iteration, batch in enumerate(loader, start):
+        loss = model(batch)
+        fp16_scaler.scale(loss).backward()
+        fp16_scaler.step(optimizer)
+        fp16_scaler.update()
+        periodic.step(iteration)
+""",
+            line=6,
+            why="an fvcore checkpointer registered with the optimizer alone: its checkpoints never hold the scaler",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -352,6 +397,7 @@ class Trainer:
                 optimizer = _resume_checkpoint(ctx, call)
                 if optimizer is not None:
                     saves.append((call, optimizer))
+            saves.extend(_checkpointers(ctx))
         resume = None
         if not _scaler_call(ctx, "load_state_dict"):
             loads = ctx.calls_to("torch.load")
@@ -498,6 +544,9 @@ class Trainer:
     def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str, related: List[Related]) -> Diagnostic:
         message = f"This checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`"
         help = f"Save `{scaler}.state_dict()` and restore it with `{scaler}.load_state_dict(...)`"
+        if _is_checkpointer(call):
+            message = f"This checkpointer saves and resumes `{optimizer}` but not `{scaler}`"
+            help = f"Register the scaler with it: `{(call.dotted or 'Checkpointer').rsplit('.', 1)[-1]}(..., {_kwarg(scaler)}={scaler})`"
         data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(call.node), "side": "save", "bug": scaler}
         return ctx.diagnostic(self, call.node, message, data=data, related=related, help=help)
 
@@ -638,6 +687,48 @@ def _live_scalers(ctx: ModuleContext) -> List[str]:
         for key, info in ctx.scalers.items()
         if info.enabled is not False and (info.constructors or key in used)
     ]
+
+
+def _is_checkpointer(call: CallInfo) -> bool:
+    """A checkpointer constructor (fvcore / detectron2 `Checkpointer`, `DetectionCheckpointer`, a
+    project's subclass named so): it saves and resumes the `state_dict()` of what it is given."""
+    return (call.dotted or "").rsplit(".", 1)[-1].endswith("Checkpointer")
+
+
+def _kwarg(scaler: str) -> str:
+    """A keyword for registering `scaler` (`self.fp16_scaler` -> `fp16_scaler`)."""
+    return scaler.rsplit(".", 1)[-1]
+
+
+def _checkpointers(ctx: ModuleContext) -> List[Tuple[CallInfo, str]]:
+    """`Checkpointer(model, save_dir, optimizer=optimizer, ...)`: (the call, the optimizer) when every
+    object registered as a checkpointable (keyword arguments other than the checkpointer's own
+    settings) is an optimizer or a scheduler: nothing it saves can hold the scaler (a `trainer=`
+    object, as detectron2 registers, may)."""
+    from amplint.model import dotted_name
+
+    out = []
+    for call in ctx.calls:
+        if not _is_checkpointer(call) or any(a.star for a in call.node.args):
+            continue
+        optimizer = None
+        holds_other = False
+        for arg in call.node.args:
+            if arg.keyword is None or arg.keyword.value in _CHECKPOINTER_SETTINGS:
+                continue
+            name = dotted_name(arg.value)
+            last = (name or "").rsplit(".", 1)[-1].lower()
+            if name is not None and ctx.is_optimizer(name):
+                optimizer = optimizer or name
+            elif not any(w in last for w in ("sched", "lr")):
+                holds_other = True
+        if optimizer is not None and not holds_other:
+            out.append((call, optimizer))
+    return out
+
+
+#: keyword arguments of fvcore's Checkpointer that are settings, not checkpointables
+_CHECKPOINTER_SETTINGS = frozenset(("save_dir", "save_to_disk"))
 
 
 def _from_checkpoint(call: CallInfo, loads: List[CallInfo]) -> bool:
