@@ -76,6 +76,13 @@ class HalfModelTraining(Rule):
     (in place, through `model.apply(...)`, or by returning `model.half()`);
     the message names where. Another instance of the same class that was not
     cast stays silent. A cast decided at run time (`model.to(dtype)`) is not
+    followed, unless the file spells its candidates: a cast whose dtype is
+    picked at run time among literals, float16 one of them (`weight_dtype =
+    torch.float16 if args.fp16 else torch.float32`, a dict of dtypes
+    subscripted by a flag), counts at the same severity, as AMP105 counts a
+    region that may be fp16: the code offers that path and on it the
+    optimizer updates fp16 weights (the message says "may make the model
+    fp16"). A dtype handed in by a caller, or read from a config, is not
     followed.
 
     Library loaders that return fp16 weights count as a cast, in the same
@@ -232,6 +239,27 @@ optimizer = torch.optim.SGD(master_params(model), lr=0.1)
 """,
             "a helper hands the optimizer fp32 copies of the fp16 parameters",
         ),
+        Valid(
+            """
+import torch
+dtype = torch.bfloat16 if args.bf16 else torch.float32
+model = Net().cuda().to(dtype)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+""",
+            "a run-time dtype whose literal candidates do not include float16",
+        ),
+        Valid(
+            """
+import torch
+def train(model, dtype, loader):
+    model.to(dtype)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for x in loader:
+        model(x).mean().backward()
+        optimizer.step()
+""",
+            "a dtype handed in by the caller: no candidate the file spells",
+        ),
     ]
 
     INVALID = [
@@ -325,10 +353,42 @@ opt = Adam(get_trainable_params(dalle), lr=3e-4)
             line=11,
             why="a helper of the file passes the fp16 model's own parameters to the optimizer",
         ),
+        Invalid(
+            """
+import torch
+weight_dtype = torch.float32
+if args.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+elif args.mixed_precision == "bf16":
+    weight_dtype = torch.bfloat16
+optimizer = torch.optim.AdamW(unet.parameters(), lr=1e-5)
+if args.full_fp16:
+    unet.to(weight_dtype)
+for batch in loader:
+    loss = unet(batch).mean()
+    loss.backward()
+    optimizer.step()
+""",
+            line=9,
+            why="the dtype is picked at run time among literals, float16 one of them: on that path the weights are fp16",
+        ),
+        Invalid(
+            """
+import torch
+from transformers import AutoModelForCausalLM
+dtype = torch.float16 if args.fp16 else torch.float32
+model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype).cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+""",
+            line=4,
+            why="loaded fp16 behind a flag (issue 22 shape 10, in one file)",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16"]
+        chosen = _choice_casts(ctx)
+        casts += chosen
         if not casts:
             return
         ctors = [c for c in ctx.calls if c.qualname and torchapi.is_optimizer_class(c.qualname)]
@@ -341,7 +401,7 @@ opt = Adam(get_trainable_params(dalle), lr=3e-4)
             for ctor in ctors:
                 key = _assigned_key(ctx, ctor)
                 if self._updates(ctx, cast, subjects, ctor, key):
-                    yield self._diagnostic(ctx, cast, ctor)
+                    yield self._diagnostic(ctx, cast, ctor, chosen=cast in chosen)
                     break
 
     def _updates(self, ctx: ModuleContext, cast: LowPrecisionCast, subjects: Set[str], ctor: CallInfo, key: Optional[str]) -> bool:
@@ -388,12 +448,14 @@ opt = Adam(get_trainable_params(dalle), lr=3e-4)
                 yield project.diagnostic(self, call, message, data=data, related=(project.related(*site, "made fp16 here"),))
                 break
 
-    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:
+    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False) -> Diagnostic:
         from amplint.model import literal_number
 
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
-        what = _describe(ctx, cast)
+        what = _describe(ctx, cast, chosen)
         message = f"{what}: `{opt}` updates fp16 parameters with no fp32 master copy"
+        if chosen:  # the dtype is picked at run time among literals, float16 one of them
+            message = f"{what} may make the model fp16: `{opt}` then has no fp32 master copy"
         help = "Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
         data = {
             "optimizer": opt,
@@ -410,9 +472,39 @@ opt = Adam(get_trainable_params(dalle), lr=3e-4)
 # --------------------------------------------------------------------------- helpers
 
 
-def _describe(ctx: ModuleContext, cast: LowPrecisionCast) -> str:
+def _choice_casts(ctx: ModuleContext) -> List[LowPrecisionCast]:
+    """Casts whose dtype is picked at run time among literals the file spells, float16 one of
+    them: `model.to(weight_dtype)` with `weight_dtype = torch.float16 if args.fp16 else
+    torch.float32`, `from_pretrained(..., torch_dtype=dtype)` likewise (`dtype_choices`)."""
+    from amplint.model import LowPrecisionCast, call_chain, dtype_choices
+
+    out: List[LowPrecisionCast] = []
+    by_node = None
+    for call in ctx.calls:
+        if call.method in ("to", "type"):
+            args = [a.value for a in call.node.args if a.keyword is None or a.keyword.value == "dtype"]
+        elif call.method == "from_pretrained" or (call.dotted or "").endswith("from_pretrained"):
+            args = [a.value for a in call.node.args if a.keyword is not None and a.keyword.value in ("torch_dtype", "dtype")]
+        else:
+            continue
+        if not args or any(ctx.dtype_of(a) is not None for a in args):
+            continue  # no dtype argument, or a literal one (`low_precision_casts` has those)
+        if not any("fp16" in dtype_choices(ctx, a, call.scope, call.order) for a in args):
+            continue
+        if by_node is None:
+            by_node = {c: a for a in ctx.assignments if not a.unpacked for c in call_chain(a.value)}
+        assignment = by_node.get(call.node)
+        subject = assignment.target if assignment is not None else call.receiver_dotted
+        out.append(LowPrecisionCast(call=call, dtype="fp16", subject=subject, assignment=assignment))
+    return out
+
+
+def _describe(ctx: ModuleContext, cast: LowPrecisionCast, chosen: bool = False) -> str:
     node = cast.call.node
     if cast.call.method == "from_pretrained" or (cast.call.dotted or "").endswith("from_pretrained"):
+        if chosen:
+            dtype = cast.call.arg(None, "torch_dtype") or cast.call.arg(None, "dtype")
+            return f"`from_pretrained(..., torch_dtype={ctx.code_for(dtype) if dtype is not None else '...'})`"
         return "`from_pretrained(..., torch_dtype=float16)`"
     text = ctx.code_for(node)
     if len(text) > 40 or "\n" in text:

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, FrozenSet, Optional
 import libcst as cst
 
 from . import torchapi
+from .bindings import self_bindings
 from .literals import call_arg, literal_string
+from .names import dotted_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
@@ -36,9 +38,9 @@ def dtype_choices(
 ) -> FrozenSet[str]:
     """The dtypes ('fp16' | 'bf16' | 'fp32') `node` may evaluate to, read in `scope` (at
     order `before`, when given): a dtype literal, either side of `a if c else b` / `a or b`,
-    any value of a dict literal subscripted or `.get()`-ed, `getattr(torch, <choices>)`, and
-    a plain name's assignments in `scope` (else at module level). Empty when the code spells
-    no candidate."""
+    any value of a dict literal subscripted or `.get()`-ed, `getattr(torch, <choices>)`, a
+    plain name's assignments in `scope` (else at module level) and a `self.x` attribute's
+    assignments in its class (and bases of the file). Empty when the code spells no candidate."""
     if node is None or _depth > _MAX_DEPTH:
         return _NONE
     d = ctx.dtype_of(node)
@@ -65,6 +67,14 @@ def dtype_choices(
         for a in _bindings(ctx, node.value, scope, before):
             out |= dtype_choices(ctx, a.value, a.scope, a.order, _depth + 1)
         return out
+    if isinstance(node, cst.Attribute):
+        spelled = dotted_name(node)
+        if spelled is not None and spelled.startswith("self.") and spelled.count(".") == 1:
+            out = _NONE
+            for a in self_bindings(ctx, spelled, scope):  # `self.amp_dtype = torch.float16 if ... else ...`
+                if not a.unpacked:
+                    out |= dtype_choices(ctx, a.value, a.scope, a.order, _depth + 1)
+            return out
     return _NONE
 
 
