@@ -62,6 +62,15 @@ class HalfModelTraining(Rule):
     The parameters may reach the optimizer through a function of the same
     file that returns its argument's `.parameters()` (`Adam(trainable(model))`).
 
+    A cast whose dtype is picked at run time among literals the file spells,
+    float16 one of them (`weight_dtype = torch.float16 if args.fp16 else
+    torch.float32`, a dict of dtypes subscripted by a flag,
+    `from_pretrained(..., torch_dtype=dtype)` with such a `dtype`), counts at
+    the same severity, as AMP105 counts a region that may be fp16: the code
+    offers that path, and on it the optimizer updates fp16 weights (the
+    message says "may make the model fp16"). A dtype handed in by a caller
+    or read from a config is not followed.
+
     Silent for inference copies (`model.half().eval()`, an EMA or export
     copy nobody optimizes), for `x.half().float()` rounding tricks, for tensors
     (only `.parameters()` of the converted object count as evidence), for
@@ -76,14 +85,12 @@ class HalfModelTraining(Rule):
     (in place, through `model.apply(...)`, or by returning `model.half()`);
     the message names where. Another instance of the same class that was not
     cast stays silent. A cast decided at run time (`model.to(dtype)`) is not
-    followed, unless the file spells its candidates: a cast whose dtype is
-    picked at run time among literals, float16 one of them (`weight_dtype =
-    torch.float16 if args.fp16 else torch.float32`, a dict of dtypes
-    subscripted by a flag), counts at the same severity, as AMP105 counts a
-    region that may be fp16: the code offers that path and on it the
-    optimizer updates fp16 weights (the message says "may make the model
-    fp16"). A dtype handed in by a caller, or read from a config, is not
-    followed.
+    followed across files. A builder in another file that loads
+    `X.from_pretrained(..., torch_dtype=...)` with a dtype that may be float16
+    (a literal, or a name bound to float16 among other dtypes: behind a flag)
+    counts as such a cast; silent when the optimizer's function or the
+    loader's calls `requires_grad_(...)` (a frozen base, trainable parts that
+    may be fp32).
 
     Library loaders that return fp16 weights count as a cast, in the same
     file too, only where their source makes it certain (one table,
@@ -434,9 +441,12 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
                 continue
             if project.master_weights(call):
                 continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
-            for name, site in project.fp16_modules(project.updated_modules(call)):
-                if not site or (site[0] == call.path and not project.loaded_at(site)):
-                    continue
+            for name, site in project.fp16_modules(project.updated_modules(call), pretrained=True):
+                pretrained = (project.loaded_at(site) or "").endswith("from_pretrained(...)") if site else False
+                if not site or (site[0] == call.path and (pretrained or not project.loaded_at(site))):
+                    continue  # same-file casts and `from_pretrained` loads are `check`'s
+                if pretrained and _freezes_around(project, call, site):
+                    continue  # a frozen fp16 base whose trainable part may be fp32 (adapters, a new head)
                 opt = q.rsplit(".", 1)[-1]
                 numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() and "eps" not in call.record["k"] else ""
                 message = (
@@ -470,6 +480,19 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _freezes_around(project: Project, call, site) -> bool:
+    """`requires_grad_(...)` called in the function building the optimizer or in the one loading
+    the model (the summaries keep calls, not `p.requires_grad = False` assignments: a call is
+    what they can tell)."""
+    functions = [project.function((call.path, call.func))]
+    loader = next(
+        (info for path, _, info in project.functions() if path == site[0] and any(r["r"] == site[1] for r in info["calls"])),
+        None,
+    )
+    functions.append(loader)
+    return any(r["f"].endswith("requires_grad_") for info in functions if info for r in info["calls"])
 
 
 def _choice_casts(ctx: ModuleContext) -> List[LowPrecisionCast]:
