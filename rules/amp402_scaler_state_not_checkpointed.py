@@ -80,6 +80,11 @@ class ScalerStateNotCheckpointed(Rule):
     at the new `GradScaler()`, with the restore as a related location; silent
     when the fresh scaler is built in another branch or before the restore.
 
+    The save may go through a function named for saving that is given the
+    dict (`utils.save_on_master(state, path)`, `save_checkpoint(state, path)`,
+    `xm.save(...)`); not a method of an object that may hold the scaler
+    (`trainer.save_checkpoint(...)`).
+
     A checkpointer counts as a resume checkpoint too: an fvcore / detectron2
     `Checkpointer(model, save_dir, optimizer=optimizer)` (or a class named
     `...Checkpointer`) saves and resumes the `state_dict()` of what it is
@@ -383,6 +388,21 @@ def do_train(cfg, model, optimizer, loader, resume):
             line=6,
             why="an fvcore checkpointer registered with the optimizer alone: its checkpoints never hold the scaler",
         ),
+        Invalid(
+            """
+import torch
+import util.misc as utils
+
+
+def main(args, model, optimizer, loader):
+    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
+    for epoch in range(args.epochs):
+        train_one_epoch(model, loader, optimizer, scaler)
+        utils.save_on_master({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "ckpt.pth")
+""",
+            line=9,
+            why="saved through a helper named for saving, given the resume dict the loop built",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -393,10 +413,11 @@ def do_train(cfg, model, optimizer, loader, resume):
         scaler = live[0]
         saves: List[Tuple[CallInfo, str]] = []
         if not _scaler_call(ctx, "state_dict"):
-            for call in ctx.calls_to("torch.save"):
+            for call in [*ctx.calls_to("torch.save"), *_save_helper_calls(ctx)]:
                 optimizer = _resume_checkpoint(ctx, call)
                 if optimizer is not None:
                     saves.append((call, optimizer))
+            saves.sort(key=lambda found: found[0].order)
             saves.extend(_checkpointers(ctx))
         resume = None
         if not _scaler_call(ctx, "load_state_dict"):
@@ -687,6 +708,23 @@ def _live_scalers(ctx: ModuleContext) -> List[str]:
         for key, info in ctx.scalers.items()
         if info.enabled is not False and (info.constructors or key in used)
     ]
+
+
+def _save_helper_calls(ctx: ModuleContext) -> List[CallInfo]:
+    """Calls of a helper named for saving that is a function, not a method of an object that may
+    hold the scaler: `utils.save_on_master(state, path)` (a module's), `save_checkpoint(state)`
+    (imported, or defined in this file), `xm.save(...)`; not torch's own `torch.save` (asked
+    for apart), nor `trainer.save_checkpoint(...)` / `accelerator.save_state(...)`. What they
+    are given is judged as `torch.save`'s argument is."""
+    out = []
+    for call in ctx.calls:
+        last = (call.dotted or "").rsplit(".", 1)[-1].lower()
+        if "save" not in last or "save_state" in last or call.calls_any(("torch.save",)) or not call.node.args:
+            continue
+        root = (call.dotted or "").split(".", 1)[0]
+        if call.method is None or ctx.imports.is_imported(root):
+            out.append(call)
+    return out
 
 
 def _is_checkpointer(call: CallInfo) -> bool:
