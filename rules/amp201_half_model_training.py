@@ -393,13 +393,12 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
-        casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16"]
-        chosen = _choice_casts(ctx)
-        casts += chosen
-        if not casts:
-            return
         ctors = [c for c in ctx.calls if c.qualname and torchapi.is_optimizer_class(c.qualname)]
         if not ctors or _freezes(ctx):
+            return
+        chosen = _choice_casts(ctx)
+        casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16"] + chosen
+        if not casts:
             return
         for cast in casts:
             if _not_a_training_conversion(ctx, cast):
