@@ -716,14 +716,19 @@ def _save_helper_calls(ctx: ModuleContext) -> List[CallInfo]:
     (imported, or defined in this file), `xm.save(...)`; not torch's own `torch.save` (asked
     for apart), nor `trainer.save_checkpoint(...)` / `accelerator.save_state(...)`. What they
     are given is judged as `torch.save`'s argument is."""
+    from amplint.model import dotted_name
+
     out = []
     for call in ctx.calls:
         last = (call.dotted or "").rsplit(".", 1)[-1].lower()
         if "save" not in last or "save_state" in last or call.calls_any(("torch.save",)) or not call.node.args:
             continue
         root = (call.dotted or "").split(".", 1)[0]
-        if call.method is None or ctx.imports.is_imported(root):
-            out.append(call)
+        if call.method is not None and not ctx.imports.is_imported(root):
+            continue
+        if any(_is_scaler_name(ctx, dotted_name(a.value)) for a in call.node.args[1:]):
+            continue  # `save_checkpoint(state, path, scaler=scaler)`: the helper may save it
+        out.append(call)
     return out
 
 
