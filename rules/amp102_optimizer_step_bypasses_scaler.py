@@ -1,15 +1,15 @@
 """AMP102 optimizer-step-bypasses-scaler."""
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
-from amplint.model import (
-    Assignment, Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid, descendants, dotted_name,
-    events_after, events_before, exclusive, is_grad_scaler_call, is_optimizer_class, make_fix, replace_node,
-    scaling_accelerator, sees_self_of, self_bindings, step_data, step_source,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+
+    from amplint.model import Assignment, Event, ModuleContext, Scope
 
 _BACKWARDS = ("scaled_backward", "backward", "framework_backward")
 
@@ -69,7 +69,12 @@ class OptimizerStepBypassesScaler(Rule):
     judges it), and the optimizer is built in the file from a torch optimizer
     class and named in no `prepare` call, or is an object of a class defined in
     the file that derives from no torch optimizer and no class from elsewhere
-    (silent when its inner optimizers are prepared one by one).
+    (silent when its inner optimizers are prepared one by one). Across files
+    (the project model): the same for an object of a project class of
+    another file, typically returned by a helper there (`optimizer =
+    build_optimizer(...)` returning a `MultiOptimizer`), when every base of
+    the class resolves to project classes; silent when something `prepare`
+    is given in that function is not followed (`opt.optimizers[k]`).
 
     ## Notes
     The rule stays silent on optimizers prepared by accelerate, Lightning
@@ -408,6 +413,8 @@ for batch in loader:
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        from amplint.model import events_after, events_before, exclusive
+
         for scope in ctx.scopes:
             events = scope.events
             scaler_steps: Optional[_ScalerSteps] = None
@@ -439,11 +446,58 @@ for batch in loader:
                 unscaled = any(e.kind == "unscale" and e.optimizer == step.optimizer for e in between)
                 yield self._diagnostic(ctx, step, backward, unscaled, scaler_steps)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """issue 22 shape 6 across files: after `accelerator.backward(loss)` of an
+        `Accelerator(mixed_precision="fp16")`, `opt.step()` on an object of a project class in
+        another file that derives from no torch optimizer (a container of optimizers built by a
+        helper there): accelerate's `prepare` returned it unwrapped, so nothing unscales."""
+        for path in list(project.summaries):
+            summary = project.summaries[path]
+            entries = [e for e in summary.get("frameworks", ()) if e["kind"] == "accelerate" and e["dtype"] == "fp16"
+                       and e.get("device") != "cpu" and not e.get("plugin")]
+            for entry in entries:
+                yield from self._unwrapped_containers(project, path, entry)
+
+    def _unwrapped_containers(self, project: Project, path: str, entry: dict) -> Iterator[Diagnostic]:
+        target, home = entry["target"], entry["func"]
+        cls = home.split(".", 1)[0] if "." in home else None
+        for qual, info in project.summaries[path]["functions"].items():
+            if home != "<module>" and qual != home and not (target.startswith("self.") and cls and qual.startswith(cls + ".")):
+                continue  # the accelerator is not what this function calls `target`
+            if any(own == target for own in info["locals"]) and qual != home:
+                continue  # a local of the same name is another object
+            calls = info["calls"]
+            backward = next((r["r"] for r in calls if r["f"] == f"{target}.backward"), None)
+            if backward is None:
+                continue
+            prepares = [r for r in calls if r["f"] in (f"{target}.prepare", f"{target}.prepare_optimizer")]
+            if any(a is None for r in prepares for a in r["a"]):
+                continue  # something `prepare` was given is not followed (`opt.optimizers[k]`): maybe the inner ones
+            for r in calls:
+                if not r["f"].endswith(".step") or r["r"] <= backward:
+                    continue
+                opt = r["f"][: -len(".step")]
+                if not opt or opt.startswith(target):
+                    continue
+                found = _project_container(project, path, qual, opt)
+                if found is None:
+                    continue
+                where, name = found
+                message = f"`{opt}.step()` applies scaled gradients: `{target}.prepare` leaves a `{name}` unwrapped"
+                help = f"Pass each torch optimizer `{name}` holds to `{target}.prepare(...)` instead of the `{name}`"
+                data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": target,
+                        "unscaled": False, "optimizer_class": None, "dtype": "fp16", "device": None}
+                yield project.diagnostic(self, ProjectCall(path, qual, r), message, data=data, help=help,
+                                         related=(project.related(where[0], where[1], f"`{name}` defined here"),))
+                break
+
     def _accelerate(self, ctx: ModuleContext, scope: Scope, step: Event, backward: Event) -> Optional[Diagnostic]:
         """`opt.step()` after `accelerator.backward(loss)` of an `Accelerator(mixed_precision="fp16")`
         when accelerate did not wrap `opt`: it was never passed to `prepare`, or what was passed
         is an object of a class of this file that is no `torch.optim.Optimizer` (accelerate's
         `prepare` returns such objects as they are). The loss was scaled all the same."""
+        from amplint.model import scaling_accelerator, step_data
+
         accelerator = backward.call.receiver_dotted
         if scaling_accelerator(ctx, accelerator, scope) is None or not step.optimizer:
             return None
@@ -462,6 +516,8 @@ for batch in loader:
         return ctx.diagnostic(self, step.call.node, message, data=data, help=help)
 
     def _diagnostic(self, ctx: ModuleContext, step: Event, backward: Event, unscaled: bool, scaler_steps: "_ScalerSteps") -> Diagnostic:
+        from amplint.model import make_fix, replace_node, step_data, step_source
+
         opt, scaler = step.optimizer, backward.scaler
         if unscaled:
             message = f"`{opt}.step()` bypasses `{scaler}`: steps with inf/NaN gradients are not skipped"
@@ -493,6 +549,8 @@ def _not_wrapped(ctx: ModuleContext, opt: str, scope: Scope, before: int) -> Opt
     a base of (a container of optimizers); None when it may be wrapped (or nothing is known).
     Read from the bindings of `opt` before the step (for `self.x`, all its class's): the last
     one for a plain name in the same scope, every one otherwise."""
+    from amplint.model import dotted_name, self_bindings
+
     if opt.split(".", 1)[0] in scope.params:
         return None
     if opt.startswith("self."):
@@ -528,6 +586,10 @@ def _plain_bindings(ctx: ModuleContext, name: str, scope: Scope) -> List[Assignm
 
 
 def _prepare_call(ctx: ModuleContext, value: cst.BaseExpression) -> Optional[cst.Call]:
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _PREPARES:
         receiver = dotted_name(value.func.value)
         if receiver is not None and not ctx.imports.is_imported(receiver.split(".")[0]):
@@ -536,6 +598,10 @@ def _prepare_call(ctx: ModuleContext, value: cst.BaseExpression) -> Optional[cst
 
 
 def _torch_optimizer_call(ctx: ModuleContext, value: cst.BaseExpression) -> bool:
+    import libcst as cst
+
+    from amplint.model import is_optimizer_class
+
     if not isinstance(value, cst.Call):
         return False
     info = ctx.call_info(value)
@@ -545,6 +611,10 @@ def _torch_optimizer_call(ctx: ModuleContext, value: cst.BaseExpression) -> bool
 def _named_in_prepare(ctx: ModuleContext, name: str) -> bool:
     """Whether any `x.prepare(...)` call of the file names `name` (or, for `name` ending in a
     dot, an attribute of it: `opt.optimizers[k]`) among its arguments."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
     for call in ctx.calls:
         if call.method not in _PREPARES:
             continue
@@ -559,6 +629,10 @@ def _named_in_prepare(ctx: ModuleContext, name: str) -> bool:
 def _prepared_argument(ctx: ModuleContext, a: Assignment) -> Optional[cst.BaseExpression]:
     """What `prepare` was given for the target of `a`: the only argument, or for `m, opt =
     accelerator.prepare(m, opt)` the argument in the target's position."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
     call = _prepare_call(ctx, a.value)
     if call is None or any(arg.star or arg.keyword is not None for arg in call.args):
         return None
@@ -578,6 +652,8 @@ def _prepared_argument(ctx: ModuleContext, a: Assignment) -> Optional[cst.BaseEx
 def _container_class(ctx: ModuleContext, name: str, prepared: Assignment) -> Optional[str]:
     """The class of this file that every assignment of `name` before the `prepare` constructs, when
     neither it nor any class it derives from is a torch optimizer or a class from elsewhere."""
+    import libcst as cst
+
     before = [a for a in ctx.assignments_to(name) if a.scope is prepared.scope and a.order < prepared.order and not a.unpacked]
     if not before:
         return None
@@ -594,6 +670,8 @@ def _container_class(ctx: ModuleContext, name: str, prepared: Assignment) -> Opt
 
 def _plain_class(ctx: ModuleContext, name: str, depth: int) -> bool:
     """A class defined in this file whose bases are only `object` or such classes."""
+    from amplint.model import dotted_name
+
     node = next((c for c in ctx.classes if c.name.value == name), None)
     if node is None or depth > 5 or ctx.imports.is_imported(name):
         return False
@@ -606,8 +684,33 @@ def _plain_class(ctx: ModuleContext, name: str, depth: int) -> bool:
     return True
 
 
+def _project_container(project: Project, path: str, func: str, opt: str):
+    """((path, row) of the class, its name) when every value `opt` may hold in `func` is an
+    instance of one project class of another file that neither derives from a class outside the
+    project (a torch optimizer, or anything unknown) nor from one the model cannot resolve."""
+    types = project.name_types(path, func, opt)
+    if not types or any(t[0] != "I" for t in types):
+        return None
+    classes = {(t[1], t[2]) for t in types}
+    if len(classes) != 1:
+        return None
+    where, cls = classes.pop()
+    if where == path:
+        return None  # a class of the step's own file: `check`'s
+    for p, c in project.mro(where, cls):
+        info = project.summaries[p]["classes"][c]
+        for base in info["bases"]:
+            if base == "object":
+                continue
+            if not base or not any(t[0] == "C" for t in project.name_types(p, "<module>", base)):
+                return None
+    return (where, project.summaries[where]["classes"][cls]["line"]), cls
+
+
 def _last_backward(scope: Scope, step: Event) -> Optional[Event]:
     """The last backward of any kind that can run before `step` in the same pass."""
+    from amplint.model import events_before, exclusive
+
     events = scope.events
     for at in range(events_before(scope, step.order) - 1, -1, -1):
         e = events[at]
@@ -634,10 +737,14 @@ class _ScalerSteps:
 
     def alternative(self, backward: Event, step: Event) -> bool:
         """A scaler step after `backward` that never runs with `step` (the other branch)."""
+        from amplint.model import exclusive
+
         return any(last > backward.order and exclusive(path, step.path) for path, _, _, last in self.places.values())
 
     def earlier_through(self, scaler: Optional[str], step: Event) -> bool:
         """A step through `scaler` before `step` that can run with it (another optimizer)."""
+        from amplint.model import exclusive
+
         return any(
             key == scaler and first < step.order and not exclusive(path, step.path)
             for path, key, first, _ in self.places.values()
@@ -648,6 +755,10 @@ def _is_enabled_torch_scaler(ctx: ModuleContext, key: Optional[str], scope: Scop
     """A torch GradScaler that may be enabled: built here by `GradScaler(...)`,
     or passed in, and never assigned from anything else in this file (for
     `self.scaler` read in `scope`: by its class or a base, not an unrelated class)."""
+    import libcst as cst
+
+    from amplint.model import is_grad_scaler_call, sees_self_of, self_bindings
+
     info = ctx.scaler(key)
     if info is None or info.enabled is False:
         return False
