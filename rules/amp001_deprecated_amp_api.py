@@ -120,6 +120,17 @@ class DeprecatedAmpApi(Rule):
         Valid(
             """
 import torch
+
+
+def ipex_hijacks(shim):
+    torch.get_autocast_gpu_dtype = shim
+    torch.cuda.amp.GradScaler = shim
+""",
+            "replacing a deprecated name (a monkeypatch) is no use of it",
+        ),
+        Valid(
+            """
+import torch
 scaler = torch.amp.GradScaler("cuda")
 with torch.autocast("cuda", dtype=torch.float16):
     loss = model(x)

@@ -1,9 +1,9 @@
 """AMP303 bce-under-autocast."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
-from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness, chain_text
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness, chain_text, dispatch_view
 
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
     import libcst as cst
@@ -15,6 +15,13 @@ _BCE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "
 _SIGMOIDS = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
 #: autocast devices with the BCE ban; None: decided at run time
 _BANNED_DEVICES = ("cuda", "xpu", None)
+#: how the dispatch view reached a class (`DispatchView.origin`): in the message, and at its site
+_ORIGIN_HOW = {"registry": "through the registry `{name}`", "getattr": "through `getattr({name}, ...)`", "declared": "as a `{name}`"}
+_ORIGIN_NOTES = {
+    "registry": "`{cls}` is registered to `{name}` here",
+    "getattr": "`{cls}` is one of what `getattr({name}, ...)` may pick",
+    "declared": "`{cls}` derives from `{name}`, the class declared for it",
+}
 
 
 class BceUnderAutocast(Rule):
@@ -88,9 +95,28 @@ class BceUnderAutocast(Rule):
     project decorator that enters autocast. The message names the region and
     the chain of calls. Here the rule over-approximates on purpose: the ban
     raises on every call, whatever the dtype, so any one path in is enough.
-    It follows only what names resolve to (imports, assignments, attributes
-    bound in `__init__`, arguments call sites pass); a model whose class
-    nothing names (`model = registry[args.arch]()`) is not followed.
+
+    That includes a model or loss picked by name at run time, which no other
+    rule follows (the project model's dispatch view): a call through a
+    registry reaches every class registered to it -- `MODELS.build(cfg)` and
+    `@MODELS.register_module()` (mmengine), `REG.get(name)(cfg)` and
+    `@REG.register()` (detectron2, BasicSR), `MODELS[args.arch]()` on a dict
+    of classes or one a `@register_model("unet")` decorator fills (also a
+    decorator a factory made for the registry, `register_loss =
+    make_register(LOSSES)`), a `model_func` the trainer is handed, a factory
+    whose `super().__init__(LOSSES)` gives it its registry;
+    `getattr(models, cfg.name)(...)` reaches every class and function the
+    project module exports; an attribute or return declared with a project
+    class (`pipeline: Pipeline`, `def module_wrapper(m) -> Model`, a property
+    returning one) reaches that class and every project class deriving from
+    it. Only the registry a call names is followed: a BCE loss registered to
+    `LOSSES` is not reported because a region builds from `MODELS`, nor is a
+    class nothing registers. Such a finding names the class, how it was
+    reached, and has as related sites the region, each call of the chain
+    and the registration (or the subclass). An autocast whose `enabled=` is
+    a run-time flag (`enabled=config.mixed_precision`, `enabled=args.amp`)
+    counts: the flag is a precision path the project offers, and turning it
+    on raises on the first step.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP303` (docs/evidence.md#amp303)
@@ -272,6 +298,7 @@ for batch in loader:
         """BCE in a function that runs under autocast only through a call from
         another file, a framework's precision setting, an autocast held in an
         attribute or `partial`, or a project decorator."""
+        pending: List[Tuple[ProjectCall, str]] = []
         for call in project.calls():
             shown = _project_bce(project, call)
             if shown is None:
@@ -295,6 +322,58 @@ for batch in loader:
                 cause = project.related(region.path, region.row, "autocast entered here")
                 yield project.diagnostic(self, call, message, data=data, related=(cause,))
                 break
+            else:
+                if own is None:
+                    pending.append((call, shown))
+        if pending:
+            yield from self._dispatched(project, pending)
+
+    def _dispatched(self, project: Project, pending: List[Tuple[ProjectCall, str]]) -> Iterator[Diagnostic]:
+        """BCE that only a call through a registry, `getattr` on a module or a declared base
+        class leads to from an autocast region (the project model's dispatch view): every
+        class such a call can reach counts, since the ban raises whichever one runs."""
+        view = dispatch_view(project)
+        if view is None:
+            return
+        view.reached()  # loads the modules autocast regions lead to, through the dispatches too
+        for call, shown in pending:
+            for witness in view.autocast_witnesses((call.path, call.func)):
+                region = witness.region
+                if region.enabled is False or region.device not in _BANNED_DEVICES:
+                    continue
+                yield self._dispatch_diagnostic(project, view, call, shown, witness)
+                break
+
+    def _dispatch_diagnostic(self, project: Project, view: Any, call: ProjectCall, shown: str, witness: Witness) -> Diagnostic:
+        """One finding per BCE call: the message names the class the dispatch picked nearest the
+        loss and how; the region, each call of the chain and each dispatch are related sites."""
+        region, steps = witness.region, list(witness.chain)
+        related = [project.related(region.path, region.row, "autocast entered here")]
+        calls = [view.entering_call(region, steps[0])] + [view.call_from(a, b) for a, b in zip(steps, steps[1:])]
+        picked: Optional[Tuple[Tuple[str, str, str, int], str]] = None
+        for made, step in zip(calls, steps):
+            if made is not None:
+                note = f"calls `{_display(step)}`"
+                related.append(project.related(made.path, made.row, note) if made.path != call.path else project.site(made, note))
+            found = view.origin(step)
+            if found is not None and found[0][0] == "declared" and found[0][1] == found[1]:
+                found = None  # the declared class itself: plainly resolved, nothing dispatched
+            if found is not None and (picked is None or found != picked):
+                (kind, name, where, row), cls = found
+                related.append(project.related(where, row, _ORIGIN_NOTES[kind].format(cls=cls, name=name)))
+                picked = found
+        device = {"cuda": "CUDA ", "xpu": "XPU "}.get(region.device or "", "")
+        if picked is None:  # followed without a dispatch (a property, a call's result): the plain message
+            message = f"`{shown}` raises under {device}autocast (via {chain_text(witness.chain)})"
+        else:
+            (kind, name, _, _), cls = picked
+            message = f"`{shown}` raises under {device}autocast: `{cls}` is reached {_ORIGIN_HOW[kind].format(name=name)}"
+        data = {
+            "function": "binary_cross_entropy" if shown.startswith("F.") else "BCELoss",
+            "device": region.device, "dtype": region.dtype, "dispatch": picked[0][0] if picked else None,
+        }
+        help = "Pass logits to `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss` (drop the sigmoid)"
+        return project.diagnostic(self, call, message, data=data, related=tuple(related), help=help)
 
     def _diagnostic(
         self,
@@ -382,6 +461,10 @@ def _callers(ctx: ModuleContext, scope: Scope) -> List[CallInfo]:
     if scope.parent is not None and scope.parent.is_module:
         return [c for c in ctx.calls if c.dotted == scope.name and not c.qualnames]
     return []
+
+
+def _display(key: Tuple[str, str]) -> str:
+    return key[1] if key[1] != "<module>" else key[0].rsplit("/", 1)[-1]
 
 
 def _project_bce(project: Project, call: ProjectCall) -> Optional[str]:

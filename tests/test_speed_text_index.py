@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _OPTIMIZER = re.compile(r"\b(?:Adam|AdamW|SGD|RMSprop|Adagrad|Adamax|NAdam|RAdam|Adadelta|LBFGS|SparseAdam|ASGD|Rprop)\s*\(")
 _SETS_PRECISION = re.compile(r"autocast\s*\(|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True|partial\s*\(\s*[\w.]*autocast\b")
 _PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler", "partial")
+_REGISTERS = re.compile(r"^[ \t]*@[ \t]*[\w.]*register|^[\w.]*register\w*[ \t]*\(", re.M)
 _FRAMEWORK = re.compile(
     r"\bTrainer\s*\([^)]*\bprecision\s*=|\bAccelerator\s*\([^)]*\bmixed_precision\s*=|\bTrainingArguments\s*\([^)]*\b(?:fp16|bf16)\s*=\s*True"
 )
@@ -46,6 +47,8 @@ def reference(source: str) -> Dict[str, object]:
             roles += "g"
         if _FRAMEWORK.search(source):
             roles += "f"
+    if _REGISTERS.search(source):
+        roles += "e"
     imports: List[List[object]] = []
     for m in index._IMPORTS.finditer(source):
         if m.group(4) is None:
@@ -87,6 +90,11 @@ EDGES = [
     "x = 1; import inline_after_semicolon\n",
     "from a import b \\\n    , c\n",
     "amp = partial(torch.autocast, device_type='cuda')\nwith amp():\n    torch.autocast('cuda')\n",
+    "@MODELS.register_module()\nclass Head:\n    pass\n",
+    "class A:\n    @ registry.register\n    def f(self): pass\n",
+    "ARCH_REGISTRY.register(UNet)\nregister_loss(name='mse')(nn.MSELoss)\n",
+    "    self.register_buffer('mask', m)\nx = y.register_hook(f)  # register(\n",
+    "registered = 1\n# @register_model\n",
 ]
 
 

@@ -239,14 +239,14 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
     for rule_cls in project_rules(rules):
         try:
             if project is None:
-                project = Project(root, summaries, files=files, load=store.summary)
+                project = Project(root, summaries, files=files, load=store.summary, registering=store.registering(root))
             found.extend(rule_cls().check_project(project))
         except Exception as exc:  # a bug must not stop the run: reported like a per-file one
             from .pipeline import internal_error
 
             found.append(internal_error(min(members), f"rule {rule_cls.code} ({rule_cls.name}) on the project model", exc))
             return found  # not cached: the next run reports it again
-    store.remember(root, chosen, key, sorted(project.summaries) if project is not None else chosen, found)
+    store.remember(root, chosen, key, sorted(set(project.summaries) | project.viewed) if project is not None else chosen, found)
     return found
 
 
@@ -305,6 +305,11 @@ class _Store:
     def __init__(self, cache: Any, indexes: Dict[str, Dict[str, Any]]) -> None:
         self.cache = cache
         self._index: Dict[str, Dict[str, Any]] = dict(indexes)
+        #: root -> the files registering to a registry (`index.registering`), found with its universe
+        self._registering: Dict[Optional[str], List[str]] = {}
+
+    def registering(self, root: Optional[str]) -> List[str]:
+        return self._registering.get(root, [])
 
     def index(self, path: str) -> Dict[str, Any]:
         found = self._index.get(path)
@@ -323,10 +328,12 @@ class _Store:
         key = self._files_key(files)
         entry = self.cache.get_raw("project", root or "") if self.cache is not None and key is not None else None
         if entry and entry.get("key") == key and isinstance(entry.get("universe"), list):
+            self._registering[root] = list(entry.get("registering") or [])
             return entry["universe"], key
-        from ..model.project import universe
+        from ..model.project import registering, universe
 
         chosen = universe(files, root, self.index)
+        self._registering[root] = registering(files, self.index) if chosen else []
         return chosen, key if key is not None else self._files_key(files)
 
     def _files_key(self, files: List[str]) -> Optional[str]:
@@ -355,7 +362,7 @@ class _Store:
         from .cache import RACY_SECONDS, decode_diagnostic, file_digest, stat_key
 
         entry = self.cache.get_raw("project", root or "")
-        if not entry or entry.get("universe") != chosen:
+        if not entry or entry.get("universe") != chosen or (entry.get("registering") or []) != self.registering(root):
             return None
         for path, (mtime_ns, size, read_at, digest) in entry["files"].items():
             try:
@@ -386,7 +393,10 @@ class _Store:
             diagnostics = [encode_diagnostic(d) for d in found]
         except Exception:  # a diagnostic the cache cannot hold: recompute next time
             return
-        self.cache.put_raw("project", root or "", {"universe": chosen, "key": key, "files": files, "diagnostics": diagnostics})
+        entry = {"universe": chosen, "key": key, "files": files, "diagnostics": diagnostics}
+        if self.registering(root):
+            entry["registering"] = self.registering(root)
+        self.cache.put_raw("project", root or "", entry)
 
     def _linted(self, path: str) -> Optional[Dict[str, Any]]:
         """The index an earlier run's lint of the unchanged file recorded."""
@@ -497,9 +507,11 @@ class _BufferStore(_Store):
     def universe(self, root: Optional[str], files: List[str]) -> Tuple[List[str], Optional[str]]:
         if self.saved:
             return super().universe(root, files)
-        from ..model.project import universe  # the record's universe is the saved text's
+        from ..model.project import registering, universe  # the record's universe is the saved text's
 
-        return universe(files, root, self.index), None
+        chosen = universe(files, root, self.index)
+        self._registering[root] = registering(files, self.index) if chosen else []
+        return chosen, None
 
     def findings(self, *args: Any) -> Optional[List[Diagnostic]]:
         return super().findings(*args) if self.saved else None

@@ -172,6 +172,7 @@ _EXPORTS = {
     "ProjectCall": ".project.graph",
     "Witness": ".project.graph",
     "chain_text": ".project.graph",
+    "dispatch_view": ".project.dispatch",
 }
 
 __all__ = sorted(_EXPORTS)

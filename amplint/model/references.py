@@ -231,9 +231,11 @@ class _ReferenceCollector(cst.CSTVisitor):
         qualnames = self.ctx.imports.resolve_dotted(dotted)
         if not qualnames:
             return False
+        parent = self.parents[-2] if len(self.parents) >= 2 else None
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is node:
+            return True  # `torch.get_autocast_gpu_dtype = shim` replaces the name: no use of it
         if self._in_class_body():
             self.class_used.add(dotted.split(".")[0])
-        parent = self.parents[-2] if len(self.parents) >= 2 else None
         use, call, decorator = "bare", None, None
         if isinstance(parent, cst.Call) and parent.func is node:
             use, call = "call", parent

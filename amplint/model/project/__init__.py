@@ -7,7 +7,7 @@ Used by the cross-file rules, and meant for the verifier and an editor server.
 Never imports libcst or torch.
 """
 from .graph import Call, Project, Region, Witness, display
-from .index import ModuleIndex, module_names, text_index, universe
+from .index import ModuleIndex, module_names, registering, text_index, universe
 from .summary import VERSION, summarize
 
-__all__ = ["Call", "ModuleIndex", "Project", "Region", "VERSION", "Witness", "display", "module_names", "summarize", "text_index", "universe"]
+__all__ = ["Call", "ModuleIndex", "Project", "Region", "VERSION", "Witness", "display", "module_names", "registering", "summarize", "text_index", "universe"]

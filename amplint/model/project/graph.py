@@ -106,7 +106,9 @@ class Project:
     folder (module names are read relative to it, and to `root/src`); `files`:
     every file of the project, and `load(path)` its summary: a module that a
     name resolves to is loaded when first needed (the files a question starts
-    from are given, what they import comes as it is needed).
+    from are given, what they import comes as it is needed). `registering`: the
+    files that register something to a registry (`index.registering`), which only
+    the dispatch view (`dispatch.py`) reads.
     """
 
     def __init__(
@@ -115,8 +117,13 @@ class Project:
         summaries: Dict[str, Dict[str, Any]],
         files: Optional[Iterable[str]] = None,
         load: Optional[Callable[[str], Optional[Dict[str, Any]]]] = None,
+        registering: Iterable[str] = (),
     ) -> None:
         self.root = root
+        self.registering = list(registering)
+        #: files a view of this project read that it did not (`dispatch.py`): the engine's
+        #: record of what the findings depend on names them too
+        self.viewed: Set[str] = set()
         self.summaries = dict(summaries)
         self._given = list(summaries)  # the files the model starts from (the universe)
         self._load = load
@@ -214,6 +221,24 @@ class Project:
         refs = s["functions"]["<module>"]["locals"].get(name)
         if refs:
             return self._values(path, "<module>", refs)
+        if "stars" in s:
+            return self._star_symbol(path, s["stars"], name, _depth)
+        return _EMPTY
+
+    def _star_symbol(self, path: str, stars: List[List[Any]], name: str, _depth: int) -> TypeSet:
+        """A name a file has only from `from .layers import *`: what the project module it
+        star-imports binds to it, if that module exports it (its literal `__all__`, else every
+        name not starting with `_`); the last star import that has it wins, as in Python."""
+        for level, module in reversed(stars):
+            target = self.module_path(module, path, level) if (module or level) else None
+            if target is None:
+                continue
+            exported = self.summaries[target].get("all")
+            if (name not in exported) if exported is not None else name.startswith("_"):
+                continue
+            found = self.symbol(target, name, _depth + 1)
+            if found:
+                return found
         return _EMPTY
 
     def name_types(self, path: str, func: str, name: str) -> TypeSet:

@@ -16,6 +16,9 @@ other per-file results:
   save the checkpoint without it); "f" -- it sets a framework's mixed
   precision (Lightning `Trainer(precision=...)`, `Accelerator(mixed_precision=...)`,
   `TrainingArguments(fp16=True)`), which runs the hooks of the model it is given;
+  "e" -- it registers something to a registry (a decorator spelled with `register`:
+  `@MODELS.register_module()`, `@register_model("unet")`, or such a call at column 0:
+  `ARCH_REGISTRY.register(UNet)`), which a call elsewhere may build by name;
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one), packed into one string (`imports_of` unpacks it):
@@ -65,6 +68,11 @@ _FRAMEWORKS = (
 )
 #: `partial(X`
 _PARTIAL = re.compile(r"partial\s*\(\s*([\w.]+)")
+#: what may stand before `register` on a registering line: a decorator (`@MODELS.`, `@`) or,
+#: at column 0, a call's dotted start (`ARCH_REGISTRY.`, ``); and after it, at column 0: `_module(`
+_DECORATOR_HEAD = re.compile(r"[ \t]*@[ \t]*[\w.]*")
+_CALL_HEAD = re.compile(r"[\w.]*")
+_CALL_TAIL = re.compile(r"\w*[ \t]*\(")
 #: the standard library's top-level modules: no project holds one, and leaving their imports
 #: out keeps the cached index small
 _EXTERNAL = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
@@ -76,6 +84,8 @@ _IMPORTS = re.compile(
 #: how many importer levels above a seed file the universe reaches, and its size
 UP_LEVELS = 6
 MAX_FILES = 300
+#: how many registering files the dispatch view (`dispatch.py`) reads at most
+MAX_REGISTERING = 500
 
 Import = Tuple[int, str, Tuple[str, ...]]
 
@@ -98,6 +108,8 @@ def text_index(source: str) -> Dict[str, str]:
             roles += "g"
         if any(literal in source and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
             roles += "f"  # a framework runs the project's hooks under this precision
+    if "register" in source and _registers(source):
+        roles += "e"
     imports: List[List[object]] = []
     if "import" in source:
         for m in _import_statements(source):
@@ -153,6 +165,21 @@ def _import_statements(source: str) -> Iterable["re.Match[str]"]:
         if newline == -1:
             return
         pos = max(newline + 1, end)
+
+
+def _registers(source: str) -> bool:
+    """A registration: a decorator spelled with `register` (`@MODELS.register_module()`,
+    `@register_model`), or a call of one at the start of a line (`ARCH_REGISTRY.register(Net)`,
+    `register_loss(name=...)(nn.MSELoss)`); `self.register_buffer(...)` is neither. Only the
+    lines holding "register" are read."""
+    at = source.find("register")
+    while at != -1:
+        start = source.rfind("\n", 0, at) + 1
+        head = source[start:at]
+        if _DECORATOR_HEAD.fullmatch(head) or (_CALL_HEAD.fullmatch(head) and _CALL_TAIL.match(source, at + 8)):
+            return True
+        at = source.find("register", at + 8)
+    return False
 
 
 def _holds_autocast(source: str) -> bool:
@@ -324,6 +351,15 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
                 if target not in chosen and "a" in str(index(target)["r"]) and len(chosen) < MAX_FILES:
                     chosen.add(target)
     return sorted(chosen)
+
+
+def registering(files: Sequence[str], index: Callable[[str], Dict[str, str]]) -> List[str]:
+    """The files that register something to a registry (role "e"), when the project calls a
+    BCE loss somewhere (role "b"): what a call through a registry may reach (`dispatch.py`
+    reads them only for that). Empty otherwise; sorted; at most `MAX_REGISTERING`."""
+    if not any("b" in str(index(f)["r"]) for f in files):
+        return []
+    return sorted(f for f in files if "e" in str(index(f)["r"]))[:MAX_REGISTERING]
 
 
 class _Entries(dict):

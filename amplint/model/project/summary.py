@@ -17,6 +17,7 @@ the imports, so the summary depends on nothing but the file's own text.
 from __future__ import annotations
 
 import ast
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
@@ -26,7 +27,7 @@ from . import disabled, loaders, masks
 from .astutil import dotted, imports as _imports, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 3
+VERSION = 4
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -39,6 +40,10 @@ _ACCELERATE_PLUGINS = ("deepspeed_plugin", "fsdp_plugin", "megatron_lm_plugin")
 _HF_ARGS = frozenset(
     ("transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments", "transformers.training_args.TrainingArguments")
 )
+#: star imports from these never bring a project name, nor `torch`
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+#: how many names an annotation (`Union[DDP, Model]`) is kept with
+_MAX_DECLARED = 4
 
 
 def summarize(source: str) -> Optional[Dict[str, Any]]:
@@ -60,6 +65,10 @@ class _Summarizer:
         self.loops = 0  # loop bodies around the statement being read, in its function
         self.branches = 0  # if/else bodies around it
         self.imports: Dict[str, List[Any]] = {}
+        #: `from .layers import *`: (level, module) in source order
+        self.stars: List[List[Any]] = []
+        #: the module's literal `__all__` (None: none, or not a literal list of names)
+        self.exported: Optional[List[str]] = None
         self.classes: Dict[str, Dict[str, Any]] = {}
         self.functions: Dict[str, Dict[str, Any]] = {}
         self.regions: List[Dict[str, Any]] = []
@@ -74,7 +83,7 @@ class _Summarizer:
     def run(self, tree: ast.Module) -> Dict[str, Any]:
         self._collect_imports(tree)
         self._function("<module>", tree.body, None, [], 1, -1, [])
-        return {
+        out = {
             "v": VERSION,
             "imports": self.imports,
             "classes": self.classes,
@@ -82,6 +91,11 @@ class _Summarizer:
             "regions": self.regions,
             "frameworks": self.frameworks,
         }
+        if self.stars:
+            out["stars"] = self.stars
+        if self.exported is not None:
+            out["all"] = self.exported
+        return out
 
     def _collect_imports(self, tree: ast.Module) -> None:
         for node in _imports(tree.body):
@@ -95,8 +109,19 @@ class _Summarizer:
             elif isinstance(node, ast.ImportFrom):
                 for alias in node.names:
                     if alias.name == "*":
+                        if node.level or (node.module or "").split(".")[0] not in _STDLIB:
+                            self.stars.append([node.level or 0, node.module or ""])
                         continue
                     self.imports.setdefault(alias.asname or alias.name, [node.level or 0, node.module or "", alias.name])
+        if self.stars and "torch" not in self.imports:
+            # as the per-file model reads it (`names.ImportTable.bind_star_torch`): a file that
+            # star-imports a module and never imports `torch` has its `torch` from the star
+            self.imports["torch"] = [0, "torch", ""]
+        for stmt in tree.body:  # `__all__ = ["FocalHead", ...]`: what a star import of this module binds
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets):
+                value = stmt.value
+                names = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)] if isinstance(value, (ast.List, ast.Tuple)) else None
+                self.exported = names if names is not None and len(names) == len(value.elts) else None  # type: ignore[union-attr]
 
     def qualname(self, text: Optional[str]) -> Optional[str]:
         """The absolute qualified name of a dotted spelling through the imports (None: not imported)."""
@@ -152,6 +177,8 @@ class _Summarizer:
             return
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             value = stmt.value
+            if isinstance(stmt, ast.AnnAssign):
+                self._declare(stmt.target, stmt.annotation, info, cls, qual)
             if value is not None:
                 self._expression(value, qual, info, region)
                 self._masks(value, qual, info, region)
@@ -159,12 +186,15 @@ class _Summarizer:
                 for target in targets:
                     self._bind(target, value, info, cls, qual)
                     self._framework(value, target, qual)
+                    self._store(target, value, info)
             return
         if isinstance(stmt, ast.Return):
             if stmt.value is not None:
                 self._expression(stmt.value, qual, info, region)
                 self._masks(stmt.value, qual, info, region)
                 ref = self.vref(stmt.value)
+                if ref is None:
+                    ref = self.wref(stmt.value)  # what the other questions evaluate to nothing
                 if ref is not None:
                     info["returns"].append(ref)
             return
@@ -223,9 +253,15 @@ class _Summarizer:
             if call is not None:
                 region = self._region(call, node.lineno, region, via=None)
         self._function(qual, node.body, cls, params, node.lineno, region, decorators)
+        returned = declared_names(node.returns) if node.returns is not None else []
+        if returned:
+            self.functions[qual]["rt"] = returned  # `def module_wrapper(m) -> Model`
 
     def _class(self, node: ast.ClassDef) -> None:
         self.classes[node.name] = {"line": node.lineno, "bases": [dotted(b) or "" for b in node.bases], "attrs": {}}
+        decorators = [[dotted(d.func if isinstance(d, ast.Call) else d) or "", d.lineno] for d in node.decorator_list]
+        if decorators:
+            self.classes[node.name]["dec"] = decorators  # `@MODELS.register_module()`: where it is registered
         for stmt in node.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self._def(stmt, node.name, node.name, {})
@@ -235,6 +271,11 @@ class _Summarizer:
                         ref = self.vref(stmt.value)
                         if ref is not None:
                             self.classes[node.name]["attrs"].setdefault(t.id, []).append(["<module>", ref])
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                # `pipeline: VanillaPipeline`: a declared attribute (the dispatch view reads it)
+                names = declared_names(stmt.annotation)
+                if names:
+                    self.classes[node.name].setdefault("wa", {}).setdefault(stmt.target.id, []).append(["<module>", {"t": names}])
 
     # ------------------------------------------------------------------ values
 
@@ -274,6 +315,25 @@ class _Summarizer:
             out["m"] = methods
             out["mr"] = row
         return out
+
+    def wref(self, node: ast.AST) -> Optional[Dict[str, Any]]:
+        """`vref`, or what only the project model's dispatch view (`dispatch.py`) reads: an item
+        of a name (`MODELS[name]` -> {"i": "MODELS"}), an attribute of what a call gives
+        (`LossesFactory().get` -> {"at": "get", "on": ...}) and a call of what a call, an item or
+        such an attribute gives (`MODELS.get(name)(cfg)` -> {"cv": ..., "a": ..., "k": ...}). Kept apart from what the
+        other questions read (`wl`, `wa`), so they see what they saw before."""
+        if isinstance(node, ast.Subscript):
+            base = dotted(node.value)
+            return {"i": base} if base is not None else None
+        if isinstance(node, ast.Attribute) and isinstance(node.value, (ast.Call, ast.Subscript)):
+            on = self.vref(node.value) or self.wref(node.value)  # `LossesFactory().get`
+            return {"at": node.attr, "on": on} if on is not None else None
+        if isinstance(node, ast.Call) and dotted(node.func) is None:
+            inner = self.vref(node.func) or self.wref(node.func)
+            if inner is None:
+                return None
+            return {"cv": inner, "a": [self.vref(a) for a in node.args if not isinstance(a, ast.Starred)], "k": {k.arg: self.vref(k.value) for k in node.keywords if k.arg}}
+        return None
 
     def _method_tag(self, call: ast.Call) -> str:
         assert isinstance(call.func, ast.Attribute)
@@ -319,7 +379,12 @@ class _Summarizer:
         if isinstance(target, ast.Name):
             self.history[qual].add(target.id, value, self.region_now)
         ref = self.vref(value)
-        if name is None or ref is None:
+        if name is None:
+            return
+        if ref is None:
+            wide = self.wref(value)
+            if wide is not None:
+                self._wide_binding(name, wide, info, cls, qual)
             return
         cast = next((m[3:] for m in ref.get("m", ()) if m in ("to:fp16", "to:bf16")), None)
         if cast is not None and "." in name and ref.get("n", "").split(".")[0] == name.split(".")[0]:
@@ -329,6 +394,27 @@ class _Summarizer:
             self.classes.setdefault(cls, {"line": 0, "bases": [], "attrs": {}})["attrs"].setdefault(name[5:], []).append([qual, ref])
         elif "." not in name:
             info["locals"].setdefault(name, []).append(ref)
+
+    def _declare(self, target: ast.AST, annotation: ast.AST, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
+        """`self.model: Model = ...`, `model: Model = ...`: the declared class, kept beside the value."""
+        names = declared_names(annotation)
+        name = dotted(target)
+        if names and name is not None:
+            self._wide_binding(name, {"t": names}, info, cls, qual)
+
+    def _wide_binding(self, name: str, ref: Dict[str, Any], info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
+        """A binding only the dispatch view reads: locals in `wl`, `self.` attributes in `wa`."""
+        if cls is not None and name.startswith("self.") and name.count(".") == 1:
+            self.classes.setdefault(cls, {"line": 0, "bases": [], "attrs": {}}).setdefault("wa", {}).setdefault(name[5:], []).append([qual, ref])
+        elif "." not in name:
+            info.setdefault("wl", {}).setdefault(name, []).append(ref)
+
+    def _store(self, target: ast.AST, value: ast.AST, info: Dict[str, Any]) -> None:
+        """`REGISTRY[name] = cls`: a name stored as an item of a dict (a registry filled by hand)."""
+        if isinstance(target, ast.Subscript) and isinstance(value, (ast.Name, ast.Attribute)):
+            base, stored = dotted(target.value), dotted(value)
+            if base is not None and stored is not None:
+                info.setdefault("st", []).append([base, stored, target.lineno])
 
     def _in_place_cast(self, expr: ast.AST, info: Dict[str, Any]) -> None:
         """`model.half()` / `model.to(torch.float16)` / `model.float()` as a statement: the module itself changes."""
@@ -373,10 +459,13 @@ class _Summarizer:
             record["l"] = 1  # in a loop body of its function
         if self.branches:
             record["i"] = 1  # in an if/else body of its function
+        if spelled is None and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
+            if dotted(node.func.value.func) == "super" and not node.func.value.args:
+                record["sp"] = node.func.attr  # `super().__init__(LOSSES)`: the base class's method (dispatch view)
         if spelled is None:
-            inner = self.vref(node.func)
+            inner = self.vref(node.func) or self.wref(node.func)
             if inner is not None:
-                record["fv"] = inner  # `nn.BCELoss()(p, y)`, `Net().cuda()(x)`
+                record["fv"] = inner  # `nn.BCELoss()(p, y)`, `Net().cuda()(x)`, `MODELS[name](cfg)`
         if node.args and qual != "<module>" and (spelled is None or self.qualname(spelled) is None):
             carried = self._carried(node, info, region, qual)
             if carried:
@@ -514,3 +603,27 @@ def autocast_arguments(s: "_Summarizer", call: ast.Call, qualname: str) -> Tuple
 
 def _constant(node: Optional[ast.AST]) -> Any:
     return node.value if isinstance(node, ast.Constant) else None
+
+
+def declared_names(annotation: Optional[ast.AST]) -> List[str]:
+    """The dotted names an annotation declares: `Model`, `Optional[Model]`, `Union[DDP, Model]`,
+    `"Model"` (a string annotation); the subscripted generic itself (`Optional`, `List`) is not
+    one of them. At most a few."""
+    out: List[str] = []
+    stack = [annotation]
+    while stack and len(out) < _MAX_DECLARED:
+        node = stack.pop()
+        if isinstance(node, ast.Subscript):
+            inner = node.slice
+            stack.extend(reversed(inner.elts) if isinstance(inner, ast.Tuple) else [inner])
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):  # `Model | None`
+            stack.extend([node.right, node.left])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value.strip()
+            if text and all(part.isidentifier() for part in text.split(".")):
+                out.append(text)
+        else:
+            name = dotted(node)
+            if name is not None and name not in ("None", "Any"):
+                out.append(name)
+    return out
