@@ -1,15 +1,15 @@
 """AMP102 optimizer-step-bypasses-scaler."""
 from __future__ import annotations
 
-import re
-from typing import Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
-from amplint.model import (
-    Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid, events_after, events_before, exclusive,
-    is_grad_scaler_call, make_fix, replace_node, sees_self_of, self_bindings, step_data, step_source,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+
+    from amplint.model import Assignment, Event, ModuleContext, Scope
 
 _BACKWARDS = ("scaled_backward", "backward", "framework_backward")
 
@@ -57,6 +57,25 @@ class OptimizerStepBypassesScaler(Rule):
     GradScaler and reports the update size against the unscaled update (their
     ratio is the scale) and the exception `scaler.update()` raises.
 
+    With accelerate, `Accelerator(mixed_precision="fp16")`'s
+    `accelerator.backward(loss)` scales the loss with its own GradScaler, and
+    only the optimizers `prepare` wrapped (`AcceleratedOptimizer`) unscale
+    and skip at `step`. accelerate's `prepare` wraps `torch.optim.Optimizer`
+    objects only and returns anything else as it is (`_prepare_one`): a
+    container of optimizers (a `MultiOptimizer` class), or an optimizer never
+    passed to `prepare`, steps on the scaled gradients with no inf/NaN skip,
+    and the scale never adapts (its `update` never runs). Flagged when the
+    `Accelerator` is built in the file with the literal `"fp16"` (as AMP101
+    judges it), and the optimizer is built in the file from a torch optimizer
+    class and named in no `prepare` call, or is an object of a class defined in
+    the file that derives from no torch optimizer and no class from elsewhere
+    (silent when its inner optimizers are prepared one by one). Across files
+    (the project model): the same for an object of a project class of
+    another file, typically returned by a helper there (`optimizer =
+    build_optimizer(...)` returning a `MultiOptimizer`), when every base of
+    the class resolves to project classes; silent when something `prepare`
+    is given in that function is not followed (`opt.optimizers[k]`).
+
     ## Notes
     The rule stays silent on optimizers prepared by accelerate, Lightning
     Fabric or DeepSpeed (`accelerator.prepare(...)`: they unscale and skip
@@ -75,7 +94,8 @@ class OptimizerStepBypassesScaler(Rule):
     severity = Severity.ERROR
     message = "optimizer.step() on scaled gradients"
     triggers = (".step(",)
-    gate_regex = re.compile(r"\.scale\(")
+    # `.scale(` called as a method, or "Accelerator" with "fp16" (an fp16 `accelerator.backward` scales)
+    gate_check = "amplint.core.gates:scaled_backward_possible"
 
     VALID = [
         Valid(
@@ -222,6 +242,43 @@ class Plain:
 """,
             "`Plain`'s own `self.scaler` is not a torch GradScaler; the other class's is another object",
         ),
+        Valid(
+            """
+import torch
+from accelerate import Accelerator
+
+
+class MultiOptimizer:
+    def __init__(self, optimizers):
+        self.optimizers = optimizers
+
+    def step(self, key):
+        self.optimizers[key].step()
+
+
+accelerator = Accelerator(mixed_precision="fp16")
+optimizer = MultiOptimizer({"g": torch.optim.AdamW(gen.parameters()), "d": torch.optim.AdamW(disc.parameters())})
+for key in optimizer.optimizers:
+    optimizer.optimizers[key] = accelerator.prepare(optimizer.optimizers[key])
+for batch in loader:
+    accelerator.backward(d_loss(batch))
+    optimizer.step("d")
+""",
+            "the container's torch optimizers are prepared one by one: each step unscales and skips",
+        ),
+        Valid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="bf16")
+model, loader = accelerator.prepare(model, loader)
+optimizer = torch.optim.AdamW(model.parameters())
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    optimizer.step()
+""",
+            "bf16: accelerate builds no GradScaler, so an optimizer it never wrapped sees true gradients",
+        ),
     ]
 
     INVALID = [
@@ -313,17 +370,64 @@ class Trainer(Base):
             line=10,
             why="`self.scaler` built by a base class defined in the file",
         ),
+        Invalid(
+            """
+import torch
+from accelerate import Accelerator
+
+
+class MultiOptimizer:
+    def __init__(self, optimizers):
+        self.optimizers = optimizers
+
+    def step(self, key=None):
+        for k in [key] if key else list(self.optimizers):
+            self.optimizers[k].step()
+
+
+accelerator = Accelerator(mixed_precision="fp16")
+optimizer = MultiOptimizer({"g": torch.optim.AdamW(gen.parameters()), "d": torch.optim.AdamW(disc.parameters())})
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    accelerator.backward(d_loss(batch))
+    optimizer.step("d")
+""",
+            line=19,
+            why="issue 22 shape 6: accelerate wraps only torch optimizers; the container is returned as it is",
+        ),
+        Invalid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, loader = accelerator.prepare(model, loader)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            line=8,
+            why="an optimizer never passed to prepare steps on the gradients accelerator.backward scaled",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        from amplint.model import events_after, events_before, exclusive
+
         for scope in ctx.scopes:
             events = scope.events
             scaler_steps: Optional[_ScalerSteps] = None
             for step in (e for e in events if e.kind == "optimizer_step"):
                 info = ctx.optimizers.get(step.optimizer or "")
+                backward = _last_backward(scope, step)
+                if backward is not None and backward.kind == "framework_backward":
+                    found = self._accelerate(ctx, scope, step, backward)
+                    if found is not None:
+                        yield found
+                    continue
                 if info is not None and info.prepared:
                     continue
-                backward = _last_backward(scope, step)
                 if backward is None or backward.kind != "scaled_backward":
                     continue
                 if not _is_enabled_torch_scaler(ctx, backward.scaler, scope):
@@ -342,7 +446,78 @@ class Trainer(Base):
                 unscaled = any(e.kind == "unscale" and e.optimizer == step.optimizer for e in between)
                 yield self._diagnostic(ctx, step, backward, unscaled, scaler_steps)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """issue 22 shape 6 across files: after `accelerator.backward(loss)` of an
+        `Accelerator(mixed_precision="fp16")`, `opt.step()` on an object of a project class in
+        another file that derives from no torch optimizer (a container of optimizers built by a
+        helper there): accelerate's `prepare` returned it unwrapped, so nothing unscales."""
+        for path in list(project.summaries):
+            summary = project.summaries[path]
+            entries = [e for e in summary.get("frameworks", ()) if e["kind"] == "accelerate" and e["dtype"] == "fp16"
+                       and e.get("device") != "cpu" and not e.get("plugin")]
+            for entry in entries:
+                yield from self._unwrapped_containers(project, path, entry)
+
+    def _unwrapped_containers(self, project: Project, path: str, entry: dict) -> Iterator[Diagnostic]:
+        target, home = entry["target"], entry["func"]
+        cls = home.split(".", 1)[0] if "." in home else None
+        for qual, info in project.summaries[path]["functions"].items():
+            if home != "<module>" and qual != home and not (target.startswith("self.") and cls and qual.startswith(cls + ".")):
+                continue  # the accelerator is not what this function calls `target`
+            if any(own == target for own in info["locals"]) and qual != home:
+                continue  # a local of the same name is another object
+            calls = info["calls"]
+            backward = next((r["r"] for r in calls if r["f"] == f"{target}.backward"), None)
+            if backward is None:
+                continue
+            prepares = [r for r in calls if r["f"] in (f"{target}.prepare", f"{target}.prepare_optimizer")]
+            if any(a is None for r in prepares for a in r["a"]):
+                continue  # something `prepare` was given is not followed (`opt.optimizers[k]`): maybe the inner ones
+            for r in calls:
+                if not r["f"].endswith(".step") or r["r"] <= backward:
+                    continue
+                opt = r["f"][: -len(".step")]
+                if not opt or opt.startswith(target):
+                    continue
+                found = _project_container(project, path, qual, opt)
+                if found is None:
+                    continue
+                where, name = found
+                message = f"`{opt}.step()` applies scaled gradients: `{target}.prepare` leaves a `{name}` unwrapped"
+                help = f"Pass each torch optimizer `{name}` holds to `{target}.prepare(...)` instead of the `{name}`"
+                data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": target,
+                        "unscaled": False, "optimizer_class": None, "dtype": "fp16", "device": None}
+                yield project.diagnostic(self, ProjectCall(path, qual, r), message, data=data, help=help,
+                                         related=(project.related(where[0], where[1], f"`{name}` defined here"),))
+                break
+
+    def _accelerate(self, ctx: ModuleContext, scope: Scope, step: Event, backward: Event) -> Optional[Diagnostic]:
+        """`opt.step()` after `accelerator.backward(loss)` of an `Accelerator(mixed_precision="fp16")`
+        when accelerate did not wrap `opt`: it was never passed to `prepare`, or what was passed
+        is an object of a class of this file that is no `torch.optim.Optimizer` (accelerate's
+        `prepare` returns such objects as they are). The loss was scaled all the same."""
+        from amplint.model import scaling_accelerator, step_data
+
+        accelerator = backward.call.receiver_dotted
+        if scaling_accelerator(ctx, accelerator, scope) is None or not step.optimizer:
+            return None
+        why = _not_wrapped(ctx, step.optimizer, scope, step.order)
+        if why is None:
+            return None
+        opt = step.optimizer
+        if why == "":
+            message = f"`{opt}.step()` applies gradients `{accelerator}.backward` scaled: `{opt}` was never prepared"
+            help = f"Pass `{opt}` to `{accelerator}.prepare(...)`: its step then unscales and skips overflowing steps"
+        else:
+            message = f"`{opt}.step()` applies scaled gradients: `{accelerator}.prepare` leaves a `{why}` unwrapped"
+            help = f"Pass each torch optimizer `{why}` holds to `{accelerator}.prepare(...)` instead of the `{why}`"
+        data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": accelerator, "unscaled": False}
+        data.update(step_data(ctx, scope, backward, opt))
+        return ctx.diagnostic(self, step.call.node, message, data=data, help=help)
+
     def _diagnostic(self, ctx: ModuleContext, step: Event, backward: Event, unscaled: bool, scaler_steps: "_ScalerSteps") -> Diagnostic:
+        from amplint.model import make_fix, replace_node, step_data, step_source
+
         opt, scaler = step.optimizer, backward.scaler
         if unscaled:
             message = f"`{opt}.step()` bypasses `{scaler}`: steps with inf/NaN gradients are not skipped"
@@ -363,8 +538,179 @@ class Trainer(Base):
         return ctx.diagnostic(self, step.call.node, message, fix=fix, data=data, help=f"Call `{scaler}.step({opt})` instead")
 
 
+#: accelerate's methods that wrap what they are given (`prepare_optimizer` wraps one optimizer)
+_PREPARES = ("prepare", "prepare_optimizer")
+
+
+def _not_wrapped(ctx: ModuleContext, opt: str, scope: Scope, before: int) -> Optional[str]:
+    """Why accelerate did not wrap the optimizer `opt` read in `scope` at order `before`: "" when
+    it is built here from a torch optimizer class and never passed to `prepare`; the class name
+    when what `prepare` was given is an object of a class of this file that no torch optimizer is
+    a base of (a container of optimizers); None when it may be wrapped (or nothing is known).
+    Read from the bindings of `opt` before the step (for `self.x`, all its class's): the last
+    one for a plain name in the same scope, every one otherwise."""
+    from amplint.model import dotted_name, self_bindings
+
+    if opt.split(".", 1)[0] in scope.params:
+        return None
+    if opt.startswith("self."):
+        bindings = self_bindings(ctx, opt, scope)
+    else:
+        bindings = _plain_bindings(ctx, opt, scope)
+        earlier = [a for a in bindings if a.scope is scope and a.order < before]
+        bindings = earlier[-1:] if earlier else bindings
+    if not bindings:
+        return None
+    prepared = [a for a in bindings if _prepare_call(ctx, a.value) is not None]
+    if not prepared:
+        built = all(_torch_optimizer_call(ctx, a.value) for a in bindings)
+        return "" if built and not _named_in_prepare(ctx, opt) else None
+    if len(prepared) != len(bindings):
+        return None
+    classes = set()
+    for a in prepared:
+        passed = _prepared_argument(ctx, a)
+        name = dotted_name(passed) if passed is not None else None
+        if name is None:
+            return None
+        cls = _container_class(ctx, name, a)
+        if cls is None or _named_in_prepare(ctx, name + "."):
+            return None  # maybe a torch optimizer, or its inner optimizers are prepared one by one
+        classes.add(cls)
+    return classes.pop() if len(classes) == 1 else None
+
+
+def _plain_bindings(ctx: ModuleContext, name: str, scope: Scope) -> List[Assignment]:
+    own = [a for a in ctx.assignments_to(name) if a.scope is scope]
+    return own or [a for a in ctx.assignments_to(name) if a.scope.is_module]
+
+
+def _prepare_call(ctx: ModuleContext, value: cst.BaseExpression) -> Optional[cst.Call]:
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _PREPARES:
+        receiver = dotted_name(value.func.value)
+        if receiver is not None and not ctx.imports.is_imported(receiver.split(".")[0]):
+            return value
+    return None
+
+
+def _torch_optimizer_call(ctx: ModuleContext, value: cst.BaseExpression) -> bool:
+    import libcst as cst
+
+    from amplint.model import is_optimizer_class
+
+    if not isinstance(value, cst.Call):
+        return False
+    info = ctx.call_info(value)
+    return info is not None and info.qualname is not None and is_optimizer_class(info.qualname)
+
+
+def _named_in_prepare(ctx: ModuleContext, name: str) -> bool:
+    """Whether any `x.prepare(...)` call of the file names `name` (or, for `name` ending in a
+    dot, an attribute of it: `opt.optimizers[k]`) among its arguments."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
+    for call in ctx.calls:
+        if call.method not in _PREPARES:
+            continue
+        for arg in call.node.args:
+            for n in descendants(arg.value):
+                spelled = dotted_name(n) if isinstance(n, (cst.Name, cst.Attribute)) else None
+                if spelled and (spelled == name or (name.endswith(".") and spelled.startswith(name))):
+                    return True
+    return False
+
+
+def _prepared_argument(ctx: ModuleContext, a: Assignment) -> Optional[cst.BaseExpression]:
+    """What `prepare` was given for the target of `a`: the only argument, or for `m, opt =
+    accelerator.prepare(m, opt)` the argument in the target's position."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    call = _prepare_call(ctx, a.value)
+    if call is None or any(arg.star or arg.keyword is not None for arg in call.args):
+        return None
+    args = [arg.value for arg in call.args]
+    if not a.unpacked:
+        return args[0] if len(args) == 1 else None
+    targets = getattr(a.node, "targets", None)
+    target = targets[0].target if targets and len(targets) == 1 else None
+    if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(args):
+        return None
+    for element, arg in zip(target.elements, args):
+        if dotted_name(element.value) == a.target:
+            return arg
+    return None
+
+
+def _container_class(ctx: ModuleContext, name: str, prepared: Assignment) -> Optional[str]:
+    """The class of this file that every assignment of `name` before the `prepare` constructs, when
+    neither it nor any class it derives from is a torch optimizer or a class from elsewhere."""
+    import libcst as cst
+
+    before = [a for a in ctx.assignments_to(name) if a.scope is prepared.scope and a.order < prepared.order and not a.unpacked]
+    if not before:
+        return None
+    names = set()
+    for a in before:
+        if not isinstance(a.value, cst.Call) or not isinstance(a.value.func, cst.Name):
+            return None
+        names.add(a.value.func.value)
+    if len(names) != 1:
+        return None
+    cls = names.pop()
+    return cls if _plain_class(ctx, cls, 0) else None
+
+
+def _plain_class(ctx: ModuleContext, name: str, depth: int) -> bool:
+    """A class defined in this file whose bases are only `object` or such classes."""
+    from amplint.model import dotted_name
+
+    node = next((c for c in ctx.classes if c.name.value == name), None)
+    if node is None or depth > 5 or ctx.imports.is_imported(name):
+        return False
+    for base in node.bases:
+        spelled = dotted_name(base.value)
+        if base.keyword is not None or spelled is None:
+            return False
+        if spelled != "object" and not _plain_class(ctx, spelled, depth + 1):
+            return False
+    return True
+
+
+def _project_container(project: Project, path: str, func: str, opt: str):
+    """((path, row) of the class, its name) when every value `opt` may hold in `func` is an
+    instance of one project class of another file that neither derives from a class outside the
+    project (a torch optimizer, or anything unknown) nor from one the model cannot resolve."""
+    types = project.name_types(path, func, opt)
+    if not types or any(t[0] != "I" for t in types):
+        return None
+    classes = {(t[1], t[2]) for t in types}
+    if len(classes) != 1:
+        return None
+    where, cls = classes.pop()
+    if where == path:
+        return None  # a class of the step's own file: `check`'s
+    for p, c in project.mro(where, cls):
+        info = project.summaries[p]["classes"][c]
+        for base in info["bases"]:
+            if base == "object":
+                continue
+            if not base or not any(t[0] == "C" for t in project.name_types(p, "<module>", base)):
+                return None
+    return (where, project.summaries[where]["classes"][cls]["line"]), cls
+
+
 def _last_backward(scope: Scope, step: Event) -> Optional[Event]:
     """The last backward of any kind that can run before `step` in the same pass."""
+    from amplint.model import events_before, exclusive
+
     events = scope.events
     for at in range(events_before(scope, step.order) - 1, -1, -1):
         e = events[at]
@@ -391,10 +737,14 @@ class _ScalerSteps:
 
     def alternative(self, backward: Event, step: Event) -> bool:
         """A scaler step after `backward` that never runs with `step` (the other branch)."""
+        from amplint.model import exclusive
+
         return any(last > backward.order and exclusive(path, step.path) for path, _, _, last in self.places.values())
 
     def earlier_through(self, scaler: Optional[str], step: Event) -> bool:
         """A step through `scaler` before `step` that can run with it (another optimizer)."""
+        from amplint.model import exclusive
+
         return any(
             key == scaler and first < step.order and not exclusive(path, step.path)
             for path, key, first, _ in self.places.values()
@@ -405,6 +755,10 @@ def _is_enabled_torch_scaler(ctx: ModuleContext, key: Optional[str], scope: Scop
     """A torch GradScaler that may be enabled: built here by `GradScaler(...)`,
     or passed in, and never assigned from anything else in this file (for
     `self.scaler` read in `scope`: by its class or a base, not an unrelated class)."""
+    import libcst as cst
+
+    from amplint.model import is_grad_scaler_call, sees_self_of, self_bindings
+
     info = ctx.scaler(key)
     if info is None or info.enabled is False:
         return False

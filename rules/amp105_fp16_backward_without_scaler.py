@@ -9,7 +9,7 @@ import libcst as cst
 
 from amplint.model import (
     Assignment, AutocastRegion, CallInfo, Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
-    exclusive, lines_between,
+    exclusive, lines_between, region_dtype_choices,
 )
 
 
@@ -73,8 +73,16 @@ class Fp16BackwardWithoutScaler(Rule):
     backward hooks of the program see it once.
 
     ## Notes
+    A region whose dtype is picked at run time among literals the file spells
+    (`ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16,
+    'float16': torch.float16}[args.dtype]`, `torch.float16 if c else
+    torch.bfloat16`, `getattr(torch, name)` with literal names) counts when
+    float16 is one of them, at the same severity as a run-time `enabled=`:
+    the code offers that fp16 path, and on it nothing scales the loss (the
+    message says "may be fp16").
     Silent when the region is bf16, when its dtype is decided at run time
-    (`dtype=dtype`), on CPU autocast without a dtype (bf16 by default), for
+    with no literal candidate in the file (`dtype=dtype` of a parameter, a
+    config value), on CPU autocast without a dtype (bf16 by default), for
     framework backward calls (`accelerator.backward(loss)`,
     `self.manual_backward(loss)`, DeepSpeed's `engine.backward(loss)`), for
     apex's `amp.scale_loss`, and whenever any GradScaler or `scaler` name
@@ -200,6 +208,20 @@ time_backward(net, x)
 """,
             "a benchmark timing backward: no optimizer, so no update can underflow",
         ),
+        Valid(
+            """
+import torch
+from contextlib import nullcontext
+ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+ctx = torch.amp.autocast(device_type="cuda", dtype=ptdtype) if args.amp else nullcontext()
+for x, y in loader:
+    with ctx:
+        loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            "a dtype chosen at run time among literals that do not include float16",
+        ),
     ]
 
     INVALID = [
@@ -281,12 +303,32 @@ def gan_step(gen, disc, opt_g, opt_d, real, z):
             count=2,
             why="a GAN step: both backward passes run through fp16 without loss scaling",
         ),
+        Invalid(
+            """
+import torch
+from contextlib import nullcontext
+dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+ctx = nullcontext() if device_type == "cpu" else torch.amp.autocast(device_type=device_type, dtype=ptdtype)
+
+
+def train(model, optimizer, loader):
+    for x, y in loader:
+        with ctx:
+            logits, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+""",
+            line=13,
+            why="the dtype is picked at run time from a table that offers float16: on that path nothing scales the loss",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         if ctx.scalers or _mentions_scaling(ctx):
             return
-        if not any(_is_fp16(r) for r in ctx.regions):
+        if not any(_is_fp16(ctx, r) for r in ctx.regions):
             return
         updates = _updates_parameters(ctx)
         for scope in ctx.scopes:
@@ -305,8 +347,11 @@ def gan_step(gen, disc, opt_g, opt_d, real, z):
     def _diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion) -> Diagnostic:
         row = ctx.position(region.call)[0].row
         text = ctx.code_for(loss).strip()
-        message = f"`{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
-        data = {"loss": text, "region_row": row, "device": region.device, "dtype": region.dtype}
+        if region.dtype == "fp16":
+            message = f"`{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
+        else:  # a run-time choice among literal dtypes, float16 one of them
+            message = f"`{_short(text)}` comes from an autocast that may be fp16, backpropagated without a GradScaler"
+        data = {"loss": text, "region_row": row, "device": region.device, "dtype": "fp16"}
         source = _region_through_backward(ctx, region, event)
         if source:  # the user's own statements, for `--verify` to run
             data["step_source"] = source
@@ -338,8 +383,12 @@ def _region_through_backward(ctx: ModuleContext, region: AutocastRegion, event: 
     return lines_between(ctx, region.node, event.call.statement) or None
 
 
-def _is_fp16(region: Optional[AutocastRegion]) -> bool:
-    return region is not None and not region.framework and region.enabled is not False and region.dtype == "fp16"
+def _is_fp16(ctx: ModuleContext, region: Optional[AutocastRegion]) -> bool:
+    """An fp16 region: `dtype=torch.float16` (or the device's default), or a dtype picked at
+    run time among literal candidates that include float16 (`{..., 'float16': torch.float16}[dtype]`)."""
+    if region is None or region.framework or region.enabled is False:
+        return False
+    return region.dtype == "fp16" or "fp16" in region_dtype_choices(ctx, region)
 
 
 def _updates_parameters(ctx: ModuleContext) -> bool:
@@ -426,7 +475,7 @@ def _fp16_source(ctx: ModuleContext, scope: Scope, event: Event, loss: cst.BaseE
             a = _last_assignment(ctx, scope, name, before, event.path)
             if a is None:
                 continue
-            if _is_fp16(a.region):
+            if _is_fp16(ctx, a.region):
                 return a.region
             region = _returned_from_fp16(ctx, a.value)
             if region is not None:
@@ -449,7 +498,7 @@ def _returned_from_fp16(ctx: ModuleContext, value: cst.BaseExpression) -> Option
         info = ctx.call_info(node)
         if info is None:
             continue
-        if _is_fp16(info.region):
+        if _is_fp16(ctx, info.region):
             return info.region
         callee = ctx.callee(info)
         if callee is None or not isinstance(callee.node, cst.FunctionDef):
@@ -459,11 +508,11 @@ def _returned_from_fp16(ctx: ModuleContext, value: cst.BaseExpression) -> Option
                 continue
             for inner in _calls_in(ret.value):
                 ci = ctx.call_info(inner)
-                if ci is not None and _is_fp16(ci.region):
+                if ci is not None and _is_fp16(ctx, ci.region):
                     return ci.region
             for name in _names(ret.value):
                 for a in ctx.assignments_to(name, callee):
-                    if a.scope is callee and _is_fp16(a.region):
+                    if a.scope is callee and _is_fp16(ctx, a.region):
                         return a.region
     return None
 

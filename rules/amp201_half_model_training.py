@@ -59,6 +59,18 @@ class HalfModelTraining(Rule):
     inf count against the same step in fp32.
 
     ## Notes
+    The parameters may reach the optimizer through a function of the same
+    file that returns its argument's `.parameters()` (`Adam(trainable(model))`).
+
+    A cast whose dtype is picked at run time among literals the file spells,
+    float16 one of them (`weight_dtype = torch.float16 if args.fp16 else
+    torch.float32`, a dict of dtypes subscripted by a flag,
+    `from_pretrained(..., torch_dtype=dtype)` with such a `dtype`), counts at
+    the same severity, as AMP105 counts a region that may be fp16: the code
+    offers that path, and on it the optimizer updates fp16 weights (the
+    message says "may make the model fp16"). A dtype handed in by a caller
+    or read from a config is not followed.
+
     Silent for inference copies (`model.half().eval()`, an EMA or export
     copy nobody optimizes), for `x.half().float()` rounding tricks, for tensors
     (only `.parameters()` of the converted object count as evidence), for
@@ -73,7 +85,12 @@ class HalfModelTraining(Rule):
     (in place, through `model.apply(...)`, or by returning `model.half()`);
     the message names where. Another instance of the same class that was not
     cast stays silent. A cast decided at run time (`model.to(dtype)`) is not
-    followed.
+    followed across files. A builder in another file that loads
+    `X.from_pretrained(..., torch_dtype=...)` with a dtype that may be float16
+    (a literal, or a name bound to float16 among other dtypes: behind a flag)
+    counts as such a cast; silent when the optimizer's function or the
+    loader's calls `requires_grad_(...)` (a frozen base, trainable parts that
+    may be fp32).
 
     Library loaders that return fp16 weights count as a cast, in the same
     file too, only where their source makes it certain (one table,
@@ -215,6 +232,41 @@ with torch.no_grad():
 """,
             "an inference-only teacher; the optimized student stays fp32",
         ),
+        Valid(
+            """
+import torch
+
+
+def master_params(model):
+    return [p.detach().clone().float().requires_grad_() for p in model.parameters()]
+
+
+model = Net().cuda().half()
+optimizer = torch.optim.SGD(master_params(model), lr=0.1)
+""",
+            "a helper hands the optimizer fp32 copies of the fp16 parameters",
+        ),
+        Valid(
+            """
+import torch
+dtype = torch.bfloat16 if args.bf16 else torch.float32
+model = Net().cuda().to(dtype)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+""",
+            "a run-time dtype whose literal candidates do not include float16",
+        ),
+        Valid(
+            """
+import torch
+def train(model, dtype, loader):
+    model.to(dtype)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for x in loader:
+        model(x).mean().backward()
+        optimizer.step()
+""",
+            "a dtype handed in by the caller: no candidate the file spells",
+        ),
     ]
 
     INVALID = [
@@ -289,14 +341,64 @@ for epoch in range(10):
             line=3,
             why="converted after the optimizer was built, before it steps: the same Parameter objects become fp16",
         ),
+        Invalid(
+            """
+import torch
+from torch.optim import Adam
+
+
+def get_trainable_params(model):
+    return [params for params in model.parameters() if params.requires_grad]
+
+
+dalle = DALLE(vae=vae)
+if args.fp16:
+    dalle = dalle.half()
+dalle = dalle.cuda()
+opt = Adam(get_trainable_params(dalle), lr=3e-4)
+""",
+            line=11,
+            why="a helper of the file passes the fp16 model's own parameters to the optimizer",
+        ),
+        Invalid(
+            """
+import torch
+weight_dtype = torch.float32
+if args.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+elif args.mixed_precision == "bf16":
+    weight_dtype = torch.bfloat16
+optimizer = torch.optim.AdamW(unet.parameters(), lr=1e-5)
+if args.full_fp16:
+    unet.to(weight_dtype)
+for batch in loader:
+    loss = unet(batch).mean()
+    loss.backward()
+    optimizer.step()
+""",
+            line=9,
+            why="the dtype is picked at run time among literals, float16 one of them: on that path the weights are fp16",
+        ),
+        Invalid(
+            """
+import torch
+from transformers import AutoModelForCausalLM
+dtype = torch.float16 if args.fp16 else torch.float32
+model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype).cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+""",
+            line=4,
+            why="loaded fp16 behind a flag (issue 22 shape 10, in one file)",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
-        casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16"]
-        if not casts:
-            return
         ctors = [c for c in ctx.calls if c.qualname and torchapi.is_optimizer_class(c.qualname)]
         if not ctors or _freezes(ctx):
+            return
+        chosen = _choice_casts(ctx)
+        casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16"] + chosen
+        if not casts:
             return
         for cast in casts:
             if _not_a_training_conversion(ctx, cast):
@@ -305,7 +407,7 @@ for epoch in range(10):
             for ctor in ctors:
                 key = _assigned_key(ctx, ctor)
                 if self._updates(ctx, cast, subjects, ctor, key):
-                    yield self._diagnostic(ctx, cast, ctor)
+                    yield self._diagnostic(ctx, cast, ctor, chosen=cast in chosen)
                     break
 
     def _updates(self, ctx: ModuleContext, cast: LowPrecisionCast, subjects: Set[str], ctor: CallInfo, key: Optional[str]) -> bool:
@@ -338,9 +440,12 @@ for epoch in range(10):
                 continue
             if project.master_weights(call):
                 continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
-            for name, site in project.fp16_modules(project.updated_modules(call)):
-                if not site or (site[0] == call.path and not project.loaded_at(site)):
-                    continue
+            for name, site in project.fp16_modules(project.updated_modules(call), pretrained=True):
+                pretrained = (project.loaded_at(site) or "").endswith("from_pretrained(...)") if site else False
+                if not site or (site[0] == call.path and (pretrained or not project.loaded_at(site))):
+                    continue  # same-file casts and `from_pretrained` loads are `check`'s
+                if pretrained and _freezes_around(project, call, site):
+                    continue  # a frozen fp16 base whose trainable part may be fp32 (adapters, a new head)
                 opt = q.rsplit(".", 1)[-1]
                 numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() and "eps" not in call.record["k"] else ""
                 message = (
@@ -352,12 +457,14 @@ for epoch in range(10):
                 yield project.diagnostic(self, call, message, data=data, related=(project.related(*site, "made fp16 here"),))
                 break
 
-    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo) -> Diagnostic:
+    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False) -> Diagnostic:
         from amplint.model import literal_number
 
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
-        what = _describe(ctx, cast)
+        what = _describe(ctx, cast, chosen)
         message = f"{what}: `{opt}` updates fp16 parameters with no fp32 master copy"
+        if chosen:  # the dtype is picked at run time among literals, float16 one of them
+            message = f"{what} may make the model fp16: `{opt}` then has no fp32 master copy"
         help = "Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
         data = {
             "optimizer": opt,
@@ -374,9 +481,52 @@ for epoch in range(10):
 # --------------------------------------------------------------------------- helpers
 
 
-def _describe(ctx: ModuleContext, cast: LowPrecisionCast) -> str:
+def _freezes_around(project: Project, call, site) -> bool:
+    """`requires_grad_(...)` called in the function building the optimizer or in the one loading
+    the model (the summaries keep calls, not `p.requires_grad = False` assignments: a call is
+    what they can tell)."""
+    functions = [project.function((call.path, call.func))]
+    loader = next(
+        (info for path, _, info in project.functions() if path == site[0] and any(r["r"] == site[1] for r in info["calls"])),
+        None,
+    )
+    functions.append(loader)
+    return any(r["f"].endswith("requires_grad_") for info in functions if info for r in info["calls"])
+
+
+def _choice_casts(ctx: ModuleContext) -> List[LowPrecisionCast]:
+    """Casts whose dtype is picked at run time among literals the file spells, float16 one of
+    them: `model.to(weight_dtype)` with `weight_dtype = torch.float16 if args.fp16 else
+    torch.float32`, `from_pretrained(..., torch_dtype=dtype)` likewise (`dtype_choices`)."""
+    from amplint.model import LowPrecisionCast, call_chain, dtype_choices
+
+    out: List[LowPrecisionCast] = []
+    by_node = None
+    for call in ctx.calls:
+        if call.method in ("to", "type"):
+            args = [a.value for a in call.node.args if a.keyword is None or a.keyword.value == "dtype"]
+        elif call.method == "from_pretrained" or (call.dotted or "").endswith("from_pretrained"):
+            args = [a.value for a in call.node.args if a.keyword is not None and a.keyword.value in ("torch_dtype", "dtype")]
+        else:
+            continue
+        if not args or any(ctx.dtype_of(a) is not None for a in args):
+            continue  # no dtype argument, or a literal one (`low_precision_casts` has those)
+        if not any("fp16" in dtype_choices(ctx, a, call.scope, call.order) for a in args):
+            continue
+        if by_node is None:
+            by_node = {c: a for a in ctx.assignments if not a.unpacked for c in call_chain(a.value)}
+        assignment = by_node.get(call.node)
+        subject = assignment.target if assignment is not None else call.receiver_dotted
+        out.append(LowPrecisionCast(call=call, dtype="fp16", subject=subject, assignment=assignment))
+    return out
+
+
+def _describe(ctx: ModuleContext, cast: LowPrecisionCast, chosen: bool = False) -> str:
     node = cast.call.node
     if cast.call.method == "from_pretrained" or (cast.call.dotted or "").endswith("from_pretrained"):
+        if chosen:
+            dtype = cast.call.arg(None, "torch_dtype") or cast.call.arg(None, "dtype")
+            return f"`from_pretrained(..., torch_dtype={ctx.code_for(dtype) if dtype is not None else '...'})`"
         return "`from_pretrained(..., torch_dtype=float16)`"
     text = ctx.code_for(node)
     if len(text) > 40 or "\n" in text:
@@ -496,11 +646,46 @@ def _references_parameters(ctx: ModuleContext, params: cst.BaseExpression, subje
         return False
     if parameters:
         return True
+    if isinstance(params, cst.Call) and _helper_returns_parameters(ctx, params, subjects, ctor):
+        return True
     if isinstance(params, cst.Name):
         a = assignment_before(ctx, params.value, ctor.scope, ctor.statement, ctor.order)
         if a is not None and not a.unpacked:
             parameters, fp32 = _refs(ctx, a.value, subjects)
             return parameters and not fp32
+    return False
+
+
+def _helper_returns_parameters(ctx: ModuleContext, params: cst.Call, subjects: Set[str], ctor: CallInfo) -> bool:
+    """`Adam(get_trainable_params(model))`: a function of this file, passed a subject, returns
+    its parameter's own parameters (`[p for p in model.parameters() if p.requires_grad]`),
+    not fp32 copies of them."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
+    info = ctx.call_info(params)
+    callee = ctx.callee(info) if info is not None else None
+    if callee is None or not isinstance(callee.node, cst.FunctionDef):
+        return False
+    names = list(callee.params)
+    if callee.cls is not None and names and info is not None and info.receiver_dotted == "self":
+        names = names[1:]  # `self.trainable(model)`: the first parameter is the instance
+    passed = set()
+    for i, arg in enumerate(a for a in params.args if not a.star):
+        if not _matches(dotted_name(arg.value), subjects):
+            continue
+        if arg.keyword is not None:
+            passed.add(arg.keyword.value)
+        elif i < len(names):
+            passed.add(names[i])
+    if not passed:
+        return False
+    returns = [n for n in descendants(callee.node.body) if isinstance(n, cst.Return) and n.value is not None]
+    for ret in returns:
+        parameters, fp32 = _refs(ctx, ret.value, passed)
+        if parameters and not fp32:
+            return True
     return False
 
 

@@ -69,6 +69,10 @@ class Fp16Checkpoint(Rule):
     with `from_pretrained(torch_dtype=torch.float16)` are not flagged: their
     weights are typically fp16 at the source already.
 
+    The save may sit in a function of a script that reads the script's own
+    module-level model (`def save_model(path): torch.save({"weights":
+    model.state_dict(), ...}, path)`) when the script calls it after the cast.
+
     Also flags a checkpoint dict that holds an optimizer's `state_dict()` (a
     checkpoint to resume from) and stores the model as a module cast to fp16
     right there (`"model": deepcopy(model).half()`): resuming loads the
@@ -255,6 +259,27 @@ def train(model, optimizer, epochs, last, best):
 """,
             line=8,
             why="a resume checkpoint holding an fp16 copy of the module (the second save is a related site)",
+        ),
+        Invalid(
+            """
+import torch
+
+dalle = DALLE(vae=vae)
+if args.fp16:
+    dalle = dalle.half()
+opt = torch.optim.Adam(dalle.parameters(), lr=3e-4)
+
+
+def save_model(path, epoch):
+    torch.save({"epoch": epoch, "weights": dalle.state_dict(), "opt_state": opt.state_dict()}, path)
+
+
+for epoch in range(epochs):
+    train_epoch(dalle, opt)
+    save_model("dalle.pt", epoch)
+""",
+            line=10,
+            why="a script's save function reads the global model, cast at module level before the script calls it",
         ),
     ]
 
@@ -452,7 +477,22 @@ def _fp16_cast(ctx: ModuleContext, casts, save: CallInfo, receiver: Optional[str
         same_scope = cast.call.scope is save.scope and cast.call.order < save.order
         if (same_scope or (cast.call.scope.is_module and save.scope.is_module)) and not _cast_back(ctx, receiver, cast, save):
             return cast
+        if cast.call.scope.is_module and _saves_global_after(ctx, save, receiver, cast) and not _cast_back(ctx, receiver, cast, save):
+            return cast
     return False
+
+
+def _saves_global_after(ctx: ModuleContext, save: CallInfo, receiver: str, cast: LowPrecisionCast) -> bool:
+    """`save` sits in a module-level function that reads the script's global `receiver` (neither
+    a parameter nor assigned there) and that the script calls after the module-level cast
+    (`def save_model(path): torch.save({"weights": model.state_dict(), ...})`, run per epoch)."""
+    scope = save.scope
+    if scope.is_module or scope.cls is not None or scope.parent is None or not scope.parent.is_module:
+        return False
+    root = receiver.split(".", 1)[0]
+    if root in scope.params or any(a.scope is scope for a in ctx.assignments_to(root)):
+        return False
+    return any(c.scope.is_module and c.order > cast.call.order for c in ctx.callers(scope))
 
 
 def _cast_back(ctx: ModuleContext, receiver: str, cast: LowPrecisionCast, save: CallInfo) -> bool:

@@ -80,6 +80,18 @@ class ScalerStateNotCheckpointed(Rule):
     at the new `GradScaler()`, with the restore as a related location; silent
     when the fresh scaler is built in another branch or before the restore.
 
+    The save may go through a function named for saving that is given the
+    dict (`utils.save_on_master(state, path)`, `save_checkpoint(state, path)`,
+    `xm.save(...)`); not a method of an object that may hold the scaler
+    (`trainer.save_checkpoint(...)`).
+
+    A checkpointer counts as a resume checkpoint too: an fvcore / detectron2
+    `Checkpointer(model, save_dir, optimizer=optimizer)` (or a class named
+    `...Checkpointer`) saves and resumes the `state_dict()` of what it is
+    registered with; when that is optimizers and schedulers only, it is
+    reported at its constructor (silent when it is also given another object,
+    such as detectron2's `trainer=`, whose state may hold the scaler).
+
     Silent when any `<scaler>.state_dict()` is called anywhere in the file
     (under any key: `"scaler"`, `"amp"`, `"grad_scaler"`, or added to the dict
     later), for weights-only exports (no optimizer state in the checkpoint),
@@ -99,6 +111,16 @@ class ScalerStateNotCheckpointed(Rule):
     finding: when the same scaler's state is also missing from the saves
     (through a helper or the loop's own `torch.save`), the resume call is a
     related location of that finding ("restored without it").
+
+    And a resume checkpoint saved by a loop that owns no GradScaler while a
+    function it calls builds one of its own (`scaler =
+    GradScaler(enabled=args.amp)` in `train_one_epoch`, neither returned nor
+    kept in an attribute): no save the loop makes can hold that scaler's
+    state (the scaler is also rebuilt per call: AMP107). The save may go
+    through a helper named for saving (`utils.save_on_master(weights, path)`)
+    when the dict it is given holds an optimizer's state. Reported at the
+    loop's first such save, with the scaler's constructor, the other saves
+    and the loop's resume as related sites.
 
 
     ## References
@@ -224,6 +246,24 @@ def setup(args, model, optimizer):
 """,
             "the fresh scaler is built only where nothing was restored (another branch)",
         ),
+        Valid(
+            """
+import torch
+from detectron2.checkpoint import DetectionCheckpointer
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.grad_scaler = torch.cuda.amp.GradScaler()
+        self.checkpointer = DetectionCheckpointer(model, "out", optimizer=optimizer, trainer=self)
+
+    def step(self, loss):
+        self.grad_scaler.scale(loss).backward()
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+""",
+            "the checkpointer is also given an object (the trainer) whose state may hold the scaler",
+        ),
     ]
 
     INVALID = [
@@ -328,6 +368,41 @@ class Trainer:
             line=10,
             why="the restored scaler is replaced by a fresh one right after the restore",
         ),
+        Invalid(
+            """
+from fvcore.common.checkpoint import Checkpointer, PeriodicCheckpointer
+
+
+def do_train(cfg, model, optimizer, loader, resume):
+    fp16_scaler = model.fp16_scaler
+    checkpointer = Checkpointer(model, cfg.output_dir, optimizer=optimizer, save_to_disk=True)
+    start = checkpointer.resume_or_load(cfg.weights, resume=resume).get("iteration", -1) + 1
+    periodic = PeriodicCheckpointer(checkpointer, period=1000)
+    for iteration, batch in enumerate(loader, start):
+        loss = model(batch)
+        fp16_scaler.scale(loss).backward()
+        fp16_scaler.step(optimizer)
+        fp16_scaler.update()
+        periodic.step(iteration)
+""",
+            line=6,
+            why="an fvcore checkpointer registered with the optimizer alone: its checkpoints never hold the scaler",
+        ),
+        Invalid(
+            """
+import torch
+import util.misc as utils
+
+
+def main(args, model, optimizer, loader):
+    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
+    for epoch in range(args.epochs):
+        train_one_epoch(model, loader, optimizer, scaler)
+        utils.save_on_master({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "ckpt.pth")
+""",
+            line=9,
+            why="saved through a helper named for saving, given the resume dict the loop built",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -338,10 +413,12 @@ class Trainer:
         scaler = live[0]
         saves: List[Tuple[CallInfo, str]] = []
         if not _scaler_call(ctx, "state_dict"):
-            for call in ctx.calls_to("torch.save"):
+            for call in [*ctx.calls_to("torch.save"), *_save_helper_calls(ctx)]:
                 optimizer = _resume_checkpoint(ctx, call)
                 if optimizer is not None:
                     saves.append((call, optimizer))
+            saves.sort(key=lambda found: found[0].order)
+            saves.extend(_checkpointers(ctx))
         resume = None
         if not _scaler_call(ctx, "load_state_dict"):
             loads = ctx.calls_to("torch.load")
@@ -393,6 +470,38 @@ class Trainer:
             yield project.diagnostic(self, call, message, data=data, related=(cause,),
                                      help=f"Restore it with `{scaler}.load_state_dict(...)` after the call, or pass `{scaler}` in")
         yield from saves.values()
+        yield from self._scaler_out_of_reach(project)
+
+    def _scaler_out_of_reach(self, project: Project) -> Iterator[Diagnostic]:
+        """A resume checkpoint saved by a loop that owns no GradScaler while a function it calls
+        builds one of its own (`scaler = GradScaler(enabled=args.amp)` inside `train_one_epoch`,
+        never returned): no save the loop makes can hold that scaler's state. One finding per
+        saving function, at its first such save, the others and its resume as related sites."""
+        for key, scaler, built in _private_scalers(project):
+            for caller in project.callers(key):
+                if caller.path == key[0] and caller.func == key[1]:
+                    continue
+                info = project.function((caller.path, caller.func))
+                if info is None or _scale_owners(project, caller):
+                    continue  # the loop scales a loss itself: the checks above judge its saves
+                saves = [r for r in info["calls"] if _saves_resume_dict(info, r)]
+                if not saves or any(_mentions_scaler(a) for r in saves for a in (*r["a"], *r["k"].values())):
+                    continue
+                helper = key[1].rsplit(".", 1)[-1]
+                first = ProjectCall(caller.path, caller.func, saves[0])
+                message = f"This resume checkpoint cannot hold the GradScaler that `{helper}` builds for itself"
+                related = [project.related(key[0], built, f"`{scaler}` built here, inside `{helper}`")]
+                related += [project.site(ProjectCall(caller.path, caller.func, r), "also saved") for r in saves[1:]]
+                resume = next((r for r in info["calls"] if r["f"].endswith(".load_state_dict")
+                               and project._optimizer_name((caller.path, caller.func), r["f"][: -len(".load_state_dict")])), None)
+                if resume is not None:
+                    related.append(project.site(ProjectCall(caller.path, caller.func, resume), "restored without it"))
+                data = {"scaler": scaler, "side": "save", "helper": helper, "bug": scaler, "as_related": "also saved"}
+                yield project.diagnostic(
+                    self, first, message, data=data, related=tuple(related),
+                    help=f"Build the GradScaler here, pass it to `{helper}`, and save `scaler.state_dict()` with the checkpoint",
+                )
+                return  # one caller's saves judged: the same scaler, one finding
 
     def _save(self, project: Project, call: ProjectCall) -> Iterator[Diagnostic]:
         if not _scale_owners(project, call):
@@ -456,6 +565,9 @@ class Trainer:
     def _saved(self, ctx: ModuleContext, call: CallInfo, scaler: str, optimizer: str, related: List[Related]) -> Diagnostic:
         message = f"This checkpoint saves `{optimizer}` but not `{scaler}.state_dict()`"
         help = f"Save `{scaler}.state_dict()` and restore it with `{scaler}.load_state_dict(...)`"
+        if _is_checkpointer(call):
+            message = f"This checkpointer saves and resumes `{optimizer}` but not `{scaler}`"
+            help = f"Register the scaler with it: `{(call.dotted or 'Checkpointer').rsplit('.', 1)[-1]}(..., {_kwarg(scaler)}={scaler})`"
         data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(call.node), "side": "save", "bug": scaler}
         return ctx.diagnostic(self, call.node, message, data=data, related=related, help=help)
 
@@ -464,6 +576,53 @@ class Trainer:
         help = f"Call `{scaler}.load_state_dict(...)` with the saved scaler state"
         data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load", "bug": scaler}
         return ctx.diagnostic(self, call.node, message, data=data, help=help)
+
+
+def _private_scalers(project: Project) -> Iterator[Tuple[Tuple[str, str], str, int]]:
+    """(function, local name, row) of each GradScaler a function of the loaded files builds in a
+    local, scales a loss with, and keeps to itself (it neither returns it nor binds it to an
+    attribute), with `enabled=` absent or not a visible literal False."""
+    for path, qual, info in list(project.functions()):
+        if qual == "<module>":
+            continue
+        for name, refs in info["locals"].items():
+            ref = refs[-1] if refs else None
+            if not ref or not ref.get("c", "").endswith("GradScaler") or len(refs) != 1:
+                continue
+            ctor = next((r for r in info["calls"] if r["f"] == ref["c"] and r["a"] == ref["a"] and r["k"] == ref["k"]), None)
+            if ctor is None or project.grad_scaler(ProjectCall(path, qual, ctor)) is None:
+                continue
+            if "enabled" in ref["k"] and not (ref["k"]["enabled"] or {}).get("n"):
+                continue  # `enabled=False` or an expression the summary does not keep: not known to be on
+            if not any(r["f"] == f"{name}.scale" for r in info["calls"]):
+                continue
+            if any(r and r.get("n") == name for r in info["returns"]) or _bound_to_attribute(project, path, qual, name):
+                continue
+            yield (path, qual), name, ctor["r"]
+
+
+def _bound_to_attribute(project: Project, path: str, qual: str, name: str) -> bool:
+    """`self.scaler = scaler` (or any class attribute bound to the name) in the function."""
+    for cls in project.summaries[path]["classes"].values():
+        for where, ref in (r for refs in cls["attrs"].values() for r in refs):
+            if where == qual and ref and ref.get("n") == name:
+                return True
+    return False
+
+
+def _saves_resume_dict(info: Dict, record: Dict) -> bool:
+    """A call named for saving (`torch.save`, `utils.save_on_master`, `save_checkpoint`) whose
+    first argument is a dict -- spelled there or bound to a local -- holding an optimizer's
+    `state_dict()` and at least one more entry: a checkpoint to resume from."""
+    last = record["f"].rsplit(".", 1)[-1].lower()
+    if "save" not in last or not record["a"]:
+        return False
+    saved = record["a"][0]
+    if saved and "n" in saved:
+        saved = next((r for r in reversed(info["locals"].get(saved["n"], ())) if r and "d" in r), None)
+    if not saved or "d" not in saved or len(saved["d"]) < 2:
+        return False
+    return any(v and "c" in v and v["c"].endswith(".state_dict") and "optim" in v["c"].lower() for v in saved["d"].values())
 
 
 def _mentions_scaler(ref) -> bool:
@@ -549,6 +708,70 @@ def _live_scalers(ctx: ModuleContext) -> List[str]:
         for key, info in ctx.scalers.items()
         if info.enabled is not False and (info.constructors or key in used)
     ]
+
+
+def _save_helper_calls(ctx: ModuleContext) -> List[CallInfo]:
+    """Calls of a helper named for saving that is a function, not a method of an object that may
+    hold the scaler: `utils.save_on_master(state, path)` (a module's), `save_checkpoint(state)`
+    (imported, or defined in this file), `xm.save(...)`; not torch's own `torch.save` (asked
+    for apart), nor `trainer.save_checkpoint(...)` / `accelerator.save_state(...)`. What they
+    are given is judged as `torch.save`'s argument is."""
+    from amplint.model import dotted_name
+
+    out = []
+    for call in ctx.calls:
+        last = (call.dotted or "").rsplit(".", 1)[-1].lower()
+        if "save" not in last or "save_state" in last or call.calls_any(("torch.save",)) or not call.node.args:
+            continue
+        root = (call.dotted or "").split(".", 1)[0]
+        if call.method is not None and not ctx.imports.is_imported(root):
+            continue
+        if any(_is_scaler_name(ctx, dotted_name(a.value)) for a in call.node.args[1:]):
+            continue  # `save_checkpoint(state, path, scaler=scaler)`: the helper may save it
+        out.append(call)
+    return out
+
+
+def _is_checkpointer(call: CallInfo) -> bool:
+    """A checkpointer constructor (fvcore / detectron2 `Checkpointer`, `DetectionCheckpointer`, a
+    project's subclass named so): it saves and resumes the `state_dict()` of what it is given."""
+    return (call.dotted or "").rsplit(".", 1)[-1].endswith("Checkpointer")
+
+
+def _kwarg(scaler: str) -> str:
+    """A keyword for registering `scaler` (`self.fp16_scaler` -> `fp16_scaler`)."""
+    return scaler.rsplit(".", 1)[-1]
+
+
+def _checkpointers(ctx: ModuleContext) -> List[Tuple[CallInfo, str]]:
+    """`Checkpointer(model, save_dir, optimizer=optimizer, ...)`: (the call, the optimizer) when every
+    object registered as a checkpointable (keyword arguments other than the checkpointer's own
+    settings) is an optimizer or a scheduler: nothing it saves can hold the scaler (a `trainer=`
+    object, as detectron2 registers, may)."""
+    from amplint.model import dotted_name
+
+    out = []
+    for call in ctx.calls:
+        if not _is_checkpointer(call) or any(a.star for a in call.node.args):
+            continue
+        optimizer = None
+        holds_other = False
+        for arg in call.node.args:
+            if arg.keyword is None or arg.keyword.value in _CHECKPOINTER_SETTINGS:
+                continue
+            name = dotted_name(arg.value)
+            last = (name or "").rsplit(".", 1)[-1].lower()
+            if name is not None and ctx.is_optimizer(name):
+                optimizer = optimizer or name
+            elif not any(w in last for w in ("sched", "lr")):
+                holds_other = True
+        if optimizer is not None and not holds_other:
+            out.append((call, optimizer))
+    return out
+
+
+#: keyword arguments of fvcore's Checkpointer that are settings, not checkpointables
+_CHECKPOINTER_SETTINGS = frozenset(("save_dir", "save_to_disk"))
 
 
 def _from_checkpoint(call: CallInfo, loads: List[CallInfo]) -> bool:

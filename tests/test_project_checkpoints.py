@@ -180,3 +180,74 @@ def test_a_resume_that_restores_or_is_given_the_scaler_stays_silent(tmp_path):
     ckpt = moved / "utils" / "ckpt.py"
     ckpt.write_text(ckpt.read_text().replace('state = torch.load(path, map_location="cpu")', "state = path"))
     assert run(moved, "AMP402") == [], "no torch.load: a state handed over, not a resume"
+
+
+# ------------------------------------------------------------------ AMP402: a scaler out of the loop's reach
+
+ENGINE = """
+    import torch
+
+    def train_one_epoch(model, loader, optimizer, args):
+        scaler = torch.cuda.amp.GradScaler(enabled={enabled})
+        for x, y in loader:
+            with torch.cuda.amp.autocast(enabled=args.amp):
+                loss = model(x, y)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        {tail}
+"""
+
+MAIN = """
+    import torch
+    import util.misc as utils
+    from engine import train_one_epoch
+
+    def main(args, model, loader):
+        optimizer = torch.optim.AdamW(model.parameters())
+        if args.resume:
+            checkpoint = torch.load(args.resume, map_location="cpu")
+            model.load_state_dict(checkpoint["model"])
+            optimizer.load_state_dict(checkpoint["optimizer"])
+        for epoch in range(args.epochs):
+            {call}
+            weights = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
+            utils.save_on_master(weights, "checkpoint.pth")
+"""
+
+MISC = """
+    import torch
+
+    def save_on_master(*args, **kwargs):
+        torch.save(*args, **kwargs)
+"""
+
+
+def epoch_project(root: Path, enabled: str = "args.amp", tail: str = "pass", call: str = "train_one_epoch(model, loader, optimizer, args)") -> Path:
+    return write(root, {
+        "engine.py": ENGINE.replace("{enabled}", enabled).replace("{tail}", tail),
+        "main.py": MAIN.replace("{call}", call),
+        "util/__init__.py": "",
+        "util/misc.py": MISC,
+    })
+
+
+def test_a_scaler_built_inside_the_epoch_function_cannot_be_checkpointed_by_the_loop(tmp_path):
+    """issue 22 shape 9: `train_one_epoch` builds its own GradScaler (AMP107 finds it) and the
+    outer loop's resume checkpoint, saved in another file, cannot hold its state."""
+    root = epoch_project(tmp_path)
+    found = run(root, "AMP402")
+    assert [where(d) for d in found] == ["main.py:15"]
+    assert "`train_one_epoch` builds for itself" in found[0].message
+    assert [(Path(r.filename or "main.py").name, r.location.row, r.message) for r in found[0].related] == [
+        ("engine.py", 5, "`scaler` built here, inside `train_one_epoch`"), ("main.py", 11, "restored without it"),
+    ]
+    assert [where(d) for d in run(root, "AMP402", [str(root / "main.py")])] == ["main.py:15"]
+    assert [d.code for d in run(root, "AMP107")] == ["AMP107"], "the rebuilt scaler is AMP107's finding"
+
+
+def test_a_scaler_the_epoch_function_returns_or_disables_is_not_this_finding(tmp_path):
+    assert run(epoch_project(tmp_path / "off", enabled="False"), "AMP402") == []
+    assert run(epoch_project(tmp_path / "ret", tail="return scaler"), "AMP402") == []
+    assert run(epoch_project(tmp_path / "none", call="pass"), "AMP402") == []

@@ -69,3 +69,58 @@ def test_cpu_run_time_devices_and_a_float_after_stay_silent(tmp_path):
     assert run(tmp_path / "var", body('model, preprocess = clip.load("ViT-B/32", device=device)')) == []
     assert run(tmp_path / "flt", body('model, preprocess = clip.load("ViT-B/32", device="cuda")', "model.float()")) == []
     assert run(tmp_path / "amp", body('model = open_clip.create_model("ViT-B-32", precision="amp", device="cuda")')) == []
+
+
+# ------------------------------------------------------------------ from_pretrained behind a flag (issue 22 shape 10)
+
+BUILDER = """
+import torch
+from transformers import AutoModelForCausalLM
+
+def build(args):
+    {dtype}
+    model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype)
+    {after}
+    return model.cuda()
+"""
+
+FIT = """
+import torch
+from modeling import build
+
+def fit(args, loader):
+    model = build(args)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+    for batch in loader:
+        model(**batch).loss.backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "last.pt")
+"""
+
+
+def pretrained_project(root: Path, dtype: str, after: str = "pass") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "p"\n')
+    (root / "modeling.py").write_text(textwrap.dedent(BUILDER.replace("{dtype}", dtype).replace("{after}", after)))
+    (root / "train.py").write_text(textwrap.dedent(FIT))
+    return root
+
+
+def codes(root: Path):
+    found = lint_paths([str(root)], Config(select=frozenset({"AMP201", "AMP302", "AMP401"}))).diagnostics
+    return sorted(f"{Path(d.filename).name}:{d.location.row} {d.code}" for d in found)
+
+
+def test_a_model_loaded_fp16_behind_a_flag_and_trained_in_another_file(tmp_path):
+    root = pretrained_project(tmp_path / "flag", "dtype = torch.float16 if args.fp16 else torch.float32")
+    assert codes(root) == ["train.py:7 AMP201"], "AMP401 stays silent: a from_pretrained fp16 checkpoint is fp16 at the source"
+    found = lint_paths([str(root / "train.py")], Config(select=frozenset({"AMP201"}))).diagnostics
+    assert "modeling.py:7" in found[0].message and "AutoModelForCausalLM.from_pretrained(...)" in found[0].message
+    assert codes(pretrained_project(tmp_path / "lit", "dtype = torch.float16")) == ["train.py:7 AMP201"]
+
+
+def test_a_bf16_load_a_float_after_or_a_frozen_base_stay_silent(tmp_path):
+    assert codes(pretrained_project(tmp_path / "bf", "dtype = torch.bfloat16 if args.bf16 else torch.float32")) == []
+    assert codes(pretrained_project(tmp_path / "cfg", "dtype = args.dtype")) == []
+    assert codes(pretrained_project(tmp_path / "fl", "dtype = torch.float16", "model.float()")) == []
+    assert codes(pretrained_project(tmp_path / "fr", "dtype = torch.float16", "model.requires_grad_(False)")) == []

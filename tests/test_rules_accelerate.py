@@ -282,3 +282,76 @@ def test_the_servers_incremental_relint_follows_the_accelerator_across_definitio
     assert (got.raw if got is not None else expected) == expected
     if "unscale_gradients" in new:  # an edit inside `train` only: the fast path, and the finding goes
         assert got is not None and [d.location.row for d in got.raw] == [12]
+
+
+# ------------------------------------------------------------------ AMP102: what accelerate's prepare leaves unwrapped (issue 22 shape 6)
+
+CONTAINER = """
+    import torch
+    from functools import reduce
+
+
+    class MultiOptimizer:
+        def __init__(self, optimizers={}, schedulers={}):
+            self.optimizers = optimizers
+            self.schedulers = schedulers
+            self.keys = list(optimizers.keys())
+
+        def step(self, key=None, scaler=None):
+            keys = [key] if key is not None else self.keys
+            for k in keys:
+                self.optimizers[k].step()
+
+
+    def build_optimizer(parameters_dict, lr):
+        optim = {key: torch.optim.AdamW(params, lr=lr) for key, params in parameters_dict.items()}
+        return MultiOptimizer(optim, {})
+"""
+
+FINETUNE = """
+    import torch
+    from accelerate import Accelerator
+    from optimizers import build_optimizer
+
+    accelerator = Accelerator({precision})
+
+
+    def main(model, loader):
+        optimizer = build_optimizer({{key: model[key].parameters() for key in model}}, lr=1e-4)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for batch in loader:
+            optimizer.zero_grad()
+            d_loss = model.disc(batch).mean()
+            accelerator.backward(d_loss)
+            optimizer.step("msd")
+"""
+
+
+def container_project(root: Path, precision: str = 'mixed_precision="fp16"', container: str = CONTAINER) -> Path:
+    from .project_files import write_project
+
+    return write_project(root, {"optimizers.py": container, "train.py": FINETUNE.format(precision=precision)})
+
+
+def amp102(root: Path, paths=None):
+    from amplint import lint_paths
+
+    found = lint_paths(paths or [str(root)], Config(select=frozenset({"AMP102"}))).diagnostics
+    return [f"{Path(d.filename).name}:{d.location.row}" for d in found], found
+
+
+def test_a_container_of_optimizers_from_another_file_is_stepped_on_scaled_gradients(tmp_path):
+    root = container_project(tmp_path)
+    where, found = amp102(root)
+    assert where == ["train.py:16"]
+    assert "leaves a `MultiOptimizer` unwrapped" in found[0].message
+    assert [(Path(r.filename).name, r.location.row) for r in found[0].related] == [("optimizers.py", 6)]
+    assert amp102(root, [str(root / "train.py")])[0] == ["train.py:16"]
+
+
+def test_no_finding_without_a_literal_fp16_or_for_a_torch_optimizer_subclass(tmp_path):
+    assert amp102(container_project(tmp_path / "run", precision=""))[0] == [], "precision from the launch config"
+    assert amp102(container_project(tmp_path / "bf", precision='mixed_precision="bf16"'))[0] == []
+    assert amp102(container_project(tmp_path / "ds", precision='mixed_precision="fp16", deepspeed_plugin=plugin'))[0] == []
+    subclass = CONTAINER.replace("class MultiOptimizer:", "class MultiOptimizer(torch.optim.Optimizer):")
+    assert amp102(container_project(tmp_path / "sub", container=subclass))[0] == [], "a torch Optimizer is wrapped"

@@ -566,11 +566,14 @@ def torch_save_called(source: str) -> bool:
 def scaler_checkpoint_io(source: str) -> bool:
     """AMP402's gate: a GradScaler may be built or used, and `torch.save` or `torch.load` may be
     called, or the file names a restore (`load_state_dict`, a `restore_model(...)` helper) after
-    which the scaler may be replaced by a fresh one."""
+    which the scaler may be replaced by a fresh one, or builds a `...Checkpointer(` that saves
+    what it is given."""
     data = source.encode("utf-8", "surrogatepass")
     if not _scaler_may_exist(data):
         return False
     if b"GradScaler" in data and (b"load" in data or b"restore" in data or b"resume" in data):
+        return True
+    if b"Checkpointer(" in data:  # fvcore / detectron2 `Checkpointer(model, dir, optimizer=...)`
         return True
     return _torch_function_called(data, b"save") or _torch_function_called(data, b"load")
 

@@ -78,6 +78,9 @@ _EXPORTS = {
     "imported_names": ".references",
     # dtypes
     "fp32_cast": ".dtypes",
+    # literal_dtypes
+    "dtype_choices": ".literal_dtypes",
+    "region_dtype_choices": ".literal_dtypes",
     "strip_views": ".dtypes",
     # event_index
     "events_after": ".event_index",

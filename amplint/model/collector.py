@@ -81,7 +81,7 @@ class _Collector(cst.CSTVisitor):
         self.ctx = ctx
         module_scope = Scope(node=ctx.module, name="<module>", cls=None, parent=None)
         ctx.scopes.append(module_scope)
-        self.scope = module_scope
+        self.scope = self.module_scope = module_scope
         self.classes: List[cst.ClassDef] = []
         self.path: List[Frame] = []
         self.region: Optional[AutocastRegion] = None
@@ -262,6 +262,11 @@ class _Collector(cst.CSTVisitor):
 
     def _region_for(self, expr: cst.BaseExpression, node: cst.CSTNode) -> Optional[AutocastRegion]:
         conditional = False
+        if isinstance(expr, cst.Name):
+            aliased = self._alias(expr.value)
+            if aliased is None:
+                return None
+            expr = aliased
         if isinstance(expr, cst.IfExp):
             # `autocast(...) if use_amp else nullcontext()`
             for side in (expr.body, expr.orelse):
@@ -270,17 +275,21 @@ class _Collector(cst.CSTVisitor):
                     break
             else:
                 return None
-        if isinstance(expr, cst.Name):
-            aliased = self._autocast_aliases.get((id(self.scope), expr.value))
-            if aliased is None:
-                return None
-            expr = aliased
         if not isinstance(expr, cst.Call):
             return None
         region = _parse_autocast(self.ctx, expr, node, self.region)
         if region is not None and conditional:
             region.enabled = None if region.enabled is not False else False
         return region
+
+    def _alias(self, name: str) -> Optional[cst.BaseExpression]:
+        """The autocast (or `autocast(...) if c else nullcontext()`) bound to `name` in this
+        scope, else at module level (`ctx = ...` at the top of a script, `with ctx:` in its
+        functions)."""
+        aliased = self._autocast_aliases.get((id(self.scope), name))
+        if aliased is None and self.scope is not self.module_scope:
+            aliased = self._autocast_aliases.get((id(self.module_scope), name))
+        return aliased
 
     def _is_autocast_call(self, call: cst.Call) -> bool:
         return _parse_autocast(self.ctx, call, call, None) is not None
@@ -347,6 +356,10 @@ class _Collector(cst.CSTVisitor):
             )
         )
         if not unpacked and isinstance(value, cst.Call) and _parse_autocast(self.ctx, value, value, None):
+            self._autocast_aliases[(id(self.scope), name)] = value
+        elif not unpacked and isinstance(value, cst.IfExp) and any(
+            isinstance(side, cst.Call) and self._is_autocast_call(side) for side in (value.body, value.orelse)
+        ):  # `ctx = autocast(...) if device_type == "cuda" else nullcontext()`
             self._autocast_aliases[(id(self.scope), name)] = value
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:

@@ -405,7 +405,7 @@ class Project:
                 types = self._partial(path, func, ref)
             elif "c" in ref:
                 callees = self.name_types(path, func, ref["c"])
-                types = self._loaded(path, callees, ref)
+                types = self._loaded(path, callees, ref) or self._pretrained(path, func, callees, ref)
                 if not types and "e0" not in ref:
                     types = frozenset(t for callee in callees for t in self.returns(callee))
             else:  # a number
@@ -429,6 +429,29 @@ class Project:
                     self._loader_sites[site] = shown
                     return frozenset({("R", t[1], "fp16", site)})
         return _EMPTY
+
+    def _pretrained(self, path: str, func: str, callees: TypeSet, ref: Dict[str, Any]) -> TypeSet:
+        """`AutoModel.from_pretrained(name, torch_dtype=d)` of an external class when `d` may be
+        float16: a literal (`torch.float16`, `"float16"`), or a name bound to float16 among other
+        dtypes (`d = torch.float16 if args.fp16 else torch.float32`: the flag's fp16 path)."""
+        if not ref["c"].endswith("." + loaders.PRETRAINED) or "e0" in ref:
+            return _EMPTY
+        external = next((t for t in callees if t[0] == "X"), None)
+        dtype = ref["k"].get("torch_dtype") or ref["k"].get("dtype")
+        if external is None or not dtype:
+            return _EMPTY
+        if "s" in dtype:
+            fp16 = torchapi.DTYPE_STRINGS.get(str(dtype["s"]).replace("torch.", "")) == "fp16"
+        elif "n" in dtype:
+            fp16 = any(t[0] == "X" and torchapi.dtype_of_qualname(t[1]) == "fp16" for t in self.name_types(path, func, dtype["n"]))
+        else:
+            fp16 = False
+        if not fp16:
+            return _EMPTY
+        site = (path, ref.get("r", 0))
+        owner = external[1].rsplit(".", 2)
+        self._loader_sites[site] = f"{owner[-2]}.{loaders.PRETRAINED_SHOWN}" if len(owner) >= 2 else loaders.PRETRAINED_SHOWN
+        return frozenset({("R", external[1], "fp16", site)})
 
     def loaded_at(self, site: Tuple[str, int]) -> Optional[str]:
         """The loader call (`clip.load(...)`) that made a module fp16 at `site`, if one did."""
@@ -767,12 +790,14 @@ class Project:
         info = self.function((call.path, call.func))
         return info is not None and any(_MASTER_WRAPPER.search(r["f"]) for r in info["calls"] if r["f"])
 
-    def fp16_modules(self, types: Iterable[Type]) -> List[Tuple[str, Tuple[str, int]]]:
+    def fp16_modules(self, types: Iterable[Type], pretrained: bool = False) -> List[Tuple[str, Tuple[str, int]]]:
         """(class name, cast site) of the modules among `types` whose parameters were cast to
-        fp16 (project classes and external ones, `nn.Linear`, `resnet50`), in a stable order."""
+        fp16 (project classes and external ones, `nn.Linear`, `resnet50`), in a stable order;
+        with `pretrained`, also those `from_pretrained(torch_dtype=...)` may load fp16."""
         found = {
             (t[2] if t[0] == "I" else self._loader_sites.get(t[-1]) or t[1].rsplit(".", 1)[-1], t[-1])
             for t in types if t[0] in ("I", "R") and t[-2] == "fp16"
+            and (pretrained or not (self._loader_sites.get(t[-1]) or "").endswith(loaders.PRETRAINED_SHOWN))
         }
         return sorted(found)
 

@@ -31,8 +31,16 @@ LOADERS: Dict[str, Tuple[str, Tuple[Optional[int], str], str, str]] = {
     "open_clip.create_model_from_pretrained": ("open_clip.create_model_from_pretrained(...)", (None, "precision"), "fp16", "tuple"),
 }
 
+#: Hugging Face `X.from_pretrained(..., torch_dtype=...)`: fp16 weights when the dtype may be
+#: float16 (a literal, or a name the code binds to float16 among other dtypes: a flag's choice).
+#: Only AMP201 asks for these (`Project.fp16_modules(pretrained=True)`): a checkpoint of such a
+#: model is usually fp16 at the source already (AMP401 stays silent on it)
+PRETRAINED = "from_pretrained"
+#: how the model such a load returns is named in messages
+PRETRAINED_SHOWN = "from_pretrained(...)"
+
 #: the last names of the loaders: call references spelled so keep their row (the cast site)
-LAST_NAMES = frozenset(q.rsplit(".", 1)[-1] for q in LOADERS)
+LAST_NAMES = frozenset(q.rsplit(".", 1)[-1] for q in LOADERS) | {PRETRAINED}
 
 
 def fp16_weights(qualname: str, ref: Dict[str, Any], first: bool) -> Optional[str]:

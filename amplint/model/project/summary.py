@@ -27,7 +27,7 @@ from . import disabled, loaders, masks
 from .astutil import dotted, imports as _imports, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 3
+VERSION = 4
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -35,6 +35,8 @@ _LIGHTNING_TRAINERS = frozenset(
     ("lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer", "lightning.pytorch.trainer.Trainer", "pytorch_lightning.trainer.Trainer")
 )
 _ACCELERATORS = frozenset(("accelerate.Accelerator", "accelerate.accelerator.Accelerator"))
+#: Accelerator keywords whose plugins take loss scaling away from accelerate's own GradScaler
+_ACCELERATE_PLUGINS = ("deepspeed_plugin", "fsdp_plugin", "megatron_lm_plugin")
 _HF_ARGS = frozenset(
     ("transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments", "transformers.training_args.TrainingArguments")
 )
@@ -550,6 +552,10 @@ class _Summarizer:
             if mp in ("fp16", "bf16"):
                 cpu = _constant(keywords.get("cpu")) is True
                 entry = {"kind": "accelerate", "dtype": mp, "device": "cpu" if cpu else None}
+                if any(k.arg is None for k in value.keywords) or any(
+                    k in keywords and not (isinstance(keywords[k], ast.Constant) and keywords[k].value is None) for k in _ACCELERATE_PLUGINS
+                ):
+                    entry["plugin"] = 1  # DeepSpeed / FSDP / Megatron-LM own scaling: no accelerate GradScaler to reason about
         elif q in _HF_ARGS:
             for flag in ("fp16", "bf16"):
                 if _constant(keywords.get(flag)) is True:

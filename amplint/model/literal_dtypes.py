@@ -1,0 +1,146 @@
+"""The dtypes an expression may hold by the literal choices the code spells.
+
+`known_dtype` answers "which dtype does this certainly have"; a dtype picked at
+run time (`dtype=ptdtype`) is None there. Often the code still names every
+dtype it can pick: `{'float32': torch.float32, 'bfloat16': torch.bfloat16,
+'float16': torch.float16}[args.dtype]`, `torch.float16 if args.fp16 else
+torch.float32`, `getattr(torch, 'float16' if half else 'bfloat16')`. Those
+literal candidates are the precision paths the code offers: a rule whose
+hazard needs fp16 may count a candidate fp16 the way it counts a run-time
+`enabled=args.amp` (the fp16 path exists; when it is taken the hazard is
+real), and say so in its message.
+
+Only what the file spells counts: a parameter, an attribute, a config read or a
+call of a function gives no candidate (an empty set), so a choice made
+elsewhere is never guessed.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, FrozenSet, Optional
+
+import libcst as cst
+
+from . import torchapi
+from .bindings import self_bindings
+from .literals import call_arg, literal_string
+from .names import dotted_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import ModuleContext
+    from .types import AutocastRegion, Scope
+
+_NONE: FrozenSet[str] = frozenset()
+_MAX_DEPTH = 6
+
+
+def dtype_choices(
+    ctx: "ModuleContext", node: Optional[cst.BaseExpression], scope: "Scope", before: Optional[int] = None, _depth: int = 0
+) -> FrozenSet[str]:
+    """The dtypes ('fp16' | 'bf16' | 'fp32') `node` may evaluate to, read in `scope` (at
+    order `before`, when given): a dtype literal, either side of `a if c else b` / `a or b`,
+    any value of a dict literal subscripted or `.get()`-ed, `getattr(torch, <choices>)`, a
+    plain name's assignments in `scope` (else at module level) and a `self.x` attribute's
+    assignments in its class (and bases of the file). Empty when the code spells no candidate."""
+    if node is None or _depth > _MAX_DEPTH:
+        return _NONE
+    d = ctx.dtype_of(node)
+    if d is not None:
+        return frozenset((d,)) if d in ("fp16", "bf16", "fp32") else _NONE
+    again = lambda n: dtype_choices(ctx, n, scope, before, _depth + 1)  # noqa: E731
+    if isinstance(node, cst.IfExp):
+        return again(node.body) | again(node.orelse)
+    if isinstance(node, cst.BooleanOperation):
+        return again(node.left) | again(node.right)
+    if isinstance(node, cst.Subscript):
+        return _dict_values(ctx, node.value, scope, before, _depth)
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "get":
+            return _dict_values(ctx, func.value, scope, before, _depth)
+        if isinstance(func, cst.Name) and func.value == "getattr" and len(node.args) >= 2:
+            owner = node.args[0].value
+            if isinstance(owner, cst.Name) and ctx.imports.qualnames(owner) & {"torch"}:
+                return _string_choices(ctx, node.args[1].value, scope, before, _depth)
+        return _NONE
+    if isinstance(node, cst.Name):
+        out: FrozenSet[str] = _NONE
+        for a in _bindings(ctx, node.value, scope, before):
+            out |= dtype_choices(ctx, a.value, a.scope, a.order, _depth + 1)
+        return out
+    if isinstance(node, cst.Attribute):
+        spelled = dotted_name(node)
+        if spelled is not None and spelled.startswith("self.") and spelled.count(".") == 1:
+            out = _NONE
+            for a in self_bindings(ctx, spelled, scope):  # `self.amp_dtype = torch.float16 if ... else ...`
+                if not a.unpacked:
+                    out |= dtype_choices(ctx, a.value, a.scope, a.order, _depth + 1)
+            return out
+    return _NONE
+
+
+def region_dtype_choices(ctx: "ModuleContext", region: "AutocastRegion") -> FrozenSet[str]:
+    """The dtypes an autocast region whose dtype is decided at run time may take by the
+    literal candidates of its `dtype=` argument (empty when it spells none, or the dtype is
+    already known: `region.dtype` says it)."""
+    if region.dtype is not None or region.framework:
+        return _NONE
+    cache = ctx.__dict__.setdefault("_region_dtype_choices", {})
+    key = id(region)
+    if key not in cache:
+        cache[key] = _NONE
+        known = sorted(q for q in ctx.qualnames(region.call.func) if q in torchapi.AUTOCAST_CONTEXTS)
+        info = ctx.call_info(region.call)
+        if known and info is not None:
+            parameters = torchapi.autocast_parameters(known[0])
+            position = parameters.index("dtype") if "dtype" in parameters else None
+            cache[key] = dtype_choices(ctx, call_arg(region.call, position, "dtype"), info.scope, info.order)
+    return cache[key]
+
+
+def _bindings(ctx: "ModuleContext", name: str, scope: "Scope", before: Optional[int]):
+    """The assignments of `name` that the read in `scope` sees: its own ones (before `before`),
+    else the module's; none for a parameter of `scope`."""
+    if name in scope.params:
+        return []
+    found = [a for a in ctx.assignments_to(name) if not a.unpacked]
+    own = [a for a in found if a.scope is scope and (before is None or a.order < before)]
+    if own:
+        return own
+    if scope.is_module:
+        return []
+    return [a for a in found if a.scope.is_module]
+
+
+def _dict_values(ctx: "ModuleContext", node: cst.BaseExpression, scope: "Scope", before: Optional[int], depth: int) -> FrozenSet[str]:
+    """The dtype candidates among the values of a dict literal (spelled here, or bound to a name)."""
+    if isinstance(node, cst.Name):
+        out: FrozenSet[str] = _NONE
+        for a in _bindings(ctx, node.value, scope, before):
+            if isinstance(a.value, cst.Dict):
+                out |= _dict_values(ctx, a.value, a.scope, a.order, depth + 1)
+        return out
+    if not isinstance(node, cst.Dict):
+        return _NONE
+    out = _NONE
+    for element in node.elements:
+        if isinstance(element, cst.DictElement):
+            out |= dtype_choices(ctx, element.value, scope, before, depth + 1)
+    return out
+
+
+def _string_choices(ctx: "ModuleContext", node: cst.BaseExpression, scope: "Scope", before: Optional[int], depth: int) -> FrozenSet[str]:
+    """`getattr(torch, name)`: the dtypes the strings `name` may hold spell."""
+    s = literal_string(node)
+    if s is not None:
+        d = torchapi.DTYPE_STRINGS.get(s)
+        return frozenset((d,)) if d in ("fp16", "bf16", "fp32") else _NONE
+    if depth > _MAX_DEPTH:
+        return _NONE
+    if isinstance(node, cst.IfExp):
+        return _string_choices(ctx, node.body, scope, before, depth + 1) | _string_choices(ctx, node.orelse, scope, before, depth + 1)
+    if isinstance(node, cst.Name):
+        out: FrozenSet[str] = _NONE
+        for a in _bindings(ctx, node.value, scope, before):
+            out |= _string_choices(ctx, a.value, a.scope, a.order, depth + 1)
+        return out
+    return _NONE
