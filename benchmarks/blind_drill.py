@@ -154,6 +154,7 @@ def export(git_dir: Path, commit: str, target: Path) -> Path:
         dest.write_bytes(data)
     cat.stdin.close()
     cat.wait()
+    (target / ".git").mkdir(exist_ok=True)  # a clone's root marker: amplint finds the project where a user's checkout has it
     done.write_text(commit)
     return target
 
