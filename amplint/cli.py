@@ -35,8 +35,31 @@ def fail(message: str) -> "click.exceptions.Exit":
     return click.exceptions.Exit(EXIT_ERROR)
 
 
+#: `amplint NAME ...`: the words the console script hands to another module instead of linting
+#: (`amplint/_start.py` SUBCOMMANDS, which must name the same ones: tests/test_cli.py), one line each
+#: for `--help`
+SUBCOMMANDS = {
+    "run": "Watch a training run: amplint run --report DIR -- python train.py",
+    "replay": "Re-run a recorded overflowing step in fp16 and fp32, name the module",
+    "server": "Language server for editors (LSP over stdio): docs/editors.md",
+}
+#: other linters' subcommands for linting, which amplint does by default (`ruff check x` -> `amplint x`)
+LINT_WORDS = ("check", "lint")
+
+
 class _Command(click.Command):
-    """Usage errors exit 2 with one line (click already uses 2)."""
+    """Usage errors exit 2 with one line (click already uses 2); `--help` lists the subcommands."""
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_usage(ctx, formatter)
+        formatter.write_usage(ctx.command_path, "COMMAND [ARGS]...", prefix="       ")
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, text) for name, text in SUBCOMMANDS.items()])
+            formatter.write_paragraph()
+            formatter.write_text("'amplint COMMAND --help' shows a command's options.")
+        super().format_options(ctx, formatter)
 
     def main(self, *args, **kwargs):  # type: ignore[override]
         try:
@@ -148,6 +171,7 @@ def main(
     out = _Output(output_file, output_format)
     try:
         _refuse_link_loops(targets)
+        _refuse_missing(targets)
         config, origin = _load(targets, config_file, isolated)
         config = with_overrides(
             config,
@@ -370,6 +394,57 @@ def _refuse_link_loops(targets: Sequence[str]) -> None:
                 raise ConfigError(f"{target}: symbolic link loop (too many levels of symbolic links)") from None
         except ValueError:  # a NUL byte: reported per file, as before
             pass
+
+
+def _refuse_missing(targets: Sequence[str]) -> None:
+    """A path on the command line that does not exist is a usage error (exit 2), with a "did
+    you mean": for a first word that looks like a subcommand, the subcommand close to it
+    (`amplint lint x`, `ruff check`'s habit: linting takes no word, so `amplint x`), else a
+    name in the same folder close to it. A broken symbolic link exists (as a link) and is
+    reported as a finding, like any file that cannot be read."""
+    import difflib
+
+    for i, target in enumerate(targets):
+        if target == "-" or _lexists(target):
+            continue
+        if i == 0 and target.isidentifier():  # where a subcommand would be, and spelled like one
+            close = difflib.get_close_matches(target.lower(), [*SUBCOMMANDS, *LINT_WORDS], n=1, cutoff=0.6)
+            if close and close[0] in LINT_WORDS:
+                rest = " ".join(["amplint", *(_quoted(t) for t in targets[1:])])
+                raise click.UsageError(f"`{target}` is neither a command nor a file; amplint lints without a command: did you mean `{rest}`?")
+            if close:
+                raise click.UsageError(f"`{target}` is neither a command nor a file; did you mean `amplint {close[0]}`?")
+        hint = _close_name(target)
+        raise click.UsageError(f"{target}: no such file or directory{f'; did you mean `{hint}`?' if hint else ''}")
+
+
+def _quoted(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _lexists(path: str) -> bool:
+    try:
+        os.lstat(path)
+    except ValueError:  # a NUL byte: reported per file, as before
+        return True
+    except OSError as exc:
+        return exc.errno not in (errno.ENOENT, errno.ENOTDIR)
+    return True
+
+
+def _close_name(target: str) -> Optional[str]:
+    """An existing name in `target`'s folder close to its last part (`trian.py` -> `train.py`)."""
+    import difflib
+
+    folder, name = os.path.split(target.rstrip(os.sep) or target)
+    try:
+        names = sorted(os.listdir(folder or "."))
+    except (OSError, ValueError):
+        return None
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return os.path.join(folder, close[0]) if close else None
 
 
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Tuple[Config, dict]:

@@ -438,12 +438,11 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, args):
     _assert_exit_2_one_line(_cli(*args, cwd=tmp_path))
 
 
-def test_missing_path_on_the_command_line_is_a_finding_not_a_crash(tmp_path):
+def test_missing_path_on_the_command_line_is_a_usage_error_not_a_crash(tmp_path):
     (tmp_path / "a.py").write_text(BAD)
     result = _cli("--no-cache", "a.py", "missing.py", cwd=tmp_path)
-    assert result.exit_code == 1, result.output
-    assert "missing.py:1:1: AMP000 cannot lint: no such file or directory" in result.output
-    assert "a.py:4:1: AMP101" in result.output
+    _assert_exit_2_one_line(result)
+    assert "missing.py: no such file or directory" in result.output
 
 
 # ------------------------------------------------------------------ internal errors: one rule, one file
