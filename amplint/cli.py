@@ -542,7 +542,7 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
         from .fix.fixer import withdraw_failing_fixes
         from .report.source import clean
 
-        for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes, cache):
+        for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes, cache, result.noqa_used):
             click.echo(f"amplint: warning: {clean(line)}", err=True)
     if cache is not None:
         cache.save()  # with the fix checks, kept with their files' entries

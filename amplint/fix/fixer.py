@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, AbstractSet, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
@@ -55,25 +55,31 @@ def unified_diff(old: str, new: str, fromfile: str, tofile: Optional[str] = None
     return "".join(difflib.unified_diff(lines(old), lines(new), fromfile=fromfile, tofile=tofile or fromfile))
 
 
-def _linter(path: str, config: Config, facts: ProjectFacts) -> Callable[[str], List[Diagnostic]]:
+def _linter(path: str, config: Config, facts: ProjectFacts, used: AbstractSet[Tuple[str, str]] = frozenset()) -> Callable[[str], List[Diagnostic]]:
+    """The file's own lint, as the run made it; `used`: the `# noqa` codes that silence the
+    file's cross-file findings (`LintResult.noqa_used`), which AMP900 must not call unused."""
     from ..engine.pipeline import lint_file_source, resolve_conditions, selected_rules
+    from ..engine.unused_noqa import discount
 
     codes, rules = selected_rules(config)
 
     def lint(source: str) -> List[Diagnostic]:
         result = lint_file_source(source, path, config, rules, codes)
-        return resolve_conditions(result.diagnostics, facts, config)
+        found = resolve_conditions(result.diagnostics, facts, config)
+        return discount(found, source, used) if used else found
 
     return lint
 
 
 def fix_text(
-    source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, outcome: Optional["FixOutcome"] = None, nb=None
+    source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, outcome: Optional["FixOutcome"] = None, nb=None,
+    used: AbstractSet[Tuple[str, str]] = frozenset(),
 ) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
     """(fixed source, fixed diagnostics, remaining diagnostics) of one Python text; the fixes
-    that were checked and dropped are listed in `outcome.rejected` (`nb`: map their rows to cells)."""
+    that were checked and dropped are listed in `outcome.rejected` (`nb`: map their rows to cells);
+    `used`: see `_linter`."""
     rejected: List[Tuple[Diagnostic, str]] = []
-    result = fix_until_stable(source, _linter(path, config, facts), unsafe, rejected=rejected)
+    result = fix_until_stable(source, _linter(path, config, facts, used) if used else _linter(path, config, facts), unsafe, rejected=rejected)
     if outcome is not None:
         for d, why in rejected:
             d = nb.map_diagnostic(d) if nb is not None else d
@@ -83,7 +89,8 @@ def fix_text(
 
 
 def withdraw_failing_fixes(
-    diagnostics: Sequence[Diagnostic], facts: ProjectFacts, config: Config, unsafe: bool = True, cache: Optional["Cache"] = None
+    diagnostics: Sequence[Diagnostic], facts: ProjectFacts, config: Config, unsafe: bool = True, cache: Optional["Cache"] = None,
+    noqa_used: Optional[Dict[str, AbstractSet[Tuple[str, str]]]] = None,
 ) -> List[str]:
     """Check the fixes a plain run offers the way `--fix` applies them: each file (notebook
     or not) with an offered fix (safe ones; unsafe ones too with `unsafe`) is fixed in memory
@@ -96,7 +103,7 @@ def withdraw_failing_fixes(
         by_file.setdefault(d.filename, []).append(d)
     lines: List[str] = []
     for path, found in by_file.items():
-        why_by_key = _fix_check(path, config, facts, unsafe, cache)
+        why_by_key = _fix_check(path, config, facts, unsafe, cache, (noqa_used or {}).get(path, frozenset()))
         for d in found:
             why = why_by_key.get(fix_key(d))
             if why is not None:
@@ -106,7 +113,7 @@ def withdraw_failing_fixes(
     return lines
 
 
-def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cache: Optional["Cache"]) -> Dict[tuple, str]:
+def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cache: Optional["Cache"], used: AbstractSet[Tuple[str, str]] = frozenset()) -> Dict[tuple, str]:
     """{fix key: why} of the fixes of `path` that `--fix` would drop, from `cache` when it
     holds the check of these bytes under this key (nothing dropped when unreadable)."""
     from ..core.safe_read import read_bytes
@@ -115,6 +122,8 @@ def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cac
 
     # the rest of what the outcome depends on (config, rules, amplint) names the store
     key = f"{facts!r} unsafe={unsafe} library={library_module(path, config.root)}"
+    if used:
+        key += f" noqa-used={sorted(used)!r}"
     outcome: Optional[list] = None
     if cache is not None:
         try:
@@ -129,13 +138,13 @@ def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cac
         digest = file_digest(data)
         outcome = cache.fix_check(path, key, digest=digest) if cache is not None else None
         if outcome is None:
-            outcome = _check_fixes(path, data, config, facts, unsafe)
+            outcome = _check_fixes(path, data, config, facts, unsafe, used)
             if cache is not None:
                 cache.record_fix_check(path, digest, key, outcome)
     return {(code, message, tuple(contents)): why for code, message, contents, why in outcome}
 
 
-def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, unsafe: bool) -> list:
+def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]] = frozenset()) -> list:
     """[[code, fix title, edit contents, why], ...]: the fixes of the file's bytes `data`
     that fixing drops (JSON data, as the cache keeps it)."""
     from . import writer
@@ -149,11 +158,11 @@ def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, un
     except (UnicodeDecodeError, SyntaxError, LookupError, NotebookError):
         return []
     rejected: List[Tuple[Diagnostic, str]] = []
-    fix_until_stable(text, _linter(path, config, facts), unsafe, rejected=rejected)
+    fix_until_stable(text, _linter(path, config, facts, used) if used else _linter(path, config, facts), unsafe, rejected=rejected)
     return [[code, title, list(contents), why] for (code, title, contents), why in ((fix_key(d), why) for d, why in rejected)]
 
 
-def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome) -> Optional[List[Diagnostic]]:
+def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome, used: AbstractSet[Tuple[str, str]] = frozenset()) -> Optional[List[Diagnostic]]:
     from . import writer
 
     try:
@@ -161,7 +170,7 @@ def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, wr
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
         outcome.errors.append(f"{path}: cannot read: {exc}")
         return None
-    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome)
+    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome, used=used)
     if not fixed or new == original.text:
         return remaining
     change = FileChange(path, fixed, unified_diff(original.text, new, path))
@@ -175,7 +184,7 @@ def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, wr
     return remaining
 
 
-def _fix_notebook(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome) -> Optional[List[Diagnostic]]:
+def _fix_notebook(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome, used: AbstractSet[Tuple[str, str]] = frozenset()) -> Optional[List[Diagnostic]]:
     from . import writer
     from ..engine.notebook import Notebook, NotebookError
 
@@ -211,8 +220,10 @@ def fix_files(
     config: Config,
     unsafe: bool = False,
     write: bool = True,
+    noqa_used: Optional[Dict[str, AbstractSet[Tuple[str, str]]]] = None,
 ) -> FixOutcome:
-    """Fix every file of a lint run that has an applicable fix; diagnostics of the others are kept."""
+    """Fix every file of a lint run that has an applicable fix; diagnostics of the others are kept.
+    `noqa_used`: `LintResult.noqa_used` (the run's cross-file findings' `# noqa` codes)."""
     from ..engine.notebook import is_notebook
 
     by_file: Dict[str, List[Diagnostic]] = {}
@@ -222,7 +233,7 @@ def fix_files(
     for path, found in by_file.items():
         if applicable(found, unsafe):
             fix = _fix_notebook if is_notebook(path) else _fix_python
-            remaining = fix(path, config, facts, unsafe, write, outcome)
+            remaining = fix(path, config, facts, unsafe, write, outcome, (noqa_used or {}).get(path, frozenset()))
             if remaining is not None:
                 outcome.diagnostics.extend(remaining)
                 continue
@@ -254,7 +265,7 @@ def fix_paths(
     result = lint_paths(paths, config, force_exclude=force_exclude, jobs=max(jobs, 1), cache=cache)
     if cache is not None:
         cache.save()
-    return fix_files(result.diagnostics, result.facts, config, unsafe, write)
+    return fix_files(result.diagnostics, result.facts, config, unsafe, write, result.noqa_used)
 
 
 def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> FixOutcome:
