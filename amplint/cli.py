@@ -533,7 +533,12 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
             from .engine.notebook import lint_notebook
 
             return lint_notebook(source, stdin_filename, config)
-        return lint_source(source, stdin_filename or "-", config)
+        found = lint_source(source, stdin_filename or "-", config)
+        if any(d.fix is not None for d in found):  # checked as --fix would apply them, like a file's
+            from .fix.fixer import stdin_linter, withdraw_in_text
+
+            withdraw_in_text(source, stdin_linter(source, stdin_filename or "-", config), found, unsafe_fixes)
+        return found
     from .engine.parallel import default_jobs, open_cache
 
     cache = open_cache(config, cache_dir or None) if cache_dir is not None else None

@@ -28,7 +28,7 @@ from pygls.uris import to_fs_path
 
 from ..__version__ import __version__
 from ..core.diagnostics import Diagnostic
-from .actions import FIX_ALL, actions_for, fix_all_action, hover_text, overlaps
+from .actions import FIX_ALL, actions_for, fix_all_action, hover_text, overlaps, withdrawn
 from .crossfile import CrossFile
 from .documents import Linted, exact, lint_notebook_cells, lint_python, lint_text
 from .project import Projects
@@ -330,7 +330,13 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
         out: List[lsp.CodeAction] = []
         if not only or any(lsp.CodeActionKind.QuickFix.value.startswith(k) for k in only):
             start, end = lines.location(params.range.start), lines.location(params.range.end)
-            out.extend(actions_for(findings, lines, uri, start, end, None if linted.cells else linted.source))
+            path, config = path_of(uri), linted.config
+            if linted.cells:
+                dropped = frozenset  # a notebook's fixes are checked on `--fix`
+            else:
+                def dropped():  # the fixes `amplint --fix` would drop, checked once per text
+                    return withdrawn(linted.diagnostics, linted.source, lambda text: lint_text(text, path, config, ls.projects), linted.memo)
+            out.extend(actions_for(findings, lines, uri, start, end, dropped))
         wants_fix_all = only and any(FIX_ALL.startswith(k) for k in only)
         if wants_fix_all and not linted.cells and any(d.fix is not None for d in findings):
             path, config = path_of(uri), linted.config
