@@ -238,8 +238,9 @@ def main(
                 code = EXIT_FINDINGS
             raise click.exceptions.Exit(code)
         sources: dict = {}
+        read: dict = {}
         diagnostics = _run(
-            targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""), sources=sources,
+            targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""), sources=sources, read=read,
             unsafe_fixes=unsafe_fixes or output_format in ("json", "json-lines", "sarif"),  # these print every fix
         )
     except ConfigError as exc:
@@ -257,7 +258,7 @@ def main(
 
         out.write(render_statistics(diagnostics, unsafe_fixes=unsafe_fixes, output_format=output_format))
     else:
-        out.write(renderer(output_format)(diagnostics, unsafe_fixes=unsafe_fixes, **out.context(quiet, sources)))
+        out.write(renderer(output_format)(diagnostics, unsafe_fixes=unsafe_fixes, **out.context(quiet, sources, read if "-" not in targets else None)))
     if _internal_errors(diagnostics):
         raise click.exceptions.Exit(EXIT_ERROR)
     if diagnostics and not exit_zero:
@@ -276,8 +277,9 @@ def _watch(targets: Sequence[str], config: Config, output_format: str, unsafe_fi
 
     def lint_once() -> str:
         sources: dict = {}
-        found = _run(targets, config, None, jobs=jobs, cache_dir=cache_dir, sources=sources, unsafe_fixes=unsafe_fixes)
-        return renderer(output_format)(found, unsafe_fixes=unsafe_fixes, **out.context(quiet, sources))
+        read: dict = {}
+        found = _run(targets, config, None, jobs=jobs, cache_dir=cache_dir, sources=sources, unsafe_fixes=unsafe_fixes, read=read)
+        return renderer(output_format)(found, unsafe_fixes=unsafe_fixes, **out.context(quiet, sources, read))
 
     return watch_paths(targets, lint_once, lambda text: out.write(text + "\n"))
 
@@ -305,7 +307,7 @@ def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fi
 
         report = render_statistics(outcome.diagnostics, unsafe_fixes=unsafe, output_format=output_format)
     else:
-        context = out.context(quiet, {}) if not stdin else {"quiet": quiet}
+        context = out.context(quiet, {}, outcome.read) if not stdin else {"quiet": quiet}
         report = renderer(output_format)(outcome.diagnostics, fixed=fixed, unsafe_fixes=unsafe, **context)
     out.write(report, err=stdin)
     if show_fixes and output_format == "text":
@@ -502,8 +504,9 @@ class _Output:
                 self.color = sys.stdout.isatty()
         self._opened = False
 
-    def context(self, quiet: bool, sources: dict) -> dict:
-        return {"color": self.color, "quiet": quiet, "sources": sources}
+    def context(self, quiet: bool, sources: dict, read: Optional[dict] = None) -> dict:
+        """`read`: what the run read (`LintResult.read`), for the text summary."""
+        return {"color": self.color, "quiet": quiet, "sources": sources, "read": read}
 
     def write(self, text: str, err: bool = False) -> None:
         if self.path is None or err:
@@ -517,10 +520,14 @@ class _Output:
         self._opened = True
 
 
-def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None, sources: Optional[dict] = None, unsafe_fixes: bool = True):
+def _run(
+    targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None,
+    sources: Optional[dict] = None, unsafe_fixes: bool = True, read: Optional[dict] = None,
+):
     """cache_dir: None disables the cache; "" means the default place. Text read from
     stdin is put in `sources` (name -> text) for the report's source frames. The fixes
-    offered (safe ones, and unsafe ones with `unsafe_fixes`) are checked before they are shown."""
+    offered (safe ones, and unsafe ones with `unsafe_fixes`) are checked before they are shown.
+    `read` gets how many files each outcome had (`LintResult.read`; nothing for stdin)."""
     sources = {} if sources is None else sources
     from .engine.run import lint_paths, lint_source
 
@@ -543,6 +550,8 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
 
     cache = open_cache(config, cache_dir or None) if cache_dir is not None else None
     result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)
+    if read is not None:
+        read.update(result.read)
     if any(d.fix is not None for d in result.diagnostics):
         from .fix.fixer import withdraw_failing_fixes
         from .report.source import clean

@@ -28,6 +28,8 @@ class LintResult:
     #: path -> (code, line key) of the `# noqa` comments that silence a cross-file finding
     #: (`unused_noqa.used_keys`): AMP900 counts them as used, and so does `--fix`'s re-lint
     noqa_used: Dict[str, Set[Tuple[str, str]]] = field(default_factory=dict)
+    #: how many of `files` each `FileResult.read` outcome has (analysed, no AMP code, ...)
+    read: Dict[str, int] = field(default_factory=dict)
 
 
 def lint_source(source: str, path: str = "<string>", config: Optional[Config] = None) -> List[Diagnostic]:
@@ -88,7 +90,10 @@ def lint_paths(
             for folder, reason in unreadable
         )
     diagnostics.sort(key=Diagnostic.sort_key)
-    return LintResult(diagnostics=diagnostics, files=files, facts=facts, noqa_used=noqa_used)
+    read: Dict[str, int] = {}
+    for r in results:
+        read[r.read] = read.get(r.read, 0) + 1
+    return LintResult(diagnostics=diagnostics, files=files, facts=facts, noqa_used=noqa_used, read=read)
 
 
 def _noqa_used(silenced: Sequence[Diagnostic]) -> Dict[str, Set[Tuple[str, str]]]:

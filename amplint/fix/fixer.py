@@ -39,6 +39,7 @@ class FixOutcome:
     errors: List[str] = field(default_factory=list)  # "path: why it was not written"
     output: Optional[str] = None  # the fixed text for stdin
     rejected: List[str] = field(default_factory=list)  # "path:row:col: CODE fix not applied: why"
+    read: Optional[Dict[str, int]] = None  # what the run read (`LintResult.read`); None for stdin
 
     @property
     def fixed_count(self) -> int:
@@ -311,6 +312,7 @@ def fix_paths(
         cache = open_cache(config, cache_dir or None)
     result = lint_paths(paths, config, force_exclude=force_exclude, jobs=max(jobs, 1), cache=cache)
     outcome = fix_files(result.diagnostics, result.facts, config, unsafe, write, result.noqa_used)
+    outcome.read = result.read
     if write and not unsafe:
         # the summary's "hidden fixes can be enabled with --unsafe-fixes": only those it would apply
         withdraw_failing_fixes(outcome.diagnostics, result.facts, config, unsafe, cache, result.noqa_used)
