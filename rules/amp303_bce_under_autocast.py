@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness, chain_text
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness
 
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
     import libcst as cst
@@ -284,16 +284,9 @@ for batch in loader:
                 region = witness.region
                 if region.enabled is False or region.device not in _BANNED_DEVICES:
                     continue
-                via = f" (via {chain_text(witness.chain)})" if witness.chain else ""
-                message = (
-                    f"`{shown}` runs under {project.describe(region)}{via}: it raises `RuntimeError: "
-                    f"torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.` "
-                    f"on CUDA/XPU, for fp16 and bf16 alike; pass logits to `binary_cross_entropy_with_logits` / "
-                    f"`BCEWithLogitsLoss` (drop the sigmoid), or compute the loss in fp32 under `autocast(enabled=False)`"
-                )
+                message = f"`{shown}` raises under {project.named(region)}"
                 data = {"function": "binary_cross_entropy" if shown.startswith("F.") else "BCELoss", "device": region.device, "dtype": region.dtype}
-                cause = project.related(region.path, region.row, "autocast entered here")
-                yield project.diagnostic(self, call, message, data=data, related=(cause,))
+                yield project.diagnostic(self, call, message, data=data, related=(project.entered(region, witness.chain),), help=_PROJECT_HELP)
                 break
 
     def _diagnostic(
@@ -318,6 +311,14 @@ for batch in loader:
             "dtype": region.dtype,
         }
         return ctx.diagnostic(self, call.node, message, fix=_fix(ctx, call, function, ctor), data=data, help=help)
+
+
+#: the advice of a finding whose autocast another file (or a framework) enters: the loss may be
+#: called with probabilities elsewhere too, so both ways out are named
+_PROJECT_HELP = (
+    "Pass logits to `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss` (drop the sigmoid), "
+    "or compute it in fp32 under `autocast(enabled=False)`"
+)
 
 
 # --------------------------------------------------------------------------- detection

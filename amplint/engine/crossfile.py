@@ -264,12 +264,29 @@ def _suppressed(diagnostics: List[Diagnostic], config: Config, silenced: Optiona
         ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
         found = [d for d in found if d.code not in ignored]
         source, _ = read_file(path)
+        if source is not None:
+            found = _underlined(found, source)
         kept = apply_noqa(found, source) if source is not None else found
         if silenced is not None and len(kept) < len(found):
             ids = {id(d) for d in kept}
             silenced.extend(d for d in found if id(d) not in ids)
         out.extend(kept)
     return out
+
+
+def _underlined(found: List[Diagnostic], source: str) -> List[Diagnostic]:
+    """The project model's spans (a whole call, from the summary) cut to the first row, as a
+    per-file finding's are (`core.text.first_row_span`)."""
+    if not any(d.end_location.row > d.location.row for d in found):
+        return found
+    from ..core.text import first_row_span, split_lines
+
+    lines = split_lines(source)
+    return [
+        replace(d, end_location=first_row_span(lines[d.location.row - 1], d.location, d.end_location))
+        if d.end_location.row > d.location.row and d.location.row <= len(lines) else d
+        for d in found
+    ]
 
 
 def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[Diagnostic]:
@@ -469,6 +486,7 @@ def buffer_diagnostics(
         found = [d for d in found if d.code not in ignored]
     from .pipeline import apply_noqa
 
+    found = _underlined(found, text)
     kept = apply_noqa(found, text)
     if silenced is not None and len(kept) < len(found):
         ids = {id(d) for d in kept}
