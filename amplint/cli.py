@@ -404,11 +404,11 @@ def _refuse_missing(targets: Sequence[str]) -> None:
     (`amplint lint x`, `ruff check`'s habit: linting takes no word, so `amplint x`), else a
     name in the same folder close to it. A broken symbolic link exists (as a link) and is
     reported as a finding, like any file that cannot be read."""
-    import difflib
-
     for i, target in enumerate(targets):
         if target == "-" or _lexists(target):
             continue
+        import difflib  # (only for the error: a warm run imports nothing it does not need)
+
         if i == 0 and target.isidentifier():  # where a subcommand would be, and spelled like one
             close = difflib.get_close_matches(target.lower(), [*SUBCOMMANDS, *LINT_WORDS], n=1, cutoff=0.6)
             if close and close[0] in LINT_WORDS:

@@ -166,7 +166,7 @@ def test_the_summary_counts_only_fixes_that_would_apply(tmp_path, flags, summary
     finally:
         os.chdir(old)
     assert r.exit_code == 1
-    assert r.stdout.endswith("\n" + summary), r.stdout
+    assert r.stdout.endswith("\n" + summary + "Checked 1 file: 1 analysed.\n"), r.stdout
     assert path.read_text() == CLIP_OUTSIDE_THE_BOUNDARY
 
 

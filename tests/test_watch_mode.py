@@ -55,6 +55,9 @@ def test_watch_reports_again_after_a_file_changes_and_stops_on_ctrl_c(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "amplint", "--watch", "--no-cache", "--isolated", "--output-format", "concise", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        # Ctrl-C as a terminal delivers it: a suite started in the background (`nohup ... &`, some CI
+        # shells) ignores SIGINT, children inherit that, and --watch would rightly not hear it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         lines = _lines(proc)
