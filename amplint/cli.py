@@ -35,8 +35,31 @@ def fail(message: str) -> "click.exceptions.Exit":
     return click.exceptions.Exit(EXIT_ERROR)
 
 
+#: `amplint NAME ...`: the words the console script hands to another module instead of linting
+#: (`amplint/_start.py` SUBCOMMANDS, which must name the same ones: tests/test_cli.py), one line each
+#: for `--help`
+SUBCOMMANDS = {
+    "run": "Watch a training run: amplint run --report DIR -- python train.py",
+    "replay": "Re-run a recorded overflowing step in fp16 and fp32, name the module",
+    "server": "Language server for editors (LSP over stdio): docs/editors.md",
+}
+#: other linters' subcommands for linting, which amplint does by default (`ruff check x` -> `amplint x`)
+LINT_WORDS = ("check", "lint")
+
+
 class _Command(click.Command):
-    """Usage errors exit 2 with one line (click already uses 2)."""
+    """Usage errors exit 2 with one line (click already uses 2); `--help` lists the subcommands."""
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_usage(ctx, formatter)
+        formatter.write_usage(ctx.command_path, "COMMAND [ARGS]...", prefix="       ")
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, text) for name, text in SUBCOMMANDS.items()])
+            formatter.write_paragraph()
+            formatter.write_text("'amplint COMMAND --help' shows a command's options.")
+        super().format_options(ctx, formatter)
 
     def main(self, *args, **kwargs):  # type: ignore[override]
         try:
@@ -148,6 +171,7 @@ def main(
     out = _Output(output_file, output_format)
     try:
         _refuse_link_loops(targets)
+        _refuse_missing(targets)
         config, origin = _load(targets, config_file, isolated)
         config = with_overrides(
             config,
@@ -214,8 +238,9 @@ def main(
                 code = EXIT_FINDINGS
             raise click.exceptions.Exit(code)
         sources: dict = {}
+        read: dict = {}
         diagnostics = _run(
-            targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""), sources=sources,
+            targets, config, stdin_filename, jobs=jobs, cache_dir=None if no_cache else (cache_dir or ""), sources=sources, read=read,
             unsafe_fixes=unsafe_fixes or output_format in ("json", "json-lines", "sarif"),  # these print every fix
         )
     except ConfigError as exc:
@@ -233,7 +258,7 @@ def main(
 
         out.write(render_statistics(diagnostics, unsafe_fixes=unsafe_fixes, output_format=output_format))
     else:
-        out.write(renderer(output_format)(diagnostics, unsafe_fixes=unsafe_fixes, **out.context(quiet, sources)))
+        out.write(renderer(output_format)(diagnostics, unsafe_fixes=unsafe_fixes, **out.context(quiet, sources, read if "-" not in targets else None)))
     if _internal_errors(diagnostics):
         raise click.exceptions.Exit(EXIT_ERROR)
     if diagnostics and not exit_zero:
@@ -252,8 +277,9 @@ def _watch(targets: Sequence[str], config: Config, output_format: str, unsafe_fi
 
     def lint_once() -> str:
         sources: dict = {}
-        found = _run(targets, config, None, jobs=jobs, cache_dir=cache_dir, sources=sources, unsafe_fixes=unsafe_fixes)
-        return renderer(output_format)(found, unsafe_fixes=unsafe_fixes, **out.context(quiet, sources))
+        read: dict = {}
+        found = _run(targets, config, None, jobs=jobs, cache_dir=cache_dir, sources=sources, unsafe_fixes=unsafe_fixes, read=read)
+        return renderer(output_format)(found, unsafe_fixes=unsafe_fixes, **out.context(quiet, sources, read))
 
     return watch_paths(targets, lint_once, lambda text: out.write(text + "\n"))
 
@@ -281,7 +307,7 @@ def _report_fixes(outcome, output_format: str, unsafe: bool, diff: bool, show_fi
 
         report = render_statistics(outcome.diagnostics, unsafe_fixes=unsafe, output_format=output_format)
     else:
-        context = out.context(quiet, {}) if not stdin else {"quiet": quiet}
+        context = out.context(quiet, {}, outcome.read) if not stdin else {"quiet": quiet}
         report = renderer(output_format)(outcome.diagnostics, fixed=fixed, unsafe_fixes=unsafe, **context)
     out.write(report, err=stdin)
     if show_fixes and output_format == "text":
@@ -382,6 +408,57 @@ def _refuse_link_loops(targets: Sequence[str]) -> None:
             pass
 
 
+def _refuse_missing(targets: Sequence[str]) -> None:
+    """A path on the command line that does not exist is a usage error (exit 2), with a "did
+    you mean": for a first word that looks like a subcommand, the subcommand close to it
+    (`amplint lint x`, `ruff check`'s habit: linting takes no word, so `amplint x`), else a
+    name in the same folder close to it. A broken symbolic link exists (as a link) and is
+    reported as a finding, like any file that cannot be read."""
+    for i, target in enumerate(targets):
+        if target == "-" or _lexists(target):
+            continue
+        import difflib  # (only for the error: a warm run imports nothing it does not need)
+
+        if i == 0 and target.isidentifier():  # where a subcommand would be, and spelled like one
+            close = difflib.get_close_matches(target.lower(), [*SUBCOMMANDS, *LINT_WORDS], n=1, cutoff=0.6)
+            if close and close[0] in LINT_WORDS:
+                rest = " ".join(["amplint", *(_quoted(t) for t in targets[1:])])
+                raise click.UsageError(f"`{target}` is neither a command nor a file; amplint lints without a command: did you mean `{rest}`?")
+            if close:
+                raise click.UsageError(f"`{target}` is neither a command nor a file; did you mean `amplint {close[0]}`?")
+        hint = _close_name(target)
+        raise click.UsageError(f"{target}: no such file or directory{f'; did you mean `{hint}`?' if hint else ''}")
+
+
+def _quoted(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _lexists(path: str) -> bool:
+    try:
+        os.lstat(path)
+    except ValueError:  # a NUL byte: reported per file, as before
+        return True
+    except OSError as exc:
+        return exc.errno not in (errno.ENOENT, errno.ENOTDIR)
+    return True
+
+
+def _close_name(target: str) -> Optional[str]:
+    """An existing name in `target`'s folder close to its last part (`trian.py` -> `train.py`)."""
+    import difflib
+
+    folder, name = os.path.split(target.rstrip(os.sep) or target)
+    try:
+        names = sorted(os.listdir(folder or "."))
+    except (OSError, ValueError):
+        return None
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return os.path.join(folder, close[0]) if close else None
+
+
 def _load(targets: Sequence[str], config_file: Optional[str], isolated: bool) -> Tuple[Config, dict]:
     """(config, {"file": where it came from}); --isolated reads no file."""
     from .engine.pipeline import known_codes
@@ -437,8 +514,9 @@ class _Output:
                 self.color = sys.stdout.isatty()
         self._opened = False
 
-    def context(self, quiet: bool, sources: dict) -> dict:
-        return {"color": self.color, "quiet": quiet, "sources": sources}
+    def context(self, quiet: bool, sources: dict, read: Optional[dict] = None) -> dict:
+        """`read`: what the run read (`LintResult.read`), for the text summary."""
+        return {"color": self.color, "quiet": quiet, "sources": sources, "read": read}
 
     def write(self, text: str, err: bool = False) -> None:
         if self.path is None or err:
@@ -452,10 +530,14 @@ class _Output:
         self._opened = True
 
 
-def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None, sources: Optional[dict] = None, unsafe_fixes: bool = True):
+def _run(
+    targets: Sequence[str], config: Config, stdin_filename: Optional[str], jobs: Optional[int] = 1, cache_dir: Optional[str] = None,
+    sources: Optional[dict] = None, unsafe_fixes: bool = True, read: Optional[dict] = None,
+):
     """cache_dir: None disables the cache; "" means the default place. Text read from
     stdin is put in `sources` (name -> text) for the report's source frames. The fixes
-    offered (safe ones, and unsafe ones with `unsafe_fixes`) are checked before they are shown."""
+    offered (safe ones, and unsafe ones with `unsafe_fixes`) are checked before they are shown.
+    `read` gets how many files each outcome had (`LintResult.read`; nothing for stdin)."""
     sources = {} if sources is None else sources
     from .engine.run import lint_paths, lint_source
 
@@ -468,16 +550,23 @@ def _run(targets: Sequence[str], config: Config, stdin_filename: Optional[str], 
             from .engine.notebook import lint_notebook
 
             return lint_notebook(source, stdin_filename, config)
-        return lint_source(source, stdin_filename or "-", config)
+        found = lint_source(source, stdin_filename or "-", config)
+        if any(d.fix is not None for d in found):  # checked as --fix would apply them, like a file's
+            from .fix.fixer import stdin_linter, withdraw_in_text
+
+            withdraw_in_text(source, stdin_linter(source, stdin_filename or "-", config), found, unsafe_fixes)
+        return found
     from .engine.parallel import default_jobs, open_cache
 
     cache = open_cache(config, cache_dir or None) if cache_dir is not None else None
     result = lint_paths(targets, config, jobs=default_jobs() if jobs is None else max(jobs, 1), cache=cache)
+    if read is not None:
+        read.update(result.read)
     if any(d.fix is not None for d in result.diagnostics):
         from .fix.fixer import withdraw_failing_fixes
         from .report.source import clean
 
-        for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes, cache):
+        for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes, cache, result.noqa_used):
             click.echo(f"amplint: warning: {clean(line)}", err=True)
     _say_notes(result.notes)
     if cache is not None:

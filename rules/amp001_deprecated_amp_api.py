@@ -648,7 +648,7 @@ def _imports_with_paths(module: cst.Module) -> Iterator[Tuple[cst.ImportFrom, Pa
 def _dispatch_message(ctx: ModuleContext, alias: cst.ImportAlias, api: DeprecatedApi, others: List[str]) -> str:
     name = ctx.code_for(alias.name)
     alternatives = ", ".join(f"`{o.rpartition('.')[0]}`" for o in others)
-    return f"`{name}` from `{api.old.rpartition('.')[0]}` (the CUDA branch beside {alternatives}) is deprecated"
+    return f"`{name}` from `{api.old.rpartition('.')[0]}` (beside {alternatives}) is deprecated"
 
 
 def _dispatch_data(ctx: ModuleContext, alias: cst.ImportAlias, api: DeprecatedApi) -> dict:

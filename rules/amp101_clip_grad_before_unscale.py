@@ -5,7 +5,7 @@ from bisect import bisect_right
 from typing import Dict, Iterator, List, Optional, Sequence
 
 from amplint.model import (
-    CLIP_FUNCTIONS, CallInfo, Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid, exclusive,
+    CLIP_FUNCTIONS, CallInfo, Diagnostic, Edit, Event, Invalid, Location, ModuleContext, Rule, Scope, Severity, Valid, exclusive, path_contains,
     insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, step_data, step_source,
 )
 
@@ -59,7 +59,10 @@ class ClipGradBeforeUnscale(Rule):
 
     ## Fix safety
     Unsafe: inserts `scaler.unscale_(optimizer)` before the clip, taking the
-    optimizer from the `scaler.step(...)` of the same step. With several
+    optimizer from the `scaler.step(...)` of the same step. When the step
+    already calls `scaler.unscale_(optimizer)`, after the clip, a second call
+    would raise, so that line is moved up before the clip instead (offered
+    when it is a statement of its own in the same branch as the clip). With several
     optimizers sharing the clipped parameters a human must choose which to
     unscale. Offered only when that `scaler.step` is found.
     For accelerate, unsafe too: calls `accelerator.clip_grad_norm_` (or
@@ -284,6 +287,30 @@ scaler.update()
         ),
         Invalid(
             """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+torch.nn.utils.clip_grad_norm_(model.encoder.parameters(), 1.0)
+scaler.unscale_(optimizer)
+torch.nn.utils.clip_grad_norm_(model.head.parameters(), 1.0)
+scaler.step(optimizer)
+scaler.update()
+""",
+            line=4,
+            why="the step unscales, but after the first clip: a second `unscale_` would raise, so the fix moves it",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)
+torch.nn.utils.clip_grad_norm_(model.encoder.parameters(), 1.0)
+torch.nn.utils.clip_grad_norm_(model.head.parameters(), 1.0)
+scaler.step(optimizer)
+scaler.update()
+""",
+        ),
+        Invalid(
+            """
 from torch.nn.utils import clip_grad_norm_ as clip
 from torch.cuda.amp import GradScaler
 
@@ -453,14 +480,20 @@ class Trainer(Base):
         threshold_value = literal_number(threshold) if threshold is not None else None
         message = f"`{clip.call.dotted or func}` clips gradients still multiplied by the loss scale"
         step = _next_step(scope.events, steps.get(scaler, []), index)
+        late = _unscale_after(scope.events, index, scaler, step)  # the step unscales, but after this clip
         fix = None
         if step is not None and (backward.order, step.optimizer) not in fixed:
             fixed.add((backward.order, step.optimizer))
-            fix = make_fix(
-                f"Insert `{scaler}.unscale_({step.optimizer})` before the clip",
-                [insert_line_before(ctx, clip.call.statement, f"{scaler}.unscale_({step.optimizer})")],
-                safe=False,
-            )
+            if late is None:
+                fix = make_fix(
+                    f"Insert `{scaler}.unscale_({step.optimizer})` before the clip",
+                    [insert_line_before(ctx, clip.call.statement, f"{scaler}.unscale_({step.optimizer})")],
+                    safe=False,
+                )
+            else:  # a second unscale_ would raise: the one the step has moves up
+                moved = _move_before(ctx, late, clip)
+                if moved is not None:
+                    fix = make_fix(f"Move `{scaler}.unscale_({step.optimizer})` before the clip", moved, safe=False)
         data = {
             "clip_function": func,
             "threshold": threshold_value,
@@ -473,8 +506,17 @@ class Trainer(Base):
         if spelled and qualname and "." not in spelled and spelled != qualname.rsplit(".", 1)[-1]:
             data["names"] = {spelled: qualname}  # an alias (`clip_grad_norm_ as clip`) the verifier resolves
         optimizer = step.optimizer if step is not None else "optimizer"
-        help = f"Call `{scaler}.unscale_({optimizer})` before the clip"
-        return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data, help=help)
+        if late is not None:
+            help = f"Move `{scaler}.unscale_({optimizer})` before the clip: it runs after it now"
+            related = (ctx.related(late.call.node, "unscaled only here, after the clip"),)
+        elif step is not None and len(step.path) > len(clip.call.path) and path_contains(clip.call.path, step.path):
+            # the step runs under a condition the clip does not (an accumulation boundary)
+            help = f"Call `{scaler}.unscale_({optimizer})` and then clip inside the block that runs `{scaler}.step({optimizer})`"
+            related = ()
+        else:
+            help = f"Call `{scaler}.unscale_({optimizer})` before the clip"
+            related = ()
+        return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data, help=help, related=related)
 
     def _accelerate_diagnostic(self, ctx: ModuleContext, scope: Scope, clip: Event, backward: Event, fixed: set) -> Diagnostic:
         """The finding for a torch clip after `accelerator.backward(loss)` of an fp16 Accelerator;
@@ -524,6 +566,39 @@ def _accelerate_clip_compatible(call: CallInfo, func: str) -> bool:
         return False
     positional = sum(1 for a in args if a.keyword is None)
     return positional <= len(allowed) and all(a.keyword.value in allowed for a in args if a.keyword is not None)
+
+
+def _unscale_after(events: Sequence[Event], clip: int, scaler: Optional[str], step: Optional[Event]) -> Optional[Event]:
+    """The `scaler.unscale_(optimizer)` of the step's optimizer between the clip `events[clip]`
+    and that step, on a path that can run with the clip (the step unscales too late)."""
+    if step is None:
+        return None
+    for e in events[clip + 1 :]:
+        if e.order >= step.order:
+            return None
+        if e.kind == "unscale" and e.scaler == scaler and e.optimizer == step.optimizer and not exclusive(e.path, events[clip].path):
+            return e
+    return None
+
+
+def _move_before(ctx: ModuleContext, late: Event, clip: Event):
+    """Edits moving the statement `late.call` (a bare `scaler.unscale_(opt)` line) to just
+    before the clip's statement; None unless both are in the same branch of the step and
+    removing the line leaves its block non-empty."""
+    import libcst as cst
+
+    line = late.call.statement
+    if late.path != clip.path or not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return None
+    expr = line.body[0]
+    if not isinstance(expr, cst.Expr) or expr.value is not late.call.node:
+        return None
+    block = ctx.parent(line)
+    if len(getattr(block, "body", ())) < 2:
+        return None
+    start, end = ctx.position(line)
+    text = ctx.module.code_for_node(late.call.node)
+    return [insert_line_before(ctx, clip.call.statement, text), Edit(Location(start.row, 1), Location(end.row + 1, 1), "")]
 
 
 def _steps_by_scaler(events: Sequence[Event]) -> Dict[Optional[str], List[int]]:

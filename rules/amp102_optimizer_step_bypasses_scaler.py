@@ -483,7 +483,7 @@ for batch in loader:
                 if found is None:
                     continue
                 where, name = found
-                message = f"`{opt}.step()` applies scaled gradients: `{target}.prepare` leaves a `{name}` unwrapped"
+                message = f"`{opt}.step()` steps scaled gradients: `{target}.prepare` left `{name}` unwrapped"
                 help = f"Pass each torch optimizer `{name}` holds to `{target}.prepare(...)` instead of the `{name}`"
                 data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": target,
                         "unscaled": False, "optimizer_class": None, "dtype": "fp16", "device": None}
@@ -509,7 +509,7 @@ for batch in loader:
             message = f"`{opt}.step()` applies gradients `{accelerator}.backward` scaled: `{opt}` was never prepared"
             help = f"Pass `{opt}` to `{accelerator}.prepare(...)`: its step then unscales and skips overflowing steps"
         else:
-            message = f"`{opt}.step()` applies scaled gradients: `{accelerator}.prepare` leaves a `{why}` unwrapped"
+            message = f"`{opt}.step()` steps scaled gradients: `{accelerator}.prepare` left `{why}` unwrapped"
             help = f"Pass each torch optimizer `{why}` holds to `{accelerator}.prepare(...)` instead of the `{why}`"
         data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": accelerator, "unscaled": False}
         data.update(step_data(ctx, scope, backward, opt))

@@ -308,14 +308,10 @@ for x, y in loader:
                 if caller.path == call.path or not caller.record.get("l") or _builds_an_optimizer(project, caller.path, caller.func, loop=True):
                     continue
                 name = call.func.rsplit(".", 1)[-1]
-                message = (
-                    f"`GradScaler(...)` is constructed on every call of `{name}`, which "
-                    f"{project.where(caller.path, caller.row)} calls in a loop: the learned loss scale restarts at "
-                    f"65536 each time, each halving back to a scale that fits costs a skipped optimizer step again, "
-                    f"and a checkpoint cannot restore it; create the scaler once and pass it in"
-                )
+                message = f"`GradScaler(...)` is rebuilt on each call of `{name}` (called in a loop): its scale never settles"
                 cause = project.related(caller.path, caller.row, "called in a loop here")
-                yield project.diagnostic(self, call, message, data={"where": project.where(caller.path, caller.row), "per_step": False}, related=(cause,))
+                yield project.diagnostic(self, call, message, data={"where": project.where(caller.path, caller.row), "per_step": False}, related=(cause,),
+                                         help="Create the scaler once and pass it in")
                 break
 
     def _diagnostic(self, ctx: ModuleContext, call: CallInfo, where: str, per_step: bool) -> Diagnostic:

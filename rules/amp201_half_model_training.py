@@ -447,14 +447,10 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
                 if pretrained and _freezes_around(project, call, site):
                     continue  # a frozen fp16 base whose trainable part may be fp32 (adapters, a new head)
                 opt = q.rsplit(".", 1)[-1]
-                numbers = "Adam's eps=1e-8 is 0 in fp16 and " if "adam" in opt.lower() and "eps" not in call.record["k"] else ""
-                message = (
-                    f"`{opt}` updates the parameters of a `{name}` that {project.where(*site)} made fp16, "
-                    f"with no fp32 master copy: {numbers}updates smaller than fp16's spacing (9.8e-4 near 1.0) "
-                    f"round away; keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
-                )
+                message = f"`{opt}` updates the parameters of a `{name}` made fp16, with no fp32 master copy"
                 data = {"optimizer": opt, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*site)}
-                yield project.diagnostic(self, call, message, data=data, related=(project.related(*site, "made fp16 here"),))
+                yield project.diagnostic(self, call, message, data=data, related=(project.related(*site, "made fp16 here"),),
+                                         help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
                 break
 
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False) -> Diagnostic:

@@ -262,13 +262,9 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
             if region is None or region.enabled is False or region.dtype == "fp32":
                 continue
             when = " (when enabled)" if region.enabled is None else ""
-            message = (
-                f"`{f}()` runs inside {project.describe(region)}{when}: PyTorch recommends autocast around the forward "
-                f"pass and loss only: the rest of the block after it autocasts too, and the backward of a layer kept "
-                f"fp32 by a nested `autocast(enabled=False)` runs in low precision; move it out of the region"
-            )
-            cause = project.related(region.path, region.row, "autocast entered here")
-            yield project.diagnostic(self, call, message, data={"region_line": region.row, "device": region.device, "dtype": region.dtype}, related=(cause,))
+            message = f"`{f}()` runs inside {project.named(region)}{when}"
+            yield project.diagnostic(self, call, message, data={"region_line": region.row, "device": region.device, "dtype": region.dtype},
+                                     related=(project.entered(region),), help="Move the backward after the `with` block")
 
     def _diagnostic(self, ctx: ModuleContext, call, region) -> Diagnostic:
         import libcst as cst

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence, Set, Tuple
 
-from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, chain_text, torchapi
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, torchapi
 
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
     import libcst as cst
@@ -73,8 +73,8 @@ class AutocastDisabledWithoutCast(Rule):
     on unchanged through more calls (`Head.forward` -> `Head.project` ->
     `stable_logits`), or a tensor made by such an op in a function that runs
     under another file's autocast, is followed along the call graph; the
-    message names the region and the chain, the passing calls are related
-    locations. Arguments made before the region, or by a project module the
+    finding's related locations are the passing calls and the region's start, with
+    the chain of calls. Arguments made before the region, or by a project module the
     model does not resolve to an `nn.Linear`/`nn.Conv*`, are not followed.
     A disabled region for another device
     (`autocast("cpu", enabled=False)` inside CUDA autocast) does not turn
@@ -360,12 +360,10 @@ def step(model, x, w, device_type):
                 region, chain, passing = found[0]
                 dtype = _DTYPE_WORDS.get(region.dtype, "fp16 or bf16")
                 name = use["p"]
-                message = (
-                    f"`{name}` is passed in still {dtype} from {project.describe(region)} (via {chain_text(chain)}): "
-                    f"`autocast(enabled=False)` casts nothing back"
-                )
+                device = {"cuda": "CUDA ", "cpu": "CPU ", "xpu": "XPU "}.get(region.device or "", "")
+                message = f"`{name}` arrives {dtype} from {device}autocast: `autocast(enabled=False)` casts nothing back"
                 related = [project.related(c.path, c.row, "passed in") for _, _, c in found[:3]]
-                related.append(project.related(region.path, region.row, "autocast entered here"))
+                related.append(project.entered(region, chain))
                 data = {"name": name, "op": use["op"].replace("m:", ""), "device": region.device, "dtype": region.dtype,
                         "chain": [k[1] for k in chain]}
                 yield project.diagnostic(self, ProjectCall(path, qual, use), message, data=data, related=tuple(related),

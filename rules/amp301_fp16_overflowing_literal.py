@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-from amplint.model import Diagnostic, FP16, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness, chain_text
+from amplint.model import Diagnostic, FP16, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness
 
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
     import libcst as cst
@@ -144,7 +144,7 @@ class Fp16OverflowingLiteral(Rule):
     output: made in that function by an op autocast runs in fp16 (`q @ k`,
     `torch.matmul`, `F.linear`, an `nn.Linear` / `nn.Conv*` held in an
     attribute), not `.float()`ed, and in no function that tests a dtype. The
-    message names the region and the chain of calls; when the per-file check
+    region's start is a related location, with the chain of calls; when the per-file check
     already reported the constant because the project runs fp16 somewhere, the
     one finding takes this message and keeps its fix.
 
@@ -457,23 +457,22 @@ def maxsim_half(a, b, mask):
 
     def _project_diagnostic(self, project: Project, call: ProjectCall, site: dict, witness: Witness) -> Diagnostic:
         region = witness.region
-        via = f" (via {chain_text(witness.chain)})" if witness.chain else ""
-        when = " when enabled" if region.enabled is None else ""
+        when = " (when enabled)" if region.enabled is None else ""
         tensor = site["x"] or "the tensor"
-        under = f"`{tensor}` is fp16 under {project.describe(region)}{via}{when}"
+        under = f"`{tensor}` is fp16 under autocast{when}"
         bound = "min" if site["v"] < 0 else "max"
         if site["raises"]:
             message = f"{site['t']} in `{site['op']}` does not fit fp16 and raises: {under}"
             severity = Severity.ERROR
+            help = f"Use `torch.finfo({site['x'] or 'x'}.dtype).{bound}`"
         else:
             where = "an additive mask" if site["op"] == "additive" else f"`{site['op']}`"
-            message = f"{site['t']} in {where} overflows fp16 to inf, so a fully masked row softmaxes to NaN: {under}"
+            message = f"{site['t']} in {where} overflows fp16 to inf: {under}"
             severity = Severity.WARNING
+            help = f"Use `torch.finfo({site['x'] or 'x'}.dtype).{bound}`: a fully masked row of inf softmaxes to NaN"
         data = {"literal": site["v"], "op": site["op"], "tensor": site["x"] or None, "raises": bool(site["raises"]),
                 "dtype": region.dtype, "device": region.device}
-        cause = project.related(region.path, region.row, "autocast entered here")
-        return project.diagnostic(self, call, message, data=data, severity=severity, related=(cause,),
-                                  help=f"Use `torch.finfo({site['x'] or 'x'}.dtype).{bound}`")
+        return project.diagnostic(self, call, message, data=data, severity=severity, related=(project.entered(region, witness.chain),), help=help)
 
     def _judge(self, ctx: ModuleContext, site: _Site, guards: "_GuardIndex") -> Optional[Diagnostic]:
         region = site.region

@@ -332,20 +332,16 @@ class Trainer(Base):
             record = call.record
             ref = record["k"].get("eps", record["a"][position] if len(record["a"]) > position else None)
             if ref is None and "eps" not in record["k"] and len(record["a"]) <= position:
-                eps, text = default, f"the default eps={default:g}"
+                eps, text = default, f"default eps={default:g}"
             elif ref is not None and "v" in ref and 0 < abs(ref["v"]) < FP16_FLUSH_TO_ZERO:
                 eps, text = ref["v"], f"eps={ref['v']:g}"
             else:
                 continue
             cls = q.rsplit(".", 1)[-1]
-            message = (
-                f"`{cls}` with {text} over the parameters of a `{module[0]}` that {project.where(*module[1])} made "
-                f"fp16: {eps:g} is below fp16's smallest subnormal (5.96e-8) and rounds to 0, so where the "
-                f"squared-gradient average underflows the update divides by 0 and parameters become -inf/NaN; keep "
-                f"fp32 parameters (autocast + GradScaler) or use an eps fp16 represents, e.g. 1e-4"
-            )
+            message = f"`{cls}`'s {text} rounds to 0 on the fp16 parameters of a `{module[0]}`"
             data = {"eps": eps, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*module[1])}
-            yield project.diagnostic(self, call, message, data=data, related=(project.related(*module[1], "made fp16 here"),))
+            yield project.diagnostic(self, call, message, data=data, related=(project.related(*module[1], "made fp16 here"),),
+                                     help="Keep fp32 parameters (autocast + GradScaler), or pass an eps fp16 represents (>= 6.1e-5, e.g. `eps=1e-4`)")
 
     # ------------------------------------------------------------ arithmetic
 

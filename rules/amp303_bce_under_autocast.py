@@ -16,7 +16,7 @@ _SIGMOIDS = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.sp
 #: autocast devices with the BCE ban; None: decided at run time
 _BANNED_DEVICES = ("cuda", "xpu", None)
 #: how the dispatch view reached a class (`DispatchView.origin`): in the message, and at its site
-_ORIGIN_HOW = {"registry": "through the registry `{name}`", "getattr": "through `getattr({name}, ...)`", "declared": "as a `{name}`"}
+_ORIGIN_HOW = {"registry": "via registry `{name}`", "getattr": "via `getattr({name}, ...)`", "declared": "as a `{name}`"}
 _ORIGIN_NOTES = {
     "registry": "`{cls}` is registered to `{name}` here",
     "getattr": "`{cls}` is one of what `getattr({name}, ...)` may pick",
@@ -311,16 +311,9 @@ for batch in loader:
                 region = witness.region
                 if region.enabled is False or region.device not in _BANNED_DEVICES:
                     continue
-                via = f" (via {chain_text(witness.chain)})" if witness.chain else ""
-                message = (
-                    f"`{shown}` runs under {project.describe(region)}{via}: it raises `RuntimeError: "
-                    f"torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.` "
-                    f"on CUDA/XPU, for fp16 and bf16 alike; pass logits to `binary_cross_entropy_with_logits` / "
-                    f"`BCEWithLogitsLoss` (drop the sigmoid), or compute the loss in fp32 under `autocast(enabled=False)`"
-                )
+                message = f"`{shown}` raises under {project.named(region)}"
                 data = {"function": "binary_cross_entropy" if shown.startswith("F.") else "BCELoss", "device": region.device, "dtype": region.dtype}
-                cause = project.related(region.path, region.row, "autocast entered here")
-                yield project.diagnostic(self, call, message, data=data, related=(cause,))
+                yield project.diagnostic(self, call, message, data=data, related=(project.entered(region, witness.chain),), help=_PROJECT_HELP)
                 break
             else:
                 if own is None:
@@ -367,7 +360,7 @@ for batch in loader:
             message = f"`{shown}` raises under {device}autocast (via {chain_text(witness.chain)})"
         else:
             (kind, name, _, _), cls = picked
-            message = f"`{shown}` raises under {device}autocast: `{cls}` is reached {_ORIGIN_HOW[kind].format(name=name)}"
+            message = f"`{shown}` raises under {device}autocast (`{cls}`, {_ORIGIN_HOW[kind].format(name=name)})"
         data = {
             "function": "binary_cross_entropy" if shown.startswith("F.") else "BCELoss",
             "device": region.device, "dtype": region.dtype, "dispatch": picked[0][0] if picked else None,
@@ -397,6 +390,14 @@ for batch in loader:
             "dtype": region.dtype,
         }
         return ctx.diagnostic(self, call.node, message, fix=_fix(ctx, call, function, ctor), data=data, help=help)
+
+
+#: the advice of a finding whose autocast another file (or a framework) enters: the loss may be
+#: called with probabilities elsewhere too, so both ways out are named
+_PROJECT_HELP = (
+    "Pass logits to `binary_cross_entropy_with_logits` / `BCEWithLogitsLoss` (drop the sigmoid), "
+    "or compute it in fp32 under `autocast(enabled=False)`"
+)
 
 
 # --------------------------------------------------------------------------- detection

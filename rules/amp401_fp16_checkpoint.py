@@ -352,10 +352,7 @@ for epoch in range(epochs):
             if path in fp32_saved:
                 continue
             call, owner, (cls, site) = found[0]
-            message = (
-                f"`torch.save` writes the fp16 weights of `{owner}`, a `{cls}` that {project.where(*site)} made fp16; "
-                f"the lost precision cannot be recovered"
-            )
+            message = f"`torch.save` writes the fp16 weights of `{owner}`, a `{cls}` made fp16 elsewhere"
             related = [project.related(*site, "made fp16 here")]
             related += [project.related(c.path, c.row, "also saved") for c, _, _ in found[1:]]
             data = {"model": owner, "dtype": "fp16", "cast_at": project.where(*site)}

@@ -460,11 +460,7 @@ def main(args, model, optimizer, loader):
             if joined is not None:
                 joined.related = (*joined.related, project.site(call, "restored without it"))
                 continue
-            message = (
-                f"`{helper}` ({project.where(restored.path, restored.row)}) resumes `{restored.record['f'][: -len('.load_state_dict')]}` "
-                f"but never restores `{scaler}`, and this call does not pass it: the resumed run restarts the loss "
-                f"scale at 65536 and skips a step for each halving back to the scale it had learned"
-            )
+            message = f"`{helper}` resumes `{restored.record['f'][: -len('.load_state_dict')]}` but not `{scaler}`, and this call does not pass it"
             cause = project.related(restored.path, restored.row, "restored here without the scaler")
             data = {"scaler": scaler, "side": "load", "helper": helper, "bug": scaler, "as_related": "restored without it"}
             yield project.diagnostic(self, call, message, data=data, related=(cause,),
@@ -515,14 +511,10 @@ def main(args, model, optimizer, loader):
             if scaler is None or _passes_scaler(call):
                 return
             helper = key[1].rsplit(".", 1)[-1]
-            message = (
-                f"`{helper}` ({project.where(saved[0].path, saved[0].row)}) saves a resume checkpoint without "
-                f"the state of `{scaler}`, and this call does not pass it: a resumed run restarts the loss scale "
-                f"at 65536 and halves it only on overflowing steps, each of which is skipped; save "
-                f"`{scaler}.state_dict()` with it and restore it with `{scaler}.load_state_dict(...)`"
-            )
+            message = f"`{helper}` leaves out `{scaler}.state_dict()`, and this call does not pass it"
             cause = project.related(saved[0].path, saved[0].row, "saved here without the scaler")
-            yield project.diagnostic(self, call, message, data={"scaler": scaler, "side": "save", "helper": helper, "bug": scaler, "as_related": "also saved"}, related=(cause,))
+            yield project.diagnostic(self, call, message, data={"scaler": scaler, "side": "save", "helper": helper, "bug": scaler, "as_related": "also saved"}, related=(cause,),
+                                     help=f"Save `{scaler}.state_dict()` with it and restore it with `{scaler}.load_state_dict(...)`")
             return
 
     def _resume(self, project: Project, call: ProjectCall) -> Iterator[Tuple[ProjectCall, str, str, ProjectCall]]:

@@ -24,7 +24,11 @@ scaler.step(optimizer)
 scaler.update()
 """
 SLOW = BAD + "# slow-marker\n"
-MESSAGE = "analysis took longer than 0.5 s; skipped"
+#: the budget of these tests: the slow file naps far past it; the good one (six lines, libcst
+#: and the model imported beforehand by the `project` fixture) needs milliseconds of it, so a
+#: loaded machine does not time it out
+BUDGET = 2
+MESSAGE = f"analysis took longer than {BUDGET} s; skipped"
 
 
 @pytest.fixture
@@ -49,6 +53,9 @@ def slow_rule(monkeypatch):
 
 @pytest.fixture
 def project(tmp_path):
+    from amplint import lint_source
+
+    lint_source(BAD, "warm.py", Config())  # imports libcst, the model and the rule outside any budget
     (tmp_path / "slow.py").write_text(SLOW)
     (tmp_path / "good.py").write_text(BAD)
     return tmp_path
@@ -72,7 +79,7 @@ def _lint_threads():
 
 
 def test_slow_file_is_skipped_serially(project, slow_rule):
-    result = lint_paths([str(project)], Config(file_timeout=0.5), jobs=1)
+    result = lint_paths([str(project)], Config(file_timeout=BUDGET), jobs=1)
     _assert_skipped_and_went_on(result)
     # the abandoned analysis thread is told to stop: it does, at its next nap
     for _ in range(400):
@@ -89,7 +96,7 @@ def test_slow_file_is_skipped_with_worker_processes(project, slow_rule, monkeypa
     used = []
     real = parallel._run_parallel
     monkeypatch.setattr(parallel, "_run_parallel", lambda todo, jobs: used.append(jobs) or real(todo, jobs))
-    result = lint_paths([str(project)], Config(file_timeout=0.5), jobs=2)
+    result = lint_paths([str(project)], Config(file_timeout=BUDGET), jobs=2)
     assert used == [2]
     _assert_skipped_and_went_on(result)
 
@@ -114,7 +121,7 @@ def test_no_budget_means_no_limit(tmp_path, monkeypatch):
 
 def test_skipped_file_is_not_cached(project, slow_rule, monkeypatch, tmp_path_factory):
     cache_dir = str(tmp_path_factory.mktemp("cache"))
-    config = Config(file_timeout=0.5)
+    config = Config(file_timeout=BUDGET)
     cache = Cache(cache_dir, "fp")
     _assert_skipped_and_went_on(lint_paths([str(project)], config, cache=cache))
     cache.save()
@@ -126,11 +133,11 @@ def test_skipped_file_is_not_cached(project, slow_rule, monkeypatch, tmp_path_fa
 def test_cli_flag_and_config_key(project, slow_rule, monkeypatch):
     monkeypatch.chdir(project)
     runner = CliRunner()
-    out = runner.invoke(main, ["--no-cache", "--jobs", "1", "--file-timeout", "0.5", "slow.py", "good.py"])
+    out = runner.invoke(main, ["--no-cache", "--jobs", "1", "--file-timeout", str(BUDGET), "slow.py", "good.py"])
     assert out.exit_code == 1
     assert f"slow.py:1:1: AMP000 {MESSAGE}" in out.output
     assert "good.py:4:1: AMP101" in out.output
-    (project / "pyproject.toml").write_text("[tool.amplint]\nfile-timeout = 0.5\n")
+    (project / "pyproject.toml").write_text(f"[tool.amplint]\nfile-timeout = {BUDGET}\n")
     out = runner.invoke(main, ["--no-cache", "--jobs", "1", "slow.py", "good.py"])
     assert f"slow.py:1:1: AMP000 {MESSAGE}" in out.output
 

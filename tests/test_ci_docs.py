@@ -1,9 +1,10 @@
 """Every command docs/ci.md documents, run as written in a fresh virtualenv, and the GitHub
 Action (action.yml) run step by step as GitHub would.
 
-One wheel is built from this checkout; the virtualenv sees the system's site-packages for
-amplint's dependencies (libcst, click) so nothing is fetched from a package index. Marked
-slow: it builds a wheel and installs it twice (about a minute).
+One wheel is built from this checkout; the virtualenv sees the site-packages of the environment
+the tests run in (not the base Python's, which need not hold anything) for amplint's dependencies
+(libcst, click) and pip, so nothing is fetched from a package index. Marked slow: it builds a
+wheel and installs it twice (about a minute).
 """
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ def documented_commands():
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("ci")
     venv = root / "venv"
-    # --without-pip: the system's pip and setuptools (a bundled old setuptools cannot build wheels)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    # --without-pip: this environment's pip and setuptools (a bundled old setuptools cannot build wheels)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
+    _see_this_environment(bin_dir / "python")
     environ = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
@@ -72,6 +74,20 @@ def env(tmp_path_factory):
     project.mkdir()
     (project / "train.py").write_text(BAD)
     return {"root": root, "venv": venv, "bin": bin_dir, "env": environ, "project": project}
+
+
+def _see_this_environment(python):
+    """A `.pth` line in the new venv naming the site-packages this test runs with (where
+    `pip install -e ".[test]"` put libcst, click, pip and setuptools), whatever the base Python
+    holds. A plain path line: the `.pth` files in that folder (this checkout's editable install)
+    are not run, so the venv imports the amplint it installs, not this checkout."""
+    import sysconfig
+
+    here = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site).mkdir(parents=True, exist_ok=True)
+    (Path(site) / "amplint-test-environment.pth").write_text("".join(f"{p}\n" for p in here))
 
 
 def _sh(command, env, cwd):

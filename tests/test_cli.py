@@ -118,9 +118,50 @@ def test_syntax_error_is_amp000_and_the_run_goes_on(project):
     assert "bad.py:4:1: AMP101" in r.output
 
 
-def test_missing_path_is_reported(project):
-    r = run(str(project / "nope.py"), "--isolated")
-    assert r.exit_code == 1 and "AMP000 cannot lint: no such file" in r.output
+def test_missing_path_is_a_usage_error_with_a_close_name(project):
+    r = run(str(project / "bda.py"), "--isolated")
+    assert r.exit_code == 2
+    assert f"amplint: error: {project / 'bda.py'}: no such file or directory; did you mean `{project / 'bad.py'}`?" in r.output
+    assert "AMP000" not in r.output
+
+
+def test_missing_path_without_a_close_name(project):
+    r = run(str(project / "elsewhere" / "nope.py"), "--isolated")
+    assert r.exit_code == 2 and r.output.count("\n") == 1
+    assert "nope.py: no such file or directory (see 'amplint --help')" in r.output
+
+
+@pytest.mark.parametrize(
+    "argv,hint",
+    [
+        (["lint", "bad.py"], "`lint` is neither a command nor a file; amplint lints without a command: did you mean `amplint bad.py`?"),
+        (["check", "."], "did you mean `amplint .`?"),
+        (["rnu"], "`rnu` is neither a command nor a file; did you mean `amplint run`?"),
+        (["sever"], "did you mean `amplint server`?"),
+    ],
+)
+def test_a_word_like_a_subcommand_is_a_usage_error_with_did_you_mean(project, argv, hint):
+    r = run(*argv, "--isolated", cwd=project)
+    assert r.exit_code == 2 and hint in r.output, r.output
+
+
+def test_a_folder_named_like_a_lint_word_is_linted(project):
+    (project / "lint").mkdir()
+    (project / "lint" / "t.py").write_text(BAD)
+    r = run("lint", "--isolated", cwd=project)
+    assert r.exit_code == 1 and "AMP101" in r.output
+
+
+def test_help_lists_the_subcommands_the_console_script_runs():
+    from amplint._start import SUBCOMMANDS as dispatched
+    from amplint.cli import SUBCOMMANDS as described
+
+    assert list(described) == list(dispatched)
+    r = run("--help")
+    assert r.exit_code == 0
+    commands = r.output.split("Commands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[0] for line in commands] == list(dispatched)  # one line each
+    assert " COMMAND [ARGS]..." in r.output.split("\n")[1]
 
 
 # ------------------------------------------------------------------ selection

@@ -108,7 +108,7 @@ def _try_block(tmp_path: Path, exe: str, body: str) -> None:
     )
     out = run.stdout + run.stderr
     assert "diagnostics:" in out, out
-    assert re.search(r"^22:15 amplint AMP303 `F\.binary_cross_entropy` runs under the CUDA autocast of segkit/engine/trainer\.py:18", out, re.M), out
-    assert f"  related {project.resolve() / 'segkit' / 'engine' / 'trainer.py'}:18 autocast entered here" in out, out
+    assert re.search(r"^22:15 amplint AMP303 `F\.binary_cross_entropy` raises under the CUDA autocast of `trainer\.py`", out, re.M), out
+    assert f"  related {project.resolve() / 'segkit' / 'engine' / 'trainer.py'}:18 autocast entered here (via `UNet.forward` -> `DiceBCELoss.forward`)" in out, out
     assert "hover: **AMP303**" in out, out
     assert "code action: AMP303: add `# noqa: AMP303`" in out, out

@@ -86,7 +86,7 @@ def test_an_fp16_model_built_in_another_file_is_one_finding_per_trainer(tmp_path
     found = run(root, "AMP401")
     assert [where(d) for d in found] == ["engine.py:13"], "one bug, one finding"
     d = found[0]
-    assert "`torch.save` writes the fp16 weights of `model`, a `Net` that pkg/builder.py:7 made fp16" in d.message
+    assert d.message == "`torch.save` writes the fp16 weights of `model`, a `Net` made fp16 elsewhere"
     assert [(Path(r.filename).name, r.location.row, r.message) for r in d.related] == [
         ("builder.py", 7, "made fp16 here"), ("engine.py", 15, "also saved"),
     ]
@@ -153,7 +153,7 @@ def test_a_resume_helper_that_skips_the_scaler_is_found_at_the_call(tmp_path):
     root = resume_project(tmp_path, GOOD_SAVE)
     found = run(root, "AMP402")
     assert [where(d) for d in found] == ["train.py:8"]
-    assert "`load_checkpoint` (utils/ckpt.py:7) resumes `optimizer` but never restores `scaler`" in found[0].message
+    assert found[0].message == "`load_checkpoint` resumes `optimizer` but not `scaler`, and this call does not pass it"
     assert [(Path(r.filename).name, r.location.row) for r in found[0].related] == [("ckpt.py", 7)]
     assert [where(d) for d in run(root, "AMP402", [str(root / "train.py")])] == ["train.py:8"]
 

@@ -103,7 +103,7 @@ def test_a_bce_head_registered_in_another_file_is_reached_through_the_registry(t
     found = findings(root)
     assert [f"{Path(d.filename).name}:{d.location.row}" for d in found] == ["heads.py:11"]
     d = found[0]
-    assert "`FocalHead` is reached through the registry `MODELS`" in d.message and len(d.message) <= 110
+    assert "(`FocalHead`, via registry `MODELS`)" in d.message and len(d.message) < 100
     notes = [r.message for r in d.related]
     assert notes[0] == "autocast entered here" and "calls `FocalHead.forward`" in notes
     assert "`FocalHead` is registered to `MODELS` here" in notes
@@ -143,9 +143,9 @@ def test_registration_calls_external_registries_and_getattr_on_a_module(tmp_path
     })
     found = {Path(d.filename).name: d.message for d in findings(root)}
     assert set(found) == {"heads.py", "ext_heads.py", "losses.py"}
-    assert "through the registry `HEADS`" in found["heads.py"]
-    assert "through the registry `MODELS`" in found["ext_heads.py"]
-    assert "`FocalLoss` is reached through `getattr(losses, ...)`" in found["losses.py"]
+    assert "via registry `HEADS`" in found["heads.py"]
+    assert "via registry `MODELS`" in found["ext_heads.py"]
+    assert "(`FocalLoss`, via `getattr(losses, ...)`)" in found["losses.py"]
 
 
 def test_a_model_func_handed_to_the_trainer_and_a_builder_function(tmp_path):
@@ -170,7 +170,7 @@ def test_a_model_func_handed_to_the_trainer_and_a_builder_function(tmp_path):
     })
     found = findings(root)
     assert [Path(d.filename).name for d in found] == ["heads.py"]
-    assert "through the registry `_MODELS`" in found[0].message  # the registered function, then what it returns
+    assert "via registry `_MODELS`" in found[0].message  # the registered function, then what it returns
 
 
 def test_a_declared_base_class_a_property_and_a_return_annotation(tmp_path):
@@ -226,7 +226,7 @@ def test_a_declared_base_class_a_property_and_a_return_annotation(tmp_path):
     })
     found = findings(root)
     assert [f"{Path(d.filename).name}:{d.location.row}" for d in found] == ["surface.py:7"]
-    assert "`SurfaceModel` is reached as a `Model`" in found[0].message
+    assert "(`SurfaceModel`, as a `Model`)" in found[0].message
     assert "calls `SurfaceModel.get_loss_dict`" in [r.message for r in found[0].related]
 
 
@@ -273,7 +273,7 @@ def test_a_shared_factory_base_gives_each_subclass_its_own_registry(tmp_path):
     })
     found = findings(root)
     assert [Path(d.filename).name for d in found] == ["losses.py"]
-    assert "through the registry `LOSSES`" in found[0].message
+    assert "via registry `LOSSES`" in found[0].message
 
 
 def test_other_questions_do_not_follow_a_registry(tmp_path):

@@ -120,3 +120,56 @@ def test_project_findings_survive_a_touch_but_not_an_edit(tmp_path):
     builder.write_text(builder.read_text().replace("    convert_weights(model)\n", ""))
     edited = Cache(str(store), "fp")
     assert findings([str(project / "finetune.py")], edited) == {}, "the edit removed the cause"
+
+
+def _cli(*args, cwd):
+    import os
+
+    from click.testing import CliRunner
+
+    from amplint.cli import main
+
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(main, list(args), catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
+@pytest.mark.parametrize("cache", [(), ("--no-cache",)], ids=["cache", "no-cache"])
+def test_add_noqa_then_unused_noqa_fix_leaves_every_finding_silenced(tmp_path, cache):
+    """`--add-noqa` silences the cross-file findings too; AMP900 must count those comments as
+    used, or its safe fix deletes them and the findings come back (issue 25: 16 of them)."""
+    import shutil
+
+    root = tmp_path / "fixtures"
+    shutil.copytree(PROJECTS.parent, root)
+    before = _cli(*cache, ".", cwd=root)
+    assert before.exit_code == 1 and "AMP303" in before.output  # the cross-file findings are there
+    assert _cli(*cache, "--add-noqa", ".", cwd=root).exit_code == 0
+    assert _cli(*cache, ".", cwd=root).exit_code == 0
+    unused = _cli(*cache, "--extend-select", "AMP900", ".", cwd=root)
+    assert unused.exit_code == 0, unused.output
+    assert _cli(*cache, "--extend-select", "AMP900", "--fix", ".", cwd=root).exit_code == 0
+    after = _cli(*cache, ".", cwd=root)
+    assert after.exit_code == 0, after.output
+
+
+def test_unused_noqa_fix_in_a_file_it_fixes_keeps_the_cross_file_directive(tmp_path):
+    """`--fix` re-lints each fixed file alone: the `# noqa: AMP303` of a cross-file finding must
+    stay used there too, while a really unused code on another line goes (and the rows move)."""
+    import shutil
+
+    root = tmp_path / "bce_loss_module"
+    shutil.copytree(PROJECTS / "bce_loss_module", root)
+    losses = root / "segkit" / "losses.py"
+    text = losses.read_text()
+    text = text.replace("bce = F.binary_cross_entropy(probs, target.float())", "bce = F.binary_cross_entropy(probs, target.float())  # noqa: AMP303")
+    text = text.replace('"""Losses for binary masks."""\n', '"""Losses for binary masks."""\nimport os  # noqa: AMP101\n')
+    losses.write_text(text)
+    fixed = _cli("--no-cache", "--extend-select", "AMP900", "--fix", ".", cwd=root)
+    assert fixed.exit_code == 0, fixed.output
+    after = losses.read_text()
+    assert "import os\n" in after and "# noqa: AMP303" in after
+    assert _cli("--no-cache", "--extend-select", "AMP900", ".", cwd=root).exit_code == 0

@@ -161,9 +161,11 @@ def test_one_finding_per_bce_call_and_the_message_names_the_cause(tmp_path):
     })
     result = lint_paths([str(root)], Config())
     assert [d.code for d in result.diagnostics] == ["AMP303"]
-    message = result.diagnostics[0].message
-    assert "the CUDA autocast of train.py:12" in message
-    assert "(via `Net.forward` -> `bce_loss`)" in message
+    (d,) = result.diagnostics
+    assert d.message == "`F.binary_cross_entropy` raises under the CUDA autocast of `train.py`"
+    assert [(Path(r.filename).name, r.location.row, r.message) for r in d.related] == [
+        ("train.py", 12, "autocast entered here (via `Net.forward` -> `bce_loss`)")
+    ]
 
 
 def test_a_same_file_finding_is_not_repeated(tmp_path):
@@ -431,8 +433,9 @@ def test_a_scaler_built_per_call_is_silent_for_whole_runs_and_conditional_builds
         """,
     })
     assert codes(root) == ["engine.py:5 AMP107"]
-    message = lint_paths([str(root)], Config()).diagnostics[0].message
-    assert "loop.py:4 calls in a loop" in message
+    d = lint_paths([str(root)], Config()).diagnostics[0]
+    assert d.message == "`GradScaler(...)` is rebuilt on each call of `train` (called in a loop): its scale never settles"
+    assert [(Path(r.filename).name, r.location.row, r.message) for r in d.related] == [("loop.py", 4, "called in a loop here")]
 
 
 def test_the_project_root(tmp_path):
@@ -476,7 +479,7 @@ def test_cross_file_findings_carry_their_cause_as_a_related_location(tmp_path):
     (d,) = lint_paths([str(root)], Config()).diagnostics
     (cause,) = d.related
     assert Path(cause.filename).name == "train.py" and cause.location.row == 5
-    assert cause.message == "autocast entered here"
+    assert cause.message == "autocast entered here (via `bce_loss`)"
     assert d.to_json()["related"][0]["location"]["row"] == 5
 
 

@@ -438,12 +438,11 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, args):
     _assert_exit_2_one_line(_cli(*args, cwd=tmp_path))
 
 
-def test_missing_path_on_the_command_line_is_a_finding_not_a_crash(tmp_path):
+def test_missing_path_on_the_command_line_is_a_usage_error_not_a_crash(tmp_path):
     (tmp_path / "a.py").write_text(BAD)
     result = _cli("--no-cache", "a.py", "missing.py", cwd=tmp_path)
-    assert result.exit_code == 1, result.output
-    assert "missing.py:1:1: AMP000 cannot lint: no such file or directory" in result.output
-    assert "a.py:4:1: AMP101" in result.output
+    _assert_exit_2_one_line(result)
+    assert "missing.py: no such file or directory" in result.output
 
 
 # ------------------------------------------------------------------ internal errors: one rule, one file
@@ -826,3 +825,63 @@ def test_failed_write_of_one_file_leaves_it_and_fixes_the_others(tmp_path, monke
     outcome = fix_paths([str(tmp_path)], ALL, unsafe=True, write=True)
     assert len(outcome.errors) == 1 and "a.py" in outcome.errors[0] and "\n" not in outcome.errors[0]
     assert a.read_text() == BAD and b.read_text() == FIXED
+
+
+# ------------------------------------------------------------------ what the summary says was read
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nscaler = torch.amp.GradScaler()\ndef f(:\n    pass\n",
+        "import torch\nscaler = torch.amp.GradScaler()\nx = (1,\n\ndef g():\n    pass\n",
+        "import torch\nscaler = torch.amp.GradScaler()\nif x\n    y = 1\n",
+    ],
+    ids=["bad-parameter", "unclosed-bracket", "missing-colon"],
+)
+def test_a_syntax_error_is_located_as_python_locates_it(tmp_path, source):
+    import ast
+
+    with pytest.raises(SyntaxError) as python:
+        ast.parse(source)
+    (tmp_path / "broken.py").write_text(source)
+    (d,) = lint_paths([str(tmp_path)], ALL).diagnostics
+    assert (d.code, d.location.row, d.location.column) == ("AMP000", python.value.lineno, python.value.offset)
+    assert d.message == f"SyntaxError: {python.value.msg}"
+
+
+def test_a_nul_byte_is_a_syntax_error_even_in_a_file_without_amp_code(tmp_path):
+    (tmp_path / "nul.py").write_bytes(b"import os\nx = 1\x00\n")
+    (d,) = lint_paths([str(tmp_path)], ALL).diagnostics
+    assert (d.code, d.location.row, d.location.column) == ("AMP000", 2, 6)
+    assert d.message == "SyntaxError: source code cannot contain null bytes"
+
+
+def _read_project(tmp_path):
+    tmp_path.mkdir()
+    (tmp_path / "bad.py").write_text(BAD)
+    (tmp_path / "plain.py").write_text("x = 1\n")
+    (tmp_path / "broken_plain.py").write_text("import os\n\ndef f(:\n    pass\n")  # no AMP code: not parsed
+    (tmp_path / "exempt.py").write_text("# amplint: noqa\n" + BAD)
+    (tmp_path / "nul.py").write_bytes(b"x = 1\x00\n")
+    (tmp_path / "latin.py").write_bytes(b"s = '\xe9'\n")  # not UTF-8 and no coding cookie
+    return tmp_path
+
+
+@pytest.mark.parametrize("extra", [(), ("--fix",)], ids=["lint", "fix"])
+def test_the_summary_says_what_was_read(tmp_path, extra):
+    project = _read_project(tmp_path / "p")
+    cache = str(tmp_path / "cache")
+    line = (
+        "Checked 6 files: 1 analysed, 2 without AMP code (not parsed), 1 exempt (`# amplint: noqa`), "
+        "1 could not be analysed (AMP000), 1 could not be read (AMP000).\n"
+    )
+    for _ in ("cold", "warm"):
+        r = _cli("--cache-dir", cache, *extra, ".", cwd=project)
+        assert r.exit_code == 1 and r.stdout.endswith(line), r.stdout
+    clean = _cli("--no-cache", "plain.py", cwd=project)
+    assert clean.stdout == "All checks passed!\nChecked 1 file: 0 analysed, 1 without AMP code (not parsed).\n"
+    assert _cli("--no-cache", "-q", ".", cwd=project).stdout.count("Checked") == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _cli("--no-cache", ".", cwd=empty).stdout == "All checks passed!\nNo Python files found.\n"

@@ -344,7 +344,7 @@ def test_a_container_of_optimizers_from_another_file_is_stepped_on_scaled_gradie
     root = container_project(tmp_path)
     where, found = amp102(root)
     assert where == ["train.py:16"]
-    assert "leaves a `MultiOptimizer` unwrapped" in found[0].message
+    assert "left `MultiOptimizer` unwrapped" in found[0].message
     assert [(Path(r.filename).name, r.location.row) for r in found[0].related] == [("optimizers.py", 6)]
     assert amp102(root, [str(root / "train.py")])[0] == ["train.py:16"]
 

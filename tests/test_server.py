@@ -198,3 +198,24 @@ async def test_an_edit_while_the_first_lint_runs_is_not_lost(client: LanguageCli
     while uri not in client.diagnostics or list(client.diagnostics[uri]):
         await asyncio.wait_for(client.wait_for_notification(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), 30)
     assert list(client.diagnostics[uri]) == []
+
+
+BOUNDARY = (
+    'import torch\nscaler = torch.amp.GradScaler("cuda")\nfor i, (x, y) in enumerate(loader):\n'
+    "    scaler.scale(model(x, y) / accum).backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+    "    if (i + 1) % accum == 0:\n        scaler.step(optimizer)\n        scaler.update()\n"
+)
+
+
+async def test_a_fix_that_amplint_fix_would_drop_is_not_offered(client: LanguageClient):
+    """The rule offers `scaler.unscale_(optimizer)` before a clip that runs every micro-batch;
+    `amplint --fix --unsafe-fixes` drops it (it would create AMP104: it raises), so the editor
+    offers only the noqa action (one fix engine: tests/test_one_fix_engine.py)."""
+    path = client.root / "boundary.py"
+    uri = path.as_uri()
+    diagnostics = await open_and_wait(client, path, BOUNDARY)
+    assert [d.code for d in diagnostics] == ["AMP101"]
+    actions = await client.text_document_code_action_async(
+        lsp.CodeActionParams(text_document=lsp.TextDocumentIdentifier(uri=uri), range=diagnostics[0].range, context=lsp.CodeActionContext(diagnostics=diagnostics))
+    )
+    assert [a.title for a in actions] == ["AMP101: add `# noqa: AMP101`"]

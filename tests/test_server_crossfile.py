@@ -26,7 +26,7 @@ class Counting(CrossFile):
         self.found = list(found)
         super().__init__(Projects, on_ready=self.told.append, use_cache=False)
 
-    def findings(self, path, text, config):
+    def findings(self, path, text, config, silenced=None):
         self.asked.append(text)
         assert self.release.wait(60)
         if self.fail:
@@ -187,3 +187,32 @@ def test_an_unsaved_buffer_that_becomes_a_starting_file_is_in_the_universe(tmp_p
     files = sorted(str(p) for p in root.rglob("*.py"))
     found = buffer_diagnostics(str(finetune), buffer, files, rules, codes, config, cache)
     assert ("AMP201", 18) in [(d.code, d.location.row) for d in found]
+
+
+def test_unused_noqa_counts_a_directive_that_silences_a_cross_file_finding(tmp_path):
+    """AMP900 in the editor knows the project model's findings, as `amplint --extend-select
+    AMP900` does: the `# noqa: AMP303` on the BCE call silences the cross-file finding and is
+    used; the unused code next to it is still reported, and the comment moves with edits."""
+    import shutil
+    from pathlib import Path
+
+    root = tmp_path / "p"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "projects" / "bce_loss_module", root)
+    with open(root / "pyproject.toml", "a") as fh:
+        fh.write('\n[tool.amplint]\nextend-select = ["AMP900"]\n')
+    losses = root / "segkit" / "losses.py"
+    old = "bce = F.binary_cross_entropy(probs, target.float())"
+    text = losses.read_text().replace(old, old + "  # noqa: AMP303, AMP101")
+    losses.write_text(text)
+    projects = Projects(str(root))
+    ready = threading.Event()
+    cross = CrossFile(lambda: projects, on_ready=lambda path: ready.set(), use_cache=False)
+
+    def shown(source):
+        return [(d.code, d.location.row, d.message) for d in cross.add(lint_python(source, str(losses), projects), str(losses)).diagnostics]
+
+    shown(text)
+    assert ready.wait(120)
+    row = text.splitlines().index(next(line for line in text.splitlines() if old in line)) + 1
+    assert shown(text) == [("AMP900", row, "unused `noqa` directive (unused: `AMP101`)")]
+    assert shown("# edited\n" + text) == [("AMP900", row + 1, "unused `noqa` directive (unused: `AMP101`)")]

@@ -82,8 +82,9 @@ async def test_a_cross_file_finding_has_its_cause_in_the_other_file_as_related_i
     assert (d.range.start.line, d.range.start.character) == (21, 14)  # losses.py:22:15, as the CLI reports
     (related,) = d.related_information
     assert related.location.uri == (project / "segkit" / "engine" / "trainer.py").resolve().as_uri()
-    assert related.location.range.start.line == 17 and related.message == "autocast entered here"
-    assert "trainer.py:18" in d.message
+    assert related.location.range.start.line == 17
+    assert related.message == "autocast entered here (via `UNet.forward` -> `DiceBCELoss.forward`)"
+    assert d.message == "`F.binary_cross_entropy` raises under the CUDA autocast of `trainer.py`"
 
     # edits move the finding with its line...
     replace_all(client, uri, 2, "# a comment\n# another\n" + text)

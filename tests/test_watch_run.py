@@ -84,6 +84,9 @@ def test_collapse_names_the_step_the_scale_and_the_forward_source(tmp_path_facto
     assert [s["step"] for s in steps if s["skipped"]] == list(range(11, 31))
     scales = [s["loss_scale"] for s in steps]
     assert all(b == a / 2 for a, b in zip(scales[9:], scales[10:]))
+    # each step records the scale it ran with (AMP701's and the summary's start) and the one update() left
+    assert [s["loss_scale_before"] for s in steps] == [1024.0] + scales[:-1]
+    assert "30 optimizer steps, 20 skipped, loss scale 1024 -> 0.000976562" in run.stderr  # 1024 / 2**20, as %g writes it
     sources = of_type(evs, "nonfinite")
     forward = [s for s in sources if s["kind"] == "forward output"]
     build_inp = line_of(TRAIN, "self.inp = nn.Linear(16, 64)")
@@ -138,11 +141,14 @@ def test_fp16_backward_without_scaler_reports_the_flushed_share(tmp_path_factory
 
 def test_checkpoint_findings_point_at_the_saves(tmp_path_factory):
     _, _, report = run_mode(tmp_path_factory, "save", 4)
-    found = {f["code"]: f["line"] for f in of_type(events(report), "finding")}
+    findings = of_type(events(report), "finding")
+    found = {f["code"]: f["line"] for f in findings}
     assert found == {
         "AMP402": line_of(TRAIN, 'torch.save({"optimizer": opt.state_dict()}, "optimizer.pt")'),
         "AMP401": line_of(TRAIN, 'torch.save(model.half().state_dict(), "model_fp16.pt")'),
     }
+    # saved after the 4 steps of the loop: "after step 4", not a step 5 the run never had
+    assert {f["code"]: (f["step"], f.get("after")) for f in findings} == {"AMP402": (4, True), "AMP401": (4, True)}
 
 
 def test_checkpoint_with_scaler_state_and_an_fp16_export_beside_fp32_is_fine(tmp_path):

@@ -56,3 +56,44 @@ def apply_edits(source: str, edits: Iterable[Edit]) -> str:
     for begin, end, content in spans:
         out = out[:begin] + content + out[end:]
     return out
+
+
+def first_row_span(line: str, start: Location, end: Location) -> Location:
+    """The end of a finding's underline: `end` when the span is one row, else the end of the
+    code on its first row (`line`, that row's text): a multi-line call is underlined on its name
+    and the first line of its arguments, not on every row of the statement (ruff draws one line
+    of carets for the common case; six rows of them hide the code they point at)."""
+    if end.row <= start.row:
+        return end
+    code = line.rstrip("\r\n")
+    stripped = code.rstrip()
+    cut = _comment_start(stripped, start.column - 1)
+    if cut is not None:
+        stripped = stripped[:cut].rstrip()
+    return Location(start.row, max(len(stripped), start.column - 1) + 1)
+
+
+def _comment_start(line: str, begin: int) -> "int | None":
+    """Where a `#` comment starts in `line` at or after `begin`, outside string quotes that
+    open on this line (a string that began on an earlier row is not seen: the row is the
+    first of the finding, whose start is code)."""
+    quote = None
+    i = begin
+    while i < len(line):
+        ch = line[i]
+        if quote is not None:
+            if ch == "\\":
+                i += 2
+                continue
+            if line.startswith(quote, i):
+                i += len(quote)
+                quote = None
+                continue
+        elif ch in "'\"":
+            quote = ch * 3 if line.startswith(ch * 3, i) else ch
+            i += len(quote)
+            continue
+        elif ch == "#":
+            return i
+        i += 1
+    return None

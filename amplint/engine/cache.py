@@ -368,6 +368,8 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
             out["p"] = True
         if result.index is not None and (result.index.get("r") or result.index.get("i")):
             out["x"] = _enc(result.index)
+        if result.read != _NO_AMP_CODE:
+            out["s"] = result.read
         if diags:
             import json  # the payload must be plain data (JSON's types): what a warm run decodes is what it was
 
@@ -381,7 +383,7 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
 @lru_cache(maxsize=None)
 def _uncached_fields(result_class: type) -> Tuple[Tuple[str, Any], ...]:
     """(name, default) of the FileResult fields the cache does not keep."""
-    kept = {"path", "diagnostics", "facts", "parsed", "index"}
+    kept = {"path", "diagnostics", "facts", "parsed", "index", "read"}
     return tuple(
         (f.name, f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)  # type: ignore[misc]
         for f in dataclasses.fields(result_class)
@@ -391,6 +393,8 @@ def _uncached_fields(result_class: type) -> Tuple[Tuple[str, Any], ...]:
 
 #: most files say nothing about precision: one shared (frozen) value for them
 _NO_FACTS = FileFacts()
+#: what most files are: no rule's gate passed (pipeline.NO_AMP_CODE, which sits above this module)
+_NO_AMP_CODE = "no-amp"
 #: the text index of a file with no project role and no import (never mutated)
 _NO_INDEX: Dict[str, Any] = {"r": "", "i": ""}
 
@@ -405,6 +409,7 @@ def decode_result(path: str, o: Dict[str, Any]) -> Any:
         facts=FileFacts(**facts) if facts else _NO_FACTS,
         parsed=bool(o.get("p")),
         index=o.get("x", _NO_INDEX) if path.endswith(".py") else None,
+        read=o.get("s", _NO_AMP_CODE),
     )
 
 

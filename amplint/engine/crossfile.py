@@ -202,9 +202,11 @@ def project_diagnostics(
     codes: FrozenSet[str],
     cache: Any = None,
     indexes: Optional[Dict[str, Dict[str, Any]]] = None,
+    suppressed: Optional[List[Diagnostic]] = None,
 ) -> List[Diagnostic]:
     """The cross-file diagnostics of the run's files (spelled as the run spells them), noqa
-    applied. `indexes`: the text indexes the lint pass already computed, by absolute path."""
+    applied. `indexes`: the text indexes the lint pass already computed, by absolute path;
+    `suppressed` gets the findings a `# noqa` silenced (for AMP900: `unused_noqa.discount`)."""
     out: List[Diagnostic] = []
     store = _Store(cache, indexes or {})
     store.file_timeout = projects.config.file_timeout
@@ -215,7 +217,7 @@ def project_diagnostics(
             if spelled is not None and d.code in codes:
                 d.filename = spelled
                 out.append(d)
-    return _suppressed(out, projects.config)
+    return _suppressed(out, projects.config, suppressed)
 
 
 def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any], store: "_Store", members: Dict[str, str]) -> List[Diagnostic]:
@@ -251,8 +253,8 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
     return found
 
 
-def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnostic]:
-    """`# noqa` and per-file ignores, as for per-file findings."""
+def _suppressed(diagnostics: List[Diagnostic], config: Config, silenced: Optional[List[Diagnostic]] = None) -> List[Diagnostic]:
+    """`# noqa` and per-file ignores, as for per-file findings; `silenced` gets what a `# noqa` dropped."""
     from .pipeline import apply_noqa, known_codes, read_file
 
     by_file: Dict[str, List[Diagnostic]] = {}
@@ -263,8 +265,29 @@ def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnosti
         ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
         found = [d for d in found if d.code not in ignored]
         source, _ = read_file(path)
-        out.extend(apply_noqa(found, source) if source is not None else found)
+        if source is not None:
+            found = _underlined(found, source)
+        kept = apply_noqa(found, source) if source is not None else found
+        if silenced is not None and len(kept) < len(found):
+            ids = {id(d) for d in kept}
+            silenced.extend(d for d in found if id(d) not in ids)
+        out.extend(kept)
     return out
+
+
+def _underlined(found: List[Diagnostic], source: str) -> List[Diagnostic]:
+    """The project model's spans (a whole call, from the summary) cut to the first row, as a
+    per-file finding's are (`core.text.first_row_span`)."""
+    if not any(d.end_location.row > d.location.row for d in found):
+        return found
+    from ..core.text import first_row_span, split_lines
+
+    lines = split_lines(source)
+    return [
+        replace(d, end_location=first_row_span(lines[d.location.row - 1], d.location, d.end_location))
+        if d.end_location.row > d.location.row and d.location.row <= len(lines) else d
+        for d in found
+    ]
 
 
 def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[Diagnostic]:
@@ -467,11 +490,13 @@ class _Store:
 
 
 def buffer_diagnostics(
-    path: str, text: str, files: Sequence[str], rules: Sequence[Any], codes: FrozenSet[str], config: Config, cache: Any = None
+    path: str, text: str, files: Sequence[str], rules: Sequence[Any], codes: FrozenSet[str], config: Config, cache: Any = None,
+    silenced: Optional[List[Diagnostic]] = None,
 ) -> List[Diagnostic]:
     """The cross-file findings of the file `path` when its text is `text` (an editor's
     buffer, saved or not): what `amplint path` reports for it once saved. `files`: every
-    Python file of its project (absolute). Conditions are left to the caller to resolve."""
+    Python file of its project (absolute). Conditions are left to the caller to resolve.
+    `silenced` gets the findings a `# noqa` of `text` dropped."""
     me = os.path.abspath(path)
     store = _BufferStore(cache, me, text)
     project = sorted({*files, me})
@@ -485,7 +510,12 @@ def buffer_diagnostics(
         found = [d for d in found if d.code not in ignored]
     from .pipeline import apply_noqa
 
-    return apply_noqa(found, text)
+    found = _underlined(found, text)
+    kept = apply_noqa(found, text)
+    if silenced is not None and len(kept) < len(found):
+        ids = {id(d) for d in kept}
+        silenced.extend(d for d in found if id(d) not in ids)
+    return kept
 
 
 class _BufferStore(_Store):

@@ -6,7 +6,7 @@ from typing import FrozenSet, Optional, Sequence, Type
 
 from ..core.config import Config
 from ..core.rule import Rule
-from .pipeline import FileResult, SYNTAX_ERROR_CODE, lint_file_source, read_file, syntax_error
+from .pipeline import UNREADABLE, FileResult, SYNTAX_ERROR_CODE, lint_file_source, read_file, syntax_error
 
 
 def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str], data: Optional[bytes] = None) -> FileResult:
@@ -17,7 +17,7 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
         return lint_notebook_path(path, config, rules, codes)
     source, problem = read_file(path, data)
     if source is None:
-        result = FileResult(path=path)
+        result = FileResult(path=path, read=UNREADABLE)
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {problem}"))
         return result

@@ -274,12 +274,12 @@ def dump_like(data: Any, raw: str) -> str:
 
 def lint_notebook_text(raw: str, path: str, config, rules: Sequence, codes) -> Tuple[Optional[Notebook], "object"]:
     """(notebook, FileResult with diagnostics in cell coordinates)."""
-    from .pipeline import FileResult, SYNTAX_ERROR_CODE, lint_file_source, syntax_error
+    from .pipeline import NO_AMP_CODE, UNREADABLE, FileResult, SYNTAX_ERROR_CODE, lint_file_source, syntax_error
 
     try:
         nb = Notebook.from_text(raw)
     except NotebookError as exc:
-        result = FileResult(path=path)
+        result = FileResult(path=path, read=NO_AMP_CODE if isinstance(exc, NotPython) else UNREADABLE)
         if SYNTAX_ERROR_CODE in codes and not isinstance(exc, NotPython):
             result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {exc}"))
         return None, result
@@ -295,12 +295,12 @@ def read_notebook_text(path: str) -> str:
 
 
 def lint_notebook_path(path: str, config, rules: Sequence, codes) -> "object":
-    from .pipeline import FileResult, SYNTAX_ERROR_CODE, syntax_error
+    from .pipeline import UNREADABLE, FileResult, SYNTAX_ERROR_CODE, syntax_error
 
     try:
         raw = read_notebook_text(path)
     except (OSError, UnicodeDecodeError) as exc:
-        result = FileResult(path=path)
+        result = FileResult(path=path, read=UNREADABLE)
         if SYNTAX_ERROR_CODE in codes:
             reason = getattr(exc, "strerror", None) or str(exc)
             result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {reason}"))

@@ -34,6 +34,13 @@ OPT_IN_CODES = (UNUSED_NOQA_CODE,)
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 
+#: what happened to a file (`FileResult.read`), as the summary counts it
+ANALYSED = "analysed"  # parsed (whole or an excerpt) and its rules ran
+NO_AMP_CODE = "no-amp"  # no selected rule's gate passed: nothing it could flag, not parsed
+EXEMPT = "exempt"  # a file-level `# amplint: noqa`
+FAILED = "failed"  # read, but not analysed: a syntax error, too deep, past its time budget
+UNREADABLE = "unreadable"  # could not be read or decoded
+
 
 @dataclass
 class FileResult:
@@ -47,6 +54,8 @@ class FileResult:
     over_budget: bool = False
     #: the file's text index for the project model (`amplint.model.project.text_index`)
     index: Optional[dict] = None
+    #: ANALYSED, NO_AMP_CODE, EXEMPT, FAILED or UNREADABLE (the summary's "Checked N files: ...")
+    read: str = NO_AMP_CODE
 
 
 # ------------------------------------------------------------------ selection
@@ -95,7 +104,7 @@ def lint_file_source(source: str, path: str, config: Config, rules: Sequence[Typ
             return _lint_file_source(source, path, config, rules, codes)
     except BudgetExceeded as exc:
         # no facts either (parsed: the facts pass would only run out of time again)
-        result = FileResult(path=path, parsed=True, over_budget=True)
+        result = FileResult(path=path, parsed=True, over_budget=True, read=FAILED)
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, 1, 1, f"{exc}; skipped", TIMEOUT_NAME))
         return result
@@ -108,7 +117,15 @@ def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Ty
 
     exempt = file_exemption(source)
     if exempt is not None and not exempt:
+        result.read = EXEMPT
         return result  # `# amplint: noqa`: the whole file, as ruff's `# ruff: noqa`
+    if "\0" in source:  # not Python at all (CPython refuses it), whatever the gates say; cheap to see
+        result.read = FAILED
+        if SYNTAX_ERROR_CODE in codes:
+            at = source.index("\0")
+            row = source.count("\n", 0, at) + 1
+            result.diagnostics.append(syntax_error(path, row, at - (source.rfind("\n", 0, at) + 1) + 1, "SyntaxError: source code cannot contain null bytes"))
+        return result
     active = passing(rules, source)
     if active and has_triple_quotes(source) and site_lines(active, source) is None:
         # about to be parsed whole: drop the rules whose gate passed only on docstring words
@@ -132,10 +149,13 @@ def lint_active(source: str, path: str, config: Config, active: Sequence[Type[Ru
             if deep is not None:
                 if SYNTAX_ERROR_CODE in codes:
                     result.diagnostics.append(syntax_error(path, deep[0], 1, deep[1]))
+                result.read = FAILED
                 return result
             diagnostics = run_guarded(_parse_and_check, source, path, config, active, codes, result)
     if diagnostics is None:
+        result.read = FAILED
         return result
+    result.read = ANALYSED
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
     diagnostics = [d for d in diagnostics if d.code not in ignored and not (exempt and d.code in exempt)]
     result.diagnostics.extend(apply_noqa(diagnostics, source))
@@ -342,7 +362,8 @@ def _parse_and_check(source: str, path: str, config: Config, active: Sequence[Ty
         module = parse_module(source)
     except cst.ParserSyntaxError as exc:
         if SYNTAX_ERROR_CODE in codes:
-            result.diagnostics.append(syntax_error(path, exc.raw_line, exc.raw_column + 1, f"SyntaxError: {exc.message}"))
+            row, column, message = python_syntax_error(source) or (exc.raw_line, exc.raw_column + 1, exc.message)
+            result.diagnostics.append(syntax_error(path, row, column, f"SyntaxError: {message}"))
         return None
     except (RecursionError, MemoryError):
         if SYNTAX_ERROR_CODE in codes:
@@ -383,6 +404,24 @@ def _unused_noqa(diagnostics: List[Diagnostic], source: str, path: str, config: 
     if UNUSED_NOQA_CODE in ignored:
         return []
     return unused_noqa(diagnostics, source, path, codes - ignored, known_codes())
+
+
+def python_syntax_error(source: str) -> Optional[Tuple[int, int, str]]:
+    """(row, 1-based column, message) of the syntax error CPython's own parser reports for
+    `source`, as `python file.py` would show it; None when CPython accepts the text (libcst
+    refused it alone: its location is then the only one)."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences and the like
+            ast.parse(source)
+    except SyntaxError as exc:
+        return max(exc.lineno or 1, 1), max(exc.offset or 1, 1), str(exc.msg or "invalid syntax")
+    except (ValueError, TypeError, RecursionError, MemoryError):
+        return None
+    return None
 
 
 def syntax_error(path: str, row: int, column: int, message: str, name: str = SYNTAX_ERROR_NAME) -> Diagnostic:

@@ -8,13 +8,13 @@ and add the cross-file findings of the projects the files belong to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
 from ..model.facts import ProjectFacts
 from .discovery import WalkRecord, discover
-from .pipeline import SYNTAX_ERROR_CODE, FileResult, lint_file_source, resolve_conditions, selected_rules, syntax_error
+from .pipeline import SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE, FileResult, lint_file_source, resolve_conditions, selected_rules, syntax_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import Cache
@@ -27,6 +27,11 @@ class LintResult:
     facts: ProjectFacts
     #: one-line notes for the user (files left out: links out of the project)
     notes: List[str] = field(default_factory=list)
+    #: path -> (code, line key) of the `# noqa` comments that silence a cross-file finding
+    #: (`unused_noqa.used_keys`): AMP900 counts them as used, and so does `--fix`'s re-lint
+    noqa_used: Dict[str, Set[Tuple[str, str]]] = field(default_factory=dict)
+    #: how many of `files` each `FileResult.read` outcome has (analysed, no AMP code, ...)
+    read: Dict[str, int] = field(default_factory=dict)
 
 
 def lint_source(source: str, path: str = "<string>", config: Optional[Config] = None) -> List[Diagnostic]:
@@ -75,9 +80,13 @@ def lint_paths(
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
     absolute = walk.abspath
     indexes = {absolute(r.path): r.index for r in results if r.index is not None}
-    cross = project_diagnostics(projects, rules, codes, cache, indexes)
+    silenced: List[Diagnostic] = []
+    cross = project_diagnostics(projects, rules, codes, cache, indexes, silenced)
     if cross:
         diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
+    noqa_used = _noqa_used(resolve_conditions(silenced, facts, config)) if silenced else {}
+    if noqa_used and UNUSED_NOQA_CODE in codes:
+        diagnostics = _discounted(diagnostics, noqa_used)
     if SYNTAX_ERROR_CODE in codes:
         diagnostics.extend(
             syntax_error(folder, 1, 1, f"cannot read folder: {reason.lower()}; its files were not linted")
@@ -85,4 +94,37 @@ def lint_paths(
         )
     diagnostics.sort(key=Diagnostic.sort_key)
     notes = [f"{path}: not linted: a symbolic link to a file outside the project (name it on the command line to lint it)" for path in outside]
-    return LintResult(diagnostics=diagnostics, files=files, facts=facts, notes=notes)
+    read: Dict[str, int] = {}
+    for r in results:
+        read[r.read] = read.get(r.read, 0) + 1
+    return LintResult(diagnostics=diagnostics, files=files, facts=facts, noqa_used=noqa_used, read=read, notes=notes)
+
+
+def _noqa_used(silenced: Sequence[Diagnostic]) -> Dict[str, Set[Tuple[str, str]]]:
+    from .pipeline import read_file
+    from .unused_noqa import used_keys
+
+    by_file: Dict[str, List[Diagnostic]] = {}
+    for d in silenced:
+        by_file.setdefault(d.filename, []).append(d)
+    out: Dict[str, Set[Tuple[str, str]]] = {}
+    for path, found in by_file.items():
+        source, _ = read_file(path)
+        if source is not None:
+            out[path] = used_keys(found, source)
+    return out
+
+
+def _discounted(diagnostics: List[Diagnostic], used: Dict[str, Set[Tuple[str, str]]]) -> List[Diagnostic]:
+    """The AMP900 findings without the codes that silence a cross-file finding."""
+    from .pipeline import read_file
+    from .unused_noqa import discount
+
+    by_file: Dict[str, List[Diagnostic]] = {}
+    for d in diagnostics:
+        by_file.setdefault(d.filename, []).append(d)
+    out: List[Diagnostic] = []
+    for path, found in by_file.items():
+        source = read_file(path)[0] if path in used and any(d.code == UNUSED_NOQA_CODE for d in found) else None
+        out.extend(discount(found, source, used[path]) if source is not None else found)
+    return out

@@ -13,10 +13,10 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, AbstractSet, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.config import Config
-from ..core.diagnostics import Diagnostic
+from ..core.diagnostics import Applicability, Diagnostic
 from ..model.facts import ProjectFacts
 from .apply import applicable, fix_key, fix_until_stable
 
@@ -39,6 +39,7 @@ class FixOutcome:
     errors: List[str] = field(default_factory=list)  # "path: why it was not written"
     output: Optional[str] = None  # the fixed text for stdin
     rejected: List[str] = field(default_factory=list)  # "path:row:col: CODE fix not applied: why"
+    read: Optional[Dict[str, int]] = None  # what the run read (`LintResult.read`); None for stdin
 
     @property
     def fixed_count(self) -> int:
@@ -55,25 +56,36 @@ def unified_diff(old: str, new: str, fromfile: str, tofile: Optional[str] = None
     return "".join(difflib.unified_diff(lines(old), lines(new), fromfile=fromfile, tofile=tofile or fromfile))
 
 
-def _linter(path: str, config: Config, facts: ProjectFacts) -> Callable[[str], List[Diagnostic]]:
+def _linter(path: str, config: Config, facts: ProjectFacts, used: AbstractSet[Tuple[str, str]] = frozenset()) -> Callable[[str], List[Diagnostic]]:
+    """The file's own lint, as the run made it; `used`: the `# noqa` codes that silence the
+    file's cross-file findings (`LintResult.noqa_used`), which AMP900 must not call unused."""
     from ..engine.pipeline import lint_file_source, resolve_conditions, selected_rules
+    from ..engine.unused_noqa import discount
 
     codes, rules = selected_rules(config)
 
     def lint(source: str) -> List[Diagnostic]:
         result = lint_file_source(source, path, config, rules, codes)
-        return resolve_conditions(result.diagnostics, facts, config)
+        found = resolve_conditions(result.diagnostics, facts, config)
+        return discount(found, source, used) if used else found
 
     return lint
 
 
 def fix_text(
-    source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, outcome: Optional["FixOutcome"] = None, nb=None
+    source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, outcome: Optional["FixOutcome"] = None, nb=None,
+    used: AbstractSet[Tuple[str, str]] = frozenset(),
 ) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
     """(fixed source, fixed diagnostics, remaining diagnostics) of one Python text; the fixes
-    that were checked and dropped are listed in `outcome.rejected` (`nb`: map their rows to cells)."""
+    that were checked and dropped are listed in `outcome.rejected` (`nb`: map their rows to cells)
+    and withdrawn from the remaining diagnostics (no `[*]`, not counted as fixable);
+    `used`: see `_linter`."""
     rejected: List[Tuple[Diagnostic, str]] = []
-    result = fix_until_stable(source, _linter(path, config, facts), unsafe, rejected=rejected)
+    result = fix_until_stable(source, _linter(path, config, facts, used) if used else _linter(path, config, facts), unsafe, rejected=rejected)
+    dropped = {fix_key(d) for d, _ in rejected}
+    for d in result[2]:
+        if d.fix is not None and fix_key(d) in dropped:
+            d.fix = None
     if outcome is not None:
         for d, why in rejected:
             d = nb.map_diagnostic(d) if nb is not None else d
@@ -82,31 +94,74 @@ def fix_text(
     return result
 
 
+def dropped_fixes(source: str, lint: Callable[[str], List[Diagnostic]], offered: Sequence[Diagnostic], unsafe: bool) -> Dict[tuple, str]:
+    """{fix key: why} of the fixes of `offered` (findings of `source` with a fix) that fixing
+    `source` would drop, each checked as the fix that applies it runs: safe fixes (all of them
+    with `unsafe`) by fixing under the current settings (`--fix`), unsafe ones without `unsafe`
+    as `--fix --unsafe-fixes` would, so a hidden fix that `--unsafe-fixes` would then drop is
+    not advertised. `lint`: the file's lint (`_linter`). One engine: `amplint server`'s quick
+    fixes are these checks on the buffer, the CLI's are `withdraw_failing_fixes`."""
+    out: Dict[tuple, str] = {}
+    for mode, group in _by_mode(offered, unsafe):
+        rejected: List[Tuple[Diagnostic, str]] = []
+        fix_until_stable(source, lint, mode, rejected=rejected)
+        keys = {fix_key(d) for d in group}
+        out.update((fix_key(d), why) for d, why in rejected if fix_key(d) in keys)
+    return out
+
+
+def _by_mode(offered: Sequence[Diagnostic], unsafe: bool) -> List[Tuple[bool, List[Diagnostic]]]:
+    """[(unsafe setting to check under, the fixes it decides)]: the fixes `--fix` applies under
+    the current settings, then the hidden (unsafe) ones under `--unsafe-fixes`."""
+    shown = [d for d in offered if d.fix is not None and (unsafe or d.fix.applicability is Applicability.SAFE)]
+    hidden = [d for d in offered if d.fix is not None and not (unsafe or d.fix.applicability is Applicability.SAFE)]
+    return [(mode, group) for mode, group in ((unsafe, shown), (True, hidden)) if group]
+
+
+def withdraw_in_text(source: str, lint: Callable[[str], List[Diagnostic]], diagnostics: Sequence[Diagnostic], unsafe: bool) -> List[Diagnostic]:
+    """`withdraw_failing_fixes` for a text that is not a file on disk (stdin, an editor's
+    buffer): the fixes of `diagnostics` that fixing `source` would drop get `fix = None` (in
+    place); returns those diagnostics."""
+    offered = [d for d in diagnostics if d.fix is not None]
+    if not offered:
+        return []
+    why = dropped_fixes(source, lint, offered, unsafe)
+    out = [d for d in offered if fix_key(d) in why]
+    for d in out:
+        d.fix = None
+    return out
+
+
 def withdraw_failing_fixes(
-    diagnostics: Sequence[Diagnostic], facts: ProjectFacts, config: Config, unsafe: bool = True, cache: Optional["Cache"] = None
+    diagnostics: Sequence[Diagnostic], facts: ProjectFacts, config: Config, unsafe: bool = True, cache: Optional["Cache"] = None,
+    noqa_used: Optional[Dict[str, AbstractSet[Tuple[str, str]]]] = None,
 ) -> List[str]:
-    """Check the fixes a plain run offers the way `--fix` applies them: each file (notebook
-    or not) with an offered fix (safe ones; unsafe ones too with `unsafe`) is fixed in memory
-    and re-linted. A fix dropped there is withdrawn from its diagnostic (`fix = None`, in
-    place); returns one warning line per withdrawn fix. Files without an offered fix are not
-    read again; with `cache` (an `engine.cache.Cache`), the outcome is kept with the file's
-    lint entry, so a warm run of an unchanged file parses nothing for it either."""
+    """Check the fixes a run offers the way `--fix` applies them (`dropped_fixes`): each file
+    (notebook or not) with a fix is fixed in memory and re-linted, under the current settings for
+    the fixes they apply and under `--unsafe-fixes` for the hidden ones the summary advertises.
+    A fix dropped there is withdrawn from its diagnostic (`fix = None`, in place); returns one
+    warning line per withdrawn fix that the settings would apply (a hidden one just is not
+    counted). Files without a fix are not read again; with `cache` (an `engine.cache.Cache`),
+    the outcome is kept with the file's lint entry, so a warm run of an unchanged file parses
+    nothing for it either."""
     by_file: Dict[str, List[Diagnostic]] = {}
-    for d in applicable(diagnostics, unsafe):
+    for d in applicable(diagnostics, True):
         by_file.setdefault(d.filename, []).append(d)
     lines: List[str] = []
     for path, found in by_file.items():
-        why_by_key = _fix_check(path, config, facts, unsafe, cache)
-        for d in found:
-            why = why_by_key.get(fix_key(d))
-            if why is not None:
-                d.fix = None
-                cell = f"cell {d.cell}:" if d.cell is not None else ""
-                lines.append(f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} fix withdrawn: {why}")
+        for mode, group in _by_mode(found, unsafe):
+            why_by_key = _fix_check(path, config, facts, mode, cache, (noqa_used or {}).get(path, frozenset()))
+            for d in group:
+                why = why_by_key.get(fix_key(d))
+                if why is not None:
+                    d.fix = None
+                    if mode == unsafe:
+                        cell = f"cell {d.cell}:" if d.cell is not None else ""
+                        lines.append(f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} fix withdrawn: {why}")
     return lines
 
 
-def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cache: Optional["Cache"]) -> Dict[tuple, str]:
+def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cache: Optional["Cache"], used: AbstractSet[Tuple[str, str]] = frozenset()) -> Dict[tuple, str]:
     """{fix key: why} of the fixes of `path` that `--fix` would drop, from `cache` when it
     holds the check of these bytes under this key (nothing dropped when unreadable)."""
     from ..core.safe_read import read_bytes
@@ -115,6 +170,8 @@ def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cac
 
     # the rest of what the outcome depends on (config, rules, amplint) names the store
     key = f"{facts!r} unsafe={unsafe} library={library_module(path, config.root)}"
+    if used:
+        key += f" noqa-used={sorted(used)!r}"
     outcome: Optional[list] = None
     if cache is not None:
         try:
@@ -129,13 +186,13 @@ def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cac
         digest = file_digest(data)
         outcome = cache.fix_check(path, key, digest=digest) if cache is not None else None
         if outcome is None:
-            outcome = _check_fixes(path, data, config, facts, unsafe)
+            outcome = _check_fixes(path, data, config, facts, unsafe, used)
             if cache is not None:
                 cache.record_fix_check(path, digest, key, outcome)
     return {(code, message, tuple(contents)): why for code, message, contents, why in outcome}
 
 
-def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, unsafe: bool) -> list:
+def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]] = frozenset()) -> list:
     """[[code, fix title, edit contents, why], ...]: the fixes of the file's bytes `data`
     that fixing drops (JSON data, as the cache keeps it)."""
     from . import writer
@@ -149,11 +206,11 @@ def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, un
     except (UnicodeDecodeError, SyntaxError, LookupError, NotebookError):
         return []
     rejected: List[Tuple[Diagnostic, str]] = []
-    fix_until_stable(text, _linter(path, config, facts), unsafe, rejected=rejected)
+    fix_until_stable(text, _linter(path, config, facts, used) if used else _linter(path, config, facts), unsafe, rejected=rejected)
     return [[code, title, list(contents), why] for (code, title, contents), why in ((fix_key(d), why) for d, why in rejected)]
 
 
-def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome) -> Optional[List[Diagnostic]]:
+def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome, used: AbstractSet[Tuple[str, str]] = frozenset()) -> Optional[List[Diagnostic]]:
     from . import writer
 
     try:
@@ -161,7 +218,7 @@ def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, wr
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
         outcome.errors.append(f"{path}: cannot read: {exc}")
         return None
-    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome)
+    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome, used=used)
     if not fixed or new == original.text:
         return remaining
     change = FileChange(path, fixed, unified_diff(original.text, new, path))
@@ -175,7 +232,7 @@ def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, wr
     return remaining
 
 
-def _fix_notebook(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome) -> Optional[List[Diagnostic]]:
+def _fix_notebook(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome, used: AbstractSet[Tuple[str, str]] = frozenset()) -> Optional[List[Diagnostic]]:
     from . import writer
     from ..engine.notebook import Notebook, NotebookError
 
@@ -211,8 +268,10 @@ def fix_files(
     config: Config,
     unsafe: bool = False,
     write: bool = True,
+    noqa_used: Optional[Dict[str, AbstractSet[Tuple[str, str]]]] = None,
 ) -> FixOutcome:
-    """Fix every file of a lint run that has an applicable fix; diagnostics of the others are kept."""
+    """Fix every file of a lint run that has an applicable fix; diagnostics of the others are kept.
+    `noqa_used`: `LintResult.noqa_used` (the run's cross-file findings' `# noqa` codes)."""
     from ..engine.notebook import is_notebook
 
     by_file: Dict[str, List[Diagnostic]] = {}
@@ -222,7 +281,7 @@ def fix_files(
     for path, found in by_file.items():
         if applicable(found, unsafe):
             fix = _fix_notebook if is_notebook(path) else _fix_python
-            remaining = fix(path, config, facts, unsafe, write, outcome)
+            remaining = fix(path, config, facts, unsafe, write, outcome, (noqa_used or {}).get(path, frozenset()))
             if remaining is not None:
                 outcome.diagnostics.extend(remaining)
                 continue
@@ -252,9 +311,24 @@ def fix_paths(
 
         cache = open_cache(config, cache_dir or None)
     result = lint_paths(paths, config, force_exclude=force_exclude, jobs=max(jobs, 1), cache=cache)
+    outcome = fix_files(result.diagnostics, result.facts, config, unsafe, write, result.noqa_used)
+    outcome.read = result.read
+    if write and not unsafe:
+        # the summary's "hidden fixes can be enabled with --unsafe-fixes": only those it would apply
+        withdraw_failing_fixes(outcome.diagnostics, result.facts, config, unsafe, cache, result.noqa_used)
     if cache is not None:
         cache.save()
-    return fix_files(result.diagnostics, result.facts, config, unsafe, write)
+    return outcome
+
+
+def stdin_linter(source: str, path: str, config: Config) -> Callable[[str], List[Diagnostic]]:
+    """The linter `--fix` uses for a text read from stdin (its project facts: its own)."""
+    from ..engine.parallel import whole_file_facts
+    from ..engine.pipeline import lint_file_source, selected_rules
+
+    codes, rules = selected_rules(config)
+    facts = ProjectFacts.from_files([whole_file_facts(lint_file_source(source, path, config, rules, codes), source, config)])
+    return _linter(path, config, facts)
 
 
 def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> FixOutcome:
@@ -287,6 +361,7 @@ def fix_stdin(source: str, path: str, config: Config, unsafe: bool = False) -> F
     facts = ProjectFacts.from_files([whole_file_facts(lint_file_source(source, path, config, rules, codes), source, config)])
     outcome = FixOutcome(diagnostics=[])
     new, fixed, remaining = fix_text(source, path, config, facts, unsafe, outcome)
+    withdraw_in_text(new, _linter(path, config, facts), remaining, unsafe)
     outcome.diagnostics, outcome.output = sorted(remaining, key=Diagnostic.sort_key), new
     if fixed and new != source:
         outcome.changes.append(FileChange(path, fixed, unified_diff(source, new, path)))

@@ -466,6 +466,11 @@ class ModuleContext:
         """A diagnostic of `rule` spanning `node`; `related`: its other sites (`ctx.related(...)`);
         `help` says what to write instead."""
         start, end = self.position(node)
+        if end.row > start.row:
+            from ..core.text import first_row_span, split_lines
+
+            lines = split_lines(self.source)  # (a multi-line finding: rare, so not kept)
+            end = first_row_span(lines[start.row - 1] if start.row <= len(lines) else "", start, end)
         return Diagnostic(
             code=rule.code,
             name=rule.name,

@@ -101,8 +101,30 @@ def _plural(n: int, word: str, plural: str = "") -> str:
     return f"{n} {word if n == 1 else (plural or word + 's')}"
 
 
-def summary(diagnostics: Sequence[Diagnostic], fixed: int = 0, unsafe_fixes: bool = False) -> str:
-    """ruff's closing lines: counts, what was fixed, and what `--fix` / `--unsafe-fixes` would do."""
+#: `FileResult.read` outcomes (engine/pipeline.py) in the order and words of the summary
+_READ = (
+    ("analysed", "analysed"),
+    ("no-amp", "without AMP code (not parsed)"),
+    ("exempt", "exempt (`# amplint: noqa`)"),
+    ("failed", "could not be analysed (AMP000)"),
+    ("unreadable", "could not be read (AMP000)"),
+)
+
+
+def files_line(read: Mapping[str, int]) -> str:
+    """What the run read: "Checked 12 files: 3 analysed, 8 without AMP code (not parsed), 1 could
+    not be read (AMP000)." A file no rule could flag is not parsed, so a syntax error in it is not
+    seen; this line says how many such files there were."""
+    total = sum(read.values())
+    if not total:
+        return "No Python files found."
+    parts = [f"{read.get(key, 0)} {words}" for key, words in _READ if read.get(key) or key == "analysed"]
+    return f"Checked {_plural(total, 'file')}: {', '.join(parts)}."
+
+
+def summary(diagnostics: Sequence[Diagnostic], fixed: int = 0, unsafe_fixes: bool = False, read: Optional[Mapping[str, int]] = None) -> str:
+    """ruff's closing lines: counts, what was fixed, and what `--fix` / `--unsafe-fixes` would do;
+    with `read` (`LintResult.read`), what the run read."""
     n = len(diagnostics)
     lines = []
     if fixed:
@@ -119,6 +141,8 @@ def summary(diagnostics: Sequence[Diagnostic], fixed: int = 0, unsafe_fixes: boo
             lines.append(f"No fixes available{hint}.")
     elif not fixed:
         lines.append("All checks passed!")
+    if read is not None:
+        lines.append(files_line(read))
     return "\n".join(lines)
 
 
@@ -145,6 +169,7 @@ def render(
     color: bool = False,
     sources: Optional[Mapping[str, str]] = None,
     quiet: bool = False,
+    read: Optional[Mapping[str, int]] = None,
     **_: object,
 ) -> str:
     out: List[str] = []
@@ -159,7 +184,7 @@ def render(
         out.append("")
     if quiet:
         return "\n".join(out[:-1]) + "\n" if out else ""
-    out.append(summary(diagnostics, fixed, unsafe_fixes))
+    out.append(summary(diagnostics, fixed, unsafe_fixes, read))
     verdicts = verdict_summary(diagnostics)  # `--verify` only
     if verdicts:
         out.append(verdicts)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from typing import Callable, List, Optional, Sequence
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Set
 
 from lsprotocol import types as lsp
 
@@ -21,16 +21,27 @@ def overlaps(d: Diagnostic, start: Location, end: Location) -> bool:
     return d.location <= end and start <= d.end_location
 
 
-def fix_action(d: Diagnostic, lines: Lines, uri: str, source: Optional[str]) -> Optional[lsp.CodeAction]:
-    """The finding's fix, offered only if the fixed `source` parses, as `--fix` applies
-    fixes (`source` None: a notebook cell, which need not parse alone; checked on `--fix`)."""
+def withdrawn(findings: Sequence[Diagnostic], source: str, lint: Callable[[str], List[Diagnostic]], cache: Dict[str, Any]) -> Set[tuple]:
+    """The fix keys (`fix.apply.fix_key`) of the fixes of `findings` that `amplint --fix` would
+    drop on `source`, checked by the CLI's own code (`fix.fixer.dropped_fixes`, re-linted with
+    the buffer's `lint`): safe fixes as `--fix` applies them, unsafe ones as `--fix
+    --unsafe-fixes` does. `cache`: the document's lint's memo (one check per text)."""
+    if "dropped" not in cache:
+        from ..fix.fixer import dropped_fixes
+
+        cache["dropped"] = set(dropped_fixes(source, lint, [d for d in findings if d.fix is not None], unsafe=False))
+    return cache["dropped"]
+
+
+def fix_action(d: Diagnostic, lines: Lines, uri: str, dropped: AbstractSet[tuple] = frozenset()) -> Optional[lsp.CodeAction]:
+    """The finding's fix, offered only when `amplint --fix` would apply it (`dropped`: see
+    `withdrawn`; a notebook cell's fixes are checked on `--fix`)."""
     if d.fix is None:
         return None
-    if source is not None:
-        from ..fix.apply import apply_fixes
+    from ..fix.apply import fix_key
 
-        if not apply_fixes(source, [d], unsafe=True)[1]:
-            return None
+    if fix_key(d) in dropped:
+        return None
     safe = d.fix.applicability == Applicability.SAFE
     label = d.fix.message if safe else f"{d.fix.message} (unsafe: review the change)"
     return lsp.CodeAction(
@@ -76,12 +87,16 @@ def fix_all_action(source: str, uri: str, lint: Callable[[str], List[Diagnostic]
     )
 
 
-def actions_for(diagnostics: Sequence[Diagnostic], lines: Lines, uri: str, start: Location, end: Location, source: Optional[str]) -> List[lsp.CodeAction]:
+def actions_for(
+    diagnostics: Sequence[Diagnostic], lines: Lines, uri: str, start: Location, end: Location, dropped: Callable[[], AbstractSet[tuple]] = frozenset
+) -> List[lsp.CodeAction]:
+    """The quick fixes for the findings at [start, end]; `dropped()`: the fixes `--fix` would
+    drop (asked only when a finding there has a fix)."""
     out: List[lsp.CodeAction] = []
-    for d in diagnostics:
-        if not overlaps(d, start, end):
-            continue
-        for action in (fix_action(d, lines, uri, source), noqa_action(d, lines, uri)):
+    here = [d for d in diagnostics if overlaps(d, start, end)]
+    withheld = dropped() if any(d.fix is not None for d in here) else frozenset()
+    for d in here:
+        for action in (fix_action(d, lines, uri, withheld), noqa_action(d, lines, uri)):
             if action is not None:
                 out.append(action)
     return out

@@ -25,7 +25,7 @@ import dataclasses
 import os
 import queue
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
@@ -43,6 +43,8 @@ class CrossFile:
         self.use_cache = use_cache
         #: path -> (the text the findings were computed for, the findings)
         self._known: Dict[str, Tuple[str, List[Diagnostic]]] = {}
+        #: path -> the `# noqa` codes that silence its cross-file findings (`unused_noqa.used_keys`)
+        self._used: Dict[str, Set[Tuple[str, str]]] = {}
         self._wanted: Dict[str, int] = {}  # path -> the generation of its newest request
         self._pending: set = set()  # paths whose newest request has not finished
         self._stale: set = set()  # paths opened or saved since their findings were made
@@ -63,9 +65,16 @@ class CrossFile:
         me = os.path.abspath(path)
         with self._lock:
             known = self._known.get(me)
+            used = self._used.get(me)
             if me in self._stale or (known is None and me not in self._pending):
                 self._stale.discard(me)
                 self._request(me, path, linted.source, linted.config)
+        if used:  # AMP900 counts the comments that silence a cross-file finding as used, as the CLI does
+            from ..engine.unused_noqa import discount
+
+            diagnostics = discount(linted.diagnostics, linted.source, used)
+            if len(diagnostics) != len(linted.diagnostics) or diagnostics != linted.diagnostics:
+                linted = dataclasses.replace(linted, diagnostics=diagnostics)
         if known is None or not known[1]:
             return linted
         from ..engine.crossfile import merge
@@ -98,6 +107,7 @@ class CrossFile:
         with self._lock:
             me = os.path.abspath(path)
             self._known.pop(me, None)
+            self._used.pop(me, None)
             self._wanted.pop(me, None)
             self._stale.discard(me)
             self._pending.discard(me)
@@ -129,34 +139,45 @@ class CrossFile:
         with self._lock:
             if self._wanted.get(me) != generation:
                 return
+        silenced: List[Diagnostic] = []
         try:
-            found = self.findings(path, text, config)
+            found = self.findings(path, text, config, silenced)
         except Exception:  # a rule's crash is an AMP000 finding; this is a last resort (say, a vanished root)
             found = []
+        from ..engine.unused_noqa import used_keys
+
+        used = used_keys(silenced, text)
         with self._lock:
             if self._wanted.get(me) != generation:
                 return
             self._pending.discard(me)
             old = self._known.get(me)
             self._known[me] = (text, found)
+            old_used = self._used.get(me, set())
+            self._used[me] = used
         before = old[1] if old is not None else []
-        if found != before or (found and old is not None and old[0] != text):
+        if found != before or (found and old is not None and old[0] != text) or used != old_used:
             self.on_ready(me)  # what the document shows changes (else no new publication)
 
-    def findings(self, path: str, text: str, config: Config) -> List[Diagnostic]:
+    def findings(self, path: str, text: str, config: Config, silenced: Optional[List[Diagnostic]] = None) -> List[Diagnostic]:
         """The cross-file findings located in the text `text` of `path`, their project-fact
-        conditions decided by the project's saved files, as `amplint path` decides them."""
+        conditions decided by the project's saved files, as `amplint path` decides them
+        (`silenced` gets those a `# noqa` dropped, their conditions decided too)."""
         from ..engine.crossfile import buffer_diagnostics, project_root
         from ..engine.pipeline import resolve_conditions, selected_rules
         from ..model.facts import ProjectFacts
 
         codes, rules = selected_rules(config)
         cache = self._cache(config)
-        found = buffer_diagnostics(path, text, self._project_files(project_root(os.path.abspath(path)), config), rules, codes, config, cache)
+        dropped: List[Diagnostic] = []
+        found = buffer_diagnostics(path, text, self._project_files(project_root(os.path.abspath(path)), config), rules, codes, config, cache, dropped)
         if cache is not None:
             cache.save()  # writes only what the model computed anew (a read-only tree: nothing)
-        if any(d.condition for d in found):
-            found = resolve_conditions(found, ProjectFacts.from_files(list(self.projects().file_facts(config).values())), config)
+        if any(d.condition for d in (*found, *dropped)):
+            facts = ProjectFacts.from_files(list(self.projects().file_facts(config).values()))
+            found, dropped = resolve_conditions(found, facts, config), resolve_conditions(dropped, facts, config)
+        if silenced is not None:
+            silenced.extend(dropped)
         return found
 
     def _project_files(self, root: Optional[str], config: Config) -> List[str]:

@@ -29,6 +29,8 @@ class Linted:
     cells: List[str] = field(default_factory=list)  # notebook: the cell document of each position
     base: "Optional[Base]" = None  # a Python buffer: what its next incremental re-lint starts from
     fast: bool = False  # from an incremental re-lint: a full lint should confirm it
+    #: what code actions worked out for this text (`actions.withdrawn`), not part of the lint
+    memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
 
 def lint_python(source: str, path: str, projects: Projects, base: "Optional[Base]" = None) -> Linted:

@@ -29,7 +29,7 @@ from pygls.uris import to_fs_path
 from ..__version__ import __version__
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
-from .actions import FIX_ALL, actions_for, fix_all_action, hover_text, overlaps
+from .actions import FIX_ALL, actions_for, fix_all_action, hover_text, overlaps, withdrawn
 from .crossfile import CrossFile
 from .documents import Linted, exact, lint_notebook_cells, lint_python, lint_text
 from .project import Projects
@@ -371,20 +371,31 @@ def build(debounce: float = DEBOUNCE_S) -> AmplintServer:
         lsp.TEXT_DOCUMENT_CODE_ACTION,
         lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix, FIX_ALL], resolve_provider=False),
     )
-    def code_action(ls: AmplintServer, params: lsp.CodeActionParams) -> List[lsp.CodeAction]:
+    async def code_action(ls: AmplintServer, params: lsp.CodeActionParams) -> List[lsp.CodeAction]:
+        """Quick fixes for the findings in the range and `source.fixAll.amplint`; what needs a
+        re-lint of the buffer (the CLI's fix check, fix-all) runs on the lint worker, not the loop."""
         uri = params.text_document.uri
         linted, findings, lines = ls.findings_at(uri)
         if linted is None or lines is None:
             return []
         only = params.context.only
         out: List[lsp.CodeAction] = []
+        path, config = path_of(uri), linted.config
+        loop = asyncio.get_running_loop()
+
+        def lint(text: str) -> List[Diagnostic]:
+            return lint_text(text, path, config, ls.projects)
+
         if not only or any(lsp.CodeActionKind.QuickFix.value.startswith(k) for k in only):
             start, end = lines.location(params.range.start), lines.location(params.range.end)
-            out.extend(actions_for(findings, lines, uri, start, end, None if linted.cells else linted.source))
+            dropped: frozenset = frozenset()
+            if not linted.cells and any(d.fix is not None and overlaps(d, start, end) for d in findings):
+                # the fixes `amplint --fix` would drop (a notebook's are checked on `--fix`), once per text
+                dropped = await loop.run_in_executor(ls.worker, withdrawn, linted.diagnostics, linted.source, lint, linted.memo)
+            out.extend(actions_for(findings, lines, uri, start, end, lambda: dropped))
         wants_fix_all = only and any(FIX_ALL.startswith(k) for k in only)
         if wants_fix_all and not linted.cells and any(d.fix is not None for d in findings):
-            path, config = path_of(uri), linted.config
-            action = fix_all_action(linted.source, uri, lambda text: lint_text(text, path, config, ls.projects))
+            action = await loop.run_in_executor(ls.worker, fix_all_action, linted.source, uri, lint)
             if action is not None:
                 out.append(action)
         return out

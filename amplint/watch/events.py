@@ -34,8 +34,8 @@ def _number(value: Optional[float]) -> str:
     return repr(float(value)) if isinstance(value, float) else str(int(value))
 
 
-_STEP = ('{"type": "step", "step": %d, "loss_scale": %s, "skipped": %s, "grad_norm": %s, "step_time_s": %s, '
-         '"peak_mem_bytes": %s, "mem": "%s", "rank": %d, "pid": %d}\n')
+_STEP = ('{"type": "step", "step": %d, "loss_scale_before": %s, "loss_scale": %s, "skipped": %s, "grad_norm": %s, '
+         '"step_time_s": %s, "peak_mem_bytes": %s, "mem": "%s", "rank": %d, "pid": %d}\n')
 _MEM_KINDS = ("cuda", "rss", "none")
 
 
@@ -60,11 +60,12 @@ class EventLog:
         self.flush()
         return kept
 
-    def write_step(self, step: int, loss_scale: Optional[float], skipped: bool, grad_norm: Optional[float],
-                   step_time_s: Optional[float], peak_mem_bytes: Optional[int], mem: str) -> bool:
-        """Buffer one step record (the `step` row of docs/run.md) until the next flush."""
-        line = _STEP % (step, _number(loss_scale), "true" if skipped else "false", _number(grad_norm), _number(step_time_s),
-                        _number(peak_mem_bytes), mem if mem in _MEM_KINDS else "none", self.rank, os.getpid())
+    def write_step(self, step: int, loss_scale_before: Optional[float], loss_scale: Optional[float], skipped: bool,
+                   grad_norm: Optional[float], step_time_s: Optional[float], peak_mem_bytes: Optional[int], mem: str) -> bool:
+        """Buffer one step record (the `step` row of docs/run.md) until the next flush: the scale the
+        step ran with (`loss_scale_before`) and the one `update()` left (`loss_scale`)."""
+        line = _STEP % (step, _number(loss_scale_before), _number(loss_scale), "true" if skipped else "false", _number(grad_norm),
+                        _number(step_time_s), _number(peak_mem_bytes), mem if mem in _MEM_KINDS else "none", self.rank, os.getpid())
         return self._add(line.encode("ascii"), False)
 
     def _add(self, line: bytes, finding: bool) -> bool:

@@ -15,7 +15,7 @@ def finding(code: str, filename: str, line: int, message: str, step: int, **data
     return record
 
 
-def _fmt_scale(value: float) -> str:
+def fmt_scale(value: float) -> str:
     return f"{value:g}"
 
 
@@ -61,11 +61,11 @@ class CollapseDetector:
         if self.run >= self.steps:
             self.fired = True
             return (f"loss scale fell on {self.run} consecutive steps since step {self.run_start} "
-                    f"({_fmt_scale(self.run_from)} -> {_fmt_scale(scale_after)})")
+                    f"({fmt_scale(self.run_from)} -> {fmt_scale(scale_after)})")
         if self.seen >= self.min_steps and self.skipped > self.share * self.seen:
             self.fired = True
             return (f"{self.skipped} of {self.seen} steps skipped ({100.0 * self.skipped / self.seen:.0f}%) "
-                    f"since step {self.first_skip} ({_fmt_scale(self.start_scale)} -> {_fmt_scale(scale_after)})")
+                    f"since step {self.first_skip} ({fmt_scale(self.start_scale)} -> {fmt_scale(scale_after)})")
         return None
 
 
@@ -79,17 +79,50 @@ def clean(text: Any, limit: int = 300) -> str:
     return "".join(out) + ("..." if len(s) > limit else "")
 
 
+def steps_by_rank(events: Iterable[Dict[str, Any]]) -> Dict[int, List[Dict[str, Any]]]:
+    out: Dict[int, List[Dict[str, Any]]] = {}
+    for e in events:
+        if e.get("type") == "step":
+            out.setdefault(int(e.get("rank", 0) or 0), []).append(e)
+    return out
+
+
+def run_numbers(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One rank's totals, as the summary and report.html both state them: steps, skipped steps,
+    and the loss scale from the one the first step ran with (before its `update()`, as AMP701
+    counts) to the one the last step left; None without an enabled GradScaler."""
+    scaled = [s for s in steps if s.get("loss_scale") is not None]
+    first = None
+    if scaled:
+        first = scaled[0].get("loss_scale_before")
+        first = scaled[0]["loss_scale"] if first is None else first
+    return {
+        "steps": len(steps),
+        "skipped": sum(1 for s in steps if s.get("skipped")),
+        "scale_from": first,
+        "scale_to": scaled[-1]["loss_scale"] if scaled else None,
+    }
+
+
+def when(record: Dict[str, Any]) -> str:
+    """A finding's step as the summary and the report say it: "step 18", or "after step 40" for
+    what the run did between steps (a checkpoint saved after the loop), "before step 1"."""
+    step = int(record.get("step") or 0)
+    if record.get("after"):
+        return f"after step {step}" if step > 0 else "before step 1"
+    return f"step {step}"
+
+
 def summary(events: Iterable[Dict[str, Any]]) -> str:
     """The few lines `amplint run` prints on stderr once the run ends."""
-    steps: Dict[int, List[Dict[str, Any]]] = {}
+    events = list(events)
+    steps = steps_by_rank(events)
     found: List[Dict[str, Any]] = []
     nonfinite: List[Dict[str, Any]] = []
     incidents: List[Dict[str, Any]] = []
     for e in events:
         kind = e.get("type")
-        if kind == "step":
-            steps.setdefault(int(e.get("rank", 0) or 0), []).append(e)
-        elif kind == "finding":
+        if kind == "finding":
             found.append(e)
         elif kind == "nonfinite":
             nonfinite.append(e)
@@ -99,12 +132,10 @@ def summary(events: Iterable[Dict[str, Any]]) -> str:
     if not steps and not found:
         return "amplint run: no optimizer step was seen (was torch imported by the program?)\n"
     for rank in sorted(steps):
-        rs = steps[rank]
-        skipped = sum(1 for s in rs if s.get("skipped"))
-        scales = [s.get("loss_scale") for s in rs if s.get("loss_scale") is not None]
-        tail = f", loss scale {_fmt_scale(scales[0])} -> {_fmt_scale(scales[-1])}" if scales else ""
+        n = run_numbers(steps[rank])
+        tail = f", loss scale {fmt_scale(n['scale_from'])} -> {fmt_scale(n['scale_to'])}" if n["scale_from"] is not None else ""
         who = f" (rank {rank})" if len(steps) > 1 else ""
-        lines.append(f"amplint run{who}: {len(rs)} optimizer steps, {skipped} skipped{tail}")
+        lines.append(f"amplint run{who}: {n['steps']} optimizer steps, {n['skipped']} skipped{tail}")
     nonfinite.sort(key=lambda n: n.get("kind") != "forward output")  # a forward overflow explains the gradients
     for n in nonfinite[:1]:
         lines.append("  first non-finite: " + clean(n.get("message", "")))
@@ -116,5 +147,5 @@ def summary(events: Iterable[Dict[str, Any]]) -> str:
         if key in seen:
             continue
         seen.add(key)
-        lines.append(f"{clean(f.get('filename'))}:{f.get('line')}: {clean(f.get('code'), 10)} {clean(f.get('message'))} (step {f.get('step')})")
+        lines.append(f"{clean(f.get('filename'))}:{f.get('line')}: {clean(f.get('code'), 10)} {clean(f.get('message'))} ({when(f)})")
     return "\n".join(lines) + "\n"

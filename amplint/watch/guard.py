@@ -208,6 +208,7 @@ class Guard:
             "type": "header", "torch": torch.__version__, "cuda": torch.version.cuda, "device": device,
             "capability": capability, "autocast_device": self.autocast[0] if self.autocast else None,
             "autocast_dtype": self.autocast[1] if self.autocast else None, "argv": list(sys.argv)[:20],
+            "grad_norm": bool(self.options.grad_norm),
         }
 
     def write(self, record: Dict[str, Any]) -> None:
@@ -253,7 +254,7 @@ class Guard:
         for step, before, after, skipped, norms, elapsed, peak, kind in batch:
             before = None if before is None else float(before)
             after = None if after is None else float(after)
-            self.log.write_step(step, after, skipped, _resolve_norm(norms), elapsed, peak, kind)
+            self.log.write_step(step, before, after, skipped, _resolve_norm(norms), elapsed, peak, kind)
             if before is not None and after is not None:
                 self.collapse(step, before, after, skipped)
         self.log.flush()
@@ -481,12 +482,12 @@ class Guard:
         fp16, fp32, opt_state, scaler_state = _inspect_checkpoint(obj)
         site = sites.caller_site(3)
         if fp16:
-            self.fp16_saves.append({"site": site, "step": self.step + 1, "count": fp16})
+            self.fp16_saves.append({"site": site, "step": self.step, "count": fp16})
         self.fp32_saved = self.fp32_saved or fp32 > 0
         if scaler_state:
             self.scaler_state_saved = True
         elif opt_state and any(getattr(s, "_enabled", False) for s in list(self.iterations.keys())):
-            self.saves_without_scaler.append({"site": site, "step": self.step + 1})
+            self.saves_without_scaler.append({"site": site, "step": self.step})
         return orig(obj, *args, **kwargs)
 
     def finish(self) -> None:
@@ -497,11 +498,11 @@ class Guard:
         if self.fp16_saves and not self.fp32_saved:
             first = self.fp16_saves[0]
             self.report("AMP401", first["site"], f"torch.save of {first['count']} fp16 tensors and no fp32 copy of the "
-                        "weights in any checkpoint of this run: the fp16 rounding is kept for good", step=first["step"])
+                        "weights in any checkpoint of this run: the fp16 rounding is kept for good", step=first["step"], after=True)
         if self.saves_without_scaler and not self.scaler_state_saved:
             first = self.saves_without_scaler[0]
             self.report("AMP402", first["site"], "checkpoint with optimizer state but no GradScaler state "
-                        "(scaler.state_dict()): a resumed run restarts the loss scale", step=first["step"])
+                        "(scaler.state_dict()): a resumed run restarts the loss scale", step=first["step"], after=True)
         self.sources.disarm()
         self.incidents.disarm()
         self.log.close()

@@ -19,7 +19,10 @@ from .sites import BuildSites
 
 
 def module_names(modules: Iterable[Any]) -> Dict[int, str]:
-    """id(module) -> dotted name below its root (roots: modules that are no one's child)."""
+    """id(module) -> its path in its model (roots: modules that are no one's child): torch's
+    dotted path below the root (`body.2`, what `get_submodule` takes), the root's class for the
+    root itself, and for a root that is a container indexed from 0 (an `nn.Sequential` model) its
+    class with the indices (`Sequential[4]`, `Sequential[2].proj`), not a bare `4`."""
     modules = list(modules)
     children = set()
     for m in modules:
@@ -31,8 +34,20 @@ def module_names(modules: Iterable[Any]) -> Dict[int, str]:
         if id(root) in children:
             continue
         for name, sub in root.named_modules():
-            names.setdefault(id(sub), name or type(root).__name__)
+            names.setdefault(id(sub), _path(type(root).__name__, name))
     return names
+
+
+def _path(root: str, dotted: str) -> str:
+    if not dotted:
+        return root
+    parts = dotted.split(".")
+    if not parts[0].isdigit():
+        return dotted
+    out = root
+    for part in parts:
+        out += f"[{part}]" if part.isdigit() else f".{part}"
+    return out
 
 
 def _floats(value: Any, out: List[torch.Tensor], depth: int = 0) -> None:

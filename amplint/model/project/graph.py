@@ -1003,20 +1003,27 @@ class Project:
         rel = os.path.relpath(path, self.root) if self.root else os.path.basename(path)
         return f"{rel.replace(os.sep, '/')}:{row}"
 
-    def describe(self, region: Region) -> str:
-        """`the CUDA autocast of train.py:18`, `the Lightning Trainer(precision="16-mixed") of main.py:9`."""
-        at = self.where(region.path, region.row)
-        dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(region.dtype or "", "")
+    def named(self, region: Region) -> str:
+        """A region as a short message names it, without its place (the related site holds
+        that): `the CUDA autocast of `trainer.py``, `Lightning's float16 `Trainer``."""
+        dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(region.dtype or "", "mixed")
         if region.kind == "lightning":
-            return f"the {dtype} mixed precision of the Lightning `Trainer` at {at}"
+            return f"Lightning's {dtype} `Trainer`"
         if region.kind == "accelerate":
-            return f"the {dtype} mixed precision of the `Accelerator` at {at} (through `prepare`)"
+            return f"the {dtype} `Accelerator`"
         if region.kind == "hf":
-            return f"the {dtype} mixed precision of the `TrainingArguments` at {at} (through `Trainer(model=...)`)"
+            return f"the {dtype} `TrainingArguments`"
         device = {"cuda": "CUDA ", "cpu": "CPU ", "xpu": "XPU "}.get(region.device or "", "")
-        if region.kind == "held":
-            return f"the {device}autocast held by the `with` of {at}"
-        return f"the {device}autocast of {at}"
+        held = "held in" if region.kind == "held" else "of"
+        return f"the {device}autocast {held} `{os.path.basename(region.path)}`"
+
+    def entered(self, region: Region, chain: Tuple[FuncKey, ...] = ()) -> Related:
+        """The related site where `region` starts, with the calls that lead from it to the
+        finding (`chain`): "autocast entered here (via `UNet.forward` -> `DiceBCELoss.forward`)"."""
+        note = "precision set here" if region.kind in ("lightning", "accelerate", "hf") else "autocast entered here"
+        if chain:
+            note += f" (via {chain_text(chain)})"
+        return self.related(region.path, region.row, note)
 
     def related(self, path: str, row: int, note: str) -> Related:
         """The cause of a finding, elsewhere in the project (a line: summaries keep rows)."""
