@@ -63,6 +63,7 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child (its outcomes are what the tests see)
         status = 0
+        out_of_memory = None
         try:
             os.close(read_fd)
             null = os.open(os.devnull, os.O_WRONLY)
@@ -70,6 +71,7 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
             os.close(null)
             import resource
 
+            out_of_memory = pickle.dumps(("memory", None))  # made before the cap: nothing to allocate once it binds
             vm = _vm_size()
             if vm is not None and memory_mb > 0:
                 cap = vm + _STACK_RESERVE + memory_mb * 1024 * 1024
@@ -77,13 +79,23 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             try:
                 payload = pickle.dumps(("ok", fn(*args)), protocol=pickle.HIGHEST_PROTOCOL)
-            except MemoryError:
-                payload = pickle.dumps(("memory", None))
+            except BaseException as exc:  # noqa: BLE001 - sorted out below
+                if not _ran_out_of_memory(exc):
+                    raise
+                payload = out_of_memory
             view = memoryview(payload)
             while view:
                 view = view[os.write(write_fd, view):]
-        except BaseException:  # noqa: BLE001 - never return into the parent's code
+        except BaseException as exc:  # noqa: BLE001 - never return into the parent's code
             status = 70
+            try:
+                if _ran_out_of_memory(exc) and out_of_memory is not None:
+                    os.write(write_fd, out_of_memory)  # the cap bit while the result was pickled or written
+                else:  # say what failed, not only that it did
+                    os.write(write_fd, pickle.dumps(("crash", f"{type(exc).__name__}: {str(exc)[:160]}")))
+                status = 0
+            except BaseException:  # noqa: BLE001
+                pass
         finally:
             os._exit(status)
     os.close(write_fd)
@@ -122,3 +134,15 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
         return ("memory", None)  # a native allocation that failed under the cap aborts
     how = f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
     return ("crash", how)
+
+
+def _ran_out_of_memory(exc: BaseException) -> bool:
+    """A MemoryError, or an error raised while handling one (under the cap, the handler of a
+    MemoryError deep in a parse can itself fail to allocate and raise something else)."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, MemoryError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
