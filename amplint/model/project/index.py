@@ -16,6 +16,9 @@ other per-file results:
   save the checkpoint without it); "f" -- it sets a framework's mixed
   precision (Lightning `Trainer(precision=...)`, `Accelerator(mixed_precision=...)`,
   `TrainingArguments(fp16=True)`), which runs the hooks of the model it is given;
+  "d" -- it may wrap a model for distributed training or set precision outside autocast
+  (FSDP, `fully_shard`, DeepSpeed, DDP comm hooks, Fabric: `scale.ANCHORS`); "c" -- it
+  clips gradients or runs a backward (what the wrapper rules ask about such a model);
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one), packed into one string (`imports_of` unpacks it):
@@ -35,6 +38,8 @@ import os
 import re
 import sys
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from .scale import ANCHORS
 
 # Every pattern starts with a literal, which `re` finds at memchr speed; a word boundary
 # before it is checked on the few matches (`_word_start`): a leading `\b` or an alternation
@@ -98,6 +103,10 @@ def text_index(source: str) -> Dict[str, str]:
             roles += "g"
         if any(literal in source and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
             roles += "f"  # a framework runs the project's hooks under this precision
+    if any(word in source for word in ANCHORS):
+        roles += "d"
+    if "clip_grad" in source or ".backward(" in source:
+        roles += "c"
     imports: List[List[object]] = []
     if "import" in source:
         for m in _import_statements(source):
@@ -299,9 +308,10 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
     optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgf")]
-    if not seeds and not optimizers:
+    scale = scale_universe(files, root, index)
+    if not seeds and not optimizers and not scale:
         return []
-    chosen: Set[str] = set(seeds) | set(optimizers)
+    chosen: Set[str] = set(seeds) | set(optimizers) | set(scale)
     scalers = [f for f in optimizers if "g" in str(index(f)["r"])]
     if seeds or scalers:
         modules = ModuleIndex.of(files, root)
@@ -323,6 +333,27 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
             for target in modules.imported_files(f, entries[f]):  # type: ignore[arg-type]
                 if target not in chosen and "a" in str(index(target)["r"]) and len(chosen) < MAX_FILES:
                     chosen.add(target)
+    return sorted(chosen)
+
+
+def scale_universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, str]]) -> List[str]:
+    """The files the wrapper rules (issue 23) start from, only in a project where some file may
+    wrap a model for distributed training (role "d"): those files, their direct importers, and
+    the files that clip gradients or run a backward (role "c"), at most `MAX_FILES`. Empty,
+    at the cost of one role test per file, for a project without these APIs."""
+    anchors = [f for f in files if "d" in str(index(f)["r"])]
+    if not anchors:
+        return []
+    chosen: Set[str] = set(anchors)
+    modules = ModuleIndex.of(files, root)
+    for f in sorted(_importers(anchors, files, _Entries(index), modules)):
+        if len(chosen) < MAX_FILES:
+            chosen.add(f)
+    for f in files:
+        if len(chosen) >= MAX_FILES:
+            break
+        if "c" in str(index(f)["r"]):
+            chosen.add(f)
     return sorted(chosen)
 
 
