@@ -58,8 +58,10 @@ class DeepspeedStaticLossScale(Rule):
     name = "deepspeed-static-loss-scale"
     severity = Severity.WARNING
     message = "a DeepSpeed fp16 config with a static loss scale"
-    triggers = ("loss_scale", ".json")
-    requires = (("fp16", ".json"),)
+    #: the per-file pass reads dict literals only (JSON files are read by the project pass, which
+    #: gates on the text index's role "d"): a literal `"loss_scale"` next to an fp16 block
+    triggers = ("loss_scale",)
+    requires = (("fp16",),)
 
     VALID = [
         Valid(

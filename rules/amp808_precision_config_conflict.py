@@ -68,8 +68,10 @@ class PrecisionConfigConflict(Rule):
     name = "precision-config-conflict"
     severity = Severity.ERROR
     message = "mixed precision is configured twice, in conflict"
-    triggers = ("deepspeed", "DeepSpeed", ".yaml", ".yml", "train_batch_size", "train_micro_batch_size", "zero_optimization")
-    requires = (("fp16", "bf16", "GradScaler", "mixed_precision", ".yaml", ".yml", ".json"),)
+    #: the per-file pass reads dict literals and constructors only (config files are the project
+    #: pass's): DeepSpeed named or a DeepSpeed-shaped dict, and a precision word
+    triggers = ("deepspeed", "DeepSpeed", "train_batch_size", "train_micro_batch_size", "zero_optimization")
+    requires = (("fp16", "bf16"),)
 
     VALID = [
         Valid(
