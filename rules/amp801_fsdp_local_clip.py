@@ -1,6 +1,8 @@
 """AMP801 fsdp-local-clip."""
 from __future__ import annotations
 
+import re
+
 from typing import Any, Dict, Iterator
 
 from amplint.model import (
@@ -68,9 +70,13 @@ class FsdpLocalClip(Rule):
     code = "AMP801"
     name = "fsdp-local-clip"
     severity = Severity.ERROR
+    text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "torch clip on an FSDP model's parameters uses each rank's local norm"
     triggers = ("clip_grad_norm",)
-    requires = (("FullyShardedDataParallel", "FSDP", "Fabric", "fabric"),)
+    requires = (("FullyShardedDataParallel", "FSDP", "Fabric"),)
+    #: the per-file pass sees a wrapper built in this file: an FSDP1 call or a Fabric (the
+    #: project pass follows wrappers from other files whatever the gate)
+    gate_regex = re.compile(r"FullyShardedDataParallel|\bFSDP\s*\(|Fabric\s*\(")
 
     VALID = [
         Valid(
@@ -204,8 +210,8 @@ torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         ),
     ]
 
-    def check(self, ctx: Any) -> Iterator[Diagnostic]:
-        yield from scale_file_diagnostics(self, ctx.source, ctx.path, self.findings)
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
 
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
         yield from scale_project_diagnostics(self, project, self.findings)

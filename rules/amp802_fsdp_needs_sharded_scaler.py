@@ -1,6 +1,8 @@
 """AMP802 fsdp-needs-sharded-scaler."""
 from __future__ import annotations
 
+import re
+
 from typing import Any, Dict, Iterator, List, Optional, Set
 
 from amplint.model import (
@@ -60,9 +62,11 @@ class FsdpNeedsShardedScaler(Rule):
     code = "AMP802"
     name = "fsdp-needs-sharded-scaler"
     severity = Severity.ERROR
+    text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "a plain GradScaler with an fp16 FSDP model: ranks skip steps on their own"
     triggers = ("GradScaler",)
     requires = (("FullyShardedDataParallel", "FSDP"),)
+    gate_regex = re.compile(r"FullyShardedDataParallel|\bFSDP\s*\(")
 
     VALID = [
         Valid(
@@ -172,8 +176,8 @@ def train(net, loader):
         ),
     ]
 
-    def check(self, ctx: Any) -> Iterator[Diagnostic]:
-        yield from scale_file_diagnostics(self, ctx.source, ctx.path, self.findings)
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
 
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
         yield from scale_project_diagnostics(self, project, self.findings)

@@ -1,6 +1,8 @@
 """AMP803 fp16-gradient-reduction."""
 from __future__ import annotations
 
+import re
+
 from typing import Any, Dict, Iterator
 
 from amplint.model import (
@@ -63,9 +65,11 @@ class Fp16GradientReduction(Rule):
     code = "AMP803"
     name = "fp16-gradient-reduction"
     severity = Severity.WARNING
+    text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "gradients are reduced across ranks in fp16"
     triggers = ("MixedPrecision", "fp16_compress", "16-mixed", "precision=16", 'precision="16')
     requires = (("float16", "half", "fp16", "16-mixed", "precision=16", 'precision="16'),)
+    gate_regex = re.compile(r"MixedPrecision(?:Policy)?\s*\(|fp16_compress|Fabric\s*\(|Trainer\s*\(")
 
     VALID = [
         Valid(
@@ -151,8 +155,8 @@ fabric = L.Fabric(devices=8, strategy="fsdp", precision="16-mixed")
         ),
     ]
 
-    def check(self, ctx: Any) -> Iterator[Diagnostic]:
-        yield from scale_file_diagnostics(self, ctx.source, ctx.path, self.findings)
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
 
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
         yield from scale_project_diagnostics(self, project, self.findings)

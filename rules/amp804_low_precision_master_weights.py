@@ -1,6 +1,8 @@
 """AMP804 low-precision-master-weights."""
 from __future__ import annotations
 
+import re
+
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from amplint.model import (
@@ -64,9 +66,15 @@ class LowPrecisionMasterWeights(Rule):
     code = "AMP804"
     name = "low-precision-master-weights"
     severity = Severity.WARNING
+    text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "a low-precision model wrapped by FSDP mixed precision has no fp32 master weights"
     triggers = ("bfloat16", "half", "float16", "torch_dtype")
-    requires = (("FullyShardedDataParallel", "FSDP", "fully_shard", "Fabric", "fabric"),)
+    requires = (("mixed_precision", "mp_policy", "Fabric"),)
+    #: a cast of a module in this file (the per-file pass; the project pass follows builders)
+    gate_regex = re.compile(
+        r"\.(?:bfloat16|half)\s*\(\s*\)|\.to\s*\([^)]*(?:bfloat16|float16|half)|torch_dtype\s*=|dtype\s*=\s*torch\.(?:bfloat16|float16)"
+        r"|set_default_dtype\s*\(\s*torch\.|set_default_tensor_type\s*\("
+    )
 
     VALID = [
         Valid(
@@ -169,8 +177,8 @@ model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
         ),
     ]
 
-    def check(self, ctx: Any) -> Iterator[Diagnostic]:
-        yield from scale_file_diagnostics(self, ctx.source, ctx.path, self.findings)
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
 
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
         yield from scale_project_diagnostics(self, project, self.findings)

@@ -61,9 +61,10 @@ class DeepspeedTorchClip(Rule):
     code = "AMP805"
     name = "deepspeed-torch-clip"
     severity = Severity.WARNING
+    text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "a torch clip on a DeepSpeed engine's parameters bypasses DeepSpeed's clipping"
     triggers = ("clip_grad",)
-    requires = (("deepspeed",),)
+    requires = (("deepspeed",), ("initialize",))
 
     VALID = [
         Valid(
@@ -159,8 +160,8 @@ model_engine.step()
         ),
     ]
 
-    def check(self, ctx: Any) -> Iterator[Diagnostic]:
-        yield from scale_file_diagnostics(self, ctx.source, ctx.path, self.findings)
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
 
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
         yield from scale_project_diagnostics(self, project, self.findings)

@@ -69,9 +69,10 @@ class DeepspeedEngineBypassed(Rule):
     code = "AMP806"
     name = "deepspeed-engine-bypassed"
     severity = Severity.ERROR
+    text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "the step bypasses the DeepSpeed engine's backward/step"
     triggers = ("deepspeed",)
-    requires = (("backward", "step("),)
+    requires = (("backward", "step("), ("initialize",))
 
     VALID = [
         Valid(
@@ -183,8 +184,8 @@ engine.step()
         ),
     ]
 
-    def check(self, ctx: Any) -> Iterator[Diagnostic]:
-        yield from scale_file_diagnostics(self, ctx.source, ctx.path, self.findings)
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
 
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
         yield from scale_project_diagnostics(self, project, self.findings)

@@ -57,6 +57,7 @@ class DeepspeedStaticLossScale(Rule):
     code = "AMP807"
     name = "deepspeed-static-loss-scale"
     severity = Severity.WARNING
+    text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "a DeepSpeed fp16 config with a static loss scale"
     #: the per-file pass reads dict literals only (JSON files are read by the project pass, which
     #: gates on the text index's role "d"): a literal `"loss_scale"` next to an fp16 block
@@ -130,8 +131,8 @@ def get_config():
         ),
     ]
 
-    def check(self, ctx: Any) -> Iterator[Diagnostic]:
-        yield from scale_file_diagnostics(self, ctx.source, ctx.path, self.findings)
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
 
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
         yield from scale_project_diagnostics(self, project, self.findings)

@@ -1,6 +1,8 @@
 """AMP808 precision-config-conflict."""
 from __future__ import annotations
 
+import re
+
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from amplint.model import (
@@ -67,11 +69,13 @@ class PrecisionConfigConflict(Rule):
     code = "AMP808"
     name = "precision-config-conflict"
     severity = Severity.ERROR
+    text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "mixed precision is configured twice, in conflict"
     #: the per-file pass reads dict literals and constructors only (config files are the project
     #: pass's): DeepSpeed named or a DeepSpeed-shaped dict, and a precision word
     triggers = ("deepspeed", "DeepSpeed", "train_batch_size", "train_micro_batch_size", "zero_optimization")
     requires = (("fp16", "bf16"),)
+    gate_regex = re.compile(r"initialize\s*\(|DeepSpeedPlugin\s*\(|deepspeed\s*=|zero_optimization|train_(?:micro_)?batch_size")
 
     VALID = [
         Valid(
@@ -150,8 +154,8 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
         ),
     ]
 
-    def check(self, ctx: Any) -> Iterator[Diagnostic]:
-        yield from scale_file_diagnostics(self, ctx.source, ctx.path, self.findings)
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
 
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
         yield from scale_project_diagnostics(self, project, self.findings)

@@ -57,6 +57,7 @@ class Fp8BackwardInsideAutocast(Rule):
     code = "AMP811"
     name = "fp8-backward-inside-autocast"
     severity = Severity.WARNING
+    text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "backward or the optimizer step inside TransformerEngine's FP8 region"
     triggers = ("fp8_autocast", "transformer_engine")
     requires = (("backward", "step("),)
@@ -142,8 +143,8 @@ for batch in loader:
         ),
     ]
 
-    def check(self, ctx: Any) -> Iterator[Diagnostic]:
-        yield from scale_file_diagnostics(self, ctx.source, ctx.path, self.findings)
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
 
     def findings(self, view: ScaleView) -> Iterator[ScaleFinding]:
         for path in view.files():

@@ -59,6 +59,7 @@ class Fp8Shape(Rule):
     code = "AMP812"
     name = "fp8-shape"
     severity = Severity.ERROR
+    text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "an FP8 linear layer with a size the FP8 GEMM rejects"
     triggers = ("transformer_engine", "convert_to_float8_training")
     requires = (("Linear", "LayerNormMLP"),)
@@ -136,8 +137,8 @@ convert_to_float8_training(model)
         ),
     ]
 
-    def check(self, ctx: Any) -> Iterator[Diagnostic]:
-        yield from scale_file_diagnostics(self, ctx.source, ctx.path, self.findings)
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
 
     def findings(self, view: ScaleView) -> Iterator[ScaleFinding]:
         for path in view.files():

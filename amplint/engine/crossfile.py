@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Related
@@ -241,8 +241,18 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
         return reused
     from ..model.project import Project
 
+    anchored = any("d" in str(store.index(f)["r"]) for f in chosen)
+    store.scale_wanted = {f for f in chosen if any(r in str(store.index(f)["r"]) for r in "dc")} if anchored else set()
+    if anchored:
+        from ..model.project.index import scale_lazy
+
+        lazy = scale_lazy(chosen, files, root, store.index)  # summarised when a name in them is asked
+    else:
+        lazy = set()
     summaries = {}
     for f in chosen:
+        if f in lazy:
+            continue
         s = store.summary(f)
         if s is not None:
             summaries[f] = s
@@ -255,6 +265,7 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
                 project.scale_source = store.scale  # the wrapper rules' scale summaries, through the cache
                 # the files that may use a distributed API: without one the wrapper rules read nothing
                 project.scale_anchors = [f for f in chosen if "d" in str(store.index(f)["r"])]
+                project.scale_files = sorted(store.scale_wanted)
             found.extend(rule_cls().check_project(project))
         except Exception as exc:  # a bug must not stop the run: reported like a per-file one
             from .pipeline import internal_error
@@ -267,10 +278,14 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
 
 
 def _configs_read(project: Any) -> List[str]:
-    """The config files (DeepSpeed JSON, accelerate YAML) the wrapper rules read: their bytes
-    decide findings, so a change to one makes the recorded findings stale like a source edit."""
+    """The config files (DeepSpeed JSON, accelerate YAML) and sources the wrapper rules read:
+    their bytes decide findings, so a change to one makes the recorded findings stale like a
+    source edit."""
     view = getattr(project, "_scale_view", None)
-    return sorted(view.configs_read) if view is not None else []
+    if view is None:
+        return []
+    # and the sources whose scale summaries were read without a project summary (`scale_lazy`)
+    return sorted(view.configs_read | {p for p, s in view._scales.items() if s is not None})
 
 
 def _suppressed(diagnostics: List[Diagnostic], config: Config) -> List[Diagnostic]:
@@ -333,6 +348,10 @@ class _Store:
     def __init__(self, cache: Any, indexes: Dict[str, Dict[str, Any]]) -> None:
         self.cache = cache
         self._index: Dict[str, Dict[str, Any]] = dict(indexes)
+        #: the files whose scale summaries the wrapper rules will read (set per project): their
+        #: summaries and scale summaries come from one parse
+        self.scale_wanted: Set[str] = set()
+        self._scale_made: Dict[str, Any] = {}
 
     def index(self, path: str) -> Dict[str, Any]:
         found = self._index.get(path)
@@ -434,15 +453,28 @@ class _Store:
     def summary(self, path: str) -> Optional[Dict[str, Any]]:
         from ..model.project import summarize
 
-        found = self._cached("summary", path, lambda text: {"s": summarize(text)})
+        if path in self.scale_wanted:
+            found = self._cached("summary", path, lambda text: {"s": self._both(path, text)})
+        else:
+            found = self._cached("summary", path, lambda text: {"s": summarize(text)})
         return found.get("s") if found else None
+
+    def _both(self, path: str, text: str) -> Optional[Dict[str, Any]]:
+        from ..model.project.scale import summarize_both
+
+        summary, scale = summarize_both(text)
+        self._scale_made[path] = scale
+        return summary
 
     def scale(self, path: str) -> Optional[Dict[str, Any]]:
         """A file's scale summary (`model/project/scale.py`), read only in projects with a
-        distributed API, cached by content like the summaries."""
+        distributed API, cached by content like the summaries (made with the summary when
+        that was computed in this run)."""
         from ..model.project.scale import summarize as scale_summary
 
-        found = self._cached("scale", path, lambda text: {"s": scale_summary(text)})
+        made = self._scale_made.pop(path, None)
+        compute = (lambda text: {"s": made}) if made is not None else (lambda text: {"s": scale_summary(text)})
+        found = self._cached("scale", path, compute)
         return found.get("s") if found else None
 
     def _cached(self, kind: str, path: str, compute: Callable[[str], Any]) -> Optional[Dict[str, Any]]:

@@ -19,6 +19,7 @@ other per-file results:
   "d" -- it may wrap a model for distributed training or set precision outside autocast
   (FSDP, `fully_shard`, DeepSpeed, DDP comm hooks, Fabric: `scale.ANCHORS`); "c" -- it
   clips gradients or runs a backward (what the wrapper rules ask about such a model);
+  `scale_universe` adds them, and the importers joining the two, only where a "d" file is;
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one), packed into one string (`imports_of` unpacks it):
@@ -338,23 +339,49 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
 
 def scale_universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, str]]) -> List[str]:
     """The files the wrapper rules (issue 23) start from, only in a project where some file may
-    wrap a model for distributed training (role "d"): those files, their direct importers, and
-    the files that clip gradients or run a backward (role "c"), at most `MAX_FILES`. Empty,
-    at the cost of one role test per file, for a project without these APIs."""
+    wrap a model for distributed training (role "d"): those files, the files that clip gradients
+    or run a backward (role "c"), and the glue between them: a direct importer of a "d" file
+    that also imports a "c" file holding no distributed API itself (`model = wrap(...)`, then
+    `Trainer(model, ...)`); at most `MAX_FILES`. Empty, at the cost of one role test per file,
+    for a project without these APIs."""
     anchors = [f for f in files if "d" in str(index(f)["r"])]
     if not anchors:
         return []
+    clips = {f for f in files if "c" in str(index(f)["r"])}
     chosen: Set[str] = set(anchors)
-    modules = ModuleIndex.of(files, root)
-    for f in sorted(_importers(anchors, files, _Entries(index), modules)):
+    trainers = clips - chosen  # steps that get their model from elsewhere
+    for f in sorted(clips):
         if len(chosen) < MAX_FILES:
             chosen.add(f)
-    for f in files:
+    modules = ModuleIndex.of(files, root)
+    entries = _Entries(index)
+    for f in sorted(_importers(anchors, files, entries, modules)):
         if len(chosen) >= MAX_FILES:
             break
-        if "c" in str(index(f)["r"]):
+        if f in chosen:
+            continue
+        if trainers.intersection(modules.imported_files(f, entries[f])):  # type: ignore[arg-type]
             chosen.add(f)
     return sorted(chosen)
+
+
+def scale_lazy(chosen: Sequence[str], files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, str]]) -> Set[str]:
+    """The files of the universe that only the wrapper rules asked for and whose project summary
+    can wait until a name in them is resolved: a distributed API ("d") and no other role, no
+    clip or backward, and no import of a file that clips or runs a backward (so no call from
+    them hands a model to a training step elsewhere). Their scale summaries are read; their
+    project summaries are built only on demand."""
+    clips = {f for f in files if "c" in str(index(f)["r"])}
+    modules = ModuleIndex.of(files, root)
+    out: Set[str] = set()
+    for f in chosen:
+        roles = str(index(f)["r"])
+        if roles.replace("d", "") or f in clips:
+            continue
+        if clips.intersection(modules.imported_files(f, imports_of(index(f)))):  # type: ignore[arg-type]
+            continue
+        out.add(f)
+    return out
 
 
 class _Entries(dict):

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
 from ...core.pyast import parse
-from .astutil import dotted
+from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
 VERSION = 1
@@ -136,6 +136,17 @@ def summarize(source: str) -> Optional[Summary]:
     if tree is None:
         return None
     return _Reader(source).run(tree)
+
+
+def summarize_both(source: str) -> Tuple[Optional[Dict[str, Any]], Optional[Summary]]:
+    """The project summary (`summary.py`) and the scale summary of one text from one parse: the
+    project pass wants both for the files of a project with a distributed API."""
+    from .summary import _Summarizer
+
+    tree = parse(source)
+    if tree is None:
+        return None, None
+    return _Summarizer(source).run(tree), _Reader(source).run(tree)
 
 
 class _Reader:
@@ -419,7 +430,7 @@ class _Reader:
     def _dep(self, qual: str, name: str, value: ast.AST) -> None:
         """What the value of `name` reads: names, and callees (the loss from `engine(...)`)."""
         entry = self.deps.setdefault(qual, {}).setdefault(name, [[], []])
-        for node in ast.walk(value):
+        for node in walk_expression(value):
             if isinstance(node, ast.Name) and node.id not in entry[0] and len(entry[0]) < 24:
                 entry[0].append(node.id)
             elif isinstance(node, ast.Call):
@@ -463,7 +474,7 @@ class _Reader:
     # ------------------------------------------------------------------ calls
 
     def _expression(self, expr: ast.AST, qual: str, targets: Optional[List[ast.AST]] = None, statement: bool = False) -> None:
-        for node in ast.walk(expr):
+        for node in walk_expression(expr):
             if isinstance(node, ast.Call):
                 self._call(node, qual, targets if node is expr else None, statement and node is expr)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower().endswith(_CONFIG_SUFFIXES) and len(node.value) < 300:

@@ -157,7 +157,9 @@ class ScaleView:
         """The files of the project model that hold a scale summary, sorted."""
         if not self.active:
             return []
-        return sorted(p for p in list(self.project.summaries) if self.summary(p) is not None)
+        listed = getattr(self.project, "scale_files", None)  # the engine's: files with a distributed API or a step
+        candidates = listed if listed is not None else list(self.project.summaries)
+        return sorted(p for p in candidates if self.summary(p) is not None)
 
     def events(self, kind: Optional[str] = None) -> Iterator[Tuple[str, Dict[str, Any]]]:
         for path in self.files():
@@ -296,7 +298,14 @@ class ScaleView:
         s = self.summary(path)
         return head if s is not None and head in s["classes"] else None
 
+    def _ensure(self, path: str) -> bool:
+        """The project model holds `path`'s summary (loaded now for a file the view read lazily)."""
+        loader = getattr(self.project, "load_file", None)
+        return path in self.project.summaries or (loader is not None and loader(path))
+
     def _mro(self, path: str, cls: str) -> List[Tuple[str, str]]:
+        if not self._ensure(path):
+            return [(path, cls)]
         try:
             found = self.project.mro(path, cls)
         except (KeyError, Exception):
@@ -309,6 +318,9 @@ class ScaleView:
         if key in self._memo:
             return self._memo[key]
         out: List[Tuple[str, str]] = []
+        if not self._ensure(path):
+            self._memo[key] = out
+            return out
         try:
             types = self.project.name_types(path, func, spelled)
         except Exception:  # pragma: no cover
