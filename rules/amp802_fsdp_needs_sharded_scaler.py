@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from typing import Any, Dict, Iterator, List, Optional, Set
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from amplint.model import (
     Diagnostic, Invalid, Rule, ScaleFinding, ScaleView, Severity, Valid, Wrapper, scale_file_diagnostics,
@@ -199,7 +199,7 @@ def train(net, loader):
             data = {"scaler": target, "scaler_class": e.get("q"), "wrapper": "fsdp1", "fp16_from": why, "wrapper_site": [w.path, w.event["r"]]}
             yield ScaleFinding(view.place(path, e), message, help, related, data)
 
-    def _fp16_fsdp(self, view: ScaleView, path: str, scaler: Dict[str, Any]) -> Optional[tuple]:
+    def _fp16_fsdp(self, view: ScaleView, path: str, scaler: Dict[str, Any]) -> Optional[Tuple[Wrapper, str]]:
         """An FSDP1 model (sharded) the scaler's training step uses, and why it runs fp16."""
         s = view.summary(path)
         assert s is not None
@@ -211,12 +211,12 @@ def train(net, loader):
         autocast_fp16 = any(
             ev["e"] == "autocast" and ev.get("d") == "fp16" and ev.get("en") is not False for ev in s["events"]
         )
-        seen: Set[str] = set()
+        seen: Set[Tuple[str, str]] = set()
         for func in funcs:
             for name in _used_models(s, func):
                 if (func, name) in seen:
                     continue
-                seen.add((func, name))  # type: ignore[arg-type]
+                seen.add((func, name))
                 for w in view.wrappers(path, func, name):
                     if w.kind != "fsdp1" or not w.sharded_fsdp1:
                         continue

@@ -254,9 +254,8 @@ def _returned_cast(view: ScaleView, path: str, func: str, ref: Dict[str, Any], d
     """What a builder returns: a name cast before the return, `Net().bfloat16()`, or
     `AutoModel.from_pretrained(name, torch_dtype=torch.bfloat16)`."""
     if "n" in ref:
-        tags = [m for m in ref.get("m", ()) if m.startswith("to:")]
-        if tags:
-            return None if tags[-1] == "to:fp32" else None  # `return model.half()`: no position to report
+        if any(m.startswith("to:") for m in ref.get("m", ())):
+            return None  # `return model.half()`: a cast the summary keeps no position for (not reported)
         return low_precision_cast(view, path, func, ref["n"], (10**9, 0), depth + 1)
     if "c" not in ref:
         return None
