@@ -201,9 +201,11 @@ def main(
 
             if "-" in targets:
                 raise ConfigError("--add-noqa cannot read stdin; name the files")
-            added, errors = add_noqa_paths(targets, config, jobs=default_jobs_or(jobs))
+            added, errors, notes = add_noqa_paths(targets, config, jobs=default_jobs_or(jobs))
             for error in errors:
                 click.echo(f"amplint: error: {error}", err=True)
+            for note in notes:
+                click.echo(f"amplint: warning: {note}", err=True)
             if not quiet:
                 click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
             raise click.exceptions.Exit(EXIT_ERROR if errors else EXIT_CLEAN)

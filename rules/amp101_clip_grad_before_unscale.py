@@ -6,7 +6,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 from amplint.model import (
     CLIP_FUNCTIONS, CallInfo, Diagnostic, Edit, Event, Invalid, Location, ModuleContext, Rule, Scope, Severity, Valid, exclusive, path_contains,
-    insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, step_data, step_source,
+    insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, scaling_fabric, step_data, step_source,
 )
 
 #: accelerate's methods that unscale the gradients of its GradScaler (clip_grad_* call unscale_gradients)
@@ -26,7 +26,9 @@ class ClipGradBeforeUnscale(Rule):
     `scaler.unscale_(optimizer)` before it in that training step. The same
     for accelerate: a torch clip after `accelerator.backward(loss)` of an
     `Accelerator(mixed_precision="fp16")` built in the same file, with no
-    `accelerator.unscale_gradients()` before it.
+    `accelerator.unscale_gradients()` before it; and for Lightning Fabric: a
+    torch clip after `fabric.backward(loss)` of a `Fabric(precision="16-mixed")`
+    built in the same file, with no `fabric.clip_gradients(...)` before it.
 
     ## Why is this bad?
     The gradients are still multiplied by the loss scale (65536 by default), so
@@ -39,6 +41,9 @@ class ClipGradBeforeUnscale(Rule):
     own GradScaler, and only its `unscale_gradients()` (which its
     `clip_grad_norm_` / `clip_grad_value_` call) unscales before the
     prepared optimizer's `step`: a torch clip in between sees the scaled norm.
+    Fabric's `"16-mixed"` plugin works the same way (`MixedPrecision.backward`
+    is `scaler.scale(tensor).backward()`); `fabric.clip_gradients` calls
+    `precision.unscale_gradients(optimizer)` before clipping.
 
     ## Example
     ```python
@@ -65,6 +70,11 @@ class ClipGradBeforeUnscale(Rule):
     when it is a statement of its own in the same branch as the clip). With several
     optimizers sharing the clipped parameters a human must choose which to
     unscale. Offered only when that `scaler.step` is found.
+    For Fabric, unsafe: replaces the call with
+    `fabric.clip_gradients(model, optimizer, max_norm=...)` (`clip_val=` for
+    `clip_grad_value_`), taking the module from `model.parameters()` and the
+    optimizer from the `optimizer.step()` after the clip; offered only when both
+    are found and the clip passes just the parameters and the threshold.
     For accelerate, unsafe too: calls `accelerator.clip_grad_norm_` (or
     `clip_grad_value_`) in place of torch's, the replacement accelerate
     documents; it unscales every prepared optimizer, so it is offered only
@@ -100,6 +110,12 @@ class ClipGradBeforeUnscale(Rule):
     `accelerate launch` configuration can still switch to DeepSpeed at run
     time; the rule judges the code it reads.
 
+    With Fabric the same holds for `Fabric(precision="16-mixed")` (or `"16"`,
+    `16`) built in the file: silent for `"bf16-mixed"`, a precision decided at
+    run time, `plugins=`, `accelerator="cpu"` (Lightning runs bf16 there) and
+    an FSDP or DeepSpeed strategy (their own precision plugins; a torch clip on
+    an FSDP model is AMP801, on a DeepSpeed engine AMP805).
+
     ## References
     - amplint's evidence page: `amplint --explain AMP101` (docs/evidence.md#amp101)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
@@ -111,7 +127,7 @@ class ClipGradBeforeUnscale(Rule):
     message = "gradient clipping on scaled gradients"
     triggers = ("clip_grad",)
     # a scaled backward: `scaler.scale(loss).backward()`, or `accelerator.backward(loss)` of an fp16 Accelerator
-    requires = (("backward",), ("scale", "Accelerator"))
+    requires = (("backward",), ("scale", "Accelerator", "Fabric"))
     # `.scale(` called as a method (not `self.scale` in attention code), or "Accelerator" with "fp16"
     gate_check = "amplint.core.gates:scaled_backward_possible"
 
@@ -262,6 +278,43 @@ class Trainer:
 """,
             "`self.accelerator` of another class: `Trainer`'s own accelerator is not visible here",
         ),
+        Valid(
+            """
+import torch
+import lightning as L
+fabric = L.Fabric(accelerator="cuda", devices=2, precision="16-mixed")
+model, optimizer = fabric.setup(model, optimizer)
+for batch in loader:
+    fabric.backward(model(batch).loss)
+    fabric.clip_gradients(model, optimizer, max_norm=1.0)
+    optimizer.step()
+""",
+            "Fabric's own clip unscales first",
+        ),
+        Valid(
+            """
+import torch
+import lightning as L
+fabric = L.Fabric(accelerator="cuda", precision="bf16-mixed")
+model, optimizer = fabric.setup(model, optimizer)
+fabric.backward(model(batch).loss)
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+optimizer.step()
+""",
+            "Fabric bf16: no GradScaler",
+        ),
+        Valid(
+            """
+import torch
+import lightning as L
+fabric = L.Fabric(accelerator="cuda", precision=args.precision)
+model, optimizer = fabric.setup(model, optimizer)
+fabric.backward(model(batch).loss)
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+optimizer.step()
+""",
+            "Fabric's precision decided at run time",
+        ),
     ]
 
     INVALID = [
@@ -404,6 +457,34 @@ class Trainer(Base):
             line=11,
             why="`self.accelerator` built by a base class defined in the file",
         ),
+        Invalid(
+            """
+import torch
+import lightning as L
+fabric = L.Fabric(accelerator="cuda", devices=2, precision="16-mixed")
+model, optimizer = fabric.setup(model, optimizer)
+for batch in loader:
+    loss = model(batch).loss
+    fabric.backward(loss)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            line=8,
+            fixed="""
+import torch
+import lightning as L
+fabric = L.Fabric(accelerator="cuda", devices=2, precision="16-mixed")
+model, optimizer = fabric.setup(model, optimizer)
+for batch in loader:
+    loss = model(batch).loss
+    fabric.backward(loss)
+    fabric.clip_gradients(model, optimizer, max_norm=1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            why="Fabric's fp16 backward scales the loss with its own GradScaler",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -433,6 +514,7 @@ class Trainer(Base):
                 if steps is None:
                     steps = _steps_by_scaler(events)
                 yield self._diagnostic(ctx, scope, index, backward, fixed, steps)
+            yield from _fabric_clips(self, ctx, scope)
 
     @staticmethod
     def _scaled_backward_before(ctx: ModuleContext, scope: Scope, events, index: int) -> Optional[int]:
@@ -616,3 +698,75 @@ def _next_step(events: Sequence[Event], indices: List[int], clip: int) -> Option
         if events[indices[at]].order > events[clip].order:
             return events[indices[at]]
     return None
+
+
+# --- Lightning Fabric (issue 23): `fabric.backward(loss)` under precision="16-mixed", then a torch clip
+
+
+def _fabric_clips(rule: Rule, ctx: ModuleContext, scope: Scope) -> Iterator[Diagnostic]:
+    """Torch clips after `fabric.backward(loss)` of a `Fabric(precision="16-mixed")` built in
+    this file, with no `fabric.clip_gradients(...)` (which unscales first) before them."""
+    events = scope.events
+    fixed: set = set()
+    for index, clip in enumerate(events):
+        if clip.kind != "clip":
+            continue
+        backward = _fabric_backward_before(ctx, scope, events, index)
+        if backward is None:
+            continue
+        if any(c.method == "clip_gradients" and c.order < clip.order for c in scope.calls):
+            continue
+        yield _fabric_diagnostic(rule, ctx, scope, events, index, backward, fixed)
+
+
+def _fabric_backward_before(ctx: ModuleContext, scope: Scope, events: Sequence[Event], index: int) -> Optional[Event]:
+    """The `fabric.backward(loss)` of a scaling Fabric whose gradients the clip `events[index]`
+    clips: the last backward-like event before it on a path that can run with it."""
+    clip = events[index]
+    for at in range(index - 1, -1, -1):
+        e = events[at]
+        if exclusive(e.path, clip.path):
+            continue
+        if e.kind == "framework_backward":
+            return e if scaling_fabric(ctx, e.call.receiver_dotted, scope) is not None else None
+        if e.kind in ("scaled_backward", "backward", "scaler_step", "update", "optimizer_step"):
+            return None
+    return None
+
+
+def _fabric_diagnostic(rule: Rule, ctx: ModuleContext, scope: Scope, events: Sequence[Event], index: int, backward: Event, fixed: set) -> Diagnostic:
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    clip = events[index]
+    fabric = backward.call.receiver_dotted or "fabric"
+    func = (clip.call.qualname or clip.call.dotted or "clip_grad_norm_").rsplit(".", 1)[-1]
+    by_value = "value" in func
+    threshold = clip.call.arg(1, "clip_value" if by_value else "max_norm")
+    params = clip.call.arg(0, "parameters")
+    module = None
+    if isinstance(params, cst.Call) and isinstance(params.func, cst.Attribute) and params.func.attr.value == "parameters" and not params.args:
+        module = dotted_name(params.func.value)
+    step = next((e for e in events[index + 1:] if e.kind == "optimizer_step" and not exclusive(e.path, clip.path)), None)
+    optimizer = step.optimizer if step is not None else None
+    spelled = clip.call.dotted or func
+    keyword = "clip_val" if by_value else "max_norm"
+    message = f"`{spelled}` clips gradients that the fp16 `{fabric}.backward` left scaled"
+    fix = None
+    simple = len(clip.call.node.args) == 2 and not any(a.star for a in clip.call.node.args)
+    if module and optimizer and threshold is not None and simple and backward.order not in fixed:
+        fixed.add(backward.order)
+        text = f"{fabric}.clip_gradients({module}, {optimizer}, {keyword}={ctx.code_for(threshold)})"
+        fix = make_fix(f"Call `{fabric}.clip_gradients` instead", [replace_node(ctx, clip.call.node, text)], safe=False)
+    data = {
+        "clip_function": func,
+        "threshold": literal_number(threshold) if threshold is not None else None,
+        "scaler": None,
+        "framework": "fabric",
+        "fabric": fabric,
+        "optimizer": optimizer,
+        "step_source": step_source(ctx, backward, clip, scope),
+    }
+    help = f"Call `{fabric}.clip_gradients({module or 'model'}, {optimizer or 'optimizer'}, {keyword}=...)` instead: it unscales first"
+    return ctx.diagnostic(rule, clip.call.node, message, fix=fix, data=data, help=help)

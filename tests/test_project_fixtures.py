@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List
 
+import re
+
 import pytest
 
 from amplint import Config, lint_paths
@@ -147,13 +149,23 @@ def test_add_noqa_then_unused_noqa_fix_leaves_every_finding_silenced(tmp_path, c
     shutil.copytree(PROJECTS.parent, root)
     before = _cli(*cache, ".", cwd=root)
     assert before.exit_code == 1 and "AMP303" in before.output  # the cross-file findings are there
-    assert _cli(*cache, "--add-noqa", ".", cwd=root).exit_code == 0
-    assert _cli(*cache, ".", cwd=root).exit_code == 0
-    unused = _cli(*cache, "--extend-select", "AMP900", ".", cwd=root)
-    assert unused.exit_code == 0, unused.output
-    assert _cli(*cache, "--extend-select", "AMP900", "--fix", ".", cwd=root).exit_code == 0
-    after = _cli(*cache, ".", cwd=root)
-    assert after.exit_code == 0, after.output
+    added = _cli(*cache, "--add-noqa", ".", cwd=root)
+    assert added.exit_code == 0, added.output
+    configs = _in_config_files(_cli(*cache, "--output-format", "concise", ".", cwd=root).output)
+    assert configs and "a config file takes no noqa comment" in added.output  # DeepSpeed JSON: left alone, said so
+    for args in ((), ("--extend-select", "AMP900"), ("--extend-select", "AMP900", "--fix"), ()):
+        result = _cli(*cache, "--output-format", "concise", *args, ".", cwd=root)
+        assert _findings(result.output) == configs, result.output  # only the config files' findings remain
+
+
+def _findings(output):
+    return sorted(line for line in output.splitlines() if re.match(r"\S+:\d+:\d+: AMP", line))
+
+
+def _in_config_files(output):
+    found = _findings(output)
+    assert all(line.split(":")[0].endswith((".json", ".yaml", ".yml")) for line in found), found
+    return found
 
 
 def test_unused_noqa_fix_in_a_file_it_fixes_keeps_the_cross_file_directive(tmp_path):

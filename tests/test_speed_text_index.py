@@ -49,6 +49,11 @@ def reference(source: str) -> Dict[str, object]:
             roles += "f"
     if _REGISTERS.search(source):
         roles += "e"
+    # issue 23: a distributed wrapper or precision API ("d"), a clip or a backward ("c")
+    if re.search("|".join(map(re.escape, index.ANCHORS)), source):
+        roles += "d"
+    if re.search(r"clip_grad|\.backward\(", source):
+        roles += "c"
     imports: List[List[object]] = []
     for m in index._IMPORTS.finditer(source):
         if m.group(4) is None:

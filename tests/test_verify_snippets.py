@@ -216,6 +216,9 @@ def _contract() -> dict:
         accelerate = re.search(r"after accelerate's fp16 `backward`: (.*?), and the verdict", cells[emits])
         if accelerate:  # what a finding after accelerate's backward carries instead
             out[cells[0] + ":accelerate"] = re.findall(r"`([a-z_]+)`", accelerate.group(1))
+        fabric = re.search(r"after Fabric's: (.*?), likewise", cells[emits])
+        if fabric:  # ... and after Lightning Fabric's
+            out[cells[0] + ":fabric"] = re.findall(r"`([a-z_]+)`", fabric.group(1))
         out[cells[0]] = re.findall(r"`([a-z_]+)`", cells[emits].split("(")[0] if "(" in cells[emits] else cells[emits])
     return out
 
@@ -235,7 +238,8 @@ def test_every_rule_with_an_experiment_emits_the_documented_keys():
             for d in _findings(example.code, rule.code):
                 seen += 1
                 data = d.data or {}
-                keys = contract[f"{rule.code}:accelerate"] if data.get("framework") == "accelerate" else contract[rule.code]
+                framework = data.get("framework")
+                keys = contract[f"{rule.code}:{framework}"] if framework in ("accelerate", "fabric") else contract[rule.code]
                 missing = [k for k in keys or () if k not in data]
                 assert not missing, f"{rule.code} INVALID finding at {d.location} lacks {missing}"
         assert seen, rule.code

@@ -591,7 +591,13 @@ def scaled_backward_possible(source: str) -> bool:
     data = source.encode("utf-8", "surrogatepass")
     if _method_called(data, b"scale"):
         return True
-    return b"Accelerator" in data and b"fp16" in data.lower()
+    return (b"Accelerator" in data and b"fp16" in data.lower()) or _fabric_fp16_possible(data)
+
+
+def _fabric_fp16_possible(data: bytes) -> bool:
+    """A Lightning `Fabric` and a "16" (`precision="16-mixed"`, `"16"`, `16`), whose `backward`
+    scales (AMP101's Fabric shape, amplint/model/fabrics.py)."""
+    return b"Fabric" in data and b"16" in data
 
 
 def _torch_function_called(data: bytes, name: bytes) -> bool:

@@ -76,10 +76,21 @@ class Rule:
     #: `class` line among the lines keeps that class whole. Set it only if a
     #: finding never depends on other functions, or on more of its class than that
     gate_sites: ClassVar[Optional[str]] = None
+    #: True for a rule that reads the file's text, not libcst's tree (`check_text`): a file whose
+    #: passing rules are all such is never parsed by libcst (the wrapper rules of issue 23 read
+    #: `ast` scale summaries); its `check(ctx)` runs `check_text(ctx.source, ctx.path)` when
+    #: another rule had the file parsed anyway
+    text_only: ClassVar[bool] = False
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 
     def check(self, ctx: "ModuleContext") -> Iterable[Diagnostic]:  # pragma: no cover - abstract
+        if self.text_only:
+            return self.check_text(ctx.source, ctx.path)
+        raise NotImplementedError
+
+    def check_text(self, source: str, path: str) -> Iterable[Diagnostic]:  # pragma: no cover - abstract
+        """A `text_only` rule's findings in one file's text."""
         raise NotImplementedError
 
     # ----------------------------------------------------------------- helpers

@@ -595,7 +595,7 @@ class Cache:
 #: the key, in a lint entry's payload, of its fix checks: {check key: outcome}
 FIX_CHECKS = "c"
 #: kinds whose payload is JSON data kept as it is (not a FileResult)
-RAW_KINDS = ("pindex", "summary", "project")
+RAW_KINDS = ("pindex", "summary", "project", "scale")
 
 
 def _unchanged(entry: list, st: Optional[Stat]) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Related
@@ -153,6 +153,7 @@ class Projects:
     def __init__(self, paths: Sequence[str], files: Sequence[str], config: Config, walk: "Optional[WalkRecord]" = None) -> None:
         self.config = config
         self._given = [os.path.abspath(p) for p in paths]
+        self._spelled = list(paths)
         self._walk = walk
         roots = _Roots(walk)
         by_folder: Dict[str, Optional[str]] = {}  # folder -> its project root: asked once per folder
@@ -188,6 +189,15 @@ class Projects:
             self._files[root] = found
         return found
 
+    def spell_config(self, path: str) -> Optional[str]:
+        """How the run spells a config file (a DeepSpeed JSON, an accelerate YAML) one of its
+        projects read for a finding: below a folder the run was given, else None (a run over
+        single files reports only those files)."""
+        for given, spelled in zip(self._given, self._spelled):
+            if path.startswith(given.rstrip(os.sep) + os.sep) and os.path.isdir(given):
+                return os.path.join(spelled, os.path.relpath(path, given))
+        return None
+
     def others(self) -> List[str]:
         """The files of the run's projects that the run was not given."""
         out: List[str] = []
@@ -214,6 +224,8 @@ def project_diagnostics(
         members = projects.groups[root]
         for d in _project_findings(root, projects.files(root), rules, store, members):
             spelled = members.get(d.filename)
+            if spelled is None and d.data.get("config_file"):
+                spelled = projects.spell_config(d.filename)
             if spelled is not None and d.code in codes:
                 d.filename = spelled
                 out.append(d)
@@ -232,8 +244,18 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
         return reused
     from ..model.project import Project
 
+    anchored = any("d" in str(store.index(f)["r"]) for f in chosen)
+    store.scale_wanted = {f for f in chosen if any(r in str(store.index(f)["r"]) for r in "dc")} if anchored else set()
+    if anchored:
+        from ..model.project.index import scale_lazy
+
+        lazy = scale_lazy(chosen, files, root, store.index)  # summarised when a name in them is asked
+    else:
+        lazy = set()
     summaries = {}
     for f in chosen:
+        if f in lazy:
+            continue
         s = store.summary(f)
         if s is not None:
             summaries[f] = s
@@ -243,14 +265,30 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
         try:
             if project is None:
                 project = Project(root, summaries, files=files, load=store.summary, registering=store.registering(root))
+                project.scale_source = store.scale  # the wrapper rules' scale summaries, through the cache
+                # the files that may use a distributed API: without one the wrapper rules read nothing
+                project.scale_anchors = [f for f in chosen if "d" in str(store.index(f)["r"])]
+                project.scale_files = sorted(store.scale_wanted)
             found.extend(rule_cls().check_project(project))
         except Exception as exc:  # a bug must not stop the run: reported like a per-file one
             from .pipeline import internal_error
 
             found.append(internal_error(min(members), f"rule {rule_cls.code} ({rule_cls.name}) on the project model", exc))
             return found  # not cached: the next run reports it again
-    store.remember(root, chosen, key, sorted(set(project.summaries) | project.viewed) if project is not None else chosen, found)
+    read = sorted(set(project.summaries) | project.viewed | set(_configs_read(project))) if project is not None else chosen
+    store.remember(root, chosen, key, read, found)
     return found
+
+
+def _configs_read(project: Any) -> List[str]:
+    """The config files (DeepSpeed JSON, accelerate YAML) and sources the wrapper rules read:
+    their bytes decide findings, so a change to one makes the recorded findings stale like a
+    source edit."""
+    view = getattr(project, "_scale_view", None)
+    if view is None:
+        return []
+    # and the sources whose scale summaries were read without a project summary (`scale_lazy`)
+    return sorted(view.configs_read | {p for p, s in view._scales.items() if s is not None})
 
 
 def _suppressed(diagnostics: List[Diagnostic], config: Config, silenced: Optional[List[Diagnostic]] = None) -> List[Diagnostic]:
@@ -320,6 +358,11 @@ def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[D
                 local, message=d.message, severity=d.severity, related=d.related, condition=None,
                 data={**local.data, **d.data}, help=local.help or d.help,
             )
+        elif d.data.get("supersedes_local") and len(d.related) > len(kept[i].related):
+            # the same finding, seen with the rest of the project: its wrapper or config in
+            # another file (the wrapper rules, issue 23) adds related sites; the local fix stays
+            local = kept[i]
+            kept[i] = replace(local, message=d.message, severity=d.severity, related=d.related, data={**local.data, **d.data})
     return kept
 
 
@@ -334,6 +377,10 @@ class _Store:
         self._index: Dict[str, Dict[str, Any]] = dict(indexes)
         #: root -> the files registering to a registry (`index.registering`), found with its universe
         self._registering: Dict[Optional[str], List[str]] = {}
+        #: the files whose scale summaries the wrapper rules will read (set per project): their
+        #: summaries and scale summaries come from one parse
+        self.scale_wanted: Set[str] = set()
+        self._scale_made: Dict[str, Any] = {}
 
     def registering(self, root: Optional[str]) -> List[str]:
         return self._registering.get(root, [])
@@ -443,7 +490,28 @@ class _Store:
     def summary(self, path: str) -> Optional[Dict[str, Any]]:
         from ..model.project import summarize
 
-        found = self._cached("summary", path, lambda text: {"s": summarize(text)})
+        if path in self.scale_wanted:
+            found = self._cached("summary", path, lambda text: {"s": self._both(path, text)})
+        else:
+            found = self._cached("summary", path, lambda text: {"s": summarize(text)})
+        return found.get("s") if found else None
+
+    def _both(self, path: str, text: str) -> Optional[Dict[str, Any]]:
+        from ..model.project.scale import summarize_both
+
+        summary, scale = summarize_both(text)
+        self._scale_made[path] = scale
+        return summary
+
+    def scale(self, path: str) -> Optional[Dict[str, Any]]:
+        """A file's scale summary (`model/project/scale.py`), read only in projects with a
+        distributed API, cached by content like the summaries (made with the summary when
+        that was computed in this run)."""
+        from ..model.project.scale import summarize as scale_summary
+
+        made = self._scale_made.pop(path, None)
+        compute = (lambda text: {"s": made}) if made is not None else (lambda text: {"s": scale_summary(text)})
+        found = self._cached("scale", path, compute)
         return found.get("s") if found else None
 
     def _cached(self, kind: str, path: str, compute: Callable[[str], Any]) -> Optional[Dict[str, Any]]:
@@ -547,6 +615,13 @@ class _BufferStore(_Store):
                 self._own.append(summarize(self.text))
             return self._own[0]
         return super().summary(path)
+
+    def scale(self, path: str) -> Optional[Dict[str, Any]]:
+        if path == self.path and not self.saved:
+            from ..model.project.scale import summarize as scale_summary
+
+            return scale_summary(self.text)
+        return super().scale(path)
 
     def universe(self, root: Optional[str], files: List[str]) -> Tuple[List[str], Optional[str]]:
         if self.saved:

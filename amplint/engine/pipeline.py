@@ -134,7 +134,29 @@ def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Ty
         if UNUSED_NOQA_CODE in codes:
             result.diagnostics = _unused_noqa([], source, path, config, codes)
         return result
+    if all(getattr(r, "text_only", False) for r in active):
+        return _lint_text_only(source, path, config, active, codes, exempt, result)
     return lint_active(source, path, config, active, codes, exempt, result)
+
+
+def _lint_text_only(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], exempt: Optional[FrozenSet[str]], result: FileResult) -> FileResult:
+    """Run rules that read the text only (`Rule.text_only`): no libcst parse, no AMP model (the
+    file stays unparsed for the project facts, as a file passing no gate)."""
+    diagnostics: List[Diagnostic] = []
+    for rule_cls in active:
+        try:
+            diagnostics.extend(list(rule_cls().check_text(source, path)))
+        except RecursionError:
+            if SYNTAX_ERROR_CODE in codes:
+                result.diagnostics.append(syntax_error(path, 1, 1, f"file is nested too deeply for {rule_cls.code} to analyse"))
+        except Exception as exc:
+            result.diagnostics.append(internal_error(path, f"rule {rule_cls.code} ({rule_cls.name})", exc))
+    ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
+    diagnostics = [d for d in diagnostics if d.code not in ignored and not (exempt and d.code in exempt)]
+    result.diagnostics.extend(apply_noqa(diagnostics, source))
+    if UNUSED_NOQA_CODE in codes:
+        result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
+    return result
 
 
 def lint_active(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], exempt: Optional[FrozenSet[str]], result: Optional[FileResult] = None) -> FileResult:

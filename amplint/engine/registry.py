@@ -40,7 +40,7 @@ PACKAGE = "amplint.rules"
 class RuleSpec:
     """What the engine needs to know about a rule before parsing anything."""
 
-    __slots__ = ("code", "severity", "triggers", "requires", "gate_regex", "gate_check", "gate_sites", "module", "_cls")
+    __slots__ = ("code", "severity", "triggers", "requires", "gate_regex", "gate_check", "gate_sites", "module", "text_only", "_cls")
 
     def __init__(
         self,
@@ -53,8 +53,10 @@ class RuleSpec:
         requires: Tuple[Tuple[str, ...], ...] = (),
         gate_check: Optional[str] = None,
         gate_sites: Optional[str] = None,
+        text_only: bool = False,
     ) -> None:
         self.code = code
+        self.text_only = text_only
         self.gate_check = gate_check
         self.gate_sites = gate_sites
         self.severity = severity
@@ -93,13 +95,13 @@ class RuleSpec:
     def __getstate__(self) -> tuple:
         return (
             self.code, self.severity, self.triggers, self.requires, self.gate_regex, self.gate_check, self.gate_sites,
-            self.module,
+            self.module, self.text_only,
         )
 
     def __setstate__(self, state: tuple) -> None:
         (
             self.code, self.severity, self.triggers, self.requires, self.gate_regex, self.gate_check, self.gate_sites,
-            self.module,
+            self.module, self.text_only,
         ) = state
         self._cls = None
 
@@ -109,17 +111,18 @@ class RuleSpec:
     def key(self) -> tuple:
         """What decides the gate (for tests and the cache fingerprint)."""
         regex = (self.gate_regex.pattern, self.gate_regex.flags) if self.gate_regex is not None else None
-        return (
+        key = (
             self.code, self.severity.value, self.triggers, self.requires, regex, self.gate_check, self.gate_sites,
             self.module,
         )
+        return key + ("text-only",) if self.text_only else key
 
     @classmethod
     def of(cls, rule: Type[Rule]) -> "RuleSpec":
         requires = tuple(tuple(c) for c in getattr(rule, "requires", ()))
         return cls(
             rule.code, rule.severity, tuple(rule.triggers), rule.gate_regex, rule.__module__, rule, requires,
-            getattr(rule, "gate_check", None), getattr(rule, "gate_sites", None),
+            getattr(rule, "gate_check", None), getattr(rule, "gate_sites", None), bool(getattr(rule, "text_only", False)),
         )
 
 
@@ -271,6 +274,7 @@ def static_specs(source: str, module: str) -> Optional[List[RuleSpec]]:
                         requires=_requires(attrs.get("requires")),
                         gate_check=_optional_string(attrs.get("gate_check")),
                         gate_sites=_optional_string(attrs.get("gate_sites")),
+                        text_only=_bool(attrs.get("text_only")),
                     )
                 )
             except _NotLiteral:
@@ -292,6 +296,14 @@ def _base_name(node: ast.expr) -> Optional[str]:
 
 def _string(node: Optional[ast.expr]) -> str:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    raise _NotLiteral
+
+
+def _bool(node: Optional[ast.expr]) -> bool:
+    if node is None:
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
         return node.value
     raise _NotLiteral
 

@@ -3,7 +3,9 @@
 For adopting amplint on a codebase with known findings, as ruff's `--add-noqa`.
 A code joins an existing `# noqa: ...` list; a bare `# noqa` already covers
 everything. A row that ends inside a string or a backslash continuation cannot
-take a comment and is left alone (reported). Notebooks are left alone too.
+take a comment and is left alone (reported). Notebooks are left alone too, and so
+are the config files some rules report in (a DeepSpeed JSON has no comments):
+`per-file-ignores` silences those.
 Files keep their encoding and newlines (`writer`).
 """
 from __future__ import annotations
@@ -67,8 +69,9 @@ def add_noqa_text(source: str, rows: Dict[int, Set[str]]) -> Tuple[str, int, Lis
     return "".join(lines), added, refused
 
 
-def add_noqa_paths(paths: Sequence[str], config: Config, jobs: int = 1) -> Tuple[int, List[str]]:
-    """Lint `paths` and add the directives; returns (directives added, error lines)."""
+def add_noqa_paths(paths: Sequence[str], config: Config, jobs: int = 1) -> Tuple[int, List[str], List[str]]:
+    """Lint `paths` and add the directives; returns (directives added, error lines, notes: the
+    config files left alone, which is no error)."""
     from . import writer
     from ..engine.notebook import is_notebook
     from ..engine.run import lint_paths
@@ -78,10 +81,14 @@ def add_noqa_paths(paths: Sequence[str], config: Config, jobs: int = 1) -> Tuple
         if d.code in _SKIPPED or d.noqa_row is None:
             continue
         by_file.setdefault(d.filename, {}).setdefault(d.noqa_row, set()).add(d.code)
-    total, errors = 0, []
+    total, errors, notes = 0, [], []
     for path, rows in by_file.items():
         if is_notebook(path):
             errors.append(f"{path}: notebooks are left alone by --add-noqa")
+            continue
+        if not path.endswith((".py", ".pyi")):  # a DeepSpeed JSON or accelerate YAML the code names
+            codes = ", ".join(sorted({c for found in rows.values() for c in found}))
+            notes.append(f"{path}: a config file takes no noqa comment; silence {codes} with per-file-ignores")
             continue
         try:
             original = writer.read_source(path)
@@ -93,4 +100,4 @@ def add_noqa_paths(paths: Sequence[str], config: Config, jobs: int = 1) -> Tuple
             continue
         total += added
         errors.extend(f"{path}:{row}: the line ends inside a string or continuation; no noqa added" for row in refused)
-    return total, errors
+    return total, errors, notes

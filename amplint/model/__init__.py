@@ -68,6 +68,8 @@ _EXPORTS = {
     "is_grad_scaler_call": ".scalers",
     # accelerators
     "scaling_accelerator": ".accelerators",
+    # fabrics (Lightning Fabric's fp16 backward, issue 23)
+    "scaling_fabric": ".fabrics",
     # bindings
     "assignment_before": ".bindings",
     "constructed_class": ".bindings",
@@ -173,6 +175,17 @@ _EXPORTS = {
     "Witness": ".project.graph",
     "chain_text": ".project.graph",
     "dispatch_view": ".project.dispatch",
+    # the wrapper kind fact and precision configs (issue 23: AMP801-AMP808)
+    "ScaleConfig": ".project.wrappers",
+    "ScaleFinding": ".project.wrappers",
+    "ScaleView": ".project.wrappers",
+    "Wrapper": ".project.wrappers",
+    "WrapperPolicy": ".project.wrappers",
+    "clip_owner_of": ".project.wrappers",
+    "config_place": ".project.wrappers",
+    "exclusive_branches": ".project.wrappers",
+    "scale_file_diagnostics": ".project.wrappers",
+    "scale_project_diagnostics": ".project.wrappers",
 }
 
 __all__ = sorted(_EXPORTS)

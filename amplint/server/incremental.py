@@ -171,6 +171,8 @@ def relint(base: Base, source: str, path: str, config: Config, rules: Sequence, 
     active = passing(rules, source)
     if tuple(r.code for r in active) != base.active or file_exemption(source) != base.exemption:
         return None
+    if any(getattr(r, "text_only", False) for r in active):
+        return None  # a text-only rule (the wrapper rules) reads the whole file's names: no excerpt
     # the statements of the new buffer
     after = [Statement(s.first + delta, s.last + delta, s.shape) for s in base.statements[index + 1 :]]
     statements = base.statements[:index] + [new_stmt] + after

@@ -164,6 +164,20 @@ class Project:
         self.summaries[path] = summary
         return path
 
+    def load_file(self, path: str) -> bool:
+        """Whether the project file `path` has a summary in the model, loading it if needed (the
+        wrapper rules read some files' scale summaries first and ask names of them later)."""
+        if path in self.summaries:
+            return True
+        if self._load is None or path in self._missing or path not in self._index.files:
+            return False
+        summary = self._load(path)
+        if summary is None:
+            self._missing.add(path)
+            return False
+        self.summaries[path] = summary
+        return True
+
     # ------------------------------------------------------------------ names and values
 
     def functions(self) -> Iterator[Tuple[str, str, Dict[str, Any]]]:

@@ -19,6 +19,10 @@ other per-file results:
   "e" -- it registers something to a registry (a decorator spelled with `register`:
   `@MODELS.register_module()`, `@register_model("unet")`, or such a call at column 0:
   `ARCH_REGISTRY.register(UNet)`), which a call elsewhere may build by name;
+  "d" -- it may wrap a model for distributed training or set precision outside autocast
+  (FSDP, `fully_shard`, DeepSpeed, DDP comm hooks, Fabric: `scale.ANCHORS`); "c" -- it
+  clips gradients or runs a backward (what the wrapper rules ask about such a model);
+  `scale_universe` adds them, and the importers joining the two, only where a "d" file is;
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one), packed into one string (`imports_of` unpacks it):
@@ -38,6 +42,8 @@ import os
 import re
 import sys
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from .scale import ANCHORS
 
 # Every pattern starts with a literal, which `re` finds at memchr speed; a word boundary
 # before it is checked on the few matches (`_word_start`): a leading `\b` or an alternation
@@ -110,6 +116,10 @@ def text_index(source: str) -> Dict[str, str]:
             roles += "f"  # a framework runs the project's hooks under this precision
     if "register" in source and _registers(source):
         roles += "e"
+    if any(word in source for word in ANCHORS):
+        roles += "d"
+    if "clip_grad" in source or ".backward(" in source:
+        roles += "c"
     imports: List[List[object]] = []
     if "import" in source:
         for m in _import_statements(source):
@@ -326,9 +336,10 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
     optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgf")]
-    if not seeds and not optimizers:
+    scale = scale_universe(files, root, index)
+    if not seeds and not optimizers and not scale:
         return []
-    chosen: Set[str] = set(seeds) | set(optimizers)
+    chosen: Set[str] = set(seeds) | set(optimizers) | set(scale)
     scalers = [f for f in optimizers if "g" in str(index(f)["r"])]
     if seeds or scalers:
         modules = ModuleIndex.of(files, root)
@@ -360,6 +371,51 @@ def registering(files: Sequence[str], index: Callable[[str], Dict[str, str]]) ->
     if not any("b" in str(index(f)["r"]) for f in files):
         return []
     return sorted(f for f in files if "e" in str(index(f)["r"]))[:MAX_REGISTERING]
+def scale_universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, str]]) -> List[str]:
+    """The files the wrapper rules (issue 23) start from, only in a project where some file may
+    wrap a model for distributed training (role "d"): those files, the files that clip gradients
+    or run a backward (role "c"), and the glue between them: a direct importer of a "d" file
+    that also imports a "c" file holding no distributed API itself (`model = wrap(...)`, then
+    `Trainer(model, ...)`); at most `MAX_FILES`. Empty, at the cost of one role test per file,
+    for a project without these APIs."""
+    anchors = [f for f in files if "d" in str(index(f)["r"])]
+    if not anchors:
+        return []
+    clips = {f for f in files if "c" in str(index(f)["r"])}
+    chosen: Set[str] = set(anchors)
+    trainers = clips - chosen  # steps that get their model from elsewhere
+    for f in sorted(clips):
+        if len(chosen) < MAX_FILES:
+            chosen.add(f)
+    modules = ModuleIndex.of(files, root)
+    entries = _Entries(index)
+    for f in sorted(_importers(anchors, files, entries, modules)):
+        if len(chosen) >= MAX_FILES:
+            break
+        if f in chosen:
+            continue
+        if trainers.intersection(modules.imported_files(f, entries[f])):  # type: ignore[arg-type]
+            chosen.add(f)
+    return sorted(chosen)
+
+
+def scale_lazy(chosen: Sequence[str], files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, str]]) -> Set[str]:
+    """The files of the universe that only the wrapper rules asked for and whose project summary
+    can wait until a name in them is resolved: a distributed API ("d") and no other role, no
+    clip or backward, and no import of a file that clips or runs a backward (so no call from
+    them hands a model to a training step elsewhere). Their scale summaries are read; their
+    project summaries are built only on demand."""
+    clips = {f for f in files if "c" in str(index(f)["r"])}
+    modules = ModuleIndex.of(files, root)
+    out: Set[str] = set()
+    for f in chosen:
+        roles = str(index(f)["r"])
+        if roles.replace("d", "") or f in clips:
+            continue
+        if clips.intersection(modules.imported_files(f, imports_of(index(f)))):  # type: ignore[arg-type]
+            continue
+        out.add(f)
+    return out
 
 
 class _Entries(dict):

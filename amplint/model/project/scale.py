@@ -1,0 +1,775 @@
+"""One file's facts about distributed wrappers and precision settings: the "scale summary".
+
+The rules of issue 23 (AMP801-AMP808) ask what a model object is wrapped by -- plain,
+DDP, FSDP1 (`FullyShardedDataParallel`), FSDP2 (`fully_shard`), a DeepSpeed engine
+(`deepspeed.initialize`), accelerate's `prepare`, Lightning Fabric's `setup` -- and what
+precision the wrapper, its policy and its configuration set. This module reads, with
+Python's `ast` only (no libcst, no torch), what one file says about that:
+
+* `events`: the calls that matter, each with its function, position and `if` path:
+  wrappers (`wrap`), framework and policy constructors (`ctor`: `Fabric(...)`,
+  `Accelerator(...)`, `TrainingArguments(...)`, `DeepSpeedPlugin(...)`, `MixedPrecision(...)`,
+  `MixedPrecisionPolicy(...)`, `GradScaler(...)`, Lightning strategies), torch clips
+  (`clip`), `.backward(...)` (`back`), `.step(...)` (`step`), DDP comm hooks (`hook`),
+  low-precision casts of modules (`cast`: `.bfloat16()`, `.half()`, `.to(dtype)`,
+  `from_pretrained(torch_dtype=...)`, a model built under `torch.set_default_dtype(...)`),
+  and autocast regions (`autocast`);
+* `binds`/`returns`/`deps`: per function, what its names are bound to (as small value
+  references), what it returns, and which names and callees each name's value reads
+  (`loss` derives from `engine(...)`);
+* `dicts`: dict literals shaped like a DeepSpeed config, with the line of each key;
+* `paths`: string literals naming a `.json`/`.yaml` file (configs the code names).
+
+Spellings are kept as dotted text; `wrappers.py` resolves them across files. Computed only
+for a file whose text holds one of `RELEVANT` (`relevant`), and only in projects where some
+file holds a distributed API (`ANCHORS`): a project without these APIs never pays for it.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any, Dict, List, Optional, Tuple
+
+from .. import torchapi
+from ...core.pyast import parse
+from .astutil import dotted, walk_expression
+
+#: bump when the shape changes (part of the cache entry)
+VERSION = 1
+
+#: a file holding one of these may wrap a model for distributed training or set its precision
+#: outside autocast: the project model then reads scale summaries (the text index role "d")
+ANCHORS = (
+    "FullyShardedDataParallel", "fully_shard", "FSDP", "deepspeed", "DeepSpeed", "register_comm_hook",
+    "MixedPrecision", "Fabric", "setup_module",
+)
+#: a file holding none of these has nothing a scale rule reads
+RELEVANT = ANCHORS + (
+    "clip_grad", "GradScaler", "backward", "step(", "set_default_dtype", "set_default_tensor_type", "bfloat16", "float16",
+    "half(", "torch_dtype", "Accelerator", "TrainingArguments", ".json", ".yaml", ".yml", "autocast", "fp16", "bf16",
+    "zero_optimization",
+)
+
+FSDP1 = frozenset((
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+))
+FSDP2 = frozenset((
+    "torch.distributed.fsdp.fully_shard",
+    "torch.distributed.fsdp._fully_shard.fully_shard",
+    "torch.distributed.fsdp._fully_shard._fully_shard.fully_shard",
+    "torch.distributed._composable.fsdp.fully_shard",
+    "torch.distributed._composable.fsdp.fully_shard.fully_shard",
+))
+DDP = frozenset(("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"))
+DEEPSPEED_INIT = frozenset(("deepspeed.initialize",))
+FSDP1_POLICIES = frozenset((
+    "torch.distributed.fsdp.MixedPrecision",
+    "torch.distributed.fsdp.api.MixedPrecision",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.MixedPrecision",
+))
+FSDP2_POLICIES = frozenset((
+    "torch.distributed.fsdp.MixedPrecisionPolicy",
+    "torch.distributed.fsdp._fully_shard.MixedPrecisionPolicy",
+    "torch.distributed.fsdp._fully_shard._fsdp_api.MixedPrecisionPolicy",
+    "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
+    "torch.distributed._composable.fsdp.fully_shard.MixedPrecisionPolicy",
+))
+SHARDED_SCALERS = frozenset((
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+    "torch.distributed.fsdp.ShardedGradScaler",
+))
+PLAIN_SCALERS = frozenset(q for q in torchapi.GRAD_SCALERS if q not in SHARDED_SCALERS)
+FABRICS = frozenset(("lightning.Fabric", "lightning.fabric.Fabric", "lightning.fabric.fabric.Fabric", "lightning_fabric.Fabric", "lightning_fabric.fabric.Fabric"))
+ACCELERATORS = frozenset(("accelerate.Accelerator", "accelerate.accelerator.Accelerator"))
+DS_PLUGINS = frozenset(("accelerate.DeepSpeedPlugin", "accelerate.utils.DeepSpeedPlugin", "accelerate.utils.dataclasses.DeepSpeedPlugin"))
+HF_ARGS = frozenset((
+    "transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
+    "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+))
+COMM_HOOKS = {
+    "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook": "fp16",
+    "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_wrapper": "fp16",
+    "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook": "bf16",
+    "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_wrapper": "bf16",
+}
+#: TransformerEngine's FP8 regions (`fp8_autocast` is deprecated for `autocast` in TE 2.x)
+TE_AUTOCASTS = frozenset((
+    "transformer_engine.pytorch.fp8_autocast", "transformer_engine.pytorch.fp8.fp8_autocast",
+    "transformer_engine.pytorch.quantization.fp8_autocast", "transformer_engine.pytorch.autocast",
+    "transformer_engine.pytorch.quantization.autocast",
+))
+#: TransformerEngine modules whose weights run FP8 GEMMs: (in, out) parameter names
+TE_LINEARS = {
+    "Linear": ("in_features", "out_features"),
+    "LayerNormLinear": ("in_features", "out_features"),
+    "LayerNormMLP": ("hidden_size", "ffn_hidden_size"),
+}
+TORCH_LINEARS = frozenset(("torch.nn.Linear", "torch.nn.modules.linear.Linear"))
+FLOAT8_CONVERTERS = frozenset(("torchao.float8.convert_to_float8_training", "torchao.float8.float8_linear_utils.convert_to_float8_training"))
+#: Lightning strategy classes by last name (their package is checked too)
+_LIGHTNING_ROOTS = ("lightning", "lightning_fabric", "pytorch_lightning")
+_STRATEGIES = {"FSDPStrategy": "fsdp", "DeepSpeedStrategy": "deepspeed", "DDPStrategy": "ddp", "ModelParallelStrategy": "fsdp2"}
+_LOW_TENSOR_TYPES = {"torch.HalfTensor": "fp16", "torch.cuda.HalfTensor": "fp16", "torch.BFloat16Tensor": "bf16", "torch.cuda.BFloat16Tensor": "bf16"}
+#: methods that return the module they are called on
+_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double", "to_empty"))
+#: top-level keys that make a dict literal a DeepSpeed config
+_DS_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization", "gradient_accumulation_steps", "gradient_clipping", "steps_per_print", "fp16", "bf16")
+_CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+
+Summary = Dict[str, Any]
+
+
+def relevant(source: str) -> bool:
+    return any(word in source for word in RELEVANT)
+
+
+def anchored(source: str) -> bool:
+    """Whether the text may use a distributed wrapper or precision API (text index role "d")."""
+    return any(word in source for word in ANCHORS)
+
+
+def summarize(source: str) -> Optional[Summary]:
+    """The scale summary of one Python text; None when it does not parse. Asked only for the
+    files of a project some file of which may use a distributed API (`index.scale_universe`)
+    and for a file passing a wrapper rule's gate."""
+    tree = parse(source)
+    if tree is None:
+        return None
+    return _Reader(source).run(tree)
+
+
+def summarize_both(source: str) -> Tuple[Optional[Dict[str, Any]], Optional[Summary]]:
+    """The project summary (`summary.py`) and the scale summary of one text from one parse: the
+    project pass wants both for the files of a project with a distributed API."""
+    from .summary import _Summarizer
+
+    tree = parse(source)
+    if tree is None:
+        return None, None
+    return _Summarizer(source).run(tree), _Reader(source).run(tree)
+
+
+class _Reader:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.lines = source.splitlines()
+        self._dict_index: Dict[Tuple[int, int], int] = {}
+        self.default_open: Dict[str, Optional[Dict[str, Any]]] = {}  # per function: an open low-precision set_default_dtype
+        self.imports: Dict[str, List[Any]] = {}
+        self.classes: Dict[str, Dict[str, Any]] = {}
+        self.functions: Dict[str, Dict[str, Any]] = {}
+        self.binds: Dict[str, Dict[str, List[Any]]] = {}
+        self.returns: Dict[str, List[Any]] = {}
+        self.deps: Dict[str, Dict[str, List[List[str]]]] = {}
+        self.uses: Dict[str, List[str]] = {}
+        self.events: List[Dict[str, Any]] = []
+        self.dicts: List[Dict[str, Any]] = []
+        self.paths: List[Dict[str, Any]] = []
+        self.mutated: Dict[str, List[str]] = {}  # per function: names whose dict is changed in place
+        self.path: List[List[int]] = []  # the `if` frames around the statement read: [id, branch]
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self, tree: ast.Module) -> Summary:
+        from .astutil import imports
+
+        for node in imports(tree.body):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.imports.setdefault(alias.asname, [0, alias.name, ""])
+                    else:
+                        root = alias.name.split(".")[0]
+                        self.imports.setdefault(root, [0, root, ""])
+            elif isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if alias.name != "*":
+                        self.imports.setdefault(alias.asname or alias.name, [node.level or 0, node.module or "", alias.name])
+        self._function("<module>", tree.body, None, [], 1)
+        return {
+            "v": VERSION,
+            "imports": self.imports,
+            "classes": self.classes,
+            "functions": self.functions,
+            "binds": self.binds,
+            "returns": self.returns,
+            "deps": self.deps,
+            "uses": self.uses,
+            "events": self.events,
+            "dicts": self.dicts,
+            "paths": self.paths,
+            "mutated": self.mutated,
+        }
+
+    def qualname(self, spelled: Optional[str]) -> Optional[str]:
+        if not spelled:
+            return None
+        root, _, rest = spelled.partition(".")
+        target = self.imports.get(root)
+        if target is None or target[0]:
+            return None
+        base = f"{target[1]}.{target[2]}" if target[2] else target[1]
+        return f"{base}.{rest}" if rest else base
+
+    def dtype(self, node: Optional[ast.AST]) -> Optional[str]:
+        """'fp16' | 'bf16' | 'fp32' for a dtype literal (`torch.float16`, `"bf16"`); '?' for
+        anything else (decided at run time); None for no node."""
+        if node is None:
+            return None
+        if isinstance(node, ast.Constant):
+            if node.value is None:
+                return None
+            if isinstance(node.value, str):
+                return torchapi.DTYPE_STRINGS.get(node.value.replace("torch.", ""), "?")
+            return "?"
+        found = torchapi.dtype_of_qualname(self.qualname(dotted(node)))
+        return found or "?"
+
+    # ------------------------------------------------------------------ scopes
+
+    def _function(self, qual: str, body: List[ast.stmt], cls: Optional[str], params: List[str], line: int) -> None:
+        self.functions[qual] = {"cls": cls or "", "params": params, "r": line}
+        outer = self.path
+        self.path = []
+        for stmt in body:
+            self._statement(stmt, qual, cls)
+        self.path = outer
+
+    def _def(self, node: Any, outer: str, cls: Optional[str]) -> None:
+        qual = node.name if outer == "<module>" else f"{outer}.{node.name}"
+        if cls is not None and outer == cls:
+            qual = f"{cls}.{node.name}"
+        args = node.args
+        params = [a.arg for a in (*getattr(args, "posonlyargs", []), *args.args, *args.kwonlyargs)]
+        self._function(qual, node.body, cls if outer == cls else None, params, node.lineno)
+
+    def _statement(self, stmt: ast.stmt, qual: str, cls: Optional[str]) -> None:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._def(stmt, qual, None)
+            return
+        if isinstance(stmt, ast.ClassDef):
+            if qual == "<module>":
+                self.classes[stmt.name] = {"bases": [dotted(b) or "" for b in stmt.bases], "r": stmt.lineno}
+                for s in stmt.body:
+                    if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self._def(s, stmt.name, stmt.name)
+            return
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            opened = []
+            for item in stmt.items:
+                self._expression(item.context_expr, qual)
+                event = self._with_item(item.context_expr, qual, stmt)
+                if event is not None:
+                    opened.append(event)
+                if item.optional_vars is not None:
+                    self._bind(item.optional_vars, item.context_expr, qual, cls)
+            for s in stmt.body:
+                self._statement(s, qual, cls)
+            return
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            value = stmt.value
+            if value is None:
+                return
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            self._expression(value, qual, targets=targets)
+            for target in targets:
+                self._mutation(target, qual)
+                self._bind(target, value, qual, cls)
+            return
+        if isinstance(stmt, ast.Return):
+            if stmt.value is not None:
+                self._expression(stmt.value, qual)
+                ref = self.vref(stmt.value)
+                if ref is not None:
+                    self.returns.setdefault(qual, []).append(ref)
+            return
+        if isinstance(stmt, ast.Expr):
+            self._expression(stmt.value, qual, statement=True)
+            return
+        if isinstance(stmt, ast.AugAssign):
+            self._expression(stmt.value, qual)
+            self._mutation(stmt.target, qual)
+            return
+        if isinstance(stmt, ast.If):
+            self._expression(stmt.test, qual)
+            frame = stmt.lineno * 1000 + stmt.col_offset
+            for branch, body in ((0, stmt.body), (1, stmt.orelse)):
+                self.path.append([frame, branch])
+                for s in body:
+                    self._statement(s, qual, cls)
+                self.path.pop()
+            return
+        for name, value in ast.iter_fields(stmt):
+            if isinstance(value, list):
+                for v in value:
+                    if isinstance(v, ast.stmt):
+                        self._statement(v, qual, cls)
+                    elif isinstance(v, ast.excepthandler):
+                        for s in v.body:
+                            self._statement(s, qual, cls)
+                    elif hasattr(ast, "match_case") and isinstance(v, ast.match_case):
+                        for s in v.body:
+                            self._statement(s, qual, cls)
+                    elif isinstance(v, ast.expr):
+                        self._expression(v, qual)
+            elif isinstance(value, ast.expr):
+                self._expression(value, qual)
+            if name == "target" and isinstance(stmt, (ast.For, ast.AsyncFor)) and isinstance(stmt.target, ast.Name):
+                self.deps.setdefault(qual, {}).setdefault(stmt.target.id, [[], []])
+
+    # ------------------------------------------------------------------ values
+
+    def vref(self, node: Optional[ast.AST], depth: int = 0) -> Optional[Dict[str, Any]]:
+        """A small reference to what an expression is: {"c": callee, "a": [args], "k": {kw}, "m": [methods]},
+        {"n": name}, {"s": string}, {"dl": dict index}, {"o": opened file}, {"j": json.load of}."""
+        if node is None or depth > 4:
+            return None
+        methods: List[str] = []
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _KEEPING:
+            methods.append(self._method_tag(node))
+            node = node.func.value
+        methods.reverse()
+        out: Optional[Dict[str, Any]] = None
+        if isinstance(node, ast.Call):
+            spelled = dotted(node.func)
+            if spelled is not None:
+                q = self.qualname(spelled)
+                if q in ("json.load", "json.loads") and node.args:
+                    out = {"j": self.vref(node.args[0], depth + 1)}
+                elif spelled == "open" and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                    out = {"o": node.args[0].value}
+                else:
+                    out = {"c": spelled, "r": node.lineno, "cc": self._column(node.lineno, node.col_offset)}
+                    args = [self._spelled(a) for a in node.args if not isinstance(a, ast.Starred)]
+                    if any(args):
+                        out["a"] = args
+                    kws = {k.arg: self._spelled(k.value) for k in node.keywords if k.arg}
+                    kws = {k: v for k, v in kws.items() if v}
+                    if kws:
+                        out["k"] = kws
+                    dtype_kw = next((k.value for k in node.keywords if k.arg in ("torch_dtype", "dtype")), None)
+                    if dtype_kw is not None:
+                        out["dt"] = self.dtype(dtype_kw)
+        elif isinstance(node, (ast.Name, ast.Attribute)):
+            spelled = dotted(node)
+            if spelled is not None:
+                out = {"n": spelled}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 300:
+            out = {"s": node.value}
+        elif isinstance(node, ast.Dict):
+            index = self._dict(node)
+            if index is not None:
+                out = {"dl": index}
+        elif isinstance(node, ast.Tuple) and not methods and len(node.elts) <= 8:
+            out = {"tu": [self._spelled(e) for e in node.elts]}  # `return engine, optimizer`
+        if out is not None and methods:
+            out["m"] = methods
+        return out
+
+    def _spelled(self, node: ast.AST) -> Optional[Any]:
+        """An argument as the resolver reads it: a dotted name, `X.parameters()` (as
+        "X.parameters()"), a string, an inline dict literal's index, or a nested call's vref."""
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            return dotted(node)
+        if isinstance(node, ast.Call):
+            return self.vref(node, 1)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 300:
+            return {"s": node.value}
+        if isinstance(node, ast.Dict):
+            index = self._dict(node)
+            return {"dl": index} if index is not None else None
+        return None
+
+    def _method_tag(self, call: ast.Call) -> str:
+        assert isinstance(call.func, ast.Attribute)
+        name = call.func.attr
+        if name in ("to", "type"):
+            for arg in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]:
+                d = self.dtype(arg)
+                if d in ("fp16", "bf16", "fp32"):
+                    return f"to:{d}"
+        return {"half": "to:fp16", "bfloat16": "to:bf16", "float": "to:fp32", "double": "to:fp32"}.get(name, name)
+
+    def _bind(self, target: ast.AST, value: ast.AST, qual: str, cls: Optional[str]) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            ref = self.vref(value)
+            for i, t in enumerate(target.elts):
+                name = dotted(t)
+                if name is not None and ref is not None:
+                    self.binds.setdefault(qual, {}).setdefault(name, []).append({"u": ref, "i": i})
+                if isinstance(t, ast.Name):
+                    self._dep(qual, t.id, value)
+            return
+        name = dotted(target)
+        if name is None:
+            return
+        if isinstance(value, ast.IfExp):
+            for alternative in (value.body, value.orelse):
+                self._bind(target, alternative, qual, cls)
+            return
+        ref = self.vref(value)
+        if ref is not None:
+            refs = self.binds.setdefault(qual, {}).setdefault(name, [])
+            if len(refs) < 16:
+                refs.append(ref)
+        if isinstance(target, ast.Name):
+            self._dep(qual, target.id, value)
+
+    def _mutation(self, target: ast.AST, qual: str) -> None:
+        """`cfg["fp16"]["enabled"] = ...`: the dict `cfg` changes after it was built."""
+        node = target
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        if node is not target:
+            name = dotted(node)
+            if name:
+                mutated = self.mutated.setdefault(qual, [])
+                if name not in mutated:
+                    mutated.append(name)
+
+    def _dep(self, qual: str, name: str, value: ast.AST) -> None:
+        """What the value of `name` reads: names, and callees (the loss from `engine(...)`)."""
+        entry = self.deps.setdefault(qual, {}).setdefault(name, [[], []])
+        for node in walk_expression(value):
+            if isinstance(node, ast.Name) and node.id not in entry[0] and len(entry[0]) < 24:
+                entry[0].append(node.id)
+            elif isinstance(node, ast.Call):
+                spelled = dotted(node.func)
+                if spelled and spelled not in entry[1] and len(entry[1]) < 24:
+                    entry[1].append(spelled)
+
+    def _dict(self, node: ast.Dict) -> Optional[int]:
+        """A DeepSpeed-shaped dict literal, recorded with its values and key lines."""
+        at = (node.lineno, node.col_offset)
+        if at in self._dict_index:
+            return self._dict_index[at]
+        keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        if not any(k in ("fp16", "bf16", "zero_optimization") for k in keys) or not any(k in _DS_KEYS for k in keys):
+            return None
+        lines: Dict[str, List[int]] = {}
+        values = self._literal(node, (), lines)
+        self.dicts.append({"v": values, "l": lines, "r": node.lineno, "c": self._column(node.lineno, node.col_offset)})
+        self._dict_index[at] = len(self.dicts) - 1
+        return len(self.dicts) - 1
+
+    def _literal(self, node: ast.AST, prefix: Tuple[str, ...], lines: Dict[str, List[int]]) -> Any:
+        if isinstance(node, ast.Dict):
+            out: Dict[str, Any] = {}
+            for k, v in zip(node.keys, node.values):
+                if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                    path = (*prefix, k.value)
+                    lines[".".join(path)] = [k.lineno, self._column(k.lineno, k.col_offset)]
+                    out[k.value] = self._literal(v, path, lines) if len(path) < 6 else "?"
+                elif k is None:
+                    out["**"] = "?"  # `**base`: more than it shows
+            return out
+        if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool)) or (
+            isinstance(node, ast.Constant) and node.value is None
+        ):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float)):
+            return -node.operand.value
+        return "?"  # decided at run time
+
+    # ------------------------------------------------------------------ calls
+
+    def _expression(self, expr: ast.AST, qual: str, targets: Optional[List[ast.AST]] = None, statement: bool = False) -> None:
+        for node in walk_expression(expr):
+            if isinstance(node, ast.Call):
+                self._call(node, qual, targets if node is expr else None, statement and node is expr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower().endswith(_CONFIG_SUFFIXES) and len(node.value) < 300:
+                self.paths.append({"s": node.value, "f": qual, "r": node.lineno, "c": self._column(node.lineno, node.col_offset)})
+
+    def _position(self, node: ast.AST) -> Dict[str, Any]:
+        end = getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
+        return {
+            "r": node.lineno,  # type: ignore[attr-defined]
+            "c": self._column(node.lineno, node.col_offset),  # type: ignore[attr-defined]
+            "er": end,
+            "ec": self._column(end, getattr(node, "end_col_offset", 0) or 0),
+        }
+
+    def _event(self, kind: str, node: ast.AST, qual: str, **data: Any) -> Dict[str, Any]:
+        event = {"e": kind, "f": qual, **self._position(node), **{k: v for k, v in data.items() if v is not None}}
+        if self.path:
+            event["p"] = [list(p) for p in self.path]
+        self.events.append(event)
+        return event
+
+    def _call(self, node: ast.Call, qual: str, targets: Optional[List[ast.AST]], statement: bool) -> None:
+        spelled = dotted(node.func)
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        receiver = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else None
+        q = self.qualname(spelled)
+        target = self._targets(targets)
+        if method in ("update", "setdefault", "pop") and receiver:
+            mutated = self.mutated.setdefault(qual, [])
+            if receiver not in mutated:
+                mutated.append(receiver)
+        if spelled:
+            uses = self.uses.setdefault(qual, [])
+            if spelled not in uses and len(uses) < 200:
+                uses.append(spelled)
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        if q in FSDP1 or q in DDP:
+            kind = "fsdp1" if q in FSDP1 else "ddp"
+            subject = node.args[0] if node.args else kw.get("module")
+            self._event(
+                "wrap", node, qual, k=kind, t=target, s=dotted(subject) if subject is not None else None,
+                sv=self.vref(subject) if subject is not None and not isinstance(subject, (ast.Name, ast.Attribute)) else None,
+                mp=self._spelled(kw["mixed_precision"]) if "mixed_precision" in kw else None,
+                mpr=self._position(kw["mixed_precision"]) if "mixed_precision" in kw else None,
+                shard=dotted(kw.get("sharding_strategy")) if "sharding_strategy" in kw else None,
+            )
+            return
+        if q in FSDP2:
+            subject = node.args[0] if node.args else kw.get("module")
+            self._event(
+                "wrap", node, qual, k="fsdp2", t=target, s=dotted(subject) if subject is not None else None,
+                mp=self._spelled(kw["mp_policy"]) if "mp_policy" in kw else None,
+                mpr=self._position(kw["mp_policy"]) if "mp_policy" in kw else None,
+            )
+            return
+        if q in DEEPSPEED_INIT:
+            subject = kw.get("model")
+            config = kw.get("config", kw.get("config_params"))
+            self._event(
+                "wrap", node, qual, k="deepspeed", t=target, s=dotted(subject) if subject is not None else None,
+                cfg=self._spelled(config) if config is not None else None,
+                opt=dotted(kw.get("optimizer")) if "optimizer" in kw else None,
+                args=1 if "args" in kw else None,
+            )
+            return
+        if method in ("prepare", "setup", "setup_module") and receiver and (node.args or node.keywords):
+            kind = "accelerate" if method == "prepare" else "fabric"
+            subjects = [dotted(a) for a in node.args if not isinstance(a, ast.Starred)]
+            self._event("wrap", node, qual, k=kind, t=target, s=subjects[0] if subjects else None, ss=subjects, recv=receiver, m=method)
+            return
+        if q in FSDP1_POLICIES or q in FSDP2_POLICIES:
+            fields = ("param_dtype", "reduce_dtype", "buffer_dtype")
+            values = {f: kw.get(f) for f in fields}
+            for i, a in enumerate(node.args[:3]):
+                values.setdefault(fields[i], a)
+                if values[fields[i]] is None:
+                    values[fields[i]] = a
+            self._event(
+                "ctor", node, qual, k="policy", cls="fsdp1" if q in FSDP1_POLICIES else "fsdp2", t=target,
+                param=self.dtype(values["param_dtype"]), reduce=self.dtype(values["reduce_dtype"]),
+                rpos=self._position(values["reduce_dtype"]) if values["reduce_dtype"] is not None else None,
+                star=1 if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords) else None,
+            )
+            return
+        if q in torchapi.GRAD_SCALERS or (q and q.startswith("torch.") and q.endswith("GradScaler")):
+            enabled = kw.get("enabled")
+            if enabled is None and q not in SHARDED_SCALERS and q.startswith(("torch.amp", "torch.cpu")) and len(node.args) >= 5:
+                enabled = node.args[4]
+            value = enabled.value if isinstance(enabled, ast.Constant) and isinstance(enabled.value, bool) else (True if enabled is None else None)
+            self._event("ctor", node, qual, k="scaler", sharded=1 if q in SHARDED_SCALERS else 0, en=value, t=target, q=q)
+            return
+        if q in FABRICS:
+            self._event(
+                "ctor", node, qual, k="fabric", t=target, prec=self._precision(kw.get("precision")),
+                strategy=self._strategy(kw.get("strategy")), acc=_constant(kw.get("accelerator")),
+                star=1 if any(k.arg is None for k in node.keywords) or node.args else None,
+            )
+            return
+        if q and q.split(".")[0] in _LIGHTNING_ROOTS and q.rsplit(".", 1)[-1] in _STRATEGIES:
+            cfg = kw.get("config")
+            self._event(
+                "ctor", node, qual, k="strategy", t=target, sk=_STRATEGIES[q.rsplit(".", 1)[-1]],
+                cfg=self._spelled(cfg) if cfg is not None else None,
+                mp=1 if "mixed_precision" in kw else None,
+            )
+            return
+        if q and q.split(".")[0] in _LIGHTNING_ROOTS and q.rsplit(".", 1)[-1] == "Trainer":
+            self._event(
+                "ctor", node, qual, k="trainer", t=target, prec=self._precision(kw.get("precision")),
+                strategy=self._strategy(kw.get("strategy")),
+            )
+            return
+        if q in ACCELERATORS:
+            plugin = kw.get("deepspeed_plugin")
+            self._event(
+                "ctor", node, qual, k="accelerator", t=target, mp=_constant(kw.get("mixed_precision")) if "mixed_precision" in kw else None,
+                mpr=self._position(kw["mixed_precision"]) if "mixed_precision" in kw else None,
+                mpq=1 if "mixed_precision" in kw and not isinstance(kw["mixed_precision"], ast.Constant) else None,
+                ds=self._spelled(plugin) if plugin is not None and not (isinstance(plugin, ast.Constant) and plugin.value is None) else None,
+                fsdp=1 if "fsdp_plugin" in kw and not (isinstance(kw["fsdp_plugin"], ast.Constant) and kw["fsdp_plugin"].value is None) else None,
+                star=1 if any(k.arg is None for k in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args) else None,
+            )
+            return
+        if q in DS_PLUGINS:
+            cfg = kw.get("hf_ds_config")
+            self._event("ctor", node, qual, k="dsplugin", t=target, cfg=self._spelled(cfg) if cfg is not None else None)
+            return
+        if q in HF_ARGS:
+            flags = {}
+            for flag in ("fp16", "bf16"):
+                value = kw.get(flag)
+                flags[flag] = value.value if isinstance(value, ast.Constant) and isinstance(value.value, bool) else (False if value is None else None)
+            ds = kw.get("deepspeed")
+            self._event(
+                "ctor", node, qual, k="trainargs", t=target, fp16=flags["fp16"], bf16=flags["bf16"],
+                fp16r=self._position(kw["fp16"]) if "fp16" in kw else None, bf16r=self._position(kw["bf16"]) if "bf16" in kw else None,
+                cfg=self._spelled(ds) if ds is not None else None,
+                star=1 if any(k.arg is None for k in node.keywords) or node.args else None,
+            )
+            return
+        if q in torchapi.CLIP_FUNCTIONS or (q and q.startswith("torch.nn.utils") and q.rsplit(".", 1)[-1] in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm")):
+            first = node.args[0] if node.args else kw.get("parameters")
+            owner = None
+            if isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr in ("parameters",):
+                owner = dotted(first.func.value)
+            elif isinstance(first, ast.Call) and dotted(first.func) in ("list", "filter") and first.args:
+                inner = first.args[-1]
+                if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "parameters":
+                    owner = dotted(inner.func.value)
+            name = q.rsplit(".", 1)[-1]
+            limit = node.args[1] if len(node.args) > 1 else kw.get("max_norm", kw.get("clip_value"))
+            self._event(
+                "clip", node, qual, fn="value" if "value" in name else "norm", o=owner,
+                pn=dotted(first) if isinstance(first, (ast.Name, ast.Attribute)) else None,
+                lim=ast.get_source_segment(self.source, limit) if limit is not None else None,
+                spelled=spelled,
+                simple=1 if len(node.args) + len(node.keywords) == 2 and all(k.arg in ("parameters", "max_norm") for k in node.keywords) and not any(isinstance(a, ast.Starred) for a in node.args) else None,
+            )
+            return
+        if method == "backward" and isinstance(node.func, ast.Attribute):
+            recv = node.func.value
+            inner = None
+            if isinstance(recv, ast.Call) and isinstance(recv.func, ast.Attribute) and recv.func.attr == "scale":
+                inner = dotted(recv.func.value)
+            self._event(
+                "back", node, qual, recv=dotted(recv), n=len(node.args), a0=dotted(node.args[0]) if node.args else None,
+                scaled=inner,
+            )
+            return
+        if method == "step" and receiver:
+            self._event("step", node, qual, recv=receiver, n=len(node.args))
+            return
+        if method == "register_comm_hook" and (len(node.args) >= 2 or "hook" in kw):
+            hook = node.args[1] if len(node.args) >= 2 else kw["hook"]
+            hq = self.qualname(dotted(hook.func) if isinstance(hook, ast.Call) else dotted(hook))
+            if hq in COMM_HOOKS:
+                self._event("hook", node, qual, d=COMM_HOOKS[hq], recv=receiver)
+            return
+        if q in ("torch.set_default_dtype", "torch.set_default_tensor_type"):
+            arg = node.args[0] if node.args else None
+            if q == "torch.set_default_dtype":
+                d = self.dtype(arg)
+            else:
+                d = _LOW_TENSOR_TYPES.get(self.qualname(dotted(arg)) or "", "fp32") if arg is not None else None
+            event = self._event("default", node, qual, d=d)
+            self.default_open[qual] = event if d in ("fp16", "bf16") else None
+            return
+        te_name = q.rsplit(".", 1)[-1] if q and q.startswith("transformer_engine.pytorch") else None
+        if te_name in TE_LINEARS or q in TORCH_LINEARS:
+            names = TE_LINEARS.get(te_name or "", ("in_features", "out_features"))
+            dims = [kw.get(names[0], node.args[0] if node.args else None), kw.get(names[1], node.args[1] if len(node.args) > 1 else None)]
+            values = [d.value if isinstance(d, ast.Constant) and isinstance(d.value, int) and not isinstance(d.value, bool) else None for d in dims]
+            if any(v is not None for v in values):
+                self._event("linear", node, qual, lib="te" if te_name else "torch", cls=te_name or "Linear", dims=values, t=(target or [None])[0])
+            return
+        if q in FLOAT8_CONVERTERS:
+            subject = node.args[0] if node.args else kw.get("module")
+            self._event("float8", node, qual, s=dotted(subject) if subject is not None else None, filter=1 if "module_filter_fn" in kw else None)
+            return
+        if method in ("half", "bfloat16", "to", "float") and statement and receiver:
+            tag = self._method_tag(node)
+            if tag in ("to:fp16", "to:bf16", "to:fp32"):
+                self._event("cast", node, qual, t=receiver, d=tag[3:], via="inplace")
+            return
+        if targets is not None:
+            self._assigned_call(node, qual, target, method)
+
+    def _assigned_call(self, node: ast.Call, qual: str, target: Optional[List[str]], method: Optional[str]) -> None:
+        """`model = Net().bfloat16()`, `model = AutoModel.from_pretrained(..., torch_dtype=torch.bfloat16)`:
+        a module made low precision where it is bound."""
+        if not target or not target[0]:
+            return
+        tag = self._method_tag(node) if method in ("half", "bfloat16", "to", "type", "float") else None
+        if tag in ("to:fp16", "to:bf16", "to:fp32"):
+            self._event("cast", node, qual, t=target[0], d=tag[3:], via="method")
+            return
+        if method in ("from_pretrained", "from_config"):
+            dtype_kw = next((k.value for k in node.keywords if k.arg in ("torch_dtype", "dtype")), None)
+            d = self.dtype(dtype_kw) if dtype_kw is not None else None
+            if d in ("fp16", "bf16"):
+                self._event("cast", node, qual, t=target[0], d=d, via="load")
+                return
+        opened = self.default_open.get(qual)
+        if opened is not None and dotted(node.func):
+            # built while `torch.set_default_dtype(torch.bfloat16)` holds: its parameters are low precision
+            self._event("cast", node, qual, t=target[0], d=opened["d"], via="default", at=[opened["r"], opened["c"], opened["er"], opened["ec"]])
+
+    def _targets(self, targets: Optional[List[ast.AST]]) -> Optional[List[str]]:
+        if not targets:
+            return None
+        first = targets[0]
+        if isinstance(first, (ast.Tuple, ast.List)):
+            return [dotted(e) or "" for e in first.elts]
+        name = dotted(first)
+        return [name] if name else None
+
+    def _precision(self, node: Optional[ast.AST]) -> Optional[str]:
+        """A Lightning `precision=` literal, normalised ("16" -> "16-mixed"); "?" when not literal."""
+        if node is None:
+            return None
+        value = _constant(node)
+        if value is None:
+            return "?"
+        text = str(value)
+        return {"16": "16-mixed", "bf16": "bf16-mixed", "32": "32-true", "64": "64-true", "half": "16-true"}.get(text, text)
+
+    def _strategy(self, node: Optional[ast.AST]) -> Optional[Any]:
+        """A Lightning `strategy=`: a string ("fsdp", "deepspeed_stage_2"), a name to resolve, or an inline ctor."""
+        if node is None:
+            return None
+        value = _constant(node)
+        if isinstance(value, str):
+            return {"s": value}
+        return self._spelled(node)
+
+    def _with_item(self, expr: ast.AST, qual: str, stmt: ast.AST) -> Optional[Dict[str, Any]]:
+        if not isinstance(expr, ast.Call):
+            return None
+        q = self.qualname(dotted(expr.func))
+        if q in TE_AUTOCASTS:
+            kw = {k.arg: k.value for k in expr.keywords if k.arg}
+            enabled_node = kw.get("enabled", expr.args[0] if expr.args else None)
+            value = _constant(enabled_node)
+            enabled = True if enabled_node is None else (value if isinstance(value, bool) else None)
+            end = getattr(stmt, "end_lineno", None) or expr.lineno
+            return self._event("fp8", expr, qual, en=enabled, end=end, spelled=dotted(expr.func))
+        if q not in torchapi.AUTOCAST_CONTEXTS:
+            return None
+        parameters = torchapi.autocast_parameters(q)
+        kw = {k.arg: k.value for k in expr.keywords if k.arg}
+
+        def arg(name: str) -> Optional[ast.AST]:
+            if name in kw:
+                return kw[name]
+            position = parameters.index(name)
+            return expr.args[position] if position < len(expr.args) else None
+
+        device = torchapi.AUTOCAST_CONTEXTS[q]
+        if device is None:
+            value = _constant(arg("device_type"))
+            device = value if isinstance(value, str) else None
+        dtype_node = arg("dtype")
+        dtype = self.dtype(dtype_node) if dtype_node is not None else (torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else "?")
+        enabled_node = arg("enabled")
+        enabled = True if enabled_node is None else (_constant(enabled_node) if isinstance(_constant(enabled_node), bool) else None)
+        end = getattr(stmt, "end_lineno", None) or expr.lineno
+        return self._event("autocast", expr, qual, d=dtype, dev=device, en=enabled, end=end)
+
+    def _column(self, row: int, byte_offset: int) -> int:
+        if 0 < row <= len(self.lines):
+            line = self.lines[row - 1]
+            if not line.isascii():
+                return len(line.encode("utf-8")[:byte_offset].decode("utf-8", "replace")) + 1
+        return byte_offset + 1
+
+
+def _constant(node: Optional[ast.AST]) -> Any:
+    return node.value if isinstance(node, ast.Constant) else None

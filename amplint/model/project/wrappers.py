@@ -1,0 +1,858 @@
+"""The "wrapper kind" fact: what wraps a model object, across files, and the precision its
+wrapper, policy and configuration set.
+
+`ScaleView` joins the scale summaries (`scale.py`) of a project's files and answers, for a
+name spelled in a function (`model`, `self.model`, `engine`), which wrappers it may hold:
+
+    plain | "ddp" | "fsdp1" (FullyShardedDataParallel) | "fsdp2" (fully_shard) |
+    "deepspeed" (deepspeed.initialize) | "accelerate" (Accelerator.prepare) | "fabric" (Fabric.setup)
+
+following assignments, tuple unpacking (`engine, optimizer, _, _ = deepspeed.initialize(...)`:
+element 1 is the engine's optimizer), `self.` attributes bound in any method of the class or
+its project bases, builder functions' returns (`model = wrap(model)` in another module) and,
+through the project model's call graph, the arguments call sites pass to a parameter
+(`Trainer(model)` -> `self.model = model`). A Fabric setup is resolved to its `Fabric(...)`
+constructor and strategy (`FSDPStrategy` makes it an FSDP1 wrapper, with the mixed-precision
+policy Lightning derives from `precision=`); a DeepSpeed engine to its configuration (a dict
+literal, or a JSON file the code names, read by `configs.py`).
+
+Only what the code shows counts: a value decided at run time (a parameter no call site fills,
+a registry lookup, a `precision=args.precision`) is not followed, and the rules stay silent.
+The name resolution itself (imports, classes, functions across files) is the project model's
+(`graph.Project`), so both agree; the view never imports libcst or torch.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+
+from . import configs
+
+Summary = Dict[str, Any]
+Place = Tuple[str, int, int, int, int]  # (path, row, column, end row, end column)
+
+#: what Lightning's FSDP precision plugin builds from `precision=` (lightning/fabric/plugins/precision/fsdp.py)
+LIGHTNING_FSDP_POLICY = {
+    "16-mixed": ("fp16", "fp16"), "16-true": ("fp16", "fp16"),
+    "bf16-mixed": ("bf16", "bf16"), "bf16-true": ("bf16", "bf16"), "32-true": ("fp32", "fp32"),
+}
+_MAX_DEPTH = 6
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A mixed-precision policy: `MixedPrecision(...)` (FSDP1), `MixedPrecisionPolicy(...)`
+    (FSDP2), or the one Lightning's FSDP plugin derives from `precision=`. dtypes are
+    "fp16" | "bf16" | "fp32" | "?" (decided at run time) | None (not set)."""
+
+    cls: str  # "fsdp1" | "fsdp2" | "lightning"
+    param: Optional[str]
+    reduce: Optional[str]
+    place: Place
+    reduce_place: Optional[Place] = None
+    runtime: bool = False  # `**kwargs`/`*args`: more than the call shows
+
+    @property
+    def effective_reduce(self) -> Optional[str]:
+        """The dtype gradients are reduced in: `reduce_dtype`, else `param_dtype` (both FSDPs)."""
+        return self.reduce if self.reduce is not None else self.param
+
+
+@dataclass
+class Config:
+    """A DeepSpeed (or accelerate) configuration: a dict literal in the code or a file it names."""
+
+    values: Dict[str, Any]
+    path: str  # the file holding it (the .py of a dict literal, or the .json/.yaml)
+    lines: Dict[Tuple[str, ...], Tuple[int, int]]
+    literal: bool  # a dict literal in Python code (values "?" are decided at run time)
+    named_at: Optional[Place] = None  # where the code names it
+
+    def get(self, *keys: str) -> Any:
+        node: Any = self.values
+        for key in keys:
+            if not isinstance(node, dict) or key not in node:
+                return None
+            node = node[key]
+        return node
+
+    def where(self, *keys: str) -> Tuple[int, int]:
+        for n in range(len(keys), 0, -1):
+            found = self.lines.get(tuple(keys[:n]))
+            if found is not None:
+                return found
+        return self.lines.get((), (1, 1))
+
+    def enabled(self, block: str) -> Optional[bool]:
+        """`fp16.enabled` / `bf16.enabled` (or DeepSpeed's older `bfloat16` block): True/False,
+        None for "auto", absent or decided at run time."""
+        names = (block, "bfloat16") if block == "bf16" else (block,)
+        for name in names:
+            node = self.get(name)
+            if isinstance(node, dict) and "enabled" in node:
+                return configs.enabled(node["enabled"])
+        return None
+
+
+@dataclass
+class Wrapper:
+    """A model object's wrapper, where it is made, and what sets its precision."""
+
+    kind: str  # "ddp" | "fsdp1" | "fsdp2" | "deepspeed" | "accelerate" | "fabric"
+    path: str
+    event: Dict[str, Any]
+    element: int = 0  # which element of the wrapper's result the name holds (deepspeed: 1 = optimizer)
+    policy: Optional[Policy] = None
+    strategy: Optional[str] = None  # fabric: "fsdp" | "deepspeed" | "ddp" | "fsdp2" | None (default) | "?"
+    precision: Optional[str] = None  # fabric: "16-mixed", ...; "?" decided at run time
+    framework: Optional[Tuple[str, Dict[str, Any]]] = None  # the Fabric/Accelerator constructor (path, event)
+    config: Optional[Config] = None  # deepspeed
+    notes: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def place(self) -> Place:
+        e = self.event
+        return (self.path, e["r"], e["c"], e["er"], e["ec"])
+
+    @property
+    def sharded_fsdp1(self) -> bool:
+        """An FSDP1 module whose parameters are shards: `FullyShardedDataParallel(...)` with a
+        sharding strategy other than NO_SHARD, or a Fabric setup under `FSDPStrategy`."""
+        if self.kind == "fsdp1":
+            shard = self.event.get("shard") or ""
+            return not shard.endswith("NO_SHARD")
+        return self.kind == "fabric" and self.strategy == "fsdp"
+
+    @property
+    def deepspeed_engine(self) -> bool:
+        return (self.kind == "deepspeed" and self.element == 0) or (self.kind == "fabric" and self.strategy == "deepspeed")
+
+
+class ScaleView:
+    """The wrapper facts of a project (or of one file): `project` resolves names and knows
+    who calls whom; `scale(path)` gives a file's scale summary (None: nothing relevant);
+    `read_configs`: whether config files the code names may be read (only the project pass
+    does: a per-file result must not depend on another file's bytes)."""
+
+    def __init__(self, project: Any, scale: Callable[[str], Optional[Summary]], read_configs: bool, active: bool = True) -> None:
+        self.project = project
+        self.active = active  # False: no file of the project may use a distributed API (nothing is read)
+        self._scale = scale
+        self._scales: Dict[str, Optional[Summary]] = {}
+        self.read_configs = read_configs
+        self.configs_read: Set[str] = set()  # config files read (their bytes decide findings)
+        self._at: Dict[str, Dict[Tuple[int, int], Dict[str, Any]]] = {}
+        self._memo: Dict[Any, Any] = {}
+        self._active: Set[Any] = set()
+
+    # ------------------------------------------------------------------ files
+
+    def summary(self, path: str) -> Optional[Summary]:
+        if path not in self._scales:
+            self._scales[path] = self._scale(path)
+        return self._scales[path]
+
+    def files(self) -> List[str]:
+        """The files of the project model that hold a scale summary, sorted."""
+        if not self.active:
+            return []
+        listed = getattr(self.project, "scale_files", None)  # the engine's: files with a distributed API or a step
+        candidates = listed if listed is not None else list(self.project.summaries)
+        return sorted(p for p in candidates if self.summary(p) is not None)
+
+    def events(self, kind: Optional[str] = None) -> Iterator[Tuple[str, Dict[str, Any]]]:
+        for path in self.files():
+            for e in self.summary(path)["events"]:  # type: ignore[index]
+                if kind is None or e["e"] == kind:
+                    yield path, e
+
+    def event_at(self, path: str, row: int, col: int) -> Optional[Dict[str, Any]]:
+        index = self._at.get(path)
+        if index is None:
+            s = self.summary(path)
+            index = self._at[path] = {(e["r"], e["c"]): e for e in (s["events"] if s else ())}
+        return index.get((row, col))
+
+    def function(self, path: str, func: str) -> Optional[Dict[str, Any]]:
+        s = self.summary(path)
+        return s["functions"].get(func) if s else None
+
+    # ------------------------------------------------------------------ values
+
+    def values(self, path: str, func: str, name: str, depth: int = 0) -> List[Tuple[str, str, Dict[str, Any]]]:
+        """(path, function, vref) of every value the dotted `name` read in `func` may hold."""
+        key = ("values", path, func, name)
+        if key in self._memo:
+            return self._memo[key]
+        if key in self._active or depth > _MAX_DEPTH:
+            return []
+        self._active.add(key)
+        try:
+            found = self._values(path, func, name, depth)
+        finally:
+            self._active.discard(key)
+        self._memo[key] = found
+        return found
+
+    def _values(self, path: str, func: str, name: str, depth: int) -> List[Tuple[str, str, Dict[str, Any]]]:
+        s = self.summary(path)
+        if s is None:
+            return []
+        out: List[Tuple[str, str, Dict[str, Any]]] = []
+        if name.startswith("self.") and name.count(".") >= 1:
+            attr = name
+            cls = self._class_of(path, func)
+            if cls is None:
+                return []
+            for p, c in self._mro(path, cls):
+                ps = self.summary(p)
+                if ps is None:
+                    continue
+                for qual, refs in ps["binds"].items():
+                    if qual.startswith(f"{c}.") and attr in refs:
+                        out.extend((p, qual, r) for r in refs[attr])
+            return out
+        scope: Optional[str] = func
+        while scope is not None:
+            refs = s["binds"].get(scope, {}).get(name)
+            if refs:
+                return [(path, scope, r) for r in refs]
+            info = s["functions"].get(scope)
+            head = name.split(".", 1)[0]
+            if info is not None and scope != "<module>" and head in info["params"] and head == name:
+                return self._arguments(path, scope, name, depth)
+            if scope == "<module>":
+                break
+            scope = scope.rsplit(".", 1)[0] if "." in scope else "<module>"
+        imported = self._imported(path, name) if depth < _MAX_DEPTH else None
+        if imported is not None and imported[0] != path:
+            return self.values(imported[0], "<module>", imported[1], depth + 1)
+        return out
+
+    def latest(self, path: str, func: str, name: str, before: Tuple[int, int]) -> List[Tuple[str, str, Dict[str, Any]]]:
+        """The value `name` holds at `before` in `func` when its bindings there are calls (the
+        latest one before it, in source order); otherwise every value it may hold."""
+        s = self.summary(path)
+        refs = s["binds"].get(func, {}).get(name) if s else None
+        if not refs:
+            return self.values(path, func, name)
+        placed = []
+        for r in refs:
+            inner = r.get("u", r)
+            if "r" not in inner:
+                return self.values(path, func, name)
+            placed.append(((inner["r"], inner["cc"]), r))
+        earlier = [pr for pr in placed if pr[0] < before]
+        if not earlier:
+            return self.values(path, func, name)
+        return [(path, func, max(earlier, key=lambda pr: pr[0])[1])]
+
+    def wrappers_at(self, path: str, func: str, name: str, before: Tuple[int, int]) -> List[Wrapper]:
+        """`wrappers`, reading `name`'s latest binding before `before` in `func`."""
+        out: List[Wrapper] = []
+        for p, f, ref in self.latest(path, func, name, before):
+            for w in self._wrappers_of_ref(p, f, ref, 0):
+                if all(w.place != o.place or w.element != o.element for o in out):
+                    out.append(w)
+        return out
+
+    def mutated(self, path: str, func: str, name: str) -> bool:
+        """Whether the dict `name` is changed in place in `func` (`cfg["fp16"]["enabled"] = ...`)."""
+        s = self.summary(path)
+        return bool(s) and name in s.get("mutated", {}).get(func, ())
+
+    def _arguments(self, path: str, func: str, param: str, depth: int) -> List[Tuple[str, str, Dict[str, Any]]]:
+        """The values call sites pass to a parameter (the project model's call graph)."""
+        info = self.function(path, func)
+        if info is None:
+            return []
+        params = list(info["params"])
+        if info["cls"] and func.count(".") == 1 and params:
+            params = params[1:]  # self
+        targets = [(path, func)]
+        out: List[Tuple[str, str, Dict[str, Any]]] = []
+        for key in targets:
+            try:
+                calls = self.project.callers(key)
+            except Exception:  # pragma: no cover - the project model's own limits
+                calls = []
+            for call in calls[:12]:
+                record = call.record
+                ref = None
+                if param in params:
+                    i = params.index(param)
+                    if i < len(record["a"]):
+                        ref = record["a"][i]
+                if ref is None:
+                    ref = record["k"].get(param)
+                if ref and "n" in ref:
+                    out.extend(self.values(call.path, call.func, ref["n"], depth + 1) or [(call.path, call.func, {"n": ref["n"], "x": 1})])
+        return out
+
+    def _class_of(self, path: str, func: str) -> Optional[str]:
+        info = self.function(path, func)
+        if info is not None and info["cls"]:
+            return info["cls"]
+        head = func.split(".", 1)[0]
+        s = self.summary(path)
+        return head if s is not None and head in s["classes"] else None
+
+    def _ensure(self, path: str) -> bool:
+        """The project model holds `path`'s summary (loaded now for a file the view read lazily)."""
+        loader = getattr(self.project, "load_file", None)
+        return path in self.project.summaries or (loader is not None and loader(path))
+
+    def _mro(self, path: str, cls: str) -> List[Tuple[str, str]]:
+        if not self._ensure(path):
+            return [(path, cls)]
+        try:
+            found = self.project.mro(path, cls)
+        except (KeyError, Exception):
+            found = [(path, cls)]
+        return [(p, c) for p, c in found if self.summary(p) is not None]
+
+    def callees(self, path: str, func: str, spelled: str) -> List[Tuple[str, str]]:
+        """The project functions a callee spelled in `func` may be (project model resolution)."""
+        key = ("callees", path, func, spelled)
+        if key in self._memo:
+            return self._memo[key]
+        out: List[Tuple[str, str]] = []
+        if not self._ensure(path):
+            self._memo[key] = out
+            return out
+        try:
+            types = self.project.name_types(path, func, spelled)
+        except Exception:  # pragma: no cover
+            types = frozenset()
+        for t in sorted(types, key=repr):
+            if t[0] == "F":
+                out.append((t[1], t[2]))
+        self._memo[key] = out
+        return out
+
+    # ------------------------------------------------------------------ wrappers
+
+    def wrappers(self, path: str, func: str, name: str) -> List[Wrapper]:
+        """The wrappers the dotted `name` read in `func` of `path` may hold (empty: plain, or
+        not known). In-place wrappers (`fully_shard(model)`) of the name count too."""
+        key = ("wrappers", path, func, name)
+        if key in self._memo:
+            return self._memo[key]
+        out: List[Wrapper] = []
+        seen: Set[Tuple[str, int, int, int]] = set()
+
+        def add(w: Optional[Wrapper]) -> None:
+            if w is not None and (w.path, w.event["r"], w.event["c"], w.element) not in seen:
+                seen.add((w.path, w.event["r"], w.event["c"], w.element))
+                out.append(w)
+
+        for p, f, ref in self.values(path, func, name):
+            for w in self._wrappers_of_ref(p, f, ref, 0):
+                add(w)
+        for w in self._in_place(path, func, name):
+            add(w)
+        self._memo[key] = out
+        return out
+
+    def _in_place(self, path: str, func: str, name: str) -> List[Wrapper]:
+        """`fully_shard(model)` as a statement: the module itself becomes an FSDP2 module."""
+        s = self.summary(path)
+        if s is None:
+            return []
+        out = []
+        funcs = {func}
+        if name.startswith("self."):
+            cls = self._class_of(path, func)
+            funcs = {q for q in s["functions"] if cls and q.startswith(f"{cls}.")}
+        for e in s["events"]:
+            if e["e"] == "wrap" and e["k"] == "fsdp2" and e.get("s") == name and e["f"] in funcs and not e.get("t"):
+                out.append(self._wrapper(path, e, 0))
+        return [w for w in out if w is not None]
+
+    def _wrappers_of_ref(self, path: str, func: str, ref: Dict[str, Any], depth: int) -> List[Wrapper]:
+        if depth > _MAX_DEPTH or not ref:
+            return []
+        if "u" in ref:
+            inner = ref["u"]
+            if "c" in inner:
+                e = self.event_at(path, inner["r"], inner["cc"])
+                if e is not None and e["e"] == "wrap":
+                    w = self._wrapper(path, e, ref["i"])
+                    return [w] if w is not None else []
+                # `engine, optimizer = build_engine(...)`: element i of what the builder returns
+                out = []
+                for p, q in self.callees(path, func, inner["c"]):
+                    ps = self.summary(p)
+                    for r in (ps["returns"].get(q, []) if ps else []):
+                        if "tu" in r and ref["i"] < len(r["tu"]):
+                            element = r["tu"][ref["i"]]
+                            if isinstance(element, str):
+                                out.extend(self._wrappers_of_ref(p, q, {"n": element}, depth + 1))
+                            elif isinstance(element, dict):
+                                out.extend(self._wrappers_of_ref(p, q, element, depth + 1))
+                        elif "u" not in r:
+                            out.extend(w for w in self._wrappers_of_ref(p, q, {"u": r, "i": ref["i"]}, depth + 1) if "c" in r)
+                return out
+            return []
+        if "n" in ref:
+            if ref.get("x"):
+                return []
+            return [w for p, f, r in self.values(path, func, ref["n"], depth + 1) for w in self._wrappers_of_ref(p, f, r, depth + 1)]
+        if "c" in ref:
+            e = self.event_at(path, ref["r"], ref["cc"])
+            if e is not None and e["e"] == "wrap":
+                w = self._wrapper(path, e, 0)
+                return [w] if w is not None else []
+            out: List[Wrapper] = []
+            for p, q in self.callees(path, func, ref["c"]):
+                ps = self.summary(p)
+                for r in (ps["returns"].get(q, []) if ps else []):
+                    out.extend(self._wrappers_of_ref(p, q, r, depth + 1))
+            return out
+        return []
+
+    def _wrapper(self, path: str, e: Dict[str, Any], element: int) -> Optional[Wrapper]:
+        kind = e["k"]
+        w = Wrapper(kind, path, e, element)
+        if kind in ("fsdp1", "fsdp2"):
+            w.policy = self.policy(path, e["f"], e.get("mp"))
+        elif kind == "deepspeed":
+            w.config = self.config(path, e["f"], e.get("cfg"))
+        elif kind == "fabric":
+            fabric = self._framework(path, e["f"], e.get("recv"), "fabric")
+            if fabric is None:
+                return None  # `.setup(...)` of something not known to be a Fabric
+            fpath, fe = fabric
+            w.framework = fabric
+            w.precision = fe.get("prec")
+            w.strategy = self._strategy_kind(fpath, fe["f"], fe.get("strategy"))
+            if w.strategy == "fsdp" and w.precision in LIGHTNING_FSDP_POLICY:
+                param, reduce = LIGHTNING_FSDP_POLICY[w.precision]
+                w.policy = Policy("lightning", param, reduce, (fpath, fe["r"], fe["c"], fe["er"], fe["ec"]))
+            if w.strategy == "deepspeed":
+                strategy = self._strategy_event(fpath, fe["f"], fe.get("strategy"))
+                if strategy is not None and strategy[1].get("cfg") is not None:
+                    w.config = self.config(strategy[0], strategy[1]["f"], strategy[1]["cfg"])
+        elif kind == "accelerate":
+            accelerator = self._framework(path, e["f"], e.get("recv"), "accelerator")
+            if accelerator is None:
+                return None
+            w.framework = accelerator
+        return w
+
+    def _framework(self, path: str, func: str, receiver: Optional[str], kind: str) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """The `Fabric(...)` / `Accelerator(...)` constructor a receiver certainly holds."""
+        if not receiver:
+            return None
+        found = self.constructors(path, func, receiver, kind)
+        return found[0] if len(found) == 1 else None
+
+    def constructors(self, path: str, func: str, name: str, kind: str) -> List[Tuple[str, Dict[str, Any]]]:
+        """The `ctor` events of `kind` the name may hold; empty unless every binding is one."""
+        out: List[Tuple[str, Dict[str, Any]]] = []
+        refs = self.values(path, func, name)
+        if not refs:
+            return []
+        for p, f, ref in refs:
+            found = self._ctor_of_ref(p, f, ref, kind, 0)
+            if found is None:
+                return []
+            if found not in out:
+                out.append(found)
+        return out
+
+    def _ctor_of_ref(self, path: str, func: str, ref: Dict[str, Any], kind: str, depth: int) -> Optional[Tuple[str, Dict[str, Any]]]:
+        if depth > _MAX_DEPTH or not ref:
+            return None
+        if "c" in ref:
+            e = self.event_at(path, ref["r"], ref["cc"])
+            if e is not None and e["e"] == "ctor" and e["k"] == kind:
+                return (path, e)
+            for p, q in self.callees(path, func, ref["c"]):
+                ps = self.summary(p)
+                for r in (ps["returns"].get(q, []) if ps else []):
+                    found = self._ctor_of_ref(p, q, r, kind, depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        if "n" in ref and not ref.get("x"):
+            found = self.constructors(path, func, ref["n"], kind) if depth < _MAX_DEPTH else []
+            return found[0] if len(found) == 1 else None
+        return None
+
+    def _strategy_event(self, path: str, func: str, strategy: Any) -> Optional[Tuple[str, Dict[str, Any]]]:
+        if isinstance(strategy, dict) and "c" in strategy:
+            e = self.event_at(path, strategy["r"], strategy["cc"])
+            return (path, e) if e is not None and e["e"] == "ctor" and e["k"] == "strategy" else None
+        if isinstance(strategy, str):
+            found = self.constructors(path, func, strategy, "strategy")
+            return found[0] if len(found) == 1 else None
+        return None
+
+    def _strategy_kind(self, path: str, func: str, strategy: Any) -> Optional[str]:
+        """Lightning's `strategy=`: "fsdp" | "deepspeed" | "ddp" | "fsdp2" | None (the default) | "?"."""
+        if strategy is None:
+            return None
+        if isinstance(strategy, dict) and "s" in strategy:
+            text = strategy["s"].lower()
+            if text.startswith("fsdp"):
+                return "fsdp"
+            if text.startswith("deepspeed"):
+                return "deepspeed"
+            if text in ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "auto", "dp", "single_device"):
+                return "ddp" if text.startswith("ddp") else None
+            return "?"
+        found = self._strategy_event(path, func, strategy)
+        return found[1].get("sk") if found is not None else "?"
+
+    # ------------------------------------------------------------------ policies and configs
+
+    def policy(self, path: str, func: str, spelled: Any) -> Optional[Policy]:
+        """The `MixedPrecision(...)` / `MixedPrecisionPolicy(...)` a wrapper's argument holds
+        (inline, a name in scope, a module-level name of another file); None when absent or
+        not known. A name bound two ways (`fpSixteen if use_fp16 else bfSixteen`) gives None."""
+        if spelled is None:
+            return None
+        found: List[Tuple[str, Dict[str, Any]]] = []
+        if isinstance(spelled, dict) and "c" in spelled:
+            e = self.event_at(path, spelled["r"], spelled["cc"])
+            if e is not None and e["e"] == "ctor" and e["k"] == "policy":
+                found = [(path, e)]
+        elif isinstance(spelled, str):
+            found = self.constructors(path, func, spelled, "policy")
+            if not found:
+                found = self._imported_policy(path, spelled)
+        if len(found) != 1:
+            return None
+        p, e = found[0]
+        rpos = e.get("rpos")
+        return Policy(
+            e["cls"], e.get("param"), e.get("reduce"), (p, e["r"], e["c"], e["er"], e["ec"]),
+            (p, rpos["r"], rpos["c"], rpos["er"], rpos["ec"]) if rpos else None, bool(e.get("star")),
+        )
+
+    def _imported_policy(self, path: str, spelled: str) -> List[Tuple[str, Dict[str, Any]]]:
+        """`from policies import fpSixteen`: a module-level policy of another project file."""
+        found = self._imported(path, spelled)
+        return self.constructors(found[0], "<module>", found[1], "policy") if found is not None else []
+
+    def _imported(self, path: str, spelled: str) -> Optional[Tuple[str, str]]:
+        """(file, name) of a module-level name of another project file that `spelled`
+        (an imported name, or `module.name`) reads."""
+        s = self.summary(path)
+        head, _, rest = spelled.partition(".")
+        imported = s["imports"].get(head) if s else None
+        if imported is None:
+            return None
+        level, module, attr = imported
+        if attr:
+            name = attr if not rest else None
+            if name is None:  # `from pkg import mod` then `mod.name`
+                target = self.project.module_path(f"{module}.{attr}" if module else attr, path, level)
+                return (target, rest) if target is not None and "." not in rest else None
+            target = self.project.module_path(module, path, level) if (module or level) else None
+            return (target, name) if target is not None else None
+        if not rest or "." in rest:
+            return None
+        target = self.project.module_path(module, path, level)
+        return (target, rest) if target is not None else None
+
+    def config(self, path: str, func: str, spelled: Any, depth: int = 0) -> Optional[Config]:
+        """The DeepSpeed configuration an argument holds: a dict literal (in scope, or returned
+        by a project function), or a JSON file a string literal names (only with `read_configs`)."""
+        if spelled is None or depth > _MAX_DEPTH:
+            return None
+        if isinstance(spelled, dict):
+            return self._config_of_ref(path, func, spelled, depth)
+        if isinstance(spelled, str):
+            if self.mutated(path, func, spelled):
+                return None  # changed in place after it was built: decided at run time
+            refs = self.values(path, func, spelled)
+            if any(self.mutated(p, f, spelled) for p, f, _ in refs):
+                return None
+            found = [c for p, f, r in refs for c in [self._config_of_ref(p, f, r, depth + 1)] if c is not None]
+            if len(found) == 1 and len(refs) == 1:
+                return found[0]
+        return None
+
+    def _config_of_ref(self, path: str, func: str, ref: Dict[str, Any], depth: int) -> Optional[Config]:
+        if depth > _MAX_DEPTH:
+            return None
+        if "dl" in ref:
+            s = self.summary(path)
+            if s is None or ref["dl"] >= len(s["dicts"]):
+                return None
+            d = s["dicts"][ref["dl"]]
+            lines = {tuple(k.split(".")): (v[0], v[1]) for k, v in d["l"].items()}
+            lines[()] = (d["r"], d["c"])
+            return Config(d["v"], path, lines, literal=True)
+        if "s" in ref:
+            return self.config_file(ref["s"], path, None)
+        if "j" in ref:
+            inner = ref["j"]
+            if inner and "o" in inner:
+                return self.config_file(inner["o"], path, None)
+            if inner and "n" in inner:
+                for p, f, r in self.values(path, func, inner["n"]):
+                    if "o" in r:
+                        return self.config_file(r["o"], p, None)
+            return None
+        if "n" in ref and not ref.get("x"):
+            return self.config(path, func, ref["n"], depth + 1)
+        if "c" in ref:
+            for p, q in self.callees(path, func, ref["c"]):
+                ps = self.summary(p)
+                for r in (ps["returns"].get(q, []) if ps else []):
+                    found = self._config_of_ref(p, q, r, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    def config_file(self, literal: str, naming_file: str, place: Optional[Place]) -> Optional[Config]:
+        """A config file a string literal names, parsed (None when configs may not be read,
+        it is outside the project, not a regular file, or does not parse)."""
+        if not self.read_configs:
+            return None
+        key = ("file", literal, os.path.dirname(naming_file))
+        if key in self._memo:
+            return self._memo[key]
+        found: Optional[Config] = None
+        target = configs.resolve(literal, naming_file, self.project.root)
+        if target is not None:
+            parsed = configs.load(target)
+            self.configs_read.add(target)
+            if parsed is not None:
+                found = Config(parsed.values, target, parsed.lines, literal=False, named_at=place)
+        self._memo[key] = found
+        return found
+
+    def deepspeed_configs(self) -> List[Config]:
+        """Every DeepSpeed configuration the project shows: DeepSpeed-shaped dict literals not
+        changed in place afterwards, and (with `read_configs`) the DeepSpeed-shaped JSON files
+        string literals of the code name. Each once, in a stable order."""
+        out: List[Config] = []
+        seen: Set[Tuple[str, int]] = set()
+        for path in self.files():
+            s = self.summary(path)
+            assert s is not None
+            changed = {(q, n) for q, names in s.get("mutated", {}).items() for n in names}
+            bound = {}
+            for q, names in s["binds"].items():
+                for n, refs in names.items():
+                    for r in refs:
+                        if "dl" in r:
+                            bound.setdefault(r["dl"], []).append((q, n))
+            for i, d in enumerate(s["dicts"]):
+                if any(b in changed for b in bound.get(i, ())) or not configs.deepspeed_shaped(d["v"]):
+                    continue
+                if (path, i) not in seen:
+                    seen.add((path, i))
+                    found = self._config_of_ref(path, "<module>", {"dl": i}, 0)
+                    if found is not None:
+                        out.append(found)
+            if not self.read_configs:
+                continue
+            for literal in s["paths"]:
+                if not literal["s"].lower().endswith(".json"):
+                    continue
+                found = self.config_file(literal["s"], path, (path, literal["r"], literal["c"], literal["r"], literal["c"]))
+                if found is not None and configs.deepspeed_shaped(found.values) and (found.path, 0) not in seen:
+                    seen.add((found.path, 0))
+                    out.append(found)
+        return out
+
+    def named_configs(self, shaped: Callable[[Dict[str, Any]], bool]) -> List[Tuple[Config, Place]]:
+        """The config files string literals of the code name (`read_configs` only) that pass
+        `shaped` (`configs.accelerate_shaped`), each once, with where the code names it."""
+        out: List[Tuple[Config, Place]] = []
+        seen: Set[str] = set()
+        if not self.read_configs:
+            return out
+        for path in self.files():
+            s = self.summary(path)
+            assert s is not None
+            for literal in s["paths"]:
+                place = (path, literal["r"], literal["c"], literal["r"], literal["c"])
+                found = self.config_file(literal["s"], path, place)
+                if found is not None and found.path not in seen and shaped(found.values):
+                    seen.add(found.path)
+                    out.append((found, place))
+        return out
+
+    # ------------------------------------------------------------------ helpers for rules
+
+    def deps(self, path: str, func: str, name: str, depth: int = 4) -> Tuple[Set[str], Set[str]]:
+        """The names and callees the value of `name` in `func` reads, transitively (a few levels)."""
+        s = self.summary(path)
+        table = s["deps"].get(func, {}) if s else {}
+        names: Set[str] = set()
+        callees: Set[str] = set()
+        frontier = [name]
+        for _ in range(depth):
+            following = []
+            for n in frontier:
+                entry = table.get(n)
+                if entry is None:
+                    continue
+                for m in entry[0]:
+                    if m not in names:
+                        names.add(m)
+                        following.append(m)
+                callees.update(entry[1])
+            frontier = following
+        return names, callees
+
+    def place(self, path: str, e: Dict[str, Any]) -> Place:
+        return (path, e["r"], e["c"], e["er"], e["ec"])
+
+
+def exclusive(a: Optional[List[List[int]]], b: Optional[List[List[int]]]) -> bool:
+    """Two events on different branches of one `if` (never both in one pass)."""
+    frames = {frame: branch for frame, branch in (a or ())}
+    return any(frame in frames and frames[frame] != branch for frame, branch in (b or ()))
+
+
+# --------------------------------------------------------------------------- findings
+
+
+@dataclass
+class Finding:
+    """A wrapper rule's finding before it is a Diagnostic: where, what, and the other sites
+    (the wrapper, its policy, the config key) as (place, note). `fix`: (title, [(place, text)])."""
+
+    place: Place
+    message: str
+    help: str
+    related: List[Tuple[Place, str]] = field(default_factory=list)
+    data: Dict[str, Any] = field(default_factory=dict)
+    fix: Optional[Tuple[str, List[Tuple[Place, str]]]] = None
+    config_file: bool = False  # reported in a config file (a DeepSpeed JSON, an accelerate YAML)
+
+
+def config_place(config: Config, *keys: str) -> Place:
+    row, col = config.where(*keys)
+    return (config.path, row, col, row, col + max(1, len(keys[-1]) + 2 if keys else 1))
+
+
+def _shown(path: str) -> str:
+    shown = os.path.relpath(path)
+    return path if shown.startswith("..") else shown
+
+
+def to_diagnostic(rule: Any, finding: Finding) -> Any:
+    from ...core.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Related
+
+    path, row, col, erow, ecol = finding.place
+    related = tuple(
+        Related(Location(p[1], p[2]), Location(p[3], p[4]), note, filename=None if p[0] == path else _shown(p[0]))
+        for p, note in finding.related
+    )
+    fix = None
+    if finding.fix is not None:
+        title, edits = finding.fix
+        fix = Fix(Applicability.UNSAFE, title, tuple(Edit(Location(p[1], p[2]), Location(p[3], p[4]), text) for p, text in edits))
+    data = dict(finding.data)
+    data["supersedes_local"] = True
+    if finding.config_file:
+        data["config_file"] = True
+    return Diagnostic(
+        code=rule.code,
+        name=rule.name,
+        message=finding.message,
+        severity=rule.severity,
+        filename=path,
+        location=Location(row, col),
+        end_location=Location(erow, ecol),
+        fix=fix,
+        noqa_row=row,
+        url=rule.url(),
+        data=data,
+        related=related,
+        help=finding.help,
+    )
+
+
+_LAST_FILE_VIEW: List[Any] = []
+
+
+def file_view(source: str, path: str) -> ScaleView:
+    """The view of one file alone (the per-file pass): no other file, no config file read.
+    The last one is kept, so the several wrapper rules of one file build it once."""
+    if _LAST_FILE_VIEW and _LAST_FILE_VIEW[0] == (path, source):
+        return _LAST_FILE_VIEW[1]
+    from .graph import Project
+    from .scale import summarize as scale_summary
+    from .summary import summarize
+
+    summary = summarize(source)
+    scale = scale_summary(source)
+    project = Project(None, {path: summary} if summary is not None else {})
+    view = ScaleView(project, lambda p: scale if p == path else None, read_configs=False)
+    _LAST_FILE_VIEW[:] = [(path, source), view]
+    return view
+
+
+def project_view(project: Any) -> ScaleView:
+    """The view of a project model (the cross-file pass), built once per project."""
+    view = getattr(project, "_scale_view", None)
+    if view is None:
+        source = getattr(project, "scale_source", None)
+        if source is None:
+            from ...core.safe_read import read_text
+            from .scale import summarize as scale_summary
+
+            def source(path: str) -> Optional[Summary]:
+                try:
+                    return scale_summary(read_text(path))
+                except OSError:
+                    return None
+
+        anchors = getattr(project, "scale_anchors", None)  # set by the engine; None: not known, read all
+        view = project._scale_view = ScaleView(project, source, read_configs=True, active=anchors is None or bool(anchors))
+    return view
+
+
+def file_diagnostics(rule: Any, source: str, path: str, findings: Callable[[ScaleView], Iterator[Finding]]) -> Iterator[Any]:
+    """A wrapper rule's per-file findings: those in the file itself."""
+    view = file_view(source, path)
+    if view.summary(path) is None:
+        return
+    for f in findings(view):
+        if f.place[0] == path and not f.config_file:
+            yield to_diagnostic(rule, f)
+
+
+def project_diagnostics(rule: Any, project: Any, findings: Callable[[ScaleView], Iterator[Finding]]) -> Iterator[Any]:
+    view = project_view(project)
+    for f in findings(view):
+        yield to_diagnostic(rule, f)
+
+
+def clip_owner_of(view: ScaleView, path: str, clip: Dict[str, Any]) -> Optional[str]:
+    """The module whose parameters a torch clip gets: `model` in `clip(model.parameters(), ...)`,
+    also through `params = model.parameters()` / `list(model.parameters())` bound before."""
+    if clip.get("o"):
+        return clip["o"]
+    name = clip.get("pn")
+    if not name:
+        return None
+    owners: List[str] = []
+    for _, _, ref in view.values(path, clip["f"], name):
+        spelled = ref.get("c", "")
+        if spelled.endswith(".parameters"):
+            owners.append(spelled[: -len(".parameters")])
+        elif spelled in ("list", "filter", "tuple") and ref.get("a"):
+            inner = ref["a"][-1]
+            if isinstance(inner, dict) and inner.get("c", "").endswith(".parameters"):
+                owners.append(inner["c"][: -len(".parameters")])
+    return owners[0] if len(set(owners)) == 1 else None
+
+
+#: the names `amplint.model` exports these under
+ScaleConfig = Config
+ScaleFinding = Finding
+WrapperPolicy = Policy
+exclusive_branches = exclusive
+scale_file_diagnostics = file_diagnostics
+scale_project_diagnostics = project_diagnostics

@@ -1,0 +1,253 @@
+"""AMP801 fsdp-local-clip."""
+from __future__ import annotations
+
+import re
+
+from typing import Any, Dict, Iterator
+
+from amplint.model import (
+    Diagnostic, Invalid, Rule, ScaleFinding, ScaleView, Severity, Valid, Wrapper, clip_owner_of, scale_file_diagnostics,
+    scale_project_diagnostics,
+)
+
+
+class FsdpLocalClip(Rule):
+    """
+    ## What it does
+    Flags `torch.nn.utils.clip_grad_norm_` on the parameters of a model wrapped
+    by FSDP1 (`torch.distributed.fsdp.FullyShardedDataParallel`, or Lightning
+    Fabric's `FSDPStrategy`, which wraps with it), where the model is wrapped
+    in one module and clipped in another: the wrapper is followed through
+    assignments, `self.` attributes, builder functions' returns and the
+    arguments call sites pass.
+
+    ## Why is this bad?
+    An FSDP1 module's `parameters()` are the rank's own shards (flat
+    parameters, or with `use_orig_params=True` views of the local shard), so
+    `torch.nn.utils.clip_grad_norm_` computes the norm of the local shard's
+    gradients only. Every rank then clips by its own factor: the global norm is
+    never bounded and the shards of one parameter are scaled differently, a
+    silent change to the update (pytorch/pytorch#72548: "simply using
+    clip_grad_norm_ would be incorrect as `model.parameters()` does not return
+    the full set of unsharded parameters"). `FullyShardedDataParallel.clip_grad_norm_`
+    all-reduces the shards' norms first (torch 2.13
+    `torch/distributed/fsdp/fully_sharded_data_parallel.py`).
+
+    ## Example
+    ```python
+    model = FSDP(Net(), mixed_precision=policy)
+    ...
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    ```
+
+    ## Use instead
+    ```python
+    model.clip_grad_norm_(1.0)
+    ```
+    Under Fabric: `fabric.clip_gradients(model, optimizer, max_norm=1.0)`.
+
+    ## Fix safety
+    Unsafe: replaces the call with `model.clip_grad_norm_(max_norm)` when the
+    torch call passes exactly the model's parameters and the norm (the
+    method returns the total norm alike). Not offered under Fabric.
+
+    ## Notes
+    Silent for FSDP2 (`fully_shard`): its parameters are DTensors and
+    `torch.nn.utils.clip_grad_norm_` reduces their norms across the mesh, which
+    is the documented way to clip there. Silent for
+    `sharding_strategy=ShardingStrategy.NO_SHARD` (every rank holds the whole
+    gradient after the all-reduce), for `clip_grad_value_` (element-wise, the
+    same on a shard) and for a model the code does not show to be FSDP1 (a
+    wrapper chosen by a registry or a flag value). With fp16 the clip must also
+    come after `scaler.unscale_(optimizer)`: AMP101.
+
+    ## References
+    - amplint's evidence page: `amplint --explain AMP801` (docs/evidence.md#amp801)
+    - pytorch/pytorch#72548; PrimeIntellect-ai/OpenDiloco#6 (a fix of this shape)
+    - https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.FullyShardedDataParallel.clip_grad_norm_
+    """
+
+    code = "AMP801"
+    name = "fsdp-local-clip"
+    severity = Severity.ERROR
+    text_only = True  # reads `ast` scale summaries: no libcst parse
+    message = "torch clip on an FSDP model's parameters uses each rank's local norm"
+    triggers = ("clip_grad_norm",)
+    requires = (("FullyShardedDataParallel", "FSDP", "Fabric"),)
+    #: the per-file pass sees a wrapper built in this file: an FSDP1 call or a Fabric (the
+    #: project pass follows wrappers from other files whatever the gate)
+    gate_regex = re.compile(r"FullyShardedDataParallel|\bFSDP\s*\(|Fabric\s*\(")
+
+    VALID = [
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+model = FSDP(Net())
+loss = model(x).sum()
+loss.backward()
+model.clip_grad_norm_(1.0)
+optimizer.step()
+""",
+            "FSDP's own clip reduces the shards' norms",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import fully_shard
+model = Net()
+for block in model.blocks:
+    fully_shard(block)
+fully_shard(model)
+loss = model(x).sum()
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""",
+            "FSDP2: DTensor parameters, the torch clip computes the global norm",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+model = FSDP(Net(), sharding_strategy=ShardingStrategy.NO_SHARD)
+loss = model(x).sum()
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""",
+            "NO_SHARD: every rank holds the whole reduced gradient",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+model = FSDP(Net())
+loss = model(x).sum()
+loss.backward()
+torch.nn.utils.clip_grad_value_(model.parameters(), 0.5)
+""",
+            "clipping by value is element-wise: the same on a shard",
+        ),
+        Valid(
+            """
+import torch
+import lightning as L
+fabric = L.Fabric(strategy="fsdp", precision="bf16-mixed")
+model, optimizer = fabric.setup(model, optimizer)
+fabric.backward(loss)
+fabric.clip_gradients(model, optimizer, max_norm=1.0)
+""",
+            "Fabric's FSDP-aware clip",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+teacher = FSDP(Net())
+student = Net().cuda()
+loss = student(x).sum()
+loss.backward()
+torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+""",
+            "the clipped model is not the FSDP one",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+model = FSDP(Net())
+loss = model(x).sum()
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+optimizer.step()
+""",
+            line=6,
+            fixed="""
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+model = FSDP(Net())
+loss = model(x).sum()
+loss.backward()
+model.clip_grad_norm_(1.0)
+optimizer.step()
+""",
+        ),
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
+
+def wrap(model, policy):
+    return FullyShardedDataParallel(model, mixed_precision=policy, use_orig_params=True)
+
+class Trainer:
+    def __init__(self, net):
+        self.model = wrap(net, MixedPrecision(param_dtype=torch.bfloat16))
+
+    def step(self, batch):
+        loss = self.model(batch).mean()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=1.0)
+""",
+            line=14,
+            why="wrapped by a builder function, held in `self.model`",
+        ),
+        Invalid(
+            """
+import torch
+import lightning as L
+from lightning.fabric.strategies import FSDPStrategy
+
+fabric = L.Fabric(strategy=FSDPStrategy(), precision="bf16-mixed")
+model = fabric.setup_module(model)
+fabric.backward(loss)
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""",
+            line=8,
+            why="Fabric's FSDPStrategy wraps the module in FullyShardedDataParallel",
+        ),
+    ]
+
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
+
+    def check_project(self, project: Any) -> Iterator[Diagnostic]:
+        yield from scale_project_diagnostics(self, project, self.findings)
+
+    def findings(self, view: ScaleView) -> Iterator[ScaleFinding]:
+        for path, clip in view.events("clip"):
+            if clip["fn"] != "norm":
+                continue
+            owner = clip_owner_of(view, path, clip)
+            if owner is None:
+                continue
+            fsdp = [w for w in view.wrappers(path, clip["f"], owner) if w.sharded_fsdp1]
+            if fsdp:
+                yield self._finding(view, path, clip, owner, fsdp[0])
+
+    def _finding(self, view: ScaleView, path: str, clip: Dict[str, Any], owner: str, w: Wrapper) -> ScaleFinding:
+        spelled = clip.get("spelled") or "clip_grad_norm_"
+        limit = clip.get("lim") or "max_norm"
+        fabric = w.kind == "fabric"
+        message = f"`{spelled}` on FSDP-sharded `{owner}` clips by each rank's local norm"
+        if fabric:
+            receiver = w.event.get("recv", "fabric")
+            help = f"Call `{receiver}.clip_gradients({owner}, optimizer, max_norm={limit})`: it reduces the norm across ranks"
+            note = f"set up by `{receiver}.{w.event.get('m', 'setup')}` under FSDPStrategy here"
+        else:
+            help = f"Call `{owner}.clip_grad_norm_({limit})`: FSDP reduces the shards' norms across ranks"
+            note = "wrapped by `FullyShardedDataParallel` here"
+        fix = None
+        if not fabric and clip.get("o") == owner and clip.get("lim") and clip.get("simple"):
+            fix = (f"Call `{owner}.clip_grad_norm_` instead", [(view.place(path, clip), f"{owner}.clip_grad_norm_({limit})")])
+        data = {
+            "wrapper": "fabric-fsdp" if fabric else "fsdp1",
+            "model": owner,
+            "max_norm": clip.get("lim"),
+            "clip_function": spelled,
+            "wrapper_site": [w.path, w.event["r"]],
+            "sharding": w.event.get("shard"),
+        }
+        return ScaleFinding(view.place(path, clip), message, help, [(w.place, note)], data, fix)

@@ -1,0 +1,214 @@
+"""AMP803 fp16-gradient-reduction."""
+from __future__ import annotations
+
+import re
+
+from typing import Any, Dict, Iterator
+
+from amplint.model import (
+    Diagnostic, Invalid, Rule, ScaleFinding, ScaleView, Severity, Valid, scale_file_diagnostics, scale_project_diagnostics,
+)
+
+
+class Fp16GradientReduction(Rule):
+    """
+    ## What it does
+    Flags gradients reduced across ranks in fp16:
+
+    - an FSDP1 `MixedPrecision(...)` or FSDP2 `MixedPrecisionPolicy(...)` with
+      `reduce_dtype=torch.float16`, or with `param_dtype=torch.float16` and no
+      `reduce_dtype` (both FSDPs then reduce in the parameter dtype);
+    - a Lightning `Fabric`/`Trainer` with an FSDP strategy and
+      `precision="16-mixed"` (its FSDP plugin builds a policy reducing in fp16);
+    - a DDP `register_comm_hook(state, fp16_compress_hook)` (or
+      `fp16_compress_wrapper`) in a file that builds no GradScaler.
+
+    ## Why is this bad?
+    A reduce-scatter or all-reduce sums the gradients of every rank in the
+    reduction dtype. In fp16 the sum overflows to inf beyond 65504 and loses
+    everything below about 6e-8: FSDP pre- and post-divides by about the
+    square root of the world size to postpone the overflow (pytorch/pytorch#78774),
+    which trades it for underflow, and both get worse with more ranks. With a
+    GradScaler the overflow skips the step and halves the scale (more skipped
+    steps, less headroom); without one it reaches the optimizer. The
+    `MixedPrecision` docstring of torch 2.13 states the default: "If this is
+    `None` but `param_dtype` is not `None`, then this takes on the
+    `param_dtype` value, still running gradient reduction in low precision."
+    `fp16_compress_hook` casts the bucket to fp16 and then divides it by the
+    world size (`torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py`).
+
+    ## Example
+    ```python
+    policy = MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float16)
+    ```
+
+    ## Use instead
+    ```python
+    policy = MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float32)
+    ```
+    or bf16 (`torch.bfloat16` keeps fp32's range); for DDP, `bf16_compress_hook`
+    or no compression hook.
+
+    ## Notes
+    A reduction in bf16 is not flagged (bf16 has fp32's range; its precision is
+    the policy's stated choice). A dtype read from a config or a flag
+    (`dtype_dict[cfg.reduce_dtype]`) is decided at run time: silent. A comm hook
+    in a file that also builds a GradScaler is silent too: the scaler catches
+    the overflow (docs/evidence.md).
+
+    ## References
+    - amplint's evidence page: `amplint --explain AMP803` (docs/evidence.md#amp803)
+    - pytorch/pytorch#78774; verl-project/verl#6150; ibm-granite/dolomite-engine#141
+    - https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.MixedPrecision
+    """
+
+    code = "AMP803"
+    name = "fp16-gradient-reduction"
+    severity = Severity.WARNING
+    text_only = True  # reads `ast` scale summaries: no libcst parse
+    message = "gradients are reduced across ranks in fp16"
+    triggers = ("MixedPrecision", "fp16_compress", "16-mixed", "precision=16", 'precision="16')
+    requires = (("float16", "half", "fp16", "16-mixed", "precision=16", 'precision="16'),)
+    gate_regex = re.compile(r"MixedPrecision(?:Policy)?\s*\(|fp16_compress|Fabric\s*\(|Trainer\s*\(")
+
+    VALID = [
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecision
+policy = MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float32, buffer_dtype=torch.float16)
+""",
+            "compute in fp16, reduce in fp32",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecision
+bfSixteen = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16)
+""",
+            "bf16 reduction: fp32's range",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecision
+dtypes = {"fp16": torch.float16, "fp32": torch.float32}
+policy = MixedPrecision(param_dtype=dtypes[cfg.param_dtype], reduce_dtype=dtypes[cfg.reduce_dtype])
+""",
+            "dtypes read from a config: decided at run time",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+scaler = torch.amp.GradScaler("cuda")
+""",
+            "the GradScaler in the file catches the overflow",
+        ),
+        Valid(
+            """
+import lightning as L
+fabric = L.Fabric(strategy="fsdp", precision="bf16-mixed")
+""",
+            "Lightning FSDP in bf16",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecision
+fpSixteen = MixedPrecision(
+    param_dtype=torch.float16,
+    reduce_dtype=torch.float16,
+    buffer_dtype=torch.float16,
+)
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.float16))
+""",
+            line=3,
+            why="reduce_dtype left to default to the fp16 param_dtype",
+        ),
+        Invalid(
+            """
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as default
+model = torch.nn.parallel.DistributedDataParallel(net, device_ids=[rank])
+model.register_comm_hook(state=None, hook=default.fp16_compress_hook)
+""",
+            line=4,
+        ),
+        Invalid(
+            """
+import lightning as L
+fabric = L.Fabric(devices=8, strategy="fsdp", precision="16-mixed")
+""",
+            line=2,
+        ),
+    ]
+
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
+
+    def check_project(self, project: Any) -> Iterator[Diagnostic]:
+        yield from scale_project_diagnostics(self, project, self.findings)
+
+    def findings(self, view: ScaleView) -> Iterator[ScaleFinding]:
+        for path, e in view.events():
+            if e["e"] == "ctor" and e["k"] == "policy" and not e.get("star"):
+                found = self._policy(view, path, e)
+            elif e["e"] == "ctor" and e["k"] in ("fabric", "trainer"):
+                found = self._lightning(view, path, e)
+            elif e["e"] == "hook" and e.get("d") == "fp16":
+                found = self._hook(view, path, e)
+            else:
+                continue
+            if found is not None:
+                yield found
+
+    def _policy(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
+        cls = "MixedPrecisionPolicy" if e["cls"] == "fsdp2" else "MixedPrecision"
+        if e.get("reduce") == "fp16" and e.get("rpos"):
+            r = e["rpos"]
+            place = (path, r["r"], r["c"], r["er"], r["ec"])
+            message = f"`{cls}(reduce_dtype=torch.float16)` reduces gradients across ranks in fp16"
+        elif e.get("reduce") is None and e.get("param") == "fp16":
+            place = view.place(path, e)
+            message = f"`{cls}` without `reduce_dtype` reduces gradients in its fp16 `param_dtype`"
+        else:
+            return None
+        help = "Pass `reduce_dtype=torch.float32` (or use bf16): an fp16 sum of every rank's gradients overflows"
+        data = {"mechanism": "fsdp", "policy": cls, "param_dtype": e.get("param"), "reduce_dtype": e.get("reduce") or e.get("param")}
+        return ScaleFinding(place, message, help, [], data)
+
+    def _lightning(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
+        if e.get("prec") not in ("16-mixed", "16-true"):
+            return None
+        strategy = view._strategy_kind(path, e["f"], e.get("strategy"))
+        if strategy != "fsdp":
+            return None
+        found = view._strategy_event(path, e["f"], e.get("strategy"))
+        if found is not None and found[1].get("mp"):
+            return None  # FSDPStrategy(mixed_precision=...) replaces the plugin's policy
+        what = "Fabric" if e["k"] == "fabric" else "Trainer"
+        message = f'`{what}(precision="{e["prec"]}")` with FSDP reduces gradients across ranks in fp16'
+        help = "Pass `FSDPStrategy(mixed_precision=MixedPrecision(..., reduce_dtype=torch.float32))`, or use bf16"
+        data = {"mechanism": "lightning-fsdp", "precision": e["prec"], "reduce_dtype": "fp16"}
+        return ScaleFinding(view.place(path, e), message, help, [], data)
+
+    def _hook(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
+        s = view.summary(path)
+        if s is not None and any(ev["e"] == "ctor" and ev["k"] == "scaler" and ev.get("en") is not False for ev in s["events"]):
+            return None
+        message = "`fp16_compress_hook` all-reduces gradients in fp16 with no GradScaler to catch overflow"
+        help = "Use `bf16_compress_hook` (fp32's range), or no compression hook"
+        data = {"mechanism": "ddp-comm-hook", "reduce_dtype": "fp16"}
+        return ScaleFinding(view.place(path, e), message, help, [], data)

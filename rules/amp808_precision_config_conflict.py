@@ -1,0 +1,288 @@
+"""AMP808 precision-config-conflict."""
+from __future__ import annotations
+
+import re
+
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+
+from amplint.model import (
+    Diagnostic, Invalid, Rule, ScaleConfig, ScaleFinding, ScaleView, Severity, Valid, config_place,
+    scale_file_diagnostics, scale_project_diagnostics,
+)
+
+_OTHER = {"fp16": "bf16", "bf16": "fp16"}
+
+
+class PrecisionConfigConflict(Rule):
+    """
+    ## What it does
+    Flags mixed precision configured twice, in conflict:
+
+    - a `GradScaler` built for the training step of a DeepSpeed engine whose
+      config enables fp16;
+    - one DeepSpeed config enabling both `fp16` and `bf16`;
+    - `Accelerator(mixed_precision="fp16")` (or `"bf16"`) with a
+      `DeepSpeedPlugin(hf_ds_config=...)` whose config enables the other
+      dtype, and an accelerate config YAML the code names whose
+      `mixed_precision` disagrees with the DeepSpeed JSON it points to;
+    - `TrainingArguments(fp16=..., bf16=..., deepspeed=...)` whose flags
+      disagree with an explicit `fp16.enabled` / `bf16.enabled` of the
+      DeepSpeed config (not `"auto"`).
+
+    ## Why is this bad?
+    Each of these fails at start-up, after the job got its GPUs:
+    DeepSpeed casts an fp16 engine's parameters to fp16, so a GradScaler's
+    `unscale_` raises `ValueError: Attempting to unscale FP16 gradients`;
+    DeepSpeed asserts "bfloat16 and fp16 modes cannot be simultaneously
+    enabled" (`deepspeed/runtime/config.py`, 0.19.8); accelerate raises
+    "`--mixed_precision` arg cannot be set to `fp16` when `bf16` is set in the
+    DeepSpeed config file" (`DeepSpeedPlugin.set_mixed_precision`, accelerate
+    1.15.0); the Trainer raises "Please correct the following DeepSpeed config
+    values that mismatch TrainingArguments values: - ds fp16.enabled=True vs hf
+    fp16|fp16_full_eval=False" (`HfTrainerDeepSpeedConfig.fill_match`,
+    transformers 5.24.0). A run that gets past them trains in a precision
+    nobody chose (huggingface/accelerate#3197: `BFloat16 != Half`).
+
+    ## Example
+    ```python
+    args = TrainingArguments("out", bf16=True, deepspeed="ds_config.json")  # ds_config.json: "fp16": {"enabled": true}
+    ```
+
+    ## Use instead
+    ```python
+    args = TrainingArguments("out", bf16=True, deepspeed="ds_config.json")  # "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}
+    ```
+
+    ## Notes
+    Silent where a side is decided at run time (`fp16=args.fp16`,
+    `mixed_precision=args.mixed_precision`, `**kwargs`, `"auto"`), for a
+    GradScaler next to a bf16 or fp32 engine (it refuses only fp16 gradients),
+    and for an fp16 autocast around an engine's forward (DeepSpeed switches it
+    off inside the engine; evaluation code does this on purpose).
+
+    ## References
+    - amplint's evidence page: `amplint --explain AMP808` (docs/evidence.md#amp808)
+    - huggingface/transformers#39849; shibing624/MedicalGPT#191, #288; huggingface/accelerate#3197
+    - haotian-liu/LLaVA#294 (a GradScaler on a DeepSpeed fp16 engine); Snowflake-AI-Research/Arctic-Platform#78
+    """
+
+    code = "AMP808"
+    name = "precision-config-conflict"
+    severity = Severity.ERROR
+    text_only = True  # reads `ast` scale summaries: no libcst parse
+    message = "mixed precision is configured twice, in conflict"
+    #: the per-file pass reads dict literals and constructors only (config files are the project
+    #: pass's): DeepSpeed named or a DeepSpeed-shaped dict, and a precision word
+    triggers = ("deepspeed", "DeepSpeed", "train_batch_size", "train_micro_batch_size", "zero_optimization")
+    requires = (("fp16", "bf16"),)
+    gate_regex = re.compile(r"initialize\s*\(|DeepSpeedPlugin\s*\(|deepspeed\s*=|zero_optimization|train_(?:micro_)?batch_size")
+
+    VALID = [
+        Valid(
+            """
+from transformers import TrainingArguments
+args = TrainingArguments("out", bf16=True, deepspeed={"train_batch_size": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}})
+""",
+            '"auto": the Trainer fills the DeepSpeed values from its flags',
+        ),
+        Valid(
+            """
+from transformers import TrainingArguments
+args = TrainingArguments("out", fp16=True, deepspeed={"train_batch_size": 8, "fp16": {"enabled": True}})
+""",
+            "both say fp16",
+        ),
+        Valid(
+            """
+import torch
+import deepspeed
+config = {"train_batch_size": 8, "bf16": {"enabled": True}}
+engine, optimizer, _, _ = deepspeed.initialize(model=model, config=config)
+scaler = torch.amp.GradScaler("cuda")
+loss = engine(x).sum()
+""",
+            "bf16 engine: its gradients are not fp16",
+        ),
+        Valid(
+            """
+from accelerate import Accelerator, DeepSpeedPlugin
+plugin = DeepSpeedPlugin(hf_ds_config={"train_batch_size": 8, "bf16": {"enabled": True}})
+accelerator = Accelerator(mixed_precision=args.mixed_precision, deepspeed_plugin=plugin)
+""",
+            "accelerate's precision decided at run time",
+        ),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+import torch
+import deepspeed
+config = {"train_batch_size": 8, "fp16": {"enabled": True}}
+engine, optimizer, _, _ = deepspeed.initialize(model=model, config=config)
+scaler = torch.cuda.amp.GradScaler()
+loss = engine(x).sum()
+scaler.scale(loss).backward()
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+ds_config = {
+    "train_batch_size": 8,
+    "fp16": {"enabled": True},
+    "bf16": {"enabled": True},
+}
+""",
+            line=4,
+        ),
+        Invalid(
+            """
+from accelerate import Accelerator, DeepSpeedPlugin
+plugin = DeepSpeedPlugin(hf_ds_config={"train_batch_size": 8, "bf16": {"enabled": True}})
+accelerator = Accelerator(mixed_precision="fp16", deepspeed_plugin=plugin)
+""",
+            line=3,
+        ),
+        Invalid(
+            """
+from transformers import TrainingArguments
+config = {"train_micro_batch_size_per_gpu": "auto", "fp16": {"enabled": True}}
+args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
+""",
+            line=3,
+        ),
+    ]
+
+    def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
+        yield from scale_file_diagnostics(self, source, path, self.findings)
+
+    def check_project(self, project: Any) -> Iterator[Diagnostic]:
+        yield from scale_project_diagnostics(self, project, self.findings)
+
+    def findings(self, view: ScaleView) -> Iterator[ScaleFinding]:
+        reported: Set[Any] = set()
+
+        def once(f: Optional[ScaleFinding]) -> Iterator[ScaleFinding]:
+            if f is not None and f.place not in reported:
+                reported.add(f.place)
+                yield f
+
+        for config in view.deepspeed_configs():
+            yield from once(self._both_enabled(config))
+        for path, e in view.events("ctor"):
+            if e["k"] == "scaler" and e.get("en") is not False:
+                yield from once(self._scaler(view, path, e))
+            elif e["k"] == "accelerator":
+                yield from once(self._accelerator(view, path, e))
+            elif e["k"] == "trainargs":
+                yield from once(self._training_arguments(view, path, e))
+        for config, named in view.named_configs(_accelerate_shaped):
+            yield from once(self._accelerate_yaml(view, config, named))
+
+    # ------------------------------------------------------------------ shapes
+
+    def _both_enabled(self, config: ScaleConfig) -> Optional[ScaleFinding]:
+        if config.enabled("fp16") is not True or config.enabled("bf16") is not True:
+            return None
+        block = "bf16" if config.get("bf16") is not None else "bfloat16"
+        place = config_place(config, block, "enabled")
+        message = "this DeepSpeed config enables both fp16 and bf16: DeepSpeed refuses to start"
+        help = "Enable one of `fp16` / `bf16` (or set both to `\"auto\"` under the Hugging Face Trainer)"
+        related = [(config_place(config, "fp16", "enabled"), "fp16 enabled here")]
+        data = {"conflict": "fp16+bf16", "config": "literal" if config.literal else config.path}
+        return ScaleFinding(place, message, help, related, data, config_file=not config.literal)
+
+    def _scaler(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Optional[ScaleFinding]:
+        s = view.summary(path)
+        assert s is not None
+        target = (e.get("t") or ["scaler"])[0] or "scaler"
+        funcs = [e["f"]]
+        cls = view._class_of(path, e["f"])
+        if target.startswith("self.") and cls:
+            funcs = [q for q in s["functions"] if q.startswith(f"{cls}.")]
+        for func in funcs:
+            for spelled in s["uses"].get(func, ()):
+                name = spelled[: -len(".parameters")] if spelled.endswith(".parameters") else spelled
+                for w in view.wrappers(path, func, name):
+                    if not w.deepspeed_engine or w.config is None or w.config.enabled("fp16") is not True:
+                        continue
+                    message = f"`{target}` GradScaler on DeepSpeed fp16 engine `{name}`: its fp16 gradients cannot be unscaled"
+                    help = "Drop the GradScaler: DeepSpeed's fp16 engine scales the loss itself (`engine.backward(loss)`)"
+                    related = [(w.place, "the engine, from `deepspeed.initialize` here"), (config_place(w.config, "fp16", "enabled"), "fp16 enabled here")]
+                    data = {"conflict": "gradscaler+deepspeed-fp16", "engine": name, "scaler": target}
+                    return ScaleFinding(view.place(path, e), message, help, related, data)
+        return None
+
+    def _accelerator(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Optional[ScaleFinding]:
+        mp = e.get("mp")
+        if mp not in ("fp16", "bf16") or not e.get("ds") or e.get("star"):
+            return None
+        plugins = _plugin_configs(view, path, e["f"], e["ds"])
+        for config in plugins:
+            if config.enabled(_OTHER[mp]) is True:
+                r = e.get("mpr") or e
+                place = (path, r["r"], r["c"], r["er"], r["ec"])
+                message = f'`Accelerator(mixed_precision="{mp}")` with a DeepSpeed config enabling {_OTHER[mp]}: accelerate raises'
+                help = f'Make them agree: set the DeepSpeed config\'s `{_OTHER[mp]}.enabled` to false (or "auto")'
+                related = [(config_place(config, _OTHER[mp], "enabled"), f"{_OTHER[mp]} enabled here")]
+                data = {"conflict": f"accelerate-{mp}+deepspeed-{_OTHER[mp]}"}
+                return ScaleFinding(place, message, help, related, data)
+        return None
+
+    def _training_arguments(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Optional[ScaleFinding]:
+        if e.get("star") or e.get("cfg") is None:
+            return None
+        config = view.config(path, e["f"], e["cfg"])
+        if config is None:
+            return None
+        for block in ("fp16", "bf16"):
+            hf = e.get(block)
+            ds = config.enabled(block)
+            if hf is None or ds is None or hf == ds:
+                continue
+            r = e.get(f"{block}r") or e.get(f"{_OTHER[block]}r") or e
+            place = (path, r["r"], r["c"], r["er"], r["ec"])
+            runs = "fp16" if e.get("fp16") else "bf16" if e.get("bf16") else "fp32"
+            message = f"`TrainingArguments` runs {runs} but the DeepSpeed config sets `{block}.enabled: {str(ds).lower()}`"
+            help = f'Set the DeepSpeed config\'s `{block}.enabled` to "auto": the Trainer fills it from its flags'
+            related = [(config_place(config, block, "enabled"), f"{block}.enabled set here")]
+            data = {"conflict": f"trainer-{block}", "hf": hf, "deepspeed": ds, "config": "literal" if config.literal else config.path}
+            return ScaleFinding(place, message, help, related, data)
+        return None
+
+    def _accelerate_yaml(self, view: ScaleView, config: ScaleConfig, named: Any) -> Optional[ScaleFinding]:
+        mp = config.get("mixed_precision")
+        file = config.get("deepspeed_config", "deepspeed_config_file")
+        if mp not in ("fp16", "bf16") or not isinstance(file, str):
+            return None
+        ds = view.config_file(file, config.path, None)
+        if ds is None or ds.enabled(_OTHER[mp]) is not True:
+            return None
+        place = config_place(config, "mixed_precision")
+        message = f"`mixed_precision: {mp}` here, but its DeepSpeed config enables {_OTHER[mp]}: accelerate raises"
+        help = f'Make them agree: set `{_OTHER[mp]}.enabled` to false (or "auto") in {file}'
+        related = [(config_place(ds, _OTHER[mp], "enabled"), f"{_OTHER[mp]} enabled here"), (named, "named here")]
+        data = {"conflict": f"accelerate-yaml-{mp}+deepspeed-{_OTHER[mp]}", "config": config.path}
+        return ScaleFinding(place, message, help, related, data, config_file=True)
+
+
+def _plugin_configs(view: ScaleView, path: str, func: str, spelled: Any) -> List[ScaleConfig]:
+    """The DeepSpeed configs a `deepspeed_plugin=` argument's `DeepSpeedPlugin(hf_ds_config=...)` holds."""
+    found: List[Tuple[str, Dict[str, Any]]] = []
+    if isinstance(spelled, dict) and "c" in spelled:
+        e = view.event_at(path, spelled["r"], spelled["cc"])
+        if e is not None and e["e"] == "ctor" and e["k"] == "dsplugin":
+            found = [(path, e)]
+    elif isinstance(spelled, str):
+        found = view.constructors(path, func, spelled, "dsplugin")
+    out = []
+    for p, e in found:
+        config = view.config(p, e["f"], e.get("cfg"))
+        if config is not None:
+            out.append(config)
+    return out
+
+
+def _accelerate_shaped(values: Dict[str, Any]) -> bool:
+    return isinstance(values, dict) and "distributed_type" in values and "mixed_precision" in values

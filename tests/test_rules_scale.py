@@ -1,0 +1,199 @@
+"""Issue 23's linter half: the wrapper kind fact, the config readers, and what the engine does
+with findings that depend on config files (AMP801-AMP808)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amplint import Config, lint_paths
+from amplint.engine.cache import Cache
+from amplint.model.project import configs
+from amplint.model.project.wrappers import file_view
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECTS = ROOT / "fixtures" / "projects"
+
+
+def findings(paths, cache=None):
+    return sorted(
+        (Path(d.filename).resolve().relative_to(Path(paths[0]).resolve() if Path(paths[0]).is_dir() else Path(paths[0]).resolve().parent).as_posix(), d.location.row, d.code)
+        for d in lint_paths([str(p) for p in paths], Config(), cache=cache).diagnostics
+    )
+
+
+# ------------------------------------------------------------------ the wrapper kind fact
+
+
+WRAPPERS = """
+import torch
+import deepspeed
+import lightning as L
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard, MixedPrecision
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+plain = Net()
+ddp = DDP(Net(), device_ids=[0])
+fsdp1 = FSDP(Net(), mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
+fsdp2 = Net()
+fully_shard(fsdp2)
+engine, ds_optimizer, _, _ = deepspeed.initialize(model=Net(), config={"train_batch_size": 8, "bf16": {"enabled": True}})
+fabric = L.Fabric(strategy="fsdp", precision="bf16-mixed")
+fabric_model = fabric.setup_module(Net())
+"""
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [("plain", None), ("ddp", "ddp"), ("fsdp1", "fsdp1"), ("fsdp2", "fsdp2"), ("engine", "deepspeed"), ("fabric_model", "fabric")],
+)
+def test_each_wrapper_kind_is_told_apart(name, kind):
+    view = file_view(WRAPPERS, "w.py")
+    found = view.wrappers("w.py", "<module>", name)
+    assert [w.kind for w in found] == ([kind] if kind else [])
+
+
+def test_the_wrappers_carry_their_precision():
+    view = file_view(WRAPPERS, "w.py")
+    (fsdp1,) = view.wrappers("w.py", "<module>", "fsdp1")
+    assert fsdp1.policy is not None and fsdp1.policy.param == "bf16" and fsdp1.policy.effective_reduce == "bf16"
+    (engine,) = view.wrappers("w.py", "<module>", "engine")
+    assert engine.deepspeed_engine and engine.config is not None and engine.config.enabled("bf16") is True
+    (optimizer,) = view.wrappers("w.py", "<module>", "ds_optimizer")
+    assert optimizer.kind == "deepspeed" and optimizer.element == 1 and not optimizer.deepspeed_engine
+    (fabric,) = view.wrappers("w.py", "<module>", "fabric_model")
+    assert fabric.strategy == "fsdp" and fabric.sharded_fsdp1 and fabric.policy.reduce == "bf16"
+
+
+def test_the_per_file_view_reads_no_config_file(tmp_path):
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 8, "fp16": {"enabled": true}}')
+    source = 'import deepspeed\nengine, opt, _, _ = deepspeed.initialize(model=m, config="ds.json")\n'
+    view = file_view(source, str(tmp_path / "t.py"))
+    (engine,) = view.wrappers(str(tmp_path / "t.py"), "<module>", "engine")
+    assert engine.config is None and not view.configs_read, "a per-file result must not depend on another file's bytes"
+
+
+# ------------------------------------------------------------------ config readers
+
+
+def test_json_keys_keep_their_lines():
+    parsed = configs.parse_json('{\n  "train_batch_size": 8,\n  "fp16": {\n    "enabled": true,\n    "loss_scale": 128\n  }\n}')
+    assert parsed.get("fp16", "loss_scale") == 128
+    assert parsed.where("fp16", "loss_scale") == (5, 5) and parsed.where("fp16") == (3, 3)
+
+
+def test_yaml_subset_reads_what_accelerate_writes():
+    text = (
+        "compute_environment: LOCAL_MACHINE\ndeepspeed_config:\n  deepspeed_config_file: ds.json  # zero-2\n"
+        "  zero3_init_flag: false\ndistributed_type: DEEPSPEED\nfsdp_config: {}\nmixed_precision: 'bf16'\n"
+    )
+    parsed = configs.parse_yaml(text)
+    assert parsed.values == {
+        "compute_environment": "LOCAL_MACHINE",
+        "deepspeed_config": {"deepspeed_config_file": "ds.json", "zero3_init_flag": False},
+        "distributed_type": "DEEPSPEED",
+        "fsdp_config": {},
+        "mixed_precision": "bf16",
+    }
+    assert parsed.where("mixed_precision") == (7, 1) and parsed.where("deepspeed_config", "deepspeed_config_file") == (3, 3)
+
+
+@pytest.mark.parametrize("value", ["&anchor fp16", "*alias", "!!str fp16", "|", "{a: 1}", "[fp16]"])
+def test_yaml_beyond_the_subset_is_unknown_not_guessed(value):
+    parsed = configs.parse_yaml(f"distributed_type: DEEPSPEED\nmixed_precision: {value}\n")
+    assert "mixed_precision" not in parsed.values
+
+
+def test_config_files_are_read_only_inside_the_project(tmp_path):
+    project = tmp_path / "p"
+    (project / "sub").mkdir(parents=True)
+    (project / "ds.json").write_text("{}")
+    (tmp_path / "outside.json").write_text("{}")
+    naming = str(project / "sub" / "train.py")
+    assert configs.resolve("ds.json", naming, str(project)) == os.path.realpath(project / "ds.json")
+    assert configs.resolve("../outside.json", str(project / "train.py"), str(project)) is None
+    assert configs.resolve(str(tmp_path / "outside.json"), naming, str(project)) is None
+    os.symlink(tmp_path / "outside.json", project / "link.json")
+    assert configs.resolve("link.json", naming, str(project)) is None, "a link leading out of the project"
+    assert configs.resolve("train.py", naming, str(project)) is None, "only config suffixes"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_named_pipe_called_ds_config_json_is_never_opened(tmp_path):
+    os.mkfifo(tmp_path / "ds.json")
+    assert configs.load(str(tmp_path / "ds.json")) is None  # returns at once: stat first, never open
+
+
+def test_a_huge_config_is_not_read(tmp_path):
+    (tmp_path / "ds.json").write_text('{"fp16": {"enabled": true}, "pad": "' + "x" * configs.MAX_BYTES + '"}')
+    assert configs.load(str(tmp_path / "ds.json")) is None
+
+
+# ------------------------------------------------------------------ the engine and config files
+
+
+def test_config_file_findings_follow_the_config_on_a_warm_run(tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(PROJECTS / "deepspeed_config", project)
+    store = tmp_path / "cache"
+    cache = Cache(str(store), "fp")
+    before = findings([project], cache)
+    cache.save()
+    assert ("configs/ds_zero2.json", 7, "AMP807") in before
+    ds = project / "configs" / "ds_zero2.json"
+    ds.write_text(ds.read_text().replace('"loss_scale": 128', '"loss_scale": 0'))
+    warm = Cache(str(store), "fp")
+    after = findings([project], warm)
+    assert ("configs/ds_zero2.json", 7, "AMP807") not in after, "the recorded project findings must not outlive the JSON they read"
+    assert ("sft.py", 9, "AMP808") in after
+
+
+def test_a_one_file_run_reports_no_config_file_finding():
+    found = lint_paths([str(PROJECTS / "deepspeed_config" / "sft.py")], Config()).diagnostics
+    assert {Path(d.filename).name for d in found} == {"sft.py"}
+
+
+def test_a_cross_file_finding_brings_its_related_sites_to_the_per_file_one(tmp_path):
+    """AMP805 in a file holding the engine and the clip: the per-file pass finds it without the
+    JSON (it reads no other file), the project pass with it; one finding, naming the config."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='x'\n")
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 8, "gradient_clipping": 1.0, "fp16": {"enabled": true}}')
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport deepspeed\nengine, opt, _, _ = deepspeed.initialize(model=model, config='ds.json')\n"
+        "engine.backward(engine(x).sum())\ntorch.nn.utils.clip_grad_norm_(engine.parameters(), 1.0)\nengine.step()\n"
+    )
+    found = [d for d in lint_paths([str(tmp_path)], Config()).diagnostics if d.code == "AMP805"]
+    assert len(found) == 1
+    assert any(r.filename and r.filename.endswith("ds.json") for r in found[0].related)
+
+
+def test_no_scale_summary_in_a_project_without_a_distributed_api(tmp_path):
+    """The wrapper rules cost a project without FSDP/DeepSpeed/Fabric one role test per file."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='x'\n")
+    (tmp_path / "train.py").write_text(
+        "import json\nimport torch\ncfg = json.load(open('config.json'))\nscaler = torch.amp.GradScaler('cuda')\n"
+        "opt = torch.optim.AdamW(model.parameters())\nfor x in loader:\n    with torch.autocast('cuda'):\n        loss = model(x)\n"
+        "    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "    scaler.step(opt)\n    scaler.update()\n"
+    )
+    cache = Cache(str(tmp_path / "cache"), "fp")
+    lint_paths([str(tmp_path)], Config(), cache=cache)
+    assert "scale" not in cache.built and not cache.entries["scale"]
+
+
+# ------------------------------------------------------------------ the evidence script
+
+
+def test_the_kernel_measurements_hold_on_this_torch():
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "measure_scale_kernels.py")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout)
+    assert data["scaled_mm"]["1024x1024"] == "ok"
+    assert "divisible by 16" in data["scaled_mm"]["in 1000"] and "divisible by 16" in data["scaled_mm"]["out 10"]
+    assert data["cpu_flash_fp32"] == "torch.float32"
