@@ -72,14 +72,20 @@ class CustomFunctionWithoutCustomFwd(Rule):
     the canonical reproduction, and reports the error or the dtypes.
 
     ## Notes
-    Reported only when the project uses autocast somewhere (resolved across
-    files), or when the Function is library code: a public (no leading `_`),
+    Reported only when the project enters autocast somewhere (resolved across
+    files: a region that is not `enabled=False` and not `dtype=torch.float32`;
+    a defensive `@autocast("cuda", enabled=False)` helper shows no autocast),
+    or when the Function is library code: a public (no leading `_`),
     module-level class in a module of an importable package (a `.py` file
     next to an `__init__.py`, not a test, not a `__main__`/setup script, no
     `if __name__ == "__main__":` block, not under `tests/`, `examples/`,
-    `scripts/`, `benchmarks/` or `docs/`). Such a Function runs under its
-    users' autocast whether or not the library opens a region itself (a
-    kernel package). Scripts and tests need autocast in the project. Only
+    `scripts/`, `benchmarks/` or `docs/`) of a project that names a
+    low-precision dtype somewhere (`.half()`, `torch.bfloat16`, a GradScaler).
+    Such a Function runs under its users' autocast whether or not the library
+    opens a region itself (a kernel package); a package that never names a
+    low-precision dtype trains and runs in fp32 throughout, and its own code
+    decides what its Functions see. Scripts and tests need autocast in the
+    project. Only
     when `backward` also does dtype-sensitive work (an
     autocastable op or a kernel call): that is where the mismatch surfaces.
     Silent when any method carries a `custom_fwd` / `custom_bwd` (or autocast)
@@ -91,11 +97,16 @@ class CustomFunctionWithoutCustomFwd(Rule):
     `backward`, for ops fed straight from `torch.fft` (complex tensors are not
     autocast-eligible, §1.1), and for Functions that only move data:
     distributed gather/all-reduce/scatter, `.clone()`, indexing, `cat`.
+    Silent too on a private Function (`_ROIAlignRotated`) that only this file
+    applies (`_F.apply(...)`, or an alias `f = _F.apply` called here), when
+    every call hands it an input its caller cast by hand (`x.float()` in the
+    call, or `x = x.float()` before it, also under an `if x.dtype ==
+    torch.float16:`): the kernel sees the dtype its author chose.
     The extension case needs two or more of the forward's inputs passed to
     `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module built by
     `torch.utils.cpp_extension.load`/`load_inline` or imported as a compiled
-    extension (`_C`, `_ext`, `*_cuda`), with no explicit dtype cast in
-    `forward`.
+    extension (`_C`, `_ext`, `*_cuda`; also in a module-level `try:` block),
+    with no explicit dtype cast in `forward`.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP501` (docs/evidence.md#amp501)
@@ -371,6 +382,71 @@ with torch.autocast("cuda"):
     w = HadaWeight.apply(a, b, c, d)
 """
         ),
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+from torch.amp import autocast
+
+
+class _ColumnLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return F.linear(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad @ weight, grad.t() @ x
+
+
+@autocast("cuda", enabled=False)
+def rotary(x, freqs):
+    return x.float() * freqs
+
+
+def route(gate, x):
+    with torch.autocast("cuda", dtype=torch.float32):
+        return gate(x)
+""",
+            "the project never enables low-precision autocast: only `enabled=False` and fp32 regions (nanotron, torchtitan)",
+        ),
+        Valid(
+            """
+import torch
+from torch.autograd import Function
+
+
+class _ROIAlignRotated(Function):
+    @staticmethod
+    def forward(ctx, input, rois, scale):
+        ctx.save_for_backward(rois)
+        return torch.ops.detectron2.roi_align_rotated_forward(input, rois, scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (rois,) = ctx.saved_tensors
+        return torch.ops.detectron2.roi_align_rotated_backward(grad, rois), None, None
+
+
+roi_align_rotated = _ROIAlignRotated.apply
+
+
+class ROIAlignRotated(torch.nn.Module):
+    def forward(self, input, rois):
+        orig_dtype = input.dtype
+        if orig_dtype == torch.float16:
+            input = input.float()
+            rois = rois.float()
+        return roi_align_rotated(input, rois, self.scale).to(dtype=orig_dtype)
+
+
+with torch.autocast("cuda"):
+    y = ROIAlignRotated()(x, rois)
+""",
+            "a private Function whose only caller casts the kernel's inputs by hand (detectron2 ROIAlignRotated)",
+        ),
     ]
 
     INVALID = [
@@ -494,6 +570,49 @@ with torch.cpu.amp.autocast():
 """,
             line=5,
         ),
+        Invalid(
+            """
+import torch
+from torch.autograd import Function
+
+
+class _DeformConv(Function):
+    @staticmethod
+    def forward(ctx, input, offset, weight, stride=1):
+        ctx.save_for_backward(input, offset, weight)
+        output = input.new_empty(input.shape)
+        _C.deform_conv_forward(input, weight, offset, output, stride)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, offset, weight = ctx.saved_tensors
+        grad_input = torch.zeros_like(input)
+        _C.deform_conv_backward_input(input, offset, grad_output, grad_input, weight)
+        return grad_input, None, None, None
+
+
+deform_conv = _DeformConv.apply
+
+
+class DeformConv(torch.nn.Module):
+    def forward(self, x, offset):
+        return deform_conv(x, offset, self.weight, self.stride)
+
+
+try:
+    from detectron2 import _C
+except ImportError:
+    _C = None
+
+
+def train_step(model, batch):
+    with torch.autocast("cuda"):
+        return model(batch)
+""",
+            line=7,
+            why="the extension is imported in a module-level try block; the caller passes the conv output uncast",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -519,6 +638,8 @@ with torch.cpu.amp.autocast():
                 continue  # the author manages autocast by hand (replays it in backward, reads its dtype)
             if _casts_by_hand(ctx, bwd):
                 continue  # backward converts dtypes itself (`w.to(grad.dtype)`, `.float()`)
+            if _callers_cast(ctx, cls):
+                continue  # every caller hands it inputs cast by hand (`input = input.float()`)
             setup_context = "setup_context" in methods
             in_backward = _grad_meets_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
             if not in_backward:
@@ -734,6 +855,67 @@ def _complex_input(ctx: ModuleContext, call: cst.Call) -> bool:
     return False
 
 
+def _callers_cast(ctx: ModuleContext, cls: cst.ClassDef) -> bool:
+    """A private Function (`_ROIAlignRotated`) applied only in this file, directly
+    (`_F.apply(x)`) or through a module-level alias (`roi_align = _F.apply`), and every call
+    hands it an input the caller cast by hand: `x.float()` in the call, or `x = x.float()` in
+    the calling function before it (also under an `if x.dtype == torch.float16:`). The kernel
+    then sees the dtype its author chose, not whatever autocast produced. A public Function
+    may have callers elsewhere, so it is not judged by the calls this file shows."""
+    name = cls.name.value
+    if not name.startswith("_"):
+        return False
+    spelled = {f"{name}.apply"}
+    for a in ctx.assignments:
+        if a.scope.is_module and "." not in a.target and not a.unpacked and ctx.code_for(a.value) == f"{name}.apply":
+            spelled.add(a.target)
+    calls = [c for c in ctx.calls if c.dotted in spelled]
+    if not calls:
+        return False
+    # `F.apply` (or its alias) used in any other way (passed on, stored on `self`) has callers unseen
+    uses = sum(1 for n in _names(ctx.module) if n in spelled)
+    if uses != len(calls) + 2 * (len(spelled) - 1):  # the calls, and each alias's target and value
+        return False
+    return all(any(_cast_input(ctx, c, a.value) for a in c.node.args if a.keyword is None and not a.star) for c in calls)
+
+
+def _names(module: cst.Module) -> Iterator[str]:
+    """The text of every Name and of every `X.apply` attribute in the module."""
+    stack: List[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name):
+            yield node.value
+            continue
+        if isinstance(node, cst.Attribute) and node.attr.value == "apply" and isinstance(node.value, cst.Name):
+            yield f"{node.value.value}.apply"
+            continue
+        stack.extend(node.children)
+
+
+def _cast_input(ctx: ModuleContext, call, arg: cst.BaseExpression) -> bool:
+    """`arg` is cast by hand: a cast call itself (`x.contiguous().float()`), or a name the
+    calling function rebinds to a cast of it before the call (`x = x.float()`)."""
+    if _is_cast(ctx, arg):
+        return True
+    if not isinstance(arg, cst.Name):
+        return False
+    return any(
+        a.order < call.order and _is_cast(ctx, a.value)
+        for a in ctx.assignments_to(arg.value, call.scope)
+        if a.scope is call.scope and not a.unpacked
+    )
+
+
+def _is_cast(ctx: ModuleContext, expr: cst.BaseExpression) -> bool:
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        method = expr.func.attr.value
+        if method in _CAST_METHODS or (method in ("to", "type") and _casts(ctx, expr)):
+            return True
+        expr = expr.func.value
+    return False
+
+
 def _casts_by_hand(ctx: ModuleContext, scope: Scope) -> bool:
     return any(
         call.method in _CAST_METHODS or (call.method in ("to", "type") and _casts(ctx, call.node)) for call in scope.calls
@@ -755,9 +937,7 @@ def _extension_names(ctx: ModuleContext) -> Set[str]:
             last = (info.dotted or "").rsplit(".", 1)[-1]
             if info.qualnames & CPP_EXTENSION_LOADERS or last in ("load_ext", "load_extension"):
                 names.add(a.target)
-    for line in ctx.module.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
+    for line in _module_level_lines(ctx.module.body):
         for stmt in line.body:
             if isinstance(stmt, (cst.Import, cst.ImportFrom)) and not isinstance(stmt.names, cst.ImportStar):
                 for alias in stmt.names:
@@ -766,6 +946,23 @@ def _extension_names(ctx: ModuleContext) -> Set[str]:
                     if _looks_compiled(imported):
                         names.add(local)
     return names
+
+
+def _module_level_lines(body) -> Iterator[cst.SimpleStatementLine]:
+    """The module's simple statements, also those in its top-level `try:` / `if` blocks
+    (`try: from detectron2 import _C` / `except ImportError: ...`), not in functions or classes."""
+    for stmt in body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            yield stmt
+        elif isinstance(stmt, cst.Try):
+            for block in (stmt.body, *(h.body for h in stmt.handlers), stmt.orelse and stmt.orelse.body):
+                if block is not None:
+                    yield from _module_level_lines(getattr(block, "body", ()))
+        elif isinstance(stmt, cst.If):
+            yield from _module_level_lines(getattr(stmt.body, "body", ()))
+            if stmt.orelse is not None:
+                orelse = stmt.orelse
+                yield from _module_level_lines([orelse] if isinstance(orelse, cst.If) else getattr(orelse.body, "body", ()))
 
 
 def _looks_compiled(name: str) -> bool:

@@ -325,6 +325,27 @@ def test_autocast_mentions_in_prose_are_told_from_code(line, prose):
     assert in_prose(continued, continued.index("autocast")) is (">>>" in line)
 
 
+def test_autograd_function_lines_keep_the_callers_of_a_private_function():
+    """AMP501 reads the calls of a private Function (inputs cast by hand), so they are sites too."""
+    from amplint.core.gates import autograd_function_lines
+
+    source = (
+        "import torch\n"
+        "class _Op(torch.autograd.Function):\n"
+        "    pass\n"
+        "op = _Op.apply\n"
+        "def wrap(x):\n"
+        "    return op(x.float())\n"
+        "def other(x):\n"
+        "    return _Op.apply(x)\n"
+        "class Public(torch.autograd.Function):\n"
+        "    pass\n"
+        "def uses_public(x):\n"
+        "    return Public.apply(x)\n"
+    )
+    assert autograd_function_lines(source) == {2, 4, 6, 8, 9}
+
+
 def test_autocast_region_lines_follow_import_aliases():
     from amplint.core.gates import autocast_region_lines
 

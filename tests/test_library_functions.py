@@ -1,5 +1,6 @@
 """AMP501 for library code: a public autograd.Function of an importable package runs under its
-users' autocast, so it is reported even when the package itself opens no autocast region;
+users' autocast, so it is reported even when the package itself opens no autocast region (as long
+as the package names a low-precision dtype somewhere: one that never does runs in fp32 throughout);
 scripts, tests, private classes and folders outside a package still need autocast in the project."""
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ FUNCTION = textwrap.dedent(
     """
 )
 CONFIG = Config(select=("AMP501",))
+#: a module that names fp16: the package runs low precision somewhere
+HALF = "import torch\n\n\ndef to_half(x):\n    return x.half()\n"
 
 
 def _package(root, relative="fastops/functions.py", source=FUNCTION, init=True):
@@ -47,6 +50,18 @@ def _found(root, config=CONFIG):
 
 def test_public_function_of_a_package_is_reported_without_autocast_in_the_project(tmp_path):
     _package(tmp_path)
+    (tmp_path / "fastops" / "cast.py").write_text(HALF)
+    assert _found(tmp_path) == [("fastops/functions.py", 6)]
+
+
+def test_a_package_that_never_names_low_precision_runs_fp32(tmp_path):
+    """No autocast, `.half()`, bf16 or GradScaler anywhere (BasicSR, stylegan2 in the blind drill):
+    its own fp32 code decides what its Functions see; a `--precision` setting still reports."""
+    _package(tmp_path)
+    (tmp_path / "fastops" / "train.py").write_text("import torch\n\n\ndef step(model, opt, x):\n    model(x).sum().backward()\n    opt.step()\n")
+    assert _found(tmp_path) == []
+    assert _found(tmp_path, Config(select=("AMP501",), precision="fp16")) == [("fastops/functions.py", 6)]
+    (tmp_path / "fastops" / "cast.py").write_text(HALF)
     assert _found(tmp_path) == [("fastops/functions.py", 6)]
 
 
@@ -80,6 +95,7 @@ def test_scripts_tests_and_private_classes_stay_as_before(tmp_path, relative, so
 def test_adding_init_py_is_seen_by_a_warm_run(tmp_path):
     """Whether a file is a package module is decided when conditions are resolved, not cached."""
     path = _package(tmp_path, init=False)
+    (path.parent / "cast.py").write_text(HALF)
     views = []
     for _ in range(2):
         cache = open_cache(CONFIG, str(tmp_path / "cache"))

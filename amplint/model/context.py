@@ -500,8 +500,15 @@ def _file_facts(ctx: ModuleContext) -> FileFacts:
         fp16="fp16" in dtypes or scaler,
         bf16="bf16" in dtypes,
         dtype_unknown=None in dtypes,
-        autocast=bool(ctx.regions),
+        autocast=_enters_autocast(active),
     )
+
+
+def _enters_autocast(active: List[AutocastRegion]) -> bool:
+    """Some region may run ops in low precision: not `enabled=False` (a defensive region that
+    keeps a caller's autocast out, as `@autocast("cuda", enabled=False)` on a rotary helper) and
+    not `dtype=torch.float32` (runs the lower-precision list in fp32)."""
+    return any(r.dtype != "fp32" for r in active)
 
 
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)

@@ -16,8 +16,9 @@ from typing import Iterable, Optional
 FP16 = "fp16"
 #: the diagnostic holds if the project uses autocast anywhere
 AUTOCAST = "autocast"
-#: ... or if the file is a module of an importable package: library code runs under its
-#: users' autocast whether or not the library opens a region itself
+#: ... or if the file is a module of an importable package of a project that names a low-precision
+#: dtype somewhere: library code runs under its users' autocast whether or not the library opens a
+#: region itself
 AUTOCAST_OR_LIBRARY = "autocast-or-library"
 
 #: folders whose files are run, not imported by users (relative to the project root)
@@ -30,7 +31,7 @@ class FileFacts:
     fp16: bool = False  # fp16 autocast, .half(), torch.float16, an enabled GradScaler
     bf16: bool = False
     dtype_unknown: bool = False  # an autocast region whose dtype is decided at run time
-    autocast: bool = False
+    autocast: bool = False  # an autocast region that may run low precision (not enabled=False, not fp32)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,15 @@ def library_module(filename: Optional[str], root: Optional[str] = None) -> bool:
     return not any(part in _NOT_LIBRARY_DIRS for part in where.split(os.sep)[:-1])
 
 
+def shows_low_precision(facts: ProjectFacts, precision: str = "auto") -> bool:
+    """The project names a low-precision dtype somewhere (`.half()`, `torch.bfloat16`, an
+    autocast region, a GradScaler, a dtype decided at run time), or the setting says it runs one.
+    A package that never does trains and runs in fp32 throughout: its own code decides the dtypes
+    its modules see (BasicSR's and stylegan2's kernel Functions in the blind drill), so a library
+    module of it is not assumed to run under some user's autocast."""
+    return facts.fp16 or facts.bf16 or facts.dtype_unknown or facts.autocast or precision in ("fp16", "bf16")
+
+
 def condition_holds(
     condition: str, facts: ProjectFacts, precision: str = "auto", filename: Optional[str] = None, root: Optional[str] = None
 ) -> bool:
@@ -90,5 +100,7 @@ def condition_holds(
     if condition == AUTOCAST:
         return facts.autocast or precision in ("fp16", "bf16")
     if condition == AUTOCAST_OR_LIBRARY:
-        return condition_holds(AUTOCAST, facts, precision) or library_module(filename, root)
+        if condition_holds(AUTOCAST, facts, precision):
+            return True
+        return shows_low_precision(facts, precision) and library_module(filename, root)
     raise ValueError(f"unknown diagnostic condition {condition!r}")
