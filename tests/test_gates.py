@@ -108,6 +108,8 @@ AMP302_SOUND = [
     "def f(x):\n    x = x.half()\n    return x / x.abs().clamp(min=1e-8)\n",
     "def f(x):\n    x = x.half()\n    return x / x.abs().clamp(0.00000001)\n",
     "def f(x):\n    x = x.half()\n    return x.clamp_min(+1e-8)\n",
+    "def f(p):\n    p = p.half()\n    return p.clamp(min=1e-4, max=1 - 1e-4)\n",
+    "EPS = 1e-6\ndef f(p):\n    p = p.half()\n    return torch.clamp(p, EPS, 1.0 - EPS)\n",
 ]
 
 AMP302_SKIPPED = [
@@ -117,6 +119,8 @@ AMP302_SKIPPED = [
     "x = torch.zeros(3, dtype=torch.float16)\nopt = AdamWScheduleFree(params)\nMyAdam(params)\n",
     'x = torch.zeros(3, dtype=torch.float16)\n"""\n- `"adamw_torch"`: PyTorch\'s AdamW (recommended default)\n"""\n',
     "x = torch.zeros(3, dtype=torch.float16)\nhelp = 'x / (norm + 1e-10) underflows'  # y + 1e-9\n",
+    "x = torch.zeros(3, dtype=torch.float16)\ny = x.clamp(min=1e-3, max=1 - 1e-3)\n",
+    "x = torch.zeros(3, dtype=torch.float16)\ny = x * (1 - 1e-4)  # a product, not a bound\n",
 ]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from functools import lru_cache
-from typing import Any, Callable, Iterator, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 FP16_MAX = 65504.0
 
@@ -407,7 +407,7 @@ def underflowing_eps_site(source: str) -> bool:
     arguments (`LayerNorm(d, eps=1e-12)`) are neither and are skipped.
     """
     data = source.encode("utf-8", "surrogatepass")
-    return _constructs_eps_optimizer(data) or bool(_tiny_literal_site_list(source))
+    return _constructs_eps_optimizer(data) or bool(_tiny_literal_site_list(source)) or bool(_absorbed_bound_sites(source))
 
 
 def _constructs_eps_optimizer(data: bytes) -> bool:
@@ -437,7 +437,41 @@ def underflowing_eps_lines(source: str) -> Optional[Set[int]]:
     if _constructs_eps_optimizer(data):
         return None
     row = _Rows(data)
-    return {row(start) for start in _tiny_literal_site_list(source)}
+    return {row(start) for start in _tiny_literal_site_list(source)} | {
+        source.count("\n", 0, at) + 1 for at in _absorbed_bound_sites(source)
+    }
+
+
+#: largest eps that fp16 absorbs next to 1: 1 + 2**-11 and 1 - 2**-12 round to 1.0
+_ABSORBED_NEXT_TO_ONE = 2.0**-11
+#: `1 - 1e-4`, `1.0 - EPS`: one minus (or plus) a number or a name, not part of a longer operand
+_ONE_AND_EPS = re.compile(r"(?<![\w.])1(?:\.0*)?[ \t]*[-+][ \t]*(?:(\d[\d_]*\.?[\d_]*(?:[eE][-+]?\d+)?)|([A-Za-z_]\w*))(?![\w.(\[])")
+
+
+@lru_cache(maxsize=4)
+def _absorbed_bound_sites(source: str) -> Tuple[int, ...]:
+    """(d) Offsets of `1 - eps` constants that fp16 rounds to 1.0 (eps a number below 2**-11, or
+    a name the module assigns one), in a file that clamps: AMP302 checks them as clamp bounds
+    (`p.clamp(min=1e-4, max=1 - 1e-4)` lets p reach 1.0 in fp16)."""
+    if "clamp" not in source and "clip" not in source:
+        return ()
+    found = []
+    constants: Optional[Dict[str, float]] = None
+    for m in _ONE_AND_EPS.finditer(source):
+        number, name = m.group(1), m.group(2)
+        if number is not None:
+            value, _ = _value(number.encode())
+        else:
+            if constants is None:
+                constants = {}
+                for c in re.finditer(r"^(\w+)[ \t]*(?::[^=\n]*)?=[ \t]*(\d[\d_]*\.?[\d_]*(?:[eE][-+]?\d+)?)[ \t]*(?:#[^\n]*)?\r?$", source, re.M):
+                    v, _ = _value(c.group(2).encode())
+                    if v is not None:
+                        constants[c.group(1)] = v
+            value = constants.get(name)
+        if value is not None and 0 < value <= _ABSORBED_NEXT_TO_ONE and not in_prose(source, m.start()):
+            found.append(m.start())
+    return tuple(found)
 
 
 @lru_cache(maxsize=4)

@@ -46,6 +46,8 @@ _EXPORTS = {
     # literals
     "call_arg": ".literals",
     "call_chain": ".literals",
+    "folded_number": ".literals",
+    "in_fp16": ".literals",
     "literal_bool": ".literals",
     "literal_number": ".literals",
     "literal_string": ".literals",
