@@ -7,8 +7,9 @@ import libcst as cst
 
 from amplint.model import (
     AUTOCAST, AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
-    AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, Diagnostic, Invalid,
-    ModuleContext, Rule, Scope, Severity, Valid, imported_names,
+    AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
+    KERNEL_NOT_MIXED, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, imported_names,
+    kernel_condition,
 )
 
 _CAST_METHODS = ("float", "half", "double", "bfloat16", "type_as")
@@ -101,12 +102,27 @@ class CustomFunctionWithoutCustomFwd(Rule):
     applies (`_F.apply(...)`, or an alias `f = _F.apply` called here), when
     every call hands it an input its caller cast by hand (`x.float()` in the
     call, or `x = x.float()` before it, also under an `if x.dtype ==
-    torch.float16:`): the kernel sees the dtype its author chose.
+    torch.float16:`): the kernel sees the dtype its author chose. Silent on a
+    Function the file applies only inside the `backward` of its Functions (a
+    double-backward helper such as `UpFirDn2dBackward`): autograd runs
+    backward with autocast off, unless that backward is `custom_bwd`.
     The extension case needs two or more of the forward's inputs passed to
     `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module built by
     `torch.utils.cpp_extension.load`/`load_inline` or imported as a compiled
     extension (`_C`, `_ext`, `*_cuda`; also in a module-level `try:` block),
     with no explicit dtype cast in `forward`.
+
+    Where the extension's C++/CUDA source is in the project, its text
+    decides more (read when conditions are resolved, only for these
+    findings; `amplint/model/kernels.py`): the function the binding
+    (`m.def("fwd", &selective_scan_fwd)`, `TORCH_LIBRARY` blocks) names and
+    the functions it calls. A kernel that dispatches the dtypes of two
+    tensors separately, half or bf16 among them (mamba's selective scan:
+    activations in fp16/bf16, weights in fp32), is built for what autocast
+    produces: silent. A kernel that dispatches float/double only
+    (`AT_DISPATCH_FLOATING_TYPES`, or reads `data_ptr<float>()`) and names no
+    half type raises `"..." not implemented for 'Half'` on one fp16 input:
+    reported already when forward passes it a single float input.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP501` (docs/evidence.md#amp501)
@@ -447,6 +463,44 @@ with torch.autocast("cuda"):
 """,
             "a private Function whose only caller casts the kernel's inputs by hand (detectron2 ROIAlignRotated)",
         ),
+        Valid(
+            """
+import torch
+from torch.autograd import Function
+from torch.utils.cpp_extension import load
+
+upfirdn2d_op = load("upfirdn2d", sources=["upfirdn2d.cpp", "upfirdn2d_kernel.cu"])
+
+
+class UpFirDn2dBackward(Function):
+    @staticmethod
+    def forward(ctx, grad_output, kernel, grad_kernel):
+        ctx.save_for_backward(kernel)
+        return upfirdn2d_op.upfirdn2d(grad_output, grad_kernel)
+
+    @staticmethod
+    def backward(ctx, gradgrad_input):
+        (kernel,) = ctx.saved_tensors
+        return upfirdn2d_op.upfirdn2d(gradgrad_input, kernel), None, None
+
+
+class UpFirDn2d(Function):
+    @staticmethod
+    def forward(ctx, input, kernel):
+        ctx.save_for_backward(kernel)
+        return upfirdn2d_op.upfirdn2d(input.float(), kernel.float())
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (kernel,) = ctx.saved_tensors
+        return UpFirDn2dBackward.apply(grad_output, kernel, torch.flip(kernel, [0, 1])), None
+
+
+with torch.autocast("cuda"):
+    y = UpFirDn2d.apply(x, k)
+""",
+            "a double-backward helper applied only in another Function's backward, where autocast is off",
+        ),
     ]
 
     INVALID = [
@@ -640,6 +694,8 @@ def train_step(model, batch):
                 continue  # backward converts dtypes itself (`w.to(grad.dtype)`, `.float()`)
             if _callers_cast(ctx, cls):
                 continue  # every caller hands it inputs cast by hand (`input = input.float()`)
+            if _only_in_backward(ctx, cls, functions):
+                continue  # applied only in another Function's backward: autocast is off there
             setup_context = "setup_context" in methods
             in_backward = _grad_meets_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
             if not in_backward:
@@ -650,12 +706,22 @@ def train_step(model, batch):
                 help = "Decorate forward with `@torch.amp.custom_fwd(device_type=...)`, backward with `custom_bwd`"
                 yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)}, help=help)
                 continue
+            help = "Use `@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`"
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
             if kernel is not None:
                 name, count = kernel
                 message = f"`{cls.name.value}.forward` passes {count} float inputs to `{name}`, which is not autocast-aware"
-                help = "Use `@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`"
-                yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
+                # silent when the project's source of the kernel is built for fp16/bf16 inputs next to fp32 weights
+                needs = kernel_condition(condition, KERNEL_NOT_MIXED, name.rsplit(".", 1)[-1])
+                yield ctx.diagnostic(self, forward.name, message, condition=needs, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
+                continue
+            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 1)
+            if kernel is not None and kernel[1] == 1:
+                name = kernel[0]
+                message = f"`{cls.name.value}.forward` passes a float input to `{name}`, whose kernel takes float32 only"
+                # reported only when the project's source shows the kernel dispatches float/double only
+                needs = kernel_condition(condition, KERNEL_FP32, name.rsplit(".", 1)[-1])
+                yield ctx.diagnostic(self, forward.name, message, condition=needs, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
 
 
 def _runs_as_script(ctx: ModuleContext) -> bool:
@@ -855,28 +921,53 @@ def _complex_input(ctx: ModuleContext, call: cst.Call) -> bool:
     return False
 
 
-def _callers_cast(ctx: ModuleContext, cls: cst.ClassDef) -> bool:
-    """A private Function (`_ROIAlignRotated`) applied only in this file, directly
-    (`_F.apply(x)`) or through a module-level alias (`roi_align = _F.apply`), and every call
-    hands it an input the caller cast by hand: `x.float()` in the call, or `x = x.float()` in
-    the calling function before it (also under an `if x.dtype == torch.float16:`). The kernel
-    then sees the dtype its author chose, not whatever autocast produced. A public Function
-    may have callers elsewhere, so it is not judged by the calls this file shows."""
+def _applications(ctx: ModuleContext, cls: cst.ClassDef) -> Optional[List[CallInfo]]:
+    """Every call in the file that applies the Function, directly (`F.apply(x)`) or through a
+    module-level alias (`roi_align = F.apply`); None when there is none, or when `F.apply`
+    (or its alias) is also used in another way (passed on, stored on `self`): callers unseen."""
     name = cls.name.value
-    if not name.startswith("_"):
-        return False
     spelled = {f"{name}.apply"}
     for a in ctx.assignments:
         if a.scope.is_module and "." not in a.target and not a.unpacked and ctx.code_for(a.value) == f"{name}.apply":
             spelled.add(a.target)
     calls = [c for c in ctx.calls if c.dotted in spelled]
     if not calls:
-        return False
-    # `F.apply` (or its alias) used in any other way (passed on, stored on `self`) has callers unseen
+        return None
     uses = sum(1 for n in _names(ctx.module) if n in spelled)
     if uses != len(calls) + 2 * (len(spelled) - 1):  # the calls, and each alias's target and value
+        return None
+    return calls
+
+
+def _callers_cast(ctx: ModuleContext, cls: cst.ClassDef) -> bool:
+    """A private Function (`_ROIAlignRotated`) whose every application in the file hands it an
+    input the caller cast by hand: `x.float()` in the call, or `x = x.float()` in the calling
+    function before it (also under an `if x.dtype == torch.float16:`). The kernel then sees the
+    dtype its author chose, not whatever autocast produced. A public Function may have callers
+    elsewhere, so it is not judged by the calls this file shows."""
+    if not cls.name.value.startswith("_"):
         return False
-    return all(any(_cast_input(ctx, c, a.value) for a in c.node.args if a.keyword is None and not a.star) for c in calls)
+    calls = _applications(ctx, cls)
+    return calls is not None and all(
+        any(_cast_input(ctx, c, a.value) for a in c.node.args if a.keyword is None and not a.star) for c in calls
+    )
+
+
+def _only_in_backward(ctx: ModuleContext, cls: cst.ClassDef, functions: List[cst.ClassDef]) -> bool:
+    """The Function is applied only inside the `backward` of Functions of this file (the
+    double-backward helper `UpFirDn2dBackward`, applied by `UpFirDn2d.backward`): autograd runs
+    backward with autocast off, so its forward never sees autocast. Not when that backward is
+    decorated `custom_bwd` or opens autocast (it then runs under the forward's autocast state)."""
+    calls = _applications(ctx, cls)
+    if calls is None:
+        return False
+    for call in calls:
+        scope = call.scope
+        if scope.name != "backward" or scope.cls is None or scope.cls not in functions or not isinstance(scope.node, cst.FunctionDef):
+            return False
+        if any(_is_amp_decorator(ctx, d) for d in scope.node.decorators) or _manages_autocast(ctx, scope):
+            return False
+    return True
 
 
 def _names(module: cst.Module) -> Iterator[str]:

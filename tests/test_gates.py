@@ -329,8 +329,9 @@ def test_autocast_mentions_in_prose_are_told_from_code(line, prose):
     assert in_prose(continued, continued.index("autocast")) is (">>>" in line)
 
 
-def test_autograd_function_lines_keep_the_callers_of_a_private_function():
-    """AMP501 reads the calls of a private Function (inputs cast by hand), so they are sites too."""
+def test_autograd_function_lines_keep_the_callers_of_a_function():
+    """AMP501 reads the calls of a Function (inputs cast by hand, applied in a backward), so they
+    are sites too."""
     from amplint.core.gates import autograd_function_lines
 
     source = (
@@ -347,7 +348,7 @@ def test_autograd_function_lines_keep_the_callers_of_a_private_function():
         "def uses_public(x):\n"
         "    return Public.apply(x)\n"
     )
-    assert autograd_function_lines(source) == {2, 4, 6, 8, 9}
+    assert autograd_function_lines(source) == {2, 4, 6, 8, 9, 12}
 
 
 def test_autocast_region_lines_follow_import_aliases():

@@ -763,14 +763,14 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
                 changed = True
     lines = {source.count("\n", 0, start) + 1 for start in found}
     for start, name, _ in headers:
-        if start in found and name.startswith("_"):
+        if start in found:
             lines |= _apply_lines(source, name)
     return lines
 
 
 def _apply_lines(source: str, name: str) -> Set[int]:
-    """The lines that apply a private Function (`_F.apply(x)`, `f = _F.apply`, `f(x)`): AMP501
-    reads its callers, for the inputs they cast by hand."""
+    """The lines that apply a Function (`_F.apply(x)`, `f = _F.apply`, `f(x)`): AMP501 reads its
+    callers (inputs they cast by hand, an application only inside another Function's backward)."""
     at = [m.start() for m in re.finditer(rf"\b{re.escape(name)}\s*\.\s*apply\b", source)]
     for alias in re.findall(rf"^(\w+)\s*=\s*{re.escape(name)}\s*\.\s*apply\s*$", source, re.M):
         at += [m.start() for m in re.finditer(rf"\b{re.escape(alias)}\b", source)]

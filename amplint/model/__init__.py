@@ -150,6 +150,9 @@ _EXPORTS = {
     "condition_holds": ".facts",
     "FileFacts": ".facts",
     "FP16": ".facts",
+    "KERNEL_FP32": ".facts",
+    "KERNEL_NOT_MIXED": ".facts",
+    "kernel_condition": ".facts",
     "ProjectFacts": ".facts",
     # edits
     "append_argument_edit": ".edits",

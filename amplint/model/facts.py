@@ -86,11 +86,41 @@ def shows_low_precision(facts: ProjectFacts, precision: str = "auto") -> bool:
     return facts.fp16 or facts.bf16 or facts.dtype_unknown or facts.autocast or precision in ("fp16", "bf16")
 
 
+#: a condition `<base>|kernel-not-mixed=<name>` also needs the project's source of the kernel bound
+#: as `<name>` not to be one built for low-precision activations next to fp32 weights, and
+#: `<base>|kernel-fp32=<name>` needs it to take float32 only (`model/kernels.py`; AMP501)
+KERNEL_NOT_MIXED = "kernel-not-mixed"
+KERNEL_FP32 = "kernel-fp32"
+
+
+def kernel_condition(base: str, requirement: str, name: str) -> str:
+    """`base`, and what the project's source of the kernel `name` must say (`KERNEL_*`)."""
+    return f"{base}|{requirement}={name}"
+
+
+def _kernel_holds(requirement: str, filename: Optional[str], root: Optional[str]) -> bool:
+    from .kernels import kernel_dtypes
+
+    kind, _, name = requirement.partition("=")
+    found = kernel_dtypes(name, filename, root)
+    if kind == KERNEL_NOT_MIXED:
+        return found != "mixed"
+    if kind == KERNEL_FP32:
+        return found == "fp32"
+    raise ValueError(f"unknown kernel requirement {requirement!r}")
+
+
 def condition_holds(
     condition: str, facts: ProjectFacts, precision: str = "auto", filename: Optional[str] = None, root: Optional[str] = None
 ) -> bool:
     """Whether a diagnostic's condition holds; `filename` (the diagnostic's file) only for
-    file-dependent conditions (without it they hold only through the project facts)."""
+    file-dependent conditions (without it they hold only through the project facts, and a
+    kernel requirement, which no fact changes, is not asked)."""
+    if "|" in condition:
+        base, _, requirement = condition.partition("|")
+        if not condition_holds(base, facts, precision, filename, root):
+            return False
+        return filename is None or _kernel_holds(requirement, filename, root)
     if condition == FP16:
         if precision == "fp16":
             return True
