@@ -73,7 +73,12 @@ class Fp16OverflowingLiteral(Rule):
 
     The finding is kept only when the project can run fp16 (fp16 autocast,
     `.half()`, `torch.float16`, an enabled GradScaler or a dtype decided at
-    run time, in any file); see `precision` in the configuration.
+    run time, in any file); see `precision` in the configuration. Not in a
+    script no fp16 can reach: a file with an `if __name__ == "__main__":`
+    block whose text, the project modules it imports and the project modules
+    importing it never name a low-precision dtype, autocast, a loss scaler or
+    a precision flag (one example of a repository of examples, next to the
+    fp16 ones).
 
     ## Why is this bad?
     fp16 tops out at 65504. `fp16_tensor.masked_fill(mask, -1e9)` (and `fill_`,

@@ -129,7 +129,9 @@ class Fp16UnderflowingEpsilon(Rule):
     autocast), on optimizers over fp32 parameters (autocast keeps them fp32,
     so `AdamW(eps=1e-8)` in an AMP script is fine), on `fused=True`
     optimizers (they compute in fp32), on bf16 (1e-8 and 1e-12 are
-    representable, E02), and on tensors whose dtype is not visible.
+    representable, E02), and on tensors whose dtype is not visible. A finding
+    that holds only because the project runs fp16 somewhere is dropped in a
+    script no fp16 can reach (as AMP301's).
 
     Across files: the optimizer's eps is checked, as above, when the fp16
     parameters were made in another file (see AMP201).

@@ -9,8 +9,9 @@ over every file, so the order files are read in never matters) or the
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, List, Optional
 
 #: the diagnostic holds if the project may run any code in fp16
 FP16 = "fp16"
@@ -77,6 +78,65 @@ def library_module(filename: Optional[str], root: Optional[str] = None) -> bool:
     return not any(part in _NOT_LIBRARY_DIRS for part in where.split(os.sep)[:-1])
 
 
+#: words that show a text may run low precision (a cast, a dtype, autocast, a loss scaler, a flag)
+_LOW_PRECISION_WORDS = re.compile(r"half|float16|fp16|bf16|bfloat16|autocast|GradScaler|mixed_precision|\bamp\b|precision")
+_MAIN_GUARD = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.M)
+_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import|import[ \t]+([\w.]+))", re.M)
+
+
+def fp32_script(filename: Optional[str], root: Optional[str] = None) -> bool:
+    """`filename` is a script run on its own that no low-precision code can reach: it has an
+    `if __name__ == "__main__":` block, and neither its text, nor the project modules it
+    imports, nor a project module that imports it names a low-precision dtype, autocast, a
+    loss scaler or a precision flag (pytorch/examples' gat/main.py, next to the repository's
+    fp16 examples). The project's fp16 elsewhere cannot give its tensors that dtype, so an
+    fp16-conditional finding there does not hold. Read when conditions are resolved."""
+    from .texts import project_files, project_root, read_text
+
+    if not filename or not filename.endswith(".py"):
+        return False
+    text = read_text(filename)
+    if text is None or not _MAIN_GUARD.search(text) or _LOW_PRECISION_WORDS.search(text):
+        return False
+    path = os.path.abspath(filename)
+    folder = os.path.dirname(path)
+    base = project_root(filename, root) or folder
+    for module in _local_imports(text, folder, base):
+        other = read_text(module)
+        if other is None or _LOW_PRECISION_WORDS.search(other):
+            return False
+    stem = os.path.splitext(os.path.basename(path))[0]
+    importer = re.compile(rf"^[ \t]*(?:from|import)[ \t][^\n]*\b{re.escape(stem)}\b", re.M)
+    for other_path in project_files(base, (".py",)):
+        if other_path == path:
+            continue
+        other = read_text(other_path)
+        if other is not None and stem in other and importer.search(other) and _LOW_PRECISION_WORDS.search(other):
+            return False  # (any module of that name: an importer that may run fp16 keeps the finding)
+    return True
+
+
+def _local_imports(text: str, folder: str, base: str) -> List[str]:
+    """The project files `text`'s imports name (`from model import X` next to it, `import
+    pkg.sub` under the project root): one level, files that exist."""
+    found = []
+    for m in _IMPORT_LINE.finditer(text):
+        spelled = m.group(1) or m.group(2) or ""
+        dots = len(spelled) - len(spelled.lstrip("."))
+        parts = [p for p in spelled.lstrip(".").split(".") if p]
+        if not parts:
+            continue
+        starts = [folder] if dots else [folder, base]
+        for start in starts:
+            for _ in range(max(0, dots - 1)):
+                start = os.path.dirname(start)
+            target = os.path.join(start, *parts)
+            for candidate in (target + ".py", os.path.join(target, "__init__.py")):
+                if os.path.isfile(candidate):
+                    found.append(candidate)
+    return found
+
+
 def shows_low_precision(facts: ProjectFacts, precision: str = "auto") -> bool:
     """The project names a low-precision dtype somewhere (`.half()`, `torch.bfloat16`, an
     autocast region, a GradScaler, a dtype decided at run time), or the setting says it runs one.
@@ -126,7 +186,7 @@ def condition_holds(
             return True
         if precision == "bf16":
             return False
-        return facts.may_run_fp16
+        return facts.may_run_fp16 and not (filename is not None and fp32_script(filename, root))
     if condition == AUTOCAST:
         return facts.autocast or precision in ("fp16", "bf16")
     if condition == AUTOCAST_OR_LIBRARY:

@@ -17,23 +17,16 @@ Text only, never compiled or imported: the binding (`m.def("fwd", &selective_sca
 `TORCH_LIBRARY` blocks and `m.impl`), the bound function's body found by its name and matched
 braces, the functions it calls that the sources define (three levels). Read when a diagnostic's
 condition is resolved (`model/facts.py`), after the cache, and only for AMP501's extension
-findings; a project's sources are listed once per process (and again after `_FRESH` seconds)."""
+findings (`model/texts.py` lists and reads the files)."""
 from __future__ import annotations
 
-import os
 import re
-import time
 from typing import Dict, Iterator, List, Optional, Tuple
+
+from .texts import project_files, project_root, read_text
 
 #: C, C++ and CUDA source and header files
 _SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".hxx")
-#: folders never searched (build outputs, vendored trees, version control)
-_SKIPPED_DIRS = frozenset(("build", "dist", "node_modules", "__pycache__", "third_party", "3rdparty", "site-packages"))
-#: limits that keep a big tree cheap: files listed, bytes per file
-_MAX_FILES = 4000
-_MAX_BYTES = 1 << 20
-#: how long a listing of a project's sources is reused (a long-running server sees edits)
-_FRESH = 5.0
 #: levels of callees followed from the bound function
 _DEPTH = 3
 
@@ -43,8 +36,6 @@ _FLOAT_READ = re.compile(r"\b(?:data_ptr|data|mutable_data_ptr|const_data_ptr)\s
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;(){}]*>)?\s*\(")
 _NOT_CALLEES = frozenset(("if", "for", "while", "switch", "return", "sizeof", "catch", "TORCH_CHECK", "AT_ASSERTM"))
 
-_listings: Dict[str, Tuple[float, List[str]]] = {}
-_texts: Dict[Tuple[str, int, int], str] = {}
 _verdicts: Dict[Tuple[str, str, int], Optional[str]] = {}
 
 
@@ -52,10 +43,10 @@ def kernel_dtypes(name: str, filename: Optional[str], root: Optional[str] = None
     """"fp32" | "mixed" | None for the kernel the project's sources bind to the Python name `name`
     (the attribute called: `fwd`, `deform_conv_forward`); None when no source binds it, when the
     bindings disagree, or when the text says nothing certain."""
-    base = _project_root(filename, root)
+    base = project_root(filename, root)
     if base is None or not re.fullmatch(r"\w+", name):
         return None
-    listing = _listing(base)
+    listing = project_files(base, _SOURCE_SUFFIXES)
     key = (base, name, id(listing))
     if key not in _verdicts:
         _verdicts[key] = _kernel_dtypes(name, listing)
@@ -63,7 +54,7 @@ def kernel_dtypes(name: str, filename: Optional[str], root: Optional[str] = None
 
 
 def _kernel_dtypes(name: str, listing: List[str]) -> Optional[str]:
-    sources = [t for t in (_text(p) for p in listing) if t]
+    sources = [t for t in (read_text(p) for p in listing) if t]
     binding = re.compile(r"\.\s*(?:def|impl)\s*\(\s*\"(?:\w+::)?" + name + r"(?:\"|\()[^,]*,\s*(?:TORCH_FN\s*\()?\s*&?\s*([A-Za-z_][\w:]*)")
     bound = {m.group(1) for text in sources if name in text for m in binding.finditer(text)}
     verdicts = {_classify(fn.rsplit("::", 1)[-1], sources) for fn in bound}
@@ -139,66 +130,3 @@ def _match(text: str, at: int, opening: str, closing: str) -> Optional[int]:
     return None
 
 
-def _project_root(filename: Optional[str], root: Optional[str]) -> Optional[str]:
-    if root:
-        return os.path.abspath(root)
-    if not filename or not os.path.isfile(filename):
-        return None  # a text linted on its own (`lint_source`, stdin): no project to read
-    folder = os.path.dirname(os.path.abspath(filename))
-    here = folder
-    for _ in range(8):
-        if any(os.path.exists(os.path.join(here, marker)) for marker in ("setup.py", "pyproject.toml", "setup.cfg", ".git")):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            break
-        here = parent
-    return folder
-
-
-def _listing(base: str) -> List[str]:
-    now = time.monotonic()
-    cached = _listings.get(base)
-    if cached is not None and now - cached[0] < _FRESH:
-        return cached[1]
-    found: List[str] = []
-    stack = [base]
-    while stack and len(found) < _MAX_FILES:
-        folder = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.name not in _SKIPPED_DIRS:
-                        stack.append(entry.path)
-                elif entry.name.endswith(_SOURCE_SUFFIXES) and entry.is_file(follow_symlinks=False):
-                    found.append(entry.path)
-            except OSError:
-                continue
-    _listings[base] = (now, found)
-    return found
-
-
-def _text(path: str) -> str:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return ""
-    key = (path, st.st_mtime_ns, st.st_size)
-    text = _texts.get(key)
-    if text is None:
-        if st.st_size > _MAX_BYTES:
-            text = ""
-        else:
-            try:
-                with open(path, "rb") as f:
-                    text = f.read().decode("utf-8", "replace")
-            except OSError:
-                text = ""
-        _texts[key] = text
-    return text
