@@ -127,7 +127,12 @@ class Fp16UnderflowingEpsilon(Rule):
     Silent on `eps=` passed to ops that compute in fp32 internally
     (`F.layer_norm`, `nn.LayerNorm`, `F.rms_norm`, `F.normalize` under CUDA
     autocast), on optimizers over fp32 parameters (autocast keeps them fp32,
-    so `AdamW(eps=1e-8)` in an AMP script is fine), on `fused=True`
+    so `AdamW(eps=1e-8)` in an AMP script is fine; what counts is what the
+    optimizer gets: silent when, between the cast and the optimizer, the model
+    is rebound or wrapped by peft (`model = get_peft_model(model, config)`,
+    `prepare_model_for_kbit_training(model)`: only fp32 adapter weights are
+    trainable), converted back (`model.float()`), or the optimizer gets only
+    `requires_grad` parameters of a file that freezes some), on `fused=True`
     optimizers (they compute in fp32), on bf16 (1e-8 and 1e-12 are
     representable, E02), and on tensors whose dtype is not visible. A finding
     that holds only because the project runs fp16 somewhere is dropped in a
@@ -239,6 +244,29 @@ with autocast():
 """,
             "a bound fp16 represents (1 - 1e-3 is 0.999); clamps of fp32 tensors",
         ),
+        Valid(
+            """
+import torch
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.float16)
+model = prepare_model_for_kbit_training(model)
+model = get_peft_model(model, LoraConfig(r=8))
+optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, model.parameters()), lr=2e-4)
+
+base = Net().cuda().half()
+get_peft_model(base, LoraConfig(r=8))
+adapter_optimizer = torch.optim.Adam(base.parameters(), lr=1e-4)
+
+frozen = Net().cuda().half()
+for p in frozen.backbone.parameters():
+    p.requires_grad = False
+frozen.head.float()
+head_optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, frozen.parameters()))
+""",
+            "what the optimizer gets is fp32: peft adapters (rebound or wrapped in place), an fp32 head of a frozen model",
+        ),
     ]
 
     INVALID = [
@@ -324,6 +352,17 @@ def focal_loss(x, w, y):
             line=10,
             count=2,
             why="1 - 1e-4 and 1 - 1e-6 are 1.0 in fp16: the clamps let p reach 1 and log(1 - p) is -inf",
+        ),
+        Invalid(
+            """
+import torch
+
+model = Net().cuda().half()
+model = model.to("cuda")
+optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters()), lr=1e-3)
+""",
+            line=5,
+            why="the requires_grad filter and a device move keep the parameters fp16",
         ),
     ]
 
@@ -551,9 +590,84 @@ def _fp16_params(ctx: ModuleContext, call: CallInfo, casts: List[LowPrecisionCas
         else:
             visible = cast.call.scope is call.scope or cast.call.scope.is_module
         if visible:
-            if not _inference_only(ctx, cast):
+            if not _inference_only(ctx, cast) and not _params_change_after(ctx, cast, call):
                 return cast
     return None
+
+
+#: calls that leave a model's trainable parameters fp32 adapters or fp32 copies (peft)
+_ADAPTER_CALLS = frozenset({"get_peft_model", "prepare_model_for_kbit_training", "prepare_model_for_int8_training"})
+
+
+def _params_change_after(ctx: ModuleContext, cast: LowPrecisionCast, optimizer: CallInfo) -> bool:
+    """Between the fp16 cast and the optimizer, the parameters the optimizer gets stop being the
+    cast's: the subject is rebound to something else (`model = get_peft_model(model, config)`:
+    only fp32 adapter weights are trainable), handed to peft's in-place wrappers
+    (`prepare_model_for_kbit_training(model)` upcasts what stays trainable), converted back
+    (`model.float()`), or the optimizer gets only `requires_grad` parameters of a file that
+    freezes some (a trainable head or adapter may be fp32)."""
+    import libcst as cst
+
+    from amplint.model import dotted_name, fp32_cast
+
+    subject = cast.subject
+    low, high = cast.call.order, optimizer.order
+    if low >= high:
+        return False
+    for a in ctx.assignments_to(subject):
+        if a is cast.assignment or not (low < a.order < high) or a.scope not in (cast.call.scope, optimizer.scope):
+            continue
+        if _root(a.value) != subject or any(_callee_name(c) in _ADAPTER_CALLS for c in _calls_in(a.value)):
+            return True
+    for c in ctx.calls:
+        if not (low < c.order < high) or c.scope not in (cast.call.scope, optimizer.scope):
+            continue
+        name = (c.dotted or "").rsplit(".", 1)[-1]
+        if name in _ADAPTER_CALLS and any(dotted_name(arg.value) == subject for arg in c.node.args):
+            return True
+        if fp32_cast(ctx, c.node) and _root(c.node) == subject:
+            return True
+    params = optimizer.arg(0, "params")
+    if params is not None and "requires_grad" in ctx.code_for(params) and _freezes(ctx):
+        return True
+    return False
+
+
+def _root(node: "cst.CSTNode") -> Optional[str]:
+    """`model` for `model.cuda().half()` (the name a chain of method calls starts from)."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        node = node.func.value
+    return dotted_name(node)
+
+
+def _calls_in(node: "cst.CSTNode") -> Iterator["cst.Call"]:
+    import libcst as cst
+
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Call):
+            yield n
+        stack.extend(n.children)
+
+
+def _callee_name(call: "cst.Call") -> str:
+    from amplint.model import dotted_name
+
+    return (dotted_name(call.func) or "").rsplit(".", 1)[-1]
+
+
+def _freezes(ctx: ModuleContext) -> bool:
+    """`p.requires_grad = False` or `.requires_grad_(False)` somewhere in the file."""
+    from amplint.model import literal_bool
+
+    if any(a.target.endswith("requires_grad") and literal_bool(a.value) is False for a in ctx.assignments):
+        return True
+    return any(literal_bool(c.arg(0, "requires_grad")) is False for c in ctx.method_calls("requires_grad_"))
 
 
 def _inference_only(ctx: ModuleContext, cast: LowPrecisionCast) -> bool:
