@@ -106,6 +106,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
     Function the file applies only inside the `backward` of its Functions (a
     double-backward helper such as `UpFirDn2dBackward`): autograd runs
     backward with autocast off, unless that backward is `custom_bwd`.
+    The incoming grad is followed through views, splits and loops over them
+    (`for i, (qc, doc) in enumerate(zip(q.split(b), do.split(b)))`, the
+    blockwise backward of a memory-efficient attention).
     The extension case needs two or more of the forward's inputs passed to
     `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module built by
     `torch.utils.cpp_extension.load`/`load_inline` or imported as a compiled
@@ -667,6 +670,39 @@ def train_step(model, batch):
             line=7,
             why="the extension is imported in a module-level try block; the caller passes the conv output uncast",
         ),
+        Invalid(
+            """
+import torch
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, bucket):
+        o = torch.zeros_like(q)
+        for qc, oc in zip(q.split(bucket, dim=-2), o.split(bucket, dim=-2)):
+            oc.copy_(torch.einsum("... i d, ... j d -> ... i j", qc, k).softmax(-1) @ v)
+        ctx.save_for_backward(q, k, v)
+        ctx.bucket = bucket
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v = ctx.saved_tensors
+        dv = torch.zeros_like(v)
+        row_splits = zip(q.split(ctx.bucket, dim=-2), do.split(ctx.bucket, dim=-2))
+        for ind, (qc, doc) in enumerate(row_splits):
+            p = torch.einsum("... i d, ... j d -> ... i j", qc, k).softmax(-1)
+            dv.add_(torch.einsum("... i j, ... i d -> ... j d", p, doc))
+        return None, None, dv, None
+
+
+def step(model, x):
+    with torch.autocast("cuda"):
+        return model(x)
+""",
+            line=6,
+            why="the grad reaches backward's einsum blockwise, through a loop over zip(..., do.split(...))",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -868,12 +904,17 @@ def _grad_meets_op(ctx: ModuleContext, scope: Scope, backward: cst.FunctionDef) 
     """
     params = [p.name.value for p in backward.params.params][1:]  # after ctx
     grads = set(params)
+    loops = _loop_bindings(backward)
     changed = True
-    while changed:  # names bound to a view of a grad
+    while changed:  # names bound to a view of a grad, or to a piece of one by a loop
         changed = False
         for a in ctx.assignments:
             if a.scope is scope and "." not in a.target and a.target not in grads and _from_grad(a.value, grads):
                 grads.add(a.target)
+                changed = True
+        for target, value in loops:
+            if target not in grads and _from_grad(value, grads):
+                grads.add(target)
                 changed = True
     for call in scope.calls:
         operands: List[cst.BaseExpression] = []
@@ -892,6 +933,48 @@ def _grad_meets_op(ctx: ModuleContext, scope: Scope, backward: cst.FunctionDef) 
         if _from_grad(node, grads):
             return "@ (matmul)"
     return None
+
+
+def _loop_bindings(function: cst.FunctionDef) -> List[Tuple[str, cst.BaseExpression]]:
+    """(name, what it iterates over) for the loop targets of `function`'s own body:
+    `for g in grad.split(n)` binds `g` to a piece of `grad.split(n)`; `for i, (a, g) in
+    enumerate(zip(x.split(n), grad.split(n)))` binds `g` to a piece of `grad.split(n)`
+    (the blockwise backward of a memory-efficient attention)."""
+    found: List[Tuple[str, cst.BaseExpression]] = []
+    fors: List[cst.For] = []
+    zipped: dict = {}  # `row_splits = zip(...)`: the loop iterates over a name bound to the zip
+
+    class _Loops(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+        def visit_For(self, node: cst.For) -> None:
+            fors.append(node)
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, cst.Call):
+                zipped[node.targets[0].target.value] = None if node.targets[0].target.value in zipped else node.value
+
+    def _pair(target: cst.BaseExpression, source: cst.BaseExpression) -> None:
+        if isinstance(source, cst.Name) and zipped.get(source.value) is not None:
+            source = zipped[source.value]
+        if isinstance(source, cst.Call) and isinstance(source.func, cst.Name) and source.func.value in ("enumerate", "zip"):
+            args = [a.value for a in source.args if a.keyword is None and not a.star]
+            if source.func.value == "enumerate":
+                if len(args) == 1 and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                    _pair(target.elements[1].value, args[0])
+                return
+            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(args):
+                for element, arg in zip(target.elements, args):
+                    _pair(element.value, arg)
+            return
+        if isinstance(target, cst.Name):
+            found.append((target.value, source))
+
+    function.visit(_Loops())
+    for loop in fors:
+        _pair(loop.target, loop.iter)
+    return found
 
 
 def _from_grad(expr: cst.BaseExpression, grads: Set[str]) -> bool:
