@@ -33,7 +33,7 @@ from .collector import _Collector, _collect_imports
 from .dtypes import (
     _ALIGNING_FUNCTIONS, _CAST_METHOD_DTYPES, _DTYPE_KEEPING_FUNCTIONS, _DTYPE_KEEPING_METHODS, _DTYPED_FACTORIES,
     _FLOAT_FACTORIES, _LIKE_FACTORIES, _OTHER_DTYPES, _TYPED_CONSTRUCTORS, _SPLITTING_FUNCTIONS, _SPLITTING_METHODS,
-    _find_low_precision_casts, _is_device_expr,
+    _find_low_precision_casts, _is_device_expr, cast_inputs_dtype,
 )
 from .events import _events
 from .facts import FileFacts
@@ -189,7 +189,8 @@ class ModuleContext:
         assumes the default dtype is float32 and never guesses otherwise.
         With `path` (the control flow around the point asked about), a name's value
         is read flow-sensitively: an earlier assignment that every way to the point
-        runs through hides the ones before it (model/dtype_flow.py).
+        runs through hides the ones before it (model/dtype_flow.py). A parameter of a
+        `custom_fwd(cast_inputs=torch.float32)` forward not rebound before is fp32.
 
         Arithmetic (`+ - * /`) follows type promotion: a Python number keeps a
         float tensor's dtype, two alike tensors keep it, and an fp32 tensor lifts
@@ -257,7 +258,8 @@ class ModuleContext:
                 from .dtype_flow import NameDtypes
 
                 self._name_dtypes = NameDtypes(self)
-            return self._name_dtypes.lookup(node.value, scope, before, statement, _depth, path)
+            found = self._name_dtypes.lookup(node.value, scope, before, statement, _depth, path)
+            return found if found is not None else cast_inputs_dtype(self, node.value, scope, before)
         return None
 
     def unpacks_alike(self, value: cst.BaseExpression) -> bool:
