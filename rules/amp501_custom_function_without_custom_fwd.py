@@ -80,13 +80,15 @@ class CustomFunctionWithoutCustomFwd(Rule):
     module-level class in a module of an importable package (a `.py` file
     next to an `__init__.py`, not a test, not a `__main__`/setup script, no
     `if __name__ == "__main__":` block, not under `tests/`, `examples/`,
-    `scripts/`, `benchmarks/` or `docs/`) of a project that names a
-    low-precision dtype somewhere (`.half()`, `torch.bfloat16`, a GradScaler).
+    `scripts/`, `benchmarks/` or `docs/`) of a project that anticipates
+    autocast somewhere: a region of any enabled state (not fp32), a
+    `custom_fwd`/`custom_bwd`, a query of the autocast state, a GradScaler.
     Such a Function runs under its users' autocast whether or not the library
-    opens a region itself (a kernel package); a package that never names a
-    low-precision dtype trains and runs in fp32 throughout, and its own code
-    decides what its Functions see. Scripts and tests need autocast in the
-    project. Only
+    opens a region itself (a kernel package); a package that does none of
+    these was not written to run under autocast, its own or its users', and
+    its own code decides what its Functions see (in fp32, or with parameters
+    cast to bf16 as FSDP's mixed precision does). Scripts and tests need
+    autocast in the project. Only
     when `backward` also does dtype-sensitive work (an
     autocastable op or a kernel call): that is where the mismatch surfaces.
     Silent when any method carries a `custom_fwd` / `custom_bwd` (or autocast)

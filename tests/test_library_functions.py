@@ -1,6 +1,7 @@
 """AMP501 for library code: a public autograd.Function of an importable package runs under its
 users' autocast, so it is reported even when the package itself opens no autocast region (as long
-as the package names a low-precision dtype somewhere: one that never does runs in fp32 throughout);
+as the package anticipates autocast somewhere: a custom_fwd, a region, a GradScaler; one that never
+does decides its Functions' dtypes itself, in fp32 or by casting its parameters);
 scripts, tests, private classes and folders outside a package still need autocast in the project."""
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ FUNCTION = textwrap.dedent(
     """
 )
 CONFIG = Config(select=("AMP501",))
-#: a module that names fp16: the package runs low precision somewhere
-HALF = "import torch\n\n\ndef to_half(x):\n    return x.half()\n"
+#: a module that anticipates autocast: the package's Functions may run under its users' autocast
+HALF = "import torch\nfrom torch.amp import custom_fwd\n\n\n@custom_fwd(device_type='cuda', cast_inputs=torch.float32)\ndef fp32_op(x):\n    return x\n"
 
 
 def _package(root, relative="fastops/functions.py", source=FUNCTION, init=True):
@@ -54,11 +55,16 @@ def test_public_function_of_a_package_is_reported_without_autocast_in_the_projec
     assert _found(tmp_path) == [("fastops/functions.py", 6)]
 
 
-def test_a_package_that_never_names_low_precision_runs_fp32(tmp_path):
-    """No autocast, `.half()`, bf16 or GradScaler anywhere (BasicSR, stylegan2 in the blind drill):
-    its own fp32 code decides what its Functions see; a `--precision` setting still reports."""
+def test_a_package_that_never_anticipates_autocast_decides_its_dtypes(tmp_path):
+    """No autocast, custom_fwd or GradScaler anywhere (fp32-only BasicSR and stylegan2, torchtitan
+    with bf16 parameters from FSDP in the blind drill): its own code decides what its Functions
+    see, a bf16 model cast included; a `--precision` setting still reports."""
     _package(tmp_path)
-    (tmp_path / "fastops" / "train.py").write_text("import torch\n\n\ndef step(model, opt, x):\n    model(x).sum().backward()\n    opt.step()\n")
+    (tmp_path / "fastops" / "train.py").write_text(
+        "import torch\n\n\ndef step(model, opt, x):\n    model.to(torch.bfloat16)(x).sum().backward()\n    opt.step()\n"
+    )
+    assert _found(tmp_path) == []
+    (tmp_path / "fastops" / "router.py").write_text("import torch\n\n\ndef route(g, x):\n    with torch.autocast('cuda', dtype=torch.float32):\n        return g(x)\n")
     assert _found(tmp_path) == []
     assert _found(tmp_path, Config(select=("AMP501",), precision="fp16")) == [("fastops/functions.py", 6)]
     (tmp_path / "fastops" / "cast.py").write_text(HALF)

@@ -33,9 +33,9 @@ MIN_PARALLEL_FILES = 8
 #: text without which a file cannot contribute a project fact (fp16, bf16,
 #: dtype decided at run time, autocast): autocast regions, GradScalers,
 #: `.half()`/`.bfloat16()`, `torch.float16`/`torch.half`/`torch.bfloat16`,
-#: "float16"/"fp16"/"bf16"/"half" dtype strings, `HalfTensor`.
+#: "float16"/"fp16"/"bf16"/"half" dtype strings, `HalfTensor`, custom_fwd/custom_bwd (autocast_aware).
 #: tests/test_speed_facts.py proves it on every example and real file it has.
-FACT_TRIGGERS: Tuple[str, ...] = ("autocast", "GradScaler", "half", "Half", "float16", "fp16", "bf16")
+FACT_TRIGGERS: Tuple[str, ...] = ("autocast", "GradScaler", "half", "Half", "float16", "fp16", "bf16", "custom_fwd", "custom_bwd")
 
 
 def passes_facts_gate(source: str) -> bool:

@@ -503,7 +503,19 @@ def _file_facts(ctx: ModuleContext) -> FileFacts:
         bf16="bf16" in dtypes,
         dtype_unknown=None in dtypes,
         autocast=_enters_autocast(active),
+        autocast_aware=_anticipates_autocast(ctx),
     )
+
+
+def _anticipates_autocast(ctx: ModuleContext) -> bool:
+    """A region of any enabled state but fp32, custom_fwd/custom_bwd or an autocast-state query
+    (imported, called or a decorator), or a GradScaler constructed."""
+    if any(r.dtype != "fp32" for r in ctx.regions) or any(s.constructors for s in ctx.scalers.values()):
+        return True
+    names = torchapi.CUSTOM_FWD_BWD | _AUTOCAST_STATE
+    if any(call.qualnames & names for call in ctx.calls):
+        return True
+    return any(ctx.imports.bound_name(q) is not None for q in sorted(names))
 
 
 def _enters_autocast(active: List[AutocastRegion]) -> bool:
@@ -513,6 +525,11 @@ def _enters_autocast(active: List[AutocastRegion]) -> bool:
     return any(r.dtype != "fp32" for r in active)
 
 
+#: functions that query the autocast state
+_AUTOCAST_STATE = frozenset(
+    {"torch.is_autocast_enabled", "torch.get_autocast_dtype", "torch.get_autocast_gpu_dtype", "torch.get_autocast_cpu_dtype",
+     "torch.is_autocast_cpu_enabled"}
+)
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)
 _FLOATS = ("fp16", "bf16", "fp32")
 

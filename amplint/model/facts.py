@@ -17,9 +17,9 @@ from typing import Iterable, List, Optional
 FP16 = "fp16"
 #: the diagnostic holds if the project uses autocast anywhere
 AUTOCAST = "autocast"
-#: ... or if the file is a module of an importable package of a project that names a low-precision
-#: dtype somewhere: library code runs under its users' autocast whether or not the library opens a
-#: region itself
+#: ... or if the file is a module of an importable package of a project that anticipates autocast
+#: somewhere (`anticipates_autocast`): library code runs under its users' autocast whether or not the
+#: library opens a region itself
 AUTOCAST_OR_LIBRARY = "autocast-or-library"
 
 #: folders whose files are run, not imported by users (relative to the project root)
@@ -33,6 +33,9 @@ class FileFacts:
     bf16: bool = False
     dtype_unknown: bool = False  # an autocast region whose dtype is decided at run time
     autocast: bool = False  # an autocast region that may run low precision (not enabled=False, not fp32)
+    #: the file anticipates autocast: a region of any enabled state (not fp32), custom_fwd /
+    #: custom_bwd, the autocast state queried, a GradScaler constructed
+    autocast_aware: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,16 +44,18 @@ class ProjectFacts:
     bf16: bool = False
     dtype_unknown: bool = False
     autocast: bool = False
+    autocast_aware: bool = False
 
     @classmethod
     def from_files(cls, files: Iterable[FileFacts]) -> "ProjectFacts":
-        fp16 = bf16 = unknown = autocast = False
+        fp16 = bf16 = unknown = autocast = aware = False
         for f in files:
             fp16 |= f.fp16
             bf16 |= f.bf16
             unknown |= f.dtype_unknown
             autocast |= f.autocast
-        return cls(fp16=fp16, bf16=bf16, dtype_unknown=unknown, autocast=autocast)
+            aware |= f.autocast_aware
+        return cls(fp16=fp16, bf16=bf16, dtype_unknown=unknown, autocast=autocast, autocast_aware=aware)
 
     @property
     def may_run_fp16(self) -> bool:
@@ -137,13 +142,15 @@ def _local_imports(text: str, folder: str, base: str) -> List[str]:
     return found
 
 
-def shows_low_precision(facts: ProjectFacts, precision: str = "auto") -> bool:
-    """The project names a low-precision dtype somewhere (`.half()`, `torch.bfloat16`, an
-    autocast region, a GradScaler, a dtype decided at run time), or the setting says it runs one.
-    A package that never does trains and runs in fp32 throughout: its own code decides the dtypes
-    its modules see (BasicSR's and stylegan2's kernel Functions in the blind drill), so a library
-    module of it is not assumed to run under some user's autocast."""
-    return facts.fp16 or facts.bf16 or facts.dtype_unknown or facts.autocast or precision in ("fp16", "bf16")
+def anticipates_autocast(facts: ProjectFacts, precision: str = "auto") -> bool:
+    """The project's code anticipates running under autocast somewhere: it enters a region (also
+    `enabled=False`, to keep a caller's autocast out; not a `dtype=torch.float32` one), decorates
+    a Function with `custom_fwd`/`custom_bwd`, queries the autocast state, builds a GradScaler,
+    or the setting names a precision. A package that does none of these was not written to run
+    under autocast, its users' or its own: fp32-only BasicSR and stylegan2, torchtitan (bf16
+    parameters from FSDP, never autocast) in the blind drill; its own code decides what its
+    Functions see, so a library module of it is not assumed to run under some user's autocast."""
+    return facts.autocast or facts.autocast_aware or precision in ("fp16", "bf16")
 
 
 #: a condition `<base>|kernel-not-mixed=<name>` also needs the project's source of the kernel bound
@@ -192,5 +199,5 @@ def condition_holds(
     if condition == AUTOCAST_OR_LIBRARY:
         if condition_holds(AUTOCAST, facts, precision):
             return True
-        return shows_low_precision(facts, precision) and library_module(filename, root)
+        return anticipates_autocast(facts, precision) and library_module(filename, root)
     raise ValueError(f"unknown diagnostic condition {condition!r}")
