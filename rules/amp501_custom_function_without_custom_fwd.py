@@ -943,40 +943,50 @@ def _loop_bindings(function: cst.FunctionDef) -> List[Tuple[str, cst.BaseExpress
     enumerate(zip(x.split(n), grad.split(n)))` binds `g` to a piece of `grad.split(n)`
     (the blockwise backward of a memory-efficient attention)."""
     found: List[Tuple[str, cst.BaseExpression]] = []
-    fors: List[cst.For] = []
-    zipped: dict = {}  # `row_splits = zip(...)`: the loop iterates over a name bound to the zip
-
-    class _Loops(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is function
-
-        def visit_For(self, node: cst.For) -> None:
-            fors.append(node)
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, cst.Call):
-                zipped[node.targets[0].target.value] = None if node.targets[0].target.value in zipped else node.value
-
-    def _pair(target: cst.BaseExpression, source: cst.BaseExpression) -> None:
-        if isinstance(source, cst.Name) and zipped.get(source.value) is not None:
-            source = zipped[source.value]
-        if isinstance(source, cst.Call) and isinstance(source.func, cst.Name) and source.func.value in ("enumerate", "zip"):
-            args = [a.value for a in source.args if a.keyword is None and not a.star]
-            if source.func.value == "enumerate":
-                if len(args) == 1 and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
-                    _pair(target.elements[1].value, args[0])
-                return
-            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(args):
-                for element, arg in zip(target.elements, args):
-                    _pair(element.value, arg)
-            return
-        if isinstance(target, cst.Name):
-            found.append((target.value, source))
-
-    function.visit(_Loops())
-    for loop in fors:
-        _pair(loop.target, loop.iter)
+    loops = _Loops(function)
+    function.visit(loops)
+    for loop in loops.fors:
+        _pair(loop.target, loop.iter, loops.zipped, found)
     return found
+
+
+def _pair(target: cst.BaseExpression, source: cst.BaseExpression, zipped: dict, found: List[Tuple[str, cst.BaseExpression]]) -> None:
+    """Bind each name of a loop target to what it iterates over (through enumerate and zip)."""
+    if isinstance(source, cst.Name) and zipped.get(source.value) is not None:
+        source = zipped[source.value]
+    if isinstance(source, cst.Call) and isinstance(source.func, cst.Name) and source.func.value in ("enumerate", "zip"):
+        args = [a.value for a in source.args if a.keyword is None and not a.star]
+        if source.func.value == "enumerate":
+            if len(args) == 1 and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                _pair(target.elements[1].value, args[0], zipped, found)
+            return
+        if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(args):
+            for element, arg in zip(target.elements, args):
+                _pair(element.value, arg, zipped, found)
+        return
+    if isinstance(target, cst.Name):
+        found.append((target.value, source))
+
+
+class _Loops(cst.CSTVisitor):
+    """The `for` loops of one function's own body, and the names it binds to one call."""
+
+    def __init__(self, function: cst.FunctionDef) -> None:
+        super().__init__()
+        self.function = function
+        self.fors: List[cst.For] = []
+        self.zipped: dict = {}  # `row_splits = zip(...)`: a loop may iterate over the name
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.function
+
+    def visit_For(self, node: cst.For) -> None:
+        self.fors.append(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, cst.Call):
+            name = node.targets[0].target.value
+            self.zipped[name] = None if name in self.zipped else node.value
 
 
 def _from_grad(expr: cst.BaseExpression, grads: Set[str]) -> bool:
