@@ -55,6 +55,8 @@ def kernel_dtypes(name: str, filename: Optional[str], root: Optional[str] = None
 
 def _kernel_dtypes(name: str, listing: List[str]) -> Optional[str]:
     sources = [t for t in (read_text(p) for p in listing) if t]
+    if not any(name in t for t in sources):
+        return None
     binding = re.compile(r"\.\s*(?:def|impl)\s*\(\s*\"(?:\w+::)?" + name + r"(?:\"|\()[^,]*,\s*(?:TORCH_FN\s*\()?\s*&?\s*([A-Za-z_][\w:]*)")
     bound = {m.group(1) for text in sources if name in text for m in binding.finditer(text)}
     verdicts = {_classify(fn.rsplit("::", 1)[-1], sources) for fn in bound}
@@ -100,7 +102,7 @@ def _bodies(function: str, sources: List[str]) -> Iterator[str]:
     """The `{...}` of each definition of `function` (a name followed by its parameters and a brace)."""
     call = re.compile(r"\b" + re.escape(function) + r"\s*\(")
     for text in sources:
-        if function not in text:
+        if function not in text or not _defines(text, function):
             continue
         for m in call.finditer(text):
             close = _match(text, m.end() - 1, "(", ")")
@@ -113,6 +115,21 @@ def _bodies(function: str, sources: List[str]) -> Iterator[str]:
             end = _match(text, start - 1, "{", "}")
             if end is not None:
                 yield text[start:end]
+
+
+#: a line that may start a definition: a name, its parameters (maybe over several lines), a brace
+_DEFINITION = re.compile(r"\b([A-Za-z_]\w*)\s*\((?:[^;{}()]|\([^;{}()]*\))*\)\s*(?:const\s*|noexcept\s*|override\s*)*(?:->\s*[\w:<>, ]+\s*)?\{")
+_definitions: Dict[int, Tuple[str, frozenset]] = {}
+
+
+def _defines(text: str, function: str) -> bool:
+    """Whether `text` may define `function` (the names one regex pass finds before a body)."""
+    entry = _definitions.get(id(text))
+    if entry is None or entry[0] is not text:  # (an id is reused once its text is gone)
+        if len(_definitions) > 20000:
+            _definitions.clear()
+        entry = _definitions[id(text)] = (text, frozenset(m.group(1) for m in _DEFINITION.finditer(text)))
+    return function in entry[1]
 
 
 def _match(text: str, at: int, opening: str, closing: str) -> Optional[int]:
