@@ -1,7 +1,7 @@
 """AMP501 custom-function-without-custom-fwd."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -9,7 +9,7 @@ from amplint.model import (
     AUTOCAST, AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
     AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
     KERNEL_NOT_MIXED, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, imported_names,
-    kernel_condition,
+    kernel_condition, subnodes,
 )
 
 _CAST_METHODS = ("float", "half", "double", "bfloat16", "type_as")
@@ -104,7 +104,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
     applies (`_F.apply(...)`, or an alias `f = _F.apply` called here), when
     every call hands it an input its caller cast by hand (`x.float()` in the
     call, or `x = x.float()` before it, also under an `if x.dtype ==
-    torch.float16:`): the kernel sees the dtype its author chose. Silent on a
+    torch.float16:`): the kernel sees the dtype its author chose (an
+    autocastable op in forward is lowered whatever its input's dtype, so this
+    counts for the extension case only). Silent on a
     Function the file applies only inside the `backward` of its Functions (a
     double-backward helper such as `UpFirDn2dBackward`): autograd runs
     backward with autocast off, unless that backward is `custom_bwd`.
@@ -712,6 +714,7 @@ def step(model, x):
         if not functions:
             return
         extensions = _extension_names(ctx)
+        names = _name_counts(ctx.module) if any(f"{c.name.value}.apply" in ctx.source for c in functions) else {}
         scopes = {id(s.node): s for s in ctx.scopes}
         script = _runs_as_script(ctx)
         for cls in functions:
@@ -730,9 +733,8 @@ def step(model, x):
                 continue  # the author manages autocast by hand (replays it in backward, reads its dtype)
             if _casts_by_hand(ctx, bwd):
                 continue  # backward converts dtypes itself (`w.to(grad.dtype)`, `.float()`)
-            if _callers_cast(ctx, cls):
-                continue  # every caller hands it inputs cast by hand (`input = input.float()`)
-            if _only_in_backward(ctx, cls, functions):
+            applied = _applications(ctx, cls, names)
+            if _only_in_backward(ctx, applied, functions):
                 continue  # applied only in another Function's backward: autocast is off there
             setup_context = "setup_context" in methods
             in_backward = _grad_meets_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
@@ -745,6 +747,8 @@ def step(model, x):
                 yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)}, help=help)
                 continue
             help = "Use `@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`"
+            if _callers_cast(ctx, cls, applied):
+                continue  # every caller hands the kernel inputs cast by hand (`input = input.float()`)
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
             if kernel is not None:
                 name, count = kernel
@@ -904,11 +908,32 @@ def _grad_meets_op(ctx: ModuleContext, scope: Scope, backward: cst.FunctionDef) 
     matmul-like op. A grad first combined elementwise with an fp32 tensor is
     promoted to fp32 (§1.1 unlisted ops promote), so a matmul on the result is safe.
     """
+    ops: List[Tuple[str, List[cst.BaseExpression]]] = []
+    for call in scope.calls:
+        if (call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS) and not _complex_input(ctx, call.node):
+            ops.append((sorted(call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS)[0], [a.value for a in call.node.args if a.keyword is None]))
+        elif call.method in AUTOCAST_LOWER_PRECISION_METHODS and not call.qualnames and call.receiver is not None:
+            ops.append((f".{call.method}()", [call.receiver] + [a.value for a in call.node.args if a.keyword is None]))
+    visitor = _MatMul()
+    backward.visit(visitor)
+    if visitor.operands:
+        ops.append(("@ (matmul)", visitor.operands))
+    if not ops:
+        return None
     params = [p.name.value for p in backward.params.params][1:]  # after ctx
-    grads = set(params)
-    loops = _loop_bindings(backward)
+    grads = _grad_names(ctx, scope, set(params), [])
+    found = next((name for name, operands in ops if any(_from_grad(o, grads) for o in operands)), None)
+    if found is None:  # the grad may reach an op only blockwise, through a loop over its splits
+        grads = _grad_names(ctx, scope, grads, _loop_bindings(backward))
+        found = next((name for name, operands in ops if any(_from_grad(o, grads) for o in operands)), None)
+    return found
+
+
+def _grad_names(ctx: ModuleContext, scope: Scope, grads: Set[str], loops: List[Tuple[str, cst.BaseExpression]]) -> Set[str]:
+    """`grads` and the names bound to a view of one, or to a piece of one by a loop."""
+    grads = set(grads)
     changed = True
-    while changed:  # names bound to a view of a grad, or to a piece of one by a loop
+    while changed:
         changed = False
         for a in ctx.assignments:
             if a.scope is scope and "." not in a.target and a.target not in grads and _from_grad(a.value, grads):
@@ -918,23 +943,7 @@ def _grad_meets_op(ctx: ModuleContext, scope: Scope, backward: cst.FunctionDef) 
             if target not in grads and _from_grad(value, grads):
                 grads.add(target)
                 changed = True
-    for call in scope.calls:
-        operands: List[cst.BaseExpression] = []
-        name = ""
-        if (call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS) and not _complex_input(ctx, call.node):
-            operands = [a.value for a in call.node.args if a.keyword is None]
-            name = sorted(call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS)[0]
-        elif call.method in AUTOCAST_LOWER_PRECISION_METHODS and not call.qualnames and call.receiver is not None:
-            operands = [call.receiver] + [a.value for a in call.node.args if a.keyword is None]
-            name = f".{call.method}()"
-        if any(_from_grad(o, grads) for o in operands):
-            return name
-    visitor = _MatMul()
-    backward.visit(visitor)
-    for node in visitor.operands:
-        if _from_grad(node, grads):
-            return "@ (matmul)"
-    return None
+    return grads
 
 
 def _loop_bindings(function: cst.FunctionDef) -> List[Tuple[str, cst.BaseExpression]]:
@@ -943,10 +952,19 @@ def _loop_bindings(function: cst.FunctionDef) -> List[Tuple[str, cst.BaseExpress
     enumerate(zip(x.split(n), grad.split(n)))` binds `g` to a piece of `grad.split(n)`
     (the blockwise backward of a memory-efficient attention)."""
     found: List[Tuple[str, cst.BaseExpression]] = []
-    loops = _Loops(function)
-    function.visit(loops)
-    for loop in loops.fors:
-        _pair(loop.target, loop.iter, loops.zipped, found)
+    fors: List[cst.For] = []
+    zipped: Dict[str, Optional[cst.Call]] = {}  # `row_splits = zip(...)`: a loop may iterate over the name
+    for node in subnodes(function.body):  # (nested functions' loops too: a superset, harmless)
+        if isinstance(node, cst.For):
+            fors.append(node)
+        elif isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            if isinstance(node.value, cst.Call):
+                name = node.targets[0].target.value
+                zipped[name] = None if name in zipped else node.value
+    if not fors:
+        return found
+    for loop in fors:
+        _pair(loop.target, loop.iter, zipped, found)
     return found
 
 
@@ -966,27 +984,6 @@ def _pair(target: cst.BaseExpression, source: cst.BaseExpression, zipped: dict, 
         return
     if isinstance(target, cst.Name):
         found.append((target.value, source))
-
-
-class _Loops(cst.CSTVisitor):
-    """The `for` loops of one function's own body, and the names it binds to one call."""
-
-    def __init__(self, function: cst.FunctionDef) -> None:
-        super().__init__()
-        self.function = function
-        self.fors: List[cst.For] = []
-        self.zipped: dict = {}  # `row_splits = zip(...)`: a loop may iterate over the name
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return node is self.function
-
-    def visit_For(self, node: cst.For) -> None:
-        self.fors.append(node)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, cst.Call):
-            name = node.targets[0].target.value
-            self.zipped[name] = None if name in self.zipped else node.value
 
 
 def _from_grad(expr: cst.BaseExpression, grads: Set[str]) -> bool:
@@ -1016,7 +1013,15 @@ def _complex_input(ctx: ModuleContext, call: cst.Call) -> bool:
     return False
 
 
-def _applications(ctx: ModuleContext, cls: cst.ClassDef) -> Optional[List[CallInfo]]:
+def _name_counts(module: cst.Module) -> Dict[str, int]:
+    """How often each Name and each `X.apply` occurs in the module (one walk for all Functions)."""
+    counts: Dict[str, int] = {}
+    for n in _names(module):
+        counts[n] = counts.get(n, 0) + 1
+    return counts
+
+
+def _applications(ctx: ModuleContext, cls: cst.ClassDef, names: Dict[str, int]) -> Optional[List[CallInfo]]:
     """Every call in the file that applies the Function, directly (`F.apply(x)`) or through a
     module-level alias (`roi_align = F.apply`); None when there is none, or when `F.apply`
     (or its alias) is also used in another way (passed on, stored on `self`): callers unseen."""
@@ -1028,32 +1033,30 @@ def _applications(ctx: ModuleContext, cls: cst.ClassDef) -> Optional[List[CallIn
     calls = [c for c in ctx.calls if c.dotted in spelled]
     if not calls:
         return None
-    uses = sum(1 for n in _names(ctx.module) if n in spelled)
+    uses = sum(names.get(n, 0) for n in spelled)
     if uses != len(calls) + 2 * (len(spelled) - 1):  # the calls, and each alias's target and value
         return None
     return calls
 
 
-def _callers_cast(ctx: ModuleContext, cls: cst.ClassDef) -> bool:
-    """A private Function (`_ROIAlignRotated`) whose every application in the file hands it an
-    input the caller cast by hand: `x.float()` in the call, or `x = x.float()` in the calling
+def _callers_cast(ctx: ModuleContext, cls: cst.ClassDef, calls: Optional[List[CallInfo]]) -> bool:
+    """A private Function (`_ROIAlignRotated`) around a compiled kernel whose every application
+    in the file hands it an input the caller cast by hand: `x.float()` in the call, or `x = x.float()` in the calling
     function before it (also under an `if x.dtype == torch.float16:`). The kernel then sees the
     dtype its author chose, not whatever autocast produced. A public Function may have callers
     elsewhere, so it is not judged by the calls this file shows."""
     if not cls.name.value.startswith("_"):
         return False
-    calls = _applications(ctx, cls)
     return calls is not None and all(
         any(_cast_input(ctx, c, a.value) for a in c.node.args if a.keyword is None and not a.star) for c in calls
     )
 
 
-def _only_in_backward(ctx: ModuleContext, cls: cst.ClassDef, functions: List[cst.ClassDef]) -> bool:
+def _only_in_backward(ctx: ModuleContext, calls: Optional[List[CallInfo]], functions: List[cst.ClassDef]) -> bool:
     """The Function is applied only inside the `backward` of Functions of this file (the
     double-backward helper `UpFirDn2dBackward`, applied by `UpFirDn2d.backward`): autograd runs
     backward with autocast off, so its forward never sees autocast. Not when that backward is
     decorated `custom_bwd` or opens autocast (it then runs under the forward's autocast state)."""
-    calls = _applications(ctx, cls)
     if calls is None:
         return False
     for call in calls:
@@ -1067,16 +1070,13 @@ def _only_in_backward(ctx: ModuleContext, cls: cst.ClassDef, functions: List[cst
 
 def _names(module: cst.Module) -> Iterator[str]:
     """The text of every Name and of every `X.apply` attribute in the module."""
-    stack: List[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Name):
-            yield node.value
-            continue
+    inside: Set[int] = set()  # the `X` of each `X.apply`, counted with it
+    for node in subnodes(module):
         if isinstance(node, cst.Attribute) and node.attr.value == "apply" and isinstance(node.value, cst.Name):
+            inside.update((id(node.value), id(node.attr)))
             yield f"{node.value.value}.apply"
-            continue
-        stack.extend(node.children)
+        elif isinstance(node, cst.Name) and id(node) not in inside:
+            yield node.value
 
 
 def _cast_input(ctx: ModuleContext, call, arg: cst.BaseExpression) -> bool:

@@ -337,7 +337,7 @@ def test_autograd_function_lines_keep_the_callers_of_a_function():
     source = (
         "import torch\n"
         "class _Op(torch.autograd.Function):\n"
-        "    pass\n"
+        "    forward = lambda ctx, x: _C.kernel(x)\n"
         "op = _Op.apply\n"
         "def wrap(x):\n"
         "    return op(x.float())\n"
@@ -347,8 +347,17 @@ def test_autograd_function_lines_keep_the_callers_of_a_function():
         "    pass\n"
         "def uses_public(x):\n"
         "    return Public.apply(x)\n"
+        "class Helper(torch.autograd.Function):\n"
+        "    pass\n"
+        "class Outer(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        return Helper.apply(g)\n"
     )
-    assert autograd_function_lines(source) == {2, 4, 6, 8, 9, 12}
+    # a public Function's applications only when each is in a backward (Helper, not Public);
+    # a private one's when it calls a compiled kernel (its callers may cast the inputs)
+    assert autograd_function_lines(source) == {2, 4, 6, 8, 9, 13, 15, 18}
+    assert autograd_function_lines(source.replace("_C.kernel(x)", "x.clone()")) == {2, 9, 13, 15, 18}
 
 
 def test_autocast_region_lines_follow_import_aliases():

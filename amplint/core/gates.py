@@ -762,19 +762,76 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
                 bases.add(name)
                 changed = True
     lines = {source.count("\n", 0, start) + 1 for start in found}
-    for start, name, _ in headers:
-        if start in found:
-            lines |= _apply_lines(source, name)
+    kernels: Optional[re.Pattern] = None
+    for i, (start, name, _) in enumerate(headers):
+        if start not in found:
+            continue
+        if name.startswith("_"):
+            # its callers matter only for a compiled-kernel call (inputs cast by hand)
+            if kernels is None:
+                kernels = _kernel_call_pattern(source)
+            end = headers[i + 1][0] if i + 1 < len(headers) else len(source)
+            if not kernels.search(source, start, end):
+                continue
+        lines |= _apply_lines(source, name)
     return lines
+
+
+def _kernel_call_pattern(source: str) -> "re.Pattern[str]":
+    """A call through `torch.ops`, a compiled-looking module (`_C.f(`, `*_cuda.f(`) or a name
+    bound to one at module level (`ext = load(...)`, `import foo_cuda as fk`): where AMP501
+    sees a Function's compiled kernel (a superset: the rule decides)."""
+    names = {"_C", "_ext", "_cuda", "_kernels"}
+    names.update(re.findall(r"^(\w+)\s*=\s*[\w.]*load(?:_inline|_ext|_extension)?\s*\(", source, re.M))
+    for m in re.finditer(r"^[ \t]*(?:from[ \t]+\S+[ \t]+)?import[ \t]+([^\n#]+)", source, re.M):
+        for item in m.group(1).replace("(", " ").replace(")", " ").split(","):
+            parts = item.split()
+            if not parts:
+                continue
+            imported = parts[0].rsplit(".", 1)[-1]
+            if imported in ("_C", "_ext", "_cuda", "_kernels") or imported.endswith(("_cuda", "_ext", "_C", "_cpp")):
+                names.add(parts[2] if len(parts) == 3 and parts[1] == "as" else imported)
+    spelled = "|".join(sorted(re.escape(n) for n in names))
+    return re.compile(rf"torch\s*\.\s*ops\s*\.|\b(?:{spelled}|\w*(?:_C|_ext|_cuda|_cpp|_kernels))\s*\.\s*\w+\s*\(")
 
 
 def _apply_lines(source: str, name: str) -> Set[int]:
     """The lines that apply a Function (`_F.apply(x)`, `f = _F.apply`, `f(x)`): AMP501 reads its
-    callers (inputs they cast by hand, an application only inside another Function's backward)."""
+    callers. A private Function's all (inputs they cast by hand); a public one's only when each
+    is in a `def backward` (an application only inside another Function's backward): other
+    callers would have it reported anyway, and parsing them costs."""
     at = [m.start() for m in re.finditer(rf"\b{re.escape(name)}\s*\.\s*apply\b", source)]
     for alias in re.findall(rf"^(\w+)\s*=\s*{re.escape(name)}\s*\.\s*apply\s*$", source, re.M):
         at += [m.start() for m in re.finditer(rf"\b{re.escape(alias)}\b", source)]
-    return {source.count("\n", 0, i) + 1 for i in at}
+    rows = {source.count("\n", 0, i) + 1 for i in at}
+    if name.startswith("_") or not rows:
+        return rows
+    lines = source.split("\n")
+    for row in rows:
+        if lines[row - 1].lstrip().startswith("class ") or re.match(rf"\s*\w+\s*=\s*{re.escape(name)}\s*\.\s*apply\s*$", lines[row - 1]):
+            continue  # the class line, an alias's assignment
+        if _enclosing_def(lines, row) != "backward":
+            return set()
+    return rows
+
+
+def _enclosing_def(lines: List[str], row: int) -> Optional[str]:
+    """The name of the `def` whose body holds line `row` (by indentation), None at module level."""
+    text = lines[row - 1].expandtabs()
+    indent = len(text) - len(text.lstrip())
+    for i in range(row - 2, -1, -1):
+        line = lines[i].expandtabs()
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if len(line) - len(stripped) < indent:
+            m = re.match(r"(?:async\s+)?def\s+(\w+)", stripped)
+            if m:
+                return m.group(1)
+            if stripped.startswith("class "):
+                return None
+            indent = len(line) - len(stripped)
+    return None
 
 
 # -------------------------------------------------------------------- AMP202, AMP203, AMP204

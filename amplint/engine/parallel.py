@@ -16,6 +16,7 @@ facts only, until the conditions hold or no such file is left.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -295,13 +296,20 @@ def _will_parse(paths: Sequence[str], rules: Sequence[Any]) -> bool:
 # ------------------------------------------------------------------ project facts
 
 
+#: every fact on: a condition that fails even so fails on what no fact decides (the file is a
+#: script no fp16 reaches, a kernel's source), and reading more files' facts cannot help it
+_ALL_FACTS = ProjectFacts(**{f.name: True for f in dataclasses.fields(ProjectFacts)})
+
+
 def pending_conditions(results: Sequence[Any], facts: ProjectFacts, config: Config) -> set:
-    """The conditions some diagnostic needs that the facts do not (yet) satisfy."""
+    """The conditions some diagnostic needs that the facts do not (yet) satisfy, and more facts could."""
     return {
         d.condition
         for r in results
         for d in r.diagnostics
-        if d.condition is not None and not condition_holds(d.condition, facts, config.precision, d.filename, config.root)
+        if d.condition is not None
+        and not condition_holds(d.condition, facts, config.precision, d.filename, config.root)
+        and condition_holds(d.condition, _ALL_FACTS, config.precision, d.filename, config.root)
     }
 
 

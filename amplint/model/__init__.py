@@ -99,6 +99,7 @@ _EXPORTS = {
     "child_fields": ".walk",
     "CONDITIONAL": ".walk",
     "descendants": ".walk",
+    "subnodes": ".walk",
     "own_hook": ".walk",
     "parent_map": ".walk",
     "SKIP": ".walk",
