@@ -144,3 +144,19 @@ def test_a_kernel_that_also_takes_half_is_not_float_only(tmp_path):
 def test_kernel_dtypes_without_a_project_file():
     assert kernel_dtypes("fwd", "<string>") is None
     assert kernel_dtypes("fwd", "example.py") is None
+
+
+def test_a_kernel_requirement_that_fails_starts_no_facts_pass(tmp_path, monkeypatch):
+    """Facts only turn on: a condition that fails with every fact on (the kernel is built for
+    mixed dtypes) is not worth reading the unparsed files' facts for."""
+    import amplint.engine.parallel as parallel
+
+    read = []
+    original = parallel.facts_of_path
+    monkeypatch.setattr(parallel, "facts_of_path", lambda path, config: read.append(path) or original(path, config))
+    (tmp_path / "notes").mkdir()
+    for i in range(3):  # files no rule's gate lets through, but the facts gate does
+        (tmp_path / "notes" / f"notes{i}.py").write_text("HALF_WIDTH = 3  # half\n")
+    no_autocast = FUNCTION.replace('    with torch.autocast("cuda", dtype=torch.bfloat16):\n        return model(x)\n', "    return model(x)\n")
+    assert _project(tmp_path, no_autocast, MIXED, name="scan.py") == []
+    assert read == []
