@@ -73,7 +73,12 @@ class Fp16OverflowingLiteral(Rule):
 
     The finding is kept only when the project can run fp16 (fp16 autocast,
     `.half()`, `torch.float16`, an enabled GradScaler or a dtype decided at
-    run time, in any file); see `precision` in the configuration.
+    run time, in any file); see `precision` in the configuration. Not in a
+    script no fp16 can reach: a file with an `if __name__ == "__main__":`
+    block whose text, the project modules it imports and the project modules
+    importing it never name a low-precision dtype, autocast, a loss scaler or
+    a precision flag (one example of a repository of examples, next to the
+    fp16 ones).
 
     ## Why is this bad?
     fp16 tops out at 65504. `fp16_tensor.masked_fill(mask, -1e9)` (and `fill_`,
@@ -125,7 +130,9 @@ class Fp16OverflowingLiteral(Rule):
     constants (`-1e4 if x.dtype == torch.float16 else -1e9`, or an `if` on the
     dtype), tensors visibly fp32/bf16 (`scores.float().masked_fill(...)`,
     `torch.zeros(n, n).masked_fill_(...)`, a legacy typed constructor such as
-    `torch.cuda.FloatTensor(n).fill_(1e10)`), code inside a bf16 or
+    `torch.cuda.FloatTensor(n).fill_(1e10)`, `x.new_full(...)` / `x.new_zeros(...)`
+    of such an `x`, including the inputs of a `custom_fwd(cast_inputs=torch.float32)`
+    forward), code inside a bf16 or
     `enabled=False` autocast region, and projects that never run fp16 (bf16
     loses precision on -1e9 but represents it: it becomes -998244352, E03).
     Silent too on a parameter of a private module-level function (`_fill(scores,
@@ -243,6 +250,34 @@ class NearFarFromAabb(Function):
         return nears, fars, far
 """,
             "legacy typed constructors name their dtype: torch.cuda.FloatTensor / torch.FloatTensor / torch.Tensor are fp32",
+        ),
+        Valid(
+            """
+import torch
+from torch.cuda.amp import custom_bwd, custom_fwd
+
+model.half()
+
+
+class NearFarFromAabb(torch.autograd.Function):
+    @staticmethod
+    @custom_fwd(cast_inputs=torch.float32)
+    def forward(ctx, rays_o, rays_d):
+        nears = rays_o.new_full((rays_o.shape[0],), 1e10)
+        fars = rays_o.new_zeros(rays_o.shape[0]).fill_(-1e10)
+        return nears, fars
+
+    @staticmethod
+    @custom_bwd
+    def backward(ctx, g_near, g_far):
+        return None, None
+
+
+def bounds(x):
+    x = x.float()
+    return x.new_full((3,), -1e9), x.new_zeros(3).fill_(1e10)
+""",
+            "new_full / new_zeros of fp32 tensors: inputs of a custom_fwd(cast_inputs=torch.float32) forward, .float()",
         ),
         Valid(
             """

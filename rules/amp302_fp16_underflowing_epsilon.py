@@ -1,7 +1,7 @@
 """AMP302 fp16-underflowing-epsilon."""
 from __future__ import annotations
 
-
+import math
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple
 
 from amplint.model import FP16, Diagnostic, Invalid, Project, Rule, Severity, Valid
@@ -56,6 +56,9 @@ _KEEP_FP16_OUTSIDE_AUTOCAST = frozenset(
 )
 _FUNCTION_MODULES = frozenset({"torch", "torch.nn.functional", "torch.linalg", "torch.special"})
 _CLAMPS = {"clamp": "min", "clamp_": "min", "clamp_min": "min", "clamp_min_": "min"}
+#: methods and functions clamping to (min, max) bounds
+_BOUNDED = frozenset({"clamp", "clamp_", "clip", "clip_"})
+_BOUNDED_FUNCTIONS = frozenset({"torch.clamp", "torch.clip"})
 
 
 class Fp16UnderflowingEpsilon(Rule):
@@ -71,7 +74,11 @@ class Fp16UnderflowingEpsilon(Rule):
       passed;
     - `x + 1e-8`, `x / (y + 1e-12)`, `x.clamp(min=1e-8)` where the tensor is
       visibly fp16 (`.half()` / `.to(torch.float16)`), or is the output of a
-      matmul/linear/conv inside an fp16 autocast region.
+      matmul/linear/conv inside an fp16 autocast region;
+    - a clamp bound that is a constant expression whose eps fp16 rounds away:
+      `p.clamp(min=1e-4, max=1 - 1e-4)`, `torch.clamp(p, EPS, 1 - EPS)` with a
+      module constant `EPS = 1e-6`, on such a tensor. The expression is
+      evaluated in fp16 (round to nearest even, as the cast does).
 
     ## Why is this bad?
     fp16 cannot hold anything below about 2.98e-8: `1e-8` and `1e-12` round to
@@ -81,7 +88,12 @@ class Fp16UnderflowingEpsilon(Rule):
     parameters become `-inf`: Adam with `eps=1e-8` turned fp16 parameters into
     `-inf` after one step with gradients of 1e-5. In hand-written code,
     `x / (norm + 1e-12)` divides by zero and `log(p + 1e-8)` gives `-inf` for
-    exactly the inputs the epsilon was meant to protect.
+    exactly the inputs the epsilon was meant to protect. A bound such as
+    `1 - 1e-4` fails the same way without underflowing: fp16 has 2048 steps
+    between 0.5 and 1, so 0.9999 rounds to 1.0, `p.clamp(max=1 - 1e-4)` lets
+    a saturated sigmoid through as exactly 1, and `log(1 - p)` is `-inf`.
+    The largest bounds below 1 that fp16 keeps apart from 1 are 1 - 2**-11
+    (0.99951); `1 - 1e-3` is 0.99902.
 
     ## Example
     ```python
@@ -107,15 +119,24 @@ class Fp16UnderflowingEpsilon(Rule):
     ## Verification
     `amplint --verify` evaluates the flagged epsilon in fp16 (it is 0.0) and,
     for optimizers, runs one step of the optimizer on fp16 parameters with
-    small gradients and reports the count of non-finite parameters.
+    small gradients and reports the count of non-finite parameters. For a
+    clamp bound it runs the flagged clamp on tensors of 1.0 in fp16 and fp32
+    and reports how many values stay at exactly 1.0.
 
     ## Notes
     Silent on `eps=` passed to ops that compute in fp32 internally
     (`F.layer_norm`, `nn.LayerNorm`, `F.rms_norm`, `F.normalize` under CUDA
     autocast), on optimizers over fp32 parameters (autocast keeps them fp32,
-    so `AdamW(eps=1e-8)` in an AMP script is fine), on `fused=True`
+    so `AdamW(eps=1e-8)` in an AMP script is fine; what counts is what the
+    optimizer gets: silent when, between the cast and the optimizer, the model
+    is rebound or wrapped by peft (`model = get_peft_model(model, config)`,
+    `prepare_model_for_kbit_training(model)`: only fp32 adapter weights are
+    trainable), converted back (`model.float()`), or the optimizer gets only
+    `requires_grad` parameters of a file that freezes some), on `fused=True`
     optimizers (they compute in fp32), on bf16 (1e-8 and 1e-12 are
-    representable, E02), and on tensors whose dtype is not visible.
+    representable, E02), and on tensors whose dtype is not visible. A finding
+    that holds only because the project runs fp16 somewhere is dropped in a
+    script no fp16 can reach (as AMP301's).
 
     Across files: the optimizer's eps is checked, as above, when the fp16
     parameters were made in another file (see AMP201).
@@ -210,6 +231,42 @@ class Trainer:
 """,
             "`self.model` of another class: `Trainer` optimizes fp32 parameters",
         ),
+        Valid(
+            """
+import torch
+from torch.cuda.amp import autocast
+
+with autocast():
+    p = torch.sigmoid(torch.matmul(x, w))
+    a = p.clamp(min=1e-3, max=1 - 1e-3)
+    b = p.float().clamp(1e-6, 1 - 1e-6)
+    c = torch.sigmoid(p.float()).clamp(max=1 - 1e-5)
+""",
+            "a bound fp16 represents (1 - 1e-3 is 0.999); clamps of fp32 tensors",
+        ),
+        Valid(
+            """
+import torch
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.float16)
+model = prepare_model_for_kbit_training(model)
+model = get_peft_model(model, LoraConfig(r=8))
+optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, model.parameters()), lr=2e-4)
+
+base = Net().cuda().half()
+get_peft_model(base, LoraConfig(r=8))
+adapter_optimizer = torch.optim.Adam(base.parameters(), lr=1e-4)
+
+frozen = Net().cuda().half()
+for p in frozen.backbone.parameters():
+    p.requires_grad = False
+frozen.head.float()
+head_optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, frozen.parameters()))
+""",
+            "what the optimizer gets is fp32: peft adapters (rebound or wrapped in place), an fp32 head of a frozen model",
+        ),
     ]
 
     INVALID = [
@@ -277,6 +334,36 @@ class Trainer(Base):
             line=9,
             why="`self.model` cast by a base class defined in the file",
         ),
+        Invalid(
+            """
+import torch
+from torch.cuda.amp import autocast
+
+EPS = 1e-6
+
+
+def focal_loss(x, w, y):
+    with autocast():
+        p = torch.sigmoid(torch.matmul(x, w))
+        p = p.clamp(min=1e-4, max=1 - 1e-4)
+        q = torch.clamp(p, EPS, 1.0 - EPS)
+        return -(y * torch.log(p) + (1 - y) * torch.log(1 - q)).mean()
+""",
+            line=10,
+            count=2,
+            why="1 - 1e-4 and 1 - 1e-6 are 1.0 in fp16: the clamps let p reach 1 and log(1 - p) is -inf",
+        ),
+        Invalid(
+            """
+import torch
+
+model = Net().cuda().half()
+model = model.to("cuda")
+optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters()), lr=1e-3)
+""",
+            line=5,
+            why="the requires_grad filter and a device move keep the parameters fp16",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -290,6 +377,7 @@ class Trainer(Base):
                 d = self._arithmetic(ctx, lit)
                 if d is not None:
                     yield d
+        yield from self._absorbed_bounds(ctx)
 
     # ------------------------------------------------------------ optimizers
 
@@ -374,6 +462,87 @@ class Trainer(Base):
         return ctx.diagnostic(self, lit.node, message, data=data, condition=None if certain else FP16, help=help)
 
 
+    # ------------------------------------------------------------ clamp bounds
+
+    def _absorbed_bounds(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """`p.clamp(min=1e-4, max=1 - 1e-4)` on an fp16 `p`: the bound, a constant expression
+        evaluated in fp16, is 1.0, so the clamp lets p reach 1 and `log(1 - p)` is -inf."""
+        from amplint.model import in_fp16
+
+        for call, tensor, bounds in _clamp_calls(ctx):
+            region = call.region
+            if region is not None and (region.enabled is False or region.dtype == "bf16"):
+                continue
+            for side, node in bounds:
+                absorbed = _absorbed(ctx, node)
+                if absorbed is None:
+                    continue
+                value, small = absorbed
+                verdict = _fp16_tensor(ctx, tensor, call.scope, call.order, call.statement, region)
+                if verdict is None:
+                    continue
+                certain, why = verdict
+                rounded = in_fp16(value)
+                text = _short(ctx.code_for(node))
+                message = f"`{text}` rounds to {rounded:g} in fp16, so this clamp of `{_short(ctx.code_for(tensor))}` lets {rounded:g} through"
+                help = "Clamp in fp32 (`x.float().clamp(...)`), or use a bound fp16 represents, e.g. 1 - 1e-3"
+                data = {"eps": small, "optimizer_class": None, "snippet": ctx.code_for(call.node), "value": value,
+                        "rounds_to": rounded, "bound": side, "why": why}
+                data.update(dtype="fp16", device=region.device if region is not None else None)
+                yield ctx.diagnostic(self, node, message, data=data, condition=None if certain else FP16, help=help)
+
+
+def _clamp_calls(ctx: ModuleContext) -> Iterator[Tuple["CallInfo", "cst.BaseExpression", List[Tuple[str, "cst.BaseExpression"]]]]:
+    """(call, tensor, [(side, bound)]) of `x.clamp(lo, hi)` / `x.clip(...)` / `torch.clamp(x, lo, hi)`."""
+    for call in ctx.calls:
+        if call.method in _BOUNDED and not call.qualnames and call.receiver is not None:
+            tensor, first = call.receiver, 0
+        elif call.qualnames & _BOUNDED_FUNCTIONS:
+            tensor, first = call.arg(0, "input"), 1
+            if tensor is None:
+                continue
+        else:
+            continue
+        bounds = [(side, node) for side, node in (("min", call.arg(first, "min")), ("max", call.arg(first + 1, "max"))) if node is not None]
+        if bounds:
+            yield call, tensor, bounds
+
+
+def _absorbed(ctx: ModuleContext, node: "cst.BaseExpression") -> Optional[Tuple[float, float]]:
+    """(value, eps) when `node` is a constant `a + eps` / `a - eps` whose eps fp16 rounds away
+    (`1 - 1e-4` is 1.0 in fp16): the bound it was written to keep away from is the bound."""
+    import libcst as cst
+
+    from amplint.model import folded_number, in_fp16
+
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract))):
+        return None
+    constant = _module_constants(ctx)
+    left, right = folded_number(node.left, constant.get), folded_number(node.right, constant.get)
+    if left is None or right is None:
+        return None
+    value = left + right if isinstance(node.operator, cst.Add) else left - right
+    big, small = (left, right) if abs(left) >= abs(right) else (right, left)
+    if small == 0 or not math.isfinite(in_fp16(value)) or in_fp16(value) != in_fp16(big):
+        return None
+    return value, abs(small)
+
+
+def _module_constants(ctx: ModuleContext) -> Dict[str, float]:
+    """Module-level names assigned one number, only ever (`EPS = 1e-7`)."""
+    from amplint.model import literal_number
+
+    found: Dict[str, Optional[float]] = {}
+    for a in ctx.assignments:
+        if "." in a.target:
+            continue
+        value = literal_number(a.value) if a.scope.is_module and not a.unpacked else None
+        if a.target in found and found[a.target] != value:
+            value = None
+        found[a.target] = value
+    return {k: v for k, v in found.items() if v is not None}
+
+
 def _short(text: str, limit: int = 30) -> str:
     """An expression as a message names it: one line, at most `limit` characters."""
     text = " ".join(text.split())
@@ -417,9 +586,84 @@ def _fp16_params(ctx: ModuleContext, call: CallInfo, casts: List[LowPrecisionCas
         else:
             visible = cast.call.scope is call.scope or cast.call.scope.is_module
         if visible:
-            if not _inference_only(ctx, cast):
+            if not _inference_only(ctx, cast) and not _params_change_after(ctx, cast, call):
                 return cast
     return None
+
+
+#: calls that leave a model's trainable parameters fp32 adapters or fp32 copies (peft)
+_ADAPTER_CALLS = frozenset({"get_peft_model", "prepare_model_for_kbit_training", "prepare_model_for_int8_training"})
+
+
+def _params_change_after(ctx: ModuleContext, cast: LowPrecisionCast, optimizer: CallInfo) -> bool:
+    """Between the fp16 cast and the optimizer, the parameters the optimizer gets stop being the
+    cast's: the subject is rebound to something else (`model = get_peft_model(model, config)`:
+    only fp32 adapter weights are trainable), handed to peft's in-place wrappers
+    (`prepare_model_for_kbit_training(model)` upcasts what stays trainable), converted back
+    (`model.float()`), or the optimizer gets only `requires_grad` parameters of a file that
+    freezes some (a trainable head or adapter may be fp32)."""
+    import libcst as cst
+
+    from amplint.model import dotted_name, fp32_cast
+
+    subject = cast.subject
+    low, high = cast.call.order, optimizer.order
+    if low >= high:
+        return False
+    for a in ctx.assignments_to(subject):
+        if a is cast.assignment or not (low < a.order < high) or a.scope not in (cast.call.scope, optimizer.scope):
+            continue
+        if _root(a.value) != subject or any(_callee_name(c) in _ADAPTER_CALLS for c in _calls_in(a.value)):
+            return True
+    for c in ctx.calls:
+        if not (low < c.order < high) or c.scope not in (cast.call.scope, optimizer.scope):
+            continue
+        name = (c.dotted or "").rsplit(".", 1)[-1]
+        if name in _ADAPTER_CALLS and any(dotted_name(arg.value) == subject for arg in c.node.args):
+            return True
+        if fp32_cast(ctx, c.node) and _root(c.node) == subject:
+            return True
+    params = optimizer.arg(0, "params")
+    if params is not None and "requires_grad" in ctx.code_for(params) and _freezes(ctx):
+        return True
+    return False
+
+
+def _root(node: "cst.CSTNode") -> Optional[str]:
+    """`model` for `model.cuda().half()` (the name a chain of method calls starts from)."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        node = node.func.value
+    return dotted_name(node)
+
+
+def _calls_in(node: "cst.CSTNode") -> Iterator["cst.Call"]:
+    import libcst as cst
+
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Call):
+            yield n
+        stack.extend(n.children)
+
+
+def _callee_name(call: "cst.Call") -> str:
+    from amplint.model import dotted_name
+
+    return (dotted_name(call.func) or "").rsplit(".", 1)[-1]
+
+
+def _freezes(ctx: ModuleContext) -> bool:
+    """`p.requires_grad = False` or `.requires_grad_(False)` somewhere in the file."""
+    from amplint.model import literal_bool
+
+    if any(a.target.endswith("requires_grad") and literal_bool(a.value) is False for a in ctx.assignments):
+        return True
+    return any(literal_bool(c.arg(0, "requires_grad")) is False for c in ctx.method_calls("requires_grad_"))
 
 
 def _inference_only(ctx: ModuleContext, cast: LowPrecisionCast) -> bool:
@@ -475,11 +719,11 @@ def _fp16_tensor(
         found = [
             a
             for a in ctx.assignments_to(node.value, scope)
-            if a.scope is scope and a.order < order and not a.unpacked
+            if a.scope is scope and a.order < order and not a.unpacked and a.statement is not statement
         ]
-        if len(found) == 1:
-            a = found[0]
-            return _fp16_tensor(ctx, a.value, scope, a.order, a.node, a.region, depth + 1)
+        verdicts = [_fp16_tensor(ctx, a.value, scope, a.order, a.statement or a.node, a.region, depth + 1) for a in found[-4:]]
+        if len(found) <= 4 and verdicts and all(verdicts):  # every assignment so far binds fp16 (`p = p.clamp(...)`)
+            return all(c for c, _ in verdicts), verdicts[-1][1]  # type: ignore[index]
     return None
 
 

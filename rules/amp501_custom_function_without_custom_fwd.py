@@ -1,14 +1,15 @@
 """AMP501 custom-function-without-custom-fwd."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from amplint.model import (
     AUTOCAST, AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
-    AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, Diagnostic, Invalid,
-    ModuleContext, Rule, Scope, Severity, Valid, imported_names,
+    AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
+    KERNEL_NOT_MIXED, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, imported_names,
+    kernel_condition, subnodes,
 )
 
 _CAST_METHODS = ("float", "half", "double", "bfloat16", "type_as")
@@ -72,14 +73,22 @@ class CustomFunctionWithoutCustomFwd(Rule):
     the canonical reproduction, and reports the error or the dtypes.
 
     ## Notes
-    Reported only when the project uses autocast somewhere (resolved across
-    files), or when the Function is library code: a public (no leading `_`),
+    Reported only when the project enters autocast somewhere (resolved across
+    files: a region that is not `enabled=False` and not `dtype=torch.float32`;
+    a defensive `@autocast("cuda", enabled=False)` helper shows no autocast),
+    or when the Function is library code: a public (no leading `_`),
     module-level class in a module of an importable package (a `.py` file
     next to an `__init__.py`, not a test, not a `__main__`/setup script, no
     `if __name__ == "__main__":` block, not under `tests/`, `examples/`,
-    `scripts/`, `benchmarks/` or `docs/`). Such a Function runs under its
-    users' autocast whether or not the library opens a region itself (a
-    kernel package). Scripts and tests need autocast in the project. Only
+    `scripts/`, `benchmarks/` or `docs/`) of a project that anticipates
+    autocast somewhere: a region of any enabled state (not fp32), a
+    `custom_fwd`/`custom_bwd`, a query of the autocast state, a GradScaler.
+    Such a Function runs under its users' autocast whether or not the library
+    opens a region itself (a kernel package); a package that does none of
+    these was not written to run under autocast, its own or its users', and
+    its own code decides what its Functions see (in fp32, or with parameters
+    cast to bf16 as FSDP's mixed precision does). Scripts and tests need
+    autocast in the project. Only
     when `backward` also does dtype-sensitive work (an
     autocastable op or a kernel call): that is where the mismatch surfaces.
     Silent when any method carries a `custom_fwd` / `custom_bwd` (or autocast)
@@ -91,11 +100,36 @@ class CustomFunctionWithoutCustomFwd(Rule):
     `backward`, for ops fed straight from `torch.fft` (complex tensors are not
     autocast-eligible, §1.1), and for Functions that only move data:
     distributed gather/all-reduce/scatter, `.clone()`, indexing, `cat`.
+    Silent too on a private Function (`_ROIAlignRotated`) that only this file
+    applies (`_F.apply(...)`, or an alias `f = _F.apply` called here), when
+    every call hands it an input its caller cast by hand (`x.float()` in the
+    call, or `x = x.float()` before it, also under an `if x.dtype ==
+    torch.float16:`): the kernel sees the dtype its author chose (an
+    autocastable op in forward is lowered whatever its input's dtype, so this
+    counts for the extension case only). Silent on a
+    Function the file applies only inside the `backward` of its Functions (a
+    double-backward helper such as `UpFirDn2dBackward`): autograd runs
+    backward with autocast off, unless that backward is `custom_bwd`.
+    The incoming grad is followed through views, splits and loops over them
+    (`for i, (qc, doc) in enumerate(zip(q.split(b), do.split(b)))`, the
+    blockwise backward of a memory-efficient attention).
     The extension case needs two or more of the forward's inputs passed to
     `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module built by
     `torch.utils.cpp_extension.load`/`load_inline` or imported as a compiled
-    extension (`_C`, `_ext`, `*_cuda`), with no explicit dtype cast in
-    `forward`.
+    extension (`_C`, `_ext`, `*_cuda`; also in a module-level `try:` block),
+    with no explicit dtype cast in `forward`.
+
+    Where the extension's C++/CUDA source is in the project, its text
+    decides more (read when conditions are resolved, only for these
+    findings; `amplint/model/kernels.py`): the function the binding
+    (`m.def("fwd", &selective_scan_fwd)`, `TORCH_LIBRARY` blocks) names and
+    the functions it calls. A kernel that dispatches the dtypes of two
+    tensors separately, half or bf16 among them (mamba's selective scan:
+    activations in fp16/bf16, weights in fp32), is built for what autocast
+    produces: silent. A kernel that dispatches float/double only
+    (`AT_DISPATCH_FLOATING_TYPES`, or reads `data_ptr<float>()`) and names no
+    half type raises `"..." not implemented for 'Half'` on one fp16 input:
+    reported already when forward passes it a single float input.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP501` (docs/evidence.md#amp501)
@@ -371,6 +405,109 @@ with torch.autocast("cuda"):
     w = HadaWeight.apply(a, b, c, d)
 """
         ),
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+from torch.amp import autocast
+
+
+class _ColumnLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return F.linear(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad @ weight, grad.t() @ x
+
+
+@autocast("cuda", enabled=False)
+def rotary(x, freqs):
+    return x.float() * freqs
+
+
+def route(gate, x):
+    with torch.autocast("cuda", dtype=torch.float32):
+        return gate(x)
+""",
+            "the project never enables low-precision autocast: only `enabled=False` and fp32 regions (nanotron, torchtitan)",
+        ),
+        Valid(
+            """
+import torch
+from torch.autograd import Function
+
+
+class _ROIAlignRotated(Function):
+    @staticmethod
+    def forward(ctx, input, rois, scale):
+        ctx.save_for_backward(rois)
+        return torch.ops.detectron2.roi_align_rotated_forward(input, rois, scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (rois,) = ctx.saved_tensors
+        return torch.ops.detectron2.roi_align_rotated_backward(grad, rois), None, None
+
+
+roi_align_rotated = _ROIAlignRotated.apply
+
+
+class ROIAlignRotated(torch.nn.Module):
+    def forward(self, input, rois):
+        orig_dtype = input.dtype
+        if orig_dtype == torch.float16:
+            input = input.float()
+            rois = rois.float()
+        return roi_align_rotated(input, rois, self.scale).to(dtype=orig_dtype)
+
+
+with torch.autocast("cuda"):
+    y = ROIAlignRotated()(x, rois)
+""",
+            "a private Function whose only caller casts the kernel's inputs by hand (detectron2 ROIAlignRotated)",
+        ),
+        Valid(
+            """
+import torch
+from torch.autograd import Function
+from torch.utils.cpp_extension import load
+
+upfirdn2d_op = load("upfirdn2d", sources=["upfirdn2d.cpp", "upfirdn2d_kernel.cu"])
+
+
+class UpFirDn2dBackward(Function):
+    @staticmethod
+    def forward(ctx, grad_output, kernel, grad_kernel):
+        ctx.save_for_backward(kernel)
+        return upfirdn2d_op.upfirdn2d(grad_output, grad_kernel)
+
+    @staticmethod
+    def backward(ctx, gradgrad_input):
+        (kernel,) = ctx.saved_tensors
+        return upfirdn2d_op.upfirdn2d(gradgrad_input, kernel), None, None
+
+
+class UpFirDn2d(Function):
+    @staticmethod
+    def forward(ctx, input, kernel):
+        ctx.save_for_backward(kernel)
+        return upfirdn2d_op.upfirdn2d(input.float(), kernel.float())
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (kernel,) = ctx.saved_tensors
+        return UpFirDn2dBackward.apply(grad_output, kernel, torch.flip(kernel, [0, 1])), None
+
+
+with torch.autocast("cuda"):
+    y = UpFirDn2d.apply(x, k)
+""",
+            "a double-backward helper applied only in another Function's backward, where autocast is off",
+        ),
     ]
 
     INVALID = [
@@ -494,6 +631,82 @@ with torch.cpu.amp.autocast():
 """,
             line=5,
         ),
+        Invalid(
+            """
+import torch
+from torch.autograd import Function
+
+
+class _DeformConv(Function):
+    @staticmethod
+    def forward(ctx, input, offset, weight, stride=1):
+        ctx.save_for_backward(input, offset, weight)
+        output = input.new_empty(input.shape)
+        _C.deform_conv_forward(input, weight, offset, output, stride)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, offset, weight = ctx.saved_tensors
+        grad_input = torch.zeros_like(input)
+        _C.deform_conv_backward_input(input, offset, grad_output, grad_input, weight)
+        return grad_input, None, None, None
+
+
+deform_conv = _DeformConv.apply
+
+
+class DeformConv(torch.nn.Module):
+    def forward(self, x, offset):
+        return deform_conv(x, offset, self.weight, self.stride)
+
+
+try:
+    from detectron2 import _C
+except ImportError:
+    _C = None
+
+
+def train_step(model, batch):
+    with torch.autocast("cuda"):
+        return model(batch)
+""",
+            line=7,
+            why="the extension is imported in a module-level try block; the caller passes the conv output uncast",
+        ),
+        Invalid(
+            """
+import torch
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, bucket):
+        o = torch.zeros_like(q)
+        for qc, oc in zip(q.split(bucket, dim=-2), o.split(bucket, dim=-2)):
+            oc.copy_(torch.einsum("... i d, ... j d -> ... i j", qc, k).softmax(-1) @ v)
+        ctx.save_for_backward(q, k, v)
+        ctx.bucket = bucket
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v = ctx.saved_tensors
+        dv = torch.zeros_like(v)
+        row_splits = zip(q.split(ctx.bucket, dim=-2), do.split(ctx.bucket, dim=-2))
+        for ind, (qc, doc) in enumerate(row_splits):
+            p = torch.einsum("... i d, ... j d -> ... i j", qc, k).softmax(-1)
+            dv.add_(torch.einsum("... i j, ... i d -> ... j d", p, doc))
+        return None, None, dv, None
+
+
+def step(model, x):
+    with torch.autocast("cuda"):
+        return model(x)
+""",
+            line=6,
+            why="the grad reaches backward's einsum blockwise, through a loop over zip(..., do.split(...))",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -501,6 +714,7 @@ with torch.cpu.amp.autocast():
         if not functions:
             return
         extensions = _extension_names(ctx)
+        names = _name_counts(ctx.module) if any(f"{c.name.value}.apply" in ctx.source for c in functions) else {}
         scopes = {id(s.node): s for s in ctx.scopes}
         script = _runs_as_script(ctx)
         for cls in functions:
@@ -519,6 +733,9 @@ with torch.cpu.amp.autocast():
                 continue  # the author manages autocast by hand (replays it in backward, reads its dtype)
             if _casts_by_hand(ctx, bwd):
                 continue  # backward converts dtypes itself (`w.to(grad.dtype)`, `.float()`)
+            applied = _applications(ctx, cls, names)
+            if _only_in_backward(ctx, applied, functions):
+                continue  # applied only in another Function's backward: autocast is off there
             setup_context = "setup_context" in methods
             in_backward = _grad_meets_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
             if not in_backward:
@@ -529,12 +746,24 @@ with torch.cpu.amp.autocast():
                 help = "Decorate forward with `@torch.amp.custom_fwd(device_type=...)`, backward with `custom_bwd`"
                 yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": op, "kind": "autocastable-op", **_class_data(ctx, cls)}, help=help)
                 continue
+            help = "Use `@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`"
+            if _callers_cast(ctx, cls, applied):
+                continue  # every caller hands the kernel inputs cast by hand (`input = input.float()`)
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
             if kernel is not None:
                 name, count = kernel
                 message = f"`{cls.name.value}.forward` passes {count} float inputs to `{name}`, which is not autocast-aware"
-                help = "Use `@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`"
-                yield ctx.diagnostic(self, forward.name, message, condition=condition, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
+                # silent when the project's source of the kernel is built for fp16/bf16 inputs next to fp32 weights
+                needs = kernel_condition(condition, KERNEL_NOT_MIXED, name.rsplit(".", 1)[-1])
+                yield ctx.diagnostic(self, forward.name, message, condition=needs, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
+                continue
+            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 1)
+            if kernel is not None and kernel[1] == 1:
+                name = kernel[0]
+                message = f"`{cls.name.value}.forward` passes a float input to `{name}`, whose kernel takes float32 only"
+                # reported only when the project's source shows the kernel dispatches float/double only
+                needs = kernel_condition(condition, KERNEL_FP32, name.rsplit(".", 1)[-1])
+                yield ctx.diagnostic(self, forward.name, message, condition=needs, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
 
 
 def _runs_as_script(ctx: ModuleContext) -> bool:
@@ -679,32 +908,82 @@ def _grad_meets_op(ctx: ModuleContext, scope: Scope, backward: cst.FunctionDef) 
     matmul-like op. A grad first combined elementwise with an fp32 tensor is
     promoted to fp32 (§1.1 unlisted ops promote), so a matmul on the result is safe.
     """
+    ops: List[Tuple[str, List[cst.BaseExpression]]] = []
+    for call in scope.calls:
+        if (call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS) and not _complex_input(ctx, call.node):
+            ops.append((sorted(call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS)[0], [a.value for a in call.node.args if a.keyword is None]))
+        elif call.method in AUTOCAST_LOWER_PRECISION_METHODS and not call.qualnames and call.receiver is not None:
+            ops.append((f".{call.method}()", [call.receiver] + [a.value for a in call.node.args if a.keyword is None]))
+    visitor = _MatMul()
+    backward.visit(visitor)
+    if visitor.operands:
+        ops.append(("@ (matmul)", visitor.operands))
+    if not ops:
+        return None
     params = [p.name.value for p in backward.params.params][1:]  # after ctx
-    grads = set(params)
+    grads = _grad_names(ctx, scope, set(params), [])
+    found = next((name for name, operands in ops if any(_from_grad(o, grads) for o in operands)), None)
+    if found is None:  # the grad may reach an op only blockwise, through a loop over its splits
+        grads = _grad_names(ctx, scope, grads, _loop_bindings(backward))
+        found = next((name for name, operands in ops if any(_from_grad(o, grads) for o in operands)), None)
+    return found
+
+
+def _grad_names(ctx: ModuleContext, scope: Scope, grads: Set[str], loops: List[Tuple[str, cst.BaseExpression]]) -> Set[str]:
+    """`grads` and the names bound to a view of one, or to a piece of one by a loop."""
+    grads = set(grads)
     changed = True
-    while changed:  # names bound to a view of a grad
+    while changed:
         changed = False
         for a in ctx.assignments:
             if a.scope is scope and "." not in a.target and a.target not in grads and _from_grad(a.value, grads):
                 grads.add(a.target)
                 changed = True
-    for call in scope.calls:
-        operands: List[cst.BaseExpression] = []
-        name = ""
-        if (call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS) and not _complex_input(ctx, call.node):
-            operands = [a.value for a in call.node.args if a.keyword is None]
-            name = sorted(call.qualnames & AUTOCAST_LOWER_PRECISION_FUNCS)[0]
-        elif call.method in AUTOCAST_LOWER_PRECISION_METHODS and not call.qualnames and call.receiver is not None:
-            operands = [call.receiver] + [a.value for a in call.node.args if a.keyword is None]
-            name = f".{call.method}()"
-        if any(_from_grad(o, grads) for o in operands):
-            return name
-    visitor = _MatMul()
-    backward.visit(visitor)
-    for node in visitor.operands:
-        if _from_grad(node, grads):
-            return "@ (matmul)"
-    return None
+        for target, value in loops:
+            if target not in grads and _from_grad(value, grads):
+                grads.add(target)
+                changed = True
+    return grads
+
+
+def _loop_bindings(function: cst.FunctionDef) -> List[Tuple[str, cst.BaseExpression]]:
+    """(name, what it iterates over) for the loop targets of `function`'s own body:
+    `for g in grad.split(n)` binds `g` to a piece of `grad.split(n)`; `for i, (a, g) in
+    enumerate(zip(x.split(n), grad.split(n)))` binds `g` to a piece of `grad.split(n)`
+    (the blockwise backward of a memory-efficient attention)."""
+    found: List[Tuple[str, cst.BaseExpression]] = []
+    fors: List[cst.For] = []
+    zipped: Dict[str, Optional[cst.Call]] = {}  # `row_splits = zip(...)`: a loop may iterate over the name
+    for node in subnodes(function.body):  # (nested functions' loops too: a superset, harmless)
+        if isinstance(node, cst.For):
+            fors.append(node)
+        elif isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            if isinstance(node.value, cst.Call):
+                name = node.targets[0].target.value
+                zipped[name] = None if name in zipped else node.value
+    if not fors:
+        return found
+    for loop in fors:
+        _pair(loop.target, loop.iter, zipped, found)
+    return found
+
+
+def _pair(target: cst.BaseExpression, source: cst.BaseExpression, zipped: dict, found: List[Tuple[str, cst.BaseExpression]]) -> None:
+    """Bind each name of a loop target to what it iterates over (through enumerate and zip)."""
+    if isinstance(source, cst.Name) and zipped.get(source.value) is not None:
+        source = zipped[source.value]
+    if isinstance(source, cst.Call) and isinstance(source.func, cst.Name) and source.func.value in ("enumerate", "zip"):
+        args = [a.value for a in source.args if a.keyword is None and not a.star]
+        if source.func.value == "enumerate":
+            if len(args) == 1 and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                _pair(target.elements[1].value, args[0], zipped, found)
+            return
+        if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(args):
+            for element, arg in zip(target.elements, args):
+                _pair(element.value, arg, zipped, found)
+        return
+    if isinstance(target, cst.Name):
+        found.append((target.value, source))
 
 
 def _from_grad(expr: cst.BaseExpression, grads: Set[str]) -> bool:
@@ -734,6 +1013,95 @@ def _complex_input(ctx: ModuleContext, call: cst.Call) -> bool:
     return False
 
 
+def _name_counts(module: cst.Module) -> Dict[str, int]:
+    """How often each Name and each `X.apply` occurs in the module (one walk for all Functions)."""
+    counts: Dict[str, int] = {}
+    for n in _names(module):
+        counts[n] = counts.get(n, 0) + 1
+    return counts
+
+
+def _applications(ctx: ModuleContext, cls: cst.ClassDef, names: Dict[str, int]) -> Optional[List[CallInfo]]:
+    """Every call in the file that applies the Function, directly (`F.apply(x)`) or through a
+    module-level alias (`roi_align = F.apply`); None when there is none, or when `F.apply`
+    (or its alias) is also used in another way (passed on, stored on `self`): callers unseen."""
+    name = cls.name.value
+    spelled = {f"{name}.apply"}
+    for a in ctx.assignments:
+        if a.scope.is_module and "." not in a.target and not a.unpacked and ctx.code_for(a.value) == f"{name}.apply":
+            spelled.add(a.target)
+    calls = [c for c in ctx.calls if c.dotted in spelled]
+    if not calls:
+        return None
+    uses = sum(names.get(n, 0) for n in spelled)
+    if uses != len(calls) + 2 * (len(spelled) - 1):  # the calls, and each alias's target and value
+        return None
+    return calls
+
+
+def _callers_cast(ctx: ModuleContext, cls: cst.ClassDef, calls: Optional[List[CallInfo]]) -> bool:
+    """A private Function (`_ROIAlignRotated`) around a compiled kernel whose every application
+    in the file hands it an input the caller cast by hand: `x.float()` in the call, or `x = x.float()` in the calling
+    function before it (also under an `if x.dtype == torch.float16:`). The kernel then sees the
+    dtype its author chose, not whatever autocast produced. A public Function may have callers
+    elsewhere, so it is not judged by the calls this file shows."""
+    if not cls.name.value.startswith("_"):
+        return False
+    return calls is not None and all(
+        any(_cast_input(ctx, c, a.value) for a in c.node.args if a.keyword is None and not a.star) for c in calls
+    )
+
+
+def _only_in_backward(ctx: ModuleContext, calls: Optional[List[CallInfo]], functions: List[cst.ClassDef]) -> bool:
+    """The Function is applied only inside the `backward` of Functions of this file (the
+    double-backward helper `UpFirDn2dBackward`, applied by `UpFirDn2d.backward`): autograd runs
+    backward with autocast off, so its forward never sees autocast. Not when that backward is
+    decorated `custom_bwd` or opens autocast (it then runs under the forward's autocast state)."""
+    if calls is None:
+        return False
+    for call in calls:
+        scope = call.scope
+        if scope.name != "backward" or scope.cls is None or scope.cls not in functions or not isinstance(scope.node, cst.FunctionDef):
+            return False
+        if any(_is_amp_decorator(ctx, d) for d in scope.node.decorators) or _manages_autocast(ctx, scope):
+            return False
+    return True
+
+
+def _names(module: cst.Module) -> Iterator[str]:
+    """The text of every Name and of every `X.apply` attribute in the module."""
+    inside: Set[int] = set()  # the `X` of each `X.apply`, counted with it
+    for node in subnodes(module):
+        if isinstance(node, cst.Attribute) and node.attr.value == "apply" and isinstance(node.value, cst.Name):
+            inside.update((id(node.value), id(node.attr)))
+            yield f"{node.value.value}.apply"
+        elif isinstance(node, cst.Name) and id(node) not in inside:
+            yield node.value
+
+
+def _cast_input(ctx: ModuleContext, call, arg: cst.BaseExpression) -> bool:
+    """`arg` is cast by hand: a cast call itself (`x.contiguous().float()`), or a name the
+    calling function rebinds to a cast of it before the call (`x = x.float()`)."""
+    if _is_cast(ctx, arg):
+        return True
+    if not isinstance(arg, cst.Name):
+        return False
+    return any(
+        a.order < call.order and _is_cast(ctx, a.value)
+        for a in ctx.assignments_to(arg.value, call.scope)
+        if a.scope is call.scope and not a.unpacked
+    )
+
+
+def _is_cast(ctx: ModuleContext, expr: cst.BaseExpression) -> bool:
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        method = expr.func.attr.value
+        if method in _CAST_METHODS or (method in ("to", "type") and _casts(ctx, expr)):
+            return True
+        expr = expr.func.value
+    return False
+
+
 def _casts_by_hand(ctx: ModuleContext, scope: Scope) -> bool:
     return any(
         call.method in _CAST_METHODS or (call.method in ("to", "type") and _casts(ctx, call.node)) for call in scope.calls
@@ -755,9 +1123,7 @@ def _extension_names(ctx: ModuleContext) -> Set[str]:
             last = (info.dotted or "").rsplit(".", 1)[-1]
             if info.qualnames & CPP_EXTENSION_LOADERS or last in ("load_ext", "load_extension"):
                 names.add(a.target)
-    for line in ctx.module.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
+    for line in _module_level_lines(ctx.module.body):
         for stmt in line.body:
             if isinstance(stmt, (cst.Import, cst.ImportFrom)) and not isinstance(stmt.names, cst.ImportStar):
                 for alias in stmt.names:
@@ -766,6 +1132,23 @@ def _extension_names(ctx: ModuleContext) -> Set[str]:
                     if _looks_compiled(imported):
                         names.add(local)
     return names
+
+
+def _module_level_lines(body) -> Iterator[cst.SimpleStatementLine]:
+    """The module's simple statements, also those in its top-level `try:` / `if` blocks
+    (`try: from detectron2 import _C` / `except ImportError: ...`), not in functions or classes."""
+    for stmt in body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            yield stmt
+        elif isinstance(stmt, cst.Try):
+            for block in (stmt.body, *(h.body for h in stmt.handlers), stmt.orelse and stmt.orelse.body):
+                if block is not None:
+                    yield from _module_level_lines(getattr(block, "body", ()))
+        elif isinstance(stmt, cst.If):
+            yield from _module_level_lines(getattr(stmt.body, "body", ()))
+            if stmt.orelse is not None:
+                orelse = stmt.orelse
+                yield from _module_level_lines([orelse] if isinstance(orelse, cst.If) else getattr(orelse.body, "body", ()))
 
 
 def _looks_compiled(name: str) -> bool:

@@ -108,6 +108,8 @@ AMP302_SOUND = [
     "def f(x):\n    x = x.half()\n    return x / x.abs().clamp(min=1e-8)\n",
     "def f(x):\n    x = x.half()\n    return x / x.abs().clamp(0.00000001)\n",
     "def f(x):\n    x = x.half()\n    return x.clamp_min(+1e-8)\n",
+    "def f(p):\n    p = p.half()\n    return p.clamp(min=1e-4, max=1 - 1e-4)\n",
+    "EPS = 1e-6\ndef f(p):\n    p = p.half()\n    return torch.clamp(p, EPS, 1.0 - EPS)\n",
 ]
 
 AMP302_SKIPPED = [
@@ -117,6 +119,8 @@ AMP302_SKIPPED = [
     "x = torch.zeros(3, dtype=torch.float16)\nopt = AdamWScheduleFree(params)\nMyAdam(params)\n",
     'x = torch.zeros(3, dtype=torch.float16)\n"""\n- `"adamw_torch"`: PyTorch\'s AdamW (recommended default)\n"""\n',
     "x = torch.zeros(3, dtype=torch.float16)\nhelp = 'x / (norm + 1e-10) underflows'  # y + 1e-9\n",
+    "x = torch.zeros(3, dtype=torch.float16)\ny = x.clamp(min=1e-3, max=1 - 1e-3)\n",
+    "x = torch.zeros(3, dtype=torch.float16)\ny = x * (1 - 1e-4)  # a product, not a bound\n",
 ]
 
 
@@ -323,6 +327,37 @@ def test_autocast_mentions_in_prose_are_told_from_code(line, prose):
     # doctest prompt is no code anywhere)
     continued = 'x = "a \\\n' + line
     assert in_prose(continued, continued.index("autocast")) is (">>>" in line)
+
+
+def test_autograd_function_lines_keep_the_callers_of_a_function():
+    """AMP501 reads the calls of a Function (inputs cast by hand, applied in a backward), so they
+    are sites too."""
+    from amplint.core.gates import autograd_function_lines
+
+    source = (
+        "import torch\n"
+        "class _Op(torch.autograd.Function):\n"
+        "    forward = lambda ctx, x: _C.kernel(x)\n"
+        "op = _Op.apply\n"
+        "def wrap(x):\n"
+        "    return op(x.float())\n"
+        "def other(x):\n"
+        "    return _Op.apply(x)\n"
+        "class Public(torch.autograd.Function):\n"
+        "    pass\n"
+        "def uses_public(x):\n"
+        "    return Public.apply(x)\n"
+        "class Helper(torch.autograd.Function):\n"
+        "    pass\n"
+        "class Outer(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        return Helper.apply(g)\n"
+    )
+    # a public Function's applications only when each is in a backward (Helper, not Public);
+    # a private one's when it calls a compiled kernel (its callers may cast the inputs)
+    assert autograd_function_lines(source) == {2, 4, 6, 8, 9, 13, 15, 18}
+    assert autograd_function_lines(source.replace("_C.kernel(x)", "x.clone()")) == {2, 9, 13, 15, 18}
 
 
 def test_autocast_region_lines_follow_import_aliases():

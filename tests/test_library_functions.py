@@ -1,5 +1,7 @@
 """AMP501 for library code: a public autograd.Function of an importable package runs under its
-users' autocast, so it is reported even when the package itself opens no autocast region;
+users' autocast, so it is reported even when the package itself opens no autocast region (as long
+as the package anticipates autocast somewhere: a custom_fwd, a region, a GradScaler; one that never
+does decides its Functions' dtypes itself, in fp32 or by casting its parameters);
 scripts, tests, private classes and folders outside a package still need autocast in the project."""
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ FUNCTION = textwrap.dedent(
     """
 )
 CONFIG = Config(select=("AMP501",))
+#: a module that anticipates autocast: the package's Functions may run under its users' autocast
+HALF = "import torch\nfrom torch.amp import custom_fwd\n\n\n@custom_fwd(device_type='cuda', cast_inputs=torch.float32)\ndef fp32_op(x):\n    return x\n"
 
 
 def _package(root, relative="fastops/functions.py", source=FUNCTION, init=True):
@@ -47,6 +51,23 @@ def _found(root, config=CONFIG):
 
 def test_public_function_of_a_package_is_reported_without_autocast_in_the_project(tmp_path):
     _package(tmp_path)
+    (tmp_path / "fastops" / "cast.py").write_text(HALF)
+    assert _found(tmp_path) == [("fastops/functions.py", 6)]
+
+
+def test_a_package_that_never_anticipates_autocast_decides_its_dtypes(tmp_path):
+    """No autocast, custom_fwd or GradScaler anywhere (fp32-only BasicSR and stylegan2, torchtitan
+    with bf16 parameters from FSDP in the blind drill): its own code decides what its Functions
+    see, a bf16 model cast included; a `--precision` setting still reports."""
+    _package(tmp_path)
+    (tmp_path / "fastops" / "train.py").write_text(
+        "import torch\n\n\ndef step(model, opt, x):\n    model.to(torch.bfloat16)(x).sum().backward()\n    opt.step()\n"
+    )
+    assert _found(tmp_path) == []
+    (tmp_path / "fastops" / "router.py").write_text("import torch\n\n\ndef route(g, x):\n    with torch.autocast('cuda', dtype=torch.float32):\n        return g(x)\n")
+    assert _found(tmp_path) == []
+    assert _found(tmp_path, Config(select=("AMP501",), precision="fp16")) == [("fastops/functions.py", 6)]
+    (tmp_path / "fastops" / "cast.py").write_text(HALF)
     assert _found(tmp_path) == [("fastops/functions.py", 6)]
 
 
@@ -80,6 +101,7 @@ def test_scripts_tests_and_private_classes_stay_as_before(tmp_path, relative, so
 def test_adding_init_py_is_seen_by_a_warm_run(tmp_path):
     """Whether a file is a package module is decided when conditions are resolved, not cached."""
     path = _package(tmp_path, init=False)
+    (path.parent / "cast.py").write_text(HALF)
     views = []
     for _ in range(2):
         cache = open_cache(CONFIG, str(tmp_path / "cache"))

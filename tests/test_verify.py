@@ -202,6 +202,8 @@ CASES = [
     ("302-optimizer", "AMP302", {"snippet": "torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-8)", "optimizer_class": "AdamW", "eps": 1e-8}, "confirmed", "snippet"),
     ("302-optimizer-canonical", "AMP302", {"optimizer_class": "Adam", "eps": 1e-8}, "confirmed", "experiment"),
     ("302-layer-norm", "AMP302", {"snippet": "F.layer_norm(x, (4,), eps=1e-12)", "eps": 1e-12}, "not-reproduced", "snippet"),
+    ("302-clamp-bound", "AMP302", {"snippet": "p.clamp(min=1e-4, max=1 - 1e-4)", "eps": 1e-4, "value": 0.9999, "rounds_to": 1.0, "bound": "max"}, "confirmed", "snippet"),
+    ("302-clamp-bound-kept", "AMP302", {"snippet": "p.clamp(min=1e-3, max=1 - 1e-3)", "eps": 1e-3, "value": 0.999, "rounds_to": 1.0, "bound": "max"}, "not-reproduced", "snippet"),
     ("302-eps-1e-4", "AMP302", {"snippet": "AdamW(model.parameters(), lr=1e-3, eps=1e-4)", "optimizer_class": "AdamW", "eps": 1e-4}, "not-reproduced", "snippet"),
     # AMP303
     ("303-bce", "AMP303", {"snippet": "F.binary_cross_entropy(torch.sigmoid(logits), target)"}, "confirmed", "snippet"),

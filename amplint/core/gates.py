@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from functools import lru_cache
-from typing import Any, Callable, Iterator, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 FP16_MAX = 65504.0
 
@@ -407,7 +407,7 @@ def underflowing_eps_site(source: str) -> bool:
     arguments (`LayerNorm(d, eps=1e-12)`) are neither and are skipped.
     """
     data = source.encode("utf-8", "surrogatepass")
-    return _constructs_eps_optimizer(data) or bool(_tiny_literal_site_list(source))
+    return _constructs_eps_optimizer(data) or bool(_tiny_literal_site_list(source)) or bool(_absorbed_bound_sites(source))
 
 
 def _constructs_eps_optimizer(data: bytes) -> bool:
@@ -437,7 +437,41 @@ def underflowing_eps_lines(source: str) -> Optional[Set[int]]:
     if _constructs_eps_optimizer(data):
         return None
     row = _Rows(data)
-    return {row(start) for start in _tiny_literal_site_list(source)}
+    return {row(start) for start in _tiny_literal_site_list(source)} | {
+        source.count("\n", 0, at) + 1 for at in _absorbed_bound_sites(source)
+    }
+
+
+#: largest eps that fp16 absorbs next to 1: 1 + 2**-11 and 1 - 2**-12 round to 1.0
+_ABSORBED_NEXT_TO_ONE = 2.0**-11
+#: `1 - 1e-4`, `1.0 - EPS`: one minus (or plus) a number or a name, not part of a longer operand
+_ONE_AND_EPS = re.compile(r"(?<![\w.])1(?:\.0*)?[ \t]*[-+][ \t]*(?:(\d[\d_]*\.?[\d_]*(?:[eE][-+]?\d+)?)|([A-Za-z_]\w*))(?![\w.(\[])")
+
+
+@lru_cache(maxsize=4)
+def _absorbed_bound_sites(source: str) -> Tuple[int, ...]:
+    """(d) Offsets of `1 - eps` constants that fp16 rounds to 1.0 (eps a number below 2**-11, or
+    a name the module assigns one), in a file that clamps: AMP302 checks them as clamp bounds
+    (`p.clamp(min=1e-4, max=1 - 1e-4)` lets p reach 1.0 in fp16)."""
+    if "clamp" not in source and "clip" not in source:
+        return ()
+    found = []
+    constants: Optional[Dict[str, float]] = None
+    for m in _ONE_AND_EPS.finditer(source):
+        number, name = m.group(1), m.group(2)
+        if number is not None:
+            value, _ = _value(number.encode())
+        else:
+            if constants is None:
+                constants = {}
+                for c in re.finditer(r"^(\w+)[ \t]*(?::[^=\n]*)?=[ \t]*(\d[\d_]*\.?[\d_]*(?:[eE][-+]?\d+)?)[ \t]*(?:#[^\n]*)?\r?$", source, re.M):
+                    v, _ = _value(c.group(2).encode())
+                    if v is not None:
+                        constants[c.group(1)] = v
+            value = constants.get(name)
+        if value is not None and 0 < value <= _ABSORBED_NEXT_TO_ONE and not in_prose(source, m.start()):
+            found.append(m.start())
+    return tuple(found)
 
 
 @lru_cache(maxsize=4)
@@ -736,7 +770,77 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
                 found.add(start)
                 bases.add(name)
                 changed = True
-    return {source.count("\n", 0, start) + 1 for start in found}
+    lines = {source.count("\n", 0, start) + 1 for start in found}
+    kernels: Optional[re.Pattern] = None
+    for i, (start, name, _) in enumerate(headers):
+        if start not in found:
+            continue
+        if name.startswith("_"):
+            # its callers matter only for a compiled-kernel call (inputs cast by hand)
+            if kernels is None:
+                kernels = _kernel_call_pattern(source)
+            end = headers[i + 1][0] if i + 1 < len(headers) else len(source)
+            if not kernels.search(source, start, end):
+                continue
+        lines |= _apply_lines(source, name)
+    return lines
+
+
+def _kernel_call_pattern(source: str) -> "re.Pattern[str]":
+    """A call through `torch.ops`, a compiled-looking module (`_C.f(`, `*_cuda.f(`) or a name
+    bound to one at module level (`ext = load(...)`, `import foo_cuda as fk`): where AMP501
+    sees a Function's compiled kernel (a superset: the rule decides)."""
+    names = {"_C", "_ext", "_cuda", "_kernels"}
+    names.update(re.findall(r"^(\w+)\s*=\s*[\w.]*load(?:_inline|_ext|_extension)?\s*\(", source, re.M))
+    for m in re.finditer(r"^[ \t]*(?:from[ \t]+\S+[ \t]+)?import[ \t]+([^\n#]+)", source, re.M):
+        for item in m.group(1).replace("(", " ").replace(")", " ").split(","):
+            parts = item.split()
+            if not parts:
+                continue
+            imported = parts[0].rsplit(".", 1)[-1]
+            if imported in ("_C", "_ext", "_cuda", "_kernels") or imported.endswith(("_cuda", "_ext", "_C", "_cpp")):
+                names.add(parts[2] if len(parts) == 3 and parts[1] == "as" else imported)
+    spelled = "|".join(sorted(re.escape(n) for n in names))
+    return re.compile(rf"torch\s*\.\s*ops\s*\.|\b(?:{spelled}|\w*(?:_C|_ext|_cuda|_cpp|_kernels))\s*\.\s*\w+\s*\(")
+
+
+def _apply_lines(source: str, name: str) -> Set[int]:
+    """The lines that apply a Function (`_F.apply(x)`, `f = _F.apply`, `f(x)`): AMP501 reads its
+    callers. A private Function's all (inputs they cast by hand); a public one's only when each
+    is in a `def backward` (an application only inside another Function's backward): other
+    callers would have it reported anyway, and parsing them costs."""
+    at = [m.start() for m in re.finditer(rf"\b{re.escape(name)}\s*\.\s*apply\b", source)]
+    for alias in re.findall(rf"^(\w+)\s*=\s*{re.escape(name)}\s*\.\s*apply\s*$", source, re.M):
+        at += [m.start() for m in re.finditer(rf"\b{re.escape(alias)}\b", source)]
+    rows = {source.count("\n", 0, i) + 1 for i in at}
+    if name.startswith("_") or not rows:
+        return rows
+    lines = source.split("\n")
+    for row in rows:
+        if lines[row - 1].lstrip().startswith("class ") or re.match(rf"\s*\w+\s*=\s*{re.escape(name)}\s*\.\s*apply\s*$", lines[row - 1]):
+            continue  # the class line, an alias's assignment
+        if _enclosing_def(lines, row) != "backward":
+            return set()
+    return rows
+
+
+def _enclosing_def(lines: List[str], row: int) -> Optional[str]:
+    """The name of the `def` whose body holds line `row` (by indentation), None at module level."""
+    text = lines[row - 1].expandtabs()
+    indent = len(text) - len(text.lstrip())
+    for i in range(row - 2, -1, -1):
+        line = lines[i].expandtabs()
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if len(line) - len(stripped) < indent:
+            m = re.match(r"(?:async\s+)?def\s+(\w+)", stripped)
+            if m:
+                return m.group(1)
+            if stripped.startswith("class "):
+                return None
+            indent = len(line) - len(stripped)
+    return None
 
 
 # -------------------------------------------------------------------- AMP202, AMP203, AMP204

@@ -16,6 +16,7 @@ facts only, until the conditions hold or no such file is left.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -33,9 +34,9 @@ MIN_PARALLEL_FILES = 8
 #: text without which a file cannot contribute a project fact (fp16, bf16,
 #: dtype decided at run time, autocast): autocast regions, GradScalers,
 #: `.half()`/`.bfloat16()`, `torch.float16`/`torch.half`/`torch.bfloat16`,
-#: "float16"/"fp16"/"bf16"/"half" dtype strings, `HalfTensor`.
+#: "float16"/"fp16"/"bf16"/"half" dtype strings, `HalfTensor`, custom_fwd/custom_bwd (autocast_aware).
 #: tests/test_speed_facts.py proves it on every example and real file it has.
-FACT_TRIGGERS: Tuple[str, ...] = ("autocast", "GradScaler", "half", "Half", "float16", "fp16", "bf16")
+FACT_TRIGGERS: Tuple[str, ...] = ("autocast", "GradScaler", "half", "Half", "float16", "fp16", "bf16", "custom_fwd", "custom_bwd")
 
 
 def passes_facts_gate(source: str) -> bool:
@@ -331,13 +332,20 @@ def _will_parse(paths: Sequence[str], rules: Sequence[Any]) -> bool:
 # ------------------------------------------------------------------ project facts
 
 
+#: every fact on: a condition that fails even so fails on what no fact decides (the file is a
+#: script no fp16 reaches, a kernel's source), and reading more files' facts cannot help it
+_ALL_FACTS = ProjectFacts(**{f.name: True for f in dataclasses.fields(ProjectFacts)})
+
+
 def pending_conditions(results: Sequence[Any], facts: ProjectFacts, config: Config) -> set:
-    """The conditions some diagnostic needs that the facts do not (yet) satisfy."""
+    """The conditions some diagnostic needs that the facts do not (yet) satisfy, and more facts could."""
     return {
         d.condition
         for r in results
         for d in r.diagnostics
-        if d.condition is not None and not condition_holds(d.condition, facts, config.precision, d.filename, config.root)
+        if d.condition is not None
+        and not condition_holds(d.condition, facts, config.precision, d.filename, config.root)
+        and condition_holds(d.condition, _ALL_FACTS, config.precision, d.filename, config.root)
     }
 
 

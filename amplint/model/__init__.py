@@ -46,6 +46,8 @@ _EXPORTS = {
     # literals
     "call_arg": ".literals",
     "call_chain": ".literals",
+    "folded_number": ".literals",
+    "in_fp16": ".literals",
     "literal_bool": ".literals",
     "literal_number": ".literals",
     "literal_string": ".literals",
@@ -102,6 +104,7 @@ _EXPORTS = {
     "child_fields": ".walk",
     "CONDITIONAL": ".walk",
     "descendants": ".walk",
+    "subnodes": ".walk",
     "own_hook": ".walk",
     "parent_map": ".walk",
     "SKIP": ".walk",
@@ -153,6 +156,9 @@ _EXPORTS = {
     "condition_holds": ".facts",
     "FileFacts": ".facts",
     "FP16": ".facts",
+    "KERNEL_FP32": ".facts",
+    "KERNEL_NOT_MIXED": ".facts",
+    "kernel_condition": ".facts",
     "ProjectFacts": ".facts",
     # edits
     "append_argument_edit": ".edits",

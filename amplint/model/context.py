@@ -33,7 +33,7 @@ from .collector import _Collector, _collect_imports
 from .dtypes import (
     _ALIGNING_FUNCTIONS, _CAST_METHOD_DTYPES, _DTYPE_KEEPING_FUNCTIONS, _DTYPE_KEEPING_METHODS, _DTYPED_FACTORIES,
     _FLOAT_FACTORIES, _LIKE_FACTORIES, _OTHER_DTYPES, _TYPED_CONSTRUCTORS, _SPLITTING_FUNCTIONS, _SPLITTING_METHODS,
-    _find_low_precision_casts, _is_device_expr,
+    _find_low_precision_casts, _is_device_expr, cast_inputs_dtype,
 )
 from .events import _events
 from .facts import FileFacts
@@ -189,7 +189,8 @@ class ModuleContext:
         assumes the default dtype is float32 and never guesses otherwise.
         With `path` (the control flow around the point asked about), a name's value
         is read flow-sensitively: an earlier assignment that every way to the point
-        runs through hides the ones before it (model/dtype_flow.py).
+        runs through hides the ones before it (model/dtype_flow.py). A parameter of a
+        `custom_fwd(cast_inputs=torch.float32)` forward not rebound before is fp32.
 
         Arithmetic (`+ - * /`) follows type promotion: a Python number keeps a
         float tensor's dtype, two alike tensors keep it, and an fp32 tensor lifts
@@ -257,7 +258,8 @@ class ModuleContext:
                 from .dtype_flow import NameDtypes
 
                 self._name_dtypes = NameDtypes(self)
-            return self._name_dtypes.lookup(node.value, scope, before, statement, _depth, path)
+            found = self._name_dtypes.lookup(node.value, scope, before, statement, _depth, path)
+            return found if found is not None else cast_inputs_dtype(self, node.value, scope, before)
         return None
 
     def unpacks_alike(self, value: cst.BaseExpression) -> bool:
@@ -505,10 +507,34 @@ def _file_facts(ctx: ModuleContext) -> FileFacts:
         fp16="fp16" in dtypes or scaler,
         bf16="bf16" in dtypes,
         dtype_unknown=None in dtypes,
-        autocast=bool(ctx.regions),
+        autocast=_enters_autocast(active),
+        autocast_aware=_anticipates_autocast(ctx),
     )
 
 
+def _anticipates_autocast(ctx: ModuleContext) -> bool:
+    """A region of any enabled state but fp32, custom_fwd/custom_bwd or an autocast-state query
+    (imported, called or a decorator), or a GradScaler constructed."""
+    if any(r.dtype != "fp32" for r in ctx.regions) or any(s.constructors for s in ctx.scalers.values()):
+        return True
+    names = torchapi.CUSTOM_FWD_BWD | _AUTOCAST_STATE
+    if any(call.qualnames & names for call in ctx.calls):
+        return True
+    return any(ctx.imports.bound_name(q) is not None for q in sorted(names))
+
+
+def _enters_autocast(active: List[AutocastRegion]) -> bool:
+    """Some region may run ops in low precision: not `enabled=False` (a defensive region that
+    keeps a caller's autocast out, as `@autocast("cuda", enabled=False)` on a rotary helper) and
+    not `dtype=torch.float32` (runs the lower-precision list in fp32)."""
+    return any(r.dtype != "fp32" for r in active)
+
+
+#: functions that query the autocast state
+_AUTOCAST_STATE = frozenset(
+    {"torch.is_autocast_enabled", "torch.get_autocast_dtype", "torch.get_autocast_gpu_dtype", "torch.get_autocast_cpu_dtype",
+     "torch.is_autocast_cpu_enabled"}
+)
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)
 _FLOATS = ("fp16", "bf16", "fp32")
 

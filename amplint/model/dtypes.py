@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Dict, Optional
 import libcst as cst
 
 from . import torchapi
-from .literals import call_chain, literal_string
+from .literals import call_arg, call_chain, literal_string
 from .names import dotted_name
-from .types import Assignment, CallInfo, LowPrecisionCast
+from .types import Assignment, CallInfo, LowPrecisionCast, Scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
@@ -143,3 +143,23 @@ def strip_views(ctx: ModuleContext, expr: cst.BaseExpression) -> cst.BaseExpress
             expr = expr.value
         else:
             return expr
+
+
+def cast_inputs_dtype(ctx: "ModuleContext", name: str, scope: "Scope", before: int) -> Optional[str]:
+    """The dtype a parameter `name` of `scope` arrives in when the function is decorated
+    `custom_fwd(..., cast_inputs=torch.float32)` and does not rebind it before `before`: autocast
+    casts floating inputs to that dtype (a custom op's forward that computes in fp32 by design).
+    Only fp32/bf16 are answered: the rules read them to stay silent, never to report."""
+    node = scope.node
+    if not isinstance(node, cst.FunctionDef) or name not in scope.params:
+        return None
+    dtype = None
+    for decorator in node.decorators:
+        call = decorator.decorator
+        if isinstance(call, cst.Call) and ctx.qualnames(call.func) & torchapi.CUSTOM_FWD_BWD:
+            dtype = ctx.dtype_of(call_arg(call, None, "cast_inputs"))
+    if dtype is None or dtype == "fp16":
+        return None  # fp16 only under autocast (outside it the inputs are not cast): not claimed
+    if any(a.scope is scope and a.order < before for a in ctx.assignments_to(name, scope)):
+        return None
+    return dtype

@@ -9,15 +9,17 @@ over every file, so the order files are read in never matters) or the
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, List, Optional
 
 #: the diagnostic holds if the project may run any code in fp16
 FP16 = "fp16"
 #: the diagnostic holds if the project uses autocast anywhere
 AUTOCAST = "autocast"
-#: ... or if the file is a module of an importable package: library code runs under its
-#: users' autocast whether or not the library opens a region itself
+#: ... or if the file is a module of an importable package of a project that anticipates autocast
+#: somewhere (`anticipates_autocast`): library code runs under its users' autocast whether or not the
+#: library opens a region itself
 AUTOCAST_OR_LIBRARY = "autocast-or-library"
 
 #: folders whose files are run, not imported by users (relative to the project root)
@@ -30,7 +32,10 @@ class FileFacts:
     fp16: bool = False  # fp16 autocast, .half(), torch.float16, an enabled GradScaler
     bf16: bool = False
     dtype_unknown: bool = False  # an autocast region whose dtype is decided at run time
-    autocast: bool = False
+    autocast: bool = False  # an autocast region that may run low precision (not enabled=False, not fp32)
+    #: the file anticipates autocast: a region of any enabled state (not fp32), custom_fwd /
+    #: custom_bwd, the autocast state queried, a GradScaler constructed
+    autocast_aware: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,16 +44,18 @@ class ProjectFacts:
     bf16: bool = False
     dtype_unknown: bool = False
     autocast: bool = False
+    autocast_aware: bool = False
 
     @classmethod
     def from_files(cls, files: Iterable[FileFacts]) -> "ProjectFacts":
-        fp16 = bf16 = unknown = autocast = False
+        fp16 = bf16 = unknown = autocast = aware = False
         for f in files:
             fp16 |= f.fp16
             bf16 |= f.bf16
             unknown |= f.dtype_unknown
             autocast |= f.autocast
-        return cls(fp16=fp16, bf16=bf16, dtype_unknown=unknown, autocast=autocast)
+            aware |= f.autocast_aware
+        return cls(fp16=fp16, bf16=bf16, dtype_unknown=unknown, autocast=autocast, autocast_aware=aware)
 
     @property
     def may_run_fp16(self) -> bool:
@@ -76,19 +83,121 @@ def library_module(filename: Optional[str], root: Optional[str] = None) -> bool:
     return not any(part in _NOT_LIBRARY_DIRS for part in where.split(os.sep)[:-1])
 
 
+#: words that show a text may run low precision (a cast, a dtype, autocast, a loss scaler, a flag)
+_LOW_PRECISION_WORDS = re.compile(r"half|float16|fp16|bf16|bfloat16|autocast|GradScaler|mixed_precision|\bamp\b|precision")
+_MAIN_GUARD = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.M)
+_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import|import[ \t]+([\w.]+))", re.M)
+
+
+def fp32_script(filename: Optional[str], root: Optional[str] = None) -> bool:
+    """`filename` is a script run on its own that no low-precision code can reach: it has an
+    `if __name__ == "__main__":` block, and neither its text, nor the project modules it
+    imports, nor a project module that imports it names a low-precision dtype, autocast, a
+    loss scaler or a precision flag (pytorch/examples' gat/main.py, next to the repository's
+    fp16 examples). The project's fp16 elsewhere cannot give its tensors that dtype, so an
+    fp16-conditional finding there does not hold. Read when conditions are resolved."""
+    from .texts import project_files, project_root, read_text
+
+    if not filename or not filename.endswith(".py"):
+        return False
+    text = read_text(filename)
+    if text is None or not _MAIN_GUARD.search(text) or _LOW_PRECISION_WORDS.search(text):
+        return False
+    path = os.path.abspath(filename)
+    folder = os.path.dirname(path)
+    base = project_root(filename, root) or folder
+    for module in _local_imports(text, folder, base):
+        other = read_text(module)
+        if other is None or _LOW_PRECISION_WORDS.search(other):
+            return False
+    stem = os.path.splitext(os.path.basename(path))[0]
+    importer = re.compile(rf"^[ \t]*(?:from|import)[ \t][^\n]*\b{re.escape(stem)}\b", re.M)
+    for other_path in project_files(base, (".py",)):
+        if other_path == path:
+            continue
+        other = read_text(other_path)
+        if other is not None and stem in other and importer.search(other) and _LOW_PRECISION_WORDS.search(other):
+            return False  # (any module of that name: an importer that may run fp16 keeps the finding)
+    return True
+
+
+def _local_imports(text: str, folder: str, base: str) -> List[str]:
+    """The project files `text`'s imports name (`from model import X` next to it, `import
+    pkg.sub` under the project root): one level, files that exist."""
+    found = []
+    for m in _IMPORT_LINE.finditer(text):
+        spelled = m.group(1) or m.group(2) or ""
+        dots = len(spelled) - len(spelled.lstrip("."))
+        parts = [p for p in spelled.lstrip(".").split(".") if p]
+        if not parts:
+            continue
+        starts = [folder] if dots else [folder, base]
+        for start in starts:
+            for _ in range(max(0, dots - 1)):
+                start = os.path.dirname(start)
+            target = os.path.join(start, *parts)
+            for candidate in (target + ".py", os.path.join(target, "__init__.py")):
+                if os.path.isfile(candidate):
+                    found.append(candidate)
+    return found
+
+
+def anticipates_autocast(facts: ProjectFacts, precision: str = "auto") -> bool:
+    """The project's code anticipates running under autocast somewhere: it enters a region (also
+    `enabled=False`, to keep a caller's autocast out; not a `dtype=torch.float32` one), decorates
+    a Function with `custom_fwd`/`custom_bwd`, queries the autocast state, builds a GradScaler,
+    or the setting names a precision. A package that does none of these was not written to run
+    under autocast, its users' or its own: fp32-only BasicSR and stylegan2, torchtitan (bf16
+    parameters from FSDP, never autocast) in the blind drill; its own code decides what its
+    Functions see, so a library module of it is not assumed to run under some user's autocast."""
+    return facts.autocast or facts.autocast_aware or precision in ("fp16", "bf16")
+
+
+#: a condition `<base>|kernel-not-mixed=<name>` also needs the project's source of the kernel bound
+#: as `<name>` not to be one built for low-precision activations next to fp32 weights, and
+#: `<base>|kernel-fp32=<name>` needs it to take float32 only (`model/kernels.py`; AMP501)
+KERNEL_NOT_MIXED = "kernel-not-mixed"
+KERNEL_FP32 = "kernel-fp32"
+
+
+def kernel_condition(base: str, requirement: str, name: str) -> str:
+    """`base`, and what the project's source of the kernel `name` must say (`KERNEL_*`)."""
+    return f"{base}|{requirement}={name}"
+
+
+def _kernel_holds(requirement: str, filename: Optional[str], root: Optional[str]) -> bool:
+    from .kernels import kernel_dtypes
+
+    kind, _, name = requirement.partition("=")
+    found = kernel_dtypes(name, filename, root)
+    if kind == KERNEL_NOT_MIXED:
+        return found != "mixed"
+    if kind == KERNEL_FP32:
+        return found == "fp32"
+    raise ValueError(f"unknown kernel requirement {requirement!r}")
+
+
 def condition_holds(
     condition: str, facts: ProjectFacts, precision: str = "auto", filename: Optional[str] = None, root: Optional[str] = None
 ) -> bool:
     """Whether a diagnostic's condition holds; `filename` (the diagnostic's file) only for
-    file-dependent conditions (without it they hold only through the project facts)."""
+    file-dependent conditions (without it they hold only through the project facts, and a
+    kernel requirement, which no fact changes, is not asked)."""
+    if "|" in condition:
+        base, _, requirement = condition.partition("|")
+        if not condition_holds(base, facts, precision, filename, root):
+            return False
+        return filename is None or _kernel_holds(requirement, filename, root)
     if condition == FP16:
         if precision == "fp16":
             return True
         if precision == "bf16":
             return False
-        return facts.may_run_fp16
+        return facts.may_run_fp16 and not (filename is not None and fp32_script(filename, root))
     if condition == AUTOCAST:
         return facts.autocast or precision in ("fp16", "bf16")
     if condition == AUTOCAST_OR_LIBRARY:
-        return condition_holds(AUTOCAST, facts, precision) or library_module(filename, root)
+        if condition_holds(AUTOCAST, facts, precision):
+            return True
+        return anticipates_autocast(facts, precision) and library_module(filename, root)
     raise ValueError(f"unknown diagnostic condition {condition!r}")

@@ -1,7 +1,9 @@
 """Reading literal values and arguments off libcst nodes (no model needed)."""
 from __future__ import annotations
 
-from typing import Iterator, Optional
+import math
+import struct
+from typing import Callable, Iterator, Optional
 
 import libcst as cst
 
@@ -62,3 +64,54 @@ def call_chain(expr: cst.CSTNode) -> Iterator[cst.Call]:
             expr = expr.value
         else:
             return
+
+
+# --------------------------------------------------------------------------- constant folding
+
+
+def folded_number(node: Optional[cst.CSTNode], constant: Optional[Callable[[str], Optional[float]]] = None, depth: int = 0) -> Optional[float]:
+    """The value of a constant arithmetic expression (`1 - 1e-4`, `2 ** -14`, `(1.0 - EPS)`):
+    number literals, `+ - * / **`, unary signs and parentheses; a plain name counts when
+    `constant(name)` gives its value (a module constant). None for anything else."""
+    if node is None or depth > 8:
+        return None
+    value = literal_number(node)
+    if value is not None:
+        return value
+    if isinstance(node, cst.Name):
+        return constant(node.value) if constant is not None else None
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        inner = folded_number(node.expression, constant, depth + 1)
+        if inner is None:
+            return None
+        return -inner if isinstance(node.operator, cst.Minus) else inner
+    if isinstance(node, cst.BinaryOperation):
+        left = folded_number(node.left, constant, depth + 1)
+        right = folded_number(node.right, constant, depth + 1) if left is not None else None
+        if left is None or right is None:
+            return None
+        op = node.operator
+        try:
+            if isinstance(op, cst.Add):
+                return left + right
+            if isinstance(op, cst.Subtract):
+                return left - right
+            if isinstance(op, cst.Multiply):
+                return left * right
+            if isinstance(op, cst.Divide):
+                return left / right
+            if isinstance(op, cst.Power):
+                result = left ** right
+                return result if isinstance(result, float) or isinstance(result, int) else None
+        except (ZeroDivisionError, OverflowError, ValueError):
+            return None
+    return None
+
+
+def in_fp16(value: float) -> float:
+    """`value` rounded to the nearest fp16 (round half to even, as a cast does): 1 - 1e-4 is
+    1.0, 1e-8 is 0.0, 70000.0 is inf."""
+    try:
+        return float(struct.unpack("<e", struct.pack("<e", value))[0])
+    except OverflowError:
+        return math.copysign(math.inf, value)

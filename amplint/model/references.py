@@ -17,25 +17,17 @@ if TYPE_CHECKING:  # pragma: no cover
 def imported_names(ctx: "ModuleContext", node: cst.CSTNode) -> Dict[str, str]:
     """{local name: qualified name} for every imported name used in `node` that
     resolves unambiguously, so the verifier can bind a flagged snippet."""
-    names = _ImportedNames(ctx.imports)
-    node.visit(names)
-    return names.found
+    from .walk import subnodes
 
-
-class _ImportedNames(cst.CSTVisitor):
-    """For `imported_names` (a module-level class: one defined per call would hold its
-    closure, and so the file's tree, in a reference cycle)."""
-
-    def __init__(self, imports: ImportTable) -> None:
-        super().__init__()
-        self.imports = imports
-        self.found: Dict[str, str] = {}
-
-    def visit_Name(self, name: cst.Name) -> None:
-        if name.value not in self.found:
-            q = self.imports.qualname(name)
+    found: Dict[str, str] = {}
+    seen = set()
+    for n in subnodes(node):  # not `node.visit`: a visitor rebuilds the whole subtree as it goes
+        if isinstance(n, cst.Name) and n.value not in seen:
+            seen.add(n.value)
+            q = ctx.imports.qualname(n)
             if q is not None:
-                self.found[name.value] = q
+                found[n.value] = q
+    return found
 
 
 class _ReferenceCollector(cst.CSTVisitor):

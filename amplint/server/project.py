@@ -10,6 +10,7 @@ and kept per file, so the open buffer's own facts replace its saved file's.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from pathlib import Path
@@ -104,7 +105,7 @@ class Projects:
             rest = ProjectFacts.from_files([f for p, f in others.items() if p != me])
             with self._lock:
                 self._others[key] = rest
-        merged = FileFacts(fp16=rest.fp16, bf16=rest.bf16, dtype_unknown=rest.dtype_unknown, autocast=rest.autocast)
+        merged = FileFacts(**dataclasses.asdict(rest))  # the same fields
         return ProjectFacts.from_files([merged, own])
 
     def file_facts(self, config: Config) -> Dict[str, FileFacts]:

@@ -593,7 +593,7 @@ class ExprBinding:
 
     shape: Tuple[int, ...] = (4, 4)
     mask_kind: str = "bool"  # bool | float | long
-    fill: str = "randn"  # randn | zeros | prob
+    fill: str = "randn"  # randn | zeros | ones | prob
 
 
 EXPR_ATTEMPTS = (
@@ -618,6 +618,8 @@ def _tensor_for(lab: Any, name: str, binding: ExprBinding, dtype: Any, fill: str
     g = torch.Generator().manual_seed(_stable_seed(name, lab.seed))
     if fill == "zeros":
         t = torch.zeros(binding.shape)
+    elif fill == "ones":
+        t = torch.ones(binding.shape)
     elif fill == "prob":
         t = torch.rand(binding.shape, generator=g) * 0.9 + 0.05
     else:

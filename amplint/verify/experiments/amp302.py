@@ -4,7 +4,8 @@ Optimizer findings (`optimizer_class` present): builds the flagged optimizer
 (`snippet`, with `model`/`params` bound to fp16 parameters; else
 `optimizer_class(params, lr=lr, eps=eps)`), gives it gradients from 1e-6 to
 1e-1 and takes one step; fp32 parameters are the reference. Expression findings: evaluates the flagged expression on zero
-tensors in fp16 and in fp32 and compares finiteness.
+tensors in fp16 and in fp32 and compares finiteness. Clamp bounds fp16 rounds onto 1.0 (`rounds_to`): the
+flagged clamp on tensors of that value, counting what it leaves at the bound in fp16 and in fp32.
 """
 from __future__ import annotations
 
@@ -127,12 +128,49 @@ def _nonfinite(torch: Any, value: Any) -> Optional[int]:
     return None
 
 
+def _bound_experiment(lab: Any, data: Dict[str, Any], ev: Dict[str, Any]) -> Dict[str, Any]:
+    """A clamp bound such as `1 - 1e-4` that fp16 rounds onto 1.0: the flagged clamp on tensors
+    of exactly that value, in fp16 and fp32; how many values it leaves at the bound."""
+    torch = lab.torch
+    value, rounded = data.get("value"), data.get("rounds_to")
+    ev.update(bound_value=value, bound_fp16=lab.num(torch.tensor(float(value), dtype=torch.float64).half().item()))
+    fill = {1.0: "ones", 0.0: "zeros"}.get(rounded)
+    source = data.get("snippet")
+    if fill is None or not isinstance(source, str) or not source.strip():
+        return lab.inconclusive(f"no experiment for a bound rounding to {rounded!r}", ev, dtype="fp16")
+    try:
+        out16 = eval_expression(lab, source, data, torch.float16, fill=fill)[0]
+        out32 = eval_expression(lab, source, data, torch.float32, fill=fill)[0]
+    except Refused as exc:
+        return lab.inconclusive(f"not run: {exc}", ev, dtype="fp16")
+    except Unbindable as exc:
+        return lab.inconclusive(f"could not bind {', '.join(exc.names)}", ev, dtype="fp16")
+    except SnippetFailed as exc:
+        return lab.inconclusive(f"the flagged code raised {exc}"[:200], ev, dtype="fp16")
+    if not all(isinstance(o, torch.Tensor) and o.is_floating_point() for o in (out16, out32)):
+        return lab.inconclusive("the clamp did not produce a floating tensor", ev, method="snippet", dtype="fp16")
+    at16, at32 = int((out16 == rounded).sum()), int((out32 == rounded).sum())
+    ev.update(evaluated=source.strip(), inputs=fill, at_bound_fp16=at16, at_bound_fp32=at32)
+    if at16 and not at32:
+        return lab.confirmed(
+            f"the bound {value!r} is {fmt(ev['bound_fp16'])} in fp16: on inputs of {rounded:g} the clamp left {at16} "
+            f"value(s) at exactly {rounded:g} in fp16, {at32} in fp32 (log(1 - p) or log(p) is -inf there)",
+            ev, method="snippet", dtype="fp16",
+        )
+    return lab.not_reproduced(
+        f"on inputs of {rounded:g} the clamp left {at16} value(s) at {rounded:g} in fp16 and {at32} in fp32",
+        ev, method="snippet", dtype="fp16",
+    )
+
+
 def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     torch = lab.torch
     eps = _eps(data)
     ev: Dict[str, Any] = {"eps": eps, "eps_fp16": lab.num(torch.tensor(eps, dtype=torch.float64).half().item())}
     if data.get("optimizer_class"):
         return _optimizer_experiment(lab, data, eps, ev)
+    if isinstance(data.get("rounds_to"), (int, float)) and isinstance(data.get("value"), (int, float)):
+        return _bound_experiment(lab, data, ev)
     source = data.get("snippet")
     method = "snippet"
     attempt16 = attempt32 = None
