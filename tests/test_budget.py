@@ -283,3 +283,13 @@ def test_a_repository_cannot_lift_the_budget(tmp_path, value):
     out = CliRunner().invoke(main, ["--no-cache", str(tmp_path)])
     assert out.exit_code == 2 and out.output.count("\n") == 1, out.output
     assert "must be more than 0 and at most 600 seconds in a config file" in out.output
+
+
+def test_a_thread_that_cannot_start_under_the_cap_is_the_memory_outcome():
+    """Under the child's address-space cap the analysis thread's stack may not fit once the work
+    before it took its share: that is the memory bound binding, not a crash (CI saw it so)."""
+    from amplint.engine.isolate import _ran_out_of_memory
+
+    assert _ran_out_of_memory(RuntimeError("can't start new thread"))
+    assert _ran_out_of_memory(MemoryError())
+    assert not _ran_out_of_memory(RuntimeError("dictionary changed size during iteration"))

@@ -27,6 +27,7 @@ import pickle
 import select
 import signal
 import sys
+import faulthandler
 import threading
 import time
 from typing import Any, Callable, Optional, Tuple
@@ -69,6 +70,7 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 2)  # a native library's own last words (libcst: "memory allocation of N bytes failed")
             os.close(null)
+            faulthandler.disable()  # an abort under the cap is an outcome here, not a crash to dump (pytest enables it)
             import resource
 
             out_of_memory = pickle.dumps(("memory", None))  # made before the cap: nothing to allocate once it binds
@@ -136,12 +138,18 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
     return ("crash", how)
 
 
+def _thread_not_started(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
+
+
 def _ran_out_of_memory(exc: BaseException) -> bool:
     """A MemoryError, or an error raised while handling one (under the cap, the handler of a
-    MemoryError deep in a parse can itself fail to allocate and raise something else)."""
+    MemoryError deep in a parse can itself fail to allocate and raise something else), or the
+    analysis thread's stack that could not be mapped (the address space the work had already
+    taken left no room for it under the cap: Python says "can't start new thread")."""
     seen = 0
     while exc is not None and seen < 20:
-        if isinstance(exc, MemoryError):
+        if isinstance(exc, MemoryError) or _thread_not_started(exc):
             return True
         exc = exc.__cause__ or exc.__context__
         seen += 1
