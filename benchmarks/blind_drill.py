@@ -285,6 +285,7 @@ def score(args: argparse.Namespace) -> int:
     rows: Dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     unjudged: List[Judged] = []
     misses: List[Label] = []
+    by_confidence: Dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     unlabelled = []
     for key, result in sorted(results.items()):
         data = load_labels(key)
@@ -299,10 +300,13 @@ def score(args: argparse.Namespace) -> int:
                 unjudged.append(j)
         for lab in found:
             rows[lab.code]["found"] += 1
+            by_confidence[lab.confidence]["found"] += 1
         for lab in missed:
             rows[lab.code]["missed"] += 1
+            by_confidence[lab.confidence]["missed"] += 1
             misses.append(lab)
     print(table(rows, codes, len(results) - len(unlabelled)))
+    print(confidence_line(by_confidence))
     if unlabelled:
         print(f"\nnot labelled (not scored): {', '.join(unlabelled)}")
     if args.show:
@@ -320,6 +324,17 @@ def score(args: argparse.Namespace) -> int:
         Path(args.template).write_text(json.dumps(entries, indent=1))
         print(f"adjudication template ({len(entries)} entries): {args.template}")
     return 1 if args.check and unjudged else 0
+
+
+def confidence_line(by_confidence: Dict[str, collections.Counter]) -> str:
+    """Recall split by the labeller's confidence: a "likely" pitfall often depends on a run-time
+    choice (a flag, a config) where the rules prefer silence, so the two recalls say different things."""
+    parts = []
+    for confidence in sorted(by_confidence):
+        c = by_confidence[confidence]
+        total = c["found"] + c["missed"]
+        parts.append(f"{confidence} {c['found']}/{total}" + (f" = {c['found'] / total:.2f}" if total else ""))
+    return "recall by label confidence: " + ", ".join(parts)
 
 
 def table(rows: Dict[str, collections.Counter], codes: set, projects: int) -> str:
