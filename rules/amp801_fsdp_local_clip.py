@@ -58,7 +58,10 @@ class FsdpLocalClip(Rule):
     `sharding_strategy=ShardingStrategy.NO_SHARD` (every rank holds the whole
     gradient after the all-reduce), for `clip_grad_value_` (element-wise, the
     same on a shard) and for a model the code does not show to be FSDP1 (a
-    wrapper chosen by a registry or a flag value). With fp16 the clip must also
+    wrapper chosen by a registry or a flag value), and when the same function
+    also calls the model's own `clip_grad_norm_` (it picks the clip by the
+    wrapper, `if isinstance(model, FSDP): ... else: torch...`: the torch clip
+    is the branch FSDP1 does not take). With fp16 the clip must also
     come after `scaler.unscale_(optimizer)`: AMP101.
 
     ## References
@@ -150,6 +153,22 @@ torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
 """,
             "the clipped model is not the FSDP one",
         ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+class Trainer:
+    def __init__(self, net, shard):
+        self.model = FSDP(net) if shard else net
+
+    def clip(self, limit):
+        if isinstance(self.model, FSDP):
+            return self.model.clip_grad_norm_(max_norm=limit)
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=limit)
+""",
+            "the function picks the clip by the wrapper: the torch clip is the non-FSDP1 branch",
+        ),
     ]
 
     INVALID = [
@@ -221,7 +240,7 @@ torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             if clip["fn"] != "norm":
                 continue
             owner = clip_owner_of(view, path, clip)
-            if owner is None:
+            if owner is None or _dispatches_on_wrapper(view, path, clip, owner):
                 continue
             fsdp = [w for w in view.wrappers(path, clip["f"], owner) if w.sharded_fsdp1]
             if fsdp:
@@ -251,3 +270,13 @@ torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             "sharding": w.event.get("shard"),
         }
         return ScaleFinding(view.place(path, clip), message, help, [(w.place, note)], data, fix)
+
+
+def _dispatches_on_wrapper(view: ScaleView, path: str, clip: Dict[str, Any], owner: str) -> bool:
+    """The function that clips also calls `owner.clip_grad_norm_(...)`, the wrapper's own clip:
+    it chooses the clip by the wrapper (`if isinstance(m, FSDP): m.clip_grad_norm_(...) else:
+    torch.nn.utils.clip_grad_norm_(...)`, or `hasattr(m, "clip_grad_norm_")`), so the torch
+    clip is the branch an FSDP1 model does not take."""
+    return any(
+        e["f"] == clip["f"] and e.get("recv") == owner for p, e in view.events("ownclip") if p == path
+    )

@@ -55,7 +55,9 @@ class LowPrecisionMasterWeights(Rule):
     `set_default_dtype(DTYPES[cfg.dtype])`), when the model is cast back to
     fp32 before it is wrapped, and for wrappers without a mixed-precision
     policy or with a `"*-true"` precision (pure low-precision training chosen
-    on purpose). A `.half()` model trained by a plain optimizer is AMP201's.
+    on purpose), and in a file that never trains the model it wraps (no
+    optimizer built, no backward, no `step()`, and the model a local name the
+    wrapping function does not return: an inference or rollout script). A `.half()` model trained by a plain optimizer is AMP201's.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP804` (docs/evidence.md#amp804)
@@ -126,6 +128,20 @@ model = FSDP(model)
 """,
             "no mixed-precision policy: pure bf16 training, not a no-op policy",
         ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+
+def main():
+    policy = MixedPrecision(param_dtype=torch.bfloat16)
+    actor = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.bfloat16)
+    actor = FSDP(actor, mixed_precision=policy)
+    with torch.no_grad():
+        print(generate(actor, prompts))
+""",
+            "a rollout script: the wrapped model is never trained (no optimizer, no backward)",
+        ),
     ]
 
     INVALID = [
@@ -171,6 +187,7 @@ def load(name):
 
 model = load("gpt2")
 model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
 """,
             line=6,
             why="loaded in bf16 by a builder function",
@@ -189,7 +206,7 @@ model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
             if e["k"] not in ("fsdp1", "fsdp2", "fabric") or not e.get("s"):
                 continue
             w = view._wrapper(path, e, 0)
-            if w is None or not _mixed_policy(w):
+            if w is None or not _mixed_policy(w) or _never_trained(view, path, e):
                 continue
             cast = low_precision_cast(view, path, e["f"], e["s"], (e["r"], e["c"]), 0)
             if cast is None:
@@ -213,6 +230,17 @@ model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
                 related.append((w.policy.place, "its policy"))
             data = {"model": subject, "dtype": dtype, "wrapper": w.kind, "cast": ce.get("via"), "wrapper_site": [w.path, e["r"]]}
             yield ScaleFinding(place, message, help, related, data)
+
+
+def _never_trained(view: ScaleView, path: str, wrap: Dict[str, Any]) -> bool:
+    """An inference or rollout script: the file that wraps the model builds no optimizer and
+    runs no backward and no `step()`, and the wrapping function keeps the model to itself (a
+    local name it does not return). Without an update there are no master weights to lose."""
+    summary = view.summary(path) or {}
+    if any(e["e"] in ("back", "step", "opt") for e in summary.get("events", ())):
+        return False
+    names = [*(wrap.get("t") or []), wrap.get("s")]
+    return all("." not in (n or "") for n in names) and wrap["f"] not in summary.get("returns", {})
 
 
 def _mixed_policy(w: Wrapper) -> bool:

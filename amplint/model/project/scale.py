@@ -27,6 +27,7 @@ file holds a distributed API (`ANCHORS`): a project without these APIs never pay
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
@@ -34,7 +35,9 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 1
+VERSION = 2
+#: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
+_OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
 #: a file holding one of these may wrap a model for distributed training or set its precision
 #: outside autocast: the project model then reads scale summaries (the text index role "d")
@@ -634,6 +637,9 @@ class _Reader:
                 simple=1 if len(node.args) + len(node.keywords) == 2 and all(k.arg in ("parameters", "max_norm") for k in node.keywords) and not any(isinstance(a, ast.Starred) for a in node.args) else None,
             )
             return
+        if method == "clip_grad_norm_" and receiver and not (q or "").startswith("torch."):
+            self._event("ownclip", node, qual, recv=receiver)  # a wrapper's own clip (FSDP1's, accelerate's)
+            return
         if method == "backward" and isinstance(node.func, ast.Attribute):
             recv = node.func.value
             inner = None
@@ -679,6 +685,9 @@ class _Reader:
             if tag in ("to:fp16", "to:bf16", "to:fp32"):
                 self._event("cast", node, qual, t=receiver, d=tag[3:], via="inplace")
             return
+        last = (spelled or "").rsplit(".", 1)[-1]
+        if (q or "").startswith("torch.optim.") and "lr_scheduler" not in (q or "") or _OPTIMIZER_NAME.search(last):
+            self._event("opt", node, qual)  # an optimizer built here: the file trains
         if targets is not None:
             self._assigned_call(node, qual, target, method)
 
