@@ -4,6 +4,9 @@
     python benchmarks/blind_drill.py score [--split tuning|heldout|all] [--show]
     python benchmarks/blind_drill.py template --split tuning --out PATH   # unjudged findings to adjudicate
     python benchmarks/blind_drill.py score --check                        # exit 1 if a finding is unjudged
+    python benchmarks/blind_drill.py adjudicate FINDINGS.json [REVIEWS.json]  # merge an adjudicator's verdicts
+
+Labellers follow `blind_labelling.md` (tool-neutral categories, mapped to codes by CATEGORY_CODES).
 
 `blind_projects.json` pins each repository (GitHub `owner/name` and commit), its kind and its split:
 a third of them, drawn at random once (seed and draw recorded there), is held out: nobody reads
@@ -383,11 +386,49 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_score.add_argument("--show", action="store_true", help="list unjudged findings and missed pitfalls")
     p_score.add_argument("--template", metavar="PATH", help="write the unjudged findings as adjudication entries")
     p_score.add_argument("--check", action="store_true", help="exit 1 when a finding is unjudged")
+    p_adj = sub.add_parser("adjudicate", help="merge an adjudicator's verdicts into the label files")
+    p_adj.add_argument("findings", help="[{project, code, file, row, verdict: correct|fp, reason, same_bug_as?}]")
+    p_adj.add_argument("reviews", nargs="?", help="[{project, cat, file, line, verdict: pitfall|not-a-pitfall, reason}]")
     args = parser.parse_args(argv)
     if args.command == "run":
         run(args)
         return 0
+    if args.command == "adjudicate":
+        adjudicate(args)
+        return 0
     return score(args)
+
+
+def adjudicate(args: argparse.Namespace) -> None:
+    """Keep each judged entry (an empty verdict is skipped) in its project's label file, marked
+    `by: adjudicated`; a later verdict on the same finding or label replaces the earlier one."""
+    merge_verdicts(json.loads(Path(args.findings).read_text(encoding="utf-8")), "adjudicated",
+                   lambda x: (x["code"], x["file"], int(x["row"])), ("code", "file", "row", "verdict", "reason", "same_bug_as"))
+    if args.reviews:
+        merge_verdicts(json.loads(Path(args.reviews).read_text(encoding="utf-8")), "label_reviews",
+                       lambda x: (x["cat"], x["file"], int(x["line"])), ("cat", "file", "line", "verdict", "reason"))
+
+
+def merge_verdicts(entries: List[dict], key: str, ident, fields: Sequence[str], labels_dir: Path = LABELS_DIR) -> None:
+    by_project: Dict[str, List[dict]] = collections.defaultdict(list)
+    for e in entries:
+        if e.get("verdict"):
+            by_project[e["project"]].append(e)
+    for project, judged in sorted(by_project.items()):
+        path = labels_dir / f"{project}.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        kept = data.setdefault(key, [])
+        where = {ident(x): i for i, x in enumerate(kept)}
+        for e in judged:
+            entry = {f: e[f] for f in fields if f in e}
+            entry["by"] = "adjudicated"
+            if ident(entry) in where:
+                kept[where[ident(entry)]] = entry
+            else:
+                where[ident(entry)] = len(kept)
+                kept.append(entry)
+        path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"{project}: {len(judged)} {key}")
 
 
 if __name__ == "__main__":

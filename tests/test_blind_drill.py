@@ -87,3 +87,16 @@ def test_findings_are_judged_by_blind_labels_then_adjudications():
 def test_a_finding_far_from_the_label_is_not_that_label():
     judged, found, missed = blind_drill.judge("p", [_finding("AMP101", "train.py", 47)], LABELS)
     assert judged[0].verdict == "unjudged" and sorted(m.code for m in missed) == ["AMP001", "AMP101", "AMP402", "AMP501"]
+
+
+def test_adjudications_merge_into_the_label_file_and_replace_an_earlier_verdict(tmp_path):
+    (tmp_path / "o+r.json").write_text(json.dumps({"repo": "o/r", "pitfalls": [], "negatives": []}))
+    first = [{"project": "o+r", "code": "AMP801", "file": "t.py", "row": 3, "verdict": "fp", "reason": "a"},
+             {"project": "o+r", "code": "AMP001", "file": "t.py", "row": 1, "verdict": "", "reason": ""}]
+    blind_drill.merge_verdicts(first, "adjudicated", lambda x: (x["code"], x["file"], int(x["row"])),
+                               ("code", "file", "row", "verdict", "reason"), tmp_path)
+    again = [{**first[0], "verdict": "correct", "reason": "b"}]
+    blind_drill.merge_verdicts(again, "adjudicated", lambda x: (x["code"], x["file"], int(x["row"])),
+                               ("code", "file", "row", "verdict", "reason"), tmp_path)
+    data = json.loads((tmp_path / "o+r.json").read_text())
+    assert data["adjudicated"] == [{"code": "AMP801", "file": "t.py", "row": 3, "verdict": "correct", "reason": "b", "by": "adjudicated"}]
