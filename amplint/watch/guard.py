@@ -86,10 +86,18 @@ class _Iteration:
         self.pending_norm: Dict[int, List[torch.Tensor]] = {}
 
 
+def local_grad(tensor: Any) -> Any:
+    """A gradient as this rank holds it: a DTensor's (FSDP2's) local shard, never a collective
+    (the guard must not add one: a rank-local check turned into an all-reduce hangs the others)."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if to_local is not None and type(tensor).__name__ == "DTensor" else tensor
+
+
 def _grad_norm(params: List[torch.Tensor], divide: Any = None) -> Any:
     """The 2-norm of the gradients as a 0-dim tensor on their device (no host read), divided by
-    `divide` (a scale, float or tensor) when given."""
-    grads = [p.grad for p in params if p.grad is not None and not p.grad.is_sparse]
+    `divide` (a scale, float or tensor) when given. For DTensor (FSDP2) gradients, the norm of
+    this rank's local shards."""
+    grads = [local_grad(p.grad) for p in params if p.grad is not None and not p.grad.is_sparse]
     if not grads:
         return 0.0
     norms = torch._foreach_norm([g.detach() for g in grads])
@@ -182,6 +190,8 @@ class Guard:
         self.pending: List[List[Any]] = []  # step records not yet resolved into numbers (see flush_steps)
         self.flushed_at: Optional[float] = None
         self.update_site: Optional[sites.Site] = None  # a scaler.update() call: AMP701's line when no source is known
+        self.scaler_classes: set = set()  # the GradScaler classes a `scaler` record was written for
+        self.wrapped_classes: set = set()  # GradScaler subclasses whose own methods are wrapped
         self.last_time: Optional[float] = None
         self.peak_memory = _PeakMemory()
         self.skipped_run = 0
@@ -368,6 +378,11 @@ class Guard:
         self.skipped_run = self.skipped_run + 1 if skipped else 0
         if skipped or self.update_site is None:
             self.update_site = sites.caller_site(3)
+        if type(scaler) not in self.scaler_classes:
+            self.scaler_classes.add(type(scaler))
+            site = sites.caller_site(3)
+            self.write({"type": "scaler", "class": type(scaler).__name__, "module": type(scaler).__module__,
+                        "filename": site[0], "line": site[1], "step": self.step + 1})
         self.emit_step(before, after, skipped, it.norms or None)
         if skipped:
             params = [p for o in optimizers for p in self.param_ids(o)[0]]
@@ -520,14 +535,47 @@ class Guard:
         setattr(owner, name, wrapper)
         self.restore.append((owner, name, original))
 
+    def _wrap_scaler(self, cls: type) -> None:
+        """Wrap the GradScaler methods `cls` defines itself (GradScaler: all four; ShardedGradScaler
+        overrides scale, unscale_ and update). A call that reaches the same method name again
+        from inside one (a subclass calling `super().update()`) runs unobserved: one step, one record."""
+        if cls in self.wrapped_classes:
+            return
+        self.wrapped_classes.add(cls)
+        local = self.local
+        for name, handler in (("scale", self.scale), ("unscale_", self.unscale_), ("step", self.scaler_step), ("update", self.update)):
+            if name not in cls.__dict__:
+                continue
+
+            def observed(orig, *args, _name=name, _handler=handler, **kwargs):
+                inside = getattr(local, "scaler_calls", None)
+                if inside is None:
+                    inside = local.scaler_calls = set()
+                if _name in inside:
+                    return orig(*args, **kwargs)
+                inside.add(_name)
+                try:
+                    return _handler(orig, *args, **kwargs)
+                finally:
+                    inside.discard(_name)
+
+            self._wrap(cls, name, observed)
+
     def install(self) -> None:
         sites.skip_package(os.path.dirname(torch.__file__))
         from torch.amp.grad_scaler import GradScaler
 
-        self._wrap(GradScaler, "scale", self.scale)
-        self._wrap(GradScaler, "unscale_", self.unscale_)
-        self._wrap(GradScaler, "step", self.scaler_step)
-        self._wrap(GradScaler, "update", self.update)
+        self._wrap_scaler(GradScaler)
+        guard = self
+        scaler_init = GradScaler.__init__
+
+        def init_scaler(scaler, *args, **kwargs):
+            scaler_init(scaler, *args, **kwargs)
+            guard._wrap_scaler(type(scaler))  # a subclass (ShardedGradScaler) overrides some of them
+
+        init_scaler.__wrapped__ = scaler_init
+        GradScaler.__init__ = init_scaler
+        self.restore.append((GradScaler, "__init__", scaler_init))
         self._wrap(torch.Tensor, "backward", self.backward)
         self._wrap(torch.autocast, "__enter__", self.autocast_enter)
         import torch.nn.utils.clip_grad as clip_grad
