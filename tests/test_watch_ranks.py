@@ -97,3 +97,21 @@ def test_agreeing_ranks_and_one_rank_give_nothing():
     assert rank_disagreement([_step(0, 1, 8.0, 4.0, True)]) is None
     assert rank_disagreement([_step(r, 1, None, None) for r in (0, 1)]) is None  # no scaler: nothing to compare
     assert "AMP702" not in summary(together)
+
+
+def test_fsdp2_with_the_plain_scaler_agrees_and_the_guard_adds_no_collective(tmp_path):
+    """The real FSDP2 (`fully_shard`): the overflow is in rank 1's local shard only, DTensor's unscale
+    all-reduces found-inf, both ranks skip. The guard reads DTensor gradients as local shards (a
+    collective from the guard on rank 1 alone would hang the run): rank 0's step-3 norm is finite."""
+    run, report = _torchrun(tmp_path, "fsdp2")
+    lines = sorted(line.rsplit(" ", 1)[0] for line in run.stdout.split("\n") if line)
+    assert lines == ["done 0 512", "done 1 512"]
+    evs = events(report)
+    for rank in (0, 1):
+        skipped, scales = _series(evs, rank)
+        assert skipped == [False, False, True] + [False] * 5 and scales == [1024.0, 1024.0] + [512.0] * 6
+    norms = {s["rank"]: s["grad_norm"] for s in of_type(evs, "step") if s["step"] == 3}
+    assert norms[1] is None and norms[0] is not None  # rank 1's local shard held the inf, rank 0's did not
+    [source] = of_type(evs, "nonfinite")
+    assert source["rank"] == 1 and source["kind"] == "gradient"
+    assert not [f for f in of_type(evs, "finding") if f["code"] == "AMP702"]

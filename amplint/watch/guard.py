@@ -1,14 +1,16 @@
 """The guard: observes a training run from inside its process, read-only.
 
 `install()` wraps a few torch entry points in place (GradScaler's scale /
-unscale_ / step / update, the global optimizer step hooks, `Tensor.backward`,
+unscale_ / step / update, and a subclass's own on its first construction, the
+global optimizer step hooks, `Tensor.backward`,
 `torch.autocast.__enter__`, `clip_grad_norm_` / `clip_grad_value_`,
-`torch.save`, `nn.Module.__init__` for build sites). Every wrapper calls the
+`torch.save`, `nn.Module.__init__` for build sites and to find a DeepSpeed
+engine, whose `_take_model_step` is wrapped). Every wrapper calls the
 original with the same arguments and only reads tensors, so the run computes
 the same numbers (tests/test_watch_run.py compares losses bit for bit). One
 step record per optimizer step goes to DIR/events.jsonl: at `scaler.update()`
-for an enabled GradScaler (one record for all the optimizers it stepped), at
-`optimizer.step()` otherwise.
+for an enabled GradScaler (one record for all the optimizers it stepped), at a
+DeepSpeed engine's model step, at `optimizer.step()` otherwise.
 
 Per step the guard reads no tensor value on the host (a read on CUDA waits for
 the device, stalling the pipeline): whether scaler.step skipped the update is
@@ -191,7 +193,8 @@ class Guard:
         self.flushed_at: Optional[float] = None
         self.update_site: Optional[sites.Site] = None  # a scaler.update() call: AMP701's line when no source is known
         self.scaler_classes: set = set()  # the GradScaler classes a `scaler` record was written for
-        self.wrapped_classes: set = set()  # GradScaler subclasses whose own methods are wrapped
+        self.wrapped_classes: set = set()  # GradScaler subclasses (and DeepSpeed engines) whose own methods are wrapped
+        self.module_classes: set = set()  # nn.Module classes constructed so far
         self.last_time: Optional[float] = None
         self.peak_memory = _PeakMemory()
         self.skipped_run = 0
@@ -395,6 +398,69 @@ class Guard:
         self.sources.end_step(self.step)
         return result
 
+    # ---- DeepSpeed ------------------------------------------------------------------------
+    def engine_step(self, orig, engine, *args, **kwargs):
+        """`DeepSpeedEngine._take_model_step`, which the engine runs once per optimizer step (on a
+        gradient-accumulation boundary): one step record from the engine's own loss scaler (the
+        scale before and after, `skipped_steps` growing means the overflow check skipped it), and
+        AMP701 when the scaler raises at its minimum scale (DeepSpeed's abort)."""
+        before = _engine_scale(engine)
+        skipped_before = getattr(engine, "skipped_steps", None)
+        self.local.in_engine_step = getattr(self.local, "in_engine_step", 0) + 1
+        try:
+            result = orig(engine, *args, **kwargs)
+        except Exception as exc:
+            if "loss scale already at minimum" in str(exc):
+                self.emit_step(before, before, True, None)
+                self.flush_steps()  # the detector has seen this step: since which step the scale fell
+                site = sites.caller_site(3)
+                self.report("AMP701", site, f"DeepSpeed's loss scale reached its minimum ({before:g}) and the engine "
+                            "aborted the run", step=self.step, since_step=self.detector.run_start or self.detector.first_skip,
+                            deepspeed_abort=True)
+            raise
+        finally:
+            self.local.in_engine_step -= 1
+        after = _engine_scale(engine)
+        skipped_now = getattr(engine, "skipped_steps", None)
+        if isinstance(skipped_before, int) and isinstance(skipped_now, int):
+            skipped = skipped_now > skipped_before
+        else:
+            skipped = bool(getattr(getattr(engine, "optimizer", None), "overflow", False))
+        if skipped or self.update_site is None:
+            self.update_site = sites.caller_site(3)
+        if DeepSpeedEngineMark not in self.scaler_classes:
+            self.scaler_classes.add(DeepSpeedEngineMark)
+            site = sites.caller_site(3)
+            scaler = getattr(getattr(engine, "optimizer", None), "loss_scaler", None)
+            self.write({"type": "scaler", "class": type(scaler).__name__ if scaler is not None else type(engine).__name__,
+                        "module": type(engine).__module__, "filename": site[0], "line": site[1], "step": self.step + 1})
+        norm = None
+        if self.options.grad_norm and not skipped:
+            value = getattr(engine, "get_global_grad_norm", lambda: None)()
+            norm = [value] if isinstance(value, (int, float, torch.Tensor)) else None
+        self.emit_step(before, after, skipped, norm)
+        if skipped:
+            module = getattr(engine, "module", None)
+            params = list(module.parameters()) if isinstance(module, torch.nn.Module) else []
+            self.sources.on_skipped(self.step, params)
+        self.sources.end_step(self.step)
+        return result
+
+    def module_class(self, cls: type) -> None:
+        """First construction of a module class: a DeepSpeed engine (DeepSpeed's `DeepSpeedEngine`,
+        or a subclass such as its pipeline engine) gets its `_take_model_step` wrapped, once. Seen
+        here, not at import, because DeepSpeed imports torch (which installs the guard) before
+        its engine class exists."""
+        self.module_classes.add(cls)
+        for klass in cls.__mro__:
+            if (klass.__name__ == "DeepSpeedEngine" and str(klass.__module__).startswith("deepspeed")
+                    and "_take_model_step" in klass.__dict__ and klass not in self.wrapped_classes):
+                self.wrapped_classes.add(klass)
+                self._wrap(klass, "_take_model_step", self.engine_step)
+                package = sys.modules.get(str(klass.__module__).split(".")[0])
+                if getattr(package, "__file__", None):  # lines are the user's `engine.step()`, not DeepSpeed's
+                    sites.skip_package(os.path.dirname(os.path.abspath(package.__file__)))
+
     def _roots(self, params: List[torch.Tensor]) -> List[Any]:
         """The live modules holding any of `params`: the first of them a step calls is its outermost model call."""
         wanted = {id(p) for p in params}
@@ -402,7 +468,7 @@ class Guard:
 
     # ---- optimizers -----------------------------------------------------------------------
     def optimizer_pre(self, optimizer, args, kwargs) -> None:
-        if getattr(self.local, "in_scaler_step", 0):
+        if getattr(self.local, "in_scaler_step", 0) or getattr(self.local, "in_engine_step", 0):
             return
         site = None
         if optimizer not in self.checked_optimizers:
@@ -424,6 +490,8 @@ class Guard:
         if getattr(self.local, "in_scaler_step", 0):
             self.local.inner_steps = getattr(self.local, "inner_steps", 0) + 1  # scaler.step did step it
             return
+        if getattr(self.local, "in_engine_step", 0):
+            return  # a DeepSpeed engine's step: recorded by `engine_step`
         self.emit_step(None, None, False, self.plain_norm)
         self.plain_norm = None
 
@@ -593,11 +661,14 @@ class Guard:
         def init(module, *args, **kwargs):
             module_init(module, *args, **kwargs)
             guard.build_sites.record(module, sys._getframe(1))
+            if type(module) not in guard.module_classes:
+                guard.module_class(type(module))
 
         init.__wrapped__ = module_init
         torch.nn.Module.__init__ = init
         self.restore.append((torch.nn.Module, "__init__", module_init))
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
 
         self.hooks = [register_optimizer_step_pre_hook(self.optimizer_pre), register_optimizer_step_post_hook(self.optimizer_post)]
 
@@ -608,6 +679,24 @@ class Guard:
         for h in getattr(self, "hooks", []):
             h.remove()
         self.hooks = []
+
+
+class DeepSpeedEngineMark:
+    """Stands for DeepSpeed's engine in `Guard.scaler_classes` (one `scaler` record per process)."""
+
+
+def _engine_scale(engine: Any) -> Optional[float]:
+    """A DeepSpeed engine's current loss scale, read from its optimizer's loss scaler
+    (`optimizer.loss_scaler.cur_scale`, else `optimizer.cur_scale`, else `optimizer.loss_scale`);
+    None for an engine without one (bf16, fp32)."""
+    opt = getattr(engine, "optimizer", None)
+    for owner, name in ((getattr(opt, "loss_scaler", None), "cur_scale"), (opt, "cur_scale"), (opt, "loss_scale")):
+        value = getattr(owner, name, None) if owner is not None else None
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
 
 
 def _inspect_checkpoint(obj: Any) -> Tuple[int, int, bool, bool]:

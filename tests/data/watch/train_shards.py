@@ -3,10 +3,11 @@ parameter: the forward all-gathers the shards, backward reduce-scatters the grad
 optimizer steps its own shard. FSDP1 itself needs an accelerator (on CPU it raises), so this is a
 stand-in for its sharding with torch.distributed's own collectives; the scalers are torch's.
 
-    python -m torch.distributed.run --standalone --nproc_per_node=2 train_shards.py plain|sharded [STEPS] [SPIKE]
+    python -m torch.distributed.run --standalone --nproc_per_node=2 train_shards.py plain|sharded|fsdp2 [STEPS] [SPIKE]
 
 fp16 autocast with `GradScaler("cpu", init_scale=1024)` (plain) or FSDP's `ShardedGradScaler`
-(sharded). At step SPIKE (default 3) the loss weighs output row 6 by 100, so that row's fp16 gradient
+(sharded); fsdp2: a real FSDP2 `fully_shard` linear layer (DTensor rows 4-7 on rank 1) with the plain
+GradScaler, which FSDP2 needs. At step SPIKE (default 3) the loss weighs output row 6 by 100, so that row's fp16 gradient
 (100 * 1024 > 65504) overflows; row 6 is in rank 1's shard, so only rank 1's gradients hold an inf.
 Prints one line per rank: "done RANK SCALE SHARD_SUM".
 """
@@ -53,7 +54,14 @@ def main():
     spike = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    model = ShardedLinear(8)
+    if mode == "fsdp2":  # the real FSDP2: rows 4-7 of the weight are rank 1's local shard
+        from torch.distributed.fsdp import fully_shard
+
+        torch.manual_seed(0)
+        model = nn.Linear(8, 8, bias=False)
+        fully_shard(model)
+    else:
+        model = ShardedLinear(8)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     if mode == "sharded":
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -73,7 +81,8 @@ def main():
         scaler.step(opt)
         scaler.update()
         opt.zero_grad()
-    sys.stdout.write(f"done {rank} {scaler.get_scale():g} {float(model.shard.detach().sum()):.6f}\n")
+    local = sum(float(getattr(p, "to_local", lambda p=p: p)().detach().sum()) for p in model.parameters())
+    sys.stdout.write(f"done {rank} {scaler.get_scale():g} {local:.6f}\n")
     dist.barrier()  # no rank tears the group down while another still uses it (gloo aborts then)
     dist.destroy_process_group()
 
