@@ -411,12 +411,15 @@ class Guard:
             result = orig(engine, *args, **kwargs)
         except Exception as exc:
             if "loss scale already at minimum" in str(exc):
-                self.emit_step(before, before, True, None)
-                self.flush_steps()  # the detector has seen this step: since which step the scale fell
-                site = sites.caller_site(3)
-                self.report("AMP701", site, f"DeepSpeed's loss scale reached its minimum ({before:g}) and the engine "
-                            "aborted the run", step=self.step, since_step=self.detector.run_start or self.detector.first_skip,
-                            deepspeed_abort=True)
+                try:  # the engine's exception goes on unchanged, whatever happens here
+                    self.emit_step(before, before, True, None)
+                    self.flush_steps()  # the detector has seen this step: since which step the scale fell
+                    scale = "n/a" if before is None else f"{before:g}"
+                    self.report("AMP701", sites.caller_site(3), f"DeepSpeed's loss scale reached its minimum ({scale}) "
+                                "and the engine aborted the run", step=self.step,
+                                since_step=self.detector.run_start or self.detector.first_skip, deepspeed_abort=True)
+                except Exception:  # noqa: BLE001 - pragma: no cover
+                    pass
             raise
         finally:
             self.local.in_engine_step -= 1
@@ -668,7 +671,6 @@ class Guard:
         torch.nn.Module.__init__ = init
         self.restore.append((torch.nn.Module, "__init__", module_init))
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
 
         self.hooks = [register_optimizer_step_pre_hook(self.optimizer_pre), register_optimizer_step_post_hook(self.optimizer_post)]
 
