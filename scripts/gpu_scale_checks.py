@@ -48,7 +48,8 @@ def _engine(config, zero=0):
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)).cuda()
-    config = dict({"train_batch_size": 4, "zero_optimization": {"stage": zero}}, **config)
+    # a client torch optimizer under ZeRO needs zero_allow_untested_optimizer (SGD is not on its list)
+    config = dict({"train_batch_size": 4, "zero_optimization": {"stage": zero}, "zero_allow_untested_optimizer": True}, **config)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
     return engine
@@ -85,7 +86,8 @@ def amp807():
 
     kept = {}
     for loss_scale in (128.0, 0):
-        engine = _engine({"fp16": {"enabled": True, "loss_scale": loss_scale, "initial_scale_power": 7}})
+        # hysteresis 1: the dynamic scaler halves on the first overflow (its default, 2, waits for a second)
+        engine = _engine({"fp16": {"enabled": True, "loss_scale": loss_scale, "initial_scale_power": 7, "hysteresis": 1}})
         before = _scale(engine)
         loss = engine(torch.full((4, 16), 1e4, device="cuda", dtype=torch.half)).float().pow(2).sum() * 1e4
         engine.backward(loss)
