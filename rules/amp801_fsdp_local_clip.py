@@ -31,7 +31,11 @@ class FsdpLocalClip(Rule):
     clip_grad_norm_ would be incorrect as `model.parameters()` does not return
     the full set of unsharded parameters"). `FullyShardedDataParallel.clip_grad_norm_`
     all-reduces the shards' norms first (torch 2.13
-    `torch/distributed/fsdp/fully_sharded_data_parallel.py`).
+    `torch/distributed/fsdp/fully_sharded_data_parallel.py`). Measured on 2 gloo
+    ranks (docs/evidence.md#amp801; FSDP1's sharding by a stand-in, since
+    FSDP1 needs an accelerator): the shards' local norms were 0.12 and 0.77
+    for a global 0.78, so with `max_norm=0.25` rank 0 did not clip at all
+    (factor 1.0 where 0.32 was due) while rank 1 clipped by 0.324.
 
     ## Example
     ```python

@@ -32,6 +32,10 @@ class FsdpNeedsShardedScaler(Rule):
     `torch/distributed/fsdp/sharded_grad_scaler.py`: "Sync inf/nan for scaled
     gradient tensors ... across nodes"). Overflows are routine while the
     scaler searches for its scale, so this happens in the first steps.
+    Measured on 2 gloo ranks (docs/evidence.md#amp802; an FSDP1-style
+    stand-in): an fp16 overflow in rank 1's shard made rank 1 skip and halve
+    its scale to 32768 while rank 0 stepped at 65536; with ShardedGradScaler
+    both skipped. `amplint run` reports such a run as AMP702.
 
     ## Example
     ```python

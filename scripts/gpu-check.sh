@@ -13,6 +13,10 @@
 # 4. a CUDA fp16 training (autocast + GradScaler("cuda"), overflowing from step 10) under `amplint run`:
 #    checks the header names the GPU, the scale collapses (AMP701 naming `inp`), the incident replays
 #    on CUDA, and `benchmarks/watch_overhead.py --device cuda` prints the guard's overhead.
+# 5. the scale rules' CUDA-only claims (issue 23; docs/evidence.md states them from source):
+#    scripts/gpu_scale_checks.py runs DeepSpeed fp16 engines (AMP805 ZeRO-2 grads, AMP806 direct backward,
+#    AMP807 static loss scale) and TransformerEngine fp8_autocast (AMP811/AMP812), each skipped when the
+#    package is missing; then the 2-process gloo measurements of AMP801-803 (the CPU ones) once more.
 # Exit status 0 only when every part that ran passes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +41,7 @@ then
     exit 2
 fi
 
-echo "== 1/4 CUDA verifier tests"
+echo "== 1/5 CUDA verifier tests"
 if AMPLINT_REQUIRE_CUDA=1 timeout 330 "$PY" -m pytest -q -p no:cacheprovider -m cuda -rs tests/test_verify.py; then
     echo "CUDA tests: ok"
 else
@@ -80,7 +84,7 @@ sys.exit(1 if bad or cpu or not verified else 0)
 PY
 }
 
-echo "== 2/4 amplint --verify --device cuda fixtures/ (sandboxed)"
+echo "== 2/5 amplint --verify --device cuda fixtures/ (sandboxed)"
 if [ ! -d fixtures ]; then
     echo "gpu-check: fixtures/ not found"
     status=1
@@ -88,7 +92,7 @@ elif ! verify_on_cuda fixtures 240 fixtures/; then
     status=1
 fi
 
-echo "== 3/4 the drill's real findings on CUDA (sandboxed)"
+echo "== 3/5 the drill's real findings on CUDA (sandboxed)"
 CORPUS="${AMPLINT_CORPUS_DIR:-$HOME/.cache/amplint-corpus}"
 mapfile -t DRILL < <("$PY" - "$CORPUS" <<'PY'
 import sys, pathlib
@@ -107,7 +111,7 @@ elif ! verify_on_cuda drill 300 "${DRILL[@]}"; then
     status=1
 fi
 
-echo "== 4/4 CUDA fp16 training under amplint run"
+echo "== 4/5 CUDA fp16 training under amplint run"
 sed -e 's/"cpu"/"cuda"/g' -e 's/Net()/Net().cuda()/' -e 's/^    x = torch.randn(32, 16, generator=gen)/    x = torch.randn(32, 16, generator=gen).cuda()/' \
     tests/data/watch/train_cpu.py >"$OUTDIR/train_cuda.py"
 if timeout 240 "$PY" -m amplint._start run --report "$OUTDIR/run" -- "$OUTDIR/train_cuda.py" forward_overflow 30 \
@@ -128,6 +132,20 @@ then
     timeout 180 "$PY" benchmarks/watch_overhead.py --device cuda --rounds 3 --steps 200 || status=1
 else
     echo "amplint run on CUDA: FAIL"; tail -20 "$OUTDIR/run.err"
+    status=1
+fi
+
+echo "== 5/5 the scale rules' CUDA-only claims (DeepSpeed, TransformerEngine) and the 2-process measurements"
+if timeout 300 "$PY" scripts/gpu_scale_checks.py; then
+    echo "scale claims: ok (skips are listed above)"
+else
+    echo "scale claims: FAIL"
+    status=1
+fi
+if timeout 180 "$PY" -m pytest -q -p no:cacheprovider tests/test_scale_evidence.py tests/test_watch_ranks.py; then
+    echo "2-process measurements: ok"
+else
+    echo "2-process measurements: FAIL"
     status=1
 fi
 

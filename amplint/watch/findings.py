@@ -6,7 +6,7 @@ seen happening; AMP7xx codes (see `codes.py`) exist only at run time.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 
 def finding(code: str, filename: str, line: int, message: str, step: int, **data: Any) -> Dict[str, Any]:
@@ -102,6 +102,92 @@ def run_numbers(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
         "scale_from": first,
         "scale_to": scaled[-1]["loss_scale"] if scaled else None,
     }
+
+
+def _ranks(ranks: List[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+def first_nonfinite(events: List[Dict[str, Any]], steps: Dict[int, List[Dict[str, Any]]]) -> Tuple[List[int], Optional[int], Optional[Dict[str, Any]]]:
+    """The rank(s) that skipped a step first (the earliest skipped step number, every rank that
+    skipped it), that step, and the first of those ranks' non-finite module records (a forward
+    output before a gradient, as the summary orders them)."""
+    first_step: Optional[int] = None
+    ranks: List[int] = []
+    for rank in sorted(steps):
+        hit = next((int(s.get("step") or 0) for s in steps[rank] if s.get("skipped")), None)
+        if hit is None:
+            continue
+        if first_step is None or hit < first_step:
+            first_step, ranks = hit, [rank]
+        elif hit == first_step:
+            ranks.append(rank)
+    source = None
+    if ranks:
+        found = [e for e in events if e.get("type") == "nonfinite" and int(e.get("rank", 0) or 0) == ranks[0]]
+        found.sort(key=lambda n: (n.get("kind") != "forward output", int(n.get("step") or 0)))
+        source = found[0] if found else None
+    return ranks, first_step, source
+
+
+def rank_disagreement(events: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """AMP702: the first step at which the ranks of one run disagree, on whether it was skipped
+    or on the loss scale it ran with or left; None for one rank, or ranks that agree throughout.
+
+    Steps are aligned by number (each rank counts its own optimizer steps, and data-parallel ranks
+    step together). The finding is located at the module the first rank to go non-finite named
+    (where it was built), else at that rank's `scaler.update()` call."""
+    events = list(events)
+    steps = steps_by_rank(events)
+    if len(steps) < 2:
+        return None
+    index = {rank: {int(s.get("step") or 0): s for s in rows} for rank, rows in steps.items()}
+    common = sorted(set.intersection(*[set(i) for i in index.values()]))
+    message = None
+    at = 0
+    for step in common:
+        rows = {rank: index[rank][step] for rank in sorted(index)}
+        before = {r: s.get("loss_scale_before") for r, s in rows.items()}
+        after = {r: s.get("loss_scale") for r, s in rows.items()}
+        skipped = [r for r, s in rows.items() if s.get("skipped")]
+        if len(set(before.values())) > 1:
+            message = f"loss scales differ across ranks at step {step}: " + _scales(before)
+        elif skipped and len(skipped) < len(rows):
+            stepped = [r for r in rows if r not in skipped]
+            message = (f"ranks disagree on step {step}: {_ranks(skipped)} skipped it (inf/NaN gradients), "
+                       f"{_ranks(stepped)} stepped")
+        elif len(set(after.values())) > 1:
+            message = f"loss scales diverge across ranks at step {step}: " + _scales(after)
+        if message is not None:
+            at = step
+            break
+    if message is None:
+        return None
+    ranks, first_step, source = first_nonfinite(events, steps)
+    data: Dict[str, Any] = {"first_ranks": ranks, "first_skipped_step": first_step,
+                            "scales": {str(r): index[r][at].get("loss_scale") for r in sorted(index)}}
+    where: Tuple[str, int] = ("<unknown>", 0)
+    blame = ranks[0] if ranks else min(steps)
+    if source is not None:
+        message += f"; first non-finite: {source.get('kind')} of `{source.get('module')}` on rank {blame}"
+        data["module"] = source.get("module")
+        if source.get("filename"):
+            where = (str(source["filename"]), int(source.get("line") or 0))
+    elif ranks:
+        message += f"; first non-finite: {_ranks(ranks)} at step {first_step}"
+    if where[0] == "<unknown>":
+        scaler = next((e for e in events if e.get("type") == "scaler" and int(e.get("rank", 0) or 0) == blame), None)
+        scaler = scaler or next((e for e in events if e.get("type") == "scaler"), None)
+        if scaler is not None and scaler.get("filename"):
+            where = (str(scaler["filename"]), int(scaler.get("line") or 0))
+            data["scaler"] = scaler.get("class")
+    record = finding("AMP702", where[0], where[1], message, at, **data)
+    record["rank"] = blame
+    return record
+
+
+def _scales(by_rank: Dict[int, Any]) -> str:
+    return ", ".join(f"{'n/a' if v is None else fmt_scale(v)} (rank {r})" for r, v in by_rank.items())
 
 
 def when(record: Dict[str, Any]) -> str:

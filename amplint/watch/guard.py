@@ -1,14 +1,16 @@
 """The guard: observes a training run from inside its process, read-only.
 
 `install()` wraps a few torch entry points in place (GradScaler's scale /
-unscale_ / step / update, the global optimizer step hooks, `Tensor.backward`,
+unscale_ / step / update, and a subclass's own on its first construction, the
+global optimizer step hooks, `Tensor.backward`,
 `torch.autocast.__enter__`, `clip_grad_norm_` / `clip_grad_value_`,
-`torch.save`, `nn.Module.__init__` for build sites). Every wrapper calls the
+`torch.save`, `nn.Module.__init__` for build sites and to find a DeepSpeed
+engine, whose `_take_model_step` is wrapped). Every wrapper calls the
 original with the same arguments and only reads tensors, so the run computes
 the same numbers (tests/test_watch_run.py compares losses bit for bit). One
 step record per optimizer step goes to DIR/events.jsonl: at `scaler.update()`
-for an enabled GradScaler (one record for all the optimizers it stepped), at
-`optimizer.step()` otherwise.
+for an enabled GradScaler (one record for all the optimizers it stepped), at a
+DeepSpeed engine's model step, at `optimizer.step()` otherwise.
 
 Per step the guard reads no tensor value on the host (a read on CUDA waits for
 the device, stalling the pipeline): whether scaler.step skipped the update is
@@ -86,10 +88,18 @@ class _Iteration:
         self.pending_norm: Dict[int, List[torch.Tensor]] = {}
 
 
+def local_grad(tensor: Any) -> Any:
+    """A gradient as this rank holds it: a DTensor's (FSDP2's) local shard, never a collective
+    (the guard must not add one: a rank-local check turned into an all-reduce hangs the others)."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if to_local is not None and type(tensor).__name__ == "DTensor" else tensor
+
+
 def _grad_norm(params: List[torch.Tensor], divide: Any = None) -> Any:
     """The 2-norm of the gradients as a 0-dim tensor on their device (no host read), divided by
-    `divide` (a scale, float or tensor) when given."""
-    grads = [p.grad for p in params if p.grad is not None and not p.grad.is_sparse]
+    `divide` (a scale, float or tensor) when given. For DTensor (FSDP2) gradients, the norm of
+    this rank's local shards."""
+    grads = [local_grad(p.grad) for p in params if p.grad is not None and not p.grad.is_sparse]
     if not grads:
         return 0.0
     norms = torch._foreach_norm([g.detach() for g in grads])
@@ -182,6 +192,9 @@ class Guard:
         self.pending: List[List[Any]] = []  # step records not yet resolved into numbers (see flush_steps)
         self.flushed_at: Optional[float] = None
         self.update_site: Optional[sites.Site] = None  # a scaler.update() call: AMP701's line when no source is known
+        self.scaler_classes: set = set()  # the GradScaler classes a `scaler` record was written for
+        self.wrapped_classes: set = set()  # GradScaler subclasses (and DeepSpeed engines) whose own methods are wrapped
+        self.module_classes: set = set()  # nn.Module classes constructed so far
         self.last_time: Optional[float] = None
         self.peak_memory = _PeakMemory()
         self.skipped_run = 0
@@ -368,6 +381,11 @@ class Guard:
         self.skipped_run = self.skipped_run + 1 if skipped else 0
         if skipped or self.update_site is None:
             self.update_site = sites.caller_site(3)
+        if type(scaler) not in self.scaler_classes:
+            self.scaler_classes.add(type(scaler))
+            site = sites.caller_site(3)
+            self.write({"type": "scaler", "class": type(scaler).__name__, "module": type(scaler).__module__,
+                        "filename": site[0], "line": site[1], "step": self.step + 1})
         self.emit_step(before, after, skipped, it.norms or None)
         if skipped:
             params = [p for o in optimizers for p in self.param_ids(o)[0]]
@@ -380,6 +398,72 @@ class Guard:
         self.sources.end_step(self.step)
         return result
 
+    # ---- DeepSpeed ------------------------------------------------------------------------
+    def engine_step(self, orig, engine, *args, **kwargs):
+        """`DeepSpeedEngine._take_model_step`, which the engine runs once per optimizer step (on a
+        gradient-accumulation boundary): one step record from the engine's own loss scaler (the
+        scale before and after, `skipped_steps` growing means the overflow check skipped it), and
+        AMP701 when the scaler raises at its minimum scale (DeepSpeed's abort)."""
+        before = _engine_scale(engine)
+        skipped_before = getattr(engine, "skipped_steps", None)
+        self.local.in_engine_step = getattr(self.local, "in_engine_step", 0) + 1
+        try:
+            result = orig(engine, *args, **kwargs)
+        except Exception as exc:
+            if "loss scale already at minimum" in str(exc):
+                try:  # the engine's exception goes on unchanged, whatever happens here
+                    self.emit_step(before, before, True, None)
+                    self.flush_steps()  # the detector has seen this step: since which step the scale fell
+                    scale = "n/a" if before is None else f"{before:g}"
+                    self.report("AMP701", sites.caller_site(3), f"DeepSpeed's loss scale reached its minimum ({scale}) "
+                                "and the engine aborted the run", step=self.step,
+                                since_step=self.detector.run_start or self.detector.first_skip, deepspeed_abort=True)
+                except Exception:  # noqa: BLE001 - pragma: no cover
+                    pass
+            raise
+        finally:
+            self.local.in_engine_step -= 1
+        after = _engine_scale(engine)
+        skipped_now = getattr(engine, "skipped_steps", None)
+        if isinstance(skipped_before, int) and isinstance(skipped_now, int):
+            skipped = skipped_now > skipped_before
+        else:
+            skipped = bool(getattr(getattr(engine, "optimizer", None), "overflow", False))
+        if skipped or self.update_site is None:
+            self.update_site = sites.caller_site(3)
+        if DeepSpeedEngineMark not in self.scaler_classes:
+            self.scaler_classes.add(DeepSpeedEngineMark)
+            site = sites.caller_site(3)
+            scaler = getattr(getattr(engine, "optimizer", None), "loss_scaler", None)
+            self.write({"type": "scaler", "class": type(scaler).__name__ if scaler is not None else type(engine).__name__,
+                        "module": type(engine).__module__, "filename": site[0], "line": site[1], "step": self.step + 1})
+        norm = None
+        if self.options.grad_norm and not skipped:
+            value = getattr(engine, "get_global_grad_norm", lambda: None)()
+            norm = [value] if isinstance(value, (int, float, torch.Tensor)) else None
+        self.emit_step(before, after, skipped, norm)
+        if skipped:
+            module = getattr(engine, "module", None)
+            params = list(module.parameters()) if isinstance(module, torch.nn.Module) else []
+            self.sources.on_skipped(self.step, params)
+        self.sources.end_step(self.step)
+        return result
+
+    def module_class(self, cls: type) -> None:
+        """First construction of a module class: a DeepSpeed engine (DeepSpeed's `DeepSpeedEngine`,
+        or a subclass such as its pipeline engine) gets its `_take_model_step` wrapped, once. Seen
+        here, not at import, because DeepSpeed imports torch (which installs the guard) before
+        its engine class exists."""
+        self.module_classes.add(cls)
+        for klass in cls.__mro__:
+            if (klass.__name__ == "DeepSpeedEngine" and str(klass.__module__).startswith("deepspeed")
+                    and "_take_model_step" in klass.__dict__ and klass not in self.wrapped_classes):
+                self.wrapped_classes.add(klass)
+                self._wrap(klass, "_take_model_step", self.engine_step)
+                package = sys.modules.get(str(klass.__module__).split(".")[0])
+                if getattr(package, "__file__", None):  # lines are the user's `engine.step()`, not DeepSpeed's
+                    sites.skip_package(os.path.dirname(os.path.abspath(package.__file__)))
+
     def _roots(self, params: List[torch.Tensor]) -> List[Any]:
         """The live modules holding any of `params`: the first of them a step calls is its outermost model call."""
         wanted = {id(p) for p in params}
@@ -387,7 +471,7 @@ class Guard:
 
     # ---- optimizers -----------------------------------------------------------------------
     def optimizer_pre(self, optimizer, args, kwargs) -> None:
-        if getattr(self.local, "in_scaler_step", 0):
+        if getattr(self.local, "in_scaler_step", 0) or getattr(self.local, "in_engine_step", 0):
             return
         site = None
         if optimizer not in self.checked_optimizers:
@@ -409,6 +493,8 @@ class Guard:
         if getattr(self.local, "in_scaler_step", 0):
             self.local.inner_steps = getattr(self.local, "inner_steps", 0) + 1  # scaler.step did step it
             return
+        if getattr(self.local, "in_engine_step", 0):
+            return  # a DeepSpeed engine's step: recorded by `engine_step`
         self.emit_step(None, None, False, self.plain_norm)
         self.plain_norm = None
 
@@ -520,14 +606,47 @@ class Guard:
         setattr(owner, name, wrapper)
         self.restore.append((owner, name, original))
 
+    def _wrap_scaler(self, cls: type) -> None:
+        """Wrap the GradScaler methods `cls` defines itself (GradScaler: all four; ShardedGradScaler
+        overrides scale, unscale_ and update). A call that reaches the same method name again
+        from inside one (a subclass calling `super().update()`) runs unobserved: one step, one record."""
+        if cls in self.wrapped_classes:
+            return
+        self.wrapped_classes.add(cls)
+        local = self.local
+        for name, handler in (("scale", self.scale), ("unscale_", self.unscale_), ("step", self.scaler_step), ("update", self.update)):
+            if name not in cls.__dict__:
+                continue
+
+            def observed(orig, *args, _name=name, _handler=handler, **kwargs):
+                inside = getattr(local, "scaler_calls", None)
+                if inside is None:
+                    inside = local.scaler_calls = set()
+                if _name in inside:
+                    return orig(*args, **kwargs)
+                inside.add(_name)
+                try:
+                    return _handler(orig, *args, **kwargs)
+                finally:
+                    inside.discard(_name)
+
+            self._wrap(cls, name, observed)
+
     def install(self) -> None:
         sites.skip_package(os.path.dirname(torch.__file__))
         from torch.amp.grad_scaler import GradScaler
 
-        self._wrap(GradScaler, "scale", self.scale)
-        self._wrap(GradScaler, "unscale_", self.unscale_)
-        self._wrap(GradScaler, "step", self.scaler_step)
-        self._wrap(GradScaler, "update", self.update)
+        self._wrap_scaler(GradScaler)
+        guard = self
+        scaler_init = GradScaler.__init__
+
+        def init_scaler(scaler, *args, **kwargs):
+            scaler_init(scaler, *args, **kwargs)
+            guard._wrap_scaler(type(scaler))  # a subclass (ShardedGradScaler) overrides some of them
+
+        init_scaler.__wrapped__ = scaler_init
+        GradScaler.__init__ = init_scaler
+        self.restore.append((GradScaler, "__init__", scaler_init))
         self._wrap(torch.Tensor, "backward", self.backward)
         self._wrap(torch.autocast, "__enter__", self.autocast_enter)
         import torch.nn.utils.clip_grad as clip_grad
@@ -545,6 +664,8 @@ class Guard:
         def init(module, *args, **kwargs):
             module_init(module, *args, **kwargs)
             guard.build_sites.record(module, sys._getframe(1))
+            if type(module) not in guard.module_classes:
+                guard.module_class(type(module))
 
         init.__wrapped__ = module_init
         torch.nn.Module.__init__ = init
@@ -560,6 +681,24 @@ class Guard:
         for h in getattr(self, "hooks", []):
             h.remove()
         self.hooks = []
+
+
+class DeepSpeedEngineMark:
+    """Stands for DeepSpeed's engine in `Guard.scaler_classes` (one `scaler` record per process)."""
+
+
+def _engine_scale(engine: Any) -> Optional[float]:
+    """A DeepSpeed engine's current loss scale, read from its optimizer's loss scaler
+    (`optimizer.loss_scaler.cur_scale`, else `optimizer.cur_scale`, else `optimizer.loss_scale`);
+    None for an engine without one (bf16, fp32)."""
+    opt = getattr(engine, "optimizer", None)
+    for owner, name in ((getattr(opt, "loss_scaler", None), "cur_scale"), (opt, "cur_scale"), (opt, "loss_scale")):
+        value = getattr(owner, name, None) if owner is not None else None
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
 
 
 def _inspect_checkpoint(obj: Any) -> Tuple[int, int, bool, bool]:

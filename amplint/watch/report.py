@@ -174,7 +174,7 @@ if(!D.findings.length)txt('li','none',ul,'empty');
 D.findings.forEach(function(fd){var li=txt('li','',ul,'finding');
  var a=txt('a',fd.when,li);a.href='#step-'+fd.step;a.addEventListener('click',function(){mark(fd.step);});
  li.appendChild(document.createTextNode(' '));txt('code',fd.code,li);li.appendChild(document.createTextNode(' '));
- txt('span',fd.filename+':'+fd.line,li,'where');li.appendChild(document.createTextNode(': '));rich(fd.message,li);});
+ txt('span',fd.filename+':'+fd.line+(ranks.length>1&&fd.rank!=null?' (rank '+fd.rank+')':''),li,'where');li.appendChild(document.createTextNode(': '));rich(fd.message,li);});
 var notes=document.getElementById('notes');
 D.notes.forEach(function(n){var li=txt('li','',notes);if(n.type==='incident'){li.appendChild(document.createTextNode('incident at step '+n.step+': '));
   if(n.path){txt('code',n.path,li);li.appendChild(document.createTextNode(' (replay it: '));txt('code','amplint replay '+n.path,li);li.appendChild(document.createTextNode(')'));}
@@ -219,7 +219,7 @@ def page_data(events: List[Dict[str, Any]]) -> Dict[str, Any]:
         "gaps": _gaps(by_rank),
         "findings": [
             {"code": f.get("code"), "filename": f.get("filename"), "line": f.get("line"), "message": f.get("message"),
-             "step": int(f.get("step") or 0), "when": when(f)}
+             "step": int(f.get("step") or 0), "when": when(f), "rank": f.get("rank")}
             for f in findings
         ],
         "notes": [{k: n.get(k) for k in ("type", "message", "path", "step")} for n in events if n.get("type") in ("nonfinite", "incident")],

@@ -10,6 +10,7 @@ command's exit code. This module never imports torch.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -77,12 +78,22 @@ def fresh_report_dir(path: str) -> str:
     return path
 
 
-def finish(report_dir: str, html: bool) -> None:
-    """The summary on stderr and DIR/report.html, from DIR/events.jsonl."""
+def finish(report_dir: str, html: bool, across_ranks: bool = False) -> None:
+    """The summary on stderr and DIR/report.html, from DIR/events.jsonl. `across_ranks` (once
+    every rank has ended: `amplint run`'s own process) also compares the ranks (AMP702) and
+    appends that finding to events.jsonl."""
     from .events import read_events
-    from .findings import summary
+    from .findings import rank_disagreement, summary
 
-    events = list(read_events(os.path.join(report_dir, "events.jsonl")))
+    path = os.path.join(report_dir, "events.jsonl")
+    events = list(read_events(path))
+    if across_ranks and not any(e.get("type") == "finding" and e.get("code") == "AMP702" for e in events):
+        record = rank_disagreement(events)
+        if record is not None:
+            record["pid"] = os.getpid()
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record, allow_nan=False, default=str) + "\n")
+            events.append(record)
     sys.stderr.write(summary(events))
     if html and events:
         from .report import write_report
@@ -110,7 +121,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return 127
         finally:
             signal.signal(signal.SIGINT, previous)
-        finish(report_dir, not args.no_html)
+        finish(report_dir, not args.no_html, across_ranks=True)
     finally:
         shutil.rmtree(boot_dir, ignore_errors=True)
     return 128 - code if code < 0 else code

@@ -22,6 +22,7 @@ def main():
         scaler.step(opt)
         scaler.update()
         opt.zero_grad()
+    dist.barrier()  # no rank tears the group down while another still uses it (gloo then aborts, ~1 run in 10)
     dist.destroy_process_group()
     sys.stdout.write(f"done {rank}\n")  # one write: two ranks share the pipe, print() writes word by word
 
