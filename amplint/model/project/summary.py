@@ -157,8 +157,8 @@ class _Summarizer:
         for stmt in body:
             self._statement(stmt, qual, info, cls, region)
         self.loops, self.branches = outer
-        if self.parameters and qual != "<module>":
-            info.update(trained.parameter_flows(body, {c[0] for c in info.get("dc", ())}))
+        if self.parameters and "dc" in info and qual != "<module>":  # only AMP201's casts to a dtype in a name read them
+            info.update(trained.parameter_flows(body, {c[0] for c in info["dc"]}))
 
     def _statement(self, stmt: ast.stmt, qual: str, info: Dict[str, Any], cls: Optional[str], region: int) -> None:
         self.region_now = region
