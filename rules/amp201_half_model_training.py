@@ -96,7 +96,7 @@ class HalfModelTraining(Rule):
     save_dtype = utils.prepare_dtype(args)` where every value the project
     function returns in that position is a dtype literal (`torch.float16`,
     `torch.bfloat16`, `torch.float32`, through its local names), float16 one
-    of them, then `unet.to(weight_dtype)` on a module whose parameters an
+    of them, then `unet.to(weight_dtype)` (or `unet = unet.to(...)`) on a module whose parameters an
     optimizer gets. So does an optimizer built by a project helper that
     constructs a torch optimizer class (one of those it may pick) on the
     parameters it is given (`utils.get_optimizer(args, trainable_params)`),

@@ -195,3 +195,12 @@ def f(args, unet, te, net, encoders):
     flows = parameter_flows(ast.parse(src).body[0].body)
     assert flows["pf"] == {"params": ["unet"], "groups": ["te"], "own": ["net"], "picked": ["net"], "embeds": ["enc"]}
     assert flows["fz"] == ["net", "te"] and flows["fv"] == ["unet"] and flows["lv"] == {"m": ["unet"]}
+
+
+def test_an_assigned_cast_counts_and_keeps_the_module(tmp_path):
+    _, rows = run(tmp_path / "a", """
+        weight_dtype, _ = pick_dtypes(args)
+        model = model.to(weight_dtype)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    """)
+    assert rows == ["train.py:8"]

@@ -394,6 +394,11 @@ class _Summarizer:
         name = dotted(target)
         if isinstance(target, ast.Name):
             self.history[qual].add(target.id, value, self.region_now)
+            if (
+                isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "to"
+                and dotted(value.func.value) == target.id and self._method_tag(value) == "to"
+            ):
+                self._name_cast(value, target.id, info)
         ref = self.vref(value)
         if name is None:
             return
@@ -440,10 +445,14 @@ class _Summarizer:
             if tag in ("to:fp16", "to:bf16", "to:fp32") and subject is not None:
                 info["casts"].append([subject, tag[3:], expr.lineno])
             elif tag == "to" and subject is not None:
-                # `unet.to(weight_dtype)`, `m.to(device, dtype=d)`: a dtype held in a name (AMP201 resolves it)
-                for arg in [*expr.args, *(k.value for k in expr.keywords if k.arg == "dtype")]:
-                    if isinstance(arg, ast.Name):
-                        info.setdefault("dc", []).append([subject, arg.id, expr.lineno])
+                self._name_cast(expr, subject, info)
+
+    def _name_cast(self, call: ast.Call, subject: str, info: Dict[str, Any]) -> None:
+        """`unet.to(weight_dtype)`, `m.to(device, dtype=d)`, `m = m.to(d)`: a module cast to a dtype
+        held in a name (AMP201 resolves the name, maybe into another file)."""
+        for arg in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]:
+            if isinstance(arg, ast.Name):
+                info.setdefault("dc", []).append([subject, arg.id, call.lineno])
 
     def _masks(self, expr: ast.AST, qual: str, info: Dict[str, Any], region: int, target: Optional[ast.AST] = None) -> None:
         """Overflowing mask constants of a statement (`masks.py`), unless the function tests a dtype."""
