@@ -92,6 +92,26 @@ class HalfModelTraining(Rule):
     loader's calls `requires_grad_(...)` (a frozen base, trainable parts that
     may be fp32).
 
+    A run-time dtype picked in another file counts too: `weight_dtype,
+    save_dtype = utils.prepare_dtype(args)` where every value the project
+    function returns in that position is a dtype literal (`torch.float16`,
+    `torch.bfloat16`, `torch.float32`, through its local names), float16 one
+    of them, then `unet.to(weight_dtype)` (or `unet = unet.to(...)`) on a module whose parameters an
+    optimizer gets. So does an optimizer built by a project helper that
+    constructs a torch optimizer class (one of those it may pick) on the
+    parameters it is given (`utils.get_optimizer(args, trainable_params)`),
+    with `trainable_params` collected from the module (`.parameters()`,
+    `list`/`itertools.chain` of them, `append`/`extend` over a list of
+    modules, `named_parameters()` loops, a method named for parameters). Same
+    "may make the model fp16" message. Silent when a value on the way is read
+    from anything else (an argument, a config), for a module frozen with
+    `requires_grad_(False)`, for a cast before the optimizer of a module
+    frozen or trained by a run-time flag (`requires_grad_(train_unet)`: the
+    cast may be the frozen path's), when the name is rebound between the cast
+    and the optimizer (accelerate's `prepare` keeps the module), with no
+    `optimizer.step()` after a cast made once the optimizer exists, and when
+    the optimizer is handed to a master-weight wrapper.
+
     Library loaders that return fp16 weights count as a cast, in the same
     file too, only where their source makes it certain (one table,
     `amplint/model/project/loaders.py`; also used by AMP302 and AMP401):
@@ -452,6 +472,69 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
                 yield project.diagnostic(self, call, message, data=data, related=(project.related(*site, "made fp16 here"),),
                                          help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
                 break
+        yield from self._chosen_across_files(project)
+
+    def _chosen_across_files(self, project: Project) -> Iterator[Diagnostic]:
+        """`unet.to(weight_dtype)` where `weight_dtype` comes from a project function that picks
+        it among dtype literals, float16 one of them (`train_util.prepare_dtype(args)`), or the
+        optimizer from a project helper constructing a torch optimizer on the parameters it is
+        given (`train_util.get_optimizer(args, trainable_params)`): what one file cannot see."""
+        from amplint.model import optimizer_builds, project_dtype_choices
+
+        for path, qual, info in list(project.functions()):
+            if "dc" not in info or qual == "<module>":
+                continue
+            builds = None
+            found = []  # (cast record, dtype name, choice, build)
+            for subject, name, row in info["dc"]:
+                choice = project_dtype_choices(project, path, qual, name)
+                if choice is None or "fp16" not in choice[0]:
+                    continue
+                if builds is None:
+                    builds = optimizer_builds(project, path, qual)
+                cast = {subject, *info.get("lv", {}).get(subject, ())}  # `for te in text_encoders: te.to(d)`
+                build = next((b for b in builds if any(m == c or m.startswith(c + ".") for m in b.modules for c in cast)), None)
+                if build is None or (not choice[1] and build.helper is None):
+                    continue  # nothing picked in another file: the per-file check's
+                if subject in info.get("fz", ()) or _cast_back(info, subject, row):
+                    continue
+                low, high = sorted((row, build.call.row))
+                if any(low < r < high for r in info.get("rb", {}).get(subject, ())):
+                    continue  # `del unet; unet = unet_lllite` between the cast and the optimizer
+                if subject in info.get("fv", ()) and row < build.call.row:
+                    continue  # `m.requires_grad_(train_m)`: before the optimizer, maybe the frozen path's cast
+                if row > build.call.row and not _steps_after(info, row):
+                    continue
+                if _master_passed(info, build):
+                    continue
+                record = next((r for r in info["calls"] if r["r"] == row and r["f"] == f"{subject}.to"), None)
+                if record is not None:
+                    found.append((record, name, choice, build))
+            if not found:
+                continue
+            record, name, choice, build = found[0]
+            from amplint.model import ProjectCall
+
+            cast = ProjectCall(path, qual, record)
+            helper = build.call.record["f"].rsplit(".", 1)[-1] if build.helper else build.optimizer.rsplit(".", 1)[-1]
+            message = f"`{record['f']}({name})` may make the model fp16: `{helper}` has no fp32 master copy"
+            if len(message) >= 100:
+                message = f"`{record['f']}(...)` may make the model fp16, with no fp32 master copy"
+            related = []
+            for site in choice[1][:1]:
+                related.append(project.related(*site, "picks the dtype, float16 among its choices"))
+            related.append(project.site(build.call, "the optimizer is built on its parameters here"))
+            for other, *_ in found[1:4]:
+                related.append(project.site(ProjectCall(path, qual, other), "also cast here"))
+            data = {
+                "optimizer": build.optimizer.rsplit(".", 1)[-1],
+                "optimizer_class": build.optimizer,
+                "dtype": "fp16",
+                "device": None,
+                "subject": record["f"][: -len(".to")],
+            }
+            yield project.diagnostic(self, cast, message, data=data, related=tuple(related),
+                                     help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
 
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False) -> Diagnostic:
         from amplint.model import literal_number
@@ -488,6 +571,27 @@ def _freezes_around(project: Project, call, site) -> bool:
     )
     functions.append(loader)
     return any(r["f"].endswith("requires_grad_") for info in functions if info for r in info["calls"])
+
+
+def _cast_back(info, subject: str, row: int) -> bool:
+    """`subject.float()` / `.to(torch.float32)` later in the function (the summary's casts)."""
+    return any(name == subject and dtype == "fp32" and r > row for name, dtype, r in info["casts"])
+
+
+def _steps_after(info, row: int) -> bool:
+    """An optimizer `step()` after the cast in the same function (the training loop)."""
+    return any(r["r"] > row and r["f"].endswith(".step") and "optim" in r["f"].lower() for r in info["calls"])
+
+
+def _master_passed(info, build) -> bool:
+    """The function hands the optimizer it built to something that keeps fp32 master weights."""
+    spelled = build.call.record["f"]
+    names = {n for n, refs in info["locals"].items() if any(r and r.get("c") == spelled for r in refs)}
+    names |= {n for n, refs in info.get("ue", {}).items() if any(c.get("c") == spelled for _, c in refs)}
+    for r in info["calls"]:
+        if r["f"] and _MASTER_WRAPPER.search(r["f"]) and any(a and a.get("n") in names for a in [*r["a"], *r["k"].values()]):
+            return True
+    return False
 
 
 def _choice_casts(ctx: ModuleContext) -> List[LowPrecisionCast]:

@@ -47,6 +47,9 @@ def reference(source: str) -> Dict[str, object]:
             roles += "g"
         if _FRAMEWORK.search(source):
             roles += "f"
+    # issue 22: a module cast to a dtype held in a name, next to an optimizer's parameters ("w")
+    if "optim" in source and "param" in source and re.search(r"\.to\(\s*(?:[\w.]+\s*,\s*)?(?:dtype\s*=\s*)?[A-Za-z_]\w*dtype\w*\s*\)", source):
+        roles += "w"
     if _REGISTERS.search(source):
         roles += "e"
     # issue 23: a distributed wrapper or precision API ("d"), a clip or a backward ("c")

@@ -181,6 +181,8 @@ _EXPORTS = {
     "Witness": ".project.graph",
     "chain_text": ".project.graph",
     "dispatch_view": ".project.dispatch",
+    "project_dtype_choices": ".project.choices",
+    "optimizer_builds": ".project.choices",
     # the wrapper kind fact and precision configs (issue 23: AMP801-AMP808)
     "ScaleConfig": ".project.wrappers",
     "ScaleFinding": ".project.wrappers",

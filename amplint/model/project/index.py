@@ -16,6 +16,8 @@ other per-file results:
   save the checkpoint without it); "f" -- it sets a framework's mixed
   precision (Lightning `Trainer(precision=...)`, `Accelerator(mixed_precision=...)`,
   `TrainingArguments(fp16=True)`), which runs the hooks of the model it is given;
+  "w" -- it casts a module to a dtype held in a name next to an optimizer's parameters
+  (`unet.to(weight_dtype)`), a dtype another file may pick (AMP201);
   "e" -- it registers something to a registry (a decorator spelled with `register`:
   `@MODELS.register_module()`, `@register_model("unet")`, or such a call at column 0:
   `ARCH_REGISTRY.register(UNet)`), which a call elsewhere may build by name;
@@ -56,6 +58,9 @@ _OPTIMIZER_CALLS = tuple(
     (literal, re.compile("|".join(re.escape(n) + r"\s*\(" for n in _OPTIMIZERS if literal in n)))
     for literal in ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta", "LBFGS", "Rprop")
 )
+#: `unet.to(weight_dtype)`, `m.to(device, dtype=d)`: a module cast to a dtype held in a name
+#: (role "w": the dtype may come from a project helper in another file, AMP201)
+_CHOSEN_CAST = re.compile(r"\.to\(\s*(?:[\w.]+\s*,\s*)?(?:dtype\s*=\s*)?[A-Za-z_]\w*dtype\w*\s*\)")
 #: code that sets precision, not prose about it: an autocast, a scaler, a framework's setting
 #: (literal, pattern, whether the match must start a word)
 _SETS_PRECISION = (
@@ -114,6 +119,8 @@ def text_index(source: str) -> Dict[str, str]:
             roles += "g"
         if any(literal in source and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
             roles += "f"  # a framework runs the project's hooks under this precision
+    if "optim" in source and "param" in source and ".to(" in source and "dtype" in source and _CHOSEN_CAST.search(source):
+        roles += "w"
     if "register" in source and _registers(source):
         roles += "e"
     if any(word in source for word in ANCHORS):
@@ -335,7 +342,7 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     direct importers. Empty when none is there.
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
-    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgf")]
+    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgfw")]
     scale = scale_universe(files, root, index)
     if not seeds and not optimizers and not scale:
         return []

@@ -23,11 +23,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from .. import torchapi
 from ...core.gates import overflowing_literal_site
 from ...core.pyast import parse
-from . import disabled, loaders, masks
+from . import disabled, loaders, masks, trained
 from .astutil import dotted, imports as _imports, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 4
+VERSION = 5
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -77,6 +77,8 @@ class _Summarizer:
         self.history: Dict[str, masks.History] = {}
         self.region_now = -1  # the autocast region of the statement being read
         self.aware: Dict[str, bool] = {}  # per function: it tests a dtype (its constants are dtype-aware)
+        #: whether the file may hand modules' parameters around (`trained.parameter_flows`, AMP201)
+        self.parameters = "param" in source
 
     # ------------------------------------------------------------------ driver
 
@@ -155,6 +157,8 @@ class _Summarizer:
         for stmt in body:
             self._statement(stmt, qual, info, cls, region)
         self.loops, self.branches = outer
+        if self.parameters and "dc" in info and qual != "<module>":  # only AMP201's casts to a dtype in a name read them
+            info.update(trained.parameter_flows(body, {c[0] for c in info["dc"]}))
 
     def _statement(self, stmt: ast.stmt, qual: str, info: Dict[str, Any], cls: Optional[str], region: int) -> None:
         self.region_now = region
@@ -197,6 +201,11 @@ class _Summarizer:
                     ref = self.wref(stmt.value)  # what the other questions evaluate to nothing
                 if ref is not None:
                     info["returns"].append(ref)
+                elif isinstance(stmt.value, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in stmt.value.elts):
+                    # `return weight_dtype, save_dtype`: each element, for what unpacking it binds (`ue`)
+                    info.setdefault("tr", []).append([self.vref(e) for e in stmt.value.elts])
+                else:
+                    info.setdefault("ro", 1)  # a return of something else: the tuple shape is not certain
             return
         if isinstance(stmt, ast.Expr):
             self._expression(stmt.value, qual, info, region)
@@ -361,6 +370,13 @@ class _Summarizer:
             for t in target.elts:  # `q, k, v = self.qkv(x).chunk(3, -1)`: each is made by the value
                 if isinstance(t, ast.Name):
                     self.history[qual].add(t.id, value, self.region_now)
+            if isinstance(value, ast.Call) and not any(isinstance(t, ast.Starred) for t in target.elts):
+                call = self.vref(value)
+                if call is not None and "c" in call and "m" not in call:
+                    # `weight_dtype, save_dtype = train_util.prepare_dtype(args)`: element i of what it returns
+                    for i, t in enumerate(target.elts):
+                        if isinstance(t, ast.Name):
+                            info.setdefault("ue", {}).setdefault(t.id, []).append([i, call])
             first = target.elts[0] if target.elts else None
             if isinstance(first, ast.Name) and isinstance(value, ast.Call):
                 ref = self.vref(value)
@@ -378,6 +394,11 @@ class _Summarizer:
         name = dotted(target)
         if isinstance(target, ast.Name):
             self.history[qual].add(target.id, value, self.region_now)
+            if (
+                isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "to"
+                and dotted(value.func.value) == target.id and self._method_tag(value) == "to"
+            ):
+                self._name_cast(value, target.id, info)
         ref = self.vref(value)
         if name is None:
             return
@@ -423,6 +444,15 @@ class _Summarizer:
             subject = dotted(expr.func.value)
             if tag in ("to:fp16", "to:bf16", "to:fp32") and subject is not None:
                 info["casts"].append([subject, tag[3:], expr.lineno])
+            elif tag == "to" and subject is not None:
+                self._name_cast(expr, subject, info)
+
+    def _name_cast(self, call: ast.Call, subject: str, info: Dict[str, Any]) -> None:
+        """`unet.to(weight_dtype)`, `m.to(device, dtype=d)`, `m = m.to(d)`: a module cast to a dtype
+        held in a name (AMP201 resolves the name, maybe into another file)."""
+        for arg in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]:
+            if isinstance(arg, ast.Name):
+                info.setdefault("dc", []).append([subject, arg.id, call.lineno])
 
     def _masks(self, expr: ast.AST, qual: str, info: Dict[str, Any], region: int, target: Optional[ast.AST] = None) -> None:
         """Overflowing mask constants of a statement (`masks.py`), unless the function tests a dtype."""
