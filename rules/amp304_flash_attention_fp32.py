@@ -74,7 +74,14 @@ class FlashAttentionFp32(Rule):
     name = "flash-attention-fp32"
     severity = Severity.ERROR
     message = "flash attention on float32 tensors: the kernel takes only fp16/bf16"
-    triggers = ("flash_attn", "sdpa_kernel", "sdp_kernel")
+    #: a call the rule resolves to a flash-attn function spells the function's name, in the call
+    #: or in the import it goes through (`flash_attn_varlen_` covers the three varlen entry
+    #: points); not the bare `flash_attn`, which transformers' model files name by the hundred
+    #: (`_supports_flash_attn = True`) and which got 425 of its files parsed for this rule alone
+    triggers = (
+        "flash_attn_func", "flash_attn_varlen_", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+        "flash_attn_with_kvcache", "sdpa_kernel", "sdp_kernel",
+    )
     #: fp32 evidence: a cast (`.float()`, `torch.float32`) or a factory that makes fp32 by default
     requires = (("float", "randn", "rand(", "zeros", "ones", "empty", "full(", "arange", "tensor("),)
 

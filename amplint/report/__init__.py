@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Dict, List
+from typing import TYPE_CHECKING, Callable, Dict, List
 
-from ..core.diagnostics import Diagnostic
+if TYPE_CHECKING:  # `amplint --help` reads FORMATS and needs no diagnostics
+    from ..core.diagnostics import Diagnostic
 
 #: format name -> module under amplint.report
 FORMATS: Dict[str, str] = {
