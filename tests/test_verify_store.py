@@ -129,6 +129,30 @@ def test_a_reader_sees_what_a_later_run_wrote(tmp_path):
     assert not reader.reload()  # unchanged on disk: not read again
 
 
+def test_a_reader_sees_a_rewrite_of_the_same_size_in_the_same_clock_tick(tmp_path, monkeypatch):
+    """A store another run replaced with as many bytes, its mtime in the same coarse
+    timestamp tick (set back here to stand for it), is still read again."""
+    import types
+
+    import amplint.verify.store as store_module
+
+    monkeypatch.setattr(store_module, "time", types.SimpleNamespace(time=lambda: 1.5e9))  # same-length records
+    folder = str(tmp_path / "cache")
+    d, digest = finding(), content_digest("train.py", CLIP)
+    writer = VerdictStore(folder)
+    writer.record(d, digest, dict(CONFIRMED, summary="first run"))
+    writer.save()
+    before = os.stat(writer.path)
+    reader = VerdictStore(folder)
+    assert reader.lookup(d, digest)["summary"] == "first run"
+    writer = VerdictStore(folder)
+    writer.record(d, digest, dict(CONFIRMED, summary="later run"))  # as many bytes
+    writer.save()
+    os.utime(writer.path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(writer.path).st_size == before.st_size
+    assert reader.reload() and reader.lookup(d, digest)["summary"] == "later run"
+
+
 def test_a_notebook_is_keyed_by_its_code_cells_not_its_json():
     from amplint.server.documents import notebook_json
 

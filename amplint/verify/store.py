@@ -133,7 +133,7 @@ class VerdictStore:
             self.key = None
         self.entries: Dict[str, List[Record]] = {}
         self._changed: Dict[str, List[Record]] = {}
-        self._stat: Optional[Tuple[int, int]] = None
+        self._stat: Optional[Tuple[int, ...]] = None
         self.reload()
 
     @classmethod
@@ -147,7 +147,9 @@ class VerdictStore:
         """Read the store again if it changed on disk since it was read; True if it did."""
         try:
             st = os.stat(self.path)
-            stat: Optional[Tuple[int, int]] = (st.st_mtime_ns, st.st_size)
+            # a save replaces the file (a new inode, a new ctime): a run that wrote the same
+            # number of bytes within one tick of the file system's coarse clock keeps mtime and size
+            stat: Optional[Tuple[int, ...]] = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
         except OSError:
             stat = None
         if stat == self._stat:
