@@ -470,6 +470,7 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
             "dtype": "fp16",
             "device": None,  # where the cast module runs is not known statically
             "subject": cast.subject,
+            "snippet": ctx.code_for(ctor.node),  # the optimizer's constructor, which the verifier runs
         }
         return ctx.diagnostic(self, cast.call.node, message, data=data, help=help)
 

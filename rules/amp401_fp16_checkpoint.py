@@ -363,6 +363,8 @@ for epoch in range(epochs):
         message = f"`torch.save` writes the fp16 weights of `{model}`; the lost precision cannot be recovered"
         help = "Save fp32 weights: keep the model fp32 and use autocast"
         data = {"snippet": ctx.code_for(save.node), "model": model, "dtype": "fp16"}
+        if cast is not None:  # where the weights were made fp16: the verifier runs that statement
+            data["cast_row"] = ctx.position(cast.call.node)[0].row
         return ctx.diagnostic(self, save.node, message, data=data, help=help)
 
 

@@ -15,6 +15,7 @@ lazily in the worker (a use of it ends the run as "could not bind").
 from __future__ import annotations
 
 import ast
+import os
 import textwrap
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
@@ -23,7 +24,7 @@ from .snippet import MODULES, VALUE_ROLES, Refused, free_names, parse, role_of
 #: at most this many statements are lifted into a prelude
 MAX_STATEMENTS = 16
 #: rules whose snippet is a `torch.save(obj, path)` call: the experiment runs `obj` only
-SAVED_OBJECT = frozenset({"AMP402"})
+SAVED_OBJECT = frozenset({"AMP401", "AMP402"})
 
 
 def saved_object(source: str) -> str:
@@ -218,6 +219,71 @@ def prelude_for(text: str, row: int, snippet: str, data: Dict[str, Any], trainin
     return "\n".join(parts), names
 
 
+#: rules whose experiment first runs the statement that made the model fp16 (`data["cast"]`)
+CAST_RULES = frozenset({"AMP106", "AMP201", "AMP401"})
+#: rules whose cross-file findings carry no `snippet`: the parent reads the flagged call at the finding
+CALL_AT_LOCATION = frozenset({"AMP201", "AMP303", "AMP401"})
+_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
+
+
+def call_at(text: str, row: int, column: int) -> str:
+    """The source of the outermost call that starts at `row`:`column` (1-based) of `text` ("" when none)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.lineno == row and node.col_offset == column - 1:
+            if found is None or (node.end_lineno, node.end_col_offset) > (found.end_lineno, found.end_col_offset):
+                found = node
+    return (ast.get_source_segment(text, found) or "") if found is not None else ""
+
+
+def statement_at(text: str, row: int) -> str:
+    """The source of the innermost simple statement spanning `row` (dedented; "" when none)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and not isinstance(node, _COMPOUND) and node.lineno <= row <= (node.end_lineno or node.lineno):
+            if found is None or node.lineno >= found.lineno:
+                found = node
+    segment = ast.get_source_segment(text, found) if found is not None else None
+    return textwrap.dedent(segment) if segment else ""
+
+
+def self_attributes(text: str, row: int, snippet: str) -> List[str]:
+    """`self.X = ...` statements of the `__init__` of the class around `row`, for each `self.X(...)`
+    the snippet calls (`self.aux_loss = nn.BCELoss()` for `self.aux_loss(aux, masks)`)."""
+    try:
+        tree, called = ast.parse(text), ast.parse(textwrap.dedent(snippet))
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    wanted = {
+        n.func.attr
+        for n in ast.walk(called)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"
+    }
+    if not wanted:
+        return []
+    cls = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.lineno <= row <= (node.end_lineno or node.lineno):
+            if cls is None or node.lineno >= cls.lineno:
+                cls = node
+    init = next((n for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    out = []
+    for stmt in init.body if init is not None else []:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            t = stmt.targets[0]
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr in wanted:
+                out.append(ast.unparse(stmt))
+    return out
+
+
 class Preludes:
     """The data sent for each finding: its own, plus the prelude from its file (files read once)."""
 
@@ -233,8 +299,58 @@ class Preludes:
                 self._texts[name] = None
         return self._texts[name]
 
+    def _site(self, d: Any, data: Dict[str, Any]) -> Optional[Tuple[str, int]]:
+        """(file, row) of the statement that made the finding's model fp16: another file's
+        (the related site the project model names, "made fp16 here"), the `cast_row` of the
+        finding's file, or AMP201's own flagged cast."""
+        if data.get("cast_at"):
+            for r in getattr(d, "related", None) or ():
+                if "fp16" in (getattr(r, "message", "") or "") and getattr(r, "filename", None):
+                    return r.filename, r.location.row
+            return None
+        if isinstance(data.get("cast_row"), int):
+            return d.filename, data["cast_row"]
+        if getattr(d, "code", None) == "AMP201":
+            return d.filename, d.location.row
+        return None
+
+    def _cast(self, d: Any, data: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        site = self._site(d, data)
+        text = self._text(site[0]) if site and isinstance(site[0], str) else None
+        if site is None or text is None:
+            return None
+        source = statement_at(text, site[1])
+        if not source.strip():
+            return None
+        cast: Dict[str, Any] = {"source": source, "site": f"{os.path.basename(site[0])}:{site[1]}"}
+        prelude, names = prelude_for(text, site[1], source, {}, False)
+        if prelude:
+            cast.update(prelude=prelude, prelude_names=names)
+        return cast
+
     def data_for(self, d: Any) -> Dict[str, Any]:
         data = dict(d.data) if isinstance(d.data, dict) else {}
+        code = getattr(d, "code", None)
+        name = getattr(d, "filename", None)
+        own = self._text(name) if isinstance(name, str) and name.endswith(".py") else None
+        if code in CALL_AT_LOCATION and not data.get("snippet") and own is not None:
+            # a cross-file finding: the flagged call, read at the finding's place
+            source = call_at(own, d.location.row, d.location.column)
+            if source:
+                data["snippet"] = source
+        if code in CAST_RULES:
+            cast = self._cast(d, data)
+            if cast:
+                data["cast"] = cast
+        data = self._with_prelude(d, data)
+        if code == "AMP303" and own is not None and isinstance(data.get("snippet"), str):
+            attrs = self_attributes(own, d.location.row, data["snippet"])
+            if attrs:  # the loss module the flagged call uses, as its class's `__init__` builds it
+                data["prelude"] = "\n".join([p for p in [data.get("prelude")] if p] + attrs)
+                data["prelude_names"] = sorted({*(data.get("prelude_names") or []), *(a.split(" =", 1)[0] for a in attrs)})
+        return data
+
+    def _with_prelude(self, d: Any, data: Dict[str, Any]) -> Dict[str, Any]:
         training = isinstance(data.get("step_source"), str)
         snippet = data.get("step_source") if training else data.get("snippet")
         if getattr(d, "code", None) in SAVED_OBJECT and isinstance(snippet, str):
