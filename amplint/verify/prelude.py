@@ -222,7 +222,7 @@ def prelude_for(text: str, row: int, snippet: str, data: Dict[str, Any], trainin
 #: rules whose experiment first runs the statement that made the model fp16 (`data["cast"]`)
 CAST_RULES = frozenset({"AMP106", "AMP201", "AMP401"})
 #: rules whose cross-file findings carry no `snippet`: the parent reads the flagged call at the finding
-CALL_AT_LOCATION = frozenset({"AMP201", "AMP303", "AMP401"})
+CALL_AT_LOCATION = frozenset({"AMP201", "AMP302", "AMP303", "AMP401"})
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
 
 

@@ -634,14 +634,42 @@ def _stable_seed(name: str, seed: int) -> int:
     return h + seed * 7919
 
 
+class Keyed(dict):
+    """A name the expression indexes with string keys (`batch["fg_mask"]`, `outputs["weights"]`):
+    a dict whose every key is a tensor synthesized like a free name of that spelling."""
+
+    def __init__(self, make: Callable[[str], Any]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key: Any) -> Any:
+        value = self[key] = self._make(str(key))
+        return value
+
+
+def string_keyed(tree: ast.AST) -> set:
+    """Names that the code subscripts only with string literals (`batch["image"]`)."""
+    keyed, other = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            is_str = isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
+            (keyed if is_str else other).add(node.value.id)
+    return keyed - other
+
+
 def bind_expression_names(
-    lab: Any, free: FreeNames, data: Dict[str, Any], dtype: Any, binding: ExprBinding, fill: Optional[str] = None
+    lab: Any, free: FreeNames, data: Dict[str, Any], dtype: Any, binding: ExprBinding, fill: Optional[str] = None,
+    keyed: Optional[set] = None,
 ) -> Dict[str, Any]:
-    """Free names of an expression -> modules, API objects, ints and tensors."""
+    """Free names of an expression -> modules, API objects, ints and tensors (a name indexed
+    only by string keys: a `Keyed` dict of such tensors)."""
     env: Dict[str, Any] = {}
     missing: List[str] = []
     fill = fill or binding.fill
     for name, chains in free.chains.items():
+        if keyed and name in keyed and name not in free.called and all(len(c) == 1 for c in chains):
+            env[name] = Keyed(lambda key, b=binding, f=fill: _tensor_for(lab, key, b, dtype, f))
+            continue
         role = role_of(name, data)
         if role and role.startswith(("module:", "api:")):
             try:
@@ -721,9 +749,10 @@ def eval_expression(
     check_safe(tree)
     tree, lifted = with_prelude(tree, data)
     free = free_names(tree)
+    keyed = string_keyed(tree)
     last: Optional[BaseException] = None
     for binding in attempts:
-        env = bind_expression_names(lab, free, data, dtype, binding, fill)
+        env = bind_expression_names(lab, free, data, dtype, binding, fill, keyed)
         lab.seed_all()
         try:
             with context():

@@ -46,11 +46,20 @@ def _target_name(source: str) -> str:
 
 def run_cast(lab: Any, data: Dict[str, Any]) -> Tuple[Any, Dict[str, Any], Dict[str, Any]]:
     """(the model after the user's cast statement, its fp32 state before it, evidence);
-    raises CastSkipped when there is no statement or it could not run."""
-    torch = lab.torch
+    raises CastSkipped when there is no statement or it could not run (the reason names
+    the statement's place)."""
     cast = data.get("cast")
     if not isinstance(cast, dict) or not isinstance(cast.get("source"), str) or not cast["source"].strip():
         raise CastSkipped("no cast statement for this finding")
+    try:
+        return _run_cast(lab, data, cast)
+    except CastSkipped as exc:
+        where = f" ({cast['site']})" if cast.get("site") else ""
+        raise CastSkipped(f"the fp16 cast `{cast['source'].strip()[:60]}`{where}: {exc}") from None
+
+
+def _run_cast(lab: Any, data: Dict[str, Any], cast: Dict[str, Any]) -> Tuple[Any, Dict[str, Any], Dict[str, Any]]:
+    torch = lab.torch
     source = cast["source"]
     spec_data = {"names": {}, "prelude": cast.get("prelude"), "prelude_names": cast.get("prelude_names") or []}
     try:

@@ -93,7 +93,8 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         ev["bce_calls_redispatched"] = len(reached)
     if error is not None:
         ev["error"] = lab.exc(error)
-        return lab.confirmed(f"{type(error).__name__}: {str(error).splitlines()[0][:200]}", ev, method=method, dtype=dtype)
+        where = "" if lab.is_cuda else " (on CPU: the AutocastCUDA kernel that CUDA autocast runs, reached by redispatch; CPU autocast allows BCE)"
+        return lab.confirmed(f"{type(error).__name__}: {str(error).splitlines()[0][:200]}{where}", ev, method=method, dtype=dtype)
     if lab.is_cuda:
         return lab.not_reproduced("the call ran under CUDA autocast without the BCE error", ev, method=method, dtype=dtype)
     return lab.not_reproduced(

@@ -120,6 +120,12 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scal
     """(the object the user's save call writes, None) or (None, why it could not be built)."""
     if data.get("side") != "save":
         return None, "the flagged code resumes a checkpoint; only the saving side is run" if data.get("side") == "load" else None
+    return saved_object(lab, data, model, opt, scaler)
+
+
+def saved_object(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scaler: Any) -> Tuple[Any, Optional[str]]:
+    """(the object the flagged `torch.save(obj, ...)` writes, built by the user's expression and
+    its prelude on these objects, None) or (None, why it could not be built). Also AMP401's."""
     if not isinstance(data.get("snippet"), str) or not data["snippet"].strip():
         return None, None  # no flagged call to run (e.g. the save is in a helper)
     try:
@@ -136,7 +142,7 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scal
     values = {
         "model": model, "optimizer": opt, "scaler": scaler, "index": 1, "accum": lab.ACCUM, "flag": True, "device": lab.device,
         "scheduler": torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), "criterion": torch.nn.MSELoss(),
-        "params": list(model.parameters()), "x": x, "y": y, "loss": torch.nn.MSELoss()(model(x), y).detach(),
+        "params": list(model.parameters()), "x": x, "y": y, "loss": _loss(torch, model, x, y),
         "threshold": 1.0, "dtype": torch.float16,
     }
 
@@ -166,6 +172,13 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scal
     except Exception as exc:  # noqa: BLE001
         return None, f"the flagged code raised {type(exc).__name__}: {str(exc)[:120]}"
     return globs.get("__amplint_saved__"), None
+
+
+def _loss(torch: Any, model: Any, x: Any, y: Any) -> Any:
+    """The tiny model's loss on a batch, in the parameters' dtype (an fp16 model: an fp16 batch)."""
+    dtype = next(model.parameters()).dtype
+    with torch.no_grad():
+        return torch.nn.MSELoss()(model(x.to(dtype)).float(), y)
 
 
 class _Unknown:
