@@ -223,6 +223,10 @@ def prelude_for(text: str, row: int, snippet: str, data: Dict[str, Any], trainin
 CAST_RULES = frozenset({"AMP106", "AMP201", "AMP401"})
 #: rules whose cross-file findings carry no `snippet`: the parent reads the flagged call at the finding
 CALL_AT_LOCATION = frozenset({"AMP201", "AMP302", "AMP303", "AMP401"})
+#: rules that flag a tensor passed to a call: the parent reads the call around it
+CALL_AROUND_LOCATION = frozenset({"AMP204"})
+#: expression rules whose flagged literal sits inside an expression: the parent reads the value of its statement
+VALUE_AT_LOCATION = frozenset({"AMP301"})
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
 
 
@@ -253,6 +257,44 @@ def statement_at(text: str, row: int) -> str:
                 found = node
     segment = ast.get_source_segment(text, found) if found is not None else None
     return textwrap.dedent(segment) if segment else ""
+
+
+def call_around(text: str, row: int, column: int) -> str:
+    """The source of the innermost call with an argument at `row`:`column` (1-based): the call
+    a flagged tensor is passed to ("" when none)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    at = (row, column - 1)
+    found = None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            if (arg.lineno, arg.col_offset) <= at < (arg.end_lineno or arg.lineno, arg.end_col_offset or 0):
+                if found is None or (node.lineno, node.col_offset) >= (found.lineno, found.col_offset):
+                    found = node
+    return (ast.get_source_segment(text, found) or "") if found is not None else ""
+
+
+def value_at(text: str, row: int) -> str:
+    """The value of the assignment, return or expression statement spanning `row` ("" otherwise)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)) and node.lineno <= row <= (node.end_lineno or node.lineno):
+            if found is None or node.lineno >= found.lineno:
+                found = node
+    value = getattr(found, "value", None)
+    if value is None:
+        return ""
+    if isinstance(found, ast.AugAssign):  # `x += y * -1e9` is `x + y * -1e9`
+        return ast.unparse(ast.BinOp(left=found.target, op=found.op, right=value))
+    return ast.get_source_segment(text, value) or ""
 
 
 def self_attributes(text: str, row: int, snippet: str) -> List[str]:
@@ -336,6 +378,14 @@ class Preludes:
         if code in CALL_AT_LOCATION and not data.get("snippet") and own is not None:
             # a cross-file finding: the flagged call, read at the finding's place
             source = call_at(own, d.location.row, d.location.column)
+            if source:
+                data["snippet"] = source
+        if code in CALL_AROUND_LOCATION and not data.get("snippet") and own is not None:
+            source = call_around(own, d.location.row, d.location.column)
+            if source:
+                data["snippet"] = source
+        if code in VALUE_AT_LOCATION and not data.get("snippet") and own is not None:
+            source = value_at(own, d.location.row)
             if source:
                 data["snippet"] = source
         if code in CAST_RULES:
