@@ -218,3 +218,44 @@ def test_fixture_projects_are_decided_on_the_users_code(runner, folder, code):
     verify_diagnostics(found, device="cpu", runner=runner)
     for d in found:
         assert (d.verification["verdict"], d.verification["method"]) == ("confirmed", "snippet"), d.verification
+
+
+def test_value_and_call_around():
+    from amplint.verify.prelude import call_around, value_at
+
+    text = "def f(x, valid, scores, k):\n    x = x + (1.0 - valid) * -1e9\n    x += valid * -1e9\n    return torch.matmul(scores, k)\n"
+    assert value_at(text, 2) == "x + (1.0 - valid) * -1e9"
+    assert value_at(text, 3) == "x + (valid * -1e9)"
+    assert call_around(text, 4, 25) == "torch.matmul(scores, k)"  # `scores` is the flagged tensor
+    assert call_around(text, 4, 12) == ""  # the call's own name is no argument
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "snippet, verdict",
+    [("torch.matmul(scores, k)", "confirmed"), ("torch.matmul(scores.float(), k)", "not-reproduced"),
+     ("F.linear(features, weight)", "confirmed"), ("F.linear(features.float(), weight)", "not-reproduced")],
+)
+def test_amp204_runs_the_flagged_call_and_its_fixed_twin(runner, snippet, verdict):
+    name = snippet.split("(", 1)[1].split(",")[0].split(".float")[0]
+    v = runner.run("AMP204", {"snippet": snippet, "name": name, "dtype": "fp16", "op": "matmul"})
+    assert (v["verdict"], v["method"]) == (verdict, "snippet"), v
+    if verdict == "confirmed":
+        assert "same dtype" in v["evidence"]["error"]["message"]
+    else:
+        assert v["evidence"]["result_dtype"] == "float32"
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "folder, code",
+    [("projects/disabled_helper", "AMP204"), ("projects/overflow_mask", "AMP301")],
+)
+def test_more_fixture_projects_on_the_users_code(runner, folder, code):
+    from amplint.verify import verify_diagnostics
+
+    found = _findings(folder, code)
+    assert found
+    verify_diagnostics(found, device="cpu", runner=runner)
+    for d in found:
+        assert (d.verification["verdict"], d.verification["method"]) == ("confirmed", "snippet"), d.verification

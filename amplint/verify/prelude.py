@@ -293,7 +293,9 @@ def value_at(text: str, row: int) -> str:
     if value is None:
         return ""
     if isinstance(found, ast.AugAssign):  # `x += y * -1e9` is `x + y * -1e9`
-        return ast.unparse(ast.BinOp(left=found.target, op=found.op, right=value))
+        op = ast.unparse(ast.BinOp(left=ast.Name("a"), op=found.op, right=ast.Name("b")))[2:-2]
+        target, right = ast.get_source_segment(text, found.target), ast.get_source_segment(text, value)
+        return f"{target} {op} ({right})" if target and right else ""
     return ast.get_source_segment(text, value) or ""
 
 
