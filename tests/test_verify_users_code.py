@@ -259,3 +259,64 @@ def test_more_fixture_projects_on_the_users_code(runner, folder, code):
     verify_diagnostics(found, device="cpu", runner=runner)
     for d in found:
         assert (d.verification["verdict"], d.verification["method"]) == ("confirmed", "snippet"), d.verification
+
+
+def _moved(d, folder):
+    """The finding `d` with its file and related files read from the twin `folder` (which lints silent)."""
+    import dataclasses
+
+    twin = folder.rsplit("/", 1)[-1]
+    bug = twin[: -len("_ok")]
+
+    def swap(path):
+        return path.replace(os.sep + bug + os.sep, os.sep + twin + os.sep) if path else path
+
+    d.filename = swap(d.filename)
+    d.related = tuple(dataclasses.replace(r, filename=swap(r.filename)) for r in d.related)
+    return d
+
+
+@needs_torch
+@pytest.mark.parametrize("twin, verdict", [(False, "confirmed"), (True, "not-reproduced")])
+def test_amp402_runs_the_users_resume_helper(runner, twin, verdict):
+    """scaler_resume: `resume_from(args.resume, model, optimizer, lr_scheduler)` restores everything
+    but the scaler; the twin passes `scaler=scaler` and its helper loads `ckpt["scaler"]`."""
+    from amplint.verify import verify_diagnostics
+
+    (d,) = _findings("projects/scaler_resume", "AMP402")
+    if twin:
+        d = _moved(d, "projects/scaler_resume_ok")
+        assert os.path.isfile(d.filename) and "scaler_resume_ok" in d.related[0].filename
+    data = Preludes().data_for(d)
+    assert data["resume"]["function"] == "resume_from"
+    assert data["resume"]["call"].startswith("resume_from(args.resume, model, optimizer, lr_scheduler")
+    verify_diagnostics([d], device="cpu", runner=runner)
+    v = d.verification
+    assert (v["verdict"], v["method"]) == (verdict, "snippet"), v
+    assert v["evidence"]["model_restored"] is True
+    expected = v["evidence"]["scale_in_checkpoint"] if twin else 65536.0
+    assert v["evidence"]["scale_after_resume"] == expected
+
+
+@needs_torch
+def test_amp402_resume_function_of_the_same_file(runner):
+    from amplint.verify import verify_diagnostics
+
+    found = [d for d in _findings("resume_training.py", "AMP402")]
+    verify_diagnostics(found, device="cpu", runner=runner)
+    (v,) = [d.verification for d in found]
+    assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
+    assert v["evidence"]["resume_ran"] == "resume(model, optimizer, path)"
+
+
+@needs_torch
+def test_amp402_save_through_a_helper_of_another_file(runner):
+    from amplint.verify import verify_diagnostics
+
+    (d,) = _findings("projects/scaler_checkpoint", "AMP402")
+    data = Preludes().data_for(d)
+    assert data["snippet"] == "torch.save(state, path)" and data["helper_site"] == "checkpoint.py:16"
+    verify_diagnostics([d], device="cpu", runner=runner)
+    v = d.verification
+    assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
+    assert v["evidence"]["checkpoint_holds_scaler_state"] is False

@@ -394,7 +394,19 @@ class Preludes:
             cast = self._cast(d, data)
             if cast:
                 data["cast"] = cast
-        data = self._with_prelude(d, data)
+        where = None
+        if code == "AMP402" and data.get("helper") and not data.get("snippet"):
+            where = self._helper_site(d, "saved here" if data.get("side") == "save" else "restored here")
+            if where is not None:
+                data["snippet" if data.get("side") == "save" else "resume_site"] = where[2]
+                data["helper_site"] = f"{os.path.basename(where[0])}:{where[1]}"
+        data = self._with_prelude(d, data, *(where[:2] if where and data.get("side") == "save" else ()))
+        if code == "AMP402" and data.get("side") == "load":
+            resume = self._resume(d, data, where)
+            if resume and where is not None and own is not None:  # resumed through a helper: the call as written
+                resume["call"] = call_at(own, d.location.row, d.location.column)
+            if resume:
+                data["resume"] = resume
         if code == "AMP303" and own is not None and isinstance(data.get("snippet"), str):
             attrs = self_attributes(own, d.location.row, data["snippet"])
             if attrs:  # the loss module the flagged call uses, as its class's `__init__` builds it
@@ -402,18 +414,52 @@ class Preludes:
                 data["prelude_names"] = sorted({*(data.get("prelude_names") or []), *(a.split(" =", 1)[0] for a in attrs)})
         return data
 
-    def _with_prelude(self, d: Any, data: Dict[str, Any]) -> Dict[str, Any]:
+    def _helper_site(self, d: Any, note: str) -> Optional[Tuple[str, int, str]]:
+        """(file, row, source of the call there) of a related site whose note starts with `note`:
+        the helper's own `torch.save(...)` or `load_state_dict` line in another file."""
+        for r in getattr(d, "related", None) or ():
+            if (getattr(r, "message", "") or "").startswith(note) and getattr(r, "filename", None):
+                text = self._text(r.filename)
+                source = statement_at(text, r.location.row) if text is not None else ""
+                if source.strip():
+                    return r.filename, r.location.row, source.strip()
+        return None
+
+    def _resume(self, d: Any, data: Dict[str, Any], where: Optional[Tuple[str, int, str]]) -> Optional[Dict[str, Any]]:
+        """The function that restores the checkpoint (the helper a call resumes through, or the
+        function around the flagged restore), as source, with the definitions of its file it calls."""
+        filename, row = (where[0], where[1]) if where else (d.filename, d.location.row)
+        text = self._text(filename) if isinstance(filename, str) else None
+        if text is None:
+            return None
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError):
+            return None
+        func = _enclosing_function(tree, row)
+        if func is None:
+            return None
+        source = ast.get_source_segment(text, func, padded=True)
+        if not source:
+            return None
+        out: Dict[str, Any] = {"source": textwrap.dedent(source), "function": func.name, "site": f"{os.path.basename(filename)}:{func.lineno}"}
+        prelude, names = prelude_for(text, func.lineno, f"{func.name}()", {}, False)
+        if prelude:
+            out.update(prelude=prelude, prelude_names=names)
+        return out
+
+    def _with_prelude(self, d: Any, data: Dict[str, Any], filename: Optional[str] = None, row: Optional[int] = None) -> Dict[str, Any]:
         training = isinstance(data.get("step_source"), str)
         snippet = data.get("step_source") if training else data.get("snippet")
         if getattr(d, "code", None) in SAVED_OBJECT and isinstance(snippet, str):
             snippet, training = saved_object(snippet), True  # what the save call writes, bound by role
-        name = getattr(d, "filename", None)
+        name = filename or getattr(d, "filename", None)
         if not isinstance(snippet, str) or not snippet.strip() or not isinstance(name, str) or not name.endswith(".py"):
             return data
         text = self._text(name)
         if text is None:
             return data
-        prelude, names = prelude_for(text, d.location.row, snippet, data, training)
+        prelude, names = prelude_for(text, row or d.location.row, snippet, data, training)
         if prelude:
             data.update(prelude=prelude, prelude_names=names)
         return data

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..snippet import Refused, TrainingSpec, Unbindable, Unbound, bind_by_role, check_safe, parse, prepare_training, with_prelude
+from ..snippet import Refused, TrainingSpec, Unbindable, Unbound, bind_by_role, check_safe, parse, prepare_training, role_of, with_prelude
 from ._training import fmt
 
 WARMUP, AFTER = 10, 10
@@ -86,6 +86,12 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     }
     if checkpoint is not None:
         return _judge_checkpoint(lab, checkpoint, scaler, ev, name, dtype)
+    if data.get("side") == "load" and isinstance(data.get("resume"), dict):
+        state = {"model": model_state, "optimizer": opt_state, "scaler": scaler_state}
+        judged, why_not = _users_resume(lab, data["resume"], state, ev, name, dtype)
+        if judged is not None:
+            return judged
+        why = why_not or why
     if why:
         ev["snippet_skipped"] = why
     if fresh_skipped > kept_skipped:
@@ -179,6 +185,106 @@ def _loss(torch: Any, model: Any, x: Any, y: Any) -> Any:
     dtype = next(model.parameters()).dtype
     with torch.no_grad():
         return torch.nn.MSELoss()(model(x.to(dtype)).float(), y)
+
+
+class _LoadToCheckpoint(ast.NodeTransformer):
+    """`torch.load(...)` in the user's resume -> `__amplint_checkpoint__(...)`: the checkpoint
+    the lab's training wrote, in memory. No file is read; every other `.load` stays refused."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr == "load" and isinstance(f.value, ast.Name) and f.value.id == "torch":
+            return ast.copy_location(ast.Call(func=ast.Name("__amplint_checkpoint__", ast.Load()), args=node.args, keywords=node.keywords), node)
+        return node
+
+
+class _Checkpoint(dict):
+    """What the lab's run saved: model, optimizer, GradScaler and scheduler state, an epoch.
+    A key the resume reads under another spelling is found by what it names."""
+
+    def __missing__(self, key: Any) -> Any:
+        k = str(key).lower()
+        for words, value in ((("scal", "amp"), "scaler"), (("optim", "opt"), "optimizer"), (("sched",), "lr_scheduler"),
+                             (("model", "net", "state_dict", "weights"), "model"), (("epoch", "step", "iter"), "epoch")):
+            if any(w in k for w in words) and value in self:
+                return dict.__getitem__(self, value)
+        raise KeyError(key)
+
+
+def _users_resume(lab: Any, resume: Dict[str, Any], state: Dict[str, Any], ev: Dict[str, Any], name: str, dtype: Any) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """The user's resume function called on a fresh model, optimizer and GradScaler with the
+    checkpoint the warmed-up run wrote (its scaler state included): did it restore the scale?"""
+    torch = lab.torch
+    func = str(resume.get("function") or "")
+    try:
+        tree = ast.parse(resume.get("source") or "")
+    except SyntaxError:
+        return None, "the resume function does not parse"
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == func]
+    if not defs:
+        return None, "no resume function to run"
+    args = defs[0].args
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    required = positional[: len(positional) - len(args.defaults)]
+    if required[:1] in (["self"], ["cls"]):
+        return None, f"`{func}` is a method; only functions are run"
+    tree = _LoadToCheckpoint().visit(tree)
+    # the call as the flagged code writes it (a helper's caller), else the required parameters
+    # plus the optional ones a lab object can fill (`scaler=None`): every chance to restore it
+    optional = [a for a in positional[len(required):] + [k.arg for k in args.kwonlyargs]
+                if role_of(a, {}) in ("model", "optimizer", "scaler", "scheduler")]
+    written = resume.get("call") if isinstance(resume.get("call"), str) and resume["call"].strip() else None
+    shown = written or f"{func}({', '.join(required + [f'{a}={a}' for a in optional])})"
+    call = f"__amplint_result__ = {shown}"
+    source = ast.unparse(ast.fix_missing_locations(tree)) + "\n" + call
+    try:
+        spec_data = {"names": {}, "prelude": resume.get("prelude"), "prelude_names": resume.get("prelude_names") or []}
+        prepared = prepare_training(TrainingSpec(source=source, data=spec_data))
+    except Refused as exc:
+        return None, f"not run: {exc}"
+    from ..snippet import resolve_qualname, run_slice, slice_globals
+
+    model = lab.model(seed=lab.seed + 1)
+    opt = lab.optimizer(model.parameters(), "SGD", lr=1e-5)
+    scaler = lab.scaler()
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0)
+    checkpoint = _Checkpoint(state, lr_scheduler=scheduler.state_dict(), epoch=3)
+    values = {"model": model, "optimizer": opt, "scaler": scaler, "scheduler": scheduler, "device": lab.device, "flag": True}
+
+    def value_for(role: str, path: str) -> Any:
+        if role in values:
+            return values[role]
+        if role.startswith(("module:", "api:")):
+            return resolve_qualname(role.split(":", 1)[1])
+        from ..snippet import Missing
+
+        return Missing(path)  # the path of the file: only handed to the checkpoint stand-in
+
+    env = bind_by_role(prepared.roles, value_for)
+    env["__amplint_checkpoint__"] = lambda *a, **k: checkpoint
+    globs = slice_globals(lab, env)
+    try:
+        error = run_slice(prepared, globs)
+    except Unbindable as exc:
+        return None, f"could not bind {', '.join(exc.names)}"
+    if error is not None:
+        return None, f"the resume raised {type(error).__name__}: {str(error)[:120]}"
+    restored = all(torch.equal(v, state["model"][k]) for k, v in model.state_dict().items())
+    saved_scale, now = lab.num(state["scaler"].get("scale")), lab.num(scaler.get_scale())
+    ev.update(resume_ran=shown[:200], resume_site=resume.get("site"), model_restored=restored,
+              scale_in_checkpoint=saved_scale, scale_after_resume=now)
+    if not restored:
+        return None, f"`{func}` did not restore the model from the checkpoint either"
+    skipped, kept, after = ev["skipped_after_resume_fresh_scaler"], ev["skipped_after_resume_restored_scaler"], ev["steps_after_resume"]
+    where = f"`{func}`" + (f" ({resume['site']})" if resume.get("site") else "")
+    if now == saved_scale:
+        return lab.not_reproduced(f"the resume this code runs, {where}, restored the GradScaler's scale ({fmt(now)})", ev, method="snippet", dtype=dtype), None
+    return lab.confirmed(
+        f"the resume this code runs, {where}, restored the model but left the GradScaler at {fmt(now)} (the checkpoint held "
+        f"{fmt(saved_scale)}): the next {after} {name} steps skipped {skipped} (restored scale: {kept})",
+        ev, method="snippet", dtype=dtype,
+    ), None
 
 
 class _Unknown:
