@@ -320,3 +320,34 @@ def test_amp402_save_through_a_helper_of_another_file(runner):
     v = d.verification
     assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
     assert v["evidence"]["checkpoint_holds_scaler_state"] is False
+
+
+AMP107_EPOCH = '''\
+def train_one_epoch(model, loader, optimizer{extra}):
+    {build}
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+'''
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "extra, build, verdict",
+    [("", 'scaler = torch.amp.GradScaler("cuda")', "confirmed"), (", scaler", "pass", "not-reproduced")],
+)
+def test_amp107_calls_the_users_epoch_function_twice(runner, extra, build, verdict):
+    source = AMP107_EPOCH.format(extra=extra, build=build)
+    data = {"epoch_function": {"source": source, "function": "train_one_epoch", "site": "train.py:1"}}
+    v = runner.run("AMP107", data)
+    assert (v["verdict"], v["method"]) == (verdict, "snippet"), v
+    users = v["evidence"]["users_code"]
+    assert users["scalers_built"] == (2 if verdict == "confirmed" else 1)
+    assert users["device"] == "cpu"  # GradScaler("cuda") runs on the lab's device, not disabled
+    if verdict == "confirmed":
+        first, second = users["scale_histories"]
+        assert min(first) < 65536.0 and second[0] == 65536.0

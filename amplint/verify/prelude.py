@@ -401,6 +401,10 @@ class Preludes:
                 data["snippet" if data.get("side") == "save" else "resume_site"] = where[2]
                 data["helper_site"] = f"{os.path.basename(where[0])}:{where[1]}"
         data = self._with_prelude(d, data, *(where[:2] if where and data.get("side") == "save" else ()))
+        if code == "AMP107" and own is not None:  # the function that builds the GradScaler, run once per epoch
+            epoch = self.function_around(d.filename, d.location.row)
+            if epoch:
+                data["epoch_function"] = epoch
         if code == "AMP402" and data.get("side") == "load":
             resume = self._resume(d, data, where)
             if resume and where is not None and own is not None:  # resumed through a helper: the call as written
@@ -429,6 +433,11 @@ class Preludes:
         """The function that restores the checkpoint (the helper a call resumes through, or the
         function around the flagged restore), as source, with the definitions of its file it calls."""
         filename, row = (where[0], where[1]) if where else (d.filename, d.location.row)
+        return self.function_around(filename, row)
+
+    def function_around(self, filename: Any, row: int) -> Optional[Dict[str, Any]]:
+        """The function of `filename` around `row`: its source, name, place and the definitions
+        of the same file it calls (None when the row is not in a function)."""
         text = self._text(filename) if isinstance(filename, str) else None
         if text is None:
             return None

@@ -179,6 +179,15 @@ class _Relocate(ast.NodeTransformer):
             to = ast.Attribute(value=func.value, attr="to", ctx=ast.Load())
             return ast.copy_location(ast.Call(func=to, args=[ast.Name("__amplint_device__", ast.Load())], keywords=[]), node)
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name == "GradScaler":  # `GradScaler("cuda")` disables itself without CUDA: the lab's device
+            for i, arg in enumerate(node.args[:1]):
+                if isinstance(arg, ast.Constant) and arg.value == "cuda":
+                    node.args[i] = ast.copy_location(ast.Name("__amplint_device_type__", ast.Load()), arg)
+                    self.relocated = True
+            for kw in node.keywords:
+                if kw.arg == "device" and isinstance(kw.value, ast.Constant) and kw.value.value == "cuda":
+                    kw.value = ast.copy_location(ast.Name("__amplint_device_type__", ast.Load()), kw.value)
+                    self.relocated = True
         if name == "autocast":
             device = ast.Name("__amplint_device_type__", ast.Load())
             for i, arg in enumerate(node.args[:1]):
