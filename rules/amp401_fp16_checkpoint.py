@@ -55,9 +55,10 @@ class Fp16Checkpoint(Rule):
     No fix: where the fp32 weights should come from is a design decision.
 
     ## Verification
-    `amplint --verify` saves a model's weights through the flagged cast and
-    reports the largest rounding error and the number of values that became
-    `inf`.
+    `amplint --verify` runs the statement that made the model fp16 on a tiny
+    model, builds what the flagged `torch.save(...)` writes, saves it, loads
+    it back with `weights_only=True` and reports the dtypes it holds and their
+    error against the fp32 weights before the cast.
 
     ## Notes
     Silent when the file also saves an fp32 `state_dict` (an inference copy
