@@ -164,7 +164,7 @@ def test_amp401_saves_and_reads_back_the_users_checkpoint(runner):
     assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
     ev = v["evidence"]
     assert ev["floating_values_by_dtype"] == {"fp16": 212}
-    assert ev["values_changed"] > 0 and ev["not_computed"] == ["['best']"]
+    assert ev["values_changed"] > 0 and ev["not_saved_as_written"] == ["['best']"]
 
 
 @needs_torch
@@ -351,3 +351,11 @@ def test_amp107_calls_the_users_epoch_function_twice(runner, extra, build, verdi
     if verdict == "confirmed":
         first, second = users["scale_histories"]
         assert min(first) < 65536.0 and second[0] == 65536.0
+
+
+@needs_torch
+def test_amp401_whole_module_saved(runner):
+    data = {"dtype": "fp16", "snippet": 'torch.save({"net": model, "epoch": 3}, "m.pt")', "cast": _cast("model.half()")}
+    v = runner.run("AMP401", data)
+    assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
+    assert v["evidence"]["not_saved_as_written"] == ["['net']: a module, saved as its state_dict"]

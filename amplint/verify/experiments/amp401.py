@@ -26,6 +26,11 @@ def _plain(obj: Any, dropped: List[str], path: str = "", depth: int = 0) -> Any:
     if isinstance(obj, (Missing, _Unknown)):
         dropped.append(path or "the object")
         return None
+    import torch
+
+    if isinstance(obj, torch.nn.Module):  # a whole module pickled: its weights are its state_dict
+        dropped.append(f"{path or 'the object'}: a module, saved as its state_dict")
+        return obj.state_dict()
     if depth < 6 and isinstance(obj, dict):
         return type(obj)((k, _plain(v, dropped, f"{path}[{k!r}]", depth + 1)) for k, v in obj.items()) if not hasattr(obj, "_metadata") else obj
     if depth < 6 and isinstance(obj, (list, tuple)):
@@ -64,9 +69,13 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any]) -> Dict[str, Any]:
     plain = _plain(obj, dropped)
     path = os.path.abspath("amplint-checkpoint.pt")
     torch.save(plain, path)
-    loaded = torch.load(path, map_location="cpu", weights_only=True)
-    size = os.path.getsize(path)
-    os.remove(path)
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - an object weights_only refuses: no dtype read
+        raise CastSkipped(f"what the save writes could not be read back with weights_only=True: {type(exc).__name__}") from None
+    finally:
+        size = os.path.getsize(path)
+        os.remove(path)
     tensors: Dict[str, Any] = {}
     _tensors(loaded, tensors)
     floating = {k: t for k, t in tensors.items() if t.is_floating_point()}
@@ -99,7 +108,7 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any]) -> Dict[str, Any]:
         }
     )
     if dropped:
-        ev["not_computed"] = dropped[:8]
+        ev["not_saved_as_written"] = dropped[:8]  # values the code could not compute (None), modules (their state_dict)
     made = f"`{ev['cast_ran'][:50]}`" + (f" ({ev['cast_site']})" if ev.get("cast_site") else "")
     if low:
         dtype = next(iter(low.values())).dtype
