@@ -359,3 +359,44 @@ def test_amp401_whole_module_saved(runner):
     v = runner.run("AMP401", data)
     assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
     assert v["evidence"]["not_saved_as_written"] == ["['net']: a module, saved as its state_dict"]
+
+
+def _at_bce(d, twin_file):
+    """The buggy finding `d` moved onto the twin's BCE call (the twins keep BCE under an
+    `autocast("cuda", enabled=False)` of their own, and lint silent)."""
+    import dataclasses
+
+    with open(twin_file) as fh:
+        lines = fh.read().splitlines()
+    row = next(i for i, line in enumerate(lines, 1) if "F.binary_cross_entropy(" in line)
+    column = lines[row - 1].index("F.binary_cross_entropy(") + 1
+    d.filename = twin_file
+    d.location = dataclasses.replace(d.location, row=row, column=column)
+    d.related = ()
+    return d
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "folder, twin",
+    [("projects/bce_loss_module", False), ("projects/bce_loss_module", True), ("projects/bce_lightning", False)],
+)
+def test_amp303_runs_the_loss_path(runner, folder, twin):
+    """The loss module's `forward` (or the loss helper) runs inside the caller's CUDA autocast
+    region; the twin computes BCE inside its own `autocast("cuda", enabled=False)`: it runs."""
+    from amplint.verify import verify_diagnostics
+
+    (d,) = _findings(folder, "AMP303")
+    if twin:
+        d = _at_bce(d, os.path.join(ROOT, folder + "_ok", "segkit", "losses.py"))
+    data = Preludes().data_for(d)
+    assert data["loss_path"]["function"] in ("forward", "focal_bce")
+    verify_diagnostics([d], device="cpu", runner=runner)
+    v = d.verification
+    assert (v["verdict"], v["method"]) == ("not-reproduced" if twin else "confirmed", "snippet"), v
+    ev = v["evidence"]
+    assert ev["loss_path_ran"]
+    if twin:
+        assert ev["bce_calls_with_cuda_autocast_disabled"] == 1 and ev["bce_calls_under_cuda_autocast"] == 0
+    else:
+        assert v["summary"].startswith("the loss path `") and ev["bce_calls_under_cuda_autocast"] == 1

@@ -411,6 +411,10 @@ class Preludes:
                 resume["call"] = call_at(own, d.location.row, d.location.column)
             if resume:
                 data["resume"] = resume
+        if code == "AMP303" and own is not None:  # the loss path: the function around the flagged call
+            path = self.function_around(d.filename, d.location.row)
+            if path:
+                data["loss_path"] = path
         if code == "AMP303" and own is not None and isinstance(data.get("snippet"), str):
             attrs = self_attributes(own, d.location.row, data["snippet"])
             if attrs:  # the loss module the flagged call uses, as its class's `__init__` builds it
@@ -452,7 +456,7 @@ class Preludes:
         if not source:
             return None
         out: Dict[str, Any] = {"source": textwrap.dedent(source), "function": func.name, "site": f"{os.path.basename(filename)}:{func.lineno}"}
-        prelude, names = prelude_for(text, func.lineno, f"{func.name}()", {}, False)
+        prelude, names = prelude_for(text, func.lineno, out["source"], {}, False)  # the helpers its body calls
         if prelude:
             out.update(prelude=prelude, prelude_names=names)
         return out

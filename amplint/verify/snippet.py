@@ -655,6 +655,9 @@ class Keyed(dict):
         value = self[key] = self._make(str(key))
         return value
 
+    def __contains__(self, key: Any) -> bool:  # `"fg_mask" in batch`: every string key is there
+        return isinstance(key, str) or dict.__contains__(self, key)
+
 
 def string_keyed(tree: ast.AST) -> set:
     """Names that the code subscripts only with string literals (`batch["image"]`)."""
@@ -864,12 +867,22 @@ def with_prelude(tree: ast.Module, data: Dict[str, Any]) -> Tuple[ast.Module, Li
     return ast.fix_missing_locations(module), names
 
 
+def _target_names(target: ast.AST) -> Iterator[ast.Name]:
+    """The names an assignment target binds (`a`, `a, b`), not the roots of attribute or
+    subscript targets (`self.loss = ...` binds no name: `self` stays what it was)."""
+    if isinstance(target, ast.Name):
+        yield target
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _target_names(elt.value if isinstance(elt, ast.Starred) else elt)
+
+
 def _tolerant(stmt: ast.stmt) -> ast.stmt:
     """A prelude assignment that fails (its inputs are stand-ins, or unbound) binds its targets
     to `Missing` instead of ending the run: they matter only if the flagged code uses them."""
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         return stmt
-    targets = sorted({n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]) for n in ast.walk(t) if isinstance(n, ast.Name)})
+    targets = sorted({n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]) for n in _target_names(t)})
     fallback = [
         ast.Assign(
             targets=[ast.Name(name, ast.Store())],
@@ -1214,4 +1227,19 @@ def _tiny_module() -> Any:
     return torch.nn.Identity()
 
 
-RUNTIME_NAMES.update(__amplint_missing__=Missing, __amplint_unbound__=Unbound, __amplint_module__=_tiny_module)
+@contextlib.contextmanager
+def _cuda_region(enabled: Any = True) -> Iterator[None]:
+    """`torch.autocast("cuda", enabled=...)` of the user's code on a CPU-only lab (AMP303): sets
+    CUDA autocast's thread-local flag as the real region does on a GPU (on CPU tensors it changes
+    nothing; the real one would disable itself without CUDA)."""
+    import torch
+
+    before = torch.is_autocast_enabled("cuda")
+    torch.set_autocast_enabled("cuda", bool(enabled))
+    try:
+        yield
+    finally:
+        torch.set_autocast_enabled("cuda", before)
+
+
+RUNTIME_NAMES.update(__amplint_missing__=Missing, __amplint_unbound__=Unbound, __amplint_module__=_tiny_module, __amplint_cuda_region__=_cuda_region)
