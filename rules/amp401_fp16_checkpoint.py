@@ -329,6 +329,9 @@ for epoch in range(epochs):
             message = f"This resume checkpoint saves `{copy}`: a resumed run trains on from fp16-rounded weights"
             related = [ctx.related(other.node, "also saved") for other in found[1:]]
             data = {"snippet": ctx.code_for(save.node), "model": copy, "dtype": "fp16"}
+            cast = _assigned(ctx, copies[key], save)
+            if cast is not None and cast is not copies[key]:  # `ema = deepcopy(ema).half()` before the save
+                data["cast_row"] = ctx.position(cast)[0].row
             yield ctx.diagnostic(self, save.node, message, data=data, related=related,
                                  help="Save the fp32 weights in the checkpoint; export an fp16 copy separately")
 

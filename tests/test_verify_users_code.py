@@ -400,3 +400,21 @@ def test_amp303_runs_the_loss_path(runner, folder, twin):
         assert ev["bce_calls_with_cuda_autocast_disabled"] == 1 and ev["bce_calls_under_cuda_autocast"] == 0
     else:
         assert v["summary"].startswith("the loss path `") and ev["bce_calls_under_cuda_autocast"] == 1
+
+
+@needs_torch
+def test_amp401_dict_values_computed_one_by_one(runner):
+    """ultralytics-style: `ema = deepcopy(ema).half()` then a checkpoint dict whose other values
+    the sandbox refuses (`vars(args)`) or cannot compute (`datetime.now()`): the weights still decide."""
+    data = {"dtype": "fp16", "model": "ema", "cast": _cast("ema = deepcopy(ema).half().to(memory_format=torch.contiguous_format)"),
+            "snippet": 'torch.save({"ema": ema, "train_args": vars(args), "date": datetime.now().isoformat()}, buffer)'}
+    v = runner.run("AMP401", data)
+    assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
+    assert sorted(v["evidence"]["not_saved_as_written"]) == ["['date']", "['ema']: a module, saved as its state_dict", "['train_args']"]
+
+
+@needs_torch
+def test_amp401_uncomputed_weights_are_no_verdict(runner):
+    data = {"dtype": "fp16", "cast": _cast("model.half()"), "snippet": 'torch.save({"master": get_master_weights(model)}, path)'}
+    v = runner.run("AMP401", data)
+    assert v["verdict"] == "inconclusive" and "which may hold the weights" in v["reason"], v

@@ -434,8 +434,9 @@ BARE_API = {
     "binary_cross_entropy_with_logits": "torch.nn.functional.binary_cross_entropy_with_logits",
     "BCELoss": "torch.nn.BCELoss",
     "BCEWithLogitsLoss": "torch.nn.BCEWithLogitsLoss",
+    "deepcopy": "copy.deepcopy",  # `from copy import deepcopy`: a module's fp16 copy (`deepcopy(model).half()`)
 }
-MODULES = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "functional": "torch.nn.functional", "math": "math"}
+MODULES = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "functional": "torch.nn.functional", "math": "math", "copy": "copy"}
 
 
 def resolve_qualname(qualname: str) -> Any:
@@ -445,7 +446,7 @@ def resolve_qualname(qualname: str) -> Any:
     construct = qualname.endswith("()")
     path = qualname[:-2] if construct else qualname
     parts = path.split(".")
-    if parts[0] not in ("torch", "math"):
+    if parts[0] not in ("torch", "math", "copy"):
         raise LookupError(qualname)
     obj: Any = importlib.import_module(parts[0])
     for i, part in enumerate(parts[1:], start=1):
@@ -465,7 +466,7 @@ def role_of(name: str, data: Dict[str, Any]) -> Optional[str]:
         return "module:" + MODULES[name]
     if name in BARE_API:
         return "api:" + BARE_API[name]
-    for key, role in (("scaler", "scaler"), ("optimizer", "optimizer")):
+    for key, role in (("scaler", "scaler"), ("optimizer", "optimizer"), ("model", "model")):
         spelled = data.get(key)
         if isinstance(spelled, str) and spelled.rsplit(".", 1)[-1] == name:
             return role

@@ -62,6 +62,8 @@ def _run_cast(lab: Any, data: Dict[str, Any], cast: Dict[str, Any]) -> Tuple[Any
     torch = lab.torch
     source = cast["source"]
     spec_data = {"names": {}, "prelude": cast.get("prelude"), "prelude_names": cast.get("prelude_names") or []}
+    if isinstance(data.get("model"), str):  # the name the finding calls the model (`ema`) is the model
+        spec_data["model"] = data["model"]
     try:
         prepared = prepare_training(TrainingSpec(source=source, data=spec_data))
     except Refused as exc:

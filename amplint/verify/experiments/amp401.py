@@ -9,12 +9,15 @@ underflow of tiny values.
 from __future__ import annotations
 
 import io
+import re
 from typing import Any, Dict, List
 
 from ._cast import CastSkipped, run_cast
 from ._training import fmt
 
 PROBE = [1.0e5, 7.0e4, 65504.0, 1.0, 1.0e-4, 1.0e-8]
+#: keys under which a checkpoint keeps weights
+_WEIGHTS = re.compile(r"(^|\W|_)(model|state_dict|weights?|params?|parameters|master|ema|net)(\W|_|$)", re.IGNORECASE)
 
 
 def _plain(obj: Any, dropped: List[str], path: str = "", depth: int = 0) -> Any:
@@ -62,7 +65,7 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any]) -> Dict[str, Any]:
     torch = lab.torch
     model, before, ev = run_cast(lab, data)
     opt = lab.optimizer(model.parameters(), "SGD", lr=1e-3)
-    obj, why = saved_object(lab, data, model, opt, lab.scaler())
+    obj, why = saved_object(lab, data, model, opt, lab.scaler(), per_key=True)
     if obj is None:
         raise CastSkipped(why or "no `torch.save` call to run for this finding")
     dropped: List[str] = []
@@ -110,6 +113,9 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any]) -> Dict[str, Any]:
     if dropped:
         ev["not_saved_as_written"] = dropped[:8]  # values the code could not compute (None), modules (their state_dict)
     made = f"`{ev['cast_ran'][:50]}`" + (f" ({ev['cast_site']})" if ev.get("cast_site") else "")
+    weights = [p for p in dropped if ": a module" not in p and _WEIGHTS.search(p)]
+    if weights and not low:  # a value that may be the fp32 weights could not be computed: no verdict
+        raise CastSkipped(f"could not compute {', '.join(weights[:3])}, which may hold the weights")
     if low:
         dtype = next(iter(low.values())).dtype
         name = lab.dtype_name(dtype)

@@ -129,15 +129,48 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scal
     return saved_object(lab, data, model, opt, scaler)
 
 
-def saved_object(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scaler: Any) -> Tuple[Any, Optional[str]]:
+def _per_key(expr: ast.Module) -> ast.Module:
+    """A saved dict literal whose values are computed one by one: a value the code refuses to
+    run (`vars(args)`) or that fails or uses an unbound name becomes `Missing` under its key,
+    and the rest of the dict is still built (AMP401 reads the tensors' dtypes)."""
+    value = expr.body[0].value if expr.body and isinstance(expr.body[0], ast.Expr) else None
+    if not isinstance(value, ast.Dict):
+        return expr
+    values = []
+    for key, v in zip(value.keys, value.values):
+        label = ast.Constant(ast.unparse(key) if key is not None else "**")
+        try:
+            check_safe(v)
+        except Refused:
+            values.append(ast.Call(func=ast.Name("__amplint_missing__", ast.Load()), args=[label], keywords=[]))
+            continue
+        thunk = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]), body=v)
+        values.append(ast.Call(func=ast.Name("__amplint_try__", ast.Load()), args=[thunk, label], keywords=[]))
+    out = ast.Dict(keys=value.keys, values=values)
+    return ast.fix_missing_locations(ast.Module(body=[ast.Expr(out)], type_ignores=[]))
+
+
+def _try(thunk: Any, label: str) -> Any:
+    from ..snippet import Missing
+
+    try:
+        return thunk()
+    except (Exception, Unbound):  # noqa: BLE001 - a value the code could not compute: Missing, not a verdict
+        return Missing(label)
+
+
+def saved_object(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scaler: Any, per_key: bool = False) -> Tuple[Any, Optional[str]]:
     """(the object the flagged `torch.save(obj, ...)` writes, built by the user's expression and
-    its prelude on these objects, None) or (None, why it could not be built). Also AMP401's."""
+    its prelude on these objects, None) or (None, why it could not be built). Also AMP401's
+    (`per_key`: a dict literal's values computed one by one, see `_per_key`)."""
     if not isinstance(data.get("snippet"), str) or not data["snippet"].strip():
         return None, None  # no flagged call to run (e.g. the save is in a helper)
     try:
         expr = _saved_expression(data.get("snippet"))
         if expr is None:
             return None, "the flagged call is not a save of one object"
+        if per_key:
+            expr = _per_key(expr)
         check_safe(expr)
         tree, _ = with_prelude(expr, data)
         prepared = prepare_training(TrainingSpec(source=ast.unparse(tree), data=dict(data, names={})))
@@ -170,7 +203,7 @@ def saved_object(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scaler: A
     module = ast.fix_missing_locations(ast.Module(body=[*body[:-1], ast.copy_location(holder, last)], type_ignores=[]))
     from ..snippet import _SAFE_BUILTINS, RUNTIME_NAMES
 
-    globs: Dict[str, Any] = {"__builtins__": _SAFE_BUILTINS, **RUNTIME_NAMES, **env}
+    globs: Dict[str, Any] = {"__builtins__": _SAFE_BUILTINS, **RUNTIME_NAMES, "__amplint_try__": _try, **env}
     try:
         exec(compile(module, "<flagged code>", "exec"), globs)  # noqa: S102 - the user's own checkpoint expression
     except Unbound as exc:
