@@ -67,7 +67,7 @@ def _users_step(lab: Any, data: Dict[str, Any]) -> Dict[str, Any]:
     total = sum(p.numel() for p in model.parameters())
     if not low:
         return lab.not_reproduced(
-            f"the cast `{ev['cast_ran'][:60]}` left all {total} parameter values fp32: the optimizer updates fp32 weights",
+            f"the cast `{ev['cast_ran'][:60]}` left all {total} of the tiny model's values fp32: the optimizer updates fp32 weights",
             ev, method="snippet",
         )
     opt, how = users_optimizer(lab, data, model)
@@ -109,12 +109,12 @@ def _users_step(lab: Any, data: Dict[str, Any]) -> Dict[str, Any]:
         ev["lr_note"] = f"class defaults for {', '.join(defaults)}"
     if bits:
         return lab.confirmed(
-            f"{made} made {counted}/{total} values {name}; one step of this code's {type(opt).__name__} (lr {fmt(ev['lr'])}{'; ' + ev['lr_note'] if defaults else ''}): "
+            f"{made} made {counted}/{total} of the tiny model's values {name}; one step of this code's {type(opt).__name__} (lr {fmt(ev['lr'])}{'; ' + ev['lr_note'] if defaults else ''}): "
             + ", ".join(bits) + " (fp32 copies: none)",
             ev, method="snippet", dtype=low[0].dtype,
         )
     return lab.not_reproduced(
-        f"{made} made {counted}/{total} values {name}, but one step of this code's {type(opt).__name__} kept every update and every value finite",
+        f"{made} made {counted}/{total} of the tiny model's values {name}, but one step of this code's {type(opt).__name__} kept every update and every value finite",
         ev, method="snippet", dtype=low[0].dtype,
     )
 
