@@ -71,8 +71,9 @@ class ScalerWithFp16Params(Rule):
     model expects.
 
     ## Verification
-    `amplint --verify` builds a tiny fp16 model with the flagged optimizer
-    class and a real GradScaler and reports the exception `step` raises.
+    `amplint --verify` runs the flagged cast on a tiny model, takes one
+    scaled step with a real GradScaler and reports the exception `step`
+    raises.
 
     ## Notes
     bf16 parameters are flagged only when the scaler is a CUDA one

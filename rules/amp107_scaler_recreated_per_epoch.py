@@ -52,9 +52,10 @@ class ScalerRecreatedPerEpoch(Rule):
     No fix: the scaler has to be created by the caller and passed in.
 
     ## Verification
-    `amplint --verify` runs two short "epochs" with a gradient that overflows
-    at 65536, once with one scaler and once with a fresh scaler per epoch, and
-    reports the skipped steps of each.
+    `amplint --verify` calls the function that builds the scaler twice, as
+    one call per epoch, with gradients that overflow at 65536, and reports
+    how many scalers it stepped and the second one's restart at 65536 and
+    skipped steps.
 
     ## Notes
     Silent when the optimizer is built in the same loop or function (a new

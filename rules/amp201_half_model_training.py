@@ -54,9 +54,12 @@ class HalfModelTraining(Rule):
     changes, which a human has to make.
 
     ## Verification
-    `amplint --verify` steps the flagged optimizer class once on fp16
-    parameters with small gradients and reports the parameters' change and
-    inf count against the same step in fp32.
+    `amplint --verify` runs the statement that made the model fp16 (the
+    flagged cast, or across files the builder's or loader's line with that
+    file's helpers) on a tiny model, builds the user's optimizer over it and
+    steps it once with small gradients: updates lost to rounding and
+    non-finite parameters against the same optimizer on fp32 copies. A
+    library loader (`clip.load`) is not run: the verdict then says so.
 
     ## Notes
     The parameters may reach the optimizer through a function of the same
@@ -553,6 +556,7 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
             "dtype": "fp16",
             "device": None,  # where the cast module runs is not known statically
             "subject": cast.subject,
+            "snippet": ctx.code_for(ctor.node),  # the optimizer's constructor, which the verifier runs
         }
         return ctx.diagnostic(self, cast.call.node, message, data=data, help=help)
 

@@ -58,9 +58,9 @@ class AutocastDisabledWithoutCast(Rule):
     offered for review rather than applied blindly.
 
     ## Verification
-    `amplint --verify` produces the tensor under the region's autocast and
-    runs the op inside `autocast(enabled=False)` with and without the cast,
-    reporting the dtype or the exception.
+    `amplint --verify` runs the flagged call inside
+    `autocast(enabled=False)` with the named tensor in the autocast dtype and
+    the other inputs fp32, reporting the dtype or the exception.
 
     ## Notes
     Only names assigned inside the enclosing region, in the same function,

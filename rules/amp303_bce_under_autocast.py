@@ -77,9 +77,10 @@ class BceUnderAutocast(Rule):
     values can differ in the last bits (and no longer clamp log to -100).
 
     ## Verification
-    `amplint --verify` calls BCE under an autocast that reaches the
-    `AutocastCUDA` kernel (possible on a CPU-only machine by redispatch) and
-    reports the RuntimeError text.
+    `amplint --verify` runs the flagged call (across files too, with the
+    loss module's `self.X = ...` from its `__init__`) under an autocast that
+    reaches the `AutocastCUDA` kernel (on a CPU-only machine by redispatch:
+    the ban is CUDA's; CPU autocast allows BCE) and reports the RuntimeError.
 
     ## Notes
     Silent inside a nested `autocast(enabled=False)`, under CPU autocast

@@ -55,9 +55,10 @@ class Fp16Checkpoint(Rule):
     No fix: where the fp32 weights should come from is a design decision.
 
     ## Verification
-    `amplint --verify` saves a model's weights through the flagged cast and
-    reports the largest rounding error and the number of values that became
-    `inf`.
+    `amplint --verify` runs the statement that made the model fp16 on a tiny
+    model, builds what the flagged `torch.save(...)` writes, saves it, loads
+    it back with `weights_only=True` and reports the dtypes it holds and their
+    error against the fp32 weights before the cast.
 
     ## Notes
     Silent when the file also saves an fp32 `state_dict` (an inference copy
@@ -328,6 +329,9 @@ for epoch in range(epochs):
             message = f"This resume checkpoint saves `{copy}`: a resumed run trains on from fp16-rounded weights"
             related = [ctx.related(other.node, "also saved") for other in found[1:]]
             data = {"snippet": ctx.code_for(save.node), "model": copy, "dtype": "fp16"}
+            cast = _assigned(ctx, copies[key], save)
+            if cast is not None and cast is not copies[key]:  # `ema = deepcopy(ema).half()` before the save
+                data["cast_row"] = ctx.position(cast)[0].row
             yield ctx.diagnostic(self, save.node, message, data=data, related=related,
                                  help="Save the fp32 weights in the checkpoint; export an fp16 copy separately")
 
@@ -363,6 +367,8 @@ for epoch in range(epochs):
         message = f"`torch.save` writes the fp16 weights of `{model}`; the lost precision cannot be recovered"
         help = "Save fp32 weights: keep the model fp32 and use autocast"
         data = {"snippet": ctx.code_for(save.node), "model": model, "dtype": "fp16"}
+        if cast is not None:  # where the weights were made fp16: the verifier runs that statement
+            data["cast_row"] = ctx.position(cast.call.node)[0].row
         return ctx.diagnostic(self, save.node, message, data=data, help=help)
 
 

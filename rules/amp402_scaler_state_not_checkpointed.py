@@ -61,8 +61,10 @@ class ScalerStateNotCheckpointed(Rule):
 
     ## Verification
     `amplint --verify` trains a tiny model with `GradScaler` until its scale
-    settles, saves and reloads without the scaler state, and reports the
-    scale before and after the resume and the number of skipped steps.
+    settles, then builds what the flagged save writes (or runs the flagged
+    resume on that run's full checkpoint) and reports whether the scaler
+    state is in it (restored), the scale before and after the resume and
+    the skipped steps.
 
     ## Notes
     One finding per file: the scaler is missing from every checkpoint alike

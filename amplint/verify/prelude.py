@@ -15,6 +15,7 @@ lazily in the worker (a use of it ends the run as "could not bind").
 from __future__ import annotations
 
 import ast
+import os
 import textwrap
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
@@ -23,7 +24,7 @@ from .snippet import MODULES, VALUE_ROLES, Refused, free_names, parse, role_of
 #: at most this many statements are lifted into a prelude
 MAX_STATEMENTS = 16
 #: rules whose snippet is a `torch.save(obj, path)` call: the experiment runs `obj` only
-SAVED_OBJECT = frozenset({"AMP402"})
+SAVED_OBJECT = frozenset({"AMP401", "AMP402"})
 
 
 def saved_object(source: str) -> str:
@@ -218,6 +219,115 @@ def prelude_for(text: str, row: int, snippet: str, data: Dict[str, Any], trainin
     return "\n".join(parts), names
 
 
+#: rules whose experiment first runs the statement that made the model fp16 (`data["cast"]`)
+CAST_RULES = frozenset({"AMP106", "AMP201", "AMP401"})
+#: rules whose cross-file findings carry no `snippet`: the parent reads the flagged call at the finding
+CALL_AT_LOCATION = frozenset({"AMP201", "AMP302", "AMP303", "AMP401"})
+#: rules that flag a tensor passed to a call: the parent reads the call around it
+CALL_AROUND_LOCATION = frozenset({"AMP204"})
+#: expression rules whose flagged literal sits inside an expression: the parent reads the value of its statement
+VALUE_AT_LOCATION = frozenset({"AMP301"})
+_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
+
+
+def call_at(text: str, row: int, column: int) -> str:
+    """The source of the outermost call that starts at `row`:`column` (1-based) of `text` ("" when none)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.lineno == row and node.col_offset == column - 1:
+            if found is None or (node.end_lineno, node.end_col_offset) > (found.end_lineno, found.end_col_offset):
+                found = node
+    return (ast.get_source_segment(text, found) or "") if found is not None else ""
+
+
+def statement_at(text: str, row: int) -> str:
+    """The source of the innermost simple statement spanning `row` (dedented; "" when none)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and not isinstance(node, _COMPOUND) and node.lineno <= row <= (node.end_lineno or node.lineno):
+            if found is None or node.lineno >= found.lineno:
+                found = node
+    segment = ast.get_source_segment(text, found) if found is not None else None
+    return textwrap.dedent(segment) if segment else ""
+
+
+def call_around(text: str, row: int, column: int) -> str:
+    """The source of the innermost call with an argument at `row`:`column` (1-based): the call
+    a flagged tensor is passed to ("" when none)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    at = (row, column - 1)
+    found = None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            if (arg.lineno, arg.col_offset) <= at < (arg.end_lineno or arg.lineno, arg.end_col_offset or 0):
+                if found is None or (node.lineno, node.col_offset) >= (found.lineno, found.col_offset):
+                    found = node
+    return (ast.get_source_segment(text, found) or "") if found is not None else ""
+
+
+def value_at(text: str, row: int) -> str:
+    """The value of the assignment, return or expression statement spanning `row` ("" otherwise)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)) and node.lineno <= row <= (node.end_lineno or node.lineno):
+            if found is None or node.lineno >= found.lineno:
+                found = node
+    value = getattr(found, "value", None)
+    if value is None:
+        return ""
+    if isinstance(found, ast.AugAssign):  # `x += y * -1e9` is `x + y * -1e9`
+        op = ast.unparse(ast.BinOp(left=ast.Name("a"), op=found.op, right=ast.Name("b")))[2:-2]
+        target, right = ast.get_source_segment(text, found.target), ast.get_source_segment(text, value)
+        return f"{target} {op} ({right})" if target and right else ""
+    return ast.get_source_segment(text, value) or ""
+
+
+def self_attributes(text: str, row: int, snippet: str) -> List[str]:
+    """`self.X = ...` statements of the `__init__` of the class around `row`, for each `self.X(...)`
+    the snippet calls (`self.aux_loss = nn.BCELoss()` for `self.aux_loss(aux, masks)`)."""
+    try:
+        tree, called = ast.parse(text), ast.parse(textwrap.dedent(snippet))
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    wanted = {
+        n.func.attr
+        for n in ast.walk(called)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"
+    }
+    if not wanted:
+        return []
+    cls = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.lineno <= row <= (node.end_lineno or node.lineno):
+            if cls is None or node.lineno >= cls.lineno:
+                cls = node
+    init = next((n for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    out = []
+    for stmt in init.body if init is not None else []:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            t = stmt.targets[0]
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr in wanted:
+                out.append(ast.unparse(stmt))
+    return out
+
+
 class Preludes:
     """The data sent for each finding: its own, plus the prelude from its file (files read once)."""
 
@@ -233,19 +343,136 @@ class Preludes:
                 self._texts[name] = None
         return self._texts[name]
 
+    def _site(self, d: Any, data: Dict[str, Any]) -> Optional[Tuple[str, int]]:
+        """(file, row) of the statement that made the finding's model fp16: another file's
+        (the related site the project model names, "made fp16 here"), the `cast_row` of the
+        finding's file, or AMP201's own flagged cast."""
+        if data.get("cast_at"):
+            for r in getattr(d, "related", None) or ():
+                if "fp16" in (getattr(r, "message", "") or "") and getattr(r, "filename", None):
+                    return r.filename, r.location.row
+            return None
+        if isinstance(data.get("cast_row"), int):
+            return d.filename, data["cast_row"]
+        if getattr(d, "code", None) == "AMP201":
+            return d.filename, d.location.row
+        return None
+
+    def _cast(self, d: Any, data: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        site = self._site(d, data)
+        text = self._text(site[0]) if site and isinstance(site[0], str) else None
+        if site is None or text is None:
+            return None
+        source = statement_at(text, site[1])
+        if not source.strip():
+            return None
+        cast: Dict[str, Any] = {"source": source, "site": f"{os.path.basename(site[0])}:{site[1]}"}
+        prelude, names = prelude_for(text, site[1], source, {}, False)
+        if prelude:
+            cast.update(prelude=prelude, prelude_names=names)
+        return cast
+
     def data_for(self, d: Any) -> Dict[str, Any]:
         data = dict(d.data) if isinstance(d.data, dict) else {}
+        code = getattr(d, "code", None)
+        name = getattr(d, "filename", None)
+        own = self._text(name) if isinstance(name, str) and name.endswith(".py") else None
+        if code in CALL_AT_LOCATION and not data.get("snippet") and own is not None:
+            # a cross-file finding: the flagged call, read at the finding's place
+            source = call_at(own, d.location.row, d.location.column)
+            if source:
+                data["snippet"] = source
+        if code in CALL_AROUND_LOCATION and not data.get("snippet") and own is not None:
+            source = call_around(own, d.location.row, d.location.column)
+            if source:
+                data["snippet"] = source
+        if code in VALUE_AT_LOCATION and not data.get("snippet") and own is not None:
+            source = value_at(own, d.location.row)
+            if source:
+                data["snippet"] = source
+        if code in CAST_RULES:
+            cast = self._cast(d, data)
+            if cast:
+                data["cast"] = cast
+        where = None
+        if code == "AMP402" and data.get("helper") and not data.get("snippet"):
+            where = self._helper_site(d, "saved here" if data.get("side") == "save" else "restored here")
+            if where is not None:
+                data["snippet" if data.get("side") == "save" else "resume_site"] = where[2]
+                data["helper_site"] = f"{os.path.basename(where[0])}:{where[1]}"
+        data = self._with_prelude(d, data, *(where[:2] if where and data.get("side") == "save" else ()))
+        if code == "AMP107" and own is not None:  # the function that builds the GradScaler, run once per epoch
+            epoch = self.function_around(d.filename, d.location.row)
+            if epoch:
+                data["epoch_function"] = epoch
+        if code == "AMP402" and data.get("side") == "load":
+            resume = self._resume(d, data, where)
+            if resume and where is not None and own is not None:  # resumed through a helper: the call as written
+                resume["call"] = call_at(own, d.location.row, d.location.column)
+            if resume:
+                data["resume"] = resume
+        if code == "AMP303" and own is not None:  # the loss path: the function around the flagged call
+            path = self.function_around(d.filename, d.location.row)
+            if path:
+                data["loss_path"] = path
+        if code == "AMP303" and own is not None and isinstance(data.get("snippet"), str):
+            attrs = self_attributes(own, d.location.row, data["snippet"])
+            if attrs:  # the loss module the flagged call uses, as its class's `__init__` builds it
+                data["prelude"] = "\n".join([p for p in [data.get("prelude")] if p] + attrs)
+                data["prelude_names"] = sorted({*(data.get("prelude_names") or []), *(a.split(" =", 1)[0] for a in attrs)})
+        return data
+
+    def _helper_site(self, d: Any, note: str) -> Optional[Tuple[str, int, str]]:
+        """(file, row, source of the call there) of a related site whose note starts with `note`:
+        the helper's own `torch.save(...)` or `load_state_dict` line in another file."""
+        for r in getattr(d, "related", None) or ():
+            if (getattr(r, "message", "") or "").startswith(note) and getattr(r, "filename", None):
+                text = self._text(r.filename)
+                source = statement_at(text, r.location.row) if text is not None else ""
+                if source.strip():
+                    return r.filename, r.location.row, source.strip()
+        return None
+
+    def _resume(self, d: Any, data: Dict[str, Any], where: Optional[Tuple[str, int, str]]) -> Optional[Dict[str, Any]]:
+        """The function that restores the checkpoint (the helper a call resumes through, or the
+        function around the flagged restore), as source, with the definitions of its file it calls."""
+        filename, row = (where[0], where[1]) if where else (d.filename, d.location.row)
+        return self.function_around(filename, row)
+
+    def function_around(self, filename: Any, row: int) -> Optional[Dict[str, Any]]:
+        """The function of `filename` around `row`: its source, name, place and the definitions
+        of the same file it calls (None when the row is not in a function)."""
+        text = self._text(filename) if isinstance(filename, str) else None
+        if text is None:
+            return None
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError):
+            return None
+        func = _enclosing_function(tree, row)
+        if func is None:
+            return None
+        source = ast.get_source_segment(text, func, padded=True)
+        if not source:
+            return None
+        out: Dict[str, Any] = {"source": textwrap.dedent(source), "function": func.name, "site": f"{os.path.basename(filename)}:{func.lineno}"}
+        prelude, names = prelude_for(text, func.lineno, out["source"], {}, False)  # the helpers its body calls
+        if prelude:
+            out.update(prelude=prelude, prelude_names=names)
+        return out
+
+    def _with_prelude(self, d: Any, data: Dict[str, Any], filename: Optional[str] = None, row: Optional[int] = None) -> Dict[str, Any]:
         training = isinstance(data.get("step_source"), str)
         snippet = data.get("step_source") if training else data.get("snippet")
         if getattr(d, "code", None) in SAVED_OBJECT and isinstance(snippet, str):
             snippet, training = saved_object(snippet), True  # what the save call writes, bound by role
-        name = getattr(d, "filename", None)
+        name = filename or getattr(d, "filename", None)
         if not isinstance(snippet, str) or not snippet.strip() or not isinstance(name, str) or not name.endswith(".py"):
             return data
         text = self._text(name)
         if text is None:
             return data
-        prelude, names = prelude_for(text, d.location.row, snippet, data, training)
+        prelude, names = prelude_for(text, row or d.location.row, snippet, data, training)
         if prelude:
             data.update(prelude=prelude, prelude_names=names)
         return data

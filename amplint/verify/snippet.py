@@ -179,6 +179,15 @@ class _Relocate(ast.NodeTransformer):
             to = ast.Attribute(value=func.value, attr="to", ctx=ast.Load())
             return ast.copy_location(ast.Call(func=to, args=[ast.Name("__amplint_device__", ast.Load())], keywords=[]), node)
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name == "GradScaler":  # `GradScaler("cuda")` disables itself without CUDA: the lab's device
+            for i, arg in enumerate(node.args[:1]):
+                if isinstance(arg, ast.Constant) and arg.value == "cuda":
+                    node.args[i] = ast.copy_location(ast.Name("__amplint_device_type__", ast.Load()), arg)
+                    self.relocated = True
+            for kw in node.keywords:
+                if kw.arg == "device" and isinstance(kw.value, ast.Constant) and kw.value.value == "cuda":
+                    kw.value = ast.copy_location(ast.Name("__amplint_device_type__", ast.Load()), kw.value)
+                    self.relocated = True
         if name == "autocast":
             device = ast.Name("__amplint_device_type__", ast.Load())
             for i, arg in enumerate(node.args[:1]):
@@ -425,8 +434,9 @@ BARE_API = {
     "binary_cross_entropy_with_logits": "torch.nn.functional.binary_cross_entropy_with_logits",
     "BCELoss": "torch.nn.BCELoss",
     "BCEWithLogitsLoss": "torch.nn.BCEWithLogitsLoss",
+    "deepcopy": "copy.deepcopy",  # `from copy import deepcopy`: a module's fp16 copy (`deepcopy(model).half()`)
 }
-MODULES = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "functional": "torch.nn.functional", "math": "math"}
+MODULES = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "functional": "torch.nn.functional", "math": "math", "copy": "copy"}
 
 
 def resolve_qualname(qualname: str) -> Any:
@@ -436,7 +446,7 @@ def resolve_qualname(qualname: str) -> Any:
     construct = qualname.endswith("()")
     path = qualname[:-2] if construct else qualname
     parts = path.split(".")
-    if parts[0] not in ("torch", "math"):
+    if parts[0] not in ("torch", "math", "copy"):
         raise LookupError(qualname)
     obj: Any = importlib.import_module(parts[0])
     for i, part in enumerate(parts[1:], start=1):
@@ -456,7 +466,7 @@ def role_of(name: str, data: Dict[str, Any]) -> Optional[str]:
         return "module:" + MODULES[name]
     if name in BARE_API:
         return "api:" + BARE_API[name]
-    for key, role in (("scaler", "scaler"), ("optimizer", "optimizer")):
+    for key, role in (("scaler", "scaler"), ("optimizer", "optimizer"), ("model", "model")):
         spelled = data.get(key)
         if isinstance(spelled, str) and spelled.rsplit(".", 1)[-1] == name:
             return role
@@ -634,14 +644,45 @@ def _stable_seed(name: str, seed: int) -> int:
     return h + seed * 7919
 
 
+class Keyed(dict):
+    """A name the expression indexes with string keys (`batch["fg_mask"]`, `outputs["weights"]`):
+    a dict whose every key is a tensor synthesized like a free name of that spelling."""
+
+    def __init__(self, make: Callable[[str], Any]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key: Any) -> Any:
+        value = self[key] = self._make(str(key))
+        return value
+
+    def __contains__(self, key: Any) -> bool:  # `"fg_mask" in batch`: every string key is there
+        return isinstance(key, str) or dict.__contains__(self, key)
+
+
+def string_keyed(tree: ast.AST) -> set:
+    """Names that the code subscripts only with string literals (`batch["image"]`)."""
+    keyed, other = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            is_str = isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
+            (keyed if is_str else other).add(node.value.id)
+    return keyed - other
+
+
 def bind_expression_names(
-    lab: Any, free: FreeNames, data: Dict[str, Any], dtype: Any, binding: ExprBinding, fill: Optional[str] = None
+    lab: Any, free: FreeNames, data: Dict[str, Any], dtype: Any, binding: ExprBinding, fill: Optional[str] = None,
+    keyed: Optional[set] = None,
 ) -> Dict[str, Any]:
-    """Free names of an expression -> modules, API objects, ints and tensors."""
+    """Free names of an expression -> modules, API objects, ints and tensors (a name indexed
+    only by string keys: a `Keyed` dict of such tensors)."""
     env: Dict[str, Any] = {}
     missing: List[str] = []
     fill = fill or binding.fill
     for name, chains in free.chains.items():
+        if keyed and name in keyed and name not in free.called and all(len(c) == 1 for c in chains):
+            env[name] = Keyed(lambda key, b=binding, f=fill: _tensor_for(lab, key, b, dtype, f))
+            continue
         role = role_of(name, data)
         if role and role.startswith(("module:", "api:")):
             try:
@@ -721,9 +762,10 @@ def eval_expression(
     check_safe(tree)
     tree, lifted = with_prelude(tree, data)
     free = free_names(tree)
+    keyed = string_keyed(tree)
     last: Optional[BaseException] = None
     for binding in attempts:
-        env = bind_expression_names(lab, free, data, dtype, binding, fill)
+        env = bind_expression_names(lab, free, data, dtype, binding, fill, keyed)
         lab.seed_all()
         try:
             with context():
@@ -826,12 +868,22 @@ def with_prelude(tree: ast.Module, data: Dict[str, Any]) -> Tuple[ast.Module, Li
     return ast.fix_missing_locations(module), names
 
 
+def _target_names(target: ast.AST) -> Iterator[ast.Name]:
+    """The names an assignment target binds (`a`, `a, b`), not the roots of attribute or
+    subscript targets (`self.loss = ...` binds no name: `self` stays what it was)."""
+    if isinstance(target, ast.Name):
+        yield target
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _target_names(elt.value if isinstance(elt, ast.Starred) else elt)
+
+
 def _tolerant(stmt: ast.stmt) -> ast.stmt:
     """A prelude assignment that fails (its inputs are stand-ins, or unbound) binds its targets
     to `Missing` instead of ending the run: they matter only if the flagged code uses them."""
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         return stmt
-    targets = sorted({n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]) for n in ast.walk(t) if isinstance(n, ast.Name)})
+    targets = sorted({n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]) for n in _target_names(t)})
     fallback = [
         ast.Assign(
             targets=[ast.Name(name, ast.Store())],
@@ -1176,4 +1228,19 @@ def _tiny_module() -> Any:
     return torch.nn.Identity()
 
 
-RUNTIME_NAMES.update(__amplint_missing__=Missing, __amplint_unbound__=Unbound, __amplint_module__=_tiny_module)
+@contextlib.contextmanager
+def _cuda_region(enabled: Any = True) -> Iterator[None]:
+    """`torch.autocast("cuda", enabled=...)` of the user's code on a CPU-only lab (AMP303): sets
+    CUDA autocast's thread-local flag as the real region does on a GPU (on CPU tensors it changes
+    nothing; the real one would disable itself without CUDA)."""
+    import torch
+
+    before = torch.is_autocast_enabled("cuda")
+    torch.set_autocast_enabled("cuda", bool(enabled))
+    try:
+        yield
+    finally:
+        torch.set_autocast_enabled("cuda", before)
+
+
+RUNTIME_NAMES.update(__amplint_missing__=Missing, __amplint_unbound__=Unbound, __amplint_module__=_tiny_module, __amplint_cuda_region__=_cuda_region)

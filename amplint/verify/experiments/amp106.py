@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from ._cast import CastSkipped, run_cast
+
 
 def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     torch = lab.torch
@@ -21,14 +23,25 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         cls = lab.optimizer_class(data.get("optimizer_class") or "SGD")
     except LookupError:
         cls = torch.optim.SGD
-    model = lab.model(dtype=dtype)
+    method, cast_ev = "experiment", {}
+    model = None
+    if data.get("cast"):  # the user's cast statement decides the parameters' dtype
+        try:
+            model, _, cast_ev = run_cast(lab, data)
+            method = "snippet"
+            low = [p.dtype for p in model.parameters() if p.dtype in (torch.float16, torch.bfloat16)]
+            dtype = low[0] if low else torch.float32
+        except CastSkipped as exc:
+            cast_ev = {"snippet_skipped": str(exc)}
+    if model is None:
+        model = lab.model(dtype=dtype)
     opt = lab.optimizer(model.parameters(), cls.__name__)
     scaler = lab.scaler()
     x, _ = lab.batch(0, dtype=dtype)
     loss = model(x).float().pow(2).mean()
     scaler.scale(loss).backward()
     name = lab.dtype_name(dtype)
-    ev: Dict[str, Any] = {"params_dtype": name, "grad_dtype": str(next(model.parameters()).grad.dtype).replace("torch.", ""), "optimizer": cls.__name__}
+    ev: Dict[str, Any] = {**cast_ev, "params_dtype": name, "grad_dtype": str(next(model.parameters()).grad.dtype).replace("torch.", ""), "optimizer": cls.__name__}
     try:
         scaler.step(opt)
         scaler.update()
@@ -37,7 +50,9 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         fp16_refused = isinstance(exc, ValueError) and "FP16" in str(exc)
         bf16_unsupported = isinstance(exc, NotImplementedError) and "BFloat16" in str(exc)
         if fp16_refused or bf16_unsupported:
-            return lab.confirmed(f"scaler.step on {name} parameters raised {type(exc).__name__}: {str(exc)[:160]}", ev, dtype=dtype)
+            made = f"after `{cast_ev['cast_ran'][:50]}`, " if method == "snippet" else ""
+            return lab.confirmed(f"{made}scaler.step on {name} parameters raised {type(exc).__name__}: {str(exc)[:160]}", ev, method=method, dtype=dtype)
         return lab.inconclusive(f"scaler.step raised {type(exc).__name__}, neither the fp16 ValueError nor the bf16 NotImplementedError", ev, dtype=dtype)
     ev["scale_after_step"] = lab.num(scaler.get_scale())
-    return lab.not_reproduced(f"GradScaler stepped {name} parameters without error", ev, dtype=dtype)
+    made = f"after `{cast_ev['cast_ran'][:50]}`, " if method == "snippet" else ""
+    return lab.not_reproduced(f"{made}GradScaler stepped {name} parameters without error", ev, method=method, dtype=dtype)

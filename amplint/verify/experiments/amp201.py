@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, List
 
+from ._cast import CastSkipped, fp32_twin, low_precision, run_cast, users_optimizer
 from ._training import fmt
 
 
@@ -56,8 +57,76 @@ def _one(lab: Any, cls: type, kwargs: Dict[str, Any], dtype: Any) -> Dict[str, A
     return out
 
 
+def _users_step(lab: Any, data: Dict[str, Any]) -> Dict[str, Any]:
+    """The user's cast, then the user's optimizer over what it made low precision, one step:
+    updates lost to rounding and non-finite parameters against the same optimizer on fp32
+    copies of the same values. Raises CastSkipped when the user's code could not run."""
+    torch = lab.torch
+    model, _, ev = run_cast(lab, data)
+    low = low_precision(lab, model)
+    total = sum(p.numel() for p in model.parameters())
+    if not low:
+        return lab.not_reproduced(
+            f"the cast `{ev['cast_ran'][:60]}` left all {total} of the tiny model's values fp32: the optimizer updates fp32 weights",
+            ev, method="snippet",
+        )
+    opt, how = users_optimizer(lab, data, model)
+    ev.update(how)
+    twin, twin_opt = fp32_twin(lab, model, opt)
+    params, mirror = list(model.parameters()), list(twin.parameters())
+    start = [p.detach().clone() for p in params]
+    for p, q in zip(params, mirror):
+        grads = 10.0 ** torch.linspace(-5, -1, p.numel(), dtype=torch.float64)
+        p.grad = grads.reshape(p.shape).to(p.device, p.dtype)
+        q.grad = grads.reshape(q.shape).to(q.device, q.dtype)
+    opt.step()
+    twin_opt.step()
+    lost = moved_total = nonfinite = counted = 0
+    for p, q, s in zip(params, mirror, start):
+        if p.dtype not in (torch.float16, torch.bfloat16):
+            continue
+        moved = q.detach() != s.float()
+        moved_total += int(moved.sum())
+        lost += int((moved & (p.detach() == s)).sum())
+        nonfinite += int((~torch.isfinite(p.detach())).sum())
+        counted += p.numel()
+    name = lab.dtype_name(low[0].dtype)
+    group = opt.param_groups[0]
+    ev.update(
+        {"grads": "1e-5 .. 1e-1", "low_precision_values": counted, "parameter_values": total, "updates_in_fp32": moved_total,
+         "updates_lost": lost, "nonfinite_params": nonfinite, "optimizer": type(opt).__name__, "lr": lab.num(group.get("lr"))}
+    )
+    if "eps" in group:
+        ev["eps"] = group["eps"]
+    made = f"`{ev['cast_ran'][:50]}`" + (f" ({ev['cast_site']})" if ev.get("cast_site") else "")
+    bits = []
+    if lost:
+        bits.append(f"{lost}/{moved_total} updates lost to {name} rounding")
+    if nonfinite:
+        bits.append(f"{nonfinite}/{counted} parameters became non-finite")
+    defaults = (ev.get("assumed") or {}).get("optimizer arguments at the class default")
+    if defaults:
+        ev["lr_note"] = f"class defaults for {', '.join(defaults)}"
+    if bits:
+        return lab.confirmed(
+            f"{made} made {counted}/{total} of the tiny model's values {name}; one step of this code's {type(opt).__name__} (lr {fmt(ev['lr'])}{'; ' + ev['lr_note'] if defaults else ''}): "
+            + ", ".join(bits) + " (fp32 copies: none)",
+            ev, method="snippet", dtype=low[0].dtype,
+        )
+    return lab.not_reproduced(
+        f"{made} made {counted}/{total} of the tiny model's values {name}, but one step of this code's {type(opt).__name__} kept every update and every value finite",
+        ev, method="snippet", dtype=low[0].dtype,
+    )
+
+
 def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     torch = lab.torch
+    skipped = None
+    if data.get("cast"):
+        try:
+            return _users_step(lab, data)
+        except CastSkipped as exc:
+            skipped = str(exc)
     dtype = lab.dtype(data.get("dtype"), default=torch.float16)
     if dtype not in (torch.float16, torch.bfloat16):
         dtype = torch.float16
@@ -78,6 +147,8 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         runs.append(_one(lab, torch.optim.Adam, {"lr": 1e-3, "eps": 1e-8}, dtype))
     name = lab.dtype_name(dtype)
     ev: Dict[str, Any] = {"params_dtype": name, "grads": "1e-5 .. 1e-1", "runs": runs}
+    if skipped:
+        ev["snippet_skipped"] = skipped
     parts = []
     for r in runs:
         bits = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..snippet import Refused, TrainingSpec, Unbindable, Unbound, bind_by_role, check_safe, parse, prepare_training, with_prelude
+from ..snippet import Refused, TrainingSpec, Unbindable, Unbound, bind_by_role, check_safe, parse, prepare_training, role_of, with_prelude
 from ._training import fmt
 
 WARMUP, AFTER = 10, 10
@@ -86,6 +86,12 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     }
     if checkpoint is not None:
         return _judge_checkpoint(lab, checkpoint, scaler, ev, name, dtype)
+    if data.get("side") == "load" and isinstance(data.get("resume"), dict):
+        state = {"model": model_state, "optimizer": opt_state, "scaler": scaler_state}
+        judged, why_not = _users_resume(lab, data["resume"], state, ev, name, dtype)
+        if judged is not None:
+            return judged
+        why = why_not or why
     if why:
         ev["snippet_skipped"] = why
     if fresh_skipped > kept_skipped:
@@ -120,12 +126,51 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scal
     """(the object the user's save call writes, None) or (None, why it could not be built)."""
     if data.get("side") != "save":
         return None, "the flagged code resumes a checkpoint; only the saving side is run" if data.get("side") == "load" else None
+    return saved_object(lab, data, model, opt, scaler)
+
+
+def _per_key(expr: ast.Module) -> ast.Module:
+    """A saved dict literal whose values are computed one by one: a value the code refuses to
+    run (`vars(args)`) or that fails or uses an unbound name becomes `Missing` under its key,
+    and the rest of the dict is still built (AMP401 reads the tensors' dtypes)."""
+    value = expr.body[0].value if expr.body and isinstance(expr.body[0], ast.Expr) else None
+    if not isinstance(value, ast.Dict):
+        return expr
+    values = []
+    for key, v in zip(value.keys, value.values):
+        label = ast.Constant(ast.unparse(key) if key is not None else "**")
+        try:
+            check_safe(v)
+        except Refused:
+            values.append(ast.Call(func=ast.Name("__amplint_missing__", ast.Load()), args=[label], keywords=[]))
+            continue
+        thunk = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]), body=v)
+        values.append(ast.Call(func=ast.Name("__amplint_try__", ast.Load()), args=[thunk, label], keywords=[]))
+    out = ast.Dict(keys=value.keys, values=values)
+    return ast.fix_missing_locations(ast.Module(body=[ast.Expr(out)], type_ignores=[]))
+
+
+def _try(thunk: Any, label: str) -> Any:
+    from ..snippet import Missing
+
+    try:
+        return thunk()
+    except (Exception, Unbound):  # noqa: BLE001 - a value the code could not compute: Missing, not a verdict
+        return Missing(label)
+
+
+def saved_object(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scaler: Any, per_key: bool = False) -> Tuple[Any, Optional[str]]:
+    """(the object the flagged `torch.save(obj, ...)` writes, built by the user's expression and
+    its prelude on these objects, None) or (None, why it could not be built). Also AMP401's
+    (`per_key`: a dict literal's values computed one by one, see `_per_key`)."""
     if not isinstance(data.get("snippet"), str) or not data["snippet"].strip():
         return None, None  # no flagged call to run (e.g. the save is in a helper)
     try:
         expr = _saved_expression(data.get("snippet"))
         if expr is None:
             return None, "the flagged call is not a save of one object"
+        if per_key:
+            expr = _per_key(expr)
         check_safe(expr)
         tree, _ = with_prelude(expr, data)
         prepared = prepare_training(TrainingSpec(source=ast.unparse(tree), data=dict(data, names={})))
@@ -136,7 +181,7 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scal
     values = {
         "model": model, "optimizer": opt, "scaler": scaler, "index": 1, "accum": lab.ACCUM, "flag": True, "device": lab.device,
         "scheduler": torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), "criterion": torch.nn.MSELoss(),
-        "params": list(model.parameters()), "x": x, "y": y, "loss": torch.nn.MSELoss()(model(x), y).detach(),
+        "params": list(model.parameters()), "x": x, "y": y, "loss": _loss(torch, model, x, y),
         "threshold": 1.0, "dtype": torch.float16,
     }
 
@@ -158,7 +203,7 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scal
     module = ast.fix_missing_locations(ast.Module(body=[*body[:-1], ast.copy_location(holder, last)], type_ignores=[]))
     from ..snippet import _SAFE_BUILTINS, RUNTIME_NAMES
 
-    globs: Dict[str, Any] = {"__builtins__": _SAFE_BUILTINS, **RUNTIME_NAMES, **env}
+    globs: Dict[str, Any] = {"__builtins__": _SAFE_BUILTINS, **RUNTIME_NAMES, "__amplint_try__": _try, **env}
     try:
         exec(compile(module, "<flagged code>", "exec"), globs)  # noqa: S102 - the user's own checkpoint expression
     except Unbound as exc:
@@ -166,6 +211,113 @@ def _users_checkpoint(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scal
     except Exception as exc:  # noqa: BLE001
         return None, f"the flagged code raised {type(exc).__name__}: {str(exc)[:120]}"
     return globs.get("__amplint_saved__"), None
+
+
+def _loss(torch: Any, model: Any, x: Any, y: Any) -> Any:
+    """The tiny model's loss on a batch, in the parameters' dtype (an fp16 model: an fp16 batch)."""
+    dtype = next(model.parameters()).dtype
+    with torch.no_grad():
+        return torch.nn.MSELoss()(model(x.to(dtype)).float(), y)
+
+
+class _LoadToCheckpoint(ast.NodeTransformer):
+    """`torch.load(...)` in the user's resume -> `__amplint_checkpoint__(...)`: the checkpoint
+    the lab's training wrote, in memory. No file is read; every other `.load` stays refused."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr == "load" and isinstance(f.value, ast.Name) and f.value.id == "torch":
+            return ast.copy_location(ast.Call(func=ast.Name("__amplint_checkpoint__", ast.Load()), args=node.args, keywords=node.keywords), node)
+        return node
+
+
+class _Checkpoint(dict):
+    """What the lab's run saved: model, optimizer, GradScaler and scheduler state, an epoch.
+    A key the resume reads under another spelling is found by what it names."""
+
+    def __missing__(self, key: Any) -> Any:
+        k = str(key).lower()
+        for words, value in ((("scal", "amp"), "scaler"), (("optim", "opt"), "optimizer"), (("sched",), "lr_scheduler"),
+                             (("model", "net", "state_dict", "weights"), "model"), (("epoch", "step", "iter"), "epoch")):
+            if any(w in k for w in words) and value in self:
+                return dict.__getitem__(self, value)
+        raise KeyError(key)
+
+
+def _users_resume(lab: Any, resume: Dict[str, Any], state: Dict[str, Any], ev: Dict[str, Any], name: str, dtype: Any) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """The user's resume function called on a fresh model, optimizer and GradScaler with the
+    checkpoint the warmed-up run wrote (its scaler state included): did it restore the scale?"""
+    torch = lab.torch
+    func = str(resume.get("function") or "")
+    try:
+        tree = ast.parse(resume.get("source") or "")
+    except SyntaxError:
+        return None, "the resume function does not parse"
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == func]
+    if not defs:
+        return None, "no resume function to run"
+    args = defs[0].args
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    required = positional[: len(positional) - len(args.defaults)]
+    if required[:1] in (["self"], ["cls"]):
+        return None, f"`{func}` is a method; only functions are run"
+    tree = _LoadToCheckpoint().visit(tree)
+    # the call as the flagged code writes it (a helper's caller), else the required parameters
+    # plus the optional ones a lab object can fill (`scaler=None`): every chance to restore it
+    optional = [a for a in positional[len(required):] + [k.arg for k in args.kwonlyargs]
+                if role_of(a, {}) in ("model", "optimizer", "scaler", "scheduler")]
+    written = resume.get("call") if isinstance(resume.get("call"), str) and resume["call"].strip() else None
+    shown = written or f"{func}({', '.join(required + [f'{a}={a}' for a in optional])})"
+    call = f"__amplint_result__ = {shown}"
+    source = ast.unparse(ast.fix_missing_locations(tree)) + "\n" + call
+    try:
+        spec_data = {"names": {}, "prelude": resume.get("prelude"), "prelude_names": resume.get("prelude_names") or []}
+        prepared = prepare_training(TrainingSpec(source=source, data=spec_data))
+    except Refused as exc:
+        return None, f"not run: {exc}"
+    from ..snippet import resolve_qualname, run_slice, slice_globals
+
+    model = lab.model(seed=lab.seed + 1)
+    opt = lab.optimizer(model.parameters(), "SGD", lr=1e-5)
+    scaler = lab.scaler()
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0)
+    checkpoint = _Checkpoint(state, lr_scheduler=scheduler.state_dict(), epoch=3)
+    values = {"model": model, "optimizer": opt, "scaler": scaler, "scheduler": scheduler, "device": lab.device, "flag": True}
+
+    def value_for(role: str, path: str) -> Any:
+        if role in values:
+            return values[role]
+        if role.startswith(("module:", "api:")):
+            return resolve_qualname(role.split(":", 1)[1])
+        from ..snippet import Missing
+
+        return Missing(path)  # the path of the file: only handed to the checkpoint stand-in
+
+    env = bind_by_role(prepared.roles, value_for)
+    env["__amplint_checkpoint__"] = lambda *a, **k: checkpoint
+    globs = slice_globals(lab, env)
+    try:
+        error = run_slice(prepared, globs)
+    except Unbindable as exc:
+        return None, f"could not bind {', '.join(exc.names)}"
+    if error is not None:
+        return None, f"the resume raised {type(error).__name__}: {str(error)[:120]}"
+    restored = all(torch.equal(v, state["model"][k]) for k, v in model.state_dict().items())
+    saved_scale, now = lab.num(state["scaler"].get("scale")), lab.num(scaler.get_scale())
+    ev.update(resume_ran=shown[:200], resume_site=resume.get("site"), model_restored=restored,
+              scale_in_checkpoint=saved_scale, scale_after_resume=now)
+    if not restored:
+        return None, f"`{func}` did not restore the model from the checkpoint either"
+    skipped, kept, after = ev["skipped_after_resume_fresh_scaler"], ev["skipped_after_resume_restored_scaler"], ev["steps_after_resume"]
+    where = f"`{func}`" + (f" ({resume['site']})" if resume.get("site") else "")
+    if now == saved_scale:
+        return lab.not_reproduced(f"the resume this code runs, {where}, restored the GradScaler's scale ({fmt(now)})", ev, method="snippet", dtype=dtype), None
+    return lab.confirmed(
+        f"the resume this code runs, {where}, restored the model but left the GradScaler at {fmt(now)} (the checkpoint held "
+        f"{fmt(saved_scale)}): the next {after} {name} steps skipped {skipped} (restored scale: {kept})",
+        ev, method="snippet", dtype=dtype,
+    ), None
 
 
 class _Unknown:
