@@ -230,65 +230,66 @@ VALUE_AT_LOCATION = frozenset({"AMP301"})
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
 
 
-def call_at(text: str, row: int, column: int) -> str:
-    """The source of the outermost call that starts at `row`:`column` (1-based) of `text` ("" when none)."""
+def _innermost(text: str, accept, later) -> Optional[ast.AST]:
+    """The node of `text` that `accept` takes and that no other accepted node beats by `later`
+    (a key: the greatest wins, the last seen on a tie); None when the text does not parse."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):
-        return ""
+        return None
     found = None
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.lineno == row and node.col_offset == column - 1:
-            if found is None or (node.end_lineno, node.end_col_offset) > (found.end_lineno, found.end_col_offset):
-                found = node
-    return (ast.get_source_segment(text, found) or "") if found is not None else ""
+        if accept(node) and (found is None or later(node) >= later(found)):
+            found = node
+    return found
+
+
+def _source(text: str, node: Optional[ast.AST]) -> str:
+    return (ast.get_source_segment(text, node) or "") if node is not None else ""
+
+
+def call_at(text: str, row: int, column: int) -> str:
+    """The source of the outermost call that starts at `row`:`column` (1-based) of `text` ("" when none)."""
+    found = _innermost(
+        text, lambda n: isinstance(n, ast.Call) and n.lineno == row and n.col_offset == column - 1,
+        lambda n: (n.end_lineno, n.end_col_offset),
+    )
+    return _source(text, found)
+
+
+def _spans(node: ast.AST, row: int) -> bool:
+    return node.lineno <= row <= (node.end_lineno or node.lineno)
 
 
 def statement_at(text: str, row: int) -> str:
     """The source of the innermost simple statement spanning `row` (dedented; "" when none)."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError):
-        return ""
-    found = None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.stmt) and not isinstance(node, _COMPOUND) and node.lineno <= row <= (node.end_lineno or node.lineno):
-            if found is None or node.lineno >= found.lineno:
-                found = node
-    segment = ast.get_source_segment(text, found) if found is not None else None
+    found = _innermost(
+        text, lambda n: isinstance(n, ast.stmt) and not isinstance(n, _COMPOUND) and _spans(n, row), lambda n: n.lineno,
+    )
+    segment = _source(text, found)
     return textwrap.dedent(segment) if segment else ""
 
 
 def call_around(text: str, row: int, column: int) -> str:
     """The source of the innermost call with an argument at `row`:`column` (1-based): the call
     a flagged tensor is passed to ("" when none)."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError):
-        return ""
     at = (row, column - 1)
-    found = None
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        for arg in [*node.args, *(k.value for k in node.keywords)]:
-            if (arg.lineno, arg.col_offset) <= at < (arg.end_lineno or arg.lineno, arg.end_col_offset or 0):
-                if found is None or (node.lineno, node.col_offset) >= (found.lineno, found.col_offset):
-                    found = node
-    return (ast.get_source_segment(text, found) or "") if found is not None else ""
+
+    def holds(node: ast.AST) -> bool:
+        return isinstance(node, ast.Call) and any(
+            (arg.lineno, arg.col_offset) <= at < (arg.end_lineno or arg.lineno, arg.end_col_offset or 0)
+            for arg in [*node.args, *(k.value for k in node.keywords)]
+        )
+
+    return _source(text, _innermost(text, holds, lambda n: (n.lineno, n.col_offset)))
 
 
 def value_at(text: str, row: int) -> str:
     """The value of the assignment, return or expression statement spanning `row` ("" otherwise)."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError):
-        return ""
-    found = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)) and node.lineno <= row <= (node.end_lineno or node.lineno):
-            if found is None or node.lineno >= found.lineno:
-                found = node
+    found = _innermost(
+        text, lambda n: isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)) and _spans(n, row),
+        lambda n: n.lineno,
+    )
     value = getattr(found, "value", None)
     if value is None:
         return ""
