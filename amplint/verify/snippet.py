@@ -1022,6 +1022,21 @@ def spelled_by_role(roles: Dict[str, Any], prefix: str = "") -> Dict[str, List[s
     return out
 
 
+def by_role(values: Dict[str, Any], missing: Optional[Callable[[str], Any]] = None) -> Callable[[str, str], Any]:
+    """A `value_for` for `bind_by_role`: the lab's values by role, a torch name (`module:`, `api:`)
+    resolved, anything else `missing(path)` (default `Missing`: an error only if used)."""
+    fallback = missing or Missing
+
+    def value_for(role: str, path: str) -> Any:
+        if role in values:
+            return values[role]
+        if role.startswith(("module:", "api:")):
+            return resolve_qualname(role.split(":", 1)[1])
+        return fallback(path)
+
+    return value_for
+
+
 def bind_by_role(roles: Dict[str, Any], value_for: Callable[[str, str], Any], label: str = "") -> Dict[str, Any]:
     """Free names -> values: `value_for(role, spelled path)` for each role, namespaces as
     `Namespace` objects, names no role binds as `Missing` (an error only if used)."""
@@ -1229,7 +1244,7 @@ def _tiny_module() -> Any:
 
 
 @contextlib.contextmanager
-def _cuda_region(enabled: Any = True) -> Iterator[None]:
+def cuda_region(enabled: Any = True) -> Iterator[None]:
     """`torch.autocast("cuda", enabled=...)` of the user's code on a CPU-only lab (AMP303): sets
     CUDA autocast's thread-local flag as the real region does on a GPU (on CPU tensors it changes
     nothing; the real one would disable itself without CUDA)."""
@@ -1243,4 +1258,4 @@ def _cuda_region(enabled: Any = True) -> Iterator[None]:
         torch.set_autocast_enabled("cuda", before)
 
 
-RUNTIME_NAMES.update(__amplint_missing__=Missing, __amplint_unbound__=Unbound, __amplint_module__=_tiny_module, __amplint_cuda_region__=_cuda_region)
+RUNTIME_NAMES.update(__amplint_missing__=Missing, __amplint_unbound__=Unbound, __amplint_module__=_tiny_module, __amplint_cuda_region__=cuda_region)

@@ -17,6 +17,7 @@ import ast
 from typing import Any, Dict, List, Tuple
 
 from ..snippet import (
+    by_role,
     Missing,
     Refused,
     TrainingSpec,
@@ -172,15 +173,7 @@ def users_optimizer(lab: Any, data: Dict[str, Any], model: Any) -> Tuple[Any, Di
             spec_data = {"names": {}, "prelude": data.get("prelude"), "prelude_names": data.get("prelude_names") or []}
             prepared = prepare_training(TrainingSpec(source=f"__amplint_optimizer__ = (\n{source.strip()}\n)", data=spec_data))
             values = {"model": model, "params": list(model.parameters()), "device": lab.device}
-
-            def value_for(role: str, path: str) -> Any:
-                if role in values:
-                    return values[role]
-                if role.startswith(("module:", "api:")):
-                    return resolve_qualname(role.split(":", 1)[1])
-                return Missing(path)
-
-            globs = slice_globals(lab, bind_by_role(prepared.roles, value_for))
+            globs = slice_globals(lab, bind_by_role(prepared.roles, by_role(values)))
             error = run_slice(prepared, globs)
             opt = globs.get("__amplint_optimizer__")
             if error is None and isinstance(opt, torch.optim.Optimizer):

@@ -28,7 +28,7 @@ def _users_epochs(lab: Any, data: Dict[str, Any], x: Any, dtype: Any) -> Dict[st
     import ast
 
     from ..snippet import (
-        Batch, Missing, Refused, TrainingSpec, Unbindable, _tiny_model_wrapper, bind_by_role, prepare_training, resolve_qualname,
+        Batch, Refused, TrainingSpec, Unbindable, _tiny_model_wrapper, bind_by_role, by_role, prepare_training,
         run_slice, slice_globals,
     )
 
@@ -75,16 +75,8 @@ def _users_epochs(lab: Any, data: Dict[str, Any], x: Any, dtype: Any) -> Dict[st
     loader = [Batch((x, y)) for _ in range(STEPS)]
     values = {"model": model, "optimizer": opt, "loader": loader, "criterion": criterion, "device": lab.device, "flag": True,
               "index": 0, "dtype": dtype}
-
-    def value_for(role: str, path: str) -> Any:
-        if role in values:
-            return values[role]
-        if role.startswith(("module:", "api:")):
-            return resolve_qualname(role.split(":", 1)[1])
-        return Missing(path)
-
     values["scaler"] = Recorded(lab.device_type)  # a scaler handed in by the caller: one for every call
-    globs = slice_globals(lab, bind_by_role(prepared.roles, value_for))
+    globs = slice_globals(lab, bind_by_role(prepared.roles, by_role(values)))
     saved = [(mod, getattr(mod, "GradScaler")) for mod in (torch.amp, torch, torch.cuda.amp, torch.cpu.amp) if hasattr(mod, "GradScaler")]
     try:
         for mod, _ in saved:

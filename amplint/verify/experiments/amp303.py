@@ -13,7 +13,7 @@ import ast
 import contextlib
 from typing import Any, Dict, Iterator, List, Optional
 
-from ..snippet import EXPR_ATTEMPTS, ExprBinding, Refused, SnippetFailed, Unbindable, eval_expression
+from ..snippet import EXPR_ATTEMPTS, cuda_region, ExprBinding, Refused, SnippetFailed, Unbindable, eval_expression
 
 CANONICAL = "F.binary_cross_entropy(torch.sigmoid(logits), target)"
 #: a loss path over image batches (N, C, H, W): segmentation losses sum over dims 1-3
@@ -53,18 +53,6 @@ class _CudaRegions(ast.NodeTransformer):
         enabled = next((k.value for k in node.keywords if k.arg == "enabled"), ast.Constant(True))
         self.changed = True
         return ast.copy_location(ast.Call(func=ast.Name("__amplint_cuda_region__", ast.Load()), args=[enabled], keywords=[]), node)
-
-
-@contextlib.contextmanager
-def cuda_autocast_flag(torch: Any, enabled: bool = True) -> Iterator[None]:
-    """CUDA autocast's thread-local flag set, as inside the caller's CUDA autocast region; on CPU
-    tensors it changes nothing (the AutocastCUDA key applies to CUDA tensors only)."""
-    before = torch.is_autocast_enabled("cuda")
-    torch.set_autocast_enabled("cuda", bool(enabled))
-    try:
-        yield
-    finally:
-        torch.set_autocast_enabled("cuda", before)
 
 
 def _redispatch_mode(torch: Any, reached: List[str], skipped: List[str], redispatch: bool = True):
@@ -199,7 +187,7 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         @contextlib.contextmanager
         def context() -> Iterator[None]:  # the caller's CUDA autocast region, entered
             reached.clear(), skipped.clear()  # each attempt (input layout) counts its own calls
-            with cuda_autocast_flag(torch, True), mode():
+            with cuda_region(True), mode():
                 yield
 
         ev["ran_under"] = "CPU, binary_cross_entropy redispatched to the AutocastCUDA kernel"

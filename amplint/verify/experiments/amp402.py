@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..snippet import Refused, TrainingSpec, Unbindable, Unbound, bind_by_role, check_safe, parse, prepare_training, role_of, with_prelude
+from ..snippet import Refused, TrainingSpec, Unbindable, Unbound, bind_by_role, by_role, check_safe, parse, prepare_training, role_of, with_prelude
 from ._training import fmt
 
 WARMUP, AFTER = 10, 10
@@ -185,16 +185,7 @@ def saved_object(lab: Any, data: Dict[str, Any], model: Any, opt: Any, scaler: A
         "threshold": 1.0, "dtype": torch.float16,
     }
 
-    def value_for(role: str, path: str) -> Any:
-        if role in values:
-            return values[role]
-        if role.startswith(("module:", "api:")):
-            from ..snippet import resolve_qualname
-
-            return resolve_qualname(role.split(":", 1)[1])
-        return _Unknown(path)
-
-    env = bind_by_role(prepared.roles, value_for)
+    env = bind_by_role(prepared.roles, by_role(values, _Unknown))
     body = prepared.tree.body
     last = body[-1]
     if not isinstance(last, ast.Expr):
@@ -276,7 +267,7 @@ def _users_resume(lab: Any, resume: Dict[str, Any], state: Dict[str, Any], ev: D
         prepared = prepare_training(TrainingSpec(source=source, data=spec_data))
     except Refused as exc:
         return None, f"not run: {exc}"
-    from ..snippet import resolve_qualname, run_slice, slice_globals
+    from ..snippet import run_slice, slice_globals
 
     model = lab.model(seed=lab.seed + 1)
     opt = lab.optimizer(model.parameters(), "SGD", lr=1e-5)
@@ -284,15 +275,7 @@ def _users_resume(lab: Any, resume: Dict[str, Any], state: Dict[str, Any], ev: D
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0)
     checkpoint = _Checkpoint(state, lr_scheduler=scheduler.state_dict(), epoch=3)
     values = {"model": model, "optimizer": opt, "scaler": scaler, "scheduler": scheduler, "device": lab.device, "flag": True}
-
-    def value_for(role: str, path: str) -> Any:
-        if role in values:
-            return values[role]
-        if role.startswith(("module:", "api:")):
-            return resolve_qualname(role.split(":", 1)[1])
-        from ..snippet import Missing
-
-        return Missing(path)  # the path of the file: only handed to the checkpoint stand-in
+    value_for = by_role(values)  # anything else (the file's path) is only handed to the checkpoint stand-in
 
     env = bind_by_role(prepared.roles, value_for)
     env["__amplint_checkpoint__"] = lambda *a, **k: checkpoint
