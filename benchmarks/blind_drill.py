@@ -1,16 +1,17 @@
 """The blind drill: whole public training repositories, labelled by hand before amplint ran on them.
 
-    python benchmarks/blind_drill.py run --mirrors DIR [--split tuning|heldout|all] [--jobs 2]
-    python benchmarks/blind_drill.py score [--split tuning|heldout|all] [--show]
+    python benchmarks/blind_drill.py run --mirrors DIR [--split tuning|read|heldout|all|tuning,read] [--jobs 2]
+    python benchmarks/blind_drill.py score [--split tuning|read|heldout|all|tuning,read] [--show]
     python benchmarks/blind_drill.py template --split tuning --out PATH   # unjudged findings to adjudicate
     python benchmarks/blind_drill.py score --check                        # exit 1 if a finding is unjudged
     python benchmarks/blind_drill.py adjudicate FINDINGS.json [REVIEWS.json]  # merge an adjudicator's verdicts
 
 Labellers follow `blind_labelling.md` (tool-neutral categories, mapped to codes by CATEGORY_CODES).
 
-`blind_projects.json` pins each repository (GitHub `owner/name` and commit), its kind and its split:
-a third of them, drawn at random once (seed and draw recorded there), is held out: nobody reads
-their findings while rules change; they are scored only when a change is finished.
+`blind_projects.json` pins each repository (GitHub `owner/name` and commit), its kind and its split,
+each held-out split drawn at random once (seeds and draws recorded there): nobody reads a held-out
+project's findings while rules change; it is scored only when a change is finished. Once scored and
+read, a held-out split becomes `read`: tuning data, still reported on its own.
 `blind_labels/<owner>+<name>.json` holds, per repository, what a labeller who had not seen
 amplint's rules or output wrote after tracing the training step across files (`pitfalls`,
 `negatives`: file, line, why), and then, marked as such, the adjudication of every finding the
@@ -79,8 +80,20 @@ def project_key(project: dict) -> str:
     return project["repo"].replace("/", "+")
 
 
+#: the splits of blind_projects.json ("read": the first held-out split, scored blind once and then read)
+SPLITS = ("tuning", "read", "heldout")
+
+
 def in_split(project: dict, split: str) -> bool:
-    return split == "all" or project["split"] == split
+    """`split` is one split, several joined by commas ("tuning,read"), or "all"."""
+    return split == "all" or project["split"] in split.split(",")
+
+
+def split_arg(value: str) -> str:
+    parts = value.split(",")
+    if value != "all" and not all(p in SPLITS for p in parts):
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(SPLITS)} or all (several joined by commas)")
+    return value
 
 
 def load_labels(key: str) -> Optional[dict]:
@@ -378,11 +391,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="export the pinned commits and lint them")
     p_run.add_argument("--mirrors", required=True, help="folder of bare git mirrors (owner+name/repo or owner+name.git)")
-    p_run.add_argument("--split", choices=("tuning", "heldout", "all"), default="tuning")
+    p_run.add_argument("--split", type=split_arg, default="tuning")
     p_run.add_argument("--projects", default="", help="comma-separated owner+name keys (default: the whole split)")
     p_run.add_argument("--jobs", type=int, default=2)
     p_score = sub.add_parser("score", help="per-rule precision and recall against the labels")
-    p_score.add_argument("--split", choices=("tuning", "heldout", "all"), default="tuning")
+    p_score.add_argument("--split", type=split_arg, default="tuning")
     p_score.add_argument("--show", action="store_true", help="list unjudged findings and missed pitfalls")
     p_score.add_argument("--template", metavar="PATH", help="write the unjudged findings as adjudication entries")
     p_score.add_argument("--check", action="store_true", help="exit 1 when a finding is unjudged")

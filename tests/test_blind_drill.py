@@ -1,6 +1,7 @@
 """The blind drill's data and its scoring (benchmarks/blind_drill.py): labels well-formed, the split
 recorded, findings matched to blind labels the way docs/precision.md describes."""
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -12,15 +13,30 @@ sys.path.insert(0, str(BENCH))
 import blind_drill  # noqa: E402
 
 
-def test_projects_are_pinned_and_a_third_is_held_out():
+def test_projects_are_pinned_and_each_held_out_split_is_its_recorded_draw():
     projects = blind_drill.load_projects()
     assert len(projects) >= 40
     assert len({p["repo"] for p in projects}) == len(projects)
     for p in projects:
         assert len(p["commit"]) == 40 and int(p["commit"], 16) >= 0
-        assert p["split"] in ("tuning", "heldout")
-    held = [p for p in projects if p["split"] == "heldout"]
-    assert len(held) == len(projects) // 3
+        assert p["split"] in blind_drill.SPLITS
+    draws = {d["split"]: d for d in json.loads(blind_drill.PROJECTS_FILE.read_text())["draws"]}
+    split_of = {p["repo"]: p["split"] for p in projects}
+    first = sorted(p["repo"].replace("/", "+") for p in projects if p["split"] in ("tuning", "read"))
+    read = random.Random(draws["read"]["seed"]).sample(first, len(first) // 3)
+    assert {split_of[k.replace("+", "/", 1)] for k in read} == {"read"}
+    assert sum(s == "read" for s in split_of.values()) == len(read)
+    pool = draws["heldout"]["pool"]
+    held = set(random.Random(draws["heldout"]["seed"]).sample(sorted(pool), 20))
+    assert held == {r for r, s in split_of.items() if s == "heldout"}
+    assert set(draws["heldout"]["not_drawn"]) == set(pool) - held
+
+
+def test_split_argument_takes_several_splits():
+    assert blind_drill.in_split({"split": "read"}, "tuning,read")
+    assert not blind_drill.in_split({"split": "heldout"}, "tuning,read")
+    with pytest.raises(Exception):
+        blind_drill.split_arg("tuning,bogus")
 
 
 @pytest.mark.parametrize("path", sorted((BENCH / "blind_labels").glob("*.json")), ids=lambda p: p.stem)
