@@ -102,8 +102,10 @@ def load_labels(key: str) -> Optional[dict]:
 
 
 def _rows(entry: dict) -> Tuple[int, ...]:
+    """The label's rows in its own file; an `also` entry "path:line" names a site in another file, which
+    a finding there reaches only through an adjudicator's `same_bug_as`."""
     first = entry.get("lines") or [entry["line"]]
-    return tuple(int(r) for r in [*first, *entry.get("also", [])])
+    return tuple(int(r) for r in [*first, *entry.get("also", [])] if isinstance(r, int) or str(r).isdigit())
 
 
 def labels_of(key: str, data: dict) -> List[Label]:

@@ -49,6 +49,8 @@ def test_labels_are_well_formed(path):
         assert entry["file"] and not entry["file"].startswith("/")
         assert entry.get("lines") or isinstance(entry.get("line"), int)
         assert entry.get("why")
+        for site in entry.get("also", []):  # a row of the same file, or "path:row" in another file
+            assert isinstance(site, int) or str(site).rpartition(":")[2].isdigit(), site
     for a in data.get("adjudicated", []):
         assert a["verdict"] in ("correct", "fp") and a["reason"] and a["by"] == "adjudicated"
     for r in data.get("label_reviews", []):
