@@ -75,9 +75,11 @@ def _vm_size() -> Optional[int]:
         return None
 
 
-def _child(body: Callable[[], Dict[str, Any]], result_w: int, output_w: int, close: List[int], limits: Limits, workdir: str, timeout: float, rank: bool) -> None:
+def _child(body: Callable[[], Dict[str, Any]], result_w: int, output_w: int, close: List[int], limits: Limits, workdir: str, timeout: float, rank: bool,
+           go: Optional[int] = None) -> None:
     """In the forked child: confine, run, send. Never returns. A `rank` of a multi-process
-    finding installs the rank filter (sockets for gloo) and Landlock's TCP port bounds."""
+    finding installs the rank filter (sockets for gloo) and Landlock's TCP port bounds, and
+    first waits for `go` to reach end-of-file: the worker closes it once every rank is forked."""
     status = 0
     try:
         for fd in close:
@@ -85,6 +87,10 @@ def _child(body: Callable[[], Dict[str, Any]], result_w: int, output_w: int, clo
                 os.close(fd)
             except OSError:
                 pass
+        if go is not None:
+            while os.read(go, 1):
+                pass
+            os.close(go)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -184,7 +190,8 @@ def ranks_refused(limits: Limits) -> Optional[str]:
 
 def run_group(body: Callable[[int, str], Dict[str, Any]], world: int, limits: Limits, timeout: float, close: List[int]) -> List[Outcome]:
     """Run `body(rank, workdir)` in `world` sibling confined children, all forked here before
-    any of them runs experiment code, sharing one temp folder (a rendezvous file for their
+    any of them confines itself or runs experiment code (they wait on a pipe the worker
+    closes after the last fork), sharing one temp folder (a rendezvous file for their
     process group), under one wall-clock `timeout`. With world > 1 each child is a rank
     (`ranks_refused` must be None). When one child ends without a verdict the others are
     killed: they would wait for it in a collective. One Outcome per rank."""
@@ -193,6 +200,7 @@ def run_group(body: Callable[[int, str], Dict[str, Any]], world: int, limits: Li
         raise ValueError(ranks_refused(limits))
     workdir = tempfile.mkdtemp(prefix="finding-", dir=limits.tmp_root)
     children: List[Dict[str, Any]] = []
+    go_r, go_w = os.pipe() if rank_mode else (None, None)
     try:
         for rank in range(world):
             result_r, result_w = os.pipe()
@@ -200,14 +208,21 @@ def run_group(body: Callable[[int, str], Dict[str, Any]], world: int, limits: Li
             others = [fd for c in children for fd in (c["result"], c["output"], c["exited"]) if fd is not None]
             pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child (measured through the tests' verdicts)
-                _child(lambda rank=rank: body(rank, workdir), result_w, output_w, close + others + [result_r, output_r],
-                       limits, workdir, timeout, rank_mode)
+                _child(lambda rank=rank: body(rank, workdir), result_w, output_w,
+                       close + others + [result_r, output_r] + ([go_w] if go_w is not None else []),
+                       limits, workdir, timeout, rank_mode, go_r)
             os.close(result_w)
             os.close(output_w)
             children.append({"pid": pid, "result": result_r, "output": output_r, "exited": _exit_watch(pid),
                              "status": None, "raw": bytearray(), "out": Outcome(), "oversize": False})
+        if go_w is not None:  # every rank exists: they may start
+            os.close(go_w)
+            go_w = None
         timed_out = _wait(children, time.monotonic() + timeout)
     finally:
+        for fd in (go_r, go_w):
+            if fd is not None:
+                os.close(fd)
         for c in children:
             if c["status"] is None:
                 c["out"].killed = True

@@ -13,9 +13,10 @@ that refuses with EPERM:
   ENOSYS, so the C library falls back to `clone`). A finding is one process, so its
   address-space limit bounds all the memory it holds, and nothing it starts outlives it;
 * sockets: `socket` for every family (a pair from `socketpair` reaches nothing outside);
-  the filter of a rank of a 2-process finding (`rank_bpf`) allows `socket` for AF_INET,
-  AF_INET6 and AF_NETLINK's NETLINK_ROUTE only (what gloo's TCP transport needs: its
-  pairs and `getifaddrs` for GLOO_SOCKET_IFNAME=lo), every other family still EPERM; such
+  the filter of a rank of a 2-process finding (`rank_bpf`) allows `socket` for TCP over
+  AF_INET/AF_INET6 and AF_NETLINK's NETLINK_ROUTE only (what gloo's TCP transport needs:
+  its pairs, and `getifaddrs` for GLOO_SOCKET_IFNAME=lo), every other family, type
+  (UDP, raw, SCTP) and netlink protocol still EPERM; such
   a rank runs only where the sandbox's network namespace has nothing but its own loopback,
   and Landlock bounds its TCP ports (`confine.landlock`);
 * keyrings: `add_key`, `request_key`, `keyctl`;
@@ -92,6 +93,7 @@ class Program:
 #: AF_INET, AF_INET6, AF_NETLINK: the only `socket` families of a rank (NETLINK_ROUTE only)
 AF_INET, AF_INET6, AF_NETLINK = 2, 10, 16
 RANK_FAMILIES = (AF_INET, AF_INET6, AF_NETLINK)
+SOCK_STREAM, IPPROTO_TCP = 1, 6
 #: families are small numbers (AF_MAX is 46 in Linux 6.x); every value from here up is refused
 _FAMILY_CEILING = 64
 
@@ -134,7 +136,14 @@ def _compile(sc: Any, rank: bool) -> Tuple[bytes, List[str], List[str], Dict[str
                     f.add_rule(deny, "socket", sc.Arg(0, sc.EQ, family))
             f.add_rule(deny, "socket", sc.Arg(0, sc.GE, _FAMILY_CEILING))
             f.add_rule(deny, "socket", sc.Arg(0, sc.EQ, AF_NETLINK), sc.Arg(2, sc.NE, 0))  # NETLINK_ROUTE only
-            denied.append("socket (but AF_INET, AF_INET6, NETLINK_ROUTE)")
+            for family in (AF_INET, AF_INET6):  # TCP only (what Landlock bounds): SOCK_STREAM, protocol 0 or 6
+                for kind in range(16):
+                    if kind != SOCK_STREAM:
+                        f.add_rule(deny, "socket", sc.Arg(0, sc.EQ, family), sc.Arg(1, sc.MASKED_EQ, 0xF, kind))
+                for protocol in (1, 2, 3, 4, 5):
+                    f.add_rule(deny, "socket", sc.Arg(0, sc.EQ, family), sc.Arg(2, sc.EQ, protocol))
+                f.add_rule(deny, "socket", sc.Arg(0, sc.EQ, family), sc.Arg(2, sc.GE, IPPROTO_TCP + 1))
+            denied.append("socket (but TCP over AF_INET/AF_INET6, and NETLINK_ROUTE)")
         # clone: a thread, never a process, and never into new namespaces
         f.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
         for flag in CLONE_NEW_FLAGS:

@@ -228,8 +228,7 @@ def main(argv: Optional[list] = None) -> int:
         layers.append(f"landlock ABI {abi}")
     layers.append("rlimits")
     layers.extend(seccomp.summary(program))
-    refused = ranks_refused(limits)
-    layers.append(f"2-rank findings: {'not run (' + refused + ')' if refused else 'two sibling processes, gloo over the sandbox loopback, TCP ports bounded by Landlock'}")
+    layers.append(_ranks_layer(limits))
     close = [proto.fileno(), 0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy"
@@ -258,6 +257,22 @@ def main(argv: Optional[list] = None) -> int:
 
 #: keyctl's number where no libseccomp can tell it (the filter's absence is reported anyway)
 _KEYCTL = {"x86_64": 250, "aarch64": 219}
+
+
+def _ranks_layer(limits: Any) -> str:
+    """The layers line's words for 2-rank findings (AMP803): how they are confined, or why not run."""
+    from . import confine
+
+    refused = ranks_refused(limits)
+    if refused is None:
+        try:
+            low, high = confine.ephemeral_ports()
+        except OSError as exc:
+            refused = f"no ephemeral port range ({exc})"
+    if refused is not None:
+        return f"2-rank findings: not run ({refused})"
+    return (f"2-rank findings: two sibling processes, each confined as a finding but for TCP sockets on the sandbox's "
+            f"own loopback (Landlock: bind to a kernel-picked port, connect to {low}-{high}) and NETLINK_ROUTE")
 
 
 def _memory_layer(limits: Any, one_process: bool, cgroup: str) -> str:
