@@ -12,6 +12,12 @@ code itself. For each request it forks a child that, before any experiment code:
   keyring calls, io_uring, userfaultfd, ptrace, bpf, mounts or namespaces. A finding is
   therefore one process, and its address-space limit bounds the memory it holds in all.
 
+A finding whose experiment runs on 2 ranks (AMP803: `run_group`) is two such children,
+siblings forked before either starts, sharing the temp folder for their rendezvous file;
+each is confined the same way but for TCP sockets on the sandbox's own loopback (the rank
+filter, Landlock's TCP port rules), and the worker runs them only inside the sandbox's
+network namespace (`ranks_refused`).
+
 The child sends its verdict as one JSON document on a pipe of its own and exits. The
 worker waits with a wall-clock deadline, then kills the child and every descendant
 (the worker is their subreaper; setsid does not escape it), removes the temp folder

@@ -17,7 +17,8 @@ and reads one JSON object per line from the worker's *original* stdout:
 The worker never runs an experiment (or the user's code) itself: each request runs
 in a forked, confined child (`forked.py`) that cannot reach the protocol pipe, and
 the worker enforces the request's timeout, so a hang or crash costs one verdict,
-not the warm worker. File descriptor 1 is re-pointed at stderr before anything
+not the warm worker. An experiment whose module's `ranks(data)` says 2 runs on two
+sibling rank processes in a gloo group (`_run_ranks`). File descriptor 1 is re-pointed at stderr before anything
 else runs, so the worker's own prints never reach the protocol either.
 """
 from __future__ import annotations

@@ -60,9 +60,9 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     try:
         with joined(data) as (rank, world):
             ev["ranks"] = world
-            if mechanism == "ddp-comm-hook":
-                return _ddp(lab, torch, source, data, rank, ev)
-            return _fsdp2(lab, torch, source, data, rank, ev)
+            verdict = (_ddp if mechanism == "ddp-comm-hook" else _fsdp2)(lab, torch, source, data, rank, ev)
+        # the ranks compute on the CPU whatever the worker's device (a CUDA worker's lab is lazy)
+        return dict(verdict, device="cpu", device_type="cpu")
     except LookupError as exc:
         return lab.inconclusive(f"needs 2 ranks: {exc}", ev)
     except (Refused, Unbindable, SnippetFailed) as exc:
