@@ -169,14 +169,14 @@ def fsdp1_on_cpu() -> Optional[str]:
     return None
 
 
-def fsdp1_reason(torch: Any) -> str:
-    """Why an FSDP1 finding (AMP801, AMP802, AMP803 on `MixedPrecision`) gets no verdict here."""
+def fsdp1_reason(torch: Any, subject: str = "FSDP1 (FullyShardedDataParallel)") -> str:
+    """Why an FSDP1 finding (AMP801, AMP802, AMP803 on `MixedPrecision` or Lightning's FSDP)
+    gets no verdict here; `subject` is what wraps the model."""
     accelerator = getattr(torch, "accelerator", None)
-    present = bool(accelerator is not None and accelerator.is_available())
-    if not present:
-        return ("needs an accelerator: FSDP1 (FullyShardedDataParallel) raises without one "
+    if not (accelerator is not None and accelerator.is_available()):
+        return (f"needs an accelerator: {subject} raises without one "
                 "('FSDP needs a non-CPU accelerator device', docs/evidence.md#amp801)")
-    return "needs 2 accelerators on 2 ranks: FSDP1 runs of a finding are not built yet"
+    return f"needs 2 accelerators on 2 ranks: {subject} runs of a finding are not built yet"
 
 
 class _FlatShard:

@@ -51,8 +51,9 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
 
     mechanism = data.get("mechanism")
     if ranks(data) == 1:
-        what = "Lightning's FSDP strategy wraps with FSDP1; " if mechanism == "lightning-fsdp" else ""
-        return lab.inconclusive(what + fsdp1_reason(torch), {"mechanism": mechanism})
+        if mechanism == "lightning-fsdp":
+            return lab.inconclusive(fsdp1_reason(torch, "Lightning's FSDP strategy (FSDP1, FullyShardedDataParallel)"), {"mechanism": mechanism})
+        return lab.inconclusive(fsdp1_reason(torch), {"mechanism": mechanism})
     source = data.get("snippet")
     ev: Dict[str, Any] = {"mechanism": mechanism, "backend": "gloo", "ran_on": "cpu"}
     if not isinstance(source, str) or not source.strip():
