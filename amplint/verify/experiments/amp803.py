@@ -58,14 +58,14 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     ev: Dict[str, Any] = {"mechanism": mechanism, "backend": "gloo", "ran_on": "cpu"}
     if not isinstance(source, str) or not source.strip():
         return lab.inconclusive("could not run this code: no runnable flagged code for this finding", ev)
+    if not isinstance(data.get("_group"), dict):  # only the worker's 2-rank path names the group
+        return lab.inconclusive("needs 2 ranks: not started on ranks", ev)
     try:
         with joined(data) as (rank, world):
             ev["ranks"] = world
             verdict = (_ddp if mechanism == "ddp-comm-hook" else _fsdp2)(lab, torch, source, data, rank, ev)
         # the ranks compute on the CPU whatever the worker's device (a CUDA worker's lab is lazy)
         return dict(verdict, device="cpu", device_type="cpu")
-    except LookupError as exc:
-        return lab.inconclusive(f"needs 2 ranks: {exc}", ev)
     except (Refused, Unbindable, SnippetFailed) as exc:
         if isinstance(exc, Unbindable):
             ev["snippet_skipped"] = f"could not bind {', '.join(exc.names)}"
