@@ -135,6 +135,14 @@ def rank_one_dies(data, lab):
     return lab.confirmed("unreachable", {}, method="snippet")
 
 
+def rank_one_hangs(data, lab):
+    import time
+
+    if data["_group"]["rank"] == 1:
+        time.sleep(600)
+    return lab.confirmed("rank 0 is done", {}, method="snippet")
+
+
 def ok(data, lab):
     return lab.confirmed("fine", {"rank": (data.get("_group") or {}).get("rank")}, method="snippet")
 
@@ -225,6 +233,13 @@ def test_a_rank_that_dies_ends_the_finding_and_not_the_worker(runner):
     assert v["verdict"] == "error" and v["reason"].startswith("rank 1: the experiment crashed the worker (exit code 9)"), v
     again = runner.run("TEST", {"world": 2}, target=f"{T}:ok")
     assert again["verdict"] == "confirmed" and again["evidence"] == {"rank": 0} and runner.pid == worker, again
+
+
+def test_one_timeout_holds_both_ranks(runner):
+    worker = runner.pid
+    v = runner.run("TEST", {"world": 2}, target=f"{T}:rank_one_hangs", timeout=2)
+    assert v["verdict"] == "inconclusive" and v["reason"] == "timeout after 2 s", v  # rank 0's verdict alone is not one
+    assert runner.pid == worker and runner.run("TEST", {"world": 2}, target=f"{T}:ok")["verdict"] == "confirmed"
 
 
 def test_without_the_sandbox_nothing_runs_on_ranks():
