@@ -74,8 +74,10 @@ table = collections.Counter((f["code"], f["verification"]["verdict"], f["verific
 for (code, verdict, method), n in sorted(table.items()):
     print(f"  {code:7} {verdict:15} {method or '':10} {n}")
 bad = [f for f in verified if f["verification"]["verdict"] == "error"]
+# AMP803's verdicts run on 2 gloo ranks on the CPU by design (docs/verifier.md) and say so
+ranks = lambda f: f["code"] == "AMP803" and (f["verification"].get("evidence") or {}).get("backend") == "gloo"
 cpu = [f for f in verified if not str(f["verification"].get("device") or "").startswith("cuda")
-       and f["verification"]["verdict"] != "inconclusive"]
+       and f["verification"]["verdict"] != "inconclusive" and not ranks(f)]
 for f in bad + cpu:
     v = f["verification"]
     print(f"  {f['filename']}:{f['location']['row']} {f['code']} {v['verdict']} {v.get('reason')} on {v.get('device')}")

@@ -13,7 +13,9 @@ user's code (running in this process next) cannot undo it.
   beneath the folders Python and torch need, writes only beneath the finding's temp
   folder, no TCP bind/connect (ABI >= 4), no signals to or abstract sockets of
   processes outside the finding (ABI >= 6). Landlock also keeps the finding from
-  ptrace-reading other processes (their /proc/PID/fd, /proc/PID/environ).
+  ptrace-reading other processes (their /proc/PID/fd, /proc/PID/environ). A rank of a
+  2-process finding (`tcp_ports`) may bind TCP only to a port the kernel picks (port 0)
+  and connect only to the ephemeral range, where the other rank's gloo pairs listen.
 
 The worker itself (`mark_worker`) becomes a child subreaper and non-dumpable: every
 orphan of a finding is reparented to it and killed by `kill_descendants`, and no
@@ -194,8 +196,42 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def landlock(read: Iterable[str], write: Iterable[str], devices: Iterable[str], abi: int) -> None:
-    """Restrict this process (and what it starts) for good; OSError if the kernel refuses."""
+class _NetPort(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+_RULE_NET_PORT = 2
+_BIND_TCP, _CONNECT_TCP = 1 << 0, 1 << 1
+
+
+def ephemeral_ports(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> Tuple[int, int]:
+    """This network namespace's ephemeral port range (what `bind(port 0)` picks from; IPv6 too)."""
+    with open(path, encoding="ascii") as fh:
+        low, high = (int(x) for x in fh.read().split()[:2])
+    if not 0 < low <= high < 65536:
+        raise OSError(f"unexpected ephemeral port range {low}-{high}")
+    return low, high
+
+
+def only_loopback(path: str = "/proc/self/net/dev") -> bool:
+    """Whether this process's network namespace has no interface but `lo` (bubblewrap's
+    --unshare-net): what a rank's TCP sockets can reach is then this sandbox's processes."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            names = {line.split(":", 1)[0].strip() for line in fh.readlines()[2:] if ":" in line}
+    except OSError:
+        return False
+    return names == {"lo"}
+
+
+def landlock(read: Iterable[str], write: Iterable[str], devices: Iterable[str], abi: int, tcp_ports: Optional[Tuple[int, int]] = None) -> None:
+    """Restrict this process (and what it starts) for good; OSError if the kernel refuses.
+
+    `tcp_ports` (low, high), ABI >= 4: TCP bind to port 0 only (the kernel picks one of the
+    range) and connect to ports low..high only; None: no TCP bind or connect at all."""
+    if tcp_ports is not None and abi < 4:
+        raise OSError("Landlock ABI >= 4 is needed to bound a rank's TCP ports")
     fs = EXECUTE | WRITE_FILE | READ_FILE | READ_DIR | _MAKE_AND_REMOVE
     if abi >= 2:
         fs |= REFER
@@ -230,6 +266,13 @@ def landlock(read: Iterable[str], write: Iterable[str], devices: Iterable[str], 
                     raise OSError(err, f"landlock_add_rule({path}): {os.strerror(err)}")
             finally:
                 os.close(fd)
+        if tcp_ports is not None:
+            ports = [(0, _BIND_TCP)] + [(port, _CONNECT_TCP) for port in range(tcp_ports[0], tcp_ports[1] + 1)]
+            for port, access in ports:
+                attr = _NetPort(access, port)
+                if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT), ctypes.byref(attr), ctypes.c_uint32(0)) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"landlock_add_rule(tcp port {port}): {os.strerror(err)}")
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
         if libc.syscall(_SYS_RESTRICT, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
             err = ctypes.get_errno()

@@ -225,6 +225,10 @@ CAST_RULES = frozenset({"AMP106", "AMP201", "AMP401"})
 CALL_AT_LOCATION = frozenset({"AMP201", "AMP302", "AMP303", "AMP401"})
 #: rules that flag a tensor passed to a call: the parent reads the call around it
 CALL_AROUND_LOCATION = frozenset({"AMP204"})
+#: rules whose flagged call's torch names are resolved from the file's imports (`data["names"]`):
+#: AMP803's policy constructor or comm-hook registration, read at the call's start or, for
+#: `reduce_dtype=torch.float16`, as the call the flagged argument is passed to
+IMPORTED_NAMES = frozenset({"AMP803"})
 #: expression rules whose flagged literal sits inside an expression: the parent reads the value of its statement
 VALUE_AT_LOCATION = frozenset({"AMP301"})
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
@@ -282,6 +286,29 @@ def call_around(text: str, row: int, column: int) -> str:
         )
 
     return _source(text, _innermost(text, holds, lambda n: (n.lineno, n.col_offset)))
+
+
+def torch_imports(text: str, snippet: str) -> Dict[str, str]:
+    """{name: qualified name} for the free names of `snippet` that `text` imports from torch
+    (`from torch.distributed.fsdp import MixedPrecisionPolicy`, `import torch.distributed as
+    dist`, `... import default_hooks as default`); names imported from elsewhere are left out."""
+    try:
+        tree = ast.parse(text)
+        wanted = set(free_names(parse(snippet)).names)
+    except (SyntaxError, ValueError, Refused, RecursionError):
+        return {}
+    out: Dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            pairs = [(a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0]) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            pairs = [(a.asname or a.name, f"{node.module}.{a.name}") for a in node.names if a.name != "*"]
+        else:
+            continue
+        for name, qualname in pairs:
+            if name in wanted and qualname.split(".")[0] == "torch":
+                out[name] = qualname
+    return out
 
 
 def value_at(text: str, row: int) -> str:
@@ -387,6 +414,13 @@ class Preludes:
             source = call_around(own, d.location.row, d.location.column)
             if source:
                 data["snippet"] = source
+        if code in IMPORTED_NAMES and not data.get("snippet") and own is not None:
+            source = call_at(own, d.location.row, d.location.column) or call_around(own, d.location.row, d.location.column)
+            if source:
+                data["snippet"] = source
+                names = torch_imports(own, source)
+                if names:
+                    data["names"] = {**names, **(data.get("names") if isinstance(data.get("names"), dict) else {})}
         if code in VALUE_AT_LOCATION and not data.get("snippet") and own is not None:
             source = value_at(own, d.location.row)
             if source:

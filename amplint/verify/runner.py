@@ -210,6 +210,7 @@ class Runner:
         cmd.extend(["--cgroup", cgroup_v2_status()])
         if self._sandbox is not None:
             cmd.append("--require-seccomp")  # a sandboxed run holds every layer, or does not start
+            cmd.append("--private-network")  # bwrap's --unshare-net: 2-rank findings may use its loopback
             cmd = self._sandbox.command(cmd, env=env, cwd=run_dir)
             env, cwd = {"PATH": env["PATH"]}, self._workdir
         else:

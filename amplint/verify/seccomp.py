@@ -13,6 +13,12 @@ that refuses with EPERM:
   ENOSYS, so the C library falls back to `clone`). A finding is one process, so its
   address-space limit bounds all the memory it holds, and nothing it starts outlives it;
 * sockets: `socket` for every family (a pair from `socketpair` reaches nothing outside);
+  the filter of a rank of a 2-process finding (`rank_bpf`) allows `socket` for TCP over
+  AF_INET/AF_INET6 and AF_NETLINK's NETLINK_ROUTE only (what gloo's TCP transport needs:
+  its pairs, and `getifaddrs` for GLOO_SOCKET_IFNAME=lo), every other family, type
+  (UDP, raw, SCTP) and netlink protocol still EPERM; such
+  a rank runs only where the sandbox's network namespace has nothing but its own loopback,
+  and Landlock bounds its TCP ports (`confine.landlock`);
 * keyrings: `add_key`, `request_key`, `keyctl`;
 * io_uring, userfaultfd, `ptrace`, `process_vm_readv/writev`, `pidfd_getfd`, `bpf`,
   `perf_event_open`;
@@ -23,7 +29,7 @@ that refuses with EPERM:
   `open_by_handle_at`, the terminal's TIOCSTI/TIOCLINUX ioctls).
 
 A system call from another architecture's table (i386's `int 0x80`, x32) kills the
-process: the filter is written for the native one. The worker compiles the program
+process: the filter is written for the native one. The worker compiles both programs
 once (`build`); each forked child installs those bytes with `prctl` (`install`), so no
 library code runs between fork and the experiment. What a deny list leaves open is the
 rest of the ordinary system-call surface (docs/verifier.md, "what is left open").
@@ -34,7 +40,7 @@ import ctypes
 import errno
 import os
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
@@ -73,23 +79,41 @@ class SeccompUnavailable(Exception):
 
 class Program:
     """A compiled filter: the BPF bytes, what it refuses, and the system-call numbers the
-    child needs before it installs them (`keyctl`, for a fresh session keyring)."""
+    child needs before it installs them (`keyctl`, for a fresh session keyring); `rank_bpf`
+    is the same filter with `socket` allowed for the families gloo needs (`RANK_FAMILIES`)."""
 
-    def __init__(self, bpf: bytes, denied: List[str], unknown: List[str], numbers: Dict[str, int]) -> None:
+    def __init__(self, bpf: bytes, denied: List[str], unknown: List[str], numbers: Dict[str, int], rank_bpf: Optional[bytes] = None) -> None:
         self.bpf = bpf
         self.denied = denied
         self.unknown = unknown
         self.numbers = numbers
+        self.rank_bpf = rank_bpf
+
+
+#: AF_INET, AF_INET6, AF_NETLINK: the only `socket` families of a rank (NETLINK_ROUTE only)
+AF_INET, AF_INET6, AF_NETLINK = 2, 10, 16
+RANK_FAMILIES = (AF_INET, AF_INET6, AF_NETLINK)
+SOCK_STREAM, IPPROTO_TCP = 1, 6
+#: families are small numbers (AF_MAX is 46 in Linux 6.x); every value from here up is refused
+_FAMILY_CEILING = 64
 
 
 def build() -> Program:
-    """Compile the filter for this machine's architecture; SeccompUnavailable saying why not."""
+    """Compile the filters (a finding's, a rank's) for this machine's architecture;
+    SeccompUnavailable saying why not."""
     try:
         import pyseccomp as sc
     except ImportError:
         raise SeccompUnavailable("pyseccomp is not installed (pip install pyseccomp)") from None
     except (OSError, RuntimeError) as exc:  # pyseccomp found no libseccomp
         raise SeccompUnavailable(f"libseccomp is not available ({exc}; apt-get install libseccomp2)") from None
+    bpf, denied, unknown, numbers = _compile(sc, rank=False)
+    rank_bpf = _compile(sc, rank=True)[0]
+    return Program(bpf, denied, unknown, numbers, rank_bpf)
+
+
+def _compile(sc: Any, rank: bool) -> Tuple[bytes, List[str], List[str], Dict[str, int]]:
+    """(BPF bytes, refused, unknown to libseccomp, system-call numbers) of one filter."""
     try:
         f = sc.SyscallFilter(defaction=sc.ALLOW)
         f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
@@ -97,11 +121,29 @@ def build() -> Program:
         denied: List[str] = []
         unknown: List[str] = []
         for name in DENIED:
+            if rank and name == "socket":
+                continue
             try:
                 f.add_rule(deny, name)
                 denied.append(name)
             except (OSError, ValueError, RuntimeError):
                 unknown.append(name)
+        if rank:
+            # socket(family, ...): one rule per refused family (libseccomp takes one comparison
+            # per argument and rule); the 64-bit compare also refuses a family with high bits set
+            for family in range(_FAMILY_CEILING):
+                if family not in RANK_FAMILIES:
+                    f.add_rule(deny, "socket", sc.Arg(0, sc.EQ, family))
+            f.add_rule(deny, "socket", sc.Arg(0, sc.GE, _FAMILY_CEILING))
+            f.add_rule(deny, "socket", sc.Arg(0, sc.EQ, AF_NETLINK), sc.Arg(2, sc.NE, 0))  # NETLINK_ROUTE only
+            for family in (AF_INET, AF_INET6):  # TCP only (what Landlock bounds): SOCK_STREAM, protocol 0 or 6
+                for kind in range(16):
+                    if kind != SOCK_STREAM:
+                        f.add_rule(deny, "socket", sc.Arg(0, sc.EQ, family), sc.Arg(1, sc.MASKED_EQ, 0xF, kind))
+                for protocol in (1, 2, 3, 4, 5):
+                    f.add_rule(deny, "socket", sc.Arg(0, sc.EQ, family), sc.Arg(2, sc.EQ, protocol))
+                f.add_rule(deny, "socket", sc.Arg(0, sc.EQ, family), sc.Arg(2, sc.GE, IPPROTO_TCP + 1))
+            denied.append("socket (but TCP over AF_INET/AF_INET6, and NETLINK_ROUTE)")
         # clone: a thread, never a process, and never into new namespaces
         f.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
         for flag in CLONE_NEW_FLAGS:
@@ -128,7 +170,7 @@ def build() -> Program:
         raise SeccompUnavailable(f"libseccomp refused the filter: {exc}") from None
     if not bpf or len(bpf) % 8:
         raise SeccompUnavailable("libseccomp exported no filter")
-    return Program(bpf, denied, unknown, numbers)
+    return bpf, denied, unknown, numbers
 
 
 class _SockFprog(ctypes.Structure):

@@ -17,7 +17,8 @@ and reads one JSON object per line from the worker's *original* stdout:
 The worker never runs an experiment (or the user's code) itself: each request runs
 in a forked, confined child (`forked.py`) that cannot reach the protocol pipe, and
 the worker enforces the request's timeout, so a hang or crash costs one verdict,
-not the warm worker. File descriptor 1 is re-pointed at stderr before anything
+not the warm worker. An experiment whose module's `ranks(data)` says 2 runs on two
+sibling rank processes in a gloo group (`_run_ranks`). File descriptor 1 is re-pointed at stderr before anything
 else runs, so the worker's own prints never reach the protocol either.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ import traceback
 import warnings
 from typing import Any, Dict, Optional
 
-from .forked import VERDICTS, run_forked
+from .forked import VERDICTS, ranks_refused, run_forked, run_group
 
 
 def _protocol_stream():
@@ -138,7 +139,7 @@ def _fail_verdict(kind: str, problem: str, request: Dict[str, Any], env: Dict[st
         lines = [ln for ln in output.splitlines() if ln.strip() and "Failed to initialize NumPy" not in ln]
         evidence["output"] = " | ".join(lines[-6:])[-600:]
     out: Dict[str, Any] = {
-        "verdict": "inconclusive" if kind == "timeout" else "error",
+        "verdict": "inconclusive" if kind in ("timeout", "inconclusive") else "error",
         "reason": problem,
         "method": "experiment",
         "summary": None,
@@ -167,6 +168,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--read", action="append", default=[], help="a folder findings may read (Landlock)")
     parser.add_argument("--require-seccomp", action="store_true", help="refuse to start without the seccomp filter")
     parser.add_argument("--cgroup", default="", help="why no cgroup v2 bounds a finding here (the layers line says it)")
+    parser.add_argument("--private-network", action="store_true",
+                        help="this worker is in the sandbox's network namespace (checked: only `lo`): 2-rank findings may run")
     args = parser.parse_args(argv)
     proto = _protocol_stream()
     _watch_parent()
@@ -219,11 +222,14 @@ def main(argv: Optional[list] = None) -> int:
         devices=devices,
         seccomp=program.bpf if program is not None else None,
         keyctl_nr=keyctl_nr,
+        rank_seccomp=program.rank_bpf if program is not None else None,
+        private_network=bool(args.private_network) and confine.only_loopback(),
     )
     if abi:
         layers.append(f"landlock ABI {abi}")
     layers.append("rlimits")
     layers.extend(seccomp.summary(program))
+    layers.append(_ranks_layer(limits))
     close = [proto.fileno(), 0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy"
@@ -252,6 +258,22 @@ def main(argv: Optional[list] = None) -> int:
 
 #: keyctl's number where no libseccomp can tell it (the filter's absence is reported anyway)
 _KEYCTL = {"x86_64": 250, "aarch64": 219}
+
+
+def _ranks_layer(limits: Any) -> str:
+    """The layers line's words for 2-rank findings (AMP803): how they are confined, or why not run."""
+    from . import confine
+
+    refused = ranks_refused(limits)
+    if refused is None:
+        try:
+            low, high = confine.ephemeral_ports()
+        except OSError as exc:
+            refused = f"no ephemeral port range ({exc})"
+    if refused is not None:
+        return f"2-rank findings: not run ({refused})"
+    return (f"2-rank findings: two sibling processes, each confined as a finding but for TCP sockets on the sandbox's "
+            f"own loopback (Landlock: bind to a kernel-picked port, connect to {low}-{high}) and NETLINK_ROUTE")
 
 
 def _memory_layer(limits: Any, one_process: bool, cgroup: str) -> str:
@@ -291,7 +313,9 @@ def _warm_up(lab: Any) -> None:
     folder = os.path.dirname(os.path.abspath(experiments.__file__))
     for name in sorted(os.listdir(folder)):
         if name.endswith(".py") and name != "__init__.py":
-            importlib.import_module(f"{experiments.__name__}.{name[:-3]}")
+            module = importlib.import_module(f"{experiments.__name__}.{name[:-3]}")
+            if callable(getattr(module, "warm", None)):  # e.g. torch.distributed for the ranks
+                module.warm()
     importlib.import_module(".snippet", __package__)
     torch = lab.torch
     lab.begin("warm-up", 0)
@@ -354,13 +378,67 @@ def _serve(lab: Any, send: Any, limits: Any, close: list, env: Dict[str, Any]) -
             os._exit(0)  # nothing to clean up here; interpreter teardown with torch loaded is slow
         if request.get("op") == "run":
             timeout = _timeout(request)
-            outcome = run_forked(lambda: run_one(lab, request), limits, timeout, close)
-            if outcome.result is not None:
-                result = outcome.result
+            world = _world(request)
+            if world > 1:
+                result = _run_ranks(lab, request, world, limits, timeout, close, env)
             else:
-                result = _fail_verdict(outcome.kind, outcome.problem or "no verdict", request, env, outcome.output())
+                outcome = run_forked(lambda: run_one(lab, request), limits, timeout, close)
+                if outcome.result is not None:
+                    result = outcome.result
+                else:
+                    result = _fail_verdict(outcome.kind, outcome.problem or "no verdict", request, env, outcome.output())
             send({"op": "result", "id": request.get("id"), "result": result})
     return 0
+
+
+#: the most ranks a finding may ask for
+MAX_WORLD = 2
+
+
+def _experiment_module(request: Dict[str, Any]) -> Any:
+    code = request.get("code") or "?"
+    target = request.get("target") or f"amplint.verify.experiments.{code.lower()}:run"
+    return importlib.import_module(target.partition(":")[0])
+
+
+def _world(request: Dict[str, Any]) -> int:
+    """How many ranks the request's experiment runs on: its module's `ranks(data)` (amplint's
+    own code, read here before anything is forked), 1 when it has none or fails."""
+    try:
+        ranks = getattr(_experiment_module(request), "ranks", None)
+        world = int(ranks(dict(request.get("data") or {}))) if callable(ranks) else 1
+    except Exception:  # noqa: BLE001 - the single-process path reports a broken experiment
+        return 1
+    return min(max(world, 1), MAX_WORLD)
+
+
+def _run_ranks(lab: Any, request: Dict[str, Any], world: int, limits: Any, timeout: float, close: list, env: Dict[str, Any]) -> Dict[str, Any]:
+    """One finding on `world` sibling rank processes (`forked.run_group`): rank r runs the
+    experiment with `data["_group"]` = {rank, world, store} (the rendezvous file in their
+    shared temp folder). The verdict is rank 0's when every rank gave the same one."""
+    refused = ranks_refused(limits)
+    if refused is not None:
+        return _fail_verdict("inconclusive", f"not run on {world} ranks: {refused}", request, env, "")
+    data = dict(request.get("data") or {})
+
+    def body(rank: int, workdir: str) -> Dict[str, Any]:
+        group = {"rank": rank, "world": world, "store": os.path.join(workdir, "rendezvous")}
+        return run_one(lab, dict(request, data=dict(data, _group=group)))
+
+    outcomes = run_group(body, world, limits, timeout, close)
+    timed_out = next((o for o in outcomes if o.result is None and o.kind == "timeout"), None)
+    if timed_out is not None:
+        return _fail_verdict("timeout", timed_out.problem or "timeout", request, env, timed_out.output())
+    # the rank that failed on its own, before one the worker killed because of it
+    failed = sorted((o.killed, rank) for rank, o in enumerate(outcomes) if o.result is None)
+    if failed:
+        rank = failed[0][1]
+        problem = outcomes[rank].problem or "no verdict"
+        return _fail_verdict("error", f"rank {rank}: {problem}", request, env, outcomes[rank].output())
+    verdicts = [o.result.get("verdict") for o in outcomes]
+    if len(set(verdicts)) > 1:
+        return _fail_verdict("error", f"the ranks disagree: {', '.join(f'rank {r} {v}' for r, v in enumerate(verdicts))}", request, env, "")
+    return outcomes[0].result
 
 
 if __name__ == "__main__":

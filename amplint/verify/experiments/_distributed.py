@@ -16,16 +16,22 @@ shard of the reduced gradient the reduce-scatter would give it (both ranks run t
 reduced gradient is the local one). The scalers, the clip and the collectives are torch's own. FSDP2
 (`fully_shard`), DDP and DDP's `fp16_compress_hook` are the real ones.
 
+`joined(data)` is the other use: inside the sandbox, a finding's experiment (AMP803) runs on 2
+sibling rank processes the worker starts (`forked.run_group`), and `joined` puts each into their
+gloo group (the rendezvous file the worker named in `data["_group"]`, gloo's pairs on the sandbox's
+own loopback).
+
 Importing this module imports no torch (the verifier's worker imports every experiment module).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 WORLD = 2
 #: the MLP every measurement trains: Linear(8, 16), ReLU, Linear(16, 4); batch 64
@@ -86,6 +92,33 @@ def _child(names: List[str], rank: int, world: int, store: str, out: str) -> Non
         json.dump(result, fh)
 
 
+#: seconds a collective of a finding's ranks may wait for the other rank (the worker's deadline
+#: kills both sooner when the finding's timeout is shorter)
+GROUP_TIMEOUT_S = 120
+
+
+@contextlib.contextmanager
+def joined(data: Dict[str, Any]) -> Iterator[Tuple[int, int]]:
+    """(rank, world) inside the finding's gloo group; left (after a barrier) on the way out.
+    Only the worker's `data["_group"]` names the group: without it, LookupError."""
+    import datetime
+
+    import torch.distributed as dist
+
+    group = data.get("_group")
+    if not isinstance(group, dict) or not isinstance(group.get("store"), str):
+        raise LookupError("not started on ranks")
+    rank, world = int(group["rank"]), int(group["world"])
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # the sandbox's loopback: the only interface there is
+    dist.init_process_group("gloo", init_method="file://" + group["store"], rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
+    try:
+        yield rank, world
+        dist.barrier()  # no rank tears the group down while the other still uses it
+    finally:
+        dist.destroy_process_group()
+
+
 def measure(names: Sequence[str], timeout: float = 180.0) -> Dict[str, Dict[str, Any]]:
     """{name: {"rank0": ..., "rank1": ..., "torch": version, "world": 2}} for each measurement."""
     import torch
@@ -134,6 +167,16 @@ def fsdp1_on_cpu() -> Optional[str]:
     except Exception as exc:  # noqa: BLE001 - the message is the measurement
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def fsdp1_reason(torch: Any, subject: str = "FSDP1 (FullyShardedDataParallel)") -> str:
+    """Why an FSDP1 finding (AMP801, AMP802, AMP803 on `MixedPrecision` or Lightning's FSDP)
+    gets no verdict here; `subject` is what wraps the model."""
+    accelerator = getattr(torch, "accelerator", None)
+    if not (accelerator is not None and accelerator.is_available()):
+        return (f"needs an accelerator: {subject} raises without one "
+                "('FSDP needs a non-CPU accelerator device', docs/evidence.md#amp801)")
+    return f"needs 2 accelerators on 2 ranks: {subject} runs of a finding are not built yet"
 
 
 class _FlatShard:

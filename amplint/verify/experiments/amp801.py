@@ -1,0 +1,19 @@
+"""AMP801 fsdp-local-clip: no verdict without an accelerator, and the finding says why.
+
+The flagged clip runs on an FSDP1 (`FullyShardedDataParallel`) model, and FSDP1 raises on a
+machine without an accelerator ("FSDP needs a non-CPU accelerator device", torch 2.13), so the
+user's step cannot run on the CPU ranks the sandbox offers (docs/verifier.md, "2 ranks"). What
+the rule claims (each rank clips by its shard's norm) is measured on 2 gloo processes with a
+stand-in for FSDP1's sharding: docs/evidence.md#amp801, `_distributed.py` (`clip`).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from ._distributed import fsdp1_reason
+
+
+def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
+    import torch
+
+    return lab.inconclusive(fsdp1_reason(torch), {"wrapper": data.get("wrapper")})
