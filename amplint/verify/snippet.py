@@ -741,6 +741,19 @@ def run_source(tree: ast.Module, env: Dict[str, Any]) -> Any:
     return globs.get(value_name) if value_name else None
 
 
+def run_steps(tree: ast.Module, env: Dict[str, Any], first: int = 0) -> Iterator[Tuple[int, Dict[str, Any]]]:
+    """Execute the statements of `tree` one at a time in one namespace, yielding (index,
+    namespace) after each from `first` on (those before it run as one block: a prelude).
+    Raises what a statement raised; the statements before it have run and been yielded."""
+    globs = {"__builtins__": _SAFE_BUILTINS, "__amplint_return__": _Return, **RUNTIME_NAMES, **env}
+    body = tree.body
+    blocks = ([ast.Module(body=body[:first], type_ignores=[])] if first else []) + [ast.Module(body=[s], type_ignores=[]) for s in body[first:]]
+    for i, block in enumerate(blocks):
+        exec(compile_statements(block), globs)  # noqa: S102 - the user's own flagged code
+        if not first or i:
+            yield i + first - (1 if first else 0), globs
+
+
 def eval_expression(
     lab: Any,
     source: str,
