@@ -482,3 +482,48 @@ def test_amp301_runs_the_path_of_an_fp32_mask(runner, tmp_path, op, verdict):
         assert v["evidence"]["nan_at"] == "line 20"
     else:
         assert v["evidence"]["returned_beyond_fp16"] == 0
+
+
+# ----------------------------------------------------------------- AMP001 on an import line
+
+DISPATCH = textwrap.dedent(
+    """\
+    import torch
+
+    if is_npu_available():
+        from torch.npu.amp import GradScaler
+    else:
+        from torch.cuda.amp import GradScaler
+
+
+    class AmpWrapper:
+        def __init__(self, loss_scale="dynamic"):
+            scaler_type = GradScaler
+            if loss_scale == "dynamic":
+                self.loss_scaler = scaler_type()
+            else:
+                self.loss_scaler = scaler_type(init_scale=loss_scale)
+    """
+)
+
+
+def test_imported_call_is_the_files_own_call_of_the_import():
+    from amplint.verify.prelude import imported_call
+
+    assert imported_call(DISPATCH, 6, "GradScaler") == {"source": "scaler_type()", "row": 13, "name": "scaler_type"}
+    assert imported_call(DISPATCH, 6, "autocast") is None  # the line imports no such name
+    assert imported_call("from torch.cuda.amp import GradScaler\nisinstance(s, GradScaler)\n", 1, "GradScaler") is None
+
+
+@needs_torch
+def test_amp001_on_an_import_line_runs_the_files_call(runner, tmp_path):
+    from amplint.verify import verify_diagnostics
+
+    (tmp_path / "wrapper.py").write_text(DISPATCH)
+    result = lint_paths([str(tmp_path)], Config(exclude=(".git", "__pycache__"), root=str(tmp_path)))
+    (d,) = [d for d in result.diagnostics if d.code == "AMP001" and d.location.row == 6]
+    verify_diagnostics([d], device="cpu", runner=runner)
+    v = d.verification
+    assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
+    assert (v["evidence"]["called"], v["evidence"]["call_row"]) == ("scaler_type()", 13)
+    assert v["summary"].startswith("`scaler_type()` (line 13, imported by `from torch.cuda.amp import GradScaler`): FutureWarning")

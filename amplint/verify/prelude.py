@@ -493,6 +493,33 @@ def self_attributes(text: str, row: int, snippet: str) -> List[str]:
     return out
 
 
+def imported_call(text: str, row: int, name: str) -> Optional[Dict[str, Any]]:
+    """The first call in `text` of what the import at `row` binds for `name` (`from torch.cuda.amp
+    import GradScaler`), called by that name or by a name assigned from it (`scaler_type =
+    GradScaler` ... `scaler_type()`): {"source", "row", "name"}, None when the file calls none."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    bound = {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.lineno <= row <= (n.end_lineno or n.lineno)
+        for a in n.names
+        if a.name == name
+    }
+    if not bound:
+        return None
+    for n in ast.walk(tree):  # aliases: `scaler_type = GradScaler`
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in bound:
+            bound.update(t.id for t in n.targets if isinstance(t, ast.Name))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in bound]
+    if not calls:
+        return None
+    call = min(calls, key=lambda c: (c.lineno, c.col_offset))
+    return {"source": ast.get_source_segment(text, call) or ast.unparse(call), "row": call.lineno, "name": call.func.id}  # type: ignore[attr-defined]
+
+
 class Preludes:
     """The data sent for each finding: its own, plus the prelude from its file (files read once)."""
 
@@ -562,6 +589,12 @@ class Preludes:
                 if prelude:
                     path.update(prelude=prelude, prelude_names=names)
                 data["path"] = path
+        if code == "AMP001" and data.get("use") == "import" and own is not None and isinstance(data.get("deprecated"), str):
+            # an import line: the file's own call of what it imports is the code to run
+            call = imported_call(own, d.location.row, data["deprecated"].rsplit(".", 1)[-1])
+            if call:
+                names = data.get("names") if isinstance(data.get("names"), dict) else {}
+                data.update(import_line=data.get("snippet"), snippet=call["source"], call_row=call["row"], names={**names, call["name"]: data["deprecated"]})
         if code in CAST_RULES:
             cast = self._cast(d, data)
             if cast:
