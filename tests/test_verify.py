@@ -103,9 +103,51 @@ def _fixture_class(name: str, fixture: str = "custom_ops.py") -> str:
 # `LinearReLU` adds an fp32 bias to its matmul: fp32 inputs give an fp32 output and an all-fp32
 # backward; an input handed over in low precision (an earlier autocast op's output) meets the fp32 grad
 AMP501_FP32_BIAS = _fixture_class("LinearReLU")
-AMP501_FP32_BIAS_DECORATED = AMP501_FP32_BIAS.replace(
-    "    def forward", '    @torch.amp.custom_fwd(device_type="{dev}")\n    def forward'
-).replace("    def backward", '    @torch.amp.custom_bwd(device_type="{dev}")\n    def backward')
+
+
+def _decorated(source: str) -> str:
+    return source.replace("    def forward", '    @torch.amp.custom_fwd(device_type="{dev}")\n    def forward').replace(
+        "    def backward", '    @torch.amp.custom_bwd(device_type="{dev}")\n    def backward'
+    )
+
+
+AMP501_FP32_BIAS_DECORATED = _decorated(AMP501_FP32_BIAS)
+
+# a config dict read by key and (2, 4) masks beside (2, 4, 4) activations (transformers' YOSO shape)
+AMP501_CONFIG = """\
+class Cumulation(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, query_mask, key_mask, query, key, value, config):
+        expectation = torch.matmul(query, key.transpose(-1, -2)) ** config["hash_code_len"]
+        expectation = expectation * query_mask[:, :, None] * key_mask[:, None, :]
+        ctx.save_for_backward(expectation, value)
+        return torch.matmul(expectation, value)
+
+    @staticmethod
+    def backward(ctx, grad):
+        expectation, value = ctx.saved_tensors
+        return None, None, None, None, torch.matmul(expectation.transpose(-1, -2), grad), None
+"""
+# a backward that all-reduces through deepspeed.comm and keeps the handle in a dict (DeepSpeed's Domino)
+AMP501_ALL_REDUCE = """\
+class AsyncLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, inp, weight, bias, handle_dic, h_id):
+        ctx.save_for_backward(inp, weight)
+        ctx.handle_dic, ctx.h_id = handle_dic, h_id
+        return torch.matmul(inp, weight.t()) + bias
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        inp, weight = ctx.saved_tensors
+        grad_input = torch.matmul(grad_output, weight)
+        ctx.handle_dic[ctx.h_id] = dist.all_reduce(grad_input, async_op=True)
+        g = grad_output.view(-1, grad_output.shape[-1])
+        grad_weight = torch.matmul(g.t(), inp.view(-1, inp.shape[-1]))
+        return grad_input, grad_weight, g.sum(0), None, None
+"""
+
+
 
 AMP202_BLOCK = """\
         with torch.autocast("cuda", dtype=torch.float16):
@@ -227,6 +269,10 @@ CASES = [
     ("501-decorated", "AMP501", {"snippet": AMP501_DECORATED}, "not-reproduced", "snippet"),
     ("501-fp32-bias", "AMP501", {"snippet": AMP501_FP32_BIAS}, "confirmed", "snippet"),
     ("501-fp32-bias-decorated", "AMP501", {"snippet": AMP501_FP32_BIAS_DECORATED}, "not-reproduced", "snippet"),
+    ("501-config-dict", "AMP501", {"snippet": AMP501_CONFIG}, "confirmed", "snippet"),
+    ("501-config-dict-decorated", "AMP501", {"snippet": _decorated(AMP501_CONFIG)}, "not-reproduced", "snippet"),
+    ("501-all-reduce", "AMP501", {"snippet": AMP501_ALL_REDUCE, "names": {"dist": "deepspeed.comm"}}, "confirmed", "snippet"),
+    ("501-all-reduce-decorated", "AMP501", {"snippet": _decorated(AMP501_ALL_REDUCE), "names": {"dist": "deepspeed.comm"}}, "not-reproduced", "snippet"),
     # AMP503
     ("503-canonical", "AMP503", {}, "confirmed", "experiment"),
     ("503-rule-data", "AMP503", {"decorator": "torch.amp.custom_bwd"}, "confirmed", "experiment"),

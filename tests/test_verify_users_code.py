@@ -418,3 +418,112 @@ def test_amp401_uncomputed_weights_are_no_verdict(runner):
     data = {"dtype": "fp16", "cast": _cast("model.half()"), "snippet": 'torch.save({"master": get_master_weights(model)}, path)'}
     v = runner.run("AMP401", data)
     assert v["verdict"] == "inconclusive" and "which may hold the weights" in v["reason"], v
+
+
+# ----------------------------------------------------------------- AMP301: the flagged value's path
+
+LOCAL_ATTENTION = textwrap.dedent(
+    """\
+    import torch
+
+
+    class LocalAttention(torch.nn.Module):
+        def side_bias(self, mask):
+            bias = torch.where(mask > 0, 0.0, -1e10)
+            bias = bias + self.offsets
+            return bias
+
+        def forward(self, q, k, mask):
+            with torch.autocast("cuda", dtype=torch.float16):
+                scores = q @ k.transpose(-1, -2)
+            if mask is not None:
+                local = torch.where(mask > 0, 0.0, -1e10)
+            else:
+                local = None
+            side = self.side_bias(mask)
+            side = side.type(scores.dtype)
+            scores {op} local
+            return torch.softmax(scores.float(), dim=-1)
+    """
+)
+
+
+def test_value_path_follows_the_value_through_its_function_and_its_caller():
+    from amplint.verify.prelude import RETURNED, value_path
+
+    text = LOCAL_ATTENTION.format(op="+=")
+    path = value_path(text, 14)  # `local = torch.where(...)`: the `else` arm is not on its path
+    assert path["source"].splitlines() == ["local = torch.where(mask > 0, 0.0, -10000000000.0)", "scores += local", f"{RETURNED} = torch.softmax(scores.float(), dim=-1)"]
+    assert path["rows"] == [14, 19, 20] and path["ends"] == "returned"
+    side = value_path(text, 6)  # returned by `side_bias`: on into `forward`, from `side = self.side_bias(mask)`
+    assert side["rows"] == [6, 7, 8, 17, 18] and side["functions"] == ["side_bias", "forward"] and side["ends"] == "function"
+    assert side["source"].splitlines()[2:4] == [f"{RETURNED} = bias", f"side = {RETURNED}"]
+    overwritten = "def f(s, m):\n    b = torch.where(m, 0.0, -1e10)\n    b = torch.zeros(4)\n    s += b\n"
+    assert value_path(overwritten, 2) is None  # `b` is another value from line 3 on: the path is the flagged line alone
+
+
+@needs_torch
+@pytest.mark.parametrize("op, verdict", [("+=", "confirmed"), ("= scores.float() +", "not-reproduced")])
+def test_amp301_runs_the_path_of_an_fp32_mask(runner, tmp_path, op, verdict):
+    """`torch.where(mask > 0, 0.0, -1e10)` is an fp32 tensor: finite. Added in place to the fp16
+    scores it becomes -inf (and the softmax row NaN); the twin adds it out of place, which
+    promotes the scores to fp32, and returns a softmax: nothing overflows."""
+    from amplint.verify import verify_diagnostics
+
+    (tmp_path / "attn.py").write_text(LOCAL_ATTENTION.format(op=op))
+    result = lint_paths([str(tmp_path)], Config(exclude=(".git", "__pycache__"), root=str(tmp_path)))
+    (d,) = [d for d in result.diagnostics if d.code == "AMP301" and d.location.row == 14]
+    verify_diagnostics([d], device="cpu", runner=runner)
+    v = d.verification
+    assert (v["verdict"], v["method"]) == (verdict, "snippet"), v
+    assert v["evidence"]["result_dtype"] == "float32"  # the flagged expression alone: finite
+    if verdict == "confirmed":
+        assert (v["evidence"]["met_at"], v["evidence"]["overflowed"]) == ("line 19", "scores"), v
+        assert v["evidence"]["nan_at"] == "line 20"
+    else:
+        assert v["evidence"]["returned_beyond_fp16"] == 0
+
+
+# ----------------------------------------------------------------- AMP001 on an import line
+
+DISPATCH = textwrap.dedent(
+    """\
+    import torch
+
+    if is_npu_available():
+        from torch.npu.amp import GradScaler
+    else:
+        from torch.cuda.amp import GradScaler
+
+
+    class AmpWrapper:
+        def __init__(self, loss_scale="dynamic"):
+            scaler_type = GradScaler
+            if loss_scale == "dynamic":
+                self.loss_scaler = scaler_type()
+            else:
+                self.loss_scaler = scaler_type(init_scale=loss_scale)
+    """
+)
+
+
+def test_imported_call_is_the_files_own_call_of_the_import():
+    from amplint.verify.prelude import imported_call
+
+    assert imported_call(DISPATCH, 6, "GradScaler") == {"source": "scaler_type()", "row": 13, "name": "scaler_type"}
+    assert imported_call(DISPATCH, 6, "autocast") is None  # the line imports no such name
+    assert imported_call("from torch.cuda.amp import GradScaler\nisinstance(s, GradScaler)\n", 1, "GradScaler") is None
+
+
+@needs_torch
+def test_amp001_on_an_import_line_runs_the_files_call(runner, tmp_path):
+    from amplint.verify import verify_diagnostics
+
+    (tmp_path / "wrapper.py").write_text(DISPATCH)
+    result = lint_paths([str(tmp_path)], Config(exclude=(".git", "__pycache__"), root=str(tmp_path)))
+    (d,) = [d for d in result.diagnostics if d.code == "AMP001" and d.location.row == 6]
+    verify_diagnostics([d], device="cpu", runner=runner)
+    v = d.verification
+    assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
+    assert (v["evidence"]["called"], v["evidence"]["call_row"]) == ("scaler_type()", 13)
+    assert v["summary"].startswith("`scaler_type()` (line 13, imported by `from torch.cuda.amp import GradScaler`): FutureWarning")

@@ -327,6 +327,170 @@ def value_at(text: str, row: int) -> str:
     return ast.get_source_segment(text, value) or ""
 
 
+#: at most this many statements on a value's path (the flagged one, its uses, a caller's uses)
+MAX_PATH = 16
+#: the name a path gives the value its function returns (the caller's statement reads it)
+RETURNED = "__amplint_returned__"
+
+
+def _assigned(stmt: ast.stmt) -> Set[str]:
+    """Names a simple statement binds: assignment targets, and the receiver of an in-place
+    method call (`scores.masked_fill_(...)`, `x.add_(m)`)."""
+    names: Set[str] = set()
+    if isinstance(stmt, ast.Assign):
+        targets: List[ast.AST] = list(stmt.targets)
+    elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        targets = [stmt.target]
+    else:
+        targets = []
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_"):
+            if isinstance(call.func.value, ast.Name):
+                names.add(call.func.value.id)
+    for t in targets:
+        if isinstance(t, ast.Name):
+            names.add(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            names.update(e.id for e in t.elts if isinstance(e, ast.Name))
+    return names
+
+
+def _reads(stmt: ast.stmt, names: Set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names for n in ast.walk(stmt)) or (
+        isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id in names
+    )
+
+
+def _stores_elsewhere(stmt: ast.stmt) -> bool:
+    """An assignment into an attribute or item (`self.mask = m`): the value leaves the path."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) else []
+    return any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in targets)
+
+
+def _simple(body: List[ast.stmt], chain: Tuple[Tuple[int, str], ...] = ()) -> Iterator[Tuple[ast.stmt, Tuple[Tuple[int, str], ...]]]:
+    """The simple statements of a function body in source order, each with its chain of
+    (compound statement, arm) around it; nested functions and classes are not entered."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if not isinstance(node, _COMPOUND):
+            yield node, chain
+            continue
+        for arm in ("body", "orelse", "finalbody"):
+            yield from _simple(getattr(node, arm, []) or [], chain + ((id(node), arm),))
+        for i, handler in enumerate(getattr(node, "handlers", []) or []):
+            yield from _simple(handler.body, chain + ((id(node), f"handler{i}"),))
+
+
+def _exclusive(a: Tuple[Tuple[int, str], ...], b: Tuple[Tuple[int, str], ...]) -> bool:
+    """The two chains sit in different arms of one compound statement (`if`/`else`): no run reaches both."""
+    for x, y in zip(a, b):
+        if x != y:
+            return x[0] == y[0]
+    return False
+
+
+def _follow(func: ast.AST, start: ast.stmt, tracked: Set[str], steps: List[Tuple[str, int]], escapes: List[str]) -> bool:
+    """Append to `steps` the statements of `func` after `start` that read a name the value
+    reached (`tracked`, which grows with their targets); True when the value is returned."""
+    flat = list(_simple(func.body))  # type: ignore[attr-defined]
+    here = next((c for s, c in flat if s is start), None)
+    if here is None:
+        return False
+    after = False
+    returned = False
+    for stmt, chain in flat:
+        if stmt is start:
+            after = True
+            continue
+        if not after or _exclusive(here, chain):
+            continue
+        if len(steps) >= MAX_PATH or not tracked:
+            break
+        if not _reads(stmt, tracked):
+            if chain == here[: len(chain)]:  # overwritten on every run that got here: no longer the value
+                tracked -= _assigned(stmt)
+            continue
+        if isinstance(stmt, ast.Return):
+            if stmt.value is not None:
+                steps.append((f"{RETURNED} = {ast.unparse(stmt.value)}", stmt.lineno))
+                returned = True
+            break
+        if _stores_elsewhere(stmt):
+            escapes.append(f"stored by line {stmt.lineno}")
+        steps.append((ast.unparse(stmt), stmt.lineno))
+        tracked |= _assigned(stmt)
+    return returned
+
+
+def _caller(tree: ast.Module, func: ast.AST) -> Optional[Tuple[ast.AST, ast.stmt, str]]:
+    """(caller function, statement, target) of the first `target = f(...)` / `target = self.f(...)`
+    of the file that calls `func` (a method through `self`, a module function by name)."""
+    method = any(isinstance(n, ast.ClassDef) and func in n.body for n in ast.walk(tree))
+    name = func.name  # type: ignore[attr-defined]
+    for outer in ast.walk(tree):
+        if not isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)) or outer is func:
+            continue
+        for stmt, _ in _simple(outer.body):
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+                continue
+            call = stmt.value
+            if not isinstance(call, ast.Call):
+                continue
+            f = call.func
+            if (method and isinstance(f, ast.Attribute) and f.attr == name and isinstance(f.value, ast.Name) and f.value.id == "self") or (
+                not method and isinstance(f, ast.Name) and f.id == name
+            ):
+                return outer, stmt, stmt.targets[0].id
+    return None
+
+
+def value_path(text: str, row: int) -> Optional[Dict[str, Any]]:
+    """The path of the value the statement at `row` assigns: that statement, then each later
+    statement of its function that reads the value or what was computed from it (the other
+    arm of an `if` around it left out), and, when the function returns it, the same from the
+    first statement of the file that assigns a call of that function (`bias = self.side_bias(m)`).
+
+    As one straight-line program (`source`, each statement on its own line, `rows` their
+    file rows); `ends` says whether the path stays in the code read (`function`) or leaves it
+    (`returned`, `stored`: the value goes where this file does not show)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    start = _innermost(
+        text, lambda n: isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _spans(n, row), lambda n: n.lineno,
+    )
+    func = _enclosing_function(tree, row)
+    if start is None or func is None:
+        return None
+    # the same node in `tree` (`_innermost` parsed its own copy)
+    start = next((s for s, _ in _simple(func.body) if s.lineno == start.lineno and type(s) is type(start)), None)
+    tracked = _assigned(start) if start is not None else set()
+    if not tracked:
+        return None
+    steps: List[Tuple[str, int]] = [(ast.unparse(start), start.lineno)]
+    escapes: List[str] = []
+    returned = _follow(func, start, set(tracked), steps, escapes)
+    ends = "function"
+    functions = [func.name]
+    if returned:
+        found = _caller(tree, func)
+        if found is None:
+            ends = "returned"
+        else:
+            outer, stmt, target = found
+            steps.append((f"{target} = {RETURNED}", stmt.lineno))
+            functions.append(outer.name)  # type: ignore[attr-defined]
+            if _follow(outer, stmt, {target}, steps, escapes):
+                ends = "returned"
+    if escapes and ends == "function":
+        ends = "stored"
+    if len(steps) < 2:
+        return None  # the flagged statement alone: nothing to add to the flagged expression
+    return {"source": "\n".join(s for s, _ in steps), "rows": [r for _, r in steps], "functions": functions, "ends": ends}
+
+
 def self_attributes(text: str, row: int, snippet: str) -> List[str]:
     """`self.X = ...` statements of the `__init__` of the class around `row`, for each `self.X(...)`
     the snippet calls (`self.aux_loss = nn.BCELoss()` for `self.aux_loss(aux, masks)`)."""
@@ -354,6 +518,33 @@ def self_attributes(text: str, row: int, snippet: str) -> List[str]:
             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr in wanted:
                 out.append(ast.unparse(stmt))
     return out
+
+
+def imported_call(text: str, row: int, name: str) -> Optional[Dict[str, Any]]:
+    """The first call in `text` of what the import at `row` binds for `name` (`from torch.cuda.amp
+    import GradScaler`), called by that name or by a name assigned from it (`scaler_type =
+    GradScaler` ... `scaler_type()`): {"source", "row", "name"}, None when the file calls none."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    bound = {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.lineno <= row <= (n.end_lineno or n.lineno)
+        for a in n.names
+        if a.name == name
+    }
+    if not bound:
+        return None
+    for n in ast.walk(tree):  # aliases: `scaler_type = GradScaler`
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in bound:
+            bound.update(t.id for t in n.targets if isinstance(t, ast.Name))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in bound]
+    if not calls:
+        return None
+    call = min(calls, key=lambda c: (c.lineno, c.col_offset))
+    return {"source": ast.get_source_segment(text, call) or ast.unparse(call), "row": call.lineno, "name": call.func.id}  # type: ignore[attr-defined]
 
 
 class Preludes:
@@ -425,6 +616,19 @@ class Preludes:
             source = value_at(own, d.location.row)
             if source:
                 data["snippet"] = source
+        if code in VALUE_AT_LOCATION and own is not None:  # where the flagged value goes: its path
+            path = value_path(own, d.location.row)
+            if path:
+                prelude, names = prelude_for(own, d.location.row, path["source"], data, False)
+                if prelude:
+                    path.update(prelude=prelude, prelude_names=names)
+                data["path"] = path
+        if code == "AMP001" and data.get("use") == "import" and own is not None and isinstance(data.get("deprecated"), str):
+            # an import line: the file's own call of what it imports is the code to run
+            call = imported_call(own, d.location.row, data["deprecated"].rsplit(".", 1)[-1])
+            if call:
+                names = data.get("names") if isinstance(data.get("names"), dict) else {}
+                data.update(import_line=data.get("snippet"), snippet=call["source"], call_row=call["row"], names={**names, call["name"]: data["deprecated"]})
         if code in CAST_RULES:
             cast = self._cast(d, data)
             if cast:

@@ -584,6 +584,75 @@ class Sink:
         return False
 
 
+#: modules of collective communication (`import deepspeed.comm as dist`)
+COLLECTIVES = frozenset({"torch.distributed", "deepspeed.comm"})
+
+
+class _Done:
+    """The handle of an asynchronous collective on a world of one: already complete."""
+
+    def wait(self, *_: Any, **__: Any) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+class SingleRank:
+    """A collective-communication module as on a world of one rank: the worker has no process
+    group (the sandbox refuses sockets), and over one rank `all_reduce`, `broadcast` and
+    `reduce` leave the tensor as it is, `all_gather` copies it; rank 0 of 1, and an
+    `async_op=True` call returns a completed handle. A Function's dtypes do not depend on the
+    number of ranks; any other attribute is unbound (an error if used)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"<{self._name} on a world of one rank>"
+
+    @staticmethod
+    def _done(async_op: bool = False, **_: Any) -> Any:
+        return _Done() if async_op else None
+
+    def all_reduce(self, tensor: Any, *_: Any, async_op: bool = False, **__: Any) -> Any:
+        return self._done(async_op)
+
+    broadcast = reduce = all_reduce
+
+    def all_gather(self, tensor_list: Any, tensor: Any, *_: Any, async_op: bool = False, **__: Any) -> Any:
+        tensor_list[0].copy_(tensor)
+        return self._done(async_op)
+
+    def all_gather_into_tensor(self, output: Any, tensor: Any, *_: Any, async_op: bool = False, **__: Any) -> Any:
+        output.copy_(tensor.reshape(output.shape))
+        return self._done(async_op)
+
+    reduce_scatter_tensor = all_gather_into_tensor
+
+    def barrier(self, *_: Any, async_op: bool = False, **__: Any) -> Any:
+        return self._done(async_op)
+
+    def get_world_size(self, *_: Any, **__: Any) -> int:
+        return 1
+
+    def get_rank(self, *_: Any, **__: Any) -> int:
+        return 0
+
+    def is_initialized(self) -> bool:
+        return True
+
+    is_available = is_initialized
+
+    def __getattr__(self, name: str) -> Any:
+        return Missing(f"{self._name}.{name}")
+
+
+def single_rank(qualname: str) -> Optional[SingleRank]:
+    """`SingleRank` for a collective-communication module's name, else None."""
+    return SingleRank(qualname) if qualname in COLLECTIVES else None
+
+
 # ----------------------------------------------------------------- expressions
 
 
@@ -739,6 +808,19 @@ def run_source(tree: ast.Module, env: Dict[str, Any]) -> Any:
     except _Return:
         pass
     return globs.get(value_name) if value_name else None
+
+
+def run_steps(tree: ast.Module, env: Dict[str, Any], first: int = 0) -> Iterator[Tuple[int, Dict[str, Any]]]:
+    """Execute the statements of `tree` one at a time in one namespace, yielding (index,
+    namespace) after each from `first` on (those before it run as one block: a prelude).
+    Raises what a statement raised; the statements before it have run and been yielded."""
+    globs = {"__builtins__": _SAFE_BUILTINS, "__amplint_return__": _Return, **RUNTIME_NAMES, **env}
+    body = tree.body
+    blocks = ([ast.Module(body=body[:first], type_ignores=[])] if first else []) + [ast.Module(body=[s], type_ignores=[]) for s in body[first:]]
+    for i, block in enumerate(blocks):
+        exec(compile_statements(block), globs)  # noqa: S102 - the user's own flagged code
+        if not first or i:
+            yield i + first - (1 if first else 0), globs
 
 
 def eval_expression(

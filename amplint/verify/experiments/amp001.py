@@ -1,7 +1,10 @@
 """AMP001 deprecated-amp-api: the FutureWarning is raised.
 
 Calls the flagged API (the finding's `snippet` when it is a call whose names
-all resolve, else the API named by `api`) with warnings recorded. Device-independent: the deprecation fires on
+all resolve, else the API named by `api`) with warnings recorded. A finding on an
+import line (`from torch.cuda.amp import GradScaler` beside other devices' imports)
+runs the file's own first call of what it imports (`scaler_type()` after
+`scaler_type = GradScaler`, read by the parent: `call_row`, `import_line`). Device-independent: the deprecation fires on
 construction whatever the device.
 """
 from __future__ import annotations
@@ -61,7 +64,12 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
         expected = data.get("warning")
         if isinstance(expected, str) and expected:
             ev["message_as_the_finding_says"] = expected.strip() in str(w.message)
-        return lab.confirmed(f"{w.category.__name__}: {str(w.message)[:200]}", ev, method=method)
+        through = ""
+        if method == "snippet" and isinstance(data.get("call_row"), int) and data.get("import_line"):
+            # an import line's finding: the file's own call of what it imports ran
+            ev.update(call_row=data["call_row"], import_line=data["import_line"])
+            through = f"`{data['snippet'].strip()}` (line {data['call_row']}, imported by `{data['import_line']}`): "
+        return lab.confirmed(f"{through}{w.category.__name__}: {str(w.message)[:200]}", ev, method=method)
     if error is not None and tree is not None:
         # the user's call failed for another reason: try the bare API
         _, error2, caught2 = record_warnings(lambda: _call_api(torch, api))
