@@ -6,7 +6,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 from amplint.model import (
     CLIP_FUNCTIONS, CallInfo, Diagnostic, Edit, Event, Invalid, Location, ModuleContext, Rule, Scope, Severity, Valid, exclusive, path_contains,
-    insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, scaling_fabric, step_data, step_source,
+    insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, scaling_choice, scaling_fabric, step_data, step_source,
 )
 
 #: accelerate's methods that unscale the gradients of its GradScaler (clip_grad_* call unscale_gradients)
@@ -248,6 +248,23 @@ for batch in loader:
         ),
         Valid(
             """
+import argparse
+import torch
+from accelerate import Accelerator
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed_precision", default="no", choices=["no", "bf16"])
+args = parser.parse_args()
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+            "a --mixed_precision flag whose choices include no fp16: accelerate never builds a GradScaler",
+        ),
+        Valid(
+            """
 import torch
 from accelerate import Accelerator
 accelerator = Accelerator(mixed_precision="fp16")
@@ -485,6 +502,24 @@ for batch in loader:
 """,
             why="Fabric's fp16 backward scales the loss with its own GradScaler",
         ),
+        Invalid(
+            """
+import argparse
+import torch
+from accelerate import Accelerator
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed_precision", default="no", choices=["no", "fp16", "bf16"])
+args = parser.parse_args()
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+            line=11,
+            why="the default is no mixed precision, but --mixed_precision fp16 is a supported choice: on it the clip sees scaled gradients",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -609,6 +644,9 @@ for batch in loader:
         threshold = clip.call.arg(1, "clip_value" if by_value else "max_norm")
         spelled = clip.call.dotted or func
         message = f"`{spelled}` clips gradients that the fp16 `{accelerator}.backward` left scaled"
+        choice = scaling_choice(ctx, accelerator, scope)
+        if choice is not None:  # fp16 is an argparse choice: name the run it concerns
+            message = f"when {choice}: {message}"
         fix = None
         if backward.order not in fixed and _accelerate_clip_compatible(clip.call, func) and len(_accelerate_unscales(scope)) == 0:
             fixed.add(backward.order)

@@ -496,7 +496,7 @@ for batch in loader:
         when accelerate did not wrap `opt`: it was never passed to `prepare`, or what was passed
         is an object of a class of this file that is no `torch.optim.Optimizer` (accelerate's
         `prepare` returns such objects as they are). The loss was scaled all the same."""
-        from amplint.model import scaling_accelerator, step_data
+        from amplint.model import scaling_accelerator, scaling_choice, step_data
 
         accelerator = backward.call.receiver_dotted
         if scaling_accelerator(ctx, accelerator, scope) is None or not step.optimizer:
@@ -511,6 +511,9 @@ for batch in loader:
         else:
             message = f"`{opt}.step()` steps scaled gradients: `{accelerator}.prepare` left `{why}` unwrapped"
             help = f"Pass each torch optimizer `{why}` holds to `{accelerator}.prepare(...)` instead of the `{why}`"
+        choice = scaling_choice(ctx, accelerator, scope)
+        if choice is not None:  # fp16 is an argparse choice: name the run it concerns
+            message = f"when {choice}: {message}"
         data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": accelerator, "unscaled": False}
         data.update(step_data(ctx, scope, backward, opt))
         return ctx.diagnostic(self, step.call.node, message, data=data, help=help)

@@ -70,6 +70,7 @@ _EXPORTS = {
     "is_grad_scaler_call": ".scalers",
     # accelerators
     "scaling_accelerator": ".accelerators",
+    "scaling_choice": ".accelerators",
     # fabrics (Lightning Fabric's fp16 backward, issue 23)
     "scaling_fabric": ".fabrics",
     # bindings
