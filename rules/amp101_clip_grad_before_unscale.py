@@ -110,6 +110,16 @@ class ClipGradBeforeUnscale(Rule):
     `accelerate launch` configuration can still switch to DeepSpeed at run
     time; the rule judges the code it reads.
 
+    One run-time choice counts: `mixed_precision=args.mixed_precision` where
+    the file defines that argparse option with literal `choices` that include
+    `"fp16"` (`choices=["no", "fp16", "bf16"]`). The fp16 run is then a
+    documented, supported choice and on it the clip certainly sees scaled
+    gradients, so the rule reports it, naming the choice (`when
+    --mixed_precision is fp16: ...`), at its usual severity: the finding is
+    certain on that run, only the run is the user's choice. Choices without
+    `"fp16"`, an option with no `choices` or non-literal ones, and a parser
+    in another file stay silent.
+
     With Fabric the same holds for `Fabric(precision="16-mixed")` (or `"16"`,
     `16`) built in the file: silent for `"bf16-mixed"`, a precision decided at
     run time, `plugins=`, `accelerator="cpu"` (Lightning runs bf16 there) and

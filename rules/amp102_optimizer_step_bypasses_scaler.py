@@ -83,6 +83,12 @@ class OptimizerStepBypassesScaler(Rule):
     non-AMP branch of `if use_amp: ... else: ...` (also when the condition is
     tested twice), when the last backward before the step was not scaled, and
     when the scaler is built with `enabled=False` or is not a torch GradScaler.
+    An `Accelerator(mixed_precision=args.mixed_precision)` counts as fp16 when
+    the file defines that argparse option with literal `choices` that include
+    `"fp16"`: on that supported run the step certainly applies scaled
+    gradients, and the message names the choice (`when --mixed_precision is
+    fp16: ...`); choices without `"fp16"` or ones the file does not spell
+    leave it silent.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP102` (docs/evidence.md#amp102)
@@ -279,6 +285,24 @@ for batch in loader:
 """,
             "bf16: accelerate builds no GradScaler, so an optimizer it never wrapped sees true gradients",
         ),
+        Valid(
+            """
+import argparse
+import torch
+from accelerate import Accelerator
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed_precision", default="no", choices=["no", "bf16"])
+args = parser.parse_args()
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+optimizer = torch.optim.AdamW(model.parameters())
+model, loader = accelerator.prepare(model, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            "a --mixed_precision flag whose choices include no fp16: accelerate's backward never scales",
+        ),
     ]
 
     INVALID = [
@@ -409,6 +433,25 @@ for batch in loader:
 """,
             line=8,
             why="an optimizer never passed to prepare steps on the gradients accelerator.backward scaled",
+        ),
+        Invalid(
+            """
+import argparse
+import torch
+from accelerate import Accelerator
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed_precision", default="no", choices=["no", "fp16", "bf16"])
+args = parser.parse_args()
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+optimizer = torch.optim.AdamW(model.parameters())
+model, loader = accelerator.prepare(model, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            line=12,
+            why="--mixed_precision fp16 is a supported choice: on it the unprepared optimizer steps scaled gradients",
         ),
     ]
 
