@@ -656,7 +656,7 @@ for batch in loader:
         message = f"`{spelled}` clips gradients that the fp16 `{accelerator}.backward` left scaled"
         choice = scaling_choice(ctx, accelerator, scope)
         if choice is not None:  # fp16 is an argparse choice: name the run it concerns
-            message = f"when {choice}: {message}"
+            message = f"when {choice}: `{func}` clips gradients that `{accelerator}.backward` left scaled"
         fix = None
         if backward.order not in fixed and _accelerate_clip_compatible(clip.call, func) and len(_accelerate_unscales(scope)) == 0:
             fixed.add(backward.order)

@@ -556,7 +556,9 @@ for batch in loader:
             help = f"Pass each torch optimizer `{why}` holds to `{accelerator}.prepare(...)` instead of the `{why}`"
         choice = scaling_choice(ctx, accelerator, scope)
         if choice is not None:  # fp16 is an argparse choice: name the run it concerns
-            message = f"when {choice}: {message}"
+            message = f"when {choice}: `{opt}.step()` steps scaled gradients" + (
+                f": `{opt}` was never prepared" if why == "" else f" (`{why}` is not prepared)"
+            )
         data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": accelerator, "unscaled": False}
         data.update(step_data(ctx, scope, backward, opt))
         return ctx.diagnostic(self, step.call.node, message, data=data, help=help)

@@ -421,7 +421,7 @@ def train(model, optimizer, loader):
         if region.dtype == "fp16":
             message = f"`{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
         elif choice is not None:  # an argparse option's literal choice selects fp16
-            message = f"when {choice}: `{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
+            message = f"when {choice}: `{_short(text, 16)}` from fp16 autocast is backpropagated without a GradScaler"
         else:  # a run-time choice among literal dtypes, float16 one of them
             message = f"`{_short(text)}` comes from an autocast that may be fp16, backpropagated without a GradScaler"
         data = {"loss": text, "region_row": row, "device": region.device, "dtype": "fp16"}
