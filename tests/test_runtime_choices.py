@@ -130,3 +130,29 @@ def test_an_accelerator_of_a_literal_fp16_names_no_choice():
     ctx, call = last_use('from accelerate import Accelerator\naccelerator = Accelerator(mixed_precision="fp16")')
     assert scaling_accelerator(ctx, "accelerator", call.scope) is not None
     assert scaling_choice(ctx, "accelerator", call.scope) is None
+
+
+@pytest.mark.parametrize(
+    "binding, read, known",
+    [
+        ("args = parser.parse_args()", "args.dtype", True),
+        ("args, unknown = parser.parse_known_args()", "args.dtype", True),
+        ("args = parser.parse_args()\ncfg = load_config(args.config)", "cfg.dtype", False),  # a config, not the parser's namespace
+        ("opt = parser.parse_args()", "args.dtype", False),
+    ],
+)
+def test_only_the_parsers_namespace_reads_an_option(binding, read, known):
+    source = PARSER + f'parser.add_argument("--dtype", choices=["fp16", "bf16"])\n{binding}\nVALUE = {read}'
+    ctx, _ = last_use(source)
+    assert (option_read(ctx, ctx.assignments_to("VALUE")[0].value) is not None) is known
+
+
+def test_a_function_parameter_named_like_the_namespace_reads_the_option():
+    source = PARSER + (
+        'parser.add_argument("--dtype", choices=["fp16", "bf16"])\n'
+        "def main(args):\n    return args.dtype\n"
+        "if __name__ == '__main__':\n    main(parser.parse_args())\n    args = parser.parse_args()"
+    )
+    ctx = context(source)
+    read = next(n for n in ctx.module.body[4].body.body[0].body if isinstance(n, cst.Return)).value
+    assert option_read(ctx, read) is not None

@@ -11,9 +11,11 @@ This module answers, for one file:
 
 * `options(ctx)`: the file's `add_argument("--flag", choices=[...], default=...)` calls by
   destination (`dest=`, else the first long flag with dashes turned to underscores);
-* `option_read(ctx, node)`: the option an expression `args.precision` reads (any receiver
-  holding the namespace: `args`, `opt`, `self.args`), when the file defines exactly one option
-  of that destination (or several with the same choices) and its choices are all literals;
+* `option_read(ctx, node)`: the option an expression `args.precision` reads, when its receiver
+  is a name the file binds to `parser.parse_args()` (or `parse_known_args()`; `args`, `opt`,
+  `self.args`; a function parameter of that name counts, the script hands it on), the file
+  defines exactly one option of that destination (or several with the same choices) and its
+  choices are all literals;
 * `choice_precision(value)`: the precision ('fp16' | 'bf16' | 'fp32') a choice's text spells,
   in torch's, accelerate's and Lightning's spellings (`float16`, `fp16`, `16`, `16-mixed`,
   `bf16-mixed`, `no`), None for anything else (`amp`, `int8`, a `None` choice).
@@ -41,6 +43,8 @@ from .names import dotted_name
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
 
+#: the parser methods whose result holds the options' values
+_PARSES = frozenset(("parse_args", "parse_known_args"))
 #: precision names beyond torch's dtype strings: accelerate's `mixed_precision`, Lightning's `precision`
 _PRECISION_NAMES: Dict[str, Optional[str]] = {
     **torchapi.DTYPE_STRINGS,
@@ -93,12 +97,34 @@ def option_read(ctx: "ModuleContext", node: Optional[cst.BaseExpression]) -> Opt
     if not isinstance(node, cst.Attribute):
         return None
     spelled = dotted_name(node)
-    if spelled is None or "." not in spelled:
+    if spelled is None or "." not in spelled or spelled.rsplit(".", 1)[0] not in _namespaces(ctx):
         return None
     found = options(ctx).get(node.attr.value)
     if not found or len({o.choices for o in found}) != 1:
         return None
     return found[0]
+
+
+def _namespaces(ctx: "ModuleContext") -> FrozenSet[str]:
+    """The names the file binds to a parser's result (`args = parser.parse_args()`, `args, _ =
+    parser.parse_known_args()`, `self.args = ...`): only their attributes read an option, not a
+    config object that happens to have an attribute of the same name."""
+    cached = ctx.__dict__.get("_runtime_namespaces")
+    if cached is None:
+        names = set()
+        for a in ctx.assignments:
+            value = a.value
+            if isinstance(value, cst.Tuple) and value.elements:
+                value = value.elements[0].value
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _PARSES:
+                if not a.unpacked:
+                    names.add(a.target)
+                elif isinstance(a.node, cst.Assign) and isinstance(a.node.targets[0].target, cst.Tuple):
+                    first = dotted_name(a.node.targets[0].target.elements[0].value)  # `args, unknown = parse_known_args()`
+                    if first:
+                        names.add(first)
+        cached = ctx._runtime_namespaces = frozenset(names)
+    return cached
 
 
 def _option(ctx: "ModuleContext", call: cst.Call) -> Optional[Option]:
