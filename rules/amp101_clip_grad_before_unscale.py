@@ -6,7 +6,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 from amplint.model import (
     CLIP_FUNCTIONS, CallInfo, Diagnostic, Edit, Event, Invalid, Location, ModuleContext, Rule, Scope, Severity, Valid, exclusive, path_contains,
-    insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, scaling_fabric, step_data, step_source,
+    insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, scaling_choice, scaling_fabric, step_data, step_source,
 )
 
 #: accelerate's methods that unscale the gradients of its GradScaler (clip_grad_* call unscale_gradients)
@@ -109,6 +109,16 @@ class ClipGradBeforeUnscale(Rule):
     `clip_grad_value_` runs before the clip (even under an `if`). An
     `accelerate launch` configuration can still switch to DeepSpeed at run
     time; the rule judges the code it reads.
+
+    One run-time choice counts: `mixed_precision=args.mixed_precision` where
+    the file defines that argparse option with literal `choices` that include
+    `"fp16"` (`choices=["no", "fp16", "bf16"]`). The fp16 run is then a
+    documented, supported choice and on it the clip certainly sees scaled
+    gradients, so the rule reports it, naming the choice (`when
+    --mixed_precision is fp16: ...`), at its usual severity: the finding is
+    certain on that run, only the run is the user's choice. Choices without
+    `"fp16"`, an option with no `choices` or non-literal ones, and a parser
+    in another file stay silent.
 
     With Fabric the same holds for `Fabric(precision="16-mixed")` (or `"16"`,
     `16`) built in the file: silent for `"bf16-mixed"`, a precision decided at
@@ -245,6 +255,23 @@ for batch in loader:
     optimizer.step()
 """,
             "accelerate's mixed precision decided at run time",
+        ),
+        Valid(
+            """
+import argparse
+import torch
+from accelerate import Accelerator
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed_precision", default="no", choices=["no", "bf16"])
+args = parser.parse_args()
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+            "a --mixed_precision flag whose choices include no fp16: accelerate never builds a GradScaler",
         ),
         Valid(
             """
@@ -485,6 +512,24 @@ for batch in loader:
 """,
             why="Fabric's fp16 backward scales the loss with its own GradScaler",
         ),
+        Invalid(
+            """
+import argparse
+import torch
+from accelerate import Accelerator
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed_precision", default="no", choices=["no", "fp16", "bf16"])
+args = parser.parse_args()
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+            line=11,
+            why="the default is no mixed precision, but --mixed_precision fp16 is a supported choice: on it the clip sees scaled gradients",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -609,6 +654,9 @@ for batch in loader:
         threshold = clip.call.arg(1, "clip_value" if by_value else "max_norm")
         spelled = clip.call.dotted or func
         message = f"`{spelled}` clips gradients that the fp16 `{accelerator}.backward` left scaled"
+        choice = scaling_choice(ctx, accelerator, scope)
+        if choice is not None:  # fp16 is an argparse choice: name the run it concerns
+            message = f"when {choice}: `{func}` clips gradients that `{accelerator}.backward` left scaled"
         fix = None
         if backward.order not in fixed and _accelerate_clip_compatible(clip.call, func) and len(_accelerate_unscales(scope)) == 0:
             fixed.add(backward.order)

@@ -83,6 +83,12 @@ class OptimizerStepBypassesScaler(Rule):
     non-AMP branch of `if use_amp: ... else: ...` (also when the condition is
     tested twice), when the last backward before the step was not scaled, and
     when the scaler is built with `enabled=False` or is not a torch GradScaler.
+    An `Accelerator(mixed_precision=args.mixed_precision)` counts as fp16 when
+    the file defines that argparse option with literal `choices` that include
+    `"fp16"`: on that supported run the step certainly applies scaled
+    gradients, and the message names the choice (`when --mixed_precision is
+    fp16: ...`); choices without `"fp16"` or ones the file does not spell
+    leave it silent.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP102` (docs/evidence.md#amp102)
@@ -279,6 +285,24 @@ for batch in loader:
 """,
             "bf16: accelerate builds no GradScaler, so an optimizer it never wrapped sees true gradients",
         ),
+        Valid(
+            """
+import argparse
+import torch
+from accelerate import Accelerator
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed_precision", default="no", choices=["no", "bf16"])
+args = parser.parse_args()
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+optimizer = torch.optim.AdamW(model.parameters())
+model, loader = accelerator.prepare(model, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            "a --mixed_precision flag whose choices include no fp16: accelerate's backward never scales",
+        ),
     ]
 
     INVALID = [
@@ -410,6 +434,25 @@ for batch in loader:
             line=8,
             why="an optimizer never passed to prepare steps on the gradients accelerator.backward scaled",
         ),
+        Invalid(
+            """
+import argparse
+import torch
+from accelerate import Accelerator
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed_precision", default="no", choices=["no", "fp16", "bf16"])
+args = parser.parse_args()
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+optimizer = torch.optim.AdamW(model.parameters())
+model, loader = accelerator.prepare(model, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            line=12,
+            why="--mixed_precision fp16 is a supported choice: on it the unprepared optimizer steps scaled gradients",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -496,7 +539,7 @@ for batch in loader:
         when accelerate did not wrap `opt`: it was never passed to `prepare`, or what was passed
         is an object of a class of this file that is no `torch.optim.Optimizer` (accelerate's
         `prepare` returns such objects as they are). The loss was scaled all the same."""
-        from amplint.model import scaling_accelerator, step_data
+        from amplint.model import scaling_accelerator, scaling_choice, step_data
 
         accelerator = backward.call.receiver_dotted
         if scaling_accelerator(ctx, accelerator, scope) is None or not step.optimizer:
@@ -511,6 +554,11 @@ for batch in loader:
         else:
             message = f"`{opt}.step()` steps scaled gradients: `{accelerator}.prepare` left `{why}` unwrapped"
             help = f"Pass each torch optimizer `{why}` holds to `{accelerator}.prepare(...)` instead of the `{why}`"
+        choice = scaling_choice(ctx, accelerator, scope)
+        if choice is not None:  # fp16 is an argparse choice: name the run it concerns
+            message = f"when {choice}: `{opt}.step()` steps scaled gradients" + (
+                f": `{opt}` was never prepared" if why == "" else f" (`{why}` is not prepared)"
+            )
         data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": accelerator, "unscaled": False}
         data.update(step_data(ctx, scope, backward, opt))
         return ctx.diagnostic(self, step.call.node, message, data=data, help=help)

@@ -9,7 +9,7 @@ import libcst as cst
 
 from amplint.model import (
     Assignment, AutocastRegion, CallInfo, Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
-    exclusive, lines_between, region_dtype_choices,
+    exclusive, lines_between, region_choice_naming, region_dtype_choices,
 )
 
 
@@ -79,7 +79,13 @@ class Fp16BackwardWithoutScaler(Rule):
     torch.bfloat16`, `getattr(torch, name)` with literal names) counts when
     float16 is one of them, at the same severity as a run-time `enabled=`:
     the code offers that fp16 path, and on it nothing scales the loss (the
-    message says "may be fp16").
+    message says "may be fp16"). Where the table's key is an argparse option with
+    literal `choices` (`--dtype`, choices `float16`/`bfloat16`), only the entries
+    those choices select count: choices with no fp16 entry leave the rule silent,
+    and a choice that selects fp16 is named in the message (`when --dtype is
+    float16: ...`). The severity stays a warning: the fp16 run is a supported,
+    documented choice, not necessarily the one the user makes, but on it the
+    underflow is certain.
     Silent when the region is bf16, when its dtype is decided at run time
     with no literal candidate in the file (`dtype=dtype` of a parameter, a
     config value), on CPU autocast without a dtype (bf16 by default), for
@@ -222,6 +228,37 @@ for x, y in loader:
 """,
             "a dtype chosen at run time among literals that do not include float16",
         ),
+        Valid(
+            """
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+args = parser.parse_args()
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+for x, y in loader:
+    with torch.autocast("cuda", dtype=DTYPES[args.dtype]):
+        loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            "the table has an fp16 entry, but the flag's choices never select it",
+        ),
+        Valid(
+            """
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"])
+args = parser.parse_args()
+for x, y in loader:
+    with torch.autocast("cuda", dtype=getattr(torch, args.precision)):
+        loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            "getattr(torch, flag) whose choices include no fp16",
+        ),
     ]
 
     INVALID = [
@@ -236,6 +273,39 @@ for x, y in loader:
     optimizer.zero_grad()
 """,
             line=5,
+        ),
+        Invalid(
+            """
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--dtype", default="bf16", choices=["fp16", "bf16"])
+args = parser.parse_args()
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+for x, y in loader:
+    with torch.autocast("cuda", dtype=DTYPES[args.dtype]):
+        loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            line=10,
+            why="the default is bf16, but --dtype fp16 is a supported choice and on it nothing scales the loss",
+        ),
+        Invalid(
+            """
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--precision", default="bfloat16", choices=["float16", "bfloat16"])
+args = parser.parse_args()
+for x, y in loader:
+    with torch.autocast("cuda", dtype=getattr(torch, args.precision)):
+        loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            line=9,
+            why="getattr(torch, flag): the flag's literal choices include float16",
         ),
         Invalid(
             """
@@ -347,8 +417,11 @@ def train(model, optimizer, loader):
     def _diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion) -> Diagnostic:
         row = ctx.position(region.call)[0].row
         text = ctx.code_for(loss).strip()
+        choice = region_choice_naming(ctx, region, "fp16") if region.dtype is None else None
         if region.dtype == "fp16":
             message = f"`{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
+        elif choice is not None:  # an argparse option's literal choice selects fp16
+            message = f"when {choice}: `{_short(text, 16)}` from fp16 autocast is backpropagated without a GradScaler"
         else:  # a run-time choice among literal dtypes, float16 one of them
             message = f"`{_short(text)}` comes from an autocast that may be fp16, backpropagated without a GradScaler"
         data = {"loss": text, "region_row": row, "device": region.device, "dtype": "fp16"}

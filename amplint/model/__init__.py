@@ -70,6 +70,7 @@ _EXPORTS = {
     "is_grad_scaler_call": ".scalers",
     # accelerators
     "scaling_accelerator": ".accelerators",
+    "scaling_choice": ".accelerators",
     # fabrics (Lightning Fabric's fp16 backward, issue 23)
     "scaling_fabric": ".fabrics",
     # bindings
@@ -82,10 +83,16 @@ _EXPORTS = {
     "imported_names": ".references",
     # dtypes
     "fp32_cast": ".dtypes",
+    "strip_views": ".dtypes",
     # literal_dtypes
     "dtype_choices": ".literal_dtypes",
     "region_dtype_choices": ".literal_dtypes",
-    "strip_views": ".dtypes",
+    "region_choice_naming": ".literal_dtypes",
+    "choice_naming": ".literal_dtypes",
+    # runtime_choices
+    "Option": ".runtime_choices",
+    "option_read": ".runtime_choices",
+    "choice_precision": ".runtime_choices",
     # event_index
     "events_after": ".event_index",
     "events_before": ".event_index",

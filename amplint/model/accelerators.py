@@ -8,11 +8,16 @@ optimizer's `step`. Rules that reason about scaled gradients (AMP101) ask
 here whether a receiver of `.backward(loss)` is such an object.
 
 Only what the file shows counts, and only for certain: a `mixed_precision`
-read from a config, the arguments or the environment is decided at run time,
+read from a config or the environment is decided at run time,
 and so is a DeepSpeed / FSDP / Megatron-LM plugin's own handling of scaling,
 a CPU accelerator (no scaler) or a `GradScalerKwargs(enabled=...)` handler.
 Any of these, or a second binding of the name to something else, makes the
-answer "unknown", which callers treat as "not scaled".
+answer "unknown", which callers treat as "not scaled". One run-time choice
+counts: `mixed_precision=args.mixed_precision` where the file defines that
+argparse option with literal choices and "fp16" is one of them
+(`runtime_choices.py`): that documented run scales the loss, so the accelerator
+is a scaling one on it, and `scaling_choice` names the choice
+(`--mixed_precision is fp16`) for the rules' messages.
 
 Computed on first use per file (most parsed files never ask).
 """
@@ -25,6 +30,7 @@ import libcst as cst
 from .bindings import self_bindings
 from .literals import literal_bool
 from .names import dotted_name
+from .runtime_choices import option_read
 from .types import Assignment, CallInfo, Scope
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,7 +73,7 @@ def _resolve(ctx: "ModuleContext", name: str, scope: Scope, depth: int) -> Optio
             return None
         if isinstance(a.value, cst.Call):
             info = ctx.call_info(a.value)
-            if info is not None and _scales(info):
+            if info is not None and _scales(ctx, info):
                 ctor = info
         else:
             source = dotted_name(a.value)
@@ -91,13 +97,25 @@ def _bindings(ctx: "ModuleContext", name: str, scope: Scope) -> List[Assignment]
     return [a for a in found if a.scope.is_module]
 
 
-def _scales(call: CallInfo) -> bool:
-    """`Accelerator(...)` whose arguments make its `backward` scale the loss with a GradScaler."""
+def scaling_choice(ctx: "ModuleContext", receiver: Optional[str], scope: Scope) -> Optional[str]:
+    """`--mixed_precision is fp16` when the scaling accelerator `receiver` holds scales only on
+    that choice of an argparse option (None when it always scales, or does not)."""
+    ctor = scaling_accelerator(ctx, receiver, scope)
+    if ctor is None:
+        return None
+    option = option_read(ctx, ctor.arg(_MIXED_PRECISION_POSITION, "mixed_precision"))
+    return f"{option.flag} is fp16" if option is not None else None
+
+
+def _scales(ctx: "ModuleContext", call: CallInfo) -> bool:
+    """`Accelerator(...)` whose arguments make its `backward` scale the loss with a GradScaler
+    (always, or on an argparse choice "fp16")."""
     if not call.calls_any(ACCELERATORS):
         return False
     if any(a.star for a in call.node.args):  # *args / **kwargs: anything may be passed
         return False
-    if not _is_fp16_literal(call.arg(_MIXED_PRECISION_POSITION, "mixed_precision")):
+    mixed = call.arg(_MIXED_PRECISION_POSITION, "mixed_precision")
+    if not _is_fp16_literal(mixed) and not _fp16_choice(ctx, mixed):
         return False
     cpu = call.arg(_CPU_POSITION, "cpu")
     if cpu is not None and literal_bool(cpu) is not False:
@@ -116,6 +134,13 @@ def _is_fp16_literal(node: Optional[cst.BaseExpression]) -> bool:
         return False
     value = node.evaluated_value
     return isinstance(value, str) and value.lower() == "fp16" and "fp16" in node.value.lower()
+
+
+def _fp16_choice(ctx: "ModuleContext", node: Optional[cst.BaseExpression]) -> bool:
+    """`args.mixed_precision` of an argparse option of the file whose literal choices include
+    "fp16" (spelled so: accelerate takes no other spelling, and the text gate searches for it)."""
+    option = option_read(ctx, node)
+    return option is not None and "fp16" in option.choices
 
 
 def _scaler_disabled_somewhere(ctx: "ModuleContext") -> bool:

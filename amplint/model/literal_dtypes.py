@@ -12,7 +12,12 @@ real), and say so in its message.
 
 Only what the file spells counts: a parameter, an attribute, a config read or a
 call of a function gives no candidate (an empty set), so a choice made
-elsewhere is never guessed.
+elsewhere is never guessed. Where the key of a table (or the name handed to
+`getattr(torch, ...)`) is an argparse option of the file with literal choices
+(`runtime_choices.py`), only the entries those choices select are candidates:
+`choices=["bf16", "fp32"]` never reaches the table's fp16 entry, and
+`choice_naming` says which choice selects a dtype (`--dtype is float16`) for a
+message.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from . import torchapi
 from .bindings import self_bindings
 from .literals import call_arg, literal_string
 from .names import dotted_name
+from .runtime_choices import option_read
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
@@ -52,11 +58,11 @@ def dtype_choices(
     if isinstance(node, cst.BooleanOperation):
         return again(node.left) | again(node.right)
     if isinstance(node, cst.Subscript):
-        return _dict_values(ctx, node.value, scope, before, _depth)
+        return _dict_values(ctx, node.value, scope, before, _depth, _subscript_key(node))
     if isinstance(node, cst.Call):
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "get":
-            return _dict_values(ctx, func.value, scope, before, _depth)
+            return _dict_values(ctx, func.value, scope, before, _depth, node.args[0].value if node.args else None)
         if isinstance(func, cst.Name) and func.value == "getattr" and len(node.args) >= 2:
             owner = node.args[0].value
             if isinstance(owner, cst.Name) and ctx.imports.qualnames(owner) & {"torch"}:
@@ -97,6 +103,20 @@ def region_dtype_choices(ctx: "ModuleContext", region: "AutocastRegion") -> Froz
     return cache[key]
 
 
+def region_choice_naming(ctx: "ModuleContext", region: "AutocastRegion", dtype: str) -> Optional[str]:
+    """`--dtype is float16` when the region's `dtype=` is a lookup keyed by an argparse option
+    and that choice selects `dtype` (`choice_naming`); None otherwise."""
+    if region.dtype is not None or region.framework:
+        return None
+    known = sorted(q for q in ctx.qualnames(region.call.func) if q in torchapi.AUTOCAST_CONTEXTS)
+    info = ctx.call_info(region.call)
+    if not known or info is None:
+        return None
+    parameters = torchapi.autocast_parameters(known[0])
+    position = parameters.index("dtype") if "dtype" in parameters else None
+    return choice_naming(ctx, call_arg(region.call, position, "dtype"), info.scope, dtype, info.order)
+
+
 def _bindings(ctx: "ModuleContext", name: str, scope: "Scope", before: Optional[int]):
     """The assignments of `name` that the read in `scope` sees: its own ones (before `before`),
     else the module's; none for a parameter of `scope`."""
@@ -111,21 +131,80 @@ def _bindings(ctx: "ModuleContext", name: str, scope: "Scope", before: Optional[
     return [a for a in found if a.scope.is_module]
 
 
-def _dict_values(ctx: "ModuleContext", node: cst.BaseExpression, scope: "Scope", before: Optional[int], depth: int) -> FrozenSet[str]:
-    """The dtype candidates among the values of a dict literal (spelled here, or bound to a name)."""
-    if isinstance(node, cst.Name):
-        out: FrozenSet[str] = _NONE
+def _subscript_key(node: cst.Subscript) -> Optional[cst.BaseExpression]:
+    if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        return node.slice[0].slice.value
+    return None
+
+
+def _dict_elements(ctx: "ModuleContext", node: cst.BaseExpression, scope: "Scope", before: Optional[int], depth: int = 0):
+    """(element, the scope and order its value is read at) of the dict literal `node` spells or a name is bound to."""
+    if isinstance(node, cst.Name) and depth <= _MAX_DEPTH:
         for a in _bindings(ctx, node.value, scope, before):
             if isinstance(a.value, cst.Dict):
-                out |= _dict_values(ctx, a.value, a.scope, a.order, depth + 1)
-        return out
-    if not isinstance(node, cst.Dict):
-        return _NONE
-    out = _NONE
-    for element in node.elements:
-        if isinstance(element, cst.DictElement):
-            out |= dtype_choices(ctx, element.value, scope, before, depth + 1)
+                yield from _dict_elements(ctx, a.value, a.scope, a.order, depth + 1)
+    elif isinstance(node, cst.Dict):
+        for element in node.elements:
+            if isinstance(element, cst.DictElement):
+                yield element, scope, before
+
+
+def _reachable(ctx: "ModuleContext", element: cst.DictElement, key: Optional[cst.BaseExpression]) -> bool:
+    """Whether a lookup by `key` can select `element`: not when the key reads an option whose
+    literal choices do not include the element's literal key."""
+    option = option_read(ctx, key)
+    text = literal_string(element.key)
+    return option is None or text is None or text in option.choices
+
+
+def _dict_values(
+    ctx: "ModuleContext", node: cst.BaseExpression, scope: "Scope", before: Optional[int], depth: int,
+    key: Optional[cst.BaseExpression] = None,
+) -> FrozenSet[str]:
+    """The dtype candidates among the values of a dict literal (spelled here, or bound to a name)
+    that a lookup by `key` can select."""
+    out: FrozenSet[str] = _NONE
+    for element, at, order in _dict_elements(ctx, node, scope, before):
+        if _reachable(ctx, element, key):
+            out |= dtype_choices(ctx, element.value, at, order, depth + 1)
     return out
+
+
+def choice_naming(
+    ctx: "ModuleContext", node: Optional[cst.BaseExpression], scope: "Scope", dtype: str, before: Optional[int] = None,
+    _depth: int = 0,
+) -> Optional[str]:
+    """`--dtype is float16` when `node` is a lookup keyed by an argparse option with literal
+    choices (`DTYPES[args.dtype]`, `getattr(torch, args.dtype)`, or a name bound only to one)
+    and a choice selects `dtype`; None otherwise."""
+    if node is None or _depth > _MAX_DEPTH:
+        return None
+    key: Optional[cst.BaseExpression] = None
+    table: Optional[cst.BaseExpression] = None
+    if isinstance(node, cst.Subscript):
+        key, table = _subscript_key(node), node.value
+    elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "get" and node.args:
+        key, table = node.args[0].value, node.func.value
+    elif isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "getattr" and len(node.args) >= 2:
+        option = option_read(ctx, node.args[1].value)
+        owner = node.args[0].value
+        if option is not None and isinstance(owner, cst.Name) and ctx.imports.qualnames(owner) & {"torch"}:
+            picked = sorted(c for c in option.choices if torchapi.DTYPE_STRINGS.get(c) == dtype)
+            return f"{option.flag} is {picked[0]}" if picked else None
+        return None
+    elif isinstance(node, cst.Name):
+        bindings = _bindings(ctx, node.value, scope, before)
+        if len(bindings) == 1:
+            return choice_naming(ctx, bindings[0].value, bindings[0].scope, dtype, bindings[0].order, _depth + 1)
+        return None
+    option = option_read(ctx, key)
+    if option is None or table is None:
+        return None
+    for element, at, order in _dict_elements(ctx, table, scope, before):
+        text = literal_string(element.key)
+        if text in option.choices and dtype in dtype_choices(ctx, element.value, at, order, _depth + 1):
+            return f"{option.flag} is {text}"
+    return None
 
 
 def _string_choices(ctx: "ModuleContext", node: cst.BaseExpression, scope: "Scope", before: Optional[int], depth: int) -> FrozenSet[str]:
@@ -136,6 +215,9 @@ def _string_choices(ctx: "ModuleContext", node: cst.BaseExpression, scope: "Scop
         return frozenset((d,)) if d in ("fp16", "bf16", "fp32") else _NONE
     if depth > _MAX_DEPTH:
         return _NONE
+    option = option_read(ctx, node)
+    if option is not None:  # `getattr(torch, args.dtype)`, `--dtype` with literal choices
+        return frozenset(d for d in (torchapi.DTYPE_STRINGS.get(c) for c in option.choices) if d in ("fp16", "bf16", "fp32"))
     if isinstance(node, cst.IfExp):
         return _string_choices(ctx, node.body, scope, before, depth + 1) | _string_choices(ctx, node.orelse, scope, before, depth + 1)
     if isinstance(node, cst.Name):
