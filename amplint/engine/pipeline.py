@@ -54,6 +54,9 @@ class FileResult:
     over_budget: bool = False
     #: the file's text index for the project model (`amplint.model.project.text_index`)
     index: Optional[dict] = None
+    #: the project summary and scale summary of the file's text when a wrapper rule computed
+    #: them (`wrappers.made_for`, marshalled): handed to this run's cross-file pass, never cached
+    summaries: Optional[bytes] = None
     #: ANALYSED, NO_AMP_CODE, EXEMPT, FAILED or UNREADABLE (the summary's "Checked N files: ...")
     read: str = NO_AMP_CODE
 
