@@ -137,19 +137,16 @@ def reads_scale(rules: Sequence[Any]) -> bool:
     return any(_module_says(getattr(r, "module", None) or r.__module__, "scale_project_diagnostics(") for r in rules)
 
 
-def summaries_of(source: str) -> Optional[bytes]:
-    """(summary, scale summary) of a text from one parse, marshalled (`FileResult.summaries`):
-    a lint worker computes them for a file with role "d" when `reads_scale`, so the cross-file
-    pass, which runs in one process after the pool, reads them instead of parsing each such
-    file again (on transformers 76 files, 5 MB: most of that pass's CPU time)."""
-    import marshal
-
+def summaries_of(source: str) -> Tuple[Any, Any]:
+    """(summary, scale summary) of a text from one parse (`FileResult.summaries`): a lint
+    worker computes them for a file with role "d" when `reads_scale`, so the cross-file pass,
+    which runs in one process after the pool, reads them instead of parsing each such file
+    again (on transformers 76 files, 5 MB: most of that pass's CPU time). Nothing reads them
+    before that pass, so they go as they are (pickled back from a pool worker, faster to
+    load than marshal's format here)."""
     from ..model.project.scale import summarize_both
 
-    try:
-        return marshal.dumps(summarize_both(source))
-    except ValueError:
-        return None
+    return summarize_both(source)
 
 
 @lru_cache(maxsize=None)
@@ -248,7 +245,7 @@ def project_diagnostics(
     cache: Any = None,
     indexes: Optional[Dict[str, Dict[str, Any]]] = None,
     suppressed: Optional[List[Diagnostic]] = None,
-    made: Optional[Dict[str, bytes]] = None,
+    made: Optional[Dict[str, Any]] = None,
 ) -> List[Diagnostic]:
     """The cross-file diagnostics of the run's files (spelled as the run spells them), noqa
     applied. `indexes`: the text indexes the lint pass already computed, by absolute path;
@@ -409,10 +406,11 @@ class _Store:
     #: seconds a big file's summary may take (the run's `file-timeout`; 0: no limit)
     file_timeout: float = 120.0
 
-    def __init__(self, cache: Any, indexes: Dict[str, Dict[str, Any]], made: Optional[Dict[str, bytes]] = None) -> None:
+    def __init__(self, cache: Any, indexes: Dict[str, Dict[str, Any]], made: Optional[Dict[str, Any]] = None) -> None:
         self.cache = cache
         self._index: Dict[str, Dict[str, Any]] = dict(indexes)
-        #: path -> (summary, scale summary) the lint pass computed for the file's text (marshalled)
+        #: path -> (summary, scale summary) the lint pass computed for the file's text (marshalled
+        #: where a wrapper rule's view read them: `wrappers.made_for`)
         self._made: Dict[str, Any] = dict(made or {})
         #: root -> the files registering to a registry (`index.registering`), found with its universe
         self._registering: Dict[Optional[str], List[str]] = {}
