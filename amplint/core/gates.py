@@ -445,7 +445,24 @@ def underflowing_eps_lines(source: str) -> Optional[Set[int]]:
 #: largest eps that fp16 absorbs next to 1: 1 + 2**-11 and 1 - 2**-12 round to 1.0
 _ABSORBED_NEXT_TO_ONE = 2.0**-11
 #: `1 - 1e-4`, `1.0 - EPS`: one minus (or plus) a number or a name, not part of a longer operand
-_ONE_AND_EPS = re.compile(r"(?<![\w.])1(?:\.0*)?[ \t]*[-+][ \t]*(?:(\d[\d_]*\.?[\d_]*(?:[eE][-+]?\d+)?)|([A-Za-z_]\w*))(?![\w.(\[])")
+#: (the `1` must not end one either: `_one_and_eps` checks the character before it, since a
+#: pattern starting with a lookbehind makes `re` try every position of the file)
+_ONE_AND_EPS = re.compile(r"1(?:\.0*)?[ \t]*[-+][ \t]*(?:(\d[\d_]*\.?[\d_]*(?:[eE][-+]?\d+)?)|([A-Za-z_]\w*))(?![\w.(\[])")
+_OPERAND_CHAR = re.compile(r"[\w.]")
+
+
+def _one_and_eps(source: str) -> Iterator["re.Match[str]"]:
+    """The matches `(?<![\\w.])` + `_ONE_AND_EPS` finds, left to right: a match whose `1` ends a
+    longer operand is passed over by one character, as the lookbehind would."""
+    search, operand = _ONE_AND_EPS.search, _OPERAND_CHAR.match
+    m = search(source)
+    while m is not None:
+        start = m.start()
+        if start and operand(source, start - 1):
+            m = search(source, start + 1)
+            continue
+        yield m
+        m = search(source, m.end())
 
 
 @lru_cache(maxsize=4)
@@ -457,7 +474,7 @@ def _absorbed_bound_sites(source: str) -> Tuple[int, ...]:
         return ()
     found = []
     constants: Optional[Dict[str, float]] = None
-    for m in _ONE_AND_EPS.finditer(source):
+    for m in _one_and_eps(source):
         number, name = m.group(1), m.group(2)
         if number is not None:
             value, _ = _value(number.encode())

@@ -45,17 +45,23 @@ def _offset(starts: List[int], loc: Location, length: int) -> int:
 
 
 def apply_edits(source: str, edits: Iterable[Edit]) -> str:
-    """Apply non-overlapping edits (sorted from the end so offsets stay valid)."""
+    """Apply non-overlapping edits. The text is joined from the pieces between them, in one
+    pass: splicing each edit into the whole text copied it once per edit (quadratic in a file
+    with many fixes). Edits at the same offset land in the order splicing from the end gave."""
     starts = _offsets(source)
     spans = sorted(
         ((_offset(starts, e.location, len(source)), _offset(starts, e.end_location, len(source)), e.content) for e in edits),
         key=lambda s: (s[0], s[1]),
         reverse=True,
     )
-    out = source
-    for begin, end, content in spans:
-        out = out[:begin] + content + out[end:]
-    return out
+    pieces: List[str] = []
+    tail = len(source)
+    for begin, end, content in spans:  # from the end, as splicing did
+        pieces.append(source[end:tail])
+        pieces.append(content)
+        tail = begin
+    pieces.append(source[:tail])
+    return "".join(reversed(pieces))
 
 
 def first_row_span(line: str, start: Location, end: Location) -> Location:

@@ -380,10 +380,15 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
         return None
 
 
+#: FileResult fields for the rest of the run only, dropped from the entry: the summaries a
+#: wrapper rule computed are cached as the project pass's own entries when it reads them
+_TRANSIENT = frozenset({"summaries"})
+
+
 @lru_cache(maxsize=None)
 def _uncached_fields(result_class: type) -> Tuple[Tuple[str, Any], ...]:
     """(name, default) of the FileResult fields the cache does not keep."""
-    kept = {"path", "diagnostics", "facts", "parsed", "index", "read"}
+    kept = {"path", "diagnostics", "facts", "parsed", "index", "read", *_TRANSIENT}
     return tuple(
         (f.name, f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)  # type: ignore[misc]
         for f in dataclasses.fields(result_class)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..core.config import Config
@@ -129,6 +130,37 @@ def project_rules(rules: Sequence[Any]) -> List[Any]:
     return out
 
 
+def reads_scale(rules: Sequence[Any]) -> bool:
+    """Whether a selected rule's `check_project` reads the scale view (the wrapper rules,
+    `wrappers.project_view`): the cross-file pass then summarises every file that may use a
+    distributed API (text index role "d") both ways (`_Store.summary`, `_Store.scale`)."""
+    return any(_module_says(getattr(r, "module", None) or r.__module__, "scale_project_diagnostics(") for r in rules)
+
+
+def summaries_of(source: str) -> Tuple[Any, Any]:
+    """(summary, scale summary) of a text from one parse (`FileResult.summaries`): a lint
+    worker computes them for a file with role "d" when `reads_scale`, so the cross-file pass,
+    which runs in one process after the pool, reads them instead of parsing each such file
+    again (on transformers 76 files, 5 MB: most of that pass's CPU time). Nothing reads them
+    before that pass, so they go as they are (pickled back from a pool worker, faster to
+    load than marshal's format here)."""
+    from ..model.project.scale import summarize_both
+
+    return summarize_both(source)
+
+
+@lru_cache(maxsize=None)
+def _module_says(module: str, text: str) -> bool:
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module)
+        with open(found.origin, encoding="utf-8") as fh:  # type: ignore[union-attr, arg-type]
+            return text in fh.read()
+    except (ImportError, AttributeError, TypeError, ValueError, OSError):
+        return False
+
+
 def _defines_check_project(module: str) -> bool:
     import importlib.util
 
@@ -213,12 +245,14 @@ def project_diagnostics(
     cache: Any = None,
     indexes: Optional[Dict[str, Dict[str, Any]]] = None,
     suppressed: Optional[List[Diagnostic]] = None,
+    made: Optional[Dict[str, Any]] = None,
 ) -> List[Diagnostic]:
     """The cross-file diagnostics of the run's files (spelled as the run spells them), noqa
     applied. `indexes`: the text indexes the lint pass already computed, by absolute path;
+    `made`: the summaries it computed (`FileResult.summaries`), by absolute path;
     `suppressed` gets the findings a `# noqa` silenced (for AMP900: `unused_noqa.discount`)."""
     out: List[Diagnostic] = []
-    store = _Store(cache, indexes or {})
+    store = _Store(cache, indexes or {}, made)
     store.file_timeout = projects.config.file_timeout
     for root in sorted(projects.groups, key=lambda r: r or ""):
         members = projects.groups[root]
@@ -372,9 +406,12 @@ class _Store:
     #: seconds a big file's summary may take (the run's `file-timeout`; 0: no limit)
     file_timeout: float = 120.0
 
-    def __init__(self, cache: Any, indexes: Dict[str, Dict[str, Any]]) -> None:
+    def __init__(self, cache: Any, indexes: Dict[str, Dict[str, Any]], made: Optional[Dict[str, Any]] = None) -> None:
         self.cache = cache
         self._index: Dict[str, Dict[str, Any]] = dict(indexes)
+        #: path -> (summary, scale summary) the lint pass computed for the file's text (marshalled
+        #: where a wrapper rule's view read them: `wrappers.made_for`)
+        self._made: Dict[str, Any] = dict(made or {})
         #: root -> the files registering to a registry (`index.registering`), found with its universe
         self._registering: Dict[Optional[str], List[str]] = {}
         #: the files whose scale summaries the wrapper rules will read (set per project): their
@@ -487,10 +524,22 @@ class _Store:
                 return hit.index
         return None
 
+    def _made_pair(self, path: str) -> Optional[Tuple[Any, Any]]:
+        """(summary, scale summary) of the file as the lint pass computed them, if it did."""
+        made = self._made.get(path)
+        if isinstance(made, bytes):
+            import marshal
+
+            made = self._made[path] = marshal.loads(made)
+        return made
+
     def summary(self, path: str) -> Optional[Dict[str, Any]]:
         from ..model.project import summarize
 
-        if path in self.scale_wanted:
+        pair = self._made_pair(path)
+        if pair is not None:
+            found = self._cached("summary", path, lambda text: {"s": pair[0]})
+        elif path in self.scale_wanted:
             found = self._cached("summary", path, lambda text: {"s": self._both(path, text)})
         else:
             found = self._cached("summary", path, lambda text: {"s": summarize(text)})
@@ -510,6 +559,9 @@ class _Store:
         from ..model.project.scale import summarize as scale_summary
 
         made = self._scale_made.pop(path, None)
+        pair = self._made_pair(path) if made is None else None
+        if pair is not None:
+            made = pair[1]
         compute = (lambda text: {"s": made}) if made is not None else (lambda text: {"s": scale_summary(text)})
         found = self._cached("scale", path, compute)
         return found.get("s") if found else None

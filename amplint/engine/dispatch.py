@@ -2,6 +2,7 @@
 notebook (`notebook.py`)."""
 from __future__ import annotations
 
+import sys
 from typing import FrozenSet, Optional, Sequence, Type
 
 from ..core.config import Config
@@ -26,4 +27,12 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
         from ..model.project import text_index
 
         result.index = text_index(source)  # for the project model (crossfile.py), cached with the result
+        wrappers = sys.modules.get("amplint.model.project.wrappers")  # imported when a wrapper rule ran
+        if wrappers is not None:
+            result.summaries = wrappers.made_for(path, source)
+        if result.summaries is None and "d" in result.index["r"]:
+            from .crossfile import reads_scale, summaries_of
+
+            if reads_scale(rules):
+                result.summaries = summaries_of(source)
     return result

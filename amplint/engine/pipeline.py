@@ -15,7 +15,7 @@ import itertools
 import os
 import tokenize
 from dataclasses import dataclass, field
-from typing import FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Any, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Location, Severity
@@ -54,6 +54,10 @@ class FileResult:
     over_budget: bool = False
     #: the file's text index for the project model (`amplint.model.project.text_index`)
     index: Optional[dict] = None
+    #: (project summary, scale summary) of the file's text when the lint made them
+    #: (`crossfile.summaries_of`; marshalled where a wrapper rule's view read them,
+    #: `wrappers.made_for`): handed to this run's cross-file pass, never cached
+    summaries: Any = None
     #: ANALYSED, NO_AMP_CODE, EXEMPT, FAILED or UNREADABLE (the summary's "Checked N files: ...")
     read: str = NO_AMP_CODE
 

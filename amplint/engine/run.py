@@ -80,8 +80,9 @@ def lint_paths(
     diagnostics = resolve_conditions((d for r in results for d in r.diagnostics), facts, config)
     absolute = walk.abspath
     indexes = {absolute(r.path): r.index for r in results if r.index is not None}
+    made = {absolute(r.path): r.summaries for r in results if r.summaries is not None}
     silenced: List[Diagnostic] = []
-    cross = project_diagnostics(projects, rules, codes, cache, indexes, silenced)
+    cross = project_diagnostics(projects, rules, codes, cache, indexes, silenced, made)
     if cross:
         diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
     noqa_used = _noqa_used(resolve_conditions(silenced, facts, config)) if silenced else {}

@@ -4,6 +4,7 @@ re-linted result has no finding the source lacked; fixes are applied until the
 source is stable."""
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Iterable, List, Optional, Sequence, Tuple
 
@@ -38,12 +39,31 @@ def apply_fixes(
 
     A fix whose edits overlap an already chosen fix waits for the next pass;
     a fix that would break parsing is dropped (and listed in `rejected` with why).
+
+    The fixes that do not overlap are first checked together, with one parse: each rule's
+    fix is a local edit that keeps its statement whole, so that is the common case, and
+    checking each fix on the text so far (a parse of the whole file per fix) made a file
+    with n fixes cost n parses of itself: quadratic, 92 s for 500 findings on one module.
+    Only when the text with all of them does not parse is each one checked in turn, in
+    order, on the text with the fixes kept before it.
     """
+    ordered = sorted(applicable(diagnostics, unsafe), key=lambda d: d.location)
     chosen: List[Diagnostic] = []
-    taken: List[Tuple[Location, Location]] = []
-    for d in sorted(applicable(diagnostics, unsafe), key=lambda d: d.location):
+    taken = _Taken()
+    for d in ordered:  # what the check in turn chooses when every fix keeps the text parsing
         spans = [(e.location, e.end_location) for e in d.fix.edits]
-        if any(_overlaps(s, t) for s in spans for t in taken):
+        if not any(taken.overlaps(s) for s in spans):
+            chosen.append(d)
+            taken.extend(spans)
+    if not chosen:
+        return source, []
+    together = apply_edits(source, [e for c in chosen for e in c.fix.edits])
+    if parses(together):
+        return together, chosen
+    chosen, taken = [], _Taken()
+    for d in ordered:
+        spans = [(e.location, e.end_location) for e in d.fix.edits]
+        if any(taken.overlaps(s) for s in spans):
             continue
         candidate = apply_edits(source, [e for c in chosen for e in c.fix.edits] + list(d.fix.edits))
         if not parses(candidate):
@@ -55,6 +75,36 @@ def apply_fixes(
     if not chosen:
         return source, []
     return apply_edits(source, [e for c in chosen for e in c.fix.edits]), chosen
+
+
+class _Taken:
+    """The spans of the fixes chosen so far, sorted by start, for `_overlaps` against each: no
+    two of them overlap, so their ends rise with their starts, and only the spans starting at
+    or before a span's end and ending at or after its start, the last few before that point,
+    can overlap it (a scan of every chosen span per fix was quadratic in a file's fixes)."""
+
+    def __init__(self) -> None:
+        self._starts: List[Tuple[int, int]] = []
+        self._spans: List[Tuple[Location, Location]] = []
+
+    def overlaps(self, span: Tuple[Location, Location]) -> bool:
+        i = bisect.bisect_right(self._starts, _key(span[1])) - 1
+        first = _key(span[0])
+        while i >= 0 and _key(self._spans[i][1]) >= first:
+            if _overlaps(span, self._spans[i]):
+                return True
+            i -= 1
+        return False
+
+    def extend(self, spans: Iterable[Tuple[Location, Location]]) -> None:
+        for span in spans:
+            i = bisect.bisect_right(self._starts, _key(span[0]))
+            self._starts.insert(i, _key(span[0]))
+            self._spans.insert(i, span)
+
+
+def _key(loc: Location) -> Tuple[int, int]:
+    return (loc.row, loc.column)
 
 
 def _overlaps(a: Tuple[Location, Location], b: Tuple[Location, Location]) -> bool:

@@ -292,13 +292,17 @@ class ModuleIndex:
         self.files: Set[str] = set(files)
         self.by_name: Dict[str, str] = {}
         self._resolved: Dict[Tuple[str, int, str], Optional[str]] = {}
+        self._folders: Dict[str, str] = {}  # importer -> its folder (asked for every import it has)
         tops: Dict[str, Optional[str]] = {}
         for path in sorted(self.files):
             for name in module_names(path, root, self.files, tops):
                 self.by_name.setdefault(name, path)
 
     def resolve(self, importer: str, level: int, module: str) -> Optional[str]:
-        key = (os.path.dirname(importer), level, module)
+        folder = self._folders.get(importer)
+        if folder is None:
+            folder = self._folders[importer] = os.path.dirname(importer)
+        key = (folder, level, module)
         if key not in self._resolved:
             self._resolved[key] = self._resolve(importer, level, module)
         return self._resolved[key]

@@ -778,19 +778,35 @@ _LAST_FILE_VIEW: List[Any] = []
 
 def file_view(source: str, path: str) -> ScaleView:
     """The view of one file alone (the per-file pass): no other file, no config file read.
-    The last one is kept, so the several wrapper rules of one file build it once."""
+    The last one is kept, so the several wrapper rules of one file build it once. Its two
+    summaries come from one parse, and are kept as the project pass would cache them
+    (`made_for`): the cross-file pass of the same run reads both again for such a file, and
+    computed them a second time (on transformers, 70 files, a third of its CPU time)."""
     if _LAST_FILE_VIEW and _LAST_FILE_VIEW[0] == (path, source):
         return _LAST_FILE_VIEW[1]
-    from .graph import Project
-    from .scale import summarize as scale_summary
-    from .summary import summarize
+    import marshal
 
-    summary = summarize(source)
-    scale = scale_summary(source)
+    from .graph import Project
+    from .scale import summarize_both
+
+    summary, scale = summarize_both(source)
+    try:
+        made: Optional[bytes] = marshal.dumps((summary, scale))  # before a view reads them
+    except ValueError:
+        made = None
     project = Project(None, {path: summary} if summary is not None else {})
     view = ScaleView(project, lambda p: scale if p == path else None, read_configs=False)
-    _LAST_FILE_VIEW[:] = [(path, source), view]
+    _LAST_FILE_VIEW[:] = [(path, source), view, made]
     return view
+
+
+def made_for(path: str, source: str) -> Optional[bytes]:
+    """The summary and scale summary (`summary.summarize`, `scale.summarize`; marshalled) that
+    the per-file pass computed for this text of `path`, if it did; the engine hands them to the
+    cross-file pass (`FileResult.summaries`)."""
+    if _LAST_FILE_VIEW and _LAST_FILE_VIEW[0] == (path, source):
+        return _LAST_FILE_VIEW[2]
+    return None
 
 
 def project_view(project: Any) -> ScaleView:
