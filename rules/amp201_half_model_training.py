@@ -660,7 +660,10 @@ def _describe(ctx: ModuleContext, cast: LowPrecisionCast, chosen: bool = False) 
     if cast.call.method == "from_pretrained" or (cast.call.dotted or "").endswith("from_pretrained"):
         if chosen:
             dtype = cast.call.arg(None, "torch_dtype") or cast.call.arg(None, "dtype")
-            return f"`from_pretrained(..., torch_dtype={ctx.code_for(dtype) if dtype is not None else '...'})`"
+            spelled = ctx.code_for(dtype) if dtype is not None else "..."
+            if len(spelled) > 30 or "\n" in spelled:  # a flag's if/else: the message stays one short sentence
+                spelled = "..."
+            return f"`from_pretrained(..., torch_dtype={spelled})`"
         return "`from_pretrained(..., torch_dtype=float16)`"
     text = ctx.code_for(node)
     if len(text) > 40 or "\n" in text:
