@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple
 
 from amplint.model import Diagnostic, Invalid, Project, Rule, Severity, Valid, torchapi
 
@@ -80,8 +80,11 @@ class HalfModelTraining(Rule):
     master-weight schemes (the optimizer gets fp32 copies, or is handed to
     apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed), for files that
     freeze parameters (trainable adapters may be fp32), when the name is
-    rebound (`model = get_peft_model(model, config)`) before the optimizer is
-    built, and for bf16 (wide range; not this rule).
+    rebound (`model = get_peft_model(model, config)`) on every path from the
+    cast to the optimizer's constructor (a rebind behind a flag, `if
+    args.use_peft: model = get_peft_model(model, cfg)`, leaves the path where
+    the fp16 model itself is optimized; one on both sides of an if/else
+    does not), and for bf16 (wide range; not this rule).
 
     Across files: also flags an optimizer built on a module that a builder,
     loader or `convert_weights(model)`-style helper in another file made fp16
@@ -232,6 +235,20 @@ model = get_peft_model(model, LoraConfig(r=8))
 optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4)
 """,
             "the name is rebound to a PEFT model (adapters are kept fp32) before the optimizer",
+        ),
+        Valid(
+            """
+import torch
+from transformers import AutoModelForCausalLM
+from peft import PeftModel, get_peft_model
+model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.float16)
+if args.peft_checkpoint:
+    model = PeftModel.from_pretrained(model, args.peft_checkpoint, is_trainable=True)
+else:
+    model = get_peft_model(model, peft_config)
+optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4)
+""",
+            "rebound to a PEFT model on both sides of an if/else: on every path",
         ),
         Valid(
             """
@@ -412,6 +429,19 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
 """,
             line=4,
             why="loaded fp16 behind a flag (issue 22 shape 10, in one file)",
+        ),
+        Invalid(
+            """
+import torch
+from transformers import LlamaForCausalLM
+from peft import get_peft_model
+model = LlamaForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float16 if cfg.use_fp16 else "auto")
+if cfg.use_peft:
+    model = get_peft_model(model, peft_config)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+""",
+            line=4,
+            why="the PEFT rebind is behind a flag: without it the fp16 model itself reaches the optimizer",
         ),
     ]
 
@@ -630,7 +660,10 @@ def _describe(ctx: ModuleContext, cast: LowPrecisionCast, chosen: bool = False) 
     if cast.call.method == "from_pretrained" or (cast.call.dotted or "").endswith("from_pretrained"):
         if chosen:
             dtype = cast.call.arg(None, "torch_dtype") or cast.call.arg(None, "dtype")
-            return f"`from_pretrained(..., torch_dtype={ctx.code_for(dtype) if dtype is not None else '...'})`"
+            spelled = ctx.code_for(dtype) if dtype is not None else "..."
+            if len(spelled) > 30 or "\n" in spelled:  # a flag's if/else: the message stays one short sentence
+                spelled = "..."
+            return f"`from_pretrained(..., torch_dtype={spelled})`"
         return "`from_pretrained(..., torch_dtype=float16)`"
     text = ctx.code_for(node)
     if len(text) > 40 or "\n" in text:
@@ -795,7 +828,11 @@ def _helper_returns_parameters(ctx: ModuleContext, params: cst.Call, subjects: S
 
 def _rebound_between(ctx: ModuleContext, subjects: Set[str], cast: LowPrecisionCast, ctor: CallInfo) -> bool:
     """A subject is assigned something other than itself (`model = get_peft_model(model)`)
-    between the cast and the optimizer."""
+    between the cast and the optimizer, on every way from one to the other: a rebind only
+    behind a flag (`if args.use_peft: model = get_peft_model(model, cfg)`) leaves the other
+    path, where the fp16 model itself reaches the optimizer, as the code offers it; an
+    if/else (or if/elif/else) rebinding it on each side covers every path."""
+    rebinds = []
     for s in subjects:
         for a in ctx.assignments_to(s):
             if a is cast.assignment or not (cast.call.order < a.order < ctor.order):
@@ -803,8 +840,29 @@ def _rebound_between(ctx: ModuleContext, subjects: Set[str], cast: LowPrecisionC
             if a.scope is not ctor.scope and a.scope is not cast.call.scope:
                 continue
             if _chain_root(ctx, a.value) != s:
-                return True
-    return False
+                rebinds.append(_branches_beyond(a.path, ctor.path))
+    return _covers(rebinds)
+
+
+def _branches_beyond(path, base) -> tuple:
+    """The if/else frames of `path` past its common prefix with `base` (where the optimizer is
+    built): the branches that decide whether the statement runs on the way to it. Loops and
+    try blocks are not counted as branches (a rebind in them is taken to run)."""
+    common = 0
+    while common < min(len(path), len(base)) and path[common].node is base[common].node and path[common].kind == base[common].kind:
+        common += 1
+    return tuple(f for f in path[common:] if f.kind in ("if", "else"))
+
+
+def _covers(paths: List[tuple]) -> bool:
+    """Whether statements at these branch paths run on every path: one of them unconditionally,
+    or both sides of one `if` covered in turn."""
+    if any(not p for p in paths):
+        return True
+    sides: Dict[int, Dict[str, List[tuple]]] = {}
+    for p in paths:
+        sides.setdefault(id(p[0].node), {}).setdefault(p[0].kind, []).append(p[1:])
+    return any("if" in s and "else" in s and _covers(s["if"]) and _covers(s["else"]) for s in sides.values())
 
 
 def _stepped_after(ctx: ModuleContext, key: str, cast: CallInfo) -> bool:

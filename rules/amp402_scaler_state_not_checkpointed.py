@@ -125,6 +125,16 @@ class ScalerStateNotCheckpointed(Rule):
     and the loop's resume as related sites.
 
 
+    apex's `amp.initialize(model, optimizer, opt_level="O2")` (or `"O1"`,
+    apex's default; `loss_scale` absent or `"dynamic"`) keeps the same kind
+    of dynamic loss scaler inside the `amp` module, saved only by
+    `amp.state_dict()` and restored by `amp.load_state_dict(...)`: a resume
+    checkpoint of that file without it is flagged the same way (also when
+    `amp.initialize` sits behind a flag, as a scaler with a run-time
+    `enabled=` counts). Silent for `opt_level="O0"`/`"O3"` and a numeric
+    `loss_scale` (a static scale has nothing to learn), and for a level read
+    at run time.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#saving-resuming
@@ -134,8 +144,8 @@ class ScalerStateNotCheckpointed(Rule):
     name = "scaler-state-not-checkpointed"
     severity = Severity.WARNING
     message = "GradScaler state is not checkpointed"
-    # a scaler (GradScaler(...), `x.scale(`, `unscale_`, a *scaler* parameter) and torch.save / torch.load
-    triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (")
+    # a scaler (GradScaler(...), `x.scale(`, `unscale_`, a *scaler* parameter, apex's amp) and torch.save / torch.load
+    triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (", "apex")
     requires = (("save", "load", "restore", "resume"),)
     gate_check = "amplint.core.gates:scaler_checkpoint_io"
 
@@ -265,6 +275,36 @@ class Trainer:
         self.grad_scaler.update()
 """,
             "the checkpointer is also given an object (the trainer) whose state may hold the scaler",
+        ),
+        Valid(
+            """
+import torch
+from apex import amp
+
+model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "amp": amp.state_dict()}, "last.pt")
+""",
+            "apex amp's loss scalers are saved with amp.state_dict()",
+        ),
+        Valid(
+            """
+import torch
+from apex import amp
+
+model, optimizer = amp.initialize(model, optimizer, opt_level="O2", loss_scale=128.0)
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+""",
+            "a static apex loss scale has no state to lose",
+        ),
+        Valid(
+            """
+import torch
+from apex import amp
+
+model, optimizer = amp.initialize(model, optimizer, opt_level=args.opt_level)
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+""",
+            "the apex opt level is decided at run time (O0/O3 scale statically)",
         ),
     ]
 
@@ -405,9 +445,41 @@ def main(args, model, optimizer, loader):
             line=9,
             why="saved through a helper named for saving, given the resume dict the loop built",
         ),
+        Invalid(
+            """
+import torch
+
+
+def save_checkpoint(model, optimizer, iteration, path):
+    torch.save({"iteration": iteration, "state_dict": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+
+
+def train(hparams, model):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if hparams.fp16_run:
+        from apex import amp
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+""",
+            line=5,
+            why="apex O2's dynamic loss scale lives in the amp module: amp.state_dict() is saved nowhere",
+        ),
+        Invalid(
+            """
+import torch
+from apex import amp
+
+model, optimizer = amp.initialize(model, optimizer)
+checkpoint = torch.load("last.pt")
+model.load_state_dict(checkpoint["model"])
+optimizer.load_state_dict(checkpoint["optimizer"])
+""",
+            line=7,
+            why="a resume under apex's default O1 that never calls amp.load_state_dict",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        yield from self._apex(ctx)
         live = _live_scalers(ctx)
         if not live:
             return
@@ -441,6 +513,43 @@ def main(args, model, optimizer, loader):
             yield self._saved(ctx, saves[0][0], scaler, saves[0][1], related)
         elif resume is not None:
             yield self._loaded(ctx, resume, scaler)
+
+    def _apex(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """apex `amp.initialize(...)` with a dynamic loss scale, and a resume checkpoint of the file
+        without `amp.state_dict()`: apex keeps its loss scalers (scale, unskipped steps) in the
+        `amp` module, not in the optimizer, and restores them only by `amp.load_state_dict(...)`
+        ("To properly save and load your amp training, we introduce amp.state_dict()", apex's
+        README). One finding per file, as for a GradScaler: at the first save, the other saves and
+        the resume as related sites; a resume alone at the resume."""
+        initialize = next((c for c in ctx.calls_to("apex.amp.initialize") if _apex_scales_dynamically(c)), None)
+        if initialize is None:
+            return
+        saves: List[CallInfo] = []
+        if not ctx.calls_to("apex.amp.state_dict"):
+            saves = [c for c in [*ctx.calls_to("torch.save"), *_save_helper_calls(ctx)] if _resume_checkpoint(ctx, c)]
+            saves.sort(key=lambda c: c.order)
+        resume = None
+        if not ctx.calls_to("apex.amp.load_state_dict"):
+            loads = ctx.calls_to("torch.load")
+            resume = next((c for c in ctx.method_calls("load_state_dict")
+                           if ctx.is_optimizer(c.receiver_dotted) and not c.qualnames and _from_checkpoint(c, loads)), None)
+        related = [ctx.related(initialize.node, "apex amp's dynamic loss scale set up here")]
+        if saves:
+            optimizer = _resume_checkpoint(ctx, saves[0])
+            related += [ctx.related(c.node, "also saved") for c in saves[1:]]
+            if resume is not None:
+                related.append(ctx.related(resume.node, "restored without it"))
+            message = f"This checkpoint saves `{optimizer}` but not apex's `amp.state_dict()` (the dynamic loss scale)"
+            data = {"scaler": "amp", "optimizer": optimizer, "snippet": ctx.code_for(saves[0].node), "side": "save",
+                    "bug": "amp", "mechanism": "apex"}
+            yield ctx.diagnostic(self, saves[0].node, message, data=data, related=related,
+                                 help="Save `amp.state_dict()` with it and restore it with `amp.load_state_dict(...)` after `amp.initialize`")
+        elif resume is not None:
+            message = f"The resume restores `{resume.receiver_dotted}` but not apex amp's loss scale (`amp.load_state_dict`)"
+            data = {"scaler": "amp", "optimizer": resume.receiver_dotted, "snippet": ctx.code_for(resume.node),
+                    "side": "load", "bug": "amp", "mechanism": "apex"}
+            yield ctx.diagnostic(self, resume.node, message, data=data, related=related,
+                                 help="Call `amp.load_state_dict(...)` with the saved `amp.state_dict()` after `amp.initialize`")
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """Checkpoint helpers in another module: one that saves the optimizer but not the
@@ -776,6 +885,29 @@ def _from_checkpoint(call: CallInfo, loads: List[CallInfo]) -> bool:
     return any(load.scope is call.scope and load.order < call.order for load in loads) or any(
         load.node is call.arg(0, "state_dict") for load in loads
     )
+
+
+#: apex `amp.initialize(models, optimizers, enabled, opt_level, ...)`: opt levels whose default
+#: loss scale is "dynamic" (O0 and O3 default to a static 1.0); "O1" is apex's default level
+_APEX_DYNAMIC_LEVELS = ("O1", "O2")
+
+
+def _apex_scales_dynamically(call: CallInfo) -> bool:
+    """An apex `amp.initialize(...)` that certainly keeps a dynamic loss scaler: `enabled` not a
+    literal False, `opt_level` absent or a literal O1/O2, `loss_scale` absent or "dynamic". A
+    level or scale read from the arguments is decided at run time: not counted."""
+    from amplint.model import literal_bool, literal_string
+
+    if any(a.star for a in call.node.args):
+        return False
+    enabled = call.arg(2, "enabled")
+    if enabled is not None and literal_bool(enabled) is False:
+        return False
+    level = call.arg(3, "opt_level")
+    if level is not None and literal_string(level) not in _APEX_DYNAMIC_LEVELS:
+        return False
+    scale = call.arg(None, "loss_scale")
+    return scale is None or literal_string(scale) == "dynamic"
 
 
 def _is_scaler_name(ctx: ModuleContext, key: Optional[str]) -> bool:
