@@ -1,7 +1,7 @@
 """The blind drill: whole public training repositories, labelled by hand before amplint ran on them.
 
-    python benchmarks/blind_drill.py run --mirrors DIR [--split tuning|read|heldout|all|tuning,read] [--jobs 2]
-    python benchmarks/blind_drill.py score [--split tuning|read|heldout|all|tuning,read] [--show]
+    python benchmarks/blind_drill.py run --mirrors DIR [--split tuning|read|read2|heldout|all|tuning,read] [--jobs 2]
+    python benchmarks/blind_drill.py score [--split tuning|read|read2|heldout|all|tuning,read] [--show]
     python benchmarks/blind_drill.py template --split tuning --out PATH   # unjudged findings to adjudicate
     python benchmarks/blind_drill.py score --check                        # exit 1 if a finding is unjudged
     python benchmarks/blind_drill.py adjudicate FINDINGS.json [REVIEWS.json]  # merge an adjudicator's verdicts
@@ -11,7 +11,7 @@ Labellers follow `blind_labelling.md` (tool-neutral categories, mapped to codes 
 `blind_projects.json` pins each repository (GitHub `owner/name` and commit), its kind and its split,
 each held-out split drawn at random once (seeds and draws recorded there): nobody reads a held-out
 project's findings while rules change; it is scored only when a change is finished. Once scored and
-read, a held-out split becomes `read`: tuning data, still reported on its own.
+read, a held-out split becomes `read` (then `read2`, ...): tuning data, still reported on its own.
 `blind_labels/<owner>+<name>.json` holds, per repository, what a labeller who had not seen
 amplint's rules or output wrote after tracing the training step across files (`pitfalls`,
 `negatives`: file, line, why), and then, marked as such, the adjudication of every finding the
@@ -80,8 +80,9 @@ def project_key(project: dict) -> str:
     return project["repo"].replace("/", "+")
 
 
-#: the splits of blind_projects.json ("read": the first held-out split, scored blind once and then read)
-SPLITS = ("tuning", "read", "heldout")
+#: the splits of blind_projects.json ("read", "read2": the first and second held-out splits, each
+#: scored blind and then read; "heldout": the current one, drawn from repositories nobody had labelled)
+SPLITS = ("tuning", "read", "read2", "heldout")
 
 
 def in_split(project: dict, split: str) -> bool:
