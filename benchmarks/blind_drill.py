@@ -6,7 +6,8 @@
     python benchmarks/blind_drill.py score --check                        # exit 1 if a finding is unjudged
     python benchmarks/blind_drill.py adjudicate FINDINGS.json [REVIEWS.json]  # merge an adjudicator's verdicts
 
-Labellers follow `blind_labelling.md` (tool-neutral categories, mapped to codes by CATEGORY_CODES).
+Labellers follow `blind_labelling.md` (tool-neutral categories, mapped to codes by CATEGORY_CODES);
+adjudicators follow `blind_adjudicating.md`.
 
 `blind_projects.json` pins each repository (GitHub `owner/name` and commit), its kind and its split,
 each held-out split drawn at random once (seeds and draws recorded there): nobody reads a held-out
