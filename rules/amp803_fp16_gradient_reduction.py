@@ -199,16 +199,6 @@ fabric = L.Fabric(devices=8, strategy="fsdp", precision="16-mixed")
         ),
         Invalid(
             """
-from torch.distributed.algorithms.ddp_comm_hooks import default as comm_hooks_default
-def build(cfg, model):
-    if cfg.FP16_ALLREDUCE:
-        model.register_comm_hook(state=None, hook=comm_hooks_default.fp16_compress_hook)
-""",
-            line=4,
-            why="torch's `ddp_comm_hooks.default` alias of `default_hooks`",
-        ),
-        Invalid(
-            """
 import torch
 import torch.distributed as dist
 def fp16_hook(process_group, bucket):

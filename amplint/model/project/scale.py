@@ -95,8 +95,6 @@ COMM_HOOKS = {
     "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook": "bf16",
     "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_wrapper": "bf16",
 }
-# `ddp_comm_hooks/__init__.py` imports `default_hooks as default`: `ddp_comm_hooks.default.fp16_compress_hook`
-COMM_HOOKS.update({k.replace(".default_hooks.", ".default."): v for k, v in list(COMM_HOOKS.items())})
 #: TransformerEngine's FP8 regions (`fp8_autocast` is deprecated for `autocast` in TE 2.x)
 TE_AUTOCASTS = frozenset((
     "transformer_engine.pytorch.fp8_autocast", "transformer_engine.pytorch.fp8.fp8_autocast",
