@@ -21,7 +21,9 @@ class Fp16GradientReduction(Rule):
     - a Lightning `Fabric`/`Trainer` with an FSDP strategy and
       `precision="16-mixed"` (its FSDP plugin builds a policy reducing in fp16);
     - a DDP `register_comm_hook(state, fp16_compress_hook)` (or
-      `fp16_compress_wrapper`) in a file that builds no GradScaler.
+      `fp16_compress_wrapper`, or the project's own copy of it: a hook that
+      casts the bucket to fp16 and all-reduces it) in a file that builds no
+      GradScaler on the paths that register the hook.
 
     ## Why is this bad?
     A reduce-scatter or all-reduce sums the gradients of every rank in the
@@ -57,7 +59,10 @@ class Fp16GradientReduction(Rule):
     the policy's stated choice). A dtype read from a config or a flag
     (`dtype_dict[cfg.reduce_dtype]`) is decided at run time: silent. A comm hook
     in a file that also builds a GradScaler is silent too: the scaler catches
-    the overflow (docs/evidence.md).
+    the overflow (docs/evidence.md), unless that scaler is built only under an
+    `if` the hook is not under (`if amp_level != "O0": scaler = GradScaler()`
+    and the hook registered on every run): the runs without a scaler reduce
+    unscaled gradients in fp16, where the measured hook zeroed small ones.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP803` (docs/evidence.md#amp803)
@@ -70,9 +75,9 @@ class Fp16GradientReduction(Rule):
     severity = Severity.WARNING
     text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "gradients are reduced across ranks in fp16"
-    triggers = ("MixedPrecision", "fp16_compress", "16-mixed", "precision=16", 'precision="16')
-    requires = (("float16", "half", "fp16", "16-mixed", "precision=16", 'precision="16'),)
-    gate_regex = re.compile(r"MixedPrecision(?:Policy)?\s*\(|fp16_compress|Fabric\s*\(|Trainer\s*\(")
+    triggers = ("MixedPrecision", "fp16_compress", "register_comm_hook", "16-mixed", "precision=16", 'precision="16')
+    requires = (("float16", "half", "fp16", "register_comm_hook", "16-mixed", "precision=16", 'precision="16'),)
+    gate_regex = re.compile(r"MixedPrecision(?:Policy)?\s*\(|fp16_compress|register_comm_hook|Fabric\s*\(|Trainer\s*\(")
 
     VALID = [
         Valid(
@@ -116,6 +121,42 @@ fabric = L.Fabric(strategy="fsdp", precision="bf16-mixed")
 """,
             "Lightning FSDP in bf16",
         ),
+        Valid(
+            """
+import torch
+import torch.distributed as dist
+def compress_hook(process_group, bucket):
+    t = bucket.buffer().to(torch.bfloat16).div_(dist.get_world_size())
+    return dist.all_reduce(t, async_op=True).get_future().then(lambda f: bucket.buffer().copy_(f.value()[0]))
+model = torch.nn.parallel.DistributedDataParallel(net)
+model.register_comm_hook(state=None, hook=compress_hook)
+""",
+            "the project's own hook compresses to bf16: fp32's range",
+        ),
+        Valid(
+            """
+import deepspeed
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+engine, optimizer, _, _ = deepspeed.initialize(model=net, config="ds_config.json")
+try:
+    engine.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
+except AttributeError:
+    pass
+""",
+            "a DeepSpeed engine is no DDP module: the hook is never registered",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+def train(args, net):
+    if args.amp:
+        scaler = torch.amp.GradScaler("cuda")
+        model = torch.nn.parallel.DistributedDataParallel(net)
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+""",
+            "the hook is registered only on the branch that builds the scaler",
+        ),
     ]
 
     INVALID = [
@@ -156,6 +197,35 @@ fabric = L.Fabric(devices=8, strategy="fsdp", precision="16-mixed")
 """,
             line=2,
         ),
+        Invalid(
+            """
+import torch
+import torch.distributed as dist
+def fp16_hook(process_group, bucket):
+    world_size = dist.get_world_size()
+    compressed = bucket.buffer().to(torch.float16).div_(world_size)
+    fut = dist.all_reduce(compressed, async_op=True).get_future()
+    return fut.then(lambda f: bucket.buffer().copy_(f.value()[0]))
+model = torch.nn.parallel.DistributedDataParallel(net)
+model.register_comm_hook(state=None, hook=fp16_hook)
+""",
+            line=9,
+            why="the project's own copy of fp16_compress_hook",
+        ),
+        Invalid(
+            """
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+def train(args, net):
+    loss_scaler = None
+    if args.amp_level != "O0":
+        loss_scaler = torch.amp.GradScaler("cuda")
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+""",
+            line=8,
+            why="the scaler exists on one branch; the hook on every run (O0 reduces unscaled fp32 gradients in fp16)",
+        ),
     ]
 
     def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
@@ -170,7 +240,7 @@ fabric = L.Fabric(devices=8, strategy="fsdp", precision="16-mixed")
                 found = self._policy(view, path, e)
             elif e["e"] == "ctor" and e["k"] in ("fabric", "trainer"):
                 found = self._lightning(view, path, e)
-            elif e["e"] == "hook" and e.get("d") == "fp16":
+            elif e["e"] == "hook" and (e.get("d") == "fp16" or e.get("hs") and self._own_hook(view, path, e) == "fp16"):
                 found = self._hook(view, path, e)
             else:
                 continue
@@ -207,11 +277,48 @@ fabric = L.Fabric(devices=8, strategy="fsdp", precision="16-mixed")
         data = {"mechanism": "lightning-fsdp", "precision": e["prec"], "reduce_dtype": "fp16"}
         return ScaleFinding(view.place(path, e), message, help, [], data)
 
+    def _own_hook(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
+        """The dtype a project's own comm hook compresses to: a function that casts the bucket
+        to fp16 and all-reduces it (a copy of torch's `fp16_compress_hook`), resolved across files."""
+        for p, func in view.callees(path, e["f"], e["hs"]):
+            info = view.function(p, func)
+            if info is not None and info.get("hook"):
+                return info["hook"]
+        return None
+
     def _hook(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
+        if e.get("recv"):
+            wrapped = view.wrappers(path, e["f"], e["recv"])
+            if wrapped and all(w.kind == "deepspeed" for w in wrapped):
+                return None  # a DeepSpeed engine has no `register_comm_hook`: the call raises, nothing is compressed
         s = view.summary(path)
-        if s is not None and any(ev["e"] == "ctor" and ev["k"] == "scaler" and ev.get("en") is not False for ev in s["events"]):
-            return None
-        message = "`fp16_compress_hook` all-reduces gradients in fp16 with no GradScaler to catch overflow"
+        hook = f"`{e['hs']}` (an fp16 compression hook)" if e.get("hs") else "`fp16_compress_hook`"
+        scalers = [
+            ev for ev in (s["events"] if s is not None else [])
+            if ev["e"] == "ctor" and ev["k"] == "scaler" and ev.get("en") is not False or ev["e"] == "scalerlike"
+        ]
+        if any(not _only_on_some_paths(ev, e) for ev in scalers):
+            return None  # a scaler built on every path that registers the hook catches the overflow
+        if scalers:
+            first = min(scalers, key=lambda ev: (ev["r"], ev["c"]))
+            message = (
+                f"{hook} all-reduces gradients in fp16 on every run, but the loss scaler "
+                f"(line {first['r']}) is built only on some paths: on the others nothing catches an overflow "
+                "and small gradients underflow to 0"
+            )
+            related = [(view.place(path, first), "the loss scaler, built on one branch only")]
+        else:
+            message = f"{hook} all-reduces gradients in fp16 with no GradScaler to catch overflow"
+            related = []
         help = "Use `bf16_compress_hook` (fp32's range), or no compression hook"
-        data = {"mechanism": "ddp-comm-hook", "reduce_dtype": "fp16"}
-        return ScaleFinding(view.place(path, e), message, help, [], data)
+        data = {"mechanism": "ddp-comm-hook", "reduce_dtype": "fp16", "own_hook": e.get("hs")}
+        return ScaleFinding(view.place(path, e), message, help, related, data)
+
+
+def _only_on_some_paths(scaler: Dict[str, Any], hook: Dict[str, Any]) -> bool:
+    """The scaler is built in the hook's own function under an `if` branch the hook is not
+    under: the hook runs on paths (an fp32 run, another AMP level) where no scaler exists."""
+    if scaler["f"] != hook["f"]:
+        return False  # another function: how the two meet is not known here, keep silent
+    inner, outer = scaler.get("p") or [], hook.get("p") or []
+    return inner[: len(outer)] != outer or len(inner) > len(outer)

@@ -35,7 +35,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 2
+VERSION = 3
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -170,6 +170,8 @@ class _Reader:
         self.paths: List[Dict[str, Any]] = []
         self.mutated: Dict[str, List[str]] = {}  # per function: names whose dict is changed in place
         self.path: List[List[int]] = []  # the `if` frames around the statement read: [id, branch]
+        # a project's own DDP comm hook is recognised by what its body does (it reduces a bucket)
+        self._reduces = any(w in source for w in ("all_reduce", "allreduce", "reduce_scatter"))
 
     # ------------------------------------------------------------------ driver
 
@@ -245,6 +247,34 @@ class _Reader:
         args = node.args
         params = [a.arg for a in (*getattr(args, "posonlyargs", []), *args.args, *args.kwonlyargs)]
         self._function(qual, node.body, cls if outer == cls else None, params, node.lineno)
+        if self._reduces and len(params) >= 2:
+            d = self._compress_dtype(node)
+            if d is not None:
+                self.functions[qual]["hook"] = d
+
+    def _compress_dtype(self, node: Any) -> Optional[str]:
+        """'fp16' | 'bf16' when the function is a gradient-compression comm hook of the project's
+        own (a copy of torch's `fp16_compress_hook`): it casts a tensor to the low dtype and
+        all-reduces (or reduce-scatters) it, or it calls torch's compress hook itself."""
+        casts: set = set()
+        reduces = False
+        for sub in ast.walk(node):
+            if not isinstance(sub, ast.Call):
+                continue
+            spelled = dotted(sub.func) or ""
+            last = spelled.rsplit(".", 1)[-1]
+            if last in ("all_reduce", "allreduce", "reduce_scatter", "reduce_scatter_tensor", "all_reduce_coalesced"):
+                reduces = True
+            hq = self.qualname(spelled)
+            if hq in COMM_HOOKS:
+                return COMM_HOOKS[hq]
+            if isinstance(sub.func, ast.Attribute) and sub.func.attr in ("to", "half", "bfloat16", "type"):
+                tag = self._method_tag(sub)
+                if tag in ("to:fp16", "to:bf16"):
+                    casts.add(tag[3:])
+        if reduces and len(casts) == 1:
+            return casts.pop()
+        return None
 
     def _statement(self, stmt: ast.stmt, qual: str, cls: Optional[str]) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -658,6 +688,9 @@ class _Reader:
             hq = self.qualname(dotted(hook.func) if isinstance(hook, ast.Call) else dotted(hook))
             if hq in COMM_HOOKS:
                 self._event("hook", node, qual, d=COMM_HOOKS[hq], recv=receiver)
+            elif dotted(hook):
+                # a project's own hook: resolved across files by what its body does (`functions[..]["hook"]`)
+                self._event("hook", node, qual, hs=dotted(hook), recv=receiver)
             return
         if q in ("torch.set_default_dtype", "torch.set_default_tensor_type"):
             arg = node.args[0] if node.args else None
@@ -696,6 +729,9 @@ class _Reader:
         a module made low precision where it is bound."""
         if not target or not target[0]:
             return
+        if "scaler" in target[0].rsplit(".", 1)[-1].lower():
+            # `loss_scaler = NativeScaler()`: a project's own scaler wrapper (AMP803 reads where it is built)
+            self._event("scalerlike", node, qual, t=target[0])
         tag = self._method_tag(node) if method in ("half", "bfloat16", "to", "type", "float") else None
         if tag in ("to:fp16", "to:bf16", "to:fp32"):
             self._event("cast", node, qual, t=target[0], d=tag[3:], via="method")
