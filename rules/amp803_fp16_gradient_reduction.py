@@ -59,6 +59,11 @@ class Fp16GradientReduction(Rule):
     in a file that also builds a GradScaler is silent too: the scaler catches
     the overflow (docs/evidence.md).
 
+    A `Fabric` made in a function from which no training step can run (no
+    backward, optimizer step or training call in it, in what it defines, or in
+    the project functions it calls or hands on, and the `Fabric` does not leave
+    it) reduces no gradient: a forward-only test or an export is silent.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP803` (docs/evidence.md#amp803)
     - pytorch/pytorch#78774; verl-project/verl#6150; ibm-granite/dolomite-engine#141
@@ -116,6 +121,22 @@ fabric = L.Fabric(strategy="fsdp", precision="bf16-mixed")
 """,
             "Lightning FSDP in bf16",
         ),
+        Valid(
+            """
+import torch
+import lightning as L
+def test_fsdp_forward():
+    fabric = L.Fabric(devices=2, strategy="fsdp", precision="16-true")
+    fabric.launch()
+    model = fabric.setup(torch.nn.Linear(8, 8))
+    y = model(torch.randn(2, 8, device=fabric.device))
+    assert y.shape == (2, 8)
+def test_train(model, optimizer):
+    model(torch.randn(2, 8)).sum().backward()
+    optimizer.step()
+""",
+            "a forward-only test: no gradient is reduced from the function that makes the Fabric",
+        ),
     ]
 
     INVALID = [
@@ -155,6 +176,32 @@ import lightning as L
 fabric = L.Fabric(devices=8, strategy="fsdp", precision="16-mixed")
 """,
             line=2,
+        ),
+        Invalid(
+            """
+import lightning as L
+def setup():
+    fabric = L.Fabric(devices=2, strategy="fsdp", precision="16-true")
+    fabric.launch(main)
+def main(fabric):
+    model, optimizer = fabric.setup(build(), make_optimizer())
+    loss = model(batch()).sum()
+    fabric.backward(loss)
+    optimizer.step()
+""",
+            line=3,
+            why="the function it launches trains",
+        ),
+        Invalid(
+            """
+import lightning as L
+from project.loop import run_loop
+def run():
+    fabric = L.Fabric(devices=2, strategy="fsdp", precision="16-mixed")
+    run_loop(fabric)
+""",
+            line=4,
+            why="the Fabric handed to code the file cannot read",
         ),
     ]
 
@@ -201,6 +248,9 @@ fabric = L.Fabric(devices=8, strategy="fsdp", precision="16-mixed")
         found = view._strategy_event(path, e["f"], e.get("strategy"))
         if found is not None and found[1].get("mp"):
             return None  # FSDPStrategy(mixed_precision=...) replaces the plugin's policy
+        held = (e.get("t") or [""])[0]
+        if e["k"] == "fabric" and view.never_trains(path, e["f"], held):
+            return None  # no gradient is made, hence none reduced (a forward-only test, an export)
         what = "Fabric" if e["k"] == "fabric" else "Trainer"
         message = f'`{what}(precision="{e["prec"]}")` with FSDP reduces gradients across ranks in fp16'
         help = "Pass `FSDPStrategy(mixed_precision=MixedPrecision(..., reduce_dtype=torch.float32))`, or use bf16"
