@@ -82,7 +82,8 @@ class Fp16OverflowingLiteral(Rule):
     scripts/: not a module of an importable package) whose text, the project
     modules it imports and those importing it, a few rounds up, name no fp16
     source (an fp16 dtype or cast, autocast, a loss scaler, a mixed-precision
-    flag, a dtype looked up at run time; a bf16/fp32 choice may be there).
+    flag, a dtype looked up at run time; a bf16/fp32 choice may be there), and
+    that some project module imports.
 
     ## Why is this bad?
     fp16 tops out at 65504. `fp16_tensor.masked_fill(mask, -1e9)` (and `fill_`,

@@ -137,7 +137,8 @@ def fp16_unreachable(filename: Optional[str], root: Optional[str] = None) -> boo
     `library_module`), and no fp16 can reach its tensors: neither its text, nor the project
     modules it imports, nor the project modules importing it (and theirs, a few rounds up)
     name an fp16 dtype or cast, autocast, a loss scaler, a mixed-precision flag or a dtype
-    looked up at run time (`_FP16_WORDS`; a bf16/fp32 choice may be there). lerobot's
+    looked up at run time (`_FP16_WORDS`; a bf16/fp32 choice may be there), and some project
+    module imports it (one nothing names may be built from fp16 code by a registry). lerobot's
     reference pi0 model under `tests/`, whose only precisions are "bfloat16"/"float32", next
     to fp16 code elsewhere in the repository. A library module is never asked: its users'
     fp16 is not in the project. Read when conditions are resolved."""
@@ -178,7 +179,9 @@ def fp16_unreachable(filename: Optional[str], root: Optional[str] = None) -> boo
         frontier = following
         if not frontier:
             break
-    return not frontier  # importers left unread: not known
+    # importers left unread, or none at all (a module nothing names may be built by a registry
+    # or a config from fp16 code): not known
+    return not frontier and len(seen) > 1
 
 
 def _local_imports(text: str, folder: str, base: str) -> List[str]:
