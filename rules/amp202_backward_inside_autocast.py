@@ -77,7 +77,10 @@ class BackwardInsideAutocast(Rule):
     documentation wraps whole training functions in them; a framework
     backward inside a plain `torch.autocast` region is flagged like any other.
     A region whose `enabled=` is decided at run time (`enabled=use_amp`) is
-    flagged: whenever AMP is on, the backward is inside it.
+    flagged: whenever AMP is on, the backward is inside it. Not when the
+    backward sits on a branch taken only with that flag false (the `else` of
+    `if args.amp:` under `autocast(enabled=args.amp)`, or `if not args.amp:`):
+    the region is off there.
 
     Across files: also flags a backward inside an autocast the file alone
     does not show: one held in an attribute or `partial`
@@ -158,6 +161,18 @@ def train_step(model, x, y, optimizer):
 """,
             "backward in the same function, after the region",
         ),
+        Valid(
+            """
+import torch
+for x, y in loader:
+    with torch.autocast("cuda", enabled=args.amp):
+        loss = criterion(model(x), y)
+        if not args.amp:
+            loss.backward()
+            optimizer.step()
+""",
+            "the branch taken only with the region's `enabled=` flag false: autocast is off there",
+        ),
     ]
 
     INVALID = [
@@ -229,10 +244,28 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
             line=5,
             why="disabling CUDA autocast leaves the CPU region in force",
         ),
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    with torch.autocast("cuda", enabled=args.amp):
+        loss = criterion(model(x), y)
+        if args.amp:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+""",
+            line=6,
+            count=1,
+            why="the flag's true branch runs under the region; its `else` (amp off) is silent",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
-        from amplint.model import active_region
+        from amplint.model import active_region, off_under_guard
 
         for scope in ctx.scopes:
             for event in scope.events:
@@ -241,6 +274,8 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
                 region = active_region(event.call.region)
                 if region is None or region.framework or region.dtype == "fp32" or _defined_inside(ctx, region, scope):
                     continue
+                if off_under_guard(ctx, region, event.call.path):
+                    continue  # `enabled=args.amp`, and this is the `else` of `if args.amp:`
                 yield self._diagnostic(ctx, event.call, region)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:

@@ -78,7 +78,12 @@ class Fp16OverflowingLiteral(Rule):
     block whose text, the project modules it imports and the project modules
     importing it never name a low-precision dtype, autocast, a loss scaler or
     a precision flag (one example of a repository of examples, next to the
-    fp16 ones).
+    fp16 ones); nor in a file the project runs itself (under tests/, examples/,
+    scripts/: not a module of an importable package) whose text, the project
+    modules it imports and those importing it, a few rounds up, name no fp16
+    source (an fp16 dtype or cast, autocast, a loss scaler, a mixed-precision
+    flag, a dtype looked up at run time; a bf16/fp32 choice may be there), and
+    that some project module imports.
 
     ## Why is this bad?
     fp16 tops out at 65504. `fp16_tensor.masked_fill(mask, -1e9)` (and `fill_`,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Related, Rule, Severity, Valid
 
@@ -80,7 +80,10 @@ class ScalerStateNotCheckpointed(Rule):
     self.scaler)`) and then, in the same block, replaced by a fresh
     `GradScaler()`: the restored scale is thrown away on every resume. Reported
     at the new `GradScaler()`, with the restore as a related location; silent
-    when the fresh scaler is built in another branch or before the restore.
+    when the fresh scaler is built in another branch, before the restore, or in
+    another function (a trainer whose `__init__` calls `_setup_components()`,
+    which builds `self.scaler`, and then `load_checkpoint()`, which restores it:
+    the methods' text order is not the order they run in).
 
     The save may go through a function named for saving that is given the
     dict (`utils.save_on_master(state, path)`, `save_checkpoint(state, path)`,
@@ -305,6 +308,32 @@ model, optimizer = amp.initialize(model, optimizer, opt_level=args.opt_level)
 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
 """,
             "the apex opt level is decided at run time (O0/O3 scale statically)",
+        ),
+        Valid(
+            """
+import torch
+
+
+class Trainer:
+    def __init__(self, model, optimizer, amp_enabled):
+        self.model, self.optimizer, self.amp_enabled = model, optimizer, amp_enabled
+        self._setup_components()
+        self.load_checkpoint()
+
+    def save_checkpoint(self, path):
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scaler": self.scaler.state_dict()}, path)
+
+    def load_checkpoint(self, path="last.pt"):
+        checkpoint = torch.load(path)
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scaler.load_state_dict(checkpoint["scaler"])
+
+    def _setup_components(self):
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_enabled)
+""",
+            "built by one method before another restores it (sam2's trainer): the text order of methods is not their run order",
         ),
     ]
 
@@ -653,7 +682,10 @@ optimizer.load_state_dict(checkpoint["optimizer"])
                 continue
             for constructor in ctx.scalers[key].constructors:
                 restore = next(
-                    (r for r in reversed(restores) if r[1] < constructor.order and path_contains(constructor.path, r[2])),
+                    # in one function: source order is run order there. Across functions (a trainer's
+                    # `_setup_components` building `self.scaler`, its `load_checkpoint` restoring it)
+                    # it is the callers' order, which the file's text order does not give
+                    (r for r in reversed(restores) if r[3] is constructor.scope and r[1] < constructor.order and path_contains(constructor.path, r[2])),
                     None,
                 )
                 if restore is None:
@@ -769,8 +801,8 @@ def _live_scaler(project: Project, call, method: str) -> Optional[str]:
 _RESTORE_WORDS = ("load", "restore", "resume")
 
 
-def _restores(ctx: ModuleContext, key: str) -> List[Tuple[cst.CSTNode, int, Path]]:
-    """(statement, order, control flow) where the scaler `key` gets a checkpoint's state: `key.load_state_dict(...)`,
+def _restores(ctx: ModuleContext, key: str) -> List[Tuple[cst.CSTNode, int, Path, Any]]:
+    """(statement, order, control flow, scope) where the scaler `key` gets a checkpoint's state: `key.load_state_dict(...)`,
     or `key` (alone or in a tuple) assigned from a restore helper that was passed `key` itself
     (`model, opt, self.scaler = self.restore_model(path, model, opt, self.scaler)`; a helper is
     named for what it does: load, restore, resume)."""
@@ -778,14 +810,14 @@ def _restores(ctx: ModuleContext, key: str) -> List[Tuple[cst.CSTNode, int, Path
 
     from amplint.model import dotted_name
 
-    out = [(c.statement, c.order, c.path) for c in ctx.method_calls("load_state_dict") if c.receiver_dotted == key]
+    out = [(c.statement, c.order, c.path, c.scope) for c in ctx.method_calls("load_state_dict") if c.receiver_dotted == key]
     for a in ctx.assignments_to(key):
         value = a.value
         if not isinstance(value, cst.Call):
             continue
         helper = (dotted_name(value.func) or "").rsplit(".", 1)[-1].lower()
         if any(w in helper for w in _RESTORE_WORDS) and any(dotted_name(arg.value) == key for arg in value.args):
-            out.append((a.statement or a.node, a.order, a.path))
+            out.append((a.statement or a.node, a.order, a.path, a.scope))
     return sorted(out, key=lambda r: r[1])
 
 

@@ -64,6 +64,11 @@ class Fp16GradientReduction(Rule):
     and the hook registered on every run): the runs without a scaler reduce
     unscaled gradients in fp16, where the measured hook zeroed small ones.
 
+    A `Fabric` made in a function from which no training step can run (no
+    backward, optimizer step or training call in it, in what it defines, or in
+    the project functions it calls or hands on, and the `Fabric` does not leave
+    it) reduces no gradient: a forward-only test or an export is silent.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP803` (docs/evidence.md#amp803)
     - pytorch/pytorch#78774; verl-project/verl#6150; ibm-granite/dolomite-engine#141
@@ -157,6 +162,22 @@ def train(args, net):
 """,
             "the hook is registered only on the branch that builds the scaler",
         ),
+        Valid(
+            """
+import torch
+import lightning as L
+def test_fsdp_forward():
+    fabric = L.Fabric(devices=2, strategy="fsdp", precision="16-true")
+    fabric.launch()
+    model = fabric.setup(torch.nn.Linear(8, 8))
+    y = model(torch.randn(2, 8, device=fabric.device))
+    assert y.shape == (2, 8)
+def test_train(model, optimizer):
+    model(torch.randn(2, 8)).sum().backward()
+    optimizer.step()
+""",
+            "a forward-only test: no gradient is reduced from the function that makes the Fabric",
+        ),
     ]
 
     INVALID = [
@@ -226,6 +247,32 @@ def train(args, net):
             line=8,
             why="the scaler exists on one branch; the hook on every run (O0 reduces unscaled fp32 gradients in fp16)",
         ),
+        Invalid(
+            """
+import lightning as L
+def setup():
+    fabric = L.Fabric(devices=2, strategy="fsdp", precision="16-true")
+    fabric.launch(main)
+def main(fabric):
+    model, optimizer = fabric.setup(build(), make_optimizer())
+    loss = model(batch()).sum()
+    fabric.backward(loss)
+    optimizer.step()
+""",
+            line=3,
+            why="the function it launches trains",
+        ),
+        Invalid(
+            """
+import lightning as L
+from project.loop import run_loop
+def run():
+    fabric = L.Fabric(devices=2, strategy="fsdp", precision="16-mixed")
+    run_loop(fabric)
+""",
+            line=4,
+            why="the Fabric handed to code the file cannot read",
+        ),
     ]
 
     def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
@@ -271,6 +318,9 @@ def train(args, net):
         found = view._strategy_event(path, e["f"], e.get("strategy"))
         if found is not None and found[1].get("mp"):
             return None  # FSDPStrategy(mixed_precision=...) replaces the plugin's policy
+        held = (e.get("t") or [""])[0]
+        if e["k"] == "fabric" and view.never_trains(path, e["f"], held):
+            return None  # no gradient is made, hence none reduced (a forward-only test, an export)
         what = "Fabric" if e["k"] == "fabric" else "Trainer"
         message = f'`{what}(precision="{e["prec"]}")` with FSDP reduces gradients across ranks in fp16'
         help = "Pass `FSDPStrategy(mixed_precision=MixedPrecision(..., reduce_dtype=torch.float32))`, or use bf16"

@@ -58,7 +58,10 @@ class DeepspeedEngineBypassed(Rule):
     amplint does not guess. `engine.scale(loss).backward()` is DeepSpeed's
     documented manual backward and is not flagged. The optimizer is read at
     the step: one rebound to a fresh `torch.optim` optimizer (a layer-wise
-    distillation loop) is not the engine's.
+    distillation loop) is not the engine's. A backward or step on a branch
+    taken only when DeepSpeed is not in use (the `else` of `if args.deepspeed:`,
+    the body of `if not args.use_deepspeed:` or `if ds_config is None:`) runs
+    no engine and is not flagged.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP806` (docs/evidence.md#amp806)
@@ -137,6 +140,22 @@ for x, y in loader:
 """,
             "the other branch runs the plain model",
         ),
+        Valid(
+            """
+import deepspeed
+model, optimizer, _, _ = deepspeed.initialize(args=args, model=model, model_parameters=params)
+models = [model]
+for batch in loader:
+    forward_backward(models, batch)
+    if not args.deepspeed:
+        optimizer.reduce_model_grads(args)
+    if args.deepspeed:
+        models[0].step()
+    else:
+        optimizer.step(args)
+""",
+            "the step on the branch taken only when DeepSpeed is not in use (Megatron's own optimizer)",
+        ),
     ]
 
     INVALID = [
@@ -193,6 +212,8 @@ engine.step()
     def findings(self, view: ScaleView) -> Iterator[ScaleFinding]:
         by_function: Dict[Tuple[str, str], Dict[str, Any]] = {}
         for path, e in view.events():
+            if e.get("nds"):
+                continue  # a branch taken only without DeepSpeed (`else` of `if args.deepspeed:`): no engine there
             if e["e"] == "back" and e.get("n") == 0 and not e.get("scaled") and e.get("recv"):
                 found = _loss_engine(view, path, e)
                 if found is not None:

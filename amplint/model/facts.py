@@ -121,6 +121,69 @@ def fp32_script(filename: Optional[str], root: Optional[str] = None) -> bool:
     return True
 
 
+#: words that show a text may run fp16 (bf16 does not count: it keeps fp32's range): an fp16 dtype
+#: or cast, autocast (CUDA's default dtype is fp16), a loss scaler, a mixed-precision flag, a dtype
+#: looked up by a name read at run time
+_FP16_WORDS = re.compile(
+    r"(?<![bB])float16|half|fp16|autocast|GradScaler|mixed_precision|\bamp\b|16-mixed|precision\s*=\s*16|getattr\(\s*torch\s*,",
+    re.M,
+)
+#: how many rounds of importers `fp16_unreachable` follows up from the file
+_IMPORTER_ROUNDS = 3
+
+
+def fp16_unreachable(filename: Optional[str], root: Optional[str] = None) -> bool:
+    """`filename` is a file the project runs itself (not a module of an importable package:
+    `library_module`), and no fp16 can reach its tensors: neither its text, nor the project
+    modules it imports, nor the project modules importing it (and theirs, a few rounds up)
+    name an fp16 dtype or cast, autocast, a loss scaler, a mixed-precision flag or a dtype
+    looked up at run time (`_FP16_WORDS`; a bf16/fp32 choice may be there), and some project
+    module imports it (one nothing names may be built from fp16 code by a registry). lerobot's
+    reference pi0 model under `tests/`, whose only precisions are "bfloat16"/"float32", next
+    to fp16 code elsewhere in the repository. A library module is never asked: its users'
+    fp16 is not in the project. Read when conditions are resolved."""
+    from .texts import project_files, project_root, read_text
+
+    if not filename or not filename.endswith(".py") or library_module(filename, root):
+        return False
+    text = read_text(filename)
+    if text is None or _FP16_WORDS.search(text):
+        return False
+    path = os.path.abspath(filename)
+    folder = os.path.dirname(path)
+    base = project_root(filename, root) or folder
+    for module in _local_imports(text, folder, base):
+        other = read_text(module)
+        if other is None or _FP16_WORDS.search(other):
+            return False
+    files = project_files(base, (".py",))
+    seen = {path}
+    frontier = [path]
+    for _ in range(_IMPORTER_ROUNDS):
+        following = []
+        for target in frontier:
+            stem = os.path.splitext(os.path.basename(target))[0]
+            if stem == "__init__":
+                stem = os.path.basename(os.path.dirname(target))  # a package is imported by its folder's name
+            importer = re.compile(rf"^[ \t]*(?:from|import)[ \t][^\n]*\b{re.escape(stem)}\b", re.M)
+            for other_path in files:
+                if other_path in seen:
+                    continue
+                other = read_text(other_path)
+                if other is None or stem not in other or not importer.search(other):
+                    continue
+                if _FP16_WORDS.search(other):
+                    return False  # (any module of that name: an importer that may run fp16 keeps the finding)
+                seen.add(other_path)
+                following.append(other_path)
+        frontier = following
+        if not frontier:
+            break
+    # importers left unread, or none at all (a module nothing names may be built by a registry
+    # or a config from fp16 code): not known
+    return not frontier and len(seen) > 1
+
+
 def _local_imports(text: str, folder: str, base: str) -> List[str]:
     """The project files `text`'s imports name (`from model import X` next to it, `import
     pkg.sub` under the project root): one level, files that exist."""
@@ -193,7 +256,7 @@ def condition_holds(
             return True
         if precision == "bf16":
             return False
-        return facts.may_run_fp16 and not (filename is not None and fp32_script(filename, root))
+        return facts.may_run_fp16 and not (filename is not None and (fp32_script(filename, root) or fp16_unreachable(filename, root)))
     if condition == AUTOCAST:
         return facts.autocast or precision in ("fp16", "bf16")
     if condition == AUTOCAST_OR_LIBRARY:

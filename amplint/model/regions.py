@@ -167,3 +167,67 @@ def same_device(ctx: ModuleContext, a: AutocastRegion, b: AutocastRegion) -> boo
         return a.device == b.device
     da, db = call_arg(a.call, 0, "device_type"), call_arg(b.call, 0, "device_type")
     return da is not None and db is not None and ctx.code_for(da) == ctx.code_for(db)
+
+
+def enabled_argument(ctx: ModuleContext, region: AutocastRegion) -> Optional[cst.BaseExpression]:
+    """The expression a region's call passes as `enabled=` (positionally or by keyword); None
+    when it passes none, or the region is a framework's."""
+    if region.framework:
+        return None
+    known = sorted(q for q in ctx.imports.qualnames(region.call.func) if q in torchapi.AUTOCAST_CONTEXTS)
+    if not known:
+        return None
+    parameters = torchapi.autocast_parameters(known[0])
+    return call_arg(region.call, parameters.index("enabled"), "enabled") if "enabled" in parameters else None
+
+
+def off_under_guard(ctx: ModuleContext, region: AutocastRegion, path: Path) -> bool:
+    """Whether code on the branch `path` runs only where the run-time `enabled=` of `region` is
+    false: `with autocast(enabled=args.amp):` then, inside or around it, the `else` of
+    `if args.amp:`, or the body of `if not args.amp:` / `if args.amp == False:` /
+    `if args.amp is False:` (or of an `and` holding one; the `else` of an `or` holding the flag).
+    The flag is matched by its code (`args.amp`, `self.use_amp`); a region whose `enabled=` is
+    a literal is decided already (`region.enabled`)."""
+    if region.enabled is not None:
+        return False
+    node = enabled_argument(ctx, region)
+    if node is None or not isinstance(node, (cst.Name, cst.Attribute)):
+        return False
+    flag = ctx.code_for(node)
+    for frame in path:
+        if frame.kind not in ("if", "else") or frame.test is None:
+            continue
+        truth = _flag_truth(ctx, frame.test, flag)  # the flag's value where the test holds
+        if frame.kind == "if" and truth is False:
+            return True
+        if frame.kind == "else" and _flag_truth(ctx, frame.test, flag, negated=True) is False:
+            return True
+    return False
+
+
+def _flag_truth(ctx: ModuleContext, test: cst.CSTNode, flag: str, negated: bool = False) -> Optional[bool]:
+    """The value `flag` must have where `test` holds (`negated`: where it fails); None: any."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _flag_truth(ctx, test.expression, flag, not negated)
+    if isinstance(test, cst.BooleanOperation):
+        conjunction = isinstance(test.operator, cst.And) != negated  # both sides hold
+        if not conjunction:
+            return None
+        for side in (test.left, test.right):
+            found = _flag_truth(ctx, side, flag, negated)
+            if found is not None:
+                return found
+        return None
+    if isinstance(test, (cst.Name, cst.Attribute)) and ctx.code_for(test) == flag:
+        return not negated
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and ctx.code_for(test.left) == flag:
+        target = test.comparisons[0]
+        value = literal_bool(target.comparator)
+        if value is None:
+            return None
+        if isinstance(target.operator, (cst.Is, cst.Equal)):
+            return value != negated
+        if isinstance(target.operator, (cst.IsNot, cst.NotEqual)):
+            return (not value) != negated
+    return None
+

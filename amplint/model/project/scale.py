@@ -122,6 +122,49 @@ _CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 Summary = Dict[str, Any]
 
 
+def deepspeed_in_use(test: ast.AST, negated: bool = False) -> Optional[bool]:
+    """Whether DeepSpeed is in use where the `if` test holds (`negated`: where it fails), as
+    the test spells it: a flag whose name says DeepSpeed (`args.deepspeed`, `self.use_deepspeed`,
+    `accelerator.state.deepspeed_plugin`; not a call such as `is_deepspeed_available()`), its
+    `not`, `is None` / `is not None` / `== False` comparisons, `isinstance(m, DeepSpeedEngine)`,
+    `distributed_type == DistributedType.DEEPSPEED`, and an `and` (an `or`, negated) holding
+    one. None: the test says nothing about it."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return deepspeed_in_use(test.operand, not negated)
+    if isinstance(test, ast.BoolOp):
+        if isinstance(test.op, ast.And) == negated:
+            return None  # an `or` holding, an `and` failing: either side may
+        for side in test.values:
+            found = deepspeed_in_use(side, negated)
+            if found is not None:
+                return found
+        return None
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return (not negated) if _names_deepspeed(test) else None
+    if isinstance(test, ast.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2:
+        return (not negated) if "deepspeed" in ast.dump(test.args[1]).lower() else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, op, right = test.left, test.ops[0], test.comparators[0]
+        if isinstance(left, (ast.Name, ast.Attribute)) and _names_deepspeed(left) and isinstance(right, ast.Constant):
+            if right.value is None or right.value is False:
+                used = isinstance(op, (ast.IsNot, ast.NotEq))
+            elif right.value is True:
+                used = isinstance(op, (ast.Is, ast.Eq))
+            else:
+                return None
+            if not isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)):
+                return None
+            return used != negated
+        if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(right, ast.Attribute) and right.attr.upper() == "DEEPSPEED":
+            return isinstance(op, ast.Eq) != negated
+    return None
+
+
+def _names_deepspeed(node: ast.AST) -> bool:
+    spelled = dotted(node)
+    return spelled is not None and "deepspeed" in spelled.rsplit(".", 1)[-1].lower()
+
+
 def relevant(source: str) -> bool:
     return any(word in source for word in RELEVANT)
 
@@ -172,6 +215,7 @@ class _Reader:
         self.path: List[List[int]] = []  # the `if` frames around the statement read: [id, branch]
         # a project's own DDP comm hook is recognised by what its body does (it reduces a bucket)
         self._reduces = any(w in source for w in ("all_reduce", "allreduce", "reduce_scatter"))
+        self.no_engine = 0  # `if` branches around it taken only when DeepSpeed is not in use
 
     # ------------------------------------------------------------------ driver
 
@@ -234,11 +278,11 @@ class _Reader:
 
     def _function(self, qual: str, body: List[ast.stmt], cls: Optional[str], params: List[str], line: int) -> None:
         self.functions[qual] = {"cls": cls or "", "params": params, "r": line}
-        outer = self.path
-        self.path = []
+        outer, outer_off = self.path, self.no_engine
+        self.path, self.no_engine = [], 0
         for stmt in body:
             self._statement(stmt, qual, cls)
-        self.path = outer
+        self.path, self.no_engine = outer, outer_off
 
     def _def(self, node: Any, outer: str, cls: Optional[str]) -> None:
         qual = node.name if outer == "<module>" else f"{outer}.{node.name}"
@@ -327,9 +371,12 @@ class _Reader:
             self._expression(stmt.test, qual)
             frame = stmt.lineno * 1000 + stmt.col_offset
             for branch, body in ((0, stmt.body), (1, stmt.orelse)):
+                off = deepspeed_in_use(stmt.test, negated=branch == 1) is False
                 self.path.append([frame, branch])
+                self.no_engine += off
                 for s in body:
                     self._statement(s, qual, cls)
+                self.no_engine -= off
                 self.path.pop()
             return
         for name, value in ast.iter_fields(stmt):
@@ -526,6 +573,8 @@ class _Reader:
         event = {"e": kind, "f": qual, **self._position(node), **{k: v for k, v in data.items() if v is not None}}
         if self.path:
             event["p"] = [list(p) for p in self.path]
+        if self.no_engine:
+            event["nds"] = 1  # on a branch taken only without DeepSpeed (`else` of `if args.deepspeed:`)
         self.events.append(event)
         return event
 

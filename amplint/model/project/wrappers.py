@@ -24,6 +24,7 @@ The name resolution itself (imports, classes, functions across files) is the pro
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
@@ -38,6 +39,10 @@ LIGHTNING_FSDP_POLICY = {
     "bf16-mixed": ("bf16", "bf16"), "bf16-true": ("bf16", "bf16"), "32-true": ("fp32", "fp32"),
 }
 _MAX_DEPTH = 6
+#: how many functions `never_trains` reads from one function before it answers "may train"
+_MAX_TRAIN_REACH = 64
+#: a call whose name says it trains (its body may be outside what the model reads)
+_TRAINING_CALL = re.compile(r"^(?:backward|manual_backward|step|optimizer_step|setup_optimizers)$|(?:^|_)(?:train|training|fit)(?:_|$)")
 
 
 @dataclass(frozen=True)
@@ -681,6 +686,78 @@ class ScaleView:
         return out
 
     # ------------------------------------------------------------------ helpers for rules
+
+    def never_trains(self, path: str, func: str, held: str) -> bool:
+        """Whether no training step can run from the function `func` that makes `held` (a
+        `Fabric`, say): neither it, nor the functions defined in it, nor the project functions
+        they call or hand on (`fabric.launch(main)`), transitively, calls a backward, an
+        optimizer step or anything named like training (`fit`, `train_one_epoch`,
+        `training_step`), and `held` does not leave the function (returned, bound on `self`,
+        made at module level, or passed bare to a call the project model cannot follow).
+        Conservative: anything not known answers False (it may train)."""
+        key = ("never_trains", path, func, held)
+        if key in self._memo:
+            return self._memo[key]
+        found = self._never_trains(path, func, held)
+        self._memo[key] = found
+        return found
+
+    def _never_trains(self, path: str, func: str, held: str) -> bool:
+        from .graph import Call
+
+        project = self.project
+        if func == "<module>" or not self._ensure(path):
+            return False
+        info = project.function((path, func))
+        if info is None or info.get("cls") or info.get("returns"):
+            return False  # a method shares `self` with the class's others; a builder's caller trains
+        nested = sorted(q for q in project.summaries[path]["functions"] if q.startswith(func + "."))
+        frontier = [(path, func), *((path, q) for q in nested)]
+        seen = set(frontier)
+        budget = _MAX_TRAIN_REACH
+        while frontier:
+            following = []
+            for k in frontier:
+                budget -= 1
+                if budget < 0:
+                    return False
+                if not self._ensure(k[0]):
+                    return False
+                s = self.summary(k[0])
+                if s is not None and any(e["f"] == k[1] and e["e"] in ("back", "step") for e in s["events"]):
+                    return False
+                finfo = project.function(k)
+                if finfo is None:
+                    return False
+                for record in finfo["calls"]:
+                    spelled = record["f"] or ""
+                    method = spelled.rsplit(".", 1)[-1] if spelled else (record.get("fv") or {}).get("at", "")
+                    if _TRAINING_CALL.search(method or ""):
+                        return False
+                    call = Call(k[0], k[1], record)
+                    try:
+                        callees = project.callees(call)
+                    except Exception:  # pragma: no cover - the project model's own limits
+                        return False
+                    args = [*record["a"], *record["k"].values()]
+                    if not callees and k == (path, func) and any(isinstance(a, dict) and a.get("n") == held for a in args):
+                        if not spelled.startswith(held + "."):
+                            return False  # the object itself handed to code the model cannot read
+                    handed = []
+                    for a in args:
+                        if isinstance(a, dict) and "n" in a:
+                            try:
+                                types = project.name_types(k[0], k[1], a["n"])
+                            except Exception:  # pragma: no cover
+                                types = frozenset()
+                            handed.extend((t[1], t[2]) for t in types if t[0] == "F")
+                    for c in (*callees, *handed):
+                        if c not in seen:
+                            seen.add(c)
+                            following.append(c)
+            frontier = following
+        return True
+
 
     def deps(self, path: str, func: str, name: str, depth: int = 4) -> Tuple[Set[str], Set[str]]:
         """The names and callees the value of `name` in `func` reads, transitively (a few levels)."""
