@@ -34,5 +34,8 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
             from .crossfile import reads_scale, summaries_of
 
             if reads_scale(rules):
-                result.summaries = summaries_of(source)
+                from .pipeline import gc_paused
+
+                with gc_paused():  # an `ast` tree of the whole file, freed by reference counting
+                    result.summaries = summaries_of(source)
     return result

@@ -133,7 +133,9 @@ def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Ty
     active = passing(rules, source)
     if active and has_triple_quotes(source) and site_lines(active, source) is None:
         # about to be parsed whole: drop the rules whose gate passed only on docstring words
-        active = passing(active, without_docstrings(source) or source)
+        with gc_paused():  # CPython's tree of the whole file: freed by reference counting
+            blanked = without_docstrings(source)
+        active = passing(active, blanked or source)
     if not active:
         if UNUSED_NOQA_CODE in codes:
             result.diagnostics = _unused_noqa([], source, path, config, codes)
@@ -147,14 +149,15 @@ def _lint_text_only(source: str, path: str, config: Config, active: Sequence[Typ
     """Run rules that read the text only (`Rule.text_only`): no libcst parse, no AMP model (the
     file stays unparsed for the project facts, as a file passing no gate)."""
     diagnostics: List[Diagnostic] = []
-    for rule_cls in active:
-        try:
-            diagnostics.extend(list(rule_cls().check_text(source, path)))
-        except RecursionError:
-            if SYNTAX_ERROR_CODE in codes:
-                result.diagnostics.append(syntax_error(path, 1, 1, f"file is nested too deeply for {rule_cls.code} to analyse"))
-        except Exception as exc:
-            result.diagnostics.append(internal_error(path, f"rule {rule_cls.code} ({rule_cls.name})", exc))
+    with gc_paused():  # the wrapper rules summarise the file with `ast` (wrappers.file_view)
+        for rule_cls in active:
+            try:
+                diagnostics.extend(list(rule_cls().check_text(source, path)))
+            except RecursionError:
+                if SYNTAX_ERROR_CODE in codes:
+                    result.diagnostics.append(syntax_error(path, 1, 1, f"file is nested too deeply for {rule_cls.code} to analyse"))
+            except Exception as exc:
+                result.diagnostics.append(internal_error(path, f"rule {rule_cls.code} ({rule_cls.name})", exc))
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
     diagnostics = [d for d in diagnostics if d.code not in ignored and not (exempt and d.code in exempt)]
     result.diagnostics.extend(apply_noqa(diagnostics, source))
