@@ -22,6 +22,13 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {problem}"))
         return result
+    from ..core.pyast import remembered
+
+    with remembered():  # one `ast` parse of the text for the docstring look, the wrapper rules, the summaries
+        return _lint_python(path, source, config, rules, codes)
+
+
+def _lint_python(path: str, source: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
     result = lint_file_source(source, path, config, rules, codes)
     if path.endswith(".py"):
         from ..model.project import text_index
@@ -37,5 +44,5 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
                 from .pipeline import gc_paused
 
                 with gc_paused():  # an `ast` tree of the whole file, freed by reference counting
-                    result.summaries = summaries_of(source)
+                    result.summaries = summaries_of(source, result.index["r"])
     return result
