@@ -142,6 +142,11 @@ def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Ty
         return result
     if all(getattr(r, "text_only", False) for r in active):
         return _lint_text_only(source, path, config, active, codes, exempt, result)
+    texts = [r for r in active if getattr(r, "text_only", False) and getattr(r, "gate_sites", None) is None]
+    if texts:
+        # the text-only rules read the whole text with `ast` (their `check(ctx)` is `check_text` of
+        # the whole source): they need no libcst tree, so the others may still parse an excerpt
+        return lint_active(source, path, config, [r for r in active if r not in texts], codes, exempt, result, texts, active)
     return lint_active(source, path, config, active, codes, exempt, result)
 
 
@@ -166,10 +171,23 @@ def _lint_text_only(source: str, path: str, config: Config, active: Sequence[Typ
     return result
 
 
-def lint_active(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], exempt: Optional[FrozenSet[str]], result: Optional[FileResult] = None) -> FileResult:
+def lint_active(
+    source: str,
+    path: str,
+    config: Config,
+    active: Sequence[Type[Rule]],
+    codes: FrozenSet[str],
+    exempt: Optional[FrozenSet[str]],
+    result: Optional[FileResult] = None,
+    texts: Sequence[Type[Rule]] = (),
+    order: Sequence[Type[Rule]] = (),
+) -> FileResult:
     """Run the rules `active` (already gated) on `source`; `exempt`: the file-level noqa codes.
     The server's incremental re-lint (server/incremental.py) calls it on an excerpt with
-    the gate and the exemption of the whole buffer, so the excerpt runs what the file would."""
+    the gate and the exemption of the whole buffer, so the excerpt runs what the file would.
+    `texts`: text-only rules (`Rule.text_only`) run on the whole `source` once the others
+    have been analysed (as when they ran in the same whole-file parse: nothing when it fails);
+    `order`: every rule of the file in turn, the order their findings are kept in."""
     result = result if result is not None else FileResult(path=path)
     with gc_paused():
         diagnostics = _excerpt_checked(source, path, config, active, codes, result)
@@ -181,6 +199,8 @@ def lint_active(source: str, path: str, config: Config, active: Sequence[Type[Ru
                 result.read = FAILED
                 return result
             diagnostics = run_guarded(_parse_and_check, source, path, config, active, codes, result)
+        if diagnostics is not None and texts:
+            diagnostics = _in_rule_order([*diagnostics, *run_guarded(_check_texts, source, path, texts, codes, result)], order or [*active, *texts])
     if diagnostics is None:
         result.read = FAILED
         return result
@@ -191,6 +211,28 @@ def lint_active(source: str, path: str, config: Config, active: Sequence[Type[Ru
     if UNUSED_NOQA_CODE in codes:
         result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
     return result
+
+
+def _check_texts(source: str, path: str, texts: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> List[Diagnostic]:
+    """The findings of text-only rules on `source`; a crash becomes an AMP000 line in `result`,
+    as in `_parse_and_check`."""
+    diagnostics: List[Diagnostic] = []
+    for rule_cls in texts:
+        try:
+            diagnostics.extend(list(rule_cls().check_text(source, path)))
+        except RecursionError:
+            if SYNTAX_ERROR_CODE in codes:
+                result.diagnostics.append(syntax_error(path, 1, 1, f"file is nested too deeply for {rule_cls.code} to analyse"))
+        except Exception as exc:
+            result.diagnostics.append(internal_error(path, f"rule {rule_cls.code} ({rule_cls.name})", exc))
+    return diagnostics
+
+
+def _in_rule_order(diagnostics: List[Diagnostic], rules: Sequence[Type[Rule]]) -> List[Diagnostic]:
+    """`diagnostics` by the position of their rule in `rules` (each rule's own in the order it
+    gave them): the list one parse running every rule in turn gives."""
+    order = {r.code: i for i, r in enumerate(rules)}
+    return sorted(diagnostics, key=lambda d: order.get(d.code, len(order)))
 
 
 def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> Optional[List[Diagnostic]]:
