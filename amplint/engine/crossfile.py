@@ -161,6 +161,31 @@ def summaries_of(source: str, roles: str = "") -> Tuple[Any, Any]:
     return scale.summarize_both(source)
 
 
+#: text index roles that put a file in its project's universe whatever the other files say
+#: (`index.universe`: the BCE seeds and the optimizer, scaler and framework files)
+_SEED_ROLES = frozenset("bohgfw")
+
+
+def summaries_ahead(source: str, roles: str, rules: Sequence[Any]) -> Optional[Tuple[Any, Any]]:
+    """What a lint worker summarises of a file for the cross-file pass (`FileResult.summaries`),
+    from its text index `roles`, so that the pass, one process after the pool, parses little:
+    a file that may use a distributed API ("d") or clips gradients or runs a backward ("c"),
+    when a selected rule reads the scale view, both summaries (`summaries_of`); a file whose
+    roles put it in the universe whatever the project holds, its project summary. None: the
+    pass summarises the file itself if it ever asks."""
+    from .pipeline import gc_paused
+
+    if ("d" in roles or "c" in roles) and reads_scale(rules):
+        with gc_paused():  # an `ast` tree of the whole file, freed by reference counting
+            return summaries_of(source, roles)
+    if _SEED_ROLES.intersection(roles):
+        from ..model.project import summarize
+
+        with gc_paused():
+            return summarize(source), None  # (the scale summary, if asked, is made then)
+    return None
+
+
 @lru_cache(maxsize=None)
 def _module_says(module: str, text: str) -> bool:
     import importlib.util

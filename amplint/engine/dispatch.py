@@ -37,12 +37,9 @@ def _lint_python(path: str, source: str, config: Config, rules: Sequence[Type[Ru
         wrappers = sys.modules.get("amplint.model.project.wrappers")  # imported when a wrapper rule ran
         if wrappers is not None:
             result.summaries = wrappers.made_for(path, source)
-        if result.summaries is None and "d" in result.index["r"]:
-            from .crossfile import reads_scale, summaries_of
+        roles = result.index["r"]
+        if result.summaries is None and roles:
+            from .crossfile import summaries_ahead
 
-            if reads_scale(rules):
-                from .pipeline import gc_paused
-
-                with gc_paused():  # an `ast` tree of the whole file, freed by reference counting
-                    result.summaries = summaries_of(source, result.index["r"])
+            result.summaries = summaries_ahead(source, roles, rules)
     return result
