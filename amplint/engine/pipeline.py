@@ -190,7 +190,10 @@ def lint_active(
     `order`: every rule of the file in turn, the order their findings are kept in."""
     result = result if result is not None else FileResult(path=path)
     with gc_paused():
-        diagnostics = _excerpt_checked(source, path, config, active, codes, result)
+        if texts and _python_refuses(source):
+            diagnostics = None  # the whole-file parse says why, as when every rule ran in it
+        else:
+            diagnostics = _excerpt_checked(source, path, config, active, codes, result)
         if diagnostics is None:
             deep = too_deep(source)  # in this thread: the recursion limit Python runs the file with
             if deep is not None:
@@ -211,6 +214,14 @@ def lint_active(
     if UNUSED_NOQA_CODE in codes:
         result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
     return result
+
+
+def _python_refuses(source: str) -> bool:
+    """Whether CPython cannot parse the whole text (the text-only rules' own parse, shared
+    through `pyast.remembered`): an excerpt leaves such a file's error out."""
+    from ..core.pyast import parse
+
+    return parse(source) is None
 
 
 def _check_texts(source: str, path: str, texts: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> List[Diagnostic]:
