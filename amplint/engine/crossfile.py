@@ -137,16 +137,53 @@ def reads_scale(rules: Sequence[Any]) -> bool:
     return any(_module_says(getattr(r, "module", None) or r.__module__, "scale_project_diagnostics(") for r in rules)
 
 
-def summaries_of(source: str) -> Tuple[Any, Any]:
+#: `FileResult.summaries[0]` of a file whose project summary the lint did not make
+#: (`summaries_of`): the cross-file pass makes it if it asks
+LATER = "later"
+
+
+def summaries_of(source: str, roles: str = "") -> Tuple[Any, Any]:
     """(summary, scale summary) of a text from one parse (`FileResult.summaries`): a lint
     worker computes them for a file with role "d" when `reads_scale`, so the cross-file pass,
     which runs in one process after the pool, reads them instead of parsing each such file
     again (on transformers 76 files, 5 MB: most of that pass's CPU time). Nothing reads them
     before that pass, so they go as they are (pickled back from a pool worker, faster to
-    load than marshal's format here)."""
-    from ..model.project.scale import summarize_both
+    load than marshal's format here).
 
-    return summarize_both(source)
+    A file whose only role is "d" (`roles`: its text index's) gets its scale summary only,
+    and `LATER` for the other: the cross-file pass reads every such file's scale summary but
+    asks the project summary of few (`index.scale_lazy`: only when a name leads there; on
+    transformers 6 of 61), and making it was 40% of the pair's cost."""
+    from ..model.project import scale
+
+    if roles == "d":
+        return LATER, scale.summarize(source)
+    return scale.summarize_both(source)
+
+
+#: text index roles that put a file in its project's universe whatever the other files say
+#: (`index.universe`: the BCE seeds and the optimizer, scaler and framework files)
+_SEED_ROLES = frozenset("bohgfw")
+
+
+def summaries_ahead(source: str, roles: str, rules: Sequence[Any]) -> Optional[Tuple[Any, Any]]:
+    """What a lint worker summarises of a file for the cross-file pass (`FileResult.summaries`),
+    from its text index `roles`, so that the pass, one process after the pool, parses little:
+    a file that may use a distributed API ("d") or clips gradients or runs a backward ("c"),
+    when a selected rule reads the scale view, both summaries (`summaries_of`); a file whose
+    roles put it in the universe whatever the project holds, its project summary. None: the
+    pass summarises the file itself if it ever asks."""
+    from .pipeline import gc_paused
+
+    if ("d" in roles or "c" in roles) and reads_scale(rules):
+        with gc_paused():  # an `ast` tree of the whole file, freed by reference counting
+            return summaries_of(source, roles)
+    if _SEED_ROLES.intersection(roles):
+        from ..model.project import summarize
+
+        with gc_paused():
+            return summarize(source), None  # (the scale summary, if asked, is made then)
+    return None
 
 
 @lru_cache(maxsize=None)
@@ -537,7 +574,9 @@ class _Store:
         from ..model.project import summarize
 
         pair = self._made_pair(path)
-        if pair is not None:
+        if pair is not None and isinstance(pair[0], str):  # LATER: the lint made the scale summary only
+            found = self._cached("summary", path, lambda text: {"s": summarize(text)})
+        elif pair is not None:
             found = self._cached("summary", path, lambda text: {"s": pair[0]})
         elif path in self.scale_wanted:
             found = self._cached("summary", path, lambda text: {"s": self._both(path, text)})

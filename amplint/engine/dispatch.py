@@ -22,6 +22,13 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
         if SYNTAX_ERROR_CODE in codes:
             result.diagnostics.append(syntax_error(path, 1, 1, f"cannot lint: {problem}"))
         return result
+    from ..core.pyast import remembered
+
+    with remembered():  # one `ast` parse of the text for the docstring look, the wrapper rules, the summaries
+        return _lint_python(path, source, config, rules, codes)
+
+
+def _lint_python(path: str, source: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
     result = lint_file_source(source, path, config, rules, codes)
     if path.endswith(".py"):
         from ..model.project import text_index
@@ -30,9 +37,9 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
         wrappers = sys.modules.get("amplint.model.project.wrappers")  # imported when a wrapper rule ran
         if wrappers is not None:
             result.summaries = wrappers.made_for(path, source)
-        if result.summaries is None and "d" in result.index["r"]:
-            from .crossfile import reads_scale, summaries_of
+        roles = result.index["r"]
+        if result.summaries is None and roles:
+            from .crossfile import summaries_ahead
 
-            if reads_scale(rules):
-                result.summaries = summaries_of(source)
+            result.summaries = summaries_ahead(source, roles, rules)
     return result

@@ -133,13 +133,20 @@ def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Ty
     active = passing(rules, source)
     if active and has_triple_quotes(source) and site_lines(active, source) is None:
         # about to be parsed whole: drop the rules whose gate passed only on docstring words
-        active = passing(active, without_docstrings(source) or source)
+        with gc_paused():  # CPython's tree of the whole file: freed by reference counting
+            blanked = without_docstrings(source)
+        active = passing(active, blanked or source)
     if not active:
         if UNUSED_NOQA_CODE in codes:
             result.diagnostics = _unused_noqa([], source, path, config, codes)
         return result
     if all(getattr(r, "text_only", False) for r in active):
         return _lint_text_only(source, path, config, active, codes, exempt, result)
+    texts = [r for r in active if getattr(r, "text_only", False) and getattr(r, "gate_sites", None) is None]
+    if texts:
+        # the text-only rules read the whole text with `ast` (their `check(ctx)` is `check_text` of
+        # the whole source): they need no libcst tree, so the others may still parse an excerpt
+        return lint_active(source, path, config, [r for r in active if r not in texts], codes, exempt, result, texts, active)
     return lint_active(source, path, config, active, codes, exempt, result)
 
 
@@ -147,14 +154,15 @@ def _lint_text_only(source: str, path: str, config: Config, active: Sequence[Typ
     """Run rules that read the text only (`Rule.text_only`): no libcst parse, no AMP model (the
     file stays unparsed for the project facts, as a file passing no gate)."""
     diagnostics: List[Diagnostic] = []
-    for rule_cls in active:
-        try:
-            diagnostics.extend(list(rule_cls().check_text(source, path)))
-        except RecursionError:
-            if SYNTAX_ERROR_CODE in codes:
-                result.diagnostics.append(syntax_error(path, 1, 1, f"file is nested too deeply for {rule_cls.code} to analyse"))
-        except Exception as exc:
-            result.diagnostics.append(internal_error(path, f"rule {rule_cls.code} ({rule_cls.name})", exc))
+    with gc_paused():  # the wrapper rules summarise the file with `ast` (wrappers.file_view)
+        for rule_cls in active:
+            try:
+                diagnostics.extend(list(rule_cls().check_text(source, path)))
+            except RecursionError:
+                if SYNTAX_ERROR_CODE in codes:
+                    result.diagnostics.append(syntax_error(path, 1, 1, f"file is nested too deeply for {rule_cls.code} to analyse"))
+            except Exception as exc:
+                result.diagnostics.append(internal_error(path, f"rule {rule_cls.code} ({rule_cls.name})", exc))
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
     diagnostics = [d for d in diagnostics if d.code not in ignored and not (exempt and d.code in exempt)]
     result.diagnostics.extend(apply_noqa(diagnostics, source))
@@ -163,13 +171,29 @@ def _lint_text_only(source: str, path: str, config: Config, active: Sequence[Typ
     return result
 
 
-def lint_active(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], exempt: Optional[FrozenSet[str]], result: Optional[FileResult] = None) -> FileResult:
+def lint_active(
+    source: str,
+    path: str,
+    config: Config,
+    active: Sequence[Type[Rule]],
+    codes: FrozenSet[str],
+    exempt: Optional[FrozenSet[str]],
+    result: Optional[FileResult] = None,
+    texts: Sequence[Type[Rule]] = (),
+    order: Sequence[Type[Rule]] = (),
+) -> FileResult:
     """Run the rules `active` (already gated) on `source`; `exempt`: the file-level noqa codes.
     The server's incremental re-lint (server/incremental.py) calls it on an excerpt with
-    the gate and the exemption of the whole buffer, so the excerpt runs what the file would."""
+    the gate and the exemption of the whole buffer, so the excerpt runs what the file would.
+    `texts`: text-only rules (`Rule.text_only`) run on the whole `source` once the others
+    have been analysed (as when they ran in the same whole-file parse: nothing when it fails);
+    `order`: every rule of the file in turn, the order their findings are kept in."""
     result = result if result is not None else FileResult(path=path)
     with gc_paused():
-        diagnostics = _excerpt_checked(source, path, config, active, codes, result)
+        if texts and _python_refuses(source):
+            diagnostics = None  # the whole-file parse says why, as when every rule ran in it
+        else:
+            diagnostics = _excerpt_checked(source, path, config, active, codes, result)
         if diagnostics is None:
             deep = too_deep(source)  # in this thread: the recursion limit Python runs the file with
             if deep is not None:
@@ -178,6 +202,8 @@ def lint_active(source: str, path: str, config: Config, active: Sequence[Type[Ru
                 result.read = FAILED
                 return result
             diagnostics = run_guarded(_parse_and_check, source, path, config, active, codes, result)
+        if diagnostics is not None and texts:
+            diagnostics = _in_rule_order([*diagnostics, *run_guarded(_check_texts, source, path, texts, codes, result)], order or [*active, *texts])
     if diagnostics is None:
         result.read = FAILED
         return result
@@ -188,6 +214,36 @@ def lint_active(source: str, path: str, config: Config, active: Sequence[Type[Ru
     if UNUSED_NOQA_CODE in codes:
         result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
     return result
+
+
+def _python_refuses(source: str) -> bool:
+    """Whether CPython cannot parse the whole text (the text-only rules' own parse, shared
+    through `pyast.remembered`): an excerpt leaves such a file's error out."""
+    from ..core.pyast import parse
+
+    return parse(source) is None
+
+
+def _check_texts(source: str, path: str, texts: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> List[Diagnostic]:
+    """The findings of text-only rules on `source`; a crash becomes an AMP000 line in `result`,
+    as in `_parse_and_check`."""
+    diagnostics: List[Diagnostic] = []
+    for rule_cls in texts:
+        try:
+            diagnostics.extend(list(rule_cls().check_text(source, path)))
+        except RecursionError:
+            if SYNTAX_ERROR_CODE in codes:
+                result.diagnostics.append(syntax_error(path, 1, 1, f"file is nested too deeply for {rule_cls.code} to analyse"))
+        except Exception as exc:
+            result.diagnostics.append(internal_error(path, f"rule {rule_cls.code} ({rule_cls.name})", exc))
+    return diagnostics
+
+
+def _in_rule_order(diagnostics: List[Diagnostic], rules: Sequence[Type[Rule]]) -> List[Diagnostic]:
+    """`diagnostics` by the position of their rule in `rules` (each rule's own in the order it
+    gave them): the list one parse running every rule in turn gives."""
+    order = {r.code: i for i, r in enumerate(rules)}
+    return sorted(diagnostics, key=lambda d: order.get(d.code, len(order)))
 
 
 def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> Optional[List[Diagnostic]]:

@@ -14,7 +14,7 @@ from ..core.config import Config
 from ..core.diagnostics import Diagnostic
 from ..model.facts import ProjectFacts
 from .discovery import WalkRecord, discover
-from .pipeline import SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE, FileResult, lint_file_source, resolve_conditions, selected_rules, syntax_error
+from .pipeline import SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE, FileResult, gc_paused, lint_file_source, resolve_conditions, selected_rules, syntax_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import Cache
@@ -82,7 +82,8 @@ def lint_paths(
     indexes = {absolute(r.path): r.index for r in results if r.index is not None}
     made = {absolute(r.path): r.summaries for r in results if r.summaries is not None}
     silenced: List[Diagnostic] = []
-    cross = project_diagnostics(projects, rules, codes, cache, indexes, silenced, made)
+    with gc_paused():  # the summaries' `ast` trees and the project graph: no cycle worth a full collection mid-pass
+        cross = project_diagnostics(projects, rules, codes, cache, indexes, silenced, made)
     if cross:
         diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
     noqa_used = _noqa_used(resolve_conditions(silenced, facts, config)) if silenced else {}
