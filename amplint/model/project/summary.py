@@ -21,6 +21,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
+from ..precision_names import lightning_autocast_dtype
 from ...core.gates import overflowing_literal_site
 from ...core.pyast import parse
 from . import disabled, loaders, masks, trained
@@ -572,7 +573,7 @@ class _Summarizer:
         entry: Optional[Dict[str, Any]] = None
         if q in _LIGHTNING_TRAINERS:
             precision = _constant(keywords.get("precision"))
-            dtype = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16"}.get(precision)  # type: ignore[arg-type]
+            dtype = lightning_autocast_dtype(precision)
             if dtype is not None:
                 accelerator = _constant(keywords.get("accelerator"))
                 device = {"gpu": "cuda", "cuda": "cuda", "cpu": "cpu"}.get(accelerator) if isinstance(accelerator, str) else None  # type: ignore[arg-type]
