@@ -500,6 +500,54 @@ for batch in loader:
                        and e.get("device") != "cpu" and not e.get("plugin")]
             for entry in entries:
                 yield from self._unwrapped_containers(project, path, entry)
+            yield from self._hook_steps(project, path)
+
+    def _hook_steps(self, project: Project, path: str) -> Iterator[Diagnostic]:
+        """A per-parameter step inside a gradient hook (`register_post_accumulate_grad_hook`)
+        of an optimizer prepared by a scaling Accelerator whose `backward` the registering
+        function calls: `opt.step_param(p, group)` (a fused per-parameter step) runs inside that
+        backward on the gradient it just scaled, and accelerate's `AcceleratedOptimizer`
+        unscales and skips only in `step()`. A method whose name starts with `step` other than
+        `step` itself (the one `prepare` wraps)."""
+        from amplint.model.project.accelerate_hooks import enclosing_calls, grad_hooks, scaling_accelerator
+
+        for hook in grad_hooks(project, path):
+            info = project.function((path, hook.hook))
+            if info is None:
+                continue
+            outer = None
+            for r in info["calls"]:
+                opt, _, method = (r["f"] or "").rpartition(".")
+                if not opt or "." in opt or not method.startswith("step") or method == "step":
+                    continue
+                outer = outer if outer is not None else list(enclosing_calls(project, path, hook.registrar))
+                accelerators = {
+                    c["f"].rsplit(".", 1)[0] for c in outer
+                    if c["f"] and c["f"].rsplit(".", 1)[-1] in ("prepare", "prepare_optimizer")
+                    and any(a and a.get("n") == opt for a in c["a"])
+                }
+                for accelerator in sorted(accelerators):
+                    if "." in accelerator or not any(c["f"] == f"{accelerator}.backward" for c in outer):
+                        continue
+                    scaling = scaling_accelerator(project, path, hook.hook, accelerator)
+                    if scaling is None:
+                        continue
+                    spelled = f"{opt}.{method}"
+                    message = (f"`{spelled}()` in a per-parameter gradient hook steps on gradients `{accelerator}.backward` "
+                               f"scaled: `{opt}` unscales and skips only in `step()`")
+                    if scaling.choice:
+                        message = f"when {scaling.choice}: {message}"
+                    related = [project.related(p, row, note) for p, row, note in (
+                        (hook.path, hook.row, "the hook is registered per parameter here"),
+                        (scaling.path, scaling.row, "the Accelerator that scales the loss"),
+                        *((scaling.option[0], scaling.option[1], "the precision option") for _ in (1,) if scaling.option),
+                    )]
+                    data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": accelerator,
+                            "unscaled": False, "optimizer_class": None, "dtype": "fp16", "device": None, "choice": scaling.choice}
+                    help = f"Step `{opt}` through `{opt}.step()` after `{accelerator}.backward(...)`, or run this hook without fp16 loss scaling"
+                    yield project.diagnostic(self, ProjectCall(path, hook.hook, r), message, data=data, help=help,
+                                             related=tuple(related), severity=Severity.WARNING if scaling.choice else None)
+                    break
 
     def _unwrapped_containers(self, project: Project, path: str, entry: dict) -> Iterator[Diagnostic]:
         target, home = entry["target"], entry["func"]

@@ -4,14 +4,47 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
-from amplint.model import (
-    Diagnostic, Event, Frame, events_before, GuardedPaths, Invalid, ModuleContext, Path, Rule, Scope, Severity, Valid, exclusive,
-    innermost_common_loop, loop_body_source, path_contains, step_data, step_source,
-)
+if TYPE_CHECKING:  # the per-file model: `_per_file_model` imports it when `check` runs (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import Event, Frame, GuardedPaths, ModuleContext, Path, Scope
+
+
+def _per_file_model() -> None:
+    """Import what the per-file `check` runs on (libcst and the per-file model) into this
+    module's globals, once: the project half (`check_project`) runs without them."""
+    if "_AccumulationTest" in globals():
+        return
+    import libcst
+
+    from amplint import model
+
+    names = ("events_before", "GuardedPaths", "exclusive", "innermost_common_loop", "loop_body_source",
+             "path_contains", "step_data", "step_source")
+    globals().update({n: getattr(model, n) for n in names})
+    globals()["cst"] = libcst
+
+    class _AccumulationTest(libcst.CSTVisitor):
+        """`i % k` or an `accum...`/`sync_gradients` name in a test (defined once, not per call:
+        a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.nodes: List[Any] = []
+
+        def visit_BinaryOperation(self, node: libcst.BinaryOperation) -> None:
+            if isinstance(node.operator, libcst.Modulo):
+                self.nodes.append(node)
+
+        def visit_Name(self, node: libcst.Name) -> None:
+            if "accum" in node.value.lower() or node.value == "sync_gradients":
+                self.nodes.append(node)
+
+    globals()["_AccumulationTest"] = _AccumulationTest
 
 
 @dataclass(frozen=True)
@@ -409,6 +442,7 @@ for step, batch in enumerate(loader):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        _per_file_model()
         reported: Set[int] = set()
         guards = GuardedPaths(ctx)
         for scope in ctx.scopes:
@@ -421,6 +455,54 @@ for step, batch in enumerate(loader):
                     continue
                 reported.add(id(node))
                 yield self._diagnostic(ctx, *finding)
+
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """accelerate's clip (or `unscale_gradients`) inside a per-parameter gradient hook
+        (`register_post_accumulate_grad_hook`): the hook runs once per parameter during one
+        backward, and each call runs `scaler.unscale_(optimizer)` on every prepared optimizer,
+        so the second parameter's hook raises `unscale_() has already been called on this
+        optimizer since the last update()`. Only for an Accelerator that scales
+        (`accelerate_hooks.scaling_accelerator`, followed across files), with an optimizer
+        prepared and its `backward` called in the function registering the hook (or around it)."""
+        from amplint.model.project.accelerate_hooks import enclosing_calls, grad_hooks, scaling_accelerator
+
+        for path in list(project.summaries):
+            for hook in grad_hooks(project, path):
+                info = project.function((path, hook.hook))
+                if info is None:
+                    continue
+                for r in info["calls"]:
+                    receiver, _, method = (r["f"] or "").rpartition(".")
+                    if method not in _ACCELERATE_UNSCALES or not receiver or "." in receiver:
+                        continue
+                    outer = list(enclosing_calls(project, path, hook.registrar))
+                    if not any(c["f"] == f"{receiver}.backward" for c in outer):
+                        continue
+                    if not any(c["f"] in (f"{receiver}.prepare", f"{receiver}.prepare_optimizer") and c["a"] for c in outer):
+                        continue  # no prepared optimizer: `unscale_gradients` has nothing to unscale
+                    scaling = scaling_accelerator(project, path, hook.hook, receiver)
+                    if scaling is None:
+                        continue
+                    yield self._hook_diagnostic(project, ProjectCall(path, hook.hook, r), receiver, method, hook, scaling)
+
+    def _hook_diagnostic(self, project: Project, call: Any, receiver: str, method: str, hook: Any, scaling: Any) -> Diagnostic:
+        spelled = f"{receiver}.{method}"
+        message = (
+            f"`{spelled}` in a per-parameter gradient hook unscales once per parameter: "
+            f"the second call raises (unscale_() already called before update())"
+        )
+        if scaling.choice:
+            message = f"when {scaling.choice}: {message}"
+        related = [project.related(path, row, note) for path, row, note in (
+            (hook.path, hook.row, "the hook is registered per parameter here"),
+            (scaling.path, scaling.row, "the Accelerator that scales the loss"),
+            *((scaling.option[0], scaling.option[1], "the precision option") for _ in (1,) if scaling.option),
+        )]
+        data = {"shape": "hook", "scaler": None, "optimizer": None, "framework": "accelerate", "accelerator": receiver,
+                "choice": scaling.choice}
+        help = f"Clip once per step after `{receiver}.backward(...)` (where `{receiver}.sync_gradients` is true), not in the hook"
+        return project.diagnostic(self, call, message, data=data, help=help, related=tuple(related),
+                                  severity=Severity.WARNING if scaling.choice else None)
 
     def _diagnostic(self, ctx: ModuleContext, flagged: _Step, shape: str, other: Optional[_Step]) -> Diagnostic:
         e = flagged.event
@@ -445,6 +527,10 @@ for step, batch in enumerate(loader):
         data = {"shape": shape, "scaler": scaler, "optimizer": e.optimizer}
         data.update(_step_data(ctx, flagged, shape, other))
         return ctx.diagnostic(self, e.call.node, message, data=data, help=help)
+
+
+#: accelerate's methods that run `scaler.unscale_` on every prepared optimizer when they are called
+_ACCELERATE_UNSCALES = frozenset(("clip_grad_norm_", "clip_grad_value_", "unscale_gradients"))
 
 
 def _flatten(ctx: ModuleContext, scope: Scope, depth: int, guards: GuardedPaths, stack: Tuple[int, ...] = ()) -> List[_Step]:
@@ -562,23 +648,6 @@ def _looks_like_accumulation(ctx: ModuleContext, frame: Frame) -> bool:
     found = _AccumulationTest()
     test.visit(found)
     return bool(found.nodes)
-
-
-class _AccumulationTest(cst.CSTVisitor):
-    """`i % k` or an `accum...`/`sync_gradients` name in a test (module level: a class defined
-    per call would hold its closure, and so the file's tree, in a reference cycle)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.nodes: List[cst.CSTNode] = []
-
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.operator, cst.Modulo):
-            self.nodes.append(node)
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if "accum" in node.value.lower() or node.value == "sync_gradients":
-            self.nodes.append(node)
 
 
 def _inner_loop(memo: _Memo, backward: _Step, step: _Step) -> Optional[Frame]:
