@@ -23,7 +23,7 @@ def _per_file_model() -> None:
 
     from amplint import model
 
-    names = ("events_before", "GuardedPaths", "exclusive", "innermost_common_loop", "loop_body_source",
+    names = ("events_before", "exclusive", "innermost_common_loop", "loop_body_source",
              "path_contains", "step_data", "step_source")
     globals().update({n: getattr(model, n) for n in names})
     globals()["cst"] = libcst
@@ -442,6 +442,8 @@ for step, batch in enumerate(loader):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        from amplint.model import GuardedPaths
+
         _per_file_model()
         reported: Set[int] = set()
         guards = GuardedPaths(ctx)
