@@ -90,6 +90,19 @@ class OptimizerStepBypassesScaler(Rule):
     fp16: ...`); choices without `"fp16"` or ones the file does not spell
     leave it silent.
 
+    Per-parameter gradient hooks (the project model): inside a function
+    registered with `register_post_accumulate_grad_hook` (a fused optimizer
+    step in the backward), a step method other than `step` itself
+    (`optimizer.step_param(tensor, group)`) of an optimizer given to the
+    `prepare` of an Accelerator that scales the loss, whose `backward` the
+    registering function calls: `AcceleratedOptimizer` unscales and skips
+    only in `step()`, so the hook updates the parameter from the gradient the
+    backward just scaled. The Accelerator is followed across files as AMP104
+    follows it (a helper returning `Accelerator(mixed_precision=args.x)`,
+    the argparse option read from the project); on a choice the finding is a
+    warning naming it. `optimizer.step()` in the hook stays silent (the
+    prepared optimizer unscales).
+
     ## References
     - amplint's evidence page: `amplint --explain AMP102` (docs/evidence.md#amp102)
     - https://pytorch.org/docs/stable/amp.html#gradient-scaling

@@ -131,6 +131,24 @@ class UnscaleInsideAccumulation(Rule):
     that waits for N micro-batches is a boundary, and an `unscale_` before
     `if ...: continue` runs on every micro-batch.
 
+    Per-parameter gradient hooks (the project model): a function registered
+    with `param.register_post_accumulate_grad_hook(hook)` (a nested `def`, or
+    the one a factory `make_hook(group)` returns) runs once per parameter
+    inside the backward. When it calls accelerate's `clip_grad_norm_`,
+    `clip_grad_value_` or `unscale_gradients` on an Accelerator that scales
+    the loss, each call runs `scaler.unscale_` on every prepared optimizer,
+    so the second parameter's hook raises. The Accelerator is followed across
+    files (`accelerator = train_util.prepare_accelerator(args)` returning
+    `Accelerator(mixed_precision=args.mixed_precision)`); it scales for a
+    literal `"fp16"`, or on the `"fp16"` choice of an argparse option with
+    literal `choices` defined in its file or the modules that file imports
+    (reported as a warning naming the choice: `when --mixed_precision is
+    fp16: ...`). Silent without an optimizer prepared and a `backward` of
+    that Accelerator in the registering function, for an Accelerator handed
+    in as a parameter, `cpu=` not literally False, `**kwargs`, a DeepSpeed /
+    FSDP / Megatron-LM plugin built inline or by a helper that never returns
+    None, and when two parsers offer different choices.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP104` (docs/evidence.md#amp104)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation
