@@ -522,7 +522,7 @@ for batch in loader:
         backward on the gradient it just scaled, and accelerate's `AcceleratedOptimizer`
         unscales and skips only in `step()`. A method whose name starts with `step` other than
         `step` itself (the one `prepare` wraps)."""
-        from amplint.model.project.accelerate_hooks import enclosing_calls, grad_hooks, scaling_accelerator
+        from amplint.model import enclosing_calls, grad_hooks, project_scaling_accelerator
 
         for hook in grad_hooks(project, path):
             info = project.function((path, hook.hook))
@@ -542,7 +542,7 @@ for batch in loader:
                 for accelerator in sorted(accelerators):
                     if "." in accelerator or not any(c["f"] == f"{accelerator}.backward" for c in outer):
                         continue
-                    scaling = scaling_accelerator(project, path, hook.hook, accelerator)
+                    scaling = project_scaling_accelerator(project, path, hook.hook, accelerator)
                     if scaling is None:
                         continue
                     spelled = f"{opt}.{method}"

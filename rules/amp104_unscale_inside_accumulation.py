@@ -482,9 +482,9 @@ for step, batch in enumerate(loader):
         backward, and each call runs `scaler.unscale_(optimizer)` on every prepared optimizer,
         so the second parameter's hook raises `unscale_() has already been called on this
         optimizer since the last update()`. Only for an Accelerator that scales
-        (`accelerate_hooks.scaling_accelerator`, followed across files), with an optimizer
+        (`project_scaling_accelerator`, followed across files), with an optimizer
         prepared and its `backward` called in the function registering the hook (or around it)."""
-        from amplint.model.project.accelerate_hooks import enclosing_calls, grad_hooks, scaling_accelerator
+        from amplint.model import enclosing_calls, grad_hooks, project_scaling_accelerator
 
         for path in list(project.summaries):
             for hook in grad_hooks(project, path):
@@ -500,7 +500,7 @@ for step, batch in enumerate(loader):
                         continue
                     if not any(c["f"] in (f"{receiver}.prepare", f"{receiver}.prepare_optimizer") and c["a"] for c in outer):
                         continue  # no prepared optimizer: `unscale_gradients` has nothing to unscale
-                    scaling = scaling_accelerator(project, path, hook.hook, receiver)
+                    scaling = project_scaling_accelerator(project, path, hook.hook, receiver)
                     if scaling is None:
                         continue
                     yield self._hook_diagnostic(project, ProjectCall(path, hook.hook, r), receiver, method, hook, scaling)

@@ -162,3 +162,24 @@ def test_one_precision_table():
     assert lightning_precision(16) == lightning_precision("16") == "16-mixed"
     assert lightning_autocast_dtype("16") == "fp16" and lightning_autocast_dtype("bf16") == "bf16"
     assert lightning_autocast_dtype("16-true") is None and lightning_autocast_dtype("half") is None
+
+
+def test_a_hook_registered_once_is_silent(tmp_path):
+    """One registration (no loop over the parameters): the hook runs once per backward, one unscale_."""
+    train = TRAIN.replace(
+        """    for group in optimizer.param_groups:
+        for p in group["params"]:
+
+            def hook(tensor, group=group):
+                accelerator.CLIP(tensor, 1.0)
+                optimizer.STEP(tensor, group)
+
+            p.register_post_accumulate_grad_hook(hook)""",
+        """    group = optimizer.param_groups[0]
+
+    def hook(tensor, group=group):
+        accelerator.CLIP(tensor, 1.0)
+
+    model.head.weight.register_post_accumulate_grad_hook(hook)""",
+    )
+    assert lint(tmp_path, train=train) == []

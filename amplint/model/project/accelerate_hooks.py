@@ -7,7 +7,7 @@ args.mixed_precision, ...)`, with the `--mixed_precision` option defined by an a
 helper of the project (`add_training_arguments(parser)`). This module answers, over
 summaries only:
 
-* `scaling_accelerator(project, path, func, name)`: whether the plain name `name` read in
+* `project_scaling_accelerator(project, path, func, name)`: whether the plain name `name` read in
   function `func` of `path` holds an `Accelerator` whose `backward` scales the loss with a
   GradScaler, followed through plain assignments and into the returns of project functions
   (every binding on the way must be one; a parameter, an attribute or a call of anything
@@ -20,9 +20,10 @@ summaries only:
   args.deepspeed: return None`) is a run-time choice too: on the run without it accelerate's
   own GradScaler scales.
 * `grad_hooks(project, path)`: the functions a file registers with
-  `register_post_accumulate_grad_hook` (a `def` nested in the registering function, or one
-  of the module), with the registering function: they run once per parameter, inside the
-  backward, before the step.
+  `register_post_accumulate_grad_hook` inside a loop (over the parameters: a hook registered
+  once runs once per backward), a `def` nested in the registering function or one of the
+  module, or the nested `def` a factory returns, with the registering function: they run once
+  per parameter, inside the backward, before the step.
 
 The options are read from the files involved (the accelerator's, the reader's) and the
 project modules those import directly; every definition of the destination there must have
@@ -55,7 +56,7 @@ class Scaling:
     option: Optional[Tuple[str, int]]  # where that option is defined
 
 
-def scaling_accelerator(project: "Project", path: str, func: str, name: str, _depth: int = 0) -> Optional[Scaling]:
+def project_scaling_accelerator(project: "Project", path: str, func: str, name: str, _depth: int = 0) -> Optional[Scaling]:
     """The scaling Accelerator the plain name `name` read in `func` of `path` certainly holds, else None."""
     if "." in name or _depth > _MAX_DEPTH:
         return None
@@ -102,7 +103,7 @@ def _ref_scaling(project: "Project", path: str, scope: str, name: str, ref: Opti
     if not ref or ref.get("m"):
         return None
     if "n" in ref:
-        return scaling_accelerator(project, path, scope, ref["n"], depth + 1)
+        return project_scaling_accelerator(project, path, scope, ref["n"], depth + 1)
     if "c" not in ref or "e0" in ref:
         return None
     callees = project.name_types(path, scope, ref["c"])
@@ -128,7 +129,7 @@ def _ref_scaling(project: "Project", path: str, scope: str, name: str, ref: Opti
     for value in info["returns"]:
         if not value or "n" not in value or value.get("m"):
             return None
-        one = scaling_accelerator(project, cpath, cqual, value["n"], depth + 1)
+        one = project_scaling_accelerator(project, cpath, cqual, value["n"], depth + 1)
         if one is None:
             return None
         found = found or one
@@ -235,8 +236,8 @@ def grad_hooks(project: "Project", path: str) -> Iterator[Hook]:
     functions = project.summaries[path]["functions"]
     for qual, info in functions.items():
         for r in info["calls"]:
-            if not r["f"] or r["f"].rsplit(".", 1)[-1] not in HOOK_REGISTRATIONS or not r["a"]:
-                continue
+            if not r["f"] or r["f"].rsplit(".", 1)[-1] not in HOOK_REGISTRATIONS or not r["a"] or not r.get("l"):
+                continue  # registered once (not in a loop over the parameters): it runs once per backward
             hook = _hook_function(functions, qual, r["a"][0])
             if hook is not None:
                 yield Hook(path, hook, qual, r["r"])
