@@ -545,11 +545,9 @@ for batch in loader:
                     scaling = project_scaling_accelerator(project, path, hook.hook, accelerator)
                     if scaling is None:
                         continue
-                    spelled = f"{opt}.{method}"
-                    message = (f"`{spelled}()` in a per-parameter gradient hook steps on gradients `{accelerator}.backward` "
-                               f"scaled: `{opt}` unscales and skips only in `step()`")
-                    if scaling.choice:
-                        message = f"when {scaling.choice}: {message}"
+                    message = f"{scaling.prefix()}`{opt}.{method}` in a per-parameter grad hook steps scaled gradients"
+                    if len(message) >= 100:
+                        message = f"{scaling.prefix()}`{method}` in a per-parameter grad hook steps scaled gradients"
                     related = [project.related(p, row, note) for p, row, note in (
                         (hook.path, hook.row, "the hook is registered per parameter here"),
                         (scaling.path, scaling.row, "the Accelerator that scales the loss"),
@@ -557,9 +555,10 @@ for batch in loader:
                     )]
                     data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": accelerator,
                             "unscaled": False, "optimizer_class": None, "dtype": "fp16", "device": None, "choice": scaling.choice}
-                    help = f"Step `{opt}` through `{opt}.step()` after `{accelerator}.backward(...)`, or run this hook without fp16 loss scaling"
+                    help = (f"`{accelerator}.backward` scaled the gradient and `{opt}` unscales and skips only in `step()`"
+                            f"{scaling.runs()}: step through `{opt}.step()` after the backward, or train this run without fp16 loss scaling")
                     yield project.diagnostic(self, ProjectCall(path, hook.hook, r), message, data=data, help=help,
-                                             related=tuple(related), severity=Severity.WARNING if scaling.choice else None)
+                                             related=tuple(related), severity=Severity.WARNING if scaling.runtime else None)
                     break
 
     def _unwrapped_containers(self, project: Project, path: str, entry: dict) -> Iterator[Diagnostic]:

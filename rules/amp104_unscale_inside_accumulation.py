@@ -506,13 +506,9 @@ for step, batch in enumerate(loader):
                     yield self._hook_diagnostic(project, ProjectCall(path, hook.hook, r), receiver, method, hook, scaling)
 
     def _hook_diagnostic(self, project: Project, call: Any, receiver: str, method: str, hook: Any, scaling: Any) -> Diagnostic:
-        spelled = f"{receiver}.{method}"
-        message = (
-            f"`{spelled}` in a per-parameter gradient hook unscales once per parameter: "
-            f"the second call raises (unscale_() already called before update())"
-        )
-        if scaling.choice:
-            message = f"when {scaling.choice}: {message}"
+        message = f"{scaling.prefix()}`{receiver}.{method}` in a per-parameter grad hook raises"
+        if len(message) >= 100:
+            message = f"{scaling.prefix()}`{method}` in a per-parameter grad hook raises"
         related = [project.related(path, row, note) for path, row, note in (
             (hook.path, hook.row, "the hook is registered per parameter here"),
             (scaling.path, scaling.row, "the Accelerator that scales the loss"),
@@ -520,9 +516,10 @@ for step, batch in enumerate(loader):
         )]
         data = {"shape": "hook", "scaler": None, "optimizer": None, "framework": "accelerate", "accelerator": receiver,
                 "choice": scaling.choice}
-        help = f"Clip once per step after `{receiver}.backward(...)` (where `{receiver}.sync_gradients` is true), not in the hook"
+        help = (f"Each call unscales every prepared optimizer, so the second parameter's raises `unscale_() has "
+                f"already been called`{scaling.runs()}: clip once per step after `{receiver}.backward(...)`, not in the hook")
         return project.diagnostic(self, call, message, data=data, help=help, related=tuple(related),
-                                  severity=Severity.WARNING if scaling.choice else None)
+                                  severity=Severity.WARNING if scaling.runtime else None)
 
     def _diagnostic(self, ctx: ModuleContext, flagged: _Step, shape: str, other: Optional[_Step]) -> Diagnostic:
         e = flagged.event

@@ -52,8 +52,22 @@ class Scaling:
 
     path: str
     row: int
-    choice: Optional[str]  # "--mixed_precision is fp16" (None: it always scales)
+    choice: Optional[str]  # "--mixed_precision is fp16" (None: the literal "fp16")
     option: Optional[Tuple[str, int]]  # where that option is defined
+    without: Tuple[str, ...] = ()  # plugins a helper may leave out ("DeepSpeed"): it scales on runs without them
+
+    @property
+    def runtime(self) -> bool:
+        """Whether it scales only on some runs (a choice, or without a plugin): findings are warnings."""
+        return bool(self.choice or self.without)
+
+    def prefix(self) -> str:
+        """`when --mixed_precision is fp16: ` for a message ("" for a literal "fp16")."""
+        return f"when {self.choice}: " if self.choice else ""
+
+    def runs(self) -> str:
+        """` (on runs without a DeepSpeed plugin)` for a help text."""
+        return f" (on runs without a {' or '.join(self.without)} plugin)" if self.without else ""
 
 
 def project_scaling_accelerator(project: "Project", path: str, func: str, name: str, _depth: int = 0) -> Optional[Scaling]:
@@ -159,10 +173,7 @@ def _entry_scaling(project: "Project", path: str, entry: Dict[str, Any]) -> Opti
         if not _may_be_none(project, path, entry["fn"], local):
             return None
         without.append(_PLUGIN_NAMES.get(plugin, plugin))
-    choice = " and ".join(choices) or ("the Accelerator is built" if without else "")
-    if without:
-        choice += f" without a {' or '.join(without)} plugin"
-    return Scaling(path, entry["r"], choice or None, option)
+    return Scaling(path, entry["r"], " and ".join(choices) or None, option, tuple(without))
 
 
 def _may_be_none(project: "Project", path: str, func: str, name: str) -> bool:
