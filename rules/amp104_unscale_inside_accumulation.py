@@ -21,12 +21,14 @@ def _per_file_model() -> None:
         return
     import libcst
 
-    from amplint import model
+    from amplint.model import (
+        events_before, exclusive, innermost_common_loop, loop_body_source, path_contains, step_data, step_source,
+    )
 
-    names = ("events_before", "exclusive", "innermost_common_loop", "loop_body_source",
-             "path_contains", "step_data", "step_source")
-    globals().update({n: getattr(model, n) for n in names})
-    globals()["cst"] = libcst
+    globals().update(
+        cst=libcst, events_before=events_before, exclusive=exclusive, innermost_common_loop=innermost_common_loop,
+        loop_body_source=loop_body_source, path_contains=path_contains, step_data=step_data, step_source=step_source,
+    )
 
     class _AccumulationTest(libcst.CSTVisitor):
         """`i % k` or an `accum...`/`sync_gradients` name in a test (defined once, not per call:
