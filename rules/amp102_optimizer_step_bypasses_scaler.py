@@ -90,6 +90,19 @@ class OptimizerStepBypassesScaler(Rule):
     fp16: ...`); choices without `"fp16"` or ones the file does not spell
     leave it silent.
 
+    Per-parameter gradient hooks (the project model): inside a function
+    registered with `register_post_accumulate_grad_hook` (a fused optimizer
+    step in the backward), a step method other than `step` itself
+    (`optimizer.step_param(tensor, group)`) of an optimizer given to the
+    `prepare` of an Accelerator that scales the loss, whose `backward` the
+    registering function calls: `AcceleratedOptimizer` unscales and skips
+    only in `step()`, so the hook updates the parameter from the gradient the
+    backward just scaled. The Accelerator is followed across files as AMP104
+    follows it (a helper returning `Accelerator(mixed_precision=args.x)`,
+    the argparse option read from the project); on a choice the finding is a
+    warning naming it. `optimizer.step()` in the hook stays silent (the
+    prepared optimizer unscales).
+
     ## References
     - amplint's evidence page: `amplint --explain AMP102` (docs/evidence.md#amp102)
     - https://pytorch.org/docs/stable/amp.html#gradient-scaling
@@ -500,6 +513,53 @@ for batch in loader:
                        and e.get("device") != "cpu" and not e.get("plugin")]
             for entry in entries:
                 yield from self._unwrapped_containers(project, path, entry)
+            yield from self._hook_steps(project, path)
+
+    def _hook_steps(self, project: Project, path: str) -> Iterator[Diagnostic]:
+        """A per-parameter step inside a gradient hook (`register_post_accumulate_grad_hook`)
+        of an optimizer prepared by a scaling Accelerator whose `backward` the registering
+        function calls: `opt.step_param(p, group)` (a fused per-parameter step) runs inside that
+        backward on the gradient it just scaled, and accelerate's `AcceleratedOptimizer`
+        unscales and skips only in `step()`. A method whose name starts with `step` other than
+        `step` itself (the one `prepare` wraps)."""
+        from amplint.model import enclosing_calls, grad_hooks, project_scaling_accelerator
+
+        for hook in grad_hooks(project, path):
+            info = project.function((path, hook.hook))
+            if info is None:
+                continue
+            outer = None
+            for r in info["calls"]:
+                opt, _, method = (r["f"] or "").rpartition(".")
+                if not opt or "." in opt or not method.startswith("step") or method == "step":
+                    continue
+                outer = outer if outer is not None else list(enclosing_calls(project, path, hook.registrar))
+                accelerators = {
+                    c["f"].rsplit(".", 1)[0] for c in outer
+                    if c["f"] and c["f"].rsplit(".", 1)[-1] in ("prepare", "prepare_optimizer")
+                    and any(a and a.get("n") == opt for a in c["a"])
+                }
+                for accelerator in sorted(accelerators):
+                    if "." in accelerator or not any(c["f"] == f"{accelerator}.backward" for c in outer):
+                        continue
+                    scaling = project_scaling_accelerator(project, path, hook.hook, accelerator)
+                    if scaling is None:
+                        continue
+                    message = f"{scaling.prefix()}`{opt}.{method}` in a per-parameter grad hook steps scaled gradients"
+                    if len(message) >= 100:
+                        message = f"{scaling.prefix()}`{method}` in a per-parameter grad hook steps scaled gradients"
+                    related = [project.related(p, row, note) for p, row, note in (
+                        (hook.path, hook.row, "the hook is registered per parameter here"),
+                        (scaling.path, scaling.row, "the Accelerator that scales the loss"),
+                        *((scaling.option[0], scaling.option[1], "the precision option") for _ in (1,) if scaling.option),
+                    )]
+                    data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": accelerator,
+                            "unscaled": False, "optimizer_class": None, "dtype": "fp16", "device": None, "choice": scaling.choice}
+                    help = (f"`{accelerator}.backward` scaled the gradient and `{opt}` unscales and skips only in `step()`"
+                            f"{scaling.runs()}: step through `{opt}.step()` after the backward, or train this run without fp16 loss scaling")
+                    yield project.diagnostic(self, ProjectCall(path, hook.hook, r), message, data=data, help=help,
+                                             related=tuple(related), severity=Severity.WARNING if scaling.runtime else None)
+                    break
 
     def _unwrapped_containers(self, project: Project, path: str, entry: dict) -> Iterator[Diagnostic]:
         target, home = entry["target"], entry["func"]

@@ -4,14 +4,49 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
-from amplint.model import (
-    Diagnostic, Event, Frame, events_before, GuardedPaths, Invalid, ModuleContext, Path, Rule, Scope, Severity, Valid, exclusive,
-    innermost_common_loop, loop_body_source, path_contains, step_data, step_source,
-)
+if TYPE_CHECKING:  # the per-file model: `_per_file_model` imports it when `check` runs (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import Event, Frame, GuardedPaths, ModuleContext, Path, Scope
+
+
+def _per_file_model() -> None:
+    """Import what the per-file `check` runs on (libcst and the per-file model) into this
+    module's globals, once: the project half (`check_project`) runs without them."""
+    if "_AccumulationTest" in globals():
+        return
+    import libcst
+
+    from amplint.model import (
+        events_before, exclusive, innermost_common_loop, loop_body_source, path_contains, step_data, step_source,
+    )
+
+    globals().update(
+        cst=libcst, events_before=events_before, exclusive=exclusive, innermost_common_loop=innermost_common_loop,
+        loop_body_source=loop_body_source, path_contains=path_contains, step_data=step_data, step_source=step_source,
+    )
+
+    class _AccumulationTest(libcst.CSTVisitor):
+        """`i % k` or an `accum...`/`sync_gradients` name in a test (defined once, not per call:
+        a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.nodes: List[Any] = []
+
+        def visit_BinaryOperation(self, node: libcst.BinaryOperation) -> None:
+            if isinstance(node.operator, libcst.Modulo):
+                self.nodes.append(node)
+
+        def visit_Name(self, node: libcst.Name) -> None:
+            if "accum" in node.value.lower() or node.value == "sync_gradients":
+                self.nodes.append(node)
+
+    globals()["_AccumulationTest"] = _AccumulationTest
 
 
 @dataclass(frozen=True)
@@ -97,6 +132,24 @@ class UnscaleInsideAccumulation(Rule):
     function (or loop body) runs only at the boundary, so an early return
     that waits for N micro-batches is a boundary, and an `unscale_` before
     `if ...: continue` runs on every micro-batch.
+
+    Per-parameter gradient hooks (the project model): a function registered
+    with `param.register_post_accumulate_grad_hook(hook)` (a nested `def`, or
+    the one a factory `make_hook(group)` returns) runs once per parameter
+    inside the backward. When it calls accelerate's `clip_grad_norm_`,
+    `clip_grad_value_` or `unscale_gradients` on an Accelerator that scales
+    the loss, each call runs `scaler.unscale_` on every prepared optimizer,
+    so the second parameter's hook raises. The Accelerator is followed across
+    files (`accelerator = train_util.prepare_accelerator(args)` returning
+    `Accelerator(mixed_precision=args.mixed_precision)`); it scales for a
+    literal `"fp16"`, or on the `"fp16"` choice of an argparse option with
+    literal `choices` defined in its file or the modules that file imports
+    (reported as a warning naming the choice: `when --mixed_precision is
+    fp16: ...`). Silent without an optimizer prepared and a `backward` of
+    that Accelerator in the registering function, for an Accelerator handed
+    in as a parameter, `cpu=` not literally False, `**kwargs`, a DeepSpeed /
+    FSDP / Megatron-LM plugin built inline or by a helper that never returns
+    None, and when two parsers offer different choices.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP104` (docs/evidence.md#amp104)
@@ -409,6 +462,9 @@ for step, batch in enumerate(loader):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        from amplint.model import GuardedPaths
+
+        _per_file_model()
         reported: Set[int] = set()
         guards = GuardedPaths(ctx)
         for scope in ctx.scopes:
@@ -421,6 +477,51 @@ for step, batch in enumerate(loader):
                     continue
                 reported.add(id(node))
                 yield self._diagnostic(ctx, *finding)
+
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """accelerate's clip (or `unscale_gradients`) inside a per-parameter gradient hook
+        (`register_post_accumulate_grad_hook`): the hook runs once per parameter during one
+        backward, and each call runs `scaler.unscale_(optimizer)` on every prepared optimizer,
+        so the second parameter's hook raises `unscale_() has already been called on this
+        optimizer since the last update()`. Only for an Accelerator that scales
+        (`project_scaling_accelerator`, followed across files), with an optimizer
+        prepared and its `backward` called in the function registering the hook (or around it)."""
+        from amplint.model import enclosing_calls, grad_hooks, project_scaling_accelerator
+
+        for path in list(project.summaries):
+            for hook in grad_hooks(project, path):
+                info = project.function((path, hook.hook))
+                if info is None:
+                    continue
+                for r in info["calls"]:
+                    receiver, _, method = (r["f"] or "").rpartition(".")
+                    if method not in _ACCELERATE_UNSCALES or not receiver or "." in receiver:
+                        continue
+                    outer = list(enclosing_calls(project, path, hook.registrar))
+                    if not any(c["f"] == f"{receiver}.backward" for c in outer):
+                        continue
+                    if not any(c["f"] in (f"{receiver}.prepare", f"{receiver}.prepare_optimizer") and c["a"] for c in outer):
+                        continue  # no prepared optimizer: `unscale_gradients` has nothing to unscale
+                    scaling = project_scaling_accelerator(project, path, hook.hook, receiver)
+                    if scaling is None:
+                        continue
+                    yield self._hook_diagnostic(project, ProjectCall(path, hook.hook, r), receiver, method, hook, scaling)
+
+    def _hook_diagnostic(self, project: Project, call: Any, receiver: str, method: str, hook: Any, scaling: Any) -> Diagnostic:
+        message = f"{scaling.prefix()}`{receiver}.{method}` in a per-parameter grad hook raises"
+        if len(message) >= 100:
+            message = f"{scaling.prefix()}`{method}` in a per-parameter grad hook raises"
+        related = [project.related(path, row, note) for path, row, note in (
+            (hook.path, hook.row, "the hook is registered per parameter here"),
+            (scaling.path, scaling.row, "the Accelerator that scales the loss"),
+            *((scaling.option[0], scaling.option[1], "the precision option") for _ in (1,) if scaling.option),
+        )]
+        data = {"shape": "hook", "scaler": None, "optimizer": None, "framework": "accelerate", "accelerator": receiver,
+                "choice": scaling.choice}
+        help = (f"Each call unscales every prepared optimizer, so the second parameter's raises `unscale_() has "
+                f"already been called`{scaling.runs()}: clip once per step after `{receiver}.backward(...)`, not in the hook")
+        return project.diagnostic(self, call, message, data=data, help=help, related=tuple(related),
+                                  severity=Severity.WARNING if scaling.runtime else None)
 
     def _diagnostic(self, ctx: ModuleContext, flagged: _Step, shape: str, other: Optional[_Step]) -> Diagnostic:
         e = flagged.event
@@ -445,6 +546,10 @@ for step, batch in enumerate(loader):
         data = {"shape": shape, "scaler": scaler, "optimizer": e.optimizer}
         data.update(_step_data(ctx, flagged, shape, other))
         return ctx.diagnostic(self, e.call.node, message, data=data, help=help)
+
+
+#: accelerate's methods that run `scaler.unscale_` on every prepared optimizer when they are called
+_ACCELERATE_UNSCALES = frozenset(("clip_grad_norm_", "clip_grad_value_", "unscale_gradients"))
 
 
 def _flatten(ctx: ModuleContext, scope: Scope, depth: int, guards: GuardedPaths, stack: Tuple[int, ...] = ()) -> List[_Step]:
@@ -562,23 +667,6 @@ def _looks_like_accumulation(ctx: ModuleContext, frame: Frame) -> bool:
     found = _AccumulationTest()
     test.visit(found)
     return bool(found.nodes)
-
-
-class _AccumulationTest(cst.CSTVisitor):
-    """`i % k` or an `accum...`/`sync_gradients` name in a test (module level: a class defined
-    per call would hold its closure, and so the file's tree, in a reference cycle)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.nodes: List[cst.CSTNode] = []
-
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.operator, cst.Modulo):
-            self.nodes.append(node)
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if "accum" in node.value.lower() or node.value == "sync_gradients":
-            self.nodes.append(node)
 
 
 def _inner_loop(memo: _Memo, backward: _Step, step: _Step) -> Optional[Frame]:

@@ -57,6 +57,8 @@ def reference(source: str) -> Dict[str, object]:
         roles += "d"
     if re.search(r"clip_grad|\.backward\(", source):
         roles += "c"
+    if re.search(r"post_accumulate_grad_hook", source):  # a per-parameter gradient hook ("k")
+        roles += "k"
     imports: List[List[object]] = []
     for m in index._IMPORTS.finditer(source):
         if m.group(4) is None:

@@ -36,21 +36,15 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
 
 import libcst as cst
 
-from . import torchapi
 from .literals import literal_string
 from .names import dotted_name
+from .precision_names import precision_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
 
 #: the parser methods whose result holds the options' values
 _PARSES = frozenset(("parse_args", "parse_known_args"))
-#: precision names beyond torch's dtype strings: accelerate's `mixed_precision`, Lightning's `precision`
-_PRECISION_NAMES: Dict[str, Optional[str]] = {
-    **torchapi.DTYPE_STRINGS,
-    "16": "fp16", "16-mixed": "fp16", "bf16-mixed": "bf16", "bf16-true": "bf16", "16-true": "fp16",
-    "32": "fp32", "32-true": "fp32", "no": "fp32", "fp32": "fp32",
-}
 
 
 @dataclass(frozen=True)
@@ -71,9 +65,7 @@ class Option:
 
 def choice_precision(value: Optional[str]) -> Optional[str]:
     """'fp16' | 'bf16' | 'fp32' for a choice's text (case-insensitive), else None."""
-    if value is None:
-        return None
-    return _PRECISION_NAMES.get(value.strip().lower())
+    return precision_dtype(value)
 
 
 def options(ctx: "ModuleContext") -> Dict[str, List[Option]]:

@@ -25,6 +25,8 @@ other per-file results:
   (FSDP, `fully_shard`, DeepSpeed, DDP comm hooks, Fabric: `scale.ANCHORS`); "c" -- it
   clips gradients or runs a backward (what the wrapper rules ask about such a model);
   `scale_universe` adds them, and the importers joining the two, only where a "d" file is;
+  "k" -- it registers a per-parameter gradient hook (`register_post_accumulate_grad_hook`):
+  code that runs once per parameter inside the backward (`accelerate_hooks.py`);
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one), packed into one string (`imports_of` unpacks it):
@@ -127,6 +129,8 @@ def text_index(source: str) -> Dict[str, str]:
         roles += "d"
     if "clip_grad" in source or ".backward(" in source:
         roles += "c"
+    if "post_accumulate_grad_hook" in source:
+        roles += "k"
     imports: List[List[object]] = []
     if "import" in source:
         for m in _import_statements(source):
@@ -346,7 +350,7 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     direct importers. Empty when none is there.
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
-    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgfw")]
+    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgfwk")]
     scale = scale_universe(files, root, index)
     if not seeds and not optimizers and not scale:
         return []

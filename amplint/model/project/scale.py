@@ -31,6 +31,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
+from ..precision_names import lightning_precision
 from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
@@ -812,8 +813,7 @@ class _Reader:
         value = _constant(node)
         if value is None:
             return "?"
-        text = str(value)
-        return {"16": "16-mixed", "bf16": "bf16-mixed", "32": "32-true", "64": "64-true", "half": "16-true"}.get(text, text)
+        return lightning_precision(value)
 
     def _strategy(self, node: Optional[ast.AST]) -> Optional[Any]:
         """A Lightning `strategy=`: a string ("fsdp", "deepspeed_stage_2"), a name to resolve, or an inline ctor."""

@@ -21,13 +21,14 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
+from ..precision_names import lightning_autocast_dtype
 from ...core.gates import overflowing_literal_site
 from ...core.pyast import parse
 from . import disabled, loaders, masks, trained
 from .astutil import dotted, imports as _imports, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 5
+VERSION = 6
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -73,6 +74,8 @@ class _Summarizer:
         self.functions: Dict[str, Dict[str, Any]] = {}
         self.regions: List[Dict[str, Any]] = []
         self.frameworks: List[Dict[str, Any]] = []
+        #: every `Accelerator(...)` bound to a name, with what decides its scaler (`accelerator_record`)
+        self.accelerators: List[Dict[str, Any]] = []
         #: per function: (name, value) of its plain assignments so far, in order (mask sites read them)
         self.history: Dict[str, masks.History] = {}
         self.region_now = -1  # the autocast region of the statement being read
@@ -93,6 +96,12 @@ class _Summarizer:
             "regions": self.regions,
             "frameworks": self.frameworks,
         }
+        if self.accelerators:
+            out["acc"] = self.accelerators
+        if "add_argument" in self.source and "choices" in self.source:
+            found = argparse_options(tree)
+            if found:
+                out["opts"] = found
         if self.stars:
             out["stars"] = self.stars
         if self.exported is not None:
@@ -193,6 +202,8 @@ class _Summarizer:
                     self._store(target, value, info)
             return
         if isinstance(stmt, ast.Return):
+            if stmt.value is None:
+                info["rn"] = 1  # a bare `return`: the function may give None
             if stmt.value is not None:
                 self._expression(stmt.value, qual, info, region)
                 self._masks(stmt.value, qual, info, region)
@@ -201,6 +212,9 @@ class _Summarizer:
                     ref = self.wref(stmt.value)  # what the other questions evaluate to nothing
                 if ref is not None:
                     info["returns"].append(ref)
+                elif isinstance(stmt.value, ast.Constant) and stmt.value.value is None:
+                    info["rn"] = 1  # `return None`: a helper that may give nothing (a plugin left out)
+                    info.setdefault("ro", 1)
                 elif isinstance(stmt.value, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in stmt.value.elts):
                     # `return weight_dtype, save_dtype`: each element, for what unpacking it binds (`ue`)
                     info.setdefault("tr", []).append([self.vref(e) for e in stmt.value.elts])
@@ -572,12 +586,13 @@ class _Summarizer:
         entry: Optional[Dict[str, Any]] = None
         if q in _LIGHTNING_TRAINERS:
             precision = _constant(keywords.get("precision"))
-            dtype = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16"}.get(precision)  # type: ignore[arg-type]
+            dtype = lightning_autocast_dtype(precision)
             if dtype is not None:
                 accelerator = _constant(keywords.get("accelerator"))
                 device = {"gpu": "cuda", "cuda": "cuda", "cpu": "cpu"}.get(accelerator) if isinstance(accelerator, str) else None  # type: ignore[arg-type]
                 entry = {"kind": "lightning", "dtype": dtype, "device": device}
         elif q in _ACCELERATORS:
+            self.accelerators.append(accelerator_record(value, name, qual))
             mp = _constant(keywords.get("mixed_precision"))
             if mp in ("fp16", "bf16"):
                 cpu = _constant(keywords.get("cpu")) is True
@@ -629,6 +644,81 @@ def autocast_arguments(s: "_Summarizer", call: ast.Call, qualname: str) -> Tuple
     return device, dtype, enabled
 
 
+
+
+#: Accelerator(device_placement, split_batches, mixed_precision, gradient_accumulation_steps, cpu, ...)
+_ACCELERATE_POSITIONS = {"mixed_precision": 2, "cpu": 4}
+
+
+def accelerator_record(call: ast.Call, target: str, qual: str) -> Dict[str, Any]:
+    """What decides whether an `Accelerator(...)` bound to `target` builds a GradScaler:
+    `mp` its `mixed_precision` (the literal text, or {"n": spelled} for `args.mixed_precision`;
+    absent when not given or anything else), `pl` the plugins passed by name ({"deepspeed_plugin":
+    "plugin"}: a local whose helper may return None), `x` 1 when something else may switch the
+    scaler off or on (`**kwargs`, `*args`, `cpu=` not literally False, a plugin built inline)."""
+    keywords = {k.arg: k.value for k in call.keywords if k.arg}
+    blocked = any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args)
+    out: Dict[str, Any] = {"r": call.lineno, "t": target, "fn": qual}
+    for name, position in _ACCELERATE_POSITIONS.items():
+        if name not in keywords and len(call.args) > position:
+            keywords[name] = call.args[position]
+    mp = keywords.get("mixed_precision")
+    if isinstance(mp, ast.Constant) and isinstance(mp.value, str):
+        out["mp"] = mp.value
+    elif mp is not None and dotted(mp) and "." in (dotted(mp) or ""):
+        out["mp"] = {"n": dotted(mp)}
+    cpu = keywords.get("cpu")
+    if cpu is not None and not (isinstance(cpu, ast.Constant) and cpu.value is False):
+        blocked = True
+    plugins: Dict[str, str] = {}
+    for plugin in _ACCELERATE_PLUGINS:
+        value = keywords.get(plugin)
+        if value is None or (isinstance(value, ast.Constant) and value.value is None):
+            continue
+        if isinstance(value, ast.Name):
+            plugins[plugin] = value.id
+        else:
+            blocked = True
+    if plugins:
+        out["pl"] = plugins
+    if blocked:
+        out["x"] = 1
+    return out
+
+
+def argparse_options(tree: ast.Module) -> List[List[Any]]:
+    """The file's `add_argument("--flag", choices=[...literal strings...])` calls as
+    [dest, flag, sorted choices, literal default or None, row] (`runtime_choices.py` reads the
+    same shape in one file; the project reads these across files). A `type=` other than `str`,
+    `**kwargs`, a non-literal flag or choice leaves a call out."""
+    out: List[List[Any]] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"):
+            continue
+        if any(k.arg is None for k in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
+            continue
+        flags = [_constant(a) for a in node.args]
+        if not flags or not all(isinstance(f, str) for f in flags):
+            continue
+        keywords = {k.arg: k.value for k in node.keywords}
+        choices = keywords.get("choices")
+        if not isinstance(choices, (ast.List, ast.Tuple, ast.Set)):
+            continue
+        texts = [e.value for e in choices.elts if isinstance(e, ast.Constant) and e.value is not None]
+        if len(texts) != len([e for e in choices.elts if not (isinstance(e, ast.Constant) and e.value is None)]):
+            continue
+        if not texts or not all(isinstance(t, str) for t in texts):
+            continue
+        kind = keywords.get("type")
+        if kind is not None and not (isinstance(kind, ast.Name) and kind.id == "str"):
+            continue
+        long = next((f for f in flags if f.startswith("--")), flags[0])
+        dest = _constant(keywords["dest"]) if "dest" in keywords else long.lstrip("-").replace("-", "_")
+        if not isinstance(dest, str) or not dest.isidentifier():
+            continue
+        default = _constant(keywords.get("default"))
+        out.append([dest, long, sorted(set(texts)), default if isinstance(default, str) else None, node.lineno])
+    return out
 
 
 def _constant(node: Optional[ast.AST]) -> Any:

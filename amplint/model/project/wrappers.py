@@ -28,16 +28,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
+from ..precision_names import LIGHTNING_FSDP_POLICY
 from . import configs
 
 Summary = Dict[str, Any]
 Place = Tuple[str, int, int, int, int]  # (path, row, column, end row, end column)
 
-#: what Lightning's FSDP precision plugin builds from `precision=` (lightning/fabric/plugins/precision/fsdp.py)
-LIGHTNING_FSDP_POLICY = {
-    "16-mixed": ("fp16", "fp16"), "16-true": ("fp16", "fp16"),
-    "bf16-mixed": ("bf16", "bf16"), "bf16-true": ("bf16", "bf16"), "32-true": ("fp32", "fp32"),
-}
 _MAX_DEPTH = 6
 #: how many functions `never_trains` reads from one function before it answers "may train"
 _MAX_TRAIN_REACH = 64

@@ -1,0 +1,285 @@
+"""accelerate's scaling `Accelerator` followed across files, and the per-parameter gradient hooks
+that run inside its backward (AMP102's and AMP104's project halves).
+
+Training scripts often get their accelerator from a project helper (`accelerator =
+train_util.prepare_accelerator(args)`), whose body builds `Accelerator(mixed_precision=
+args.mixed_precision, ...)`, with the `--mixed_precision` option defined by an argparse
+helper of the project (`add_training_arguments(parser)`). This module answers, over
+summaries only:
+
+* `project_scaling_accelerator(project, path, func, name)`: whether the plain name `name` read in
+  function `func` of `path` holds an `Accelerator` whose `backward` scales the loss with a
+  GradScaler, followed through plain assignments and into the returns of project functions
+  (every binding on the way must be one; a parameter, an attribute or a call of anything
+  else is unknown: None). It scales when its `mixed_precision` is the literal "fp16", or
+  reads an option (`args.mixed_precision`) that an argparse call of the project defines with
+  literal `choices` including "fp16" (then it scales on that choice, which `Scaling.choice`
+  names); never with `cpu=` not literally False, `**kwargs` / `*args`, or a DeepSpeed /
+  FSDP / Megatron-LM plugin built inline. A plugin passed by a name that a project helper
+  binds and that helper may return None (`prepare_deepspeed_plugin(args)`: `if not
+  args.deepspeed: return None`) is a run-time choice too: on the run without it accelerate's
+  own GradScaler scales.
+* `grad_hooks(project, path)`: the functions a file registers with
+  `register_post_accumulate_grad_hook` inside a loop (over the parameters: a hook registered
+  once runs once per backward), a `def` nested in the registering function or one of the
+  module, or the nested `def` a factory returns, with the registering function: they run once
+  per parameter, inside the backward, before the step.
+
+The options are read from the files involved (the accelerator's, the reader's) and the
+project modules those import directly; every definition of the destination there must have
+the same literal choices (precision first: two parsers disagreeing leave the value unknown).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
+
+from ..precision_names import precision_dtype
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .graph import Project
+
+ACCELERATORS = frozenset(("accelerate.Accelerator", "accelerate.accelerator.Accelerator"))
+#: what registers a function run once per parameter after its gradient is accumulated
+HOOK_REGISTRATIONS = ("register_post_accumulate_grad_hook",)
+_MAX_DEPTH = 4
+_PLUGIN_NAMES = {"deepspeed_plugin": "DeepSpeed", "fsdp_plugin": "FSDP", "megatron_lm_plugin": "Megatron-LM"}
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A scaling Accelerator: where it is built, and on which run it scales."""
+
+    path: str
+    row: int
+    choice: Optional[str]  # "--mixed_precision is fp16" (None: the literal "fp16")
+    option: Optional[Tuple[str, int]]  # where that option is defined
+    without: Tuple[str, ...] = ()  # plugins a helper may leave out ("DeepSpeed"): it scales on runs without them
+
+    @property
+    def runtime(self) -> bool:
+        """Whether it scales only on some runs (a choice, or without a plugin): findings are warnings."""
+        return bool(self.choice or self.without)
+
+    def prefix(self) -> str:
+        """`when --mixed_precision is fp16: ` for a message ("" for a literal "fp16")."""
+        return f"when {self.choice}: " if self.choice else ""
+
+    def runs(self) -> str:
+        """` (on runs without a DeepSpeed plugin)` for a help text."""
+        return f" (on runs without a {' or '.join(self.without)} plugin)" if self.without else ""
+
+
+def project_scaling_accelerator(project: "Project", path: str, func: str, name: str, _depth: int = 0) -> Optional[Scaling]:
+    """The scaling Accelerator the plain name `name` read in `func` of `path` certainly holds, else None."""
+    if "." in name or _depth > _MAX_DEPTH:
+        return None
+    memo = project.__dict__.setdefault("_scaling_accelerators", {})
+    key = (path, func, name)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # a cycle: unknown
+    memo[key] = _lookup(project, path, func, name, _depth)
+    return memo[key]
+
+
+def _scope_binding(project: "Project", path: str, func: str, name: str) -> Optional[Tuple[str, List[Dict[str, Any]]]]:
+    """(the scope that binds `name` where `func` reads it, its bindings); None when a parameter
+    binds it, nothing does, or an unpacking does."""
+    scope: Optional[str] = func
+    while scope is not None:
+        info = project.function((path, scope))
+        if info is not None:
+            if scope != "<module>" and name in info["params"]:
+                return None
+            refs = info["locals"].get(name)
+            if refs or name in info.get("ue", {}):
+                return (scope, refs) if refs and name not in info.get("ue", {}) else None
+        scope = (scope.rsplit(".", 1)[0] if "." in scope else "<module>") if scope != "<module>" else None
+    return None
+
+
+def _lookup(project: "Project", path: str, func: str, name: str, depth: int) -> Optional[Scaling]:
+    bound = _scope_binding(project, path, func, name)
+    if bound is None:
+        return None
+    scope, refs = bound
+    found: Optional[Scaling] = None
+    for ref in refs:
+        one = _ref_scaling(project, path, scope, name, ref, depth)
+        if one is None:
+            return None
+        found = found or one
+    return found
+
+
+def _ref_scaling(project: "Project", path: str, scope: str, name: str, ref: Optional[Dict[str, Any]], depth: int) -> Optional[Scaling]:
+    if not ref or ref.get("m"):
+        return None
+    if "n" in ref:
+        return project_scaling_accelerator(project, path, scope, ref["n"], depth + 1)
+    if "c" not in ref or "e0" in ref:
+        return None
+    callees = project.name_types(path, scope, ref["c"])
+    if any(t[0] == "X" and t[1] in ACCELERATORS for t in callees):
+        entries = [e for e in project.summaries[path].get("acc", ()) if e["fn"] == scope and e["t"] == name]
+        if not entries:
+            return None
+        found: Optional[Scaling] = None
+        for entry in entries:
+            one = _entry_scaling(project, path, entry)
+            if one is None:
+                return None
+            found = found or one
+        return found
+    functions = [t for t in callees if t[0] == "F"]
+    if len(functions) != 1 or len(callees) != 1:
+        return None
+    _, cpath, cqual = functions[0]
+    info = project.function((cpath, cqual))
+    if info is None or info.get("ro") or info.get("rn") or not info["returns"]:
+        return None
+    found = None
+    for value in info["returns"]:
+        if not value or "n" not in value or value.get("m"):
+            return None
+        one = project_scaling_accelerator(project, cpath, cqual, value["n"], depth + 1)
+        if one is None:
+            return None
+        found = found or one
+    return found
+
+
+def _entry_scaling(project: "Project", path: str, entry: Dict[str, Any]) -> Optional[Scaling]:
+    """Whether one `Accelerator(...)` record (`summary.accelerator_record`) scales, and on which run."""
+    if entry.get("x"):
+        return None
+    mp = entry.get("mp")
+    choices: List[str] = []
+    option: Optional[Tuple[str, int]] = None
+    if isinstance(mp, str):
+        if precision_dtype(mp) != "fp16" or mp.strip().lower() != "fp16":
+            return None  # accelerate takes "fp16" only (lower-cased)
+    elif isinstance(mp, dict):
+        found = project_option(project, path, mp["n"].rsplit(".", 1)[-1])
+        if found is None or "fp16" not in found[2]:
+            return None
+        choices.append(f"{found[1]} is fp16")
+        option = (found[5], found[4])
+    else:
+        return None
+    without: List[str] = []
+    for plugin, local in sorted(entry.get("pl", {}).items()):
+        if not _may_be_none(project, path, entry["fn"], local):
+            return None
+        without.append(_PLUGIN_NAMES.get(plugin, plugin))
+    return Scaling(path, entry["r"], " and ".join(choices) or None, option, tuple(without))
+
+
+def _may_be_none(project: "Project", path: str, func: str, name: str) -> bool:
+    """Whether every binding of `name` in `func` is a call of one project function that may
+    return None (a plugin helper that gives nothing unless a flag asks for it)."""
+    info = project.function((path, func))
+    refs = info["locals"].get(name) if info is not None else None
+    if not refs or name in info.get("ue", {}) or name in info["params"]:  # type: ignore[union-attr]
+        return False
+    for ref in refs:
+        if not ref or "c" not in ref or ref.get("m"):
+            return False
+        functions = [t for t in project.name_types(path, func, ref["c"]) if t[0] == "F"]
+        if len(functions) != 1:
+            return False
+        callee = project.function((functions[0][1], functions[0][2]))
+        if callee is None or not callee.get("rn"):
+            return False
+    return True
+
+
+def project_option(project: "Project", path: str, dest: str) -> Optional[List[Any]]:
+    """[dest, flag, choices, default, row, file] of the argparse option `dest` as the file `path`
+    and the project modules it imports directly define it (one set of literal choices), else None."""
+    memo = project.__dict__.setdefault("_project_options", {})
+    key = (path, dest)
+    if key not in memo:
+        found: List[List[Any]] = []
+        for f in _option_files(project, path):
+            for option in project.summaries[f].get("opts", ()):
+                if option[0] == dest:
+                    found.append([*option, f])
+        memo[key] = found[0] if found and len({tuple(o[2]) for o in found}) == 1 else None
+    return memo[key]
+
+
+def _option_files(project: "Project", path: str) -> List[str]:
+    """`path` and the project modules it imports directly (loaded as needed)."""
+    memo = project.__dict__.setdefault("_option_files", {})
+    if path in memo:
+        return memo[path]
+    out = [path]
+    seen: Set[str] = {path}
+    summary = project.summaries.get(path) or {}
+    for level, module, attr in summary.get("imports", {}).values():
+        for spelled in ((f"{module}.{attr}" if module else attr) if attr else None, module):
+            if not spelled and not level:
+                continue
+            target = project.module_path(spelled or "", path, level)
+            if target is not None:
+                if target not in seen:
+                    seen.add(target)
+                    out.append(target)
+                break
+    memo[path] = out
+    return out
+
+
+@dataclass(frozen=True)
+class Hook:
+    """A function registered as a per-parameter gradient hook."""
+
+    path: str
+    hook: str  # the hook's qual
+    registrar: str  # the qual of the function registering it
+    row: int  # the registration's row
+
+
+def grad_hooks(project: "Project", path: str) -> Iterator[Hook]:
+    """The functions `path` registers with `register_post_accumulate_grad_hook`."""
+    functions = project.summaries[path]["functions"]
+    for qual, info in functions.items():
+        for r in info["calls"]:
+            if not r["f"] or r["f"].rsplit(".", 1)[-1] not in HOOK_REGISTRATIONS or not r["a"] or not r.get("l"):
+                continue  # registered once (not in a loop over the parameters): it runs once per backward
+            hook = _hook_function(functions, qual, r["a"][0])
+            if hook is not None:
+                yield Hook(path, hook, qual, r["r"])
+
+
+def _hook_function(functions: Dict[str, Any], qual: str, ref: Optional[Dict[str, Any]]) -> Optional[str]:
+    """The qual of the function a registration hands over: a name of a `def` nested in `qual`
+    (or of the module), or the call of such a factory that returns one of its own nested
+    `def`s (`create_grad_hook(group)` returning `grad_hook`)."""
+    if not ref or ref.get("m"):
+        return None
+    spelled = ref.get("n") or ref.get("c")
+    if not spelled or "." in spelled:
+        return None
+    found = next((q for q in ((f"{qual}.{spelled}" if qual != "<module>" else spelled), spelled)
+                  if q in functions and q != "<module>"), None)
+    if found is None or "n" in ref:
+        return found
+    factory = functions[found]
+    returned = [v.get("n") for v in factory["returns"] if v]
+    if factory.get("ro") or len(returned) != 1 or len(factory["returns"]) != 1 or not returned[0]:
+        return None
+    inner = f"{found}.{returned[0]}"
+    return inner if inner in functions else None
+
+
+def enclosing_calls(project: "Project", path: str, func: str) -> Iterator[Dict[str, Any]]:
+    """The call records of `func` and of the functions enclosing it (a nested hook's outer scopes)."""
+    scope: Optional[str] = func
+    while scope is not None:
+        info = project.function((path, scope))
+        if info is not None:
+            yield from info["calls"]
+        scope = (scope.rsplit(".", 1)[0] if "." in scope else None) if scope != "<module>" else None
