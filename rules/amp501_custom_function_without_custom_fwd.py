@@ -6,7 +6,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from amplint.model import (
-    AUTOCAST, AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
+    AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_REACHED, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
     AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
     KERNEL_NOT_MIXED, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, imported_names,
     kernel_condition, subnodes,
@@ -719,7 +719,7 @@ def step(model, x):
         script = _runs_as_script(ctx)
         for cls in functions:
             # a public Function of an importable module runs under its users' autocast
-            condition = AUTOCAST if script or not _public(ctx, cls) else AUTOCAST_OR_LIBRARY
+            condition = AUTOCAST_REACHED if script or not _public(ctx, cls) else AUTOCAST_OR_LIBRARY
             methods = _methods(cls)
             forward, backward = methods.get("forward"), methods.get("backward")
             if forward is None or backward is None:
