@@ -30,7 +30,7 @@ build), and then none of its Functions ever runs, under autocast or not.
 
 When the project's listing is cut at its file limit, the answer is "reached" (no finding is
 dropped on a graph that may be incomplete). Text only, never imported; cached per root while
-the listing is fresh.
+no file of it changed.
 """
 from __future__ import annotations
 
@@ -186,22 +186,35 @@ class _Graph:
         return False
 
 
+def _signature(files) -> int:
+    """The files' names, times and sizes: a graph is reused while none changed (a server, a test
+    rewriting a file within the listing's freshness)."""
+    out = []
+    for path in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        out.append((path, st.st_mtime_ns, st.st_size))
+    return hash(tuple(out))
+
+
 def _graph(base: str, package: str) -> Optional[_Graph]:
     listing = project_files(base, (".py",))
     if len(listing) >= _MAX_FILES:
         return None  # cut at the limit: an importer may be missing
     inside = package.rstrip(os.sep) + os.sep
-    key = (base, id(listing))
-    graph = _graphs.get(key)
-    if graph is not None and any(p.startswith(inside) for p in graph.files):
-        return graph
-    files = set(graph.files if graph is not None else listing)
+    files = set(listing)
     if not any(p.startswith(inside) for p in files):
         # a folder the listing skips (`third_party/`): its own files, so its imports resolve
         for folder, dirs, names in os.walk(package):
             dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
             files.update(os.path.join(folder, n) for n in names if n.endswith(".py"))
-    if len(_graphs) > 32:
-        _graphs.clear()
-    graph = _graphs[key] = _Graph(sorted(files), base)
+    ordered = sorted(files)
+    key = (base, _signature(ordered))
+    graph = _graphs.get(key)
+    if graph is None:
+        if len(_graphs) > 32:
+            _graphs.clear()
+        graph = _graphs[key] = _Graph(ordered, base)
     return graph
