@@ -190,3 +190,13 @@ def test_a_vendored_copy_imported_only_by_fp32_code_is_not_reached(tmp_path):
     assert _found(tmp_path) == []
     (tmp_path / "demo.py").write_text("import train\n" + (tmp_path / "demo.py").read_text())
     assert _found(tmp_path) == [("annotator/seg/fastops/functions.py", 6)]
+
+
+def test_a_package_whose_folder_holds_its_own_packaging_is_a_project_of_its_own(tmp_path):
+    """An sdist unpacked one folder down (`deepspeed-0.19.8/deepspeed-0.19.8/setup.py`, the run's
+    root above it): not an embedded copy, its public Functions are library code."""
+    inner = tmp_path / "fastops-1.0"
+    _package(inner)
+    (inner / "fastops" / "cast.py").write_text(HALF)
+    (inner / "setup.py").write_text("from setuptools import setup\nsetup(name='fastops')\n")
+    assert _found(tmp_path, Config(select=("AMP501",), root=str(tmp_path))) == [("fastops-1.0/fastops/functions.py", 6)]

@@ -18,8 +18,10 @@ build), and then none of its Functions ever runs, under autocast or not.
 * `distributed`: the package is the root itself, or its parent folder holds packaging
   metadata (the root's `setup.py`/`pyproject.toml`, a wheel's `*.dist-info`; also `src/`
   below it): users import it, so its public Functions run under their autocast.
-* `embedded`: the package's parent folder is not the root (`third_party/lib/lib`,
-  `annotator/uniformer/mmcv`, below folders that are not packages).
+* `embedded`: the package's parent folder is not the root and holds no packaging metadata
+  (`third_party/lib/lib`, `annotator/uniformer/mmcv`, below folders that are not packages); a
+  package whose parent holds its own `setup.py` is a project of its own inside the root (a
+  subproject, an sdist unpacked one folder down, a vendored copy that kept its packaging).
 * `reached`: some project module outside the embedded package imports the file's module
   (directly or through others, also through the package's own modules), and the modules those
   importers import include one, outside the package, that may run under autocast (an
@@ -119,6 +121,8 @@ def embedded_package(filename: Optional[str], root: Optional[str] = None) -> Opt
     top = package_top(filename, base)
     if top is None or top == base or os.path.dirname(top) == base:
         return None
+    if _has_packaging(os.path.dirname(top)):
+        return None  # a project of its own below the root (an sdist's folder, a subproject's setup.py)
     if os.path.basename(os.path.dirname(top)) == "src" and os.path.dirname(os.path.dirname(top)) == base:
         return None  # a `src/` layout
     return top
