@@ -160,6 +160,12 @@ class Fp16OverflowingLiteral(Rule):
     already reported the constant because the project runs fp16 somewhere, the
     one finding takes this message and keeps its fix.
 
+    Like every rule, silent in a file whose tensors cannot be PyTorch tensors
+    (`core/gating.py`'s `not_torch_code`): the file never names `torch` and
+    imports TensorFlow/Keras, JAX/Flax, Paddle, MXNet, MindSpore or MLX (a
+    library's `modeling_tf_*.py` / `modeling_flax_*.py`), or imports numpy
+    (scipy, pandas) and otherwise only the standard library.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP301` (docs/evidence.md#amp301)
     - https://pytorch.org/docs/stable/generated/torch.finfo.html

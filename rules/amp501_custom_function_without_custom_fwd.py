@@ -6,7 +6,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from amplint.model import (
-    AUTOCAST, AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
+    AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_REACHED, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
     AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
     KERNEL_NOT_MIXED, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, imported_names,
     kernel_condition, subnodes,
@@ -87,8 +87,25 @@ class CustomFunctionWithoutCustomFwd(Rule):
     opens a region itself (a kernel package); a package that does none of
     these was not written to run under autocast, its own or its users', and
     its own code decides what its Functions see (in fp32, or with parameters
-    cast to bf16 as FSDP's mixed precision does). Scripts and tests need
-    autocast in the project. Only
+    cast to bf16 as FSDP's mixed precision does). The library clause needs a
+    package the project distributes (`amplint/model/embedded.py`): the project
+    root is the package, or the package's parent folder holds its packaging
+    (`setup.py`, `pyproject.toml`, `setup.cfg`, a wheel's `*.dist-info`; also
+    `src/`); an application's own packages, with no such metadata, have no
+    users but the application, so only its own autocast counts. Scripts and
+    tests need autocast in the project.
+    A package embedded in an application, below a folder that is not a
+    package (a vendored library copy: `annotator/uniformer/mmcv/ops/`,
+    `third_party/<lib>/<lib>/` without its own `setup.py`), is library code
+    for nobody: its Functions' only callers are the application's code. Its
+    Functions are reported only when a module outside the copy imports theirs
+    (directly or through other modules, read with the project model's import
+    resolution: paths from the root, the copy's own package name) and the
+    modules those importers import include one, outside the copy, that may
+    run under autocast (a region, a GradScaler, a framework precision setting,
+    custom_fwd, a query of the autocast state); the copy's own autocast helpers
+    do not count. A copy nothing imports never runs, whatever autocast the
+    application (or the copy) enters. Only
     when `backward` also does dtype-sensitive work (an
     autocastable op or a kernel call): that is where the mismatch surfaces.
     Silent when any method carries a `custom_fwd` / `custom_bwd` (or autocast)
@@ -719,7 +736,7 @@ def step(model, x):
         script = _runs_as_script(ctx)
         for cls in functions:
             # a public Function of an importable module runs under its users' autocast
-            condition = AUTOCAST if script or not _public(ctx, cls) else AUTOCAST_OR_LIBRARY
+            condition = AUTOCAST_REACHED if script or not _public(ctx, cls) else AUTOCAST_OR_LIBRARY
             methods = _methods(cls)
             forward, backward = methods.get("forward"), methods.get("backward")
             if forward is None or backward is None:

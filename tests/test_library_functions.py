@@ -123,3 +123,80 @@ def test_library_module(tmp_path):
     assert not library_module(str(tmp_path / "ops.py"))
     assert not library_module("<string>")
     assert not library_module(str(pkg / "nb.ipynb"))
+
+
+# --- packages the project distributes, and packages embedded in an application (model/embedded.py)
+
+AUTOCAST_TRAIN = "import torch\n\n\ndef step(model, x):\n    with torch.autocast('cuda', dtype=torch.float16):\n        return model(x)\n"
+
+
+def test_the_library_clause_needs_a_package_the_project_distributes(tmp_path):
+    """An application repository (no packaging metadata) that anticipates autocast but never
+    enters it: its Functions run only under its own code, which never autocasts."""
+    (tmp_path / ".git").mkdir()
+    _package(tmp_path)
+    (tmp_path / "fastops" / "cast.py").write_text(HALF)
+    assert _found(tmp_path) == []
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "fastops"\n')
+    assert _found(tmp_path) == [("fastops/functions.py", 6)]
+
+
+def test_a_wheel_distributes_its_packages(tmp_path):
+    root = tmp_path / "fastops-1.0"
+    _package(root)
+    (root / "fastops" / "cast.py").write_text(HALF)
+    (root / "fastops-1.0.dist-info").mkdir()
+    (root / "fastops-1.0.dist-info" / "METADATA").write_text("Name: fastops\n")
+    assert _found(root) == [("fastops/functions.py", 6)]
+
+
+@pytest.mark.parametrize("folder", ["third_party/fastlib", "annotator/seg", "vendor/libs/fastlib"])
+def test_a_vendored_copy_nothing_imports_is_not_reached(tmp_path, folder):
+    """A library copied into an application (a package below a folder that is not one): its
+    Functions' only callers are the application's code; when nothing of it imports the copy,
+    they never run, whatever the application's autocast (or the copy's own) does."""
+    (tmp_path / ".git").mkdir()
+    _package(tmp_path, f"{folder}/fastops/functions.py")
+    (tmp_path / folder / "fastops" / "amp.py").write_text(AUTOCAST_TRAIN)  # the copy's own autocast
+    (tmp_path / "train.py").write_text(AUTOCAST_TRAIN)
+    assert _found(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "importer",
+    [
+        "from {dotted}.fastops import FusedLinear\n",  # the copy's path from the root
+        "import sys\nsys.path.insert(0, '{folder}')\nfrom fastops.functions import FusedLinear\n",  # its own name
+    ],
+)
+def test_a_vendored_copy_the_application_imports_is_reached(tmp_path, importer):
+    folder = "third_party/fastlib"
+    (tmp_path / ".git").mkdir()
+    _package(tmp_path, f"{folder}/fastops/functions.py")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "models" / "net.py").write_text(importer.format(dotted=folder.replace("/", "."), folder=folder))
+    (tmp_path / "train.py").write_text("from models.net import FusedLinear\n" + AUTOCAST_TRAIN)
+    assert _found(tmp_path) == [(f"{folder}/fastops/functions.py", 6)]
+
+
+def test_a_vendored_copy_imported_only_by_fp32_code_is_not_reached(tmp_path):
+    """The importer's program never anticipates autocast (a gradio demo of the vendored
+    segmenter); the training script that autocasts imports other modules."""
+    (tmp_path / ".git").mkdir()
+    _package(tmp_path, "annotator/seg/fastops/functions.py")
+    (tmp_path / "demo.py").write_text("import torch\nfrom annotator.seg.fastops import FusedLinear\n\nwith torch.no_grad():\n    y = FusedLinear.apply(x, w)\n")
+    (tmp_path / "train.py").write_text(AUTOCAST_TRAIN)
+    assert _found(tmp_path) == []
+    (tmp_path / "demo.py").write_text("import train\n" + (tmp_path / "demo.py").read_text())
+    assert _found(tmp_path) == [("annotator/seg/fastops/functions.py", 6)]
+
+
+def test_a_package_whose_folder_holds_its_own_packaging_is_a_project_of_its_own(tmp_path):
+    """An sdist unpacked one folder down (`deepspeed-0.19.8/deepspeed-0.19.8/setup.py`, the run's
+    root above it): not an embedded copy, its public Functions are library code."""
+    inner = tmp_path / "fastops-1.0"
+    _package(inner)
+    (inner / "fastops" / "cast.py").write_text(HALF)
+    (inner / "setup.py").write_text("from setuptools import setup\nsetup(name='fastops')\n")
+    assert _found(tmp_path, Config(select=("AMP501",), root=str(tmp_path))) == [("fastops-1.0/fastops/functions.py", 6)]

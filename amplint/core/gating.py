@@ -4,6 +4,7 @@ importing rules). Necessary conditions on the raw text: a file that passes no
 selected rule's gate is never parsed."""
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
@@ -17,6 +18,8 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
     neither, and the search for "autocast", made for other rules anyway, then
     answers "autocast_gpu_", "autocast_cpu_", ...
     """
+    if rules and not_torch_code(source):
+        return []
     contains = _containment(tuple(rules))
     present: Dict[str, bool] = {}
 
@@ -40,6 +43,38 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
             continue
         out.append(r)
     return out
+
+
+#: array frameworks whose tensors are not PyTorch tensors (their own mixed precision, not torch AMP)
+_FOREIGN_FRAMEWORKS = frozenset(("tensorflow", "tf_keras", "keras", "jax", "jaxlib", "flax", "optax", "haiku", "paddle", "mxnet", "mindspore", "mlx", "oneflow"))
+#: libraries whose arrays are numpy's (a file importing only these and the standard library holds no torch tensor it made)
+_NUMPY_LIKE = frozenset(("numpy", "scipy", "pandas", "numba", "cupy"))
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\*)?|import[ \t]+([\w.]+(?:[ \t]*(?:as[ \t]+\w+)?[ \t]*,[ \t]*[\w.]+)*))", re.M)
+
+
+def not_torch_code(source: str) -> bool:
+    """The file's tensors cannot be PyTorch tensors, so no AMP rule applies to it: its text never
+    names `torch`, and it imports TensorFlow, Keras, JAX/Flax, Paddle, MXNet, MindSpore or MLX
+    (`modeling_tf_*.py`, `modeling_flax_*.py` next to a library's torch models), or it imports
+    numpy (scipy, pandas) and otherwise only the standard library: no star import, no relative
+    import, no other package that could hand it a torch tensor it then operates on."""
+    if "torch" in source or "import" not in source:
+        return False
+    from sys import stdlib_module_names
+
+    tops: Set[str] = set()
+    for m in _IMPORT.finditer(source):
+        if m.group(1) is not None:  # `from X import ...`
+            if m.group(1) or m.group(3):
+                tops.add("")  # relative or star import: names from elsewhere
+            tops.add(m.group(2).split(".")[0])
+        else:
+            tops.update(part.split()[0].split(".")[0] for part in m.group(4).split(",") if part.strip())
+    if tops & _FOREIGN_FRAMEWORKS:
+        return True
+    if not tops & _NUMPY_LIKE or "" in tops:
+        return False
+    return all(t in _NUMPY_LIKE or t in stdlib_module_names for t in tops)
 
 
 #: short words that several triggers contain, searched first: one scan that is absent from most

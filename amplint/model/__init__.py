@@ -162,6 +162,7 @@ _EXPORTS = {
     # facts
     "AUTOCAST": ".facts",
     "AUTOCAST_OR_LIBRARY": ".facts",
+    "AUTOCAST_REACHED": ".facts",
     "condition_holds": ".facts",
     "FileFacts": ".facts",
     "FP16": ".facts",

@@ -21,6 +21,11 @@ AUTOCAST = "autocast"
 #: somewhere (`anticipates_autocast`): library code runs under its users' autocast whether or not the
 #: library opens a region itself
 AUTOCAST_OR_LIBRARY = "autocast-or-library"
+#: ... the project uses autocast anywhere, and the file is not a module of a package that only sits
+#: inside the project (a vendored library copy, `model/embedded.py`) which nothing outside it that
+#: may run under autocast imports; AUTOCAST_OR_LIBRARY asks that too, and its library clause needs
+#: a package the project distributes
+AUTOCAST_REACHED = "autocast-reached"
 
 #: folders whose files are run, not imported by users (relative to the project root)
 _NOT_LIBRARY_DIRS = frozenset(("tests", "test", "testing", "examples", "example", "scripts", "benchmarks", "docs"))
@@ -228,6 +233,18 @@ def kernel_condition(base: str, requirement: str, name: str) -> str:
     return f"{base}|{requirement}={name}"
 
 
+def _unreached_embedded(filename: Optional[str], root: Optional[str]) -> bool:
+    from .embedded import unreached_embedded
+
+    return unreached_embedded(filename, root)
+
+
+def _distributed(filename: Optional[str], root: Optional[str]) -> bool:
+    from .embedded import distributed
+
+    return distributed(filename, root)
+
+
 def _kernel_holds(requirement: str, filename: Optional[str], root: Optional[str]) -> bool:
     from .kernels import kernel_dtypes
 
@@ -259,8 +276,14 @@ def condition_holds(
         return facts.may_run_fp16 and not (filename is not None and (fp32_script(filename, root) or fp16_unreachable(filename, root)))
     if condition == AUTOCAST:
         return facts.autocast or precision in ("fp16", "bf16")
+    if condition == AUTOCAST_REACHED:
+        if not condition_holds(AUTOCAST, facts, precision):
+            return False
+        return filename is None or not _unreached_embedded(filename, root)
     if condition == AUTOCAST_OR_LIBRARY:
         if condition_holds(AUTOCAST, facts, precision):
-            return True
-        return anticipates_autocast(facts, precision) and library_module(filename, root)
+            return filename is None or not _unreached_embedded(filename, root)
+        if not (anticipates_autocast(facts, precision) and library_module(filename, root)):
+            return False
+        return _distributed(filename, root) and not _unreached_embedded(filename, root)
     raise ValueError(f"unknown diagnostic condition {condition!r}")
