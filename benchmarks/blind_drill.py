@@ -197,23 +197,37 @@ def lint(folder: Path, jobs: int) -> Tuple[List[dict], float]:
     return findings, took
 
 
+def splits_of(split: str) -> List[str]:
+    """The single splits a `--split` value names, in SPLITS order."""
+    return [s for s in SPLITS if in_split({"split": s}, split)]
+
+
+def results_file(root: Path, split: str) -> Path:
+    """Where `run` keeps one split's findings: one file per split, whatever `--split` a run named,
+    so `score --split read2` reads what a `run --split tuning,read2` wrote."""
+    return root / f"findings-{split}.json"
+
+
 def run(args: argparse.Namespace) -> None:
     root = corpus_dir() / "blind"
     root.mkdir(parents=True, exist_ok=True)
-    results_file = root / f"findings-{args.split}.json"
     only = set(filter(None, args.projects.split(",")))
     # a run over some projects updates theirs and keeps the others' last results
-    results: Dict[str, dict] = json.loads(results_file.read_text()) if only and results_file.exists() else {}
+    results: Dict[str, Dict[str, dict]] = {
+        s: json.loads(results_file(root, s).read_text()) if only and results_file(root, s).exists() else {}
+        for s in splits_of(args.split)
+    }
     for project in load_projects():
         key = project_key(project)
         if not in_split(project, args.split) or (only and key not in only):
             continue
         folder = export(mirror_of(Path(args.mirrors), key), project["commit"], root / f"{key}-{project['commit'][:12]}")
         findings, took = lint(folder, args.jobs)
-        results[key] = {"commit": project["commit"], "findings": findings, "seconds": round(took, 2)}
+        results[project["split"]][key] = {"commit": project["commit"], "findings": findings, "seconds": round(took, 2)}
         print(f"{key:<58}{len(findings):>5} findings {took:>7.1f} s", flush=True)
-        results_file.write_text(json.dumps(results, indent=1))
-    print(f"written: {results_file}")
+        results_file(root, project["split"]).write_text(json.dumps(results[project["split"]], indent=1))
+    for split in results:
+        print(f"written: {results_file(root, split)}")
 
 
 # --- scoring -------------------------------------------------------------------------------------------------
@@ -300,7 +314,11 @@ def existing_codes() -> set:
 
 def score(args: argparse.Namespace) -> int:
     root = corpus_dir() / "blind"
-    results = json.loads((root / f"findings-{args.split}.json").read_text())
+    results: Dict[str, dict] = {}
+    for split in splits_of(args.split):
+        if not results_file(root, split).exists():
+            raise SystemExit(f"blind_drill: no findings of split {split!r} under {root}: run it first")
+        results.update(json.loads(results_file(root, split).read_text()))
     codes = existing_codes()
     rows: Dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     unjudged: List[Judged] = []

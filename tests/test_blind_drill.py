@@ -1,5 +1,6 @@
 """The blind drill's data and its scoring (benchmarks/blind_drill.py): labels well-formed, the split
 recorded, findings matched to blind labels the way docs/precision.md describes."""
+import argparse
 import json
 import random
 import sys
@@ -122,3 +123,20 @@ def test_adjudications_merge_into_the_label_file_and_replace_an_earlier_verdict(
                                ("code", "file", "row", "verdict", "reason"), tmp_path)
     data = json.loads((tmp_path / "o+r.json").read_text())
     assert data["adjudicated"] == [{"code": "AMP801", "file": "t.py", "row": 3, "verdict": "correct", "reason": "b", "by": "adjudicated"}]
+
+
+def test_a_run_over_several_splits_keeps_one_findings_file_per_split(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMPLINT_CORPUS_DIR", str(tmp_path))
+    projects = [{"repo": "a/one", "commit": "1" * 40, "split": "tuning"},
+                {"repo": "b/two", "commit": "2" * 40, "split": "read2"}]
+    monkeypatch.setattr(blind_drill, "load_projects", lambda: projects)
+    monkeypatch.setattr(blind_drill, "mirror_of", lambda mirrors, key: tmp_path)
+    monkeypatch.setattr(blind_drill, "export", lambda mirror, commit, into: into)
+    monkeypatch.setattr(blind_drill, "lint", lambda folder, jobs: ([{"code": "AMP001"}], 0.0))
+    args = argparse.Namespace(mirrors=str(tmp_path), split="tuning,read2", projects="", jobs=1)
+    blind_drill.run(args)
+    blind = tmp_path / "blind"
+    assert set(json.loads((blind / "findings-tuning.json").read_text())) == {"a+one"}
+    assert set(json.loads((blind / "findings-read2.json").read_text())) == {"b+two"}
+    assert blind_drill.splits_of("tuning,read2") == ["tuning", "read2"]
+    assert blind_drill.splits_of("all") == list(blind_drill.SPLITS)
