@@ -352,9 +352,7 @@ def run():
         if scalers:
             first = min(scalers, key=lambda ev: (ev["r"], ev["c"]))
             message = (
-                f"{hook} all-reduces gradients in fp16 on every run, but the loss scaler "
-                f"(line {first['r']}) is built only on some paths: on the others nothing catches an overflow "
-                "and small gradients underflow to 0"
+                f"{hook} all-reduces gradients in fp16 on the runs that build no loss scaler"
             )
             related = [(view.place(path, first), "the loss scaler, built on one branch only")]
         else:
