@@ -153,16 +153,8 @@ def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Ty
 def _lint_text_only(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], exempt: Optional[FrozenSet[str]], result: FileResult) -> FileResult:
     """Run rules that read the text only (`Rule.text_only`): no libcst parse, no AMP model (the
     file stays unparsed for the project facts, as a file passing no gate)."""
-    diagnostics: List[Diagnostic] = []
     with gc_paused():  # the wrapper rules summarise the file with `ast` (wrappers.file_view)
-        for rule_cls in active:
-            try:
-                diagnostics.extend(list(rule_cls().check_text(source, path)))
-            except RecursionError:
-                if SYNTAX_ERROR_CODE in codes:
-                    result.diagnostics.append(syntax_error(path, 1, 1, f"file is nested too deeply for {rule_cls.code} to analyse"))
-            except Exception as exc:
-                result.diagnostics.append(internal_error(path, f"rule {rule_cls.code} ({rule_cls.name})", exc))
+        diagnostics = _check_texts(source, path, active, codes, result)
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
     diagnostics = [d for d in diagnostics if d.code not in ignored and not (exempt and d.code in exempt)]
     result.diagnostics.extend(apply_noqa(diagnostics, source))
