@@ -522,7 +522,7 @@ for batch in loader:
         backward on the gradient it just scaled, and accelerate's `AcceleratedOptimizer`
         unscales and skips only in `step()`. A method whose name starts with `step` other than
         `step` itself (the one `prepare` wraps)."""
-        from amplint.model import enclosing_calls, grad_hooks, project_scaling_accelerator
+        from amplint.model import enclosing_calls, grad_hooks, hook_sites, project_scaling_accelerator
 
         for hook in grad_hooks(project, path):
             info = project.function((path, hook.hook))
@@ -548,11 +548,7 @@ for batch in loader:
                     message = f"{scaling.prefix()}`{opt}.{method}` in a per-parameter grad hook steps scaled gradients"
                     if len(message) >= 100:
                         message = f"{scaling.prefix()}`{method}` in a per-parameter grad hook steps scaled gradients"
-                    related = [project.related(p, row, note) for p, row, note in (
-                        (hook.path, hook.row, "the hook is registered per parameter here"),
-                        (scaling.path, scaling.row, "the Accelerator that scales the loss"),
-                        *((scaling.option[0], scaling.option[1], "the precision option") for _ in (1,) if scaling.option),
-                    )]
+                    related = hook_sites(project, hook, scaling)
                     data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": accelerator,
                             "unscaled": False, "optimizer_class": None, "dtype": "fp16", "device": None, "choice": scaling.choice}
                     help = (f"`{accelerator}.backward` scaled the gradient and `{opt}` unscales and skips only in `step()`"

@@ -508,14 +508,12 @@ for step, batch in enumerate(loader):
                     yield self._hook_diagnostic(project, ProjectCall(path, hook.hook, r), receiver, method, hook, scaling)
 
     def _hook_diagnostic(self, project: Project, call: Any, receiver: str, method: str, hook: Any, scaling: Any) -> Diagnostic:
+        from amplint.model import hook_sites
+
         message = f"{scaling.prefix()}`{receiver}.{method}` in a per-parameter grad hook raises"
         if len(message) >= 100:
             message = f"{scaling.prefix()}`{method}` in a per-parameter grad hook raises"
-        related = [project.related(path, row, note) for path, row, note in (
-            (hook.path, hook.row, "the hook is registered per parameter here"),
-            (scaling.path, scaling.row, "the Accelerator that scales the loss"),
-            *((scaling.option[0], scaling.option[1], "the precision option") for _ in (1,) if scaling.option),
-        )]
+        related = hook_sites(project, hook, scaling)
         data = {"shape": "hook", "scaler": None, "optimizer": None, "framework": "accelerate", "accelerator": receiver,
                 "choice": scaling.choice}
         help = (f"Each call unscales every prepared optimizer, so the second parameter's raises `unscale_() has "

@@ -196,6 +196,7 @@ _EXPORTS = {
     # accelerate's scaling Accelerator across files, and per-parameter gradient hooks (AMP102/AMP104)
     "project_scaling_accelerator": ".project.accelerate_hooks",
     "grad_hooks": ".project.accelerate_hooks",
+    "hook_sites": ".project.accelerate_hooks",
     "enclosing_calls": ".project.accelerate_hooks",
     # the wrapper kind fact and precision configs (issue 23: AMP801-AMP808)
     "ScaleConfig": ".project.wrappers",

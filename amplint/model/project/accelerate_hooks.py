@@ -242,6 +242,16 @@ class Hook:
     row: int  # the registration's row
 
 
+def hook_sites(project: "Project", hook: Hook, scaling: Scaling) -> List[Any]:
+    """The related sites of a finding in a per-parameter hook (AMP102/AMP104): where the hook is
+    registered, the Accelerator that scales the loss, and its precision option when one decides it."""
+    sites = [(hook.path, hook.row, "the hook is registered per parameter here"),
+             (scaling.path, scaling.row, "the Accelerator that scales the loss")]
+    if scaling.option:
+        sites.append((scaling.option[0], scaling.option[1], "the precision option"))
+    return [project.related(path, row, note) for path, row, note in sites]
+
+
 def grad_hooks(project: "Project", path: str) -> Iterator[Hook]:
     """The functions `path` registers with `register_post_accumulate_grad_hook`."""
     functions = project.summaries[path]["functions"]
