@@ -105,7 +105,16 @@ class CustomFunctionWithoutCustomFwd(Rule):
     run under autocast (a region, a GradScaler, a framework precision setting,
     custom_fwd, a query of the autocast state); the copy's own autocast helpers
     do not count. A copy nothing imports never runs, whatever autocast the
-    application (or the copy) enters. Only
+    application (or the copy) enters. A copy nested in a top-level package
+    of the application (`app/annotator/uniformer/mmcv/`, `__init__.py` all
+    the way up) is embedded too when it shows it is a separate library: a
+    LICENSE/COPYING or a `version.py` setting `__version__` in its folder,
+    or its own modules importing it by its folder's name as a top-level
+    name (`from mmcv.utils import ...`, `import_module("mmcv." + name)`)
+    that is no top-level module of the project; those imports resolve in
+    the copy. Not when the project's packaging distributes it (root
+    metadata that builds a distribution with automatic discovery, or an
+    explicit `packages=[...]` naming it): it is library code. Only
     when `backward` also does dtype-sensitive work (an
     autocastable op or a kernel call): that is where the mismatch surfaces.
     Silent when any method carries a `custom_fwd` / `custom_bwd` (or autocast)

@@ -200,3 +200,82 @@ def test_a_package_whose_folder_holds_its_own_packaging_is_a_project_of_its_own(
     (inner / "fastops" / "cast.py").write_text(HALF)
     (inner / "setup.py").write_text("from setuptools import setup\nsetup(name='fastops')\n")
     assert _found(tmp_path, Config(select=("AMP501",), root=str(tmp_path))) == [("fastops-1.0/fastops/functions.py", 6)]
+
+
+# --- a library copy nested in a top-level package of the application (`__init__.py` all the way up)
+
+NESTED = "app/annotator/uniformer/fastops"
+
+
+def _nested(root, marker):
+    """`app/annotator/uniformer/fastops/` with `__init__.py` in every folder; `marker` says how
+    the copy shows it is a separate library."""
+    (root / ".git").mkdir()
+    for folder in ("app", "app/annotator", "app/annotator/uniformer"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / "__init__.py").write_text("")
+    _package(root, f"{NESTED}/functions.py")
+    copy = root / NESTED
+    if marker == "version":
+        (copy / "version.py").write_text("__version__ = '1.3.17'\n")
+    elif marker == "license":
+        (copy / "LICENSE").write_text("Apache License 2.0\n")
+    elif marker == "self-import":
+        (copy / "utils.py").write_text("import importlib\n\next = importlib.import_module('fastops._ext')\n")
+    elif marker == "from-self":
+        (copy / "ops.py").write_text("from fastops.functions import FusedLinear\n")
+    (copy / "amp.py").write_text(AUTOCAST_TRAIN)  # the copy's own autocast
+    (root / "train.py").write_text(AUTOCAST_TRAIN)
+    return copy
+
+
+@pytest.mark.parametrize("marker", ["version", "license", "self-import", "from-self"])
+def test_a_nested_vendored_copy_nothing_imports_is_not_reached(tmp_path, marker):
+    _nested(tmp_path, marker)
+    assert _found(tmp_path) == []
+
+
+@pytest.mark.parametrize("marker", ["version", "from-self"])
+def test_a_nested_vendored_copy_the_application_imports_under_autocast_is_reached(tmp_path, marker):
+    _nested(tmp_path, marker)
+    (tmp_path / "train.py").write_text("from app.annotator.uniformer.fastops import FusedLinear\n" + AUTOCAST_TRAIN)
+    assert _found(tmp_path) == [(f"{NESTED}/functions.py", 6)]
+
+
+def test_a_nested_copy_reached_through_its_own_absolute_imports(tmp_path):
+    """The application imports the copy's `ops` module, which imports the Function by the copy's
+    own top-level name (`from fastops.functions import ...`): the graph resolves it in the copy."""
+    _nested(tmp_path, "from-self")
+    (tmp_path / NESTED / "__init__.py").write_text("")
+    (tmp_path / "train.py").write_text("from app.annotator.uniformer.fastops import ops\n" + AUTOCAST_TRAIN)
+    assert _found(tmp_path) == [(f"{NESTED}/functions.py", 6)]
+
+
+def test_an_applications_own_subpackage_is_not_a_copy(tmp_path):
+    """No marker, no import of itself by a name the project lacks: the application's own
+    subpackage, reported under its autocast whether or not anything imports it."""
+    _nested(tmp_path, None)
+    assert _found(tmp_path) == [(f"{NESTED}/functions.py", 6)]
+
+
+def test_a_name_the_project_has_at_its_root_is_no_copy(tmp_path):
+    """`from fastops...` resolves to the project's own top-level `fastops`: not a sign of a copy."""
+    _nested(tmp_path, "from-self")
+    _package(tmp_path, "fastops/other.py", source="")
+    assert (f"{NESTED}/functions.py", 6) in _found(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "packaging, reported",
+    [
+        ("[project]\nname = 'app'\n", True),  # automatic discovery distributes every package
+        ("from setuptools import setup\nsetup(name='app', packages=['app', 'app.annotator', 'app.annotator.uniformer', 'app.annotator.uniformer.fastops'])\n", True),
+        ("from setuptools import setup\nsetup(name='app', packages=['app', 'app.models'])\n", False),
+        ("[tool.black]\nline-length = 120\n", False),  # tool settings only: no distribution
+    ],
+)
+def test_a_nested_copy_the_packaging_distributes_stays_library_code(tmp_path, packaging, reported):
+    _nested(tmp_path, "version")
+    name = "setup.py" if packaging.startswith("from setuptools") else "pyproject.toml"
+    (tmp_path / name).write_text(packaging)
+    assert _found(tmp_path) == ([(f"{NESTED}/functions.py", 6)] if reported else [])

@@ -119,13 +119,131 @@ def embedded_package(filename: Optional[str], root: Optional[str] = None) -> Opt
     if base is None:
         return None
     top = package_top(filename, base)
-    if top is None or top == base or os.path.dirname(top) == base:
+    if top is None or top == base:
         return None
+    if os.path.dirname(top) == base or (
+        os.path.basename(os.path.dirname(top)) == "src" and os.path.dirname(os.path.dirname(top)) == base
+    ):
+        return _nested_copy(filename, top, base)  # a top-level package of the project (also `src/`)
     if _has_packaging(os.path.dirname(top)):
         return None  # a project of its own below the root (an sdist's folder, a subproject's setup.py)
-    if os.path.basename(os.path.dirname(top)) == "src" and os.path.dirname(os.path.dirname(top)) == base:
-        return None  # a `src/` layout
     return top
+
+
+def _nested_copy(filename: str, top: str, base: str) -> Optional[str]:
+    """The outermost folder strictly inside the top-level package `top` that holds the file and
+    is a library copy (`library_copy`), when the project's packaging does not distribute it."""
+    folder = os.path.dirname(os.path.abspath(filename))
+    chain: List[str] = []
+    while folder != top and (folder + os.sep).startswith(top + os.sep):
+        chain.append(folder)
+        folder = os.path.dirname(folder)
+    for candidate in reversed(chain):
+        if library_copy(candidate, base):
+            if _packaged(candidate, top, base):
+                return None
+            return candidate
+    return None
+
+
+_MARKERS = re.compile(r"(LICEN[CS]E|COPYING)(\.\w+)?$", re.IGNORECASE)
+_VERSION_FILES = ("version.py", "_version.py", "__version__.py")
+_VERSION = re.compile(r"^__version__\s*=", re.MULTILINE)
+_COPY_FILES = 400
+_copies: Dict[Tuple[str, str, int], bool] = {}
+
+
+def library_copy(folder: str, base: str) -> bool:
+    """`folder` (a package below a top-level package of the project) is a copy of a separate
+    library: it carries a library's own marker files (a LICENSE/COPYING, a `version.py` setting
+    `__version__`), or its own modules import it by an absolute top-level name (`from mmcv.utils
+    import ...`, `import_module("mmcv." + name)`, the folder's name) that is no top-level module
+    of the project: that code was written to be installed on its own, not as this subpackage."""
+    try:
+        stamp = os.stat(folder).st_mtime_ns  # a marker file added or removed changes the folder
+    except OSError:
+        return False
+    key = (folder, base, stamp)
+    found = _copies.get(key)
+    if found is None:
+        found = _copies[key] = _is_copy(folder, base)
+    return found
+
+
+def _is_copy(folder: str, base: str) -> bool:
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    if "__init__.py" not in names:
+        return False
+    if any(_MARKERS.match(n) and os.path.isfile(os.path.join(folder, n)) for n in names):
+        return True
+    for n in _VERSION_FILES:
+        if n in names and _VERSION.search(read_text(os.path.join(folder, n)) or ""):
+            return True
+    name = os.path.basename(folder)
+    if not name.isidentifier():
+        return False
+    for top in (base, os.path.join(base, "src")):
+        if os.path.exists(os.path.join(top, name, "__init__.py")) or os.path.isfile(os.path.join(top, name + ".py")):
+            return False  # the project's own top-level package of that name
+    own = re.compile(
+        r"^[ \t]*(?:from[ \t]+%s(?:\.[\w.]+)?[ \t]+import\b|import[ \t]+%s(?:\.|[ \t]*$|[ \t]+as\b|[ \t]*,))"
+        r"|import_module\(\s*[rbuf]?['\"]%s\." % ((re.escape(name),) * 3),
+        re.MULTILINE,
+    )
+    seen = 0
+    for where, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for n in sorted(files):
+            if not n.endswith(".py"):
+                continue
+            seen += 1
+            if seen > _COPY_FILES:
+                return False
+            if own.search(read_text(os.path.join(where, n)) or ""):
+                return True
+    return False
+
+
+_PACKAGES_LIST = re.compile(r"\bpackages\s*=\s*\[([^\]]*)\]")
+
+
+def _packaged(copy: str, top: str, base: str) -> bool:
+    """The project's packaging distributes the copy: packaging metadata at the root (or above
+    `src/`) that lists no explicit packages (automatic discovery takes every package below
+    `top`), or an explicit setuptools `packages=[...]` list naming the copy's dotted name."""
+    holder = os.path.dirname(top)
+    if os.path.basename(holder) == "src" and not _has_packaging(holder):
+        holder = os.path.dirname(holder)
+    if not _really_packaged(holder):
+        return False
+    dotted = os.path.relpath(copy, os.path.dirname(top)).replace(os.sep, ".")
+    for n in ("setup.py", "setup.cfg", "pyproject.toml"):
+        text = read_text(os.path.join(holder, n)) or ""
+        listed = _PACKAGES_LIST.search(text)
+        if listed and "{" not in listed.group(1) and "find" not in listed.group(1):
+            names = set(re.findall(r"['\"]([\w.]+)['\"]", listed.group(1)))
+            if names:
+                return dotted in names
+    return True
+
+
+def _really_packaged(folder: str) -> bool:
+    """Metadata that builds a distribution (not a `pyproject.toml` holding only tool settings)."""
+    if os.path.isfile(os.path.join(folder, "setup.py")) or os.path.isfile(os.path.join(folder, "PKG-INFO")):
+        return True
+    try:
+        if any(e.endswith(_PACKAGING_DIRS) for e in os.listdir(folder)):
+            return True
+    except OSError:
+        return False
+    pyproject = read_text(os.path.join(folder, "pyproject.toml")) or ""
+    if re.search(r"^\[(project|build-system|tool\.poetry|tool\.flit\w*|tool\.hatch\w*)\]", pyproject, re.MULTILINE):
+        return True
+    cfg = read_text(os.path.join(folder, "setup.cfg")) or ""
+    return bool(re.search(r"^\[(metadata|options)\]", cfg, re.MULTILINE))
 
 
 def unreached_embedded(filename: Optional[str], root: Optional[str] = None) -> bool:
@@ -150,6 +268,20 @@ class _Graph:
 
         self.files: Set[str] = set(files)
         index = ModuleIndex(files, base)
+        # a library copy nested in a top-level package imports itself by its own top-level name
+        # (`from mmcv.utils import ...` inside `app/annotator/uniformer/mmcv/`): resolve it there
+        copies: Set[str] = set()
+        for path in files:
+            package = embedded_package(path, base)
+            if package is not None and package not in copies:
+                copies.add(package)
+                parent = os.path.dirname(package)
+                for other in files:
+                    if other.startswith(package + os.sep) and other.endswith(".py"):
+                        parts = os.path.relpath(other, parent)[: -len(".py")].split(os.sep)
+                        if parts[-1] == "__init__":
+                            parts = parts[:-1]
+                        index.by_name.setdefault(".".join(parts), other)
         self.imports: Dict[str, List[str]] = {}
         self.aware: Set[str] = set()
         for path in files:
