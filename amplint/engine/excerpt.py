@@ -227,3 +227,114 @@ def _by_columns(rows: List[str], wanted: List[int]) -> Optional[str]:
     if not set(kept_defs) <= statement_starts or not set(kept_members) <= member_starts:
         return None
     return text
+
+
+# ------------------------------------------------------------------ pieces: a huge excerpt parsed a part at a time
+
+#: an excerpt longer than this is parsed in pieces when it can be (`pieces`): libcst's tree and
+#: the AMP model take ~50-90 KB a dense line, so a 6 MB module of sites does not fit in 1 GB
+PIECE_BYTES = 256 * 1024
+_WORD = re.compile(r"\w+")
+#: `NAME = ...` / `NAME: T = ...` / `a = b = ...` at column 0 (checked against CPython's tree)
+_LEAF_TARGETS = (ast.Assign, ast.AnnAssign)
+
+
+def pieces(text: str, limit: int = PIECE_BYTES) -> Optional[List[Tuple[str, range]]]:
+    """`text` (a whole file or an excerpt) as texts of at most about `limit` bytes of their own,
+    each with the rows whose findings it gives (together: every row, in order); None to parse it
+    whole.
+
+    A *leaf* is a top-level assignment to plain names that no other part of the file mentions
+    (not as a word anywhere: code, strings, comments): nothing else can read what it binds, so
+    no other statement's findings depend on it, and what its own findings depend on lies in the
+    other statements. Every piece keeps all the other statements (imports, constants,
+    definitions, compound statements: the *core*) and one run of leaves, the other leaves
+    blanked, so a rule sees in each piece what it would see around those leaves in the whole
+    file. Rows keep their numbers: a long run of blanked rows becomes one string statement over
+    the same rows (`\"\"\"` ... `\"\"\"`), which parses as one token where as many empty lines
+    would cost libcst a node each. A piece takes the findings on its own rows: the core's at
+    its place among the leaves, so each rule's findings come in the order of the whole file.
+    Used only when the core is small beside the leaves (else there is nothing to gain)."""
+    if len(text) <= limit or "\r" in text:
+        return None
+    tree = _parse(text)
+    if tree is None:
+        return None
+    rows = text.split("\n")
+    totals: dict = {}
+    for word in _WORD.findall(text):
+        totals[word] = totals.get(word, 0) + 1
+    leaves: List[Tuple[int, int]] = []  # (first row, last row), 1-based
+    for node in tree.body:
+        if not isinstance(node, _LEAF_TARGETS):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not targets or not all(isinstance(t, ast.Name) for t in targets):
+            continue
+        if isinstance(node, ast.AnnAssign) and node.value is None:
+            continue
+        first, last = node.lineno, node.end_lineno or node.lineno
+        if node.col_offset != 0 or ";" in rows[first - 1] or ";" in rows[last - 1]:
+            continue  # (`a = 1; b = 2`: rows shared with another statement)
+        own: dict = {}
+        for word in _WORD.findall("\n".join(rows[first - 1 : last])):
+            own[word] = own.get(word, 0) + 1
+        if all(totals.get(t.id, 0) == own.get(t.id, 0) for t in targets):  # type: ignore[attr-defined]
+            leaves.append((first, last))
+    del tree
+    leaf_bytes = sum(len(rows[r - 1]) + 1 for a, b in leaves for r in range(a, b + 1))
+    if leaf_bytes < len(text) // 2 or len(text) - leaf_bytes > limit:
+        return None  # the core is most of the file, or too big to repeat in every piece
+    groups: List[List[Tuple[int, int]]] = [[]]
+    size = 0
+    for a, b in leaves:
+        n = sum(len(rows[r - 1]) + 1 for r in range(a, b + 1))
+        if groups[-1] and size + n > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append((a, b))
+        size += n
+    if len(groups) < 2:
+        return None
+    out: List[Tuple[str, range]] = []
+    for i, group in enumerate(groups):
+        mine = {(a, b) for a, b in group}
+        blank = [range(a, b + 1) for a, b in leaves if (a, b) not in mine]
+        first_row = 1 if i == 0 else group[0][0]
+        end_row = groups[i + 1][0][0] if i + 1 < len(groups) else len(rows) + 1
+        piece = _filled(rows, blank)
+        if piece is None:
+            return None
+        out.append((piece, range(first_row, end_row)))
+    return out
+
+
+def _filled(rows: List[str], blank: List[range]) -> Optional[str]:
+    """`rows` with the `blank` rows emptied and each run of 3 or more of them (after some code)
+    written as one string statement over the same rows; None when the result does not parse."""
+    out = list(rows)
+    gone = sorted(row for span in blank for row in span)
+    runs: List[List[int]] = []
+    for row in gone:
+        if runs and runs[-1][1] == row - 1:
+            runs[-1][1] = row
+        else:
+            runs.append([row, row])
+    for a, b in runs:
+        for row in range(a, b + 1):
+            out[row - 1] = ""
+    code_before = _first_code_row(out)  # a string before any code would be the docstring
+    for a, b in runs:
+        if b - a >= 2 and code_before is not None and a > code_before:
+            out[a - 1] = '"""'
+            out[b - 1] = '"""'
+    text = "\n".join(out)
+    return text if _parse(text) is not None else None
+
+
+def _first_code_row(rows: List[str]) -> Optional[int]:
+    for i, row in enumerate(rows):
+        stripped = row.strip()
+        if stripped and not stripped.startswith("#"):
+            return i + 1
+    return None
