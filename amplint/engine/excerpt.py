@@ -43,6 +43,8 @@ def excerpt(source: str, lines: Iterable[int]) -> Optional[str]:
         return None
     wanted = sorted(set(lines))
     rows = source.split("\n")
+    if not any(row.startswith(_DEFINES) for row in rows):
+        return None  # no top-level definition to blank (and no whole-file CPython tree to build: ~8 KB a line)
     quick = _by_columns(rows, wanted)
     if quick is not None:
         return quick
@@ -257,31 +259,36 @@ def pieces(text: str, limit: int = PIECE_BYTES) -> Optional[List[Tuple[str, rang
     Used only when the core is small beside the leaves (else there is nothing to gain)."""
     if len(text) <= limit or "\r" in text:
         return None
-    tree = _parse(text)
-    if tree is None:
-        return None
     rows = text.split("\n")
+    starts = _statement_starts(rows, 0, len(rows), "")
+    if not starts:
+        return None
     totals: dict = {}
-    for word in _WORD.findall(text):
+    for m in _WORD.finditer(text):
+        word = m.group()
         totals[word] = totals.get(word, 0) + 1
+    spans = list(zip(starts, starts[1:] + [len(rows)]))  # 0-based [first, next start)
+    candidates = [(a, b) for a, b in spans if _LEAF_LINE.match(rows[a]) and ";" not in rows[a]]
     leaves: List[Tuple[int, int]] = []  # (first row, last row), 1-based
-    for node in tree.body:
-        if not isinstance(node, _LEAF_TARGETS):
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if not targets or not all(isinstance(t, ast.Name) for t in targets):
-            continue
-        if isinstance(node, ast.AnnAssign) and node.value is None:
-            continue
-        first, last = node.lineno, node.end_lineno or node.lineno
-        if node.col_offset != 0 or ";" in rows[first - 1] or ";" in rows[last - 1]:
-            continue  # (`a = 1; b = 2`: rows shared with another statement)
-        own: dict = {}
-        for word in _WORD.findall("\n".join(rows[first - 1 : last])):
-            own[word] = own.get(word, 0) + 1
-        if all(totals.get(t.id, 0) == own.get(t.id, 0) for t in targets):  # type: ignore[attr-defined]
-            leaves.append((first, last))
-    del tree
+    for i in range(0, len(candidates), 2000):  # CPython's tree of 2,000 statements at a time
+        batch = candidates[i : i + 2000]
+        for (a, b), node in zip(batch, _statements(rows, batch)):
+            if node is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not all(isinstance(t, ast.Name) for t in targets):
+                continue
+            if isinstance(node, ast.AnnAssign) and node.value is None:
+                continue
+            last = a + (node.end_lineno or node.lineno)  # 1-based
+            if any(";" in rows[r] for r in range(a, last)):
+                continue
+            own: dict = {}
+            for word in _WORD.findall("\n".join(rows[a:last])):
+                own[word] = own.get(word, 0) + 1
+            if all(totals.get(t.id, 0) == own.get(t.id, 0) for t in targets):  # type: ignore[attr-defined]
+                leaves.append((a + 1, last))
+    del totals
     leaf_bytes = sum(len(rows[r - 1]) + 1 for a, b in leaves for r in range(a, b + 1))
     if leaf_bytes < len(text) // 2 or len(text) - leaf_bytes > limit:
         return None  # the core is most of the file, or too big to repeat in every piece
@@ -296,22 +303,50 @@ def pieces(text: str, limit: int = PIECE_BYTES) -> Optional[List[Tuple[str, rang
         size += n
     if len(groups) < 2:
         return None
+    leaf_rows = {a for a, _ in leaves}
+    core_starts = [a + 1 for a, _ in spans if a + 1 not in leaf_rows and rows[a].strip()]
     out: List[Tuple[str, range]] = []
     for i, group in enumerate(groups):
-        mine = {(a, b) for a, b in group}
+        mine = set(group)
         blank = [range(a, b + 1) for a, b in leaves if (a, b) not in mine]
         first_row = 1 if i == 0 else group[0][0]
         end_row = groups[i + 1][0][0] if i + 1 < len(groups) else len(rows) + 1
-        piece = _filled(rows, blank)
+        piece = _filled(rows, blank, sorted(core_starts + [a for a, _ in group]))
         if piece is None:
             return None
         out.append((piece, range(first_row, end_row)))
     return out
 
 
-def _filled(rows: List[str], blank: List[range]) -> Optional[str]:
+#: a line that may start `NAME = ...`, `NAME: T = ...` or `a = b = ...` (CPython's tree decides)
+_LEAF_LINE = re.compile(r"[A-Za-z_]\w*[ \t]*(?:=[^=]|:)")
+
+
+def _statements(rows: List[str], spans: List[Tuple[int, int]]) -> List[Optional[ast.stmt]]:
+    """CPython's statement for each span of rows (0-based [first, next start)) when it is one
+    assignment alone, with line numbers from 1 at its first row; None for the others."""
+    texts = ["\n".join(rows[a:b]) for a, b in spans]
+    tree = _parse("\n".join(texts))
+    if tree is not None and len(tree.body) == len(spans):
+        out: List[Optional[ast.stmt]] = []
+        line = 1
+        for text, node in zip(texts, tree.body):
+            if node.lineno != line:
+                break
+            node.lineno, node.end_lineno = 1, (node.end_lineno or node.lineno) - line + 1
+            out.append(node if isinstance(node, _LEAF_TARGETS) else None)
+            line += text.count("\n") + 1
+        else:
+            return out
+    one = [_parse(t) for t in texts]  # one at a time
+    return [m.body[0] if m is not None and len(m.body) == 1 and isinstance(m.body[0], _LEAF_TARGETS) else None for m in one]
+
+
+def _filled(rows: List[str], blank: List[range], expected: List[int]) -> Optional[str]:
     """`rows` with the `blank` rows emptied and each run of 3 or more of them (after some code)
-    written as one string statement over the same rows; None when the result does not parse."""
+    written as one string statement over the same rows; None unless the result parses into
+    statements starting exactly at the `expected` rows (1-based) and the filler strings (a split
+    read off the text wrongly, through a string or bracket, breaks that)."""
     out = list(rows)
     gone = sorted(row for span in blank for row in span)
     runs: List[List[int]] = []
@@ -328,8 +363,12 @@ def _filled(rows: List[str], blank: List[range]) -> Optional[str]:
         if b - a >= 2 and code_before is not None and a > code_before:
             out[a - 1] = '"""'
             out[b - 1] = '"""'
+    fillers = [a for a, b in runs if out[a - 1] == '"""' and b > a]
     text = "\n".join(out)
-    return text if _parse(text) is not None else None
+    tree = _parse(text)
+    if tree is None or [_first_line(n) for n in tree.body] != sorted(expected + fillers):
+        return None
+    return text
 
 
 def _first_code_row(rows: List[str]) -> Optional[int]:
