@@ -241,7 +241,7 @@ _WORD = re.compile(r"\w+")
 _LEAF_TARGETS = (ast.Assign, ast.AnnAssign)
 
 
-def pieces(text: str, limit: int = PIECE_BYTES) -> Optional[List[Tuple[str, range]]]:
+def pieces(text: str, limit: Optional[int] = None, wanted: Optional[Iterable[int]] = None) -> Optional[List[Tuple[str, range]]]:
     """`text` (a whole file or an excerpt) as texts of at most about `limit` bytes of their own,
     each with the rows whose findings it gives (together: every row, in order); None to parse it
     whole.
@@ -257,6 +257,7 @@ def pieces(text: str, limit: int = PIECE_BYTES) -> Optional[List[Tuple[str, rang
     would cost libcst a node each. A piece takes the findings on its own rows: the core's at
     its place among the leaves, so each rule's findings come in the order of the whole file.
     Used only when the core is small beside the leaves (else there is nothing to gain)."""
+    limit = PIECE_BYTES if limit is None else limit
     if len(text) <= limit or "\r" in text:
         return None
     rows = text.split("\n")
@@ -270,6 +271,7 @@ def pieces(text: str, limit: int = PIECE_BYTES) -> Optional[List[Tuple[str, rang
     spans = list(zip(starts, starts[1:] + [len(rows)]))  # 0-based [first, next start)
     candidates = [(a, b) for a, b in spans if _LEAF_LINE.match(rows[a]) and ";" not in rows[a]]
     leaves: List[Tuple[int, int]] = []  # (first row, last row), 1-based
+    words: List[dict] = []  # the words of each
     for i in range(0, len(candidates), 2000):  # CPython's tree of 2,000 statements at a time
         batch = candidates[i : i + 2000]
         for (a, b), node in zip(batch, _statements(rows, batch)):
@@ -288,7 +290,23 @@ def pieces(text: str, limit: int = PIECE_BYTES) -> Optional[List[Tuple[str, rang
                 own[word] = own.get(word, 0) + 1
             if all(totals.get(t.id, 0) == own.get(t.id, 0) for t in targets):  # type: ignore[attr-defined]
                 leaves.append((a + 1, last))
+                words.append(own)
     del totals
+    # a statement a rule can fire in may depend on every mention of what it binds (the uses of
+    # `NEG = -1e9`, the calls of a private function holding a site): no leaf may mention it
+    sites = sorted(set(wanted)) if wanted is not None else None
+    firsts = {a for a, _ in leaves}
+    watched: set = set()
+    for a, b in spans:
+        if a + 1 in firsts or (sites is not None and not _holds(sites, a + 1, b)):
+            continue
+        head = _BINDS.match(rows[a])
+        if head is not None:
+            watched.update(_WORD.findall(head.group(1) or head.group(2)))
+        else:
+            watched.update(_WORD.findall("\n".join(rows[a:b])))
+    leaves = [leaf for leaf, own in zip(leaves, words) if not any(w in watched for w in own)]
+    del words
     leaf_bytes = sum(len(rows[r - 1]) + 1 for a, b in leaves for r in range(a, b + 1))
     if leaf_bytes < len(text) // 2 or len(text) - leaf_bytes > limit:
         return None  # the core is most of the file, or too big to repeat in every piece
@@ -318,6 +336,8 @@ def pieces(text: str, limit: int = PIECE_BYTES) -> Optional[List[Tuple[str, rang
     return out
 
 
+#: what a definition or an assignment at column 0 binds: its name, its targets
+_BINDS = re.compile(r"(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)|((?:[A-Za-z_]\w*[ \t]*=[ \t]*)+)(?!=)")
 #: a line that may start `NAME = ...`, `NAME: T = ...` or `a = b = ...` (CPython's tree decides)
 _LEAF_LINE = re.compile(r"[A-Za-z_]\w*[ \t]*(?:=[^=]|:)")
 

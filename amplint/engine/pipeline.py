@@ -250,7 +250,7 @@ def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Ty
     text = excerpt(source, lines)
     if text is None:
         # nothing to cut; a huge file of sites may still be parsed in pieces
-        parts = pieces(source)
+        parts = pieces(source, None, lines)
         return None if parts is None else _pieces_checked(parts, path, config, active, codes, result)
     # the excerpt holds all a rule's findings depend on: a rule whose gate fails on it cannot fire
     kept = passing(active, text)
@@ -259,7 +259,7 @@ def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Ty
     if len(kept) < len(active):
         active = kept
         text = excerpt(source, site_lines(active, source) or ()) or text  # a smaller cut for the rest
-    parts = pieces(text)
+    parts = pieces(text, None, site_lines(active, source))
     if parts is not None:
         del text  # each piece is parsed, checked and freed before the next
         return _pieces_checked(parts, path, config, active, codes, result)
@@ -269,6 +269,17 @@ def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Ty
         return None  # let the whole file speak for itself
     result.facts = attempt.facts  # partial: the facts pass still reads the file whole if needed
     return diagnostics
+
+
+def _rows_in_order(diagnostics: List[Diagnostic]) -> bool:
+    """Whether each rule's findings come in the order of their rows (what lets pieces' findings
+    be joined piece after piece into the order of one whole parse)."""
+    last: dict = {}
+    for d in diagnostics:
+        if d.location.row < last.get(d.code, 0):
+            return False
+        last[d.code] = d.location.row
+    return True
 
 
 def _pieces_checked(parts: List[Tuple[str, range]], path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> Optional[List[Diagnostic]]:
@@ -295,6 +306,8 @@ def _pieces_checked(parts: List[Tuple[str, range]], path: str, config: Config, a
         del piece
         if found is None or attempt.diagnostics:
             return None  # let the whole file speak for itself
+        if not _rows_in_order(found):
+            return None  # a rule that does not report in row order: only one whole parse knows its order
         if facts is None:
             facts = attempt.facts
         stash.append(pickle.dumps([d for d in found if d.location.row in own], pickle.HIGHEST_PROTOCOL))
