@@ -94,7 +94,7 @@ def test_dense_file_in_pieces_gives_the_whole_files_findings(shape, monkeypatch)
         assert parts > 5  # the module's statements were parsed a few hundred lines at a time
 
 
-@pytest.mark.parametrize("limit", [4000, 6000])
+@pytest.mark.parametrize("limit", [6000, 9000])
 def test_mixed_module_in_pieces_gives_the_whole_files_findings(limit, monkeypatch):
     source = _mixed(600)
     whole, _ = _lint(source, monkeypatch, None)
@@ -112,7 +112,7 @@ def test_a_block_with_a_site_keeps_what_it_names_whole(monkeypatch):
 
 def test_leaves_are_only_assignments_nothing_else_mentions():
     source = _mixed(300)
-    got = excerpt.pieces(source, 4000, pipeline_sites(source))
+    got = excerpt.pieces(source, 6000, pipeline_sites(source))
     assert got is not None
     rows = source.split("\n")
     own = [r for _, span in got for r in span]
