@@ -43,6 +43,8 @@ def excerpt(source: str, lines: Iterable[int]) -> Optional[str]:
         return None
     wanted = sorted(set(lines))
     rows = source.split("\n")
+    if not any(row.startswith(_DEFINES) for row in rows):
+        return None  # no top-level definition to blank (and no whole-file CPython tree to build: ~8 KB a line)
     quick = _by_columns(rows, wanted)
     if quick is not None:
         return quick
@@ -227,3 +229,171 @@ def _by_columns(rows: List[str], wanted: List[int]) -> Optional[str]:
     if not set(kept_defs) <= statement_starts or not set(kept_members) <= member_starts:
         return None
     return text
+
+
+# ------------------------------------------------------------------ pieces: a huge excerpt parsed a part at a time
+
+#: an excerpt longer than this is parsed in pieces when it can be (`pieces`): libcst's tree and
+#: the AMP model take ~50-90 KB a dense line, so a 6 MB module of sites does not fit in 1 GB
+PIECE_BYTES = 256 * 1024
+_WORD = re.compile(r"\w+")
+#: `NAME = ...` / `NAME: T = ...` / `a = b = ...` at column 0 (checked against CPython's tree)
+_LEAF_TARGETS = (ast.Assign, ast.AnnAssign)
+
+
+def pieces(text: str, limit: Optional[int] = None, wanted: Optional[Iterable[int]] = None) -> Optional[List[Tuple[str, range]]]:
+    """`text` (a whole file or an excerpt) as texts of at most about `limit` bytes of their own,
+    each with the rows whose findings it gives (together: every row, in order); None to parse it
+    whole.
+
+    A *leaf* is a top-level assignment to plain names that no other part of the file mentions
+    (not as a word anywhere: code, strings, comments): nothing else can read what it binds, so
+    no other statement's findings depend on it, and what its own findings depend on lies in the
+    other statements. Every piece keeps all the other statements (imports, constants,
+    definitions, compound statements: the *core*) and one run of leaves, the other leaves
+    blanked, so a rule sees in each piece what it would see around those leaves in the whole
+    file. Rows keep their numbers: a long run of blanked rows becomes one string statement over
+    the same rows (`\"\"\"` ... `\"\"\"`), which parses as one token where as many empty lines
+    would cost libcst a node each. A piece takes the findings on its own rows: the core's at
+    its place among the leaves, so each rule's findings come in the order of the whole file.
+    Used only when the core is small beside the leaves (else there is nothing to gain)."""
+    limit = PIECE_BYTES if limit is None else limit
+    if len(text) <= limit or "\r" in text:
+        return None
+    rows = text.split("\n")
+    starts = _statement_starts(rows, 0, len(rows), "")
+    if not starts:
+        return None
+    totals: dict = {}
+    for m in _WORD.finditer(text):
+        word = m.group()
+        totals[word] = totals.get(word, 0) + 1
+    spans = list(zip(starts, starts[1:] + [len(rows)]))  # 0-based [first, next start)
+    candidates = [(a, b) for a, b in spans if _LEAF_LINE.match(rows[a]) and ";" not in rows[a]]
+    leaves: List[Tuple[int, int]] = []  # (first row, last row), 1-based
+    words: List[dict] = []  # the words of each
+    for i in range(0, len(candidates), 2000):  # CPython's tree of 2,000 statements at a time
+        batch = candidates[i : i + 2000]
+        for (a, b), node in zip(batch, _statements(rows, batch)):
+            if node is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not all(isinstance(t, ast.Name) for t in targets):
+                continue
+            if isinstance(node, ast.AnnAssign) and node.value is None:
+                continue
+            last = a + (node.end_lineno or node.lineno)  # 1-based
+            if any(";" in rows[r] for r in range(a, last)):
+                continue
+            own: dict = {}
+            for word in _WORD.findall("\n".join(rows[a:last])):
+                own[word] = own.get(word, 0) + 1
+            if all(totals.get(t.id, 0) == own.get(t.id, 0) for t in targets):  # type: ignore[attr-defined]
+                leaves.append((a + 1, last))
+                words.append(own)
+    del totals
+    # a statement a rule can fire in may depend on every mention of what it binds (the uses of
+    # `NEG = -1e9`, the calls of a private function holding a site): no leaf may mention it
+    sites = sorted(set(wanted)) if wanted is not None else None
+    firsts = {a for a, _ in leaves}
+    watched: set = set()
+    for a, b in spans:
+        if a + 1 in firsts or (sites is not None and not _holds(sites, a + 1, b)):
+            continue
+        head = _BINDS.match(rows[a])
+        if head is not None:
+            watched.update(_WORD.findall(head.group(1) or head.group(2)))
+        else:
+            watched.update(_WORD.findall("\n".join(rows[a:b])))
+    leaves = [leaf for leaf, own in zip(leaves, words) if not any(w in watched for w in own)]
+    del words
+    leaf_bytes = sum(len(rows[r - 1]) + 1 for a, b in leaves for r in range(a, b + 1))
+    if leaf_bytes < len(text) // 2 or len(text) - leaf_bytes > limit:
+        return None  # the core is most of the file, or too big to repeat in every piece
+    groups: List[List[Tuple[int, int]]] = [[]]
+    size = 0
+    for a, b in leaves:
+        n = sum(len(rows[r - 1]) + 1 for r in range(a, b + 1))
+        if groups[-1] and size + n > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append((a, b))
+        size += n
+    if len(groups) < 2:
+        return None
+    leaf_rows = {a for a, _ in leaves}
+    core_starts = [a + 1 for a, _ in spans if a + 1 not in leaf_rows and rows[a].strip()]
+    out: List[Tuple[str, range]] = []
+    for i, group in enumerate(groups):
+        mine = set(group)
+        blank = [range(a, b + 1) for a, b in leaves if (a, b) not in mine]
+        first_row = 1 if i == 0 else group[0][0]
+        end_row = groups[i + 1][0][0] if i + 1 < len(groups) else len(rows) + 1
+        piece = _filled(rows, blank, sorted(core_starts + [a for a, _ in group]))
+        if piece is None:
+            return None
+        out.append((piece, range(first_row, end_row)))
+    return out
+
+
+#: what a definition or an assignment at column 0 binds: its name, its targets
+_BINDS = re.compile(r"(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)|((?:[A-Za-z_]\w*[ \t]*=[ \t]*)+)(?!=)")
+#: a line that may start `NAME = ...`, `NAME: T = ...` or `a = b = ...` (CPython's tree decides)
+_LEAF_LINE = re.compile(r"[A-Za-z_]\w*[ \t]*(?:=[^=]|:)")
+
+
+def _statements(rows: List[str], spans: List[Tuple[int, int]]) -> List[Optional[ast.stmt]]:
+    """CPython's statement for each span of rows (0-based [first, next start)) when it is one
+    assignment alone, with line numbers from 1 at its first row; None for the others."""
+    texts = ["\n".join(rows[a:b]) for a, b in spans]
+    tree = _parse("\n".join(texts))
+    if tree is not None and len(tree.body) == len(spans):
+        out: List[Optional[ast.stmt]] = []
+        line = 1
+        for text, node in zip(texts, tree.body):
+            if node.lineno != line:
+                break
+            node.lineno, node.end_lineno = 1, (node.end_lineno or node.lineno) - line + 1
+            out.append(node if isinstance(node, _LEAF_TARGETS) else None)
+            line += text.count("\n") + 1
+        else:
+            return out
+    one = [_parse(t) for t in texts]  # one at a time
+    return [m.body[0] if m is not None and len(m.body) == 1 and isinstance(m.body[0], _LEAF_TARGETS) else None for m in one]
+
+
+def _filled(rows: List[str], blank: List[range], expected: List[int]) -> Optional[str]:
+    """`rows` with the `blank` rows emptied and each run of 3 or more of them (after some code)
+    written as one string statement over the same rows; None unless the result parses into
+    statements starting exactly at the `expected` rows (1-based) and the filler strings (a split
+    read off the text wrongly, through a string or bracket, breaks that)."""
+    out = list(rows)
+    gone = sorted(row for span in blank for row in span)
+    runs: List[List[int]] = []
+    for row in gone:
+        if runs and runs[-1][1] == row - 1:
+            runs[-1][1] = row
+        else:
+            runs.append([row, row])
+    for a, b in runs:
+        for row in range(a, b + 1):
+            out[row - 1] = ""
+    code_before = _first_code_row(out)  # a string before any code would be the docstring
+    for a, b in runs:
+        if b - a >= 2 and code_before is not None and a > code_before:
+            out[a - 1] = '"""'
+            out[b - 1] = '"""'
+    fillers = [a for a, b in runs if out[a - 1] == '"""' and b > a]
+    text = "\n".join(out)
+    tree = _parse(text)
+    if tree is None or [_first_line(n) for n in tree.body] != sorted(expected + fillers):
+        return None
+    return text
+
+
+def _first_code_row(rows: List[str]) -> Optional[int]:
+    for i, row in enumerate(rows):
+        stripped = row.strip()
+        if stripped and not stripped.startswith("#"):
+            return i + 1
+    return None

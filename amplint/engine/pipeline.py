@@ -241,13 +241,17 @@ def _in_rule_order(diagnostics: List[Diagnostic], rules: Sequence[Type[Rule]]) -
 def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> Optional[List[Diagnostic]]:
     """The diagnostics from parsing only what `active` can fire in (amplint/engine/excerpt.py);
     None when the file must be parsed whole."""
-    from .excerpt import excerpt
+    from .excerpt import excerpt, pieces
     from ..core.gating import passing, site_lines
 
     lines = site_lines(active, source)
-    text = excerpt(source, lines) if lines is not None else None
+    if lines is None:
+        return None
+    text = excerpt(source, lines)
     if text is None:
-        return None  # (CPython parsed the whole file to cut it, so it is not too deep to parse)
+        # nothing to cut; a huge file of sites may still be parsed in pieces
+        parts = pieces(source, None, lines)
+        return None if parts is None else _pieces_checked(parts, path, config, active, codes, result)
     # the excerpt holds all a rule's findings depend on: a rule whose gate fails on it cannot fire
     kept = passing(active, text)
     if not kept:
@@ -255,12 +259,66 @@ def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Ty
     if len(kept) < len(active):
         active = kept
         text = excerpt(source, site_lines(active, source) or ()) or text  # a smaller cut for the rest
+    parts = pieces(text, None, site_lines(active, source))
+    if parts is not None:
+        del text  # each piece is parsed, checked and freed before the next
+        return _pieces_checked(parts, path, config, active, codes, result)
     attempt = FileResult(path=path)
     diagnostics = run_guarded(_parse_and_check, text, path, config, active, codes, attempt)
     if diagnostics is None or attempt.diagnostics:
         return None  # let the whole file speak for itself
     result.facts = attempt.facts  # partial: the facts pass still reads the file whole if needed
     return diagnostics
+
+
+def _rows_in_order(diagnostics: List[Diagnostic]) -> bool:
+    """Whether each rule's findings come in the order of their rows (what lets pieces' findings
+    be joined piece after piece into the order of one whole parse)."""
+    last: dict = {}
+    for d in diagnostics:
+        if d.location.row < last.get(d.code, 0):
+            return False
+        last[d.code] = d.location.row
+    return True
+
+
+def _pieces_checked(parts: List[Tuple[str, range]], path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> Optional[List[Diagnostic]]:
+    """The diagnostics of an excerpt parsed in pieces (`excerpt.pieces`), one tree at a time:
+    each piece's findings on its own rows, kept by rule and, within a rule, piece after piece
+    (the order of one whole parse); None when a piece cannot be analysed."""
+    import pickle
+
+    from ..core.gating import passing
+
+    # each piece's findings wait pickled (one block of bytes each) and come back as objects only
+    # once the last tree is gone: kept as objects, they would be scattered over the memory every
+    # tree was built in, which then could not be given back (tracemalloc: ~3 KB a finding, RSS:
+    # twice that)
+    stash: List[bytes] = []
+    facts = None
+    while parts:
+        piece, own = parts.pop(0)
+        kept = passing(active, piece)
+        if not kept:
+            continue
+        attempt = FileResult(path=path)
+        found = run_guarded(_parse_and_check, piece, path, config, kept, codes, attempt)
+        del piece
+        if found is None or attempt.diagnostics:
+            return None  # let the whole file speak for itself
+        if not _rows_in_order(found):
+            return None  # a rule that does not report in row order: only one whole parse knows its order
+        if facts is None:
+            facts = attempt.facts
+        stash.append(pickle.dumps([d for d in found if d.location.row in own], pickle.HIGHEST_PROTOCOL))
+        del found, attempt
+    if facts is not None:
+        result.facts = facts  # partial, as an excerpt's
+    by_rule: dict = {r.code: [] for r in active}
+    while stash:
+        for d in pickle.loads(stash.pop(0)):
+            by_rule.setdefault(d.code, []).append(d)
+    return [d for r in active for d in by_rule.pop(r.code, [])] + [d for rest in by_rule.values() for d in rest]
 
 
 # ------------------------------------------------------------------ never crash

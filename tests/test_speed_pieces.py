@@ -1,0 +1,147 @@
+"""A huge file of sites is parsed in pieces (`excerpt.pieces`, one libcst tree at a time): the
+findings are those of one whole-file parse, the same diagnostics in the same order."""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import textwrap
+
+import pytest
+
+from amplint.core.config import Config
+from amplint.engine import excerpt, pipeline
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from scaling import dense_source  # noqa: E402
+
+CONFIG = Config(file_timeout=0)
+_REAL_PIECES = excerpt.pieces
+
+
+def _lint(source: str, monkeypatch, limit):
+    """(diagnostics as comparable text, how many pieces were parsed) with pieces of `limit` bytes
+    (None: never in pieces)."""
+    calls = []
+    real = _REAL_PIECES
+
+    def spy(text, limit_=None, wanted=None):
+        if limit is None:
+            return None
+        got = real(text, limit, wanted)
+        calls.append(0 if got is None else len(got))
+        return got
+
+    monkeypatch.setattr(excerpt, "pieces", spy)
+    codes, rules = pipeline.selected_rules(CONFIG)
+    result = pipeline.lint_file_source(source, "big.py", CONFIG, rules, codes)
+    return [repr(d) for d in result.diagnostics], max(calls, default=0)
+
+
+MIXED = textwrap.dedent('''\
+    """A module of masks."""
+    import torch
+    from torch import nn
+
+    k = 0.5
+    scores = torch.randn(8, 8, dtype=torch.float16)
+    wide = torch.randn(8, 8)
+    NEG = -1e9
+    EPS = 1e-8
+
+
+    def _fill(x, m):
+        return x.masked_fill(m, -1e9)
+
+
+    def attend(q, kt):
+        s = (q @ kt).half()
+        return s.masked_fill(s > 0, -1e9) + EPS
+
+    ''')
+
+
+def _mixed(n: int, blocks: bool = False) -> str:
+    body = []
+    for i in range(n):
+        if i % 7 == 0:
+            body.append(f"a{i} = wide.masked_fill(wide > k, -1e9)")
+        elif i % 11 == 0:
+            body.append(f"b{i} = _fill(scores, scores > k)")
+        elif i % 13 == 0:
+            body.append(f"c{i} = scores.masked_fill(scores > k,\n    NEG)")
+        elif i % 17 == 0:
+            body.append(f"d{i} = scores + 1e-8")
+        elif i % 43 == 0:
+            body.append(f"used{i} = scores.masked_fill(scores > k, -1e9)\nscores = used{i}")
+        elif blocks and i % 59 == 0:
+            body.append(f"with torch.autocast('cuda', dtype=torch.float16):\n    w{i} = wide.masked_fill(wide > k, -1e9)")
+        elif i % 31 == 0:
+            body.append(f"e{i}: torch.Tensor = scores.masked_fill(scores > k, -1e9)  # noqa: AMP301")
+        else:
+            body.append(f"s{i} = scores.masked_fill(scores > k, -1e9)")
+    return MIXED + "\n".join(body) + "\n\ndef tail(x):\n    return x.half().masked_fill(x > 0, -1e9)\n"
+
+
+@pytest.mark.parametrize("shape", ["module", "function"])
+def test_dense_file_in_pieces_gives_the_whole_files_findings(shape, monkeypatch):
+    source = dense_source(1200, shape)
+    whole, _ = _lint(source, monkeypatch, None)
+    split, parts = _lint(source, monkeypatch, 4000)
+    assert whole and split == whole
+    if shape == "module":
+        assert parts > 5  # the module's statements were parsed a few hundred lines at a time
+
+
+@pytest.mark.parametrize("limit", [6000, 9000])
+def test_mixed_module_in_pieces_gives_the_whole_files_findings(limit, monkeypatch):
+    source = _mixed(600)
+    whole, _ = _lint(source, monkeypatch, None)
+    split, parts = _lint(source, monkeypatch, limit)
+    assert parts > 2
+    assert split == whole
+
+
+def test_a_block_with_a_site_keeps_what_it_names_whole(monkeypatch):
+    source = _mixed(600, blocks=True)  # module-level `with autocast` blocks holding sites
+    whole, _ = _lint(source, monkeypatch, None)
+    split, _ = _lint(source, monkeypatch, 6000)
+    assert split == whole
+
+
+def test_leaves_are_only_assignments_nothing_else_mentions():
+    source = _mixed(300)
+    got = excerpt.pieces(source, 6000, pipeline_sites(source))
+    assert got is not None
+    rows = source.split("\n")
+    own = [r for _, span in got for r in span]
+    assert own == list(range(1, len(rows) + 1))  # every row's findings come from one piece
+    for text, _ in got:
+        assert len(text.split("\n")) == len(rows)  # rows keep their numbers
+        kept = text.split("\n")
+        for i, row in enumerate(rows):
+            if row.startswith(("used", "scores = used", "with ", "k = ", "NEG", "def ", "import")):
+                assert kept[i] == row  # the core: in every piece
+
+
+def pipeline_sites(source):
+    from amplint.core.gating import passing, site_lines
+
+    codes, rules = pipeline.selected_rules(CONFIG)
+    return site_lines(passing(rules, source), source)
+
+
+def test_a_string_that_looks_like_statements_is_not_cut():
+    inner = "\n".join(f"x{i} = {i}" for i in range(400))
+    source = f'import torch\ns = torch.zeros(2).half()\nt = """\n{inner}\n"""\nu = s.masked_fill(s > 0, -1e9)\n'
+    assert excerpt.pieces(source, 500) is None
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "fixtures", "*.py"))))
+def test_fixture_findings_unchanged_with_tiny_pieces(path, monkeypatch):
+    with open(path, encoding="utf-8") as fh:
+        source = fh.read()
+    whole, _ = _lint(source, monkeypatch, None)
+    split, _ = _lint(source, monkeypatch, 200)
+    assert split == whole
