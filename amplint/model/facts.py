@@ -94,6 +94,22 @@ _MAIN_GUARD = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.M)
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import|import[ \t]+([\w.]+))", re.M)
 
 
+def _silent_with_imports(filename: str, text: str, root: Optional[str], words: "re.Pattern[str]") -> Optional[str]:
+    """The project root of `filename` when neither its text nor a project module it imports
+    matches `words` (a module that cannot be read counts as matching); else None."""
+    from .texts import project_root, read_text
+
+    if words.search(text):
+        return None
+    folder = os.path.dirname(os.path.abspath(filename))
+    base = project_root(filename, root) or folder
+    for module in _local_imports(text, folder, base):
+        other = read_text(module)
+        if other is None or words.search(other):
+            return None
+    return base
+
+
 def fp32_script(filename: Optional[str], root: Optional[str] = None) -> bool:
     """`filename` is a script run on its own that no low-precision code can reach: it has an
     `if __name__ == "__main__":` block, and neither its text, nor the project modules it
@@ -101,20 +117,17 @@ def fp32_script(filename: Optional[str], root: Optional[str] = None) -> bool:
     loss scaler or a precision flag (pytorch/examples' gat/main.py, next to the repository's
     fp16 examples). The project's fp16 elsewhere cannot give its tensors that dtype, so an
     fp16-conditional finding there does not hold. Read when conditions are resolved."""
-    from .texts import project_files, project_root, read_text
+    from .texts import project_files, read_text
 
     if not filename or not filename.endswith(".py"):
         return False
     text = read_text(filename)
-    if text is None or not _MAIN_GUARD.search(text) or _LOW_PRECISION_WORDS.search(text):
+    if text is None or not _MAIN_GUARD.search(text):
+        return False
+    base = _silent_with_imports(filename, text, root, _LOW_PRECISION_WORDS)
+    if base is None:
         return False
     path = os.path.abspath(filename)
-    folder = os.path.dirname(path)
-    base = project_root(filename, root) or folder
-    for module in _local_imports(text, folder, base):
-        other = read_text(module)
-        if other is None or _LOW_PRECISION_WORDS.search(other):
-            return False
     stem = os.path.splitext(os.path.basename(path))[0]
     importer = re.compile(rf"^[ \t]*(?:from|import)[ \t][^\n]*\b{re.escape(stem)}\b", re.M)
     for other_path in project_files(base, (".py",)):
@@ -147,20 +160,17 @@ def fp16_unreachable(filename: Optional[str], root: Optional[str] = None) -> boo
     reference pi0 model under `tests/`, whose only precisions are "bfloat16"/"float32", next
     to fp16 code elsewhere in the repository. A library module is never asked: its users'
     fp16 is not in the project. Read when conditions are resolved."""
-    from .texts import project_files, project_root, read_text
+    from .texts import project_files, read_text
 
     if not filename or not filename.endswith(".py") or library_module(filename, root):
         return False
     text = read_text(filename)
-    if text is None or _FP16_WORDS.search(text):
+    if text is None:
+        return False
+    base = _silent_with_imports(filename, text, root, _FP16_WORDS)
+    if base is None:
         return False
     path = os.path.abspath(filename)
-    folder = os.path.dirname(path)
-    base = project_root(filename, root) or folder
-    for module in _local_imports(text, folder, base):
-        other = read_text(module)
-        if other is None or _FP16_WORDS.search(other):
-            return False
     files = project_files(base, (".py",))
     seen = {path}
     frontier = [path]
