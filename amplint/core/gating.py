@@ -47,34 +47,24 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
 
 #: array frameworks whose tensors are not PyTorch tensors (their own mixed precision, not torch AMP)
 _FOREIGN_FRAMEWORKS = frozenset(("tensorflow", "tf_keras", "keras", "jax", "jaxlib", "flax", "optax", "haiku", "paddle", "mxnet", "mindspore", "mlx", "oneflow"))
-#: libraries whose arrays are numpy's (a file importing only these and the standard library holds no torch tensor it made)
-_NUMPY_LIKE = frozenset(("numpy", "scipy", "pandas", "numba", "cupy"))
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\*)?|import[ \t]+([\w.]+(?:[ \t]*(?:as[ \t]+\w+)?[ \t]*,[ \t]*[\w.]+)*))", re.M)
 
 
 def not_torch_code(source: str) -> bool:
     """The file's tensors cannot be PyTorch tensors, so no AMP rule applies to it: its text never
     names `torch`, and it imports TensorFlow, Keras, JAX/Flax, Paddle, MXNet, MindSpore or MLX
-    (`modeling_tf_*.py`, `modeling_flax_*.py` next to a library's torch models), or it imports
-    numpy (scipy, pandas) and otherwise only the standard library: no star import, no relative
-    import, no other package that could hand it a torch tensor it then operates on."""
+    (`modeling_tf_*.py`, `modeling_flax_*.py` next to a library's torch models). A numpy-only
+    file is not one: a helper that never imports torch still operates on the torch tensors its
+    callers hand it (`scores.masked_fill(mask, -1e9)` with only `import numpy as np`)."""
     if "torch" in source or "import" not in source:
         return False
-    from sys import stdlib_module_names
-
     tops: Set[str] = set()
     for m in _IMPORT.finditer(source):
         if m.group(1) is not None:  # `from X import ...`
-            if m.group(1) or m.group(3):
-                tops.add("")  # relative or star import: names from elsewhere
             tops.add(m.group(2).split(".")[0])
         else:
             tops.update(part.split()[0].split(".")[0] for part in m.group(4).split(",") if part.strip())
-    if tops & _FOREIGN_FRAMEWORKS:
-        return True
-    if not tops & _NUMPY_LIKE or "" in tops:
-        return False
-    return all(t in _NUMPY_LIKE or t in stdlib_module_names for t in tops)
+    return bool(tops & _FOREIGN_FRAMEWORKS)
 
 
 #: short words that several triggers contain, searched first: one scan that is absent from most
