@@ -444,6 +444,16 @@ DATA_PARALLEL_FUNCTIONS: FrozenSet[str] = frozenset(
     {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
 )
 
+#: wrappers whose `.parameters()` are the wrapped module's own Parameter objects (dtype and all):
+#: `DDP(model)`, `nn.DataParallel(model)`, `torch.compile(model)`
+PARAMETER_KEEPING_WRAPPERS: FrozenSet[str] = DATA_PARALLEL_CLASSES | frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.compile",
+    }
+)
+
 # --- device capability checks ---------------------------------------------
 
 CAPABILITY_FUNCTIONS: FrozenSet[str] = frozenset(

@@ -294,9 +294,22 @@ def _rebound_between(ctx: "ModuleContext", subjects: Set[str], cast: LowPrecisio
                 continue
             if a.scope is not ctor.scope and a.scope is not cast.call.scope:
                 continue
-            if _chain_root(ctx, a.value) != s:
+            if _chain_root(ctx, a.value) != s and _kept_by_wrapper(ctx, a.value) != s:
                 rebinds.append(_branches_beyond(a.path, ctor.path))
     return _covers(rebinds)
+
+
+def _kept_by_wrapper(ctx: "ModuleContext", value: cst.BaseExpression) -> Optional[str]:
+    """`model` for `DDP(model, device_ids=[rank])`, `torch.compile(model)`, `nn.DataParallel(model)`
+    (methods chained after them too): wrappers whose `.parameters()` are the module's own,
+    so the optimizer built on the result updates the cast parameters."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not (ctx.qualnames(value.func) & torchapi.PARAMETER_KEEPING_WRAPPERS):
+        value = value.func.value  # `DDP(model).cuda()`
+    if not isinstance(value, cst.Call) or not value.args or value.args[0].keyword is not None:
+        return None
+    if not ctx.qualnames(value.func) & torchapi.PARAMETER_KEEPING_WRAPPERS:
+        return None
+    return _chain_root(ctx, value.args[0].value)
 
 
 def _branches_beyond(path, base) -> tuple:
@@ -343,13 +356,17 @@ def _reverted_later(ctx: "ModuleContext", subjects: Set[str], cast: CallInfo) ->
 
 def master_wrapped(ctx: "ModuleContext", key: str, wrapper: Pattern[str] = MASTER_WRAPPER) -> bool:
     """The optimizer is handed to something that keeps fp32 master weights (a callee `wrapper`
-    matches: `FP16_Optimizer(optimizer)`, `amp.initialize(model, optimizer)`)."""
+    matches: `FP16_Optimizer(optimizer)`, `amp.initialize(model, optimizer)`,
+    `deepspeed.initialize(model=model, optimizer=optimizer)`), as an argument or an element
+    of a tuple or list argument (`optimizers=(optimizer, scheduler)`)."""
     for call in ctx.calls:
         callee = call.dotted or min(call.qualnames, default="")
         if not wrapper.search(callee):
             continue
-        if any(dotted_name(a.value) == key for a in call.node.args):
-            return True
+        for a in call.node.args:
+            values = [e.value for e in a.value.elements] if isinstance(a.value, (cst.Tuple, cst.List)) else [a.value]
+            if any(dotted_name(v) == key for v in values):
+                return True
     return False
 
 

@@ -18,7 +18,7 @@ a rebind or a cast back between the cast and the optimizer, no `step()` after a 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Pattern, Tuple
 
 from .. import torchapi
 from .choices import Build, optimizer_builds, project_dtype_choices
@@ -52,15 +52,19 @@ class ChosenCast:
     more: Tuple[Dict[str, Any], ...]
 
 
-def cast_modules(project: "Project", dtype: str, optimizer: Optional[Callable[[str], bool]] = None) -> Iterator[CastModule]:
+def cast_modules(
+    project: "Project", dtype: str, optimizer: Optional[Callable[[str], bool]] = None, wrapper: Optional[Pattern[str]] = None
+) -> Iterator[CastModule]:
     """Each optimizer constructor (a torch optimizer class; `optimizer(qualname)` filters
     further) whose parameters belong to a module another file made `dtype`, once per
-    constructor; same-file casts and same-file `from_pretrained` loads are the per-file check's."""
+    constructor; same-file casts and same-file `from_pretrained` loads are the per-file check's.
+    Silent where the constructor's function calls a master-weight wrapper (apex, DeepSpeed),
+    or anything `wrapper` matches."""
     for call in project.calls():
         q = project.optimizer_class(call)
         if q is None or (optimizer is not None and not optimizer(q)):
             continue
-        if project.master_weights(call):
+        if project.master_weights(call) or (wrapper is not None and _calls_matching(project, call, wrapper)):
             continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
         for name, site in project.low_precision_modules(project.updated_modules(call), dtype, pretrained=True):
             pretrained = (project.loaded_at(site) or "").endswith("from_pretrained(...)") if site else False
@@ -73,12 +77,16 @@ def cast_modules(project: "Project", dtype: str, optimizer: Optional[Callable[[s
 
 
 def chosen_casts(
-    project: "Project", choice: Callable[[FrozenSet[str]], bool], optimizer: Optional[Callable[[str], bool]] = None
+    project: "Project",
+    choice: Callable[[FrozenSet[str]], bool],
+    optimizer: Optional[Callable[[str], bool]] = None,
+    wrapper: Pattern[str] = torchapi.MASTER_WRAPPER,
 ) -> Iterator[ChosenCast]:
     """`unet.to(weight_dtype)` where `weight_dtype` comes from a project function picking it
     among dtype literals that `choice` takes, or the optimizer from a project helper
     constructing a torch optimizer (`optimizer(qualname)` filters further) on the parameters it
-    is given: one per function, the function's first such cast (the others in `more`)."""
+    is given: one per function, the function's first such cast (the others in `more`); silent
+    when the function hands that optimizer to a callee `wrapper` matches (fp32 master weights)."""
     for path, qual, info in list(project.functions()):
         if "dc" not in info or qual == "<module>":
             continue
@@ -103,7 +111,7 @@ def chosen_casts(
                 continue  # `m.requires_grad_(train_m)`: before the optimizer, maybe the frozen path's cast
             if row > build.call.row and not _steps_after(info, row):
                 continue
-            if _master_passed(info, build):
+            if _master_passed(info, build, wrapper):
                 continue
             record = next((r for r in info["calls"] if r["r"] == row and r["f"] == f"{subject}.to"), None)
             if record is not None:
@@ -136,12 +144,18 @@ def _steps_after(info: Dict[str, Any], row: int) -> bool:
     return any(r["r"] > row and r["f"].endswith(".step") and "optim" in r["f"].lower() for r in info["calls"])
 
 
-def _master_passed(info: Dict[str, Any], build: Build) -> bool:
+def _calls_matching(project: "Project", call: "Call", wrapper: Pattern[str]) -> bool:
+    """The function holding `call` calls something `wrapper` matches (by its spelling)."""
+    info = project.function((call.path, call.func))
+    return info is not None and any(wrapper.search(r["f"]) for r in info["calls"] if r["f"])
+
+
+def _master_passed(info: Dict[str, Any], build: Build, wrapper: Pattern[str]) -> bool:
     """The function hands the optimizer it built to something that keeps fp32 master weights."""
     spelled = build.call.record["f"]
     names = {n for n, refs in info["locals"].items() if any(r and r.get("c") == spelled for r in refs)}
     names |= {n for n, refs in info.get("ue", {}).items() if any(c.get("c") == spelled for _, c in refs)}
     for r in info["calls"]:
-        if r["f"] and torchapi.MASTER_WRAPPER.search(r["f"]) and any(a and a.get("n") in names for a in [*r["a"], *r["k"].values()]):
+        if r["f"] and wrapper.search(r["f"]) and any(a and a.get("n") in names for a in [*r["a"], *r["k"].values()]):
             return True
     return False
