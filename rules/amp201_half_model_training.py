@@ -70,13 +70,16 @@ class HalfModelTraining(Rule):
     copy nobody optimizes), for `x.half().float()` rounding tricks, for tensors
     (only `.parameters()` of the converted object count as evidence), for
     master-weight schemes (the optimizer gets fp32 copies, or is handed to
-    apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed), for files that
+    apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed, positionally, by
+    keyword or in a tuple), for files that
     freeze parameters (trainable adapters may be fp32), when the name is
     rebound (`model = get_peft_model(model, config)`) on every path from the
     cast to the optimizer's constructor (a rebind behind a flag, `if
     args.use_peft: model = get_peft_model(model, cfg)`, leaves the path where
     the fp16 model itself is optimized; one on both sides of an if/else
-    does not), and for bf16 (wide range; not this rule).
+    does not; `DDP(model)`, `nn.DataParallel(model)` and `torch.compile(model)`
+    hand the optimizer the model's own parameters and are not rebinds), and
+    for bf16 parameters (AMP206 reports those).
 
     Across files: also flags an optimizer built on a module that a builder,
     loader or `convert_weights(model)`-style helper in another file made fp16
@@ -192,7 +195,7 @@ import torch
 model = Net().cuda().to(torch.bfloat16)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 """,
-            "bf16 parameters: not this rule",
+            "bf16 parameters: AMP206's",
         ),
         Valid(
             """

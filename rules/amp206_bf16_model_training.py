@@ -92,17 +92,19 @@ class Bf16ModelTraining(Rule):
     Pure bf16 training is sometimes chosen on purpose, to halve the weights'
     memory; the lost updates are still certain for every weight whose update
     is below half its bf16 spacing, so the finding stands as a warning:
-    silence it with `# amplint: noqa: AMP206` where the trade-off is meant.
+    silence it with `# noqa: AMP206` where the trade-off is meant.
 
     Only `torch.optim` classes are flagged (every one of them, foreach, loop
     or fused, writes a rounded update into the bf16 weight). Silent for other
     optimizers, whose update amplint does not know: a project's own optimizer
-    class, optimi (Kahan summation), torchao's bf16 optimizers (stochastic
-    rounding), bitsandbytes, apex. Silent too when the optimizer is handed
+    class, optimi (Kahan summation for bf16 parameters by default), torchao
+    (stochastic rounding with `bf16_stochastic_round=True`), bitsandbytes,
+    apex, Hugging Face's Adafactor. Silent too when the optimizer is handed
     to something that keeps fp32 master weights or may do so depending on
     how the job is launched: DeepSpeed (`deepspeed.initialize`), apex,
     accelerate's `prepare` (a DeepSpeed or FSDP launch config keeps fp32
-    masters; accelerate upcasts FSDP shards), Lightning Fabric's `setup`, a
+    masters; accelerate upcasts FSDP1 shards to fp32 under mixed
+    precision), Lightning Fabric's `setup`, a
     Hugging Face `Trainer` given `optimizers=(...)`; and for a module wrapped
     in an FSDP mixed-precision policy (AMP804 reports that). A model handed
     to a `Trainer` that builds its own optimizer is not followed.
@@ -111,7 +113,8 @@ class Bf16ModelTraining(Rule):
     for casts undone (`.bfloat16().float()`, a later `model.float()`), for
     files that freeze parameters (trainable adapters may be fp32), when the
     name is rebound on every path from the cast to the optimizer
-    (`model = get_peft_model(model, config)`: PEFT keeps adapters fp32);
+    (`model = get_peft_model(model, config)`: PEFT upcasts bf16 LoRA
+    adapters to fp32 by default, `autocast_adapter_dtype=True`);
     `DDP(model)`, `nn.DataParallel(model)` and `torch.compile(model)` are not
     rebinds (their parameters are the model's). A dtype picked at run time
     among literals the file spells counts when bf16 is among them and
@@ -123,7 +126,7 @@ class Bf16ModelTraining(Rule):
 
     ## References
     - amplint's evidence page: `amplint --explain AMP206` (docs/evidence.md#amp206)
-    - https://pytorch.org/docs/stable/amp.html#torch.autocast ("do not call `.half()` or `.bfloat16()` on your model(s) or inputs when using autocasting")
+    - https://pytorch.org/docs/stable/amp.html#torch.autocast ("You should not call `half()` or `bfloat16()` on your model(s) or inputs when using autocasting")
     - https://github.com/arogozhnikov/adamw_bfloat16 (the "stale weights" of bf16 training, and its remedies)
     """
 
@@ -340,6 +343,8 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
         from amplint.model import ProjectCall, cast_modules, chosen_casts
 
         for found in cast_modules(project, "bf16", optimizer=_torch_optimizer, wrapper=_WRAPPER):
+            if _fsdp_policy_around(project, found.call):
+                continue  # a bf16 module under an FSDP mixed-precision policy is AMP804's
             opt = found.optimizer.rsplit(".", 1)[-1]
             message = f"`{opt}` updates the parameters of a `{found.name}` made bf16, with no fp32 master copy"
             data = {"optimizer": opt, "optimizer_class": found.optimizer, "dtype": "bf16", "device": None, "cast_at": project.where(*found.site)}
@@ -392,4 +397,17 @@ def _fsdp_mixed_precision(ctx: ModuleContext) -> bool:
             if arg.keyword is not None and arg.keyword.value in ("mixed_precision", "mp_policy"):
                 if not (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
                     return True
+    return False
+
+
+def _fsdp_policy_around(project: Project, call) -> bool:
+    """The function building the optimizer wraps a module with an FSDP mixed-precision policy
+    (the summary's calls: `FSDP(model, mixed_precision=policy)`, `fully_shard(m, mp_policy=...)`)."""
+    info = project.function((call.path, call.func))
+    for r in info["calls"] if info is not None else ():
+        policy = next((r["k"][k] for k in ("mixed_precision", "mp_policy") if r["k"].get(k) is not None), None)
+        if policy is None or policy.get("n") == "None" or not r["f"]:
+            continue
+        if any(t[0] in ("X", "R") and t[1].endswith(("FullyShardedDataParallel", "fully_shard")) for t in project.name_types(call.path, call.func, r["f"])):
+            return True
     return False
