@@ -387,15 +387,26 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
 def _fsdp_mixed_precision(ctx: ModuleContext) -> bool:
     """The file wraps a module with an FSDP mixed-precision policy (`FSDP(m, mixed_precision=...)`,
-    `fully_shard(m, mp_policy=...)`) that is not a literal None."""
+    `fully_shard(m, mp_policy=...)`) on every path: not a literal None, nor a choice with None
+    among its alternatives (`policy if not cfg.pure_bf16 else None`: the pure-bf16 path has none,
+    and AMP804 has nothing to report there)."""
     import libcst as cst
+
+    def may_be_none(node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Name):
+            return node.value == "None"
+        if isinstance(node, cst.IfExp):
+            return may_be_none(node.body) or may_be_none(node.orelse)
+        if isinstance(node, cst.BooleanOperation):
+            return may_be_none(node.left) or may_be_none(node.right)
+        return False
 
     for call in ctx.calls:
         if not any(q.endswith(("FullyShardedDataParallel", "fully_shard")) for q in call.qualnames):
             continue
         for arg in call.node.args:
             if arg.keyword is not None and arg.keyword.value in ("mixed_precision", "mp_policy"):
-                if not (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
+                if not may_be_none(arg.value):
                     return True
     return False
 

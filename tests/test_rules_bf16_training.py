@@ -145,6 +145,9 @@ def test_fsdp_mixed_precision_is_amp804s_and_plain_fsdp_keeps_bf16_shards():
     assert _codes(shape.replace("{policy}", ", mixed_precision=MixedPrecision(param_dtype=torch.bfloat16)")) == []
     assert _codes(shape.replace("{policy}", "")) == [("AMP206", 6)]
     assert _codes(shape.replace("{policy}", ", mixed_precision=None")) == [("AMP206", 6)]
+    assert _codes(shape.replace("{policy}", ", mixed_precision=(policy if not cfg.pure_bf16 else None)")) == [("AMP206", 6)], (
+        "the pure-bf16 path wraps with no policy: AMP804 has nothing there"
+    )
 
 
 def test_inference_casts_frozen_bases_and_casts_back_stay_silent():
