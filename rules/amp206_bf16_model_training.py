@@ -84,7 +84,10 @@ class Bf16ModelTraining(Rule):
     `amplint --verify` runs the statement that made the model bf16 on a tiny
     model, builds the user's optimizer over it and steps it once with small
     gradients: updates lost to bf16 rounding against the same optimizer on
-    fp32 copies. Where that code cannot run, the reference experiment runs
+    fp32 copies. The tiny model's weights are small (at most 0.35), so where
+    its updates all survive the same optimizer constructor also runs 100
+    steps on a bf16 `LayerNorm` (weight 1.0) against an fp32 twin. Where
+    that code cannot run, the reference experiment runs
     the finding's optimizer class and learning rate on weights of 1.0 for 100
     steps, bf16 against fp32.
 
@@ -369,7 +372,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
         what = describe_cast(ctx, cast, chosen)
-        message = f"{what}: `{opt}` updates bf16 parameters with no fp32 master copy"
+        message = f"{what}: `{opt}` updates bf16 weights with no fp32 master copy"
         if chosen:  # the dtype is picked at run time among literals, bfloat16 one of them
             message = f"{what} may make the model bf16: `{opt}` then has no fp32 master copy"
         data = {

@@ -46,7 +46,7 @@ def test_message_names_the_cast_and_the_optimizer_and_data_feeds_the_experiment(
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, eps=1e-6)
     """
     (d,) = lint_source(textwrap.dedent(source).lstrip("\n"), "t.py", Config(select=("AMP206",)))
-    assert d.message == "`from_pretrained(..., torch_dtype=bfloat16)`: `AdamW` updates bf16 parameters with no fp32 master copy"
+    assert d.message == "`from_pretrained(..., torch_dtype=bfloat16)`: `AdamW` updates bf16 weights with no fp32 master copy"
     assert d.severity.value == "warning" and "autocast" in d.help and "stochastic rounding" in d.help
     assert d.data["dtype"] == "bf16" and d.data["optimizer_class"] == "torch.optim.AdamW"
     assert d.data["lr"] == 2e-5 and d.data["eps"] == 1e-6

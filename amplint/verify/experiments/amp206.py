@@ -10,14 +10,17 @@ ones whose update is just under and just over 2^-9 (half the spacing below 1.0).
 
 With the user's cast (`data["cast"]`), AMP201's experiment on the user's code first: the
 statement that made the model bf16 on the lab's tiny model, then the user's optimizer over it,
-one step against fp32 copies (updates lost to bf16 rounding).
+one step against fp32 copies (updates lost to bf16 rounding). The tiny model's weights are small
+(|w| <= 0.35), so an update of about 1e-3 survives there; where it does, the user's optimizer
+constructor also runs on a bf16 `LayerNorm(64)` (its weight 1.0, the gain every transformer block
+starts from) for 100 steps against an fp32 twin: a weight that never moves confirms.
 """
 from __future__ import annotations
 
 import inspect
 from typing import Any, Dict, List
 
-from ._cast import CastSkipped
+from ._cast import CastSkipped, fp32_twin, users_optimizer
 from ._training import fmt
 from .amp201 import users_step
 
@@ -96,14 +99,52 @@ def boundary(lab: Any) -> Dict[str, Any]:
     return out
 
 
+def _users_layernorm(lab: Any, data: Dict[str, Any], verdict: Dict[str, Any]) -> Dict[str, Any]:
+    """After a user-code step that lost nothing: the user's optimizer on a bf16 LayerNorm's
+    weight of 1.0, 100 steps of gradient 1e-3, against the same optimizer on an fp32 twin."""
+    torch = lab.torch
+    norm = torch.nn.LayerNorm(SIZE).to(lab.device, torch.bfloat16)
+    try:
+        opt, how = users_optimizer(lab, data, norm)
+    except CastSkipped:
+        return verdict
+    twin, twin_opt = fp32_twin(lab, norm, opt)
+    for _ in range(STEPS):
+        for p, q in zip(norm.parameters(), twin.parameters()):
+            p.grad = torch.full_like(p, GRAD)
+            q.grad = torch.full_like(q, GRAD)
+        opt.step()
+        twin_opt.step()
+    low = lab.num((norm.weight.detach().double() - 1).abs().max())
+    full = lab.num((twin.weight.detach().double() - 1).abs().max())
+    ev = dict(verdict.get("evidence") or {})
+    group = opt.param_groups[0]
+    ev["layernorm_weight_of_1"] = {"steps": STEPS, "grad": GRAD, "bf16_max_change": low, "fp32_max_change": full, "optimizer": type(opt).__name__, "lr": lab.num(group.get("lr")), **how}
+    lr_note = f"; {ev['lr_note']}" if ev.get("lr_note") else ""
+    if low == 0 and full:
+        return lab.confirmed(
+            f"{verdict.get('summary')}; on a bf16 LayerNorm (weight 1.0), though, {STEPS} steps of the same {type(opt).__name__} "
+            f"(lr {fmt(group.get('lr'))}{lr_note}) left the weight at 1.0 while fp32 moved it by {fmt(full)} (fp32 copies: none)",
+            ev, method="snippet", dtype=torch.bfloat16,
+        )
+    return lab.not_reproduced(
+        f"{verdict.get('summary')}, and on a bf16 LayerNorm (weight 1.0) {STEPS} steps of it moved the weight by {fmt(low)} (fp32: {fmt(full)})",
+        ev, method="snippet", dtype=torch.bfloat16,
+    )
+
+
 def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     torch = lab.torch
     skipped = None
     if data.get("cast"):
         try:
-            return users_step(lab, {**data, "dtype": "bf16"})
+            verdict = users_step(lab, {**data, "dtype": "bf16"})
         except CastSkipped as exc:
             skipped = str(exc)
+        else:
+            if verdict.get("verdict") == "not-reproduced" and verdict.get("method") == "snippet":
+                return _users_layernorm(lab, data, verdict)
+            return verdict
     try:
         cls = lab.optimizer_class(data.get("optimizer_class") or "AdamW")
     except LookupError as exc:
