@@ -85,6 +85,7 @@ _EXPORTS = {
     "imported_names": ".references",
     # dtypes
     "fp32_cast": ".dtypes",
+    "is_device_expr": ".dtypes",
     "strip_views": ".dtypes",
     # literal_dtypes
     "dtype_choices": ".literal_dtypes",
