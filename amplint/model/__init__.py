@@ -85,6 +85,7 @@ _EXPORTS = {
     "imported_names": ".references",
     # dtypes
     "fp32_cast": ".dtypes",
+    "is_device_expr": ".dtypes",
     "strip_views": ".dtypes",
     # training_casts (AMP201/AMP206: a low-precision cast of a module an optimizer then updates)
     "TrainedCast": ".training_casts",
