@@ -14,10 +14,13 @@ class DeepspeedStaticLossScale(Rule):
     ## What it does
     Flags a DeepSpeed configuration that enables fp16 (`"enabled": true`, or
     `"auto"`, which the Hugging Face Trainer fills from `fp16=True`) with a
-    non-zero `"loss_scale"`. The configuration is a dict literal in the code
-    or a JSON file the code names (`deepspeed.initialize(config="ds.json")`,
+    non-zero `"loss_scale"`. The configuration is a dict literal in the code,
+    a JSON file the code names (`deepspeed.initialize(config="ds.json")`,
     `TrainingArguments(deepspeed=...)`, any string literal naming a
-    DeepSpeed-shaped JSON file of the project); a finding in a JSON file points
+    DeepSpeed-shaped JSON file of the project), or a DeepSpeed-shaped JSON file
+    the project ships without its code naming it (launched by
+    `deepspeed train.py --deepspeed_config ds.json` in a shell script, or by an
+    accelerate YAML's `deepspeed_config_file`); a finding in a JSON file points
     at the key itself.
 
     ## Why is this bad?
@@ -44,9 +47,13 @@ class DeepspeedStaticLossScale(Rule):
     ## Notes
     Silent for `"loss_scale": 0`, for an fp16 block that is disabled, and for
     values decided at run time (`"loss_scale": args.loss_scale`, or a dict
-    changed in place after it is built). JSON files are read only when the
-    code names them and they lie inside the project; they are parsed by the
-    standard library and never executed (amplint/model/project/configs.py).
+    changed in place after it is built). JSON files are read only inside the
+    project: when the code names them, or, in a project whose code imports
+    DeepSpeed, accelerate, transformers or Lightning, when a run over the
+    project's folder meets them (not excluded, not gitignored; a run over single
+    files reads only those the code names: fixtures/projects/deepspeed_launch).
+    They are parsed by the standard library and never executed
+    (amplint/model/project/configs.py).
 
     ## References
     - amplint's evidence page: `amplint --explain AMP807` (docs/evidence.md#amp807)
