@@ -77,6 +77,8 @@ class Config:
     lines: Dict[Tuple[str, ...], Tuple[int, int]]
     literal: bool  # a dict literal in Python code (values "?" are decided at run time)
     named_at: Optional[Place] = None  # where the code names it
+    #: the literal values a "?" key may take (`"loss_scale": 1 if args.no_scaler else 0` -> [1, 0])
+    choices: Dict[Tuple[str, ...], List[Any]] = field(default_factory=dict)
 
     def get(self, *keys: str) -> Any:
         node: Any = self.values
@@ -599,7 +601,8 @@ class ScaleView:
             d = s["dicts"][ref["dl"]]
             lines = {tuple(k.split(".")): (v[0], v[1]) for k, v in d["l"].items()}
             lines[()] = (d["r"], d["c"])
-            return Config(d["v"], path, lines, literal=True)
+            choices = {tuple(k.split(".")): v for k, v in (d.get("ch") or {}).items()}
+            return Config(d["v"], path, lines, literal=True, choices=choices)
         if "s" in ref:
             return self.config_file(ref["s"], path, None)
         if "j" in ref:
