@@ -757,6 +757,6 @@ class _BufferStore(_Store):
     def findings(self, *args: Any) -> Optional[List[Diagnostic]]:
         return super().findings(*args) if self.saved else None
 
-    def remember(self, *args: Any) -> None:
+    def remember(self, *args: Any, **kwargs: Any) -> None:
         if self.saved:
-            super().remember(*args)
+            super().remember(*args, **kwargs)
