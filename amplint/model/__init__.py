@@ -61,6 +61,8 @@ _EXPORTS = {
     "precedes": ".paths",
     # regions
     "active_region": ".regions",
+    "held_autocasts": ".regions",
+    "HeldAutocast": ".regions",
     "enabled_argument": ".regions",
     "off_under_guard": ".regions",
     "autocast_op_of": ".regions",

@@ -497,7 +497,10 @@ class Project:
         elif "s" in dtype_ref:
             dtype = torchapi.DTYPE_STRINGS.get(dtype_ref["s"].replace("torch.", ""))
         else:
-            dtype = next((torchapi.dtype_of_qualname(t[1]) for t in self._value(path, func, dtype_ref) if t[0] == "X"), None)
+            # every dtype the name may hold (`torch.bfloat16 if bf16 else torch.float16`): one is the
+            # region's; several leave it decided at run time (never whichever the hash seed lists first)
+            found = {torchapi.dtype_of_qualname(t[1]) for t in self._value(path, func, dtype_ref) if t[0] == "X"}
+            dtype = found.pop() if len(found) == 1 else None
         enabled_ref = args.get("enabled")
         enabled: Optional[bool] = True
         if enabled_ref is not None:
