@@ -664,7 +664,7 @@ class _Store:
 
         try:
             text = decode_source(data)
-            if len(data) > isolate.CONFINED_BYTES and isolate.available():
+            if isolate.confines(len(data)):
                 # a big file's summary (CPython's parser, then a walk: minutes and gigabytes on
                 # 10 MB) is bounded like its lint: the file's budget, the child's memory bound
                 how, value = isolate.run_confined(compute, (text,), self.file_timeout)
