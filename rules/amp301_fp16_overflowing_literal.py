@@ -4,7 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-from amplint.model import Diagnostic, FP16, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness
+from amplint.model import (
+    Diagnostic, FP16, MODULE_FP32, MODULES_CAST, REACHED, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness,
+    with_requirement,
+)
 
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
     import libcst as cst
@@ -538,23 +541,24 @@ def maxsim_half(a, b, mask):
         else:
             dtype = None
             for expr in [use.tensor, *use.others]:
-                d = ctx.known_dtype(expr, site.scope, site.order, site.statement) if expr is not None else None
+                d = _known_dtype(ctx, expr, site)
                 if d in ("fp32", "bf16", "other"):
                     return None
-                dtype = dtype or d
+                dtype = d if dtype in (None, MODULE_FP32) and d is not None else dtype
         if dtype in ("fp32", "bf16", "other"):
             return None
-        if dtype is None and _not_fp16_from_any_caller(ctx, use.tensor, site):
+        unknown = dtype in (None, MODULE_FP32)  # a module's fp32 tensor is fp16 once the module is cast
+        if unknown and _not_fp16_from_any_caller(ctx, use.tensor, site):
             return None
-        if dtype is None and not use.raises and not _builds_mask(use) and not _low_precision_source(ctx, use.tensor, site):
+        if unknown and not use.raises and not _builds_mask(use) and not _low_precision_source(ctx, use.tensor, site):
             # a silent overflow on an existing tensor of unknown dtype: report it only when the
             # tensor visibly comes from an op autocast runs in fp16 (matmul, linear, ...: §6.2 "the
             # attention scores come out of a matmul as fp16"). Beam scores, log-probs, recurrent
             # state and index arithmetic shifted by a big constant are fp32 in the drill's libraries.
             return None
-        return self._diagnostic(ctx, site, use, certain=dtype == "fp16")
+        return self._diagnostic(ctx, site, use, condition=None if dtype == "fp16" else _fp16_condition(site, dtype))
 
-    def _diagnostic(self, ctx: ModuleContext, site: _Site, use: "_Use", certain: bool) -> Diagnostic:
+    def _diagnostic(self, ctx: ModuleContext, site: _Site, use: "_Use", condition: Optional[str]) -> Diagnostic:
         tensor_text = ctx.code_for(use.tensor) if use.tensor is not None else None
         bound = "min" if site.value < 0 else "max"
         if use.raises:
@@ -581,7 +585,7 @@ def maxsim_half(a, b, mask):
             message,
             fix=_fix(ctx, site, use),
             data=data,
-            condition=None if certain else FP16,
+            condition=condition,
             severity=severity,
             help=help,
         )
@@ -596,6 +600,29 @@ def _lowered(project: Project, call: ProjectCall, src) -> bool:
     if src == "lp":
         return True
     return isinstance(src, dict) and any(project.lowers(call.path, call.func, spelled) for spelled in src.get("m", ()))
+
+
+def _known_dtype(ctx: ModuleContext, expr: Optional[cst.BaseExpression], site: _Site) -> Optional[str]:
+    """The dtype `expr` visibly has at the site; when its assignments disagree, read along the
+    site's control flow (`w = w * self.bias - ...` hides the earlier `w = q @ k`)."""
+    if expr is None:
+        return None
+    found = ctx.known_dtype(expr, site.scope, site.order, site.statement)
+    return found if found is not None else ctx.known_dtype(expr, site.scope, site.order, site.statement, path=site.path)
+
+
+def _fp16_condition(site: _Site, dtype: Optional[str]) -> str:
+    """When a finding on a tensor not visibly fp16 holds: the project runs fp16 and it can reach
+    the site -- the definition holding it runs (a vendored library copy runs only what the
+    project uses of it), and for a tensor a module holds in fp32 (`MODULE_FP32`: a buffer
+    whose product with the scores is fp32 under autocast), code reaching the file may cast
+    modules to fp16."""
+    condition = FP16
+    if site.scope.definition is not None:
+        condition = with_requirement(condition, REACHED, site.scope.definition)
+    if dtype == MODULE_FP32:
+        condition = with_requirement(condition, MODULES_CAST)
+    return condition
 
 
 @dataclass

@@ -131,20 +131,29 @@ def text_index(source: str) -> Dict[str, str]:
         roles += "c"
     if "post_accumulate_grad_hook" in source:
         roles += "k"
+    imports = import_list(source)
+    return {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
+
+
+def import_list(source: str, stdlib: bool = False) -> List[List[object]]:
+    """(level, module, names) of every import statement of `source` (not those of the standard
+    library's modules unless `stdlib`: a project module of such a name shadows it only next to a
+    script): `from ..a.b import c, d` is (2, "a.b", ["c", "d"]), `import a.b` is (0, "a.b", [])."""
+    external = frozenset() if stdlib else _EXTERNAL
     imports: List[List[object]] = []
     if "import" in source:
         for m in _import_statements(source):
             if m.group(4) is None:
-                if not m.group(1) and m.group(2).split(".")[0] in _EXTERNAL:
+                if not m.group(1) and m.group(2).split(".")[0] in external:
                     continue
                 names = [n.strip().split(" as ")[0].strip() for n in m.group(3).strip("()").replace("\\\n", " ").split(",")]
                 imports.append([len(m.group(1)), m.group(2), [n for n in names if n.isidentifier()]])
                 continue
             for part in m.group(4).split(","):
                 name = part.strip().split(" as ")[0].strip()
-                if name and all(p.isidentifier() for p in name.split(".")) and name.split(".")[0] not in _EXTERNAL:
+                if name and all(p.isidentifier() for p in name.split(".")) and name.split(".")[0] not in external:
                     imports.append([0, name, []])
-    return {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
+    return imports
 
 
 def imports_of(index: Dict[str, str]) -> List[List[object]]:
