@@ -86,7 +86,13 @@ class Fp16OverflowingLiteral(Rule):
     modules it imports and those importing it, a few rounds up, name no fp16
     source (an fp16 dtype or cast, autocast, a loss scaler, a mixed-precision
     flag, a dtype looked up at run time; a bf16/fp32 choice may be there), and
-    that some project module imports.
+    that some project module imports (an import by a module name several
+    project files share means the one in the importer's folder, or in a folder
+    it names: `sys.path.append(".../seq2seq")`); nor in a library copy vendored
+    into the project (`annotator/uniformer/mmcv/`) that no fp16-capable code
+    outside it imports, or in a definition of such a copy the project does not
+    use (no code outside the copy, no class it registers and nothing it runs on
+    import names it, or what those name: an unused point-cloud sampler's op).
 
     ## Why is this bad?
     fp16 tops out at 65504. `fp16_tensor.masked_fill(mask, -1e9)` (and `fill_`,
@@ -140,9 +146,20 @@ class Fp16OverflowingLiteral(Rule):
     `torch.zeros(n, n).masked_fill_(...)`, a legacy typed constructor such as
     `torch.cuda.FloatTensor(n).fill_(1e10)`, `x.new_full(...)` / `x.new_zeros(...)`
     of such an `x`, including the inputs of a `custom_fwd(cast_inputs=torch.float32)`
-    forward), code inside a bf16 or
+    forward), tensors that type promotion makes fp32 (`torch.cat([torch.zeros(n, 1),
+    x], -1)`, `fp16_scores + fp32_pos`, also through what a function of the file
+    returns: a relative-position `self._relative_shift(pos)` padding with fp32 zeros),
+    code inside a bf16 or
     `enabled=False` autocast region, and projects that never run fp16 (bf16
     loses precision on -1e9 but represents it: it becomes -998244352, E03).
+    A tensor a module makes in fp32 and holds (`self.register_buffer("bias",
+    torch.tril(torch.ones(n, n)))`, an `nn.Parameter` of a factory) lifts what it
+    meets to fp32 under autocast or apex O1 (GPT-2's `w * self.bias - 1e10 * (1 -
+    self.bias)`), unless the module is cast: such a finding is kept only where
+    code reaching the file (the file, its project imports, its importers a few
+    rounds up) may cast modules to fp16 (`.half()`, `float16`, a `.to()` with a
+    dtype chosen elsewhere, DeepSpeed, apex O2/O3, "16-true", `torch_dtype=`), or
+    the file is a module of an importable package (its users may).
     Silent too on a parameter of a private module-level function (`_fill(scores,
     ...)`) that the file only calls, when every call passes a tensor whose dtype
     is visibly not fp16 where it is passed (`x.float()`, `torch.zeros(n)`, read
@@ -362,6 +379,33 @@ def export(model):
 """,
             "the private helper's only caller passes fp32 scores (`.float()`, then fp32-preserving ops)",
         ),
+        Valid(
+            """
+import torch
+from torch import nn
+
+
+class RelativeMultiHeadAttention(nn.Module):
+    def forward(self, query, key, pos_embedding, mask):
+        content_score = query @ key.transpose(2, 3)
+        pos_score = self._relative_shift(query @ pos_embedding.permute(0, 2, 3, 1))
+        score = content_score + pos_score
+        score.masked_fill_(mask, -1e9)
+        return score.softmax(-1)
+
+    def _relative_shift(self, pos_score):
+        b, h, t1, t2 = pos_score.size()
+        zeros = torch.zeros((b, h, t1, 1), device=pos_score.device)
+        padded = torch.cat([zeros, pos_score], dim=-1).view(b, h, t2 + 1, t1)
+        return padded[:, :, 1:].view_as(pos_score)
+
+
+with torch.autocast("cuda"):
+    out = RelativeMultiHeadAttention()(q, k, pos, mask)
+""",
+            "the blind drill (coqui-ai/TTS conformer): the helper's `torch.cat` with fp32 zeros makes"
+            " fp32 scores, and fp16 + fp32 is fp32",
+        ),
     ]
 
     INVALID = [
@@ -477,6 +521,59 @@ def maxsim_half(a, b, mask):
 """,
             line=7,
             why="one caller passes fp16 scores",
+        ),
+        Invalid(
+            """
+import torch
+from torch import nn
+
+
+class RelativeMultiHeadAttention(nn.Module):
+    def forward(self, query, key, pos_embedding, mask):
+        content_score = query @ key.transpose(2, 3)
+        pos_score = self._relative_shift(query @ pos_embedding.permute(0, 2, 3, 1))
+        score = content_score + pos_score
+        score.masked_fill_(mask, -1e9)
+        return score.softmax(-1)
+
+    def _relative_shift(self, pos_score):
+        b, h, t1, t2 = pos_score.size()
+        zeros = pos_score.new_zeros((b, h, t1, 1))
+        padded = torch.cat([zeros, pos_score], dim=-1).view(b, h, t2 + 1, t1)
+        return padded[:, :, 1:].view_as(pos_score)
+
+
+with torch.autocast("cuda"):
+    out = RelativeMultiHeadAttention()(q, k, pos, mask)
+""",
+            line=10,
+            why="zeros made like the fp16 scores: the shifted scores stay fp16",
+        ),
+        Invalid(
+            """
+import math
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, n_ctx):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(n_ctx, n_ctx)).view(1, 1, n_ctx, n_ctx))
+
+    def _attn(self, q, k, v):
+        w = torch.matmul(q, k) / math.sqrt(v.size(-1))
+        nd, ns = w.size(-2), w.size(-1)
+        b = self.bias[:, :, ns - nd : ns, :ns]
+        w = (w * b).masked_fill(b == 0, -1e10)
+        return torch.matmul(nn.Softmax(dim=-1)(w), v)
+
+
+model = Attention(1024).cuda().half()
+""",
+            line=15,
+            why="the module is cast: its fp32 `bias` buffer is fp16 too, so is `w * b` (silent when no"
+            " code reaching the file casts modules: tests/test_fp32_scripts.py)",
         ),
     ]
 

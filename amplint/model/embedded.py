@@ -394,7 +394,7 @@ class _Graph:
     """The project's import graph (files -> files they import), by text."""
 
     def __init__(self, files: List[str], base: str) -> None:
-        from .project.index import ModuleIndex, imports_of, text_index
+        from .project.index import ModuleIndex, imports_of, module_stem, text_index
 
         self.files: Set[str] = set(files)
         index = ModuleIndex(files, base)
@@ -415,10 +415,14 @@ class _Graph:
         self.imports: Dict[str, List[str]] = {}
         self.aware: Set[str] = set()
         self.fp16: Set[str] = set()  # files whose text may run fp16 (`precision_names.FP16_WORDS`)
+        stems: Dict[str, List[str]] = {}
+        for path in files:
+            stems.setdefault(module_stem(path), []).append(path)
         for path in files:
             text = read_text(path) or ""
             found = text_index(text)
-            self.imports[path] = index.imported_files(path, imports_of(found))
+            imports = imports_of(found)
+            self.imports[path] = index.imported_files(path, imports) + _by_name(path, text, imports, index, stems)
             if "a" in found["r"] or _ANTICIPATES.search(text):
                 self.aware.add(path)
             if FP16_WORDS.search(text):
@@ -455,6 +459,22 @@ class _Graph:
                     closure.add(t)
                     stack.append(t)
         return False
+
+
+def _by_name(path: str, text: str, imports, index, stems: Dict[str, List[str]]) -> List[str]:
+    """The project files a top-level import the index does not resolve may load by module name
+    (`import run_summarization` of a script that puts its folder on `sys.path`), as
+    `project.index.on_path` picks among files sharing the name. Not a dotted one the index
+    does not resolve (`import torch.distributed`): another distribution's module."""
+    from .project.index import on_path
+
+    out: List[str] = []
+    for level, module, _ in imports:
+        if level or "." in str(module) or index.resolve(path, 0, module) is not None:
+            continue
+        found = [f for f in stems.get(str(module), ()) if f != path]
+        out.extend(f for f in found if on_path(path, text, f, [o for o in found if o != f]))
+    return out
 
 
 def _signature(files) -> int:

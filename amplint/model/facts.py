@@ -195,75 +195,29 @@ def _unreached_by(words: "re.Pattern[str]", filename: Optional[str], root: Optio
     return not frontier and len(seen) > 1
 
 
-def _stem(path: str) -> str:
-    """The name a file is imported by: its own, or its folder's for a package's `__init__.py`."""
-    stem = os.path.splitext(os.path.basename(path))[0]
-    return os.path.basename(os.path.dirname(path)) if stem == "__init__" else stem
-
-
 def _stems(files: Iterable[str]) -> Dict[str, List[str]]:
+    from .project.index import module_stem
+
     out: Dict[str, List[str]] = {}
     for path in files:
-        out.setdefault(_stem(path), []).append(path)
+        out.setdefault(module_stem(path), []).append(path)
     return out
 
 
 def _importers(target: str, files: Iterable[str], stems: Dict[str, List[str]], seen: Set[str]) -> Iterator[Tuple[str, str]]:
-    """(path, text) of the readable project files not in `seen` with an import line naming
-    `target`'s module name that can mean `target` (`_may_mean`)."""
+    """(path, text) of the readable project files not in `seen` with an import that may load
+    `target` (`project.index.may_import`)."""
+    from .project.index import may_import, module_stem
     from .texts import read_text
 
-    stem = _stem(target)
-    package = os.path.basename(target) == "__init__.py"
+    stem = module_stem(target)
     namesakes = [p for p in stems.get(stem, ()) if p != target]
     for other_path in files:
         if other_path in seen:
             continue
         other = read_text(other_path)
-        if other is not None and stem in other and _imports_name(other, stem, package) and _may_mean(other_path, other, target, namesakes):
+        if other is not None and stem in other and may_import(other_path, other, target, namesakes):
             yield other_path, other
-
-
-def _imports_name(text: str, stem: str, package: bool) -> bool:
-    """An import statement of `text` may load a module named `stem`: the last part of the module
-    it imports (any part, for a package: `from stem.sub import x`), or a name it imports from a
-    package (`from pkg import stem`, `from . import stem`); `from gluonnlp.model.bert import X`
-    does not load a module `model.py`."""
-    from .project.index import import_list
-
-    for _, module, names in import_list(text, stdlib=True):
-        parts = str(module).split(".") if module else []
-        if (parts and (parts[-1] == stem or (package and stem in parts))) or stem in names:  # type: ignore[operator]
-            return True
-    return False
-
-
-def _may_mean(importer: str, text: str, target: str, namesakes: Sequence[str]) -> bool:
-    """Whether `importer`'s import of `target`'s module name can load `target` when other project
-    files share that name (`namesakes`): Python finds the one on `sys.path` -- the importer's
-    own folder, else a folder the importer names (`sys.path.append(".../seq2seq")`, `from
-    seq2seq.run_summarization import ...`). microsoft/LoRA's examples/test_examples.py puts
-    seq2seq/ on the path and imports its run_summarization, not bertabs'. Undecided (the
-    importer names both folders, or neither): it may."""
-    if not namesakes:
-        return True
-    here = os.path.dirname(importer)
-    if _module_folder(target) == here:
-        return True
-    if any(_module_folder(n) == here for n in namesakes):
-        return False
-    return _names_folder(text, target) or not any(_names_folder(text, n) for n in namesakes)
-
-
-def _module_folder(path: str) -> str:
-    """The folder a module is found in (a package's: the folder above it)."""
-    folder = os.path.dirname(path)
-    return os.path.dirname(folder) if os.path.basename(path) == "__init__.py" else folder
-
-
-def _names_folder(text: str, path: str) -> bool:
-    name = os.path.basename(_module_folder(path))
-    return bool(name) and re.search(rf"\b{re.escape(name)}\b", text) is not None
 
 
 def _local_imports(text: str, folder: str, base: str) -> List[str]:
