@@ -417,6 +417,10 @@ CALL_GATES_SOUND = [
     ("AMP401", "from torch import save as dump\nmodel = Net().half()\ndump(model.state_dict(), 'm.pt')\n"),
     ("AMP401", "model = Net().half()\ntorch.save(  # the weights\n    model.state_dict(), 'm.pt')\n"),
     ("AMP401", "model = Net().half()\n(torch  # why not\n    .save (model.state_dict(), 'm.pt'))\n"),
+    # AMP401: a model cast to fp16 in place for a save, then cast back (no torch.save)
+    ("AMP401", "def save(self, path):\n    self.vae = self.vae.to('cpu', dtype=torch.float16)\n"
+               "    self.vae.save_pretrained(path)\n    self.vae = self.vae.to(self.device, dtype=self.torch_dtype)\n"
+               "def train(self):\n    loss.backward()\n"),
     # AMP402: a scaler built, passed in, or used, and a resume checkpoint saved or loaded
     ("AMP402", "scaler = torch.amp.GradScaler()\nopt = torch.optim.AdamW(model.parameters())\n"
                "torch.save({'model': model.state_dict(), 'optimizer': opt.state_dict()}, 'ckpt.pt')\n"),
@@ -446,6 +450,7 @@ CALL_GATES_SKIPPED = [
     ("AMP401", 'model = Net().half()\n"""\n>>> torch.save(model.state_dict(), "m.pt")\n"""\n'),
     ("AMP401", "model = Net().half()\n# torch.save(model.state_dict(), 'm.pt')\ndef save(self, state_dict):\n    pass\n"),
     ("AMP401", "model = Net().half()\nsd = model.state_dict()\nraise ValueError(f'{sd}: call torch.save(model.state_dict(), p)')\n"),
+    ("AMP401", "model = Net().half()\nx = x.to('cuda')\n# model.save_pretrained(path)\ndef save_all(self):\n    pass\n"),
     # a time-series model: a data scaler, cache updates, torch.load only in a doctest
     ("AMP402", "class MeanScaler(nn.Module):\n    pass\nclass Model(nn.Module):\n    def __init__(self, config):\n"
                "        self.scaler = MeanScaler(config)\n    def forward(self, x, cache):\n"

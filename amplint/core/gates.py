@@ -642,6 +642,24 @@ def torch_save_called(source: str) -> bool:
     return _torch_function_called(source.encode("utf-8", "surrogatepass"), b"save")
 
 
+#: a name that says save, then an opening bracket: `x.save_pretrained(`, `save_file(`, `torch.save(`
+_SAVE_CALL = re.compile(rb"\b(?:def\s+)?\w*save\w*\s*\(")
+
+
+def fp16_checkpoint_io(source: str) -> bool:
+    """AMP401's gate: `torch.save` may be called, or a call named for saving (not a `def`, not in
+    prose) sits in a file that trains (`x.backward(`, `x.step(`) and may cast a model back
+    (`.float(`, `.to(`, `.type(`) after casting it to fp16 for the save."""
+    if torch_save_called(source):
+        return True
+    data = source.encode("utf-8", "surrogatepass")
+    if not (_method_called(data, b"backward") or _method_called(data, b"step")):
+        return False
+    if not (_method_called(data, b"float") or _method_called(data, b"to") or _method_called(data, b"type")):
+        return False
+    return any(not m.group().startswith(b"def") and not _in_prose_bytes(data, m.start()) for m in _SAVE_CALL.finditer(data))
+
+
 def scaler_checkpoint_io(source: str) -> bool:
     """AMP402's gate: a GradScaler may be built or used, and `torch.save` or `torch.load` may be
     called, or the file names a restore (`load_state_dict`, a `restore_model(...)` helper) after
@@ -956,6 +974,7 @@ GATES: dict = {
     "autograd_function_lines": autograd_function_lines,
     "autocast_region_lines": autocast_region_lines,
     "torch_save_called": torch_save_called,
+    "fp16_checkpoint_io": fp16_checkpoint_io,
     "scaler_checkpoint_io": scaler_checkpoint_io,
     "scaler_stepped": scaler_stepped,
     "scaled_backward_possible": scaled_backward_possible,

@@ -80,6 +80,9 @@ def _is_device_expr(ctx: "ModuleContext", node: cst.BaseExpression) -> bool:
     return name is not None and name.rsplit(".", 1)[-1] in ("device", "dev", "rank", "local_rank")
 
 
+#: the public name (`.to(<device>)` keeps the dtype; rules ask which argument of `.to(...)` is a device)
+is_device_expr = _is_device_expr
+
 _CAST_METHODS = {"half": "fp16", "bfloat16": "bf16"}
 
 

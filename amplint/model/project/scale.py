@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 3
+VERSION = 4
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -528,19 +528,29 @@ class _Reader:
         if not any(k in ("fp16", "bf16", "zero_optimization") for k in keys) or not any(k in _DS_KEYS for k in keys):
             return None
         lines: Dict[str, List[int]] = {}
-        values = self._literal(node, (), lines)
-        self.dicts.append({"v": values, "l": lines, "r": node.lineno, "c": self._column(node.lineno, node.col_offset)})
+        choices: Dict[str, List[Any]] = {}
+        values = self._literal(node, (), lines, choices)
+        record = {"v": values, "l": lines, "r": node.lineno, "c": self._column(node.lineno, node.col_offset)}
+        if choices:
+            record["ch"] = choices  # `"loss_scale": 1 if args.no_scaler else 0`: the literal values a key may take
+        self.dicts.append(record)
         self._dict_index[at] = len(self.dicts) - 1
         return len(self.dicts) - 1
 
-    def _literal(self, node: ast.AST, prefix: Tuple[str, ...], lines: Dict[str, List[int]]) -> Any:
+    def _literal(
+        self, node: ast.AST, prefix: Tuple[str, ...], lines: Dict[str, List[int]], choices: Optional[Dict[str, List[Any]]] = None,
+    ) -> Any:
         if isinstance(node, ast.Dict):
             out: Dict[str, Any] = {}
             for k, v in zip(node.keys, node.values):
                 if isinstance(k, ast.Constant) and isinstance(k.value, str):
                     path = (*prefix, k.value)
                     lines[".".join(path)] = [k.lineno, self._column(k.lineno, k.col_offset)]
-                    out[k.value] = self._literal(v, path, lines) if len(path) < 6 else "?"
+                    out[k.value] = self._literal(v, path, lines, choices) if len(path) < 6 else "?"
+                    if out[k.value] == "?" and choices is not None and isinstance(v, ast.IfExp):
+                        sides = [self._literal(side, path, {}) for side in (v.body, v.orelse)]
+                        if not any(side == "?" or isinstance(side, dict) for side in sides):
+                            choices[".".join(path)] = sides
                 elif k is None:
                     out["**"] = "?"  # `**base`: more than it shows
             return out
