@@ -145,11 +145,15 @@ def overflowing_literal_site(source: str) -> bool:
 def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
     """The lines AMP301 can flag, or depends on: each candidate literal's line and, for
     `NAME = literal`, every line that mentions NAME (its uses and any reassignment); for a
-    site in a private module-level function, every line that names the function (its calls).
+    site in a private module-level function, every line that names the function (its calls);
+    for a site in a class, the `class` line of it and of its bases defined in the file (the
+    buffers `__init__` registers, the helper methods whose results it reads); and the
+    `def` line of every module-level function a kept definition calls, transitively (what
+    such a helper returns).
 
-    What the rule reads about a literal is in the function holding it (the
-    tensor's assignments there, its autocast region) and module-level imports,
-    so only those functions are parsed, methods included (amplint/engine/excerpt.py)."""
+    What the rule reads about a literal is in those definitions (the tensor's assignments,
+    its autocast region) and module-level imports, so only they are parsed
+    (amplint/engine/excerpt.py: a `class` line keeps its class whole)."""
     data = source.encode("utf-8", "surrogatepass")
     row = _Rows(data)
     lines: Set[int] = set()
@@ -157,19 +161,43 @@ def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
         lines.add(row(start))
         if name:
             lines |= _mentions(data, name, row)
-    # a tensor that is a parameter of a private module-level function takes its dtype from the
-    # calls in this file: keep every line naming the function that holds a site
-    defs = [(row(m.start()), m.group(1)) for m in _TOP_LEVEL_DEF.finditer(data)]
-    starts = [r for r, _ in defs]
+    if not lines:
+        return lines
+    tops = [(m.start(), m.group(1), m.group(2), m.group(3) or b"") for m in _TOP_LEVEL_DEFINITION.finditer(data)]
+    starts = [row(at) for at, _, _, _ in tops]
+    by_name = {name: i for i, (_, _, name, _) in enumerate(tops)}
+    kept: Set[int] = set()
     for line in sorted(lines):
         i = bisect_left(starts, line + 1) - 1
-        if i >= 0 and defs[i][1].startswith(b"_") and not defs[i][1].startswith(b"__"):
-            lines |= _mentions(data, defs[i][1], row)
+        if i < 0:
+            continue
+        kind, name = tops[i][1], tops[i][2]
+        if kind == b"def" and name.startswith(b"_") and not name.startswith(b"__"):
+            # a tensor that is a parameter of a private module-level function takes its dtype
+            # from the calls in this file: keep every line naming the function
+            lines |= _mentions(data, name, row)
+        kept.add(i)
+    todo = sorted(kept)
+    while todo:
+        i = todo.pop()
+        at, kind, _, bases = tops[i]
+        end = tops[i + 1][0] if i + 1 < len(tops) else len(data)
+        wanted = set(re.findall(rb"\w+", bases)) if kind == b"class" else set()  # its bases
+        called = set(_CALLED.findall(data, at, end))  # the module-level functions it calls
+        for n in wanted | called:
+            j = by_name.get(n)
+            if j is not None and j not in kept and (n in wanted or tops[j][1] == b"def"):
+                kept.add(j)
+                todo.append(j)
+    lines.update(starts[i] for i in kept)
     return lines
 
 
-#: a `def` at column 0: the function holding the lines below it, up to the next one
-_TOP_LEVEL_DEF = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+#: a `def` or `class` at column 0 (its kind, name and the text of a class's bases): the
+#: definition holding the lines below it, up to the next one
+_TOP_LEVEL_DEFINITION = re.compile(rb"^(?:async[ \t]+)?(def|class)[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?", re.M)
+#: a name called (`helper(x)`, `self._shift(x)`'s `_shift`)
+_CALLED = re.compile(rb"(\w+)[ \t]*\(")
 
 
 def _mentions(data: bytes, name: bytes, row: "_Rows") -> Set[int]:

@@ -157,6 +157,7 @@ _EXPORTS = {
     "FP16_FLUSH_TO_ZERO": ".torchapi",
     "FP16_MAX": ".torchapi",
     "FP16_MIN_SUBNORMAL": ".torchapi",
+    "MODULE_FP32": ".torchapi",
     "FP32_DTYPES": ".torchapi",
     "FUSED_CAPABLE": ".torchapi",
     "GRAD_SCALERS": ".torchapi",
@@ -177,7 +178,9 @@ _EXPORTS = {
     "FP16": ".facts",
     "KERNEL_FP32": ".facts",
     "KERNEL_NOT_MIXED": ".facts",
-    "kernel_condition": ".facts",
+    "MODULES_CAST": ".facts",
+    "REACHED": ".facts",
+    "with_requirement": ".facts",
     "ProjectFacts": ".facts",
     # edits
     "append_argument_edit": ".edits",

@@ -461,6 +461,12 @@ CAPABILITY_FUNCTIONS: FrozenSet[str] = frozenset(
 )
 BF16_SUPPORT_FUNCTIONS: FrozenSet[str] = frozenset({"torch.cuda.is_bf16_supported"})
 
+#: a tensor a module made in fp32 and holds (`self.register_buffer("bias", torch.ones(n))`,
+#: `self.w = nn.Parameter(torch.empty(n))`): fp32 unless the module is cast (`model.half()`,
+#: `.to(torch.float16)`), which the file that defines it does not show. Only a rule that asks
+#: whether code reaching the file may cast modules (`facts.MODULES_CAST`) may read it as fp32;
+#: every other reader sees an unknown dtype
+MODULE_FP32 = "fp32-module"
 #: constructors whose result is always a floating tensor
 FLOAT_FACTORIES: FrozenSet[str] = frozenset(
     {

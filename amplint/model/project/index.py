@@ -131,20 +131,29 @@ def text_index(source: str) -> Dict[str, str]:
         roles += "c"
     if "post_accumulate_grad_hook" in source:
         roles += "k"
+    imports = import_list(source)
+    return {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
+
+
+def import_list(source: str, stdlib: bool = False) -> List[List[object]]:
+    """(level, module, names) of every import statement of `source` (not those of the standard
+    library's modules unless `stdlib`: a project module of such a name shadows it only next to a
+    script): `from ..a.b import c, d` is (2, "a.b", ["c", "d"]), `import a.b` is (0, "a.b", [])."""
+    external = frozenset() if stdlib else _EXTERNAL
     imports: List[List[object]] = []
     if "import" in source:
         for m in _import_statements(source):
             if m.group(4) is None:
-                if not m.group(1) and m.group(2).split(".")[0] in _EXTERNAL:
+                if not m.group(1) and m.group(2).split(".")[0] in external:
                     continue
                 names = [n.strip().split(" as ")[0].strip() for n in m.group(3).strip("()").replace("\\\n", " ").split(",")]
                 imports.append([len(m.group(1)), m.group(2), [n for n in names if n.isidentifier()]])
                 continue
             for part in m.group(4).split(","):
                 name = part.strip().split(" as ")[0].strip()
-                if name and all(p.isidentifier() for p in name.split(".")) and name.split(".")[0] not in _EXTERNAL:
+                if name and all(p.isidentifier() for p in name.split(".")) and name.split(".")[0] not in external:
                     imports.append([0, name, []])
-    return {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
+    return imports
 
 
 def imports_of(index: Dict[str, str]) -> List[List[object]]:
@@ -468,3 +477,60 @@ def _importers(targets: Sequence[str], files: Sequence[str], entries: _Entries, 
         if relevant and wanted.intersection(modules.imported_files(f, relevant)):
             out.add(f)
     return out
+
+
+# ------------------------------------------------------------------ imports by module name
+# What an import means where the project's own resolution (`ModuleIndex`) cannot tell: a script
+# run with its folder (or a folder it adds) on `sys.path` imports a module by its bare name.
+
+
+def module_stem(path: str) -> str:
+    """The name a file is imported by: its own, or its folder's for a package's `__init__.py`."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return os.path.basename(os.path.dirname(path)) if stem == "__init__" else stem
+
+
+def may_import(importer: str, text: str, target: str, namesakes: Sequence[str]) -> bool:
+    """Whether `importer` (its `text`) has an import that may load `target`, by module name:
+    one names it (`_loads_name`), and where other project files share the name (`namesakes`),
+    Python finds the one on `sys.path` -- in the importer's own folder, else in a folder the
+    importer names (`sys.path.append(".../seq2seq")`, `from seq2seq.run_summarization import
+    ...`). microsoft/LoRA's examples/test_examples.py puts seq2seq/ on the path and imports its
+    run_summarization, not bertabs'. Undecided (it names both folders, or neither): it may."""
+    return _loads_name(text, module_stem(target), os.path.basename(target) == "__init__.py") and on_path(importer, text, target, namesakes)
+
+
+def on_path(importer: str, text: str, target: str, namesakes: Sequence[str]) -> bool:
+    """Whether an import by `target`'s module name in `importer` (its `text`) may find `target`
+    rather than one of its `namesakes` on `sys.path` (`may_import`)."""
+    if not namesakes:
+        return True
+    here = os.path.dirname(importer)
+    if _module_folder(target) == here:
+        return True
+    if any(_module_folder(n) == here for n in namesakes):
+        return False
+    return _names_folder(text, target) or not any(_names_folder(text, n) for n in namesakes)
+
+
+def _loads_name(text: str, stem: str, package: bool) -> bool:
+    """An import statement of `text` may load a module named `stem`: the last part of the module
+    it imports (any part, for a package: `from stem.sub import x`), or a name it imports from a
+    package (`from pkg import stem`, `from . import stem`); `from gluonnlp.model.bert import X`
+    does not load a module `model.py`."""
+    for _, module, names in import_list(text, stdlib=True):
+        parts = str(module).split(".") if module else []
+        if (parts and (parts[-1] == stem or (package and stem in parts))) or stem in names:  # type: ignore[operator]
+            return True
+    return False
+
+
+def _module_folder(path: str) -> str:
+    """The folder a module is found in (a package's: the folder above it)."""
+    folder = os.path.dirname(path)
+    return os.path.dirname(folder) if os.path.basename(path) == "__init__.py" else folder
+
+
+def _names_folder(text: str, path: str) -> bool:
+    name = os.path.basename(_module_folder(path))
+    return bool(name) and re.search(rf"\b{re.escape(name)}\b", text) is not None
