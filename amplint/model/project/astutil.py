@@ -9,14 +9,23 @@ from ...core.pyast import statements
 
 def dotted(node: Optional[ast.AST]) -> Optional[str]:
     """`a.b.c` for a Name/Attribute chain, else None."""
+    cls = node.__class__
+    if cls is _NAME:
+        return node.id  # type: ignore[union-attr]
+    if cls is not _ATTRIBUTE:
+        return None
     parts: List[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
+    while node.__class__ is _ATTRIBUTE:
+        parts.append(node.attr)  # type: ignore[union-attr]
+        node = node.value  # type: ignore[union-attr]
+    if node.__class__ is _NAME:
+        parts.append(node.id)  # type: ignore[union-attr]
+        parts.reverse()
+        return ".".join(parts)
     return None
+
+
+_NAME, _ATTRIBUTE = ast.Name, ast.Attribute
 
 
 def number(node: ast.AST) -> Optional[float]:

@@ -105,34 +105,45 @@ Import = Tuple[int, str, Tuple[str, ...]]
 
 def text_index(source: str) -> Dict[str, str]:
     """{"r": roles, "i": imports (packed)} of one file's text (JSON-able)."""
-    # substring tests first (C speed); the regexes run only on the few files that pass them
+    # substring tests first (C speed), each word searched once per text (`gating.holds`: the
+    # gates asked the same file about many of them); the regexes run only on the few files that pass
+    from ...core.gating import words_of
+
+    found = words_of(source)
+
+    def has(word: str) -> bool:
+        hit = found.get(word)
+        if hit is None:
+            hit = found[word] = word in source
+        return hit
+
     roles = ""
-    if ("binary_cross_entropy" in source or "BCELoss" in source) and _BCE.search(source):
+    if (has("binary_cross_entropy") or has("BCELoss")) and _BCE.search(source):
         roles += "b"
-    if "optim" in source and "parameters(" in source and any(
-        literal in source and _found(pattern, source, word=True) for literal, pattern in _OPTIMIZER_CALLS
+    if has("optim") and has("parameters(") and any(
+        has(literal) and _found(pattern, source, word=True) for literal, pattern in _OPTIMIZER_CALLS
     ):
         roles += "o"
-    if any(literal in source and _found(pattern, source, word) for literal, pattern, word in _SETS_PRECISION):
+    if any(has(literal) and _found(pattern, source, word) for literal, pattern, word in _SETS_PRECISION):
         roles += "a"
-        if "autocast" in source and "partial" in source and _holds_autocast(source):
+        if has("autocast") and has("partial") and _holds_autocast(source):
             roles += "h"  # an autocast held in a `partial`, maybe entered later
-        if "GradScaler(" in source:
+        if has("GradScaler("):
             roles += "g"
-        if any(literal in source and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
+        if any(has(literal) and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
             roles += "f"  # a framework runs the project's hooks under this precision
-    if "optim" in source and "param" in source and ".to(" in source and "dtype" in source and _CHOSEN_CAST.search(source):
+    if has("optim") and has("param") and has(".to(") and has("dtype") and _CHOSEN_CAST.search(source):
         roles += "w"
-    if "register" in source and _registers(source):
+    if has("register") and _registers(source):
         roles += "e"
-    if any(word in source for word in ANCHORS):
+    if any(has(word) for word in ANCHORS):
         roles += "d"
-    if "clip_grad" in source or ".backward(" in source:
+    if has("clip_grad") or has(".backward("):
         roles += "c"
-    if "post_accumulate_grad_hook" in source:
+    if has("post_accumulate_grad_hook"):
         roles += "k"
     imports: List[List[object]] = []
-    if "import" in source:
+    if has("import"):
         for m in _import_statements(source):
             if m.group(4) is None:
                 if not m.group(1) and m.group(2).split(".")[0] in _EXTERNAL:
