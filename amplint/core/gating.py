@@ -20,29 +20,52 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
     """
     if rules and not_torch_code(source):
         return []
-    contains = _containment(tuple(rules))
+    contains, plan = _plan(tuple(rules))
     present = words_of(source)
 
-    def has(trigger: str) -> bool:
-        hit = present.get(trigger)
+    def has(word: str) -> bool:
+        hit = present.get(word)
         if hit is None:
-            hit = all(has(part) for part in contains[trigger]) and trigger in source
-            present[trigger] = hit
+            for part in contains[word]:
+                if not has(part):
+                    hit = False
+                    break
+            else:
+                hit = word in source
+            present[word] = hit
         return hit
 
     out = []
-    for r in rules:
-        if r.triggers and not any(has(t) for t in r.triggers):
-            continue
-        if not all(any(has(t) for t in clause) for clause in getattr(r, "requires", ())):
-            continue
-        if r.gate_regex is not None and r.gate_regex.search(source) is None:
-            continue
-        check = getattr(r, "gate_check", None)
-        if check is not None and not _gate_function(check)(source):
-            continue
-        out.append(r)
+    for r, clauses, regex, check in plan:
+        for clause in clauses:  # each clause needs one of its words (triggers first, then requires)
+            for word in clause:
+                hit = present.get(word)
+                if hit is None:
+                    hit = has(word)
+                if hit:
+                    break
+            else:
+                break
+        else:
+            if regex is not None and regex.search(source) is None:
+                continue
+            if check is not None and not _gate_function(check)(source):
+                continue
+            out.append(r)
     return out
+
+
+@lru_cache(maxsize=64)
+def _plan(rules: Tuple[Any, ...]) -> Tuple[Dict[str, Tuple[str, ...]], Tuple[Tuple[Any, Tuple[Tuple[str, ...], ...], Any, Optional[str]], ...]]:
+    """`_containment(rules)` and, per rule, (rule, its word clauses, gate regex, gate check):
+    the gate read once per selection rather than per file."""
+    plan = []
+    for r in rules:
+        clauses = tuple(tuple(c) for c in getattr(r, "requires", ()))
+        if r.triggers:
+            clauses = (tuple(r.triggers), *clauses)
+        plan.append((r, clauses, r.gate_regex, getattr(r, "gate_check", None)))
+    return _containment(rules), tuple(plan)
 
 
 #: [(text, {word: whether the text holds it})] of the last few texts asked about, newest last:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .scale import ANCHORS
 
@@ -415,12 +415,13 @@ def scale_universe(files: Sequence[str], root: Optional[str], index: Callable[[s
             chosen.add(f)
     modules = ModuleIndex.of(files, root)
     entries = _Entries(index)
+    trainer_names = _module_names_of(trainers)
     for f in sorted(_importers(anchors, files, entries, modules)):
         if len(chosen) >= MAX_FILES:
             break
         if f in chosen:
             continue
-        if trainers.intersection(modules.imported_files(f, entries[f])):  # type: ignore[arg-type]
+        if trainers.intersection(modules.imported_files(f, _naming(entries[f], trainer_names))):  # type: ignore[arg-type]
             chosen.add(f)
     return sorted(chosen)
 
@@ -457,25 +458,37 @@ class _Entries(dict):
         return found
 
 
+def _module_names_of(targets: Iterable[str]) -> Set[str]:
+    """The last dotted part of the module each target file is imported as (its name, or its
+    package's for an `__init__.py`): an import can resolve to the file only if it spells it."""
+    names: Set[str] = set()
+    for t in targets:
+        base = os.path.basename(t)
+        names.add(os.path.basename(os.path.dirname(t)) if base == "__init__.py" else base[:-3])
+    return names
+
+
+def _naming(imports: Sequence[Sequence[Any]], names: Set[str]) -> List[Sequence[Any]]:
+    """The import statements that may resolve to a file whose module ends with one of `names`:
+    the module's last part or an imported name is one, or a bare relative import (`from . import
+    x`, which resolves to its package's `__init__.py` whatever it spells). The others resolve to
+    other files only (`ModuleIndex.resolve` ends in the module's last part)."""
+    return [e for e in imports if str(e[1]).rsplit(".", 1)[-1] in names or any(n in names for n in e[2]) or (not e[1] and e[0])]
+
+
 def _importers(targets: Sequence[str], files: Sequence[str], entries: _Entries, modules: "ModuleIndex") -> Set[str]:
     """The files that import any of `targets`. Only import statements naming a target's
     module or package name (its last dotted part) are resolved, and only the files whose
     packed imports hold one of those names, or a bare relative import (`from . import x`:
     an empty module, "\t\t" in the packed text), are unpacked: cheap string tests first."""
-    names: Set[str] = set()
-    for t in targets:
-        base = os.path.basename(t)
-        names.add(os.path.basename(os.path.dirname(t)) if base == "__init__.py" else base[:-3])
+    names = _module_names_of(targets)
     wanted = set(targets)
     out: Set[str] = set()
     for f in files:
         packed = entries.index(f)["i"]
         if not packed or ("\t\t" not in packed and not any(n in packed for n in names)):
             continue
-        relevant = [
-            e for e in entries[f]
-            if str(e[1]).rsplit(".", 1)[-1] in names or any(n in names for n in e[2]) or (not e[1] and e[0])
-        ]
+        relevant = _naming(entries[f], names)
         if relevant and wanted.intersection(modules.imported_files(f, relevant)):
             out.add(f)
     return out
