@@ -406,7 +406,7 @@ def test_amp201_gate_reads_optimizer_imports_and_calls(text, expected):
     assert optimizer_class_used(text) is expected
 
 
-# ------------------------------------------------------------------ calls: AMP101, AMP106, AMP401, AMP402
+# ------------------------------------------------------------------ calls: AMP101, AMP106, AMP304, AMP401, AMP402
 
 CALL_GATES_SOUND = [
     # AMP401: torch.save however the model resolves it
@@ -443,6 +443,15 @@ CALL_GATES_SOUND = [
                "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nscaler.step(opt)\nscaler.update()\n"),
     ("AMP101", "scaler = torch.amp.GradScaler()\n(scaler  # scaled\n    .scale(loss)).backward()\n"
                "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nscaler.step(opt)\nscaler.update()\n"),
+    # AMP304: a flash-attn function called, called through a module, renamed on import; SDPA forced
+    ("AMP304", "from flash_attn import flash_attn_func\ndef attend(q, k, v):\n    q = q.float()\n    return flash_attn_func(q, k, v)\n"),
+    ("AMP304", "import flash_attn\ndef attend(q, k, v):\n    q = q.float()\n    return flash_attn.flash_attn_varlen_func (q, k, v)\n"),
+    ("AMP304", "from flash_attn import (\n    flash_attn_func as attend_fast,  # FA2\n)\ndef attend(q, k, v):\n"
+               "    q = q.float()\n    return attend_fast(q, k, v)\n"),
+    ("AMP304", "from torch.nn.attention import sdpa_kernel, SDPBackend\nq = torch.randn(2, 8, 128, 64)\n"
+               "with sdpa_kernel(SDPBackend.FLASH_ATTENTION):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
+    ("AMP304", "q = torch.randn(2, 8, 128, 64)\nwith torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, "
+               "enable_mem_efficient=False):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
 ]
 
 CALL_GATES_SKIPPED = [
@@ -460,6 +469,11 @@ CALL_GATES_SKIPPED = [
                "opt.step()\n"),
     ("AMP101", "self.scale = dim ** -0.5\nx = q * self.scale\nloss.backward()\n"
                "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"),
+    # AMP304: names in prose and in longer names, SDPA forced onto the math kernel
+    ("AMP304", 'def paged(q, k, v, flash_attn_with_kvcache_fn=None):\n    """Used in the `flash_attn_with_kvcache` fast decode path."""\n'
+               "    q = q.float()  # flash_attn_func(q, k, v) would fail here\n    return npu_flash_attn_func(q, k, v)\n"),
+    ("AMP304", "from torch.nn.attention import sdpa_kernel, SDPBackend\nq = torch.randn(2, 8, 128, 64)\n"
+               "with sdpa_kernel(SDPBackend.MATH):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
 ]
 
 

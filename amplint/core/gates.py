@@ -786,6 +786,55 @@ def _may_be_parameter(data: bytes, start: int, end: int) -> bool:
     return (left >= 0 and data[left] in b"(,*") or _word_before(data, left) == b"lambda"
 
 
+# -------------------------------------------------------------------- AMP304
+
+#: the flash-attn entry points AMP304 resolves calls to (its `_FLASH_FUNCTIONS`, by last name)
+_FLASH_FUNCTION_NAMES = (
+    b"flash_attn_func", b"flash_attn_varlen_func", b"flash_attn_qkvpacked_func", b"flash_attn_kvpacked_func",
+    b"flash_attn_varlen_qkvpacked_func", b"flash_attn_varlen_kvpacked_func", b"flash_attn_with_kvcache",
+)
+
+
+def flash_attention_possible(source: str) -> bool:
+    """AMP304's gate: a call the rule resolves to a flash-attn function, or SDPA and a `with`
+    forcing it onto the fp16/bf16-only kernels.
+
+    A call resolves through the file's imports only (`amplint/model/names.py`: a star import
+    binds nothing), so the function's own name is spelled either right before the call's `(`
+    (`flash_attn_func(`, `fa.flash_attn_func (`) or in the import that renames it
+    (`flash_attn_func as attend`). The forced region is `sdpa_kernel(...)` whose backends all
+    spell `FLASH_ATTENTION` or `CUDNN_ATTENTION`, or the legacy `sdp_kernel(...)` with
+    `enable_math` and `enable_mem_efficient` `False`, around a
+    `scaled_dot_product_attention` call. transformers names the flash-attn functions in
+    docstrings, comments and longer names (`npu_flash_attn_func`, `flash_attn_with_kvcache_fn`)
+    and forces SDPA onto the math kernel (`sdpa_kernel(SDPBackend.MATH)`): none of those."""
+    data = source.encode("utf-8", "surrogatepass")
+    if any(_named_call_or_alias(data, name) for name in _FLASH_FUNCTION_NAMES if name in data):
+        return True
+    if b"scaled_dot_product_attention" not in data:
+        return False
+    if (b"FLASH_ATTENTION" in data or b"CUDNN_ATTENTION" in data) and _named_call_or_alias(data, b"sdpa_kernel"):
+        return True
+    return b"False" in data and _named_call_or_alias(data, b"sdp_kernel")
+
+
+def _named_call_or_alias(data: bytes, name: bytes) -> bool:
+    """The identifier `name` in code, followed by a call's `(` (`_calls`) or by `as` (an import
+    that renames it)."""
+    if next(_calls(data, name), None) is not None:
+        return True
+    at = data.find(name)
+    n = len(data)
+    while at != -1:
+        end = at + len(name)
+        if (at == 0 or not _IDENT_BYTE[data[at - 1]]) and (end >= n or not _IDENT_BYTE[data[end]]):
+            after = _skip_code_blanks(data, end)
+            if data[after : after + 2] == b"as" and (after + 2 >= n or not _IDENT_BYTE[data[after + 2]]) and not _in_prose_bytes(data, at):
+                return True
+        at = data.find(name, end)
+    return False
+
+
 # -------------------------------------------------------------------- class lines and import aliases
 
 #: a `class` line: its indent, name and the text of its bases
@@ -978,6 +1027,7 @@ GATES: dict = {
     "scaler_checkpoint_io": scaler_checkpoint_io,
     "scaler_stepped": scaler_stepped,
     "scaled_backward_possible": scaled_backward_possible,
+    "flash_attention_possible": flash_attention_possible,
 }
 
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .scale import ANCHORS
 
@@ -105,31 +105,42 @@ Import = Tuple[int, str, Tuple[str, ...]]
 
 def text_index(source: str) -> Dict[str, str]:
     """{"r": roles, "i": imports (packed)} of one file's text (JSON-able)."""
-    # substring tests first (C speed); the regexes run only on the few files that pass them
+    # substring tests first (C speed), each word searched once per text (`gating.holds`: the
+    # gates asked the same file about many of them); the regexes run only on the few files that pass
+    from ...core.gating import words_of
+
+    found = words_of(source)
+
+    def has(word: str) -> bool:
+        hit = found.get(word)
+        if hit is None:
+            hit = found[word] = word in source
+        return hit
+
     roles = ""
-    if ("binary_cross_entropy" in source or "BCELoss" in source) and _BCE.search(source):
+    if (has("binary_cross_entropy") or has("BCELoss")) and _BCE.search(source):
         roles += "b"
-    if "optim" in source and "parameters(" in source and any(
-        literal in source and _found(pattern, source, word=True) for literal, pattern in _OPTIMIZER_CALLS
+    if has("optim") and has("parameters(") and any(
+        has(literal) and _found(pattern, source, word=True) for literal, pattern in _OPTIMIZER_CALLS
     ):
         roles += "o"
-    if any(literal in source and _found(pattern, source, word) for literal, pattern, word in _SETS_PRECISION):
+    if any(has(literal) and _found(pattern, source, word) for literal, pattern, word in _SETS_PRECISION):
         roles += "a"
-        if "autocast" in source and "partial" in source and _holds_autocast(source):
+        if has("autocast") and has("partial") and _holds_autocast(source):
             roles += "h"  # an autocast held in a `partial`, maybe entered later
-        if "GradScaler(" in source:
+        if has("GradScaler("):
             roles += "g"
-        if any(literal in source and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
+        if any(has(literal) and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
             roles += "f"  # a framework runs the project's hooks under this precision
-    if "optim" in source and "param" in source and ".to(" in source and "dtype" in source and _CHOSEN_CAST.search(source):
+    if has("optim") and has("param") and has(".to(") and has("dtype") and _CHOSEN_CAST.search(source):
         roles += "w"
-    if "register" in source and _registers(source):
+    if has("register") and _registers(source):
         roles += "e"
-    if any(word in source for word in ANCHORS):
+    if any(has(word) for word in ANCHORS):
         roles += "d"
-    if "clip_grad" in source or ".backward(" in source:
+    if has("clip_grad") or has(".backward("):
         roles += "c"
-    if "post_accumulate_grad_hook" in source:
+    if has("post_accumulate_grad_hook"):
         roles += "k"
     imports = import_list(source)
     return {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
@@ -141,7 +152,7 @@ def import_list(source: str, stdlib: bool = False) -> List[List[object]]:
     script): `from ..a.b import c, d` is (2, "a.b", ["c", "d"]), `import a.b` is (0, "a.b", [])."""
     external = frozenset() if stdlib else _EXTERNAL
     imports: List[List[object]] = []
-    if "import" in source:
+    if has("import"):
         for m in _import_statements(source):
             if m.group(4) is None:
                 if not m.group(1) and m.group(2).split(".")[0] in external:
@@ -413,12 +424,13 @@ def scale_universe(files: Sequence[str], root: Optional[str], index: Callable[[s
             chosen.add(f)
     modules = ModuleIndex.of(files, root)
     entries = _Entries(index)
+    trainer_names = _module_names_of(trainers)
     for f in sorted(_importers(anchors, files, entries, modules)):
         if len(chosen) >= MAX_FILES:
             break
         if f in chosen:
             continue
-        if trainers.intersection(modules.imported_files(f, entries[f])):  # type: ignore[arg-type]
+        if trainers.intersection(modules.imported_files(f, _naming(entries[f], trainer_names))):  # type: ignore[arg-type]
             chosen.add(f)
     return sorted(chosen)
 
@@ -455,25 +467,37 @@ class _Entries(dict):
         return found
 
 
+def _module_names_of(targets: Iterable[str]) -> Set[str]:
+    """The last dotted part of the module each target file is imported as (its name, or its
+    package's for an `__init__.py`): an import can resolve to the file only if it spells it."""
+    names: Set[str] = set()
+    for t in targets:
+        base = os.path.basename(t)
+        names.add(os.path.basename(os.path.dirname(t)) if base == "__init__.py" else base[:-3])
+    return names
+
+
+def _naming(imports: Sequence[Sequence[Any]], names: Set[str]) -> List[Sequence[Any]]:
+    """The import statements that may resolve to a file whose module ends with one of `names`:
+    the module's last part or an imported name is one, or a bare relative import (`from . import
+    x`, which resolves to its package's `__init__.py` whatever it spells). The others resolve to
+    other files only (`ModuleIndex.resolve` ends in the module's last part)."""
+    return [e for e in imports if str(e[1]).rsplit(".", 1)[-1] in names or any(n in names for n in e[2]) or (not e[1] and e[0])]
+
+
 def _importers(targets: Sequence[str], files: Sequence[str], entries: _Entries, modules: "ModuleIndex") -> Set[str]:
     """The files that import any of `targets`. Only import statements naming a target's
     module or package name (its last dotted part) are resolved, and only the files whose
     packed imports hold one of those names, or a bare relative import (`from . import x`:
     an empty module, "\t\t" in the packed text), are unpacked: cheap string tests first."""
-    names: Set[str] = set()
-    for t in targets:
-        base = os.path.basename(t)
-        names.add(os.path.basename(os.path.dirname(t)) if base == "__init__.py" else base[:-3])
+    names = _module_names_of(targets)
     wanted = set(targets)
     out: Set[str] = set()
     for f in files:
         packed = entries.index(f)["i"]
         if not packed or ("\t\t" not in packed and not any(n in packed for n in names)):
             continue
-        relevant = [
-            e for e in entries[f]
-            if str(e[1]).rsplit(".", 1)[-1] in names or any(n in names for n in e[2]) or (not e[1] and e[0])
-        ]
+        relevant = _naming(entries[f], names)
         if relevant and wanted.intersection(modules.imported_files(f, relevant)):
             out.add(f)
     return out

@@ -217,6 +217,7 @@ class _Reader:
         # a project's own DDP comm hook is recognised by what its body does (it reduces a bucket)
         self._reduces = any(w in source for w in ("all_reduce", "allreduce", "reduce_scatter"))
         self.no_engine = 0  # `if` branches around it taken only when DeepSpeed is not in use
+        self._walked: Tuple[Any, List[ast.AST]] = (None, [])  # the last expression `_expression` walked, its nodes
 
     # ------------------------------------------------------------------ driver
 
@@ -511,7 +512,8 @@ class _Reader:
     def _dep(self, qual: str, name: str, value: ast.AST) -> None:
         """What the value of `name` reads: names, and callees (the loss from `engine(...)`)."""
         entry = self.deps.setdefault(qual, {}).setdefault(name, [[], []])
-        for node in walk_expression(value):
+        walked = self._walked
+        for node in walked[1] if walked[0] is value else walk_expression(value):
             if isinstance(node, ast.Name) and node.id not in entry[0] and len(entry[0]) < 24:
                 entry[0].append(node.id)
             elif isinstance(node, ast.Call):
@@ -565,7 +567,9 @@ class _Reader:
     # ------------------------------------------------------------------ calls
 
     def _expression(self, expr: ast.AST, qual: str, targets: Optional[List[ast.AST]] = None, statement: bool = False) -> None:
-        for node in walk_expression(expr):
+        nodes = list(walk_expression(expr))
+        self._walked = (expr, nodes)  # the value a binding's `_dep` then reads: walked once
+        for node in nodes:
             if isinstance(node, ast.Call):
                 self._call(node, qual, targets if node is expr else None, statement and node is expr)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower().endswith(_CONFIG_SUFFIXES) and len(node.value) < 300:
