@@ -152,7 +152,7 @@ def import_list(source: str, stdlib: bool = False) -> List[List[object]]:
     script): `from ..a.b import c, d` is (2, "a.b", ["c", "d"]), `import a.b` is (0, "a.b", [])."""
     external = frozenset() if stdlib else _EXTERNAL
     imports: List[List[object]] = []
-    if has("import"):
+    if "import" in source:
         for m in _import_statements(source):
             if m.group(4) is None:
                 if not m.group(1) and m.group(2).split(".")[0] in external:
