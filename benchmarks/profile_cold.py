@@ -112,7 +112,7 @@ def install() -> None:
     wrap("amplint.engine.parallel", "settle_facts", "facts pass", "amplint.engine.run")
     wrap("amplint.engine.crossfile", "Projects.__init__", "cross-file pass: Projects")
     wrap("amplint.engine.crossfile", "project_diagnostics", "cross-file pass (rest)")
-    from amplint.engine import crossfile, run
+    from amplint.engine import crossfile
 
     inner = crossfile.project_diagnostics
 
@@ -171,7 +171,6 @@ def main() -> int:
     start_cpu, start_wall = time.process_time(), time.perf_counter()
     install()
     from amplint.core.config import Config
-    from amplint.engine.run import lint_paths
 
     config = Config()
     if args.select:
@@ -201,7 +200,7 @@ def main() -> int:
     print(f"findings {len(diagnostics)}, read {read}, report {len(text)} chars")
     print(f"gc collections during the run: {sum(s['collections'] for s in gc.get_stats()) - collections_before}")
     print(f"imports before the run {imports:.2f} s CPU; run {run_cpu:.2f} s CPU; total {total:.2f} s CPU; wall {time.perf_counter() - start_wall:.2f} s")
-    print(f"| phase | CPU (s) | calls |\n|---|---:|---:|")
+    print("| phase | CPU (s) | calls |\n|---|---:|---:|")
     for label, secs in TOTALS.most_common(args.top):
         print(f"| {label} | {secs:.2f} | {CALLS[label]} |")
     return 0
