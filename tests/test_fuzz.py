@@ -41,6 +41,7 @@ def gate_header() -> str:
         '"""' + " ".join(sorted(words))
         + " x.scale( x.step( unscale_( f(scaler) Scaler float False Adam( optim.SGD( torch.save( torch.load("
         + " MixedPrecision( x.bfloat16() initialize("  # the wrapper rules' gate regexes (issue 23)
+        + " flash_attn_func("  # AMP304's gate: a flash-attn function called
         + ' autocast( x * 1e9 x + 1e-8 def forward"""\n'
     )
 
