@@ -38,16 +38,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from .texts import _MAX_FILES, project_files, read_text
+from .texts import _MAX_FILES, MAIN_GUARD, project_files, read_text
 
 _REPOSITORY = ".git"
 _PACKAGING = ("setup.py", "pyproject.toml", "setup.cfg", "PKG-INFO")
 _PACKAGING_DIRS = (".dist-info", ".egg-info")
 _LEVELS = 12
-#: what anticipates autocast in a module's text, beyond `index.text_index`'s role "a"
-_ANTICIPATES = re.compile(r"custom_fwd|custom_bwd|is_autocast_enabled|get_autocast_\w*dtype")
 
 _graphs: Dict[Tuple[str, int], "_Graph"] = {}
 
@@ -65,15 +63,27 @@ def project_base(filename: str, root: Optional[str] = None) -> Optional[str]:
     """The project root (module docstring); None when nothing marks one."""
     if root:
         return os.path.abspath(root)
+    return _above(filename, lambda here: os.path.exists(os.path.join(here, _REPOSITORY)) or _has_packaging(here))
+
+
+def _above(filename: str, marked: Callable[[str], bool]) -> Optional[str]:
+    """The nearest folder holding the file, or above it, that is `marked` (a few levels up)."""
     here = os.path.dirname(os.path.abspath(filename))
     for _ in range(_LEVELS):
-        if os.path.exists(os.path.join(here, _REPOSITORY)) or _has_packaging(here):
+        if marked(here):
             return here
         parent = os.path.dirname(here)
         if parent == here:
             break
         here = parent
     return None
+
+
+def checkout(filename: str) -> Optional[str]:
+    """The nearest folder above the file holding `.git`: the repository, whose programs may load
+    any of its files (a subproject's script imports the enclosing repository's packages, as
+    detectron2's `projects/TensorMask/train_net.py` its trainer); None outside one."""
+    return _above(filename, lambda here: os.path.exists(os.path.join(here, _REPOSITORY)))
 
 
 def package_top(filename: str, base: str) -> Optional[str]:
@@ -246,24 +256,31 @@ def _really_packaged(folder: str) -> bool:
     return bool(re.search(r"^\[(metadata|options)\]", cfg, re.MULTILINE))
 
 
-def unreached_embedded(filename: Optional[str], root: Optional[str] = None) -> bool:
-    """The file is a module of an embedded package that no code of the project outside it
-    that may run under autocast imports (module docstring)."""
-    package = embedded_package(filename, root)
-    if package is None or filename is None:
+def unreached(filename: Optional[str], root: Optional[str] = None, anywhere: bool = False) -> bool:
+    """No fp16/bf16 autocast of the project can run the file's code (module docstring: an
+    embedded copy nothing outside it imports together with such an autocast; any other file none
+    of whose programs holds one); False when that is not known. `anywhere`: the precision setting
+    says the project runs low precision, in code the project shows or not."""
+    if not filename or not filename.endswith(".py") or not os.path.isfile(filename):
         return False
-    base = project_base(filename, root)
-    assert base is not None
+    base = checkout(filename) or project_base(filename, root)
+    if base is None:
+        return False
+    package = embedded_package(filename, root)
+    if package is None and anywhere:
+        return False
     graph = _graph(base, package)
     if graph is None:
         return False
-    return not graph.reached(os.path.abspath(filename), package)
+    return not graph.reached(os.path.abspath(filename), package, anywhere)
 
 
 class _Graph:
-    """The project's import graph (files -> files they import), by text."""
+    """The project's import graph (files -> files they import), by text, and the files that may
+    enter a low-precision autocast (`project/entries.py`)."""
 
     def __init__(self, files: List[str], base: str) -> None:
+        from .project.entries import enters_autocast
         from .project.index import ModuleIndex, imports_of, text_index
 
         self.files: Set[str] = set(files)
@@ -283,43 +300,62 @@ class _Graph:
                             parts = parts[:-1]
                         index.by_name.setdefault(".".join(parts), other)
         self.imports: Dict[str, List[str]] = {}
-        self.aware: Set[str] = set()
+        self.entries: Set[str] = set()
+        self.scripts: Set[str] = set()
         for path in files:
             text = read_text(path) or ""
-            found = text_index(text)
-            self.imports[path] = index.imported_files(path, imports_of(found))
-            if "a" in found["r"] or _ANTICIPATES.search(text):
-                self.aware.add(path)
+            self.imports[path] = index.imported_files(path, imports_of(text_index(text)))
+            if enters_autocast(text):
+                self.entries.add(path)
+            if MAIN_GUARD.search(text):
+                self.scripts.add(path)
         self.importers: Dict[str, Set[str]] = {}
         for path, targets in self.imports.items():
             for t in targets:
                 self.importers.setdefault(t, set()).add(path)
+        self._ups: Dict[str, Set[str]] = {}
 
-    def reached(self, target: str, package: str) -> bool:
-        inside = package.rstrip(os.sep) + os.sep
-        seen = {target}
-        stack = [target]
-        outside: List[str] = []
-        while stack:
-            for importer in self.importers.get(stack.pop(), ()):
-                if importer not in seen:
-                    seen.add(importer)
-                    stack.append(importer)
-                    if not importer.startswith(inside):
-                        outside.append(importer)
-        if not outside:
-            return False
-        closure = set(outside)
-        stack = list(outside)
-        while stack:
-            path = stack.pop()
-            if not path.startswith(inside) and path in self.aware:
-                return True
-            for t in self.imports.get(path, ()):
-                if t not in closure:
-                    closure.add(t)
-                    stack.append(t)
-        return False
+    def reached(self, target: str, package: Optional[str], anywhere: bool = False) -> bool:
+        """Some program that loads `target` may enter a low-precision autocast: one module imports
+        (directly or through others, itself included) both `target` and an entry file. For a
+        module of the embedded `package`, that module lies outside the copy and so does the entry
+        (the copy's own autocast helpers do not count; `anywhere`: any importer outside will do)."""
+        if target not in self.files:
+            return True  # a folder the listing skipped: who imports it is not known
+        up = self._up(target)
+        if package is not None:
+            inside = package.rstrip(os.sep) + os.sep
+            shared = {m for m in up if not m.startswith(inside)}
+            if not shared or anywhere:
+                return bool(shared)  # a copy nothing outside imports never runs
+            return any(shared & self._up(e) for e in self.entries if not e.startswith(inside))
+        if self._loaded_by_name(up):
+            return True
+        return any(up & self._up(e) or self._loaded_by_name(self._up(e)) for e in self.entries)
+
+    def _up(self, path: str) -> Set[str]:
+        """`path` and every file importing it, directly or through others."""
+        found = self._ups.get(path)
+        if found is None:
+            found = {path}
+            stack = [path]
+            while stack:
+                for importer in self.importers.get(stack.pop(), ()):
+                    if importer not in found:
+                        found.add(importer)
+                        stack.append(importer)
+            self._ups[path] = found
+        return found
+
+    def _loaded_by_name(self, modules: Set[str]) -> bool:
+        """One of `modules` that nothing imports is a module of a package, not a script: loaded
+        by a name the code does not spell (a registry, a config's `_target_`, `import_module`,
+        the package's users), so which program holds it is not known. A script (outside any
+        package, or with a `__main__` block) is a program of its own."""
+        return any(
+            not self.importers.get(m) and m not in self.scripts and os.path.isfile(os.path.join(os.path.dirname(m), "__init__.py"))
+            for m in modules
+        )
 
 
 def _signature(files) -> int:
@@ -335,13 +371,12 @@ def _signature(files) -> int:
     return hash(tuple(out))
 
 
-def _graph(base: str, package: str) -> Optional[_Graph]:
+def _graph(base: str, package: Optional[str]) -> Optional[_Graph]:
     listing = project_files(base, (".py",))
     if len(listing) >= _MAX_FILES:
         return None  # cut at the limit: an importer may be missing
-    inside = package.rstrip(os.sep) + os.sep
     files = set(listing)
-    if not any(p.startswith(inside) for p in files):
+    if package is not None and not any(p.startswith(package.rstrip(os.sep) + os.sep) for p in files):
         # a folder the listing skips (`third_party/`): its own files, so its imports resolve
         for folder, dirs, names in os.walk(package):
             dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
