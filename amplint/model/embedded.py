@@ -47,6 +47,9 @@ _PACKAGING = ("setup.py", "pyproject.toml", "setup.cfg", "PKG-INFO")
 _PACKAGING_DIRS = (".dist-info", ".egg-info")
 _LEVELS = 12
 
+#: a module loaded by a name the code computes: it may be any file of the project
+_LOADS_BY_NAME = re.compile(r"import_module\s*\(|__import__\s*\(|\binstantiate\s*\(|spec_from_file_location|\brunpy\.")
+
 _graphs: Dict[Tuple[str, int], "_Graph"] = {}
 
 
@@ -80,9 +83,7 @@ def _above(filename: str, marked: Callable[[str], bool]) -> Optional[str]:
 
 
 def checkout(filename: str) -> Optional[str]:
-    """The nearest folder above the file holding `.git`: the repository, whose programs may load
-    any of its files (a subproject's script imports the enclosing repository's packages, as
-    detectron2's `projects/TensorMask/train_net.py` its trainer); None outside one."""
+    """The nearest folder above the file holding `.git`: the repository; None outside one."""
     return _above(filename, lambda here: os.path.exists(os.path.join(here, _REPOSITORY)))
 
 
@@ -263,16 +264,21 @@ def unreached(filename: Optional[str], root: Optional[str] = None, anywhere: boo
     says the project runs low precision, in code the project shows or not."""
     if not filename or not filename.endswith(".py") or not os.path.isfile(filename):
         return False
-    base = checkout(filename) or project_base(filename, root)
+    base = project_base(filename, root)
     if base is None:
         return False
     package = embedded_package(filename, root)
     if package is None and anywhere:
         return False
-    graph = _graph(base, package)
-    if graph is None:
-        return False
-    return not graph.reached(os.path.abspath(filename), package, anywhere)
+    # the project first, then the checkout holding it: a subproject's script also imports the
+    # enclosing repository's packages (detectron2's `projects/TensorMask/train_net.py` its trainer)
+    repository = checkout(filename)
+    bases = [base] + ([repository] if repository is not None and (base + os.sep).startswith(repository + os.sep) else [])
+    for where in bases:
+        graph = _graph(where, package)
+        if graph is None or graph.reached(os.path.abspath(filename), package, anywhere):
+            return False
+    return True
 
 
 class _Graph:
@@ -302,6 +308,7 @@ class _Graph:
         self.imports: Dict[str, List[str]] = {}
         self.entries: Set[str] = set()
         self.scripts: Set[str] = set()
+        self.loaders: Set[str] = set()  # files that load modules by a computed name
         for path in files:
             text = read_text(path) or ""
             self.imports[path] = index.imported_files(path, imports_of(text_index(text)))
@@ -309,6 +316,8 @@ class _Graph:
                 self.entries.add(path)
             if MAIN_GUARD.search(text):
                 self.scripts.add(path)
+            if _LOADS_BY_NAME.search(text):
+                self.loaders.add(path)
         self.importers: Dict[str, Set[str]] = {}
         for path, targets in self.imports.items():
             for t in targets:
@@ -329,9 +338,9 @@ class _Graph:
             if not shared or anywhere:
                 return bool(shared)  # a copy nothing outside imports never runs
             return any(shared & self._up(e) for e in self.entries if not e.startswith(inside))
-        if self._loaded_by_name(up):
-            return True
-        return any(up & self._up(e) or self._loaded_by_name(self._up(e)) for e in self.entries)
+        if self._loaded_by_name(up) or (up & self.loaders and self.entries):
+            return True  # which program holds it, or what else its program loads, is not known
+        return any(up & self._up(e) for e in self.entries)
 
     def _up(self, path: str) -> Set[str]:
         """`path` and every file importing it, directly or through others."""
