@@ -594,7 +594,7 @@ class LinearFn(torch.autograd.Function):
         x, w = ctx.saved_tensors
         return grad @ w, grad.t() @ x
 """,
-            "the only autocast replays the state a checkpoint's forward captured: the project enters none (latent-diffusion, ControlNet)",
+            "the only autocast replays the state a checkpoint's forward captured: the project enters none (ControlNet's ldm)",
         ),
     ]
 

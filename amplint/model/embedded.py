@@ -22,13 +22,21 @@ build), and then none of its Functions ever runs, under autocast or not.
   (`third_party/lib/lib`, `annotator/uniformer/mmcv`, below folders that are not packages); a
   package whose parent holds its own `setup.py` is a project of its own inside the root (a
   subproject, an sdist unpacked one folder down, a vendored copy that kept its packaging).
-* `reached`: some project module outside the embedded package imports the file's module
-  (directly or through others, also through the package's own modules), and the modules those
-  importers import include one, outside the package, that may run under autocast (an
-  autocast region, a GradScaler, a framework precision setting, custom_fwd/custom_bwd or a
-  query of the autocast state: `index.text_index` role "a" and the like). The importers are
-  read with the project model's import resolution (`project/index.py`: relative imports,
-  `src/` layouts, a package's own absolute name), by their text, when conditions are resolved.
+* `reached` (any file, `unreached`): a program that loads the file may enter a low-precision
+  autocast. One module imports (directly or through others, itself included) both the file and
+  a file that may enter one (`project/entries.py`: a region that may run fp16/bf16, a held
+  autocast, a framework's precision; not a replay of a captured state in a `backward`); for a
+  module of an embedded package, that module and that file lie outside the package (the copy's
+  own autocast helpers do not count, and a copy nothing outside imports never runs). Not known,
+  so reached, where the imports cannot tell the program: a module importing the file is a
+  package module nothing imports (a registry, a config or the package's users load it) or loads
+  modules by a computed name. Asked of the project, then of the checkout (`.git`) holding it,
+  whose packages a subproject's scripts import. The imports are read with the project model's
+  import resolution (`project/index.py`: relative imports, `src/` layouts, a package's own
+  absolute name), by their text, when conditions are resolved. The project model's call graph
+  cannot narrow it: a chain from a region to a Function passes registries, configs and
+  wrappers (`build_model(cfg)`, `DDP(model)`) that it does not follow, so what it does not
+  resolve is no proof that nothing leads there.
 
 When the project's listing is cut at its file limit, the answer is "reached" (no finding is
 dropped on a graph that may be incomplete). Text only, never imported; cached per root while
