@@ -56,7 +56,7 @@ _PACKAGING_DIRS = (".dist-info", ".egg-info")
 _LEVELS = 12
 
 #: a module loaded by a name the code computes: it may be any file of the project
-_LOADS_BY_NAME = re.compile(r"import_module\s*\(|__import__\s*\(|\binstantiate\s*\(|spec_from_file_location|\brunpy\.")
+_LOADS_BY_NAME = ("import_module(", "__import__(", "instantiate(", "spec_from_file_location", "runpy.")
 
 _graphs: Dict[Tuple[str, int], "_Graph"] = {}
 
@@ -294,7 +294,7 @@ class _Graph:
     enter a low-precision autocast (`project/entries.py`)."""
 
     def __init__(self, files: List[str], base: str) -> None:
-        from .project.entries import enters_autocast
+        from .project.entries import may_enter_autocast
         from .project.index import ModuleIndex, imports_of, text_index
 
         self.files: Set[str] = set(files)
@@ -314,23 +314,34 @@ class _Graph:
                             parts = parts[:-1]
                         index.by_name.setdefault(".".join(parts), other)
         self.imports: Dict[str, List[str]] = {}
-        self.entries: Set[str] = set()
+        self.candidates: List[str] = []  # files that may enter autocast by their words, parsed when asked
         self.scripts: Set[str] = set()
         self.loaders: Set[str] = set()  # files that load modules by a computed name
         for path in files:
             text = read_text(path) or ""
             self.imports[path] = index.imported_files(path, imports_of(text_index(text)))
-            if enters_autocast(text):
-                self.entries.add(path)
-            if MAIN_GUARD.search(text):
+            if may_enter_autocast(text):
+                self.candidates.append(path)
+            if "__main__" in text and MAIN_GUARD.search(text):
                 self.scripts.add(path)
-            if _LOADS_BY_NAME.search(text):
+            if any(word in text for word in _LOADS_BY_NAME):
                 self.loaders.add(path)
         self.importers: Dict[str, Set[str]] = {}
         for path, targets in self.imports.items():
             for t in targets:
                 self.importers.setdefault(t, set()).add(path)
         self._ups: Dict[str, Set[str]] = {}
+        self._entries: Dict[str, bool] = {}
+
+    def _entry(self, path: str) -> bool:
+        """The file may enter a low-precision autocast (`project/entries.py`; parsed once, when a
+        question reaches it)."""
+        found = self._entries.get(path)
+        if found is None:
+            from .project.entries import enters_autocast
+
+            found = self._entries[path] = enters_autocast(read_text(path) or "")
+        return found
 
     def reached(self, target: str, package: Optional[str], anywhere: bool = False) -> bool:
         """Some program that loads `target` may enter a low-precision autocast: one module imports
@@ -345,10 +356,10 @@ class _Graph:
             shared = {m for m in up if not m.startswith(inside)}
             if not shared or anywhere:
                 return bool(shared)  # a copy nothing outside imports never runs
-            return any(shared & self._up(e) for e in self.entries if not e.startswith(inside))
-        if self._loaded_by_name(up) or (up & self.loaders and self.entries):
+            return any(shared & self._up(e) and self._entry(e) for e in self.candidates if not e.startswith(inside))
+        if self._loaded_by_name(up) or (up & self.loaders and any(self._entry(e) for e in self.candidates)):
             return True  # which program holds it, or what else its program loads, is not known
-        return any(up & self._up(e) for e in self.entries)
+        return any(up & self._up(e) and self._entry(e) for e in self.candidates)
 
     def _up(self, path: str) -> Set[str]:
         """`path` and every file importing it, directly or through others."""

@@ -28,14 +28,20 @@ from ...core.pyast import parse
 from .astutil import dotted
 from .summary import _ACCELERATORS, _HF_ARGS, _LIGHTNING_TRAINERS, autocast_arguments, import_reader
 
-#: a text holding none of these words enters no autocast (no parse needed)
-_WORDS = ("autocast", "precision", "fp16", "bf16", "Accelerator")
+def may_enter_autocast(source: str) -> bool:
+    """What `enters_autocast` needs to find anything, by substrings: an autocast named, or a
+    framework's precision setting (the cheap test every file of a project gets)."""
+    return (
+        "autocast" in source or "Accelerator" in source
+        or ("Trainer" in source and ("precision" in source or "**" in source))
+        or ("TrainingArguments" in source and ("fp16" in source or "bf16" in source or "**" in source))
+    )
 
 
 def enters_autocast(source: str) -> bool:
     """The file's code may enter a low-precision autocast (module docstring); True when it does
     not parse (what it holds is unknown)."""
-    if not any(w in source for w in _WORDS):
+    if not may_enter_autocast(source):
         return False
     tree = parse(source)
     if tree is None:
