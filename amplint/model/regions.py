@@ -33,12 +33,13 @@ def _parse_autocast(
         def arg(name: str) -> Optional[cst.BaseExpression]:
             return call_arg(call, parameters.index(name), name) if name in parameters else None
 
-        # `autocast(**ctx.autocast_kwargs)`, `autocast(*args)`: what is not spelled may be passed
+        # `autocast(**ctx.autocast_kwargs)`, `autocast(*args)`: whether it is on may be passed (a
+        # replayed state, `regions.replays_autocast`); the dtype is read as the device's default
         unpacked = any(a.star for a in call.args)
         device = torchapi.AUTOCAST_CONTEXTS[q] or literal_string(arg("device_type"))
         dtype_node, enabled_node = arg("dtype"), arg("enabled")
         if dtype_node is None:
-            dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device and not unpacked else None
+            dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
         else:
             d = ctx.dtype_of(dtype_node)
             dtype = d if d in ("fp16", "bf16", "fp32") else None

@@ -634,7 +634,8 @@ def autocast_arguments(s: "_Summarizer", call: ast.Call, qualname: str) -> Tuple
             return None
         return call.args[position] if position < len(call.args) else None
 
-    # `autocast(**ctx.autocast_kwargs)`, `autocast(*args)`: what is not spelled may be passed
+    # `autocast(**ctx.autocast_kwargs)`, `autocast(*args)`: whether it is on may be passed (a
+    # replayed state); the dtype is read as the device's default, as the per-file model does
     unpacked = any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args)
     device = torchapi.AUTOCAST_CONTEXTS[qualname]
     if device is None:
@@ -642,7 +643,7 @@ def autocast_arguments(s: "_Summarizer", call: ast.Call, qualname: str) -> Tuple
         device = value if isinstance(value, str) else None
     dtype_node, enabled_node = arg("dtype"), arg("enabled")
     if dtype_node is None:
-        dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device and not unpacked else None
+        dtype = torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None
     else:
         d = s.dtype(dtype_node)
         dtype = d if d in ("fp16", "bf16", "fp32") else None
