@@ -5,6 +5,7 @@
     python benchmarks/bench.py --corpora timm --runs 3
     python benchmarks/bench.py --slow-peers all  # fixit and torchfix on every corpus (minutes each)
     python benchmarks/bench.py --corpora small fixture --runs 9 --slow-peers none   # issue 26's small targets
+    python benchmarks/bench.py --corpora transformers --runs 5 --skip jobs1 parse --slow-peers none --interleave
 
 Everything downloaded lives outside the repository, in $AMPLINT_BENCH_CACHE
 (default ~/.cache/amplint-bench): pinned wheels of the corpora (unpacked, never
@@ -29,6 +30,9 @@ pool of one worker per core). Each number is the median of --runs runs
 (tools that take minutes: --slow-runs, default 1, and only on corpora of at
 most --slow-max-files files unless --slow-peers all); peak memory is the
 largest resident set of any process of the run (the pool workers included).
+With --interleave the rows are measured round after round (each row once a round, cold before
+warm, amplint before ruff), so that a load that drifts over the minutes weighs on every row
+alike: the side-by-side reading issue 26 asks for on a shared machine.
 The table goes to stdout as Markdown; --json writes the raw numbers.
 """
 from __future__ import annotations
@@ -228,21 +232,41 @@ def corpus(name: str) -> str:
     return os.path.join(target, folder)
 
 
-def measure(cmd: Sequence[str], runs: int, before=None, cwd: Optional[str] = None) -> Dict[str, float]:
-    walls, rss, cpus = [], [], []
-    rc = None
-    for _ in range(runs):
-        if before is not None:
-            before()
-        out = subprocess.run([sys.executable, "-c", _WRAPPER, *cmd], capture_output=True, text=True, cwd=cwd, check=True)
-        data = json.loads(out.stdout)
-        walls.append(data["wall"])
-        cpus.append(data["cpu"])
-        rss.append(data["maxrss_kb"] / 1024)
-        rc = data["rc"]
-    row = {"median_s": statistics.median(walls), "min_s": min(walls), "cpu_s": statistics.median(cpus), "runs": runs, "peak_mb": max(rss), "rc": rc}
+def sample(cmd: Sequence[str], before=None, cwd: Optional[str] = None) -> Dict[str, float]:
+    """One timed run of `cmd` (a whole process and its children)."""
+    if before is not None:
+        before()
+    out = subprocess.run([sys.executable, "-c", _WRAPPER, *cmd], capture_output=True, text=True, cwd=cwd, check=True)
+    return json.loads(out.stdout)
+
+
+def row_of(cmd: Sequence[str], samples: Sequence[Dict[str, float]]) -> Dict[str, float]:
+    walls = [d["wall"] for d in samples]
+    row = {
+        "median_s": statistics.median(walls), "min_s": min(walls), "cpu_s": statistics.median(d["cpu"] for d in samples),
+        "runs": len(samples), "peak_mb": max(d["maxrss_kb"] for d in samples) / 1024, "rc": samples[-1]["rc"],
+    }
     print(f"  {' '.join(os.path.basename(c) for c in cmd[:3])} ...: {row}", file=sys.stderr, flush=True)
     return row
+
+
+def measure(cmd: Sequence[str], runs: int, before=None, cwd: Optional[str] = None) -> Dict[str, float]:
+    return row_of(cmd, [sample(cmd, before, cwd) for _ in range(runs)])
+
+
+def measure_all(specs: Sequence[tuple], interleave: bool) -> Dict[str, Dict[str, float]]:
+    """{name: row} for specs (name, cmd, runs, before, cwd). Interleaved: round after round, each
+    spec run once a round in the given order (so a load that changes over the minutes weighs on
+    every row alike, as side-by-side numbers need); else each spec's runs in a row."""
+    if not interleave:
+        return {name: measure(cmd, runs, before, cwd) for name, cmd, runs, before, cwd in specs}
+    samples: Dict[str, list] = {name: [] for name, *_ in specs}
+    for r in range(max((spec[2] for spec in specs), default=0)):
+        for name, cmd, runs, before, cwd in specs:
+            if r < runs:
+                samples[name].append(sample(cmd, before, cwd))
+        print(f"  round {r + 1} done, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+    return {name: row_of(cmd, samples[name]) for name, cmd, *_ in specs}
 
 
 def count(path: str) -> Dict[str, int]:
@@ -291,6 +315,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--slow-peers", choices=["auto", "all", "none"], default="auto")
     ap.add_argument("--json", help="also write the raw numbers here")
     ap.add_argument(
+        "--interleave", action="store_true",
+        help="run the rows round after round (each once a round) instead of each row's runs in a row",
+    )
+    ap.add_argument(
         "--skip", nargs="+", default=[], choices=["jobs1", "parse"],
         help="leave out the cold --jobs 1 rows (jobs1) or the bare libcst parse (parse): minutes on a loaded machine",
     )
@@ -327,36 +355,39 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             local = name in LOCAL
             path = local_corpus(name, work) if local else corpus(name)
             info: Dict[str, object] = {"path": path, **count(path), "gates": gate_stats(amplint_py, path)}
-            rows: Dict[str, Dict[str, float]] = {}
             fresh = lambda: shutil.rmtree(env_cache, ignore_errors=True)  # noqa: E731
             base = [amplint, path, "--isolated", "--exit-zero", "--cache-dir", env_cache]
-            if "jobs1" not in args.skip:
-                rows["amplint cold, --jobs 1"] = measure([*base, "--jobs", "1"], args.runs, before=fresh, cwd=work)
-            rows["amplint cold, default jobs"] = measure(base, args.runs, before=fresh, cwd=work)
-            fresh()
-            subprocess.run(base, stdout=subprocess.DEVNULL, cwd=work)  # fill the cache
-            rows["amplint warm, default jobs"] = measure(base, args.runs, cwd=work)
-            if "jobs1" not in args.skip:
-                rows["amplint warm, --jobs 1"] = measure([*base, "--jobs", "1"], args.runs, cwd=work)
-            one = _one_file(path)
-            # what pre-commit runs after an edit: one file, the rest of the project from the warm cache
-            rows[f"amplint one file, warm project ({os.path.relpath(one, path)})"] = measure(
-                [amplint, one, "--isolated", "--exit-zero", "--cache-dir", env_cache], args.runs, before=lambda: _touch(one), cwd=work
-            )
-            rows["amplint --version"] = measure([amplint, "--version"], args.runs, cwd=work)
-            rows["amplint --help"] = measure([amplint, "--help"], args.runs, cwd=work)
             ruff_exe = os.path.join(peers["ruff"], "ruff")
-            rows["ruff check --select ALL --output-format concise --no-cache"] = measure(
+            one = _one_file(path)
+            specs: list = []
+            if "jobs1" not in args.skip:
+                specs.append(("amplint cold, --jobs 1", [*base, "--jobs", "1"], args.runs, fresh, work))
+            specs.append(("amplint cold, default jobs", base, args.runs, fresh, work))
+            # the cold default-jobs run just before fills the cache (measured one by one, it is filled once here)
+            specs.append(("amplint warm, default jobs", base, args.runs, None, work))
+            if "jobs1" not in args.skip:
+                specs.append(("amplint warm, --jobs 1", [*base, "--jobs", "1"], args.runs, None, work))
+            # what pre-commit runs after an edit: one file, the rest of the project from the warm cache
+            specs.append((
+                f"amplint one file, warm project ({os.path.relpath(one, path)})",
+                [amplint, one, "--isolated", "--exit-zero", "--cache-dir", env_cache], args.runs, lambda: _touch(one), work,
+            ))
+            specs.append(("amplint --version", [amplint, "--version"], args.runs, None, work))
+            specs.append(("amplint --help", [amplint, "--help"], args.runs, None, work))
+            specs.append((
+                "ruff check --select ALL --output-format concise --no-cache",
                 [ruff_exe, "check", "--select", "ALL", "--output-format", "concise", "--no-cache", "--exit-zero", "--isolated", path],
-                args.runs,
-                cwd=work,
-            )
+                args.runs, None, work,
+            ))
             # (no warm ruff row: with --select ALL, ruff 0.17.6 here took as long with its cache
             # filled as without, 4.3 s CPU on transformers either way)
-            rows["ruff --version"] = measure([ruff_exe, "--version"], args.runs, cwd=work)
-            rows["ruff --help"] = measure([ruff_exe, "--help"], args.runs, cwd=work)
+            specs.append(("ruff --version", [ruff_exe, "--version"], args.runs, None, work))
+            specs.append(("ruff --help", [ruff_exe, "--help"], args.runs, None, work))
             if "parse" not in args.skip and not local:
-                rows["bare libcst parse (pool, 1 worker per core)"] = measure([amplint_py, "-c", _PARSE, path], max(1, min(args.runs, 3)), cwd=work)
+                specs.append(("bare libcst parse (pool, 1 worker per core)", [amplint_py, "-c", _PARSE, path], max(1, min(args.runs, 3)), None, work))
+            if not args.interleave:
+                specs = _cache_filled_before_warm(specs, base, work, fresh)
+            rows: Dict[str, Dict[str, float]] = measure_all(specs, args.interleave)
             slow = args.slow_peers == "all" or (args.slow_peers == "auto" and not local and info["files"] <= args.slow_max_files)
             if slow:
                 rows["fixit lint"] = measure([os.path.join(peers["fixit"], "fixit"), "lint", path], args.slow_runs, cwd=work)
@@ -375,6 +406,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(args.json, "w") as fh:
             json.dump({"machine": machine, "versions": versions, "results": results}, fh, indent=2)
     return 0
+
+
+def _cache_filled_before_warm(specs: list, base: Sequence[str], work: str, fresh) -> list:
+    """Measured one row after the other, the cold rows leave the cache of their last run; the
+    warm rows must find it filled by a run of the default command: the first warm row fills it."""
+    out = []
+    for name, cmd, runs, before, cwd in specs:
+        if name == "amplint warm, default jobs":
+            def fill(before=before) -> None:
+                if not getattr(fill, "done", False):
+                    fresh()
+                    subprocess.run(base, stdout=subprocess.DEVNULL, cwd=work)
+                    fill.done = True  # type: ignore[attr-defined]
+            before = fill
+        out.append((name, cmd, runs, before, cwd))
+    return out
 
 
 def _one_file(path: str) -> str:

@@ -10,7 +10,11 @@ Each size is one generated file, linted by a fresh `amplint --no-cache --jobs 1
 --file-timeout 0` process (the way a user runs it, without the time budget; `--file-timeout S`
 measures with one: issue 24's 140,000-line file with 30 s), timed
 as a whole: wall time, CPU time (user + system) and peak resident set
-(`resource.getrusage(RUSAGE_CHILDREN)` of a wrapper process that runs only it). On a
+(`resource.getrusage(RUSAGE_CHILDREN)` of a wrapper process that runs only it: the largest
+process of the run, a forked child included), and the peak of the amplint process alone (its
+`VmHWM` at exit: what the per-file bounds, which hold only in the children, do not cover).
+`--fix` runs `amplint --fix --unsafe-fixes` on a fresh copy of the file each time instead
+(the dense shapes' fixes are unsafe; a plain run checks them as that would apply them). On a
 shared machine the wall time swings with the neighbours' load; the CPU time much less,
 so the growth exponent is fitted on CPU time (and printed for wall time too).
 
@@ -35,6 +39,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,18 +49,32 @@ from typing import Dict, List, Sequence
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SIZES = (1000, 2500, 5000, 10000, 20000, 40000, 64000)
 
-# runs a command, prints {"wall": s, "maxrss_kb": peak of the child, "rc": n, "out": stdout bytes}
+# runs a command, prints {"wall": s, "maxrss_kb": peak of the largest process, "own_kb": the
+# command's own peak (written by `_AMPLINT` to $AMPLINT_SCALING_PEAK), "rc": n, "lines": stdout lines}
 _WRAPPER = r"""
-import json, resource, subprocess, sys, time
-t = time.perf_counter()
-p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-wall = time.perf_counter() - t
+import json, os, resource, subprocess, sys, tempfile, time
+with tempfile.NamedTemporaryFile() as peak:
+    t = time.perf_counter()
+    p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, "AMPLINT_SCALING_PEAK": peak.name})
+    wall = time.perf_counter() - t
+    own = peak.read().strip()
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss, "rc": p.returncode, "lines": p.stdout.count(b"\n")}))
+print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss, "own_kb": int(own or 0), "rc": p.returncode, "lines": p.stdout.count(b"\n")}))
 """
 
-# the console script's entry point (as the installed `amplint` runs it)
-_AMPLINT = "import sys; from amplint._start import main; sys.exit(main())"
+# the console script's entry point (as the installed `amplint` runs it), writing the process's own
+# peak resident set at exit (forked children leave with os._exit and write nothing)
+_AMPLINT = r"""
+import atexit, os, sys
+
+def _own_peak():
+    with open("/proc/self/status") as status, open(os.environ["AMPLINT_SCALING_PEAK"], "w") as out:
+        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+
+atexit.register(_own_peak)
+from amplint._start import main
+sys.exit(main())
+"""
 
 
 _ACCUM_STEP = (
@@ -137,22 +156,30 @@ def big_source(target_bytes: int) -> str:
     return "\n".join(parts)
 
 
-def measure(path: str, runs: int, file_timeout: float = 0) -> Dict[str, float]:
-    cmd = [sys.executable, "-c", _WRAPPER, sys.executable, "-c", _AMPLINT, "--no-cache", "--jobs", "1", "--file-timeout", f"{file_timeout:g}", path]
+def measure(path: str, runs: int, file_timeout: float = 0, fix: bool = False) -> Dict[str, float]:
+    """The medians of `runs` fresh processes on `path` (with `fix`: each on a fresh copy of it)."""
+    target = path + ".fixed.py" if fix else path
+    cmd = [sys.executable, "-c", _WRAPPER, sys.executable, "-c", _AMPLINT, "--no-cache", "--jobs", "1", "--file-timeout", f"{file_timeout:g}", target]
+    if fix:
+        cmd[-1:-1] = ["--fix", "--unsafe-fixes"]
     walls: List[float] = []
     cpus: List[float] = []
     rss: List[float] = []
+    own: List[float] = []
     found = 0
     for _ in range(runs):
+        if fix:
+            shutil.copyfile(path, target)
         out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, cwd=os.path.dirname(path)).stdout
         row = json.loads(out)
         if row["rc"] not in (0, 1):
-            raise SystemExit(f"amplint exited {row['rc']} on {path}")
+            raise SystemExit(f"amplint exited {row['rc']} on {target}")
         walls.append(row["wall"])
         cpus.append(row["cpu"])
         rss.append(row["maxrss_kb"] / 1024)
+        own.append(row["own_kb"] / 1024)
         found = row["lines"]
-    return {"median": statistics.median(walls), "min": min(walls), "cpu": statistics.median(cpus), "rss_mb": max(rss), "output_lines": found}
+    return {"median": statistics.median(walls), "min": min(walls), "cpu": statistics.median(cpus), "rss_mb": max(rss), "own_mb": max(own), "output_lines": found}
 
 
 def exponent(n1: float, t1: float, n2: float, t2: float) -> float:
@@ -178,26 +205,28 @@ def main(argv=None) -> int:
                     help="stop growing a shape once one size takes longer than this")
     ap.add_argument("--file-timeout", type=float, default=0.0,
                     help="the per-file budget each run gets (default 0: none; files over 512 KB keep their memory bound)")
+    ap.add_argument("--fix", action="store_true", help="run `--fix --unsafe-fixes` on a fresh copy of each file")
     ap.add_argument("--json", help="write the raw numbers here")
     args = ap.parse_args(argv)
     env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} cores"
-    print(f"# amplint scaling ({env_note}); median of {args.runs} runs, --no-cache --jobs 1 --file-timeout {args.file_timeout:g}")
+    mode = " --fix --unsafe-fixes" if args.fix else ""
+    print(f"# amplint scaling ({env_note}); median of {args.runs} runs, --no-cache --jobs 1 --file-timeout {args.file_timeout:g}{mode}")
     results: Dict[str, list] = {}
     shapes = ("module", "function") if args.shape == "both" else (args.shape,)
     with tempfile.TemporaryDirectory(prefix="amplint-scaling-") as tmp:
         for shape in shapes:
             rows = []
             print(f"\n## {'accumulation steps in one loop' if shape == 'accum' else f'AMP-dense lines, {shape} level'}\n")
-            print("| lines | median wall (s) | min wall (s) | median CPU (s) | peak RSS (MB) | output lines | k (CPU) vs previous |")
-            print("|---:|---:|---:|---:|---:|---:|---:|")
+            print("| lines | median wall (s) | min wall (s) | median CPU (s) | peak RSS (MB) | amplint process's own peak (MB) | output lines | k (CPU) vs previous |")
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|")
             for n in args.sizes:
                 path = os.path.join(tmp, f"dense_{shape}_{n}.py")
                 with open(path, "w") as f:
                     f.write(dense_source(n, shape))
-                m = measure(path, args.runs, args.file_timeout)
+                m = measure(path, args.runs, args.file_timeout, args.fix)
                 k = exponent(rows[-1]["lines"], rows[-1]["cpu"], n, m["cpu"]) if rows else None
                 rows.append({"lines": n, **m})
-                print(f"| {n} | {m['median']:.2f} | {m['min']:.2f} | {m['cpu']:.2f} | {m['rss_mb']:.0f} | {m['output_lines']} | "
+                print(f"| {n} | {m['median']:.2f} | {m['min']:.2f} | {m['cpu']:.2f} | {m['rss_mb']:.0f} | {m['own_mb']:.0f} | {m['output_lines']} | "
                       f"{'' if k is None else f'{k:.2f}'} |", flush=True)
                 if m["median"] > args.max_seconds:
                     print(f"(stopped: {n} lines took over {args.max_seconds:.0f} s)")
@@ -215,9 +244,10 @@ def main(argv=None) -> int:
             with open(path, "w") as f:
                 f.write(big_source(int(args.big_mb * 1024 * 1024)))
             size_mb = os.path.getsize(path) / 1024 / 1024
-            m = measure(path, args.runs, args.file_timeout)
+            m = measure(path, args.runs, args.file_timeout, args.fix)
             print(f"\n## {size_mb:.1f} MB plain file with one finding\n")
-            print(f"median {m['median']:.2f} s, min {m['min']:.2f} s, CPU {m['cpu']:.2f} s, peak RSS {m['rss_mb']:.0f} MB, "
+            print(f"median {m['median']:.2f} s, min {m['min']:.2f} s, CPU {m['cpu']:.2f} s, peak RSS {m['rss_mb']:.0f} MB "
+                  f"(amplint's own {m['own_mb']:.0f} MB), "
                   f"{m['output_lines']} output lines (targets: < 30 s, < 1536 MB)")
             results["big"] = [{"mb": size_mb, **m}]
     if args.json:

@@ -86,7 +86,10 @@ class DeprecatedAmpApi(Rule):
     (`get = getattr(torch, "get_autocast_dtype", None)`, then `if get is None:`),
     feature probes in a `try` body, type annotations, and names that are also
     rebound in the file (a class attribute of the same name rebinds it only
-    for the class body, not for its methods).
+    for the class body, not for its methods). A test that only probes for the
+    deprecated API itself (`if hasattr(torch.cuda, "amp") and
+    hasattr(torch.cuda.amp, "autocast"):`) is no fallback: the deprecated names
+    are there on every current torch, so the branch runs (and warns) there.
     Text inside strings and docstrings is never a use.
     `torch.cuda.amp.autocast(device_type=...)` is AMP002 (it raises TypeError).
 
@@ -295,9 +298,35 @@ scaler = GradScaler()
 """,
             "a device dispatch whose CUDA branch already uses torch.amp",
         ),
+        Valid(
+            """
+import torch
+if hasattr(torch.cuda.amp, "GradScaler") and not hasattr(torch.amp, "GradScaler"):
+    scaler = torch.cuda.amp.GradScaler()
+else:
+    scaler = torch.amp.GradScaler("cuda")
+""",
+            "a test that also probes for the new API picks the old-torch branch",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import contextlib
+import functools
+import torch
+
+if torch.cuda.is_available() and hasattr(torch.cuda, "amp") and hasattr(torch.cuda.amp, "autocast"):
+    autocast = functools.partial(torch.cuda.amp.autocast, dtype=torch.bfloat16)
+else:
+    @contextlib.contextmanager
+    def autocast():
+        yield
+""",
+            line=6,
+            why="probing for the deprecated API itself picks no torch version: it is there on every current torch",
+        ),
         Invalid(
             """
 import torch
@@ -555,7 +584,7 @@ def _gated(ctx: ModuleContext, ref: Reference) -> bool:
 
 
 def _gated_at(ctx: ModuleContext, path: Path, node: cst.CSTNode, bare: bool) -> bool:
-    if ctx.is_version_gated(path):
+    if ctx.is_version_gated(tuple(f for f in path if not _deprecated_api_present(ctx, f))):
         return True
     for frame in path:
         # `try: torch.is_autocast_enabled(device) except TypeError: <old per-device API>`
@@ -577,6 +606,64 @@ def _gated_at(ctx: ModuleContext, path: Path, node: cst.CSTNode, bare: bool) -> 
                     if any(w in text for w in _VERSION_WORDS):
                         return True
     return False
+
+
+#: the modules of the deprecated API (`torch.cuda.amp`, `torch.cpu.amp.autocast_mode`, ...): probing one
+#: for presence asks whether the deprecated API is there, not whether the new one is
+_DEPRECATED_MODULES = frozenset(
+    m for old in DEPRECATED_AMP for m in (old.rsplit(".", k)[0] for k in (1, 2)) if ".amp" in m
+)
+
+
+def _deprecated_api_present(ctx: ModuleContext, frame: Frame) -> bool:
+    """The branch runs when the deprecated API exists, i.e. on every torch that still has it:
+    `if hasattr(torch.cuda, "amp") and hasattr(torch.cuda.amp, "autocast") and cuda_ok:` (each
+    probe asks for a deprecated name, none for the device-generic one, and nothing else in the
+    test is a version check), or the `else` of `if not hasattr(torch.cuda.amp, "autocast"):`.
+    Such a test picks no API generation, so the code under it is no fallback."""
+    test = frame.test
+    if test is None:
+        return False
+    negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+    if frame.kind == "else" and negated:
+        operands: List[cst.BaseExpression] = [test.expression]
+    elif frame.kind == "if" and not negated:
+        operands = []
+        stack: List[cst.BaseExpression] = [test]
+        while stack:
+            part = stack.pop()
+            if isinstance(part, cst.BooleanOperation) and isinstance(part.operator, cst.And):
+                stack.extend((part.right, part.left))
+            else:
+                operands.append(part)
+    else:
+        return False
+    probes = 0
+    for part in operands:
+        probed = _probed_name(ctx, part)
+        if probed is None:
+            if "hasattr" in ctx.code_for(part) or "getattr" in ctx.code_for(part) or ctx.is_version_gated(
+                (Frame("if", frame.node, part),)
+            ):
+                return False  # a probe of something else, or a version check
+            continue
+        if probed not in DEPRECATED_AMP and probed not in _DEPRECATED_MODULES:
+            return False
+        probes += 1
+    return probes > 0
+
+
+def _probed_name(ctx: ModuleContext, node: cst.BaseExpression) -> Optional[str]:
+    """The qualified name `hasattr(obj, "name")` asks for (`torch.cuda.amp.autocast`), or None."""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "hasattr"):
+        return None
+    if len(node.args) != 2 or any(a.keyword is not None or a.star for a in node.args):
+        return None
+    attr = literal_string(node.args[1].value)
+    owner = ctx.imports.qualnames(node.args[0].value)
+    if attr is None or len(owner) != 1:
+        return None
+    return f"{next(iter(owner))}.{attr}"
 
 
 def _tested_name(test: cst.BaseExpression) -> Optional[cst.Name]:

@@ -98,6 +98,24 @@ class Fp16BackwardWithoutScaler(Rule):
     `zero_grad()` in the file: a benchmark timing `backward()`, a gradient check),
     for its module-level code and the functions it calls itself; a function the
     file only defines (a `training_step` whose caller steps) still counts.
+    Silent, likewise, on a benchmark whose updates reach nothing it reports: the
+    file's own script code measures memory or time (`torch.cuda.max_memory_allocated`,
+    `reset_peak_memory_stats`, `torch.cuda.Event`, `time.perf_counter`, the
+    profiler), nothing in the file keeps the model (no save, `state_dict`,
+    checkpoint or export call), the function returns no value, and the loss is
+    never read as a value (it only feeds `backward()`, `is None` tests and `del`):
+    a VRAM benchmark stepping a throwaway optimizer reports the same numbers
+    whether fp16 gradients underflow or not. A benchmark that prints the loss
+    it trains, or saves what it trained, keeps its finding.
+    Only autocast regions are read. Not followed, so silent: a network that
+    casts its own activations to fp16 (`x.to(torch.float16)` in the blocks a
+    configuration marks fp16, weights cast to the input's dtype with the compute
+    dtype taken from an environment variable), FSDP's `MixedPrecision` with a
+    `param_dtype` from a config value, and a model cast to a configured dtype
+    and trained through `accelerator.backward` of an `Accelerator()` without
+    mixed precision. In each the fp16 path is a run-time choice the file does
+    not spell, and often one its authors advise against; where the file does
+    spell it (a literal candidate), the rule counts it as above.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP105` (docs/evidence.md#amp105)
@@ -259,6 +277,31 @@ for x, y in loader:
 """,
             "getattr(torch, flag) whose choices include no fp16",
         ),
+        Valid(
+            """
+import torch
+def measure_vram(model, batches, sizes):
+    results = {}
+    for bs in sizes:
+        torch.cuda.reset_peak_memory_stats()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        for x, y in batches(bs):
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.float16):
+                _, loss = model(x, y)
+            if loss is not None:
+                loss.backward()
+                optimizer.step()
+        results[bs] = torch.cuda.max_memory_allocated()
+        del optimizer
+    print(results)
+
+
+if __name__ == "__main__":
+    measure_vram(model, batches, [1, 2, 4, 8])
+""",
+            "a memory benchmark: nothing it reports or keeps depends on the gradients' values",
+        ),
     ]
 
     INVALID = [
@@ -393,6 +436,61 @@ def train(model, optimizer, loader):
             line=13,
             why="the dtype is picked at run time from a table that offers float16: on that path nothing scales the loss",
         ),
+        Invalid(
+            """
+import torch
+def train(model, optimizer, loader, device, accum):
+    for x, y in loader:
+        with torch.autocast(device.type, dtype=torch.bfloat16 if device.type == "cuda" else torch.float16):
+            _, loss = model(x, y)
+        if accum > 1:
+            loss = loss / accum
+        loss.backward()
+        optimizer.step()
+""",
+            line=8,
+            why="the loss rescaled under an `if` before the backward is still the fp16 region's (fp16 on MPS)",
+        ),
+        Invalid(
+            """
+import time
+import torch
+def bench(model, optimizer, x, y, steps):
+    t0 = time.perf_counter()
+    for k in range(steps):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"{k}/{steps} loss: {loss.item():.4f}")
+    print(time.perf_counter() - t0)
+
+
+bench(model, optimizer, x, y, 20)
+""",
+            line=9,
+            why="a speed benchmark that reports the loss it trains: underflowed updates change what it prints",
+        ),
+        Invalid(
+            """
+import torch
+def profile_memory(model, optimizer, loader):
+    torch.cuda.reset_peak_memory_stats()
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+    print(torch.cuda.max_memory_allocated())
+    torch.save(model.state_dict(), "after.pt")
+
+
+profile_memory(model, optimizer, loader)
+""",
+            line=7,
+            why="it measures memory, but keeps the model it trained",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -411,7 +509,7 @@ def train(model, optimizer, loader):
                 if loss is None:
                     continue
                 source = _fp16_source(ctx, scope, event, loss)
-                if source is not None:
+                if source is not None and not _measures_only(ctx, scope, loss):
                     yield self._diagnostic(ctx, event, loss, source)
 
     def _diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion) -> Diagnostic:
@@ -471,6 +569,128 @@ def _updates_parameters(ctx: ModuleContext) -> bool:
     if ctx.optimizers:
         return True
     return any(e.kind in ("optimizer_step", "zero_grad") for s in ctx.scopes for e in s.events)
+
+
+#: calls that measure a step rather than train with it: CUDA's memory statistics, timing events,
+#: torch's benchmark and profiler modules, wall clocks
+_MEASURING_PREFIXES = ("torch.utils.benchmark.", "torch.profiler.", "timeit.")
+_MEASURING_CALLS = frozenset((
+    "torch.cuda.Event", "torch.cuda.synchronize", "time.perf_counter", "time.perf_counter_ns", "time.time",
+    "time.monotonic", "time.process_time",
+))
+#: what a call that keeps the trained model or its state is named (`torch.save`, `save_pretrained`,
+#: `save_checkpoint`, `model.state_dict()`, `push_to_hub`, `torch.onnx.export`)
+_KEEPING_WORDS = ("save", "checkpoint", "state_dict", "push_to_hub", "export")
+
+
+def _measures_only(ctx: ModuleContext, scope: Scope, loss: cst.BaseExpression) -> bool:
+    """A benchmark whose updates reach nothing it reports: the file's own script code (module
+    level, or a plain function the file calls) measures memory or time, nothing in the file keeps
+    the model (no save, no `state_dict`, no export), the function returns no value, and the loss
+    (with what its statement unpacks beside it) is never read as a value: it only feeds
+    `backward()`, `is None` tests and `del`. A VRAM or speed benchmark that steps a throwaway
+    optimizer reports the same numbers whether fp16 gradients underflow or not; one that prints
+    the loss it trains reports what underflow changes, and keeps its finding."""
+    if not scope.is_module and (scope.cls is not None or not ctx.callers(scope)):
+        return False
+    measures = False
+    for call in ctx.calls:
+        names = [call.dotted or "", call.method or ""] + list(call.qualnames)
+        if any(w in n.lower() for n in names for w in _KEEPING_WORDS):
+            return False
+        if not measures:
+            measures = call.method == "elapsed_time" or any(
+                q in _MEASURING_CALLS or q.startswith(_MEASURING_PREFIXES)
+                or (q.startswith("torch.cuda.") and "memory" in q)
+                for q in call.qualnames
+            )
+    if not measures:
+        return False
+    names = {n for n in _names(loss) if n != "_"}
+    for name in list(names):
+        for a in ctx.assignments_to(name, scope):
+            if a.scope is scope and a.unpacked:
+                names |= {b.target for b in ctx.assignments if b.node is a.node and "." not in b.target}
+    names.discard("_")
+    backwards = {id(e.call.node) for e in scope.events if e.kind == "backward"}
+    reads = _Reads(names, backwards, scope.node)
+    scope.node.visit(reads)
+    return not reads.found
+
+
+class _Reads(cst.CSTVisitor):
+    """Whether the code of one scope (not of functions, lambdas or classes nested in it) reads
+    any of `names` as a value, or returns a value. Not reads: the receiver of a `backward()` call,
+    `x is None` / `x is not None`, `del x`, and an assignment that rebinds one of the names
+    (`loss = loss / accum`)."""
+
+    def __init__(self, names: Set[str], backwards: Set[int], root: cst.CSTNode) -> None:
+        super().__init__()
+        self.names = names
+        self.backwards = backwards
+        self.root = root
+        self.found = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.root
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Parameters(self, node: cst.Parameters) -> bool:
+        return False
+
+    def visit_Return(self, node: cst.Return) -> bool:
+        if node.value is not None:
+            self.found = True
+        return False
+
+    def visit_Assign(self, node: cst.Assign) -> bool:
+        targets: Set[str] = set()
+        for t in node.targets:
+            targets |= _names(t.target) if not isinstance(t.target, cst.Name) else {t.target.value}
+        if targets and targets <= self.names | {"_"}:
+            return False  # `loss = loss / n`: the loss again
+        node.value.visit(self)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        if isinstance(node.target, cst.Name) and node.target.value in self.names:
+            return False
+        node.value.visit(self)
+        return False
+
+    def visit_Del(self, node: cst.Del) -> bool:
+        return False
+
+    def visit_Comparison(self, node: cst.Comparison) -> bool:
+        if (
+            isinstance(node.left, cst.Name)
+            and len(node.comparisons) == 1
+            and isinstance(node.comparisons[0].operator, (cst.Is, cst.IsNot))
+            and isinstance(node.comparisons[0].comparator, cst.Name)
+            and node.comparisons[0].comparator.value == "None"
+        ):
+            return False
+        return True
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        return id(node) not in self.backwards
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # `outputs.loss`: `loss` is an attribute's name here, not the variable
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)  # `f(loss=x)`: a keyword is no read
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.names:
+            self.found = True
 
 
 def _mentions_scaling(ctx: ModuleContext) -> bool:
@@ -538,22 +758,23 @@ def _fp16_source(ctx: ModuleContext, scope: Scope, event: Event, loss: cst.BaseE
     region = _returned_from_fp16(ctx, loss)
     if region is not None:
         return region
-    frontier = _names(loss)
-    seen: Set[str] = set()
-    before = event.order
-    for _ in range(3):
-        following: Set[str] = set()
-        for name in frontier - seen:
-            seen.add(name)
-            a = _last_assignment(ctx, scope, name, before, event.path)
-            if a is None:
+    # (name, order, path): a name as the code at `order` reads it, i.e. its last assignment before
+    # that point; `loss = loss / n` reads the `loss` assigned before it, not itself
+    frontier = [(name, event.order, event.path) for name in _names(loss)]
+    seen: Set[int] = set()
+    for _ in range(4):
+        following = []
+        for name, before, at in frontier:
+            a = _last_assignment(ctx, scope, name, before, at)
+            if a is None or id(a.node) in seen:
                 continue
+            seen.add(id(a.node))
             if _is_fp16(ctx, a.region):
                 return a.region
             region = _returned_from_fp16(ctx, a.value)
             if region is not None:
                 return region
-            following |= _names(a.value)
+            following += [(n, a.order, a.path) for n in _names(a.value)]
         frontier = following
     return None
 

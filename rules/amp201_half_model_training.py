@@ -1,20 +1,12 @@
 """AMP201 half-model-training."""
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Iterator
 
-from amplint.model import Diagnostic, Invalid, Project, Rule, Severity, Valid, torchapi
+from amplint.model import Diagnostic, Invalid, Project, Rule, Severity, Valid
 
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
-    import libcst as cst
-
-    from amplint.model import CallInfo, LowPrecisionCast, ModuleContext, Scope
-
-#: callees that keep fp32 master weights for the optimizer they are given
-#: (apex FP16_Optimizer / amp.initialize, DeepSpeed, fairseq's FP16Optimizer...)
-_MASTER_WRAPPER = re.compile(r"fp16|master|initialize|mixedprecision", re.IGNORECASE)
-_INIT_SCOPES = ("__init__", "<module>", "setup", "build", "build_model")
+    from amplint.model import CallInfo, LowPrecisionCast, ModuleContext
 
 
 class HalfModelTraining(Rule):
@@ -78,13 +70,16 @@ class HalfModelTraining(Rule):
     copy nobody optimizes), for `x.half().float()` rounding tricks, for tensors
     (only `.parameters()` of the converted object count as evidence), for
     master-weight schemes (the optimizer gets fp32 copies, or is handed to
-    apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed), for files that
+    apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed, positionally, by
+    keyword or in a tuple), for files that
     freeze parameters (trainable adapters may be fp32), when the name is
     rebound (`model = get_peft_model(model, config)`) on every path from the
     cast to the optimizer's constructor (a rebind behind a flag, `if
     args.use_peft: model = get_peft_model(model, cfg)`, leaves the path where
     the fp16 model itself is optimized; one on both sides of an if/else
-    does not), and for bf16 (wide range; not this rule).
+    does not; `DDP(model)`, `nn.DataParallel(model)` and `torch.compile(model)`
+    hand the optimizer the model's own parameters and are not rebinds), and
+    for bf16 parameters (AMP206 reports those).
 
     Across files: also flags an optimizer built on a module that a builder,
     loader or `convert_weights(model)`-style helper in another file made fp16
@@ -200,7 +195,7 @@ import torch
 model = Net().cuda().to(torch.bfloat16)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 """,
-            "bf16 parameters: not this rule",
+            "bf16 parameters: AMP206's",
         ),
         Valid(
             """
@@ -446,65 +441,22 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
-        ctors = [c for c in ctx.calls if c.qualname and torchapi.is_optimizer_class(c.qualname)]
-        if not ctors or _freezes(ctx):
-            return
-        chosen = _choice_casts(ctx)
-        casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16"] + chosen
-        if not casts:
-            return
-        for cast in casts:
-            if _not_a_training_conversion(ctx, cast):
-                continue
-            subjects = _subjects(ctx, cast)
-            for ctor in ctors:
-                key = _assigned_key(ctx, ctor)
-                if self._updates(ctx, cast, subjects, ctor, key):
-                    yield self._diagnostic(ctx, cast, ctor, chosen=cast in chosen)
-                    break
+        from amplint.model import trained_casts
 
-    def _updates(self, ctx: ModuleContext, cast: LowPrecisionCast, subjects: Set[str], ctor: CallInfo, key: Optional[str]) -> bool:
-        from amplint.model import exclusive
-
-        if not subjects or exclusive(cast.call.path, ctor.path):
-            return False
-        if not _in_reach(cast.call.scope, ctor.scope, subjects):
-            return False
-        params = ctor.arg(0, "params")
-        if params is None or not _references_parameters(ctx, params, subjects, ctor):
-            return False
-        if cast.call.order < ctor.order:
-            if _rebound_between(ctx, subjects, cast, ctor):
-                return False
-        elif not (key and _stepped_after(ctx, key, cast.call)):
-            return False
-        if _reverted_later(ctx, subjects, cast.call):
-            return False
-        if key and _master_wrapped(ctx, key):
-            return False
-        return True
+        for found in trained_casts(ctx, "fp16"):
+            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """An optimizer built on a module that another file made fp16 (a builder, a loader,
         a `convert_weights(model)` helper); same-file casts are `check`'s."""
-        for call in project.calls():
-            q = project.optimizer_class(call)
-            if q is None:
-                continue
-            if project.master_weights(call):
-                continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
-            for name, site in project.fp16_modules(project.updated_modules(call), pretrained=True):
-                pretrained = (project.loaded_at(site) or "").endswith("from_pretrained(...)") if site else False
-                if not site or (site[0] == call.path and (pretrained or not project.loaded_at(site))):
-                    continue  # same-file casts and `from_pretrained` loads are `check`'s
-                if pretrained and _freezes_around(project, call, site):
-                    continue  # a frozen fp16 base whose trainable part may be fp32 (adapters, a new head)
-                opt = q.rsplit(".", 1)[-1]
-                message = f"`{opt}` updates the parameters of a `{name}` made fp16, with no fp32 master copy"
-                data = {"optimizer": opt, "optimizer_class": q, "dtype": "fp16", "device": None, "cast_at": project.where(*site)}
-                yield project.diagnostic(self, call, message, data=data, related=(project.related(*site, "made fp16 here"),),
-                                         help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
-                break
+        from amplint.model import cast_modules
+
+        for found in cast_modules(project, "fp16"):
+            opt = found.optimizer.rsplit(".", 1)[-1]
+            message = f"`{opt}` updates the parameters of a `{found.name}` made fp16, with no fp32 master copy"
+            data = {"optimizer": opt, "optimizer_class": found.optimizer, "dtype": "fp16", "device": None, "cast_at": project.where(*found.site)}
+            yield project.diagnostic(self, found.call, message, data=data, related=(project.related(*found.site, "made fp16 here"),),
+                                     help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
         yield from self._chosen_across_files(project)
 
     def _chosen_across_files(self, project: Project) -> Iterator[Diagnostic]:
@@ -512,53 +464,21 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         it among dtype literals, float16 one of them (`train_util.prepare_dtype(args)`), or the
         optimizer from a project helper constructing a torch optimizer on the parameters it is
         given (`train_util.get_optimizer(args, trainable_params)`): what one file cannot see."""
-        from amplint.model import optimizer_builds, project_dtype_choices
+        from amplint.model import ProjectCall, chosen_casts
 
-        for path, qual, info in list(project.functions()):
-            if "dc" not in info or qual == "<module>":
-                continue
-            builds = None
-            found = []  # (cast record, dtype name, choice, build)
-            for subject, name, row in info["dc"]:
-                choice = project_dtype_choices(project, path, qual, name)
-                if choice is None or "fp16" not in choice[0]:
-                    continue
-                if builds is None:
-                    builds = optimizer_builds(project, path, qual)
-                cast = {subject, *info.get("lv", {}).get(subject, ())}  # `for te in text_encoders: te.to(d)`
-                build = next((b for b in builds if any(m == c or m.startswith(c + ".") for m in b.modules for c in cast)), None)
-                if build is None or (not choice[1] and build.helper is None):
-                    continue  # nothing picked in another file: the per-file check's
-                if subject in info.get("fz", ()) or _cast_back(info, subject, row):
-                    continue
-                low, high = sorted((row, build.call.row))
-                if any(low < r < high for r in info.get("rb", {}).get(subject, ())):
-                    continue  # `del unet; unet = unet_lllite` between the cast and the optimizer
-                if subject in info.get("fv", ()) and row < build.call.row:
-                    continue  # `m.requires_grad_(train_m)`: before the optimizer, maybe the frozen path's cast
-                if row > build.call.row and not _steps_after(info, row):
-                    continue
-                if _master_passed(info, build):
-                    continue
-                record = next((r for r in info["calls"] if r["r"] == row and r["f"] == f"{subject}.to"), None)
-                if record is not None:
-                    found.append((record, name, choice, build))
-            if not found:
-                continue
-            record, name, choice, build = found[0]
-            from amplint.model import ProjectCall
-
-            cast = ProjectCall(path, qual, record)
+        for found in chosen_casts(project, lambda dtypes: "fp16" in dtypes):
+            record, name, build = found.record, found.name, found.build
+            cast = ProjectCall(found.path, found.qual, record)
             helper = build.call.record["f"].rsplit(".", 1)[-1] if build.helper else build.optimizer.rsplit(".", 1)[-1]
             message = f"`{record['f']}({name})` may make the model fp16: `{helper}` has no fp32 master copy"
             if len(message) >= 100:
                 message = f"`{record['f']}(...)` may make the model fp16, with no fp32 master copy"
             related = []
-            for site in choice[1][:1]:
+            for site in found.choice[1][:1]:
                 related.append(project.related(*site, "picks the dtype, float16 among its choices"))
             related.append(project.site(build.call, "the optimizer is built on its parameters here"))
-            for other, *_ in found[1:4]:
-                related.append(project.site(ProjectCall(path, qual, other), "also cast here"))
+            for other in found.more[:3]:
+                related.append(project.site(ProjectCall(found.path, found.qual, other), "also cast here"))
             data = {
                 "optimizer": build.optimizer.rsplit(".", 1)[-1],
                 "optimizer_class": build.optimizer,
@@ -570,10 +490,10 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
                                      help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
 
     def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False) -> Diagnostic:
-        from amplint.model import literal_number
+        from amplint.model import describe_cast, literal_number
 
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
-        what = _describe(ctx, cast, chosen)
+        what = describe_cast(ctx, cast, chosen)
         message = f"{what}: `{opt}` updates fp16 parameters with no fp32 master copy"
         if chosen:  # the dtype is picked at run time among literals, float16 one of them
             message = f"{what} may make the model fp16: `{opt}` then has no fp32 master copy"
@@ -589,328 +509,3 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             "snippet": ctx.code_for(ctor.node),  # the optimizer's constructor, which the verifier runs
         }
         return ctx.diagnostic(self, cast.call.node, message, data=data, help=help)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _freezes_around(project: Project, call, site) -> bool:
-    """`requires_grad_(...)` called in the function building the optimizer or in the one loading
-    the model (the summaries keep calls, not `p.requires_grad = False` assignments: a call is
-    what they can tell)."""
-    functions = [project.function((call.path, call.func))]
-    loader = next(
-        (info for path, _, info in project.functions() if path == site[0] and any(r["r"] == site[1] for r in info["calls"])),
-        None,
-    )
-    functions.append(loader)
-    return any(r["f"].endswith("requires_grad_") for info in functions if info for r in info["calls"])
-
-
-def _cast_back(info, subject: str, row: int) -> bool:
-    """`subject.float()` / `.to(torch.float32)` later in the function (the summary's casts)."""
-    return any(name == subject and dtype == "fp32" and r > row for name, dtype, r in info["casts"])
-
-
-def _steps_after(info, row: int) -> bool:
-    """An optimizer `step()` after the cast in the same function (the training loop)."""
-    return any(r["r"] > row and r["f"].endswith(".step") and "optim" in r["f"].lower() for r in info["calls"])
-
-
-def _master_passed(info, build) -> bool:
-    """The function hands the optimizer it built to something that keeps fp32 master weights."""
-    spelled = build.call.record["f"]
-    names = {n for n, refs in info["locals"].items() if any(r and r.get("c") == spelled for r in refs)}
-    names |= {n for n, refs in info.get("ue", {}).items() if any(c.get("c") == spelled for _, c in refs)}
-    for r in info["calls"]:
-        if r["f"] and _MASTER_WRAPPER.search(r["f"]) and any(a and a.get("n") in names for a in [*r["a"], *r["k"].values()]):
-            return True
-    return False
-
-
-def _choice_casts(ctx: ModuleContext) -> List[LowPrecisionCast]:
-    """Casts whose dtype is picked at run time among literals the file spells, float16 one of
-    them: `model.to(weight_dtype)` with `weight_dtype = torch.float16 if args.fp16 else
-    torch.float32`, `from_pretrained(..., torch_dtype=dtype)` likewise (`dtype_choices`)."""
-    from amplint.model import LowPrecisionCast, call_chain, dtype_choices
-
-    out: List[LowPrecisionCast] = []
-    by_node = None
-    for call in ctx.calls:
-        if call.method in ("to", "type"):
-            args = [a.value for a in call.node.args if a.keyword is None or a.keyword.value == "dtype"]
-        elif call.method == "from_pretrained" or (call.dotted or "").endswith("from_pretrained"):
-            args = [a.value for a in call.node.args if a.keyword is not None and a.keyword.value in ("torch_dtype", "dtype")]
-        else:
-            continue
-        if not args or any(ctx.dtype_of(a) is not None for a in args):
-            continue  # no dtype argument, or a literal one (`low_precision_casts` has those)
-        if not any("fp16" in dtype_choices(ctx, a, call.scope, call.order) for a in args):
-            continue
-        if by_node is None:
-            by_node = {c: a for a in ctx.assignments if not a.unpacked for c in call_chain(a.value)}
-        assignment = by_node.get(call.node)
-        subject = assignment.target if assignment is not None else call.receiver_dotted
-        out.append(LowPrecisionCast(call=call, dtype="fp16", subject=subject, assignment=assignment))
-    return out
-
-
-def _describe(ctx: ModuleContext, cast: LowPrecisionCast, chosen: bool = False) -> str:
-    node = cast.call.node
-    if cast.call.method == "from_pretrained" or (cast.call.dotted or "").endswith("from_pretrained"):
-        if chosen:
-            dtype = cast.call.arg(None, "torch_dtype") or cast.call.arg(None, "dtype")
-            spelled = ctx.code_for(dtype) if dtype is not None else "..."
-            if len(spelled) > 30 or "\n" in spelled:  # a flag's if/else: the message stays one short sentence
-                spelled = "..."
-            return f"`from_pretrained(..., torch_dtype={spelled})`"
-        return "`from_pretrained(..., torch_dtype=float16)`"
-    text = ctx.code_for(node)
-    if len(text) > 40 or "\n" in text:
-        text = f"{cast.subject or ''}.{cast.call.method}(...)"
-    return f"`{text}`"
-
-
-def _chain_root(ctx: ModuleContext, node: cst.CSTNode) -> Optional[str]:
-    """`model` for `model.cuda().half()`; None for `Net().half()` or `copy.deepcopy(m).half()`."""
-    import libcst as cst
-
-    from amplint.model import dotted_name
-
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-        node = node.func.value
-    name = dotted_name(node)
-    if name is None or ctx.imports.is_imported(name.split(".")[0]):
-        return None
-    return name
-
-
-def _subjects(ctx: ModuleContext, cast: LowPrecisionCast) -> Set[str]:
-    out = set()
-    if cast.subject and not ctx.imports.is_imported(cast.subject.split(".")[0]):
-        out.add(cast.subject)
-    if cast.call.method in ("half", "to", "type"):  # Module.half()/to() convert in place
-        root = _chain_root(ctx, cast.call.node)
-        if root:
-            out.add(root)
-    return out
-
-
-def _outer_methods(ctx: ModuleContext, node: cst.Call) -> List[Tuple[str, cst.Call]]:
-    """Methods chained after `node`: `.eval()` in `model.half().eval()`."""
-    import libcst as cst
-
-    out = []
-    current: cst.CSTNode = node
-    while True:
-        parent = ctx.parent(current)
-        if not isinstance(parent, cst.Attribute) or parent.value is not current:
-            return out
-        call = ctx.parent(parent)
-        if not isinstance(call, cst.Call) or call.func is not parent:
-            return out
-        out.append((parent.attr.value, call))
-        current = call
-
-
-def _not_a_training_conversion(ctx: ModuleContext, cast: LowPrecisionCast) -> bool:
-    """Inference or rounding shapes: `.half().eval()`, `.eval().half()`, `.half().float()`."""
-    import libcst as cst
-
-    from amplint.model import call_chain, fp32_cast, literal_bool
-
-    after = _outer_methods(ctx, cast.call.node)
-    for method, call in after:
-        if method == "eval" or method == "double" or fp32_cast(ctx, call):
-            return True
-        if method == "requires_grad_" and literal_bool(call.args[0].value if call.args else None) is False:
-            return True
-    before = list(call_chain(cast.call.node))[1:]
-    return any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "eval" for c in before)
-
-
-def _assigned_key(ctx: ModuleContext, ctor: CallInfo) -> Optional[str]:
-    for a in ctx.assignments:
-        if not a.unpacked and a.value is ctor.node:
-            return a.target
-    return None
-
-
-def _in_reach(cast_scope: Scope, ctor_scope: Scope, subjects: Set[str]) -> bool:
-    """The optimizer's scope sees the object the cast converted, and the cast runs first
-    (same scope, or a constructor-like scope of the same class, or module level)."""
-    if cast_scope is ctor_scope:
-        return True
-    if cast_scope.name not in _INIT_SCOPES:
-        return False
-    if cast_scope.cls is not None and cast_scope.cls is ctor_scope.cls and any(s.startswith("self.") for s in subjects):
-        return True
-    if cast_scope.is_module:
-        return not any(s.split(".")[0] in ctor_scope.params for s in subjects)
-    return False
-
-
-def _matches(receiver: Optional[str], subjects: Set[str]) -> bool:
-    return receiver is not None and any(receiver == s or receiver.startswith(s + ".") for s in subjects)
-
-
-def _refs(ctx: ModuleContext, node: cst.CSTNode, subjects: Set[str]) -> Tuple[bool, bool]:
-    """(a subject's `.parameters()` is called, an fp32 cast is made) anywhere in `node`."""
-    import libcst as cst
-
-    from amplint.model import descendants, dotted_name, fp32_cast
-
-    parameters = fp32 = False
-    for n in descendants(node):
-        if not isinstance(n, cst.Call):
-            continue
-        if isinstance(n.func, cst.Attribute) and n.func.attr.value in ("parameters", "named_parameters"):
-            if _matches(dotted_name(n.func.value), subjects):
-                parameters = True
-        if fp32_cast(ctx, n):
-            fp32 = True
-    return parameters, fp32
-
-
-def _references_parameters(ctx: ModuleContext, params: cst.BaseExpression, subjects: Set[str], ctor: CallInfo) -> bool:
-    """`params` holds the subjects' own parameters (not fp32 copies of them), directly or through one name."""
-    import libcst as cst
-
-    from amplint.model import assignment_before
-
-    parameters, fp32 = _refs(ctx, params, subjects)
-    if fp32:
-        return False
-    if parameters:
-        return True
-    if isinstance(params, cst.Call) and _helper_returns_parameters(ctx, params, subjects, ctor):
-        return True
-    if isinstance(params, cst.Name):
-        a = assignment_before(ctx, params.value, ctor.scope, ctor.statement, ctor.order)
-        if a is not None and not a.unpacked:
-            parameters, fp32 = _refs(ctx, a.value, subjects)
-            return parameters and not fp32
-    return False
-
-
-def _helper_returns_parameters(ctx: ModuleContext, params: cst.Call, subjects: Set[str], ctor: CallInfo) -> bool:
-    """`Adam(get_trainable_params(model))`: a function of this file, passed a subject, returns
-    its parameter's own parameters (`[p for p in model.parameters() if p.requires_grad]`),
-    not fp32 copies of them."""
-    import libcst as cst
-
-    from amplint.model import descendants, dotted_name
-
-    info = ctx.call_info(params)
-    callee = ctx.callee(info) if info is not None else None
-    if callee is None or not isinstance(callee.node, cst.FunctionDef):
-        return False
-    names = list(callee.params)
-    if callee.cls is not None and names and info is not None and info.receiver_dotted == "self":
-        names = names[1:]  # `self.trainable(model)`: the first parameter is the instance
-    passed = set()
-    for i, arg in enumerate(a for a in params.args if not a.star):
-        if not _matches(dotted_name(arg.value), subjects):
-            continue
-        if arg.keyword is not None:
-            passed.add(arg.keyword.value)
-        elif i < len(names):
-            passed.add(names[i])
-    if not passed:
-        return False
-    returns = [n for n in descendants(callee.node.body) if isinstance(n, cst.Return) and n.value is not None]
-    for ret in returns:
-        parameters, fp32 = _refs(ctx, ret.value, passed)
-        if parameters and not fp32:
-            return True
-    return False
-
-
-def _rebound_between(ctx: ModuleContext, subjects: Set[str], cast: LowPrecisionCast, ctor: CallInfo) -> bool:
-    """A subject is assigned something other than itself (`model = get_peft_model(model)`)
-    between the cast and the optimizer, on every way from one to the other: a rebind only
-    behind a flag (`if args.use_peft: model = get_peft_model(model, cfg)`) leaves the other
-    path, where the fp16 model itself reaches the optimizer, as the code offers it; an
-    if/else (or if/elif/else) rebinding it on each side covers every path."""
-    rebinds = []
-    for s in subjects:
-        for a in ctx.assignments_to(s):
-            if a is cast.assignment or not (cast.call.order < a.order < ctor.order):
-                continue
-            if a.scope is not ctor.scope and a.scope is not cast.call.scope:
-                continue
-            if _chain_root(ctx, a.value) != s:
-                rebinds.append(_branches_beyond(a.path, ctor.path))
-    return _covers(rebinds)
-
-
-def _branches_beyond(path, base) -> tuple:
-    """The if/else frames of `path` past its common prefix with `base` (where the optimizer is
-    built): the branches that decide whether the statement runs on the way to it. Loops and
-    try blocks are not counted as branches (a rebind in them is taken to run)."""
-    common = 0
-    while common < min(len(path), len(base)) and path[common].node is base[common].node and path[common].kind == base[common].kind:
-        common += 1
-    return tuple(f for f in path[common:] if f.kind in ("if", "else"))
-
-
-def _covers(paths: List[tuple]) -> bool:
-    """Whether statements at these branch paths run on every path: one of them unconditionally,
-    or both sides of one `if` covered in turn."""
-    if any(not p for p in paths):
-        return True
-    sides: Dict[int, Dict[str, List[tuple]]] = {}
-    for p in paths:
-        sides.setdefault(id(p[0].node), {}).setdefault(p[0].kind, []).append(p[1:])
-    return any("if" in s and "else" in s and _covers(s["if"]) and _covers(s["else"]) for s in sides.values())
-
-
-def _stepped_after(ctx: ModuleContext, key: str, cast: CallInfo) -> bool:
-    from amplint.model import dotted_name
-
-    for call in ctx.method_calls("step"):
-        if call.scope is not cast.scope or call.order <= cast.order:
-            continue
-        if call.receiver_dotted == key:
-            return True
-        arg = call.arg(0, "optimizer")
-        if arg is not None and dotted_name(arg) == key:
-            return True
-    return False
-
-
-def _reverted_later(ctx: ModuleContext, subjects: Set[str], cast: CallInfo) -> bool:
-    """`model.float()` / `model.to(torch.float32)` later in the same scope."""
-    from amplint.model import fp32_cast
-
-    for call in ctx.calls:
-        if call.scope is cast.scope and call.order > cast.order and fp32_cast(ctx, call.node):
-            if _chain_root(ctx, call.node) in subjects:
-                return True
-    return False
-
-
-def _master_wrapped(ctx: ModuleContext, key: str) -> bool:
-    """The optimizer is handed to something that keeps fp32 master weights."""
-    from amplint.model import dotted_name
-
-    for call in ctx.calls:
-        callee = call.dotted or min(call.qualnames, default="")
-        if not _MASTER_WRAPPER.search(callee):
-            continue
-        if any(dotted_name(a.value) == key for a in call.node.args):
-            return True
-    return False
-
-
-def _freezes(ctx: ModuleContext) -> bool:
-    """`p.requires_grad = False` or `.requires_grad_(False)` anywhere in the file."""
-    from amplint.model import literal_bool
-
-    for a in ctx.assignments:
-        if a.target.endswith("requires_grad") and literal_bool(a.value) is False:
-            return True
-    for call in ctx.method_calls("requires_grad_"):
-        if literal_bool(call.arg(0, "requires_grad")) is False:
-            return True
-    return False

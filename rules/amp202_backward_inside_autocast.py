@@ -85,7 +85,15 @@ class BackwardInsideAutocast(Rule):
     Across files: also flags a backward inside an autocast the file alone
     does not show: one held in an attribute or `partial`
     (`amp_autocast = partial(torch.autocast, ...)` then `with amp_autocast():`),
-    or entered by a project decorator defined in another module.
+    one entered by a project decorator defined in another module, and one a
+    caller enters around the call of the project function that runs the
+    backward (`with torch.autocast("cuda"): contrastive_forward(...)`, whose
+    body calls `scaler.scale(loss_k).backward()`; the related site names the
+    calls in between). A backward on a call's result
+    (`criterion(out, y).backward()`) counts like one on a name. A framework's
+    precision setting (Lightning's `Trainer(precision=...)` running
+    `training_step`, accelerate's prepared forward) does not count, as in one
+    file (fixtures/projects/backward_helper).
 
     ## References
     - amplint's evidence page: `amplint --explain AMP202` (docs/evidence.md#amp202)
@@ -280,26 +288,30 @@ for x, y in loader:
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """A backward inside an autocast the file alone does not show: one held in an
-        attribute or `partial` (`with self.amp_autocast():`), or applied by a project
-        decorator defined in another module."""
+        attribute or `partial` (`with self.amp_autocast():`), one applied by a project
+        decorator defined in another module, or one a caller entered around the call of
+        the function holding the backward (`with autocast(): contrastive_forward(...)`,
+        whose body runs `scaler.scale(loss_k).backward()`), in any file."""
+        project.reached()  # loads the modules autocast regions lead to (`callers` then knows those calls)
         for call in project.calls():
-            f = call.record["f"]
-            if not (f.endswith(".backward") or f == "backward") or f in ("torch.autograd.backward",):
+            f = _backward_spelled(call.record)
+            if f is None:
                 continue
             region = project.region_of(call)
+            chain: tuple = ()
             if region is None:
-                region = next(
-                    (w.region for w in project.autocast_witnesses((call.path, call.func)) if len(w.chain) == 1 and _decorated(project, call, w.region)),
-                    None,
-                )
+                witness = next((w for w in project.autocast_witnesses((call.path, call.func)) if _enters(w.region)), None)
+                if witness is not None:
+                    region = witness.region
+                    chain = witness.chain if (witness.chain != ((call.path, call.func),) or not _decorated(project, call, region)) else ()
             elif region.kind != "held":
                 continue  # `check` sees it
-            if region is None or region.enabled is False or region.dtype == "fp32":
+            if region is None or not _enters(region):
                 continue
             when = " (when enabled)" if region.enabled is None else ""
             message = f"`{f}()` runs inside {project.named(region)}{when}"
             yield project.diagnostic(self, call, message, data={"region_line": region.row, "device": region.device, "dtype": region.dtype},
-                                     related=(project.entered(region),), help="Move the backward after the `with` block")
+                                     related=(project.entered(region, chain),), help="Move the backward after the `with` block")
 
     def _diagnostic(self, ctx: ModuleContext, call, region) -> Diagnostic:
         import libcst as cst
@@ -333,3 +345,26 @@ def _defined_inside(ctx: ModuleContext, region, scope) -> bool:
     r_start, r_end = ctx.position(region.node)
     s_start, s_end = ctx.position(scope.node)
     return (r_start.row, r_start.column) <= (s_start.row, s_start.column) and (s_end.row, s_end.column) <= (r_end.row, r_end.column)
+
+
+def _backward_spelled(record) -> "str | None":
+    """How a backward call is spelled (`loss.backward`; `criterion(...).backward` for one on
+    a call's result, `criterion(out, y).backward()`), or None when the call is none."""
+    f = record["f"]
+    if f in ("torch.autograd.backward",):
+        return None
+    if f.endswith(".backward") or f == "backward":
+        return f
+    fv = record.get("fv") or {}
+    if not f and fv.get("at") == "backward":
+        on = fv.get("on") or {}
+        return f"{on['c']}(...).backward" if on.get("c") and not on.get("m") else "(...).backward"
+    return None
+
+
+def _enters(region) -> bool:
+    """A region that runs a backward under torch autocast: an enabled (or run-time enabled)
+    `torch.autocast`, held or written, not an explicit fp32 one; not a framework's precision
+    setting (Lightning runs `training_step` under its autocast by design; AMP202 leaves
+    framework regions alone, as in one file)."""
+    return region.kind in ("autocast", "held") and region.enabled is not False and region.dtype != "fp32"

@@ -70,6 +70,12 @@ class IneffectiveFp32CastInAutocast(Rule):
     A module attribute (`self.head`) is known from the assignments in its own
     class and that class's bases defined in the file; when they disagree or
     none is visible, the op is treated as unknown and nothing is reported.
+    Only regions of the cast's own file count: a model whose `forward` upcasts
+    before `scaled_dot_product_attention` and runs under a trainer's autocast in
+    another file is not followed. That region's dtype and `enabled` are usually
+    configuration (`enabled=self.enable_amp`, off by default); with autocast off
+    the upcast of an fp32 model is a no-op, and on a half model it does make the
+    attention fp32, so the file alone does not show the cast is undone.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP203` (docs/evidence.md#amp203)

@@ -7,7 +7,7 @@ import libcst as cst
 
 from amplint.model import (
     AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, active_region, call_chain,
-    dotted_name, self_bindings, torchapi,
+    dotted_name, held_autocasts, region_dtype_choices, self_bindings, torchapi,
 )
 
 
@@ -58,7 +58,12 @@ class DataParallelBf16Autocast(Rule):
     device default dtype) and whether `parallel_apply` forwards the dtype.
 
     ## Notes
-    fp16 autocast around DataParallel is fine (the replicas' default is
+    Also flags a region whose `dtype=` is picked at run time among literal
+    dtypes the file spells, bf16 one of them (`torch.bfloat16 if
+    args.amp_dtype == "bfloat16" else torch.float16`; the message says "may
+    be bf16"), and an autocast held in a `functools.partial` bound in the file
+    and entered later (`amp_autocast = partial(torch.autocast, ...)`, then
+    `with amp_autocast():`, or `self.amp_autocast`). fp16 autocast around DataParallel is fine (the replicas' default is
     fp16, and the propagation has worked since torch 1.7), and so is
     DistributedDataParallel. Calls of `model.module(...)` bypass the replicas
     and are not flagged.
@@ -155,9 +160,88 @@ class Trainer:
 """,
             "`self.model` of another class: `Trainer`'s own model is not DataParallel",
         ),
+        Valid(
+            """
+import torch
+from functools import partial
+amp_autocast = partial(torch.autocast, device_type="cuda", dtype=torch.float16)
+model = torch.nn.DataParallel(model)
+with amp_autocast():
+    out = model(x)
+""",
+            "an fp16 autocast held in a partial: the replicas' default is the dtype asked for",
+        ),
+        Valid(
+            """
+import torch
+amp_dtype = torch.float16 if args.fp16 else torch.float32
+model = torch.nn.DataParallel(model)
+with torch.autocast("cuda", dtype=amp_dtype):
+    out = model(x)
+""",
+            "a dtype picked at run time among fp16 and fp32: no bf16 path",
+        ),
+        Valid(
+            """
+import torch
+from functools import partial
+amp_autocast = partial(torch.autocast, "cpu", dtype=torch.bfloat16)
+model = torch.nn.DataParallel(model)
+with amp_autocast():
+    out = model(x)
+""",
+            "a held CPU autocast",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+amp_dtype = torch.bfloat16 if args.amp_dtype == "bfloat16" else torch.float16
+model = torch.nn.DataParallel(model)
+with torch.autocast("cuda", dtype=amp_dtype):
+    out = model(x)
+""",
+            line=5,
+            why="a dtype picked at run time among literal dtypes, bf16 one of them: on that path the replicas run fp16",
+        ),
+        Invalid(
+            """
+from contextlib import suppress
+from functools import partial
+import torch
+
+def validate(args, model, loader):
+    amp_autocast = suppress
+    if args.amp:
+        amp_dtype = torch.bfloat16 if args.amp_dtype == "bfloat16" else torch.float16
+        amp_autocast = partial(torch.autocast, device_type="cuda", dtype=amp_dtype)
+    if args.num_gpu > 1:
+        model = torch.nn.DataParallel(model, device_ids=list(range(args.num_gpu)))
+    for x, y in loader:
+        with amp_autocast():
+            out = model(x)
+""",
+            line=14,
+            why="an autocast held in a `partial` and entered by `with amp_autocast():` (timm's validate.py)",
+        ),
+        Invalid(
+            """
+import torch
+from functools import partial
+
+class Evaluator:
+    def __init__(self, net):
+        self.model = torch.nn.DataParallel(net)
+        self.amp_autocast = partial(torch.autocast, device_type="cuda", dtype=torch.bfloat16)
+
+    def run(self, x):
+        with self.amp_autocast():
+            return self.model(x)
+""",
+            line=11,
+        ),
         Invalid(
             """
 import torch
@@ -230,28 +314,55 @@ class Trainer(Base):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
-        if not any(r.dtype == "bf16" for r in ctx.regions):
+        bf16 = [r for r in ctx.regions if _may_be_bf16(ctx, r)]
+        held = [h for h in held_autocasts(ctx) if h.enabled is not False and h.device in ("cuda", None)
+                and (h.dtype == "bf16" or (h.dtype is None and "bf16" in h.dtypes))]
+        if not bf16 and not held:
             return
         for call in ctx.calls:
             region = active_region(call.region)
-            if region is None or region.framework or region.dtype != "bf16" or region.device not in ("cuda", None):
-                continue
-            if call.calls_any(torchapi.DATA_PARALLEL_FUNCTIONS):
-                yield self._diagnostic(ctx, call, region, "torch.nn.parallel.data_parallel(...)")
-                continue
-            if call.qualnames:
-                continue
-            key = call.dotted
-            if call.method == "forward":
-                key = call.receiver_dotted
-            if key and _is_data_parallel(ctx, key, call):
-                yield self._diagnostic(ctx, call, region, f"`{key}` (a DataParallel model)")
+            if region is not None:
+                if region.framework or region.device not in ("cuda", None) or not _may_be_bf16(ctx, region):
+                    continue
+                maybe = region.dtype is None
+                where = ctx.position(region.call)[0].row
+            else:  # `with amp_autocast():`, `amp_autocast = partial(torch.autocast, ...)`
+                h = next((h for h in held if h.scope is call.scope and h.contains(ctx, call.node)), None)
+                if h is None:
+                    continue
+                maybe = h.dtype is None
+                where = ctx.position(h.node)[0].row
+            what = self._replicated(ctx, call)
+            if what is not None:
+                yield self._diagnostic(ctx, call, where, what, maybe)
 
-    def _diagnostic(self, ctx: ModuleContext, call: CallInfo, region: AutocastRegion, what: str) -> Diagnostic:
-        row = ctx.position(region.call)[0].row
-        message = f"{what} runs under bf16 autocast, but its replicas autocast to fp16"
+    def _replicated(self, ctx: ModuleContext, call: CallInfo) -> Optional[str]:
+        """How the call is named when it runs a DataParallel model's replicas (None: it does not)."""
+        if call.calls_any(torchapi.DATA_PARALLEL_FUNCTIONS):
+            return "torch.nn.parallel.data_parallel(...)"
+        if call.qualnames:
+            return None
+        key = call.dotted
+        if call.method == "forward":
+            key = call.receiver_dotted
+        if key and _is_data_parallel(ctx, key, call):
+            return f"`{key}` (a DataParallel model)"
+        return None
+
+    def _diagnostic(self, ctx: ModuleContext, call: CallInfo, row: int, what: str, maybe: bool) -> Diagnostic:
+        dtype = "an autocast that may be bf16" if maybe else "bf16 autocast"
+        message = f"{what} runs under {dtype}, but its replicas autocast to fp16"
         help = "Use DistributedDataParallel, or autocast inside the model's forward"
-        return ctx.diagnostic(self, call.node, message, data={"region_line": row}, help=help)
+        return ctx.diagnostic(self, call.node, message, data={"region_line": row, "maybe_bf16": maybe}, help=help)
+
+
+def _may_be_bf16(ctx: ModuleContext, region: AutocastRegion) -> bool:
+    """bf16 autocast, or one whose `dtype=` is picked at run time among literal dtypes the
+    file spells, bf16 one of them (`dtype=torch.bfloat16 if args.bf16 else torch.float16`):
+    on that documented path the replicas lose it (AMP105 counts a may-be-fp16 region alike)."""
+    if region.framework or region.enabled is False:
+        return False
+    return region.dtype == "bf16" or (region.dtype is None and "bf16" in region_dtype_choices(ctx, region))
 
 
 def _constructs_data_parallel(ctx: ModuleContext, value: cst.BaseExpression) -> bool:

@@ -4,7 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-from amplint.model import Diagnostic, FP16, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness
+from amplint.model import (
+    Diagnostic, FP16, MODULE_FP32, MODULES_CAST, REACHED, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness,
+    with_requirement,
+)
 
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
     import libcst as cst
@@ -83,7 +86,13 @@ class Fp16OverflowingLiteral(Rule):
     modules it imports and those importing it, a few rounds up, name no fp16
     source (an fp16 dtype or cast, autocast, a loss scaler, a mixed-precision
     flag, a dtype looked up at run time; a bf16/fp32 choice may be there), and
-    that some project module imports.
+    that some project module imports (an import by a module name several
+    project files share means the one in the importer's folder, or in a folder
+    it names: `sys.path.append(".../seq2seq")`); nor in a library copy vendored
+    into the project (`annotator/uniformer/mmcv/`) that no fp16-capable code
+    outside it imports, or in a definition of such a copy the project does not
+    use (no code outside the copy, no class it registers and nothing it runs on
+    import names it, or what those name: an unused point-cloud sampler's op).
 
     ## Why is this bad?
     fp16 tops out at 65504. `fp16_tensor.masked_fill(mask, -1e9)` (and `fill_`,
@@ -137,9 +146,20 @@ class Fp16OverflowingLiteral(Rule):
     `torch.zeros(n, n).masked_fill_(...)`, a legacy typed constructor such as
     `torch.cuda.FloatTensor(n).fill_(1e10)`, `x.new_full(...)` / `x.new_zeros(...)`
     of such an `x`, including the inputs of a `custom_fwd(cast_inputs=torch.float32)`
-    forward), code inside a bf16 or
+    forward), tensors that type promotion makes fp32 (`torch.cat([torch.zeros(n, 1),
+    x], -1)`, `fp16_scores + fp32_pos`, also through what a function of the file
+    returns: a relative-position `self._relative_shift(pos)` padding with fp32 zeros),
+    code inside a bf16 or
     `enabled=False` autocast region, and projects that never run fp16 (bf16
     loses precision on -1e9 but represents it: it becomes -998244352, E03).
+    A tensor a module makes in fp32 and holds (`self.register_buffer("bias",
+    torch.tril(torch.ones(n, n)))`, an `nn.Parameter` of a factory) lifts what it
+    meets to fp32 under autocast or apex O1 (GPT-2's `w * self.bias - 1e10 * (1 -
+    self.bias)`), unless the module is cast: such a finding is kept only where
+    code reaching the file (the file, its project imports, its importers a few
+    rounds up) may cast modules to fp16 (`.half()`, `float16`, a `.to()` with a
+    dtype chosen elsewhere, DeepSpeed, apex O2/O3, "16-true", `torch_dtype=`), or
+    the file is a module of an importable package (its users may).
     Silent too on a parameter of a private module-level function (`_fill(scores,
     ...)`) that the file only calls, when every call passes a tensor whose dtype
     is visibly not fp16 where it is passed (`x.float()`, `torch.zeros(n)`, read
@@ -359,6 +379,33 @@ def export(model):
 """,
             "the private helper's only caller passes fp32 scores (`.float()`, then fp32-preserving ops)",
         ),
+        Valid(
+            """
+import torch
+from torch import nn
+
+
+class RelativeMultiHeadAttention(nn.Module):
+    def forward(self, query, key, pos_embedding, mask):
+        content_score = query @ key.transpose(2, 3)
+        pos_score = self._relative_shift(query @ pos_embedding.permute(0, 2, 3, 1))
+        score = content_score + pos_score
+        score.masked_fill_(mask, -1e9)
+        return score.softmax(-1)
+
+    def _relative_shift(self, pos_score):
+        b, h, t1, t2 = pos_score.size()
+        zeros = torch.zeros((b, h, t1, 1), device=pos_score.device)
+        padded = torch.cat([zeros, pos_score], dim=-1).view(b, h, t2 + 1, t1)
+        return padded[:, :, 1:].view_as(pos_score)
+
+
+with torch.autocast("cuda"):
+    out = RelativeMultiHeadAttention()(q, k, pos, mask)
+""",
+            "the blind drill (coqui-ai/TTS conformer): the helper's `torch.cat` with fp32 zeros makes"
+            " fp32 scores, and fp16 + fp32 is fp32",
+        ),
     ]
 
     INVALID = [
@@ -475,6 +522,59 @@ def maxsim_half(a, b, mask):
             line=7,
             why="one caller passes fp16 scores",
         ),
+        Invalid(
+            """
+import torch
+from torch import nn
+
+
+class RelativeMultiHeadAttention(nn.Module):
+    def forward(self, query, key, pos_embedding, mask):
+        content_score = query @ key.transpose(2, 3)
+        pos_score = self._relative_shift(query @ pos_embedding.permute(0, 2, 3, 1))
+        score = content_score + pos_score
+        score.masked_fill_(mask, -1e9)
+        return score.softmax(-1)
+
+    def _relative_shift(self, pos_score):
+        b, h, t1, t2 = pos_score.size()
+        zeros = pos_score.new_zeros((b, h, t1, 1))
+        padded = torch.cat([zeros, pos_score], dim=-1).view(b, h, t2 + 1, t1)
+        return padded[:, :, 1:].view_as(pos_score)
+
+
+with torch.autocast("cuda"):
+    out = RelativeMultiHeadAttention()(q, k, pos, mask)
+""",
+            line=10,
+            why="zeros made like the fp16 scores: the shifted scores stay fp16",
+        ),
+        Invalid(
+            """
+import math
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, n_ctx):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(n_ctx, n_ctx)).view(1, 1, n_ctx, n_ctx))
+
+    def _attn(self, q, k, v):
+        w = torch.matmul(q, k) / math.sqrt(v.size(-1))
+        nd, ns = w.size(-2), w.size(-1)
+        b = self.bias[:, :, ns - nd : ns, :ns]
+        w = (w * b).masked_fill(b == 0, -1e10)
+        return torch.matmul(nn.Softmax(dim=-1)(w), v)
+
+
+model = Attention(1024).cuda().half()
+""",
+            line=15,
+            why="the module is cast: its fp32 `bias` buffer is fp16 too, so is `w * b` (silent when no"
+            " code reaching the file casts modules: tests/test_fp32_scripts.py)",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -538,23 +638,24 @@ def maxsim_half(a, b, mask):
         else:
             dtype = None
             for expr in [use.tensor, *use.others]:
-                d = ctx.known_dtype(expr, site.scope, site.order, site.statement) if expr is not None else None
+                d = _known_dtype(ctx, expr, site)
                 if d in ("fp32", "bf16", "other"):
                     return None
-                dtype = dtype or d
+                dtype = d if dtype in (None, MODULE_FP32) and d is not None else dtype
         if dtype in ("fp32", "bf16", "other"):
             return None
-        if dtype is None and _not_fp16_from_any_caller(ctx, use.tensor, site):
+        unknown = dtype in (None, MODULE_FP32)  # a module's fp32 tensor is fp16 once the module is cast
+        if unknown and _not_fp16_from_any_caller(ctx, use.tensor, site):
             return None
-        if dtype is None and not use.raises and not _builds_mask(use) and not _low_precision_source(ctx, use.tensor, site):
+        if unknown and not use.raises and not _builds_mask(use) and not _low_precision_source(ctx, use.tensor, site):
             # a silent overflow on an existing tensor of unknown dtype: report it only when the
             # tensor visibly comes from an op autocast runs in fp16 (matmul, linear, ...: §6.2 "the
             # attention scores come out of a matmul as fp16"). Beam scores, log-probs, recurrent
             # state and index arithmetic shifted by a big constant are fp32 in the drill's libraries.
             return None
-        return self._diagnostic(ctx, site, use, certain=dtype == "fp16")
+        return self._diagnostic(ctx, site, use, condition=None if dtype == "fp16" else _fp16_condition(site, dtype))
 
-    def _diagnostic(self, ctx: ModuleContext, site: _Site, use: "_Use", certain: bool) -> Diagnostic:
+    def _diagnostic(self, ctx: ModuleContext, site: _Site, use: "_Use", condition: Optional[str]) -> Diagnostic:
         tensor_text = ctx.code_for(use.tensor) if use.tensor is not None else None
         bound = "min" if site.value < 0 else "max"
         if use.raises:
@@ -581,7 +682,7 @@ def maxsim_half(a, b, mask):
             message,
             fix=_fix(ctx, site, use),
             data=data,
-            condition=None if certain else FP16,
+            condition=condition,
             severity=severity,
             help=help,
         )
@@ -596,6 +697,29 @@ def _lowered(project: Project, call: ProjectCall, src) -> bool:
     if src == "lp":
         return True
     return isinstance(src, dict) and any(project.lowers(call.path, call.func, spelled) for spelled in src.get("m", ()))
+
+
+def _known_dtype(ctx: ModuleContext, expr: Optional[cst.BaseExpression], site: _Site) -> Optional[str]:
+    """The dtype `expr` visibly has at the site; when its assignments disagree, read along the
+    site's control flow (`w = w * self.bias - ...` hides the earlier `w = q @ k`)."""
+    if expr is None:
+        return None
+    found = ctx.known_dtype(expr, site.scope, site.order, site.statement)
+    return found if found is not None else ctx.known_dtype(expr, site.scope, site.order, site.statement, path=site.path)
+
+
+def _fp16_condition(site: _Site, dtype: Optional[str]) -> str:
+    """When a finding on a tensor not visibly fp16 holds: the project runs fp16 and it can reach
+    the site -- the definition holding it runs (a vendored library copy runs only what the
+    project uses of it), and for a tensor a module holds in fp32 (`MODULE_FP32`: a buffer
+    whose product with the scores is fp32 under autocast), code reaching the file may cast
+    modules to fp16."""
+    condition = FP16
+    if site.scope.definition is not None:
+        condition = with_requirement(condition, REACHED, site.scope.definition)
+    if dtype == MODULE_FP32:
+        condition = with_requirement(condition, MODULES_CAST)
+    return condition
 
 
 @dataclass

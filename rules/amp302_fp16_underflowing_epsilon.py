@@ -136,7 +136,8 @@ class Fp16UnderflowingEpsilon(Rule):
     optimizers (they compute in fp32), on bf16 (1e-8 and 1e-12 are
     representable, E02), and on tensors whose dtype is not visible. A finding
     that holds only because the project runs fp16 somewhere is dropped in a
-    script no fp16 can reach (as AMP301's).
+    script or file no fp16 can reach, and in a vendored library copy no
+    fp16-capable code outside it imports (as AMP301's).
 
     Across files: the optimizer's eps is checked, as above, when the fp16
     parameters were made in another file (see AMP201).

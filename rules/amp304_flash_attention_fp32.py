@@ -84,6 +84,10 @@ class FlashAttentionFp32(Rule):
     )
     #: fp32 evidence: a cast (`.float()`, `torch.float32`) or a factory that makes fp32 by default
     requires = (("float", "randn", "rand(", "zeros", "ones", "empty", "full(", "arange", "tensor("),)
+    #: the call or the import naming a flash-attn function, or a `with` forcing SDPA onto the flash
+    #: or cuDNN kernel (not a name in prose: transformers' docstrings and comments, nor
+    #: `sdpa_kernel(SDPBackend.MATH)`, which parsed eight of its files for nothing)
+    gate_check = "amplint.core.gates:flash_attention_possible"
 
     VALID = [
         Valid(

@@ -74,6 +74,24 @@ class Fp16Checkpoint(Rule):
     module-level model (`def save_model(path): torch.save({"weights":
     model.state_dict(), ...}, path)`) when the script calls it after the cast.
 
+    Also flags a model cast to fp16 in place to be saved and cast back after
+    the save, in a file that trains (`self.vae = self.vae.to("cpu",
+    dtype=torch.float16)`, `self.vae.save_pretrained(path)`, `self.vae =
+    self.vae.to(self.device, dtype=self.torch_dtype)`): `.to()` rounds the
+    parameters themselves (the optimizer holds the same `Parameter`s), and the
+    cast back restores the dtype, not the lost bits, so every save rounds the
+    weights training goes on from; and the fp16 save is what a resume loads.
+    Reported at the cast, with the save and the cast back as related sites. The
+    save may be any call named for saving that is a method of the model or is
+    given it or its `state_dict()` (`save_pretrained`, `torch.save`,
+    `save_file`). The dtype cast back to may be decided at run time
+    (`dtype=self.torch_dtype`, a config option): the finding stands, since the
+    cast away from fp16 says the model is not fp16 and an fp32 model is
+    rounded; silent when the file spells that dtype's only candidates and fp32
+    is not one of them (bf16 -> fp16 -> bf16 keeps every bf16 value inside
+    fp16's range), and for a copy cast to fp16 (`deepcopy(m).half()` under
+    another name).
+
     Also flags a checkpoint dict that holds an optimizer's `state_dict()` (a
     checkpoint to resume from) and stores the model as a module cast to fp16
     right there (`"model": deepcopy(model).half()`): resuming loads the
@@ -102,8 +120,8 @@ class Fp16Checkpoint(Rule):
     severity = Severity.WARNING
     message = "checkpoint of an fp16 model"
     triggers = ("half", "Half", "float16", "fp16")  # .half(), .to(torch.float16 / "fp16"), .type(HalfTensor)
-    requires = (("save",), ("state_dict",))  # it saves a `.state_dict()`
-    gate_check = "amplint.core.gates:torch_save_called"  # torch.save (or an alias), not save_pretrained or `card.save(`
+    requires = (("save",),)  # it saves a `.state_dict()`, or a model it casts there and back
+    gate_check = "amplint.core.gates:fp16_checkpoint_io"  # torch.save (or an alias), or a save between casts
 
     VALID = [
         Valid(
@@ -178,6 +196,42 @@ import torch
 torch.save({"model": copy.deepcopy(model).half(), "names": names}, "export_fp16.pt")
 """,
             "an fp16 export without optimizer state: nothing resumes from it",
+        ),
+        Valid(
+            """
+import copy
+import torch
+
+class Trainer:
+    def save(self, path):
+        half = copy.deepcopy(self.vae).to("cpu", dtype=torch.float16)
+        half.save_pretrained(path)
+        self.vae = self.vae.to(self.device, dtype=self.torch_dtype)
+
+    def step(self, loss):
+        loss.backward()
+        self.optimizer.step()
+""",
+            "an fp16 copy is saved; the live model is left as it is",
+        ),
+        Valid(
+            """
+import torch
+
+class Trainer:
+    def __init__(self, unet):
+        self.weight_dtype = torch.bfloat16
+        self.unet = unet.to(self.weight_dtype)
+
+    def save(self, path):
+        self.unet.half()
+        self.unet.save_pretrained(path)
+        self.unet.to(dtype=self.weight_dtype)
+
+    def step(self, loss):
+        loss.backward()
+""",
+            "a bf16 model round-tripped through fp16 keeps every value (bf16's 8 bits fit in fp16's 11)",
         ),
     ]
 
@@ -282,13 +336,53 @@ for epoch in range(epochs):
             line=10,
             why="a script's save function reads the global model, cast at module level before the script calls it",
         ),
+        Invalid(
+            """
+import torch
+
+class TrainVAE:
+    def save(self, path):
+        self.vae = self.vae.to("cpu", dtype=torch.float16)
+        self.vae.save_pretrained(path)
+        self.vae = self.vae.to(self.device, dtype=self.torch_dtype)
+
+    def run(self, loader, optimizer):
+        for batch in loader:
+            loss = self.vae(batch).sum()
+            loss.backward()
+            optimizer.step()
+            self.save("last")
+""",
+            line=5,
+            why="the live model is cast to fp16 for the save and back: training goes on from the rounded weights",
+        ),
+        Invalid(
+            """
+import torch
+
+def train(model, optimizer, loader, path):
+    for epoch in range(10):
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        model.half()
+        torch.save(model.state_dict(), path)
+        model.float()
+""",
+            line=8,
+            why="`torch.save` between the casts: one finding, at the cast, with the save as a related site",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16" and c.call.method in _CAST_METHODS]
         if not casts:
             return
-        saves = ctx.calls_to("torch.save")
+        covered = set()
+        for cast, save, back in _round_trips(ctx, casts):
+            covered.add(id(save.node))
+            yield self._round_trip(ctx, cast, save, back)
+        saves = [s for s in ctx.calls_to("torch.save") if id(s.node) not in covered]
         found: List[Tuple[CallInfo, str, Optional[LowPrecisionCast]]] = []
         fp32_saved = False
         for save in saves:
@@ -363,6 +457,16 @@ for epoch in range(epochs):
             yield project.diagnostic(self, call, message, data=data, related=tuple(related),
                                      help="Save fp32 weights: keep the model fp32 and use autocast")
 
+    def _round_trip(self, ctx: ModuleContext, cast: LowPrecisionCast, save: CallInfo, back: CallInfo) -> Diagnostic:
+        model = cast.subject
+        message = f"`{model}` is cast to fp16 in place to be saved: the training goes on from fp16-rounded weights"
+        related = [ctx.related(save.node, "saved in fp16 here"), ctx.related(back.node, "cast back here: the rounding stays")]
+        # the verifier runs the cast (`cast_row`) and what the save writes (`snippet`), as for any finding
+        data = {"snippet": ctx.code_for(save.node), "model": model, "dtype": "fp16", "shape": "round-trip",
+                "cast_row": ctx.position(cast.call.node)[0].row, "back_row": ctx.position(back.node)[0].row}
+        return ctx.diagnostic(self, cast.call.node, message, data=data, related=related,
+                              help=f"Save an fp16 copy (`copy.deepcopy({model}).half()`) and leave `{model}` as it is")
+
     def _diagnostic(self, ctx: ModuleContext, save: CallInfo, model: str, cast: Optional[LowPrecisionCast]) -> Diagnostic:
         message = f"`torch.save` writes the fp16 weights of `{model}`; the lost precision cannot be recovered"
         help = "Save fp32 weights: keep the model fp32 and use autocast"
@@ -370,6 +474,104 @@ for epoch in range(epochs):
         if cast is not None:  # where the weights were made fp16: the verifier runs that statement
             data["cast_row"] = ctx.position(cast.call.node)[0].row
         return ctx.diagnostic(self, save.node, message, data=data, help=help)
+
+
+def _round_trips(ctx: ModuleContext, casts) -> Iterator[Tuple[LowPrecisionCast, CallInfo, CallInfo]]:
+    """(cast, save, cast back): in one function of a file that trains (a backward or an optimizer
+    step somewhere in it), a model cast to fp16 in place (`m.half()` as a statement, `self.vae =
+    self.vae.to("cpu", dtype=torch.float16)`), then saved (`m.save_pretrained(...)`,
+    `torch.save(m.state_dict(), ...)`, `save_file(m.state_dict(), ...)`), then cast back to a dtype
+    that may be fp32 (`.float()`, `.to(dtype=torch.float32)`, or one the file does not spell:
+    `.to(self.device, dtype=self.torch_dtype)`): the live weights keep the rounding. Silent when
+    the dtype cast back to can only be bf16 (bf16 -> fp16 -> bf16 keeps every bf16 value in fp16's
+    range), and for a copy (`half = deepcopy(m).half()`: another name)."""
+    from amplint.model import exclusive
+
+    if not _trains(ctx):
+        return
+    for cast in casts:
+        model = cast.subject
+        if model is None or not _in_place(ctx, cast):
+            continue
+        later = [c for c in ctx.calls if c.scope is cast.call.scope and c.order > cast.call.order]
+        back = next((c for c in later if c.receiver_dotted == model and _casts_back(ctx, c)
+                     and not exclusive(cast.call.path, c.path)), None)
+        if back is None:
+            continue
+        save = next((c for c in later if c.order < back.order and _saves(ctx, c, model)
+                     and not exclusive(cast.call.path, c.path)), None)
+        if save is not None:
+            yield cast, save, back
+
+
+def _trains(ctx: ModuleContext) -> bool:
+    kinds = ("backward", "scaled_backward", "framework_backward", "optimizer_step", "scaler_step")
+    return any(e.kind in kinds for scope in ctx.scopes for e in scope.events)
+
+
+def _in_place(ctx: ModuleContext, cast: LowPrecisionCast) -> bool:
+    """`m.half()` / `m.to(torch.float16)` as a statement of its own (a module casts in place), or
+    `m = m.to(...)`: the name keeps the cast object either way."""
+    import libcst as cst
+
+    if cast.assignment is not None:
+        return cast.assignment.target == cast.call.receiver_dotted and cast.assignment.value is cast.call.node
+    statement = cast.call.statement
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and statement.body[0].value is cast.call.node
+    )
+
+
+def _casts_back(ctx: ModuleContext, call: CallInfo) -> bool:
+    """`m.float()`, or `m.to(...)`/`m.type(...)` to a dtype that may be fp32: spelled fp32, picked
+    from literals that include fp32, or not spelled at all (`dtype=self.torch_dtype`). A
+    positional argument counts only when it is a dtype (a literal, a name holding one, a name
+    saying dtype), not a device (`m.to(rank)`)."""
+    from amplint.model import dotted_name, dtype_choices, is_device_expr
+
+    if call.method == "float":
+        return not call.node.args
+    if call.method not in ("to", "type"):
+        return False
+    target = call.arg(None, "dtype")
+    if target is None:
+        for arg in call.node.args:
+            if arg.keyword is not None or is_device_expr(ctx, arg.value):
+                continue
+            spelled = (dotted_name(arg.value) or "").rsplit(".", 1)[-1].lower()
+            if ctx.dtype_of(arg.value) is not None or dtype_choices(ctx, arg.value, call.scope, call.order) or "dtype" in spelled:
+                target = arg.value
+                break
+    if target is None:
+        return False
+    known = ctx.dtype_of(target)
+    if known is not None:
+        return known == "fp32"
+    choices = dtype_choices(ctx, target, call.scope, call.order)
+    return not choices or "fp32" in choices
+
+
+def _saves(ctx: ModuleContext, call: CallInfo, model: str) -> bool:
+    """A call named for saving that writes `model`: its method (`model.save_pretrained(...)`), or
+    given `model` or `model.state_dict()` (`torch.save(model.state_dict(), path)`)."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    if "save" not in (call.dotted or call.method or "").rsplit(".", 1)[-1].lower():
+        return False
+    if call.receiver_dotted == model:
+        return True
+    for arg in call.node.args:
+        value = arg.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "state_dict":
+            value = value.func.value
+        if dotted_name(value) == model:
+            return True
+    return False
 
 
 def _not_model(owner: str) -> bool:

@@ -87,8 +87,13 @@ class ScalerStateNotCheckpointed(Rule):
 
     The save may go through a function named for saving that is given the
     dict (`utils.save_on_master(state, path)`, `save_checkpoint(state, path)`,
-    `xm.save(...)`); not a method of an object that may hold the scaler
-    (`trainer.save_checkpoint(...)`).
+    `xm.save(...)`), or the checkpoint's pieces as separate arguments
+    (`save_checkpoint(dir, step, model.state_dict(), optimizer.state_dict(),
+    meta)`: an optimizer's `state_dict()` and another `state_dict()` or dict);
+    not a method of an object that may hold the scaler
+    (`trainer.save_checkpoint(...)`). The resume may restore what a helper
+    named for loading returned (`_, optimizer_data, _ =
+    load_checkpoint(dir, step)`, then `optimizer.load_state_dict(optimizer_data)`).
 
     A checkpointer counts as a resume checkpoint too: an fvcore / detectron2
     `Checkpointer(model, save_dir, optimizer=optimizer)` (or a class named
@@ -171,6 +176,15 @@ scaler = torch.amp.GradScaler("cuda")
 torch.save(model.state_dict(), "weights.pt")
 """,
             "a weights-only export",
+        ),
+        Valid(
+            """
+import torch
+from project.checkpoints import save_checkpoint
+scaler = torch.amp.GradScaler("cuda")
+save_checkpoint(out_dir, step, model.state_dict(), {"step": step, "config": config})
+""",
+            "a save helper given the weights and metadata but no optimizer state: an export",
         ),
         Valid(
             """
@@ -505,6 +519,29 @@ optimizer.load_state_dict(checkpoint["optimizer"])
             line=7,
             why="a resume under apex's default O1 that never calls amp.load_state_dict",
         ),
+        Invalid(
+            """
+import torch
+from project.checkpoints import load_checkpoint, save_checkpoint
+
+if resuming:
+    model_data, optimizer_data, meta = load_checkpoint(checkpoint_dir, args.resume_from_step)
+optimizer = torch.optim.AdamW(model.parameters())
+if resuming:
+    optimizer.load_state_dict(optimizer_data)
+scaler = torch.amp.GradScaler() if dtype == torch.float16 else None
+for step in range(num_steps):
+    loss = model(next(loader))
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    if step % save_every == 0:
+        save_checkpoint(checkpoint_dir, step, model.state_dict(), optimizer.state_dict(), {"step": step})
+""",
+            line=16,
+            why="a save helper handed the checkpoint's pieces (model and optimizer state), none of them the scaler's; "
+            "the resume restores the optimizer from a load helper's result (a related site)",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -529,7 +566,7 @@ optimizer.load_state_dict(checkpoint["optimizer"])
                 (
                     call
                     for call in ctx.method_calls("load_state_dict")
-                    if ctx.is_optimizer(call.receiver_dotted) and not call.qualnames and _from_checkpoint(call, loads)
+                    if ctx.is_optimizer(call.receiver_dotted) and not call.qualnames and _from_checkpoint(ctx, call, loads)
                 ),
                 None,
             )  # the first one: the scaler is missing from every resume path alike
@@ -561,7 +598,7 @@ optimizer.load_state_dict(checkpoint["optimizer"])
         if not ctx.calls_to("apex.amp.load_state_dict"):
             loads = ctx.calls_to("torch.load")
             resume = next((c for c in ctx.method_calls("load_state_dict")
-                           if ctx.is_optimizer(c.receiver_dotted) and not c.qualnames and _from_checkpoint(c, loads)), None)
+                           if ctx.is_optimizer(c.receiver_dotted) and not c.qualnames and _from_checkpoint(ctx, c, loads)), None)
         related = [ctx.related(initialize.node, "apex amp's dynamic loss scale set up here")]
         if saves:
             optimizer = _resume_checkpoint(ctx, saves[0])
@@ -909,14 +946,38 @@ def _checkpointers(ctx: ModuleContext) -> List[Tuple[CallInfo, str]]:
 _CHECKPOINTER_SETTINGS = frozenset(("save_dir", "save_to_disk"))
 
 
-def _from_checkpoint(call: CallInfo, loads: List[CallInfo]) -> bool:
-    """`opt.load_state_dict(ckpt["optimizer"])` in a function that `torch.load`s: a resume, not a
-    device move or a wrapper delegating `load_state_dict`."""
+def _from_checkpoint(ctx: ModuleContext, call: CallInfo, loads: List[CallInfo]) -> bool:
+    """`opt.load_state_dict(ckpt["optimizer"])` in a function that `torch.load`s, or of what a
+    helper named for loading a checkpoint returned (`_, opt_state, _ = load_checkpoint(dir,
+    step)`, then `opt.load_state_dict(opt_state)`): a resume, not a device move or a wrapper
+    delegating `load_state_dict`."""
     if call.scope.name == "load_state_dict":
         return False
     return any(load.scope is call.scope and load.order < call.order for load in loads) or any(
         load.node is call.arg(0, "state_dict") for load in loads
-    )
+    ) or _loaded_by_helper(ctx, call)
+
+
+def _loaded_by_helper(ctx: ModuleContext, call: CallInfo) -> bool:
+    """The state `call` restores (`x`, `x["optimizer"]`, `x.get(...)`) is a local last bound, in
+    `call`'s scope before it, from a call of a function named for loading (`load_checkpoint(...)`,
+    `utils.load_ckpt(...)`; not `load_state_dict`), alone or tuple-unpacked."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    state = call.arg(0, "state_dict")
+    while isinstance(state, cst.Subscript) or (
+        isinstance(state, cst.Call) and isinstance(state.func, cst.Attribute) and state.func.attr.value == "get"
+    ):
+        state = state.value if isinstance(state, cst.Subscript) else state.func.value
+    if not isinstance(state, cst.Name):
+        return False
+    bound = [a for a in ctx.assignments_to(state.value, call.scope) if a.scope is call.scope and a.order < call.order]
+    if not bound or not isinstance(bound[-1].value, cst.Call):
+        return False
+    helper = (dotted_name(bound[-1].value.func) or "").rsplit(".", 1)[-1].lower()
+    return "load" in helper and "load_state_dict" not in helper
 
 
 #: apex `amp.initialize(models, optimizers, enabled, opt_level, ...)`: opt levels whose default
@@ -940,6 +1001,38 @@ def _apex_scales_dynamically(call: CallInfo) -> bool:
         return False
     scale = call.arg(None, "loss_scale")
     return scale is None or literal_string(scale) == "dynamic"
+
+
+def _given_pieces(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
+    """A save helper handed the checkpoint's pieces as arguments rather than one dict
+    (`save_checkpoint(dir, step, model.state_dict(), optimizer.state_dict(), meta)`): the
+    optimizer whose `state_dict()` is one argument, when another argument is a `state_dict()` or
+    a dict literal too (directly or through one local name bound before the call). What the
+    helper writes is what it is given; none of it is the scaler's."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    optimizer = None
+    others = 0
+    for arg in call.node.args:
+        if arg.star:
+            return None
+        value = arg.value
+        if isinstance(value, cst.Name):
+            found = ctx.assigned_before(value.value, call)
+            value = found[-1].value if found else value
+        if isinstance(value, (cst.Dict,)) or (isinstance(value, cst.Call) and dotted_name(value.func) == "dict"):
+            others += 1
+        elif isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "state_dict":
+            receiver = dotted_name(value.func.value)
+            if _is_scaler_name(ctx, receiver):
+                return None
+            if optimizer is None and ctx.is_optimizer(receiver):
+                optimizer = receiver
+            else:
+                others += 1
+    return optimizer if optimizer is not None and others >= 1 else None
 
 
 def _is_scaler_name(ctx: ModuleContext, key: Optional[str]) -> bool:
@@ -966,6 +1059,8 @@ def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
         entries = len(obj.args)
     elif isinstance(obj, cst.Dict):
         entries = len(obj.elements)
+    elif not call.calls_any(("torch.save",)):
+        return _given_pieces(ctx, call)
     else:
         return None
     optimizer = None

@@ -9,7 +9,7 @@ from amplint.model import (
     AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_REACHED, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
     AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
     KERNEL_NOT_MIXED, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, imported_names,
-    kernel_condition, subnodes,
+    with_requirement, subnodes,
 )
 
 _CAST_METHODS = ("float", "half", "double", "bfloat16", "type_as")
@@ -844,7 +844,7 @@ def step(model, x):
                 if len(message) > 100:  # a long receiver (`ext_module.deform_conv_forward`): the kernel's own name says it
                     message = f"`{cls.name.value}.forward` passes {count} float inputs to `{name.rsplit('.', 1)[-1]}`, not autocast-aware"
                 # silent when the project's source of the kernel is built for fp16/bf16 inputs next to fp32 weights
-                needs = kernel_condition(condition, KERNEL_NOT_MIXED, name.rsplit(".", 1)[-1])
+                needs = with_requirement(condition, KERNEL_NOT_MIXED, name.rsplit(".", 1)[-1])
                 yield ctx.diagnostic(self, forward.name, message, condition=needs, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
                 continue
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 1)
@@ -852,7 +852,7 @@ def step(model, x):
                 name = kernel[0]
                 message = f"`{cls.name.value}.forward` passes a float input to `{name}`, whose kernel takes float32 only"
                 # reported only when the project's source shows the kernel dispatches float/double only
-                needs = kernel_condition(condition, KERNEL_FP32, name.rsplit(".", 1)[-1])
+                needs = with_requirement(condition, KERNEL_FP32, name.rsplit(".", 1)[-1])
                 yield ctx.diagnostic(self, forward.name, message, condition=needs, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
 
 

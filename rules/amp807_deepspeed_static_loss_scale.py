@@ -14,10 +14,13 @@ class DeepspeedStaticLossScale(Rule):
     ## What it does
     Flags a DeepSpeed configuration that enables fp16 (`"enabled": true`, or
     `"auto"`, which the Hugging Face Trainer fills from `fp16=True`) with a
-    non-zero `"loss_scale"`. The configuration is a dict literal in the code
-    or a JSON file the code names (`deepspeed.initialize(config="ds.json")`,
+    non-zero `"loss_scale"`. The configuration is a dict literal in the code,
+    a JSON file the code names (`deepspeed.initialize(config="ds.json")`,
     `TrainingArguments(deepspeed=...)`, any string literal naming a
-    DeepSpeed-shaped JSON file of the project); a finding in a JSON file points
+    DeepSpeed-shaped JSON file of the project), or a DeepSpeed-shaped JSON file
+    the project ships without its code naming it (launched by
+    `deepspeed train.py --deepspeed_config ds.json` in a shell script, or by an
+    accelerate YAML's `deepspeed_config_file`); a finding in a JSON file points
     at the key itself.
 
     ## Why is this bad?
@@ -44,9 +47,16 @@ class DeepspeedStaticLossScale(Rule):
     ## Notes
     Silent for `"loss_scale": 0`, for an fp16 block that is disabled, and for
     values decided at run time (`"loss_scale": args.loss_scale`, or a dict
-    changed in place after it is built). JSON files are read only when the
-    code names them and they lie inside the project; they are parsed by the
-    standard library and never executed (amplint/model/project/configs.py).
+    changed in place after it is built). A choice between literals written in
+    the dict (`"loss_scale": 1 if args.disable_grad_scaler else 0`) counts when
+    one of them is a static scale: the code offers that path, and on it
+    nothing scales dynamically (the message says "may be"). JSON files are read only inside the
+    project: when the code names them, or, in a project whose code imports
+    DeepSpeed, accelerate, transformers or Lightning, when a run over the
+    project's folder meets them (not excluded, not gitignored; a run over single
+    files reads only those the code names: fixtures/projects/deepspeed_launch).
+    They are parsed by the standard library and never executed
+    (amplint/model/project/configs.py).
 
     ## References
     - amplint's evidence page: `amplint --explain AMP807` (docs/evidence.md#amp807)
@@ -94,6 +104,13 @@ config["fp16"]["loss_scale"] = 0
 """,
             "changed in place after it is built",
         ),
+        Valid(
+            """
+import deepspeed
+config = {"train_batch_size": 8, "fp16": {"enabled": True, "loss_scale": 0 if args.dynamic else args.loss_scale}}
+""",
+            "a choice whose other side is decided at run time: no literal static scale",
+        ),
     ]
 
     INVALID = [
@@ -129,6 +146,18 @@ def get_config():
 """,
             line=6,
         ),
+        Invalid(
+            """
+import deepspeed
+def build_ds_config(config, args):
+    return {
+        "train_micro_batch_size_per_gpu": config.batch_size,
+        "fp16": {"enabled": True, "auto_cast": True, "loss_scale": 1 if args.disable_grad_scaler else 0},
+    }
+""",
+            line=5,
+            why="a choice between literals, one of them static (InternImage main_deepspeed.py)",
+        ),
     ]
 
     def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
@@ -146,12 +175,24 @@ def get_config():
             if not (enabled is True or (isinstance(enabled, str) and enabled.lower() in ("true", "auto"))):
                 continue
             scale = fp16.get("loss_scale")
-            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale == 0:
+            maybe = False
+            if scale == "?":  # `1 if args.disable_grad_scaler else 0`: a literal non-zero one of the values
+                static = [v for v in config.choices.get(("fp16", "loss_scale"), ()) if _static(v)]
+                scale, maybe = (static[0], True) if static else (None, False)
+            if not _static(scale):
                 continue
             place = config_place(config, "fp16", "loss_scale")
             shown = int(scale) if float(scale).is_integer() else scale
-            message = f'`"loss_scale": {shown}` with DeepSpeed fp16 is a static scale: it never backs off'
+            if maybe:
+                message = f'`"loss_scale"` may be {shown} with DeepSpeed fp16: on that path a static scale that never backs off'
+            else:
+                message = f'`"loss_scale": {shown}` with DeepSpeed fp16 is a static scale: it never backs off'
             help = 'Set `"loss_scale": 0` (dynamic) and tune `"initial_scale_power"` instead'
             related = [(config.named_at, "named here")] if config.named_at else []
-            data = {"loss_scale": scale, "fp16_enabled": enabled, "config": "literal" if config.literal else config.path}
+            data = {"loss_scale": scale, "fp16_enabled": enabled, "config": "literal" if config.literal else config.path, "run_time_choice": maybe}
             yield ScaleFinding(place, message, help, related, data, config_file=not config.literal)
+
+
+def _static(value: object) -> bool:
+    """A number other than 0 (DeepSpeed's "dynamic"): a static loss scale."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value != 0

@@ -20,7 +20,9 @@ class PrecisionConfigConflict(Rule):
 
     - a `GradScaler` built for the training step of a DeepSpeed engine whose
       config enables fp16;
-    - one DeepSpeed config enabling both `fp16` and `bf16`;
+    - one DeepSpeed config enabling both `fp16` and `bf16` (a dict literal, a
+      JSON file the code names, or one the project ships without naming it,
+      read as AMP807 reads it);
     - `Accelerator(mixed_precision="fp16")` (or `"bf16"`) with a
       `DeepSpeedPlugin(hf_ds_config=...)` whose config enables the other
       dtype, and an accelerate config YAML the code names whose

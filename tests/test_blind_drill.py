@@ -144,3 +144,22 @@ def test_a_run_over_several_splits_keeps_one_findings_file_per_split(tmp_path, m
     assert set(json.loads((blind / "findings-read2.json").read_text())) == {"b+two"}
     assert blind_drill.splits_of("tuning,read2") == ["tuning", "read2"]
     assert blind_drill.splits_of("all") == list(blind_drill.SPLITS)
+
+
+def test_a_category_two_rules_share_matches_either_and_counts_a_miss_under_the_first():
+    """R1 (a whole-model cast trained by a plain optimizer) is AMP201 in fp16 and AMP206 in bf16."""
+    assert blind_drill.category_codes("R1") == ("AMP201", "AMP206") and blind_drill.category_codes("S1") == ("AMP101",)
+    labels = {
+        "pitfalls": [
+            {"cat": "R1", "file": "train.py", "line": 12, "why": "model.bfloat16() trained by AdamW"},
+            {"cat": "R1", "file": "train.py", "line": 30, "why": "model.half() trained by SGD"},
+        ],
+        "negatives": [{"cat": "R1", "file": "eval.py", "line": 5, "why": "inference copy"}],
+    }
+    findings = [_finding("AMP206", "train.py", 12), _finding("AMP206", "eval.py", 5), _finding("AMP101", "train.py", 30)]
+    judged, found, missed = blind_drill.judge("p", findings, labels)
+    assert [(j.finding["code"], j.verdict, j.source) for j in judged] == [
+        ("AMP206", "correct", "blind"), ("AMP206", "fp", "blind"), ("AMP101", "unjudged", ""),
+    ]
+    assert [(lab.code, lab.rows[0]) for lab in found] == [("AMP206", 12)]  # counted under the rule that found it
+    assert [(lab.code, lab.rows[0]) for lab in missed] == [("AMP201", 30)]

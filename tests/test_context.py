@@ -230,3 +230,75 @@ def test_known_dtype_along_the_control_flow_of_the_point_asked_about():
     assert answers == ["fp32", None, None, None]
     # without the flow, every assignment before the point must agree: einsum's is unknown
     assert ctx.known_dtype(calls[0].arg(0), calls[0].scope, calls[0].order, calls[0].statement) is None
+
+
+def test_known_dtype_promotes_joined_tensors_and_reads_what_a_function_of_the_file_returns():
+    """`torch.cat([fp32_zeros, x])` is fp32 whatever `x` is (promotion; autocast runs cat in the
+    widest input type), and so is a helper returning it; a generator or a bare `return` tells
+    nothing, nor do returns that disagree."""
+    ctx = build(
+        """
+        import torch
+
+        def shift(x):
+            return torch.cat([torch.zeros(x.shape[0], 1), x], dim=-1)[:, 1:]
+
+        def either(x, c):
+            if c:
+                return x.float()
+            return x.half()
+
+        def gen(x):
+            yield x.float()
+
+        def g(q, k):
+            a = shift(q @ k)
+            b = torch.stack((q.half(), k.half()))
+            c = either(q, 1)
+            d = gen(q)
+            e = q @ k + shift(q)
+        """
+    )
+    scope = ctx.scope_named("g")
+    found = {a.target: ctx.known_dtype(a.value, scope, a.order) for a in ctx.assignments if a.scope is scope}
+    assert found == {"a": "fp32", "b": "fp16", "c": None, "d": None, "e": "fp32"}
+
+
+def test_a_tensor_a_module_makes_in_fp32_is_fp32_unless_the_module_is_cast():
+    """`self.bias` registered from an fp32 factory (or an `nn.Parameter` of one) reads as
+    MODULE_FP32, which no rule reads as fp32 unless it asks whether modules are cast; what it
+    lifts is MODULE_FP32 too, and plain fp32 still wins. A binding the class also makes of
+    another dtype, or of an unknown one, leaves it unknown."""
+    from amplint.model.torchapi import MODULE_FP32
+
+    ctx = build(
+        """
+        import torch
+        from torch import nn
+
+
+        class Base(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("bias", torch.tril(torch.ones(4, 4)))
+                self.scale = nn.Parameter(torch.empty(4))
+                self.cache = None
+                self.mixed = torch.ones(4)
+
+
+        class Attn(Base):
+            def reset(self, x):
+                self.mixed = x
+
+            def forward(self, q, k):
+                a = self.bias[:, :2]
+                b = (q @ k) * self.scale
+                c = 1e10 * (1 - self.bias)
+                d = a + torch.zeros(4)
+                e = self.cache
+                f = self.mixed
+        """
+    )
+    scope = next(s for s in ctx.scopes if s.name == "forward")
+    found = {a.target: ctx.known_dtype(a.value, scope, a.order) for a in ctx.assignments if a.scope is scope}
+    assert found == {"a": MODULE_FP32, "b": MODULE_FP32, "c": MODULE_FP32, "d": "fp32", "e": None, "f": None}

@@ -1,13 +1,16 @@
-"""An fp16-conditional finding (AMP301/AMP302: "holds when the project may run fp16") in a script
-that no low-precision code can reach does not hold: pytorch/examples' gat/main.py builds its
--9e16 mask on fp32 tensors while other examples of the repository run fp16 (issue 22 shape 1)."""
+"""An fp16-conditional finding (AMP301/AMP302: "holds when the project may run fp16") where no
+fp16 the project runs can reach it does not hold (issue 22 shape 1): a script no low-precision
+code can reach (pytorch/examples' gat/main.py builds its -9e16 mask on fp32 tensors while other
+examples of the repository run fp16), a file only fp32 code imports, an op of a vendored
+library copy the project does not use, a buffer no code reaching the file casts."""
 from __future__ import annotations
 
 import textwrap
 
 from amplint import Config
 from amplint.engine.run import lint_paths
-from amplint.model.facts import fp16_unreachable, fp32_script
+from amplint.model.embedded import definition_reached
+from amplint.model.facts import cast_unreachable, fp16_unreachable, fp32_script
 
 GAT = textwrap.dedent(
     """\
@@ -109,3 +112,177 @@ def test_fp16_a_few_importers_up_or_in_a_library_module_keeps_the_finding(tmp_pa
     _tree(tmp_path / "lib", {"pkg/__init__.py": "", "pkg/pi0.py": PI0_MODEL, "train.py": FP16_EXAMPLE})
     assert not fp16_unreachable(str(tmp_path / "lib" / "pkg" / "pi0.py"), str(tmp_path / "lib"))
     assert _found(tmp_path / "lib") == [("pkg/pi0.py", 15)]
+
+
+# --- issue 22 shape 1 on the read3 split: more ways no fp16 reaches a literal ---------------------
+
+BERTABS = textwrap.dedent(
+    """\
+    import torch
+
+
+    def attend(query, key, mask):
+        scores = torch.matmul(query, key.transpose(2, 3))
+        return scores.masked_fill(mask, -1e18)
+    """
+)
+SEQ2SEQ_RUN = "def main(args):\n    if args.fp16:\n        model.half()\n"
+TEST_EXAMPLES = textwrap.dedent(
+    """\
+    import os
+    import sys
+
+    sys.path.extend(os.path.join(os.path.dirname(__file__), d) for d in ["seq2seq"])
+    import run_summarization
+
+
+    def test_run_summarization():
+        run_summarization.main(["--fp16"])
+    """
+)
+
+
+def test_an_import_of_a_shared_module_name_means_the_one_the_importer_puts_on_sys_path(tmp_path):
+    """microsoft/LoRA: examples/test_examples.py imports seq2seq's run_summarization (with --fp16),
+    not bertabs' fp32 one of the same name, which alone imports bertabs' model."""
+    _tree(tmp_path, {"examples/bertabs/__init__.py": "", "examples/bertabs/modeling_bertabs.py": BERTABS,
+                     "examples/bertabs/run_summarization.py": "from modeling_bertabs import attend\n\nprint(attend)\n",
+                     "examples/seq2seq/run_summarization.py": SEQ2SEQ_RUN, "examples/test_examples.py": TEST_EXAMPLES})
+    assert _found(tmp_path) == []
+    (tmp_path / "examples" / "test_examples.py").write_text(TEST_EXAMPLES.replace('["seq2seq"]', '["bertabs"]'))
+    assert _found(tmp_path) == [("examples/bertabs/modeling_bertabs.py", 6)]
+
+
+def test_an_import_naming_a_module_only_mid_path_does_not_import_it(tmp_path):
+    """`from gluonnlp.model.bert import X` loads no `model.py` of the project."""
+    _tree(tmp_path, {"examples/gpt/model.py": BERTABS, "examples/gpt/run.py": "from model import attend\n",
+                     "tools/convert.py": "from gluonnlp.model.bert import BERTEncoder\n\nx = x.half()\n"})
+    assert fp16_unreachable(str(tmp_path / "examples" / "gpt" / "model.py"), str(tmp_path))
+    (tmp_path / "tools" / "convert.py").write_text("from model import attend\n\nx = x.half()\n")
+    assert not fp16_unreachable(str(tmp_path / "examples" / "gpt" / "model.py"), str(tmp_path))
+
+
+GPT2_ATTENTION = textwrap.dedent(
+    """\
+    import math
+    import torch
+    from torch import nn
+
+
+    class Attention(nn.Module):
+        def __init__(self, n_ctx):
+            super().__init__()
+            self.register_buffer("bias", torch.tril(torch.ones(n_ctx, n_ctx)).view(1, 1, n_ctx, n_ctx))
+
+        def _attn(self, q, k, v, pad=None):
+            w = torch.matmul(q, k) / math.sqrt(v.size(-1))
+            nd, ns = w.size(-2), w.size(-1)
+            b = self.bias[:, :, ns - nd : ns, :ns]
+            w = w * b - 1e10 * (1 - b)
+            if pad is not None:
+                w = w.masked_fill(pad, -1e10)
+            return torch.matmul(nn.Softmax(dim=-1)(w), v)
+    """
+)
+GPT2_TRAIN = textwrap.dedent(
+    """\
+    from apex import amp
+    from model import Attention
+
+    model = Attention(1024).cuda()
+    if args.fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    """
+)
+
+
+def test_a_buffer_promotes_the_scores_to_fp32_where_no_code_reaching_the_file_casts_modules(tmp_path):
+    """microsoft/LoRA's GPT-2 under apex O1 (or autocast): `w * self.bias` is fp32, the fp32 causal
+    buffer lifts the fp16 scores, and so is the masked `w` after it; a `.half()` of the model (or
+    apex O2) casts the buffer too, and both constants overflow."""
+    _tree(tmp_path, {"examples/gpt/model.py": GPT2_ATTENTION, "examples/gpt/train.py": GPT2_TRAIN, "other/amp.py": FP16_EXAMPLE})
+    assert _found(tmp_path) == []
+    assert cast_unreachable(str(tmp_path / "examples" / "gpt" / "model.py"), str(tmp_path))
+    for cast in ('opt_level="O2"', 'opt_level=args.opt_level'):
+        (tmp_path / "examples" / "gpt" / "train.py").write_text(GPT2_TRAIN.replace('opt_level="O1"', cast))
+        assert _found(tmp_path) == [("examples/gpt/model.py", 15), ("examples/gpt/model.py", 17)], cast
+    (tmp_path / "examples" / "gpt" / "train.py").write_text(GPT2_TRAIN + "model.half()\n")
+    assert _found(tmp_path) == [("examples/gpt/model.py", 15), ("examples/gpt/model.py", 17)]
+
+
+FPS_OP = textwrap.dedent(
+    """\
+    import torch
+    from torch.autograd import Function
+
+
+    class FurthestPointSamplingWithDist(Function):
+        @staticmethod
+        def forward(ctx, points_dist, num_points):
+            b, n, _ = points_dist.size()
+            temp = points_dist.new_zeros([b, n]).fill_(1e10)
+            return ext.fps(points_dist, temp, num_points)
+
+
+    furthest_point_sample_with_dist = FurthestPointSamplingWithDist.apply
+    """
+)
+SAMPLER = textwrap.dedent(
+    """\
+    from torch import nn
+
+    from .fps import furthest_point_sample_with_dist
+
+
+    class FFPSSampler(nn.Module):
+        def forward(self, points, features, npoint):
+            return furthest_point_sample_with_dist(features @ features.transpose(1, 2), npoint)
+
+
+    class PointsSampler(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sampler = FFPSSampler()
+    """
+)
+OPS_INIT = 'from .fps import furthest_point_sample_with_dist\nfrom .sampler import PointsSampler\n\n__all__ = ["furthest_point_sample_with_dist", "PointsSampler"]\n'
+UNIFORMER = {
+    "annotator/uniformer/__init__.py": "from .mmcv.ops import PointsSampler as _unused_alias  # noqa\n\n\nclass UniformerDetector:\n    pass\n",
+    "annotator/uniformer/LICENSE": "Apache-2.0\n",
+    "annotator/uniformer/mmcv/__init__.py": "",
+    "annotator/uniformer/mmcv/utils.py": "try:\n    import torch\n    __all__ = ['x']\nexcept ImportError:\n    __all__ = []\n",
+    "annotator/uniformer/mmcv/ops/__init__.py": OPS_INIT,
+    "annotator/uniformer/mmcv/ops/fps.py": FPS_OP,
+    "annotator/uniformer/mmcv/ops/sampler.py": SAMPLER,
+}
+APP = "import torch\nfrom annotator.uniformer import UniformerDetector\n\nwith torch.autocast('cuda'):\n    UniformerDetector()\n"
+
+
+def test_a_vendored_library_copy_runs_only_what_the_project_uses_of_it(tmp_path):
+    """lllyasviel/ControlNet and salesforce/LAVIS vendor mmcv inside their uniformer annotator: its
+    point-cloud sampler (a Function filling a buffer like the distances with 1e10) is used by no
+    code of the project, and in LAVIS the annotator is not even imported by fp16 code."""
+    files = dict(UNIFORMER)
+    files["annotator/uniformer/__init__.py"] = "from .mmcv.ops import fps  # noqa\n\n\nclass UniformerDetector:\n    pass\n"
+    _tree(tmp_path, {**files, "app.py": APP})
+    path = str(tmp_path / "annotator" / "uniformer" / "mmcv" / "ops" / "fps.py")
+    assert _found(tmp_path) == []
+    assert not definition_reached(path, "FurthestPointSamplingWithDist", str(tmp_path))
+    # what the project uses of the copy runs: through the sampler, or a registered class naming it
+    (tmp_path / "app.py").write_text(APP + "\nfrom annotator.uniformer.mmcv.ops import PointsSampler\n\nPointsSampler()\n")
+    assert _found(tmp_path) == [("annotator/uniformer/mmcv/ops/fps.py", 9)]
+    (tmp_path / "app.py").write_text(APP)
+    registered = SAMPLER.replace("class FFPSSampler", "@SAMPLERS.register_module()\nclass FFPSSampler")
+    (tmp_path / "annotator" / "uniformer" / "mmcv" / "ops" / "sampler.py").write_text(registered)
+    assert _found(tmp_path) == [("annotator/uniformer/mmcv/ops/fps.py", 9)]
+
+
+def test_a_vendored_copy_no_fp16_code_imports_keeps_fp16_out(tmp_path):
+    """salesforce/LAVIS: the copy uses its own op, but only code that names no fp16 imports it."""
+    sampler = SAMPLER + "\n\nSAMPLER = PointsSampler()\n"  # runs on import: the op is used
+    files = {**UNIFORMER, "annotator/uniformer/mmcv/ops/sampler.py": sampler}
+    _tree(tmp_path, {**files, "app.py": APP.replace("with torch.autocast('cuda'):", "if True:"),
+                     "train.py": FP16_EXAMPLE})
+    assert _found(tmp_path) == []
+    (tmp_path / "app.py").write_text(APP)
+    assert _found(tmp_path) == [("annotator/uniformer/mmcv/ops/fps.py", 9)]

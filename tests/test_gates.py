@@ -406,7 +406,7 @@ def test_amp201_gate_reads_optimizer_imports_and_calls(text, expected):
     assert optimizer_class_used(text) is expected
 
 
-# ------------------------------------------------------------------ calls: AMP101, AMP106, AMP401, AMP402
+# ------------------------------------------------------------------ calls: AMP101, AMP106, AMP304, AMP401, AMP402
 
 CALL_GATES_SOUND = [
     # AMP401: torch.save however the model resolves it
@@ -417,6 +417,10 @@ CALL_GATES_SOUND = [
     ("AMP401", "from torch import save as dump\nmodel = Net().half()\ndump(model.state_dict(), 'm.pt')\n"),
     ("AMP401", "model = Net().half()\ntorch.save(  # the weights\n    model.state_dict(), 'm.pt')\n"),
     ("AMP401", "model = Net().half()\n(torch  # why not\n    .save (model.state_dict(), 'm.pt'))\n"),
+    # AMP401: a model cast to fp16 in place for a save, then cast back (no torch.save)
+    ("AMP401", "def save(self, path):\n    self.vae = self.vae.to('cpu', dtype=torch.float16)\n"
+               "    self.vae.save_pretrained(path)\n    self.vae = self.vae.to(self.device, dtype=self.torch_dtype)\n"
+               "def train(self):\n    loss.backward()\n"),
     # AMP402: a scaler built, passed in, or used, and a resume checkpoint saved or loaded
     ("AMP402", "scaler = torch.amp.GradScaler()\nopt = torch.optim.AdamW(model.parameters())\n"
                "torch.save({'model': model.state_dict(), 'optimizer': opt.state_dict()}, 'ckpt.pt')\n"),
@@ -439,6 +443,15 @@ CALL_GATES_SOUND = [
                "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nscaler.step(opt)\nscaler.update()\n"),
     ("AMP101", "scaler = torch.amp.GradScaler()\n(scaler  # scaled\n    .scale(loss)).backward()\n"
                "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nscaler.step(opt)\nscaler.update()\n"),
+    # AMP304: a flash-attn function called, called through a module, renamed on import; SDPA forced
+    ("AMP304", "from flash_attn import flash_attn_func\ndef attend(q, k, v):\n    q = q.float()\n    return flash_attn_func(q, k, v)\n"),
+    ("AMP304", "import flash_attn\ndef attend(q, k, v):\n    q = q.float()\n    return flash_attn.flash_attn_varlen_func (q, k, v)\n"),
+    ("AMP304", "from flash_attn import (\n    flash_attn_func as attend_fast,  # FA2\n)\ndef attend(q, k, v):\n"
+               "    q = q.float()\n    return attend_fast(q, k, v)\n"),
+    ("AMP304", "from torch.nn.attention import sdpa_kernel, SDPBackend\nq = torch.randn(2, 8, 128, 64)\n"
+               "with sdpa_kernel(SDPBackend.FLASH_ATTENTION):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
+    ("AMP304", "q = torch.randn(2, 8, 128, 64)\nwith torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, "
+               "enable_mem_efficient=False):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
 ]
 
 CALL_GATES_SKIPPED = [
@@ -446,6 +459,7 @@ CALL_GATES_SKIPPED = [
     ("AMP401", 'model = Net().half()\n"""\n>>> torch.save(model.state_dict(), "m.pt")\n"""\n'),
     ("AMP401", "model = Net().half()\n# torch.save(model.state_dict(), 'm.pt')\ndef save(self, state_dict):\n    pass\n"),
     ("AMP401", "model = Net().half()\nsd = model.state_dict()\nraise ValueError(f'{sd}: call torch.save(model.state_dict(), p)')\n"),
+    ("AMP401", "model = Net().half()\nx = x.to('cuda')\n# model.save_pretrained(path)\ndef save_all(self):\n    pass\n"),
     # a time-series model: a data scaler, cache updates, torch.load only in a doctest
     ("AMP402", "class MeanScaler(nn.Module):\n    pass\nclass Model(nn.Module):\n    def __init__(self, config):\n"
                "        self.scaler = MeanScaler(config)\n    def forward(self, x, cache):\n"
@@ -455,6 +469,11 @@ CALL_GATES_SKIPPED = [
                "opt.step()\n"),
     ("AMP101", "self.scale = dim ** -0.5\nx = q * self.scale\nloss.backward()\n"
                "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"),
+    # AMP304: names in prose and in longer names, SDPA forced onto the math kernel
+    ("AMP304", 'def paged(q, k, v, flash_attn_with_kvcache_fn=None):\n    """Used in the `flash_attn_with_kvcache` fast decode path."""\n'
+               "    q = q.float()  # flash_attn_func(q, k, v) would fail here\n    return npu_flash_attn_func(q, k, v)\n"),
+    ("AMP304", "from torch.nn.attention import sdpa_kernel, SDPBackend\nq = torch.randn(2, 8, 128, 64)\n"
+               "with sdpa_kernel(SDPBackend.MATH):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
 ]
 
 

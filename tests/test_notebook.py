@@ -85,6 +85,21 @@ def test_ipython_lines_become_placeholders_that_keep_rows():
     libcst.parse_module(nb.source)  # the program parses
 
 
+def test_a_shell_line_continued_by_a_backslash_stays_one_placeholder():
+    source = ["!python run.py --save_to_csv \\\n", "        --models a b \\\n", "        --fp16\n", "if True:\n",
+              "    !echo a \\\n", "      b\n", "x = 1"]
+    raw = notebook(cell(source))
+    nb = Notebook.from_text(raw)
+    lines = nb.source.splitlines()
+    assert lines[2] == "        # amplint-ipython 1" and lines[3] == "        # amplint-ipython 2"
+    assert lines[5] == "    pass  # amplint-ipython 3" and lines[6] == "      # amplint-ipython 4"
+    assert lines[7] == "x = 1"
+    import libcst
+
+    libcst.parse_module(nb.source)  # IPython joins the continued lines: the program parses
+    assert nb.render(nb.source) == raw
+
+
 def test_unchanged_render_is_byte_identical():
     raw = training_notebook()
     nb = Notebook.from_text(raw)

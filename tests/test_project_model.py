@@ -393,6 +393,38 @@ def test_autocast_held_in_an_attribute_or_a_project_decorator(tmp_path):
     assert "(when enabled)" in result.diagnostics[1].message
 
 
+def test_a_held_autocast_whose_dtype_is_picked_at_run_time_has_no_one_dtype(tmp_path):
+    """`dtype=amp_dtype`, `amp_dtype = torch.bfloat16 if ... else torch.float32`: the held region's
+    dtype is decided at run time (None), the same under every hash seed, not whichever of the
+    name's values a set lists first (an fp32 pick would silence AMP202)."""
+    files = {
+        "train.py": """
+            from functools import partial
+            import torch
+
+            def train(args, model, x):
+                amp_dtype = torch.bfloat16 if args.bf16 else torch.float32
+                amp_autocast = partial(torch.autocast, device_type="cuda", dtype=amp_dtype)
+                with amp_autocast():
+                    loss = model(x).sum()
+                    loss.backward()
+        """,
+    }
+    root = write(tmp_path, files)
+    script = (
+        "import sys, json; from pathlib import Path; from amplint import Config, lint_paths; "
+        "print(json.dumps([(d.location.row, d.code, d.data.get('dtype')) for d in lint_paths([sys.argv[1]], Config()).diagnostics]))"
+    )
+    seen = set()
+    for seed in ("0", "1", "2", "3", "4", "5"):
+        import os
+
+        out = subprocess.run([sys.executable, "-c", script, str(root)], capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert out.returncode == 0, out.stderr[-2000:]
+        seen.add(out.stdout)
+    assert len(seen) == 1 and json.loads(seen.pop()) == [[10, "AMP202", None]]
+
+
 def test_a_scaler_built_per_call_is_silent_for_whole_runs_and_conditional_builds(tmp_path):
     root = write(tmp_path, {
         "engine.py": """
@@ -462,7 +494,7 @@ def test_only_rules_that_check_the_project_are_imported_for_it():
         specs.append(copy)
     loaded = project_rules(specs)
     assert {r.code for r in loaded} == {
-        "AMP102", "AMP104", "AMP107", "AMP201", "AMP202", "AMP204", "AMP301", "AMP302", "AMP303", "AMP401", "AMP402",
+        "AMP102", "AMP104", "AMP107", "AMP201", "AMP202", "AMP204", "AMP206", "AMP301", "AMP302", "AMP303", "AMP401", "AMP402",
         "AMP801", "AMP802", "AMP803", "AMP804", "AMP805", "AMP806", "AMP807", "AMP808",  # issue 23: the wrapper rules
     }
     assert all(s._cls is None for s in specs if s.code not in {r.code for r in loaded})

@@ -153,6 +153,73 @@ def test_config_file_findings_follow_the_config_on_a_warm_run(tmp_path):
     assert ("sft.py", 9, "AMP808") in after
 
 
+STATIC = '{"train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": true, "loss_scale": 1}}'
+
+
+def _launched_project(tmp_path, imports="import deepspeed\n"):
+    """A DeepSpeed script that takes its config from the command line (`--deepspeed_config`),
+    and the JSON a shell script launches it with: the code never names the file."""
+    project = tmp_path / "p"
+    (project / "configs").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\nname='x'\n")
+    (project / "train.py").write_text(
+        imports + "import torch\nengine, opt, _, _ = deepspeed.initialize(args=args, model=model)\n"
+        "for x in loader:\n    engine.backward(engine(x).sum())\n    engine.step()\n"
+    )
+    (project / "run.sh").write_text("deepspeed train.py --deepspeed_config configs/ds.json\n")
+    (project / "configs" / "ds.json").write_text(STATIC)
+    return project
+
+
+def test_a_config_the_code_never_names_is_read_from_the_walk(tmp_path):
+    project = _launched_project(tmp_path)
+    assert ("configs/ds.json", 1, "AMP807") in findings([project])
+
+
+def test_shipped_configs_are_read_only_where_the_code_may_launch_deepspeed(tmp_path):
+    """No DeepSpeed, accelerate, transformers or Lightning import: a JSON shaped like a
+    DeepSpeed config is somebody else's data, and the walk's JSON files are not read."""
+    project = _launched_project(tmp_path, imports="from mylib import deepspeed\n")
+    assert not [f for f in findings([project]) if f[2] in ("AMP807", "AMP808")]
+
+
+def test_shipped_configs_follow_the_walk_excludes_and_gitignore(tmp_path):
+    project = _launched_project(tmp_path)
+    (project / "data").mkdir()
+    (project / "data" / "ds.json").write_text(STATIC)
+    (project / "outputs").mkdir()
+    (project / "outputs" / "ds.json").write_text(STATIC)
+    (project / ".gitignore").write_text("data/\n")
+    config = Config(root=str(project), extend_exclude=("outputs",))
+    found = {Path(d.filename).resolve().relative_to(project.resolve()).as_posix() for d in lint_paths([str(project)], config).diagnostics if d.code == "AMP807"}
+    assert found == {"configs/ds.json"}
+
+
+def test_a_new_shipped_config_is_seen_on_a_warm_run_and_a_subset_run_reuses_the_project(tmp_path, monkeypatch):
+    from amplint.engine import crossfile
+
+    project = _launched_project(tmp_path)
+    (project / "configs" / "ds.json").write_text(STATIC.replace('"loss_scale": 1', '"loss_scale": 0'))
+    store = tmp_path / "cache"
+    cache = Cache(str(store), "fp")
+    assert not [f for f in findings([project], cache) if f[2] == "AMP807"]
+    cache.save()
+    (project / "configs" / "zero3.json").write_text(STATIC)  # no code file changed
+    warm = Cache(str(store), "fp")
+    assert ("configs/zero3.json", 1, "AMP807") in findings([project], warm), "a config file that came must be read"
+    warm.save()
+    computed = []
+    monkeypatch.setattr(crossfile._Store, "remember", lambda self, *a, **k: computed.append(a))
+    again = Cache(str(store), "fp")
+    found = lint_paths([str(project / "train.py")], Config(), cache=again).diagnostics
+    assert {Path(d.filename).name for d in found} <= {"train.py"}
+    assert not computed, "a subset run (which reports no config file) reuses what the whole run recorded"
+    (project / "configs" / "zero3.json").unlink()
+    computed.clear()
+    assert not [f for f in findings([project], Cache(str(store), "fp")) if f[2] == "AMP807"]
+    assert computed, "a config file that went: computed again"
+
+
 def test_a_one_file_run_reports_no_config_file_finding():
     found = lint_paths([str(PROJECTS / "deepspeed_config" / "sft.py")], Config()).diagnostics
     assert {Path(d.filename).name for d in found} == {"sft.py"}

@@ -230,6 +230,10 @@ CASES = [
     ("201-no-class", "AMP201", {"optimizer": "opt", "subject": "model"}, "confirmed", "experiment"),
     ("201-adam", "AMP201", {"optimizer_class": "torch.optim.Adam", "lr": 1e-3, "eps": 1e-8}, "confirmed", "experiment"),
     ("201-large-lr", "AMP201", {"optimizer_class": "SGD", "lr": 100.0}, "not-reproduced", "experiment"),
+    # AMP206: weights of 1.0 in bf16, 100 steps
+    ("206-adamw-1e-4", "AMP206", {"optimizer_class": "torch.optim.AdamW", "lr": 1e-4, "dtype": "bf16"}, "confirmed", "experiment"),
+    ("206-no-class", "AMP206", {"optimizer": "optimizer", "subject": "model"}, "confirmed", "experiment"),
+    ("206-large-lr", "AMP206", {"optimizer_class": "torch.optim.Adam", "lr": 1e-2}, "not-reproduced", "experiment"),
     # AMP301
     ("301-masked-fill", "AMP301", {"snippet": "scores.masked_fill(mask == 0, -1e9)", "literal": -1e9, "op": "masked_fill"}, "confirmed", "snippet"),
     ("301-additive", "AMP301", {"snippet": "attn = attn + (1.0 - mask) * -1e9", "literal": -1e9}, "confirmed", "snippet"),

@@ -156,6 +156,64 @@ def test_amp201_library_loader_is_not_stood_in(runner):
     assert v["reference"]["verdict"] == "confirmed"
 
 
+def test_amp206_cross_file_finding_gets_the_bf16_cast_to_run():
+    """bf16_builder: the cast is `model.to(torch.bfloat16)` in the factory, "made bf16 here"."""
+    (d,) = _findings("projects/bf16_builder", "AMP206")
+    data = Preludes().data_for(d)
+    assert data["cast"]["source"] == "model.to(torch.bfloat16)  # halve the weights' memory" or data["cast"]["source"].startswith("model.to(torch.bfloat16)")
+    assert data["cast"]["site"] == "model.py:41" and data["dtype"] == "bf16"
+    assert data["snippet"].startswith("torch.optim.AdamW(model.parameters(), lr=cfg.lr")
+
+
+@needs_torch
+def test_amp206_runs_the_users_cast_and_optimizer(runner):
+    data = {"optimizer_class": "torch.optim.AdamW", "dtype": "bf16", "snippet": "torch.optim.AdamW(model.parameters(), lr=1e-4)",
+            "cast": _cast("model = net.cuda().bfloat16()")}
+    v = runner.run("AMP206", data)
+    assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
+    assert v["evidence"]["parameter_dtypes_after_cast"] == {"bf16": 4}
+    assert v["evidence"]["updates_lost"] > 0 and v["evidence"]["nonfinite_params"] == 0  # bf16: rounding, no overflow
+    assert "lost to bf16 rounding" in v["summary"]
+
+
+@needs_torch
+def test_amp206_small_tiny_model_weights_fall_back_to_a_layernorm_of_ones(runner):
+    """At lr 1e-3 an Adam step survives on the tiny model's weights (|w| <= 0.35), not on a
+    LayerNorm gain of 1.0: the user's optimizer runs on one, and that decides."""
+    data = {"optimizer_class": "torch.optim.AdamW", "snippet": "torch.optim.AdamW(model.parameters(), lr=1e-3)",
+            "cast": _cast("model = net.cuda().bfloat16()")}
+    v = runner.run("AMP206", data)
+    assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v
+    assert v["evidence"]["updates_lost"] == 0
+    ln = v["evidence"]["layernorm_weight_of_1"]
+    assert ln["bf16_max_change"] == 0.0 and ln["fp32_max_change"] > 0.05
+    assert ln["optimizer_ran"] == "torch.optim.AdamW(model.parameters(), lr=1e-3)"
+
+
+@needs_torch
+def test_amp206_updates_larger_than_bf16_spacing_are_not_reproduced(runner):
+    data = {"optimizer_class": "torch.optim.SGD", "snippet": "torch.optim.SGD(net.parameters(), lr=1000.0)",
+            "cast": _cast("model = net.cuda().bfloat16()")}
+    v = runner.run("AMP206", data)
+    assert (v["verdict"], v["method"]) == ("not-reproduced", "snippet"), v
+    assert v["evidence"]["updates_lost"] == 0
+
+
+@needs_torch
+def test_amp206_reference_weights_of_one_do_not_move_in_bf16(runner):
+    """The evidence page's numbers: AdamW lr 1e-4, 100 steps on weights of 1.0."""
+    v = runner.run("AMP206", {"optimizer_class": "torch.optim.AdamW", "lr": 1e-4, "cast": _cast("model, _ = clip.load('ViT-B/16')")})
+    assert (v["verdict"], v["method"]) == ("inconclusive", "experiment"), v
+    assert "the bf16 cast `model, _ = clip.load" in v["reason"]
+    ref = v["reference"]
+    assert ref["verdict"] == "confirmed"
+    ev = ref["evidence"]
+    assert ev["bf16"]["max_change"] == 0.0 and ev["bf16"]["first_moved_at_step"] is None
+    assert ev["fp32"]["max_change"] == pytest.approx(0.0101, abs=2e-4)
+    assert set(ev["bf16_max_change_by_implementation"].values()) == {0.0}
+    assert ev["one_sgd_step_on_bf16_ones"] == {"update 0.9 * 2^-9": 1.0, "update 1.1 * 2^-9": 0.996094}
+
+
 @needs_torch
 def test_amp401_saves_and_reads_back_the_users_checkpoint(runner):
     data = {"dtype": "fp16", "snippet": 'torch.save({"model": self.model.state_dict(), "best": self.best_metric}, path)',
@@ -208,6 +266,7 @@ def test_amp303_cross_file_loss_module_and_its_twin(runner, folder, verdict):
 @pytest.mark.parametrize(
     "folder, code",
     [("projects/half_builder", "AMP201"), ("projects/half_checkpoint", "AMP201"), ("projects/half_checkpoint", "AMP401"),
+     ("projects/bf16_builder", "AMP206"),
      ("projects/bce_loss_module", "AMP303"), ("projects/held_autocast", "AMP303")],
 )
 def test_fixture_projects_are_decided_on_the_users_code(runner, folder, code):

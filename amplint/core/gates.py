@@ -145,11 +145,15 @@ def overflowing_literal_site(source: str) -> bool:
 def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
     """The lines AMP301 can flag, or depends on: each candidate literal's line and, for
     `NAME = literal`, every line that mentions NAME (its uses and any reassignment); for a
-    site in a private module-level function, every line that names the function (its calls).
+    site in a private module-level function, every line that names the function (its calls);
+    for a site in a class, the `class` line of it and of its bases defined in the file (the
+    buffers `__init__` registers, the helper methods whose results it reads); and the
+    `def` line of every module-level function a kept definition calls, transitively (what
+    such a helper returns).
 
-    What the rule reads about a literal is in the function holding it (the
-    tensor's assignments there, its autocast region) and module-level imports,
-    so only those functions are parsed, methods included (amplint/engine/excerpt.py)."""
+    What the rule reads about a literal is in those definitions (the tensor's assignments,
+    its autocast region) and module-level imports, so only they are parsed
+    (amplint/engine/excerpt.py: a `class` line keeps its class whole)."""
     data = source.encode("utf-8", "surrogatepass")
     row = _Rows(data)
     lines: Set[int] = set()
@@ -157,19 +161,43 @@ def overflowing_literal_lines(source: str) -> Optional[Set[int]]:
         lines.add(row(start))
         if name:
             lines |= _mentions(data, name, row)
-    # a tensor that is a parameter of a private module-level function takes its dtype from the
-    # calls in this file: keep every line naming the function that holds a site
-    defs = [(row(m.start()), m.group(1)) for m in _TOP_LEVEL_DEF.finditer(data)]
-    starts = [r for r, _ in defs]
+    if not lines:
+        return lines
+    tops = [(m.start(), m.group(1), m.group(2), m.group(3) or b"") for m in _TOP_LEVEL_DEFINITION.finditer(data)]
+    starts = [row(at) for at, _, _, _ in tops]
+    by_name = {name: i for i, (_, _, name, _) in enumerate(tops)}
+    kept: Set[int] = set()
     for line in sorted(lines):
         i = bisect_left(starts, line + 1) - 1
-        if i >= 0 and defs[i][1].startswith(b"_") and not defs[i][1].startswith(b"__"):
-            lines |= _mentions(data, defs[i][1], row)
+        if i < 0:
+            continue
+        kind, name = tops[i][1], tops[i][2]
+        if kind == b"def" and name.startswith(b"_") and not name.startswith(b"__"):
+            # a tensor that is a parameter of a private module-level function takes its dtype
+            # from the calls in this file: keep every line naming the function
+            lines |= _mentions(data, name, row)
+        kept.add(i)
+    todo = sorted(kept)
+    while todo:
+        i = todo.pop()
+        at, kind, _, bases = tops[i]
+        end = tops[i + 1][0] if i + 1 < len(tops) else len(data)
+        wanted = set(re.findall(rb"\w+", bases)) if kind == b"class" else set()  # its bases
+        called = set(_CALLED.findall(data, at, end))  # the module-level functions it calls
+        for n in wanted | called:
+            j = by_name.get(n)
+            if j is not None and j not in kept and (n in wanted or tops[j][1] == b"def"):
+                kept.add(j)
+                todo.append(j)
+    lines.update(starts[i] for i in kept)
     return lines
 
 
-#: a `def` at column 0: the function holding the lines below it, up to the next one
-_TOP_LEVEL_DEF = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+#: a `def` or `class` at column 0 (its kind, name and the text of a class's bases): the
+#: definition holding the lines below it, up to the next one
+_TOP_LEVEL_DEFINITION = re.compile(rb"^(?:async[ \t]+)?(def|class)[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?", re.M)
+#: a name called (`helper(x)`, `self._shift(x)`'s `_shift`)
+_CALLED = re.compile(rb"(\w+)[ \t]*\(")
 
 
 def _mentions(data: bytes, name: bytes, row: "_Rows") -> Set[int]:
@@ -614,6 +642,24 @@ def torch_save_called(source: str) -> bool:
     return _torch_function_called(source.encode("utf-8", "surrogatepass"), b"save")
 
 
+#: a name that says save, then an opening bracket: `x.save_pretrained(`, `save_file(`, `torch.save(`
+_SAVE_CALL = re.compile(rb"\b(?:def\s+)?\w*save\w*\s*\(")
+
+
+def fp16_checkpoint_io(source: str) -> bool:
+    """AMP401's gate: `torch.save` may be called, or a call named for saving (not a `def`, not in
+    prose) sits in a file that trains (`x.backward(`, `x.step(`) and may cast a model back
+    (`.float(`, `.to(`, `.type(`) after casting it to fp16 for the save."""
+    if torch_save_called(source):
+        return True
+    data = source.encode("utf-8", "surrogatepass")
+    if not (_method_called(data, b"backward") or _method_called(data, b"step")):
+        return False
+    if not (_method_called(data, b"float") or _method_called(data, b"to") or _method_called(data, b"type")):
+        return False
+    return any(not m.group().startswith(b"def") and not _in_prose_bytes(data, m.start()) for m in _SAVE_CALL.finditer(data))
+
+
 def scaler_checkpoint_io(source: str) -> bool:
     """AMP402's gate: a GradScaler may be built or used, and `torch.save` or `torch.load` may be
     called, or the file names a restore (`load_state_dict`, a `restore_model(...)` helper) after
@@ -738,6 +784,55 @@ def _may_be_parameter(data: bytes, start: int, end: int) -> bool:
         return False
     left, _ = _skip_left(data, start - 1, parens=False)
     return (left >= 0 and data[left] in b"(,*") or _word_before(data, left) == b"lambda"
+
+
+# -------------------------------------------------------------------- AMP304
+
+#: the flash-attn entry points AMP304 resolves calls to (its `_FLASH_FUNCTIONS`, by last name)
+_FLASH_FUNCTION_NAMES = (
+    b"flash_attn_func", b"flash_attn_varlen_func", b"flash_attn_qkvpacked_func", b"flash_attn_kvpacked_func",
+    b"flash_attn_varlen_qkvpacked_func", b"flash_attn_varlen_kvpacked_func", b"flash_attn_with_kvcache",
+)
+
+
+def flash_attention_possible(source: str) -> bool:
+    """AMP304's gate: a call the rule resolves to a flash-attn function, or SDPA and a `with`
+    forcing it onto the fp16/bf16-only kernels.
+
+    A call resolves through the file's imports only (`amplint/model/names.py`: a star import
+    binds nothing), so the function's own name is spelled either right before the call's `(`
+    (`flash_attn_func(`, `fa.flash_attn_func (`) or in the import that renames it
+    (`flash_attn_func as attend`). The forced region is `sdpa_kernel(...)` whose backends all
+    spell `FLASH_ATTENTION` or `CUDNN_ATTENTION`, or the legacy `sdp_kernel(...)` with
+    `enable_math` and `enable_mem_efficient` `False`, around a
+    `scaled_dot_product_attention` call. transformers names the flash-attn functions in
+    docstrings, comments and longer names (`npu_flash_attn_func`, `flash_attn_with_kvcache_fn`)
+    and forces SDPA onto the math kernel (`sdpa_kernel(SDPBackend.MATH)`): none of those."""
+    data = source.encode("utf-8", "surrogatepass")
+    if any(_named_call_or_alias(data, name) for name in _FLASH_FUNCTION_NAMES if name in data):
+        return True
+    if b"scaled_dot_product_attention" not in data:
+        return False
+    if (b"FLASH_ATTENTION" in data or b"CUDNN_ATTENTION" in data) and _named_call_or_alias(data, b"sdpa_kernel"):
+        return True
+    return b"False" in data and _named_call_or_alias(data, b"sdp_kernel")
+
+
+def _named_call_or_alias(data: bytes, name: bytes) -> bool:
+    """The identifier `name` in code, followed by a call's `(` (`_calls`) or by `as` (an import
+    that renames it)."""
+    if next(_calls(data, name), None) is not None:
+        return True
+    at = data.find(name)
+    n = len(data)
+    while at != -1:
+        end = at + len(name)
+        if (at == 0 or not _IDENT_BYTE[data[at - 1]]) and (end >= n or not _IDENT_BYTE[data[end]]):
+            after = _skip_code_blanks(data, end)
+            if data[after : after + 2] == b"as" and (after + 2 >= n or not _IDENT_BYTE[data[after + 2]]) and not _in_prose_bytes(data, at):
+                return True
+        at = data.find(name, end)
+    return False
 
 
 # -------------------------------------------------------------------- class lines and import aliases
@@ -928,9 +1023,11 @@ GATES: dict = {
     "autograd_function_lines": autograd_function_lines,
     "autocast_region_lines": autocast_region_lines,
     "torch_save_called": torch_save_called,
+    "fp16_checkpoint_io": fp16_checkpoint_io,
     "scaler_checkpoint_io": scaler_checkpoint_io,
     "scaler_stepped": scaler_stepped,
     "scaled_backward_possible": scaled_backward_possible,
+    "flash_attention_possible": flash_attention_possible,
 }
 
 

@@ -20,29 +20,93 @@ def passing(rules: Sequence[Any], source: str) -> List[Any]:
     """
     if rules and not_torch_code(source):
         return []
-    contains = _containment(tuple(rules))
-    present: Dict[str, bool] = {}
+    contains, plan = _plan(tuple(rules))
+    present = words_of(source)
 
-    def has(trigger: str) -> bool:
-        hit = present.get(trigger)
+    def has(word: str) -> bool:
+        hit = present.get(word)
         if hit is None:
-            hit = all(has(part) for part in contains[trigger]) and trigger in source
-            present[trigger] = hit
+            for part in contains[word]:
+                if not has(part):
+                    hit = False
+                    break
+            else:
+                hit = word in source
+            present[word] = hit
         return hit
 
     out = []
-    for r in rules:
-        if r.triggers and not any(has(t) for t in r.triggers):
-            continue
-        if not all(any(has(t) for t in clause) for clause in getattr(r, "requires", ())):
-            continue
-        if r.gate_regex is not None and r.gate_regex.search(source) is None:
-            continue
-        check = getattr(r, "gate_check", None)
-        if check is not None and not _gate_function(check)(source):
-            continue
-        out.append(r)
+    for r, clauses, regex, check in plan:
+        for clause in clauses:  # each clause needs one of its words (triggers first, then requires)
+            for word in clause:
+                hit = present.get(word)
+                if hit is None:
+                    hit = has(word)
+                if hit:
+                    break
+            else:
+                break
+        else:
+            if regex is not None and regex.search(source) is None:
+                continue
+            if check is not None and not _gate_function(check)(source):
+                continue
+            out.append(r)
     return out
+
+
+@lru_cache(maxsize=64)
+def _plan(rules: Tuple[Any, ...]) -> Tuple[Dict[str, Tuple[str, ...]], Tuple[Tuple[Any, Tuple[Tuple[str, ...], ...], Any, Optional[str]], ...]]:
+    """`_containment(rules)` and, per rule, (rule, its word clauses, gate regex, gate check):
+    the gate read once per selection rather than per file."""
+    plan = []
+    for r in rules:
+        clauses = tuple(tuple(c) for c in getattr(r, "requires", ()))
+        if r.triggers:
+            clauses = (tuple(r.triggers), *clauses)
+        plan.append((r, clauses, r.gate_regex, getattr(r, "gate_check", None)))
+    return _containment(rules), tuple(plan)
+
+
+#: [(text, {word: whether the text holds it})] of the last few texts asked about, newest last:
+#: the gates, the text index (`model/project/index.py`) and the second looks at a file's
+#: excerpt ask the same file about many of the same words ("autocast", "GradScaler",
+#: "deepspeed", ...), each a scan of the whole text. Keyed by the text object itself (held
+#: here, so its identity cannot be reused meanwhile); a file's lint asks about its text, its
+#: text without docstrings and its excerpt, so three are kept.
+_LAST_WORDS: List[Tuple[str, Dict[str, bool]]] = []
+_KEPT_WORDS = 3
+
+
+def words_of(source: str) -> Dict[str, bool]:
+    """The memo of which words `source` holds (filled by `passing` and `holds`); a new text
+    starts an empty one."""
+    last = _LAST_WORDS
+    for text, found in reversed(tuple(last)):  # (a copy: the server may lint in another thread)
+        if text is source:
+            return found
+    found = {}
+    last.append((source, found))
+    while len(last) > _KEPT_WORDS:
+        try:
+            del last[0]
+        except IndexError:
+            break
+    return found
+
+
+def holds(source: str, word: str) -> bool:
+    """`word in source`, each word searched at most once per text (`words_of`)."""
+    found = words_of(source)
+    hit = found.get(word)
+    if hit is None:
+        hit = found[word] = word in source
+    return hit
+
+
+def forget_words() -> None:
+    """Drop the memo (and the texts it holds)."""
+    _LAST_WORDS.clear()
 
 
 #: array frameworks whose tensors are not PyTorch tensors (their own mixed precision, not torch AMP)
@@ -56,7 +120,7 @@ def not_torch_code(source: str) -> bool:
     (`modeling_tf_*.py`, `modeling_flax_*.py` next to a library's torch models). A numpy-only
     file is not one: a helper that never imports torch still operates on the torch tensors its
     callers hand it (`scores.masked_fill(mask, -1e9)` with only `import numpy as np`)."""
-    if "torch" in source or "import" not in source:
+    if holds(source, "torch") or not holds(source, "import"):
         return False
     tops: Set[str] = set()
     for m in _IMPORT.finditer(source):
@@ -70,8 +134,10 @@ def not_torch_code(source: str) -> bool:
 #: short words that several triggers contain, searched first: one scan that is absent from most
 #: files stands for the scans of every trigger holding it ("cale": `Scaler`, `scaler`, `unscale_`,
 #: `scale(`, `scale (`; ".amp": `cuda.amp`, `cpu.amp`; "custom_": `custom_op`, `custom_fwd`,
-#: `custom_bwd`; "alf": `half`, `Half`). Searched only as part of a trigger that holds them.
-GUARDS = ("cale", ".amp", "custom_", "alf")
+#: `custom_bwd`; "alf": `half`, `Half`; "flash_attn_": AMP304's five flash-attn names;
+#: "precision": `precision=16`, `precision="16`, `mixed_precision`; "_batch_size": DeepSpeed's
+#: batch-size keys). Searched only as part of a trigger that holds them.
+GUARDS = ("cale", ".amp", "custom_", "alf", "flash_attn_", "precision", "_batch_size")
 
 
 @lru_cache(maxsize=64)

@@ -241,6 +241,7 @@ class Projects:
                     last = folder
                 group[full] = f
         self._files: Dict[Optional[str], List[str]] = {}
+        self._configs: Dict[str, List[str]] = {}
 
     def files(self, root: Optional[str]) -> List[str]:
         """Every Python file of the project at `root` (absolute paths, sorted)."""
@@ -256,6 +257,20 @@ class Projects:
                 walked = {p for p in discover([root], self.config, reuse=self._walk) if p.endswith(".py")}
                 found = sorted(walked | set(members))
             self._files[root] = found
+        return found
+
+    def configs(self, root: Optional[str]) -> Optional[List[str]]:
+        """The config files (`WalkRecord.configs`) the run's walk met inside the project at
+        `root`, sorted: a DeepSpeed JSON the project ships and launches from outside its Python
+        code (a shell script, an accelerate YAML, a README command). None when the run did not
+        walk the whole project (single files, a folder below its root): not known then, and a
+        finding in such a file would not be reported by that run anyway (`spell_config`)."""
+        if root is None or self._walk is None or not any(root == g or root.startswith(g.rstrip(os.sep) + os.sep) for g in self._given):
+            return None
+        found = self._configs.get(root)
+        if found is None:
+            prefix = root.rstrip(os.sep) + os.sep
+            found = self._configs[root] = sorted(p for p in self._walk.configs if p.startswith(prefix))
         return found
 
     def spell_config(self, path: str) -> Optional[str]:
@@ -293,7 +308,7 @@ def project_diagnostics(
     store.file_timeout = projects.config.file_timeout
     for root in sorted(projects.groups, key=lambda r: r or ""):
         members = projects.groups[root]
-        for d in _project_findings(root, projects.files(root), rules, store, members):
+        for d in _project_findings(root, projects.files(root), rules, store, members, projects.configs(root)):
             spelled = members.get(d.filename)
             if spelled is None and d.data.get("config_file"):
                 spelled = projects.spell_config(d.filename)
@@ -303,14 +318,18 @@ def project_diagnostics(
     return _suppressed(out, projects.config, suppressed)
 
 
-def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any], store: "_Store", members: Dict[str, str]) -> List[Diagnostic]:
+def _project_findings(
+    root: Optional[str], files: List[str], rules: Sequence[Any], store: "_Store", members: Dict[str, str],
+    configs: Optional[List[str]] = None,
+) -> List[Diagnostic]:
     """Every cross-file finding of one project (absolute paths), reused from the cache when no
-    file the model read last time has changed (a warm run then loads no rule, parses nothing
-    and imports no module of the model)."""
+    file the model read last time has changed and, where the model looks for config files the
+    code does not name, the walk met the same ones (`configs`: `Projects.configs`, None: not
+    known) (a warm run then loads no rule, parses nothing and imports no module of the model)."""
     chosen, key = store.universe(root, files)
     if not chosen:
         return []
-    reused = store.findings(root, chosen)
+    reused = store.findings(root, chosen, configs)
     if reused is not None:
         return reused
     from ..model.project import Project
@@ -340,6 +359,7 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
                 # the files that may use a distributed API: without one the wrapper rules read nothing
                 project.scale_anchors = [f for f in chosen if "d" in str(store.index(f)["r"])]
                 project.scale_files = sorted(store.scale_wanted)
+                project.config_candidates = configs  # config files the code may not name (wrappers.py)
             found.extend(rule_cls().check_project(project))
         except Exception as exc:  # a bug must not stop the run: reported like a per-file one
             from .pipeline import internal_error
@@ -347,7 +367,8 @@ def _project_findings(root: Optional[str], files: List[str], rules: Sequence[Any
             found.append(internal_error(min(members), f"rule {rule_cls.code} ({rule_cls.name}) on the project model", exc))
             return found  # not cached: the next run reports it again
     read = sorted(set(project.summaries) | project.viewed | set(_configs_read(project))) if project is not None else chosen
-    store.remember(root, chosen, key, read, found)
+    view = getattr(project, "_scale_view", None) if project is not None else None
+    store.remember(root, chosen, key, read, found, configs, wanted=bool(getattr(view, "wants_configs", False)))
     return found
 
 
@@ -502,9 +523,9 @@ class _Store:
             h.update(f"{path}\0{digest}\0".encode("utf-8", "surrogateescape"))
         return h.hexdigest()
 
-    def findings(self, root: Optional[str], chosen: List[str]) -> Optional[List[Diagnostic]]:
-        """The findings recorded for this project when it started from the same files and
-        none of the files its model read has changed since."""
+    def findings(self, root: Optional[str], chosen: List[str], configs: Optional[List[str]] = None) -> Optional[List[Diagnostic]]:
+        """The findings recorded for this project when it started from the same files, its walk
+        met the same config files, and none of the files its model read has changed since."""
         if self.cache is None:
             return None
         from .cache import RACY_SECONDS, decode_diagnostic, file_digest, stat_key
@@ -512,6 +533,8 @@ class _Store:
         entry = self.cache.get_raw("project", root or "")
         if not entry or entry.get("universe") != chosen or (entry.get("registering") or []) != self.registering(root):
             return None
+        if "configs" in entry and configs is not None and entry["configs"] != configs:
+            return None  # a config file came or went (or was not known): one the code never names may decide a finding
         for path, (mtime_ns, size, read_at, digest) in entry["files"].items():
             try:
                 st = stat_key(os.stat(path))
@@ -525,7 +548,13 @@ class _Store:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def remember(self, root: Optional[str], chosen: List[str], key: Optional[str], read: List[str], found: List[Diagnostic]) -> None:
+    def remember(
+        self, root: Optional[str], chosen: List[str], key: Optional[str], read: List[str], found: List[Diagnostic],
+        configs: Optional[List[str]] = None, wanted: bool = False,
+    ) -> None:
+        """`wanted`: the model looked for the config files the code does not name; the entry
+        then records those the walk met (`configs`; None: not known), which a later run must
+        meet again to reuse it."""
         if self.cache is None:
             return
         from .cache import encode_diagnostic, file_digest, now, stat_key
@@ -544,6 +573,8 @@ class _Store:
         entry = {"universe": chosen, "key": key, "files": files, "diagnostics": diagnostics}
         if self.registering(root):
             entry["registering"] = self.registering(root)
+        if wanted:
+            entry["configs"] = list(configs) if configs is not None else None
         self.cache.put_raw("project", root or "", entry)
 
     def _linted(self, path: str) -> Optional[Dict[str, Any]]:
@@ -633,7 +664,7 @@ class _Store:
 
         try:
             text = decode_source(data)
-            if len(data) > isolate.CONFINED_BYTES and isolate.available():
+            if isolate.confines(len(data)):
                 # a big file's summary (CPython's parser, then a walk: minutes and gigabytes on
                 # 10 MB) is bounded like its lint: the file's budget, the child's memory bound
                 how, value = isolate.run_confined(compute, (text,), self.file_timeout)
@@ -726,6 +757,6 @@ class _BufferStore(_Store):
     def findings(self, *args: Any) -> Optional[List[Diagnostic]]:
         return super().findings(*args) if self.saved else None
 
-    def remember(self, *args: Any) -> None:
+    def remember(self, *args: Any, **kwargs: Any) -> None:
         if self.saved:
-            super().remember(*args)
+            super().remember(*args, **kwargs)

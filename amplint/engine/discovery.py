@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: file suffixes a folder walk picks up
 LINTABLE_SUFFIXES = (".py", ".pyi", ".ipynb")
+#: files a walk notes for the project model without linting them (`WalkRecord.configs`)
+CONFIG_SUFFIXES = (".json",)
 
 
 # ------------------------------------------------------------------ gitignore
@@ -343,7 +345,10 @@ class WalkRecord:
     walked to the end (absolute), the key of the ignore files in force there (`_stack_key`)
     and every file its walk found (absolute; `discover`'s `reuse` stands them in for a walk
     of that folder where that walk would apply the same ignore files); `absolute`: the
-    absolute path of each file it yielded (on POSIX, where that is the joined names).
+    absolute path of each file it yielded (on POSIX, where that is the joined names);
+    `configs`: the config files (`CONFIG_SUFFIXES`: a DeepSpeed JSON the code never names,
+    launched by a shell script or an accelerate YAML) the walk met where it would have linted
+    a Python file (not excluded, not ignored, no link leading out), absolute, in walk order.
     """
 
     def __init__(self, watch: Sequence[str] = ()) -> None:
@@ -352,6 +357,7 @@ class WalkRecord:
         self.tops: Dict[str, Tuple[Optional[tuple], List[str]]] = {}
         #: each file the walk yielded -> `os.path.abspath` of it (the walk built it anyway)
         self.absolute: Dict[str, str] = {}
+        self.configs: List[str] = []
 
     def holds_any(self, folder: str, names: Sequence[str]) -> bool:
         """Whether `os.path.exists` says `folder` holds one of `names`: from the listing where
@@ -475,8 +481,11 @@ def _walk(
             else:
                 below.append((os.path.join(dirpath, d), full_abs, here, None))
         spelled = (dirpath if not dirpath or dirpath.endswith("/") else dirpath + "/") if posix else None
+        configs = record.configs if record is not None else None
         for f in sorted(listed.filenames):
             if not f.endswith(LINTABLE_SUFFIXES):
+                if configs is not None and f.endswith(CONFIG_SUFFIXES):
+                    _note_config(configs, prefix + f, f, check, here, listed, inside)
                 continue
             full_abs = prefix + f
             if (check.reaches_files or here_abs == top_abs) and check(full_abs, f):
@@ -496,6 +505,21 @@ def _walk(
                     absolute[full] = full_abs
                 yield full
         stack.extend(reversed(below))
+
+
+def _note_config(
+    configs: List[str], full_abs: str, name: str, check: Excluder, here: Optional[GitIgnore], listed: "_Listing",
+    inside: Tuple[str, ...],
+) -> None:
+    """Note a config file as the walk would take a lintable one: excluded or ignored files and
+    links that may lead out of the project are left out."""
+    if check(full_abs, name):
+        return
+    if here is not None and here.files and here.ignored(full_abs, False, absolute=True):
+        return
+    if name in listed.file_links and (not inside or not _within(os.path.realpath(full_abs), inside)):
+        return
+    configs.append(full_abs)
 
 
 def _inside(top: str, root: Optional[str]) -> Tuple[str, ...]:

@@ -13,7 +13,11 @@ than `CONFINED_BYTES` is analysed in a child forked for it (`run_confined`):
 * the child's address space is capped (RLIMIT_AS) at its size when forked plus the
   analysis thread's stack reservation plus `MEMORY_MB`: a file whose analysis needs more
   gets `AMP000 analysis needed more than 1024 MB of memory; skipped`, and the run goes on;
-* the result comes back pickled on the pipe (the child is this process, forked).
+* the result comes back pickled on the pipe (the child is this process, forked); a
+  `BudgetExceeded` that `fn` lets out is the "timeout" outcome too.
+
+`confines` says which files go there; the lint of a file, its project summary and the
+check of its fixes all ask it.
 
 Smaller files are analysed in place: every call into C on them is short (parsing is
 linear, about a second per 300 KB for libcst here), so the thread budget binds there.
@@ -32,6 +36,8 @@ import threading
 import time
 from typing import Any, Callable, Optional, Tuple
 
+from .budget import BudgetExceeded
+
 #: files above this many bytes are analysed in a forked child
 CONFINED_BYTES = 512 * 1024
 #: memory the child's analysis may use beyond the process it was forked from
@@ -46,6 +52,25 @@ Outcome = Tuple[str, Any]  # ("ok", value) | ("timeout", None) | ("memory", None
 def available() -> bool:
     """Whether a file can be analysed in a forked child here (Linux, one thread)."""
     return sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
+
+
+def confines(size: int) -> bool:
+    """Whether the work on a file of `size` bytes runs in a forked child (`run_confined`): the
+    one rule for its lint (`parallel._work`), its summary (`crossfile`) and the check of its
+    fixes (`fix.fixer`), so each of them is bounded the same way."""
+    return size > CONFINED_BYTES and available()
+
+
+def overrun(how: str, value: Any, timeout: float) -> str:
+    """What a `run_confined` outcome other than "ok" says, after "analysis" or the like:
+    "took longer than 30 s", "needed more than 1024 MB of memory", "failed (how)"."""
+    from .budget import format_seconds
+
+    if how == "timeout":
+        return f"took longer than {format_seconds(timeout)} s"
+    if how == "memory":
+        return f"needed more than {MEMORY_MB} MB of memory"
+    return f"failed ({value})"
 
 
 def _vm_size() -> Optional[int]:
@@ -81,6 +106,8 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             try:
                 payload = pickle.dumps(("ok", fn(*args)), protocol=pickle.HIGHEST_PROTOCOL)
+            except BudgetExceeded:
+                payload = pickle.dumps(("timeout", None))  # the child's own budget answered first
             except BaseException as exc:  # noqa: BLE001 - sorted out below
                 if not _ran_out_of_memory(exc):
                     raise

@@ -4,7 +4,8 @@ The code cells are joined in order into one Python program (a training loop
 split over cells is one training loop), each preceded by a marker comment.
 IPython syntax is replaced line for line by placeholders so every other line
 keeps its row and column: line magics (`%time x`), shell lines (`!pip ...`),
-help (`obj?`) and `x = !cmd` become a comment (or `pass` when indented); a
+help (`obj?`) and `x = !cmd` become a comment (or `pass` when indented; the
+lines a `\\` at the end continues it onto stay comments, as IPython joins them); a
 cell magic whose body is Python (`%%time`, `%%timeit`, `%%capture`, ...) has
 only its first line replaced; any other cell magic (`%%bash`, `%%writefile`)
 leaves the cell out. Raw and markdown cells are left out.
@@ -112,13 +113,16 @@ class Notebook:
                     continue  # %%bash, %%writefile, ...: not Python
             lines.append(_MARKER.format(i))
             first = len(lines) + 1
+            continued = False  # the IPython line before ended in `\`: this line is more of it
             for line in cell_lines:
                 line = line.rstrip("\r")
-                if _is_ipython_line(line):
+                if continued or _is_ipython_line(line):
                     ipython.append(line)
                     indent = line[: len(line) - len(line.lstrip())]
                     holder = _PLACEHOLDER.format(len(ipython) - 1)
-                    lines.append(f"{indent}pass  {holder}" if indent else holder)
+                    # a continuation line is a comment at any indent; the line it continues holds the `pass`
+                    lines.append(f"{indent}{holder}" if continued or not indent else f"{indent}pass  {holder}")
+                    continued = line.endswith("\\")
                 else:
                     lines.append(line)
             spans.append(CellSpan(i, first, len(cell_lines), trailing))

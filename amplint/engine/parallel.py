@@ -78,14 +78,13 @@ def _work(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
     are bounded (engine/isolate.py)."""
     from . import isolate
 
-    if _size(item[1]) > isolate.CONFINED_BYTES and isolate.available():
+    if isolate.confines(_size(item[1])):
         return _work_confined(item)
     return _work_here(item)
 
 
 def _work_confined(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
     from . import isolate
-    from .budget import format_seconds
     from .pipeline import SYNTAX_ERROR_CODE, TIMEOUT_NAME, FileResult, syntax_error
 
     config, codes, kind = _STATE["config"], _STATE["codes"], _STATE["kind"]
@@ -95,15 +94,9 @@ def _work_confined(item: Item) -> Tuple[int, Optional[Stat], Optional[str], floa
     if how == "ok":
         return value
     result = FileResult(path=path, parsed=True, over_budget=True)  # never cached: the next run tries again
-    if how == "timeout":
-        message = f"analysis took longer than {format_seconds(config.file_timeout)} s; skipped"
-        name = TIMEOUT_NAME
-    elif how == "memory":
-        message, name = f"analysis needed more than {isolate.MEMORY_MB} MB of memory; skipped", TIMEOUT_NAME
-    else:
-        message, name = f"analysis failed ({value}); skipped", TIMEOUT_NAME
     if kind == "lint" and SYNTAX_ERROR_CODE in codes:
-        result.diagnostics.append(syntax_error(path, 1, 1, message, name))
+        message = f"analysis {isolate.overrun(how, value, config.file_timeout)}; skipped"
+        result.diagnostics.append(syntax_error(path, 1, 1, message, TIMEOUT_NAME))
     if kind == "facts":
         result = FileResult(path=path)  # no facts: as a facts pass past its budget gives
     return index, None, None, read_at, result

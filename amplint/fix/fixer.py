@@ -7,6 +7,13 @@ whose result does not parse is dropped) against those same project facts,
 and is either written back (`writer`) or shown as a unified diff. Notebooks
 are fixed as one program and written back cell by cell (`notebook`). A plain run checks
 the fixes it offers the same way (`withdraw_failing_fixes`).
+
+Fixing a file lints it again, as it is and as fixed: its whole analysis, twice or more. So
+a file's fixes are fixed and checked under the bounds its lint runs with (`_within_bounds`):
+one time budget for the whole check, and a file over 512 KB in a forked child with the lint's
+memory bound (`engine/isolate.py`), never in this process (libcst's trees of a 70,000-line
+file took 5 GB here). A check that cannot finish within them (`Unchecked`) fixes nothing in
+the file and withdraws its fixes, with the reason.
 """
 from __future__ import annotations
 
@@ -58,7 +65,12 @@ def unified_diff(old: str, new: str, fromfile: str, tofile: Optional[str] = None
 
 def _linter(path: str, config: Config, facts: ProjectFacts, used: AbstractSet[Tuple[str, str]] = frozenset()) -> Callable[[str], List[Diagnostic]]:
     """The file's own lint, as the run made it; `used`: the `# noqa` codes that silence the
-    file's cross-file findings (`LintResult.noqa_used`), which AMP900 must not call unused."""
+    file's cross-file findings (`LintResult.noqa_used`), which AMP900 must not call unused.
+    Within a fix check's budget (`_budgeted`) a lint that ran past it raises `BudgetExceeded`:
+    its AMP000 timeout line is the check running out of time, not a finding of the fix, and
+    the check stops there instead of linting on (a pass's fixes retried one at a time are a
+    lint each)."""
+    from ..engine.budget import remaining
     from ..engine.pipeline import lint_file_source, resolve_conditions, selected_rules
     from ..engine.unused_noqa import discount
 
@@ -66,32 +78,86 @@ def _linter(path: str, config: Config, facts: ProjectFacts, used: AbstractSet[Tu
 
     def lint(source: str) -> List[Diagnostic]:
         result = lint_file_source(source, path, config, rules, codes)
+        if result.over_budget:
+            remaining()  # raises past the budget this lint ran within (none: stdin, the server)
         found = resolve_conditions(result.diagnostics, facts, config)
         return discount(found, source, used) if used else found
 
     return lint
 
 
+class Unchecked(Exception):
+    """A file's fixes could not be checked within the bounds of its lint (`_within_bounds`);
+    the message says which bound, after "fix withdrawn:" or "fix not applied:"."""
+
+
+Fixing = Tuple[str, List[Diagnostic], List[Diagnostic], List[Tuple[Diagnostic, str]]]
+
+
+def _fixed(source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]]) -> Fixing:
+    """(fixed source, fixed diagnostics, remaining diagnostics, [(dropped fix's diagnostic,
+    why)]): `fix_until_stable` of one text with the file's own lint (`_linter`)."""
+    rejected: List[Tuple[Diagnostic, str]] = []
+    lint = _linter(path, config, facts, used) if used else _linter(path, config, facts)
+    return (*fix_until_stable(source, lint, unsafe, rejected=rejected), rejected)
+
+
+def _within_bounds(fn: Callable, args: tuple, size: int, timeout: float):
+    """`fn(*args)`, the fixing or the check of one file of `size` bytes, under the bounds its
+    lint runs with: `timeout` seconds (the file's budget, for all the lints of the check
+    together) and, for a file the lint confines (`isolate.confines`), a forked child with its
+    memory bound, from which the value comes back pickled. Raises `Unchecked` past either."""
+    from ..engine import isolate
+    from ..engine.budget import BudgetExceeded
+
+    if isolate.confines(size):
+        how, value = isolate.run_confined(_budgeted, (fn, args, timeout), timeout)
+    else:
+        try:
+            how, value = "ok", _budgeted(fn, args, timeout)
+        except BudgetExceeded:
+            how, value = "timeout", None
+    if how != "ok":
+        raise Unchecked(f"checking the fixed file {isolate.overrun(how, value, timeout)}")
+    return value
+
+
+def _budgeted(fn: Callable, args: tuple, timeout: float):
+    """`fn(*args)` within one budget of `timeout` seconds (each lint inside keeps what is left
+    of it: nested budgets keep the earlier deadline)."""
+    from ..engine.budget import file_budget
+
+    with file_budget(timeout):
+        return fn(*args)
+
+
 def fix_text(
     source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, outcome: Optional["FixOutcome"] = None, nb=None,
-    used: AbstractSet[Tuple[str, str]] = frozenset(),
+    used: AbstractSet[Tuple[str, str]] = frozenset(), size: Optional[int] = None,
 ) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
     """(fixed source, fixed diagnostics, remaining diagnostics) of one Python text; the fixes
     that were checked and dropped are listed in `outcome.rejected` (`nb`: map their rows to cells)
     and withdrawn from the remaining diagnostics (no `[*]`, not counted as fixable);
-    `used`: see `_linter`."""
-    rejected: List[Tuple[Diagnostic, str]] = []
-    result = fix_until_stable(source, _linter(path, config, facts, used) if used else _linter(path, config, facts), unsafe, rejected=rejected)
+    `used`: see `_linter`. `size`: the bytes of the file the text was read from, to fix it under
+    the bounds of its lint (`_within_bounds`, which may raise `Unchecked`); None: here, as it is
+    (stdin's text, which was linted here)."""
+    args = (source, path, config, facts, unsafe, used)
+    new, fixed, remaining, rejected = _fixed(*args) if size is None else _within_bounds(_fixed, args, size, config.file_timeout)
     dropped = {fix_key(d) for d, _ in rejected}
-    for d in result[2]:
+    for d in remaining:
         if d.fix is not None and fix_key(d) in dropped:
             d.fix = None
     if outcome is not None:
         for d, why in rejected:
-            d = nb.map_diagnostic(d) if nb is not None else d
-            cell = f"cell {d.cell}:" if d.cell is not None else ""
-            outcome.rejected.append(f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} fix not applied: {why}")
-    return result
+            outcome.rejected.append(_line(path, nb.map_diagnostic(d) if nb is not None else d, "fix not applied", why))
+    return new, fixed, remaining
+
+
+def _line(path: str, d: Diagnostic, what: str, why: str) -> str:
+    """One line of the report, `path:[cell N:]row:col: CODE <what>: why` (`what`: "fix not
+    applied" or "fix withdrawn")."""
+    cell = f"cell {d.cell}:" if d.cell is not None else ""
+    return f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} {what}: {why}"
 
 
 def dropped_fixes(source: str, lint: Callable[[str], List[Diagnostic]], offered: Sequence[Diagnostic], unsafe: bool) -> Dict[tuple, str]:
@@ -143,21 +209,24 @@ def withdraw_failing_fixes(
     warning line per withdrawn fix that the settings would apply (a hidden one just is not
     counted). Files without a fix are not read again; with `cache` (an `engine.cache.Cache`),
     the outcome is kept with the file's lint entry, so a warm run of an unchanged file parses
-    nothing for it either."""
+    nothing for it either. A file whose check does not finish within its bounds (`Unchecked`)
+    has every fix of the group withdrawn, with that reason (and nothing kept in the cache)."""
     by_file: Dict[str, List[Diagnostic]] = {}
     for d in applicable(diagnostics, True):
         by_file.setdefault(d.filename, []).append(d)
     lines: List[str] = []
     for path, found in by_file.items():
         for mode, group in _by_mode(found, unsafe):
-            why_by_key = _fix_check(path, config, facts, mode, cache, (noqa_used or {}).get(path, frozenset()))
+            try:
+                why_by_key = _fix_check(path, config, facts, mode, cache, (noqa_used or {}).get(path, frozenset()))
+            except Unchecked as exc:
+                why_by_key = {fix_key(d): str(exc) for d in group}
             for d in group:
                 why = why_by_key.get(fix_key(d))
                 if why is not None:
                     d.fix = None
                     if mode == unsafe:
-                        cell = f"cell {d.cell}:" if d.cell is not None else ""
-                        lines.append(f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} fix withdrawn: {why}")
+                        lines.append(_line(path, d, "fix withdrawn", why))
     return lines
 
 
@@ -194,7 +263,8 @@ def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cac
 
 def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]] = frozenset()) -> list:
     """[[code, fix title, edit contents, why], ...]: the fixes of the file's bytes `data`
-    that fixing drops (JSON data, as the cache keeps it)."""
+    that fixing drops (JSON data, as the cache keeps it), checked within the bounds of the
+    file's lint (`_within_bounds`: may raise `Unchecked`)."""
     from . import writer
     from ..engine.notebook import Notebook, NotebookError, is_notebook
 
@@ -205,8 +275,13 @@ def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, un
             text = Notebook.from_text(text).source
     except (UnicodeDecodeError, SyntaxError, LookupError, NotebookError):
         return []
-    rejected: List[Tuple[Diagnostic, str]] = []
-    fix_until_stable(text, _linter(path, config, facts, used) if used else _linter(path, config, facts), unsafe, rejected=rejected)
+    return _within_bounds(_dropped, (text, path, config, facts, unsafe, used), len(data), config.file_timeout)
+
+
+def _dropped(text: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]]) -> list:
+    """`_check_fixes`' outcome of a decoded text: only that comes back from a forked child (not
+    the fixed text and its findings, which the check does not keep)."""
+    rejected = _fixed(text, path, config, facts, unsafe, used)[3]
     return [[code, title, list(contents), why] for (code, title, contents), why in ((fix_key(d), why) for d, why in rejected)]
 
 
@@ -218,7 +293,7 @@ def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, wr
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
         outcome.errors.append(f"{path}: cannot read: {exc}")
         return None
-    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome, used=used)
+    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome, used=used, size=original.size)
     if not fixed or new == original.text:
         return remaining
     change = FileChange(path, fixed, unified_diff(original.text, new, path))
@@ -242,7 +317,7 @@ def _fix_notebook(path: str, config: Config, facts: ProjectFacts, unsafe: bool, 
     except (OSError, UnicodeDecodeError, NotebookError) as exc:
         outcome.errors.append(f"{path}: cannot read: {exc}")
         return None
-    program, fixed, remaining = fix_text(nb.source, path, config, facts, unsafe, outcome, nb)
+    program, fixed, remaining = fix_text(nb.source, path, config, facts, unsafe, outcome, nb, size=original.size)
     remaining = [nb.map_diagnostic(d) for d in remaining]
     if not fixed or program == nb.source:
         return remaining
@@ -281,7 +356,13 @@ def fix_files(
     for path, found in by_file.items():
         if applicable(found, unsafe):
             fix = _fix_notebook if is_notebook(path) else _fix_python
-            remaining = fix(path, config, facts, unsafe, write, outcome, (noqa_used or {}).get(path, frozenset()))
+            try:
+                remaining = fix(path, config, facts, unsafe, write, outcome, (noqa_used or {}).get(path, frozenset()))
+            except Unchecked as exc:  # nothing written: the file's findings stay, without their fixes
+                for d in applicable(found, unsafe):
+                    outcome.rejected.append(_line(path, d, "fix not applied", str(exc)))
+                    d.fix = None
+                remaining = None
             if remaining is not None:
                 outcome.diagnostics.extend(remaining)
                 continue

@@ -24,6 +24,7 @@ class SourceFile:
     encoding: str  # the codec that decodes the file (without "-sig")
     bom: bool
     newline: Optional[str]  # "\n", "\r\n" or "\r" when the file uses one style; None when mixed or none
+    size: int = 0  # the bytes read (what decides where the file is fixed: `fixer._within_bounds`)
 
 
 def newline_style(text: str) -> Optional[str]:
@@ -47,7 +48,7 @@ def decode(data: bytes, path: str = "<bytes>", python: bool = True) -> SourceFil
         encoding = "utf-8"
     body = data[len(codecs.BOM_UTF8) :] if bom else data
     text = body.decode(encoding)
-    return SourceFile(path=path, text=text, encoding=encoding, bom=bom, newline=newline_style(text))
+    return SourceFile(path=path, text=text, encoding=encoding, bom=bom, newline=newline_style(text), size=len(data))
 
 
 def read_source(path: str, python: bool = True) -> SourceFile:

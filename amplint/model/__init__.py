@@ -61,6 +61,8 @@ _EXPORTS = {
     "precedes": ".paths",
     # regions
     "active_region": ".regions",
+    "held_autocasts": ".regions",
+    "HeldAutocast": ".regions",
     "enabled_argument": ".regions",
     "off_under_guard": ".regions",
     "autocast_op_of": ".regions",
@@ -85,7 +87,12 @@ _EXPORTS = {
     "imported_names": ".references",
     # dtypes
     "fp32_cast": ".dtypes",
+    "is_device_expr": ".dtypes",
     "strip_views": ".dtypes",
+    # training_casts (AMP201/AMP206: a low-precision cast of a module an optimizer then updates)
+    "TrainedCast": ".training_casts",
+    "describe_cast": ".training_casts",
+    "trained_casts": ".training_casts",
     # literal_dtypes
     "dtype_choices": ".literal_dtypes",
     "region_dtype_choices": ".literal_dtypes",
@@ -150,10 +157,13 @@ _EXPORTS = {
     "FP16_FLUSH_TO_ZERO": ".torchapi",
     "FP16_MAX": ".torchapi",
     "FP16_MIN_SUBNORMAL": ".torchapi",
+    "MODULE_FP32": ".torchapi",
     "FP32_DTYPES": ".torchapi",
     "FUSED_CAPABLE": ".torchapi",
     "GRAD_SCALERS": ".torchapi",
     "is_optimizer_class": ".torchapi",
+    "is_torch_optimizer_class": ".torchapi",
+    "MASTER_WRAPPER": ".torchapi",
     "LOWER_PRECISION_OPS": ".torchapi",
     "LOWER_PRECISION_OPS_CPU": ".torchapi",
     "LOWER_PRECISION_OPS_CUDA": ".torchapi",
@@ -168,7 +178,9 @@ _EXPORTS = {
     "FP16": ".facts",
     "KERNEL_FP32": ".facts",
     "KERNEL_NOT_MIXED": ".facts",
-    "kernel_condition": ".facts",
+    "MODULES_CAST": ".facts",
+    "REACHED": ".facts",
+    "with_requirement": ".facts",
     "ProjectFacts": ".facts",
     # edits
     "append_argument_edit": ".edits",
@@ -193,6 +205,10 @@ _EXPORTS = {
     "dispatch_view": ".project.dispatch",
     "project_dtype_choices": ".project.choices",
     "optimizer_builds": ".project.choices",
+    "CastModule": ".project.cast_training",
+    "ChosenCast": ".project.cast_training",
+    "cast_modules": ".project.cast_training",
+    "chosen_casts": ".project.cast_training",
     # accelerate's scaling Accelerator across files, and per-parameter gradient hooks (AMP102/AMP104)
     "project_scaling_accelerator": ".project.accelerate_hooks",
     "grad_hooks": ".project.accelerate_hooks",

@@ -40,7 +40,7 @@ def module_class(ctx: ModuleContext, expr: cst.CSTNode, scope: Scope) -> Optiona
     if dotted is None:
         return None
     if dotted.startswith("self."):
-        if _enclosing_class_name(scope) is None:
+        if enclosing_class_name(scope) is None:
             return None  # a function taking `self` outside any class: which class is unknown
         candidates = self_bindings(ctx, dotted, scope)
     else:
@@ -67,17 +67,17 @@ def self_bindings(ctx: ModuleContext, dotted: str, scope: Scope) -> List[Assignm
     family = _class_family(ctx, scope)
     if not family:
         return found
-    return [a for a in found if _enclosing_class_name(a.scope) in family]
+    return [a for a in found if enclosing_class_name(a.scope) in family]
 
 
 def sees_self_of(ctx: ModuleContext, reader: Scope, writer: Scope) -> bool:
     """Whether `self.X` set in `writer` can be what `self.X` means in `reader` (as in
     `self_bindings`: `writer` is in `reader`'s class or a base here, or `reader` is in no class)."""
     family = _class_family(ctx, reader)
-    return not family or _enclosing_class_name(writer) in family
+    return not family or enclosing_class_name(writer) in family
 
 
-def _enclosing_class_name(scope: Optional[Scope]) -> Optional[str]:
+def enclosing_class_name(scope: Optional[Scope]) -> Optional[str]:
     while scope is not None:
         if scope.cls is not None:
             return scope.cls.name.value
@@ -88,7 +88,7 @@ def _enclosing_class_name(scope: Optional[Scope]) -> Optional[str]:
 def _class_family(ctx: ModuleContext, scope: Scope) -> Set[str]:
     """The name of the class `scope` is a method of (through nested functions) and of its base
     classes defined in this file, transitively; empty outside any class."""
-    name = _enclosing_class_name(scope)
+    name = enclosing_class_name(scope)
     if name is None:
         return set()
     bases: Dict[str, List[str]] = {}

@@ -169,6 +169,13 @@ class _Collector(cst.CSTVisitor):
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return True
 
+    def visit_Return(self, node: cst.Return) -> None:
+        # read after every assignment so far (`known_dtype`'s `before` counts those below it)
+        self.scope.returns.append((node.value, self.order + 1))
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self.scope.generator = True
+
     # -- control flow
 
     def _push(self, frame: Frame) -> None:

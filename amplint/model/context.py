@@ -32,8 +32,8 @@ from . import torchapi
 from .collector import _Collector, _collect_imports
 from .dtypes import (
     _ALIGNING_FUNCTIONS, _CAST_METHOD_DTYPES, _DTYPE_KEEPING_FUNCTIONS, _DTYPE_KEEPING_METHODS, _DTYPED_FACTORIES,
-    _FLOAT_FACTORIES, _LIKE_FACTORIES, _OTHER_DTYPES, _TYPED_CONSTRUCTORS, _SPLITTING_FUNCTIONS, _SPLITTING_METHODS,
-    _find_low_precision_casts, _is_device_expr, cast_inputs_dtype,
+    _FLOAT_FACTORIES, _LIKE_FACTORIES, _OTHER_DTYPES, _PROMOTING_FUNCTIONS, _TYPED_CONSTRUCTORS, _SPLITTING_FUNCTIONS,
+    _SPLITTING_METHODS, _find_low_precision_casts, _is_device_expr, cast_inputs_dtype, module_state_dtype,
 )
 from .events import _events
 from .facts import FileFacts
@@ -97,6 +97,7 @@ class ModuleContext:
         self.facts = FileFacts()
         self._positions = None
         self._name_dtypes = None
+        self._returned_dtypes: Dict[int, Optional[str]] = {}  # callee scope -> `_returned_dtype`
         self._parents = None
         self._calls_by_qualname: Dict[str, List[CallInfo]] = {}
         self._calls_by_method: Dict[str, List[CallInfo]] = {}
@@ -234,6 +235,11 @@ class ModuleContext:
                     inputs = [e.value for e in inputs[0].elements]
                 dtypes = {again(i) for i in inputs}
                 return dtypes.pop() if len(dtypes) == 1 else None
+            if qualnames & _PROMOTING_FUNCTIONS:
+                tensors = call_arg(node, 0, "tensors")
+                if isinstance(tensors, (cst.List, cst.Tuple)):
+                    return _promote_all([again(e.value) for e in tensors.elements if not isinstance(e, cst.StarredElement)])
+                return None
             if qualnames & _SPLITTING_FUNCTIONS:
                 return again(call_arg(node, 0, "input"))
             if method in _SPLITTING_METHODS and not qualnames:
@@ -248,7 +254,9 @@ class ModuleContext:
                 if dtype_arg is not None:  # `new_zeros(n, dtype=...)`, `x.sum(dtype=torch.float32)`
                     return self.dtype_kind(dtype_arg)
                 return again(func.value)
-            return None
+            return self._returned_dtype(node)
+        if isinstance(node, cst.Attribute) and scope is not None:
+            return module_state_dtype(self, node, scope)
         if isinstance(node, cst.Subscript):
             return again(node.value)
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, _ARITHMETIC):
@@ -261,6 +269,23 @@ class ModuleContext:
             found = self._name_dtypes.lookup(node.value, scope, before, statement, _depth, path)
             return found if found is not None else cast_inputs_dtype(self, node.value, scope, before)
         return None
+
+    def _returned_dtype(self, node: cst.Call) -> Optional[str]:
+        """What a function of this file (`ctx.callee`: `self._shift(x)`, a helper) returns: the
+        dtype all its `return` values agree on, read in its own body with its parameters
+        unknown (so only what its body makes decides: `torch.cat([torch.zeros(...), x])` is at
+        least fp32 whatever `x` is). None for a generator, a bare `return`, or a disagreement."""
+        info = self.call_info(node)
+        callee = self.callee(info) if info is not None else None
+        if callee is None or callee.generator or not callee.returns:
+            return None
+        memo = self._returned_dtypes
+        if id(callee) not in memo:
+            memo[id(callee)] = None  # a function that returns its own call: unknown
+            # read with a fresh depth budget: the answer is the function's own, kept for every asker
+            dtypes = {self.known_dtype(value, callee, before) for value, before in callee.returns}
+            memo[id(callee)] = dtypes.pop() if len(dtypes) == 1 else None
+        return memo[id(callee)]
 
     def unpacks_alike(self, value: cst.BaseExpression) -> bool:
         """`a, b = value` gives every target the same dtype, the one `known_dtype(value)` tells:
@@ -537,6 +562,10 @@ _AUTOCAST_STATE = frozenset(
 )
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)
 _FLOATS = ("fp16", "bf16", "fp32")
+_HELD = torchapi.MODULE_FP32
+_KNOWN_FLOATS = _FLOATS + (_HELD,)
+#: what a float tensor operand may be: a dtype, fp32 held by a module, or unknown
+_FLOATING = _KNOWN_FLOATS + (None,)
 
 
 def _promoted(node: cst.BinaryOperation, dtype_of) -> Optional[str]:
@@ -545,12 +574,33 @@ def _promoted(node: cst.BinaryOperation, dtype_of) -> Optional[str]:
     for side in (node.left, node.right):
         inner = side.expression if isinstance(side, cst.UnaryOperation) else side
         sides.append("number" if isinstance(inner, (cst.Integer, cst.Float)) else dtype_of(side))
-    left, right = sides
+    return _promote(*sides)
+
+
+def _promote(left: Optional[str], right: Optional[str]) -> Optional[str]:
+    """Type promotion of two operands ("number": a Python number), or None when it depends on
+    what is unseen. fp32 lifts fp16/bf16 and unknown floats (a float64 partner would give
+    float64, still not fp16); a tensor a module holds in fp32 (`torchapi.MODULE_FP32`) lifts
+    them too unless the module is cast, so the result is fp32 on that same condition."""
+    sides = (left, right)
     if "number" in sides:
         other = right if left == "number" else left
-        return other if other in _FLOATS else None  # a Python number keeps a float tensor's dtype
-    if left == right and left in _FLOATS:
+        return other if other in _KNOWN_FLOATS else None  # a Python number keeps a float tensor's dtype
+    if left == right and left in _KNOWN_FLOATS:
         return left
-    if "fp32" in sides and (left in _FLOATS or left is None) and (right in _FLOATS or right is None):
-        return "fp32"  # fp32 lifts fp16/bf16 (and ints); a float64 partner would give float64
+    if all(s in _FLOATING for s in sides):
+        if "fp32" in sides:
+            return "fp32"
+        if _HELD in sides:
+            return _HELD
     return None
+
+
+def _promote_all(dtypes: Sequence[Optional[str]]) -> Optional[str]:
+    """Type promotion over several tensors (`torch.cat([a, b])`), as `_promote` pairwise."""
+    if not dtypes:
+        return None
+    out = dtypes[0]
+    for d in dtypes[1:]:
+        out = _promote(out, d)
+    return out

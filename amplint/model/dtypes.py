@@ -50,6 +50,12 @@ _TYPED_CONSTRUCTORS["torch.Tensor"] = "fp32"  # `torch.Tensor(n)` allocates the 
 #: factories whose result dtype follows their arguments (`arange(3)` is int64, `full(s, 1.)` fp32),
 #: so only an explicit `dtype=` tells
 _DTYPED_FACTORIES = frozenset(f"torch.{n}" for n in ("arange", "range", "full", "tensor", "as_tensor", "randint"))
+#: functions joining a sequence of tensors into one: its dtype is their promoted dtype (and so is
+#: autocast's: it runs them in the widest input type), `torch.cat([fp32_zeros, fp16_x])` is fp32
+_PROMOTING_FUNCTIONS = frozenset(
+    f"torch.{n}" for n in ("cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack")
+)
+_PARAMETERS = frozenset(("torch.nn.Parameter", "torch.nn.parameter.Parameter"))
 #: functions returning tensors that all share their inputs' one dtype (`torch.meshgrid(y, x)`)
 _ALIGNING_FUNCTIONS = frozenset(("torch.meshgrid", "torch.broadcast_tensors"))
 #: splits: every piece keeps the input's dtype (`a, b = x.chunk(2)`)
@@ -73,6 +79,9 @@ def _is_device_expr(ctx: "ModuleContext", node: cst.BaseExpression) -> bool:
     name = dotted_name(node)
     return name is not None and name.rsplit(".", 1)[-1] in ("device", "dev", "rank", "local_rank")
 
+
+#: the public name (`.to(<device>)` keeps the dtype; rules ask which argument of `.to(...)` is a device)
+is_device_expr = _is_device_expr
 
 _CAST_METHODS = {"half": "fp16", "bfloat16": "bf16"}
 
@@ -163,3 +172,41 @@ def cast_inputs_dtype(ctx: "ModuleContext", name: str, scope: "Scope", before: i
     if any(a.scope is scope and a.order < before for a in ctx.assignments_to(name, scope)):
         return None
     return dtype
+
+
+def module_state_dtype(ctx: "ModuleContext", node: cst.Attribute, scope: Scope) -> Optional[str]:
+    """`torchapi.MODULE_FP32` when `node` is `self.X` in a method and everything its class (and its bases
+    in this file) binds to `X` -- `self.X = ...`, `self.register_buffer("X", ...)`,
+    `self.register_parameter("X", nn.Parameter(...))` -- is made in fp32 (a factory without
+    `dtype=`, `torch.Tensor(n)`, an fp32 cast); else None. A binding outside the class is not
+    seen (precision first: the answer only ever silences a rule, and only on its condition)."""
+    from .bindings import enclosing_class_name, sees_self_of, self_bindings
+
+    spelled = dotted_name(node)
+    owner = enclosing_class_name(scope)
+    if spelled is None or owner is None or not spelled.startswith("self.") or spelled.count(".") != 1:
+        return None
+    memo = ctx.__dict__.setdefault("_module_state_dtypes", {})
+    key = (owner, spelled)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # `self.x = self.x * 2`: decided by the other bindings, or unknown
+    name = spelled[len("self."):]
+    made = []  # (value, scope it is read in, order)
+    for a in self_bindings(ctx, spelled, scope):
+        if a.unpacked:
+            return None
+        made.append((a.value, a.scope, a.order))
+    for call in ctx.method_calls("register_buffer", "register_parameter"):
+        if call.receiver_dotted == "self" and literal_string(call_arg(call.node, 0, "name")) == name and sees_self_of(ctx, scope, call.scope):
+            made.append((call_arg(call.node, 1, "tensor" if call.method == "register_buffer" else "param"), call.scope, call.order))
+    dtypes = set()
+    for value, at, order in made:
+        if isinstance(value, cst.Call) and ctx.qualnames(value.func) & _PARAMETERS:
+            value = call_arg(value, 0, "data")
+        if isinstance(value, cst.Name) and value.value == "None":
+            continue  # a placeholder: what replaces it is another binding
+        dtypes.add(ctx.known_dtype(value, at, order))  # a fresh depth budget: the answer is kept for every asker
+    found = torchapi.MODULE_FP32 if dtypes and dtypes <= {"fp32", torchapi.MODULE_FP32} else None
+    memo[key] = found
+    return found

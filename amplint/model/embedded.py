@@ -44,10 +44,12 @@ no file of it changed.
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+from .precision_names import FP16_WORDS
 from .texts import _MAX_FILES, MAIN_GUARD, project_files, read_text
 
 _REPOSITORY = ".git"
@@ -265,11 +267,12 @@ def _really_packaged(folder: str) -> bool:
     return bool(re.search(r"^\[(metadata|options)\]", cfg, re.MULTILINE))
 
 
-def unreached(filename: Optional[str], root: Optional[str] = None, anywhere: bool = False) -> bool:
+def unreached(filename: Optional[str], root: Optional[str] = None, anywhere: bool = False, by: str = "autocast") -> bool:
     """No fp16/bf16 autocast of the project can run the file's code (module docstring: an
     embedded copy nothing outside it imports together with such an autocast; any other file none
     of whose programs holds one); False when that is not known. `anywhere`: the precision setting
-    says the project runs low precision, in code the project shows or not."""
+    says the project runs low precision, in code the project shows or not; `by="fp16"`: no code
+    that may run fp16 (`precision_names.FP16_WORDS`) in place of an autocast."""
     if not filename or not filename.endswith(".py") or not os.path.isfile(filename):
         return False
     base = project_base(filename, root)
@@ -284,9 +287,143 @@ def unreached(filename: Optional[str], root: Optional[str] = None, anywhere: boo
     bases = [base] + ([repository] if repository is not None and (base + os.sep).startswith(repository + os.sep) else [])
     for where in bases:
         graph = _graph(where, package)
-        if graph is None or graph.reached(os.path.abspath(filename), package, anywhere):
+        if graph is None or graph.reached(os.path.abspath(filename), package, anywhere, by):
             return False
     return True
+
+
+def unreached_embedded(filename: Optional[str], root: Optional[str] = None, by: str = "autocast") -> bool:
+    """The file is a module of an embedded package that no code of the project outside it that
+    may run under autocast imports (module docstring); `by="fp16"`: that may run fp16."""
+    return embedded_package(filename, root) is not None and unreached(filename, root, by=by)
+
+
+def definition_reached(filename: Optional[str], name: str, root: Optional[str] = None) -> bool:
+    """Whether the module-level definition `name` of the file can run, when the file is a module
+    of an embedded package: a library copy runs only what the project uses of it (module
+    docstring, "used"). True outside one, and when the project cannot be read whole."""
+    package = embedded_package(filename, root)
+    if package is None or filename is None:
+        return True
+    base = project_base(filename, root)
+    assert base is not None
+    listing = project_files(base, (".py",))
+    if len(listing) >= _MAX_FILES:
+        return True  # cut at the limit: a user may be missing
+    files = sorted(set(listing) | set(_package_files(package)))
+    key = (base, package, _signature(files))
+    uses = _uses.get(key)
+    if uses is None:
+        if len(_uses) > 32:
+            _uses.clear()
+        uses = _uses[key] = _Uses(files, package)
+    return uses.runs(name)
+
+
+_uses: Dict[Tuple[str, str, int], "_Uses"] = {}
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+class _Uses:
+    """Which module-level definitions of an embedded package's modules the project uses, by name.
+
+    Each module-level statement of a module of the package either defines names (a `def` or
+    `class` without decorators, an assignment with no call in it, an `import ... as` alias) or
+    runs when the module is imported (a decorated definition: a registry's `@X.register_module()`;
+    an assignment that calls; any other statement). What a used definition, a statement that
+    runs, or any file outside the package names (its words, strings too: a config's
+    `type="Name"`) is used, and so on: a class of a vendored mmcv that only its own unused
+    sampler names never runs (lllyasviel/ControlNet's `FurthestPointSamplingWithDist`). Names,
+    not modules: two definitions of one name are used together, which keeps findings."""
+
+    def __init__(self, files: List[str], package: str) -> None:
+        inside = package.rstrip(os.sep) + os.sep
+        self.defined: Dict[str, Set[str]] = {}  # name -> the names its definitions name
+        named: Set[str] = set()  # what runs or what code outside the package names
+        outside: List[str] = []
+        for path in files:
+            text = read_text(path) or ""
+            if not path.startswith(inside):
+                outside.append(text)
+                continue
+            try:
+                module = ast.parse(text)
+            except (SyntaxError, ValueError):
+                named.update(_IDENTIFIER.findall(text))  # unreadable as Python: all of it may run
+                continue
+            lines = text.splitlines()
+            for statement in module.body:
+                defines = _defines(statement)
+                words = _names_in(_statement_text(lines, statement))
+                if defines is None:
+                    named |= words
+                for n in defines or ():
+                    self.defined.setdefault(n, set()).update(words)
+        for text in outside:
+            named.update(w for w in _IDENTIFIER.findall(text) if w in self.defined)
+        self.used: Set[str] = set()
+        todo = [n for n in named if n in self.defined]
+        while todo:
+            n = todo.pop()
+            if n not in self.used:
+                self.used.add(n)
+                todo.extend(w for w in self.defined[n] if w in self.defined and w not in self.used)
+
+    def runs(self, name: str) -> bool:
+        return name in self.used or name not in self.defined  # a name defined no plain way: not known
+
+
+def _defines(statement: ast.stmt) -> Optional[List[str]]:
+    """The names a module-level statement only defines; None when it runs code on import."""
+    if _exports(statement):
+        return []
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return None if statement.decorator_list else [statement.name]
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        if statement.value is None or any(isinstance(n, ast.Call) for n in ast.walk(statement.value)):
+            return None
+        if not all(isinstance(t, ast.Name) for t in targets):
+            return None
+        return [t.id for t in targets if isinstance(t, ast.Name)]
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+        return [a.asname for a in statement.names if a.asname]  # `from m import A as B`: B names A
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+        return []  # a docstring
+    return None
+
+
+def _statement_text(lines: List[str], statement: ast.stmt) -> str:
+    first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", ())])
+    return "\n".join(lines[first - 1 : statement.end_lineno or statement.lineno])
+
+
+def _names_in(text: str) -> Set[str]:
+    """The words of a statement's text (names, attributes, import sources, strings, comments:
+    more words only ever use more), without those of an `__all__` list: an export list only
+    tells `import *` what to take, and every module has its own (one `__all__` named would use
+    every module's exports)."""
+    return set(_IDENTIFIER.findall(_EXPORT_LIST.sub("", text)))
+
+
+_EXPORT_LIST = re.compile(r"\b__all__\s*(?:\+?=|\.extend\(|\.append\()\s*[\[(][^\])]*[\])]")
+
+
+def _exports(statement: ast.stmt) -> bool:
+    """`__all__ = [...]`, `__all__ += [...]`."""
+    if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        return any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+    return False
+
+
+def _package_files(package: str) -> List[str]:
+    """The package's own `.py` files (a folder the project listing skips: `third_party/`)."""
+    out = []
+    for folder, dirs, names in os.walk(package):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+        out.extend(os.path.join(folder, n) for n in names if n.endswith(".py"))
+    return out
 
 
 class _Graph:
@@ -295,7 +432,7 @@ class _Graph:
 
     def __init__(self, files: List[str], base: str) -> None:
         from .project.entries import may_enter_autocast
-        from .project.index import ModuleIndex, imports_of, text_index
+        from .project.index import ModuleIndex, imports_of, module_stem, text_index
 
         self.files: Set[str] = set(files)
         index = ModuleIndex(files, base)
@@ -315,13 +452,20 @@ class _Graph:
                         index.by_name.setdefault(".".join(parts), other)
         self.imports: Dict[str, List[str]] = {}
         self.candidates: List[str] = []  # files that may enter autocast by their words, parsed when asked
+        self.fp16: Set[str] = set()  # files whose text may run fp16 (`precision_names.FP16_WORDS`)
         self.scripts: Set[str] = set()
         self.loaders: Set[str] = set()  # files that load modules by a computed name
+        stems: Dict[str, List[str]] = {}
+        for path in files:
+            stems.setdefault(module_stem(path), []).append(path)
         for path in files:
             text = read_text(path) or ""
-            self.imports[path] = index.imported_files(path, imports_of(text_index(text)))
+            imports = imports_of(text_index(text))
+            self.imports[path] = index.imported_files(path, imports) + _by_name(path, text, imports, index, stems)
             if may_enter_autocast(text):
                 self.candidates.append(path)
+            if FP16_WORDS.search(text):
+                self.fp16.add(path)
             if "__main__" in text and MAIN_GUARD.search(text):
                 self.scripts.add(path)
             if any(word in text for word in _LOADS_BY_NAME):
@@ -343,23 +487,25 @@ class _Graph:
             found = self._entries[path] = enters_autocast(read_text(path) or "")
         return found
 
-    def reached(self, target: str, package: Optional[str], anywhere: bool = False) -> bool:
+    def reached(self, target: str, package: Optional[str], anywhere: bool = False, by: str = "autocast") -> bool:
         """Some program that loads `target` may enter a low-precision autocast: one module imports
-        (directly or through others, itself included) both `target` and an entry file. For a
-        module of the embedded `package`, that module lies outside the copy and so does the entry
-        (the copy's own autocast helpers do not count; `anywhere`: any importer outside will do)."""
+        (directly or through others, itself included) both `target` and an entry file (`by="fp16"`:
+        a file that may run fp16). For a module of the embedded `package`, that module lies outside
+        the copy and so does the entry (the copy's own autocast helpers do not count; `anywhere`:
+        any importer outside will do)."""
         if target not in self.files:
             return True  # a folder the listing skipped: who imports it is not known
+        candidates, entry = (self.fp16, lambda e: True) if by == "fp16" else (self.candidates, self._entry)
         up = self._up(target)
         if package is not None:
             inside = package.rstrip(os.sep) + os.sep
             shared = {m for m in up if not m.startswith(inside)}
             if not shared or anywhere:
                 return bool(shared)  # a copy nothing outside imports never runs
-            return any(shared & self._up(e) and self._entry(e) for e in self.candidates if not e.startswith(inside))
-        if self._loaded_by_name(up) or (up & self.loaders and any(self._entry(e) for e in self.candidates)):
+            return any(shared & self._up(e) and entry(e) for e in candidates if not e.startswith(inside))
+        if self._loaded_by_name(up) or (up & self.loaders and any(entry(e) for e in candidates)):
             return True  # which program holds it, or what else its program loads, is not known
-        return any(up & self._up(e) and self._entry(e) for e in self.candidates)
+        return any(up & self._up(e) and entry(e) for e in candidates)
 
     def _up(self, path: str) -> Set[str]:
         """`path` and every file importing it, directly or through others."""
@@ -386,6 +532,22 @@ class _Graph:
         )
 
 
+def _by_name(path: str, text: str, imports, index, stems: Dict[str, List[str]]) -> List[str]:
+    """The project files a top-level import the index does not resolve may load by module name
+    (`import run_summarization` of a script that puts its folder on `sys.path`), as
+    `project.index.on_path` picks among files sharing the name. Not a dotted one the index
+    does not resolve (`import torch.distributed`): another distribution's module."""
+    from .project.index import on_path
+
+    out: List[str] = []
+    for level, module, _ in imports:
+        if level or "." in str(module) or index.resolve(path, 0, module) is not None:
+            continue
+        found = [f for f in stems.get(str(module), ()) if f != path]
+        out.extend(f for f in found if on_path(path, text, f, [o for o in found if o != f]))
+    return out
+
+
 def _signature(files) -> int:
     """The files' names, times and sizes: a graph is reused while none changed (a server, a test
     rewriting a file within the listing's freshness)."""
@@ -405,10 +567,7 @@ def _graph(base: str, package: Optional[str]) -> Optional[_Graph]:
         return None  # cut at the limit: an importer may be missing
     files = set(listing)
     if package is not None and not any(p.startswith(package.rstrip(os.sep) + os.sep) for p in files):
-        # a folder the listing skips (`third_party/`): its own files, so its imports resolve
-        for folder, dirs, names in os.walk(package):
-            dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
-            files.update(os.path.join(folder, n) for n in names if n.endswith(".py"))
+        files.update(_package_files(package))  # a folder the listing skips: its imports resolve
     ordered = sorted(files)
     key = (base, _signature(ordered))
     graph = _graphs.get(key)

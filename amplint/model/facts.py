@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+
+from .precision_names import FP16_CAST_WORDS, FP16_WORDS, LOW_PRECISION_WORDS
 
 #: the diagnostic holds if the project may run any code in fp16
 FP16 = "fp16"
@@ -88,8 +90,6 @@ def library_module(filename: Optional[str], root: Optional[str] = None) -> bool:
     return not any(part in _NOT_LIBRARY_DIRS for part in where.split(os.sep)[:-1])
 
 
-#: words that show a text may run low precision (a cast, a dtype, autocast, a loss scaler, a flag)
-_LOW_PRECISION_WORDS = re.compile(r"half|float16|fp16|bf16|bfloat16|autocast|GradScaler|mixed_precision|\bamp\b|precision")
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import|import[ \t]+([\w.]+))", re.M)
 
 
@@ -123,28 +123,17 @@ def fp32_script(filename: Optional[str], root: Optional[str] = None) -> bool:
     text = read_text(filename)
     if text is None or not MAIN_GUARD.search(text):
         return False
-    base = _silent_with_imports(filename, text, root, _LOW_PRECISION_WORDS)
+    base = _silent_with_imports(filename, text, root, LOW_PRECISION_WORDS)
     if base is None:
         return False
     path = os.path.abspath(filename)
-    stem = os.path.splitext(os.path.basename(path))[0]
-    importer = re.compile(rf"^[ \t]*(?:from|import)[ \t][^\n]*\b{re.escape(stem)}\b", re.M)
-    for other_path in project_files(base, (".py",)):
-        if other_path == path:
-            continue
-        other = read_text(other_path)
-        if other is not None and stem in other and importer.search(other) and _LOW_PRECISION_WORDS.search(other):
-            return False  # (any module of that name: an importer that may run fp16 keeps the finding)
+    files = project_files(base, (".py",))
+    for _, other in _importers(path, files, _stems(files), {path}):
+        if LOW_PRECISION_WORDS.search(other):
+            return False  # an importer that may run low precision keeps the finding
     return True
 
 
-#: words that show a text may run fp16 (bf16 does not count: it keeps fp32's range): an fp16 dtype
-#: or cast, autocast (CUDA's default dtype is fp16), a loss scaler, a mixed-precision flag, a dtype
-#: looked up by a name read at run time
-_FP16_WORDS = re.compile(
-    r"(?<![bB])float16|half|fp16|autocast|GradScaler|mixed_precision|\bamp\b|16-mixed|precision\s*=\s*16|getattr\(\s*torch\s*,",
-    re.M,
-)
 #: how many rounds of importers `fp16_unreachable` follows up from the file
 _IMPORTER_ROUNDS = 3
 
@@ -154,11 +143,26 @@ def fp16_unreachable(filename: Optional[str], root: Optional[str] = None) -> boo
     `library_module`), and no fp16 can reach its tensors: neither its text, nor the project
     modules it imports, nor the project modules importing it (and theirs, a few rounds up)
     name an fp16 dtype or cast, autocast, a loss scaler, a mixed-precision flag or a dtype
-    looked up at run time (`_FP16_WORDS`; a bf16/fp32 choice may be there), and some project
+    looked up at run time (`FP16_WORDS`; a bf16/fp32 choice may be there), and some project
     module imports it (one nothing names may be built from fp16 code by a registry). lerobot's
     reference pi0 model under `tests/`, whose only precisions are "bfloat16"/"float32", next
     to fp16 code elsewhere in the repository. A library module is never asked: its users'
     fp16 is not in the project. Read when conditions are resolved."""
+    return _unreached_by(FP16_WORDS, filename, root)
+
+
+def cast_unreachable(filename: Optional[str], root: Optional[str] = None) -> bool:
+    """As `fp16_unreachable`, for casts of modules: no code reaching the file may cast a module
+    to fp16 (`FP16_CAST_WORDS`), though fp16 autocast may run there. Then the buffers and
+    parameters its modules make in fp32 stay fp32 (`torchapi.MODULE_FP32`), and what they
+    promote is fp32 too: microsoft/LoRA's GPT-2 `w * self.bias - 1e10 * (1 - self.bias)` under
+    apex O1. Read when conditions are resolved."""
+    return _unreached_by(FP16_CAST_WORDS, filename, root)
+
+
+def _unreached_by(words: "re.Pattern[str]", filename: Optional[str], root: Optional[str]) -> bool:
+    """`filename` is not a library module, neither its text, nor the project modules it imports,
+    nor those importing it (`_IMPORTER_ROUNDS` rounds up) match `words`, and some module imports it."""
     from .texts import project_files, read_text
 
     if not filename or not filename.endswith(".py") or library_module(filename, root):
@@ -166,28 +170,20 @@ def fp16_unreachable(filename: Optional[str], root: Optional[str] = None) -> boo
     text = read_text(filename)
     if text is None:
         return False
-    base = _silent_with_imports(filename, text, root, _FP16_WORDS)
+    base = _silent_with_imports(filename, text, root, words)
     if base is None:
         return False
     path = os.path.abspath(filename)
     files = project_files(base, (".py",))
+    stems = _stems(files)
     seen = {path}
     frontier = [path]
     for _ in range(_IMPORTER_ROUNDS):
         following = []
         for target in frontier:
-            stem = os.path.splitext(os.path.basename(target))[0]
-            if stem == "__init__":
-                stem = os.path.basename(os.path.dirname(target))  # a package is imported by its folder's name
-            importer = re.compile(rf"^[ \t]*(?:from|import)[ \t][^\n]*\b{re.escape(stem)}\b", re.M)
-            for other_path in files:
-                if other_path in seen:
-                    continue
-                other = read_text(other_path)
-                if other is None or stem not in other or not importer.search(other):
-                    continue
-                if _FP16_WORDS.search(other):
-                    return False  # (any module of that name: an importer that may run fp16 keeps the finding)
+            for other_path, other in _importers(target, files, stems, seen):
+                if words.search(other):
+                    return False  # an importer that may run fp16 keeps the finding
                 seen.add(other_path)
                 following.append(other_path)
         frontier = following
@@ -196,6 +192,31 @@ def fp16_unreachable(filename: Optional[str], root: Optional[str] = None) -> boo
     # importers left unread, or none at all (a module nothing names may be built by a registry
     # or a config from fp16 code): not known
     return not frontier and len(seen) > 1
+
+
+def _stems(files: Iterable[str]) -> Dict[str, List[str]]:
+    from .project.index import module_stem
+
+    out: Dict[str, List[str]] = {}
+    for path in files:
+        out.setdefault(module_stem(path), []).append(path)
+    return out
+
+
+def _importers(target: str, files: Iterable[str], stems: Dict[str, List[str]], seen: Set[str]) -> Iterator[Tuple[str, str]]:
+    """(path, text) of the readable project files not in `seen` with an import that may load
+    `target` (`project.index.may_import`)."""
+    from .project.index import may_import, module_stem
+    from .texts import read_text
+
+    stem = module_stem(target)
+    namesakes = [p for p in stems.get(stem, ()) if p != target]
+    for other_path in files:
+        if other_path in seen:
+            continue
+        other = read_text(other_path)
+        if other is not None and stem in other and may_import(other_path, other, target, namesakes):
+            yield other_path, other
 
 
 def _local_imports(text: str, folder: str, base: str) -> List[str]:
@@ -230,22 +251,36 @@ def anticipates_autocast(facts: ProjectFacts, precision: str = "auto") -> bool:
     return facts.autocast or facts.autocast_aware or precision in ("fp16", "bf16")
 
 
-#: a condition `<base>|kernel-not-mixed=<name>` also needs the project's source of the kernel bound
-#: as `<name>` not to be one built for low-precision activations next to fp32 weights, and
-#: `<base>|kernel-fp32=<name>` needs it to take float32 only (`model/kernels.py`; AMP501)
+#: a condition `<base>|<requirement>|...` also needs each requirement, read from the project's files
+#: where the diagnostic's file is known (a requirement is `<kind>` or `<kind>=<name>`):
+#: `kernel-not-mixed=<name>`: the project's source of the kernel bound as `<name>` is not one built
+#: for low-precision activations next to fp32 weights; `kernel-fp32=<name>`: it takes float32 only
+#: (`model/kernels.py`; AMP501)
 KERNEL_NOT_MIXED = "kernel-not-mixed"
 KERNEL_FP32 = "kernel-fp32"
+#: some code reaching the file may cast its modules to fp16 (`cast_unreachable` does not hold): what
+#: a finding on a tensor a module holds in fp32 (`torchapi.MODULE_FP32`) needs
+MODULES_CAST = "modules-cast"
+#: `reached=<name>`: the module-level definition `<name>` holding the site can run, as the project
+#: uses a library copy vendored into it (`embedded.definition_reached`)
+REACHED = "reached"
 
 
-def kernel_condition(base: str, requirement: str, name: str) -> str:
-    """`base`, and what the project's source of the kernel `name` must say (`KERNEL_*`)."""
-    return f"{base}|{requirement}={name}"
+def with_requirement(condition: str, kind: str, name: str = "") -> str:
+    """`condition`, also needing the requirement `kind` (of `name`, for the kinds that take one)."""
+    return f"{condition}|{kind}={name}" if name else f"{condition}|{kind}"
 
 
 def _unreached(filename: Optional[str], root: Optional[str], precision: str) -> bool:
     from .embedded import unreached
 
     return unreached(filename, root, anywhere=precision in ("fp16", "bf16"))
+
+
+def _unreached_embedded(filename: Optional[str], root: Optional[str], by: str = AUTOCAST) -> bool:
+    from .embedded import unreached_embedded
+
+    return unreached_embedded(filename, root, by)
 
 
 def _library_code(facts: ProjectFacts, precision: str, filename: Optional[str], root: Optional[str]) -> bool:
@@ -259,16 +294,28 @@ def _library_code(facts: ProjectFacts, precision: str, filename: Optional[str], 
     )
 
 
-def _kernel_holds(requirement: str, filename: Optional[str], root: Optional[str]) -> bool:
+def _requirement_holds(requirement: str, filename: Optional[str], root: Optional[str]) -> bool:
+    from .embedded import definition_reached
     from .kernels import kernel_dtypes
 
     kind, _, name = requirement.partition("=")
-    found = kernel_dtypes(name, filename, root)
     if kind == KERNEL_NOT_MIXED:
-        return found != "mixed"
+        return kernel_dtypes(name, filename, root) != "mixed"
     if kind == KERNEL_FP32:
-        return found == "fp32"
-    raise ValueError(f"unknown kernel requirement {requirement!r}")
+        return kernel_dtypes(name, filename, root) == "fp32"
+    if kind == MODULES_CAST:
+        return not cast_unreachable(filename, root)
+    if kind == REACHED:
+        return definition_reached(filename, name, root)
+    raise ValueError(f"unknown requirement {requirement!r}")
+
+
+def _fp16_kept_out(filename: str, root: Optional[str]) -> bool:
+    """No fp16 the project runs reaches the file: a script no low-precision code reaches, a
+    file the project runs that no fp16 source reaches, or a module of a vendored library copy
+    that no project code outside it that may run fp16 imports (salesforce/LAVIS's uniformer
+    annotator: its mmcv ops run nowhere)."""
+    return fp32_script(filename, root) or fp16_unreachable(filename, root) or _unreached_embedded(filename, root, FP16)
 
 
 def condition_holds(
@@ -278,16 +325,16 @@ def condition_holds(
     file-dependent conditions (without it they hold only through the project facts, and a
     kernel requirement, which no fact changes, is not asked)."""
     if "|" in condition:
-        base, _, requirement = condition.partition("|")
+        base, *requirements = condition.split("|")
         if not condition_holds(base, facts, precision, filename, root):
             return False
-        return filename is None or _kernel_holds(requirement, filename, root)
+        return filename is None or all(_requirement_holds(r, filename, root) for r in requirements)
     if condition == FP16:
         if precision == "fp16":
             return True
         if precision == "bf16":
             return False
-        return facts.may_run_fp16 and not (filename is not None and (fp32_script(filename, root) or fp16_unreachable(filename, root)))
+        return facts.may_run_fp16 and not (filename is not None and _fp16_kept_out(filename, root))
     if condition == AUTOCAST:
         return facts.autocast or precision in ("fp16", "bf16")
     if condition == AUTOCAST_REACHED:

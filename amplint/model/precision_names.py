@@ -6,13 +6,16 @@ accelerate's `mixed_precision` (`no`, `fp16`, `bf16`), Lightning's `precision`
 same words in a YAML/JSON config or an argparse choice. This module has one job:
 turn such a text into the dtype it selects ('fp16' | 'bf16' | 'fp32'), normalise
 Lightning's aliases, and say what policy Lightning's FSDP plugin derives from it.
-It holds data only (no syntax trees), so the per-file model (`runtime_choices.py`),
+It also holds the words a file's text names when low precision (or a cast to it) may reach
+its tensors, read by the conditions that drop a finding no fp16 reaches (`facts.py`,
+`embedded.py`). It holds data only (no syntax trees), so the per-file model (`runtime_choices.py`),
 the project summaries (`project/summary.py`, `project/scale.py`) and the project
 views (`project/wrappers.py`) all read the same table, and importing it creates no
 cycle: it imports nothing of amplint but `torchapi`'s dtype strings.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Optional, Tuple
 
 from .torchapi import DTYPE_STRINGS
@@ -61,3 +64,31 @@ def lightning_autocast_dtype(value: Any) -> Optional[str]:
         return None
     normal = lightning_precision(value)
     return PRECISION_NAMES.get(normal) if normal.endswith("-mixed") else None
+
+
+# ------------------------------------------------------------------ words in a file
+# What a file's text must not name for no low precision (fp16, a cast to it) to reach its
+# tensors (`facts.fp32_script`, `facts.fp16_unreachable`, `facts.cast_unreachable`,
+# `embedded.unreached_embedded`).
+
+#: words that show a text may run low precision (a cast, a dtype, autocast, a loss scaler, a flag)
+LOW_PRECISION_WORDS = re.compile(r"half|float16|fp16|bf16|bfloat16|autocast|GradScaler|mixed_precision|\bamp\b|precision")
+#: words that show a text may run fp16 (bf16 does not count: it keeps fp32's range): an fp16 dtype
+#: or cast, autocast (CUDA's default dtype is fp16), a loss scaler, a mixed-precision flag, a dtype
+#: looked up by a name read at run time
+FP16_WORDS = re.compile(
+    r"(?<![bB])float16|half|fp16|autocast|GradScaler|mixed_precision|\bamp\b|16-mixed|precision\s*=\s*16|getattr\(\s*torch\s*,",
+    re.M,
+)
+#: words that show a text may cast a module (its parameters and buffers) to fp16: an fp16 dtype
+#: or `.half()`, a `.to()`/`.type()` whose dtype is chosen elsewhere, a call of an fp16 converter
+#: (`convert_to_fp16()`, `wrap_fp16_model(m)`), a framework or setting that casts the model
+#: (DeepSpeed, apex O2/O3 or an opt_level chosen at run time, Lightning's "16-true", HF's
+#: `torch_dtype=` and `fp16_full_eval`, FSDP's `param_dtype=`), a new default dtype. Autocast, a
+#: GradScaler, apex O1 or an `--fp16` flag that only selects them leave fp32 buffers fp32
+FP16_CAST_WORDS = re.compile(
+    r"(?<![bB])float16|[hH]alf|\.to\([^)\n]*(?:dtype|precision)|\.type\(|(?i:\w*fp16\w*)\s*\(|deepspeed|"
+    r"opt_level\s*=\s*(?![\"']O[01][\"'])|[\"']O[23][\"']|16-true|torch_dtype|full_eval|param_dtype|set_default_dtype|"
+    r"getattr\(\s*torch\s*,",
+    re.M,
+)

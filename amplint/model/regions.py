@@ -246,3 +246,118 @@ def _flag_truth(ctx: ModuleContext, test: cst.CSTNode, flag: str, negated: bool 
             return (not value) != negated
     return None
 
+
+
+# --------------------------------------------------------------------------- autocasts held in a partial
+
+
+@dataclass(eq=False)
+class HeldAutocast:
+    """`with amp_autocast():` where `amp_autocast` (or `self.amp_autocast`) holds
+    `partial(torch.autocast, ...)`: a region the collector does not make (the `with` calls a
+    name). `device`/`dtype` as an `AutocastRegion`'s; `dtypes`: the literal candidates of a
+    `dtype=` picked at run time (`torch.bfloat16 if args.amp_dtype == "bfloat16" else
+    torch.float16`: `literal_dtypes.dtype_choices`); `enabled` None when the name may also
+    hold something else (`amp_autocast = suppress` on another path) or `enabled=` is a flag."""
+
+    node: cst.With
+    held: cst.Call  # the `partial(...)` call
+    device: Optional[str]
+    dtype: Optional[str]
+    dtypes: frozenset
+    enabled: Optional[bool]
+    scope: Scope
+
+    def contains(self, ctx: ModuleContext, node: cst.CSTNode) -> bool:
+        start, end = ctx.position(self.node.body)
+        s, e = ctx.position(node)
+        return (start.row, start.column) <= (s.row, s.column) and (e.row, e.column) <= (end.row, end.column)
+
+
+def held_autocasts(ctx: ModuleContext) -> List[HeldAutocast]:
+    """The `with NAME():` blocks of the file whose NAME holds an autocast in a
+    `functools.partial` bound in this file (in the calling scope, else at module level; for
+    `self.NAME`, in the class or its bases here), in source order. Computed once per file."""
+    found = ctx.__dict__.get("_held_autocasts")
+    if found is not None:
+        return found
+    out: List[HeldAutocast] = []
+    for info in ctx.calls:
+        statement = info.statement
+        if not isinstance(statement, cst.With) or info.region is not None and info.region.node is statement:
+            continue
+        if info.node.args or not info.dotted or not any(item.item is info.node for item in statement.items):
+            continue
+        held = _held_partial(ctx, info)
+        if held is not None:
+            out.append(held)
+    ctx.__dict__["_held_autocasts"] = out
+    return out
+
+
+def _held_partial(ctx: ModuleContext, info: CallInfo) -> Optional[HeldAutocast]:
+    from .bindings import self_bindings
+    from .literal_dtypes import dtype_choices
+
+    spelled = info.dotted
+    assert spelled is not None and isinstance(info.statement, cst.With)
+    if spelled.startswith("self.") and spelled.count(".") == 1:
+        bindings = [a for a in self_bindings(ctx, spelled, info.scope) if not a.unpacked]
+    elif "." not in spelled:
+        if spelled in info.scope.params:
+            return None
+        found = [a for a in ctx.assignments_to(spelled) if not a.unpacked]
+        bindings = [a for a in found if a.scope is info.scope and a.order < info.order] or (
+            [a for a in found if a.scope.is_module] if not info.scope.is_module else []
+        )
+    else:
+        return None
+    partials: List[Tuple[cst.Call, str, Scope, int]] = []
+    other = False
+    for a in bindings:
+        sides = [a.value.body, a.value.orelse] if isinstance(a.value, cst.IfExp) else [a.value]
+        for side in sides:
+            q = _partial_autocast(ctx, side)
+            if q is None:
+                other = True
+            else:
+                partials.append((side, q, a.scope, a.order))  # type: ignore[arg-type]
+    if not partials:
+        return None
+    devices, dtypes, choices, enabled = set(), set(), frozenset(), set()
+    for call, q, scope, order in partials:
+        parameters = torchapi.autocast_parameters(q)
+
+        def arg(name: str) -> Optional[cst.BaseExpression]:
+            # the partial's own positional arguments start after the autocast it holds
+            return call_arg(call, parameters.index(name) + 1, name) if name in parameters else None
+
+        device = torchapi.AUTOCAST_CONTEXTS[q] or literal_string(arg("device_type"))
+        devices.add(device)
+        node = arg("dtype")
+        if node is None:
+            dtypes.add(torchapi.DEVICE_DEFAULT_DTYPE.get(device) if device else None)
+        else:
+            d = ctx.dtype_of(node)
+            dtypes.add(d if d in ("fp16", "bf16", "fp32") else None)
+            if d is None:
+                choices |= dtype_choices(ctx, node, scope, order)
+        node = arg("enabled")
+        enabled.add(True if node is None else literal_bool(node))
+    device = devices.pop() if len(devices) == 1 else None
+    dtype = dtypes.pop() if len(dtypes) == 1 else None
+    on: Optional[bool] = enabled.pop() if len(enabled) == 1 else None
+    if other and on is not False:
+        on = None  # `partial(...) if amp else suppress`: decided at run time
+    return HeldAutocast(info.statement, partials[0][0], device, dtype, choices if dtype is None else frozenset(), on, info.scope)
+
+
+def _partial_autocast(ctx: ModuleContext, value: cst.BaseExpression) -> Optional[str]:
+    """The autocast qualname `value` holds when it is `functools.partial(<autocast>, ...)`."""
+    if not isinstance(value, cst.Call) or "functools.partial" not in ctx.imports.qualnames(value.func) or not value.args:
+        return None
+    first = value.args[0]
+    if first.keyword is not None or first.star:
+        return None
+    known = sorted(q for q in ctx.imports.qualnames(first.value) if q in torchapi.AUTOCAST_CONTEXTS)
+    return known[0] if known else None

@@ -6,7 +6,8 @@ resolves like `torch.cuda.amp.autocast`.
 """
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Optional, Tuple
+import re
+from typing import Dict, FrozenSet, Optional, Pattern, Tuple
 
 # --- autocast -------------------------------------------------------------
 
@@ -117,6 +118,24 @@ def is_optimizer_class(qualname: str) -> bool:
     if not last[:1].isupper() or "sched" in qualname.lower() or "swa_utils" in head:
         return False
     return "optim" in head.lower()
+
+
+def is_torch_optimizer_class(qualname: str) -> bool:
+    """A class of `torch.optim` (`torch.optim.AdamW`, `torch.optim.adamw.AdamW`): every one
+    keeps its state in the parameters' dtype and writes the update into the parameter itself
+    (foreach, for-loop and fused alike), so nothing compensates a low-precision parameter's
+    rounding (not `Optimizer`, a scheduler or `swa_utils`)."""
+    parts = qualname.split(".")
+    return (
+        len(parts) >= 3 and parts[:2] == ["torch", "optim"] and parts[-1][:1].isupper() and parts[-1] != "Optimizer"
+        and is_optimizer_class(qualname) and "lr_scheduler" not in parts
+    )
+
+
+#: callees that keep fp32 master weights for the optimizer they are given (apex
+#: `FP16_Optimizer` / `amp.initialize`, DeepSpeed's `initialize`, fairseq's `FP16Optimizer`,
+#: `MixedPrecisionOptimizer`...): matched against the callee's spelling
+MASTER_WRAPPER: Pattern[str] = re.compile(r"fp16|master|initialize|mixedprecision", re.IGNORECASE)
 
 
 # --- fp16 numerics ------------------------------------------
@@ -425,6 +444,16 @@ DATA_PARALLEL_FUNCTIONS: FrozenSet[str] = frozenset(
     {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
 )
 
+#: wrappers whose `.parameters()` are the wrapped module's own Parameter objects (dtype and all):
+#: `DDP(model)`, `nn.DataParallel(model)`, `torch.compile(model)`
+PARAMETER_KEEPING_WRAPPERS: FrozenSet[str] = DATA_PARALLEL_CLASSES | frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.compile",
+    }
+)
+
 # --- device capability checks ---------------------------------------------
 
 CAPABILITY_FUNCTIONS: FrozenSet[str] = frozenset(
@@ -432,6 +461,12 @@ CAPABILITY_FUNCTIONS: FrozenSet[str] = frozenset(
 )
 BF16_SUPPORT_FUNCTIONS: FrozenSet[str] = frozenset({"torch.cuda.is_bf16_supported"})
 
+#: a tensor a module made in fp32 and holds (`self.register_buffer("bias", torch.ones(n))`,
+#: `self.w = nn.Parameter(torch.empty(n))`): fp32 unless the module is cast (`model.half()`,
+#: `.to(torch.float16)`), which the file that defines it does not show. Only a rule that asks
+#: whether code reaching the file may cast modules (`facts.MODULES_CAST`) may read it as fp32;
+#: every other reader sees an unknown dtype
+MODULE_FP32 = "fp32-module"
 #: constructors whose result is always a floating tensor
 FLOAT_FACTORIES: FrozenSet[str] = frozenset(
     {

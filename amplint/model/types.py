@@ -73,10 +73,24 @@ class Scope:
     params: Tuple[str, ...] = ()
     calls: List["CallInfo"] = field(default_factory=list)
     events: List["Event"] = field(default_factory=list)
+    #: each `return`'s value (None: a bare `return`) and the order a read of it is asked at
+    returns: List[Tuple[Optional[cst.BaseExpression], int]] = field(default_factory=list)
+    generator: bool = False  # the body yields: a call returns a generator
 
     @property
     def is_module(self) -> bool:
         return isinstance(self.node, cst.Module)
+
+    @property
+    def definition(self) -> Optional[str]:
+        """The name of the module-level `def` or `class` this scope is in (None at module level;
+        a method's class, innermost when classes nest)."""
+        scope = self
+        while scope.parent is not None and not scope.parent.is_module:
+            scope = scope.parent
+        if scope.is_module:
+            return None
+        return scope.cls.name.value if scope.cls is not None else scope.name
 
 
 @dataclass(eq=False)

@@ -219,10 +219,12 @@ def prelude_for(text: str, row: int, snippet: str, data: Dict[str, Any], trainin
     return "\n".join(parts), names
 
 
-#: rules whose experiment first runs the statement that made the model fp16 (`data["cast"]`)
-CAST_RULES = frozenset({"AMP106", "AMP201", "AMP401"})
+#: rules whose experiment first runs the statement that made the model fp16 or bf16 (`data["cast"]`)
+CAST_RULES = frozenset({"AMP106", "AMP201", "AMP206", "AMP401"})
+#: rules that flag the cast itself: the finding's own row is the statement to run
+CAST_AT_LOCATION = frozenset({"AMP201", "AMP206"})
 #: rules whose cross-file findings carry no `snippet`: the parent reads the flagged call at the finding
-CALL_AT_LOCATION = frozenset({"AMP201", "AMP302", "AMP303", "AMP401"})
+CALL_AT_LOCATION = frozenset({"AMP201", "AMP206", "AMP302", "AMP303", "AMP401"})
 #: rules that flag a tensor passed to a call: the parent reads the call around it
 CALL_AROUND_LOCATION = frozenset({"AMP204"})
 #: rules whose flagged call's torch names are resolved from the file's imports (`data["names"]`):
@@ -563,17 +565,18 @@ class Preludes:
         return self._texts[name]
 
     def _site(self, d: Any, data: Dict[str, Any]) -> Optional[Tuple[str, int]]:
-        """(file, row) of the statement that made the finding's model fp16: another file's
-        (the related site the project model names, "made fp16 here"), the `cast_row` of the
-        finding's file, or AMP201's own flagged cast."""
+        """(file, row) of the statement that made the finding's model fp16 (bf16): another
+        file's (the related site the project model names, "made fp16 here"), the `cast_row`
+        of the finding's file, or AMP201's (AMP206's) own flagged cast."""
         if data.get("cast_at"):
             for r in getattr(d, "related", None) or ():
-                if "fp16" in (getattr(r, "message", "") or "") and getattr(r, "filename", None):
+                note = getattr(r, "message", "") or ""
+                if ("fp16" in note or "bf16" in note) and getattr(r, "filename", None):
                     return r.filename, r.location.row
             return None
         if isinstance(data.get("cast_row"), int):
             return d.filename, data["cast_row"]
-        if getattr(d, "code", None) == "AMP201":
+        if getattr(d, "code", None) in CAST_AT_LOCATION:
             return d.filename, d.location.row
         return None
 

@@ -2,21 +2,30 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from ...core.pyast import statements
 
 
 def dotted(node: Optional[ast.AST]) -> Optional[str]:
     """`a.b.c` for a Name/Attribute chain, else None."""
+    cls = node.__class__
+    if cls is _NAME:
+        return node.id  # type: ignore[union-attr]
+    if cls is not _ATTRIBUTE:
+        return None
     parts: List[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
+    while node.__class__ is _ATTRIBUTE:
+        parts.append(node.attr)  # type: ignore[union-attr]
+        node = node.value  # type: ignore[union-attr]
+    if node.__class__ is _NAME:
+        parts.append(node.id)  # type: ignore[union-attr]
+        parts.reverse()
+        return ".".join(parts)
     return None
+
+
+_NAME, _ATTRIBUTE = ast.Name, ast.Attribute
 
 
 def number(node: ast.AST) -> Optional[float]:
@@ -30,26 +39,60 @@ def number(node: ast.AST) -> Optional[float]:
     return None
 
 
+#: fields that never hold a node worth yielding: names and flags (str, int), and the context
+#: and operator singletons (`Load`, `Add`, `Eq`, ...), which no reader of an expression looks at
+#: as a node of its own (they read `node.ctx`, `node.op` off the node holding them)
+_NOT_CHILDREN = frozenset(("ctx", "op", "ops", "id", "attr", "arg", "kind", "conversion", "is_async", "type_comment"))
+#: per node class, the fields that may hold child nodes (`Constant.value` is a plain value)
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {ast.Constant: ()}
+
+
+def _child_fields(cls: type) -> Tuple[str, ...]:
+    fields = _CHILD_FIELDS[cls] = tuple(f for f in cls._fields if f not in _NOT_CHILDREN)  # type: ignore[attr-defined]
+    return fields
+
+
 def walk_expression(expr: ast.AST) -> Iterator[ast.AST]:
     """The nodes of an expression in preorder, not descending into lambdas (they run later,
-    elsewhere). Children are read off each class's `_fields` directly: `ast.iter_child_nodes`
-    (a generator over `ast.iter_fields`) was most of the cost of summarising a big file."""
+    elsewhere), nor yielding the context and operator singletons (`Load`, `Add`: see
+    `_NOT_CHILDREN`). Children are read off each class's child fields, listed once per class
+    (`ast.iter_child_nodes`, a generator over `ast.iter_fields`, was most of the cost of
+    summarising a big file; then reading every field of every node)."""
     stack = [expr]
-    pop, push = stack.pop, stack.append
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    known = _CHILD_FIELDS
+    lam = ast.Lambda
     while stack:
         node = pop()
-        if node.__class__ is ast.Lambda:
+        cls = node.__class__
+        if cls is lam:
             continue
         yield node
+        fields = known.get(cls)
+        if fields is None:
+            fields = _child_fields(cls)
+        if not fields:
+            continue
+        if len(fields) == 1:
+            value = getattr(node, fields[0], None)
+            if value is None:
+                continue
+            if value.__class__ is list:
+                extend([v for v in reversed(value) if v is not None])
+            else:
+                push(value)
+            continue
         children: List[ast.AST] = []
-        for field in node._fields:
+        for field in fields:
             value = getattr(node, field, None)
-            if isinstance(value, ast.AST):
+            if value is None:
+                continue
+            if value.__class__ is list:
+                children.extend([v for v in value if v is not None])
+            else:
                 children.append(value)
-            elif value.__class__ is list:
-                children.extend(v for v in value if isinstance(v, ast.AST))
-        while children:
-            push(children.pop())
+        children.reverse()
+        extend(children)
 
 
 def imports(body: List[ast.stmt]) -> Iterator[ast.AST]:

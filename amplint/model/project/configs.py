@@ -9,7 +9,11 @@ What is read, and how (the linted tree is untrusted input):
 
 * only a file a string literal of the code names, resolved against the naming file's
   folder and then the project root, and only when its real path lies inside the project
-  root (never a file outside the project, never through a link leading out of it);
+  root (never a file outside the project, never through a link leading out of it); and,
+  in a project whose code uses DeepSpeed, accelerate, transformers or Lightning, the
+  JSON files the run's walk met inside the project (not excluded, not ignored: a
+  DeepSpeed config launched from a shell script or an accelerate YAML the code never
+  names), at most `wrappers.MAX_SHIPPED_CONFIGS` of them, the same fence applied;
 * only a regular file, through `core/safe_read.py` (a named pipe or a device named
   `ds_config.json` is never opened), and at most `MAX_BYTES`;
 * JSON with the standard library's parser (`json.loads`: no code runs, no object hooks),
@@ -98,8 +102,9 @@ def resolve(literal: str, naming_file: str, root: Optional[str]) -> Optional[str
     return None
 
 
-def load(path: str) -> Optional[ConfigFile]:
-    """A JSON or YAML config file, parsed; None when it cannot be read or parsed."""
+def load(path: str, needles: Tuple[bytes, ...] = ()) -> Optional[ConfigFile]:
+    """A JSON or YAML config file, parsed; None when it cannot be read or parsed, or (with
+    `needles`) when its bytes hold none of them (no parse for a file that cannot matter)."""
     try:
         if os.stat(path).st_size > MAX_BYTES:
             return None
@@ -107,6 +112,8 @@ def load(path: str) -> Optional[ConfigFile]:
     except OSError:
         return None
     if len(data) > MAX_BYTES:
+        return None
+    if needles and not any(n in data for n in needles):
         return None
     text = data.decode("utf-8", "replace")
     if path.lower().endswith(".json"):

@@ -447,7 +447,8 @@ class Project:
     def _pretrained(self, path: str, func: str, callees: TypeSet, ref: Dict[str, Any]) -> TypeSet:
         """`AutoModel.from_pretrained(name, torch_dtype=d)` of an external class when `d` may be
         float16: a literal (`torch.float16`, `"float16"`), or a name bound to float16 among other
-        dtypes (`d = torch.float16 if args.fp16 else torch.float32`: the flag's fp16 path)."""
+        dtypes (`d = torch.float16 if args.fp16 else torch.float32`: the flag's fp16 path); else
+        bfloat16 when `d` may be that (no float16 among its candidates: AMP206's)."""
         if not ref["c"].endswith("." + loaders.PRETRAINED) or "e0" in ref:
             return _EMPTY
         external = next((t for t in callees if t[0] == "X"), None)
@@ -455,17 +456,18 @@ class Project:
         if external is None or not dtype:
             return _EMPTY
         if "s" in dtype:
-            fp16 = torchapi.DTYPE_STRINGS.get(str(dtype["s"]).replace("torch.", "")) == "fp16"
+            found = {torchapi.DTYPE_STRINGS.get(str(dtype["s"]).replace("torch.", ""))}
         elif "n" in dtype:
-            fp16 = any(t[0] == "X" and torchapi.dtype_of_qualname(t[1]) == "fp16" for t in self.name_types(path, func, dtype["n"]))
+            found = {torchapi.dtype_of_qualname(t[1]) for t in self.name_types(path, func, dtype["n"]) if t[0] == "X"}
         else:
-            fp16 = False
-        if not fp16:
+            found = set()
+        low = "fp16" if "fp16" in found else "bf16" if "bf16" in found else None
+        if low is None:
             return _EMPTY
         site = (path, ref.get("r", 0))
         owner = external[1].rsplit(".", 2)
         self._loader_sites[site] = f"{owner[-2]}.{loaders.PRETRAINED_SHOWN}" if len(owner) >= 2 else loaders.PRETRAINED_SHOWN
-        return frozenset({("R", external[1], "fp16", site)})
+        return frozenset({("R", external[1], low, site)})
 
     def loaded_at(self, site: Tuple[str, int]) -> Optional[str]:
         """The loader call (`clip.load(...)`) that made a module fp16 at `site`, if one did."""
@@ -495,7 +497,10 @@ class Project:
         elif "s" in dtype_ref:
             dtype = torchapi.DTYPE_STRINGS.get(dtype_ref["s"].replace("torch.", ""))
         else:
-            dtype = next((torchapi.dtype_of_qualname(t[1]) for t in self._value(path, func, dtype_ref) if t[0] == "X"), None)
+            # every dtype the name may hold (`torch.bfloat16 if bf16 else torch.float16`): one is the
+            # region's; several leave it decided at run time (never whichever the hash seed lists first)
+            found = {torchapi.dtype_of_qualname(t[1]) for t in self._value(path, func, dtype_ref) if t[0] == "X"}
+            dtype = found.pop() if len(found) == 1 else None
         enabled_ref = args.get("enabled")
         enabled: Optional[bool] = True
         if enabled_ref is not None:
@@ -808,9 +813,14 @@ class Project:
         """(class name, cast site) of the modules among `types` whose parameters were cast to
         fp16 (project classes and external ones, `nn.Linear`, `resnet50`), in a stable order;
         with `pretrained`, also those `from_pretrained(torch_dtype=...)` may load fp16."""
+        return self.low_precision_modules(types, "fp16", pretrained)
+
+    def low_precision_modules(self, types: Iterable[Type], dtype: str, pretrained: bool = False) -> List[Tuple[str, Tuple[str, int]]]:
+        """`fp16_modules` for `dtype` ("fp16" | "bf16"): the modules among `types` whose
+        parameters were cast to it, and with `pretrained` those `from_pretrained` may load so."""
         found = {
             (t[2] if t[0] == "I" else self._loader_sites.get(t[-1]) or t[1].rsplit(".", 1)[-1], t[-1])
-            for t in types if t[0] in ("I", "R") and t[-2] == "fp16"
+            for t in types if t[0] in ("I", "R") and t[-2] == dtype
             and (pretrained or not (self._loader_sites.get(t[-1]) or "").endswith(loaders.PRETRAINED_SHOWN))
         }
         return sorted(found)

@@ -45,7 +45,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .scale import ANCHORS
 
@@ -105,46 +105,66 @@ Import = Tuple[int, str, Tuple[str, ...]]
 
 def text_index(source: str) -> Dict[str, str]:
     """{"r": roles, "i": imports (packed)} of one file's text (JSON-able)."""
-    # substring tests first (C speed); the regexes run only on the few files that pass them
+    # substring tests first (C speed), each word searched once per text (`gating.holds`: the
+    # gates asked the same file about many of them); the regexes run only on the few files that pass
+    from ...core.gating import words_of
+
+    found = words_of(source)
+
+    def has(word: str) -> bool:
+        hit = found.get(word)
+        if hit is None:
+            hit = found[word] = word in source
+        return hit
+
     roles = ""
-    if ("binary_cross_entropy" in source or "BCELoss" in source) and _BCE.search(source):
+    if (has("binary_cross_entropy") or has("BCELoss")) and _BCE.search(source):
         roles += "b"
-    if "optim" in source and "parameters(" in source and any(
-        literal in source and _found(pattern, source, word=True) for literal, pattern in _OPTIMIZER_CALLS
+    if has("optim") and has("parameters(") and any(
+        has(literal) and _found(pattern, source, word=True) for literal, pattern in _OPTIMIZER_CALLS
     ):
         roles += "o"
-    if any(literal in source and _found(pattern, source, word) for literal, pattern, word in _SETS_PRECISION):
+    if any(has(literal) and _found(pattern, source, word) for literal, pattern, word in _SETS_PRECISION):
         roles += "a"
-        if "autocast" in source and "partial" in source and _holds_autocast(source):
+        if has("autocast") and has("partial") and _holds_autocast(source):
             roles += "h"  # an autocast held in a `partial`, maybe entered later
-        if "GradScaler(" in source:
+        if has("GradScaler("):
             roles += "g"
-        if any(literal in source and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
+        if any(has(literal) and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
             roles += "f"  # a framework runs the project's hooks under this precision
-    if "optim" in source and "param" in source and ".to(" in source and "dtype" in source and _CHOSEN_CAST.search(source):
+    if has("optim") and has("param") and has(".to(") and has("dtype") and _CHOSEN_CAST.search(source):
         roles += "w"
-    if "register" in source and _registers(source):
+    if has("register") and _registers(source):
         roles += "e"
-    if any(word in source for word in ANCHORS):
+    if any(has(word) for word in ANCHORS):
         roles += "d"
-    if "clip_grad" in source or ".backward(" in source:
+    if has("clip_grad") or has(".backward("):
         roles += "c"
-    if "post_accumulate_grad_hook" in source:
+    if has("post_accumulate_grad_hook"):
         roles += "k"
+    imports = import_list(source)
+    return {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
+
+
+def import_list(source: str, stdlib: bool = False) -> List[List[object]]:
+    """(level, module, names) of every import statement of `source` (not those of the standard
+    library's modules unless `stdlib`: a project module of such a name shadows it only next to a
+    script): `from ..a.b import c, d` is (2, "a.b", ["c", "d"]), `import a.b` is (0, "a.b", [])."""
+    external = frozenset() if stdlib else _EXTERNAL
     imports: List[List[object]] = []
     if "import" in source:
         for m in _import_statements(source):
             if m.group(4) is None:
-                if not m.group(1) and m.group(2).split(".")[0] in _EXTERNAL:
+                if not m.group(1) and m.group(2).split(".")[0] in external:
                     continue
                 names = [n.strip().split(" as ")[0].strip() for n in m.group(3).strip("()").replace("\\\n", " ").split(",")]
                 imports.append([len(m.group(1)), m.group(2), [n for n in names if n.isidentifier()]])
                 continue
             for part in m.group(4).split(","):
                 name = part.strip().split(" as ")[0].strip()
-                if name and all(p.isidentifier() for p in name.split(".")) and name.split(".")[0] not in _EXTERNAL:
+                if name and all(p.isidentifier() for p in name.split(".")) and name.split(".")[0] not in external:
                     imports.append([0, name, []])
-    return {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
+    return imports
 
 
 def imports_of(index: Dict[str, str]) -> List[List[object]]:
@@ -404,12 +424,13 @@ def scale_universe(files: Sequence[str], root: Optional[str], index: Callable[[s
             chosen.add(f)
     modules = ModuleIndex.of(files, root)
     entries = _Entries(index)
+    trainer_names = _module_names_of(trainers)
     for f in sorted(_importers(anchors, files, entries, modules)):
         if len(chosen) >= MAX_FILES:
             break
         if f in chosen:
             continue
-        if trainers.intersection(modules.imported_files(f, entries[f])):  # type: ignore[arg-type]
+        if trainers.intersection(modules.imported_files(f, _naming(entries[f], trainer_names))):  # type: ignore[arg-type]
             chosen.add(f)
     return sorted(chosen)
 
@@ -446,25 +467,94 @@ class _Entries(dict):
         return found
 
 
+def _module_names_of(targets: Iterable[str]) -> Set[str]:
+    """The last dotted part of the module each target file is imported as (its name, or its
+    package's for an `__init__.py`): an import can resolve to the file only if it spells it."""
+    names: Set[str] = set()
+    for t in targets:
+        base = os.path.basename(t)
+        names.add(os.path.basename(os.path.dirname(t)) if base == "__init__.py" else base[:-3])
+    return names
+
+
+def _naming(imports: Sequence[Sequence[Any]], names: Set[str]) -> List[Sequence[Any]]:
+    """The import statements that may resolve to a file whose module ends with one of `names`:
+    the module's last part or an imported name is one, or a bare relative import (`from . import
+    x`, which resolves to its package's `__init__.py` whatever it spells). The others resolve to
+    other files only (`ModuleIndex.resolve` ends in the module's last part)."""
+    return [e for e in imports if str(e[1]).rsplit(".", 1)[-1] in names or any(n in names for n in e[2]) or (not e[1] and e[0])]
+
+
 def _importers(targets: Sequence[str], files: Sequence[str], entries: _Entries, modules: "ModuleIndex") -> Set[str]:
     """The files that import any of `targets`. Only import statements naming a target's
     module or package name (its last dotted part) are resolved, and only the files whose
     packed imports hold one of those names, or a bare relative import (`from . import x`:
     an empty module, "\t\t" in the packed text), are unpacked: cheap string tests first."""
-    names: Set[str] = set()
-    for t in targets:
-        base = os.path.basename(t)
-        names.add(os.path.basename(os.path.dirname(t)) if base == "__init__.py" else base[:-3])
+    names = _module_names_of(targets)
     wanted = set(targets)
     out: Set[str] = set()
     for f in files:
         packed = entries.index(f)["i"]
         if not packed or ("\t\t" not in packed and not any(n in packed for n in names)):
             continue
-        relevant = [
-            e for e in entries[f]
-            if str(e[1]).rsplit(".", 1)[-1] in names or any(n in names for n in e[2]) or (not e[1] and e[0])
-        ]
+        relevant = _naming(entries[f], names)
         if relevant and wanted.intersection(modules.imported_files(f, relevant)):
             out.add(f)
     return out
+
+
+# ------------------------------------------------------------------ imports by module name
+# What an import means where the project's own resolution (`ModuleIndex`) cannot tell: a script
+# run with its folder (or a folder it adds) on `sys.path` imports a module by its bare name.
+
+
+def module_stem(path: str) -> str:
+    """The name a file is imported by: its own, or its folder's for a package's `__init__.py`."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return os.path.basename(os.path.dirname(path)) if stem == "__init__" else stem
+
+
+def may_import(importer: str, text: str, target: str, namesakes: Sequence[str]) -> bool:
+    """Whether `importer` (its `text`) has an import that may load `target`, by module name:
+    one names it (`_loads_name`), and where other project files share the name (`namesakes`),
+    Python finds the one on `sys.path` -- in the importer's own folder, else in a folder the
+    importer names (`sys.path.append(".../seq2seq")`, `from seq2seq.run_summarization import
+    ...`). microsoft/LoRA's examples/test_examples.py puts seq2seq/ on the path and imports its
+    run_summarization, not bertabs'. Undecided (it names both folders, or neither): it may."""
+    return _loads_name(text, module_stem(target), os.path.basename(target) == "__init__.py") and on_path(importer, text, target, namesakes)
+
+
+def on_path(importer: str, text: str, target: str, namesakes: Sequence[str]) -> bool:
+    """Whether an import by `target`'s module name in `importer` (its `text`) may find `target`
+    rather than one of its `namesakes` on `sys.path` (`may_import`)."""
+    if not namesakes:
+        return True
+    here = os.path.dirname(importer)
+    if _module_folder(target) == here:
+        return True
+    if any(_module_folder(n) == here for n in namesakes):
+        return False
+    return _names_folder(text, target) or not any(_names_folder(text, n) for n in namesakes)
+
+
+def _loads_name(text: str, stem: str, package: bool) -> bool:
+    """An import statement of `text` may load a module named `stem`: the last part of the module
+    it imports (any part, for a package: `from stem.sub import x`), or a name it imports from a
+    package (`from pkg import stem`, `from . import stem`); `from gluonnlp.model.bert import X`
+    does not load a module `model.py`."""
+    for _, module, names in import_list(text, stdlib=True):
+        parts = str(module).split(".") if module else []
+        if (parts and (parts[-1] == stem or (package and stem in parts))) or stem in names:  # type: ignore[operator]
+            return True
+    return False
+
+
+def _module_folder(path: str) -> str:
+    """The folder a module is found in (a package's: the folder above it)."""
+    folder = os.path.dirname(path)
+    return os.path.dirname(folder) if os.path.basename(path) == "__init__.py" else folder
+
+
+def _names_folder(text: str, path: str) -> bool:
+    name = os.path.basename(_module_folder(path))
+    return bool(name) and re.search(rf"\b{re.escape(name)}\b", text) is not None

@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 3
+VERSION = 4
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -217,6 +217,7 @@ class _Reader:
         # a project's own DDP comm hook is recognised by what its body does (it reduces a bucket)
         self._reduces = any(w in source for w in ("all_reduce", "allreduce", "reduce_scatter"))
         self.no_engine = 0  # `if` branches around it taken only when DeepSpeed is not in use
+        self._walked: Tuple[Any, List[ast.AST]] = (None, [])  # the last expression `_expression` walked, its nodes
 
     # ------------------------------------------------------------------ driver
 
@@ -511,7 +512,8 @@ class _Reader:
     def _dep(self, qual: str, name: str, value: ast.AST) -> None:
         """What the value of `name` reads: names, and callees (the loss from `engine(...)`)."""
         entry = self.deps.setdefault(qual, {}).setdefault(name, [[], []])
-        for node in walk_expression(value):
+        walked = self._walked
+        for node in walked[1] if walked[0] is value else walk_expression(value):
             if isinstance(node, ast.Name) and node.id not in entry[0] and len(entry[0]) < 24:
                 entry[0].append(node.id)
             elif isinstance(node, ast.Call):
@@ -528,19 +530,29 @@ class _Reader:
         if not any(k in ("fp16", "bf16", "zero_optimization") for k in keys) or not any(k in _DS_KEYS for k in keys):
             return None
         lines: Dict[str, List[int]] = {}
-        values = self._literal(node, (), lines)
-        self.dicts.append({"v": values, "l": lines, "r": node.lineno, "c": self._column(node.lineno, node.col_offset)})
+        choices: Dict[str, List[Any]] = {}
+        values = self._literal(node, (), lines, choices)
+        record = {"v": values, "l": lines, "r": node.lineno, "c": self._column(node.lineno, node.col_offset)}
+        if choices:
+            record["ch"] = choices  # `"loss_scale": 1 if args.no_scaler else 0`: the literal values a key may take
+        self.dicts.append(record)
         self._dict_index[at] = len(self.dicts) - 1
         return len(self.dicts) - 1
 
-    def _literal(self, node: ast.AST, prefix: Tuple[str, ...], lines: Dict[str, List[int]]) -> Any:
+    def _literal(
+        self, node: ast.AST, prefix: Tuple[str, ...], lines: Dict[str, List[int]], choices: Optional[Dict[str, List[Any]]] = None,
+    ) -> Any:
         if isinstance(node, ast.Dict):
             out: Dict[str, Any] = {}
             for k, v in zip(node.keys, node.values):
                 if isinstance(k, ast.Constant) and isinstance(k.value, str):
                     path = (*prefix, k.value)
                     lines[".".join(path)] = [k.lineno, self._column(k.lineno, k.col_offset)]
-                    out[k.value] = self._literal(v, path, lines) if len(path) < 6 else "?"
+                    out[k.value] = self._literal(v, path, lines, choices) if len(path) < 6 else "?"
+                    if out[k.value] == "?" and choices is not None and isinstance(v, ast.IfExp):
+                        sides = [self._literal(side, path, {}) for side in (v.body, v.orelse)]
+                        if not any(side == "?" or isinstance(side, dict) for side in sides):
+                            choices[".".join(path)] = sides
                 elif k is None:
                     out["**"] = "?"  # `**base`: more than it shows
             return out
@@ -555,7 +567,9 @@ class _Reader:
     # ------------------------------------------------------------------ calls
 
     def _expression(self, expr: ast.AST, qual: str, targets: Optional[List[ast.AST]] = None, statement: bool = False) -> None:
-        for node in walk_expression(expr):
+        nodes = list(walk_expression(expr))
+        self._walked = (expr, nodes)  # the value a binding's `_dep` then reads: walked once
+        for node in nodes:
             if isinstance(node, ast.Call):
                 self._call(node, qual, targets if node is expr else None, statement and node is expr)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower().endswith(_CONFIG_SUFFIXES) and len(node.value) < 300:

@@ -37,6 +37,14 @@ Place = Tuple[str, int, int, int, int]  # (path, row, column, end row, end colum
 _MAX_DEPTH = 6
 #: how many functions `never_trains` reads from one function before it answers "may train"
 _MAX_TRAIN_REACH = 64
+#: the most config files the code does not name that one project pass reads (`shipped_configs`)
+MAX_SHIPPED_CONFIGS = 256
+#: a file of a project that imports one of these may launch with a DeepSpeed JSON the code never names
+#: (`deepspeed --deepspeed_config ds.json`, `accelerate launch` with a YAML pointing at it,
+#: the HF Trainer's `--deepspeed ds.json`, Lightning's `DeepSpeedStrategy`)
+_DEEPSPEED_CONSUMERS = frozenset(("deepspeed", "accelerate", "transformers", "lightning", "pytorch_lightning", "lightning_fabric"))
+#: a DeepSpeed JSON names one of these (a file holding none is not parsed)
+_DEEPSPEED_NEEDLES = (b'"fp16"', b'"bf16"', b'"bfloat16"', b'"zero_optimization"')
 #: a call whose name says it trains (its body may be outside what the model reads)
 _TRAINING_CALL = re.compile(r"^(?:backward|manual_backward|step|optimizer_step|setup_optimizers)$|(?:^|_)(?:train|training|fit)(?:_|$)")
 
@@ -69,6 +77,8 @@ class Config:
     lines: Dict[Tuple[str, ...], Tuple[int, int]]
     literal: bool  # a dict literal in Python code (values "?" are decided at run time)
     named_at: Optional[Place] = None  # where the code names it
+    #: the literal values a "?" key may take (`"loss_scale": 1 if args.no_scaler else 0` -> [1, 0])
+    choices: Dict[Tuple[str, ...], List[Any]] = field(default_factory=dict)
 
     def get(self, *keys: str) -> Any:
         node: Any = self.values
@@ -146,6 +156,10 @@ class ScaleView:
         self._at: Dict[str, Dict[Tuple[int, int], Dict[str, Any]]] = {}
         self._memo: Dict[Any, Any] = {}
         self._active: Set[Any] = set()
+        #: whether the project may launch with a DeepSpeed JSON its code does not name (the
+        #: project pass then reads those the walk met: `shipped_configs`; the engine's cache
+        #: records which ones, `crossfile._Store.remember`)
+        self.wants_configs = False
 
     # ------------------------------------------------------------------ files
 
@@ -587,7 +601,8 @@ class ScaleView:
             d = s["dicts"][ref["dl"]]
             lines = {tuple(k.split(".")): (v[0], v[1]) for k, v in d["l"].items()}
             lines[()] = (d["r"], d["c"])
-            return Config(d["v"], path, lines, literal=True)
+            choices = {tuple(k.split(".")): v for k, v in (d.get("ch") or {}).items()}
+            return Config(d["v"], path, lines, literal=True, choices=choices)
         if "s" in ref:
             return self.config_file(ref["s"], path, None)
         if "j" in ref:
@@ -661,7 +676,48 @@ class ScaleView:
                 if found is not None and configs.deepspeed_shaped(found.values) and (found.path, 0) not in seen:
                     seen.add((found.path, 0))
                     out.append(found)
+        for found in self.shipped_configs():
+            if (found.path, 0) not in seen:
+                seen.add((found.path, 0))
+                out.append(found)
         return out
+
+    def shipped_configs(self) -> List[Config]:
+        """The DeepSpeed-shaped JSON files the project ships without its code naming them
+        (`ds_config_zero1.json` launched by `deepspeed train.py --deepspeed_config ...`, a shell
+        script, or an accelerate YAML's `deepspeed_config_file`): those the run's walk met
+        (`project.config_candidates`, set by the engine; None: not known), read only with
+        `read_configs`, in a project some file of which imports DeepSpeed, accelerate,
+        transformers or Lightning, inside the project root, at most `MAX_SHIPPED_CONFIGS`,
+        and parsed only when their bytes name a precision or ZeRO block. Each is a `Config`
+        with no `named_at`; a rule reports on it only in the file itself."""
+        key = ("shipped",)
+        if key in self._memo:
+            return self._memo[key]
+        out: List[Config] = []
+        self._memo[key] = out
+        candidates = getattr(self.project, "config_candidates", None)
+        root = getattr(self.project, "root", None)
+        if not self.read_configs or not root or not self._consumes_deepspeed():
+            return out
+        self.wants_configs = True
+        fence = os.path.realpath(root).rstrip(os.sep) + os.sep
+        for path in list(candidates or ())[:MAX_SHIPPED_CONFIGS]:
+            real = os.path.realpath(path)
+            if not real.startswith(fence) or not os.path.isfile(real):
+                continue
+            self.configs_read.add(real)  # its bytes decide whether it is one
+            parsed = configs.load(real, _DEEPSPEED_NEEDLES)
+            if parsed is not None and configs.deepspeed_shaped(parsed.values):
+                out.append(Config(parsed.values, real, parsed.lines, literal=False))
+        return out
+
+    def _consumes_deepspeed(self) -> bool:
+        for path in self.files():
+            s = self.summary(path)
+            if s is not None and any(entry[1].split(".")[0] in _DEEPSPEED_CONSUMERS for entry in s["imports"].values() if not entry[0]):
+                return True
+        return False
 
     def named_configs(self, shaped: Callable[[Dict[str, Any]], bool]) -> List[Tuple[Config, Place]]:
         """The config files string literals of the code name (`read_configs` only) that pass

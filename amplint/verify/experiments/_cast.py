@@ -1,4 +1,4 @@
-"""The user's own cast: the statement that made the model fp16, run on the lab's tiny model.
+"""The user's own cast: the statement that made the model fp16 (bf16), run on the lab's tiny model.
 
 `data["cast"]` (added by the parent, `prelude.py`) holds the source of the statement at the
 cast site: the finding's own row for AMP201, the rule's `cast_row` for AMP106/AMP401, or the
@@ -56,7 +56,8 @@ def run_cast(lab: Any, data: Dict[str, Any]) -> Tuple[Any, Dict[str, Any], Dict[
         return _run_cast(lab, data, cast)
     except CastSkipped as exc:
         where = f" ({cast['site']})" if cast.get("site") else ""
-        raise CastSkipped(f"the fp16 cast `{cast['source'].strip()[:60]}`{where}: {exc}") from None
+        low = "bf16" if lab.dtype(data.get("dtype"), default=lab.torch.float16) == lab.torch.bfloat16 else "fp16"
+        raise CastSkipped(f"the {low} cast `{cast['source'].strip()[:60]}`{where}: {exc}") from None
 
 
 def _run_cast(lab: Any, data: Dict[str, Any], cast: Dict[str, Any]) -> Tuple[Any, Dict[str, Any], Dict[str, Any]]:

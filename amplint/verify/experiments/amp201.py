@@ -57,10 +57,11 @@ def _one(lab: Any, cls: type, kwargs: Dict[str, Any], dtype: Any) -> Dict[str, A
     return out
 
 
-def _users_step(lab: Any, data: Dict[str, Any]) -> Dict[str, Any]:
+def users_step(lab: Any, data: Dict[str, Any]) -> Dict[str, Any]:
     """The user's cast, then the user's optimizer over what it made low precision, one step:
     updates lost to rounding and non-finite parameters against the same optimizer on fp32
-    copies of the same values. Raises CastSkipped when the user's code could not run."""
+    copies of the same values (fp16 or bf16, whichever the cast made; AMP206 runs it too).
+    Raises CastSkipped when the user's code could not run."""
     torch = lab.torch
     model, _, ev = run_cast(lab, data)
     low = low_precision(lab, model)
@@ -124,7 +125,7 @@ def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     skipped = None
     if data.get("cast"):
         try:
-            return _users_step(lab, data)
+            return users_step(lab, data)
         except CastSkipped as exc:
             skipped = str(exc)
     dtype = lab.dtype(data.get("dtype"), default=torch.float16)

@@ -1,0 +1,161 @@
+"""Across files: optimizers that update modules another file made low precision (AMP201 fp16,
+AMP206 bf16). The project half of `model/trained_casts.py`; reads only summaries (no libcst).
+
+Two shapes one file cannot see:
+
+* `cast_modules`: an optimizer constructor of a torch optimizer class whose parameters come from
+  a module a builder, loader or `convert_weights(model)`-style helper of another file cast to the
+  dtype (in place, through `model.apply(...)`, by returning `model.half()`, or a
+  `from_pretrained(..., torch_dtype=...)` whose dtype may be it);
+* `chosen_casts`: `unet.to(weight_dtype)` where `weight_dtype` comes from a project function
+  that picks it among dtype literals, or the optimizer from a project helper that constructs a
+  torch optimizer on the parameters it is given (`train_util.get_optimizer(args, params)`).
+
+Each yields what the rule needs to word its finding; the silences are the rules' shared ones
+(a master-weight wrapper in the optimizer's function, a frozen base loaded `from_pretrained`,
+a rebind or a cast back between the cast and the optimizer, no `step()` after a late cast).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Pattern, Tuple
+
+from .. import torchapi
+from .choices import Build, optimizer_builds, project_dtype_choices
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .graph import Call, Project
+
+
+@dataclass(frozen=True)
+class CastModule:
+    """An optimizer constructor (`call`, of class `optimizer`) updating a `name` module cast at `site`."""
+
+    call: "Call"
+    optimizer: str
+    name: str
+    site: Tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ChosenCast:
+    """`subject.to(name)` (the summary's call `record`, in function `qual` of `path`), `name`
+    picked by a project function (`choice`: its dtype candidates and sites), and the optimizer
+    `build` updating the subject's parameters; `more`: other such casts of the function."""
+
+    path: str
+    qual: str
+    record: Dict[str, Any]
+    name: str
+    choice: Tuple[FrozenSet[str], List[Tuple[str, int]]]
+    build: Build
+    more: Tuple[Dict[str, Any], ...]
+
+
+def cast_modules(
+    project: "Project", dtype: str, optimizer: Optional[Callable[[str], bool]] = None, wrapper: Optional[Pattern[str]] = None
+) -> Iterator[CastModule]:
+    """Each optimizer constructor (a torch optimizer class; `optimizer(qualname)` filters
+    further) whose parameters belong to a module another file made `dtype`, once per
+    constructor; same-file casts and same-file `from_pretrained` loads are the per-file check's.
+    Silent where the constructor's function calls a master-weight wrapper (apex, DeepSpeed),
+    or anything `wrapper` matches."""
+    for call in project.calls():
+        q = project.optimizer_class(call)
+        if q is None or (optimizer is not None and not optimizer(q)):
+            continue
+        if project.master_weights(call) or (wrapper is not None and _calls_matching(project, call, wrapper)):
+            continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
+        for name, site in project.low_precision_modules(project.updated_modules(call), dtype, pretrained=True):
+            pretrained = (project.loaded_at(site) or "").endswith("from_pretrained(...)") if site else False
+            if not site or (site[0] == call.path and (pretrained or not project.loaded_at(site))):
+                continue  # same-file casts and `from_pretrained` loads are `check`'s
+            if pretrained and _freezes_around(project, call, site):
+                continue  # a frozen base whose trainable part may be fp32 (adapters, a new head)
+            yield CastModule(call, q, name, site)
+            break
+
+
+def chosen_casts(
+    project: "Project",
+    choice: Callable[[FrozenSet[str]], bool],
+    optimizer: Optional[Callable[[str], bool]] = None,
+    wrapper: Pattern[str] = torchapi.MASTER_WRAPPER,
+) -> Iterator[ChosenCast]:
+    """`unet.to(weight_dtype)` where `weight_dtype` comes from a project function picking it
+    among dtype literals that `choice` takes, or the optimizer from a project helper
+    constructing a torch optimizer (`optimizer(qualname)` filters further) on the parameters it
+    is given: one per function, the function's first such cast (the others in `more`); silent
+    when the function hands that optimizer to a callee `wrapper` matches (fp32 master weights)."""
+    for path, qual, info in list(project.functions()):
+        if "dc" not in info or qual == "<module>":
+            continue
+        builds = None
+        found = []  # (cast record, dtype name, choice, build)
+        for subject, name, row in info["dc"]:
+            picked = project_dtype_choices(project, path, qual, name)
+            if picked is None or not choice(picked[0]):
+                continue
+            if builds is None:
+                builds = [b for b in optimizer_builds(project, path, qual) if optimizer is None or optimizer(b.optimizer)]
+            cast = {subject, *info.get("lv", {}).get(subject, ())}  # `for te in text_encoders: te.to(d)`
+            build = next((b for b in builds if any(m == c or m.startswith(c + ".") for m in b.modules for c in cast)), None)
+            if build is None or (not picked[1] and build.helper is None):
+                continue  # nothing picked in another file: the per-file check's
+            if subject in info.get("fz", ()) or _cast_back(info, subject, row):
+                continue
+            low, high = sorted((row, build.call.row))
+            if any(low < r < high for r in info.get("rb", {}).get(subject, ())):
+                continue  # `del unet; unet = unet_lllite` between the cast and the optimizer
+            if subject in info.get("fv", ()) and row < build.call.row:
+                continue  # `m.requires_grad_(train_m)`: before the optimizer, maybe the frozen path's cast
+            if row > build.call.row and not _steps_after(info, row):
+                continue
+            if _master_passed(info, build, wrapper):
+                continue
+            record = next((r for r in info["calls"] if r["r"] == row and r["f"] == f"{subject}.to"), None)
+            if record is not None:
+                found.append((record, name, picked, build))
+        if found:
+            record, name, picked, build = found[0]
+            yield ChosenCast(path, qual, record, name, picked, build, tuple(f[0] for f in found[1:]))
+
+
+def _freezes_around(project: "Project", call: "Call", site: Tuple[str, int]) -> bool:
+    """`requires_grad_(...)` called in the function building the optimizer or in the one loading
+    the model (the summaries keep calls, not `p.requires_grad = False` assignments: a call is
+    what they can tell)."""
+    functions = [project.function((call.path, call.func))]
+    loader = next(
+        (info for path, _, info in project.functions() if path == site[0] and any(r["r"] == site[1] for r in info["calls"])),
+        None,
+    )
+    functions.append(loader)
+    return any(r["f"].endswith("requires_grad_") for info in functions if info for r in info["calls"])
+
+
+def _cast_back(info: Dict[str, Any], subject: str, row: int) -> bool:
+    """`subject.float()` / `.to(torch.float32)` later in the function (the summary's casts)."""
+    return any(name == subject and dtype == "fp32" and r > row for name, dtype, r in info["casts"])
+
+
+def _steps_after(info: Dict[str, Any], row: int) -> bool:
+    """An optimizer `step()` after the cast in the same function (the training loop)."""
+    return any(r["r"] > row and r["f"].endswith(".step") and "optim" in r["f"].lower() for r in info["calls"])
+
+
+def _calls_matching(project: "Project", call: "Call", wrapper: Pattern[str]) -> bool:
+    """The function holding `call` calls something `wrapper` matches (by its spelling)."""
+    info = project.function((call.path, call.func))
+    return info is not None and any(wrapper.search(r["f"]) for r in info["calls"] if r["f"])
+
+
+def _master_passed(info: Dict[str, Any], build: Build, wrapper: Pattern[str]) -> bool:
+    """The function hands the optimizer it built to something that keeps fp32 master weights."""
+    spelled = build.call.record["f"]
+    names = {n for n, refs in info["locals"].items() if any(r and r.get("c") == spelled for r in refs)}
+    names |= {n for n, refs in info.get("ue", {}).items() if any(c.get("c") == spelled for _, c in refs)}
+    for r in info["calls"]:
+        if r["f"] and wrapper.search(r["f"]) and any(a and a.get("n") in names for a in [*r["a"], *r["k"].values()]):
+            return True
+    return False

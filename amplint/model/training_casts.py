@@ -1,0 +1,381 @@
+"""Low-precision casts of a module that an optimizer then updates (AMP201 fp16, AMP206 bf16).
+
+A whole-model cast (`.half()`, `.bfloat16()`, `.to(torch.float16)`, `from_pretrained(...,
+torch_dtype=torch.bfloat16)`, or a dtype picked at run time among literals the file spells)
+matters to an optimizer only when the optimizer is built on that module's own parameters and
+steps them with no fp32 master copy. `trained_casts(ctx, dtype, ...)` finds those pairs in one
+file, with every silence the two rules share:
+
+* inference or rounding shapes (`model.half().eval()`, `.bfloat16().float()`, a
+  `requires_grad_(False)` chained on the cast), a cast back to fp32 later in the scope;
+* files that freeze parameters (`p.requires_grad = False`, `requires_grad_(False)`: trainable
+  adapters or a new head may be fp32);
+* the name rebound to something else on every path from the cast to the optimizer
+  (`model = get_peft_model(model, cfg)` on both sides of an if/else);
+* optimizers given fp32 copies (`p.detach().clone().float()`), or handed to something that
+  keeps fp32 master weights (the `wrapper` pattern: apex `FP16_Optimizer`/`amp.initialize`...);
+* a cast after the optimizer was built with no `step()` of that optimizer after it.
+
+The rule says which optimizer classes it knows the update of (`optimizer`), which run-time
+choices are its (`choice`), and what else keeps the master weights for it (`wrapper`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterator, List, Optional, Pattern, Set, Tuple
+
+import libcst as cst
+
+from . import torchapi
+from .bindings import assignment_before
+from .dtypes import fp32_cast
+from .literal_dtypes import dtype_choices
+from .literals import call_chain, literal_bool
+from .names import dotted_name
+from .paths import exclusive
+from .types import CallInfo, LowPrecisionCast, Scope
+from .walk import descendants
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import ModuleContext
+
+MASTER_WRAPPER = torchapi.MASTER_WRAPPER
+_INIT_SCOPES = ("__init__", "<module>", "setup", "build", "build_model")
+
+
+@dataclass(frozen=True)
+class TrainedCast:
+    """A cast of a module whose parameters `ctor` (an optimizer constructor) then updates."""
+
+    cast: LowPrecisionCast
+    ctor: CallInfo
+    chosen: bool  # the dtype is picked at run time among literals, `dtype` one of them
+
+
+def trained_casts(
+    ctx: "ModuleContext",
+    dtype: str,
+    optimizer: Callable[[str], bool] = torchapi.is_optimizer_class,
+    choice: Optional[Callable[[FrozenSet[str]], bool]] = None,
+    wrapper: Pattern[str] = MASTER_WRAPPER,
+) -> Iterator[TrainedCast]:
+    """Each cast of a module to `dtype` ("fp16" | "bf16") that an optimizer the file builds
+    (`optimizer(qualname)` True) then updates with no fp32 master copy, with the first such
+    optimizer. `choice(candidates)`: whether a run-time dtype with these literal candidates
+    counts (default: `dtype` among them); `wrapper`: callees that keep fp32 master weights for
+    an optimizer handed to them."""
+    ctors = [c for c in ctx.calls if c.qualname and optimizer(c.qualname)]
+    if not ctors or freezes(ctx):
+        return
+    chosen = choice_casts(ctx, choice or (lambda found: dtype in found), dtype)
+    casts = [c for c in ctx.low_precision_casts if c.dtype == dtype] + chosen
+    for cast in casts:
+        if not_a_training_conversion(ctx, cast):
+            continue
+        subjects = cast_subjects(ctx, cast)
+        for ctor in ctors:
+            key = _assigned_key(ctx, ctor)
+            if _updates(ctx, cast, subjects, ctor, key, wrapper):
+                yield TrainedCast(cast, ctor, cast in chosen)
+                break
+
+
+def _updates(
+    ctx: "ModuleContext", cast: LowPrecisionCast, subjects: Set[str], ctor: CallInfo, key: Optional[str], wrapper: Pattern[str]
+) -> bool:
+    if not subjects or exclusive(cast.call.path, ctor.path):
+        return False
+    if not _in_reach(cast.call.scope, ctor.scope, subjects):
+        return False
+    params = ctor.arg(0, "params")
+    if params is None or not _references_parameters(ctx, params, subjects, ctor):
+        return False
+    if cast.call.order < ctor.order:
+        if _rebound_between(ctx, subjects, cast, ctor):
+            return False
+    elif not (key and _stepped_after(ctx, key, cast.call)):
+        return False
+    if _reverted_later(ctx, subjects, cast.call):
+        return False
+    if key and master_wrapped(ctx, key, wrapper):
+        return False
+    return True
+
+
+def choice_casts(ctx: "ModuleContext", choice: Callable[[FrozenSet[str]], bool], dtype: str) -> List[LowPrecisionCast]:
+    """Casts whose dtype is picked at run time among literals the file spells, taken by
+    `choice` (`dtype` among them, for instance): `model.to(weight_dtype)` with `weight_dtype =
+    torch.float16 if args.fp16 else torch.float32`, `from_pretrained(..., torch_dtype=dtype)`
+    likewise (`dtype_choices`)."""
+    out: List[LowPrecisionCast] = []
+    by_node = None
+    for call in ctx.calls:
+        if call.method in ("to", "type"):
+            args = [a.value for a in call.node.args if a.keyword is None or a.keyword.value == "dtype"]
+        elif call.method == "from_pretrained" or (call.dotted or "").endswith("from_pretrained"):
+            args = [a.value for a in call.node.args if a.keyword is not None and a.keyword.value in ("torch_dtype", "dtype")]
+        else:
+            continue
+        if not args or any(ctx.dtype_of(a) is not None for a in args):
+            continue  # no dtype argument, or a literal one (`low_precision_casts` has those)
+        if not any(choice(dtype_choices(ctx, a, call.scope, call.order)) for a in args):
+            continue
+        if by_node is None:
+            by_node = {c: a for a in ctx.assignments if not a.unpacked for c in call_chain(a.value)}
+        assignment = by_node.get(call.node)
+        subject = assignment.target if assignment is not None else call.receiver_dotted
+        out.append(LowPrecisionCast(call=call, dtype=dtype, subject=subject, assignment=assignment))
+    return out
+
+
+def describe_cast(ctx: "ModuleContext", cast: LowPrecisionCast, chosen: bool = False) -> str:
+    """How a message names the cast: `` `model.cuda().half()` ``, `` `from_pretrained(...,
+    torch_dtype=bfloat16)` ``, `` `from_pretrained(..., torch_dtype=dtype)` `` for a run-time choice."""
+    node = cast.call.node
+    if cast.call.method == "from_pretrained" or (cast.call.dotted or "").endswith("from_pretrained"):
+        if chosen:
+            dtype = cast.call.arg(None, "torch_dtype") or cast.call.arg(None, "dtype")
+            spelled = ctx.code_for(dtype) if dtype is not None else "..."
+            if len(spelled) > 30 or "\n" in spelled:  # a flag's if/else: the message stays one short sentence
+                spelled = "..."
+            return f"`from_pretrained(..., torch_dtype={spelled})`"
+        return f"`from_pretrained(..., torch_dtype={'bfloat16' if cast.dtype == 'bf16' else 'float16'})`"
+    text = ctx.code_for(node)
+    if len(text) > 40 or "\n" in text:
+        text = f"{cast.subject or ''}.{cast.call.method}(...)"
+    return f"`{text}`"
+
+
+def _chain_root(ctx: "ModuleContext", node: cst.CSTNode) -> Optional[str]:
+    """`model` for `model.cuda().half()`; None for `Net().half()` or `copy.deepcopy(m).half()`."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        node = node.func.value
+    name = dotted_name(node)
+    if name is None or ctx.imports.is_imported(name.split(".")[0]):
+        return None
+    return name
+
+
+def cast_subjects(ctx: "ModuleContext", cast: LowPrecisionCast) -> Set[str]:
+    """The names that hold the cast module afterwards: the assigned name, and the chain's root
+    for the in-place `Module.half()`/`to()`."""
+    out = set()
+    if cast.subject and not ctx.imports.is_imported(cast.subject.split(".")[0]):
+        out.add(cast.subject)
+    if cast.call.method in ("half", "bfloat16", "to", "type"):  # Module.half()/bfloat16()/to() convert in place
+        root = _chain_root(ctx, cast.call.node)
+        if root:
+            out.add(root)
+    return out
+
+
+def _outer_methods(ctx: "ModuleContext", node: cst.Call) -> List[Tuple[str, cst.Call]]:
+    """Methods chained after `node`: `.eval()` in `model.half().eval()`."""
+    out = []
+    current: cst.CSTNode = node
+    while True:
+        parent = ctx.parent(current)
+        if not isinstance(parent, cst.Attribute) or parent.value is not current:
+            return out
+        call = ctx.parent(parent)
+        if not isinstance(call, cst.Call) or call.func is not parent:
+            return out
+        out.append((parent.attr.value, call))
+        current = call
+
+
+def not_a_training_conversion(ctx: "ModuleContext", cast: LowPrecisionCast) -> bool:
+    """Inference or rounding shapes: `.half().eval()`, `.eval().half()`, `.half().float()`."""
+    after = _outer_methods(ctx, cast.call.node)
+    for method, call in after:
+        if method == "eval" or method == "double" or fp32_cast(ctx, call):
+            return True
+        if method == "requires_grad_" and literal_bool(call.args[0].value if call.args else None) is False:
+            return True
+    before = list(call_chain(cast.call.node))[1:]
+    return any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "eval" for c in before)
+
+
+def _assigned_key(ctx: "ModuleContext", ctor: CallInfo) -> Optional[str]:
+    for a in ctx.assignments:
+        if not a.unpacked and a.value is ctor.node:
+            return a.target
+    return None
+
+
+def _in_reach(cast_scope: Scope, ctor_scope: Scope, subjects: Set[str]) -> bool:
+    """The optimizer's scope sees the object the cast converted, and the cast runs first
+    (same scope, or a constructor-like scope of the same class, or module level)."""
+    if cast_scope is ctor_scope:
+        return True
+    if cast_scope.name not in _INIT_SCOPES:
+        return False
+    if cast_scope.cls is not None and cast_scope.cls is ctor_scope.cls and any(s.startswith("self.") for s in subjects):
+        return True
+    if cast_scope.is_module:
+        return not any(s.split(".")[0] in ctor_scope.params for s in subjects)
+    return False
+
+
+def _matches(receiver: Optional[str], subjects: Set[str]) -> bool:
+    return receiver is not None and any(receiver == s or receiver.startswith(s + ".") for s in subjects)
+
+
+def _refs(ctx: "ModuleContext", node: cst.CSTNode, subjects: Set[str]) -> Tuple[bool, bool]:
+    """(a subject's `.parameters()` is called, an fp32 cast is made) anywhere in `node`."""
+    parameters = fp32 = False
+    for n in descendants(node):
+        if not isinstance(n, cst.Call):
+            continue
+        if isinstance(n.func, cst.Attribute) and n.func.attr.value in ("parameters", "named_parameters"):
+            if _matches(dotted_name(n.func.value), subjects):
+                parameters = True
+        if fp32_cast(ctx, n):
+            fp32 = True
+    return parameters, fp32
+
+
+def _references_parameters(ctx: "ModuleContext", params: cst.BaseExpression, subjects: Set[str], ctor: CallInfo) -> bool:
+    """`params` holds the subjects' own parameters (not fp32 copies of them), directly or through one name."""
+    parameters, fp32 = _refs(ctx, params, subjects)
+    if fp32:
+        return False
+    if parameters:
+        return True
+    if isinstance(params, cst.Call) and _helper_returns_parameters(ctx, params, subjects, ctor):
+        return True
+    if isinstance(params, cst.Name):
+        a = assignment_before(ctx, params.value, ctor.scope, ctor.statement, ctor.order)
+        if a is not None and not a.unpacked:
+            parameters, fp32 = _refs(ctx, a.value, subjects)
+            return parameters and not fp32
+    return False
+
+
+def _helper_returns_parameters(ctx: "ModuleContext", params: cst.Call, subjects: Set[str], ctor: CallInfo) -> bool:
+    """`Adam(get_trainable_params(model))`: a function of this file, passed a subject, returns
+    its parameter's own parameters (`[p for p in model.parameters() if p.requires_grad]`),
+    not fp32 copies of them."""
+    info = ctx.call_info(params)
+    callee = ctx.callee(info) if info is not None else None
+    if callee is None or not isinstance(callee.node, cst.FunctionDef):
+        return False
+    names = list(callee.params)
+    if callee.cls is not None and names and info is not None and info.receiver_dotted == "self":
+        names = names[1:]  # `self.trainable(model)`: the first parameter is the instance
+    passed = set()
+    for i, arg in enumerate(a for a in params.args if not a.star):
+        if not _matches(dotted_name(arg.value), subjects):
+            continue
+        if arg.keyword is not None:
+            passed.add(arg.keyword.value)
+        elif i < len(names):
+            passed.add(names[i])
+    if not passed:
+        return False
+    returns = [n for n in descendants(callee.node.body) if isinstance(n, cst.Return) and n.value is not None]
+    for ret in returns:
+        parameters, fp32 = _refs(ctx, ret.value, passed)
+        if parameters and not fp32:
+            return True
+    return False
+
+
+def _rebound_between(ctx: "ModuleContext", subjects: Set[str], cast: LowPrecisionCast, ctor: CallInfo) -> bool:
+    """A subject is assigned something other than itself (`model = get_peft_model(model)`)
+    between the cast and the optimizer, on every way from one to the other: a rebind only
+    behind a flag (`if args.use_peft: model = get_peft_model(model, cfg)`) leaves the other
+    path, where the cast model itself reaches the optimizer, as the code offers it; an
+    if/else (or if/elif/else) rebinding it on each side covers every path."""
+    rebinds = []
+    for s in subjects:
+        for a in ctx.assignments_to(s):
+            if a is cast.assignment or not (cast.call.order < a.order < ctor.order):
+                continue
+            if a.scope is not ctor.scope and a.scope is not cast.call.scope:
+                continue
+            if _chain_root(ctx, a.value) != s and _kept_by_wrapper(ctx, a.value) != s:
+                rebinds.append(_branches_beyond(a.path, ctor.path))
+    return _covers(rebinds)
+
+
+def _kept_by_wrapper(ctx: "ModuleContext", value: cst.BaseExpression) -> Optional[str]:
+    """`model` for `DDP(model, device_ids=[rank])`, `torch.compile(model)`, `nn.DataParallel(model)`
+    (methods chained after them too): wrappers whose `.parameters()` are the module's own,
+    so the optimizer built on the result updates the cast parameters."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not (ctx.qualnames(value.func) & torchapi.PARAMETER_KEEPING_WRAPPERS):
+        value = value.func.value  # `DDP(model).cuda()`
+    if not isinstance(value, cst.Call) or not value.args or value.args[0].keyword is not None:
+        return None
+    if not ctx.qualnames(value.func) & torchapi.PARAMETER_KEEPING_WRAPPERS:
+        return None
+    return _chain_root(ctx, value.args[0].value)
+
+
+def _branches_beyond(path, base) -> tuple:
+    """The if/else frames of `path` past its common prefix with `base` (where the optimizer is
+    built): the branches that decide whether the statement runs on the way to it. Loops and
+    try blocks are not counted as branches (a rebind in them is taken to run)."""
+    common = 0
+    while common < min(len(path), len(base)) and path[common].node is base[common].node and path[common].kind == base[common].kind:
+        common += 1
+    return tuple(f for f in path[common:] if f.kind in ("if", "else"))
+
+
+def _covers(paths: List[tuple]) -> bool:
+    """Whether statements at these branch paths run on every path: one of them unconditionally,
+    or both sides of one `if` covered in turn."""
+    if any(not p for p in paths):
+        return True
+    sides: Dict[int, Dict[str, List[tuple]]] = {}
+    for p in paths:
+        sides.setdefault(id(p[0].node), {}).setdefault(p[0].kind, []).append(p[1:])
+    return any("if" in s and "else" in s and _covers(s["if"]) and _covers(s["else"]) for s in sides.values())
+
+
+def _stepped_after(ctx: "ModuleContext", key: str, cast: CallInfo) -> bool:
+    for call in ctx.method_calls("step"):
+        if call.scope is not cast.scope or call.order <= cast.order:
+            continue
+        if call.receiver_dotted == key:
+            return True
+        arg = call.arg(0, "optimizer")
+        if arg is not None and dotted_name(arg) == key:
+            return True
+    return False
+
+
+def _reverted_later(ctx: "ModuleContext", subjects: Set[str], cast: CallInfo) -> bool:
+    """`model.float()` / `model.to(torch.float32)` later in the same scope."""
+    for call in ctx.calls:
+        if call.scope is cast.scope and call.order > cast.order and fp32_cast(ctx, call.node):
+            if _chain_root(ctx, call.node) in subjects:
+                return True
+    return False
+
+
+def master_wrapped(ctx: "ModuleContext", key: str, wrapper: Pattern[str] = MASTER_WRAPPER) -> bool:
+    """The optimizer is handed to something that keeps fp32 master weights (a callee `wrapper`
+    matches: `FP16_Optimizer(optimizer)`, `amp.initialize(model, optimizer)`,
+    `deepspeed.initialize(model=model, optimizer=optimizer)`), as an argument or an element
+    of a tuple or list argument (`optimizers=(optimizer, scheduler)`)."""
+    for call in ctx.calls:
+        callee = call.dotted or min(call.qualnames, default="")
+        if not wrapper.search(callee):
+            continue
+        for a in call.node.args:
+            values = [e.value for e in a.value.elements] if isinstance(a.value, (cst.Tuple, cst.List)) else [a.value]
+            if any(dotted_name(v) == key for v in values):
+                return True
+    return False
+
+
+def freezes(ctx: "ModuleContext") -> bool:
+    """`p.requires_grad = False` or `.requires_grad_(False)` anywhere in the file."""
+    for a in ctx.assignments:
+        if a.target.endswith("requires_grad") and literal_bool(a.value) is False:
+            return True
+    for call in ctx.method_calls("requires_grad_"):
+        if literal_bool(call.arg(0, "requires_grad")) is False:
+            return True
+    return False
