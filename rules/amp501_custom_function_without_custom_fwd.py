@@ -75,8 +75,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
     ## Notes
     Reported only when the project enters autocast somewhere (resolved across
     files: a region that is not `enabled=False` and not `dtype=torch.float32`;
-    a defensive `@autocast("cuda", enabled=False)` helper shows no autocast),
-    or when the Function is library code: a public (no leading `_`),
+    a defensive `@autocast("cuda", enabled=False)` helper shows no autocast)
+    where a program loading the Function's file may enter it (below), or when
+    the Function is library code: a public (no leading `_`),
     module-level class in a module of an importable package (a `.py` file
     next to an `__init__.py`, not a test, not a `__main__`/setup script, no
     `if __name__ == "__main__":` block, not under `tests/`, `examples/`,
@@ -94,17 +95,43 @@ class CustomFunctionWithoutCustomFwd(Rule):
     `src/`); an application's own packages, with no such metadata, have no
     users but the application, so only its own autocast counts. Scripts and
     tests need autocast in the project.
+    Where the project's autocast can meet the Function is read from its
+    imports when conditions are resolved (`amplint/model/embedded.py`). A
+    file may enter autocast when it constructs one that may run fp16/bf16
+    (not `enabled=False`, not fp32), holds one for later (`ctx =
+    torch.amp.autocast(...)`, `partial(torch.autocast, ...)`), enters a
+    framework's (`accelerator.autocast()`) or sets a framework's mixed
+    precision (`Trainer(precision="16-mixed")`, an `Accelerator` not set to
+    `"no"`, `TrainingArguments(fp16=True)`; a value decided at run time
+    counts; `amplint/model/project/entries.py`). An autocast decided at run
+    time in the `backward` of a class (`torch.autocast(**ctx.autocast_kwargs)`,
+    a checkpoint Function recomputing its forward) replays what the forward ran
+    under: it enters nothing of its own, and alone it is no autocast of the
+    project. The Function is reported when one module imports both its file and
+    such a file (directly or through other modules, itself included, read with
+    the project model's import resolution): the two may run in one program.
+    This is asked of its project, then of the checkout (`.git`) holding it: a
+    subproject's script imports the repository's packages (detectron2's
+    `projects/TensorMask/train_net.py` its trainer). Where the imports cannot
+    tell the program, it is reported too: a module importing its file is a
+    package module nothing imports (loaded by a registry, a config's
+    `_target_`, the package's users) or loads modules by a computed name
+    (`import_module`, `instantiate`). With `precision = "fp16"` or `"bf16"`
+    set, every program counts as entering autocast. So an archived training
+    script with its own model and autocast (modded-nanogpt's `records/`) does
+    not make the kernels that today's autocast-free script imports run under
+    autocast. The project model's call graph cannot narrow this further: a
+    chain from a region to a Function passes a registry, a config or a wrapper
+    (`build_model(cfg)`, `DDP(model)`) it does not follow, so a chain it
+    cannot resolve is no proof that none exists.
     A package embedded in an application, below a folder that is not a
     package (a vendored library copy: `annotator/uniformer/mmcv/ops/`,
     `third_party/<lib>/<lib>/` without its own `setup.py`), is library code
     for nobody: its Functions' only callers are the application's code. Its
-    Functions are reported only when a module outside the copy imports theirs
-    (directly or through other modules, read with the project model's import
-    resolution: paths from the root, the copy's own package name) and the
-    modules those importers import include one, outside the copy, that may
-    run under autocast (a region, a GradScaler, a framework precision setting,
-    custom_fwd, a query of the autocast state); the copy's own autocast helpers
-    do not count. A copy nothing imports never runs, whatever autocast the
+    Functions are reported only when a module outside the copy imports both
+    theirs and a file, outside the copy, that may enter autocast (with the
+    copy's own package name resolved); the copy's own autocast helpers do not
+    count. A copy nothing outside imports never runs, whatever autocast the
     application (or the copy) enters. A copy nested in a top-level package
     of the application (`app/annotator/uniformer/mmcv/`, `__init__.py` all
     the way up) is embedded too when it shows it is a separate library: a
@@ -533,6 +560,41 @@ with torch.autocast("cuda"):
     y = UpFirDn2d.apply(x, k)
 """,
             "a double-backward helper applied only in another Function's backward, where autocast is off",
+        ),
+        Valid(
+            """
+import torch
+
+
+class CheckpointFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run_function, *args):
+        ctx.run_function = run_function
+        ctx.autocast_kwargs = {"enabled": torch.is_autocast_enabled(), "dtype": torch.get_autocast_gpu_dtype()}
+        ctx.save_for_backward(*args)
+        with torch.no_grad():
+            return run_function(*args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        args = [a.detach().requires_grad_() for a in ctx.saved_tensors]
+        with torch.enable_grad(), torch.cuda.amp.autocast(**ctx.autocast_kwargs):
+            out = ctx.run_function(*args)
+        return (None, *torch.autograd.grad(out, args, grads))
+
+
+class LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w, grad.t() @ x
+""",
+            "the only autocast replays the state a checkpoint's forward captured: the project enters none (ControlNet's ldm)",
         ),
     ]
 

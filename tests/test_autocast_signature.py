@@ -29,6 +29,8 @@ ARGUMENTS = [
     "*args",
     "False, *rest",
     "flag, torch.bfloat16",
+    "**ctx.autocast_kwargs",
+    '"cuda", dtype=torch.bfloat16, **extra',
 ]
 
 
@@ -58,6 +60,12 @@ def test_the_model_and_the_summary_read_autocast_arguments_alike(qualname):
         ("torch.cpu.amp.autocast(True, torch.float16)", ("cpu", "fp16", True)),
         ('torch.cuda.amp.autocast("cuda")', ("cuda", "fp16", None)),  # not a device: `enabled` comes first
         ("torch.cpu.amp.autocast()", ("cpu", "bf16", True)),
+        # whether `**kwargs` / `*args` switch it on is decided at run time (a checkpoint's replay of a
+        # captured state); the dtype is read as the device's default
+        ("torch.cuda.amp.autocast(**ctx.gpu_autocast_kwargs)", ("cuda", "fp16", None)),
+        ('torch.autocast("cuda", *state)', ("cuda", "fp16", None)),
+        ('torch.autocast("cuda", dtype=torch.bfloat16, **kw)', ("cuda", "bf16", None)),
+        ('torch.autocast("cuda", enabled=False, **kw)', ("cuda", "fp16", False)),
     ],
 )
 def test_positions_follow_each_constructors_signature(call, expected):

@@ -279,3 +279,97 @@ def test_a_nested_copy_the_packaging_distributes_stays_library_code(tmp_path, pa
     name = "setup.py" if packaging.startswith("from setuptools") else "pyproject.toml"
     (tmp_path / name).write_text(packaging)
     assert _found(tmp_path) == ([(f"{NESTED}/functions.py", 6)] if reported else [])
+
+
+# --- where autocast can meet a Function: the programs that load its file (model/embedded.py)
+
+ARCHIVED = "import torch\nfrom torch import nn\n\nmodel = nn.Linear(8, 8).cuda()\nctx = torch.amp.autocast(device_type='cuda', dtype=torch.bfloat16)\nwith ctx:\n    loss = model(x).sum()\n"
+
+
+def _application(root):
+    """modded-nanogpt's shape: `kernels.py` holds the Function, `train.py` (a script) imports it
+    and enters no autocast; the only autocast is an archived, self-contained record script."""
+    (root / ".git").mkdir()
+    (root / "kernels.py").write_text(FUNCTION)
+    (root / "train.py").write_text("from kernels import FusedLinear\n\ny = FusedLinear.apply(x.bfloat16(), w.bfloat16())\n")
+    (root / "records" / "2024_run").mkdir(parents=True)
+    (root / "records" / "2024_run" / "train_gpt2.py").write_text(ARCHIVED)
+
+
+def test_an_autocast_in_a_program_that_never_loads_the_function_does_not_reach_it(tmp_path):
+    _application(tmp_path)
+    assert _found(tmp_path) == []
+    assert _found(tmp_path, Config(select=("AMP501",), precision="bf16")) == [("kernels.py", 6)]  # the setting: every program
+    (tmp_path / "train.py").write_text("import torch\n" + (tmp_path / "train.py").read_text() + AUTOCAST_TRAIN)
+    assert _found(tmp_path) == [("kernels.py", 6)]
+
+
+def test_a_program_sharing_an_importer_with_the_autocast_reaches_the_function(tmp_path):
+    _application(tmp_path)
+    (tmp_path / "amp.py").write_text(AUTOCAST_TRAIN)
+    assert _found(tmp_path) == []
+    (tmp_path / "train.py").write_text("import amp\n" + (tmp_path / "train.py").read_text())
+    assert _found(tmp_path) == [("kernels.py", 6)]
+
+
+@pytest.mark.parametrize(
+    "loader",
+    [
+        "",  # `models/net.py`, a package module nothing imports: a registry or a config loads it
+        "import importlib\nimport models.net\nnet = importlib.import_module(cfg.model)\n",  # a program loading by name
+    ],
+)
+def test_a_program_the_imports_cannot_tell_is_reached(tmp_path, loader):
+    _application(tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "models" / "net.py").write_text("from kernels import FusedLinear\n")
+    (tmp_path / "main.py").write_text(loader)
+    assert _found(tmp_path) == [("kernels.py", 6)]
+    if loader:
+        (tmp_path / "main.py").write_text("import models.net\n")
+        assert _found(tmp_path) == []
+
+
+def test_a_subproject_is_reached_through_the_checkout_holding_it(tmp_path):
+    """detectron2's `projects/TensorMask`: its own `setup.py`, its `train_net.py` importing both
+    its ops and the repository's trainer, which autocasts."""
+    (tmp_path / ".git").mkdir()
+    _package(tmp_path, "detlib/engine.py", AUTOCAST_TRAIN)
+    sub = tmp_path / "projects" / "Mask"
+    _package(sub, "masklib/ops.py", FUNCTION.replace("FusedLinear", "_FusedLinear"))
+    (sub / "setup.py").write_text("from setuptools import setup\nsetup(name='masklib')\n")
+    (sub / "train_net.py").write_text("from masklib.ops import _FusedLinear\n")
+    assert _found(tmp_path) == []
+    (sub / "train_net.py").write_text("from detlib.engine import step\nfrom masklib.ops import _FusedLinear\n")
+    assert _found(tmp_path) == [("projects/Mask/masklib/ops.py", 6)]
+
+
+@pytest.mark.parametrize(
+    "source, enters",
+    [
+        ("import torch\nwith torch.autocast('cuda'):\n    pass\n", True),
+        ("import torch\nctx = torch.amp.autocast(device_type='cuda', dtype=torch.bfloat16)\n", True),  # entered elsewhere
+        ("from functools import partial\nimport torch\namp = partial(torch.autocast, 'cuda')\n", True),  # held
+        ("def f():\n    from torch.cuda.amp import autocast\n    with autocast():\n        pass\n", True),
+        ("def f(accelerator):\n    with accelerator.autocast():\n        pass\n", True),
+        ("import pytorch_lightning as pl\npl.Trainer(precision='16-mixed')\n", True),
+        ("import pytorch_lightning as pl\npl.Trainer(precision=args.precision)\n", True),
+        ("from accelerate import Accelerator\nAccelerator()\n", True),  # the accelerate config decides
+        ("from transformers import TrainingArguments\nTrainingArguments('out', bf16=True)\n", True),
+        ("import torch\nclass F(torch.autograd.Function):\n    def backward(ctx, g):\n        with torch.autocast('cuda'):\n            pass\n", True),
+        ("import torch\nwith torch.autocast('cuda', enabled=False):\n    pass\n", False),
+        ("import torch\nwith torch.autocast('cuda', dtype=torch.float32):\n    pass\n", False),
+        # a checkpoint Function's backward replays what its forward ran under
+        ("import torch\nclass F(torch.autograd.Function):\n    def backward(ctx, g):\n        with torch.cuda.amp.autocast(**ctx.kw):\n            pass\n", False),
+        ("import torch\nclass F(torch.autograd.Function):\n    def backward(ctx, g):\n        with torch.autocast('cuda', enabled=ctx.on):\n            pass\n", False),
+        ("import pytorch_lightning as pl\npl.Trainer(gpus=1, precision=32)\n", False),
+        ("from accelerate import Accelerator\nAccelerator(mixed_precision='no')\n", False),
+        ("from transformers import TrainingArguments\nTrainingArguments('out', fp16=False)\n", False),
+        ("x = 1  # precision\n", False),
+    ],
+)
+def test_which_files_may_enter_autocast(source, enters):
+    from amplint.model.project.entries import enters_autocast
+
+    assert enters_autocast(source) is enters

@@ -40,7 +40,7 @@ from .facts import FileFacts
 from .literals import call_arg, literal_string
 from .names import ImportTable
 from .references import _ReferenceCollector
-from .regions import AutocastOp
+from .regions import AutocastOp, replays_autocast
 from .scalers import _find_optimizers, _find_scalers
 from .types import (
     Assignment, AutocastRegion, CallInfo, Event, LiteralInfo, LowPrecisionCast, MatMulInfo, OptimizerInfo, Path,
@@ -532,7 +532,7 @@ def _file_facts(ctx: ModuleContext) -> FileFacts:
         fp16="fp16" in dtypes or scaler,
         bf16="bf16" in dtypes,
         dtype_unknown=None in dtypes,
-        autocast=_enters_autocast(active),
+        autocast=_enters_autocast([r for r in active if not replays_autocast(ctx, r)]),
         autocast_aware=_anticipates_autocast(ctx),
     )
 

@@ -22,13 +22,21 @@ build), and then none of its Functions ever runs, under autocast or not.
   (`third_party/lib/lib`, `annotator/uniformer/mmcv`, below folders that are not packages); a
   package whose parent holds its own `setup.py` is a project of its own inside the root (a
   subproject, an sdist unpacked one folder down, a vendored copy that kept its packaging).
-* `reached`: some project module outside the embedded package imports the file's module
-  (directly or through others, also through the package's own modules), and the modules those
-  importers import include one, outside the package, that may run under autocast (an
-  autocast region, a GradScaler, a framework precision setting, custom_fwd/custom_bwd or a
-  query of the autocast state: `index.text_index` role "a" and the like). The importers are
-  read with the project model's import resolution (`project/index.py`: relative imports,
-  `src/` layouts, a package's own absolute name), by their text, when conditions are resolved.
+* `reached` (any file, `unreached`): a program that loads the file may enter a low-precision
+  autocast. One module imports (directly or through others, itself included) both the file and
+  a file that may enter one (`project/entries.py`: a region that may run fp16/bf16, a held
+  autocast, a framework's precision; not a replay of a captured state in a `backward`); for a
+  module of an embedded package, that module and that file lie outside the package (the copy's
+  own autocast helpers do not count, and a copy nothing outside imports never runs). Not known,
+  so reached, where the imports cannot tell the program: a module importing the file is a
+  package module nothing imports (a registry, a config or the package's users load it) or loads
+  modules by a computed name. Asked of the project, then of the checkout (`.git`) holding it,
+  whose packages a subproject's scripts import. The imports are read with the project model's
+  import resolution (`project/index.py`: relative imports, `src/` layouts, a package's own
+  absolute name), by their text, when conditions are resolved. The project model's call graph
+  cannot narrow it: a chain from a region to a Function passes registries, configs and
+  wrappers (`build_model(cfg)`, `DDP(model)`) that it does not follow, so what it does not
+  resolve is no proof that nothing leads there.
 
 When the project's listing is cut at its file limit, the answer is "reached" (no finding is
 dropped on a graph that may be incomplete). Text only, never imported; cached per root while
@@ -39,17 +47,18 @@ from __future__ import annotations
 import ast
 import os
 import re
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .precision_names import FP16_WORDS
-from .texts import _MAX_FILES, project_files, read_text
+from .texts import _MAX_FILES, MAIN_GUARD, project_files, read_text
 
 _REPOSITORY = ".git"
 _PACKAGING = ("setup.py", "pyproject.toml", "setup.cfg", "PKG-INFO")
 _PACKAGING_DIRS = (".dist-info", ".egg-info")
 _LEVELS = 12
-#: what anticipates autocast in a module's text, beyond `index.text_index`'s role "a"
-_ANTICIPATES = re.compile(r"custom_fwd|custom_bwd|is_autocast_enabled|get_autocast_\w*dtype")
+
+#: a module loaded by a name the code computes: it may be any file of the project
+_LOADS_BY_NAME = ("import_module(", "__import__(", "instantiate(", "spec_from_file_location", "runpy.")
 
 _graphs: Dict[Tuple[str, int], "_Graph"] = {}
 
@@ -67,15 +76,25 @@ def project_base(filename: str, root: Optional[str] = None) -> Optional[str]:
     """The project root (module docstring); None when nothing marks one."""
     if root:
         return os.path.abspath(root)
+    return _above(filename, lambda here: os.path.exists(os.path.join(here, _REPOSITORY)) or _has_packaging(here))
+
+
+def _above(filename: str, marked: Callable[[str], bool]) -> Optional[str]:
+    """The nearest folder holding the file, or above it, that is `marked` (a few levels up)."""
     here = os.path.dirname(os.path.abspath(filename))
     for _ in range(_LEVELS):
-        if os.path.exists(os.path.join(here, _REPOSITORY)) or _has_packaging(here):
+        if marked(here):
             return here
         parent = os.path.dirname(here)
         if parent == here:
             break
         here = parent
     return None
+
+
+def checkout(filename: str) -> Optional[str]:
+    """The nearest folder above the file holding `.git`: the repository; None outside one."""
+    return _above(filename, lambda here: os.path.exists(os.path.join(here, _REPOSITORY)))
 
 
 def package_top(filename: str, base: str) -> Optional[str]:
@@ -248,18 +267,35 @@ def _really_packaged(folder: str) -> bool:
     return bool(re.search(r"^\[(metadata|options)\]", cfg, re.MULTILINE))
 
 
-def unreached_embedded(filename: Optional[str], root: Optional[str] = None, by: str = "autocast") -> bool:
-    """The file is a module of an embedded package that no code of the project outside it
-    that may run under autocast imports (module docstring); `by="fp16"`: that may run fp16."""
-    package = embedded_package(filename, root)
-    if package is None or filename is None:
+def unreached(filename: Optional[str], root: Optional[str] = None, anywhere: bool = False, by: str = "autocast") -> bool:
+    """No fp16/bf16 autocast of the project can run the file's code (module docstring: an
+    embedded copy nothing outside it imports together with such an autocast; any other file none
+    of whose programs holds one); False when that is not known. `anywhere`: the precision setting
+    says the project runs low precision, in code the project shows or not; `by="fp16"`: no code
+    that may run fp16 (`precision_names.FP16_WORDS`) in place of an autocast."""
+    if not filename or not filename.endswith(".py") or not os.path.isfile(filename):
         return False
     base = project_base(filename, root)
-    assert base is not None
-    graph = _graph(base, package)
-    if graph is None:
+    if base is None:
         return False
-    return not graph.reached(os.path.abspath(filename), package, graph.fp16 if by == "fp16" else graph.aware)
+    package = embedded_package(filename, root)
+    if package is None and anywhere:
+        return False
+    # the project first, then the checkout holding it: a subproject's script also imports the
+    # enclosing repository's packages (detectron2's `projects/TensorMask/train_net.py` its trainer)
+    repository = checkout(filename)
+    bases = [base] + ([repository] if repository is not None and (base + os.sep).startswith(repository + os.sep) else [])
+    for where in bases:
+        graph = _graph(where, package)
+        if graph is None or graph.reached(os.path.abspath(filename), package, anywhere, by):
+            return False
+    return True
+
+
+def unreached_embedded(filename: Optional[str], root: Optional[str] = None, by: str = "autocast") -> bool:
+    """The file is a module of an embedded package that no code of the project outside it that
+    may run under autocast imports (module docstring); `by="fp16"`: that may run fp16."""
+    return embedded_package(filename, root) is not None and unreached(filename, root, by=by)
 
 
 def definition_reached(filename: Optional[str], name: str, root: Optional[str] = None) -> bool:
@@ -391,9 +427,11 @@ def _package_files(package: str) -> List[str]:
 
 
 class _Graph:
-    """The project's import graph (files -> files they import), by text."""
+    """The project's import graph (files -> files they import), by text, and the files that may
+    enter a low-precision autocast (`project/entries.py`)."""
 
     def __init__(self, files: List[str], base: str) -> None:
+        from .project.entries import may_enter_autocast
         from .project.index import ModuleIndex, imports_of, module_stem, text_index
 
         self.files: Set[str] = set(files)
@@ -413,52 +451,85 @@ class _Graph:
                             parts = parts[:-1]
                         index.by_name.setdefault(".".join(parts), other)
         self.imports: Dict[str, List[str]] = {}
-        self.aware: Set[str] = set()
+        self.candidates: List[str] = []  # files that may enter autocast by their words, parsed when asked
         self.fp16: Set[str] = set()  # files whose text may run fp16 (`precision_names.FP16_WORDS`)
+        self.scripts: Set[str] = set()
+        self.loaders: Set[str] = set()  # files that load modules by a computed name
         stems: Dict[str, List[str]] = {}
         for path in files:
             stems.setdefault(module_stem(path), []).append(path)
         for path in files:
             text = read_text(path) or ""
-            found = text_index(text)
-            imports = imports_of(found)
+            imports = imports_of(text_index(text))
             self.imports[path] = index.imported_files(path, imports) + _by_name(path, text, imports, index, stems)
-            if "a" in found["r"] or _ANTICIPATES.search(text):
-                self.aware.add(path)
+            if may_enter_autocast(text):
+                self.candidates.append(path)
             if FP16_WORDS.search(text):
                 self.fp16.add(path)
+            if "__main__" in text and MAIN_GUARD.search(text):
+                self.scripts.add(path)
+            if any(word in text for word in _LOADS_BY_NAME):
+                self.loaders.add(path)
         self.importers: Dict[str, Set[str]] = {}
         for path, targets in self.imports.items():
             for t in targets:
                 self.importers.setdefault(t, set()).add(path)
+        self._ups: Dict[str, Set[str]] = {}
+        self._entries: Dict[str, bool] = {}
 
-    def reached(self, target: str, package: str, marks: Set[str]) -> bool:
-        """Some file outside `package` imports `target` (through others too), and the files those
-        importers import include one outside the package among `marks`."""
-        inside = package.rstrip(os.sep) + os.sep
-        seen = {target}
-        stack = [target]
-        outside: List[str] = []
-        while stack:
-            for importer in self.importers.get(stack.pop(), ()):
-                if importer not in seen:
-                    seen.add(importer)
-                    stack.append(importer)
-                    if not importer.startswith(inside):
-                        outside.append(importer)
-        if not outside:
-            return False
-        closure = set(outside)
-        stack = list(outside)
-        while stack:
-            path = stack.pop()
-            if not path.startswith(inside) and path in marks:
-                return True
-            for t in self.imports.get(path, ()):
-                if t not in closure:
-                    closure.add(t)
-                    stack.append(t)
-        return False
+    def _entry(self, path: str) -> bool:
+        """The file may enter a low-precision autocast (`project/entries.py`; parsed once, when a
+        question reaches it)."""
+        found = self._entries.get(path)
+        if found is None:
+            from .project.entries import enters_autocast
+
+            found = self._entries[path] = enters_autocast(read_text(path) or "")
+        return found
+
+    def reached(self, target: str, package: Optional[str], anywhere: bool = False, by: str = "autocast") -> bool:
+        """Some program that loads `target` may enter a low-precision autocast: one module imports
+        (directly or through others, itself included) both `target` and an entry file (`by="fp16"`:
+        a file that may run fp16). For a module of the embedded `package`, that module lies outside
+        the copy and so does the entry (the copy's own autocast helpers do not count; `anywhere`:
+        any importer outside will do)."""
+        if target not in self.files:
+            return True  # a folder the listing skipped: who imports it is not known
+        candidates, entry = (self.fp16, lambda e: True) if by == "fp16" else (self.candidates, self._entry)
+        up = self._up(target)
+        if package is not None:
+            inside = package.rstrip(os.sep) + os.sep
+            shared = {m for m in up if not m.startswith(inside)}
+            if not shared or anywhere:
+                return bool(shared)  # a copy nothing outside imports never runs
+            return any(shared & self._up(e) and entry(e) for e in candidates if not e.startswith(inside))
+        if self._loaded_by_name(up) or (up & self.loaders and any(entry(e) for e in candidates)):
+            return True  # which program holds it, or what else its program loads, is not known
+        return any(up & self._up(e) and entry(e) for e in candidates)
+
+    def _up(self, path: str) -> Set[str]:
+        """`path` and every file importing it, directly or through others."""
+        found = self._ups.get(path)
+        if found is None:
+            found = {path}
+            stack = [path]
+            while stack:
+                for importer in self.importers.get(stack.pop(), ()):
+                    if importer not in found:
+                        found.add(importer)
+                        stack.append(importer)
+            self._ups[path] = found
+        return found
+
+    def _loaded_by_name(self, modules: Set[str]) -> bool:
+        """One of `modules` that nothing imports is a module of a package, not a script: loaded
+        by a name the code does not spell (a registry, a config's `_target_`, `import_module`,
+        the package's users), so which program holds it is not known. A script (outside any
+        package, or with a `__main__` block) is a program of its own."""
+        return any(
+            not self.importers.get(m) and m not in self.scripts and os.path.isfile(os.path.join(os.path.dirname(m), "__init__.py"))
+            for m in modules
+        )
 
 
 def _by_name(path: str, text: str, imports, index, stems: Dict[str, List[str]]) -> List[str]:
@@ -490,13 +561,12 @@ def _signature(files) -> int:
     return hash(tuple(out))
 
 
-def _graph(base: str, package: str) -> Optional[_Graph]:
+def _graph(base: str, package: Optional[str]) -> Optional[_Graph]:
     listing = project_files(base, (".py",))
     if len(listing) >= _MAX_FILES:
         return None  # cut at the limit: an importer may be missing
-    inside = package.rstrip(os.sep) + os.sep
     files = set(listing)
-    if not any(p.startswith(inside) for p in files):
+    if package is not None and not any(p.startswith(package.rstrip(os.sep) + os.sep) for p in files):
         files.update(_package_files(package))  # a folder the listing skips: its imports resolve
     ordered = sorted(files)
     key = (base, _signature(ordered))

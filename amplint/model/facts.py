@@ -23,10 +23,10 @@ AUTOCAST = "autocast"
 #: somewhere (`anticipates_autocast`): library code runs under its users' autocast whether or not the
 #: library opens a region itself
 AUTOCAST_OR_LIBRARY = "autocast-or-library"
-#: ... the project uses autocast anywhere, and the file is not a module of a package that only sits
-#: inside the project (a vendored library copy, `model/embedded.py`) which nothing outside it that
-#: may run under autocast imports; AUTOCAST_OR_LIBRARY asks that too, and its library clause needs
-#: a package the project distributes
+#: ... the project uses autocast anywhere, and a low-precision autocast of the project may run the
+#: file's code: some program loading the file may enter one (`model/embedded.py`: a module imports
+#: both; for a vendored library copy, a module outside it); AUTOCAST_OR_LIBRARY asks that too
+#: where its library clause (a package the project distributes) does not hold
 AUTOCAST_REACHED = "autocast-reached"
 
 #: folders whose files are run, not imported by users (relative to the project root)
@@ -90,7 +90,6 @@ def library_module(filename: Optional[str], root: Optional[str] = None) -> bool:
     return not any(part in _NOT_LIBRARY_DIRS for part in where.split(os.sep)[:-1])
 
 
-_MAIN_GUARD = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.M)
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import|import[ \t]+([\w.]+))", re.M)
 
 
@@ -117,12 +116,12 @@ def fp32_script(filename: Optional[str], root: Optional[str] = None) -> bool:
     loss scaler or a precision flag (pytorch/examples' gat/main.py, next to the repository's
     fp16 examples). The project's fp16 elsewhere cannot give its tensors that dtype, so an
     fp16-conditional finding there does not hold. Read when conditions are resolved."""
-    from .texts import project_files, read_text
+    from .texts import MAIN_GUARD, project_files, read_text
 
     if not filename or not filename.endswith(".py"):
         return False
     text = read_text(filename)
-    if text is None or not _MAIN_GUARD.search(text):
+    if text is None or not MAIN_GUARD.search(text):
         return False
     base = _silent_with_imports(filename, text, root, LOW_PRECISION_WORDS)
     if base is None:
@@ -272,16 +271,27 @@ def with_requirement(condition: str, kind: str, name: str = "") -> str:
     return f"{condition}|{kind}={name}" if name else f"{condition}|{kind}"
 
 
+def _unreached(filename: Optional[str], root: Optional[str], precision: str) -> bool:
+    from .embedded import unreached
+
+    return unreached(filename, root, anywhere=precision in ("fp16", "bf16"))
+
+
 def _unreached_embedded(filename: Optional[str], root: Optional[str], by: str = AUTOCAST) -> bool:
     from .embedded import unreached_embedded
 
     return unreached_embedded(filename, root, by)
 
 
-def _distributed(filename: Optional[str], root: Optional[str]) -> bool:
-    from .embedded import distributed
+def _library_code(facts: ProjectFacts, precision: str, filename: Optional[str], root: Optional[str]) -> bool:
+    """A module of a package the project distributes (not a copy embedded in it), in a project
+    that anticipates autocast: it runs under its users' autocast."""
+    from .embedded import distributed, embedded_package
 
-    return distributed(filename, root)
+    return (
+        anticipates_autocast(facts, precision) and library_module(filename, root)
+        and distributed(filename, root) and embedded_package(filename, root) is None
+    )
 
 
 def _requirement_holds(requirement: str, filename: Optional[str], root: Optional[str]) -> bool:
@@ -330,11 +340,9 @@ def condition_holds(
     if condition == AUTOCAST_REACHED:
         if not condition_holds(AUTOCAST, facts, precision):
             return False
-        return filename is None or not _unreached_embedded(filename, root)
+        return filename is None or not _unreached(filename, root, precision)
     if condition == AUTOCAST_OR_LIBRARY:
-        if condition_holds(AUTOCAST, facts, precision):
-            return filename is None or not _unreached_embedded(filename, root)
-        if not (anticipates_autocast(facts, precision) and library_module(filename, root)):
-            return False
-        return _distributed(filename, root) and not _unreached_embedded(filename, root)
+        if _library_code(facts, precision, filename, root):
+            return True
+        return condition_holds(AUTOCAST_REACHED, facts, precision, filename, root)
     raise ValueError(f"unknown diagnostic condition {condition!r}")

@@ -33,6 +33,9 @@ def _parse_autocast(
         def arg(name: str) -> Optional[cst.BaseExpression]:
             return call_arg(call, parameters.index(name), name) if name in parameters else None
 
+        # `autocast(**ctx.autocast_kwargs)`, `autocast(*args)`: whether it is on may be passed (a
+        # replayed state, `regions.replays_autocast`); the dtype is read as the device's default
+        unpacked = any(a.star for a in call.args)
         device = torchapi.AUTOCAST_CONTEXTS[q] or literal_string(arg("device_type"))
         dtype_node, enabled_node = arg("dtype"), arg("enabled")
         if dtype_node is None:
@@ -41,7 +44,7 @@ def _parse_autocast(
             d = ctx.dtype_of(dtype_node)
             dtype = d if d in ("fp16", "bf16", "fp32") else None
         if enabled_node is None:
-            enabled: Optional[bool] = True
+            enabled: Optional[bool] = None if unpacked else True
         else:
             enabled = literal_bool(enabled_node)
         return AutocastRegion(node=node, call=call, device=device, dtype=dtype, enabled=enabled, parent=parent)
@@ -56,6 +59,18 @@ def _parse_autocast(
     ):
         return AutocastRegion(node=node, call=call, device=None, dtype=None, enabled=None, parent=parent, framework=True)
     return None
+
+
+def replays_autocast(ctx: ModuleContext, region: AutocastRegion) -> bool:
+    """The region re-enters the autocast state its Function's forward captured: its `enabled=` is
+    decided at run time (`autocast(**ctx.autocast_kwargs)`, `enabled=ctx.autocast`) and it sits in
+    the `backward` of a class (a checkpoint Function recomputing its forward). Autograd runs
+    backward with autocast off; this restores what the forward ran under, so it is no autocast of
+    its own: whatever the forward met, its callers entered (or did not)."""
+    if region.enabled is not None:
+        return False
+    info = ctx.call_info(region.call)
+    return info is not None and info.scope.name == "backward" and info.scope.cls is not None
 
 
 # --------------------------------------------------------------------------- autocast ops, casts, regions

@@ -5,6 +5,7 @@ C++/CUDA source of a kernel). Text only, never imported; a project's listing is 
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -15,6 +16,8 @@ _MAX_FILES = 4000
 _MAX_BYTES = 1 << 20
 _FRESH = 5.0
 _ROOT_MARKERS = ("setup.py", "pyproject.toml", "setup.cfg", ".git")
+#: a script's `if __name__ == "__main__":` block
+MAIN_GUARD = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.M)
 
 _listings: Dict[Tuple[str, Tuple[str, ...]], Tuple[float, List[str]]] = {}
 _texts: Dict[Tuple[str, int, int], str] = {}

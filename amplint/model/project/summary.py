@@ -28,7 +28,7 @@ from . import disabled, loaders, masks, trained
 from .astutil import dotted, imports as _imports, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 6
+VERSION = 7
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -53,6 +53,14 @@ def summarize(source: str) -> Optional[Dict[str, Any]]:
     return _Summarizer(source).run(tree) if tree is not None else None
 
 
+
+
+def import_reader(source: str, tree: ast.Module) -> "_Summarizer":
+    """A summarizer that has read only the file's imports: what its spellings name (`qualname`,
+    `dtype`), for `autocast_arguments` elsewhere (`entries.py`)."""
+    reader = _Summarizer(source)
+    reader._collect_imports(tree)
+    return reader
 
 
 class _Summarizer:
@@ -626,6 +634,9 @@ def autocast_arguments(s: "_Summarizer", call: ast.Call, qualname: str) -> Tuple
             return None
         return call.args[position] if position < len(call.args) else None
 
+    # `autocast(**ctx.autocast_kwargs)`, `autocast(*args)`: whether it is on may be passed (a
+    # replayed state); the dtype is read as the device's default, as the per-file model does
+    unpacked = any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args)
     device = torchapi.AUTOCAST_CONTEXTS[qualname]
     if device is None:
         value = _constant(arg("device_type"))
@@ -637,7 +648,7 @@ def autocast_arguments(s: "_Summarizer", call: ast.Call, qualname: str) -> Tuple
         d = s.dtype(dtype_node)
         dtype = d if d in ("fp16", "bf16", "fp32") else None
     if enabled_node is None:
-        enabled: Optional[bool] = True
+        enabled: Optional[bool] = None if unpacked else True
     else:
         value = _constant(enabled_node)
         enabled = value if isinstance(value, bool) else None
