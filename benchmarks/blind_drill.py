@@ -205,8 +205,9 @@ def lint(folder: Path, jobs: int) -> Tuple[List[dict], float]:
         cwd=folder, capture_output=True, text=True,
     )
     took = time.perf_counter() - start
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"blind_drill: amplint failed on {folder}: {proc.stderr[-2000:]}")
+    # --exit-zero: any other status (amplint not importable, a crash) is a failed run, never "no findings"
+    if proc.returncode != 0:
+        raise SystemExit(f"blind_drill: amplint failed on {folder} (exit {proc.returncode}): {proc.stderr[-2000:]}")
     findings = []
     for d in json.loads(proc.stdout or "[]"):
         findings.append({

@@ -163,3 +163,11 @@ def test_a_category_two_rules_share_matches_either_and_counts_a_miss_under_the_f
     ]
     assert [(lab.code, lab.rows[0]) for lab in found] == [("AMP206", 12)]  # counted under the rule that found it
     assert [(lab.code, lab.rows[0]) for lab in missed] == [("AMP201", 30)]
+
+
+def test_an_amplint_that_did_not_run_fails_the_drill_rather_than_scoring_no_findings(tmp_path, monkeypatch):
+    # an interpreter without amplint exits 1 with nothing on stdout: read as [] it would score "no findings"
+    failed = blind_drill.subprocess.CompletedProcess([], 1, stdout="", stderr="No module named amplint")
+    monkeypatch.setattr(blind_drill.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(SystemExit, match="exit 1"):
+        blind_drill.lint(tmp_path, 1)
