@@ -7,8 +7,8 @@ import libcst as cst
 
 from amplint.model import (
     DEPRECATED_AMP, DeprecatedApi, Diagnostic, Frame, Invalid, ModuleContext, Path, Reference, Rule, Severity, Valid,
-    append_argument_edit, call_is_plain, imported_names, insert_keyword_edits, literal_string, make_fix,
-    replace_node, rewrite_with_imports,
+    append_argument_edit, call_is_plain, imported_names, insert_keyword_edits, is_version_test, literal_string,
+    make_fix, replace_node, rewrite_with_imports,
 )
 
 _VERSION_WORDS = ("hasattr", "__version__", "version", "getattr", "is_torch", "TORCH_")
@@ -345,6 +345,23 @@ class ImageLogger:
         ),
         Invalid(
             """
+import torch
+
+
+def train(loader, vae, config):
+    load_vae_feat = getattr(loader.dataset, "load_vae_feat", False)
+    for batch in loader:
+        if load_vae_feat:
+            z = batch[0]
+        else:
+            with torch.no_grad(), torch.cuda.amp.autocast(enabled=config.fp16):
+                z = vae.encode(batch[0])
+""",
+            line=10,
+            why="a flag read with getattr from the user's dataset picks a data path, not an API generation",
+        ),
+        Invalid(
+            """
 from utils.general import *
 
 
@@ -602,8 +619,8 @@ def _gated_at(ctx: ModuleContext, path: Path, node: cst.CSTNode, bare: bool) -> 
             test = _tested_name(frame.test)
             if test is not None:
                 for a in ctx.assignments_to(test.value):
-                    text = ctx.code_for(a.value)
-                    if any(w in text for w in _VERSION_WORDS):
+                    # a probe of torch or an AMP name; `getattr(dataset, "load_vae_feat", False)` is none
+                    if is_version_test(ctx.code_for(a.value)):
                         return True
     return False
 

@@ -29,6 +29,7 @@ _EXPORTS = {
     "Severity": "..core.diagnostics",
     # context
     "ModuleContext": ".context",
+    "is_version_test": ".context",
     # types
     "Assignment": ".types",
     "AutocastRegion": ".types",

@@ -60,7 +60,8 @@ _ATTR_PROBE = re.compile(r"\b(?:has|get)attr\s*\(\s*([^,()]*)\s*,\s*([^,()]*)")
 _PROBED_AMP_NAME = re.compile(r"amp|autocast|[Ss]caler|custom_(?:fwd|bwd)|bfloat16|float16|bf16|fp16")
 
 
-def _is_version_test(text: str) -> bool:
+def is_version_test(text: str) -> bool:
+    """`text` picks code by torch version or by the presence of a torch/AMP API."""
     if _VERSION_TEST.search(text):
         return True
     for obj, attr in _ATTR_PROBE.findall(text):
@@ -433,7 +434,7 @@ class ModuleContext:
                     return True
             elif frame.kind in ("if", "else") and frame.test is not None:
                 text = self.code_for(frame.test)
-                if _is_version_test(text):
+                if is_version_test(text):
                     return True
         return False
 
