@@ -1,6 +1,7 @@
 """AMP001 deprecated-amp-api."""
 from __future__ import annotations
 
+import re
 from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
@@ -92,6 +93,13 @@ class DeprecatedAmpApi(Rule):
     are there on every current torch, so the branch runs (and warns) there.
     Text inside strings and docstrings is never a use.
     `torch.cuda.amp.autocast(device_type=...)` is AMP002 (it raises TypeError).
+
+    On an Ascend NPU branch (`if self.on_npu:`, `if is_npu_available():`, a
+    test naming the NPU) of a file that imports
+    `torch_npu.contrib.transfer_to_npu`, `torch.cuda.amp.autocast` is
+    torch_npu's own NPU autocast: that import replaces `torch.cuda` with the
+    NPU's, and without torch_npu the branch does not run. The same call
+    outside such a branch, or in a file without the import, is reported.
 
     A device dispatch is no fallback: `from torch.cuda.amp import GradScaler`
     in the `else` of `if npu: from torch.npu.amp import GradScaler elif mlu:
@@ -308,9 +316,65 @@ else:
 """,
             "a test that also probes for the new API picks the old-torch branch",
         ),
+        Valid(
+            """
+import torch
+try:
+    import torch_npu
+    from torch_npu.contrib import transfer_to_npu
+    npu_is_available = True
+except ImportError:
+    npu_is_available = False
+
+
+class NpuConfig:
+    def __init__(self):
+        self.on_npu = npu_is_available
+
+    def run_fp32(self, op, x):
+        if self.on_npu:
+            with torch.cuda.amp.autocast(enabled=False):
+                return op(x.float())
+        return op(x)
+""",
+            "an NPU-only branch in a file whose transfer_to_npu remaps torch.cuda.amp to torch_npu's autocast",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+try:
+    from torch_npu.contrib import transfer_to_npu
+    on_npu = True
+except ImportError:
+    on_npu = False
+
+
+def run_fp32(op, x):
+    if not on_npu:
+        with torch.cuda.amp.autocast(enabled=False):
+            return op(x.float())
+    return op(x)
+""",
+            line=11,
+            why="the branch runs where torch_npu is missing: torch's deprecated CUDA autocast",
+        ),
+        Invalid(
+            """
+import torch
+
+
+def run_fp32(config, op, x):
+    if config.on_npu:
+        with torch.cuda.amp.autocast(enabled=False):
+            return op(x.float())
+    return op(x)
+""",
+            line=6,
+            why="an NPU branch, but nothing remaps torch.cuda: the deprecated class itself",
+        ),
         Invalid(
             """
 import contextlib
@@ -612,6 +676,8 @@ def _gated_at(ctx: ModuleContext, path: Path, node: cst.CSTNode, bare: bool) -> 
             return True
     if _after_version_return(ctx, node):
         return True
+    if _npu_branch(path) and _remaps_cuda_to_npu(ctx):
+        return True
     # `if use_new_amp:` where `use_new_amp = hasattr(torch.amp, ...)` / a version check, or
     # `get(...) if get is not None else <old API>` where `get = getattr(torch, "get_autocast_dtype", None)`
     for frame in path:
@@ -623,6 +689,51 @@ def _gated_at(ctx: ModuleContext, path: Path, node: cst.CSTNode, bare: bool) -> 
                     if is_version_test(ctx.code_for(a.value)):
                         return True
     return False
+
+
+#: torch_npu's import that replaces `torch.cuda` (its `amp` included) with the NPU's, process-wide
+_NPU_REMAP = "torch_npu.contrib.transfer_to_npu"
+_NPU_WORD = re.compile(r"npu", re.IGNORECASE)
+_NEGATIONS = re.compile(r"\bnot\b|!=|\bis\s+None\b")
+
+
+def _npu_branch(path: Path) -> bool:
+    """The code runs only on an Ascend NPU: under `if self.on_npu:` / `if is_npu_available():` /
+    `if device.type == "npu":` (a test naming the NPU, negated nowhere), or in the `else` of
+    `if not on_npu:`."""
+    for frame in path:
+        test = frame.test
+        if test is None or frame.kind not in ("if", "else"):
+            continue
+        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+        inner = test.expression if negated else test
+        text = cst.Module([]).code_for_node(inner)
+        if not _NPU_WORD.search(text) or _NEGATIONS.search(text):
+            continue
+        if (frame.kind == "if") != negated:
+            return True
+    return False
+
+
+def _remaps_cuda_to_npu(ctx: ModuleContext) -> bool:
+    """The file imports `torch_npu.contrib.transfer_to_npu` (in any form): on a machine with
+    torch_npu, `torch.cuda.amp.autocast` then is torch_npu's NPU autocast, not torch's
+    deprecated CUDA class."""
+    for node in _imports_anywhere(ctx.module):
+        if isinstance(node, cst.Import):
+            if any(ctx.code_for(a.name) == _NPU_REMAP for a in node.names):
+                return True
+        elif node.module is not None and not node.relative and isinstance(node.names, tuple):
+            module = ctx.code_for(node.module)
+            if any(f"{module}.{ctx.code_for(a.name)}" == _NPU_REMAP for a in node.names) or module == _NPU_REMAP:
+                return True
+    return False
+
+
+def _imports_anywhere(module: cst.Module) -> List[cst.CSTNode]:
+    import libcst.matchers as m
+
+    return list(m.findall(module, m.Import() | m.ImportFrom()))
 
 
 #: the modules of the deprecated API (`torch.cuda.amp`, `torch.cpu.amp.autocast_mode`, ...): probing one

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
-from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Related, Rule, Severity, Valid
+from amplint.model import RESUMED, Diagnostic, Invalid, Project, ProjectCall, Related, Rule, Severity, Valid
 
 if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
     import libcst as cst
@@ -102,7 +103,15 @@ class ScalerStateNotCheckpointed(Rule):
     reported at its constructor (silent when it is also given another object,
     such as detectron2's `trainer=`, whose state may hold the scaler).
 
-    Silent when any `<scaler>.state_dict()` is called anywhere in the file
+    A checkpoint written once, after the training (in no loop, after the
+function's loop), is silent when nothing in the project resumes: no file
+(`.py` or notebook) restores an optimizer (`optimizer.load_state_dict(`)
+or names a resume, a restore or a checkpoint load (`args.resume`,
+`load_checkpoint(`); the lost scale matters only to a run that resumes.
+A checkpoint saved in the loop, or one the project can resume from, is
+reported.
+
+Silent when any `<scaler>.state_dict()` is called anywhere in the file
     (under any key: `"scaler"`, `"amp"`, `"grad_scaler"`, or added to the dict
     later), for weights-only exports (no optimizer state in the checkpoint),
     for framework checkpoints (`accelerator.save_state`,
@@ -349,9 +358,73 @@ class Trainer:
 """,
             "built by one method before another restores it (sam2's trainer): the text order of methods is not their run order",
         ),
+        Valid(
+            """
+import torch
+from utils import save_checkpoint
+
+
+def train(model, optimizer, loader, args):
+    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            with torch.autocast("cuda", enabled=args.fp16):
+                loss = model(x, y)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    save_checkpoint({"epoch": args.epochs, "state_dict": model.state_dict(), "optimizer": optimizer.state_dict()}, "final.pt")
+""",
+            "the last checkpoint, written once after training, in a project that never resumes (restores no optimizer)",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+from utils import save_checkpoint
+
+
+def train(model, optimizer, loader, args):
+    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            with torch.autocast("cuda", enabled=args.fp16):
+                loss = model(x, y)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        save_checkpoint({"epoch": epoch, "state_dict": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+""",
+            line=15,
+            why="saved every epoch: a checkpoint to resume from, whatever resumes it",
+        ),
+        Invalid(
+            """
+import torch
+from utils import save_checkpoint
+
+
+def train(model, optimizer, loader, args):
+    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)
+    if args.resume:
+        optimizer.load_state_dict(torch.load(args.resume)["optimizer"])
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            with torch.autocast("cuda", enabled=args.fp16):
+                loss = model(x, y)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    save_checkpoint({"epoch": args.epochs, "state_dict": model.state_dict(), "optimizer": optimizer.state_dict()}, "final.pt")
+""",
+            line=17,
+            why="the final checkpoint is what `--resume` restores the optimizer from",
+        ),
         Invalid(
             """
 import torch
@@ -576,7 +649,10 @@ for step in range(num_steps):
         if saves:
             if resume is not None:
                 related.append(ctx.related(resume.node, "restored without it"))
-            yield self._saved(ctx, saves[0][0], scaler, saves[0][1], related)
+            found = self._saved(ctx, saves[0][0], scaler, saves[0][1], related)
+            if resume is None and not ctx.calls_to("torch.load") and all(_final_save(ctx, call) for call, _ in saves):
+                found = replace(found, condition=RESUMED)  # written once, at the end: harmless unless something resumes from it
+            yield found
         elif resume is not None:
             yield self._loaded(ctx, resume, scaler)
 
@@ -748,6 +824,17 @@ for step in range(num_steps):
         help = f"Call `{scaler}.load_state_dict(...)` with the saved scaler state"
         data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load", "bug": scaler}
         return ctx.diagnostic(self, call.node, message, data=data, help=help)
+
+
+def _final_save(ctx: ModuleContext, call: CallInfo) -> bool:
+    """The save runs once, after the training: in no loop, in a function that runs a loop before
+    it (a `train()` that saves the last checkpoint after its epochs). Not a checkpointer (it saves
+    and resumes as the training goes)."""
+    if _is_checkpointer(call) or any(f.kind in ("loop", "loop-else") for f in call.path):
+        return False
+    return any(
+        c.scope is call.scope and c.order < call.order and any(f.kind == "loop" for f in c.path) for c in ctx.calls
+    )
 
 
 def _private_scalers(project: Project) -> Iterator[Tuple[Tuple[str, str], str, int]]:

@@ -148,7 +148,10 @@ class CustomFunctionWithoutCustomFwd(Rule):
     decorator, opens its own autocast region (`autocast(enabled=False)` in
     forward, autocast replayed in backward) or reads the autocast state
     (`torch.get_autocast_dtype`, `is_autocast_enabled`), when `backward`
-    casts dtypes by hand (`w.to(grad.dtype)`, `.float()`), for `out=` calls
+    casts dtypes by hand (`w.to(grad.dtype)`, `.float()`) or hands the
+    incoming grad's dtype to what builds its operands (`w = dequantize(q,
+    scale, g.dtype)`, `g` a view of the grad; a saved input's `x.dtype` is
+    not the grad's), for `out=` calls
     (not autocast, §1.1), for Functions without a
     `backward`, for ops fed straight from `torch.fft` (complex tensors are not
     autocast-eligible, §1.1), and for Functions that only move data:
@@ -401,6 +404,28 @@ with torch.autocast("cuda"):
         Valid(
             """
 import torch
+from project.quant import dequantize
+class QuantLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, qweight, scale):
+        ctx.save_for_backward(qweight, scale)
+        return x @ dequantize(qweight, scale, x.dtype).t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        qweight, scale = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])
+        w = dequantize(qweight, scale, g.dtype)
+        return (g @ w).view(*grad.shape[:-1], -1), None, None
+
+with torch.autocast("cuda"):
+    y = QuantLinear.apply(h, qw, s)
+""",
+            "backward builds the weight it multiplies in the grad's dtype (axolotl's fp8 LoRA dequant)",
+        ),
+        Valid(
+            """
+import torch
 class TiledMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b):
@@ -599,6 +624,28 @@ class LinearFn(torch.autograd.Function):
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+from project.quant import dequantize
+class QuantLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, qweight, scale):
+        ctx.save_for_backward(x, qweight, scale)
+        return x @ dequantize(qweight, scale, x.dtype).t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, qweight, scale = ctx.saved_tensors
+        w = dequantize(qweight, scale, x.dtype)
+        return grad @ w, None, None
+
+with torch.autocast("cuda"):
+    y = QuantLinear.apply(h, qw, s)
+""",
+            line=5,
+            why="the weight is built in the saved input's dtype (fp32), not the grad's (bf16 under autocast)",
+        ),
         Invalid(
             """
 import torch
@@ -819,8 +866,8 @@ def step(model, x):
                 continue
             if any(_manages_autocast(ctx, scopes.get(id(m))) for m in methods.values()):
                 continue  # the author manages autocast by hand (replays it in backward, reads its dtype)
-            if _casts_by_hand(ctx, bwd):
-                continue  # backward converts dtypes itself (`w.to(grad.dtype)`, `.float()`)
+            if _casts_by_hand(ctx, bwd) or _builds_in_grad_dtype(ctx, bwd, backward):
+                continue  # backward converts dtypes itself (`w.to(grad.dtype)`, `.float()`, `dequant(q, s, g.dtype)`)
             applied = _applications(ctx, cls, names)
             if _only_in_backward(ctx, applied, functions):
                 continue  # applied only in another Function's backward: autocast is off there
@@ -1280,6 +1327,24 @@ def _config_default(default: Optional[cst.BaseExpression]) -> bool:
     if default is None:
         return False
     return isinstance(default, (cst.Integer, cst.Float, cst.SimpleString, cst.Name, cst.UnaryOperation, cst.Tuple))
+
+
+def _builds_in_grad_dtype(ctx: ModuleContext, scope: Scope, backward: cst.FunctionDef) -> bool:
+    """`backward` hands the incoming grad's dtype (of it or a view of it) to a call: `w =
+    dequantize_fp8(qdata, scale_inv, g.dtype)`, `torch.zeros(n, dtype=grad.dtype)`. What it builds
+    for the grad is built in the grad's dtype, as with `w.to(grad.dtype)`; a dtype read from a
+    saved input (`x.dtype`) is not the grad's."""
+    params = [p.name.value for p in backward.params.params][1:]  # after ctx
+    grads = _grad_names(ctx, scope, set(params), [])
+    for call in scope.calls:
+        for arg in call.node.args:
+            value = arg.value
+            if (
+                isinstance(value, cst.Attribute) and value.attr.value == "dtype"
+                and isinstance(value.value, cst.Name) and value.value.value in grads
+            ):
+                return True
+    return False
 
 
 def _casts(ctx: ModuleContext, call: cst.Call) -> bool:

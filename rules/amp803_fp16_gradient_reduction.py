@@ -64,6 +64,12 @@ class Fp16GradientReduction(Rule):
     and the hook registered on every run): the runs without a scaler reduce
     unscaled gradients in fp16, where the measured hook zeroed small ones.
 
+    A policy built in a function that replaces the sharding it is for with a
+    fake (a test's `monkeypatch.setattr(fsdp, "fully_shard", fake)`,
+    `mock.patch("...FullyShardedDataParallel")`, in its body or as its
+    decorator) reaches no real sharding: nothing is reduced. Replacing
+    anything else (`dist.get_world_size`) changes nothing.
+
     A `Fabric` made in a function from which no training step can run (no
     backward, optimizer step or training call in it, in what it defines, or in
     the project functions it calls or hands on, and the `Fabric` does not leave
@@ -178,9 +184,38 @@ def test_train(model, optimizer):
 """,
             "a forward-only test: no gradient is reduced from the function that makes the Fabric",
         ),
+        Valid(
+            """
+import torch
+import torch.distributed.fsdp as fsdp_module
+from torch.distributed.fsdp import MixedPrecisionPolicy
+from project.norms import shard_norms_fp32
+def test_norms_are_sharded_in_fp32(monkeypatch):
+    seen = []
+    def fake_fully_shard(module, mp_policy=None, **kwargs):
+        seen.append(mp_policy)
+        return module
+    monkeypatch.setattr(fsdp_module, "fully_shard", fake_fully_shard)
+    policy = MixedPrecisionPolicy(param_dtype=torch.float16)
+    shard_norms_fp32(model, fully_shard_kwargs={"mp_policy": policy})
+""",
+            "a test that replaced fully_shard with a fake: nothing is sharded, no gradient reduced",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+def test_sharded_training(monkeypatch):
+    monkeypatch.setattr(dist, "get_world_size", lambda: 8)
+    fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.float16))
+""",
+            line=6,
+            why="the test fakes the world size, not the sharding: fully_shard is real and reduces in fp16",
+        ),
         Invalid(
             """
 import torch
@@ -296,6 +331,9 @@ def run():
 
     def _policy(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
         cls = "MixedPrecisionPolicy" if e["cls"] == "fsdp2" else "MixedPrecision"
+        faked = (view.function(path, e["f"]) or {}).get("fakes") or ()
+        if any((f == "fully_shard") == (e["cls"] == "fsdp2") for f in faked):
+            return None  # the function replaced the sharding with a fake: the policy reduces nothing
         if e.get("reduce") == "fp16" and e.get("rpos"):
             r = e["rpos"]
             place = (path, r["r"], r["c"], r["er"], r["ec"])

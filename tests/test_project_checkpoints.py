@@ -251,3 +251,50 @@ def test_a_scaler_the_epoch_function_returns_or_disables_is_not_this_finding(tmp
     assert run(epoch_project(tmp_path / "off", enabled="False"), "AMP402") == []
     assert run(epoch_project(tmp_path / "ret", tail="return scaler"), "AMP402") == []
     assert run(epoch_project(tmp_path / "none", call="pass"), "AMP402") == []
+
+
+FINAL_SAVE = """
+import torch
+from utils import save_checkpoint
+
+
+class Trainer:
+    def __init__(self, model, optimizer, args):
+        self.model, self.optimizer, self.args = model, optimizer, args
+
+    def train(self, loader):
+        scaler = torch.amp.GradScaler("cuda", enabled=self.args.fp16)
+        for epoch in range(self.args.epochs):
+            for x, y in loader:
+                with torch.autocast("cuda", enabled=self.args.fp16):
+                    loss = self.model(x, y)
+                self.optimizer.zero_grad()
+                scaler.scale(loss).backward()
+                scaler.step(self.optimizer)
+                scaler.update()
+        save_checkpoint({"state_dict": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, "final.pt")
+"""
+
+UTILS = """
+import torch
+
+def save_checkpoint(state, filename):
+    torch.save(state, filename)
+"""
+
+
+def test_a_final_checkpoint_nothing_resumes_from_is_silent_until_a_file_resumes(tmp_path):
+    """read4 (sthalles/SimCLR): the checkpoint written once after training, in a project that
+    never restores an optimizer, loses nothing; a resume anywhere in the project brings it back."""
+    quiet = write(tmp_path / "quiet", {"simclr.py": FINAL_SAVE, "utils.py": UTILS, "run.py": "import simclr\n"})
+    assert run(quiet, "AMP402") == []
+    resumed = write(tmp_path / "resumed", {
+        "simclr.py": FINAL_SAVE, "utils.py": UTILS,
+        "finetune.py": "import torch\n\ndef load(model, optimizer, path):\n    ckpt = torch.load(path)\n"
+                       "    optimizer.load_state_dict(ckpt['optimizer'])\n",
+    })
+    assert [where(d) for d in run(resumed, "AMP402")] == ["simclr.py:20"]
+    periodic = write(tmp_path / "periodic", {
+        "simclr.py": FINAL_SAVE.replace("\n        save_checkpoint(", "\n            save_checkpoint("), "utils.py": UTILS,
+    })
+    assert [where(d) for d in run(periodic, "AMP402")] == ["simclr.py:20"]

@@ -181,6 +181,7 @@ _EXPORTS = {
     "KERNEL_NOT_MIXED": ".facts",
     "MODULES_CAST": ".facts",
     "REACHED": ".facts",
+    "RESUMED": ".facts",
     "with_requirement": ".facts",
     "ProjectFacts": ".facts",
     # edits

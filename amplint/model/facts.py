@@ -28,6 +28,11 @@ AUTOCAST_OR_LIBRARY = "autocast-or-library"
 #: both; for a vendored library copy, a module outside it); AUTOCAST_OR_LIBRARY asks that too
 #: where its library clause (a package the project distributes) does not hold
 AUTOCAST_REACHED = "autocast-reached"
+#: the diagnostic holds if the project may resume from a checkpoint: some file of it (a `.py`, a
+#: notebook) restores an optimizer's state or names a resume (`project_resumes`); without a file on
+#: disk the diagnostic's own file is the project, and the rule attaches it only where that file
+#: shows none
+RESUMED = "resumed"
 
 #: folders whose files are run, not imported by users (relative to the project root)
 _NOT_LIBRARY_DIRS = frozenset(("tests", "test", "testing", "examples", "example", "scripts", "benchmarks", "docs"))
@@ -310,6 +315,46 @@ def _requirement_holds(requirement: str, filename: Optional[str], root: Optional
     raise ValueError(f"unknown requirement {requirement!r}")
 
 
+#: a resume in a project's text: an optimizer's state restored (`optimizer.load_state_dict(`,
+#: `self.opt_g.load_state_dict(`, `load_state_dict(ckpt["optimizer"])`), or a resume, a restore
+#: or a checkpoint load named (`args.resume`, `--resume_from`, `load_checkpoint(`, `restore(`)
+_RESUME = re.compile(
+    r"opt\w*(?:\[[^\]\n]*\])?\s*\.\s*load_state_dict\s*\(|load_state_dict\s*\([^)\n]*opt"
+    r"|resum|restor|load_(?:checkpoint|ckpt|model_and_optim|optim)|\bload_state\s*\(",
+    re.IGNORECASE,
+)
+_resumes: Dict[Tuple[str, int], bool] = {}
+
+
+def project_resumes(filename: str, root: Optional[str] = None) -> bool:
+    """Some file of the diagnostic's project may resume from a checkpoint (`_RESUME` in a `.py`
+    file or a notebook); True when the project cannot be read whole (cut at the listing's limit).
+    A file that is not on disk is its own project (`lint_source`, stdin). Read when conditions are
+    resolved."""
+    from .texts import _MAX_FILES, project_files, project_root, read_text
+
+    base = project_root(filename, root)
+    if base is None:
+        return False  # no project on disk: the file (which shows no resume) is all there is
+    listing = project_files(base, (".py", ".ipynb"))
+    if len(listing) >= _MAX_FILES:
+        return True
+    stamp = []
+    for path in listing:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        stamp.append((path, st.st_mtime_ns, st.st_size))
+    key = (base, hash(tuple(stamp)))
+    found = _resumes.get(key)
+    if found is None:
+        if len(_resumes) > 32:
+            _resumes.clear()
+        found = _resumes[key] = any(_RESUME.search(read_text(p) or "") for p in listing)
+    return found
+
+
 def _fp16_kept_out(filename: str, root: Optional[str]) -> bool:
     """No fp16 the project runs reaches the file: a script no low-precision code reaches, a
     file the project runs that no fp16 source reaches, or a module of a vendored library copy
@@ -341,6 +386,8 @@ def condition_holds(
         if not condition_holds(AUTOCAST, facts, precision):
             return False
         return filename is None or not _unreached(filename, root, precision)
+    if condition == RESUMED:
+        return filename is not None and project_resumes(filename, root)
     if condition == AUTOCAST_OR_LIBRARY:
         if _library_code(facts, precision, filename, root):
             return True

@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 4
+VERSION = 5
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -293,6 +293,9 @@ class _Reader:
         args = node.args
         params = [a.arg for a in (*getattr(args, "posonlyargs", []), *args.args, *args.kwonlyargs)]
         self._function(qual, node.body, cls if outer == cls else None, params, node.lineno)
+        faked = _faked_sharders(node)
+        if faked:
+            self.functions[qual]["fakes"] = faked
         if self._reduces and len(params) >= 2:
             d = self._compress_dtype(node)
             if d is not None:
@@ -877,6 +880,33 @@ class _Reader:
             if not line.isascii():
                 return len(line.encode("utf-8")[:byte_offset].decode("utf-8", "replace")) + 1
         return byte_offset + 1
+
+
+#: the sharding entry points a test may replace with a fake: FSDP2's and FSDP1's
+_SHARDERS = ("fully_shard", "FullyShardedDataParallel", "FSDP")
+
+
+def _faked_sharders(node: Any) -> List[str]:
+    """The sharding entry points (`_SHARDERS`) the function replaces with a fake for its own run:
+    `monkeypatch.setattr(fsdp_module, "fully_shard", fake)`, `monkeypatch.setattr(
+    "torch.distributed.fsdp.fully_shard", fake)`, `mock.patch("...fully_shard")` /
+    `patch.object(fsdp, "fully_shard")` in its body or as its decorator. What it builds for them
+    (a `MixedPrecisionPolicy`) reaches the fake, not a real sharding: no gradient is reduced."""
+    found: List[str] = []
+    calls = [d for d in node.decorator_list if isinstance(d, ast.Call)]
+    calls += [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+    for call in calls:
+        method = call.func.attr if isinstance(call.func, ast.Attribute) else (call.func.id if isinstance(call.func, ast.Name) else "")
+        if method not in ("setattr", "patch", "object"):
+            continue
+        if method == "setattr" and isinstance(call.func, ast.Name):
+            continue  # the builtin `setattr(obj, name, value)` rebinds an attribute for good, not for a test
+        for arg in call.args[:2]:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                last = arg.value.rsplit(".", 1)[-1]
+                if last in _SHARDERS and last not in found:
+                    found.append(last)
+    return found
 
 
 def _constant(node: Optional[ast.AST]) -> Any:
