@@ -110,6 +110,11 @@ AMP302_SOUND = [
     "def f(x):\n    x = x.half()\n    return x.clamp_min(+1e-8)\n",
     "def f(p):\n    p = p.half()\n    return p.clamp(min=1e-4, max=1 - 1e-4)\n",
     "EPS = 1e-6\ndef f(p):\n    p = p.half()\n    return torch.clamp(p, EPS, 1.0 - EPS)\n",
+    # a default eps used as a clamp's min (lucidrains' `log(t, eps=1e-20)` on an fp16 tensor)
+    "def log(t, eps=1e-20):\n    t = t.half()\n    return torch.log(t.clamp(min=eps))\n",
+    "def log(\n    t,\n    eps: float = 1e-20,\n):\n    return torch.log(t.half().clamp_min(eps))\n",
+    # the values of a (values, indices) reduction keep the dtype
+    "def f(y):\n    y = y.half()\n    return y / (y.abs().max(dim=-1, keepdim=True)[0] + 1e-9)\n",
 ]
 
 AMP302_SKIPPED = [
