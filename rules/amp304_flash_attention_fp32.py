@@ -43,10 +43,11 @@ class FlashAttentionFp32(Rule):
       `Attend`), with the flash-only setting as a related location;
     - flash attention (a `flash_attn` function, or SDPA forced as above) on
       inputs of no visible dtype, outside any autocast region its file shows,
-      in a project whose default run is fp32: no `.py` file of the project
-      fixes a low precision (an fp16/bf16/fp8 dtype or cast, torch's autocast,
-      a GradScaler, apex, DeepSpeed, a `*_dtype` variable, a framework
-      precision such as "16-mixed"), so low precision comes only from a
+      in a project whose default run is fp32: no file of the project (its
+      code, notebooks, launch scripts, configs and docs) fixes a low precision
+      (an fp16/bf16/fp8 dtype or cast, torch's autocast, a GradScaler, apex,
+      DeepSpeed, a `*_dtype` variable, a framework precision such as
+      "16-mixed", `--mixed_precision=fp16`), so low precision comes only from a
       run-time choice left off by default (accelerate's config or launch flag:
       `accelerator.autocast()` does nothing without one). Such a run hands the
       kernel the fp32 outputs of fp32 layers.

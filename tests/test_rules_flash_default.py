@@ -120,3 +120,13 @@ def test_fp32_default_words(tmp_path):
         (tmp_path / "b.py").write_text(text)
         texts._listings.clear()
         assert not fp32_default(str(quiet), str(tmp_path)), text
+    (tmp_path / "b.py").write_text("x = 1\n")
+    # launchers, configs and docs fix a precision too
+    for name, text in (("train.sh", "accelerate launch --mixed_precision=fp16 train.py\n"), ("conf.yaml", "trainer:\n  precision: 16\n"),
+                       ("ds.json", '{"bf16": {"enabled": "auto"}}\n'), ("README.md", "Train with `--fp16`.\n")):
+        texts._listings.clear()
+        assert fp32_default(str(quiet), str(tmp_path))
+        (tmp_path / name).write_text(text)
+        texts._listings.clear()
+        assert not fp32_default(str(quiet), str(tmp_path)), name
+        (tmp_path / name).unlink()

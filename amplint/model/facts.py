@@ -140,7 +140,8 @@ def fp32_script(filename: Optional[str], root: Optional[str] = None) -> bool:
 
 
 def fp32_default(filename: Optional[str], root: Optional[str] = None) -> bool:
-    """No `.py` file of the project `filename` belongs to fixes a low precision
+    """No file of the project `filename` belongs to (its code, notebooks, launch scripts,
+    configs and docs: `_FP32_DEFAULT_SUFFIXES`) fixes a low precision
     (`LOW_PRECISION_FIXED_WORDS`: an fp16/bf16 dtype, cast or spelling, torch's own autocast, a
     GradScaler, a dtype chosen by name or kept in a `*_dtype` variable, DeepSpeed, a framework
     precision such as "16-mixed"): the tensors of its default run are fp32, and only a run-time
@@ -156,7 +157,7 @@ def fp32_default(filename: Optional[str], root: Optional[str] = None) -> bool:
     base = project_root(filename, root)
     if base is None:
         return False
-    files = project_files(base, (".py",))
+    files = project_files(base, _FP32_DEFAULT_SUFFIXES)
     if len(files) >= _LISTING_LIMIT or os.path.abspath(filename) not in {os.path.abspath(f) for f in files}:
         return False
     for path in files:
@@ -164,6 +165,12 @@ def fp32_default(filename: Optional[str], root: Optional[str] = None) -> bool:
         if text is None or LOW_PRECISION_FIXED_WORDS.search(text):
             return False
     return True
+
+
+#: what `fp32_default` reads: code, notebooks, launchers (`accelerate launch --mixed_precision
+#: fp16`), configs a run reads (a DeepSpeed JSON, a Lightning/Hydra YAML: `precision: 16-mixed`),
+#: and docs (a README's documented launch command is the path users take)
+_FP32_DEFAULT_SUFFIXES = (".py", ".ipynb", ".sh", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".md", ".rst", ".txt")
 
 
 def _listing_limit() -> int:

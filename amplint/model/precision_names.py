@@ -89,7 +89,7 @@ FP16_WORDS = re.compile(
 LOW_PRECISION_FIXED_WORDS = re.compile(
     r"float16|fp8|float8|\.half\b|HalfTensor|\bhalf\b\s*[=:(]|[\"']half[\"']|--half|\bbf16|\bfp16|torch\.autocast|amp\.autocast|(?<![\w.])autocast\s*\(|GradScaler|"
     r"\bamp\b|apex|\w_dtype\b|dtype\s*=\s*(?:args|cfg|config|opt|opts|hparams)\.|\.type\(|deepspeed|16-mixed|16-true|"
-    r"precision\s*=\s*[\"']?16|set_default_dtype|getattr\(\s*torch\s*,",
+    r"precision\s*[=:]\s*[\"']?16|set_default_dtype|getattr\(\s*torch\s*,",
     re.M,
 )
 #: words that show a text may cast a module (its parameters and buffers) to fp16: an fp16 dtype
