@@ -141,9 +141,12 @@ class Fp16UnderflowingEpsilon(Rule):
     trainable), converted back (`model.float()`), or the optimizer gets only
     `requires_grad` parameters of a file that freezes some), on `fused=True`
     optimizers (they compute in fp32), on bf16 (1e-8 and 1e-12 are
-    representable, E02), and on tensors whose dtype is not visible (a
-    function's parameter is not followed to its callers: a helper such as
-    `def log(t, eps=1e-20)` is silent until its body shows `t` fp16). A finding
+    representable, E02), and on tensors whose dtype is not visible. A
+    function's parameter is read at its callers in the file: it is fp16 when
+    every call passes a visibly fp16 tensor (one level up: a caller's own
+    parameters are not followed) and the function is only called, never
+    handed on as a value (`map(log, mels)`, a callback), which other code
+    could call with anything; a helper no call in its file shows is silent. A finding
     that holds only because the project runs fp16 somewhere is dropped in a
     script or file no fp16 can reach, and in a vendored library copy no
     fp16-capable code outside it imports (as AMP301's).
@@ -298,9 +301,15 @@ def argmax_shift(y):
 
 def log(t, eps=1e-20):
     return torch.log(t.clamp(min=eps))
+
+def recon_loss(mel_basis, spec, target):
+    with autocast():
+        mel = torch.matmul(mel_basis, spec)
+    log_mel, log_target = map(log, (mel, target))
+    return (log_mel - log(target)).abs().mean()
 """,
             "the clamp of an fp32 copy; an eps rebound to one fp16 represents; max()'s indices are"
-            " integers; a parameter of no visible dtype",
+            " integers; a helper handed on as a value (`map(log, ...)`) and called with a tensor of no visible dtype",
         ),
     ]
 
@@ -331,6 +340,30 @@ def peak_normalize(y):
             line=4,
             count=2,
             why="the default eps=1e-20 clamps an fp16 matmul output (line 4); max()'s values keep y's fp16 (line 12)",
+        ),
+        Invalid(
+            """
+import torch
+from torch import nn
+from torch.cuda.amp import autocast
+
+def log(t, eps=1e-20):
+    return torch.log(t.clamp(min=eps))
+
+class Discriminator(nn.Module):
+    def preprocess(self, y):
+        y = y - y.mean(dim=-1, keepdim=True)
+        return 0.8 * y / (y.abs().max(dim=-1, keepdim=True)[0] + 1e-9)
+
+    def forward(self, wave, weight, spec, mel_basis):
+        with autocast():
+            fake = torch.tanh(torch.conv1d(wave, weight))
+            mel = torch.matmul(mel_basis, spec)
+            return self.preprocess(fake), log(mel)
+""",
+            line=5,
+            count=2,
+            why="each parameter is fp16 at every call in the file: `log`'s t (line 5) and `preprocess`'s y (line 11)",
         ),
         Invalid(
             """
@@ -785,15 +818,17 @@ def _fp16_tensor(
     statement: cst.CSTNode,
     region: Optional[AutocastRegion],
     depth: int = 0,
+    callers_read: bool = False,
 ) -> Optional[Tuple[bool, str]]:
-    """(certain, why) when `node` is visibly an fp16 tensor; None when not (or unknown)."""
+    """(certain, why) when `node` is visibly an fp16 tensor; None when not (or unknown). A
+    parameter is read at its callers in the file (`_from_callers`), once (`callers_read`)."""
     import libcst as cst
 
     from amplint.model import literal_number
 
     if node is None or depth > 12:
         return None
-    again = lambda n: _fp16_tensor(ctx, n, scope, order, statement, region, depth + 1)  # noqa: E731
+    again = lambda n: _fp16_tensor(ctx, n, scope, order, statement, region, depth + 1, callers_read)  # noqa: E731
     dtype = ctx.known_dtype(node, scope, order, statement)
     if dtype == "fp16":
         return True, "an fp16 tensor"
@@ -838,10 +873,56 @@ def _fp16_tensor(
             for a in ctx.assignments_to(node.value, scope)
             if a.scope is scope and a.order < order and not a.unpacked and a.statement is not statement
         ]
-        verdicts = [_fp16_tensor(ctx, a.value, scope, a.order, a.statement or a.node, a.region, depth + 1) for a in found[-4:]]
+        if not found and not callers_read and node.value in scope.params and not any(
+            a.scope is scope and a.order < order for a in ctx.assignments_to(node.value, scope)
+        ):
+            return _from_callers(ctx, scope, node.value, depth)
+        verdicts = [_fp16_tensor(ctx, a.value, scope, a.order, a.statement or a.node, a.region, depth + 1, callers_read) for a in found[-4:]]
         if len(found) <= 4 and verdicts and all(verdicts):  # every assignment so far binds fp16 (`p = p.clamp(...)`)
             return all(c for c, _ in verdicts), verdicts[-1][1]  # type: ignore[index]
     return None
+
+
+def _from_callers(ctx: ModuleContext, scope: Scope, name: str, depth: int) -> Optional[Tuple[bool, str]]:
+    """The parameter `name` of a function of this file is fp16 when it has callers in the file,
+    every one passes a tensor visibly fp16 where it is passed (read at the call: its region, its
+    scope's assignments; one level: a caller's own parameters are not followed further), and the
+    function is only called: its name is not handed on as a value (`map(log, ...)`, a callback),
+    which other code could call with anything. `gates.underflowing_eps_lines` keeps every line
+    naming the function, so an excerpt holds the same callers."""
+    import libcst as cst
+
+    from amplint.model import descendants
+
+    if scope.is_module or not isinstance(scope.node, cst.FunctionDef) or scope.name.startswith("__"):
+        return None
+    method = scope.cls is not None
+    if method and scope.params[:1] != ("self",):
+        return None
+    callers = [c for c in ctx.calls if ctx.callee(c) is scope]
+    if not callers or any(any(a.star for a in c.node.args) for c in callers):
+        return None
+    if method and any(c.receiver_dotted != "self" for c in callers):
+        return None
+    uses = 0
+    for n in descendants(ctx.module):
+        if isinstance(n, cst.Attribute) and n.attr.value == scope.name:
+            uses += 1 if method else 0  # `torch.log` is not the file's `log`
+        elif isinstance(n, cst.Name) and n.value == scope.name:
+            parent = ctx.parent(n)
+            if not (isinstance(parent, cst.Attribute) and parent.attr is n):
+                uses += 1
+    if uses != len(callers) + 1:  # the `def` and the calls only
+        return None
+    position = scope.params.index(name) - (1 if method else 0)
+    verdicts = []
+    for c in callers:
+        arg = c.arg(position, name)
+        verdict = _fp16_tensor(ctx, arg, c.scope, c.order, c.statement, c.region, depth + 1, callers_read=True) if arg is not None else None
+        if verdict is None:
+            return None
+        verdicts.append(verdict)
+    return all(certain for certain, _ in verdicts), f"{verdicts[0][1]} at every call of `{scope.name}`"
 
 
 #: reductions returning (values, indices): `[0]` / `.values` keep the input's dtype
