@@ -468,7 +468,7 @@ def underflowing_eps_lines(source: str) -> Optional[Set[int]]:
     sites = {row(start) for start in _tiny_literal_site_list(source)} | {
         source.count("\n", 0, at) + 1 for at in _absorbed_bound_sites(source)
     }
-    return sites | _naming_lines(source, _enclosing_functions(source, sites))
+    return sites | _naming_lines(source, _enclosing_functions(source, sites), row)
 
 
 _DEF_LINE = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)")
@@ -499,12 +499,13 @@ def _enclosing_functions(source: str, lines: Set[int]) -> Set[str]:
     return names
 
 
-def _naming_lines(source: str, names: Set[str]) -> Set[int]:
-    """The lines where any of `names` occurs as a word (a call, a use as a value)."""
+def _naming_lines(source: str, names: Set[str], row: "_Rows") -> Set[int]:
+    """The lines where any of `names` occurs as a word (a call, a use as a value); `row` maps
+    the byte offsets of `source`'s UTF-8 text to lines."""
     if not names:
         return set()
-    pattern = re.compile(r"\b(?:" + "|".join(re.escape(n) for n in sorted(names)) + r")\b")
-    return {source.count("\n", 0, m.start()) + 1 for m in pattern.finditer(source)}
+    pattern = re.compile(rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b")
+    return {row(m.start()) for m in pattern.finditer(row.data)}
 
 
 #: largest eps that fp16 absorbs next to 1: 1 + 2**-11 and 1 - 2**-12 round to 1.0
