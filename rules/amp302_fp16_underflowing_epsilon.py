@@ -569,7 +569,7 @@ optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters(
                 continue
             certain, why = verdict
             text = ctx.code_for(lit.node)
-            message = f"{name}={text} (the default) rounds to 0 in fp16 next to `{_short(ctx.code_for(tensor))}`, {why}"
+            message = f"default {_short(name, 12)}={text} is 0 in fp16 next to `{_short(ctx.code_for(tensor))}`, {why}"
             help = "Use an eps fp16 represents (>= 6.1e-5, e.g. 1e-4) as the default, or compute this in fp32"
             data = {"eps": lit.value, "optimizer_class": None, "snippet": ctx.code_for(site), "parameter": name}
             data.update(dtype="fp16", device=region.device if region is not None else None)
@@ -922,7 +922,7 @@ def _from_callers(ctx: ModuleContext, scope: Scope, name: str, depth: int) -> Op
         if verdict is None:
             return None
         verdicts.append(verdict)
-    return all(certain for certain, _ in verdicts), f"{verdicts[0][1]} at every call of `{scope.name}`"
+    return all(certain for certain, _ in verdicts), f"fp16 at every call of `{_short(scope.name, 18)}`"
 
 
 #: reductions returning (values, indices): `[0]` / `.values` keep the input's dtype
