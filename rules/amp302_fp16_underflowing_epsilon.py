@@ -75,6 +75,13 @@ class Fp16UnderflowingEpsilon(Rule):
     - `x + 1e-8`, `x / (y + 1e-12)`, `x.clamp(min=1e-8)` where the tensor is
       visibly fp16 (`.half()` / `.to(torch.float16)`), or is the output of a
       matmul/linear/conv inside an fp16 autocast region;
+    - the same where the tensor is the values of a reduction returning
+      (values, indices) of such a tensor (`y.abs().max(dim=-1)[0] + 1e-9`,
+      `.values`), which keep its dtype;
+    - an eps that is a parameter's default used as a clamp's min in the
+      function's body (`def log_mel(spec, fb, eps=1e-20): ...
+      mel.clamp(min=eps)`) on such a tensor (what every call that passes no
+      eps gets);
     - a clamp bound that is a constant expression whose eps fp16 rounds away:
       `p.clamp(min=1e-4, max=1 - 1e-4)`, `torch.clamp(p, EPS, 1 - EPS)` with a
       module constant `EPS = 1e-6`, on such a tensor. The expression is
@@ -134,7 +141,12 @@ class Fp16UnderflowingEpsilon(Rule):
     trainable), converted back (`model.float()`), or the optimizer gets only
     `requires_grad` parameters of a file that freezes some), on `fused=True`
     optimizers (they compute in fp32), on bf16 (1e-8 and 1e-12 are
-    representable, E02), and on tensors whose dtype is not visible. A finding
+    representable, E02), and on tensors whose dtype is not visible. A
+    function's parameter is read at its callers in the file: it is fp16 when
+    every call passes a visibly fp16 tensor (one level up: a caller's own
+    parameters are not followed) and the function is only called, never
+    handed on as a value (`map(log, mels)`, a callback), which other code
+    could call with anything; a helper no call in its file shows is silent. A finding
     that holds only because the project runs fp16 somewhere is dropped in a
     script or file no fp16 can reach, and in a vendored library copy no
     fp16-capable code outside it imports (as AMP301's).
@@ -268,6 +280,37 @@ head_optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, frozen.param
 """,
             "what the optimizer gets is fp32: peft adapters (rebound or wrapped in place), an fp32 head of a frozen model",
         ),
+        Valid(
+            """
+import torch
+from torch.cuda.amp import autocast
+
+def log_mel(spec, mel_basis, eps=1e-20):
+    with autocast():
+        mel = torch.matmul(mel_basis, spec)
+        return torch.log(mel.float().clamp(min=eps))
+
+def log_mel_fp16(spec, mel_basis, eps=1e-20):
+    eps = max(eps, 1e-4)
+    with autocast():
+        return torch.log(torch.matmul(mel_basis, spec).clamp(min=eps))
+
+def argmax_shift(y):
+    y = y.half()
+    return y.abs().max(dim=-1)[1] + 1e-9
+
+def log(t, eps=1e-20):
+    return torch.log(t.clamp(min=eps))
+
+def recon_loss(mel_basis, spec, target):
+    with autocast():
+        mel = torch.matmul(mel_basis, spec)
+    log_mel, log_target = map(log, (mel, target))
+    return (log_mel - log(target)).abs().mean()
+""",
+            "the clamp of an fp32 copy; an eps rebound to one fp16 represents; max()'s indices are"
+            " integers; a helper handed on as a value (`map(log, ...)`) and called with a tensor of no visible dtype",
+        ),
     ]
 
     INVALID = [
@@ -278,6 +321,49 @@ model = Net().cuda().half()
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 """,
             line=3,
+        ),
+        Invalid(
+            """
+import torch
+from torch.cuda.amp import autocast
+
+def log_mel(spec, mel_basis, eps=1e-20):
+    with autocast():
+        mel = torch.matmul(mel_basis, spec)
+        return torch.log(mel.clamp(min=eps))
+
+def peak_normalize(y):
+    y = y.half()
+    y = y - y.mean(dim=-1, keepdim=True)
+    return 0.8 * y / (y.abs().max(dim=-1, keepdim=True)[0] + 1e-9)
+""",
+            line=4,
+            count=2,
+            why="the default eps=1e-20 clamps an fp16 matmul output (line 4); max()'s values keep y's fp16 (line 12)",
+        ),
+        Invalid(
+            """
+import torch
+from torch import nn
+from torch.cuda.amp import autocast
+
+def log(t, eps=1e-20):
+    return torch.log(t.clamp(min=eps))
+
+class Discriminator(nn.Module):
+    def preprocess(self, y):
+        y = y - y.mean(dim=-1, keepdim=True)
+        return 0.8 * y / (y.abs().max(dim=-1, keepdim=True)[0] + 1e-9)
+
+    def forward(self, wave, weight, spec, mel_basis):
+        with autocast():
+            fake = torch.tanh(torch.conv1d(wave, weight))
+            mel = torch.matmul(mel_basis, spec)
+            return self.preprocess(fake), log(mel)
+""",
+            line=5,
+            count=2,
+            why="each parameter is fp16 at every call in the file: `log`'s t (line 5) and `preprocess`'s y (line 11)",
         ),
         Invalid(
             """
@@ -374,6 +460,9 @@ optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters(
         for lit in ctx.literals:
             if not 0 < abs(lit.value) < FP16_FLUSH_TO_ZERO:
                 continue
+            if lit.call is None and _param_default(lit) is not None:
+                yield from self._default_eps(ctx, lit)
+                continue
             if lit.call is None or lit.call.method in _CLAMPS:
                 d = self._arithmetic(ctx, lit)
                 if d is not None:
@@ -463,6 +552,31 @@ optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters(
         return ctx.diagnostic(self, lit.node, message, data=data, condition=None if certain else FP16, help=help)
 
 
+    def _default_eps(self, ctx: ModuleContext, lit: LiteralInfo) -> Iterator[Diagnostic]:
+        """`def log(t, eps=1e-20): return torch.log(t.clamp(min=eps))`: the eps a parameter's
+        default, used unchanged as the min of a clamp of a tensor the body shows is fp16 (what
+        every call that passes no eps gets, in any file). Silent when the body rebinds it."""
+        name = _param_default(lit)
+        scope = lit.scope
+        if name is None or scope.is_module or ctx.assignments_to(name, scope):
+            return
+        for tensor, site, call in _eps_uses(ctx, scope, name):
+            region = call.region
+            if region is not None and (region.enabled is False or region.dtype == "bf16"):
+                continue
+            verdict = _fp16_tensor(ctx, tensor, scope, call.order, call.statement, region)
+            if verdict is None:
+                continue
+            certain, why = verdict
+            text = ctx.code_for(lit.node)
+            message = f"default {_short(name, 12)}={text} is 0 in fp16 next to `{_short(ctx.code_for(tensor))}`, {why}"
+            help = "Use an eps fp16 represents (>= 6.1e-5, e.g. 1e-4) as the default, or compute this in fp32"
+            data = {"eps": lit.value, "optimizer_class": None, "snippet": ctx.code_for(site), "parameter": name}
+            data.update(dtype="fp16", device=region.device if region is not None else None)
+            yield ctx.diagnostic(self, lit.node, message, data=data, condition=None if certain else FP16, help=help,
+                                 related=(ctx.related(site, "used here"),))
+            return
+
     # ------------------------------------------------------------ clamp bounds
 
     def _absorbed_bounds(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -491,6 +605,29 @@ optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters(
                         "rounds_to": rounded, "bound": side, "why": why}
                 data.update(dtype="fp16", device=region.device if region is not None else None)
                 yield ctx.diagnostic(self, node, message, data=data, condition=None if certain else FP16, help=help)
+
+
+def _param_default(lit: LiteralInfo) -> Optional[str]:
+    """The parameter whose default `lit` is (`def f(t, eps=1e-8)`), if it is one."""
+    import libcst as cst
+
+    param = lit.parents[0] if lit.parents else None
+    if isinstance(param, cst.Param) and param.default is lit.node:
+        return param.name.value
+    return None
+
+
+def _eps_uses(ctx: ModuleContext, scope: "Scope", name: str) -> Iterator[Tuple["cst.BaseExpression", "cst.CSTNode", "CallInfo"]]:
+    """(tensor, site, call) where the name `name` is a clamp's min (`t.clamp(min=eps)`,
+    `t.clamp_min(eps)`) in `scope`'s own body. Only clamps: the file gate passes a default
+    eps in a file that clamps (`gates.underflowing_eps_site`), not every `eps=1e-12` keyword."""
+    import libcst as cst
+
+    for call in ctx.calls:
+        if call.scope is scope and call.method in _CLAMPS and not call.qualnames and call.receiver is not None:
+            bound = call.arg(0, "min")
+            if isinstance(bound, cst.Name) and bound.value == name:
+                yield call.receiver, call.node, call
 
 
 def _clamp_calls(ctx: ModuleContext) -> Iterator[Tuple["CallInfo", "cst.BaseExpression", List[Tuple[str, "cst.BaseExpression"]]]]:
@@ -681,15 +818,17 @@ def _fp16_tensor(
     statement: cst.CSTNode,
     region: Optional[AutocastRegion],
     depth: int = 0,
+    callers_read: bool = False,
 ) -> Optional[Tuple[bool, str]]:
-    """(certain, why) when `node` is visibly an fp16 tensor; None when not (or unknown)."""
+    """(certain, why) when `node` is visibly an fp16 tensor; None when not (or unknown). A
+    parameter is read at its callers in the file (`_from_callers`), once (`callers_read`)."""
     import libcst as cst
 
     from amplint.model import literal_number
 
     if node is None or depth > 12:
         return None
-    again = lambda n: _fp16_tensor(ctx, n, scope, order, statement, region, depth + 1)  # noqa: E731
+    again = lambda n: _fp16_tensor(ctx, n, scope, order, statement, region, depth + 1, callers_read)  # noqa: E731
     dtype = ctx.known_dtype(node, scope, order, statement)
     if dtype == "fp16":
         return True, "an fp16 tensor"
@@ -716,18 +855,78 @@ def _fp16_tensor(
         if any(q.rsplit(".", 1)[-1] in keeps and q.rsplit(".", 1)[0] in _FUNCTION_MODULES for q in qualnames):
             return again(node.args[0].value) if node.args and node.args[0].keyword is None else None
         return None
+    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Attribute):
+        # `x.max(dim=-1)[0]`: the values of a reduction returning (values, indices) keep x's dtype
+        if node.value.func.attr.value in _VALUES_INDICES and not ctx.qualnames(node.value.func):
+            index = node.slice[0].slice if len(node.slice) == 1 else None
+            if isinstance(index, cst.Index) and literal_number(index.value) == 0:
+                return again(node.value.func.value)
+        return None
+    if isinstance(node, cst.Attribute) and node.attr.value == "values" and isinstance(node.value, cst.Call):
+        func = node.value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _VALUES_INDICES and not ctx.qualnames(func):
+            return again(func.value)
+        return None
     if isinstance(node, cst.Name):
         found = [
             a
             for a in ctx.assignments_to(node.value, scope)
             if a.scope is scope and a.order < order and not a.unpacked and a.statement is not statement
         ]
-        verdicts = [_fp16_tensor(ctx, a.value, scope, a.order, a.statement or a.node, a.region, depth + 1) for a in found[-4:]]
+        if not found and not callers_read and node.value in scope.params and not any(
+            a.scope is scope and a.order < order for a in ctx.assignments_to(node.value, scope)
+        ):
+            return _from_callers(ctx, scope, node.value, depth)
+        verdicts = [_fp16_tensor(ctx, a.value, scope, a.order, a.statement or a.node, a.region, depth + 1, callers_read) for a in found[-4:]]
         if len(found) <= 4 and verdicts and all(verdicts):  # every assignment so far binds fp16 (`p = p.clamp(...)`)
             return all(c for c, _ in verdicts), verdicts[-1][1]  # type: ignore[index]
     return None
 
 
+def _from_callers(ctx: ModuleContext, scope: Scope, name: str, depth: int) -> Optional[Tuple[bool, str]]:
+    """The parameter `name` of a function of this file is fp16 when it has callers in the file,
+    every one passes a tensor visibly fp16 where it is passed (read at the call: its region, its
+    scope's assignments; one level: a caller's own parameters are not followed further), and the
+    function is only called: its name is not handed on as a value (`map(log, ...)`, a callback),
+    which other code could call with anything. `gates.underflowing_eps_lines` keeps every line
+    naming the function, so an excerpt holds the same callers."""
+    import libcst as cst
+
+    from amplint.model import descendants
+
+    if scope.is_module or not isinstance(scope.node, cst.FunctionDef) or scope.name.startswith("__"):
+        return None
+    method = scope.cls is not None
+    if method and scope.params[:1] != ("self",):
+        return None
+    callers = [c for c in ctx.calls if ctx.callee(c) is scope]
+    if not callers or any(any(a.star for a in c.node.args) for c in callers):
+        return None
+    if method and any(c.receiver_dotted != "self" for c in callers):
+        return None
+    uses = 0
+    for n in descendants(ctx.module):
+        if isinstance(n, cst.Attribute) and n.attr.value == scope.name:
+            uses += 1 if method else 0  # `torch.log` is not the file's `log`
+        elif isinstance(n, cst.Name) and n.value == scope.name:
+            parent = ctx.parent(n)
+            if not (isinstance(parent, cst.Attribute) and parent.attr is n):
+                uses += 1
+    if uses != len(callers) + 1:  # the `def` and the calls only
+        return None
+    position = scope.params.index(name) - (1 if method else 0)
+    verdicts = []
+    for c in callers:
+        arg = c.arg(position, name)
+        verdict = _fp16_tensor(ctx, arg, c.scope, c.order, c.statement, c.region, depth + 1, callers_read=True) if arg is not None else None
+        if verdict is None:
+            return None
+        verdicts.append(verdict)
+    return all(certain for certain, _ in verdicts), f"fp16 at every call of `{_short(scope.name, 18)}`"
+
+
+#: reductions returning (values, indices): `[0]` / `.values` keep the input's dtype
+_VALUES_INDICES = frozenset({"max", "min", "topk", "sort", "kthvalue", "median", "mode", "cummax", "cummin"})
 def _lowp_output(ctx: ModuleContext, node: cst.BaseExpression) -> bool:
     import libcst as cst
 

@@ -1,11 +1,14 @@
 """AMP304 flash-attention-fp32."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amplint.model import CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, dotted_name
+from amplint.model import (
+    FP32_DEFAULT, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Severity, Valid, dotted_name, literal_bool,
+    literal_string,
+)
 
 #: the flash-attn package's entry points (FlashAttention 2 and 3): fp16/bf16 only
 _FLASH_FUNCTIONS = frozenset(
@@ -31,6 +34,23 @@ class FlashAttentionFp32(Rule):
     `with sdpa_kernel(SDPBackend.FLASH_ATTENTION)` (or the legacy
     `sdp_kernel(enable_flash=True, enable_math=False, enable_mem_efficient=False)`)
     and outside an enabled autocast region (an eval or sampling path).
+
+    Also, as warnings:
+    - SDPA restricted to the flash kernel by a settings object chosen at run
+      time: `sdp_kernel(**config._asdict())` where `config` may be a
+      `namedtuple` of the legacy switches (or a dict of them) built flash-only
+      in the file (`Config(True, False, False)` on an A100, lucidrains'
+      `Attend`), with the flash-only setting as a related location;
+    - flash attention (a `flash_attn` function, or SDPA forced as above) on
+      inputs of no visible dtype, outside any autocast region its file shows,
+      in a project whose default run is fp32: no file of the project (its
+      code, notebooks, launch scripts, configs and docs) fixes a low precision
+      (an fp16/bf16/fp8 dtype or cast, torch's autocast, a GradScaler, apex,
+      DeepSpeed, a `*_dtype` variable, a framework precision such as
+      "16-mixed", `--mixed_precision=fp16`), so low precision comes only from a
+      run-time choice left off by default (accelerate's config or launch flag:
+      `accelerator.autocast()` does nothing without one). Such a run hands the
+      kernel the fp32 outputs of fp32 layers.
 
     ## Why is this bad?
     The flash kernels take only fp16 and bf16. flash-attn raises `RuntimeError:
@@ -58,11 +78,16 @@ class FlashAttentionFp32(Rule):
     memory-efficient or math kernel for fp32.
 
     ## Notes
-    Only a dtype the code shows counts: tensors whose dtype comes from the
-    model's weights (an fp16 or fp32 model chosen at run time) are not
-    followed. SDPA inside an enabled CUDA autocast region is cast to fp16/bf16
-    by autocast and is fine; a backend list that includes the
-    memory-efficient or math kernel is a fallback, not a force.
+    Only a dtype the code shows counts, or the default run of a project that
+    fixes no low precision anywhere: tensors whose dtype comes from the
+    model's weights in a project that can cast them, or run them under an
+    fp16/bf16 autocast it writes down, are not followed (a word in a comment
+    counts as written down: the check reads text and stays silent when in
+    doubt). SDPA inside an enabled CUDA autocast region is cast to fp16/bf16
+    by autocast and is fine; a backend list, or a settings object, that
+    includes the memory-efficient or math kernel is a fallback, not a force.
+    `precision = "fp16"` or `"bf16"` in the configuration turns the
+    default-run warnings off.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP304` (docs/evidence.md#amp304)
@@ -83,7 +108,9 @@ class FlashAttentionFp32(Rule):
         "flash_attn_with_kvcache", "sdpa_kernel", "sdp_kernel",
     )
     #: fp32 evidence: a cast (`.float()`, `torch.float32`) or a factory that makes fp32 by default
-    requires = (("float", "randn", "rand(", "zeros", "ones", "empty", "full(", "arange", "tensor("),)
+    #: ... or a kernel setting, which on a project's default fp32 run needs none (`FP32_DEFAULT`)
+    requires = (("float", "randn", "rand(", "zeros", "ones", "empty", "full(", "arange", "tensor(", "sdp_kernel", "sdpa_kernel",
+                 "flash_attn"),)
     #: the call or the import naming a flash-attn function, or a `with` forcing SDPA onto the flash
     #: or cuDNN kernel (not a name in prose: transformers' docstrings and comments, nor
     #: `sdpa_kernel(SDPBackend.MATH)`, which parsed eight of its files for nothing)
@@ -130,6 +157,25 @@ out = flash_attn_func(q, q, q)
 """,
             "bf16 inputs",
         ),
+        Valid(
+            """
+from collections import namedtuple
+import torch
+import torch.nn.functional as F
+
+Config = namedtuple("Config", ["enable_flash", "enable_math", "enable_mem_efficient"])
+
+class Attend(torch.nn.Module):
+    def __init__(self, a100):
+        super().__init__()
+        self.cuda_config = Config(True, True, False) if a100 else Config(False, True, True)
+
+    def forward(self, q, k, v):
+        with torch.backends.cuda.sdp_kernel(**self.cuda_config._asdict()):
+            return F.scaled_dot_product_attention(q.float(), k, v)
+""",
+            "every setting the object can hold keeps the math kernel: a fallback for fp32",
+        ),
     ]
 
     INVALID = [
@@ -174,6 +220,8 @@ with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable
             found = _fp32_input(ctx, call, 3)
             if found is not None:
                 yield self._diagnostic(ctx, call, found, "flash-attn")
+            elif call.region is None and not _low_precision_input(ctx, call, 3):
+                yield self._default_run(ctx, call, "flash-attn", None)
         forced = None
         for call in ctx.calls_to(*_SDPA):
             if forced is None:
@@ -182,13 +230,34 @@ with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable
                 return
             if call.region is not None and call.region.enabled is not False and call.region.dtype != "fp32":
                 continue  # autocast casts SDPA's inputs
-            if not any(_inside(ctx, call.node, w) for w in forced):
+            around = next(((w, settings) for w, settings in forced if _inside(ctx, call.node, w)), None)
+            if around is None:
                 continue
             found = _fp32_input(ctx, call, 3)
             if found is not None:
-                yield self._diagnostic(ctx, call, found, "sdpa")
+                yield self._diagnostic(ctx, call, found, "sdpa", settings=around[1])
+            elif call.region is None and not _low_precision_input(ctx, call, 3):
+                yield self._default_run(ctx, call, "sdpa", around[1])
 
-    def _diagnostic(self, ctx: ModuleContext, call: CallInfo, arg: cst.BaseExpression, kind: str) -> Diagnostic:
+    def _default_run(self, ctx: ModuleContext, call: CallInfo, kind: str, settings: Optional[cst.BaseExpression]) -> Diagnostic:
+        """Inputs of no visible dtype, outside any autocast its file shows, in a project that fixes
+        no low precision anywhere (`FP32_DEFAULT`): on the default run they are fp32."""
+        spelled = call.dotted or "flash_attn_func"
+        if kind == "flash-attn":
+            message = f"`{spelled}` on the project's default fp32 run: FlashAttention takes only fp16/bf16"
+            help = f"Cast the inputs to bf16 or fp16 before `{spelled}` (and the output back), or fall back to SDPA in fp32"
+        else:
+            forced = "forced to the flash kernel" if settings is None else "restricted to the flash kernel (on some runs)"
+            message = f"`{spelled}` {forced}, and the project's default run is fp32: no kernel runs fp32"
+            help = "Keep a fallback (enable_math / SDPBackend.MATH or EFFICIENT_ATTENTION) for fp32, or cast the inputs to bf16"
+        data = {"kernel": kind, "dtype": "fp32", "argument": None, "default_run": True}
+        related = (ctx.related(settings, "flash-only setting"),) if settings is not None else ()
+        return ctx.diagnostic(self, call.node, message, data=data, help=help, severity=Severity.WARNING, condition=FP32_DEFAULT,
+                              related=related)
+
+    def _diagnostic(
+        self, ctx: ModuleContext, call: CallInfo, arg: cst.BaseExpression, kind: str, settings: Optional[cst.BaseExpression] = None
+    ) -> Diagnostic:
         spelled = call.dotted or "flash_attn_func"
         name = dotted_name(arg) or ctx.code_for(arg)
         if kind == "flash-attn":
@@ -198,7 +267,11 @@ with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable
             message = f"`{spelled}` forced to the flash kernel with float32 `{name}`: no kernel runs fp32"
             help = "Let SDPA fall back (add SDPBackend.MATH or EFFICIENT_ATTENTION), or cast the inputs to bf16"
         data = {"kernel": kind, "dtype": "fp32", "argument": name}
-        return ctx.diagnostic(self, call.node, message, data=data, help=help)
+        if settings is None:
+            return ctx.diagnostic(self, call.node, message, data=data, help=help)
+        # the flash-only setting is one of several chosen at run time (a GPU check, a flag)
+        related = (ctx.related(settings, "flash-only setting"),)
+        return ctx.diagnostic(self, call.node, message, data=data, help=help, severity=Severity.WARNING, related=related)
 
 
 def _fp32_input(ctx: ModuleContext, call: CallInfo, count: int) -> Optional[cst.BaseExpression]:
@@ -210,18 +283,134 @@ def _fp32_input(ctx: ModuleContext, call: CallInfo, count: int) -> Optional[cst.
     return None
 
 
-def _forced_regions(ctx: ModuleContext) -> List[cst.With]:
-    """The `with` statements forcing SDPA onto fp16/bf16-only kernels."""
-    out: List[cst.With] = []
+def _low_precision_input(ctx: ModuleContext, call: CallInfo, count: int) -> bool:
+    """Some of the call's first `count` inputs is visibly fp16/bf16 (or of another known dtype)."""
+    inputs = [a.value for a in call.node.args if a.keyword is None and not a.star][:count]
+    return any(
+        ctx.known_dtype(arg, call.scope, call.order, call.statement, path=call.path) not in (None, "fp32") for arg in inputs
+    )
+
+
+def _forced_regions(ctx: ModuleContext) -> List[Tuple[cst.With, Optional[cst.BaseExpression]]]:
+    """The `with` statements forcing SDPA onto fp16/bf16-only kernels, each with None when it
+    always does, else the flash-only settings value a settings object chosen at run time may be."""
+    out: List[Tuple[cst.With, Optional[cst.BaseExpression]]] = []
     for call in ctx.calls_to(*_SDPA_KERNEL, *_LEGACY_KERNEL):
         statement = call.statement
         if not isinstance(statement, cst.With) or not any(item.item is call.node for item in statement.items):
             continue
         if call.calls_any(_SDPA_KERNEL) and _only_half_backends(ctx, call):
-            out.append(statement)
-        elif call.calls_any(_LEGACY_KERNEL) and _legacy_flash_only(call):
-            out.append(statement)
+            out.append((statement, None))
+        elif call.calls_any(_LEGACY_KERNEL):
+            if _legacy_flash_only(call):
+                out.append((statement, None))
+            else:
+                settings = _settings_flash_only(ctx, call)
+                if settings is not None:
+                    out.append((statement, settings))
     return out
+
+
+_LEGACY_FIELDS = ("enable_flash", "enable_math", "enable_mem_efficient")
+
+
+def _settings_flash_only(ctx: ModuleContext, call: CallInfo) -> Optional[cst.BaseExpression]:
+    """`sdp_kernel(**config._asdict())` / `sdp_kernel(**config)` where some value `config` can
+    have in this file is flash-only: `config = self.cuda_config if is_cuda else self.cpu_config`
+    and `self.cuda_config = Config(True, False, False)` of a `namedtuple("Config", ["enable_flash",
+    "enable_math", "enable_mem_efficient"])` (lucidrains' `Attend`: flash only on an A100), or a
+    dict of those keys. A value that cannot be read is not flash-only. Returns the flash-only value."""
+    stars = [a.value for a in call.node.args if a.star == "**"]
+    if len(stars) != 1 or len(call.node.args) != 1:
+        return None
+    value = stars[0]
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "_asdict" and not value.args:
+        value = value.func.value
+    tuples = _namedtuples(ctx)
+    for candidate in _candidates(ctx, value, call, 0):
+        settings = _settings(candidate, tuples)
+        if settings is None:
+            continue
+        flash, math, efficient = (settings.get(f) for f in _LEGACY_FIELDS)
+        if flash is not False and math is False and efficient is False:
+            return candidate
+    return None
+
+
+def _candidates(ctx: ModuleContext, node: cst.BaseExpression, call: CallInfo, depth: int) -> Iterator[cst.BaseExpression]:
+    """The expressions `node` may stand for at `call`: both arms of a conditional expression, the
+    values a local name is assigned before `call`, or an attribute of `self` is assigned anywhere
+    in the class."""
+    if depth > 4:
+        return
+    if isinstance(node, cst.IfExp):
+        yield from _candidates(ctx, node.body, call, depth + 1)
+        yield from _candidates(ctx, node.orelse, call, depth + 1)
+        return
+    spelled = dotted_name(node)
+    if spelled is None:
+        yield node
+        return
+    if spelled.startswith("self.") and spelled.count(".") == 1:
+        owner = call.scope.cls
+        found = [a for a in ctx.assignments_to(spelled) if owner is not None and a.scope.cls is owner and not a.unpacked]
+    elif "." not in spelled:
+        found = ctx.assigned_before(spelled, call)
+    else:
+        found = []
+    for a in found:
+        yield from _candidates(ctx, a.value, call, depth + 1)
+
+
+def _namedtuples(ctx: ModuleContext) -> Dict[str, Tuple[str, ...]]:
+    """Module-level `Name = namedtuple("Name", [fields])` of the file: name -> fields."""
+    out: Dict[str, Tuple[str, ...]] = {}
+    for a in ctx.assignments:
+        value = a.value
+        if not a.scope.is_module or a.unpacked or "." in a.target or not isinstance(value, cst.Call) or len(value.args) < 2:
+            continue
+        if "collections.namedtuple" not in ctx.qualnames(value.func):
+            continue
+        fields_node = value.args[1].value
+        if isinstance(fields_node, (cst.List, cst.Tuple)):
+            names = [literal_string(e.value) for e in fields_node.elements]
+        else:
+            text = literal_string(fields_node)
+            names = list(text.replace(",", " ").split()) if text is not None else [None]
+        if names and all(isinstance(n, str) for n in names):
+            out[a.target] = tuple(n for n in names if n is not None)
+    return out
+
+
+def _settings(node: cst.BaseExpression, tuples: Dict[str, Tuple[str, ...]]) -> Optional[Dict[str, Optional[bool]]]:
+    """The legacy backend switches a value spells: a call of a file's namedtuple or `dict(...)`,
+    or a dict display, of literal booleans (a switch left out is its default, True)."""
+    values: Dict[str, Optional[bool]] = {}
+    if isinstance(node, cst.Call):
+        name = dotted_name(node.func)
+        fields = tuples.get(name or "", ()) if name != "dict" else ()
+        if name != "dict" and not fields:
+            return None
+        for i, arg in enumerate(node.args):
+            if arg.star:
+                return None
+            key = arg.keyword.value if arg.keyword is not None else (fields[i] if i < len(fields) else None)
+            if key is None:
+                return None
+            values[key] = literal_bool(arg.value)
+    elif isinstance(node, cst.Dict):
+        for element in node.elements:
+            if not isinstance(element, cst.DictElement):
+                return None
+            key = literal_string(element.key)
+            if key is None:
+                return None
+            values[key] = literal_bool(element.value)
+    else:
+        return None
+    if not set(values) <= set(_LEGACY_FIELDS) | {"enable_cudnn"} or None in values.values():
+        return None
+    return {f: values.get(f, True) for f in _LEGACY_FIELDS}
 
 
 def _only_half_backends(ctx: ModuleContext, call: CallInfo) -> bool:

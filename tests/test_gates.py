@@ -110,6 +110,17 @@ AMP302_SOUND = [
     "def f(x):\n    x = x.half()\n    return x.clamp_min(+1e-8)\n",
     "def f(p):\n    p = p.half()\n    return p.clamp(min=1e-4, max=1 - 1e-4)\n",
     "EPS = 1e-6\ndef f(p):\n    p = p.half()\n    return torch.clamp(p, EPS, 1.0 - EPS)\n",
+    # a default eps used as a clamp's min (lucidrains' `log(t, eps=1e-20)` on an fp16 tensor)
+    "def log(t, eps=1e-20):\n    t = t.half()\n    return torch.log(t.clamp(min=eps))\n",
+    "def log(\n    t,\n    eps: float = 1e-20,\n):\n    return torch.log(t.half().clamp_min(eps))\n",
+    # the values of a (values, indices) reduction keep the dtype
+    "def f(y):\n    y = y.half()\n    return y / (y.abs().max(dim=-1, keepdim=True)[0] + 1e-9)\n",
+    # a parameter read at the file's callers, each in a definition of its own (an excerpt keeps them)
+    "def log(t, eps=1e-20):\n    return torch.log(t.clamp(min=eps))\n\n\ndef _unrelated_a(z):\n    return z\n\n\n"
+    "def loss(spec, fb):\n    with torch.autocast('cuda'):\n        return log(torch.matmul(spec, fb)).mean()\n",
+    "class Disc(torch.nn.Module):\n    def preprocess(self, y):\n        y = y - y.mean(dim=-1, keepdim=True)\n"
+    "        return y / (y.abs().max(dim=-1, keepdim=True)[0] + 1e-9)\n\n    def other(self):\n        return 1\n\n"
+    "    def forward(self, x):\n        return self.preprocess(x.half())\n",
 ]
 
 AMP302_SKIPPED = [
@@ -186,6 +197,14 @@ CLASS_FAMILY_TEXTS = {
         "from torch import autocast as ac\n\n\ndef unrelated(y):\n    return y\n\n\n"
         "def train(model, x):\n    with ac('cuda', dtype=torch.float16):\n        loss = model(x)\n        loss.backward()\n"
         "        h = torch.nn.functional.linear(x, w)\n        with ac('cuda', enabled=False):\n            return h @ w\n"
+    ),
+    # AMP302 reads a parameter at the file's callers only when the function is never handed on as a
+    # value: the `map(log, ...)` in a definition far away must be in the excerpt too
+    "helper-as-value.py": HEAD + (
+        "def log(t, eps=1e-20):\n    return torch.log(t.clamp(min=eps))\n\n\n"
+        "def loss(spec, fb):\n    with torch.autocast('cuda'):\n        return log(torch.matmul(spec, fb)).mean()\n\n\n"
+        "def _unrelated_b(z):\n    return z\n\n\n"
+        "def both(a, b):\n    return list(map(log, (a, b)))\n"
     ),
     # autocast only named in an error message: the class is not kept whole for it
     "message-mention.py": HEAD + (

@@ -465,9 +465,47 @@ def underflowing_eps_lines(source: str) -> Optional[Set[int]]:
     if _constructs_eps_optimizer(data):
         return None
     row = _Rows(data)
-    return {row(start) for start in _tiny_literal_site_list(source)} | {
+    sites = {row(start) for start in _tiny_literal_site_list(source)} | {
         source.count("\n", 0, at) + 1 for at in _absorbed_bound_sites(source)
     }
+    return sites | _naming_lines(source, _enclosing_functions(source, sites), row)
+
+
+_DEF_LINE = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)")
+
+
+def _enclosing_functions(source: str, lines: Set[int]) -> Set[str]:
+    """The names of the `def`s holding `lines` (innermost, read off the indentation): AMP302
+    reads a parameter's dtype at the function's callers in the file."""
+    rows = source.split("\n")
+    names: Set[str] = set()
+    for line in lines:
+        if not 1 <= line <= len(rows):
+            continue
+        text = rows[line - 1]
+        indent = len(text) - len(text.lstrip(" \t"))
+        m = _DEF_LINE.match(text)
+        if m is not None:  # the site is in the def's own header (a default eps)
+            names.add(m.group(2))
+            continue
+        for i in range(line - 2, -1, -1):
+            m = _DEF_LINE.match(rows[i])
+            if m is not None and len(m.group(1)) < indent:
+                names.add(m.group(2))
+                break
+            stripped = rows[i].lstrip(" \t")
+            if stripped and not stripped.startswith("#"):
+                indent = min(indent, len(rows[i]) - len(stripped)) if stripped[:1] not in (")", "]", "}") else indent
+    return names
+
+
+def _naming_lines(source: str, names: Set[str], row: "_Rows") -> Set[int]:
+    """The lines where any of `names` occurs as a word (a call, a use as a value); `row` maps
+    the byte offsets of `source`'s UTF-8 text to lines."""
+    if not names:
+        return set()
+    pattern = re.compile(rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b")
+    return {row(m.start()) for m in pattern.finditer(row.data)}
 
 
 #: largest eps that fp16 absorbs next to 1: 1 + 2**-11 and 1 - 2**-12 round to 1.0

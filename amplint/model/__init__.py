@@ -177,6 +177,7 @@ _EXPORTS = {
     "condition_holds": ".facts",
     "FileFacts": ".facts",
     "FP16": ".facts",
+    "FP32_DEFAULT": ".facts",
     "KERNEL_FP32": ".facts",
     "KERNEL_NOT_MIXED": ".facts",
     "MODULES_CAST": ".facts",

@@ -33,6 +33,11 @@ AUTOCAST_REACHED = "autocast-reached"
 #: disk the diagnostic's own file is the project, and the rule attaches it only where that file
 #: shows none
 RESUMED = "resumed"
+#: the diagnostic holds if the project's default run is fp32: no file of the project fixes a low
+#: precision anywhere (`fp32_default`), so low precision comes only from a run-time choice left off
+#: by default (accelerate's config, a launcher flag). Not read from the facts (it holds while they
+#: are off, and facts only ever turn on): from the project's text, when conditions are resolved
+FP32_DEFAULT = "fp32-default"
 
 #: folders whose files are run, not imported by users (relative to the project root)
 _NOT_LIBRARY_DIRS = frozenset(("tests", "test", "testing", "examples", "example", "scripts", "benchmarks", "docs"))
@@ -137,6 +142,49 @@ def fp32_script(filename: Optional[str], root: Optional[str] = None) -> bool:
         if LOW_PRECISION_WORDS.search(other):
             return False  # an importer that may run low precision keeps the finding
     return True
+
+
+def fp32_default(filename: Optional[str], root: Optional[str] = None) -> bool:
+    """No file of the project `filename` belongs to (its code, notebooks, launch scripts,
+    configs and docs: `_FP32_DEFAULT_SUFFIXES`) fixes a low precision
+    (`LOW_PRECISION_FIXED_WORDS`: an fp16/bf16 dtype, cast or spelling, torch's own autocast, a
+    GradScaler, a dtype chosen by name or kept in a `*_dtype` variable, DeepSpeed, a framework
+    precision such as "16-mixed"): the tensors of its default run are fp32, and only a run-time
+    choice nobody wrote down (accelerate's config or launch flag: `accelerator.autocast()` is
+    off by default) makes them fp16/bf16. lucidrains/audiolm-pytorch's `Attend`, which forces SDPA
+    onto the flash kernel on an A100 while the trainer's precision is the user's accelerate
+    config. A listing at its limit, or a file that cannot be read, is not known: False."""
+    from .precision_names import LOW_PRECISION_FIXED_WORDS
+    from .texts import project_files, project_root, read_text
+
+    if not filename or not filename.endswith(".py"):
+        return False
+    base = project_root(filename, root)
+    if base is None:
+        return False
+    files = project_files(base, _FP32_DEFAULT_SUFFIXES)
+    if len(files) >= _LISTING_LIMIT or os.path.abspath(filename) not in {os.path.abspath(f) for f in files}:
+        return False
+    for path in files:
+        text = read_text(path)
+        if text is None or LOW_PRECISION_FIXED_WORDS.search(text):
+            return False
+    return True
+
+
+#: what `fp32_default` reads: code, notebooks, launchers (`accelerate launch --mixed_precision
+#: fp16`), configs a run reads (a DeepSpeed JSON, a Lightning/Hydra YAML: `precision: 16-mixed`),
+#: and docs (a README's documented launch command is the path users take)
+_FP32_DEFAULT_SUFFIXES = (".py", ".ipynb", ".sh", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".md", ".rst", ".txt")
+
+
+def _listing_limit() -> int:
+    from .texts import _MAX_FILES
+
+    return _MAX_FILES
+
+
+_LISTING_LIMIT = _listing_limit()
 
 
 #: how many rounds of importers `fp16_unreachable` follows up from the file
@@ -388,6 +436,10 @@ def condition_holds(
         return filename is None or not _unreached(filename, root, precision)
     if condition == RESUMED:
         return filename is not None and project_resumes(filename, root)
+    if condition == FP32_DEFAULT:
+        if precision in ("fp16", "bf16"):
+            return False
+        return filename is None or fp32_default(filename, root)
     if condition == AUTOCAST_OR_LIBRARY:
         if _library_code(facts, precision, filename, root):
             return True

@@ -80,6 +80,18 @@ FP16_WORDS = re.compile(
     r"(?<![bB])float16|half|fp16|autocast|GradScaler|mixed_precision|\bamp\b|16-mixed|precision\s*=\s*16|getattr\(\s*torch\s*,",
     re.M,
 )
+#: words that show a text fixes a low precision somewhere (fp16 or bf16; `model/facts.fp32_default`):
+#: an fp16/bf16 (or fp8) dtype, cast or spelling, torch's autocast (a bare `autocast(` imported from torch;
+#: not `accelerator.autocast()`, off unless the run is configured), a loss scaler, apex, a dtype
+#: looked up by name or held in a `*_dtype` variable (`.to(weight_dtype)`, `torch_dtype=`),
+#: `.type(`, DeepSpeed, a framework precision ("16-mixed", "bf16-true", `precision=16`), a new
+#: default dtype. Deliberately broad: a word in a comment counts too
+LOW_PRECISION_FIXED_WORDS = re.compile(
+    r"float16|fp8|float8|\.half\b|HalfTensor|\bhalf\b\s*[=:(]|[\"']half[\"']|--half|\bbf16|\bfp16|torch\.autocast|amp\.autocast|(?<![\w.])autocast\s*\(|GradScaler|"
+    r"\bamp\b|apex|\w_dtype\b|dtype\s*=\s*(?:args|cfg|config|opt|opts|hparams)\.|\.type\(|deepspeed|16-mixed|16-true|"
+    r"precision\s*[=:]\s*[\"']?16|set_default_dtype|getattr\(\s*torch\s*,",
+    re.M,
+)
 #: words that show a text may cast a module (its parameters and buffers) to fp16: an fp16 dtype
 #: or `.half()`, a `.to()`/`.type()` whose dtype is chosen elsewhere, a call of an fp16 converter
 #: (`convert_to_fp16()`, `wrap_fp16_model(m)`), a framework or setting that casts the model
