@@ -323,6 +323,22 @@ def train(probe, loader, optimizer, amp=True):
         ),
         Valid(
             """
+import torch
+from contextlib import suppress
+autocast = torch.cuda.amp.autocast
+
+
+def train(probe, loader, optimizer, autocast=suppress):
+    for x, y in loader:
+        with autocast():
+            loss = probe(x).sum()
+        loss.backward()
+        optimizer.step()
+""",
+            "a parameter of the same name shadows the module's autocast: what the caller hands in is unknown",
+        ),
+        Valid(
+            """
 import argparse
 import contextlib
 import torch

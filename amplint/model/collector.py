@@ -337,6 +337,8 @@ class _Collector(cst.CSTVisitor):
         whether it holds it only on one side of a condition."""
         held = self._held_autocasts.get((id(self.scope), name))
         if held is None and self.scope is not self.module_scope:
+            if name in self.scope.params or (id(self.scope), name) in self._bound_otherwise:
+                return None  # the function's own name (a parameter, a local binding), not the module's
             held = self._held_autocasts.get((id(self.module_scope), name))
         return held
 
