@@ -311,6 +311,7 @@ class _Collector(cst.CSTVisitor):
         if not isinstance(expr.value, cst.Dict):
             return None
         autocasts: List[AutocastRegion] = []
+        selected: List[Tuple[cst.DictElement, AutocastRegion]] = []
         other = False
         for element in expr.value.elements:
             if not isinstance(element, cst.DictElement):
@@ -320,10 +321,12 @@ class _Collector(cst.CSTVisitor):
                 other = True
             else:
                 autocasts.append(parsed)
+                selected.append((element, _parse_autocast(self.ctx, element.value, node, self.region)))  # type: ignore[arg-type]
         if not autocasts:
             return None
         region = autocasts[0]
         region.selector = expr
+        region.selected = tuple(selected)
         if len({r.dtype for r in autocasts}) != 1:
             region.dtype = None
         if len({r.device for r in autocasts}) != 1:

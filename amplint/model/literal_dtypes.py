@@ -108,15 +108,11 @@ def _selected_contexts(ctx: "ModuleContext", region: "AutocastRegion", info):
     """(the dict element, a dtype it autocasts to) for each autocast context of the dict a
     region's context is picked from (`{"fp16": autocast(dtype=torch.float16), ...}[args.x]`)
     that the lookup's key can select."""
-    from .regions import _parse_autocast
-
     assert region.selector is not None
     key = _subscript_key(region.selector)
-    for element, at, order in _dict_elements(ctx, region.selector.value, info.scope, info.order):
-        if not isinstance(element.value, cst.Call) or not _reachable(ctx, element, key):
-            continue
-        parsed = _parse_autocast(ctx, element.value, element.value, None)
-        if parsed is None or parsed.enabled is False or parsed.framework:
+    at, order = info.scope, info.order
+    for element, parsed in region.selected:
+        if not _reachable(ctx, element, key) or parsed.enabled is False:
             continue
         if parsed.dtype is not None:
             yield element, parsed.dtype
