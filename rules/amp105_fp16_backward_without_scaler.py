@@ -76,7 +76,9 @@ class Fp16BackwardWithoutScaler(Rule):
     A region whose dtype is picked at run time among literals the file spells
     (`ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16,
     'float16': torch.float16}[args.dtype]`, `torch.float16 if c else
-    torch.bfloat16`, `getattr(torch, name)` with literal names) counts when
+    torch.bfloat16`, `getattr(torch, name)` with literal names, or a context
+    picked from a dict of autocasts: `with {"bf16": autocast(dtype=torch.bfloat16),
+    "fp16": autocast(dtype=torch.float16), "fp32": nullcontext()}[args.precision]:`) counts when
     float16 is one of them, at the same severity as a run-time `enabled=`:
     the code offers that fp16 path, and on it nothing scales the loss (the
     message says "may be fp16"). Where the table's key is an argparse option with
@@ -107,6 +109,8 @@ class Fp16BackwardWithoutScaler(Rule):
     a VRAM benchmark stepping a throwaway optimizer reports the same numbers
     whether fp16 gradients underflow or not. A benchmark that prints the loss
     it trains, or saves what it trained, keeps its finding.
+    An autocast held by a name and called later (`autocast = torch.cuda.amp.autocast
+    if amp else suppress`, then `with autocast():`) is that autocast, on at run time.
     Only autocast regions are read. Not followed, so silent: a network that
     casts its own activations to fp16 (`x.to(torch.float16)` in the blocks a
     configuration marks fp16, weights cast to the input's dtype with the compute
@@ -302,6 +306,58 @@ if __name__ == "__main__":
 """,
             "a memory benchmark: nothing it reports or keeps depends on the gradients' values",
         ),
+        Valid(
+            """
+import torch
+from contextlib import suppress
+def train(probe, loader, optimizer, amp=True):
+    autocast = torch.autocast if amp else suppress
+    for x, y in loader:
+        optimizer.zero_grad()
+        with autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(probe(x), y)
+        loss.backward()
+        optimizer.step()
+""",
+            "a name holding the autocast callable, called with dtype bf16",
+        ),
+        Valid(
+            """
+import torch
+from contextlib import suppress
+autocast = torch.cuda.amp.autocast
+
+
+def train(probe, loader, optimizer, autocast=suppress):
+    for x, y in loader:
+        with autocast():
+            loss = probe(x).sum()
+        loss.backward()
+        optimizer.step()
+""",
+            "a parameter of the same name shadows the module's autocast: what the caller hands in is unknown",
+        ),
+        Valid(
+            """
+import argparse
+import contextlib
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed-precision", default="bf16", choices=["fp32", "bf16"])
+args = parser.parse_args()
+for x, y in loader:
+    optimizer.zero_grad()
+    with {
+        "bf16": torch.autocast("cuda", dtype=torch.bfloat16),
+        "fp16": torch.autocast("cuda", dtype=torch.float16),
+        "fp32": contextlib.nullcontext(),
+    }[args.mixed_precision]:
+        loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            "a context picked from a dict whose fp16 entry the flag's choices never select",
+        ),
     ]
 
     INVALID = [
@@ -490,6 +546,45 @@ profile_memory(model, optimizer, loader)
 """,
             line=7,
             why="it measures memory, but keeps the model it trained",
+        ),
+        Invalid(
+            """
+import torch
+from contextlib import suppress
+def train_probe(probe, loader, optimizer, epochs, amp=True):
+    autocast = torch.cuda.amp.autocast if amp else suppress
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            with autocast():
+                loss = torch.nn.functional.cross_entropy(probe(x), y)
+            loss.backward()
+            optimizer.step()
+""",
+            line=10,
+            why="a name holding the autocast callable (or `suppress` when amp is off): `autocast()` is CUDA's fp16 autocast",
+        ),
+        Invalid(
+            """
+import argparse
+import contextlib
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed-precision", default="bf16", choices=["fp32", "fp16", "bf16"])
+args = parser.parse_args()
+for x, y in loader:
+    optimizer.zero_grad()
+    with {
+        "bf16": torch.autocast("cuda", dtype=torch.bfloat16),
+        "fp16": torch.autocast("cuda", dtype=torch.float16),
+        "fp32": contextlib.nullcontext(),
+    }[args.mixed_precision]:
+        loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            line=15,
+            why="the context is picked from a dict by --mixed-precision; its fp16 choice autocasts to fp16 and nothing scales the loss",
         ),
     ]
 

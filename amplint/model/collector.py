@@ -6,14 +6,14 @@ nodes; the collector keeps the branch path and the innermost autocast region
 of every statement as it goes."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
 from . import torchapi
 from .literals import literal_number
 from .names import dotted_name
-from .regions import _parse_autocast
+from .regions import _parse_autocast, held_autocast
 from .types import Assignment, AutocastRegion, CallInfo, Frame, LiteralInfo, MatMulInfo, Scope
 from .walk import own_hook
 
@@ -92,6 +92,9 @@ class _Collector(cst.CSTVisitor):
         self._statements: List[cst.CSTNode] = []
         # per-scope `name = torch.autocast(...)` so `with name:` is understood
         self._autocast_aliases: Dict[Tuple[int, str], cst.Call] = {}
+        #: (scope, name) -> (the autocast a name holds as a callable, whether only on some path)
+        self._held_autocasts: Dict[Tuple[int, str], Tuple[str, bool]] = {}
+        self._bound_otherwise: Set[Tuple[int, str]] = set()
 
     # -- bookkeeping shared by every node
 
@@ -274,6 +277,16 @@ class _Collector(cst.CSTVisitor):
             if aliased is None:
                 return None
             expr = aliased
+        if isinstance(expr, cst.Subscript):
+            return self._selected_region(expr, node)
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and not self.ctx.imports.is_imported(expr.func.value):
+            held = self._held(expr.func.value)
+            if held is not None:  # `autocast = torch.cuda.amp.autocast if amp else suppress; with autocast():`
+                q, conditional = held
+                region = _parse_autocast(self.ctx, expr, node, self.region, held=q)
+                if region is not None and conditional:
+                    region.enabled = None if region.enabled is not False else False
+                return region
         if isinstance(expr, cst.IfExp):
             # `autocast(...) if use_amp else nullcontext()`
             for side in (expr.body, expr.orelse):
@@ -288,6 +301,49 @@ class _Collector(cst.CSTVisitor):
         if region is not None and conditional:
             region.enabled = None if region.enabled is not False else False
         return region
+
+    def _selected_region(self, expr: cst.Subscript, node: cst.CSTNode) -> Optional[AutocastRegion]:
+        """`with {"bf16": autocast(dtype=torch.bfloat16), "fp16": autocast(dtype=torch.float16),
+        "fp32": nullcontext()}[args.precision]:`: the context picked at run time from a dict
+        literal with autocast values. One region: its dtype the one every autocast value spells,
+        else decided at run time (the candidates: `region_dtype_choices`, by the key's choices);
+        on at run time when another value is no autocast."""
+        if not isinstance(expr.value, cst.Dict):
+            return None
+        autocasts: List[AutocastRegion] = []
+        selected: List[Tuple[cst.DictElement, AutocastRegion]] = []
+        other = False
+        for element in expr.value.elements:
+            if not isinstance(element, cst.DictElement):
+                return None  # `**base`: values not spelled here
+            parsed = _parse_autocast(self.ctx, element.value, node, self.region) if isinstance(element.value, cst.Call) else None
+            if parsed is None or parsed.framework:
+                other = True
+            else:
+                autocasts.append(parsed)
+                selected.append((element, _parse_autocast(self.ctx, element.value, node, self.region)))  # type: ignore[arg-type]
+        if not autocasts:
+            return None
+        region = autocasts[0]
+        region.selector = expr
+        region.selected = tuple(selected)
+        if len({r.dtype for r in autocasts}) != 1:
+            region.dtype = None
+        if len({r.device for r in autocasts}) != 1:
+            region.device = None
+        states = {r.enabled for r in autocasts} | ({False} if other else set())
+        region.enabled = states.pop() if len(states) == 1 else None
+        return region
+
+    def _held(self, name: str) -> Optional[Tuple[str, bool]]:
+        """The autocast a name bound in this scope (else at module level) holds as a callable, and
+        whether it holds it only on one side of a condition."""
+        held = self._held_autocasts.get((id(self.scope), name))
+        if held is None and self.scope is not self.module_scope:
+            if name in self.scope.params or (id(self.scope), name) in self._bound_otherwise:
+                return None  # the function's own name (a parameter, a local binding), not the module's
+            held = self._held_autocasts.get((id(self.module_scope), name))
+        return held
 
     def _alias(self, name: str) -> Optional[cst.BaseExpression]:
         """The autocast (or `autocast(...) if c else nullcontext()`) bound to `name` in this
@@ -368,6 +424,19 @@ class _Collector(cst.CSTVisitor):
             isinstance(side, cst.Call) and self._is_autocast_call(side) for side in (value.body, value.orelse)
         ):  # `ctx = autocast(...) if device_type == "cuda" else nullcontext()`
             self._autocast_aliases[(id(self.scope), name)] = value
+        elif not unpacked and isinstance(value, cst.Subscript) and isinstance(value.value, cst.Dict):
+            self._autocast_aliases[(id(self.scope), name)] = value  # `ctx = {"fp16": autocast(...), ...}[args.x]`
+        key = (id(self.scope), name)
+        q = held_autocast(self.ctx, value) if not unpacked and isinstance(value, (cst.Name, cst.Attribute, cst.IfExp)) else None
+        if q is not None:
+            # on some path only: one side of `a if c else b`, or the name bound otherwise too
+            # (`if amp: ac = torch.autocast` / `else: ac = suppress`, in either order)
+            some = isinstance(value, cst.IfExp) or key in self._bound_otherwise or key in self._held_autocasts
+            self._held_autocasts[key] = (q, some)
+        else:
+            self._bound_otherwise.add(key)
+            if key in self._held_autocasts:
+                self._held_autocasts[key] = (self._held_autocasts[key][0], True)
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.MatrixMultiply):

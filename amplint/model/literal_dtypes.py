@@ -94,13 +94,33 @@ def region_dtype_choices(ctx: "ModuleContext", region: "AutocastRegion") -> Froz
     key = id(region)
     if key not in cache:
         cache[key] = _NONE
-        known = sorted(q for q in ctx.qualnames(region.call.func) if q in torchapi.AUTOCAST_CONTEXTS)
         info = ctx.call_info(region.call)
-        if known and info is not None:
-            parameters = torchapi.autocast_parameters(known[0])
+        if region.selector is not None and info is not None:
+            cache[key] = frozenset(d for _, d in _selected_contexts(ctx, region, info))
+        elif region.qualname is not None and info is not None:
+            parameters = torchapi.autocast_parameters(region.qualname)
             position = parameters.index("dtype") if "dtype" in parameters else None
             cache[key] = dtype_choices(ctx, call_arg(region.call, position, "dtype"), info.scope, info.order)
     return cache[key]
+
+
+def _selected_contexts(ctx: "ModuleContext", region: "AutocastRegion", info):
+    """(the dict element, a dtype it autocasts to) for each autocast context of the dict a
+    region's context is picked from (`{"fp16": autocast(dtype=torch.float16), ...}[args.x]`)
+    that the lookup's key can select."""
+    assert region.selector is not None
+    key = _subscript_key(region.selector)
+    at, order = info.scope, info.order
+    for element, parsed in region.selected:
+        if not _reachable(ctx, element, key) or parsed.enabled is False:
+            continue
+        if parsed.dtype is not None:
+            yield element, parsed.dtype
+        else:
+            parameters = torchapi.autocast_parameters(parsed.qualname) if parsed.qualname else ()
+            position = parameters.index("dtype") if "dtype" in parameters else None
+            for d in dtype_choices(ctx, call_arg(element.value, position, "dtype"), at, order):
+                yield element, d
 
 
 def region_choice_naming(ctx: "ModuleContext", region: "AutocastRegion", dtype: str) -> Optional[str]:
@@ -108,11 +128,21 @@ def region_choice_naming(ctx: "ModuleContext", region: "AutocastRegion", dtype: 
     and that choice selects `dtype` (`choice_naming`); None otherwise."""
     if region.dtype is not None or region.framework:
         return None
-    known = sorted(q for q in ctx.qualnames(region.call.func) if q in torchapi.AUTOCAST_CONTEXTS)
     info = ctx.call_info(region.call)
-    if not known or info is None:
+    if info is None:
         return None
-    parameters = torchapi.autocast_parameters(known[0])
+    if region.selector is not None:  # `{"fp16": autocast(dtype=torch.float16), ...}[args.precision]`
+        option = option_read(ctx, _subscript_key(region.selector))
+        if option is None:
+            return None
+        for element, d in _selected_contexts(ctx, region, info):
+            text = literal_string(element.key)
+            if d == dtype and text in option.choices:
+                return f"{option.flag} is {text}"
+        return None
+    if region.qualname is None:
+        return None
+    parameters = torchapi.autocast_parameters(region.qualname)
     position = parameters.index("dtype") if "dtype" in parameters else None
     return choice_naming(ctx, call_arg(region.call, position, "dtype"), info.scope, dtype, info.order)
 

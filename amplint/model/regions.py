@@ -18,14 +18,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _parse_autocast(
-    ctx: ModuleContext, call: cst.Call, node: cst.CSTNode, parent: Optional[AutocastRegion]
+    ctx: ModuleContext, call: cst.Call, node: cst.CSTNode, parent: Optional[AutocastRegion], held: Optional[str] = None,
 ) -> Optional[AutocastRegion]:
-    """An AutocastRegion if `call` constructs an autocast context, else None."""
+    """An AutocastRegion if `call` constructs an autocast context, else None. `held`: the
+    autocast a local name the call spells holds (`autocast = torch.cuda.amp.autocast if amp
+    else suppress; with autocast():`)."""
     qualnames = ctx.imports.qualnames(call.func)
     # sorted: a name bound two ways (`try: from torch.amp import autocast` / `except
     # ImportError: from torch.cuda.amp import autocast`) must read the same in every
     # process, not as the set's hash order falls
-    known = sorted(q for q in qualnames if q in torchapi.AUTOCAST_CONTEXTS)
+    known = [held] if held is not None else sorted(q for q in qualnames if q in torchapi.AUTOCAST_CONTEXTS)
     if known:
         q = known[0]
         parameters = torchapi.autocast_parameters(q)
@@ -47,7 +49,7 @@ def _parse_autocast(
             enabled: Optional[bool] = None if unpacked else True
         else:
             enabled = literal_bool(enabled_node)
-        return AutocastRegion(node=node, call=call, device=device, dtype=dtype, enabled=enabled, parent=parent)
+        return AutocastRegion(node=node, call=call, device=device, dtype=dtype, enabled=enabled, parent=parent, qualname=q)
     # accelerate / Lightning Fabric: `accelerator.autocast()`; dtype comes from their config
     func = call.func
     if (
@@ -58,6 +60,19 @@ def _parse_autocast(
         and not ctx.imports.is_imported(dotted_name(func.value).split(".")[0])
     ):
         return AutocastRegion(node=node, call=call, device=None, dtype=None, enabled=None, parent=parent, framework=True)
+    return None
+
+
+def held_autocast(ctx: ModuleContext, value: cst.BaseExpression) -> Optional[str]:
+    """The autocast `value` names as a callable, not called (`torch.cuda.amp.autocast`), or that
+    one side of `a if c else b` names (`torch.cuda.amp.autocast if amp else suppress`): what a
+    name bound to it constructs when called."""
+    sides = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+    for side in sides:
+        if isinstance(side, (cst.Name, cst.Attribute)):
+            known = sorted(q for q in ctx.imports.qualnames(side) if q in torchapi.AUTOCAST_CONTEXTS)
+            if known:
+                return known[0]
     return None
 
 
@@ -187,12 +202,9 @@ def same_device(ctx: ModuleContext, a: AutocastRegion, b: AutocastRegion) -> boo
 def enabled_argument(ctx: ModuleContext, region: AutocastRegion) -> Optional[cst.BaseExpression]:
     """The expression a region's call passes as `enabled=` (positionally or by keyword); None
     when it passes none, or the region is a framework's."""
-    if region.framework:
+    if region.framework or region.qualname is None:
         return None
-    known = sorted(q for q in ctx.imports.qualnames(region.call.func) if q in torchapi.AUTOCAST_CONTEXTS)
-    if not known:
-        return None
-    parameters = torchapi.autocast_parameters(known[0])
+    parameters = torchapi.autocast_parameters(region.qualname)
     return call_arg(region.call, parameters.index("enabled"), "enabled") if "enabled" in parameters else None
 
 

@@ -43,6 +43,12 @@ class AutocastRegion:
            autocast disables itself, so nothing runs in low
            precision, but the region is still entered (CUDA's BCE ban applies).
     enabled: True | False | None (decided at run time, e.g. `enabled=args.amp`)
+    qualname: the autocast the call constructs (`torch.autocast`), also where the call spells
+           a local name holding it (`autocast = torch.cuda.amp.autocast if amp else suppress`)
+    selector: where the context is picked from a dict literal at run time (`with {"bf16":
+           autocast(dtype=torch.bfloat16), "fp16": autocast(dtype=torch.float16), "fp32":
+           nullcontext()}[args.precision]:`), that lookup; `call` is its first autocast, and
+           `selected` holds each dict element whose value is an autocast with its own region
     """
 
     node: cst.CSTNode  # the With or the decorated FunctionDef
@@ -52,6 +58,9 @@ class AutocastRegion:
     enabled: Optional[bool]
     parent: Optional["AutocastRegion"]
     framework: bool = False  # accelerator.autocast(), fabric.autocast()
+    qualname: Optional[str] = None
+    selector: Optional[cst.Subscript] = None
+    selected: Tuple[Tuple[cst.DictElement, "AutocastRegion"], ...] = ()
 
     @property
     def low_precision(self) -> Optional[bool]:
