@@ -132,6 +132,31 @@ class ScalerStateNotCheckpointed(Rule):
     loop's first such save, with the scaler's constructor, the other saves
     and the loop's resume as related sites.
 
+    accelerate builds the GradScaler itself for `Accelerator(mixed_precision="fp16")`
+    and saves it only in `accelerator.save_state(...)`: a resume checkpoint written
+    by hand instead (a `torch.save` of a dict holding an optimizer's state, in the
+    loop or through a save helper in another module, the dict spelled at once or
+    built entry by entry: `state["optimizer"] = optimizer.state_dict()`) by a loop
+    that calls `accelerator.backward`/`prepare`/`unwrap_model` on such an
+    Accelerator, with a resume in the same file that restores the optimizer from it
+    (`optimizer.load_state_dict` after a `torch.load`, or a load helper given the
+    optimizer that restores no scaler), is flagged at the loop's first save, with
+    the helper's `torch.save`, the Accelerator, where fp16 is chosen and the resume
+    as related sites. fp16 is known when `mixed_precision` is the literal, or reads
+    a config loaded at run time (`config = read_config(args.config)`,
+    `Config.fromfile(...)`) whose key every Python config module of the project
+    (mmcv / mmengine style: settings, no `def` or `class`) sets to "fp16"; or an
+    argparse option whose literal choices include "fp16". Precision first: when
+    fp16 is only one of the choices (an option's `choices=["no", "fp16", "bf16"]`,
+    configs disagreeing) the finding is an info naming the choice (`when the
+    config's mixed_precision is fp16: ...`). An FSDP plugin keeps the scaler
+    (accelerate builds a `ShardedGradScaler`); a DeepSpeed or Megatron-LM plugin,
+    `cpu=True` or `**kwargs` leave it unknown: silent. Silent too when the file
+    also checkpoints with `accelerator.save_state` / `load_state` or touches a
+    scaler's `state_dict`, when nothing resumes the optimizer (a weights load:
+    `load_checkpoint(path, model)`), for bf16 or `"no"`, and when the precision
+    comes only from `accelerate launch --mixed_precision` or an accelerate config
+    the code never reads (the run-time default is "no").
 
     apex's `amp.initialize(model, optimizer, opt_level="O2")` (or `"O1"`,
     apex's default; `loss_scale` absent or `"dynamic"`) keeps the same kind

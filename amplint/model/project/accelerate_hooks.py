@@ -14,7 +14,10 @@ summaries only:
   else is unknown: None). It scales when its `mixed_precision` is the literal "fp16", or
   reads an option (`args.mixed_precision`) that an argparse call of the project defines with
   literal `choices` including "fp16" (then it scales on that choice, which `Scaling.choice`
-  names); never with `cpu=` not literally False, `**kwargs` / `*args`, or a DeepSpeed /
+  names), or reads a config loaded at run time (`config.mixed_precision`, `config =
+  read_config(args.config)`) whose key every Python config module of the project sets to
+  "fp16" (some saying otherwise: a choice, `the config's mixed_precision is fp16`;
+  `config_setting`); never with `cpu=` not literally False, `**kwargs` / `*args`, or a DeepSpeed /
   FSDP / Megatron-LM plugin built inline. A plugin passed by a name that a project helper
   binds and that helper may return None (`prepare_deepspeed_plugin(args)`: `if not
   args.deepspeed: return None`) is a run-time choice too: on the run without it accelerate's
