@@ -356,3 +356,14 @@ def test_accelerate_checkpoints_bf16_and_unresumed_saves_stay_silent(tmp_path):
 
 def test_a_literal_fp16_accelerator_with_a_hand_written_checkpoint_is_a_warning(tmp_path):
     assert acc402(acc_project(tmp_path, {}, mixed='"fp16"')) == [("train.py:15", "warning")]
+
+
+def test_only_settings_modules_count_as_configs(tmp_path):
+    """A module with code (a `def`) that sets `mixed_precision` is no config a run loads; a key set
+    to something other than one literal leaves the value unknown."""
+    root = acc_project(tmp_path / "code", {})
+    (root / "pkg" / "defaults.py").write_text('mixed_precision = "fp16"\n\ndef defaults():\n    return {"mixed_precision": mixed_precision}\n')
+    assert acc402(root) == []
+    root = acc_project(tmp_path / "computed", {"base": "fp16"})
+    (root / "configs" / "env.py").write_text('import os\nmixed_precision = "fp16"\nmixed_precision = os.environ.get("MP", "bf16")\n')
+    assert acc402(root) == []
