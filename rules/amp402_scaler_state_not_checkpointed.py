@@ -680,7 +680,7 @@ for step in range(num_steps):
         load helper that restores no scaler). Silent where the file also uses accelerate's own
         `save_state` / `load_state` or touches the scaler's `state_dict`, and where nothing
         resumes. One finding per file, at its first save; a run-time choice of fp16 is an info."""
-        from amplint.model.project.accelerate_hooks import project_scaling_accelerator
+        from amplint.model import project_scaling_accelerator
 
         for path, summary in sorted(project.summaries.items()):
             if "acc" not in summary and not _reads_accelerator(summary):

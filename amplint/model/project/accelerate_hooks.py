@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
-from ..precision_names import precision_dtype
+from ..precision_names import CONFIG_KEYS, precision_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     from .graph import Project
@@ -202,8 +202,6 @@ def config_setting(project: "Project", path: str, func: str, spelled: str) -> Op
     fp16`, where) when others say something else (a run-time choice); None when none says fp16,
     one sets it to something not a literal, or `config` is anything else."""
     root, _, key = spelled.partition(".")
-    from .index import CONFIG_KEYS
-
     if key not in CONFIG_KEYS:
         return None
     bound = _scope_binding(project, path, func, root)

@@ -50,6 +50,7 @@ import re
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from ..precision_names import CONFIG_KEYS
 from .scale import ANCHORS
 
 # Every pattern starts with a literal, which `re` finds at memchr speed; a word boundary
@@ -85,7 +86,6 @@ _FRAMEWORKS = (
 #: a config module's precision setting at column 0 (`mixed_precision = "fp16"` in an mmcv/mmengine
 #: style Python config), which a run-time `Config.fromfile(...)` hands to `Accelerator(mixed_precision=
 #: config.mixed_precision)` (role "p", `summary.config_settings`)
-CONFIG_KEYS = ("mixed_precision",)
 _CONFIG_SETTING = re.compile(r"^(?:" + "|".join(CONFIG_KEYS) + r")[ \t]*=[ \t]*['\"]", re.M)
 #: `partial(X`
 _PARTIAL = re.compile(r"partial\s*\(\s*([\w.]+)")

@@ -21,7 +21,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
-from ..precision_names import lightning_autocast_dtype
+from ..precision_names import CONFIG_KEYS, lightning_autocast_dtype
 from ...core.gates import overflowing_literal_site
 from ...core.pyast import parse
 from . import disabled, loaders, masks, trained
@@ -713,11 +713,9 @@ def accelerator_record(call: ast.Call, target: str, qual: str) -> Dict[str, Any]
 
 def config_settings(tree: ast.Module) -> Dict[str, List[Any]]:
     """{key: [literal string, row]} of a config module's top-level `mixed_precision = "fp16"`
-    (`index.CONFIG_KEYS`): a module of settings (no `def` or `class` at its top level: an mmcv /
+    (`precision_names.CONFIG_KEYS`): a module of settings (no `def` or `class` at its top level: an mmcv /
     mmengine style Python config, `_base_ = [...]` and dicts), one literal assignment per key;
     empty for any other module."""
-    from .index import CONFIG_KEYS
-
     out: Dict[str, List[Any]] = {}
     if any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for s in tree.body):
         return out
