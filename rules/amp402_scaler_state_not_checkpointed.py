@@ -141,6 +141,31 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     loop's first such save, with the scaler's constructor, the other saves
     and the loop's resume as related sites.
 
+    accelerate builds the GradScaler itself for `Accelerator(mixed_precision="fp16")`
+    and saves it only in `accelerator.save_state(...)`: a resume checkpoint written
+    by hand instead (a `torch.save` of a dict holding an optimizer's state, in the
+    loop or through a save helper in another module, the dict spelled at once or
+    built entry by entry: `state["optimizer"] = optimizer.state_dict()`) by a loop
+    that calls `accelerator.backward`/`prepare`/`unwrap_model` on such an
+    Accelerator, with a resume in the same file that restores the optimizer from it
+    (`optimizer.load_state_dict` after a `torch.load`, or a load helper given the
+    optimizer that restores no scaler), is flagged at the loop's first save, with
+    the helper's `torch.save`, the Accelerator, where fp16 is chosen and the resume
+    as related sites. fp16 is known when `mixed_precision` is the literal, or reads
+    a config loaded at run time (`config = read_config(args.config)`,
+    `Config.fromfile(...)`) whose key every Python config module of the project
+    (mmcv / mmengine style: settings, no `def` or `class`) sets to "fp16"; or an
+    argparse option whose literal choices include "fp16". Precision first: when
+    fp16 is only one of the choices (an option's `choices=["no", "fp16", "bf16"]`,
+    configs disagreeing) the finding is an info naming the choice (`when the
+    config's mixed_precision is fp16: ...`). An FSDP plugin keeps the scaler
+    (accelerate builds a `ShardedGradScaler`); a DeepSpeed or Megatron-LM plugin,
+    `cpu=True` or `**kwargs` leave it unknown: silent. Silent too when the file
+    also checkpoints with `accelerator.save_state` / `load_state` or touches a
+    scaler's `state_dict`, when nothing resumes the optimizer (a weights load:
+    `load_checkpoint(path, model)`), for bf16 or `"no"`, and when the precision
+    comes only from `accelerate launch --mixed_precision` or an accelerate config
+    the code never reads (the run-time default is "no").
 
     apex's `amp.initialize(model, optimizer, opt_level="O2")` (or `"O1"`,
     apex's default; `loss_scale` absent or `"dynamic"`) keeps the same kind
@@ -720,6 +745,82 @@ for step in range(num_steps):
                                      help=f"Restore it with `{scaler}.load_state_dict(...)` after the call, or pass `{scaler}` in")
         yield from saves.values()
         yield from self._scaler_out_of_reach(project)
+        yield from self._accelerate_checkpoints(project)
+
+    def _accelerate_checkpoints(self, project: Project) -> Iterator[Diagnostic]:
+        """A resume checkpoint written by hand (`torch.save` of a dict with an optimizer's state,
+        here or through a save helper in another module) by a loop whose `Accelerator` builds
+        the GradScaler itself (`mixed_precision="fp16"`, an option or a config whose shipped
+        values are fp16: `accelerate_hooks.project_scaling_accelerator`), when no scaler state
+        is saved and the file resumes the optimizer from such a checkpoint (here, or through a
+        load helper that restores no scaler). Silent where the file also uses accelerate's own
+        `save_state` / `load_state` or touches the scaler's `state_dict`, and where nothing
+        resumes. One finding per file, at its first save; a run-time choice of fp16 is an info."""
+        from amplint.model import project_scaling_accelerator
+
+        for path, summary in sorted(project.summaries.items()):
+            if "acc" not in summary and not _reads_accelerator(summary):
+                continue
+            functions = summary["functions"]
+            if _handles_scaler_state(functions):
+                continue
+            saves: List[Tuple[ProjectCall, Any, Optional[ProjectCall]]] = []  # (save site, scaling, the helper's torch.save)
+            resumes: List[ProjectCall] = []
+            for qual, info in functions.items():
+                scaling = None
+                for name in _accelerator_names(info):
+                    scaling = project_scaling_accelerator(project, path, qual, name, scaler=True)
+                    if scaling is not None:
+                        break
+                if _scale_owners(project, ProjectCall(path, qual, {})):
+                    continue  # a scaler of its own: the checks above judge its saves
+                own = project.saved_checkpoint((path, qual)) if scaling is not None else None
+                if own is not None and not _mentions_scaler(own[1]):
+                    saves.append((own[0], scaling, None))
+                restored = project.restored_checkpoint((path, qual))
+                if restored is not None:
+                    resumes.append(restored)
+                for record in info["calls"]:
+                    last = record["f"].rsplit(".", 1)[-1].lower()
+                    call = ProjectCall(path, qual, record)
+                    if _passes_scaler(call) or record["f"].startswith("self."):
+                        continue
+                    if any(w in last for w in _RESTORE_WORDS):
+                        if "load_state" in last:
+                            continue
+                        if not _passes_optimizer(project, call):
+                            continue  # `load_checkpoint(path, model)`: the weights alone
+                        for key in project.callees(call):
+                            if key[0] != path and project.restored_checkpoint(key) is not None:
+                                resumes.append(call)
+                                break
+                    elif scaling is not None and any(w in last for w in ("save", "checkpoint", "ckpt")):
+                        for key in project.callees(call):
+                            saved = project.saved_checkpoint(key) if key[0] != path else None
+                            if saved is not None and not _mentions_scaler(saved[1]):
+                                saves.append((call, scaling, saved[0]))
+                                break
+            if not saves or not resumes:
+                continue
+            saves.sort(key=lambda found: found[0].record["r"])
+            first, scaling, inner = saves[0]
+            related = []
+            if inner is not None:
+                related.append(project.related(inner.path, inner.row, "saved here without the scaler"))
+            related += [project.site(c, "also saved") for c, _, _ in saves[1:]]
+            related.append(project.related(scaling.path, scaling.row, "this Accelerator builds the GradScaler (fp16)"))
+            if scaling.option:
+                related.append(project.related(scaling.option[0], scaling.option[1], "fp16 chosen here"))
+            related += [project.site(c, "restored without it") for c in sorted(resumes, key=lambda c: (c.path, c.record["r"]))[:3]]
+            helper = first.record["f"].rsplit(".", 1)[-1]
+            message = f"{scaling.prefix()}This checkpoint saves the optimizer but not the GradScaler accelerate builds (`accelerator.scaler`)"
+            data = {"scaler": "accelerator.scaler", "side": "save", "helper": helper, "bug": "accelerator.scaler",
+                    "as_related": "also saved", "mechanism": "accelerate"}
+            yield project.diagnostic(
+                self, first, message, data=data, related=tuple(related), severity=Severity.INFO if scaling.runtime else None,
+                help="Checkpoint with `accelerator.save_state(dir)` / `accelerator.load_state(dir)`, or save "
+                "`accelerator.scaler.state_dict()` with it and restore it on resume" + scaling.runs(),
+            )
 
     def _scaler_out_of_reach(self, project: Project) -> Iterator[Diagnostic]:
         """A resume checkpoint saved by a loop that owns no GradScaler while a function it calls
@@ -835,6 +936,44 @@ def _final_save(ctx: ModuleContext, call: CallInfo) -> bool:
     return any(
         c.scope is call.scope and c.order < call.order and any(f.kind == "loop" for f in c.path) for c in ctx.calls
     )
+
+
+#: accelerate methods a training loop calls on its Accelerator
+_ACCELERATOR_METHODS = ("backward", "prepare", "unwrap_model", "accumulate", "clip_grad_norm_", "autocast")
+
+
+def _accelerator_names(info: Dict) -> List[str]:
+    """The plain names a function calls accelerate's training methods on (`accelerator.backward(loss)`)."""
+    out: List[str] = []
+    for record in info["calls"]:
+        head, _, method = record["f"].rpartition(".")
+        if method in _ACCELERATOR_METHODS and head and "." not in head and head not in out:
+            out.append(head)
+    return out
+
+
+def _passes_optimizer(project: Project, call: ProjectCall) -> bool:
+    """Some argument of the call is an optimizer (by its name or what its call sites bind it to)."""
+    for ref in (*call.record["a"], *call.record["k"].values()):
+        if ref and "n" in ref and project._optimizer_name((call.path, call.func), ref["n"]):
+            return True
+    return False
+
+
+def _reads_accelerator(summary: Dict) -> bool:
+    return any(r["f"].endswith(".backward") for f in summary["functions"].values() for r in f["calls"])
+
+
+def _handles_scaler_state(functions: Dict) -> bool:
+    """The file checkpoints through accelerate (`save_state` / `load_state`, which hold the scaler)
+    or reads or restores a scaler's state itself."""
+    for info in functions.values():
+        for record in info["calls"]:
+            f = record["f"]
+            last = f.rsplit(".", 1)[-1]
+            if last in ("save_state", "load_state") or (last in ("state_dict", "load_state_dict") and "scaler" in f.lower()):
+                return True
+    return False
 
 
 def _private_scalers(project: Project) -> Iterator[Tuple[Tuple[str, str], str, int]]:

@@ -298,3 +298,119 @@ def test_a_final_checkpoint_nothing_resumes_from_is_silent_until_a_file_resumes(
         "simclr.py": FINAL_SAVE.replace("\n        save_checkpoint(", "\n            save_checkpoint("), "utils.py": UTILS,
     })
     assert [where(d) for d in run(periodic, "AMP402")] == ["simclr.py:20"]
+
+
+# ------------------------------------------------------------------ AMP402: accelerate builds the scaler
+
+
+ACC_HELPERS = """
+    import torch
+
+    def save_checkpoint(work_dir, epoch, model, optimizer=None, lr_scheduler=None):
+        state = dict(state_dict=model.state_dict())
+        if optimizer is not None:
+            state["optimizer"] = optimizer.state_dict()
+        if lr_scheduler is not None:
+            state["scheduler"] = lr_scheduler.state_dict()
+        torch.save(state, f"{work_dir}/epoch_{epoch}.pth")
+
+    def load_checkpoint(path, model, optimizer=None):
+        ckpt = torch.load(path, map_location="cpu")
+        model.load_state_dict(ckpt["state_dict"])
+        if optimizer is not None:
+            optimizer.load_state_dict(ckpt["optimizer"])
+"""
+
+
+def acc_script(mixed: str = "config.mixed_precision", resume: str = "load_checkpoint(args.resume, model, optimizer=optimizer)",
+               config: str = "Config.fromfile(args.config)", extra: str = "") -> str:
+    return f"""
+        import argparse
+        import torch
+        from accelerate import Accelerator
+        from mmcv import Config
+        from pkg.ckpt import load_checkpoint, save_checkpoint
+
+        def train(model, optimizer, loader):
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = (model(x) - y).pow(2).mean()
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+                save_checkpoint("out", epoch, accelerator.unwrap_model(model), optimizer=optimizer)
+
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("config")
+            parser.add_argument("--resume")
+            {extra}
+            args = parser.parse_args()
+            config = {config}
+            accelerator = Accelerator(mixed_precision={mixed})
+            model = torch.nn.Linear(4, 4)
+            optimizer = torch.optim.AdamW(model.parameters())
+            if args.resume:
+                {resume}
+            model, optimizer = accelerator.prepare(model, optimizer)
+            train(model, optimizer, loader)
+    """
+
+
+def acc_project(tmp_path: Path, configs: Dict[str, str], **script) -> Path:
+    files = {"pkg/__init__.py": "", "pkg/ckpt.py": ACC_HELPERS, "train.py": acc_script(**script)}
+    files.update({f"configs/{name}.py": f'_base_ = []\nlr = 1e-4\nmixed_precision = "{value}"\n' for name, value in configs.items()})
+    return write(tmp_path, files)
+
+
+def acc402(root: Path):
+    return [(where(d), d.severity.value) for d in run(root, "AMP402")]
+
+
+def test_a_hand_written_checkpoint_under_an_fp16_config_misses_accelerates_scaler(tmp_path):
+    root = acc_project(tmp_path, {"base": "fp16", "big": "fp16"})
+    found = run(root, "AMP402")
+    assert [where(d) for d in found] == ["train.py:15"]
+    assert found[0].severity.value == "warning"
+    notes = [r.message for r in found[0].related]
+    assert "saved here without the scaler" in notes and "fp16 chosen here" in notes and "restored without it" in notes
+
+
+def test_configs_that_offer_fp16_among_other_precisions_give_an_info(tmp_path):
+    """Precision first: fp16 is one run-time choice of several, so the finding is an info naming it."""
+    found = run(acc_project(tmp_path, {"base": "fp16", "big": "bf16"}), "AMP402")
+    assert [(where(d), d.severity.value) for d in found] == [("train.py:15", "info")]
+    assert found[0].message.startswith("when the config's mixed_precision is fp16: ")
+
+
+def test_an_argparse_choice_of_fp16_gives_an_info(tmp_path):
+    root = acc_project(tmp_path, {}, mixed="args.mixed_precision", config="args",
+                       extra='parser.add_argument("--mixed_precision", choices=["no", "fp16", "bf16"], default="no")')
+    assert acc402(root) == [("train.py:15", "info")]
+
+
+def test_accelerate_checkpoints_bf16_and_unresumed_saves_stay_silent(tmp_path):
+    assert acc402(acc_project(tmp_path / "bf16", {"base": "bf16", "big": "no"})) == []
+    assert acc402(acc_project(tmp_path / "no_resume", {"base": "fp16"}, resume="pass")) == []
+    assert acc402(acc_project(tmp_path / "weights_only", {"base": "fp16"}, resume="load_checkpoint(args.resume, model)")) == []
+    saved = acc_project(tmp_path / "save_state", {"base": "fp16"},
+                        resume="accelerator.load_state(args.resume); load_checkpoint(args.resume, model, optimizer=optimizer)")
+    assert acc402(saved) == []
+    parsed = acc_project(tmp_path / "parsed", {"base": "fp16"}, config="parser.parse_args()")
+    assert acc402(parsed) == [], "a namespace from argparse is no config file's settings"
+    assert acc402(acc_project(tmp_path / "literal_bf16", {}, mixed='"bf16"')) == []
+
+
+def test_a_literal_fp16_accelerator_with_a_hand_written_checkpoint_is_a_warning(tmp_path):
+    assert acc402(acc_project(tmp_path, {}, mixed='"fp16"')) == [("train.py:15", "warning")]
+
+
+def test_only_settings_modules_count_as_configs(tmp_path):
+    """A module with code (a `def`) that sets `mixed_precision` is no config a run loads; a key set
+    to something other than one literal leaves the value unknown."""
+    root = acc_project(tmp_path / "code", {})
+    (root / "pkg" / "defaults.py").write_text('mixed_precision = "fp16"\n\ndef defaults():\n    return {"mixed_precision": mixed_precision}\n')
+    assert acc402(root) == []
+    root = acc_project(tmp_path / "computed", {"base": "fp16"})
+    (root / "configs" / "env.py").write_text('import os\nmixed_precision = "fp16"\nmixed_precision = os.environ.get("MP", "bf16")\n')
+    assert acc402(root) == []

@@ -59,6 +59,8 @@ def reference(source: str) -> Dict[str, object]:
         roles += "c"
     if re.search(r"post_accumulate_grad_hook", source):  # a per-parameter gradient hook ("k")
         roles += "k"
+    if re.search(r"^mixed_precision[ \t]*=[ \t]*['\"]", source, re.M):  # a config module's precision ("p")
+        roles += "p"
     imports: List[List[object]] = []
     for m in index._IMPORTS.finditer(source):
         if m.group(4) is None:

@@ -72,6 +72,9 @@ def lightning_autocast_dtype(value: Any) -> Optional[str]:
 # `embedded.unreached_embedded`).
 
 #: words that show a text may run low precision (a cast, a dtype, autocast, a loss scaler, a flag)
+#: the settings a Python config module may choose a framework's precision with at its top level
+#: (`mixed_precision = "fp16"`: the project model's config modules, `project/summary.config_settings`)
+CONFIG_KEYS = ("mixed_precision",)
 LOW_PRECISION_WORDS = re.compile(r"half|float16|fp16|bf16|bfloat16|autocast|GradScaler|mixed_precision|\bamp\b|precision")
 #: words that show a text may run fp16 (bf16 does not count: it keeps fp32's range): an fp16 dtype
 #: or cast, autocast (CUDA's default dtype is fp16), a loss scaler, a mixed-precision flag, a dtype

@@ -14,7 +14,10 @@ summaries only:
   else is unknown: None). It scales when its `mixed_precision` is the literal "fp16", or
   reads an option (`args.mixed_precision`) that an argparse call of the project defines with
   literal `choices` including "fp16" (then it scales on that choice, which `Scaling.choice`
-  names); never with `cpu=` not literally False, `**kwargs` / `*args`, or a DeepSpeed /
+  names), or reads a config loaded at run time (`config.mixed_precision`, `config =
+  read_config(args.config)`) whose key every Python config module of the project sets to
+  "fp16" (some saying otherwise: a choice, `the config's mixed_precision is fp16`;
+  `config_setting`); never with `cpu=` not literally False, `**kwargs` / `*args`, or a DeepSpeed /
   FSDP / Megatron-LM plugin built inline. A plugin passed by a name that a project helper
   binds and that helper may return None (`prepare_deepspeed_plugin(args)`: `if not
   args.deepspeed: return None`) is a run-time choice too: on the run without it accelerate's
@@ -34,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
-from ..precision_names import precision_dtype
+from ..precision_names import CONFIG_KEYS, precision_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     from .graph import Project
@@ -70,16 +73,19 @@ class Scaling:
         return f" (on runs without a {' or '.join(self.without)} plugin)" if self.without else ""
 
 
-def project_scaling_accelerator(project: "Project", path: str, func: str, name: str, _depth: int = 0) -> Optional[Scaling]:
-    """The scaling Accelerator the plain name `name` read in `func` of `path` certainly holds, else None."""
+def project_scaling_accelerator(project: "Project", path: str, func: str, name: str, _depth: int = 0, scaler: bool = False) -> Optional[Scaling]:
+    """The scaling Accelerator the plain name `name` read in `func` of `path` certainly holds, else None.
+    `scaler`: the question is only whether it holds a GradScaler (AMP402: what a checkpoint must
+    save), not how its clipping runs, so an FSDP plugin keeps it (accelerate builds a
+    `ShardedGradScaler` for fp16 under FSDP; DeepSpeed and Megatron-LM scale on their own)."""
     if "." in name or _depth > _MAX_DEPTH:
         return None
     memo = project.__dict__.setdefault("_scaling_accelerators", {})
-    key = (path, func, name)
+    key = (path, func, name, scaler)
     if key in memo:
         return memo[key]
     memo[key] = None  # a cycle: unknown
-    memo[key] = _lookup(project, path, func, name, _depth)
+    memo[key] = _lookup(project, path, func, name, _depth, scaler)
     return memo[key]
 
 
@@ -99,25 +105,25 @@ def _scope_binding(project: "Project", path: str, func: str, name: str) -> Optio
     return None
 
 
-def _lookup(project: "Project", path: str, func: str, name: str, depth: int) -> Optional[Scaling]:
+def _lookup(project: "Project", path: str, func: str, name: str, depth: int, scaler: bool) -> Optional[Scaling]:
     bound = _scope_binding(project, path, func, name)
     if bound is None:
         return None
     scope, refs = bound
     found: Optional[Scaling] = None
     for ref in refs:
-        one = _ref_scaling(project, path, scope, name, ref, depth)
+        one = _ref_scaling(project, path, scope, name, ref, depth, scaler)
         if one is None:
             return None
         found = found or one
     return found
 
 
-def _ref_scaling(project: "Project", path: str, scope: str, name: str, ref: Optional[Dict[str, Any]], depth: int) -> Optional[Scaling]:
+def _ref_scaling(project: "Project", path: str, scope: str, name: str, ref: Optional[Dict[str, Any]], depth: int, scaler: bool) -> Optional[Scaling]:
     if not ref or ref.get("m"):
         return None
     if "n" in ref:
-        return project_scaling_accelerator(project, path, scope, ref["n"], depth + 1)
+        return project_scaling_accelerator(project, path, scope, ref["n"], depth + 1, scaler)
     if "c" not in ref or "e0" in ref:
         return None
     callees = project.name_types(path, scope, ref["c"])
@@ -127,7 +133,7 @@ def _ref_scaling(project: "Project", path: str, scope: str, name: str, ref: Opti
             return None
         found: Optional[Scaling] = None
         for entry in entries:
-            one = _entry_scaling(project, path, entry)
+            one = _entry_scaling(project, path, entry, scaler)
             if one is None:
                 return None
             found = found or one
@@ -143,14 +149,14 @@ def _ref_scaling(project: "Project", path: str, scope: str, name: str, ref: Opti
     for value in info["returns"]:
         if not value or "n" not in value or value.get("m"):
             return None
-        one = project_scaling_accelerator(project, cpath, cqual, value["n"], depth + 1)
+        one = project_scaling_accelerator(project, cpath, cqual, value["n"], depth + 1, scaler)
         if one is None:
             return None
         found = found or one
     return found
 
 
-def _entry_scaling(project: "Project", path: str, entry: Dict[str, Any]) -> Optional[Scaling]:
+def _entry_scaling(project: "Project", path: str, entry: Dict[str, Any], scaler: bool = False) -> Optional[Scaling]:
     """Whether one `Accelerator(...)` record (`summary.accelerator_record`) scales, and on which run."""
     if entry.get("x"):
         return None
@@ -162,18 +168,60 @@ def _entry_scaling(project: "Project", path: str, entry: Dict[str, Any]) -> Opti
             return None  # accelerate takes "fp16" only (lower-cased)
     elif isinstance(mp, dict):
         found = project_option(project, path, mp["n"].rsplit(".", 1)[-1])
-        if found is None or "fp16" not in found[2]:
-            return None
-        choices.append(f"{found[1]} is fp16")
-        option = (found[5], found[4])
+        if found is not None:
+            if "fp16" not in found[2]:
+                return None
+            choices.append(f"{found[1]} is fp16")
+            option = (found[5], found[4])
+        else:
+            setting = config_setting(project, path, entry["fn"], mp["n"])
+            if setting is None:
+                return None
+            choice, option = setting
+            if choice:
+                choices.append(choice)
     else:
         return None
     without: List[str] = []
     for plugin, local in sorted(entry.get("pl", {}).items()):
+        if scaler and plugin == "fsdp_plugin":
+            continue  # accelerate's fp16 under FSDP keeps a (sharded) GradScaler
         if not _may_be_none(project, path, entry["fn"], local):
             return None
         without.append(_PLUGIN_NAMES.get(plugin, plugin))
     return Scaling(path, entry["r"], " and ".join(choices) or None, option, tuple(without))
+
+
+def config_setting(project: "Project", path: str, func: str, spelled: str) -> Optional[Tuple[Optional[str], Tuple[str, int]]]:
+    """`config.mixed_precision` read in `func` of `path`, where `config` is a config loaded at run
+    time (every binding of it a call: `read_config(args.config)`, `Config.fromfile(path)`; not a
+    parameter, not `parse_args()`), and the project's config modules (`summary.config_settings`:
+    mmcv / mmengine style Python configs, which the universe holds when a framework's precision
+    is set somewhere) set that key to literals, "fp16" among them: (None, where) when every one
+    of them says "fp16" (each shipped config runs in fp16), (`the config's mixed_precision is
+    fp16`, where) when others say something else (a run-time choice); None when none says fp16,
+    one sets it to something not a literal, or `config` is anything else."""
+    root, _, key = spelled.partition(".")
+    if key not in CONFIG_KEYS:
+        return None
+    bound = _scope_binding(project, path, func, root)
+    if bound is None or not bound[1]:
+        return None
+    for ref in bound[1]:
+        if not ref or "c" not in ref or ref.get("m") or "e0" in ref or ref["c"].rsplit(".", 1)[-1] in ("parse_args", "parse_known_args", "ArgumentParser"):
+            return None
+    values: List[Tuple[Optional[str], str, int]] = []
+    for f, summary in sorted(project.summaries.items()):
+        setting = (summary.get("cfg") or {}).get(key)
+        if setting is not None:
+            values.append((setting[0], f, setting[1]))
+    if not values or any(v is None for v, _, _ in values):
+        return None
+    fp16 = [(f, row) for v, f, row in values if v.strip().lower() == "fp16"]
+    if not fp16:
+        return None
+    choice = None if len(fp16) == len(values) else f"the config's {key} is fp16"
+    return choice, fp16[0]
 
 
 def _may_be_none(project: "Project", path: str, func: str, name: str) -> bool:

@@ -740,7 +740,7 @@ class Project:
                 continue
             saved = record["a"][0]
             if saved and "n" in saved:  # `state = {...}; torch.save(state, path)`
-                saved = next((r for r in info["locals"].get(saved["n"], ()) if r and "d" in r), None)
+                saved = _built_dict(info, saved["n"])
             if saved and "d" in saved and any(
                 v and "c" in v and v["c"].endswith(".state_dict") and "optim" in v["c"].lower() for v in saved["d"].values()
             ):
@@ -1091,6 +1091,19 @@ ProjectCall = Call
 def chain_text(chain: Tuple[FuncKey, ...]) -> str:
     """"`UNet.forward` -> `DiceBCELoss.forward`"."""
     return " -> ".join(f"`{display(k)}`" for k in chain)
+
+
+def _built_dict(info: Dict[str, Any], name: str) -> Optional[Dict[str, Any]]:
+    """The dict a local `name` holds when it is saved: its literal (`{...}` or `dict(k=v, ...)`)
+    with the state dicts the function adds under literal keys (`state["optimizer"] =
+    optimizer.state_dict()`, the summary's `it`), as one `{"d": ...}` ref; None when it is bound
+    to no dict."""
+    bound = next((r for r in info["locals"].get(name, ()) if r and ("d" in r or (r.get("c") == "dict" and not r.get("a")))), None)
+    if bound is None:
+        return None
+    entries = dict(bound["d"] if "d" in bound else bound.get("k", {}))
+    entries.update(info.get("it", {}).get(name, {}))
+    return {**bound, "d": entries} if entries != bound.get("d") else bound
 
 
 def _has_call(refs: Iterable[Optional[Dict[str, Any]]], suffix: str) -> bool:

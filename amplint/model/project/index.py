@@ -27,6 +27,9 @@ other per-file results:
   `scale_universe` adds them, and the importers joining the two, only where a "d" file is;
   "k" -- it registers a per-parameter gradient hook (`register_post_accumulate_grad_hook`):
   code that runs once per parameter inside the backward (`accelerate_hooks.py`);
+  "p" -- it is a config module setting a precision at column 0 (`mixed_precision = "fp16"`),
+  which a framework built from a config loaded at run time reads (put in the universe when a
+  framework-precision file "f" is there);
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one), packed into one string (`imports_of` unpacks it):
@@ -47,6 +50,7 @@ import re
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from ..precision_names import CONFIG_KEYS
 from .scale import ANCHORS
 
 # Every pattern starts with a literal, which `re` finds at memchr speed; a word boundary
@@ -79,6 +83,10 @@ _FRAMEWORKS = (
     ("Accelerator", re.compile(r"Accelerator\s*\([^)]*\bmixed_precision\s*=")),
     ("TrainingArguments", re.compile(r"TrainingArguments\s*\([^)]*\b(?:fp16|bf16)\s*=\s*True")),
 )
+#: a config module's precision setting at column 0 (`mixed_precision = "fp16"` in an mmcv/mmengine
+#: style Python config), which a run-time `Config.fromfile(...)` hands to `Accelerator(mixed_precision=
+#: config.mixed_precision)` (role "p", `summary.config_settings`)
+_CONFIG_SETTING = re.compile(r"^(?:" + "|".join(CONFIG_KEYS) + r")[ \t]*=[ \t]*['\"]", re.M)
 #: `partial(X`
 _PARTIAL = re.compile(r"partial\s*\(\s*([\w.]+)")
 #: what may stand before `register` on a registering line: a decorator (`@MODELS.`, `@`) or,
@@ -142,6 +150,8 @@ def text_index(source: str) -> Dict[str, str]:
         roles += "c"
     if has("post_accumulate_grad_hook"):
         roles += "k"
+    if any(has(key) for key in CONFIG_KEYS) and _CONFIG_SETTING.search(source):
+        roles += "p"
     imports = import_list(source)
     return {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
 
@@ -375,6 +385,9 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     if not seeds and not optimizers and not scale:
         return []
     chosen: Set[str] = set(seeds) | set(optimizers) | set(scale)
+    if any("f" in str(index(f)["r"]) for f in optimizers):
+        # the config modules whose settings a framework's precision may read (`config.mixed_precision`)
+        chosen.update(sorted(f for f in files if "p" in str(index(f)["r"]))[:MAX_FILES // 4])
     scalers = [f for f in optimizers if "g" in str(index(f)["r"])]
     if seeds or scalers:
         modules = ModuleIndex.of(files, root)

@@ -21,14 +21,14 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
-from ..precision_names import lightning_autocast_dtype
+from ..precision_names import CONFIG_KEYS, lightning_autocast_dtype
 from ...core.gates import overflowing_literal_site
 from ...core.pyast import parse
 from . import disabled, loaders, masks, trained
 from .astutil import dotted, imports as _imports, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 7
+VERSION = 8
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -112,6 +112,9 @@ class _Summarizer:
                 out["opts"] = found
         if self.stars:
             out["stars"] = self.stars
+        settings = config_settings(tree)
+        if settings:
+            out["cfg"] = settings
         if self.exported is not None:
             out["all"] = self.exported
         return out
@@ -453,11 +456,22 @@ class _Summarizer:
             info.setdefault("wl", {}).setdefault(name, []).append(ref)
 
     def _store(self, target: ast.AST, value: ast.AST, info: Dict[str, Any]) -> None:
-        """`REGISTRY[name] = cls`: a name stored as an item of a dict (a registry filled by hand)."""
-        if isinstance(target, ast.Subscript) and isinstance(value, (ast.Name, ast.Attribute)):
+        """`REGISTRY[name] = cls`: a name stored as an item of a dict (a registry filled by hand);
+        and `state["optimizer"] = optimizer.state_dict()`: a state dict added to a local dict under
+        a literal key (`it`: a checkpoint built entry by entry, `graph.saved_checkpoint`)."""
+        if not isinstance(target, ast.Subscript):
+            return
+        if isinstance(value, (ast.Name, ast.Attribute)):
             base, stored = dotted(target.value), dotted(value)
             if base is not None and stored is not None:
                 info.setdefault("st", []).append([base, stored, target.lineno])
+        elif (
+            isinstance(target.value, ast.Name) and isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str)
+            and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "state_dict"
+        ):
+            ref = self.vref(value)
+            if ref is not None:
+                info.setdefault("it", {}).setdefault(target.value.id, {})[target.slice.value] = ref
 
     def _in_place_cast(self, expr: ast.AST, info: Dict[str, Any]) -> None:
         """`model.half()` / `model.to(torch.float16)` / `model.float()` as a statement: the module itself changes."""
@@ -694,6 +708,27 @@ def accelerator_record(call: ast.Call, target: str, qual: str) -> Dict[str, Any]
         out["pl"] = plugins
     if blocked:
         out["x"] = 1
+    return out
+
+
+def config_settings(tree: ast.Module) -> Dict[str, List[Any]]:
+    """{key: [literal string, row]} of a config module's top-level `mixed_precision = "fp16"`
+    (`precision_names.CONFIG_KEYS`): a module of settings (no `def` or `class` at its top level: an mmcv /
+    mmengine style Python config, `_base_ = [...]` and dicts), one literal assignment per key;
+    empty for any other module."""
+    out: Dict[str, List[Any]] = {}
+    if any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for s in tree.body):
+        return out
+    for stmt in tree.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+            continue
+        key = stmt.targets[0].id
+        if key not in CONFIG_KEYS:
+            continue
+        if key in out or not (isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+            out[key] = [None, stmt.lineno]  # set twice, or to something else: not one literal
+        else:
+            out[key] = [stmt.value.value, stmt.lineno]
     return out
 
 
