@@ -133,6 +133,19 @@ class UnscaleInsideAccumulation(Rule):
     that waits for N micro-batches is a boundary, and an `unscale_` before
     `if ...: continue` runs on every micro-batch.
 
+    accelerate's `clip_grad_norm_`, `clip_grad_value_` and `unscale_gradients()`
+    run `scaler.unscale_` on every optimizer passed to `prepare` (its
+    `unscale_gradients(optimizer=None)`), and only a prepared optimizer's
+    `step` runs `scaler.update()`: two such calls on one Accelerator in one
+    pass with no step between them (clipping two parameter groups one after
+    the other) raise on the second under fp16. An error for a literal
+    `mixed_precision="fp16"`; a warning "when accelerate runs fp16" when the
+    precision is chosen at run time (omitted, so `accelerate launch` /
+    `accelerate config` decide, `**kwargs`, a parameter typed `Accelerator`);
+    silent for a literal "bf16" or "no", for calls on exclusive branches or
+    in a loop only one of them is in, and when a `step` or a call of a
+    function of the file (which may step) comes between them.
+
     Per-parameter gradient hooks (the project model): a function registered
     with `param.register_post_accumulate_grad_hook(hook)` (a nested `def`, or
     the one a factory `make_hook(group)` returns) runs once per parameter
@@ -160,8 +173,9 @@ class UnscaleInsideAccumulation(Rule):
     name = "unscale-inside-accumulation"
     severity = Severity.ERROR
     message = "unscale_/update outside the accumulation boundary"
-    triggers = ("unscale_(", ".update(")
-    requires = ((".scale(", "unscale_("),)  # both shapes need a scaled backward or unscale_
+    triggers = ("unscale_(", ".update(", ".clip_grad_norm_(", ".clip_grad_value_(", ".unscale_gradients(")
+    #: the scaler shapes need a scaled backward or unscale_; accelerate's a clip or unscale of its own
+    requires = ((".scale(", "unscale_(", ".clip_grad_norm_(", ".clip_grad_value_(", ".unscale_gradients("),)
 
     VALID = [
         Valid(
@@ -320,6 +334,33 @@ class Trainer:
 """,
             "the accumulation boundary is an early return: everything after it runs once per window",
         ),
+        Valid(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+gen, disc, opt_g, opt_d = accelerator.prepare(gen, disc, opt_g, opt_d)
+for batch in loader:
+    accelerator.backward(gen_loss(batch))
+    accelerator.clip_grad_norm_(gen.parameters(), 1.0)
+    opt_g.step()
+    accelerator.backward(disc_loss(batch))
+    accelerator.clip_grad_norm_(disc.parameters(), 1.0)
+    opt_d.step()
+""",
+            "accelerate: one clip per step (the prepared optimizer's `step` updates the scaler in between)",
+        ),
+        Valid(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="bf16")
+model, optimizer = accelerator.prepare(model, optimizer)
+accelerator.backward(loss)
+accelerator.clip_grad_norm_(model.encoder.parameters(), 1.0)
+accelerator.clip_grad_norm_(model.decoder.parameters(), 1.0)
+optimizer.step()
+""",
+            "accelerate with bf16: no GradScaler, so nothing is unscaled twice",
+        ),
     ]
 
     INVALID = [
@@ -459,6 +500,25 @@ for step, batch in enumerate(loader):
             line=8,
             why="update() on every micro-batch: AssertionError on the first non-boundary one",
         ),
+        Invalid(
+            """
+from accelerate import Accelerator
+
+class GANTrainer:
+    def __init__(self, gen, disc, opt_g, opt_d):
+        self.accelerator = Accelerator(mixed_precision="fp16")
+        self.gen, self.disc, self.opt_g, self.opt_d = self.accelerator.prepare(gen, disc, opt_g, opt_d)
+
+    def discriminator_step(self, batch, max_norm):
+        self.accelerator.backward(self.disc_loss(batch))
+        self.accelerator.clip_grad_norm_(self.disc.features.parameters(), max_norm)
+        self.accelerator.clip_grad_norm_(self.disc.head.parameters(), max_norm)
+        self.opt_d.step()
+        self.opt_d.zero_grad()
+""",
+            line=11,
+            why="each accelerate clip unscales every prepared optimizer; only a step updates the scaler, so the second raises",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -477,6 +537,52 @@ for step, batch in enumerate(loader):
                     continue
                 reported.add(id(node))
                 yield self._diagnostic(ctx, *finding)
+        yield from self._accelerate_twice(ctx)
+
+    def _accelerate_twice(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """accelerate's `clip_grad_norm_` / `clip_grad_value_` / `unscale_gradients()` called twice
+        on one Accelerator with no optimizer step between them: each call runs
+        `scaler.unscale_(opt)` on every prepared optimizer (accelerate's
+        `unscale_gradients(optimizer=None)`), and only a prepared optimizer's `step` runs
+        `scaler.update()`, so under fp16 the second call raises."""
+        from amplint.model import accelerator_precision, exclusive, path_contains
+
+        for scope in ctx.scopes:
+            unscales = [c for c in scope.calls if c.method in _ACCELERATE_UNSCALES and c.receiver_dotted
+                        and not (c.method == "unscale_gradients" and c.node.args)]
+            if len(unscales) < 2:
+                continue
+            flagged: Set[int] = set()
+            for i, u2 in enumerate(unscales):
+                for u1 in unscales[:i]:
+                    if id(u1) in flagged or u1.receiver_dotted != u2.receiver_dotted:
+                        continue
+                    if exclusive(u1.path, u2.path) or not (path_contains(u1.path, u2.path) or path_contains(u2.path, u1.path)):
+                        continue
+                    if any(f.kind == "loop" and not _has(u2.path, f) for f in u1.path) or any(f.kind == "loop" and not _has(u1.path, f) for f in u2.path):
+                        continue
+                    if any(u1.order < c.order < u2.order and _may_step(ctx, c) for c in scope.calls):
+                        continue
+                    settings = accelerator_precision(ctx, u2.receiver_dotted, scope)
+                    if not settings or not settings & {"fp16", "runtime"}:
+                        continue
+                    flagged.add(id(u2))
+                    yield self._accelerate_diagnostic(ctx, u1, u2, settings)
+                    break
+
+    def _accelerate_diagnostic(self, ctx: ModuleContext, u1: Any, u2: Any, settings: frozenset) -> Diagnostic:
+        certain = settings == {"fp16"}
+        when = "" if certain else "when accelerate runs fp16: "
+        row = ctx.position(u1.node)[0].row
+        message = f"{when}`{u2.receiver_dotted}.{u2.method}` unscales every prepared optimizer again before a step; it raises"
+        if len(message) >= 100:
+            message = f"{when}a second `{u2.method}` before a step unscales again; it raises"
+        help = (f"Each call runs `scaler.unscale_` on every prepared optimizer and only a step updates the scaler: "
+                f"clip all the parameters in one call")
+        data = {"shape": "accelerate-twice", "scaler": None, "optimizer": None, "framework": "accelerate",
+                "accelerator": u2.receiver_dotted, "first_line": row}
+        return ctx.diagnostic(self, u2.node, message, data=data, help=help, related=(ctx.related(u1.node, "unscaled first"),),
+                              severity=None if certain else Severity.WARNING)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """accelerate's clip (or `unscale_gradients`) inside a per-parameter gradient hook
@@ -548,6 +654,16 @@ for step, batch in enumerate(loader):
 
 #: accelerate's methods that run `scaler.unscale_` on every prepared optimizer when they are called
 _ACCELERATE_UNSCALES = frozenset(("clip_grad_norm_", "clip_grad_value_", "unscale_gradients"))
+
+
+def _may_step(ctx: ModuleContext, call: Any) -> bool:
+    """A call that may step an optimizer (and so update accelerate's scaler): any `step`, and any
+    call of a function or method defined in the file, which the pass does not look into."""
+    if call.method in ("step", "step_param") or call.dotted in ("step",):
+        return True
+    if call.receiver_dotted == "self" and call.method:
+        return True
+    return call.dotted is not None and "." not in call.dotted and any(s.name == call.dotted for s in ctx.scopes if not s.is_module)
 
 
 def _flatten(ctx: ModuleContext, scope: Scope, depth: int, guards: GuardedPaths, stack: Tuple[int, ...] = ()) -> List[_Step]:

@@ -71,11 +71,21 @@ class BackwardInsideAutocast(Rule):
 
     ## Notes
     A backward inside a nested `autocast(enabled=False)` of the same device
-    is not flagged. Framework regions (`accelerator.autocast()`,
-    `fabric.autocast()`) are not flagged: their precision comes from the
-    framework's configuration (possibly no mixed precision at all) and their
-    documentation wraps whole training functions in them; a framework
-    backward inside a plain `torch.autocast` region is flagged like any other.
+    is not flagged. accelerate's region (`accelerator.autocast()`) is
+    `torch.autocast` in the Accelerator's dtype whenever it runs mixed
+    precision (accelerate's `get_mixed_precision_context_manager`), so a
+    backward inside it is flagged where the receiver is certainly an
+    `Accelerator` (built in the file, or a parameter annotated so): without
+    a suffix for a literal `mixed_precision="fp16"`/`"bf16"`, with "(when
+    mixed precision is on)" when the precision is chosen at run time (omitted,
+    accelerate reads `ACCELERATE_MIXED_PRECISION`, which `accelerate launch`
+    and `accelerate config` set; an option, `**kwargs`), and not at all for a
+    literal `"no"` or `cpu=True`, where the region is a `nullcontext`.
+    accelerate's docstring example wraps a whole `train()` in it; PyTorch's
+    autocast documentation, which that region is, keeps backward out. Fabric's
+    `fabric.autocast()` and other framework regions are not flagged (a
+    "-true" precision's context is no autocast). A framework backward inside
+    a plain `torch.autocast` region is flagged like any other.
     A region whose `enabled=` is decided at run time (`enabled=use_amp`) is
     flagged: whenever AMP is on, the backward is inside it. Not when the
     backward sits on a branch taken only with that flag false (the `else` of
@@ -138,15 +148,37 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
         Valid(
             """
 from accelerate import Accelerator
-accelerator = Accelerator(mixed_precision="bf16")
+accelerator = Accelerator()
 model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    with accelerator.autocast():
+        loss = model(**batch).loss
+    accelerator.backward(loss)
+    optimizer.step()
+""",
+            "accelerate's region closed before `accelerator.backward`",
+        ),
+        Valid(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="no")
 for batch in loader:
     with accelerator.autocast():
         loss = model(**batch).loss
         accelerator.backward(loss)
     optimizer.step()
 """,
-            "accelerate's own region: precision set by its config, documented around whole training code",
+            "an Accelerator literally without mixed precision: its region is a nullcontext",
+        ),
+        Valid(
+            """
+def train_step(fabric, model, batch, optimizer):
+    with fabric.autocast():
+        loss = model(batch).mean()
+        fabric.backward(loss)
+    optimizer.step()
+""",
+            "a region of an object not known to be an accelerate Accelerator (Fabric's precision plugins differ)",
         ),
         Valid(
             """
@@ -270,6 +302,41 @@ for x, y in loader:
             count=1,
             why="the flag's true branch runs under the region; its `else` (amp off) is silent",
         ),
+        Invalid(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="bf16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    with accelerator.autocast():
+        loss = model(**batch).loss
+        accelerator.backward(loss)
+    optimizer.step()
+""",
+            line=7,
+            why="accelerate's region is `torch.autocast` in the Accelerator's dtype",
+        ),
+        Invalid(
+            """
+from accelerate import Accelerator
+
+class Trainer:
+    def __init__(self, model, optimizer, accelerator: Accelerator | None = None, **accelerate_kwargs):
+        self.accelerator = accelerator
+        if self.accelerator is None:
+            self.accelerator = Accelerator(**accelerate_kwargs)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+
+    def train_step(self, batch):
+        with self.accelerator.autocast():
+            loss = self.model(batch)
+            self.accelerator.backward(loss)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+""",
+            line=13,
+            why="precision chosen at run time (`accelerate launch --mixed_precision`, kwargs): flagged for the runs that choose it",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -280,11 +347,16 @@ for x, y in loader:
                 if event.kind not in _BACKWARD_EVENTS:
                     continue
                 region = active_region(event.call.region)
-                if region is None or region.framework or region.dtype == "fp32" or _defined_inside(ctx, region, scope):
+                if region is None or region.dtype == "fp32" or _defined_inside(ctx, region, scope):
                     continue
-                if off_under_guard(ctx, region, event.call.path):
+                when = None
+                if region.framework:
+                    when = _accelerate_mixed(ctx, region)
+                    if when is None:
+                        continue  # Fabric's region, or an accelerator that never runs mixed precision
+                elif off_under_guard(ctx, region, event.call.path):
                     continue  # `enabled=args.amp`, and this is the `else` of `if args.amp:`
-                yield self._diagnostic(ctx, event.call, region)
+                yield self._diagnostic(ctx, event.call, region, when)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """A backward inside an autocast the file alone does not show: one held in an
@@ -313,7 +385,7 @@ for x, y in loader:
             yield project.diagnostic(self, call, message, data={"region_line": region.row, "device": region.device, "dtype": region.dtype},
                                      related=(project.entered(region, chain),), help="Move the backward after the `with` block")
 
-    def _diagnostic(self, ctx: ModuleContext, call, region) -> Diagnostic:
+    def _diagnostic(self, ctx: ModuleContext, call, region, framework_when: "str | None" = None) -> Diagnostic:
         import libcst as cst
 
         from amplint.model import lines_between
@@ -322,12 +394,37 @@ for x, y in loader:
         if len(text) > 50 or "\n" in text:
             text = ctx.code_for(call.node.func).rsplit(".", 1)[-1] + "(...)"
         row = ctx.position(region.call)[0].row
-        when = " (when enabled)" if region.enabled is None else ""
-        message = f"`{text}` runs inside an autocast region{when}"
+        if framework_when is not None:
+            message = f"`{text}` runs inside `{ctx.code_for(region.call)}`{framework_when}"
+        else:
+            when = " (when enabled)" if region.enabled is None else ""
+            message = f"`{text}` runs inside an autocast region{when}"
         data = {"region_line": row, "device": region.device, "dtype": region.dtype}
         if isinstance(region.node, cst.With):  # the block, for `--verify` to run
             data["step_source"] = lines_between(ctx, region.node, region.node)
         return ctx.diagnostic(self, call.node, message, data=data, help="Move the backward after the `with` block")
+
+
+def _accelerate_mixed(ctx: ModuleContext, region) -> "str | None":
+    """For a framework region (`accelerator.autocast()`): "" when its receiver is an accelerate
+    `Accelerator` whose literal `mixed_precision` is "fp16" or "bf16" (accelerate's region is then
+    `torch.autocast` of that dtype), " (when mixed precision is on)" when the precision is chosen
+    at run time (omitted: `accelerate launch` / `accelerate config` decide; an option, a config,
+    `**kwargs`, a parameter typed `Accelerator`), None when it is literally "no" (the region is a
+    `nullcontext`), or the receiver is not certainly an Accelerator (Fabric's region, whose
+    `forward_context` is no autocast under "-true" precisions, is left alone)."""
+    import libcst as cst
+
+    from amplint.model import accelerator_precision, dotted_name
+
+    func = region.call.func
+    info = ctx.call_info(region.call)
+    if not isinstance(func, cst.Attribute) or info is None:
+        return None
+    settings = accelerator_precision(ctx, dotted_name(func.value), info.scope)
+    if not settings or settings == {"no"}:
+        return None
+    return "" if settings <= {"fp16", "bf16"} else " (when mixed precision is on)"
 
 
 def _decorated(project: Project, call, region) -> bool:

@@ -76,6 +76,7 @@ _EXPORTS = {
     # accelerators
     "scaling_accelerator": ".accelerators",
     "scaling_choice": ".accelerators",
+    "accelerator_precision": ".accelerators",
     # fabrics (Lightning Fabric's fp16 backward, issue 23)
     "scaling_fabric": ".fabrics",
     # bindings

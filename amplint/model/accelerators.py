@@ -156,3 +156,88 @@ def _scaler_disabled_somewhere(ctx: "ModuleContext") -> bool:
                     break
         ctx._accelerate_scaler_disabled = cached
     return cached
+
+
+#: what `accelerator_precision` answers: a literal setting, or "runtime" (not fixed in the file)
+MIXED_LITERALS = {"fp16": "fp16", "bf16": "bf16", "no": "no"}
+
+
+def accelerator_precision(ctx: "ModuleContext", receiver: Optional[str], scope: Scope) -> Optional[frozenset]:
+    """The mixed-precision settings the accelerate `Accelerator` that `receiver` (as spelled in
+    `scope`: `accelerator`, `self.accelerator`) may run with, or None when it is not certainly
+    an Accelerator (a name bound to anything else, or not bound in what the file shows).
+
+    Each binding is an `Accelerator(...)` call or a parameter annotated `Accelerator` (also
+    `Accelerator | None`, `Optional[Accelerator]`). A call answers its literal
+    `mixed_precision` ("fp16", "bf16", "no"; `cpu=True` is "no"); omitted, accelerate reads
+    `ACCELERATE_MIXED_PRECISION`, which `accelerate launch` and `accelerate config` set, so it
+    and any other value (an option, a config, `**kwargs`) is "runtime", as a parameter is."""
+    if not receiver:
+        return None
+    cache: Dict[tuple, Optional[frozenset]] = ctx.__dict__.setdefault("_accelerator_precisions", {})
+    key = (receiver, id(scope))
+    if key not in cache:
+        cache[key] = _precisions(ctx, receiver, scope, 0)
+    return cache[key]
+
+
+def _precisions(ctx: "ModuleContext", name: str, scope: Scope, depth: int) -> Optional[frozenset]:
+    root = name.split(".", 1)[0]
+    if root != "self" and "." not in name and root in scope.params:
+        return frozenset(("runtime",)) if _annotated_accelerator(ctx, scope, root) else None
+    bindings = _bindings(ctx, name, scope)
+    if not bindings or depth > 3:
+        return None
+    found: set = set()
+    for a in bindings:
+        if a.unpacked:
+            return None
+        if isinstance(a.value, cst.Call):
+            info = ctx.call_info(a.value)
+            if info is None or not info.calls_any(ACCELERATORS):
+                return None
+            found.add(_call_precision(info))
+            continue
+        source = dotted_name(a.value)
+        if not source:
+            return None
+        sub = _precisions(ctx, source, a.scope, depth + 1)
+        if sub is None:
+            return None
+        found |= sub
+    return frozenset(found)
+
+
+def _call_precision(call: CallInfo) -> str:
+    cpu = call.arg(_CPU_POSITION, "cpu")
+    if cpu is not None and literal_bool(cpu) is True:
+        return "no"
+    mixed = call.arg(_MIXED_PRECISION_POSITION, "mixed_precision")
+    if isinstance(mixed, cst.SimpleString) and isinstance(mixed.evaluated_value, str):
+        return MIXED_LITERALS.get(mixed.evaluated_value.lower(), "runtime")
+    return "runtime"
+
+
+def _annotated_accelerator(ctx: "ModuleContext", scope: Scope, param: str) -> bool:
+    """`param` of `scope`'s function is annotated with accelerate's Accelerator (alone, or
+    in a union with None / `Optional[...]`)."""
+    node = scope.node
+    if not isinstance(node, cst.FunctionDef):
+        return False
+    for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
+        if p.name.value == param and p.annotation is not None:
+            return _names_accelerator(ctx, p.annotation.annotation)
+    return False
+
+
+def _names_accelerator(ctx: "ModuleContext", node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):
+        sides = [node.left, node.right]
+        others = [s for s in sides if not (isinstance(s, cst.Name) and s.value == "None")]
+        return len(others) == 1 and _names_accelerator(ctx, others[0])
+    if isinstance(node, cst.Subscript) and dotted_name(node.value) in ("Optional", "typing.Optional") and len(node.slice) == 1:
+        inner = node.slice[0].slice
+        return isinstance(inner, cst.Index) and _names_accelerator(ctx, inner.value)
+    if isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
+        return node.evaluated_value.strip() in ("Accelerator", "accelerate.Accelerator")  # a forward reference
+    return not ctx.imports.qualnames(node).isdisjoint(ACCELERATORS)
