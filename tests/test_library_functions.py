@@ -373,3 +373,38 @@ def test_which_files_may_enter_autocast(source, enters):
     from amplint.model.project.entries import enters_autocast
 
     assert enters_autocast(source) is enters
+
+
+def _old_own_regex(name):
+    """The one regex `_is_copy` used before `_own_imports` (the reference its answers equal)."""
+    import re
+
+    return re.compile(
+        r"^[ \t]*(?:from[ \t]+%s(?:\.[\w.]+)?[ \t]+import\b|import[ \t]+%s(?:\.|[ \t]*$|[ \t]+as\b|[ \t]*,))"
+        r"|import_module\(\s*[rbuf]?['\"]%s\." % ((re.escape(name),) * 3),
+        re.MULTILINE,
+    )
+
+
+_OWN_LINES = [
+    "from mmcv.utils import x", "  from mmcv import x", "\tfrom\tmmcv.ops.a  import b", "from mmcv import(x)",
+    "import mmcv", "import mmcv.ops", "    import mmcv as m", "import mmcv, os", "import mmcv  ", "import mmcvx",
+    "from mmcvx import a", "from .mmcv import a", "from ..mmcv.x import a", "x = 1; from mmcv import a",
+    "# from mmcv import a", "y = 'import mmcv'", "import import mmcv", "from mmcv importx", "from mmcv.  import a",
+    "importlib.import_module('mmcv.ops')", "import_module(\n  f\"mmcv.\" + n)", "import_module('mmcvx.a')",
+    "import_module(mmcv.a)", "from os import mmcv", "import os, mmcv", "fromm mmcv import a", "importmmcv",
+    "\n\nimport mmcv\r\n", "from mmcv.a.b import c as d", "  import\tmmcv.", "",
+]
+
+
+@pytest.mark.parametrize("prefix", ["", "x = 1\n", "from mmcv\n", "import os\n    \n", "import mmcv_extra\n"])
+def test_own_imports_answers_as_the_one_regex(prefix):
+    from amplint.model.embedded import _own_imports
+
+    own, old = _own_imports("mmcv"), _old_own_regex("mmcv")
+    found = 0
+    for line in _OWN_LINES:
+        for text in (prefix + line, prefix + line + "\n" + line, line + "\n" + prefix):
+            assert own(text) == bool(old.search(text)), text
+            found += own(text)
+    assert found  # the cases hold imports the test finds, and others it does not

@@ -69,3 +69,9 @@ def test_the_same_words_in_code_still_run_the_rule():
         ''')
     assert result.parsed
     assert "AMP302" in [d.code for d in result.diagnostics]
+
+
+def test_a_docstring_is_blanked_byte_for_byte_keeping_only_its_newlines():
+    # each byte of the literal a space (a two-byte ü two spaces, a CR one), each newline kept
+    source = 'x = 1\n"""ü\r\n  two"""\ny = "k"\n'
+    assert without_docstrings(source) == "x = 1\n" + " " * 6 + "\n" + " " * 8 + '\ny = "k"\n'

@@ -74,3 +74,39 @@ def test_the_summaries_handed_over_are_not_kept_in_the_lint_entry():
     result = FileResult(path="train.py", summaries=crossfile.summaries_of("import deepspeed\n"))
     assert result.summaries is not None
     assert encode_result(result) == encode_result(FileResult(path="train.py"))
+
+
+_FAKES = [
+    # a fake in the body, as a decorator, in a nested function, through mock.patch.object
+    'import torch\nfrom torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy\n\n'
+    'def test_a(monkeypatch):\n    monkeypatch.setattr(fsdp, "fully_shard", lambda m, **k: m)\n'
+    '    p = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float16)\n',
+    'from unittest import mock\n\n@mock.patch("torch.distributed.fsdp.fully_shard")\n'
+    'def test_b(fake):\n    return 1\n',
+    'def outer():\n    def inner():\n        with patch.object(fsdp_mod, "FSDP"):\n            pass\n    return inner\n',
+    'def test_c():\n    """No fake here: ü."""\n    setattr(obj, "fully_shard", f)\n',
+    'def test_d():\n    x = 1\r    monkeypatch.setattr("a.FullyShardedDataParallel", f)\n',
+    '@decorate(\n    mock.patch("x.fully_shard"),\n)\nasync def test_e():\n    pass\n',
+    'def plain(x):\n    return x + 1\n\nclass A:\n    def m(self):\n        return object()\n',
+]
+
+
+@pytest.mark.parametrize("source", _FAKES)
+def test_the_scale_summary_is_the_same_when_every_function_is_searched_for_fakes(source, monkeypatch):
+    # `_Reader._may_fake` only skips functions whose lines cannot hold a fake: the summary is the
+    # one every function walked for fakes gives
+    quick = scale.summarize(source)
+    monkeypatch.setattr(scale._Reader, "_may_fake", lambda self, node: True)
+    assert repr(quick) == repr(scale.summarize(source))
+
+
+def test_a_fake_in_a_function_or_its_decorator_is_found():
+    found = {}
+    for source in _FAKES:
+        reader = scale._Reader(source)
+        reader.run(scale.parse(source))
+        found.update({q: f["fakes"] for q, f in reader.functions.items() if "fakes" in f})
+    assert found == {
+        "test_a": ["fully_shard"], "test_b": ["fully_shard"], "outer": ["FSDP"], "outer.inner": ["FSDP"],
+        "test_d": ["FullyShardedDataParallel"], "test_e": ["fully_shard"],
+    }

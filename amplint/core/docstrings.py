@@ -15,6 +15,7 @@ their first answer.
 from __future__ import annotations
 
 import ast
+import re
 from typing import List, Optional, Tuple
 
 from .pyast import parse, statements
@@ -39,8 +40,13 @@ def without_docstrings(source: str) -> Optional[str]:
     starts = _line_starts(data)
     for (row, col), (end_row, end_col) in spans:
         begin, end = starts[row - 1] + col, starts[end_row - 1] + end_col
-        data[begin:end] = bytes(b if b == 10 else 32 for b in data[begin:end])
+        data[begin:end] = data[begin:end].translate(_BLANK)
     return data.decode("utf-8", "surrogatepass")
+
+
+#: every byte to a space but the newline (a docstring's bytes blanked, its lines kept): one C
+#: call per docstring, where a generator over its bytes cost ~40 ms per MB of a file
+_BLANK = bytes(10 if b == 10 else 32 for b in range(256))
 
 
 def _string_statements(tree: ast.Module) -> List[Tuple[Tuple[int, int], Tuple[int, int]]]:
@@ -55,9 +61,7 @@ def _string_statements(tree: ast.Module) -> List[Tuple[Tuple[int, int], Tuple[in
 
 
 def _line_starts(data: bytearray) -> List[int]:
-    starts = [0]
-    at = data.find(b"\n")
-    while at != -1:
-        starts.append(at + 1)
-        at = data.find(b"\n", at + 1)
-    return starts
+    return [0, *(m.end() for m in _NEWLINE.finditer(data))]
+
+
+_NEWLINE = re.compile(b"\n")

@@ -200,6 +200,8 @@ class _Reader:
     def __init__(self, source: str) -> None:
         self.source = source
         self.lines = source.splitlines()
+        #: the offset of each line's start (by "\n"), made when `_may_fake` first asks
+        self._starts: Optional[List[int]] = None
         self._dict_index: Dict[Tuple[int, int], int] = {}
         self.default_open: Dict[str, Optional[Dict[str, Any]]] = {}  # per function: an open low-precision set_default_dtype
         self.imports: Dict[str, List[Any]] = {}
@@ -293,13 +295,35 @@ class _Reader:
         args = node.args
         params = [a.arg for a in (*getattr(args, "posonlyargs", []), *args.args, *args.kwonlyargs)]
         self._function(qual, node.body, cls if outer == cls else None, params, node.lineno)
-        faked = _faked_sharders(node)
+        faked = _faked_sharders(node) if self._may_fake(node) else ()
         if faked:
             self.functions[qual]["fakes"] = faked
         if self._reduces and len(params) >= 2:
             d = self._compress_dtype(node)
             if d is not None:
                 self.functions[qual]["hook"] = d
+
+    def _may_fake(self, node: Any) -> bool:
+        """Whether `_faked_sharders(node)` can find a fake: every call it counts is named
+        `setattr`, `patch` or `object`, and that identifier is written in the lines of the
+        function (its decorators to its last line; an ASCII text spells identifiers as they are,
+        NFKC leaves ASCII alone). Most functions name none of them, and the walk of every node
+        of every function (nested ones again) was ~1/3 of a scale summary. A text with a lone
+        CR (a line break for CPython's line numbers, not for the offsets here) is always walked."""
+        starts = self._starts
+        if starts is None:
+            source = self.source
+            if source.count("\r") != source.count("\r\n"):
+                return True
+            starts = self._starts = [0, *(m.end() for m in re.finditer("\n", source))]
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        last = getattr(node, "end_lineno", None)
+        if last is None or first < 1 or last > len(starts):
+            return True
+        text = self.source[starts[first - 1] : starts[last] if last < len(starts) else len(self.source)]
+        if not text.isascii():
+            return True
+        return "setattr" in text or "patch" in text or "object" in text
 
     def _compress_dtype(self, node: Any) -> Optional[str]:
         """'fp16' | 'bf16' when the function is a gradient-compression comm hook of the project's
