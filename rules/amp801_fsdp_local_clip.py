@@ -18,8 +18,10 @@ class FsdpLocalClip(Rule):
     by FSDP1 (`torch.distributed.fsdp.FullyShardedDataParallel`, or Lightning
     Fabric's `FSDPStrategy`, which wraps with it), where the model is wrapped
     in one module and clipped in another: the wrapper is followed through
-    assignments, `self.` attributes, builder functions' returns and the
-    arguments call sites pass.
+    assignments, `self.` attributes, builder functions' returns, the
+    arguments call sites pass, and `torch.compile` (its module holds the same
+    parameters: `compiled.parameters()` and `compiled._orig_mod` are the FSDP
+    module's).
 
     ## Why is this bad?
     An FSDP1 module's `parameters()` are the rank's own shards (flat
@@ -173,6 +175,32 @@ class Trainer:
 """,
             "the function picks the clip by the wrapper: the torch clip is the non-FSDP1 branch",
         ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import fully_shard
+model = Net()
+for block in model.blocks:
+    fully_shard(block)
+fully_shard(model)
+model = torch.compile(model)
+loss = model(x).sum()
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""",
+            "FSDP2 then torch.compile: still DTensor parameters, the torch clip is global",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+compiled = torch.compile(FSDP(Net()))
+loss = compiled(x).sum()
+loss.backward()
+compiled.clip_grad_norm_(1.0)
+""",
+            "the compiled module hands on FSDP's own clip",
+        ),
     ]
 
     INVALID = [
@@ -230,6 +258,43 @@ torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
 """,
             line=8,
             why="Fabric's FSDPStrategy wraps the module in FullyShardedDataParallel",
+        ),
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+model = torch.compile(FSDP(Net()))
+loss = model(x).sum()
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""",
+            line=6,
+            fixed="""
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+model = torch.compile(FSDP(Net()))
+loss = model(x).sum()
+loss.backward()
+model.clip_grad_norm_(1.0)
+""",
+            why="torch.compile returns a module over the same sharded parameters",
+        ),
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def build(net):
+    model = FSDP(net)
+    return torch.compile(model)
+
+model = build(Net())
+loss = model(x).sum()
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model._orig_mod.parameters(), 1.0)
+""",
+            line=11,
+            why="a builder returns the compiled FSDP model; `_orig_mod` is the FSDP module itself",
         ),
     ]
 

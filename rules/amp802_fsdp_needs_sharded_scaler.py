@@ -143,6 +143,21 @@ scaler.update()
         Invalid(
             """
 import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+model = FSDP(Net(), mixed_precision=MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float32))
+compiled = torch.compile(model, mode="max-autotune")
+scaler = torch.amp.GradScaler("cuda")
+loss = compiled(x).sum()
+scaler.scale(loss).backward()
+scaler.step(optimizer)
+scaler.update()
+""",
+            line=5,
+            why="the model trained through torch.compile is the fp16 FSDP one",
+        ),
+        Invalid(
+            """
+import torch
 from torch.distributed.fsdp import FullyShardedDataParallel
 
 class Trainer:

@@ -131,6 +131,20 @@ engine.step()
             """
 import torch
 import deepspeed
+engine, optimizer, _, _ = deepspeed.initialize(model=model, config="ds_config.json")
+engine = torch.compile(engine)
+loss = engine(x).sum()
+engine.backward(loss)
+torch.nn.utils.clip_grad_norm_(engine.parameters(), 1.0)
+engine.step()
+""",
+            line=7,
+            why="the engine compiled: the same parameters, the engine's own clipping bypassed",
+        ),
+        Invalid(
+            """
+import torch
+import deepspeed
 
 class Trainer:
     def __init__(self, args, net):

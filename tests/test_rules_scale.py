@@ -58,6 +58,72 @@ def test_each_wrapper_kind_is_told_apart(name, kind):
     assert [w.kind for w in found] == ([kind] if kind else [])
 
 
+COMPILED = """
+import torch
+import deepspeed
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+inline = torch.compile(FSDP(Net()), mode="max-autotune")
+rebound = FSDP(Net())
+rebound = torch.compile(rebound)
+sharded = FSDP(Net())
+compiled = torch.compile(sharded)
+original = compiled._orig_mod
+ddp = torch.compile(model=DDP(Net()))
+fsdp2 = Net()
+fully_shard(fsdp2)
+fsdp2_compiled = torch.compile(fsdp2)
+engine, _, _, _ = deepspeed.initialize(model=Net(), config={"train_batch_size": 8, "bf16": {"enabled": True}})
+engine = torch.compile(engine)
+plain = torch.compile(Net())
+decorator = torch.compile(mode="reduce-overhead")
+
+def build(net):
+    model = FSDP(net)
+    return torch.compile(model)
+
+built = build(Net())
+"""
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("inline", "fsdp1"), ("rebound", "fsdp1"), ("compiled", "fsdp1"), ("compiled._orig_mod", "fsdp1"), ("original", "fsdp1"),
+        ("ddp", "ddp"), ("fsdp2_compiled", "fsdp2"), ("fsdp2_compiled._orig_mod", "fsdp2"), ("engine", "deepspeed"),
+        ("plain", None), ("decorator", None), ("built", "fsdp1"), ("built._orig_mod", "fsdp1"),
+    ],
+)
+def test_the_wrapper_kind_survives_torch_compile(name, kind):
+    """`torch.compile` returns an `OptimizedModule` over the same module (`_orig_mod`): the
+    same parameters, the wrapper's own attributes (`clip_grad_norm_`, `backward`)."""
+    view = file_view(COMPILED, "c.py")
+    found = view.wrappers("c.py", "<module>", name)
+    assert [w.kind for w in found] == ([kind] if kind else [])
+
+
+def test_the_latest_binding_before_a_use_keeps_the_compiled_engine():
+    """AMP805/AMP806 read the binding before the use: `engine = torch.compile(engine)` is still the engine."""
+    view = file_view(COMPILED, "c.py")
+    (engine,) = view.wrappers_at("c.py", "<module>", "engine", (99, 1))
+    assert engine.deepspeed_engine
+
+
+def test_a_compiled_model_passed_to_a_trainer_in_another_file_keeps_its_wrapper(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "t"\nversion = "0"\n')
+    (tmp_path / "trainer.py").write_text(
+        "import torch\n\nclass Trainer:\n    def __init__(self, model):\n        self.model = model\n\n"
+        "    def step(self, x):\n        self.model(x).sum().backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\nfrom trainer import Trainer\n\n"
+        "def main():\n    model = FSDP(Net())\n    Trainer(torch.compile(model))\n"
+    )
+    assert findings([tmp_path]) == [("trainer.py", 9, "AMP801")]
+
+
 def test_the_wrappers_carry_their_precision():
     view = file_view(WRAPPERS, "w.py")
     (fsdp1,) = view.wrappers("w.py", "<module>", "fsdp1")

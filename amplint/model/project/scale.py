@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 5
+VERSION = 6
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -116,6 +116,8 @@ _STRATEGIES = {"FSDPStrategy": "fsdp", "DeepSpeedStrategy": "deepspeed", "DDPStr
 _LOW_TENSOR_TYPES = {"torch.HalfTensor": "fp16", "torch.cuda.HalfTensor": "fp16", "torch.BFloat16Tensor": "bf16", "torch.cuda.BFloat16Tensor": "bf16"}
 #: methods that return the module they are called on
 _KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double", "to_empty"))
+#: calls that return their module compiled (`OptimizedModule`: the same parameters, the same wrapper)
+COMPILERS = frozenset(("torch.compile",))
 #: top-level keys that make a dict literal a DeepSpeed config
 _DS_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization", "gradient_accumulation_steps", "gradient_clipping", "steps_per_print", "fp16", "bf16")
 _CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
@@ -434,9 +436,15 @@ class _Reader:
         if node is None or depth > 4:
             return None
         methods: List[str] = []
-        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _KEEPING:
-            methods.append(self._method_tag(node))
-            node = node.func.value
+        while isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr in _KEEPING:
+                methods.append(self._method_tag(node))
+                node = node.func.value
+                continue
+            compiled = self._compiled(node)
+            if compiled is None:
+                break
+            node = compiled  # `torch.compile(FSDP(m))` wraps the FSDP module: its parameters, its kind
         methods.reverse()
         out: Optional[Dict[str, Any]] = None
         if isinstance(node, ast.Call):
@@ -474,6 +482,20 @@ class _Reader:
         if out is not None and methods:
             out["m"] = methods
         return out
+
+    def _compiled(self, call: ast.Call) -> Optional[ast.AST]:
+        """The module `torch.compile(module, ...)` compiles; None for any other call (or a
+        `torch.compile(...)` that shows no module: the decorator form). The `OptimizedModule`
+        it returns holds the module as `_orig_mod` and hands on its attributes, so its
+        `parameters()` are the module's own, and its `clip_grad_norm_` / `backward` the
+        wrapper's: the wrapper kind passes through."""
+        if self.qualname(dotted(call.func)) not in COMPILERS:
+            return None
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None
+        if call.args:
+            return call.args[0]
+        return next((k.value for k in call.keywords if k.arg == "model"), None)
 
     def _spelled(self, node: ast.AST) -> Optional[Any]:
         """An argument as the resolver reads it: a dotted name, `X.parameters()` (as
@@ -517,6 +539,8 @@ class _Reader:
                 self._bind(target, alternative, qual, cls)
             return
         ref = self.vref(value)
+        if ref == {"n": name}:
+            ref = None  # `model = torch.compile(model)`: the name keeps the value it had (no self-reference)
         if ref is not None:
             refs = self.binds.setdefault(qual, {}).setdefault(name, [])
             if len(refs) < 16:

@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from ..precision_names import LIGHTNING_FSDP_POLICY
 from . import configs
+from .scale import COMPILERS
 
 Summary = Dict[str, Any]
 Place = Tuple[str, int, int, int, int]  # (path, row, column, end row, end column)
@@ -197,6 +198,7 @@ class ScaleView:
 
     def values(self, path: str, func: str, name: str, depth: int = 0) -> List[Tuple[str, str, Dict[str, Any]]]:
         """(path, function, vref) of every value the dotted `name` read in `func` may hold."""
+        name = uncompiled(name)
         key = ("values", path, func, name)
         if key in self._memo:
             return self._memo[key]
@@ -301,9 +303,34 @@ class ScaleView:
                         ref = record["a"][i]
                 if ref is None:
                     ref = record["k"].get(param)
+                ref = self._compiled_subject(call.path, ref)
                 if ref and "n" in ref:
                     out.extend(self.values(call.path, call.func, ref["n"], depth + 1) or [(call.path, call.func, {"n": ref["n"], "x": 1})])
         return out
+
+    def _compiled_subject(self, path: str, ref: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+        """The module a call site's argument `torch.compile(model)` compiles (a project-model
+        call record's value; the scale summary's own values unwrap it when they are read):
+        `Trainer(torch.compile(model))` hands the trainer `model`'s parameters and wrapper."""
+        for _ in range(3):
+            if not isinstance(ref, dict) or "c" not in ref or ref.get("m") or self._qualname(path, ref["c"]) not in COMPILERS:
+                return ref
+            args = ref.get("a") or []
+            subject = args[0] if args else (ref.get("k") or {}).get("model")
+            if not isinstance(subject, dict):
+                return ref
+            ref = subject
+        return ref
+
+    def _qualname(self, path: str, spelled: str) -> Optional[str]:
+        """`torch.compile` for a spelling in `path` that reads it through the file's imports."""
+        s = self.summary(path)
+        head, _, rest = spelled.partition(".")
+        imported = s["imports"].get(head) if s else None
+        if imported is None or imported[0]:
+            return None
+        base = f"{imported[1]}.{imported[2]}" if imported[2] else imported[1]
+        return f"{base}.{rest}" if rest else base
 
     def _class_of(self, path: str, func: str) -> Optional[str]:
         info = self.function(path, func)
@@ -351,6 +378,7 @@ class ScaleView:
     def wrappers(self, path: str, func: str, name: str) -> List[Wrapper]:
         """The wrappers the dotted `name` read in `func` of `path` may hold (empty: plain, or
         not known). In-place wrappers (`fully_shard(model)`) of the name count too."""
+        name = uncompiled(name)
         key = ("wrappers", path, func, name)
         if key in self._memo:
             return self._memo[key]
@@ -413,7 +441,9 @@ class ScaleView:
         if "n" in ref:
             if ref.get("x"):
                 return []
-            return [w for p, f, r in self.values(path, func, ref["n"], depth + 1) for w in self._wrappers_of_ref(p, f, r, depth + 1)]
+            found = [w for p, f, r in self.values(path, func, ref["n"], depth + 1) for w in self._wrappers_of_ref(p, f, r, depth + 1)]
+            # `fully_shard(model); compiled = torch.compile(model)`: the name's own in-place wrapper
+            return found + self._in_place(path, func, uncompiled(ref["n"]))
         if "c" in ref:
             e = self.event_at(path, ref["r"], ref["cc"])
             if e is not None and e["e"] == "wrap":
@@ -834,6 +864,17 @@ class ScaleView:
 
     def place(self, path: str, e: Dict[str, Any]) -> Place:
         return (path, e["r"], e["c"], e["er"], e["ec"])
+
+
+def uncompiled(name: str) -> str:
+    """The module a dotted name reads through `torch.compile`'s `OptimizedModule`:
+    `compiled._orig_mod` is the module that was compiled (its parameters, its wrapper), so
+    `model._orig_mod.parameters()` are `model`'s. `self._orig_mod` (a class's own) is kept."""
+    if "._orig_mod" not in name:
+        return name
+    parts = name.split(".")
+    kept = [p for i, p in enumerate(parts) if p != "_orig_mod" or i == 0 or (i == 1 and parts[0] == "self")]
+    return ".".join(kept)
 
 
 def exclusive(a: Optional[List[List[int]]], b: Optional[List[List[int]]]) -> bool:
