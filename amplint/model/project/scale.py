@@ -310,7 +310,7 @@ class _Reader:
         `setattr`, `patch` or `object`, and that identifier is written in the lines of the
         function (its decorators to its last line; an ASCII text spells identifiers as they are,
         NFKC leaves ASCII alone). Most functions name none of them, and the walk of every node
-        of every function (nested ones again) was ~1/3 of a scale summary. A text with a lone
+        of every function (nested ones again) was ~a fifth of a scale summary. A text with a lone
         CR (a line break for CPython's line numbers, not for the offsets here) is always walked."""
         starts = self._starts
         if starts is None:
