@@ -11,7 +11,10 @@ following assignments, tuple unpacking (`engine, optimizer, _, _ = deepspeed.ini
 element 1 is the engine's optimizer), `self.` attributes bound in any method of the class or
 its project bases, builder functions' returns (`model = wrap(model)` in another module) and,
 through the project model's call graph, the arguments call sites pass to a parameter
-(`Trainer(model)` -> `self.model = model`). A Fabric setup is resolved to its `Fabric(...)`
+(`Trainer(model)` -> `self.model = model`), and `torch.compile`: the `OptimizedModule` it
+returns holds the same module (`_orig_mod`) and hands on its parameters and attributes, so
+`torch.compile(FSDP(m))`, `model = torch.compile(model)` and `compiled._orig_mod` keep the
+wrapper kind of what was compiled (`scale.COMPILERS`, `uncompiled`). A Fabric setup is resolved to its `Fabric(...)`
 constructor and strategy (`FSDPStrategy` makes it an FSDP1 wrapper, with the mixed-precision
 policy Lightning derives from `precision=`); a DeepSpeed engine to its configuration (a dict
 literal, or a JSON file the code names, read by `configs.py`).
