@@ -78,6 +78,8 @@ engine, _, _, _ = deepspeed.initialize(model=Net(), config={"train_batch_size": 
 engine = torch.compile(engine)
 plain = torch.compile(Net())
 decorator = torch.compile(mode="reduce-overhead")
+maybe = FSDP(Net())
+maybe = torch.compile(maybe) if flag else maybe
 
 def build(net):
     model = FSDP(net)
@@ -93,6 +95,7 @@ built = build(Net())
         ("inline", "fsdp1"), ("rebound", "fsdp1"), ("compiled", "fsdp1"), ("compiled._orig_mod", "fsdp1"), ("original", "fsdp1"),
         ("ddp", "ddp"), ("fsdp2_compiled", "fsdp2"), ("fsdp2_compiled._orig_mod", "fsdp2"), ("engine", "deepspeed"),
         ("plain", None), ("decorator", None), ("built", "fsdp1"), ("built._orig_mod", "fsdp1"),
+        ("maybe", "fsdp1"),
     ],
 )
 def test_the_wrapper_kind_survives_torch_compile(name, kind):
@@ -108,6 +111,7 @@ def test_the_latest_binding_before_a_use_keeps_the_compiled_engine():
     view = file_view(COMPILED, "c.py")
     (engine,) = view.wrappers_at("c.py", "<module>", "engine", (99, 1))
     assert engine.deepspeed_engine
+    assert [w.kind for w in view.wrappers_at("c.py", "<module>", "maybe", (99, 1))] == ["fsdp1"]
 
 
 def test_a_compiled_model_passed_to_a_trainer_in_another_file_keeps_its_wrapper(tmp_path):
@@ -122,6 +126,18 @@ def test_a_compiled_model_passed_to_a_trainer_in_another_file_keeps_its_wrapper(
         "def main():\n    model = FSDP(Net())\n    Trainer(torch.compile(model))\n"
     )
     assert findings([tmp_path]) == [("trainer.py", 9, "AMP801")]
+
+
+def test_a_parameter_compiled_in_place_still_reads_what_the_callers_pass():
+    """`model = torch.compile(model)` on a parameter: the name keeps the argument's wrapper."""
+    source = (
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n\n"
+        "def train(model, x):\n    model = torch.compile(model)\n    model(x).sum().backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n\n"
+        "train(FSDP(Net()), batch)\nnet = FSDP(Net())\ntrain(net, batch)\n"
+    )
+    view = file_view(source, "p.py")
+    assert [w.kind for w in view.wrappers("p.py", "train", "model")] == ["fsdp1"]
 
 
 def test_the_wrappers_carry_their_precision():

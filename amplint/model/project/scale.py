@@ -521,7 +521,7 @@ class _Reader:
                     return f"to:{d}"
         return {"half": "to:fp16", "bfloat16": "to:bf16", "float": "to:fp32", "double": "to:fp32"}.get(name, name)
 
-    def _bind(self, target: ast.AST, value: ast.AST, qual: str, cls: Optional[str]) -> None:
+    def _bind(self, target: ast.AST, value: ast.AST, qual: str, cls: Optional[str], alternative: bool = False) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
             ref = self.vref(value)
             for i, t in enumerate(target.elts):
@@ -535,12 +535,14 @@ class _Reader:
         if name is None:
             return
         if isinstance(value, ast.IfExp):
-            for alternative in (value.body, value.orelse):
-                self._bind(target, alternative, qual, cls)
+            for side in (value.body, value.orelse):
+                self._bind(target, side, qual, cls, alternative=True)
             return
         ref = self.vref(value)
-        if ref == {"n": name}:
-            ref = None  # `model = torch.compile(model)`: the name keeps the value it had (no self-reference)
+        if ref == {"n": name} and not alternative:
+            # `model = torch.compile(model)`: the name keeps the value it had (no self-reference); an
+            # `x if c else model` side stays, so `latest` still knows the earlier value may hold
+            ref = None
         if ref is not None:
             refs = self.binds.setdefault(qual, {}).setdefault(name, [])
             if len(refs) < 16:
