@@ -1,14 +1,14 @@
 """AMP106 scaler-with-fp16-params."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
-import libcst as cst
+from amplint.model import GRAD_SCALERS, Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
-from amplint.model import (
-    GRAD_SCALERS, CallInfo, Diagnostic, Event, Invalid, LowPrecisionCast, ModuleContext, Project, ProjectCall, Rule, Severity,
-    Valid, exclusive, sees_self_of,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import CallInfo, Event, LowPrecisionCast, ModuleContext
 
 #: wrappers that keep the wrapped module's parameters (and their dtype)
 _WRAPPERS = (
@@ -424,6 +424,8 @@ class Trainer(Base):
 def _low_precision_module(
     ctx: ModuleContext, event: Event, casts: List[LowPrecisionCast], scaler_enabled: Optional[bool]
 ) -> Optional[Tuple[LowPrecisionCast, str]]:
+    from amplint.model import exclusive, sees_self_of
+
     opt = ctx.optimizers.get(event.optimizer or "")
     if opt is None:
         return None
@@ -452,27 +454,31 @@ def _low_precision_module(
 
 def _modules(ctx: ModuleContext, params: cst.BaseExpression) -> List[str]:
     """`model.parameters()` / `self.model.named_parameters()` receivers inside the params expression."""
-    receivers = _ParameterReceivers(ctx)
-    params.visit(receivers)
-    return receivers.found
-
-
-class _ParameterReceivers(cst.CSTVisitor):
-    """For `_modules` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
-
-    def __init__(self, ctx: ModuleContext) -> None:
-        super().__init__()
-        self.ctx = ctx
-        self.found: List[str] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        info = self.ctx.call_info(node)
+    found: List[str] = []
+    for node in _calls_in(params):
+        info = ctx.call_info(node)
         if info is not None and info.method in ("parameters", "named_parameters") and info.receiver_dotted:
-            self.found.append(info.receiver_dotted)
+            found.append(info.receiver_dotted)
+    return found
+
+
+def _calls_in(node: "cst.CSTNode") -> Iterator["cst.Call"]:
+    """The calls in `node`, outermost first (what a visitor's `visit_Call` meets, in its order);
+    a plain walk: a visitor class defined per call would hold its closure in a reference cycle."""
+    import libcst as cst
+
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Call):
+            yield current
+        stack.extend(reversed(current.children))
 
 
 def _aliases(ctx: ModuleContext, module: str, ctor: CallInfo) -> List[str]:
     """`module` and the name it was assigned from (`self.model = model`)."""
+    import libcst as cst
+
     names = [module]
     for a in ctx.assignments_to(module):
         if a.order < ctor.order and isinstance(a.value, cst.Name):
@@ -482,6 +488,8 @@ def _aliases(ctx: ModuleContext, module: str, ctor: CallInfo) -> List[str]:
 
 def _undone(ctx: ModuleContext, name: str, cast: LowPrecisionCast, event: Event) -> bool:
     """Between the cast and the step, `name` is cast back to fp32 or rebound to something else."""
+    import libcst as cst
+
     for call in ctx.method_calls("float", "to", "type"):
         if cast.call.order < call.order < event.order and call.receiver_dotted == name:
             if call.method == "float" or any(ctx.dtype_of(a.value) == "fp32" for a in call.node.args):
@@ -495,6 +503,8 @@ def _undone(ctx: ModuleContext, name: str, cast: LowPrecisionCast, event: Event)
 
 
 def _keeps_dtype(ctx: ModuleContext, name: str, value: cst.BaseExpression) -> bool:
+    import libcst as cst
+
     if isinstance(value, cst.Call):
         info = ctx.call_info(value)
         if info is not None and info.calls_any(_WRAPPERS) and any(
