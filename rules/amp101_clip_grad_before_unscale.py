@@ -28,7 +28,11 @@ class ClipGradBeforeUnscale(Rule):
     `Accelerator(mixed_precision="fp16")` built in the same file, with no
     `accelerator.unscale_gradients()` before it; and for Lightning Fabric: a
     torch clip after `fabric.backward(loss)` of a `Fabric(precision="16-mixed")`
-    built in the same file, with no `fabric.clip_gradients(...)` before it.
+    built in the same file, with no `fabric.clip_gradients(...)` before it;
+    and for a LightningModule optimizing by hand
+    (`self.automatic_optimization = False`): a torch clip after
+    `self.manual_backward(loss)` under a `Trainer(precision="16-mixed")`, with
+    no `self.clip_gradients(...)` before it.
 
     ## Why is this bad?
     The gradients are still multiplied by the loss scale (65536 by default), so
@@ -43,7 +47,11 @@ class ClipGradBeforeUnscale(Rule):
     prepared optimizer's `step`: a torch clip in between sees the scaled norm.
     Fabric's `"16-mixed"` plugin works the same way (`MixedPrecision.backward`
     is `scaler.scale(tensor).backward()`); `fabric.clip_gradients` calls
-    `precision.unscale_gradients(optimizer)` before clipping.
+    `precision.unscale_gradients(optimizer)` before clipping. A LightningModule's
+    `manual_backward` is the Trainer's precision plugin's backward, the same
+    `scaler.scale(loss).backward()`; the plugin unscales only inside the
+    optimizer's `step()` (`opt.step()` of `self.optimizers()`), after the clip,
+    and `self.clip_gradients(opt, ...)` unscales before clipping.
 
     ## Example
     ```python
@@ -75,6 +83,11 @@ class ClipGradBeforeUnscale(Rule):
     `clip_grad_value_`), taking the module from `model.parameters()` and the
     optimizer from the `optimizer.step()` after the clip; offered only when both
     are found and the clip passes just the parameters and the threshold.
+    For Lightning manual optimization, unsafe: replaces the call with
+    `self.clip_gradients(opt, gradient_clip_val=..., gradient_clip_algorithm="norm")`
+    (`"value"` for `clip_grad_value_`), taking the optimizer from the
+    `opt.step()` after the clip; it clips the parameters of that optimizer,
+    not the ones the torch call named, so a human checks they are the same.
     For accelerate, unsafe too: calls `accelerator.clip_grad_norm_` (or
     `clip_grad_value_`) in place of torch's, the replacement accelerate
     documents; it unscales every prepared optimizer, so it is offered only
@@ -126,6 +139,27 @@ class ClipGradBeforeUnscale(Rule):
     an FSDP or DeepSpeed strategy (their own precision plugins; a torch clip on
     an FSDP model is AMP801, on a DeepSpeed engine AMP805).
 
+    With Lightning manual optimization the Trainer is usually built by a
+    script elsewhere in the project, so the precision is read from the
+    project: the finding holds when some Lightning `Trainer(...)` of the
+    project runs `precision="16-mixed"` (`"16"`, `16`) on the path the
+    project configures: a literal; `precision=args.precision` whose argparse
+    option (same file) has such a literal `default=`; or, for a namespace
+    that no argparse option of that file defines (prefigure's
+    `get_all_args()` and its kin read a defaults file), a `.ini` at the
+    project root that sets the key (`precision = "16-mixed"` in
+    `defaults.ini`). A Trainer the module's own file builds decides alone
+    (bf16 or 32 there: silent). Silent when no Trainer's precision is known
+    to be fp16 mixed (bf16, `"16-true"` or 32 everywhere, a precision with no
+    literal default, a run-time choice: precision first, no lower-severity
+    guess), for a Trainer with `plugins=`, `accelerator="cpu"` or a DeepSpeed
+    or FSDP strategy (a literal or a strategy class), when the class does not
+    set `self.automatic_optimization = False` (itself or a base in the file),
+    and when `self.clip_gradients`, an `unscale_` or `unscale_gradients` call
+    precedes the clip in the step. The `precision = "fp16"` setting makes it
+    hold, `"bf16"` silences it. One project-wide answer: a project with an
+    fp16 Trainer and a bf16 one holds for every manual-optimization module.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP101` (docs/evidence.md#amp101)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
@@ -137,7 +171,7 @@ class ClipGradBeforeUnscale(Rule):
     message = "gradient clipping on scaled gradients"
     triggers = ("clip_grad",)
     # a scaled backward: `scaler.scale(loss).backward()`, or `accelerator.backward(loss)` of an fp16 Accelerator
-    requires = (("backward",), ("scale", "Accelerator", "Fabric"))
+    requires = (("backward",), ("scale", "Accelerator", "Fabric", "manual_backward"))
     # `.scale(` called as a method (not `self.scale` in attention code), or "Accelerator" with "fp16"
     gate_check = "amplint.core.gates:scaled_backward_possible"
 
@@ -342,9 +376,146 @@ optimizer.step()
 """,
             "Fabric's precision decided at run time",
         ),
+        Valid(
+            """
+import torch
+import lightning as L
+
+class GAN(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch):
+        opt = self.optimizers()
+        opt.zero_grad()
+        self.manual_backward(self.loss(batch))
+        self.clip_gradients(opt, gradient_clip_val=1.0, gradient_clip_algorithm="norm")
+        opt.step()
+
+trainer = L.Trainer(accelerator="gpu", precision="16-mixed")
+trainer.fit(GAN())
+""",
+            "manual optimization clipping with `self.clip_gradients`, which unscales first",
+        ),
+        Valid(
+            """
+import torch
+import lightning as L
+
+class GAN(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch):
+        opt = self.optimizers()
+        self.manual_backward(self.loss(batch))
+        torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)
+        opt.step()
+
+trainer = L.Trainer(accelerator="gpu", precision="bf16-mixed")
+trainer.fit(GAN())
+""",
+            "manual optimization under a bf16 Trainer: no GradScaler",
+        ),
+        Valid(
+            """
+import argparse
+import torch
+import lightning as L
+
+class GAN(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch):
+        opt = self.optimizers()
+        self.manual_backward(self.loss(batch))
+        torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)
+        opt.step()
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--precision")
+args = parser.parse_args()
+L.Trainer(precision=args.precision).fit(GAN())
+""",
+            "manual optimization, the Trainer's precision decided at run time with no default",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+import pytorch_lightning as pl
+
+class VAEGAN(pl.LightningModule):
+    def __init__(self, clip):
+        super().__init__()
+        self.automatic_optimization = False
+        self.clip = clip
+
+    def training_step(self, batch, batch_idx):
+        opt_gen, opt_disc = self.optimizers()
+        opt_gen.zero_grad()
+        self.manual_backward(self.generator_loss(batch))
+        torch.nn.utils.clip_grad_norm_(self.generator.parameters(), self.clip)
+        opt_gen.step()
+
+trainer = pl.Trainer(accelerator="gpu", precision="16-mixed")
+trainer.fit(VAEGAN(1.0))
+""",
+            line=14,
+            why="manual optimization under fp16 mixed precision: the plugin unscales only in opt_gen.step()",
+            fixed="""
+import torch
+import pytorch_lightning as pl
+
+class VAEGAN(pl.LightningModule):
+    def __init__(self, clip):
+        super().__init__()
+        self.automatic_optimization = False
+        self.clip = clip
+
+    def training_step(self, batch, batch_idx):
+        opt_gen, opt_disc = self.optimizers()
+        opt_gen.zero_grad()
+        self.manual_backward(self.generator_loss(batch))
+        self.clip_gradients(opt_gen, gradient_clip_val=self.clip, gradient_clip_algorithm="norm")
+        opt_gen.step()
+
+trainer = pl.Trainer(accelerator="gpu", precision="16-mixed")
+trainer.fit(VAEGAN(1.0))
+""",
+        ),
+        Invalid(
+            """
+import argparse
+import torch
+from lightning.pytorch import LightningModule, Trainer
+
+class Critic(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch):
+        opt = self.optimizers()
+        self.manual_backward(self.loss(batch))
+        if self.hparams.clip > 0:
+            torch.nn.utils.clip_grad_value_(self.parameters(), self.hparams.clip)
+        opt.step()
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--precision", default="16")
+args = parser.parse_args()
+Trainer(precision=args.precision).fit(Critic())
+""",
+            line=14,
+            why="the Trainer's default precision is \"16\" (fp16 mixed): the default run clips scaled gradients",
+        ),
         Invalid(
             """
 import torch
@@ -560,6 +731,7 @@ for batch in loader:
                     steps = _steps_by_scaler(events)
                 yield self._diagnostic(ctx, scope, index, backward, fixed, steps)
             yield from _fabric_clips(self, ctx, scope)
+            yield from _lightning_clips(self, ctx, scope)
 
     @staticmethod
     def _scaled_backward_before(ctx: ModuleContext, scope: Scope, events, index: int) -> Optional[int]:
@@ -818,3 +990,89 @@ def _fabric_diagnostic(rule: Rule, ctx: ModuleContext, scope: Scope, events: Seq
     }
     help = f"Call `{fabric}.clip_gradients({module or 'model'}, {optimizer or 'optimizer'}, {keyword}=...)` instead: it unscales first"
     return ctx.diagnostic(rule, clip.call.node, message, fix=fix, data=data, help=help)
+
+
+# --- Lightning manual optimization (issue 22): `self.manual_backward(loss)` under an fp16 Trainer, then a torch clip
+
+
+def _lightning_clips(rule: Rule, ctx: ModuleContext, scope: Scope) -> Iterator[Diagnostic]:
+    """Torch clips after `self.manual_backward(loss)` in a LightningModule that optimizes by
+    hand (`self.automatic_optimization = False`), with no `self.clip_gradients(...)` or
+    `unscale_` before them: under an fp16 mixed Trainer the gradients are still scaled."""
+    from amplint.model import LIGHTNING_FP16, own_trainer_precision
+
+    events = scope.events
+    fixed: set = set()
+    own: object = ...
+    for index, clip in enumerate(events):
+        if clip.kind != "clip":
+            continue
+        backward = _manual_backward_before(events, index)
+        if backward is None or not _manual_optimization(ctx, scope):
+            continue
+        if any(c.method in ("clip_gradients", "unscale_", "unscale_gradients") and c.order < clip.order for c in scope.calls):
+            continue
+        if own is ...:
+            own = own_trainer_precision(ctx.source)
+        if own is False:
+            continue  # the file's own Trainer runs bf16 or 32: no scaler
+        yield _lightning_diagnostic(rule, ctx, scope, events, index, backward, fixed, None if own else LIGHTNING_FP16)
+
+
+def _manual_backward_before(events: Sequence[Event], index: int) -> Optional[Event]:
+    """The `self.manual_backward(loss)` whose gradients the clip `events[index]` clips: the last
+    backward-like event before it on a path that can run with it."""
+    clip = events[index]
+    for at in range(index - 1, -1, -1):
+        e = events[at]
+        if exclusive(e.path, clip.path):
+            continue
+        if e.kind == "framework_backward":
+            return e if e.call.method == "manual_backward" and e.call.receiver_dotted == "self" else None
+        if e.kind in ("scaled_backward", "backward", "scaler_step", "update", "optimizer_step"):
+            return None
+    return None
+
+
+def _manual_optimization(ctx: ModuleContext, scope: Scope) -> bool:
+    """The class of `scope` (or a base of it in this file) sets `self.automatic_optimization = False`."""
+    import libcst as cst
+
+    from amplint.model import sees_self_of
+
+    return any(
+        isinstance(a.value, cst.Name) and a.value.value == "False" and sees_self_of(ctx, scope, a.scope)
+        for a in ctx.assignments_to("self.automatic_optimization")
+    )
+
+
+def _lightning_diagnostic(
+    rule: Rule, ctx: ModuleContext, scope: Scope, events: Sequence[Event], index: int, backward: Event, fixed: set, condition: Optional[str]
+) -> Diagnostic:
+    clip = events[index]
+    func = (clip.call.qualname or clip.call.dotted or "clip_grad_norm_").rsplit(".", 1)[-1]
+    by_value = "value" in func
+    threshold = clip.call.arg(1, "clip_value" if by_value else "max_norm")
+    step = next((e for e in events[index + 1:] if e.kind == "optimizer_step" and not exclusive(e.path, clip.path)), None)
+    if step is None:  # `opt.step()` of `opt = self.optimizers()`: not an optimizer the file builds
+        step = next((e for e in events[index + 1:] if e.call.method == "step" and e.call.receiver_dotted and not exclusive(e.path, clip.path)), None)
+    optimizer = (step.optimizer or step.call.receiver_dotted) if step is not None else None
+    spelled = clip.call.dotted or func
+    algorithm = "value" if by_value else "norm"
+    message = f"`{spelled}` clips gradients that the fp16 `self.manual_backward` left scaled"
+    fix = None
+    simple = len(clip.call.node.args) == 2 and not any(a.star or a.keyword for a in clip.call.node.args)
+    if optimizer and threshold is not None and simple and backward.order not in fixed:
+        fixed.add(backward.order)
+        text = f'self.clip_gradients({optimizer}, gradient_clip_val={ctx.code_for(threshold)}, gradient_clip_algorithm="{algorithm}")'
+        fix = make_fix("Call `self.clip_gradients` instead", [replace_node(ctx, clip.call.node, text)], safe=False)
+    data = {
+        "clip_function": func,
+        "threshold": literal_number(threshold) if threshold is not None else None,
+        "scaler": None,
+        "framework": "lightning",
+        "optimizer": optimizer,
+        "step_source": step_source(ctx, backward, clip, scope),
+    }
+    help = f"Call `self.clip_gradients({optimizer or 'opt'}, gradient_clip_val=...)` instead: it unscales first"
+    return ctx.diagnostic(rule, clip.call.node, message, fix=fix, data=data, help=help, condition=condition)

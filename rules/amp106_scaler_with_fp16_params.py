@@ -1,14 +1,14 @@
 """AMP106 scaler-with-fp16-params."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
-import libcst as cst
+from amplint.model import GRAD_SCALERS, Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
-from amplint.model import (
-    CallInfo, Diagnostic, Event, Invalid, LowPrecisionCast, ModuleContext, Rule, Severity, Valid, exclusive,
-    sees_self_of,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import CallInfo, Event, LowPrecisionCast, ModuleContext
 
 #: wrappers that keep the wrapped module's parameters (and their dtype)
 _WRAPPERS = (
@@ -28,7 +28,13 @@ class ScalerWithFp16Params(Rule):
     Flags `scaler.step(optimizer)` / `scaler.unscale_(optimizer)` where the
     optimizer updates the parameters of a model converted to fp16 by
     `.half()`, `.to(torch.float16)` or `from_pretrained(torch_dtype=torch.float16)`,
-    and, for a CUDA GradScaler, of a model converted to bf16.
+    and, for a CUDA GradScaler, of a model converted to bf16. Across files
+    (the project model) also when a submodule of the optimized model is the
+    low-precision part: its class's `__init__` builds `self.decoder =
+    Decoder(...)` from another module, whose `__init__` builds `self.cond =
+    TextConditioner(...)`, which loads `self.encoder = ...from_pretrained(...)
+    .to(torch.float16)` (up to four attribute levels down), or when the whole
+    model was cast in another file.
 
     ## Why is this bad?
     GradScaler keeps fp32 master copies of nothing: it unscales the
@@ -85,6 +91,20 @@ class ScalerWithFp16Params(Rule):
     over a `requires_grad` filter (trainable adapters are often fp32), for a
     model cast back with `.float()`, for master-weight schemes (the optimizer
     holds fp32 copies), and when the scaler is built with `enabled=False`.
+
+    Across files the optimizer and the scaler are read where the step is:
+    locals of its function, or `self.optimizer` / `self.scaler` bound in its
+    class (every binding a torch optimizer constructor over `m.parameters()`,
+    every one of the scaler a torch GradScaler not built with a literal
+    `enabled=`). A submodule counts only when nothing in its class freezes it:
+    a `requires_grad_(...)` in the binding's chain
+    (`from_pretrained(name).requires_grad_(False).to(torch.float16)`) or a
+    freeze in `__init__` (`self.encoder.requires_grad_(False)`, also with a
+    run-time argument) keeps it silent, as does a submodule kept out of the
+    module's attributes. One finding per optimizer and function, at the first
+    `unscale_`/`step`, with the cast as related location. A framework's own
+    scaler (Lightning's `"16-mixed"` plugin, accelerate, the Hugging Face
+    Trainer) is not followed here.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP106` (docs/evidence.md#amp106)
@@ -349,6 +369,40 @@ class Trainer(Base):
                     done.add(event.optimizer)
                     yield self._diagnostic(ctx, event, *found)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """`scaler.step(optimizer)` / `scaler.unscale_(optimizer)` where the optimizer updates a
+        model one of whose submodules, built in its class's `__init__` (in any file of the
+        project, a few levels down: `self.decoder = Decoder()` whose `self.cond =
+        TextConditioner()` casts `self.encoder` to fp16), holds low-precision parameters; or a
+        whole model cast in another file. Same-file whole-model casts are `check`'s."""
+        done: Set[Tuple[str, str, str]] = set()  # one finding per optimizer per function, as `check`
+        for call in sorted(project.calls(), key=lambda c: (c.path, c.func, c.row)):
+            f = call.record["f"]
+            if not f.endswith((".step", ".unscale_")) or not call.record["a"]:
+                continue
+            first = call.record["a"][0]
+            if not first or "n" not in first or (call.path, call.func, first["n"]) in done:
+                continue
+            scaler = _project_scaler(project, call, f.rsplit(".", 1)[0])
+            if scaler is None:
+                continue
+            for ctor in _optimizer_ctors(project, call, first["n"]):
+                found = _cast_submodule(project, ctor, scaler, call.path)
+                if found is not None:
+                    done.add((call.path, call.func, first["n"]))
+                    yield self._project_diagnostic(project, call, first["n"], *found)
+                    break
+
+    def _project_diagnostic(self, project: Project, call: ProjectCall, optimizer: str, module: str, t: tuple, dtype: str) -> Diagnostic:
+        site = t[-1]
+        scaler, _, method = call.record["f"].rpartition(".")
+        fails = "raises" if dtype == "fp16" else "raises on CUDA"
+        message = f"`{scaler}.{method}` {fails} on the {dtype} gradients of `{module}`"
+        help = "Keep the parameters fp32 and let autocast run the ops in fp16" if dtype == "fp16" else "Drop the scaler: bf16 needs no loss scaling"
+        data = {"optimizer": optimizer, "module": module, "cast_at": project.where(*site), "dtype": dtype}
+        related = (project.related(site[0], site[1], f"made {dtype} here"),)
+        return project.diagnostic(self, call, message, data=data, related=related, help=help)
+
     def _diagnostic(self, ctx: ModuleContext, event: Event, cast: LowPrecisionCast, module: str) -> Diagnostic:
         row = ctx.position(cast.call.node)[0].row
         method = cast.call.method or (cast.call.dotted or "").rsplit(".", 1)[-1]
@@ -370,6 +424,8 @@ class Trainer(Base):
 def _low_precision_module(
     ctx: ModuleContext, event: Event, casts: List[LowPrecisionCast], scaler_enabled: Optional[bool]
 ) -> Optional[Tuple[LowPrecisionCast, str]]:
+    from amplint.model import exclusive, sees_self_of
+
     opt = ctx.optimizers.get(event.optimizer or "")
     if opt is None:
         return None
@@ -398,27 +454,31 @@ def _low_precision_module(
 
 def _modules(ctx: ModuleContext, params: cst.BaseExpression) -> List[str]:
     """`model.parameters()` / `self.model.named_parameters()` receivers inside the params expression."""
-    receivers = _ParameterReceivers(ctx)
-    params.visit(receivers)
-    return receivers.found
-
-
-class _ParameterReceivers(cst.CSTVisitor):
-    """For `_modules` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
-
-    def __init__(self, ctx: ModuleContext) -> None:
-        super().__init__()
-        self.ctx = ctx
-        self.found: List[str] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        info = self.ctx.call_info(node)
+    found: List[str] = []
+    for node in _calls_in(params):
+        info = ctx.call_info(node)
         if info is not None and info.method in ("parameters", "named_parameters") and info.receiver_dotted:
-            self.found.append(info.receiver_dotted)
+            found.append(info.receiver_dotted)
+    return found
+
+
+def _calls_in(node: "cst.CSTNode") -> Iterator["cst.Call"]:
+    """The calls in `node`, outermost first (what a visitor's `visit_Call` meets, in its order);
+    a plain walk: a visitor class defined per call would hold its closure in a reference cycle."""
+    import libcst as cst
+
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Call):
+            yield current
+        stack.extend(reversed(current.children))
 
 
 def _aliases(ctx: ModuleContext, module: str, ctor: CallInfo) -> List[str]:
     """`module` and the name it was assigned from (`self.model = model`)."""
+    import libcst as cst
+
     names = [module]
     for a in ctx.assignments_to(module):
         if a.order < ctor.order and isinstance(a.value, cst.Name):
@@ -428,6 +488,8 @@ def _aliases(ctx: ModuleContext, module: str, ctor: CallInfo) -> List[str]:
 
 def _undone(ctx: ModuleContext, name: str, cast: LowPrecisionCast, event: Event) -> bool:
     """Between the cast and the step, `name` is cast back to fp32 or rebound to something else."""
+    import libcst as cst
+
     for call in ctx.method_calls("float", "to", "type"):
         if cast.call.order < call.order < event.order and call.receiver_dotted == name:
             if call.method == "float" or any(ctx.dtype_of(a.value) == "fp32" for a in call.node.args):
@@ -441,6 +503,8 @@ def _undone(ctx: ModuleContext, name: str, cast: LowPrecisionCast, event: Event)
 
 
 def _keeps_dtype(ctx: ModuleContext, name: str, value: cst.BaseExpression) -> bool:
+    import libcst as cst
+
     if isinstance(value, cst.Call):
         info = ctx.call_info(value)
         if info is not None and info.calls_any(_WRAPPERS) and any(
@@ -463,3 +527,108 @@ def _frozen(ctx: ModuleContext, name: str) -> bool:
         if call.receiver_dotted == name and call.node.args and ctx.code_for(call.node.args[0].value) == "False":
             return True
     return False
+
+
+# --- the project half: submodules built in other files
+
+
+#: how many attribute levels below the optimized model `_cast_submodule` looks
+_SUBMODULE_DEPTH = 4
+
+
+def _project_scaler(project: "Project", call: "ProjectCall", receiver: str) -> Optional[str]:
+    """"cuda" / "cpu" / "" (device not known) when `receiver` in the call's function is a torch
+    GradScaler not built with `enabled=False`; None when it is not one."""
+    types = project.name_types(call.path, call.func, receiver)
+    scalers = [t for t in types if t[0] == "R" and t[1] in GRAD_SCALERS]
+    if not scalers or len(scalers) < len(types):
+        return None
+    device = ""
+    for ref in _bindings(project, call, receiver):
+        if ref.get("c", "").rsplit(".", 1)[-1] != "GradScaler":
+            continue
+        keywords = ref.get("k", {})
+        if "enabled" in keywords and (keywords["enabled"] is None or keywords["enabled"].get("v") in (False, 0)):
+            return None  # `enabled=False` (a bool literal the summary keeps as None): scales nothing
+        if "cuda.amp" in ref["c"]:
+            device = "cuda"
+        else:
+            where = ref.get("k", {}).get("device") or (ref.get("a") or [None])[0]
+            device = "cuda" if where is None else (where.get("s") or "") if isinstance(where, dict) else ""
+    return device
+
+
+def _bindings(project: "Project", call: "ProjectCall", name: str) -> List[Dict[str, Any]]:
+    """The value refs `name` is bound to where the call's function can see it: its locals, or
+    for `self.x` the attribute bindings of its class (and project bases)."""
+    info = project.function((call.path, call.func))
+    if info is None:
+        return []
+    if name.startswith("self.") and name.count(".") == 1 and info["cls"]:
+        out: List[Dict[str, Any]] = []
+        for p, c in project.mro(call.path, info["cls"]):
+            for func, ref in project.summaries[p]["classes"][c]["attrs"].get(name[5:], ()):
+                if ref:
+                    out.append({**ref, "_at": (p, func)})
+        return out
+    return [{**ref, "_at": (call.path, call.func)} for ref in info["locals"].get(name, ()) if ref]
+
+
+def _optimizer_ctors(project: "Project", call: "ProjectCall", name: str) -> List["ProjectCall"]:
+    """The torch optimizer constructors `name` is bound to (as project calls, for
+    `Project.updated_modules`); none when a binding is anything else."""
+    out = []
+    for ref in _bindings(project, call, name):
+        if "c" not in ref:
+            return []
+        path, func = ref["_at"]
+        record = {k: v for k, v in ref.items() if k != "_at"}
+        record.setdefault("f", ref["c"])
+        record.setdefault("r", call.record["r"])
+        ctor = ProjectCall(path, func, record)
+        if project.optimizer_class(ctor) is None or project.master_weights(ctor):
+            return []
+        params = record["a"][0] if record.get("a") else record.get("k", {}).get("params")
+        if not params or params.get("c") in ("filter",) or "requires_grad" in repr(params):
+            return []  # trainable parameters only: adapters are often fp32
+        out.append(ctor)
+    return out
+
+
+def _cast_submodule(project: "Project", ctor: "ProjectCall", device: str, step_path: str) -> Optional[Tuple[str, tuple, str]]:
+    """(dotted module, its type, dtype) of the first low-precision module among the parameters
+    the optimizer updates: a submodule its class builds in `__init__` (any file), or the model
+    itself when cast in another file than the step's."""
+    dtypes = ("fp16", "bf16") if device == "cuda" else ("fp16",)
+    owner = ctor.record["a"][0]["c"] if ctor.record.get("a") and "c" in ctor.record["a"][0] else ""
+    top = owner.rsplit(".", 1)[0] if owner.endswith((".parameters", ".named_parameters")) else "model"
+    for t in sorted(project.updated_modules(ctor), key=repr):
+        if t[0] in ("I", "R") and t[-2] in dtypes:
+            if t[-1] and t[-1][0] != step_path:
+                return top, t, t[-2]
+            continue
+        found = _submodule(project, t, dtypes, top, 0)
+        if found is not None:
+            return found
+    return None
+
+
+def _submodule(project: "Project", t: tuple, dtypes: Tuple[str, ...], spelled: str, depth: int) -> Optional[Tuple[str, tuple, str]]:
+    if t[0] != "I" or depth >= _SUBMODULE_DEPTH:
+        return None
+    for p, c in project.mro(t[1], t[2]):
+        info = project.summaries[p]["classes"][c]
+        init = project.function((p, f"{c}.__init__")) or {}
+        frozen = set(init.get("fz", ())) | set(init.get("fv", ()))
+        for attr in sorted(info["attrs"]):
+            refs = info["attrs"][attr]
+            if f"self.{attr}" in frozen or any(r and "requires_grad_" in r.get("m", ()) for _, r in refs):
+                continue  # frozen (or frozen at run time): not what the optimizer updates
+            for u in sorted(project.attribute(t, attr), key=repr):
+                name = f"{spelled}.{attr}"
+                if u[0] in ("I", "R") and u[-2] in dtypes and u[-1]:
+                    return name, u, u[-2]
+                found = _submodule(project, u, dtypes, name, depth + 1)
+                if found is not None:
+                    return found
+    return None

@@ -724,11 +724,18 @@ def scaler_stepped(source: str) -> bool:
 def scaled_backward_possible(source: str) -> bool:
     """AMP101's gate: a `x.scale(` call, or an accelerate `Accelerator` and the string "fp16"
     (any case: accelerate lower-cases it) for `Accelerator(mixed_precision="fp16")`, whose
-    `backward` scales; without either there is no scaled backward to clip after."""
+    `backward` scales, or a Lightning `self.manual_backward(` under manual optimization; without
+    any there is no scaled backward to clip after."""
     data = source.encode("utf-8", "surrogatepass")
     if _method_called(data, b"scale"):
         return True
-    return (b"Accelerator" in data and b"fp16" in data.lower()) or _fabric_fp16_possible(data)
+    return (b"Accelerator" in data and b"fp16" in data.lower()) or _fabric_fp16_possible(data) or _manual_backward_possible(data)
+
+
+def _manual_backward_possible(data: bytes) -> bool:
+    """A LightningModule optimizing by hand (`self.automatic_optimization = False`) and its
+    `self.manual_backward(`, which scales under an fp16 mixed Trainer (AMP101's Lightning shape)."""
+    return b"manual_backward" in data and b"automatic_optimization" in data
 
 
 def _fabric_fp16_possible(data: bytes) -> bool:

@@ -179,6 +179,8 @@ _EXPORTS = {
     "FileFacts": ".facts",
     "FP16": ".facts",
     "FP32_DEFAULT": ".facts",
+    "LIGHTNING_FP16": ".facts",
+    "own_trainer_precision": ".lightning_trainers",
     "KERNEL_FP32": ".facts",
     "KERNEL_NOT_MIXED": ".facts",
     "MODULES_CAST": ".facts",

@@ -38,6 +38,10 @@ RESUMED = "resumed"
 #: by default (accelerate's config, a launcher flag). Not read from the facts (it holds while they
 #: are off, and facts only ever turn on): from the project's text, when conditions are resolved
 FP32_DEFAULT = "fp32-default"
+#: the diagnostic holds if some Lightning `Trainer` of the project runs fp16 mixed precision (its
+#: plugin scales the loss) on the path the project configures (`lightning_trainers.fp16_trainer`);
+#: read from the project's text when conditions are resolved, like FP32_DEFAULT
+LIGHTNING_FP16 = "lightning-fp16"
 
 #: folders whose files are run, not imported by users (relative to the project root)
 _NOT_LIBRARY_DIRS = frozenset(("tests", "test", "testing", "examples", "example", "scripts", "benchmarks", "docs"))
@@ -440,6 +444,12 @@ def condition_holds(
         if precision in ("fp16", "bf16"):
             return False
         return filename is None or fp32_default(filename, root)
+    if condition == LIGHTNING_FP16:
+        if precision in ("fp16", "bf16"):
+            return precision == "fp16"
+        from .lightning_trainers import fp16_trainer
+
+        return filename is not None and fp16_trainer(filename, root)
     if condition == AUTOCAST_OR_LIBRARY:
         if _library_code(facts, precision, filename, root):
             return True
