@@ -10,7 +10,7 @@ from amplint.model.project import launchers
 
 def _project(tmp_path, files):
     project = tmp_path / "p"
-    project.mkdir()
+    project.mkdir(parents=True)
     (project / "pyproject.toml").write_text("[project]\nname='x'\n")
     for name, text in files.items():
         target = project / name
@@ -160,3 +160,65 @@ def test_trainer_flags_against_the_deepspeed_config_on_the_same_command_line(tmp
         ),
     })
     assert findings(project, {"AMP808"}) == [("run.sh", 1, "AMP808")]
+
+
+# ------------------------------------------------------------------ AMP206 through accelerate's prepare
+
+BF16_SCRIPT = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "from transformers import AutoModelForCausalLM\n"
+    "def param_groups(model, wd):\n"
+    "    return [{'params': [p for n, p in model.named_parameters()], 'weight_decay': wd}]\n"
+    "def main(args):\n"
+    "    accelerator = Accelerator()\n"
+    "    model = AutoModelForCausalLM.from_pretrained(args.name, dtype=torch.bfloat16)\n"
+    "    groups = param_groups(model, 0.0)\n"
+    "    optimizer = torch.optim.AdamW(groups, lr=5e-6)\n"
+    "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+    "    for batch in loader:\n"
+    "        accelerator.backward(model(**batch).loss)\n"
+    "        optimizer.step()\n"
+)
+
+
+def test_a_bf16_model_prepared_by_accelerate_launched_without_deepspeed_or_fsdp(tmp_path):
+    project = _project(tmp_path, {
+        "pkg/finetune.py": BF16_SCRIPT,
+        "scripts/debug.sh": "accelerate launch --mixed_precision bf16 --num_processes 1 pkg/finetune.py --lr 5e-6\n",
+    })
+    assert findings(project, {"AMP206"}) == [("pkg/finetune.py", 10, "AMP206")]
+
+
+def test_a_conditional_deepspeed_plugin_leaves_the_run_without_it(tmp_path):
+    script = BF16_SCRIPT.replace(
+        "    accelerator = Accelerator()\n",
+        "    plugin = None\n    if args.zero_stage is not None:\n        plugin = DeepSpeedPlugin(hf_ds_config=cfg)\n"
+        "    accelerator = Accelerator(deepspeed_plugin=plugin)\n",
+    ).replace("from accelerate import Accelerator", "from accelerate import Accelerator\nfrom accelerate.utils import DeepSpeedPlugin")
+    project = _project(tmp_path, {
+        "dpo.py": script,
+        "run.sh": "accelerate launch --mixed_precision bf16 --num_processes 1 dpo.py\n",
+    })
+    assert [f[2] for f in findings(project, {"AMP206"})] == ["AMP206"]
+
+
+def test_launches_that_may_put_deepspeed_or_fsdp_behind_prepare_stay_silent(tmp_path):
+    """The twins: a launcher with DeepSpeed, FSDP or a config file (which may add either), no
+    process layout (accelerate's default config may), a plugin always built in code, a launcher
+    of another script, fp32 weights, and a file that freezes parameters."""
+    cases = {
+        "ds": ("accelerate launch --mixed_precision bf16 --use_deepspeed --num_processes 8 t.py\n", BF16_SCRIPT),
+        "fsdp": ("accelerate launch --mixed_precision bf16 --use_fsdp --num_processes 8 t.py\n", BF16_SCRIPT),
+        "yaml": ("accelerate launch --config_file acc.yaml --num_processes 8 t.py\n", BF16_SCRIPT),
+        "default": ("accelerate launch --mixed_precision bf16 t.py\n", BF16_SCRIPT),
+        "plugin": ("accelerate launch --mixed_precision bf16 --num_processes 1 t.py\n",
+                   BF16_SCRIPT.replace("Accelerator()", "Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))")),
+        "other": ("accelerate launch --mixed_precision bf16 --num_processes 1 other.py\n", BF16_SCRIPT),
+        "fp32": ("accelerate launch --mixed_precision bf16 --num_processes 1 t.py\n", BF16_SCRIPT.replace(", dtype=torch.bfloat16", "")),
+        "frozen": ("accelerate launch --mixed_precision bf16 --num_processes 1 t.py\n",
+                   BF16_SCRIPT.replace("    groups =", "    model.lm_head.requires_grad_(False)\n    groups =")),
+    }
+    for name, (launcher, script) in cases.items():
+        project = _project(tmp_path / name, {"t.py": script, "other.py": "print()\n", "run.sh": launcher})
+        assert findings(project, {"AMP206"}) == [], name
