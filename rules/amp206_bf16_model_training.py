@@ -109,7 +109,19 @@ class Bf16ModelTraining(Rule):
     masters; accelerate upcasts FSDP1 shards to fp32 under mixed
     precision), Lightning Fabric's `setup`, a
     Hugging Face `Trainer` given `optimizers=(...)`; and for a module wrapped
-    in an FSDP mixed-precision policy (AMP804 reports that). A model handed
+    in an FSDP mixed-precision policy (AMP804 reports that). accelerate's
+    `prepare` stops being that excuse where the project ships a launch
+    command for the script (a shell script, a Makefile, a README command
+    block) that rules DeepSpeed and FSDP out: `accelerate launch
+    --mixed_precision bf16 --num_processes 1 train.py`, a process layout
+    given and no `--use_deepspeed`, `--use_fsdp`, `--deepspeed_config_file`
+    or `--config_file` (accelerate's own default config, outside the
+    project, may add either when no layout is given), with the script's
+    `Accelerator(...)` adding no plugin in code (a `deepspeed_plugin=` name
+    bound to None on some path counts as the run without it) and freezing no
+    parameter. Reported at the optimizer, with the launcher as a related
+    site; optimizer parameter groups from a project helper given the model
+    (`get_optimizer_grouped_parameters(model, wd)`) are the model's. A model handed
     to a `Trainer` that builds its own optimizer is not followed.
 
     As in AMP201: silent for inference copies (`model.bfloat16().eval()`),
@@ -343,7 +355,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
         """An optimizer built on a module that another file made bf16 (a builder, a loader, a
         `from_pretrained(..., torch_dtype=torch.bfloat16)`), or cast to a dtype a project
         helper picks, bf16 among its choices (fp16 not); same-file casts are `check`'s."""
-        from amplint.model import ProjectCall, cast_modules, chosen_casts
+        from amplint.model import ProjectCall, cast_modules, chosen_casts, launched_casts
 
         for found in cast_modules(project, "bf16", optimizer=_torch_optimizer, wrapper=_WRAPPER):
             if _fsdp_policy_around(project, found.call):
@@ -352,6 +364,22 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
             message = f"`{opt}` updates the parameters of a `{found.name}` made bf16, with no fp32 master copy"
             data = {"optimizer": opt, "optimizer_class": found.optimizer, "dtype": "bf16", "device": None, "cast_at": project.where(*found.site)}
             yield project.diagnostic(self, found.call, message, data=data, related=(project.related(*found.site, "made bf16 here"),), help=_HELP)
+        for found in launched_casts(project, "bf16", optimizer=_torch_optimizer, wrapper=_WRAPPER):
+            if _fsdp_policy_around(project, found.call):
+                continue
+            opt = found.optimizer.rsplit(".", 1)[-1]
+            launch = found.launch
+            message = f"`{opt}` updates bf16 `{found.name}` with no fp32 master copy: a launcher adds no DeepSpeed or FSDP"
+            if len(message) >= 100:
+                message = f"`{opt}` updates a bf16 model with no fp32 master copy: a launcher adds no DeepSpeed or FSDP"
+            data = {"optimizer": opt, "optimizer_class": found.optimizer, "dtype": "bf16", "device": None,
+                    "cast_at": project.where(*found.site), "launcher": launch.path, "launcher_mixed_precision": launch.mixed_precision}
+            related = (
+                project.related(*found.site, "made bf16 here"),
+                *(project.related(*site, "also made bf16 here") for site in found.more),
+                project.related(launch.path, launch.row, "launched here, without DeepSpeed or FSDP"),
+            )
+            yield project.diagnostic(self, found.call, message, data=data, related=related, help=_HELP)
         for found in chosen_casts(project, _bf16_choice, optimizer=_torch_optimizer, wrapper=_WRAPPER):
             record, build = found.record, found.build
             helper = build.call.record["f"].rsplit(".", 1)[-1] if build.helper else build.optimizer.rsplit(".", 1)[-1]

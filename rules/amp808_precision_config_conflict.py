@@ -1,6 +1,7 @@
 """AMP808 precision-config-conflict."""
 from __future__ import annotations
 
+import os
 import re
 
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
@@ -29,7 +30,17 @@ class PrecisionConfigConflict(Rule):
       `mixed_precision` disagrees with the DeepSpeed JSON it points to;
     - `TrainingArguments(fp16=..., bf16=..., deepspeed=...)` whose flags
       disagree with an explicit `fp16.enabled` / `bf16.enabled` of the
-      DeepSpeed config (not `"auto"`).
+      DeepSpeed config (not `"auto"`);
+    - the same conflicts written in a launch command the project ships (a
+      shell script, a Makefile, a README command block):
+      `accelerate launch --mixed_precision fp16` with a DeepSpeed config
+      enabling bf16 (its `--deepspeed_config_file`, or the one its
+      `--config_file` YAML points to), a launched accelerate YAML whose
+      `mixed_precision` disagrees with its DeepSpeed config, and
+      `--fp16` / `--bf16` passed to a script that parses its
+      `TrainingArguments` with `HfArgumentParser` next to a `--deepspeed
+      ds.json` whose explicit `enabled` disagrees. Reported in the launcher,
+      at the option.
 
     ## Why is this bad?
     Each of these fails at start-up, after the job got its GPUs:
@@ -57,7 +68,13 @@ class PrecisionConfigConflict(Rule):
 
     ## Notes
     Silent where a side is decided at run time (`fp16=args.fp16`,
-    `mixed_precision=args.mixed_precision`, `**kwargs`, `"auto"`), for a
+    `mixed_precision=args.mixed_precision`, `**kwargs`, `"auto"`, a launcher
+    word holding a shell expansion: `--bf16 $BF16`, `$DIR/train.py`), for a
+    launch command whose script or config does not name exactly one project
+    file (tried next to the launcher, in the folders above it, at the
+    project root), for a
+    `--fp16` / `--bf16` on a script that does not use `HfArgumentParser`
+    (its own argparse flags mean what it says), for a
     GradScaler next to a bf16 or fp32 engine (it refuses only fp16 gradients),
     and for an fp16 autocast around an engine's forward (DeepSpeed switches it
     off inside the engine; evaluation code does this on purpose).
@@ -181,6 +198,9 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
                 yield from once(self._training_arguments(view, path, e))
         for config, named in view.named_configs(_accelerate_shaped):
             yield from once(self._accelerate_yaml(view, config, named))
+        for launch in view.launches():
+            for found in self._launcher(view, launch):
+                yield from once(found)
 
     # ------------------------------------------------------------------ shapes
 
@@ -267,6 +287,98 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
         related = [(config_place(ds, _OTHER[mp], "enabled"), f"{_OTHER[mp]} enabled here"), (named, "named here")]
         data = {"conflict": f"accelerate-yaml-{mp}+deepspeed-{_OTHER[mp]}", "config": config.path}
         return ScaleFinding(place, message, help, related, data, config_file=True)
+
+
+    def _launcher(self, view: ScaleView, launch: Any) -> Iterator[ScaleFinding]:
+        """A launch command in conflict with the config it names: `accelerate launch
+        --mixed_precision fp16` with a DeepSpeed config (`--deepspeed_config_file`, or the one
+        its `--config_file` YAML points to) enabling bf16; the YAML's own `mixed_precision`
+        against its DeepSpeed config; a Hugging Face script's `--fp16` / `--bf16` against the
+        `--deepspeed ds.json` on the same command line."""
+        shown = os.path.basename(launch.script)
+        mp = launch.mixed_precision
+        option = launch.option("mixed_precision")
+        yaml = launch.option("config_file") if launch.kind == "accelerate" else None
+        accelerate = view.launcher_config(launch, yaml[0]) if yaml else None
+        if accelerate is not None and not _accelerate_shaped(accelerate.values):
+            accelerate = None
+        if accelerate is not None and mp is None:
+            named = (launch.path, yaml[1], yaml[2], yaml[1], yaml[2] + len("--config_file"))
+            found = self._accelerate_yaml(view, accelerate, named)
+            if found is not None:
+                yield found
+        if mp in ("fp16", "bf16") and option is not None:
+            ds_file = launch.option("deepspeed_config_file")
+            ds = view.launcher_config(launch, ds_file[0]) if ds_file else None
+            via = "--deepspeed_config_file"
+            if ds is None and accelerate is not None:
+                file = accelerate.get("deepspeed_config", "deepspeed_config_file")
+                ds = view.config_file(file, accelerate.path, None) if isinstance(file, str) else None
+                via = "its --config_file"
+            if ds is not None and ds.enabled(_OTHER[mp]) is True:
+                place = (launch.path, option[1], option[2], option[1], option[2] + len("--mixed_precision"))
+                message = f"`accelerate launch --mixed_precision {mp}` with a DeepSpeed config enabling {_OTHER[mp]}: accelerate raises"
+                help = f'Make them agree: launch with `--mixed_precision {_OTHER[mp]}`, or set `{_OTHER[mp]}.enabled` to false (or "auto") in the DeepSpeed config'
+                related = [(config_place(ds, _OTHER[mp], "enabled"), f"{_OTHER[mp]} enabled here")]
+                data = {"conflict": f"launcher-{mp}+deepspeed-{_OTHER[mp]}", "config": ds.path, "via": via, "script": shown}
+                yield ScaleFinding(place, message, help, related, data, config_file=True)
+        found = self._launched_trainer(view, launch)
+        if found is not None:
+            yield found
+
+    def _launched_trainer(self, view: ScaleView, launch: Any) -> Optional[ScaleFinding]:
+        """`--fp16` / `--bf16` against the `--deepspeed ds.json` of the same command line, for a
+        script whose `TrainingArguments` come from `HfArgumentParser`: the Trainer compares
+        each explicit `enabled` of the DeepSpeed config with its flags (unset flags are False)."""
+        ds_arg = launch.arg("deepspeed")
+        if ds_arg is None or not ds_arg[0] or not _parses_training_arguments(view, launch.script):
+            return None
+        flags: Dict[str, Tuple[bool, int, int]] = {}
+        for block in ("fp16", "bf16"):
+            given = launch.arg(block)
+            if given is None:
+                continue
+            value = _flag(given[0])
+            if value is None:
+                return None  # `--bf16 $BF16`: decided at run time
+            flags[block] = (value, given[1], given[2])
+        if not any(v for v, _, _ in flags.values()):
+            return None  # the run's precision is not on the command line
+        ds = view.launcher_config(launch, ds_arg[0])
+        if ds is None:
+            return None
+        for block in ("fp16", "bf16"):
+            enabled = ds.enabled(block)
+            hf = flags.get(block, (False, 0, 0))[0]
+            if enabled is None or enabled == hf:
+                continue
+            shown_flag = next(b for b in ("fp16", "bf16") if flags.get(b, (False,))[0])
+            _, row, col = flags[shown_flag]
+            place = (launch.path, row, col, row, col + len(shown_flag) + 2)
+            message = f"`--{shown_flag}` here, but its DeepSpeed config sets `{block}.enabled: {str(enabled).lower()}`: the Trainer raises"
+            help = f'Set `{block}.enabled` to "auto" in {os.path.basename(ds.path)}: the Trainer fills it from its flags'
+            related = [(config_place(ds, block, "enabled"), f"{block}.enabled set here")]
+            data = {"conflict": f"launcher-trainer-{block}", "hf": hf, "deepspeed": enabled, "config": ds.path,
+                    "script": os.path.basename(launch.script)}
+            return ScaleFinding(place, message, help, related, data, config_file=True)
+        return None
+
+
+def _flag(text: str) -> Optional[bool]:
+    """A boolean command-line value as HfArgumentParser reads it (`--bf16`, `--bf16 true`)."""
+    lowered = text.lower()
+    if lowered in ("", "true", "1", "yes", "y", "t"):
+        return True
+    if lowered in ("false", "0", "no", "n", "f"):
+        return False
+    return None
+
+
+def _parses_training_arguments(view: ScaleView, script: str) -> bool:
+    """The launched script builds `TrainingArguments` from its command line: it calls
+    `HfArgumentParser` (its text; the script's bytes then decide a finding)."""
+    text = view.project_text(script)
+    return text is not None and "HfArgumentParser" in text and "parse_args" in text
 
 
 def _plugin_configs(view: ScaleView, path: str, func: str, spelled: Any) -> List[ScaleConfig]:

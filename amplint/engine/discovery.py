@@ -26,8 +26,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: file suffixes a folder walk picks up
 LINTABLE_SUFFIXES = (".py", ".pyi", ".ipynb")
-#: files a walk notes for the project model without linting them (`WalkRecord.configs`)
-CONFIG_SUFFIXES = (".json",)
+#: files a walk notes for the project model without linting them (`WalkRecord.configs`): DeepSpeed
+#: JSON, and the launchers that may start a script with a precision (`model/project/launchers.py`:
+#: shell scripts, Markdown command blocks, Makefiles by name)
+CONFIG_SUFFIXES = (".json", ".sh", ".md")
+CONFIG_NAMES = frozenset(("Makefile", "makefile", "GNUmakefile"))
 
 
 # ------------------------------------------------------------------ gitignore
@@ -484,7 +487,7 @@ def _walk(
         configs = record.configs if record is not None else None
         for f in sorted(listed.filenames):
             if not f.endswith(LINTABLE_SUFFIXES):
-                if configs is not None and f.endswith(CONFIG_SUFFIXES):
+                if configs is not None and (f.endswith(CONFIG_SUFFIXES) or f in CONFIG_NAMES):
                     _note_config(configs, prefix + f, f, check, here, listed, inside)
                 continue
             full_abs = prefix + f

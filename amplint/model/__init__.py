@@ -215,6 +215,7 @@ _EXPORTS = {
     "ChosenCast": ".project.cast_training",
     "cast_modules": ".project.cast_training",
     "chosen_casts": ".project.cast_training",
+    "launched_casts": ".project.cast_training",
     # accelerate's scaling Accelerator across files, and per-parameter gradient hooks (AMP102/AMP104)
     "project_scaling_accelerator": ".project.accelerate_hooks",
     "grad_hooks": ".project.accelerate_hooks",

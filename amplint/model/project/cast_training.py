@@ -18,6 +18,7 @@ a rebind or a cast back between the cast and the optimizer, no `step()` after a 
 from __future__ import annotations
 
 from dataclasses import dataclass
+import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Pattern, Tuple
 
 from .. import torchapi
@@ -66,7 +67,7 @@ def cast_modules(
             continue
         if project.master_weights(call) or (wrapper is not None and _calls_matching(project, call, wrapper)):
             continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
-        for name, site in project.low_precision_modules(project.updated_modules(call), dtype, pretrained=True):
+        for name, site in project.low_precision_modules(_grouped_modules(project, call), dtype, pretrained=True):
             pretrained = (project.loaded_at(site) or "").endswith("from_pretrained(...)") if site else False
             if not site or (site[0] == call.path and (pretrained or not project.loaded_at(site))):
                 continue  # same-file casts and `from_pretrained` loads are `check`'s
@@ -159,3 +160,137 @@ def _master_passed(info: Dict[str, Any], build: Build, wrapper: Pattern[str]) ->
         if r["f"] and wrapper.search(r["f"]) and any(a and a.get("n") in names for a in [*r["a"], *r["k"].values()]):
             return True
     return False
+
+
+@dataclass(frozen=True)
+class LaunchedCast:
+    """An optimizer constructor (`call`, of class `optimizer`) updating a `name` module cast at
+    `site`, in a script whose only master-weight wrapper is accelerate's `prepare`, launched by
+    `launch` (`launchers.Launch`) with no DeepSpeed, FSDP or Megatron-LM behind it."""
+
+    call: "Call"
+    optimizer: str
+    name: str
+    site: Tuple[str, int]
+    launch: Any
+    more: Tuple[Tuple[str, int], ...] = ()  # other casts of the module the optimizer may update
+
+
+#: accelerate's `prepare` (what `accelerator.prepare(model, optimizer)` is spelled as)
+_PREPARE = re.compile(r"(?:^|\.)prepare$")
+#: calls a master-weight pattern matches that hold no master copy themselves when the launch puts
+#: no DeepSpeed behind accelerate: its plugin (`_plain_accelerators` checks it may be left out),
+#: ZeRO-3's gather (a no-op on plain tensors), a helper building a config dict
+_LAUNCH_DECIDES = re.compile(r"(?:^|\.)(?:DeepSpeedPlugin|GatheredParameters|\w*config)$", re.IGNORECASE)
+
+
+def _launch_decides(spelled: str) -> bool:
+    return bool(_PREPARE.search(spelled) or _LAUNCH_DECIDES.search(spelled))
+
+
+#: a plugin keyword of `Accelerator(...)` (in a `**kwargs` dict the scale summary does not follow)
+_PLUGIN_WORDS = ("deepspeed_plugin", "fsdp_plugin", "megatron_lm_plugin", "DeepSpeedPlugin(", "FullyShardedDataParallelPlugin(")
+
+
+def launched_casts(
+    project: "Project", dtype: str, optimizer: Optional[Callable[[str], bool]] = None, wrapper: Optional[Pattern[str]] = None
+) -> Iterator[LaunchedCast]:
+    """Each optimizer constructor (a torch optimizer class) on the parameters of a module made
+    `dtype` (also in the same file: the per-file check is silent there, as accelerate's
+    `prepare` may hold DeepSpeed or FSDP), in a script an `accelerate launch` command of the
+    project starts with the plugins ruled out (`Launch.distributed_plugin` False: a process
+    layout given, no `--use_deepspeed` / `--use_fsdp` / `--config_file`), where every call
+    `wrapper` matches in the optimizer's function is a `prepare`, and the script's
+    `Accelerator(...)` adds no plugin in code (none given, or a `deepspeed_plugin=` name that
+    may be None: the run without it). Silent where the file freezes parameters (a trainable
+    part may be fp32) or names a plugin it may hand on through `**kwargs`."""
+    from .wrappers import project_view
+
+    view = project_view(project)
+    if not view.launches():
+        return
+    for call in project.calls():
+        launches = [l for l in view.launches_of(call.path) if l.kind == "accelerate" and l.distributed_plugin is False]
+        if not launches:
+            continue
+        q = project.optimizer_class(call)
+        if q is None or (optimizer is not None and not optimizer(q)):
+            continue
+        info = project.function((call.path, call.func))
+        spelled = [
+            r["f"] for r in (info or {}).get("calls", ())
+            if r["f"] and ((wrapper is not None and wrapper.search(r["f"])) or torchapi.MASTER_WRAPPER.search(r["f"]))
+        ]
+        if not any(_PREPARE.search(f) for f in spelled) or not all(_launch_decides(f) for f in spelled):
+            continue
+        if not _plain_accelerators(view, call.path):
+            continue
+        sites = [
+            (name, site) for name, site in project.low_precision_modules(_grouped_modules(project, call), dtype, pretrained=True)
+            if site and site[0] == call.path  # another file's cast: `cast_modules`' (it reports through any wrapper it does not match)
+        ]
+        if sites:
+            # the launch that states a precision first (the documented mixed-precision run), then the walk's order
+            launch = sorted(launches, key=lambda l: l.mixed_precision is None)[0]
+            yield LaunchedCast(call, q, sites[0][0], sites[0][1], launch, tuple(site for _, site in sites[1:3]))
+
+
+def _grouped_modules(project: "Project", call: "Call") -> Any:
+    """`updated_modules`, also through a name bound once to a project helper's parameter groups
+    (`params = get_optimizer_grouped_parameters(model, wd)`, whose body reads its first
+    parameter's `named_parameters()` / `parameters()`): the modules of that first argument."""
+    from .graph import Call as ProjectCall
+
+    direct = project.updated_modules(call)
+    if direct:
+        return direct
+    record = call.record
+    ref = record["a"][0] if record["a"] else record["k"].get("params")
+    info = project.function((call.path, call.func))
+    if not ref or "n" not in ref or "." in ref["n"] or info is None:
+        return direct
+    refs = info["locals"].get(ref["n"]) or []
+    if len(refs) != 1 or not refs[0] or "c" not in refs[0] or not refs[0].get("a"):
+        return direct
+    bound = refs[0]
+    first = bound["a"][0]
+    if not isinstance(first, dict) or "n" not in first or "." in first["n"]:
+        return direct
+    record_of = next((r for r in info["calls"] if r["f"] == bound["c"]), None)
+    if record_of is None:
+        return direct
+    for key in project.callees(ProjectCall(call.path, call.func, record_of)):
+        helper = project.function(key)
+        if not helper or not helper["params"]:
+            continue
+        param = helper["params"][0]
+        if any(r["f"] in (f"{param}.named_parameters", f"{param}.parameters") for r in helper["calls"]):
+            return project.name_types(call.path, call.func, first["n"])
+    return direct
+
+
+def _plain_accelerators(view: Any, path: str) -> bool:
+    """The file builds an `Accelerator` and each one adds no DeepSpeed / FSDP / Megatron-LM plugin
+    in code (a `deepspeed_plugin=` name bound to None on some path counts as the run without),
+    and the file freezes no parameter."""
+    text = view.project_text(path)
+    summary = view.summary(path)
+    if text is None or summary is None or "requires_grad" in text:
+        return False
+    accelerators = [e for e in summary["events"] if e["e"] == "ctor" and e.get("k") == "accelerator"]
+    if not accelerators:
+        return False
+    for e in accelerators:
+        if e.get("fsdp"):
+            return False
+        if e.get("star") and any(w in text for w in _PLUGIN_WORDS) and not e.get("ds"):
+            return False
+        ds = e.get("ds")
+        if ds is not None and not (isinstance(ds, str) and ds.isidentifier() and _may_be_none(text, ds)):
+            return False
+    return True
+
+
+def _may_be_none(text: str, name: str) -> bool:
+    """`name = None` is a statement of the file (the scale summary keeps no None binding)."""
+    return re.search(rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=[ \t]*None[ \t]*(?:#.*)?$", text, re.M) is not None

@@ -735,7 +735,7 @@ class ScaleView:
             return out
         self.wants_configs = True
         fence = os.path.realpath(root).rstrip(os.sep) + os.sep
-        for path in list(candidates or ())[:MAX_SHIPPED_CONFIGS]:
+        for path in [p for p in candidates or () if p.lower().endswith(".json")][:MAX_SHIPPED_CONFIGS]:
             real = os.path.realpath(path)
             if not real.startswith(fence) or not os.path.isfile(real):
                 continue
@@ -744,6 +744,70 @@ class ScaleView:
             if parsed is not None and configs.deepspeed_shaped(parsed.values):
                 out.append(Config(parsed.values, real, parsed.lines, literal=False))
         return out
+
+    def launches(self) -> List[Any]:
+        """The launch commands the project ships (`launchers.Launch`: `accelerate launch
+        --mixed_precision bf16 train.py` in a shell script, a README command block, a
+        Makefile), read from the launcher files the run's walk met (`project.config_candidates`;
+        None: not known, and none are read), only with `read_configs` (a command that launches
+        no project script is no launch). Each launcher file
+        read is recorded (`configs_read`: its bytes decide findings), and the model then
+        depends on which launcher files there are (`wants_configs`)."""
+        key = ("launches",)
+        if key in self._memo:
+            return self._memo[key]
+        from . import launchers
+
+        out: List[Any] = []
+        self._memo[key] = out
+        candidates = getattr(self.project, "config_candidates", None)
+        root = getattr(self.project, "root", None)
+        if not self.read_configs or not root or candidates is None:
+            return out
+        self.wants_configs = True
+        found, read = launchers.launches_of(candidates, root)
+        self.configs_read.update(read)
+        out.extend(found)
+        return out
+
+    def launches_of(self, path: str) -> List[Any]:
+        """The launches that start the script `path` (its real path)."""
+        real = os.path.realpath(path)
+        return [launch for launch in self.launches() if launch.script == real]
+
+    def project_text(self, path: str) -> Optional[str]:
+        """The text of a project file a launcher names (its bytes then decide findings:
+        `configs_read`); None when it cannot be read or is larger than a config may be."""
+        from ...core.safe_read import read_bytes
+
+        try:
+            if os.stat(path).st_size > configs.MAX_BYTES * 4:
+                return None
+            data = read_bytes(path)
+        except OSError:
+            return None
+        self.configs_read.add(path)
+        return data.decode("utf-8", "replace")
+
+    def launcher_config(self, launch: Any, literal: str) -> Optional[Config]:
+        """A config file a launch command names (`--config_file acc.yaml`, `--deepspeed ds.json`),
+        resolved as its script is (`launchers.resolve_config`), parsed."""
+        from . import launchers
+
+        root = getattr(self.project, "root", None)
+        if not self.read_configs or not root:
+            return None
+        target = launchers.resolve_config(literal, launch.path, root)
+        if target is None:
+            return None
+        key = ("launched", target)
+        if key in self._memo:
+            return self._memo[key]
+        parsed = configs.load(target)
+        self.configs_read.add(target)
+        found = Config(parsed.values, target, parsed.lines, literal=False) if parsed is not None else None
+        self._memo[key] = found
+        return found
 
     def _consumes_deepspeed(self) -> bool:
         for path in self.files():

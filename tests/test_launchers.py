@@ -1,0 +1,224 @@
+"""Launcher precision facts (issues 22/23): the launch commands a project ships outside its Python
+code (`model/project/launchers.py`) and the findings they decide."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from amplint import Config, lint_paths
+from amplint.model.project import launchers
+
+
+def _project(tmp_path, files):
+    project = tmp_path / "p"
+    project.mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\nname='x'\n")
+    for name, text in files.items():
+        target = project / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return project
+
+
+def findings(project, codes=None):
+    out = []
+    for d in lint_paths([str(project)], Config()).diagnostics:
+        if codes and d.code not in codes:
+            continue
+        out.append((Path(d.filename).resolve().relative_to(project.resolve()).as_posix(), d.location.row, d.code))
+    return sorted(out)
+
+
+# ------------------------------------------------------------------ reading launch commands
+
+
+def test_a_quoted_continued_accelerate_command_is_read_with_its_script(tmp_path):
+    project = _project(tmp_path, {
+        "pkg/finetune.py": "print()\n",
+        "scripts/debug/finetune.sh": (
+            '#!/bin/bash\nLAUNCH_CMD="accelerate launch \\\n    --mixed_precision bf16 \\\n    --num_processes 1 \\\n'
+            '    pkg/finetune.py \\\n    --learning_rate 5e-06"\n'
+        ),
+    })
+    found = launchers.read_launches(str(project / "scripts/debug/finetune.sh"), str(project))
+    assert len(found) == 1
+    launch = found[0]
+    assert launch.kind == "accelerate" and launch.script == str((project / "pkg/finetune.py").resolve())
+    assert launch.mixed_precision == "bf16" and launch.option("mixed_precision")[1:] == (3, 5)
+    assert launch.distributed_plugin is False
+    assert launch.arg("learning_rate")[0] == "5e-06"
+
+
+def test_the_equals_spelling_a_module_launcher_and_a_readme_block(tmp_path):
+    project = _project(tmp_path, {
+        "src/train.py": "print()\n",
+        "README.md": "Train:\n\n```bash\n$ accelerate launch --mixed-precision=fp16 src/train.py --config x.yaml\n```\n\n"
+                     "accelerate launch --mixed_precision bf16 src/train.py (prose, not a command block)\n",
+        "run.sh": "uv run python -m accelerate.commands.launch --mixed_precision bf16 --use_deepspeed src/train.py\n",
+    })
+    readme = launchers.read_launches(str(project / "README.md"), str(project))
+    assert [(l.mixed_precision, l.row) for l in readme] == [("fp16", 4)]
+    (run,) = launchers.read_launches(str(project / "run.sh"), str(project))
+    assert run.mixed_precision == "bf16" and run.distributed_plugin is True
+
+
+def test_scripts_that_do_not_resolve_to_one_project_file_are_not_launches(tmp_path):
+    project = _project(tmp_path, {
+        "train.py": "print()\n",
+        "sub/train.py": "print()\n",
+        "sub/run.sh": (
+            "accelerate launch --mixed_precision fp16 $SCRIPT_DIR/train.py\n"  # an expansion
+            "accelerate launch --mixed_precision fp16 train.py\n"  # sub/train.py and train.py: ambiguous
+            "accelerate launch --mixed_precision fp16 missing.py\n"
+            "accelerate launch --mixed_precision fp16 -m pkg.train\n"
+            "# accelerate launch --mixed_precision fp16 ../train.py\n"
+        ),
+    })
+    assert launchers.read_launches(str(project / "sub/run.sh"), str(project)) == []
+
+
+def test_a_config_file_or_no_process_layout_leaves_the_plugins_unknown(tmp_path):
+    project = _project(tmp_path, {
+        "train.py": "print()\n",
+        "run.sh": "accelerate launch --config_file acc.yaml train.py\naccelerate launch --mixed_precision bf16 train.py\n",
+    })
+    first, second = launchers.read_launches(str(project / "run.sh"), str(project))
+    assert first.distributed_plugin is None and second.distributed_plugin is None
+
+
+# ------------------------------------------------------------------ AMP808 across launchers
+
+HF_SCRIPT = (
+    "import torch\noptimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+    "from transformers import HfArgumentParser, TrainingArguments, Trainer\n"
+    "parser = HfArgumentParser((TrainingArguments,))\n"
+    "(training_args,) = parser.parse_args_into_dataclasses()\n"
+    "Trainer(model=model, args=training_args).train()\n"
+)
+ACC_SCRIPT = (
+    "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+    "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+    "model, optimizer = accelerator.prepare(model, optimizer)\n"
+)
+
+
+def test_accelerate_launch_fp16_with_a_bf16_deepspeed_config_is_a_conflict(tmp_path):
+    project = _project(tmp_path, {
+        "train.py": ACC_SCRIPT,
+        "ds.json": '{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}}',
+        "run.sh": "accelerate launch --mixed_precision fp16 --use_deepspeed --deepspeed_config_file ds.json train.py\n",
+    })
+    assert findings(project, {"AMP808"}) == [("run.sh", 1, "AMP808")]
+
+
+def test_the_launcher_precision_against_the_deepspeed_config_its_yaml_points_to(tmp_path):
+    project = _project(tmp_path, {
+        "train.py": ACC_SCRIPT,
+        "configs/zero2.json": '{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}}',
+        "configs/acc.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                            "  deepspeed_config_file: configs/zero2.json\nmixed_precision: bf16\n",
+        "run.sh": "accelerate launch --config_file configs/acc.yaml --mixed_precision fp16 train.py\n"
+                  "accelerate launch --config_file configs/acc.yaml train.py\n",
+    })
+    assert findings(project, {"AMP808"}) == [("run.sh", 1, "AMP808")]
+
+
+def test_a_launched_yaml_disagreeing_with_its_deepspeed_config(tmp_path):
+    project = _project(tmp_path, {
+        "train.py": ACC_SCRIPT,
+        "zero2.json": '{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}}',
+        "acc.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: zero2.json\nmixed_precision: fp16\n",
+        "run.sh": "accelerate launch --config_file acc.yaml train.py\n",
+    })
+    assert findings(project, {"AMP808"}) == [("acc.yaml", 4, "AMP808")]
+
+
+def test_agreeing_launchers_and_auto_configs_are_silent(tmp_path):
+    project = _project(tmp_path, {
+        "train.py": ACC_SCRIPT,
+        "hf.py": HF_SCRIPT,
+        "ds_bf16.json": '{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}}',
+        "ds_auto.json": '{"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}',
+        "run.sh": (
+            "accelerate launch --mixed_precision bf16 --deepspeed_config_file ds_bf16.json train.py\n"
+            "accelerate launch --mixed_precision fp16 --deepspeed_config_file ds_auto.json train.py\n"
+            "deepspeed hf.py --deepspeed ds_bf16.json --bf16\n"
+            "deepspeed hf.py --deepspeed ds_auto.json --fp16\n"
+            "deepspeed hf.py --deepspeed ds_bf16.json --fp16 $FP16\n"
+        ),
+    })
+    assert findings(project, {"AMP808"}) == []
+
+
+def test_trainer_flags_against_the_deepspeed_config_on_the_same_command_line(tmp_path):
+    project = _project(tmp_path, {
+        "hf.py": HF_SCRIPT,
+        "plain.py": "import argparse\nimport transformers\nparser = argparse.ArgumentParser()\n",
+        "ds_fp16.json": '{"train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": true}}',
+        "run.sh": (
+            "deepspeed --num_gpus 8 hf.py --deepspeed ds_fp16.json --bf16 --output_dir out\n"
+            "deepspeed plain.py --deepspeed ds_fp16.json --bf16\n"  # not the Trainer's flags
+        ),
+    })
+    assert findings(project, {"AMP808"}) == [("run.sh", 1, "AMP808")]
+
+
+# ------------------------------------------------------------------ AMP206 through accelerate's prepare
+
+BF16_SCRIPT = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "from transformers import AutoModelForCausalLM\n"
+    "def param_groups(model, wd):\n"
+    "    return [{'params': [p for n, p in model.named_parameters()], 'weight_decay': wd}]\n"
+    "def main(args):\n"
+    "    accelerator = Accelerator()\n"
+    "    model = AutoModelForCausalLM.from_pretrained(args.name, dtype=torch.bfloat16)\n"
+    "    groups = param_groups(model, 0.0)\n"
+    "    optimizer = torch.optim.AdamW(groups, lr=5e-6)\n"
+    "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+    "    for batch in loader:\n"
+    "        accelerator.backward(model(**batch).loss)\n"
+    "        optimizer.step()\n"
+)
+
+
+def test_a_bf16_model_prepared_by_accelerate_launched_without_deepspeed_or_fsdp(tmp_path):
+    project = _project(tmp_path, {
+        "pkg/finetune.py": BF16_SCRIPT,
+        "scripts/debug.sh": "accelerate launch --mixed_precision bf16 --num_processes 1 pkg/finetune.py --lr 5e-6\n",
+    })
+    assert findings(project, {"AMP206"}) == [("pkg/finetune.py", 10, "AMP206")]
+
+
+def test_a_conditional_deepspeed_plugin_leaves_the_run_without_it(tmp_path):
+    script = BF16_SCRIPT.replace(
+        "    accelerator = Accelerator()\n",
+        "    plugin = None\n    if args.zero_stage is not None:\n        plugin = DeepSpeedPlugin(hf_ds_config=cfg)\n"
+        "    accelerator = Accelerator(deepspeed_plugin=plugin)\n",
+    ).replace("from accelerate import Accelerator", "from accelerate import Accelerator\nfrom accelerate.utils import DeepSpeedPlugin")
+    project = _project(tmp_path, {
+        "dpo.py": script,
+        "run.sh": "accelerate launch --mixed_precision bf16 --num_processes 1 dpo.py\n",
+    })
+    assert [f[2] for f in findings(project, {"AMP206"})] == ["AMP206"]
+
+
+def test_launches_that_may_put_deepspeed_or_fsdp_behind_prepare_stay_silent(tmp_path):
+    """The twins: a launcher with DeepSpeed, FSDP or a config file (which may add either), no
+    process layout (accelerate's default config may), a plugin always built in code, a launcher
+    of another script, fp32 weights, and a file that freezes parameters."""
+    cases = {
+        "ds": ("accelerate launch --mixed_precision bf16 --use_deepspeed --num_processes 8 t.py\n", BF16_SCRIPT),
+        "fsdp": ("accelerate launch --mixed_precision bf16 --use_fsdp --num_processes 8 t.py\n", BF16_SCRIPT),
+        "yaml": ("accelerate launch --config_file acc.yaml --num_processes 8 t.py\n", BF16_SCRIPT),
+        "default": ("accelerate launch --mixed_precision bf16 t.py\n", BF16_SCRIPT),
+        "plugin": ("accelerate launch --mixed_precision bf16 --num_processes 1 t.py\n",
+                   BF16_SCRIPT.replace("Accelerator()", "Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))")),
+        "other": ("accelerate launch --mixed_precision bf16 --num_processes 1 other.py\n", BF16_SCRIPT),
+        "fp32": ("accelerate launch --mixed_precision bf16 --num_processes 1 t.py\n", BF16_SCRIPT.replace(", dtype=torch.bfloat16", "")),
+        "frozen": ("accelerate launch --mixed_precision bf16 --num_processes 1 t.py\n",
+                   BF16_SCRIPT.replace("    groups =", "    model.lm_head.requires_grad_(False)\n    groups =")),
+    }
+    for name, (launcher, script) in cases.items():
+        project = _project(tmp_path / name, {"t.py": script, "other.py": "print()\n", "run.sh": launcher})
+        assert findings(project, {"AMP206"}) == [], name
