@@ -25,6 +25,9 @@ other per-file results:
   (FSDP, `fully_shard`, DeepSpeed, DDP comm hooks, Fabric: `scale.ANCHORS`); "c" -- it
   clips gradients or runs a backward (what the wrapper rules ask about such a model);
   `scale_universe` adds them, and the importers joining the two, only where a "d" file is;
+  "l" -- a top-level function of it imports a module by name and takes an attribute of it
+  (`getattr(importlib.import_module(...), name)`: a class looked up by name; the index's "l"
+  lists those functions, whose importers the dispatch view reads with the registering files);
   "k" -- it registers a per-parameter gradient hook (`register_post_accumulate_grad_hook`):
   code that runs once per parameter inside the backward (`accelerate_hooks.py`);
   "p" -- it is a config module setting a precision at column 0 (`mixed_precision = "fp16"`),
