@@ -107,7 +107,10 @@ class BceUnderAutocast(Rule):
     make_register(LOSSES)`), a `model_func` the trainer is handed, a factory
     whose `super().__init__(LOSSES)` gives it its registry;
     `getattr(models, cfg.name)(...)` reaches every class and function the
-    project module exports; an attribute or return declared with a project
+    project module exports, also of a module imported by name
+    (`getattr(importlib.import_module("pkg.models." + name), name)`, the
+    name joined or formatted: every module of the package it starts in; a
+    name that spells no package reaches nothing); an attribute or return declared with a project
     class (`pipeline: Pipeline`, `def module_wrapper(m) -> Model`, a property
     returning one) reaches that class and every project class deriving from
     it. Only the registry a call names is followed: a BCE loss registered to

@@ -389,3 +389,81 @@ def test_a_star_import_without_all_exports_public_names_and_torch(tmp_path):
     script = str(root / "train.py")
     assert project.symbol(script, "_helper") == frozenset()
     assert project.symbol(script, "torch") == frozenset({("X", "torch")})
+
+
+# ------------------------------------------------------------------ a class looked up by name (issue 22, read5)
+
+LOOKUP_TRAINER = """
+    import torch
+
+    class BaseTrainer:
+        def __init__(self, config, model):
+            self.model = model
+
+    class Trainer(BaseTrainer):
+        def __init__(self, config, model):
+            super(Trainer, self).__init__(config, model)
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+
+        def train_epoch(self, data):
+            step = self.model.calculate_loss
+            for batch in data:
+                with torch.autocast(device_type=self.device.type, enabled=self.amp):
+                    loss = step(batch)
+                loss.backward()
+                self.optimizer.step()
+"""
+
+
+def _lookup_project(tmp_path, name_expr: str, lookup_body: str = ""):
+    return write_project(tmp_path, {
+        "rec/__init__.py": "", "rec/models/__init__.py": "", "rec/models/ctr/__init__.py": "", "rec/legacy/__init__.py": "",
+        "rec/models/ctr/fm.py": head().replace("FocalHead", "FM").replace("def forward", "def calculate_loss").replace("(self, x, y)", "(self, batch)").replace("(torch.sigmoid(x), y)", "(torch.sigmoid(batch), batch)"),
+        "rec/legacy/old.py": head().replace("FocalHead", "OldFM").replace("def forward", "def calculate_loss").replace("(self, x, y)", "(self, batch)").replace("(torch.sigmoid(x), y)", "(torch.sigmoid(batch), batch)"),
+        "rec/utils.py": f"""
+            import importlib
+
+            def get_model(name):
+            {lookup_body or f"    module = importlib.import_module({name_expr})"}
+                return getattr(module, name)
+
+            def get_trainer(name):
+                return getattr(importlib.import_module("rec.trainer"), name + "Trainer")
+        """,
+        "rec/trainer.py": LOOKUP_TRAINER,
+        "run.py": """
+            from rec.utils import get_model, get_trainer
+
+            model = get_model(config["model"])(config).to(config["device"])
+            get_trainer(config["model"])(config, model).train_epoch(data)
+        """,
+    })
+
+
+@pytest.mark.parametrize(
+    "name_expr",
+    ['"rec.models.ctr." + name.lower()', 'f"rec.models.ctr.{name.lower()}"', '".".join(["rec.models", "ctr", name.lower()])',
+     '"rec.models.%s" % name', '"rec.models.{}".format(name)'],
+    ids=["concat", "f-string", "join", "percent", "format"],
+)
+def test_a_class_looked_up_by_name_in_a_package_is_every_class_of_its_modules(tmp_path, name_expr):
+    """RecBole's `get_model(config["model"])`: `getattr(importlib.import_module(<package> + name), name)`
+    may give any class of the package's modules; the trainer, looked up the same way in a literal
+    module, runs its `calculate_loss` under autocast (`super(Trainer, self).__init__` binds it)."""
+    found = findings(_lookup_project(tmp_path, name_expr))
+    assert [Path(d.filename).name for d in found] == ["fm.py"]  # not the legacy module outside the package
+    assert "(`FM`, via `getattr(module, ...)`)" in found[0].message
+
+
+def test_a_looked_up_name_bound_to_a_local_first(tmp_path):
+    body = "\n            ".join([  # the template's indentation, for its dedent
+        '    for family in ("general", "ctr"):', '        path = ".".join(["rec.models", family, name.lower()])',
+        "        module = importlib.import_module(path)",
+    ])
+    assert [Path(d.filename).name for d in findings(_lookup_project(tmp_path, "", body))] == ["fm.py"]
+
+
+@pytest.mark.parametrize("name_expr", ["name", "config.module + '.' + name", '"rec.legacy." + name'], ids=["bare", "computed-head", "other-package"])
+def test_a_lookup_that_spells_no_package_or_another_one_reaches_nothing_here(tmp_path, name_expr):
+    assert findings(_lookup_project(tmp_path, name_expr)) == [] if "legacy" not in name_expr else [
+        Path(d.filename).name for d in findings(_lookup_project(tmp_path, name_expr))] == ["old.py"]

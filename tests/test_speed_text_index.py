@@ -5,6 +5,7 @@ one-regex spelling (kept here as the specification) on every fixture and rule ex
 on texts built to hit the edges, and on random ones."""
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 from typing import Dict, List
@@ -19,7 +20,10 @@ from amplint.model.project.index import imports_of, text_index as packed
 def text_index(source: str) -> Dict[str, object]:
     """The index with its imports unpacked, as the reference spells them."""
     found = packed(source)
-    return {"r": found["r"], "i": imports_of(found)}
+    out = {"r": found["r"], "i": imports_of(found)}
+    if "l" in found:
+        out["l"] = found["l"].split()
+    return out
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,6 +65,18 @@ def reference(source: str) -> Dict[str, object]:
         roles += "k"
     if re.search(r"^mixed_precision[ \t]*=[ \t]*['\"]", source, re.M):  # a config module's precision ("p")
         roles += "p"
+    # issue 22 (read5): top-level functions that look a class up in a module imported by name ("l")
+    lookups = []
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tree = None
+    for node in tree.body if tree is not None else ():
+        text = ast.get_source_segment(source, node) if isinstance(node, ast.FunctionDef) else None
+        if text and re.search(r"import_module\s*\(", text) and "getattr(" in text and node.name not in lookups:
+            lookups.append(node.name)
+    if lookups:
+        roles += "l"
     imports: List[List[object]] = []
     for m in index._IMPORTS.finditer(source):
         if m.group(4) is None:
@@ -73,10 +89,15 @@ def reference(source: str) -> Dict[str, object]:
             name = part.strip().split(" as ")[0].strip()
             if name and all(p.isidentifier() for p in name.split(".")) and name.split(".")[0] not in index._EXTERNAL:
                 imports.append([0, name, []])
-    return {"r": roles, "i": imports}
+    out = {"r": roles, "i": imports}
+    if lookups:
+        out["l"] = lookups
+    return out
 
 
 EDGES = [
+    "import importlib\n\ndef get(name):\n    m = importlib.import_module('p.' + name)\n    return getattr(m, name)\n\n\ndef other():\n    return getattr(x, 'y')\n",
+    "x = importlib.import_module('a')\ngetattr(x, 'b')\n\ndef f():\n    return importlib.import_module('c')\n",
     'trainer = pl.Trainer(precision="16-mixed", accelerator="gpu")\n',
     'args = Seq2SeqTrainingArguments(fp16=True)\n',
     'amp = functools.partial(torch.autocast, "cuda", dtype=torch.float16)\n',

@@ -39,6 +39,7 @@ answered as before. Each class or function a dispatch produced is recorded with 
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from .graph import Call, FuncKey, Project, Type, TypeSet
@@ -53,6 +54,8 @@ _PROPERTIES = frozenset(("property", "cached_property", "functools.cached_proper
 #: how many times `reached` runs again at most while it loads modules (once was enough for every
 #: shape met; each run costs as much as the first)
 _ROUNDS = 1
+#: how many project modules an `import_module` of a computed name under a package may give at most
+_MAX_LOOKED_UP = 400
 #: how a class or function was reached -- ("registry", the registry's name), ("getattr", the module
 #: as spelled), ("declared", the declared class) -- and the file and row that say so (its
 #: registration, its definition)
@@ -283,6 +286,8 @@ class DispatchView(Project):
             return _EMPTY
         if "i" in ref or "cv" in ref or "t" in ref or "at" in ref:
             return self._memoized(("wide", path, func, id(ref)), lambda: self._wide_value(path, func, ref))
+        if "c" in ref and ("mn" in ref or "mp" in ref):
+            return self._memoized(("modules", path, func, id(ref)), lambda: self._imported_modules(path, func, ref))
         found = super()._value(path, func, ref)
         if "c" in ref and (ref["c"] == "getattr" or "build" in ref["c"].rsplit(".", 1)[-1]):
             found = found | self._memoized(("call", path, func, id(ref)), lambda: self._dispatch_call(path, func, ref))
@@ -369,6 +374,32 @@ class DispatchView(Project):
             for t in self._value(path, func, arg) if arg else ():
                 for key in _registry_keys((t,)):
                     out |= self.returns(("GB", key))
+        return frozenset(out)
+
+    def _imported_modules(self, path: str, func: str, ref: Dict[str, Any]) -> TypeSet:
+        """`importlib.import_module(name)`: the project module a literal name names, or every
+        project module of the package a computed name starts in (`".".join(["pkg.models",
+        family, name])`, `f"pkg.models.{name}"`: the modules under `pkg/models/`, those whose
+        name starts with a literal tail too); nothing for a name with no package spelled."""
+        if not any(t == ("X", "importlib.import_module") for t in self.name_types(path, func, ref["c"])):
+            return _EMPTY
+        if "mn" in ref:
+            target = self.module_path(ref["mn"], path) if ref["mn"] and not ref["mn"].startswith(".") else None
+            return frozenset({("M", target)}) if target is not None else _EMPTY
+        package, _, start = ref["mp"].rpartition(".")
+        init = self._index.resolve(path, 0, package) if package and not package.startswith(".") else None
+        if init is None or os.path.basename(init) != "__init__.py":
+            return _EMPTY
+        folder = os.path.dirname(init)
+        out: Set[Type] = set()
+        for f in sorted(self._index.files):
+            rel = os.path.relpath(f, folder)
+            if f == init or rel.startswith("..") or not rel.startswith(start) or len(out) >= _MAX_LOOKED_UP:
+                continue
+            if f in self.summaries or (self._may_load and self.load_file(f)):
+                if f not in self._base.summaries:
+                    self._base.viewed.add(f)
+                out.add(("M", f))
         return frozenset(out)
 
     def exported(self, path: str, _depth: int = 0) -> List[Type]:

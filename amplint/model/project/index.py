@@ -25,6 +25,9 @@ other per-file results:
   (FSDP, `fully_shard`, DeepSpeed, DDP comm hooks, Fabric: `scale.ANCHORS`); "c" -- it
   clips gradients or runs a backward (what the wrapper rules ask about such a model);
   `scale_universe` adds them, and the importers joining the two, only where a "d" file is;
+  "l" -- a top-level function of it imports a module by name and takes an attribute of it
+  (`getattr(importlib.import_module(...), name)`: a class looked up by name; the index's "l"
+  lists those functions, whose importers the dispatch view reads with the registering files);
   "k" -- it registers a per-parameter gradient hook (`register_post_accumulate_grad_hook`):
   code that runs once per parameter inside the backward (`accelerate_hooks.py`);
   "p" -- it is a config module setting a precision at column 0 (`mixed_precision = "fp16"`),
@@ -102,6 +105,11 @@ _IMPORTS = re.compile(
     r"^[ \t]*(?:from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))", re.M
 )
 
+#: `import_module(`, a top-level `def NAME`, and the next top-level statement (where its body ends)
+_IMPORT_MODULE = re.compile(r"import_module\s*\(")
+_DEF_NAME = re.compile(r"def[ \t]+(\w+)")
+_TOP_LEVEL = re.compile(r"^[^\s#)\]}]", re.M)
+
 #: how many importer levels above a seed file the universe reaches, and its size
 UP_LEVELS = 6
 MAX_FILES = 300
@@ -152,8 +160,35 @@ def text_index(source: str) -> Dict[str, str]:
         roles += "k"
     if any(has(key) for key in CONFIG_KEYS) and _CONFIG_SETTING.search(source):
         roles += "p"
+    lookups = _lookup_functions(source) if has("import_module") else []
+    if lookups:
+        roles += "l"
     imports = import_list(source)
-    return {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
+    out = {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
+    if lookups:
+        out["l"] = " ".join(lookups)
+    return out
+
+
+def _lookup_functions(source: str) -> List[str]:
+    """The top-level functions that import a module by name and take an attribute of it
+    (`getattr(importlib.import_module(...), name)`, role "l"): a class looked up by name, which
+    their callers build (`get_model(config["model"])(config)`); in source order."""
+    out: List[str] = []
+    for m in _IMPORT_MODULE.finditer(source):
+        start = source.rfind("\ndef ", 0, m.start())
+        if start == -1 and source.startswith("def "):
+            start = -1
+        elif start == -1:
+            continue
+        head = _DEF_NAME.match(source, start + 1)
+        if head is None:
+            continue
+        end = _TOP_LEVEL.search(source, head.end())
+        body = source[head.end(): end.start() if end is not None else len(source)]
+        if m.start() < head.end() + len(body) and "getattr(" in body and head.group(1) not in out:
+            out.append(head.group(1))
+    return out
 
 
 def import_list(source: str, stdlib: bool = False) -> List[List[object]]:
@@ -418,7 +453,18 @@ def registering(files: Sequence[str], index: Callable[[str], Dict[str, str]]) ->
     reads them only for that). Empty otherwise; sorted; at most `MAX_REGISTERING`."""
     if not any("b" in str(index(f)["r"]) for f in files):
         return []
-    return sorted(f for f in files if "e" in str(index(f)["r"]))[:MAX_REGISTERING]
+    chosen = sorted(f for f in files if "e" in str(index(f)["r"]))[:MAX_REGISTERING]
+    # a function looking a class up by name (role "l"), and the files importing it by name: its
+    # callers build what it gives (`get_model(config["model"])(config)`), which none of them registers
+    lookups = {f: str(index(f).get("l", "")).split() for f in files if "l" in str(index(f)["r"])}
+    names = {n for found in lookups.values() for n in found}
+    if names:
+        added = set(lookups)
+        for f in files:
+            if f not in added and any(names.intersection(imported[2]) for imported in imports_of(index(f))):  # type: ignore[arg-type]
+                added.add(f)
+        chosen = sorted(set(chosen) | set(sorted(added)[: MAX_REGISTERING // 2]))
+    return chosen
 def scale_universe(files: Sequence[str], root: Optional[str], index: Callable[[str], Dict[str, str]]) -> List[str]:
     """The files the wrapper rules (issue 23) start from, only in a project where some file may
     wrap a model for distributed training (role "d"): those files, the files that clip gradients

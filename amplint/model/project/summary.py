@@ -28,7 +28,7 @@ from . import disabled, loaders, masks, trained
 from .astutil import dotted, imports as _imports, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 8
+VERSION = 9
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -87,6 +87,7 @@ class _Summarizer:
         #: per function: (name, value) of its plain assignments so far, in order (mask sites read them)
         self.history: Dict[str, masks.History] = {}
         self.region_now = -1  # the autocast region of the statement being read
+        self.qual_now = "<module>"  # the function of the statement being read
         self.aware: Dict[str, bool] = {}  # per function: it tests a dtype (its constants are dtype-aware)
         #: whether the file may hand modules' parameters around (`trained.parameter_flows`, AMP201)
         self.parameters = "param" in source
@@ -182,6 +183,7 @@ class _Summarizer:
 
     def _statement(self, stmt: ast.stmt, qual: str, info: Dict[str, Any], cls: Optional[str], region: int) -> None:
         self.region_now = region
+        self.qual_now = qual
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             self._def(stmt, qual, cls if qual == "<module>" or cls is None else None, info)
             return
@@ -331,6 +333,10 @@ class _Summarizer:
                     out["p"] = dotted(node.args[0]) or ""
                 if spelled.rsplit(".", 1)[-1] in loaders.LAST_NAMES:
                     out["r"] = row  # a library loader's call is where its weights became fp16
+                if spelled.rsplit(".", 1)[-1] == "import_module" and node.args:
+                    named = self._module_name(node.args[0])
+                    if named is not None:  # `import_module("pkg.models." + name)`: the modules it may load
+                        out[named[0]] = named[1]
         elif isinstance(node, (ast.Name, ast.Attribute)):
             spelled = dotted(node)
             if spelled is not None:
@@ -350,12 +356,62 @@ class _Summarizer:
             out["mr"] = row
         return out
 
+    def _module_name(self, node: ast.AST, _depth: int = 0) -> Optional[Tuple[str, str]]:
+        """What the module name given to `import_module` spells: ("mn", the whole literal name) or
+        ("mp", the literal text a computed name starts with: `"pkg.models." + name`,
+        `f"pkg.models.{name}"`, `".".join(["pkg.models", family, name])`, a local bound to one)."""
+        if _depth > 3:
+            return None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return ("mn", node.value)
+        if isinstance(node, ast.Name):
+            history = self.history.get(self.qual_now)
+            at = history.last(node.id) if history is not None else None
+            return self._module_name(history.entries[at][1], _depth + 1) if at is not None else None
+        if isinstance(node, ast.JoinedStr):
+            head = ""
+            for part in node.values:
+                if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
+                    return ("mp", head) if head else None
+                head += part.value
+            return ("mn", head)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left = self._module_name(node.left, _depth + 1)
+            if left is None:
+                return None
+            if left[0] == "mp":
+                return left
+            right = self._module_name(node.right, _depth + 1)
+            return ("mn", left[1] + right[1]) if right is not None and right[0] == "mn" else ("mp", left[1])
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
+            head = node.left.value.split("%", 1)[0]
+            return ("mp", head) if head else None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Constant):
+            text = node.func.value.value
+            if not isinstance(text, str):
+                return None
+            if node.func.attr == "format":
+                head = text.split("{", 1)[0]
+                return ("mp", head) if head else None
+            if node.func.attr == "join" and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple)):
+                parts = []
+                for element in node.args[0].elts:
+                    if not (isinstance(element, ast.Constant) and isinstance(element.value, str)):
+                        return ("mp", text.join(parts) + text) if parts else None
+                    parts.append(element.value)
+                return ("mn", text.join(parts))
+        return None
+
     def wref(self, node: ast.AST) -> Optional[Dict[str, Any]]:
         """`vref`, or what only the project model's dispatch view (`dispatch.py`) reads: an item
         of a name (`MODELS[name]` -> {"i": "MODELS"}), an attribute of what a call gives
         (`LossesFactory().get` -> {"at": "get", "on": ...}) and a call of what a call, an item or
         such an attribute gives (`MODELS.get(name)(cfg)` -> {"cv": ..., "a": ..., "k": ...}). Kept apart from what the
         other questions read (`wl`, `wa`), so they see what they saw before."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MODULE_KEEPING:
+            inner = node.func.value  # `get_model(name)(cfg).to(device)`: the module it is called on
+            if isinstance(inner, ast.Call) and dotted(inner.func) is None:
+                return self.wref(inner)
         if isinstance(node, ast.Subscript):
             base = dotted(node.value)
             return {"i": base} if base is not None else None
@@ -526,8 +582,13 @@ class _Summarizer:
         if self.branches:
             record["i"] = 1  # in an if/else body of its function
         if spelled is None and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
-            if dotted(node.func.value.func) == "super" and not node.func.value.args:
-                record["sp"] = node.func.attr  # `super().__init__(LOSSES)`: the base class's method (dispatch view)
+            inner = node.func.value
+            if dotted(inner.func) == "super" and (
+                not inner.args or (len(inner.args) == 2 and dotted(inner.args[0]) == qual.split(".", 1)[0] and dotted(inner.args[1]) == "self")
+            ):
+                # `super().__init__(LOSSES)`, `super(Trainer, self).__init__(config, model)`: the base
+                # class's method (dispatch view)
+                record["sp"] = node.func.attr
         if spelled is None:
             inner = self.vref(node.func) or self.wref(node.func)
             if inner is not None:
