@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # the per-file model: its functions import what they run (che
     import libcst as cst
 
     from amplint.model import (
-        AutocastOp, AutocastRegion, CallInfo, ModuleContext, Scope, active_region, assignment_before,
+        Assignment, AutocastOp, AutocastRegion, CallInfo, ModuleContext, Scope, active_region, assignment_before,
         autocast_op_of, autocast_ops, make_fix, region_within, replace_node, same_device, strip_views,
     )
 
@@ -335,6 +335,27 @@ def step(model, x, w, device_type):
                 first[5].append(call)
         for base, source, op, outer, disabled, calls in found.values():
             yield self._diagnostic(ctx, base, source, op, outer, disabled, calls)
+        yield from self._after_region(ctx)
+
+    def _after_region(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """The sibling shape: `with autocast(...): out = model(x)` then, once that block has
+        closed, `with autocast(..., enabled=False): loss = criterion(out, y)` in the same
+        function, `loss` backpropagated (or returned): `out` is still fp16 in the fp32 block."""
+        from amplint.model import FP16, make_fix, replace_node
+        for name, producer, call, made, enabled, tensor in _after_region(ctx):
+            came = _short_call(ctx, producer)
+            message = f"`{name.value}` is still fp16 from `{came}` in the autocast block above: `autocast(enabled=False)` casts nothing back"
+            fix = None
+            if tensor:  # a lower-precision op's output is one tensor; a model's may be a dict or a tuple
+                fix = make_fix(f"Cast `{name.value}` with `.float()`", [replace_node(ctx, name, f"{name.value}.float()")], safe=False)
+            help = f"Use `{name.value}.float()`" if tensor else f"Cast `{name.value}` to fp32 first (`.float()` on each of its tensors)"
+            data = {"name": name.value, "source_op": came, "op": _short_call(ctx, call.node), "device": enabled.device,
+                    "dtype": "fp16", "shape": "after-region"}
+            yield ctx.diagnostic(
+                self, name, message, fix=fix, help=help, data=data,
+                condition=None if enabled.dtype == "fp16" else FP16,
+                related=[ctx.related(made.node, "made under autocast here")],
+            )
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """A function that opens `autocast(enabled=False)` and uses a parameter unchanged in a
@@ -494,3 +515,166 @@ def _low_precision_source(
     if source is None or not torchapi.runs_in_lower_precision(source.op, outer.device):
         return None
     return source
+
+
+#: the training-step events a loss reaches
+_BACKWARDS = ("scaled_backward", "backward", "framework_backward")
+
+
+def _after_region(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, cst.Call, CallInfo, Assignment, AutocastRegion, bool]]:
+    """(name, the call that made it, the call using it, its assignment, the enabled region, made by a
+    lower-precision op) for each name a low-precision autocast block of a function assigned from a
+    model or a lower-precision op, passed unchanged to a loss-like call inside a later
+    `autocast(enabled=False)` block of the same device (one with no enabled region around it),
+    whose result the function backpropagates or returns."""
+    import libcst as cst
+
+    from amplint.model import active_region, assignment_before, autocast_op_of, region_within, same_device, strip_views
+    tops = [r for r in ctx.regions if r.enabled is False and not r.framework and _all_disabled(r)]
+    if not tops:
+        return
+    seen: Set[int] = set()
+    for disabled in tops:
+        for call in ctx.calls:
+            if not region_within(call.region, disabled) or active_region(call.region) is not None or call.scope.is_module:
+                continue
+            if not _loss_like(ctx, call) or not _feeds_loss(ctx, call):
+                continue
+            for a in call.node.args:
+                if a.star:
+                    continue
+                base = strip_views(ctx, a.value)
+                if not isinstance(base, cst.Name) or id(base) in seen:
+                    continue
+                made = assignment_before(ctx, base.value, call.scope, call.statement, call.order)
+                if made is None or region_within(made.region, disabled):
+                    continue
+                enabled = active_region(made.region)
+                if enabled is None or enabled.framework or enabled.dtype not in ("fp16", None):
+                    continue  # bf16 keeps fp32's range; fp32 autocast lowers nothing
+                if not same_device(ctx, enabled, disabled) or region_within(disabled, enabled):
+                    continue  # another device's autocast; nested regions are `check`'s
+                value = strip_views(ctx, made.value)
+                if not isinstance(value, cst.Call):
+                    continue
+                if ctx.known_dtype(value, made.scope, made.order, made.statement) is not None:
+                    continue  # visibly cast (`model(x).float()`) or not a float tensor
+                op = autocast_op_of(ctx, value)
+                tensor = op is not None and torchapi.runs_in_lower_precision(op.op, enabled.device or "cuda")
+                if not tensor and (op is not None or not _model_call(ctx, value, made)):
+                    continue
+                seen.add(id(base))
+                yield base, value, call, made, enabled, tensor
+
+
+def _all_disabled(region: AutocastRegion) -> bool:
+    """No region around `region` may be enabled (every one is `enabled=False`)."""
+    r = region.parent
+    while r is not None:
+        if r.enabled is not False:
+            return False
+        r = r.parent
+    return True
+
+
+def _model_call(ctx: ModuleContext, value: cst.Call, made: Assignment) -> bool:
+    """`value` calls a model: a callable the function is handed or binds (`model(x)`,
+    `self.model(x)`, `net.forward(x)`), not a function of this file or a library function."""
+    import libcst as cst
+
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+        func = func.value
+    return _opaque_callable(ctx, func, made.scope, made.order, made.statement, allow_local=True)
+
+
+def _loss_like(ctx: ModuleContext, call: CallInfo) -> bool:
+    """`call` runs a criterion on its arguments: a callable the function is handed (`criterion`),
+    a module attribute (`self.criterion`) or a local bound to a library class (`loss_fn =
+    nn.CrossEntropyLoss()`). A function or class of this file is not (its body may cast the
+    inputs first), nor a builtin, a method of another object or a library function."""
+    if call.qualnames:
+        return False
+    return _opaque_callable(ctx, call.node.func, call.scope, call.order, call.statement, allow_local=False)
+
+
+def _opaque_callable(ctx: ModuleContext, func: cst.BaseExpression, scope: Scope, order: int, statement: cst.CSTNode,
+                     allow_local: bool) -> bool:
+    """`func` is a callable object whose code this file does not hold: a parameter, a name or
+    `self.X` bound to something other than a class or function of this file. `allow_local`: a
+    class of this file counts too (its code is not read)."""
+    import libcst as cst
+
+    from amplint.model import assignment_before, dotted_name, self_bindings
+    dotted = dotted_name(func)
+    if dotted is None or ctx.qualnames(func):
+        return False
+    if isinstance(func, cst.Name):
+        bound = assignment_before(ctx, dotted, scope, statement, order)
+        if bound is None:
+            if dotted in scope.params:
+                return dotted not in ("self", "cls")
+            bound = next((a for a in ctx.assignments_to(dotted) if a.scope.is_module), None)
+            if bound is None:
+                return False  # a function or class of this file, a builtin
+        return _bound_elsewhere(ctx, bound.value, allow_local)
+    if dotted.count(".") == 1 and dotted.startswith("self.") and scope.cls is not None:
+        attr = dotted.split(".", 1)[1]
+        if any(s.cls is not None and s.name == attr for s in ctx.scopes):
+            return False  # a method
+        bindings = self_bindings(ctx, dotted, scope)
+        return all(_bound_elsewhere(ctx, a.value, allow_local) for a in bindings)
+    return False
+
+
+def _bound_elsewhere(ctx: ModuleContext, value: cst.BaseExpression, allow_local: bool) -> bool:
+    """A value bound to a name is a callable whose code this file does not hold: not a call of a
+    function or class of this file (unless `allow_local`), not a lambda."""
+    import libcst as cst
+
+    from amplint.model import constructed_class
+    if isinstance(value, cst.Lambda):
+        return False
+    if isinstance(value, cst.Call) and constructed_class(ctx, value) is None and not allow_local:
+        return False
+    return True
+
+
+def _feeds_loss(ctx: ModuleContext, call: CallInfo) -> bool:
+    """What `call` returns reaches a backward of its function (`loss = sum(loss_dict.values())`,
+    `scaler.scale(loss).backward()`) or its `return`."""
+    from amplint.model import descendants
+    scope = call.scope
+    inside = {id(n) for n in descendants(call.node)}
+    tainted = {a.target for a in ctx.assignments if a.scope is scope and a.statement is call.statement}
+    for a in sorted((a for a in ctx.assignments if a.scope is scope and a.order > call.order), key=lambda a: a.order):
+        if _names(a.value) & tainted:
+            tainted.add(a.target)
+
+    def reaches(node: Optional[cst.CSTNode]) -> bool:
+        if node is None:
+            return False
+        return bool(_names(node) & tainted) or any(id(n) in inside for n in descendants(node))
+
+    if any(e.kind in _BACKWARDS and e.order >= call.order and reaches(e.call.node) for e in scope.events):
+        return True
+    return any(order >= call.order and reaches(value) for value, order in scope.returns)
+
+
+def _names(node: cst.CSTNode) -> Set[str]:
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+    out = set()
+    for n in descendants(node):
+        if isinstance(n, (cst.Name, cst.Attribute)):
+            d = dotted_name(n)
+            if d is not None:
+                out.add(d)
+    return out
+
+
+def _short_call(ctx: ModuleContext, call: cst.Call) -> str:
+    """`model(...)` for `model(samples, targets=targets)`."""
+    text = ctx.code_for(call.func)
+    return f"{text}(...)" if len(text) <= 30 else "the call"
