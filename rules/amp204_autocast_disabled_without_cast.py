@@ -342,7 +342,7 @@ def step(model, x, w, device_type):
         closed, `with autocast(..., enabled=False): loss = criterion(out, y)` in the same
         function, `loss` backpropagated (or returned): `out` is still fp16 in the fp32 block."""
         from amplint.model import FP16, make_fix, replace_node
-        for name, producer, call, made, enabled, tensor in _after_region(ctx):
+        for name, producer, call, made, enabled, tensor, scaled in _after_region(ctx):
             came = _short_call(ctx, producer)
             message = f"`{name.value}` is still fp16 from `{came}` in the autocast block above: `autocast(enabled=False)` casts nothing back"
             fix = None
@@ -353,7 +353,8 @@ def step(model, x, w, device_type):
                     "dtype": "fp16", "shape": "after-region"}
             yield ctx.diagnostic(
                 self, name, message, fix=fix, help=help, data=data,
-                condition=None if enabled.dtype == "fp16" else FP16,
+                # a region of no dtype is fp16 on CUDA, bf16 on CPU: certain where a GradScaler scales the loss (fp16's)
+                condition=None if enabled.dtype == "fp16" or scaled else FP16,
                 related=[ctx.related(made.node, "made under autocast here")],
             )
 
@@ -521,9 +522,9 @@ def _low_precision_source(
 _BACKWARDS = ("scaled_backward", "backward", "framework_backward")
 
 
-def _after_region(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, cst.Call, CallInfo, Assignment, AutocastRegion, bool]]:
+def _after_region(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, cst.Call, CallInfo, Assignment, AutocastRegion, bool, bool]]:
     """(name, the call that made it, the call using it, its assignment, the enabled region, made by a
-    lower-precision op) for each name a low-precision autocast block of a function assigned from a
+    lower-precision op, the loss is scaled by a GradScaler) for each name a low-precision autocast block of a function assigned from a
     model or a lower-precision op, passed unchanged to a loss-like call inside a later
     `autocast(enabled=False)` block of the same device (one with no enabled region around it),
     whose result the function backpropagates or returns."""
@@ -538,7 +539,10 @@ def _after_region(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, cst.Call, Call
         for call in ctx.calls:
             if not region_within(call.region, disabled) or active_region(call.region) is not None or call.scope.is_module:
                 continue
-            if not _loss_like(ctx, call) or not _feeds_loss(ctx, call):
+            if not _loss_like(ctx, call):
+                continue
+            fed = _feeds_loss(ctx, call)
+            if fed is None:
                 continue
             for a in call.node.args:
                 if a.star:
@@ -564,7 +568,7 @@ def _after_region(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, cst.Call, Call
                 if not tensor and (op is not None or not _model_call(ctx, value, made)):
                     continue
                 seen.add(id(base))
-                yield base, value, call, made, enabled, tensor
+                yield base, value, call, made, enabled, tensor, fed == "scaled_backward"
 
 
 def _all_disabled(region: AutocastRegion) -> bool:
@@ -640,9 +644,10 @@ def _bound_elsewhere(ctx: ModuleContext, value: cst.BaseExpression, allow_local:
     return True
 
 
-def _feeds_loss(ctx: ModuleContext, call: CallInfo) -> bool:
-    """What `call` returns reaches a backward of its function (`loss = sum(loss_dict.values())`,
-    `scaler.scale(loss).backward()`) or its `return`."""
+def _feeds_loss(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
+    """Where what `call` returns goes: the kind of the backward of its function it reaches
+    (`loss = sum(loss_dict.values())`, `scaler.scale(loss).backward()`: "scaled_backward"), or
+    "return"; None when neither."""
     from amplint.model import descendants
     scope = call.scope
     inside = {id(n) for n in descendants(call.node)}
@@ -656,9 +661,10 @@ def _feeds_loss(ctx: ModuleContext, call: CallInfo) -> bool:
             return False
         return bool(_names(node) & tainted) or any(id(n) in inside for n in descendants(node))
 
-    if any(e.kind in _BACKWARDS and e.order >= call.order and reaches(e.call.node) for e in scope.events):
-        return True
-    return any(order >= call.order and reaches(value) for value, order in scope.returns)
+    kinds = {e.kind for e in scope.events if e.kind in _BACKWARDS and e.order >= call.order and reaches(e.call.node)}
+    if kinds:
+        return "scaled_backward" if "scaled_backward" in kinds else sorted(kinds)[0]
+    return "return" if any(order >= call.order and reaches(value) for value, order in scope.returns) else None
 
 
 def _names(node: cst.CSTNode) -> Set[str]:
