@@ -27,6 +27,12 @@ class AutocastDisabledWithoutCast(Rule):
     is now fed, without `.float()` / `.to(torch.float32)`, to an op that the
     author took out of autocast (`linear`, `matmul`, `bmm`, a convolution...).
 
+    Also the sibling shape: a model's output made in an fp16 autocast block
+    (`with autocast(device): outputs = model(x)`) and passed, once that block
+    has closed, uncast to a loss inside a later `autocast(device,
+    enabled=False)` block of the same function (`loss = criterion(outputs,
+    targets)`), whose result is backpropagated or returned.
+
     ## Why is this bad?
     `autocast(enabled=False)` stops autocast from casting anything; it does
     not convert tensors that already are fp16/bf16. PyTorch's autocast
@@ -35,6 +41,9 @@ class AutocastDisabledWithoutCast(Rule):
     an fp32 weight it raises `mat1 and mat2 must have the same dtype`,
     and with low-precision operands on both sides it silently runs in
     fp16/bf16, which is exactly what disabling autocast was meant to prevent.
+    In the sibling shape the loss (a detector's matching costs, focal and box
+    losses) then runs in fp16 on fp16 logits, though the block was opened to
+    compute it in fp32.
 
     ## Example
     ```python
@@ -42,6 +51,13 @@ class AutocastDisabledWithoutCast(Rule):
         h = self.proj(x)
         with torch.autocast("cuda", enabled=False):
             out = self.head(h)  # h is fp16, head's weight fp32
+    ```
+    ```python
+    with torch.autocast(device_type=str(device)):
+        outputs = model(samples)
+    with torch.autocast(device_type=str(device), enabled=False):
+        loss_dict = criterion(outputs, targets)  # outputs still fp16
+    scaler.scale(sum(loss_dict.values())).backward()
     ```
 
     ## Use instead
@@ -51,9 +67,15 @@ class AutocastDisabledWithoutCast(Rule):
         with torch.autocast("cuda", enabled=False):
             out = self.head(h.float())
     ```
+    ```python
+    with torch.autocast(device_type=str(device), enabled=False):
+        outputs = tree_map(lambda t: t.float() if t.is_floating_point() else t, outputs)
+        loss_dict = criterion(outputs, targets)
+    ```
 
     ## Fix safety
-    Unsafe: appends `.float()` to the flagged name. That is what the docs
+    Unsafe: appends `.float()` to the flagged name (not in the sibling shape
+    when the name holds a model's output, which may be a dict or a tuple). That is what the docs
     prescribe, but it changes the op's dtype (and memory use), so it is
     offered for review rather than applied blindly.
 
@@ -79,6 +101,26 @@ class AutocastDisabledWithoutCast(Rule):
     A disabled region for another device
     (`autocast("cpu", enabled=False)` inside CUDA autocast) does not turn
     CUDA autocast off and is not considered.
+
+    The sibling shape: the name is assigned in the enabled block, in the same
+    function, from a lower-precision op or from a call of a model the
+    function is handed or holds (`model(x)`, `self.model(x)`); the disabled
+    block opens after that block closed, for the same device (the same literal,
+    or the same expression: `device_type=str(device)` twice), with no enabled
+    region around it; the loss is a callable whose code the file does not hold
+    (a parameter, `self.criterion`, a library loss such as
+    `nn.CrossEntropyLoss()`), and what it returns reaches a `backward()` of
+    the function or its `return`. fp16 only: an explicit
+    `dtype=torch.float16`, or no dtype on CUDA or on a device decided at run
+    time, where CUDA's default is fp16 (CPU's is bf16). Without a dtype the
+    finding holds where the project may run fp16, and is certain where a
+    GradScaler scales that loss. Silent on bf16 blocks (bf16 has fp32's
+    range), on an output cast at the call or recast in the disabled block
+    (`.float()`, `.to(torch.float32)`, a tree map), on a disabled block whose
+    result feeds no loss (post-processing), and on a loss or a model that is a
+    function or class of the same file (its body may cast its inputs; not read
+    yet). A criterion from another file that casts its own inputs is not read
+    either: cast at the call, or `# noqa: AMP204`.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP204` (docs/evidence.md#amp204)
@@ -193,6 +235,53 @@ def forward_fp32(x, weight):
 """,
             "the helper casts its input; a caller passing an input it did not compute under autocast",
         ),
+        Valid(
+            """
+import torch
+from torch.utils._pytree import tree_map
+
+
+def train_one_epoch(model, criterion, loader, device, scaler):
+    for samples, targets in loader:
+        with torch.autocast(device_type=str(device)):
+            outputs = model(samples)
+        with torch.autocast(device_type=str(device), enabled=False):
+            outputs = tree_map(lambda t: t.float() if t.is_floating_point() else t, outputs)
+            loss_dict = criterion(outputs, targets)
+        scaler.scale(sum(loss_dict.values())).backward()
+""",
+            "the model's outputs are cast to fp32 in the disabled block before the loss",
+        ),
+        Valid(
+            """
+import torch
+
+
+def step(model, criterion, x, y):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model(x)
+    with torch.autocast("cuda", enabled=False):
+        loss = criterion(out, y)
+    loss.backward()
+""",
+            "bf16 outputs: bf16 keeps fp32's range",
+        ),
+        Valid(
+            """
+import torch
+
+
+def evaluate(model, postprocess, loader):
+    results = []
+    for x, sizes in loader:
+        with torch.autocast("cuda"):
+            out = model(x)
+        with torch.autocast("cuda", enabled=False):
+            results.extend(postprocess(out, sizes))
+    return len(results)
+""",
+            "the disabled block after the forward feeds no loss (post-processing)",
+        ),
     ]
 
     INVALID = [
@@ -296,6 +385,25 @@ def step(model, x, w, device_type):
             line=6,
             why="the same device expression on both regions",
         ),
+        Invalid(
+            """
+import torch
+
+
+def train_one_epoch(model, criterion, loader, optimizer, device, scaler):
+    for samples, targets in loader:
+        with torch.autocast(device_type=str(device)):
+            outputs = model(samples)
+        with torch.autocast(device_type=str(device), enabled=False):
+            loss_dict = criterion(outputs, targets)
+        loss = sum(loss_dict.values())
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            line=9,
+            why="the sibling shape: the loss's fp32 block comes after the fp16 forward's block, not inside it",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -344,7 +452,7 @@ def step(model, x, w, device_type):
         from amplint.model import FP16, make_fix, replace_node
         for name, producer, call, made, enabled, tensor, scaled in _after_region(ctx):
             came = _short_call(ctx, producer)
-            message = f"`{name.value}` is still fp16 from `{came}` in the autocast block above: `autocast(enabled=False)` casts nothing back"
+            message = f"`{name.value}` is still fp16 from `{came}` above: `autocast(enabled=False)` casts nothing back"
             fix = None
             if tensor:  # a lower-precision op's output is one tensor; a model's may be a dict or a tuple
                 fix = make_fix(f"Cast `{name.value}` with `.float()`", [replace_node(ctx, name, f"{name.value}.float()")], safe=False)
