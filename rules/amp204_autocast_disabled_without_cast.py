@@ -732,8 +732,8 @@ def _opaque_callable(ctx: ModuleContext, func: cst.BaseExpression, scope: Scope,
         return _bound_elsewhere(ctx, bound.value, allow_local)
     if dotted.count(".") == 1 and dotted.startswith("self.") and scope.cls is not None:
         attr = dotted.split(".", 1)[1]
-        if any(s.cls is not None and s.name == attr for s in ctx.scopes):
-            return False  # a method
+        if any(s.cls is scope.cls and s.name == attr for s in ctx.scopes):
+            return False  # a method of its class (kept whole in an excerpt, as the region's)
         bindings = self_bindings(ctx, dotted, scope)
         return all(_bound_elsewhere(ctx, a.value, allow_local) for a in bindings)
     return False
