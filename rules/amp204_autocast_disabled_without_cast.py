@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # the per-file model: its functions import what they run (che
     import libcst as cst
 
     from amplint.model import (
-        AutocastOp, AutocastRegion, CallInfo, ModuleContext, Scope, active_region, assignment_before,
+        Assignment, AutocastOp, AutocastRegion, CallInfo, ModuleContext, Scope, active_region, assignment_before,
         autocast_op_of, autocast_ops, make_fix, region_within, replace_node, same_device, strip_views,
     )
 
@@ -27,6 +27,12 @@ class AutocastDisabledWithoutCast(Rule):
     is now fed, without `.float()` / `.to(torch.float32)`, to an op that the
     author took out of autocast (`linear`, `matmul`, `bmm`, a convolution...).
 
+    Also the sibling shape: a model's output made in an fp16 autocast block
+    (`with autocast(device): outputs = model(x)`) and passed, once that block
+    has closed, uncast to a loss inside a later `autocast(device,
+    enabled=False)` block of the same function (`loss = criterion(outputs,
+    targets)`), whose result is backpropagated or returned.
+
     ## Why is this bad?
     `autocast(enabled=False)` stops autocast from casting anything; it does
     not convert tensors that already are fp16/bf16. PyTorch's autocast
@@ -35,6 +41,9 @@ class AutocastDisabledWithoutCast(Rule):
     an fp32 weight it raises `mat1 and mat2 must have the same dtype`,
     and with low-precision operands on both sides it silently runs in
     fp16/bf16, which is exactly what disabling autocast was meant to prevent.
+    In the sibling shape the loss (a detector's matching costs, focal and box
+    losses) then runs in fp16 on fp16 logits, though the block was opened to
+    compute it in fp32.
 
     ## Example
     ```python
@@ -42,6 +51,13 @@ class AutocastDisabledWithoutCast(Rule):
         h = self.proj(x)
         with torch.autocast("cuda", enabled=False):
             out = self.head(h)  # h is fp16, head's weight fp32
+    ```
+    ```python
+    with torch.autocast(device_type=str(device)):
+        outputs = model(samples)
+    with torch.autocast(device_type=str(device), enabled=False):
+        loss_dict = criterion(outputs, targets)  # outputs still fp16
+    scaler.scale(sum(loss_dict.values())).backward()
     ```
 
     ## Use instead
@@ -51,9 +67,15 @@ class AutocastDisabledWithoutCast(Rule):
         with torch.autocast("cuda", enabled=False):
             out = self.head(h.float())
     ```
+    ```python
+    with torch.autocast(device_type=str(device), enabled=False):
+        outputs = tree_map(lambda t: t.float() if t.is_floating_point() else t, outputs)
+        loss_dict = criterion(outputs, targets)
+    ```
 
     ## Fix safety
-    Unsafe: appends `.float()` to the flagged name. That is what the docs
+    Unsafe: appends `.float()` to the flagged name (not in the sibling shape
+    when the name holds a model's output, which may be a dict or a tuple). That is what the docs
     prescribe, but it changes the op's dtype (and memory use), so it is
     offered for review rather than applied blindly.
 
@@ -79,6 +101,26 @@ class AutocastDisabledWithoutCast(Rule):
     A disabled region for another device
     (`autocast("cpu", enabled=False)` inside CUDA autocast) does not turn
     CUDA autocast off and is not considered.
+
+    The sibling shape: the name is assigned in the enabled block, in the same
+    function, from a lower-precision op or from a call of a model the
+    function is handed or holds (`model(x)`, `self.model(x)`); the disabled
+    block opens after that block closed, for the same device (the same literal,
+    or the same expression: `device_type=str(device)` twice), with no enabled
+    region around it; the loss is a callable whose code the file does not hold
+    (a parameter, `self.criterion`, a library loss such as
+    `nn.CrossEntropyLoss()`), and what it returns reaches a `backward()` of
+    the function or its `return`. fp16 only: an explicit
+    `dtype=torch.float16`, or no dtype on CUDA or on a device decided at run
+    time, where CUDA's default is fp16 (CPU's is bf16). Without a dtype the
+    finding holds where the project may run fp16, and is certain where a
+    GradScaler scales that loss. Silent on bf16 blocks (bf16 has fp32's
+    range), on an output cast at the call or recast in the disabled block
+    (`.float()`, `.to(torch.float32)`, a tree map), on a disabled block whose
+    result feeds no loss (post-processing), and on a loss or a model that is a
+    function or class of the same file (its body may cast its inputs; not read
+    yet). A criterion from another file that casts its own inputs is not read
+    either: cast at the call, or `# noqa: AMP204`.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP204` (docs/evidence.md#amp204)
@@ -193,6 +235,53 @@ def forward_fp32(x, weight):
 """,
             "the helper casts its input; a caller passing an input it did not compute under autocast",
         ),
+        Valid(
+            """
+import torch
+from torch.utils._pytree import tree_map
+
+
+def train_one_epoch(model, criterion, loader, device, scaler):
+    for samples, targets in loader:
+        with torch.autocast(device_type=str(device)):
+            outputs = model(samples)
+        with torch.autocast(device_type=str(device), enabled=False):
+            outputs = tree_map(lambda t: t.float() if t.is_floating_point() else t, outputs)
+            loss_dict = criterion(outputs, targets)
+        scaler.scale(sum(loss_dict.values())).backward()
+""",
+            "the model's outputs are cast to fp32 in the disabled block before the loss",
+        ),
+        Valid(
+            """
+import torch
+
+
+def step(model, criterion, x, y):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model(x)
+    with torch.autocast("cuda", enabled=False):
+        loss = criterion(out, y)
+    loss.backward()
+""",
+            "bf16 outputs: bf16 keeps fp32's range",
+        ),
+        Valid(
+            """
+import torch
+
+
+def evaluate(model, postprocess, loader):
+    results = []
+    for x, sizes in loader:
+        with torch.autocast("cuda"):
+            out = model(x)
+        with torch.autocast("cuda", enabled=False):
+            results.extend(postprocess(out, sizes))
+    return len(results)
+""",
+            "the disabled block after the forward feeds no loss (post-processing)",
+        ),
     ]
 
     INVALID = [
@@ -296,6 +385,25 @@ def step(model, x, w, device_type):
             line=6,
             why="the same device expression on both regions",
         ),
+        Invalid(
+            """
+import torch
+
+
+def train_one_epoch(model, criterion, loader, optimizer, device, scaler):
+    for samples, targets in loader:
+        with torch.autocast(device_type=str(device)):
+            outputs = model(samples)
+        with torch.autocast(device_type=str(device), enabled=False):
+            loss_dict = criterion(outputs, targets)
+        loss = sum(loss_dict.values())
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            line=9,
+            why="the sibling shape: the loss's fp32 block comes after the fp16 forward's block, not inside it",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -335,6 +443,28 @@ def step(model, x, w, device_type):
                 first[5].append(call)
         for base, source, op, outer, disabled, calls in found.values():
             yield self._diagnostic(ctx, base, source, op, outer, disabled, calls)
+        yield from self._after_region(ctx)
+
+    def _after_region(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """The sibling shape: `with autocast(...): out = model(x)` then, once that block has
+        closed, `with autocast(..., enabled=False): loss = criterion(out, y)` in the same
+        function, `loss` backpropagated (or returned): `out` is still fp16 in the fp32 block."""
+        from amplint.model import FP16, make_fix, replace_node
+        for name, producer, call, made, enabled, tensor, scaled in _after_region(ctx):
+            came = _short_call(ctx, producer)
+            message = f"`{name.value}` is still fp16 from `{came}` above: `autocast(enabled=False)` casts nothing back"
+            fix = None
+            if tensor:  # a lower-precision op's output is one tensor; a model's may be a dict or a tuple
+                fix = make_fix(f"Cast `{name.value}` with `.float()`", [replace_node(ctx, name, f"{name.value}.float()")], safe=False)
+            help = f"Use `{name.value}.float()`" if tensor else f"Cast `{name.value}` to fp32 first (`.float()` on each of its tensors)"
+            data = {"name": name.value, "source_op": came, "op": _short_call(ctx, call.node), "device": enabled.device,
+                    "dtype": "fp16", "shape": "after-region"}
+            yield ctx.diagnostic(
+                self, name, message, fix=fix, help=help, data=data,
+                # a region of no dtype is fp16 on CUDA, bf16 on CPU: certain where a GradScaler scales the loss (fp16's)
+                condition=None if enabled.dtype == "fp16" or scaled else FP16,
+                related=[ctx.related(made.node, "made under autocast here")],
+            )
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """A function that opens `autocast(enabled=False)` and uses a parameter unchanged in a
@@ -494,3 +624,171 @@ def _low_precision_source(
     if source is None or not torchapi.runs_in_lower_precision(source.op, outer.device):
         return None
     return source
+
+
+#: the training-step events a loss reaches
+_BACKWARDS = ("scaled_backward", "backward", "framework_backward")
+
+
+def _after_region(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, cst.Call, CallInfo, Assignment, AutocastRegion, bool, bool]]:
+    """(name, the call that made it, the call using it, its assignment, the enabled region, made by a
+    lower-precision op, the loss is scaled by a GradScaler) for each name a low-precision autocast block of a function assigned from a
+    model or a lower-precision op, passed unchanged to a loss-like call inside a later
+    `autocast(enabled=False)` block of the same device (one with no enabled region around it),
+    whose result the function backpropagates or returns."""
+    import libcst as cst
+
+    from amplint.model import active_region, assignment_before, autocast_op_of, region_within, same_device, strip_views
+    tops = [r for r in ctx.regions if r.enabled is False and not r.framework and _all_disabled(r)]
+    if not tops:
+        return
+    seen: Set[int] = set()
+    for disabled in tops:
+        for call in ctx.calls:
+            if not region_within(call.region, disabled) or active_region(call.region) is not None or call.scope.is_module:
+                continue
+            if not _loss_like(ctx, call):
+                continue
+            fed = _feeds_loss(ctx, call)
+            if fed is None:
+                continue
+            for a in call.node.args:
+                if a.star:
+                    continue
+                base = strip_views(ctx, a.value)
+                if not isinstance(base, cst.Name) or id(base) in seen:
+                    continue
+                made = assignment_before(ctx, base.value, call.scope, call.statement, call.order)
+                if made is None or region_within(made.region, disabled):
+                    continue
+                enabled = active_region(made.region)
+                if enabled is None or enabled.framework or enabled.dtype not in ("fp16", None):
+                    continue  # bf16 keeps fp32's range; fp32 autocast lowers nothing
+                if not same_device(ctx, enabled, disabled) or region_within(disabled, enabled):
+                    continue  # another device's autocast; nested regions are `check`'s
+                value = strip_views(ctx, made.value)
+                if not isinstance(value, cst.Call):
+                    continue
+                if ctx.known_dtype(value, made.scope, made.order, made.statement) is not None:
+                    continue  # visibly cast (`model(x).float()`) or not a float tensor
+                op = autocast_op_of(ctx, value)
+                tensor = op is not None and torchapi.runs_in_lower_precision(op.op, enabled.device or "cuda")
+                if not tensor and (op is not None or not _model_call(ctx, value, made)):
+                    continue
+                seen.add(id(base))
+                yield base, value, call, made, enabled, tensor, fed == "scaled_backward"
+
+
+def _all_disabled(region: AutocastRegion) -> bool:
+    """No region around `region` may be enabled (every one is `enabled=False`)."""
+    r = region.parent
+    while r is not None:
+        if r.enabled is not False:
+            return False
+        r = r.parent
+    return True
+
+
+def _model_call(ctx: ModuleContext, value: cst.Call, made: Assignment) -> bool:
+    """`value` calls a model: a callable the function is handed or binds (`model(x)`,
+    `self.model(x)`, `net.forward(x)`), not a function of this file or a library function."""
+    import libcst as cst
+
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+        func = func.value
+    return _opaque_callable(ctx, func, made.scope, made.order, made.statement, allow_local=True)
+
+
+def _loss_like(ctx: ModuleContext, call: CallInfo) -> bool:
+    """`call` runs a criterion on its arguments: a callable the function is handed (`criterion`),
+    a module attribute (`self.criterion`) or a local bound to a library class (`loss_fn =
+    nn.CrossEntropyLoss()`). A function or class of this file is not (its body may cast the
+    inputs first), nor a builtin, a method of another object or a library function."""
+    if call.qualnames:
+        return False
+    return _opaque_callable(ctx, call.node.func, call.scope, call.order, call.statement, allow_local=False)
+
+
+def _opaque_callable(ctx: ModuleContext, func: cst.BaseExpression, scope: Scope, order: int, statement: cst.CSTNode,
+                     allow_local: bool) -> bool:
+    """`func` is a callable object whose code this file does not hold: a parameter, a name or
+    `self.X` bound to something other than a class or function of this file. `allow_local`: a
+    class of this file counts too (its code is not read)."""
+    import libcst as cst
+
+    from amplint.model import assignment_before, dotted_name, self_bindings
+    dotted = dotted_name(func)
+    if dotted is None or ctx.qualnames(func):
+        return False
+    if isinstance(func, cst.Name):
+        bound = assignment_before(ctx, dotted, scope, statement, order)
+        if bound is None:
+            if dotted in scope.params:
+                return dotted not in ("self", "cls")
+            bound = next((a for a in ctx.assignments_to(dotted) if a.scope.is_module), None)
+            if bound is None:
+                return False  # a function or class of this file, a builtin
+        return _bound_elsewhere(ctx, bound.value, allow_local)
+    if dotted.count(".") == 1 and dotted.startswith("self.") and scope.cls is not None:
+        attr = dotted.split(".", 1)[1]
+        if any(s.cls is scope.cls and s.name == attr for s in ctx.scopes):
+            return False  # a method of its class (kept whole in an excerpt, as the region's)
+        bindings = self_bindings(ctx, dotted, scope)
+        return all(_bound_elsewhere(ctx, a.value, allow_local) for a in bindings)
+    return False
+
+
+def _bound_elsewhere(ctx: ModuleContext, value: cst.BaseExpression, allow_local: bool) -> bool:
+    """A value bound to a name is a callable whose code this file does not hold: not a call of a
+    function or class of this file (unless `allow_local`), not a lambda."""
+    import libcst as cst
+
+    from amplint.model import constructed_class
+    if isinstance(value, cst.Lambda):
+        return False
+    if isinstance(value, cst.Call) and constructed_class(ctx, value) is None and not allow_local:
+        return False
+    return True
+
+
+def _feeds_loss(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
+    """Where what `call` returns goes: the kind of the backward of its function it reaches
+    (`loss = sum(loss_dict.values())`, `scaler.scale(loss).backward()`: "scaled_backward"), or
+    "return"; None when neither."""
+    from amplint.model import descendants
+    scope = call.scope
+    inside = {id(n) for n in descendants(call.node)}
+    tainted = {a.target for a in ctx.assignments if a.scope is scope and a.statement is call.statement}
+    for a in sorted((a for a in ctx.assignments if a.scope is scope and a.order > call.order), key=lambda a: a.order):
+        if _names(a.value) & tainted:
+            tainted.add(a.target)
+
+    def reaches(node: Optional[cst.CSTNode]) -> bool:
+        if node is None:
+            return False
+        return bool(_names(node) & tainted) or any(id(n) in inside for n in descendants(node))
+
+    kinds = {e.kind for e in scope.events if e.kind in _BACKWARDS and e.order >= call.order and reaches(e.call.node)}
+    if kinds:
+        return "scaled_backward" if "scaled_backward" in kinds else sorted(kinds)[0]
+    return "return" if any(order >= call.order and reaches(value) for value, order in scope.returns) else None
+
+
+def _names(node: cst.CSTNode) -> Set[str]:
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+    out = set()
+    for n in descendants(node):
+        if isinstance(n, (cst.Name, cst.Attribute)):
+            d = dotted_name(n)
+            if d is not None:
+                out.add(d)
+    return out
+
+
+def _short_call(ctx: ModuleContext, call: cst.Call) -> str:
+    """`model(...)` for `model(samples, targets=targets)`."""
+    text = ctx.code_for(call.func)
+    return f"{text}(...)" if len(text) <= 30 else "the call"
