@@ -114,6 +114,9 @@ _EXPORTS = {
     "step_data": ".steps",
     "step_region": ".steps",
     "step_source": ".steps",
+    # updates (AMP105/AMP202: an optimizer update within reach of a backward)
+    "file_updates": ".updates",
+    "update_reachable": ".updates",
     # names
     "dotted_name": ".names",
     "EMPTY": ".names",
