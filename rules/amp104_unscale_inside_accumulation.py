@@ -709,6 +709,8 @@ def _same_scaler(ctx: ModuleContext, a: _Step, b: _Step) -> bool:
 def _sets_scale(u: _Step) -> bool:
     """`scaler.update(new_scale)`: an update given the scale (`update(scale * 2.0)`, `new_scale=t`)
     sets it and reads no inf checks, so it does not raise on a micro-batch that recorded none."""
+    import libcst as cst
+
     for arg in u.event.call.node.args:
         if arg.keyword is None or arg.keyword.value == "new_scale":
             return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
