@@ -94,8 +94,8 @@ class Fp16OverflowingLiteral(Rule):
     use (no code outside the copy, no class it registers and nothing it runs on
     import names it, or what those name: an unused point-cloud sampler's op);
     nor in a plain module no program loads: outside any package (no
-    `__init__.py` beside it), only definitions at its top level and no
-    `__main__` block, imported by no project file, its dotted or path tail
+    `__init__.py` beside it), only definitions at its top level (imports,
+    classes, functions, assignments that call nothing) and no `__main__` block, imported by no project file, its dotted or path tail
     (`baselines.transformer`, `baselines/transformer.py`) spelled by no code,
     config or launch script (a registry's strings, a config's `_target_`), and
     its name quoted by no file that imports modules by a computed name (an

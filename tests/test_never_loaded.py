@@ -45,6 +45,9 @@ def test_a_script_or_a_package_module_is_not_judged(tmp_path):
     (tmp_path / "b").mkdir()
     target = _project(tmp_path / "b", {"libs/models/attention.py": ATTENTION + "\nprint(attend)\n"})
     assert not never_loaded(target, str(tmp_path / "b")), "top-level code: a script run by path"
+    (tmp_path / "d").mkdir()
+    target = _project(tmp_path / "d", {"libs/models/attention.py": "import torch\nmodel = model.half()\n" + ATTENTION})
+    assert not never_loaded(target, str(tmp_path / "d")), "an assignment that calls runs code"
     (tmp_path / "c").mkdir()
     target = _project(tmp_path / "c", {"libs/models/attention.py": ATTENTION, "libs/models/__init__.py": ""})
     assert not never_loaded(target, str(tmp_path / "c")), "a package module: its users or a registry import it"

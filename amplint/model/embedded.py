@@ -611,7 +611,7 @@ def never_loaded(filename: Optional[str], root: Optional[str] = None) -> bool:
     """No program of the project can load the file: a module outside any package (no
     `__init__.py` beside it: no package's users or registry import it as a package module),
     that is no script (no `__main__` block, only definitions at module level: imports, `def`,
-    `class`, assignments, a docstring), that no project file imports (the import graph of
+    `class`, assignments that call nothing, a docstring), that no project file imports (the import graph of
     `unreached`, by-name imports of scripts that put folders on `sys.path` included), whose
     dotted or path tail (`baselines.transformer`, `baselines/transformer`, `transformer.py`) no
     code, config or launch script of the project spells (a registry's or a config's `_target_`
@@ -675,14 +675,18 @@ def _only_definitions(text: str) -> bool:
     for statement in module.body:
         if isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
-            continue
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and not _calls(statement.value):
+            continue  # a constant, a table: `model = model.half()` runs code (a script run by its path)
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
             continue
-        if isinstance(statement, (ast.If, ast.Try)) and all(
-            isinstance(s, (ast.Import, ast.ImportFrom, ast.Assign, ast.Pass, ast.FunctionDef, ast.ClassDef))
+        if isinstance(statement, ast.Try) and all(
+            isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) or (isinstance(s, ast.Assign) and not _calls(s.value))
             for s in ast.walk(statement) if isinstance(s, ast.stmt) and s is not statement
         ):
-            continue  # `try: import x / except ImportError: x = None`, a version-gated import
+            continue  # `try: import x / except ImportError: x = None`
         return False
     return True
+
+
+def _calls(node: Optional[ast.AST]) -> bool:
+    return node is not None and any(isinstance(n, ast.Call) for n in ast.walk(node))
