@@ -51,3 +51,6 @@ def test_a_script_or_a_package_module_is_not_judged(tmp_path):
     (tmp_path / "c").mkdir()
     target = _project(tmp_path / "c", {"libs/models/attention.py": ATTENTION, "libs/models/__init__.py": ""})
     assert not never_loaded(target, str(tmp_path / "c")), "a package module: its users or a registry import it"
+    (tmp_path / "e").mkdir()
+    _project(tmp_path / "e", {"attention.py": ATTENTION})
+    assert not never_loaded(str(tmp_path / "e" / "attention.py"), str(tmp_path / "e")), "a root module: an entry point"

@@ -608,7 +608,8 @@ _NAMING_SUFFIXES = (".py", ".ipynb", ".yaml", ".yml", ".json", ".toml", ".cfg", 
 
 
 def never_loaded(filename: Optional[str], root: Optional[str] = None) -> bool:
-    """No program of the project can load the file: a module outside any package (no
+    """No program of the project can load the file: a module below the project root (a root
+    module is an entry point, or one the packaging ships) outside any package (no
     `__init__.py` beside it: no package's users or registry import it as a package module),
     that is no script (no `__main__` block, only definitions at module level: imports, `def`,
     `class`, assignments that call nothing, a docstring), that no project file imports (the import graph of
@@ -629,8 +630,8 @@ def never_loaded(filename: Optional[str], root: Optional[str] = None) -> bool:
     if os.path.isfile(os.path.join(folder, "__init__.py")):
         return False
     base = project_base(filename, root)
-    if base is None:
-        return False
+    if base is None or folder == os.path.abspath(base):
+        return False  # a module at the root: an entry point, or a `py_modules` module users import
     text = read_text(path)
     if text is None or (("__main__" in text and MAIN_GUARD.search(text)) or not _only_definitions(text)):
         return False
