@@ -86,6 +86,7 @@ class UnscaleInsideAccumulation(Rule):
       `unscale_` divides the earlier micro-batches by the scale again.
     - `update()` on a micro-batch with no `step`/`unscale_` raises
       `AssertionError: No inf checks were recorded prior to update.`
+      (`update(new_scale)` sets the scale without reading them: not flagged.)
 
     ## Example
     ```python
@@ -360,6 +361,23 @@ accelerator.clip_grad_norm_(model.decoder.parameters(), 1.0)
 optimizer.step()
 """,
             "accelerate with bf16: no GradScaler, so nothing is unscaled twice",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for batch_idx, batch in enumerate(loader):
+    scaler.scale(model(batch) / accum).backward()
+    if (batch_idx + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    if batch_idx % 100 == 0:
+        cur_grad_scale = scaler._scale.item()
+        if cur_grad_scale < 1.0:
+            scaler.update(cur_grad_scale * 2.0)
+""",
+            "icefall's scale bump: `update(new_scale)` sets the scale and reads no inf checks, so it does not raise",
         ),
     ]
 
@@ -688,6 +706,17 @@ def _same_scaler(ctx: ModuleContext, a: _Step, b: _Step) -> bool:
     return a.event.scaler == b.event.scaler
 
 
+def _sets_scale(u: _Step) -> bool:
+    """`scaler.update(new_scale)`: an update given the scale (`update(scale * 2.0)`, `new_scale=t`)
+    sets it and reads no inf checks, so it does not raise on a micro-batch that recorded none."""
+    import libcst as cst
+
+    for arg in u.event.call.node.args:
+        if arg.keyword is None or arg.keyword.value == "new_scale":
+            return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+    return False
+
+
 def _same_optimizer(a: _Step, b: _Step) -> bool:
     oa, ob = a.event.optimizer, b.event.optimizer
     return oa is None or ob is None or oa == ob
@@ -862,7 +891,7 @@ def _findings(ctx: ModuleContext, steps: List[_Step]) -> Iterator[Tuple[_Step, s
             ]
             if not recorded:
                 for u in per_batch_updates:
-                    if id(u) not in flagged and u.order > b.order:
+                    if id(u) not in flagged and u.order > b.order and not _sets_scale(u):
                         flagged.add(id(u))
                         yield u, "update", st
     # 2. twice for one optimizer before update()

@@ -9,7 +9,7 @@ import libcst as cst
 
 from amplint.model import (
     Assignment, AutocastRegion, CallInfo, Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
-    exclusive, lines_between, region_choice_naming, region_dtype_choices,
+    exclusive, lines_between, region_choice_naming, region_dtype_choices, update_reachable,
 )
 
 
@@ -100,6 +100,19 @@ class Fp16BackwardWithoutScaler(Rule):
     `zero_grad()` in the file: a benchmark timing `backward()`, a gradient check),
     for its module-level code and the functions it calls itself; a function the
     file only defines (a `training_step` whose caller steps) still counts.
+    More generally the backward needs an optimizer update within its reach: a
+    step (an optimizer's or scheduler's `step()`, `scaler.step`, `zero_grad()` of
+    an optimizer, a call named for an optimizer step the file does not define)
+    in the function holding it, the functions it calls, or the functions that
+    call it (the loop running the step helper) and theirs, three calls each
+    way. A function nothing in the file calls is run from elsewhere: it counts
+    when the file steps anywhere, or when it is an instance method (a trainer's
+    `training_step`), takes an optimizer, returns a value, or is handed anything
+    else (the model its caller steps) and backpropagates once per call. In a
+    file that never steps, a static method or free function handed nothing and
+    returning nothing (an equivalence check building its own nets and printing
+    their `.grad` differences), or one repeating the backward in a loop of its
+    own that steps nothing (a fwd+bwd timing), is silent.
     Silent, likewise, on a benchmark whose updates reach nothing it reports: the
     file's own script code measures memory or time (`torch.cuda.max_memory_allocated`,
     `reset_peak_memory_stats`, `torch.cuda.Event`, `time.perf_counter`, the
@@ -235,6 +248,60 @@ y0.sum().backward()
 time_backward(net, x)
 """,
             "a benchmark timing backward: no optimizer, so no update can underflow",
+        ),
+        Valid(
+            """
+import torch
+
+
+class CHECKS:
+    def check_fast_equals_ref():
+        ref, fast = RefNet().half().cuda(), FastNet().half().cuda()
+        x = torch.randn(8, 64).half().cuda().requires_grad_()
+        x2 = x.detach().clone().requires_grad_()
+        with torch.cuda.amp.autocast():
+            y1 = ref(x)
+            y1.sum().backward()
+        with torch.cuda.amp.autocast():
+            y2 = fast(x2)
+            y2.sum().backward()
+        print((x.grad - x2.grad).abs().sum())
+
+
+class Throughput:
+    @staticmethod
+    def fwd_bwd(loader, model, amp=True):
+        for images, targets in loader:
+            with torch.cuda.amp.autocast(enabled=amp):
+                loss = criterion(model(images), targets)
+            loss.backward()
+            torch.cuda.synchronize()
+            return
+""",
+            "an equivalence check and a timing run nothing calls in the file, no optimizer anywhere: gradients no update reads",
+        ),
+        Valid(
+            """
+import torch
+
+
+def bench_backward(model, x):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).sum()
+    loss.backward()
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+
+bench_backward(model, x)
+""",
+            "the fp16 backward's only caller is a script that never steps; the loop that steps runs bf16",
         ),
         Valid(
             """
@@ -586,6 +653,44 @@ for x, y in loader:
             line=15,
             why="the context is picked from a dict by --mixed-precision; its fp16 choice autocasts to fp16 and nothing scales the loss",
         ),
+        Invalid(
+            """
+import torch
+
+
+def forward_backward(model, batch):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(batch).mean()
+    loss.backward()
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        optimizer.zero_grad()
+        forward_backward(model, batch)
+        optimizer.step()
+""",
+            line=7,
+            why="the loop that calls the helper steps the optimizer: the underflowed gradients are applied",
+        ),
+        Invalid(
+            """
+import torch
+
+
+class Trainer:
+    def run(self, batch):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = self.model(batch).mean()
+        loss.backward()
+        self.apply_update()
+
+    def apply_update(self):
+        self.optimizer.step()
+""",
+            line=8,
+            why="the method it calls steps the optimizer",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -593,13 +698,12 @@ for x, y in loader:
             return
         if not any(_is_fp16(ctx, r) for r in ctx.regions):
             return
-        updates = _updates_parameters(ctx)
         for scope in ctx.scopes:
             for event in scope.events:
                 if event.kind != "backward":
                     continue
-                if not updates and (scope.is_module or ctx.callers(scope)):
-                    continue  # a script (or a function its own script runs) that never steps: no update to lose
+                if not update_reachable(ctx, scope, event):
+                    continue  # no optimizer steps on these gradients (a benchmark, a gradient check): no update to lose
                 loss = _loss_expression(event.call)
                 if loss is None:
                     continue
@@ -655,15 +759,6 @@ def _is_fp16(ctx: ModuleContext, region: Optional[AutocastRegion]) -> bool:
     if region is None or region.framework or region.enabled is False:
         return False
     return region.dtype == "fp16" or "fp16" in region_dtype_choices(ctx, region)
-
-
-def _updates_parameters(ctx: ModuleContext) -> bool:
-    """Whether the file takes an optimizer step anywhere: an optimizer built or stepped, or a
-    `zero_grad()`. A benchmark or gradient check that only runs `backward()` (to time it, or to
-    read `.grad`) loses no update to underflow."""
-    if ctx.optimizers:
-        return True
-    return any(e.kind in ("optimizer_step", "zero_grad") for s in ctx.scopes for e in s.events)
 
 
 #: calls that measure a step rather than train with it: CUDA's memory statistics, timing events,

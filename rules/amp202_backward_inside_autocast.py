@@ -90,7 +90,11 @@ class BackwardInsideAutocast(Rule):
     flagged: whenever AMP is on, the backward is inside it. Not when the
     backward sits on a branch taken only with that flag false (the `else` of
     `if args.amp:` under `autocast(enabled=args.amp)`, or `if not args.amp:`):
-    the region is off there.
+    the region is off there. Silent, too, where no optimizer update is within
+    reach of the backward (AMP105's Notes: no step in the function, its callees
+    or its callers; a static check or timing function nothing in a file without
+    any step calls): a gradient check or a fwd+bwd benchmark, whose gradients
+    are compared or thrown away.
 
     Across files: also flags a backward inside an autocast the file alone
     does not show: one held in an attribute or `partial`
@@ -213,6 +217,25 @@ for x, y in loader:
 """,
             "the branch taken only with the region's `enabled=` flag false: autocast is off there",
         ),
+        Valid(
+            """
+import torch
+
+
+class CHECKS:
+    def check_fast_equals_ref():
+        x = torch.randn(8, 64).half().cuda().requires_grad_()
+        x2 = x.detach().clone().requires_grad_()
+        with torch.cuda.amp.autocast():
+            y1 = ref(x)
+            y1.sum().backward()
+        with torch.cuda.amp.autocast():
+            y2 = fast(x2)
+            y2.sum().backward()
+        print((x.grad - x2.grad).abs().sum())
+""",
+            "an equivalence check: no optimizer anywhere, so the placement changes no update",
+        ),
     ]
 
     INVALID = [
@@ -270,6 +293,7 @@ for step, batch in enumerate(loader):
         loss = model(**batch).loss / accum
         if (step + 1) % accum == 0:
             accelerator.backward(loss)
+            optimizer.step()
 """,
             line=6,
         ),
@@ -280,6 +304,7 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
     loss = model(x).mean()
     with torch.autocast("cuda", enabled=False):
         torch.autograd.backward(loss)
+optimizer.step()
 """,
             line=5,
             why="disabling CUDA autocast leaves the CPU region in force",
@@ -337,10 +362,27 @@ class Trainer:
             line=13,
             why="precision chosen at run time (`accelerate launch --mixed_precision`, kwargs): flagged for the runs that choose it",
         ),
+        Invalid(
+            """
+import torch
+
+
+class Throughput:
+    @staticmethod
+    def fwd_bwd(loader, model, optimizer, amp=True):
+        for images, targets in loader:
+            with torch.autocast("cuda", enabled=amp):
+                loss = criterion(model(images), targets)
+                loss.backward()
+            optimizer.step()
+""",
+            line=10,
+            why="the same timing loop, stepping the optimizer it is handed",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
-        from amplint.model import active_region, off_under_guard
+        from amplint.model import active_region, off_under_guard, update_reachable
 
         for scope in ctx.scopes:
             for event in scope.events:
@@ -356,6 +398,8 @@ class Trainer:
                         continue  # Fabric's region, or an accelerator that never runs mixed precision
                 elif off_under_guard(ctx, region, event.call.path):
                     continue  # `enabled=args.amp`, and this is the `else` of `if args.amp:`
+                if not update_reachable(ctx, scope, event):
+                    continue  # no optimizer steps on these gradients (a benchmark, a gradient check)
                 yield self._diagnostic(ctx, event.call, region, when)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:

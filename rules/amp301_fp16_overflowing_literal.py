@@ -92,7 +92,15 @@ class Fp16OverflowingLiteral(Rule):
     into the project (`annotator/uniformer/mmcv/`) that no fp16-capable code
     outside it imports, or in a definition of such a copy the project does not
     use (no code outside the copy, no class it registers and nothing it runs on
-    import names it, or what those name: an unused point-cloud sampler's op).
+    import names it, or what those name: an unused point-cloud sampler's op);
+    nor in a plain module no program loads: below the project root, outside
+    any package (no `__init__.py` beside it), only definitions at its top
+    level (imports, classes, functions, assignments that call nothing) and no
+    `__main__` block, imported by no project file, its dotted or path tail
+    (`baselines.transformer`, `baselines/transformer.py`) spelled by no code,
+    config or launch script (a registry's strings, a config's `_target_`), and
+    not pickable by a file that imports modules by a computed name (an unused
+    file of a library copy vendored as plain folders).
 
     ## Why is this bad?
     fp16 tops out at 65504. `fp16_tensor.masked_fill(mask, -1e9)` (and `fill_`,

@@ -73,7 +73,10 @@ class ScalerStateNotCheckpointed(Rule):
     at the first save and lists the other saves ("also saved at 468, 470")
     and the resume ("restored without it") as related locations (SARIF
     `relatedLocations`, JSON `related`). A resume alone is reported at the
-    resume.
+    resume. A scaler every constructor of which builds it anew per epoch or
+    iteration (AMP107's finding: a local of `_train_epoch`) is left alone: its
+    scale restarts at every epoch whether a checkpoint holds it or not, and
+    the fix is AMP107's (one bug, one finding).
 
     Also flags a scaler that is restored (`scaler.load_state_dict(...)`, or
     rebound from a `restore`/`load`/`resume` helper it was passed:
@@ -403,6 +406,32 @@ def train(model, optimizer, loader, args):
 """,
             "the last checkpoint, written once after training, in a project that never resumes (restores no optimizer)",
         ),
+        Valid(
+            """
+import torch
+
+
+class Trainer:
+    def _train_epoch(self, train_data):
+        scaler = torch.amp.GradScaler("cuda")
+        for batch in train_data:
+            self.optimizer.zero_grad()
+            with torch.autocast("cuda"):
+                loss = self.model(batch)
+            scaler.scale(loss).backward()
+            scaler.step(self.optimizer)
+            scaler.update()
+
+    def _save_checkpoint(self, epoch, path):
+        torch.save({"epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, path)
+
+    def fit(self, train_data, epochs, path):
+        for epoch in range(epochs):
+            self._train_epoch(train_data)
+            self._save_checkpoint(epoch, path)
+""",
+            "the scaler is rebuilt every epoch (AMP107's finding): its state restarts at each epoch whether saved or not",
+        ),
     ]
 
     INVALID = [
@@ -645,6 +674,11 @@ for step in range(num_steps):
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         yield from self._apex(ctx)
         live = _live_scalers(ctx)
+        if live:
+            from amplint.model import rebuilt_scalers
+
+            rebuilt = rebuilt_scalers(ctx)  # one bug, one finding: AMP107's; its state restarts every epoch anyway
+            live = [key for key in live if key not in rebuilt]
         if not live:
             return
         yield from self._replaced_after_restore(ctx, live)

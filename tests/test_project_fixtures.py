@@ -94,11 +94,13 @@ def test_a_subset_run_resolves_project_conditions_with_the_whole_project(tmp_pat
     (tmp_path / "model.py").write_text(
         "import torch\n\ndef attend(scores, mask):\n    return scores.masked_fill(mask, -1e9).softmax(-1)\n"
     )
-    (tmp_path / "train.py").write_text("import torch\nmodel = Net().cuda()\nwith torch.autocast('cuda', dtype=torch.float16):\n    out = model(x)\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom model import attend\nmodel = Net().cuda()\nwith torch.autocast('cuda', dtype=torch.float16):\n    out = model(x)\n"
+    )
     whole = findings([str(tmp_path)])
     assert whole.get(str((tmp_path / "model.py").resolve())), "the fp16 autocast in train.py makes the mask a finding"
     assert findings([str(tmp_path / "model.py")]) == whole
-    (tmp_path / "train.py").write_text("import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n    out = model(x)\n")
+    (tmp_path / "train.py").write_text("import torch\nfrom model import attend\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n    out = model(x)\n")
     assert findings([str(tmp_path / "model.py")]) == findings([str(tmp_path)]) == {}
 
 

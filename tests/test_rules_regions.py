@@ -188,6 +188,7 @@ def test_amp202_multi_item_with_and_nested_disabled_cpu():
         with torch.no_grad(), torch.autocast("cuda"):
             loss = model(x)
             loss.backward()
+        optimizer.step()
         """,
         "AMP202",
     ) == [("AMP202", 4)]
@@ -199,6 +200,7 @@ def test_amp202_multi_item_with_and_nested_disabled_cpu():
             loss = model(x)
             with torch.autocast("cpu", enabled=False):
                 loss.backward()
+        optimizer.step()
         """,
         "AMP202",
     ) == [("AMP202", 5)]

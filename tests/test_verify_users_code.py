@@ -361,7 +361,7 @@ def test_amp402_runs_the_users_resume_helper(runner, twin, verdict):
 def test_amp402_resume_function_of_the_same_file(runner):
     from amplint.verify import verify_diagnostics
 
-    found = [d for d in _findings("resume_training.py", "AMP402")]
+    found = [d for d in _findings("resume_forgets_scaler.py", "AMP402")]
     verify_diagnostics(found, device="cpu", runner=runner)
     (v,) = [d.verification for d in found]
     assert (v["verdict"], v["method"]) == ("confirmed", "snippet"), v

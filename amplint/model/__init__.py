@@ -114,6 +114,12 @@ _EXPORTS = {
     "step_data": ".steps",
     "step_region": ".steps",
     "step_source": ".steps",
+    # scaler_rebuilds (AMP107; AMP402 leaves a per-epoch scaler's checkpoint alone)
+    "rebuilt_per_iteration": ".scaler_rebuilds",
+    "rebuilt_scalers": ".scaler_rebuilds",
+    # updates (AMP105/AMP202: an optimizer update within reach of a backward)
+    "file_updates": ".updates",
+    "update_reachable": ".updates",
     # names
     "dotted_name": ".names",
     "EMPTY": ".names",

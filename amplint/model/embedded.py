@@ -601,3 +601,93 @@ def _graph(base: str, package: Optional[str]) -> Optional[_Graph]:
             _graphs.clear()
         graph = _graphs[key] = _Graph(ordered, base)
     return graph
+
+
+#: texts that may name a module by its path or dotted name: code, configs, launch scripts
+_NAMING_SUFFIXES = (".py", ".ipynb", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".sh")
+
+
+def never_loaded(filename: Optional[str], root: Optional[str] = None) -> bool:
+    """No program of the project can load the file: a module below the project root (a root
+    module is an entry point, or one the packaging ships) outside any package (no
+    `__init__.py` beside it: no package's users or registry import it as a package module),
+    that is no script (no `__main__` block, only definitions at module level: imports, `def`,
+    `class`, assignments that call nothing, a docstring), that no project file imports (the import graph of
+    `unreached`, by-name imports of scripts that put folders on `sys.path` included), whose
+    dotted or path tail (`baselines.transformer`, `baselines/transformer`, `transformer.py`) no
+    code, config or launch script of the project spells (a registry's or a config's `_target_`
+    string, a `python x/y.py` line), whose name no config or shell script holds as a word (`model:
+    transformer`), and that no file loading modules by a computed name may pick: one quoting its
+    name (`import_module(name)` with `"transformer"` beside it) or a module of its folder
+    (`import_module(f"baselines.{name}")`). An
+    unused file of a library copy vendored as plain folders (VMamba's `convnexts4nd/src/models/
+    baselines/transformer.py`, s4's models nobody registers). False when the listing is cut at
+    its limit or the file cannot be read."""
+    if not filename or not filename.endswith(".py") or not os.path.isfile(filename):
+        return False
+    path = os.path.abspath(filename)
+    folder = os.path.dirname(path)
+    if os.path.isfile(os.path.join(folder, "__init__.py")):
+        return False
+    base = project_base(filename, root)
+    if base is None or folder == os.path.abspath(base):
+        return False  # a module at the root: an entry point, or a `py_modules` module users import
+    text = read_text(path)
+    if text is None or (("__main__" in text and MAIN_GUARD.search(text)) or not _only_definitions(text)):
+        return False
+    graph = _graph(base, None)
+    if graph is None or path not in graph.files or graph.importers.get(path):
+        return False
+    stem = os.path.basename(path)[: -len(".py")]
+    parent = os.path.basename(folder)
+    tail = re.compile(r"\b%s[./\\]+%s\b|\b%s\.py\b" % (re.escape(parent), re.escape(stem), re.escape(stem)))
+    quoted = re.compile(r"['\"]%s['\"]" % re.escape(stem))
+    word = re.compile(r"(?:[:=][ \t]*['\"]?|['\"/.])%s\b" % re.escape(stem))  # a value, not prose
+    prefix = re.compile(r"['\"]%s[./](?:\{|['\"])" % re.escape(parent))  # `f"models.{name}"`: a computed module of the folder
+    listing = project_files(base, _NAMING_SUFFIXES)
+    if len(listing) >= _MAX_FILES:
+        return False
+    for other in listing:
+        if other == path:
+            continue
+        body = read_text(other)
+        if body is None:
+            return False
+        if other in graph.loaders and prefix.search(body):
+            return False
+        if stem not in body:
+            continue
+        if tail.search(body):
+            return False
+        if not other.endswith((".py", ".ipynb")) and word.search(body):
+            return False  # a config or launch script naming it (`model: transformer`)
+        if other in graph.loaders and quoted.search(body):
+            return False
+    return True
+
+
+def _only_definitions(text: str) -> bool:
+    """The module's top level only defines (module docstring of `never_loaded`); a module that
+    cannot be parsed is not known."""
+    try:
+        module = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    for statement in module.body:
+        if isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and not _calls(statement.value):
+            continue  # a constant, a table: `model = model.half()` runs code (a script run by its path)
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue
+        if isinstance(statement, ast.Try) and all(
+            isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) or (isinstance(s, ast.Assign) and not _calls(s.value))
+            for s in ast.walk(statement) if isinstance(s, ast.stmt) and s is not statement
+        ):
+            continue  # `try: import x / except ImportError: x = None`
+        return False
+    return True
+
+
+def _calls(node: Optional[ast.AST]) -> bool:
+    return node is not None and any(isinstance(n, ast.Call) for n in ast.walk(node))

@@ -411,8 +411,14 @@ def _fp16_kept_out(filename: str, root: Optional[str]) -> bool:
     """No fp16 the project runs reaches the file: a script no low-precision code reaches, a
     file the project runs that no fp16 source reaches, or a module of a vendored library copy
     that no project code outside it that may run fp16 imports (salesforce/LAVIS's uniformer
-    annotator: its mmcv ops run nowhere)."""
-    return fp32_script(filename, root) or fp16_unreachable(filename, root) or _unreached_embedded(filename, root, FP16)
+    annotator: its mmcv ops run nowhere), or a plain module no program of the project loads
+    (`embedded.never_loaded`: VMamba's unused file of a vendored s4nd copy)."""
+    from .embedded import never_loaded
+
+    return (
+        fp32_script(filename, root) or fp16_unreachable(filename, root) or _unreached_embedded(filename, root, FP16)
+        or never_loaded(filename, root)
+    )
 
 
 def condition_holds(
