@@ -50,7 +50,7 @@ import re
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .precision_names import FP16_WORDS
-from .texts import _MAX_FILES, MAIN_GUARD, project_files, read_text
+from .texts import MAIN_GUARD, files_stamp, read_text, whole_listing
 
 _REPOSITORY = ".git"
 _PACKAGING = ("setup.py", "pyproject.toml", "setup.cfg", "PKG-INFO")
@@ -332,11 +332,11 @@ def definition_reached(filename: Optional[str], name: str, root: Optional[str] =
         return True
     base = project_base(filename, root)
     assert base is not None
-    listing = project_files(base, (".py",))
-    if len(listing) >= _MAX_FILES:
+    listing = whole_listing(base, (".py",))
+    if listing is None:
         return True  # cut at the limit: a user may be missing
     files = sorted(set(listing) | set(_package_files(package)))
-    key = (base, package, _signature(files))
+    key = (base, package, files_stamp(files))
     uses = _uses.get(key)
     if uses is None:
         if len(_uses) > 32:
@@ -573,28 +573,15 @@ def _by_name(path: str, text: str, imports, index, stems: Dict[str, List[str]]) 
     return out
 
 
-def _signature(files) -> int:
-    """The files' names, times and sizes: a graph is reused while none changed (a server, a test
-    rewriting a file within the listing's freshness)."""
-    out = []
-    for path in files:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        out.append((path, st.st_mtime_ns, st.st_size))
-    return hash(tuple(out))
-
-
 def _graph(base: str, package: Optional[str]) -> Optional[_Graph]:
-    listing = project_files(base, (".py",))
-    if len(listing) >= _MAX_FILES:
+    listing = whole_listing(base, (".py",))
+    if listing is None:
         return None  # cut at the limit: an importer may be missing
     files = set(listing)
     if package is not None and not any(p.startswith(package.rstrip(os.sep) + os.sep) for p in files):
         files.update(_package_files(package))  # a folder the listing skips: its imports resolve
     ordered = sorted(files)
-    key = (base, _signature(ordered))
+    key = (base, files_stamp(ordered))
     graph = _graphs.get(key)
     if graph is None:
         if len(_graphs) > 32:

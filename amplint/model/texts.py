@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 #: folders never searched (build outputs, vendored trees, environments)
 _SKIPPED_DIRS = frozenset(("build", "dist", "node_modules", "__pycache__", "third_party", "3rdparty", "site-packages", "venv"))
@@ -70,6 +70,28 @@ def project_files(base: str, suffixes: Tuple[str, ...]) -> List[str]:
                 continue
     _listings[key] = (now, found)
     return found
+
+
+def whole_listing(base: str, suffixes: Tuple[str, ...]) -> Optional[List[str]]:
+    """`project_files`, or None when the listing was cut at its limit (`_MAX_FILES`): a question
+    that needs every file of the project (an importer, a resume, a precision named anywhere)
+    cannot be answered from part of it."""
+    listing = project_files(base, suffixes)
+    return None if len(listing) >= _MAX_FILES else listing
+
+
+def files_stamp(files: Iterable[str]) -> int:
+    """The files' names, times and sizes (those that can be stat'ed), hashed: what is computed
+    from their texts is reused while none changed (a server, a test rewriting a file within the
+    listing's freshness)."""
+    out = []
+    for path in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        out.append((path, st.st_mtime_ns, st.st_size))
+    return hash(tuple(out))
 
 
 def read_text(path: Optional[str]) -> Optional[str]:
