@@ -49,6 +49,7 @@ import os
 import re
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+from ..core.roots import nearest_marked
 from .precision_names import FP16_WORDS
 from .texts import MAIN_GUARD, files_stamp, read_text, whole_listing
 
@@ -81,15 +82,7 @@ def project_base(filename: str, root: Optional[str] = None) -> Optional[str]:
 
 def _above(filename: str, marked: Callable[[str], bool]) -> Optional[str]:
     """The nearest folder holding the file, or above it, that is `marked` (a few levels up)."""
-    here = os.path.dirname(os.path.abspath(filename))
-    for _ in range(_LEVELS):
-        if marked(here):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            break
-        here = parent
-    return None
+    return nearest_marked(os.path.dirname(os.path.abspath(filename)), marked, _LEVELS)
 
 
 def checkout(filename: str) -> Optional[str]:

@@ -9,13 +9,16 @@ import re
 import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from ..core.roots import ROOT_MARKERS, holds_any, nearest_marked
+
 #: folders never searched (build outputs, vendored trees, environments)
 _SKIPPED_DIRS = frozenset(("build", "dist", "node_modules", "__pycache__", "third_party", "3rdparty", "site-packages", "venv"))
 #: limits that keep a big tree cheap: files listed, bytes read per file
 _MAX_FILES = 4000
 _MAX_BYTES = 1 << 20
 _FRESH = 5.0
-_ROOT_MARKERS = ("setup.py", "pyproject.toml", "setup.cfg", ".git")
+#: how many folders `project_root` asks, the file's own included
+_ROOT_LEVELS = 8
 #: a script's `if __name__ == "__main__":` block
 MAIN_GUARD = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.M)
 
@@ -30,15 +33,8 @@ def project_root(filename: Optional[str], root: Optional[str] = None) -> Optiona
         return os.path.abspath(root)
     if not filename or not os.path.isfile(filename):
         return None
-    folder = here = os.path.dirname(os.path.abspath(filename))
-    for _ in range(8):
-        if any(os.path.exists(os.path.join(here, marker)) for marker in _ROOT_MARKERS):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            break
-        here = parent
-    return folder
+    folder = os.path.dirname(os.path.abspath(filename))
+    return nearest_marked(folder, lambda here: holds_any(here, ROOT_MARKERS), _ROOT_LEVELS) or folder
 
 
 def project_files(base: str, suffixes: Tuple[str, ...]) -> List[str]:
