@@ -417,39 +417,20 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
 
 def _fsdp_mixed_precision(ctx: ModuleContext) -> bool:
-    """The file wraps a module with an FSDP mixed-precision policy (`FSDP(m, mixed_precision=...)`,
-    `fully_shard(m, mp_policy=...)`) on every path: not a literal None, nor a choice with None
-    among its alternatives (`policy if not cfg.pure_bf16 else None`: the pure-bf16 path has none,
-    and AMP804 has nothing to report there)."""
-    import libcst as cst
+    """The file wraps a module with an FSDP mixed-precision policy on every path (the scale
+    view's `policy_wraps`: `FSDP(m, mixed_precision=...)`, `fully_shard(m, mp_policy=...)`, not
+    a literal None, nor a choice with None among its alternatives: `policy if not cfg.pure_bf16
+    else None`, whose pure-bf16 path AMP804 has nothing to report on)."""
+    from amplint.model import scale_file_view
 
-    def may_be_none(node: cst.BaseExpression) -> bool:
-        if isinstance(node, cst.Name):
-            return node.value == "None"
-        if isinstance(node, cst.IfExp):
-            return may_be_none(node.body) or may_be_none(node.orelse)
-        if isinstance(node, cst.BooleanOperation):
-            return may_be_none(node.left) or may_be_none(node.right)
-        return False
-
-    for call in ctx.calls:
-        if not any(q.endswith(("FullyShardedDataParallel", "fully_shard")) for q in call.qualnames):
-            continue
-        for arg in call.node.args:
-            if arg.keyword is not None and arg.keyword.value in ("mixed_precision", "mp_policy"):
-                if not may_be_none(arg.value):
-                    return True
-    return False
+    if "FullyShardedDataParallel" not in ctx.source and "fully_shard" not in ctx.source:
+        return False  # no FSDP wrapper spelled: the scale summary is not worth its parse
+    return bool(scale_file_view(ctx.source, ctx.path).policy_wraps(ctx.path))
 
 
 def _fsdp_policy_around(project: Project, call) -> bool:
     """The function building the optimizer wraps a module with an FSDP mixed-precision policy
-    (the summary's calls: `FSDP(model, mixed_precision=policy)`, `fully_shard(m, mp_policy=...)`)."""
-    info = project.function((call.path, call.func))
-    for r in info["calls"] if info is not None else ():
-        policy = next((r["k"][k] for k in ("mixed_precision", "mp_policy") if r["k"].get(k) is not None), None)
-        if policy is None or policy.get("n") == "None" or not r["f"]:
-            continue
-        if any(t[0] in ("X", "R") and t[1].endswith(("FullyShardedDataParallel", "fully_shard")) for t in project.name_types(call.path, call.func, r["f"])):
-            return True
-    return False
+    (the scale view's `policy_wraps`, in that function)."""
+    from amplint.model import scale_project_view
+
+    return bool(scale_project_view(project).policy_wraps(call.path, call.func))

@@ -261,6 +261,36 @@ def test_a_module_made_bf16_in_another_file(tmp_path):
     assert [(d.location.row, d.code) for d in found] == [(8, "AMP201")], "the fp16 load stays AMP201's"
 
 
+FSDP_TRAIN = """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+from modeling import build
+
+
+def fit(args, policies):
+    model = build(args)
+    model = FSDP(model{policy})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+"""
+
+
+@pytest.mark.parametrize("policy, found", [
+    (", mixed_precision=MixedPrecision(param_dtype=torch.bfloat16)", []),
+    (", mixed_precision=policies[args.dtype]", []),
+    (", mixed_precision=(policies.bf16 if args.bf16 else policies.fp32)", []),
+    (", mixed_precision=(bf16_policy if args.bf16 else fp32_policy)", []),
+    ("", [(10, "AMP206")]),
+    (", mixed_precision=None", [(10, "AMP206")]),
+    (", mixed_precision=(policies.bf16 if not args.pure_bf16 else None)", [(10, "AMP206")]),
+])
+def test_across_files_an_fsdp_policy_is_amp804s_as_in_one_file(tmp_path, policy, found):
+    root = tmp_path / "p"
+    project(root, "model = build(args)")
+    (root / "train.py").write_text(FSDP_TRAIN.replace("{policy}", policy))
+    diagnostics = lint_paths([str(root)], Config(select=frozenset({"AMP206"}))).diagnostics
+    assert [(d.location.row, d.code) for d in diagnostics] == found, "the scale view's policy_wraps, as the per-file check reads it"
+
+
 def test_across_files_a_prepared_optimizer_and_a_frozen_base_stay_silent(tmp_path):
     assert project(tmp_path / "a", """
         model = make_net()

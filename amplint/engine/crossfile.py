@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Related
+from ..core.roots import ROOT_MARKERS, holds_any
 from ..core.safe_read import read_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .discovery import WalkRecord
 
-#: files whose presence makes a folder a project root
-ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _PACKAGE = ("__init__.py",)
 #: what `project_root` asks of a folder: the run's walk notes them as it lists (`WalkRecord`)
 ROOT_NAMES = (*ROOT_MARKERS, *_PACKAGE)
@@ -41,10 +40,6 @@ def _parent(path: str) -> str:
     up to a project root."""
     i = path.rfind("/") if os.sep == "/" else -1
     return path[:i] if i > 0 and path[i - 1] != "/" else os.path.dirname(path)
-
-
-def _holds_any(folder: str, names: Sequence[str]) -> bool:
-    return any(os.path.exists(os.path.join(folder, name)) for name in names)
 
 
 def project_root(path: str) -> Optional[str]:
@@ -60,7 +55,7 @@ class _Roots:
     its walk made) or the file system."""
 
     def __init__(self, walk: "Optional[WalkRecord]" = None) -> None:
-        self.holds_any = walk.holds_any if walk is not None else _holds_any
+        self.holds_any = walk.holds_any if walk is not None else holds_any
         self._marked: Dict[str, Optional[str]] = {}  # folder -> the nearest marked folder at or above it
         self._top: Dict[str, Optional[str]] = {}  # folder -> the topmost package holding it (None: no package)
 

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
+from ..core.roots import nearest_marked
 from ..core.safe_read import read_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -174,14 +175,7 @@ def _read_ignore_file(path: str, base: str) -> Optional[IgnoreFile]:
 
 def git_root(folder: str) -> Optional[str]:
     """The work tree root above `folder` (a folder holding `.git`, a folder or a worktree file)."""
-    current = os.path.abspath(folder)
-    while True:
-        if os.path.exists(os.path.join(current, ".git")):
-            return current
-        parent = os.path.dirname(current)
-        if parent == current:
-            return None
-        current = parent
+    return nearest_marked(os.path.abspath(folder), lambda here: os.path.exists(os.path.join(here, ".git")))
 
 
 def _git_dir(root: str) -> Optional[str]:

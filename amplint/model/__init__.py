@@ -238,6 +238,8 @@ _EXPORTS = {
     "exclusive_branches": ".project.wrappers",
     "scale_file_diagnostics": ".project.wrappers",
     "scale_project_diagnostics": ".project.wrappers",
+    "scale_file_view": ".project.wrappers",
+    "scale_project_view": ".project.wrappers",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -23,15 +23,15 @@ Computed on first use per file (most parsed files never ask).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 import libcst as cst
 
-from .bindings import self_bindings
 from .literals import literal_bool
 from .names import dotted_name
+from .receivers import certain_constructor, visible_bindings
 from .runtime_choices import option_read
-from .types import Assignment, CallInfo, Scope
+from .types import CallInfo, Scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
@@ -48,53 +48,7 @@ _CPU_POSITION = 4
 def scaling_accelerator(ctx: "ModuleContext", receiver: Optional[str], scope: Scope) -> Optional[CallInfo]:
     """The `Accelerator(mixed_precision="fp16")` constructor that `receiver` (as spelled
     in `scope`: `accelerator`, `self.accelerator`) certainly holds, else None."""
-    if not receiver:
-        return None
-    root = receiver.split(".", 1)[0]
-    if root != "self" and root in scope.params:
-        return None  # a parameter: whatever the caller passes
-    cache: Dict[tuple, Optional[CallInfo]] = ctx.__dict__.setdefault("_scaling_accelerators", {})
-    key = (receiver, id(scope))
-    if key not in cache:
-        cache[key] = _resolve(ctx, receiver, scope, depth=0)
-    return cache[key]
-
-
-def _resolve(ctx: "ModuleContext", name: str, scope: Scope, depth: int) -> Optional[CallInfo]:
-    """Every binding of `name` visible from `scope` is an fp16 Accelerator constructor
-    (directly or through a name that is one): the first of them, else None."""
-    bindings = _bindings(ctx, name, scope)
-    if not bindings or depth > 3 or _scaler_disabled_somewhere(ctx):
-        return None
-    found: Optional[CallInfo] = None
-    for a in bindings:
-        ctor: Optional[CallInfo] = None
-        if a.unpacked:
-            return None
-        if isinstance(a.value, cst.Call):
-            info = ctx.call_info(a.value)
-            if info is not None and _scales(ctx, info):
-                ctor = info
-        else:
-            source = dotted_name(a.value)
-            if source and source.split(".", 1)[0] not in a.scope.params:
-                ctor = _resolve(ctx, source, a.scope, depth + 1)
-        if ctor is None:
-            return None
-        found = found or ctor
-    return found
-
-
-def _bindings(ctx: "ModuleContext", name: str, scope: Scope) -> List[Assignment]:
-    """The assignments that can bind `name` where `scope` reads it: for `self.x` those of
-    its class and its bases here (`self_bindings`); for a plain name those of `scope` itself when it assigns it, else the module's."""
-    if name.startswith("self."):
-        return self_bindings(ctx, name, scope)
-    found = ctx.assignments_to(name)
-    own = [a for a in found if a.scope is scope]
-    if own:
-        return own
-    return [a for a in found if a.scope.is_module]
+    return certain_constructor(ctx, receiver, scope, "_scaling_accelerators", lambda call: _scales(ctx, call))
 
 
 def scaling_choice(ctx: "ModuleContext", receiver: Optional[str], scope: Scope) -> Optional[str]:
@@ -109,8 +63,9 @@ def scaling_choice(ctx: "ModuleContext", receiver: Optional[str], scope: Scope) 
 
 def _scales(ctx: "ModuleContext", call: CallInfo) -> bool:
     """`Accelerator(...)` whose arguments make its `backward` scale the loss with a GradScaler
-    (always, or on an argparse choice "fp16")."""
-    if not call.calls_any(ACCELERATORS):
+    (always, or on an argparse choice "fp16"), in a file with no handler that may turn the
+    scaler off."""
+    if not call.calls_any(ACCELERATORS) or _scaler_disabled_somewhere(ctx):
         return False
     if any(a.star for a in call.node.args):  # *args / **kwargs: anything may be passed
         return False
@@ -185,7 +140,7 @@ def _precisions(ctx: "ModuleContext", name: str, scope: Scope, depth: int) -> Op
     root = name.split(".", 1)[0]
     if root != "self" and "." not in name and root in scope.params:
         return frozenset(("runtime",)) if _annotated_accelerator(ctx, scope, root) else None
-    bindings = _bindings(ctx, name, scope)
+    bindings = visible_bindings(ctx, name, scope)
     if not bindings or depth > 3:
         return None
     found: set = set()

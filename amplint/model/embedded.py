@@ -49,8 +49,9 @@ import os
 import re
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+from ..core.roots import nearest_marked
 from .precision_names import FP16_WORDS
-from .texts import _MAX_FILES, MAIN_GUARD, project_files, read_text
+from .texts import MAIN_GUARD, files_stamp, read_text, whole_listing
 
 _REPOSITORY = ".git"
 _PACKAGING = ("setup.py", "pyproject.toml", "setup.cfg", "PKG-INFO")
@@ -81,15 +82,7 @@ def project_base(filename: str, root: Optional[str] = None) -> Optional[str]:
 
 def _above(filename: str, marked: Callable[[str], bool]) -> Optional[str]:
     """The nearest folder holding the file, or above it, that is `marked` (a few levels up)."""
-    here = os.path.dirname(os.path.abspath(filename))
-    for _ in range(_LEVELS):
-        if marked(here):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            break
-        here = parent
-    return None
+    return nearest_marked(os.path.dirname(os.path.abspath(filename)), marked, _LEVELS)
 
 
 def checkout(filename: str) -> Optional[str]:
@@ -332,11 +325,11 @@ def definition_reached(filename: Optional[str], name: str, root: Optional[str] =
         return True
     base = project_base(filename, root)
     assert base is not None
-    listing = project_files(base, (".py",))
-    if len(listing) >= _MAX_FILES:
+    listing = whole_listing(base, (".py",))
+    if listing is None:
         return True  # cut at the limit: a user may be missing
     files = sorted(set(listing) | set(_package_files(package)))
-    key = (base, package, _signature(files))
+    key = (base, package, files_stamp(files))
     uses = _uses.get(key)
     if uses is None:
         if len(_uses) > 32:
@@ -573,28 +566,15 @@ def _by_name(path: str, text: str, imports, index, stems: Dict[str, List[str]]) 
     return out
 
 
-def _signature(files) -> int:
-    """The files' names, times and sizes: a graph is reused while none changed (a server, a test
-    rewriting a file within the listing's freshness)."""
-    out = []
-    for path in files:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        out.append((path, st.st_mtime_ns, st.st_size))
-    return hash(tuple(out))
-
-
 def _graph(base: str, package: Optional[str]) -> Optional[_Graph]:
-    listing = project_files(base, (".py",))
-    if len(listing) >= _MAX_FILES:
+    listing = whole_listing(base, (".py",))
+    if listing is None:
         return None  # cut at the limit: an importer may be missing
     files = set(listing)
     if package is not None and not any(p.startswith(package.rstrip(os.sep) + os.sep) for p in files):
         files.update(_package_files(package))  # a folder the listing skips: its imports resolve
     ordered = sorted(files)
-    key = (base, _signature(ordered))
+    key = (base, files_stamp(ordered))
     graph = _graphs.get(key)
     if graph is None:
         if len(_graphs) > 32:

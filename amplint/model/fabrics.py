@@ -16,13 +16,12 @@ AMP801/AMP805), or a second binding of the name to something else make the answe
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 
-from .bindings import self_bindings
-from .names import dotted_name
-from .types import Assignment, CallInfo, Scope
+from .receivers import certain_constructor
+from .types import CallInfo, Scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ModuleContext
@@ -37,47 +36,7 @@ _PLAIN_STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "dp
 def scaling_fabric(ctx: "ModuleContext", receiver: Optional[str], scope: Scope) -> Optional[CallInfo]:
     """The `Fabric(precision="16-mixed")` constructor that `receiver` (as spelled in `scope`)
     certainly holds, else None."""
-    if not receiver:
-        return None
-    root = receiver.split(".", 1)[0]
-    if root != "self" and root in scope.params:
-        return None  # a parameter: whatever the caller passes
-    cache: Dict[tuple, Optional[CallInfo]] = ctx.__dict__.setdefault("_scaling_fabrics", {})
-    key = (receiver, id(scope))
-    if key not in cache:
-        cache[key] = _resolve(ctx, receiver, scope, 0)
-    return cache[key]
-
-
-def _resolve(ctx: "ModuleContext", name: str, scope: Scope, depth: int) -> Optional[CallInfo]:
-    bindings = _bindings(ctx, name, scope)
-    if not bindings or depth > 3:
-        return None
-    found: Optional[CallInfo] = None
-    for a in bindings:
-        ctor: Optional[CallInfo] = None
-        if a.unpacked:
-            return None
-        if isinstance(a.value, cst.Call):
-            info = ctx.call_info(a.value)
-            if info is not None and _scales(info):
-                ctor = info
-        else:
-            source = dotted_name(a.value)
-            if source and source.split(".", 1)[0] not in a.scope.params:
-                ctor = _resolve(ctx, source, a.scope, depth + 1)
-        if ctor is None:
-            return None
-        found = found or ctor
-    return found
-
-
-def _bindings(ctx: "ModuleContext", name: str, scope: Scope) -> List[Assignment]:
-    if name.startswith("self."):
-        return self_bindings(ctx, name, scope)
-    found = ctx.assignments_to(name)
-    own = [a for a in found if a.scope is scope]
-    return own if own else [a for a in found if a.scope.is_module]
+    return certain_constructor(ctx, receiver, scope, "_scaling_fabrics", _scales)
 
 
 def _scales(call: CallInfo) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from .precision_names import FP16_CAST_WORDS, FP16_WORDS, LOW_PRECISION_WORDS
 
@@ -159,15 +159,15 @@ def fp32_default(filename: Optional[str], root: Optional[str] = None) -> bool:
     onto the flash kernel on an A100 while the trainer's precision is the user's accelerate
     config. A listing at its limit, or a file that cannot be read, is not known: False."""
     from .precision_names import LOW_PRECISION_FIXED_WORDS
-    from .texts import project_files, project_root, read_text
+    from .texts import project_root, read_text, whole_listing
 
     if not filename or not filename.endswith(".py"):
         return False
     base = project_root(filename, root)
     if base is None:
         return False
-    files = project_files(base, _FP32_DEFAULT_SUFFIXES)
-    if len(files) >= _LISTING_LIMIT or os.path.abspath(filename) not in {os.path.abspath(f) for f in files}:
+    files = whole_listing(base, _FP32_DEFAULT_SUFFIXES)
+    if files is None or os.path.abspath(filename) not in {os.path.abspath(f) for f in files}:
         return False
     for path in files:
         text = read_text(path)
@@ -180,15 +180,6 @@ def fp32_default(filename: Optional[str], root: Optional[str] = None) -> bool:
 #: fp16`), configs a run reads (a DeepSpeed JSON, a Lightning/Hydra YAML: `precision: 16-mixed`),
 #: and docs (a README's documented launch command is the path users take)
 _FP32_DEFAULT_SUFFIXES = (".py", ".ipynb", ".sh", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".md", ".rst", ".txt")
-
-
-def _listing_limit() -> int:
-    from .texts import _MAX_FILES
-
-    return _MAX_FILES
-
-
-_LISTING_LIMIT = _listing_limit()
 
 
 #: how many rounds of importers `fp16_unreachable` follows up from the file
@@ -383,22 +374,15 @@ def project_resumes(filename: str, root: Optional[str] = None) -> bool:
     file or a notebook); True when the project cannot be read whole (cut at the listing's limit).
     A file that is not on disk is its own project (`lint_source`, stdin). Read when conditions are
     resolved."""
-    from .texts import _MAX_FILES, project_files, project_root, read_text
+    from .texts import files_stamp, project_root, read_text, whole_listing
 
     base = project_root(filename, root)
     if base is None:
         return False  # no project on disk: the file (which shows no resume) is all there is
-    listing = project_files(base, (".py", ".ipynb"))
-    if len(listing) >= _MAX_FILES:
+    listing = whole_listing(base, (".py", ".ipynb"))
+    if listing is None:
         return True
-    stamp = []
-    for path in listing:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        stamp.append((path, st.st_mtime_ns, st.st_size))
-    key = (base, hash(tuple(stamp)))
+    key = (base, files_stamp(listing))
     found = _resumes.get(key)
     if found is None:
         if len(_resumes) > 32:

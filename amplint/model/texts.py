@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from ..core.roots import ROOT_MARKERS, holds_any, nearest_marked
 
 #: folders never searched (build outputs, vendored trees, environments)
 _SKIPPED_DIRS = frozenset(("build", "dist", "node_modules", "__pycache__", "third_party", "3rdparty", "site-packages", "venv"))
@@ -15,7 +17,8 @@ _SKIPPED_DIRS = frozenset(("build", "dist", "node_modules", "__pycache__", "thir
 _MAX_FILES = 4000
 _MAX_BYTES = 1 << 20
 _FRESH = 5.0
-_ROOT_MARKERS = ("setup.py", "pyproject.toml", "setup.cfg", ".git")
+#: how many folders `project_root` asks, the file's own included
+_ROOT_LEVELS = 8
 #: a script's `if __name__ == "__main__":` block
 MAIN_GUARD = re.compile(r"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.M)
 
@@ -30,15 +33,8 @@ def project_root(filename: Optional[str], root: Optional[str] = None) -> Optiona
         return os.path.abspath(root)
     if not filename or not os.path.isfile(filename):
         return None
-    folder = here = os.path.dirname(os.path.abspath(filename))
-    for _ in range(8):
-        if any(os.path.exists(os.path.join(here, marker)) for marker in _ROOT_MARKERS):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            break
-        here = parent
-    return folder
+    folder = os.path.dirname(os.path.abspath(filename))
+    return nearest_marked(folder, lambda here: holds_any(here, ROOT_MARKERS), _ROOT_LEVELS) or folder
 
 
 def project_files(base: str, suffixes: Tuple[str, ...]) -> List[str]:
@@ -70,6 +66,28 @@ def project_files(base: str, suffixes: Tuple[str, ...]) -> List[str]:
                 continue
     _listings[key] = (now, found)
     return found
+
+
+def whole_listing(base: str, suffixes: Tuple[str, ...]) -> Optional[List[str]]:
+    """`project_files`, or None when the listing was cut at its limit (`_MAX_FILES`): a question
+    that needs every file of the project (an importer, a resume, a precision named anywhere)
+    cannot be answered from part of it."""
+    listing = project_files(base, suffixes)
+    return None if len(listing) >= _MAX_FILES else listing
+
+
+def files_stamp(files: Iterable[str]) -> int:
+    """The files' names, times and sizes (those that can be stat'ed), hashed: what is computed
+    from their texts is reused while none changed (a server, a test rewriting a file within the
+    listing's freshness)."""
+    out = []
+    for path in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        out.append((path, st.st_mtime_ns, st.st_size))
+    return hash(tuple(out))
 
 
 def read_text(path: Optional[str]) -> Optional[str]:

@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 6
+VERSION = 7
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -669,6 +669,7 @@ class _Reader:
                 sv=self.vref(subject) if subject is not None and not isinstance(subject, (ast.Name, ast.Attribute)) else None,
                 mp=self._spelled(kw["mixed_precision"]) if "mixed_precision" in kw else None,
                 mpr=self._position(kw["mixed_precision"]) if "mixed_precision" in kw else None,
+                mpn=1 if "mixed_precision" in kw and _may_be_none(kw["mixed_precision"]) else None,
                 shard=dotted(kw.get("sharding_strategy")) if "sharding_strategy" in kw else None,
             )
             return
@@ -678,6 +679,7 @@ class _Reader:
                 "wrap", node, qual, k="fsdp2", t=target, s=dotted(subject) if subject is not None else None,
                 mp=self._spelled(kw["mp_policy"]) if "mp_policy" in kw else None,
                 mpr=self._position(kw["mp_policy"]) if "mp_policy" in kw else None,
+                mpn=1 if "mp_policy" in kw and _may_be_none(kw["mp_policy"]) else None,
             )
             return
         if q in DEEPSPEED_INIT:
@@ -957,6 +959,18 @@ def _faked_sharders(node: Any) -> List[str]:
                 if last in _SHARDERS and last not in found:
                     found.append(last)
     return found
+
+
+def _may_be_none(node: ast.AST) -> bool:
+    """A wrapper's policy argument that may be None: a literal None, or a choice with None among
+    its alternatives (`policy if not cfg.pure_bf16 else None`: that path wraps with no policy)."""
+    if isinstance(node, ast.Constant):
+        return node.value is None
+    if isinstance(node, ast.IfExp):
+        return _may_be_none(node.body) or _may_be_none(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return any(_may_be_none(v) for v in node.values)
+    return False
 
 
 def _constant(node: Optional[ast.AST]) -> Any:

@@ -193,6 +193,16 @@ class ScaleView:
             index = self._at[path] = {(e["r"], e["c"]): e for e in (s["events"] if s else ())}
         return index.get((row, col))
 
+    def policy_wraps(self, path: str, func: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The FSDP1/FSDP2 wrapper calls of `path` (of `func` only, when given) that pass a
+        mixed-precision policy on every path: `mixed_precision=`/`mp_policy=` given, neither a
+        literal None nor a choice with None among its alternatives (whatever policy it is)."""
+        s = self.summary(path)
+        return [
+            e for e in (s["events"] if s else ())
+            if e["e"] == "wrap" and e["k"] in ("fsdp1", "fsdp2") and e.get("mpr") and not e.get("mpn") and (func is None or e["f"] == func)
+        ]
+
     def function(self, path: str, func: str) -> Optional[Dict[str, Any]]:
         s = self.summary(path)
         return s["functions"].get(func) if s else None
@@ -1109,3 +1119,5 @@ WrapperPolicy = Policy
 exclusive_branches = exclusive
 scale_file_diagnostics = file_diagnostics
 scale_project_diagnostics = project_diagnostics
+scale_file_view = file_view
+scale_project_view = project_view
