@@ -164,8 +164,21 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     also checkpoints with `accelerator.save_state` / `load_state` or touches a
     scaler's `state_dict`, when nothing resumes the optimizer (a weights load:
     `load_checkpoint(path, model)`), for bf16 or `"no"`, and when the precision
-    comes only from `accelerate launch --mixed_precision` or an accelerate config
-    the code never reads (the run-time default is "no").
+    comes only from an accelerate config the code never reads (the user's own
+    `accelerate config`, outside the project).
+
+    The launcher counts: `accelerate launch --mixed_precision=fp16 train.py` in a
+    command the project ships (a shell script, a Makefile, a README command
+    block) hands fp16 to every `Accelerator(...)` of the process that is built
+    without `mixed_precision`, in the script or in a project module it imports
+    (a trainer class keeping `self.accelerator = Accelerator(...)`, also with a
+    `**accelerate_kwargs` parameter that defaults to an empty dict and that no
+    call in the launched files passes). The save may be `accelerator.save(state,
+    path)` (a `torch.save` of what it is given). Commands that state no precision
+    decide nothing; DeepSpeed, Megatron-LM or a `--config_file` on the command
+    line leave it unknown (silent); when another command of the script states
+    bf16 or "no", the finding is an info (`when launched with --mixed_precision
+    fp16: ...`). The launch command is a related site ("fp16 chosen here").
 
     apex's `amp.initialize(model, optimizer, opt_level="O2")` (or `"O1"`,
     apex's default; `loss_scale` absent or `"dynamic"`) keeps the same kind
@@ -943,11 +956,13 @@ _ACCELERATOR_METHODS = ("backward", "prepare", "unwrap_model", "accumulate", "cl
 
 
 def _accelerator_names(info: Dict) -> List[str]:
-    """The plain names a function calls accelerate's training methods on (`accelerator.backward(loss)`)."""
+    """The plain names (or `self.` attributes) a function calls accelerate's training methods on
+    (`accelerator.backward(loss)`, `self.accelerator.unwrap_model(self.model)`)."""
     out: List[str] = []
     for record in info["calls"]:
         head, _, method = record["f"].rpartition(".")
-        if method in _ACCELERATOR_METHODS and head and "." not in head and head not in out:
+        plain = head and ("." not in head or (head.startswith("self.") and head.count(".") == 1))
+        if method in _ACCELERATOR_METHODS and plain and head not in out:
             out.append(head)
     return out
 
