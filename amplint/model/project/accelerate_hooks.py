@@ -7,18 +7,22 @@ args.mixed_precision, ...)`, with the `--mixed_precision` option defined by an a
 helper of the project (`add_training_arguments(parser)`). This module answers, over
 summaries only:
 
-* `project_scaling_accelerator(project, path, func, name)`: whether the plain name `name` read in
-  function `func` of `path` holds an `Accelerator` whose `backward` scales the loss with a
+* `project_scaling_accelerator(project, path, func, name)`: whether the plain name `name` (or
+  `self.name`: every binding of the attribute in the method's class) read in function `func`
+  of `path` holds an `Accelerator` whose `backward` scales the loss with a
   GradScaler, followed through plain assignments and into the returns of project functions
-  (every binding on the way must be one; a parameter, an attribute or a call of anything
-  else is unknown: None). It scales when its `mixed_precision` is the literal "fp16", or
+  (every binding on the way must be one; a parameter, another attribute or a call of
+  anything else is unknown: None). It scales when its `mixed_precision` is the literal "fp16", or
   reads an option (`args.mixed_precision`) that an argparse call of the project defines with
   literal `choices` including "fp16" (then it scales on that choice, which `Scaling.choice`
   names), or reads a config loaded at run time (`config.mixed_precision`, `config =
   read_config(args.config)`) whose key every Python config module of the project sets to
   "fp16" (some saying otherwise: a choice, `the config's mixed_precision is fp16`;
-  `config_setting`); never with `cpu=` not literally False, `**kwargs` / `*args`, or a DeepSpeed /
-  FSDP / Megatron-LM plugin built inline. A plugin passed by a name that a project helper
+  `config_setting`), or is not given while an `accelerate launch --mixed_precision fp16`
+  command the project ships starts the file or a script importing it (`launched_fp16`; an
+  empty `**accelerate_kwargs` parameter nothing passes is no `mixed_precision`). Never with
+  `cpu=` not literally False, other `**kwargs` / `*args`, or a DeepSpeed / FSDP / Megatron-LM
+  plugin built inline. A plugin passed by a name that a project helper
   binds and that helper may return None (`prepare_deepspeed_plugin(args)`: `if not
   args.deepspeed: return None`) is a run-time choice too: on the run without it accelerate's
   own GradScaler scales.
