@@ -179,6 +179,11 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     line leave it unknown (silent); when another command of the script states
     bf16 or "no", the finding is an info (`when launched with --mixed_precision
     fp16: ...`). The launch command is a related site ("fp16 chosen here").
+    Silent when the optimizer checkpointed is a project container of optimizers
+    (a `MultiOptimizer` class with no torch base): `prepare` returns it
+    unwrapped, accelerate never steps or updates its scaler, and a scale that
+    never moves has nothing to lose (AMP102 reports the steps on scaled
+    gradients).
 
     apex's `amp.initialize(model, optimizer, opt_level="O2")` (or `"O1"`,
     apex's default; `loss_scale` absent or `"dynamic"`) keeps the same kind
@@ -788,7 +793,7 @@ for step in range(num_steps):
                 if _scale_owners(project, ProjectCall(path, qual, {})):
                     continue  # a scaler of its own: the checks above judge its saves
                 own = project.saved_checkpoint((path, qual)) if scaling is not None else None
-                if own is not None and not _mentions_scaler(own[1]):
+                if own is not None and not _mentions_scaler(own[1]) and not _saves_unwrapped(project, path, qual, own[1]):
                     saves.append((own[0], scaling, None))
                 restored = project.restored_checkpoint((path, qual))
                 if restored is not None:
@@ -808,6 +813,9 @@ for step in range(num_steps):
                                 resumes.append(call)
                                 break
                     elif scaling is not None and any(w in last for w in ("save", "checkpoint", "ckpt")):
+                        if any(ref and "n" in ref and "optim" in ref["n"].lower() and _container_optimizer(project, path, qual, ref["n"])
+                               for ref in (*record["a"], *record["k"].values())):
+                            continue  # accelerate never steps its scaler for a container: a scale that never moves
                         for key in project.callees(call):
                             saved = project.saved_checkpoint(key) if key[0] != path else None
                             if saved is not None and not _mentions_scaler(saved[1]):
@@ -965,6 +973,31 @@ def _accelerator_names(info: Dict) -> List[str]:
         if method in _ACCELERATOR_METHODS and plain and head not in out:
             out.append(head)
     return out
+
+
+def _saves_unwrapped(project: Project, path: str, qual: str, saved: Dict) -> bool:
+    """The checkpoint's optimizer state is that of a project container of optimizers
+    (`_container_optimizer`): accelerate's `prepare` returns it unwrapped, so the GradScaler it
+    builds is never stepped nor updated and its scale never moves (AMP102 reports the steps)."""
+    owners = [v["c"][: -len(".state_dict")] for v in (saved.get("d") or {}).values()
+              if v and "c" in v and v["c"].endswith(".state_dict") and "optim" in v["c"].lower()]
+    return bool(owners) and all(_container_optimizer(project, path, qual, o) for o in owners)
+
+
+def _container_optimizer(project: Project, path: str, qual: str, spelled: str) -> bool:
+    """Every value `spelled` may hold in `qual` is an instance of one project class whose bases
+    are all project classes (or `object`): no `torch.optim.Optimizer` (a `MultiOptimizer`)."""
+    types = project.name_types(path, qual, spelled)
+    if not types or any(t[0] != "I" for t in types) or len({(t[1], t[2]) for t in types}) != 1:
+        return False
+    where, cls = next(iter(types))[1:3]
+    for p, c in project.mro(where, cls):
+        for base in project.summaries[p]["classes"][c]["bases"]:
+            if base == "object":
+                continue
+            if not base or not any(t[0] == "C" for t in project.name_types(p, "<module>", base)):
+                return False
+    return True
 
 
 def _passes_optimizer(project: Project, call: ProjectCall) -> bool:

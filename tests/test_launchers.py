@@ -249,6 +249,19 @@ TRAINER = (
     "            step += 1\n"
     "            self.save_checkpoint(step)\n"
 )
+OPTIM = (
+    "class MultiOptimizer:\n"
+    "    def __init__(self, optimizers):\n"
+    "        self.optimizers = optimizers\n"
+    "    def state_dict(self):\n"
+    "        return {k: o.state_dict() for k, o in self.optimizers.items()}\n"
+    "    def load_state_dict(self, state):\n"
+    "        for k, o in self.optimizers.items():\n"
+    "            o.load_state_dict(state[k])\n"
+    "    def step(self, key=None):\n"
+    "        for o in self.optimizers.values():\n"
+    "            o.step()\n"
+)
 SCRIPT = "import torch\nfrom pkg.trainer import Trainer\nTrainer(torch.nn.Linear(4, 4), 1e-4).train([])\n"
 
 
@@ -283,10 +296,13 @@ def test_launches_that_leave_the_accelerator_without_a_grad_scaler_stay_silent(t
         "positional": (fp16, TRAINER, SCRIPT.replace("1e-4)", "1e-4, kw)")),
         "literal": (fp16, TRAINER.replace("**accelerate_kwargs", "mixed_precision='bf16'"), SCRIPT),
         "saved": (fp16, TRAINER.replace("step=step)", "step=step, scaler=self.accelerator.scaler.state_dict())"), SCRIPT),
+        # `prepare` returns a container of optimizers unwrapped: the scaler is never stepped (AMP102's bug)
+        "container": (fp16, "from pkg.optim import MultiOptimizer\n" + TRAINER.replace(
+            "torch.optim.AdamW(model.parameters(), lr=lr)", "MultiOptimizer({'g': torch.optim.AdamW(model.parameters(), lr=lr)})"), SCRIPT),
     }
     for name, (launcher, trainer, script) in cases.items():
         project = _project(tmp_path / name, {
             "pkg/__init__.py": "", "pkg/trainer.py": trainer, "train.py": script,
-            "eval.py": "print('eval')\n", "run.sh": launcher,
+            "eval.py": "print('eval')\n", "run.sh": launcher, "pkg/optim.py": OPTIM,
         })
         assert findings(project, {"AMP402"}) == [], name
