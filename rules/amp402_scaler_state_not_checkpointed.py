@@ -167,8 +167,26 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     also checkpoints with `accelerator.save_state` / `load_state` or touches a
     scaler's `state_dict`, when nothing resumes the optimizer (a weights load:
     `load_checkpoint(path, model)`), for bf16 or `"no"`, and when the precision
-    comes only from `accelerate launch --mixed_precision` or an accelerate config
-    the code never reads (the run-time default is "no").
+    comes only from an accelerate config the code never reads (the user's own
+    `accelerate config`, outside the project).
+
+    The launcher counts: `accelerate launch --mixed_precision=fp16 train.py` in a
+    command the project ships (a shell script, a Makefile, a README command
+    block) hands fp16 to every `Accelerator(...)` of the process that is built
+    without `mixed_precision`, in the script or in a project module it imports
+    (a trainer class keeping `self.accelerator = Accelerator(...)`, also with a
+    `**accelerate_kwargs` parameter that defaults to an empty dict and that no
+    call in the launched files passes). The save may be `accelerator.save(state,
+    path)` (a `torch.save` of what it is given). Commands that state no precision
+    decide nothing; DeepSpeed, Megatron-LM or a `--config_file` on the command
+    line leave it unknown (silent); when another command of the script states
+    bf16 or "no", the finding is an info (`when launched with --mixed_precision
+    fp16: ...`). The launch command is a related site ("fp16 chosen here").
+    Silent when the optimizer checkpointed is a project container of optimizers
+    (a `MultiOptimizer` class with no torch base): `prepare` returns it
+    unwrapped, accelerate never steps or updates its scaler, and a scale that
+    never moves has nothing to lose (AMP102 reports the steps on scaled
+    gradients).
 
     apex's `amp.initialize(model, optimizer, opt_level="O2")` (or `"O1"`,
     apex's default; `loss_scale` absent or `"dynamic"`) keeps the same kind
@@ -809,7 +827,7 @@ for step in range(num_steps):
                 if _scale_owners(project, ProjectCall(path, qual, {})):
                     continue  # a scaler of its own: the checks above judge its saves
                 own = project.saved_checkpoint((path, qual)) if scaling is not None else None
-                if own is not None and not _mentions_scaler(own[1]):
+                if own is not None and not _mentions_scaler(own[1]) and not _saves_unwrapped(project, path, qual, own[1]):
                     saves.append((own[0], scaling, None))
                 restored = project.restored_checkpoint((path, qual))
                 if restored is not None:
@@ -829,6 +847,9 @@ for step in range(num_steps):
                                 resumes.append(call)
                                 break
                     elif scaling is not None and any(w in last for w in ("save", "checkpoint", "ckpt")):
+                        if any(ref and "n" in ref and "optim" in ref["n"].lower() and _container_optimizer(project, path, qual, ref["n"])
+                               for ref in (*record["a"], *record["k"].values())):
+                            continue  # accelerate never steps its scaler for a container: a scale that never moves
                         for key in project.callees(call):
                             saved = project.saved_checkpoint(key) if key[0] != path else None
                             if saved is not None and not _mentions_scaler(saved[1]):
@@ -977,13 +998,40 @@ _ACCELERATOR_METHODS = ("backward", "prepare", "unwrap_model", "accumulate", "cl
 
 
 def _accelerator_names(info: Dict) -> List[str]:
-    """The plain names a function calls accelerate's training methods on (`accelerator.backward(loss)`)."""
+    """The plain names (or `self.` attributes) a function calls accelerate's training methods on
+    (`accelerator.backward(loss)`, `self.accelerator.unwrap_model(self.model)`)."""
     out: List[str] = []
     for record in info["calls"]:
         head, _, method = record["f"].rpartition(".")
-        if method in _ACCELERATOR_METHODS and head and "." not in head and head not in out:
+        plain = head and ("." not in head or (head.startswith("self.") and head.count(".") == 1))
+        if method in _ACCELERATOR_METHODS and plain and head not in out:
             out.append(head)
     return out
+
+
+def _saves_unwrapped(project: Project, path: str, qual: str, saved: Dict) -> bool:
+    """The checkpoint's optimizer state is that of a project container of optimizers
+    (`_container_optimizer`): accelerate's `prepare` returns it unwrapped, so the GradScaler it
+    builds is never stepped nor updated and its scale never moves (AMP102 reports the steps)."""
+    owners = [v["c"][: -len(".state_dict")] for v in (saved.get("d") or {}).values()
+              if v and "c" in v and v["c"].endswith(".state_dict") and "optim" in v["c"].lower()]
+    return bool(owners) and all(_container_optimizer(project, path, qual, o) for o in owners)
+
+
+def _container_optimizer(project: Project, path: str, qual: str, spelled: str) -> bool:
+    """Every value `spelled` may hold in `qual` is an instance of one project class whose bases
+    are all project classes (or `object`): no `torch.optim.Optimizer` (a `MultiOptimizer`)."""
+    types = project.name_types(path, qual, spelled)
+    if not types or any(t[0] != "I" for t in types) or len({(t[1], t[2]) for t in types}) != 1:
+        return False
+    where, cls = next(iter(types))[1:3]
+    for p, c in project.mro(where, cls):
+        for base in project.summaries[p]["classes"][c]["bases"]:
+            if base == "object":
+                continue
+            if not base or not any(t[0] == "C" for t in project.name_types(p, "<module>", base)):
+                return False
+    return True
 
 
 def _passes_optimizer(project: Project, call: ProjectCall) -> bool:

@@ -222,3 +222,87 @@ def test_launches_that_may_put_deepspeed_or_fsdp_behind_prepare_stay_silent(tmp_
     for name, (launcher, script) in cases.items():
         project = _project(tmp_path / name, {"t.py": script, "other.py": "print()\n", "run.sh": launcher})
         assert findings(project, {"AMP206"}) == [], name
+
+
+# ------------------------------------------------------------------ AMP402: the precision accelerate's launcher sets
+
+TRAINER = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, lr, accelerate_kwargs: dict = dict()):\n"
+    "        self.accelerator = Accelerator(gradient_accumulation_steps=1, **accelerate_kwargs)\n"
+    "        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
+    "        self.model, self.optimizer = self.accelerator.prepare(model, self.optimizer)\n"
+    "    def save_checkpoint(self, step):\n"
+    "        ckpt = dict(model=self.accelerator.unwrap_model(self.model).state_dict(), optimizer=self.optimizer.state_dict(), step=step)\n"
+    "        self.accelerator.save(ckpt, f'ckpt/model_{step}.pt')\n"
+    "    def load_checkpoint(self):\n"
+    "        ckpt = torch.load('ckpt/model_last.pt', map_location='cpu')\n"
+    "        self.optimizer.load_state_dict(ckpt['optimizer'])\n"
+    "        return ckpt['step']\n"
+    "    def train(self, loader):\n"
+    "        step = self.load_checkpoint()\n"
+    "        for x in loader:\n"
+    "            self.accelerator.backward(self.model(x).mean())\n"
+    "            self.optimizer.step()\n"
+    "            step += 1\n"
+    "            self.save_checkpoint(step)\n"
+)
+OPTIM = (
+    "class MultiOptimizer:\n"
+    "    def __init__(self, optimizers):\n"
+    "        self.optimizers = optimizers\n"
+    "    def state_dict(self):\n"
+    "        return {k: o.state_dict() for k, o in self.optimizers.items()}\n"
+    "    def load_state_dict(self, state):\n"
+    "        for k, o in self.optimizers.items():\n"
+    "            o.load_state_dict(state[k])\n"
+    "    def step(self, key=None):\n"
+    "        for o in self.optimizers.values():\n"
+    "            o.step()\n"
+)
+SCRIPT = "import torch\nfrom pkg.trainer import Trainer\nTrainer(torch.nn.Linear(4, 4), 1e-4).train([])\n"
+
+
+def test_a_resume_checkpoint_of_an_accelerator_the_launcher_makes_fp16(tmp_path):
+    """`accelerate launch --mixed_precision=fp16 train.py` hands fp16 to every Accelerator of the
+    process: the trainer module the script imports builds one without `mixed_precision` (an
+    empty `**accelerate_kwargs` nothing passes) and checkpoints the optimizer by hand."""
+    project = _project(tmp_path, {
+        "pkg/__init__.py": "", "pkg/trainer.py": TRAINER, "train.py": SCRIPT,
+        "README.md": "```bash\naccelerate launch train.py\naccelerate launch --mixed_precision=fp16 train.py\n```\n",
+    })
+    assert findings(project, {"AMP402"}) == [("pkg/trainer.py", 10, "AMP402")]
+    # a launch in bf16 beside it: fp16 is one of the documented runs (an info naming the choice)
+    (project / "run.sh").write_text("accelerate launch --mixed_precision bf16 train.py\n")
+    (found,) = [d for d in lint_paths([str(project)], Config()).diagnostics if d.code == "AMP402"]
+    assert found.severity.value == "info" and found.message.startswith("when launched with --mixed_precision fp16: ")
+
+
+def test_launches_that_leave_the_accelerator_without_a_grad_scaler_stay_silent(tmp_path):
+    """The twins: bf16 or no precision on the command line (the user's own accelerate config),
+    DeepSpeed or a config file behind the launcher, a launch of a script that does not import the
+    trainer, a caller passing the kwargs (which may hold `mixed_precision`), a literal bf16
+    Accelerator, and a trainer that saves accelerate's scaler."""
+    fp16 = "accelerate launch --mixed_precision fp16 train.py\n"
+    cases = {
+        "bf16": ("accelerate launch --mixed_precision bf16 train.py\n", TRAINER, SCRIPT),
+        "unstated": ("accelerate launch --num_processes 8 train.py\n", TRAINER, SCRIPT),
+        "deepspeed": ("accelerate launch --mixed_precision fp16 --use_deepspeed train.py\n", TRAINER, SCRIPT),
+        "yaml": ("accelerate launch --config_file acc.yaml --mixed_precision fp16 train.py\n", TRAINER, SCRIPT),
+        "other": ("accelerate launch --mixed_precision fp16 eval.py\n", TRAINER, SCRIPT),
+        "passed": (fp16, TRAINER, SCRIPT.replace("1e-4)", "1e-4, accelerate_kwargs=kw)")),
+        "positional": (fp16, TRAINER, SCRIPT.replace("1e-4)", "1e-4, kw)")),
+        "literal": (fp16, TRAINER.replace("**accelerate_kwargs", "mixed_precision='bf16'"), SCRIPT),
+        "saved": (fp16, TRAINER.replace("step=step)", "step=step, scaler=self.accelerator.scaler.state_dict())"), SCRIPT),
+        # `prepare` returns a container of optimizers unwrapped: the scaler is never stepped (AMP102's bug)
+        "container": (fp16, "from pkg.optim import MultiOptimizer\n" + TRAINER.replace(
+            "torch.optim.AdamW(model.parameters(), lr=lr)", "MultiOptimizer({'g': torch.optim.AdamW(model.parameters(), lr=lr)})"), SCRIPT),
+    }
+    for name, (launcher, trainer, script) in cases.items():
+        project = _project(tmp_path / name, {
+            "pkg/__init__.py": "", "pkg/trainer.py": trainer, "train.py": script,
+            "eval.py": "print('eval')\n", "run.sh": launcher, "pkg/optim.py": OPTIM,
+        })
+        assert findings(project, {"AMP402"}) == [], name

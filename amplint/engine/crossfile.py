@@ -246,21 +246,34 @@ class Projects:
             if root is None or any(root == g or root.startswith(g.rstrip(os.sep) + os.sep) for g in self._given):
                 found = sorted(members)
             else:
-                from .discovery import discover
+                from .discovery import WalkRecord, discover
 
                 # (root is absolute and normalized, so is every path found under it)
-                walked = {p for p in discover([root], self.config, reuse=self._walk) if p.endswith(".py")}
+                record = WalkRecord()
+                walked = {p for p in discover([root], self.config, reuse=self._walk, record=record) if p.endswith(".py")}
                 found = sorted(walked | set(members))
+                if root is not None:
+                    # the config files this walk met, and those of the folders the run walked itself
+                    prefix = root.rstrip(os.sep) + os.sep
+                    mine = self._walk.configs if self._walk is not None else []
+                    self._configs[root] = sorted(set(record.configs) | {p for p in mine if p.startswith(prefix)})
             self._files[root] = found
         return found
 
     def configs(self, root: Optional[str]) -> Optional[List[str]]:
         """The config files (`WalkRecord.configs`) the run's walk met inside the project at
         `root`, sorted: a DeepSpeed JSON the project ships and launches from outside its Python
-        code (a shell script, an accelerate YAML, a README command). None when the run did not
-        walk the whole project (single files, a folder below its root): not known then, and a
-        finding in such a file would not be reported by that run anyway (`spell_config`)."""
-        if root is None or self._walk is None or not any(root == g or root.startswith(g.rstrip(os.sep) + os.sep) for g in self._given):
+        code (a shell script, an accelerate YAML, a README command). A finding in such a file is
+        reported only by a run over a folder holding it (`spell_config`). A subset run (single
+        files, a folder below the root) walks the project for its Python files (`files`) and
+        notes the config files that walk meets: a launcher the project ships decides findings
+        in the files it was given as in the whole run."""
+        if root is None:
+            return None
+        if not any(root == g or root.startswith(g.rstrip(os.sep) + os.sep) for g in self._given):
+            self.files(root)
+            return self._configs.get(root)
+        if self._walk is None:
             return None
         found = self._configs.get(root)
         if found is None:

@@ -7,18 +7,22 @@ args.mixed_precision, ...)`, with the `--mixed_precision` option defined by an a
 helper of the project (`add_training_arguments(parser)`). This module answers, over
 summaries only:
 
-* `project_scaling_accelerator(project, path, func, name)`: whether the plain name `name` read in
-  function `func` of `path` holds an `Accelerator` whose `backward` scales the loss with a
+* `project_scaling_accelerator(project, path, func, name)`: whether the plain name `name` (or
+  `self.name`: every binding of the attribute in the method's class) read in function `func`
+  of `path` holds an `Accelerator` whose `backward` scales the loss with a
   GradScaler, followed through plain assignments and into the returns of project functions
-  (every binding on the way must be one; a parameter, an attribute or a call of anything
-  else is unknown: None). It scales when its `mixed_precision` is the literal "fp16", or
+  (every binding on the way must be one; a parameter, another attribute or a call of
+  anything else is unknown: None). It scales when its `mixed_precision` is the literal "fp16", or
   reads an option (`args.mixed_precision`) that an argparse call of the project defines with
   literal `choices` including "fp16" (then it scales on that choice, which `Scaling.choice`
   names), or reads a config loaded at run time (`config.mixed_precision`, `config =
   read_config(args.config)`) whose key every Python config module of the project sets to
   "fp16" (some saying otherwise: a choice, `the config's mixed_precision is fp16`;
-  `config_setting`); never with `cpu=` not literally False, `**kwargs` / `*args`, or a DeepSpeed /
-  FSDP / Megatron-LM plugin built inline. A plugin passed by a name that a project helper
+  `config_setting`), or is not given while an `accelerate launch --mixed_precision fp16`
+  command the project ships starts the file or a script importing it (`launched_fp16`; an
+  empty `**accelerate_kwargs` parameter nothing passes is no `mixed_precision`). Never with
+  `cpu=` not literally False, other `**kwargs` / `*args`, or a DeepSpeed / FSDP / Megatron-LM
+  plugin built inline. A plugin passed by a name that a project helper
   binds and that helper may return None (`prepare_deepspeed_plugin(args)`: `if not
   args.deepspeed: return None`) is a run-time choice too: on the run without it accelerate's
   own GradScaler scales.
@@ -34,8 +38,9 @@ the same literal choices (precision first: two parsers disagreeing leave the val
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..precision_names import CONFIG_KEYS, precision_dtype
 
@@ -78,15 +83,39 @@ def project_scaling_accelerator(project: "Project", path: str, func: str, name: 
     `scaler`: the question is only whether it holds a GradScaler (AMP402: what a checkpoint must
     save), not how its clipping runs, so an FSDP plugin keeps it (accelerate builds a
     `ShardedGradScaler` for fp16 under FSDP; DeepSpeed and Megatron-LM scale on their own)."""
-    if "." in name or _depth > _MAX_DEPTH:
+    attribute = name.startswith("self.") and name.count(".") == 1
+    if ("." in name and not attribute) or _depth > _MAX_DEPTH:
         return None
     memo = project.__dict__.setdefault("_scaling_accelerators", {})
     key = (path, func, name, scaler)
     if key in memo:
         return memo[key]
     memo[key] = None  # a cycle: unknown
-    memo[key] = _lookup(project, path, func, name, _depth, scaler)
+    memo[key] = (_attribute_lookup if attribute else _lookup)(project, path, func, name, _depth, scaler)
     return memo[key]
+
+
+def _attribute_lookup(project: "Project", path: str, func: str, name: str, depth: int, scaler: bool) -> Optional[Scaling]:
+    """`self.accelerator` read in a method: every binding of the attribute in the method's class
+    (`self.accelerator = Accelerator(...)` in `__init__`) must be a scaling Accelerator."""
+    info = project.function((path, func))
+    cls = (info or {}).get("cls")
+    record = project.summaries[path]["classes"].get(cls) if cls else None
+    attr = name[len("self."):]
+    if record is None or attr in record.get("wa", {}):
+        return None
+    bindings = record["attrs"].get(attr) or []
+    if not bindings:
+        return None
+    found: Optional[Scaling] = None
+    for where, ref in bindings:
+        if ref and "n" in ref and ref["n"] == name:
+            continue  # `self.accelerator = self.accelerator`: no new value
+        one = _ref_scaling(project, path, where, name, ref, depth, scaler)
+        if one is None:
+            return None
+        found = found or one
+    return found
 
 
 def _scope_binding(project: "Project", path: str, func: str, name: str) -> Optional[Tuple[str, List[Dict[str, Any]]]]:
@@ -158,12 +187,19 @@ def _ref_scaling(project: "Project", path: str, scope: str, name: str, ref: Opti
 
 def _entry_scaling(project: "Project", path: str, entry: Dict[str, Any], scaler: bool = False) -> Optional[Scaling]:
     """Whether one `Accelerator(...)` record (`summary.accelerator_record`) scales, and on which run."""
-    if entry.get("x"):
-        return None
     mp = entry.get("mp")
+    if entry.get("x") and (mp is not None or not entry.get("sk")):
+        return None
     choices: List[str] = []
     option: Optional[Tuple[str, int]] = None
-    if isinstance(mp, str):
+    if mp is None:
+        launched = launched_fp16(project, path, scaler, entry)
+        if launched is None:
+            return None
+        choice, option = launched
+        if choice:
+            choices.append(choice)
+    elif isinstance(mp, str):
         if precision_dtype(mp) != "fp16" or mp.strip().lower() != "fp16":
             return None  # accelerate takes "fp16" only (lower-cased)
     elif isinstance(mp, dict):
@@ -190,6 +226,99 @@ def _entry_scaling(project: "Project", path: str, entry: Dict[str, Any], scaler:
             return None
         without.append(_PLUGIN_NAMES.get(plugin, plugin))
     return Scaling(path, entry["r"], " and ".join(choices) or None, option, tuple(without))
+
+
+def _empty_unpacking(project: "Project", path: str, entry: Dict[str, Any], files: Sequence[str]) -> bool:
+    """`Accelerator(..., **accelerate_kwargs)` whose only unknown is that dict, a parameter of the
+    enclosing function defaulting to an empty dict (or None), never rebound there, and passed
+    by no call in `files` (the launched script and what it imports) that may run the function:
+    none spelled with its name (the class's, for `__init__`; a `super().__init__(...)`) gives
+    it by keyword, by position, or through `*`/`**`."""
+    name = entry.get("sk")
+    if not name:
+        return True
+    info = project.function((path, entry["fn"]))
+    if info is None or name not in info["params"] or name not in info.get("ed", ()) or info["locals"].get(name):
+        return False
+    method = info.get("cls") and info["params"][:1] in (["self"], ["cls"])
+    position = info["params"].index(name) - (1 if method else 0)
+    last = entry["fn"].rsplit(".", 1)[-1]
+    spelled = entry["fn"].split(".")[0] if last == "__init__" else last
+    for f in files:
+        for qual, caller in (project.summaries.get(f) or {}).get("functions", {}).items():
+            for record in caller["calls"]:
+                f_last = record["f"].rsplit(".", 1)[-1]
+                if f_last != spelled and record.get("sp") != last:
+                    continue
+                if record.get("u") or name in record["k"] or len(record["a"]) > position:
+                    return False
+    return True
+
+
+#: how far a launched script's project imports are followed (modules that may build its Accelerator)
+_MAX_IMPORT_FILES = 64
+
+
+def launched_fp16(
+    project: "Project", path: str, scaler: bool = False, entry: Optional[Dict[str, Any]] = None
+) -> Optional[Tuple[Optional[str], Tuple[str, int]]]:
+    """The precision an `Accelerator(...)` built in `path` without `mixed_precision` takes from the
+    launch commands the project ships (`launchers.Launch`): accelerate's launcher hands its
+    `--mixed_precision` to every Accelerator of the process it starts, so a command launching
+    `path`, or a script importing it (through project imports), counts. (None, where) when every
+    such command that states a precision says fp16 with no DeepSpeed or Megatron-LM (FSDP only
+    for `scaler`: accelerate keeps a sharded GradScaler there) and no `--config_file` (which may
+    add either); (`launched with --mixed_precision fp16`, where) when others state another; None
+    when none says fp16. Commands stating no precision take the user's own accelerate config,
+    outside the project: they decide nothing. `entry`: the `Accelerator(...)` record, whose
+    `**kwargs` must be empty on the launched run (`_empty_unpacking`)."""
+    from .wrappers import project_view
+
+    view = project_view(project)
+    launches = [l for l in view.launches() if l.kind == "accelerate" and l.mixed_precision is not None]
+    if not launches:
+        return None
+    real = os.path.realpath(path)
+    scaling, other = [], []
+    for launch in launches:
+        imported = _imported_files(project, launch.script)
+        if real != launch.script and real not in imported:
+            continue
+        if entry is not None and not _empty_unpacking(project, path, entry, [launch.script, *sorted(imported.values())]):
+            continue
+        names = {n for n, _, _, _ in launch.options}
+        plugin = launch.distributed_plugin is True or "config_file" in names
+        fsdp_only = plugin and "config_file" not in names and not (names & {"use_deepspeed", "use_megatron_lm", "deepspeed_config_file", "zero_stage"}) \
+            and not any(n.startswith(("deepspeed_", "megatron_lm_")) for n in names)
+        if launch.mixed_precision == "fp16" and (not plugin or (scaler and fsdp_only)):
+            scaling.append(launch)
+        else:
+            other.append(launch)
+    if not scaling:
+        return None
+    first = scaling[0]
+    return ("launched with --mixed_precision fp16" if other else None), (first.path, first.row)
+
+
+def _imported_files(project: "Project", script: str) -> Dict[str, str]:
+    """The project files a script imports, directly or through the modules it imports: {real
+    path: the model's path of it}."""
+    memo = project.__dict__.setdefault("_launched_imports", {})
+    if script in memo:
+        return memo[script]
+    seen: Dict[str, str] = {}
+    memo[script] = seen
+    if not project.load_file(script):
+        return seen
+    frontier = [script]
+    while frontier and len(seen) < _MAX_IMPORT_FILES:
+        current = frontier.pop()
+        for target in _option_files(project, current)[1:]:
+            real = os.path.realpath(target)
+            if real not in seen and real != script:
+                seen[real] = target
+                frontier.append(target)
+    return seen
 
 
 def config_setting(project: "Project", path: str, func: str, spelled: str) -> Optional[Tuple[Optional[str], Tuple[str, int]]]:

@@ -736,7 +736,7 @@ class Project:
             return None
         for record in info["calls"]:
             call = Call(key[0], key[1], record)
-            if not record["a"] or not any(t == ("X", "torch.save") for t in self.resolve_call(call)):
+            if not record["a"] or not (any(t == ("X", "torch.save") for t in self.resolve_call(call)) or self._accelerator_save(call)):
                 continue
             saved = record["a"][0]
             if saved and "n" in saved:  # `state = {...}; torch.save(state, path)`
@@ -746,6 +746,15 @@ class Project:
             ):
                 return call, saved
         return None
+
+    def _accelerator_save(self, call: Call) -> bool:
+        """`accelerator.save(obj, path)` on an `Accelerator` (a `torch.save` on the main process:
+        what it is given, nothing of the accelerator's own state)."""
+        head, _, method = call.record["f"].rpartition(".")
+        if method != "save" or not head:
+            return False
+        return any(t[0] in ("R", "I") and t[1] in ("accelerate.Accelerator", "accelerate.accelerator.Accelerator")
+                   for t in self.name_types(call.path, call.func, head))
 
     def is_save(self, call: Call) -> bool:
         """Whether the call is `torch.save(...)` (by its spelling first: only `...save` is resolved)."""

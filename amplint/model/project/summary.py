@@ -289,6 +289,9 @@ class _Summarizer:
             if call is not None:
                 region = self._region(call, node.lineno, region, via=None)
         self._function(qual, node.body, cls, params, node.lineno, region, decorators)
+        empty = _empty_defaults(args)
+        if empty:
+            self.functions[qual]["ed"] = empty  # `accelerate_kwargs: dict = dict()`: empty unless passed
         returned = declared_names(node.returns) if node.returns is not None else []
         if returned:
             self.functions[qual]["rt"] = returned  # `def module_wrapper(m) -> Model`
@@ -577,6 +580,8 @@ class _Summarizer:
             "a": [self.vref(a) for a in node.args if not isinstance(a, ast.Starred)],
             "k": {k.arg: self.vref(k.value) for k in node.keywords if k.arg},
         }
+        if any(k.arg is None for k in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
+            record["u"] = 1  # `f(*args)` / `f(**kwargs)`: passes what the record does not list
         if self.loops:
             record["l"] = 1  # in a loop body of its function
         if self.branches:
@@ -769,6 +774,29 @@ def accelerator_record(call: ast.Call, target: str, qual: str) -> Dict[str, Any]
         out["pl"] = plugins
     if blocked:
         out["x"] = 1
+        stars = [k.value for k in call.keywords if k.arg is None]
+        if (
+            len(stars) == 1 and isinstance(stars[0], ast.Name) and not any(isinstance(a, ast.Starred) for a in call.args)
+            and not (cpu is not None and not (isinstance(cpu, ast.Constant) and cpu.value is False))
+            and all(keywords.get(p) is None or isinstance(keywords[p], (ast.Name, ast.Constant)) for p in _ACCELERATE_PLUGINS)
+        ):
+            out["sk"] = stars[0].id  # blocked only by `**accelerate_kwargs`: empty when nothing passes it
+    return out
+
+
+def _empty_defaults(args: ast.arguments) -> List[str]:
+    """The parameters whose default is an empty dict or None (`kwargs: dict = dict()`, `{}`)."""
+    positional = [*getattr(args, "posonlyargs", []), *args.args]
+    pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+    out: List[str] = []
+    for arg, default in pairs:
+        if (
+            (isinstance(default, ast.Dict) and not default.keys)
+            or (isinstance(default, ast.Call) and dotted(default.func) == "dict" and not default.args and not default.keywords)
+            or (isinstance(default, ast.Constant) and default.value is None)
+        ):
+            out.append(arg.arg)
     return out
 
 
