@@ -8,7 +8,7 @@ and add the cross-file findings of the projects the files belong to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
@@ -55,7 +55,7 @@ def lint_paths(
 ) -> LintResult:
     """Lint files and folders. `jobs` processes (results identical to one);
     `cache`: an `amplint.engine.cache.Cache` to reuse and record per-file results."""
-    from .parallel import lint_files, settle_facts
+    from .parallel import lint_files
 
     config = config or Config()
     codes, rules = selected_rules(config)
@@ -66,6 +66,20 @@ def lint_paths(
     outside: List[str] = []
     files = list(discover(paths, config, force_exclude, problems=unreadable, record=walk, outside=outside))
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
+    from ..model.embedded import remembered
+
+    # the conditions' walks of library copies, kept in the store (a warm run reads none of their files)
+    with remembered(cache.memo("walks") if cache is not None else None):
+        return _after_lint(paths, config, jobs, cache, codes, rules, unreadable, walk, outside, files, results)
+
+
+def _after_lint(
+    paths: Sequence[str], config: Config, jobs: int, cache: "Optional[Cache]", codes: FrozenSet[str], rules: Sequence[Any],
+    unreadable: List[Tuple[str, str]], walk: WalkRecord, outside: List[str], files: List[str], results: List[FileResult],
+) -> LintResult:
+    """`lint_paths` after each file's lint: the project facts, the conditions, the cross-file pass."""
+    from .parallel import settle_facts
+
     facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     from .crossfile import Projects, merge, project_diagnostics
     from .parallel import pending_conditions
