@@ -381,8 +381,9 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
 
 
 #: FileResult fields for the rest of the run only, dropped from the entry: the summaries a
-#: wrapper rule computed are cached as the project pass's own entries when it reads them
-_TRANSIENT = frozenset({"summaries"})
+#: wrapper rule computed are cached as the project pass's own entries when it reads them; the
+#: digest of the text linted is for this run's fix check
+_TRANSIENT = frozenset({"summaries", "source_digest"})
 
 
 @lru_cache(maxsize=None)

@@ -17,6 +17,7 @@ the file and withdraws its fixes, with the reason.
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 from dataclasses import dataclass, field
@@ -94,12 +95,37 @@ class Unchecked(Exception):
 Fixing = Tuple[str, List[Diagnostic], List[Diagnostic], List[Tuple[Diagnostic, str]]]
 
 
-def _fixed(source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]]) -> Fixing:
+def _fixed(
+    source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]],
+    first: Optional[List[Diagnostic]] = None,
+) -> Fixing:
     """(fixed source, fixed diagnostics, remaining diagnostics, [(dropped fix's diagnostic,
-    why)]): `fix_until_stable` of one text with the file's own lint (`_linter`)."""
+    why)]): `fix_until_stable` of one text with the file's own lint (`_linter`). `first`: the
+    per-file diagnostics (before conditions) this run's lint gave for `source` itself, which
+    then stand in for linting it again (`LintResult.linted`)."""
     rejected: List[Tuple[Diagnostic, str]] = []
     lint = _linter(path, config, facts, used) if used else _linter(path, config, facts)
+    if first is not None:
+        lint = _linted_once(lint, source, first, facts, config, used)
     return (*fix_until_stable(source, lint, unsafe, rejected=rejected), rejected)
+
+
+def _linted_once(
+    lint: Callable[[str], List[Diagnostic]], source: str, first: List[Diagnostic], facts: ProjectFacts, config: Config,
+    used: AbstractSet[Tuple[str, str]],
+) -> Callable[[str], List[Diagnostic]]:
+    """`lint`, answering for `source` itself (the same object: `fix_until_stable` lints its
+    text first) from `first` as `_linter`'s lint answers from a fresh result."""
+    from ..engine.pipeline import resolve_conditions
+    from ..engine.unused_noqa import discount
+
+    def known(text: str) -> List[Diagnostic]:
+        if text is not source:
+            return lint(text)
+        found = resolve_conditions([copy.copy(d) for d in first], facts, config)
+        return discount(found, text, used) if used else found
+
+    return known
 
 
 def _within_bounds(fn: Callable, args: tuple, size: int, timeout: float):
@@ -200,7 +226,7 @@ def withdraw_in_text(source: str, lint: Callable[[str], List[Diagnostic]], diagn
 
 def withdraw_failing_fixes(
     diagnostics: Sequence[Diagnostic], facts: ProjectFacts, config: Config, unsafe: bool = True, cache: Optional["Cache"] = None,
-    noqa_used: Optional[Dict[str, AbstractSet[Tuple[str, str]]]] = None,
+    noqa_used: Optional[Dict[str, AbstractSet[Tuple[str, str]]]] = None, linted: Optional[Dict[str, Tuple[str, List[Diagnostic]]]] = None,
 ) -> List[str]:
     """Check the fixes a run offers the way `--fix` applies them (`dropped_fixes`): each file
     (notebook or not) with a fix is fixed in memory and re-linted, under the current settings for
@@ -210,7 +236,10 @@ def withdraw_failing_fixes(
     counted). Files without a fix are not read again; with `cache` (an `engine.cache.Cache`),
     the outcome is kept with the file's lint entry, so a warm run of an unchanged file parses
     nothing for it either. A file whose check does not finish within its bounds (`Unchecked`)
-    has every fix of the group withdrawn, with that reason (and nothing kept in the cache)."""
+    has every fix of the group withdrawn, with that reason (and nothing kept in the cache).
+    `linted`: `LintResult.linted`, the run's own lint of a file's text, which the check then
+    does not lint again (a file's lint is most of its check: at 10,000 AMP-dense lines 14 of 29
+    CPU-s)."""
     by_file: Dict[str, List[Diagnostic]] = {}
     for d in applicable(diagnostics, True):
         by_file.setdefault(d.filename, []).append(d)
@@ -218,7 +247,7 @@ def withdraw_failing_fixes(
     for path, found in by_file.items():
         for mode, group in _by_mode(found, unsafe):
             try:
-                why_by_key = _fix_check(path, config, facts, mode, cache, (noqa_used or {}).get(path, frozenset()))
+                why_by_key = _fix_check(path, config, facts, mode, cache, (noqa_used or {}).get(path, frozenset()), (linted or {}).get(path))
             except Unchecked as exc:
                 why_by_key = {fix_key(d): str(exc) for d in group}
             for d in group:
@@ -230,9 +259,13 @@ def withdraw_failing_fixes(
     return lines
 
 
-def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cache: Optional["Cache"], used: AbstractSet[Tuple[str, str]] = frozenset()) -> Dict[tuple, str]:
+def _fix_check(
+    path: str, config: Config, facts: ProjectFacts, unsafe: bool, cache: Optional["Cache"], used: AbstractSet[Tuple[str, str]] = frozenset(),
+    linted: Optional[Tuple[str, List[Diagnostic]]] = None,
+) -> Dict[tuple, str]:
     """{fix key: why} of the fixes of `path` that `--fix` would drop, from `cache` when it
-    holds the check of these bytes under this key (nothing dropped when unreadable)."""
+    holds the check of these bytes under this key (nothing dropped when unreadable);
+    `linted`: (text digest, per-file diagnostics) of the run's lint of the file."""
     from ..core.safe_read import read_bytes
     from ..engine.cache import file_digest, stat_key
     from ..model.facts import library_module
@@ -255,16 +288,20 @@ def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cac
         digest = file_digest(data)
         outcome = cache.fix_check(path, key, digest=digest) if cache is not None else None
         if outcome is None:
-            outcome = _check_fixes(path, data, config, facts, unsafe, used)
+            outcome = _check_fixes(path, data, config, facts, unsafe, used, linted)
             if cache is not None:
                 cache.record_fix_check(path, digest, key, outcome)
     return {(code, message, tuple(contents)): why for code, message, contents, why in outcome}
 
 
-def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]] = frozenset()) -> list:
+def _check_fixes(
+    path: str, data: bytes, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]] = frozenset(),
+    linted: Optional[Tuple[str, List[Diagnostic]]] = None,
+) -> list:
     """[[code, fix title, edit contents, why], ...]: the fixes of the file's bytes `data`
     that fixing drops (JSON data, as the cache keeps it), checked within the bounds of the
-    file's lint (`_within_bounds`: may raise `Unchecked`)."""
+    file's lint (`_within_bounds`: may raise `Unchecked`). `linted`: the run's lint of the file,
+    used as the check's first lint when its text digest is that of the text decoded here."""
     from . import writer
     from ..engine.notebook import Notebook, NotebookError, is_notebook
 
@@ -275,13 +312,21 @@ def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, un
             text = Notebook.from_text(text).source
     except (UnicodeDecodeError, SyntaxError, LookupError, NotebookError):
         return []
-    return _within_bounds(_dropped, (text, path, config, facts, unsafe, used), len(data), config.file_timeout)
+    first = None
+    if linted is not None and not notebook:
+        from ..core.digest import text_digest
+
+        first = linted[1] if text_digest(text) == linted[0] else None
+    return _within_bounds(_dropped, (text, path, config, facts, unsafe, used, first), len(data), config.file_timeout)
 
 
-def _dropped(text: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]]) -> list:
+def _dropped(
+    text: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]],
+    first: Optional[List[Diagnostic]] = None,
+) -> list:
     """`_check_fixes`' outcome of a decoded text: only that comes back from a forked child (not
     the fixed text and its findings, which the check does not keep)."""
-    rejected = _fixed(text, path, config, facts, unsafe, used)[3]
+    rejected = _fixed(text, path, config, facts, unsafe, used, first)[3]
     return [[code, title, list(contents), why] for (code, title, contents), why in ((fix_key(d), why) for d, why in rejected)]
 
 
