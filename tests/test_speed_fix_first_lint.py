@@ -108,3 +108,33 @@ def test_a_withdrawn_fix_is_withdrawn_as_before(tmp_path, monkeypatch):
     with_run = _checked([str(tmp_path)], config, True, True)
     assert with_run == _checked([str(tmp_path)], config, True, False)
     assert with_run[0] and all(fix is None for *_, fix in with_run[1])
+
+
+def _fix_copy(folder, monkeypatch, reuse):
+    from amplint.engine import run
+
+    def without_linted(*args, **kwargs):
+        result = lint_paths(*args, **kwargs)
+        result.linted = {}
+        return result
+
+    monkeypatch.setattr(run, "lint_paths", lint_paths if reuse else without_linted)
+    outcome = fixer.fix_paths([str(folder)], Config(select=("ALL",)), unsafe=True, write=True)
+    written = {p.name: p.read_text() for p in sorted(folder.iterdir())}
+    key = lambda d: (os.path.basename(d.filename), d.code, d.location, d.message, d.fix)  # noqa: E731
+    return written, [key(d) for d in outcome.diagnostics], [r.replace(str(folder), "") for r in outcome.rejected]
+
+
+def test_fix_starts_from_the_runs_lint_and_writes_the_same(tmp_path, monkeypatch, lints):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for path in FIXTURES:
+            shutil.copy(path, tmp_path / name / os.path.basename(path))
+        (tmp_path / name / "mixed.py").write_text(MIXED)
+    without = _fix_copy(tmp_path / "a", monkeypatch, reuse=False)
+    linted_without = len(lints)
+    del lints[:]
+    reused = _fix_copy(tmp_path / "b", monkeypatch, reuse=True)
+    assert reused == without
+    assert without[0]["mixed.py"] != MIXED  # fixed
+    assert len(lints) < linted_without and MIXED in lints and lints.count(MIXED) == 1

@@ -159,15 +159,16 @@ def _budgeted(fn: Callable, args: tuple, timeout: float):
 
 def fix_text(
     source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, outcome: Optional["FixOutcome"] = None, nb=None,
-    used: AbstractSet[Tuple[str, str]] = frozenset(), size: Optional[int] = None,
+    used: AbstractSet[Tuple[str, str]] = frozenset(), size: Optional[int] = None, first: Optional[List[Diagnostic]] = None,
 ) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
     """(fixed source, fixed diagnostics, remaining diagnostics) of one Python text; the fixes
     that were checked and dropped are listed in `outcome.rejected` (`nb`: map their rows to cells)
     and withdrawn from the remaining diagnostics (no `[*]`, not counted as fixable);
     `used`: see `_linter`. `size`: the bytes of the file the text was read from, to fix it under
     the bounds of its lint (`_within_bounds`, which may raise `Unchecked`); None: here, as it is
-    (stdin's text, which was linted here)."""
-    args = (source, path, config, facts, unsafe, used)
+    (stdin's text, which was linted here). `first`: the run's per-file diagnostics of this very
+    text (`_fixed`)."""
+    args = (source, path, config, facts, unsafe, used, first)
     new, fixed, remaining, rejected = _fixed(*args) if size is None else _within_bounds(_fixed, args, size, config.file_timeout)
     dropped = {fix_key(d) for d, _ in rejected}
     for d in remaining:
@@ -330,7 +331,10 @@ def _dropped(
     return [[code, title, list(contents), why] for (code, title, contents), why in ((fix_key(d), why) for d, why in rejected)]
 
 
-def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome, used: AbstractSet[Tuple[str, str]] = frozenset()) -> Optional[List[Diagnostic]]:
+def _fix_python(
+    path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome, used: AbstractSet[Tuple[str, str]] = frozenset(),
+    linted: Optional[Tuple[str, List[Diagnostic]]] = None,
+) -> Optional[List[Diagnostic]]:
     from . import writer
 
     try:
@@ -338,7 +342,12 @@ def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, wr
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
         outcome.errors.append(f"{path}: cannot read: {exc}")
         return None
-    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome, used=used, size=original.size)
+    first = None
+    if linted is not None:
+        from ..core.digest import text_digest
+
+        first = linted[1] if text_digest(original.text) == linted[0] else None
+    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome, used=used, size=original.size, first=first)
     if not fixed or new == original.text:
         return remaining
     change = FileChange(path, fixed, unified_diff(original.text, new, path))
@@ -389,9 +398,11 @@ def fix_files(
     unsafe: bool = False,
     write: bool = True,
     noqa_used: Optional[Dict[str, AbstractSet[Tuple[str, str]]]] = None,
+    linted: Optional[Dict[str, Tuple[str, List[Diagnostic]]]] = None,
 ) -> FixOutcome:
     """Fix every file of a lint run that has an applicable fix; diagnostics of the others are kept.
-    `noqa_used`: `LintResult.noqa_used` (the run's cross-file findings' `# noqa` codes)."""
+    `noqa_used`: `LintResult.noqa_used` (the run's cross-file findings' `# noqa` codes);
+    `linted`: `LintResult.linted` (the run's lint of a Python file stands in for the fixing's first)."""
     from ..engine.notebook import is_notebook
 
     by_file: Dict[str, List[Diagnostic]] = {}
@@ -400,9 +411,12 @@ def fix_files(
     outcome = FixOutcome(diagnostics=[])
     for path, found in by_file.items():
         if applicable(found, unsafe):
-            fix = _fix_notebook if is_notebook(path) else _fix_python
+            used = (noqa_used or {}).get(path, frozenset())
             try:
-                remaining = fix(path, config, facts, unsafe, write, outcome, (noqa_used or {}).get(path, frozenset()))
+                if is_notebook(path):
+                    remaining = _fix_notebook(path, config, facts, unsafe, write, outcome, used)
+                else:
+                    remaining = _fix_python(path, config, facts, unsafe, write, outcome, used, (linted or {}).get(path))
             except Unchecked as exc:  # nothing written: the file's findings stay, without their fixes
                 for d in applicable(found, unsafe):
                     outcome.rejected.append(_line(path, d, "fix not applied", str(exc)))
@@ -437,7 +451,7 @@ def fix_paths(
 
         cache = open_cache(config, cache_dir or None)
     result = lint_paths(paths, config, force_exclude=force_exclude, jobs=max(jobs, 1), cache=cache)
-    outcome = fix_files(result.diagnostics, result.facts, config, unsafe, write, result.noqa_used)
+    outcome = fix_files(result.diagnostics, result.facts, config, unsafe, write, result.noqa_used, result.linted)
     outcome.read = result.read
     if write and not unsafe:
         # the summary's "hidden fixes can be enabled with --unsafe-fixes": only those it would apply
