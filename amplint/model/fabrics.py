@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 import libcst as cst
 
 from .bindings import self_bindings
+from .literals import evaluated
 from .names import dotted_name
 from .types import Assignment, CallInfo, Scope
 
@@ -105,5 +106,5 @@ def _literal_in(node: Optional[cst.BaseExpression], values: tuple) -> bool:
         return node.value in values
     if not isinstance(node, cst.SimpleString):
         return False
-    value = node.evaluated_value
+    value = evaluated(node)
     return isinstance(value, str) and value in values and value in node.value
