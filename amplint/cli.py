@@ -568,7 +568,7 @@ def _run(
         from .fix.fixer import withdraw_failing_fixes
         from .report.source import clean
 
-        for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes, cache, result.noqa_used):
+        for line in withdraw_failing_fixes(result.diagnostics, result.facts, config, unsafe_fixes, cache, result.noqa_used, result.linted):
             click.echo(f"amplint: warning: {clean(line)}", err=True)
     _say_notes(result.notes)
     if cache is not None:

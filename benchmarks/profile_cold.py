@@ -2,6 +2,11 @@
 """Where a cold run's CPU time goes, per phase and per rule (run by hand; not a test).
 
     python benchmarks/profile_cold.py PATH [--select ALL] [--cprofile OUT.prof] [--top 30]
+    python benchmarks/profile_cold.py PATH --warm [--cache-dir DIR]   # a warm run's phases
+
+`--warm`: the same timers over a run with the cache (`--cache-dir`, default a fresh temporary
+folder), after one untimed run that fills it: the cache's load, its lookups, the conditions'
+walks of library copies and the rest of a warm run (`--jobs 1`; a warm run starts no pool).
 
 Lints PATH in this process (`--jobs 1`, no cache, the analysis thread run inline so that
 the timers and cProfile see it) with `process_time` timers wrapped around the phases:
@@ -136,6 +141,12 @@ def install() -> None:
     wrap("amplint.model.project.scale", "summarize_both", "summaries")
     wrap("amplint.engine.crossfile", "merge", "cross-file pass")
     wrap("amplint.fix.fixer", "withdraw_failing_fixes", "fix check")
+    wrap("amplint.engine.parallel", "open_cache", "cache: open and load", "amplint.cli")
+    wrap("amplint.engine.cache", "Cache.lookup", "cache: lookups")
+    wrap("amplint.engine.cache", "Cache.save", "cache: save")
+    wrap("amplint.engine.parallel", "pending_conditions", "conditions (pending)")
+    wrap("amplint.engine.pipeline", "resolve_conditions", "conditions (resolve)", "amplint.engine.run")
+    wrap("amplint.model.embedded", "_is_copy", "conditions: library-copy walks")
     # the wrapper rules' per-file view (summaries made for them) and the lint's hand-over
     wrappers = importlib.import_module("amplint.model.project.wrappers")
     for name in ("file_view", "made_for"):
@@ -164,6 +175,8 @@ def main() -> int:
     ap.add_argument("--select", nargs="*", default=None)
     ap.add_argument("--cprofile", help="also write a cProfile of the run here")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--warm", action="store_true", help="time a warm run (the cache filled by an untimed run first)")
+    ap.add_argument("--cache-dir", help="with --warm: the cache folder (default: a fresh temporary one)")
     args = ap.parse_args()
 
     import gc
@@ -178,6 +191,22 @@ def main() -> int:
 
         config = dataclasses.replace(config, select=tuple(args.select))
     imports = time.process_time() - start_cpu
+    cache_dir = None
+    if args.warm:
+        import tempfile
+
+        from amplint import cli as _cli
+
+        cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="amplint-profile-")
+        child = os.fork()  # fills the cache, untimed, in a child: its in-process memos die with it
+        if child == 0:
+            try:
+                _cli._run([args.path], config, None, jobs=1, cache_dir=cache_dir)
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)
+        TOTALS.clear()
+        CALLS.clear()
     profiler = None
     if args.cprofile:
         import cProfile
@@ -190,7 +219,7 @@ def main() -> int:
     from amplint.report import renderer
 
     read: dict = {}
-    diagnostics = _timed("run (rest)", cli._run)([args.path], config, None, jobs=1, cache_dir=None, read=read)
+    diagnostics = _timed("run (rest)", cli._run)([args.path], config, None, jobs=1, cache_dir=cache_dir, read=read)
     text = _timed("report", lambda d: renderer("concise")(d, unsafe_fixes=True))(diagnostics)
     run_cpu = time.process_time() - run_cpu
     if profiler is not None:
@@ -202,7 +231,7 @@ def main() -> int:
     print(f"imports before the run {imports:.2f} s CPU; run {run_cpu:.2f} s CPU; total {total:.2f} s CPU; wall {time.perf_counter() - start_wall:.2f} s")
     print("| phase | CPU (s) | calls |\n|---|---:|---:|")
     for label, secs in TOTALS.most_common(args.top):
-        print(f"| {label} | {secs:.2f} | {CALLS[label]} |")
+        print(f"| {label} | {secs:.3f} | {CALLS[label]} |")
     return 0
 
 

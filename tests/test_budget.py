@@ -242,6 +242,7 @@ def test_a_file_whose_analysis_outgrows_the_memory_bound_is_one_line(tmp_path, m
     by = _by_file(result)
     assert by["dense.py"] == [("AMP000", TIMEOUT_NAME, "analysis needed more than 48 MB of memory; skipped")], by["dense.py"][:3]
     assert by["good.py"][0][0] == "AMP101"
+    assert result.read == {"failed": 1, "analysed": 1}  # "could not be analysed", not "without AMP code"
 
 
 def test_a_big_plain_file_costs_its_excerpt_not_its_size(tmp_path, monkeypatch):

@@ -57,3 +57,64 @@ def test_only_the_statement_asked_about_is_generated(monkeypatch):
     last = module.body[-1]
     assert Positions(module)[last].start.line == 1503
     assert generated == [last]
+
+
+def _expected(module):
+    return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+
+def _dense(n):
+    return "import torch\n\n# dense\nk = 0.5\n" + "".join(f"s{i} = scores.masked_fill(\n    scores > k, -1e9)  # {i}\n\n" for i in range(n))
+
+
+def _counting(monkeypatch):
+    calls = {"statements": 0, "whole": 0}
+    real_one, real_whole = Positions._generate, Positions._generate_whole
+
+    def one(self, stmt, line):
+        calls["statements"] += 1
+        return real_one(self, stmt, line)
+
+    def whole(self):
+        calls["whole"] += 0 if self._whole else 1
+        return real_whole(self)
+
+    monkeypatch.setattr(Positions, "_generate", one)
+    monkeypatch.setattr(Positions, "_generate_whole", whole)
+    return calls
+
+
+def test_a_module_of_findings_is_generated_whole_after_a_few_statements(monkeypatch):
+    from amplint.model.positions import DENSE_AFTER
+
+    module = cst.parse_module(_dense(300))
+    expected = _expected(module)
+    calls = _counting(monkeypatch)
+    positions = Positions(module)
+    for stmt in module.body[2:]:  # in order, two nodes of each statement (a finding and its fix)
+        call = stmt.body[0].value
+        for node in (call, call.args[1].value):
+            assert positions[node] == expected[node]
+    assert calls == {"statements": DENSE_AFTER, "whole": 1}
+
+
+def test_statements_are_mapped_only_as_far_as_asked(monkeypatch):
+    module = cst.parse_module(_dense(1000))
+    expected = _expected(module)
+    calls = _counting(monkeypatch)
+    positions = Positions(module)
+    node = module.body[12].body[0].value
+    assert positions[node] == expected[node]
+    assert positions._mapped == 13 and calls == {"statements": 1, "whole": 0}
+
+
+def test_a_module_with_findings_on_a_third_of_its_statements_stays_per_statement(monkeypatch):
+    module = cst.parse_module(_dense(600))
+    expected = _expected(module)
+    calls = _counting(monkeypatch)
+    positions = Positions(module)
+    asked = module.body[2::3]
+    for stmt in asked:
+        node = stmt.body[0].value
+        assert positions[node] == expected[node]
+    assert calls == {"statements": len(asked), "whole": 0}

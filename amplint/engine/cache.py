@@ -381,8 +381,9 @@ def encode_result(result: Any) -> Optional[Dict[str, Any]]:
 
 
 #: FileResult fields for the rest of the run only, dropped from the entry: the summaries a
-#: wrapper rule computed are cached as the project pass's own entries when it reads them
-_TRANSIENT = frozenset({"summaries"})
+#: wrapper rule computed are cached as the project pass's own entries when it reads them; the
+#: digest of the text linted is for this run's fix check
+_TRANSIENT = frozenset({"summaries", "source_digest"})
 
 
 @lru_cache(maxsize=None)
@@ -527,6 +528,11 @@ class Cache:
     def put_raw(self, kind: str, key: str, payload: Dict[str, Any]) -> None:
         self._put(kind, key, [0, 0, "", 0.0, payload])
 
+    def memo(self, kind: str) -> "RawMemo":
+        """`get(key)`/`put(key, payload)` of one RAW kind, for a memo kept by a lower layer
+        (`model.embedded.remembered`: the walks of library copies, "walks")."""
+        return RawMemo(self, kind)
+
     def fix_check(self, path: str, key: str, st: Optional[Stat] = None, digest: Optional[str] = None) -> Optional[list]:
         """The recorded outcome of checking the fixes of `path`'s lint entry under `key`, if
         the file is unchanged: by its stat (`st`, as in `lookup`) or by its bytes' `digest`."""
@@ -597,10 +603,24 @@ class Cache:
         self._changed = _empty()
 
 
+class RawMemo:
+    """One RAW kind of a cache as a memo: payloads (dicts of plain data) by key."""
+
+    def __init__(self, cache: Cache, kind: str) -> None:
+        self.cache, self.kind = cache, kind
+
+    def get(self, key: str) -> Optional[Dict[str, Any]]:
+        return self.cache.get_raw(self.kind, key) if self.cache.key is not None else None
+
+    def put(self, key: str, payload: Dict[str, Any]) -> None:
+        if self.cache.key is not None:
+            self.cache.put_raw(self.kind, key, payload)
+
+
 #: the key, in a lint entry's payload, of its fix checks: {check key: outcome}
 FIX_CHECKS = "c"
 #: kinds whose payload is JSON data kept as it is (not a FileResult)
-RAW_KINDS = ("pindex", "summary", "project", "scale")
+RAW_KINDS = ("pindex", "summary", "project", "scale", "walks")
 
 
 def _unchanged(entry: list, st: Optional[Stat]) -> bool:

@@ -30,6 +30,10 @@ def lint_path(path: str, config: Config, rules: Sequence[Type[Rule]], codes: Fro
 
 def _lint_python(path: str, source: str, config: Config, rules: Sequence[Type[Rule]], codes: FrozenSet[str]) -> FileResult:
     result = lint_file_source(source, path, config, rules, codes)
+    if any(d.fix is not None for d in result.diagnostics):
+        from ..core.digest import text_digest
+
+        result.source_digest = text_digest(source)  # the fix check's first lint is this one
     if path.endswith(".py"):
         from ..model.project import text_index
 

@@ -85,7 +85,7 @@ def _work(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
 
 def _work_confined(item: Item) -> Tuple[int, Optional[Stat], Optional[str], float, Any]:
     from . import isolate
-    from .pipeline import SYNTAX_ERROR_CODE, TIMEOUT_NAME, FileResult, syntax_error
+    from .pipeline import FAILED, SYNTAX_ERROR_CODE, TIMEOUT_NAME, FileResult, syntax_error
 
     config, codes, kind = _STATE["config"], _STATE["codes"], _STATE["kind"]
     index, path = item[0], item[1]
@@ -93,7 +93,8 @@ def _work_confined(item: Item) -> Tuple[int, Optional[Stat], Optional[str], floa
     how, value = isolate.run_confined(_work_here, (item,), config.file_timeout)
     if how == "ok":
         return value
-    result = FileResult(path=path, parsed=True, over_budget=True)  # never cached: the next run tries again
+    # never cached: the next run tries again; read but not analysed, as a lint past its budget in process
+    result = FileResult(path=path, parsed=True, over_budget=True, read=FAILED)
     if kind == "lint" and SYNTAX_ERROR_CODE in codes:
         message = f"analysis {isolate.overrun(how, value, config.file_timeout)}; skipped"
         result.diagnostics.append(syntax_error(path, 1, 1, message, TIMEOUT_NAME))

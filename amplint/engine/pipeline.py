@@ -60,6 +60,10 @@ class FileResult:
     summaries: Any = None
     #: ANALYSED, NO_AMP_CODE, EXEMPT, FAILED or UNREADABLE (the summary's "Checked N files: ...")
     read: str = NO_AMP_CODE
+    #: `core.digest.text_digest` of the Python text linted, when a diagnostic offers a fix: the
+    #: run's check of those fixes takes `diagnostics` as its lint of the same text instead of
+    #: linting it again (`LintResult.linted`); never cached
+    source_digest: Optional[str] = None
 
 
 # ------------------------------------------------------------------ selection

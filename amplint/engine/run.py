@@ -7,8 +7,9 @@ and add the cross-file findings of the projects the files belong to
 `lint_source` lints one text (the unit tests and the stdin path use it)."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic
@@ -32,6 +33,10 @@ class LintResult:
     noqa_used: Dict[str, Set[Tuple[str, str]]] = field(default_factory=dict)
     #: how many of `files` each `FileResult.read` outcome has (analysed, no AMP code, ...)
     read: Dict[str, int] = field(default_factory=dict)
+    #: path -> (`text_digest` of the text linted, its per-file diagnostics before conditions, as
+    #: copies) of the Python files this run linted (not the cached ones) whose findings offer a
+    #: fix: the fix check's first lint of the same text (`fixer.withdraw_failing_fixes`)
+    linted: Dict[str, Tuple[str, List[Diagnostic]]] = field(default_factory=dict)
 
 
 def lint_source(source: str, path: str = "<string>", config: Optional[Config] = None) -> List[Diagnostic]:
@@ -55,7 +60,7 @@ def lint_paths(
 ) -> LintResult:
     """Lint files and folders. `jobs` processes (results identical to one);
     `cache`: an `amplint.engine.cache.Cache` to reuse and record per-file results."""
-    from .parallel import lint_files, settle_facts
+    from .parallel import lint_files
 
     config = config or Config()
     codes, rules = selected_rules(config)
@@ -66,6 +71,25 @@ def lint_paths(
     outside: List[str] = []
     files = list(discover(paths, config, force_exclude, problems=unreadable, record=walk, outside=outside))
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
+    # copies, taken before anything can touch them: the fix check withdraws fixes from the run's
+    # diagnostics (in place) between its passes
+    linted = {r.path: (r.source_digest, [copy.copy(d) for d in r.diagnostics]) for r in results if r.source_digest is not None}
+    from ..model.embedded import remembered
+
+    # the conditions' walks of library copies, kept in the store (a warm run reads none of their files)
+    with remembered(cache.memo("walks") if cache is not None else None):
+        result = _after_lint(paths, config, jobs, cache, codes, rules, unreadable, walk, outside, files, results)
+    result.linted = linted
+    return result
+
+
+def _after_lint(
+    paths: Sequence[str], config: Config, jobs: int, cache: "Optional[Cache]", codes: FrozenSet[str], rules: Sequence[Any],
+    unreadable: List[Tuple[str, str]], walk: WalkRecord, outside: List[str], files: List[str], results: List[FileResult],
+) -> LintResult:
+    """`lint_paths` after each file's lint: the project facts, the conditions, the cross-file pass."""
+    from .parallel import settle_facts
+
     facts = settle_facts(files, results, config, jobs=jobs, cache=cache)
     from .crossfile import Projects, merge, project_diagnostics
     from .parallel import pending_conditions

@@ -17,6 +17,7 @@ the file and withdraws its fixes, with the reason.
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 from dataclasses import dataclass, field
@@ -94,12 +95,37 @@ class Unchecked(Exception):
 Fixing = Tuple[str, List[Diagnostic], List[Diagnostic], List[Tuple[Diagnostic, str]]]
 
 
-def _fixed(source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]]) -> Fixing:
+def _fixed(
+    source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]],
+    first: Optional[List[Diagnostic]] = None,
+) -> Fixing:
     """(fixed source, fixed diagnostics, remaining diagnostics, [(dropped fix's diagnostic,
-    why)]): `fix_until_stable` of one text with the file's own lint (`_linter`)."""
+    why)]): `fix_until_stable` of one text with the file's own lint (`_linter`). `first`: the
+    per-file diagnostics (before conditions) this run's lint gave for `source` itself, which
+    then stand in for linting it again (`LintResult.linted`)."""
     rejected: List[Tuple[Diagnostic, str]] = []
     lint = _linter(path, config, facts, used) if used else _linter(path, config, facts)
+    if first is not None:
+        lint = _linted_once(lint, source, first, facts, config, used)
     return (*fix_until_stable(source, lint, unsafe, rejected=rejected), rejected)
+
+
+def _linted_once(
+    lint: Callable[[str], List[Diagnostic]], source: str, first: List[Diagnostic], facts: ProjectFacts, config: Config,
+    used: AbstractSet[Tuple[str, str]],
+) -> Callable[[str], List[Diagnostic]]:
+    """`lint`, answering for `source` itself (the same object: `fix_until_stable` lints its
+    text first) from `first` as `_linter`'s lint answers from a fresh result."""
+    from ..engine.pipeline import resolve_conditions
+    from ..engine.unused_noqa import discount
+
+    def known(text: str) -> List[Diagnostic]:
+        if text is not source:
+            return lint(text)
+        found = resolve_conditions([copy.copy(d) for d in first], facts, config)
+        return discount(found, text, used) if used else found
+
+    return known
 
 
 def _within_bounds(fn: Callable, args: tuple, size: int, timeout: float):
@@ -133,15 +159,16 @@ def _budgeted(fn: Callable, args: tuple, timeout: float):
 
 def fix_text(
     source: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, outcome: Optional["FixOutcome"] = None, nb=None,
-    used: AbstractSet[Tuple[str, str]] = frozenset(), size: Optional[int] = None,
+    used: AbstractSet[Tuple[str, str]] = frozenset(), size: Optional[int] = None, first: Optional[List[Diagnostic]] = None,
 ) -> Tuple[str, List[Diagnostic], List[Diagnostic]]:
     """(fixed source, fixed diagnostics, remaining diagnostics) of one Python text; the fixes
     that were checked and dropped are listed in `outcome.rejected` (`nb`: map their rows to cells)
     and withdrawn from the remaining diagnostics (no `[*]`, not counted as fixable);
     `used`: see `_linter`. `size`: the bytes of the file the text was read from, to fix it under
     the bounds of its lint (`_within_bounds`, which may raise `Unchecked`); None: here, as it is
-    (stdin's text, which was linted here)."""
-    args = (source, path, config, facts, unsafe, used)
+    (stdin's text, which was linted here). `first`: the run's per-file diagnostics of this very
+    text (`_fixed`)."""
+    args = (source, path, config, facts, unsafe, used, first)
     new, fixed, remaining, rejected = _fixed(*args) if size is None else _within_bounds(_fixed, args, size, config.file_timeout)
     dropped = {fix_key(d) for d, _ in rejected}
     for d in remaining:
@@ -200,7 +227,7 @@ def withdraw_in_text(source: str, lint: Callable[[str], List[Diagnostic]], diagn
 
 def withdraw_failing_fixes(
     diagnostics: Sequence[Diagnostic], facts: ProjectFacts, config: Config, unsafe: bool = True, cache: Optional["Cache"] = None,
-    noqa_used: Optional[Dict[str, AbstractSet[Tuple[str, str]]]] = None,
+    noqa_used: Optional[Dict[str, AbstractSet[Tuple[str, str]]]] = None, linted: Optional[Dict[str, Tuple[str, List[Diagnostic]]]] = None,
 ) -> List[str]:
     """Check the fixes a run offers the way `--fix` applies them (`dropped_fixes`): each file
     (notebook or not) with a fix is fixed in memory and re-linted, under the current settings for
@@ -210,7 +237,10 @@ def withdraw_failing_fixes(
     counted). Files without a fix are not read again; with `cache` (an `engine.cache.Cache`),
     the outcome is kept with the file's lint entry, so a warm run of an unchanged file parses
     nothing for it either. A file whose check does not finish within its bounds (`Unchecked`)
-    has every fix of the group withdrawn, with that reason (and nothing kept in the cache)."""
+    has every fix of the group withdrawn, with that reason (and nothing kept in the cache).
+    `linted`: `LintResult.linted`, the run's own lint of a file's text, which the check then
+    does not lint again (a file's lint is most of its check: at 10,000 AMP-dense lines 14 of 29
+    CPU-s)."""
     by_file: Dict[str, List[Diagnostic]] = {}
     for d in applicable(diagnostics, True):
         by_file.setdefault(d.filename, []).append(d)
@@ -218,7 +248,7 @@ def withdraw_failing_fixes(
     for path, found in by_file.items():
         for mode, group in _by_mode(found, unsafe):
             try:
-                why_by_key = _fix_check(path, config, facts, mode, cache, (noqa_used or {}).get(path, frozenset()))
+                why_by_key = _fix_check(path, config, facts, mode, cache, (noqa_used or {}).get(path, frozenset()), (linted or {}).get(path))
             except Unchecked as exc:
                 why_by_key = {fix_key(d): str(exc) for d in group}
             for d in group:
@@ -230,9 +260,13 @@ def withdraw_failing_fixes(
     return lines
 
 
-def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cache: Optional["Cache"], used: AbstractSet[Tuple[str, str]] = frozenset()) -> Dict[tuple, str]:
+def _fix_check(
+    path: str, config: Config, facts: ProjectFacts, unsafe: bool, cache: Optional["Cache"], used: AbstractSet[Tuple[str, str]] = frozenset(),
+    linted: Optional[Tuple[str, List[Diagnostic]]] = None,
+) -> Dict[tuple, str]:
     """{fix key: why} of the fixes of `path` that `--fix` would drop, from `cache` when it
-    holds the check of these bytes under this key (nothing dropped when unreadable)."""
+    holds the check of these bytes under this key (nothing dropped when unreadable);
+    `linted`: (text digest, per-file diagnostics) of the run's lint of the file."""
     from ..core.safe_read import read_bytes
     from ..engine.cache import file_digest, stat_key
     from ..model.facts import library_module
@@ -255,16 +289,20 @@ def _fix_check(path: str, config: Config, facts: ProjectFacts, unsafe: bool, cac
         digest = file_digest(data)
         outcome = cache.fix_check(path, key, digest=digest) if cache is not None else None
         if outcome is None:
-            outcome = _check_fixes(path, data, config, facts, unsafe, used)
+            outcome = _check_fixes(path, data, config, facts, unsafe, used, linted)
             if cache is not None:
                 cache.record_fix_check(path, digest, key, outcome)
     return {(code, message, tuple(contents)): why for code, message, contents, why in outcome}
 
 
-def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]] = frozenset()) -> list:
+def _check_fixes(
+    path: str, data: bytes, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]] = frozenset(),
+    linted: Optional[Tuple[str, List[Diagnostic]]] = None,
+) -> list:
     """[[code, fix title, edit contents, why], ...]: the fixes of the file's bytes `data`
     that fixing drops (JSON data, as the cache keeps it), checked within the bounds of the
-    file's lint (`_within_bounds`: may raise `Unchecked`)."""
+    file's lint (`_within_bounds`: may raise `Unchecked`). `linted`: the run's lint of the file,
+    used as the check's first lint when its text digest is that of the text decoded here."""
     from . import writer
     from ..engine.notebook import Notebook, NotebookError, is_notebook
 
@@ -275,17 +313,28 @@ def _check_fixes(path: str, data: bytes, config: Config, facts: ProjectFacts, un
             text = Notebook.from_text(text).source
     except (UnicodeDecodeError, SyntaxError, LookupError, NotebookError):
         return []
-    return _within_bounds(_dropped, (text, path, config, facts, unsafe, used), len(data), config.file_timeout)
+    first = None
+    if linted is not None and not notebook:
+        from ..core.digest import text_digest
+
+        first = linted[1] if text_digest(text) == linted[0] else None
+    return _within_bounds(_dropped, (text, path, config, facts, unsafe, used, first), len(data), config.file_timeout)
 
 
-def _dropped(text: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]]) -> list:
+def _dropped(
+    text: str, path: str, config: Config, facts: ProjectFacts, unsafe: bool, used: AbstractSet[Tuple[str, str]],
+    first: Optional[List[Diagnostic]] = None,
+) -> list:
     """`_check_fixes`' outcome of a decoded text: only that comes back from a forked child (not
     the fixed text and its findings, which the check does not keep)."""
-    rejected = _fixed(text, path, config, facts, unsafe, used)[3]
+    rejected = _fixed(text, path, config, facts, unsafe, used, first)[3]
     return [[code, title, list(contents), why] for (code, title, contents), why in ((fix_key(d), why) for d, why in rejected)]
 
 
-def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome, used: AbstractSet[Tuple[str, str]] = frozenset()) -> Optional[List[Diagnostic]]:
+def _fix_python(
+    path: str, config: Config, facts: ProjectFacts, unsafe: bool, write: bool, outcome: FixOutcome, used: AbstractSet[Tuple[str, str]] = frozenset(),
+    linted: Optional[Tuple[str, List[Diagnostic]]] = None,
+) -> Optional[List[Diagnostic]]:
     from . import writer
 
     try:
@@ -293,7 +342,12 @@ def _fix_python(path: str, config: Config, facts: ProjectFacts, unsafe: bool, wr
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
         outcome.errors.append(f"{path}: cannot read: {exc}")
         return None
-    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome, used=used, size=original.size)
+    first = None
+    if linted is not None:
+        from ..core.digest import text_digest
+
+        first = linted[1] if text_digest(original.text) == linted[0] else None
+    new, fixed, remaining = fix_text(original.text, path, config, facts, unsafe, outcome, used=used, size=original.size, first=first)
     if not fixed or new == original.text:
         return remaining
     change = FileChange(path, fixed, unified_diff(original.text, new, path))
@@ -344,9 +398,11 @@ def fix_files(
     unsafe: bool = False,
     write: bool = True,
     noqa_used: Optional[Dict[str, AbstractSet[Tuple[str, str]]]] = None,
+    linted: Optional[Dict[str, Tuple[str, List[Diagnostic]]]] = None,
 ) -> FixOutcome:
     """Fix every file of a lint run that has an applicable fix; diagnostics of the others are kept.
-    `noqa_used`: `LintResult.noqa_used` (the run's cross-file findings' `# noqa` codes)."""
+    `noqa_used`: `LintResult.noqa_used` (the run's cross-file findings' `# noqa` codes);
+    `linted`: `LintResult.linted` (the run's lint of a Python file stands in for the fixing's first)."""
     from ..engine.notebook import is_notebook
 
     by_file: Dict[str, List[Diagnostic]] = {}
@@ -355,9 +411,12 @@ def fix_files(
     outcome = FixOutcome(diagnostics=[])
     for path, found in by_file.items():
         if applicable(found, unsafe):
-            fix = _fix_notebook if is_notebook(path) else _fix_python
+            used = (noqa_used or {}).get(path, frozenset())
             try:
-                remaining = fix(path, config, facts, unsafe, write, outcome, (noqa_used or {}).get(path, frozenset()))
+                if is_notebook(path):
+                    remaining = _fix_notebook(path, config, facts, unsafe, write, outcome, used)
+                else:
+                    remaining = _fix_python(path, config, facts, unsafe, write, outcome, used, (linted or {}).get(path))
             except Unchecked as exc:  # nothing written: the file's findings stay, without their fixes
                 for d in applicable(found, unsafe):
                     outcome.rejected.append(_line(path, d, "fix not applied", str(exc)))
@@ -392,7 +451,7 @@ def fix_paths(
 
         cache = open_cache(config, cache_dir or None)
     result = lint_paths(paths, config, force_exclude=force_exclude, jobs=max(jobs, 1), cache=cache)
-    outcome = fix_files(result.diagnostics, result.facts, config, unsafe, write, result.noqa_used)
+    outcome = fix_files(result.diagnostics, result.facts, config, unsafe, write, result.noqa_used, result.linted)
     outcome.read = result.read
     if write and not unsafe:
         # the summary's "hidden fixes can be enabled with --unsafe-fixes": only those it would apply

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Dict, Optional
 
 import libcst as cst
 
-from .literals import literal_bool
+from .literals import evaluated, literal_bool
 from .names import dotted_name
 from .receivers import certain_constructor, visible_bindings
 from .runtime_choices import option_read
@@ -87,7 +87,7 @@ def _is_fp16_literal(node: Optional[cst.BaseExpression]) -> bool:
     hold the letters too, which keeps the rule's text gate (a search for "fp16") sound."""
     if not isinstance(node, cst.SimpleString):
         return False
-    value = node.evaluated_value
+    value = evaluated(node)
     return isinstance(value, str) and value.lower() == "fp16" and "fp16" in node.value.lower()
 
 
@@ -168,8 +168,8 @@ def _call_precision(call: CallInfo) -> str:
     if cpu is not None and literal_bool(cpu) is True:
         return "no"
     mixed = call.arg(_MIXED_PRECISION_POSITION, "mixed_precision")
-    if isinstance(mixed, cst.SimpleString) and isinstance(mixed.evaluated_value, str):
-        return MIXED_LITERALS.get(mixed.evaluated_value.lower(), "runtime")
+    if isinstance(mixed, cst.SimpleString) and isinstance(evaluated(mixed), str):
+        return MIXED_LITERALS.get(evaluated(mixed).lower(), "runtime")
     return "runtime"
 
 
@@ -193,6 +193,6 @@ def _names_accelerator(ctx: "ModuleContext", node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.Subscript) and dotted_name(node.value) in ("Optional", "typing.Optional") and len(node.slice) == 1:
         inner = node.slice[0].slice
         return isinstance(inner, cst.Index) and _names_accelerator(ctx, inner.value)
-    if isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
-        return node.evaluated_value.strip() in ("Accelerator", "accelerate.Accelerator")  # a forward reference
+    if isinstance(node, cst.SimpleString) and isinstance(evaluated(node), str):
+        return evaluated(node).strip() in ("Accelerator", "accelerate.Accelerator")  # a forward reference
     return not ctx.imports.qualnames(node).isdisjoint(ACCELERATORS)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from . import torchapi
-from .literals import literal_number
+from .literals import evaluated, literal_number
 from .names import dotted_name
 from .regions import _parse_autocast, held_autocast
 from .types import Assignment, AutocastRegion, CallInfo, Frame, LiteralInfo, MatMulInfo, Scope
@@ -461,7 +461,7 @@ class _Collector(cst.CSTVisitor):
 
     def _number(self, node: Union[cst.Float, cst.Integer]) -> None:
         try:
-            value = abs(float(node.evaluated_value))
+            value = abs(float(evaluated(node)))
         except (ValueError, OverflowError):
             return
         if not (value > torchapi.FP16_MAX or 0 < value < torchapi.FP16_FLUSH_TO_ZERO):

@@ -45,9 +45,11 @@ no file of it changed.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import re
-from typing import Callable, Dict, List, Optional, Set, Tuple
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from ..core.roots import nearest_marked
 from .precision_names import FP16_WORDS
@@ -202,19 +204,97 @@ def _is_copy(folder: str, base: str) -> bool:
     for top in (base, os.path.join(base, "src")):
         if os.path.exists(os.path.join(top, name, "__init__.py")) or os.path.isfile(os.path.join(top, name + ".py")):
             return False  # the project's own top-level package of that name
+    return _imports_itself(folder, name)
+
+
+#: where `_imports_itself` answers are kept across runs (the engine sets it for a run that has a
+#: cache: `remembered`): get(key) -> payload or None, put(key, payload)
+_memo: Optional[Any] = None
+#: a file or folder modified within this many seconds of when it was read is not trusted by its stat
+#: (git's racy-clean rule, as the cache's)
+_RACY_SECONDS = 2.0
+
+
+@contextlib.contextmanager
+def remembered(memo: Optional[Any]) -> Iterator[None]:
+    """Keep `_imports_itself` answers in `memo` (a cache store's) while the block runs."""
+    global _memo
+    before, _memo = _memo, memo
+    try:
+        yield
+    finally:
+        _memo = before
+
+
+def _imports_itself(folder: str, name: str) -> bool:
+    """Whether one of the first `_COPY_FILES` Python files below `folder` imports `name` by its
+    absolute name (`_own_imports`). Reading them is most of a warm run's facts pass (transformers'
+    `models/`: 400 files, ~25 ms), so with a `_memo` the answer is kept with what it was read
+    from: the mtime of each folder walked (a name added, removed or renamed in it moves it) and
+    the (mtime, size) of each file read, as the cache trusts a file; kept only when none of them
+    changed within `_RACY_SECONDS` of the reading, and reused while every one is as recorded."""
+    key = f"{folder}\0{name}"
+    memo = _memo
+    if memo is not None:
+        found = memo.get(key)
+        if isinstance(found, dict) and _witness_holds(found.get("w")):
+            return found.get("a") is True
     own = _own_imports(name)
+    witness: List[Optional[list]] = []
+    answer = _walk_imports(folder, own, witness)
+    if memo is not None and witness and None not in witness and _not_racy(witness):
+        memo.put(key, {"a": answer, "w": witness})
+    return answer
+
+
+def _walk_imports(folder: str, own: Callable[[str], bool], witness: List[Optional[list]]) -> bool:
+    """`_imports_itself` by reading, each folder walked and file read added to `witness`."""
     seen = 0
     for where, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        _witness(witness, where, folder=True)
         for n in sorted(files):
             if not n.endswith(".py"):
                 continue
             seen += 1
             if seen > _COPY_FILES:
                 return False
-            if own(read_text(os.path.join(where, n)) or ""):
+            path = os.path.join(where, n)
+            _witness(witness, path, folder=False)
+            if own(read_text(path) or ""):
                 return True
     return False
+
+
+def _witness(witness: List[Optional[list]], path: str, folder: bool) -> None:
+    """[path, mtime_ns, size (-1: a folder)]; None when it cannot be told (never kept)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        witness.append(None)
+        return
+    witness.append([path, st.st_mtime_ns, -1 if folder else st.st_size])
+
+
+def _witness_holds(witness: Any) -> bool:
+    if not isinstance(witness, list) or not witness:
+        return False
+    for item in witness:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
+            return False
+        path, mtime_ns, size = item
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if st.st_mtime_ns != mtime_ns or (size != -1 and st.st_size != size):
+            return False
+    return True
+
+
+def _not_racy(witness: List[Optional[list]]) -> bool:
+    newest = max(item[1] for item in witness if item is not None) / 1e9
+    return newest < time.time() - _RACY_SECONDS
 
 
 def _own_imports(name: str):

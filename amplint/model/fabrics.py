@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 
+from .literals import evaluated
 from .receivers import certain_constructor
 from .types import CallInfo, Scope
 
@@ -64,5 +65,5 @@ def _literal_in(node: Optional[cst.BaseExpression], values: tuple) -> bool:
         return node.value in values
     if not isinstance(node, cst.SimpleString):
         return False
-    value = node.evaluated_value
+    value = evaluated(node)
     return isinstance(value, str) and value in values and value in node.value

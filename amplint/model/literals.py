@@ -1,14 +1,34 @@
 """Reading literal values and arguments off libcst nodes (no model needed)."""
 from __future__ import annotations
 
+import ast
 import math
 import struct
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Union
 
 import libcst as cst
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def evaluated(node: Union[cst.Integer, cst.Float, cst.SimpleString]) -> Any:
+    """`node.evaluated_value`, without `ast.literal_eval`: its nested functions refer to each
+    other, a reference cycle per call (CPython 3.11) that only the cycle collector frees, and the
+    collector is paused while a file is analysed (`engine.gc_paused`): two per AMP301 site stayed
+    until the file was done (a 140,000-line AMP-dense file: hundreds of MB). A number's value is
+    what the compiler makes of its literal (`int(text, 0)`, `float(text)`: the same conversions);
+    a string's is its constant, parsed as `literal_eval` parses it. Raises ValueError (or
+    SyntaxError) where `evaluated_value` would."""
+    text = node.value
+    if isinstance(node, cst.Integer):
+        return int(text, 0)
+    if isinstance(node, cst.Float):
+        return float(text)
+    body = ast.parse(text.lstrip(" \t"), mode="eval").body
+    if not isinstance(body, ast.Constant):
+        raise ValueError(f"not a literal: {text!r}")
+    return body.value
 
 
 def call_arg(call: cst.Call, position: Optional[int], keyword: Optional[str] = None) -> Optional[cst.BaseExpression]:
@@ -34,7 +54,7 @@ def literal_bool(node: Optional[cst.CSTNode]) -> Optional[bool]:
 
 def literal_string(node: Optional[cst.CSTNode]) -> Optional[str]:
     if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
+        value = evaluated(node)
         return value if isinstance(value, str) else None
     return None
 
@@ -48,7 +68,7 @@ def literal_number(node: Optional[cst.CSTNode]) -> Optional[float]:
         node = node.expression
     if isinstance(node, (cst.Float, cst.Integer)):
         try:
-            return sign * float(node.evaluated_value)
+            return sign * float(evaluated(node))
         except (ValueError, OverflowError):
             return None
     return None
