@@ -704,8 +704,8 @@ def never_loaded(filename: Optional[str], root: Optional[str] = None) -> bool:
     quoted = re.compile(r"['\"]%s['\"]" % re.escape(stem))
     word = re.compile(r"(?:[:=][ \t]*['\"]?|['\"/.])%s\b" % re.escape(stem))  # a value, not prose
     prefix = re.compile(r"['\"]%s[./](?:\{|['\"])" % re.escape(parent))  # `f"models.{name}"`: a computed module of the folder
-    listing = project_files(base, _NAMING_SUFFIXES)
-    if len(listing) >= _MAX_FILES:
+    listing = whole_listing(base, _NAMING_SUFFIXES)
+    if listing is None:
         return False
     for other in listing:
         if other == path:
