@@ -219,6 +219,9 @@ def _contract() -> dict:
         fabric = re.search(r"after Fabric's: (.*?), likewise", cells[emits])
         if fabric:  # ... and after Lightning Fabric's
             out[cells[0] + ":fabric"] = re.findall(r"`([a-z_]+)`", fabric.group(1))
+        lightning = re.search(r"after Lightning's fp16 `self.manual_backward`: (.*?), for the same reason", cells[emits])
+        if lightning:  # ... and after a LightningModule's manual_backward
+            out[cells[0] + ":lightning"] = re.findall(r"`([a-z_]+)`", lightning.group(1))
         out[cells[0]] = re.findall(r"`([a-z_]+)`", cells[emits].split("(")[0] if "(" in cells[emits] else cells[emits])
     return out
 
@@ -239,7 +242,7 @@ def test_every_rule_with_an_experiment_emits_the_documented_keys():
                 seen += 1
                 data = d.data or {}
                 framework = data.get("framework")
-                keys = contract[f"{rule.code}:{framework}"] if framework in ("accelerate", "fabric") else contract[rule.code]
+                keys = contract[f"{rule.code}:{framework}"] if framework in ("accelerate", "fabric", "lightning") else contract[rule.code]
                 missing = [k for k in keys or () if k not in data]
                 assert not missing, f"{rule.code} INVALID finding at {d.location} lacks {missing}"
         assert seen, rule.code
