@@ -51,7 +51,7 @@ def fp16_trainer(filename: Optional[str], root: Optional[str] = None) -> bool:
 
 def fp16_trainer_site(filename: Optional[str], root: Optional[str] = None) -> Optional[str]:
     """`train.py:148` for the first such Trainer (the listing's order), else None."""
-    from .texts import project_files, project_root, read_text
+    from .texts import files_stamp, project_files, project_root, read_text
 
     if not filename:
         return None
@@ -59,14 +59,7 @@ def fp16_trainer_site(filename: Optional[str], root: Optional[str] = None) -> Op
     if base is None:
         return None
     listing = sorted(project_files(base, (".py", ".ini")))
-    stamp = []
-    for path in listing:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        stamp.append((path, st.st_mtime_ns, st.st_size))
-    key = (base, hash(tuple(stamp)))
+    key = (base, files_stamp(listing))
     if key in _cache:
         return _cache[key]
     if len(_cache) > 32:
