@@ -99,3 +99,26 @@ def imports(body: List[ast.stmt]) -> Iterator[ast.AST]:
     """Every `import`/`from ... import` statement in `body` and the bodies nested in it, in the
     order `ast.walk` meets them (breadth first), so the first binding of a name stays the same."""
     return (node for node in statements(body) if isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
+def import_bindings(body: List[ast.stmt]) -> Tuple[Dict[str, List[object]], List[ast.ImportFrom]]:
+    """What the imports in `body` bind, as the project summaries store it: name -> [level,
+    module, imported name] (`import a.b` binds `a`; `import a.b as c` binds `c` to `a.b`), the
+    first binding of a name kept; and the `from m import *` statements, which bind no name here."""
+    table: Dict[str, List[object]] = {}
+    stars: List[ast.ImportFrom] = []
+    for node in imports(body):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    table.setdefault(alias.asname, [0, alias.name, ""])
+                else:
+                    root = alias.name.split(".")[0]
+                    table.setdefault(root, [0, root, ""])
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    stars.append(node)
+                else:
+                    table.setdefault(alias.asname or alias.name, [node.level or 0, node.module or "", alias.name])
+    return table, stars

@@ -57,28 +57,34 @@ class ConfigFile:
 
     def get(self, *keys: str) -> Any:
         """The value at a key path (None when absent or not a mapping on the way)."""
-        node: Any = self.values
-        for key in keys:
-            if not isinstance(node, dict) or key not in node:
-                return None
-            node = node[key]
-        return node
+        return lookup(self.values, keys)[1]
 
     def has(self, *keys: str) -> bool:
-        node: Any = self.values
-        for key in keys:
-            if not isinstance(node, dict) or key not in node:
-                return False
-            node = node[key]
-        return True
+        return lookup(self.values, keys)[0]
 
     def where(self, *keys: str) -> Tuple[int, int]:
         """Where the key path is written (the nearest written prefix; else the file's start)."""
-        for n in range(len(keys), 0, -1):
-            found = self.lines.get(tuple(keys[:n]))
-            if found is not None:
-                return found
-        return (1, 1)
+        return written_at(self.lines, keys, (1, 1))
+
+
+def lookup(values: Any, keys: KeyPath) -> Tuple[bool, Any]:
+    """(present, value) at a key path of nested mappings; (False, None) when a step is missing
+    or not a mapping. One walk for every config reader (files, dict literals, wrappers)."""
+    node = values
+    for key in keys:
+        if not isinstance(node, dict) or key not in node:
+            return False, None
+        node = node[key]
+    return True, node
+
+
+def written_at(lines: Dict[KeyPath, Tuple[int, int]], keys: KeyPath, default: Tuple[int, int]) -> Tuple[int, int]:
+    """Where the longest written prefix of a key path is, else `default`."""
+    for n in range(len(keys), 0, -1):
+        found = lines.get(tuple(keys[:n]))
+        if found is not None:
+            return found
+    return default
 
 
 def resolve(literal: str, naming_file: str, root: Optional[str]) -> Optional[str]:

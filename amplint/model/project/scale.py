@@ -226,20 +226,9 @@ class _Reader:
     # ------------------------------------------------------------------ driver
 
     def run(self, tree: ast.Module) -> Summary:
-        from .astutil import imports
+        from .astutil import import_bindings
 
-        for node in imports(tree.body):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.asname:
-                        self.imports.setdefault(alias.asname, [0, alias.name, ""])
-                    else:
-                        root = alias.name.split(".")[0]
-                        self.imports.setdefault(root, [0, root, ""])
-            elif isinstance(node, ast.ImportFrom):
-                for alias in node.names:
-                    if alias.name != "*":
-                        self.imports.setdefault(alias.asname or alias.name, [node.level or 0, node.module or "", alias.name])
+        self.imports = import_bindings(tree.body)[0]
         self._function("<module>", tree.body, None, [], 1)
         return {
             "v": VERSION,

@@ -25,7 +25,7 @@ from ..precision_names import CONFIG_KEYS, lightning_autocast_dtype
 from ...core.gates import overflowing_literal_site
 from ...core.pyast import parse
 from . import disabled, loaders, masks, trained
-from .astutil import dotted, imports as _imports, number as _number, walk_expression as _walk_expression
+from .astutil import dotted, import_bindings as _import_bindings, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
 VERSION = 9
@@ -121,21 +121,10 @@ class _Summarizer:
         return out
 
     def _collect_imports(self, tree: ast.Module) -> None:
-        for node in _imports(tree.body):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.asname:
-                        self.imports.setdefault(alias.asname, [0, alias.name, ""])
-                    else:
-                        root = alias.name.split(".")[0]
-                        self.imports.setdefault(root, [0, root, ""])
-            elif isinstance(node, ast.ImportFrom):
-                for alias in node.names:
-                    if alias.name == "*":
-                        if node.level or (node.module or "").split(".")[0] not in _STDLIB:
-                            self.stars.append([node.level or 0, node.module or ""])
-                        continue
-                    self.imports.setdefault(alias.asname or alias.name, [node.level or 0, node.module or "", alias.name])
+        self.imports, stars = _import_bindings(tree.body)
+        for node in stars:
+            if node.level or (node.module or "").split(".")[0] not in _STDLIB:
+                self.stars.append([node.level or 0, node.module or ""])
         if self.stars and "torch" not in self.imports:
             # as the per-file model reads it (`names.ImportTable.bind_star_torch`): a file that
             # star-imports a module and never imports `torch` has its `torch` from the star

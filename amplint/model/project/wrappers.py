@@ -85,19 +85,10 @@ class Config:
     choices: Dict[Tuple[str, ...], List[Any]] = field(default_factory=dict)
 
     def get(self, *keys: str) -> Any:
-        node: Any = self.values
-        for key in keys:
-            if not isinstance(node, dict) or key not in node:
-                return None
-            node = node[key]
-        return node
+        return configs.lookup(self.values, keys)[1]
 
     def where(self, *keys: str) -> Tuple[int, int]:
-        for n in range(len(keys), 0, -1):
-            found = self.lines.get(tuple(keys[:n]))
-            if found is not None:
-                return found
-        return self.lines.get((), (1, 1))
+        return configs.written_at(self.lines, keys, self.lines.get((), (1, 1)))
 
     def enabled(self, block: str) -> Optional[bool]:
         """`fp16.enabled` / `bf16.enabled` (or DeepSpeed's older `bfloat16` block): True/False,
