@@ -73,7 +73,9 @@ def overrun(how: str, value: Any, timeout: float) -> str:
     return f"failed ({value})"
 
 
-def _vm_size() -> Optional[int]:
+def vm_size() -> Optional[int]:
+    """This process's virtual memory size in bytes (Linux /proc), or None where it cannot be read:
+    the figure a confined run's address-space limit is measured against."""
     try:
         with open("/proc/self/status") as fh:
             return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
@@ -99,7 +101,7 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
             import resource
 
             out_of_memory = pickle.dumps(("memory", None))  # made before the cap: nothing to allocate once it binds
-            vm = _vm_size()
+            vm = vm_size()
             if vm is not None and memory_mb > 0:
                 cap = vm + _STACK_RESERVE + memory_mb * 1024 * 1024
                 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))

@@ -154,17 +154,23 @@ def _lint_file_source(source: str, path: str, config: Config, rules: Sequence[Ty
     return lint_active(source, path, config, active, codes, exempt, result)
 
 
-def _lint_text_only(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], exempt: Optional[FrozenSet[str]], result: FileResult) -> FileResult:
-    """Run rules that read the text only (`Rule.text_only`): no libcst parse, no AMP model (the
-    file stays unparsed for the project facts, as a file passing no gate)."""
-    with gc_paused():  # the wrapper rules summarise the file with `ast` (wrappers.file_view)
-        diagnostics = _check_texts(source, path, active, codes, result)
+def _keep(diagnostics: List[Diagnostic], source: str, path: str, config: Config, codes: FrozenSet[str], exempt: Optional[FrozenSet[str]], result: FileResult) -> FileResult:
+    """A file's findings after per-file-ignores, the caller's exemptions and `# noqa` comments
+    (with AMP000's unused-noqa findings when selected), added to `result`."""
     ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
     diagnostics = [d for d in diagnostics if d.code not in ignored and not (exempt and d.code in exempt)]
     result.diagnostics.extend(apply_noqa(diagnostics, source))
     if UNUSED_NOQA_CODE in codes:
         result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
     return result
+
+
+def _lint_text_only(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], exempt: Optional[FrozenSet[str]], result: FileResult) -> FileResult:
+    """Run rules that read the text only (`Rule.text_only`): no libcst parse, no AMP model (the
+    file stays unparsed for the project facts, as a file passing no gate)."""
+    with gc_paused():  # the wrapper rules summarise the file with `ast` (wrappers.file_view)
+        diagnostics = _check_texts(source, path, active, codes, result)
+    return _keep(diagnostics, source, path, config, codes, exempt, result)
 
 
 def lint_active(
@@ -204,12 +210,7 @@ def lint_active(
         result.read = FAILED
         return result
     result.read = ANALYSED
-    ignored = config.ignored_for(path, known_codes()) if config.per_file_ignores else frozenset()
-    diagnostics = [d for d in diagnostics if d.code not in ignored and not (exempt and d.code in exempt)]
-    result.diagnostics.extend(apply_noqa(diagnostics, source))
-    if UNUSED_NOQA_CODE in codes:
-        result.diagnostics.extend(_unused_noqa(diagnostics, source, path, config, codes))
-    return result
+    return _keep(diagnostics, source, path, config, codes, exempt, result)
 
 
 def _python_refuses(source: str) -> bool:

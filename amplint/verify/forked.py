@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..engine.isolate import vm_size
 from . import confine, seccomp
 
 VERDICTS = ("confirmed", "not-reproduced", "inconclusive", "error")
@@ -73,14 +74,6 @@ class Limits:
     private_network: bool = False
 
 
-def _vm_size() -> Optional[int]:
-    try:
-        with open("/proc/self/status") as fh:
-            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
 def _child(body: Callable[[], Dict[str, Any]], result_w: int, output_w: int, close: List[int], limits: Limits, workdir: str, timeout: float, rank: bool,
            go: Optional[int] = None) -> None:
     """In the forked child: confine, run, send. Never returns. A `rank` of a multi-process
@@ -111,7 +104,7 @@ def _child(body: Callable[[], Dict[str, Any]], result_w: int, output_w: int, clo
                 confine.fresh_session_keyring(limits.keyctl_nr)
             address_space = None
             if limits.cap_address_space and limits.memory_mb > 0:
-                vm = _vm_size()
+                vm = vm_size()
                 address_space = vm + limits.memory_mb * 1024 * 1024 if vm else None
             nproc = confine.user_tasks() + PROCESS_LIMIT
             confine.hard_limits(int(math.ceil(timeout)) + 1, address_space, FILE_SIZE_LIMIT, nproc)
