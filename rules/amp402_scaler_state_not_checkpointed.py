@@ -198,6 +198,15 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     `loss_scale` (a static scale has nothing to learn), and for a level read
     at run time.
 
+    A helper optimizer class (OpenNMT's `Optimizer`) that builds its own
+    GradScaler (`self._scaler = GradScaler(...)`, or on the instance a
+    classmethod builds), scales and steps with it, and defines a
+    `state_dict()` / `load_state_dict()` pair that carries the wrapped
+    optimizer's state but not the scaler's is flagged at its `state_dict`: that
+    pair is what its users checkpoint and resume. Silent when the scaler is
+    handed in (its owner may checkpoint it) or when any method of the class
+    touches the scaler's `state_dict` / `load_state_dict`.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#saving-resuming
@@ -450,6 +459,58 @@ class Trainer:
 """,
             "the scaler is rebuilt every epoch (AMP107's finding): its state restarts at each epoch whether saved or not",
         ),
+        Valid(
+            """
+import torch
+
+
+class Optimizer:
+    def __init__(self, optimizer, amp):
+        self._optimizer = optimizer
+        self._step = 0
+        self._scaler = torch.amp.GradScaler("cuda", enabled=amp)
+
+    def backward(self, loss):
+        self._scaler.scale(loss).backward()
+
+    def step(self):
+        self._scaler.step(self._optimizer)
+        self._scaler.update()
+        self._step += 1
+
+    def state_dict(self):
+        return {"step": self._step, "optimizer": self._optimizer.state_dict(), "scaler": self._scaler.state_dict()}
+
+    def load_state_dict(self, state_dict):
+        self._step = state_dict["step"]
+        self._optimizer.load_state_dict(state_dict["optimizer"])
+        self._scaler.load_state_dict(state_dict["scaler"])
+""",
+            "a helper optimizer class whose state_dict round-trips its own scaler",
+        ),
+        Valid(
+            """
+import torch
+
+
+class ScaledOptimizer:
+    def __init__(self, optimizer, scaler):
+        self.optimizer = optimizer
+        self.scaler = scaler
+
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def state_dict(self):
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict["optimizer"])
+""",
+            "the scaler is handed in: its owner keeps (and may checkpoint) it",
+        ),
     ]
 
     INVALID = [
@@ -687,11 +748,54 @@ for step in range(num_steps):
             why="a save helper handed the checkpoint's pieces (model and optimizer state), none of them the scaler's; "
             "the resume restores the optimizer from a load helper's result (a related site)",
         ),
+        Invalid(
+            """
+import torch
+
+
+class Optimizer:
+    def __init__(self, optimizer, max_grad_norm=0.0):
+        self._optimizer = optimizer
+        self._training_step = 1
+        self._scaler = None
+
+    @classmethod
+    def from_opt(cls, optimizer, opt):
+        wrapper = cls(optimizer, opt.max_grad_norm)
+        if opt.model_dtype == "fp16":
+            wrapper._scaler = torch.amp.GradScaler("cuda")
+        return wrapper
+
+    def backward(self, loss):
+        self._scaler.scale(loss).backward()
+
+    def step(self):
+        self._scaler.unscale_(self._optimizer)
+        self._scaler.step(self._optimizer)
+        self._scaler.update()
+        self._training_step += 1
+
+    def state_dict(self):
+        return {"training_step": self._training_step, "optimizer": self._optimizer.state_dict()}
+
+    def load_state_dict(self, state_dict):
+        self._training_step = state_dict["training_step"]
+        self._optimizer.load_state_dict(state_dict["optimizer"])
+""",
+            line=26,
+            why="a helper optimizer class that builds and steps its own scaler: its state_dict/load_state_dict pair, what "
+            "its users checkpoint and resume, carries the optimizer's state but not the scaler's",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         yield from self._apex(ctx)
+        wrapped = list(self._wrapper_state(ctx))
+        yield from wrapped
         live = _live_scalers(ctx)
+        if wrapped:  # one bug, one finding: a save of the wrapper's state misses the scaler its state_dict() leaves out
+            attributes = {d.data["scaler"].rsplit(".", 1)[-1] for d in wrapped}
+            live = [key for key in live if key.rsplit(".", 1)[-1] not in attributes]
         if live:
             from amplint.model import rebuilt_scalers
 
@@ -732,6 +836,34 @@ for step in range(num_steps):
             yield found
         elif resume is not None:
             yield self._loaded(ctx, resume, scaler)
+
+    def _wrapper_state(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """A helper optimizer class that builds and steps its own GradScaler (`self._scaler`) and
+        round-trips its state through its own `state_dict()` / `load_state_dict()` pair (what its
+        users checkpoint and resume), both carrying the wrapped optimizer's state and neither the
+        scaler's. Reported at `state_dict`."""
+        import libcst as cst
+
+        for cls, methods in _classes(ctx).items():
+            save, load = methods.get("state_dict"), methods.get("load_state_dict")
+            if save is None or load is None:
+                continue
+            saved = [c for c in save.calls if c.method == "state_dict" and (c.receiver_dotted or "").startswith("self.")]
+            if not saved:
+                continue
+            for scaler in _owned_scalers(ctx, cls, methods):
+                if any(f"{scaler}.state_dict" in ctx.code_for(m.node) or f"{scaler}.load_state_dict" in ctx.code_for(m.node)
+                       for m in methods.values()) or scaler in ctx.code_for(save.node) or scaler in ctx.code_for(load.node):
+                    continue
+                optimizer = saved[0].receiver_dotted
+                node = save.node.name if isinstance(save.node, cst.FunctionDef) else save.node
+                message = f"`{cls.name.value}.state_dict()` saves `{optimizer}` but not `{scaler}`, which it steps with"
+                help = f"Add `{scaler}.state_dict()` to it and restore it in `load_state_dict` with `{scaler}.load_state_dict(...)`"
+                data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(saved[0].statement), "side": "save",
+                        "bug": scaler}
+                related = [ctx.related(load.node.name, "restored without it")] if isinstance(load.node, cst.FunctionDef) else []
+                yield ctx.diagnostic(self, node, message, data=data, related=related, help=help)
+                break
 
     def _apex(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         """apex `amp.initialize(...)` with a dynamic loss scale, and a resume checkpoint of the file
@@ -980,6 +1112,35 @@ for step in range(num_steps):
         help = f"Call `{scaler}.load_state_dict(...)` with the saved scaler state"
         data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load", "bug": scaler}
         return ctx.diagnostic(self, call.node, message, data=data, help=help)
+
+
+def _classes(ctx: ModuleContext) -> Dict[cst.ClassDef, Dict[str, Any]]:
+    """Each class of the file with its methods by name (their scopes)."""
+    import libcst as cst
+
+    out: Dict[cst.ClassDef, Dict[str, Any]] = {}
+    for scope in ctx.scopes:
+        if scope.cls is not None and isinstance(scope.node, cst.FunctionDef) and (scope.parent is None or scope.parent.cls is None):
+            out.setdefault(scope.cls, {})[scope.name] = scope
+    return out
+
+
+def _owned_scalers(ctx: ModuleContext, cls: cst.ClassDef, methods: Dict[str, Any]) -> List[str]:
+    """The `self.X` GradScalers the class's methods scale or step with and the class builds itself, with
+    an enabled not `False` (`self.X = GradScaler(...)`, or `obj.X = GradScaler()` on the instance a
+    classmethod builds): not one handed in, whose owner may checkpoint it."""
+    used = {e.scaler for s in methods.values() for e in s.events if e.scaler and e.scaler.startswith("self.")
+            and e.kind in ("scaled_backward", "scaler_step")}
+    owned = []
+    for scaler in sorted(used):
+        attribute = scaler.rsplit(".", 1)[-1]
+        for key, info in ctx.scalers.items():
+            if info.enabled is False or key.rsplit(".", 1)[-1] != attribute or "." not in key:
+                continue
+            if any(c.scope.cls is cls for c in info.constructors):
+                owned.append(scaler)
+                break
+    return owned
 
 
 def _final_save(ctx: ModuleContext, call: CallInfo) -> bool:
