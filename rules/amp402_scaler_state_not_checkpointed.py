@@ -89,6 +89,16 @@ class ScalerStateNotCheckpointed(Rule):
     which builds `self.scaler`, and then `load_checkpoint()`, which restores it:
     the methods' text order is not the order they run in).
 
+    A checkpoint folder written one file per piece, the Hugging Face Trainer's
+    layout, counts as one checkpoint: `torch.save(optimizer.state_dict(),
+    os.path.join(output_dir, "optimizer.pt"))` beside another piece saved in
+    the same function (a scheduler's or the model's `state_dict()` by
+    `torch.save`, or `self.save_model(output_dir)`), as in a Trainer subclass
+    that overrides `_save_checkpoint` and steps the Trainer's `self.scaler`.
+    An optimizer's state saved alone is not followed. When the file also
+    restores the optimizer from such a folder without the scaler, the finding
+    stays at that resume.
+
     The save may go through a function named for saving that is given the
     dict (`utils.save_on_master(state, path)`, `save_checkpoint(state, path)`,
     `xm.save(...)`), or the checkpoint's pieces as separate arguments
@@ -511,6 +521,40 @@ class ScaledOptimizer:
 """,
             "the scaler is handed in: its owner keeps (and may checkpoint) it",
         ),
+        Valid(
+            """
+import os
+import torch
+from transformers import Trainer
+
+
+class CLTrainer(Trainer):
+    def _save_checkpoint(self, model, trial, metrics=None):
+        output_dir = os.path.join(self.args.output_dir, f"checkpoint-{self.state.global_step}")
+        self.save_model(output_dir)
+        torch.save(self.optimizer.state_dict(), os.path.join(output_dir, "optimizer.pt"))
+        torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
+        if self.use_amp:
+            torch.save(self.scaler.state_dict(), os.path.join(output_dir, "scaler.pt"))
+
+    def optimizer_step(self):
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            "a checkpoint folder, one file per piece, with the scaler's",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    scaler.scale(model(x, y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+torch.save(optimizer.state_dict(), "optimizer.pt")
+""",
+            "an optimizer's state saved alone, no other piece of a checkpoint beside it: not followed",
+        ),
     ]
 
     INVALID = [
@@ -786,6 +830,57 @@ class Optimizer:
             why="a helper optimizer class that builds and steps its own scaler: its state_dict/load_state_dict pair, what "
             "its users checkpoint and resume, carries the optimizer's state but not the scaler's",
         ),
+        Invalid(
+            """
+import os
+import torch
+from transformers import Trainer
+
+
+class CLTrainer(Trainer):
+    def _save_checkpoint(self, model, trial, metrics=None):
+        output_dir = os.path.join(self.args.output_dir, f"checkpoint-{self.state.global_step}")
+        self.save_model(output_dir)
+        torch.save(self.optimizer.state_dict(), os.path.join(output_dir, "optimizer.pt"))
+        torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
+        self.state.save_to_json(os.path.join(output_dir, "trainer_state.json"))
+
+    def optimizer_step(self):
+        if self.use_amp:
+            self.scaler.unscale_(self.optimizer)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+""",
+            line=10,
+            why="a Hugging Face-style checkpoint folder (one file per piece: the model, optimizer.pt, scheduler.pt) "
+            "written by an overridden _save_checkpoint that leaves out the Trainer's scaler",
+        ),
+        Invalid(
+            """
+import os
+import torch
+
+
+class Trainer:
+    def _save_checkpoint(self, output_dir):
+        self.save_model(output_dir)
+        torch.save(self.optimizer.state_dict(), os.path.join(output_dir, "optimizer.pt"))
+        torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        self.optimizer.load_state_dict(torch.load(os.path.join(checkpoint, "optimizer.pt")))
+        self.lr_scheduler.load_state_dict(torch.load(os.path.join(checkpoint, "scheduler.pt")))
+
+    def optimizer_step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            line=12,
+            why="the folder's pieces are read back by a resume in the same file: reported at that resume",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -824,6 +919,8 @@ class Optimizer:
                 ),
                 None,
             )  # the first one: the scaler is missing from every resume path alike
+        if resume is not None:  # a folder's optimizer.pt pieces: the resume that reads them back is where it is reported
+            saves = [(call, optimizer) for call, optimizer in saves if not _folder_piece(call)]
         # one bug, one finding: the scaler is missing from the file's checkpoints, reported at the
         # first save (where its state is added) with the other saves and the resume as related sites
         related = [ctx.related(call.node, "also saved") for call, _ in saves[1:]]
@@ -884,6 +981,8 @@ class Optimizer:
             loads = ctx.calls_to("torch.load")
             resume = next((c for c in ctx.method_calls("load_state_dict")
                            if ctx.is_optimizer(c.receiver_dotted) and not c.qualnames and _from_checkpoint(ctx, c, loads)), None)
+        if resume is not None:
+            saves = [c for c in saves if not _folder_piece(c)]
         related = [ctx.related(initialize.node, "apex amp's dynamic loss scale set up here")]
         if saves:
             optimizer = _resume_checkpoint(ctx, saves[0])
@@ -1514,6 +1613,47 @@ def _scaler_call(ctx: ModuleContext, method: str) -> bool:
     return any(_is_scaler_name(ctx, c.receiver_dotted) for c in ctx.method_calls(method))
 
 
+#: methods that write a model's weights into a checkpoint folder (Hugging Face's Trainer and models)
+_MODEL_SAVES = ("save_model", "save_pretrained")
+
+
+def _folder_piece(call: CallInfo) -> bool:
+    """`torch.save(x.state_dict(), path)`: one piece of a checkpoint folder (`_piece_of_a_folder`)."""
+    import libcst as cst
+
+    obj = call.arg(0, "obj")
+    return (call.calls_any(("torch.save",)) and isinstance(obj, cst.Call) and isinstance(obj.func, cst.Attribute)
+            and obj.func.attr.value == "state_dict")
+
+
+def _piece_of_a_folder(ctx: ModuleContext, call: CallInfo, obj: Any) -> Optional[str]:
+    """`torch.save(optimizer.state_dict(), os.path.join(output_dir, "optimizer.pt"))` beside another
+    piece of the same checkpoint folder saved in the same function (a scheduler's or model's
+    `state_dict()` by `torch.save`, or `self.save_model(output_dir)`): the Hugging Face Trainer's
+    checkpoint layout, one file per piece. The optimizer, or None."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    if not (isinstance(obj, cst.Call) and isinstance(obj.func, cst.Attribute) and obj.func.attr.value == "state_dict"):
+        return None
+    optimizer = dotted_name(obj.func.value)
+    if optimizer is None or not ctx.is_optimizer(optimizer):
+        return None
+    for other in call.scope.calls:
+        if other is call:
+            continue
+        if other.method in _MODEL_SAVES:
+            return optimizer
+        if other.calls_any(("torch.save",)):
+            piece = other.arg(0, "obj")
+            if isinstance(piece, cst.Call) and isinstance(piece.func, cst.Attribute) and piece.func.attr.value == "state_dict":
+                receiver = dotted_name(piece.func.value)
+                if receiver is not None and receiver != optimizer and not ctx.is_optimizer(receiver) and not _is_scaler_name(ctx, receiver):
+                    return optimizer
+    return None
+
+
 def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
     """The optimizer whose state the saved dict holds, when it is a resume checkpoint."""
     import libcst as cst
@@ -1531,7 +1671,7 @@ def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
     elif not call.calls_any(("torch.save",)):
         return _given_pieces(ctx, call)
     else:
-        return None
+        return _piece_of_a_folder(ctx, call, obj)
     optimizer = None
     for node in descendants(obj):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
