@@ -1,7 +1,7 @@
 """AMP107 scaler-recreated-per-epoch."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
@@ -380,7 +380,21 @@ def main(args):
         every = "training step" if per_step else "epoch"
         message = f"`GradScaler(...)` is rebuilt every {every} ({where}): its loss scale never settles"
         help = "Create the scaler once, before the loop" if per_step else "Create the scaler once and pass it in"
-        return ctx.diagnostic(self, call.node, message, data={"where": where, "per_step": per_step}, help=help)
+        data = {"where": where, "per_step": per_step}
+        switch = _switch_parameter(call)
+        if switch is not None:  # `if amp:` of a parameter: the verifier calls the function with it on
+            data["switch"] = switch
+        return ctx.diagnostic(self, call.node, message, data=data, help=help)
+
+
+def _switch_parameter(call: CallInfo) -> Optional[str]:
+    """The parameter an `if NAME:` around the constructor tests (the AMP switch, `if amp:`), or None."""
+    import libcst as cst
+
+    for frame in call.path:
+        if frame.kind == "if" and isinstance(frame.test, cst.Name) and frame.test.value in call.scope.params:
+            return frame.test.value
+    return None
 
 
 def _builds_an_optimizer(project: Project, path: str, func: str, loop: bool = False) -> bool:
