@@ -1,7 +1,7 @@
 """AMP107 scaler-recreated-per-epoch."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
@@ -60,9 +60,12 @@ class ScalerRecreatedPerEpoch(Rule):
     ## Notes
     Silent when the optimizer is built in the same loop or function (a new
     run per iteration: hyper-parameter sweeps, cross-validation folds), when
-    the construction is conditional (`if scaler is None:`), for a scaler built
-    once in `main()` and passed in, for `self.scaler` built in `__init__`, and
-    for `enabled=False`.
+    the construction is conditional (`if scaler is None:`, `if epoch == 0:`),
+    for a scaler built once in `main()` and passed in, for `self.scaler` built
+    in `__init__`, and for `enabled=False`. The AMP switch is no such condition: `if amp:
+    scaler = GradScaler()` (a flag, `amp` or `args.amp`, that also gates the
+    scaler's use or an autocast in the function) builds a scaler on every
+    call whenever AMP is on, like `GradScaler(enabled=amp)`.
 
     Across files: also flags a function that builds its own GradScaler when
     another file calls it inside a loop; the message names that call.
@@ -194,6 +197,39 @@ for _ in range(opt.evolve):
 """,
             "yolov5's hyper-parameter evolution: each call of train() is a whole run",
         ),
+        Valid(
+            """
+import torch
+for epoch in range(start_epoch, epochs):
+    if epoch == start_epoch and args.amp:
+        scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda", enabled=args.amp):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            "built once, in the first epoch: a comparison is no AMP switch",
+        ),
+        Valid(
+            """
+import torch
+def fit_one_epoch(model, loader, optimizer, warm):
+    if warm:
+        scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+for epoch in range(epochs):
+    fit_one_epoch(model, loader, optimizer, warm=epoch == 0)
+""",
+            "the flag gates only the constructor, not the scaler's use: a build-once switch, not AMP's",
+        ),
     ]
 
     INVALID = [
@@ -285,6 +321,31 @@ for x, y in loader:
             line=3,
             why="built on every step",
         ),
+        Invalid(
+            """
+import torch
+def fit_one_epoch(model, loader, optimizer, amp=False):
+    if amp:
+        scaler = torch.amp.GradScaler("cuda")
+    for images, targets in loader:
+        optimizer.zero_grad()
+        if amp:
+            with torch.amp.autocast("cuda"):
+                loss = model(images, targets)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            model(images, targets).backward()
+            optimizer.step()
+
+def main(args):
+    for epoch in range(args.epochs):
+        fit_one_epoch(model, loader, optimizer, amp=args.amp)
+""",
+            line=4,
+            why="`if amp:` is `GradScaler(enabled=amp)` spelled as a branch: the same switch gates the scaler's use",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -319,7 +380,21 @@ for x, y in loader:
         every = "training step" if per_step else "epoch"
         message = f"`GradScaler(...)` is rebuilt every {every} ({where}): its loss scale never settles"
         help = "Create the scaler once, before the loop" if per_step else "Create the scaler once and pass it in"
-        return ctx.diagnostic(self, call.node, message, data={"where": where, "per_step": per_step}, help=help)
+        data = {"where": where, "per_step": per_step}
+        switch = _switch_parameter(call)
+        if switch is not None:  # `if amp:` of a parameter: the verifier calls the function with it on
+            data["switch"] = switch
+        return ctx.diagnostic(self, call.node, message, data=data, help=help)
+
+
+def _switch_parameter(call: CallInfo) -> Optional[str]:
+    """The parameter an `if NAME:` around the constructor tests (the AMP switch, `if amp:`), or None."""
+    import libcst as cst
+
+    for frame in call.path:
+        if frame.kind == "if" and isinstance(frame.test, cst.Name) and frame.test.value in call.scope.params:
+            return frame.test.value
+    return None
 
 
 def _builds_an_optimizer(project: Project, path: str, func: str, loop: bool = False) -> bool:

@@ -89,6 +89,16 @@ class ScalerStateNotCheckpointed(Rule):
     which builds `self.scaler`, and then `load_checkpoint()`, which restores it:
     the methods' text order is not the order they run in).
 
+    A checkpoint folder written one file per piece, the Hugging Face Trainer's
+    layout, counts as one checkpoint: `torch.save(optimizer.state_dict(),
+    os.path.join(output_dir, "optimizer.pt"))` beside another piece saved in
+    the same function (a scheduler's or the model's `state_dict()` by
+    `torch.save`, or `self.save_model(output_dir)`), as in a Trainer subclass
+    that overrides `_save_checkpoint` and steps the Trainer's `self.scaler`.
+    An optimizer's state saved alone is not followed. When the file also
+    restores the optimizer from such a folder without the scaler, the finding
+    stays at that resume.
+
     The save may go through a function named for saving that is given the
     dict (`utils.save_on_master(state, path)`, `save_checkpoint(state, path)`,
     `xm.save(...)`), or the checkpoint's pieces as separate arguments
@@ -197,6 +207,15 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     `enabled=` counts). Silent for `opt_level="O0"`/`"O3"` and a numeric
     `loss_scale` (a static scale has nothing to learn), and for a level read
     at run time.
+
+    A helper optimizer class (OpenNMT's `Optimizer`) that builds its own
+    GradScaler (`self._scaler = GradScaler(...)`, or on the instance a
+    classmethod builds), scales and steps with it, and defines a
+    `state_dict()` / `load_state_dict()` pair that carries the wrapped
+    optimizer's state but not the scaler's is flagged at its `state_dict`: that
+    pair is what its users checkpoint and resume. Silent when the scaler is
+    handed in (its owner may checkpoint it) or when any method of the class
+    touches the scaler's `state_dict` / `load_state_dict`.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
@@ -450,6 +469,92 @@ class Trainer:
 """,
             "the scaler is rebuilt every epoch (AMP107's finding): its state restarts at each epoch whether saved or not",
         ),
+        Valid(
+            """
+import torch
+
+
+class Optimizer:
+    def __init__(self, optimizer, amp):
+        self._optimizer = optimizer
+        self._step = 0
+        self._scaler = torch.amp.GradScaler("cuda", enabled=amp)
+
+    def backward(self, loss):
+        self._scaler.scale(loss).backward()
+
+    def step(self):
+        self._scaler.step(self._optimizer)
+        self._scaler.update()
+        self._step += 1
+
+    def state_dict(self):
+        return {"step": self._step, "optimizer": self._optimizer.state_dict(), "scaler": self._scaler.state_dict()}
+
+    def load_state_dict(self, state_dict):
+        self._step = state_dict["step"]
+        self._optimizer.load_state_dict(state_dict["optimizer"])
+        self._scaler.load_state_dict(state_dict["scaler"])
+""",
+            "a helper optimizer class whose state_dict round-trips its own scaler",
+        ),
+        Valid(
+            """
+import torch
+
+
+class ScaledOptimizer:
+    def __init__(self, optimizer, scaler):
+        self.optimizer = optimizer
+        self.scaler = scaler
+
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def state_dict(self):
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict["optimizer"])
+""",
+            "the scaler is handed in: its owner keeps (and may checkpoint) it",
+        ),
+        Valid(
+            """
+import os
+import torch
+from transformers import Trainer
+
+
+class CLTrainer(Trainer):
+    def _save_checkpoint(self, model, trial, metrics=None):
+        output_dir = os.path.join(self.args.output_dir, f"checkpoint-{self.state.global_step}")
+        self.save_model(output_dir)
+        torch.save(self.optimizer.state_dict(), os.path.join(output_dir, "optimizer.pt"))
+        torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
+        if self.use_amp:
+            torch.save(self.scaler.state_dict(), os.path.join(output_dir, "scaler.pt"))
+
+    def optimizer_step(self):
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            "a checkpoint folder, one file per piece, with the scaler's",
+        ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    scaler.scale(model(x, y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+torch.save(optimizer.state_dict(), "optimizer.pt")
+""",
+            "an optimizer's state saved alone, no other piece of a checkpoint beside it: not followed",
+        ),
     ]
 
     INVALID = [
@@ -687,11 +792,105 @@ for step in range(num_steps):
             why="a save helper handed the checkpoint's pieces (model and optimizer state), none of them the scaler's; "
             "the resume restores the optimizer from a load helper's result (a related site)",
         ),
+        Invalid(
+            """
+import torch
+
+
+class Optimizer:
+    def __init__(self, optimizer, max_grad_norm=0.0):
+        self._optimizer = optimizer
+        self._training_step = 1
+        self._scaler = None
+
+    @classmethod
+    def from_opt(cls, optimizer, opt):
+        wrapper = cls(optimizer, opt.max_grad_norm)
+        if opt.model_dtype == "fp16":
+            wrapper._scaler = torch.amp.GradScaler("cuda")
+        return wrapper
+
+    def backward(self, loss):
+        self._scaler.scale(loss).backward()
+
+    def step(self):
+        self._scaler.unscale_(self._optimizer)
+        self._scaler.step(self._optimizer)
+        self._scaler.update()
+        self._training_step += 1
+
+    def state_dict(self):
+        return {"training_step": self._training_step, "optimizer": self._optimizer.state_dict()}
+
+    def load_state_dict(self, state_dict):
+        self._training_step = state_dict["training_step"]
+        self._optimizer.load_state_dict(state_dict["optimizer"])
+""",
+            line=26,
+            why="a helper optimizer class that builds and steps its own scaler: its state_dict/load_state_dict pair, what "
+            "its users checkpoint and resume, carries the optimizer's state but not the scaler's",
+        ),
+        Invalid(
+            """
+import os
+import torch
+from transformers import Trainer
+
+
+class CLTrainer(Trainer):
+    def _save_checkpoint(self, model, trial, metrics=None):
+        output_dir = os.path.join(self.args.output_dir, f"checkpoint-{self.state.global_step}")
+        self.save_model(output_dir)
+        torch.save(self.optimizer.state_dict(), os.path.join(output_dir, "optimizer.pt"))
+        torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
+        self.state.save_to_json(os.path.join(output_dir, "trainer_state.json"))
+
+    def optimizer_step(self):
+        if self.use_amp:
+            self.scaler.unscale_(self.optimizer)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+""",
+            line=10,
+            why="a Hugging Face-style checkpoint folder (one file per piece: the model, optimizer.pt, scheduler.pt) "
+            "written by an overridden _save_checkpoint that leaves out the Trainer's scaler",
+        ),
+        Invalid(
+            """
+import os
+import torch
+
+
+class Trainer:
+    def _save_checkpoint(self, output_dir):
+        self.save_model(output_dir)
+        torch.save(self.optimizer.state_dict(), os.path.join(output_dir, "optimizer.pt"))
+        torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        self.optimizer.load_state_dict(torch.load(os.path.join(checkpoint, "optimizer.pt")))
+        self.lr_scheduler.load_state_dict(torch.load(os.path.join(checkpoint, "scheduler.pt")))
+
+    def optimizer_step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            line=12,
+            why="the folder's pieces are read back by a resume in the same file: reported at that resume",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         yield from self._apex(ctx)
+        wrapped = list(self._wrapper_state(ctx))
+        yield from wrapped
         live = _live_scalers(ctx)
+        if wrapped:  # one bug, one finding: a save of the wrapper's state misses the scaler its state_dict() leaves out
+            attributes = {d.data["scaler"].rsplit(".", 1)[-1] for d in wrapped}
+            live = [key for key in live if key.rsplit(".", 1)[-1] not in attributes]
         if live:
             from amplint.model import rebuilt_scalers
 
@@ -720,6 +919,8 @@ for step in range(num_steps):
                 ),
                 None,
             )  # the first one: the scaler is missing from every resume path alike
+        if resume is not None:  # a folder's optimizer.pt pieces: the resume that reads them back is where it is reported
+            saves = [(call, optimizer) for call, optimizer in saves if not _folder_piece(call)]
         # one bug, one finding: the scaler is missing from the file's checkpoints, reported at the
         # first save (where its state is added) with the other saves and the resume as related sites
         related = [ctx.related(call.node, "also saved") for call, _ in saves[1:]]
@@ -732,6 +933,34 @@ for step in range(num_steps):
             yield found
         elif resume is not None:
             yield self._loaded(ctx, resume, scaler)
+
+    def _wrapper_state(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """A helper optimizer class that builds and steps its own GradScaler (`self._scaler`) and
+        round-trips its state through its own `state_dict()` / `load_state_dict()` pair (what its
+        users checkpoint and resume), both carrying the wrapped optimizer's state and neither the
+        scaler's. Reported at `state_dict`."""
+        import libcst as cst
+
+        for cls, methods in _classes(ctx).items():
+            save, load = methods.get("state_dict"), methods.get("load_state_dict")
+            if save is None or load is None:
+                continue
+            saved = [c for c in save.calls if c.method == "state_dict" and (c.receiver_dotted or "").startswith("self.")]
+            if not saved:
+                continue
+            for scaler in _owned_scalers(ctx, cls, methods):
+                if any(f"{scaler}.state_dict" in ctx.code_for(m.node) or f"{scaler}.load_state_dict" in ctx.code_for(m.node)
+                       for m in methods.values()) or scaler in ctx.code_for(save.node) or scaler in ctx.code_for(load.node):
+                    continue
+                optimizer = saved[0].receiver_dotted
+                node = save.node.name if isinstance(save.node, cst.FunctionDef) else save.node
+                message = f"`{cls.name.value}.state_dict()` saves `{optimizer}` but not `{scaler}`, which it steps with"
+                help = f"Add `{scaler}.state_dict()` to it and restore it in `load_state_dict` with `{scaler}.load_state_dict(...)`"
+                data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(saved[0].statement), "side": "save",
+                        "bug": scaler}
+                related = [ctx.related(load.node.name, "restored without it")] if isinstance(load.node, cst.FunctionDef) else []
+                yield ctx.diagnostic(self, node, message, data=data, related=related, help=help)
+                break
 
     def _apex(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         """apex `amp.initialize(...)` with a dynamic loss scale, and a resume checkpoint of the file
@@ -752,6 +981,8 @@ for step in range(num_steps):
             loads = ctx.calls_to("torch.load")
             resume = next((c for c in ctx.method_calls("load_state_dict")
                            if ctx.is_optimizer(c.receiver_dotted) and not c.qualnames and _from_checkpoint(ctx, c, loads)), None)
+        if resume is not None:
+            saves = [c for c in saves if not _folder_piece(c)]
         related = [ctx.related(initialize.node, "apex amp's dynamic loss scale set up here")]
         if saves:
             optimizer = _resume_checkpoint(ctx, saves[0])
@@ -980,6 +1211,35 @@ for step in range(num_steps):
         help = f"Call `{scaler}.load_state_dict(...)` with the saved scaler state"
         data = {"scaler": scaler, "optimizer": call.receiver_dotted, "snippet": ctx.code_for(call.node), "side": "load", "bug": scaler}
         return ctx.diagnostic(self, call.node, message, data=data, help=help)
+
+
+def _classes(ctx: ModuleContext) -> Dict[cst.ClassDef, Dict[str, Any]]:
+    """Each class of the file with its methods by name (their scopes)."""
+    import libcst as cst
+
+    out: Dict[cst.ClassDef, Dict[str, Any]] = {}
+    for scope in ctx.scopes:
+        if scope.cls is not None and isinstance(scope.node, cst.FunctionDef) and (scope.parent is None or scope.parent.cls is None):
+            out.setdefault(scope.cls, {})[scope.name] = scope
+    return out
+
+
+def _owned_scalers(ctx: ModuleContext, cls: cst.ClassDef, methods: Dict[str, Any]) -> List[str]:
+    """The `self.X` GradScalers the class's methods scale or step with and the class builds itself, with
+    an enabled not `False` (`self.X = GradScaler(...)`, or `obj.X = GradScaler()` on the instance a
+    classmethod builds): not one handed in, whose owner may checkpoint it."""
+    used = {e.scaler for s in methods.values() for e in s.events if e.scaler and e.scaler.startswith("self.")
+            and e.kind in ("scaled_backward", "scaler_step")}
+    owned = []
+    for scaler in sorted(used):
+        attribute = scaler.rsplit(".", 1)[-1]
+        for key, info in ctx.scalers.items():
+            if info.enabled is False or key.rsplit(".", 1)[-1] != attribute or "." not in key:
+                continue
+            if any(c.scope.cls is cls for c in info.constructors):
+                owned.append(scaler)
+                break
+    return owned
 
 
 def _final_save(ctx: ModuleContext, call: CallInfo) -> bool:
@@ -1353,6 +1613,47 @@ def _scaler_call(ctx: ModuleContext, method: str) -> bool:
     return any(_is_scaler_name(ctx, c.receiver_dotted) for c in ctx.method_calls(method))
 
 
+#: methods that write a model's weights into a checkpoint folder (Hugging Face's Trainer and models)
+_MODEL_SAVES = ("save_model", "save_pretrained")
+
+
+def _folder_piece(call: CallInfo) -> bool:
+    """`torch.save(x.state_dict(), path)`: one piece of a checkpoint folder (`_piece_of_a_folder`)."""
+    import libcst as cst
+
+    obj = call.arg(0, "obj")
+    return (call.calls_any(("torch.save",)) and isinstance(obj, cst.Call) and isinstance(obj.func, cst.Attribute)
+            and obj.func.attr.value == "state_dict")
+
+
+def _piece_of_a_folder(ctx: ModuleContext, call: CallInfo, obj: Any) -> Optional[str]:
+    """`torch.save(optimizer.state_dict(), os.path.join(output_dir, "optimizer.pt"))` beside another
+    piece of the same checkpoint folder saved in the same function (a scheduler's or model's
+    `state_dict()` by `torch.save`, or `self.save_model(output_dir)`): the Hugging Face Trainer's
+    checkpoint layout, one file per piece. The optimizer, or None."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    if not (isinstance(obj, cst.Call) and isinstance(obj.func, cst.Attribute) and obj.func.attr.value == "state_dict"):
+        return None
+    optimizer = dotted_name(obj.func.value)
+    if optimizer is None or not ctx.is_optimizer(optimizer):
+        return None
+    for other in call.scope.calls:
+        if other is call:
+            continue
+        if other.method in _MODEL_SAVES:
+            return optimizer
+        if other.calls_any(("torch.save",)):
+            piece = other.arg(0, "obj")
+            if isinstance(piece, cst.Call) and isinstance(piece.func, cst.Attribute) and piece.func.attr.value == "state_dict":
+                receiver = dotted_name(piece.func.value)
+                if receiver is not None and receiver != optimizer and not ctx.is_optimizer(receiver) and not _is_scaler_name(ctx, receiver):
+                    return optimizer
+    return None
+
+
 def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
     """The optimizer whose state the saved dict holds, when it is a resume checkpoint."""
     import libcst as cst
@@ -1370,7 +1671,7 @@ def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
     elif not call.calls_any(("torch.save",)):
         return _given_pieces(ctx, call)
     else:
-        return None
+        return _piece_of_a_folder(ctx, call, obj)
     optimizer = None
     for node in descendants(obj):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":

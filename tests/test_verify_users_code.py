@@ -413,6 +413,24 @@ def test_amp107_calls_the_users_epoch_function_twice(runner, extra, build, verdi
 
 
 @needs_torch
+@pytest.mark.parametrize("switch, verdict", [("amp", "confirmed"), (None, None)])
+def test_amp107_turns_the_users_amp_switch_on(runner, switch, verdict):
+    """`if amp: scaler = GradScaler()` in a function whose `amp` defaults to False: the finding's
+    `switch` makes the verifier call it with `amp=True`, so a scaler is built per call; without
+    it the function builds none and the user's code cannot decide the finding."""
+    source = AMP107_EPOCH.format(extra=", amp=False", build='if amp:\n        scaler = torch.amp.GradScaler("cuda")')
+    data = {"epoch_function": {"source": source, "function": "train_one_epoch", "site": "train.py:1"}}
+    if switch:
+        data["switch"] = switch
+    v = runner.run("AMP107", data)
+    if verdict:
+        assert (v["verdict"], v["method"]) == (verdict, "snippet"), v
+        assert v["evidence"]["users_code"]["scalers_built"] == 2
+    else:
+        assert v["method"] != "snippet", v
+
+
+@needs_torch
 def test_amp401_whole_module_saved(runner):
     data = {"dtype": "fp16", "snippet": 'torch.save({"net": model, "epoch": 3}, "m.pt")', "cast": _cast("model.half()")}
     v = runner.run("AMP401", data)

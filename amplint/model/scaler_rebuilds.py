@@ -5,6 +5,10 @@ scaler's checkpoint alone: its state restarts every epoch whether saved or not).
 conditionally, not with an optimizer built in the same loop: a new run per iteration), or in a
 function that uses it and is called in a loop of this file (or, called by nothing here, is named
 for an epoch and loops), and does not build its own optimizer or run whole epochs itself.
+The one condition allowed around the constructor is the AMP switch (`_amp_switch`): `if amp:` /
+`if args.amp:`, a flag that also gates the scaler's use or an autocast in the same function, which
+is `GradScaler(enabled=amp)` spelled as a branch; a test of the scaler itself (`if scaler is None:`),
+a comparison (`if epoch == 0:`) or a flag the loop rebinds is a build once or a new run, not this.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from typing import Optional, Tuple
 import libcst as cst
 
 from .context import ModuleContext
+from .names import dotted_name
 from .types import CallInfo, Frame, Scope
 
 
@@ -85,7 +90,7 @@ def rebuilt_per_iteration(ctx: ModuleContext, call: CallInfo) -> Optional[Tuple[
     if loops:
         loop = loops[-1]
         after = call.path[[i for i, f in enumerate(call.path) if f is loop][0] + 1 :]
-        if any(f.kind in ("if", "else", "except", "try") for f in after):
+        if any(f.kind in ("if", "else", "except", "try") for f in after) and not _amp_switch(ctx, call, after, key, loop):
             return None  # built conditionally (lazily, on error, ...)
         if _builds_optimizer(ctx, scope, loop):
             return None
@@ -93,7 +98,9 @@ def rebuilt_per_iteration(ctx: ModuleContext, call: CallInfo) -> Optional[Tuple[
         if not used:
             return None
         return "inside the loop", direct
-    if scope.is_module or any(f.kind in ("if", "else", "except") for f in call.path):
+    if scope.is_module:
+        return None
+    if any(f.kind in ("if", "else", "except") for f in call.path) and not _amp_switch(ctx, call, call.path, key, None):
         return None
     if _builds_optimizer(ctx, scope, None) or _runs_epochs(scope):
         return None
@@ -109,6 +116,67 @@ def rebuilt_per_iteration(ctx: ModuleContext, call: CallInfo) -> Optional[Tuple[
     if not ctx.callers(scope) and "epoch" in scope.name.lower() and _has_loop(scope):
         return f"in `{scope.name}`", False
     return None
+
+
+#: the scaler's own uses, which the AMP switch gates together with its constructor
+_USES = ("scaled_backward", "scaler_step", "unscale", "update")
+
+
+def _amp_switch(ctx: ModuleContext, call: CallInfo, frames: Tuple[Frame, ...], key: Optional[str], loop: Optional[Frame]) -> bool:
+    """Whether the only condition among `frames` around the constructor is the AMP switch: the body
+    of `if FLAG:` (a name or attribute, or an `and` of such and calls), whose text also tests the
+    scaler's use or an autocast in the same function (or an autocast's `enabled=FLAG`). Not a test
+    naming the scaler (`if scaler is None:`, `if self.scaler is None:`: built once), not a
+    comparison or a negation (`if epoch == 0:`, `if not resumed:`), nor a flag `loop` rebinds."""
+    conditions = [f for f in frames if f.kind in ("if", "else", "except", "try")]
+    if len(conditions) != 1 or conditions[0].kind != "if" or conditions[0].test is None:
+        return False
+    test = conditions[0].test
+    names = _flag_names(test)
+    if not names or (key is not None and (key in names or key.rsplit(".", 1)[-1] in {n.rsplit(".", 1)[-1] for n in names})):
+        return False
+    if loop is not None and isinstance(loop.node, cst.For) and _names_in(loop.node.target) & {n.split(".", 1)[0] for n in names}:
+        return False  # `for amp in (False, True):` a run per value
+    text = ctx.code_for(test)
+
+    def gated(path: Tuple[Frame, ...]) -> bool:
+        return any(f.kind == "if" and f.test is not None and ctx.code_for(f.test) == text for f in path)
+
+    scope = call.scope
+    if any(e.kind in _USES and (key is None or e.scaler == key) and gated(e.path) for e in scope.events):
+        return True
+    autocasts = {id(r.call): r for r in ctx.regions}
+    for c in scope.calls:
+        if id(c.node) not in autocasts:
+            continue
+        enabled = c.arg(None, "enabled")
+        if gated(c.path) or (enabled is not None and ctx.code_for(enabled) == text):
+            return True
+    return False
+
+
+def _flag_names(test: cst.BaseExpression) -> set:
+    """The dotted names a flag test reads (`amp`, `args.amp`; an `and` of flags and calls), or an
+    empty set for any other test."""
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        name = dotted_name(test)
+        return {name} if name else set()
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        left, right = _flag_names(test.left), _flag_names(test.right)
+        if isinstance(test.left, cst.Call) and right:
+            return right
+        if isinstance(test.right, cst.Call) and left:
+            return left
+        return left | right if left and right else set()
+    return set()
+
+
+def _names_in(node: cst.CSTNode) -> set:
+    if isinstance(node, cst.Name):
+        return {node.value}
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return set().union(*(_names_in(e.value) for e in node.elements)) if node.elements else set()
+    return set()
 
 
 def _has_loop(scope: Scope) -> bool:

@@ -47,7 +47,10 @@ def _users_epochs(lab: Any, data: Dict[str, Any], x: Any, dtype: Any) -> Dict[st
     required = positional[: len(positional) - len(args.defaults)]
     if required[:1] in (["self"], ["cls"]):
         raise LookupError(f"`{func}` is a method; only functions are run")
-    call = f"{func}({', '.join(required)})"
+    switch = data.get("switch")  # `if amp:` around the constructor: the function is called with its AMP switch on
+    keywords = [a.arg for a in args.kwonlyargs]
+    on = [f"{switch}=True"] if isinstance(switch, str) and switch in [*positional, *keywords] and switch not in required else []
+    call = f"{func}({', '.join([*required, *on])})"
     source = ast.unparse(tree) + "\n" + "\n".join([call] * CALLS)
     try:
         spec_data = {"names": {}, "prelude": epoch.get("prelude"), "prelude_names": epoch.get("prelude_names") or []}
