@@ -422,3 +422,57 @@ def test_a_launched_yaml_in_fp16_against_the_deepspeed_config_it_names_in_bf16(t
         "run.sh": "accelerate launch --config_file acc.yaml train.py\n",
     })
     assert findings(project, {"AMP808"}) == [("acc.yaml", 4, "AMP808")]
+
+
+# ------------------------------------------------------------------ AMP102: a container `prepare` leaves unwrapped, launched fp16
+
+CONTAINER_SCRIPT = (
+    "from accelerate import Accelerator\n"
+    "from pkg.optim import MultiOptimizer\n"
+    "import torch\n"
+    "accelerator = Accelerator()\n"
+    "def main(model, loader):\n"
+    "    optimizer = MultiOptimizer({'g': torch.optim.AdamW(model.parameters(), lr=1e-4)})\n"
+    "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "    for x in loader:\n"
+    "        accelerator.backward(model(x).mean())\n"
+    "        optimizer.step('g')\n"
+)
+
+
+def test_a_container_of_optimizers_stepped_after_a_launched_fp16_backward(tmp_path):
+    for name, launcher in {
+        "flag": "accelerate launch --mixed_precision=fp16 --num_processes=1 train.py\n",
+        "yaml": "accelerate launch --config_file acc.yaml train.py\n",
+    }.items():
+        project = _project(tmp_path / name, {
+            "pkg/__init__.py": "", "pkg/optim.py": OPTIM, "train.py": CONTAINER_SCRIPT, "acc.yaml": DDP_FP16_YAML, "run.sh": launcher,
+        })
+        assert findings(project, {"AMP102"}) == [("train.py", 10, "AMP102")], name
+    # fp16 one of the documented runs: a warning naming the run
+    (project / "README.md").write_text("```bash\naccelerate launch --config_file acc.yaml --mixed_precision bf16 train.py\n```\n")
+    (found,) = [d for d in lint_paths([str(project)], Config()).diagnostics if d.code == "AMP102"]
+    assert found.severity.value == "warning" and found.message.startswith("when launched with `mixed_precision: fp16`: ")
+
+
+def test_launched_containers_that_see_no_scaled_gradients_stay_silent(tmp_path):
+    """The twins: bf16 or no precision on the command line, DeepSpeed behind the launcher, a
+    launch of another script, an Accelerator stating its own precision in code (the per-file
+    check's), and the container's torch optimizers prepared one by one."""
+    fp16 = "accelerate launch --mixed_precision fp16 --num_processes 1 train.py\n"
+    cases = {
+        "bf16": ("accelerate launch --mixed_precision bf16 --num_processes 1 train.py\n", CONTAINER_SCRIPT),
+        "unstated": ("accelerate launch --num_processes 1 train.py\n", CONTAINER_SCRIPT),
+        "deepspeed": ("accelerate launch --mixed_precision fp16 --use_deepspeed train.py\n", CONTAINER_SCRIPT),
+        "other": ("accelerate launch --mixed_precision fp16 eval.py\n", CONTAINER_SCRIPT),
+        "code": (fp16, CONTAINER_SCRIPT.replace("Accelerator()", "Accelerator(mixed_precision='bf16')")),
+        "inner": (fp16, CONTAINER_SCRIPT.replace(
+            "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n",
+            "    for k in optimizer.optimizers:\n        optimizer.optimizers[k] = accelerator.prepare(optimizer.optimizers[k])\n"
+            "    model, loader = accelerator.prepare(model, loader)\n")),
+    }
+    for name, (launcher, script) in cases.items():
+        project = _project(tmp_path / name, {
+            "pkg/__init__.py": "", "pkg/optim.py": OPTIM, "train.py": script, "eval.py": "print()\n", "run.sh": launcher,
+        })
+        assert findings(project, {"AMP102"}) == [], name
