@@ -794,7 +794,8 @@ class Trainer:
         if wrapper.policy is not None and wrapper.policy.place != wrapper.place:
             p = wrapper.policy.place
             related.append(Related(Location(p[1], p[2]), Location(p[3], p[4]), "its fp16 `param_dtype`"))
-        data = {"loss": text, "dtype": "fp16", "device": "cuda", "wrapper": wrapper.kind, "model": name,
+        source = wrapper.policy.place if wrapper.policy is not None else wrapper.place
+        data = {"loss": text, "region_row": source[1], "dtype": "fp16", "device": "cuda", "wrapper": wrapper.kind, "model": name,
                 "wrapper_site": [wrapper.path, wrapper.place[1]]}
         return ctx.diagnostic(self, event.call.node, message, data=data, help=help, related=related)
 
