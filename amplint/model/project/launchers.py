@@ -93,7 +93,6 @@ class LaunchConfig:
     plugins: Optional[FrozenSet[str]]
     cpu: Optional[bool]
     rows: Tuple[Tuple[str, int], ...] = ()
-    deepspeed_config_file: Optional[str] = None
 
     def row(self, key: str) -> int:
         return dict(self.rows).get(key, 1)
@@ -129,11 +128,8 @@ def launch_config(path: str, values: Dict[str, Any], lines: Dict[Tuple[str, ...]
     elif kind is False:  # `distributed_type: NO` written lower-case reads as false
         plugins = frozenset()
     cpu = values.get("use_cpu")
-    ds = values.get("deepspeed_config")
-    ds_file = ds.get("deepspeed_config_file") if isinstance(ds, dict) else None
     rows = tuple((k, lines[(k,)][0]) for k in ("mixed_precision", "distributed_type", "use_cpu") if (k,) in lines)
-    return LaunchConfig(path, mp, plugins, cpu if isinstance(cpu, bool) else (False if cpu is None else None), rows,
-                        ds_file if isinstance(ds_file, str) else None)
+    return LaunchConfig(path, mp, plugins, cpu if isinstance(cpu, bool) else (False if cpu is None else None), rows)
 
 
 @dataclass(frozen=True)
