@@ -20,6 +20,19 @@ class Fp16GradientReduction(Rule):
       `reduce_dtype` (both FSDPs then reduce in the parameter dtype);
     - a Lightning `Fabric`/`Trainer` with an FSDP strategy and
       `precision="16-mixed"` (its FSDP plugin builds a policy reducing in fp16);
+    - an `accelerate launch` the project ships (a shell script, a Makefile, a
+      README command block) that puts FSDP behind `prepare` in fp16
+      (`--use_fsdp --mixed_precision fp16`, or a `--config_file` YAML of the
+      project with `distributed_type: FSDP` and `mixed_precision: fp16`),
+      starting a script whose `Accelerator(...)` (there or in a project
+      module it imports) takes both from the launch: accelerate's FSDP plugin
+      then builds its policy with `reduce_dtype` equal to the fp16
+      `param_dtype` (`FullyShardedDataParallelPlugin.set_mixed_precision`,
+      accelerate 1.16; no launcher option or config key sets another).
+      Reported at the launch's fp16 (the option, or the YAML line); silent
+      where an Accelerator of the launched files passes a plugin, `**kwargs`
+      or a precision of its own, or the files build an FSDP plugin or a
+      `mixed_precision_policy` in code;
     - a DDP `register_comm_hook(state, fp16_compress_hook)` (or
       `fp16_compress_wrapper`, or the project's own copy of it: a hook that
       casts the bucket to fp16 and all-reduces it) in a file that builds no
@@ -328,6 +341,61 @@ def run():
                 continue
             if found is not None:
                 yield found
+        for launch in view.launches():
+            found = self._launched_fsdp(view, launch)
+            if found is not None:
+                yield found
+
+    def _launched_fsdp(self, view: ScaleView, launch: Any) -> Any:
+        """`accelerate launch` putting FSDP behind `prepare` in fp16 (`--use_fsdp
+        --mixed_precision fp16`, or a `--config_file` YAML with `distributed_type: FSDP` and
+        `mixed_precision: fp16`): accelerate's FSDP plugin then builds its policy with
+        `reduce_dtype` equal to the fp16 `param_dtype` (`FullyShardedDataParallelPlugin.
+        set_mixed_precision`; no launcher option or config key sets another). Only where every
+        `Accelerator(...)` the launched script and its project imports build takes both from the
+        launch: no plugin, `**kwargs` or `cpu=` in the call, no precision of its own but fp16."""
+        from amplint.model import launched_accelerators
+
+        if launch.kind != "accelerate" or launch.mixed_precision != "fp16" or launch.plugins != frozenset(("fsdp",)):
+            return None
+        if launch.config is not None and launch.config.cpu is not False and launch.option("mixed_precision") is None:
+            return None
+        records = launched_accelerators(view.project, launch)
+        if not records:
+            return None
+        for path, record in records:
+            mp = record.get("mp")
+            if record.get("x") or record.get("pl") or (mp is not None and mp != "fp16"):
+                return None  # a plugin of its own (its own policy), or a precision the code decides
+            text = view.project_text(path) or ""
+            if "FullyShardedDataParallelPlugin" in text or "mixed_precision_policy" in text:
+                return None  # an FSDP plugin built in code may carry its own policy
+        shown = launch.script.rsplit("/", 1)[-1]
+        if launch.precision_from_config:
+            config = launch.config
+            row = config.row("mixed_precision")
+            place = (config.path, row, 1, row, 1 + len("mixed_precision"))
+            message = f"`mixed_precision: fp16` under accelerate's FSDP reduces `{shown}`'s gradients across ranks in fp16"
+        else:
+            option = launch.option("mixed_precision")
+            place = (launch.path, option[1], option[2], option[1], option[2] + len("--mixed_precision"))
+            message = f"`accelerate launch --mixed_precision fp16` with FSDP reduces `{shown}`'s gradients in fp16"
+        related = []
+        fsdp = launch.option("use_fsdp") or next(((v, r, c) for n, v, r, c in launch.options if n.startswith("fsdp_")), None)
+        if fsdp is not None:
+            related.append(((launch.path, fsdp[1], fsdp[2], fsdp[1], fsdp[2] + 2), "FSDP chosen here"))
+        elif launch.config is not None:
+            row = launch.config.row("distributed_type")
+            related.append(((launch.config.path, row, 1, row, 1 + len("distributed_type")), "FSDP chosen here"))
+        if place[0] != launch.path:
+            related.append(((launch.path, launch.row, launch.col, launch.row, launch.col + len("accelerate")), "launched here"))
+        first_path, first = records[0]
+        related.append(((first_path, first["r"], 1, first["r"], 1), "this Accelerator takes the launch's FSDP and fp16"))
+        help = ("Build the FSDP plugin in code with `mixed_precision_policy=MixedPrecision(param_dtype=torch.float16, "
+                "reduce_dtype=torch.float32)` (or launch in bf16): accelerate's default policy reduces in its param dtype")
+        data = {"mechanism": "accelerate-fsdp", "precision": "fp16", "reduce_dtype": "fp16", "script": shown,
+                "config": launch.config.path if launch.config is not None else None}
+        return ScaleFinding(place, message, help, related, data, config_file=True)
 
     def _policy(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
         cls = "MixedPrecisionPolicy" if e["cls"] == "fsdp2" else "MixedPrecision"

@@ -476,3 +476,41 @@ def test_launched_containers_that_see_no_scaled_gradients_stay_silent(tmp_path):
             "pkg/__init__.py": "", "pkg/optim.py": OPTIM, "train.py": script, "eval.py": "print()\n", "run.sh": launcher,
         })
         assert findings(project, {"AMP102"}) == [], name
+
+
+# ------------------------------------------------------------------ AMP803: accelerate's FSDP plugin, launched in fp16
+
+FSDP_FP16_YAML = DDP_FP16_YAML.replace("MULTI_GPU", "FSDP") + "fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n"
+
+
+def test_a_launch_putting_fsdp_behind_accelerate_in_fp16_reduces_in_fp16(tmp_path):
+    for name, (launcher, expected) in {
+        "yaml": ("accelerate launch --config_file acc.yaml train.py\n", ("acc.yaml", 7, "AMP803")),
+        "flags": ("accelerate launch --use_fsdp --mixed_precision fp16 --num_processes 8 train.py\n", ("run.sh", 1, "AMP803")),
+        "yaml+flag": ("accelerate launch --config_file ddp.yaml --use_fsdp train.py\n", ("ddp.yaml", 7, "AMP803")),
+    }.items():
+        project = _project(tmp_path / name, {"train.py": ACC_SCRIPT, "acc.yaml": FSDP_FP16_YAML, "ddp.yaml": DDP_FP16_YAML, "run.sh": launcher})
+        assert findings(project, {"AMP803"}) == [expected], name
+
+
+def test_launched_fsdp_runs_that_do_not_reduce_in_fp16_stay_silent(tmp_path):
+    """The twins: bf16, DDP or DeepSpeed behind the launcher, the command line overriding the
+    YAML's precision, a YAML on CPU, an Accelerator with its own FSDP plugin (its own policy), its
+    own precision, or `**kwargs`, and a launch of another script."""
+    plugin = ACC_SCRIPT.replace("Accelerator()", "Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(mixed_precision_policy=policy))")
+    cases = {
+        "bf16": ("accelerate launch --config_file acc.yaml train.py\n", FSDP_FP16_YAML.replace("fp16", "bf16"), ACC_SCRIPT),
+        "ddp": ("accelerate launch --config_file acc.yaml train.py\n", DDP_FP16_YAML, ACC_SCRIPT),
+        "deepspeed": ("accelerate launch --config_file acc.yaml --use_deepspeed train.py\n", FSDP_FP16_YAML, ACC_SCRIPT),
+        "override": ("accelerate launch --config_file acc.yaml --mixed_precision bf16 train.py\n", FSDP_FP16_YAML, ACC_SCRIPT),
+        "cpu": ("accelerate launch --config_file acc.yaml train.py\n", FSDP_FP16_YAML.replace("use_cpu: false", "use_cpu: true"), ACC_SCRIPT),
+        "plugin": ("accelerate launch --config_file acc.yaml train.py\n", FSDP_FP16_YAML, plugin),
+        "code bf16": ("accelerate launch --config_file acc.yaml train.py\n", FSDP_FP16_YAML,
+                      ACC_SCRIPT.replace("Accelerator()", "Accelerator(mixed_precision='bf16')")),
+        "kwargs": ("accelerate launch --config_file acc.yaml train.py\n", FSDP_FP16_YAML, ACC_SCRIPT.replace("Accelerator()", "Accelerator(**kw)")),
+        "other": ("accelerate launch --config_file acc.yaml eval.py\n", FSDP_FP16_YAML, ACC_SCRIPT),
+        "home": ("accelerate launch --config_file $HOME/fsdp.yaml train.py\n", FSDP_FP16_YAML, ACC_SCRIPT),
+    }
+    for name, (launcher, yaml, script) in cases.items():
+        project = _project(tmp_path / name, {"train.py": script, "eval.py": "print()\n", "acc.yaml": yaml, "run.sh": launcher})
+        assert findings(project, {"AMP803"}) == [], name

@@ -305,6 +305,20 @@ def launched_fp16(
     return ("launched with --mixed_precision fp16" if other else None), (first.path, first.row)
 
 
+def launched_accelerators(project: "Project", launch: Any) -> List[Tuple[str, Dict[str, Any]]]:
+    """The `Accelerator(...)` records (`summary.accelerator_record`) of the script a launch
+    command starts and of the project modules it imports: every Accelerator that process may
+    build, which takes the launcher's precision and plugins where its call states none."""
+    if not project.load_file(launch.script):
+        return []
+    files = [launch.script, *sorted(_imported_files(project, launch.script).values())]
+    out: List[Tuple[str, Dict[str, Any]]] = []
+    for path in files:
+        for record in (project.summaries.get(path) or {}).get("acc", ()):
+            out.append((path, record))
+    return out
+
+
 def _imported_files(project: "Project", script: str) -> Dict[str, str]:
     """The project files a script imports, directly or through the modules it imports: {real
     path: the model's path of it}."""
