@@ -70,7 +70,13 @@ class Fp16GradientReduction(Rule):
     ## Notes
     A reduction in bf16 is not flagged (bf16 has fp32's range; its precision is
     the policy's stated choice). A dtype read from a config or a flag
-    (`dtype_dict[cfg.reduce_dtype]`) is decided at run time: silent. A comm hook
+    (`dtype_dict[cfg.reduce_dtype]`) is decided at run time: silent, except a
+    dtype picked from a dict literal by an argparse option of the file (or a
+    project module it imports directly) whose literal `choices` include a key
+    that picks `torch.float16` (`reduce_dtype={"fp16": torch.float16,
+    ...}[args.grad_precision or args.mixed_precision]`, or a `param_dtype` so
+    picked with no `reduce_dtype`): on that supported run the reduction is
+    fp16, and the message names it (`when --grad-precision is fp16: ...`). A comm hook
     in a file that also builds a GradScaler is silent too: the scaler catches
     the overflow (docs/evidence.md), unless that scaler is built only under an
     `if` the hook is not under (`if amp_level != "O0": scaler = GradScaler()`
@@ -104,6 +110,18 @@ class Fp16GradientReduction(Rule):
     gate_regex = re.compile(r"MixedPrecision(?:Policy)?\s*\(|fp16_compress|register_comm_hook|Fabric\s*\(|Trainer\s*\(")
 
     VALID = [
+        Valid(
+            """
+import argparse
+import torch
+from torch.distributed.fsdp import MixedPrecision
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed-precision", choices=["fp32", "bf16"], default="bf16")
+args = parser.parse_args()
+policy = MixedPrecision(param_dtype={"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.mixed_precision])
+""",
+            "the option's choices never pick the fp16 entry",
+        ),
         Valid(
             """
 import torch
@@ -217,6 +235,19 @@ def test_norms_are_sharded_in_fp32(monkeypatch):
     ]
 
     INVALID = [
+        Invalid(
+            """
+import argparse
+import torch
+from torch.distributed.fsdp import MixedPrecision
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed-precision", choices=["fp32", "bf16", "fp16"], default="bf16")
+args = parser.parse_args()
+policy = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype={"fp32": torch.float32, "fp16": torch.float16}[args.mixed_precision])
+""",
+            line=7,
+            why="--mixed-precision fp16 is a supported choice: on it gradients are reduced in fp16",
+        ),
         Invalid(
             """
 import torch
@@ -409,11 +440,41 @@ def run():
         elif e.get("reduce") is None and e.get("param") == "fp16":
             place = view.place(path, e)
             message = f"`{cls}` without `reduce_dtype` reduces gradients in its fp16 `param_dtype`"
+        elif e.get("rch") and (e.get("reduce") == "?" or (e.get("reduce") is None and e.get("param") == "?")):
+            return self._chosen(view, path, e, cls)
         else:
             return None
         help = "Pass `reduce_dtype=torch.float32` (or use bf16): an fp16 sum of every rank's gradients overflows"
         data = {"mechanism": "fsdp", "policy": cls, "param_dtype": e.get("param"), "reduce_dtype": e.get("reduce") or e.get("param")}
         return ScaleFinding(place, message, help, [], data)
+
+    def _chosen(self, view: ScaleView, path: str, e: Dict[str, Any], cls: str) -> Any:
+        """A reduction dtype picked from a dict literal by an argparse option whose literal
+        `choices` include a key that picks `torch.float16` (`reduce_dtype={"fp16": torch.float16,
+        ...}[args.grad_precision or args.mixed_precision]`, or `param_dtype` so picked with no
+        `reduce_dtype`): on that supported run the gradients are reduced in fp16. A warning
+        naming the choice; silent when no such option of the file (or the project modules it
+        imports) has literal choices reaching an fp16 key."""
+        from amplint.model import project_option
+
+        choice = e["rch"]
+        for dest in choice["o"]:
+            option = project_option(view.project, path, dest)
+            if option is None or not option[2]:
+                continue
+            keys = [k for k in choice["k"] if k in option[2]]
+            if not keys:
+                continue
+            flag = option[1]
+            field = "reduce_dtype" if e.get("reduce") == "?" else "param_dtype"
+            r = e["rpos"] if field == "reduce_dtype" and e.get("rpos") else None
+            place = (path, r["r"], r["c"], r["er"], r["ec"]) if r else view.place(path, e)
+            message = f"when {flag} is {keys[0]}: `{cls}` reduces gradients across ranks in fp16"
+            help = "Pass `reduce_dtype=torch.float32` whatever the option picks: an fp16 sum of every rank's gradients overflows"
+            related = [((option[5], option[4], 1, option[4], 1), f"`{flag}` offers {keys[0]} here")]
+            data = {"mechanism": "fsdp", "policy": cls, "param_dtype": e.get("param"), "reduce_dtype": "fp16", "choice": f"{flag} is {keys[0]}"}
+            return ScaleFinding(place, message, help, related, data)
+        return None
 
     def _lightning(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
         if e.get("prec") not in ("16-mixed", "16-true"):
