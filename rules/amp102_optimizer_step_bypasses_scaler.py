@@ -1,7 +1,7 @@
 """AMP102 optimizer-step-bypasses-scaler."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid
 
@@ -74,7 +74,19 @@ class OptimizerStepBypassesScaler(Rule):
     another file, typically returned by a helper there (`optimizer =
     build_optimizer(...)` returning a `MultiOptimizer`), when every base of
     the class resolves to project classes; silent when something `prepare`
-    is given in that function is not followed (`opt.optimizers[k]`).
+    is given in that function is not followed (`opt.optimizers[k]`). An
+    `Accelerator()` stating no `mixed_precision` takes the launcher's: a
+    launch command the project ships (a shell script, a Makefile, a README
+    command block) running the file or a script importing it with
+    `accelerate launch --mixed_precision=fp16` and no DeepSpeed, FSDP or
+    Megatron-LM, or with `--config_file` naming an accelerate YAML of the
+    project whose `mixed_precision` is fp16 and whose `distributed_type` is no
+    plugin, makes it fp16 (as AMP402 reads it); the container may then be a
+    class of the same file too, and the launcher is a related site ("fp16
+    chosen here"). When another command of the project launches it in bf16
+    or "no", the finding is a warning naming the run (`when launched with
+    --mixed_precision fp16: ...`); commands stating no precision (accelerate's
+    own default config, outside the project) decide nothing.
 
     ## Notes
     The rule stays silent on optimizers prepared by accelerate, Lightning
@@ -513,7 +525,25 @@ for batch in loader:
                        and e.get("device") != "cpu" and not e.get("plugin")]
             for entry in entries:
                 yield from self._unwrapped_containers(project, path, entry)
+            yield from self._launched_containers(project, path)
             yield from self._hook_steps(project, path)
+
+    def _launched_containers(self, project: Project, path: str) -> Iterator[Diagnostic]:
+        """The same container shape where the `Accelerator(...)` states no `mixed_precision` and
+        the launch commands the project ships make it fp16 (`accelerate launch
+        --mixed_precision=fp16 train.py`, or a `--config_file` YAML of the project saying fp16:
+        `accelerate_hooks.launched_fp16` through `project_scaling_accelerator`). The per-file
+        check cannot see a launcher, so the container may be a class of the same file too."""
+        from amplint.model import project_scaling_accelerator
+
+        for record in project.summaries[path].get("acc", ()):
+            if "mp" in record or record.get("pl"):
+                continue  # a precision in code (the per-file check's, or the literal entries above), or a plugin
+            scaling = project_scaling_accelerator(project, path, record["fn"], record["t"])
+            if scaling is None or scaling.option is None:
+                continue
+            entry = {"target": record["t"], "func": record["fn"]}
+            yield from self._unwrapped_containers(project, path, entry, scaling)
 
     def _hook_steps(self, project: Project, path: str) -> Iterator[Diagnostic]:
         """A per-parameter step inside a gradient hook (`register_post_accumulate_grad_hook`)
@@ -557,7 +587,9 @@ for batch in loader:
                                              related=tuple(related), severity=Severity.WARNING if scaling.runtime else None)
                     break
 
-    def _unwrapped_containers(self, project: Project, path: str, entry: dict) -> Iterator[Diagnostic]:
+    def _unwrapped_containers(self, project: Project, path: str, entry: dict, launched: Any = None) -> Iterator[Diagnostic]:
+        """`launched`: the `accelerate_hooks.Scaling` a launch command gives an Accelerator that
+        states no precision (then a container class of the step's own file counts too)."""
         target, home = entry["target"], entry["func"]
         cls = home.split(".", 1)[0] if "." in home else None
         for qual, info in project.summaries[path]["functions"].items():
@@ -578,16 +610,22 @@ for batch in loader:
                 opt = r["f"][: -len(".step")]
                 if not opt or opt.startswith(target):
                     continue
-                found = _project_container(project, path, qual, opt)
+                found = _project_container(project, path, qual, opt, same_file=launched is not None)
                 if found is None:
                     continue
                 where, name = found
-                message = f"`{opt}.step()` steps scaled gradients: `{target}.prepare` left `{name}` unwrapped"
-                help = f"Pass each torch optimizer `{name}` holds to `{target}.prepare(...)` instead of the `{name}`"
+                related = [project.related(where[0], where[1], f"`{name}` defined here")]
+                prefix = ""
                 data = {"optimizer": opt, "scaler": None, "framework": "accelerate", "accelerator": target,
                         "unscaled": False, "optimizer_class": None, "dtype": "fp16", "device": None}
-                yield project.diagnostic(self, ProjectCall(path, qual, r), message, data=data, help=help,
-                                         related=(project.related(where[0], where[1], f"`{name}` defined here"),))
+                if launched is not None:
+                    prefix = launched.prefix()
+                    related.append(project.related(launched.option[0], launched.option[1], "fp16 chosen here"))
+                    data["choice"] = launched.choice
+                message = f"{prefix}`{opt}.step()` steps scaled gradients: `{target}.prepare` left `{name}` unwrapped"
+                help = f"Pass each torch optimizer `{name}` holds to `{target}.prepare(...)` instead of the `{name}`"
+                yield project.diagnostic(self, ProjectCall(path, qual, r), message, data=data, help=help, related=tuple(related),
+                                         severity=Severity.WARNING if launched is not None and launched.runtime else None)
                 break
 
     def _accelerate(self, ctx: ModuleContext, scope: Scope, step: Event, backward: Event) -> Optional[Diagnostic]:
@@ -788,10 +826,11 @@ def _plain_class(ctx: ModuleContext, name: str, depth: int) -> bool:
     return True
 
 
-def _project_container(project: Project, path: str, func: str, opt: str):
+def _project_container(project: Project, path: str, func: str, opt: str, same_file: bool = False):
     """((path, row) of the class, its name) when every value `opt` may hold in `func` is an
-    instance of one project class of another file that neither derives from a class outside the
-    project (a torch optimizer, or anything unknown) nor from one the model cannot resolve."""
+    instance of one project class of another file (`same_file`: or of this one) that neither
+    derives from a class outside the project (a torch optimizer, or anything unknown) nor from
+    one the model cannot resolve."""
     types = project.name_types(path, func, opt)
     if not types or any(t[0] != "I" for t in types):
         return None
@@ -799,7 +838,7 @@ def _project_container(project: Project, path: str, func: str, opt: str):
     if len(classes) != 1:
         return None
     where, cls = classes.pop()
-    if where == path:
+    if where == path and not same_file:
         return None  # a class of the step's own file: `check`'s
     for p, c in project.mro(where, cls):
         info = project.summaries[p]["classes"][c]

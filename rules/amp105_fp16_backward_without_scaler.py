@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import re
 
-from typing import Iterator, List, Optional, Set
+from typing import TYPE_CHECKING, Iterator, List, Optional, Set
 
 import libcst as cst
+
+if TYPE_CHECKING:  # pragma: no cover
+    from amplint.model import Wrapper
 
 from amplint.model import (
     Assignment, AutocastRegion, CallInfo, Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
@@ -88,6 +91,19 @@ class Fp16BackwardWithoutScaler(Rule):
     float16: ...`). The severity stays a warning: the fp16 run is a supported,
     documented choice, not necessarily the one the user makes, but on it the
     underflow is certain.
+    The same holds without any autocast for a model wrapped by FSDP1
+    (`FullyShardedDataParallel(model, mixed_precision=MixedPrecision(
+    param_dtype=torch.float16))`) or FSDP2 (`fully_shard(model,
+    mp_policy=MixedPrecisionPolicy(param_dtype=torch.float16))`): FSDP casts
+    the unsharded parameters to fp16 for forward and backward, so activations
+    and gradients are fp16 and underflow alike. Flagged at the backward of a
+    function that runs (or takes the parameters of) such a model, when the
+    policy and the wrapper are in the backward's file and the policy's
+    `param_dtype` is the literal fp16 on every path, with no scaler in the
+    file; the help names `ShardedGradScaler` for FSDP1 and the plain
+    `torch.amp.GradScaler` for FSDP2 (it handles DTensor gradients). A plain
+    GradScaler next to an fp16 FSDP1 model is AMP802's (it scales, but ranks
+    skip on their own); a `reduce_dtype` of fp16 is AMP803's.
     Silent when the region is bf16, when its dtype is decided at run time
     with no literal candidate in the file (`dtype=dtype` of a parameter, a
     config value), on CPU autocast without a dtype (bf16 by default), for
@@ -144,11 +160,41 @@ class Fp16BackwardWithoutScaler(Rule):
     severity = Severity.WARNING
     message = "backward through fp16 autocast without a GradScaler"
     triggers = ("backward(",)
-    requires = (("autocast",),)  # an fp16 autocast region in this file (every region is an autocast call)
-    #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
-    gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
+    #: an fp16 autocast region in this file (every region is an autocast call), or an FSDP
+    #: mixed-precision policy computing in fp16 (`param_dtype=torch.float16`)
+    requires = (("autocast", "param_dtype"),)
+    #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it; or
+    #: an fp16 `param_dtype` of an FSDP policy
+    gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s|param_dtype\s*=\s*torch\.(?:float16|half)\b")
 
     VALID = [
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+policy = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+model = FSDP(net, mixed_precision=policy)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+            "FSDP computes in bf16: fp32's exponent range, no scaler needed",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+policy = MixedPrecision(param_dtype=torch.float16 if args.fp16 else torch.bfloat16)
+model = FSDP(net, mixed_precision=policy)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+""",
+            "the policy's dtype is decided at run time",
+        ),
         Valid(
             """
 import torch
@@ -431,6 +477,21 @@ for x, y in loader:
         Invalid(
             """
 import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+policy = MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float32)
+model = FSDP(net, mixed_precision=policy)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+            line=8,
+            why="FSDP's fp16 param_dtype computes forward and backward in fp16 without any autocast",
+        ),
+        Invalid(
+            """
+import torch
 for x, y in loader:
     with torch.autocast("cuda", dtype=torch.float16):
         loss = loss_fn(model(x), y)
@@ -696,7 +757,9 @@ class Trainer:
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         if ctx.scalers or _mentions_scaling(ctx):
             return
-        if not any(_is_fp16(ctx, r) for r in ctx.regions):
+        autocast = any(_is_fp16(ctx, r) for r in ctx.regions)
+        fsdp = _fp16_policy_wraps(ctx)
+        if not autocast and not fsdp:
             return
         for scope in ctx.scopes:
             for event in scope.events:
@@ -707,9 +770,34 @@ class Trainer:
                 loss = _loss_expression(event.call)
                 if loss is None:
                     continue
-                source = _fp16_source(ctx, scope, event, loss)
+                source = _fp16_source(ctx, scope, event, loss) if autocast else None
                 if source is not None and not _measures_only(ctx, scope, loss):
                     yield self._diagnostic(ctx, event, loss, source)
+                elif source is None and fsdp and not _measures_only(ctx, scope, loss):
+                    found = _fp16_fsdp_model(ctx, event)
+                    if found is not None:
+                        yield self._fsdp_diagnostic(ctx, event, loss, *found)
+
+    def _fsdp_diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, name: str, wrapper: "Wrapper") -> Diagnostic:
+        """A loss backpropagated through a model whose FSDP policy computes in fp16 (no autocast
+        needed: FSDP casts the unsharded parameters, so activations and gradients are fp16)."""
+        text = ctx.code_for(loss).strip()
+        kind = "FSDP" if wrapper.kind == "fsdp1" else "`fully_shard`"
+        message = f"`{_short(text)}` is backpropagated in fp16 ({kind} `param_dtype` of `{_short(name, 24)}`) without a GradScaler"
+        if wrapper.kind == "fsdp1":
+            help = "Scale the loss with `ShardedGradScaler` (torch.distributed.fsdp.sharded_grad_scaler), or compute in bf16"
+        else:
+            help = "Scale the loss with `torch.amp.GradScaler` (it handles `fully_shard`'s DTensor gradients), or compute in bf16"
+        from amplint.model import Location, Related
+
+        related = [Related(Location(wrapper.place[1], wrapper.place[2]), Location(wrapper.place[3], wrapper.place[4]), f"wrapped by {kind} here")]
+        if wrapper.policy is not None and wrapper.policy.place != wrapper.place:
+            p = wrapper.policy.place
+            related.append(Related(Location(p[1], p[2]), Location(p[3], p[4]), "its fp16 `param_dtype`"))
+        source = wrapper.policy.place if wrapper.policy is not None else wrapper.place
+        data = {"loss": text, "region_row": source[1], "dtype": "fp16", "device": "cuda", "wrapper": wrapper.kind, "model": name,
+                "wrapper_site": [wrapper.path, wrapper.place[1]]}
+        return ctx.diagnostic(self, event.call.node, message, data=data, help=help, related=related)
 
     def _diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion) -> Diagnostic:
         row = ctx.position(region.call)[0].row
@@ -881,6 +969,46 @@ class _Reads(cst.CSTVisitor):
     def visit_Name(self, node: cst.Name) -> None:
         if node.value in self.names:
             self.found = True
+
+
+def _fp16_policy_wraps(ctx: ModuleContext) -> List[dict]:
+    """The file's FSDP1/FSDP2 wrapper calls whose mixed-precision policy computes in fp16 (the
+    scale view's `policy_wraps`), [] when the file spells no fp16 `param_dtype` (the scale
+    summary is then not worth its parse)."""
+    from amplint.model import scale_file_view
+
+    if "param_dtype" not in ctx.source or ("FullyShardedDataParallel" not in ctx.source and "fully_shard" not in ctx.source
+                                           and "FSDP" not in ctx.source):
+        return []
+    return scale_file_view(ctx.source, ctx.path).policy_wraps(ctx.path)
+
+
+def _fp16_fsdp_model(ctx: ModuleContext, event: Event):
+    """(the model's name, its `Wrapper`) when the function holding the backward `event` runs or
+    takes the parameters of a model that FSDP1 or FSDP2 wraps with a policy whose `param_dtype` is
+    the literal fp16 (decided in the file, every path: not a run-time choice, not None on some
+    path): its forward and backward then compute in fp16 without any autocast."""
+    from amplint.model import scale_file_view
+
+    view = scale_file_view(ctx.source, ctx.path)
+    s = view.summary(ctx.path)
+    if s is None:
+        return None
+    row = ctx.position(event.call.node)[0].row
+    backs = [e for e in s["events"] if e["e"] == "back" and e["r"] == row]
+    if len(backs) != 1:
+        return None
+    func = backs[0]["f"]
+    for spelled in s["uses"].get(func, ()):
+        name = spelled[: -len(".parameters")] if spelled.endswith(".parameters") else spelled
+        if not name or name.split(".", 1)[0] in ("torch", "nn", "F"):
+            continue
+        for w in view.wrappers(ctx.path, func, name):
+            if w.kind not in ("fsdp1", "fsdp2") or w.policy is None or w.policy.runtime:
+                continue
+            if w.policy.param == "fp16" and w.event.get("mpr") and not w.event.get("mpn"):
+                return name, w
+    return None
 
 
 def _mentions_scaling(ctx: ModuleContext) -> bool:

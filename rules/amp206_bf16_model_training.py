@@ -115,8 +115,10 @@ class Bf16ModelTraining(Rule):
     block) that rules DeepSpeed and FSDP out: `accelerate launch
     --mixed_precision bf16 --num_processes 1 train.py`, a process layout
     given and no `--use_deepspeed`, `--use_fsdp`, `--deepspeed_config_file`
-    or `--config_file` (accelerate's own default config, outside the
-    project, may add either when no layout is given), with the script's
+    (accelerate's own default config, outside the project, may add either
+    when no layout is given), or `--config_file` naming an accelerate YAML
+    of the project whose `distributed_type` is no plugin (`MULTI_GPU`,
+    `NO`; a YAML outside the project is not known), with the script's
     `Accelerator(...)` adding no plugin in code (a `deepspeed_plugin=` name
     bound to None on some path counts as the run without it) and freezing no
     parameter. Reported at the optimizer, with the launcher as a related

@@ -187,11 +187,17 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     (a trainer class keeping `self.accelerator = Accelerator(...)`, also with a
     `**accelerate_kwargs` parameter that defaults to an empty dict and that no
     call in the launched files passes). The save may be `accelerator.save(state,
-    path)` (a `torch.save` of what it is given). Commands that state no precision
-    decide nothing; DeepSpeed, Megatron-LM or a `--config_file` on the command
-    line leave it unknown (silent); when another command of the script states
+    path)` (a `torch.save` of what it is given). `accelerate launch --config_file
+    configs/ddp_fp16.yaml train.py` counts the same way when the YAML is a file
+    of the project reading as accelerate's config: its `mixed_precision: fp16`
+    (the command line's `--mixed_precision` wins over it, as in accelerate) with
+    a `distributed_type` that is no plugin (`MULTI_GPU`, `NO`; `FSDP` keeps the
+    scaler). Commands that state no precision decide nothing; DeepSpeed,
+    Megatron-LM, a YAML outside the project (the user's own) or one that does
+    not parse leave it unknown (silent); when another command of the script states
     bf16 or "no", the finding is an info (`when launched with --mixed_precision
-    fp16: ...`). The launch command is a related site ("fp16 chosen here").
+    fp16: ...`). The launch command (or the YAML's `mixed_precision` line) is a
+    related site ("fp16 chosen here").
     Silent when the optimizer checkpointed is a project container of optimizers
     (a `MultiOptimizer` class with no torch base): `prepare` returns it
     unwrapped, accelerate never steps or updates its scaler, and a scale that

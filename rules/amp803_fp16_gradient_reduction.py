@@ -20,6 +20,19 @@ class Fp16GradientReduction(Rule):
       `reduce_dtype` (both FSDPs then reduce in the parameter dtype);
     - a Lightning `Fabric`/`Trainer` with an FSDP strategy and
       `precision="16-mixed"` (its FSDP plugin builds a policy reducing in fp16);
+    - an `accelerate launch` the project ships (a shell script, a Makefile, a
+      README command block) that puts FSDP behind `prepare` in fp16
+      (`--use_fsdp --mixed_precision fp16`, or a `--config_file` YAML of the
+      project with `distributed_type: FSDP` and `mixed_precision: fp16`),
+      starting a script whose `Accelerator(...)` (there or in a project
+      module it imports) takes both from the launch: accelerate's FSDP plugin
+      then builds its policy with `reduce_dtype` equal to the fp16
+      `param_dtype` (`FullyShardedDataParallelPlugin.set_mixed_precision`,
+      accelerate 1.16; no launcher option or config key sets another).
+      Reported at the launch's fp16 (the option, or the YAML line); silent
+      where an Accelerator of the launched files passes a plugin, `**kwargs`
+      or a precision of its own, or the files build an FSDP plugin or a
+      `mixed_precision_policy` in code;
     - a DDP `register_comm_hook(state, fp16_compress_hook)` (or
       `fp16_compress_wrapper`, or the project's own copy of it: a hook that
       casts the bucket to fp16 and all-reduces it) in a file that builds no
@@ -57,7 +70,13 @@ class Fp16GradientReduction(Rule):
     ## Notes
     A reduction in bf16 is not flagged (bf16 has fp32's range; its precision is
     the policy's stated choice). A dtype read from a config or a flag
-    (`dtype_dict[cfg.reduce_dtype]`) is decided at run time: silent. A comm hook
+    (`dtype_dict[cfg.reduce_dtype]`) is decided at run time: silent, except a
+    dtype picked from a dict literal by an argparse option of the file (or a
+    project module it imports directly) whose literal `choices` include a key
+    that picks `torch.float16` (`reduce_dtype={"fp16": torch.float16,
+    ...}[args.grad_precision or args.mixed_precision]`, or a `param_dtype` so
+    picked with no `reduce_dtype`): on that supported run the reduction is
+    fp16, and the message names it (`when --grad-precision is fp16: ...`). A comm hook
     in a file that also builds a GradScaler is silent too: the scaler catches
     the overflow (docs/evidence.md), unless that scaler is built only under an
     `if` the hook is not under (`if amp_level != "O0": scaler = GradScaler()`
@@ -91,6 +110,18 @@ class Fp16GradientReduction(Rule):
     gate_regex = re.compile(r"MixedPrecision(?:Policy)?\s*\(|fp16_compress|register_comm_hook|Fabric\s*\(|Trainer\s*\(")
 
     VALID = [
+        Valid(
+            """
+import argparse
+import torch
+from torch.distributed.fsdp import MixedPrecision
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed-precision", choices=["fp32", "bf16"], default="bf16")
+args = parser.parse_args()
+policy = MixedPrecision(param_dtype={"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.mixed_precision])
+""",
+            "the option's choices never pick the fp16 entry",
+        ),
         Valid(
             """
 import torch
@@ -204,6 +235,19 @@ def test_norms_are_sharded_in_fp32(monkeypatch):
     ]
 
     INVALID = [
+        Invalid(
+            """
+import argparse
+import torch
+from torch.distributed.fsdp import MixedPrecision
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed-precision", choices=["fp32", "bf16", "fp16"], default="bf16")
+args = parser.parse_args()
+policy = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype={"fp32": torch.float32, "fp16": torch.float16}[args.mixed_precision])
+""",
+            line=7,
+            why="--mixed-precision fp16 is a supported choice: on it gradients are reduced in fp16",
+        ),
         Invalid(
             """
 import torch
@@ -328,6 +372,61 @@ def run():
                 continue
             if found is not None:
                 yield found
+        for launch in view.launches():
+            found = self._launched_fsdp(view, launch)
+            if found is not None:
+                yield found
+
+    def _launched_fsdp(self, view: ScaleView, launch: Any) -> Any:
+        """`accelerate launch` putting FSDP behind `prepare` in fp16 (`--use_fsdp
+        --mixed_precision fp16`, or a `--config_file` YAML with `distributed_type: FSDP` and
+        `mixed_precision: fp16`): accelerate's FSDP plugin then builds its policy with
+        `reduce_dtype` equal to the fp16 `param_dtype` (`FullyShardedDataParallelPlugin.
+        set_mixed_precision`; no launcher option or config key sets another). Only where every
+        `Accelerator(...)` the launched script and its project imports build takes both from the
+        launch: no plugin, `**kwargs` or `cpu=` in the call, no precision of its own but fp16."""
+        from amplint.model import launched_accelerators
+
+        if launch.kind != "accelerate" or launch.mixed_precision != "fp16" or launch.plugins != frozenset(("fsdp",)):
+            return None
+        if launch.config is not None and launch.config.cpu is not False and launch.option("mixed_precision") is None:
+            return None
+        records = launched_accelerators(view.project, launch)
+        if not records:
+            return None
+        for path, record in records:
+            mp = record.get("mp")
+            if record.get("x") or record.get("pl") or (mp is not None and mp != "fp16"):
+                return None  # a plugin of its own (its own policy), or a precision the code decides
+            text = view.project_text(path) or ""
+            if "FullyShardedDataParallelPlugin" in text or "mixed_precision_policy" in text:
+                return None  # an FSDP plugin built in code may carry its own policy
+        shown = launch.script.rsplit("/", 1)[-1]
+        if launch.precision_from_config:
+            config = launch.config
+            row = config.row("mixed_precision")
+            place = (config.path, row, 1, row, 1 + len("mixed_precision"))
+            message = f"`mixed_precision: fp16` under accelerate's FSDP reduces `{shown}`'s gradients across ranks in fp16"
+        else:
+            option = launch.option("mixed_precision")
+            place = (launch.path, option[1], option[2], option[1], option[2] + len("--mixed_precision"))
+            message = f"`accelerate launch --mixed_precision fp16` with FSDP reduces `{shown}`'s gradients in fp16"
+        related = []
+        fsdp = launch.option("use_fsdp") or next(((v, r, c) for n, v, r, c in launch.options if n.startswith("fsdp_")), None)
+        if fsdp is not None:
+            related.append(((launch.path, fsdp[1], fsdp[2], fsdp[1], fsdp[2] + 2), "FSDP chosen here"))
+        elif launch.config is not None:
+            row = launch.config.row("distributed_type")
+            related.append(((launch.config.path, row, 1, row, 1 + len("distributed_type")), "FSDP chosen here"))
+        if place[0] != launch.path:
+            related.append(((launch.path, launch.row, launch.col, launch.row, launch.col + len("accelerate")), "launched here"))
+        first_path, first = records[0]
+        related.append(((first_path, first["r"], 1, first["r"], 1), "this Accelerator takes the launch's FSDP and fp16"))
+        help = ("Build the FSDP plugin in code with `mixed_precision_policy=MixedPrecision(param_dtype=torch.float16, "
+                "reduce_dtype=torch.float32)` (or launch in bf16): accelerate's default policy reduces in its param dtype")
+        data = {"mechanism": "accelerate-fsdp", "precision": "fp16", "reduce_dtype": "fp16", "script": shown,
+                "config": launch.config.path if launch.config is not None else None}
+        return ScaleFinding(place, message, help, related, data, config_file=True)
 
     def _policy(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
         cls = "MixedPrecisionPolicy" if e["cls"] == "fsdp2" else "MixedPrecision"
@@ -341,11 +440,41 @@ def run():
         elif e.get("reduce") is None and e.get("param") == "fp16":
             place = view.place(path, e)
             message = f"`{cls}` without `reduce_dtype` reduces gradients in its fp16 `param_dtype`"
+        elif e.get("rch") and (e.get("reduce") == "?" or (e.get("reduce") is None and e.get("param") == "?")):
+            return self._chosen(view, path, e, cls)
         else:
             return None
         help = "Pass `reduce_dtype=torch.float32` (or use bf16): an fp16 sum of every rank's gradients overflows"
         data = {"mechanism": "fsdp", "policy": cls, "param_dtype": e.get("param"), "reduce_dtype": e.get("reduce") or e.get("param")}
         return ScaleFinding(place, message, help, [], data)
+
+    def _chosen(self, view: ScaleView, path: str, e: Dict[str, Any], cls: str) -> Any:
+        """A reduction dtype picked from a dict literal by an argparse option whose literal
+        `choices` include a key that picks `torch.float16` (`reduce_dtype={"fp16": torch.float16,
+        ...}[args.grad_precision or args.mixed_precision]`, or `param_dtype` so picked with no
+        `reduce_dtype`): on that supported run the gradients are reduced in fp16. A warning
+        naming the choice; silent when no such option of the file (or the project modules it
+        imports) has literal choices reaching an fp16 key."""
+        from amplint.model import project_option
+
+        choice = e["rch"]
+        for dest in choice["o"]:
+            option = project_option(view.project, path, dest)
+            if option is None or not option[2]:
+                continue
+            keys = [k for k in choice["k"] if k in option[2]]
+            if not keys:
+                continue
+            flag = option[1]
+            field = "reduce_dtype" if e.get("reduce") == "?" else "param_dtype"
+            r = e["rpos"] if field == "reduce_dtype" and e.get("rpos") else None
+            place = (path, r["r"], r["c"], r["er"], r["ec"]) if r else view.place(path, e)
+            message = f"when {flag} is {keys[0]}: `{cls}` reduces gradients across ranks in fp16"
+            help = "Pass `reduce_dtype=torch.float32` whatever the option picks: an fp16 sum of every rank's gradients overflows"
+            related = [((option[5], option[4], 1, option[4], 1), f"`{flag}` offers {keys[0]} here")]
+            data = {"mechanism": "fsdp", "policy": cls, "param_dtype": e.get("param"), "reduce_dtype": "fp16", "choice": f"{flag} is {keys[0]}"}
+            return ScaleFinding(place, message, help, related, data)
+        return None
 
     def _lightning(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
         if e.get("prec") not in ("16-mixed", "16-true"):

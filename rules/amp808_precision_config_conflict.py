@@ -36,7 +36,8 @@ class PrecisionConfigConflict(Rule):
       `accelerate launch --mixed_precision fp16` with a DeepSpeed config
       enabling bf16 (its `--deepspeed_config_file`, or the one its
       `--config_file` YAML points to), a launched accelerate YAML whose
-      `mixed_precision` disagrees with its DeepSpeed config, and
+      `mixed_precision` disagrees with its DeepSpeed config (reported once, in
+      the YAML, when the command line states no precision of its own), and
       `--fp16` / `--bf16` passed to a script that parses its
       `TrainingArguments` with `HfArgumentParser` next to a `--deepspeed
       ds.json` whose explicit `enabled` disagrees. Reported in the launcher,
@@ -302,7 +303,7 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
         accelerate = view.launcher_config(launch, yaml[0]) if yaml else None
         if accelerate is not None and not _accelerate_shaped(accelerate.values):
             accelerate = None
-        if accelerate is not None and mp is None:
+        if accelerate is not None and option is None:  # the YAML's own precision (`launch.mixed_precision` reads it then)
             named = (launch.path, yaml[1], yaml[2], yaml[1], yaml[2] + len("--config_file"))
             found = self._accelerate_yaml(view, accelerate, named)
             if found is not None:

@@ -306,3 +306,211 @@ def test_launches_that_leave_the_accelerator_without_a_grad_scaler_stay_silent(t
             "eval.py": "print('eval')\n", "run.sh": launcher, "pkg/optim.py": OPTIM,
         })
         assert findings(project, {"AMP402"}) == [], name
+
+
+# ------------------------------------------------------------------ `--config_file cfg.yaml`: the launched YAML's precision
+
+DDP_FP16_YAML = (
+    "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\ndowncast_bf16: 'no'\ngpu_ids: all\n"
+    "machine_rank: 0\nmain_training_function: main\nmixed_precision: fp16\nnum_machines: 1\nnum_processes: 4\n"
+    "use_cpu: false\n"
+)
+
+
+def test_a_launched_yaml_gives_the_launch_its_precision_and_plugins(tmp_path):
+    from amplint.model.project.configs import parse_yaml
+
+    def facts(text):
+        parsed = parse_yaml(text)
+        return launchers.launch_config("acc.yaml", parsed.values, parsed.lines)
+
+    ddp = facts(DDP_FP16_YAML)
+    assert (ddp.mixed_precision, ddp.plugins, ddp.cpu, ddp.row("mixed_precision")) == ("fp16", frozenset(), False, 7)
+    assert facts("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\nmixed_precision: fp16\n").plugins == {"deepspeed"}
+    assert facts("distributed_type: FSDP\nmixed_precision: bf16\n").plugins == {"fsdp"}
+    assert facts("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nmixed_precision: 'no'\n").mixed_precision == "no"
+    assert facts("compute_environment: LOCAL_MACHINE\ndistributed_type: NO\nmixed_precision: no\n").plugins == frozenset()
+    assert facts("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n").mixed_precision == "no"  # accelerate's default
+    assert facts("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nfp16: true\n").mixed_precision == "fp16"
+    assert facts("distributed_type: $KIND\nmixed_precision: fp16\n").plugins is None
+    assert facts("mixed_precision: fp16\nbatch_size: 4\n") is None  # not accelerate's config
+
+    project = _project(tmp_path, {"train.py": "print()\n", "configs/fp16.yaml": DDP_FP16_YAML, "run.sh": (
+        "accelerate launch --config_file configs/fp16.yaml train.py\n"
+        "accelerate launch --config_file configs/fp16.yaml --mixed_precision bf16 train.py\n"
+        "accelerate launch --config_file configs/fp16.yaml --use_deepspeed train.py\n"
+        "accelerate launch --config_file ~/.cache/huggingface/accelerate/default_config.yaml train.py\n"
+    )})
+    from amplint.model.project.wrappers import ScaleView
+
+    class _P:  # the project a ScaleView reads launchers through (no Python file needed)
+        root = str(project)
+        config_candidates = [str(project / "run.sh")]
+        summaries: dict = {}
+
+    view = ScaleView(_P(), lambda path: None, read_configs=True)
+    yaml, cli, deepspeed, home = view.launches()
+    assert (yaml.mixed_precision, yaml.precision_from_config, yaml.distributed_plugin) == ("fp16", True, False)
+    assert (cli.mixed_precision, cli.precision_from_config, cli.distributed_plugin) == ("bf16", False, False)
+    assert deepspeed.distributed_plugin is True
+    assert (home.mixed_precision, home.distributed_plugin) == (None, None)  # the user's own config: unknown
+    assert str((project / "configs/fp16.yaml").resolve()) in view.configs_read
+
+
+def test_a_resume_checkpoint_of_an_accelerator_its_launched_yaml_makes_fp16(tmp_path):
+    project = _project(tmp_path, {
+        "pkg/__init__.py": "", "pkg/trainer.py": TRAINER, "train.py": SCRIPT,
+        "configs/fp16.yaml": DDP_FP16_YAML,
+        "Makefile": "train:\n\taccelerate launch --config_file configs/fp16.yaml train.py\n",
+    })
+    assert findings(project, {"AMP402"}) == [("pkg/trainer.py", 10, "AMP402")]
+    (found,) = [d for d in lint_paths([str(project)], Config()).diagnostics if d.code == "AMP402"]
+    assert any(Path(r.filename).name == "fp16.yaml" and r.location.row == 7 for r in found.related)
+
+
+def test_launched_yamls_that_leave_the_accelerator_without_a_grad_scaler_stay_silent(tmp_path):
+    """The twins: the YAML in bf16 or "no", DeepSpeed or Megatron-LM behind it, the command line
+    overriding its precision, a YAML on CPU, one whose distributed_type is not literal, and a
+    `--config_file` naming no project file (accelerate's default config, outside the project)."""
+    cases = {
+        "bf16": DDP_FP16_YAML.replace("mixed_precision: fp16", "mixed_precision: bf16"),
+        "no": DDP_FP16_YAML.replace("mixed_precision: fp16", "mixed_precision: 'no'"),
+        "deepspeed": DDP_FP16_YAML.replace("MULTI_GPU", "DEEPSPEED") + "deepspeed_config:\n  zero_stage: 2\n",
+        "megatron": DDP_FP16_YAML.replace("MULTI_GPU", "MEGATRON_LM"),
+        "cpu": DDP_FP16_YAML.replace("use_cpu: false", "use_cpu: true"),
+        "unknown": DDP_FP16_YAML.replace("MULTI_GPU", "${KIND}"),
+    }
+    for name, yaml in cases.items():
+        project = _project(tmp_path / name, {
+            "pkg/__init__.py": "", "pkg/trainer.py": TRAINER, "train.py": SCRIPT, "acc.yaml": yaml,
+            "run.sh": "accelerate launch --config_file acc.yaml train.py\n",
+        })
+        assert findings(project, {"AMP402"}) == [], name
+    for name, launcher in {
+        "override": "accelerate launch --config_file acc.yaml --mixed_precision bf16 train.py\n",
+        "home": "accelerate launch --config_file ~/.cache/huggingface/accelerate/default_config.yaml train.py\n",
+        "missing": "accelerate launch --config_file configs/missing.yaml train.py\n",
+    }.items():
+        project = _project(tmp_path / name, {
+            "pkg/__init__.py": "", "pkg/trainer.py": TRAINER, "train.py": SCRIPT, "acc.yaml": DDP_FP16_YAML, "run.sh": launcher,
+        })
+        assert findings(project, {"AMP402"}) == [], name
+
+
+def test_a_bf16_model_prepared_under_a_launched_ddp_yaml_and_its_twins(tmp_path):
+    bf16 = DDP_FP16_YAML.replace("mixed_precision: fp16", "mixed_precision: bf16")
+    cases = {
+        "ddp": (bf16, ["AMP206"]),
+        "fsdp": (bf16.replace("MULTI_GPU", "FSDP") + "fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n", []),
+        "deepspeed": (bf16.replace("MULTI_GPU", "DEEPSPEED") + "deepspeed_config:\n  zero_stage: 3\n", []),
+    }
+    for name, (yaml, expected) in cases.items():
+        project = _project(tmp_path / name, {
+            "pkg/finetune.py": BF16_SCRIPT, "configs/acc.yaml": yaml,
+            "scripts/train.sh": "accelerate launch --config_file configs/acc.yaml pkg/finetune.py --lr 5e-6\n",
+        })
+        assert [f[2] for f in findings(project, {"AMP206"})] == expected, name
+
+
+def test_a_launched_yaml_in_fp16_against_the_deepspeed_config_it_names_in_bf16(tmp_path):
+    """The YAML's own `mixed_precision` (no `--mixed_precision` on the command line) is read
+    against its DeepSpeed JSON once, in the YAML: the launch's precision now comes from it too."""
+    project = _project(tmp_path, {
+        "train.py": ACC_SCRIPT,
+        "zero2.json": '{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}}',
+        "acc.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: zero2.json\nmixed_precision: fp16\n",
+        "run.sh": "accelerate launch --config_file acc.yaml train.py\n",
+    })
+    assert findings(project, {"AMP808"}) == [("acc.yaml", 4, "AMP808")]
+
+
+# ------------------------------------------------------------------ AMP102: a container `prepare` leaves unwrapped, launched fp16
+
+CONTAINER_SCRIPT = (
+    "from accelerate import Accelerator\n"
+    "from pkg.optim import MultiOptimizer\n"
+    "import torch\n"
+    "accelerator = Accelerator()\n"
+    "def main(model, loader):\n"
+    "    optimizer = MultiOptimizer({'g': torch.optim.AdamW(model.parameters(), lr=1e-4)})\n"
+    "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "    for x in loader:\n"
+    "        accelerator.backward(model(x).mean())\n"
+    "        optimizer.step('g')\n"
+)
+
+
+def test_a_container_of_optimizers_stepped_after_a_launched_fp16_backward(tmp_path):
+    for name, launcher in {
+        "flag": "accelerate launch --mixed_precision=fp16 --num_processes=1 train.py\n",
+        "yaml": "accelerate launch --config_file acc.yaml train.py\n",
+    }.items():
+        project = _project(tmp_path / name, {
+            "pkg/__init__.py": "", "pkg/optim.py": OPTIM, "train.py": CONTAINER_SCRIPT, "acc.yaml": DDP_FP16_YAML, "run.sh": launcher,
+        })
+        assert findings(project, {"AMP102"}) == [("train.py", 10, "AMP102")], name
+    # fp16 one of the documented runs: a warning naming the run
+    (project / "README.md").write_text("```bash\naccelerate launch --config_file acc.yaml --mixed_precision bf16 train.py\n```\n")
+    (found,) = [d for d in lint_paths([str(project)], Config()).diagnostics if d.code == "AMP102"]
+    assert found.severity.value == "warning" and found.message.startswith("when launched with `mixed_precision: fp16`: ")
+
+
+def test_launched_containers_that_see_no_scaled_gradients_stay_silent(tmp_path):
+    """The twins: bf16 or no precision on the command line, DeepSpeed behind the launcher, a
+    launch of another script, an Accelerator stating its own precision in code (the per-file
+    check's), and the container's torch optimizers prepared one by one."""
+    fp16 = "accelerate launch --mixed_precision fp16 --num_processes 1 train.py\n"
+    cases = {
+        "bf16": ("accelerate launch --mixed_precision bf16 --num_processes 1 train.py\n", CONTAINER_SCRIPT),
+        "unstated": ("accelerate launch --num_processes 1 train.py\n", CONTAINER_SCRIPT),
+        "deepspeed": ("accelerate launch --mixed_precision fp16 --use_deepspeed train.py\n", CONTAINER_SCRIPT),
+        "other": ("accelerate launch --mixed_precision fp16 eval.py\n", CONTAINER_SCRIPT),
+        "code": (fp16, CONTAINER_SCRIPT.replace("Accelerator()", "Accelerator(mixed_precision='bf16')")),
+        "inner": (fp16, CONTAINER_SCRIPT.replace(
+            "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n",
+            "    for k in optimizer.optimizers:\n        optimizer.optimizers[k] = accelerator.prepare(optimizer.optimizers[k])\n"
+            "    model, loader = accelerator.prepare(model, loader)\n")),
+    }
+    for name, (launcher, script) in cases.items():
+        project = _project(tmp_path / name, {
+            "pkg/__init__.py": "", "pkg/optim.py": OPTIM, "train.py": script, "eval.py": "print()\n", "run.sh": launcher,
+        })
+        assert findings(project, {"AMP102"}) == [], name
+
+
+# ------------------------------------------------------------------ AMP803: accelerate's FSDP plugin, launched in fp16
+
+FSDP_FP16_YAML = DDP_FP16_YAML.replace("MULTI_GPU", "FSDP") + "fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n"
+
+
+def test_a_launch_putting_fsdp_behind_accelerate_in_fp16_reduces_in_fp16(tmp_path):
+    for name, (launcher, expected) in {
+        "yaml": ("accelerate launch --config_file acc.yaml train.py\n", ("acc.yaml", 7, "AMP803")),
+        "flags": ("accelerate launch --use_fsdp --mixed_precision fp16 --num_processes 8 train.py\n", ("run.sh", 1, "AMP803")),
+        "yaml+flag": ("accelerate launch --config_file ddp.yaml --use_fsdp train.py\n", ("ddp.yaml", 7, "AMP803")),
+    }.items():
+        project = _project(tmp_path / name, {"train.py": ACC_SCRIPT, "acc.yaml": FSDP_FP16_YAML, "ddp.yaml": DDP_FP16_YAML, "run.sh": launcher})
+        assert findings(project, {"AMP803"}) == [expected], name
+
+
+def test_launched_fsdp_runs_that_do_not_reduce_in_fp16_stay_silent(tmp_path):
+    """The twins: bf16, DDP or DeepSpeed behind the launcher, the command line overriding the
+    YAML's precision, a YAML on CPU, an Accelerator with its own FSDP plugin (its own policy), its
+    own precision, or `**kwargs`, and a launch of another script."""
+    plugin = ACC_SCRIPT.replace("Accelerator()", "Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(mixed_precision_policy=policy))")
+    cases = {
+        "bf16": ("accelerate launch --config_file acc.yaml train.py\n", FSDP_FP16_YAML.replace("fp16", "bf16"), ACC_SCRIPT),
+        "ddp": ("accelerate launch --config_file acc.yaml train.py\n", DDP_FP16_YAML, ACC_SCRIPT),
+        "deepspeed": ("accelerate launch --config_file acc.yaml --use_deepspeed train.py\n", FSDP_FP16_YAML, ACC_SCRIPT),
+        "override": ("accelerate launch --config_file acc.yaml --mixed_precision bf16 train.py\n", FSDP_FP16_YAML, ACC_SCRIPT),
+        "cpu": ("accelerate launch --config_file acc.yaml train.py\n", FSDP_FP16_YAML.replace("use_cpu: false", "use_cpu: true"), ACC_SCRIPT),
+        "plugin": ("accelerate launch --config_file acc.yaml train.py\n", FSDP_FP16_YAML, plugin),
+        "code bf16": ("accelerate launch --config_file acc.yaml train.py\n", FSDP_FP16_YAML,
+                      ACC_SCRIPT.replace("Accelerator()", "Accelerator(mixed_precision='bf16')")),
+        "kwargs": ("accelerate launch --config_file acc.yaml train.py\n", FSDP_FP16_YAML, ACC_SCRIPT.replace("Accelerator()", "Accelerator(**kw)")),
+        "other": ("accelerate launch --config_file acc.yaml eval.py\n", FSDP_FP16_YAML, ACC_SCRIPT),
+        "home": ("accelerate launch --config_file $HOME/fsdp.yaml train.py\n", FSDP_FP16_YAML, ACC_SCRIPT),
+    }
+    for name, (launcher, yaml, script) in cases.items():
+        project = _project(tmp_path / name, {"train.py": script, "eval.py": "print()\n", "acc.yaml": yaml, "run.sh": launcher})
+        assert findings(project, {"AMP803"}) == [], name

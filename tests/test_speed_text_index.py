@@ -63,6 +63,8 @@ def reference(source: str) -> Dict[str, object]:
         roles += "c"
     if re.search(r"post_accumulate_grad_hook", source):  # a per-parameter gradient hook ("k")
         roles += "k"
+    if "f" not in roles and re.search(r"\bAccelerator\(", source):  # an Accelerator a launcher may make fp16 ("n")
+        roles += "n"
     if re.search(r"^mixed_precision[ \t]*=[ \t]*['\"]", source, re.M):  # a config module's precision ("p")
         roles += "p"
     # issue 22 (read5): top-level functions that look a class up in a module imported by name ("l")

@@ -158,7 +158,7 @@ def summaries_of(source: str, roles: str = "") -> Tuple[Any, Any]:
 
 #: text index roles that put a file in its project's universe whatever the other files say
 #: (`index.universe`: the BCE seeds and the optimizer, scaler and framework files)
-_SEED_ROLES = frozenset("bohgfw")
+_SEED_ROLES = frozenset("bohgfwn")
 
 
 def summaries_ahead(source: str, roles: str, rules: Sequence[Any]) -> Optional[Tuple[Any, Any]]:

@@ -224,6 +224,8 @@ _EXPORTS = {
     "launched_casts": ".project.cast_training",
     # accelerate's scaling Accelerator across files, and per-parameter gradient hooks (AMP102/AMP104)
     "project_scaling_accelerator": ".project.accelerate_hooks",
+    "launched_accelerators": ".project.accelerate_hooks",
+    "project_option": ".project.accelerate_hooks",
     "grad_hooks": ".project.accelerate_hooks",
     "hook_sites": ".project.accelerate_hooks",
     "enclosing_calls": ".project.accelerate_hooks",

@@ -267,8 +267,10 @@ def launched_fp16(
     `--mixed_precision` to every Accelerator of the process it starts, so a command launching
     `path`, or a script importing it (through project imports), counts. (None, where) when every
     such command that states a precision says fp16 with no DeepSpeed or Megatron-LM (FSDP only
-    for `scaler`: accelerate keeps a sharded GradScaler there) and no `--config_file` (which may
-    add either); (`launched with --mixed_precision fp16`, where) when others state another; None
+    for `scaler`: accelerate keeps a sharded GradScaler there), its `--config_file` (which may
+    add either) a project YAML that adds neither (`Launch.plugins`; the YAML's own
+    `mixed_precision: fp16` counts when the command states none: `where` is then that line);
+    (`launched with --mixed_precision fp16`, where) when others state another; None
     when none says fp16. Commands stating no precision take the user's own accelerate config,
     outside the project: they decide nothing. `entry`: the `Accelerator(...)` record, whose
     `**kwargs` must be empty on the launched run (`_empty_unpacking`)."""
@@ -286,18 +288,35 @@ def launched_fp16(
             continue
         if entry is not None and not _empty_unpacking(project, path, entry, [launch.script, *sorted(imported.values())]):
             continue
-        names = {n for n, _, _, _ in launch.options}
-        plugin = launch.distributed_plugin is True or "config_file" in names
-        fsdp_only = plugin and "config_file" not in names and not (names & {"use_deepspeed", "use_megatron_lm", "deepspeed_config_file", "zero_stage"}) \
-            and not any(n.startswith(("deepspeed_", "megatron_lm_")) for n in names)
-        if launch.mixed_precision == "fp16" and (not plugin or (scaler and fsdp_only)):
+        plugins = launch.plugins
+        if plugins is None and "config_file" not in {n for n, _, _, _ in launch.options}:
+            plugins = frozenset()  # accelerate's own default config decides nothing here (see above)
+        if launch.mixed_precision == "fp16" and plugins is not None and (not plugins or (scaler and plugins == {"fsdp"})):
             scaling.append(launch)
         else:
             other.append(launch)
     if not scaling:
         return None
     first = scaling[0]
+    if first.precision_from_config:
+        assert first.config is not None
+        where = (first.config.path, first.config.row("mixed_precision"))
+        return ("launched with `mixed_precision: fp16`" if other else None), where
     return ("launched with --mixed_precision fp16" if other else None), (first.path, first.row)
+
+
+def launched_accelerators(project: "Project", launch: Any) -> List[Tuple[str, Dict[str, Any]]]:
+    """The `Accelerator(...)` records (`summary.accelerator_record`) of the script a launch
+    command starts and of the project modules it imports: every Accelerator that process may
+    build, which takes the launcher's precision and plugins where its call states none."""
+    if not project.load_file(launch.script):
+        return []
+    files = [launch.script, *sorted(_imported_files(project, launch.script).values())]
+    out: List[Tuple[str, Dict[str, Any]]] = []
+    for path in files:
+        for record in (project.summaries.get(path) or {}).get("acc", ()):
+            out.append((path, record))
+    return out
 
 
 def _imported_files(project: "Project", script: str) -> Dict[str, str]:

@@ -33,6 +33,9 @@ other per-file results:
   "p" -- it is a config module setting a precision at column 0 (`mixed_precision = "fp16"`),
   which a framework built from a config loaded at run time reads (put in the universe when a
   framework-precision file "f" is there);
+  "n" -- it builds an accelerate `Accelerator(` without a `mixed_precision` in the call, whose
+  precision a launch command the project ships may set (`accelerate launch --mixed_precision
+  fp16`, a `--config_file` YAML: `launchers.py`), which the file's code never says;
 * imports: (level, module, names) for every import statement, read by a
   regular expression (strings holding `import` lines can only add files to
   look at, never hide one), packed into one string (`imports_of` unpacks it):
@@ -86,6 +89,8 @@ _FRAMEWORKS = (
     ("Accelerator", re.compile(r"Accelerator\s*\([^)]*\bmixed_precision\s*=")),
     ("TrainingArguments", re.compile(r"TrainingArguments\s*\([^)]*\b(?:fp16|bf16)\s*=\s*True")),
 )
+#: an `Accelerator(` call (a word): one without `mixed_precision=` takes the launcher's precision (role "n")
+_BARE_ACCELERATOR = re.compile(r"Accelerator\(")
 #: a config module's precision setting at column 0 (`mixed_precision = "fp16"` in an mmcv/mmengine
 #: style Python config), which a run-time `Config.fromfile(...)` hands to `Accelerator(mixed_precision=
 #: config.mixed_precision)` (role "p", `summary.config_settings`)
@@ -158,6 +163,8 @@ def text_index(source: str) -> Dict[str, str]:
         roles += "c"
     if has("post_accumulate_grad_hook"):
         roles += "k"
+    if has("Accelerator(") and "f" not in roles and _found(_BARE_ACCELERATOR, source, word=True):
+        roles += "n"
     if any(has(key) for key in CONFIG_KEYS) and _CONFIG_SETTING.search(source):
         roles += "p"
     lookups = _lookup_functions(source) if has("import_module") else []
@@ -415,7 +422,7 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     direct importers. Empty when none is there.
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
-    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgfwk")]
+    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgfwkn")]
     scale = scale_universe(files, root, index)
     if not seeds and not optimizers and not scale:
         return []

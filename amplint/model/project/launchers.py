@@ -23,14 +23,21 @@ commands (issue 22/23's launcher facts), over text only:
 
 Each command is a `Launch`: the launcher's options (`--mixed_precision`, `--use_deepspeed`,
 `--config_file`, `--deepspeed_config_file`, ...; `-` and `_` spelled alike) and the script's
-arguments, each with where it is written. Nothing here runs anything or imports torch.
+arguments, each with where it is written. An `accelerate launch --config_file cfg.yaml` whose
+YAML names exactly one project file that reads as accelerate's config also carries what that
+file sets (`LaunchConfig`, attached by the project view: `ScaleView.launches`): its
+`mixed_precision` and the plugins its `distributed_type` puts behind accelerate. accelerate
+reads a given config file instead of its default one and lets the command line win over it,
+so the launch's precision and plugins are then known; a `--config_file` that names no project
+file (the user's own, outside the repository) leaves them unknown, as accelerate's default
+config does. Nothing here runs anything or imports torch.
 """
 from __future__ import annotations
 
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from ...core.safe_read import read_bytes
 
@@ -58,6 +65,72 @@ _OTHER_FLAGS = frozenset((
 
 Token = Tuple[str, int, int]  # (text, row, column), 1-based
 
+#: the precisions accelerate's launcher and config take
+_PRECISIONS = ("no", "fp16", "bf16", "fp8")
+#: accelerate's `distributed_type` values that put a plugin behind `prepare` (the others: DDP,
+#: one process, TPU, CPU; none of them a plugin scaling on its own)
+_PLUGIN_TYPES = {"DEEPSPEED": "deepspeed", "FSDP": "fsdp", "MEGATRON_LM": "megatron_lm"}
+_PLAIN_TYPES = frozenset(("NO", "MULTI_GPU", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
+                          "MULTI_MUSA", "MULTI_HPU", "XLA", "TPU"))
+#: launcher options that name a plugin (each a prefix too: `--deepspeed_config_file`, `--fsdp_sharding_strategy`)
+_PLUGIN_OPTIONS = {"use_deepspeed": "deepspeed", "deepspeed_config_file": "deepspeed", "zero_stage": "deepspeed",
+                   "use_fsdp": "fsdp", "use_megatron_lm": "megatron_lm"}
+_PLUGIN_PREFIXES = (("deepspeed_", "deepspeed"), ("fsdp_", "fsdp"), ("megatron_lm_", "megatron_lm"))
+#: launcher options that fix the process layout: accelerate then reads no `distributed_type` from a config
+_LAYOUT_FLAGS = frozenset(("multi_gpu", "tpu", "tpu_use_cluster"))
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """What the accelerate config YAML a launch names (`--config_file cfg.yaml`) sets: its
+    `mixed_precision` ("no" | "fp16" | "bf16" | "fp8"; "no" when the key is absent, as
+    accelerate reads it; None when written but not a literal), the plugins its
+    `distributed_type` puts behind `prepare` (None when that is not one accelerate knows), its
+    `use_cpu`, and where each is written (`rows`: key -> line)."""
+
+    path: str
+    mixed_precision: Optional[str]
+    plugins: Optional[FrozenSet[str]]
+    cpu: Optional[bool]
+    rows: Tuple[Tuple[str, int], ...] = ()
+
+    def row(self, key: str) -> int:
+        return dict(self.rows).get(key, 1)
+
+
+def launch_config(path: str, values: Dict[str, Any], lines: Dict[Tuple[str, ...], Tuple[int, int]]) -> Optional[LaunchConfig]:
+    """The launch facts of one parsed accelerate config (`configs.ConfigFile` values and key
+    lines); None when it is not accelerate's (no `distributed_type` next to
+    `compute_environment` or `mixed_precision`)."""
+    if not isinstance(values, dict) or "distributed_type" not in values or not (
+        "compute_environment" in values or "mixed_precision" in values
+    ):
+        return None
+    mp: Optional[str] = "no"
+    if "mixed_precision" not in values and values.get("fp16") is True:
+        mp = "fp16"  # an older accelerate's `fp16: true` (accelerate still reads it so)
+    elif "mixed_precision" in values:
+        raw = values["mixed_precision"]
+        if raw is False or raw is None:
+            mp = "no"  # `mixed_precision: no` reads as YAML's false
+        elif isinstance(raw, str) and raw.strip().lower() in _PRECISIONS:
+            mp = raw.strip().lower()
+        else:
+            mp = None
+    kind = values.get("distributed_type")
+    plugins: Optional[FrozenSet[str]] = None
+    if isinstance(kind, str):
+        kind = kind.strip().upper()
+        if kind in _PLUGIN_TYPES:
+            plugins = frozenset((_PLUGIN_TYPES[kind],))
+        elif kind in _PLAIN_TYPES:
+            plugins = frozenset()
+    elif kind is False:  # `distributed_type: NO` written lower-case reads as false
+        plugins = frozenset()
+    cpu = values.get("use_cpu")
+    rows = tuple((k, lines[(k,)][0]) for k in ("mixed_precision", "distributed_type", "use_cpu") if (k,) in lines)
+    return LaunchConfig(path, mp, plugins, cpu if isinstance(cpu, bool) else (False if cpu is None else None), rows)
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -72,6 +145,8 @@ class Launch:
     script: str
     options: Tuple[Tuple[str, str, int, int], ...]  # (name with `_`, value or "", row, col)
     args: Tuple[Token, ...]
+    #: the accelerate config YAML `--config_file` names, read (attached by the project view)
+    config: Optional[LaunchConfig] = None
 
     def option(self, name: str) -> Optional[Tuple[str, int, int]]:
         """(value, row, column) of a launcher option (the last one given), None when absent."""
@@ -83,31 +158,57 @@ class Launch:
 
     @property
     def mixed_precision(self) -> Optional[str]:
-        """accelerate's `--mixed_precision` ("no" | "fp16" | "bf16" | "fp8"), None when not given
-        or not a literal."""
-        found = self.option("mixed_precision") if self.kind == "accelerate" else None
-        if found is None:
+        """accelerate's precision for the launch ("no" | "fp16" | "bf16" | "fp8"): its
+        `--mixed_precision`, else the `mixed_precision` of the config YAML its `--config_file`
+        names (`config`); None when neither states a literal (a shell expansion, a config
+        outside the project, accelerate's default config)."""
+        if self.kind != "accelerate":
             return None
-        value = found[0].lower()
-        return value if value in ("no", "fp16", "bf16", "fp8") else None
+        found = self.option("mixed_precision")
+        if found is not None:
+            value = found[0].lower()
+            return value if value in _PRECISIONS else None
+        if self.config is not None and self.config.cpu is False:
+            return self.config.mixed_precision
+        return None
+
+    @property
+    def precision_from_config(self) -> bool:
+        """Whether `mixed_precision` comes from the launched config YAML (no `--mixed_precision`)."""
+        return self.kind == "accelerate" and self.option("mixed_precision") is None and self.mixed_precision is not None
+
+    @property
+    def plugins(self) -> Optional[FrozenSet[str]]:
+        """The plugins ("deepspeed", "fsdp", "megatron_lm") the launch may put behind
+        accelerate's `prepare`: those its options name; else, with `--config_file`, those the
+        YAML's `distributed_type` names (none when the command fixes the process layout:
+        `--multi_gpu`, `--tpu`), None when that YAML is not known; without one, none when the
+        command fixes the process layout (`--num_processes`, `--multi_gpu`, `--cpu`), else None
+        (accelerate's default config file, outside the project, may add one)."""
+        if self.kind != "accelerate":
+            return None
+        names = {n for n, _, _, _ in self.options}
+        named = {kind for n in names for kind in [_PLUGIN_OPTIONS.get(n)] if kind}
+        named |= {kind for n in names for prefix, kind in _PLUGIN_PREFIXES if n.startswith(prefix)}
+        if named:
+            return frozenset(named)
+        if "config_file" in names:
+            if names & _LAYOUT_FLAGS:
+                return frozenset()
+            return self.config.plugins if self.config is not None else None
+        return frozenset() if names & {"num_processes", "multi_gpu", "cpu", "num_machines"} else None
 
     @property
     def distributed_plugin(self) -> Optional[bool]:
         """Whether the launch may put DeepSpeed, FSDP or Megatron-LM behind accelerate: True
-        when an option says so, None when a config file (this one or accelerate's default) may
-        decide, False when the command rules them out. accelerate's default config file
-        (`accelerate config`, outside the project) is not known: only a command that also fixes
-        the process layout (`--num_processes`, `--multi_gpu`, `--cpu`) is read as complete."""
-        if self.kind != "accelerate":
-            return None
-        names = {n for n, _, _, _ in self.options}
-        if names & {"use_deepspeed", "use_fsdp", "use_megatron_lm", "deepspeed_config_file", "zero_stage"}:
-            return True
-        if any(n.startswith(("fsdp_", "deepspeed_", "megatron_lm_")) for n in names):
-            return True
-        if "config_file" in names:
-            return None
-        return False if names & {"num_processes", "multi_gpu", "cpu", "num_machines"} else None
+        when an option or the launched config YAML says so, None when a config file outside the
+        project (this one or accelerate's default) may decide, False when the command (with its
+        config YAML) rules them out. accelerate's default config file (`accelerate config`,
+        outside the project) is not known: only a command that also fixes the process layout
+        (`--num_processes`, `--multi_gpu`, `--cpu`) or names a config YAML of the project is
+        read as complete."""
+        plugins = self.plugins
+        return None if plugins is None else bool(plugins)
 
     def arg(self, *names: str) -> Optional[Tuple[str, int, int]]:
         """A script argument's value (the token after `--name`, or after `=`), with where the

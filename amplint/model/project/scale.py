@@ -269,6 +269,31 @@ class _Reader:
         found = torchapi.dtype_of_qualname(self.qualname(dotted(node)))
         return found or "?"
 
+    def dtype_choice(self, node: Optional[ast.AST]) -> Optional[Dict[str, Any]]:
+        """A dtype picked at run time from a dict literal by an option (`{"fp16": torch.float16,
+        "bf16": torch.bfloat16}[args.mixed_precision]`, also `[args.grad_precision or
+        args.mixed_precision]`): {"k": the string keys that pick fp16, "o": the options'
+        attribute names}; None for anything else, or when no key picks fp16."""
+        if not isinstance(node, ast.Subscript) or not isinstance(node.value, ast.Dict):
+            return None
+        keys = []
+        for key, value in zip(node.value.keys, node.value.values):
+            if not isinstance(key, ast.Constant) or not isinstance(key.value, str):
+                return None
+            found = self.dtype(value)
+            if found not in ("fp16", "bf16", "fp32"):
+                return None
+            if found == "fp16":
+                keys.append(key.value)
+        index = node.slice
+        operands = index.values if isinstance(index, ast.BoolOp) and isinstance(index.op, ast.Or) else [index]
+        options = []
+        for operand in operands:
+            if not isinstance(operand, ast.Attribute) or not isinstance(operand.value, ast.Name):
+                return None
+            options.append(operand.attr)
+        return {"k": keys, "o": options} if keys else None
+
     # ------------------------------------------------------------------ scopes
 
     def _function(self, qual: str, body: List[ast.stmt], cls: Optional[str], params: List[str], line: int) -> None:
@@ -697,6 +722,7 @@ class _Reader:
                 "ctor", node, qual, k="policy", cls="fsdp1" if q in FSDP1_POLICIES else "fsdp2", t=target,
                 param=self.dtype(values["param_dtype"]), reduce=self.dtype(values["reduce_dtype"]),
                 rpos=self._position(values["reduce_dtype"]) if values["reduce_dtype"] is not None else None,
+                rch=self.dtype_choice(values["reduce_dtype"] if values["reduce_dtype"] is not None else values["param_dtype"]),
                 star=1 if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords) else None,
             )
             return

@@ -768,8 +768,23 @@ class ScaleView:
         self.wants_configs = True
         found, read = launchers.launches_of(candidates, root)
         self.configs_read.update(read)
-        out.extend(found)
+        out.extend(self._with_config(launch) for launch in found)
         return out
+
+    def _with_config(self, launch: Any) -> Any:
+        """`launch` with what the accelerate config YAML its `--config_file` names sets
+        (`launchers.LaunchConfig`), when that names exactly one project file that reads as
+        accelerate's config (its bytes then decide findings); else `launch` as it is."""
+        import dataclasses
+
+        from . import launchers
+
+        named = launch.option("config_file") if launch.kind == "accelerate" else None
+        if named is None or not named[0]:
+            return launch
+        config = self.launcher_config(launch, named[0])
+        facts = launchers.launch_config(config.path, config.values, config.lines) if config is not None else None
+        return dataclasses.replace(launch, config=facts) if facts is not None else launch
 
     def launches_of(self, path: str) -> List[Any]:
         """The launches that start the script `path` (its real path)."""
