@@ -30,6 +30,7 @@ from libcst.metadata import PositionProvider
 from libcst.metadata.position_provider import NEWLINE_RE, PositionProvidingCodegenState
 
 _DEFAULT = MaybeSentinel.DEFAULT
+_SimpleWhitespace = cst.SimpleWhitespace
 _split = NEWLINE_RE.split
 
 
@@ -49,6 +50,7 @@ class _Positions:
     """Line and column tracking as `PositionProvidingCodegenState` does it, into `ranges`."""
 
     __slots__ = ("line", "column", "ranges", "state", "indent")
+
 
     def __init__(self, module: cst.Module, ranges: dict, line: int) -> None:
         provider = PositionProvider()
@@ -82,6 +84,21 @@ class _Positions:
         handler(self, node, a, b)
         ranges = self.ranges
         if node not in ranges:  # after_codegen: a syntactic range recorded already stays
+            ranges[node] = (line, column, self.line, self.column)
+
+    def ws(self, node) -> None:
+        """`gen` of a whitespace child: a `SimpleWhitespace` without a dispatch."""
+        if type(node) is not _SimpleWhitespace:
+            self.gen(node)
+            return
+        value = node.value
+        line, column = self.line, self.column
+        if "\n" in value or "\r" in value:  # a backslash continuation
+            self.tok(value)
+        else:
+            self.column = column + len(value)
+        ranges = self.ranges
+        if node not in ranges:
             ranges[node] = (line, column, self.line, self.column)
 
     def _libcst(self, node, a, b) -> None:
@@ -124,6 +141,12 @@ class _Code:
             _call_libcst(node, self.state, a, b)
         else:
             handler(self, node, a, b)
+
+    def ws(self, node) -> None:
+        if type(node) is _SimpleWhitespace:
+            self.tokens.append(node.value)
+        else:
+            self.gen(node)
 
     def mark(self, node, line, column) -> None:
         pass
@@ -237,9 +260,9 @@ def _call(g, node, a, b) -> None:
         g.gen(p)
     line, column = g.line, g.column
     g.gen(node.func)
-    g.gen(node.whitespace_after_func)
+    g.ws(node.whitespace_after_func)
     g.tok("(")
-    g.gen(node.whitespace_before_args)
+    g.ws(node.whitespace_before_args)
     args = node.args
     last = len(args) - 1
     for i, arg in enumerate(args):
@@ -253,7 +276,7 @@ def _call(g, node, a, b) -> None:
 def _arg(g, node, default_comma, b) -> None:
     line, column = g.line, g.column
     g.tok(node.star)
-    g.gen(node.whitespace_after_star)
+    g.ws(node.whitespace_after_star)
     keyword = node.keyword
     if keyword is not None:
         g.gen(keyword)
@@ -269,7 +292,7 @@ def _arg(g, node, default_comma, b) -> None:
         g.tok(", ")
     elif comma is not _DEFAULT and _is(comma, cst.Comma):
         g.gen(comma)
-    g.gen(node.whitespace_after_arg)
+    g.ws(node.whitespace_after_arg)
 
 
 def _unary(g, node, a, b) -> None:
@@ -317,7 +340,7 @@ def _subscript(g, node, a, b) -> None:
         g.gen(p)
     line, column = g.line, g.column
     g.gen(node.value)
-    g.gen(node.whitespace_after_value)
+    g.ws(node.whitespace_after_value)
     g.gen(node.lbracket)
     slices = node.slice
     last = len(slices) - 1
@@ -346,40 +369,40 @@ def _index(g, node, a, b) -> None:
         g.tok(star)
     ws = node.whitespace_after_star
     if ws is not None:
-        g.gen(ws)
+        g.ws(ws)
     g.gen(node.value)
 
 
 def _one_token_op(g, node, a, b) -> None:  # Dot, Comma, AssignEqual, Colon, Semicolon, binary/comparison ops
-    g.gen(node.whitespace_before)
+    g.ws(node.whitespace_before)
     line, column = g.line, g.column
     g.tok(node._get_token())
     g.mark(node, line, column)
-    g.gen(node.whitespace_after)
+    g.ws(node.whitespace_after)
 
 
 def _unary_op(g, node, a, b) -> None:  # Minus, Plus, BitInvert, Not
     g.tok(node._get_token())
-    g.gen(node.whitespace_after)
+    g.ws(node.whitespace_after)
 
 
 def _left_paren(g, node, a, b) -> None:
     g.tok("(")
-    g.gen(node.whitespace_after)
+    g.ws(node.whitespace_after)
 
 
 def _right_paren(g, node, a, b) -> None:
-    g.gen(node.whitespace_before)
+    g.ws(node.whitespace_before)
     g.tok(")")
 
 
 def _left_bracket(g, node, a, b) -> None:
     g.tok("[")
-    g.gen(node.whitespace_after)
+    g.ws(node.whitespace_after)
 
 
 def _right_bracket(g, node, a, b) -> None:
-    g.gen(node.whitespace_before)
+    g.ws(node.whitespace_before)
     g.tok("]")
 
 
@@ -393,7 +416,7 @@ def _parenthesized_whitespace(g, node, a, b) -> None:
 
 
 def _trailing_whitespace(g, node, a, b) -> None:
-    g.gen(node.whitespace)
+    g.ws(node.whitespace)
     comment = node.comment
     if comment is not None:
         g.gen(comment)
@@ -408,7 +431,7 @@ def _newline(g, node, a, b) -> None:
 def _empty_line(g, node, a, b) -> None:
     if node.indent:
         g.add_indent()
-    g.gen(node.whitespace)
+    g.ws(node.whitespace)
     comment = node.comment
     if comment is not None:
         g.gen(comment)
@@ -497,9 +520,9 @@ def _assign_target(g, node, a, b) -> None:
     line, column = g.line, g.column
     g.gen(node.target)
     g.mark(node, line, column)
-    g.gen(node.whitespace_before_equal)
+    g.ws(node.whitespace_before_equal)
     g.tok("=")
-    g.gen(node.whitespace_after_equal)
+    g.ws(node.whitespace_after_equal)
 
 
 def _expr(g, node, default_semicolon, b) -> None:
@@ -527,7 +550,7 @@ def _return(g, node, default_semicolon, b) -> None:
         if value is not None:
             g.tok(" ")
     else:
-        g.gen(ws)
+        g.ws(ws)
     if value is not None:
         g.gen(value)
     g.mark(node, line, column)
@@ -573,19 +596,19 @@ def _function_def(g, node, a, b) -> None:
     if node.asynchronous is not None:
         g.gen(node.asynchronous)
     g.tok("def")
-    g.gen(node.whitespace_after_def)
+    g.ws(node.whitespace_after_def)
     g.gen(node.name)
-    g.gen(node.whitespace_after_name)
+    g.ws(node.whitespace_after_name)
     if node.type_parameters is not None:
         g.gen(node.type_parameters)
-    g.gen(node.whitespace_after_type_parameters)
+    g.ws(node.whitespace_after_type_parameters)
     g.tok("(")
-    g.gen(node.whitespace_before_params)
+    g.ws(node.whitespace_before_params)
     g.gen(node.params)
     g.tok(")")
     if node.returns is not None:
         _annotation(g, node.returns, "->")
-    g.gen(node.whitespace_before_colon)
+    g.ws(node.whitespace_before_colon)
     g.tok(":")
     g.gen(node.body)
     _end_at(g, node, line, column, node.body)
@@ -612,12 +635,12 @@ def _class_def(g, node, a, b) -> None:
     g.add_indent()
     line, column = g.line, g.column
     g.tok("class")
-    g.gen(node.whitespace_after_class)
+    g.ws(node.whitespace_after_class)
     g.gen(node.name)
-    g.gen(node.whitespace_after_name)
+    g.ws(node.whitespace_after_name)
     if node.type_parameters is not None:
         g.gen(node.type_parameters)
-    g.gen(node.whitespace_after_type_parameters)
+    g.ws(node.whitespace_after_type_parameters)
     lpar = node.lpar
     if isinstance(lpar, MaybeSentinel):
         if node.bases or node.keywords:
@@ -634,7 +657,7 @@ def _class_def(g, node, a, b) -> None:
             g.tok(")")
     elif isinstance(rpar, cst.RightParen):
         g.gen(rpar)
-    g.gen(node.whitespace_before_colon)
+    g.ws(node.whitespace_before_colon)
     g.tok(":")
     g.gen(node.body)
     _end_at(g, node, line, column, node.body)
@@ -646,7 +669,7 @@ def _decorator(g, node, a, b) -> None:
     g.add_indent()
     line, column = g.line, g.column
     g.tok("@")
-    g.gen(node.whitespace_after_at)
+    g.ws(node.whitespace_after_at)
     g.gen(node.decorator)
     g.mark(node, line, column)
     g.gen(node.trailing_whitespace)
@@ -659,9 +682,9 @@ def _if(g, node, is_elif, b) -> None:
     end_node = node.body if node.orelse is None else node.orelse
     line, column = g.line, g.column
     g.tok("elif" if is_elif else "if")
-    g.gen(node.whitespace_before_test)
+    g.ws(node.whitespace_before_test)
     g.gen(node.test)
-    g.gen(node.whitespace_after_test)
+    g.ws(node.whitespace_after_test)
     g.tok(":")
     g.gen(node.body)
     orelse = node.orelse
@@ -679,7 +702,7 @@ def _else(g, node, a, b) -> None:
     g.add_indent()
     line, column = g.line, g.column
     g.tok("else")
-    g.gen(node.whitespace_before_colon)
+    g.ws(node.whitespace_before_colon)
     g.tok(":")
     g.gen(node.body)
     _end_at(g, node, line, column, node.body)
@@ -694,13 +717,13 @@ def _for(g, node, a, b) -> None:
     if node.asynchronous is not None:
         g.gen(node.asynchronous)
     g.tok("for")
-    g.gen(node.whitespace_after_for)
+    g.ws(node.whitespace_after_for)
     g.gen(node.target)
-    g.gen(node.whitespace_before_in)
+    g.ws(node.whitespace_before_in)
     g.tok("in")
-    g.gen(node.whitespace_after_in)
+    g.ws(node.whitespace_after_in)
     g.gen(node.iter)
-    g.gen(node.whitespace_before_colon)
+    g.ws(node.whitespace_before_colon)
     g.tok(":")
     g.gen(node.body)
     if node.orelse is not None:
