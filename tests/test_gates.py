@@ -213,6 +213,30 @@ CLASS_FAMILY_TEXTS = {
         "    def forward(self, q, k, m):\n        s = (q @ k).half()\n        return s.masked_fill(m, -1e9)\n\n"
         "    def other(self):\n        with torch.autocast('cuda', enabled=False):\n            return self.fc(self.x)\n"
     ),
+    # a function the file defines twice: its callers cannot decide (each `def` is a use), so two
+    # of its definitions stand for every line naming it; the callers of a dunder are never read
+    "defined-twice.py": HEAD + (
+        "class Disc(torch.nn.Module):\n    def preprocess(self, y):\n        y = y - y.mean(dim=-1, keepdim=True)\n"
+        "        return y / (y.abs().max(dim=-1, keepdim=True)[0] + 1e-9)\n\n    def other(self):\n        return 1\n\n"
+        "    def forward(self, x):\n        return self.preprocess(x.half())\n\n\n"
+        "def unrelated(y):\n    return y\n\n\n"
+        "class Other(torch.nn.Module):\n    def preprocess(self, y):\n        return y\n\n"
+        "    def forward(self, x):\n        return self.preprocess(x.half())\n\n\n"
+        "class Third(torch.nn.Module):\n    def preprocess(self, y):\n        return y + 1\n\n"
+        "    def run(self, x):\n        return self.preprocess(x)\n"
+    ),
+    "defined-once.py": HEAD + (
+        "class Disc(torch.nn.Module):\n    def preprocess(self, y):\n        y = y - y.mean(dim=-1, keepdim=True)\n"
+        "        return y / (y.abs().max(dim=-1, keepdim=True)[0] + 1e-9)\n\n    def other(self):\n        return 1\n\n\n"
+        "def unrelated(y):\n    return y\n\n\n"
+        "class Disc2(Disc):\n    def forward(self, x):\n        return self.preprocess(x.half())\n"
+        "    # def preprocess(self, y): a comment is no definition\n"
+    ),
+    "dunder-site.py": HEAD + (
+        "class Norm(torch.nn.Module):\n    def __call__(self, y):\n        return y / (y.abs().max(dim=-1, keepdim=True)[0] + 1e-9)\n\n\n"
+        "def unrelated(y):\n    return y\n\n\n"
+        "class User(torch.nn.Module):\n    def forward(self, x):\n        return Norm().__call__(x.half())\n"
+    ),
     "nested-class.py": HEAD + (
         "class Outer(torch.nn.Module):\n    class Inner:\n        x = 1\n\n"
         "    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(4, 4)\n\n"
@@ -271,6 +295,22 @@ def test_an_excerpt_gives_the_diagnostics_of_the_whole_file():
         whole = run_guarded(_parse_and_check, source, name, config, active, codes, FileResult(path=name))
         assert partial == whole, name  # positions, messages, fixes, conditions, verifier data
     assert cut >= 100 and with_findings >= 20, "the corpus must exercise excerpts"
+
+
+def test_amp302_lines_keep_two_definitions_of_a_name_defined_twice():
+    from amplint.core.gates import underflowing_eps_lines
+
+    rows = CLASS_FAMILY_TEXTS["defined-twice.py"].split("\n")
+    lines = underflowing_eps_lines(CLASS_FAMILY_TEXTS["defined-twice.py"])
+    named = [i + 1 for i, row in enumerate(rows) if "preprocess" in row]
+    defs = [i + 1 for i, row in enumerate(rows) if "def preprocess" in row]
+    assert set(defs[:2]) <= lines and defs[2] not in lines
+    assert not (set(named) - set(defs[:2])) & lines  # no call line: only the two definitions
+    once = CLASS_FAMILY_TEXTS["defined-once.py"]
+    rows = once.split("\n")
+    assert {i + 1 for i, row in enumerate(rows) if "preprocess" in row} <= underflowing_eps_lines(once)
+    dunder = CLASS_FAMILY_TEXTS["dunder-site.py"]
+    assert not any("__call__" in dunder.split("\n")[i - 1] and "def" not in dunder.split("\n")[i - 1] for i in underflowing_eps_lines(dunder))
 
 
 TRICKY_LAYOUTS = [

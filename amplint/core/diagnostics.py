@@ -114,6 +114,14 @@ class Diagnostic:
     def fixable(self) -> bool:
         return self.fix is not None
 
+    def __copy__(self) -> "Diagnostic":
+        """What `copy.copy` makes of it (a new object sharing the fields' values), without the
+        reduce protocol: the run copies every finding of a file that offers fixes, twice
+        (140,000 findings of one file: ~3x cheaper)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
     def sort_key(self) -> tuple:
         return (self.filename, self.cell or 0, self.location, self.code, self.message)
 

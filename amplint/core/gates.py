@@ -468,7 +468,35 @@ def underflowing_eps_lines(source: str) -> Optional[Set[int]]:
     sites = {row(start) for start in _tiny_literal_site_list(source)} | {
         source.count("\n", 0, at) + 1 for at in _absorbed_bound_sites(source)
     }
-    return sites | _naming_lines(source, _enclosing_functions(source, sites), row)
+    # the callers of a function are read for its parameters (AMP302's `_from_callers`), never for
+    # a dunder's; nor for a name the file defines twice or more: each definition's name is a use,
+    # so the uses are never the calls and one `def` (the answer is "unknown" at once), and any
+    # two of the definitions give an excerpt the same answer as the file
+    names = {n for n in _enclosing_functions(source, sites) if not n.startswith("__")}
+    defs = _defined_twice(source, names)
+    names -= defs.keys()
+    return sites | {line for lines in defs.values() for line in lines[:2]} | _naming_lines(source, names, row)
+
+
+def _defined_twice(source: str, names: Set[str]) -> Dict[str, List[int]]:
+    """name -> the lines of its `def`s, for the `names` that two or more functions of
+    `source` are defined as (read by CPython's parser; none when it cannot parse the text)."""
+    if not names:
+        return {}
+    if sum(source.count("def " + n) for n in names) < 2:
+        return {}  # (a `def` spelled with a tab is rare: read as one definition, the old way)
+    import ast
+
+    from .pyast import parse
+
+    tree = parse(source)
+    if tree is None:
+        return {}
+    found: Dict[str, List[int]] = {}
+    for node in ast.walk(tree):
+        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef) and node.name in names:
+            found.setdefault(node.name, []).append(node.lineno)
+    return {n: sorted(lines) for n, lines in found.items() if len(lines) >= 2}
 
 
 _DEF_LINE = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)")

@@ -73,7 +73,8 @@ def lint_paths(
     results = lint_files(files, config, rules, codes, jobs=jobs, cache=cache)
     # copies, taken before anything can touch them: the fix check withdraws fixes from the run's
     # diagnostics (in place) between its passes
-    linted = {r.path: (r.source_digest, [copy.copy(d) for d in r.diagnostics]) for r in results if r.source_digest is not None}
+    with gc_paused():  # copies hold no cycle; with the collector on, their allocations rescan the heap
+        linted = {r.path: (r.source_digest, [copy.copy(d) for d in r.diagnostics]) for r in results if r.source_digest is not None}
     from ..model.embedded import remembered
 
     # the conditions' walks of library copies, kept in the store (a warm run reads none of their files)

@@ -101,32 +101,30 @@ class _Taken:
 
     def __init__(self) -> None:
         self._starts: List[Tuple[int, int]] = []
-        self._spans: List[Tuple[Location, Location]] = []
+        self._ends: List[Tuple[int, int]] = []  # (row, column) keys: `Location` compares as they do
 
     def overlaps(self, span: Tuple[Location, Location]) -> bool:
-        i = bisect.bisect_right(self._starts, _key(span[1])) - 1
-        first = _key(span[0])
-        while i >= 0 and _key(self._spans[i][1]) >= first:
-            if _overlaps(span, self._spans[i]):
+        a0, a1 = (span[0].row, span[0].column), (span[1].row, span[1].column)
+        starts, ends = self._starts, self._ends
+        i = bisect.bisect_right(starts, a1) - 1
+        while i >= 0 and ends[i] >= a0:
+            if _overlaps(a0, a1, starts[i], ends[i]):
                 return True
             i -= 1
         return False
 
     def extend(self, spans: Iterable[Tuple[Location, Location]]) -> None:
         for span in spans:
-            i = bisect.bisect_right(self._starts, _key(span[0]))
-            self._starts.insert(i, _key(span[0]))
-            self._spans.insert(i, span)
+            start = (span[0].row, span[0].column)
+            i = bisect.bisect_right(self._starts, start)
+            self._starts.insert(i, start)
+            self._ends.insert(i, (span[1].row, span[1].column))
 
 
-def _key(loc: Location) -> Tuple[int, int]:
-    return (loc.row, loc.column)
-
-
-def _overlaps(a: Tuple[Location, Location], b: Tuple[Location, Location]) -> bool:
+def _overlaps(a0: Tuple[int, int], a1: Tuple[int, int], b0: Tuple[int, int], b1: Tuple[int, int]) -> bool:
     # insertions at the same point (empty spans) conflict too, to keep order defined
-    return not (a[1] < b[0] or b[1] < a[0]) and not (a[1] == b[0] and a[0] != a[1] and b[0] != b[1]) and not (
-        b[1] == a[0] and a[0] != a[1] and b[0] != b[1]
+    return not (a1 < b0 or b1 < a0) and not (a1 == b0 and a0 != a1 and b0 != b1) and not (
+        b1 == a0 and a0 != a1 and b0 != b1
     )
 
 

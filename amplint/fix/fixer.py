@@ -122,7 +122,11 @@ def _linted_once(
     def known(text: str) -> List[Diagnostic]:
         if text is not source:
             return lint(text)
-        found = resolve_conditions([copy.copy(d) for d in first], facts, config)
+        from ..engine.pipeline import gc_paused
+
+        with gc_paused():  # (no cycle among copies: see `run.lint_paths`)
+            copies = [copy.copy(d) for d in first]
+        found = resolve_conditions(copies, facts, config)
         return discount(found, text, used) if used else found
 
     return known

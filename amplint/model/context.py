@@ -463,7 +463,9 @@ class ModuleContext:
     # ------------------------------------------------------------------ source
 
     def code_for(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
+        from .fastgen import code
+
+        return code(self.module, node)
 
     def position(self, node: cst.CSTNode) -> Tuple[Location, Location]:
         if self._positions is None:  # per top-level statement: linear in what is reported on

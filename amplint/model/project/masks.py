@@ -74,8 +74,10 @@ def dtype_aware(body: Sequence[ast.stmt]) -> bool:
     for stmt in body:
         for node in ast.walk(stmt):
             test = getattr(node, "test", None) if isinstance(node, (ast.If, ast.IfExp, ast.While, ast.Assert)) else None
-            if test is not None and any(w in ast.dump(test) for w in _DTYPE_WORDS):
-                return True
+            if test is not None:
+                dumped = ast.dump(test)  # once, not once a word
+                if any(w in dumped for w in _DTYPE_WORDS):
+                    return True
     return False
 
 
