@@ -181,6 +181,7 @@ _EXPORTS = {
     "AUTOCAST": ".facts",
     "AUTOCAST_OR_LIBRARY": ".facts",
     "AUTOCAST_REACHED": ".facts",
+    "AUTOCAST_RUNS": ".facts",
     "condition_holds": ".facts",
     "FileFacts": ".facts",
     "FP16": ".facts",
