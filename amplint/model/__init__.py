@@ -186,6 +186,7 @@ _EXPORTS = {
     "FileFacts": ".facts",
     "FP16": ".facts",
     "FP32_DEFAULT": ".facts",
+    "FLAG_SET": ".facts",
     "LIGHTNING_FP16": ".facts",
     "own_trainer_precision": ".lightning_trainers",
     "KERNEL_FP32": ".facts",

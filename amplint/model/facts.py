@@ -349,6 +349,10 @@ REACHED = "reached"
 #: hold): what a finding on a tensor that only autocast makes fp16 needs (a matmul of `.float()`ed
 #: operands: fp32 outside autocast, whatever casts the modules)
 AUTOCAST_RUNS = "autocast-runs"
+#: `flag-set=<name>`: some project file other than the diagnostic's own may set the private flag
+#: attribute `<name>` whose truth selects the code (`flag_may_be_set`): what a finding in a branch
+#: the file itself only ever turns off needs (a base condition of its own, holding everywhere else)
+FLAG_SET = "flag-set"
 
 
 def with_requirement(condition: str, kind: str, name: str = "") -> str:
@@ -430,6 +434,24 @@ def project_resumes(filename: str, root: Optional[str] = None) -> bool:
     return found
 
 
+def flag_may_be_set(filename: str, name: str, root: Optional[str] = None) -> bool:
+    """Some project `.py` file other than `filename` spells `name` (a word): it may set the flag
+    (a subclass's `self.<name> = True`, a `setattr`, a keyword). True when the project cannot be
+    read whole (cut at the listing's limit); a file that is not on disk is its own project (the
+    rule read that file already). Read when conditions are resolved."""
+    from .texts import project_root, read_text, whole_listing
+
+    base = project_root(filename, root)
+    if base is None:
+        return False
+    listing = whole_listing(base, (".py", ".ipynb"))
+    if listing is None:
+        return True
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    own = os.path.abspath(filename)
+    return any(os.path.abspath(p) != own and word.search(read_text(p) or "") for p in listing)
+
+
 def _fp16_kept_out(filename: str, root: Optional[str]) -> bool:
     """No fp16 the project runs reaches the file: a script no low-precision code reaches, a
     file the project runs that no fp16 source reaches, or a module of a vendored library copy
@@ -473,6 +495,8 @@ def condition_holds(
         if precision in ("fp16", "bf16"):
             return False
         return filename is None or fp32_default(filename, root)
+    if condition.startswith(FLAG_SET + "="):
+        return filename is None or flag_may_be_set(filename, condition[len(FLAG_SET) + 1 :], root)
     if condition == LIGHTNING_FP16:
         if precision in ("fp16", "bf16"):
             return precision == "fp16"
