@@ -7,7 +7,7 @@ from typing import Iterator, List, Optional, Tuple
 import libcst as cst
 
 from amplint.model import (
-    DEPRECATED_AMP, DeprecatedApi, Diagnostic, Frame, Invalid, ModuleContext, Path, Reference, Rule, Severity, Valid,
+    DEPRECATED_AMP, FLAG_SET, DeprecatedApi, Diagnostic, Frame, Invalid, ModuleContext, Path, Reference, Rule, Severity, Valid,
     append_argument_edit, call_is_plain, imported_names, insert_keyword_edits, is_version_test, literal_string,
     make_fix, replace_node, rewrite_with_imports,
 )
@@ -101,6 +101,16 @@ class DeprecatedAmpApi(Rule):
     NPU's, and without torch_npu the branch does not run. The same call
     outside such a branch, or in a file without the import, is reported.
 
+    Code that runs only while a private flag attribute of the class is on
+    (`torch.cuda.amp.autocast if self._peft_has_been_casted_to_bf16 else
+    nullcontext`, an `if self._flag:` body, the `else` of `if not self._flag:`)
+    is not reported when the file only ever assigns that flag a false constant
+    (`False`, `None`, `0`), spells it only as `self.<flag>`, and no other file
+    of the project names it (no subclass, `setattr` or keyword can turn it on):
+    the deprecated class is never constructed, so it never warns (LLaVA-NeXT's
+    trimmed copy of trl's DPOTrainer). A public flag, or one set anywhere, keeps
+    the finding.
+
     A device dispatch is no fallback: `from torch.cuda.amp import GradScaler`
     in the `else` of `if npu: from torch.npu.amp import GradScaler elif mlu:
     ...` runs on every CUDA machine, whatever the torch version. It is
@@ -128,6 +138,32 @@ class DeprecatedAmpApi(Rule):
     )
 
     VALID = [
+        Valid(
+            """
+from contextlib import nullcontext
+
+import torch
+
+
+class DPOTrainer:
+    def __init__(self, model):
+        self.model = model
+        self._peft_has_been_casted_to_bf16 = False
+
+    def reference_logps(self, batch):
+        manager = torch.cuda.amp.autocast if self._peft_has_been_casted_to_bf16 else nullcontext
+        with manager():
+            return self.model(batch)
+
+    def generate(self, batch):
+        if self._peft_has_been_casted_to_bf16:
+            with torch.cuda.amp.autocast():
+                return self.model.generate(batch)
+        return self.model.generate(batch)
+""",
+            "the blind drill (LLaVA-NeXT's trimmed trl DPOTrainer): the branch needs a private flag the"
+            " file only turns off, and no other file of the project names it",
+        ),
         Valid(
             """
 import torch
@@ -342,6 +378,28 @@ class NpuConfig:
     ]
 
     INVALID = [
+        Invalid(
+            """
+from contextlib import nullcontext
+
+import torch
+
+
+class DPOTrainer:
+    def __init__(self, model, peft_bf16):
+        self.model = model
+        self._peft_has_been_casted_to_bf16 = False
+        if peft_bf16:
+            self._peft_has_been_casted_to_bf16 = True
+
+    def reference_logps(self, batch):
+        manager = torch.cuda.amp.autocast if self._peft_has_been_casted_to_bf16 else nullcontext
+        with manager():
+            return self.model(batch)
+""",
+            line=14,
+            why="the flag is turned on too: the branch runs",
+        ),
         Invalid(
             """
 import torch
@@ -634,14 +692,54 @@ def check(scaler):
             edits = rewrite_with_imports(ctx, self.code, ref, refs, lambda r, p: _rewrite(ctx, r, p))
             if edits is not None:
                 fix = make_fix(f"Use `torch.{api.new}` ({api.device!r}){_needs(ctx, api.min_torch)}", edits, safe=True)
+            flag = _off_flag(ctx, ref)
             yield ctx.diagnostic(
-                self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api), help=_help(ref, api)
+                self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api), help=_help(ref, api),
+                condition=f"{FLAG_SET}={flag}" if flag is not None else None,
             )
         for alias, api, others in _device_dispatch_imports(ctx):
             yield ctx.diagnostic(
                 self, alias, _dispatch_message(ctx, alias, api, others), data=_dispatch_data(ctx, alias, api),
                 help=f'Use `torch.{api.new}("{api.device}", ...)`',
             )
+
+
+def _off_flag(ctx: ModuleContext, ref: Reference) -> Optional[str]:
+    """The private flag attribute (`self._peft_has_been_casted_to_bf16`) whose truth selects the
+    code `ref` is in (an `if`/`elif` body or a conditional expression's value, or the `else` of
+    `not flag`), when the file only ever assigns it a false constant (`False`, `None`, `0`) and
+    spells it nowhere else but as `self.<flag>`: the branch runs only if another file sets it
+    (the condition `flag-set=<flag>`). LLaVA-NeXT's trimmed copy of trl's DPOTrainer."""
+    tests: List[Tuple[cst.BaseExpression, bool]] = []
+    child: cst.CSTNode = ref.node
+    parent = ctx.parent(child)
+    while parent is not None and not isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+        if isinstance(parent, cst.IfExp) and child is not parent.test:
+            tests.append((parent.test, child is parent.body))
+        child, parent = parent, ctx.parent(parent)
+    tests.extend((f.test, f.kind == "if") for f in ref.path if f.kind in ("if", "else") and f.test is not None)
+    for test, taken_if_true in tests:
+        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+        inner = test.expression if negated else test
+        if negated == taken_if_true:
+            continue  # the branch runs while the flag is off
+        if not (isinstance(inner, cst.Attribute) and isinstance(inner.value, cst.Name) and inner.value.value == "self"):
+            continue
+        name = inner.attr.value
+        if name.startswith("_") and not name.startswith("__") and _only_turned_off(ctx, name):
+            return name
+    return None
+
+
+def _only_turned_off(ctx: ModuleContext, name: str) -> bool:
+    found = ctx.assignments_to(f"self.{name}")
+    if not found or any(a.unpacked or not isinstance(a.node, (cst.Assign, cst.AnnAssign)) for a in found):
+        return False
+    off = lambda v: (isinstance(v, cst.Name) and v.value in ("False", "None")) or (isinstance(v, cst.Integer) and v.value == "0")  # noqa: E731
+    if not all(off(a.value) for a in found):
+        return False
+    text = ctx.module.code
+    return len(re.findall(rf"\b{re.escape(name)}\b", text)) == len(re.findall(rf"\bself\.{re.escape(name)}\b", text))
 
 
 def _deprecated(ctx: ModuleContext, ref: Reference) -> Optional[DeprecatedApi]:

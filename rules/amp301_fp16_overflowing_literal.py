@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
 from amplint.model import (
-    Diagnostic, FP16, MODULE_FP32, MODULES_CAST, REACHED, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness,
+    AUTOCAST_RUNS, Diagnostic, FP16, MODULE_FP32, MODULES_CAST, REACHED, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness,
     with_requirement,
 )
 
@@ -83,12 +83,17 @@ class Fp16OverflowingLiteral(Rule):
     a precision flag (one example of a repository of examples, next to the
     fp16 ones); nor in a file the project runs itself (under tests/, examples/,
     scripts/: not a module of an importable package) whose text, the project
-    modules it imports and those importing it, a few rounds up, name no fp16
-    source (an fp16 dtype or cast, autocast, a loss scaler, a mixed-precision
-    flag, a dtype looked up at run time; a bf16/fp32 choice may be there), and
-    that some project module imports (an import by a module name several
-    project files share means the one in the importer's folder, or in a folder
-    it names: `sys.path.append(".../seq2seq")`); nor in a library copy vendored
+    modules it imports, those importing it and the project modules each of
+    those imports (its trainer), up to six rounds up, name no fp16 source (an
+    fp16 dtype or cast, autocast, a loss scaler, a mixed-precision flag, a
+    dtype looked up at run time; a bf16/fp32 choice may be there), and that
+    some project module imports (an import by a module name several project
+    files share means the one in the importer's folder, or in a folder it
+    names: `sys.path.append(".../seq2seq")`) or that runs itself: a test module
+    a runner collects (`test_*.py`, `*_test.py`) or a `__main__` script
+    nothing imports (OpenNMT-py's beam-search test filling fp32 scores; a
+    package module nothing imports may be built by a registry from fp16
+    code, and stays); nor in a library copy vendored
     into the project (`annotator/uniformer/mmcv/`) that no fp16-capable code
     outside it imports, or in a definition of such a copy the project does not
     use (no code outside the copy, no class it registers and nothing it runs on
@@ -168,6 +173,14 @@ class Fp16OverflowingLiteral(Rule):
     rounds up) may cast modules to fp16 (`.half()`, `float16`, a `.to()` with a
     dtype chosen elsewhere, DeepSpeed, apex O2/O3, "16-true", `torch_dtype=`), or
     the file is a module of an importable package (its users may).
+    A tensor an op autocast lowers makes from operands visibly fp32 where it
+    runs (`q = q.float(); k = k.float(); attn = torch.matmul(q, k.transpose(2, 3))`)
+    is fp32 whatever casts the modules (`.half()` cannot reach it), and fp16 only
+    under an fp16 autocast: such a finding is kept only where some program
+    loading the file may enter a low-precision autocast (the file itself, or a
+    module that imports both it and a file entering one), as for AMP501
+    (PatchTST's standalone fp32 timing script, whose kernel helper names
+    float16 only as a dtype it accepts).
     Silent too on a parameter of a private module-level function (`_fill(scores,
     ...)`) that the file only calls, when every call passes a tensor whose dtype
     is visibly not fp16 where it is passed (`x.float()`, `torch.zeros(n)`, read
@@ -661,7 +674,12 @@ model = Attention(1024).cuda().half()
             # attention scores come out of a matmul as fp16"). Beam scores, log-probs, recurrent
             # state and index arithmetic shifted by a big constant are fp32 in the drill's libraries.
             return None
-        return self._diagnostic(ctx, site, use, condition=None if dtype == "fp16" else _fp16_condition(site, dtype))
+        condition = None if dtype == "fp16" else _fp16_condition(site, dtype)
+        if condition is not None and region is None and _fp32_operands(ctx, use.tensor, site):
+            # a matmul of `.float()`ed operands is fp32 whatever casts the modules: only an fp16
+            # autocast running this code lowers it (PatchTST's standalone fp32 timing script)
+            condition = with_requirement(condition, AUTOCAST_RUNS)
+        return self._diagnostic(ctx, site, use, condition=condition)
 
     def _diagnostic(self, ctx: ModuleContext, site: _Site, use: "_Use", condition: Optional[str]) -> Diagnostic:
         tensor_text = ctx.code_for(use.tensor) if use.tensor is not None else None
@@ -785,6 +803,67 @@ def _not_fp16_from_any_caller(ctx: ModuleContext, tensor: Optional[cst.BaseExpre
         if arg is None or ctx.known_dtype(arg, call.scope, call.order, call.statement, path=call.path) not in ("fp32", "bf16", "other"):
             return False
     return True
+
+
+def _fp32_operands(ctx: ModuleContext, expr: Optional[cst.BaseExpression], site: "_Site") -> bool:
+    """`expr` is, or is bound in this scope before the site to, an op autocast lowers (`@`,
+    matmul, bmm, einsum, linear, ...; scaled by a number or not) all of whose tensor operands are
+    visibly fp32 where it runs (`q = q.float()`, `torch.zeros(n)`): fp32 outside autocast, fp16
+    only under an fp16 autocast. Read at the last assignment before the site when it runs on
+    every way there, else at every assignment before it."""
+    import libcst as cst
+    if expr is None:
+        return False
+    if isinstance(expr, cst.Name):
+        found = [
+            a for a in ctx.assignments_to(expr.value, site.scope)
+            if a.scope is site.scope and a.order < site.order and a.statement is not site.statement
+        ]
+        if not found or any(a.unpacked for a in found):
+            return False
+        last = max(found, key=lambda a: a.order)
+        if _encloses(last.path, site.path):
+            found = [last]
+        return all(_lowered_fp32(ctx, a.value, a) for a in found)
+    return False
+
+
+def _lowered_fp32(ctx: ModuleContext, value: cst.BaseExpression, at) -> bool:
+    """`value`, assigned at `at`, is an op autocast lowers on operands all visibly fp32 there."""
+    import libcst as cst
+
+    from amplint.model import AUTOCAST_LOWER_PRECISION_FUNCS, AUTOCAST_LOWER_PRECISION_METHODS, literal_number
+    while isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Divide, cst.Multiply)) and (
+        literal_number(value.right) is not None
+    ):
+        value = value.left
+    operands: List[cst.BaseExpression] = []
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.MatrixMultiply):
+        operands = [value.left, value.right]
+    elif isinstance(value, cst.Call):
+        func = value.func
+        if ctx.qualnames(func) & AUTOCAST_LOWER_PRECISION_FUNCS:
+            operands = [a.value for a in value.args if a.keyword is None and not a.star]
+            if operands and isinstance(operands[0], (cst.SimpleString, cst.ConcatenatedString)):
+                operands = operands[1:]  # einsum's equation
+        elif isinstance(func, cst.Attribute) and not ctx.qualnames(func) and func.attr.value in AUTOCAST_LOWER_PRECISION_METHODS:
+            operands = [func.value] + [a.value for a in value.args if a.keyword is None and not a.star]
+        if any(a.star for a in value.args):
+            return False
+    if not operands:
+        return False
+    return all(
+        ctx.known_dtype(op, at.scope, at.order, at.statement, path=at.path) == "fp32" for op in operands
+        if literal_number(op) is None
+    )
+
+
+def _encloses(outer, inner) -> bool:
+    """The control flow `outer` (of a statement) is a prefix of `inner`: the statement runs on
+    every way to the point `inner` is the flow of (in the same function)."""
+    if len(outer) > len(inner):
+        return False
+    return all(a.kind == b.kind and a.node is b.node for a, b in zip(outer, inner))
 
 
 def _low_precision_source(ctx: ModuleContext, expr: Optional[cst.BaseExpression], site: "_Site", depth: int = 0) -> bool:

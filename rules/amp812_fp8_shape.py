@@ -51,6 +51,14 @@ class Fp8Shape(Rule):
     conversion is given and whose class this file defines is read, including
     layers in `nn.Sequential`; a `module_filter_fn` makes the rule silent.
 
+    The assert fires in the forward, so a layer that can never run one is left
+    alone: a layer built only for a type check, as the first argument of
+    `isinstance`/`issubclass`/`type` or bound to a local name of a function that
+    uses it only there, or not at all (MS-AMP's test that `te.Linear(4, 4)` is
+    its `MSAMPLinear` after the module swap: nothing calls it, passes it on,
+    returns it or stores it). A layer bound at module level (it may be
+    imported), held in an attribute, passed on, returned or called is checked.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP812` (docs/evidence.md#amp812)
     - NVIDIA/TransformerEngine#1422, #688, #232; pytorch/ao#3111; pytorch/torchtitan#4008
@@ -101,6 +109,21 @@ head = nn.Linear(1024, 10)
 """,
             "a plain torch Linear: no FP8",
         ),
+        Valid(
+            """
+import transformer_engine.pytorch as te
+from msamp.te.modules import MSAMPLayerNormMLP, MSAMPLinear
+
+
+def test_modules():
+    te_linear = te.Linear(4, 4)
+    assert isinstance(te_linear, MSAMPLinear)
+    assert isinstance(te.LayerNormMLP(4, 4), MSAMPLayerNormMLP)
+    unused = te.LayerNormLinear(4, 4)
+""",
+            "the blind drill (MS-AMP): layers built only for an `isinstance` check (or never used)"
+            " run no forward, so no FP8 GEMM asserts",
+        ),
     ]
 
     INVALID = [
@@ -135,6 +158,22 @@ convert_to_float8_training(model)
 """,
             line=7,
         ),
+        Invalid(
+            """
+import torch
+import transformer_engine.pytorch as te
+from msamp.te.modules import MSAMPLinear
+
+
+def test_linear_forward():
+    te_linear = te.Linear(4, 16)
+    assert isinstance(te_linear, MSAMPLinear)
+    with te.fp8_autocast():
+        y = te_linear(torch.randn(16, 4, device="cuda"))
+""",
+            line=7,
+            why="the layer checked for its type is also run: its forward asserts",
+        ),
     ]
 
     def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
@@ -145,13 +184,13 @@ convert_to_float8_training(model)
             s = view.summary(path)
             assert s is not None
             for e in s["events"]:
-                if e["e"] == "linear" and e["lib"] == "te":
+                if e["e"] == "linear" and e["lib"] == "te" and not e.get("probe"):
                     found = _te(view, path, e)
                     if found is not None:
                         yield found
             converted = _float8_classes(view, path, s)
             for e in s["events"]:
-                if e["e"] == "linear" and e["lib"] == "torch" and e["f"].split(".", 1)[0] in converted:
+                if e["e"] == "linear" and e["lib"] == "torch" and not e.get("probe") and e["f"].split(".", 1)[0] in converted:
                     found = _torchao(view, path, e, converted[e["f"].split(".", 1)[0]])
                     if found is not None:
                         yield found

@@ -286,3 +286,107 @@ def test_a_vendored_copy_no_fp16_code_imports_keeps_fp16_out(tmp_path):
     assert _found(tmp_path) == []
     (tmp_path / "app.py").write_text(APP)
     assert _found(tmp_path) == [("annotator/uniformer/mmcv/ops/fps.py", 9)]
+
+
+# --- issue 22, the sixth held-out split (read6): no fp16 source reaching the tensor ---------------
+
+BEAM_TEST = textwrap.dedent(
+    """\
+    import unittest
+
+    import torch
+
+    from onmt.translate.beam import Beam
+
+
+    class TestBeam(unittest.TestCase):
+        def test_finished(self):
+            beam = Beam(torch.tensor([[0.1, 0.2]], dtype=torch.float))
+            beam.scores.masked_fill_(torch.tensor([True, False]), -1e10)
+    """
+)
+BEAM = "import torch\n\n\nclass Beam:\n    def __init__(self, scores):\n        self.scores = scores\n"
+
+
+def test_a_test_module_nothing_imports_is_a_program_of_its_own(tmp_path):
+    """OpenNMT-py: `onmt/tests/test_beam_search.py` fills fp32 beam scores; no fp16 source is in it
+    or in what it imports, and a test runner (not a registry building it from fp16 code) runs it,
+    while the trainer elsewhere runs fp16 autocast."""
+    _tree(tmp_path, {"onmt/__init__.py": "", "onmt/translate/__init__.py": "", "onmt/translate/beam.py": BEAM,
+                     "onmt/tests/__init__.py": "", "onmt/tests/test_beam.py": BEAM_TEST,
+                     "onmt/trainer.py": "import torch\n\nwith torch.autocast('cuda'):\n    loss = model(x)\n"})
+    assert _found(tmp_path) == []
+    assert fp16_unreachable(str(tmp_path / "onmt" / "tests" / "test_beam.py"), str(tmp_path))
+    # look-alikes: what the test imports may run fp16; a plain package module nothing imports
+    # (a registry or config may build it from fp16 code) is not known
+    (tmp_path / "onmt" / "translate" / "beam.py").write_text(BEAM + "        self.scores = scores.half()\n")
+    assert _found(tmp_path) == [("onmt/tests/test_beam.py", 11)]
+    (tmp_path / "onmt" / "translate" / "beam.py").write_text(BEAM)
+    (tmp_path / "onmt" / "tests" / "test_beam.py").rename(tmp_path / "onmt" / "tests" / "beam_checks.py")
+    assert _found(tmp_path) == [("onmt/tests/beam_checks.py", 11)]
+
+
+TIMING_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+    from kernels import compile_kernel
+
+
+    class NormalSelfAttention(nn.Module):
+        def forward(self, hidden_states):
+            q = self.w_qs(hidden_states)
+            k = self.w_ks(hidden_states)
+            q = q.float().contiguous()
+            k = k.float().contiguous()
+            attn = torch.matmul(q, k.transpose(2, 3))
+            attn = attn.masked_fill(self.mask, -1e9)
+            return attn.softmax(-1)
+
+
+    if __name__ == "__main__":
+        NormalSelfAttention()(torch.ones(2, 8, 16, dtype=torch.float32))
+    """
+)
+KERNELS = 'def compile_kernel(dtype):\n    assert dtype in ["float16", "float32"]\n    return dtype\n'
+
+
+def test_a_matmul_of_float_operands_needs_an_autocast_that_reaches_it(tmp_path):
+    """PatchTST's Pyraformer `graph_attention.py`: a standalone timing script `.float()`s q and k
+    before the matmul, so its scores are fp32 unless an fp16 autocast runs the code; the kernel
+    helper it imports names float16 (a dtype it accepts), and the project runs fp16 elsewhere."""
+    _tree(tmp_path, {"pyraformer/graph_attention.py": TIMING_SCRIPT, "pyraformer/kernels.py": KERNELS,
+                     "exp/train.py": "import torch\n\nmodel = model.half()\n"})
+    assert _found(tmp_path) == []
+    # look-alikes: operands not made fp32 keep the finding (what the script imports names fp16) ...
+    (tmp_path / "pyraformer" / "graph_attention.py").write_text(TIMING_SCRIPT.replace("q = q.float().contiguous()", "q = q.contiguous()"))
+    assert _found(tmp_path) == [("pyraformer/graph_attention.py", 13)]
+    # ... and so does an fp16 autocast of a program that loads the script
+    bench = "import torch\nfrom graph_attention import NormalSelfAttention\n\nwith torch.autocast('cuda'):\n    NormalSelfAttention()(x)\n"
+    other = tmp_path / "other"
+    other.mkdir()
+    _tree(other, {"pyraformer/graph_attention.py": TIMING_SCRIPT, "pyraformer/kernels.py": KERNELS, "pyraformer/bench.py": bench})
+    assert _found(other) == [("pyraformer/graph_attention.py", 13)]
+
+
+def test_fp16_unreachable_follows_a_long_importer_chain_to_its_end(tmp_path):
+    """PatchTST's Pyraformer: `Modules.py` <- `SubLayers.py` <- `Layers.py` <- `Pyraformer_LR.py` <-
+    `long_range_main.py`, none naming an fp16 source, next to an fp16 trainer elsewhere."""
+    chain = {"pyraformer/Modules.py": BERTABS,  # a namespace folder (no __init__.py), as in PatchTST
+             "pyraformer/SubLayers.py": "from .Modules import attend\n",
+             "pyraformer/Layers.py": "from .SubLayers import attend\n",
+             "pyraformer/Pyraformer_LR.py": "from .Layers import attend\n",
+             "long_range_main.py": "from pyraformer.Pyraformer_LR import attend\n\nattend(q, k, m)\n",
+             "exp/train.py": "import torch\n\nmodel = model.half()\n"}
+    _tree(tmp_path, chain)
+    assert fp16_unreachable(str(tmp_path / "pyraformer" / "Modules.py"), str(tmp_path))
+    assert _found(tmp_path) == []
+    (tmp_path / "long_range_main.py").write_text(chain["long_range_main.py"] + "model.half()\n")
+    assert _found(tmp_path) == [("pyraformer/Modules.py", 6)]
+    # look-alike: the program at the chain's top names no fp16, but a trainer it imports autocasts
+    other = tmp_path / "other"
+    other.mkdir()
+    _tree(other, {**chain, "long_range_main.py": "from pyraformer.Pyraformer_LR import attend\nfrom engine import train\n\ntrain(attend)\n",
+                  "engine.py": "import torch\n\ndef train(f):\n    with torch.autocast('cuda'):\n        f(q, k, m)\n"})
+    assert not fp16_unreachable(str(other / "pyraformer" / "Modules.py"), str(other))
+    assert _found(other) == [("pyraformer/Modules.py", 6)]

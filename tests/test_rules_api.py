@@ -485,3 +485,44 @@ def test_name_used_in_the_class_body_that_binds_it_stays_ambiguous():
         """
     )
     assert _lint(code) == []
+
+
+def test_a_branch_behind_a_private_flag_only_turned_off_is_silent_unless_another_file_names_it(tmp_path):
+    """LLaVA-NeXT's trimmed trl DPOTrainer: `self._peft_has_been_casted_to_bf16` is set False in
+    `__init__` and nowhere else in the project, so `torch.cuda.amp.autocast` is never chosen."""
+    from amplint.engine.run import lint_paths
+
+    trainer = _src(
+        """
+        from contextlib import nullcontext
+
+        import torch
+
+
+        class DPOTrainer:
+            def __init__(self):
+                self._peft_has_been_casted_to_bf16 = False
+
+            def reference_logps(self, batch):
+                manager = torch.cuda.amp.autocast if self._peft_has_been_casted_to_bf16 else nullcontext
+                with manager():
+                    return batch
+        """
+    )
+    (tmp_path / "setup.py").write_text("")
+    (tmp_path / "trl").mkdir()
+    (tmp_path / "trl" / "__init__.py").write_text("")
+    (tmp_path / "trl" / "dpo_trainer.py").write_text(trainer)
+    (tmp_path / "train_dpo.py").write_text("from trl.dpo_trainer import DPOTrainer\n\nDPOTrainer()\n")
+    config = Config(select=("AMP001",))
+    assert lint_paths([str(tmp_path)], config).diagnostics == []
+    # look-alike: a subclass in another file turns the flag on
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "setup.py").write_text("")
+    (other / "dpo_trainer.py").write_text(trainer)
+    (other / "llava_dpo.py").write_text(
+        "from dpo_trainer import DPOTrainer\n\n\nclass LlavaDPO(DPOTrainer):\n    def __init__(self):\n"
+        "        super().__init__()\n        self._peft_has_been_casted_to_bf16 = True\n"
+    )
+    assert [d.location.row for d in lint_paths([str(other)], config).diagnostics] == [11]

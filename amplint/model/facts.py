@@ -182,17 +182,20 @@ def fp32_default(filename: Optional[str], root: Optional[str] = None) -> bool:
 _FP32_DEFAULT_SUFFIXES = (".py", ".ipynb", ".sh", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".md", ".rst", ".txt")
 
 
-#: how many rounds of importers `fp16_unreachable` follows up from the file
-_IMPORTER_ROUNDS = 3
+#: how many rounds of importers `fp16_unreachable` follows up from the file (PatchTST's Pyraformer:
+#: `Modules.py` <- `SubLayers.py` <- `Layers.py` <- `Pyraformer_LR.py` <- `long_range_main.py`)
+_IMPORTER_ROUNDS = 6
 
 
 def fp16_unreachable(filename: Optional[str], root: Optional[str] = None) -> bool:
     """`filename` is a file the project runs itself (not a module of an importable package:
     `library_module`), and no fp16 can reach its tensors: neither its text, nor the project
-    modules it imports, nor the project modules importing it (and theirs, a few rounds up)
-    name an fp16 dtype or cast, autocast, a loss scaler, a mixed-precision flag or a dtype
-    looked up at run time (`FP16_WORDS`; a bf16/fp32 choice may be there), and some project
-    module imports it (one nothing names may be built from fp16 code by a registry). lerobot's
+    modules it imports, nor the project modules importing it (and theirs, `_IMPORTER_ROUNDS`
+    rounds up), nor the project modules each importer imports, name an fp16 dtype or cast,
+    autocast, a loss scaler, a mixed-precision flag or a dtype looked up at run time
+    (`FP16_WORDS`; a bf16/fp32 choice may be there), and some project module imports it (one
+    nothing names may be built from fp16 code by a registry) or it runs itself (`runs_itself`:
+    a test module, a `__main__` script). lerobot's
     reference pi0 model under `tests/`, whose only precisions are "bfloat16"/"float32", next
     to fp16 code elsewhere in the repository. A library module is never asked: its users'
     fp16 is not in the project. Read when conditions are resolved."""
@@ -210,7 +213,8 @@ def cast_unreachable(filename: Optional[str], root: Optional[str] = None) -> boo
 
 def _unreached_by(words: "re.Pattern[str]", filename: Optional[str], root: Optional[str]) -> bool:
     """`filename` is not a library module, neither its text, nor the project modules it imports,
-    nor those importing it (`_IMPORTER_ROUNDS` rounds up) match `words`, and some module imports it."""
+    nor those importing it (`_IMPORTER_ROUNDS` rounds up) nor what each of those imports match
+    `words`, and some module imports it or it runs itself."""
     from .texts import project_files, read_text
 
     if not filename or not filename.endswith(".py") or library_module(filename, root):
@@ -232,14 +236,43 @@ def _unreached_by(words: "re.Pattern[str]", filename: Optional[str], root: Optio
             for other_path, other in _importers(target, files, stems, seen):
                 if words.search(other):
                     return False  # an importer that may run fp16 keeps the finding
+                if _imports_words(other_path, other, base, words):
+                    return False  # ... and so does one that imports code that may (its trainer)
                 seen.add(other_path)
                 following.append(other_path)
         frontier = following
         if not frontier:
             break
     # importers left unread, or none at all (a module nothing names may be built by a registry
-    # or a config from fp16 code): not known
-    return not frontier and len(seen) > 1
+    # or a config from fp16 code): not known, unless the file is a program of its own
+    return not frontier and (len(seen) > 1 or runs_itself(path, text))
+
+
+#: a module a test runner collects (pytest's default `python_files`, unittest's `test*.py`)
+_TEST_MODULE = re.compile(r"^(?:test_.*|.*_test)\.py$")
+
+
+def runs_itself(filename: str, text: str) -> bool:
+    """`filename` is a program of its own: a test module a runner collects (`test_*.py`,
+    `*_test.py`) or a script with an `if __name__ == "__main__":` block. Nothing needs to import
+    it for it to run, so a registry or config building it from fp16 code is not the way its
+    tensors come (OpenNMT-py's `onmt/tests/test_beam_search.py`, which fills fp32 beam scores)."""
+    from .texts import MAIN_GUARD
+
+    return bool(_TEST_MODULE.match(os.path.basename(filename))) or bool(MAIN_GUARD.search(text))
+
+
+def _imports_words(filename: str, text: str, base: str, words: "re.Pattern[str]") -> bool:
+    """A project module `text` (of `filename`) imports matches `words` (or cannot be read): an
+    importer of the file whose own imports bring fp16 code into its program (a script that imports
+    the model and a trainer that autocasts)."""
+    from .texts import read_text
+
+    for module in _local_imports(text, os.path.dirname(os.path.abspath(filename)), base):
+        other = read_text(module)
+        if other is None or words.search(other):
+            return True
+    return False
 
 
 def _stems(files: Iterable[str]) -> Dict[str, List[str]]:
@@ -312,6 +345,14 @@ MODULES_CAST = "modules-cast"
 #: `reached=<name>`: the module-level definition `<name>` holding the site can run, as the project
 #: uses a library copy vendored into it (`embedded.definition_reached`)
 REACHED = "reached"
+#: some program loading the file may enter a low-precision autocast (`embedded.unreached` does not
+#: hold): what a finding on a tensor that only autocast makes fp16 needs (a matmul of `.float()`ed
+#: operands: fp32 outside autocast, whatever casts the modules)
+AUTOCAST_RUNS = "autocast-runs"
+#: `flag-set=<name>`: some project file other than the diagnostic's own may set the private flag
+#: attribute `<name>` whose truth selects the code (`flag_may_be_set`): what a finding in a branch
+#: the file itself only ever turns off needs (a base condition of its own, holding everywhere else)
+FLAG_SET = "flag-set"
 
 
 def with_requirement(condition: str, kind: str, name: str = "") -> str:
@@ -342,7 +383,7 @@ def _library_code(facts: ProjectFacts, precision: str, filename: Optional[str], 
     )
 
 
-def _requirement_holds(requirement: str, filename: Optional[str], root: Optional[str]) -> bool:
+def _requirement_holds(requirement: str, filename: Optional[str], root: Optional[str], precision: str = "auto") -> bool:
     from .embedded import definition_reached
     from .kernels import kernel_dtypes
 
@@ -355,6 +396,8 @@ def _requirement_holds(requirement: str, filename: Optional[str], root: Optional
         return not cast_unreachable(filename, root)
     if kind == REACHED:
         return definition_reached(filename, name, root)
+    if kind == AUTOCAST_RUNS:
+        return not _unreached(filename, root, precision)
     raise ValueError(f"unknown requirement {requirement!r}")
 
 
@@ -391,6 +434,24 @@ def project_resumes(filename: str, root: Optional[str] = None) -> bool:
     return found
 
 
+def flag_may_be_set(filename: str, name: str, root: Optional[str] = None) -> bool:
+    """Some project `.py` file other than `filename` spells `name` (a word): it may set the flag
+    (a subclass's `self.<name> = True`, a `setattr`, a keyword). True when the project cannot be
+    read whole (cut at the listing's limit); a file that is not on disk is its own project (the
+    rule read that file already). Read when conditions are resolved."""
+    from .texts import project_root, read_text, whole_listing
+
+    base = project_root(filename, root)
+    if base is None:
+        return False
+    listing = whole_listing(base, (".py", ".ipynb"))
+    if listing is None:
+        return True
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    own = os.path.abspath(filename)
+    return any(os.path.abspath(p) != own and word.search(read_text(p) or "") for p in listing)
+
+
 def _fp16_kept_out(filename: str, root: Optional[str]) -> bool:
     """No fp16 the project runs reaches the file: a script no low-precision code reaches, a
     file the project runs that no fp16 source reaches, or a module of a vendored library copy
@@ -415,7 +476,7 @@ def condition_holds(
         base, *requirements = condition.split("|")
         if not condition_holds(base, facts, precision, filename, root):
             return False
-        return filename is None or all(_requirement_holds(r, filename, root) for r in requirements)
+        return filename is None or all(_requirement_holds(r, filename, root, precision) for r in requirements)
     if condition == FP16:
         if precision == "fp16":
             return True
@@ -434,6 +495,8 @@ def condition_holds(
         if precision in ("fp16", "bf16"):
             return False
         return filename is None or fp32_default(filename, root)
+    if condition.startswith(FLAG_SET + "="):
+        return filename is None or flag_may_be_set(filename, condition[len(FLAG_SET) + 1 :], root)
     if condition == LIGHTNING_FP16:
         if precision in ("fp16", "bf16"):
             return precision == "fp16"

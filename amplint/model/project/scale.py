@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 7
+VERSION = 8
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -110,6 +110,8 @@ TE_LINEARS = {
 }
 TORCH_LINEARS = frozenset(("torch.nn.Linear", "torch.nn.modules.linear.Linear"))
 FLOAT8_CONVERTERS = frozenset(("torchao.float8.convert_to_float8_training", "torchao.float8.float8_linear_utils.convert_to_float8_training"))
+#: calls whose first argument is only looked at for its type
+_TYPE_CHECKS = frozenset(("isinstance", "issubclass", "type"))
 #: Lightning strategy classes by last name (their package is checked too)
 _LIGHTNING_ROOTS = ("lightning", "lightning_fabric", "pytorch_lightning")
 _STRATEGIES = {"FSDPStrategy": "fsdp", "DeepSpeedStrategy": "deepspeed", "DDPStrategy": "ddp", "ModelParallelStrategy": "fsdp2"}
@@ -230,6 +232,7 @@ class _Reader:
 
         self.imports = import_bindings(tree.body)[0]
         self._function("<module>", tree.body, None, [], 1)
+        self._type_probes(tree, "<module>")
         return {
             "v": VERSION,
             "imports": self.imports,
@@ -311,6 +314,7 @@ class _Reader:
         args = node.args
         params = [a.arg for a in (*getattr(args, "posonlyargs", []), *args.args, *args.kwonlyargs)]
         self._function(qual, node.body, cls if outer == cls else None, params, node.lineno)
+        self._type_probes(node, qual)
         faked = _faked_sharders(node) if self._may_fake(node) else ()
         if faked:
             self.functions[qual]["fakes"] = faked
@@ -318,6 +322,38 @@ class _Reader:
             d = self._compress_dtype(node)
             if d is not None:
                 self.functions[qual]["hook"] = d
+
+    def _type_probes(self, node: Any, qual: str) -> None:
+        """Mark the FP8 linear layers built in function `qual` (`node`) only for a type check, so
+        that no forward of theirs can run (`"probe": 1`): the call is the first argument of
+        `isinstance`/`issubclass`/`type`, or it is bound to a local name of the function every
+        load of which is (none at all included): MS-AMP's `te_linear = te.Linear(4, 4); assert
+        isinstance(te_linear, MSAMPLinear)`. A name bound at module level may be imported: not
+        marked. What the function does with the name otherwise (a call, an argument, a return, a
+        container, an attribute) keeps the layer live."""
+        linears = [e for e in self.events if e["e"] == "linear" and e["f"] == qual]
+        if not linears:
+            return
+        probed: set = set()  # (row, column) of the calls a type check takes as its argument
+        loads: Dict[str, int] = {}  # local name -> its loads that are no type check
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in _TYPE_CHECKS and sub.args:
+                first = sub.args[0]
+                if isinstance(first, ast.Call):
+                    pos = self._position(first)
+                    probed.add((pos["r"], pos["c"]))
+            elif isinstance(sub, ast.Name) and not isinstance(sub.ctx, ast.Store):
+                loads[sub.id] = loads.get(sub.id, 0) + 1
+        for sub in ast.walk(node):
+            # a load as a type check's first argument is no use of the layer
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in _TYPE_CHECKS and sub.args:
+                first = sub.args[0]
+                if isinstance(first, ast.Name) and first.id in loads:
+                    loads[first.id] -= 1
+        for e in linears:
+            t = e.get("t")
+            if (e["r"], e["c"]) in probed or (qual != "<module>" and t and "." not in t and not loads.get(t)):
+                e["probe"] = 1
 
     def _may_fake(self, node: Any) -> bool:
         """Whether `_faked_sharders(node)` can find a fake: every call it counts is named
