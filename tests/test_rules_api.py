@@ -485,3 +485,18 @@ def test_name_used_in_the_class_body_that_binds_it_stays_ambiguous():
         """
     )
     assert _lint(code) == []
+
+
+# --------------------------------------------------------------- AMP002 device mismatch
+
+
+def test_amp002_device_mismatch_examples():
+    """AMP002's CUDA-only region on a device chosen as the CPU: a warning at the region."""
+    from amplint.core.diagnostics import Severity
+    from amplint.rules.amp002_cuda_autocast_device_type import CudaAutocastDeviceType as R
+
+    for case in R.DEVICE_INVALID:
+        found = [d for d in _lint(case.code.lstrip("\n"), select=("AMP002",)) if d.code == "AMP002"]
+        assert len(found) == 1, case.code
+        assert found[0].location.row == case.line and found[0].severity == Severity.WARNING
+        assert found[0].data["kind"] == "device-mismatch"
