@@ -1,13 +1,15 @@
 """AMP002 cuda-autocast-device-type."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+import re
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from amplint.model import (
-    DEPRECATED_AMP, Diagnostic, Invalid, ModuleContext, Reference, Rule, Severity, Valid, call_is_plain,
-    imported_names, insert_keyword_edits, make_fix, replace_node, rewrite_with_imports,
+    DEPRECATED_AMP, AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Reference, Rule, Scope, Severity, Valid,
+    assignment_before, call_is_plain, dotted_name, imported_names, insert_keyword_edits, literal_string, make_fix,
+    option_values, replace_node, rewrite_with_imports,
 )
 
 _TYPE_ERROR = "TypeError: autocast.__new__() got an unexpected keyword argument 'device_type'"
@@ -19,8 +21,18 @@ class CudaAutocastDeviceType(Rule):
     Flags `torch.cuda.amp.autocast(device_type=...)` (and the same call on
     `torch.cpu.amp.autocast`), in any import or alias spelling.
 
+    Also, as a warning: a CUDA-only autocast region (`torch.cuda.amp.autocast()`,
+    `torch.autocast("cuda")`) in a function that moves its tensors or model to
+    a device the file shows may be the CPU or MPS by a choice: a literal, a
+    conditional on a flag (`torch.device("cuda" if use_cuda else "cpu")` with
+    `use_cuda = not args.no_cuda and ...`), an option whose default or
+    choices name it (`--device`, `default="cpu"`), a branch of a setup method
+    (`elif accelerator == "cpu": self.device = torch.device("cpu")`).
+
     ## Why is this bad?
-    The device-specific autocast classes take `(enabled, dtype, cache_enabled)`;
+    A CUDA autocast casts only CUDA ops: on CPU or MPS tensors the region
+    does nothing and the step runs in fp32, silently on a machine with a GPU
+    (without one torch warns and disables it). The device-specific autocast classes take `(enabled, dtype, cache_enabled)`;
     they have no `device_type` parameter. The call raises
     `TypeError: autocast.__new__() got an unexpected keyword argument
     'device_type'` the moment it runs. It is a common mix-up
@@ -56,6 +68,16 @@ class CudaAutocastDeviceType(Rule):
     the TypeError.
 
     ## Notes
+    The device warning is silent when the CPU is only the fallback of an
+    availability probe (`"cuda" if torch.cuda.is_available() else "cpu"`:
+    torch warns there), when the region sits under a CUDA guard or its
+    `enabled=` names one (`if device.type == "cuda":`, `enabled=use_cuda`), for
+    `enabled=False` and fp32 regions, for regions that take the device from
+    the tensors (`torch.autocast(device_type=x.device.type)`), and for a device
+    chosen in another file. One finding per device choice, at the region of
+    the training step; the file's other CUDA-only regions on that device are
+    related locations.
+
     The call raises wherever it runs, so unlike AMP001 this rule also fires
     inside version-gated branches. A name that may be either `torch.amp.autocast`
     or `torch.cuda.amp.autocast` (a try/except ImportError import) is left alone:
@@ -71,8 +93,11 @@ class CudaAutocastDeviceType(Rule):
     severity = Severity.ERROR
     message = "torch.cuda.amp.autocast has no device_type parameter"
     # the deprecated class is spelled through torch.cuda.amp / torch.cpu.amp / `from torch.cuda import amp`
-    triggers = ("cuda.amp", "cpu.amp", "import amp")
-    requires = (("device_type",),)  # only torch.cuda.amp.autocast(device_type=...) crashes
+    #: ... or a CUDA autocast of the generic API (`torch.autocast("cuda")`, `autocast(device_type="cuda")`)
+    triggers = ("cuda.amp", "cpu.amp", "import amp", "autocast(")
+    #: torch.cuda.amp.autocast(device_type=...) crashes; a CUDA region does nothing on a device the
+    #: file names `"cpu"` or `"mps"` (a literal, a default, a choice)
+    requires = (("device_type", "cpu", "mps"),)
 
     VALID = [
         Valid(
@@ -118,6 +143,42 @@ with accelerator.autocast():
     out = model(batch, device_type="cuda")
 """,
             "device_type passed to something else",
+        ),
+        Valid(
+            """
+import torch
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = Net().to(device)
+for x in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        out = model(x.to(device))
+""",
+            "the CPU only as the fallback of an availability probe: torch warns and disables the region there",
+        ),
+        Valid(
+            """
+import torch
+device = torch.device("cuda" if args.gpu else "cpu")
+model = Net().to(device)
+for x in loader:
+    x = x.to(device)
+    if device.type == "cuda":
+        with torch.autocast("cuda"):
+            out = model(x)
+    with torch.cuda.amp.autocast(enabled=device.type == "cuda"):
+        out = model(x)
+""",
+            "CUDA-only regions entered, or enabled, only on CUDA",
+        ),
+        Valid(
+            """
+import torch
+device = torch.device("cuda" if args.gpu else "cpu")
+model = Net().to(device)
+with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+    out = model(x.to(device))
+""",
+            "the region follows the device",
         ),
     ]
 
@@ -196,7 +257,109 @@ with torch.autocast(device_type="cpu"):
         ),
     ]
 
+    #: the device-mismatch warnings (tests/test_rules_api.py runs them; INVALID holds the error clause)
+    DEVICE_INVALID = [
+        Invalid(
+            """
+import torch
+
+def train(model, device, loader, optimizer):
+    for data, target in loader:
+        data, target = data.to(device), target.to(device)
+        with torch.cuda.amp.autocast():
+            loss = model(data, target)
+        loss.backward()
+        optimizer.step()
+
+def main(args):
+    use_cuda = not args.no_cuda and torch.cuda.is_available()
+    device = torch.device("cuda" if use_cuda else "cpu")
+    train(model, device, loader, optimizer)
+""",
+            line=6,
+            why="--no-cuda puts the tensors on the CPU, where a CUDA autocast does nothing",
+        ),
+        Invalid(
+            """
+import torch
+
+class Trainer:
+    def __init__(self, model, accelerator="cuda"):
+        if accelerator == "cuda":
+            self.device = torch.device("cuda", 0)
+        elif accelerator == "cpu":
+            self.device = torch.device("cpu")
+        self.model = model.to(self.device)
+
+    def step(self, batch):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = self.model(batch)
+        loss.backward()
+""",
+            line=12,
+        ),
+        Invalid(
+            """
+import argparse
+from torch.cuda.amp import autocast
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--device", type=str, default="cpu")
+args = parser.parse_args()
+
+def main(args):
+    model = Model().to(args.device)
+    with autocast():
+        out = model(load(args.image).to(args.device))
+""",
+            line=10,
+            why="the option's default is the CPU",
+        ),
+    ]
+
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        yield from self._crashing(ctx)
+        yield from self._mismatched(ctx)
+
+    def _mismatched(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """One finding per device choice: at the region of a training step (a backward in its
+        function) if any, else the first; the file's other regions on that device are related."""
+        groups: Dict[int, list] = {}
+        for found in device_mismatches(ctx):
+            groups.setdefault(id(found[3]), []).append(found)
+        for group in groups.values():
+            trains = [g for g in group if any("backward" in e.kind for e in g[1].scope.events)]
+            region, info, device, origin, kind = (trains or group)[0]
+            spelled = ctx.code_for(region.call)
+            if len(spelled) > 40 or "\n" in spelled:
+                spelled = (dotted_name(region.call.func) or "autocast") + "(...)"
+            where = ctx.code_for(device)
+            other = kind.upper() if kind == "cpu" else "MPS"
+            message = f"`{spelled}` is CUDA-only, but `{where}` may be the {other}: the region does nothing there"
+            if len(message) > 120:
+                message = f"CUDA-only autocast, but `{where}` may be the {other}: the region does nothing there"
+            related = [ctx.related(origin, f"the {other} is chosen here")]
+            related.extend(ctx.related(g[0].call, "also CUDA-only on that device") for g in group if g[0] is not region)
+            qualname = region.qualname or "torch.autocast"
+            yield ctx.diagnostic(
+                self,
+                region.call,
+                message,
+                severity=Severity.WARNING,
+                related=tuple(related),
+                help="Use `torch.autocast(device_type=...)` with the type of the device the tensors are on",
+                data={
+                    "kind": "device-mismatch",
+                    "deprecated": qualname,
+                    "snippet": ctx.code_for(region.call),
+                    "names": imported_names(ctx, region.call),
+                    "exception": None,
+                    "device": kind,
+                    "dtype": region.dtype,
+                },
+            )
+
+    def _crashing(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         flagged = [r for r in ctx.references() if _crashes(ctx, r)]
         for ref in flagged:
             edits = rewrite_with_imports(ctx, self.code, ref, flagged, lambda r, p: _rewrite(ctx, r, p))
@@ -243,3 +406,173 @@ def _rewrite(ctx: ModuleContext, ref: Reference, prefix: str) -> Optional[List]:
     if not call_is_plain(call) or sum(1 for a in call.args if a.keyword is None) > len(api.params):
         return None
     return [replace_node(ctx, ref.node, f"{prefix}.autocast"), *insert_keyword_edits(ctx, call, api.params)]
+
+
+# ------------------------------------------------------------------ CUDA autocast on a chosen device
+
+#: the device types on which a CUDA autocast region does nothing
+_OTHER_DEVICES = ("cpu", "mps")
+#: availability probes: a CPU device picked only when they fail is the machine's, not a choice
+_PROBES = frozenset(("torch.cuda.is_available", "torch.backends.mps.is_available"))
+#: a CUDA guard around the region or in its `enabled=` (`if device.type == "cuda":`, `enabled=use_cuda`)
+_GUARD = re.compile(r"cuda|gpu", re.IGNORECASE)
+
+#: (the device expression, the value that may be another device, a note on where it is chosen)
+_Choice = Tuple[cst.BaseExpression, cst.CSTNode, str]
+
+
+def _other_device(text: Optional[str]) -> Optional[str]:
+    """'cpu' / 'mps' for a device string naming one of them (`"cpu"`, `"mps:0"`), else None."""
+    if text is None:
+        return None
+    kind = text.strip().lower().split(":", 1)[0]
+    return kind if kind in _OTHER_DEVICES else None
+
+
+def _probe_only(ctx: ModuleContext, test: Optional[cst.CSTNode], scope: Scope, statement: cst.CSTNode, order: int, depth: int = 0) -> bool:
+    """`test` decides only whether CUDA (or MPS) is available: `torch.cuda.is_available()`, its
+    negation and conjunctions, or a local bound to one (`use_cuda = torch.cuda.is_available()`)."""
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test = test.expression
+    if isinstance(test, cst.BooleanOperation):
+        return all(_probe_only(ctx, t, scope, statement, order, depth) for t in (test.left, test.right))
+    if isinstance(test, cst.Call):
+        return not ctx.qualnames(test.func).isdisjoint(_PROBES)
+    if isinstance(test, cst.Name) and depth < 2:
+        a = assignment_before(ctx, test.value, scope, statement, order)
+        return a is not None and not a.unpacked and _probe_only(ctx, a.value, a.scope, a.statement or a.node, a.order, depth + 1)
+    return False
+
+
+def _chosen(ctx: ModuleContext, value: cst.BaseExpression, scope: Scope, statement: cst.CSTNode, order: int, depth: int = 0) -> Optional[Tuple[cst.CSTNode, str]]:
+    """Where `value` may be a CPU/MPS device by a choice the file shows (a literal, a branch of a
+    conditional not decided by an availability probe alone, a command-line option whose default or
+    choices name it), with a note naming that device; None when no such choice is visible."""
+    if depth > 3:
+        return None
+    text = literal_string(value)
+    if text is not None:
+        kind = _other_device(text)
+        return (value, kind) if kind else None
+    if isinstance(value, cst.Call) and "torch.device" in ctx.qualnames(value.func) and value.args:
+        first = value.args[0]
+        if first.keyword is None or first.keyword.value == "type":
+            return _chosen(ctx, first.value, scope, statement, order, depth + 1)
+        return None
+    if isinstance(value, cst.IfExp):
+        if _probe_only(ctx, value.test, scope, statement, order):
+            return None
+        for branch in (value.body, value.orelse):
+            found = _chosen(ctx, branch, scope, statement, order, depth + 1)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, cst.Attribute):
+        values = option_values(ctx, value)
+        if values:
+            kinds = sorted({k for k in map(_other_device, values) if k})
+            if kinds:
+                return value, kinds[0]
+        spelled = dotted_name(value)
+        if spelled is not None and spelled.startswith("self.") and scope.cls is not None:
+            return _assigned(ctx, [a for a in ctx.assignments_to(spelled) if a.scope.cls is scope.cls], depth)
+        return None
+    if isinstance(value, cst.Name):
+        a = assignment_before(ctx, value.value, scope, statement, order)
+        return _assigned(ctx, [a] if a is not None else [], depth)
+    return None
+
+
+def _assigned(ctx: ModuleContext, assignments: list, depth: int) -> Optional[Tuple[cst.CSTNode, str]]:
+    """The first of `assignments` binding a chosen CPU/MPS device outside a branch an
+    availability probe alone decides."""
+    for a in sorted(assignments, key=lambda a: a.order):
+        if a.unpacked:
+            continue
+        tests = [f.test for f in a.path if f.kind in ("if", "else") and f.test is not None]
+        if tests and _probe_only(ctx, tests[-1], a.scope, a.statement or a.node, a.order):
+            continue  # `if torch.cuda.is_available(): ... else: device = "cpu"`: the machine's fallback
+        found = _chosen(ctx, a.value, a.scope, a.statement or a.node, a.order, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _caller_values(ctx: ModuleContext, scope: Scope, name: str) -> List[Tuple[cst.BaseExpression, CallInfo]]:
+    """What this file's calls of the plain function `scope` pass for its parameter `name`."""
+    if scope.cls is not None or scope.is_module or name not in scope.params:
+        return []
+    index = scope.params.index(name)
+    out = []
+    for call in ctx.calls:
+        if call.dotted == scope.name and call.scope is not scope:
+            arg = call.arg(index, name)
+            if arg is not None:
+                out.append((arg, call))
+    return out
+
+
+def _device_choice(ctx: ModuleContext, scope: Scope, device: cst.BaseExpression, call: CallInfo) -> Optional[Tuple[cst.CSTNode, str]]:
+    """Where the device `device`, which `call` in `scope` moves something to, may be a CPU/MPS
+    device by a choice: through its own value, or the argument same-file callers pass for it."""
+    found = _chosen(ctx, device, scope, call.statement, call.order)
+    if found is None and isinstance(device, cst.Name) and assignment_before(ctx, device.value, scope, call.statement, call.order) is None:
+        for arg, site in _caller_values(ctx, scope, device.value):
+            found = _chosen(ctx, arg, site.scope, site.statement, site.order)
+            if found is not None:
+                break
+    return found
+
+
+def _moved_to(ctx: ModuleContext, scopes: List[Scope], self_only: bool) -> Iterator[Tuple[cst.BaseExpression, CallInfo]]:
+    """The devices `.to(device)` calls in `scopes` move tensors or modules to (`self.` attributes
+    only when `self_only`)."""
+    for scope in scopes:
+        for call in scope.calls:
+            if call.method != "to":
+                continue
+            device = call.arg(0, "device")
+            if device is None or not isinstance(device, (cst.Name, cst.Attribute)):
+                continue
+            spelled = dotted_name(device)
+            if spelled is None or (self_only and not spelled.startswith("self.")):
+                continue
+            yield device, call
+
+
+def device_mismatches(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo, cst.BaseExpression, cst.CSTNode, str]]:
+    """CUDA-only autocast regions (`torch.cuda.amp.autocast()`, `torch.autocast("cuda")`; enabled,
+    not fp32, a `with`) in a function that moves its tensors or model to a device the file shows
+    may be the CPU or MPS by a choice; no CUDA guard around the region or in its `enabled=`."""
+    infos: Dict[int, CallInfo] = {id(c.node): c for c in ctx.calls}
+    out = []
+    for region in ctx.regions:
+        if region.device != "cuda" or region.enabled is False or region.dtype == "fp32" or region.framework:
+            continue
+        if region.selector is not None or not isinstance(region.node, cst.With):
+            continue
+        info = infos.get(id(region.call))
+        if info is None or info.scope.is_module:
+            continue
+        if any(f.test is not None and _GUARD.search(ctx.code_for(f.test)) for f in info.path if f.kind in ("if", "else")):
+            continue
+        enabled = info.arg(0 if region.qualname and "cuda.amp" in region.qualname else None, "enabled")
+        if enabled is not None and _GUARD.search(ctx.code_for(enabled)):
+            continue
+        scope = info.scope
+        found = None
+        for device, move in _moved_to(ctx, [scope], self_only=False):
+            choice = _device_choice(ctx, scope, device, move)
+            if choice is not None:
+                found = (device, *choice)
+                break
+        if found is None and scope.cls is not None:
+            family = [s for s in ctx.scopes if s.cls is scope.cls]
+            for device, move in _moved_to(ctx, family, self_only=True):
+                choice = _device_choice(ctx, move.scope, device, move)
+                if choice is not None:
+                    found = (device, *choice)
+                    break
+        if found is not None:
+            out.append((region, info, *found))
+    return out

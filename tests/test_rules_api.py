@@ -526,3 +526,18 @@ def test_a_branch_behind_a_private_flag_only_turned_off_is_silent_unless_another
         "        super().__init__()\n        self._peft_has_been_casted_to_bf16 = True\n"
     )
     assert [d.location.row for d in lint_paths([str(other)], config).diagnostics] == [11]
+
+
+# --------------------------------------------------------------- AMP002 device mismatch
+
+
+def test_amp002_device_mismatch_examples():
+    """AMP002's CUDA-only region on a device chosen as the CPU: a warning at the region."""
+    from amplint.core.diagnostics import Severity
+    from amplint.rules.amp002_cuda_autocast_device_type import CudaAutocastDeviceType as R
+
+    for case in R.DEVICE_INVALID:
+        found = [d for d in _lint(case.code.lstrip("\n"), select=("AMP002",)) if d.code == "AMP002"]
+        assert len(found) == 1, case.code
+        assert found[0].location.row == case.line and found[0].severity == Severity.WARNING
+        assert found[0].data["kind"] == "device-mismatch"

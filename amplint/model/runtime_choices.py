@@ -16,6 +16,9 @@ This module answers, for one file:
   `self.args`; a function parameter of that name counts, the script hands it on), the file
   defines exactly one option of that destination (or several with the same choices) and its
   choices are all literals;
+* `option_values(ctx, node)`: the literal values an option read may take even without `choices`
+  (its literal default, and its choices when it has literal ones): `--device` with
+  `default="cpu"` may be the CPU on the default run;
 * `choice_precision(value)`: the precision ('fp16' | 'bf16' | 'fp32') a choice's text spells,
   in torch's, accelerate's and Lightning's spellings (`float16`, `fp16`, `16`, `16-mixed`,
   `bf16-mixed`, `no`), None for anything else (`amp`, `int8`, a `None` choice).
@@ -97,6 +100,30 @@ def option_read(ctx: "ModuleContext", node: Optional[cst.BaseExpression]) -> Opt
     return found[0]
 
 
+def option_values(ctx: "ModuleContext", node: Optional[cst.BaseExpression]) -> Optional[FrozenSet[str]]:
+    """The literal values the option `node` reads (`args.device`) may take: its literal default
+    and its literal choices, for an option the file defines once (a `str` option, or one with no
+    `type=`); None when the file defines no such option, or any value is not a literal."""
+    if not isinstance(node, cst.Attribute):
+        return None
+    spelled = dotted_name(node)
+    if spelled is None or "." not in spelled or spelled.rsplit(".", 1)[0] not in _namespaces(ctx):
+        return None
+    cached = ctx.__dict__.get("_runtime_plain_options")
+    if cached is None:
+        cached = {}
+        for call in ctx.calls:
+            if call.method == "add_argument":
+                option = _option(ctx, call.node, need_choices=False)
+                if option is not None:
+                    cached.setdefault(option.dest, []).append(option)
+        ctx._runtime_plain_options = cached
+    found = cached.get(node.attr.value)
+    if not found or len(found) != 1 or found[0].default is None:
+        return None
+    return frozenset((found[0].default, *found[0].choices))
+
+
 def _namespaces(ctx: "ModuleContext") -> FrozenSet[str]:
     """The names the file binds to a parser's result (`args = parser.parse_args()`, `args, _ =
     parser.parse_known_args()`, `self.args = ...`): only their attributes read an option, not a
@@ -119,7 +146,7 @@ def _namespaces(ctx: "ModuleContext") -> FrozenSet[str]:
     return cached
 
 
-def _option(ctx: "ModuleContext", call: cst.Call) -> Optional[Option]:
+def _option(ctx: "ModuleContext", call: cst.Call, need_choices: bool = True) -> Optional[Option]:
     flags: List[str] = []
     keywords: Dict[str, cst.BaseExpression] = {}
     for arg in call.args:
@@ -133,6 +160,8 @@ def _option(ctx: "ModuleContext", call: cst.Call) -> Optional[Option]:
         else:
             keywords[arg.keyword.value] = arg.value
     choices = _literal_strings(keywords.get("choices"))
+    if choices is None and not need_choices and "choices" not in keywords:
+        choices = frozenset()
     if not flags or choices is None:
         return None
     kind = keywords.get("type")
