@@ -845,7 +845,7 @@ for step in range(num_steps):
                     cls_path, cls, attr, row = found[0], found[1], wrapped[found][0], wrapped[found][1]
                     piece = next((r for r in info["calls"] if r["f"] == value["c"] and r["r"] >= record["r"] - 64
                                   and r["a"] == value["a"] and r["k"] == value["k"]), record)
-                    message = f"This checkpoint saves the optimizer state of `{cls}` but not the GradScaler it holds (`{attr}`)"
+                    message = f"This checkpoint saves `{cls}`'s optimizer but not its GradScaler `{attr}`"
                     related = [project.related(cls_path, row, f"`{cls}` keeps its own GradScaler here")]
                     if piece is not record:
                         related.append(project.site(call, "saved here"))

@@ -506,7 +506,7 @@ def test_a_scaler_inside_an_optimizer_wrapper_the_checkpoint_leaves_out(tmp_path
     nothing saves the scaler."""
     found = run(wrapper_project(tmp_path), "AMP402")
     assert [where(d) for d in found] == ["train.py:16"]
-    assert found[0].message == "This checkpoint saves the optimizer state of `Optimizer` but not the GradScaler it holds (`_scaler`)"
+    assert found[0].message == "This checkpoint saves `Optimizer`'s optimizer but not its GradScaler `_scaler`"
     assert [(Path(r.filename or "train.py").name, r.location.row) for r in found[0].related] == [("tools.py", 8), ("train.py", 18)]
 
 
