@@ -142,8 +142,9 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     or a project helper named for optimizer state that calls `state_dict()` and
     is given an object holding the wrapper in its attributes (a few levels down:
     `collect_optim_state_dict(agent)`, the agent's world model holding the
-    wrapper), in a file that also restores optimizer state after a `torch.load`.
-    Silent when anything in the project reads that scaler's state (or any
+    wrapper), in a file that also restores optimizer state after a `torch.load`;
+    reported at the helper's call, or at the `torch.save`. A save in the file of
+    the class itself is judged by the per-file check above. Silent when anything in the project reads that scaler's state (or any
     `scaler` state, or checkpoints with `save_state`), when the scaler is built
     with `enabled=False`, and when nothing the helper is given holds the wrapper.
 
@@ -839,12 +840,14 @@ for step in range(num_steps):
                     continue
                 for value in saved["d"].values():
                     found = _holds_wrapped_optimizer(project, path, qual, value, wrapped)
-                    if found is None or found in reported:
-                        continue
+                    if found is None or found in reported or found[0] == path:
+                        continue  # a save in the scaler's own file is the per-file check's
                     reported.add(found)
                     cls_path, cls, attr, row = found[0], found[1], wrapped[found][0], wrapped[found][1]
-                    piece = next((r for r in info["calls"] if r["f"] == value["c"] and r["r"] >= record["r"] - 64
-                                  and r["a"] == value["a"] and r["k"] == value["k"]), record)
+                    piece = record  # the checkpoint; a helper gathering the optimizers' state is the site itself
+                    if not value["c"].endswith(".state_dict"):
+                        piece = next((r for r in info["calls"] if r["f"] == value["c"] and r["r"] >= record["r"] - 64
+                                      and r["a"] == value["a"] and r["k"] == value["k"]), record)
                     message = f"This checkpoint saves `{cls}`'s optimizer but not its GradScaler `{attr}`"
                     related = [project.related(cls_path, row, f"`{cls}` keeps its own GradScaler here")]
                     if piece is not record:

@@ -512,7 +512,33 @@ def test_a_scaler_inside_an_optimizer_wrapper_the_checkpoint_leaves_out(tmp_path
 
 def test_the_wrapped_optimizer_saved_by_its_attribute(tmp_path):
     found = run(wrapper_project(tmp_path, save="agent._wm._model_opt._opt.state_dict()"), "AMP402")
-    assert [where(d) for d in found] == ["train.py:16"]
+    assert [where(d) for d in found] == ["train.py:18"], "at the torch.save"
+
+
+def test_a_scaler_holding_class_saving_its_own_optimizer_is_one_finding(tmp_path):
+    """A trainer class keeping `self.scaler` and saving `self.optimizer.state_dict()` in its own
+    file: the per-file finding, not a second one from the wrapper shape."""
+    root = write(tmp_path, {"trainer.py": '''
+        import torch
+
+        class Trainer:
+            def __init__(self, model, optimizer):
+                self.model, self.optimizer = model, optimizer
+                self.scaler = torch.amp.GradScaler("cuda")
+
+            def step(self, loss):
+                self.scaler.scale(loss).backward()
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+
+            def save(self, path):
+                torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, path)
+
+            def resume(self, path):
+                state = torch.load(path)
+                self.optimizer.load_state_dict(state["optimizer"])
+    '''})
+    assert [where(d) for d in run(root, "AMP402")] == ["trainer.py:15"]
 
 
 @pytest.mark.parametrize(
