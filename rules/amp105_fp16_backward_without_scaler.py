@@ -3,17 +3,14 @@ from __future__ import annotations
 
 import re
 
-from typing import TYPE_CHECKING, Iterator, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Rule, Severity, Valid
 
-if TYPE_CHECKING:  # pragma: no cover
-    from amplint.model import Wrapper
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
 
-from amplint.model import (
-    Assignment, AutocastRegion, CallInfo, Diagnostic, Event, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
-    exclusive, lines_between, region_choice_naming, region_dtype_choices, update_reachable,
-)
+    from amplint.model import Assignment, AutocastRegion, CallInfo, Event, ModuleContext, ScaleFinding, ScaleView, Scope
 
 
 class Fp16BackwardWithoutScaler(Rule):
@@ -91,19 +88,6 @@ class Fp16BackwardWithoutScaler(Rule):
     float16: ...`). The severity stays a warning: the fp16 run is a supported,
     documented choice, not necessarily the one the user makes, but on it the
     underflow is certain.
-    The same holds without any autocast for a model wrapped by FSDP1
-    (`FullyShardedDataParallel(model, mixed_precision=MixedPrecision(
-    param_dtype=torch.float16))`) or FSDP2 (`fully_shard(model,
-    mp_policy=MixedPrecisionPolicy(param_dtype=torch.float16))`): FSDP casts
-    the unsharded parameters to fp16 for forward and backward, so activations
-    and gradients are fp16 and underflow alike. Flagged at the backward of a
-    function that runs (or takes the parameters of) such a model, when the
-    policy and the wrapper are in the backward's file and the policy's
-    `param_dtype` is the literal fp16 on every path, with no scaler in the
-    file; the help names `ShardedGradScaler` for FSDP1 and the plain
-    `torch.amp.GradScaler` for FSDP2 (it handles DTensor gradients). A plain
-    GradScaler next to an fp16 FSDP1 model is AMP802's (it scales, but ranks
-    skip on their own); a `reduce_dtype` of fp16 is AMP803's.
     Silent when the region is bf16, when its dtype is decided at run time
     with no literal candidate in the file (`dtype=dtype` of a parameter, a
     config value), on CPU autocast without a dtype (bf16 by default), for
@@ -150,6 +134,26 @@ class Fp16BackwardWithoutScaler(Rule):
     not spell, and often one its authors advise against; where the file does
     spell it (a literal candidate), the rule counts it as above.
 
+    Across files (the project half, read from the wrapper summaries AMP801-AMP808
+    use): a `loss.backward()` with no loss scaling in its file (no GradScaler, no
+    `scaler` name, no `scaler` parameter) and an optimizer's `step()` after it in
+    its function or class, where the function trains a model (calls it, clips it,
+    takes its parameters, or computes the loss from it) that FSDP wraps with a
+    mixed-precision policy of `param_dtype=torch.float16` (FSDP1's `MixedPrecision`, or
+    FSDP2's `MixedPrecisionPolicy` given to `fully_shard`): the forward and the backward then
+    run in fp16 as under fp16 autocast. The help names `ShardedGradScaler` for FSDP1 and the plain
+    `torch.amp.GradScaler` for `fully_shard`, whose gradients are DTensors it handles. The policy is followed
+    through names, helpers' returns and the tuple elements a helper returns
+    (`mp_policy, wrap_policy = get_policies(cfg)`), also to a module-level policy
+    of another file star-imported (`from pkg.policies import *`). When a helper
+    binds the policy more than one way, it counts only where that helper probes
+    bf16 support (`torch.cuda.is_bf16_supported()`) and every other choice is a
+    bf16 or fp32 policy: the fp16 policy is then the project's own fallback on
+    every GPU without bf16 (V100, T4), taken with the default configuration, and
+    the message says so ("On GPUs without bf16, ..."). A policy chosen by a flag
+    or a config value (`fp16_policy if cfg.use_fp16 else bf16_policy`) is left
+    alone, as above.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP105` (docs/evidence.md#amp105)
     - https://pytorch.org/docs/stable/amp.html#gradient-scaling
@@ -160,41 +164,11 @@ class Fp16BackwardWithoutScaler(Rule):
     severity = Severity.WARNING
     message = "backward through fp16 autocast without a GradScaler"
     triggers = ("backward(",)
-    #: an fp16 autocast region in this file (every region is an autocast call), or an FSDP
-    #: mixed-precision policy computing in fp16 (`param_dtype=torch.float16`)
-    requires = (("autocast", "param_dtype"),)
-    #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it; or
-    #: an fp16 `param_dtype` of an FSDP policy
-    gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s|param_dtype\s*=\s*torch\.(?:float16|half)\b")
+    requires = (("autocast",),)  # an fp16 autocast region in this file (every region is an autocast call)
+    #: an autocast region: a call of autocast (any spelling ends so) or an import alias of it
+    gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
 
     VALID = [
-        Valid(
-            """
-import torch
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
-policy = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-model = FSDP(net, mixed_precision=policy)
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-for x, y in loader:
-    loss = loss_fn(model(x), y)
-    loss.backward()
-    optimizer.step()
-""",
-            "FSDP computes in bf16: fp32's exponent range, no scaler needed",
-        ),
-        Valid(
-            """
-import torch
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
-policy = MixedPrecision(param_dtype=torch.float16 if args.fp16 else torch.bfloat16)
-model = FSDP(net, mixed_precision=policy)
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-for x, y in loader:
-    loss_fn(model(x), y).backward()
-    optimizer.step()
-""",
-            "the policy's dtype is decided at run time",
-        ),
         Valid(
             """
 import torch
@@ -477,21 +451,6 @@ for x, y in loader:
         Invalid(
             """
 import torch
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
-policy = MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float32)
-model = FSDP(net, mixed_precision=policy)
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-for x, y in loader:
-    loss = loss_fn(model(x), y)
-    loss.backward()
-    optimizer.step()
-""",
-            line=8,
-            why="FSDP's fp16 param_dtype computes forward and backward in fp16 without any autocast",
-        ),
-        Invalid(
-            """
-import torch
 for x, y in loader:
     with torch.autocast("cuda", dtype=torch.float16):
         loss = loss_fn(model(x), y)
@@ -755,11 +714,11 @@ class Trainer:
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        from amplint.model import update_reachable
+
         if ctx.scalers or _mentions_scaling(ctx):
             return
-        autocast = any(_is_fp16(ctx, r) for r in ctx.regions)
-        fsdp = _fp16_policy_wraps(ctx)
-        if not autocast and not fsdp:
+        if not any(_is_fp16(ctx, r) for r in ctx.regions):
             return
         for scope in ctx.scopes:
             for event in scope.events:
@@ -770,36 +729,23 @@ class Trainer:
                 loss = _loss_expression(event.call)
                 if loss is None:
                     continue
-                source = _fp16_source(ctx, scope, event, loss) if autocast else None
+                source = _fp16_source(ctx, scope, event, loss)
                 if source is not None and not _measures_only(ctx, scope, loss):
                     yield self._diagnostic(ctx, event, loss, source)
-                elif source is None and fsdp and not _measures_only(ctx, scope, loss):
-                    found = _fp16_fsdp_model(ctx, event)
-                    if found is not None:
-                        yield self._fsdp_diagnostic(ctx, event, loss, *found)
 
-    def _fsdp_diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, name: str, wrapper: "Wrapper") -> Diagnostic:
-        """A loss backpropagated through a model whose FSDP policy computes in fp16 (no autocast
-        needed: FSDP casts the unsharded parameters, so activations and gradients are fp16)."""
-        text = ctx.code_for(loss).strip()
-        kind = "FSDP" if wrapper.kind == "fsdp1" else "`fully_shard`"
-        message = f"`{_short(text)}` is backpropagated in fp16 ({kind} `param_dtype` of `{_short(name, 24)}`) without a GradScaler"
-        if wrapper.kind == "fsdp1":
-            help = "Scale the loss with `ShardedGradScaler` (torch.distributed.fsdp.sharded_grad_scaler), or compute in bf16"
-        else:
-            help = "Scale the loss with `torch.amp.GradScaler` (it handles `fully_shard`'s DTensor gradients), or compute in bf16"
-        from amplint.model import Location, Related
+    def check_project(self, project: Any) -> Iterator[Diagnostic]:
+        """A backward without loss scaling, with an optimizer step after it, on a model wrapped by
+        FSDP with an fp16 mixed-precision policy (`param_dtype=torch.float16`), read across files
+        (the scale view): the policy itself, or an fp16 policy a helper falls back to when a bf16
+        capability probe fails (`torch.cuda.is_bf16_supported()`). Any other run-time choice of
+        the policy is left alone."""
+        from amplint.model import scale_project_diagnostics
 
-        related = [Related(Location(wrapper.place[1], wrapper.place[2]), Location(wrapper.place[3], wrapper.place[4]), f"wrapped by {kind} here")]
-        if wrapper.policy is not None and wrapper.policy.place != wrapper.place:
-            p = wrapper.policy.place
-            related.append(Related(Location(p[1], p[2]), Location(p[3], p[4]), "its fp16 `param_dtype`"))
-        source = wrapper.policy.place if wrapper.policy is not None else wrapper.place
-        data = {"loss": text, "region_row": source[1], "dtype": "fp16", "device": "cuda", "wrapper": wrapper.kind, "model": name,
-                "wrapper_site": [wrapper.path, wrapper.place[1]]}
-        return ctx.diagnostic(self, event.call.node, message, data=data, help=help, related=related)
+        yield from scale_project_diagnostics(self, project, _fsdp_fp16_backwards)
 
     def _diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion) -> Diagnostic:
+        from amplint.model import region_choice_naming
+
         row = ctx.position(region.call)[0].row
         text = ctx.code_for(loss).strip()
         choice = region_choice_naming(ctx, region, "fp16") if region.dtype is None else None
@@ -817,6 +763,103 @@ class Trainer:
         return ctx.diagnostic(self, event.call.node, message, data=data, help=help)
 
 
+#: what a helper probing for bf16 support calls (`torch.cuda.is_bf16_supported()`)
+_BF16_PROBES = ("is_bf16_supported",)
+#: methods a training function calls on the model it trains
+_MODEL_METHODS = ("parameters", "train", "clip_grad_norm_", "zero_grad", "named_parameters", "forward")
+
+
+def _fsdp_fp16_backwards(view: ScaleView) -> Iterator[ScaleFinding]:
+    """The project half (`check_project`): one finding per backward (`_fp16_policy`)."""
+    from amplint.model import ScaleFinding
+
+    for path, e in view.events("back"):
+        s = view.summary(path)
+        if s is None or e.get("scaled") or "scal" in (e.get("recv") or "").lower():
+            continue
+        func = e["f"]
+        cls = view._class_of(path, func)
+        funcs = [q for q in s["functions"] if q.startswith(f"{cls}.")] if cls else [func]
+        if not view._ensure(path) or not any(
+            ev["e"] == "step" and ev["f"] in funcs and ev.get("recv") and view.project._optimizer_name((path, ev["f"]), ev["recv"])
+            for ev in s["events"]
+        ):
+            continue  # no optimizer update within reach: a benchmark, a gradient check
+        if any(ev["e"] == "ctor" and ev["k"] == "scaler" for ev in s["events"]):
+            continue
+        if any("scaler" in u.lower() or "scale_loss" in u for q in funcs for u in s["uses"].get(q, ())):
+            continue
+        info = view.project.function((path, func))
+        if info is not None and any("scaler" in p.lower() for p in info["params"]):
+            continue
+        found = _fp16_policy(view, path, func, e)
+        if found is None:
+            continue
+        w, policy, fallback = found
+        recv = e.get("recv") or "loss"
+        name = (view.event_at(policy.place[0], policy.place[1], policy.place[2]) or {}).get("t") or ["MixedPrecision(...)"]
+        spelled = name[0] or "MixedPrecision(...)"
+        if fallback:
+            message = f"On GPUs without bf16, `{_short(recv, 12)}` runs backward in the fp16 FSDP policy `{_short(spelled, 12)}`, unscaled"
+        else:
+            message = f"`{_short(recv, 16)}` runs backward in the fp16 FSDP policy `{_short(spelled, 20)}` without loss scaling"
+        related = [(w.place, "wrapped by FSDP here"), (policy.place, "its fp16 mixed-precision policy")]
+        if fallback:
+            related.append((fallback, "falls back to the fp16 policy when bf16 is not supported"))
+        if w.kind == "fsdp1":
+            help = ("Scale the loss with `ShardedGradScaler` on the fp16 policy (`scaler.scale(loss).backward()`, "
+                    "`scaler.step(optimizer)`), or refuse to train without bf16")
+        else:  # `fully_shard`'s gradients are DTensors, which the plain GradScaler handles
+            help = ("Scale the loss with `torch.amp.GradScaler` on the fp16 policy (`scaler.scale(loss).backward()`, "
+                    "`scaler.step(optimizer)`), or refuse to train without bf16")
+        data = {"loss": recv, "dtype": "fp16", "device": "cuda", "wrapper": w.kind, "fp16_from": "fsdp-policy",
+                "fallback": bool(fallback), "wrapper_site": [w.path, w.event["r"]]}
+        yield ScaleFinding(view.place(path, e), message, help, related, data)
+
+
+def _fp16_policy(view: ScaleView, path: str, func: str, back: Dict[str, Any]) -> Optional[Any]:
+    """(wrapper, fp16 policy, where the fallback is chosen or None) for the FSDP model a training
+    function backpropagates through: a model it calls, takes the parameters of or clips, or one
+    the loss is computed from. The policy is fp16 outright, or one of a helper's choices where that
+    helper probes bf16 support (every other choice bf16 or fp32); None otherwise."""
+    s = view.summary(path)
+    names: List[str] = []
+    for spelled in s["uses"].get(func, ()):
+        head, _, method = spelled.rpartition(".")
+        name = head if method in _MODEL_METHODS else spelled
+        if name and "." not in name and name not in names and name not in ("torch", "nn", "F"):
+            names.append(name)
+    deps, _ = view.deps(path, func, back.get("recv") or "")
+    names += [n for n in sorted(deps) if "." not in n and n not in names]
+    for name in names:
+        for w in view.wrappers(path, func, name):
+            if w.kind not in ("fsdp1", "fsdp2"):
+                continue
+            policies, choosers = view.policy_choices(w.path, w.event["f"], w.event.get("mp"))
+            fp16 = [p for p in policies if p.param == "fp16"]
+            if not fp16 or any(p.param not in ("fp16", "bf16", "fp32") for p in policies):
+                continue
+            if len(policies) == 1:
+                return w, fp16[0], None
+            probe = _bf16_probe(view, choosers)
+            if probe is not None:
+                return w, fp16[0], probe
+    return None
+
+
+def _bf16_probe(view: ScaleView, choosers: List[Any]) -> Optional[Any]:
+    """The place of a function among `choosers` (those binding the policy more than one way) that
+    calls a bf16 capability probe; None when none does."""
+    for path, func in choosers:
+        info = view.project.function((path, func)) if view._ensure(path) else None
+        if info is None:
+            continue
+        for record in info["calls"]:
+            if record["f"].rsplit(".", 1)[-1] in _BF16_PROBES:
+                return (path, record["r"], record["c"], record["er"], record["ec"])
+    return None
+
+
 def _short(text: str, limit: int = 30) -> str:
     """An expression as a message names it: one line, at most `limit` characters."""
     text = " ".join(text.split())
@@ -826,6 +869,10 @@ def _short(text: str, limit: int = 30) -> str:
 def _region_through_backward(ctx: ModuleContext, region: AutocastRegion, event: Event) -> Optional[str]:
     """The lines from the region's `with` through the backward, when both are in one function
     and the `with` comes first (else None: the loss comes from elsewhere, e.g. a helper)."""
+    import libcst as cst
+
+    from amplint.model import lines_between
+
     if not isinstance(region.node, cst.With):
         return None
     try:
@@ -844,6 +891,8 @@ def _region_through_backward(ctx: ModuleContext, region: AutocastRegion, event: 
 def _is_fp16(ctx: ModuleContext, region: Optional[AutocastRegion]) -> bool:
     """An fp16 region: `dtype=torch.float16` (or the device's default), or a dtype picked at
     run time among literal candidates that include float16 (`{..., 'float16': torch.float16}[dtype]`)."""
+    from amplint.model import region_dtype_choices
+
     if region is None or region.framework or region.enabled is False:
         return False
     return region.dtype == "fp16" or "fp16" in region_dtype_choices(ctx, region)
@@ -891,124 +940,9 @@ def _measures_only(ctx: ModuleContext, scope: Scope, loss: cst.BaseExpression) -
                 names |= {b.target for b in ctx.assignments if b.node is a.node and "." not in b.target}
     names.discard("_")
     backwards = {id(e.call.node) for e in scope.events if e.kind == "backward"}
-    reads = _Reads(names, backwards, scope.node)
+    reads = _visitor("_Reads")(names, backwards, scope.node)
     scope.node.visit(reads)
     return not reads.found
-
-
-class _Reads(cst.CSTVisitor):
-    """Whether the code of one scope (not of functions, lambdas or classes nested in it) reads
-    any of `names` as a value, or returns a value. Not reads: the receiver of a `backward()` call,
-    `x is None` / `x is not None`, `del x`, and an assignment that rebinds one of the names
-    (`loss = loss / accum`)."""
-
-    def __init__(self, names: Set[str], backwards: Set[int], root: cst.CSTNode) -> None:
-        super().__init__()
-        self.names = names
-        self.backwards = backwards
-        self.root = root
-        self.found = False
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return node is self.root
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_Parameters(self, node: cst.Parameters) -> bool:
-        return False
-
-    def visit_Return(self, node: cst.Return) -> bool:
-        if node.value is not None:
-            self.found = True
-        return False
-
-    def visit_Assign(self, node: cst.Assign) -> bool:
-        targets: Set[str] = set()
-        for t in node.targets:
-            targets |= _names(t.target) if not isinstance(t.target, cst.Name) else {t.target.value}
-        if targets and targets <= self.names | {"_"}:
-            return False  # `loss = loss / n`: the loss again
-        node.value.visit(self)
-        return False
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
-        if isinstance(node.target, cst.Name) and node.target.value in self.names:
-            return False
-        node.value.visit(self)
-        return False
-
-    def visit_Del(self, node: cst.Del) -> bool:
-        return False
-
-    def visit_Comparison(self, node: cst.Comparison) -> bool:
-        if (
-            isinstance(node.left, cst.Name)
-            and len(node.comparisons) == 1
-            and isinstance(node.comparisons[0].operator, (cst.Is, cst.IsNot))
-            and isinstance(node.comparisons[0].comparator, cst.Name)
-            and node.comparisons[0].comparator.value == "None"
-        ):
-            return False
-        return True
-
-    def visit_Call(self, node: cst.Call) -> bool:
-        return id(node) not in self.backwards
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # `outputs.loss`: `loss` is an attribute's name here, not the variable
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)  # `f(loss=x)`: a keyword is no read
-        return False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value in self.names:
-            self.found = True
-
-
-def _fp16_policy_wraps(ctx: ModuleContext) -> List[dict]:
-    """The file's FSDP1/FSDP2 wrapper calls whose mixed-precision policy computes in fp16 (the
-    scale view's `policy_wraps`), [] when the file spells no fp16 `param_dtype` (the scale
-    summary is then not worth its parse)."""
-    from amplint.model import scale_file_view
-
-    if "param_dtype" not in ctx.source or ("FullyShardedDataParallel" not in ctx.source and "fully_shard" not in ctx.source
-                                           and "FSDP" not in ctx.source):
-        return []
-    return scale_file_view(ctx.source, ctx.path).policy_wraps(ctx.path)
-
-
-def _fp16_fsdp_model(ctx: ModuleContext, event: Event):
-    """(the model's name, its `Wrapper`) when the function holding the backward `event` runs or
-    takes the parameters of a model that FSDP1 or FSDP2 wraps with a policy whose `param_dtype` is
-    the literal fp16 (decided in the file, every path: not a run-time choice, not None on some
-    path): its forward and backward then compute in fp16 without any autocast."""
-    from amplint.model import scale_file_view
-
-    view = scale_file_view(ctx.source, ctx.path)
-    s = view.summary(ctx.path)
-    if s is None:
-        return None
-    row = ctx.position(event.call.node)[0].row
-    backs = [e for e in s["events"] if e["e"] == "back" and e["r"] == row]
-    if len(backs) != 1:
-        return None
-    func = backs[0]["f"]
-    for spelled in s["uses"].get(func, ()):
-        name = spelled[: -len(".parameters")] if spelled.endswith(".parameters") else spelled
-        if not name or name.split(".", 1)[0] in ("torch", "nn", "F"):
-            continue
-        for w in view.wrappers(ctx.path, func, name):
-            if w.kind not in ("fsdp1", "fsdp2") or w.policy is None or w.policy.runtime:
-                continue
-            if w.policy.param == "fp16" and w.event.get("mpr") and not w.event.get("mpn"):
-                return name, w
-    return None
 
 
 def _mentions_scaling(ctx: ModuleContext) -> bool:
@@ -1029,41 +963,18 @@ def _loss_expression(call: CallInfo) -> Optional[cst.BaseExpression]:
 
 
 def _names(expr: cst.CSTNode) -> Set[str]:
+    import libcst as cst
+
     if isinstance(expr, cst.Name):
         return {expr.value}
-    names = _DataNames()
+    names = _visitor("_DataNames")()
     expr.visit(names)
     return names.found
 
 
-class _DataNames(cst.CSTVisitor):
-    """For `_names` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: Set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.found.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        # `outputs.loss` -> outputs; never the attribute names themselves
-        node.value.visit(self)
-        return False
-
-    def visit_Call(self, node: cst.Call) -> bool:
-        # arguments only: a callee's name is not data
-        for arg in node.args:
-            arg.value.visit(self)
-        if isinstance(node.func, cst.Attribute):
-            node.func.value.visit(self)
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-
 def _last_assignment(ctx: ModuleContext, scope: Scope, name: str, before: int, at) -> Optional[Assignment]:
+    from amplint.model import exclusive
+
     found = None
     for a in ctx.assignments_to(name, scope):
         if a.scope is scope and a.order < before and not exclusive(a.path, at):
@@ -1099,6 +1010,8 @@ def _fp16_source(ctx: ModuleContext, scope: Scope, event: Event, loss: cst.BaseE
 
 def _returned_from_fp16(ctx: ModuleContext, value: cst.BaseExpression) -> Optional[AutocastRegion]:
     """`self.compute_loss(batch)` (possibly `/ n`) whose function returns a value computed under fp16 autocast."""
+    import libcst as cst
+
     calls: List[cst.Call] = []
     if isinstance(value, cst.Call):
         calls.append(value)
@@ -1130,42 +1043,158 @@ def _returned_from_fp16(ctx: ModuleContext, value: cst.BaseExpression) -> Option
 
 
 def _returns(func: cst.FunctionDef) -> List[cst.Return]:
-    returns = _Returns(func)
+    returns = _visitor("_Returns")(func)
     func.visit(returns)
     return returns.found
 
 
-class _Returns(cst.CSTVisitor):
-    """The `return`s of one function, not of functions or lambdas nested in it
-    (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
-
-    def __init__(self, func: cst.FunctionDef) -> None:
-        super().__init__()
-        self.func = func
-        self.found: List[cst.Return] = []
-
-    def visit_Return(self, node: cst.Return) -> None:
-        self.found.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return node is self.func
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-
 def _calls_in(expr: cst.CSTNode) -> List[cst.Call]:
-    calls = _Calls()
+    calls = _visitor("_Calls")()
     expr.visit(calls)
     return calls.found
 
 
-class _Calls(cst.CSTVisitor):
-    """For `_calls_in` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+#: the visitors below, made on first use (they subclass libcst's visitor: the project half never loads it)
+_VISITORS: Dict[str, Any] = {}
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: List[cst.Call] = []
 
-    def visit_Call(self, node: cst.Call) -> None:
-        self.found.append(node)
+def _visitor(name: str) -> Any:
+    if not _VISITORS:
+        _VISITORS.update(_visitors())
+    return _VISITORS[name]
+
+
+def _visitors() -> Dict[str, Any]:
+    """The module's libcst visitors, defined once (a class defined per call would hold its
+    closure, and so the file's tree, in a reference cycle; these close over libcst only)."""
+    import libcst as cst
+
+    class _Reads(cst.CSTVisitor):
+        """Whether the code of one scope (not of functions, lambdas or classes nested in it) reads
+        any of `names` as a value, or returns a value. Not reads: the receiver of a `backward()` call,
+        `x is None` / `x is not None`, `del x`, and an assignment that rebinds one of the names
+        (`loss = loss / accum`)."""
+
+        def __init__(self, names: Set[str], backwards: Set[int], root: cst.CSTNode) -> None:
+            super().__init__()
+            self.names = names
+            self.backwards = backwards
+            self.root = root
+            self.found = False
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is self.root
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+        def visit_Parameters(self, node: cst.Parameters) -> bool:
+            return False
+
+        def visit_Return(self, node: cst.Return) -> bool:
+            if node.value is not None:
+                self.found = True
+            return False
+
+        def visit_Assign(self, node: cst.Assign) -> bool:
+            targets: Set[str] = set()
+            for t in node.targets:
+                targets |= _names(t.target) if not isinstance(t.target, cst.Name) else {t.target.value}
+            if targets and targets <= self.names | {"_"}:
+                return False  # `loss = loss / n`: the loss again
+            node.value.visit(self)
+            return False
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+            if isinstance(node.target, cst.Name) and node.target.value in self.names:
+                return False
+            node.value.visit(self)
+            return False
+
+        def visit_Del(self, node: cst.Del) -> bool:
+            return False
+
+        def visit_Comparison(self, node: cst.Comparison) -> bool:
+            if (
+                isinstance(node.left, cst.Name)
+                and len(node.comparisons) == 1
+                and isinstance(node.comparisons[0].operator, (cst.Is, cst.IsNot))
+                and isinstance(node.comparisons[0].comparator, cst.Name)
+                and node.comparisons[0].comparator.value == "None"
+            ):
+                return False
+            return True
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            return id(node) not in self.backwards
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)  # `outputs.loss`: `loss` is an attribute's name here, not the variable
+            return False
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)  # `f(loss=x)`: a keyword is no read
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value in self.names:
+                self.found = True
+
+    class _DataNames(cst.CSTVisitor):
+        """For `_names` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.found: Set[str] = set()
+
+        def visit_Name(self, node: cst.Name) -> None:
+            self.found.add(node.value)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            # `outputs.loss` -> outputs; never the attribute names themselves
+            node.value.visit(self)
+            return False
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            # arguments only: a callee's name is not data
+            for arg in node.args:
+                arg.value.visit(self)
+            if isinstance(node.func, cst.Attribute):
+                node.func.value.visit(self)
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+    class _Returns(cst.CSTVisitor):
+        """The `return`s of one function, not of functions or lambdas nested in it
+        (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+        def __init__(self, func: cst.FunctionDef) -> None:
+            super().__init__()
+            self.func = func
+            self.found: List[cst.Return] = []
+
+        def visit_Return(self, node: cst.Return) -> None:
+            self.found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is self.func
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+    class _Calls(cst.CSTVisitor):
+        """For `_calls_in` (module level: a class defined per call would hold its closure, and so the file's tree, in a reference cycle)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.found: List[cst.Call] = []
+
+        def visit_Call(self, node: cst.Call) -> None:
+            self.found.append(node)
+
+    return {"_Reads": _Reads, "_DataNames": _DataNames, "_Returns": _Returns, "_Calls": _Calls}

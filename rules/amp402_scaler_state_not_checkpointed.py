@@ -144,6 +144,20 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     (through a helper or the loop's own `torch.save`), the resume call is a
     related location of that finding ("restored without it").
 
+    A GradScaler kept inside a project class that wraps an optimizer (its
+    `__init__` builds `self._scaler = GradScaler(enabled=use_amp)`, its methods
+    step `self._opt` through it, and it has no `state_dict` of its own) is
+    flagged where a resume checkpoint saves the state of such an optimizer: the
+    wrapped optimizer's own `state_dict()` (`agent.wm.opt._opt.state_dict()`),
+    or a project helper named for optimizer state that calls `state_dict()` and
+    is given an object holding the wrapper in its attributes (a few levels down:
+    `collect_optim_state_dict(agent)`, the agent's world model holding the
+    wrapper), in a file that also restores optimizer state after a `torch.load`;
+    reported at the helper's call, or at the `torch.save`. A save in the file of
+    the class itself is judged by the per-file check above. Silent when anything in the project reads that scaler's state (or any
+    `scaler` state, or checkpoints with `save_state`), when the scaler is built
+    with `enabled=False`, and when nothing the helper is given holds the wrapper.
+
     And a resume checkpoint saved by a loop that owns no GradScaler while a
     function it calls builds one of its own (`scaler =
     GradScaler(enabled=args.amp)` in `train_one_epoch`, neither returned nor
@@ -1035,6 +1049,53 @@ class Trainer:
         yield from saves.values()
         yield from self._scaler_out_of_reach(project)
         yield from self._accelerate_checkpoints(project)
+        yield from self._wrapped_scalers(project)
+
+    def _wrapped_scalers(self, project: Project) -> Iterator[Diagnostic]:
+        """A GradScaler kept inside a project class that wraps an optimizer (`self._scaler =
+        GradScaler(...)` and `self._scaler.step(self._opt)` in its methods, no `state_dict` of its
+        own), whose instances a model or trainer holds as attributes; a resume checkpoint saves
+        the optimizers' state of such a holder (`holder.opt._opt.state_dict()`, or a project
+        helper named for optimizer state that is given the holder and calls `state_dict()`:
+        `collect_optim_state_dict(agent)`) while nothing in the project ever reads the scaler's
+        state. One finding per wrapper class, at the first such piece of a checkpoint."""
+        wrapped = _scaler_wrappers(project)
+        if not wrapped:
+            return
+        reported: set = set()
+        for path, qual, info in list(project.functions()):
+            for record in info["calls"]:
+                call = ProjectCall(path, qual, record)
+                if not record["a"] or not project.is_save(call):
+                    continue
+                saved = record["a"][0]
+                if saved and "n" in saved:
+                    saved = next((r for r in reversed(info["locals"].get(saved["n"], ())) if r and "d" in r), None)
+                if not saved or "d" not in saved or len(saved["d"]) < 2 or _mentions_scaler(saved):
+                    continue
+                if not _resumes(project, path):
+                    continue
+                for value in saved["d"].values():
+                    found = _holds_wrapped_optimizer(project, path, qual, value, wrapped)
+                    if found is None or found in reported or found[0] == path:
+                        continue  # a save in the scaler's own file is the per-file check's
+                    reported.add(found)
+                    cls_path, cls, attr, row = found[0], found[1], wrapped[found][0], wrapped[found][1]
+                    piece = record  # the checkpoint; a helper gathering the optimizers' state is the site itself
+                    if not value["c"].endswith(".state_dict"):
+                        piece = next((r for r in info["calls"] if r["f"] == value["c"] and r["r"] >= record["r"] - 64
+                                      and r["a"] == value["a"] and r["k"] == value["k"]), record)
+                    message = f"This checkpoint saves `{cls}`'s optimizer but not its GradScaler `{attr}`"
+                    related = [project.related(cls_path, row, f"`{cls}` keeps its own GradScaler here")]
+                    if piece is not record:
+                        related.append(project.site(call, "saved here"))
+                    data = {"scaler": f"{cls}.{attr}", "side": "save", "bug": f"{cls}.{attr}", "as_related": "also saved",
+                            "mechanism": "wrapper"}
+                    yield project.diagnostic(
+                        self, ProjectCall(path, qual, piece), message, data=data, related=tuple(related),
+                        help=f"Give `{cls}` a `state_dict()` / `load_state_dict()` that include `{attr}.state_dict()`, "
+                        "and save and restore that with the checkpoint",
+                    )
 
     def _accelerate_checkpoints(self, project: Project) -> Iterator[Diagnostic]:
         """A resume checkpoint written by hand (`torch.save` of a dict with an optimizer's state,
@@ -1354,6 +1415,117 @@ def _bound_to_attribute(project: Project, path: str, qual: str, name: str) -> bo
             if where == qual and ref and ref.get("n") == name:
                 return True
     return False
+
+
+def _scaler_wrappers(project: Project) -> Dict[Tuple[str, str], Tuple[str, int]]:
+    """(file, class) -> (attribute, row) of each project class that builds an enabled GradScaler
+    in an attribute (`self._scaler = GradScaler(enabled=use_amp)`: not a literal False) and steps
+    an optimizer through it in its own methods (`self._scaler.step(self._opt)`), and whose state
+    nothing in the project reads: no `<...>.<attribute>.state_dict()` call, no `state_dict`
+    method of the class, no `scaler` state read or `save_state` anywhere."""
+    out: Dict[Tuple[str, str], Tuple[str, int]] = {}
+    for path, summary in list(project.summaries.items()):
+        for cls, info in summary["classes"].items():
+            if f"{cls}.state_dict" in summary["functions"]:
+                continue
+            for attr, refs in info["attrs"].items():
+                built = [(func, ref) for func, ref in refs if ref and ref.get("c", "").endswith("GradScaler")]
+                if not built or len(built) != len(refs):
+                    continue
+                func, ref = built[0]
+                method = summary["functions"].get(func)
+                ctor = next((r for r in (method or {}).get("calls", ()) if r["f"] == ref["c"] and r["a"] == ref["a"] and r["k"] == ref["k"]), None)
+                if ctor is None or project.grad_scaler(ProjectCall(path, func, ctor)) is None:
+                    continue
+                enabled = ref["k"].get("enabled", {"n": "?"})
+                if not enabled or "n" not in enabled:
+                    continue  # `enabled=False` (or an expression the summary does not keep): not known to be on
+                steps = any(
+                    r["f"] == f"self.{attr}.step" and r["a"] and (r["a"][0] or {}).get("n", "").startswith("self.")
+                    for q, g in summary["functions"].items() if q.startswith(cls + ".") for r in g["calls"]
+                )
+                if steps:
+                    out[(path, cls)] = (attr, ctor["r"])
+    if not out:
+        return out
+    for summary in list(project.summaries.values()):
+        if _handles_scaler_state(summary["functions"]):
+            return {}
+        for info in summary["functions"].values():
+            for record in info["calls"]:
+                if any(record["f"].endswith(f".{attr}.state_dict") for attr, _ in out.values()):
+                    return {}
+    return out
+
+
+def _resumes(project: Project, path: str) -> bool:
+    """The file restores optimizer state after a `torch.load`: `optimizer.load_state_dict(...)` or
+    a helper named for loading optimizer state (`load_optim_state_dict(agent, ckpt[...])`)."""
+    loads = restores = False
+    for qual, info in project.summaries[path]["functions"].items():
+        for record in info["calls"]:
+            f = record["f"]
+            last = f.rsplit(".", 1)[-1].lower()
+            if (f == "load" or f.endswith(".load")) and any(t == ("X", "torch.load") for t in project.resolve_call(ProjectCall(path, qual, record))):
+                loads = True
+            elif ("load" in last and "optim" in last) or (last == "load_state_dict" and project._optimizer_name((path, qual), f[: -len(".load_state_dict")])):
+                restores = True
+    return loads and restores
+
+
+def _holds_wrapped_optimizer(project: Project, path: str, qual: str, value: Any, wrapped: Dict) -> Optional[Tuple[str, str]]:
+    """The scaler-wrapping class (`_scaler_wrappers`) whose optimizer state a checkpoint entry
+    saves: `<x>.<attr>.state_dict()` where `x` is an instance of the class, or a call of a
+    project helper named for optimizer state (`collect_optim_state_dict(agent)`) that calls
+    `state_dict()` itself and is given an object holding an instance of the class in its
+    attributes (a few levels down: the agent's world model's optimizer)."""
+    if not value or "c" not in value:
+        return None
+    spelled = value["c"]
+    if spelled.endswith(".state_dict") and not value["a"]:
+        owner = spelled[: -len(".state_dict")]
+        head = owner.rpartition(".")[0]
+        if head:
+            for t in project.name_types(path, qual, head):
+                if t[0] == "I" and (t[1], t[2]) in wrapped:
+                    return (t[1], t[2])
+        return None
+    last = spelled.rsplit(".", 1)[-1].lower()
+    if "optim" not in last or not value["a"]:
+        return None
+    helpers = [t for t in project.name_types(path, qual, spelled) if t[0] == "F"]
+    collects = any(
+        r["f"].endswith(".state_dict") for t in helpers for r in (project.function((t[1], t[2])) or {}).get("calls", ())
+    )
+    if not collects:
+        return None
+    for arg in value["a"]:
+        if arg and "n" in arg:
+            found = _holder_of(project, project.name_types(path, qual, arg["n"]), wrapped)
+            if found is not None:
+                return found
+    return None
+
+
+def _holder_of(project: Project, types: Any, wrapped: Dict, depth: int = 4) -> Optional[Tuple[str, str]]:
+    """The scaler-wrapping class an instance among `types` is, or holds in its attributes
+    (breadth first, `depth` levels)."""
+    seen: set = set()
+    frontier = [t for t in types if t[0] == "I"]
+    for _ in range(depth + 1):
+        following = []
+        for t in frontier:
+            key = (t[1], t[2])
+            if key in wrapped:
+                return key
+            if key in seen:
+                continue
+            seen.add(key)
+            for p, c in project.mro(t[1], t[2]):
+                for attr in project.summaries[p]["classes"][c]["attrs"]:
+                    following.extend(u for u in project.attribute(t, attr) if u[0] == "I")
+        frontier = following
+    return None
 
 
 def _saves_resume_dict(info: Dict, record: Dict) -> bool:

@@ -1,7 +1,11 @@
 """AMP105 under an FSDP mixed-precision policy computing in fp16 (issue 23): no autocast, no scaler."""
 from __future__ import annotations
 
-from amplint import Config, lint_source
+import tempfile
+from pathlib import Path
+
+from amplint import Config
+from amplint.engine.run import lint_paths
 
 FSDP1 = (
     "import torch\n"
@@ -30,8 +34,11 @@ FSDP2 = (
 
 
 def codes(source, select=("AMP105",)):
-    result = lint_source(source, "train.py", Config(select=frozenset(select)))
-    return [(d.code, d.location.row, d.help) for d in result]
+    """The findings of a one-file project (AMP105's FSDP half reads the project's scale view)."""
+    with tempfile.TemporaryDirectory() as root:
+        Path(root, "train.py").write_text(source)
+        result = lint_paths([root], Config(select=frozenset(select)))
+    return [(d.code, d.location.row, d.help) for d in result.diagnostics]
 
 
 def test_fsdp1_and_fsdp2_fp16_param_dtype_without_a_scaler():

@@ -3,6 +3,8 @@ a resume helper that never restores the GradScaler the loop owns (AMP402)."""
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 from typing import Dict, List
 
 from amplint import Config, lint_paths
@@ -414,3 +416,141 @@ def test_only_settings_modules_count_as_configs(tmp_path):
     root = acc_project(tmp_path / "computed", {"base": "fp16"})
     (root / "configs" / "env.py").write_text('import os\nmixed_precision = "fp16"\nmixed_precision = os.environ.get("MP", "bf16")\n')
     assert acc402(root) == []
+
+
+# ------------------------------------------------------------------ AMP402: a scaler inside an optimizer wrapper
+
+WRAPPER = """
+    import torch
+
+    class Optimizer:
+        def __init__(self, name, parameters, lr, use_amp=False):
+            self._name = name
+            self._opt = torch.optim.Adam(parameters, lr=lr)
+            self._scaler = torch.cuda.amp.GradScaler(enabled={enabled})
+        {extra}
+        def __call__(self, loss, params):
+            self._opt.zero_grad()
+            self._scaler.scale(loss).backward()
+            self._scaler.unscale_(self._opt)
+            torch.nn.utils.clip_grad_norm_(params, 100.0)
+            self._scaler.step(self._opt)
+            self._scaler.update()
+
+    def collect_optim_state_dict(obj, path=""):
+        out = {}
+        for name, attr in obj.__dict__.items():
+            if isinstance(attr, torch.optim.Optimizer):
+                out[path + name] = attr.state_dict()
+            elif hasattr(attr, "__dict__"):
+                out.update(collect_optim_state_dict(attr, path + name + "."))
+        return out
+
+    def load_optim_state_dict(obj, states):
+        for path, state in states.items():
+            target = obj
+            for key in path.split("."):
+                target = getattr(target, key)
+            target.load_state_dict(state)
+"""
+
+MODELS = """
+    from torch import nn
+    import tools
+
+    class WorldModel(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.encoder = nn.Linear(8, 8)
+            self._model_opt = tools.Optimizer("model", self.parameters(), config.lr, use_amp=config.precision == 16)
+
+    class Agent(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self._wm = WorldModel(config)
+"""
+
+TRAIN = """
+    import torch
+    import tools
+    from models import Agent
+
+    def main(config, logdir):
+        agent = Agent(config).to(config.device)
+        if (logdir / "latest.pt").exists():
+            checkpoint = torch.load(logdir / "latest.pt")
+            agent.load_state_dict(checkpoint["agent"])
+            tools.load_optim_state_dict(agent, checkpoint["optims"])
+        while agent.step < config.steps:
+            agent.train_some()
+            items = {
+                "agent": agent.state_dict(),
+                "optims": {save},
+            }
+            torch.save(items, logdir / "latest.pt")
+"""
+
+
+def wrapper_project(root: Path, enabled: str = "use_amp", extra: str = "", save: str = "tools.collect_optim_state_dict(agent)",
+                    train: str = TRAIN) -> Path:
+    return write(root, {
+        "tools.py": WRAPPER.replace("{enabled}", enabled).replace("{extra}", extra),
+        "models.py": MODELS,
+        "train.py": train.replace("{save}", save),
+    })
+
+
+def test_a_scaler_inside_an_optimizer_wrapper_the_checkpoint_leaves_out(tmp_path):
+    """issue 22 (read5): the GradScaler lives in a project class wrapping the optimizer; the
+    resume checkpoint collects the optimizers of the agent (through its world model) and
+    nothing saves the scaler."""
+    found = run(wrapper_project(tmp_path), "AMP402")
+    assert [where(d) for d in found] == ["train.py:16"]
+    assert found[0].message == "This checkpoint saves `Optimizer`'s optimizer but not its GradScaler `_scaler`"
+    assert [(Path(r.filename or "train.py").name, r.location.row) for r in found[0].related] == [("tools.py", 8), ("train.py", 18)]
+
+
+def test_the_wrapped_optimizer_saved_by_its_attribute(tmp_path):
+    found = run(wrapper_project(tmp_path, save="agent._wm._model_opt._opt.state_dict()"), "AMP402")
+    assert [where(d) for d in found] == ["train.py:18"], "at the torch.save"
+
+
+def test_a_scaler_holding_class_saving_its_own_optimizer_is_one_finding(tmp_path):
+    """A trainer class keeping `self.scaler` and saving `self.optimizer.state_dict()` in its own
+    file: the per-file finding, not a second one from the wrapper shape."""
+    root = write(tmp_path, {"trainer.py": '''
+        import torch
+
+        class Trainer:
+            def __init__(self, model, optimizer):
+                self.model, self.optimizer = model, optimizer
+                self.scaler = torch.amp.GradScaler("cuda")
+
+            def step(self, loss):
+                self.scaler.scale(loss).backward()
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+
+            def save(self, path):
+                torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, path)
+
+            def resume(self, path):
+                state = torch.load(path)
+                self.optimizer.load_state_dict(state["optimizer"])
+    '''})
+    assert [where(d) for d in run(root, "AMP402")] == ["trainer.py:15"]
+
+
+@pytest.mark.parametrize(
+    "why, options",
+    [
+        ("the scaler is disabled", {"enabled": "False"}),
+        ("the wrapper's own state_dict may hold the scaler",
+         {"extra": "def state_dict(self):\n            return {'opt': self._opt.state_dict(), 'scaler': self._scaler.state_dict()}\n"}),
+        ("the scaler's state is saved", {"save": "[tools.collect_optim_state_dict(agent), agent._wm._model_opt._scaler.state_dict()]"}),
+        ("the helper is given something that holds no wrapper", {"save": "tools.collect_optim_state_dict(config)"}),
+        ("nothing resumes the optimizers", {"train": TRAIN.replace("tools.load_optim_state_dict(agent, checkpoint[\"optims\"])", "pass")}),
+    ],
+)
+def test_a_wrapped_scaler_that_is_saved_or_not_in_play_is_not_flagged(tmp_path, why, options):
+    assert run(wrapper_project(tmp_path, **options), "AMP402") == [], why

@@ -346,3 +346,52 @@ def test_the_kernel_measurements_hold_on_this_torch():
     assert data["scaled_mm"]["1024x1024"] == "ok"
     assert "divisible by 16" in data["scaled_mm"]["in 1000"] and "divisible by 16" in data["scaled_mm"]["out 10"]
     assert data["cpu_flash_fp32"] == "torch.float32"
+
+
+# ------------------------------------------------------------------ AMP105's project half: an fp16 FSDP policy
+
+
+def _fallback_project(root: Path, choose: str = None, train_tail: str = None, backward: str = None) -> Path:
+    shutil.copytree(PROJECTS / "fsdp_fp16_fallback", root)
+    utils = root / "lmtrain" / "utils.py"
+    text = utils.read_text()
+    if choose is not None:
+        start = text.index("def get_mixed_precision_policy")
+        end = text.index("def get_policies")
+        text = text[:start] + choose + "\n\n\n" + text[end:]
+    if train_tail is not None:
+        text = text.replace("        optimizer.step()\n        scheduler.step()\n", train_tail)
+    if backward is not None:
+        text = text.replace("        loss.backward()\n", backward)
+    utils.write_text(text)
+    return root
+
+
+def test_an_fp16_fsdp_policy_fallen_back_to_is_backpropagated_without_scaling(tmp_path):
+    root = _fallback_project(tmp_path / "p")
+    (found,) = [d for d in lint_paths([str(root)], Config()).diagnostics if d.code == "AMP105"]
+    assert found.message == "On GPUs without bf16, `loss` runs backward in the fp16 FSDP policy `fp16_policy`, unscaled"
+    assert [(Path(r.filename or "lmtrain/utils.py").name, r.location.row) for r in found.related] == [
+        ("train.py", 11), ("policies.py", 4), ("utils.py", 8),
+    ]
+
+
+def test_an_fp16_fsdp_policy_outright(tmp_path):
+    root = _fallback_project(tmp_path / "p", choose="def get_mixed_precision_policy(cfg, rank):\n    return fp16_policy")
+    (found,) = [d for d in lint_paths([str(root)], Config()).diagnostics if d.code == "AMP105"]
+    assert found.message == "`loss` runs backward in the fp16 FSDP policy `fp16_policy` without loss scaling"
+
+
+@pytest.mark.parametrize(
+    "why, options",
+    [
+        ("fp16 is an opt-in flag, not a hardware fallback",
+         {"choose": "def get_mixed_precision_policy(cfg, rank):\n    if cfg.use_fp16:\n        return fp16_policy\n    return bf16_policy"}),
+        ("bf16 outright", {"choose": "def get_mixed_precision_policy(cfg, rank):\n    return bf16_policy"}),
+        ("no optimizer step after the backward", {"train_tail": "        scheduler.step()\n"}),
+        ("the loss is scaled", {"backward": "        scaler.scale(loss).backward()\n"}),
+    ],
+)
+def test_an_fsdp_backward_that_is_scaled_bf16_or_opt_in_is_not_amp105(tmp_path, why, options):
+    root = _fallback_project(tmp_path / "p", **options)
+    assert [d for d in lint_paths([str(root)], Config()).diagnostics if d.code == "AMP105"] == [], why

@@ -581,6 +581,101 @@ class ScaleView:
             (p, rpos["r"], rpos["c"], rpos["er"], rpos["ec"]) if rpos else None, bool(e.get("star")),
         )
 
+    def policy_choices(self, path: str, func: str, spelled: Any) -> Tuple[List[Policy], List[Tuple[str, str]]]:
+        """Every `MixedPrecision(...)` / `MixedPrecisionPolicy(...)` a wrapper's argument may hold
+        -- through names bound more than one way (`policy = fpSixteen` in one branch, `bfSixteen`
+        in the other), project helpers' returns and the elements of a tuple one returns
+        (`mp, wrap, shard = get_policies(cfg)`) -- and the functions that bind a name more than
+        one way (where the choice is made). Empty when a value is not known to be a policy."""
+        if spelled is None:
+            return [], []
+        ref = spelled if isinstance(spelled, dict) else {"n": spelled}
+        found: List[Tuple[str, Dict[str, Any]]] = []
+        choosers: List[Tuple[str, str]] = []
+        if not self._policy_refs(path, func, ref, 0, found, choosers):
+            return [], []
+        out: List[Policy] = []
+        for p, e in found:
+            rpos = e.get("rpos")
+            out.append(Policy(
+                e["cls"], e.get("param"), e.get("reduce"), (p, e["r"], e["c"], e["er"], e["ec"]),
+                (p, rpos["r"], rpos["c"], rpos["er"], rpos["ec"]) if rpos else None, bool(e.get("star")),
+            ))
+        return out, choosers
+
+    def _policy_refs(self, path: str, func: str, ref: Any, depth: int, found: List[Tuple[str, Dict[str, Any]]],
+                     choosers: List[Tuple[str, str]]) -> bool:
+        """Adds the policy constructors `ref` may hold to `found`; False when some value of it is
+        not known to be one (None: `mixed_precision=None` is no policy, and is left out)."""
+        if depth > _MAX_DEPTH or not ref:
+            return False
+        if "u" in ref:
+            inner = ref["u"]
+            if "c" not in inner:
+                return False
+            known = False
+            for p, q in self.callees(path, func, inner["c"]):
+                ps = self.summary(p)
+                for r in (ps["returns"].get(q, []) if ps else []):
+                    if "tu" not in r or ref["i"] >= len(r["tu"]):
+                        return False
+                    element = r["tu"][ref["i"]]
+                    element = {"n": element} if isinstance(element, str) else element
+                    if not self._policy_refs(p, q, element, depth + 1, found, choosers):
+                        return False
+                    known = True
+            return known
+        if "n" in ref:
+            if ref.get("x"):
+                return False
+            values = self.values(path, func, ref["n"], depth + 1)
+            if not values:
+                imported = self._imported_policy(path, ref["n"]) or self._star_policy(path, ref["n"], 0)
+                for item in imported:
+                    if item not in found:
+                        found.append(item)
+                return bool(imported)
+            if len(values) > 1 and (values[0][0], values[0][1]) not in choosers:
+                choosers.append((values[0][0], values[0][1]))
+            return all(self._policy_refs(p, f, r, depth + 1, found, choosers) for p, f, r in values)
+        if "c" in ref:
+            e = self.event_at(path, ref["r"], ref["cc"]) if "r" in ref else None
+            if e is not None and e["e"] == "ctor" and e["k"] == "policy":
+                if (path, e) not in found:
+                    found.append((path, e))
+                return True
+            known = False
+            for p, q in self.callees(path, func, ref["c"]):
+                ps = self.summary(p)
+                for r in (ps["returns"].get(q, []) if ps else []):
+                    if not self._policy_refs(p, q, r, depth + 1, found, choosers):
+                        return False
+                    known = True
+            return known
+        return False
+
+    def _star_policy(self, path: str, name: str, depth: int) -> List[Tuple[str, Dict[str, Any]]]:
+        """A module-level policy a file has only from star imports (`from pkg.policies import *`,
+        whose `__init__` does `from .mixed_precision import *`): the last star import whose
+        module binds `name` (or star-imports a module that does), as Python resolves it."""
+        if depth > 3 or "." in name:
+            return []
+        summary = self.project.summaries.get(path)
+        if summary is None and not self._ensure(path):
+            return []
+        summary = self.project.summaries.get(path)
+        for level, module in reversed((summary or {}).get("stars", ())):
+            target = self.project.module_path(module, path, level) if (module or level) else None
+            if target is None:
+                continue
+            found = self.constructors(target, "<module>", name, "policy")
+            if found:
+                return found
+            found = self._star_policy(target, name, depth + 1)
+            if found:
+                return found
+        return []
+
     def _imported_policy(self, path: str, spelled: str) -> List[Tuple[str, Dict[str, Any]]]:
         """`from policies import fpSixteen`: a module-level policy of another project file."""
         found = self._imported(path, spelled)
