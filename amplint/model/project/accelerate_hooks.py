@@ -399,6 +399,8 @@ def project_option(project: "Project", path: str, dest: str) -> Optional[List[An
     if key not in memo:
         found: List[List[Any]] = []
         for f in _option_files(project, path):
+            if not project.load_file(f):
+                continue  # a file with no summary (it failed to read, or is not a project file)
             for option in project.summaries[f].get("opts", ()):
                 if option[0] == dest:
                     found.append([*option, f])
