@@ -98,6 +98,8 @@ class CudaAutocastDeviceType(Rule):
     #: torch.cuda.amp.autocast(device_type=...) crashes; a CUDA region does nothing on a device the
     #: file names `"cpu"` or `"mps"` (a literal, a default, a choice)
     requires = (("device_type", "cpu", "mps"),)
+    #: ... and a CUDA-only autocast may be spelled: the identifier `amp`, or the string "cuda"
+    gate_check = "amplint.core.gates:cuda_autocast_possible"
 
     VALID = [
         Valid(

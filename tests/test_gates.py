@@ -511,6 +511,32 @@ CALL_GATES_SOUND = [
                "with sdpa_kernel(SDPBackend.FLASH_ATTENTION):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
     ("AMP304", "q = torch.randn(2, 8, 128, 64)\nwith torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, "
                "enable_mem_efficient=False):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
+    # AMP002: the deprecated class called with device_type, however it is imported and spelled
+    ("AMP002", "with torch.cuda.amp.autocast(device_type='cuda'):\n    y = model(x)\n"),
+    ("AMP002", "from torch.cuda import amp\nwith amp.autocast(device_type='cuda'):\n    y = model(x)\n"),
+    ("AMP002", "from torch.cuda import (amp)\nwith amp.autocast(device_type='cuda'):\n    y = model(x)\n"),
+    ("AMP002", "import torch.cuda.amp as A\nwith A.autocast(device_type='cuda'):\n    y = model(x)\n"),
+    ("AMP002", "with torch.cuda.  \\\n        amp.autocast(device_type='cuda'):\n    y = model(x)\n"),
+    ("AMP002", "with (torch.cpu  # the CPU one\n      .amp.autocast(device_type='cpu')):\n    y = model(x)\n"),
+    # AMP002: a CUDA-only region in a function moving its model to a device an option may make the CPU
+    ("AMP002", "import argparse\nfrom torch.cuda.amp import autocast\nparser = argparse.ArgumentParser()\n"
+               "parser.add_argument('--device', default='cpu')\nargs = parser.parse_args()\ndef main(args):\n"
+               "    model = Model().to(args.device)\n    with autocast():\n        out = model(x)\n"),
+    ("AMP002", "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default='cpu')\n"
+               "args = parser.parse_args()\ndef main(args):\n    model = Model().to(args.device)\n"
+               "    with torch.autocast(\"cuda\"):\n        out = model(x)\n"),
+    ("AMP002", "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default='mps')\n"
+               "args = parser.parse_args()\ndef main(args):\n    model = Model().to(args.device)\n"
+               "    with torch.autocast(device_type=r\"\"\"cuda\"\"\", dtype=torch.float16):\n        out = model(x)\n"),
+    ("AMP002", "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default='cpu')\n"
+               "args = parser.parse_args()\ndef main(args):\n    model = Model().to(args.device)\n"
+               "    with torch.autocast(  # the GPU\n        ('cuda'), dtype=torch.float16):\n        out = model(x)\n"),
+    ("AMP002", "import argparse\nfrom torch import autocast as ac\nparser = argparse.ArgumentParser()\n"
+               "parser.add_argument('--device', default='cpu')\nargs = parser.parse_args()\ndef main(args):\n"
+               "    model = Model().to(args.device)\n    with ac(device_type\n            = 'cuda'):\n        out = model(x)\n"),
+    ("AMP002", "import argparse\nimport torch as T\nparser = argparse.ArgumentParser()\n"
+               "parser.add_argument('--device', default='cpu')\nargs = parser.parse_args()\ndef main(args):\n"
+               "    model = Model().to(args.device)\n    with T.amp . autocast ('cuda'):\n        out = model(x)\n"),
 ]
 
 CALL_GATES_SKIPPED = [
@@ -533,6 +559,15 @@ CALL_GATES_SKIPPED = [
                "    q = q.float()  # flash_attn_func(q, k, v) would fail here\n    return npu_flash_attn_func(q, k, v)\n"),
     ("AMP304", "from torch.nn.attention import sdpa_kernel, SDPBackend\nq = torch.randn(2, 8, 128, 64)\n"
                "with sdpa_kernel(SDPBackend.MATH):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
+    # AMP002: the generic autocast on a device taken from the tensors (transformers' rotary
+    # embeddings), `use_amp` and `example` are no `amp`; a device chosen as "cpu", no CUDA region
+    ("AMP002", "def forward(self, x, use_amp=False):\n    device_type = x.device.type if x.device.type != 'mps' else 'cpu'\n"
+               "    with torch.autocast(device_type=device_type, enabled=False):\n        freqs = x.float() @ self.inv_freq\n"
+               "    return freqs  # an example, a sample: no amp_dtype here\n"),
+    ("AMP002", "def main(device='cpu'):\n    model = Model().to(device)\n    with torch.autocast(device_type=device):\n"
+               "        out = model(x)\n"),
+    ("AMP002", "def main(device='cpu'):\n    model = Model().to('cuda')\n    if device == 'cuda' or device in ['mps', 'cuda']:\n"
+               "        with torch.autocast(device_type=device):\n            out = model(x)\n"),
 ]
 
 

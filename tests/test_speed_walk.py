@@ -146,3 +146,37 @@ def test_parent_map_equals_parent_node_provider(sources):
         wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
         expected = dict(wrapper.resolve(ParentNodeProvider))
         assert parent_map(wrapper.module) == expected
+
+
+def _references(ctx: ModuleContext):
+    refs = [
+        (id(r.node), sorted(r.qualnames), r.root, r.use, tuple((f.kind, id(f.node), id(f.test)) for f in r.path),
+         id(r.call), id(r.decorator), r.annotation)
+        for r in ctx.references()
+    ]
+    return refs, sorted(ctx._rebound)
+
+
+@pytest.mark.parametrize("sources", list(_sources()))
+def test_references_by_walk_equal_references_by_visit(sources, monkeypatch):
+    """`ModuleContext.references` walks the tree with `walk`: the same references, paths and
+    rebound names as libcst's `visit` gives (AMP001/002/503 read them)."""
+    import amplint.model.context as context
+
+    for source in sources:
+        module = cst.parse_module(source)
+        ctx = ModuleContext.build(module, source)
+        fast = _references(ctx)
+        with monkeypatch.context() as m:
+            m.setattr(context, "walk", lambda node, visitor: node.visit(visitor))
+            ctx._references = None
+            slow = _references(ctx)
+        assert fast == slow
+
+
+def test_reference_collector_has_no_hooks_for_skipped_nodes():
+    from amplint.model.references import _ReferenceCollector
+
+    for t in SKIP:
+        assert own_hook(_ReferenceCollector, f"visit_{t.__name__}") is None
+        assert own_hook(_ReferenceCollector, f"leave_{t.__name__}") is None

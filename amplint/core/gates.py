@@ -1086,6 +1086,87 @@ def autocast_region_lines(source: str) -> Optional[Set[int]]:
     return lines
 
 
+def cuda_autocast_possible(source: str) -> bool:
+    """AMP002's gate, after its words: the file may spell a CUDA-only autocast. Both halves of the
+    rule read one: the crash half a call of `torch.cuda.amp.autocast` / `torch.cpu.amp.autocast`
+    (or their `autocast_mode` spellings), the device half a region whose device is CUDA, i.e.
+    that constructor (`AUTOCAST_CONTEXTS` gives it the device) or the generic one with the
+    device a string literal `"cuda"` (`literal_string`: a plain string, not a name or an
+    f-string) given as the call's first argument or as `device_type=`. Every such qualified name has the component `amp`, and names resolve through the
+    file's imports only (`amplint/model/names.py`), so the identifier `amp` is spelled somewhere
+    (`torch.cuda.amp.autocast(`, `from torch.cuda import amp`, `import torch.cuda.amp as A`);
+    else the text holds `"cuda"` or `'cuda'` where such an argument starts (prefixes, triple
+    quotes and brackets included; a device string spelled by escapes is out of reach, as for the
+    words `cpu`/`mps` the rule requires).
+    transformers' model files pass the words on `torch.autocast(device_type=device_type,
+    enabled=False)` and a `"cpu"`: neither."""
+    return _cuda_device_argument(source) or _identifier_in(source, "amp")
+
+
+#: what may stand right before a string literal: its prefix and its opening quotes
+_STRING_HEAD = frozenset("\"'rRuUbBfF")
+
+
+def _cuda_device_argument(source: str) -> bool:
+    """A string `"cuda"` / `'cuda'` where autocast's device may be read from it: the call's first
+    argument (right after its `(`, unless that opens a call of an attribute other than
+    `autocast`), after `device_type=`, or first on its line (the line before may end in either, or
+    in a comment); `== "cuda"`, `[..., "cuda"]`, `x.to("cuda")` are none."""
+    for quote in ('"cuda"', "'cuda'"):
+        at = source.find(quote)
+        while at != -1:
+            j = at
+            while j > 0 and source[j - 1] in _STRING_HEAD:
+                j -= 1
+            j = _blanks_back(source, j)
+            before = source[j - 1] if j > 0 else "\n"
+            if before in "\n\r\\" or (before == "(" and not _method_not_autocast(source, j - 1)):
+                return True
+            if before == "=":
+                k = _blanks_back(source, j - 1)
+                if k == 0 or source[k - 1] in "\n\r\\" or (source.endswith("device_type", 0, k) and (k == 11 or not _is_ident_char(source[k - 12]))):
+                    return True
+            at = source.find(quote, at + 1)
+    return False
+
+
+def _method_not_autocast(source: str, paren: int) -> bool:
+    """The `(` at `paren` opens a call of an attribute other than `autocast` (`x.to(`, `t.cuda(`):
+    every qualified name `AUTOCAST_CONTEXTS` knows ends in `.autocast`, and an attribute call
+    resolves to its import's target plus the attributes spelled."""
+    end = _blanks_back(source, paren)
+    start = end
+    while start > 0 and _is_ident_char(source[start - 1]):
+        start -= 1
+    if start == end or source[start:end] == "autocast" or (start > 0 and not source[start - 1].isascii()):
+        return False
+    return _blanks_back(source, start) > 0 and source[_blanks_back(source, start) - 1] == "."
+
+
+def _blanks_back(source: str, j: int) -> int:
+    """The index after the last character before `j` that is not a space or a tab."""
+    while j > 0 and source[j - 1] in " \t\f":
+        j -= 1
+    return j
+
+
+def _identifier_in(source: str, name: str) -> bool:
+    """Whether `name` occurs with no ASCII identifier character on either side (every use of the
+    identifier `name` does; so do some others, in prose or longer non-ASCII names)."""
+    at = source.find(name)
+    n, size = len(source), len(name)
+    while at != -1:
+        end = at + size
+        if (at == 0 or not _is_ident_char(source[at - 1])) and (end >= n or not _is_ident_char(source[end])):
+            return True
+        at = source.find(name, end)
+    return False
+
+
+def _is_ident_char(char: str) -> bool:
+    return char == "_" or (char.isascii() and char.isalnum())
+
+
 #: gate functions by the name rules give in `gate_check`
 GATES: dict = {
     "overflowing_literal_site": overflowing_literal_site,
@@ -1101,6 +1182,7 @@ GATES: dict = {
     "scaler_stepped": scaler_stepped,
     "scaled_backward_possible": scaled_backward_possible,
     "flash_attention_possible": flash_attention_possible,
+    "cuda_autocast_possible": cuda_autocast_possible,
 }
 
 

@@ -448,7 +448,7 @@ class ModuleContext:
         first use (one extra traversal), then cached."""
         if self._references is None:
             collector = _ReferenceCollector(self)
-            self.module.visit(collector)
+            walk(self.module, collector)  # the same hooks as `module.visit`, nothing rebuilt
             self._references = collector.references
             self._rebound = collector.bound
         return self._references
