@@ -506,7 +506,7 @@ def main(args):
             found = _accelerated_optimizer(ctx, cast, subjects)
             if found is None:
                 continue
-            subject = sorted(subjects, key=len)[0]
+            subject = min(subjects, key=lambda s: (len(s), s))  # not the set's hash order
             name = ctx.code_for(dtype_node)
             message = f"`{accelerator}`'s GradScaler raises on the fp16 gradients of `{subject}`"
             if not certain:
