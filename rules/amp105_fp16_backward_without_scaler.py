@@ -124,6 +124,11 @@ class Fp16BackwardWithoutScaler(Rule):
     it trains, or saves what it trained, keeps its finding.
     An autocast held by a name and called later (`autocast = torch.cuda.amp.autocast
     if amp else suppress`, then `with autocast():`) is that autocast, on at run time.
+    So is a context a script binds at module level below the function entering it
+    (`def train_epoch(): with autocast_ctx: ...` above `if __name__ == "__main__":
+    autocast_ctx = nullcontext() if cpu else autocast(dtype=dtype)`): the function reads
+    the global when it runs, after the binding. A parameter or local of the same name is
+    the function's own; a module name also bound to something else is on at run time.
     Only autocast regions are read. Not followed, so silent: a network that
     casts its own activations to fp16 (`x.to(torch.float16)` in the blocks a
     configuration marks fp16, weights cast to the input's dtype with the compute
@@ -445,6 +450,35 @@ for x, y in loader:
 """,
             "a context picked from a dict whose fp16 entry the flag's choices never select",
         ),
+        Valid(
+            """
+import argparse
+from contextlib import nullcontext
+import torch
+
+
+def train_epoch(loader, optimizer):
+    for x, y in loader:
+        with autocast_ctx:
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+
+
+def finetune(loader, optimizer, autocast_ctx):
+    for x, y in loader:
+        with autocast_ctx:
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    autocast_ctx = nullcontext() if args.cpu else torch.autocast("cuda", dtype=torch.bfloat16)
+    train_epoch(loader, torch.optim.AdamW(model.parameters()))
+""",
+            "the autocast the script binds below its loop is bf16; a parameter of the same name is the caller's context",
+        ),
     ]
 
     INVALID = [
@@ -710,6 +744,34 @@ class Trainer:
 """,
             line=8,
             why="the method it calls steps the optimizer",
+        ),
+        Invalid(
+            """
+import argparse
+from contextlib import nullcontext
+import torch
+
+
+def train_epoch(loader, optimizer):
+    for x, y in loader:
+        with autocast_ctx:
+            out = model(x)
+            aux_loss = out.aux_loss
+        loss = (out.loss + aux_loss) / 2
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dtype", type=str, default="bfloat16")
+    args = parser.parse_args()
+    dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float16
+    autocast_ctx = nullcontext() if args.device == "cpu" else torch.cuda.amp.autocast(dtype=dtype)
+    train_epoch(loader, torch.optim.AdamW(model.parameters()))
+""",
+            line=12,
+            why="the script binds its autocast below the loop that reads it (the loop runs after); --dtype other than bfloat16 makes it fp16",
         ),
     ]
 

@@ -103,8 +103,27 @@ class ScalerWithFp16Params(Rule):
     run-time argument) keeps it silent, as does a submodule kept out of the
     module's attributes. One finding per optimizer and function, at the first
     `unscale_`/`step`, with the cast as related location. A framework's own
-    scaler (Lightning's `"16-mixed"` plugin, accelerate, the Hugging Face
-    Trainer) is not followed here.
+    scaler (Lightning's `"16-mixed"` plugin, the Hugging Face Trainer) is not
+    followed here, with one accelerate shape as the exception:
+
+    accelerate builds a GradScaler when it runs fp16, and the prepared
+    optimizer's `step()` (and `accelerator.clip_grad_norm_`) unscales with it.
+    Flagged, at the cast: `net.to(dtype=weight_dtype)` where every float16
+    binding of `weight_dtype` seen before it is taken under `if
+    accelerator.mixed_precision == "fp16":` (or `torch.float16 if ... == "fp16"
+    else ...`; `args.mixed_precision` counts when it is what the file's
+    `Accelerator(mixed_precision=...)` gets), so the weights are fp16 exactly on
+    the run that scales; the cast is on no `if` branch, and `net`'s own
+    parameters (no `requires_grad` filter) are those of an optimizer built in
+    the same function, handed to `prepare` and stepped after the cast. An
+    error when the Accelerator's precision is `"fp16"` in the code, a warning
+    ("when accelerate runs fp16") when it is decided at run time. Silent when
+    the module is frozen (`requires_grad_(False)`), cast back
+    (`cast_training_params(net, dtype=torch.float32)`, `.float()`), given
+    adapters after the cast (`add_adapter`, `get_peft_model`), when an
+    `Accelerator` of the file adds a DeepSpeed / FSDP / Megatron-LM plugin or
+    unpacks `**kwargs`, and for a weight dtype chosen apart from accelerate's
+    precision (AMP201 covers that fp16 training).
 
     ## References
     - amplint's evidence page: `amplint --explain AMP106` (docs/evidence.md#amp106)
@@ -117,7 +136,8 @@ class ScalerWithFp16Params(Rule):
     message = "GradScaler used on fp16 parameters (or bf16 ones on CUDA)"
     triggers = ("half(", "float16", "torch.half", "fp16", "Half")
     # a scaler's unscale_/step, and a scaler: GradScaler(...), `x.scale(loss)`, `unscale_`, a *scaler* parameter
-    requires = (("unscale_", "step"), ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale ("))
+    # ... or an accelerate `Accelerator` (its GradScaler under fp16: `_accelerate_casts`)
+    requires = (("unscale_", "step"), ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (", "Accelerator"))
     gate_check = "amplint.core.gates:scaler_stepped"
 
     VALID = [
@@ -258,6 +278,60 @@ class Trainer:
 """,
             "`self.optimizer` of another class: `Trainer`'s own is passed in",
         ),
+        Valid(
+            """
+import torch
+from accelerate import Accelerator
+from diffusers.training_utils import cast_training_params
+
+
+def main(args):
+    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    weight_dtype = torch.float32
+    if accelerator.mixed_precision == "fp16":
+        weight_dtype = torch.float16
+    unet.requires_grad_(False)
+    vae.requires_grad_(False)
+    unet.to(accelerator.device, dtype=weight_dtype)
+    vae.to(accelerator.device, dtype=weight_dtype)
+    unet.add_adapter(lora_config)
+    if args.mixed_precision == "fp16":
+        cast_training_params(unet, dtype=torch.float32)
+    lora_layers = filter(lambda p: p.requires_grad, unet.parameters())
+    optimizer = torch.optim.AdamW(lora_layers, lr=1e-4)
+    unet, optimizer, loader = accelerator.prepare(unet, optimizer, loader)
+    for batch in loader:
+        accelerator.backward(unet(batch).mean())
+        optimizer.step()
+
+
+def full_finetune(args):
+    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    weight_dtype = torch.float16 if accelerator.mixed_precision == "fp16" else torch.float32
+    vae.to(accelerator.device, dtype=weight_dtype)
+    if not args.train_text_encoder:
+        text_encoder.to(accelerator.device, dtype=weight_dtype)
+    params = itertools.chain(unet.parameters(), text_encoder.parameters()) if args.train_text_encoder else unet.parameters()
+    optimizer = torch.optim.AdamW(params, lr=1e-5)
+    unet, optimizer = accelerator.prepare(unet, optimizer)
+    for batch in loader:
+        accelerator.backward(unet(batch).mean())
+        optimizer.step()
+
+
+def own_choice(args):
+    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    weight_dtype = torch.float16 if args.half_weights else torch.float32
+    model.to(dtype=weight_dtype)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for batch in loader:
+        accelerator.backward(model(batch).mean())
+        optimizer.step()
+""",
+            "LoRA on a frozen fp16 unet (adapters fp32), frozen modules cast, a text encoder cast only when it is not trained, "
+            "a weight dtype chosen apart from accelerate's precision (AMP201's)",
+        ),
     ]
 
     INVALID = [
@@ -349,9 +423,46 @@ class Trainer(Base):
             line=15,
             why="`self.model` cast by a base class defined in the file",
         ),
+        Invalid(
+            """
+import torch
+from accelerate import Accelerator
+
+
+def main(args):
+    accelerator = Accelerator(mixed_precision="fp16")
+    net = Generator(lora_rank=8)
+    disc = Discriminator().cuda()
+    params = [p for n, p in net.unet.named_parameters() if "lora" in n]
+    params = params + list(net.vae.decoder.skip_conv.parameters())
+    optimizer = torch.optim.AdamW(params, lr=5e-6)
+    optimizer_disc = torch.optim.AdamW(disc.parameters(), lr=5e-6)
+    net, disc, optimizer, optimizer_disc, loader = accelerator.prepare(net, disc, optimizer, optimizer_disc, loader)
+    weight_dtype = torch.float32
+    if accelerator.mixed_precision == "fp16":
+        weight_dtype = torch.float16
+    elif accelerator.mixed_precision == "bf16":
+        weight_dtype = torch.bfloat16
+    net.to(dtype=weight_dtype)
+    disc.to(dtype=weight_dtype)
+    for batch in loader:
+        loss = net(batch).mean()
+        accelerator.backward(loss)
+        accelerator.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        loss_d = disc(net(batch)).mean()
+        accelerator.backward(loss_d)
+        optimizer_disc.step()
+""",
+            line=19,
+            count=2,
+            why="weight_dtype is fp16 exactly when accelerate runs fp16 with its GradScaler, and the trained modules are cast to it",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        yield from self._accelerate_casts(ctx)
         casts = [c for c in ctx.low_precision_casts if c.dtype in ("fp16", "bf16") and c.subject]
         if not casts:
             return
@@ -368,6 +479,44 @@ class Trainer(Base):
                 if found is not None:
                     done.add(event.optimizer)
                     yield self._diagnostic(ctx, event, *found)
+
+    def _accelerate_casts(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """`net.to(dtype=weight_dtype)` where `weight_dtype` is fp16 exactly when accelerate runs
+        fp16 (`if accelerator.mixed_precision == "fp16": weight_dtype = torch.float16`), `net`'s
+        own parameters are those of an optimizer the accelerator prepares and steps: on that run
+        accelerate's GradScaler unscales fp16 gradients, which raises."""
+        from amplint.model import ACCELERATORS, cast_subjects, choice_casts, dtype_choices, not_a_training_conversion
+
+        if not any(c.calls_any(ACCELERATORS) for c in ctx.calls):
+            return
+        for cast in choice_casts(ctx, lambda dtypes: "fp16" in dtypes, "fp16"):
+            if cast.call.method != "to" or any(f.kind in ("if", "else") for f in cast.call.path):
+                continue  # a cast on one branch: perhaps the frozen path's (`if not args.train_text_encoder:`)
+            if not_a_training_conversion(ctx, cast):
+                continue
+            dtype_node = next(
+                (a.value for a in cast.call.node.args if (a.keyword is None or a.keyword.value == "dtype")
+                 and "fp16" in dtype_choices(ctx, a.value, cast.call.scope, cast.call.order)), None,
+            )  # `unet.to(accelerator.device, dtype=weight_dtype)`: the dtype, not the device
+            chosen = _fp16_with_accelerate(ctx, dtype_node, cast.call)
+            if chosen is None:
+                continue
+            accelerator, certain = chosen
+            subjects = cast_subjects(ctx, cast)
+            found = _accelerated_optimizer(ctx, cast, subjects)
+            if found is None:
+                continue
+            subject = min(subjects, key=lambda s: (len(s), s))  # not the set's hash order
+            name = ctx.code_for(dtype_node)
+            message = f"`{accelerator}`'s GradScaler raises on the fp16 gradients of `{subject}`"
+            if not certain:
+                message = "when accelerate runs fp16, " + message
+            data = {"optimizer": found, "module": subject, "cast_row": ctx.position(cast.call.node)[0].row, "dtype": "fp16",
+                    "weight_dtype": name, "accelerator": accelerator}
+            help = f"Keep the trained parameters fp32 (cast only the frozen modules to `{name}`)"
+            # an accelerate precision fixed to "fp16" in the code raises on every run; one decided
+            # at run time (an option, `accelerate launch`/config) only on the fp16 run
+            yield ctx.diagnostic(self, cast.call.node, message, data=data, help=help, severity=None if certain else Severity.WARNING)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """`scaler.step(optimizer)` / `scaler.unscale_(optimizer)` where the optimizer updates a
@@ -419,6 +568,132 @@ class Trainer(Base):
             help = "Drop the scaler: bf16 needs no loss scaling"
         data = {"optimizer": event.optimizer, "module": module, "cast_row": row, "dtype": cast.dtype}
         return ctx.diagnostic(self, event.call.node, message, data=data, help=help)
+
+
+def _mixed_precision_fp16(test: Optional["cst.CSTNode"]) -> Optional[str]:
+    """`X.mixed_precision == "fp16"` (either side): the `X.mixed_precision` spelled, else None."""
+    import libcst as cst
+
+    from amplint.model import dotted_name, literal_string
+
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    target = test.comparisons[0]
+    if not isinstance(target.operator, cst.Equal):
+        return None
+    for side, other in ((test.left, target.comparator), (target.comparator, test.left)):
+        spelled = dotted_name(side)
+        if spelled and spelled.endswith(".mixed_precision") and literal_string(other) == "fp16":
+            return spelled
+    return None
+
+
+def _fp16_with_accelerate(ctx: ModuleContext, node: Optional["cst.BaseExpression"], cast: "CallInfo") -> Optional[Tuple[str, bool]]:
+    """(the accelerator as spelled, whether its precision is "fp16" in the code) whose fp16 mode is the one binding of the name `node` to
+    float16 seen before `cast`: the binding sits under `if accelerator.mixed_precision ==
+    "fp16":` (or is `torch.float16 if ... == "fp16" else ...`), where `accelerator` is an
+    accelerate `Accelerator` that may run fp16, or `args.mixed_precision` is what an
+    `Accelerator(mixed_precision=...)` of the file is given. None otherwise: a weight dtype
+    chosen apart from accelerate (`--weight_dtype`) may be fp16 on a run with no scaler."""
+    import libcst as cst
+
+    from amplint.model import ACCELERATORS, accelerator_precision
+
+    if not isinstance(node, cst.Name):
+        return None
+    bindings = [
+        a for a in ctx.assignments_to(node.value)
+        if not a.unpacked and a.order < cast.order and (a.scope is cast.scope or a.scope.is_module)
+    ]
+    spelled = None
+    for a in bindings:
+        if isinstance(a.value, cst.IfExp) and ctx.dtype_of(a.value.body) == "fp16":
+            test = _mixed_precision_fp16(a.value.test)
+        elif ctx.dtype_of(a.value) == "fp16":
+            frame = next((f for f in reversed(a.path) if f.kind == "if"), None)
+            test = _mixed_precision_fp16(frame.test) if frame is not None else None
+        else:
+            continue
+        if test is None:
+            return None  # float16 on some other condition too
+        spelled = test
+    if spelled is None:
+        return None
+    owner = spelled[: -len(".mixed_precision")]
+    precisions = accelerator_precision(ctx, owner, cast.scope)
+    if precisions is not None:
+        if precisions & {"fp16", "runtime"} and _plain_accelerators(ctx):
+            return owner, precisions == {"fp16"}
+        return None
+    for call in ctx.calls:  # `args.mixed_precision`, handed to the Accelerator
+        if call.calls_any(ACCELERATORS):
+            given = call.arg(None, "mixed_precision")
+            if given is not None and ctx.code_for(given) == spelled and _plain_accelerators(ctx):
+                return "Accelerator", False
+    return None
+
+
+#: `Accelerator(...)` arguments that put DeepSpeed, FSDP or Megatron-LM behind `prepare` (their own scaling)
+_PLUGIN_ARGUMENTS = ("deepspeed_plugin", "fsdp_plugin", "megatron_lm_plugin", "deepspeed_plugins")
+
+
+def _plain_accelerators(ctx: ModuleContext) -> bool:
+    """Each `Accelerator(...)` of the file adds no plugin in code and unpacks no `**kwargs`."""
+    from amplint.model import ACCELERATORS
+
+    for call in ctx.calls:
+        if call.calls_any(ACCELERATORS):
+            if any(a.star for a in call.node.args) or any(call.arg(None, k) is not None for k in _PLUGIN_ARGUMENTS):
+                return False
+    return True
+
+
+#: calls after a cast that give the module trainable parameters of their own dtype, or cast its
+#: trainable ones back (diffusers' `cast_training_params(unet, dtype=torch.float32)`, peft adapters)
+_ADAPTER_METHODS = ("add_adapter", "add_weighted_adapter", "inject_adapter", "load_adapter")
+
+
+def _accelerated_optimizer(ctx: ModuleContext, cast: LowPrecisionCast, subjects: Set[str]) -> Optional[str]:
+    """The optimizer (as bound) built in the cast's scope on the subjects' own parameters (no
+    `requires_grad` filter: those are adapter setups whose trainable part may be fp32), handed to
+    an accelerator's `prepare` and stepped after the cast; None when the subjects are frozen,
+    cast back, or given adapters after the cast."""
+    from amplint.model import dotted_name, is_optimizer_class, references_parameters
+
+    if any(_frozen(ctx, s) for s in subjects):
+        return None
+    for call in ctx.calls:
+        if call.scope is not cast.call.scope or call.order <= cast.call.order:
+            continue
+        receiver = call.receiver_dotted or ""
+        touches = any(receiver == s or receiver.startswith(s + ".") for s in subjects)
+        if touches and (call.method in _ADAPTER_METHODS or call.method == "float"):
+            return None
+        passed = [dotted_name(a.value) for a in call.node.args]
+        if any(p in subjects for p in passed if p) and any(ctx.dtype_of(a.value) == "fp32" for a in call.node.args):
+            return None  # `cast_training_params(unet, dtype=torch.float32)`
+        if any(p in subjects for p in passed if p) and (call.dotted or "").endswith("get_peft_model"):
+            return None
+    for ctor in ctx.calls:
+        if ctor.scope is not cast.call.scope or not ctor.qualname or not is_optimizer_class(ctor.qualname):
+            continue
+        params = ctor.arg(0, "params")
+        if params is None or "requires_grad" in ctx.code_for(params) or not references_parameters(ctx, params, subjects, ctor):
+            continue
+        key = next((a.target for a in ctx.assignments if not a.unpacked and a.value is ctor.node), None)
+        if key is None:
+            continue
+        prepared = any(
+            c.method == "prepare" and any(dotted_name(a.value) == key for a in c.node.args)
+            for c in ctx.calls if c.scope is ctor.scope and c.order > ctor.order
+        )
+        stepped = any(
+            c.method == "step" and c.receiver_dotted == key and c.order > cast.call.order
+            for c in ctx.calls if c.scope is ctor.scope
+        )
+        if prepared and stepped:
+            return key
+    return None
 
 
 def _low_precision_module(

@@ -41,6 +41,31 @@ def test_autocast_region_forms(code, device, dtype, enabled):
     assert (region.device, region.dtype, region.enabled) == (device, dtype, enabled)
 
 
+@pytest.mark.parametrize(
+    "code,expected",
+    [
+        # a script's `if __name__ == "__main__":` binds the context below the function reading it
+        ("import torch\ndef g():\n    with ctx:\n        f()\nif __name__ == '__main__':\n    ctx = torch.autocast('cuda')\n    g()",
+         ("cuda", "fp16", True)),
+        ("import torch\ndef g():\n    with ctx:\n        f()\nctx = torch.autocast('cuda', dtype=torch.bfloat16) if gpu else nullcontext()",
+         ("cuda", "bf16", None)),
+        # bound to something else too: a function may read either binding
+        ("import torch\ndef g():\n    with ctx:\n        f()\nif amp:\n    ctx = torch.autocast('cuda')\nelse:\n    ctx = nullcontext()",
+         ("cuda", "fp16", None)),
+        # the function's own name: a parameter, or a local bound before the `with`
+        ("import torch\ndef g(ctx):\n    with ctx:\n        f()\nctx = torch.autocast('cuda')", None),
+        ("import torch\ndef g():\n    ctx = make()\n    with ctx:\n        f()\nctx = torch.autocast('cuda')", None),
+        # module-level code reads only what is bound above it
+        ("import torch\nwith ctx:\n    f()\nctx = torch.autocast('cuda')", None),
+    ],
+)
+def test_module_context_bound_below_the_function(code, expected):
+    ctx = build(code)
+    (call,) = [c for c in ctx.calls if c.dotted == "f"]
+    region = call.region
+    assert (None if region is None else (region.device, region.dtype, region.enabled)) == expected
+
+
 def test_accelerate_autocast_is_a_framework_region():
     ctx = build("with accelerator.autocast():\n    f()")
     (call,) = [c for c in ctx.calls if c.dotted == "f"]

@@ -744,9 +744,15 @@ def scaler_checkpoint_io(source: str) -> bool:
 
 
 def scaler_stepped(source: str) -> bool:
-    """AMP106's gate: `x.unscale_(` or `x.step(` may be a GradScaler's (the rule reads only those)."""
+    """AMP106's gate: `x.unscale_(` or `x.step(` may be a GradScaler's (the rule reads only those),
+    or an accelerate `Accelerator` whose fp16 mode the file tests (`mixed_precision == "fp16"`)
+    and an optimizer's `x.step(`: the prepared optimizer's step unscales with accelerate's scaler."""
     data = source.encode("utf-8", "surrogatepass")
-    return b"unscale_" in data or (_method_called(data, b"step") and _scaler_may_exist(data))
+    if b"unscale_" in data:
+        return True
+    if not _method_called(data, b"step"):
+        return False
+    return _scaler_may_exist(data) or (b"Accelerator" in data and b"mixed_precision" in data and b"fp16" in data)
 
 
 def scaled_backward_possible(source: str) -> bool:

@@ -77,6 +77,7 @@ _EXPORTS = {
     "scaling_accelerator": ".accelerators",
     "scaling_choice": ".accelerators",
     "accelerator_precision": ".accelerators",
+    "ACCELERATORS": ".accelerators",
     # fabrics (Lightning Fabric's fp16 backward, issue 23)
     "scaling_fabric": ".fabrics",
     # bindings
@@ -95,6 +96,10 @@ _EXPORTS = {
     "TrainedCast": ".training_casts",
     "describe_cast": ".training_casts",
     "trained_casts": ".training_casts",
+    "choice_casts": ".training_casts",
+    "cast_subjects": ".training_casts",
+    "not_a_training_conversion": ".training_casts",
+    "references_parameters": ".training_casts",
     # literal_dtypes
     "dtype_choices": ".literal_dtypes",
     "region_dtype_choices": ".literal_dtypes",

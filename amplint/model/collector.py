@@ -70,6 +70,57 @@ def _statement_children(node: cst.CSTNode) -> List[cst.CSTNode]:
     return out
 
 
+def _module_autocast_aliases(ctx: ModuleContext, is_autocast) -> Dict[str, Tuple[cst.BaseExpression, bool]]:
+    """`name -> (value, conditional)` for each plain name the module level (its `if`/`try`/`with`/
+    loop bodies, not its functions or classes) binds to an autocast context: `autocast(...)`,
+    `autocast(...) if c else nullcontext()`, `{...: autocast(...)}[key]` (the last such binding).
+    `conditional`: the module binds the name to something else too (`if args.amp: ctx =
+    autocast(...)` / `else: ctx = nullcontext()`), so a function may read either: on at run time."""
+    found: Dict[str, cst.BaseExpression] = {}
+    other: Set[str] = set()
+    stack: List[cst.CSTNode] = [ctx.module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                targets: List[cst.BaseExpression] = []
+                value: Optional[cst.BaseExpression] = None
+                if isinstance(small, cst.Assign):
+                    targets, value = [t.target for t in small.targets], small.value
+                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)) and small.value is not None:
+                    targets, value = [small.target], small.value
+                for target in targets:
+                    for name in _bound_names(target):
+                        if isinstance(target, cst.Name) and isinstance(small, cst.Assign) and _autocast_value(value, is_autocast):
+                            found[name] = value  # type: ignore[assignment]
+                        else:
+                            other.add(name)
+            continue
+        stack.extend(_statement_children(node))
+    return {name: (value, name in other) for name, value in found.items()}
+
+
+def _bound_names(target: cst.BaseExpression) -> List[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for el in target.elements for n in _bound_names(el.value)]
+    return []
+
+
+def _autocast_value(value: Optional[cst.BaseExpression], is_autocast) -> bool:
+    """A value the collector keeps as an autocast alias (`_record_target_one`)."""
+    if isinstance(value, cst.Call):
+        return is_autocast(value)
+    if isinstance(value, cst.IfExp):
+        return any(isinstance(side, cst.Call) and is_autocast(side) for side in (value.body, value.orelse))
+    return isinstance(value, cst.Subscript) and isinstance(value.value, cst.Dict) and any(
+        isinstance(e, cst.DictElement) and isinstance(e.value, cst.Call) and is_autocast(e.value) for e in value.value.elements
+    )
+
+
 _STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 #: per node type: (visit hook, leave hook, is a statement), looked up once per type
 _HOOKS: Dict[type, Tuple[Optional[object], Optional[object], bool]] = {}
@@ -95,6 +146,10 @@ class _Collector(cst.CSTVisitor):
         #: (scope, name) -> (the autocast a name holds as a callable, whether only on some path)
         self._held_autocasts: Dict[Tuple[int, str], Tuple[str, bool]] = {}
         self._bound_otherwise: Set[Tuple[int, str]] = set()
+        #: the module's autocast contexts bound by name anywhere at module level, for the functions
+        #: defined above the binding (`def train(): with autocast_ctx:` and, below it, `if __name__ ==
+        #: "__main__": autocast_ctx = autocast(...)`): a function reads the global when it runs
+        self._late_aliases = _module_autocast_aliases(ctx, self._is_autocast_call)
 
     # -- bookkeeping shared by every node
 
@@ -275,10 +330,16 @@ class _Collector(cst.CSTVisitor):
         if isinstance(expr, cst.Name):
             aliased = self._alias(expr.value)
             if aliased is None:
-                return None
+                late = self._late_alias(expr.value)
+                if late is None:
+                    return None
+                aliased, conditional = late  # bound at module level below this function: read when it runs
             expr = aliased
         if isinstance(expr, cst.Subscript):
-            return self._selected_region(expr, node)
+            region = self._selected_region(expr, node)
+            if region is not None and conditional:
+                region.enabled = None if region.enabled is not False else False
+            return region
         if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and not self.ctx.imports.is_imported(expr.func.value):
             held = self._held(expr.func.value)
             if held is not None:  # `autocast = torch.cuda.amp.autocast if amp else suppress; with autocast():`
@@ -353,6 +414,15 @@ class _Collector(cst.CSTVisitor):
         if aliased is None and self.scope is not self.module_scope:
             aliased = self._autocast_aliases.get((id(self.module_scope), name))
         return aliased
+
+    def _late_alias(self, name: str) -> Optional[Tuple[cst.BaseExpression, bool]]:
+        """In a function, the autocast the module binds `name` to below it (`_module_autocast_aliases`),
+        unless the function has a name of its own (a parameter, a binding before the read)."""
+        if self.scope is self.module_scope or name in self.scope.params or (id(self.scope), name) in self._bound_otherwise:
+            return None
+        if (id(self.scope), name) in self._held_autocasts:
+            return None
+        return self._late_aliases.get(name)
 
     def _is_autocast_call(self, call: cst.Call) -> bool:
         return _parse_autocast(self.ctx, call, call, None) is not None

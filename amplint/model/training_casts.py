@@ -252,6 +252,13 @@ def _references_parameters(ctx: "ModuleContext", params: cst.BaseExpression, sub
     return False
 
 
+def references_parameters(ctx: "ModuleContext", params: cst.BaseExpression, subjects: Set[str], ctor: CallInfo) -> bool:
+    """`params` (an optimizer constructor's first argument) holds the subjects' own parameters,
+    not fp32 copies of them: in the expression, through a project helper returning them, or
+    through the one name bound to them before the constructor."""
+    return _references_parameters(ctx, params, subjects, ctor)
+
+
 def _helper_returns_parameters(ctx: "ModuleContext", params: cst.Call, subjects: Set[str], ctor: CallInfo) -> bool:
     """`Adam(get_trainable_params(model))`: a function of this file, passed a subject, returns
     its parameter's own parameters (`[p for p in model.parameters() if p.requires_grad]`),
