@@ -76,7 +76,12 @@ class Fp16GradientReduction(Rule):
     that picks `torch.float16` (`reduce_dtype={"fp16": torch.float16,
     ...}[args.grad_precision or args.mixed_precision]`, or a `param_dtype` so
     picked with no `reduce_dtype`): on that supported run the reduction is
-    fp16, and the message names it (`when --grad-precision is fp16: ...`). A comm hook
+    fp16, and the message names it (`when --grad-precision is fp16: ...`).
+    The pick may go through a name bound once in the function (or the
+    module): `dtype = {"fp16": torch.float16, ...}[args.precision]` and then
+    `reduce_dtype=dtype`, or a lookup table bound once and never changed in
+    place (`DTYPES[args.precision]`); a name bound twice or a table changed
+    in place is silent. A comm hook
     in a file that also builds a GradScaler is silent too: the scaler catches
     the overflow (docs/evidence.md), unless that scaler is built only under an
     `if` the hook is not under (`if amp_level != "O0": scaler = GradScaler()`
@@ -121,6 +126,25 @@ args = parser.parse_args()
 policy = MixedPrecision(param_dtype={"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.mixed_precision])
 """,
             "the option's choices never pick the fp16 entry",
+        ),
+        Valid(
+            """
+import argparse
+import torch
+from torch.distributed.fsdp import MixedPrecision
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+def main(args):
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.precision]
+    if args.safe_reduce:
+        dtype = torch.float32
+    policy = MixedPrecision(param_dtype=dtype, reduce_dtype=dtype)
+    DTYPES["fp16"] = torch.float32
+    grads = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=DTYPES[args.precision])
+parser = argparse.ArgumentParser()
+parser.add_argument("--precision", choices=["fp16", "bf16"], default="bf16")
+main(parser.parse_args())
+""",
+            "a name bound twice, and a lookup table changed in place: what they hold is not the literal",
         ),
         Valid(
             """
@@ -247,6 +271,20 @@ policy = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype={"fp32": torch.
 """,
             line=7,
             why="--mixed-precision fp16 is a supported choice: on it gradients are reduced in fp16",
+        ),
+        Invalid(
+            """
+import argparse
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+def main(args, model):
+    mixed_precision_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}[args.precision]
+    return FSDP(model, mixed_precision=MixedPrecision(param_dtype=mixed_precision_dtype, reduce_dtype=mixed_precision_dtype))
+parser = argparse.ArgumentParser()
+parser.add_argument("--precision", type=str, choices=["fp16", "bf16", "tf32"], default="bf16")
+""",
+            line=6,
+            why="the lookup bound once to a name the policy reads: --precision fp16 reduces in fp16",
         ),
         Invalid(
             """

@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 8
+VERSION = 9
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -224,6 +224,7 @@ class _Reader:
         self._reduces = any(w in source for w in ("all_reduce", "allreduce", "reduce_scatter"))
         self.no_engine = 0  # `if` branches around it taken only when DeepSpeed is not in use
         self._walked: Tuple[Any, List[ast.AST]] = (None, [])  # the last expression `_expression` walked, its nodes
+        self._bodies: Dict[str, List[ast.stmt]] = {}  # per function: its statements (`_single_value`)
 
     # ------------------------------------------------------------------ driver
 
@@ -272,15 +273,28 @@ class _Reader:
         found = torchapi.dtype_of_qualname(self.qualname(dotted(node)))
         return found or "?"
 
-    def dtype_choice(self, node: Optional[ast.AST]) -> Optional[Dict[str, Any]]:
+    def dtype_choice(self, node: Optional[ast.AST], qual: str = "<module>") -> Optional[Dict[str, Any]]:
         """A dtype picked at run time from a dict literal by an option (`{"fp16": torch.float16,
         "bf16": torch.bfloat16}[args.mixed_precision]`, also `[args.grad_precision or
         args.mixed_precision]`): {"k": the string keys that pick fp16, "o": the options'
-        attribute names}; None for anything else, or when no key picks fp16."""
-        if not isinstance(node, ast.Subscript) or not isinstance(node.value, ast.Dict):
+        attribute names}; None for anything else, or when no key picks fp16. The pick may be
+        a plain name of function `qual` (or of the module) bound once, by that subscript
+        (`dtype = {...}[args.precision]` then `reduce_dtype=dtype`), and the dict a name bound
+        once to a dict literal and never changed in place (`DTYPES = {...}` then
+        `DTYPES[args.precision]`)."""
+        if isinstance(node, ast.Name):
+            node = self._single_value(node.id, qual)
+        if not isinstance(node, ast.Subscript):
+            return None
+        table = node.value
+        if isinstance(table, ast.Name):
+            if self._changed(table.id, qual):
+                return None  # `DTYPES["fp16"] = ...`: the literal is not what is read
+            table = self._single_value(table.id, qual)
+        if not isinstance(table, ast.Dict):
             return None
         keys = []
-        for key, value in zip(node.value.keys, node.value.values):
+        for key, value in zip(table.keys, table.values):
             if not isinstance(key, ast.Constant) or not isinstance(key.value, str):
                 return None
             found = self.dtype(value)
@@ -297,10 +311,60 @@ class _Reader:
             options.append(operand.attr)
         return {"k": keys, "o": options} if keys else None
 
+    def _changed(self, name: str, qual: str) -> bool:
+        """Whether function `qual` or the module changes the dict `name` in place (`name[k] = v`,
+        `del name[k]`, `name.update(...)` and the like)."""
+        for scope in dict.fromkeys((qual, "<module>")):
+            for node in _own_nodes(self._bodies.get(scope) or []):
+                if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                    base = node.value
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _DICT_CHANGES:
+                    base = node.func.value
+                else:
+                    continue
+                if isinstance(base, ast.Name) and base.id == name:
+                    return True
+        return False
+
+    def _single_value(self, name: str, qual: str) -> Optional[ast.AST]:
+        """The value of the one plain assignment `name = value` of function `qual`'s own body
+        (nested functions and classes apart), or of the module's when the function neither binds
+        nor takes `name`; None when the name is bound otherwise (a parameter, a loop, a `with`,
+        an unpacking, an augmented or annotated-only assignment) or more than once."""
+        scopes = [qual]
+        while "." in scopes[-1] and scopes[-1].rsplit(".", 1)[0] in self._bodies:
+            scopes.append(scopes[-1].rsplit(".", 1)[0])  # a nested function: the one around it
+        if qual != "<module>":
+            scopes.append("<module>")
+        for scope in scopes:
+            body = self._bodies.get(scope)
+            if body is None:
+                return None
+            if scope != "<module>" and name in self.functions.get(scope, {}).get("params", ()):
+                return None
+            values: List[Optional[ast.AST]] = []
+            for node in _own_nodes(body):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name) and target.id == name:
+                            values.append(node.value)
+                        elif any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target)):
+                            values.append(None)
+                elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.withitem, ast.NamedExpr)):
+                    target = node.optional_vars if isinstance(node, ast.withitem) else node.target
+                    if target is not None and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target)):
+                        values.append(node.value if isinstance(node, ast.AnnAssign) else None)
+                elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+                    return None
+            if values:
+                return values[0] if len(values) == 1 else None
+        return None
+
     # ------------------------------------------------------------------ scopes
 
     def _function(self, qual: str, body: List[ast.stmt], cls: Optional[str], params: List[str], line: int) -> None:
         self.functions[qual] = {"cls": cls or "", "params": params, "r": line}
+        self._bodies[qual] = body
         outer, outer_off = self.path, self.no_engine
         self.path, self.no_engine = [], 0
         for stmt in body:
@@ -758,7 +822,7 @@ class _Reader:
                 "ctor", node, qual, k="policy", cls="fsdp1" if q in FSDP1_POLICIES else "fsdp2", t=target,
                 param=self.dtype(values["param_dtype"]), reduce=self.dtype(values["reduce_dtype"]),
                 rpos=self._position(values["reduce_dtype"]) if values["reduce_dtype"] is not None else None,
-                rch=self.dtype_choice(values["reduce_dtype"] if values["reduce_dtype"] is not None else values["param_dtype"]),
+                rch=self.dtype_choice(values["reduce_dtype"] if values["reduce_dtype"] is not None else values["param_dtype"], qual),
                 star=1 if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords) else None,
             )
             return
@@ -987,6 +1051,21 @@ class _Reader:
 
 #: the sharding entry points a test may replace with a fake: FSDP2's and FSDP1's
 _SHARDERS = ("fully_shard", "FullyShardedDataParallel", "FSDP")
+
+
+_DICT_CHANGES = frozenset(("update", "setdefault", "pop", "popitem", "clear", "__setitem__"))
+
+
+def _own_nodes(body: List[ast.stmt]) -> Any:
+    """The nodes of a scope's statements, not those of the functions, lambdas and classes it
+    defines (their names are their own)."""
+    stack: List[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                stack.append(child)
 
 
 def _faked_sharders(node: Any) -> List[str]:
