@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 9
+VERSION = 10
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -879,6 +879,8 @@ class _Reader:
                 "ctor", node, qual, k="trainargs", t=target, fp16=flags["fp16"], bf16=flags["bf16"],
                 fp16r=self._position(kw["fp16"]) if "fp16" in kw else None, bf16r=self._position(kw["bf16"]) if "bf16" in kw else None,
                 cfg=self._spelled(ds) if ds is not None else None,
+                fsdp=_fsdp_option(kw.get("fsdp")), fsdpr=self._position(kw["fsdp"]) if "fsdp" in kw else None,
+                fsdpx=_fsdp_config_kind(kw["fsdp_config"]) if "fsdp_config" in kw else None,
                 star=1 if any(k.arg is None for k in node.keywords) or node.args else None,
             )
             return
@@ -1051,6 +1053,45 @@ class _Reader:
 
 #: the sharding entry points a test may replace with a fake: FSDP2's and FSDP1's
 _SHARDERS = ("fully_shard", "FullyShardedDataParallel", "FSDP")
+
+
+#: the words of `TrainingArguments(fsdp=...)` (`FSDPOption`): any of them turns FSDP on
+FSDP_OPTIONS = frozenset(("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "offload", "auto_wrap"))
+
+
+def _fsdp_option(node: Optional[ast.AST]) -> Optional[int]:
+    """`TrainingArguments(fsdp=...)` as a literal: 1 when it turns FSDP on (`True`, `"full_shard
+    auto_wrap"`, a list of such words), 0 when it leaves it off (absent, `False`, `""`, `None`, `[]`),
+    None when decided at run time (a name, a call) or a word the Trainer does not know."""
+    if node is None:
+        return 0
+    if isinstance(node, ast.Constant):
+        if node.value in (None, False, ""):
+            return 0
+        if node.value is True:
+            return 1
+        if isinstance(node.value, str):
+            words = node.value.split()
+            return 1 if words and all(w in FSDP_OPTIONS for w in words) else None
+        return None
+    if isinstance(node, (ast.List, ast.Tuple)):
+        if not node.elts:
+            return 0
+        words = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+        return 1 if all(isinstance(w, str) and w in FSDP_OPTIONS for w in words) else None
+    return None
+
+
+def _fsdp_config_kind(node: ast.AST) -> str:
+    """`TrainingArguments(fsdp_config=...)`: "p" for a dict literal that keeps PyTorch's FSDP (no
+    `xla` / `fsdp_xla` key, which hands sharding to torch_xla), "?" for anything else (a file, a
+    name: what it holds is not read here)."""
+    if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
+        if not any(k.value in ("xla", "fsdp_xla") for k in node.keys):
+            return "p"
+    if isinstance(node, ast.Constant) and node.value is None:
+        return "p"
+    return "?"
 
 
 _DICT_CHANGES = frozenset(("update", "setdefault", "pop", "popitem", "clear", "__setitem__"))
