@@ -55,7 +55,12 @@ class FsdpNeedsShardedScaler(Rule):
     torchtune use it so). Silent for bf16 policies (no scaler is needed there;
     AMP108 covers a GradScaler with bf16), for `NO_SHARD` (every rank sees the
     whole reduced gradient), for a scaler built with `enabled=False`, and when
-    the file does not show fp16 (a policy chosen at run time).
+    the file does not show fp16 (a policy chosen at run time). A Hugging
+    Face `Trainer` with `TrainingArguments(fsdp=..., fp16=True)` (or `--fsdp
+    ... --fp16`) builds its scaler itself through accelerate: a
+    `ShardedGradScaler` for FSDP1 and the plain one for FSDP2 (accelerate
+    1.16 `get_grad_scaler` / `get_fsdp2_grad_scaler`): silent (its fp16
+    reduction is AMP803's).
 
     ## References
     - amplint's evidence page: `amplint --explain AMP802` (docs/evidence.md#amp802)
@@ -73,6 +78,15 @@ class FsdpNeedsShardedScaler(Rule):
     gate_regex = re.compile(r"FullyShardedDataParallel|\bFSDP\s*\(")
 
     VALID = [
+        Valid(
+            """
+from transformers import Trainer, TrainingArguments
+args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap", fsdp_config={"version": 1}, fp16=True)
+trainer = Trainer(model=model, args=args, train_dataset=dataset)
+trainer.train()
+""",
+            "the Trainer's accelerate builds a ShardedGradScaler for its FSDP1 model itself",
+        ),
         Valid(
             """
 import torch

@@ -33,6 +33,19 @@ class Fp16GradientReduction(Rule):
       where an Accelerator of the launched files passes a plugin, `**kwargs`
       or a precision of its own, or the files build an FSDP plugin or a
       `mixed_precision_policy` in code;
+    - a Hugging Face `Trainer` run with FSDP in fp16:
+      `TrainingArguments(fsdp="full_shard ...", fp16=True)` in a file that
+      builds a `...Trainer(...)` and calls `.train()`, or a launch command
+      the project ships passing `--fsdp full_shard ...` and `--fp16` to a
+      script that parses its `TrainingArguments` with `HfArgumentParser`
+      and trains: the Trainer hands accelerate an FSDP plugin without a
+      policy and `mixed_precision="fp16"` (transformers 5.24
+      `Trainer.create_accelerator_and_postprocess`; `fsdp_config` has no key
+      for a policy), and the plugin then reduces in fp16 as above. Silent
+      for `fsdp`/`--fsdp` values the file does not spell, `**kwargs`, an
+      `fsdp_config` that is not a literal (or a project JSON) or hands the
+      sharding to torch_xla, and a `--bf16` beside it. The Trainer's loss
+      scaler is right (AMP802 stays silent);
     - a DDP `register_comm_hook(state, fp16_compress_hook)` (or
       `fp16_compress_wrapper`, or the project's own copy of it: a hook that
       casts the bucket to fp16 and all-reduces it) in a file that builds no
@@ -76,7 +89,12 @@ class Fp16GradientReduction(Rule):
     that picks `torch.float16` (`reduce_dtype={"fp16": torch.float16,
     ...}[args.grad_precision or args.mixed_precision]`, or a `param_dtype` so
     picked with no `reduce_dtype`): on that supported run the reduction is
-    fp16, and the message names it (`when --grad-precision is fp16: ...`). A comm hook
+    fp16, and the message names it (`when --grad-precision is fp16: ...`).
+    The pick may go through a name bound once in the function (or the
+    module): `dtype = {"fp16": torch.float16, ...}[args.precision]` and then
+    `reduce_dtype=dtype`, or a lookup table bound once and never changed in
+    place (`DTYPES[args.precision]`); a name bound twice or a table changed
+    in place is silent. A comm hook
     in a file that also builds a GradScaler is silent too: the scaler catches
     the overflow (docs/evidence.md), unless that scaler is built only under an
     `if` the hook is not under (`if amp_level != "O0": scaler = GradScaler()`
@@ -105,9 +123,9 @@ class Fp16GradientReduction(Rule):
     severity = Severity.WARNING
     text_only = True  # reads `ast` scale summaries: no libcst parse
     message = "gradients are reduced across ranks in fp16"
-    triggers = ("MixedPrecision", "fp16_compress", "register_comm_hook", "16-mixed", "precision=16", 'precision="16')
+    triggers = ("MixedPrecision", "fp16_compress", "register_comm_hook", "16-mixed", "precision=16", 'precision="16', "TrainingArguments")
     requires = (("float16", "half", "fp16", "register_comm_hook", "16-mixed", "precision=16", 'precision="16'),)
-    gate_regex = re.compile(r"MixedPrecision(?:Policy)?\s*\(|fp16_compress|register_comm_hook|Fabric\s*\(|Trainer\s*\(")
+    gate_regex = re.compile(r"MixedPrecision(?:Policy)?\s*\(|fp16_compress|register_comm_hook|Fabric\s*\(|Trainer\s*\(|TrainingArguments\s*\(")
 
     VALID = [
         Valid(
@@ -121,6 +139,25 @@ args = parser.parse_args()
 policy = MixedPrecision(param_dtype={"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.mixed_precision])
 """,
             "the option's choices never pick the fp16 entry",
+        ),
+        Valid(
+            """
+import argparse
+import torch
+from torch.distributed.fsdp import MixedPrecision
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+def main(args):
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.precision]
+    if args.safe_reduce:
+        dtype = torch.float32
+    policy = MixedPrecision(param_dtype=dtype, reduce_dtype=dtype)
+    DTYPES["fp16"] = torch.float32
+    grads = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=DTYPES[args.precision])
+parser = argparse.ArgumentParser()
+parser.add_argument("--precision", choices=["fp16", "bf16"], default="bf16")
+main(parser.parse_args())
+""",
+            "a name bound twice, and a lookup table changed in place: what they hold is not the literal",
         ),
         Valid(
             """
@@ -232,6 +269,16 @@ def test_norms_are_sharded_in_fp32(monkeypatch):
 """,
             "a test that replaced fully_shard with a fake: nothing is sharded, no gradient reduced",
         ),
+        Valid(
+            """
+from transformers import Trainer, TrainingArguments
+args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap", bf16=True)
+Trainer(model=model, args=args, train_dataset=dataset).train()
+fp16_args = TrainingArguments(output_dir="out", fsdp=cfg.fsdp, fp16=True)
+xla_args = TrainingArguments(output_dir="out", fsdp="full_shard", fsdp_config={"xla": True}, fp16=True)
+""",
+            "the Trainer's FSDP in bf16; a sharding decided at run time; FSDP handed to torch_xla",
+        ),
     ]
 
     INVALID = [
@@ -247,6 +294,20 @@ policy = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype={"fp32": torch.
 """,
             line=7,
             why="--mixed-precision fp16 is a supported choice: on it gradients are reduced in fp16",
+        ),
+        Invalid(
+            """
+import argparse
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+def main(args, model):
+    mixed_precision_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}[args.precision]
+    return FSDP(model, mixed_precision=MixedPrecision(param_dtype=mixed_precision_dtype, reduce_dtype=mixed_precision_dtype))
+parser = argparse.ArgumentParser()
+parser.add_argument("--precision", type=str, choices=["fp16", "bf16", "tf32"], default="bf16")
+""",
+            line=6,
+            why="the lookup bound once to a name the policy reads: --precision fp16 reduces in fp16",
         ),
         Invalid(
             """
@@ -352,6 +413,17 @@ def run():
             line=4,
             why="the Fabric handed to code the file cannot read",
         ),
+        Invalid(
+            """
+from transformers import Trainer, TrainingArguments
+def main(model, dataset):
+    args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap", fp16=True)
+    trainer = Trainer(model=model, args=args, train_dataset=dataset)
+    trainer.train()
+""",
+            line=3,
+            why="the Trainer's FSDP plugin reduces in its fp16 param dtype",
+        ),
     ]
 
     def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
@@ -366,6 +438,8 @@ def run():
                 found = self._policy(view, path, e)
             elif e["e"] == "ctor" and e["k"] in ("fabric", "trainer"):
                 found = self._lightning(view, path, e)
+            elif e["e"] == "ctor" and e["k"] == "trainargs":
+                found = self._hf_trainer(view, path, e)
             elif e["e"] == "hook" and (e.get("d") == "fp16" or e.get("hs") and self._own_hook(view, path, e) == "fp16"):
                 found = self._hook(view, path, e)
             else:
@@ -374,8 +448,59 @@ def run():
                 yield found
         for launch in view.launches():
             found = self._launched_fsdp(view, launch)
+            if found is None:
+                found = self._launched_trainer(view, launch)
             if found is not None:
                 yield found
+
+    def _hf_trainer(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
+        """`TrainingArguments(fsdp="full_shard ...", fp16=True)` in a file that builds a `Trainer`
+        and trains: the Trainer hands accelerate an FSDP plugin without a policy and
+        `mixed_precision="fp16"`, and accelerate's plugin then reduces in its fp16 param dtype
+        (transformers 5.24 `Trainer.create_accelerator_and_postprocess`, accelerate 1.16
+        `FullyShardedDataParallelPlugin.set_mixed_precision`; no `fsdp_config` key sets another)."""
+        if e.get("fp16") is not True or e.get("bf16") or e.get("fsdp") != 1 or e.get("star") or e.get("fsdpx") == "?":
+            return None
+        if not _trains_with_trainer(view, path):
+            return None
+        r = e.get("fp16r") or e
+        place = (path, r["r"], r["c"], r["er"], r["ec"])
+        message = "`TrainingArguments(fsdp=..., fp16=True)` makes the Trainer reduce gradients across ranks in fp16"
+        related = []
+        if e.get("fsdpr"):
+            f = e["fsdpr"]
+            related.append(((path, f["r"], f["c"], f["er"], f["ec"]), "FSDP chosen here"))
+        data = {"mechanism": "hf-trainer-fsdp", "precision": "fp16", "reduce_dtype": "fp16"}
+        return ScaleFinding(place, message, _TRAINER_HELP, related, data)
+
+    def _launched_trainer(self, view: ScaleView, launch: Any) -> Any:
+        """A launch command the project ships passing `--fsdp full_shard ... --fp16` to a script
+        whose `TrainingArguments` come from `HfArgumentParser`: the same policy as in code.
+        Silent for a value the launcher cannot know (`$FSDP`), a `--bf16` beside it, and an
+        `--fsdp_config` the project does not hold or that hands sharding to torch_xla."""
+        fsdp = launch.arg("fsdp")
+        fp16 = launch.arg("fp16")
+        if fsdp is None or fp16 is None or _flag(fp16[0]) is not True:
+            return None
+        bf16 = launch.arg("bf16")
+        if bf16 is not None and _flag(bf16[0]) is not False:
+            return None
+        if not (fsdp[0].lower() in ("true", "1") or fsdp[0] in _FSDP_WORDS):
+            return None  # absent value, a shell expansion, a word the Trainer does not know
+        config = launch.arg("fsdp_config")
+        if config is not None:
+            read = view.launcher_config(launch, config[0]) if config[0] else None
+            if read is None or not isinstance(read.values, dict) or any(read.values.get(k) for k in ("xla", "fsdp_xla")):
+                return None
+        text = view.project_text(launch.script)
+        if text is None or "HfArgumentParser" not in text or "parse_args" not in text or not _TRAINS.search(text):
+            return None
+        shown = launch.script.rsplit("/", 1)[-1]
+        place = (launch.path, fp16[1], fp16[2], fp16[1], fp16[2] + len("--fp16"))
+        message = f"`--fsdp` with `--fp16` makes the Trainer of `{shown}` reduce gradients across ranks in fp16"
+        related = [((launch.path, fsdp[1], fsdp[2], fsdp[1], fsdp[2] + len("--fsdp")), "FSDP chosen here")]
+        data = {"mechanism": "hf-trainer-fsdp", "precision": "fp16", "reduce_dtype": "fp16", "script": shown}
+        return ScaleFinding(place, message, _TRAINER_HELP, related, data, config_file=True)
 
     def _launched_fsdp(self, view: ScaleView, launch: Any) -> Any:
         """`accelerate launch` putting FSDP behind `prepare` in fp16 (`--use_fsdp
@@ -528,6 +653,31 @@ def run():
         help = "Use `bf16_compress_hook` (fp32's range), or no compression hook"
         data = {"mechanism": "ddp-comm-hook", "reduce_dtype": "fp16", "own_hook": e.get("hs")}
         return ScaleFinding(view.place(path, e), message, help, related, data)
+
+
+_TRAINER_HELP = ("Train in bf16 (`bf16=True`), or build the Trainer's FSDP plugin with "
+                 "`mixed_precision_policy` reducing in fp32: the Trainer's fp16 FSDP policy reduces in fp16")
+#: the `--fsdp` words of `TrainingArguments` (`FSDPOption`)
+_FSDP_WORDS = frozenset(("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "offload", "auto_wrap"))
+#: a script that trains through a Hugging Face Trainer
+_TRAINS = re.compile(r"Trainer\s*\(.*?\.train\s*\(", re.S)
+
+
+def _flag(text: str) -> Any:
+    """A boolean command-line value as HfArgumentParser reads it (`--fp16`, `--fp16 true`)."""
+    lowered = text.lower()
+    if lowered in ("", "true", "1", "yes", "y", "t"):
+        return True
+    if lowered in ("false", "0", "no", "n", "f"):
+        return False
+    return None
+
+
+def _trains_with_trainer(view: ScaleView, path: str) -> bool:
+    """The file builds a Hugging Face-style `...Trainer(...)` and calls a `.train(...)`."""
+    s = view.summary(path) or {}
+    calls = [c for uses in s.get("uses", {}).values() for c in uses]
+    return any(c.rsplit(".", 1)[-1].endswith("Trainer") for c in calls) and any(c.endswith(".train") for c in calls)
 
 
 def _only_on_some_paths(scaler: Dict[str, Any], hook: Dict[str, Any]) -> bool:

@@ -26,8 +26,14 @@ class PrecisionConfigConflict(Rule):
       read as AMP807 reads it);
     - `Accelerator(mixed_precision="fp16")` (or `"bf16"`) with a
       `DeepSpeedPlugin(hf_ds_config=...)` whose config enables the other
-      dtype, and an accelerate config YAML the code names whose
-      `mixed_precision` disagrees with the DeepSpeed JSON it points to;
+      dtype, and an accelerate config YAML (one the code names, a launch
+      command starts, or the project ships: accelerate is launched with it)
+      whose `mixed_precision` disagrees with the DeepSpeed JSON its
+      `deepspeed_config_file` points to (reported in the YAML; a YAML the
+      walk meets is read only in a project that imports accelerate,
+      transformers or DeepSpeed, and only when it names a
+      `deepspeed_config_file` next to `mixed_precision` and
+      `distributed_type`);
     - `TrainingArguments(fp16=..., bf16=..., deepspeed=...)` whose flags
       disagree with an explicit `fp16.enabled` / `bf16.enabled` of the
       DeepSpeed config (not `"auto"`);
@@ -78,7 +84,13 @@ class PrecisionConfigConflict(Rule):
     (its own argparse flags mean what it says), for a
     GradScaler next to a bf16 or fp32 engine (it refuses only fp16 gradients),
     and for an fp16 autocast around an engine's forward (DeepSpeed switches it
-    off inside the engine; evaluation code does this on purpose).
+    off inside the engine; evaluation code does this on purpose). An
+    accelerate YAML whose `mixed_precision` agrees with its DeepSpeed JSON
+    is silent: the precisions do not conflict. (accelerate 1.16 still refuses
+    a `mixed_precision` read from the YAML beside a `deepspeed_config_file`
+    when the command line gives none: "When using `deepspeed_config_file`,
+    the following accelerate config variables will be ignored", since
+    accelerate 0.16; not reported here.)
 
     ## References
     - amplint's evidence page: `amplint --explain AMP808` (docs/evidence.md#amp808)
@@ -202,6 +214,8 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
         for launch in view.launches():
             for found in self._launcher(view, launch):
                 yield from once(found)
+        for config in view.shipped_accelerate_configs():
+            yield from once(self._accelerate_yaml(view, config, None))
 
     # ------------------------------------------------------------------ shapes
 
@@ -285,7 +299,9 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
         place = config_place(config, "mixed_precision")
         message = f"`mixed_precision: {mp}` here, but its DeepSpeed config enables {_OTHER[mp]}: accelerate raises"
         help = f'Make them agree: set `{_OTHER[mp]}.enabled` to false (or "auto") in {file}'
-        related = [(config_place(ds, _OTHER[mp], "enabled"), f"{_OTHER[mp]} enabled here"), (named, "named here")]
+        related = [(config_place(ds, _OTHER[mp], "enabled"), f"{_OTHER[mp]} enabled here")]
+        if named is not None:
+            related.append((named, "named here"))
         data = {"conflict": f"accelerate-yaml-{mp}+deepspeed-{_OTHER[mp]}", "config": config.path}
         return ScaleFinding(place, message, help, related, data, config_file=True)
 

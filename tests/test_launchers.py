@@ -514,3 +514,31 @@ def test_launched_fsdp_runs_that_do_not_reduce_in_fp16_stay_silent(tmp_path):
     for name, (launcher, yaml, script) in cases.items():
         project = _project(tmp_path / name, {"train.py": script, "eval.py": "print()\n", "acc.yaml": yaml, "run.sh": launcher})
         assert findings(project, {"AMP803"}) == [], name
+
+
+def test_a_shipped_accelerate_yaml_no_code_names_against_its_deepspeed_config(tmp_path):
+    """issue 23: an accelerate config YAML the project ships, named by no code and no launcher,
+    whose `mixed_precision` disagrees with the DeepSpeed JSON it points to; one that agrees, and
+    one stating no precision, are silent (no conflict of precisions)."""
+    project = _project(tmp_path, {
+        "train.py": ACC_SCRIPT,
+        "configs/ds_fp16.json": '{"train_micro_batch_size_per_gpu": "auto", "fp16": {"enabled": true}}',
+        "configs/ds_bf16.json": '{"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": true}}',
+        "configs/zero2.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                              "  deepspeed_config_file: configs/ds_fp16.json\nmixed_precision: bf16\n",
+        "configs/zero2_bf16.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                                   "  deepspeed_config_file: configs/ds_bf16.json\nmixed_precision: bf16\n",
+        "configs/zero2_plain.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: configs/ds_fp16.json\n",
+        "configs/model.yaml": "mixed_precision: fp16\nlr: 0.001\n",
+    })
+    assert findings(project, {"AMP808"}) == [("configs/zero2.yaml", 5, "AMP808")]
+
+
+def test_a_shipped_accelerate_yaml_in_a_project_without_accelerate_is_not_read(tmp_path):
+    project = _project(tmp_path, {
+        "train.py": "import torch\nmodel = torch.nn.Linear(2, 2)\nloss = model(torch.randn(1, 2)).sum()\nloss.backward()\n",
+        "configs/ds_fp16.json": '{"train_micro_batch_size_per_gpu": "auto", "fp16": {"enabled": true}}',
+        "configs/zero2.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                              "  deepspeed_config_file: configs/ds_fp16.json\nmixed_precision: bf16\n",
+    })
+    assert findings(project, {"AMP808"}) == []

@@ -28,9 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
 #: file suffixes a folder walk picks up
 LINTABLE_SUFFIXES = (".py", ".pyi", ".ipynb")
 #: files a walk notes for the project model without linting them (`WalkRecord.configs`): DeepSpeed
-#: JSON, and the launchers that may start a script with a precision (`model/project/launchers.py`:
-#: shell scripts, Markdown command blocks, Makefiles by name)
-CONFIG_SUFFIXES = (".json", ".sh", ".md")
+#: JSON, accelerate config YAML, and the launchers that may start a script with a precision
+#: (`model/project/launchers.py`: shell scripts, Markdown command blocks, Makefiles by name)
+CONFIG_SUFFIXES = (".json", ".yaml", ".yml", ".sh", ".md")
 CONFIG_NAMES = frozenset(("Makefile", "makefile", "GNUmakefile"))
 
 

@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 8
+VERSION = 10
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -224,6 +224,7 @@ class _Reader:
         self._reduces = any(w in source for w in ("all_reduce", "allreduce", "reduce_scatter"))
         self.no_engine = 0  # `if` branches around it taken only when DeepSpeed is not in use
         self._walked: Tuple[Any, List[ast.AST]] = (None, [])  # the last expression `_expression` walked, its nodes
+        self._bodies: Dict[str, List[ast.stmt]] = {}  # per function: its statements (`_single_value`)
 
     # ------------------------------------------------------------------ driver
 
@@ -272,15 +273,28 @@ class _Reader:
         found = torchapi.dtype_of_qualname(self.qualname(dotted(node)))
         return found or "?"
 
-    def dtype_choice(self, node: Optional[ast.AST]) -> Optional[Dict[str, Any]]:
+    def dtype_choice(self, node: Optional[ast.AST], qual: str = "<module>") -> Optional[Dict[str, Any]]:
         """A dtype picked at run time from a dict literal by an option (`{"fp16": torch.float16,
         "bf16": torch.bfloat16}[args.mixed_precision]`, also `[args.grad_precision or
         args.mixed_precision]`): {"k": the string keys that pick fp16, "o": the options'
-        attribute names}; None for anything else, or when no key picks fp16."""
-        if not isinstance(node, ast.Subscript) or not isinstance(node.value, ast.Dict):
+        attribute names}; None for anything else, or when no key picks fp16. The pick may be
+        a plain name of function `qual` (or of the module) bound once, by that subscript
+        (`dtype = {...}[args.precision]` then `reduce_dtype=dtype`), and the dict a name bound
+        once to a dict literal and never changed in place (`DTYPES = {...}` then
+        `DTYPES[args.precision]`)."""
+        if isinstance(node, ast.Name):
+            node = self._single_value(node.id, qual)
+        if not isinstance(node, ast.Subscript):
+            return None
+        table = node.value
+        if isinstance(table, ast.Name):
+            if self._changed(table.id, qual):
+                return None  # `DTYPES["fp16"] = ...`: the literal is not what is read
+            table = self._single_value(table.id, qual)
+        if not isinstance(table, ast.Dict):
             return None
         keys = []
-        for key, value in zip(node.value.keys, node.value.values):
+        for key, value in zip(table.keys, table.values):
             if not isinstance(key, ast.Constant) or not isinstance(key.value, str):
                 return None
             found = self.dtype(value)
@@ -297,10 +311,60 @@ class _Reader:
             options.append(operand.attr)
         return {"k": keys, "o": options} if keys else None
 
+    def _changed(self, name: str, qual: str) -> bool:
+        """Whether function `qual` or the module changes the dict `name` in place (`name[k] = v`,
+        `del name[k]`, `name.update(...)` and the like)."""
+        for scope in dict.fromkeys((qual, "<module>")):
+            for node in _own_nodes(self._bodies.get(scope) or []):
+                if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                    base = node.value
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _DICT_CHANGES:
+                    base = node.func.value
+                else:
+                    continue
+                if isinstance(base, ast.Name) and base.id == name:
+                    return True
+        return False
+
+    def _single_value(self, name: str, qual: str) -> Optional[ast.AST]:
+        """The value of the one plain assignment `name = value` of function `qual`'s own body
+        (nested functions and classes apart), or of the module's when the function neither binds
+        nor takes `name`; None when the name is bound otherwise (a parameter, a loop, a `with`,
+        an unpacking, an augmented or annotated-only assignment) or more than once."""
+        scopes = [qual]
+        while "." in scopes[-1] and scopes[-1].rsplit(".", 1)[0] in self._bodies:
+            scopes.append(scopes[-1].rsplit(".", 1)[0])  # a nested function: the one around it
+        if qual != "<module>":
+            scopes.append("<module>")
+        for scope in scopes:
+            body = self._bodies.get(scope)
+            if body is None:
+                return None
+            if scope != "<module>" and name in self.functions.get(scope, {}).get("params", ()):
+                return None
+            values: List[Optional[ast.AST]] = []
+            for node in _own_nodes(body):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name) and target.id == name:
+                            values.append(node.value)
+                        elif any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target)):
+                            values.append(None)
+                elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.withitem, ast.NamedExpr)):
+                    target = node.optional_vars if isinstance(node, ast.withitem) else node.target
+                    if target is not None and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target)):
+                        values.append(node.value if isinstance(node, ast.AnnAssign) else None)
+                elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+                    return None
+            if values:
+                return values[0] if len(values) == 1 else None
+        return None
+
     # ------------------------------------------------------------------ scopes
 
     def _function(self, qual: str, body: List[ast.stmt], cls: Optional[str], params: List[str], line: int) -> None:
         self.functions[qual] = {"cls": cls or "", "params": params, "r": line}
+        self._bodies[qual] = body
         outer, outer_off = self.path, self.no_engine
         self.path, self.no_engine = [], 0
         for stmt in body:
@@ -758,7 +822,7 @@ class _Reader:
                 "ctor", node, qual, k="policy", cls="fsdp1" if q in FSDP1_POLICIES else "fsdp2", t=target,
                 param=self.dtype(values["param_dtype"]), reduce=self.dtype(values["reduce_dtype"]),
                 rpos=self._position(values["reduce_dtype"]) if values["reduce_dtype"] is not None else None,
-                rch=self.dtype_choice(values["reduce_dtype"] if values["reduce_dtype"] is not None else values["param_dtype"]),
+                rch=self.dtype_choice(values["reduce_dtype"] if values["reduce_dtype"] is not None else values["param_dtype"], qual),
                 star=1 if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords) else None,
             )
             return
@@ -815,6 +879,8 @@ class _Reader:
                 "ctor", node, qual, k="trainargs", t=target, fp16=flags["fp16"], bf16=flags["bf16"],
                 fp16r=self._position(kw["fp16"]) if "fp16" in kw else None, bf16r=self._position(kw["bf16"]) if "bf16" in kw else None,
                 cfg=self._spelled(ds) if ds is not None else None,
+                fsdp=_fsdp_option(kw.get("fsdp")), fsdpr=self._position(kw["fsdp"]) if "fsdp" in kw else None,
+                fsdpx=_fsdp_config_kind(kw["fsdp_config"]) if "fsdp_config" in kw else None,
                 star=1 if any(k.arg is None for k in node.keywords) or node.args else None,
             )
             return
@@ -987,6 +1053,60 @@ class _Reader:
 
 #: the sharding entry points a test may replace with a fake: FSDP2's and FSDP1's
 _SHARDERS = ("fully_shard", "FullyShardedDataParallel", "FSDP")
+
+
+#: the words of `TrainingArguments(fsdp=...)` (`FSDPOption`): any of them turns FSDP on
+FSDP_OPTIONS = frozenset(("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "offload", "auto_wrap"))
+
+
+def _fsdp_option(node: Optional[ast.AST]) -> Optional[int]:
+    """`TrainingArguments(fsdp=...)` as a literal: 1 when it turns FSDP on (`True`, `"full_shard
+    auto_wrap"`, a list of such words), 0 when it leaves it off (absent, `False`, `""`, `None`, `[]`),
+    None when decided at run time (a name, a call) or a word the Trainer does not know."""
+    if node is None:
+        return 0
+    if isinstance(node, ast.Constant):
+        if node.value in (None, False, ""):
+            return 0
+        if node.value is True:
+            return 1
+        if isinstance(node.value, str):
+            words = node.value.split()
+            return 1 if words and all(w in FSDP_OPTIONS for w in words) else None
+        return None
+    if isinstance(node, (ast.List, ast.Tuple)):
+        if not node.elts:
+            return 0
+        words = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+        return 1 if all(isinstance(w, str) and w in FSDP_OPTIONS for w in words) else None
+    return None
+
+
+def _fsdp_config_kind(node: ast.AST) -> str:
+    """`TrainingArguments(fsdp_config=...)`: "p" for a dict literal that keeps PyTorch's FSDP (no
+    `xla` / `fsdp_xla` key, which hands sharding to torch_xla), "?" for anything else (a file, a
+    name: what it holds is not read here)."""
+    if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
+        if not any(k.value in ("xla", "fsdp_xla") for k in node.keys):
+            return "p"
+    if isinstance(node, ast.Constant) and node.value is None:
+        return "p"
+    return "?"
+
+
+_DICT_CHANGES = frozenset(("update", "setdefault", "pop", "popitem", "clear", "__setitem__"))
+
+
+def _own_nodes(body: List[ast.stmt]) -> Any:
+    """The nodes of a scope's statements, not those of the functions, lambdas and classes it
+    defines (their names are their own)."""
+    stack: List[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                stack.append(child)
 
 
 def _faked_sharders(node: Any) -> List[str]:

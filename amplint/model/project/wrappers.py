@@ -841,6 +841,37 @@ class ScaleView:
                 out.append(Config(parsed.values, real, parsed.lines, literal=False))
         return out
 
+    def shipped_accelerate_configs(self) -> List[Config]:
+        """The accelerate config YAML files the project ships that point to a DeepSpeed JSON
+        (`deepspeed_config: {deepspeed_config_file: ...}`) next to a `mixed_precision` of their
+        own, named or not by the code (`accelerate launch --config_file` is how they are used):
+        those the run's walk met, read as `shipped_configs` reads JSON (a project consuming
+        DeepSpeed, inside its root, at most `MAX_SHIPPED_CONFIGS`, parsed only when their bytes
+        name both keys)."""
+        key = ("shipped-accelerate",)
+        if key in self._memo:
+            return self._memo[key]
+        out: List[Config] = []
+        self._memo[key] = out
+        candidates = getattr(self.project, "config_candidates", None)
+        root = getattr(self.project, "root", None)
+        if not self.read_configs or not root or not (self._consumes_deepspeed() or self._imports_accelerate()):
+            return out
+        self.wants_configs = True
+        fence = os.path.realpath(root).rstrip(os.sep) + os.sep
+        yamls = [p for p in candidates or () if p.lower().endswith((".yaml", ".yml"))][:MAX_SHIPPED_CONFIGS]
+        for path in yamls:
+            real = os.path.realpath(path)
+            if not real.startswith(fence) or not os.path.isfile(real):
+                continue
+            self.configs_read.add(real)  # its bytes decide whether it is one
+            parsed = configs.load(real, (b"deepspeed_config_file",))
+            if parsed is None or not isinstance(parsed.values, dict) or "mixed_precision" not in parsed.values:
+                continue
+            if "distributed_type" in parsed.values:
+                out.append(Config(parsed.values, real, parsed.lines, literal=False))
+        return out
+
     def launches(self) -> List[Any]:
         """The launch commands the project ships (`launchers.Launch`: `accelerate launch
         --mixed_precision bf16 train.py` in a shell script, a README command block, a
@@ -919,6 +950,15 @@ class ScaleView:
         found = Config(parsed.values, target, parsed.lines, literal=False) if parsed is not None else None
         self._memo[key] = found
         return found
+
+    def _imports_accelerate(self) -> bool:
+        """Some project file (its project summary) imports accelerate or transformers: the
+        project may launch with an accelerate config YAML while no file names DeepSpeed."""
+        for summary in (getattr(self.project, "summaries", None) or {}).values():
+            imports = summary.get("imports", {}) if isinstance(summary, dict) else {}
+            if any(entry[1] and entry[1].split(".")[0] in ("accelerate", "transformers") for entry in imports.values() if not entry[0]):
+                return True
+        return False
 
     def _consumes_deepspeed(self) -> bool:
         for path in self.files():
