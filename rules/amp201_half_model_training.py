@@ -55,7 +55,23 @@ class HalfModelTraining(Rule):
 
     ## Notes
     The parameters may reach the optimizer through a function of the same
-    file that returns its argument's `.parameters()` (`Adam(trainable(model))`).
+    file that returns its argument's `.parameters()` (`Adam(trainable(model))`),
+    or through param groups whose `params` are names bound to them
+    (`norm = [p for k, p in model.named_parameters() if "norm" in k]`, then
+    `SGD([dict(params=norm, lr=lr_b), dict(params=other)])`).
+
+    The cast may be made by a builder of the same file: a module-level
+    function every `return` of which hands back the cast module (`def
+    make_net(): net = net.half().cuda(); ...; return net`), or the `__init__`
+    of a class that casts itself (`for mod in self.modules(): mod.half()`);
+    the optimizer is then built on a local bound to its result (`model =
+    make_net()`, `torch.compile(CifarNet().cuda())`), or on a parameter of
+    the optimizer's function that every call of it in the file passes such a
+    local. Putting the norm layers back to float (`for mod in net.modules():
+    if isinstance(mod, BatchNorm): mod.float()`) leaves the conv and linear
+    weights fp16: still flagged; a whole `net.float()` after the cast is not.
+    Freezing one tensor named by its attribute (`net[0].weight.requires_grad
+    = False`, a fixed whitening filter) is not a frozen base.
 
     A cast whose dtype is picked at run time among literals the file spells,
     float16 one of them (`weight_dtype = torch.float16 if args.fp16 else
@@ -302,6 +318,66 @@ def train(model, dtype, loader):
 """,
             "a dtype handed in by the caller: no candidate the file spells",
         ),
+        Valid(
+            """
+import torch
+from torch import nn
+
+
+def make_net():
+    net = nn.Sequential(nn.Conv2d(3, 24, 2), nn.BatchNorm2d(24), nn.Flatten(), nn.LazyLinear(10))
+    net = net.half().cuda()
+    return net.float()
+
+
+def main(loader):
+    model = make_net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+""",
+            "a builder that casts and hands back an fp32 module (`return net.float()`)",
+        ),
+        Valid(
+            """
+import torch
+from torch import nn
+
+
+def make_net():
+    net = nn.Sequential(nn.Conv2d(3, 24, 2), nn.BatchNorm2d(24))
+    net = net.half().cuda()
+    return net
+
+
+def main(loader):
+    teacher = make_net().eval()
+    student = nn.Sequential(nn.Conv2d(3, 24, 2)).cuda()
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    for x in loader:
+        loss = (student(x) - teacher(x.half()).float()).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+""",
+            "the builder's fp16 module is an inference teacher; the optimized student is another module",
+        ),
+        Valid(
+            """
+import torch
+from torch import nn
+model = nn.Sequential(nn.Conv2d(3, 24, 2), nn.BatchNorm2d(24)).cuda()
+for m in model.modules():
+    if isinstance(m, nn.BatchNorm2d):
+        m.float()
+for p in model.parameters():
+    p.requires_grad = False
+model.half()
+head = nn.Linear(24, 10).cuda()
+optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+""",
+            "a whole base frozen in a loop (not one named tensor): the trained head is another module",
+        ),
     ]
 
     INVALID = [
@@ -437,6 +513,68 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 """,
             line=4,
             why="the PEFT rebind is behind a flag: without it the fp16 model itself reaches the optimizer",
+        ),
+        Invalid(
+            """
+import torch
+from torch import nn
+
+
+def make_net():
+    net = nn.Sequential(nn.Conv2d(3, 24, 2, bias=True), nn.BatchNorm2d(24), nn.Flatten(), nn.LazyLinear(10))
+    net[0].weight.requires_grad = False
+    net = net.half().cuda()
+    for mod in net.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.float()
+    return net
+
+
+def main(loader, lr):
+    model = make_net()
+    norm = [p for k, p in model.named_parameters() if "1." in k and p.requires_grad]
+    other = [p for k, p in model.named_parameters() if "1." not in k and p.requires_grad]
+    groups = [dict(params=norm, lr=lr * 64), dict(params=other, lr=lr)]
+    optimizer = torch.optim.SGD(groups, momentum=0.9, nesterov=True)
+    for x, y in loader:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+""",
+            line=8,
+            why="a builder of the file casts the whole net (its BatchNorm put back to float: the conv and linear weights stay fp16)",
+        ),
+        Invalid(
+            """
+import torch
+from torch import nn
+
+
+class CifarNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.whiten = nn.Conv2d(3, 24, 2)
+        self.whiten.weight.requires_grad = False
+        self.norm = nn.BatchNorm2d(24)
+        self.head = nn.Linear(24, 10, bias=False)
+        for mod in self.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.float()
+            else:
+                mod.half()
+
+
+def train(model, loader):
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    for x, y in loader:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+net = torch.compile(CifarNet().cuda())
+train(net, loader)
+""",
+            line=16,
+            why="the class casts its own submodules in `__init__`; the file's only call of `train` passes an instance",
         ),
     ]
 

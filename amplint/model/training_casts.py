@@ -73,11 +73,16 @@ def trained_casts(
         if not_a_training_conversion(ctx, cast):
             continue
         subjects = cast_subjects(ctx, cast)
+        found = None
         for ctor in ctors:
             key = _assigned_key(ctx, ctor)
             if _updates(ctx, cast, subjects, ctor, key, wrapper):
-                yield TrainedCast(cast, ctor, cast in chosen)
+                found = ctor
                 break
+        if found is None:
+            found = _built_and_updated(ctx, cast, subjects, ctors, wrapper)
+        if found is not None:
+            yield TrainedCast(cast, found, cast in chosen)
 
 
 def _updates(
@@ -100,6 +105,114 @@ def _updates(
     if key and master_wrapped(ctx, key, wrapper):
         return False
     return True
+
+
+def _builder(ctx: "ModuleContext", cast: LowPrecisionCast, subjects: Set[str]) -> Optional[Scope]:
+    """The scope that builds the cast module for its callers: a module-level function every
+    `return` of which hands back a cast subject (`def make_net(): net = net.half(); ...; return
+    net`), or the `__init__` of a class that casts `self` (its instances are the cast module)."""
+    scope = cast.call.scope
+    if scope.is_module or scope.parent is None:
+        return None
+    if scope.cls is not None:
+        return scope if scope.name == "__init__" and "self" in subjects and scope.parent.is_module else None
+    if not scope.parent.is_module or scope.generator or not scope.returns:
+        return None
+    for value, _ in scope.returns:
+        if value is None or _chain_root(ctx, value) not in subjects or isinstance(value, cst.Call):
+            return None
+    return scope
+
+
+def _built_by(ctx: "ModuleContext", value: cst.BaseExpression, builder: Scope) -> bool:
+    """`value` is the builder's result (`make_net(hyp)`, `CifarNet().cuda()`), methods chained
+    after it, maybe inside a wrapper that keeps its parameters (`torch.compile(CifarNet())`)."""
+    for _ in range(4):
+        if isinstance(value, cst.Call) and value.args and value.args[0].keyword is None and ctx.qualnames(value.func) & torchapi.PARAMETER_KEEPING_WRAPPERS:
+            value = value.args[0].value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not (ctx.qualnames(value.func) & torchapi.PARAMETER_KEEPING_WRAPPERS):
+            value = value.func.value
+    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name):
+        return False
+    if builder.cls is not None:
+        return value.func.value == builder.cls.name.value and not ctx.imports.is_imported(value.func.value)
+    info = ctx.call_info(value)
+    return info is not None and ctx.callee(info) is builder
+
+
+def _holding(ctx: "ModuleContext", name: str, scope: Scope, order: int, builder: Scope) -> Optional[int]:
+    """The order of the binding that makes the local `name` hold the builder's result at
+    `order` in `scope` (looking through `torch.compile(name)`-style wrappers that keep its
+    parameters), None if its last binding is anything else."""
+    bindings = [a for a in ctx.assignments_to(name) if a.scope is scope and a.order < order and not a.unpacked]
+    for a in sorted(bindings, key=lambda a: a.order, reverse=True):
+        if _kept_by_wrapper(ctx, a.value) == name or _chain_root(ctx, a.value) == name:
+            continue  # `model = torch.compile(model)`, `model = model.cuda()`: the same parameters
+        return a.order if _built_by(ctx, a.value, builder) else None
+    return None
+
+
+def _built_and_updated(
+    ctx: "ModuleContext", cast: LowPrecisionCast, subjects: Set[str], ctors: List[CallInfo], wrapper: Pattern[str]
+) -> Optional[CallInfo]:
+    """The first optimizer, in another scope than a builder's cast, built on the parameters of
+    what the builder returned: a local bound to its result (`model = make_net()`), or a
+    parameter of the optimizer's function that every call of it in the file passes such a local
+    (`main(run, model)` with `model = torch.compile(make_net())`)."""
+    builder = _builder(ctx, cast, subjects)
+    if builder is None or _reverted_later(ctx, subjects, cast.call):
+        return None
+    for ctor in ctors:
+        if ctor.scope is builder:
+            continue
+        held = {}
+        for a in ctx.assignments:
+            if a.scope is ctor.scope and not a.unpacked and "." not in a.target and a.order < ctor.order:
+                start = _holding(ctx, a.target, ctor.scope, ctor.order, builder)
+                if start is not None:
+                    held[a.target] = start
+        held.update({p: -1 for p in _parameters_passed_built(ctx, ctor.scope, builder)})
+        params = ctor.arg(0, "params")
+        for name, start in held.items():
+            if params is None or not _references_parameters(ctx, params, {name}, ctor):
+                continue
+            if _reverted_after(ctx, {name}, ctor.scope, start):
+                continue
+            key = _assigned_key(ctx, ctor)
+            if key and master_wrapped(ctx, key, wrapper):
+                continue
+            return ctor
+    return None
+
+
+def _parameters_passed_built(ctx: "ModuleContext", scope: Scope, builder: Scope) -> Set[str]:
+    """The parameters of a module-level function that every call of it in the file (one at
+    least) passes a local holding the builder's result, positionally or by keyword."""
+    if scope.cls is not None or scope.is_module or scope.parent is None or not scope.parent.is_module:
+        return set()
+    out: Optional[Set[str]] = None
+    for call in ctx.calls:
+        if call.method is not None or not isinstance(call.node.func, cst.Name) or call.node.func.value != scope.name:
+            continue
+        if ctx.callee(call) is not scope:
+            continue
+        passed = set()
+        for i, arg in enumerate(a for a in call.node.args if not a.star):
+            if not isinstance(arg.value, cst.Name):
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (scope.params[i] if i < len(scope.params) else None)
+            if param and _holding(ctx, arg.value.value, call.scope, call.order, builder) is not None:
+                passed.add(param)
+        out = passed if out is None else out & passed
+    return out or set()
+
+
+def _reverted_after(ctx: "ModuleContext", names: Set[str], scope: Scope, start: int) -> bool:
+    """`model.float()` in `scope` after the binding at `start`."""
+    return any(
+        call.scope is scope and call.order > start and fp32_cast(ctx, call.node) and _chain_root(ctx, call.node) in names
+        for call in ctx.calls
+    )
 
 
 def choice_casts(ctx: "ModuleContext", choice: Callable[[FrozenSet[str]], bool], dtype: str) -> List[LowPrecisionCast]:
@@ -166,7 +279,27 @@ def cast_subjects(ctx: "ModuleContext", cast: LowPrecisionCast) -> Set[str]:
         root = _chain_root(ctx, cast.call.node)
         if root:
             out.add(root)
+            whole = _looped_module(ctx, cast.call.node, root)
+            if whole:
+                out.add(whole)
     return out
+
+
+def _looped_module(ctx: "ModuleContext", node: cst.CSTNode, name: str) -> Optional[str]:
+    """`net` when `name` is the target of an enclosing `for name in net.modules():` (or
+    `.children()`): casting each submodule in place casts `net` (those an `isinstance` test
+    skips keep theirs, as `BatchNorm` put back to float does in a `.half()` model)."""
+    current = ctx.parent(node)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+        if isinstance(current, cst.For) and isinstance(current.target, cst.Name) and current.target.value == name:
+            it = current.iter
+            if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in ("modules", "children") and not it.args:
+                owner = dotted_name(it.func.value)
+                if owner and not ctx.imports.is_imported(owner.split(".")[0]):
+                    return owner
+            return None
+        current = ctx.parent(current)
+    return None
 
 
 def _outer_methods(ctx: "ModuleContext", node: cst.Call) -> List[Tuple[str, cst.Call]]:
@@ -248,8 +381,40 @@ def _references_parameters(ctx: "ModuleContext", params: cst.BaseExpression, sub
         a = assignment_before(ctx, params.value, ctor.scope, ctor.statement, ctor.order)
         if a is not None and not a.unpacked:
             parameters, fp32 = _refs(ctx, a.value, subjects)
-            return parameters and not fp32
+            if fp32:
+                return False
+            return parameters or _groups_reference(ctx, a.value, subjects, ctor)
+    if isinstance(params, (cst.List, cst.Tuple)):
+        return _groups_reference(ctx, params, subjects, ctor)
     return False
+
+
+def _groups_reference(ctx: "ModuleContext", value: cst.BaseExpression, subjects: Set[str], ctor: CallInfo) -> bool:
+    """Param groups whose `params` are names bound to the subjects' own parameters
+    (`norm_biases = [p for k, p in model.named_parameters() if "norm" in k]`, then
+    `SGD([dict(params=norm_biases, lr=lr_b), dict(params=other_params)])`): one level of names,
+    none of them bound to fp32 copies."""
+    if not isinstance(value, (cst.List, cst.Tuple)):
+        return False
+    names = []
+    for element in value.elements:
+        group = element.value
+        if isinstance(group, cst.Dict):
+            names += [e.value for e in group.elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString) and e.key.value.strip("'\"") == "params"]
+        elif isinstance(group, cst.Call) and dotted_name(group.func) == "dict":
+            names += [a.value for a in group.args if a.keyword is not None and a.keyword.value == "params"]
+    found = False
+    for name in names:
+        if not isinstance(name, cst.Name):
+            continue
+        a = assignment_before(ctx, name.value, ctor.scope, ctor.statement, ctor.order)
+        if a is None or a.unpacked:
+            continue
+        parameters, fp32 = _refs(ctx, a.value, subjects)
+        if fp32:
+            return False
+        found = found or parameters
+    return found
 
 
 def _helper_returns_parameters(ctx: "ModuleContext", params: cst.Call, subjects: Set[str], ctor: CallInfo) -> bool:
@@ -370,12 +535,26 @@ def master_wrapped(ctx: "ModuleContext", key: str, wrapper: Pattern[str] = MASTE
     return False
 
 
+#: the attributes that name one parameter tensor of a module (`conv.weight`, `head.bias`)
+_ONE_TENSOR = ("weight", "bias")
+
+
 def freezes(ctx: "ModuleContext") -> bool:
-    """`p.requires_grad = False` or `.requires_grad_(False)` anywhere in the file."""
+    """`p.requires_grad = False` or `.requires_grad_(False)` anywhere in the file. Freezing
+    one tensor named by its attribute (`self.whiten.weight.requires_grad = False`,
+    `conv.bias.requires_grad_(False)`: a fixed whitening filter, a bias left at zero) is not a
+    frozen base: it leaves no room for fp32 trainable parts, the rest still trains (one in a
+    loop, `for layer in layers: layer.weight.requires_grad = False`, freezes many)."""
     for a in ctx.assignments:
         if a.target.endswith("requires_grad") and literal_bool(a.value) is False:
+            parts = a.target.split(".")
+            if len(parts) >= 3 and parts[-2] in _ONE_TENSOR and not any(f.kind == "loop" for f in a.path):
+                continue
             return True
     for call in ctx.method_calls("requires_grad_"):
         if literal_bool(call.arg(0, "requires_grad")) is False:
+            parts = (call.receiver_dotted or "").split(".")
+            if len(parts) >= 2 and parts[-1] in _ONE_TENSOR and not any(f.kind == "loop" for f in call.path):
+                continue
             return True
     return False
