@@ -87,8 +87,12 @@ class HalfModelTraining(Rule):
     (only `.parameters()` of the converted object count as evidence), for
     master-weight schemes (the optimizer gets fp32 copies, or is handed to
     apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed, positionally, by
-    keyword or in a tuple), for files that
-    freeze parameters (trainable adapters may be fp32), when the name is
+    keyword or in a tuple), for a cast module that is frozen, in part or
+    whole or through a module holding it (`requires_grad_(False)`, `for p in
+    m.parameters(): p.requires_grad = False`: trainable adapters may be fp32),
+    and for files whose freezes cannot be tied to a module (a helper freezing
+    what it is passed); freezing another module only (a frozen loss network
+    cast with the trained one) does not silence it. Silent also when the name is
     rebound (`model = get_peft_model(model, config)`) on every path from the
     cast to the optimizer's constructor (a rebind behind a flag, `if
     args.use_peft: model = get_peft_model(model, cfg)`, leaves the path where
@@ -378,6 +382,38 @@ optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
 """,
             "a whole base frozen in a loop (not one named tensor): the trained head is another module",
         ),
+        Valid(
+            """
+import torch
+weight_dtype = torch.float16 if args.mixed_precision == "fp16" else torch.float32
+disc = Discriminator().cuda()
+disc.backbone.requires_grad_(False)
+optimizer = torch.optim.AdamW(disc.parameters(), lr=1e-4)
+disc.to(dtype=weight_dtype)
+for batch in loader:
+    disc(batch).mean().backward()
+    optimizer.step()
+""",
+            "part of the cast module is frozen: its trainable parts may be kept fp32",
+        ),
+        Valid(
+            """
+import torch
+
+
+def freeze(module):
+    for p in module.parameters():
+        p.requires_grad = False
+
+
+model = Net().cuda()
+freeze(model.encoder)
+model.half()
+model.head.float()
+optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, model.parameters()), lr=1e-4)
+""",
+            "a helper freezes what its caller passes: which module cannot be told, the file freezes",
+        ),
     ]
 
     INVALID = [
@@ -575,6 +611,27 @@ train(net, loader)
 """,
             line=16,
             why="the class casts its own submodules in `__init__`; the file's only call of `train` passes an instance",
+        ),
+        Invalid(
+            """
+import torch
+weight_dtype = torch.float32
+if accelerator.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+net = Net().cuda()
+net.train()
+clip_model = load_clip().cuda()
+clip_model.requires_grad_(False)
+optimizer = torch.optim.AdamW(net.parameters(), lr=5e-6)
+net.to(dtype=weight_dtype)
+clip_model.to(dtype=weight_dtype)
+for batch in loader:
+    loss = (clip_model(net(batch)) - 1).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+""",
+            line=10,
+            why="only another module (a frozen loss network) is frozen: the trained `net` is cast with it",
         ),
     ]
 

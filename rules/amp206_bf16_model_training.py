@@ -128,7 +128,9 @@ class Bf16ModelTraining(Rule):
 
     As in AMP201: silent for inference copies (`model.bfloat16().eval()`),
     for casts undone (`.bfloat16().float()`, a later `model.float()`), for
-    files that freeze parameters (trainable adapters may be fp32), when the
+    a cast module frozen in part or whole, or files whose freezes cannot be
+    tied to a module (trainable adapters may be fp32; one named tensor
+    frozen, `conv.weight.requires_grad = False`, is no frozen base), when the
     name is rebound on every path from the cast to the optimizer
     (`model = get_peft_model(model, config)`: PEFT upcasts bf16 LoRA
     adapters to fp32 by default, `autocast_adapter_dtype=True`);

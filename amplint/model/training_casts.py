@@ -65,14 +65,17 @@ def trained_casts(
     counts (default: `dtype` among them); `wrapper`: callees that keep fp32 master weights for
     an optimizer handed to them."""
     ctors = [c for c in ctx.calls if c.qualname and optimizer(c.qualname)]
-    if not ctors or freezes(ctx):
+    if not ctors:
         return
+    frozen = frozen_modules(ctx)
     chosen = choice_casts(ctx, choice or (lambda found: dtype in found), dtype)
     casts = [c for c in ctx.low_precision_casts if c.dtype == dtype] + chosen
     for cast in casts:
         if not_a_training_conversion(ctx, cast):
             continue
         subjects = cast_subjects(ctx, cast)
+        if _frozen_around(frozen, subjects):
+            continue  # a frozen base, or part of it: its trainable parts (adapters, a new head) may be fp32
         found = None
         for ctor in ctors:
             key = _assigned_key(ctx, ctor)
@@ -540,21 +543,75 @@ _ONE_TENSOR = ("weight", "bias")
 
 
 def freezes(ctx: "ModuleContext") -> bool:
-    """`p.requires_grad = False` or `.requires_grad_(False)` anywhere in the file. Freezing
-    one tensor named by its attribute (`self.whiten.weight.requires_grad = False`,
-    `conv.bias.requires_grad_(False)`: a fixed whitening filter, a bias left at zero) is not a
-    frozen base: it leaves no room for fp32 trainable parts, the rest still trains (one in a
-    loop, `for layer in layers: layer.weight.requires_grad = False`, freezes many)."""
+    """`p.requires_grad = False` or `.requires_grad_(False)` anywhere in the file (a freeze of
+    one named tensor aside, `frozen_modules`)."""
+    return bool(frozen_modules(ctx))
+
+
+def frozen_modules(ctx: "ModuleContext") -> List[Optional[str]]:
+    """What the file freezes (`p.requires_grad = False`, `.requires_grad_(False)`): the module
+    frozen (`net_clip` for `net_clip.requires_grad_(False)`, `model` for `for p in
+    model.parameters(): p.requires_grad = False`), None where it cannot be told (a freeze of
+    something else). Freezing one tensor named by its attribute (`self.whiten.weight.
+    requires_grad = False`, `conv.bias.requires_grad_(False)`: a fixed whitening filter, a bias
+    left at zero) is left out: it leaves no room for fp32 trainable parts, the rest still trains
+    (one in a loop, `for layer in layers: layer.weight.requires_grad = False`, freezes many)."""
+    out: List[Optional[str]] = []
     for a in ctx.assignments:
         if a.target.endswith("requires_grad") and literal_bool(a.value) is False:
             parts = a.target.split(".")
             if len(parts) >= 3 and parts[-2] in _ONE_TENSOR and not any(f.kind == "loop" for f in a.path):
                 continue
-            return True
+            out.append(_frozen_owner(ctx, a.node, ".".join(parts[:-1]), a.scope) if len(parts) >= 2 else None)
     for call in ctx.method_calls("requires_grad_"):
         if literal_bool(call.arg(0, "requires_grad")) is False:
             parts = (call.receiver_dotted or "").split(".")
             if len(parts) >= 2 and parts[-1] in _ONE_TENSOR and not any(f.kind == "loop" for f in call.path):
                 continue
+            out.append(_frozen_owner(ctx, call.node, call.receiver_dotted, call.scope) if call.receiver_dotted else None)
+    return out
+
+
+def _frozen_owner(ctx: "ModuleContext", node: cst.CSTNode, name: Optional[str], scope: Scope) -> Optional[str]:
+    """The module whose parameters a freeze of `name` reaches: `name` itself, or for the target
+    of an enclosing `for name in X.parameters()` / `for n, name in X.named_parameters()` (also
+    `.modules()`, `.children()`), `X`; None for another loop variable, a name from elsewhere,
+    or a parameter of a helper (`def freeze(m): m.requires_grad_(False)`: any module of its
+    callers)."""
+    if not name or ctx.imports.is_imported(name.split(".")[0]):
+        return None
+    head = name.split(".")[0]
+    current = ctx.parent(node)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+        if isinstance(current, cst.For):
+            targets = [current.target] if isinstance(current.target, cst.Name) else [
+                e.value for e in current.target.elements
+            ] if isinstance(current.target, (cst.Tuple, cst.List)) else []
+            if any(isinstance(t, cst.Name) and t.value == head for t in targets):
+                it = current.iter
+                if (
+                    "." not in name and isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute)
+                    and it.func.attr.value in ("parameters", "named_parameters", "modules", "children", "named_modules", "named_children")
+                ):
+                    owner = dotted_name(it.func.value)
+                    return owner if owner and _local_module(ctx, owner, scope) else None
+                return None
+        current = ctx.parent(current)
+    return name if _local_module(ctx, name, scope) else None
+
+
+def _local_module(ctx: "ModuleContext", name: str, scope: Scope) -> bool:
+    head = name.split(".")[0]
+    return not ctx.imports.is_imported(head) and (head == "self" or head not in scope.params)
+
+
+def _frozen_around(frozen: List[Optional[str]], subjects: Set[str]) -> bool:
+    """A freeze that may reach the cast module: one of unknown reach, or of a subject, of a
+    module holding it, or of a part of it (`net.backbone` for `net`)."""
+    for f in frozen:
+        if f is None:
             return True
+        for s in subjects:
+            if f == s or s.startswith(f + ".") or f.startswith(s + "."):
+                return True
     return False
