@@ -62,7 +62,8 @@ class HalfModelTraining(Rule):
 
     The cast may be made by a builder of the same file: a module-level
     function every `return` of which hands back the cast module (`def
-    make_net(): net = net.half().cuda(); ...; return net`), or the `__init__`
+    make_net(): net = net.half().cuda(); ...; return net`, or `return
+    net.half()`), or the `__init__`
     of a class that casts itself (`for mod in self.modules(): mod.half()`);
     the optimizer is then built on a local bound to its result (`model =
     make_net()`, `torch.compile(CifarNet().cuda())`), or on a parameter of
@@ -346,6 +347,21 @@ def main(loader):
         Valid(
             """
 import torch
+
+
+def build(cfg):
+    return Net(cfg).cuda().half().eval()
+
+
+teacher = build(cfg)
+student = Net(cfg).cuda()
+optimizer = torch.optim.Adam(student.parameters(), lr=1e-3)
+""",
+            "an inference builder (`.half().eval()`), and the optimizer is another module's",
+        ),
+        Valid(
+            """
+import torch
 from torch import nn
 
 
@@ -582,6 +598,21 @@ def main(loader, lr):
         Invalid(
             """
 import torch
+
+
+def build(cfg):
+    return Net(cfg).cuda().half()
+
+
+model = build(cfg)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+""",
+            line=5,
+            why="the builder returns the cast itself",
+        ),
+        Invalid(
+            """
+import torch
 from torch import nn
 
 
@@ -639,7 +670,7 @@ for batch in loader:
         from amplint.model import trained_casts
 
         for found in trained_casts(ctx, "fp16"):
-            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen)
+            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen, built=found.built)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """An optimizer built on a module that another file made fp16 (a builder, a loader,
@@ -684,7 +715,7 @@ for batch in loader:
             yield project.diagnostic(self, cast, message, data=data, related=tuple(related),
                                      help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
 
-    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False) -> Diagnostic:
+    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False, built: bool = False) -> Diagnostic:
         from amplint.model import describe_cast, literal_number
 
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
@@ -703,4 +734,5 @@ for batch in loader:
             "subject": cast.subject,
             "snippet": ctx.code_for(ctor.node),  # the optimizer's constructor, which the verifier runs
         }
-        return ctx.diagnostic(self, cast.call.node, message, data=data, help=help)
+        related = (ctx.related(ctor.node, "the optimizer is built on its result here"),) if built else ()
+        return ctx.diagnostic(self, cast.call.node, message, data=data, help=help, related=related)

@@ -50,6 +50,7 @@ class TrainedCast:
     cast: LowPrecisionCast
     ctor: CallInfo
     chosen: bool  # the dtype is picked at run time among literals, `dtype` one of them
+    built: bool = False  # the cast is a builder's (`make_net()`), the optimizer built on its result elsewhere
 
 
 def trained_casts(
@@ -82,10 +83,12 @@ def trained_casts(
             if _updates(ctx, cast, subjects, ctor, key, wrapper):
                 found = ctor
                 break
-        if found is None:
-            found = _built_and_updated(ctx, cast, subjects, ctors, wrapper)
         if found is not None:
             yield TrainedCast(cast, found, cast in chosen)
+            continue
+        found = _built_and_updated(ctx, cast, subjects, ctors, wrapper)
+        if found is not None:
+            yield TrainedCast(cast, found, cast in chosen, built=True)
 
 
 def _updates(
@@ -110,10 +113,15 @@ def _updates(
     return True
 
 
+#: methods after which a module is still the one cast (its own parameters, their dtype kept)
+_KEEPING = frozenset(("cuda", "cpu", "to", "train", "half", "bfloat16", "type"))
+
+
 def _builder(ctx: "ModuleContext", cast: LowPrecisionCast, subjects: Set[str]) -> Optional[Scope]:
     """The scope that builds the cast module for its callers: a module-level function every
     `return` of which hands back a cast subject (`def make_net(): net = net.half(); ...; return
-    net`), or the `__init__` of a class that casts `self` (its instances are the cast module)."""
+    net`) or the cast itself (`return net.cuda().half()`), or the `__init__` of a class that
+    casts `self` (its instances are the cast module)."""
     scope = cast.call.scope
     if scope.is_module or scope.parent is None:
         return None
@@ -122,8 +130,18 @@ def _builder(ctx: "ModuleContext", cast: LowPrecisionCast, subjects: Set[str]) -
     if not scope.parent.is_module or scope.generator or not scope.returns:
         return None
     for value, _ in scope.returns:
-        if value is None or _chain_root(ctx, value) not in subjects or isinstance(value, cst.Call):
+        if value is None:
             return None
+        chain = list(call_chain(value))
+        has_cast = any(c is cast.call.node for c in chain)
+        if not has_cast and _chain_root(ctx, value) not in subjects:
+            return None
+        for c in chain:
+            if c is cast.call.node:
+                break  # what comes inside the cast is cast with it
+            method = c.func.attr.value if isinstance(c.func, cst.Attribute) else None
+            if method not in _KEEPING or fp32_cast(ctx, c):
+                return None  # `return net.float()`, `return net.eval()`: not the module as cast
     return scope
 
 
