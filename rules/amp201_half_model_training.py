@@ -55,7 +55,24 @@ class HalfModelTraining(Rule):
 
     ## Notes
     The parameters may reach the optimizer through a function of the same
-    file that returns its argument's `.parameters()` (`Adam(trainable(model))`).
+    file that returns its argument's `.parameters()` (`Adam(trainable(model))`),
+    or through param groups whose `params` are names bound to them
+    (`norm = [p for k, p in model.named_parameters() if "norm" in k]`, then
+    `SGD([dict(params=norm, lr=lr_b), dict(params=other)])`).
+
+    The cast may be made by a builder of the same file: a module-level
+    function every `return` of which hands back the cast module (`def
+    make_net(): net = net.half().cuda(); ...; return net`, or `return
+    net.half()`), or the `__init__`
+    of a class that casts itself (`for mod in self.modules(): mod.half()`);
+    the optimizer is then built on a local bound to its result (`model =
+    make_net()`, `torch.compile(CifarNet().cuda())`), or on a parameter of
+    the optimizer's function that every call of it in the file passes such a
+    local. Putting the norm layers back to float (`for mod in net.modules():
+    if isinstance(mod, BatchNorm): mod.float()`) leaves the conv and linear
+    weights fp16: still flagged; a whole `net.float()` after the cast is not.
+    Freezing one tensor named by its attribute (`net[0].weight.requires_grad
+    = False`, a fixed whitening filter) is not a frozen base.
 
     A cast whose dtype is picked at run time among literals the file spells,
     float16 one of them (`weight_dtype = torch.float16 if args.fp16 else
@@ -71,8 +88,12 @@ class HalfModelTraining(Rule):
     (only `.parameters()` of the converted object count as evidence), for
     master-weight schemes (the optimizer gets fp32 copies, or is handed to
     apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed, positionally, by
-    keyword or in a tuple), for files that
-    freeze parameters (trainable adapters may be fp32), when the name is
+    keyword or in a tuple), for a cast module that is frozen, in part or
+    whole or through a module holding it (`requires_grad_(False)`, `for p in
+    m.parameters(): p.requires_grad = False`: trainable adapters may be fp32),
+    and for files whose freezes cannot be tied to a module (a helper freezing
+    what it is passed); freezing another module only (a frozen loss network
+    cast with the trained one) does not silence it. Silent also when the name is
     rebound (`model = get_peft_model(model, config)`) on every path from the
     cast to the optimizer's constructor (a rebind behind a flag, `if
     args.use_peft: model = get_peft_model(model, cfg)`, leaves the path where
@@ -302,6 +323,113 @@ def train(model, dtype, loader):
 """,
             "a dtype handed in by the caller: no candidate the file spells",
         ),
+        Valid(
+            """
+import torch
+from torch import nn
+
+
+def make_net():
+    net = nn.Sequential(nn.Conv2d(3, 24, 2), nn.BatchNorm2d(24), nn.Flatten(), nn.LazyLinear(10))
+    net = net.half().cuda()
+    return net.float()
+
+
+def main(loader):
+    model = make_net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+""",
+            "a builder that casts and hands back an fp32 module (`return net.float()`)",
+        ),
+        Valid(
+            """
+import torch
+
+
+def build(cfg):
+    return Net(cfg).cuda().half().eval()
+
+
+teacher = build(cfg)
+student = Net(cfg).cuda()
+optimizer = torch.optim.Adam(student.parameters(), lr=1e-3)
+""",
+            "an inference builder (`.half().eval()`), and the optimizer is another module's",
+        ),
+        Valid(
+            """
+import torch
+from torch import nn
+
+
+def make_net():
+    net = nn.Sequential(nn.Conv2d(3, 24, 2), nn.BatchNorm2d(24))
+    net = net.half().cuda()
+    return net
+
+
+def main(loader):
+    teacher = make_net().eval()
+    student = nn.Sequential(nn.Conv2d(3, 24, 2)).cuda()
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    for x in loader:
+        loss = (student(x) - teacher(x.half()).float()).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+""",
+            "the builder's fp16 module is an inference teacher; the optimized student is another module",
+        ),
+        Valid(
+            """
+import torch
+from torch import nn
+model = nn.Sequential(nn.Conv2d(3, 24, 2), nn.BatchNorm2d(24)).cuda()
+for m in model.modules():
+    if isinstance(m, nn.BatchNorm2d):
+        m.float()
+for p in model.parameters():
+    p.requires_grad = False
+model.half()
+head = nn.Linear(24, 10).cuda()
+optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+""",
+            "a whole base frozen in a loop (not one named tensor): the trained head is another module",
+        ),
+        Valid(
+            """
+import torch
+weight_dtype = torch.float16 if args.mixed_precision == "fp16" else torch.float32
+disc = Discriminator().cuda()
+disc.backbone.requires_grad_(False)
+optimizer = torch.optim.AdamW(disc.parameters(), lr=1e-4)
+disc.to(dtype=weight_dtype)
+for batch in loader:
+    disc(batch).mean().backward()
+    optimizer.step()
+""",
+            "part of the cast module is frozen: its trainable parts may be kept fp32",
+        ),
+        Valid(
+            """
+import torch
+
+
+def freeze(module):
+    for p in module.parameters():
+        p.requires_grad = False
+
+
+model = Net().cuda()
+freeze(model.encoder)
+model.half()
+model.head.float()
+optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, model.parameters()), lr=1e-4)
+""",
+            "a helper freezes what its caller passes: which module cannot be told, the file freezes",
+        ),
     ]
 
     INVALID = [
@@ -438,13 +566,111 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             line=4,
             why="the PEFT rebind is behind a flag: without it the fp16 model itself reaches the optimizer",
         ),
+        Invalid(
+            """
+import torch
+from torch import nn
+
+
+def make_net():
+    net = nn.Sequential(nn.Conv2d(3, 24, 2, bias=True), nn.BatchNorm2d(24), nn.Flatten(), nn.LazyLinear(10))
+    net[0].weight.requires_grad = False
+    net = net.half().cuda()
+    for mod in net.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.float()
+    return net
+
+
+def main(loader, lr):
+    model = make_net()
+    norm = [p for k, p in model.named_parameters() if "1." in k and p.requires_grad]
+    other = [p for k, p in model.named_parameters() if "1." not in k and p.requires_grad]
+    groups = [dict(params=norm, lr=lr * 64), dict(params=other, lr=lr)]
+    optimizer = torch.optim.SGD(groups, momentum=0.9, nesterov=True)
+    for x, y in loader:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+""",
+            line=8,
+            why="a builder of the file casts the whole net (its BatchNorm put back to float: the conv and linear weights stay fp16)",
+        ),
+        Invalid(
+            """
+import torch
+
+
+def build(cfg):
+    return Net(cfg).cuda().half()
+
+
+model = build(cfg)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+""",
+            line=5,
+            why="the builder returns the cast itself",
+        ),
+        Invalid(
+            """
+import torch
+from torch import nn
+
+
+class CifarNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.whiten = nn.Conv2d(3, 24, 2)
+        self.whiten.weight.requires_grad = False
+        self.norm = nn.BatchNorm2d(24)
+        self.head = nn.Linear(24, 10, bias=False)
+        for mod in self.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.float()
+            else:
+                mod.half()
+
+
+def train(model, loader):
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    for x, y in loader:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+net = torch.compile(CifarNet().cuda())
+train(net, loader)
+""",
+            line=16,
+            why="the class casts its own submodules in `__init__`; the file's only call of `train` passes an instance",
+        ),
+        Invalid(
+            """
+import torch
+weight_dtype = torch.float32
+if accelerator.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+net = Net().cuda()
+net.train()
+clip_model = load_clip().cuda()
+clip_model.requires_grad_(False)
+optimizer = torch.optim.AdamW(net.parameters(), lr=5e-6)
+net.to(dtype=weight_dtype)
+clip_model.to(dtype=weight_dtype)
+for batch in loader:
+    loss = (clip_model(net(batch)) - 1).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+""",
+            line=10,
+            why="only another module (a frozen loss network) is frozen: the trained `net` is cast with it",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         from amplint.model import trained_casts
 
         for found in trained_casts(ctx, "fp16"):
-            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen)
+            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen, built=found.built)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """An optimizer built on a module that another file made fp16 (a builder, a loader,
@@ -489,7 +715,7 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             yield project.diagnostic(self, cast, message, data=data, related=tuple(related),
                                      help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
 
-    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False) -> Diagnostic:
+    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False, built: bool = False) -> Diagnostic:
         from amplint.model import describe_cast, literal_number
 
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
@@ -508,4 +734,5 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             "subject": cast.subject,
             "snippet": ctx.code_for(ctor.node),  # the optimizer's constructor, which the verifier runs
         }
-        return ctx.diagnostic(self, cast.call.node, message, data=data, help=help)
+        related = (ctx.related(ctor.node, "the optimizer is built on its result here"),) if built else ()
+        return ctx.diagnostic(self, cast.call.node, message, data=data, help=help, related=related)

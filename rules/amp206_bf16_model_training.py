@@ -128,7 +128,9 @@ class Bf16ModelTraining(Rule):
 
     As in AMP201: silent for inference copies (`model.bfloat16().eval()`),
     for casts undone (`.bfloat16().float()`, a later `model.float()`), for
-    files that freeze parameters (trainable adapters may be fp32), when the
+    a cast module frozen in part or whole, or files whose freezes cannot be
+    tied to a module (trainable adapters may be fp32; one named tensor
+    frozen, `conv.weight.requires_grad = False`, is no frozen base), when the
     name is rebound on every path from the cast to the optimizer
     (`model = get_peft_model(model, config)`: PEFT upcasts bf16 LoRA
     adapters to fp32 by default, `autocast_adapter_dtype=True`);
@@ -136,8 +138,11 @@ class Bf16ModelTraining(Rule):
     rebinds (their parameters are the model's). A dtype picked at run time
     among literals the file spells counts when bf16 is among them and
     float16 is not (with float16 among them it is AMP201's finding); a dtype
-    read from a config or handed in by a caller is not followed. Across
-    files, as AMP201: a builder, loader or `from_pretrained(...,
+    read from a config or handed in by a caller is not followed. As in
+    AMP201, the cast may be a builder's of the same file (`def
+    build_model(): ...; return model.to(torch.bfloat16)`, its result bound to a name,
+    or a class casting itself in `__init__`), with the optimizer built on
+    its result in another function. Across files, as AMP201: a builder, loader or `from_pretrained(...,
     torch_dtype=torch.bfloat16)` in another file, and a dtype picked by a
     project helper (`weight_dtype = utils.prepare_dtype(args)`).
 
@@ -281,9 +286,48 @@ def train(model, dtype, loader):
 """,
             "a dtype handed in by the caller: no candidate the file spells",
         ),
+        Valid(
+            """
+import torch
+
+
+def build_model(config):
+    model = GPT(config).cuda()
+    model = model.to(torch.bfloat16)
+    return model
+
+
+def main(config, loader):
+    model = build_model(config)
+    model = get_peft_model(model, lora_config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+""",
+            "the builder's bf16 model is rebound to a PEFT model before the optimizer",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+
+
+def build_model(config):
+    model = GPT(config).cuda()
+    model = model.to(torch.bfloat16)
+    return model
+
+
+def main(config, loader):
+    model = torch.compile(build_model(config))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for x, y in loader:
+        model(x, y).backward()
+        optimizer.step()
+""",
+            line=6,
+            why="a builder of the file returns the bf16 model the optimizer is built on",
+        ),
         Invalid(
             """
 import torch
@@ -351,7 +395,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
         if _fsdp_mixed_precision(ctx):
             return  # a bf16 module under an FSDP mixed-precision policy is AMP804's
         for found in trained_casts(ctx, "bf16", optimizer=_torch_optimizer, choice=_bf16_choice, wrapper=_WRAPPER):
-            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen)
+            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen, built=found.built)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """An optimizer built on a module that another file made bf16 (a builder, a loader, a
@@ -397,7 +441,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
             }
             yield project.diagnostic(self, ProjectCall(found.path, found.qual, record), message, data=data, related=tuple(related), help=_HELP)
 
-    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False) -> Diagnostic:
+    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False, built: bool = False) -> Diagnostic:
         from amplint.model import describe_cast, literal_number
 
         opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
@@ -415,7 +459,8 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
             "subject": cast.subject,
             "snippet": ctx.code_for(ctor.node),  # the optimizer's constructor, which the verifier runs
         }
-        return ctx.diagnostic(self, cast.call.node, message, data=data, help=_HELP)
+        related = (ctx.related(ctor.node, "the optimizer is built on its result here"),) if built else ()
+        return ctx.diagnostic(self, cast.call.node, message, data=data, help=_HELP, related=related)
 
 
 def _fsdp_mixed_precision(ctx: ModuleContext) -> bool:

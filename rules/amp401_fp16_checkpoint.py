@@ -95,9 +95,14 @@ class Fp16Checkpoint(Rule):
     Also flags a checkpoint dict that holds an optimizer's `state_dict()` (a
     checkpoint to resume from) and stores the model as a module cast to fp16
     right there (`"model": deepcopy(model).half()`): resuming loads the
-    rounded weights and trains on from them. One finding per dict, at its
-    first save, with its other saves as related sites. Silent for an fp16
-    module saved without optimizer state (an export).
+    rounded weights and trains on from them; also for a state dict cast
+    entry by entry (`state_dict = {k: v.half().cpu() for k, v in
+    model.state_dict().items()}`, then `{"model": state_dict, "optimizer":
+    optimizer.state_dict()}`). The save may be `torch.save` or a helper
+    named for saving that is given the dict (`save_checkpoint(ckpt, is_best,
+    save_dir)`). One finding per dict, at its first save, with
+    its other saves as related sites. Silent for an fp16 module or state dict
+    saved without optimizer state (an export).
 
     Across files (the project model): also flags `torch.save` of the
     `state_dict()` of a model that another file made fp16 -- a builder that
@@ -232,6 +237,39 @@ class Trainer:
         loss.backward()
 """,
             "a bf16 model round-tripped through fp16 keeps every value (bf16's 8 bits fit in fp16's 11)",
+        ),
+        Valid(
+            """
+import torch
+
+def export(model, path):
+    state_dict = {k: v.half().cpu() for k, v in model.state_dict().items()}
+    torch.save({"model": state_dict, "config": model.config}, path)
+""",
+            "a state dict cast entry by entry and saved without optimizer state: an export",
+        ),
+        Valid(
+            """
+import torch
+
+def checkpoint(model, optimizer, path):
+    state_dict = {k: v.cpu() for k, v in model.state_dict().items()}
+    torch.save({"model": state_dict, "optimizer": optimizer.state_dict()}, path)
+""",
+            "a state dict moved entry by entry, not cast: fp32 weights",
+        ),
+        Valid(
+            """
+from copy import deepcopy
+from .utils import save_checkpoint
+
+class Trainer:
+    def after_epoch(self):
+        self.optimizer.step()
+        ckpt = {"model": deepcopy(self.model).half(), "names": self.names}
+        save_checkpoint(ckpt, self.is_best, self.save_dir)
+""",
+            "a helper saves an fp16 copy without optimizer state: an export",
         ),
     ]
 
@@ -372,6 +410,34 @@ def train(model, optimizer, loader, path):
             line=8,
             why="`torch.save` between the casts: one finding, at the cast, with the save as a related site",
         ),
+        Invalid(
+            """
+import torch
+
+def lm_checkpoint(model, optimizer, epoch, path):
+    state_dict = model.state_dict()
+    state_dict = {k: v.half().cpu() for k, v in state_dict.items()}
+    torch.save(state_dict, path + ".weights")
+    resume = {"model": state_dict, "optimizer": optimizer.state_dict(), "epoch": epoch}
+    torch.save(resume, path + ".resume")
+""",
+            line=8,
+            why="a resume checkpoint holding a state dict cast to fp16 entry by entry",
+        ),
+        Invalid(
+            """
+from copy import deepcopy
+from .utils import save_checkpoint
+
+class Trainer:
+    def after_epoch(self):
+        self.optimizer.step()
+        ckpt = {"model": deepcopy(self.model).half(), "optimizer": self.optimizer.state_dict(), "epoch": self.epoch}
+        save_checkpoint(ckpt, self.is_best, self.save_dir, model_name="last_ckpt")
+""",
+            line=8,
+            why="the resume checkpoint is written by a project helper named for saving",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -401,7 +467,7 @@ def train(model, optimizer, loader, path):
                 continue
             yield self._diagnostic(ctx, save, model, cast)
         if not found:
-            yield from self._fp16_copies(ctx, casts, saves)
+            yield from self._fp16_copies(ctx, casts, saves + _helper_saves(ctx, covered))
 
     def _fp16_copies(self, ctx: ModuleContext, casts, saves: List[CallInfo]) -> Iterator[Diagnostic]:
         """A resume checkpoint (it holds an optimizer's state) that stores the model as an fp16
@@ -421,6 +487,8 @@ def train(model, optimizer, loader, path):
         for key, found in by_dict.items():
             save, copy = found[0], ctx.code_for(copies[key])
             message = f"This resume checkpoint saves `{copy}`: a resumed run trains on from fp16-rounded weights"
+            if not any(w in copy for w in ("half", "float16", "fp16")):  # `"model": state_dict`, cast on an earlier line
+                message = f"This resume checkpoint saves `{copy}`, cast to fp16: a resumed run trains on from rounded weights"
             related = [ctx.related(other.node, "also saved") for other in found[1:]]
             data = {"snippet": ctx.code_for(save.node), "model": copy, "dtype": "fp16"}
             cast = _assigned(ctx, copies[key], save)
@@ -648,15 +716,55 @@ def _assigned(ctx: ModuleContext, value: Optional[cst.CSTNode], save: CallInfo) 
 
 
 def _cast_chain(ctx: ModuleContext, casts, node: Optional[cst.CSTNode]) -> bool:
-    """Whether `node` is a method chain with an fp16 cast in it (`deepcopy(m).half().to(memory_format=...)`)."""
+    """Whether `node` is a method chain with an fp16 cast in it (`deepcopy(m).half().to(memory_format=...)`),
+    or a state dict cast entry by entry (`{k: v.half().cpu() for k, v in sd.items()}`: each
+    value of an `.items()` loop cast to fp16)."""
     import libcst as cst
 
+    if isinstance(node, cst.DictComp):
+        loop = node.for_in
+        target = loop.target
+        names = [e.value for e in target.elements] if isinstance(target, cst.Tuple) else []
+        it = loop.iter
+        if (
+            loop.inner_for_in is None and len(names) == 2 and isinstance(names[1], cst.Name)
+            and isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value == "items"
+            and _chain_root_name(node.value) == names[1].value
+        ):
+            node = node.value
+        else:
+            return False
     while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
         info = ctx.call_info(node)
         if info is not None and any(c.call is info for c in casts):
             return True
         node = node.func.value
     return False
+
+
+def _helper_saves(ctx: ModuleContext, covered) -> List[CallInfo]:
+    """Calls named for saving other than `torch.save` that are given a local name first
+    (`save_checkpoint(ckpt, is_best, save_dir)`): a project helper writing the checkpoint dict."""
+    import libcst as cst
+
+    out = []
+    for call in ctx.calls:
+        last = (call.dotted or call.method or "").rsplit(".", 1)[-1].lower()
+        if "save" not in last or "torch.save" in call.qualnames or id(call.node) in covered:
+            continue
+        first = call.node.args[0] if call.node.args else None
+        if first is not None and first.keyword is None and not first.star and isinstance(first.value, cst.Name):
+            out.append(call)
+    return out
+
+
+def _chain_root_name(node: cst.CSTNode) -> Optional[str]:
+    """`v` for `v.half().cpu()`."""
+    import libcst as cst
+
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        node = node.func.value
+    return node.value if isinstance(node, cst.Name) else None
 
 
 def _fp16_cast(ctx: ModuleContext, casts, save: CallInfo, receiver: Optional[str], node: cst.Call):

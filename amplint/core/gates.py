@@ -715,14 +715,16 @@ _SAVE_CALL = re.compile(rb"\b(?:def\s+)?\w*save\w*\s*\(")
 def fp16_checkpoint_io(source: str) -> bool:
     """AMP401's gate: `torch.save` may be called, or a call named for saving (not a `def`, not in
     prose) sits in a file that trains (`x.backward(`, `x.step(`) and may cast a model back
-    (`.float(`, `.to(`, `.type(`) after casting it to fp16 for the save."""
+    (`.float(`, `.to(`, `.type(`) after casting it to fp16 for the save, or that takes a
+    `state_dict(` and calls `.half(` (a resume checkpoint handed to a `save_checkpoint(ckpt)` helper)."""
     if torch_save_called(source):
         return True
     data = source.encode("utf-8", "surrogatepass")
     if not (_method_called(data, b"backward") or _method_called(data, b"step")):
         return False
     if not (_method_called(data, b"float") or _method_called(data, b"to") or _method_called(data, b"type")):
-        return False
+        if not (_method_called(data, b"half") and _method_called(data, b"state_dict")):
+            return False
     return any(not m.group().startswith(b"def") and not _in_prose_bytes(data, m.start()) for m in _SAVE_CALL.finditer(data))
 
 

@@ -50,6 +50,7 @@ class TrainedCast:
     cast: LowPrecisionCast
     ctor: CallInfo
     chosen: bool  # the dtype is picked at run time among literals, `dtype` one of them
+    built: bool = False  # the cast is a builder's (`make_net()`), the optimizer built on its result elsewhere
 
 
 def trained_casts(
@@ -65,19 +66,29 @@ def trained_casts(
     counts (default: `dtype` among them); `wrapper`: callees that keep fp32 master weights for
     an optimizer handed to them."""
     ctors = [c for c in ctx.calls if c.qualname and optimizer(c.qualname)]
-    if not ctors or freezes(ctx):
+    if not ctors:
         return
+    frozen = frozen_modules(ctx)
     chosen = choice_casts(ctx, choice or (lambda found: dtype in found), dtype)
     casts = [c for c in ctx.low_precision_casts if c.dtype == dtype] + chosen
     for cast in casts:
         if not_a_training_conversion(ctx, cast):
             continue
         subjects = cast_subjects(ctx, cast)
+        if _frozen_around(frozen, subjects):
+            continue  # a frozen base, or part of it: its trainable parts (adapters, a new head) may be fp32
+        found = None
         for ctor in ctors:
             key = _assigned_key(ctx, ctor)
             if _updates(ctx, cast, subjects, ctor, key, wrapper):
-                yield TrainedCast(cast, ctor, cast in chosen)
+                found = ctor
                 break
+        if found is not None:
+            yield TrainedCast(cast, found, cast in chosen)
+            continue
+        found = _built_and_updated(ctx, cast, subjects, ctors, wrapper)
+        if found is not None:
+            yield TrainedCast(cast, found, cast in chosen, built=True)
 
 
 def _updates(
@@ -100,6 +111,129 @@ def _updates(
     if key and master_wrapped(ctx, key, wrapper):
         return False
     return True
+
+
+#: methods after which a module is still the one cast (its own parameters, their dtype kept)
+_KEEPING = frozenset(("cuda", "cpu", "to", "train", "half", "bfloat16", "type"))
+
+
+def _builder(ctx: "ModuleContext", cast: LowPrecisionCast, subjects: Set[str]) -> Optional[Scope]:
+    """The scope that builds the cast module for its callers: a module-level function every
+    `return` of which hands back a cast subject (`def make_net(): net = net.half(); ...; return
+    net`) or the cast itself (`return net.cuda().half()`), or the `__init__` of a class that
+    casts `self` (its instances are the cast module)."""
+    scope = cast.call.scope
+    if scope.is_module or scope.parent is None:
+        return None
+    if scope.cls is not None:
+        return scope if scope.name == "__init__" and "self" in subjects and scope.parent.is_module else None
+    if not scope.parent.is_module or scope.generator or not scope.returns:
+        return None
+    for value, _ in scope.returns:
+        if value is None:
+            return None
+        chain = list(call_chain(value))
+        has_cast = any(c is cast.call.node for c in chain)
+        if not has_cast and _chain_root(ctx, value) not in subjects:
+            return None
+        for c in chain:
+            if c is cast.call.node:
+                break  # what comes inside the cast is cast with it
+            method = c.func.attr.value if isinstance(c.func, cst.Attribute) else None
+            if method not in _KEEPING or fp32_cast(ctx, c):
+                return None  # `return net.float()`, `return net.eval()`: not the module as cast
+    return scope
+
+
+def _built_by(ctx: "ModuleContext", value: cst.BaseExpression, builder: Scope) -> bool:
+    """`value` is the builder's result (`make_net(hyp)`, `CifarNet().cuda()`), methods chained
+    after it, maybe inside a wrapper that keeps its parameters (`torch.compile(CifarNet())`)."""
+    for _ in range(4):
+        if isinstance(value, cst.Call) and value.args and value.args[0].keyword is None and ctx.qualnames(value.func) & torchapi.PARAMETER_KEEPING_WRAPPERS:
+            value = value.args[0].value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not (ctx.qualnames(value.func) & torchapi.PARAMETER_KEEPING_WRAPPERS):
+            value = value.func.value
+    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name):
+        return False
+    if builder.cls is not None:
+        return value.func.value == builder.cls.name.value and not ctx.imports.is_imported(value.func.value)
+    info = ctx.call_info(value)
+    return info is not None and ctx.callee(info) is builder
+
+
+def _holding(ctx: "ModuleContext", name: str, scope: Scope, order: int, builder: Scope) -> Optional[int]:
+    """The order of the binding that makes the local `name` hold the builder's result at
+    `order` in `scope` (looking through `torch.compile(name)`-style wrappers that keep its
+    parameters), None if its last binding is anything else."""
+    bindings = [a for a in ctx.assignments_to(name) if a.scope is scope and a.order < order and not a.unpacked]
+    for a in sorted(bindings, key=lambda a: a.order, reverse=True):
+        if _kept_by_wrapper(ctx, a.value) == name or _chain_root(ctx, a.value) == name:
+            continue  # `model = torch.compile(model)`, `model = model.cuda()`: the same parameters
+        return a.order if _built_by(ctx, a.value, builder) else None
+    return None
+
+
+def _built_and_updated(
+    ctx: "ModuleContext", cast: LowPrecisionCast, subjects: Set[str], ctors: List[CallInfo], wrapper: Pattern[str]
+) -> Optional[CallInfo]:
+    """The first optimizer, in another scope than a builder's cast, built on the parameters of
+    what the builder returned: a local bound to its result (`model = make_net()`), or a
+    parameter of the optimizer's function that every call of it in the file passes such a local
+    (`main(run, model)` with `model = torch.compile(make_net())`)."""
+    builder = _builder(ctx, cast, subjects)
+    if builder is None or _reverted_later(ctx, subjects, cast.call):
+        return None
+    for ctor in ctors:
+        if ctor.scope is builder:
+            continue
+        held = {}
+        for a in ctx.assignments:
+            if a.scope is ctor.scope and not a.unpacked and "." not in a.target and a.order < ctor.order:
+                start = _holding(ctx, a.target, ctor.scope, ctor.order, builder)
+                if start is not None:
+                    held[a.target] = start
+        held.update({p: -1 for p in _parameters_passed_built(ctx, ctor.scope, builder)})
+        params = ctor.arg(0, "params")
+        for name, start in held.items():
+            if params is None or not _references_parameters(ctx, params, {name}, ctor):
+                continue
+            if _reverted_after(ctx, {name}, ctor.scope, start):
+                continue
+            key = _assigned_key(ctx, ctor)
+            if key and master_wrapped(ctx, key, wrapper):
+                continue
+            return ctor
+    return None
+
+
+def _parameters_passed_built(ctx: "ModuleContext", scope: Scope, builder: Scope) -> Set[str]:
+    """The parameters of a module-level function that every call of it in the file (one at
+    least) passes a local holding the builder's result, positionally or by keyword."""
+    if scope.cls is not None or scope.is_module or scope.parent is None or not scope.parent.is_module:
+        return set()
+    out: Optional[Set[str]] = None
+    for call in ctx.calls:
+        if call.method is not None or not isinstance(call.node.func, cst.Name) or call.node.func.value != scope.name:
+            continue
+        if ctx.callee(call) is not scope:
+            continue
+        passed = set()
+        for i, arg in enumerate(a for a in call.node.args if not a.star):
+            if not isinstance(arg.value, cst.Name):
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (scope.params[i] if i < len(scope.params) else None)
+            if param and _holding(ctx, arg.value.value, call.scope, call.order, builder) is not None:
+                passed.add(param)
+        out = passed if out is None else out & passed
+    return out or set()
+
+
+def _reverted_after(ctx: "ModuleContext", names: Set[str], scope: Scope, start: int) -> bool:
+    """`model.float()` in `scope` after the binding at `start`."""
+    return any(
+        call.scope is scope and call.order > start and fp32_cast(ctx, call.node) and _chain_root(ctx, call.node) in names
+        for call in ctx.calls
+    )
 
 
 def choice_casts(ctx: "ModuleContext", choice: Callable[[FrozenSet[str]], bool], dtype: str) -> List[LowPrecisionCast]:
@@ -166,7 +300,27 @@ def cast_subjects(ctx: "ModuleContext", cast: LowPrecisionCast) -> Set[str]:
         root = _chain_root(ctx, cast.call.node)
         if root:
             out.add(root)
+            whole = _looped_module(ctx, cast.call.node, root)
+            if whole:
+                out.add(whole)
     return out
+
+
+def _looped_module(ctx: "ModuleContext", node: cst.CSTNode, name: str) -> Optional[str]:
+    """`net` when `name` is the target of an enclosing `for name in net.modules():` (or
+    `.children()`): casting each submodule in place casts `net` (those an `isinstance` test
+    skips keep theirs, as `BatchNorm` put back to float does in a `.half()` model)."""
+    current = ctx.parent(node)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+        if isinstance(current, cst.For) and isinstance(current.target, cst.Name) and current.target.value == name:
+            it = current.iter
+            if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in ("modules", "children") and not it.args:
+                owner = dotted_name(it.func.value)
+                if owner and not ctx.imports.is_imported(owner.split(".")[0]):
+                    return owner
+            return None
+        current = ctx.parent(current)
+    return None
 
 
 def _outer_methods(ctx: "ModuleContext", node: cst.Call) -> List[Tuple[str, cst.Call]]:
@@ -248,7 +402,11 @@ def _references_parameters(ctx: "ModuleContext", params: cst.BaseExpression, sub
         a = assignment_before(ctx, params.value, ctor.scope, ctor.statement, ctor.order)
         if a is not None and not a.unpacked:
             parameters, fp32 = _refs(ctx, a.value, subjects)
-            return parameters and not fp32
+            if fp32:
+                return False
+            return parameters or _groups_reference(ctx, a.value, subjects, ctor)
+    if isinstance(params, (cst.List, cst.Tuple)):
+        return _groups_reference(ctx, params, subjects, ctor)
     return False
 
 
@@ -257,6 +415,34 @@ def references_parameters(ctx: "ModuleContext", params: cst.BaseExpression, subj
     not fp32 copies of them: in the expression, through a project helper returning them, or
     through the one name bound to them before the constructor."""
     return _references_parameters(ctx, params, subjects, ctor)
+
+
+def _groups_reference(ctx: "ModuleContext", value: cst.BaseExpression, subjects: Set[str], ctor: CallInfo) -> bool:
+    """Param groups whose `params` are names bound to the subjects' own parameters
+    (`norm_biases = [p for k, p in model.named_parameters() if "norm" in k]`, then
+    `SGD([dict(params=norm_biases, lr=lr_b), dict(params=other_params)])`): one level of names,
+    none of them bound to fp32 copies."""
+    if not isinstance(value, (cst.List, cst.Tuple)):
+        return False
+    names = []
+    for element in value.elements:
+        group = element.value
+        if isinstance(group, cst.Dict):
+            names += [e.value for e in group.elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString) and e.key.value.strip("'\"") == "params"]
+        elif isinstance(group, cst.Call) and dotted_name(group.func) == "dict":
+            names += [a.value for a in group.args if a.keyword is not None and a.keyword.value == "params"]
+    found = False
+    for name in names:
+        if not isinstance(name, cst.Name):
+            continue
+        a = assignment_before(ctx, name.value, ctor.scope, ctor.statement, ctor.order)
+        if a is None or a.unpacked:
+            continue
+        parameters, fp32 = _refs(ctx, a.value, subjects)
+        if fp32:
+            return False
+        found = found or parameters
+    return found
 
 
 def _helper_returns_parameters(ctx: "ModuleContext", params: cst.Call, subjects: Set[str], ctor: CallInfo) -> bool:
@@ -377,12 +563,80 @@ def master_wrapped(ctx: "ModuleContext", key: str, wrapper: Pattern[str] = MASTE
     return False
 
 
+#: the attributes that name one parameter tensor of a module (`conv.weight`, `head.bias`)
+_ONE_TENSOR = ("weight", "bias")
+
+
 def freezes(ctx: "ModuleContext") -> bool:
-    """`p.requires_grad = False` or `.requires_grad_(False)` anywhere in the file."""
+    """`p.requires_grad = False` or `.requires_grad_(False)` anywhere in the file (a freeze of
+    one named tensor aside, `frozen_modules`)."""
+    return bool(frozen_modules(ctx))
+
+
+def frozen_modules(ctx: "ModuleContext") -> List[Optional[str]]:
+    """What the file freezes (`p.requires_grad = False`, `.requires_grad_(False)`): the module
+    frozen (`net_clip` for `net_clip.requires_grad_(False)`, `model` for `for p in
+    model.parameters(): p.requires_grad = False`), None where it cannot be told (a freeze of
+    something else). Freezing one tensor named by its attribute (`self.whiten.weight.
+    requires_grad = False`, `conv.bias.requires_grad_(False)`: a fixed whitening filter, a bias
+    left at zero) is left out: it leaves no room for fp32 trainable parts, the rest still trains
+    (one in a loop, `for layer in layers: layer.weight.requires_grad = False`, freezes many)."""
+    out: List[Optional[str]] = []
     for a in ctx.assignments:
         if a.target.endswith("requires_grad") and literal_bool(a.value) is False:
-            return True
+            parts = a.target.split(".")
+            if len(parts) >= 3 and parts[-2] in _ONE_TENSOR and not any(f.kind == "loop" for f in a.path):
+                continue
+            out.append(_frozen_owner(ctx, a.node, ".".join(parts[:-1]), a.scope) if len(parts) >= 2 else None)
     for call in ctx.method_calls("requires_grad_"):
         if literal_bool(call.arg(0, "requires_grad")) is False:
+            parts = (call.receiver_dotted or "").split(".")
+            if len(parts) >= 2 and parts[-1] in _ONE_TENSOR and not any(f.kind == "loop" for f in call.path):
+                continue
+            out.append(_frozen_owner(ctx, call.node, call.receiver_dotted, call.scope) if call.receiver_dotted else None)
+    return out
+
+
+def _frozen_owner(ctx: "ModuleContext", node: cst.CSTNode, name: Optional[str], scope: Scope) -> Optional[str]:
+    """The module whose parameters a freeze of `name` reaches: `name` itself, or for the target
+    of an enclosing `for name in X.parameters()` / `for n, name in X.named_parameters()` (also
+    `.modules()`, `.children()`), `X`; None for another loop variable, a name from elsewhere,
+    or a parameter of a helper (`def freeze(m): m.requires_grad_(False)`: any module of its
+    callers)."""
+    if not name or ctx.imports.is_imported(name.split(".")[0]):
+        return None
+    head = name.split(".")[0]
+    current = ctx.parent(node)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+        if isinstance(current, cst.For):
+            targets = [current.target] if isinstance(current.target, cst.Name) else [
+                e.value for e in current.target.elements
+            ] if isinstance(current.target, (cst.Tuple, cst.List)) else []
+            if any(isinstance(t, cst.Name) and t.value == head for t in targets):
+                it = current.iter
+                if (
+                    "." not in name and isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute)
+                    and it.func.attr.value in ("parameters", "named_parameters", "modules", "children", "named_modules", "named_children")
+                ):
+                    owner = dotted_name(it.func.value)
+                    return owner if owner and _local_module(ctx, owner, scope) else None
+                return None
+        current = ctx.parent(current)
+    return name if _local_module(ctx, name, scope) else None
+
+
+def _local_module(ctx: "ModuleContext", name: str, scope: Scope) -> bool:
+    head = name.split(".")[0]
+    return not ctx.imports.is_imported(head) and (head == "self" or head not in scope.params)
+
+
+def _frozen_around(frozen: List[Optional[str]], subjects: Set[str]) -> bool:
+    """A freeze that may reach the cast module: one of unknown reach, or of a subject, of a
+    module holding it, or of a part of it (`net.backbone` for `net`)."""
+    for f in frozen:
+        if f is None:
             return True
+        for s in subjects:
+            if f == s or s.startswith(f + ".") or f.startswith(s + "."):
+                return True
     return False
