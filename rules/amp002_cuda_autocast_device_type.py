@@ -29,8 +29,15 @@ class CudaAutocastDeviceType(Rule):
     choices name it (`--device`, `default="cpu"`), a branch of a setup method
     (`elif accelerator == "cpu": self.device = torch.device("cpu")`).
 
+    Also, as a warning: an autocast whose `device_type` is a name bound to a
+    two-way mapping onto "cuda" or "cpu" (`device_type = "cuda" if
+    device.startswith("cuda") else "cpu"`) where the file binds that device to
+    the MPS (`device = "mps"` after an MPS probe): on a Mac the region is a CPU
+    autocast over MPS tensors. Reported at the mapping, once, with the regions
+    taking it as related locations.
+
     ## Why is this bad?
-    A CUDA autocast casts only CUDA ops: on CPU or MPS tensors the region
+    A CUDA autocast casts only CUDA ops (a CPU autocast only CPU ops): on CPU or MPS tensors the region
     does nothing and the step runs in fp32, silently on a machine with a GPU
     (without one torch warns and disables it). The device-specific autocast classes take `(enabled, dtype, cache_enabled)`;
     they have no `device_type` parameter. The call raises
@@ -74,7 +81,11 @@ class CudaAutocastDeviceType(Rule):
     `enabled=` names one (`if device.type == "cuda":`, `enabled=use_cuda`), for
     `enabled=False` and fp32 regions, for regions that take the device from
     the tensors (`torch.autocast(device_type=x.device.type)`), and for a device
-    chosen in another file. One finding per device choice, at the region of
+    chosen in another file (a base class's `_acquire_device()` there, the
+    command line parsed by another script: not followed yet). The MPS mapping
+    is silent when the region sits under a test naming the MPS (`if device ==
+    "mps": ...`), when the mapping has an "mps" arm, and when the file never
+    binds the device to "mps". One finding per device choice, at the region of
     the training step; the file's other CUDA-only regions on that device are
     related locations.
 
@@ -182,6 +193,30 @@ with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
 """,
             "the region follows the device",
         ),
+        Valid(
+            """
+import torch
+device = "cuda" if torch.cuda.is_available() else "cpu"
+device_type = "cuda" if "cuda" in device else "cpu"
+with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+    loss = model(x.to(device))
+""",
+            "the mapping covers every device the file picks (no MPS)",
+        ),
+        Valid(
+            """
+import torch
+from contextlib import nullcontext
+device = "mps" if torch.backends.mps.is_available() else "cuda"
+device_type = "cuda" if "cuda" in device else "cpu"
+if device_type == "cpu" or device == "mps":
+    ctx = nullcontext()
+else:
+    with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+        loss = model(x.to(device))
+""",
+            "the region is entered only off MPS",
+        ),
     ]
 
     INVALID = [
@@ -259,6 +294,30 @@ with torch.autocast(device_type="cpu"):
         ),
     ]
 
+    #: the MPS device mapped onto a CPU autocast (tests/test_rules_api.py runs them, with VALID)
+    MPS_INVALID = [
+        Invalid(
+            """
+import torch
+
+device = "cpu"
+if torch.cuda.is_available():
+    device = "cuda"
+elif torch.backends.mps.is_available():
+    device = "mps"
+device_type = "cuda" if device.startswith("cuda") else "cpu"
+model = GPT().to(device)
+for x, y in loader:
+    x, y = x.to(device), y.to(device)
+    with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+        loss = model(x, y)
+    loss.backward()
+""",
+            line=8,
+            why="on a Mac the tensors are on MPS and the region is a CPU autocast: it casts no MPS op",
+        ),
+    ]
+
     #: the device-mismatch warnings (tests/test_rules_api.py runs them; INVALID holds the error clause)
     DEVICE_INVALID = [
         Invalid(
@@ -322,6 +381,36 @@ def main(args):
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         yield from self._crashing(ctx)
         yield from self._mismatched(ctx)
+        yield from self._mps_as_cpu(ctx)
+
+    def _mps_as_cpu(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """One finding per mapping, at the mapping; the regions that take it are related."""
+        groups: Dict[int, list] = {}
+        for found in cpu_mapped_mps(ctx):
+            groups.setdefault(id(found[4]), []).append(found)
+        for group in groups.values():
+            region, info, device, origin, mapping = group[0]
+            mapped = next((dotted_name(a.value) for a in region.call.args if a.keyword is None or a.keyword.value == "device_type"), None)
+            message = f"`{mapped}` maps `{device.value}` \"mps\" to \"cpu\": this autocast does nothing on MPS tensors"
+            related = [ctx.related(origin, "the MPS is chosen here")]
+            related.extend(ctx.related(g[0].call, "a CPU autocast on MPS tensors there") for g in group)
+            yield ctx.diagnostic(
+                self,
+                mapping,
+                message,
+                severity=Severity.WARNING,
+                related=tuple(related),
+                help="Map the MPS to \"mps\" (a torch whose autocast supports it), or enter no autocast on MPS",
+                data={
+                    "kind": "mps-as-cpu",
+                    "deprecated": region.qualname or "torch.autocast",
+                    "snippet": ctx.code_for(region.call),
+                    "names": imported_names(ctx, region.call),
+                    "exception": None,
+                    "device": "mps",
+                    "dtype": region.dtype,
+                },
+            )
 
     def _mismatched(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         """One finding per device choice: at the region of a training step (a backward in its
@@ -578,3 +667,76 @@ def device_mismatches(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo
         if found is not None:
             out.append((region, info, *found))
     return out
+
+
+#: the two device types a `"cuda" if ... else "cpu"` mapping names
+_MAPPED = frozenset(("cuda", "cpu"))
+
+
+def cpu_mapped_mps(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo, cst.Name, cst.CSTNode, cst.IfExp]]:
+    """Autocast regions (enabled, not fp32, a `with`) whose `device_type` is a local bound to a
+    two-way mapping of a device onto "cuda" or "cpu" (`device_type = "cuda" if
+    device.startswith("cuda") else "cpu"`) where the file also binds that device to "mps": on
+    MPS the region is a CPU autocast, which casts no MPS op. With the device name, and where
+    "mps" is chosen, and the mapping. No MPS guard around the region or in its `enabled=`."""
+    infos: Dict[int, CallInfo] = {id(c.node): c for c in ctx.calls}
+    out = []
+    for region in ctx.regions:
+        if region.device is not None or region.enabled is False or region.dtype == "fp32" or region.framework:
+            continue
+        if region.selector is not None or not isinstance(region.node, cst.With):
+            continue
+        info = infos.get(id(region.call))
+        arg = region.call.args[0].value if region.call.args and region.call.args[0].keyword is None else None
+        for a in region.call.args:
+            if a.keyword is not None and a.keyword.value == "device_type":
+                arg = a.value
+        if info is None or not isinstance(arg, cst.Name):
+            continue
+        if any(f.test is not None and "mps" in ctx.code_for(f.test) for f in info.path if f.kind in ("if", "else")):
+            continue
+        bound = assignment_before(ctx, arg.value, info.scope, info.statement, info.order)
+        if bound is None or bound.unpacked or not isinstance(bound.value, cst.IfExp):
+            continue
+        mapping = bound.value
+        if {literal_string(mapping.body), literal_string(mapping.orelse)} != _MAPPED:
+            continue
+        device = next((n for n in _names_in(mapping.test) if n.value != arg.value), None)
+        if device is None:
+            continue
+        origin = _mps_binding(ctx, device.value, bound.scope)
+        if origin is not None:
+            out.append((region, info, device, origin, mapping))
+    return out
+
+
+def _names_in(node: cst.CSTNode) -> List[cst.Name]:
+    """The plain names a test reads (`device.startswith("cuda")`, `"cuda" in device`)."""
+    found: List[cst.Name] = []
+
+    class _Visitor(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node)
+
+    node.visit(_Visitor())
+    return found
+
+
+def _mps_binding(ctx: ModuleContext, name: str, scope: Scope) -> Optional[cst.CSTNode]:
+    """Where the file binds `name` (in `scope`) to the MPS device: `device = "mps"`,
+    `device = torch.device("mps")`, either arm of a conditional expression."""
+    for a in ctx.assignments_to(name, scope):
+        if a.unpacked:
+            continue
+        values = [a.value.body, a.value.orelse] if isinstance(a.value, cst.IfExp) else [a.value]
+        for value in values:
+            if isinstance(value, cst.Call) and "torch.device" in ctx.qualnames(value.func) and value.args:
+                value = value.args[0].value
+            if _other_device(literal_string(value)) == "mps":
+                return value
+    return None
+

@@ -541,3 +541,8 @@ def test_amp002_device_mismatch_examples():
         assert len(found) == 1, case.code
         assert found[0].location.row == case.line and found[0].severity == Severity.WARNING
         assert found[0].data["kind"] == "device-mismatch"
+    for case in R.MPS_INVALID:
+        found = [d for d in _lint(case.code.lstrip("\n"), select=("AMP002",)) if d.code == "AMP002"]
+        assert len(found) == 1, case.code
+        assert found[0].location.row == case.line and found[0].severity == Severity.WARNING
+        assert found[0].data["kind"] == "mps-as-cpu"
