@@ -83,8 +83,9 @@ class CudaAutocastDeviceType(Rule):
     the tensors (`torch.autocast(device_type=x.device.type)`), and for a device
     chosen in another file (a base class's `_acquire_device()` there, the
     command line parsed by another script: not followed yet). The MPS mapping
-    is silent when the region sits under a test naming the MPS (`if device ==
-    "mps": ...`), when the mapping has an "mps" arm, and when the file never
+    is silent when the region sits under a test naming the MPS, CUDA or the
+    mapped name (`if device_type == "cuda":`, llm.c's `ctx = autocast(...) if
+    device_type == "cuda" else nullcontext()`), when the mapping has an "mps" arm, and when the file never
     binds the device to "mps". One finding per device choice, at the region of
     the training step; the file's other CUDA-only regions on that device are
     related locations.
@@ -216,6 +217,18 @@ else:
         loss = model(x.to(device))
 """,
             "the region is entered only off MPS",
+        ),
+        Valid(
+            """
+import torch
+from contextlib import nullcontext
+device = "mps" if torch.backends.mps.is_available() else "cuda"
+device_type = "cuda" if "cuda" in device else "cpu"
+ctx = torch.amp.autocast(device_type=device_type, dtype=torch.bfloat16) if device_type == "cuda" else nullcontext()
+with ctx:
+    loss = model(x.to(device))
+""",
+            "the autocast is picked only on CUDA (llm.c's held context)",
         ),
     ]
 
@@ -678,7 +691,9 @@ def cpu_mapped_mps(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo, c
     two-way mapping of a device onto "cuda" or "cpu" (`device_type = "cuda" if
     device.startswith("cuda") else "cpu"`) where the file also binds that device to "mps": on
     MPS the region is a CPU autocast, which casts no MPS op. With the device name, and where
-    "mps" is chosen, and the mapping. No MPS guard around the region or in its `enabled=`."""
+    "mps" is chosen, and the mapping. No guard around the region naming the MPS, CUDA or the
+    mapped name (`if device_type == "cuda":`, `autocast(...) if device_type == "cuda" else
+    nullcontext()`)."""
     infos: Dict[int, CallInfo] = {id(c.node): c for c in ctx.calls}
     out = []
     for region in ctx.regions:
@@ -693,8 +708,11 @@ def cpu_mapped_mps(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo, c
                 arg = a.value
         if info is None or not isinstance(arg, cst.Name):
             continue
-        if any(f.test is not None and "mps" in ctx.code_for(f.test) for f in info.path if f.kind in ("if", "else")):
-            continue
+        guard = re.compile(rf"mps|cuda|gpu|\b{re.escape(arg.value)}\b", re.IGNORECASE)
+        if any(f.test is not None and guard.search(ctx.code_for(f.test)) for f in info.path if f.kind in ("if", "else")):
+            continue  # `if device_type == "cuda":`: entered only where the mapping is right
+        if _chosen_arm(info.statement, region.call, guard, ctx):
+            continue  # `ctx = torch.autocast(...) if device_type == "cuda" else nullcontext()`
         bound = assignment_before(ctx, arg.value, info.scope, info.statement, info.order)
         if bound is None or bound.unpacked or not isinstance(bound.value, cst.IfExp):
             continue
@@ -708,6 +726,19 @@ def cpu_mapped_mps(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo, c
         if origin is not None:
             out.append((region, info, device, origin, mapping))
     return out
+
+
+def _chosen_arm(statement: cst.CSTNode, call: cst.Call, guard: "re.Pattern[str]", ctx: ModuleContext) -> bool:
+    """`call` is an arm of a conditional expression in `statement` whose test `guard` matches."""
+    found = []
+
+    class _Visitor(cst.CSTVisitor):
+        def visit_IfExp(self, node: cst.IfExp) -> None:
+            if (node.body is call or node.orelse is call) and guard.search(ctx.code_for(node.test)):
+                found.append(node)
+
+    statement.visit(_Visitor())
+    return bool(found)
 
 
 def _names_in(node: cst.CSTNode) -> List[cst.Name]:
