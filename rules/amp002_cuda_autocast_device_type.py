@@ -329,6 +329,21 @@ for x, y in loader:
             line=8,
             why="on a Mac the tensors are on MPS and the region is a CPU autocast: it casts no MPS op",
         ),
+        Invalid(
+            """
+import torch
+
+def train(model, loader, args):
+    device = "mps" if args.mac else "cuda"
+    amp_device = "cuda" if "cuda" in device else "cpu"
+    for x in loader:
+        with torch.autocast(amp_device, dtype=torch.bfloat16):
+            loss = model(x.to(device))
+        loss.backward()
+""",
+            line=5,
+            why="a mapping of any name, in a function (the file's text passes the gate by the mapping)",
+        ),
     ]
 
     #: the device-mismatch warnings (tests/test_rules_api.py runs them; INVALID holds the error clause)

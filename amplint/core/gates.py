@@ -1107,8 +1107,13 @@ def cuda_autocast_possible(source: str) -> bool:
     quotes and brackets included; a device string spelled by escapes is out of reach, as for the
     words `cpu`/`mps` the rule requires).
     transformers' model files pass the words on `torch.autocast(device_type=device_type,
-    enabled=False)` and a `"cpu"`: neither."""
-    return _cuda_device_argument(source) or _identifier_in(source, "amp")
+    enabled=False)` and a `"cpu"`: neither. Also the MPS half's two-way mapping of a device onto
+    a CUDA or a CPU autocast (`amp_device = "cuda" if device.startswith("cuda") else "cpu"`)."""
+    return _cuda_device_argument(source) or _identifier_in(source, "amp") or bool(_DEVICE_MAPPING.search(source))
+
+
+#: `"cuda" if ... else "cpu"` / `'cpu' if ... else 'cuda'`: a device type chosen by a conditional
+_DEVICE_MAPPING = re.compile(r"""["'](?:cuda|cpu)["']\s+if\b""")
 
 
 #: what may stand right before a string literal: its prefix and its opening quotes
