@@ -46,7 +46,8 @@ class Fp16GradientReduction(Rule):
       `fsdp_config` that is not a literal (or a project JSON) or hands the
       sharding to torch_xla, and a `--bf16` beside it. The Trainer's loss
       scaler is right (AMP802 stays silent);
-    - a DDP `register_comm_hook(state, fp16_compress_hook)` (or
+    - a DDP `register_comm_hook(state, fp16_compress_hook)` (from
+      `default_hooks` or its re-export `ddp_comm_hooks.default`; or
       `fp16_compress_wrapper`, or the project's own copy of it: a hook that
       casts the bucket to fp16 and all-reduces it) in a file that builds no
       GradScaler on the paths that register the hook.

@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 10
+VERSION = 11
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -96,6 +96,8 @@ COMM_HOOKS = {
     "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook": "bf16",
     "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_wrapper": "bf16",
 }
+#: `ddp_comm_hooks/__init__.py` re-exports the module as `default` (`from . import default_hooks as default`)
+COMM_HOOKS.update({q.replace(".default_hooks.", ".default."): d for q, d in list(COMM_HOOKS.items())})
 #: TransformerEngine's FP8 regions (`fp8_autocast` is deprecated for `autocast` in TE 2.x)
 TE_AUTOCASTS = frozenset((
     "transformer_engine.pytorch.fp8_autocast", "transformer_engine.pytorch.fp8.fp8_autocast",
