@@ -903,7 +903,7 @@ class Trainer:
                 # a GradScaler switched by a flag of its own: only a region switched by other flags counts
                 switch = _region_flags(ctx, source)
                 scaler_flags = flags.get(event.scaler or "")
-                if switch and scaler_flags and not (switch[1] & scaler_flags[1]):
+                if switch and scaler_flags and not (_leaves(switch[1]) & _leaves(scaler_flags[1])):
                     yield self._diagnostic(ctx, event, loss, source, (switch[0], scaler_flags[0]))
 
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
@@ -926,9 +926,13 @@ class Trainer:
         text = ctx.code_for(loss).strip()
         choice = region_choice_naming(ctx, region, "fp16") if region.dtype is None else None
         if switches is not None:  # the scaler is switched by a flag the autocast does not read
-            kind = "fp16 autocast" if region.dtype == "fp16" else "an autocast that may be fp16"
-            message = (f"with `{_short(switches[0], 24)}` on and `{_short(switches[1], 24)}` off, `{_short(text, 16)}` "
-                       f"from {kind} is backpropagated unscaled")
+            kind = "fp16 autocast" if region.dtype == "fp16" else "possibly-fp16 autocast"
+            for on, off in (switches, [min(_leaves({w}), key=len) for w in switches]):
+                # the switches as written, or (over 100 characters) the flags they end in
+                message = (f"`{_short(text, 12)}` from {kind} is unscaled with `{_short(on, 24)}` on, "
+                           f"`{_short(off, 24)}` off")
+                if len(message) < 100:
+                    break
         elif region.dtype == "fp16":
             message = f"`{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
         elif choice is not None:  # an argparse option's literal choice selects fp16
@@ -1145,6 +1149,12 @@ def _flag_atoms(ctx: ModuleContext, expr: cst.BaseExpression, depth: int = 3) ->
                         return None
                     atoms |= more
     return atoms
+
+
+def _leaves(flags: Set[str]) -> Set[str]:
+    """The names flags end in (`fp16` of `self.args.fp16` and of `args.fp16`, `enable_amp` of
+    `config["enable_amp"]`): one flag read through two spellings is one switch."""
+    return {re.split(r"[.\[]", f.rstrip("]").strip())[-1].strip("'\"") for f in flags}
 
 
 def _own_flag_scalers(ctx: ModuleContext) -> Optional[Dict[str, tuple]]:
