@@ -104,7 +104,9 @@ class Fp16BackwardWithoutScaler(Rule):
     flag), a region always on, or a scaler built unconditionally leaves the rule silent.
     A region with no dtype on a device read at run time
     (`torch.autocast(device_type=self.device.type)`) may be fp16: CUDA's default, taken
-    on a GPU; the message says "may be fp16". A region with a run-time
+    on a GPU; the message says "may be fp16". It counts only in a file that steps an
+    optimizer itself (a test comparing two implementations' gradients on whatever device
+    it runs is silent). A region with a run-time
     `enabled=` still counts: when it is on, the scaler is missing. Silent, too, on a
     script that never updates parameters (no optimizer built or stepped and no
     `zero_grad()` in the file: a benchmark timing `backward()`, a gradient check),
@@ -504,6 +506,20 @@ class Trainer:
             self.optimizer.step()
 """,
             "an autocast on the run-time device with dtype bf16",
+        ),
+        Valid(
+            """
+import torch
+def test_fused_matches_reference(x, ref, fused):
+    with torch.autocast(x.device.type):
+        loss0 = ref(x).sum()
+        loss1 = fused(x).sum()
+    loss0.backward()
+    loss1.backward()
+    for p0, p1 in zip(ref.parameters(), fused.parameters()):
+        assert torch.allclose(p0.grad, p1.grad)
+""",
+            "a test comparing gradients on its run-time device: nothing in the file steps an optimizer",
         ),
         Valid(
             """
@@ -1083,7 +1099,16 @@ def _is_fp16(ctx: ModuleContext, region: Optional[AutocastRegion]) -> bool:
 
     if region is None or region.framework or region.enabled is False:
         return False
-    return region.dtype == "fp16" or "fp16" in region_dtype_choices(ctx, region) or _runtime_device_default(region)
+    if region.dtype == "fp16" or "fp16" in region_dtype_choices(ctx, region):
+        return True
+    return _runtime_device_default(region) and _file_steps(ctx)
+
+
+def _file_steps(ctx: ModuleContext) -> bool:
+    """Whether the file itself steps an optimizer (`optimizer.step()`, `scaler.step(optimizer)`):
+    a region on a run-time device counts only in a training file, not in a test comparing the
+    gradients of two implementations on whatever device the test runs."""
+    return any(e.kind in ("optimizer_step", "scaler_step") for s in ctx.scopes for e in s.events)
 
 
 def _runtime_device_default(region: AutocastRegion) -> bool:
