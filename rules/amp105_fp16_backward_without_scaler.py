@@ -18,7 +18,7 @@ class Fp16BackwardWithoutScaler(Rule):
     ## What it does
     Flags `loss.backward()` on a loss computed under an fp16 autocast region
     (an explicit `dtype=torch.float16`, or CUDA's default) in a file that has
-    no GradScaler at all.
+    no GradScaler at all, or only one switched by a flag of its own.
 
     ## Why is this bad?
     Under fp16 autocast the backward pass runs the fp16 ops in fp16, so their
@@ -94,7 +94,19 @@ class Fp16BackwardWithoutScaler(Rule):
     framework backward calls (`accelerator.backward(loss)`,
     `self.manual_backward(loss)`, DeepSpeed's `engine.backward(loss)`), for
     apex's `amp.scale_loss`, and whenever any GradScaler or `scaler` name
-    appears in the file (it may be scaled elsewhere). A region with a run-time
+    appears in the file (it may be scaled elsewhere), but one: every GradScaler
+    of the file is switched by flags of its own (`GradScaler(enabled=self.enable_scaler)`,
+    `self.enable_scaler = config["enable_scaler"]`) that the fp16 region's run-time
+    `enabled=` and `dtype=` never read (`autocast(enabled=self.enable_amp)`), followed
+    through the file's assignments; then `scaler.scale(loss).backward()` counts, and the
+    message names both switches (`with self.enable_amp on and self.enable_scaler off`).
+    A switch read from a function's parameter (what the caller passes may be the other
+    flag), a region always on, or a scaler built unconditionally leaves the rule silent.
+    A region with no dtype on a device read at run time
+    (`torch.autocast(device_type=self.device.type)`) may be fp16: CUDA's default, taken
+    on a GPU; the message says "may be fp16". It counts only in a file that steps an
+    optimizer itself (a test comparing two implementations' gradients on whatever device
+    it runs is silent). A region with a run-time
     `enabled=` still counts: when it is on, the scaler is missing. Silent, too, on a
     script that never updates parameters (no optimizer built or stepped and no
     `zero_grad()` in the file: a benchmark timing `backward()`, a gradient check),
@@ -479,6 +491,73 @@ if __name__ == "__main__":
 """,
             "the autocast the script binds below its loop is bf16; a parameter of the same name is the caller's context",
         ),
+        Valid(
+            """
+import torch
+class Trainer:
+    def __init__(self, model, optimizer, config):
+        self.model, self.optimizer = model, optimizer
+        self.device = torch.device(config["device"])
+    def train_epoch(self, loader):
+        for x, y in loader:
+            with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
+                loss = self.model(x, y)
+            loss.backward()
+            self.optimizer.step()
+""",
+            "an autocast on the run-time device with dtype bf16",
+        ),
+        Valid(
+            """
+import torch
+def test_fused_matches_reference(x, ref, fused):
+    with torch.autocast(x.device.type):
+        loss0 = ref(x).sum()
+        loss1 = fused(x).sum()
+    loss0.backward()
+    loss1.backward()
+    for p0, p1 in zip(ref.parameters(), fused.parameters()):
+        assert torch.allclose(p0.grad, p1.grad)
+""",
+            "a test comparing gradients on its run-time device: nothing in the file steps an optimizer",
+        ),
+        Valid(
+            """
+import torch
+class Trainer:
+    def __init__(self, model, optimizer, config):
+        self.model, self.optimizer = model, optimizer
+        self.enable_amp = config["enable_amp"]
+        self.enable_scaler = torch.cuda.is_available() and config["enable_amp"]
+    def train_epoch(self, loader):
+        scaler = torch.amp.GradScaler("cuda", enabled=self.enable_scaler)
+        for x, y in loader:
+            with torch.autocast("cuda", enabled=self.enable_amp):
+                loss = self.model(x, y)
+            scaler.scale(loss).backward()
+            scaler.step(self.optimizer)
+            scaler.update()
+""",
+            "the GradScaler is switched by the flag that turns the fp16 autocast on",
+        ),
+        Valid(
+            """
+import torch
+class Trainer:
+    def __init__(self, model, optimizer, use_amp, use_scaler):
+        self.model, self.optimizer = model, optimizer
+        self.use_amp, self.use_scaler = use_amp, use_scaler
+        self.scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
+    def train_epoch(self, loader):
+        for x, y in loader:
+            with torch.autocast("cuda", enabled=self.use_amp):
+                loss = self.model(x, y)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+""",
+            "the scaler's switch is a parameter: its caller may pass the autocast's flag",
+        ),
     ]
 
     INVALID = [
@@ -773,27 +852,75 @@ if __name__ == "__main__":
             line=12,
             why="the script binds its autocast below the loop that reads it (the loop runs after); --dtype other than bfloat16 makes it fp16",
         ),
+        Invalid(
+            """
+import torch
+class Trainer:
+    def __init__(self, model, optimizer, config):
+        self.model, self.optimizer = model, optimizer
+        self.device = torch.device(config["device"])
+    def train_epoch(self, loader):
+        for x, y in loader:
+            with torch.autocast(device_type=self.device.type):
+                loss = self.model(x, y)
+            loss.backward()
+            self.optimizer.step()
+""",
+            line=10,
+            why="no dtype on the run-time device: fp16 on a CUDA device, and nothing scales the loss",
+        ),
+        Invalid(
+            """
+import torch
+class Trainer:
+    def __init__(self, model, optimizer, config):
+        self.model, self.optimizer = model, optimizer
+        self.enable_amp = config["enable_amp"]
+        self.enable_scaler = torch.cuda.is_available() and config["enable_scaler"]
+    def train_epoch(self, loader):
+        scaler = torch.amp.GradScaler("cuda", enabled=self.enable_scaler)
+        for x, y in loader:
+            with torch.autocast("cuda", enabled=self.enable_amp):
+                loss = self.model(x, y)
+            scaler.scale(loss).backward()
+            scaler.step(self.optimizer)
+            scaler.update()
+""",
+            line=12,
+            why="the GradScaler has a switch of its own: with enable_amp on and enable_scaler off the fp16 loss is not scaled",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         from amplint.model import update_reachable
 
-        if ctx.scalers or _mentions_scaling(ctx):
+        flags = _own_flag_scalers(ctx) if ctx.scalers else None
+        if ctx.scalers and flags is None:
+            return
+        if flags is None and _mentions_scaling(ctx):
             return
         if not any(_is_fp16(ctx, r) for r in ctx.regions):
             return
         for scope in ctx.scopes:
             for event in scope.events:
-                if event.kind != "backward":
+                if event.kind != ("backward" if flags is None else "scaled_backward"):
                     continue
                 if not update_reachable(ctx, scope, event):
                     continue  # no optimizer steps on these gradients (a benchmark, a gradient check): no update to lose
-                loss = _loss_expression(event.call)
+                loss = _loss_expression(event.call) if flags is None else _scaled_loss(ctx, scope, event)
                 if loss is None:
                     continue
                 source = _fp16_source(ctx, scope, event, loss)
-                if source is not None and not _measures_only(ctx, scope, loss):
+                if source is None or _measures_only(ctx, scope, loss):
+                    continue
+                if flags is None:
                     yield self._diagnostic(ctx, event, loss, source)
+                    continue
+                # a GradScaler switched by a flag of its own: only a region switched by other flags counts
+                switch = _region_flags(ctx, source)
+                scaler_flags = flags.get(event.scaler or "")
+                if switch and scaler_flags and not (_leaves(switch[1]) & _leaves(scaler_flags[1])):
+                    yield self._diagnostic(ctx, event, loss, source, (switch[0], scaler_flags[0]))
 
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
         """A backward without loss scaling, with an optimizer step after it, on a model wrapped by
@@ -805,13 +932,24 @@ if __name__ == "__main__":
 
         yield from scale_project_diagnostics(self, project, _fsdp_fp16_backwards)
 
-    def _diagnostic(self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion) -> Diagnostic:
+    def _diagnostic(
+        self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion,
+        switches: Optional[tuple] = None,
+    ) -> Diagnostic:
         from amplint.model import region_choice_naming
 
         row = ctx.position(region.call)[0].row
         text = ctx.code_for(loss).strip()
         choice = region_choice_naming(ctx, region, "fp16") if region.dtype is None else None
-        if region.dtype == "fp16":
+        if switches is not None:  # the scaler is switched by a flag the autocast does not read
+            kind = "fp16 autocast" if region.dtype == "fp16" else "possibly-fp16 autocast"
+            for on, off in (switches, [min(_leaves({w}), key=len) for w in switches]):
+                # the switches as written, or (over 100 characters) the flags they end in
+                message = (f"`{_short(text, 12)}` from {kind} is unscaled with `{_short(on, 24)}` on, "
+                           f"`{_short(off, 24)}` off")
+                if len(message) < 100:
+                    break
+        elif region.dtype == "fp16":
             message = f"`{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
         elif choice is not None:  # an argparse option's literal choice selects fp16
             message = f"when {choice}: `{_short(text, 16)}` from fp16 autocast is backpropagated without a GradScaler"
@@ -822,6 +960,8 @@ if __name__ == "__main__":
         if source:  # the user's own statements, for `--verify` to run
             data["step_source"] = source
         help = "Scale the loss with `torch.amp.GradScaler`, or autocast to bf16"
+        if switches is not None:
+            help = "Enable the GradScaler whenever the fp16 autocast is on (the same flag), or autocast to bf16"
         return ctx.diagnostic(self, event.call.node, message, data=data, help=help)
 
 
@@ -951,13 +1091,162 @@ def _region_through_backward(ctx: ModuleContext, region: AutocastRegion, event: 
 
 
 def _is_fp16(ctx: ModuleContext, region: Optional[AutocastRegion]) -> bool:
-    """An fp16 region: `dtype=torch.float16` (or the device's default), or a dtype picked at
-    run time among literal candidates that include float16 (`{..., 'float16': torch.float16}[dtype]`)."""
+    """An fp16 region: `dtype=torch.float16` (or the device's default), a dtype picked at
+    run time among literal candidates that include float16 (`{..., 'float16': torch.float16}[dtype]`),
+    or no dtype on a device decided at run time (`torch.autocast(device_type=device.type)`: CUDA's
+    default is float16)."""
     from amplint.model import region_dtype_choices
 
     if region is None or region.framework or region.enabled is False:
         return False
-    return region.dtype == "fp16" or "fp16" in region_dtype_choices(ctx, region)
+    if region.dtype == "fp16" or "fp16" in region_dtype_choices(ctx, region):
+        return True
+    return _runtime_device_default(region) and _file_steps(ctx)
+
+
+def _file_steps(ctx: ModuleContext) -> bool:
+    """Whether the file itself steps an optimizer (`optimizer.step()`, `scaler.step(optimizer)`):
+    a region on a run-time device counts only in a training file, not in a test comparing the
+    gradients of two implementations on whatever device the test runs."""
+    return any(e.kind in ("optimizer_step", "scaler_step") for s in ctx.scopes for e in s.events)
+
+
+def _runtime_device_default(region: AutocastRegion) -> bool:
+    """`torch.autocast(device_type=x.device.type)` with no dtype: on a CUDA device (the one a
+    training run picks when it has one) that is float16."""
+    from amplint.model import autocast_parameters, call_arg
+
+    if region.device is not None or region.dtype is not None or region.selector is not None or region.qualname is None:
+        return False
+    parameters = autocast_parameters(region.qualname)
+    if "device_type" not in parameters or "dtype" not in parameters:
+        return False
+    device = call_arg(region.call, parameters.index("device_type"), "device_type")
+    if device is None or call_arg(region.call, parameters.index("dtype"), "dtype") is not None:
+        return False
+    # a device's type read at run time (`self.device.type`, `x.device.type`), not a name that may hold "cpu"
+    return _dotted(device).endswith("device.type")
+
+
+def _dotted(expr: cst.BaseExpression) -> str:
+    from amplint.model import dotted_name
+
+    return dotted_name(expr) or ""
+
+
+def _flag_atoms(ctx: ModuleContext, expr: cst.BaseExpression, depth: int = 3) -> Optional[Set[str]]:
+    """The run-time flags a switch reads (`args.amp`, `self.enable_scaler`, `config["enable_amp"]`),
+    followed through the file's assignments to them (`self.enable_amp = config["enable_amp"]`).
+    Calls (a device probe such as `torch.cuda.is_available()`) are not flags. None when it reads
+    a function's parameter (`self.use_scaler = use_scaler`): the caller may hand in the other switch."""
+    import libcst as cst
+
+    atoms: Set[str] = set()
+
+    class _Atoms(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> bool:
+            for a in node.args:
+                a.value.visit(self)
+            return False
+
+        def visit_Subscript(self, node: cst.Subscript) -> bool:
+            atoms.add(ctx.code_for(node).strip())
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            atoms.add(ctx.code_for(node).strip())
+            return False
+
+        def visit_Name(self, node: cst.Name) -> bool:
+            if node.value not in ("True", "False", "None") and not ctx.imports.is_imported(node.value):
+                atoms.add(node.value)
+            return False
+
+    expr.visit(_Atoms())
+    if atoms & {p for s in ctx.scopes for p in s.params}:
+        return None  # a parameter: what the caller hands in (perhaps the other switch) is unknown
+    if depth > 0:
+        for atom in list(atoms):
+            for a in ctx.assignments:
+                if a.target == atom and not a.unpacked and a.value is not None:
+                    more = _flag_atoms(ctx, a.value, depth - 1)
+                    if more is None:
+                        return None
+                    atoms |= more
+    return atoms
+
+
+def _leaves(flags: Set[str]) -> Set[str]:
+    """The names flags end in (`fp16` of `self.args.fp16` and of `args.fp16`, `enable_amp` of
+    `config["enable_amp"]`): one flag read through two spellings is one switch."""
+    return {re.split(r"[.\[]", f.rstrip("]").strip())[-1].strip("'\"") for f in flags}
+
+
+def _own_flag_scalers(ctx: ModuleContext) -> Optional[Dict[str, tuple]]:
+    """scaler key -> (the `enabled=` text, its flags) when every GradScaler of the file is built
+    with an `enabled=` that reads run-time flags (`GradScaler(enabled=self.enable_scaler)`), and the
+    file mentions no other loss scaling; None otherwise (any scaler it may use unconditionally)."""
+    from amplint.model import scaler_enabled_argument
+
+    out: Dict[str, tuple] = {}
+    for key, info in ctx.scalers.items():
+        if info.is_parameter or not info.constructors or info.enabled is not None:
+            return None
+        texts, flags = set(), set()
+        for ctor in info.constructors:
+            node = scaler_enabled_argument(ctor)
+            if node is None:
+                return None
+            texts.add(ctx.code_for(node).strip())
+            read = _flag_atoms(ctx, node)
+            if read is None:
+                return None
+            flags |= read
+        if len(texts) != 1 or not flags:
+            return None
+        out[key] = (texts.pop(), flags)
+    # any other scaling the file spells (a `loss_scaler`, apex's `amp.scale_loss`, a scaler parameter)
+    built = {id(c.node) for info in ctx.scalers.values() for c in info.constructors}
+    names = [c.dotted or "" for c in ctx.calls if id(c.node) not in built] + [p for s in ctx.scopes for p in s.params]
+    for n in names:
+        if any(n == k or n.startswith(k + ".") for k in out):
+            continue
+        if "scale_loss" in n or "scaler" in n.lower():
+            return None
+    return out
+
+
+def _region_flags(ctx: ModuleContext, region: AutocastRegion) -> Optional[tuple]:
+    """(the region's `enabled=` text, the flags its `enabled=` and `dtype=` read) when it is
+    switched at run time; None when it is always on (then the scaler's own flag is the switch)."""
+    from amplint.model import autocast_parameters, call_arg, enabled_argument
+
+    if region.enabled is not None or region.qualname is None:
+        return None
+    parameters = autocast_parameters(region.qualname)
+    enabled = enabled_argument(ctx, region)
+    if enabled is None:
+        return None
+    flags = _flag_atoms(ctx, enabled)
+    dtype = call_arg(region.call, parameters.index("dtype") if "dtype" in parameters else None, "dtype")
+    read = _flag_atoms(ctx, dtype) if dtype is not None else set()
+    if flags is None or read is None:
+        return None
+    flags |= read
+    return (ctx.code_for(enabled).strip(), flags) if flags else None
+
+
+def _scaled_loss(ctx: ModuleContext, scope: Scope, event: Event) -> Optional[cst.BaseExpression]:
+    """The loss a `scaler.scale(loss).backward()` (or `scaled = scaler.scale(loss)`) backpropagates."""
+    import libcst as cst
+
+    inner = event.call.receiver
+    if not isinstance(inner, cst.Call):
+        a = _last_assignment(ctx, scope, event.call.receiver_dotted or "", event.order, event.path)
+        inner = a.value if a is not None else None
+    if isinstance(inner, cst.Call) and inner.args:
+        return inner.args[0].value
+    return None
 
 
 #: calls that measure a step rather than train with it: CUDA's memory statistics, timing events,

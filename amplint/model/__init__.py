@@ -65,6 +65,8 @@ _EXPORTS = {
     "held_autocasts": ".regions",
     "HeldAutocast": ".regions",
     "enabled_argument": ".regions",
+    "scaler_enabled_argument": ".scalers",
+    "autocast_parameters": ".torchapi",
     "off_under_guard": ".regions",
     "autocast_op_of": ".regions",
     "autocast_ops": ".regions",

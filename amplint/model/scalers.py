@@ -57,6 +57,11 @@ def _is_grad_scaler(call: CallInfo) -> bool:
 is_grad_scaler_call = _is_grad_scaler
 
 
+def scaler_enabled_argument(call: CallInfo) -> Optional[cst.BaseExpression]:
+    """The expression a GradScaler constructor passes as `enabled=` (positionally or by keyword); None when none."""
+    return _enabled_arg(call, next(iter(sorted(call.qualnames))))
+
+
 def _find_scalers(ctx: ModuleContext) -> None:
     def add(key: str, enabled: Optional[bool], device: Optional[str] = None, ctor: Optional[CallInfo] = None, param: bool = False) -> None:
         info = ctx.scalers.get(key)
