@@ -30,7 +30,7 @@ import ast
 import bisect
 import re
 import warnings
-from typing import Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 #: a class statement the cut may look inside: one line, no decorator, its body indented below it
@@ -329,7 +329,7 @@ def pieces(text: str, limit: Optional[int] = None, wanted: Optional[Iterable[int
         blank = [range(a, b + 1) for a, b in leaves if (a, b) not in mine]
         first_row = 1 if i == 0 else group[0][0]
         end_row = groups[i + 1][0][0] if i + 1 < len(groups) else len(rows) + 1
-        piece = _filled(rows, blank, sorted(core_starts + [a for a, _ in group]))
+        piece = _filled(rows, blank, sorted(core_starts + [a for a, _ in group]), group)
         if piece is None:
             return None
         out.append((piece, range(first_row, end_row)))
@@ -362,11 +362,19 @@ def _statements(rows: List[str], spans: List[Tuple[int, int]]) -> List[Optional[
     return [m.body[0] if m is not None and len(m.body) == 1 and isinstance(m.body[0], _LEAF_TARGETS) else None for m in one]
 
 
-def _filled(rows: List[str], blank: List[range], expected: List[int]) -> Optional[str]:
+def _filled(rows: List[str], blank: List[range], expected: List[int], kept: Sequence[Tuple[int, int]] = ()) -> Optional[str]:
     """`rows` with the `blank` rows emptied and each run of 3 or more of them (after some code)
     written as one string statement over the same rows; None unless the result parses into
     statements starting exactly at the `expected` rows (1-based) and the filler strings (a split
-    read off the text wrongly, through a string or bracket, breaks that)."""
+    read off the text wrongly, through a string or bracket, breaks that).
+
+    `kept`: leaves of the result, (first row, last row), each already read by CPython as one
+    whole assignment from its first row at column 0 (`_statements`). The check parses each as
+    `pass` on its first row, its other rows empty, instead of parsing every leaf a second time:
+    whether a statement starts at a leaf's row depends on the text before it only (the same in
+    both), and from a clean start at column 0 the leaf and `pass` are each one simple statement
+    ending at a line's end with nothing open, so the rest is read the same way after either
+    (a leaf whose last row ends with a backslash keeps its text)."""
     out = list(rows)
     gone = sorted(row for span in blank for row in span)
     runs: List[List[int]] = []
@@ -385,7 +393,16 @@ def _filled(rows: List[str], blank: List[range], expected: List[int]) -> Optiona
             out[b - 1] = '"""'
     fillers = [a for a, b in runs if out[a - 1] == '"""' and b > a]
     text = "\n".join(out)
-    tree = _parse(text)
+    if kept:
+        for first, last in kept:
+            if rows[last - 1].rstrip().endswith("\\"):
+                continue
+            out[first - 1] = "pass"
+            for row in range(first + 1, last + 1):
+                out[row - 1] = ""
+        tree = _parse("\n".join(out))
+    else:
+        tree = _parse(text)
     if tree is None or [_first_line(n) for n in tree.body] != sorted(expected + fillers):
         return None
     return text
