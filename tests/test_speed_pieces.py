@@ -150,7 +150,7 @@ def test_fixture_findings_unchanged_with_tiny_pieces(path, monkeypatch):
 def _pieces_parsing_every_leaf(monkeypatch, text, limit, wanted):
     """`excerpt.pieces` as before the stand-ins: each piece checked with its leaves' own text."""
     real = excerpt._filled
-    monkeypatch.setattr(excerpt, "_filled", lambda rows, blank, expected, kept=(): real(rows, blank, expected))
+    monkeypatch.setattr(excerpt, "_filled", lambda rows, runs, expected, kept=(): real(rows, runs, expected))
     try:
         return excerpt.pieces(text, limit, wanted)
     finally:
