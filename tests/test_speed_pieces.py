@@ -145,3 +145,41 @@ def test_fixture_findings_unchanged_with_tiny_pieces(path, monkeypatch):
     whole, _ = _lint(source, monkeypatch, None)
     split, _ = _lint(source, monkeypatch, 200)
     assert split == whole
+
+
+def _pieces_parsing_every_leaf(monkeypatch, text, limit, wanted):
+    """`excerpt.pieces` as before the stand-ins: each piece checked with its leaves' own text."""
+    real = excerpt._filled
+    monkeypatch.setattr(excerpt, "_filled", lambda rows, runs, expected, kept=(): real(rows, runs, expected))
+    try:
+        return excerpt.pieces(text, limit, wanted)
+    finally:
+        monkeypatch.setattr(excerpt, "_filled", real)
+
+
+_ODD = [
+    _mixed(300),
+    _mixed(300, blocks=True),
+    dense_source(400, "module"),
+    # a backslash closing a leaf's last row, and a comment after it
+    "import torch\n" + "".join(f"v{i} = torch.ones(2) \\\n    + {i}\n# note\n" for i in range(200)),
+    "import torch\n" + "".join(f"w{i} = {i}  # c \\\n" for i in range(300)),
+    # statements that look like leaves inside strings and brackets (a wrong split)
+    "import torch\nt = '''\n" + "".join(f"x{i} = {i}\n" for i in range(200)) + "'''\n" + "".join(f"y{i} = {i}\n" for i in range(200)),
+    "import torch\nL = [\n" + "".join(f"z{i} = {i}\n" for i in range(200)) + "]\n" + "".join(f"q{i} = {i}\n" for i in range(200)),
+    # a compound statement with no body before a leaf, a decorator before one
+    "import torch\nif torch:\n" + "".join(f"a{i} = {i}\n" for i in range(300)),
+    "import torch\n@torch.no_grad\n" + "".join(f"b{i} = {i}\n" for i in range(300)),
+    # multi-line leaves, annotated ones, chained targets
+    "import torch\n" + "".join(f"m{i}: int = (\n    {i}\n)\nn{i} = o{i} = {i}\n" for i in range(200)),
+]
+
+
+@pytest.mark.parametrize("i", range(len(_ODD)))
+def test_the_pieces_check_with_stand_ins_decides_as_parsing_every_leaf(i, monkeypatch):
+    # `_filled` parses each kept leaf as `pass`: the pieces (or None) are those of parsing the
+    # leaves themselves again
+    for wanted in (None, pipeline_sites(_ODD[i]), [1]):
+        for limit in (300, 1000, 4000):
+            got = excerpt.pieces(_ODD[i], limit, wanted)
+            assert got == _pieces_parsing_every_leaf(monkeypatch, _ODD[i], limit, wanted)
