@@ -195,6 +195,7 @@ _EXPORTS = {
     "MODULES_CAST": ".facts",
     "REACHED": ".facts",
     "RESUMED": ".facts",
+    "RUNS": ".facts",
     "with_requirement": ".facts",
     "ProjectFacts": ".facts",
     # edits
