@@ -119,8 +119,11 @@ class DeprecatedAmpApi(Rule):
     trainers import its `loss.py`, and nothing imports them), and a
     definition of such a module that is a script when its `__main__` block
     does not name it (`loss.py`'s block tests another loss). A file some
-    program imports, a package module, a root module and a launched script
-    keep every finding.
+    program imports, a package module, a root module, a launched script, a
+    test file (`test*.py`, `*_test.py`: a test runner collects it) and a
+    module of a folder without `__init__.py` inside a package the project's
+    packaging distributes (a namespace subpackage its users import) keep
+    every finding.
 
     A device dispatch is no fallback: `from torch.cuda.amp import GradScaler`
     in the `else` of `if npu: from torch.npu.amp import GradScaler elif mlu:

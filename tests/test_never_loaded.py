@@ -115,3 +115,23 @@ def test_a_script_runs_only_what_its_main_block_names(tmp_path):
     target = _trainers(tmp_path / "c", {"libs/zoe/trainers/loss.py": LOSS + main,
                                         "train.py": "import sys\nsys.path.insert(0, 'libs')\nfrom zoe.trainers.zoe_trainer import Trainer\n"})
     assert not never_runs(target, "SILogLoss", str(tmp_path / "c")), "a program loads it: any definition may run"
+
+
+def test_a_test_file_or_a_namespace_module_of_a_distributed_package_runs(tmp_path):
+    """read6's look-alikes of the x-flux shape: MS-AMP's `tests/nn/test_linear.py` (pytest collects
+    it) and ColBERT's `colbert/distillation/scorer.py` (no `__init__.py`, inside the `colbert`
+    package its `setup.py` ships: users import `colbert.distillation.scorer`)."""
+    from amplint.model.embedded import never_runs
+
+    (tmp_path / "t").mkdir()
+    target = _trainers(tmp_path / "t", {"libs/zoe/trainers/test_loss.py": LOSS})
+    test = str(tmp_path / "t" / "libs" / "zoe" / "trainers" / "test_loss.py")
+    assert not never_runs(test, "SILogLoss", str(tmp_path / "t")), "a test runner collects it"
+    assert never_runs(target, "SILogLoss", str(tmp_path / "t")), "the module beside it still runs nowhere"
+    root = tmp_path / "ns"
+    root.mkdir()
+    (root / "setup.py").write_text("from setuptools import setup\nsetup(name='zoe')\n")
+    for name, text in {"zoe/__init__.py": "", "zoe/trainers/loss.py": LOSS, "zoe/trainers/zoe_trainer.py": TRAINER}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    assert not never_runs(str(root / "zoe" / "trainers" / "loss.py"), "SILogLoss", str(root)), "a namespace subpackage users import"

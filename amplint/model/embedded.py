@@ -687,7 +687,7 @@ def never_loaded(filename: Optional[str], root: Optional[str] = None) -> bool:
     unused file of a library copy vendored as plain folders (VMamba's `convnexts4nd/src/models/
     baselines/transformer.py`, s4's models nobody registers). False when the listing is cut at
     its limit or the file cannot be read."""
-    return _unloaded(filename, root, script=False)
+    return _unloaded(filename, root, script=False, tests=False)
 
 
 def never_runs(filename: Optional[str], definition: Optional[str], root: Optional[str] = None) -> bool:
@@ -698,8 +698,8 @@ def never_runs(filename: Optional[str], definition: Optional[str], root: Optiona
     (ZoeDepth's `trainers/loss.py`: its `__main__` block tests `DiscreteNLLLoss`, and
     `SILogLoss` runs nowhere). `definition` None (the module's top level): `never_loaded`."""
     if definition is None:
-        return never_loaded(filename, root)
-    if not _unloaded(filename, root, script=True):
+        return _unloaded(filename, root, script=False, tests=True)
+    if not _unloaded(filename, root, script=True, tests=True):
         return False
     text = read_text(os.path.abspath(filename or ""))
     if text is None:
@@ -711,8 +711,10 @@ def never_runs(filename: Optional[str], definition: Optional[str], root: Optiona
 _CLOSURE_LIMIT = 16
 
 
-def _unloaded(filename: Optional[str], root: Optional[str], script: bool) -> bool:
-    """`never_loaded` (`script`: the file itself may hold a `__main__` block)."""
+def _unloaded(filename: Optional[str], root: Optional[str], script: bool, tests: bool) -> bool:
+    """`never_loaded` (`script`: the file itself may hold a `__main__` block; `tests`: a test
+    file, which a test runner collects, is a program of its own too, as every file that imports
+    or names it is)."""
     if not filename or not filename.endswith(".py") or not os.path.isfile(filename):
         return False
     base = project_base(filename, root)
@@ -720,7 +722,7 @@ def _unloaded(filename: Optional[str], root: Optional[str], script: bool) -> boo
         return False
     base = os.path.abspath(base)
     path = os.path.abspath(filename)
-    if not _plain_module(path, base, script):
+    if not _plain_module(path, base, script, tests):
         return False
     graph = _graph(base, None)
     if graph is None:
@@ -731,7 +733,7 @@ def _unloaded(filename: Optional[str], root: Optional[str], script: bool) -> boo
     seen, todo = {path}, [path]
     while todo:
         here = todo.pop()
-        if here != path and not _plain_module(here, base, False):
+        if here != path and not _plain_module(here, base, False, True):
             return False
         if here not in graph.files:
             return False
@@ -747,9 +749,13 @@ def _unloaded(filename: Optional[str], root: Optional[str], script: bool) -> boo
     return True
 
 
-def _plain_module(path: str, base: str, script: bool) -> bool:
+def _plain_module(path: str, base: str, script: bool, tests: bool) -> bool:
     """A `.py` file below the root, outside any package, only defining at module level
-    (`script`: a `__main__` block allowed besides)."""
+    (`script`: a `__main__` block allowed besides). `tests`: also not a file a test runner
+    collects, nor a module of a folder without `__init__.py` inside a package the project's
+    packaging distributes (a namespace subpackage its users import: ColBERT's
+    `colbert.distillation.scorer`); asked of every file that imports or names the module, and
+    of the module itself where the question is whether its code runs at all (`never_runs`)."""
     if not path.endswith(".py"):
         return False  # a config, a launch script, a notebook naming the module: it is loaded
     folder = os.path.dirname(path)
@@ -757,10 +763,15 @@ def _plain_module(path: str, base: str, script: bool) -> bool:
         return False
     if folder == base:
         return False  # a module at the root: an entry point, or a `py_modules` module users import
+    name = os.path.basename(path)
+    if tests and (name.startswith("test") or name.endswith("_test.py") or name == "conftest.py"):
+        return False  # pytest / unittest collect it
+    if tests and _distributed_namespace(folder, base):
+        return False
     text = read_text(path)
     if text is None:
         return False
-    key = (text, script)
+    key = (text, script)  # the text decides the rest: the path's parts were read above
     found = _plain.get(key)
     if found is None:
         if "__main__" in text and MAIN_GUARD.search(text):
@@ -771,6 +782,22 @@ def _plain_module(path: str, base: str, script: bool) -> bool:
             _plain.clear()
         _plain[key] = found
     return found
+
+
+def _distributed_namespace(folder: str, base: str) -> bool:
+    """`folder` (no `__init__.py`) lies inside a regular package whose top the project's
+    packaging metadata distributes (a `setup.py` or a building `pyproject.toml` beside it, or
+    above its `src/`): Python imports its modules as a namespace subpackage of it."""
+    here = os.path.dirname(folder)
+    while (here + os.sep).startswith(base.rstrip(os.sep) + os.sep) and here != base:
+        if os.path.isfile(os.path.join(here, "__init__.py")):
+            top = package_top(os.path.join(here, "__init__.py"), base) or here
+            holder = os.path.dirname(top)
+            if os.path.basename(holder) == "src" and not _has_packaging(holder):
+                holder = os.path.dirname(holder)
+            return _really_packaged(holder)
+        here = os.path.dirname(here)
+    return False
 
 
 #: `_plain_module`'s reading of a text (a condition asks it once per finding of the file)
