@@ -7,9 +7,9 @@ from typing import Iterator, List, Optional, Tuple
 import libcst as cst
 
 from amplint.model import (
-    DEPRECATED_AMP, FLAG_SET, DeprecatedApi, Diagnostic, Frame, Invalid, ModuleContext, Path, Reference, Rule, Severity, Valid,
+    DEPRECATED_AMP, FLAG_SET, RUNS, DeprecatedApi, Diagnostic, Frame, Invalid, ModuleContext, Path, Reference, Rule, Severity, Valid,
     append_argument_edit, call_is_plain, imported_names, insert_keyword_edits, is_version_test, literal_string,
-    make_fix, replace_node, rewrite_with_imports,
+    make_fix, replace_node, rewrite_with_imports, with_requirement,
 )
 
 _VERSION_WORDS = ("hasattr", "__version__", "version", "getattr", "is_torch", "TORCH_")
@@ -110,6 +110,20 @@ class DeprecatedAmpApi(Rule):
     the deprecated class is never constructed, so it never warns (LLaVA-NeXT's
     trimmed copy of trl's DPOTrainer). A public flag, or one set anywhere, keeps
     the finding.
+
+    A deprecated call warns only when it runs: code no program of the project
+    runs is not reported (`embedded.never_runs`). That is a module outside
+    any package and below the project root that only defines, which nothing
+    imports, names or launches (files that do so and are themselves never
+    loaded do not count: x-flux's copy of ZoeDepth's `trainers/`, whose
+    trainers import its `loss.py`, and nothing imports them), and a
+    definition of such a module that is a script when its `__main__` block
+    does not name it (`loss.py`'s block tests another loss). A file some
+    program imports, a package module, a root module, a launched script, a
+    test file (`test*.py`, `*_test.py`: a test runner collects it) and a
+    module of a folder without `__init__.py` inside a package the project's
+    packaging distributes (a namespace subpackage its users import) keep
+    every finding.
 
     A device dispatch is no fallback: `from torch.cuda.amp import GradScaler`
     in the `else` of `if npu: from torch.npu.amp import GradScaler elif mlu:
@@ -693,15 +707,32 @@ def check(scaler):
             if edits is not None:
                 fix = make_fix(f"Use `torch.{api.new}` ({api.device!r}){_needs(ctx, api.min_torch)}", edits, safe=True)
             flag = _off_flag(ctx, ref)
+            runs = _runs_condition(ctx, ref.node)
             yield ctx.diagnostic(
                 self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api), help=_help(ref, api),
-                condition=f"{FLAG_SET}={flag}" if flag is not None else None,
+                condition=with_requirement(f"{FLAG_SET}={flag}", *runs.split("=", 1)) if flag is not None else runs,
             )
         for alias, api, others in _device_dispatch_imports(ctx):
             yield ctx.diagnostic(
                 self, alias, _dispatch_message(ctx, alias, api, others), data=_dispatch_data(ctx, alias, api),
                 help=f'Use `torch.{api.new}("{api.device}", ...)`',
             )
+
+
+def _runs_condition(ctx: ModuleContext, node: cst.CSTNode) -> str:
+    """`runs=<definition>`: the deprecated call warns only when it runs, so the finding needs
+    some program of the project to run the module-level `def`/`class` whose function body holds
+    it (`runs` alone for code that runs when the module is loaded: the top level, a class body,
+    a decorator, a default)."""
+    in_body = False
+    child, parent = node, ctx.parent(node)
+    while parent is not None and not isinstance(parent, cst.Module):
+        if isinstance(parent, cst.FunctionDef) and child is parent.body:
+            in_body = True
+        child, parent = parent, ctx.parent(parent)
+    if in_body and isinstance(child, (cst.FunctionDef, cst.ClassDef)):
+        return f"{RUNS}={child.name.value}"
+    return RUNS
 
 
 def _off_flag(ctx: ModuleContext, ref: Reference) -> Optional[str]:

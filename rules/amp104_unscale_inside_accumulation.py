@@ -128,7 +128,12 @@ class UnscaleInsideAccumulation(Rule):
     only when the gradients persist across iterations: `zero_grad` inside it,
     or a test with `%` or an `accum...` name, and no `zero_grad` on every
     iteration. `unscale_` inside the boundary `if` (also through a helper) and
-    a scaler built with `enabled=False` are fine. A guard clause is a branch
+    a scaler built with `enabled=False` are fine, and so is an `unscale_`
+    followed in its own block by a `step` of its optimizer (`unscale_`, clip,
+    `step`, `update` together, whatever the block's test: `% accum == 0`, the
+    `else` of `!= 0`), also when another step of the pass (the flush of a
+    last partial window after the loop of a helper called once per epoch)
+    would make it look mid-window. A guard clause is a branch
     too: after `if step % accum: return` (or `continue`), the rest of the
     function (or loop body) runs only at the boundary, so an early return
     that waits for N micro-batches is a boundary, and an `unscale_` before
@@ -379,6 +384,71 @@ for batch_idx, batch in enumerate(loader):
 """,
             "icefall's scale bump: `update(new_scale)` sets the scale and reads no inf checks, so it does not raise",
         ),
+        Valid(
+            """
+import torch
+
+
+def train_epoch(loader, start_step=0):
+    last_step = start_step
+    for step, (x, y) in enumerate(loader, start=start_step + 1):
+        last_step = step
+        with autocast_ctx:
+            loss = model(x, y) / args.accumulation_steps
+        scaler.scale(loss).backward()
+        if step % args.accumulation_steps == 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+    if last_step > start_step and last_step % args.accumulation_steps != 0:
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+
+if __name__ == "__main__":
+    autocast_ctx = torch.autocast("cuda", dtype=torch.float16)
+    scaler = torch.amp.GradScaler("cuda")
+    for epoch in range(args.epochs):
+        train_epoch(loader)
+""",
+            "unscale_, clip and step in the boundary block; the flush of a partial last window after the loop does not make it mid-window",
+        ),
+        Valid(
+            """
+import torch
+
+
+def train_one_epoch(model, loader, optimizer, scaler, accum_iter):
+    for it, (x, y) in enumerate(loader):
+        with torch.autocast("cuda"):
+            loss = model(x, y) / accum_iter
+        scaler.scale(loss).backward()
+        if (it + 1) % accum_iter != 0:
+            log_micro_batch(it)
+        else:
+            scaler.unscale_(optimizer)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if torch.isfinite(norm):
+                scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+
+
+def main():
+    scaler = torch.amp.GradScaler("cuda")
+    for epoch in range(10):
+        train_one_epoch(model, loader, optimizer, scaler, args.accum_iter)
+""",
+            "the boundary is the `else` of `% accum_iter != 0`; its step sits under a plain `if` in that block",
+        ),
     ]
 
     INVALID = [
@@ -536,6 +606,41 @@ class GANTrainer:
 """,
             line=11,
             why="each accelerate clip unscales every prepared optimizer; only a step updates the scaler, so the second raises",
+        ),
+        Invalid(
+            """
+import torch
+
+
+def train_epoch(loader):
+    for step, (x, y) in enumerate(loader, start=1):
+        with autocast_ctx:
+            loss = model(x, y) / args.accumulation_steps
+        scaler.scale(loss).backward()
+        if step % args.log_interval == 0:
+            scaler.unscale_(optimizer)
+            log(grad_norm(model))
+        if step % args.accumulation_steps == 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+    if step % args.accumulation_steps != 0:
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+
+if __name__ == "__main__":
+    autocast_ctx = torch.autocast("cuda", dtype=torch.float16)
+    scaler = torch.amp.GradScaler("cuda")
+    for epoch in range(args.epochs):
+        train_epoch(loader)
+""",
+            line=10,
+            why="the logging `if` unscales mid-window; only the boundary block's own unscale_ is followed by its step",
         ),
     ]
 
@@ -797,6 +902,23 @@ def _accumulates(memo: _Memo, loop: Frame, frame: Frame) -> bool:
     return any(_equivalent_in(s.path, frame) for s in zero) or _looks_like_accumulation(memo.ctx, frame)
 
 
+def _steps_in_its_block(ctx: ModuleContext, u: _Step, scaler_steps: List[_Step]) -> bool:
+    """`u` is followed in its own block by a step of its optimizer (`if step % accum == 0:
+    unscale_; clip; step; update`): that block is the boundary whatever its test, so `u` runs
+    once per step, not mid-window of another step of the pass (a flush of the last partial
+    window after the loop, a helper called per epoch). The step may sit deeper under a plain
+    `if` (`if math.isfinite(norm): scaler.step(opt)`), not under a guard clause or a test that
+    itself looks like an accumulation boundary."""
+    for s in scaler_steps:
+        if s.order <= u.order or not _same_scaler(ctx, u, s) or not _same_optimizer(u, s):
+            continue
+        if not path_contains(u.path, s.path):
+            continue
+        if all(f.kind == "if" and not _looks_like_accumulation(ctx, f) for f in s.path[len(u.path):]):
+            return True
+    return False
+
+
 def _runs_every(step: _Step, loop: Frame) -> bool:
     """No `if` between `loop` and the step."""
     index = [i for i, f in enumerate(step.path) if f is loop][0]
@@ -860,6 +982,8 @@ def _findings(ctx: ModuleContext, steps: List[_Step]) -> Iterator[Tuple[_Step, s
             ]
             for u in unscales:
                 if id(u) in flagged or not _same_scaler(ctx, u, st) or not _same_optimizer(u, st):
+                    continue
+                if _steps_in_its_block(ctx, u, scaler_steps):
                     continue
                 if bound is not None:
                     loop, frame = bound

@@ -130,7 +130,13 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     for framework checkpoints (`accelerator.save_state`,
     `trainer.save_checkpoint`), and when every scaler is built with
     `enabled=False`. A scaler whose `enabled=` is decided at run time counts
-    as enabled: the fp16 runs need its state.
+    as enabled: the fp16 runs need its state. Silent too when the scaler only
+    ever scales bf16: every autocast region of the file (the loop's, for a
+    helper's save) that may be on is a torch autocast of bf16, and the file
+    spells fp16 nowhere (no `float16`, `half`, `fp16`, not even in a comment).
+    bf16 has fp32's exponent range, so the scale never has to come down and a
+    resume that restarts it at 65536 skips no step (Bert-VITS2's
+    `GradScaler(enabled=hps.train.bf16_run)`).
 
     Across files: also flags a call to a checkpoint helper in another module
     (`save_checkpoint(dir, epoch, model, optimizer)`) that saves an
@@ -575,9 +581,51 @@ torch.save(optimizer.state_dict(), "optimizer.pt")
 """,
             "an optimizer's state saved alone, no other piece of a checkpoint beside it: not followed",
         ),
+        Valid(
+            """
+import torch
+from utils import save_checkpoint
+
+
+def train(model, optimizer, loader, hps):
+    scaler = torch.amp.GradScaler("cuda", enabled=hps.train.bf16_run)
+    for epoch in range(hps.train.epochs):
+        for x, y in loader:
+            with torch.autocast("cuda", enabled=hps.train.bf16_run, dtype=torch.bfloat16):
+                loss = model(x, y)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        save_checkpoint({"epoch": epoch, "state_dict": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+""",
+            "the scaler only ever scales bf16 (every region bf16, no fp16 in the file): its scale never has to come down",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+from utils import save_checkpoint
+
+
+def train(model, optimizer, loader, args):
+    scaler = torch.amp.GradScaler("cuda", enabled=args.amp)
+    amp_dtype = torch.bfloat16 if args.bf16 else torch.float16
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            with torch.autocast("cuda", enabled=args.amp, dtype=torch.bfloat16):
+                loss = model(x, y)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        save_checkpoint({"epoch": epoch, "state_dict": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+""",
+            line=16,
+            why="a bf16 region, but the file runs fp16 too (`torch.float16`): the scaler's state matters there",
+        ),
         Invalid(
             """
 import torch
@@ -1569,8 +1617,8 @@ def _live_scaler(project: Project, call, method: str) -> Optional[str]:
     uses (`.scale(...)`), unless its file calls that scaler's `method` (`state_dict` for the
     save side, `load_state_dict` for the resume) somewhere itself."""
     info = project.function((call.path, call.func))
-    if info is None:
-        return None
+    if info is None or project.summaries[call.path].get("b16"):
+        return None  # its file scales only bf16 (`scales_only_bf16`): the scale carries nothing
     for owner in _scale_owners(project, call):
         if any(r["f"] == f"{owner}.{method}" for g in project.summaries[call.path]["functions"].values() for r in g["calls"]):
             return None
@@ -1619,7 +1667,12 @@ def _restored_optimizer(ctx: ModuleContext, statement: cst.CSTNode) -> Optional[
 
 
 def _live_scalers(ctx: ModuleContext) -> List[str]:
-    """Scalers of this file that may be enabled and are built or used here."""
+    """Scalers of this file that may be enabled and are built or used here; none when they
+    scale only bf16 (`scales_only_bf16`: a scale that never has to come down loses nothing)."""
+    from amplint.model import scales_only_bf16
+
+    if scales_only_bf16(ctx):
+        return []
     used = {e.scaler for s in ctx.scopes for e in s.events if e.scaler}
     return [
         key

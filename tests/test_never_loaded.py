@@ -54,3 +54,84 @@ def test_a_script_or_a_package_module_is_not_judged(tmp_path):
     (tmp_path / "e").mkdir()
     _project(tmp_path / "e", {"attention.py": ATTENTION})
     assert not never_loaded(str(tmp_path / "e" / "attention.py"), str(tmp_path / "e")), "a root module: an entry point"
+
+
+LOSS = (
+    "import torch\n\n\nclass SILogLoss:\n    def forward(self, p, t):\n        with torch.cuda.amp.autocast(enabled=False):\n"
+    "            return (p.log() - t.log()).var()\n\n\nclass NLLLoss:\n    def forward(self, p, t):\n        return -p[t]\n"
+)
+TRAINER = "from zoe.trainers.loss import SILogLoss\n\n\nclass Trainer:\n    def __init__(self):\n        self.loss = SILogLoss()\n"
+
+
+def _trainers(tmp_path, files):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n')
+    base = {"libs/zoe/trainers/loss.py": LOSS, "libs/zoe/trainers/zoe_trainer.py": TRAINER,
+            "train.py": "import torch\nsys.path.insert(0, 'libs')\nfrom zoe.models import net\n", "libs/zoe/models/net.py": "import torch\n"}
+    for name, text in {**base, **files}.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(tmp_path / "libs" / "zoe" / "trainers" / "loss.py")
+
+
+def test_importers_that_are_never_loaded_do_not_load_it(tmp_path):
+    """x-flux's ZoeDepth copy: the trainers import the loss module, and nothing imports them."""
+    target = _trainers(tmp_path, {})
+    assert never_loaded(target, str(tmp_path))
+    assert never_loaded(str(tmp_path / "libs" / "zoe" / "trainers" / "zoe_trainer.py"), str(tmp_path))
+
+
+def test_an_importer_some_program_loads_loads_it(tmp_path):
+    cases = {
+        "the trainer imported": {"train.py": "import sys\nsys.path.insert(0, 'libs')\nfrom zoe.trainers.zoe_trainer import Trainer\n"},
+        "the trainer launched": {"run.sh": "python libs/zoe/trainers/zoe_trainer.py\n"},
+        "the trainer picked by a dotted computed name": {
+            "libs/zoe/trainers/builder.py": "from importlib import import_module\n\n\ndef get(n):\n    return import_module(f'zoe.trainers.{n}_trainer')\n",
+            "train.py": "import sys\nsys.path.insert(0, 'libs')\nfrom zoe.trainers.builder import get\n",
+        },
+        "an importer that is a script": {"libs/zoe/trainers/zoe_trainer.py": TRAINER + "\nif __name__ == '__main__':\n    Trainer()\n"},
+    }
+    for why, files in cases.items():
+        root = tmp_path / why.replace(" ", "_")
+        root.mkdir()
+        target = _trainers(root, files)
+        assert not never_loaded(target, str(root)), why
+
+
+def test_a_script_runs_only_what_its_main_block_names(tmp_path):
+    from amplint.model.embedded import never_runs
+
+    main = "\n\nif __name__ == '__main__':\n    print(NLLLoss().forward(1, 2))\n"
+    target = _trainers(tmp_path, {"libs/zoe/trainers/loss.py": LOSS + main})
+    assert not never_loaded(target, str(tmp_path)), "a script, run by its path"
+    assert never_runs(target, "SILogLoss", str(tmp_path))
+    assert not never_runs(target, "NLLLoss", str(tmp_path))
+    assert not never_runs(target, None, str(tmp_path)), "its top level runs"
+    (tmp_path / "b").mkdir()
+    through = LOSS + "\n\ndef check():\n    return SILogLoss()\n\n\nif __name__ == '__main__':\n    check()\n"
+    target = _trainers(tmp_path / "b", {"libs/zoe/trainers/loss.py": through})
+    assert not never_runs(target, "SILogLoss", str(tmp_path / "b")), "named through a definition the block calls"
+    (tmp_path / "c").mkdir()
+    target = _trainers(tmp_path / "c", {"libs/zoe/trainers/loss.py": LOSS + main,
+                                        "train.py": "import sys\nsys.path.insert(0, 'libs')\nfrom zoe.trainers.zoe_trainer import Trainer\n"})
+    assert not never_runs(target, "SILogLoss", str(tmp_path / "c")), "a program loads it: any definition may run"
+
+
+def test_a_test_file_or_a_namespace_module_of_a_distributed_package_runs(tmp_path):
+    """read6's look-alikes of the x-flux shape: MS-AMP's `tests/nn/test_linear.py` (pytest collects
+    it) and ColBERT's `colbert/distillation/scorer.py` (no `__init__.py`, inside the `colbert`
+    package its `setup.py` ships: users import `colbert.distillation.scorer`)."""
+    from amplint.model.embedded import never_runs
+
+    (tmp_path / "t").mkdir()
+    target = _trainers(tmp_path / "t", {"libs/zoe/trainers/test_loss.py": LOSS})
+    test = str(tmp_path / "t" / "libs" / "zoe" / "trainers" / "test_loss.py")
+    assert not never_runs(test, "SILogLoss", str(tmp_path / "t")), "a test runner collects it"
+    assert never_runs(target, "SILogLoss", str(tmp_path / "t")), "the module beside it still runs nowhere"
+    root = tmp_path / "ns"
+    root.mkdir()
+    (root / "setup.py").write_text("from setuptools import setup\nsetup(name='zoe')\n")
+    for name, text in {"zoe/__init__.py": "", "zoe/trainers/loss.py": LOSS, "zoe/trainers/zoe_trainer.py": TRAINER}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    assert not never_runs(str(root / "zoe" / "trainers" / "loss.py"), "SILogLoss", str(root)), "a namespace subpackage users import"

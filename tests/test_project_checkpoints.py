@@ -184,6 +184,29 @@ def test_a_resume_that_restores_or_is_given_the_scaler_stays_silent(tmp_path):
     assert run(moved, "AMP402") == [], "no torch.load: a state handed over, not a resume"
 
 
+def test_a_scaler_that_only_ever_scales_bf16_needs_no_checkpoint(tmp_path):
+    """Bert-VITS2 (read7): `GradScaler(enabled=hps.train.bf16_run)` beside `autocast(dtype=torch.bfloat16)`
+    regions only; bf16 never overflows at any scale, so a resume restarting the scale loses nothing."""
+    save = "save_checkpoint('last.pt', model, optimizer, epoch)"
+    bf16 = resume_project(tmp_path / "bf16", save)
+    train = bf16 / "train.py"
+    train.write_text(train.read_text().replace('GradScaler("cuda")', 'GradScaler("cuda", enabled=args.bf16_run)')
+                     .replace('torch.autocast("cuda")', 'torch.autocast("cuda", enabled=args.bf16_run, dtype=torch.bfloat16)'))
+    assert run(bf16, "AMP402") == []
+    assert run(bf16, "AMP402", [str(train)]) == []
+    # the look-alikes: one region fp16 (CUDA's default), or fp16 spelled in the file (a dtype chosen at run time)
+    for why, old, new in (
+        ("an fp16 region too", "            scaler.scale(loss)", "            with torch.autocast('cuda'):\n                loss = loss + model.aux(x)\n            scaler.scale(loss)"),
+        ("fp16 spelled", "def main(args, model, loader):", "def main(args, model, loader):\n    half = torch.float16 if args.fp16 else torch.bfloat16"),
+    ):
+        root = resume_project(tmp_path / why.replace(" ", "_"), save)
+        train = root / "train.py"
+        text = train.read_text().replace('torch.autocast("cuda")', 'torch.autocast("cuda", dtype=torch.bfloat16)').replace(old, new, 1)
+        train.write_text(text)
+        found = run(root, "AMP402")
+        assert [d.data["helper"] for d in found] == ["save_checkpoint"], why
+
+
 # ------------------------------------------------------------------ AMP402: a scaler out of the loop's reach
 
 ENGINE = """

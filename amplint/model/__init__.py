@@ -125,6 +125,7 @@ _EXPORTS = {
     # scaler_rebuilds (AMP107; AMP402 leaves a per-epoch scaler's checkpoint alone)
     "rebuilt_per_iteration": ".scaler_rebuilds",
     "rebuilt_scalers": ".scaler_rebuilds",
+    "scales_only_bf16": ".scalers",
     # updates (AMP105/AMP202: an optimizer update within reach of a backward)
     "file_updates": ".updates",
     "update_reachable": ".updates",
@@ -202,6 +203,7 @@ _EXPORTS = {
     "MODULES_CAST": ".facts",
     "REACHED": ".facts",
     "RESUMED": ".facts",
+    "RUNS": ".facts",
     "with_requirement": ".facts",
     "ProjectFacts": ".facts",
     # edits

@@ -679,61 +679,213 @@ def never_loaded(filename: Optional[str], root: Optional[str] = None) -> bool:
     string, a `python x/y.py` line), whose name no config or shell script holds as a word (`model:
     transformer`), and that no file loading modules by a computed name may pick: one quoting its
     name (`import_module(name)` with `"transformer"` beside it) or a module of its folder
-    (`import_module(f"baselines.{name}")`). An
+    (`import_module(f"baselines.{name}")`, also below a dotted prefix: `f"zoedepth.trainers.{name}"`).
+    A file that imports or names it does not count when it is itself never loaded by the same
+    test (a folder of unused modules that import each other: x-flux's copy of ZoeDepth's
+    `trainers/`, whose trainers import `zoedepth.trainers.loss` and are imported by nothing; at
+    most `_CLOSURE_LIMIT` files are followed). An
     unused file of a library copy vendored as plain folders (VMamba's `convnexts4nd/src/models/
     baselines/transformer.py`, s4's models nobody registers). False when the listing is cut at
     its limit or the file cannot be read."""
+    return _unloaded(filename, root, script=False, tests=False)
+
+
+def never_runs(filename: Optional[str], definition: Optional[str], root: Optional[str] = None) -> bool:
+    """The module-level `def` or `class` named `definition` of the file never runs: no program
+    of the project loads the file (`never_loaded`), except that the file may be a script of its
+    own, run by its path, whose `__main__` block (its only statement besides definitions) does
+    not name `definition`, directly or through the module's other definitions it names
+    (ZoeDepth's `trainers/loss.py`: its `__main__` block tests `DiscreteNLLLoss`, and
+    `SILogLoss` runs nowhere). `definition` None (the module's top level): `never_loaded`."""
+    if definition is None:
+        return _unloaded(filename, root, script=False, tests=True)
+    if not _unloaded(filename, root, script=True, tests=True):
+        return False
+    text = read_text(os.path.abspath(filename or ""))
+    if text is None:
+        return False
+    return definition not in _script_uses(text)
+
+
+#: how many files `never_loaded` follows through importers that are themselves never loaded
+_CLOSURE_LIMIT = 16
+
+
+def _unloaded(filename: Optional[str], root: Optional[str], script: bool, tests: bool) -> bool:
+    """`never_loaded` (`script`: the file itself may hold a `__main__` block; `tests`: a test
+    file, which a test runner collects, is a program of its own too, as every file that imports
+    or names it is)."""
     if not filename or not filename.endswith(".py") or not os.path.isfile(filename):
         return False
+    base = project_base(filename, root)
+    if base is None:
+        return False
+    base = os.path.abspath(base)
     path = os.path.abspath(filename)
+    if not _plain_module(path, base, script, tests):
+        return False
+    graph = _graph(base, None)
+    if graph is None:
+        return False
+    listing = whole_listing(base, _NAMING_SUFFIXES)
+    if listing is None:
+        return False
+    seen, todo = {path}, [path]
+    while todo:
+        here = todo.pop()
+        if here != path and not _plain_module(here, base, False, True):
+            return False
+        if here not in graph.files:
+            return False
+        referrers = _referrers(here, graph, listing)
+        if referrers is None:
+            return False
+        for other in referrers:
+            if other not in seen:
+                if len(seen) >= _CLOSURE_LIMIT:
+                    return False
+                seen.add(other)
+                todo.append(other)
+    return True
+
+
+def _plain_module(path: str, base: str, script: bool, tests: bool) -> bool:
+    """A `.py` file below the root, outside any package, only defining at module level
+    (`script`: a `__main__` block allowed besides). `tests`: also not a file a test runner
+    collects, nor a module of a folder without `__init__.py` inside a package the project's
+    packaging distributes (a namespace subpackage its users import: ColBERT's
+    `colbert.distillation.scorer`); asked of every file that imports or names the module, and
+    of the module itself where the question is whether its code runs at all (`never_runs`)."""
+    if not path.endswith(".py"):
+        return False  # a config, a launch script, a notebook naming the module: it is loaded
     folder = os.path.dirname(path)
     if os.path.isfile(os.path.join(folder, "__init__.py")):
         return False
-    base = project_base(filename, root)
-    if base is None or folder == os.path.abspath(base):
+    if folder == base:
         return False  # a module at the root: an entry point, or a `py_modules` module users import
+    name = os.path.basename(path)
+    if tests and (name.startswith("test") or name.endswith("_test.py") or name == "conftest.py"):
+        return False  # pytest / unittest collect it
+    if tests and _distributed_namespace(folder, base):
+        return False
     text = read_text(path)
-    if text is None or (("__main__" in text and MAIN_GUARD.search(text)) or not _only_definitions(text)):
+    if text is None:
         return False
-    graph = _graph(base, None)
-    if graph is None or path not in graph.files or graph.importers.get(path):
-        return False
+    key = (text, script)  # the text decides the rest: the path's parts were read above
+    found = _plain.get(key)
+    if found is None:
+        if "__main__" in text and MAIN_GUARD.search(text):
+            found = script and _only_definitions(text, main=True)
+        else:
+            found = _only_definitions(text)
+        if len(_plain) > 512:
+            _plain.clear()
+        _plain[key] = found
+    return found
+
+
+def _distributed_namespace(folder: str, base: str) -> bool:
+    """`folder` (no `__init__.py`) lies inside a regular package whose top the project's
+    packaging metadata distributes (a `setup.py` or a building `pyproject.toml` beside it, or
+    above its `src/`): Python imports its modules as a namespace subpackage of it."""
+    here = os.path.dirname(folder)
+    while (here + os.sep).startswith(base.rstrip(os.sep) + os.sep) and here != base:
+        if os.path.isfile(os.path.join(here, "__init__.py")):
+            top = package_top(os.path.join(here, "__init__.py"), base) or here
+            holder = os.path.dirname(top)
+            if os.path.basename(holder) == "src" and not _has_packaging(holder):
+                holder = os.path.dirname(holder)
+            return _really_packaged(holder)
+        here = os.path.dirname(here)
+    return False
+
+
+#: `_plain_module`'s reading of a text (a condition asks it once per finding of the file)
+_plain: Dict[Tuple[str, bool], bool] = {}
+
+
+def _referrers(path: str, graph: "_Graph", listing: List[str]) -> Optional[List[str]]:
+    """The files that import `path` or spell its name as `never_loaded` reads them; None when
+    one cannot be read."""
+    folder = os.path.dirname(path)
     stem = os.path.basename(path)[: -len(".py")]
     parent = os.path.basename(folder)
     tail = re.compile(r"\b%s[./\\]+%s\b|\b%s\.py\b" % (re.escape(parent), re.escape(stem), re.escape(stem)))
     quoted = re.compile(r"['\"]%s['\"]" % re.escape(stem))
     word = re.compile(r"(?:[:=][ \t]*['\"]?|['\"/.])%s\b" % re.escape(stem))  # a value, not prose
-    prefix = re.compile(r"['\"]%s[./](?:\{|['\"])" % re.escape(parent))  # `f"models.{name}"`: a computed module of the folder
-    listing = whole_listing(base, _NAMING_SUFFIXES)
-    if listing is None:
-        return False
+    # `f"models.{name}"`, `f"pkg.models.{name}"`: a computed module of the folder
+    prefix = re.compile(r"['\"](?:[\w.]*\.)?%s[./](?:\{|['\"])" % re.escape(parent))
+    found = sorted(graph.importers.get(path, ()))
     for other in listing:
         if other == path:
             continue
         body = read_text(other)
         if body is None:
-            return False
+            return None
         if other in graph.loaders and prefix.search(body):
-            return False
-        if stem not in body:
+            found.append(other)
+        elif stem not in body:
             continue
-        if tail.search(body):
-            return False
-        if not other.endswith((".py", ".ipynb")) and word.search(body):
-            return False  # a config or launch script naming it (`model: transformer`)
-        if other in graph.loaders and quoted.search(body):
-            return False
-    return True
+        elif tail.search(body):
+            found.append(other)
+        elif not other.endswith((".py", ".ipynb")) and word.search(body):
+            found.append(other)  # a config or launch script naming it (`model: transformer`)
+        elif other in graph.loaders and quoted.search(body):
+            found.append(other)
+    return found
 
 
-def _only_definitions(text: str) -> bool:
-    """The module's top level only defines (module docstring of `never_loaded`); a module that
-    cannot be parsed is not known."""
+def _script_uses(text: str) -> Set[str]:
+    """The names a script's `__main__` block uses, directly or through the module-level
+    definitions it names (their words, as `_Uses` reads them)."""
+    module = ast.parse(text)
+    lines = text.splitlines()
+    defined: Dict[str, Set[str]] = {}
+    used: Set[str] = set()
+    for statement in module.body:
+        if _main_block(statement):
+            used |= _names_in(_statement_text(lines, statement))
+            continue
+        for n in _defines(statement) or _plain_names(statement):
+            defined.setdefault(n, set()).update(_names_in(_statement_text(lines, statement)))
+    todo = [n for n in used if n in defined]
+    while todo:
+        for w in defined.get(todo.pop(), ()):
+            if w not in used:
+                used.add(w)
+                todo.append(w)
+    return used
+
+
+def _plain_names(statement: ast.stmt) -> List[str]:
+    """The names a decorated definition binds (its body runs only when called)."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [statement.name]
+    return []
+
+
+def _main_block(statement: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` (no `else`)."""
+    if not isinstance(statement, ast.If) or statement.orelse:
+        return False
+    test = statement.test
+    return (
+        isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+        and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == "__main__"
+    )
+
+
+def _only_definitions(text: str, main: bool = False) -> bool:
+    """The module's top level only defines (module docstring of `never_loaded`; `main`: besides
+    `if __name__ == "__main__":` blocks); a module that cannot be parsed is not known."""
     try:
         module = ast.parse(text)
     except (SyntaxError, ValueError):
         return False
     for statement in module.body:
+        if main and _main_block(statement):
+            continue
         if isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         if isinstance(statement, (ast.Assign, ast.AnnAssign)) and not _calls(statement.value):

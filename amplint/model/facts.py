@@ -353,6 +353,13 @@ AUTOCAST_RUNS = "autocast-runs"
 #: attribute `<name>` whose truth selects the code (`flag_may_be_set`): what a finding in a branch
 #: the file itself only ever turns off needs (a base condition of its own, holding everywhere else)
 FLAG_SET = "flag-set"
+#: `runs=<definition>` (or `runs`, for the module's top level), as a base condition or a
+#: requirement: some program of the project may run the code holding the site, the module-level
+#: `def`/`class` `<definition>` of the file (`embedded.never_runs` does not hold: the file is
+#: loaded by some program, or it is a script whose `__main__` block reaches the definition):
+#: what a finding that holds wherever the code runs needs (AMP001's deprecated call warns only
+#: when it runs)
+RUNS = "runs"
 
 
 def with_requirement(condition: str, kind: str, name: str = "") -> str:
@@ -398,6 +405,8 @@ def _requirement_holds(requirement: str, filename: Optional[str], root: Optional
         return definition_reached(filename, name, root)
     if kind == AUTOCAST_RUNS:
         return not _unreached(filename, root, precision)
+    if kind == RUNS:
+        return filename is None or site_runs(filename, name or None, root)
     raise ValueError(f"unknown requirement {requirement!r}")
 
 
@@ -452,6 +461,14 @@ def flag_may_be_set(filename: str, name: str, root: Optional[str] = None) -> boo
     return any(os.path.abspath(p) != own and word.search(read_text(p) or "") for p in listing)
 
 
+def site_runs(filename: str, definition: Optional[str], root: Optional[str] = None) -> bool:
+    """Some program of the project may run the module-level definition `definition` of the file
+    (None: its top level): `embedded.never_runs` does not hold."""
+    from .embedded import never_runs
+
+    return not never_runs(filename, definition, root)
+
+
 def _fp16_kept_out(filename: str, root: Optional[str]) -> bool:
     """No fp16 the project runs reaches the file: a script no low-precision code reaches, a
     file the project runs that no fp16 source reaches, or a module of a vendored library copy
@@ -495,6 +512,8 @@ def condition_holds(
         if precision in ("fp16", "bf16"):
             return False
         return filename is None or fp32_default(filename, root)
+    if condition == RUNS or condition.startswith(RUNS + "="):
+        return filename is None or site_runs(filename, condition[len(RUNS) + 1 :] or None, root)
     if condition.startswith(FLAG_SET + "="):
         return filename is None or flag_may_be_set(filename, condition[len(FLAG_SET) + 1 :], root)
     if condition == LIGHTNING_FP16:

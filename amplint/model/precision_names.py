@@ -83,6 +83,9 @@ FP16_WORDS = re.compile(
     r"(?<![bB])float16|half|fp16|autocast|GradScaler|mixed_precision|\bamp\b|16-mixed|precision\s*=\s*16|getattr\(\s*torch\s*,",
     re.M,
 )
+#: an fp16 spelling anywhere in a file's text (a cast, a dtype, a flag, a comment; not `bfloat16`):
+#: a file without one whose autocast regions are all bf16 scales only bf16 (`scalers.scales_only_bf16`)
+FP16_TEXT = re.compile(r"(?<![bB])float16|half|fp16|HalfTensor")
 #: words that show a text fixes a low precision somewhere (fp16 or bf16; `model/facts.fp32_default`):
 #: an fp16/bf16 (or fp8) dtype, cast or spelling, torch's autocast (a bare `autocast(` imported from torch;
 #: not `accelerator.autocast()`, off unless the run is configured), a loss scaler, apex, a dtype

@@ -10,6 +10,7 @@ import libcst as cst
 from . import torchapi
 from .literals import literal_bool, literal_string
 from .names import dotted_name
+from .precision_names import FP16_TEXT
 from .types import CallInfo, OptimizerInfo, ScalerInfo
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,6 +56,16 @@ def _is_grad_scaler(call: CallInfo) -> bool:
 
 #: public: whether a call constructs a torch GradScaler (any import spelling)
 is_grad_scaler_call = _is_grad_scaler
+
+def scales_only_bf16(ctx: ModuleContext) -> bool:
+    """Every GradScaler of the file scales bf16 gradients only: the file opens autocast regions
+    that may be on, all of them torch autocasts of bf16 (no framework region, none held or of a
+    dtype decided at run time), and its text spells no fp16 anywhere (`FP16_TEXT`). bf16 has
+    fp32's exponent range, so such a scaler never skips a step and its scale carries nothing
+    (Bert-VITS2's `GradScaler(enabled=hps.train.bf16_run)` beside `autocast(dtype=torch.bfloat16)`
+    only); the project summary reads the same (`summary` key "b16")."""
+    regions = [r for r in ctx.regions if r.enabled is not False]
+    return bool(regions) and all(not r.framework and r.dtype == "bf16" for r in regions) and not FP16_TEXT.search(ctx.source)
 
 
 def scaler_enabled_argument(call: CallInfo) -> Optional[cst.BaseExpression]:

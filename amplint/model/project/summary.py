@@ -21,14 +21,14 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import torchapi
-from ..precision_names import CONFIG_KEYS, lightning_autocast_dtype
+from ..precision_names import CONFIG_KEYS, FP16_TEXT, lightning_autocast_dtype
 from ...core.gates import overflowing_literal_site
 from ...core.pyast import parse
 from . import disabled, loaders, masks, trained
 from .astutil import dotted, import_bindings as _import_bindings, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 9
+VERSION = 10
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -118,7 +118,19 @@ class _Summarizer:
             out["cfg"] = settings
         if self.exported is not None:
             out["all"] = self.exported
+        if self._scales_only_bf16():
+            out["b16"] = 1
         return out
+
+    def _scales_only_bf16(self) -> bool:
+        """`scalers.scales_only_bf16` as the summary reads it: torch autocast regions that may be
+        on, all bf16 (no framework region; of the project's own context managers only a builtin
+        `open` is known not to be an autocast), and no fp16 spelled anywhere in the text."""
+        regions = [r for r in self.regions if r["enabled"] is not False and r.get("via") != "open"]
+        return (
+            bool(regions) and all(not r.get("framework") and "via" not in r and r["dtype"] == "bf16" for r in regions)
+            and not FP16_TEXT.search(self.source)
+        )
 
     def _collect_imports(self, tree: ast.Module) -> None:
         self.imports, stars = _import_bindings(tree.body)
