@@ -1,6 +1,7 @@
 """AMP105 fp16-backward-without-scaler."""
 from __future__ import annotations
 
+import functools
 import re
 
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set
@@ -1134,35 +1135,46 @@ def _dotted(expr: cst.BaseExpression) -> str:
     return dotted_name(expr) or ""
 
 
-def _flag_atoms(ctx: ModuleContext, expr: cst.BaseExpression, depth: int = 3) -> Optional[Set[str]]:
-    """The run-time flags a switch reads (`args.amp`, `self.enable_scaler`, `config["enable_amp"]`),
-    followed through the file's assignments to them (`self.enable_amp = config["enable_amp"]`).
-    Calls (a device probe such as `torch.cuda.is_available()`) are not flags. None when it reads
-    a function's parameter (`self.use_scaler = use_scaler`): the caller may hand in the other switch."""
+@functools.lru_cache(maxsize=None)
+def _flag_atoms_visitor() -> type:
+    """The visitor collecting the flag spellings of one switch expression for `_flag_atoms`, made once
+    (libcst imported only when the per-file check runs; a class defined per call would be a new,
+    cyclic class object per call, holding the file's context in its closure)."""
     import libcst as cst
 
-    atoms: Set[str] = set()
+    class _FlagAtoms(cst.CSTVisitor):
+        def __init__(self, ctx: ModuleContext, atoms: Set[str]) -> None:
+            super().__init__()
+            self.ctx, self.atoms = ctx, atoms
 
-    class _Atoms(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> bool:
             for a in node.args:
                 a.value.visit(self)
             return False
 
         def visit_Subscript(self, node: cst.Subscript) -> bool:
-            atoms.add(ctx.code_for(node).strip())
+            self.atoms.add(self.ctx.code_for(node).strip())
             return False
 
         def visit_Attribute(self, node: cst.Attribute) -> bool:
-            atoms.add(ctx.code_for(node).strip())
+            self.atoms.add(self.ctx.code_for(node).strip())
             return False
 
         def visit_Name(self, node: cst.Name) -> bool:
-            if node.value not in ("True", "False", "None") and not ctx.imports.is_imported(node.value):
-                atoms.add(node.value)
+            if node.value not in ("True", "False", "None") and not self.ctx.imports.is_imported(node.value):
+                self.atoms.add(node.value)
             return False
 
-    expr.visit(_Atoms())
+    return _FlagAtoms
+
+
+def _flag_atoms(ctx: ModuleContext, expr: cst.BaseExpression, depth: int = 3) -> Optional[Set[str]]:
+    """The run-time flags a switch reads (`args.amp`, `self.enable_scaler`, `config["enable_amp"]`),
+    followed through the file's assignments to them (`self.enable_amp = config["enable_amp"]`).
+    Calls (a device probe such as `torch.cuda.is_available()`) are not flags. None when it reads
+    a function's parameter (`self.use_scaler = use_scaler`): the caller may hand in the other switch."""
+    atoms: Set[str] = set()
+    expr.visit(_flag_atoms_visitor()(ctx, atoms))
     if atoms & {p for s in ctx.scopes for p in s.params}:
         return None  # a parameter: what the caller hands in (perhaps the other switch) is unknown
     if depth > 0:
