@@ -6,7 +6,8 @@ import re
 from typing import Any, Dict, Iterator
 
 from amplint.model import (
-    Diagnostic, Invalid, Rule, ScaleFinding, ScaleView, Severity, Valid, scale_file_diagnostics, scale_project_diagnostics,
+    Diagnostic, Invalid, Rule, ScaleFinding, ScaleView, Severity, Valid, command_line_bool, scale_file_diagnostics,
+    scale_project_diagnostics,
 )
 
 
@@ -481,10 +482,10 @@ def main(model, dataset):
         `--fsdp_config` the project does not hold or that hands sharding to torch_xla."""
         fsdp = launch.arg("fsdp")
         fp16 = launch.arg("fp16")
-        if fsdp is None or fp16 is None or _flag(fp16[0]) is not True:
+        if fsdp is None or fp16 is None or command_line_bool(fp16[0]) is not True:
             return None
         bf16 = launch.arg("bf16")
-        if bf16 is not None and _flag(bf16[0]) is not False:
+        if bf16 is not None and command_line_bool(bf16[0]) is not False:
             return None
         if not (fsdp[0].lower() in ("true", "1") or fsdp[0] in _FSDP_WORDS):
             return None  # absent value, a shell expansion, a word the Trainer does not know
@@ -662,16 +663,6 @@ _TRAINER_HELP = ("Train in bf16 (`bf16=True`), or build the Trainer's FSDP plugi
 _FSDP_WORDS = frozenset(("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "offload", "auto_wrap"))
 #: a script that trains through a Hugging Face Trainer
 _TRAINS = re.compile(r"Trainer\s*\(.*?\.train\s*\(", re.S)
-
-
-def _flag(text: str) -> Any:
-    """A boolean command-line value as HfArgumentParser reads it (`--fp16`, `--fp16 true`)."""
-    lowered = text.lower()
-    if lowered in ("", "true", "1", "yes", "y", "t"):
-        return True
-    if lowered in ("false", "0", "no", "n", "f"):
-        return False
-    return None
 
 
 def _trains_with_trainer(view: ScaleView, path: str) -> bool:

@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from amplint.model import (
     Diagnostic, Invalid, Rule, ScaleConfig, ScaleFinding, ScaleView, Severity, Valid, config_place,
-    scale_file_diagnostics, scale_project_diagnostics,
+    command_line_bool, scale_file_diagnostics, scale_project_diagnostics,
 )
 
 _OTHER = {"fp16": "bf16", "bf16": "fp16"}
@@ -355,7 +355,7 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
             given = launch.arg(block)
             if given is None:
                 continue
-            value = _flag(given[0])
+            value = command_line_bool(given[0])
             if value is None:
                 return None  # `--bf16 $BF16`: decided at run time
             flags[block] = (value, given[1], given[2])
@@ -379,16 +379,6 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
                     "script": os.path.basename(launch.script)}
             return ScaleFinding(place, message, help, related, data, config_file=True)
         return None
-
-
-def _flag(text: str) -> Optional[bool]:
-    """A boolean command-line value as HfArgumentParser reads it (`--bf16`, `--bf16 true`)."""
-    lowered = text.lower()
-    if lowered in ("", "true", "1", "yes", "y", "t"):
-        return True
-    if lowered in ("false", "0", "no", "n", "f"):
-        return False
-    return None
 
 
 def _parses_training_arguments(view: ScaleView, script: str) -> bool:

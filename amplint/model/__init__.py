@@ -243,6 +243,7 @@ _EXPORTS = {
     "enclosing_calls": ".project.accelerate_hooks",
     # the wrapper kind fact and precision configs (issue 23: AMP801-AMP808)
     "ScaleConfig": ".project.wrappers",
+    "command_line_bool": ".project.launchers",
     "ScaleFinding": ".project.wrappers",
     "ScaleView": ".project.wrappers",
     "Wrapper": ".project.wrappers",

@@ -230,6 +230,17 @@ class Launch:
         return found
 
 
+def command_line_bool(text: str) -> Optional[bool]:
+    """A boolean command-line value as HfArgumentParser reads it (`--fp16`, `--fp16 true`,
+    `--bf16 0`); None for anything else (a shell expansion, a word it would refuse)."""
+    lowered = text.lower()
+    if lowered in ("", "true", "1", "yes", "y", "t"):
+        return True
+    if lowered in ("false", "0", "no", "n", "f"):
+        return False
+    return None
+
+
 def launcher_file(path: str) -> bool:
     """A file that may hold launch commands (by its name)."""
     name = os.path.basename(path)
