@@ -1137,7 +1137,7 @@ def _cuda_device_argument(source: str) -> bool:
                 return True
             if before == "=":
                 k = _blanks_back(source, j - 1)
-                if k == 0 or source[k - 1] in "\n\r\\" or (source.endswith("device_type", 0, k) and (k == 11 or not _is_ident_char(source[k - 12]))):
+                if k == 0 or source[k - 1] in "\n\r\\" or (source.endswith("device_type", 0, k) and (k == 11 or not _is_identifier_char(source[k - 12]))):
                     return True
             at = source.find(quote, at + 1)
     return False
@@ -1149,7 +1149,7 @@ def _method_not_autocast(source: str, paren: int) -> bool:
     resolves to its import's target plus the attributes spelled."""
     end = _blanks_back(source, paren)
     start = end
-    while start > 0 and _is_ident_char(source[start - 1]):
+    while start > 0 and _is_identifier_char(source[start - 1]):
         start -= 1
     if start == end or source[start:end] == "autocast" or (start > 0 and not source[start - 1].isascii()):
         return False
@@ -1164,20 +1164,16 @@ def _blanks_back(source: str, j: int) -> int:
 
 
 def _identifier_in(source: str, name: str) -> bool:
-    """Whether `name` occurs with no ASCII identifier character on either side (every use of the
-    identifier `name` does; so do some others, in prose or longer non-ASCII names)."""
+    """Whether `name` occurs with no identifier character on either side (every use of the
+    identifier `name` does; so do some others, in prose)."""
     at = source.find(name)
     n, size = len(source), len(name)
     while at != -1:
         end = at + size
-        if (at == 0 or not _is_ident_char(source[at - 1])) and (end >= n or not _is_ident_char(source[end])):
+        if (at == 0 or not _is_identifier_char(source[at - 1])) and (end >= n or not _is_identifier_char(source[end])):
             return True
         at = source.find(name, end)
     return False
-
-
-def _is_ident_char(char: str) -> bool:
-    return char == "_" or (char.isascii() and char.isalnum())
 
 
 #: gate functions by the name rules give in `gate_check`
