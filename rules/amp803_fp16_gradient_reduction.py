@@ -96,7 +96,18 @@ class Fp16GradientReduction(Rule):
     module): `dtype = {"fp16": torch.float16, ...}[args.precision]` and then
     `reduce_dtype=dtype`, or a lookup table bound once and never changed in
     place (`DTYPES[args.precision]`); a name bound twice or a table changed
-    in place is silent. A comm hook
+    in place is silent. Likewise a dtype read from a property (or an
+    argument-less method) of the policy's own class that maps a setting's
+    string values to dtype literals, one of them to `torch.float16`
+    (`reduce_dtype=self.autocast_precision`, the property returning
+    `torch.float16` when `self.precision == "amp_fp16"`): the class names that
+    value as supported, and the message names it (`when precision is
+    "amp_fp16": ...`). Silent when the property refuses fp16 (raises), when
+    its tests are anything but the one setting compared with string literals
+    (`torch.cuda.is_bf16_supported()`), or when a branch returns anything but
+    a dtype literal. A dtype read from a config file or a command line by name
+    (`getattr(torch, cfg.model.fsdp_policy_mp)`, a YAML `reduce_dtype: fp16`)
+    is not followed. A comm hook
     in a file that also builds a GradScaler is silent too: the scaler catches
     the overflow (docs/evidence.md), unless that scaler is built only under an
     `if` the hook is not under (`if amp_level != "O0": scaler = GradScaler()`
@@ -281,9 +292,60 @@ xla_args = TrainingArguments(output_dir="out", fsdp="full_shard", fsdp_config={"
 """,
             "the Trainer's FSDP in bf16; a sharding decided at run time; FSDP handed to torch_xla",
         ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecision
+class TrainConfig:
+    @property
+    def autocast_precision(self):
+        if self.precision == "amp_bf16":
+            return torch.bfloat16
+        elif self.precision == "amp_fp16":
+            raise ValueError("fp16 is not supported with FSDP")
+        return torch.float32
+    @property
+    def compute_dtype(self):
+        if torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float16
+    @property
+    def fsdp_precision(self):
+        return MixedPrecision(param_dtype=self.autocast_precision, reduce_dtype=self.autocast_precision)
+    @property
+    def mixed_fsdp_precision(self):
+        return MixedPrecision(param_dtype=self.autocast_precision, reduce_dtype=torch.float32)
+    def hardware_fsdp_precision(self):
+        return MixedPrecision(param_dtype=self.compute_dtype, reduce_dtype=self.compute_dtype)
+""",
+            "the precision property maps no setting to fp16 (it refuses it); fp32 reduce; a hardware test is no setting",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecision
+class TrainConfig:
+    precision: str = "amp_bf16"
+    @property
+    def fsdp_precision(self):
+        return MixedPrecision(param_dtype=self.autocast_precision, reduce_dtype=self.autocast_precision)
+    @property
+    def autocast_precision(self):
+        if self.precision == "amp_bf16":
+            return torch.bfloat16
+        elif self.precision == "amp_fp16":
+            return torch.float16
+        elif self.precision == "fp32":
+            return torch.float32
+        else:
+            raise ValueError(f"Unexpected precision type {self.precision}")
+""",
+            line=7,
+            why='the class maps precision "amp_fp16" to torch.float16: on that setting the reduce is fp16',
+        ),
         Invalid(
             """
 import argparse
@@ -569,6 +631,8 @@ def main(model, dataset):
             message = f"`{cls}` without `reduce_dtype` reduces gradients in its fp16 `param_dtype`"
         elif e.get("rch") and (e.get("reduce") == "?" or (e.get("reduce") is None and e.get("param") == "?")):
             return self._chosen(view, path, e, cls)
+        elif e.get("rmap") and (e.get("reduce") == "?" or (e.get("reduce") is None and e.get("param") == "?")):
+            return self._mapped(view, path, e, cls)
         else:
             return None
         help = "Pass `reduce_dtype=torch.float32` (or use bf16): an fp16 sum of every rank's gradients overflows"
@@ -602,6 +666,25 @@ def main(model, dataset):
             data = {"mechanism": "fsdp", "policy": cls, "param_dtype": e.get("param"), "reduce_dtype": "fp16", "choice": f"{flag} is {keys[0]}"}
             return ScaleFinding(place, message, help, related, data)
         return None
+
+    def _mapped(self, view: ScaleView, path: str, e: Dict[str, Any], cls: str) -> Any:
+        """A reduction dtype read from a property of the policy's own class that maps a setting's
+        string values to dtype literals, one of them to `torch.float16` (`reduce_dtype=
+        self.autocast_precision`, the property returning `torch.float16` when `self.precision ==
+        "amp_fp16"`): the class names that value as supported, and on it the gradients are
+        reduced in fp16. A warning naming the value, at the reduce (or the `param_dtype` so read
+        with no `reduce_dtype`)."""
+        mapping = e["rmap"]
+        field = "reduce_dtype" if e.get("reduce") == "?" else "param_dtype"
+        r = e["rpos"] if field == "reduce_dtype" and e.get("rpos") else None
+        place = (path, r["r"], r["c"], r["er"], r["ec"]) if r else view.place(path, e)
+        value = mapping["k"][0]
+        message = f'when `{mapping["o"]}` is "{value}": `{cls}` reduces gradients across ranks in fp16'
+        help = "Pass `reduce_dtype=torch.float32` whatever the precision setting: an fp16 sum of every rank's gradients overflows"
+        related = [((path, mapping["pr"], 1, mapping["pr"], 1), f'`{mapping["p"]}` gives torch.float16 for "{value}" here')]
+        data = {"mechanism": "fsdp", "policy": cls, "param_dtype": e.get("param"), "reduce_dtype": "fp16",
+                "choice": f'{mapping["o"]} is {value}'}
+        return ScaleFinding(place, message, help, related, data)
 
     def _lightning(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
         if e.get("prec") not in ("16-mixed", "16-true"):
