@@ -113,6 +113,11 @@ class Fp16GradientReduction(Rule):
     `if` the hook is not under (`if amp_level != "O0": scaler = GradScaler()`
     and the hook registered on every run): the runs without a scaler reduce
     unscaled gradients in fp16, where the measured hook zeroed small ones.
+    Where the scaler lives in another file of the project (a trainer class
+    the hook's module never names, a test apart), the hook is still reported
+    (the fp16 all-reduce is real, and which runs use the scaler is the run's
+    choice), with the scaler as a related site and no "no GradScaler" claim;
+    the per-file pass, which reads no other file, keeps the claim.
 
     A policy built in a function that replaces the sharding it is for with a
     fake (a test's `monkeypatch.setattr(fsdp, "fully_shard", fake)`,
@@ -733,8 +738,15 @@ def main(model, dataset):
             )
             related = [(view.place(path, first), "the loss scaler, built on one branch only")]
         else:
-            message = f"{hook} all-reduces gradients in fp16 with no GradScaler to catch overflow"
-            related = []
+            elsewhere = _project_scaler(view, path)
+            if elsewhere is not None:
+                # the project builds a loss scaler in another file (detectron2's AMPTrainer): whether it
+                # runs beside this hook is the run's choice; the fp16 reduction itself is real
+                message = f"{hook} all-reduces gradients in fp16"
+                related = [(view.place(*elsewhere), "a GradScaler of the project, in another file: on runs that use it, an overflow skips the step")]
+            else:
+                message = f"{hook} all-reduces gradients in fp16 with no GradScaler to catch overflow"
+                related = []
         help = "Use `bf16_compress_hook` (fp32's range), or no compression hook"
         data = {"mechanism": "ddp-comm-hook", "reduce_dtype": "fp16", "own_hook": e.get("hs")}
         return ScaleFinding(view.place(path, e), message, help, related, data)
@@ -753,6 +765,26 @@ def _trains_with_trainer(view: ScaleView, path: str) -> bool:
     s = view.summary(path) or {}
     calls = [c for uses in s.get("uses", {}).values() for c in uses]
     return any(c.rsplit(".", 1)[-1].endswith("Trainer") for c in calls) and any(c.endswith(".train") for c in calls)
+
+
+def _project_scaler(view: ScaleView, path: str) -> Any:
+    """(path, event) of the first loss scaler another file of the project builds (a test's
+    apart); None in the per-file pass, which sees no other file."""
+    for other, ev in view.events("ctor"):
+        if other == path or ev["k"] != "scaler" or ev.get("en") is False or _is_test(view, other):
+            continue
+        return other, ev
+    return None
+
+
+def _is_test(view: ScaleView, path: str) -> bool:
+    """A test file of the project (`tests/...`, `test_x.py`, `x_test.py`), by its path under the root."""
+    import os
+
+    root = getattr(view.project, "root", None)
+    parts = (os.path.relpath(path, root) if root else path).replace("\\", "/").split("/")
+    name = parts[-1]
+    return name.startswith("test_") or name.endswith("_test.py") or any(p in ("tests", "test") for p in parts[:-1])
 
 
 def _only_on_some_paths(scaler: Dict[str, Any], hook: Dict[str, Any]) -> bool:
