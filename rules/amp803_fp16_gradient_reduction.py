@@ -96,12 +96,28 @@ class Fp16GradientReduction(Rule):
     module): `dtype = {"fp16": torch.float16, ...}[args.precision]` and then
     `reduce_dtype=dtype`, or a lookup table bound once and never changed in
     place (`DTYPES[args.precision]`); a name bound twice or a table changed
-    in place is silent. A comm hook
+    in place is silent. Likewise a dtype read from a property (or an
+    argument-less method) of the policy's own class that maps a setting's
+    string values to dtype literals, one of them to `torch.float16`
+    (`reduce_dtype=self.autocast_precision`, the property returning
+    `torch.float16` when `self.precision == "amp_fp16"`): the class names that
+    value as supported, and the message names it (`when precision is
+    "amp_fp16": ...`). Silent when the property refuses fp16 (raises), when
+    its tests are anything but the one setting compared with string literals
+    (`torch.cuda.is_bf16_supported()`), or when a branch returns anything but
+    a dtype literal. A dtype read from a config file or a command line by name
+    (`getattr(torch, cfg.model.fsdp_policy_mp)`, a YAML `reduce_dtype: fp16`)
+    is not followed. A comm hook
     in a file that also builds a GradScaler is silent too: the scaler catches
     the overflow (docs/evidence.md), unless that scaler is built only under an
     `if` the hook is not under (`if amp_level != "O0": scaler = GradScaler()`
     and the hook registered on every run): the runs without a scaler reduce
     unscaled gradients in fp16, where the measured hook zeroed small ones.
+    Where the scaler lives in another file of the project (a trainer class
+    the hook's module never names, a test apart), the hook is still reported
+    (the fp16 all-reduce is real, and which runs use the scaler is the run's
+    choice), with the scaler as a related site and no "no GradScaler" claim;
+    the per-file pass, which reads no other file, keeps the claim.
 
     A policy built in a function that replaces the sharding it is for with a
     fake (a test's `monkeypatch.setattr(fsdp, "fully_shard", fake)`,
@@ -281,9 +297,60 @@ xla_args = TrainingArguments(output_dir="out", fsdp="full_shard", fsdp_config={"
 """,
             "the Trainer's FSDP in bf16; a sharding decided at run time; FSDP handed to torch_xla",
         ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecision
+class TrainConfig:
+    @property
+    def autocast_precision(self):
+        if self.precision == "amp_bf16":
+            return torch.bfloat16
+        elif self.precision == "amp_fp16":
+            raise ValueError("fp16 is not supported with FSDP")
+        return torch.float32
+    @property
+    def compute_dtype(self):
+        if torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float16
+    @property
+    def fsdp_precision(self):
+        return MixedPrecision(param_dtype=self.autocast_precision, reduce_dtype=self.autocast_precision)
+    @property
+    def mixed_fsdp_precision(self):
+        return MixedPrecision(param_dtype=self.autocast_precision, reduce_dtype=torch.float32)
+    def hardware_fsdp_precision(self):
+        return MixedPrecision(param_dtype=self.compute_dtype, reduce_dtype=self.compute_dtype)
+""",
+            "the precision property maps no setting to fp16 (it refuses it); fp32 reduce; a hardware test is no setting",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecision
+class TrainConfig:
+    precision: str = "amp_bf16"
+    @property
+    def fsdp_precision(self):
+        return MixedPrecision(param_dtype=self.autocast_precision, reduce_dtype=self.autocast_precision)
+    @property
+    def autocast_precision(self):
+        if self.precision == "amp_bf16":
+            return torch.bfloat16
+        elif self.precision == "amp_fp16":
+            return torch.float16
+        elif self.precision == "fp32":
+            return torch.float32
+        else:
+            raise ValueError(f"Unexpected precision type {self.precision}")
+""",
+            line=7,
+            why='the class maps precision "amp_fp16" to torch.float16: on that setting the reduce is fp16',
+        ),
         Invalid(
             """
 import argparse
@@ -569,6 +636,8 @@ def main(model, dataset):
             message = f"`{cls}` without `reduce_dtype` reduces gradients in its fp16 `param_dtype`"
         elif e.get("rch") and (e.get("reduce") == "?" or (e.get("reduce") is None and e.get("param") == "?")):
             return self._chosen(view, path, e, cls)
+        elif e.get("rmap") and (e.get("reduce") == "?" or (e.get("reduce") is None and e.get("param") == "?")):
+            return self._mapped(view, path, e, cls)
         else:
             return None
         help = "Pass `reduce_dtype=torch.float32` (or use bf16): an fp16 sum of every rank's gradients overflows"
@@ -602,6 +671,25 @@ def main(model, dataset):
             data = {"mechanism": "fsdp", "policy": cls, "param_dtype": e.get("param"), "reduce_dtype": "fp16", "choice": f"{flag} is {keys[0]}"}
             return ScaleFinding(place, message, help, related, data)
         return None
+
+    def _mapped(self, view: ScaleView, path: str, e: Dict[str, Any], cls: str) -> Any:
+        """A reduction dtype read from a property of the policy's own class that maps a setting's
+        string values to dtype literals, one of them to `torch.float16` (`reduce_dtype=
+        self.autocast_precision`, the property returning `torch.float16` when `self.precision ==
+        "amp_fp16"`): the class names that value as supported, and on it the gradients are
+        reduced in fp16. A warning naming the value, at the reduce (or the `param_dtype` so read
+        with no `reduce_dtype`)."""
+        mapping = e["rmap"]
+        field = "reduce_dtype" if e.get("reduce") == "?" else "param_dtype"
+        r = e["rpos"] if field == "reduce_dtype" and e.get("rpos") else None
+        place = (path, r["r"], r["c"], r["er"], r["ec"]) if r else view.place(path, e)
+        value = mapping["k"][0]
+        message = f'when `{mapping["o"]}` is "{value}": `{cls}` reduces gradients across ranks in fp16'
+        help = "Pass `reduce_dtype=torch.float32` whatever the precision setting: an fp16 sum of every rank's gradients overflows"
+        related = [((path, mapping["pr"], 1, mapping["pr"], 1), f'`{mapping["p"]}` gives torch.float16 for "{value}" here')]
+        data = {"mechanism": "fsdp", "policy": cls, "param_dtype": e.get("param"), "reduce_dtype": "fp16",
+                "choice": f'{mapping["o"]} is {value}'}
+        return ScaleFinding(place, message, help, related, data)
 
     def _lightning(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Any:
         if e.get("prec") not in ("16-mixed", "16-true"):
@@ -650,8 +738,15 @@ def main(model, dataset):
             )
             related = [(view.place(path, first), "the loss scaler, built on one branch only")]
         else:
-            message = f"{hook} all-reduces gradients in fp16 with no GradScaler to catch overflow"
-            related = []
+            elsewhere = _project_scaler(view, path)
+            if elsewhere is not None:
+                # the project builds a loss scaler in another file (detectron2's AMPTrainer): whether it
+                # runs beside this hook is the run's choice; the fp16 reduction itself is real
+                message = f"{hook} all-reduces gradients in fp16"
+                related = [(view.place(*elsewhere), "a GradScaler of the project, in another file: on runs that use it, an overflow skips the step")]
+            else:
+                message = f"{hook} all-reduces gradients in fp16 with no GradScaler to catch overflow"
+                related = []
         help = "Use `bf16_compress_hook` (fp32's range), or no compression hook"
         data = {"mechanism": "ddp-comm-hook", "reduce_dtype": "fp16", "own_hook": e.get("hs")}
         return ScaleFinding(view.place(path, e), message, help, related, data)
@@ -670,6 +765,26 @@ def _trains_with_trainer(view: ScaleView, path: str) -> bool:
     s = view.summary(path) or {}
     calls = [c for uses in s.get("uses", {}).values() for c in uses]
     return any(c.rsplit(".", 1)[-1].endswith("Trainer") for c in calls) and any(c.endswith(".train") for c in calls)
+
+
+def _project_scaler(view: ScaleView, path: str) -> Any:
+    """(path, event) of the first loss scaler another file of the project builds (a test's
+    apart); None in the per-file pass, which sees no other file."""
+    for other, ev in view.events("ctor"):
+        if other == path or ev["k"] != "scaler" or ev.get("en") is False or _is_test(view, other):
+            continue
+        return other, ev
+    return None
+
+
+def _is_test(view: ScaleView, path: str) -> bool:
+    """A test file of the project (`tests/...`, `test_x.py`, `x_test.py`), by its path under the root."""
+    import os
+
+    root = getattr(view.project, "root", None)
+    parts = (os.path.relpath(path, root) if root else path).replace("\\", "/").split("/")
+    name = parts[-1]
+    return name.startswith("test_") or name.endswith("_test.py") or any(p in ("tests", "test") for p in parts[:-1])
 
 
 def _only_on_some_paths(scaler: Dict[str, Any], hook: Dict[str, Any]) -> bool:

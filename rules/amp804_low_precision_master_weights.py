@@ -59,6 +59,14 @@ class LowPrecisionMasterWeights(Rule):
     optimizer built, no backward, no `step()`, and the model a local name the
     wrapping function does not return: an inference or rollout script). A `.half()` model trained by a plain optimizer is AMP201's.
 
+    `from_pretrained(..., torch_dtype="auto")` (or `dtype="auto"`) is silent:
+    it loads the dtype the checkpoint's `config.json` states, or that of its
+    first floating weight (transformers 5.24 `_get_dtype`), which the code does
+    not name: many LLM checkpoints are stored in bf16, some in fp32. Since
+    transformers 5 `"auto"` is also what a `from_pretrained` without a dtype
+    loads (`if dtype is None: dtype = "auto"`), so flagging `"auto"` would mean
+    flagging every load; the rule keeps to a dtype the code spells.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP804` (docs/evidence.md#amp804)
     - huggingface/accelerate#2624, #2674 (accelerate upcasts FSDP1 shards since), #3979
@@ -79,6 +87,16 @@ class LowPrecisionMasterWeights(Rule):
     )
 
     VALID = [
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+model = AutoModelForCausalLM.from_pretrained(name, torch_dtype="auto")
+model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
+optimizer = torch.optim.AdamW(model.parameters())
+""",
+            "torch_dtype='auto': the checkpoint decides the dtype, the code does not name it",
+        ),
         Valid(
             """
 import torch

@@ -86,11 +86,21 @@ class PrecisionConfigConflict(Rule):
     and for an fp16 autocast around an engine's forward (DeepSpeed switches it
     off inside the engine; evaluation code does this on purpose). An
     accelerate YAML whose `mixed_precision` agrees with its DeepSpeed JSON
-    is silent: the precisions do not conflict. (accelerate 1.16 still refuses
-    a `mixed_precision` read from the YAML beside a `deepspeed_config_file`
-    when the command line gives none: "When using `deepspeed_config_file`,
-    the following accelerate config variables will be ignored", since
-    accelerate 0.16; not reported here.)
+    is silent: the precisions do not conflict. accelerate refuses it all
+    the same, and this is decided, not missed: when the command line gives
+    no `--mixed_precision`, `accelerate launch` takes the YAML's (any
+    value but null, `"no"` included) and adds `mixed_precision` to
+    `ACCELERATE_CONFIG_DS_FIELDS` (`commands/launch.py`, `launch_command`),
+    and the `DeepSpeedPlugin` the `Accelerator` builds from a
+    `deepspeed_config_file` raises "When using `deepspeed_config_file`, the
+    following accelerate config variables will be ignored"
+    (`DeepSpeedPlugin._deepspeed_config_checks`, from `__post_init__`,
+    before any precision is compared; accelerate 0.16 to 1.16). That is a
+    config-layout error named in one message at start-up, not a precision
+    conflict: left to accelerate. A disagreeing YAML stops there too, first
+    with that message, and is reported because its precisions conflict as
+    well (fixing the layout alone would then hit "`--mixed_precision` arg
+    cannot be set").
 
     ## References
     - amplint's evidence page: `amplint --explain AMP808` (docs/evidence.md#amp808)

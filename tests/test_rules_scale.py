@@ -395,3 +395,41 @@ def test_an_fp16_fsdp_policy_outright(tmp_path):
 def test_an_fsdp_backward_that_is_scaled_bf16_or_opt_in_is_not_amp105(tmp_path, why, options):
     root = _fallback_project(tmp_path / "p", **options)
     assert [d for d in lint_paths([str(root)], Config()).diagnostics if d.code == "AMP105"] == [], why
+
+
+def _hook_project(root: Path, scaler_file: str = None) -> Path:
+    (root / "pyproject.toml").write_text("[project]\nname='detlite'\n")
+    engine = root / "detlite" / "engine"
+    engine.mkdir(parents=True)
+    (engine / "ddp.py").write_text(
+        "from torch.nn.parallel import DistributedDataParallel\n"
+        "from torch.distributed.algorithms.ddp_comm_hooks import default as comm_hooks\n"
+        "def create_ddp_model(model, fp16_compression=False):\n"
+        "    ddp = DistributedDataParallel(model)\n"
+        "    if fp16_compression:\n"
+        "        ddp.register_comm_hook(state=None, hook=comm_hooks.fp16_compress_hook)\n"
+        "    return ddp\n"
+    )
+    if scaler_file:
+        path = root / scaler_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "import torch\nclass AMPTrainer:\n    def __init__(self):\n        self.grad_scaler = torch.amp.GradScaler('cuda')\n"
+            "    def run_step(self, loss):\n        self.grad_scaler.scale(loss).backward()\n"
+        )
+    return root
+
+
+@pytest.mark.parametrize("scaler_file, claims_no_scaler", [
+    (None, True), ("detlite/engine/train_loop.py", False), ("tests/test_amp.py", True),
+])
+def test_amp803_hook_message_knows_the_projects_scaler(tmp_path, scaler_file, claims_no_scaler):
+    """The fp16 hook is reported either way (the fp16 all-reduce is real); 'no GradScaler' is
+    said only where no file of the project (a test apart) builds one, and a scaler in another
+    file is named as a related site."""
+    root = _hook_project(tmp_path, scaler_file)
+    found = [d for d in lint_paths([str(root)], Config()).diagnostics if d.code == "AMP803"]
+    assert len(found) == 1 and found[0].filename.endswith("ddp.py")
+    assert ("no GradScaler" in found[0].message) == claims_no_scaler, found[0].message
+    named = [r for r in found[0].related if r.filename and r.filename.endswith("train_loop.py")]
+    assert bool(named) == (not claims_no_scaler)

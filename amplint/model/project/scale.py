@@ -36,7 +36,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 11
+VERSION = 12
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -227,6 +227,7 @@ class _Reader:
         self.no_engine = 0  # `if` branches around it taken only when DeepSpeed is not in use
         self._walked: Tuple[Any, List[ast.AST]] = (None, [])  # the last expression `_expression` walked, its nodes
         self._bodies: Dict[str, List[ast.stmt]] = {}  # per function: its statements (`_single_value`)
+        self._methods: Dict[str, Dict[str, Any]] = {}  # per module-level class: its methods' defs by name
 
     # ------------------------------------------------------------------ driver
 
@@ -312,6 +313,81 @@ class _Reader:
                 return None
             options.append(operand.attr)
         return {"k": keys, "o": options} if keys else None
+
+    def dtype_mapping(self, node: Optional[ast.AST], qual: str) -> Optional[Dict[str, Any]]:
+        """A dtype read from a property (or an argument-less method) of the class of method `qual`
+        that maps a setting's string values to dtype literals and maps one to `torch.float16`
+        (`self.autocast_precision`, whose body is `if self.precision == "amp_bf16": return
+        torch.bfloat16 elif self.precision == "amp_fp16": return torch.float16 ... else: raise`):
+        the class's own code names that value as supported. {"k": the values that pick fp16, "o":
+        the setting's attribute, "p": the property, "pr": the row of its fp16 return}; None for
+        anything else: another shape of body, a test that is not the one setting compared with
+        string literals, a return that is not a dtype literal, no value picking fp16."""
+        call = isinstance(node, ast.Call)
+        if call:
+            if node.args or node.keywords:
+                return None
+            node = node.func
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"):
+            return None
+        cls = self.functions.get(qual, {}).get("cls")
+        found = (self._methods.get(cls) or {}).get(node.attr) if cls else None
+        if found is None:
+            return None
+        is_property = any(dotted(d) in ("property", "functools.cached_property", "cached_property") for d in found.decorator_list)
+        if is_property == call or (found.decorator_list and not is_property):
+            return None  # a property called, a method read without a call, or another decorator
+        body = list(found.body)
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring
+        setting: List[Optional[str]] = [None]
+        keys: List[str] = []
+        rows: List[int] = []
+
+        def returned(stmts: List[ast.stmt]) -> Optional[str]:
+            """The dtype a branch returns ('fp16'...), 'raise', or None when it is not one statement doing either."""
+            if len(stmts) != 1:
+                return None
+            if isinstance(stmts[0], ast.Raise):
+                return "raise"
+            if isinstance(stmts[0], ast.Return) and stmts[0].value is not None:
+                d = self.dtype(stmts[0].value)
+                return d if d in ("fp16", "bf16", "fp32") else None
+            return None
+
+        def values_of(test: ast.AST) -> Optional[List[str]]:
+            if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+                return None
+            spelled = dotted(test.left)
+            if not spelled or not spelled.startswith("self.") or setting[0] not in (None, spelled):
+                return None
+            setting[0] = spelled
+            right = test.comparators[0]
+            if isinstance(test.ops[0], ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+                return [right.value]
+            if isinstance(test.ops[0], ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+                out = [e.value for e in right.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                return out if len(out) == len(right.elts) else None
+            return None
+
+        while body:
+            stmt = body[0]
+            if isinstance(stmt, ast.If):
+                picked = values_of(stmt.test)
+                got = returned(stmt.body)
+                if picked is None or got is None:
+                    return None
+                if got == "fp16":
+                    keys.extend(picked)
+                    rows.append(stmt.body[0].lineno)
+                body = list(stmt.orelse) + body[1:]
+                continue
+            if len(body) != 1 or returned(body) is None:
+                return None
+            break
+        if not keys or setting[0] is None:
+            return None
+        return {"k": keys, "o": setting[0][len("self."):], "p": node.attr, "pr": rows[0]}
 
     def _changed(self, name: str, qual: str) -> bool:
         """Whether function `qual` or the module changes the dict `name` in place (`name[k] = v`,
@@ -474,6 +550,7 @@ class _Reader:
         if isinstance(stmt, ast.ClassDef):
             if qual == "<module>":
                 self.classes[stmt.name] = {"bases": [dotted(b) or "" for b in stmt.bases], "r": stmt.lineno}
+                self._methods[stmt.name] = {s.name: s for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
                 for s in stmt.body:
                     if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         self._def(s, stmt.name, stmt.name)
@@ -825,6 +902,7 @@ class _Reader:
                 param=self.dtype(values["param_dtype"]), reduce=self.dtype(values["reduce_dtype"]),
                 rpos=self._position(values["reduce_dtype"]) if values["reduce_dtype"] is not None else None,
                 rch=self.dtype_choice(values["reduce_dtype"] if values["reduce_dtype"] is not None else values["param_dtype"], qual),
+                rmap=self.dtype_mapping(values["reduce_dtype"] if values["reduce_dtype"] is not None else values["param_dtype"], qual),
                 star=1 if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords) else None,
             )
             return
