@@ -103,6 +103,16 @@ class Fp16BackwardWithoutScaler(Rule):
     message names both switches (`with self.enable_amp on and self.enable_scaler off`).
     A switch read from a function's parameter (what the caller passes may be the other
     flag), a region always on, or a scaler built unconditionally leaves the rule silent.
+    A region whose `dtype=` is a configuration object's property, with no literal in the
+    file (`torch.autocast("cuda", dtype=self.cfg.autocast_precision)`), counts when the
+    project maps it to literal dtypes that include float16: every definition of that name
+    in the project is a property (`cfg.amp_dtype()`: a method taking only `self`) whose
+    returns are torch dtype literals, one of them `torch.float16`
+    (`if self.precision == "amp_fp16": return torch.float16`, OLMo's documented option),
+    and nothing assigns an attribute or a class field of that name. The message names
+    the choice (`when cfg.autocast_precision is float16: ...`); a property returning a
+    dtype looked up at run time (`getattr(torch, self.dtype_name)`), a field of the same
+    name, or a mapping with no fp16 leaves the rule silent.
     A region with no dtype on a device read at run time
     (`torch.autocast(device_type=self.device.type)`) may be fp16: CUDA's default, taken
     on a GPU; the message says "may be fp16". It counts only in a file that steps an
@@ -937,11 +947,13 @@ class Trainer:
         self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion,
         switches: Optional[tuple] = None,
     ) -> Diagnostic:
-        from amplint.model import region_choice_naming
+        from amplint.model import DTYPE_PROPERTY, region_choice_naming
 
         row = ctx.position(region.call)[0].row
         text = ctx.code_for(loss).strip()
         choice = region_choice_naming(ctx, region, "fp16") if region.dtype is None else None
+        prop = _dtype_property(ctx, region) if region.dtype is None and choice is None else None
+        condition = f"{DTYPE_PROPERTY}={prop[1]}" if prop is not None else None
         if switches is not None:  # the scaler is switched by a flag the autocast does not read
             kind = "fp16 autocast" if region.dtype == "fp16" else "possibly-fp16 autocast"
             for on, off in (switches, [min(_leaves({w}), key=len) for w in switches]):
@@ -952,6 +964,9 @@ class Trainer:
                     break
         elif region.dtype == "fp16":
             message = f"`{_short(text)}` comes from fp16 autocast and is backpropagated without a GradScaler"
+        elif prop is not None:  # a config's property maps its precision to a dtype, fp16 one of them
+            spelled = prop[0][len("self."):] if prop[0].startswith("self.") and prop[0].count(".") > 1 else prop[0]
+            message = f"when `{_short(spelled, 26)}` is float16: `{_short(text, 12)}` is backpropagated without a GradScaler"
         elif choice is not None:  # an argparse option's literal choice selects fp16
             message = f"when {choice}: `{_short(text, 16)}` from fp16 autocast is backpropagated without a GradScaler"
         else:  # a run-time choice among literal dtypes, float16 one of them
@@ -963,7 +978,7 @@ class Trainer:
         help = "Scale the loss with `torch.amp.GradScaler`, or autocast to bf16"
         if switches is not None:
             help = "Enable the GradScaler whenever the fp16 autocast is on (the same flag), or autocast to bf16"
-        return ctx.diagnostic(self, event.call.node, message, data=data, help=help)
+        return ctx.diagnostic(self, event.call.node, message, data=data, help=help, condition=condition)
 
 
 #: what a helper probing for bf16 support calls (`torch.cuda.is_bf16_supported()`)
@@ -1102,7 +1117,38 @@ def _is_fp16(ctx: ModuleContext, region: Optional[AutocastRegion]) -> bool:
         return False
     if region.dtype == "fp16" or "fp16" in region_dtype_choices(ctx, region):
         return True
-    return _runtime_device_default(region) and _file_steps(ctx)
+    return _dtype_property(ctx, region) is not None or (_runtime_device_default(region) and _file_steps(ctx))
+
+
+def _dtype_property(ctx: ModuleContext, region: AutocastRegion) -> Optional[tuple]:
+    """(the `dtype=` as written, what the project condition reads) for a region whose dtype is a
+    config object's property or method read here (`dtype=self.cfg.autocast_precision`,
+    `dtype=cfg.amp_dtype()`), with no literal candidate in this file: the property's file maps
+    the configured precision to a dtype (`dtype_properties.py`), which the condition
+    `dtype-property=autocast_precision` checks across the project. None otherwise."""
+    import libcst as cst
+
+    from amplint.model import autocast_parameters, call_arg, dotted_name, region_dtype_choices
+
+    if region.dtype is not None or region.selector is not None or region.qualname is None or region_dtype_choices(ctx, region):
+        return None
+    parameters = autocast_parameters(region.qualname)
+    node = call_arg(region.call, parameters.index("dtype"), "dtype") if "dtype" in parameters else None
+    called = isinstance(node, cst.Call)
+    if called:
+        if node.args or not isinstance(node.func, cst.Attribute):
+            return None
+        node = node.func
+    if not isinstance(node, cst.Attribute):
+        return None
+    spelled = dotted_name(node)
+    if spelled is None:
+        return None
+    root = spelled.split(".", 1)[0]
+    if ctx.imports.is_imported(root):
+        return None  # a module's function or constant (`torch.get_autocast_gpu_dtype()`), not a config's
+    name = node.attr.value + ("()" if called else "")
+    return ctx.code_for(node).strip() + ("()" if called else ""), name
 
 
 def _file_steps(ctx: ModuleContext) -> bool:

@@ -197,6 +197,7 @@ _EXPORTS = {
     "FP32_DEFAULT": ".facts",
     "FLAG_SET": ".facts",
     "LIGHTNING_FP16": ".facts",
+    "DTYPE_PROPERTY": ".facts",
     "own_trainer_precision": ".lightning_trainers",
     "KERNEL_FP32": ".facts",
     "KERNEL_NOT_MIXED": ".facts",

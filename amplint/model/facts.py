@@ -42,6 +42,11 @@ FP32_DEFAULT = "fp32-default"
 #: plugin scales the loss) on the path the project configures (`lightning_trainers.fp16_trainer`);
 #: read from the project's text when conditions are resolved, like FP32_DEFAULT
 LIGHTNING_FP16 = "lightning-fp16"
+#: `dtype-property=<name>` (`<name>()` for a method call): the project maps a config's precision
+#: to a dtype through the property (method) `<name>` among literal dtypes that include float16
+#: (`dtype_properties.fp16_dtype_property`: `cfg.autocast_precision` returning `torch.float16` for
+#: `precision="amp_fp16"`); read from the project's text when conditions are resolved
+DTYPE_PROPERTY = "dtype-property"
 
 #: folders whose files are run, not imported by users (relative to the project root)
 _NOT_LIBRARY_DIRS = frozenset(("tests", "test", "testing", "examples", "example", "scripts", "benchmarks", "docs"))
@@ -516,6 +521,12 @@ def condition_holds(
         return filename is None or site_runs(filename, condition[len(RUNS) + 1 :] or None, root)
     if condition.startswith(FLAG_SET + "="):
         return filename is None or flag_may_be_set(filename, condition[len(FLAG_SET) + 1 :], root)
+    if condition.startswith(DTYPE_PROPERTY + "="):
+        if precision == "bf16":
+            return False
+        from .dtype_properties import fp16_dtype_property
+
+        return filename is None or fp16_dtype_property(filename, condition[len(DTYPE_PROPERTY) + 1 :], root) is not None
     if condition == LIGHTNING_FP16:
         if precision in ("fp16", "bf16"):
             return precision == "fp16"

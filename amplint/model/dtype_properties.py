@@ -1,0 +1,176 @@
+"""A dtype a config object's property maps its precision string to, across the project's files.
+
+Trainers often take their autocast dtype from a configuration class in another module:
+`torch.autocast("cuda", dtype=self.cfg.autocast_precision)`, where the config's
+
+    @property
+    def autocast_precision(self) -> torch.dtype:
+        if self.precision == "amp_bf16":
+            return torch.bfloat16
+        elif self.precision == "amp_fp16":
+            return torch.float16
+        ...
+
+maps a documented precision option to a dtype (allenai/OLMo, allenai/molmo). The file holding the
+region spells only the attribute; the choices are literals in another file. `fp16_dtype_property`
+answers, from the project's text when conditions are resolved (`facts.DTYPE_PROPERTY`), whether
+the name read (`autocast_precision`) is such a mapping with float16 among its values.
+
+Precision first: every definition of the name in the project (a `def` of that name, in any class
+or at module level) must be of the kind the read needs (a `@property` / `cached_property` for an
+attribute read, a plain method taking only `self` for a call `cfg.amp_dtype()`), and every value
+it returns a torch dtype literal (`torch.float16`, `torch.bfloat16`, `torch.float32`, `torch.half`),
+a conditional expression of them or a dict literal of them subscripted; a `raise` for an unknown
+string is fine. Any other return, any assignment to an attribute or class field of that name
+(`self.autocast_precision = ...`, a dataclass field: the object read may be that one), no
+definition at all, or a project cut at the listing's limit: not known, False.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+_PROPERTIES = frozenset(("property", "cached_property", "functools.cached_property"))
+_DTYPES = {
+    "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32",
+}
+_cache: Dict[Tuple[str, str, str, int], Optional[str]] = {}
+
+
+def fp16_dtype_property(filename: Optional[str], spelled: str, root: Optional[str] = None) -> Optional[str]:
+    """`config.py:1318` (the `def` returning float16) when the project maps the name `spelled`
+    reads to a dtype among literals that include float16 (module docstring), else None.
+    `spelled` is `name` (an attribute read: a property) or `name()` (a call of a method)."""
+    from .texts import files_stamp, project_root, read_text, whole_listing
+
+    called = spelled.endswith("()")
+    name = spelled[:-2] if called else spelled
+    if not filename or not name.isidentifier():
+        return None
+    base = project_root(filename, root)
+    if base is None:
+        return None
+    listing = whole_listing(base, (".py",))
+    if listing is None:
+        return None
+    listing = sorted(listing)
+    key = (base, name, "call" if called else "attr", files_stamp(listing))
+    if key in _cache:
+        return _cache[key]
+    if len(_cache) > 64:
+        _cache.clear()
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    found: Optional[str] = None
+    known = True
+    for path in listing:
+        text = read_text(path)
+        if text is None:
+            known = False
+            break
+        if not word.search(text):
+            continue
+        site = _definitions(text, name, called)
+        if site is False:
+            known = False
+            break
+        if site and found is None:
+            import os
+
+            found = f"{os.path.relpath(path, base)}:{site}"
+    out = found if known else None
+    _cache[key] = out
+    return out
+
+
+def _definitions(text: str, name: str, called: bool):
+    """In one file: the row of the first definition of `name` returning float16 (0: none
+    returning it, all definitions fine), or False when one definition is not a literal dtype
+    mapping of the kind the read needs, or the file binds the name as a value."""
+    from ..core.pyast import parse
+
+    tree = parse(text)
+    if tree is None:
+        return False
+    row = 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            is_property = any(_dotted(d) in _PROPERTIES for d in node.decorator_list)
+            if is_property == called or (called and _takes_arguments(node)):
+                return False
+            dtypes = _returned_dtypes(node)
+            if dtypes is None:
+                return False
+            if "fp16" in dtypes and not row:
+                row = node.lineno
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for leaf in ast.walk(t):
+                    if isinstance(leaf, ast.Attribute) and leaf.attr == name:
+                        return False  # `self.autocast_precision = ...`: a value of that name
+        elif isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+                if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                    return False  # a field of that name (a dataclass's `autocast_precision: torch.dtype`)
+    return row
+
+
+def _takes_arguments(func: ast.FunctionDef) -> bool:
+    a = func.args
+    return len(a.posonlyargs) + len(a.args) != 1 or bool(a.kwonlyargs) or a.vararg is not None or a.kwarg is not None
+
+
+def _returned_dtypes(func: ast.FunctionDef) -> Optional[FrozenSet[str]]:
+    """The dtypes the function's `return`s spell (not those of nested functions); None when one
+    returns anything else, or it returns nothing."""
+    out: set = set()
+    stack: List[ast.AST] = list(func.body)
+    returned = False
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Return):
+            returned = True
+            dtypes = _literal_dtypes(node.value)
+            if dtypes is None:
+                return None
+            out |= dtypes
+            continue
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return None
+        stack.extend(ast.iter_child_nodes(node))
+    return frozenset(out) if returned and out else None
+
+
+def _literal_dtypes(node: Optional[ast.AST]) -> Optional[FrozenSet[str]]:
+    if node is None:
+        return None
+    spelled = _dotted(node)
+    if spelled is not None and spelled.startswith("torch.") and spelled[6:] in _DTYPES:
+        return frozenset((_DTYPES[spelled[6:]],))
+    if isinstance(node, ast.IfExp):
+        a, b = _literal_dtypes(node.body), _literal_dtypes(node.orelse)
+        return a | b if a is not None and b is not None else None
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict) and node.value.values:
+        out: set = set()
+        for v in node.value.values:
+            d = _literal_dtypes(v)
+            if d is None:
+                return None
+            out |= d
+        return frozenset(out)
+    return None
+
+
+def _dotted(node: ast.AST) -> Optional[str]:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
