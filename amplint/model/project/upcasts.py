@@ -109,19 +109,10 @@ def _site(
         uses.append(use)
     else:
         name, stmt = target
-        if name in other or _in_loop(stmt, parents):
+        found = _copy_uses(s, name, stmt, parents, stores, loads, other, split=True)
+        if not found:
             return None
-        end = _end(stmt)
-        stop = _window_end(name, stmt, end, stores, parents)
-        window = [n for n in loads.get(name, ()) if end <= _pos(n) < stop]
-        for n in window:
-            use = _use(s, n, parents)
-            if use is None:
-                return None
-            if use[0] != "meta":
-                uses.append(use)
-        if not uses:
-            return None
+        uses.extend(found)
     receiver = cast.func.value  # type: ignore[attr-defined]
     src = _receiver_source(s, receiver, history, _pos(cast), body)
     if src is None:
@@ -148,6 +139,43 @@ def _site(
         "mu": modules[:4],
         "src": src,
     }
+
+
+def _copy_uses(
+    s: Any, name: str, stmt: ast.stmt, parents: Dict[int, Tuple[ast.AST, str]], stores: Dict[str, List[ast.AST]],
+    loads: Dict[str, List[ast.Name]], other: Set[str], split: bool,
+) -> Optional[List[Tuple[str, str]]]:
+    """The value uses of the copy `stmt` binds to `name` (None: a read that is neither metadata
+    nor an input of a lowered op, or none at all). With `split`, a read that is one element of
+    an unpacking (`q, k, v = qkv[0], qkv[1], qkv[2]`) counts by the uses of the name it binds."""
+    if name in other or _in_loop(stmt, parents):
+        return None
+    end = _end(stmt)
+    stop = _window_end(name, stmt, end, stores, parents)
+    uses: List[Tuple[str, str]] = []
+    for n in loads.get(name, ()):
+        if not end <= _pos(n) < stop:
+            continue
+        use = _use(s, n, parents)
+        if use is not None and use[0] == "split" and split:
+            holder = _split_statement(n, parents)
+            inner = _copy_uses(s, use[1], holder, parents, stores, loads, other, split=False) if holder is not None else None
+            if not inner:
+                return None
+            uses.extend(inner)
+            continue
+        if use is None or use[0] == "split":
+            return None
+        if use[0] != "meta":
+            uses.append(use)
+    return uses or None
+
+
+def _split_statement(node: ast.AST, parents: Dict[int, Tuple[ast.AST, str]]) -> Optional[ast.stmt]:
+    cur = node
+    while cur is not None and not isinstance(cur, ast.Assign):
+        cur = parents.get(id(cur), (None, ""))[0]  # type: ignore[assignment]
+    return cur
 
 
 def _fp32_cast(s: Any, call: ast.Call) -> bool:
@@ -214,6 +242,15 @@ def _use(s: Any, node: ast.AST, parents: Dict[int, Tuple[ast.AST, str]]) -> Opti
             if isinstance(parent.op, (ast.Mult, ast.Div)):
                 cur = parent  # a scaling (`q / math.sqrt(d)`): its result feeds what the copy fed
                 continue
+            return None
+        if isinstance(parent, ast.Tuple) and cur is not node:
+            stmt, _ = parents.get(id(parent), (None, ""))
+            if (
+                isinstance(stmt, ast.Assign) and stmt.value is parent and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Tuple) and len(stmt.targets[0].elts) == len(parent.elts)
+            ):
+                target = stmt.targets[0].elts[next(i for i, v in enumerate(parent.elts) if v is cur)]
+                return ("split", target.id) if isinstance(target, ast.Name) else None
             return None
         if isinstance(parent, ast.keyword):
             parent, field = parents.get(id(parent), (None, ""))
