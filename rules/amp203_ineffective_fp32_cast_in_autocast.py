@@ -72,12 +72,27 @@ class IneffectiveFp32CastInAutocast(Rule):
     A module attribute (`self.head`) is known from the assignments in its own
     class and that class's bases defined in the file; when they disagree or
     none is visible, the op is treated as unknown and nothing is reported.
-    Only regions of the cast's own file count: a model whose `forward` upcasts
-    before `scaled_dot_product_attention` and runs under a trainer's autocast in
-    another file is not followed. That region's dtype and `enabled` are usually
-    configuration (`enabled=self.enable_amp`, off by default); with autocast off
-    the upcast of an fp32 model is a no-op, and on a half model it does make the
-    attention fp32, so the file alone does not show the cast is undone.
+    Across files: a function with no autocast of its own (nor `custom_fwd`)
+    whose fp32 copy is read only as an input of such ops, through views
+    (`transpose`, `contiguous`, subscripts, `.T`), a scaling (`q /
+    math.sqrt(d)`), the split of a copy into attention inputs (`q, k, v =
+    qkv[0], qkv[1], qkv[2]`) or for its metadata (`.dtype`, `.shape`,
+    `.size()`), is flagged where the project runs it under a low-precision
+    autocast: a region in another file (or around a call of it) from which the
+    project's calls lead to the function (a trainer's `model_forward` calling
+    `self.fsdp_model(...)`, a dataclass field holding `FSDP(model)`, down to
+    the attention's `forward`). The region must be enabled (or decided at run
+    time: "when enabled"), not fp32, and no `autocast(enabled=False)` may
+    shield a call on the way; the ops are taken from its device's list. The
+    cast's receiver must be known floating there too: an op or an `nn.Linear`
+    / `nn.Conv*` made it, it is a cast's result, or the function saves its
+    dtype and casts back to it (`og_dtype = xq.dtype; ...;
+    out.to(og_dtype)`). A model run only by programs that enter no autocast is
+    silent, as is a cast inside a loop or whose name is rebound where the
+    order of reads is not certain. The callers are found by the project model
+    from the files holding an optimizer, a GradScaler or a framework's
+    precision (its universe), so an inference-only script's autocast is not
+    followed.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP203` (docs/evidence.md#amp203)
