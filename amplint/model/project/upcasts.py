@@ -28,16 +28,18 @@ read of the fp32 copy that is neither. Uses only `ast`.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .. import torchapi
-from .astutil import dotted
+from .astutil import _CHILD_FIELDS, _child_fields, dotted
 from . import masks
 
 #: the text of an fp32 cast (a function without one records nothing)
 CAST_TEXT = re.compile(r"\.float\(\s*\)|float32|torch\.float\b")
 #: methods whose result is a view or a reshaped copy of the same values (same dtype)
+_AWARE_TEXT = re.compile(r"autocast|custom_fwd")
 _VIEWS = frozenset(
     ("transpose", "contiguous", "view", "reshape", "permute", "unsqueeze", "squeeze", "flatten", "unflatten",
      "expand", "expand_as", "narrow", "movedim", "swapaxes", "t", "repeat_interleave", "repeat")
@@ -51,21 +53,30 @@ _MAX_SITES = 8
 
 def sites(s: Any, node: ast.AST, body: List[ast.stmt]) -> List[Dict[str, Any]]:
     """The fp32 casts of one function (`node`, its `body`) whose copy only feeds lowered ops."""
-    segment = ast.get_source_segment(s.source, node) or ""
-    if not CAST_TEXT.search(segment) or "autocast" in segment or "custom_fwd" in segment:
-        return []
+    casts_at, aware_at = _rows(s)
+    first, last = node.lineno, getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
+    if not _any_between(casts_at, first, last) or _any_between(aware_at, first, last):
+        return []  # no fp32 cast spelled in it, or it handles autocast itself (its regions decide)
     parents: Dict[int, Tuple[ast.AST, str]] = {}
     nodes: List[ast.AST] = []
     todo: List[ast.AST] = list(body)
     for stmt in body:
         parents[id(stmt)] = (node, "body")
+    known = _CHILD_FIELDS
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
     while todo:
         n = todo.pop()
         nodes.append(n)
-        for field, value in ast.iter_fields(n):
-            children = value if isinstance(value, list) else [value]
-            for child in children:
-                if isinstance(child, ast.AST) and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        cls = n.__class__
+        fields = known.get(cls)
+        if fields is None:
+            fields = _child_fields(cls)
+        for field in fields:
+            value = getattr(n, field, None)
+            if value is None:
+                continue
+            for child in value if value.__class__ is list else (value,):
+                if isinstance(child, ast.AST) and not isinstance(child, nested):
                     parents[id(child)] = (n, field)
                     todo.append(child)
     casts = [n for n in nodes if isinstance(n, ast.Call) and _fp32_cast(s, n)]
@@ -92,6 +103,32 @@ def sites(s: Any, node: ast.AST, body: List[ast.stmt]) -> List[Dict[str, Any]]:
         if site is not None:
             out.append(site)
     return out
+
+
+def _rows(s: Any) -> Tuple[List[int], List[int]]:
+    """The rows of the file spelling an fp32 cast, and those naming autocast or `custom_fwd`
+    (found once per file, read per function by bisection)."""
+    found = getattr(s, "_upcast_rows", None)
+    if found is None:
+        found = s._upcast_rows = (_match_rows(s.source, CAST_TEXT), _match_rows(s.source, _AWARE_TEXT))
+    return found
+
+
+def _match_rows(source: str, pattern: "re.Pattern[str]") -> List[int]:
+    """The 1-based rows of the pattern's matches, in order (newlines counted between matches)."""
+    out: List[int] = []
+    row, at = 1, 0
+    for m in pattern.finditer(source):
+        row += source.count("\n", at, m.start())
+        at = m.start()
+        if not out or out[-1] != row:
+            out.append(row)
+    return out
+
+
+def _any_between(rows: List[int], first: int, last: int) -> bool:
+    i = bisect.bisect_left(rows, first)
+    return i < len(rows) and rows[i] <= last
 
 
 def _site(
@@ -125,10 +162,11 @@ def _site(
                 ops.append([_aten(what), what])
         elif what not in modules:
             modules.append(what)
-    text = ast.get_source_segment(s.source, cast) or ".float()"
-    if len(text) > 40 or "\n" in text:
-        text = f".{cast.func.attr}(...)"  # type: ignore[attr-defined]
     end_row = getattr(cast, "end_lineno", None) or cast.lineno
+    line = s.lines[cast.lineno - 1] if cast.lineno == end_row and cast.lineno <= len(s.lines) else ""
+    text = line.encode("utf-8")[cast.col_offset : cast.end_col_offset].decode("utf-8", "replace") if line else ""  # type: ignore[attr-defined]
+    if not text or len(text) > 40:
+        text = f".{cast.func.attr}(...)"  # type: ignore[attr-defined]
     return {
         "r": cast.lineno,
         "c": s._column(cast.lineno, cast.col_offset),
