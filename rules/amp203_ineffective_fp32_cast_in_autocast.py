@@ -5,7 +5,6 @@ import re
 
 
 import functools
-import os
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness, torchapi
@@ -323,8 +322,9 @@ for x in loader:
         op = site["ops"][0][1].rsplit(".", 1)[-1] if site["ops"] else site["mu"][0]
         dtype = _DTYPE_WORDS.get(region.dtype, "low-precision")
         when = " (when enabled)" if region.enabled is None else ""
-        autocast = f"{region.device} autocast" if region.device else "autocast"
-        message = f"`{site['t']}` is undone: the {autocast} of `{os.path.basename(region.path)}`{when} runs `{op}` in {dtype} anyway"
+        message = f"`{site['t']}` is undone: a caller's autocast{when} runs `{op}` in {dtype}"
+        if len(message) >= 100:  # the callers and the region are the related site's
+            message = f"`.{site['t'].rsplit('.', 1)[-1].split('(', 1)[0]}(...)` is undone: a caller's autocast{when} runs `{op}` in {dtype}"
         related = [project.entered(region, witness.chain)]
         related.extend(project.related(call.path, other["r"], f"`{other['t']}` is undone too") for other in sites[1:])
         data = {"op": site["ops"][0][0] if site["ops"] else "linear", "device": region.device, "dtype": region.dtype,
