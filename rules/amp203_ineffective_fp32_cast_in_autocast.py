@@ -320,11 +320,12 @@ for x in loader:
         region = witness.region
         site = sites[0]
         op = site["ops"][0][1].rsplit(".", 1)[-1] if site["ops"] else site["mu"][0]
-        dtype = _DTYPE_WORDS.get(region.dtype, "low-precision")
+        dtype = _DTYPE_WORDS.get(region.dtype) if region.dtype in ("fp16", "bf16") else "low precision"
         when = " (when enabled)" if region.enabled is None else ""
         message = f"`{site['t']}` is undone: a caller's autocast{when} runs `{op}` in {dtype}"
         if len(message) >= 100:  # the callers and the region are the related site's
-            message = f"`.{site['t'].rsplit('.', 1)[-1].split('(', 1)[0]}(...)` is undone: a caller's autocast{when} runs `{op}` in {dtype}"
+            method = re.search(r"\.(float|to|type)\(", site["t"])
+            message = f"`.{method.group(1) if method else 'to'}(...)` is undone: a caller's autocast{when} runs `{op}` in {dtype}"
         related = [project.entered(region, witness.chain)]
         related.extend(project.related(call.path, other["r"], f"`{other['t']}` is undone too") for other in sites[1:])
         data = {"op": site["ops"][0][0] if site["ops"] else "linear", "device": region.device, "dtype": region.dtype,
