@@ -4,14 +4,15 @@ from __future__ import annotations
 import re
 
 
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+import functools
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, Witness, torchapi
 
-from amplint.model import (
-    Assignment, AutocastOp, AutocastRegion, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
-    active_region, assignment_before, autocast_op_of, autocast_ops, fp32_cast, module_class, strip_views, torchapi,
-)
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import Assignment, AutocastOp, AutocastRegion, ModuleContext, Scope
 
 _DTYPE_WORDS = {"fp16": "fp16", "bf16": "bf16", None: "low-precision"}
 
@@ -70,12 +71,27 @@ class IneffectiveFp32CastInAutocast(Rule):
     A module attribute (`self.head`) is known from the assignments in its own
     class and that class's bases defined in the file; when they disagree or
     none is visible, the op is treated as unknown and nothing is reported.
-    Only regions of the cast's own file count: a model whose `forward` upcasts
-    before `scaled_dot_product_attention` and runs under a trainer's autocast in
-    another file is not followed. That region's dtype and `enabled` are usually
-    configuration (`enabled=self.enable_amp`, off by default); with autocast off
-    the upcast of an fp32 model is a no-op, and on a half model it does make the
-    attention fp32, so the file alone does not show the cast is undone.
+    Across files: a function with no autocast of its own (nor `custom_fwd`)
+    whose fp32 copy is read only as an input of such ops, through views
+    (`transpose`, `contiguous`, subscripts, `.T`), a scaling (`q /
+    math.sqrt(d)`), the split of a copy into attention inputs (`q, k, v =
+    qkv[0], qkv[1], qkv[2]`) or for its metadata (`.dtype`, `.shape`,
+    `.size()`), is flagged where the project runs it under a low-precision
+    autocast: a region in another file (or around a call of it) from which the
+    project's calls lead to the function (a trainer's `model_forward` calling
+    `self.fsdp_model(...)`, a dataclass field holding `FSDP(model)`, down to
+    the attention's `forward`). The region must be enabled (or decided at run
+    time: "when enabled"), not fp32, and no `autocast(enabled=False)` may
+    shield a call on the way; the ops are taken from its device's list. The
+    cast's receiver must be known floating there too: an op or an `nn.Linear`
+    / `nn.Conv*` made it, it is a cast's result, or the function saves its
+    dtype and casts back to it (`og_dtype = xq.dtype; ...;
+    out.to(og_dtype)`). A model run only by programs that enter no autocast is
+    silent, as is a cast inside a loop or whose name is rebound where the
+    order of reads is not certain. The callers are found by the project model
+    from the files holding an optimizer, a GradScaler or a framework's
+    precision (its universe), so an inference-only script's autocast is not
+    followed.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP203` (docs/evidence.md#amp203)
@@ -241,6 +257,10 @@ for x in loader:
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        import libcst as cst
+
+        from amplint.model import active_region, assignment_before, autocast_ops, fp32_cast, strip_views
+
         if not any(r.enabled is not False for r in ctx.regions):
             return
         lowp: List[Tuple[AutocastOp, AutocastRegion]] = []
@@ -279,6 +299,42 @@ for x in loader:
                 reported.add(id(cast))
                 yield self._diagnostic(ctx, cast, op, region)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """An fp32 cast in a function without autocast of its own whose copy only feeds ops
+        autocast lowers (the summary's `up` sites, `model/project/upcasts.py`), where a
+        low-precision autocast of the project runs the function (`autocast_witnesses`: a
+        region, in another file or around a call of it, and the calls that lead there)."""
+        project.reached()  # loads the modules autocast regions lead to
+        for path, qual, info in list(project.functions()):
+            sites = info.get("up")
+            if not sites:
+                continue
+            witnesses = [w for w in project.autocast_witnesses((path, qual)) if w.region.dtype != "fp32"]
+            for witness in witnesses:
+                undone = [site for site in sites if _undone(project, path, qual, site, witness.region.device)]
+                if undone:
+                    yield self._project_diagnostic(project, ProjectCall(path, qual, undone[0]), undone, witness)
+                    break
+
+    def _project_diagnostic(self, project: Project, call: ProjectCall, sites: List[Dict[str, Any]], witness: Witness) -> Diagnostic:
+        region = witness.region
+        site = sites[0]
+        op = site["ops"][0][1].rsplit(".", 1)[-1] if site["ops"] else site["mu"][0]
+        dtype = _DTYPE_WORDS.get(region.dtype) if region.dtype in ("fp16", "bf16") else "low precision"
+        when = " (when enabled)" if region.enabled is None else ""
+        message = f"`{site['t']}` is undone: a caller's autocast{when} runs `{op}` in {dtype}"
+        if len(message) >= 100:  # the callers and the region are the related site's
+            method = re.search(r"\.(float|to|type)\(", site["t"])
+            message = f"`.{method.group(1) if method else 'to'}(...)` is undone: a caller's autocast{when} runs `{op}` in {dtype}"
+        related = [project.entered(region, witness.chain)]
+        related.extend(project.related(call.path, other["r"], f"`{other['t']}` is undone too") for other in sites[1:])
+        data = {"op": site["ops"][0][0] if site["ops"] else "linear", "device": region.device, "dtype": region.dtype,
+                "region_line": region.row, "region_file": project.where(region.path, region.row)}
+        return project.diagnostic(
+            self, call, message, data=data, related=tuple(related),
+            help=f"Run `{op}` in a nested `autocast(..., enabled=False)` to compute it in fp32",
+        )
+
     def _diagnostic(self, ctx: ModuleContext, cast: cst.Call, op: AutocastOp, region: AutocastRegion) -> Diagnostic:
         dtype = _DTYPE_WORDS.get(region.dtype, "low-precision")
         row = ctx.position(region.call)[0].row
@@ -297,8 +353,28 @@ for x in loader:
         )
 
 
+def _undone(project: Project, path: str, qual: str, site: Dict[str, Any], device: Optional[str]) -> bool:
+    """A recorded upcast is undone under an autocast of `device`: every op its copy feeds is on
+    that device's lower-precision list (`einsum` only on CUDA; both lists when the device is
+    decided at run time), every callable it is passed to is a torch module autocast lowers, and
+    its receiver is known floating (a cast, an op or module autocast lowers made it, or the
+    function restores its dtype)."""
+    if not all(torchapi.runs_in_lower_precision(aten, device) for aten, _ in site["ops"]):
+        return False
+    if not all(project.lowers(path, qual, spelled) for spelled in site["mu"]):
+        return False
+    src = site["src"]
+    if src in ("lp", "fp32", "dt"):
+        return True
+    return isinstance(src, dict) and any(project.lowers(path, qual, spelled) for spelled in src.get("m", ()))
+
+
 def _is_floating(ctx: ModuleContext, expr: cst.BaseExpression, scope: Scope, statement: cst.CSTNode, order: int, depth: int = 0) -> bool:
     """Whether `expr` is known to hold a floating tensor (so `.float()` on it is an upcast, not a conversion)."""
+    import libcst as cst
+
+    from amplint.model import assignment_before, autocast_op_of, module_class, strip_views
+
     expr = strip_views(ctx, expr)
     if isinstance(expr, (cst.Call, cst.BinaryOperation)):
         if autocast_op_of(ctx, expr) is not None:
@@ -328,6 +404,8 @@ def _is_floating(ctx: ModuleContext, expr: cst.BaseExpression, scope: Scope, sta
 
 def _value_of(a: Assignment) -> Optional[cst.BaseExpression]:
     """The expression bound to `a.target`, also for `q, k = self.q(x), self.k(x)`."""
+    import libcst as cst
+
     if not a.unpacked:
         return a.value
     if not isinstance(a.node, cst.Assign) or len(a.node.targets) != 1 or not isinstance(a.value, (cst.Tuple, cst.List)):
@@ -341,52 +419,62 @@ def _value_of(a: Assignment) -> Optional[cst.BaseExpression]:
     return None
 
 
-class _Names(cst.CSTVisitor):
-    """Loads and stores of one name in a scope's own body (not nested functions or classes)."""
+@functools.lru_cache(maxsize=None)
+def _names_visitor() -> type:
+    """The visitor class of `_all_uses_fed`, made once (libcst imported only when the per-file
+    check runs; a class made per call would be cyclic garbage holding the file's tree)."""
+    import libcst as cst
 
-    def __init__(self, name: str, root: cst.CSTNode) -> None:
-        super().__init__()
-        self.name = name
-        self.root = root
-        self.loads: List[cst.Name] = []
-        self.stores: Set[int] = set()
-        self.other_binding = False
+    class _Names(cst.CSTVisitor):
+        """Loads and stores of one name in a scope's own body (not nested functions or classes)."""
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return node is self.root
+        def __init__(self, name: str, root: cst.CSTNode) -> None:
+            super().__init__()
+            self.name = name
+            self.root = root
+            self.loads: List[cst.Name] = []
+            self.stores: Set[int] = set()
+            self.other_binding = False
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is self.root
 
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
 
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        for n in _target_names(node.target):
-            self.stores.add(id(n))
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
 
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        for n in _target_names(node.target):
-            self.stores.add(id(n))
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            for n in _target_names(node.target):
+                self.stores.add(id(n))
 
-    def visit_For(self, node: cst.For) -> None:
-        if any(n.value == self.name for n in _target_names(node.target)):
-            self.other_binding = True
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            for n in _target_names(node.target):
+                self.stores.add(id(n))
 
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if any(n.value == self.name for n in _target_names(node.target)):
-            self.other_binding = True
+        def visit_For(self, node: cst.For) -> None:
+            if any(n.value == self.name for n in _target_names(node.target)):
+                self.other_binding = True
 
-    def visit_AsName(self, node: cst.AsName) -> None:
-        if any(n.value == self.name for n in _target_names(node.name)):
-            self.other_binding = True
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            if any(n.value == self.name for n in _target_names(node.target)):
+                self.other_binding = True
 
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.name and id(node) not in self.stores:
-            self.loads.append(node)
+        def visit_AsName(self, node: cst.AsName) -> None:
+            if any(n.value == self.name for n in _target_names(node.name)):
+                self.other_binding = True
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == self.name and id(node) not in self.stores:
+                self.loads.append(node)
+
+    return _Names
 
 
 def _target_names(target: cst.CSTNode) -> List[cst.Name]:
+    import libcst as cst
+
     if isinstance(target, cst.Name):
         return [target]
     if isinstance(target, (cst.Tuple, cst.List)):
@@ -403,7 +491,7 @@ def _all_uses_fed(ctx: ModuleContext, a: Assignment, fed: Dict[int, Tuple[Autoca
     """Every read of `a.target` from `a` to its next assignment is an input of a
     lower-precision op under the same autocast region (so the fp32 copy serves nothing)."""
     root = a.scope.node
-    names = _Names(a.target, root)
+    names = _names_visitor()(a.target, root)
     root.visit(names)
     if names.other_binding:
         return False

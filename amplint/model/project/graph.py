@@ -60,6 +60,13 @@ _MAX_REACHED = 4000
 _FORWARD = ("forward", "__call__")
 _LIGHTNING_HOOKS = ("training_step", "validation_step", "test_step", "predict_step", "forward")
 #: torch modules whose output autocast computes in lower precision (`self.qkv(x)`, `self.head(h)`)
+#: module wrappers whose call runs the wrapped module's `forward` (`FSDP(model)(x)`)
+FORWARD_KEEPING_WRAPPERS = torchapi.PARAMETER_KEEPING_WRAPPERS | frozenset(
+    {
+        "torch.distributed.fsdp.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+    }
+)
 LOWERING_MODULES = frozenset(
     f"torch.nn.{m}" for m in (
         "Linear", "LazyLinear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
@@ -362,6 +369,11 @@ class Project:
                 qual = f"{c}.{attr}"
                 if qual in self.summaries[p]["functions"]:
                     return frozenset({("F", p, qual)})
+                if kind == "I" and attr in info.get("df", ()):
+                    # a dataclass field: what the constructor's calls pass for it
+                    found = self._param_values((p, f"{c}.__init__", attr))
+                    if found:
+                        return found
         return _EMPTY
 
     def mro(self, path: str, cls: str, _depth: int = 0) -> List[Tuple[str, str]]:
@@ -422,6 +434,11 @@ class Project:
                 types = self._loaded(path, callees, ref) or self._pretrained(path, func, callees, ref)
                 if not types and "e0" not in ref:
                     types = frozenset(t for callee in callees for t in self.returns(callee))
+                if any(t[0] == "X" and t[1] in FORWARD_KEEPING_WRAPPERS for t in callees):
+                    # `FSDP(model, ...)`, `DDP(model)`, `torch.compile(model)`: calling the wrapper
+                    # runs the wrapped module's `forward`
+                    wrapped = ref["a"][0] if ref["a"] else ref["k"].get("module") or ref["k"].get("model")
+                    types = types | self._value(path, func, wrapped)
             else:  # a number
                 types = _EMPTY
             for method in ref.get("m", ()):
@@ -585,6 +602,8 @@ class Project:
                 for t in self.resolve_call(call):
                     key = self.runs(t)
                     if key is None:
+                        if t[0] == "C":
+                            self._bind_fields(call, t, found)
                         continue
                     self._bind_arguments(call, key, found)
             if found.keys() == self._param_args.keys() and all(found[k].keys() == self._param_args[k].keys() for k in found):
@@ -608,6 +627,23 @@ class Project:
         for kw, ref in call.record["k"].items():
             if kw in params and ref is not None:
                 into.setdefault((key[0], key[1], kw), {})[(call.path, call.func, id(ref))] = ref
+
+    def _bind_fields(self, call: Call, cls: Type, into: Dict[Tuple[str, str, str], Dict[Tuple[str, str, int], Dict[str, Any]]]) -> None:
+        """A dataclass constructed (`Trainer(cfg, model, fsdp_model=fsdp_model)`): record the
+        arguments its generated `__init__` binds to the fields (`df`, in order), as parameters of
+        `Cls.__init__` (`attribute` reads them for `self.fsdp_model`). Only a class that defines
+        no `__init__` and whose project bases declare no fields (their order is not read)."""
+        path, name = cls[1], cls[2]
+        info = self.summaries[path]["classes"].get(name)
+        fields = info.get("df") if info is not None else None
+        if not fields or len(self.mro(path, name)) > 1:
+            return
+        for i, ref in enumerate(call.record["a"]):
+            if i < len(fields) and ref is not None:
+                into.setdefault((path, f"{name}.__init__", fields[i]), {})[(call.path, call.func, id(ref))] = ref
+        for kw, ref in call.record["k"].items():
+            if kw in fields and ref is not None:
+                into.setdefault((path, f"{name}.__init__", kw), {})[(call.path, call.func, id(ref))] = ref
 
     def updated_modules(self, call: Call) -> TypeSet:
         """The modules whose parameters an optimizer constructor call is given

@@ -24,11 +24,11 @@ from .. import torchapi
 from ..precision_names import CONFIG_KEYS, FP16_TEXT, lightning_autocast_dtype
 from ...core.gates import overflowing_literal_site
 from ...core.pyast import parse
-from . import disabled, loaders, masks, trained
+from . import disabled, loaders, masks, trained, upcasts
 from .astutil import dotted, import_bindings as _import_bindings, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 10
+VERSION = 11
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -91,6 +91,8 @@ class _Summarizer:
         self.aware: Dict[str, bool] = {}  # per function: it tests a dtype (its constants are dtype-aware)
         #: whether the file may hand modules' parameters around (`trained.parameter_flows`, AMP201)
         self.parameters = "param" in source
+        #: whether the file spells an fp32 cast (`upcasts.sites`, AMP203 across files)
+        self.upcasts = bool(upcasts.CAST_TEXT.search(source))
 
     # ------------------------------------------------------------------ driver
 
@@ -290,6 +292,10 @@ class _Summarizer:
             if call is not None:
                 region = self._region(call, node.lineno, region, via=None)
         self._function(qual, node.body, cls, params, node.lineno, region, decorators)
+        if self.upcasts and region < 0:
+            found = upcasts.sites(self, node, node.body)  # AMP203's fp32 casts undone by a caller's autocast
+            if found:
+                self.functions[qual]["up"] = found
         empty = _empty_defaults(args)
         if empty:
             self.functions[qual]["ed"] = empty  # `accelerate_kwargs: dict = dict()`: empty unless passed
@@ -302,6 +308,17 @@ class _Summarizer:
         decorators = [[dotted(d.func if isinstance(d, ast.Call) else d) or "", d.lineno] for d in node.decorator_list]
         if decorators:
             self.classes[node.name]["dec"] = decorators  # `@MODELS.register_module()`: where it is registered
+        if any((d[0] or "").rsplit(".", 1)[-1] == "dataclass" for d in decorators) and not any(
+            isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "__init__" for stmt in node.body
+        ):
+            # `@dataclass class Trainer: fsdp_model: FSDP`: the generated `__init__` binds these
+            # fields from the constructor's arguments, in order (the graph reads them at its calls)
+            fields = [
+                stmt.target.id for stmt in node.body
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and "ClassVar" not in (dotted(stmt.annotation) or "")
+            ]
+            if fields:
+                self.classes[node.name]["df"] = fields
         for stmt in node.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self._def(stmt, node.name, node.name, {})
