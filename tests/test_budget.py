@@ -294,3 +294,63 @@ def test_a_thread_that_cannot_start_under_the_cap_is_the_memory_outcome():
     assert _ran_out_of_memory(RuntimeError("can't start new thread"))
     assert _ran_out_of_memory(MemoryError())
     assert not _ran_out_of_memory(RuntimeError("dictionary changed size during iteration"))
+
+
+def _fill_to_the_cap():
+    """Map address space (never touched: no memory used) until the child's cap refuses more."""
+    import mmap
+
+    held = []
+    try:
+        while True:
+            held.append(mmap.mmap(-1, 16 << 20))
+    except (OSError, MemoryError):
+        pass
+    return held
+
+
+def _segfault_at_the_cap():
+    import os
+    import signal
+
+    held = _fill_to_the_cap()
+    time.sleep(1.0)  # the waiting parent reads the child's peak every 25 ms
+    os.kill(os.getpid(), signal.SIGSEGV)
+    return len(held)
+
+
+def _segfault_far_from_the_cap():
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _system_error(fill):
+    held = _fill_to_the_cap() if fill else []
+    raise SystemError(f"error return without exception set ({len(held)})")
+
+
+needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc: Linux")
+
+
+@needs_linux
+def test_a_segfault_under_the_cap_is_the_memory_outcome_only_at_the_cap():
+    """CPython's own C code may use the NULL of an allocation refused under the cap (SIGSEGV:
+    tests/test_speed_fix_bounds' 8 MB check died so under load): the memory outcome only when
+    the child's peak address space came near its cap; any other segfault stays a crash."""
+    from amplint.engine.isolate import run_confined
+
+    assert run_confined(_segfault_at_the_cap, (), 0, memory_mb=64) == ("memory", None)
+    assert run_confined(_segfault_far_from_the_cap, (), 0, memory_mb=64) == ("crash", "killed by signal 11")
+
+
+@needs_linux
+def test_an_error_under_the_cap_is_the_memory_outcome_only_at_the_cap():
+    """A C function that failed to allocate and returned without setting MemoryError (the
+    SystemError the same 8 MB check sometimes ended with) is the memory outcome at the cap."""
+    from amplint.engine.isolate import run_confined
+
+    assert run_confined(_system_error, (True,), 0, memory_mb=64) == ("memory", None)
+    how, why = run_confined(_system_error, (False,), 0, memory_mb=64)
+    assert (how, why) == ("crash", "SystemError: error return without exception set (0)")

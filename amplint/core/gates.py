@@ -487,13 +487,13 @@ def _defined_twice(source: str, names: Set[str]) -> Dict[str, List[int]]:
         return {}  # (a `def` spelled with a tab is rare: read as one definition, the old way)
     import ast
 
-    from .pyast import parse
+    from .pyast import parse, statements
 
     tree = parse(source)
     if tree is None:
         return {}
     found: Dict[str, List[int]] = {}
-    for node in ast.walk(tree):
+    for node in statements(tree.body):  # a `def` is a statement: expressions need no walk
         if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef) and node.name in names:
             found.setdefault(node.name, []).append(node.lineno)
     return {n: sorted(lines) for n, lines in found.items() if len(lines) >= 2}

@@ -16,6 +16,16 @@ than `CONFINED_BYTES` is analysed in a child forked for it (`run_confined`):
 * the result comes back pickled on the pipe (the child is this process, forked); a
   `BudgetExceeded` that `fn` lets out is the "timeout" outcome too.
 
+An allocation that fails under the cap does not always end in a MemoryError: CPython's own
+C code sometimes uses the NULL it got (a SIGSEGV: seen in the cycle collector and in the
+`exec` of a dataclass's methods while libcst was imported under the cap) or returns an
+error without setting one (SystemError), and a native allocator aborts (SIGABRT, the memory
+outcome as before). A SIGSEGV, or an exception that is no MemoryError, is the memory outcome
+only with evidence: the child's peak address space (VmPeak) came within `_NEAR_CAP` of its
+cap, read by the child itself for an exception, and for a signal by the parent, which reads
+the child's VmPeak every `_SAMPLE_S` while it waits (a child that dies within one sample of
+growing to its cap is reported as the crash it also is).
+
 `confines` says which files go there; the lint of a file, its project summary and the
 check of its fixes all ask it.
 
@@ -45,6 +55,10 @@ MEMORY_MB = 1024
 #: the analysis thread's stack reservation (pipeline._STACK_SIZE): address space, not memory
 _STACK_RESERVE = 512 * 1024 * 1024
 _GRACE_S = 1.0
+#: a child whose peak address space came this close to its cap ran out of memory when it failed
+_NEAR_CAP = 32 * 1024 * 1024
+#: how often the waiting parent reads a confined child's VmPeak (~40 us a read)
+_SAMPLE_S = 0.025
 
 Outcome = Tuple[str, Any]  # ("ok", value) | ("timeout", None) | ("memory", None) | ("crash", how)
 
@@ -83,10 +97,47 @@ def vm_size() -> Optional[int]:
         return None
 
 
+def _vm_peak(fd: int) -> Optional[int]:
+    """The VmPeak in bytes of the process whose /proc status file `fd` holds open, or None
+    (gone, a zombie, not Linux)."""
+    try:
+        data = os.pread(fd, 8192, 0)
+        at = data.index(b"VmPeak:")
+        return int(data[at + 7 : data.index(b"\n", at)].split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _near_cap(peak: Optional[int], cap: Optional[int]) -> bool:
+    """Whether a peak address space of `peak` bytes is evidence that the cap `cap` bound."""
+    return peak is not None and cap is not None and peak >= cap - _NEAR_CAP
+
+
+def _own_peak_near(cap: Optional[int]) -> bool:
+    """In the child: whether its own peak address space came near `cap` (failing to allocate
+    what reading it takes is the cap binding too)."""
+    if cap is None:
+        return False
+    try:
+        fd = os.open("/proc/self/status", os.O_RDONLY)
+        try:
+            return _near_cap(_vm_peak(fd), cap)
+        finally:
+            os.close(fd)
+    except MemoryError:
+        return True
+    except OSError:
+        return False
+
+
 def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb: Optional[int] = None) -> Outcome:
     """`fn(*args)` in a forked child with `timeout` seconds (<= 0: none) and `memory_mb`
     (default `MEMORY_MB`)."""
+    import resource
+
     memory_mb = MEMORY_MB if memory_mb is None else memory_mb
+    vm = vm_size()  # after the import above: the child maps nothing new before its cap is set
+    cap = vm + _STACK_RESERVE + memory_mb * 1024 * 1024 if vm is not None and memory_mb > 0 else None
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child (its outcomes are what the tests see)
@@ -98,12 +149,8 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
             os.dup2(null, 2)  # a native library's own last words (libcst: "memory allocation of N bytes failed")
             os.close(null)
             faulthandler.disable()  # an abort under the cap is an outcome here, not a crash to dump (pytest enables it)
-            import resource
-
             out_of_memory = pickle.dumps(("memory", None))  # made before the cap: nothing to allocate once it binds
-            vm = vm_size()
-            if vm is not None and memory_mb > 0:
-                cap = vm + _STACK_RESERVE + memory_mb * 1024 * 1024
+            if cap is not None:
                 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             try:
@@ -111,8 +158,8 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
             except BudgetExceeded:
                 payload = pickle.dumps(("timeout", None))  # the child's own budget answered first
             except BaseException as exc:  # noqa: BLE001 - sorted out below
-                if not _ran_out_of_memory(exc):
-                    raise
+                if not (_ran_out_of_memory(exc) or _own_peak_near(cap)):  # (SystemError "error return
+                    raise  # without exception set" at the cap is a failed allocation too)
                 payload = out_of_memory
             view = memoryview(payload)
             while view:
@@ -133,12 +180,22 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
     chunks = []
     deadline = time.monotonic() + timeout + _GRACE_S if timeout and timeout > 0 else None
     timed_out = False
+    status_fd: Optional[int] = None
+    if cap is not None:
+        try:
+            status_fd = os.open(f"/proc/{pid}/status", os.O_RDONLY)
+        except OSError:  # pragma: no cover - no /proc
+            pass
+    peak = None
     try:
         while True:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 timed_out = True
                 break
+            if status_fd is not None:
+                peak = _vm_peak(status_fd) or peak  # None once the child is gone: the last sample stays
+                left = _SAMPLE_S if left is None else min(left, _SAMPLE_S)
             ready, _, _ = select.select([read_fd], [], [], left)
             if not ready:
                 continue
@@ -148,6 +205,8 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
             chunks.append(chunk)
     finally:
         os.close(read_fd)
+        if status_fd is not None:
+            os.close(status_fd)
         if timed_out:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -163,6 +222,8 @@ def run_confined(fn: Callable[..., Any], args: tuple, timeout: float, memory_mb:
             pass
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGABRT:
         return ("memory", None)  # a native allocation that failed under the cap aborts
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSEGV and _near_cap(peak, cap):
+        return ("memory", None)  # C code that used the NULL of an allocation failed at the cap
     how = f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
     return ("crash", how)
 
