@@ -454,7 +454,7 @@ def main(args):
         model = DDP(model, device_ids=[args.local_rank])
     train(model, device, loader)
 """,
-            line=9,
+            line=8,
             why="DDP only behind a flag: the single-process run may train on the CPU",
         ),
     ]
