@@ -86,7 +86,11 @@ class CudaAutocastDeviceType(Rule):
     is silent when the region sits under a test naming the MPS, CUDA or the
     mapped name (`if device_type == "cuda":`, llm.c's `ctx = autocast(...) if
     device_type == "cuda" else nullcontext()`), when the mapping has an "mps" arm, and when the file never
-    binds the device to "mps". One finding per device choice, at the region of
+    binds the device to "mps". Silent too when the region's function, or every
+    same-file caller of it, wraps a module in `DistributedDataParallel(model,
+    device_ids=[rank])` on every path before it: DDP given `device_ids` raises
+    `ValueError` for a CPU module, so a CPU choice never trains (a wrap behind
+    `if args.distributed:` leaves the single-process path). One finding per device choice, at the region of
     the training step; the file's other CUDA-only regions on that device are
     related locations.
 
@@ -229,6 +233,31 @@ with ctx:
     loss = model(x.to(device))
 """,
             "the autocast is picked only on CUDA (llm.c's held context)",
+        ),
+        Valid(
+            """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(model, device, loader, optimizer, scaler):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        with torch.cuda.amp.autocast():
+            loss = model(x).sub(y).pow(2).mean()
+        scaler.scale(loss).backward()
+
+
+def main(args):
+    use_cuda = not args.no_cuda and torch.cuda.is_available()
+    dist.init_process_group(backend="nccl")
+    device = torch.device("cuda" if use_cuda else "cpu")
+    model = DDP(Net().to(device), device_ids=[args.local_rank])
+    for epoch in range(args.epochs):
+        train(model, device, loader, optimizer, scaler)
+""",
+            "DDP given `device_ids` raises for a CPU module before training: the CPU choice never reaches the region",
         ),
     ]
 
@@ -403,6 +432,30 @@ def main(args):
 """,
             line=10,
             why="the option's default is the CPU",
+        ),
+        Invalid(
+            """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(model, device, loader):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        with torch.cuda.amp.autocast():
+            loss = model(x).sub(y).pow(2).mean()
+        loss.backward()
+
+
+def main(args):
+    device = torch.device("cuda" if not args.no_cuda else "cpu")
+    model = Net().to(device)
+    if args.distributed:
+        model = DDP(model, device_ids=[args.local_rank])
+    train(model, device, loader)
+""",
+            line=8,
+            why="DDP only behind a flag: the single-process run may train on the CPU",
         ),
     ]
 
@@ -692,9 +745,37 @@ def device_mismatches(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo
                 if choice is not None:
                     found = (device, *choice)
                     break
-        if found is not None:
+        if found is not None and not _cpu_path_raises(ctx, scope, info):
             out.append((region, info, *found))
     return out
+
+
+#: DistributedDataParallel: given `device_ids`, it raises `ValueError` for a CPU module
+_DDP = frozenset(("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"))
+
+
+def _cpu_path_raises(ctx: ModuleContext, scope: Scope, region: CallInfo) -> bool:
+    """The run never reaches the region on the CPU: before it, on every path, the region's
+    function or every same-file caller of it (one at least) wraps a module in
+    `DistributedDataParallel(model, device_ids=[rank])`, which raises `ValueError` for a
+    module on the CPU (MS-AMP's `mnist_ddp.py`: nccl, `device_ids=[args.local_rank]`)."""
+    def wraps(where: Scope, before: int) -> bool:
+        for call in where.calls:
+            if call.order >= before or not (ctx.qualnames(call.node.func) & _DDP):
+                continue
+            if any(f.kind in ("if", "else", "try") for f in call.path):
+                continue  # behind a flag (`if args.distributed:`): the other path may be the CPU's
+            ids = call.arg(1, "device_ids")
+            if ids is not None and literal_string(ids) is None and dotted_name(ids) != "None":
+                return True
+        return False
+
+    if wraps(scope, region.order):
+        return True
+    if scope.cls is not None or scope.is_module:
+        return False
+    callers = [c for c in ctx.calls if c.dotted == scope.name and c.scope is not scope and ctx.callee(c) is scope]
+    return bool(callers) and all(wraps(c.scope, c.order) for c in callers)
 
 
 #: the two device types a `"cuda" if ... else "cpu"` mapping names

@@ -134,6 +134,21 @@ class HalfModelTraining(Rule):
     `optimizer.step()` after a cast made once the optimizer exists, and when
     the optimizer is handed to a master-weight wrapper.
 
+    A helper that casts the module it is given in place counts too when the
+    training loop goes on training that module: `evaluate(model, ...)`, called
+    in the loop that also runs `train_one_epoch(model, ..., optimizer)` (a
+    function given the module and a torch optimizer the loop's function builds,
+    which runs the one and steps the other) or steps that optimizer itself,
+    runs `model.half()` on its parameter (`if args.fp16_eval:`) and never
+    `model.float()`: `Module.half()` changes the caller's module, so the next
+    pass trains fp16 parameters. Reported at the helper's cast, the loop's two
+    calls as related locations. Silent when the helper evaluates a copy
+    (`model = copy.deepcopy(model)`), casts back before it returns, or steps an
+    optimizer itself; when it is called after the loop (an export once training
+    is over); when the loop's function casts the module back, freezes it, hands
+    its optimizer to a master-weight wrapper, or builds the optimizer on another
+    module's `.parameters()` (a teacher the training step runs but does not train).
+
     Library loaders that return fp16 weights count as a cast, in the same
     file too, only where their source makes it certain (one table,
     `amplint/model/project/loaders.py`; also used by AMP302 and AMP401):
@@ -684,6 +699,29 @@ for batch in loader:
             yield project.diagnostic(self, found.call, message, data=data, related=(project.related(*found.site, "made fp16 here"),),
                                      help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
         yield from self._chosen_across_files(project)
+        yield from self._evaluated_in_place(project)
+
+    def _evaluated_in_place(self, project: Project) -> Iterator[Diagnostic]:
+        """`evaluate(model, ...)` called by the training loop casts its parameter in place
+        (`if args.fp16_eval: model.half()`) and never back: the loop's next pass trains the
+        fp16 module (same file or another; the per-file check sees neither half)."""
+        from amplint.model import evaluated_casts
+
+        for found in evaluated_casts(project, "fp16"):
+            opt = found.optimizer.rsplit(".", 1)[-1]
+            spelled = found.cast.record["f"]
+            spelled = f"{spelled}()" if spelled.endswith(".half") else f"{spelled}(...)"
+            message = f"`{spelled}` in `{found.helper_name}` makes the trained `{found.name}` fp16: `{opt}` then has no fp32 master copy"
+            if len(message) >= 100:
+                message = f"`{found.helper_name}` makes the trained `{found.name}` fp16 in place: `{opt}` then has no fp32 master copy"
+            related = (
+                project.related(found.helper.path, found.helper.row, f"the training loop passes `{found.name}` here"),
+                project.related(found.train.path, found.train.row, "and trains it here, after the cast on the next pass"),
+            )
+            data = {"optimizer": opt, "optimizer_class": found.optimizer, "dtype": "fp16", "device": None,
+                    "subject": found.name, "cast_at": project.where(found.cast.path, found.cast.row)}
+            yield project.diagnostic(self, found.cast, message, data=data, related=related,
+                                     help="Evaluate a copy (`copy.deepcopy(model).half()`), or cast the model back with `model.float()` before training goes on")
 
     def _chosen_across_files(self, project: Project) -> Iterator[Diagnostic]:
         """`unet.to(weight_dtype)` where `weight_dtype` comes from a project function that picks

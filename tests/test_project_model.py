@@ -555,3 +555,140 @@ def test_fp16_weights_cast_back_or_master_wrapped_stay_silent(tmp_path):
         """,
     })
     assert codes(root) == ["plain.py:6 AMP201"]
+
+
+def test_a_helper_casting_the_trained_module_in_place_inside_the_loop(tmp_path):
+    """rf-detr's shape: `evaluate(model, ...)`, called by the training loop, runs `model.half()`
+    on its parameter and never casts it back; the loop's next pass trains the fp16 module."""
+    root = write(tmp_path, {
+        "engine.py": """
+            import copy
+            import torch
+
+            def train_one_epoch(model, loader, optimizer, scaler):
+                for x, y in loader:
+                    loss = model(x).sub(y).pow(2).mean()
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+
+            def distill_epoch(student, teacher, loader, optimizer):
+                for x in loader:
+                    loss = (student(x) - teacher(x)).pow(2).mean()
+                    loss.backward()
+                    optimizer.step()
+
+            def evaluate(model, loader, fp16_eval=False):
+                model.eval()
+                if fp16_eval:
+                    model.half()
+                return sum(model(x.half() if fp16_eval else x).sum().item() for x in loader)
+
+            def evaluate_copy(model, loader):
+                model = copy.deepcopy(model)
+                model.half()
+                return sum(model(x.half()).sum().item() for x in loader)
+
+            def evaluate_restored(model, loader):
+                model.half()
+                total = sum(model(x.half()).sum().item() for x in loader)
+                model.float()
+                return total
+        """,
+        "param_groups.py": """
+            def get_param_groups(args, model):
+                return [{"params": p, "lr": args.lr} for n, p in model.named_parameters()]
+        """,
+        "main.py": """
+            import torch
+            from engine import evaluate, train_one_epoch
+            from param_groups import get_param_groups
+
+            def main(args, model, loader):
+                groups = get_param_groups(args, model)
+                optimizer = torch.optim.AdamW(groups, lr=args.lr)
+                scaler = torch.amp.GradScaler("cuda")
+                for epoch in range(args.epochs):
+                    train_one_epoch(model, loader, optimizer, scaler)
+                    evaluate(model, loader, fp16_eval=args.fp16_eval)
+        """,
+        "quiet.py": """
+            import torch
+            from apex import amp
+            from engine import distill_epoch, evaluate, evaluate_copy, evaluate_restored, train_one_epoch
+
+            def copies(model, loader, scaler):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(10):
+                    train_one_epoch(model, loader, optimizer, scaler)
+                    evaluate_copy(model, loader)
+                    evaluate_restored(model, loader)
+
+            def after_training(model, loader, scaler):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(10):
+                    train_one_epoch(model, loader, optimizer, scaler)
+                for ckpt in range(3):
+                    evaluate(model, loader, fp16_eval=True)
+
+            def teacher_only(student, teacher, loader):
+                optimizer = torch.optim.AdamW(student.parameters(), lr=1e-4)
+                for epoch in range(10):
+                    distill_epoch(student, teacher, loader, optimizer)
+                    evaluate(teacher, loader, fp16_eval=True)
+
+            def put_back(model, loader, scaler):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(10):
+                    train_one_epoch(model, loader, optimizer, scaler)
+                    evaluate(model, loader, fp16_eval=True)
+                    model.float()
+
+            def master(model, loader, scaler):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+                for epoch in range(10):
+                    train_one_epoch(model, loader, optimizer, scaler)
+                    evaluate(model, loader, fp16_eval=True)
+        """,
+        "inline.py": """
+            import torch
+
+            def bench(net, x):
+                net.to(torch.float16)
+                return net(x.half())
+
+            def fit(model, loader):
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+                for epoch in range(5):
+                    for x, y in loader:
+                        model(x).sub(y).pow(2).mean().backward()
+                        optimizer.step()
+                    bench(model, x)
+        """,
+    })
+    found = [c for c in codes(root) if c.endswith("AMP201")]
+    assert found == ["engine.py:21 AMP201", "inline.py:5 AMP201"]  # once per cast
+    result = lint_paths([str(root)], Config())
+    d = next(d for d in result.diagnostics if d.code == "AMP201" and d.filename.endswith("engine.py"))
+    assert "`model.half()` in `evaluate`" in d.message and "AdamW" in d.message
+    notes = {(Path(r.filename).name, r.location.row) for r in d.related}
+    assert notes == {("main.py", 12), ("main.py", 11)}
+    (root / "main.py").unlink()
+    (root / "inline.py").unlink()
+    assert [c for c in codes(root) if c.endswith("AMP201")] == []  # each of quiet.py's loops is silent
+
+
+def test_calls_of_one_loop_share_the_outermost_loop_row():
+    s = summarize(textwrap.dedent("""
+        def main(model, loader):
+            for epoch in range(3):
+                for x in loader:
+                    step(model, x)
+                evaluate(model)
+            while True:
+                evaluate(model)
+            evaluate(model)
+    """))
+    rows = [(r["f"], r["r"], r.get("l")) for r in s["functions"]["main"]["calls"] if r["f"] in ("step", "evaluate")]
+    assert rows == [("step", 5, 3), ("evaluate", 6, 3), ("evaluate", 8, 7), ("evaluate", 9, None)]

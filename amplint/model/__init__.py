@@ -235,6 +235,8 @@ _EXPORTS = {
     "cast_modules": ".project.cast_training",
     "chosen_casts": ".project.cast_training",
     "launched_casts": ".project.cast_training",
+    "EvaluatedCast": ".project.evaluated",
+    "evaluated_casts": ".project.evaluated",
     # accelerate's scaling Accelerator across files, and per-parameter gradient hooks (AMP102/AMP104)
     "project_scaling_accelerator": ".project.accelerate_hooks",
     "launched_accelerators": ".project.accelerate_hooks",

@@ -28,7 +28,7 @@ from . import disabled, loaders, masks, trained, upcasts
 from .astutil import dotted, import_bindings as _import_bindings, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 11
+VERSION = 12
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -72,6 +72,7 @@ class _Summarizer:
         #: whether the file may open `autocast(enabled=False)` (AMP204's helper end)
         self.disables = "enabled" in source and "False" in source
         self.loops = 0  # loop bodies around the statement being read, in its function
+        self.loop_row = 0  # the row of the outermost of them (calls in one loop repeat together)
         self.branches = 0  # if/else bodies around it
         self.imports: Dict[str, List[Any]] = {}
         #: `from .layers import *`: (level, module) in source order
@@ -176,11 +177,11 @@ class _Summarizer:
         self.functions[qual] = info
         self.history[qual] = masks.History()
         self.aware[qual] = masks.dtype_aware(body) if qual != "<module>" and self.overflows else True
-        outer = self.loops, self.branches
-        self.loops = self.branches = 0
+        outer = self.loops, self.branches, self.loop_row
+        self.loops = self.branches = self.loop_row = 0
         for stmt in body:
             self._statement(stmt, qual, info, cls, region)
-        self.loops, self.branches = outer
+        self.loops, self.branches, self.loop_row = outer
         if self.parameters and "dc" in info and qual != "<module>":  # only AMP201's casts to a dtype in a name read them
             info.update(trained.parameter_flows(body, {c[0] for c in info["dc"]}))
 
@@ -250,6 +251,8 @@ class _Summarizer:
         looping = isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
         for name, value in ast.iter_fields(stmt):
             if looping and name == "body":
+                if not self.loops:
+                    self.loop_row = stmt.lineno
                 self.loops += 1
                 for v in value:
                     self._statement(v, qual, info, cls, region)
@@ -601,7 +604,7 @@ class _Summarizer:
         if any(k.arg is None for k in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
             record["u"] = 1  # `f(*args)` / `f(**kwargs)`: passes what the record does not list
         if self.loops:
-            record["l"] = 1  # in a loop body of its function
+            record["l"] = self.loop_row  # in a loop body of its function: the outermost loop's row
         if self.branches:
             record["i"] = 1  # in an if/else body of its function
         if spelled is None and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
