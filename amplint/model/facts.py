@@ -360,6 +360,11 @@ FLAG_SET = "flag-set"
 #: what a finding that holds wherever the code runs needs (AMP001's deprecated call warns only
 #: when it runs)
 RUNS = "runs"
+#: `called-elsewhere=<name>`: some project file other than the diagnostic's own spells `<name>`
+#: (a word) where a low-precision autocast of the project may run it (`spelled_under_autocast`):
+#: what a finding on a Function whose own file's every application casts its kernel's inputs by
+#: hand needs (AMP501; a test applying it on inputs it built, with no autocast reaching it, does not count)
+CALLED_ELSEWHERE = "called-elsewhere"
 
 
 def with_requirement(condition: str, kind: str, name: str = "") -> str:
@@ -407,6 +412,8 @@ def _requirement_holds(requirement: str, filename: Optional[str], root: Optional
         return not _unreached(filename, root, precision)
     if kind == RUNS:
         return filename is None or site_runs(filename, name or None, root)
+    if kind == CALLED_ELSEWHERE:
+        return spelled_under_autocast(filename, name, root, precision)
     raise ValueError(f"unknown requirement {requirement!r}")
 
 
@@ -459,6 +466,28 @@ def flag_may_be_set(filename: str, name: str, root: Optional[str] = None) -> boo
     word = re.compile(rf"\b{re.escape(name)}\b")
     own = os.path.abspath(filename)
     return any(os.path.abspath(p) != own and word.search(read_text(p) or "") for p in listing)
+
+
+def spelled_under_autocast(filename: str, name: str, root: Optional[str] = None, precision: str = "auto") -> bool:
+    """Some project file other than `filename` spells `name` (a word) and a low-precision autocast
+    of the project may run its code (`embedded.unreached` does not hold; a notebook always may):
+    a caller of the named Function the diagnostic's file does not show, which may hand it what
+    autocast made. True when the project cannot be read whole; a file that is not on disk is its
+    own project. Read when conditions are resolved."""
+    from .texts import project_root, read_text, whole_listing
+
+    base = project_root(filename, root)
+    if base is None:
+        return False
+    listing = whole_listing(base, (".py", ".ipynb"))
+    if listing is None:
+        return True
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    own = os.path.abspath(filename)
+    return any(
+        os.path.abspath(p) != own and word.search(read_text(p) or "") and not _unreached(p, root, precision)
+        for p in listing
+    )
 
 
 def site_runs(filename: str, definition: Optional[str], root: Optional[str] = None) -> bool:
