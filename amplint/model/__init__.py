@@ -192,6 +192,7 @@ _EXPORTS = {
     "AUTOCAST_REACHED": ".facts",
     "AUTOCAST_RUNS": ".facts",
     "CALLED_ELSEWHERE": ".facts",
+    "ARGUMENT_PASSED": ".facts",
     "condition_holds": ".facts",
     "FileFacts": ".facts",
     "FP16": ".facts",
