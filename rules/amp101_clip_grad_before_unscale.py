@@ -160,6 +160,20 @@ class ClipGradBeforeUnscale(Rule):
     hold, `"bf16"` silences it. One project-wide answer: a project with an
     fp16 Trainer and a bf16 one holds for every manual-optimization module.
 
+    Silent, on every path, for a clip under a guard no construction turns on
+    (`model/facts.argument_may_be_passed`, read from the project's files when
+    conditions are resolved): the `if` around it tests `self.<attr> > 0`,
+    `self.<attr> is not None` or `self.<attr>`, the class sets `self.<attr>`
+    once, in its `__init__`, from a parameter whose default turns the test
+    off (`clip_grad_norm=0.0`), and no call of the class in the project
+    passes that parameter (by name, at its position, or through `*`/`**`;
+    Lightning's `Class.load_from_checkpoint(path, **kw)` counts by its
+    keywords). The clip never runs: stable-audio-tools' autoencoder wrapper,
+    which its only builder never hands a `clip_grad_norm`. Reported as before
+    when the class is named otherwise (a subclass, a registry, a `partial`, a
+    config file or a notebook naming it) or built nowhere in the project (its
+    users build it).
+
     ## References
     - amplint's evidence page: `amplint --explain AMP101` (docs/evidence.md#amp101)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
@@ -725,13 +739,15 @@ for batch in loader:
                 if self._unscaled_by_helper(ctx, events, at, index):
                     continue
                 if accelerate:
-                    yield self._accelerate_diagnostic(ctx, scope, clip, backward, fixed)
+                    yield _guarded(ctx, scope, clip, self._accelerate_diagnostic(ctx, scope, clip, backward, fixed))
                     continue
                 if steps is None:
                     steps = _steps_by_scaler(events)
-                yield self._diagnostic(ctx, scope, index, backward, fixed, steps)
-            yield from _fabric_clips(self, ctx, scope)
-            yield from _lightning_clips(self, ctx, scope)
+                yield _guarded(ctx, scope, clip, self._diagnostic(ctx, scope, index, backward, fixed, steps))
+            for d in _fabric_clips(self, ctx, scope):
+                yield d
+            for d in _lightning_clips(self, ctx, scope):
+                yield d
 
     @staticmethod
     def _scaled_backward_before(ctx: ModuleContext, scope: Scope, events, index: int) -> Optional[int]:
@@ -1016,7 +1032,7 @@ def _lightning_clips(rule: Rule, ctx: ModuleContext, scope: Scope) -> Iterator[D
             own = own_trainer_precision(ctx.source)
         if own is False:
             continue  # the file's own Trainer runs bf16 or 32: no scaler
-        yield _lightning_diagnostic(rule, ctx, scope, events, index, backward, fixed, None if own else LIGHTNING_FP16)
+        yield _guarded(ctx, scope, clip, _lightning_diagnostic(rule, ctx, scope, events, index, backward, fixed, None if own else LIGHTNING_FP16))
 
 
 def _manual_backward_before(events: Sequence[Event], index: int) -> Optional[Event]:
@@ -1076,3 +1092,68 @@ def _lightning_diagnostic(
     }
     help = f"Call `self.clip_gradients({optimizer or 'opt'}, gradient_clip_val=...)` instead: it unscales first"
     return ctx.diagnostic(rule, clip.call.node, message, fix=fix, data=data, help=help, condition=condition)
+
+
+def _guarded(ctx: ModuleContext, scope: Scope, clip: Event, diagnostic: Diagnostic) -> Diagnostic:
+    """`diagnostic`, also needing that the clip's guard can be on: a clip under `if self.clip > 0:`
+    (`if self.clip:`, `if self.clip is not None:`) where the class sets `self.clip` once, in its
+    `__init__`, from a parameter whose default turns the guard off (`clip_grad_norm=0.0`) runs
+    only when some construction of the class passes that parameter (`ARGUMENT_PASSED`, read from
+    the project's files; stable-audio-tools' autoencoder wrapper, which its only builder never
+    hands a `clip_grad_norm`)."""
+    from amplint.model import ARGUMENT_PASSED, with_requirement
+
+    spec = _guard_spec(ctx, scope, clip)
+    if spec is None:
+        return diagnostic
+    if diagnostic.condition:
+        diagnostic.condition = with_requirement(diagnostic.condition, ARGUMENT_PASSED, spec)
+    else:
+        diagnostic.condition = f"{ARGUMENT_PASSED}={spec}"
+    return diagnostic
+
+
+def _guard_spec(ctx: ModuleContext, scope: Scope, clip: Event) -> Optional[str]:
+    """`<Class>.<param>.<index>` when the innermost `if` around the clip tests a `self.<attr>`
+    set only from the `__init__` parameter `<param>` (positional `<index>` after `self`) whose
+    default turns the test off; None otherwise."""
+    import libcst as cst
+
+    from amplint.model import sees_self_of
+
+    frame = next((f for f in reversed(clip.path) if f.kind in ("if", "else")), None)
+    if frame is None or frame.kind != "if" or frame.test is None or scope.cls is None:
+        return None
+    test = frame.test
+    off: tuple = ()
+    attr = None
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        op, right = test.comparisons[0].operator, test.comparisons[0].comparator
+        if isinstance(op, cst.GreaterThan) and isinstance(right, (cst.Integer, cst.Float)) and literal_number(right) == 0:
+            attr, off = test.left, ("0", "0.0", "0.", "False")  # `x > 0`: off at 0 (None would raise)
+        elif isinstance(op, cst.IsNot) and isinstance(right, cst.Name) and right.value == "None":
+            attr, off = test.left, ("None",)
+    elif isinstance(test, cst.Attribute):
+        attr, off = test, ("None", "0", "0.0", "0.", "False")
+    if not (isinstance(attr, cst.Attribute) and isinstance(attr.value, cst.Name) and attr.value.value == "self"):
+        return None
+    target = f"self.{attr.attr.value}"
+    writes = [a for a in ctx.assignments_to(target) if sees_self_of(ctx, scope, a.scope)]
+    if len(writes) != 1 or writes[0].scope.name != "__init__" or writes[0].scope.cls is not scope.cls:
+        return None
+    value = writes[0].value
+    init = writes[0].scope.node
+    if not isinstance(value, cst.Name) or not isinstance(init, cst.FunctionDef):
+        return None
+    if any(a.target == value.value and a.scope is writes[0].scope for a in ctx.assignments_to(value.value)):
+        return None  # the parameter is rebound before it is stored
+    positional = list(init.params.posonly_params) + list(init.params.params)
+    for index, param in enumerate(positional[1:]):
+        if param.name.value == value.value:
+            break
+    else:
+        index = 1 << 16  # keyword-only: passed only by name
+        param = next((p for p in init.params.kwonly_params if p.name.value == value.value), None)
+    if param is None or param.default is None or ctx.code_for(param.default).strip() not in off:
+        return None
+    return f"{scope.cls.name.value}.{value.value}.{index}"

@@ -7,7 +7,7 @@ import libcst as cst
 
 from amplint.model import (
     AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_REACHED, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
-    AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
+    AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CALLED_ELSEWHERE, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
     KERNEL_NOT_MIXED, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, imported_names,
     with_requirement, subnodes,
 )
@@ -160,9 +160,18 @@ class CustomFunctionWithoutCustomFwd(Rule):
     applies (`_F.apply(...)`, or an alias `f = _F.apply` called here), when
     every call hands it an input its caller cast by hand (`x.float()` in the
     call, or `x = x.float()` before it, also under an `if x.dtype ==
-    torch.float16:`): the kernel sees the dtype its author chose (an
-    autocastable op in forward is lowered whatever its input's dtype, so this
-    counts for the extension case only). Silent on a
+    torch.float16:`, or `x.float() if x.dtype == torch.float16 else x` in the
+    call): the kernel sees the dtype its author chose (an autocastable op in
+    forward is lowered whatever its input's dtype, so this counts for the
+    extension case only). A public Function whose every application in its
+    own file casts so (detrex's `MultiScaleDeformableAttnFunction`, applied
+    by the module beside it) is silent too unless another file of the project
+    spells its name where a low-precision autocast of the project may run
+    that file's code (`embedded.unreached` does not hold): a caller this file
+    does not show, which may hand it what autocast made. A test applying it to
+    inputs it built, which no autocast of the project reaches, is no such
+    caller; a user of a library who applies the Function directly instead of
+    through its module takes on the cast its own module shows. Silent on a
     Function the file applies only inside the `backward` of its Functions (a
     double-backward helper such as `UpFirDn2dBackward`): autograd runs
     backward with autocast off, unless that backward is `custom_bwd`.
@@ -554,6 +563,40 @@ import torch
 from torch.autograd import Function
 from torch.utils.cpp_extension import load
 
+_ext = load("msda", sources=["msda.cpp", "msda_cuda.cu"])
+
+
+class _MSDeformAttnFunction(Function):
+    @staticmethod
+    def forward(ctx, value, locations, weights):
+        ctx.save_for_backward(value, locations, weights)
+        return _ext.ms_deform_attn_forward(value, locations, weights)
+
+    @staticmethod
+    def backward(ctx, grad):
+        value, locations, weights = ctx.saved_tensors
+        return _ext.ms_deform_attn_backward(value, locations, weights, grad)
+
+
+class MSDeformAttn(torch.nn.Module):
+    def forward(self, value, locations, weights):
+        out = _MSDeformAttnFunction.apply(
+            value.to(torch.float32) if value.dtype == torch.float16 else value, locations, weights
+        )
+        return out.to(value.dtype)
+
+
+with torch.autocast("cuda"):
+    y = MSDeformAttn()(v, loc, w)
+""",
+            "the only caller casts the kernel's input when it is fp16, in the call (detrex multi-scale deformable attention)",
+        ),
+        Valid(
+            """
+import torch
+from torch.autograd import Function
+from torch.utils.cpp_extension import load
+
 upfirdn2d_op = load("upfirdn2d", sources=["upfirdn2d.cpp", "upfirdn2d_kernel.cu"])
 
 
@@ -883,7 +926,10 @@ def step(model, x):
                 continue
             help = "Use `@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`"
             if _callers_cast(ctx, cls, applied):
-                continue  # every caller hands the kernel inputs cast by hand (`input = input.float()`)
+                if cls.name.value.startswith("_"):
+                    continue  # every caller hands the kernel inputs cast by hand (`input = input.float()`)
+                # a public one: also applied elsewhere, where autocast may reach it
+                condition = with_requirement(condition, CALLED_ELSEWHERE, cls.name.value)
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
             if kernel is not None:
                 name, count = kernel
@@ -1177,13 +1223,12 @@ def _applications(ctx: ModuleContext, cls: cst.ClassDef, names: Dict[str, int]) 
 
 
 def _callers_cast(ctx: ModuleContext, cls: cst.ClassDef, calls: Optional[List[CallInfo]]) -> bool:
-    """A private Function (`_ROIAlignRotated`) around a compiled kernel whose every application
-    in the file hands it an input the caller cast by hand: `x.float()` in the call, or `x = x.float()` in the calling
-    function before it (also under an `if x.dtype == torch.float16:`). The kernel then sees the
-    dtype its author chose, not whatever autocast produced. A public Function may have callers
-    elsewhere, so it is not judged by the calls this file shows."""
-    if not cls.name.value.startswith("_"):
-        return False
+    """A Function around a compiled kernel whose every application in the file hands it an input
+    the caller cast by hand: `x.float()` in the call, or `x = x.float()` in the calling function
+    before it (also under an `if x.dtype == torch.float16:`, or as the expression `x.float() if
+    x.dtype == torch.float16 else x`). The kernel then sees the dtype its author chose, not
+    whatever autocast produced. A private Function (`_ROIAlignRotated`) has no other callers; a
+    public one may have them elsewhere, so its finding then needs one (`CALLED_ELSEWHERE`)."""
     return calls is not None and all(
         any(_cast_input(ctx, c, a.value) for a in c.node.args if a.keyword is None and not a.star) for c in calls
     )
@@ -1221,6 +1266,10 @@ def _cast_input(ctx: ModuleContext, call, arg: cst.BaseExpression) -> bool:
     calling function rebinds to a cast of it before the call (`x = x.float()`)."""
     if _is_cast(ctx, arg):
         return True
+    if isinstance(arg, cst.IfExp) and "dtype" in ctx.code_for(arg.test):
+        # cast when the dtype test says so (`x.float() if x.dtype == torch.float16 else x`)
+        branches = (arg.body, arg.orelse)
+        return any(_is_cast(ctx, b) for b in branches) and all(_is_cast(ctx, b) or isinstance(b, cst.Name) for b in branches)
     if not isinstance(arg, cst.Name):
         return False
     return any(

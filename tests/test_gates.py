@@ -417,6 +417,9 @@ def test_autograd_function_lines_keep_the_callers_of_a_function():
     # a private one's when it calls a compiled kernel (its callers may cast the inputs)
     assert autograd_function_lines(source) == {2, 4, 6, 8, 9, 13, 15, 18}
     assert autograd_function_lines(source.replace("_C.kernel(x)", "x.clone()")) == {2, 9, 13, 15, 18}
+    # a public Function around a compiled kernel: all its applications (each may cast the inputs)
+    kernel = source.replace("class Public(torch.autograd.Function):\n    pass\n", "class Public(torch.autograd.Function):\n    forward = lambda ctx, x: _C.kernel(x)\n")
+    assert autograd_function_lines(kernel) == {2, 4, 6, 8, 9, 12, 13, 15, 18}
 
 
 def test_autocast_region_lines_follow_import_aliases():

@@ -970,14 +970,14 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
     for i, (start, name, _) in enumerate(headers):
         if start not in found:
             continue
-        if name.startswith("_"):
-            # its callers matter only for a compiled-kernel call (inputs cast by hand)
-            if kernels is None:
-                kernels = _kernel_call_pattern(source)
-            end = headers[i + 1][0] if i + 1 < len(headers) else len(source)
-            if not kernels.search(source, start, end):
-                continue
-        lines |= _apply_lines(source, name)
+        # its callers matter for a compiled-kernel call (inputs cast by hand), a private one's only then
+        if kernels is None:
+            kernels = _kernel_call_pattern(source)
+        end = headers[i + 1][0] if i + 1 < len(headers) else len(source)
+        kernel = kernels.search(source, start, end) is not None
+        if name.startswith("_") and not kernel:
+            continue
+        lines |= _apply_lines(source, name, every=kernel)
     return lines
 
 
@@ -999,16 +999,17 @@ def _kernel_call_pattern(source: str) -> "re.Pattern[str]":
     return re.compile(rf"torch\s*\.\s*ops\s*\.|\b(?:{spelled}|\w*(?:_C|_ext|_cuda|_cpp|_kernels))\s*\.\s*\w+\s*\(")
 
 
-def _apply_lines(source: str, name: str) -> Set[int]:
+def _apply_lines(source: str, name: str, every: bool = False) -> Set[int]:
     """The lines that apply a Function (`_F.apply(x)`, `f = _F.apply`, `f(x)`): AMP501 reads its
-    callers. A private Function's all (inputs they cast by hand); a public one's only when each
-    is in a `def backward` (an application only inside another Function's backward): other
-    callers would have it reported anyway, and parsing them costs."""
+    callers. All of them for a Function around a compiled kernel (`every`: inputs they cast by
+    hand); otherwise a public one's only when each is in a `def backward` (an application only
+    inside another Function's backward): other callers would have it reported anyway, and
+    parsing them costs."""
     at = [m.start() for m in re.finditer(rf"\b{re.escape(name)}\s*\.\s*apply\b", source)]
     for alias in re.findall(rf"^(\w+)\s*=\s*{re.escape(name)}\s*\.\s*apply\s*$", source, re.M):
         at += [m.start() for m in re.finditer(rf"\b{re.escape(alias)}\b", source)]
     rows = {source.count("\n", 0, i) + 1 for i in at}
-    if name.startswith("_") or not rows:
+    if every or name.startswith("_") or not rows:
         return rows
     lines = source.split("\n")
     for row in rows:

@@ -191,6 +191,8 @@ _EXPORTS = {
     "AUTOCAST_OR_LIBRARY": ".facts",
     "AUTOCAST_REACHED": ".facts",
     "AUTOCAST_RUNS": ".facts",
+    "CALLED_ELSEWHERE": ".facts",
+    "ARGUMENT_PASSED": ".facts",
     "condition_holds": ".facts",
     "FileFacts": ".facts",
     "FP16": ".facts",

@@ -365,6 +365,17 @@ FLAG_SET = "flag-set"
 #: what a finding that holds wherever the code runs needs (AMP001's deprecated call warns only
 #: when it runs)
 RUNS = "runs"
+#: `called-elsewhere=<name>`: some project file other than the diagnostic's own spells `<name>`
+#: (a word) where a low-precision autocast of the project may run it (`spelled_under_autocast`):
+#: what a finding on a Function whose own file's every application casts its kernel's inputs by
+#: hand needs (AMP501; a test applying it on inputs it built, with no autocast reaching it, does not count)
+CALLED_ELSEWHERE = "called-elsewhere"
+#: `argument-passed=<Class>.<param>.<index>` (a base condition or a requirement): some
+#: construction of the project's class `<Class>` may pass its `__init__` parameter `<param>`
+#: (positional `<index>`, after `self`; `argument_may_be_passed`): what a finding under a guard
+#: on the attribute that parameter sets, whose default turns the guard off, needs (AMP101's
+#: `if self.clip_grad_norm > 0.0:` when no builder passes `clip_grad_norm`)
+ARGUMENT_PASSED = "argument-passed"
 
 
 def with_requirement(condition: str, kind: str, name: str = "") -> str:
@@ -412,6 +423,10 @@ def _requirement_holds(requirement: str, filename: Optional[str], root: Optional
         return not _unreached(filename, root, precision)
     if kind == RUNS:
         return filename is None or site_runs(filename, name or None, root)
+    if kind == CALLED_ELSEWHERE:
+        return spelled_under_autocast(filename, name, root, precision)
+    if kind == ARGUMENT_PASSED:
+        return argument_may_be_passed(filename, name, root)
     raise ValueError(f"unknown requirement {requirement!r}")
 
 
@@ -464,6 +479,105 @@ def flag_may_be_set(filename: str, name: str, root: Optional[str] = None) -> boo
     word = re.compile(rf"\b{re.escape(name)}\b")
     own = os.path.abspath(filename)
     return any(os.path.abspath(p) != own and word.search(read_text(p) or "") for p in listing)
+
+
+def spelled_under_autocast(filename: str, name: str, root: Optional[str] = None, precision: str = "auto") -> bool:
+    """Some project file other than `filename` spells `name` (a word) and a low-precision autocast
+    of the project may run its code (`embedded.unreached` does not hold; a notebook always may):
+    a caller of the named Function the diagnostic's file does not show, which may hand it what
+    autocast made. True when the project cannot be read whole; a file that is not on disk is its
+    own project. Read when conditions are resolved."""
+    from .texts import project_root, read_text, whole_listing
+
+    base = project_root(filename, root)
+    if base is None:
+        return False
+    listing = whole_listing(base, (".py", ".ipynb"))
+    if listing is None:
+        return True
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    own = os.path.abspath(filename)
+    return any(
+        os.path.abspath(p) != own and word.search(read_text(p) or "") and not _unreached(p, root, precision)
+        for p in listing
+    )
+
+
+#: project files other than code that may name a class to build (a config's `_target_`, a registry's `type=`)
+_CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".gin", ".jsonnet")
+
+
+def argument_may_be_passed(filename: str, spec: str, root: Optional[str] = None) -> bool:
+    """Some construction of the class `<Class>` (`spec` is `<Class>.<param>.<index>`) in the
+    diagnostic's project may pass its `__init__` parameter `<param>`: a call of the class with
+    that keyword, a `**` mapping, a `*` sequence or more than `<index>` positionals. Also True
+    when the project names the class other than by calling it (a subclass, an alias, a registry
+    or a `partial`, a config file or a notebook naming it), constructs it nowhere (its users
+    do), or cannot be read whole. Lightning's `Class.load_from_checkpoint(path, **kw)` builds it
+    from a construction's saved arguments and its keywords: only those keywords are read. `super(Class, self)`, `isinstance(x, Class)` and imports of
+    it by its own name do not count. Read when conditions are resolved."""
+    import ast
+
+    from .texts import project_root, read_text, whole_listing
+
+    name, param, index_text = spec.rsplit(".", 2)
+    index = int(index_text)
+    base = project_root(filename, root)
+    if base is None:
+        return True  # only the diagnostic's file is known: its users may pass it
+    listing = whole_listing(base, (".py", ".ipynb") + _CONFIG_SUFFIXES)
+    if listing is None:
+        return True
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    calls = 0
+    for path in listing:
+        text = read_text(path) or ""
+        if not word.search(text):
+            continue
+        if not path.endswith(".py"):
+            return True  # a config or a notebook names it
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return True
+        exempt: Set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                if node.func.id == "super" and node.args:
+                    exempt.add(id(node.args[0]))
+                elif node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
+                    exempt.add(id(node.args[1]))
+            elif isinstance(node, (ast.ImportFrom, ast.Import)):
+                if any(a.name.rsplit(".", 1)[-1] == name and a.asname not in (None, name) for a in node.names):
+                    return True  # imported under another name: its calls are spelled otherwise
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "load_from_checkpoint" and _names_class(node.func.value, name)
+            ):
+                # Lightning builds the class from the checkpoint's saved arguments (those of a
+                # construction, read here too) and these keywords
+                if any(k.arg in (None, param, "hparams_file") for k in node.keywords):
+                    return True
+                exempt.add(id(node.func.value))
+                continue
+            if isinstance(node, ast.Call) and _names_class(node.func, name):
+                calls += 1
+                if len(node.args) > index or any(isinstance(a, ast.Starred) for a in node.args):
+                    return True
+                if any(k.arg is None or k.arg == param for k in node.keywords):
+                    return True
+                exempt.add(id(node.func))
+        for node in ast.walk(tree):
+            if _names_class(node, name) and id(node) not in exempt and not isinstance(getattr(node, "ctx", None), ast.Store):
+                return True  # handed on (a subclass's base, a registry, a `partial`)
+    return calls == 0
+
+
+def _names_class(node: "object", name: str) -> bool:
+    import ast
+
+    return (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name)
 
 
 def site_runs(filename: str, definition: Optional[str], root: Optional[str] = None) -> bool:
@@ -519,6 +633,8 @@ def condition_holds(
         return filename is None or fp32_default(filename, root)
     if condition == RUNS or condition.startswith(RUNS + "="):
         return filename is None or site_runs(filename, condition[len(RUNS) + 1 :] or None, root)
+    if condition.startswith(ARGUMENT_PASSED + "="):
+        return filename is None or argument_may_be_passed(filename, condition[len(ARGUMENT_PASSED) + 1 :], root)
     if condition.startswith(FLAG_SET + "="):
         return filename is None or flag_may_be_set(filename, condition[len(FLAG_SET) + 1 :], root)
     if condition.startswith(DTYPE_PROPERTY + "="):
