@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from .precision_names import FP16_CAST_WORDS, FP16_WORDS, LOW_PRECISION_WORDS
 
@@ -468,6 +468,12 @@ def flag_may_be_set(filename: str, name: str, root: Optional[str] = None) -> boo
     (a subclass's `self.<name> = True`, a `setattr`, a keyword). True when the project cannot be
     read whole (cut at the listing's limit); a file that is not on disk is its own project (the
     rule read that file already). Read when conditions are resolved."""
+    return _another_file_spells(filename, name, root, lambda path: True)
+
+
+def _another_file_spells(filename: str, name: str, root: Optional[str], counts: Callable[[str], bool]) -> bool:
+    """A project `.py`/`.ipynb` file other than `filename` spells the word `name` and `counts(path)`
+    holds for it; True when the project cannot be read whole, False outside a project."""
     from .texts import project_root, read_text, whole_listing
 
     base = project_root(filename, root)
@@ -478,7 +484,7 @@ def flag_may_be_set(filename: str, name: str, root: Optional[str] = None) -> boo
         return True
     word = re.compile(rf"\b{re.escape(name)}\b")
     own = os.path.abspath(filename)
-    return any(os.path.abspath(p) != own and word.search(read_text(p) or "") for p in listing)
+    return any(os.path.abspath(p) != own and word.search(read_text(p) or "") and counts(p) for p in listing)
 
 
 def spelled_under_autocast(filename: str, name: str, root: Optional[str] = None, precision: str = "auto") -> bool:
@@ -487,20 +493,7 @@ def spelled_under_autocast(filename: str, name: str, root: Optional[str] = None,
     a caller of the named Function the diagnostic's file does not show, which may hand it what
     autocast made. True when the project cannot be read whole; a file that is not on disk is its
     own project. Read when conditions are resolved."""
-    from .texts import project_root, read_text, whole_listing
-
-    base = project_root(filename, root)
-    if base is None:
-        return False
-    listing = whole_listing(base, (".py", ".ipynb"))
-    if listing is None:
-        return True
-    word = re.compile(rf"\b{re.escape(name)}\b")
-    own = os.path.abspath(filename)
-    return any(
-        os.path.abspath(p) != own and word.search(read_text(p) or "") and not _unreached(p, root, precision)
-        for p in listing
-    )
+    return _another_file_spells(filename, name, root, lambda path: not _unreached(path, root, precision))
 
 
 #: project files other than code that may name a class to build (a config's `_target_`, a registry's `type=`)
