@@ -191,7 +191,10 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     argparse option whose literal choices include "fp16". Precision first: when
     fp16 is only one of the choices (an option's `choices=["no", "fp16", "bf16"]`,
     configs disagreeing) the finding is an info naming the choice (`when the
-    config's mixed_precision is fp16: ...`). An FSDP plugin keeps the scaler
+    config's mixed_precision is fp16: ...`). An option that defaults to "fp16"
+    (REPA's `--mixed-precision`, `default="fp16"`) makes the default run fp16: a
+    warning, unless a command the project ships passes the script another value
+    (`--mixed-precision="bf16"`). An FSDP plugin keeps the scaler
     (accelerate builds a `ShardedGradScaler`); a DeepSpeed or Megatron-LM plugin,
     `cpu=True` or `**kwargs` leave it unknown: silent. Silent too when the file
     also checkpoints with `accelerator.save_state` / `load_state` or touches a
