@@ -1481,7 +1481,7 @@ class Trainer:
     def _trainer_saved(self, ctx: ModuleContext, call: CallInfo, held: str, cls: cst.ClassDef, scaler: str,
                        related: List[Related]) -> Diagnostic:
         name = cls.name.value
-        message = f"This checkpointer saves `{held}.state_dict()`, which `{name}` inherits and which leaves out `{scaler}`"
+        message = f"This checkpointer saves `{held}.state_dict()`, which `{name}` inherits without `{scaler}`"
         help = f"Give `{name}` a `state_dict()` / `load_state_dict()` that add `{scaler}.state_dict()` to its base's"
         data = {"scaler": f"{name}.{scaler.rsplit('.', 1)[-1]}", "optimizer": held, "snippet": ctx.code_for(call.node),
                 "side": "save", "bug": scaler, "mechanism": "trainer"}
