@@ -94,6 +94,16 @@ class DeprecatedAmpApi(Rule):
     Text inside strings and docstrings is never a use.
     `torch.cuda.amp.autocast(device_type=...)` is AMP002 (it raises TypeError).
 
+    A stand-in for a torch without AMP is no fallback of the API generation:
+    `try: from torch.cuda.amp import GradScaler` (or `autocast =
+    torch.cuda.amp.autocast`) with an `except:` that defines a dummy class of
+    the same name (RAFT's "dummy GradScaler for PyTorch < 1.6") binds the
+    deprecated class on every torch that still has it, so the file's calls
+    warn. It is reported once, at the import (or the alias), without a fix,
+    when every other binding of the name is in the handlers, the handlers
+    name no `torch`, and the file calls the name; a name the `try` only
+    probes (never called) stays silent.
+
     On an Ascend NPU branch (`if self.on_npu:`, `if is_npu_available():`, a
     test naming the NPU) of a file that imports
     `torch_npu.contrib.transfer_to_npu`, `torch.cuda.amp.autocast` is
@@ -388,6 +398,67 @@ class NpuConfig:
         return op(x)
 """,
             "an NPU-only branch in a file whose transfer_to_npu remaps torch.cuda.amp to torch_npu's autocast",
+        ),
+        Valid(
+            """
+try:
+    from torch.cuda.amp import autocast
+    HAS_NATIVE_AMP = True
+except ImportError:
+    HAS_NATIVE_AMP = False
+""",
+            "a deprecated name imported in a try only to probe for native AMP, never called",
+        ),
+        Valid(
+            """
+import contextlib
+try:
+    from torch.cuda.amp import autocast
+except ImportError:
+    class autocast:
+        def __init__(self, enabled=True):
+            pass
+        def __enter__(self):
+            pass
+        def __exit__(self, *args):
+            pass
+if not USE_AMP:
+    autocast = contextlib.nullcontext
+
+def forward(model, x):
+    with autocast():
+        return model(x)
+""",
+            "the stand-in's name is rebound outside the handler too: what it is at the call is not known",
+        ),
+        Valid(
+            """
+import torch
+try:
+    from torch.amp import GradScaler
+except ImportError:
+    class GradScaler:
+        def __init__(self, *args, **kwargs):
+            pass
+
+scaler = GradScaler("cuda")
+""",
+            "a stand-in beside the current API",
+        ),
+        Valid(
+            """
+try:
+    # If PyTorch version >= 1.6.0, torch.cuda.amp.GradScaler would be imported
+    from torch.cuda.amp import GradScaler
+except ImportError:
+    pass
+
+if digit_version(TORCH_VERSION) >= digit_version("1.6.0"):
+    class Fp16OptimizerHook:
+        def before_run(self, runner):
+            self.loss_scaler = GradScaler()
+""",
+            "mmcv's hook: the handler defines no stand-in and the class using the name is version-gated",
         ),
     ]
 
@@ -685,6 +756,54 @@ def build_scaler(enabled):
         ),
         Invalid(
             """
+try:
+    from torch.cuda.amp import GradScaler
+except:
+    # dummy GradScaler for PyTorch < 1.6
+    class GradScaler:
+        def __init__(self, enabled=False):
+            pass
+        def scale(self, loss):
+            return loss
+        def step(self, optimizer):
+            optimizer.step()
+        def update(self):
+            pass
+
+
+def train(model, optimizer, args):
+    scaler = GradScaler(enabled=args.mixed_precision)
+""",
+            line=2,
+            why="a stand-in for a torch without AMP: on every torch that has the deprecated class the import succeeds"
+            " and the file builds it (reported at the import, once)",
+        ),
+        Invalid(
+            """
+import torch
+try:
+    autocast = torch.cuda.amp.autocast
+except:
+    # dummy autocast for PyTorch < 1.6
+    class autocast:
+        def __init__(self, enabled):
+            pass
+        def __enter__(self):
+            pass
+        def __exit__(self, *args):
+            pass
+
+
+class Net(torch.nn.Module):
+    def forward(self, x):
+        with autocast(enabled=self.mixed_precision):
+            return self.body(x)
+""",
+            line=3,
+            why="an alias bound in the try and used by the file is no feature probe: the stand-in runs only on old torch",
+        ),
+        Invalid(
+            """
 import torch
 def check(scaler):
     assert isinstance(scaler, torch.cuda.amp.GradScaler)
@@ -711,6 +830,11 @@ def check(scaler):
             yield ctx.diagnostic(
                 self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api), help=_help(ref, api),
                 condition=with_requirement(f"{FLAG_SET}={flag}", *runs.split("=", 1)) if flag is not None else runs,
+            )
+        for alias, api in _stand_in_imports(ctx):
+            yield ctx.diagnostic(
+                self, alias, f"`{ctx.code_for(alias.name)}` (`{api.old}`) is deprecated", data=_dispatch_data(ctx, alias, api),
+                help=_help_for(api), condition=_runs_condition(ctx, alias),
             )
         for alias, api, others in _device_dispatch_imports(ctx):
             yield ctx.diagnostic(
@@ -800,8 +924,11 @@ def _gated_at(ctx: ModuleContext, path: Path, node: cst.CSTNode, bare: bool) -> 
         # `try: torch.is_autocast_enabled(device) except TypeError: <old per-device API>`
         if frame.kind == "except" and frame.test is not None and "TypeError" in ctx.code_for(frame.test):
             return True
-        # `try: torch.cpu.amp.autocast except AttributeError: ...`: a feature probe
-        if frame.kind == "try" and bare and _catches_import_errors(frame.node):
+        # `try: torch.cpu.amp.autocast except AttributeError: ...`: a feature probe (not the
+        # binding a stand-in fallback replaces on old torch: `autocast = torch.cuda.amp.autocast`)
+        if frame.kind == "try" and bare and _catches_import_errors(frame.node) and not _stand_in_binding(
+            ctx, frame.node, node
+        ):
             return True
     if _after_version_return(ctx, node):
         return True
@@ -961,6 +1088,133 @@ def _device_dispatch_imports(ctx: ModuleContext) -> Iterator[Tuple[cst.ImportAli
             yield alias, api, others
 
 
+def _stand_in_imports(ctx: ModuleContext) -> Iterator[Tuple[cst.ImportAlias, DeprecatedApi]]:
+    """`try: from torch.cuda.amp import GradScaler` whose `except` defines a stand-in of the same
+    name (`class GradScaler: ...`, a dummy for a torch without AMP): the name is rebound, so its
+    uses are left alone, but on every torch that has the deprecated class the `try` succeeds and
+    the file constructs it. Only when every other binding of the name is in the handlers, the
+    handlers name no `torch` (a stand-in, not another API generation), the file calls the name
+    outside them, and the `try` is no version fallback itself."""
+    import libcst.matchers as m
+
+    if "try" not in ctx.module.code:
+        return
+    for node in m.findall(ctx.module, m.Try()):
+        assert isinstance(node, cst.Try)
+        if not _stand_in_try(ctx, node):
+            continue
+        for stmt in node.body.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if not isinstance(small, cst.ImportFrom) or small.relative or small.module is None:
+                    continue
+                if not isinstance(small.names, tuple):
+                    continue
+                module = ctx.code_for(small.module)
+                for alias in small.names:
+                    name = ctx.code_for(alias.name)
+                    local = ctx.code_for(alias.asname.name) if alias.asname is not None else name
+                    api = DEPRECATED_AMP.get(f"{module}.{name}")
+                    if api is None or ctx.imports.resolve_dotted(local) != {api.old}:
+                        continue
+                    if _bound_outside(ctx, local, node) or not _binds_in_handlers(ctx, local, node):
+                        continue
+                    if not _called_outside(ctx, local, node):
+                        continue
+                    yield alias, api
+
+
+def _stand_in_try(ctx: ModuleContext, node: cst.Try) -> bool:
+    """A `try` whose handlers catch the missing API (`except ImportError`, `AttributeError`, a bare
+    `except:`) and name no `torch` at all, outside a version check or another handler."""
+    if not node.handlers or not _catches_import_errors(node):
+        return False
+    if any(re.search(r"\btorch\b", ctx.code_for(h.body)) for h in node.handlers):
+        return False
+    frames = _frames_of(ctx, node)
+    return not any(f.kind == "except" for f in frames) and not _gated_at(ctx, frames, node, False)
+
+
+def _frames_of(ctx: ModuleContext, node: cst.CSTNode) -> Path:
+    """The if/else and try/except frames around `node`, outermost first (as `Reference.path`)."""
+    frames: List[Frame] = []
+    child, parent = node, ctx.parent(node)
+    while parent is not None:
+        if isinstance(parent, cst.If) and child is not parent.test:
+            frames.append(Frame("if" if child is parent.body else "else", parent, parent.test))
+        elif isinstance(parent, cst.IfExp) and child is not parent.test:
+            frames.append(Frame("if" if child is parent.body else "else", parent, parent.test))
+        elif isinstance(parent, cst.Try) and child is parent.body:
+            frames.append(Frame("try", parent))
+        elif isinstance(parent, cst.ExceptHandler):
+            frames.append(Frame("except", parent, parent.type))
+        child, parent = parent, ctx.parent(parent)
+    return tuple(reversed(frames))
+
+
+def _binds_in_handlers(ctx: ModuleContext, name: str, owner: cst.Try) -> bool:
+    """A handler of `owner` defines the stand-in: `class name`, `def name` or `name = ...`."""
+    import libcst.matchers as m
+
+    for d in m.findall(ctx.module, m.FunctionDef(name=m.Name(name)) | m.ClassDef(name=m.Name(name))):
+        if _in_handlers(ctx, d, owner):
+            return True
+    return any(_in_handlers(ctx, a.node, owner) for a in ctx.assignments_to(name))
+
+
+def _in_handlers(ctx: ModuleContext, node: cst.CSTNode, owner: cst.Try) -> bool:
+    parent = ctx.parent(node)
+    while parent is not None:
+        if isinstance(parent, cst.ExceptHandler) and ctx.parent(parent) is owner:
+            return True
+        if parent is owner:
+            return False
+        parent = ctx.parent(parent)
+    return False
+
+
+def _bound_outside(ctx: ModuleContext, name: str, owner: cst.Try, besides: Optional[cst.CSTNode] = None) -> bool:
+    """`name` is bound (def, class, assignment other than `besides`) outside the handlers of `owner`."""
+    import libcst.matchers as m
+
+    for d in m.findall(ctx.module, m.FunctionDef(name=m.Name(name)) | m.ClassDef(name=m.Name(name))):
+        if not _in_handlers(ctx, d, owner):
+            return True
+    return any(a.node is not besides and not _in_handlers(ctx, a.node, owner) for a in ctx.assignments_to(name))
+
+
+def _called_outside(ctx: ModuleContext, name: str, owner: cst.Try) -> bool:
+    """The file calls `name(...)` (or decorates with it) outside the handlers of `owner`, in code
+    that is no version fallback."""
+    import libcst.matchers as m
+
+    for call in m.findall(ctx.module, m.Call(func=m.Name(name)) | m.Decorator(decorator=m.Name(name))):
+        if not _in_handlers(ctx, call, owner) and not _gated_at(ctx, _frames_of(ctx, call), call, False):
+            return True
+    return False
+
+
+def _stand_in_binding(ctx: ModuleContext, owner: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """`node` is the whole value of `name = <deprecated API>` directly in the body of the `try`
+    `owner` whose handlers define a stand-in (`autocast = torch.cuda.amp.autocast`, `except:
+    class autocast: ...`), and the file calls `name` outside them: a binding the file uses on
+    every torch that has the API, not a probe of it."""
+    if not isinstance(owner, cst.Try) or not _stand_in_try(ctx, owner):
+        return False
+    assign = ctx.parent(node)
+    if not isinstance(assign, cst.Assign) or assign.value is not node or len(assign.targets) != 1:
+        return False
+    target = assign.targets[0].target
+    line = ctx.parent(assign)
+    if not isinstance(target, cst.Name) or not isinstance(line, cst.SimpleStatementLine) or line not in owner.body.body:
+        return False
+    name = target.value
+    if _bound_outside(ctx, name, owner, besides=assign) or not _binds_in_handlers(ctx, name, owner):
+        return False
+    return _called_outside(ctx, name, owner)
+
+
 def _other_device(qualified: str, name: str) -> bool:
     """`torch.npu.amp.GradScaler`, `torch_npu.npu.amp.autocast`: another device's AMP name,
     neither torch's device-generic API nor a deprecated one."""
@@ -1069,6 +1323,12 @@ def _needs(ctx: ModuleContext, version: Tuple[int, int]) -> str:
     """With no torch floor known (no `torch-version`, none in the project's requirements),
     the fix's title says which torch it needs."""
     return "" if ctx.config.torch_version is not None else f" (needs torch >= {version[0]}.{version[1]})"
+
+
+def _help_for(api: DeprecatedApi) -> str:
+    if api.kind in ("custom_fwd", "custom_bwd"):
+        return f'Use `@torch.{api.new}(device_type="{api.device}")`'
+    return f'Use `torch.{api.new}("{api.device}", ...)`'
 
 
 def _help(ref: Reference, api: DeprecatedApi) -> str:

@@ -114,7 +114,17 @@ class ScalerStateNotCheckpointed(Rule):
     `...Checkpointer`) saves and resumes the `state_dict()` of what it is
     registered with; when that is optimizers and schedulers only, it is
     reported at its constructor (silent when it is also given another object,
-    such as detectron2's `trainer=`, whose state may hold the scaler).
+    such as detectron2's `trainer=`, whose state may hold the scaler). The
+    trainer itself is followed when it is an instance of a class of the file
+    that builds and steps its own GradScaler (`self.grad_scaler =
+    GradScaler()` when `amp`) and inherits its `state_dict()` from
+    detectron2's `SimpleTrainer` (directly or through classes of the file,
+    none defining `state_dict`): that state holds the optimizer and the
+    iteration but no scaler, so `DetectionCheckpointer(model, out_dir,
+    trainer=trainer)` resumes every run at the initial scale (detrex's
+    `projects/*/train_net.py`). Silent for an `AMPTrainer` base (its state
+    holds `grad_scaler`), a trainer with its own `state_dict`, one handed a
+    scaler, and a base the file does not know.
 
     A checkpoint written once, after the training (in no loop, after the
 function's loop), is silent when nothing in the project resumes: no file
@@ -191,7 +201,10 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     argparse option whose literal choices include "fp16". Precision first: when
     fp16 is only one of the choices (an option's `choices=["no", "fp16", "bf16"]`,
     configs disagreeing) the finding is an info naming the choice (`when the
-    config's mixed_precision is fp16: ...`). An FSDP plugin keeps the scaler
+    config's mixed_precision is fp16: ...`). An option that defaults to "fp16"
+    (REPA's `--mixed-precision`, `default="fp16"`) makes the default run fp16: a
+    warning, unless a command the project ships passes the script another value
+    (`--mixed-precision="bf16"`). An FSDP plugin keeps the scaler
     (accelerate builds a `ShardedGradScaler`); a DeepSpeed or Megatron-LM plugin,
     `cpu=True` or `**kwargs` leave it unknown: silent. Silent too when the file
     also checkpoints with `accelerator.save_state` / `load_state` or touches a
@@ -392,6 +405,110 @@ class Trainer:
         self.grad_scaler.update()
 """,
             "the checkpointer is also given an object (the trainer) whose state may hold the scaler",
+        ),
+        Valid(
+            """
+from torch.cuda.amp import GradScaler
+from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.engine import SimpleTrainer, hooks
+
+class Trainer(SimpleTrainer):
+    def __init__(self, model, loader, optimizer, amp=False):
+        super().__init__(model, loader, optimizer)
+        if amp:
+            grad_scaler = GradScaler()
+            self.grad_scaler = grad_scaler
+        self.amp = amp
+
+    def run_step(self):
+        losses = sum(self.model(next(self._data_loader_iter)).values())
+        self.optimizer.zero_grad()
+        self.grad_scaler.scale(losses).backward()
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+
+    def state_dict(self):
+        ret = super().state_dict()
+        if self.amp:
+            ret["grad_scaler"] = self.grad_scaler.state_dict()
+        return ret
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        if self.amp:
+            self.grad_scaler.load_state_dict(state_dict["grad_scaler"])
+
+
+def do_train(args, cfg, model, optim, loader):
+    trainer = Trainer(model, loader, optim, amp=cfg.train.amp.enabled)
+    checkpointer = DetectionCheckpointer(model, cfg.train.output_dir, trainer=trainer)
+    trainer.register_hooks([hooks.PeriodicCheckpointer(checkpointer, period=5000)])
+    checkpointer.resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
+    trainer.train(trainer.iter + 1 if args.resume else 0, cfg.train.max_iter)
+""",
+            "a trainer whose state_dict adds its scaler's (detrex's tools/train_net.py)",
+        ),
+        Valid(
+            """
+from torch.cuda.amp import GradScaler
+from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.engine import AMPTrainer, hooks
+
+class Trainer(AMPTrainer):
+    def __init__(self, model, loader, optimizer, amp=False):
+        super().__init__(model, loader, optimizer)
+        if amp:
+            grad_scaler = GradScaler()
+            self.grad_scaler = grad_scaler
+        self.amp = amp
+
+    def run_step(self):
+        losses = sum(self.model(next(self._data_loader_iter)).values())
+        self.optimizer.zero_grad()
+        self.grad_scaler.scale(losses).backward()
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+
+
+def do_train(args, cfg, model, optim, loader):
+    trainer = Trainer(model, loader, optim, amp=cfg.train.amp.enabled)
+    checkpointer = DetectionCheckpointer(model, cfg.train.output_dir, trainer=trainer)
+    trainer.register_hooks([hooks.PeriodicCheckpointer(checkpointer, period=5000)])
+    checkpointer.resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
+    trainer.train(trainer.iter + 1 if args.resume else 0, cfg.train.max_iter)
+""",
+            "detectron2's AMPTrainer base saves `grad_scaler` in its state_dict",
+        ),
+        Valid(
+            """
+from torch.cuda.amp import GradScaler
+from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.engine import SimpleTrainer, hooks
+
+class Trainer(SimpleTrainer):
+    def __init__(self, model, loader, optimizer, amp=False, grad_scaler=None):
+        super().__init__(model, loader, optimizer)
+        if amp:
+            grad_scaler = GradScaler()
+            self.grad_scaler = grad_scaler
+        self.amp = amp
+
+    def run_step(self):
+        losses = sum(self.model(next(self._data_loader_iter)).values())
+        self.optimizer.zero_grad()
+        self.grad_scaler.scale(losses).backward()
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+
+
+def do_train(args, cfg, model, optim, loader):
+    trainer = Trainer(model, loader, optim, amp=cfg.train.amp.enabled, grad_scaler=scaler)
+    checkpointer = DetectionCheckpointer(model, cfg.train.output_dir, trainer=trainer)
+    trainer.register_hooks([hooks.PeriodicCheckpointer(checkpointer, period=5000)])
+    checkpointer.resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
+    trainer.train(trainer.iter + 1 if args.resume else 0, cfg.train.max_iter)
+""",
+            "the trainer is handed a scaler: its owner may checkpoint it",
         ),
         Valid(
             """
@@ -773,6 +890,39 @@ class Trainer:
         ),
         Invalid(
             """
+from torch.cuda.amp import GradScaler
+from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.engine import SimpleTrainer, hooks
+
+class Trainer(SimpleTrainer):
+    def __init__(self, model, loader, optimizer, amp=False):
+        super().__init__(model, loader, optimizer)
+        if amp:
+            grad_scaler = GradScaler()
+            self.grad_scaler = grad_scaler
+        self.amp = amp
+
+    def run_step(self):
+        losses = sum(self.model(next(self._data_loader_iter)).values())
+        self.optimizer.zero_grad()
+        self.grad_scaler.scale(losses).backward()
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+
+
+def do_train(args, cfg, model, optim, loader):
+    trainer = Trainer(model, loader, optim, amp=cfg.train.amp.enabled)
+    checkpointer = DetectionCheckpointer(model, cfg.train.output_dir, trainer=trainer)
+    trainer.register_hooks([hooks.PeriodicCheckpointer(checkpointer, period=5000)])
+    checkpointer.resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
+    trainer.train(trainer.iter + 1 if args.resume else 0, cfg.train.max_iter)
+""",
+            line=23,
+            why="a SimpleTrainer subclass that builds and steps its own GradScaler and inherits a state_dict holding the optimizer only:"
+            " the checkpointer given trainer= never saves the scale (detrex's projects/*/train_net.py)",
+        ),
+        Invalid(
+            """
 from fvcore.common.checkpoint import Checkpointer, PeriodicCheckpointer
 
 
@@ -969,6 +1119,7 @@ class Trainer:
         yield from self._replaced_after_restore(ctx, live)
         scaler = live[0]
         saves: List[Tuple[CallInfo, str]] = []
+        trainers: List[Tuple[CallInfo, str, cst.ClassDef, str]] = []
         if not _scaler_call(ctx, "state_dict"):
             for call in [*ctx.calls_to("torch.save"), *_save_helper_calls(ctx)]:
                 optimizer = _resume_checkpoint(ctx, call)
@@ -976,6 +1127,8 @@ class Trainer:
                     saves.append((call, optimizer))
             saves.sort(key=lambda found: found[0].order)
             saves.extend(_checkpointers(ctx))
+            trainers = _scalerless_trainer_checkpointers(ctx)
+            saves.extend((call, held) for call, held, _, _ in trainers)
         resume = None
         if not _scaler_call(ctx, "load_state_dict"):
             loads = ctx.calls_to("torch.load")
@@ -995,7 +1148,11 @@ class Trainer:
         if saves:
             if resume is not None:
                 related.append(ctx.related(resume.node, "restored without it"))
-            found = self._saved(ctx, saves[0][0], scaler, saves[0][1], related)
+            held = next(((cls, owned) for call, _, cls, owned in trainers if call is saves[0][0]), None)
+            if held is not None:
+                found = self._trainer_saved(ctx, saves[0][0], saves[0][1], held[0], held[1], related)
+            else:
+                found = self._saved(ctx, saves[0][0], scaler, saves[0][1], related)
             if resume is None and not ctx.calls_to("torch.load") and all(_final_save(ctx, call) for call, _ in saves):
                 found = replace(found, condition=RESUMED)  # written once, at the end: harmless unless something resumes from it
             yield found
@@ -1319,6 +1476,16 @@ class Trainer:
             message = f"This checkpointer saves and resumes `{optimizer}` but not `{scaler}`"
             help = f"Register the scaler with it: `{(call.dotted or 'Checkpointer').rsplit('.', 1)[-1]}(..., {_kwarg(scaler)}={scaler})`"
         data = {"scaler": scaler, "optimizer": optimizer, "snippet": ctx.code_for(call.node), "side": "save", "bug": scaler}
+        return ctx.diagnostic(self, call.node, message, data=data, related=related, help=help)
+
+    def _trainer_saved(self, ctx: ModuleContext, call: CallInfo, held: str, cls: cst.ClassDef, scaler: str,
+                       related: List[Related]) -> Diagnostic:
+        name = cls.name.value
+        message = f"This checkpointer saves `{held}.state_dict()`, which `{name}` inherits without `{scaler}`"
+        help = f"Give `{name}` a `state_dict()` / `load_state_dict()` that add `{scaler}.state_dict()` to its base's"
+        data = {"scaler": f"{name}.{scaler.rsplit('.', 1)[-1]}", "optimizer": held, "snippet": ctx.code_for(call.node),
+                "side": "save", "bug": scaler, "mechanism": "trainer"}
+        related = [*related, ctx.related(cls.name, f"`{name}` steps `{scaler}` and has no `state_dict` of its own")]
         return ctx.diagnostic(self, call.node, message, data=data, related=related, help=help)
 
     def _loaded(self, ctx: ModuleContext, call: CallInfo, scaler: str) -> Diagnostic:
@@ -1739,6 +1906,119 @@ def _checkpointers(ctx: ModuleContext) -> List[Tuple[CallInfo, str]]:
         if optimizer is not None and not holds_other:
             out.append((call, optimizer))
     return out
+
+
+#: framework trainer bases whose `state_dict()` holds the optimizer's state (and the iteration)
+#: but no GradScaler's: detectron2's SimpleTrainer (its AMPTrainer adds `grad_scaler`, and is not here)
+_SCALERLESS_TRAINERS = frozenset((
+    "detectron2.engine.SimpleTrainer", "detectron2.engine.train_loop.SimpleTrainer",
+))
+
+
+def _scalerless_trainer_checkpointers(ctx: ModuleContext) -> List[Tuple[CallInfo, str, cst.ClassDef, str]]:
+    """`DetectionCheckpointer(model, out_dir, trainer=trainer)` where `trainer` is an instance of a
+    class of this file that builds and steps its own GradScaler (`self.grad_scaler`) and inherits
+    its `state_dict()` from a framework trainer that saves the optimizer and no scaler
+    (`_SCALERLESS_TRAINERS`, through classes of the file, none defining `state_dict`): the
+    checkpointer saves and resumes `trainer.state_dict()`, which leaves the scaler out. (the call,
+    the checkpointable, the class, the scaler); silent when anything else the checkpointer is given
+    may hold the scaler, or the instance is handed a scaler (its owner may checkpoint it)."""
+    from amplint.model import dotted_name
+
+    classes = {cls.name.value: (cls, methods) for cls, methods in _classes(ctx).items()}
+    out = []
+    for call in ctx.calls:
+        if not _is_checkpointer(call) or any(a.star for a in call.node.args):
+            continue
+        found = None
+        for arg in call.node.args:
+            if arg.keyword is None or arg.keyword.value in _CHECKPOINTER_SETTINGS:
+                continue
+            name = dotted_name(arg.value)
+            last = (name or "").rsplit(".", 1)[-1].lower()
+            if name is not None and (ctx.is_optimizer(name) or any(w in last for w in ("sched", "lr"))):
+                continue
+            held = _scalerless_trainer(ctx, call, name, classes) if name is not None else None
+            if held is None or found is not None:
+                found = None
+                break
+            found = (name, *held)
+        if found is not None:
+            out.append((call, *found))
+    return out
+
+
+def _scalerless_trainer(ctx: ModuleContext, call: CallInfo, name: str,
+                        classes: Dict[str, Tuple[cst.ClassDef, Dict[str, Any]]]) -> Optional[Tuple[cst.ClassDef, str]]:
+    """(the class, its scaler) when `name` in `call`'s scope is an instance of such a class: `self`
+    in one of its methods, or a local last bound to `Cls(...)` given no scaler."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    cls_name = None
+    if name == "self" and call.scope.cls is not None:
+        cls_name = call.scope.cls.name.value
+    elif "." not in name:
+        bound = ctx.assigned_before(name, call)
+        value = bound[-1].value if bound else None
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+            if any(a.star or _is_scaler_name(ctx, dotted_name(a.value)) or (a.keyword is not None and "scaler" in a.keyword.value)
+                   for a in value.args):
+                return None  # handed a scaler: its owner may checkpoint it
+            cls_name = value.func.value
+    if cls_name not in classes:
+        return None
+    cls, methods = classes[cls_name]
+    if not _inherits_scalerless_state(ctx, cls, classes, set()):
+        return None
+    owned = _owned_scalers(ctx, cls, methods) or _built_and_stepped(ctx, cls, methods)
+    return (cls, owned[0]) if owned else None
+
+
+def _built_and_stepped(ctx: ModuleContext, cls: cst.ClassDef, methods: Dict[str, Any]) -> List[str]:
+    """`self.X` the class's methods scale or step with, bound from a GradScaler the class builds
+    in a local first (`grad_scaler = GradScaler()`, then `self.grad_scaler = grad_scaler`)."""
+    import libcst as cst
+
+    used = sorted({e.scaler for m in methods.values() for e in m.events if e.scaler and e.scaler.startswith("self.")
+                   and e.kind in ("scaled_backward", "scaler_step")})
+    out = []
+    for scaler in used:
+        for method in methods.values():
+            for a in ctx.assignments_to(scaler):
+                if a.scope is not method or not isinstance(a.value, cst.Name):
+                    continue
+                info = ctx.scalers.get(a.value.value)
+                if info is not None and info.enabled is not False and any(c.scope is method for c in info.constructors):
+                    out.append(scaler)
+    return sorted(set(out))
+
+
+def _inherits_scalerless_state(ctx: ModuleContext, cls: cst.ClassDef, classes: Dict[str, Tuple[cst.ClassDef, Dict[str, Any]]],
+                               seen: set) -> bool:
+    """Neither `cls` nor a class of the file it derives from defines `state_dict`, and its bases
+    reach a `_SCALERLESS_TRAINERS` trainer (every base known: a class of the file or one of those)."""
+    name = cls.name.value
+    if name in seen or "state_dict" in classes.get(name, (None, {}))[1] or "load_state_dict" in classes.get(name, (None, {}))[1]:
+        return False
+    seen.add(name)
+    if not cls.bases:
+        return False
+    reached = False
+    for base in cls.bases:
+        if base.keyword is not None:
+            return False
+        spelled = ctx.code_for(base.value)
+        if spelled in classes and classes[spelled][0] is not cls:
+            if not _inherits_scalerless_state(ctx, classes[spelled][0], classes, seen):
+                return False
+            reached = True
+        elif ctx.imports.qualnames(base.value) and ctx.imports.qualnames(base.value) <= _SCALERLESS_TRAINERS:
+            reached = True
+        else:
+            return False
+    return reached
 
 
 #: keyword arguments of fvcore's Checkpointer that are settings, not checkpointables

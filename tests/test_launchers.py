@@ -61,6 +61,20 @@ def test_the_equals_spelling_a_module_launcher_and_a_readme_block(tmp_path):
     assert run.mixed_precision == "bf16" and run.distributed_plugin is True
 
 
+def test_a_quoted_equals_value_is_the_options_value(tmp_path):
+    """`--mixed_precision="fp16"`: the tokenizer drops the quotes and splits there; the value is
+    the word written right after the quote (REPA's README: `--mixed-precision="fp16"`)."""
+    project = _project(tmp_path, {
+        "train.py": "print()\n",
+        "README.md": '```bash\naccelerate launch --mixed_precision="fp16" train.py \\\n  --mixed-precision="bf16" --seed=0 --report-to= "x"\n```\n',
+    })
+    (launch,) = launchers.read_launches(str(project / "README.md"), str(project))
+    assert launch.mixed_precision == "fp16" and launch.script == str((project / "train.py").resolve())
+    assert launch.arg("mixed_precision")[0] == "bf16"
+    assert launch.arg("seed")[0] == "0"
+    assert launch.arg("report_to")[0] == "", "a word after a space is no quoted value"
+
+
 def test_scripts_that_do_not_resolve_to_one_project_file_are_not_launches(tmp_path):
     project = _project(tmp_path, {
         "train.py": "print()\n",

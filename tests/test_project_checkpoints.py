@@ -414,6 +414,29 @@ def test_an_argparse_choice_of_fp16_gives_an_info(tmp_path):
     assert acc402(root) == [("train.py:15", "info")]
 
 
+OPTION_FP16 = 'parser.add_argument("--mixed-precision", type=str, default="fp16", choices=["no", "fp16", "bf16"])'
+
+
+def test_an_argparse_option_defaulting_to_fp16_gives_a_warning(tmp_path):
+    """The default run (and the shipped `accelerate launch train.py --mixed-precision="fp16"`, the
+    value quoted) is fp16: no mere choice (REPA's train.py)."""
+    root = acc_project(tmp_path, {}, mixed="args.mixed_precision", config="args", extra=OPTION_FP16)
+    (root / "README.md").write_text('```bash\naccelerate launch train.py configs/a.py \\\n  --mixed-precision="fp16"\n```\n')
+    found = run(root, "AMP402")
+    assert [(where(d), d.severity.value) for d in found] == [("train.py:15", "warning")]
+    assert not found[0].message.startswith("when ")
+    assert "fp16 chosen here" in [r.message for r in found[0].related]
+
+
+def test_an_fp16_default_that_a_shipped_command_overrides_stays_an_info(tmp_path):
+    root = acc_project(tmp_path / "launched", {}, mixed="args.mixed_precision", config="args", extra=OPTION_FP16)
+    (root / "train.sh").write_text('accelerate launch train.py configs/a.py --mixed-precision="bf16"\n')
+    assert acc402(root) == [("train.py:15", "info")]
+    bare = acc_project(tmp_path / "bare", {}, mixed="args.mixed_precision", config="args", extra=OPTION_FP16)
+    (bare / "train.sh").write_text("torchrun --nproc_per_node 8 train.py configs/a.py --mixed-precision no\n")
+    assert acc402(bare) == [("train.py:15", "info")]
+
+
 def test_accelerate_checkpoints_bf16_and_unresumed_saves_stay_silent(tmp_path):
     assert acc402(acc_project(tmp_path / "bf16", {"base": "bf16", "big": "no"})) == []
     assert acc402(acc_project(tmp_path / "no_resume", {"base": "fp16"}, resume="pass")) == []

@@ -15,7 +15,8 @@ summaries only:
   anything else is unknown: None). It scales when its `mixed_precision` is the literal "fp16", or
   reads an option (`args.mixed_precision`) that an argparse call of the project defines with
   literal `choices` including "fp16" (then it scales on that choice, which `Scaling.choice`
-  names), or reads a config loaded at run time (`config.mixed_precision`, `config =
+  names; for `scaler` (AMP402, whose severity follows it), on every run when the option
+  defaults to "fp16" and no shipped command passes it another value: `_fp16_by_default`), or reads a config loaded at run time (`config.mixed_precision`, `config =
   read_config(args.config)`) whose key every Python config module of the project sets to
   "fp16" (some saying otherwise: a choice, `the config's mixed_precision is fp16`;
   `config_setting`), or is not given while an `accelerate launch --mixed_precision fp16`
@@ -207,7 +208,8 @@ def _entry_scaling(project: "Project", path: str, entry: Dict[str, Any], scaler:
         if found is not None:
             if "fp16" not in found[2]:
                 return None
-            choices.append(f"{found[1]} is fp16")
+            if not (scaler and _fp16_by_default(project, path, found)):
+                choices.append(f"{found[1]} is fp16")
             option = (found[5], found[4])
         else:
             setting = config_setting(project, path, entry["fn"], mp["n"])
@@ -226,6 +228,26 @@ def _entry_scaling(project: "Project", path: str, entry: Dict[str, Any], scaler:
             return None
         without.append(_PLUGIN_NAMES.get(plugin, plugin))
     return Scaling(path, entry["r"], " and ".join(choices) or None, option, tuple(without))
+
+
+def _fp16_by_default(project: "Project", path: str, option: List[Any]) -> bool:
+    """The option's literal default is "fp16" (`add_argument("--mixed-precision", default="fp16",
+    choices=["no", "fp16", "bf16"])`) and no command the project ships that starts `path`, or a
+    script importing it, passes the option another value: the run as shipped and as typed
+    without the flag is fp16, no mere choice."""
+    from .wrappers import project_view
+
+    default = option[3]
+    if not isinstance(default, str) or default.strip().lower() != "fp16":
+        return False
+    real = os.path.realpath(path)
+    for launch in project_view(project).launches():
+        if real != launch.script and real not in _imported_files(project, launch.script):
+            continue
+        given = launch.arg(option[0])
+        if given is not None and given[0].strip("'\"").lower() != "fp16":
+            return False
+    return True
 
 
 def _empty_unpacking(project: "Project", path: str, entry: Dict[str, Any], files: Sequence[str]) -> bool:

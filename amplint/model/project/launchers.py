@@ -222,12 +222,24 @@ class Launch:
             if name.replace("-", "_") not in names:
                 continue
             if eq:
-                found = (value, row, col)
+                found = (value or quoted_value(args, i), row, col)
             elif i + 1 < len(args) and not args[i + 1][0].startswith("-"):
                 found = (args[i + 1][0], row, col)
             else:
                 found = ("", row, col)
         return found
+
+
+def quoted_value(tokens: Sequence[Token], i: int) -> str:
+    """The quoted value of `--name="fp16"` (the tokenizer drops quotes and splits there: the
+    word `--name=` is followed, right after the quote, by `fp16`); "" when the next word is not
+    written right after one quote character on the same row."""
+    text, row, col = tokens[i]
+    if i + 1 < len(tokens):
+        nxt, nrow, ncol = tokens[i + 1]
+        if nrow == row and ncol == col + len(text) + 1 and not nxt.startswith("-"):
+            return nxt
+    return ""
 
 
 def command_line_bool(text: str) -> Optional[bool]:
@@ -404,8 +416,9 @@ def _launch(kind: str, tokens: Sequence[Token], first: int, start: int, flags: f
         if name in ("m", "module") and kind != "python":
             return None  # `accelerate launch -m pkg.train`: a module, not a file
         if eq or name in flags:
-            options.append((name, value, row, col))
-            i += 1
+            quoted = quoted_value(tokens, i) if eq and not value else ""
+            options.append((name, value or quoted, row, col))
+            i += 2 if quoted else 1
             continue
         nxt = tokens[i + 1][0] if i + 1 < len(tokens) else ""
         if nxt.startswith("-") or nxt.endswith(".py") or not nxt:
