@@ -934,8 +934,10 @@ def step(model, x):
             if kernel is not None:
                 name, count = kernel
                 message = f"`{cls.name.value}.forward` passes {count} float inputs to `{name}`, which is not autocast-aware"
-                if len(message) > 100:  # a long receiver (`ext_module.deform_conv_forward`): the kernel's own name says it
+                if len(message) >= 100:  # a long receiver (`ext_module.deform_conv_forward`): the kernel's own name says it
                     message = f"`{cls.name.value}.forward` passes {count} float inputs to `{name.rsplit('.', 1)[-1]}`, not autocast-aware"
+                if len(message) >= 100:  # a long class and kernel name too: the class alone names the forward
+                    message = f"`{cls.name.value}` passes {count} float inputs to `{name.rsplit('.', 1)[-1]}`, not autocast-aware"
                 # silent when the project's source of the kernel is built for fp16/bf16 inputs next to fp32 weights
                 needs = with_requirement(condition, KERNEL_NOT_MIXED, name.rsplit(".", 1)[-1])
                 yield ctx.diagnostic(self, forward.name, message, condition=needs, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
