@@ -235,3 +235,20 @@ def project(x, w):
     return y.sum()
 '''
     assert _sites(source) == {"project": [8]}
+
+
+def test_silent_for_an_integer_result_converted_to_float(tmp_path):
+    # `F.one_hot(idx).float()` / `logits.argmax(-1).float()` turn indices into 0/1 or whole numbers
+    # (exact in fp16/bf16): the einsum that lowers them loses nothing, even when the indices came
+    # from a lowered op
+    source = MODEL.replace(
+        "        return self.out(h.float())",
+        "        idx = torch.cdist(h, self.out.weight).argmin(-1)\n"
+        "        onehot = torch.nn.functional.one_hot(idx, 10).float()\n"
+        "        ranks = self.fc(x).argmax(-1, keepdim=True).float()\n"
+        "        return torch.einsum('bk,kd->bd', onehot, self.out.weight) + self.out(ranks * h)",
+    )
+    (tmp_path / "model.py").write_text(source)
+    (tmp_path / "train.py").write_text(TRAIN)
+    assert _amp203(tmp_path) == []
+    assert _sites(source) == {}

@@ -416,6 +416,20 @@ AUTOCAST_OP_MODULES: Dict[str, str] = _with_aliases(
 )  # fmt: skip
 
 #: nn.Module classes whose output is a floating tensor (their own listed op or not)
+#: torch functions whose result is an integer or bool tensor whatever their inputs' dtype
+#: (`F.one_hot(idx).float()` converts indices, it does not upcast an fp16 value)
+INTEGER_RESULT_FUNCS: FrozenSet[str] = frozenset(
+    {
+        "torch.nn.functional.one_hot", "torch.argmax", "torch.argmin", "torch.argsort",
+        "torch.nonzero", "torch.searchsorted", "torch.bucketize", "torch.randint",
+        "torch.randint_like", "torch.randperm", "torch.multinomial",
+    }
+)  # fmt: skip
+#: the same as Tensor methods (`logits.argmax(-1)`, `mask.bool()`, `idx.long()`)
+INTEGER_RESULT_METHODS: FrozenSet[str] = frozenset(
+    {"argmax", "argmin", "argsort", "nonzero", "long", "int", "short", "byte", "bool"}
+)
+
 FLOAT_OUTPUT_MODULES: FrozenSet[str] = frozenset(
     {
         *AUTOCAST_OP_MODULES,

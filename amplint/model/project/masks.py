@@ -161,6 +161,8 @@ def source(s: Any, expr: ast.AST, history: History, before: int, depth: int = 0)
     top = expr
     while isinstance(top, ast.Subscript):
         top = top.value
+    if isinstance(top, ast.Call) and _integer_result(s, top):
+        return "other"  # indices or a bool mask: whatever made its input, not a floating value
     if isinstance(top, ast.Call) and isinstance(top.func, ast.Attribute):
         attr = top.func.attr
         if attr in ("float", "double"):
@@ -193,6 +195,14 @@ def source(s: Any, expr: ast.AST, history: History, before: int, depth: int = 0)
                 if isinstance(inner, dict):
                     callees.extend(c for c in inner["m"] if c not in callees)
     return {"m": callees[:6]} if callees else None
+
+
+def _integer_result(s: Any, call: ast.Call) -> bool:
+    """`F.one_hot(idx)`, `torch.argmax(x)`, `x.argmax(-1)`, `m.bool()`: an integer or bool tensor."""
+    q = s.qualname(_dotted(call.func))
+    if q in torchapi.INTEGER_RESULT_FUNCS:
+        return True
+    return q is None and isinstance(call.func, ast.Attribute) and call.func.attr in torchapi.INTEGER_RESULT_METHODS
 
 
 def made_by(s: Any, history: History, i: int, depth: int = 0) -> Source:

@@ -28,7 +28,7 @@ from . import disabled, loaders, masks, trained, upcasts
 from .astutil import dotted, import_bindings as _import_bindings, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 12
+VERSION = 13
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
