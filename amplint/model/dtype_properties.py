@@ -31,10 +31,10 @@ import ast
 import re
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
+from .project.astutil import dotted
+from .torchapi import dtype_of_qualname
+
 _PROPERTIES = frozenset(("property", "cached_property", "functools.cached_property"))
-_DTYPES = {
-    "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32",
-}
 _cache: Dict[Tuple[str, str, str, int], Optional[str]] = {}
 
 
@@ -95,7 +95,7 @@ def _definitions(text: str, name: str, called: bool):
     row = 0
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            is_property = any(_dotted(d) in _PROPERTIES for d in node.decorator_list)
+            is_property = any(dotted(d) in _PROPERTIES for d in node.decorator_list)
             if is_property == called or (called and _takes_arguments(node)):
                 return False
             dtypes = _returned_dtypes(node)
@@ -148,9 +148,9 @@ def _returned_dtypes(func: ast.FunctionDef) -> Optional[FrozenSet[str]]:
 def _literal_dtypes(node: Optional[ast.AST]) -> Optional[FrozenSet[str]]:
     if node is None:
         return None
-    spelled = _dotted(node)
-    if spelled is not None and spelled.startswith("torch.") and spelled[6:] in _DTYPES:
-        return frozenset((_DTYPES[spelled[6:]],))
+    dtype = dtype_of_qualname(dotted(node))
+    if dtype is not None:
+        return frozenset((dtype,))
     if isinstance(node, ast.IfExp):
         a, b = _literal_dtypes(node.body), _literal_dtypes(node.orelse)
         return a | b if a is not None and b is not None else None
@@ -164,13 +164,3 @@ def _literal_dtypes(node: Optional[ast.AST]) -> Optional[FrozenSet[str]]:
         return frozenset(out)
     return None
 
-
-def _dotted(node: ast.AST) -> Optional[str]:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
