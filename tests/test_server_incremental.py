@@ -192,6 +192,35 @@ def test_an_independent_edit_moves_the_later_findings() -> None:
     assert got.raw[0].location.row == TRAIN.split("\n").index("        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)") + 3
 
 
+ALIASED = """import torch
+import torch.cuda.amp as amp
+
+from helpers import build
+
+
+class Trainer:
+    def __init__(self, model):
+        self.scaler = amp.GradScaler()
+
+    def step(self, loss):
+        with amp.autocast():
+            pass
+        self.scaler.scale(loss).backward()
+"""
+
+
+def test_a_fix_removing_a_whole_import_line_keeps_its_end_when_blank_rows_follow() -> None:
+    """AMP001's fix deletes `import torch.cuda.amp as amp` up to column 1 of the next row; the
+    excerpt leaves the blank row below out, so that end is mapped from the import's own row
+    (mapping the excerpt's next row would delete the blank row as well)."""
+    after = ALIASED.replace("    def step(self, loss):", "    def step(self, loss):  # edited")
+    got, full = _relint(ALIASED, after)
+    assert got is not None  # the fast path
+    removals = [e for d in full.raw if d.fix for e in d.fix.edits if e.content == ""]
+    assert removals and all((e.location.row, e.end_location.row) == (2, 3) for e in removals)
+    assert got.raw == full.raw
+
+
 def test_typing_below_the_last_line_of_a_function() -> None:
     """Enter at the end of a function, then a statement in its body: both stay on the fast path."""
     opened = TRAIN.replace("    return y\n", "    return y\n    \n")

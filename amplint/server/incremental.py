@@ -381,15 +381,24 @@ def _remap(d: Diagnostic, row: Callable[[int], Optional[int]]) -> Optional[Diagn
         moved = new_row(at.row)
         return at if moved == at.row else Location(moved, at.column)
 
-    changes: dict = {"location": loc(d.location), "end_location": loc(d.end_location)}
+    def end(start: Location, at: Location) -> Location:
+        """A span ending at column 1 ends with the newline of the row above: that row is mapped
+        (the excerpt's next row may lie many buffer rows further on, past blank lines it left out)."""
+        if at.column != 1 or at.row <= start.row:
+            return loc(at)
+        moved = new_row(at.row - 1) + 1
+        return at if moved == at.row else Location(moved, 1)
+
+    changes: dict = {"location": loc(d.location), "end_location": end(d.location, d.end_location)}
     if d.noqa_row is not None:
         changes["noqa_row"] = new_row(d.noqa_row)
     if d.fix is not None:
-        edits = tuple(Edit(loc(e.location), loc(e.end_location), e.content) for e in d.fix.edits)
+        edits = tuple(Edit(loc(e.location), end(e.location, e.end_location), e.content) for e in d.fix.edits)
         changes["fix"] = Fix(d.fix.applicability, d.fix.message, edits)
     if d.related:
         changes["related"] = tuple(
-            r if r.filename is not None else dataclasses.replace(r, location=loc(r.location), end_location=loc(r.end_location))
+            r if r.filename is not None
+            else dataclasses.replace(r, location=loc(r.location), end_location=end(r.location, r.end_location))
             for r in d.related
         )
     if d.data:
