@@ -151,7 +151,13 @@ Silent for the checkpoint of a loop no scaler takes part in: the saved
     spells fp16 nowhere (no `float16`, `half`, `fp16`, not even in a comment).
     bf16 has fp32's exponent range, so the scale never has to come down and a
     resume that restarts it at 65536 skips no step (Bert-VITS2's
-    `GradScaler(enabled=hps.train.bf16_run)`).
+    `GradScaler(enabled=hps.train.bf16_run)`). A region whose `dtype=` is a
+    config's property (`config.model_dtype.autocast_dtype`, read there or passed
+    to the parameter of the file's function holding the region by every call of
+    it in the file) counts as bf16 when every definition of that property in
+    the project maps only to bf16 or fp32 (an Enum's `{BFLOAT16:
+    torch.bfloat16, FLOAT32: torch.float32}[self]`) and no other file calls
+    that function (dinov3's segmentation `train_step`).
 
     Across files: also flags a call to a checkpoint helper in another module
     (`save_checkpoint(dir, epoch, model, optimizer)`) that saves an
@@ -1198,6 +1204,17 @@ class Trainer:
             live = [key for key in live if key not in rebuilt]
         if not live:
             return
+        from amplint.model import scales_bf16_unless_property
+
+        # bf16 unless a config property maps to fp16: the findings hold only if the project's property may
+        unless = scales_bf16_unless_property(ctx)
+        for found in self._checkpoints(ctx, live):
+            if unless is not None:
+                found = replace(found, condition=_unless_bf16(found.condition, unless))
+            yield found
+
+    def _checkpoints(self, ctx: ModuleContext, live: List[str]) -> Iterator[Diagnostic]:
+        """The file's GradScaler findings: a restored scaler replaced, the saves and the resume."""
         yield from self._replaced_after_restore(ctx, live)
         scaler = live[0]
         saves: List[Tuple[CallInfo, str]] = []
@@ -2340,3 +2357,11 @@ def _scalerless_loop(ctx: ModuleContext, call: CallInfo, optimizer: str) -> bool
             return False
     return True
 
+
+def _unless_bf16(condition: Optional[str], spec: str) -> str:
+    """`condition` (None: none) also needing the project's dtype property `spec` to reach fp16."""
+    from amplint.model import DTYPE_PROPERTY_MAY_FP16, with_requirement
+
+    if condition is None:
+        return f"{DTYPE_PROPERTY_MAY_FP16}={spec}"
+    return with_requirement(condition, DTYPE_PROPERTY_MAY_FP16, spec)
