@@ -139,7 +139,9 @@ reported.
 Silent for the checkpoint of a loop no scaler takes part in: the saved
     optimizer is a local the saving function builds and steps unscaled
     (`loss.backward()`, `optimizer.step()`), and the function names no scaler
-    (an fp32 classifier trained beside the file's scaled GAN loop). Silent when any `<scaler>.state_dict()` is called anywhere in the file
+    (an fp32 classifier trained beside the file's scaled GAN loop).
+
+    Silent when any `<scaler>.state_dict()` is called anywhere in the file
     (under any key: `"scaler"`, `"amp"`, `"grad_scaler"`, or added to the dict
     later), for weights-only exports (no optimizer state in the checkpoint),
     for framework checkpoints (`accelerator.save_state`,
