@@ -103,9 +103,13 @@ class Fp16OverflowingLiteral(Rule):
     level (imports, classes, functions, assignments that call nothing) and no
     `__main__` block, imported by no project file, its dotted or path tail
     (`baselines.transformer`, `baselines/transformer.py`) spelled by no code,
-    config or launch script (a registry's strings, a config's `_target_`), and
+    config or launch script (a registry's strings, a config's `_target_`), its
+    name held as a value by no config (a Hydra defaults entry `- /model:
+    transformer` that picks the project's `configs/model/transformer.yaml` loads
+    that YAML, not the module), and
     not pickable by a file that imports modules by a computed name (an unused
-    file of a library copy vendored as plain folders).
+    file of a library copy vendored as plain folders; s4's unregistered
+    `src/models/baselines/transformer.py`).
 
     ## Why is this bad?
     fp16 tops out at 65504. `fp16_tensor.masked_fill(mask, -1e9)` (and `fill_`,

@@ -105,7 +105,9 @@ class ScalerStateNotCheckpointed(Rule):
     (`save_checkpoint(dir, step, model.state_dict(), optimizer.state_dict(),
     meta)`: an optimizer's `state_dict()` and another `state_dict()` or dict);
     not a method of an object that may hold the scaler
-    (`trainer.save_checkpoint(...)`). The resume may restore what a helper
+    (`trainer.save_checkpoint(...)`); a helper given only keywords is given the
+    dict that one of them holds (`misc.save_model(model="G", step=step,
+    states=g_states)`). The resume may restore what a helper
     named for loading returned (`_, optimizer_data, _ =
     load_checkpoint(dir, step)`, then `optimizer.load_state_dict(optimizer_data)`).
 
@@ -134,7 +136,12 @@ or names a resume, a restore or a checkpoint load (`args.resume`,
 A checkpoint saved in the loop, or one the project can resume from, is
 reported.
 
-Silent when any `<scaler>.state_dict()` is called anywhere in the file
+Silent for the checkpoint of a loop no scaler takes part in: the saved
+    optimizer is a local the saving function builds and steps unscaled
+    (`loss.backward()`, `optimizer.step()`), and the function names no scaler
+    (an fp32 classifier trained beside the file's scaled GAN loop).
+
+    Silent when any `<scaler>.state_dict()` is called anywhere in the file
     (under any key: `"scaler"`, `"amp"`, `"grad_scaler"`, or added to the dict
     later), for weights-only exports (no optimizer state in the checkpoint),
     for framework checkpoints (`accelerator.save_state`,
@@ -146,7 +153,13 @@ Silent when any `<scaler>.state_dict()` is called anywhere in the file
     spells fp16 nowhere (no `float16`, `half`, `fp16`, not even in a comment).
     bf16 has fp32's exponent range, so the scale never has to come down and a
     resume that restarts it at 65536 skips no step (Bert-VITS2's
-    `GradScaler(enabled=hps.train.bf16_run)`).
+    `GradScaler(enabled=hps.train.bf16_run)`). A region whose `dtype=` is a
+    config's property (`config.model_dtype.autocast_dtype`, read there or passed
+    to the parameter of the file's function holding the region by every call of
+    it in the file) counts as bf16 when every definition of that property in
+    the project maps only to bf16 or fp32 (an Enum's `{BFLOAT16:
+    torch.bfloat16, FLOAT32: torch.float32}[self]`) and no other file calls
+    that function (dinov3's segmentation `train_step`).
 
     Across files: also flags a call to a checkpoint helper in another module
     (`save_checkpoint(dir, epoch, model, optimizer)`) that saves an
@@ -718,9 +731,86 @@ def train(model, optimizer, loader, hps):
 """,
             "the scaler only ever scales bf16 (every region bf16, no fp16 in the file): its scale never has to come down",
         ),
+        Valid(
+            """
+import torch
+from utils import misc
+
+
+class Worker:
+    def __init__(self, cfg):
+        self.scaler = torch.cuda.amp.GradScaler()
+        self.optimizer = cfg.optimizer
+
+    def train_step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def train_classifier(self, model, loader, epochs):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+            misc.save_model_c({"state_dict": model.state_dict(), "optimizer": optimizer.state_dict()}, epoch)
+""",
+            "a classifier's own loop beside the scaled one: its local optimizer is stepped unscaled and the loop "
+            "names no scaler, so no scaler state belongs in its checkpoint",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+from utils import misc
+
+
+class Worker:
+    def __init__(self, cfg):
+        self.scaler = torch.cuda.amp.GradScaler()
+        self.optimizer = cfg.optimizer
+
+    def train_step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def save(self, model, step):
+        states = {"state_dict": model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": step}
+        misc.save_model(model="G", step=step, ckpt_dir="ckpt", states=states)
+
+    def load(self, path):
+        self.optimizer.load_state_dict(torch.load(path)["optimizer"])
+""",
+            line=17,
+            why="a save helper given the checkpoint dict by keyword: the scaled optimizer's state goes in, the scaler's does not",
+        ),
+        Invalid(
+            """
+import torch
+from utils import misc
+
+
+class Worker:
+    def __init__(self, cfg):
+        self.scaler = torch.cuda.amp.GradScaler()
+
+    def train_classifier(self, model, loader, epochs):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                self.scaler.scale(loss).backward()
+                self.scaler.step(optimizer)
+                self.scaler.update()
+            misc.save_model_c({"state_dict": model.state_dict(), "optimizer": optimizer.state_dict()}, epoch)
+""",
+            line=17,
+            why="the same local optimizer, but its own loop steps it through the scaler",
+        ),
         Invalid(
             """
 import torch
@@ -1116,6 +1206,17 @@ class Trainer:
             live = [key for key in live if key not in rebuilt]
         if not live:
             return
+        from amplint.model import scales_bf16_unless_property
+
+        # bf16 unless a config property maps to fp16: the findings hold only if the project's property may
+        unless = scales_bf16_unless_property(ctx)
+        for found in self._checkpoints(ctx, live):
+            if unless is not None:
+                found = replace(found, condition=_unless_bf16(found.condition, unless))
+            yield found
+
+    def _checkpoints(self, ctx: ModuleContext, live: List[str]) -> Iterator[Diagnostic]:
+        """The file's GradScaler findings: a restored scaler replaced, the saves and the resume."""
         yield from self._replaced_after_restore(ctx, live)
         scaler = live[0]
         saves: List[Tuple[CallInfo, str]] = []
@@ -1123,7 +1224,7 @@ class Trainer:
         if not _scaler_call(ctx, "state_dict"):
             for call in [*ctx.calls_to("torch.save"), *_save_helper_calls(ctx)]:
                 optimizer = _resume_checkpoint(ctx, call)
-                if optimizer is not None:
+                if optimizer is not None and not _scalerless_loop(ctx, call, optimizer):
                     saves.append((call, optimizer))
             saves.sort(key=lambda found: found[0].order)
             saves.extend(_checkpointers(ctx))
@@ -2180,7 +2281,11 @@ def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
     elif isinstance(obj, cst.Dict):
         entries = len(obj.elements)
     elif not call.calls_any(("torch.save",)):
-        return _given_pieces(ctx, call)
+        given = _keyword_dict(ctx, call)
+        if given is None:
+            return _given_pieces(ctx, call)
+        obj = given
+        entries = len(obj.elements) if isinstance(obj, cst.Dict) else len(obj.args)
     else:
         return _piece_of_a_folder(ctx, call, obj)
     optimizer = None
@@ -2194,3 +2299,71 @@ def _resume_checkpoint(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
         elif _is_scaler_name(ctx, dotted_name(node)) and isinstance(node, (cst.Name, cst.Attribute)):
             return None  # the scaler object itself is pickled
     return optimizer if optimizer is not None and entries >= 2 else None
+
+
+def _keyword_dict(ctx: ModuleContext, call: CallInfo) -> Optional[Any]:
+    """The dict a save helper is given by keyword when it is given nothing positionally
+    (`misc.save_model(model="G", step=step, ckpt_dir=d, states=g_states)`, `g_states` a dict
+    literal bound before the call) that holds an optimizer's `state_dict()`: what the helper
+    writes, judged as `torch.save`'s argument is. None when the helper is given anything
+    positionally, or no keyword holds such a dict (the pieces given apart: `_given_pieces`)."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
+    if any(arg.keyword is None for arg in call.node.args):
+        return None
+    for arg in call.node.args:
+        value = arg.value
+        if isinstance(value, cst.Name):
+            found = ctx.assigned_before(value.value, call)
+            value = found[-1].value if found else None
+        if not (isinstance(value, cst.Dict) or (isinstance(value, cst.Call) and dotted_name(value.func) == "dict")):
+            continue
+        if any(
+            isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict"
+            and ctx.is_optimizer(dotted_name(node.func.value))
+            for node in descendants(value)
+        ):
+            return value
+    return None
+
+
+def _scalerless_loop(ctx: ModuleContext, call: CallInfo, optimizer: str) -> bool:
+    """The checkpoint is of a training loop no scaler takes part in: the saved optimizer is a local
+    the saving function builds itself (`optimizer = torch.optim.SGD(...)`) and steps unscaled
+    (`loss.backward()`, `optimizer.step()`), and the function names no scaler at all (no
+    `scaler.scale`/`step`/`update`, no `if self.scaler`): an fp32 classifier trained beside the
+    file's mixed-precision GAN loop. No scaler ever held that optimizer's steps, so no scaler
+    state belongs in its checkpoint. A parameter or attribute optimizer is not followed (another
+    function may step it through the scaler)."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name
+
+    scope = call.scope
+    if scope.is_module or "." in optimizer or optimizer in scope.params:
+        return False
+    info = ctx.optimizers.get(optimizer)
+    if info is None or not any(c.scope is scope for c in info.constructors):
+        return False
+    events = scope.events
+    if any(e.scaler for e in events) or any(e.kind == "scaled_backward" for e in events):
+        return False
+    if not any(e.kind == "optimizer_step" and e.optimizer == optimizer for e in events):
+        return False
+    if not any(e.kind == "backward" for e in events):
+        return False
+    for node in descendants(scope.node):
+        if isinstance(node, (cst.Name, cst.Attribute)) and _is_scaler_name(ctx, dotted_name(node)):
+            return False
+    return True
+
+
+def _unless_bf16(condition: Optional[str], spec: str) -> str:
+    """`condition` (None: none) also needing the project's dtype property `spec` to reach fp16."""
+    from amplint.model import DTYPE_PROPERTY_MAY_FP16, with_requirement
+
+    if condition is None:
+        return f"{DTYPE_PROPERTY_MAY_FP16}={spec}"
+    return with_requirement(condition, DTYPE_PROPERTY_MAY_FP16, spec)

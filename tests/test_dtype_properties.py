@@ -69,3 +69,63 @@ def test_a_method_called_without_arguments(tmp_path):
 
 def test_no_file_on_disk():
     assert fp16_dtype_property(None, "autocast_precision") is None
+
+
+BF16_OR_FP32 = '''import torch
+from enum import Enum
+
+
+class ModelDtype(Enum):
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+
+    @property
+    def autocast_dtype(self):
+        return {ModelDtype.BFLOAT16: torch.bfloat16, ModelDtype.FLOAT32: torch.float}[self]
+'''
+
+CONTEXT = '''import torch
+from typing import TypedDict
+
+
+class ModelContext(TypedDict):
+    autocast_dtype: torch.dtype
+'''
+
+
+def test_the_dtypes_a_property_maps_to(tmp_path):
+    from amplint.model.dtype_properties import dtype_property_values
+    from amplint.model.facts import DTYPE_PROPERTY_MAY_FP16
+
+    trainer = _project(tmp_path, BF16_OR_FP32, CONTEXT)  # a TypedDict's field is a key, not an attribute
+    assert dtype_property_values(trainer, "autocast_dtype", str(tmp_path)) == {"bf16", "fp32"}
+    assert not condition_holds(f"{DTYPE_PROPERTY_MAY_FP16}=autocast_dtype", ProjectFacts(), "auto", trainer, str(tmp_path))
+    assert condition_holds(f"{DTYPE_PROPERTY_MAY_FP16}=autocast_dtype", ProjectFacts(), "fp16", trainer, str(tmp_path))
+    assert dtype_property_values(trainer, "autocast_precision", str(tmp_path)) is None  # defined nowhere
+
+
+@pytest.mark.parametrize(
+    "config,extra",
+    [
+        (BF16_OR_FP32.replace("torch.float}", "torch.float16}"), None),  # float16 among the values
+        (BF16_OR_FP32, CONTEXT.replace("(TypedDict)", "")),  # a plain class's field: the object read may be that one
+        ("import torch\n", None),  # defined nowhere
+    ],
+)
+def test_a_property_that_may_map_to_fp16(tmp_path, config, extra):
+    from amplint.model.facts import DTYPE_PROPERTY_MAY_FP16
+
+    trainer = _project(tmp_path, config, extra)
+    assert condition_holds(f"{DTYPE_PROPERTY_MAY_FP16}=autocast_dtype", ProjectFacts(), "auto", trainer, str(tmp_path))
+
+
+def test_a_caller_in_another_file_may_pass_fp16(tmp_path):
+    """`<name>@<function>`: the value reaches the region through the function's parameter, so a
+    call of it that another file makes may pass anything."""
+    from amplint.model.facts import DTYPE_PROPERTY_MAY_FP16
+
+    trainer = _project(tmp_path, BF16_OR_FP32, "import torch\nfrom trainer import train_step\n\ntrain_step(torch.float16)\n")
+    holds = lambda spec: condition_holds(f"{DTYPE_PROPERTY_MAY_FP16}={spec}", ProjectFacts(), "auto", trainer, str(tmp_path))
+    assert holds("autocast_dtype@train_step")
+    assert not holds("autocast_dtype@validate_step")
+    assert not holds("autocast_dtype")

@@ -135,3 +135,41 @@ def test_a_test_file_or_a_namespace_module_of_a_distributed_package_runs(tmp_pat
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     assert not never_runs(str(root / "zoe" / "trainers" / "loss.py"), "SILogLoss", str(root)), "a namespace subpackage users import"
+
+
+def test_a_hydra_defaults_entry_picking_a_config_file_does_not_name_the_module(tmp_path):
+    """`- /model: attention` in a Hydra defaults list loads `configs/model/attention.yaml`, a config
+    of the project, not the module (s4's transformer baseline, read9's AMP301 false positive); the
+    same entry with no such config file, or the name as another value, may still pick the module."""
+    configs = {
+        "configs/experiment/attn.yaml": "# @package _global_\ndefaults:\n  - /model: attention\n",
+        "configs/model/attention.yaml": "defaults:\n  - base\n  - override layer: attention\n",
+        "configs/model/layer/attention.yaml": "_name_: mha\n",
+    }
+    root = tmp_path / "hydra"
+    root.mkdir()
+    assert never_loaded(_project(root, {"libs/models/attention.py": ATTENTION, **configs}), str(root))
+    cases = {
+        "no config file of that option": {"configs/experiment/attn.yaml": "defaults:\n  - /model: attention\n"},
+        "also a plain value": {**configs, "configs/model/layer/attention.yaml": "_name_: attention\n"},
+    }
+    for why, files in cases.items():
+        root = tmp_path / why.replace(" ", "_")
+        root.mkdir()
+        assert not never_loaded(_project(root, {"libs/models/attention.py": ATTENTION, **files}), str(root)), why
+
+
+def test_amp301_in_a_module_only_a_hydra_config_name_points_at(tmp_path):
+    from amplint import Config, lint_paths
+
+    train = ("import torch\nfrom models import conv\n\n\ndef step(model, x):\n"
+             "    with torch.autocast('cuda', dtype=torch.float16):\n        return model(x)\n")
+    base = {"libs/models/attention.py": ATTENTION, "train.py": train, "libs/models/conv.py": "import torch\n",
+            "configs/model/attention.yaml": "_name_: mha\n"}
+    found = {}
+    for why, config in {"valid": "defaults:\n  - /model: attention\n", "invalid": "model: attention\n"}.items():
+        root = tmp_path / why
+        root.mkdir()
+        _project(root, {**base, "configs/experiment/attn.yaml": config})
+        found[why] = [d.location.row for d in lint_paths([str(root)], Config(select=frozenset(["AMP301"]))).diagnostics]
+    assert found == {"valid": [], "invalid": [5]}

@@ -600,3 +600,67 @@ def test_a_scaler_holding_class_saving_its_own_optimizer_is_one_finding(tmp_path
 )
 def test_a_wrapped_scaler_that_is_saved_or_not_in_play_is_not_flagged(tmp_path, why, options):
     assert run(wrapper_project(tmp_path, **options), "AMP402") == [], why
+
+
+# ------------------------------------------------------------------ AMP402: a scaler of a bf16-only config
+
+
+SEG_CONFIG = """
+    import torch
+    from dataclasses import dataclass
+    from enum import Enum
+
+    class ModelDtype(Enum):
+        FLOAT32 = "float32"
+        BFLOAT16 = "bfloat16"
+
+        @property
+        def autocast_dtype(self):
+            return {ModelDtype.BFLOAT16: torch.bfloat16, ModelDtype.FLOAT32: torch.float32}[self]
+
+    @dataclass
+    class Config:
+        model_dtype: ModelDtype = ModelDtype.FLOAT32
+"""
+
+SEG_TRAIN = """
+    import torch
+
+    def train_step(model, batch, scaler, optimizer, model_dtype):
+        with torch.autocast("cuda", dtype=model_dtype, enabled=model_dtype is not None):
+            loss = model(batch)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    def train(config, model, loader, optimizer):
+        scaler = torch.amp.GradScaler("cuda")
+        for batch in loader:
+            train_step(model, batch, scaler, optimizer, config.model_dtype.autocast_dtype)
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "final.pth")
+
+    def resume(optimizer, path):
+        optimizer.load_state_dict(torch.load(path)["optimizer"])
+"""
+
+
+def test_a_scaler_of_a_config_that_maps_only_to_bf16_or_fp32_is_silent(tmp_path):
+    """The region's dtype is a config property threaded through `train_step`'s parameter, and the
+    project's property maps only to bf16 and fp32: the scale never has to come down."""
+    root = write(tmp_path / "bf16", {"config.py": SEG_CONFIG, "train.py": SEG_TRAIN})
+    assert run(root, "AMP402") == []
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"config.py": SEG_CONFIG.replace("torch.float32}", "torch.float16}"), "train.py": SEG_TRAIN},  # float16 mapped
+        {"config.py": SEG_CONFIG, "train.py": SEG_TRAIN,  # another file calls train_step: it may pass float16
+         "other.py": "import torch\nfrom train import train_step\n\ndef go(m, b, s, o):\n    train_step(m, b, s, o, torch.float16)\n"},
+        {"config.py": SEG_CONFIG, "train.py": SEG_TRAIN.replace(
+            "train_step(model, batch, scaler, optimizer, config.model_dtype.autocast_dtype)",
+            "train_step(model, batch, scaler, optimizer, config.dtype)")},  # a read of another name: unknown
+    ],
+)
+def test_a_scaler_that_may_scale_fp16_is_reported(tmp_path, files):
+    assert [where(d) for d in run(write(tmp_path / "p", files), "AMP402")] == ["train.py:15"]

@@ -126,6 +126,7 @@ _EXPORTS = {
     "rebuilt_per_iteration": ".scaler_rebuilds",
     "rebuilt_scalers": ".scaler_rebuilds",
     "scales_only_bf16": ".scalers",
+    "scales_bf16_unless_property": ".scalers",
     # updates (AMP105/AMP202: an optimizer update within reach of a backward)
     "file_updates": ".updates",
     "update_reachable": ".updates",
@@ -200,6 +201,7 @@ _EXPORTS = {
     "FLAG_SET": ".facts",
     "LIGHTNING_FP16": ".facts",
     "DTYPE_PROPERTY": ".facts",
+    "DTYPE_PROPERTY_MAY_FP16": ".facts",
     "own_trainer_precision": ".lightning_trainers",
     "KERNEL_FP32": ".facts",
     "KERNEL_NOT_MIXED": ".facts",

@@ -22,7 +22,8 @@ attribute read, a plain method taking only `self` for a call `cfg.amp_dtype()`),
 it returns a torch dtype literal (`torch.float16`, `torch.bfloat16`, `torch.float32`, `torch.half`),
 a conditional expression of them or a dict literal of them subscripted; a `raise` for an unknown
 string is fine. Any other return, any assignment to an attribute or class field of that name
-(`self.autocast_precision = ...`, a dataclass field: the object read may be that one), no
+(`self.autocast_precision = ...`, a dataclass field: the object read may be that one; not a
+`TypedDict`'s field, which is read as a key), no
 definition at all, or a project cut at the listing's limit: not known, False.
 """
 from __future__ import annotations
@@ -35,13 +36,30 @@ from .project.astutil import dotted
 from .torchapi import dtype_of_qualname
 
 _PROPERTIES = frozenset(("property", "cached_property", "functools.cached_property"))
-_cache: Dict[Tuple[str, str, str, int], Optional[str]] = {}
+_cache: Dict[Tuple[str, str, str, int], Optional[Tuple[Optional[str], FrozenSet[str]]]] = {}
 
 
 def fp16_dtype_property(filename: Optional[str], spelled: str, root: Optional[str] = None) -> Optional[str]:
     """`config.py:1318` (the `def` returning float16) when the project maps the name `spelled`
     reads to a dtype among literals that include float16 (module docstring), else None.
     `spelled` is `name` (an attribute read: a property) or `name()` (a call of a method)."""
+    read = _read_property(filename, spelled, root)
+    return read[0] if read is not None else None
+
+
+def dtype_property_values(filename: Optional[str], spelled: str, root: Optional[str] = None) -> Optional[FrozenSet[str]]:
+    """Every dtype the project's definitions of the name `spelled` reads may return (`fp16`,
+    `bf16`, `fp32`), under the same precision-first reading as `fp16_dtype_property`; None when
+    that is not known (a definition of another kind, the name bound as a value, no definition at
+    all, a project cut at the listing's limit). `{"bf16", "fp32"}` for dinov3's
+    `ModelDtype.autocast_dtype`, a dict of `torch.bfloat16` and `torch.float32` subscripted."""
+    read = _read_property(filename, spelled, root)
+    return read[1] if read is not None and read[1] else None
+
+
+def _read_property(filename: Optional[str], spelled: str, root: Optional[str]) -> Optional[Tuple[Optional[str], FrozenSet[str]]]:
+    """(the first `def` returning float16 as `path:row` or None, the dtypes all definitions
+    return) when every definition of the name in the project is known; None otherwise."""
     from .texts import files_stamp, project_root, read_text, whole_listing
 
     called = spelled.endswith("()")
@@ -62,6 +80,7 @@ def fp16_dtype_property(filename: Optional[str], spelled: str, root: Optional[st
         _cache.clear()
     word = re.compile(rf"\b{re.escape(name)}\b")
     found: Optional[str] = None
+    values: set = set()
     known = True
     for path in listing:
         text = read_text(path)
@@ -74,25 +93,28 @@ def fp16_dtype_property(filename: Optional[str], spelled: str, root: Optional[st
         if site is False:
             known = False
             break
-        if site and found is None:
+        row, dtypes = site
+        values |= dtypes
+        if row and found is None:
             import os
 
-            found = f"{os.path.relpath(path, base)}:{site}"
-    out = found if known else None
+            found = f"{os.path.relpath(path, base)}:{row}"
+    out = (found, frozenset(values)) if known else None
     _cache[key] = out
     return out
 
 
 def _definitions(text: str, name: str, called: bool):
-    """In one file: the row of the first definition of `name` returning float16 (0: none
-    returning it, all definitions fine), or False when one definition is not a literal dtype
-    mapping of the kind the read needs, or the file binds the name as a value."""
+    """In one file: (the row of the first definition of `name` returning float16, 0 when none
+    does; the dtypes every definition returns), or False when one definition is not a literal
+    dtype mapping of the kind the read needs, or the file binds the name as a value."""
     from ..core.pyast import parse
 
     tree = parse(text)
     if tree is None:
         return False
     row = 0
+    values: set = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             is_property = any(dotted(d) in _PROPERTIES for d in node.decorator_list)
@@ -101,6 +123,7 @@ def _definitions(text: str, name: str, called: bool):
             dtypes = _returned_dtypes(node)
             if dtypes is None:
                 return False
+            values |= dtypes
             if "fp16" in dtypes and not row:
                 row = node.lineno
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -109,12 +132,18 @@ def _definitions(text: str, name: str, called: bool):
                 for leaf in ast.walk(t):
                     if isinstance(leaf, ast.Attribute) and leaf.attr == name:
                         return False  # `self.autocast_precision = ...`: a value of that name
-        elif isinstance(node, ast.ClassDef):
+        elif isinstance(node, ast.ClassDef) and not _typed_dict(node):  # a TypedDict's fields are keys, not attributes
             for stmt in node.body:
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
                 if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                     return False  # a field of that name (a dataclass's `autocast_precision: torch.dtype`)
-    return row
+    return row, frozenset(values)
+
+
+def _typed_dict(node: ast.ClassDef) -> bool:
+    """`class BaseModelContext(TypedDict)`: its fields are read as keys (`context["autocast_dtype"]`),
+    never as attributes, so a field of the name binds no value an attribute read may get."""
+    return any((dotted(b) or "").rsplit(".", 1)[-1] == "TypedDict" for b in node.bases)
 
 
 def _takes_arguments(func: ast.FunctionDef) -> bool:

@@ -677,7 +677,8 @@ def never_loaded(filename: Optional[str], root: Optional[str] = None) -> bool:
     dotted or path tail (`baselines.transformer`, `baselines/transformer`, `transformer.py`) no
     code, config or launch script of the project spells (a registry's or a config's `_target_`
     string, a `python x/y.py` line), whose name no config or shell script holds as a word (`model:
-    transformer`), and that no file loading modules by a computed name may pick: one quoting its
+    transformer`; not a Hydra defaults-list entry picking a config file of the project, `- /model:
+    transformer` beside `configs/model/transformer.yaml`), and that no file loading modules by a computed name may pick: one quoting its
     name (`import_module(name)` with `"transformer"` beside it) or a module of its folder
     (`import_module(f"baselines.{name}")`, also below a dotted prefix: `f"zoedepth.trainers.{name}"`).
     A file that imports or names it does not count when it is itself never loaded by the same
@@ -828,11 +829,37 @@ def _referrers(path: str, graph: "_Graph", listing: List[str]) -> Optional[List[
             continue
         elif tail.search(body):
             found.append(other)
-        elif not other.endswith((".py", ".ipynb")) and word.search(body):
+        elif not other.endswith((".py", ".ipynb")) and _names_as_value(body, word, stem, listing):
             found.append(other)  # a config or launch script naming it (`model: transformer`)
         elif other in graph.loaders and quoted.search(body):
             found.append(other)
     return found
+
+
+#: a Hydra defaults-list entry (`- /model: transformer`, `- override layer: transformer`,
+#: `- model@encoder: transformer`): the group and the option it picks
+_DEFAULTS_ENTRY = re.compile(r"^\s*-\s*(?:override\s+)?/?([\w/]+)(?:@[\w.]+)?\s*:\s*['\"]?(\w+)['\"]?\s*(?:#.*)?$")
+
+
+def _names_as_value(body: str, word: "re.Pattern[str]", stem: str, listing: List[str]) -> bool:
+    """A config or launch script holds the module's name as a value (`word`), other than as a
+    Hydra defaults-list entry picking a config file of the project (`- /model: transformer`
+    when `configs/model/transformer.yaml` exists): that entry loads the YAML, not the module
+    (s4's `configs/experiment/lm/transformer-wt103.yaml`)."""
+    for match in word.finditer(body):
+        start = body.rfind("\n", 0, match.start()) + 1
+        end = body.find("\n", match.end())
+        entry = _DEFAULTS_ENTRY.match(body[start : end if end >= 0 else len(body)])
+        if entry is None or entry.group(2) != stem or not _config_file(entry.group(1), stem, listing):
+            return True
+    return False
+
+
+def _config_file(group: str, option: str, listing: List[str]) -> bool:
+    """A project YAML file `<group>/<option>.yaml` (below any folder: Hydra's config root, or the
+    group of the config holding a relative entry)."""
+    tails = tuple(os.sep + os.path.join(*group.split("/"), option) + ext for ext in (".yaml", ".yml"))
+    return any(path.endswith(tails) for path in listing)
 
 
 def _script_uses(text: str) -> Set[str]:

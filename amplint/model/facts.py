@@ -47,6 +47,13 @@ LIGHTNING_FP16 = "lightning-fp16"
 #: (`dtype_properties.fp16_dtype_property`: `cfg.autocast_precision` returning `torch.float16` for
 #: `precision="amp_fp16"`); read from the project's text when conditions are resolved
 DTYPE_PROPERTY = "dtype-property"
+#: `dtype-property-may-fp16=<name>` (or `<name>@<function>`), as a base condition or a requirement:
+#: the diagnostic holds unless the project's property (method) `<name>` is known to map to dtypes
+#: other than float16 only (`dtype_properties.dtype_property_values`: dinov3's `ModelDtype.autocast_dtype`
+#: of `torch.bfloat16` and `torch.float32`) and, with `@<function>`, no other project file spells the
+#: function whose parameter carries the value into the region (a caller the file does not show may pass
+#: float16); what a finding that matters only when a scaler scales fp16 needs (AMP402)
+DTYPE_PROPERTY_MAY_FP16 = "dtype-property-may-fp16"
 
 #: folders whose files are run, not imported by users (relative to the project root)
 _NOT_LIBRARY_DIRS = frozenset(("tests", "test", "testing", "examples", "example", "scripts", "benchmarks", "docs"))
@@ -427,6 +434,8 @@ def _requirement_holds(requirement: str, filename: Optional[str], root: Optional
         return spelled_under_autocast(filename, name, root, precision)
     if kind == ARGUMENT_PASSED:
         return argument_may_be_passed(filename, name, root)
+    if kind == DTYPE_PROPERTY_MAY_FP16:
+        return property_may_be_fp16(filename, name, root, precision)
     raise ValueError(f"unknown requirement {requirement!r}")
 
 
@@ -461,6 +470,24 @@ def project_resumes(filename: str, root: Optional[str] = None) -> bool:
             _resumes.clear()
         found = _resumes[key] = any(_RESUME.search(read_text(p) or "") for p in listing)
     return found
+
+
+def property_may_be_fp16(filename: Optional[str], spec: str, root: Optional[str] = None, precision: str = "auto") -> bool:
+    """`spec` is `<name>` or `<name>@<function>` (`DTYPE_PROPERTY_MAY_FP16`): False only when the
+    project's definitions of the property `<name>` are all known and none returns float16, and no
+    project file other than `filename` spells `<function>`. A run said to be fp16 (`precision`) may
+    be; one said to be bf16 is not. Read when conditions are resolved."""
+    from .dtype_properties import dtype_property_values
+
+    if precision in ("fp16", "bf16"):
+        return precision == "fp16"
+    if filename is None:
+        return True
+    name, _, function = spec.partition("@")
+    values = dtype_property_values(filename, name, root)
+    if values is None or "fp16" in values:
+        return True
+    return bool(function) and flag_may_be_set(filename, function, root)
 
 
 def flag_may_be_set(filename: str, name: str, root: Optional[str] = None) -> bool:
@@ -636,6 +663,8 @@ def condition_holds(
         from .dtype_properties import fp16_dtype_property
 
         return filename is None or fp16_dtype_property(filename, condition[len(DTYPE_PROPERTY) + 1 :], root) is not None
+    if condition.startswith(DTYPE_PROPERTY_MAY_FP16 + "="):
+        return filename is None or property_may_be_fp16(filename, condition[len(DTYPE_PROPERTY_MAY_FP16) + 1 :], root, precision)
     if condition == LIGHTNING_FP16:
         if precision in ("fp16", "bf16"):
             return precision == "fp16"

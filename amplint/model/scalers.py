@@ -68,6 +68,86 @@ def scales_only_bf16(ctx: ModuleContext) -> bool:
     return bool(regions) and all(not r.framework and r.dtype == "bf16" for r in regions) and not FP16_TEXT.search(ctx.source)
 
 
+def scales_bf16_unless_property(ctx: ModuleContext) -> Optional[str]:
+    """`<name>` or `<name>@<function>` (the condition `DTYPE_PROPERTY_MAY_FP16` reads) when every
+    GradScaler of the file scales bf16 gradients only unless a config property maps to float16:
+    the file opens autocast regions that may be on, each a torch autocast of bf16 or one whose
+    `dtype=` is the property `<name>` read off a config object (`dtype=config.model_dtype.autocast_dtype`),
+    directly or through a parameter of the module-level function `<function>` holding the region
+    that every call of it in the file passes that read (`train_step(..., config.model_dtype.autocast_dtype)`,
+    then `torch.autocast("cuda", dtype=model_dtype)`), and the file spells no fp16 (`FP16_TEXT`).
+    None otherwise: a region of another dtype, or more than one property or function involved."""
+    from .literal_dtypes import region_dtype_choices
+    from .literals import call_arg
+    from .torchapi import autocast_parameters
+
+    regions = [r for r in ctx.regions if r.enabled is not False]
+    if not regions or FP16_TEXT.search(ctx.source):
+        return None
+    specs = set()
+    for r in regions:
+        if r.framework:
+            return None
+        if r.dtype == "bf16":
+            continue
+        if r.dtype is not None or r.selector is not None or r.qualname is None or region_dtype_choices(ctx, r):
+            return None
+        parameters = autocast_parameters(r.qualname)
+        node = call_arg(r.call, parameters.index("dtype"), "dtype") if "dtype" in parameters else None
+        name = _property_read(ctx, node)
+        if name is not None:
+            specs.add(name)
+            continue
+        info = ctx.call_info(r.call)
+        spec = _parameter_property(ctx, node, info) if info is not None else None
+        if spec is None:
+            return None
+        specs.add(spec)
+    if len(specs) != 1:
+        return None
+    return specs.pop()
+
+
+def _property_read(ctx: ModuleContext, node: Optional[cst.BaseExpression]) -> Optional[str]:
+    """`autocast_dtype` for `config.model_dtype.autocast_dtype` (an attribute read off an object
+    that is no imported module); None otherwise."""
+    if not isinstance(node, cst.Attribute):
+        return None
+    spelled = dotted_name(node)
+    if spelled is None or ctx.imports.is_imported(spelled.split(".", 1)[0]):
+        return None
+    return node.attr.value
+
+
+def _parameter_property(ctx: ModuleContext, node: Optional[cst.BaseExpression], info: CallInfo) -> Optional[str]:
+    """`<name>@<function>` when `node` is a parameter of the module-level function `<function>`
+    holding the region, never rebound there, and every call of the function in the file (one at
+    least, each spelling the argument) passes the property read `<name>`."""
+    if not isinstance(node, cst.Name):
+        return None
+    scope = info.scope
+    if scope.is_module or scope.cls is not None or scope.parent is None or not scope.parent.is_module:
+        return None
+    if not isinstance(scope.node, cst.FunctionDef) or node.value not in scope.params:
+        return None
+    if any(a.scope is scope for a in ctx.assignments_to(node.value, scope)):
+        return None
+    positional = [p.name.value for p in (*scope.node.params.posonly_params, *scope.node.params.params)]
+    position = positional.index(node.value) if node.value in positional else None
+    names = set()
+    calls = [c for c in ctx.calls if c.dotted == scope.name and c.method is None]
+    for call in calls:
+        if any(a.star for a in call.node.args):
+            return None
+        name = _property_read(ctx, call.arg(position, node.value))
+        if name is None:
+            return None
+        names.add(name)
+    if len(names) != 1:
+        return None
+    return f"{names.pop()}@{scope.name}"
+
+
 def scaler_enabled_argument(call: CallInfo) -> Optional[cst.BaseExpression]:
     """The expression a GradScaler constructor passes as `enabled=` (positionally or by keyword); None when none."""
     return _enabled_arg(call, next(iter(sorted(call.qualnames))))
