@@ -24,18 +24,18 @@ a conditional expression of them or a dict literal of them subscripted; a `raise
 string is fine. Any other return, any assignment to an attribute or class field of that name
 (`self.autocast_precision = ...`, a dataclass field: the object read may be that one; not a
 `TypedDict`'s field, which is read as a key), no
-definition at all, or a project cut at the listing's limit: not known, False.
+definition at all, or a project cut at the listing's limit: not known, False. Each definition is
+read by `project/dtype_maps.read_dtype_map`, the reader AMP803's scale summary shares.
 """
 from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 from .project.astutil import dotted
-from .torchapi import dtype_of_qualname
+from .project.dtype_maps import read_dtype_map
 
-_PROPERTIES = frozenset(("property", "cached_property", "functools.cached_property"))
 _cache: Dict[Tuple[str, str, str, int], Optional[Tuple[Optional[str], FrozenSet[str]]]] = {}
 
 
@@ -117,14 +117,11 @@ def _definitions(text: str, name: str, called: bool):
     values: set = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            is_property = any(dotted(d) in _PROPERTIES for d in node.decorator_list)
-            if is_property == called or (called and _takes_arguments(node)):
+            mapping = read_dtype_map(node)
+            if mapping is None or (mapping.kind == "property") == called or (called and mapping.arguments):
                 return False
-            dtypes = _returned_dtypes(node)
-            if dtypes is None:
-                return False
-            values |= dtypes
-            if "fp16" in dtypes and not row:
+            values |= mapping.dtypes
+            if "fp16" in mapping.dtypes and not row:
                 row = node.lineno
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -144,52 +141,4 @@ def _typed_dict(node: ast.ClassDef) -> bool:
     """`class BaseModelContext(TypedDict)`: its fields are read as keys (`context["autocast_dtype"]`),
     never as attributes, so a field of the name binds no value an attribute read may get."""
     return any((dotted(b) or "").rsplit(".", 1)[-1] == "TypedDict" for b in node.bases)
-
-
-def _takes_arguments(func: ast.FunctionDef) -> bool:
-    a = func.args
-    return len(a.posonlyargs) + len(a.args) != 1 or bool(a.kwonlyargs) or a.vararg is not None or a.kwarg is not None
-
-
-def _returned_dtypes(func: ast.FunctionDef) -> Optional[FrozenSet[str]]:
-    """The dtypes the function's `return`s spell (not those of nested functions); None when one
-    returns anything else, or it returns nothing."""
-    out: set = set()
-    stack: List[ast.AST] = list(func.body)
-    returned = False
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        if isinstance(node, ast.Return):
-            returned = True
-            dtypes = _literal_dtypes(node.value)
-            if dtypes is None:
-                return None
-            out |= dtypes
-            continue
-        if isinstance(node, (ast.Yield, ast.YieldFrom)):
-            return None
-        stack.extend(ast.iter_child_nodes(node))
-    return frozenset(out) if returned and out else None
-
-
-def _literal_dtypes(node: Optional[ast.AST]) -> Optional[FrozenSet[str]]:
-    if node is None:
-        return None
-    dtype = dtype_of_qualname(dotted(node))
-    if dtype is not None:
-        return frozenset((dtype,))
-    if isinstance(node, ast.IfExp):
-        a, b = _literal_dtypes(node.body), _literal_dtypes(node.orelse)
-        return a | b if a is not None and b is not None else None
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict) and node.value.values:
-        out: set = set()
-        for v in node.value.values:
-            d = _literal_dtypes(v)
-            if d is None:
-                return None
-            out |= d
-        return frozenset(out)
-    return None
 

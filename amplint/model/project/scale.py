@@ -34,6 +34,7 @@ from .. import torchapi
 from ..precision_names import lightning_precision
 from ...core.pyast import parse
 from .astutil import dotted, walk_expression
+from .dtype_maps import read_dtype_map
 
 #: bump when the shape changes (part of the cache entry)
 VERSION = 12
@@ -322,7 +323,8 @@ class _Reader:
         the class's own code names that value as supported. {"k": the values that pick fp16, "o":
         the setting's attribute, "p": the property, "pr": the row of its fp16 return}; None for
         anything else: another shape of body, a test that is not the one setting compared with
-        string literals, a return that is not a dtype literal, no value picking fp16."""
+        string literals, a return that is not a dtype literal, no value picking fp16
+        (`dtype_maps.read_dtype_map`, AMP105's reader too)."""
         call = isinstance(node, ast.Call)
         if call:
             if node.args or node.keywords:
@@ -334,60 +336,18 @@ class _Reader:
         found = (self._methods.get(cls) or {}).get(node.attr) if cls else None
         if found is None:
             return None
-        is_property = any(dotted(d) in ("property", "functools.cached_property", "cached_property") for d in found.decorator_list)
-        if is_property == call or (found.decorator_list and not is_property):
-            return None  # a property called, a method read without a call, or another decorator
-        body = list(found.body)
-        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-            body = body[1:]  # the docstring
-        setting: List[Optional[str]] = [None]
-        keys: List[str] = []
-        rows: List[int] = []
-
-        def returned(stmts: List[ast.stmt]) -> Optional[str]:
-            """The dtype a branch returns ('fp16'...), 'raise', or None when it is not one statement doing either."""
-            if len(stmts) != 1:
-                return None
-            if isinstance(stmts[0], ast.Raise):
-                return "raise"
-            if isinstance(stmts[0], ast.Return) and stmts[0].value is not None:
-                d = self.dtype(stmts[0].value)
-                return d if d in ("fp16", "bf16", "fp32") else None
+        mapping = read_dtype_map(found, self._float_dtype)
+        if mapping is None or mapping.setting is None or mapping.kind != ("method" if call else "property"):
+            return None  # not the chain, a property called, a method read without a call, another decorator
+        keys = [value for value, dtype in mapping.values.items() if dtype == "fp16"]
+        if not keys:
             return None
+        return {"k": keys, "o": mapping.setting, "p": node.attr, "pr": mapping.rows[keys[0]]}
 
-        def values_of(test: ast.AST) -> Optional[List[str]]:
-            if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-                return None
-            spelled = dotted(test.left)
-            if not spelled or not spelled.startswith("self.") or setting[0] not in (None, spelled):
-                return None
-            setting[0] = spelled
-            right = test.comparators[0]
-            if isinstance(test.ops[0], ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
-                return [right.value]
-            if isinstance(test.ops[0], ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
-                out = [e.value for e in right.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-                return out if len(out) == len(right.elts) else None
-            return None
-
-        while body:
-            stmt = body[0]
-            if isinstance(stmt, ast.If):
-                picked = values_of(stmt.test)
-                got = returned(stmt.body)
-                if picked is None or got is None:
-                    return None
-                if got == "fp16":
-                    keys.extend(picked)
-                    rows.append(stmt.body[0].lineno)
-                body = list(stmt.orelse) + body[1:]
-                continue
-            if len(body) != 1 or returned(body) is None:
-                return None
-            break
-        if not keys or setting[0] is None:
-            return None
-        return {"k": keys, "o": setting[0][len("self."):], "p": node.attr, "pr": rows[0]}
+    def _float_dtype(self, node: ast.AST) -> Optional[str]:
+        """`dtype`'s answer for a dtype literal ('fp16', 'bf16', 'fp32'), else None."""
+        found = self.dtype(node)
+        return found if found in ("fp16", "bf16", "fp32") else None
 
     def _changed(self, name: str, qual: str) -> bool:
         """Whether function `qual` or the module changes the dict `name` in place (`name[k] = v`,
