@@ -18,7 +18,11 @@ Python's `ast` only (no libcst, no torch), what one file says about that:
   references), what it returns, and which names and callees each name's value reads
   (`loss` derives from `engine(...)`);
 * `dicts`: dict literals shaped like a DeepSpeed config, with the line of each key;
-* `paths`: string literals naming a `.json`/`.yaml` file (configs the code names).
+* `paths`: string literals naming a `.json`/`.yaml` file (configs the code names);
+* `holders`: the classes (nested ones too, `Trainer.Models`) whose generated constructor keeps
+  each keyword argument as the attribute of its name -- a `@dataclass` or a `NamedTuple` that
+  defines no `__init__` -- with their fields: `Models(generator=FSDP(g))` holds the FSDP module
+  in `.generator` (`wrappers.ScaleView` reads such container attributes).
 
 Spellings are kept as dotted text; `wrappers.py` resolves them across files. Computed only
 for a file whose text holds one of `RELEVANT` (`relevant`), and only in projects where some
@@ -36,7 +40,7 @@ from ...core.pyast import parse
 from .astutil import dotted, walk_expression
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 12
+VERSION = 13
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -125,6 +129,8 @@ COMPILERS = frozenset(("torch.compile",))
 #: top-level keys that make a dict literal a DeepSpeed config
 _DS_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization", "gradient_accumulation_steps", "gradient_clipping", "steps_per_print", "fp16", "bf16")
 _CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+#: class decorators whose generated `__init__` keeps each keyword argument as its attribute
+_HOLDER_DECORATORS = frozenset(("dataclass", "define", "frozen", "mutable"))
 
 Summary = Dict[str, Any]
 
@@ -228,6 +234,7 @@ class _Reader:
         self._walked: Tuple[Any, List[ast.AST]] = (None, [])  # the last expression `_expression` walked, its nodes
         self._bodies: Dict[str, List[ast.stmt]] = {}  # per function: its statements (`_single_value`)
         self._methods: Dict[str, Dict[str, Any]] = {}  # per module-level class: its methods' defs by name
+        self.holders: Dict[str, List[str]] = {}  # container classes (`@dataclass`, `NamedTuple`): their fields
 
     # ------------------------------------------------------------------ driver
 
@@ -250,6 +257,7 @@ class _Reader:
             "dicts": self.dicts,
             "paths": self.paths,
             "mutated": self.mutated,
+            "holders": self.holders,
         }
 
     def qualname(self, spelled: Optional[str]) -> Optional[str]:
@@ -549,6 +557,7 @@ class _Reader:
             return
         if isinstance(stmt, ast.ClassDef):
             if qual == "<module>":
+                self._holders(stmt, stmt.name, 0)
                 self.classes[stmt.name] = {"bases": [dotted(b) or "" for b in stmt.bases], "r": stmt.lineno}
                 self._methods[stmt.name] = {s.name: s for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
                 for s in stmt.body:
@@ -575,6 +584,7 @@ class _Reader:
             self._expression(value, qual, targets=targets)
             for target in targets:
                 self._mutation(target, qual)
+                self._sharding_set(target, value, stmt, qual)
                 self._bind(target, value, qual, cls)
             return
         if isinstance(stmt, ast.Return):
@@ -620,6 +630,26 @@ class _Reader:
                 self._expression(value, qual)
             if name == "target" and isinstance(stmt, (ast.For, ast.AsyncFor)) and isinstance(stmt.target, ast.Name):
                 self.deps.setdefault(qual, {}).setdefault(stmt.target.id, [[], []])
+
+    def _holders(self, node: ast.ClassDef, qual: str, depth: int) -> None:
+        """Record `node` (and the classes nested in it, a level or two) when it is a container
+        whose constructor keeps its keyword arguments as attributes of their names: decorated
+        `@dataclass` / `@dataclass(...)` (or attrs' `@define`/`@frozen`), or a `NamedTuple`, and
+        defining neither `__init__` nor `__post_init__` (which may bind something else); its
+        fields in order, or none when a base class may declare fields before them (then only
+        keyword arguments are read)."""
+        body = node.body
+        own = {s.name for s in body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        decorators = {(dotted(d.func if isinstance(d, ast.Call) else d) or "").rsplit(".", 1)[-1] for d in node.decorator_list}
+        bases = {(dotted(b) or "").rsplit(".", 1)[-1] for b in node.bases}
+        if (decorators & _HOLDER_DECORATORS or "NamedTuple" in bases) and not own & {"__init__", "__post_init__", "__attrs_post_init__"}:
+            fields = [s.target.id for s in body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+            # positional arguments fill the fields in order only when no base class declares some first
+            self.holders[qual] = fields[:64] if not bases - {"NamedTuple", "object", ""} else []
+        if depth < 2:
+            for s in body:
+                if isinstance(s, ast.ClassDef):
+                    self._holders(s, f"{qual}.{s.name}", depth + 1)
 
     # ------------------------------------------------------------------ values
 
@@ -743,6 +773,16 @@ class _Reader:
         if isinstance(target, ast.Name):
             self._dep(qual, target.id, value)
 
+    def _sharding_set(self, target: ast.AST, value: ast.AST, stmt: ast.stmt, qual: str) -> None:
+        """`core.fsdp_defaults["sharding_strategy"] = ShardingStrategy.NO_SHARD`: a dict of FSDP
+        options (which a wrap may spread, `FSDP(m, **self.fsdp_defaults)`) gets its sharding
+        strategy set (event `shardset`: the dict's spelling, the value's)."""
+        if not (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and target.slice.value == "sharding_strategy"):
+            return
+        held = dotted(target.value)
+        if held:
+            self._event("shardset", stmt, qual, d=held, v=dotted(value) or "?")
+
     def _mutation(self, target: ast.AST, qual: str) -> None:
         """`cfg["fp16"]["enabled"] = ...`: the dict `cfg` changes after it was built."""
         node = target
@@ -864,6 +904,7 @@ class _Reader:
                 mpr=self._position(kw["mixed_precision"]) if "mixed_precision" in kw else None,
                 mpn=1 if "mixed_precision" in kw and _may_be_none(kw["mixed_precision"]) else None,
                 shard=dotted(kw.get("sharding_strategy")) if "sharding_strategy" in kw else None,
+                kwd=[d for d in (dotted(k.value) for k in node.keywords if k.arg is None) if d] or None,
             )
             return
         if q in FSDP2:
