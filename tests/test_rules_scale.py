@@ -516,3 +516,43 @@ def test_no_shard_set_on_another_experiment_does_not_silence_this_one(tmp_path):
         "if __name__ == '__main__':\n    other = Other()\n    other.fsdp_defaults['sharding_strategy'] = ShardingStrategy.NO_SHARD\n    other(loader)\n"
     )
     assert [f for f in findings([tmp_path]) if f[2] == "AMP801"] == [("train.py", 36, "AMP801")]
+
+
+# ------------------------------------------------------------------ Lightning's DeepSpeedStrategy and its precision (read9 AMP808)
+
+_LIGHTNING_DS = (
+    "import argparse\nimport lightning as L\nfrom lightning.pytorch.strategies import DeepSpeedStrategy\n\n"
+    "def main(args):\n    low = args.precision in {compared}\n"
+    "    strategy = DeepSpeedStrategy(config={config})\n"
+    "    trainer = L.Trainer({trainer}, strategy=strategy)\n    trainer.fit(model)\n\n"
+    "if __name__ == '__main__':\n    parser = argparse.ArgumentParser()\n"
+    "    parser.add_argument('--precision', default={default})\n    parser.add_argument('--ds_config', default=None)\n"
+    "    main(parser.parse_args())\n"
+)
+
+
+@pytest.mark.parametrize("why, fields, json_fp16, json_bf16, expected", [
+    ("an fp16 value the code expects, on the bf16 config the command line names", {}, False, True, "warning"),
+    ("the option's default is fp16: every run conflicts", {"default": "'16-mixed'"}, False, True, "error"),
+    ("a bf16 precision on an fp16 config", {"default": "'bf16-mixed'", "compared": "['bf16-mixed']"}, True, False, "error"),
+    ("the code expects only bf16 values", {"compared": "['bf16-mixed', 'bf16']"}, False, True, None),
+    ("the config enables the Trainer's dtype too: DeepSpeed's own check (`enabled` both) is AMP808's other shape", {"default": "'16-mixed'"}, True, True, None),
+    ("a precision spread from `vars(args)`", {"trainer": "**vars(args)"}, False, True, "warning"),
+])
+def test_a_lightning_precision_against_the_deepspeed_config_its_strategy_runs(tmp_path, why, fields, json_fp16, json_bf16, expected):
+    values = {"compared": "['16-mixed', 'bf16']", "config": "args.ds_config", "trainer": "precision=args.precision", "default": "'bf16'", **fields}
+    source = _LIGHTNING_DS
+    for k, v in values.items():
+        source = source.replace("{" + k + "}", v)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "t"\nversion = "0"\n')
+    (tmp_path / "train.py").write_text(source)
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": json_fp16}, "bf16": {"enabled": json_bf16}, "zero_optimization": {"stage": 2},
+    }, indent=2))
+    found = [d for d in lint_paths([str(tmp_path)], Config()).diagnostics if d.code == "AMP808" and d.filename.endswith("train.py")]
+    if expected is None:
+        assert not found, why
+    else:
+        assert len(found) == 1 and found[0].location.row == 7, why
+        assert found[0].severity.value == expected, (why, found[0].severity)
+        assert any(r.filename and r.filename.endswith("ds.json") for r in found[0].related), why

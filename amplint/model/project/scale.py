@@ -22,7 +22,11 @@ Python's `ast` only (no libcst, no torch), what one file says about that:
 * `holders`: the classes (nested ones too, `Trainer.Models`) whose generated constructor keeps
   each keyword argument as the attribute of its name -- a `@dataclass` or a `NamedTuple` that
   defines no `__init__` -- with their fields: `Models(generator=FSDP(g))` holds the FSDP module
-  in `.generator` (`wrappers.ScaleView` reads such container attributes).
+  in `.generator` (`wrappers.ScaleView` reads such container attributes);
+* `options`/`compared`/`refused`: the argparse options of the file (default, choices), the
+  string literals the code compares a name to (`args.precision in ["16-mixed", "bf16"]`: the
+  values it expects the option to take) and those an `if` refuses along with DeepSpeed
+  (`if args.precision == "16" and args.deepspeed_config_path: raise ...`).
 
 Spellings are kept as dotted text; `wrappers.py` resolves them across files. Computed only
 for a file whose text holds one of `RELEVANT` (`relevant`), and only in projects where some
@@ -173,6 +177,39 @@ def deepspeed_in_use(test: ast.AST, negated: bool = False) -> Optional[bool]:
     return None
 
 
+def _vars_of(node: Optional[ast.AST]) -> Optional[str]:
+    """`vars(args)` / `args.__dict__`: the namespace spelled, else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars" and len(node.args) == 1:
+        return dotted(node.args[0])
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+        return dotted(node.value)
+    return None
+
+
+def _compared_literals(node: ast.Compare) -> List[Tuple[str, List[Any]]]:
+    """`args.precision == "16"`, `str(args.precision) in ["16-mixed", "bf16"]`: the dotted name
+    compared (through `str(...)`) and the string or integer literals it is compared to."""
+    out: List[Tuple[str, List[Any]]] = []
+    left = node.left
+    if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "str" and len(left.args) == 1:
+        left = left.args[0]
+    name = dotted(left) if isinstance(left, ast.Attribute) else None
+    if name is None:
+        return out
+    values: List[Any] = []
+    for op, right in zip(node.ops, node.comparators):
+        if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+            continue
+        elts = right.elts if isinstance(right, (ast.List, ast.Tuple, ast.Set)) else [right]
+        for e in elts:
+            v = _constant(e)
+            if isinstance(v, (str, int)) and not isinstance(v, bool):
+                values.append(v)
+    if values:
+        out.append((name, values))
+    return out
+
+
 def _names_deepspeed(node: ast.AST) -> bool:
     spelled = dotted(node)
     return spelled is not None and "deepspeed" in spelled.rsplit(".", 1)[-1].lower()
@@ -235,6 +272,9 @@ class _Reader:
         self._bodies: Dict[str, List[ast.stmt]] = {}  # per function: its statements (`_single_value`)
         self._methods: Dict[str, Dict[str, Any]] = {}  # per module-level class: its methods' defs by name
         self.holders: Dict[str, List[str]] = {}  # container classes (`@dataclass`, `NamedTuple`): their fields
+        self.options: Dict[str, Dict[str, Any]] = {}  # argparse options by dest: default, choices, position
+        self.compared: Dict[str, List[Any]] = {}  # `args.precision in ["16-mixed", ...]`: the literals a name is compared to
+        self.refused: Dict[str, List[Any]] = {}  # the literals a guard refuses along with DeepSpeed (`raise`)
 
     # ------------------------------------------------------------------ driver
 
@@ -258,6 +298,9 @@ class _Reader:
             "paths": self.paths,
             "mutated": self.mutated,
             "holders": self.holders,
+            "options": self.options,
+            "compared": self.compared,
+            "refused": self.refused,
         }
 
     def qualname(self, spelled: Optional[str]) -> Optional[str]:
@@ -603,6 +646,12 @@ class _Reader:
             return
         if isinstance(stmt, ast.If):
             self._expression(stmt.test, qual)
+            if stmt.body and isinstance(stmt.body[0], ast.Raise) and any(_names_deepspeed(n) for n in walk_expression(stmt.test)):
+                for n in walk_expression(stmt.test):
+                    if isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.Eq, ast.In)):
+                        for name, values in _compared_literals(n):
+                            known = self.refused.setdefault(name, [])
+                            known.extend(v for v in values if v not in known and len(known) < 32)
             frame = stmt.lineno * 1000 + stmt.col_offset
             for branch, body in ((0, stmt.body), (1, stmt.orelse)):
                 off = deepspeed_in_use(stmt.test, negated=branch == 1) is False
@@ -858,6 +907,10 @@ class _Reader:
         for node in nodes:
             if isinstance(node, ast.Call):
                 self._call(node, qual, targets if node is expr else None, statement and node is expr)
+            elif isinstance(node, ast.Compare):
+                for name, values in _compared_literals(node):
+                    known = self.compared.setdefault(name, [])
+                    known.extend(v for v in values if v not in known and len(known) < 32)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower().endswith(_CONFIG_SUFFIXES) and len(node.value) < 300:
                 self.paths.append({"s": node.value, "f": qual, "r": node.lineno, "c": self._column(node.lineno, node.col_offset)})
 
@@ -894,6 +947,8 @@ class _Reader:
             if spelled not in uses and len(uses) < 200:
                 uses.append(spelled)
         kw = {k.arg: k.value for k in node.keywords if k.arg}
+        if method == "add_argument" and node.args:
+            self._option(node, kw)
         if q in FSDP1 or q in DDP:
             kind = "fsdp1" if q in FSDP1 else "ddp"
             subject = node.args[0] if node.args else kw.get("module")
@@ -972,7 +1027,7 @@ class _Reader:
         if q and q.split(".")[0] in _LIGHTNING_ROOTS and q.rsplit(".", 1)[-1] == "Trainer":
             self._event(
                 "ctor", node, qual, k="trainer", t=target, prec=self._precision(kw.get("precision")),
-                strategy=self._strategy(kw.get("strategy")),
+                strategy=self._strategy(kw.get("strategy")), popt=self._precision_option(node, qual),
             )
             return
         if q in ACCELERATORS:
@@ -1112,6 +1167,61 @@ class _Reader:
             return [dotted(e) or "" for e in first.elts]
         name = dotted(first)
         return [name] if name else None
+
+    def _option(self, node: ast.Call, kw: Dict[str, ast.AST]) -> None:
+        """`parser.add_argument("--precision", default="bf16", choices=[...])`: the option's dest,
+        its literal default and choices, and where it is declared."""
+        flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        long = next((f for f in flags if f.startswith("--")), None)
+        dest = _constant(kw.get("dest")) if "dest" in kw else (long[2:].replace("-", "_") if long else None)
+        if not isinstance(dest, str) or not dest or len(self.options) >= 256:
+            return
+        entry: Dict[str, Any] = {**self._position(node)}
+        default = _constant(kw.get("default")) if "default" in kw else None
+        if isinstance(default, (str, int)) and not isinstance(default, bool):
+            entry["d"] = default
+        choices = kw.get("choices")
+        if isinstance(choices, (ast.List, ast.Tuple, ast.Set)):
+            values = [_constant(e) for e in choices.elts]
+            if all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in values):
+                entry["ch"] = values
+        self.options[dest] = entry
+
+    def _precision_option(self, node: ast.Call, qual: str) -> Optional[str]:
+        """The option a Lightning `Trainer(...)`'s precision reads, as the code spells it: a
+        `precision=args.precision`, or spread from the parsed arguments -- `**vars(args)`, or
+        `**trainer_args` built `{k: v for k, v in vars(args).items() if k in keys}` with
+        "precision" among the literal `keys` -- as "args.precision". None otherwise."""
+        given = next((k.value for k in node.keywords if k.arg == "precision"), None)
+        if given is not None:
+            spelled = dotted(given)
+            return spelled if spelled and "." in spelled else None
+        for k in node.keywords:
+            if k.arg is not None:
+                continue
+            value = k.value
+            if isinstance(value, ast.Name):
+                value = self._single_value(value.id, qual)
+            namespace = _vars_of(value)
+            if namespace:
+                return f"{namespace}.precision"
+            if isinstance(value, ast.DictComp) and len(value.generators) == 1:
+                gen = value.generators[0]
+                it = gen.iter
+                if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "items":
+                    namespace = _vars_of(it.func.value)
+                    if namespace and all(self._keeps(cond, qual, "precision") for cond in gen.ifs) and gen.ifs:
+                        return f"{namespace}.precision"
+        return None
+
+    def _keeps(self, cond: ast.AST, qual: str, key: str) -> bool:
+        """`k in keys` whose literal `keys` (inline or a name bound once) holds `key`."""
+        if not (isinstance(cond, ast.Compare) and len(cond.ops) == 1 and isinstance(cond.ops[0], ast.In)):
+            return False
+        keys = cond.comparators[0]
+        if isinstance(keys, ast.Name):
+            keys = self._single_value(keys.id, qual)
+        return isinstance(keys, (ast.List, ast.Tuple, ast.Set)) and key in [_constant(e) for e in keys.elts]
 
     def _precision(self, node: Optional[ast.AST]) -> Optional[str]:
         """A Lightning `precision=` literal, normalised ("16" -> "16-mixed"); "?" when not literal."""

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from ..precision_names import LIGHTNING_FSDP_POLICY
+from ..precision_names import LIGHTNING_FSDP_POLICY, lightning_precision
 from . import configs
 from .scale import COMPILERS
 
@@ -1265,6 +1265,36 @@ class ScaleView:
         return True
 
 
+    def option_values(self, path: str, spelled: str) -> Optional[Tuple[List[Tuple[Any, bool]], Optional[Place]]]:
+        """The values a command-line option read as `spelled` (`args.precision`) in `path` may
+        take, as the code shows them: its argparse default (True: the default run), its
+        choices, and the literals the file compares it to (`args.precision in ["16-mixed",
+        "bf16"]`: values the code expects), less those a guard refuses along with DeepSpeed
+        (`if args.precision == "16" and args.deepspeed_config_path: raise`); with where the
+        option is declared (this file, else the one project file declaring it). None when no
+        file declares the option."""
+        s = self.summary(path)
+        if s is None or "." not in spelled:
+            return None
+        dest = spelled.rsplit(".", 1)[-1]
+        declared = [(path, s.get("options", {}).get(dest))] if dest in s.get("options", {}) else [
+            (p, self.summary(p).get("options", {}).get(dest)) for p in self.files() if dest in (self.summary(p) or {}).get("options", {})  # type: ignore[union-attr]
+        ]
+        if len(declared) != 1:
+            return None
+        where, option = declared[0]
+        refused = {str(v) for v in s.get("refused", {}).get(spelled, ())}
+        out: List[Tuple[Any, bool]] = []
+        if "d" in option:
+            out.append((option["d"], True))
+        for v in [*option.get("ch", ()), *s.get("compared", {}).get(spelled, ())]:
+            if str(v) not in refused and all(str(v) != str(o) for o, _ in out):
+                out.append((v, False))
+        if out and out[0][1] and str(out[0][0]) in refused:
+            out = out[1:]
+        place = (where, option["r"], option["c"], option["er"], option["ec"])
+        return out, place
+
     def deps(self, path: str, func: str, name: str, depth: int = 4) -> Tuple[Set[str], Set[str]]:
         """The names and callees the value of `name` in `func` reads, transitively (a few levels)."""
         s = self.summary(path)
@@ -1322,11 +1352,25 @@ class Finding:
     data: Dict[str, Any] = field(default_factory=dict)
     fix: Optional[Tuple[str, List[Tuple[Place, str]]]] = None
     config_file: bool = False  # reported in a config file (a DeepSpeed JSON, an accelerate YAML)
+    severity: Optional[Any] = None  # the rule's own unless set (a conflict on a non-default choice: a warning)
 
 
 def config_place(config: Config, *keys: str) -> Place:
     row, col = config.where(*keys)
     return (config.path, row, col, row, col + max(1, len(keys[-1]) + 2 if keys else 1))
+
+
+def lightning_dtype(value: Any) -> Optional[str]:
+    """The dtype a Lightning `precision=` value trains in ("fp16" for "16-mixed", "16", 16,
+    "16-true"; "bf16" for the bf16 ones); None for 32/64 and anything else."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    normal = lightning_precision(value)
+    if normal in ("16-mixed", "16-true"):
+        return "fp16"
+    if normal in ("bf16-mixed", "bf16-true"):
+        return "bf16"
+    return None
 
 
 def _shown(path: str) -> str:
@@ -1354,7 +1398,7 @@ def to_diagnostic(rule: Any, finding: Finding) -> Any:
         code=rule.code,
         name=rule.name,
         message=finding.message,
-        severity=rule.severity,
+        severity=finding.severity or rule.severity,
         filename=path,
         location=Location(row, col),
         end_location=Location(erow, ecol),
@@ -1462,6 +1506,7 @@ def clip_owner_of(view: ScaleView, path: str, clip: Dict[str, Any]) -> Optional[
 #: the names `amplint.model` exports these under
 ScaleConfig = Config
 ScaleFinding = Finding
+lightning_precision_dtype = lightning_dtype
 WrapperPolicy = Policy
 exclusive_branches = exclusive
 scale_file_diagnostics = file_diagnostics
