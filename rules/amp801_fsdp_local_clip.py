@@ -21,7 +21,13 @@ class FsdpLocalClip(Rule):
     assignments, `self.` attributes, builder functions' returns, the
     arguments call sites pass, and `torch.compile` (its module holds the same
     parameters: `compiled.parameters()` and `compiled._orig_mod` are the FSDP
-    module's).
+    module's). Models kept in a container are followed too: a `@dataclass` or
+    `NamedTuple` (nested in a class as well) or a `SimpleNamespace` built with
+    the wrapped model as a keyword (`self.Models(generator=generator)`), or an
+    attribute bound on it, read back as `models.generator` in another method;
+    and a base class's loop calling `self.backward_pass(..., models)` runs the
+    override of the experiment's subclass, on the models that subclass's own
+    `setup_models` returns (each experiment's wrap, not its siblings').
 
     ## Why is this bad?
     An FSDP1 module's `parameters()` are the rank's own shards (flat
@@ -62,7 +68,11 @@ class FsdpLocalClip(Rule):
     `torch.nn.utils.clip_grad_norm_` reduces their norms across the mesh, which
     is the documented way to clip there. Silent for
     `sharding_strategy=ShardingStrategy.NO_SHARD` (every rank holds the whole
-    gradient after the all-reduce), for `clip_grad_value_` (element-wise, the
+    gradient after the all-reduce) -- also when the wrap spreads an options dict
+    (`FSDP(m, **self.fsdp_defaults)`) whose strategy the code sets to NO_SHARD, or
+    to a value decided at run time, on an instance of the wrapping class
+    (`core.fsdp_defaults["sharding_strategy"] = ShardingStrategy.NO_SHARD` in a
+    script's `__main__`) --, for `clip_grad_value_` (element-wise, the
     same on a shard) and for a model the code does not show to be FSDP1 (a
     wrapper chosen by a registry or a flag value), and when the same function
     also calls the model's own `clip_grad_norm_` (it picks the clip by the

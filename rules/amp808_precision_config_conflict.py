@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from amplint.model import (
     Diagnostic, Invalid, Rule, ScaleConfig, ScaleFinding, ScaleView, Severity, Valid, config_place,
-    command_line_bool, scale_file_diagnostics, scale_project_diagnostics,
+    command_line_bool, lightning_precision_dtype, scale_file_diagnostics, scale_project_diagnostics,
 )
 
 _OTHER = {"fp16": "bf16", "bf16": "fp16"}
@@ -37,6 +37,18 @@ class PrecisionConfigConflict(Rule):
     - `TrainingArguments(fp16=..., bf16=..., deepspeed=...)` whose flags
       disagree with an explicit `fp16.enabled` / `bf16.enabled` of the
       DeepSpeed config (not `"auto"`);
+    - a Lightning `Trainer` whose `precision` is fp16 (bf16) next to the
+      `DeepSpeedStrategy(config=...)` its function builds, whose config
+      enables bf16 (fp16) and not the Trainer's dtype: a literal precision, or
+      one read from a command-line option (`precision=args.precision`,
+      `**vars(args)`, or a dict built from `vars(args).items()` filtered by a
+      literal key list), whose values are its default, its choices and the
+      literals the code compares it to, less those an `if` refuses along
+      with DeepSpeed (`if args.precision == "16" and
+      args.deepspeed_config_path: raise`); the config a literal, a file the
+      code names, or, for a path the command line gives, the DeepSpeed JSON
+      files the project ships (a warning when the precision is not the
+      option's default);
     - the same conflicts written in a launch command the project ships (a
       shell script, a Makefile, a README command block):
       `accelerate launch --mixed_precision fp16` with a DeepSpeed config
@@ -60,7 +72,12 @@ class PrecisionConfigConflict(Rule):
     1.15.0); the Trainer raises "Please correct the following DeepSpeed config
     values that mismatch TrainingArguments values: - ds fp16.enabled=True vs hf
     fp16|fp16_full_eval=False" (`HfTrainerDeepSpeedConfig.fill_match`,
-    transformers 5.24.0). A run that gets past them trains in a precision
+    transformers 5.24.0); Lightning's `DeepSpeedStrategy` adds an `fp16` (or
+    `bf16`) block for its precision only when the config has none
+    (`_format_precision_config`), so a config with `"fp16": {"enabled": false}`
+    and bf16 enabled runs a bf16 engine while `DeepSpeedPrecision("16-mixed")`
+    casts every input batch to fp16 (and a config without the block gets both
+    enabled: DeepSpeed refuses to start). A run that gets past them trains in a precision
     nobody chose (huggingface/accelerate#3197: `BFloat16 != Half`).
 
     ## Example
@@ -153,6 +170,15 @@ accelerator = Accelerator(mixed_precision=args.mixed_precision, deepspeed_plugin
 """,
             "accelerate's precision decided at run time",
         ),
+        Valid(
+            """
+import lightning as L
+from lightning.pytorch.strategies import DeepSpeedStrategy
+strategy = DeepSpeedStrategy(config={"train_batch_size": 8, "zero_optimization": {"stage": 2}})
+trainer = L.Trainer(precision="16-mixed", strategy=strategy)
+""",
+            "a config with no precision block: Lightning adds the Trainer's",
+        ),
     ]
 
     INVALID = [
@@ -194,6 +220,16 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
 """,
             line=3,
         ),
+        Invalid(
+            """
+import lightning as L
+from lightning.pytorch.strategies import DeepSpeedStrategy
+strategy = DeepSpeedStrategy(config={"train_batch_size": 8, "fp16": {"enabled": False}, "bf16": {"enabled": True}})
+trainer = L.Trainer(precision="16-mixed", strategy=strategy)
+""",
+            line=3,
+            why="Lightning's fp16 precision casts the inputs to fp16; the config's engine runs bf16",
+        ),
     ]
 
     def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
@@ -219,6 +255,8 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
                 yield from once(self._accelerator(view, path, e))
             elif e["k"] == "trainargs":
                 yield from once(self._training_arguments(view, path, e))
+            elif e["k"] == "trainer":
+                yield from once(self._lightning_deepspeed(view, path, e))
         for config, named in view.named_configs(_accelerate_shaped):
             yield from once(self._accelerate_yaml(view, config, named))
         for launch in view.launches():
@@ -296,6 +334,66 @@ args = TrainingArguments(output_dir="out", bf16=True, deepspeed=config)
             related = [(config_place(config, block, "enabled"), f"{block}.enabled set here")]
             data = {"conflict": f"trainer-{block}", "hf": hf, "deepspeed": ds, "config": "literal" if config.literal else config.path}
             return ScaleFinding(place, message, help, related, data)
+        return None
+
+    def _lightning_deepspeed(self, view: ScaleView, path: str, e: Dict[str, Any]) -> Optional[ScaleFinding]:
+        """A Lightning `Trainer` whose precision is fp16 (bf16) next to the `DeepSpeedStrategy`
+        its function builds, whose config enables bf16 (fp16) and not the Trainer's dtype: the
+        engine runs the config's dtype (Lightning adds its own block only when the config has
+        none, and a second enabled block makes DeepSpeed refuse to start) while Lightning's
+        DeepSpeed precision casts the inputs to the Trainer's. The precision is a literal, or
+        the values its command-line option may take (`option_values`); the config a literal,
+        a file the code names, or -- when the strategy takes a path from the command line --
+        the DeepSpeed JSON files the project ships."""
+        if isinstance(e.get("strategy"), dict) and "s" in e["strategy"] and not e["strategy"]["s"].lower().startswith("deepspeed"):
+            return None
+        option_place = None
+        if e.get("prec") not in (None, "?"):
+            values: List[Tuple[Any, bool]] = [(e["prec"], True)]
+        elif e.get("popt"):
+            found = view.option_values(path, e["popt"])
+            if found is None:
+                return None
+            values, option_place = found
+        else:
+            return None
+        # the default first, then the mixed precisions (the usual spelling) before the "-true" ones
+        values = sorted(((v, default) for v, default in values if lightning_precision_dtype(v)), key=lambda vd: (not vd[1], str(vd[0]).endswith("-true")))
+        if not values:
+            return None
+        s = view.summary(path)
+        assert s is not None
+        for _, st in [(p, x) for p, x in view.events("ctor") if p == path and x["k"] == "strategy" and x.get("sk") == "deepspeed" and x["f"] == e["f"]]:
+            spelled = st.get("cfg")
+            if spelled is None:
+                continue
+            config = view.config(path, st["f"], spelled)
+            candidates = [config] if config is not None else []
+            if config is None and isinstance(spelled, str) and "." in spelled and view.option_values(path, spelled) is not None:
+                candidates = view.shipped_configs()  # a path from the command line: the configs the project ships
+            for config in candidates:
+                for value, default in values:
+                    dtype = lightning_precision_dtype(value)
+                    assert dtype is not None
+                    other = _OTHER[dtype]
+                    if config.enabled(other) is not True or config.enabled(dtype) is True:
+                        continue
+                    block = other if other == "fp16" or config.get("bf16") is not None else "bfloat16"
+                    shown = os.path.basename(config.path) if not config.literal else "the config"
+                    chosen = "" if default else f" (a value `--{e['popt'].rsplit('.', 1)[-1]}` may take)"
+                    message = (
+                        f"Lightning precision `{value}`{chosen} with a DeepSpeed config ({shown}) enabling {other}: "
+                        f"the engine runs {other} while Lightning casts the inputs to {dtype}"
+                    )
+                    help = f"Use a {other} precision with this config, or enable `{dtype}` (and disable `{block}`) in it"
+                    related = [(config_place(config, block, "enabled"), f"{other} enabled here")]
+                    if option_place is not None:
+                        related.append((option_place, "the precision option"))
+                    related.append((view.place(path, e), "the Trainer"))
+                    data = {"conflict": f"lightning-{dtype}+deepspeed-{other}", "precision": str(value), "default": default,
+                            "config": "literal" if config.literal else config.path}
+                    return ScaleFinding(view.place(path, st), message, help, related, data,
+                                        severity=None if default else Severity.WARNING)
         return None
 
     def _accelerate_yaml(self, view: ScaleView, config: ScaleConfig, named: Any) -> Optional[ScaleFinding]:

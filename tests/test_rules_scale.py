@@ -433,3 +433,126 @@ def test_amp803_hook_message_knows_the_projects_scaler(tmp_path, scaler_file, cl
     assert ("no GradScaler" in found[0].message) == claims_no_scaler, found[0].message
     named = [r for r in found[0].related if r.filename and r.filename.endswith("train_loop.py")]
     assert bool(named) == (not claims_no_scaler)
+
+
+# ------------------------------------------------------------------ containers and overrides (read9 AMP801)
+
+_CONTAINER_HEAD = (
+    "import torch\nfrom dataclasses import dataclass\nfrom types import SimpleNamespace\nfrom torch import nn\n"
+    "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy\n\n"
+)
+
+
+@pytest.mark.parametrize("why, source, flagged", [
+    ("a namespace held in a `self.` attribute, clipped in another method",
+     "class Trainer:\n    def __init__(self, net):\n        self.models = SimpleNamespace(generator=FSDP(net), ema=net)\n\n"
+     "    def step(self, loss):\n        loss.backward()\n        nn.utils.clip_grad_norm_(self.models.generator.parameters(), 1.0)\n", True),
+    ("a dataclass a builder returns, its field given positionally",
+     "@dataclass\nclass Models:\n    generator: nn.Module\n    ema: nn.Module\n\n"
+     "def build(net):\n    return Models(FSDP(net), net)\n\n"
+     "def step(models, loss):\n    loss.backward()\n    nn.utils.clip_grad_norm_(models.generator.parameters(), 1.0)\n\n"
+     "models = build(Net())\nstep(models, loss)\n", True),
+    ("an attribute bound on the container after it is built",
+     "def build(net):\n    models = SimpleNamespace()\n    models.generator = FSDP(net)\n    return models\n\n"
+     "def step(models, loss):\n    loss.backward()\n    nn.utils.clip_grad_norm_(models.generator.parameters(), 1.0)\n\n"
+     "models = build(Net())\nstep(models, loss)\n", True),
+    ("the other field of the container is the plain module",
+     "class Trainer:\n    def __init__(self, net):\n        self.models = SimpleNamespace(generator=FSDP(net), ema=Net())\n\n"
+     "    def step(self, loss):\n        loss.backward()\n        nn.utils.clip_grad_norm_(self.models.ema.parameters(), 1.0)\n", False),
+    ("a class whose own `__init__` decides its attributes is no container",
+     "class Box:\n    def __init__(self, generator):\n        self.generator = Net()\n\n"
+     "def step(models, loss):\n    loss.backward()\n    nn.utils.clip_grad_norm_(models.generator.parameters(), 1.0)\n\n"
+     "models = Box(generator=FSDP(Net()))\nstep(models, loss)\n", False),
+    ("a dataclass subclass given positional arguments: its base's fields come first",
+     "@dataclass\nclass Base:\n    ema: nn.Module\n\n@dataclass\nclass Models(Base):\n    generator: nn.Module\n\n"
+     "def step(models, loss):\n    loss.backward()\n    nn.utils.clip_grad_norm_(models.generator.parameters(), 1.0)\n\n"
+     "models = Models(FSDP(Net()), Net())\nstep(models, loss)\n", False),
+])
+def test_the_wrapper_kind_is_followed_through_container_attributes(tmp_path, why, source, flagged):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "t"\nversion = "0"\n')
+    (tmp_path / "train.py").write_text(_CONTAINER_HEAD + source)
+    assert bool([f for f in findings([tmp_path]) if f[2] == "AMP801"]) == flagged, why
+
+
+_TEMPLATE = (
+    "import torch\nfrom dataclasses import dataclass\nfrom torch import nn\n"
+    "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy\n\n"
+    "class Core:\n    fsdp_defaults = {'sharding_strategy': ShardingStrategy.SHARD_GRAD_OP}\n\n"
+    "    def __call__(self, loader):\n        models = self.setup_models()\n        for batch in loader:\n"
+    "            self.backward_pass(self.forward_pass(batch, models), models)\n\n"
+    "    def setup_models(self):\n        raise NotImplementedError\n\n"
+    "    def forward_pass(self, batch, models):\n        raise NotImplementedError\n\n"
+    "    def backward_pass(self, loss, models):\n        raise NotImplementedError\n\n"
+    "class Experiment(Core):\n    @dataclass(frozen=True)\n    class Models:\n        generator: nn.Module\n\n"
+    "    def setup_models(self):\n        return self.Models(generator=FSDP(Net(), **self.fsdp_defaults))\n\n"
+    "    def forward_pass(self, batch, models):\n        return models.generator(batch).mean()\n\n"
+    "    def backward_pass(self, loss, models):\n        loss.backward()\n"
+    "        nn.utils.clip_grad_norm_(models.generator.parameters(), 1.0)\n\n"
+    "class Other(Core):\n    fsdp_defaults = {}\n\n"
+    "if __name__ == '__main__':\n    core = {owner}()\n{tail}    core(loader)\n"
+)
+
+
+@pytest.mark.parametrize("why, owner, tail, flagged", [
+    ("the base class's loop runs the override on the experiment's models", "Experiment", "", True),
+    ("the script sets NO_SHARD on the experiment's options: every rank holds the whole gradient",
+     "Experiment", "    core.fsdp_defaults['sharding_strategy'] = ShardingStrategy.NO_SHARD\n", False),
+    ("a strategy decided at run time may be NO_SHARD", "Experiment", "    core.fsdp_defaults['sharding_strategy'] = pick(args)\n", False),
+    ("a sharding strategy set: still sharded", "Experiment", "    core.fsdp_defaults['sharding_strategy'] = ShardingStrategy.FULL_SHARD\n", True),
+])
+def test_a_base_class_loop_runs_the_subclass_override(tmp_path, why, owner, tail, flagged):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "t"\nversion = "0"\n')
+    (tmp_path / "train.py").write_text(_TEMPLATE.replace("{owner}", owner).replace("{tail}", tail))
+    assert bool([f for f in findings([tmp_path]) if f[2] == "AMP801"]) == flagged, why
+
+
+def test_no_shard_set_on_another_experiment_does_not_silence_this_one(tmp_path):
+    """Each script runs its own experiment: a NO_SHARD its `__main__` sets on an instance of an
+    unrelated class says nothing of this class's wrap."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "t"\nversion = "0"\n')
+    (tmp_path / "train.py").write_text(_TEMPLATE.replace("{owner}", "Experiment").replace("{tail}", ""))
+    (tmp_path / "other.py").write_text(
+        "from torch.distributed.fsdp import ShardingStrategy\nfrom train import Other\n\n"
+        "if __name__ == '__main__':\n    other = Other()\n    other.fsdp_defaults['sharding_strategy'] = ShardingStrategy.NO_SHARD\n    other(loader)\n"
+    )
+    assert [f for f in findings([tmp_path]) if f[2] == "AMP801"] == [("train.py", 36, "AMP801")]
+
+
+# ------------------------------------------------------------------ Lightning's DeepSpeedStrategy and its precision (read9 AMP808)
+
+_LIGHTNING_DS = (
+    "import argparse\nimport lightning as L\nfrom lightning.pytorch.strategies import DeepSpeedStrategy\n\n"
+    "def main(args):\n    low = args.precision in {compared}\n"
+    "    strategy = DeepSpeedStrategy(config={config})\n"
+    "    trainer = L.Trainer({trainer}, strategy=strategy)\n    trainer.fit(model)\n\n"
+    "if __name__ == '__main__':\n    parser = argparse.ArgumentParser()\n"
+    "    parser.add_argument('--precision', default={default})\n    parser.add_argument('--ds_config', default=None)\n"
+    "    main(parser.parse_args())\n"
+)
+
+
+@pytest.mark.parametrize("why, fields, json_fp16, json_bf16, expected", [
+    ("an fp16 value the code expects, on the bf16 config the command line names", {}, False, True, "warning"),
+    ("the option's default is fp16: every run conflicts", {"default": "'16-mixed'"}, False, True, "error"),
+    ("a bf16 precision on an fp16 config", {"default": "'bf16-mixed'", "compared": "['bf16-mixed']"}, True, False, "error"),
+    ("the code expects only bf16 values", {"compared": "['bf16-mixed', 'bf16']"}, False, True, None),
+    ("the config enables the Trainer's dtype too: DeepSpeed's own check (`enabled` both) is AMP808's other shape", {"default": "'16-mixed'"}, True, True, None),
+    ("a precision spread from `vars(args)`", {"trainer": "**vars(args)"}, False, True, "warning"),
+])
+def test_a_lightning_precision_against_the_deepspeed_config_its_strategy_runs(tmp_path, why, fields, json_fp16, json_bf16, expected):
+    values = {"compared": "['16-mixed', 'bf16']", "config": "args.ds_config", "trainer": "precision=args.precision", "default": "'bf16'", **fields}
+    source = _LIGHTNING_DS
+    for k, v in values.items():
+        source = source.replace("{" + k + "}", v)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "t"\nversion = "0"\n')
+    (tmp_path / "train.py").write_text(source)
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": json_fp16}, "bf16": {"enabled": json_bf16}, "zero_optimization": {"stage": 2},
+    }, indent=2))
+    found = [d for d in lint_paths([str(tmp_path)], Config()).diagnostics if d.code == "AMP808" and d.filename.endswith("train.py")]
+    if expected is None:
+        assert not found, why
+    else:
+        assert len(found) == 1 and found[0].location.row == 7, why
+        assert found[0].severity.value == expected, (why, found[0].severity)
+        assert any(r.filename and r.filename.endswith("ds.json") for r in found[0].related), why

@@ -257,6 +257,7 @@ _EXPORTS = {
     "WrapperPolicy": ".project.wrappers",
     "clip_owner_of": ".project.wrappers",
     "config_place": ".project.wrappers",
+    "lightning_precision_dtype": ".project.wrappers",
     "exclusive_branches": ".project.wrappers",
     "scale_file_diagnostics": ".project.wrappers",
     "scale_project_diagnostics": ".project.wrappers",

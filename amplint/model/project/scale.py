@@ -18,7 +18,15 @@ Python's `ast` only (no libcst, no torch), what one file says about that:
   references), what it returns, and which names and callees each name's value reads
   (`loss` derives from `engine(...)`);
 * `dicts`: dict literals shaped like a DeepSpeed config, with the line of each key;
-* `paths`: string literals naming a `.json`/`.yaml` file (configs the code names).
+* `paths`: string literals naming a `.json`/`.yaml` file (configs the code names);
+* `holders`: the classes (nested ones too, `Trainer.Models`) whose generated constructor keeps
+  each keyword argument as the attribute of its name -- a `@dataclass` or a `NamedTuple` that
+  defines no `__init__` -- with their fields: `Models(generator=FSDP(g))` holds the FSDP module
+  in `.generator` (`wrappers.ScaleView` reads such container attributes);
+* `options`/`compared`/`refused`: the argparse options of the file (default, choices), the
+  string literals the code compares a name to (`args.precision in ["16-mixed", "bf16"]`: the
+  values it expects the option to take) and those an `if` refuses along with DeepSpeed
+  (`if args.precision == "16" and args.deepspeed_config_path: raise ...`).
 
 Spellings are kept as dotted text; `wrappers.py` resolves them across files. Computed only
 for a file whose text holds one of `RELEVANT` (`relevant`), and only in projects where some
@@ -37,7 +45,7 @@ from .astutil import dotted, walk_expression
 from .dtype_maps import read_dtype_map
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 12
+VERSION = 13
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -126,6 +134,8 @@ COMPILERS = frozenset(("torch.compile",))
 #: top-level keys that make a dict literal a DeepSpeed config
 _DS_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization", "gradient_accumulation_steps", "gradient_clipping", "steps_per_print", "fp16", "bf16")
 _CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+#: class decorators whose generated `__init__` keeps each keyword argument as its attribute
+_HOLDER_DECORATORS = frozenset(("dataclass", "define", "frozen", "mutable"))
 
 Summary = Dict[str, Any]
 
@@ -166,6 +176,39 @@ def deepspeed_in_use(test: ast.AST, negated: bool = False) -> Optional[bool]:
         if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(right, ast.Attribute) and right.attr.upper() == "DEEPSPEED":
             return isinstance(op, ast.Eq) != negated
     return None
+
+
+def _vars_of(node: Optional[ast.AST]) -> Optional[str]:
+    """`vars(args)` / `args.__dict__`: the namespace spelled, else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars" and len(node.args) == 1:
+        return dotted(node.args[0])
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+        return dotted(node.value)
+    return None
+
+
+def _compared_literals(node: ast.Compare) -> List[Tuple[str, List[Any]]]:
+    """`args.precision == "16"`, `str(args.precision) in ["16-mixed", "bf16"]`: the dotted name
+    compared (through `str(...)`) and the string or integer literals it is compared to."""
+    out: List[Tuple[str, List[Any]]] = []
+    left = node.left
+    if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "str" and len(left.args) == 1:
+        left = left.args[0]
+    name = dotted(left) if isinstance(left, ast.Attribute) else None
+    if name is None:
+        return out
+    values: List[Any] = []
+    for op, right in zip(node.ops, node.comparators):
+        if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+            continue
+        elts = right.elts if isinstance(right, (ast.List, ast.Tuple, ast.Set)) else [right]
+        for e in elts:
+            v = _constant(e)
+            if isinstance(v, (str, int)) and not isinstance(v, bool):
+                values.append(v)
+    if values:
+        out.append((name, values))
+    return out
 
 
 def _names_deepspeed(node: ast.AST) -> bool:
@@ -229,6 +272,10 @@ class _Reader:
         self._walked: Tuple[Any, List[ast.AST]] = (None, [])  # the last expression `_expression` walked, its nodes
         self._bodies: Dict[str, List[ast.stmt]] = {}  # per function: its statements (`_single_value`)
         self._methods: Dict[str, Dict[str, Any]] = {}  # per module-level class: its methods' defs by name
+        self.holders: Dict[str, List[str]] = {}  # container classes (`@dataclass`, `NamedTuple`): their fields
+        self.options: Dict[str, Dict[str, Any]] = {}  # argparse options by dest: default, choices, position
+        self.compared: Dict[str, List[Any]] = {}  # `args.precision in ["16-mixed", ...]`: the literals a name is compared to
+        self.refused: Dict[str, List[Any]] = {}  # the literals a guard refuses along with DeepSpeed (`raise`)
 
     # ------------------------------------------------------------------ driver
 
@@ -251,6 +298,10 @@ class _Reader:
             "dicts": self.dicts,
             "paths": self.paths,
             "mutated": self.mutated,
+            "holders": self.holders,
+            "options": self.options,
+            "compared": self.compared,
+            "refused": self.refused,
         }
 
     def qualname(self, spelled: Optional[str]) -> Optional[str]:
@@ -509,6 +560,7 @@ class _Reader:
             return
         if isinstance(stmt, ast.ClassDef):
             if qual == "<module>":
+                self._holders(stmt, stmt.name, 0)
                 self.classes[stmt.name] = {"bases": [dotted(b) or "" for b in stmt.bases], "r": stmt.lineno}
                 self._methods[stmt.name] = {s.name: s for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
                 for s in stmt.body:
@@ -535,6 +587,7 @@ class _Reader:
             self._expression(value, qual, targets=targets)
             for target in targets:
                 self._mutation(target, qual)
+                self._sharding_set(target, value, stmt, qual)
                 self._bind(target, value, qual, cls)
             return
         if isinstance(stmt, ast.Return):
@@ -553,6 +606,12 @@ class _Reader:
             return
         if isinstance(stmt, ast.If):
             self._expression(stmt.test, qual)
+            if stmt.body and isinstance(stmt.body[0], ast.Raise) and any(_names_deepspeed(n) for n in walk_expression(stmt.test)):
+                for n in walk_expression(stmt.test):
+                    if isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.Eq, ast.In)):
+                        for name, values in _compared_literals(n):
+                            known = self.refused.setdefault(name, [])
+                            known.extend(v for v in values if v not in known and len(known) < 32)
             frame = stmt.lineno * 1000 + stmt.col_offset
             for branch, body in ((0, stmt.body), (1, stmt.orelse)):
                 off = deepspeed_in_use(stmt.test, negated=branch == 1) is False
@@ -580,6 +639,26 @@ class _Reader:
                 self._expression(value, qual)
             if name == "target" and isinstance(stmt, (ast.For, ast.AsyncFor)) and isinstance(stmt.target, ast.Name):
                 self.deps.setdefault(qual, {}).setdefault(stmt.target.id, [[], []])
+
+    def _holders(self, node: ast.ClassDef, qual: str, depth: int) -> None:
+        """Record `node` (and the classes nested in it, a level or two) when it is a container
+        whose constructor keeps its keyword arguments as attributes of their names: decorated
+        `@dataclass` / `@dataclass(...)` (or attrs' `@define`/`@frozen`), or a `NamedTuple`, and
+        defining neither `__init__` nor `__post_init__` (which may bind something else); its
+        fields in order, or none when a base class may declare fields before them (then only
+        keyword arguments are read)."""
+        body = node.body
+        own = {s.name for s in body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        decorators = {(dotted(d.func if isinstance(d, ast.Call) else d) or "").rsplit(".", 1)[-1] for d in node.decorator_list}
+        bases = {(dotted(b) or "").rsplit(".", 1)[-1] for b in node.bases}
+        if (decorators & _HOLDER_DECORATORS or "NamedTuple" in bases) and not own & {"__init__", "__post_init__", "__attrs_post_init__"}:
+            fields = [s.target.id for s in body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+            # positional arguments fill the fields in order only when no base class declares some first
+            self.holders[qual] = fields[:64] if not bases - {"NamedTuple", "object", ""} else []
+        if depth < 2:
+            for s in body:
+                if isinstance(s, ast.ClassDef):
+                    self._holders(s, f"{qual}.{s.name}", depth + 1)
 
     # ------------------------------------------------------------------ values
 
@@ -703,6 +782,16 @@ class _Reader:
         if isinstance(target, ast.Name):
             self._dep(qual, target.id, value)
 
+    def _sharding_set(self, target: ast.AST, value: ast.AST, stmt: ast.stmt, qual: str) -> None:
+        """`core.fsdp_defaults["sharding_strategy"] = ShardingStrategy.NO_SHARD`: a dict of FSDP
+        options (which a wrap may spread, `FSDP(m, **self.fsdp_defaults)`) gets its sharding
+        strategy set (event `shardset`: the dict's spelling, the value's)."""
+        if not (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and target.slice.value == "sharding_strategy"):
+            return
+        held = dotted(target.value)
+        if held:
+            self._event("shardset", stmt, qual, d=held, v=dotted(value) or "?")
+
     def _mutation(self, target: ast.AST, qual: str) -> None:
         """`cfg["fp16"]["enabled"] = ...`: the dict `cfg` changes after it was built."""
         node = target
@@ -778,6 +867,10 @@ class _Reader:
         for node in nodes:
             if isinstance(node, ast.Call):
                 self._call(node, qual, targets if node is expr else None, statement and node is expr)
+            elif isinstance(node, ast.Compare):
+                for name, values in _compared_literals(node):
+                    known = self.compared.setdefault(name, [])
+                    known.extend(v for v in values if v not in known and len(known) < 32)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower().endswith(_CONFIG_SUFFIXES) and len(node.value) < 300:
                 self.paths.append({"s": node.value, "f": qual, "r": node.lineno, "c": self._column(node.lineno, node.col_offset)})
 
@@ -814,6 +907,8 @@ class _Reader:
             if spelled not in uses and len(uses) < 200:
                 uses.append(spelled)
         kw = {k.arg: k.value for k in node.keywords if k.arg}
+        if method == "add_argument" and node.args:
+            self._option(node, kw)
         if q in FSDP1 or q in DDP:
             kind = "fsdp1" if q in FSDP1 else "ddp"
             subject = node.args[0] if node.args else kw.get("module")
@@ -824,6 +919,7 @@ class _Reader:
                 mpr=self._position(kw["mixed_precision"]) if "mixed_precision" in kw else None,
                 mpn=1 if "mixed_precision" in kw and _may_be_none(kw["mixed_precision"]) else None,
                 shard=dotted(kw.get("sharding_strategy")) if "sharding_strategy" in kw else None,
+                kwd=[d for d in (dotted(k.value) for k in node.keywords if k.arg is None) if d] or None,
             )
             return
         if q in FSDP2:
@@ -891,7 +987,7 @@ class _Reader:
         if q and q.split(".")[0] in _LIGHTNING_ROOTS and q.rsplit(".", 1)[-1] == "Trainer":
             self._event(
                 "ctor", node, qual, k="trainer", t=target, prec=self._precision(kw.get("precision")),
-                strategy=self._strategy(kw.get("strategy")),
+                strategy=self._strategy(kw.get("strategy")), popt=self._precision_option(node, qual),
             )
             return
         if q in ACCELERATORS:
@@ -1031,6 +1127,61 @@ class _Reader:
             return [dotted(e) or "" for e in first.elts]
         name = dotted(first)
         return [name] if name else None
+
+    def _option(self, node: ast.Call, kw: Dict[str, ast.AST]) -> None:
+        """`parser.add_argument("--precision", default="bf16", choices=[...])`: the option's dest,
+        its literal default and choices, and where it is declared."""
+        flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        long = next((f for f in flags if f.startswith("--")), None)
+        dest = _constant(kw.get("dest")) if "dest" in kw else (long[2:].replace("-", "_") if long else None)
+        if not isinstance(dest, str) or not dest or len(self.options) >= 256:
+            return
+        entry: Dict[str, Any] = {**self._position(node)}
+        default = _constant(kw.get("default")) if "default" in kw else None
+        if isinstance(default, (str, int)) and not isinstance(default, bool):
+            entry["d"] = default
+        choices = kw.get("choices")
+        if isinstance(choices, (ast.List, ast.Tuple, ast.Set)):
+            values = [_constant(e) for e in choices.elts]
+            if all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in values):
+                entry["ch"] = values
+        self.options[dest] = entry
+
+    def _precision_option(self, node: ast.Call, qual: str) -> Optional[str]:
+        """The option a Lightning `Trainer(...)`'s precision reads, as the code spells it: a
+        `precision=args.precision`, or spread from the parsed arguments -- `**vars(args)`, or
+        `**trainer_args` built `{k: v for k, v in vars(args).items() if k in keys}` with
+        "precision" among the literal `keys` -- as "args.precision". None otherwise."""
+        given = next((k.value for k in node.keywords if k.arg == "precision"), None)
+        if given is not None:
+            spelled = dotted(given)
+            return spelled if spelled and "." in spelled else None
+        for k in node.keywords:
+            if k.arg is not None:
+                continue
+            value = k.value
+            if isinstance(value, ast.Name):
+                value = self._single_value(value.id, qual)
+            namespace = _vars_of(value)
+            if namespace:
+                return f"{namespace}.precision"
+            if isinstance(value, ast.DictComp) and len(value.generators) == 1:
+                gen = value.generators[0]
+                it = gen.iter
+                if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "items":
+                    namespace = _vars_of(it.func.value)
+                    if namespace and all(self._keeps(cond, qual, "precision") for cond in gen.ifs) and gen.ifs:
+                        return f"{namespace}.precision"
+        return None
+
+    def _keeps(self, cond: ast.AST, qual: str, key: str) -> bool:
+        """`k in keys` whose literal `keys` (inline or a name bound once) holds `key`."""
+        if not (isinstance(cond, ast.Compare) and len(cond.ops) == 1 and isinstance(cond.ops[0], ast.In)):
+            return False
+        keys = cond.comparators[0]
+        if isinstance(keys, ast.Name):
+            keys = self._single_value(keys.id, qual)
+        return isinstance(keys, (ast.List, ast.Tuple, ast.Set)) and key in [_constant(e) for e in keys.elts]
 
     def _precision(self, node: Optional[ast.AST]) -> Optional[str]:
         """A Lightning `precision=` literal, normalised ("16" -> "16-mixed"); "?" when not literal."""

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from ..precision_names import LIGHTNING_FSDP_POLICY
+from ..precision_names import LIGHTNING_FSDP_POLICY, lightning_precision
 from . import configs
 from .scale import COMPILERS
 
@@ -49,6 +49,10 @@ MAX_SHIPPED_CONFIGS = 256
 _DEEPSPEED_CONSUMERS = frozenset(("deepspeed", "accelerate", "transformers", "lightning", "pytorch_lightning", "lightning_fabric"))
 #: a DeepSpeed JSON names one of these (a file holding none is not parsed)
 _DEEPSPEED_NEEDLES = (b'"fp16"', b'"bf16"', b'"bfloat16"', b'"zero_optimization"')
+#: the sharding strategies whose FSDP1 parameters are the rank's shards
+_SHARDED_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
+#: constructors whose instance holds each keyword argument as the attribute of its name
+_NAMESPACES = frozenset(("types.SimpleNamespace", "argparse.Namespace", "easydict.EasyDict"))
 #: a call whose name says it trains (its body may be outside what the model reads)
 _TRAINING_CALL = re.compile(r"^(?:backward|manual_backward|step|optimizer_step|setup_optimizers)$|(?:^|_)(?:train|training|fit)(?:_|$)")
 
@@ -127,7 +131,7 @@ class Wrapper:
         sharding strategy other than NO_SHARD, or a Fabric setup under `FSDPStrategy`."""
         if self.kind == "fsdp1":
             shard = self.event.get("shard") or ""
-            return not shard.endswith("NO_SHARD")
+            return not shard.endswith("NO_SHARD") and not self.notes.get("no_shard")
         return self.kind == "fabric" and self.strategy == "fsdp"
 
     @property
@@ -200,23 +204,28 @@ class ScaleView:
 
     # ------------------------------------------------------------------ values
 
-    def values(self, path: str, func: str, name: str, depth: int = 0) -> List[Tuple[str, str, Dict[str, Any]]]:
-        """(path, function, vref) of every value the dotted `name` read in `func` may hold."""
+    def values(self, path: str, func: str, name: str, depth: int = 0, this: Optional[Tuple[str, str]] = None) -> List[Tuple[str, str, Dict[str, Any]]]:
+        """(path, function, vref) of every value the dotted `name` read in `func` may hold.
+        `this`: the class `self` is known to be an instance of (a subclass of `func`'s own class,
+        when `func` was reached through a `self.` call an override of it receives: its
+        `self.build()` calls run that class's overrides, its `self.x` may be bound there)."""
         name = uncompiled(name)
-        key = ("values", path, func, name)
+        key = ("values", path, func, name, this)
         if key in self._memo:
             return self._memo[key]
         if key in self._active or depth > _MAX_DEPTH:
             return []
         self._active.add(key)
         try:
-            found = self._values(path, func, name, depth)
+            found = self._values(path, func, name, depth, this)
+            if this is not None:
+                found = self._dispatched(found, this)
         finally:
             self._active.discard(key)
         self._memo[key] = found
         return found
 
-    def _values(self, path: str, func: str, name: str, depth: int) -> List[Tuple[str, str, Dict[str, Any]]]:
+    def _values(self, path: str, func: str, name: str, depth: int, this: Optional[Tuple[str, str]] = None) -> List[Tuple[str, str, Dict[str, Any]]]:
         s = self.summary(path)
         if s is None:
             return []
@@ -226,13 +235,18 @@ class ScaleView:
             cls = self._class_of(path, func)
             if cls is None:
                 return []
-            for p, c in self._mro(path, cls):
+            classes = self._mro(path, cls)
+            if this is not None and (path, cls) in self._mro(*this):
+                classes = self._mro(*this)  # `self` is an instance of the subclass: its methods bind too
+            for p, c in classes:
                 ps = self.summary(p)
                 if ps is None:
                     continue
                 for qual, refs in ps["binds"].items():
                     if qual.startswith(f"{c}.") and attr in refs:
                         out.extend((p, qual, r) for r in refs[attr])
+            if not out and name.count(".") >= 2:
+                out = self._fields(path, func, name, depth, this)  # `self.models.generator`
             return out
         scope: Optional[str] = func
         while scope is not None:
@@ -242,13 +256,127 @@ class ScaleView:
             info = s["functions"].get(scope)
             head = name.split(".", 1)[0]
             if info is not None and scope != "<module>" and head in info["params"] and head == name:
-                return self._arguments(path, scope, name, depth)
+                return self._arguments(path, scope, name, depth, this)
             if scope == "<module>":
                 break
             scope = scope.rsplit(".", 1)[0] if "." in scope else "<module>"
         imported = self._imported(path, name) if depth < _MAX_DEPTH else None
         if imported is not None and imported[0] != path:
             return self.values(imported[0], "<module>", imported[1], depth + 1)
+        if not out and "." in name:
+            out = self._fields(path, func, name, depth, this)  # `models.generator`, `models` a container
+        return out
+
+    # ------------------------------------------------------------------ container attributes
+
+    def _fields(self, path: str, func: str, name: str, depth: int, this: Optional[Tuple[str, str]]) -> List[Tuple[str, str, Dict[str, Any]]]:
+        """The values of `holder.attr` when `holder` is a container the code builds with the
+        attribute as a keyword (`Models(generator=generator)`: a `@dataclass` or `NamedTuple`,
+        nested in a class too, `SimpleNamespace(...)`), or binds it on (`models.generator = m`),
+        through the builders that return it (`models = self.setup_models()`) and the arguments
+        call sites pass (`def step(self, models)`). Anything else (an object whose own
+        `__init__` decides its attributes, a dict) gives nothing."""
+        base, _, attr = name.rpartition(".")
+        if not base or base == "self" or attr.startswith("__") or depth >= _MAX_DEPTH:
+            return []
+        out: List[Tuple[str, str, Dict[str, Any]]] = []
+        for p, f, ref in self.values(path, func, base, depth + 1, this):
+            for found in self._field_of_ref(p, f, ref, attr, depth + 1, this):
+                if found not in out:
+                    out.append(found)
+        return out
+
+    def _field_of_ref(self, path: str, func: str, ref: Any, attr: str, depth: int,
+                      this: Optional[Tuple[str, str]]) -> List[Tuple[str, str, Dict[str, Any]]]:
+        if depth > _MAX_DEPTH or not isinstance(ref, dict):
+            return []
+        if "n" in ref:
+            if ref.get("x"):
+                return []
+            return self.values(path, func, f"{ref['n']}.{attr}", depth + 1, this)
+        if "c" not in ref or ref.get("m"):
+            return []
+        fields = self._holder_fields(path, func, ref["c"])
+        if fields is not None:
+            value = (ref.get("k") or {}).get(attr)
+            if value is None and attr in fields:
+                args = ref.get("a") or []
+                i = fields.index(attr)
+                value = args[i] if i < len(args) else None
+            if isinstance(value, str):
+                return [(path, func, {"n": value})]
+            return [(path, func, value)] if isinstance(value, dict) else []
+        out: List[Tuple[str, str, Dict[str, Any]]] = []
+        for p, q in self._callees_of(path, func, ref["c"], this):  # a builder that returns the container
+            ps = self.summary(p)
+            for r in (ps["returns"].get(q, []) if ps else []):
+                out.extend(self._field_of_ref(p, q, r, attr, depth + 1, this))
+        return out
+
+    def _holder_fields(self, path: str, func: str, spelled: str) -> Optional[List[str]]:
+        """The fields of the container class a call spelled `spelled` constructs (positional
+        order; a namespace: []), or None when it is not known to be one (scale `holders`)."""
+        if self._qualname(path, spelled) in _NAMESPACES:
+            return []
+        head, _, rest = spelled.partition(".")
+        classes: List[Tuple[str, str]] = []
+        if head == "self" and rest and "." not in rest:
+            cls = self._class_of(path, func)
+            if cls is None:
+                return None
+            classes = [(p, f"{c}.{rest}") for p, c in self._mro(path, cls)]  # `self.Models(...)`: a nested class
+        else:
+            if not self._ensure(path):
+                return None
+            try:
+                types = self.project.name_types(path, func, head)
+            except Exception:  # pragma: no cover - the project model's own limits
+                types = frozenset()
+            classes = [(t[1], f"{t[2]}.{rest}" if rest else t[2]) for t in sorted(types, key=repr) if t[0] == "C"]
+        for p, qual in classes:
+            ps = self.summary(p)
+            held = (ps.get("holders") or {}) if ps else {}
+            if qual in held:
+                return list(held[qual])
+        return None
+
+    def _callees_of(self, path: str, func: str, spelled: str, this: Optional[Tuple[str, str]]) -> List[Tuple[str, str]]:
+        """`callees`, where a `self.method(...)` call of an instance known to be of class `this`
+        runs the override `this` inherits (`BaseCore.__call__`'s `self.setup_models()` on a
+        `GeneratorCore` runs `GeneratorCore.setup_models`)."""
+        if this is not None and spelled.startswith("self.") and spelled.count(".") == 1:
+            found = self._override(this, spelled[len("self."):])
+            if found is not None:
+                return [found]
+        return self.callees(path, func, spelled)
+
+    def _override(self, this: Tuple[str, str], method: str) -> Optional[Tuple[str, str]]:
+        """The function `method` of class `this` resolves to (its own, else its bases' in MRO order)."""
+        if not self._ensure(this[0]):
+            return None
+        try:
+            chain = self.project.mro(*this)
+        except Exception:  # pragma: no cover - the project model's own limits
+            return None
+        for p, c in chain:
+            if self._ensure(p) and f"{c}.{method}" in self.project.summaries[p]["functions"]:
+                return (p, f"{c}.{method}")
+        return None
+
+    def _dispatched(self, found: List[Tuple[str, str, Dict[str, Any]]], this: Tuple[str, str]) -> List[Tuple[str, str, Dict[str, Any]]]:
+        """`values` of a function whose `self` is a `this`: a value a `self.method(...)` call
+        returns is what `this`'s override of the method returns (the template method: the base
+        class's loop calls `self.setup_models()`, each experiment's subclass defines it)."""
+        out: List[Tuple[str, str, Dict[str, Any]]] = []
+        for p, f, ref in found:
+            spelled = ref.get("c", "") if isinstance(ref, dict) and not ref.get("m") else ""
+            target = self._override(this, spelled[len("self."):]) if spelled.startswith("self.") and spelled.count(".") == 1 else None
+            ps = self.summary(target[0]) if target is not None else None
+            returned = ps["returns"].get(target[1], []) if ps is not None and target is not None else []
+            if returned and (target[0], target[1]) != (p, f):
+                out.extend((target[0], target[1], r) for r in returned)
+            else:
+                out.append((p, f, ref))
         return out
 
     def latest(self, path: str, func: str, name: str, before: Tuple[int, int]) -> List[Tuple[str, str, Dict[str, Any]]]:
@@ -283,33 +411,63 @@ class ScaleView:
         s = self.summary(path)
         return bool(s) and name in s.get("mutated", {}).get(func, ())
 
-    def _arguments(self, path: str, func: str, param: str, depth: int) -> List[Tuple[str, str, Dict[str, Any]]]:
-        """The values call sites pass to a parameter (the project model's call graph)."""
+    def _arguments(self, path: str, func: str, param: str, depth: int, this: Optional[Tuple[str, str]] = None) -> List[Tuple[str, str, Dict[str, Any]]]:
+        """The values call sites pass to a parameter (the project model's call graph), and, for
+        a method, the `self.method(...)` calls of the methods of its class's lineage that run it
+        (`self` an instance of this class, `this`, or its own: a base class's training loop
+        calling the `backward_pass` each experiment's subclass defines); their `self` is then an
+        instance of that class (`this`, for the caller's own `self.` calls)."""
         info = self.function(path, func)
         if info is None:
             return []
         params = list(info["params"])
-        if info["cls"] and func.count(".") == 1 and params:
+        method = info["cls"] and func.count(".") == 1
+        if method and params:
             params = params[1:]  # self
-        targets = [(path, func)]
+        try:
+            calls = [(c, this) for c in self.project.callers((path, func))[:12]]
+        except Exception:  # pragma: no cover - the project model's own limits
+            calls = []
+        if method:
+            calls.extend((c, this or (path, info["cls"])) for c in self._self_calls(path, func, this or (path, info["cls"])) if all(c.record is not o.record for o, _ in calls))
         out: List[Tuple[str, str, Dict[str, Any]]] = []
-        for key in targets:
-            try:
-                calls = self.project.callers(key)
-            except Exception:  # pragma: no cover - the project model's own limits
-                calls = []
-            for call in calls[:12]:
-                record = call.record
-                ref = None
-                if param in params:
-                    i = params.index(param)
-                    if i < len(record["a"]):
-                        ref = record["a"][i]
-                if ref is None:
-                    ref = record["k"].get(param)
-                ref = self._compiled_subject(call.path, ref)
-                if ref and "n" in ref:
-                    out.extend(self.values(call.path, call.func, ref["n"], depth + 1) or [(call.path, call.func, {"n": ref["n"], "x": 1})])
+        for call, known in calls:
+            record = call.record
+            ref = None
+            if param in params:
+                i = params.index(param)
+                if i < len(record["a"]):
+                    ref = record["a"][i]
+            if ref is None:
+                ref = record["k"].get(param)
+            ref = self._compiled_subject(call.path, ref)
+            if ref and "n" in ref:
+                out.extend(self.values(call.path, call.func, ref["n"], depth + 1, known) or [(call.path, call.func, {"n": ref["n"], "x": 1})])
+        return out
+
+    def _self_calls(self, path: str, func: str, this: Tuple[str, str]) -> List[Any]:
+        """The `self.method(...)` calls in the methods of `this`'s classes (its MRO, read from
+        the project summaries) that run `func` of `path` on an instance of `this` (the method
+        `this` resolves `method` to is that one), a few."""
+        from .graph import Call
+
+        method = func.rsplit(".", 1)[-1]
+        if self._override(this, method) != (path, func):
+            return []
+        try:
+            chain = self.project.mro(*this)
+        except Exception:  # pragma: no cover - the project model's own limits
+            return []
+        out: List[Any] = []
+        for p, c in chain:
+            if not self._ensure(p):
+                continue
+            for qual, finfo in self.project.summaries[p]["functions"].items():
+                if not qual.startswith(f"{c}.") or qual.count(".") != 1:
+                    continue
+                for record in finfo["calls"]:
+                    if record.get("f") == f"self.{method}" and len(out) < 12:
+                        out.append(Call(p, qual, record))
         return out
 
     def _compiled_subject(self, path: str, ref: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -466,6 +624,8 @@ class ScaleView:
         w = Wrapper(kind, path, e, element)
         if kind in ("fsdp1", "fsdp2"):
             w.policy = self.policy(path, e["f"], e.get("mp"))
+            if kind == "fsdp1" and e.get("kwd") and not e.get("shard") and self._spread_no_shard(path, e):
+                w.notes["no_shard"] = True
         elif kind == "deepspeed":
             w.config = self.config(path, e["f"], e.get("cfg"))
         elif kind == "fabric":
@@ -489,6 +649,52 @@ class ScaleView:
                 return None
             w.framework = accelerator
         return w
+
+    def _spread_no_shard(self, path: str, e: Dict[str, Any]) -> bool:
+        """Whether the options dict an FSDP1 wrap spreads (`FSDP(m, **self.fsdp_defaults)`)
+        may have its sharding strategy set to `NO_SHARD` (`shardset` events of the project: a
+        script's `core.fsdp_defaults["sharding_strategy"] = ShardingStrategy.NO_SHARD` before it
+        runs; any value but a sharding one counts, `NO_SHARD` or decided at run time): a dict
+        spelled with the same last name, set on the wrap's own dict -- an instance
+        of the wrapping method's class or a subclass of it, or an owner whose type is not known.
+        An instance of an unrelated class (another script's experiment) does not count."""
+        wrap_cls = self._class_of(path, e["f"])
+        for spread in e["kwd"]:
+            last = spread.rsplit(".", 1)[-1]
+            for p, s in self.events("shardset"):
+                held = s["d"]
+                if held.rsplit(".", 1)[-1] != last or (s.get("v") or "?").endswith(_SHARDED_STRATEGIES):
+                    continue
+                owner = held.rsplit(".", 1)[0] if "." in held else None
+                if owner is None or not spread.startswith("self.") or wrap_cls is None:
+                    if owner is None and spread != held:
+                        continue
+                    return True
+                if owner == "self":
+                    if (p, self._class_of(p, s["f"]) or "") in self._lineage(path, wrap_cls):
+                        return True
+                    continue
+                types = self._types(p, s["f"], owner)
+                instances = [t for t in types if t[0] == "I"]
+                if not instances or any((path, wrap_cls) in self._lineage(t[1], t[2]) for t in instances):
+                    return True
+        return False
+
+    def _lineage(self, path: str, cls: str) -> Set[Tuple[str, str]]:
+        if not self._ensure(path):
+            return {(path, cls)}
+        try:
+            return {(p, c) for p, c in self.project.mro(path, cls)}
+        except Exception:  # pragma: no cover - the project model's own limits
+            return {(path, cls)}
+
+    def _types(self, path: str, func: str, name: str) -> Any:
+        if not self._ensure(path):
+            return frozenset()
+        try:
+            return self.project.name_types(path, func, name)
+        except Exception:  # pragma: no cover - the project model's own limits
+            return frozenset()
 
     def _framework(self, path: str, func: str, receiver: Optional[str], kind: str) -> Optional[Tuple[str, Dict[str, Any]]]:
         """The `Fabric(...)` / `Accelerator(...)` constructor a receiver certainly holds."""
@@ -1059,6 +1265,36 @@ class ScaleView:
         return True
 
 
+    def option_values(self, path: str, spelled: str) -> Optional[Tuple[List[Tuple[Any, bool]], Optional[Place]]]:
+        """The values a command-line option read as `spelled` (`args.precision`) in `path` may
+        take, as the code shows them: its argparse default (True: the default run), its
+        choices, and the literals the file compares it to (`args.precision in ["16-mixed",
+        "bf16"]`: values the code expects), less those a guard refuses along with DeepSpeed
+        (`if args.precision == "16" and args.deepspeed_config_path: raise`); with where the
+        option is declared (this file, else the one project file declaring it). None when no
+        file declares the option."""
+        s = self.summary(path)
+        if s is None or "." not in spelled:
+            return None
+        dest = spelled.rsplit(".", 1)[-1]
+        declared = [(path, s.get("options", {}).get(dest))] if dest in s.get("options", {}) else [
+            (p, self.summary(p).get("options", {}).get(dest)) for p in self.files() if dest in (self.summary(p) or {}).get("options", {})  # type: ignore[union-attr]
+        ]
+        if len(declared) != 1:
+            return None
+        where, option = declared[0]
+        refused = {str(v) for v in s.get("refused", {}).get(spelled, ())}
+        out: List[Tuple[Any, bool]] = []
+        if "d" in option:
+            out.append((option["d"], True))
+        for v in [*option.get("ch", ()), *s.get("compared", {}).get(spelled, ())]:
+            if str(v) not in refused and all(str(v) != str(o) for o, _ in out):
+                out.append((v, False))
+        if out and out[0][1] and str(out[0][0]) in refused:
+            out = out[1:]
+        place = (where, option["r"], option["c"], option["er"], option["ec"])
+        return out, place
+
     def deps(self, path: str, func: str, name: str, depth: int = 4) -> Tuple[Set[str], Set[str]]:
         """The names and callees the value of `name` in `func` reads, transitively (a few levels)."""
         s = self.summary(path)
@@ -1116,11 +1352,25 @@ class Finding:
     data: Dict[str, Any] = field(default_factory=dict)
     fix: Optional[Tuple[str, List[Tuple[Place, str]]]] = None
     config_file: bool = False  # reported in a config file (a DeepSpeed JSON, an accelerate YAML)
+    severity: Optional[Any] = None  # the rule's own unless set (a conflict on a non-default choice: a warning)
 
 
 def config_place(config: Config, *keys: str) -> Place:
     row, col = config.where(*keys)
     return (config.path, row, col, row, col + max(1, len(keys[-1]) + 2 if keys else 1))
+
+
+def lightning_dtype(value: Any) -> Optional[str]:
+    """The dtype a Lightning `precision=` value trains in ("fp16" for "16-mixed", "16", 16,
+    "16-true"; "bf16" for the bf16 ones); None for 32/64 and anything else."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    normal = lightning_precision(value)
+    if normal in ("16-mixed", "16-true"):
+        return "fp16"
+    if normal in ("bf16-mixed", "bf16-true"):
+        return "bf16"
+    return None
 
 
 def _shown(path: str) -> str:
@@ -1148,7 +1398,7 @@ def to_diagnostic(rule: Any, finding: Finding) -> Any:
         code=rule.code,
         name=rule.name,
         message=finding.message,
-        severity=rule.severity,
+        severity=finding.severity or rule.severity,
         filename=path,
         location=Location(row, col),
         end_location=Location(erow, ecol),
@@ -1256,6 +1506,7 @@ def clip_owner_of(view: ScaleView, path: str, clip: Dict[str, Any]) -> Optional[
 #: the names `amplint.model` exports these under
 ScaleConfig = Config
 ScaleFinding = Finding
+lightning_precision_dtype = lightning_dtype
 WrapperPolicy = Policy
 exclusive_branches = exclusive
 scale_file_diagnostics = file_diagnostics
