@@ -540,6 +540,11 @@ CALL_GATES_SOUND = [
     ("AMP002", "import argparse\nimport torch as T\nparser = argparse.ArgumentParser()\n"
                "parser.add_argument('--device', default='cpu')\nargs = parser.parse_args()\ndef main(args):\n"
                "    model = Model().to(args.device)\n    with T.amp . autocast ('cuda'):\n        out = model(x)\n"),
+    # AMP002: the MPS mapped onto a CPU autocast, the mapping's `else` arm after a comment and a bracket
+    ("AMP002", "def train(model, loader, args):\n    device = 'mps' if args.mac else 'cuda'\n"
+               "    amp_device = ('cuda' if 'cuda' in device\n                  else  # a Mac: the CPU's\n                  ('cpu'))\n"
+               "    for x in loader:\n        with torch.autocast(amp_device, dtype=torch.bfloat16):\n"
+               "            loss = model(x.to(device))\n        loss.backward()\n"),
 ]
 
 CALL_GATES_SKIPPED = [
@@ -571,6 +576,10 @@ CALL_GATES_SKIPPED = [
                "        out = model(x)\n"),
     ("AMP002", "def main(device='cpu'):\n    model = Model().to('cuda')\n    if device == 'cuda' or device in ['mps', 'cuda']:\n"
                "        with torch.autocast(device_type=device):\n            out = model(x)\n"),
+    # AMP002: a conditional onto "cpu" whose other arm is no CUDA (transformers' `map_location`)
+    ("AMP002", "def load(device, rank):\n    device = 'mps' if device is None else device\n"
+               "    map_location = 'cpu' if rank == 0 else 'meta'\n    with torch.autocast(device_type=device):\n"
+               "        out = model(x)\n"),
 ]
 
 

@@ -1109,12 +1109,26 @@ def cuda_autocast_possible(source: str) -> bool:
     words `cpu`/`mps` the rule requires).
     transformers' model files pass the words on `torch.autocast(device_type=device_type,
     enabled=False)` and a `"cpu"`: neither. Also the MPS half's two-way mapping of a device onto
-    a CUDA or a CPU autocast (`amp_device = "cuda" if device.startswith("cuda") else "cpu"`)."""
-    return _cuda_device_argument(source) or _identifier_in(source, "amp") or bool(_DEVICE_MAPPING.search(source))
+    a CUDA or a CPU autocast (`amp_device = "cuda" if device.startswith("cuda") else "cpu"`):
+    both arms are the strings "cuda" and "cpu" (`cpu_mapped_mps`), so after the first arm comes
+    an `else` whose arm is one of them (`"cpu" if rank == 0 else "meta"` is no such mapping)."""
+    return _cuda_device_argument(source) or _identifier_in(source, "amp") or _device_mapping(source)
 
 
 #: `"cuda" if ... else "cpu"` / `'cpu' if ... else 'cuda'`: a device type chosen by a conditional
 _DEVICE_MAPPING = re.compile(r"""["'](?:cuda|cpu)["']\s+if\b""")
+#: the mapping's other arm: `else` then blanks, line continuations, comments or `(`, then the
+#: string "cuda" or "cpu" (any prefix, any quotes); starts with a literal, so `re` looks for it (a
+#: comment runs to its line's end: one way to read each, no backtracking over its `#`s)
+_DEVICE_ELSE = re.compile(r"""else(?:[\s(]|\\|#[^\n]*\n)*[rRuUbBfF]{0,2}(?:"|')(?:""|'')?(?:cuda|cpu)["']""")
+
+
+def _device_mapping(source: str) -> bool:
+    """A conditional expression may map a device onto "cuda" or "cpu": an arm `"cuda" if` /
+    `"cpu" if`, and after it an `else` whose arm is `"cuda"` or `"cpu"` (the mapping's `else`
+    follows its first arm, so it lies after the first such arm in the text)."""
+    first = _DEVICE_MAPPING.search(source)
+    return first is not None and _DEVICE_ELSE.search(source, first.end()) is not None
 
 
 #: what may stand right before a string literal: its prefix and its opening quotes
