@@ -166,6 +166,7 @@ def export(git_dir: Path, commit: str, target: Path) -> Path:
     """The commit's tree as plain files (blobs a shallow snapshot lacks are skipped, as `fetch` leaves them)."""
     done = target / ".exported"
     if done.exists() and done.read_text() == commit:
+        _write_index(git_dir, commit, target)
         return target
     listing = subprocess.run(
         ["git", "--git-dir", str(git_dir), "ls-tree", "-r", "-z", commit], capture_output=True, check=True
@@ -194,8 +195,20 @@ def export(git_dir: Path, commit: str, target: Path) -> Path:
     cat.stdin.close()
     cat.wait()
     (target / ".git").mkdir(exist_ok=True)  # a clone's root marker: amplint finds the project where a user's checkout has it
+    _write_index(git_dir, commit, target)
     done.write_text(commit)
     return target
+
+
+def _write_index(git_dir: Path, commit: str, target: Path) -> None:
+    """The commit's index in the export's `.git`, as a clone has it: git (and amplint) never
+    ignore a tracked file, whatever the project's .gitignore says (`**/sat` above a tracked `sat/`)."""
+    index = target / ".git" / "index"
+    if index.exists():
+        return
+    (target / ".git").mkdir(exist_ok=True)
+    env = dict(os.environ, GIT_INDEX_FILE=str(index))
+    subprocess.run(["git", "--git-dir", str(git_dir), "read-tree", commit], env=env, check=True, capture_output=True)
 
 
 def lint(folder: Path, jobs: int) -> Tuple[List[dict], float]:

@@ -171,3 +171,31 @@ def test_an_amplint_that_did_not_run_fails_the_drill_rather_than_scoring_no_find
     monkeypatch.setattr(blind_drill.subprocess, "run", lambda *a, **k: failed)
     with pytest.raises(SystemExit, match="exit 1"):
         blind_drill.lint(tmp_path, 1)
+
+
+@pytest.mark.skipif(__import__("shutil").which("git") is None, reason="git is not installed")
+def test_export_carries_the_index_a_clone_has(tmp_path):
+    # a project whose .gitignore matches its own tracked code: the export lints it as a clone would
+    import os
+    import subprocess
+
+    from amplint.core.config import Config
+    from amplint.engine.discovery import discover
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    src = tmp_path / "src"
+    (src / "sat").mkdir(parents=True)
+    (src / "sat" / "train.py").write_text("x = 1\n")
+    (src / "top.py").write_text("x = 1\n")
+    (src / ".gitignore").write_text("**/sat\n")
+    subprocess.run(["git", "init", "-q", str(src)], check=True)
+    subprocess.run(["git", "add", "-f", "-A"], cwd=src, check=True)
+    subprocess.run(["git", "commit", "-qm", "x"], cwd=src, check=True, env=env)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True, check=True).stdout.strip()
+    target = tmp_path / "export"
+    blind_drill.export(src / ".git", commit, target)
+    found = sorted(os.path.relpath(p, target) for p in discover([str(target)], Config(root=str(target))))
+    assert found == ["sat/train.py", "top.py"]
+    (target / ".git" / "index").unlink()  # an export made before the index was written gets it on the next run
+    blind_drill.export(src / ".git", commit, target)
+    assert (target / ".git" / "index").exists()

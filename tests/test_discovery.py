@@ -147,3 +147,80 @@ def test_walk_skips_file_checks_only_where_no_glob_can_match(tmp_path, patterns)
             if not any(check(str(p), p.name) for p in chain):
                 expected.append(str(path))
     assert found == sorted(expected), patterns
+
+
+def _git(tmp_path, *args):
+    subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_tracked_files_are_linted_whatever_the_gitignore_says(tmp_path, version):
+    # a project that ignores its own tracked code (`**/sat` above a tracked sat/, `test*` above tracked tests)
+    _git(tmp_path, "init", "-q")
+    touch(tmp_path, "train.py", "sat/train_video.py", "sat/sgm/util.py", "tests/test_a.py", "pkg/testing.py")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "x")
+    (tmp_path / ".gitignore").write_text("**/sat\ntest*\n")
+    # untracked twins under the same patterns: still ignored, as git has them
+    touch(tmp_path, "sat/scratch.py", "sat/sgm/new.py", "tests/test_local.py", "testrun.py", "pkg/testing2.py", "kept.py")
+    _git(tmp_path, "update-index", "--index-version", version)
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout.split()
+    git_sees = sorted(p for p in out if p.endswith(".py"))
+    assert git_sees == ["kept.py", "pkg/testing.py", "sat/sgm/util.py", "sat/train_video.py", "tests/test_a.py", "train.py"]
+    assert files(tmp_path) == git_sees
+    # linting the tracked folder by name: its files are linted
+    named = sorted(os.path.basename(p) for p in discover([str(tmp_path / "sat" / "sgm")], Config(root=str(tmp_path))))
+    assert "util.py" in named
+
+
+def test_without_an_index_the_patterns_alone_decide(tmp_path):
+    # an exported tree (an empty .git marks the root; no index): nothing says what is tracked
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text("**/sat\n")
+    touch(tmp_path, "train.py", "sat/train_video.py")
+    assert files(tmp_path) == ["train.py"]
+    (tmp_path / ".git" / "index").write_bytes(b"not an index")
+    assert files(tmp_path) == ["train.py"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_parse_index_reads_what_git_tracks(tmp_path):
+    from amplint.engine.gitindex import parse_index
+
+    _git(tmp_path, "init", "-q")
+    touch(tmp_path, "a.py", "deep/er/b.py", "deep/er/c.py", "deeper/d.py", "long_" + "n" * 200 + ".py")
+    _git(tmp_path, "add", "-A")
+    (tmp_path / "intent.py").write_text("")
+    _git(tmp_path, "add", "-N", "intent.py")  # an extended-flags entry (v3)
+    listed = subprocess.run(["git", "ls-files"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
+    for version in ("3", "4", "2"):
+        _git(tmp_path, "update-index", "--index-version", version)
+        assert list(parse_index((tmp_path / ".git" / "index").read_bytes())) == listed
+    assert parse_index(b"DIRC\x00\x00\x00\x09\x00\x00\x00\x00") is None
+    assert parse_index(b"") is None
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_tracked_file_under_an_ignored_folder_gets_its_findings(tmp_path):
+    import json
+    import sys
+
+    code = (
+        "import torch\n\n\ndef step(model, x):\n    with torch.cuda.amp.autocast():\n        return model(x)\n\n\n"
+        "if __name__ == '__main__':\n    step(torch.nn.Linear(2, 2), torch.ones(2))\n"
+    )
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "sat").mkdir()
+    (tmp_path / "sat" / "train_video.py").write_text(code)  # INVALID, tracked: flagged
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "x")
+    (tmp_path / ".gitignore").write_text("**/sat\n")
+    (tmp_path / "sat" / "scratch.py").write_text(code)  # its untracked twin: ignored, silent
+    out = subprocess.run([sys.executable, "-m", "amplint", "--output-format", "json", "--no-cache", "--exit-zero", "."],
+                         cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    found = {(os.path.basename(d["filename"]), d["code"]) for d in json.loads(out.stdout)}
+    assert found == {("train_video.py", "AMP001")}, out.stderr

@@ -11,6 +11,11 @@ The gitignore matcher is a small pure-Python implementation of git's rules
 precedence), so discovery needs neither git nor a subprocess and prunes
 ignored folders instead of walking them. Global git excludes
 (`core.excludesFile`) are not read: results must not depend on the machine.
+
+As in git, a pattern never hides a file the checkout tracks: where the work tree's index
+is readable (`engine/gitindex.py`), a tracked file is linted and a folder holding one is
+walked even when a pattern matches them (untracked files inside such a folder stay
+ignored). Without an index the patterns alone decide.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, Iterator, List, Optional, Seq
 
 from ..core.roots import nearest_marked
 from ..core.safe_read import read_text
+from .gitindex import Tracked, tracked
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Config
@@ -195,8 +201,12 @@ def _git_dir(root: str) -> Optional[str]:
 class GitIgnore:
     """The ignore files that apply in one folder: a stack, deepest last."""
 
-    def __init__(self, files: Tuple[IgnoreFile, ...] = ()):
+    def __init__(self, files: Tuple[IgnoreFile, ...] = (), tracked: Optional[Tracked] = None, beneath: bool = False):
         self.files = files
+        #: what the work tree's index tracks (None: no readable index, patterns alone decide)
+        self.tracked = tracked
+        #: inside a folder the patterns ignore, walked only for the tracked files it holds
+        self.beneath = beneath
 
     @classmethod
     def for_folder(cls, folder: str) -> "GitIgnore":
@@ -208,10 +218,12 @@ class GitIgnore:
         folder = os.path.abspath(folder)
         root = git_root(folder)
         files: List[IgnoreFile] = []
+        known: Optional[Tracked] = None
         if root is None:
             chain = [folder]
         else:
             git_dir = _git_dir(root)
+            known = tracked(root, git_dir)
             common = git_dir
             if git_dir is not None and os.path.isfile(os.path.join(git_dir, "commondir")):
                 try:
@@ -237,15 +249,34 @@ class GitIgnore:
             found = _read_ignore_file(os.path.join(f, ".gitignore"), f)
             if found:
                 files.append(found)
-        return cls(tuple(files))
+        ignore = cls(tuple(files), known)
+        return ignore
 
     def enter(self, folder: str) -> "GitIgnore":
         """The stack for a subfolder (adds its .gitignore, if any)."""
         found = _read_ignore_file(os.path.join(folder, ".gitignore"), os.path.abspath(folder))
-        return GitIgnore(self.files + (found,)) if found else self
+        return GitIgnore(self.files + (found,), self.tracked, self.beneath) if found else self
+
+    def inside_ignored(self) -> "GitIgnore":
+        """The stack for a folder the patterns ignore that holds tracked files."""
+        return self if self.beneath else GitIgnore(self.files, self.tracked, True)
+
+    def holds_tracked(self, folder: str) -> bool:
+        """Whether the index tracks a file under `folder` (absolute)."""
+        return self.tracked is not None and folder in self.tracked.folders
 
     def ignored(self, path: str, is_dir: bool, absolute: bool = False) -> bool:
+        """Whether git ignores `path`: a tracked file never; inside an ignored folder every
+        untracked path; elsewhere the deepest pattern that matches decides. A folder holding
+        tracked files may answer True: the walk enters it all the same (`holds_tracked`)."""
         abspath = path if absolute else os.path.abspath(path)
+        if self.tracked is not None and not is_dir and abspath in self.tracked.files:
+            return False
+        if self.beneath:
+            return True
+        return self._patterns_ignore(abspath, is_dir)
+
+    def _patterns_ignore(self, abspath: str, is_dir: bool) -> bool:
         for f in reversed(self.files):  # deeper files take precedence
             verdict = f.match(abspath, is_dir)
             if verdict is not None:
@@ -371,7 +402,10 @@ class WalkRecord:
 
 def _stack_key(ignore: Optional[GitIgnore]) -> Optional[tuple]:
     """What decides a walk's gitignore answers: each ignore file's folder and patterns, in order."""
-    return None if ignore is None else tuple((f.base, f.patterns) for f in ignore.files)
+    if ignore is None:
+        return None
+    key = tuple((f.base, f.patterns) for f in ignore.files)
+    return key + (("", "beneath"),) if ignore.beneath else key
 
 
 def discover(
@@ -468,15 +502,18 @@ def _walk(
             full_abs = prefix + d
             if d.startswith(".") or check(full_abs, d):
                 continue
+            sub = here
             if here is not None and here.ignored(full_abs, True, absolute=True):
-                continue
+                if not here.holds_tracked(full_abs):
+                    continue
+                sub = here.inside_ignored()  # walked for the tracked files it holds
             if d in links:
                 continue
             other = reuse.tops.get(full_abs) if reuse is not None else None
-            if other is not None and _same_rules(here, full_abs, other[0]) and not os.path.exists(full_abs + os.sep + "pyvenv.cfg"):
-                below.append(("", full_abs, here, other[1]))
+            if other is not None and _same_rules(sub, full_abs, other[0]) and not os.path.exists(full_abs + os.sep + "pyvenv.cfg"):
+                below.append(("", full_abs, sub, other[1]))
             else:
-                below.append((os.path.join(dirpath, d), full_abs, here, None))
+                below.append((os.path.join(dirpath, d), full_abs, sub, None))
         spelled = (dirpath if not dirpath or dirpath.endswith("/") else dirpath + "/") if posix else None
         configs = record.configs if record is not None else None
         for f in sorted(listed.filenames):
