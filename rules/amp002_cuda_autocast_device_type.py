@@ -508,8 +508,7 @@ def main(args):
                 site = ProjectCall(path, trainer["func"], {"r": at, "c": col, "er": end_row, "ec": end_col})
                 first, chain = shielded[0]
                 more = f" (and {len(shielded) - 1} more)" if len(shielded) > 1 else ""
-                message = (f"With `{_short(choice)}`, precision \"{trainer['p']}\" autocasts on the CPU, and "
-                           f"`autocast(\"cuda\", enabled=False)` in `{_short(first[1], 32)}`{more} does not turn it off")
+                message = f"On `{_short(choice)}`, a CUDA-only `enabled=False` in `{_short(first[1], 24)}`{more} leaves bf16 on"
                 related = tuple(project.related(where, row, f"CUDA-only fp32 region (via {' -> '.join(k[1] for k in chain)})")
                                 for (where, _, row), chain in shielded[:3])
                 data = {"device": "cpu", "dtype": "bf16", "choice": choice, "regions": len(shielded)}
