@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
-import libcst as cst
+from amplint.model import Diagnostic, Invalid, Project, Rule, Severity, Valid
 
-from amplint.model import (
-    DEPRECATED_AMP, AutocastRegion, CallInfo, Diagnostic, Invalid, ModuleContext, Reference, Rule, Scope, Severity, Valid,
-    assignment_before, call_is_plain, dotted_name, imported_names, insert_keyword_edits, literal_string, make_fix,
-    option_values, replace_node, rewrite_with_imports,
-)
+if TYPE_CHECKING:  # the per-file model: the functions that run it import it (check_project needs no libcst)
+    import libcst as cst
+
+    from amplint.model import (
+        DEPRECATED_AMP, AutocastRegion, CallInfo, ModuleContext, Reference, Scope, assignment_before, call_is_plain,
+        dotted_name, imported_names, insert_keyword_edits, literal_string, make_fix, option_values, replace_node,
+        rewrite_with_imports,
+    )
+
 
 _TYPE_ERROR = "TypeError: autocast.__new__() got an unexpected keyword argument 'device_type'"
 
@@ -93,6 +97,27 @@ class CudaAutocastDeviceType(Rule):
     `if args.distributed:` leaves the single-process path). One finding per device choice, at the region of
     the training step; the file's other CUDA-only regions on that device are
     related locations.
+
+    Across files (the project model), as a warning: a Lightning
+    `Trainer(precision="bf16-mixed")` (a literal, or either arm of a
+    conditional: `32 if v1 else "bf16-mixed"`) whose `accelerator=` may be the
+    CPU by a choice -- a literal `"cpu"`, a parameter of the function that a
+    click option decorating it lets be "cpu" (`type=click.Choice(["gpu",
+    "cpu"])`, `default="cpu"`), or an argparse option of the file whose
+    literal choices or default include it (`args.accelerator`) -- given to
+    `fit` / `validate` / `test` / `predict` a model (a project
+    `LightningModule`, also built by `Model.load_from_checkpoint(...)`) whose
+    hooks reach, through calls, a `torch.autocast("cuda", enabled=False)` region
+    with no enabled region of its file around it. On the CPU Lightning enters
+    `torch.autocast("cpu", dtype=torch.bfloat16)`, which a CUDA-only
+    `enabled=False` does not turn off: the fp32 stretch the region was
+    written for runs in bf16. Reported at the Trainer's `precision=`, with up
+    to three of the regions as related locations (the chain of calls from the
+    hook). Silent when the function holding such a region also turns off an
+    autocast of another or a run-time device (`torch.autocast(x.device.type,
+    enabled=False)`: that one shields the CPU too), for fp16 precisions
+    (Lightning does not autocast fp16 on the CPU), and for an accelerator
+    chosen in another file.
 
     The call raises wherever it runs, so unlike AMP001 this rule also fires
     inside version-gated branches. A name that may be either `torch.amp.autocast`
@@ -464,8 +489,38 @@ def main(args):
         yield from self._mismatched(ctx)
         yield from self._mps_as_cpu(ctx)
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A Lightning `Trainer(precision="bf16-mixed")` whose accelerator may be the CPU by a
+        choice, on a model whose code runs fp32 stretches in `torch.autocast("cuda", enabled=False)`:
+        on the CPU, Lightning autocasts on the CPU, which those regions do not turn off."""
+        from amplint.model import ProjectCall
+
+        for path, summary in list(project.summaries.items()):
+            for trainer in summary.get("lcpu", ()):
+                choice = trainer.get("cpu") or _argparse_cpu(summary, trainer.get("opt"))
+                if choice is None:
+                    continue
+                entries = project.lightning_entries(path, trainer["func"], trainer["target"])
+                shielded = _cuda_only_shields(project, entries)
+                if not shielded:
+                    continue
+                at, col, end_row, end_col = trainer["loc"]
+                site = ProjectCall(path, trainer["func"], {"r": at, "c": col, "er": end_row, "ec": end_col})
+                first, chain = shielded[0]
+                more = f" (and {len(shielded) - 1} more)" if len(shielded) > 1 else ""
+                message = f"On `{_short(choice)}`, a CUDA-only `enabled=False` in `{_short(first[1], 24)}`{more} leaves bf16 on"
+                related = tuple(project.related(where, row, f"CUDA-only fp32 region (via {' -> '.join(k[1] for k in chain)})")
+                                for (where, _, row), chain in shielded[:3])
+                data = {"device": "cpu", "dtype": "bf16", "choice": choice, "regions": len(shielded)}
+                yield project.diagnostic(
+                    self, site, message, data=data, severity=Severity.WARNING, related=related,
+                    help='Disable autocast for the region\'s device (`torch.autocast(x.device.type, enabled=False)`), or keep the Trainer\'s precision off on the CPU',
+                )
+
     def _mps_as_cpu(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         """One finding per mapping, at the mapping; the regions that take it are related."""
+        from amplint.model import dotted_name, imported_names
+
         groups: Dict[int, list] = {}
         for found in cpu_mapped_mps(ctx):
             groups.setdefault(id(found[4]), []).append(found)
@@ -496,6 +551,8 @@ def main(args):
     def _mismatched(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         """One finding per device choice: at the region of a training step (a backward in its
         function) if any, else the first; the file's other regions on that device are related."""
+        from amplint.model import dotted_name, imported_names
+
         groups: Dict[int, list] = {}
         for found in device_mismatches(ctx):
             groups.setdefault(id(found[3]), []).append(found)
@@ -532,6 +589,8 @@ def main(args):
             )
 
     def _crashing(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        from amplint.model import DEPRECATED_AMP, imported_names, make_fix, rewrite_with_imports
+
         flagged = [r for r in ctx.references() if _crashes(ctx, r)]
         for ref in flagged:
             edits = rewrite_with_imports(ctx, self.code, ref, flagged, lambda r, p: _rewrite(ctx, r, p))
@@ -557,6 +616,8 @@ def main(args):
 
 
 def _crashes(ctx: ModuleContext, ref: Reference) -> bool:
+    from amplint.model import DEPRECATED_AMP
+
     if ref.use != "call" or ref.call is None:
         return False
     apis = [DEPRECATED_AMP.get(q) for q in ref.qualnames]
@@ -568,6 +629,8 @@ def _crashes(ctx: ModuleContext, ref: Reference) -> bool:
 
 
 def _rewrite(ctx: ModuleContext, ref: Reference, prefix: str) -> Optional[List]:
+    from amplint.model import DEPRECATED_AMP, call_is_plain, insert_keyword_edits, replace_node
+
     if not _crashes(ctx, ref):
         return None
     version = ctx.config.torch_version
@@ -590,7 +653,7 @@ _PROBES = frozenset(("torch.cuda.is_available", "torch.backends.mps.is_available
 _GUARD = re.compile(r"cuda|gpu", re.IGNORECASE)
 
 #: (the device expression, the value that may be another device, a note on where it is chosen)
-_Choice = Tuple[cst.BaseExpression, cst.CSTNode, str]
+_Choice = Tuple["cst.BaseExpression", "cst.CSTNode", str]
 
 
 def _other_device(text: Optional[str]) -> Optional[str]:
@@ -604,6 +667,10 @@ def _other_device(text: Optional[str]) -> Optional[str]:
 def _probe_only(ctx: ModuleContext, test: Optional[cst.CSTNode], scope: Scope, statement: cst.CSTNode, order: int, depth: int = 0) -> bool:
     """`test` decides only whether CUDA (or MPS) is available: `torch.cuda.is_available()`, its
     negation and conjunctions, or a local bound to one (`use_cuda = torch.cuda.is_available()`)."""
+    import libcst as cst
+
+    from amplint.model import assignment_before
+
     while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         test = test.expression
     if isinstance(test, cst.BooleanOperation):
@@ -620,6 +687,10 @@ def _chosen(ctx: ModuleContext, value: cst.BaseExpression, scope: Scope, stateme
     """Where `value` may be a CPU/MPS device by a choice the file shows (a literal, a branch of a
     conditional not decided by an availability probe alone, a command-line option whose default or
     choices name it), with a note naming that device; None when no such choice is visible."""
+    import libcst as cst
+
+    from amplint.model import assignment_before, dotted_name, literal_string, option_values
+
     if depth > 3:
         return None
     text = literal_string(value)
@@ -687,6 +758,10 @@ def _caller_values(ctx: ModuleContext, scope: Scope, name: str) -> List[Tuple[cs
 def _device_choice(ctx: ModuleContext, scope: Scope, device: cst.BaseExpression, call: CallInfo) -> Optional[Tuple[cst.CSTNode, str]]:
     """Where the device `device`, which `call` in `scope` moves something to, may be a CPU/MPS
     device by a choice: through its own value, or the argument same-file callers pass for it."""
+    import libcst as cst
+
+    from amplint.model import assignment_before
+
     found = _chosen(ctx, device, scope, call.statement, call.order)
     if found is None and isinstance(device, cst.Name) and assignment_before(ctx, device.value, scope, call.statement, call.order) is None:
         for arg, site in _caller_values(ctx, scope, device.value):
@@ -699,6 +774,10 @@ def _device_choice(ctx: ModuleContext, scope: Scope, device: cst.BaseExpression,
 def _moved_to(ctx: ModuleContext, scopes: List[Scope], self_only: bool) -> Iterator[Tuple[cst.BaseExpression, CallInfo]]:
     """The devices `.to(device)` calls in `scopes` move tensors or modules to (`self.` attributes
     only when `self_only`)."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
     for scope in scopes:
         for call in scope.calls:
             if call.method != "to":
@@ -716,6 +795,8 @@ def device_mismatches(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo
     """CUDA-only autocast regions (`torch.cuda.amp.autocast()`, `torch.autocast("cuda")`; enabled,
     not fp32, a `with`) in a function that moves its tensors or model to a device the file shows
     may be the CPU or MPS by a choice; no CUDA guard around the region or in its `enabled=`."""
+    import libcst as cst
+
     infos: Dict[int, CallInfo] = {id(c.node): c for c in ctx.calls}
     out = []
     for region in ctx.regions:
@@ -760,6 +841,8 @@ def _cpu_path_raises(ctx: ModuleContext, scope: Scope, region: CallInfo) -> bool
     `DistributedDataParallel(model, device_ids=[rank])`, which raises `ValueError` for a
     module on the CPU (MS-AMP's `mnist_ddp.py`: nccl, `device_ids=[args.local_rank]`)."""
     def wraps(where: Scope, before: int) -> bool:
+        from amplint.model import dotted_name, literal_string
+
         for call in where.calls:
             if call.order >= before or not (ctx.qualnames(call.node.func) & _DDP):
                 continue
@@ -790,6 +873,10 @@ def cpu_mapped_mps(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo, c
     "mps" is chosen, and the mapping. No guard around the region naming the MPS, CUDA or the
     mapped name (`if device_type == "cuda":`, `autocast(...) if device_type == "cuda" else
     nullcontext()`)."""
+    import libcst as cst
+
+    from amplint.model import assignment_before, literal_string
+
     infos: Dict[int, CallInfo] = {id(c.node): c for c in ctx.calls}
     out = []
     for region in ctx.regions:
@@ -826,6 +913,8 @@ def cpu_mapped_mps(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo, c
 
 def _chosen_arm(statement: cst.CSTNode, call: cst.Call, guard: "re.Pattern[str]", ctx: ModuleContext) -> bool:
     """`call` is an arm of a conditional expression in `statement` whose test `guard` matches."""
+    import libcst as cst
+
     found = []
 
     class _Visitor(cst.CSTVisitor):
@@ -839,6 +928,8 @@ def _chosen_arm(statement: cst.CSTNode, call: cst.Call, guard: "re.Pattern[str]"
 
 def _names_in(node: cst.CSTNode) -> List[cst.Name]:
     """The plain names a test reads (`device.startswith("cuda")`, `"cuda" in device`)."""
+    import libcst as cst
+
     found: List[cst.Name] = []
 
     class _Visitor(cst.CSTVisitor):
@@ -856,6 +947,10 @@ def _names_in(node: cst.CSTNode) -> List[cst.Name]:
 def _mps_binding(ctx: ModuleContext, name: str, scope: Scope) -> Optional[cst.CSTNode]:
     """Where the file binds `name` (in `scope`) to the MPS device: `device = "mps"`,
     `device = torch.device("mps")`, either arm of a conditional expression."""
+    import libcst as cst
+
+    from amplint.model import literal_string
+
     for a in ctx.assignments_to(name, scope):
         if a.unpacked:
             continue
@@ -867,3 +962,76 @@ def _mps_binding(ctx: ModuleContext, name: str, scope: Scope) -> Optional[cst.CS
                 return value
     return None
 
+
+
+#: how many calls deep, and how many functions, the regions under a Trainer's hooks are looked for
+_MAX_DEPTH = 8
+_MAX_FUNCTIONS = 2000
+
+
+def _argparse_cpu(summary: Dict[str, Any], option: Optional[str]) -> Optional[str]:
+    """`--accelerator cpu` when the file's argparse option of destination `option` has literal
+    choices (or a literal default) that include "cpu"."""
+    if option is None:
+        return None
+    found = [o for o in summary.get("opts", ()) if o[0] == option]
+    if len(found) == 1 and ("cpu" in found[0][2] or found[0][3] == "cpu"):
+        return f"{found[0][1]} cpu"
+    return None
+
+
+def _cuda_only_shields(project: Project, entries: List[Tuple[str, str]]) -> List[Tuple[Tuple[str, str, int], Tuple[Tuple[str, str], ...]]]:
+    """((path, function, row), chain of functions from a hook) of each `torch.autocast("cuda",
+    enabled=False)` region (an explicit CUDA device, no enabled region of its file around it) in
+    the functions the hooks `entries` run, directly or through calls; none in a function that
+    also turns off an autocast of another or a run-time device there (it shields the CPU too)."""
+    from amplint.model import ProjectCall
+
+    found: List[Tuple[Tuple[str, str, int], Tuple[Tuple[str, str], ...]]] = []
+    seen: Set[Tuple[str, str]] = set(entries)
+    frontier = [(key, (key,)) for key in entries]
+    while frontier and len(seen) < _MAX_FUNCTIONS:
+        following = []
+        for key, chain in frontier:
+            info = project.function(key)
+            if info is None:
+                continue
+            regions = project.summaries[key[0]]["regions"]
+            shields, other = set(), False
+            for record in info["calls"]:
+                index = record["g"]
+                while index >= 0:
+                    r = regions[index]
+                    if r.get("enabled") is False and not r.get("via") and not r.get("framework"):
+                        if r.get("device") == "cuda":
+                            shields.add(r["row"])
+                        else:
+                            other = True
+                    index = r["parent"]
+                if len(chain) < _MAX_DEPTH:
+                    for callee in project.callees(ProjectCall(key[0], key[1], record)):
+                        if callee not in seen:
+                            seen.add(callee)
+                            following.append((callee, (*chain, callee)))
+            if not other:
+                found.extend(((key[0], key[1], row), chain) for row in sorted(shields) if _outermost(regions, row))
+        frontier = following
+    return found
+
+
+def _outermost(regions: List[Dict[str, Any]], row: int) -> bool:
+    """The disabled region at `row` has no region of its file around it that may be enabled."""
+    for r in regions:
+        if r["row"] == row and r.get("enabled") is False:
+            parent = r["parent"]
+            while parent >= 0:
+                if regions[parent].get("enabled") is not False:
+                    return False
+                parent = regions[parent]["parent"]
+            return True
+    return False
+
+
+def _short(text: str, limit: int = 24) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

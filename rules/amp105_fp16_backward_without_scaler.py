@@ -86,12 +86,18 @@ class Fp16BackwardWithoutScaler(Rule):
     literal `choices` (`--dtype`, choices `float16`/`bfloat16`), only the entries
     those choices select count: choices with no fp16 entry leave the rule silent,
     and a choice that selects fp16 is named in the message (`when --dtype is
-    float16: ...`). The severity stays a warning: the fp16 run is a supported,
+    float16: ...`). A dtype bound in an `if`/`elif` testing such an option
+    (`if args.dtype in ["float16", "fp16"]: dtype = torch.float16`) is a
+    candidate when the choices hold a value the test accepts, and names it. A
+    `dtype=` that is a parameter of the region's function, never rebound in it,
+    is read at the function's calls in the file: what each passes (by position or
+    keyword), the parameter's default where a call passes nothing; with no call in
+    the file it gives no candidate. The severity stays a warning: the fp16 run is a supported,
     documented choice, not necessarily the one the user makes, but on it the
     underflow is certain.
     Silent when the region is bf16, when its dtype is decided at run time
-    with no literal candidate in the file (`dtype=dtype` of a parameter, a
-    config value), on CPU autocast without a dtype (bf16 by default), for
+    with no literal candidate in the file (`dtype=dtype` of a parameter no
+    call in the file passes, a config value), on CPU autocast without a dtype (bf16 by default), for
     framework backward calls (`accelerator.backward(loss)`,
     `self.manual_backward(loss)`, DeepSpeed's `engine.backward(loss)`), for
     apex's `amp.scale_loss`, and whenever any GradScaler or `scaler` name
@@ -398,6 +404,31 @@ for x, y in loader:
         ),
         Valid(
             """
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+
+def train_one_epoch(model, loader, optimizer, dtype=torch.float16):
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=dtype):
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+
+args = parser.parse_args()
+if args.dtype in ["float16", "fp16"]:
+    dtype = torch.float16
+elif args.dtype == "bfloat16":
+    dtype = torch.bfloat16
+else:
+    dtype = torch.float32
+train_one_epoch(model, loader, optimizer, dtype=dtype)
+""",
+            "the helper's dtype is what its caller passes: the fp16 branch tests values the flag's choices never hold",
+        ),
+        Valid(
+            """
 import torch
 def measure_vram(model, batches, sizes):
     results = {}
@@ -616,6 +647,32 @@ for x, y in loader:
 """,
             line=9,
             why="getattr(torch, flag): the flag's literal choices include float16",
+        ),
+        Invalid(
+            """
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16", "float32"])
+
+def train_one_epoch(model, loader, optimizer, dtype=torch.float16):
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+
+args = parser.parse_args()
+if args.dtype in ["float16", "fp16"]:
+    dtype = torch.float16
+elif args.dtype == "bfloat16":
+    dtype = torch.bfloat16
+else:
+    dtype = torch.float32
+train_one_epoch(model, loader, optimizer, dtype=dtype)
+""",
+            line=10,
+            why="the helper's dtype is what its one caller passes, and --dtype float16 selects the fp16 branch",
         ),
         Invalid(
             """

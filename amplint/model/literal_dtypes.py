@@ -71,7 +71,10 @@ def dtype_choices(
     if isinstance(node, cst.Name):
         out: FrozenSet[str] = _NONE
         for a in _bindings(ctx, node.value, scope, before):
-            out |= dtype_choices(ctx, a.value, a.scope, a.order, _depth + 1)
+            if _guard_choice(ctx, a) != "":
+                out |= dtype_choices(ctx, a.value, a.scope, a.order, _depth + 1)
+        for arg, at, order in _passed(ctx, scope, node.value):
+            out |= dtype_choices(ctx, arg, at, order, _depth + 1)
         return out
     if isinstance(node, cst.Attribute):
         spelled = dotted_name(node)
@@ -226,6 +229,14 @@ def choice_naming(
         bindings = _bindings(ctx, node.value, scope, before)
         if len(bindings) == 1:
             return choice_naming(ctx, bindings[0].value, bindings[0].scope, dtype, bindings[0].order, _depth + 1)
+        for a in bindings:  # `if args.dtype in ["float16", "fp16"]: dtype = torch.float16`
+            guard = _guard_choice(ctx, a)
+            if guard and dtype in dtype_choices(ctx, a.value, a.scope, a.order, _depth + 1):
+                return guard
+        for arg, at, order in _passed(ctx, scope, node.value):
+            named = choice_naming(ctx, arg, at, dtype, order, _depth + 1)
+            if named is not None:
+                return named
         return None
     option = option_read(ctx, key)
     if option is None or table is None:
@@ -256,3 +267,56 @@ def _string_choices(ctx: "ModuleContext", node: cst.BaseExpression, scope: "Scop
             out |= _string_choices(ctx, a.value, a.scope, a.order, depth + 1)
         return out
     return _NONE
+
+
+def _guard_choice(ctx: "ModuleContext", a) -> Optional[str]:
+    """For an assignment in the body of an `if` (or `elif`) testing an argparse option against
+    literals (`if args.dtype in ["float16", "fp16"]:`, `== "fp16"`): `--dtype is float16`, the
+    first of them the option's literal choices hold; "" when the choices hold none (the branch
+    never runs); None when no such test guards it."""
+    frame = next((f for f in reversed(a.path) if f.kind in ("if", "else")), None)
+    if frame is None or frame.kind != "if" or not isinstance(frame.test, cst.Comparison):
+        return None
+    test = frame.test
+    if len(test.comparisons) != 1:
+        return None
+    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(operator, cst.Equal):
+        texts = [literal_string(right)]
+    elif isinstance(operator, cst.In) and isinstance(right, (cst.List, cst.Tuple, cst.Set)):
+        texts = [literal_string(e.value) for e in right.elements]
+    else:
+        return None
+    option = option_read(ctx, test.left)
+    if option is None or any(t is None for t in texts):
+        return None
+    picked = [t for t in texts if t in option.choices]
+    return f"{option.flag} is {picked[0]}" if picked else ""
+
+
+def _passed(ctx: "ModuleContext", scope: "Scope", name: str):
+    """(argument, the scope and order it is read at) for each call in the file of the function
+    `scope` whose parameter `name` is read unchanged there (no assignment of it in the body):
+    what the call passes, or the parameter's literal default where a call passes nothing.
+    Nothing for a module, a dunder or `*args` calls (their arguments cannot be placed)."""
+    if scope.is_module or name not in scope.params or not isinstance(scope.node, cst.FunctionDef) or scope.name.startswith("__"):
+        return
+    if any(a.scope is scope for a in ctx.assignments_to(name)):
+        return
+    method = scope.cls is not None and scope.params[:1] == ("self",)
+    position = scope.params.index(name) - (1 if method else 0)
+    params = scope.node.params
+    param = next((p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == name), None)
+    if param is None:
+        return
+    keyword_only = param in params.kwonly_params
+    for call in ctx.callers(scope):
+        if method and call.receiver_dotted != "self":
+            continue
+        if any(arg.star for arg in call.node.args):
+            continue
+        arg = call.arg(None if keyword_only else position, name)
+        if arg is not None:
+            yield arg, call.scope, call.order
+        elif param.default is not None:
+            yield param.default, scope, None

@@ -58,6 +58,8 @@ _ROUNDS = 4
 #: how many (function, region) facts `reached` records at most: a bound on the modules it loads
 _MAX_REACHED = 4000
 _FORWARD = ("forward", "__call__")
+#: Lightning's classmethod building an instance from a checkpoint (`Model.load_from_checkpoint(path)`)
+_CHECKPOINT_LOADER = ".load_from_checkpoint"
 _LIGHTNING_HOOKS = ("training_step", "validation_step", "test_step", "predict_step", "forward")
 #: torch modules whose output autocast computes in lower precision (`self.qkv(x)`, `self.head(h)`)
 #: module wrappers whose call runs the wrapped module's `forward` (`FSDP(model)(x)`)
@@ -434,6 +436,8 @@ class Project:
                 types = self._loaded(path, callees, ref) or self._pretrained(path, func, callees, ref)
                 if not types and "e0" not in ref:
                     types = frozenset(t for callee in callees for t in self.returns(callee))
+                if not types and not callees and ref["c"].endswith(_CHECKPOINT_LOADER):
+                    types = self._restored(path, func, ref["c"][: -len(_CHECKPOINT_LOADER)])
                 if any(t[0] == "X" and t[1] in FORWARD_KEEPING_WRAPPERS for t in callees):
                     # `FSDP(model, ...)`, `DDP(model)`, `torch.compile(model)`: calling the wrapper
                     # runs the wrapped module's `forward`
@@ -449,6 +453,15 @@ class Project:
             self._active.discard(key)
         memo[key] = types
         return types
+
+    def _restored(self, path: str, func: str, owner: str) -> TypeSet:
+        """`Model.load_from_checkpoint(path)` of a project class no project code defines that
+        method for (Lightning's classmethod): an instance of the class, its weights fp32."""
+        out: Set[Type] = set()
+        for t in self.name_types(path, func, owner):
+            if t[0] == "C" and not any(f"{c}.load_from_checkpoint" in self.summaries[p]["functions"] for p, c in self.mro(t[1], t[2])):
+                out.add(("I", t[1], t[2], "", ()))
+        return frozenset(out)
 
     def _loaded(self, path: str, callees: TypeSet, ref: Dict[str, Any]) -> TypeSet:
         """A model that a library loader of `loaders.LOADERS` returns with fp16 weights."""
@@ -988,8 +1001,9 @@ class Project:
                         return region
         return None
 
-    def _framework_entries(self, path: str, fw: Dict[str, Any]) -> List[FuncKey]:
-        """The project functions a framework runs under its precision setting."""
+    def _framework_entries(self, path: str, fw: Dict[str, Any], runs: Tuple[str, ...] = ("fit",)) -> List[FuncKey]:
+        """The project functions a framework runs under its precision setting (a Lightning
+        Trainer's: the hooks of the models its `runs` methods are given, `fit` by default)."""
         info = self.summaries[path]["functions"].get(fw["func"])
         if info is None:
             return []
@@ -997,7 +1011,7 @@ class Project:
         models: Set[Type] = set()
         for record in info["calls"]:
             f = record["f"]
-            if fw["kind"] == "lightning" and f == f"{target}.fit":
+            if fw["kind"] == "lightning" and f.startswith(f"{target}.") and f[len(target) + 1:] in runs:
                 ref = record["a"][0] if record["a"] else record["k"].get("model")
                 models |= self._value(path, fw["func"], ref)
             elif fw["kind"] == "accelerate" and f == f"{target}.prepare":
@@ -1018,6 +1032,11 @@ class Project:
                             out.append(key)
                         break
         return out
+
+    def lightning_entries(self, path: str, func: str, target: str) -> List[FuncKey]:
+        """The hooks of the models the Lightning Trainer bound to `target` in function `func` is
+        given by `fit`, `validate`, `test` or `predict` (`training_step`, `predict_step`, `forward`)."""
+        return self._framework_entries(path, {"kind": "lightning", "func": func, "target": target}, ("fit", "validate", "test", "predict"))
 
     def lowers(self, path: str, func: str, spelled: str) -> bool:
         """Whether the callable spelled in `func` is a torch module autocast runs in lower

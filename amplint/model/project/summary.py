@@ -28,7 +28,7 @@ from . import disabled, loaders, masks, trained, upcasts
 from .astutil import dotted, import_bindings as _import_bindings, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 13
+VERSION = 14
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -83,6 +83,10 @@ class _Summarizer:
         self.functions: Dict[str, Dict[str, Any]] = {}
         self.regions: List[Dict[str, Any]] = []
         self.frameworks: List[Dict[str, Any]] = []
+        #: Lightning Trainers that may autocast bf16 on the CPU by a choice (AMP002 across files)
+        self.cpu_trainers: List[Dict[str, Any]] = []
+        #: per function: its parameters a click option decorating it lets be "cpu" (parameter -> flag)
+        self.cpu_params: Dict[str, Dict[str, str]] = {}
         #: every `Accelerator(...)` bound to a name, with what decides its scaler (`accelerator_record`)
         self.accelerators: List[Dict[str, Any]] = []
         #: per function: (name, value) of its plain assignments so far, in order (mask sites read them)
@@ -110,6 +114,8 @@ class _Summarizer:
         }
         if self.accelerators:
             out["acc"] = self.accelerators
+        if self.cpu_trainers:
+            out["lcpu"] = self.cpu_trainers
         if "add_argument" in self.source and "choices" in self.source:
             found = argparse_options(tree)
             if found:
@@ -294,6 +300,9 @@ class _Summarizer:
             decorators.append(spelled or "")
             if call is not None:
                 region = self._region(call, node.lineno, region, via=None)
+        cpu = _click_cpu_options(node.decorator_list, params)
+        if cpu:
+            self.cpu_params[qual] = cpu
         self._function(qual, node.body, cls, params, node.lineno, region, decorators)
         if self.upcasts and region < 0:
             found = upcasts.sites(self, node, node.body)  # AMP203's fp32 casts undone by a caller's autocast
@@ -694,6 +703,7 @@ class _Summarizer:
         keywords = {k.arg: k.value for k in value.keywords if k.arg}
         entry: Optional[Dict[str, Any]] = None
         if q in _LIGHTNING_TRAINERS:
+            self._cpu_trainer(value, keywords, name, qual)
             precision = _constant(keywords.get("precision"))
             dtype = lightning_autocast_dtype(precision)
             if dtype is not None:
@@ -717,6 +727,70 @@ class _Summarizer:
         if entry is not None:
             entry.update(row=value.lineno, target=name, func=qual)
             self.frameworks.append(entry)
+
+
+    def _cpu_trainer(self, value: ast.Call, keywords: Dict[str, ast.AST], name: str, qual: str) -> None:
+        """`Trainer(accelerator=accelerator, precision="bf16-mixed")` where the accelerator may be
+        the CPU by a choice: a literal "cpu", a parameter of the function a click option lets be
+        "cpu" (`type=click.Choice(["gpu", "cpu"])`, `default="cpu"`), or an argparse option read
+        (`args.accelerator`, resolved against the file's options by the project). The precision is
+        a literal or either arm of a conditional (`32 if v1 else "bf16-mixed"`)."""
+        precision = keywords.get("precision")
+        arms = [precision.body, precision.orelse] if isinstance(precision, ast.IfExp) else [precision]
+        spelled = [_constant(a) for a in arms]
+        if not any(lightning_autocast_dtype(v) == "bf16" for v in spelled):
+            return
+        accelerator = keywords.get("accelerator")
+        choice: Optional[str] = None
+        option: Optional[str] = None
+        if _constant(accelerator) == "cpu":
+            choice = '"cpu"'
+        elif isinstance(accelerator, ast.Name):
+            flag = self.cpu_params.get(qual, {}).get(accelerator.id)
+            if flag is not None:
+                choice = f"{flag} cpu"
+        elif isinstance(accelerator, ast.Attribute) and dotted(accelerator) is not None:
+            option = accelerator.attr  # an argparse destination: the project reads the file's options
+        if choice is None and option is None:
+            return
+        at = precision if precision is not None else value
+        end_row = at.end_lineno or at.lineno
+        loc = [at.lineno, self._column(at.lineno, at.col_offset), end_row, self._column(end_row, at.end_col_offset or 0)]
+        entry: Dict[str, Any] = {"row": value.lineno, "loc": loc, "target": name, "func": qual,
+                                 "p": next(v for v in spelled if lightning_autocast_dtype(v) == "bf16")}
+        if choice is not None:
+            entry["cpu"] = choice
+        else:
+            entry["opt"] = option
+        self.cpu_trainers.append(entry)
+
+
+def _click_cpu_options(decorators: List[ast.expr], params: List[str]) -> Dict[str, str]:
+    """{parameter: flag} for the click options decorating a function (`@click.option("--accelerator",
+    type=click.Choice(["gpu", "cpu"]), default="gpu")`) whose literal choices or default include
+    "cpu", when the option's parameter is one of `params`."""
+    out: Dict[str, str] = {}
+    for d in decorators:
+        if not (isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "option"):
+            continue
+        flags = [_constant(a) for a in d.args]
+        if not flags or not all(isinstance(f, str) for f in flags):
+            continue
+        keywords = {k.arg: k.value for k in d.keywords if k.arg}
+        values = [_constant(keywords.get("default"))]
+        kind = keywords.get("type")
+        if isinstance(kind, ast.Call) and (dotted(kind.func) or "").rsplit(".", 1)[-1] == "Choice" and kind.args:
+            listed = kind.args[0]
+            if isinstance(listed, (ast.List, ast.Tuple)):
+                values.extend(_constant(e) for e in listed.elts)
+        if "cpu" not in values:
+            continue
+        names = [f for f in flags if not f.startswith("-") and f.isidentifier()]
+        long = next((f for f in flags if f.startswith("--")), None)
+        param = names[0] if names else (long.lstrip("-").replace("-", "_") if long else None)
+        if param in params and long is not None:
+            out[param] = long
+    return out
 
 
 def autocast_arguments(s: "_Summarizer", call: ast.Call, qualname: str) -> Tuple[Optional[str], Optional[str], Optional[bool]]:
