@@ -379,11 +379,10 @@ trainer = L.Trainer(precision="16-mixed", strategy=strategy)
                     if config.enabled(other) is not True or config.enabled(dtype) is True:
                         continue
                     block = other if other == "fp16" or config.get("bf16") is not None else "bfloat16"
-                    shown = os.path.basename(config.path) if not config.literal else "the config"
-                    chosen = "" if default else f" (a value `--{e['popt'].rsplit('.', 1)[-1]}` may take)"
+                    shown = os.path.basename(config.path) if not config.literal else "the DeepSpeed config"
+                    chosen = "" if default else f" (from `--{e['popt'].rsplit('.', 1)[-1]}`)"
                     message = (
-                        f"Lightning precision `{value}`{chosen} with a DeepSpeed config ({shown}) enabling {other}: "
-                        f"the engine runs {other} while Lightning casts the inputs to {dtype}"
+                        f"Lightning `{value}`{chosen} conflicts with {other} enabled in {shown}"
                     )
                     help = f"Use a {other} precision with this config, or enable `{dtype}` (and disable `{block}`) in it"
                     related = [(config_place(config, block, "enabled"), f"{other} enabled here")]
