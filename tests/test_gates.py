@@ -313,6 +313,29 @@ def test_amp302_lines_keep_two_definitions_of_a_name_defined_twice():
     assert not any("__call__" in dunder.split("\n")[i - 1] and "def" not in dunder.split("\n")[i - 1] for i in underflowing_eps_lines(dunder))
 
 
+
+DEFINED_TWICE_SHAPES = [
+    # a decorated definition (its `def` line, not its decorator's), an `async def`, one under `if 0:`
+    "import torch\n\n@torch.no_grad()\ndef step(x):\n    return x\n\nif 0:\n    def step(x):\n        return x\n\n"
+    "async def step(x):\n    return x\n",
+    # a docstring's `def step` is no definition; a lambda and a comprehension are no `def`
+    'def step(x):\n    """Use as:\n\n    def step(x): ...\n    """\n    return [y for y in x]\n\nf = lambda: 0\n',
+    # a text CPython's parser takes and its symbol table refuses (a module-level `nonlocal`)
+    "def step(x):\n    return x\n\ndef step(x):\n    return x\n\nnonlocal q\n",
+    # names a comprehension's or a lambda's scope also has
+    "def genexpr():\n    return (y for y in x)\n\ndef genexpr():\n    return 1\n\ndef listcomp():\n    return [y for y in x]\n",
+]
+
+
+@pytest.mark.parametrize("source", DEFINED_TWICE_SHAPES)
+def test_amp302_definitions_read_off_the_symbol_table_are_the_trees(source):
+    from amplint.core.gates import _defined_by_tree, _defined_twice
+
+    names = {"step", "q"} if "genexpr" not in source else {"genexpr", "listcomp"}
+    tree = {n: sorted(lines) for n, lines in _defined_by_tree(source, names).items() if len(lines) >= 2}
+    assert _defined_twice(source, names) == tree
+
+
 TRICKY_LAYOUTS = [
     # a column-0 `class` line inside a module docstring
     '"""Usage:\n\nclass Example:\n    pass\n"""\nimport torch\n\ndef a():\n    return 1\n\n\ndef b():\n    return 2\n',

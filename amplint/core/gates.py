@@ -14,7 +14,9 @@ its examples and the fixtures); a False positive only costs a parse.
 """
 from __future__ import annotations
 
+import _symtable
 import re
+import warnings
 from bisect import bisect_left
 from functools import lru_cache
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
@@ -485,6 +487,45 @@ def _defined_twice(source: str, names: Set[str]) -> Dict[str, List[int]]:
         return {}
     if sum(source.count("def " + n) for n in names) < 2:
         return {}  # (a `def` spelled with a tab is rare: read as one definition, the old way)
+    found = _defined_by_scopes(source, names)
+    if found is None:
+        found = _defined_by_tree(source, names)
+    return {n: sorted(lines) for n, lines in found.items() if len(lines) >= 2}
+
+
+#: the names CPython's symbol table gives a lambda's or a comprehension's scope (a `def`'s name may be one)
+_COMPREHENSION_SCOPES = frozenset({"lambda", "listcomp", "setcomp", "dictcomp", "genexpr"})
+
+
+def _defined_by_scopes(source: str, names: Set[str]) -> Optional[Dict[str, List[int]]]:
+    """`_defined_by_tree`'s answer read off CPython's symbol table instead of an `ast` tree
+    (about half the CPU: the table's scopes are made in C, one a function, class or
+    comprehension, where the tree has a Python object for every node). A function's scope
+    holds the `lineno` of its `def` statement, as the tree's node does (a decorated one's
+    `def` line, an `async def`'s `async`), dead code included (`if 0:`). None, for the tree to
+    answer, when the table refuses a text the parser takes (a misplaced `nonlocal`) or a name
+    is one a comprehension's scope is also given."""
+    if not names.isdisjoint(_COMPREHENSION_SCOPES):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            top = _symtable.symtable(source, "<amplint>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+    function = _symtable.TYPE_FUNCTION
+    found: Dict[str, List[int]] = {}
+    stack = [top]
+    while stack:
+        for scope in stack.pop().children:
+            stack.append(scope)
+            if scope.type == function and scope.name in names:
+                found.setdefault(scope.name, []).append(scope.lineno)
+    return found
+
+
+def _defined_by_tree(source: str, names: Set[str]) -> Dict[str, List[int]]:
+    """name -> the lines of the `def`s of `names` in `source`'s `ast` tree."""
     import ast
 
     from .pyast import parse, statements
@@ -496,7 +537,7 @@ def _defined_twice(source: str, names: Set[str]) -> Dict[str, List[int]]:
     for node in statements(tree.body):  # a `def` is a statement: expressions need no walk
         if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef) and node.name in names:
             found.setdefault(node.name, []).append(node.lineno)
-    return {n: sorted(lines) for n, lines in found.items() if len(lines) >= 2}
+    return found
 
 
 _DEF_LINE = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)")
