@@ -100,7 +100,10 @@ class HalfModelTraining(Rule):
     the fp16 model itself is optimized; one on both sides of an if/else
     does not; `DDP(model)`, `nn.DataParallel(model)` and `torch.compile(model)`
     hand the optimizer the model's own parameters and are not rebinds), and
-    for bf16 parameters (AMP206 reports those).
+    for bf16 parameters (AMP206 reports those). In the test suite of a vendored
+    library copy (its own `setup.py` and license, `third_party/apex/tests/`)
+    the finding is `info`, as every rule's is (docs/configuration.md): a
+    numerics test's single step is not the project's training.
 
     Across files: also flags an optimizer built on a module that a builder,
     loader or `convert_weights(model)`-style helper in another file made fp16

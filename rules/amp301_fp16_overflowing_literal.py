@@ -164,7 +164,9 @@ class Fp16OverflowingLiteral(Rule):
     `torch.cuda.FloatTensor(n).fill_(1e10)`, `x.new_full(...)` / `x.new_zeros(...)`
     of such an `x`, including the inputs of a `custom_fwd(cast_inputs=torch.float32)`
     forward), tensors that type promotion makes fp32 (`torch.cat([torch.zeros(n, 1),
-    x], -1)`, `fp16_scores + fp32_pos`, also through what a function of the file
+    x], -1)`, `fp16_scores + fp32_pos`, the fill's own boolean mask times a float
+    literal (`(m * 1.0).masked_fill(m, -1e9)`: fp32, then cast where it lands,
+    `.to(torch.bfloat16)`), also through what a function of the file
     returns: a relative-position `self._relative_shift(pos)` padding with fp32 zeros),
     code inside a bf16 or
     `enabled=False` autocast region, and projects that never run fp16 (bf16
@@ -431,9 +433,32 @@ with torch.autocast("cuda"):
             "the blind drill (coqui-ai/TTS conformer): the helper's `torch.cat` with fp32 zeros makes"
             " fp32 scores, and fp16 + fp32 is fp32",
         ),
+        Valid(
+            """
+import torch
+
+model = Net().cuda().half()
+
+def falcon_bias(attention_mask, scores):
+    bias = (attention_mask * 1.0).masked_fill(attention_mask, -1e9).to(torch.bfloat16)
+    return scores + bias
+""",
+            "the fill's own boolean mask times 1.0 is fp32: -1e9 lands there, then in bf16, which holds it",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+
+def fill(scores, attention_mask):
+    scores = scores.half()
+    return (scores * 1.0).masked_fill(attention_mask, -1e9)
+""",
+            line=5,
+            why="an fp16 tensor times 1.0 stays fp16 (the VALID twin multiplies the boolean mask)",
+        ),
         Invalid(
             """
 import torch
@@ -662,6 +687,8 @@ model = Attention(1024).cuda().half()
             dtype = "fp32"  # no dtype=: the default dtype (a float fill value gives float32)
         else:
             dtype = None
+            if _mask_times_float(ctx, use):
+                return None
             for expr in [use.tensor, *use.others]:
                 d = _known_dtype(ctx, expr, site)
                 if d in ("fp32", "bf16", "other"):
@@ -761,6 +788,31 @@ class _Use:
     dtype_node: Optional[cst.BaseExpression] = None  # an explicit dtype= deciding the result dtype
     others: Tuple[cst.BaseExpression, ...] = ()  # operands whose fp32-ness also makes it harmless
     sign: float = 1.0  # -1 when the constant is subtracted (`scores - 1e9 * mask`)
+
+
+def _mask_times_float(ctx: ModuleContext, use: "_Use") -> bool:
+    """`(m * 1.0).masked_fill(m, -1e9)`: the filled tensor is the fill's own boolean mask times
+    (or plus) a float literal, which type promotion makes the default dtype, fp32; the value lands
+    there (and in what it is cast to after: bf16 holds -1e9), not in fp16."""
+    import libcst as cst
+
+    from amplint.model import dotted_name, literal_number
+
+    if use.op not in ("masked_fill", "masked_fill_") or not isinstance(use.snippet, cst.Call):
+        return False
+    tensor = use.tensor
+    if not (isinstance(tensor, cst.BinaryOperation) and isinstance(tensor.operator, (cst.Multiply, cst.Add))):
+        return False
+    number = next((x for x in (tensor.left, tensor.right) if literal_number(x) is not None), None)
+    other = tensor.right if number is tensor.left else tensor.left
+    if number is None or not isinstance(number, cst.Float):
+        return False  # `m * 1` stays boolean-integer; a float literal makes it floating
+    mask = use.snippet.args[0].value if use.snippet.args and use.snippet.args[0].keyword is None else None
+    for a in use.snippet.args:
+        if a.keyword is not None and a.keyword.value == "mask":
+            mask = a.value
+    name = dotted_name(other)
+    return name is not None and mask is not None and dotted_name(mask) == name
 
 
 def _builds_mask(use: "_Use") -> bool:

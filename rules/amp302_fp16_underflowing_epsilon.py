@@ -135,7 +135,10 @@ class Fp16UnderflowingEpsilon(Rule):
     (`F.layer_norm`, `nn.LayerNorm`, `F.rms_norm`, `F.normalize` under CUDA
     autocast), on optimizers over fp32 parameters (autocast keeps them fp32,
     so `AdamW(eps=1e-8)` in an AMP script is fine; what counts is what the
-    optimizer gets: silent when, between the cast and the optimizer, the model
+    optimizer gets: silent when the optimizer is handed to a master-weight
+    wrapper (apex `FP16_Optimizer(optimizer)`, `amp.initialize(model,
+    optimizer)`: it steps fp32 copies, eps and moments included, as AMP201
+    reads it), when, between the cast and the optimizer, the model
     is rebound or wrapped by peft (`model = get_peft_model(model, config)`,
     `prepare_model_for_kbit_training(model)`: only fp32 adapter weights are
     trainable), converted back (`model.float()`), or the optimizer gets only
@@ -279,6 +282,17 @@ frozen.head.float()
 head_optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, frozen.parameters()))
 """,
             "what the optimizer gets is fp32: peft adapters (rebound or wrapped in place), an fp32 head of a frozen model",
+        ),
+        Valid(
+            """
+import torch
+from apex.fp16_utils import FP16_Optimizer
+
+model = Net().cuda().half()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)
+""",
+            "the optimizer is handed to a master-weight wrapper (apex `FP16_Optimizer`): Adam steps its fp32 copies",
         ),
         Valid(
             """
@@ -479,7 +493,7 @@ optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters(
             if call.arg(None, "fused") is not None and (ctx.code_for(call.arg(None, "fused")) != "False"):
                 continue
             cast = _fp16_params(ctx, call, casts)
-            if cast is None:
+            if cast is None or _master_wrapped(ctx, call):
                 continue
             position, default = _OPTIMIZERS[q]
             eps_node = call.arg(position, "eps")
@@ -704,6 +718,16 @@ def _names_in(node: Optional[cst.CSTNode]) -> Set[str]:
             continue
         stack.extend(n.children)
     return out
+
+
+def _master_wrapped(ctx: ModuleContext, call: CallInfo) -> bool:
+    """The optimizer built by `call` is handed to a master-weight wrapper (`FP16_Optimizer(opt)`,
+    `amp.initialize(model, opt)`): it then steps fp32 copies of the parameters, eps and moments
+    included (AMP201's test, `training_casts.master_wrapped`)."""
+    from amplint.model import master_wrapped
+
+    key = next((a.target for a in ctx.assignments if not a.unpacked and a.value is call.node), None)
+    return bool(key) and master_wrapped(ctx, key)
 
 
 def _fp16_params(ctx: ModuleContext, call: CallInfo, casts: List[LowPrecisionCast]) -> Optional[LowPrecisionCast]:

@@ -9,6 +9,7 @@ and the guards that turn a crash or a too-deep file into one AMP000 line.
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import io
 import itertools
@@ -589,11 +590,29 @@ def apply_noqa(diagnostics: List[Diagnostic], source: str) -> List[Diagnostic]:
 
 
 def resolve_conditions(diagnostics: Iterable[Diagnostic], facts: ProjectFacts, config: Config) -> List[Diagnostic]:
-    return [
+    """The diagnostics whose condition holds; a rule's finding in the test suite of a separate
+    library the checkout carries (`embedded.library_test`: a vendored copy's `tests/`) is kept
+    at `info`: that code is the library's, not the project's training code."""
+    kept = [
         d
         for d in diagnostics
         if d.condition is None or condition_holds(d.condition, facts, config.precision, d.filename, config.root)
     ]
+    return [_library_test_info(d, config) if d.severity is not Severity.INFO and _rule_finding(d) else d for d in kept]
+
+
+def _rule_finding(d: Diagnostic) -> bool:
+    return d.code not in (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE) and not is_internal_error(d)
+
+
+def _library_test_info(d: Diagnostic, config: Config) -> Diagnostic:
+    from ..model.embedded import library_test
+
+    if not library_test(d.filename, config.root):
+        return d
+    lowered = copy.copy(d)
+    lowered.severity = Severity.INFO
+    return lowered
 
 
 def read_file(path: str, data: Optional[bytes] = None) -> Tuple[Optional[str], Optional[str]]:

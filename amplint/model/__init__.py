@@ -102,6 +102,7 @@ _EXPORTS = {
     "cast_subjects": ".training_casts",
     "not_a_training_conversion": ".training_casts",
     "references_parameters": ".training_casts",
+    "master_wrapped": ".training_casts",
     # literal_dtypes
     "dtype_choices": ".literal_dtypes",
     "region_dtype_choices": ".literal_dtypes",

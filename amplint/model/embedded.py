@@ -162,6 +162,57 @@ def _nested_copy(filename: str, top: str, base: str) -> Optional[str]:
     return None
 
 
+#: the folders a library keeps its own test suite in
+_TEST_FOLDERS = ("tests", "test")
+_library_tests: Dict[Tuple[str, int], bool] = {}
+
+
+def library_test(filename: Optional[str], root: Optional[str] = None) -> bool:
+    """`filename` belongs to the test suite of a separate library carried inside the checkout:
+    it sits under the `tests/` (or `test/`) folder of a folder strictly below the checkout's root
+    (the run's `root`, else the folder holding `.git`) that is a distribution of its own, with
+    its own packaging (`setup.py`, `pyproject.toml`, `setup.cfg`) and its own license file
+    (`third_party/apex/{setup.py,LICENSE,tests/}`: a vendored copy keeps both). Those tests
+    exercise the library (a numerics check, one optimizer step to compare two layers), and no
+    program of the project runs them; the project's own tests and examples (under the root's
+    `tests/`, or a subproject without a license of its own) are not such files. Unknown root:
+    False."""
+    if not filename:
+        return False
+    base = os.path.abspath(root) if root else checkout(filename)
+    if base is None:
+        return False
+    folder = os.path.dirname(os.path.abspath(filename))
+    prefix = base.rstrip(os.sep) + os.sep
+    if not (folder + os.sep).startswith(prefix):
+        return False
+    parts = folder[len(prefix):].split(os.sep) if folder != base else []
+    for i in range(1, len(parts)):
+        if parts[i] not in _TEST_FOLDERS:
+            continue
+        owner = os.path.join(base, *parts[:i])
+        try:
+            key = (owner, os.stat(owner).st_mtime_ns)  # a packaging or license file added or removed changes it
+        except OSError:
+            continue
+        found = _library_tests.get(key)
+        if found is None:
+            found = _library_tests[key] = _own_distribution(owner)
+        if found:
+            return True
+    return False
+
+
+def _own_distribution(folder: str) -> bool:
+    """`folder` holds packaging metadata and a license file of its own."""
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in _PACKAGING[:3]):
+        return False
+    try:
+        return any(_MARKERS.match(n) and os.path.isfile(os.path.join(folder, n)) for n in os.listdir(folder))
+    except OSError:
+        return False
+
+
 _MARKERS = re.compile(r"(LICEN[CS]E|COPYING)(\.\w+)?$", re.IGNORECASE)
 _VERSION_FILES = ("version.py", "_version.py", "__version__.py")
 _VERSION = re.compile(r"^__version__\s*=", re.MULTILINE)
