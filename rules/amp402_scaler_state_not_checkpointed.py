@@ -165,7 +165,9 @@ Silent for the checkpoint of a loop no scaler takes part in: the saved
     (`save_checkpoint(dir, epoch, model, optimizer)`) that saves an
     optimizer's state and no scaler, made by code that owns an enabled
     GradScaler and passes it no scaler in any argument; the message names the
-    helper's `torch.save`. The resume side likewise: a helper in another module
+    helper's `torch.save`, which may be a wrapper of its module named for saving
+    that hands its first parameter to `torch.save` (`my_save(state, path)`: a
+    `torch.save` to a temporary name, then a move). The resume side likewise: a helper in another module
     that `torch.load`s and restores the optimizer (`load_checkpoint(path,
     model, optimizer)`) but no scaler, called by a loop that owns one, passes
     it none and never calls its `load_state_dict` itself. One bug, one

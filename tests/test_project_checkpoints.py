@@ -664,3 +664,60 @@ def test_a_scaler_of_a_config_that_maps_only_to_bf16_or_fp32_is_silent(tmp_path)
 )
 def test_a_scaler_that_may_scale_fp16_is_reported(tmp_path, files):
     assert [where(d) for d in run(write(tmp_path / "p", files), "AMP402")] == ["train.py:15"]
+
+
+# ------------------------------------------------------------------ AMP402: a save wrapper inside the helper
+
+WRAPPED_UTILS = """
+    import shutil
+    import torch
+
+    def my_save(obj, path):
+        tmp = path + ".tmp"
+        torch.save(obj, tmp)
+        shutil.move(tmp, path)
+
+    def save_checkpoint(model, optimizer, lr, iteration, path{extra}):
+        state_dict = model.state_dict()
+        my_save({"model": state_dict, "iteration": iteration, "optimizer": optimizer.state_dict(), "learning_rate": lr{entry}}, path)
+"""
+
+WRAPPED_LOOP = """
+    import torch
+    from torch.cuda.amp import GradScaler, autocast
+    import utils
+
+    def train_epoch(epoch, hps, net, optim, scaler, loader):
+        for x, y in loader:
+            with autocast(enabled=hps.fp16_run):
+                loss = net(x, y)
+            optim.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optim)
+            scaler.update()
+        utils.save_checkpoint(net, optim, hps.lr, epoch, "G_%d.pth" % epoch{passed})
+
+    def run(hps, net, loader):
+        optim = torch.optim.AdamW(net.parameters(), hps.lr)
+        scaler = GradScaler(enabled=hps.fp16_run)
+        for epoch in range(hps.epochs):
+            train_epoch(epoch, hps, net, optim, scaler, loader)
+"""
+
+
+def test_a_helper_saving_through_a_torch_save_wrapper_is_followed(tmp_path):
+    """issue 22 (read10): the checkpoint helper hands its dict to a wrapper of its module
+    (`my_save(obj, path)`: `torch.save` to a temporary name, then a move) instead of `torch.save`."""
+    root = write(tmp_path / "bad", {"utils.py": WRAPPED_UTILS.replace("{extra}", "").replace("{entry}", ""),
+                                    "train.py": WRAPPED_LOOP.replace("{passed}", "")})
+    found = run(root, "AMP402")
+    assert [where(d) for d in found] == ["train.py:14"]
+    assert [(Path(r.filename).name, r.location.row) for r in found[0].related] == [("utils.py", 12)]
+    # VALID twin: the scaler is passed and saved through the same wrapper
+    good = write(tmp_path / "good", {"utils.py": WRAPPED_UTILS.replace("{extra}", ", scaler=None").replace("{entry}", ', "scaler": scaler.state_dict()'),
+                                     "train.py": WRAPPED_LOOP.replace("{passed}", ", scaler=scaler")})
+    assert run(good, "AMP402") == []
+    # a wrapper that saves something else than what it is given is no save of the checkpoint
+    other = write(tmp_path / "other", {"utils.py": WRAPPED_UTILS.replace("torch.save(obj, tmp)", "torch.save({}, tmp)").replace("{extra}", "").replace("{entry}", ""),
+                                       "train.py": WRAPPED_LOOP.replace("{passed}", "")})
+    assert run(other, "AMP402") == []

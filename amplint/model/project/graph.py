@@ -785,7 +785,8 @@ class Project:
             return None
         for record in info["calls"]:
             call = Call(key[0], key[1], record)
-            if not record["a"] or not (any(t == ("X", "torch.save") for t in self.resolve_call(call)) or self._accelerator_save(call)):
+            if not record["a"] or not (any(t == ("X", "torch.save") for t in self.resolve_call(call)) or self._accelerator_save(call)
+                                       or self._save_wrapper(call)):
                 continue
             saved = record["a"][0]
             if saved and "n" in saved:  # `state = {...}; torch.save(state, path)`
@@ -795,6 +796,29 @@ class Project:
             ):
                 return call, saved
         return None
+
+    def _save_wrapper(self, call: Call) -> bool:
+        """A project function that hands its first parameter to `torch.save` itself (`my_save(obj,
+        path)`: `torch.save(obj, tmp); shutil.move(tmp, path)`, a save under another name): what it
+        is given is what is saved. One level: the wrapper's own `torch.save`, not a wrapper's wrapper."""
+        if "save" not in call.record["f"].rsplit(".", 1)[-1].lower():
+            return False  # named for saving, like every save helper the rules follow
+        for key in self.callees(call):
+            info = self.function(key)
+            if info is None:
+                continue
+            params = info["params"][1:] if info.get("cls") and info["params"][:1] in (["self"], ["cls"]) else info["params"]
+            if not params:
+                continue
+            for record in info["calls"]:
+                first = record["a"][0] if record["a"] else None
+                if not first or first.get("n") != params[0] or not (record["f"] == "save" or record["f"].endswith(".save")):
+                    continue
+                types = self.resolve_call(Call(key[0], key[1], record))
+                # spelled `torch.save` and resolved to nothing else (a module the run did not load)
+                if any(t == ("X", "torch.save") for t in types) or (record["f"] == "torch.save" and not types):
+                    return True
+        return False
 
     def _accelerator_save(self, call: Call) -> bool:
         """`accelerator.save(obj, path)` on an `Accelerator` (a `torch.save` on the main process:
