@@ -115,7 +115,15 @@ class HalfModelTraining(Rule):
     (a literal, or a name bound to float16 among other dtypes: behind a flag)
     counts as such a cast; silent when the optimizer's function or the
     loader's calls `requires_grad_(...)` (a frozen base, trainable parts that
-    may be fp32).
+    may be fp32). The optimizer may be a project class deriving from
+    `torch.optim.Optimizer` (`FP16FusedAdam(model.parameters(), ...)`, made
+    fp16 by `model.apply(fn)` with `fn` setting `l.w.data = l.w.data.half()`)
+    when its methods, its project bases' included, copy no tensor (no
+    `.clone()`, `.copy_()`, `.detach()`, `.float()` or `.to(...)` on a name,
+    a subscript of its state such as `state["exp_avg"].float()` aside, and
+    nothing named `master` or `fp32`): it then steps the fp16 parameters
+    themselves. One that copies may keep fp32 master weights and stays
+    silent; its own name (`FP16Adam`) is not read as a master-weight wrapper.
 
     A run-time dtype picked in another file counts too: `weight_dtype,
     save_dtype = utils.prepare_dtype(args)` where every value the project
@@ -695,7 +703,7 @@ for batch in loader:
         a `convert_weights(model)` helper); same-file casts are `check`'s."""
         from amplint.model import cast_modules
 
-        for found in cast_modules(project, "fp16"):
+        for found in cast_modules(project, "fp16", project_optimizers=True):
             opt = found.optimizer.rsplit(".", 1)[-1]
             message = f"`{opt}` updates the parameters of a `{found.name}` made fp16, with no fp32 master copy"
             data = {"optimizer": opt, "optimizer_class": found.optimizer, "dtype": "fp16", "device": None, "cast_at": project.where(*found.site)}

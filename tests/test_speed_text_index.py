@@ -28,6 +28,7 @@ def text_index(source: str) -> Dict[str, object]:
 ROOT = Path(__file__).resolve().parents[1]
 
 _OPTIMIZER = re.compile(r"\b(?:Adam|AdamW|SGD|RMSprop|Adagrad|Adamax|NAdam|RAdam|Adadelta|LBFGS|SparseAdam|ASGD|Rprop)\s*\(")
+_PROJECT_OPTIMIZER = re.compile(r"\b[A-Z]\w*(?:Adam|AdamW|SGD|RMSprop|Adagrad|Adamax|NAdam|RAdam|Adadelta|LBFGS|SparseAdam|ASGD|Rprop)\(\s*[\w.]*parameters\(")
 _SETS_PRECISION = re.compile(r"autocast\s*\(|GradScaler\s*\(|precision\s*=|\b(?:fp16|bf16)\s*=\s*True|partial\s*\(\s*[\w.]*autocast\b")
 _PRECISION = ("autocast", "precision", "fp16", "bf16", "GradScaler", "partial")
 _REGISTERS = re.compile(r"^[ \t]*@[ \t]*[\w.]*register|^[\w.]*register\w*[ \t]*\(", re.M)
@@ -79,6 +80,8 @@ def reference(source: str) -> Dict[str, object]:
             lookups.append(node.name)
     if lookups:
         roles += "l"
+    if "o" not in roles and "parameters(" in source and _PROJECT_OPTIMIZER.search(source):
+        roles += "q"
     imports: List[List[object]] = []
     for m in index._IMPORTS.finditer(source):
         if m.group(4) is None:
@@ -152,6 +155,8 @@ def test_equals_the_reference_on_fixtures_examples_and_edges():
 
 def test_the_word_boundary_is_checked():
     assert "o" not in text_index("opt = MyAdam(model.parameters())  # optim\n")["r"]
+    assert "q" in text_index("opt = MyAdam(model.parameters())  # optim\n")["r"]  # maybe a project optimizer
+    assert "q" not in text_index("opt = myAdam(model.parameters())\n")["r"]
     assert "o" in text_index("opt = ASGD (model.parameters())  # optim\n")["r"]
     assert "a" not in text_index("args = Args(use_fp16=True)\n")["r"]
     assert "a" in text_index("args = Args(fp16=True)\n")["r"]

@@ -54,18 +54,23 @@ class ChosenCast:
 
 
 def cast_modules(
-    project: "Project", dtype: str, optimizer: Optional[Callable[[str], bool]] = None, wrapper: Optional[Pattern[str]] = None
+    project: "Project", dtype: str, optimizer: Optional[Callable[[str], bool]] = None, wrapper: Optional[Pattern[str]] = None,
+    project_optimizers: bool = False,
 ) -> Iterator[CastModule]:
     """Each optimizer constructor (a torch optimizer class; `optimizer(qualname)` filters
-    further) whose parameters belong to a module another file made `dtype`, once per
-    constructor; same-file casts and same-file `from_pretrained` loads are the per-file check's.
-    Silent where the constructor's function calls a master-weight wrapper (apex, DeepSpeed),
-    or anything `wrapper` matches."""
+    further; with `project_optimizers` also a project class deriving from
+    `torch.optim.Optimizer` that keeps no master copy, `project_optimizer`) whose parameters
+    belong to a module another file made `dtype`, once per constructor; same-file casts and
+    same-file `from_pretrained` loads are the per-file check's. Silent where the constructor's
+    function calls a master-weight wrapper (apex, DeepSpeed), or anything `wrapper` matches."""
     for call in project.calls():
-        q = project.optimizer_class(call)
+        q, own = project.optimizer_class(call), False
+        if q is None and project_optimizers:
+            q = project_optimizer(project, call)
+            own = q is not None
         if q is None or (optimizer is not None and not optimizer(q)):
             continue
-        if project.master_weights(call) or (wrapper is not None and _calls_matching(project, call, wrapper)):
+        if project.master_weights(call, itself=not own) or (wrapper is not None and _calls_matching(project, call, wrapper)):
             continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
         for name, site in project.low_precision_modules(_grouped_modules(project, call), dtype, pretrained=True):
             pretrained = (project.loaded_at(site) or "").endswith("from_pretrained(...)") if site else False
@@ -75,6 +80,38 @@ def cast_modules(
                 continue  # a frozen base whose trainable part may be fp32 (adapters, a new head)
             yield CastModule(call, q, name, site)
             break
+
+
+#: the torch base class a project optimizer derives from
+_OPTIMIZER_BASES = frozenset({"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"})
+#: a call in the class's methods that may make or keep a copy of the parameters (a master copy)
+_COPIES = re.compile(r"\.(?:clone|copy_|detach|float|double|to|new_tensor)$|_flatten_dense_tensors|master|fp32|float32", re.IGNORECASE)
+
+
+def project_optimizer(project: "Project", call: "Call") -> Optional[str]:
+    """`pkg.utils.fp16.FP16Adam` when `call` constructs a project class deriving from
+    `torch.optim.Optimizer` (it steps the parameters it is handed, `self.param_groups`) whose
+    methods, its project bases' included, make no copy a master weight could be: no
+    `.clone()`, `.copy_()`, `.detach()`, `.float()`, `.to(...)` on any name but a subscript of
+    its state (`state["exp_avg"].float()`, the moments), nothing spelled `master` or `fp32`."""
+    last = call.record["f"].rsplit(".", 1)[-1] if call.record["f"] else ""
+    if not last[:1].isupper():
+        return None
+    for t in project.resolve_call(call):
+        if t[0] != "C" or not (project.external_bases(t[1], t[2]) & _OPTIMIZER_BASES):
+            continue
+        for path, cls in project.mro(t[1], t[2]):
+            for qual, info in project.summaries[path]["functions"].items():
+                if not qual.startswith(cls + "."):
+                    continue
+                if any(r["f"] and _COPIES.search(r["f"]) for r in info["calls"]) or any(_COPIES.search(n) for n in info["locals"]):
+                    return None  # may keep fp32 copies of the parameters: what apex's FP16_Optimizer does
+                if info["casts"]:
+                    return None
+        module = project.where(t[1], 0).rsplit(":", 1)[0]  # `songgen/utils/fp16.py`, from the project's root
+        module = module[: -len(".py")] if module.endswith(".py") else module
+        return f"{module.replace('/', '.')}.{t[2]}"
+    return None
 
 
 def chosen_casts(

@@ -885,11 +885,15 @@ class Project:
         r = call.record
         return Related(Location(r["r"], r["c"]), Location(r["er"], r["ec"]), note)
 
-    def master_weights(self, call: Call) -> bool:
+    def master_weights(self, call: Call, itself: bool = True) -> bool:
         """Whether the function holding `call` hands its optimizer to something that keeps fp32
-        master weights (apex `amp.initialize`, `FP16_Optimizer`, DeepSpeed, fairseq's optimizers)."""
+        master weights (apex `amp.initialize`, `FP16_Optimizer`, DeepSpeed, fairseq's optimizers);
+        with `itself` False, `call`'s own spelling does not count (`FP16FusedAdam(...)`, a
+        project optimizer whose class was read)."""
         info = self.function((call.path, call.func))
-        return info is not None and any(_MASTER_WRAPPER.search(r["f"]) for r in info["calls"] if r["f"])
+        return info is not None and any(
+            _MASTER_WRAPPER.search(r["f"]) for r in info["calls"] if r["f"] and (itself or r is not call.record)
+        )
 
     def fp16_modules(self, types: Iterable[Type], pretrained: bool = False) -> List[Tuple[str, Tuple[str, int]]]:
         """(class name, cast site) of the modules among `types` whose parameters were cast to

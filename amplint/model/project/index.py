@@ -25,6 +25,8 @@ other per-file results:
   (FSDP, `fully_shard`, DeepSpeed, DDP comm hooks, Fabric: `scale.ANCHORS`); "c" -- it
   clips gradients or runs a backward (what the wrapper rules ask about such a model);
   `scale_universe` adds them, and the importers joining the two, only where a "d" file is;
+  "q" -- it constructs a class named for a torch optimizer but not one (`FP16FusedAdam(model.parameters())`),
+  maybe a project `torch.optim.Optimizer` subclass (AMP201 reads its methods, `cast_training.project_optimizer`);
   "l" -- a top-level function of it imports a module by name and takes an attribute of it
   (`getattr(importlib.import_module(...), name)`: a class looked up by name; the index's "l"
   lists those functions, whose importers the dispatch view reads with the registering files);
@@ -70,6 +72,9 @@ _OPTIMIZER_CALLS = tuple(
     (literal, re.compile("|".join(re.escape(n) + r"\s*\(" for n in _OPTIMIZERS if literal in n)))
     for literal in ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta", "LBFGS", "Rprop")
 )
+#: a project class named for a torch optimizer (`FP16FusedAdam(`), given parameters: it may derive
+#: from `torch.optim.Optimizer` (`cast_training.project_optimizer` decides)
+_PROJECT_OPTIMIZER_CALL = re.compile(r"\b[A-Z]\w*(?:" + "|".join(_OPTIMIZERS) + r")\(\s*[\w.]*parameters\(")
 #: `unet.to(weight_dtype)`, `m.to(device, dtype=d)`: a module cast to a dtype held in a name
 #: (role "w": the dtype may come from a project helper in another file, AMP201)
 _CHOSEN_CAST = re.compile(r"\.to\(\s*(?:[\w.]+\s*,\s*)?(?:dtype\s*=\s*)?[A-Za-z_]\w*dtype\w*\s*\)")
@@ -170,6 +175,8 @@ def text_index(source: str) -> Dict[str, str]:
     lookups = _lookup_functions(source) if has("import_module") else []
     if lookups:
         roles += "l"
+    if "o" not in roles and has("parameters(") and any(has(literal) for literal, _ in _OPTIMIZER_CALLS) and _PROJECT_OPTIMIZER_CALL.search(source):
+        roles += "q"  # `FP16FusedAdam(model.parameters(), ...)`: maybe a project optimizer class (AMP201 across files)
     imports = import_list(source)
     out = {"r": roles, "i": "\n".join(f"{level}\t{module}\t{' '.join(names)}" for level, module, names in imports)}  # type: ignore[str-bytes-safe]
     if lookups:
@@ -422,7 +429,7 @@ def universe(files: Sequence[str], root: Optional[str], index: Callable[[str], D
     direct importers. Empty when none is there.
     Sorted; the same for any subset of the project that asks."""
     seeds = [f for f in files if "b" in str(index(f)["r"])]
-    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgfwkn")]
+    optimizers = [f for f in files if any(r in str(index(f)["r"]) for r in "ohgfwknq")]
     scale = scale_universe(files, root, index)
     if not seeds and not optimizers and not scale:
         return []
