@@ -14,12 +14,16 @@ its examples and the fixtures); a False positive only costs a parse.
 """
 from __future__ import annotations
 
-import _symtable
 import re
 import warnings
 from bisect import bisect_left
 from functools import lru_cache
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
+
+try:  # CPython's symbol table, made in C (`_defined_by_scopes`); other interpreters: the ast tree
+    import _symtable
+except ImportError:  # pragma: no cover
+    _symtable = None  # type: ignore[assignment]
 
 FP16_MAX = 65504.0
 
@@ -505,7 +509,7 @@ def _defined_by_scopes(source: str, names: Set[str]) -> Optional[Dict[str, List[
     `def` line, an `async def`'s `async`), dead code included (`if 0:`). None, for the tree to
     answer, when the table refuses a text the parser takes (a misplaced `nonlocal`) or a name
     is one a comprehension's scope is also given."""
-    if not names.isdisjoint(_COMPREHENSION_SCOPES):
+    if _symtable is None or not names.isdisjoint(_COMPREHENSION_SCOPES):
         return None
     try:
         with warnings.catch_warnings():

@@ -171,7 +171,7 @@ def library_test(filename: Optional[str], root: Optional[str] = None) -> bool:
     """`filename` belongs to the test suite of a separate library carried inside the checkout:
     it sits under the `tests/` (or `test/`) folder of a folder strictly below the checkout's root
     (the run's `root`, else the folder holding `.git`) that is a distribution of its own, with
-    its own packaging (`setup.py`, `pyproject.toml`, `setup.cfg`) and its own license file
+    its own packaging (`setup.py`, `pyproject.toml`, `setup.cfg`, `PKG-INFO`, an `.egg-info`) and its own license file
     (`third_party/apex/{setup.py,LICENSE,tests/}`: a vendored copy keeps both). Those tests
     exercise the library (a numerics check, one optimizer step to compare two layers), and no
     program of the project runs them; the project's own tests and examples (under the root's
@@ -205,12 +205,17 @@ def library_test(filename: Optional[str], root: Optional[str] = None) -> bool:
 
 def _own_distribution(folder: str) -> bool:
     """`folder` holds packaging metadata and a license file of its own."""
-    if not any(os.path.isfile(os.path.join(folder, name)) for name in _PACKAGING[:3]):
+    if not _has_packaging(folder):
         return False
     try:
-        return any(_MARKERS.match(n) and os.path.isfile(os.path.join(folder, n)) for n in os.listdir(folder))
+        return _has_license(folder, os.listdir(folder))
     except OSError:
         return False
+
+
+def _has_license(folder: str, names: List[str]) -> bool:
+    """One of `names` (the folder's entries) is a LICENSE/COPYING file."""
+    return any(_MARKERS.match(n) and os.path.isfile(os.path.join(folder, n)) for n in names)
 
 
 _MARKERS = re.compile(r"(LICEN[CS]E|COPYING)(\.\w+)?$", re.IGNORECASE)
@@ -244,7 +249,7 @@ def _is_copy(folder: str, base: str) -> bool:
         return False
     if "__init__.py" not in names:
         return False
-    if any(_MARKERS.match(n) and os.path.isfile(os.path.join(folder, n)) for n in names):
+    if _has_license(folder, names):
         return True
     for n in _VERSION_FILES:
         if n in names and _VERSION.search(read_text(os.path.join(folder, n)) or ""):
