@@ -5,8 +5,9 @@ from bisect import bisect_right
 from typing import Dict, Iterator, List, Optional, Sequence
 
 from amplint.model import (
-    CLIP_FUNCTIONS, CallInfo, Diagnostic, Edit, Event, Invalid, Location, ModuleContext, Rule, Scope, Severity, Valid, exclusive, path_contains,
-    insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, scaling_choice, scaling_fabric, step_data, step_source,
+    CLIP_FUNCTIONS, CallInfo, Diagnostic, Edit, Event, Invalid, Location, ModuleContext, Project, ProjectCall, Rule, Scope, Severity, Valid,
+    exclusive, path_contains,
+    config_scaling_accelerator, insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, scaling_choice, scaling_fabric, step_data, step_source,
 )
 
 #: accelerate's methods that unscale the gradients of its GradScaler (clip_grad_* call unscale_gradients)
@@ -122,6 +123,26 @@ class ClipGradBeforeUnscale(Rule):
     `clip_grad_value_` runs before the clip (even under an `if`). An
     `accelerate launch` configuration can still switch to DeepSpeed at run
     time; the rule judges the code it reads.
+
+    An `Accelerator` that states no precision (`mixed_precision` omitted,
+    `None`, or a parameter of its function defaulting to None) takes
+    accelerate's config or launcher's (`ACCELERATE_MIXED_PRECISION`): the
+    file cannot know it. When the file enters that accelerator's
+    `autocast()` the code expects a mixed run, and on the fp16 one the clip
+    sees scaled gradients: a warning naming the run (`when accelerate's
+    config is fp16: ...`), never an error. Without `autocast()`, and for a
+    plugin, `cpu=` or `**kwargs`, it stays silent.
+
+    Per-parameter gradient hooks (the project model): a torch clip inside a
+    function registered with `register_post_accumulate_grad_hook` in a loop
+    over the parameters, by a function that calls `accelerator.backward` of
+    a scaling Accelerator (followed across files as AMP102 and AMP104 follow
+    it: a literal "fp16", an argparse choice, a launcher's precision), runs
+    inside that backward on the gradient it just scaled (accelerate's
+    prepared optimizer unscales only in `step()`); a warning when fp16 is a
+    choice. Silent when the hook calls any `unscale_` / `unscale_gradients`,
+    and for a hook whose accelerator is a parameter nobody passes (a
+    library class: its users choose the precision).
 
     One run-time choice counts: `mixed_precision=args.mixed_precision` where
     the file defines that argparse option with literal `choices` that include
@@ -352,6 +373,18 @@ class Trainer:
         self.optimizer.step()
 """,
             "`self.accelerator` of another class: `Trainer`'s own accelerator is not visible here",
+        ),
+        Valid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator()
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""",
+            "accelerate's config decides and nothing in the file implies a mixed run: silent (precision first)",
         ),
         Valid(
             """
@@ -749,6 +782,47 @@ for batch in loader:
             for d in _lightning_clips(self, ctx, scope):
                 yield d
 
+    def check_project(self, project: Project) -> Iterator[Diagnostic]:
+        """A torch clip inside a per-parameter gradient hook (`register_post_accumulate_grad_hook`
+        in a loop over the parameters) registered by a function that calls `accelerator.backward`
+        of a scaling Accelerator (`project_scaling_accelerator`, followed across files): the hook
+        runs inside that backward, on the gradient it just scaled, and nothing in the hook
+        unscales it first (accelerate's `AcceleratedOptimizer` unscales only in `step()`)."""
+        from amplint.model import enclosing_calls, grad_hooks, hook_sites, project_scaling_accelerator
+
+        for path in list(project.summaries):
+            for hook in grad_hooks(project, path):
+                info = project.function((path, hook.hook))
+                if info is None:
+                    continue
+                outer = None
+                for r in info["calls"]:
+                    if not r["f"] or r["f"].rsplit(".", 1)[-1] not in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grads_with_norm_"):
+                        continue
+                    if not any(t[0] == "X" and t[1] in CLIP_FUNCTIONS for t in project.name_types(path, hook.hook, r["f"])):
+                        continue  # accelerate's own clip (AMP104's), or a project function
+                    if any((c["f"] or "").rsplit(".", 1)[-1] in ("unscale_", "unscale_gradients") for c in info["calls"]):
+                        continue  # the hook unscales (somewhere: silence is the safe answer)
+                    outer = outer if outer is not None else list(enclosing_calls(project, path, hook.registrar))
+                    accelerators = sorted({c["f"][: -len(".backward")] for c in outer
+                                           if c["f"] and c["f"].endswith(".backward") and c["f"].count(".") == 1})
+                    for accelerator in accelerators:
+                        scaling = project_scaling_accelerator(project, path, hook.hook, accelerator)
+                        if scaling is None:
+                            continue
+                        func = r["f"].rsplit(".", 1)[-1]
+                        message = f"{scaling.prefix()}`{func}` in a per-parameter grad hook clips gradients `{accelerator}.backward` left scaled"
+                        if len(message) >= 100:
+                            message = f"{scaling.prefix()}`{func}` in a per-parameter grad hook clips scaled gradients"
+                        data = {"clip_function": func, "threshold": None, "scaler": None, "framework": "accelerate",
+                                "accelerator": accelerator, "optimizer": None, "shape": "hook", "choice": scaling.choice}
+                        help = (f"The hook runs inside `{accelerator}.backward`, before accelerate unscales{scaling.runs()}: "
+                                f"clip once per step after the backward with `{accelerator}.clip_grad_norm_`, not in the hook")
+                        yield project.diagnostic(self, ProjectCall(path, hook.hook, r), message, data=data, help=help,
+                                                 related=tuple(hook_sites(project, hook, scaling)),
+                                                 severity=Severity.WARNING if scaling.runtime else None)
+                        break
+
     @staticmethod
     def _scaled_backward_before(ctx: ModuleContext, scope: Scope, events, index: int) -> Optional[int]:
         """The index of the scaled backward whose gradients `events[index]` (a clip) clips: the
@@ -765,7 +839,10 @@ for batch in loader:
                     continue
                 return at
             if e.kind in ("scaler_step", "update", "framework_backward") and not exclusive(e.path, clip.path):
-                if e.kind == "framework_backward" and scaling_accelerator(ctx, e.call.receiver_dotted, scope) is not None:
+                if e.kind == "framework_backward" and (
+                    scaling_accelerator(ctx, e.call.receiver_dotted, scope) is not None
+                    or config_scaling_accelerator(ctx, e.call.receiver_dotted, scope) is not None
+                ):
                     return at
                 return None
         return None
@@ -845,6 +922,12 @@ for batch in loader:
         choice = scaling_choice(ctx, accelerator, scope)
         if choice is not None:  # fp16 is an argparse choice: name the run it concerns
             message = f"when {choice}: `{func}` clips gradients that `{accelerator}.backward` left scaled"
+        configured = scaling_accelerator(ctx, accelerator, scope) is None  # the precision is accelerate's config's
+        if configured:
+            choice = "accelerate's config is fp16"
+            message = f"when accelerate's config is fp16: `{func}` clips gradients `{accelerator}.backward` left scaled"
+            if len(message) >= 100:
+                message = f"when accelerate's config is fp16: `{func}` clips gradients still multiplied by the loss scale"
         fix = None
         if backward.order not in fixed and _accelerate_clip_compatible(clip.call, func) and len(_accelerate_unscales(scope)) == 0:
             fixed.add(backward.order)
@@ -862,8 +945,11 @@ for batch in loader:
             "optimizer": None,
             "step_source": step_source(ctx, backward, clip, scope),
         }
+        if configured:
+            data["choice"] = choice
         help = f"Call `{accelerator}.{func}(...)` instead: it unscales the gradients before clipping"
-        return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data, help=help)
+        return ctx.diagnostic(self, clip.call.node, message, fix=fix, data=data, help=help,
+                              severity=Severity.WARNING if configured else None)
 
 
 def _accelerate_unscales(scope: Scope) -> List[CallInfo]:

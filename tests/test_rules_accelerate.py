@@ -355,3 +355,59 @@ def test_no_finding_without_a_literal_fp16_or_for_a_torch_optimizer_subclass(tmp
     assert amp102(container_project(tmp_path / "ds", precision='mixed_precision="fp16", deepspeed_plugin=plugin'))[0] == []
     subclass = CONTAINER.replace("class MultiOptimizer:", "class MultiOptimizer(torch.optim.Optimizer):")
     assert amp102(container_project(tmp_path / "sub", container=subclass))[0] == [], "a torch Optimizer is wrapped"
+
+
+CONFIG_STEP = """
+class Trainer:
+    def __init__(self, model, mixed_precision=None):
+        {construct}
+        self.model = model
+
+    def step(self, batch):
+        with self.accelerator.autocast():
+            loss = self.model(batch)
+        self.accelerator.backward(loss)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+"""
+
+
+@pytest.mark.parametrize(
+    "construct",
+    [
+        "self.accelerator = Accelerator(mixed_precision=mixed_precision)",
+        "self.accelerator = Accelerator(split_batches=True)",
+        "self.accelerator = Accelerator(mixed_precision=None)",
+    ],
+)
+def test_a_precision_from_accelerates_config_under_its_autocast_is_a_warning(construct):
+    found = lint(HEAD + CONFIG_STEP.format(construct=construct))
+    assert [(d.location.row, d.severity.value) for d in found] == [(13, "warning")]
+    assert found[0].message.startswith("when accelerate's config is fp16: ")
+    assert found[0].data["choice"] == "accelerate's config is fp16"
+    assert scaled_backward_possible(HEAD + CONFIG_STEP.format(construct=construct))
+
+
+@pytest.mark.parametrize(
+    "construct",
+    [
+        'self.accelerator = Accelerator(mixed_precision="bf16")',
+        "self.accelerator = Accelerator(mixed_precision=args.mixed_precision)",
+        "self.accelerator = Accelerator(cpu=args.cpu)",
+        "self.accelerator = Accelerator(deepspeed_plugin=plugin)",
+        "self.accelerator = Accelerator(**kwargs)",
+        "mixed_precision = 'bf16'\n        self.accelerator = Accelerator(mixed_precision=mixed_precision)",
+    ],
+)
+def test_silent_for_a_config_precision_the_code_states_or_hands_elsewhere(construct):
+    assert lint(HEAD + CONFIG_STEP.format(construct=construct)) == []
+
+
+def test_a_config_precision_is_an_error_when_the_code_says_fp16():
+    found = lint(HEAD + CONFIG_STEP.format(construct='self.accelerator = Accelerator(mixed_precision="fp16")'))
+    assert [d.severity.value for d in found] == ["error"]
+
+
+def test_a_config_precision_without_its_autocast_stays_silent():
+    code = HEAD + CONFIG_STEP.format(construct="self.accelerator = Accelerator()").replace(
+        "with self.accelerator.autocast():", "if True:")
+    assert lint(code) == []

@@ -805,12 +805,16 @@ def scaler_stepped(source: str) -> bool:
 def scaled_backward_possible(source: str) -> bool:
     """AMP101's gate: a `x.scale(` call, or an accelerate `Accelerator` and the string "fp16"
     (any case: accelerate lower-cases it) for `Accelerator(mixed_precision="fp16")`, whose
-    `backward` scales, or a Lightning `self.manual_backward(` under manual optimization; without
-    any there is no scaled backward to clip after."""
+    `backward` scales, or an `Accelerator` whose `x.autocast(` the file enters (its precision
+    then from accelerate's config: `config_scaling_accelerator`), or a Lightning
+    `self.manual_backward(` under manual optimization; without any there is no scaled backward
+    to clip after."""
     data = source.encode("utf-8", "surrogatepass")
     if _method_called(data, b"scale"):
         return True
-    return (b"Accelerator" in data and b"fp16" in data.lower()) or _fabric_fp16_possible(data) or _manual_backward_possible(data)
+    if b"Accelerator" in data and (b"fp16" in data.lower() or _method_called(data, b"autocast")):
+        return True
+    return _fabric_fp16_possible(data) or _manual_backward_possible(data)
 
 
 def _manual_backward_possible(data: bytes) -> bool:

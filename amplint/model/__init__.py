@@ -78,6 +78,7 @@ _EXPORTS = {
     # accelerators
     "scaling_accelerator": ".accelerators",
     "scaling_choice": ".accelerators",
+    "config_scaling_accelerator": ".accelerators",
     "accelerator_precision": ".accelerators",
     "ACCELERATORS": ".accelerators",
     # fabrics (Lightning Fabric's fp16 backward, issue 23)

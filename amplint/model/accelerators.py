@@ -17,7 +17,9 @@ counts: `mixed_precision=args.mixed_precision` where the file defines that
 argparse option with literal choices and "fp16" is one of them
 (`runtime_choices.py`): that documented run scales the loss, so the accelerator
 is a scaling one on it, and `scaling_choice` names the choice
-(`--mixed_precision is fp16`) for the rules' messages.
+(`--mixed_precision is fp16`) for the rules' messages. `config_scaling_accelerator` answers
+a weaker question, for warnings only: an Accelerator that states no precision at all (so
+accelerate's config or launcher decides) whose `autocast()` the file enters.
 
 Computed on first use per file (most parsed files never ask).
 """
@@ -59,6 +61,48 @@ def scaling_choice(ctx: "ModuleContext", receiver: Optional[str], scope: Scope) 
         return None
     option = option_read(ctx, ctor.arg(_MIXED_PRECISION_POSITION, "mixed_precision"))
     return f"{option.flag} is fp16" if option is not None else None
+
+
+def config_scaling_accelerator(ctx: "ModuleContext", receiver: Optional[str], scope: Scope) -> Optional[CallInfo]:
+    """The `Accelerator(...)` that `receiver` certainly holds when it states no mixed precision
+    (omitted, `None`, or a parameter of the constructing function that defaults to None and is
+    not rebound there) while the file enters `receiver.autocast()`: accelerate then takes the
+    precision from its config or launcher (`ACCELERATE_MIXED_PRECISION`), and the code expects
+    a mixed one. It scales on the runs configured fp16: unknown to the file, so rules report at
+    most a warning. Never with a plugin, `cpu=`, `*args` / `**kwargs` or a
+    `GradScalerKwargs(enabled=...)` handler, as for `scaling_accelerator`."""
+    if not receiver or not any(c.method == "autocast" and c.receiver_dotted == receiver for c in ctx.calls):
+        return None
+    if scaling_accelerator(ctx, receiver, scope) is not None:
+        return None
+    return certain_constructor(ctx, receiver, scope, "_config_accelerators", lambda call: _from_config(ctx, call))
+
+
+def _from_config(ctx: "ModuleContext", call: CallInfo) -> bool:
+    if not call.calls_any(ACCELERATORS) or _scaler_disabled_somewhere(ctx):
+        return False
+    if any(a.star for a in call.node.args):
+        return False
+    mixed = call.arg(_MIXED_PRECISION_POSITION, "mixed_precision")
+    if mixed is not None and not (isinstance(mixed, cst.Name) and (mixed.value == "None" or _none_default_param(ctx, call, mixed.value))):
+        return False
+    if call.arg(_CPU_POSITION, "cpu") is not None:
+        return False
+    return all(call.arg(None, plugin) is None for plugin in _PLUGINS)
+
+
+def _none_default_param(ctx: "ModuleContext", call: CallInfo, name: str) -> bool:
+    """`name` is a parameter of the function `call` is in, defaulting to None, never rebound there."""
+    node = call.scope.node
+    if not isinstance(node, cst.FunctionDef):
+        return False
+    for p in (*node.params.params, *node.params.kwonly_params):
+        if p.name.value == name:
+            default = p.default
+            if not (isinstance(default, cst.Name) and default.value == "None"):
+                return False
+            return not any(a.scope is call.scope for a in ctx.assignments_to(name))
+    return False
 
 
 def _scales(ctx: "ModuleContext", call: CallInfo) -> bool:
