@@ -86,7 +86,12 @@ class CudaAutocastDeviceType(Rule):
     `enabled=False` and fp32 regions, for regions that take the device from
     the tensors (`torch.autocast(device_type=x.device.type)`), and for a device
     chosen in another file (a base class's `_acquire_device()` there, the
-    command line parsed by another script: not followed yet). The MPS mapping
+    command line parsed by another script: not followed yet). A device another
+    method of the class moves to counts for the region only when the region can
+    see what it moved: the object's state (`self.model = model.to(self.device)`)
+    or the values of a method that calls the region's method or that it calls
+    (`self._prepare(batch)`); not a sibling moving its own inputs while the
+    region runs the tensors its caller passes (a T5 embedder's `__call__`). The MPS mapping
     is silent when the region sits under a test naming the MPS, CUDA or the
     mapped name (`if device_type == "cuda":`, llm.c's `ctx = autocast(...) if
     device_type == "cuda" else nullcontext()`), when the mapping has an "mps" arm, and when the file never
@@ -143,6 +148,26 @@ class CudaAutocastDeviceType(Rule):
     gate_check = "amplint.core.gates:cuda_autocast_possible"
 
     VALID = [
+        Valid(
+            """
+import torch
+
+class Embedder(torch.nn.Module):
+    def __init__(self, encoder):
+        super().__init__()
+        self.device = "cpu"
+        self.encoder = encoder
+
+    def embed_texts(self, tokens):
+        return self.encoder(tokens.to(self.device))
+
+    @torch.no_grad()
+    def __call__(self, tokens, mask):
+        with torch.cuda.amp.autocast():
+            return self.encoder(tokens, mask)
+""",
+            "a sibling moves its own inputs to the CPU; the region runs the tensors its caller passes",
+        ),
         Valid(
             """
 import torch
@@ -481,6 +506,26 @@ def main(args):
 """,
             line=8,
             why="DDP only behind a flag: the single-process run may train on the CPU",
+        ),
+        Invalid(
+            """
+import torch
+
+class Runner:
+    def __init__(self, net):
+        self.device = "cpu"
+        self.net = net
+
+    def _prepare(self, batch):
+        return batch.to(self.device)
+
+    def step(self, batch):
+        x = self._prepare(batch)
+        with torch.cuda.amp.autocast():
+            return self.net(x)
+""",
+            line=13,
+            why="the region runs what the helper it calls moved to the CPU",
         ),
     ]
 
@@ -822,6 +867,8 @@ def device_mismatches(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo
         if found is None and scope.cls is not None:
             family = [s for s in ctx.scopes if s.cls is scope.cls]
             for device, move in _moved_to(ctx, family, self_only=True):
+                if move.scope is not scope and not _reaches_region(ctx, move, scope):
+                    continue  # a sibling's own inputs (`tokens.to(self.device)`), not what the region runs on
                 choice = _device_choice(ctx, move.scope, device, move)
                 if choice is not None:
                     found = (device, *choice)
@@ -829,6 +876,46 @@ def device_mismatches(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo
         if found is not None and not _cpu_path_raises(ctx, scope, info):
             out.append((region, info, *found))
     return out
+
+
+def _reaches_region(ctx: ModuleContext, move: CallInfo, scope: Scope) -> bool:
+    """A sibling method's `.to(self.device)` says where the region's tensors are only when the
+    region can see what it moved: the object's own state (`self.model.to(self.device)`, `self.x =
+    x.to(self.device)`), or values of a method that calls the region's (`self.step(batch)`) or
+    that the region's method calls (`self._prepare(batch)`). A method moving its own locals
+    (a tokenizer's output in `get_text_embeddings`) says nothing of a `__call__` running the
+    tensors its caller passes (HunyuanDiT's T5 embedder)."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    func = move.node.func
+    if isinstance(func, cst.Attribute) and (dotted_name(func.value) or "").startswith("self."):
+        return True
+    statement = move.statement
+    smalls = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
+    for small in smalls:
+        targets: List[cst.BaseExpression] = []
+        if isinstance(small, cst.Assign):
+            targets = [t.target for t in small.targets]
+        elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+            targets = [small.target]
+        for target in targets:
+            for node in (target.elements if isinstance(target, (cst.Tuple, cst.List)) else [target]):
+                node = node.value if isinstance(node, cst.Element) else node
+                if (dotted_name(node) or "").startswith("self."):
+                    return True
+
+    def calls(caller: Scope, callee: Scope) -> bool:
+        for call in caller.calls:
+            f = call.node.func
+            if callee.name == "__call__" and isinstance(f, cst.Name) and f.value == "self":
+                return True
+            if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self" and f.attr.value == callee.name:
+                return True
+        return False
+
+    return calls(move.scope, scope) or calls(scope, move.scope)
 
 
 #: DistributedDataParallel: given `device_ids`, it raises `ValueError` for a CPU module

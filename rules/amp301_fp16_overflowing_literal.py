@@ -89,7 +89,9 @@ class Fp16OverflowingLiteral(Rule):
     dtype looked up at run time; a bf16/fp32 choice may be there), and that
     some project module imports (an import by a module name several project
     files share means the one in the importer's folder, or in a folder it
-    names: `sys.path.append(".../seq2seq")`) or that runs itself: a test module
+    names: `sys.path.append(".../seq2seq")`; a dotted one means a file whose
+    folders it spells: `from detkit.util.misc import x` never loads a training
+    script's `utils/misc.py`) or that runs itself: a test module
     a runner collects (`test_*.py`, `*_test.py`) or a `__main__` script
     nothing imports (OpenNMT-py's beam-search test filling fp32 scores; a
     package module nothing imports may be built by a registry from fp16

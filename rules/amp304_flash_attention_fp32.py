@@ -17,6 +17,10 @@ _FLASH_FUNCTIONS = frozenset(
     for name in ("flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
                  "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache")
 )
+#: flash-attn's modules (`flash_attn.modules.mha`), called on packed qkv (or q and packed kv)
+_FLASH_MODULES = frozenset(f"flash_attn.modules.mha.{name}" for name in ("FlashSelfAttention", "FlashCrossAttention"))
+#: torch's concatenations: they promote their inputs to one dtype (fp16 with fp32 or bf16 is fp32)
+_CONCATS = frozenset(("torch.stack", "torch.cat", "torch.concat", "torch.concatenate"))
 _SDPA = frozenset(("torch.nn.functional.scaled_dot_product_attention",))
 _SDPA_KERNEL = frozenset(("torch.nn.attention.sdpa_kernel",))
 _LEGACY_KERNEL = frozenset(("torch.backends.cuda.sdp_kernel",))
@@ -28,7 +32,8 @@ class FlashAttentionFp32(Rule):
     """
     ## What it does
     Flags flash attention called on fp32 tensors: a `flash_attn` function
-    (`flash_attn_func`, `flash_attn_varlen_func`, ...) whose query, key or
+    (`flash_attn_func`, `flash_attn_varlen_func`, ...) or module
+    (`FlashSelfAttention`, `FlashCrossAttention`) whose query, key or
     value is visibly float32 (made by `.float()`, `.to(torch.float32)`, an fp32
     factory), and `F.scaled_dot_product_attention` on such tensors inside a
     `with sdpa_kernel(SDPBackend.FLASH_ATTENTION)` (or the legacy
@@ -36,6 +41,13 @@ class FlashAttentionFp32(Rule):
     and outside an enabled autocast region (an eval or sampling path).
 
     Also, as warnings:
+    - flash attention on a concatenation (`torch.stack([q, k, v])`, `torch.cat`)
+      of tensors some of which were cast to fp16 (`q = q_norm(q).half()`)
+      while a sibling from the same unpacking (`q, k, v = qkv.unbind(2)`) was
+      not: they shared a dtype before the cast, so whenever the cast changed
+      anything the sibling is fp32 or bf16 and the concatenation promotes all
+      of them to float32 (outside an fp16 autocast; HunyuanDiT's packed qkv
+      on its fp32 run);
     - SDPA restricted to the flash kernel by a settings object chosen at run
       time: `sdp_kernel(**config._asdict())` where `config` may be a
       `namedtuple` of the legacy switches (or a dict of them) built flash-only
@@ -105,7 +117,7 @@ class FlashAttentionFp32(Rule):
     #: (`_supports_flash_attn = True`) and which got 425 of its files parsed for this rule alone
     triggers = (
         "flash_attn_func", "flash_attn_varlen_", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
-        "flash_attn_with_kvcache", "sdpa_kernel", "sdp_kernel",
+        "flash_attn_with_kvcache", "sdpa_kernel", "sdp_kernel", "FlashSelfAttention", "FlashCrossAttention",
     )
     #: fp32 evidence: a cast (`.float()`, `torch.float32`) or a factory that makes fp32 by default
     #: ... or a kernel setting, which on a project's default fp32 run needs none (`FP32_DEFAULT`)
@@ -117,6 +129,32 @@ class FlashAttentionFp32(Rule):
     gate_check = "amplint.core.gates:flash_attention_possible"
 
     VALID = [
+        Valid(
+            """
+import torch
+from flash_attn.modules.mha import FlashSelfAttention
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.inner_attn = FlashSelfAttention()
+
+    def forward(self, x, memory):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, -1).unbind(dim=2)
+        qkv = torch.stack([q.half(), k.half(), v.half()], dim=2)
+        return self.inner_attn(qkv)
+
+    def cross(self, q, kv):
+        k, v = kv.unbind(dim=2)
+        k = k.half()
+        return self.inner_attn(q, torch.stack([k, v], dim=2))
+""",
+            "every input of the stack cast to fp16; a stack inline in the call is not read",
+        ),
         Valid(
             """
 from flash_attn import flash_attn_func
@@ -215,11 +253,51 @@ with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable
         ),
     ]
 
+    #: the promoted-concatenation warnings (tests/test_rules_api.py runs them; INVALID holds the errors)
+    PROMOTED_INVALID = [
+        Invalid(
+            """
+import torch
+from flash_attn.modules.mha import FlashSelfAttention
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.inner_attn = FlashSelfAttention()
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, -1).unbind(dim=2)
+        q = q.half()
+        k = k.half()
+        qkv = torch.stack([q, k, v], dim=2)
+        return self.inner_attn(qkv)
+""",
+            line=18,
+            why="v keeps the model's dtype: on an fp32 (or bf16) model the stack is float32",
+        ),
+    ]
+
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        for call in _flash_module_calls(ctx):
+            found = _fp32_input(ctx, call, 2)
+            if found is not None:
+                yield self._diagnostic(ctx, call, found, "flash-attn")
+                continue
+            promoted = _promoted_concat(ctx, call, 2)
+            if promoted is not None:
+                yield self._promoted(ctx, call, *promoted)
         for call in ctx.calls_to(*_FLASH_FUNCTIONS):
             found = _fp32_input(ctx, call, 3)
             if found is not None:
                 yield self._diagnostic(ctx, call, found, "flash-attn")
+                continue
+            promoted = _promoted_concat(ctx, call, 3)
+            if promoted is not None:
+                yield self._promoted(ctx, call, *promoted)
             elif call.region is None and not _low_precision_input(ctx, call, 3):
                 yield self._default_run(ctx, call, "flash-attn", None)
         forced = None
@@ -238,6 +316,21 @@ with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable
                 yield self._diagnostic(ctx, call, found, "sdpa", settings=around[1])
             elif call.region is None and not _low_precision_input(ctx, call, 3):
                 yield self._default_run(ctx, call, "sdpa", around[1])
+
+    def _promoted(self, ctx: ModuleContext, call: CallInfo, concat: cst.Call, cast: cst.BaseExpression, other: cst.BaseExpression) -> Diagnostic:
+        """A concatenation of fp16-cast inputs with a sibling left in its own dtype: float32
+        whenever the cast did anything."""
+        spelled = call.dotted or ctx.code_for(call.node.func)
+        joined = dotted_name(concat.func) or "torch.stack"
+        message = f"`{joined}` of fp16 `{ctx.code_for(cast)}` and uncast `{ctx.code_for(other)}` is float32 unless `{ctx.code_for(other)}` is fp16: `{spelled}` takes only fp16/bf16"
+        if len(message) > 120:
+            message = f"`{joined}` of fp16 and uncast inputs is float32 unless all are fp16: FlashAttention takes only fp16/bf16"
+        data = {"kernel": "flash-attn", "dtype": "fp32", "argument": ctx.code_for(other), "promoted": True}
+        return ctx.diagnostic(
+            self, call.node, message, data=data, severity=Severity.WARNING,
+            related=(ctx.related(concat, "promoted here"),),
+            help=f"Cast `{ctx.code_for(other)}` with the others (or all to one dtype) before `{joined}`",
+        )
 
     def _default_run(self, ctx: ModuleContext, call: CallInfo, kind: str, settings: Optional[cst.BaseExpression]) -> Diagnostic:
         """Inputs of no visible dtype, outside any autocast its file shows, in a project that fixes
@@ -281,6 +374,66 @@ def _fp32_input(ctx: ModuleContext, call: CallInfo, count: int) -> Optional[cst.
         if ctx.known_dtype(arg, call.scope, call.order, call.statement, path=call.path) == "fp32":
             return arg
     return None
+
+
+def _flash_module_calls(ctx: ModuleContext) -> Iterator[CallInfo]:
+    """Calls of a flash-attn module (`self.inner_attn(qkv)` with `self.inner_attn =
+    FlashSelfAttention(...)`)."""
+    from amplint.model import module_class
+
+    for call in ctx.calls:
+        func = call.node.func
+        if isinstance(func, (cst.Name, cst.Attribute)) and module_class(ctx, func, call.scope) in _FLASH_MODULES:
+            yield call
+
+
+def _promoted_concat(ctx: ModuleContext, call: CallInfo, count: int) -> Optional[Tuple[cst.Call, cst.BaseExpression, cst.BaseExpression]]:
+    """An input of the call bound, on every way to it, to `torch.stack([q, k, v])` (`cat`) of
+    tensors some visibly fp16 (`q = q.half()`) and some of no visible dtype, where an uncast one
+    comes from the same unpacking as a cast one (`q, k, v = qkv.unbind(2)`): they shared a dtype
+    before the cast, so whenever `.half()` changed anything the uncast one is fp32 or bf16 and the
+    concatenation promotes all to float32 (HunyuanDiT's q/k-only `.half()` on its fp32 run).
+    Outside an fp16 autocast (where the sibling would come out fp16). (concat, cast, uncast)."""
+    if call.region is not None and call.region.enabled is not False and call.region.dtype == "fp16":
+        return None
+    inputs = [a.value for a in call.node.args if a.keyword is None and not a.star][:count]
+    for arg in inputs:
+        if not isinstance(arg, cst.Name):
+            continue
+        found = [a for a in ctx.assignments_to(arg.value, call.scope) if a.scope is call.scope and a.order < call.order]
+        if not found:
+            continue
+        at = max(found, key=lambda a: a.order)  # the last binding, when it runs on every way to the call
+        if at.unpacked or at.statement is call.statement or not _encloses(at.path, call.path):
+            continue
+        value = at.value
+        if not (isinstance(value, cst.Call) and ctx.qualnames(value.func) & _CONCATS and value.args):
+            continue
+        first = value.args[0]
+        if first.keyword is not None or first.star or not isinstance(first.value, (cst.List, cst.Tuple)):
+            continue
+        elements = [e.value for e in first.value.elements]
+        if any(isinstance(e, cst.StarredElement) for e in first.value.elements) or not all(isinstance(e, cst.Name) for e in elements):
+            continue
+        kinds = {e.value: ctx.known_dtype(e, at.scope, at.order, at.statement, path=at.path) for e in elements}  # type: ignore[union-attr]
+        if any(k not in (None, "fp16") for k in kinds.values()):
+            continue
+        cast = [e for e in elements if kinds[e.value] == "fp16"]  # type: ignore[union-attr]
+        for other in (e for e in elements if kinds[e.value] is None):  # type: ignore[union-attr]
+            bound = [a for a in ctx.assignments_to(other.value, at.scope) if a.scope is at.scope and a.order < at.order]  # type: ignore[union-attr]
+            if len(bound) != 1 or not bound[0].unpacked:
+                continue
+            for c in cast:
+                if any(a.statement is bound[0].statement and a.unpacked for a in ctx.assignments_to(c.value, at.scope) if a.order < at.order):  # type: ignore[union-attr]
+                    return value, c, other
+    return None
+
+
+def _encloses(outer, inner) -> bool:
+    """The control flow `outer` is a prefix of `inner`: the statement runs on every way there."""
+    if len(outer) > len(inner):
+        return False
+    return all(a.kind == b.kind and a.node is b.node for a, b in zip(outer, inner))
 
 
 def _low_precision_input(ctx: ModuleContext, call: CallInfo, count: int) -> bool:

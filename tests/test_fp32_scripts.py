@@ -390,3 +390,35 @@ def test_fp16_unreachable_follows_a_long_importer_chain_to_its_end(tmp_path):
                   "engine.py": "import torch\n\ndef train(f):\n    with torch.autocast('cuda'):\n        f(q, k, m)\n"})
     assert not fp16_unreachable(str(other / "pyraformer" / "Modules.py"), str(other))
     assert _found(other) == [("pyraformer/Modules.py", 6)]
+
+
+BOXES = textwrap.dedent(
+    """\
+    import torch
+
+
+    def masks_to_boxes(masks):
+        h, w = masks.shape[-2:]
+        x = torch.arange(0, w, dtype=torch.float).to(masks)
+        x_mask = (masks > 128) * x
+        return x_mask.masked_fill(~(masks > 128), 1e8).flatten(1).min(-1)[0]
+    """
+)
+DETECTOR = "import torch\nfrom detkit.util.misc import nested\n\nmodel = torch.nn.Linear(2, 2).half()\n"
+
+
+def test_a_dotted_import_loads_only_the_file_whose_folders_it_spells(tmp_path):
+    """An fp32 training script's `utils/misc.py` (box corners of label masks, filled with 1e8)
+    shares its name with a vendored detector's `detkit/util/misc.py`, which fp16 code imports as
+    `from detkit.util.misc import ...`: that import finds some `detkit/util/misc.py` on
+    `sys.path`, never `train/utils/misc.py`, so no fp16 reaches the script's labels."""
+    _tree(tmp_path, {"train/utils/misc.py": BOXES, "train/train.py": "import utils.misc as misc\n\nif __name__ == '__main__':\n    misc.masks_to_boxes(labels)\n",
+                     "vendor/detkit/__init__.py": "", "vendor/detkit/util/__init__.py": "",
+                     "vendor/detkit/util/misc.py": "def nested(x):\n    return x\n",
+                     "vendor/detkit/models/__init__.py": "", "vendor/detkit/models/detector.py": DETECTOR})
+    assert fp16_unreachable(str(tmp_path / "train" / "utils" / "misc.py"), str(tmp_path))
+    assert _found(tmp_path) == []
+    (tmp_path / "vendor" / "detkit" / "models" / "detector.py").write_text(DETECTOR.replace("..util", "").replace("detkit.util.misc", "utils.misc"))
+    assert _found(tmp_path) == [("train/utils/misc.py", 8)]
+    (tmp_path / "vendor" / "detkit" / "models" / "detector.py").write_text(DETECTOR.replace("detkit.util.misc", "..util.misc"))
+    assert _found(tmp_path) == []

@@ -537,6 +537,8 @@ CALL_GATES_SOUND = [
                "with sdpa_kernel(SDPBackend.FLASH_ATTENTION):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
     ("AMP304", "q = torch.randn(2, 8, 128, 64)\nwith torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, "
                "enable_mem_efficient=False):\n    out = F.scaled_dot_product_attention(q, q, q)\n"),
+    ("AMP304", "from flash_attn.modules.mha import FlashSelfAttention\nattn = FlashSelfAttention()\n"
+               "q, k, v = qkv.unbind(dim=2)\nq = q.half()\npacked = torch.stack([q, k, v], dim=2)\nout = attn(packed)\n"),
     # AMP002: the deprecated class called with device_type, however it is imported and spelled
     ("AMP002", "with torch.cuda.amp.autocast(device_type='cuda'):\n    y = model(x)\n"),
     ("AMP002", "from torch.cuda import amp\nwith amp.autocast(device_type='cuda'):\n    y = model(x)\n"),

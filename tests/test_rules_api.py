@@ -546,3 +546,18 @@ def test_amp002_device_mismatch_examples():
         assert len(found) == 1, case.code
         assert found[0].location.row == case.line and found[0].severity == Severity.WARNING
         assert found[0].data["kind"] == "mps-as-cpu"
+
+
+# --------------------------------------------------------------- AMP304 promoted concatenation
+
+
+def test_amp304_promoted_concatenation_examples():
+    """AMP304's `torch.stack` of fp16-cast tensors with an uncast sibling: a warning at the call."""
+    from amplint.core.diagnostics import Severity
+    from amplint.rules.amp304_flash_attention_fp32 import FlashAttentionFp32 as R
+
+    for case in R.PROMOTED_INVALID:
+        found = [d for d in _lint(case.code.lstrip("\n"), select=("AMP304",)) if d.code == "AMP304"]
+        assert len(found) == 1, case.code
+        assert found[0].location.row == case.line and found[0].severity == Severity.WARNING
+        assert found[0].data["promoted"] is True

@@ -922,6 +922,7 @@ def _may_be_parameter(data: bytes, start: int, end: int) -> bool:
 _FLASH_FUNCTION_NAMES = (
     b"flash_attn_func", b"flash_attn_varlen_func", b"flash_attn_qkvpacked_func", b"flash_attn_kvpacked_func",
     b"flash_attn_varlen_qkvpacked_func", b"flash_attn_varlen_kvpacked_func", b"flash_attn_with_kvcache",
+    b"FlashSelfAttention", b"FlashCrossAttention",  # flash_attn.modules.mha's modules, constructed
 )
 
 

@@ -594,7 +594,9 @@ def may_import(importer: str, text: str, target: str, namesakes: Sequence[str]) 
     importer names (`sys.path.append(".../seq2seq")`, `from seq2seq.run_summarization import
     ...`). microsoft/LoRA's examples/test_examples.py puts seq2seq/ on the path and imports its
     run_summarization, not bertabs'. Undecided (it names both folders, or neither): it may."""
-    return _loads_name(text, module_stem(target), os.path.basename(target) == "__init__.py") and on_path(importer, text, target, namesakes)
+    return _loads_name(text, module_stem(target), os.path.basename(target) == "__init__.py", importer, target) and (
+        on_path(importer, text, target, namesakes)
+    )
 
 
 def on_path(importer: str, text: str, target: str, namesakes: Sequence[str]) -> bool:
@@ -610,16 +612,46 @@ def on_path(importer: str, text: str, target: str, namesakes: Sequence[str]) -> 
     return _names_folder(text, target) or not any(_names_folder(text, n) for n in namesakes)
 
 
-def _loads_name(text: str, stem: str, package: bool) -> bool:
+def _loads_name(text: str, stem: str, package: bool, importer: Optional[str] = None, target: Optional[str] = None) -> bool:
     """An import statement of `text` may load a module named `stem`: the last part of the module
     it imports (any part, for a package: `from stem.sub import x`), or a name it imports from a
     package (`from pkg import stem`, `from . import stem`); `from gluonnlp.model.bert import X`
-    does not load a module `model.py`."""
-    for _, module, names in import_list(text, stdlib=True):
+    does not load a module `model.py`. Given the `target` file (and its `importer`), the dotted
+    name must also spell the target's folders: `groundingdino.util.misc` is some
+    `groundingdino/util/misc.py` on `sys.path`, never `train/utils/misc.py` (`_spells_path`), and
+    a relative import is resolved from the importer's folder."""
+    for level, module, names in import_list(text, stdlib=True):
         parts = str(module).split(".") if module else []
-        if (parts and (parts[-1] == stem or (package and stem in parts))) or stem in names:  # type: ignore[operator]
+        candidates: List[List[str]] = []
+        if parts and parts[-1] == stem:
+            candidates.append(parts)
+        if package and stem in parts:
+            candidates.append(parts[: parts.index(stem) + 1])
+        if stem in names:  # type: ignore[operator]
+            candidates.append(parts + [stem])
+        if target is None or importer is None:
+            if candidates:
+                return True
+            continue
+        if any(_spells_path(int(level), spelled, importer, target) for spelled in candidates):  # type: ignore[call-overload]
             return True
     return False
+
+
+def _spells_path(level: int, parts: Sequence[str], importer: str, target: str) -> bool:
+    """The module spelled `parts` (relative `level`, from `importer`) may be the file `target`:
+    a relative one is the file below the importer's folder (`level - 1` folders up); an
+    absolute one is found below some `sys.path` folder, so the target's path ends in its parts
+    (`a/b/c.py`, or `a/b/c/__init__.py`)."""
+    module = os.path.splitext(os.path.abspath(target))[0]
+    if os.path.basename(module) == "__init__":
+        module = os.path.dirname(module)
+    if level:
+        start = os.path.dirname(os.path.abspath(importer))
+        for _ in range(level - 1):
+            start = os.path.dirname(start)
+        return os.path.join(start, *parts) == module
+    return module.split(os.sep)[-len(parts):] == list(parts) if parts else False
 
 
 def _module_folder(path: str) -> str:
