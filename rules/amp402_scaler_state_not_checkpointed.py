@@ -252,6 +252,21 @@ Silent for the checkpoint of a loop no scaler takes part in: the saved
     never moves has nothing to lose (AMP102 reports the steps on scaled
     gradients).
 
+    Lightning Fabric builds the GradScaler itself for `Fabric(precision="16-mixed")`
+    (also `"16"`), in its precision plugin, and scales every `fabric.backward(loss)`
+    with it: a resume checkpoint the file writes by hand (a `torch.save` of a dict
+    holding an optimizer's state) and resumes from (`optimizer.load_state_dict` after
+    a `torch.load`) while that Fabric steps the loss is flagged at the first save,
+    with the Fabric and the resume as related sites. The precision may be given
+    through the Fabric's `**fabric_kwargs` (`fabric_kwargs.update(precision="16-mixed")`
+    or `fabric_kwargs["precision"] = "16-mixed"` before the constructor, in the same
+    function): fp16 is then chosen at run time (a flag, a caller's kwargs), and the
+    finding is an info (`when the Fabric's precision is 16-mixed: ...`). Silent when the
+    file also checkpoints with `fabric.save` / `fabric.load`, touches a scaler's or the
+    precision plugin's `state_dict`, for `"bf16-mixed"` and `"32-true"`, a CPU accelerator,
+    `plugins=` or an FSDP / DeepSpeed strategy (their own precision plugins), an export
+    of the weights alone, and when nothing in the file resumes the optimizer.
+
     apex's `amp.initialize(model, optimizer, opt_level="O2")` (or `"O1"`,
     apex's default; `loss_scale` absent or `"dynamic"`) keeps the same kind
     of dynamic loss scaler inside the `amp` module, saved only by
@@ -281,7 +296,7 @@ Silent for the checkpoint of a loop no scaler takes part in: the saved
     severity = Severity.WARNING
     message = "GradScaler state is not checkpointed"
     # a scaler (GradScaler(...), `x.scale(`, `unscale_`, a *scaler* parameter, apex's amp) and torch.save / torch.load
-    triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (", "apex")
+    triggers = ("GradScaler", "unscale_", "scaler", "Scaler", "SCALER", "scale(", "scale (", "apex", "Fabric")
     requires = (("save", "load", "restore", "resume"),)
     gate_check = "amplint.core.gates:scaler_checkpoint_io"
 
@@ -761,6 +776,81 @@ class Worker:
             "a classifier's own loop beside the scaled one: its local optimizer is stepped unscaled and the loop "
             "names no scaler, so no scaler state belongs in its checkpoint",
         ),
+        Valid(
+            """
+import torch
+from lightning import Fabric
+
+
+def train(model, optimizer, loader, args):
+    fabric = Fabric(accelerator="cuda", precision="16-mixed")
+    model, optimizer = fabric.setup(model, optimizer)
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    if args.resume:
+        fabric.load(args.resume, state)
+    for step, batch in enumerate(loader):
+        fabric.backward(model(batch).mean())
+        optimizer.step()
+        state["step"] = step
+        fabric.save("last.ckpt", state)
+""",
+            "Fabric's own checkpoint (fabric.save / fabric.load) is in use",
+        ),
+        Valid(
+            """
+import torch
+from lightning import Fabric
+
+
+def train(model, optimizer, loader, args):
+    fabric = Fabric(accelerator="cuda", precision="16-mixed")
+    model, optimizer = fabric.setup(model, optimizer)
+    precision = fabric.strategy.precision
+    if args.resume:
+        state = torch.load(args.resume)
+        optimizer.load_state_dict(state["optimizer"])
+        precision.load_state_dict(state["precision"])
+    for step, batch in enumerate(loader):
+        fabric.backward(model(batch).mean())
+        optimizer.step()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "precision": precision.state_dict()}, "last.pt")
+""",
+            "the precision plugin's state (its scaler's) is saved with the checkpoint",
+        ),
+        Valid(
+            """
+import torch
+from lightning import Fabric
+
+
+def train(model, optimizer, loader, args):
+    fabric = Fabric(accelerator="cuda", precision="bf16-mixed")
+    model, optimizer = fabric.setup(model, optimizer)
+    if args.resume:
+        optimizer.load_state_dict(torch.load(args.resume)["optimizer"])
+    for step, batch in enumerate(loader):
+        fabric.backward(model(batch).mean())
+        optimizer.step()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+""",
+            "a bf16-mixed Fabric builds no GradScaler",
+        ),
+        Valid(
+            """
+import torch
+from lightning import Fabric
+
+
+def train(model, optimizer, loader):
+    fabric = Fabric(accelerator="cuda", precision="16-mixed")
+    model, optimizer = fabric.setup(model, optimizer)
+    for step, batch in enumerate(loader):
+        fabric.backward(model(batch).mean())
+        optimizer.step()
+    torch.save(model.state_dict(), "weights.pt")
+""",
+            "an export of the weights is not a resumable checkpoint",
+        ),
     ]
 
     INVALID = [
@@ -1191,10 +1281,31 @@ class Trainer:
             line=12,
             why="the folder's pieces are read back by a resume in the same file: reported at that resume",
         ),
+        Invalid(
+            """
+import torch
+from lightning import Fabric
+
+
+def train(model, optimizer, loader, args):
+    fabric = Fabric(accelerator="cuda", precision="16-mixed")
+    model, optimizer = fabric.setup(model, optimizer)
+    if args.resume:
+        state = torch.load(args.resume)
+        optimizer.load_state_dict(state["optimizer"])
+    for step, batch in enumerate(loader):
+        fabric.backward(model(batch).mean())
+        optimizer.step()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, "last.pt")
+""",
+            line=14,
+            why="Fabric's 16-mixed precision keeps a GradScaler; the hand-written resume checkpoint leaves its scale out",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         yield from self._apex(ctx)
+        yield from self._fabric(ctx)
         wrapped = list(self._wrapper_state(ctx))
         yield from wrapped
         live = _live_scalers(ctx)
@@ -1328,6 +1439,50 @@ class Trainer:
                     "side": "load", "bug": "amp", "mechanism": "apex"}
             yield ctx.diagnostic(self, resume.node, message, data=data, related=related,
                                  help="Call `amp.load_state_dict(...)` with the saved `amp.state_dict()` after `amp.initialize`")
+
+    def _fabric(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """Lightning `Fabric(precision="16-mixed")` builds a GradScaler in its precision plugin
+        and scales every `fabric.backward(loss)` with it; a resume checkpoint the file writes by
+        hand (`torch.save` of a dict with the optimizer's state) and resumes from
+        (`optimizer.load_state_dict` after a `torch.load`) leaves that scale out. One finding per
+        file, at its first save; an info when fp16 is chosen at run time (a `**fabric_kwargs`
+        given the precision behind a flag). Silent when the file also checkpoints with
+        `fabric.save` / `fabric.load` or touches any `state_dict` of a scaler or precision plugin."""
+        from amplint.model import fp16_fabrics
+
+        fabrics = [(call, chosen, names) for call, chosen, names in fp16_fabrics(ctx)
+                   if any(c.receiver_dotted in names for c in ctx.method_calls("backward"))]
+        if not fabrics:
+            return
+        held = set().union(*(names for _, _, names in fabrics))
+        if any(c.receiver_dotted in held for c in ctx.method_calls("save", "load", "load_raw")):
+            return  # the framework's own checkpoint is in use here
+        if any("scaler" in (c.receiver_dotted or "").lower() or "precision" in (c.receiver_dotted or "").lower()
+               for c in ctx.method_calls("state_dict", "load_state_dict")):
+            return
+        saves = [(c, o) for c in ctx.calls_to("torch.save") for o in [_resume_checkpoint(ctx, c)] if o is not None]
+        loads = ctx.calls_to("torch.load")
+        resume = next((c for c in ctx.method_calls("load_state_dict")
+                       if ctx.is_optimizer(c.receiver_dotted) and not c.qualnames and _from_checkpoint(ctx, c, loads)), None)
+        if not saves or resume is None:
+            return  # nothing resumes from it here: an export, or a resume the file does not show
+        saves.sort(key=lambda found: found[0].order)
+        first, optimizer = saves[0]
+        ctor, chosen, _ = fabrics[0]
+        related = [ctx.related(ctor.node, "this Fabric builds the GradScaler (16-mixed)")]
+        if chosen is not None:
+            related.append(ctx.related(chosen, "fp16 chosen here"))
+        related += [ctx.related(c.node, "also saved") for c, _ in saves[1:]]
+        related.append(ctx.related(resume.node, "restored without it"))
+        prefix = "when the Fabric's precision is 16-mixed: " if chosen is not None else ""
+        message = f"{prefix}This checkpoint saves `{optimizer}` but not the GradScaler of Fabric's 16-mixed precision"
+        data = {"scaler": "fabric.strategy.precision.scaler", "optimizer": optimizer, "snippet": ctx.code_for(first.node),
+                "side": "save", "bug": "fabric", "mechanism": "fabric"}
+        yield ctx.diagnostic(
+            self, first.node, message, data=data, related=related, severity=Severity.INFO if chosen is not None else None,
+            help="Save `fabric.strategy.precision.state_dict()` (the scaler's state) with it and restore it with "
+            "`fabric.strategy.precision.load_state_dict(...)` on resume",
+        )
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """Checkpoint helpers in another module: one that saves the optimizer but not the

@@ -83,6 +83,7 @@ _EXPORTS = {
     "ACCELERATORS": ".accelerators",
     # fabrics (Lightning Fabric's fp16 backward, issue 23)
     "scaling_fabric": ".fabrics",
+    "fp16_fabrics": ".fabrics",
     # bindings
     "assignment_before": ".bindings",
     "constructed_class": ".bindings",

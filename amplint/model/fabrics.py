@@ -16,7 +16,7 @@ AMP801/AMP805), or a second binding of the name to something else make the answe
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -67,3 +67,87 @@ def _literal_in(node: Optional[cst.BaseExpression], values: tuple) -> bool:
         return False
     value = evaluated(node)
     return isinstance(value, str) and value in values and value in node.value
+
+
+def fp16_fabrics(ctx: "ModuleContext") -> List[Tuple[CallInfo, Optional[cst.CSTNode], Set[str]]]:
+    """The file's `Fabric(...)` constructors that build Lightning's GradScaler, each with where
+    fp16 is chosen at run time (None: always) and the names that hold it (`fabric`, then
+    `self.fabric = fabric`): `precision="16-mixed"` spelled in the call (always), or a
+    `**fabric_kwargs` of the call that the same function gives that precision
+    (`fabric_kwargs.update(precision="16-mixed")` or `fabric_kwargs["precision"] = "16-mixed"`,
+    a run-time choice: a caller's kwargs may say otherwise). AMP402 asks, for checkpoints that
+    leave that scaler's state out. Other keywords as `_scales` reads them (`plugins=`, a CPU
+    accelerator, an FSDP or DeepSpeed strategy: unknown, left out)."""
+    found: List[Tuple[CallInfo, Optional[cst.CSTNode], Set[str]]] = []
+    for call in ctx.calls_to(*FABRICS):
+        starred = [a for a in call.node.args if a.star]
+        chosen: Optional[cst.CSTNode] = None
+        if starred:
+            if len(starred) != 1 or starred[0].star != "**" or not isinstance(starred[0].value, cst.Name):
+                continue
+            if call.arg(None, "precision") is not None:
+                continue
+            chosen = _precision_given(ctx, call, starred[0].value.value)
+            if chosen is None:
+                continue
+            keywords = [a for a in call.node.args if not a.star]
+            if any(a.keyword is None for a in keywords) or not _plain_keywords(ctx, call):
+                continue
+        elif not _scales(call):
+            continue
+        found.append((call, chosen, _holders(ctx, call)))
+    return found
+
+
+def _plain_keywords(ctx: "ModuleContext", call: CallInfo) -> bool:
+    """The keywords spelled beside `**kwargs` keep the plain MixedPrecision plugin: literals, or
+    a parameter of the function whose default is one (`accelerator="auto"`, handed on)."""
+    if call.arg(None, "plugins") is not None:
+        return False
+    accelerator = _default_of(call, call.arg(None, "accelerator"))
+    if accelerator is not None and not _literal_in(accelerator, ("cuda", "gpu", "auto")):
+        return False
+    strategy = _default_of(call, call.arg(None, "strategy"))
+    return strategy is None or _literal_in(strategy, _PLAIN_STRATEGIES)
+
+
+def _default_of(call: CallInfo, node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """`node`, or the default of the parameter of `call`'s function that it names."""
+    function = call.scope.node
+    if not isinstance(node, cst.Name) or not isinstance(function, cst.FunctionDef):
+        return node
+    for param in (*function.params.params, *function.params.kwonly_params):
+        if param.name.value == node.value:
+            return param.default if param.default is not None else node
+    return node
+
+
+def _precision_given(ctx: "ModuleContext", call: CallInfo, name: str) -> Optional[cst.CSTNode]:
+    """The statement of `call`'s function, before it, that gives the dict `name` an fp16 mixed
+    `precision`: `name.update(precision="16-mixed")` or `name["precision"] = "16-mixed"`."""
+    for other in ctx.method_calls("update"):
+        if other.scope is call.scope and other.order < call.order and other.receiver_dotted == name:
+            if _literal_in(other.arg(None, "precision"), _FP16_MIXED):
+                return other.statement
+    for a in ctx.assignments:
+        if a.scope is not call.scope or a.order > call.order or not _literal_in(a.value, _FP16_MIXED):
+            continue
+        target = a.node.targets[0].target if isinstance(a.node, cst.Assign) and len(a.node.targets) == 1 else None
+        if (isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and target.value.value == name
+                and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index)
+                and _literal_in(target.slice[0].slice.value, ("precision",))):
+            return a.statement or a.node
+    return None
+
+
+def _holders(ctx: "ModuleContext", call: CallInfo) -> Set[str]:
+    """The names bound to what `call` builds in its function (`fabric = Fabric(...)`) and the
+    attributes bound to those there (`self.fabric = fabric`, `self.fabric = Fabric(...)`)."""
+    names: Set[str] = set()
+    for a in ctx.assignments:
+        if a.scope is call.scope and not a.unpacked and a.value is call.node:
+            names.add(a.target)
+    for a in ctx.assignments:
+        if a.scope is call.scope and not a.unpacked and isinstance(a.value, cst.Name) and a.value.value in names:
+            names.add(a.target)
+    return names
