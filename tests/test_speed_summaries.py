@@ -110,3 +110,38 @@ def test_a_fake_in_a_function_or_its_decorator_is_found():
         "test_a": ["fully_shard"], "test_b": ["fully_shard"], "outer": ["FSDP"], "outer.inner": ["FSDP"],
         "test_d": ["FullyShardedDataParallel"], "test_e": ["fully_shard"],
     }
+
+
+_DISTRIBUTED_TEXT = "import deepspeed\n\ndef train(model, loss):\n    engine, *_ = deepspeed.initialize(model=model)\n    engine.backward(loss)\n"
+
+
+@pytest.mark.parametrize("roles", ["d", "dc", "b"])
+def test_the_summaries_handed_over_are_one_bytes_object_holding_the_same_data(roles):
+    # one object the collector never traverses and a pool worker pickles whole (crossfile.packed)
+    made = crossfile.summaries_ahead(_DISTRIBUTED_TEXT, roles, _selected())
+    assert isinstance(made, bytes)
+    if roles == "b":
+        assert crossfile.unpacked(made) == (summary.summarize(_DISTRIBUTED_TEXT), None)
+    else:
+        assert crossfile.unpacked(made) == crossfile.summaries_of(_DISTRIBUTED_TEXT, roles)
+    pair = (None, {"s": [1, (2, 3)]})
+    assert crossfile.unpacked(pair) is pair
+
+
+@pytest.mark.parametrize("name", DISTRIBUTED)
+def test_the_project_model_is_no_cycle_left_to_the_collector_after_the_pass(name):
+    # crossfile._unlinked: the model and the wrapper rules' view freed by reference counting
+    import gc
+
+    from amplint.model.project.graph import Project
+
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        _diagnostics(PROJECTS / name)
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, (Project, wrappers.ScaleView, crossfile._Store))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not left

@@ -47,6 +47,14 @@ def parse(source: str) -> Optional[ast.Module]:
     return tree
 
 
+def forget() -> None:
+    """Drop the tree kept by `remembered` (the block goes on, keeping the next one): for its
+    last reader, so that the tree is freed before the cycle collector would traverse it."""
+    with _SLOT:
+        if _LAST:
+            _LAST[0] = None
+
+
 @contextmanager
 def remembered() -> Iterator[None]:
     """The last tree `parse` made kept for the same text until the block ends (one file's lint:

@@ -142,8 +142,8 @@ def summaries_of(source: str, roles: str = "") -> Tuple[Any, Any]:
     worker computes them for a file with role "d" when `reads_scale`, so the cross-file pass,
     which runs in one process after the pool, reads them instead of parsing each such file
     again (on transformers 76 files, 5 MB: most of that pass's CPU time). Nothing reads them
-    before that pass, so they go as they are (pickled back from a pool worker, faster to
-    load than marshal's format here).
+    before that pass, so `summaries_ahead` hands them over packed (`packed`: one bytes object,
+    which the collector never traverses while the lint goes on).
 
     A file whose only role is "d" (`roles`: its text index's) gets its scale summary only,
     and `LATER` for the other: the cross-file pass reads every such file's scale summary but
@@ -161,24 +161,57 @@ def summaries_of(source: str, roles: str = "") -> Tuple[Any, Any]:
 _SEED_ROLES = frozenset("bohgfwn")
 
 
-def summaries_ahead(source: str, roles: str, rules: Sequence[Any]) -> Optional[Tuple[Any, Any]]:
+def summaries_ahead(source: str, roles: str, rules: Sequence[Any]) -> Any:
     """What a lint worker summarises of a file for the cross-file pass (`FileResult.summaries`),
     from its text index `roles`, so that the pass, one process after the pool, parses little:
     a file that may use a distributed API ("d") or clips gradients or runs a backward ("c"),
     when a selected rule reads the scale view, both summaries (`summaries_of`); a file whose
-    roles put it in the universe whatever the project holds, its project summary. None: the
-    pass summarises the file itself if it ever asks."""
+    roles put it in the universe whatever the project holds, its project summary; either
+    `packed` (`unpacked` reads the pair back). None: the pass summarises the file itself if it
+    ever asks."""
+    from ..core.pyast import forget
     from .pipeline import gc_paused
 
     if ("d" in roles or "c" in roles) and reads_scale(rules):
         with gc_paused():  # an `ast` tree of the whole file, freed by reference counting
-            return summaries_of(source, roles)
+            made = packed(summaries_of(source, roles))
+            forget()  # the lint's last reader of the file's tree: freed before the collector looks
+            return made
     if _SEED_ROLES.intersection(roles):
         from ..model.project import summarize
 
         with gc_paused():
-            return summarize(source), None  # (the scale summary, if asked, is made then)
+            made = packed((summarize(source), None))  # (the scale summary, if asked, is made then)
+            forget()
+            return made
     return None
+
+
+def packed(pair: Tuple[Any, Any]) -> Any:
+    """The summaries handed to the cross-file pass as one `bytes` object in marshal's format
+    (`unpacked` reads them back; the cache stores the same data in the same format). Made
+    inside `gc_paused`, so that the summary's objects die by reference counting before the
+    collector looks: as live lists and dicts (10,000-40,000 objects for a model file) each
+    summary was traversed by the young-generation collection ending its file's summaries,
+    again by every older-generation collection while the lint went on, and was pickled
+    object by object out of a pool worker; a bytes object is untracked by the collector and
+    pickled whole. The pair itself when marshal cannot write it (never seen: summaries are
+    plain data)."""
+    import marshal
+
+    try:
+        return marshal.dumps(pair)
+    except ValueError:
+        return pair
+
+
+def unpacked(made: Any) -> Any:
+    """`FileResult.summaries` as the pair (summary, scale summary): `packed`'s bytes read back."""
+    if isinstance(made, bytes):
+        import marshal
+
+        return marshal.loads(made)
+    return made
 
 
 @lru_cache(maxsize=None)
@@ -377,7 +410,20 @@ def _project_findings(
     read = sorted(set(project.summaries) | project.viewed | set(_configs_read(project))) if project is not None else chosen
     view = getattr(project, "_scale_view", None) if project is not None else None
     store.remember(root, chosen, key, read, found, configs, wanted=bool(getattr(view, "wants_configs", False)))
+    if project is not None:
+        _unlinked(project)
     return found
+
+
+def _unlinked(project: Any) -> None:
+    """Drop what the project model holds once its findings are made: the model and the wrapper
+    rules' view point at each other (and the model's memos at both), so without this its
+    summaries, memos and graph (on transformers ~190,000 lists, dicts and tuples) outlived the
+    pass as a cycle, left for the collector to find by traversing every one of them."""
+    for holder in (getattr(project, "_scale_view", None), project):
+        attrs = getattr(holder, "__dict__", None)
+        if isinstance(attrs, dict):
+            attrs.clear()
 
 
 def _configs_read(project: Any) -> List[str]:
@@ -604,9 +650,7 @@ class _Store:
         """(summary, scale summary) of the file as the lint pass computed them, if it did."""
         made = self._made.get(path)
         if isinstance(made, bytes):
-            import marshal
-
-            made = self._made[path] = marshal.loads(made)
+            made = self._made[path] = unpacked(made)
         return made
 
     def summary(self, path: str) -> Optional[Dict[str, Any]]:
