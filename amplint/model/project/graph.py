@@ -436,6 +436,9 @@ class Project:
                 types = self._loaded(path, callees, ref) or self._pretrained(path, func, callees, ref)
                 if not types and "e0" not in ref:
                     types = frozenset(t for callee in callees for t in self.returns(callee))
+                elif not types:
+                    # `model, cfg = create_model(...)`: the first element every tuple return gives
+                    types = frozenset(t for callee in callees for t in self.first_returned(callee))
                 if not types and not callees and ref["c"].endswith(_CHECKPOINT_LOADER):
                     types = self._restored(path, func, ref["c"][: -len(_CHECKPOINT_LOADER)])
                 if any(t[0] == "X" and t[1] in FORWARD_KEEPING_WRAPPERS for t in callees):
@@ -538,6 +541,19 @@ class Project:
             if "n" in enabled_ref and enabled_ref["n"] in ("True", "False"):
                 enabled = enabled_ref["n"] == "True"
         return ("A", device, dtype, enabled)
+
+    def first_returned(self, callee: Type) -> TypeSet:
+        """What element 0 of calling a project function `callee` gives, when every `return` of
+        it is a tuple spelled in place (`return model, model_cfg`): nothing when one returns
+        anything else (a name, a call, `None`), where which element is which is not certain."""
+        if callee[0] != "F":
+            return _EMPTY
+        info = self.function((callee[1], callee[2]))
+        if info is None or info["returns"] or info.get("ro") or info.get("rn") or not info.get("tr"):
+            return _EMPTY
+        if any(not t or t[0] is None for t in info["tr"]):
+            return _EMPTY
+        return self._values(callee[1], callee[2], [t[0] for t in info["tr"]])
 
     def returns(self, callee: Type) -> TypeSet:
         """What calling a value of type `callee` gives."""
