@@ -109,9 +109,11 @@ class HalfModelTraining(Rule):
     loader or `convert_weights(model)`-style helper in another file made fp16
     (in place, through `model.apply(...)`, or by returning `model.half()`);
     the message names where. A builder every `return` of which is a tuple
-    (`return model, model_cfg`, open_clip's factories) hands back its first
-    element: `model, cfg = create_model(...)` binds the cast module, while
-    `model, index = build(...)` with only `index` cast stays silent. A cast
+    spelled in place (`return model, model_cfg`, open_clip's factories)
+    hands back each element to the name unpacked at its position: `model,
+    cfg = build_net(...)` binds the cast module, while `model, index =
+    build(...)` with only `index` cast stays silent (a `return` of another
+    shape leaves which element is which unknown: silent). A cast
     under an `if` of its function (`if precision == "fp16":
     convert_weights_to_fp16(model)`, a `--precision` choice) is one path of
     a run-time choice: the message quotes the test ("made fp16 when

@@ -699,7 +699,7 @@ def test_a_builder_returning_a_tuple_hands_back_its_first_element(tmp_path):
     factory = """
         import torch
 
-        def create_model(precision="fp32"):
+        def build_net(precision="fp32"):
             model = torch.nn.Linear(4, 4)
             index = torch.nn.Linear(4, 4)
             if precision == "fp16":
@@ -708,9 +708,9 @@ def test_a_builder_returning_a_tuple_hands_back_its_first_element(tmp_path):
     """
     train = """
         import torch
-        from factory import create_model
+        from factory import build_net
 
-        model, cfg = create_model("fp16")
+        model, cfg = build_net("fp16")
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         optimizer.step()
     """
@@ -718,6 +718,10 @@ def test_a_builder_returning_a_tuple_hands_back_its_first_element(tmp_path):
     assert "train.py:6 AMP201" in codes(tuple_root)
     (d,) = [d for d in lint_paths([str(tuple_root)], Config()).diagnostics if d.code == "AMP201"]
     assert d.message == '`SGD` updates the parameters of a `Linear` made fp16 when `precision == "fp16"`, with no fp32 master copy'
+    # the cast module unpacked at its position, not only the first
+    swapped = factory.replace("{tail}", "return {'dim': 4}, model")
+    swapped_root = write(tmp_path / "swapped", {"factory.py": swapped, "train.py": train.replace("model, cfg =", "cfg, model =")})
+    assert "train.py:6 AMP201" in codes(swapped_root)
     # one return of another shape: which element is the model is not certain
     mixed = factory.replace("{tail}", "if index is None:\n                return index\n            return model, {'dim': 4}")
     mixed_root = write(tmp_path / "mixed", {"factory.py": mixed, "train.py": train})

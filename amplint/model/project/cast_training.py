@@ -113,7 +113,7 @@ def cast_condition(project: "Project", site: Tuple[str, int]) -> Optional[str]:
         scope = inner
     found: Optional[str] = None
     for node in ast.walk(scope):
-        if not isinstance(node, ast.If):
+        if not isinstance(node, ast.If) or _not_a_choice(node.test):
             continue
         for branch, negated in ((node.body, False), (node.orelse, True)):
             if branch and branch[0].lineno <= row <= (branch[-1].end_lineno or branch[-1].lineno):
@@ -126,6 +126,21 @@ def cast_condition(project: "Project", site: Tuple[str, int]) -> Optional[str]:
                 if test and len(test) <= _CONDITION_CHARS:
                     found = test  # ast.walk goes outside in: the last one is the innermost
     return found
+
+
+#: tests that pick which object is cast, not whether the run casts: a layer's type, the entry point
+_TYPE_TESTS = frozenset({"isinstance", "issubclass", "hasattr", "callable"})
+
+
+def _not_a_choice(test: ast.AST) -> bool:
+    """`isinstance(layer, nn.Linear)`, `hasattr(m, "weight")`, `__name__ == "__main__"`: the test
+    says which module a loop casts, or that the file runs as a script, not a run-time precision."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _TYPE_TESTS:
+            return True
+        if isinstance(node, ast.Name) and node.id in ("__name__", "TYPE_CHECKING"):
+            return True
+    return False
 
 
 #: the torch base class a project optimizer derives from
