@@ -108,7 +108,16 @@ class HalfModelTraining(Rule):
     Across files: also flags an optimizer built on a module that a builder,
     loader or `convert_weights(model)`-style helper in another file made fp16
     (in place, through `model.apply(...)`, or by returning `model.half()`);
-    the message names where. Another instance of the same class that was not
+    the message names where. A builder every `return` of which is a tuple
+    spelled in place (`return model, model_cfg`, open_clip's factories)
+    hands back each element to the name unpacked at its position: `model,
+    cfg = build_net(...)` binds the cast module, while `model, index =
+    build(...)` with only `index` cast stays silent (a `return` of another
+    shape leaves which element is which unknown: silent). A cast
+    under an `if` of its function (`if precision == "fp16":
+    convert_weights_to_fp16(model)`, a `--precision` choice) is one path of
+    a run-time choice: the message quotes the test ("made fp16 when
+    `precision == "fp16"`"). Another instance of the same class that was not
     cast stays silent. A cast decided at run time (`model.to(dtype)`) is not
     followed across files. A builder in another file that loads
     `X.from_pretrained(..., torch_dtype=...)` with a dtype that may be float16
@@ -705,8 +714,11 @@ for batch in loader:
 
         for found in cast_modules(project, "fp16", project_optimizers=True):
             opt = found.optimizer.rsplit(".", 1)[-1]
-            message = f"`{opt}` updates the parameters of a `{found.name}` made fp16, with no fp32 master copy"
+            made = f"made fp16 when `{found.condition}`" if found.condition else "made fp16"
+            message = f"`{opt}` updates the parameters of a `{found.name}` {made}, with no fp32 master copy"
             data = {"optimizer": opt, "optimizer_class": found.optimizer, "dtype": "fp16", "device": None, "cast_at": project.where(*found.site)}
+            if found.condition:
+                data["condition"] = found.condition
             yield project.diagnostic(self, found.call, message, data=data, related=(project.related(*found.site, "made fp16 here"),),
                                      help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
         yield from self._chosen_across_files(project)

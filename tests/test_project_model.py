@@ -693,3 +693,40 @@ def test_calls_of_one_loop_share_the_outermost_loop_row():
     """))
     rows = [(r["f"], r["r"], r.get("l")) for r in s["functions"]["main"]["calls"] if r["f"] in ("step", "evaluate")]
     assert rows == [("step", 5, 3), ("evaluate", 6, 3), ("evaluate", 8, 7), ("evaluate", 9, None)]
+
+
+def test_a_builder_returning_a_tuple_hands_back_its_first_element(tmp_path):
+    factory = """
+        import torch
+
+        def build_net(precision="fp32"):
+            model = torch.nn.Linear(4, 4)
+            index = torch.nn.Linear(4, 4)
+            if precision == "fp16":
+                model.half()
+            {tail}
+    """
+    train = """
+        import torch
+        from factory import build_net
+
+        model, cfg = build_net("fp16")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        optimizer.step()
+    """
+    tuple_root = write(tmp_path / "tuple", {"factory.py": factory.replace("{tail}", "return model, {'dim': 4}"), "train.py": train})
+    assert "train.py:6 AMP201" in codes(tuple_root)
+    (d,) = [d for d in lint_paths([str(tuple_root)], Config()).diagnostics if d.code == "AMP201"]
+    assert d.message == '`SGD` updates the parameters of a `Linear` made fp16 when `precision == "fp16"`, with no fp32 master copy'
+    # the cast module unpacked at its position, not only the first
+    swapped = factory.replace("{tail}", "return {'dim': 4}, model")
+    swapped_root = write(tmp_path / "swapped", {"factory.py": swapped, "train.py": train.replace("model, cfg =", "cfg, model =")})
+    assert "train.py:6 AMP201" in codes(swapped_root)
+    # one return of another shape: which element is the model is not certain
+    mixed = factory.replace("{tail}", "if index is None:\n                return index\n            return model, {'dim': 4}")
+    mixed_root = write(tmp_path / "mixed", {"factory.py": mixed, "train.py": train})
+    assert "AMP201" not in " ".join(codes(mixed_root))
+    # the cast module is the second element: the trained first one stays fp32
+    second = factory.replace("model.half()", "index.half()").replace("{tail}", "return model, index")
+    second_root = write(tmp_path / "second", {"factory.py": second, "train.py": train})
+    assert "AMP201" not in " ".join(codes(second_root))

@@ -17,6 +17,7 @@ a rebind or a cast back between the cast and the optimizer, no `step()` after a 
 """
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Pattern, Tuple
@@ -36,6 +37,8 @@ class CastModule:
     optimizer: str
     name: str
     site: Tuple[str, int]
+    #: the test of the `if` the cast sits under in its function (`precision == "fp16"`), if any
+    condition: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,66 @@ def cast_modules(
                 continue  # same-file casts and `from_pretrained` loads are `check`'s
             if pretrained and _freezes_around(project, call, site):
                 continue  # a frozen base whose trainable part may be fp32 (adapters, a new head)
-            yield CastModule(call, q, name, site)
+            yield CastModule(call, q, name, site, cast_condition(project, site))
             break
+
+
+#: the longest `if` test a message quotes
+_CONDITION_CHARS = 60
+
+
+def cast_condition(project: "Project", site: Tuple[str, int]) -> Optional[str]:
+    """The test of the innermost `if` whose branch holds row `site[1]` of `site[0]`, within the
+    function holding that row (`precision == "fp16"`, `not args.amp` for an `else:`): the cast
+    happens on one path only, a run-time choice the message names. None when the row is under
+    no `if` there, or the file cannot be read or parsed."""
+    from ...core.pyast import parse
+    from .wrappers import project_view
+
+    path, row = site
+    text = project_view(project).project_text(path)
+    tree = parse(text) if text is not None else None
+    if tree is None or not row:
+        return None
+    scope: ast.AST = tree
+    while True:  # the innermost function holding the row
+        inner = next((
+            n for n in ast.walk(scope) if n is not scope and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.lineno <= row <= (n.end_lineno or n.lineno)
+        ), None)
+        if inner is None:
+            break
+        scope = inner
+    found: Optional[str] = None
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.If) or _not_a_choice(node.test):
+            continue
+        for branch, negated in ((node.body, False), (node.orelse, True)):
+            if branch and branch[0].lineno <= row <= (branch[-1].end_lineno or branch[-1].lineno):
+                test = ast.get_source_segment(text, node.test) or ""  # type: ignore[arg-type]
+                test = " ".join(test.split())
+                if negated and not (isinstance(branch[0], ast.If) and len(branch) == 1):
+                    test = f"not ({test})"
+                elif negated:
+                    continue  # an `elif`: its own test is the innermost
+                if test and len(test) <= _CONDITION_CHARS:
+                    found = test  # ast.walk goes outside in: the last one is the innermost
+    return found
+
+
+#: tests that pick which object is cast, not whether the run casts: a layer's type, the entry point
+_TYPE_TESTS = frozenset({"isinstance", "issubclass", "hasattr", "callable"})
+
+
+def _not_a_choice(test: ast.AST) -> bool:
+    """`isinstance(layer, nn.Linear)`, `hasattr(m, "weight")`, `__name__ == "__main__"`: the test
+    says which module a loop casts, or that the file runs as a script, not a run-time precision."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _TYPE_TESTS:
+            return True
+        if isinstance(node, ast.Name) and node.id in ("__name__", "TYPE_CHECKING"):
+            return True
+    return False
 
 
 #: the torch base class a project optimizer derives from

@@ -244,6 +244,9 @@ class Project:
         refs = s["functions"]["<module>"]["locals"].get(name)
         if refs:
             return self._values(path, "<module>", refs)
+        unpacked = s["functions"]["<module>"].get("ue", {}).get(name)
+        if unpacked:  # `model, cfg = build(...)` at the top level
+            return self._unpacked(path, "<module>", unpacked)
         if "stars" in s:
             return self._star_symbol(path, s["stars"], name, _depth)
         return _EMPTY
@@ -333,6 +336,9 @@ class Project:
                 refs = info["locals"].get(head)
                 if refs:
                     return self._values(path, scope, refs)
+                unpacked = info.get("ue", {}).get(head)
+                if unpacked:  # `model, cfg = build(...)`: element i of what a project function returns
+                    return self._unpacked(path, scope, unpacked)
                 if f"{scope}.{head}" in s["functions"]:  # a function defined inside this one
                     return frozenset({("F", path, f"{scope}.{head}")})
                 if head in params:
@@ -436,6 +442,9 @@ class Project:
                 types = self._loaded(path, callees, ref) or self._pretrained(path, func, callees, ref)
                 if not types and "e0" not in ref:
                     types = frozenset(t for callee in callees for t in self.returns(callee))
+                elif not types:
+                    # `model, cfg = create_model(...)`: the first element every tuple return gives
+                    types = frozenset(t for callee in callees for t in self.element_returned(callee, 0))
                 if not types and not callees and ref["c"].endswith(_CHECKPOINT_LOADER):
                     types = self._restored(path, func, ref["c"][: -len(_CHECKPOINT_LOADER)])
                 if any(t[0] == "X" and t[1] in FORWARD_KEEPING_WRAPPERS for t in callees):
@@ -538,6 +547,39 @@ class Project:
             if "n" in enabled_ref and enabled_ref["n"] in ("True", "False"):
                 enabled = enabled_ref["n"] == "True"
         return ("A", device, dtype, enabled)
+
+    def _unpacked(self, path: str, func: str, unpacked: List[List[Any]]) -> TypeSet:
+        """What a name bound by unpacking calls may be (`ue`: [index, call reference] pairs)."""
+        key = (path, func, "ue", id(unpacked))
+        memo = self._memos[self._may_load]
+        if key in memo:
+            return memo[key]
+        if key in self._active:
+            return _EMPTY  # `a, b = f(a)`: what is known without it
+        self._active.add(key)
+        out: Set[Type] = set()
+        try:
+            for index, call in unpacked:
+                for callee in self.name_types(path, func, call["c"]):
+                    out |= self.element_returned(callee, index)
+        finally:
+            self._active.discard(key)
+        found = memo[key] = frozenset(out)
+        return found
+
+    def element_returned(self, callee: Type, index: int) -> TypeSet:
+        """What element `index` of calling a project function `callee` gives, when every
+        `return` of it is a tuple spelled in place (`return model, model_cfg`) that long:
+        nothing when one returns anything else (a name, a call, `None`), where which element
+        is which is not certain."""
+        if callee[0] != "F":
+            return _EMPTY
+        info = self.function((callee[1], callee[2]))
+        if info is None or info["returns"] or info.get("ro") or info.get("rn") or not info.get("tr"):
+            return _EMPTY
+        if any(len(t) <= index or t[index] is None for t in info["tr"]):
+            return _EMPTY
+        return self._values(callee[1], callee[2], [t[index] for t in info["tr"]])
 
     def returns(self, callee: Type) -> TypeSet:
         """What calling a value of type `callee` gives."""
