@@ -85,7 +85,14 @@ class Fp16UnderflowingEpsilon(Rule):
     - a clamp bound that is a constant expression whose eps fp16 rounds away:
       `p.clamp(min=1e-4, max=1 - 1e-4)`, `torch.clamp(p, EPS, 1 - EPS)` with a
       module constant `EPS = 1e-6`, on such a tensor. The expression is
-      evaluated in fp16 (round to nearest even, as the cast does).
+      evaluated in fp16 (round to nearest even, as the cast does);
+    - an EMA decay fp16 rounds to 1.0 (`0.9999`, anything above 1 - 2**-12)
+      multiplied in place into the parameters of a module the file made fp16:
+      `for targ, src in zip(ema.parameters(), model.parameters()):
+      targ.mul_(0.9999).add_(src, alpha=1e-4)`, or `targ.lerp_(src, 1e-4)`.
+      The decay and the parameters may be an update helper's parameters
+      (`update_ema(ref_net.parameters(), unet.parameters(), 0.9999)`), read at
+      its calls in the file (a default where a call passes none).
 
     ## Why is this bad?
     fp16 cannot hold anything below about 2.98e-8: `1e-8` and `1e-12` round to
@@ -100,7 +107,11 @@ class Fp16UnderflowingEpsilon(Rule):
     between 0.5 and 1, so 0.9999 rounds to 1.0, `p.clamp(max=1 - 1e-4)` lets
     a saturated sigmoid through as exactly 1, and `log(1 - p)` is `-inf`.
     The largest bounds below 1 that fp16 keeps apart from 1 are 1 - 2**-11
-    (0.99951); `1 - 1e-3` is 0.99902.
+    (0.99951); `1 - 1e-3` is 0.99902. An EMA decay of 0.9999 is the same
+    1.0: a relative change of 1e-4 is below half of fp16's spacing at every
+    magnitude (2**-12 relative at worst), so `targ.mul_(0.9999)` writes back
+    the value it read, and `add_(src, alpha=1e-4)` moves a weight only where
+    `src` is far from it: the EMA copy stays where it was cast.
 
     ## Example
     ```python
@@ -152,7 +163,12 @@ class Fp16UnderflowingEpsilon(Rule):
     could call with anything; a helper no call in its file shows is silent. A finding
     that holds only because the project runs fp16 somewhere is dropped in a
     script or file no fp16 can reach, and in a vendored library copy no
-    fp16-capable code outside it imports (as AMP301's).
+    fp16-capable code outside it imports (as AMP301's). The EMA form is
+    silent on a module kept fp32 (an fp32 `copy.deepcopy`, a cast undone by
+    `.float()` before the update), on a decay fp16 keeps below 1 (`0.999`,
+    `0.9995`), on a bf16 module (this rule reads fp16 values only), and where the decay or
+    the parameters come from anything but a constant, the file's own cast and
+    the helper's calls in the file (a config value, another file's module).
 
     Across files: the optimizer's eps is checked, as above, when the fp16
     parameters were made in another file (see AMP201).
@@ -325,9 +341,54 @@ def recon_loss(mel_basis, spec, target):
             "the clamp of an fp32 copy; an eps rebound to one fp16 represents; max()'s indices are"
             " integers; a helper handed on as a value (`map(log, ...)`) and called with a tensor of no visible dtype",
         ),
+        Valid(
+            """
+import copy
+import torch
+
+def update_ema(target_params, source_params, rate=0.99):
+    for targ, src in zip(target_params, source_params):
+        targ.detach().mul_(rate).add_(src, alpha=1 - rate)
+
+net = Net().cuda()
+ema = copy.deepcopy(net)
+teacher = Net().cuda().half()
+teacher.float()
+slow = Net().cuda().half()
+for batch in loader:
+    update_ema(ema.parameters(), net.parameters(), 0.9999)
+    update_ema(teacher.parameters(), net.parameters(), 0.9999)
+    update_ema(slow.parameters(), net.parameters(), 0.999)
+""",
+            "an EMA kept in fp32 (and one cast back with `.float()`); a decay fp16 keeps below 1 (0.999 is 0.99902)",
+        ),
     ]
 
-    INVALID = [
+    INVALID = [        Invalid(
+            """
+import torch
+
+@torch.no_grad()
+def update_ema(target_params, source_params, rate=0.99):
+    for targ, src in zip(target_params, source_params):
+        targ.detach().mul_(rate).add_(src, alpha=1 - rate)
+
+def train(loader, net):
+    ref_net = Net().cuda()
+    ref_net.requires_grad_(False)
+    ref_net.to("cuda", dtype=torch.float16)
+    for batch in loader:
+        update_ema(ref_net.parameters(), net.parameters(), 0.9999)
+
+ema = Net().cuda().half()
+for p_ema, p in zip(ema.parameters(), model.parameters()):
+    p_ema.lerp_(p, 1e-4)
+""",
+            line=13,
+            count=2,
+            why="0.9999 (and 1 - 1e-4) round to 1.0 in fp16: the EMA's multiply leaves the fp16 weights as they were",
+        ),
+
         Invalid(
             """
 import torch
@@ -471,6 +532,7 @@ optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters(
         casts = [c for c in ctx.low_precision_casts if c.dtype == "fp16" and c.subject]
         if casts:
             yield from self._optimizers(ctx, casts)
+            yield from self._ema_decays(ctx, casts)
         for lit in ctx.literals:
             if not 0 < abs(lit.value) < FP16_FLUSH_TO_ZERO:
                 continue
@@ -619,6 +681,56 @@ optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters(
                         "rounds_to": rounded, "bound": side, "why": why}
                 data.update(dtype="fp16", device=region.device if region is not None else None)
                 yield ctx.diagnostic(self, node, message, data=data, condition=None if certain else FP16, help=help)
+
+    # ------------------------------------------------------------ EMA decay
+
+    def _ema_decays(self, ctx: ModuleContext, casts: List[LowPrecisionCast]) -> Iterator[Diagnostic]:
+        """`ema_p.mul_(0.9999).add_(p, alpha=1 - 0.9999)` (or `ema_p.lerp_(p, 1e-4)`) where `ema_p`
+        runs over the `.parameters()` of a module the file made fp16: the decay is 1.0 in fp16,
+        so the multiply leaves every weight as it was and the EMA never moves. The decay and the
+        parameters may be the update helper's parameters, read at its calls in the file."""
+        import libcst as cst
+
+        from amplint.model import in_fp16
+
+        seen: Set[int] = set()
+        for call in ctx.calls:
+            site = _decay_site(ctx, call)
+            if site is None:
+                continue
+            target, rate, lerp = site
+            sequence = _loop_sequence(ctx, call, target)
+            if sequence is None:
+                continue
+            scope = call.scope
+            by_callers = _param_position(ctx, scope, sequence) is not None or _param_position(ctx, scope, rate) is not None
+            for caller in ctx.callers(scope) if by_callers else [None]:
+                decay = _decay_value(ctx, scope, rate, caller, lerp)
+                params = _passed(ctx, scope, sequence, caller)
+                if decay is None or params is None:
+                    continue
+                value, node = decay
+                where = caller if caller is not None else call
+                cast = _fp16_parameters_of(ctx, params, where, casts)
+                if cast is None or not 0 < value < 1 or in_fp16(value) != 1.0 or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                update = _short(ctx.code_for(call.node), 40)
+                if lerp:
+                    message = (f"EMA weight {ctx.code_for(node)} is below fp16's step near 1, so `{update}` rounds away"
+                               f" the update of `{cast.subject}`'s fp16 parameters")
+                else:
+                    chained = ctx.parent(call.node)  # `.mul_(decay).add_(src, ...)`: an EMA
+                    what = "EMA decay" if isinstance(chained, cst.Attribute) and chained.attr.value == "add_" else "decay"
+                    message = (f"{what} {value:g} is 1.0 in fp16, so `{update}` rounds away the decay of"
+                               f" `{cast.subject}`'s fp16 parameters")
+                help = "Keep the EMA weights in fp32 (cast a copy for use), or use a decay fp16 keeps below 1 (<= 0.9995)"
+                data = {"eps": 1 - value, "optimizer_class": None, "snippet": ctx.code_for(call.node), "decay": value,
+                        "params": cast.subject, "dtype": "fp16", "device": None}
+                related = [ctx.related(cast.call.node, "made fp16 here")]
+                if caller is not None:
+                    related.append(ctx.related(call.node, "updated here"))
+                yield ctx.diagnostic(self, node, message, data=data, help=help, related=tuple(related))
 
 
 def _param_default(lit: LiteralInfo) -> Optional[str]:
@@ -947,6 +1059,131 @@ def _from_callers(ctx: ModuleContext, scope: Scope, name: str, depth: int) -> Op
             return None
         verdicts.append(verdict)
     return all(certain for certain, _ in verdicts), f"fp16 at every call of `{_short(scope.name, 18)}`"
+
+
+# --------------------------------------------------------------------------- EMA decay helpers
+
+
+def _decay_site(ctx: ModuleContext, call: CallInfo) -> Optional[Tuple[str, "cst.BaseExpression", bool]]:
+    """(tensor, decay, lerp) of `t.mul_(decay)` / `t.detach().mul_(decay)` / `t.data.mul_(decay)`,
+    or of `t.lerp_(src, weight)` (lerp: the decay is 1 - weight); None for anything else."""
+    if call.qualnames or call.receiver is None:
+        return None
+    if call.method == "mul_":
+        rate = call.arg(0, "other")
+    elif call.method == "lerp_":
+        rate = call.arg(1, "weight")
+    else:
+        return None
+    target = _tensor_root(call.receiver)
+    if rate is None or target is None:
+        return None
+    return target, rate, call.method == "lerp_"
+
+
+def _tensor_root(node: "cst.BaseExpression") -> Optional[str]:
+    """`t` for `t`, `t.data`, `t.detach()`."""
+    import libcst as cst
+
+    while True:
+        if isinstance(node, cst.Attribute) and node.attr.value == "data":
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "detach" and not node.args:
+            node = node.func.value
+        else:
+            break
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def _loop_sequence(ctx: ModuleContext, call: CallInfo, target: str) -> Optional["cst.BaseExpression"]:
+    """What the loop binding `target` around `call` runs over: `A` of `for t in A:` or of
+    `for t, s in zip(A, B):`, in the call's own function."""
+    import libcst as cst
+
+    node: Optional[cst.CSTNode] = ctx.parent(call.node)
+    while node is not None and not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+        if isinstance(node, cst.For):
+            if isinstance(node.target, cst.Name):
+                return node.iter if node.target.value == target else None
+            if isinstance(node.target, (cst.Tuple, cst.List)):
+                names = [e.value.value if isinstance(e.value, cst.Name) else None for e in node.target.elements]
+                it = node.iter
+                if target in names and isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "zip":
+                    args = it.args
+                    index = names.index(target)
+                    if len(args) == len(names) and all(a.keyword is None and not a.star for a in args):
+                        return args[index].value
+                return None
+        node = ctx.parent(node)
+    return None
+
+
+def _param_position(ctx: ModuleContext, scope: "Scope", node: Optional["cst.BaseExpression"]) -> Optional[int]:
+    """The position a call passes `node` at, when it is a parameter of `scope` its body never rebinds."""
+    import libcst as cst
+
+    if scope.is_module or not isinstance(node, cst.Name) or node.value not in scope.params:
+        return None
+    if any(a.scope is scope for a in ctx.assignments_to(node.value, scope)):
+        return None
+    method = scope.cls is not None and scope.params[:1] == ("self",)
+    return scope.params.index(node.value) - (1 if method else 0)
+
+
+def _passed(ctx: ModuleContext, scope: "Scope", node: "cst.BaseExpression", caller: Optional[CallInfo]) -> Optional["cst.BaseExpression"]:
+    """`node` itself, or for a parameter of `scope` what `caller` passes for it (its default
+    where the call passes nothing)."""
+    import libcst as cst
+
+    position = _param_position(ctx, scope, node)
+    if position is None:
+        return node
+    if caller is None or position < 0 or any(a.star for a in caller.node.args):
+        return None
+    arg = caller.arg(position, node.value)  # type: ignore[attr-defined]
+    if arg is not None:
+        return arg
+    fn = scope.node
+    if isinstance(fn, cst.FunctionDef):
+        for p in (*fn.params.params, *fn.params.kwonly_params):
+            if p.name.value == node.value:  # type: ignore[attr-defined]
+                return p.default
+    return None
+
+
+def _decay_value(ctx: ModuleContext, scope: "Scope", rate: "cst.BaseExpression", caller: Optional[CallInfo], lerp: bool) -> Optional[Tuple[float, "cst.BaseExpression"]]:
+    """(decay, the node spelling it): a constant expression (module constants included) where
+    the update is written, or passed for a parameter by `caller`."""
+    from amplint.model import folded_number
+
+    node = _passed(ctx, scope, rate, caller)
+    value = folded_number(node, _module_constants(ctx).get) if node is not None else None
+    if value is None:
+        return None
+    return (1 - value if lerp else value), node  # type: ignore[return-value]
+
+
+def _fp16_parameters_of(ctx: ModuleContext, node: Optional["cst.BaseExpression"], where: CallInfo, casts: List[LowPrecisionCast]) -> Optional[LowPrecisionCast]:
+    """The fp16 cast of `m` when `node` is `m.parameters()` (or `list(m.parameters())`) at `where`."""
+    import libcst as cst
+
+    from amplint.model import dotted_name, sees_self_of
+
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "list" and len(node.args) == 1:
+        node = node.args[0].value
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "parameters"):
+        return None
+    subject = dotted_name(node.func.value)
+    for cast in casts:
+        if cast.subject != subject:
+            continue
+        if subject.startswith("self."):
+            visible = sees_self_of(ctx, where.scope, cast.call.scope)
+        else:
+            visible = (cast.call.scope is where.scope and cast.call.order < where.order) or cast.call.scope.is_module
+        if visible and not _params_change_after(ctx, cast, where):
+            return cast
+    return None
 
 
 #: reductions returning (values, indices): `[0]` / `.values` keep the input's dtype

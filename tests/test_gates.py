@@ -121,9 +121,16 @@ AMP302_SOUND = [
     "class Disc(torch.nn.Module):\n    def preprocess(self, y):\n        y = y - y.mean(dim=-1, keepdim=True)\n"
     "        return y / (y.abs().max(dim=-1, keepdim=True)[0] + 1e-9)\n\n    def other(self):\n        return 1\n\n"
     "    def forward(self, x):\n        return self.preprocess(x.half())\n",
+    # an EMA decay fp16 rounds to 1.0, on the parameters of an fp16 module (inline, through a helper)
+    "ema = Net().half()\nfor e, p in zip(ema.parameters(), net.parameters()):\n    e.mul_(0.9999).add_(p, alpha=1e-4)\n",
+    "ema = Net().half()\nfor e, p in zip(ema.parameters(), net.parameters()):\n    e.lerp_(p, 1e-4)\n",
+    "ema = Net().half()\nfor e in ema.parameters():\n    e.data.mul_(1 - 1e-4)\n",
+    "def upd(t, s, rate=0.99):\n    for a, b in zip(t, s):\n        a.detach().mul_(rate).add_(b, alpha=1 - rate)\n\n\n"
+    "ref = Net()\nref.to('cuda', dtype=torch.float16)\nupd(ref.parameters(), net.parameters(), .99995)\n",
 ]
 
 AMP302_SKIPPED = [
+    "ema = Net().half()\nfor e, p in zip(ema.parameters(), net.parameters()):\n    e.mul_(0.999).add_(p, alpha=1e-3)\n",
     "x = torch.zeros(3, dtype=torch.float16)\nclass Config:\n    layer_norm_eps: float = 1e-12\n",
     "x = torch.zeros(3, dtype=torch.float16)\nnorm = torch.nn.LayerNorm(8, eps=1e-12)\n",
     'x = torch.zeros(3, dtype=torch.float16)\n"""Uses Adam with its default eps 1e-8."""\n',

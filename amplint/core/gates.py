@@ -441,7 +441,33 @@ def underflowing_eps_site(source: str) -> bool:
     arguments (`LayerNorm(d, eps=1e-12)`) are neither and are skipped.
     """
     data = source.encode("utf-8", "surrogatepass")
-    return _constructs_eps_optimizer(data) or bool(_tiny_literal_site_list(source)) or bool(_absorbed_bound_sites(source))
+    return (
+        _constructs_eps_optimizer(data)
+        or bool(_tiny_literal_site_list(source))
+        or bool(_absorbed_bound_sites(source))
+        or _ema_decay_site(data)
+    )
+
+
+#: a decimal just below 1 (`0.9999`, `.99995`): a candidate EMA decay
+_DECAY_NUMBER = re.compile(rb"(?<![\w.])0?\.999\d*(?![\w.])")
+
+
+def _ema_decay_site(data: bytes) -> bool:
+    """AMP302's EMA form: an in-place `mul_(` or `lerp_(` in a file spelling a decimal that
+    fp16 rounds to 1.0 (`0.9999`, `1 - 1e-4`; a `lerp_` weight `1e-4` is `1 - 0.9999`)."""
+    if b"mul_(" not in data and b"lerp_(" not in data:
+        return False
+    for m in _DECAY_NUMBER.finditer(data):
+        try:
+            value = float(m.group())
+        except ValueError:
+            continue
+        if 1 - value <= 2.0**-12 and not _in_prose_bytes(data, m.start()):
+            return True
+    if b"lerp_(" in data and re.search(rb"\b[1-9]e-0*(?:[4-9]|\d\d)\b", data):
+        return True
+    return bool(re.search(rb"\b1(?:\.0*)?[ \t]*-[ \t]*[1-9]e-0*(?:[4-9]|\d\d)\b", data))
 
 
 def _constructs_eps_optimizer(data: bytes) -> bool:
@@ -468,8 +494,8 @@ def underflowing_eps_lines(source: str) -> Optional[Set[int]]:
     """The lines of AMP302's candidate literals; None (the whole file) when an optimizer is
     constructed, since that form relates casts and constructors anywhere in the file."""
     data = source.encode("utf-8", "surrogatepass")
-    if _constructs_eps_optimizer(data):
-        return None
+    if _constructs_eps_optimizer(data) or _ema_decay_site(data):
+        return None  # (the EMA form relates a cast, a loop and an update helper's callers, too)
     row = _Rows(data)
     sites = {row(start) for start in _tiny_literal_site_list(source)} | {
         source.count("\n", 0, at) + 1 for at in _absorbed_bound_sites(source)

@@ -5,7 +5,8 @@ Optimizer findings (`optimizer_class` present): builds the flagged optimizer
 `optimizer_class(params, lr=lr, eps=eps)`), gives it gradients from 1e-6 to
 1e-1 and takes one step; fp32 parameters are the reference. Expression findings: evaluates the flagged expression on zero
 tensors in fp16 and in fp32 and compares finiteness. Clamp bounds fp16 rounds onto 1.0 (`rounds_to`): the
-flagged clamp on tensors of that value, counting what it leaves at the bound in fp16 and in fp32.
+flagged clamp on tensors of that value, counting what it leaves at the bound in fp16 and in fp32. EMA
+decays fp16 rounds to 1.0 (`decay`): 1000 EMA steps toward a source 1% away, in fp16 and in fp32.
 """
 from __future__ import annotations
 
@@ -163,12 +164,41 @@ def _bound_experiment(lab: Any, data: Dict[str, Any], ev: Dict[str, Any]) -> Dic
     )
 
 
+def _decay_experiment(lab: Any, data: Dict[str, Any], ev: Dict[str, Any]) -> Dict[str, Any]:
+    """An EMA decay fp16 rounds to 1.0: `targ.mul_(decay).add_(src, alpha=1 - decay)` for 1000
+    steps on targets of 1..2 whose source sits 1% away, in fp16 and in fp32; how far each moved."""
+    torch = lab.torch
+    decay = float(data["decay"])
+    ev.update(decay=decay, decay_fp16=lab.num(torch.tensor(decay, dtype=torch.float64).half().item()), steps=1000)
+    moved = {}
+    for dtype in (torch.float16, torch.float32):
+        start = torch.linspace(1.0, 2.0, 1024, dtype=torch.float64)
+        targ, src = start.to(dtype), (start * 1.01).to(dtype)
+        for _ in range(1000):
+            targ.mul_(decay).add_(src, alpha=1 - decay)
+        moved[dtype] = float(((targ.double() - start.to(dtype).double()) / (src.double() - start.to(dtype).double())).mean())
+    ev.update(moved_share_fp16=lab.num(moved[torch.float16]), moved_share_fp32=lab.num(moved[torch.float32]))
+    expected = 1 - decay ** 1000
+    if moved[torch.float16] < 0.5 * expected <= moved[torch.float32]:
+        return lab.confirmed(
+            f"decay {decay!r} is {fmt(ev['decay_fp16'])} in fp16: after 1000 EMA steps toward a source 1% away the fp16 "
+            f"weights covered {moved[torch.float16]:.3f} of the gap, fp32 {moved[torch.float32]:.3f} (expected {expected:.3f})",
+            ev, dtype="fp16",
+        )
+    return lab.not_reproduced(
+        f"after 1000 EMA steps the fp16 weights covered {moved[torch.float16]:.3f} of the gap, fp32 {moved[torch.float32]:.3f}",
+        ev, dtype="fp16",
+    )
+
+
 def run(data: Dict[str, Any], lab: Any) -> Dict[str, Any]:
     torch = lab.torch
     eps = _eps(data)
     ev: Dict[str, Any] = {"eps": eps, "eps_fp16": lab.num(torch.tensor(eps, dtype=torch.float64).half().item())}
     if data.get("optimizer_class"):
         return _optimizer_experiment(lab, data, eps, ev)
+    if isinstance(data.get("decay"), (int, float)):
+        return _decay_experiment(lab, data, ev)
     if isinstance(data.get("rounds_to"), (int, float)) and isinstance(data.get("value"), (int, float)):
         return _bound_experiment(lab, data, ev)
     source = data.get("snippet")
