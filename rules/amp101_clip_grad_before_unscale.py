@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence
 
 from amplint.model import (
-    CLIP_FUNCTIONS, CallInfo, Diagnostic, Edit, Event, Invalid, Location, ModuleContext, Project, ProjectCall, Rule, Scope, Severity, Valid,
-    exclusive, path_contains,
-    config_scaling_accelerator, insert_line_before, literal_number, make_fix, replace_node, scaling_accelerator, scaling_choice, scaling_fabric, step_data, step_source,
+    CLIP_FUNCTIONS, Diagnostic, Edit, Invalid, Location, Project, ProjectCall, Rule, Severity, Valid, insert_line_before, make_fix, replace_node,
 )
+
+if TYPE_CHECKING:  # the per-file model: its functions import what they run (check_project needs no libcst)
+    from amplint.model import CallInfo, Event, ModuleContext, Scope
 
 #: accelerate's methods that unscale the gradients of its GradScaler (clip_grad_* call unscale_gradients)
 _ACCELERATE_UNSCALING = frozenset(("unscale_gradients", "clip_grad_norm_", "clip_grad_value_"))
@@ -813,7 +814,7 @@ for batch in loader:
                         func = r["f"].rsplit(".", 1)[-1]
                         message = f"{scaling.prefix()}`{func}` in a per-parameter grad hook clips gradients `{accelerator}.backward` left scaled"
                         if len(message) >= 100:
-                            message = f"{scaling.prefix()}`{func}` in a per-parameter grad hook clips scaled gradients"
+                            message = f"{scaling.prefix()}`{func}` in a per-parameter hook clips scaled gradients"
                         data = {"clip_function": func, "threshold": None, "scaler": None, "framework": "accelerate",
                                 "accelerator": accelerator, "optimizer": None, "shape": "hook", "choice": scaling.choice}
                         help = (f"The hook runs inside `{accelerator}.backward`, before accelerate unscales{scaling.runs()}: "
@@ -830,6 +831,7 @@ for batch in loader:
         enabled scaler, or of an `Accelerator(mixed_precision="fp16")`) or ends one
         (scaler.step, update, another framework's backward); read backwards from the clip,
         so n clips cost the events between each and its backward."""
+        from amplint.model import config_scaling_accelerator, exclusive, scaling_accelerator
         clip = events[index]
         for at in range(index - 1, -1, -1):
             e = events[at]
@@ -864,6 +866,7 @@ for batch in loader:
         """The finding for the clip `scope.events[index]`; `steps` holds the indices of the
         scope's `scaler.step(opt)` events per scaler, so the step after the clip is bisected,
         not rescanned from the scope's start for each clip."""
+        from amplint.model import literal_number, path_contains, step_data, step_source
         clip = scope.events[index]
         func = (clip.call.dotted or "clip_grad_norm_").rsplit(".", 1)[-1]
         scaler = backward.scaler
@@ -913,6 +916,7 @@ for batch in loader:
     def _accelerate_diagnostic(self, ctx: ModuleContext, scope: Scope, clip: Event, backward: Event, fixed: set) -> Diagnostic:
         """The finding for a torch clip after `accelerator.backward(loss)` of an fp16 Accelerator;
         the fix calls the accelerator's own clip method, which accelerate documents for this."""
+        from amplint.model import literal_number, scaling_accelerator, scaling_choice, step_source
         accelerator = backward.call.receiver_dotted
         func = (clip.call.qualname or clip.call.dotted or "clip_grad_norm_").rsplit(".", 1)[-1]
         by_value = "value" in func
@@ -927,7 +931,7 @@ for batch in loader:
             choice = "accelerate's config is fp16"
             message = f"when accelerate's config is fp16: `{func}` clips gradients `{accelerator}.backward` left scaled"
             if len(message) >= 100:
-                message = f"when accelerate's config is fp16: `{func}` clips gradients still multiplied by the loss scale"
+                message = f"when accelerate's config is fp16: `{func}` clips gradients that are still scaled"
         fix = None
         if backward.order not in fixed and _accelerate_clip_compatible(clip.call, func) and len(_accelerate_unscales(scope)) == 0:
             fixed.add(backward.order)
@@ -975,6 +979,7 @@ def _accelerate_clip_compatible(call: CallInfo, func: str) -> bool:
 def _unscale_after(events: Sequence[Event], clip: int, scaler: Optional[str], step: Optional[Event]) -> Optional[Event]:
     """The `scaler.unscale_(optimizer)` of the step's optimizer between the clip `events[clip]`
     and that step, on a path that can run with the clip (the step unscales too late)."""
+    from amplint.model import exclusive
     if step is None:
         return None
     for e in events[clip + 1 :]:
@@ -1044,6 +1049,7 @@ def _fabric_clips(rule: Rule, ctx: ModuleContext, scope: Scope) -> Iterator[Diag
 def _fabric_backward_before(ctx: ModuleContext, scope: Scope, events: Sequence[Event], index: int) -> Optional[Event]:
     """The `fabric.backward(loss)` of a scaling Fabric whose gradients the clip `events[index]`
     clips: the last backward-like event before it on a path that can run with it."""
+    from amplint.model import exclusive, scaling_fabric
     clip = events[index]
     for at in range(index - 1, -1, -1):
         e = events[at]
@@ -1057,6 +1063,7 @@ def _fabric_backward_before(ctx: ModuleContext, scope: Scope, events: Sequence[E
 
 
 def _fabric_diagnostic(rule: Rule, ctx: ModuleContext, scope: Scope, events: Sequence[Event], index: int, backward: Event, fixed: set) -> Diagnostic:
+    from amplint.model import exclusive, literal_number, step_source
     import libcst as cst
 
     from amplint.model import dotted_name
@@ -1124,6 +1131,7 @@ def _lightning_clips(rule: Rule, ctx: ModuleContext, scope: Scope) -> Iterator[D
 def _manual_backward_before(events: Sequence[Event], index: int) -> Optional[Event]:
     """The `self.manual_backward(loss)` whose gradients the clip `events[index]` clips: the last
     backward-like event before it on a path that can run with it."""
+    from amplint.model import exclusive
     clip = events[index]
     for at in range(index - 1, -1, -1):
         e = events[at]
@@ -1151,6 +1159,7 @@ def _manual_optimization(ctx: ModuleContext, scope: Scope) -> bool:
 def _lightning_diagnostic(
     rule: Rule, ctx: ModuleContext, scope: Scope, events: Sequence[Event], index: int, backward: Event, fixed: set, condition: Optional[str]
 ) -> Diagnostic:
+    from amplint.model import exclusive, literal_number, step_source
     clip = events[index]
     func = (clip.call.qualname or clip.call.dotted or "clip_grad_norm_").rsplit(".", 1)[-1]
     by_value = "value" in func
@@ -1203,6 +1212,7 @@ def _guard_spec(ctx: ModuleContext, scope: Scope, clip: Event) -> Optional[str]:
     """`<Class>.<param>.<index>` when the innermost `if` around the clip tests a `self.<attr>`
     set only from the `__init__` parameter `<param>` (positional `<index>` after `self`) whose
     default turns the test off; None otherwise."""
+    from amplint.model import literal_number
     import libcst as cst
 
     from amplint.model import sees_self_of

@@ -716,6 +716,8 @@ for batch in loader:
             opt = found.optimizer.rsplit(".", 1)[-1]
             made = f"made fp16 when `{found.condition}`" if found.condition else "made fp16"
             message = f"`{opt}` updates the parameters of a `{found.name}` {made}, with no fp32 master copy"
+            if len(message) >= 100:
+                message = f"`{opt}` updates a `{found.name}` {made}, with no fp32 master copy"
             data = {"optimizer": opt, "optimizer_class": found.optimizer, "dtype": "fp16", "device": None, "cast_at": project.where(*found.site)}
             if found.condition:
                 data["condition"] = found.condition

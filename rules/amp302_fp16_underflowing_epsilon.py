@@ -717,13 +717,17 @@ optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters(
                 seen.add(id(node))
                 update = _short(ctx.code_for(call.node), 40)
                 if lerp:
-                    message = (f"EMA weight {ctx.code_for(node)} is below fp16's step near 1, so `{update}` rounds away"
-                               f" the update of `{cast.subject}`'s fp16 parameters")
+                    message = (f"EMA weight {ctx.code_for(node)} is below fp16's step near 1, so `{update}` leaves"
+                               f" `{cast.subject}`'s fp16 parameters as they were")
+                    if len(message) >= 100:
+                        message = f"EMA weight {ctx.code_for(node)} is below fp16's step near 1: `{update}` leaves `{cast.subject}` as it was"
                 else:
                     chained = ctx.parent(call.node)  # `.mul_(decay).add_(src, ...)`: an EMA
                     what = "EMA decay" if isinstance(chained, cst.Attribute) and chained.attr.value == "add_" else "decay"
-                    message = (f"{what} {value:g} is 1.0 in fp16, so `{update}` rounds away the decay of"
-                               f" `{cast.subject}`'s fp16 parameters")
+                    message = (f"{what} {value:g} is 1.0 in fp16, so `{update}` leaves"
+                               f" `{cast.subject}`'s fp16 parameters undecayed")
+                    if len(message) >= 100:
+                        message = f"{what} {value:g} is 1.0 in fp16: `{update}` leaves the fp16 `{cast.subject}` unchanged"
                 help = "Keep the EMA weights in fp32 (cast a copy for use), or use a decay fp16 keeps below 1 (<= 0.9995)"
                 data = {"eps": 1 - value, "optimizer_class": None, "snippet": ctx.code_for(call.node), "decay": value,
                         "params": cast.subject, "dtype": "fp16", "device": None}

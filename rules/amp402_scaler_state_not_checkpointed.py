@@ -1474,8 +1474,9 @@ def train(model, optimizer, loader, args):
             related.append(ctx.related(chosen, "fp16 chosen here"))
         related += [ctx.related(c.node, "also saved") for c, _ in saves[1:]]
         related.append(ctx.related(resume.node, "restored without it"))
-        prefix = "when the Fabric's precision is 16-mixed: " if chosen is not None else ""
-        message = f"{prefix}This checkpoint saves `{optimizer}` but not the GradScaler of Fabric's 16-mixed precision"
+        message = f"This checkpoint saves `{optimizer}` but not the GradScaler of Fabric's 16-mixed precision"
+        if chosen is not None:
+            message = f"when Fabric is 16-mixed: this checkpoint saves `{optimizer}` but not Fabric's GradScaler"
         data = {"scaler": "fabric.strategy.precision.scaler", "optimizer": optimizer, "snippet": ctx.code_for(first.node),
                 "side": "save", "bug": "fabric", "mechanism": "fabric"}
         yield ctx.diagnostic(
