@@ -32,12 +32,12 @@ def _count(monkeypatch, owner, name):
     return calls
 
 
-def _calls_for(monkeypatch, make, owner, name, sizes=(20, 40)):
+def _calls_for(monkeypatch, make, owner, name, sizes=(20, 40), select=("ALL",)):
     out = []
     for n in sizes:
         with monkeypatch.context() as m:
             calls = _count(m, owner, name)
-            found = lint_source(make(n), "x.py", Config(select=("ALL",), file_timeout=0))
+            found = lint_source(make(n), "x.py", Config(select=select, file_timeout=0))
             out.append((calls[0], len(found)))
     return out
 
@@ -76,14 +76,17 @@ def test_amp301_named_constants_are_matched_once(monkeypatch):
 def test_amp101_clips_read_back_to_their_backward(monkeypatch):
     from amplint.engine.registry import rules_by_code
 
-    rule = importlib.import_module(rules_by_code()["AMP101"].__module__)
+    import amplint.model
+
+    importlib.import_module(rules_by_code()["AMP101"].__module__)  # the rule imports `exclusive` where it runs
     step = (
         "        scaler.scale(loss).backward()\n"
         "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
         "        scaler.step(opt)\n        scaler.update()\n"
     )
     make = lambda n: "import torch\nscaler = torch.amp.GradScaler('cuda')\ndef train(model, opt, loader):\n    for x in loader:\n" + step * n  # noqa: E731
-    _linear(_calls_for(monkeypatch, make, rule, "exclusive", sizes=(20, 40)))
+    # the package's `exclusive` is what every rule's function-local import reads: count AMP101's alone
+    _linear(_calls_for(monkeypatch, make, amplint.model, "exclusive", sizes=(20, 40), select=("AMP101",)))
 
 
 # n copies of a training step in one loop: AMP104 paired every scaled backward with every
