@@ -237,8 +237,8 @@ def _experiment(lab: Any, torch: Any, build: Callable[[], Any], built: str, poli
     dtype = next(iter(users.parameters())).dtype
     if not bool(moved.any()):
         return lab.inconclusive(f"{what}; {STEPS} SGD steps at lr {fmt(SMALL_LR)} moved no value even with fp32 masters", ev)
-    numbers = (f"{STEPS} SGD steps at lr {fmt(SMALL_LR)} (median step {lab.num(step):.2g} of a weight) left {int(lost.sum())} "
-               f"of the {int(moved.sum())} values fp32 master weights moved unchanged, keeping {kept:.0%} of the update")
+    numbers = (f"{STEPS} SGD steps at lr {fmt(SMALL_LR)} (median step {lab.num(step):.2g} of a weight) left unchanged "
+               f"{int(lost.sum())} of the {int(moved.sum())} values fp32 master weights moved, keeping {kept:.0%} of the update")
     if 2 * int(lost.sum()) > int(moved.sum()):
         if 2 * large_moved <= n:
             return lab.inconclusive(f"{what}; {numbers}, but at lr {fmt(LARGE_LR)} it moved only {large_moved} of {n}: "
