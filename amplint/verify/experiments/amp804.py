@@ -109,11 +109,6 @@ def _users_policy(torch: Any, source: str, data: Dict[str, Any], ev: Dict[str, A
     return policy
 
 
-def _value(node: ast.expr, env: Dict[str, Any]) -> Any:
-    tree = ast.fix_missing_locations(ast.Module(body=[ast.Expr(node)], type_ignores=[]))
-    return _run_user(tree, env)
-
-
 def _users_cast(torch: Any, source: str, data: Dict[str, Any], ev: Dict[str, Any]) -> Tuple[Callable[[], Any], str]:
     """(a function that builds the lab's MLP and applies the user's cast to it, what it runs, in words)."""
     call = _one_call(source)
