@@ -37,6 +37,12 @@ def _fsdp2(snippet):
     return {"mechanism": "fsdp", "policy": "MixedPrecisionPolicy", "snippet": snippet, "names": {"MixedPrecisionPolicy": POLICY}}
 
 
+def _master(cast, policy="MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)", **extra):
+    """AMP804 on FSDP2: the flagged cast and the wrapper's policy, as the parent reads them."""
+    return {"wrapper": "fsdp2", "dtype": "bf16", "snippet": cast, "names": {"torch": "torch"}, "policy_snippet": policy,
+            "policy_names": {"MixedPrecisionPolicy": POLICY, "MPP": POLICY, "torch": "torch"}, **extra}
+
+
 def _hook(snippet):
     return {"mechanism": "ddp-comm-hook", "reduce_dtype": "fp16", "snippet": snippet, "names": {"default": HOOKS}}
 
@@ -56,6 +62,15 @@ CASES = [
      "inconclusive", "needs an accelerator: FSDP1"),
     ("803-lightning", "AMP803", {"mechanism": "lightning-fsdp", "precision": "16-mixed"}, "inconclusive",
      "needs an accelerator: Lightning's FSDP strategy (FSDP1"),
+    ("804-fsdp2-bf16-method", "AMP804", _master("Net(config).cuda().bfloat16()"), "confirmed", None),
+    ("804-fsdp2-fp16-to-device", "AMP804", _master("model.to(device, torch.float16)", "MPP(param_dtype=torch.float16)", dtype="fp16"),
+     "confirmed", None),
+    ("804-fsdp2-default-dtype", "AMP804", _master("torch.set_default_dtype(torch.bfloat16)"), "confirmed", None),
+    ("804-fsdp2-fp32-masters", "AMP804", _master("model.float()"), "not-reproduced", None),
+    ("804-fsdp2-default-fp32", "AMP804", _master("torch.set_default_dtype(torch.float32)"), "not-reproduced", None),
+    ("804-unbound-dtype", "AMP804", _master("model.to(dtype=cfg.dtype)"), "inconclusive", "could not run this code: cfg"),
+    ("804-fsdp1", "AMP804", {"wrapper": "fsdp1", "snippet": "model.half()"}, "inconclusive", "needs an accelerator: FSDP1"),
+    ("804-fabric", "AMP804", {"wrapper": "fabric"}, "inconclusive", "needs an accelerator: Lightning Fabric's FSDP strategy (FSDP1"),
     ("801-fsdp1", "AMP801", {"wrapper": "fsdp1"}, "inconclusive", "needs an accelerator: FSDP1"),
     ("802-fsdp1", "AMP802", {"wrapper": "fsdp1", "scaler_class": "GradScaler"}, "inconclusive", "needs an accelerator: FSDP1"),
 ]
@@ -174,7 +189,8 @@ def verdicts(runner):
 
 
 #: the cases the default test run leaves out (`-m slow` runs them): more of the same 2-rank runs
-SLOW = {"803-fsdp2-fp16-reduce", "803-ddp-bf16-hook-cpu", "803-unbound-state"}
+SLOW = {"803-fsdp2-fp16-reduce", "803-ddp-bf16-hook-cpu", "803-unbound-state", "804-fsdp2-fp16-to-device",
+        "804-fsdp2-default-fp32", "804-unbound-dtype"}
 
 
 def test_the_layers_line_names_the_ranks(runner):
@@ -204,6 +220,20 @@ def test_confirmed_means_the_reduction_lost_what_fp32_kept(verdicts):
     assert sum(r["zero_after_user_reduce"] for r in fsdp["loss_multipliers"].values()) > 0, fsdp
     twin = verdicts["803-fsdp2-fp32-reduce"]["evidence"]
     assert all(r["zero_after_user_reduce"] == r["nonfinite_after_user_reduce"] == 0 for r in twin["loss_multipliers"].values()), twin
+
+
+def test_confirmed_means_the_low_precision_shards_lost_what_fp32_masters_kept(verdicts):
+    """AMP804: FSDP2 keeps the shards in the dtype the model had (bf16 after the user's cast), so
+    steps below bf16's spacing round away; the same policy over fp32 masters moves every value."""
+    ev = verdicts["804-fsdp2-bf16-method"]["evidence"]
+    assert ev["cast_ran"] == "MLP.bfloat16()" and ev["cast_left_out"] == [".cuda()"], ev  # the user's dtype method, on the lab's MLP
+    assert ev["sharded_dtype"] == {"user": "bfloat16", "fp32_control": "float32"}, ev
+    assert ev["moved_by_fp32_control"] == ev["values"] and 2 * ev["unchanged_by_user"] > ev["values"], ev
+    assert ev["update_kept"] < 0.5 and 2 * ev["large_steps"]["moved_by_user"] > ev["values"], ev  # it trains at large steps
+    twin = verdicts["804-fsdp2-fp32-masters"]["evidence"]
+    assert twin["sharded_dtype"]["user"] == "float32" and twin["unchanged_by_user"] == 0 and twin["update_kept"] == 1.0, twin
+    default = verdicts["804-fsdp2-default-dtype"]["evidence"]
+    assert default["parameter_dtypes_after_cast"] == ["bfloat16"] and default["unchanged_by_user"] == ev["unchanged_by_user"], default
 
 
 def test_ranks_are_refused_processes_programs_and_every_network_but_their_own(runner):
@@ -291,3 +321,40 @@ def test_verify_runs_the_users_code_on_two_ranks(runner, tmp_path):
     assert verify_diagnostics(found, device="cpu", runner=runner) == 2
     for d in found:
         assert (d.verification["verdict"], d.verification["method"]) == ("confirmed", "snippet"), d.verification
+
+
+_MASTER = {
+    "builder.py": """import torch
+
+def build(config):
+    model = Net(config).cuda().bfloat16()
+    return model
+""",
+    "train.py": """import torch
+from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy as MPP
+from builder import build
+
+def main(config):
+    model = build(config)
+    policy = MPP(
+        param_dtype=torch.bfloat16,
+        reduce_dtype=torch.float32,
+    )
+    fully_shard(model, mp_policy=policy)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+""",
+}
+
+
+def test_amp804_the_parent_reads_the_cast_and_the_wrappers_policy_and_verify_runs_them(runner, tmp_path):
+    from amplint import Config, lint_paths
+
+    for name, text in _MASTER.items():
+        (tmp_path / name).write_text(text)
+    found = [d for d in lint_paths([str(tmp_path)], Config(root=str(tmp_path))).diagnostics if d.code == "AMP804"]
+    (d,) = found  # flagged at the cast in builder.py; the policy is train.py's
+    data = Preludes().data_for(d)
+    assert data["snippet"] == "Net(config).cuda().bfloat16()" and data["policy_site"] == "train.py:7", data
+    assert data["policy_snippet"].startswith("MPP(") and data["policy_names"]["MPP"] == POLICY, data
+    assert verify_diagnostics(found, device="cpu", runner=runner) == 1
+    assert (d.verification["verdict"], d.verification["method"]) == ("confirmed", "snippet"), d.verification

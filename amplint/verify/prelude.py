@@ -231,6 +231,10 @@ CALL_AROUND_LOCATION = frozenset({"AMP204"})
 #: AMP803's policy constructor or comm-hook registration, read at the call's start or, for
 #: `reduce_dtype=torch.float16`, as the call the flagged argument is passed to
 IMPORTED_NAMES = frozenset({"AMP803"})
+#: rules that flag a cast whose model a wrapper's mixed-precision policy wraps (AMP804): the parent
+#: reads the flagged cast call (`snippet`) and the policy constructor (`policy_snippet`, at the
+#: related "its policy" site, else the wrapper call's `mp_policy=` call), each with its file's torch imports
+CAST_AND_POLICY = frozenset({"AMP804"})
 #: expression rules whose flagged literal sits inside an expression: the parent reads the value of its statement
 VALUE_AT_LOCATION = frozenset({"AMP301"})
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
@@ -311,6 +315,17 @@ def torch_imports(text: str, snippet: str) -> Dict[str, str]:
             if name in wanted and qualname.split(".")[0] == "torch":
                 out[name] = qualname
     return out
+
+
+def policy_argument(text: str, row: int) -> str:
+    """The `mp_policy=` (`mixed_precision=`) argument of the wrapper call at `row` when it is a
+    call (`fully_shard(m, mp_policy=MixedPrecisionPolicy(...))`), "" otherwise."""
+    found = _innermost(
+        text, lambda n: isinstance(n, ast.Call) and n.lineno == row and any(k.arg in ("mp_policy", "mixed_precision") for k in n.keywords),
+        lambda n: n.col_offset,
+    )
+    value = next((k.value for k in getattr(found, "keywords", ()) if k.arg in ("mp_policy", "mixed_precision")), None)
+    return _source(text, value) if isinstance(value, ast.Call) else ""
 
 
 def value_at(text: str, row: int) -> str:
@@ -615,6 +630,8 @@ class Preludes:
                 names = torch_imports(own, source)
                 if names:
                     data["names"] = {**names, **(data.get("names") if isinstance(data.get("names"), dict) else {})}
+        if code in CAST_AND_POLICY and own is not None:
+            data.update(self._cast_and_policy(d, data, own))
         if code in VALUE_AT_LOCATION and not data.get("snippet") and own is not None:
             source = value_at(own, d.location.row)
             if source:
@@ -663,6 +680,28 @@ class Preludes:
                 data["prelude"] = "\n".join([p for p in [data.get("prelude")] if p] + attrs)
                 data["prelude_names"] = sorted({*(data.get("prelude_names") or []), *(a.split(" =", 1)[0] for a in attrs)})
         return data
+
+    def _cast_and_policy(self, d: Any, data: Dict[str, Any], own: str) -> Dict[str, Any]:
+        """AMP804: the flagged cast call (`snippet`, `names`) and the wrapper's policy constructor
+        (`policy_snippet`, `policy_names`, `policy_site`), read where the finding's sites are."""
+        out: Dict[str, Any] = {}
+        cast = call_at(own, d.location.row, d.location.column)
+        if cast:
+            out.update(snippet=cast, names=torch_imports(own, cast))
+        sites = []
+        for r in getattr(d, "related", None) or ():
+            if (getattr(r, "message", "") or "") == "its policy":
+                sites.append(("call", r.filename or d.filename, r.location.row, r.location.column))
+        wrapper = data.get("wrapper_site")
+        if isinstance(wrapper, (list, tuple)) and len(wrapper) == 2 and isinstance(wrapper[0], str) and isinstance(wrapper[1], int):
+            sites.append(("argument", wrapper[0], wrapper[1], 0))
+        for kind, filename, row, column in sites:
+            text = self._text(filename) if isinstance(filename, str) else None
+            source = (call_at(text, row, column) if kind == "call" else policy_argument(text, row)) if text is not None else ""
+            if source:
+                out.update(policy_snippet=source, policy_names=torch_imports(text, source), policy_site=f"{os.path.basename(filename)}:{row}")
+                break
+        return out
 
     def _helper_site(self, d: Any, note: str) -> Optional[Tuple[str, int, str]]:
         """(file, row, source of the call there) of a related site whose note starts with `note`:
