@@ -45,7 +45,7 @@ from .astutil import dotted, walk_expression
 from .dtype_maps import read_dtype_map
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 13
+VERSION = 14
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -145,8 +145,10 @@ def deepspeed_in_use(test: ast.AST, negated: bool = False) -> Optional[bool]:
     the test spells it: a flag whose name says DeepSpeed (`args.deepspeed`, `self.use_deepspeed`,
     `accelerator.state.deepspeed_plugin`; not a call such as `is_deepspeed_available()`), its
     `not`, `is None` / `is not None` / `== False` comparisons, `isinstance(m, DeepSpeedEngine)`,
-    `distributed_type == DistributedType.DEEPSPEED`, and an `and` (an `or`, negated) holding
-    one. None: the test says nothing about it."""
+    `distributed_type == DistributedType.DEEPSPEED`, a choice compared to a string naming
+    DeepSpeed (`train_engine == "deepspeed"`, `!=`, `in ("deepspeed", "ds_zero3")` with every
+    string naming it), and an `and` (an `or`, negated) holding one. None: the test says nothing
+    about it."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return deepspeed_in_use(test.operand, not negated)
     if isinstance(test, ast.BoolOp):
@@ -175,7 +177,16 @@ def deepspeed_in_use(test: ast.AST, negated: bool = False) -> Optional[bool]:
             return used != negated
         if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(right, ast.Attribute) and right.attr.upper() == "DEEPSPEED":
             return isinstance(op, ast.Eq) != negated
+        if isinstance(op, (ast.Eq, ast.NotEq)) and _string_naming_deepspeed(right):
+            return isinstance(op, ast.Eq) != negated  # `train_engine == "deepspeed"`: the engine chosen by name
+        if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)) and right.elts:
+            if all(_string_naming_deepspeed(e) for e in right.elts):
+                return isinstance(op, ast.In) != negated
     return None
+
+
+def _string_naming_deepspeed(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and "deepspeed" in node.value.lower()
 
 
 def _vars_of(node: Optional[ast.AST]) -> Optional[str]:
