@@ -12,8 +12,9 @@ file, with every silence the two rules share:
   adapters or a new head may be fp32);
 * the name rebound to something else on every path from the cast to the optimizer
   (`model = get_peft_model(model, cfg)` on both sides of an if/else);
-* optimizers given fp32 copies (`p.detach().clone().float()`), or handed to something that
-  keeps fp32 master weights (the `wrapper` pattern: apex `FP16_Optimizer`/`amp.initialize`...);
+* optimizers given fp32 copies (`p.detach().clone().float()`), asked to keep master weights
+  themselves (`FusedAdam(..., master_weights=True)`), or handed to something that keeps fp32
+  master weights (the `wrapper` pattern: apex `FP16_Optimizer`/`amp.initialize`...);
 * a cast after the optimizer was built with no `step()` of that optimizer after it.
 
 The rule says which optimizer classes it knows the update of (`optimizer`), which run-time
@@ -110,7 +111,22 @@ def _updates(
         return False
     if key and master_wrapped(ctx, key, wrapper):
         return False
+    if keeps_master_weights(ctor):
+        return False
     return True
+
+
+def keeps_master_weights(ctor: CallInfo) -> bool:
+    """The optimizer is asked to keep master weights itself: `master_weights=` given and not a
+    literal False, None or 0 (TransformerEngine's `FusedAdam(..., master_weights=True)` keeps
+    fp32 copies of fp16/bf16 parameters and steps those; a list of fp32 copies, a flag decided
+    at run time: precision first)."""
+    value = ctor.arg(None, "master_weights")
+    if value is None:
+        return False
+    if isinstance(value, cst.Name) and value.value in ("False", "None"):
+        return False
+    return not (isinstance(value, cst.Integer) and value.value == "0")
 
 
 #: methods after which a module is still the one cast (its own parameters, their dtype kept)
@@ -200,7 +216,7 @@ def _built_and_updated(
             if _reverted_after(ctx, {name}, ctor.scope, start):
                 continue
             key = _assigned_key(ctx, ctor)
-            if key and master_wrapped(ctx, key, wrapper):
+            if (key and master_wrapped(ctx, key, wrapper)) or keeps_master_weights(ctor):
                 continue
             return ctor
     return None
