@@ -89,7 +89,9 @@ class HalfModelTraining(Rule):
     master-weight schemes (the optimizer gets fp32 copies, keeps them itself,
     as TransformerEngine's `FusedAdam(..., master_weights=True)` does, or is
     handed to apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed,
-    positionally, by keyword or in a tuple), for a cast module that is frozen, in part or
+    positionally, by keyword or in a tuple, or the module sharded by
+    Megatron-FSDP's `fully_shard`, whose default policy keeps fp32 main
+    parameters: as in AMP206), for a cast module that is frozen, in part or
     whole or through a module holding it (`requires_grad_(False)`, `for p in
     m.parameters(): p.requires_grad = False`: trainable adapters may be fp32),
     and for files whose freezes cannot be tied to a module (a helper freezing
