@@ -260,6 +260,8 @@ def _te(view: ScaleView, path: str, e: Dict[str, Any]) -> Optional[ScaleFinding]
     if not bad:
         return None
     message = f"`te.{cls}`: {' and '.join(bad)}; the FP8 GEMM asserts"
+    if len(message) >= 100:  # both sizes wrong: one short sentence still
+        message = f"`te.{cls}({first}, {second})`: both sizes miss the FP8 multiples ({multiples[0]}, {multiples[1]}); the GEMM asserts"
     help = "Pad the sizes to multiples of 16 (32 for MXFP8), or run this layer outside FP8"
     data = {"library": "transformer_engine", "module": cls, "dims": [first, second]}
     return ScaleFinding(view.place(path, e), message, help, [], data)
