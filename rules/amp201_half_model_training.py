@@ -86,9 +86,12 @@ class HalfModelTraining(Rule):
     Silent for inference copies (`model.half().eval()`, an EMA or export
     copy nobody optimizes), for `x.half().float()` rounding tricks, for tensors
     (only `.parameters()` of the converted object count as evidence), for
-    master-weight schemes (the optimizer gets fp32 copies, or is handed to
-    apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed, positionally, by
-    keyword or in a tuple), for a cast module that is frozen, in part or
+    master-weight schemes (the optimizer gets fp32 copies, keeps them itself,
+    as TransformerEngine's `FusedAdam(..., master_weights=True)` does, or is
+    handed to apex `FP16_Optimizer`/`amp.initialize` or DeepSpeed,
+    positionally, by keyword or in a tuple, or the module sharded by
+    Megatron-FSDP's `fully_shard`, whose default policy keeps fp32 main
+    parameters: as in AMP206), for a cast module that is frozen, in part or
     whole or through a module holding it (`requires_grad_(False)`, `for p in
     m.parameters(): p.requires_grad = False`: trainable adapters may be fp32),
     and for files whose freezes cannot be tied to a module (a helper freezing
@@ -275,6 +278,18 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)
 """,
             "apex FP16_Optimizer keeps fp32 master weights",
+        ),
+        Valid(
+            """
+import torch
+import transformer_engine.pytorch as te
+model = Net().cuda()
+for m in model.modules():
+    if isinstance(m, torch.nn.Conv2d):
+        m.half()
+optimizer = te.optimizers.FusedAdam(model.parameters(), lr=1e-3, master_weights=True)
+""",
+            "the blind drill (TransformerEngine): `FusedAdam(master_weights=True)` keeps fp32 master weights",
         ),
         Valid(
             """

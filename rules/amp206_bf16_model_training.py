@@ -108,8 +108,15 @@ class Bf16ModelTraining(Rule):
     accelerate's `prepare` (a DeepSpeed or FSDP launch config keeps fp32
     masters; accelerate upcasts FSDP1 shards to fp32 under mixed
     precision), Lightning Fabric's `setup`, a
-    Hugging Face `Trainer` given `optimizers=(...)`; and for a module wrapped
-    in an FSDP mixed-precision policy (AMP804 reports that). accelerate's
+    Hugging Face `Trainer` given `optimizers=(...)`; for a module wrapped
+    in an FSDP mixed-precision policy (AMP804 reports that); and for a module
+    (or parts of it, `model.fc1`, each `layer` of `for layer in model.layers`)
+    sharded before the optimizer by Megatron-FSDP's `fully_shard`, whose
+    `MixedPrecisionPolicy` keeps fp32 main parameters by default (the
+    optimizer steps those, the bf16 weights are synced from them): a policy
+    with `main_params_dtype` bf16 or None (the module's weights are the main
+    weights) keeps the finding; one whose dtype the file does not show is
+    taken to keep fp32. accelerate's
     `prepare` stops being that excuse where the project ships a launch
     command for the script (a shell script, a Makefile, a README command
     block) that rules DeepSpeed and FSDP out: `accelerate launch
@@ -304,6 +311,19 @@ def main(config, loader):
 """,
             "the builder's bf16 model is rebound to a PEFT model before the optimizer",
         ),
+        Valid(
+            """
+import torch
+from megatron_fsdp.experimental import fully_shard, fully_shard_optimizer
+
+model = TinyModel().to(device="cuda", dtype=torch.bfloat16)
+fully_shard(model.fc1, mesh=mesh, placements=placements)
+fully_shard(model.fc2, mesh=mesh, placements=placements)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+fully_shard_optimizer(optimizer)
+""",
+            "the blind drill (Megatron-LM): Megatron-FSDP's default policy keeps fp32 main parameters",
+        ),
     ]
 
     INVALID = [
@@ -386,6 +406,23 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 """,
             line=3,
             why="the dtype is picked at run time among literals, bf16 one of them (fp16 not)",
+        ),
+        Invalid(
+            """
+import torch
+from megatron_fsdp import MixedPrecisionPolicy
+from megatron_fsdp.experimental import fully_shard, fully_shard_optimizer
+
+dtype = torch.bfloat16
+model = MultiChildModel(dim=4096).to(dtype=dtype)
+policy = MixedPrecisionPolicy(main_params_dtype=dtype, main_grads_dtype=dtype)
+for layer in model.layers:
+    fully_shard(layer, mesh=mesh, placements=placements, mixed_precision_policy=policy)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+fully_shard_optimizer(optimizer)
+""",
+            line=6,
+            why="Megatron-FSDP told to keep bf16 main parameters: SGD steps bf16 weights",
         ),
     ]
 

@@ -47,8 +47,12 @@ class DeepspeedTorchClip(Rule):
     ## Notes
     Silent when the configuration the code shows is fp32 with ZeRO stage 0 or
     1 (gradients are whole, reduced and unscaled there, and the torch clip does
-    clip them), and for an engine the code does not show (`deepspeed.initialize`
-    behind a custom backend chosen at run time). The finding names the
+    clip them), for an engine the code does not show (`deepspeed.initialize`
+    behind a custom backend chosen at run time), and for a clip on a branch
+    taken only without DeepSpeed: the `else` of `if args.deepspeed:` or of `if
+    train_engine == "deepspeed":`, under `if train_engine != "deepspeed":`
+    (the model handed to the clip there is the DDP or FSDP one, even where the
+    same function receives the engine on the DeepSpeed branch). The finding names the
     `deepspeed.initialize` call and, when the config is known, its
     `gradient_clipping` entry.
 
@@ -111,6 +115,34 @@ else:
     clip_grad_norm_(model.parameters(), 0.5)
 """,
             "no engine the code shows",
+        ),
+        Valid(
+            """
+import torch
+import deepspeed
+from torch.nn.utils import clip_grad_norm_
+
+
+def init(args, model, optimizer):
+    if args.train_engine == "deepspeed":
+        model, optimizer, _, _ = deepspeed.initialize(args=args, model=model, optimizer=optimizer)
+    return model, optimizer
+
+
+def update(model, optimizer, info):
+    train_engine = info.get("train_engine", "torch_ddp")
+    if train_engine == "deepspeed":
+        model.step()
+    else:
+        clip_grad_norm_(model.parameters(), 5.0)
+        optimizer.step()
+
+
+def main(args, net, opt, info):
+    model, optimizer = init(args, net, opt)
+    update(model, optimizer, info)
+""",
+            "the blind drill (wenet): the clip is on the branch taken without DeepSpeed (the DDP model)",
         ),
     ]
 
@@ -182,6 +214,8 @@ model_engine.step()
 
     def findings(self, view: ScaleView) -> Iterator[ScaleFinding]:
         for path, clip in view.events("clip"):
+            if clip.get("nds"):
+                continue  # a branch taken only without DeepSpeed (`else` of `if engine == "deepspeed":`): no engine there
             owner = clip_owner_of(view, path, clip)
             if owner is None:
                 continue

@@ -58,6 +58,14 @@ class Fp8Shape(Rule):
     its `MSAMPLinear` after the module swap: nothing calls it, passes it on,
     returns it or stores it). A layer bound at module level (it may be
     imported), held in an attribute, passed on, returned or called is checked.
+    A layer a private builder of the file returns as it builds it (`def
+    _make_module(name): ... return te.Linear(1, 1)`) is left alone when every
+    call of the builder in the file binds its result to a local name that only
+    saves or loads its state (`module.state_dict()`,
+    `module.load_state_dict(...)`, `named_parameters()`; TransformerEngine's
+    checkpoint test) or checks its type: no forward runs, inside an FP8 region
+    or out of it. A public builder (another file may run what it returns), or
+    one whose result is called, passed on or returned, is checked.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP812` (docs/evidence.md#amp812)
@@ -124,6 +132,31 @@ def test_modules():
             "the blind drill (MS-AMP): layers built only for an `isinstance` check (or never used)"
             " run no forward, so no FP8 GEMM asserts",
         ),
+        Valid(
+            """
+import torch
+import transformer_engine.pytorch as te
+
+
+class TestLoadCheckpoint:
+    @staticmethod
+    def _make_module(name):
+        if name == "linear":
+            return te.Linear(1, 1)
+        return te.LayerNormMLP(1, 1)
+
+    def test_module(self, name, path):
+        module = self._make_module(name)
+        module.load_state_dict(torch.load(path), strict=True)
+
+
+def save(name, path):
+    module = TestLoadCheckpoint._make_module(name)
+    torch.save(module.state_dict(), path)
+""",
+            "the blind drill (TransformerEngine): a private builder's layers only save and load their"
+            " state, no forward runs",
+        ),
     ]
 
     INVALID = [
@@ -174,6 +207,25 @@ def test_linear_forward():
             line=7,
             why="the layer checked for its type is also run: its forward asserts",
         ),
+        Invalid(
+            """
+import torch
+import transformer_engine.pytorch as te
+
+
+def _make_module():
+    return te.Linear(1, 1)
+
+
+def test_forward(path):
+    module = _make_module()
+    module.load_state_dict(torch.load(path))
+    with te.fp8_autocast():
+        module(torch.randn(16, 1, device="cuda"))
+""",
+            line=6,
+            why="the private builder's layer is also run under FP8: its forward asserts",
+        ),
     ]
 
     def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
@@ -208,6 +260,8 @@ def _te(view: ScaleView, path: str, e: Dict[str, Any]) -> Optional[ScaleFinding]
     if not bad:
         return None
     message = f"`te.{cls}`: {' and '.join(bad)}; the FP8 GEMM asserts"
+    if len(message) >= 100:  # both sizes wrong: one short sentence still
+        message = f"`te.{cls}({first}, {second})`: both sizes miss the FP8 multiples ({multiples[0]}, {multiples[1]}); the GEMM asserts"
     help = "Pad the sizes to multiples of 16 (32 for MXFP8), or run this layer outside FP8"
     data = {"library": "transformer_engine", "module": cls, "dims": [first, second]}
     return ScaleFinding(view.place(path, e), message, help, [], data)

@@ -12,8 +12,11 @@ file, with every silence the two rules share:
   adapters or a new head may be fp32);
 * the name rebound to something else on every path from the cast to the optimizer
   (`model = get_peft_model(model, cfg)` on both sides of an if/else);
-* optimizers given fp32 copies (`p.detach().clone().float()`), or handed to something that
-  keeps fp32 master weights (the `wrapper` pattern: apex `FP16_Optimizer`/`amp.initialize`...);
+* optimizers given fp32 copies (`p.detach().clone().float()`), asked to keep master weights
+  themselves (`FusedAdam(..., master_weights=True)`), or handed to something that keeps fp32
+  master weights (the `wrapper` pattern: apex `FP16_Optimizer`/`amp.initialize`...);
+* a module (or a part of it) sharded by Megatron-FSDP's `fully_shard` before the optimizer,
+  with a policy that keeps fp32 main parameters (its default);
 * a cast after the optimizer was built with no `step()` of that optimizer after it.
 
 The rule says which optimizer classes it knows the update of (`optimizer`), which run-time
@@ -30,7 +33,7 @@ from . import torchapi
 from .bindings import assignment_before
 from .dtypes import fp32_cast
 from .literal_dtypes import dtype_choices
-from .literals import call_chain, literal_bool
+from .literals import call_arg, call_chain, literal_bool
 from .names import dotted_name
 from .paths import exclusive
 from .types import CallInfo, LowPrecisionCast, Scope
@@ -110,7 +113,107 @@ def _updates(
         return False
     if key and master_wrapped(ctx, key, wrapper):
         return False
+    if keeps_master_weights(ctor) or master_sharded(ctx, subjects, ctor):
+        return False
     return True
+
+
+#: sharders whose mixed-precision policy keeps fp32 main parameters unless told otherwise:
+#: Megatron-FSDP's `fully_shard` / `fully_shard_model` (`MixedPrecisionPolicy.main_params_dtype`
+#: defaults to `torch.float32`; the optimizer steps those main weights, and the module's
+#: low-precision weights are synced from them). torch's own FSDP2 `fully_shard` keeps the
+#: parameters' dtype: not one of them.
+_MASTER_SHARDERS = ("fully_shard", "fully_shard_model")
+
+
+def _master_sharder(call: CallInfo) -> bool:
+    return any(
+        q.rsplit(".", 1)[-1] in _MASTER_SHARDERS and "megatron_fsdp" in q.split(".")[:-1] for q in call.qualnames
+    )
+
+
+def master_sharded(ctx: "ModuleContext", subjects: Set[str], ctor: CallInfo) -> bool:
+    """The cast module, or a part of it (`model.fc1`, each `layer` of `for layer in
+    model.layers`), is sharded before the optimizer is built by a sharder whose policy keeps fp32
+    main parameters (`_MASTER_SHARDERS`): no policy given, or one whose `main_params_dtype` may
+    be fp32 or is decided where the file does not show it. A policy with `main_params_dtype`
+    bf16/fp16 (the module's own dtype) or None (the module's weights are the main weights)
+    keeps the finding."""
+    for call in ctx.calls:
+        if call.order >= ctor.order or not _master_sharder(call):
+            continue
+        if call.scope is not ctor.scope or exclusive(call.path, ctor.path):
+            continue
+        module = call.arg(0, "module")
+        if module is None or not _sharded_part(ctx, module, call, subjects):
+            continue
+        if _policy_keeps_fp32_main(ctx, call):
+            return True
+    return False
+
+
+def _sharded_part(ctx: "ModuleContext", module: cst.BaseExpression, call: CallInfo, subjects: Set[str]) -> bool:
+    """`module` is a subject or a part of one, or the target of an enclosing `for` over one's parts."""
+    spelled = dotted_name(module)
+    if _matches(spelled, subjects):
+        return True
+    if not isinstance(module, cst.Name):
+        return False
+    current = ctx.parent(call.node)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+        if isinstance(current, cst.For) and isinstance(current.target, cst.Name) and current.target.value == module.value:
+            it = current.iter
+            while isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute):
+                it = it.func.value  # `model.layers.children()`, `model.modules()`
+            return _matches(dotted_name(it), subjects)
+        current = ctx.parent(current)
+    return False
+
+
+def _policy_keeps_fp32_main(ctx: "ModuleContext", call: CallInfo) -> bool:
+    if any(a.star for a in call.node.args):
+        return True  # `**kwargs`: a policy the call does not show
+    policy = call.arg(None, "mixed_precision_policy")
+    if policy is None:
+        policies = [a.value for a in call.node.args if a.keyword is None and _policy_call(ctx, a.value, call) is not None]
+        policy = policies[0] if policies else None
+    if policy is None or (isinstance(policy, cst.Name) and policy.value == "None"):
+        return True  # the default policy: fp32 main parameters
+    built = _policy_call(ctx, policy, call)
+    if built is None:
+        return True  # a policy from elsewhere: precision first
+    main = call_arg(built, None, "main_params_dtype")
+    if main is None:
+        return True
+    if isinstance(main, cst.Name) and main.value == "None":
+        return False  # the module's own weights are the main weights
+    found = dtype_choices(ctx, main, call.scope, call.order)
+    return not found or "fp32" in found
+
+
+def _policy_call(ctx: "ModuleContext", value: cst.BaseExpression, call: CallInfo) -> Optional[cst.Call]:
+    """The `MixedPrecisionPolicy(...)` call `value` is, directly or through a name bound before `call`."""
+    if isinstance(value, cst.Name):
+        a = assignment_before(ctx, value.value, call.scope, call.statement, call.order)
+        if a is None or a.unpacked:
+            return None
+        value = a.value
+    if isinstance(value, cst.Call) and (dotted_name(value.func) or "").rsplit(".", 1)[-1] == "MixedPrecisionPolicy":
+        return value
+    return None
+
+
+def keeps_master_weights(ctor: CallInfo) -> bool:
+    """The optimizer is asked to keep master weights itself: `master_weights=` given and not a
+    literal False, None or 0 (TransformerEngine's `FusedAdam(..., master_weights=True)` keeps
+    fp32 copies of fp16/bf16 parameters and steps those; a list of fp32 copies, a flag decided
+    at run time: precision first)."""
+    value = ctor.arg(None, "master_weights")
+    if value is None:
+        return False
+    if isinstance(value, cst.Name) and value.value in ("False", "None"):
+        return False
+    return not (isinstance(value, cst.Integer) and value.value == "0")
 
 
 #: methods after which a module is still the one cast (its own parameters, their dtype kept)
@@ -200,7 +303,7 @@ def _built_and_updated(
             if _reverted_after(ctx, {name}, ctor.scope, start):
                 continue
             key = _assigned_key(ctx, ctor)
-            if key and master_wrapped(ctx, key, wrapper):
+            if (key and master_wrapped(ctx, key, wrapper)) or keeps_master_weights(ctor) or master_sharded(ctx, {name}, ctor):
                 continue
             return ctor
     return None

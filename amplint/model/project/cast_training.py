@@ -65,7 +65,9 @@ def cast_modules(
     `torch.optim.Optimizer` that keeps no master copy, `project_optimizer`) whose parameters
     belong to a module another file made `dtype`, once per constructor; same-file casts and
     same-file `from_pretrained` loads are the per-file check's. Silent where the constructor's
-    function calls a master-weight wrapper (apex, DeepSpeed), or anything `wrapper` matches."""
+    function calls a master-weight wrapper (apex, DeepSpeed), or anything `wrapper` matches, and
+    where the constructor is given `master_weights=` (TransformerEngine's `FusedAdam`; the
+    record keeps no boolean literal, so a spelled `False` counts too: precision first)."""
     for call in project.calls():
         q, own = project.optimizer_class(call), False
         if q is None and project_optimizers:
@@ -75,6 +77,8 @@ def cast_modules(
             continue
         if project.master_weights(call, itself=not own) or (wrapper is not None and _calls_matching(project, call, wrapper)):
             continue  # apex / DeepSpeed / FP16_Optimizer keep fp32 master weights
+        if "master_weights" in call.record.get("k", {}):
+            continue  # `FusedAdam(..., master_weights=True)`: the optimizer keeps fp32 copies itself
         for name, site in project.low_precision_modules(_grouped_modules(project, call), dtype, pretrained=True):
             pretrained = (project.loaded_at(site) or "").endswith("from_pretrained(...)") if site else False
             if not site or (site[0] == call.path and (pretrained or not project.loaded_at(site))):

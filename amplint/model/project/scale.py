@@ -45,7 +45,7 @@ from .astutil import dotted, walk_expression
 from .dtype_maps import read_dtype_map
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 13
+VERSION = 14
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -145,8 +145,10 @@ def deepspeed_in_use(test: ast.AST, negated: bool = False) -> Optional[bool]:
     the test spells it: a flag whose name says DeepSpeed (`args.deepspeed`, `self.use_deepspeed`,
     `accelerator.state.deepspeed_plugin`; not a call such as `is_deepspeed_available()`), its
     `not`, `is None` / `is not None` / `== False` comparisons, `isinstance(m, DeepSpeedEngine)`,
-    `distributed_type == DistributedType.DEEPSPEED`, and an `and` (an `or`, negated) holding
-    one. None: the test says nothing about it."""
+    `distributed_type == DistributedType.DEEPSPEED`, a choice compared to a string naming
+    DeepSpeed (`train_engine == "deepspeed"`, `!=`, `in ("deepspeed", "ds_zero3")` with every
+    string naming it), and an `and` (an `or`, negated) holding one. None: the test says nothing
+    about it."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return deepspeed_in_use(test.operand, not negated)
     if isinstance(test, ast.BoolOp):
@@ -175,7 +177,63 @@ def deepspeed_in_use(test: ast.AST, negated: bool = False) -> Optional[bool]:
             return used != negated
         if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(right, ast.Attribute) and right.attr.upper() == "DEEPSPEED":
             return isinstance(op, ast.Eq) != negated
+        if isinstance(op, (ast.Eq, ast.NotEq)) and _string_naming_deepspeed(right):
+            return isinstance(op, ast.Eq) != negated  # `train_engine == "deepspeed"`: the engine chosen by name
+        if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)) and right.elts:
+            if all(_string_naming_deepspeed(e) for e in right.elts):
+                return isinstance(op, ast.In) != negated
     return None
+
+
+#: module methods that run no forward: a layer only these reach never runs its GEMM
+_NO_FORWARD = frozenset((
+    "state_dict", "load_state_dict", "named_parameters", "parameters", "buffers", "named_buffers",
+    "modules", "named_modules", "children", "named_children", "extra_repr", "get_extra_state", "set_extra_state",
+))
+
+
+def _state_only_result(fn: Any, call: ast.Call, parents: Dict[int, ast.AST]) -> bool:
+    """`call`'s result is bound to a local name of `fn` (`module = self._make_module(name)`)
+    every load of which in `fn` is the receiver of a `_NO_FORWARD` method called, or the first
+    argument of a type check; the name bound nowhere else in `fn`."""
+    stmt = parents.get(id(call))
+    if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    local = stmt.targets[0].id
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Name) or node.id != local:
+            continue
+        if isinstance(node.ctx, ast.Store):
+            if node is not stmt.targets[0]:
+                return False  # bound again: what it holds there is not known here
+            continue
+        up = parents.get(id(node))
+        if isinstance(up, ast.Attribute) and up.attr in _NO_FORWARD:
+            caller = parents.get(id(up))
+            if isinstance(caller, ast.Call) and caller.func is up:
+                continue
+        if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in _TYPE_CHECKS and up.args and up.args[0] is node:
+            continue
+        return False
+    return True
+
+
+def _mentioned_outside_calls(tree: ast.Module, name: str) -> bool:
+    """`name` is read other than as the callee of a call (`fn = self._make_module`, `map(_make, ...)`)."""
+    callees = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            callees.add(id(node.func))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load) and id(node) not in callees:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == name and id(node) not in callees:
+            return True
+    return False
+
+
+def _string_naming_deepspeed(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and "deepspeed" in node.value.lower()
 
 
 def _vars_of(node: Optional[ast.AST]) -> Optional[str]:
@@ -285,6 +343,7 @@ class _Reader:
         self.imports = import_bindings(tree.body)[0]
         self._function("<module>", tree.body, None, [], 1)
         self._type_probes(tree, "<module>")
+        self._state_only_builders(tree)
         return {
             "v": VERSION,
             "imports": self.imports,
@@ -506,6 +565,54 @@ class _Reader:
         for e in linears:
             t = e.get("t")
             if (e["r"], e["c"]) in probed or (qual != "<module>" and t and "." not in t and not loads.get(t)):
+                e["probe"] = 1
+
+    def _state_only_builders(self, tree: ast.Module) -> None:
+        """Mark the FP8 linear layers a private builder of the file returns as it builds them
+        (`return te.Linear(1, 1)` in `_make_module`) when no forward of theirs can run: the
+        builder is called in the file, and every call binds its result to a local name of a
+        function each load of which is the receiver of a method that runs no forward
+        (`state_dict`, `load_state_dict`, `named_parameters`, ...; TransformerEngine's
+        checkpoint test builds modules only to save and load their state) or a type check's
+        argument. A public builder may be called from another file: not marked."""
+        candidates = [
+            e for e in self.events
+            if e["e"] == "linear" and not e.get("probe") and e["f"] != "<module>" and e["f"].rsplit(".", 1)[-1].startswith("_")
+        ]
+        if not candidates:
+            return
+        returned: Dict[str, set] = {}  # builder name -> the (row, column) of the calls it returns as built
+        for qual in {e["f"] for e in candidates}:
+            body = self._bodies.get(qual) or []
+            for stmt in body:
+                for sub in ast.walk(stmt):  # a nested function's return holds its own events, matched to none here
+                    if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call):
+                        pos = self._position(sub.value)
+                        returned.setdefault(qual, set()).add((pos["r"], pos["c"]))
+        marked = [e for e in candidates if (e["r"], e["c"]) in returned.get(e["f"], set())]
+        if not marked:
+            return
+        names = {e["f"].rsplit(".", 1)[-1] for e in marked}
+        verdict: Dict[str, bool] = {}
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            parents: Dict[int, ast.AST] = {}
+            for node in ast.walk(fn):
+                for child in ast.iter_child_nodes(node):
+                    parents[id(child)] = node
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr if isinstance(node.func, ast.Attribute) else None
+                if name not in names:
+                    continue
+                verdict[name] = verdict.get(name, True) and _state_only_result(fn, node, parents)
+        for name in names:
+            # a bare mention elsewhere (`fn = self._make_module`, a module-level call) may hand it on
+            verdict[name] = verdict.get(name, False) and not _mentioned_outside_calls(tree, name)
+        for e in marked:
+            if verdict.get(e["f"].rsplit(".", 1)[-1]):
                 e["probe"] = 1
 
     def _may_fake(self, node: Any) -> bool:
