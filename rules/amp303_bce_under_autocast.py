@@ -93,7 +93,10 @@ class BceUnderAutocast(Rule):
     `Trainer(precision="16-mixed")` running `training_step`, an
     `Accelerator(mixed_precision=...)` that `prepare`d the model, an autocast
     kept in an attribute or `partial` (`with self.amp_autocast():`), or a
-    project decorator that enters autocast. The message names the region and
+    project decorator that enters autocast, or a lambda kept in a name or an
+    attribute (`self.loss_fn = lambda *a, **k: F.binary_cross_entropy(*a,
+    **k)`: its body runs where it is called, not where it is made; one called
+    only after the region stays silent). The message names the region and
     the chain of calls. Here the rule over-approximates on purpose: the ban
     raises on every call, whatever the dtype, so any one path in is enough.
 

@@ -485,6 +485,9 @@ class _Summarizer:
         return torchapi.dtype_of_qualname(self.qualname(dotted(node)))
 
     def _bind(self, target: ast.AST, value: ast.AST, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
+        if isinstance(value, ast.Lambda):
+            self._bind_lambda(target, value, info, cls, qual)
+            return
         if isinstance(target, (ast.Tuple, ast.List)):
             for t in target.elts:  # `q, k, v = self.qkv(x).chunk(3, -1)`: each is made by the value
                 if isinstance(t, ast.Name):
@@ -533,6 +536,27 @@ class _Summarizer:
         if cls is not None and name.startswith("self.") and name.count(".") == 1:
             self.classes.setdefault(cls, {"line": 0, "bases": [], "attrs": {}})["attrs"].setdefault(name[5:], []).append([qual, ref])
         elif "." not in name:
+            info["locals"].setdefault(name, []).append(ref)
+
+    def _bind_lambda(self, target: ast.AST, value: ast.Lambda, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
+        """`self.loss_fn = lambda *a, **k: F.binary_cross_entropy(*a, **k)`: the lambda becomes a
+        function nested in this one (`<lambda:row:col>`, a name no code spells), the name or
+        `self.` attribute bound to it; its body runs when it is called, not here."""
+        name = dotted(target)
+        attribute = cls is not None and name is not None and name.startswith("self.") and name.count(".") == 1
+        if name is None or not (attribute or isinstance(target, ast.Name)):
+            return
+        inner = f"<lambda:{value.lineno}:{value.col_offset}>"
+        args = value.args
+        params = [a.arg for a in (*getattr(args, "posonlyargs", []), *args.args, *args.kwonlyargs)]
+        body: List[ast.stmt] = [ast.Return(value=value.body, lineno=value.lineno, col_offset=value.col_offset)]
+        saved = self.region_now, self.qual_now
+        self._function(inner if qual == "<module>" else f"{qual}.{inner}", body, None, params, value.lineno, -1, [])
+        self.region_now, self.qual_now = saved
+        ref = {"n": inner}
+        if attribute:
+            self.classes.setdefault(cls, {"line": 0, "bases": [], "attrs": {}})["attrs"].setdefault(name[5:], []).append([qual, ref])
+        else:
             info["locals"].setdefault(name, []).append(ref)
 
     def _declare(self, target: ast.AST, annotation: ast.AST, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
