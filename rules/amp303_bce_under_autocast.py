@@ -93,7 +93,10 @@ class BceUnderAutocast(Rule):
     `Trainer(precision="16-mixed")` running `training_step`, an
     `Accelerator(mixed_precision=...)` that `prepare`d the model, an autocast
     kept in an attribute or `partial` (`with self.amp_autocast():`), or a
-    project decorator that enters autocast. The message names the region and
+    project decorator that enters autocast, or a lambda kept in a name or an
+    attribute (`self.loss_fn = lambda *a, **k: F.binary_cross_entropy(*a,
+    **k)`: its body runs where it is called, not where it is made; one called
+    only after the region stays silent). The message names the region and
     the chain of calls. Here the rule over-approximates on purpose: the ban
     raises on every call, whatever the dtype, so any one path in is enough.
 
@@ -115,7 +118,49 @@ class BceUnderAutocast(Rule):
     returning one) reaches that class and every project class deriving from
     it. Only the registry a call names is followed: a BCE loss registered to
     `LOSSES` is not reported because a region builds from `MODELS`, nor is a
-    class nothing registers. Such a finding names the class, how it was
+    class nothing registers. One registry object holding a mapping per kind
+    (MMF's `registry`) is followed per kind: `registry.get_loss_class(name)`
+    reaches what `@registry.register_loss("bce")` registered, never a BCE
+    metric `@registry.register_metric(...)` put in another mapping. On the
+    way there the view also follows an attribute a mixin reads and never
+    binds (`self.model` in a training-loop mixin: what each project class
+    deriving from it binds), the `__call__` a project base class defines
+    for a model whose own class defines `forward` (MMF's `BaseModel.__call__`
+    computing the losses), and a container filled by `append` and called in
+    a loop (`self.losses.append(MMFLoss(cfg))`, `for loss in self.losses:`).
+    Flagged, the losses in another file from the trainer and its mixin:
+
+    ```python
+    @registry.register_loss("bce")
+    class BinaryCrossEntropyLoss(nn.Module):
+        def forward(self, scores, targets):
+            return F.binary_cross_entropy(scores, targets)  # AMP303
+
+    class Losses(nn.Module):
+        def __init__(self, names):
+            super().__init__()
+            self.losses = nn.ModuleList()
+            for name in names:
+                self.losses.append(registry.get_loss_class(name)())
+
+        def forward(self, scores, targets):
+            total = 0
+            for loss in self.losses:
+                total = total + loss(scores, targets)
+            return total
+
+    class TrainingLoopMixin:
+        def _forward(self, batch):
+            with torch.autocast("cuda", enabled=self.config.fp16):
+                return self.criterion(self.model(batch["x"]), batch["y"])
+
+    class Trainer(TrainingLoopMixin):
+        def __init__(self, config, model):
+            self.config, self.model = config, model
+            self.criterion = Losses(config.losses)
+    ```
+
+    Such a finding names the class, how it was
     reached, and has as related sites the region, each call of the chain
     and the registration (or the subclass). An autocast whose `enabled=` is
     a run-time flag (`enabled=config.mixed_precision`, `enabled=args.amp`)
@@ -364,7 +409,12 @@ for batch in loader:
             message = f"`{shown}` raises under {device}autocast (via {chain_text(witness.chain)})"
         else:
             (kind, name, _, _), cls = picked
-            message = f"`{shown}` raises under {device}autocast (`{cls}`, {_ORIGIN_HOW[kind].format(name=name)})"
+            how = _ORIGIN_HOW[kind].format(name=name)
+            message = f"`{shown}` raises under {device}autocast (`{cls}`, {how})"
+            if len(message) >= 100:  # a long class name: the region, a related site, names the device
+                message = f"`{shown}` raises under autocast (`{cls}`, {how})"
+            if len(message) >= 100:
+                message = f"`{shown}` raises under autocast (`{cls}`)"
         data = {
             "function": "binary_cross_entropy" if shown.startswith("F.") else "BCELoss",
             "device": region.device, "dtype": region.dtype, "dispatch": picked[0][0] if picked else None,

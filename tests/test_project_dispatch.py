@@ -467,3 +467,125 @@ def test_a_looked_up_name_bound_to_a_local_first(tmp_path):
 def test_a_lookup_that_spells_no_package_or_another_one_reaches_nothing_here(tmp_path, name_expr):
     assert findings(_lookup_project(tmp_path, name_expr)) == [] if "legacy" not in name_expr else [
         Path(d.filename).name for d in findings(_lookup_project(tmp_path, name_expr))] == ["old.py"]
+
+
+# ------------------------------------------------------------------ one registry object, a mapping per kind (MMF)
+
+KIND_REGISTRY = """
+class Registry:
+    mapping = {"loss_name_mapping": {}, "metric_name_mapping": {}}
+
+    @classmethod
+    def register_loss(cls, name):
+        def wrap(c):
+            cls.mapping["loss_name_mapping"][name] = c
+            return c
+        return wrap
+
+    @classmethod
+    def register_metric(cls, name):
+        def wrap(c):
+            cls.mapping["metric_name_mapping"][name] = c
+            return c
+        return wrap
+
+    @classmethod
+    def get_loss_class(cls, name):
+        return cls.mapping["loss_name_mapping"].get(name, None)
+
+
+registry = Registry()
+"""
+
+
+def test_a_registry_object_with_a_mapping_per_kind_gives_only_that_kind(tmp_path):
+    """MMF's `registry.get_loss_class(name)` reaches what `@registry.register_loss(...)`
+    registered, never a BCE metric `@registry.register_metric(...)` put in another mapping."""
+    root = write_project(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/registry.py": KIND_REGISTRY,
+        "pkg/losses.py": head('@registry.register_loss("focal")', "from .registry import registry\n"),
+        "pkg/metrics.py": head('@registry.register_metric("bce")', "from .registry import registry\n").replace("FocalHead", "BCEMetric"),
+        "train.py": train("criterion = registry.get_loss_class(cfg.loss)()",
+                          "from pkg.registry import registry\nimport pkg.losses, pkg.metrics  # noqa\n").replace(
+            "loss = model(x, y)", "loss = criterion(x, y)"),
+    })
+    found = findings(root)
+    assert [Path(d.filename).name for d in found] == ["losses.py"]
+    assert "(`FocalHead`, via registry `registry`)" in found[0].message
+
+
+def test_a_mixin_a_base_class_call_and_a_container_of_losses(tmp_path):
+    """The three steps of MMF's training forward: the loop mixin's `self.model` is what the
+    trainer deriving from it binds; the model's base class computes the losses in `__call__`
+    (its subclass defines `forward`); the losses are appended to an `nn.ModuleList` and called
+    in a loop over it. Each step removed, nothing leads to the BCE."""
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/losses.py": head().replace("FocalHead", "BCELossModule") + textwrap.dedent("""
+
+            class Losses(nn.Module):
+                def __init__(self, names):
+                    super().__init__()
+                    self.losses = nn.ModuleList()
+                    for name in names:
+                        self.losses.append(BCELossModule())
+
+                def forward(self, x, y):
+                    total = 0
+                    for loss in self.losses:
+                        total = total + loss(x, y)
+                    return total
+        """),
+        "pkg/models.py": textwrap.dedent("""
+            import torch.nn as nn
+            from .losses import Losses
+
+            class BaseModel(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.losses = Losses(["bce"])
+
+                def __call__(self, x, y):
+                    out = super().__call__(x)
+                    return self.losses(out, y)
+
+            class Net(BaseModel):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 1)
+
+                def forward(self, x):
+                    return self.fc(x)
+        """),
+        "pkg/loop.py": textwrap.dedent("""
+            import torch
+
+            class LoopMixin:
+                def step(self, x, y):
+                    with torch.autocast("cuda", enabled=self.amp):
+                        return self.model(x, y)
+        """),
+        "pkg/trainer.py": textwrap.dedent("""
+            from .loop import LoopMixin
+            from .models import Net
+
+            class Trainer(LoopMixin):
+                def __init__(self, amp):
+                    self.amp = amp
+                    self.model = Net().cuda()
+        """),
+    }
+    root = write_project(tmp_path / "all", files)
+    found = findings(root)
+    assert [f"{Path(d.filename).name}:{d.location.row}" for d in found] == ["losses.py:10"]
+    assert "BaseModel.__call__" in " ".join(r.message for r in found[0].related)
+    broken = {
+        "no-subclass": ("pkg/trainer.py", "class Trainer(LoopMixin):", "class Trainer:"),
+        "no-call": ("pkg/models.py", "def __call__(self, x, y):", "def unused(self, x, y):"),
+        "no-append": ("pkg/losses.py", "self.losses.append(BCELossModule())", "self.losses.extend([])"),
+    }
+    for name, (path, old, new) in broken.items():
+        changed = dict(files, **{path: files[path].replace(old, new)})
+        assert old in files[path]
+        assert findings(write_project(tmp_path / name, changed)) == [], name

@@ -168,6 +168,43 @@ def test_one_finding_per_bce_call_and_the_message_names_the_cause(tmp_path):
     ]
 
 
+def test_a_loss_kept_as_a_lambda_runs_where_it_is_called(tmp_path):
+    """MMF's `self.loss_fn = lambda *args, **kwargs: F.binary_cross_entropy(*args, **kwargs)`:
+    the lambda's body runs when `forward` calls it, under the trainer's autocast; one only
+    called after the region, or never called, stays silent."""
+    root = write(tmp_path, {
+        "losses.py": """
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class AttentionSupervision(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.loss_fn = lambda *args, **kwargs: F.binary_cross_entropy(*args, **kwargs)
+                    self.unused = lambda p, t: F.binary_cross_entropy(p, t)
+
+                def forward(self, attentions, targets):
+                    return self.loss_fn(attentions, targets, weight=targets)
+
+            def make_metric():
+                score = lambda p, t: F.binary_cross_entropy(p, t)
+                return score
+        """,
+        "train.py": """
+            import torch
+            from losses import AttentionSupervision, make_metric
+
+            criterion = AttentionSupervision()
+            metric = make_metric()
+            with torch.autocast("cuda"):
+                attentions = model(x)
+                loss = criterion(attentions, y)
+            value = metric(attentions.float(), y)
+        """,
+    })
+    assert codes(root) == ["losses.py:8 AMP303"]
+
+
 def test_a_same_file_finding_is_not_repeated(tmp_path):
     root = write(tmp_path, {
         "train.py": """

@@ -40,6 +40,7 @@ answered as before. Each class or function a dispatch produced is recorded with 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from .graph import Call, FuncKey, Project, Type, TypeSet
@@ -51,6 +52,9 @@ _GETS = frozenset(("get", "get_module", "lookup", "__getitem__"))
 #: what a registry object is made of
 _DICTS = frozenset(("dict", "OrderedDict", "defaultdict"))
 _PROPERTIES = frozenset(("property", "cached_property", "functools.cached_property"))
+#: a registry's methods for one kind of what it holds: `register_loss` / `get_loss_class`
+_REGISTER_KIND = re.compile(r"register_([a-z][a-z0-9]*(?:_[a-z0-9]+)*?)")
+_GET_KIND = re.compile(r"get_([a-z][a-z0-9]*(?:_[a-z0-9]+)*?)(?:_class|_cls)?")
 #: how many times `reached` runs again at most while it loads modules (once was enough for every
 #: shape met; each run costs as much as the first)
 _ROUNDS = 1
@@ -209,6 +213,8 @@ class DispatchView(Project):
         if passed is not None:
             found = passed
         found = found | self._declared_attribute(base[1], base[2], attr)
+        if not found and not self._binds(base[1], base[2], attr):
+            found = self._mixin_attribute(base[1], base[2], attr)
         out: Set[Type] = set()
         for t in found:
             info = self.function((t[1], t[2])) if t[0] == "F" else None
@@ -218,6 +224,41 @@ class DispatchView(Project):
                 out |= self.returns(bound)  # `self.model` read through a property
             out.add(bound)
         return frozenset(out)
+
+    def _binds(self, path: str, cls: str, attr: str) -> bool:
+        """Whether the class or a base of it binds, declares or defines `attr`."""
+        for p, c in self.mro(path, cls):
+            info = self.summaries[p]["classes"][c]
+            if attr in info["attrs"] or attr in info.get("wa", {}) or attr in info.get("df", ()):
+                return True
+            if f"{c}.{attr}" in self.summaries[p]["functions"]:
+                return True
+        return False
+
+    def _mixin_attribute(self, path: str, cls: str, attr: str) -> TypeSet:
+        """`self.model` read in a mixin that never binds it (`TrainingLoopMixin._forward`): what
+        the project classes deriving from it bind, an instance of which the method runs on."""
+        out: Set[Type] = set()
+        for p, c in self.subclasses(path, cls):
+            if self._binds(p, c, attr):
+                out |= self.attribute(("I", p, c, "", ()), attr)
+        return frozenset(out)
+
+    def callees(self, call: Call) -> List[FuncKey]:
+        """Also the `__call__` a project base class defines for an instance whose own class
+        defines `forward` (`BaseModel.__call__` computing the losses, then `super().__call__`):
+        calling the instance runs it first."""
+        out = super().callees(call)
+        for t in self.resolve_call(call):
+            if t[0] != "I":
+                continue
+            for p, c in self.mro(t[1], t[2]):
+                key = (p, f"{c}.__call__")
+                if key[1] in self.summaries[p]["functions"]:
+                    if key not in out:
+                        out.append(key)
+                    break
+        return out
 
     def _passed_by_subclass(self, path: str, cls: str, attr: str) -> Optional[TypeSet]:
         """`self.type_dict = type_dict` in a base class's `__init__`, read on an instance of a
@@ -284,7 +325,7 @@ class DispatchView(Project):
     def _value(self, path: str, func: str, ref: Optional[Dict[str, Any]]) -> TypeSet:
         if ref is None:
             return _EMPTY
-        if "i" in ref or "cv" in ref or "t" in ref or "at" in ref:
+        if "i" in ref or "cv" in ref or "t" in ref or "at" in ref or "el" in ref:
             return self._memoized(("wide", path, func, id(ref)), lambda: self._wide_value(path, func, ref))
         if "c" in ref and ("mn" in ref or "mp" in ref):
             return self._memoized(("modules", path, func, id(ref)), lambda: self._imported_modules(path, func, ref))
@@ -326,6 +367,8 @@ class DispatchView(Project):
     def _wide_value(self, path: str, func: str, ref: Dict[str, Any]) -> TypeSet:
         if "t" in ref:
             return self._declared(path, ref["t"])
+        if "el" in ref:  # `for loss in self.losses:`: what was appended to it
+            return self._elements(path, func, ref["el"])
         if "at" in ref:  # `LossesFactory().get`: the attribute of what the value is
             return frozenset(a for t in self._value(path, func, ref["on"]) for a in self.attribute(t, ref["at"]))
         if "i" in ref:  # `MODELS[name]`: what is registered
@@ -342,6 +385,29 @@ class DispatchView(Project):
             for m in made if origin is not None else ():
                 self.origins.setdefault(m, origin)  # what a registered function built
             out |= made
+        return frozenset(out)
+
+    def _elements(self, path: str, func: str, name: str) -> TypeSet:
+        """What was appended to the container `name` spelled in function `func` of `path`: to a
+        `self.` attribute by its class or a base (`self.losses.append(MMFLoss(cfg))` in
+        `__init__`), to a local by the function (or one it is nested in)."""
+        head, _, attr = name.rpartition(".")
+        out: Set[Type] = set()
+        if not head:
+            s = self.summaries[path]
+            scope: Optional[str] = func
+            while scope is not None:
+                info = s["functions"].get(scope)
+                for r in (info or {}).get("we", {}).get(name, ()):
+                    out |= self._value(path, scope, r)
+                scope = scope.rsplit(".", 1)[0] if "." in scope and scope != "<module>" else ("<module>" if scope != "<module>" else None)
+            return frozenset(out)
+        for base in self.name_types(path, func, head):
+            if base[0] != "I":
+                continue
+            for p, c in self.mro(base[1], base[2]):
+                for where, r in self.summaries[p]["classes"][c].get("we", {}).get(attr, ()):
+                    out |= self._value(p, where, r)
         return frozenset(out)
 
     def _picked(self, key: Any) -> TypeSet:
@@ -460,13 +526,16 @@ class DispatchView(Project):
             return frozenset({("GB", key)})
         if attr in _GETS:
             return frozenset({("GG", key)})
+        kind = _kind(attr, _GET_KIND) if key[0] != "X" and len(key) == 2 else None
+        if kind:  # `registry.get_loss_class(name)`: what `@registry.register_loss(...)` registered
+            return frozenset({("GG", (*key, kind))})
         return _EMPTY
 
     def registered(self, key: Any) -> List[Tuple[Type, Origin]]:
         """What is registered to the registry `key` ((path, name) of a project registry,
         ("X", qualname) of an external one): project classes and functions, each with where."""
         found = [entry for entry in self._registrations().get(key, ())]
-        if key[0] != "X":  # the values of a dict literal: `MODELS = {"unet": UNet, ...}`
+        if key[0] != "X" and len(key) == 2:  # the values of a dict literal: `MODELS = {"unet": UNet, ...}`
             path, name = key
             for ref in self.summaries[path]["functions"]["<module>"]["locals"].get(name, ()):
                 for value in (ref.get("d") or {}).values() if ref else ():
@@ -550,6 +619,9 @@ class DispatchView(Project):
         head, _, last = spelled.rpartition(".")
         if head and "register" in last.lower():
             keys = _registry_keys(self.name_types(path, "<module>", head))
+            kind = _kind(last, _REGISTER_KIND)
+            if keys and kind:  # `registry.register_loss("bce")`: also to the registry's losses alone
+                keys = keys | {(*k, kind) for k in keys if k[0] != "X"}
             if keys:
                 return keys
         made = self._made_for(path, spelled)
@@ -687,6 +759,15 @@ def _registry_keys(types: Iterable[Type]) -> Set[Any]:
         elif t[0] == "X":
             out.add(("X", t[1]))
     return out
+
+
+def _kind(attr: str, pattern: "re.Pattern[str]") -> Optional[str]:
+    """The kind a registry's own method names (`register_loss`, `get_loss_class` -> "loss"):
+    one registry object holding a mapping per kind (MMF's `registry`); None for a method
+    naming none (`register`, `register_module`, `get`)."""
+    found = pattern.fullmatch(attr)
+    kind = found.group(1) if found else None
+    return None if kind in (None, "module", "modules") else kind
 
 
 def _key_name(key: Any) -> str:

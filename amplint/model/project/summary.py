@@ -28,7 +28,7 @@ from . import disabled, loaders, masks, trained, upcasts
 from .astutil import dotted, import_bindings as _import_bindings, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 14
+VERSION = 15
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -248,6 +248,7 @@ class _Summarizer:
             self._expression(stmt.value, qual, info, region)
             self._masks(stmt.value, qual, info, region)
             self._in_place_cast(stmt.value, info)
+            self._appended(stmt.value, info, cls, qual)
             return
         if isinstance(stmt, ast.AugAssign):
             self._expression(stmt.value, qual, info, region)
@@ -255,6 +256,10 @@ class _Summarizer:
             return
         # compound statements: their expressions, then their bodies, in the same region
         looping = isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
+        if isinstance(stmt, (ast.For, ast.AsyncFor)) and isinstance(stmt.target, ast.Name):
+            container = dotted(stmt.iter)
+            if container is not None:  # `for loss in self.losses:`: an element of what was appended
+                self._wide_binding(stmt.target.id, {"el": container}, info, cls, qual)
         for name, value in ast.iter_fields(stmt):
             if looping and name == "body":
                 if not self.loops:
@@ -480,6 +485,9 @@ class _Summarizer:
         return torchapi.dtype_of_qualname(self.qualname(dotted(node)))
 
     def _bind(self, target: ast.AST, value: ast.AST, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
+        if isinstance(value, ast.Lambda):
+            self._bind_lambda(target, value, info, cls, qual)
+            return
         if isinstance(target, (ast.Tuple, ast.List)):
             for t in target.elts:  # `q, k, v = self.qkv(x).chunk(3, -1)`: each is made by the value
                 if isinstance(t, ast.Name):
@@ -530,6 +538,27 @@ class _Summarizer:
         elif "." not in name:
             info["locals"].setdefault(name, []).append(ref)
 
+    def _bind_lambda(self, target: ast.AST, value: ast.Lambda, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
+        """`self.loss_fn = lambda *a, **k: F.binary_cross_entropy(*a, **k)`: the lambda becomes a
+        function nested in this one (`<lambda:row:col>`, a name no code spells), the name or
+        `self.` attribute bound to it; its body runs when it is called, not here."""
+        name = dotted(target)
+        attribute = cls is not None and name is not None and name.startswith("self.") and name.count(".") == 1
+        if name is None or not (attribute or isinstance(target, ast.Name)):
+            return
+        inner = f"<lambda:{value.lineno}:{value.col_offset}>"
+        args = value.args
+        params = [a.arg for a in (*getattr(args, "posonlyargs", []), *args.args, *args.kwonlyargs)]
+        body: List[ast.stmt] = [ast.Return(value=value.body, lineno=value.lineno, col_offset=value.col_offset)]
+        saved = self.region_now, self.qual_now
+        self._function(inner if qual == "<module>" else f"{qual}.{inner}", body, None, params, value.lineno, -1, [])
+        self.region_now, self.qual_now = saved
+        ref = {"n": inner}
+        if attribute:
+            self.classes.setdefault(cls, {"line": 0, "bases": [], "attrs": {}})["attrs"].setdefault(name[5:], []).append([qual, ref])
+        else:
+            info["locals"].setdefault(name, []).append(ref)
+
     def _declare(self, target: ast.AST, annotation: ast.AST, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
         """`self.model: Model = ...`, `model: Model = ...`: the declared class, kept beside the value."""
         names = declared_names(annotation)
@@ -543,6 +572,23 @@ class _Summarizer:
             self.classes.setdefault(cls, {"line": 0, "bases": [], "attrs": {}}).setdefault("wa", {}).setdefault(name[5:], []).append([qual, ref])
         elif "." not in name:
             info.setdefault("wl", {}).setdefault(name, []).append(ref)
+
+    def _appended(self, expr: ast.AST, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
+        """`self.losses.append(MMFLoss(cfg))`, `heads.append(head)`: an element of a container
+        (`we`: of a `self.` attribute in its class, of a local in its function), which only the
+        dispatch view reads (a loop over the container, `for loss in self.losses:`)."""
+        if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "append"):
+            return
+        name = dotted(expr.func.value)
+        if name is None or len(expr.args) != 1 or expr.keywords:
+            return
+        ref = self.vref(expr.args[0]) or self.wref(expr.args[0])
+        if ref is None:
+            return
+        if cls is not None and name.startswith("self.") and name.count(".") == 1:
+            self.classes.setdefault(cls, {"line": 0, "bases": [], "attrs": {}}).setdefault("we", {}).setdefault(name[5:], []).append([qual, ref])
+        elif "." not in name:
+            info.setdefault("we", {}).setdefault(name, []).append(ref)
 
     def _store(self, target: ast.AST, value: ast.AST, info: Dict[str, Any]) -> None:
         """`REGISTRY[name] = cls`: a name stored as an item of a dict (a registry filled by hand);
