@@ -1,6 +1,7 @@
 """AMP501 custom-function-without-custom-fwd."""
 from __future__ import annotations
 
+import os
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -8,8 +9,8 @@ import libcst as cst
 from amplint.model import (
     AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_REACHED, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
     AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CALLED_ELSEWHERE, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
-    KERNEL_NOT_MIXED, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, imported_names,
-    with_requirement, subnodes,
+    KERNEL_NOT_MIXED, RUNNER_AUTOCAST, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
+    imported_names, with_requirement, subnodes,
 )
 
 _CAST_METHODS = ("float", "half", "double", "bfloat16", "type_as")
@@ -175,6 +176,17 @@ class CustomFunctionWithoutCustomFwd(Rule):
     Function the file applies only inside the `backward` of its Functions (a
     double-backward helper such as `UpFirDn2dBackward`): autograd runs
     backward with autocast off, unless that backward is `custom_bwd`.
+    Silent too on a Function a test module (`test_*.py`, `*_test.py`) or a
+    `__main__` script applies only from its own entry points: its top level,
+    a runner's `test*` functions (and `test*` methods of `Test*` classes), or
+    functions the file only calls directly from them (Megatron-LM's
+    `_ViewSavingLinear`, applied by a function nested in the test on inputs
+    it built). The autocast of modules the file imports cannot wrap those
+    calls; it is reported when the file's own code may enter autocast, a
+    `conftest.py` in its folder or above may (an autouse fixture), or a
+    project module imports the file. Not when an applying function is passed
+    on as a value, or is a method (a module's `forward` runs wherever the
+    module is called).
     The incoming grad is followed through views, splits and loops over them
     (`for i, (qc, doc) in enumerate(zip(q.split(b), do.split(b)))`, the
     blockwise backward of a memory-efficient attention).
@@ -664,6 +676,33 @@ class LinearFn(torch.autograd.Function):
 """,
             "the only autocast replays the state a checkpoint's forward captured: the project enters none (ControlNet's ldm)",
         ),
+        Valid(
+            """
+import torch
+from megatron.core.tensor_parallel.random import CheckpointWithoutOutput
+
+
+class _ViewSavingLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, inp, weight):
+        ctx.save_for_backward(inp, weight)
+        return inp.matmul(weight.t())
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        inp, weight = ctx.saved_tensors
+        return grad_output.matmul(weight), grad_output.t().matmul(inp)
+
+
+def test_view_sharing_regression():
+    def normal_forward(input_, weight):
+        return _ViewSavingLinear.apply(torch.nn.functional.gelu(input_), weight)
+
+    x = torch.randn(3, 8, requires_grad=True)
+    normal_forward(x, torch.randn(6, 8, requires_grad=True)).sum().backward()
+""",
+            "a test's own Function, applied only from its test on inputs it built (Megatron-LM's test_random.py)",
+        ),
     ]
 
     INVALID = [
@@ -914,6 +953,10 @@ def step(model, x):
             applied = _applications(ctx, cls, names)
             if _only_in_backward(ctx, applied, functions):
                 continue  # applied only in another Function's backward: autocast is off there
+            if _entries_only(ctx, applied, names):
+                # only the file's own entry points apply it (a test's Function on inputs it built),
+                # and the file enters no autocast: only a conftest's fixture or an importer may
+                condition = with_requirement(condition, RUNNER_AUTOCAST)
             setup_context = "setup_context" in methods
             in_backward = _grad_meets_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
             if not in_backward:
@@ -1234,6 +1277,60 @@ def _callers_cast(ctx: ModuleContext, cls: cst.ClassDef, calls: Optional[List[Ca
     return calls is not None and all(
         any(_cast_input(ctx, c, a.value) for a in c.node.args if a.keyword is None and not a.star) for c in calls
     )
+
+
+#: a test module a runner collects (pytest's default `python_files`)
+_TEST_FILE = ("test_", "_test.py")
+
+
+def _entries_only(ctx: ModuleContext, calls: Optional[List[CallInfo]], names: Dict[str, int]) -> bool:
+    """The file is a program of its own (a test module a runner collects, a `__main__` script)
+    and every application of the Function runs only from its entry points: its top level, a
+    runner's `test*` function (or a `test*` method of a `Test*` class) of a test module, or a
+    function the file only calls directly from such code (Megatron's `normal_forward`, nested in
+    the test that calls it). Then only an autocast the file itself enters, a `conftest.py`
+    fixture's or a module importing the file can wrap it (`RUNNER_AUTOCAST`, read whole)."""
+    if not calls:
+        return False
+    base = os.path.basename(ctx.path)
+    test_module = base.startswith(_TEST_FILE[0]) or base.endswith(_TEST_FILE[1])
+    if not test_module and not _runs_as_script(ctx):
+        return False
+    return all(_entry_run(ctx, c.scope, test_module, names, 0) for c in calls)
+
+
+def _entry_run(ctx: ModuleContext, scope: Scope, test_module: bool, names: Dict[str, int], depth: int) -> bool:
+    """`scope`'s code runs only from the file's entry points (`_entries_only`)."""
+    if scope.is_module:
+        return True
+    if depth > 4 or not isinstance(scope.node, cst.FunctionDef) or scope.parent is None:
+        return False
+    name = scope.name
+    if test_module and name.startswith("test"):
+        if scope.cls is None and scope.parent.is_module:
+            return True  # a module-level test function: the runner calls it
+        if scope.cls is not None and scope.cls.name.value.startswith("Test") and any(stmt is scope.cls for stmt in ctx.module.body):
+            return True  # a test method of a module-level test class
+    if scope.cls is not None:
+        return False  # a method: called through an instance, from anywhere
+    holder = scope.parent
+    # the function's name is used only by direct calls, in the scope that defines it (and below)
+    callers = [c for c in ctx.calls if c.dotted == name and _within(c.scope, holder)]
+    defs = sum(1 for n in subnodes(holder.node) if isinstance(n, cst.FunctionDef) and n.name.value == name)
+    uses = names.get(name, 0) if holder.is_module else sum(
+        1 for n in subnodes(holder.node) if isinstance(n, cst.Name) and n.value == name
+    )
+    if not callers or uses != len(callers) + defs:
+        return False
+    return all(_entry_run(ctx, c.scope, test_module, names, depth + 1) for c in callers if c.scope is not scope)
+
+
+def _within(scope: Optional[Scope], holder: Scope) -> bool:
+    while scope is not None:
+        if scope is holder:
+            return True
+        scope = scope.parent
+    return False
 
 
 def _only_in_backward(ctx: ModuleContext, calls: Optional[List[CallInfo]], functions: List[cst.ClassDef]) -> bool:

@@ -1046,6 +1046,10 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
                 changed = True
     lines = {source.count("\n", 0, start) + 1 for start in found}
     kernels: Optional[re.Pattern] = None
+    # a test module or a script applying a Function: the rule reads whether only its own entry
+    # points (a `test*` function, the top level) apply it, through the functions calling its
+    # callers, so it reads the file whole
+    program = _TEST_DEF.search(source) is not None or "__main__" in source
     for i, (start, name, _) in enumerate(headers):
         if start not in found:
             continue
@@ -1054,10 +1058,15 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
             kernels = _kernel_call_pattern(source)
         end = headers[i + 1][0] if i + 1 < len(headers) else len(source)
         kernel = kernels.search(source, start, end) is not None
+        if program and re.search(rf"\b{re.escape(name)}\s*\.\s*apply\b", source):
+            return None
         if name.startswith("_") and not kernel:
             continue
         lines |= _apply_lines(source, name, every=kernel)
     return lines
+
+
+_TEST_DEF = re.compile(r"^[ \t]*def[ \t]+test", re.M)
 
 
 def _kernel_call_pattern(source: str) -> "re.Pattern[str]":
