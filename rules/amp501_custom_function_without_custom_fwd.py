@@ -194,7 +194,12 @@ class CustomFunctionWithoutCustomFwd(Rule):
     `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module built by
     `torch.utils.cpp_extension.load`/`load_inline` or imported as a compiled
     extension (`_C`, `_ext`, `*_cuda`; also in a module-level `try:` block),
-    with no explicit dtype cast in `forward`.
+    with no explicit dtype cast in `forward`. An input that every application
+    in the file hands an integer tensor is not counted: a factory with an
+    integer `dtype=`, an integer cast, or a local or an attribute (by its
+    name, any receiver) every assignment of the file sets to one
+    (TransformerEngine's `_EpCombine`, given `buffer.handle_mem`, a uint8
+    buffer, next to the one float input).
 
     Where the extension's C++/CUDA source is in the project, its text
     decides more (read when conditions are resolved, only for these
@@ -703,9 +708,84 @@ def test_view_sharing_regression():
 """,
             "a test's own Function, applied only from its test on inputs it built (Megatron-LM's test_random.py)",
         ),
+        Valid(
+            """
+import torch
+
+
+class Buffer:
+    def __init__(self, n, device):
+        self.handle_mem = torch.empty(n, dtype=torch.uint8, device=device)
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, handle_mem, expert_out):
+        result = torch.empty_like(expert_out)
+        torch.ops.ep.combine(handle_mem, expert_out, result)
+        ctx.save_for_backward(handle_mem)
+        return result
+
+    @staticmethod
+    def backward(ctx, g):
+        (handle_mem,) = ctx.saved_tensors
+        grad = torch.empty_like(g)
+        torch.ops.ep.combine_bwd(handle_mem, g, grad)
+        return None, grad
+
+
+def combine(buffer, expert_out):
+    return _Combine.apply(buffer.handle_mem, expert_out)
+
+
+with torch.autocast("cuda"):
+    y = combine(Buffer(64, "cuda"), model(x))
+""",
+            "the kernel's other input is a uint8 handle every application passes (TransformerEngine's EP combine)",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+
+
+class Buffer:
+    def __init__(self, n, device):
+        self.handle_mem = torch.empty(n, dtype=torch.uint8, device=device)
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, handle_mem, expert_out):
+        result = torch.empty_like(expert_out)
+        torch.ops.ep.combine(handle_mem, expert_out, result)
+        ctx.save_for_backward(handle_mem)
+        return result
+
+    @staticmethod
+    def backward(ctx, g):
+        (handle_mem,) = ctx.saved_tensors
+        grad = torch.empty_like(g)
+        torch.ops.ep.combine_bwd(handle_mem, g, grad)
+        return None, grad
+
+
+def combine(buffer, expert_out):
+    return _Combine.apply(buffer.handle_mem, expert_out)
+
+
+def reset(buffer, like):
+    buffer.handle_mem = torch.zeros_like(like)
+
+
+with torch.autocast("cuda"):
+    y = combine(Buffer(64, "cuda"), model(x))
+""",
+            line=11,
+            why="another assignment makes the handle a float tensor: two float inputs (the VALID twin only sets uint8)",
+        ),
         Invalid(
             """
 import torch
@@ -973,7 +1053,9 @@ def step(model, x):
                     continue  # every caller hands the kernel inputs cast by hand (`input = input.float()`)
                 # a public one: also applied elsewhere, where autocast may reach it
                 condition = with_requirement(condition, CALLED_ELSEWHERE, cls.name.value)
-            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
+            # an input every application hands an integer tensor (a handle, an index) is no float input
+            integral = _integer_inputs(ctx, forward, setup_context, applied)
+            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2, integral)
             if kernel is not None:
                 name, count = kernel
                 message = f"`{cls.name.value}.forward` passes {count} float inputs to `{name}`, which is not autocast-aware"
@@ -985,7 +1067,7 @@ def step(model, x):
                 needs = with_requirement(condition, KERNEL_NOT_MIXED, name.rsplit(".", 1)[-1])
                 yield ctx.diagnostic(self, forward.name, message, condition=needs, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
                 continue
-            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 1)
+            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 1, integral)
             if kernel is not None and kernel[1] == 1:
                 name = kernel[0]
                 message = f"`{cls.name.value}.forward` passes a float input to `{name}`, whose kernel takes float32 only"
@@ -1441,12 +1523,15 @@ def _looks_compiled(name: str) -> bool:
 
 
 def _extension_call(
-    ctx: ModuleContext, scope: Scope, func: cst.FunctionDef, setup_context: bool, extensions: Set[str], least: int
+    ctx: ModuleContext, scope: Scope, func: cst.FunctionDef, setup_context: bool, extensions: Set[str], least: int,
+    integral: Set[str] = frozenset(),
 ) -> Optional[Tuple[str, int]]:
-    """A compiled-kernel call in `func` receiving at least `least` of its tensor parameters."""
+    """A compiled-kernel call in `func` receiving at least `least` of its tensor parameters
+    (not those in `integral`: every application hands them an integer tensor)."""
     params = [p.name.value for p in func.params.params if not _config_default(p.default)]
     if not setup_context and params:
         params = params[1:]  # ctx
+    params = [p for p in params if p not in integral]
     if len(params) < least:
         return None
     for call in scope.calls:
@@ -1468,6 +1553,66 @@ def _extension_call(
         if count >= least or least <= 1:
             return dotted, count
     return None
+
+
+_INTEGER_DTYPES = frozenset(
+    f"torch.{d}" for d in ("uint8", "int8", "int16", "short", "int32", "int", "int64", "long", "bool")
+)
+_INTEGER_CASTS = frozenset({"long", "int", "short", "byte", "char", "bool"})
+
+
+def _integer_inputs(ctx: ModuleContext, forward: cst.FunctionDef, setup_context: bool, calls: Optional[List[CallInfo]]) -> Set[str]:
+    """The forward's parameters that every application of the Function in the file (all of them
+    known: `_applications`) hands an integer tensor: a handle or index buffer the kernel reads as
+    bytes (TransformerEngine's `_EpCombine` gets `buffer.handle_mem`, which the file only ever
+    sets to `torch.empty(n, dtype=torch.uint8)`), not a float input autocast could make fp16."""
+    if not calls:
+        return set()
+    params = [p.name.value for p in forward.params.params]
+    if not setup_context:
+        params = params[1:]  # ctx
+    found: Set[str] = set()
+    for i, name in enumerate(params):
+        every = True
+        for call in calls:
+            args = call.node.args
+            if any(a.star or a.keyword is not None for a in args[: i + 1]) or len(args) <= i:
+                every = False
+                break
+            if not _integer_tensor(ctx, args[i].value, call.scope):
+                every = False
+                break
+        if every:
+            found.add(name)
+    return found
+
+
+def _integer_tensor(ctx: ModuleContext, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
+    """`expr` is visibly an integer (or bool) tensor: a factory given an integer `dtype=`, an
+    integer cast (`.long()`, `.to(torch.int64)`), or a local name or an attribute (`buf.handle`,
+    by its attribute name, any receiver) every assignment of the file binds to one."""
+    if depth > 3:
+        return False
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _INTEGER_CASTS and not expr.args:
+            return True
+        dtype = next((a.value for a in expr.args if a.keyword is not None and a.keyword.value == "dtype"), None)
+        if dtype is None and isinstance(func, cst.Attribute) and func.attr.value in ("to", "type") and expr.args:
+            dtype = expr.args[0].value if expr.args[0].keyword is None else None
+        return dtype is not None and bool(ctx.qualnames(dtype) & _INTEGER_DTYPES)
+    if isinstance(expr, cst.Attribute):
+        attr = expr.attr.value
+        found = [a for a in ctx.assignments if a.target.rsplit(".", 1)[-1] == attr and "." in a.target]
+    elif isinstance(expr, cst.Name):
+        if expr.value in scope.params:
+            return False
+        found = [a for a in ctx.assignments_to(expr.value, scope) if a.scope is scope]
+    else:
+        return False
+    return bool(found) and all(
+        not a.unpacked and isinstance(a.node, cst.Assign) and _integer_tensor(ctx, a.value, a.scope, depth + 1) for a in found
+    )
 
 
 def _config_default(default: Optional[cst.BaseExpression]) -> bool:

@@ -1063,7 +1063,27 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
         if name.startswith("_") and not kernel:
             continue
         lines |= _apply_lines(source, name, every=kernel)
+        if kernel:
+            lines |= _integer_attribute_lines(source)
     return lines
+
+
+_INTEGER_ATTRIBUTE = re.compile(
+    r"^[ \t]*[\w.]+\.(\w+)[ \t]*(?::[^=\n]*)?=[^=\n].*\b(?:dtype[ \t]*=[ \t]*torch\.(?:u?int\d*|long|short|bool)\b"
+    r"|\.(?:long|int|short|byte|bool)\(\))", re.M,
+)
+
+
+def _integer_attribute_lines(source: str) -> Set[int]:
+    """The assignments to each attribute some line sets to an integer tensor (`self.handle =
+    torch.empty(n, dtype=torch.uint8)`), all of them: AMP501 counts a kernel's input that every
+    application hands such an attribute as no float input, when every assignment agrees."""
+    names = set(_INTEGER_ATTRIBUTE.findall(source))
+    if not names:
+        return set()
+    spelled = "|".join(sorted(re.escape(n) for n in names))
+    pattern = re.compile(rf"\.\s*(?:{spelled})\b[ \t]*(?::[^=\n]*)?=(?!=)")
+    return {source.count("\n", 0, m.start()) + 1 for m in pattern.finditer(source)}
 
 
 _TEST_DEF = re.compile(r"^[ \t]*def[ \t]+test", re.M)
