@@ -162,7 +162,9 @@ class Fp16OverflowingLiteral(Rule):
     Silent on `float("-inf")`, `torch.finfo(x.dtype).min`, dtype-aware
     constants (`-1e4 if x.dtype == torch.float16 else -1e9`, or an `if` on the
     dtype), tensors visibly fp32/bf16 (`scores.float().masked_fill(...)`,
-    `torch.zeros(n, n).masked_fill_(...)`, a legacy typed constructor such as
+    `torch.zeros(n, n).masked_fill_(...)`, a factory whose `dtype=` is a local
+    the function binds to one dtype only (`dtype = torch.bfloat16`; not a
+    parameter), a legacy typed constructor such as
     `torch.cuda.FloatTensor(n).fill_(1e10)`, `x.new_full(...)` / `x.new_zeros(...)`
     of such an `x`, including the inputs of a `custom_fwd(cast_inputs=torch.float32)`
     forward), tensors that type promotion makes fp32 (`torch.cat([torch.zeros(n, 1),
@@ -292,6 +294,19 @@ scores = scores.float().masked_fill(mask, -1e9)
 big = torch.full((n, n), -1e9)
 """,
             "tensors that are visibly fp32 (factories without dtype, .float())",
+        ),
+        Valid(
+            """
+import torch
+model.half()
+
+def poisoned_inputs(rows, used, hidden):
+    dtype = torch.bfloat16
+    t = torch.randn(rows, hidden, dtype=dtype, device="cuda")
+    t[used:].fill_(1e30)
+    return t
+""",
+            "a factory's dtype a local bound to bf16 only: bf16 holds 1e30 (TransformerEngine's quantize benchmark)",
         ),
         Valid(
             """
@@ -450,6 +465,19 @@ def falcon_bias(attention_mask, scores):
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+model.half()
+
+def poisoned_inputs(rows, used, hidden, dtype=torch.bfloat16):
+    t = torch.randn(rows, hidden, dtype=dtype, device="cuda")
+    t[used:].fill_(1e30)
+    return t
+""",
+            line=6,
+            why="the dtype is a parameter: a caller may pass float16 (the VALID twin binds it to bf16 only)",
+        ),
         Invalid(
             """
 import torch

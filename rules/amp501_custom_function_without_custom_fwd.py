@@ -1,6 +1,7 @@
 """AMP501 custom-function-without-custom-fwd."""
 from __future__ import annotations
 
+import os
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -8,8 +9,8 @@ import libcst as cst
 from amplint.model import (
     AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_REACHED, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
     AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CALLED_ELSEWHERE, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
-    KERNEL_NOT_MIXED, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid, imported_names,
-    with_requirement, subnodes,
+    KERNEL_NOT_MIXED, RUNNER_AUTOCAST, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
+    imported_names, with_requirement, subnodes,
 )
 
 _CAST_METHODS = ("float", "half", "double", "bfloat16", "type_as")
@@ -175,6 +176,17 @@ class CustomFunctionWithoutCustomFwd(Rule):
     Function the file applies only inside the `backward` of its Functions (a
     double-backward helper such as `UpFirDn2dBackward`): autograd runs
     backward with autocast off, unless that backward is `custom_bwd`.
+    Silent too on a Function a test module (`test_*.py`, `*_test.py`) or a
+    `__main__` script applies only from its own entry points: its top level,
+    a runner's `test*` functions (and `test*` methods of `Test*` classes), or
+    functions the file only calls directly from them (Megatron-LM's
+    `_ViewSavingLinear`, applied by a function nested in the test on inputs
+    it built). The autocast of modules the file imports cannot wrap those
+    calls; it is reported when the file's own code may enter autocast, a
+    `conftest.py` in its folder or above may (an autouse fixture), or a
+    project module imports the file. Not when an applying function is passed
+    on as a value, or is a method (a module's `forward` runs wherever the
+    module is called).
     The incoming grad is followed through views, splits and loops over them
     (`for i, (qc, doc) in enumerate(zip(q.split(b), do.split(b)))`, the
     blockwise backward of a memory-efficient attention).
@@ -182,7 +194,12 @@ class CustomFunctionWithoutCustomFwd(Rule):
     `torch.ops.<ns>.<op>` (not aten/torchvision) or to a module built by
     `torch.utils.cpp_extension.load`/`load_inline` or imported as a compiled
     extension (`_C`, `_ext`, `*_cuda`; also in a module-level `try:` block),
-    with no explicit dtype cast in `forward`.
+    with no explicit dtype cast in `forward`. An input that every application
+    in the file hands an integer tensor is not counted: a factory with an
+    integer `dtype=`, an integer cast, or a local or an attribute (by its
+    name, any receiver) every assignment of the file sets to one
+    (TransformerEngine's `_EpCombine`, given `buffer.handle_mem`, a uint8
+    buffer, next to the one float input).
 
     Where the extension's C++/CUDA source is in the project, its text
     decides more (read when conditions are resolved, only for these
@@ -664,9 +681,111 @@ class LinearFn(torch.autograd.Function):
 """,
             "the only autocast replays the state a checkpoint's forward captured: the project enters none (ControlNet's ldm)",
         ),
+        Valid(
+            """
+import torch
+from megatron.core.tensor_parallel.random import CheckpointWithoutOutput
+
+
+class _ViewSavingLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, inp, weight):
+        ctx.save_for_backward(inp, weight)
+        return inp.matmul(weight.t())
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        inp, weight = ctx.saved_tensors
+        return grad_output.matmul(weight), grad_output.t().matmul(inp)
+
+
+def test_view_sharing_regression():
+    def normal_forward(input_, weight):
+        return _ViewSavingLinear.apply(torch.nn.functional.gelu(input_), weight)
+
+    x = torch.randn(3, 8, requires_grad=True)
+    normal_forward(x, torch.randn(6, 8, requires_grad=True)).sum().backward()
+""",
+            "a test's own Function, applied only from its test on inputs it built (Megatron-LM's test_random.py)",
+        ),
+        Valid(
+            """
+import torch
+
+
+class Buffer:
+    def __init__(self, n, device):
+        self.handle_mem = torch.empty(n, dtype=torch.uint8, device=device)
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, handle_mem, expert_out):
+        result = torch.empty_like(expert_out)
+        torch.ops.ep.combine(handle_mem, expert_out, result)
+        ctx.save_for_backward(handle_mem)
+        return result
+
+    @staticmethod
+    def backward(ctx, g):
+        (handle_mem,) = ctx.saved_tensors
+        grad = torch.empty_like(g)
+        torch.ops.ep.combine_bwd(handle_mem, g, grad)
+        return None, grad
+
+
+def combine(buffer, expert_out):
+    return _Combine.apply(buffer.handle_mem, expert_out)
+
+
+with torch.autocast("cuda"):
+    y = combine(Buffer(64, "cuda"), model(x))
+""",
+            "the kernel's other input is a uint8 handle every application passes (TransformerEngine's EP combine)",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+
+
+class Buffer:
+    def __init__(self, n, device):
+        self.handle_mem = torch.empty(n, dtype=torch.uint8, device=device)
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, handle_mem, expert_out):
+        result = torch.empty_like(expert_out)
+        torch.ops.ep.combine(handle_mem, expert_out, result)
+        ctx.save_for_backward(handle_mem)
+        return result
+
+    @staticmethod
+    def backward(ctx, g):
+        (handle_mem,) = ctx.saved_tensors
+        grad = torch.empty_like(g)
+        torch.ops.ep.combine_bwd(handle_mem, g, grad)
+        return None, grad
+
+
+def combine(buffer, expert_out):
+    return _Combine.apply(buffer.handle_mem, expert_out)
+
+
+def reset(buffer, like):
+    buffer.handle_mem = torch.zeros_like(like)
+
+
+with torch.autocast("cuda"):
+    y = combine(Buffer(64, "cuda"), model(x))
+""",
+            line=11,
+            why="another assignment makes the handle a float tensor: two float inputs (the VALID twin only sets uint8)",
+        ),
         Invalid(
             """
 import torch
@@ -914,6 +1033,10 @@ def step(model, x):
             applied = _applications(ctx, cls, names)
             if _only_in_backward(ctx, applied, functions):
                 continue  # applied only in another Function's backward: autocast is off there
+            if _entries_only(ctx, applied, names):
+                # only the file's own entry points apply it (a test's Function on inputs it built),
+                # and the file enters no autocast: only a conftest's fixture or an importer may
+                condition = with_requirement(condition, RUNNER_AUTOCAST)
             setup_context = "setup_context" in methods
             in_backward = _grad_meets_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
             if not in_backward:
@@ -930,7 +1053,9 @@ def step(model, x):
                     continue  # every caller hands the kernel inputs cast by hand (`input = input.float()`)
                 # a public one: also applied elsewhere, where autocast may reach it
                 condition = with_requirement(condition, CALLED_ELSEWHERE, cls.name.value)
-            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2)
+            # an input every application hands an integer tensor (a handle, an index) is no float input
+            integral = _integer_inputs(ctx, forward, setup_context, applied)
+            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2, integral)
             if kernel is not None:
                 name, count = kernel
                 message = f"`{cls.name.value}.forward` passes {count} float inputs to `{name}`, which is not autocast-aware"
@@ -942,7 +1067,7 @@ def step(model, x):
                 needs = with_requirement(condition, KERNEL_NOT_MIXED, name.rsplit(".", 1)[-1])
                 yield ctx.diagnostic(self, forward.name, message, condition=needs, data={"op": name, "kind": "extension", **_class_data(ctx, cls)}, help=help)
                 continue
-            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 1)
+            kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 1, integral)
             if kernel is not None and kernel[1] == 1:
                 name = kernel[0]
                 message = f"`{cls.name.value}.forward` passes a float input to `{name}`, whose kernel takes float32 only"
@@ -1236,6 +1361,60 @@ def _callers_cast(ctx: ModuleContext, cls: cst.ClassDef, calls: Optional[List[Ca
     )
 
 
+#: a test module a runner collects (pytest's default `python_files`)
+_TEST_FILE = ("test_", "_test.py")
+
+
+def _entries_only(ctx: ModuleContext, calls: Optional[List[CallInfo]], names: Dict[str, int]) -> bool:
+    """The file is a program of its own (a test module a runner collects, a `__main__` script)
+    and every application of the Function runs only from its entry points: its top level, a
+    runner's `test*` function (or a `test*` method of a `Test*` class) of a test module, or a
+    function the file only calls directly from such code (Megatron's `normal_forward`, nested in
+    the test that calls it). Then only an autocast the file itself enters, a `conftest.py`
+    fixture's or a module importing the file can wrap it (`RUNNER_AUTOCAST`, read whole)."""
+    if not calls:
+        return False
+    base = os.path.basename(ctx.path)
+    test_module = base.startswith(_TEST_FILE[0]) or base.endswith(_TEST_FILE[1])
+    if not test_module and not _runs_as_script(ctx):
+        return False
+    return all(_entry_run(ctx, c.scope, test_module, names, 0) for c in calls)
+
+
+def _entry_run(ctx: ModuleContext, scope: Scope, test_module: bool, names: Dict[str, int], depth: int) -> bool:
+    """`scope`'s code runs only from the file's entry points (`_entries_only`)."""
+    if scope.is_module:
+        return True
+    if depth > 4 or not isinstance(scope.node, cst.FunctionDef) or scope.parent is None:
+        return False
+    name = scope.name
+    if test_module and name.startswith("test"):
+        if scope.cls is None and scope.parent.is_module:
+            return True  # a module-level test function: the runner calls it
+        if scope.cls is not None and scope.cls.name.value.startswith("Test") and any(stmt is scope.cls for stmt in ctx.module.body):
+            return True  # a test method of a module-level test class
+    if scope.cls is not None:
+        return False  # a method: called through an instance, from anywhere
+    holder = scope.parent
+    # the function's name is used only by direct calls, in the scope that defines it (and below)
+    callers = [c for c in ctx.calls if c.dotted == name and _within(c.scope, holder)]
+    defs = sum(1 for n in subnodes(holder.node) if isinstance(n, cst.FunctionDef) and n.name.value == name)
+    uses = names.get(name, 0) if holder.is_module else sum(
+        1 for n in subnodes(holder.node) if isinstance(n, cst.Name) and n.value == name
+    )
+    if not callers or uses != len(callers) + defs:
+        return False
+    return all(_entry_run(ctx, c.scope, test_module, names, depth + 1) for c in callers if c.scope is not scope)
+
+
+def _within(scope: Optional[Scope], holder: Scope) -> bool:
+    while scope is not None:
+        if scope is holder:
+            return True
+        scope = scope.parent
+    return False
+
+
 def _only_in_backward(ctx: ModuleContext, calls: Optional[List[CallInfo]], functions: List[cst.ClassDef]) -> bool:
     """The Function is applied only inside the `backward` of Functions of this file (the
     double-backward helper `UpFirDn2dBackward`, applied by `UpFirDn2d.backward`): autograd runs
@@ -1344,12 +1523,15 @@ def _looks_compiled(name: str) -> bool:
 
 
 def _extension_call(
-    ctx: ModuleContext, scope: Scope, func: cst.FunctionDef, setup_context: bool, extensions: Set[str], least: int
+    ctx: ModuleContext, scope: Scope, func: cst.FunctionDef, setup_context: bool, extensions: Set[str], least: int,
+    integral: Set[str] = frozenset(),
 ) -> Optional[Tuple[str, int]]:
-    """A compiled-kernel call in `func` receiving at least `least` of its tensor parameters."""
+    """A compiled-kernel call in `func` receiving at least `least` of its tensor parameters
+    (not those in `integral`: every application hands them an integer tensor)."""
     params = [p.name.value for p in func.params.params if not _config_default(p.default)]
     if not setup_context and params:
         params = params[1:]  # ctx
+    params = [p for p in params if p not in integral]
     if len(params) < least:
         return None
     for call in scope.calls:
@@ -1371,6 +1553,66 @@ def _extension_call(
         if count >= least or least <= 1:
             return dotted, count
     return None
+
+
+_INTEGER_DTYPES = frozenset(
+    f"torch.{d}" for d in ("uint8", "int8", "int16", "short", "int32", "int", "int64", "long", "bool")
+)
+_INTEGER_CASTS = frozenset({"long", "int", "short", "byte", "char", "bool"})
+
+
+def _integer_inputs(ctx: ModuleContext, forward: cst.FunctionDef, setup_context: bool, calls: Optional[List[CallInfo]]) -> Set[str]:
+    """The forward's parameters that every application of the Function in the file (all of them
+    known: `_applications`) hands an integer tensor: a handle or index buffer the kernel reads as
+    bytes (TransformerEngine's `_EpCombine` gets `buffer.handle_mem`, which the file only ever
+    sets to `torch.empty(n, dtype=torch.uint8)`), not a float input autocast could make fp16."""
+    if not calls:
+        return set()
+    params = [p.name.value for p in forward.params.params]
+    if not setup_context:
+        params = params[1:]  # ctx
+    found: Set[str] = set()
+    for i, name in enumerate(params):
+        every = True
+        for call in calls:
+            args = call.node.args
+            if any(a.star or a.keyword is not None for a in args[: i + 1]) or len(args) <= i:
+                every = False
+                break
+            if not _integer_tensor(ctx, args[i].value, call.scope):
+                every = False
+                break
+        if every:
+            found.add(name)
+    return found
+
+
+def _integer_tensor(ctx: ModuleContext, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
+    """`expr` is visibly an integer (or bool) tensor: a factory given an integer `dtype=`, an
+    integer cast (`.long()`, `.to(torch.int64)`), or a local name or an attribute (`buf.handle`,
+    by its attribute name, any receiver) every assignment of the file binds to one."""
+    if depth > 3:
+        return False
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _INTEGER_CASTS and not expr.args:
+            return True
+        dtype = next((a.value for a in expr.args if a.keyword is not None and a.keyword.value == "dtype"), None)
+        if dtype is None and isinstance(func, cst.Attribute) and func.attr.value in ("to", "type") and expr.args:
+            dtype = expr.args[0].value if expr.args[0].keyword is None else None
+        return dtype is not None and bool(ctx.qualnames(dtype) & _INTEGER_DTYPES)
+    if isinstance(expr, cst.Attribute):
+        attr = expr.attr.value
+        found = [a for a in ctx.assignments if a.target.rsplit(".", 1)[-1] == attr and "." in a.target]
+    elif isinstance(expr, cst.Name):
+        if expr.value in scope.params:
+            return False
+        found = [a for a in ctx.assignments_to(expr.value, scope) if a.scope is scope]
+    else:
+        return False
+    return bool(found) and all(
+        not a.unpacked and isinstance(a.node, cst.Assign) and _integer_tensor(ctx, a.value, a.scope, depth + 1) for a in found
+    )
 
 
 def _config_default(default: Optional[cst.BaseExpression]) -> bool:

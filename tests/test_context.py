@@ -327,3 +327,44 @@ def test_a_tensor_a_module_makes_in_fp32_is_fp32_unless_the_module_is_cast():
     scope = next(s for s in ctx.scopes if s.name == "forward")
     found = {a.target: ctx.known_dtype(a.value, scope, a.order) for a in ctx.assignments if a.scope is scope}
     assert found == {"a": MODULE_FP32, "b": MODULE_FP32, "c": MODULE_FP32, "d": "fp32", "e": None, "f": None}
+
+
+def test_known_dtype_reads_a_dtype_the_function_binds_to_one_constant():
+    """`dtype = torch.bfloat16` then `torch.randn(n, dtype=dtype)` is bf16 (TransformerEngine's
+    quantize benchmark); a parameter, a second value, a loop or a `with ... as` binding it tells
+    nothing."""
+    ctx = build(
+        """
+        import torch
+
+        def one(n):
+            dtype = torch.bfloat16
+            a = torch.randn(n, dtype=dtype)
+            b = torch.zeros(n).to(dtype)
+
+        def param(n, dtype=torch.bfloat16):
+            c = torch.randn(n, dtype=dtype)
+
+        def two(n, flag):
+            dtype = torch.bfloat16
+            if flag:
+                dtype = torch.float16
+            d = torch.randn(n, dtype=dtype)
+
+        def loop(n):
+            dtype = torch.bfloat16
+            for dtype in (torch.float16, torch.float32):
+                e = torch.randn(n, dtype=dtype)
+
+        def same(n, flag):
+            dtype = torch.float16
+            if flag:
+                dtype = torch.half
+            f = torch.full((n,), 0.0, dtype=dtype)
+        """
+    )
+    found = {}
+    for name in ("one", "param", "two", "loop", "same"):
+        scope = ctx.scope_named(name)
+        found.update({a.target: ctx.known_dtype(a.value, scope, a.order) for a in ctx.assignments if a.scope is scope and a.target != "dtype"})
+    assert found == {"a": "bf16", "b": "bf16", "c": None, "d": None, "e": None, "f": "fp16"}

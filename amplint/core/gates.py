@@ -1046,6 +1046,10 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
                 changed = True
     lines = {source.count("\n", 0, start) + 1 for start in found}
     kernels: Optional[re.Pattern] = None
+    # a test module or a script applying a Function: the rule reads whether only its own entry
+    # points (a `test*` function, the top level) apply it, through the functions calling its
+    # callers, so it reads the file whole
+    program = _TEST_DEF.search(source) is not None or "__main__" in source
     for i, (start, name, _) in enumerate(headers):
         if start not in found:
             continue
@@ -1054,10 +1058,35 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
             kernels = _kernel_call_pattern(source)
         end = headers[i + 1][0] if i + 1 < len(headers) else len(source)
         kernel = kernels.search(source, start, end) is not None
+        if program and re.search(rf"\b{re.escape(name)}\s*\.\s*apply\b", source):
+            return None
         if name.startswith("_") and not kernel:
             continue
         lines |= _apply_lines(source, name, every=kernel)
+        if kernel:
+            lines |= _integer_attribute_lines(source)
     return lines
+
+
+_INTEGER_ATTRIBUTE = re.compile(
+    r"^[ \t]*[\w.]+\.(\w+)[ \t]*(?::[^=\n]*)?=[^=\n].*\b(?:dtype[ \t]*=[ \t]*torch\.(?:u?int\d*|long|short|bool)\b"
+    r"|\.(?:long|int|short|byte|bool)\(\))", re.M,
+)
+
+
+def _integer_attribute_lines(source: str) -> Set[int]:
+    """The assignments to each attribute some line sets to an integer tensor (`self.handle =
+    torch.empty(n, dtype=torch.uint8)`), all of them: AMP501 counts a kernel's input that every
+    application hands such an attribute as no float input, when every assignment agrees."""
+    names = set(_INTEGER_ATTRIBUTE.findall(source))
+    if not names:
+        return set()
+    spelled = "|".join(sorted(re.escape(n) for n in names))
+    pattern = re.compile(rf"\.\s*(?:{spelled})\b[ \t]*(?::[^=\n]*)?=(?!=)")
+    return {source.count("\n", 0, m.start()) + 1 for m in pattern.finditer(source)}
+
+
+_TEST_DEF = re.compile(r"^[ \t]*def[ \t]+test", re.M)
 
 
 def _kernel_call_pattern(source: str) -> "re.Pattern[str]":

@@ -196,6 +196,7 @@ _EXPORTS = {
     "AUTOCAST_REACHED": ".facts",
     "AUTOCAST_RUNS": ".facts",
     "CALLED_ELSEWHERE": ".facts",
+    "RUNNER_AUTOCAST": ".facts",
     "ARGUMENT_PASSED": ".facts",
     "condition_holds": ".facts",
     "FileFacts": ".facts",

@@ -46,7 +46,7 @@ from .types import (
     Assignment, AutocastRegion, CallInfo, Event, LiteralInfo, LowPrecisionCast, MatMulInfo, OptimizerInfo, Path,
     Reference, ScalerInfo, Scope,
 )
-from .walk import parent_map, walk
+from .walk import parent_map, subnodes, walk
 
 
 #: tests that pick code by torch version or API presence (not `is_torch_tpu_available()`,
@@ -99,6 +99,7 @@ class ModuleContext:
         self._positions = None
         self._name_dtypes = None
         self._returned_dtypes: Dict[int, Optional[str]] = {}  # callee scope -> `_returned_dtype`
+        self._dtype_names: Dict[Tuple[int, str], Optional[str]] = {}  # (scope, name) -> `dtype_value`
         self._parents = None
         self._calls_by_qualname: Dict[str, List[CallInfo]] = {}
         self._calls_by_method: Dict[str, List[CallInfo]] = {}
@@ -214,7 +215,7 @@ class ModuleContext:
             if method in ("to", "type") and not qualnames:
                 for arg in node.args:
                     if arg.keyword is None or arg.keyword.value == "dtype":
-                        d = self.dtype_kind(arg.value)
+                        d = self.dtype_value(arg.value, scope)
                         if d is not None:
                             return d
                 positional = [a.value for a in node.args if a.keyword is None]
@@ -226,10 +227,10 @@ class ModuleContext:
                 return typed.pop()
             if qualnames & _FLOAT_FACTORIES:
                 if dtype_arg is not None:
-                    return self.dtype_kind(dtype_arg)
+                    return self.dtype_value(dtype_arg, scope)
                 return "fp32"
             if qualnames & _DTYPED_FACTORIES:
-                return self.dtype_kind(dtype_arg) if dtype_arg is not None else None
+                return self.dtype_value(dtype_arg, scope) if dtype_arg is not None else None
             if qualnames & _ALIGNING_FUNCTIONS:
                 inputs = [a.value for a in node.args if a.keyword is None]
                 if len(inputs) == 1 and isinstance(inputs[0], (cst.List, cst.Tuple)):
@@ -247,13 +248,13 @@ class ModuleContext:
                 return again(func.value)
             if qualnames & _LIKE_FACTORIES:
                 if dtype_arg is not None:
-                    return self.dtype_kind(dtype_arg)
+                    return self.dtype_value(dtype_arg, scope)
                 return again(call_arg(node, 0, "input"))
             if qualnames & _DTYPE_KEEPING_FUNCTIONS:
                 return again(call_arg(node, 0, "input"))
             if method in _DTYPE_KEEPING_METHODS and not qualnames:
                 if dtype_arg is not None:  # `new_zeros(n, dtype=...)`, `x.sum(dtype=torch.float32)`
-                    return self.dtype_kind(dtype_arg)
+                    return self.dtype_value(dtype_arg, scope)
                 return again(func.value)
             return self._returned_dtype(node)
         if isinstance(node, cst.Attribute) and scope is not None:
@@ -308,6 +309,30 @@ class ModuleContext:
         if any(q.startswith("torch.") and q.split(".", 1)[1] in _OTHER_DTYPES for q in self.qualnames(node)):
             return "other"
         return None
+
+    def dtype_value(self, node: Optional[cst.CSTNode], scope: Optional[Scope]) -> Optional[str]:
+        """`dtype_kind`, also of a local name the function binds only to one dtype constant
+        (`dtype = torch.bfloat16` then `torch.randn(n, dtype=dtype)`): no parameter, every
+        assignment in `scope` the same dtype, no other binding (a loop, `with ... as`, `global`)."""
+        d = self.dtype_kind(node)
+        if d is not None or not isinstance(node, cst.Name) or scope is None or scope.is_module:
+            return d
+        key = (id(scope), node.value)
+        if key not in self._dtype_names:
+            self._dtype_names[key] = self._bound_dtype(node.value, scope)
+        return self._dtype_names[key]
+
+    def _bound_dtype(self, name: str, scope: Scope) -> Optional[str]:
+        if name in scope.params:
+            return None
+        found = [a for a in self.assignments_to(name, scope) if a.scope is scope]
+        if not found or any(a.unpacked or not isinstance(a.node, cst.Assign) or len(a.node.targets) != 1 for a in found):
+            return None
+        kinds = {self.dtype_kind(a.value) for a in found}
+        if len(kinds) != 1 or None in kinds:
+            return None
+        bindings = sum(1 for n in subnodes(scope.node) if _binds(n, name))
+        return kinds.pop() if bindings == len(found) else None
 
     # ------------------------------------------------------------------ queries
 
@@ -607,3 +632,28 @@ def _promote_all(dtypes: Sequence[Optional[str]]) -> Optional[str]:
     for d in dtypes[1:]:
         out = _promote(out, d)
     return out
+
+
+def _binds(node: cst.CSTNode, name: str) -> bool:
+    """`node` binds (or declares) `name`: an assignment's target, a loop's, `with ... as`,
+    `except ... as`, `:=`, an import, `global`/`nonlocal`, a nested `def`/`class`."""
+    def named(target: Optional[cst.CSTNode]) -> bool:
+        return target is not None and any(isinstance(n, cst.Name) and n.value == name for n in subnodes(target))
+
+    if isinstance(node, cst.AssignTarget) or isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+        return named(node.target)
+    if isinstance(node, (cst.For, cst.CompFor)):
+        return named(node.target)
+    if isinstance(node, cst.AsName):
+        return named(node.name)
+    if isinstance(node, cst.NamedExpr):
+        return named(node.target)
+    if isinstance(node, cst.ExceptHandler) and node.name is not None:
+        return named(node.name)
+    if isinstance(node, (cst.Global, cst.Nonlocal)):
+        return any(n.name.value == name for n in node.names)
+    if isinstance(node, cst.ImportAlias):
+        return node.asname is None and node.evaluated_name.split(".")[0] == name
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        return node.name.value == name
+    return False

@@ -446,6 +446,43 @@ def unreached(filename: Optional[str], root: Optional[str] = None, anywhere: boo
     return True
 
 
+def runner_may_autocast(filename: Optional[str], root: Optional[str] = None) -> bool:
+    """Something may run the file's entry points (its top level, a test runner's `test*`
+    functions) under a low-precision autocast: the file's own code may enter one, a
+    `conftest.py` in its folder or above it (up to the project root) may (an autouse fixture
+    wrapping every test), or a project module imports the file (and may call its functions
+    inside its own region). True when that is not known (no project root, a listing cut at its
+    limit). Read when conditions are resolved."""
+    from .project.entries import enters_autocast
+
+    if not filename or not filename.endswith(".py") or not os.path.isfile(filename):
+        return True
+    base = project_base(filename, root)
+    if base is None:
+        return True
+    path = os.path.abspath(filename)
+    if enters_autocast(read_text(path) or ""):
+        return True  # the file's own code (what a rule read may have been only a part of it)
+    folder = os.path.dirname(path)
+    while True:
+        conftest = os.path.join(folder, "conftest.py")
+        if os.path.isfile(conftest) and enters_autocast(read_text(conftest) or ""):
+            return True
+        if folder == base or not (folder + os.sep).startswith(base.rstrip(os.sep) + os.sep):
+            break
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    repository = checkout(filename)
+    bases = [base] + ([repository] if repository is not None and (base + os.sep).startswith(repository + os.sep) else [])
+    for where in bases:
+        graph = _graph(where, None)
+        if graph is None or path not in graph.files or graph.importers.get(path):
+            return True
+    return False
+
+
 def unreached_embedded(filename: Optional[str], root: Optional[str] = None, by: str = "autocast") -> bool:
     """The file is a module of an embedded package that no code of the project outside it that
     may run under autocast imports (module docstring); `by="fp16"`: that may run fp16."""

@@ -377,6 +377,11 @@ RUNS = "runs"
 #: what a finding on a Function whose own file's every application casts its kernel's inputs by
 #: hand needs (AMP501; a test applying it on inputs it built, with no autocast reaching it, does not count)
 CALLED_ELSEWHERE = "called-elsewhere"
+#: code the diagnostic's file does not show may run its entry points under a low-precision
+#: autocast (`embedded.runner_may_autocast`: a `conftest.py` above it that may enter one, or a
+#: project module importing it): what a finding on a Function that only the file's own entry
+#: points apply, in a file entering no autocast, needs (AMP501: a test's own Function)
+RUNNER_AUTOCAST = "runner-autocast"
 #: `argument-passed=<Class>.<param>.<index>` (a base condition or a requirement): some
 #: construction of the project's class `<Class>` may pass its `__init__` parameter `<param>`
 #: (positional `<index>`, after `self`; `argument_may_be_passed`): what a finding under a guard
@@ -430,6 +435,10 @@ def _requirement_holds(requirement: str, filename: Optional[str], root: Optional
         return not _unreached(filename, root, precision)
     if kind == RUNS:
         return filename is None or site_runs(filename, name or None, root)
+    if kind == RUNNER_AUTOCAST:
+        from .embedded import runner_may_autocast
+
+        return runner_may_autocast(filename, root)
     if kind == CALLED_ELSEWHERE:
         return spelled_under_autocast(filename, name, root, precision)
     if kind == ARGUMENT_PASSED:
