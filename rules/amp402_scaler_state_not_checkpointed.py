@@ -246,6 +246,14 @@ Silent for the checkpoint of a loop no scaler takes part in: the saved
     bf16 or "no", the finding is an info (`when launched with --mixed_precision
     fp16: ...`). The launch command (or the YAML's `mixed_precision` line) is a
     related site ("fp16 chosen here").
+    The checkpoint may be a holder class's, written attribute by attribute: a
+    `TrainState` whose `__init__` keeps the optimizer (`self.optimizer =
+    optimizer`) and whose `save` runs `for key, val in self.__dict__.items():
+    torch.save(val.state_dict(), ...)` (its `load` the same with
+    `val.load_state_dict(...)`), saved and resumed (`state.resume(root)`) by the
+    fp16 Accelerator's loop (U-ViT). One finding, at the holder's `torch.save`,
+    for every loop using it; silent when the holder also keeps a scaler
+    attribute, and under a bf16 launch.
     Silent when the optimizer checkpointed is a project container of optimizers
     (a `MultiOptimizer` class with no torch base): `prepare` returns it
     unwrapped, accelerate never steps or updates its scaler, and a scale that
@@ -1572,6 +1580,8 @@ def train(model, optimizer, loader, args):
         resumes. One finding per file, at its first save; a run-time choice of fp16 is an info."""
         from amplint.model import project_scaling_accelerator
 
+        held_saves: Dict[Tuple[str, int], ProjectCall] = {}  # a holder class's own save (`attribute_state`)
+        holders: Dict[Tuple[str, int], List[Tuple[ProjectCall, Any, List[ProjectCall]]]] = {}
         for path, summary in sorted(project.summaries.items()):
             if "acc" not in summary and not _reads_accelerator(summary):
                 continue
@@ -1602,10 +1612,10 @@ def train(model, optimizer, loader, args):
                     if any(w in last for w in _RESTORE_WORDS):
                         if "load_state" in last:
                             continue
-                        if not _passes_optimizer(project, call):
+                        if not _passes_optimizer(project, call) and not _holder_method(project, call):
                             continue  # `load_checkpoint(path, model)`: the weights alone
                         for key in project.callees(call):
-                            if key[0] != path and project.restored_checkpoint(key) is not None:
+                            if key[0] != path and _restores_optimizer(project, key):
                                 resumes.append(call)
                                 break
                     elif scaling is not None and any(w in last for w in ("save", "checkpoint", "ckpt")):
@@ -1613,14 +1623,19 @@ def train(model, optimizer, loader, args):
                                for ref in (*record["a"], *record["k"].values())):
                             continue  # accelerate never steps its scaler for a container: a scale that never moves
                         for key in project.callees(call):
-                            saved = project.saved_checkpoint(key) if key[0] != path else None
-                            if saved is not None and not _mentions_scaler(saved[1]):
+                            saved = project.saved_checkpoint(key)
+                            if saved is not None and (key[0] != path or saved[1].get("held")) and not _mentions_scaler(saved[1]):
                                 saves.append((call, scaling, saved[0]))
+                                if saved[1].get("held"):
+                                    held_saves.setdefault((saved[0].path, saved[0].row), saved[0])
                                 break
             if not saves or not resumes:
                 continue
             saves.sort(key=lambda found: found[0].record["r"])
             first, scaling, inner = saves[0]
+            if inner is not None and (inner.path, inner.row) in held_saves:
+                holders.setdefault((inner.path, inner.row), []).append((first, scaling, resumes))
+                continue  # the holder's method is the one place every loop's checkpoint misses the scaler
             related = []
             if inner is not None:
                 related.append(project.related(inner.path, inner.row, "saved here without the scaler"))
@@ -1638,6 +1653,31 @@ def train(model, optimizer, loader, args):
                 help="Checkpoint with `accelerator.save_state(dir)` / `accelerator.load_state(dir)`, or save "
                 "`accelerator.scaler.state_dict()` with it and restore it on resume" + scaling.runs(),
             )
+        for site, loops in sorted(holders.items()):
+            yield self._held_checkpoint(project, held_saves[site], loops)
+
+    def _held_checkpoint(self, project: Project, inner: ProjectCall, loops: List[Tuple[ProjectCall, Any, List[ProjectCall]]]) -> Diagnostic:
+        """One finding at a holder class's save (`TrainState.save`, writing each attribute's
+        `state_dict()`), for every fp16 Accelerator's loop that checkpoints through it: the fix
+        belongs in the holder (or in `save_state`), and one added scaler silences every loop.
+        A warning when any loop's fp16 is certain, else an info naming the choice."""
+        loops = sorted(loops, key=lambda found: (found[1].runtime, found[0].path, found[0].record["r"]))
+        first, scaling, resumes = loops[0]
+        cls = inner.func.split(".", 1)[0]
+        related = [project.related(first.path, first.row, "saved here by a loop whose Accelerator is fp16")]
+        related.append(project.related(scaling.path, scaling.row, "this Accelerator builds the GradScaler (fp16)"))
+        if scaling.option:
+            related.append(project.related(scaling.option[0], scaling.option[1], "fp16 chosen here"))
+        related += [project.related(c.path, c.row, "restored without it") for c in sorted(resumes, key=lambda c: (c.path, c.record["r"]))[:2]]
+        related += [project.related(c.path, c.row, "also saved through it") for c, _, _ in loops[1:4]]
+        message = f"{scaling.prefix()}`{cls}` saves the optimizer but not the GradScaler accelerate builds"
+        data = {"scaler": "accelerator.scaler", "side": "save", "helper": inner.func, "bug": "accelerator.scaler",
+                "as_related": "also saved", "mechanism": "accelerate"}
+        return project.diagnostic(
+            self, inner, message, data=data, related=tuple(related), severity=Severity.INFO if scaling.runtime else None,
+            help=f"Checkpoint with `accelerator.save_state(dir)` / `load_state(dir)`, or give `{cls}` "
+            "`accelerator.scaler` to save and restore with the rest" + scaling.runs(),
+        )
 
     def _scaler_out_of_reach(self, project: Project) -> Iterator[Diagnostic]:
         """A resume checkpoint saved by a loop that owns no GradScaler while a function it calls
@@ -1840,6 +1880,36 @@ def _passes_optimizer(project: Project, call: ProjectCall) -> bool:
     for ref in (*call.record["a"], *call.record["k"].values()):
         if ref and "n" in ref and project._optimizer_name((call.path, call.func), ref["n"]):
             return True
+    return False
+
+
+def _holder_method(project: Project, call: ProjectCall) -> bool:
+    """`train_state.resume(path)`: a method of a project class checkpointing its instance
+    attribute by attribute, the optimizer among them (`Project.attribute_state`): it restores
+    the optimizer it holds without being handed one."""
+    if call.record["f"].startswith("self.") or "." not in call.record["f"]:
+        return False
+    return any(key[1].count(".") == 1 and _holds_optimizer(project, key) for key in project.callees(call))
+
+
+def _holds_optimizer(project: Project, key: Tuple[str, str]) -> bool:
+    record = project.summaries[key[0]]["classes"].get(key[1].split(".", 1)[0])
+    return record is not None and any("optim" in a.lower() for a in record.get("attrs", {}))
+
+
+def _restores_optimizer(project: Project, key: Tuple[str, str]) -> bool:
+    """The function resumes an optimizer without the scaler (`Project.restored_checkpoint`),
+    itself or through a method of its own class it calls (`self.load(path)` in `resume`)."""
+    if project.restored_checkpoint(key) is not None:
+        return True
+    info = project.function(key)
+    if info is None or not info.get("cls"):
+        return False
+    for record in info["calls"]:
+        if record["f"].startswith("self.") and record["f"].count(".") == 1:
+            for inner in project.callees(ProjectCall(key[0], key[1], record)):
+                if inner != key and inner[0] == key[0] and project.restored_checkpoint(inner) is not None:
+                    return True
     return False
 
 

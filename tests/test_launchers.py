@@ -556,3 +556,50 @@ def test_a_shipped_accelerate_yaml_in_a_project_without_accelerate_is_not_read(t
                               "  deepspeed_config_file: configs/ds_fp16.json\nmixed_precision: bf16\n",
     })
     assert findings(project, {"AMP808"}) == []
+
+
+# ------------------------------------------------------------------ AMP402: a holder class checkpointing attribute by attribute
+
+HOLDER = (
+    "import os\nimport torch\n"
+    "class TrainState(object):\n"
+    "    def __init__(self, optimizer, step, nnet=None):\n"
+    "        self.optimizer = optimizer\n        self.step = step\n        self.nnet = nnet\n"
+    "    def save(self, path):\n"
+    "        for key, val in self.__dict__.items():\n"
+    "            if key != 'step':\n"
+    "                torch.save(val.state_dict(), os.path.join(path, f'{key}.pth'))\n"
+    "    def load(self, path):\n"
+    "        for key, val in self.__dict__.items():\n"
+    "            if key != 'step':\n"
+    "                val.load_state_dict(torch.load(os.path.join(path, f'{key}.pth')))\n"
+    "    def resume(self, root):\n"
+    "        self.load(root)\n"
+)
+HOLDER_SCRIPT = (
+    "import torch\nimport accelerate\nfrom utils import TrainState\n"
+    "def train(loader):\n"
+    "    accelerator = accelerate.Accelerator()\n"
+    "    nnet = torch.nn.Linear(4, 4)\n"
+    "    state = TrainState(torch.optim.AdamW(nnet.parameters()), 0, nnet)\n"
+    "    nnet, optimizer = accelerator.prepare(state.nnet, state.optimizer)\n"
+    "    state.resume('ckpt')\n"
+    "    for x in loader:\n"
+    "        accelerator.backward(nnet(x).mean())\n"
+    "        optimizer.step()\n"
+    "        state.save('ckpt')\n"
+)
+
+
+def test_a_holder_class_saving_each_attribute_misses_the_scaler_of_a_launched_fp16_accelerator(tmp_path):
+    """U-ViT's `TrainState.save`: a loop over `self.__dict__` saves every attribute's state, the
+    optimizer among them, for a bare Accelerator that the README launches in fp16: one finding at
+    the holder's save. Twins: a bf16 launch, and a holder that also keeps a scaler."""
+    fp16 = "```bash\naccelerate launch --mixed_precision fp16 train.py\n```\n"
+    project = _project(tmp_path / "fp16", {"utils.py": HOLDER, "train.py": HOLDER_SCRIPT, "README.md": fp16})
+    assert findings(project, {"AMP402"}) == [("utils.py", 11, "AMP402")]
+    bf16 = _project(tmp_path / "bf16", {"utils.py": HOLDER, "train.py": HOLDER_SCRIPT, "README.md": fp16.replace("fp16", "bf16")})
+    assert findings(bf16, {"AMP402"}) == []
+    kept = HOLDER.replace("self.nnet = nnet\n", "self.nnet = nnet\n        self.scaler = scaler\n").replace("nnet=None)", "nnet=None, scaler=None)")
+    held = _project(tmp_path / "held", {"utils.py": kept, "train.py": HOLDER_SCRIPT, "README.md": fp16})
+    assert findings(held, {"AMP402"}) == []

@@ -837,7 +837,42 @@ class Project:
                 v and "c" in v and v["c"].endswith(".state_dict") and "optim" in v["c"].lower() for v in saved["d"].values()
             ):
                 return call, saved
+            if saved and saved.get("c", "").endswith(".state_dict"):
+                held = self.attribute_state(key, record)
+                if held is not None:
+                    return call, held
         return None
+
+    def attribute_state(self, key: FuncKey, record: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """A method checkpointing its instance attribute by attribute: `record` (a `torch.save(
+        val.state_dict(), ...)` or `val.load_state_dict(...)`) sits in a loop over the instance's
+        own attributes (`for key, val in self.__dict__.items():`, `vars(self)`), in a class whose
+        attributes hold an optimizer (`self.optimizer = optimizer`: a U-ViT style `TrainState`).
+        What it saves is then every attribute's state: a `{"d": {attr: self.<attr>.state_dict()}}`
+        ref, one entry per attribute the class binds (a `scaler` among them is saved too), marked
+        `"held"` with the class's name. None for any other loop or class."""
+        info = self.function(key)
+        cls = info.get("cls") if info is not None else None
+        loop = record.get("l")
+        if not cls or loop is None or key[1].count(".") != 1:
+            return None
+        receiver = (record["a"][0] or {}).get("c", "")[: -len(".state_dict")] if record["f"] != "" and record["a"] else ""
+        if record["f"].endswith(".load_state_dict"):
+            receiver = record["f"][: -len(".load_state_dict")]
+        if not receiver or "." in receiver or receiver in info["params"] or receiver in info["locals"]:
+            return None  # the loop's own variable, not a name the method binds
+        if not any(r.get("r") == loop and r["f"] in _SELF_ATTRIBUTE_LOOPS and not r.get("a") or
+                   r.get("r") == loop and r["f"] in ("vars", "vars().items", "vars().values") and r.get("a") and (r["a"][0] or {}).get("n") == "self"
+                   for r in info["calls"]):
+            return None
+        record_cls = self.summaries[key[0]]["classes"].get(cls)
+        if record_cls is None:
+            return None
+        attrs = sorted(record_cls.get("attrs", {}))
+        if not any("optim" in a.lower() for a in attrs):
+            return None
+        entries = {a: {"c": f"self.{a}.state_dict", "a": [], "k": {}} for a in attrs}
+        return {"d": entries, "held": cls}
 
     def _save_wrapper(self, call: Call) -> bool:
         """A project function that hands its first parameter to `torch.save` itself (`my_save(obj,
@@ -914,6 +949,10 @@ class Project:
                     return None
                 if found is None and self._optimizer_name(key, owner):
                     found = call
+                elif found is None:
+                    held = self.attribute_state(key, record)
+                    if held is not None and not any("scaler" in a.lower() for a in held["d"]):
+                        found = call  # every attribute restored, the optimizer among them
         return found if loads else None
 
     def _optimizer_name(self, key: FuncKey, spelled: str) -> bool:
@@ -1225,6 +1264,10 @@ ProjectCall = Call
 def chain_text(chain: Tuple[FuncKey, ...]) -> str:
     """"`UNet.forward` -> `DiceBCELoss.forward`"."""
     return " -> ".join(f"`{display(k)}`" for k in chain)
+
+
+#: the calls a loop over an instance's own attributes iterates (`for key, val in self.__dict__.items():`)
+_SELF_ATTRIBUTE_LOOPS = frozenset(("self.__dict__.items", "self.__dict__.values"))
 
 
 def _built_dict(info: Dict[str, Any], name: str) -> Optional[Dict[str, Any]]:
