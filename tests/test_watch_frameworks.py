@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from .watch_helpers import DATA, TRAIN, amplint, events, line_of, of_type, watched
+from .watch_helpers import DATA, TRAIN, amplint, events, line_of, of_type, torchrun_watched, watched
 
 
 def need(module: str) -> None:
@@ -123,8 +123,7 @@ def test_hf_trainer_callback(tmp_path):
 
 def test_torchrun_two_ranks(tmp_path):
     report = str(tmp_path / "rep")
-    run = watched(report, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                  os.path.join(DATA, "train_ddp.py"), cwd=str(tmp_path))
+    run = torchrun_watched(report, os.path.join(DATA, "train_ddp.py"), cwd=str(tmp_path))
     assert run.returncode == 0, run.stderr[-3000:]
     assert sorted(run.stdout.split("\n")) == ["", "done 0", "done 1"]
     evs = events(report)

@@ -8,20 +8,18 @@ with FSDP's ShardedGradScaler both skip. The rest are the comparison on hand-wri
 from __future__ import annotations
 
 import os
-import sys
 
 from amplint.watch.findings import rank_disagreement, summary
 from amplint.watch.report import page_data
 
-from .watch_helpers import DATA, events, line_of, of_type, watched
+from .watch_helpers import DATA, events, line_of, of_type, torchrun_watched
 
 SHARDS = os.path.join(DATA, "train_shards.py")
 
 
 def _torchrun(tmp_path, mode):
     report = str(tmp_path / f"rep-{mode}")
-    run = watched(report, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                  SHARDS, mode, cwd=str(tmp_path))
+    run = torchrun_watched(report, SHARDS, mode, cwd=str(tmp_path))
     assert run.returncode == 0, run.stderr[-3000:]
     return run, report
 
