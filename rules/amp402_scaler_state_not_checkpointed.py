@@ -1889,12 +1889,7 @@ def _holder_method(project: Project, call: ProjectCall) -> bool:
     the optimizer it holds without being handed one."""
     if call.record["f"].startswith("self.") or "." not in call.record["f"]:
         return False
-    return any(key[1].count(".") == 1 and _holds_optimizer(project, key) for key in project.callees(call))
-
-
-def _holds_optimizer(project: Project, key: Tuple[str, str]) -> bool:
-    record = project.summaries[key[0]]["classes"].get(key[1].split(".", 1)[0])
-    return record is not None and any("optim" in a.lower() for a in record.get("attrs", {}))
+    return any(key[1].count(".") == 1 and project.holds_optimizer(key[0], key[1].split(".", 1)[0]) for key in project.callees(call))
 
 
 def _restores_optimizer(project: Project, key: Tuple[str, str]) -> bool:

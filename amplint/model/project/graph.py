@@ -843,6 +843,12 @@ class Project:
                     return call, held
         return None
 
+    def holds_optimizer(self, path: str, cls: str) -> bool:
+        """The project class `cls` of `path` binds an attribute named for an optimizer
+        (`self.optimizer = optimizer`): a holder that checkpoints it with its other attributes."""
+        record = self.summaries[path]["classes"].get(cls)
+        return record is not None and any("optim" in a.lower() for a in record.get("attrs", {}))
+
     def attribute_state(self, key: FuncKey, record: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """A method checkpointing its instance attribute by attribute: `record` (a `torch.save(
         val.state_dict(), ...)` or `val.load_state_dict(...)`) sits in a loop over the instance's
@@ -865,12 +871,9 @@ class Project:
                    r.get("r") == loop and r["f"] in ("vars", "vars().items", "vars().values") and r.get("a") and (r["a"][0] or {}).get("n") == "self"
                    for r in info["calls"]):
             return None
-        record_cls = self.summaries[key[0]]["classes"].get(cls)
-        if record_cls is None:
+        if not self.holds_optimizer(key[0], cls):
             return None
-        attrs = sorted(record_cls.get("attrs", {}))
-        if not any("optim" in a.lower() for a in attrs):
-            return None
+        attrs = sorted(self.summaries[key[0]]["classes"][cls].get("attrs", {}))
         entries = {a: {"c": f"self.{a}.state_dict", "a": [], "k": {}} for a in attrs}
         return {"d": entries, "held": cls}
 
