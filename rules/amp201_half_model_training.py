@@ -106,7 +106,12 @@ class HalfModelTraining(Rule):
     for bf16 parameters (AMP206 reports those). In the test suite of a vendored
     library copy (its own `setup.py` and license, `third_party/apex/tests/`)
     the finding is `info`, as every rule's is (docs/configuration.md): a
-    numerics test's single step is not the project's training.
+    numerics test's single step is not the project's training. Nor in a
+    test function (`test*`, at module level or in a `Test*` / `TestCase`
+    class) that builds the optimizer, steps it with no `step` or `backward`
+    in a loop, and asserts: one step to compare state afterwards (an EMA of
+    fp16 weights, an optimizer's `state_dict` round trip) trains nothing. A
+    test that steps in a loop trains fp16 weights and is still flagged.
 
     Across files: also flags an optimizer built on a module that a builder,
     loader or `convert_weights(model)`-style helper in another file made fp16
@@ -200,6 +205,25 @@ class HalfModelTraining(Rule):
     gate_check = "amplint.core.gates:optimizer_class_used"
 
     VALID = [
+        Valid(
+            """
+import copy
+import unittest
+import torch
+
+
+class TestEMA(unittest.TestCase):
+    def test_ema_tracks_fp16_weights(self):
+        model = Net().cuda().half()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        before = copy.deepcopy(model.state_dict())
+        model(torch.randn(4, 8).cuda().half()).sum().backward()
+        optimizer.step()
+        for key, value in model.state_dict().items():
+            self.assertFalse(torch.equal(value, before[key]))
+""",
+            "a test that steps once to compare state afterwards (an EMA, a state_dict round trip): no training",
+        ),
         Valid(
             """
 import torch
@@ -486,6 +510,39 @@ optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, model.parameters
         Invalid(
             """
 import torch
+
+
+def test_fp16_sgd_converges():
+    model = Net().cuda().half()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in batches():
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.1
+""",
+            line=5,
+            why="the test steps in a loop: it trains the fp16 weights (the VALID twin steps once)",
+        ),
+        Invalid(
+            """
+import torch
+
+
+def step_once(x):
+    model = Net().cuda().half()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model(x).sum().backward()
+    optimizer.step()
+    assert model.weight.dtype == torch.float16
+    return model
+""",
+            line=5,
+            why="no test function: a single step of a helper may be any training's",
+        ),
+        Invalid(
+            """
+import torch
 model = Net().cuda().half()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 for x, y in loader:
@@ -720,6 +777,8 @@ for batch in loader:
         from amplint.model import trained_casts
 
         for found in trained_casts(ctx, "fp16"):
+            if _one_step_test(found.ctor):
+                continue  # a state check after one step (an EMA, a state_dict round trip): no training
             yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen, built=found.built)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
@@ -814,3 +873,41 @@ for batch in loader:
         }
         related = (ctx.related(ctor.node, "the optimizer is built on its result here"),) if built else ()
         return ctx.diagnostic(self, cast.call.node, message, data=data, help=help, related=related)
+
+
+def _one_step_test(ctor: "CallInfo") -> bool:
+    """The optimizer is built in a test function (`test*`, at module level or a method of a
+    `Test*` / `*TestCase` class) that asserts and whose body (its nested functions included)
+    calls no `step` or `backward` inside a loop: it steps once to check state, not to train."""
+    import libcst as cst
+
+    from amplint.model import descendants
+
+    scope = ctor.scope
+    node = scope.node
+    if not isinstance(node, cst.FunctionDef) or not node.name.value.startswith("test"):
+        return False
+    if scope.parent is None or not scope.parent.is_module:
+        return False  # a nested function: a helper of something else
+    if scope.cls is not None:
+        bases = [b.value for b in scope.cls.bases]
+        named = scope.cls.name.value.startswith("Test") or any(
+            (b.attr.value if isinstance(b, cst.Attribute) else getattr(b, "value", "")).endswith("TestCase") for b in bases
+        )
+        if not named:
+            return False
+    asserts = False
+    for sub in descendants(node):
+        if isinstance(sub, (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+            if any(_steps(c) for c in descendants(sub)):
+                return False
+        elif isinstance(sub, cst.Assert) or (isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute)
+                                             and sub.func.attr.value.startswith("assert")):
+            asserts = True
+    return asserts
+
+
+def _steps(node: "object") -> bool:
+    import libcst as cst
+
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("step", "backward")

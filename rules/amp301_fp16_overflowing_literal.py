@@ -165,8 +165,10 @@ class Fp16OverflowingLiteral(Rule):
     `torch.zeros(n, n).masked_fill_(...)`, a factory whose `dtype=` is a local
     the function binds to one dtype only (`dtype = torch.bfloat16`; not a
     parameter), a legacy typed constructor such as
-    `torch.cuda.FloatTensor(n).fill_(1e10)`, `x.new_full(...)` / `x.new_zeros(...)`
-    of such an `x`, including the inputs of a `custom_fwd(cast_inputs=torch.float32)`
+    `torch.cuda.FloatTensor(n).fill_(1e10)`, a softmax given its dtype
+    (`F.log_softmax(x, -1, dtype=torch.float32)`), `x.new_full(...)` /
+    `x.new_zeros(...)` / `x.new(size)` of such an `x` and its `gather`,
+    `index_select` or `sum`, including the inputs of a `custom_fwd(cast_inputs=torch.float32)`
     forward), tensors that type promotion makes fp32 (`torch.cat([torch.zeros(n, 1),
     x], -1)`, `fp16_scores + fp32_pos`, the fill's own boolean mask times a float
     literal (`(m * 1.0).masked_fill(m, -1e9)`: fp32, then cast where it lands,
@@ -462,9 +464,44 @@ def falcon_bias(attention_mask, scores):
 """,
             "the fill's own boolean mask times 1.0 is fp32: -1e9 lands there, then in bf16, which holds it",
         ),
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+
+model = Decoder().cuda().half()
+
+
+def rescore(logits, index, mask, size):
+    lprobs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
+    picked = torch.gather(lprobs, 2, index).squeeze(2)
+    scores = torch.sum(picked, dim=1)
+    pruned = scores.new(size).fill_(-1e17)
+    probs = logits.softmax(-1, dtype=torch.float32).masked_fill(mask, -1e9)
+    return pruned, probs
+""",
+            "softmax with `dtype=torch.float32` is fp32, and so is what gather, sum and"
+            " `.new(size)` make of it (fairseq's noisy-channel rescoring)",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+
+model = Decoder().cuda().half()
+
+
+def rescore(logits, index, size):
+    lprobs = F.log_softmax(logits, dim=-1, dtype=torch.float16)
+    scores = torch.sum(torch.gather(lprobs, 2, index).squeeze(2), dim=1)
+    return scores.new(size).fill_(-1e17)
+""",
+            line=10,
+            why="softmax asked for fp16: the scores gathered and summed from it are fp16 (the VALID twin asks for fp32)",
+        ),
         Invalid(
             """
 import torch

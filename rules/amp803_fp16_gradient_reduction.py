@@ -129,6 +129,11 @@ class Fp16GradientReduction(Rule):
     backward, optimizer step or training call in it, in what it defines, or in
     the project functions it calls or hands on, and the `Fabric` does not leave
     it) reduces no gradient: a forward-only test or an export is silent.
+    Likewise a policy built in such a function and handed there (inline, or
+    by a name only FSDP wrappers read) to an FSDP wrapper of a module the
+    function makes itself (a local, not a parameter or a global): a script
+    that shards a model only to load and save its checkpoint (a sharded to
+    full converter) reduces no gradient.
 
     ## References
     - amplint's evidence page: `amplint --explain AMP803` (docs/evidence.md#amp803)
@@ -269,6 +274,22 @@ def test_train(model, optimizer):
     optimizer.step()
 """,
             "a forward-only test: no gradient is reduced from the function that makes the Fabric",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision, StateDictType
+from project.model import Net
+def consolidate(args):
+    model = FSDP(Net(), mixed_precision=MixedPrecision(param_dtype=torch.float16))
+    optimizer = torch.optim.AdamW(model.parameters())
+    with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+        state = torch.load(args.shard)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    torch.save({"model": model.state_dict(), "optim": FSDP.optim_state_dict(model, optimizer)}, args.out)
+""",
+            "a checkpoint converter: the sharded model it makes only loads and saves, no gradient is reduced",
         ),
         Valid(
             """
@@ -458,6 +479,21 @@ def train(args, net):
         ),
         Invalid(
             """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+from project.model import Net
+from project.engine import train_one_epoch
+def main(args):
+    model = FSDP(Net(), mixed_precision=MixedPrecision(param_dtype=torch.float16))
+    optimizer = torch.optim.AdamW(model.parameters())
+    model.load_state_dict(torch.load(args.resume))
+    train_one_epoch(model, optimizer)
+""",
+            line=6,
+            why="the converter's twin hands its model to a training call the file cannot read",
+        ),
+        Invalid(
+            """
 import lightning as L
 def setup():
     fabric = L.Fabric(devices=2, strategy="fsdp", precision="16-true")
@@ -627,6 +663,8 @@ def main(model, dataset):
         faked = (view.function(path, e["f"]) or {}).get("fakes") or ()
         if any((f == "fully_shard") == (e["cls"] == "fsdp2") for f in faked):
             return None  # the function replaced the sharding with a fake: the policy reduces nothing
+        if _shards_untrained_local(view, path, e):
+            return None  # a converter: the module it shards only loads and saves, no gradient is made
         if e.get("reduce") == "fp16" and e.get("rpos"):
             r = e["rpos"]
             place = (path, r["r"], r["c"], r["er"], r["ec"])
@@ -758,6 +796,55 @@ _TRAINER_HELP = ("Train in bf16 (`bf16=True`), or build the Trainer's FSDP plugi
 _FSDP_WORDS = frozenset(("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "offload", "auto_wrap"))
 #: a script that trains through a Hugging Face Trainer
 _TRAINS = re.compile(r"Trainer\s*\(.*?\.train\s*\(", re.S)
+
+
+def _shards_untrained_local(view: ScaleView, path: str, e: Dict[str, Any]) -> bool:
+    """The policy `e` is built in a function (not a method, not the module) and read there only by
+    FSDP wrappers (inline, or its one name), each wrapping a module the function makes itself (a
+    local name, no parameter), and no training step can run from that function (`never_trains`:
+    no backward, step or training call in it or what it reaches, nothing returned)."""
+    func = e["f"]
+    if func == "<module>":
+        return False
+    names = e.get("t") or []
+    if len(names) > 1 or any("." in n for n in names):
+        return False
+    name = names[0] if names else None
+    wraps = [
+        w for w in view.policy_wraps(path, func)
+        if (w["mpr"]["r"], w["mpr"]["c"]) == (e["r"], e["c"]) or (name is not None and w.get("mp") == name)
+    ]
+    if not wraps:
+        return False
+    info = view.project.function((path, func))
+    if info is None or info.get("cls"):
+        return False
+    if name is not None:
+        # the name read by anything but those wrappers (returned, handed on, stored) may leave
+        at = {(w["r"], w["c"]) for w in wraps}
+        for record in info.get("calls", ()):
+            passed = [*record.get("a", ()), *record.get("k", {}).values()]
+            if any(isinstance(a, dict) and a.get("n") == name for a in passed) and (record["r"], record["c"]) not in at:
+                return False
+    local = info.get("locals") or {}
+    params = set(info.get("params") or ())
+    for w in wraps:
+        subject = w.get("s")
+        if not subject or "." in subject or subject in params or subject not in local:
+            if not _made_inline(info, w):
+                return False
+        if any("." in t for t in (w.get("t") or ())):
+            return False
+    return view.never_trains(path, func, "")
+
+
+def _made_inline(info: Dict[str, Any], wrap: Dict[str, Any]) -> bool:
+    """The wrapper's module is a call made in its argument list (`FSDP(Net(), ...)`)."""
+    for record in info.get("calls", ()):
+        if (record["r"], record["c"]) == (wrap["r"], wrap["c"]):
+            first = record.get("a") or [None]
+            return isinstance(first[0], dict) and "c" in first[0]
+    return False
 
 
 def _trains_with_trainer(view: ScaleView, path: str) -> bool:

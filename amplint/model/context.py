@@ -31,7 +31,7 @@ from ..core.diagnostics import Diagnostic, Fix, Location, Related, Severity
 from . import torchapi
 from .collector import _Collector, _collect_imports
 from .dtypes import (
-    _ALIGNING_FUNCTIONS, _CAST_METHOD_DTYPES, _DTYPE_KEEPING_FUNCTIONS, _DTYPE_KEEPING_METHODS, _DTYPED_FACTORIES,
+    _ALIGNING_FUNCTIONS, _CAST_METHOD_DTYPES, _DTYPE_KEEPING_FUNCTIONS, _SOFTMAX_FUNCTIONS, _SOFTMAX_METHODS, _DTYPE_KEEPING_METHODS, _DTYPED_FACTORIES,
     _FLOAT_FACTORIES, _LIKE_FACTORIES, _OTHER_DTYPES, _PROMOTING_FUNCTIONS, _TYPED_CONSTRUCTORS, _SPLITTING_FUNCTIONS,
     _SPLITTING_METHODS, _find_low_precision_casts, _is_device_expr, cast_inputs_dtype, module_state_dtype,
 )
@@ -250,7 +250,13 @@ class ModuleContext:
                 if dtype_arg is not None:
                     return self.dtype_value(dtype_arg, scope)
                 return again(call_arg(node, 0, "input"))
+            if qualnames & _SOFTMAX_FUNCTIONS or (method in _SOFTMAX_METHODS and not qualnames):
+                # without `dtype=` unknown: fp16 in may be fp32 out (autocast), and not following the
+                # input keeps `scores = softmax(scores + m)` chains linear
+                return self.dtype_value(dtype_arg, scope) if dtype_arg is not None else None
             if qualnames & _DTYPE_KEEPING_FUNCTIONS:
+                if dtype_arg is not None:
+                    return self.dtype_value(dtype_arg, scope)
                 return again(call_arg(node, 0, "input"))
             if method in _DTYPE_KEEPING_METHODS and not qualnames:
                 if dtype_arg is not None:  # `new_zeros(n, dtype=...)`, `x.sum(dtype=torch.float32)`

@@ -26,7 +26,12 @@ _LIKE_FACTORIES = frozenset(
     f"torch.{n}" for n in ("zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "full_like")
 )
 _DTYPE_KEEPING_FUNCTIONS = frozenset(
-    f"torch.{n}" for n in ("triu", "tril", "transpose", "unsqueeze", "squeeze", "reshape", "flatten", "clone", "masked_fill")
+    f"torch.{n}" for n in (
+        "triu", "tril", "transpose", "unsqueeze", "squeeze", "reshape", "flatten", "clone", "masked_fill",
+        # a gather / index_select reads the input's values; a reduction keeps a float input's dtype
+        # (`dtype=` wins: `torch.sum(x, 1, dtype=torch.float32)`)
+        "gather", "index_select", "sum", "mean",
+    )
 )
 _DTYPE_KEEPING_METHODS = frozenset(
     (
@@ -35,8 +40,17 @@ _DTYPE_KEEPING_METHODS = frozenset(
         "fill_", "cuda", "cpu", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "abs", "neg",
         # reductions keep a float tensor's dtype (an integer one's sum is int64: "other" either way)
         "sum", "mean", "amax", "amin",
+        # gathers read the receiver's values; the legacy `x.new(size)` allocates in its dtype
+        "gather", "index_select", "new",
     )
 )
+#: softmax and log_softmax: `dtype=` names the result's dtype (`F.log_softmax(x, -1, dtype=torch.float32)`,
+#: also under autocast); without it the answer is unknown
+_SOFTMAX_FUNCTIONS = frozenset(
+    ("torch.softmax", "torch.log_softmax", "torch.nn.functional.softmax", "torch.nn.functional.log_softmax",
+     "torch.special.softmax", "torch.special.log_softmax")
+)
+_SOFTMAX_METHODS = frozenset(("softmax", "log_softmax"))
 #: legacy typed constructors (`torch.cuda.FloatTensor(B, N)`, `torch.HalfTensor(3)`): the class names the dtype
 _TYPED_CONSTRUCTORS: Dict[str, str] = {
     f"{prefix}{name}Tensor": kind
