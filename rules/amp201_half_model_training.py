@@ -68,7 +68,16 @@ class HalfModelTraining(Rule):
     the optimizer is then built on a local bound to its result (`model =
     make_net()`, `torch.compile(CifarNet().cuda())`), or on a parameter of
     the optimizer's function that every call of it in the file passes such a
-    local. Putting the norm layers back to float (`for mod in net.modules():
+    local, or hands on a parameter of its own that every call of it passes
+    one in turn (`setup(net)` calling `make_optimizer(net)`, three functions
+    deep at most); a call may pass another builder's module cast to the same
+    dtype (a tutorial's TE model and its HF baseline), one passing anything
+    else keeps the rule silent. A loader's dtype may come from a dict it is
+    unpacked from (`from_pretrained(path, **load_kwargs)`, `load_kwargs =
+    {"torch_dtype": torch.float16}` with that key stored nowhere else).
+    An optimizer a helper returns is silent where a call of the helper binds
+    it to a name handed to a master-weight wrapper (`optimizer =
+    build_adamw(model)`, then `accelerator.prepare(optimizer)` for AMP206). Putting the norm layers back to float (`for mod in net.modules():
     if isinstance(mod, BatchNorm): mod.float()`) leaves the conv and linear
     weights fp16: still flagged; a whole `net.float()` after the cast is not.
     Freezing one tensor named by its attribute (`net[0].weight.requires_grad
@@ -770,6 +779,34 @@ for batch in loader:
 """,
             line=10,
             why="only another module (a frozen loss network) is frozen: the trained `net` is cast with it",
+        ),
+        Invalid(
+            """
+import torch
+
+
+def make_net():
+    net = Net().cuda().half()
+    return net
+
+
+def make_optimizer(net, lr):
+    return torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+
+
+def setup(net, lr):
+    return net, make_optimizer(net, lr)
+
+
+def main(loader):
+    net = make_net()
+    net, optimizer = setup(net, 0.1)
+    for x, y in loader:
+        criterion(net(x), y).backward()
+        optimizer.step()
+""",
+            line=5,
+            why="the builder's fp16 module is handed through `setup` to the optimizer's helper",
         ),
     ]
 

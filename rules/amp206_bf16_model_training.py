@@ -149,7 +149,10 @@ class Bf16ModelTraining(Rule):
     AMP201, the cast may be a builder's of the same file (`def
     build_model(): ...; return model.to(torch.bfloat16)`, its result bound to a name,
     or a class casting itself in `__init__`), with the optimizer built on
-    its result in another function. Across files, as AMP201: a builder, loader or `from_pretrained(...,
+    its result in another function, or handed on to it through other functions
+    (`wrap(model)` calling `build_adamw(model)`), each call passing a bf16
+    builder's module; a helper returning the optimizer to a caller that hands
+    it to `prepare` is silent as above. Across files, as AMP201: a builder, loader or `from_pretrained(...,
     torch_dtype=torch.bfloat16)` in another file, and a dtype picked by a
     project helper (`weight_dtype = utils.prepare_dtype(args)`).
 
@@ -324,6 +327,86 @@ fully_shard_optimizer(optimizer)
 """,
             "the blind drill (Megatron-LM): Megatron-FSDP's default policy keeps fp32 main parameters",
         ),
+        Valid(
+            """
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(path, full_precision):
+    kwargs = {"torch_dtype": torch.bfloat16}
+    if full_precision:
+        kwargs["torch_dtype"] = torch.float32
+    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
+model = load("gpt2", True)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+""",
+            "the unpacked dict's dtype is stored again behind a flag: which one loads is decided at run time",
+        ),
+        Valid(
+            """
+import torch
+from torch.optim import AdamW
+
+
+def init_model():
+    return Net().to(device="cuda", dtype=torch.bfloat16)
+
+
+def build_adamw(model, lr):
+    return AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+
+
+def wrap(model, accelerator, lr):
+    optimizer = build_adamw(model, lr)
+    return accelerator.prepare(model, optimizer)
+
+
+def run(accelerator, loader):
+    model, optimizer = wrap(init_model(), accelerator, 1e-5)
+""",
+            "the helper's optimizer is handed to accelerate's `prepare` by its caller (a DeepSpeed or FSDP launch keeps fp32 masters)",
+        ),
+        Valid(
+            """
+import torch
+from torch.optim import AdamW
+
+
+def init_model():
+    model = Net().to(device="cuda", dtype=torch.bfloat16)
+    return model
+
+
+def build_adamw(model, lr):
+    return AdamW(model.parameters(), lr=lr)
+
+
+def wrap(model, lr):
+    optimizer = build_adamw(model, lr)
+    return model, optimizer
+
+
+def run(loader):
+    model = init_model()
+    model, optimizer = wrap(model, 1e-5)
+    train(model, optimizer, loader)
+
+
+def run_fp32(loader):
+    model, optimizer = wrap(Net().cuda(), 1e-5)
+    train(model, optimizer, loader)
+
+
+def train(model, optimizer, loader):
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+""",
+            "the helper's module is handed through `wrap`, but one call passes an fp32 module: which one it trains is the caller's",
+        ),
     ]
 
     INVALID = [
@@ -423,6 +506,56 @@ fully_shard_optimizer(optimizer)
 """,
             line=6,
             why="Megatron-FSDP told to keep bf16 main parameters: SGD steps bf16 weights",
+        ),
+        Invalid(
+            """
+import torch
+from torch.optim import AdamW
+from transformers import AutoModelForCausalLM
+
+
+def init_te_model(path):
+    model = TEModel.from_config(path).to(device="cuda", dtype=torch.bfloat16)
+    return model
+
+
+def init_baseline_model(path):
+    load_kwargs = {"torch_dtype": torch.bfloat16}
+    load_kwargs["device_map"] = "auto"
+    model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs)
+    return model
+
+
+def build_adamw(model, lr):
+    params = [p for p in model.parameters() if p.requires_grad]
+    return AdamW(params=params, lr=lr)
+
+
+def wrap(model, lr):
+    optimizer = build_adamw(model, lr)
+    return model, optimizer
+
+
+def finetune(model, optimizer, loader):
+    for x in loader:
+        model(x).loss.backward()
+        optimizer.step()
+
+
+def run_te(path, loader):
+    model = init_te_model(path)
+    model, optimizer = wrap(model, 1.41e-5)
+    finetune(model, optimizer, loader)
+
+
+def run_baseline(path, loader):
+    model = init_baseline_model(path)
+    model, optimizer = wrap(model, 1.41e-5)
+    finetune(model, optimizer, loader)
+""",
+            line=7,
+            count=2,
+            why="TransformerEngine's te_mixtral tutorial: each builder's bf16 model is handed through `wrap` to `build_adamw`",
         ),
     ]
 

@@ -86,7 +86,11 @@ class Fp16OverflowingLiteral(Rule):
     modules it imports, those importing it and the project modules each of
     those imports (its trainer), up to six rounds up, name no fp16 source (an
     fp16 dtype or cast, autocast, a loss scaler, a mixed-precision flag, a
-    dtype looked up at run time; a bf16/fp32 choice may be there), and that
+    dtype looked up at run time; a bf16/fp32 choice may be there; in a module
+    imported, not a mention that only tests a dtype, returns one from a
+    converter, picks one by a run-time test for tensors that module makes
+    itself or compresses gradients in fp16: pytorch/torchrec's embedding
+    modules, imported by its fp32 bert4rec example, unless the line casts), and that
     some project module imports (an import by a module name several project
     files share means the one in the importer's folder, or in a folder it
     names: `sys.path.append(".../seq2seq")`; a dotted one means a file whose

@@ -422,3 +422,68 @@ def test_a_dotted_import_loads_only_the_file_whose_folders_it_spells(tmp_path):
     assert _found(tmp_path) == [("train/utils/misc.py", 8)]
     (tmp_path / "vendor" / "detkit" / "models" / "detector.py").write_text(DETECTOR.replace("detkit.util.misc", "..util.misc"))
     assert _found(tmp_path) == []
+
+
+BERT4REC = textwrap.dedent(
+    """\
+    import torch
+    from lib.embedding import EmbeddingCollection
+
+
+    class Attention(torch.nn.Module):
+        def forward(self, query, key, mask):
+            scores = torch.matmul(query, key.transpose(-2, -1))
+            return scores.masked_fill(mask == 0, -1e9)
+    """
+)
+#: a library module that names float16 only as a dtype it tests or picks for its own tables
+EMBEDDING = textwrap.dedent(
+    """\
+    import torch
+
+
+    def dtype_to_data_type(dtype):
+        if dtype == torch.float16 or dtype == torch.half:
+            return "FP16"
+        return "FP32"
+
+
+    def data_type_to_dtype(data_type):
+        if data_type == "FP16":
+            return torch.float16
+        return torch.float32
+
+
+    class EmbeddingCollection(torch.nn.Module):
+        def __init__(self, tables):
+            super().__init__()
+            for t in tables:
+                dtype = torch.float32 if t.data_type == "FP32" else torch.float16
+                self.add_module(t.name, torch.nn.Embedding(t.n, t.dim, dtype=dtype))
+    """
+)
+MAIN = "from examples.bert4rec.model import Attention\nfrom lib.parallel import wrap\n\nif __name__ == '__main__':\n    wrap(Attention())\n"
+#: fp16 gradient compression: the all-reduce's dtype, not the forward's
+PARALLEL = ("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n\n\ndef wrap(m, comm_precision='fp32'):\n"
+            "    if comm_precision == 'fp16':\n        m.register_comm_hook(None, default_hooks.fp16_compress_hook)\n    return m\n")
+
+
+def test_an_imported_library_naming_fp16_only_as_a_dtype_it_tests_or_picks_itself_is_no_fp16_source(tmp_path):
+    # pytorch/torchrec's bert4rec example: its embedding library tests dtypes and picks fp16 for its
+    # own tables by config; its model-parallel wrapper compresses gradients in fp16. Neither makes
+    # the example's attention scores fp16.
+    _tree(tmp_path, {"lib/__init__.py": "", "lib/embedding.py": EMBEDDING, "lib/parallel.py": PARALLEL,
+                     "examples/bert4rec/model.py": BERT4REC, "examples/bert4rec/main.py": MAIN,
+                     "other/amp.py": FP16_EXAMPLE})
+    assert fp16_unreachable(str(tmp_path / "examples" / "bert4rec" / "model.py"), str(tmp_path))
+    assert _found(tmp_path) == []
+
+
+def test_an_imported_library_that_casts_or_autocasts_keeps_the_finding(tmp_path):
+    cast = EMBEDDING + "\n\ndef to_half(m):\n    return m.to(torch.float16)\n"
+    _tree(tmp_path, {"lib/__init__.py": "", "lib/embedding.py": cast, "lib/parallel.py": PARALLEL,
+                     "examples/bert4rec/model.py": BERT4REC, "examples/bert4rec/main.py": MAIN})
+    assert _found(tmp_path) == [("examples/bert4rec/model.py", 8)]
+    (tmp_path / "lib" / "embedding.py").write_text(EMBEDDING)
+    (tmp_path / "lib" / "parallel.py").write_text(PARALLEL + "\n\ndef step(m, x):\n    with torch.autocast('cuda'):\n        return m(x)\n")
+    assert _found(tmp_path) == [("examples/bert4rec/model.py", 8)]

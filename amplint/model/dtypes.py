@@ -114,9 +114,74 @@ def _cast_dtype(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
                     return "fp16"
     if call.method == "from_pretrained" or (call.dotted or "").endswith("from_pretrained"):
         d = ctx.dtype_of(call.arg(None, "torch_dtype")) or ctx.dtype_of(call.arg(None, "dtype"))
+        if d is None and call.arg(None, "torch_dtype") is None and call.arg(None, "dtype") is None:
+            d = _unpacked_dtype(ctx, call)
         if d in ("fp16", "bf16"):
             return d
     return None
+
+
+_DTYPE_KEYS = ("torch_dtype", "dtype")
+
+
+def _unpacked_dtype(ctx: ModuleContext, call: CallInfo) -> Optional[str]:
+    """The dtype a `**kwargs` of the call gives: a dict spelled in place, or a name bound to one
+    in the call's function before it (`load_kwargs = {"config": c, "torch_dtype": torch.bfloat16}`,
+    then `from_pretrained(path, **load_kwargs)`: TransformerEngine's te_mixtral tutorial) whose
+    dtype key nothing stores or updates afterwards (`load_kwargs["device_map"] = "auto"` aside)."""
+    from .bindings import assignment_before
+
+    for arg in call.node.args:
+        if arg.star != "**":
+            continue
+        value, name = arg.value, None
+        if isinstance(value, cst.Name):
+            name = value.value
+            bound = assignment_before(ctx, name, call.scope, call.statement, call.order)
+            if bound is None or bound.unpacked or any(
+                a.scope is call.scope and a.target == name and a.order > bound.order and a.order < call.order
+                for a in ctx.assignments
+            ):
+                return None
+            value = bound.value
+            if _dtype_key_changed(ctx, call.scope, name):
+                return None
+        if not isinstance(value, cst.Dict):
+            return None
+        for el in value.elements:
+            if not isinstance(el, cst.DictElement):
+                return None  # `{**base, ...}`: what it holds is not spelled here
+            if literal_string(el.key) in _DTYPE_KEYS:
+                return ctx.dtype_of(el.value)
+    return None
+
+
+def _dtype_key_changed(ctx: ModuleContext, scope: Scope, name: str) -> bool:
+    """`name["torch_dtype"] = ...` (or any key not spelled), or `name.update(...)` /
+    `setdefault` / `pop`, in `scope`."""
+    for c in scope.calls:
+        if c.receiver_dotted == name and c.method in ("update", "setdefault", "pop", "__setitem__"):
+            return True
+    for node in _walk(scope.node):
+        targets = ()
+        if isinstance(node, cst.Assign):
+            targets = tuple(t.target for t in node.targets)
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+            targets = (node.target,)
+        for t in targets:
+            if isinstance(t, cst.Subscript) and isinstance(t.value, cst.Name) and t.value.value == name:
+                keys = [literal_string(e.slice.value) if isinstance(e.slice, cst.Index) else None for e in t.slice]
+                if any(k is None or k in _DTYPE_KEYS for k in keys):
+                    return True
+    return False
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)
 
 
 def _find_low_precision_casts(ctx: ModuleContext) -> None:

@@ -119,9 +119,14 @@ def library_module(filename: Optional[str], root: Optional[str] = None) -> bool:
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import|import[ \t]+([\w.]+))", re.M)
 
 
-def _silent_with_imports(filename: str, text: str, root: Optional[str], words: "re.Pattern[str]") -> Optional[str]:
+def _silent_with_imports(
+    filename: str, text: str, root: Optional[str], words: "re.Pattern[str]", imported: bool = False
+) -> Optional[str]:
     """The project root of `filename` when neither its text nor a project module it imports
-    matches `words` (a module that cannot be read counts as matching); else None."""
+    matches `words` (a module that cannot be read counts as matching); else None. `imported`: a
+    module it imports is read for what it may do to the file's tensors
+    (`precision_names.imported_text_matches`: a dtype test or a dtype it picks for its own
+    tensors does not count)."""
     from .texts import project_root, read_text
 
     if words.search(text):
@@ -130,9 +135,15 @@ def _silent_with_imports(filename: str, text: str, root: Optional[str], words: "
     base = project_root(filename, root) or folder
     for module in _local_imports(text, folder, base):
         other = read_text(module)
-        if other is None or words.search(other):
+        if other is None or _matches(words, other, imported):
             return None
     return base
+
+
+def _matches(words: "re.Pattern[str]", text: str, imported: bool) -> bool:
+    from .precision_names import imported_text_matches
+
+    return imported_text_matches(words, text) if imported else bool(words.search(text))
 
 
 def fp32_script(filename: Optional[str], root: Optional[str] = None) -> bool:
@@ -234,7 +245,7 @@ def _unreached_by(words: "re.Pattern[str]", filename: Optional[str], root: Optio
     text = read_text(filename)
     if text is None:
         return False
-    base = _silent_with_imports(filename, text, root, words)
+    base = _silent_with_imports(filename, text, root, words, imported=True)
     if base is None:
         return False
     path = os.path.abspath(filename)
@@ -248,7 +259,7 @@ def _unreached_by(words: "re.Pattern[str]", filename: Optional[str], root: Optio
             for other_path, other in _importers(target, files, stems, seen):
                 if words.search(other):
                     return False  # an importer that may run fp16 keeps the finding
-                if _imports_words(other_path, other, base, words):
+                if _imports_words(other_path, other, base, words, imported=True):
                     return False  # ... and so does one that imports code that may (its trainer)
                 seen.add(other_path)
                 following.append(other_path)
@@ -274,15 +285,15 @@ def runs_itself(filename: str, text: str) -> bool:
     return bool(_TEST_MODULE.match(os.path.basename(filename))) or bool(MAIN_GUARD.search(text))
 
 
-def _imports_words(filename: str, text: str, base: str, words: "re.Pattern[str]") -> bool:
+def _imports_words(filename: str, text: str, base: str, words: "re.Pattern[str]", imported: bool = False) -> bool:
     """A project module `text` (of `filename`) imports matches `words` (or cannot be read): an
     importer of the file whose own imports bring fp16 code into its program (a script that imports
-    the model and a trainer that autocasts)."""
+    the model and a trainer that autocasts). `imported`: as for `_silent_with_imports`."""
     from .texts import read_text
 
     for module in _local_imports(text, os.path.dirname(os.path.abspath(filename)), base):
         other = read_text(module)
-        if other is None or words.search(other):
+        if other is None or _matches(words, other, imported):
             return True
     return False
 

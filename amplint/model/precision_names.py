@@ -86,6 +86,34 @@ FP16_WORDS = re.compile(
 #: an fp16 spelling anywhere in a file's text (a cast, a dtype, a flag, a comment; not `bfloat16`):
 #: a file without one whose autocast regions are all bf16 scales only bf16 (`scalers.scales_only_bf16`)
 FP16_TEXT = re.compile(r"(?<![bB])float16|half|fp16|HalfTensor")
+#: spans of an imported module's line that name fp16 without making its importer's tensors fp16:
+#: a dtype test (`dtype == torch.float16`), a converter's answer (`return torch.float16`: its caller
+#: picks), a dtype the module picks by a run-time test for tensors it makes itself (`torch.float32
+#: if cfg.data_type == FP32 else torch.float16`), fp16 gradient compression (`fp16_compress_hook`,
+#: `comm_precision == "fp16"`: the all-reduce's dtype, AMP803's). pytorch/torchrec's embedding
+#: modules, imported by its fp32 bert4rec example. A line that casts (`.to(`, `.type(`, `.half(`)
+#: is kept whole
+_FP16_NAMED_ONLY = re.compile(
+    r"(?:==|!=|\bis\s+not|\bis|\bnot\s+in|\bin)\s*[(\[]?\s*torch\.(?:float16|half)\b"
+    r"|torch\.(?:float16|half)\s*(?:==|!=)|\breturn\s+torch\.(?:float16|half)\b"
+    r"|\belse\s+torch\.(?:float16|half)\b|torch\.(?:float16|half)\s+if\b"
+    r"|\bfp16_compress_(?:hook|wrapper)\b|\w*comm\w*\s*[!=]=\s*[\"']fp16[\"']"
+)
+_CASTS = re.compile(r"\.to\(|\.type\(|\.half\(")
+
+
+def imported_text_matches(words: "re.Pattern[str]", text: str) -> bool:
+    """`words` match what a module another file imports may do to that file's tensors: its text
+    with the spans that only name fp16 (`_FP16_NAMED_ONLY`) left out. The importer's own text and
+    its importers' are read whole."""
+    if not words.search(text):
+        return False
+    for line in text.splitlines():
+        if words.search(line) and (_CASTS.search(line) or words.search(_FP16_NAMED_ONLY.sub(" ", line))):
+            return True
+    return False
+
+
 #: words that show a text fixes a low precision somewhere (fp16 or bf16; `model/facts.fp32_default`):
 #: an fp16/bf16 (or fp8) dtype, cast or spelling, torch's autocast (a bare `autocast(` imported from torch;
 #: not `accelerator.autocast()`, off unless the run is configured), a loss scaler, apex, a dtype

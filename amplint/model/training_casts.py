@@ -74,6 +74,7 @@ def trained_casts(
     frozen = frozen_modules(ctx)
     chosen = choice_casts(ctx, choice or (lambda found: dtype in found), dtype)
     casts = [c for c in ctx.low_precision_casts if c.dtype == dtype] + chosen
+    peers: Optional[Tuple[Scope, ...]] = None
     for cast in casts:
         if not_a_training_conversion(ctx, cast):
             continue
@@ -89,7 +90,9 @@ def trained_casts(
         if found is not None:
             yield TrainedCast(cast, found, cast in chosen)
             continue
-        found = _built_and_updated(ctx, cast, subjects, ctors, wrapper)
+        if peers is None:
+            peers = _peer_builders(ctx, [c for c in casts if c not in chosen], frozen)
+        found = _built_and_updated(ctx, cast, subjects, ctors, wrapper, peers)
         if found is not None:
             yield TrainedCast(cast, found, cast in chosen, built=True)
 
@@ -276,16 +279,41 @@ def _holding(ctx: "ModuleContext", name: str, scope: Scope, order: int, builder:
     return None
 
 
+#: how many functions a parameter may be handed through on its way from the builder's result to
+#: the optimizer (`run(): wrap(model)`, `wrap(model): build_adamw(model)`)
+_FORWARDS = 3
+
+
+def _peer_builders(ctx: "ModuleContext", casts: List[LowPrecisionCast], frozen) -> Tuple[Scope, ...]:
+    """The builders of the file's casts to the same dtype (spelled, not chosen at run time) whose
+    module is trained as cast: not an inference conversion, not frozen, not cast back later."""
+    out: List[Scope] = []
+    for cast in casts:
+        if not_a_training_conversion(ctx, cast):
+            continue
+        subjects = cast_subjects(ctx, cast)
+        if _frozen_around(frozen, subjects) or _reverted_later(ctx, subjects, cast.call):
+            continue
+        builder = _builder(ctx, cast, subjects)
+        if builder is not None and builder not in out:
+            out.append(builder)
+    return tuple(out)
+
+
 def _built_and_updated(
-    ctx: "ModuleContext", cast: LowPrecisionCast, subjects: Set[str], ctors: List[CallInfo], wrapper: Pattern[str]
+    ctx: "ModuleContext", cast: LowPrecisionCast, subjects: Set[str], ctors: List[CallInfo], wrapper: Pattern[str],
+    peers: Tuple[Scope, ...] = (),
 ) -> Optional[CallInfo]:
     """The first optimizer, in another scope than a builder's cast, built on the parameters of
     what the builder returned: a local bound to its result (`model = make_net()`), or a
     parameter of the optimizer's function that every call of it in the file passes such a local
-    (`main(run, model)` with `model = torch.compile(make_net())`)."""
+    (`main(run, model)` with `model = torch.compile(make_net())`), this builder's at one call at
+    least and at the others a peer's (`peers`: another builder of a module cast to the same
+    dtype, TransformerEngine's te_mixtral tutorial's HF baseline next to its TE model)."""
     builder = _builder(ctx, cast, subjects)
     if builder is None or _reverted_later(ctx, subjects, cast.call):
         return None
+    builders = (builder, *[p for p in peers if p is not builder])
     for ctor in ctors:
         if ctor.scope is builder:
             continue
@@ -295,7 +323,7 @@ def _built_and_updated(
                 start = _holding(ctx, a.target, ctor.scope, ctor.order, builder)
                 if start is not None:
                     held[a.target] = start
-        held.update({p: -1 for p in _parameters_passed_built(ctx, ctor.scope, builder)})
+        held.update({p: -1 for p in _parameters_passed_built(ctx, ctor.scope, builders)})
         params = ctor.arg(0, "params")
         for name, start in held.items():
             if params is None or not _references_parameters(ctx, params, {name}, ctor):
@@ -305,30 +333,79 @@ def _built_and_updated(
             key = _assigned_key(ctx, ctor)
             if (key and master_wrapped(ctx, key, wrapper)) or keeps_master_weights(ctor) or master_sharded(ctx, {name}, ctor):
                 continue
+            if _returned_to_wrapper(ctx, ctor, key, wrapper):
+                continue
             return ctor
     return None
 
 
-def _parameters_passed_built(ctx: "ModuleContext", scope: Scope, builder: Scope) -> Set[str]:
-    """The parameters of a module-level function that every call of it in the file (one at
-    least) passes a local holding the builder's result, positionally or by keyword."""
-    if scope.cls is not None or scope.is_module or scope.parent is None or not scope.parent.is_module:
-        return set()
-    out: Optional[Set[str]] = None
+def _returned_to_wrapper(ctx: "ModuleContext", ctor: CallInfo, key: Optional[str], wrapper: Pattern[str]) -> bool:
+    """The optimizer is what its module-level function returns (`return AdamW(params)`, or the
+    name bound to it), and a call of that function in the file binds the result to a name
+    handed to a master-weight wrapper (`optimizer = build_adamw(model)`, then
+    `accelerator.prepare(optimizer)`: TransformerEngine's te_mixtral tutorial)."""
+    scope = ctor.scope
+    if scope.is_module or scope.parent is None or not scope.parent.is_module or scope.cls is not None:
+        return False
+    if not any(v is ctor.node or (key and isinstance(v, cst.Name) and v.value == key) for v, _ in scope.returns):
+        return False
     for call in ctx.calls:
         if call.method is not None or not isinstance(call.node.func, cst.Name) or call.node.func.value != scope.name:
             continue
         if ctx.callee(call) is not scope:
             continue
-        passed = set()
+        bound = _assigned_key(ctx, call)
+        if bound and master_wrapped(ctx, bound, wrapper):
+            return True
+    return False
+
+
+def _parameters_passed_built(ctx: "ModuleContext", scope: Scope, builders: Tuple[Scope, ...], depth: int = 0) -> Set[str]:
+    """The parameters of a module-level function that every call of it in the file (one at
+    least) passes a local holding a builder's result (`builders[0]`'s at one call at least, a
+    peer's at the others), positionally or by keyword, or a parameter of the calling function,
+    never rebound before the call, that every call of that function passes such a local in turn
+    (TransformerEngine's te_mixtral tutorial: `wrap_with_accelerator(model)` hands its `model`
+    to `build_adamw(model)`)."""
+    found = _passed(ctx, scope, builders, depth)
+    return {p for p, own in found.items() if own}
+
+
+def _passed(ctx: "ModuleContext", scope: Scope, builders: Tuple[Scope, ...], depth: int) -> Dict[str, bool]:
+    """Each parameter of `scope` every call passes a builder's result, with whether one call at
+    least passes `builders[0]`'s."""
+    if scope.cls is not None or scope.is_module or scope.parent is None or not scope.parent.is_module:
+        return {}
+    out: Optional[Dict[str, bool]] = None
+    forwarded: Dict[int, Dict[str, bool]] = {}
+    for call in ctx.calls:
+        if call.method is not None or not isinstance(call.node.func, cst.Name) or call.node.func.value != scope.name:
+            continue
+        if ctx.callee(call) is not scope:
+            continue
+        passed: Dict[str, bool] = {}
         for i, arg in enumerate(a for a in call.node.args if not a.star):
             if not isinstance(arg.value, cst.Name):
                 continue
             param = arg.keyword.value if arg.keyword is not None else (scope.params[i] if i < len(scope.params) else None)
-            if param and _holding(ctx, arg.value.value, call.scope, call.order, builder) is not None:
-                passed.add(param)
-        out = passed if out is None else out & passed
-    return out or set()
+            if not param:
+                continue
+            name = arg.value.value
+            holders = [b for b in builders if _holding(ctx, name, call.scope, call.order, b) is not None]
+            if holders:
+                passed[param] = holders[0] is builders[0]
+            elif depth < _FORWARDS and call.scope is not scope and name in call.scope.params and not any(
+                a.scope is call.scope and a.target == name and a.order < call.order for a in ctx.assignments
+            ):
+                if id(call.scope) not in forwarded:
+                    forwarded[id(call.scope)] = _passed(ctx, call.scope, builders, depth + 1)
+                if name in forwarded[id(call.scope)]:
+                    passed[param] = forwarded[id(call.scope)][name]
+        if out is None:
+            out = passed
+        else:
+            out = {p: own or passed[p] for p, own in out.items() if p in passed}
+    return out or {}
 
 
 def _reverted_after(ctx: "ModuleContext", names: Set[str], scope: Scope, start: int) -> bool:
