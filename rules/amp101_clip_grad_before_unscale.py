@@ -1104,7 +1104,7 @@ def _unprepared_accelerate_clips(rule: Rule, ctx: ModuleContext, scope: Scope) -
             message = f"`{accelerator}.{func}` clips scaled gradients: `{opt}` was never prepared"
             choice = scaling_choice(ctx, accelerator, scope)
             if choice is not None:
-                message = f"when {choice}: `{func}` clips scaled gradients, `{opt}` is not prepared"
+                message = f"when {choice}: `{func}` sees scaled gradients (`{opt}` unprepared)"
             threshold = clip.arg(1, "clip_value" if "value" in func else "max_norm")
             data = {"clip_function": func, "threshold": literal_number(threshold) if threshold is not None else None,
                     "scaler": None, "framework": "accelerate",

@@ -1561,7 +1561,7 @@ def train(model, optimizer, loader, args):
                     continue
                 optimizer = next(r["f"][: -len(".state_dict")] for r in save["calls"]
                                  if r["f"].startswith("self.") and r["f"].endswith(".state_dict"))
-                message = f"`{cls}` inherits `{base}.state_dict()`, which leaves out its GradScaler `self.{attr}`"
+                message = f"`{cls}` inherits `{base}.state_dict()`, which leaves out `self.{attr}`"
                 help = (f"Override `state_dict` / `load_state_dict` in `{cls}` to add `self.{attr}.state_dict()` "
                         f"and restore it with `self.{attr}.load_state_dict(...)`")
                 related = (project.related(base_path, save["line"], "the inherited state_dict, without the scaler"),

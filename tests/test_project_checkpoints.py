@@ -777,7 +777,7 @@ def test_a_wrapper_inheriting_a_state_dict_without_its_scaler_is_found_at_the_cl
     every checkpoint of the wrapper loses the loss scale."""
     found = run(inherited_project(tmp_path), "AMP402")
     assert [where(d) for d in found] == ["amp.py:6"]
-    assert found[0].message == "`AMPOptimizer` inherits `WrappedOptimizer.state_dict()`, which leaves out its GradScaler `self._grad_scaler`"
+    assert found[0].message == "`AMPOptimizer` inherits `WrappedOptimizer.state_dict()`, which leaves out `self._grad_scaler`"
     assert [(Path(r.filename).name, r.location.row) for r in found[0].related] == [("base.py", 10), ("base.py", 13)]
 
 
