@@ -108,7 +108,15 @@ class ClipGradBeforeUnscale(Rule):
     The rule stays silent when any `unscale_` precedes the clip in the step
     (even under an `if`), when the scaler is built with `enabled=False`, and
     when the clip is not a torch function (accelerate's
-    `accelerator.clip_grad_norm_` unscales for you).
+    `accelerator.clip_grad_norm_` unscales for you). accelerate's clip
+    unscales only the optimizers `prepare` wrapped, though: after the scaling
+    `accelerator.backward(loss)`, before `optimizer.step()` of an optimizer
+    built in the file from optimizer classes (also through a local class
+    name: `optimizer_class = torch.optim.AdamW`) in a file whose `prepare`
+    calls are given no optimizer at all (`accelerator.prepare(unet,
+    text_encoder, loader)`), `accelerator.clip_grad_norm_` unscales nothing
+    and clips the scaled gradients. Reported at that clip (AMP102 reports the
+    step); silent when any `prepare` is given an optimizer or `*args`.
 
     With accelerate it fires only where fp16 is certain from the code: the
     `Accelerator(...)` that `.backward` is called on is built in the same
@@ -256,6 +264,21 @@ for batch in loader:
     optimizer.step()
 """,
             "accelerate unscales inside accelerator.clip_grad_norm_",
+        ),
+        Valid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+optimizer = torch.optim.AdamW(model.parameters())
+model, loader = accelerator.prepare(model, loader)
+disc_opt = accelerator.prepare(disc_opt)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+            "another optimizer is prepared: what accelerate's clip unscales is not known from here (AMP102 has the step)",
         ),
         Valid(
             """
@@ -494,6 +517,21 @@ L.Trainer(precision=args.precision).fit(GAN())
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+optimizer = torch.optim.AdamW(unet.parameters())
+unet, text_encoder, loader = accelerator.prepare(unet, text_encoder, loader)
+for batch in loader:
+    accelerator.backward(unet(batch).loss)
+    accelerator.clip_grad_norm_(unet.parameters(), 1.0)
+    optimizer.step()
+""",
+            line=8,
+            why="accelerate's clip unscales the prepared optimizers only, and none is prepared: it clips scaled gradients",
+        ),
         Invalid(
             """
 import torch
@@ -778,6 +816,8 @@ for batch in loader:
                 if steps is None:
                     steps = _steps_by_scaler(events)
                 yield _guarded(ctx, scope, clip, self._diagnostic(ctx, scope, index, backward, fixed, steps))
+            for d in _unprepared_accelerate_clips(self, ctx, scope):
+                yield d
             for d in _fabric_clips(self, ctx, scope):
                 yield d
             for d in _lightning_clips(self, ctx, scope):
@@ -1025,6 +1065,82 @@ def _next_step(events: Sequence[Event], indices: List[int], clip: int) -> Option
         if events[indices[at]].order > events[clip].order:
             return events[indices[at]]
     return None
+
+
+# --- accelerate's own clip with no prepared optimizer (read13 cloneofsimo/lora)
+
+
+def _unprepared_accelerate_clips(rule: Rule, ctx: ModuleContext, scope: Scope) -> Iterator[Diagnostic]:
+    """`accelerator.clip_grad_norm_(...)` (or `clip_grad_value_`) after `accelerator.backward(loss)`
+    of an Accelerator that scales the loss (a literal "fp16", or an argparse choice of it), before
+    `opt.step()` of an optimizer built in the file from optimizer classes and never given to
+    `prepare`, in a file whose `prepare` calls are given no optimizer at all. accelerate's clip
+    unscales through `unscale_gradients()`, which unscales only the optimizers `prepare` wrapped
+    (`self._optimizers`): with none, it unscales nothing and clips the scaled gradients (AMP102
+    reports the step on them)."""
+    from amplint.model import exclusive, literal_number, scaling_accelerator, scaling_choice
+
+    events = scope.events
+    for index, backward in enumerate(events):
+        if backward.kind != "framework_backward":
+            continue
+        accelerator = backward.call.receiver_dotted
+        if not accelerator or scaling_accelerator(ctx, accelerator, scope) is None:
+            continue
+        later = events[index + 1:]
+        end = next((i for i, e in enumerate(later) if e.kind in ("framework_backward", "scaled_backward")), len(later))
+        step = next((e for e in later[:end] if e.kind == "optimizer_step" and not exclusive(e.path, backward.path)), None)
+        if step is None or not step.optimizer or not _never_prepared(ctx, scope, step.optimizer, step.order):
+            continue
+        for clip in scope.calls:
+            if (clip.method not in ("clip_grad_norm_", "clip_grad_value_") or clip.receiver_dotted != accelerator
+                    or not backward.order < clip.order < step.order or exclusive(clip.path, step.path)):
+                continue
+            if any(c.method == "unscale_gradients" and c.arg(0) is not None and backward.order < c.order < clip.order
+                   for c in scope.calls):
+                continue  # handed an optimizer to unscale: not the prepared set
+            func = clip.method
+            opt = step.optimizer
+            message = f"`{accelerator}.{func}` clips scaled gradients: `{opt}` was never prepared"
+            choice = scaling_choice(ctx, accelerator, scope)
+            if choice is not None:
+                message = f"when {choice}: `{func}` sees scaled gradients (`{opt}` unprepared)"
+            threshold = clip.arg(1, "clip_value" if "value" in func else "max_norm")
+            data = {"clip_function": func, "threshold": literal_number(threshold) if threshold is not None else None,
+                    "scaler": None, "framework": "accelerate",
+                    "accelerator": accelerator, "optimizer": opt, "mechanism": "unprepared"}
+            help = f"Pass `{opt}` to `{accelerator}.prepare(...)`: its clip then unscales that optimizer's gradients first"
+            yield ctx.diagnostic(rule, clip.node, message, data=data, help=help)
+            return
+
+
+def _never_prepared(ctx: ModuleContext, scope: Scope, opt: str, before: int) -> bool:
+    """`opt` (a plain name of `scope`) is built there from optimizer classes only (its last binding
+    before `before`: `torch.optim.AdamW(...)`, or `optimizer_class(...)` through a local name bound
+    to optimizer classes), and no `prepare` call of the file is given it, or any optimizer."""
+    import libcst as cst
+
+    from amplint.model import descendants, dotted_name, optimizer_classes
+
+    if "." in opt or opt in scope.params:
+        return False
+    bindings = [a for a in ctx.assignments_to(opt) if a.scope is scope and a.order < before]
+    if not bindings or bindings[-1].unpacked or not isinstance(bindings[-1].value, cst.Call):
+        return False
+    built = ctx.call_info(bindings[-1].value)
+    if built is None or not optimizer_classes(ctx, built):
+        return False
+    for call in ctx.calls:
+        if call.method not in ("prepare", "prepare_optimizer"):
+            continue
+        for arg in call.node.args:
+            if arg.star:
+                return False  # `prepare(*objects)`: anything may be among them
+            for n in descendants(arg.value):
+                spelled = dotted_name(n) if isinstance(n, (cst.Name, cst.Attribute)) else None
+                if spelled and (spelled == opt or "optim" in spelled.lower() or ctx.is_optimizer(spelled)):
+                    return False
+    return True
 
 
 # --- Lightning Fabric (issue 23): `fabric.backward(loss)` under precision="16-mixed", then a torch clip

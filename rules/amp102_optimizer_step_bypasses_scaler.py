@@ -67,7 +67,10 @@ class OptimizerStepBypassesScaler(Rule):
     and the scale never adapts (its `update` never runs). Flagged when the
     `Accelerator` is built in the file with the literal `"fp16"` (as AMP101
     judges it), and the optimizer is built in the file from a torch optimizer
-    class and named in no `prepare` call, or is an object of a class defined in
+    class (also through a local name every binding of which is an optimizer
+    class: `optimizer_class = bnb.optim.AdamW8bit` under `--use_8bit_adam`, else
+    `torch.optim.AdamW`, then `optimizer_class(params)`) and named in no
+    `prepare` call, or is an object of a class defined in
     the file that derives from no torch optimizer and no class from elsewhere
     (silent when its inner optimizers are prepared one by one). Across files
     (the project model): the same for an object of a project class of
@@ -190,6 +193,20 @@ for batch in loader:
     optimizer.zero_grad()
 """,
             "accelerate's prepared optimizer unscales and skips itself",
+        ),
+        Valid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+optimizer_class = make_optimizer_class(args)
+optimizer = optimizer_class(model.parameters(), lr=1e-4)
+model, loader = accelerator.prepare(model, loader)
+for batch in loader:
+    accelerator.backward(model(**batch).loss)
+    optimizer.step()
+""",
+            "a local class name bound to what a helper returns: maybe accelerate's own or a wrapped optimizer",
         ),
         Valid(
             """
@@ -478,6 +495,29 @@ for batch in loader:
             line=12,
             why="--mixed_precision fp16 is a supported choice: on it the unprepared optimizer steps scaled gradients",
         ),
+        Invalid(
+            """
+import torch
+from accelerate import Accelerator
+
+
+def main(args):
+    accelerator = Accelerator(mixed_precision="fp16")
+    if args.use_8bit_adam:
+        import bitsandbytes as bnb
+        optimizer_class = bnb.optim.AdamW8bit
+    else:
+        optimizer_class = torch.optim.AdamW
+    optimizer = optimizer_class(unet.parameters(), lr=1e-4)
+    unet, text_encoder, loader = accelerator.prepare(unet, text_encoder, loader)
+    for batch in loader:
+        accelerator.backward(unet(batch).loss)
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+            line=16,
+            why="the optimizer class is picked by a flag, an optimizer class either way; prepare was never given it",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -742,12 +782,12 @@ def _prepare_call(ctx: ModuleContext, value: cst.BaseExpression) -> Optional[cst
 def _torch_optimizer_call(ctx: ModuleContext, value: cst.BaseExpression) -> bool:
     import libcst as cst
 
-    from amplint.model import is_optimizer_class
+    from amplint.model import optimizer_classes
 
     if not isinstance(value, cst.Call):
         return False
     info = ctx.call_info(value)
-    return info is not None and info.qualname is not None and is_optimizer_class(info.qualname)
+    return info is not None and bool(optimizer_classes(ctx, info))
 
 
 def _named_in_prepare(ctx: ModuleContext, name: str) -> bool:

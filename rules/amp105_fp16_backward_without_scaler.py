@@ -151,6 +151,16 @@ class Fp16BackwardWithoutScaler(Rule):
     a VRAM benchmark stepping a throwaway optimizer reports the same numbers
     whether fp16 gradients underflow or not. A benchmark that prints the loss
     it trains, or saves what it trained, keeps its finding.
+    A loss a helper of the file returns counts when it is computed, a few
+    assignments back in the helper, from a value computed under its fp16 region
+    (`pred = unet(x)` under `with autocast():`, `loss = F.mse_loss(pred.float(),
+    y)` after it, `return loss`: the backward through the unet still runs in
+    fp16). When that region is switched by a parameter of the helper (`if
+    mixed_precision:` around it, or `enabled=mixed_precision`), the call must
+    leave it on on some run the file shows: silent when the call passes a literal
+    `False` / `None` (or nothing, over such a default), or hands down a
+    parameter of its own function that every call of that function in the file
+    passes off (`train_inversion(..., mixed_precision=False)`).
     An autocast held by a name and called later (`autocast = torch.cuda.amp.autocast
     if amp else suppress`, then `with autocast():`) is that autocast, on at run time.
     So is a context a script binds at module level below the function entering it
@@ -203,6 +213,34 @@ class Fp16BackwardWithoutScaler(Rule):
     gate_regex = re.compile(r"autocast\s*\(|autocast\s+as\s")
 
     VALID = [
+        Valid(
+            """
+import torch
+import torch.nn.functional as F
+
+
+def loss_step(batch, unet, mixed_precision=False):
+    if mixed_precision:
+        with torch.cuda.amp.autocast():
+            pred = unet(batch["x"])
+    else:
+        pred = unet(batch["x"])
+    loss = F.mse_loss(pred.float(), batch["y"].float())
+    return loss
+
+
+def train_inversion(unet, loader, optimizer, mixed_precision=False):
+    for batch in loader:
+        loss = loss_step(batch, unet, mixed_precision=mixed_precision)
+        loss.backward()
+        optimizer.step()
+
+
+def main(unet, loader, optimizer):
+    train_inversion(unet, loader, optimizer, mixed_precision=False)
+""",
+            "the helper's autocast is switched by a parameter every run the file shows leaves off",
+        ),
         Valid(
             """
 import torch
@@ -603,6 +641,31 @@ class Trainer:
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+
+
+def loss_step(batch, unet, mixed_precision=False):
+    if mixed_precision:
+        with torch.cuda.amp.autocast():
+            pred = unet(batch["x"])
+    else:
+        pred = unet(batch["x"])
+    loss = F.mse_loss(pred.float(), batch["y"].float())
+    return loss
+
+
+def perform_tuning(unet, loader, optimizer):
+    for batch in loader:
+        loss = loss_step(batch, unet, mixed_precision=True)
+        loss.backward()
+        optimizer.step()
+""",
+            line=18,
+            why="the helper's loss comes from a prediction made under fp16 autocast, which this call switches on",
+        ),
         Invalid(
             """
 import torch
@@ -1500,12 +1563,90 @@ def _returned_from_fp16(ctx: ModuleContext, value: cst.BaseExpression) -> Option
             for inner in _calls_in(ret.value):
                 ci = ctx.call_info(inner)
                 if ci is not None and _is_fp16(ctx, ci.region):
-                    return ci.region
-            for name in _names(ret.value):
-                for a in ctx.assignments_to(name, callee):
-                    if a.scope is callee and _is_fp16(ctx, a.region):
-                        return a.region
+                    return ci.region if not _switched_off(ctx, info, callee, ci.region, ci.path) else None
+            # the names the return reads, and the names their assignments in the helper read, a few
+            # hops back (`pred = unet(x)` under the region, `loss = F.mse_loss(pred, y)` after it,
+            # `return loss`), as `_fp16_source` follows the caller's names
+            frontier, seen = list(_names(ret.value)), set()
+            for _ in range(4):
+                following = []
+                for name in frontier:
+                    if name in seen:
+                        continue
+                    seen.add(name)
+                    for a in ctx.assignments_to(name, callee):
+                        if a.scope is not callee:
+                            continue
+                        if _is_fp16(ctx, a.region):
+                            return a.region if not _switched_off(ctx, info, callee, a.region, a.path) else None
+                        following += _names(a.value)
+                frontier = following
     return None
+
+
+def _switched_off(ctx: ModuleContext, call: CallInfo, callee: Scope, region: AutocastRegion, path) -> bool:
+    """The helper's fp16 region is switched by a parameter of the helper (`if mixed_precision:`
+    around the value, or `autocast(enabled=mixed_precision)`) that is off on every run the file
+    shows for `call`: the call passes a literal False or None (or nothing, over such a default),
+    or hands down a parameter of its own function that every call of that function in the file
+    passes off (its default where a call passes nothing, and where nothing calls it)."""
+    import libcst as cst
+
+    from amplint.model import call_arg
+
+    params = _param_nodes(callee)
+    switches = {f.test.value for f in path if f.kind == "if" and isinstance(f.test, cst.Name) and f.test.value in params}
+    enabled = call_arg(region.call, None, "enabled")
+    if isinstance(enabled, cst.Name) and enabled.value in params:
+        switches.add(enabled.value)
+    return any(_off_at(ctx, call, callee, name, depth=0) for name in switches)
+
+
+def _param_nodes(scope: Scope) -> Dict[str, Any]:
+    import libcst as cst
+
+    node = scope.node
+    if not isinstance(node, cst.FunctionDef):
+        return {}
+    return {p.name.value: p for p in (*node.params.params, *node.params.kwonly_params)}
+
+
+def _off_at(ctx: ModuleContext, call: CallInfo, callee: Scope, name: str, depth: int) -> bool:
+    """Whether `call` (of `callee`) leaves `callee`'s parameter `name` off (see `_switched_off`)."""
+    import libcst as cst
+
+    params = _param_nodes(callee)
+    param = params.get(name)
+    if param is None:
+        return False
+    positional = [p for p in callee.node.params.params]
+    index = next((i for i, p in enumerate(positional) if p.name.value == name), None)
+    if index is not None and positional and positional[0].name.value in ("self", "cls") and call.method is not None:
+        index -= 1  # `self.helper(...)`: the receiver fills the first parameter
+    value = call.arg(index if index is not None and index >= 0 else None, name)
+    if value is None:
+        value = param.default
+        if value is None:
+            return False  # a required parameter not spelled here (`*args`): unknown
+    if _falsy(value):
+        return True
+    if not isinstance(value, cst.Name) or depth >= 2:
+        return False
+    outer = call.scope
+    outer_params = _param_nodes(outer) if outer is not None else {}
+    if value.value not in outer_params or any(a.scope is outer for a in ctx.assignments_to(value.value)):
+        return False
+    callers = [c for c in ctx.calls if ctx.callee(c) is outer]
+    if not callers:
+        default = outer_params[value.value].default
+        return default is not None and _falsy(default)
+    return all(_off_at(ctx, c, outer, value.value, depth + 1) for c in callers)
+
+
+def _falsy(node: cst.BaseExpression) -> bool:
+    import libcst as cst
+
+    return isinstance(node, cst.Name) and node.value in ("False", "None") or isinstance(node, cst.Integer) and node.value == "0"
 
 
 def _returns(func: cst.FunctionDef) -> List[cst.Return]:

@@ -294,6 +294,16 @@ Silent for the checkpoint of a loop no scaler takes part in: the saved
     handed in (its owner may checkpoint it) or when any method of the class
     touches the scaler's `state_dict` / `load_state_dict`.
 
+    The pair may be inherited: a wrapper that builds and steps its own scaler
+    (`self._grad_scaler = GradScaler()`, stepped as `self.scaler.step(...)`
+    through a property returning it) and defines neither method, on a project
+    base whose `state_dict()` returns the wrapped optimizer's
+    (fairseq's `AMPOptimizer` on `FairseqOptimizer`: `return
+    self.optimizer.state_dict()`), is flagged at its class, with the inherited
+    pair as related sites. Silent when the base's pair names a scaler, when
+    anything in the project reads the scaler's state, and for a base outside
+    the project (torch's or a library's).
+
     ## References
     - amplint's evidence page: `amplint --explain AMP402` (docs/evidence.md#amp402)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#saving-resuming
@@ -1521,9 +1531,48 @@ def train(model, optimizer, loader, args):
         yield from saves.values()
         yield from self._scaler_out_of_reach(project)
         yield from self._accelerate_checkpoints(project)
-        yield from self._wrapped_scalers(project)
+        inherited = list(self._inherited_state(project))
+        yield from (d for d, _ in inherited)
+        yield from self._wrapped_scalers(project, {key for _, key in inherited})
 
-    def _wrapped_scalers(self, project: Project) -> Iterator[Diagnostic]:
+    def _inherited_state(self, project: Project) -> Iterator[Tuple[Diagnostic, Tuple[str, str]]]:
+        """A project optimizer wrapper that builds its own enabled GradScaler (`self._grad_scaler =
+        GradScaler(...)`), steps a wrapped optimizer through it (`self.scaler.step(self.fp32_optimizer)`,
+        directly or through a property returning it) and defines no `state_dict` of its own: the
+        `state_dict()` / `load_state_dict()` pair it inherits from a project base (fairseq's
+        `FairseqOptimizer`: `return self.optimizer.state_dict()`) is what its users checkpoint and
+        resume, and carries the optimizer's state but not the scaler's. Reported at the class,
+        with the inherited pair as related sites; with the class's key, so that the holder check
+        (`_wrapped_scalers`) does not report the same scaler again."""
+        for path, summary in sorted(project.summaries.items()):
+            functions = summary["functions"]
+            for cls, info in summary["classes"].items():
+                if f"{cls}.state_dict" in functions or f"{cls}.load_state_dict" in functions:
+                    continue  # its own pair: the per-file check (`_wrapper_state`) judges it
+                scaler = _stepping_scaler(project, path, cls, info)
+                if scaler is None:
+                    continue
+                attr, names = scaler
+                pair = _inherited_pair(project, path, cls)
+                if pair is None:
+                    continue
+                base_path, base, save, load = pair
+                if _touches_scaler_state(project, path, cls, names):
+                    continue
+                optimizer = next(r["f"][: -len(".state_dict")] for r in save["calls"]
+                                 if r["f"].startswith("self.") and r["f"].endswith(".state_dict"))
+                message = f"`{cls}` inherits `{base}.state_dict()`, which leaves out `self.{attr}`"
+                help = (f"Override `state_dict` / `load_state_dict` in `{cls}` to add `self.{attr}.state_dict()` "
+                        f"and restore it with `self.{attr}.load_state_dict(...)`")
+                related = (project.related(base_path, save["line"], "the inherited state_dict, without the scaler"),
+                           project.related(base_path, load["line"], "restored without it"))
+                data = {"scaler": f"{cls}.{attr}", "optimizer": optimizer, "side": "save", "bug": f"{cls}.{attr}",
+                        "mechanism": "inherited"}
+                row = info["line"]
+                site = ProjectCall(path, "<module>", {"r": row, "c": 1, "er": row, "ec": 7 + len(cls)})
+                yield project.diagnostic(self, site, message, data=data, related=related, help=help), (path, cls)
+
+    def _wrapped_scalers(self, project: Project, reported_classes: Optional[set] = None) -> Iterator[Diagnostic]:
         """A GradScaler kept inside a project class that wraps an optimizer (`self._scaler =
         GradScaler(...)` and `self._scaler.step(self._opt)` in its methods, no `state_dict` of its
         own), whose instances a model or trainer holds as attributes; a resume checkpoint saves
@@ -1531,7 +1580,7 @@ def train(model, optimizer, loader, args):
         helper named for optimizer state that is given the holder and calls `state_dict()`:
         `collect_optim_state_dict(agent)`) while nothing in the project ever reads the scaler's
         state. One finding per wrapper class, at the first such piece of a checkpoint."""
-        wrapped = _scaler_wrappers(project)
+        wrapped = {k: v for k, v in _scaler_wrappers(project).items() if k not in (reported_classes or ())}
         if not wrapped:
             return
         reported: set = set()
@@ -1995,6 +2044,76 @@ def _scaler_wrappers(project: Project) -> Dict[Tuple[str, str], Tuple[str, int]]
                 if any(record["f"].endswith(f".{attr}.state_dict") for attr, _ in out.values()):
                     return {}
     return out
+
+
+def _stepping_scaler(project: Project, path: str, cls: str, info: Dict[str, Any]) -> Optional[Tuple[str, set]]:
+    """(attribute, the names it is reached by) of the GradScaler the project class `cls` builds in
+    an attribute with an `enabled=` that is not a literal False (`self._grad_scaler = GradScaler()`)
+    and steps an optimizer attribute through in its own methods (`self._grad_scaler.step(self.opt)`,
+    or `self.scaler.step(...)` through a property `scaler` returning it). None otherwise."""
+    functions = project.summaries[path]["functions"]
+    for attr, refs in info["attrs"].items():
+        built = [(func, ref) for func, ref in refs if ref and ref.get("c", "").endswith("GradScaler")]
+        if not built or len(built) != len(refs):
+            continue
+        func, ref = built[0]
+        ctor = next((r for r in (functions.get(func) or {}).get("calls", ())
+                     if r["f"] == ref["c"] and r["a"] == ref["a"] and r["k"] == ref["k"]), None)
+        if ctor is None or project.grad_scaler(ProjectCall(path, func, ctor)) is None:
+            continue
+        enabled = ref["k"].get("enabled", {"n": "?"})
+        if not enabled or "n" not in enabled:
+            continue  # `enabled=False` (or an expression the summary does not keep): not known to be on
+        names = {attr}
+        for qual, method in functions.items():
+            if qual.startswith(cls + ".") and qual.count(".") == 1 and "property" in method.get("decorators", ()) \
+                    and method.get("returns") == [{"n": f"self.{attr}"}]:
+                names.add(qual.split(".", 1)[1])
+        steps = any(
+            r["f"] in {f"self.{n}.step" for n in names} and r["a"] and (r["a"][0] or {}).get("n", "").startswith("self.")
+            for q, g in functions.items() if q.startswith(cls + ".") for r in g["calls"]
+        )
+        if steps:
+            return attr, names
+    return None
+
+
+def _inherited_pair(project: Project, path: str, cls: str) -> Optional[Tuple[str, str, Dict[str, Any], Dict[str, Any]]]:
+    """(file, base, its state_dict, its load_state_dict) of the project base class `cls` inherits
+    both from, the first of its MRO defining `state_dict`, when that pair carries an optimizer
+    attribute's state (`return self.optimizer.state_dict()`) and names no scaler. None when a base
+    outside the project may define them instead (an external base before or beside it)."""
+    if project.external_bases(path, cls):
+        return None  # a torch or library base: what its state_dict holds is not the project's to read
+    for base_path, base in project.mro(path, cls)[1:]:
+        functions = project.summaries[base_path]["functions"]
+        save, load = functions.get(f"{base}.state_dict"), functions.get(f"{base}.load_state_dict")
+        if save is None and load is None:
+            continue
+        if save is None or load is None or _mentions_scaler(save) or _mentions_scaler(load):
+            return None
+        if not any(r["f"].startswith("self.") and r["f"].endswith(".state_dict") for r in save["calls"]):
+            return None
+        return base_path, base, save, load
+    return None
+
+
+def _touches_scaler_state(project: Project, path: str, cls: str, names: set) -> bool:
+    """Anything in the project reads or restores the state of the class's scaler
+    (`<...>.<name>.state_dict()` / `.load_state_dict(...)` for any name it is reached by), or a
+    method of the class or its bases reads a scaler's state."""
+    ends = {f".{n}.{m}" for n in names for m in ("state_dict", "load_state_dict")}
+    mine = {f"{c}." for _, c in project.mro(path, cls)}
+    for file, summary in project.summaries.items():
+        for qual, info in summary["functions"].items():
+            for record in info["calls"]:
+                f = record["f"]
+                if any(f.endswith(e) for e in ends):
+                    return True
+                if any(qual.startswith(c) for c in mine) and f.rsplit(".", 1)[-1] in ("state_dict", "load_state_dict") \
+                        and "scaler" in f.lower():
+                    return True
+    return False
 
 
 def _resumes(project: Project, path: str) -> bool:

@@ -161,8 +161,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
     applies (`_F.apply(...)`, or an alias `f = _F.apply` called here), when
     every call hands it an input its caller cast by hand (`x.float()` in the
     call, or `x = x.float()` before it, also under an `if x.dtype ==
-    torch.float16:`, or `x.float() if x.dtype == torch.float16 else x` in the
-    call): the kernel sees the dtype its author chose (an autocastable op in
+    torch.float16:`, but not in a branch that cannot run with the call, such
+    as the `if not self.training:` fallback beside the kernel's `else:`, or
+    `x.float() if x.dtype == torch.float16 else x` in the call): the kernel sees the dtype its author chose (an autocastable op in
     forward is lowered whatever its input's dtype, so this counts for the
     extension case only). A public Function whose every application in its
     own file casts so (detrex's `MultiScaleDeformableAttnFunction`, applied
@@ -746,6 +747,41 @@ with torch.autocast("cuda"):
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+import lightconv_cuda
+from torch.autograd import Function
+
+
+class lightconvFunction(Function):
+    @staticmethod
+    def forward(ctx, x, weights):
+        ctx.save_for_backward(x, weights)
+        return lightconv_cuda.forward(x, weights)[0]
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return tuple(lightconv_cuda.backward(grad_output.contiguous(), *ctx.saved_tensors))
+
+
+class LightconvLayer(torch.nn.Module):
+    def forward(self, x):
+        if not self.training:
+            weight = torch.softmax(self.weight.float(), dim=1).type_as(self.weight)
+            return torch.bmm(x, weight)
+        else:
+            weight = torch.softmax(self.weight, -1)
+            return lightconvFunction.apply(x.contiguous(), weight)
+
+
+def train_step(model, batch):
+    with torch.autocast("cuda"):
+        return model(batch)
+""",
+            line=8,
+            why="the cast of `weight` sits in the other branch (the inference fallback): the kernel gets it uncast",
+        ),
         Invalid(
             """
 import torch
@@ -1453,8 +1489,12 @@ def _cast_input(ctx: ModuleContext, call, arg: cst.BaseExpression) -> bool:
         return any(_is_cast(ctx, b) for b in branches) and all(_is_cast(ctx, b) or isinstance(b, cst.Name) for b in branches)
     if not isinstance(arg, cst.Name):
         return False
+    from amplint.model import exclusive
+
+    # a cast in a branch that cannot run with the call (the `if not self.training:` fallback beside
+    # the kernel's `else:`) is not what the call is handed
     return any(
-        a.order < call.order and _is_cast(ctx, a.value)
+        a.order < call.order and _is_cast(ctx, a.value) and not exclusive(a.path, call.path)
         for a in ctx.assignments_to(arg.value, call.scope)
         if a.scope is call.scope and not a.unpacked
     )

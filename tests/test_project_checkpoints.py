@@ -721,3 +721,79 @@ def test_a_helper_saving_through_a_torch_save_wrapper_is_followed(tmp_path):
     other = write(tmp_path / "other", {"utils.py": WRAPPED_UTILS.replace("torch.save(obj, tmp)", "torch.save({}, tmp)").replace("{extra}", "").replace("{entry}", ""),
                                        "train.py": WRAPPED_LOOP.replace("{passed}", "")})
     assert run(other, "AMP402") == []
+
+
+INHERITED_BASE = '''
+class WrappedOptimizer(object):
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    @property
+    def optimizer(self):
+        return self._optimizer
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+'''
+
+INHERITED_WRAPPER = '''
+import torch
+from optim.base import WrappedOptimizer
+
+
+class AMPOptimizer(WrappedOptimizer):
+    def __init__(self, cfg, fp32_optimizer):
+        super().__init__(cfg)
+        self.fp32_optimizer = fp32_optimizer
+        self._grad_scaler = torch.cuda.amp.GradScaler({enabled})
+
+    def backward(self, loss):
+        self._grad_scaler.scale(loss).backward()
+
+    def step(self):
+        self.scaler.step(self.fp32_optimizer)
+        self.scaler.update()
+
+    @property
+    def scaler(self):
+        return self._grad_scaler
+{extra}'''
+
+
+def inherited_project(root: Path, enabled: str = "", extra: str = "", base: str = INHERITED_BASE) -> Path:
+    return write(root, {
+        "optim/__init__.py": "",
+        "optim/base.py": base,
+        "optim/amp.py": INHERITED_WRAPPER.replace("{enabled}", enabled).replace("{extra}", extra),
+    })
+
+
+def test_a_wrapper_inheriting_a_state_dict_without_its_scaler_is_found_at_the_class(tmp_path):
+    """read13 (fairseq's `AMPOptimizer`): the wrapper builds and steps its own GradScaler but
+    inherits the base's `state_dict()`, which returns the wrapped optimizer's state alone, so
+    every checkpoint of the wrapper loses the loss scale."""
+    found = run(inherited_project(tmp_path), "AMP402")
+    assert [where(d) for d in found] == ["amp.py:6"]
+    assert found[0].message == "`AMPOptimizer` inherits `WrappedOptimizer.state_dict()`, which leaves out `self._grad_scaler`"
+    assert [(Path(r.filename).name, r.location.row) for r in found[0].related] == [("base.py", 10), ("base.py", 13)]
+
+
+@pytest.mark.parametrize(
+    "why, options",
+    [
+        ("the scaler is disabled", {"enabled": "enabled=False"}),
+        ("the wrapper defines its own pair (the per-file check judges it)",
+         {"extra": "\n    def state_dict(self):\n        return {'opt': self.optimizer.state_dict(), 'scaler': self.scaler.state_dict()}\n"}),
+        ("the base's pair holds a scaler",
+         {"base": INHERITED_BASE.replace("return self.optimizer.state_dict()", "return {'opt': self.optimizer.state_dict(), 'scaler': self.scaler.state_dict()}")}),
+        ("a method of the wrapper saves the scaler's state elsewhere",
+         {"extra": "\n    def scaler_state(self):\n        return self._grad_scaler.state_dict()\n"}),
+        ("the base's state_dict carries no optimizer state",
+         {"base": INHERITED_BASE.replace("return self.optimizer.state_dict()", "return {'cfg': self.cfg}")}),
+    ],
+)
+def test_an_inherited_pair_that_keeps_or_needs_no_scaler_is_silent(tmp_path, why, options):
+    assert run(inherited_project(tmp_path, **options), "AMP402") == [], why

@@ -75,6 +75,7 @@ _EXPORTS = {
     "same_device": ".regions",
     # scalers
     "is_grad_scaler_call": ".scalers",
+    "optimizer_classes": ".scalers",
     # accelerators
     "scaling_accelerator": ".accelerators",
     "scaling_choice": ".accelerators",

@@ -207,6 +207,30 @@ def _find_scalers(ctx: ModuleContext) -> None:
             add(a.target, ctx.scalers[src].enabled)
 
 
+def optimizer_classes(ctx: "ModuleContext", call: CallInfo) -> frozenset:
+    """The optimizer classes `call` constructs: its own qualified name when that is one
+    (`torch.optim.AdamW(...)`), or, for a call through a plain local name the imports do not
+    resolve (`optimizer_class(params)`), the classes every binding of that name in the call's
+    function (else the module) refers to (`optimizer_class = bnb.optim.AdamW8bit` in one branch,
+    `torch.optim.AdamW` in the other: diffusers' `--use_8bit_adam`). Empty when any binding is
+    something else (a parameter, a call, a class of the file)."""
+    if call.qualname is not None:
+        return frozenset((call.qualname,)) if torchapi.is_optimizer_class(call.qualname) else frozenset()
+    func = call.node.func
+    if call.qualnames or not isinstance(func, cst.Name) or func.value in call.scope.params:
+        return frozenset()
+    bindings = [a for a in ctx.assignments_to(func.value) if a.scope is call.scope]
+    if not bindings and not call.scope.is_module:
+        bindings = [a for a in ctx.assignments_to(func.value) if a.scope.is_module]
+    out = set()
+    for a in bindings:
+        q = ctx.qualname(a.value) if not a.unpacked and isinstance(a.value, (cst.Name, cst.Attribute)) else None
+        if q is None or not torchapi.is_optimizer_class(q):
+            return frozenset()
+        out.add(q)
+    return frozenset(out)
+
+
 def _find_optimizers(ctx: ModuleContext) -> None:
     for a in ctx.assignments:
         value = a.value
