@@ -270,10 +270,30 @@ Silent for the checkpoint of a loop no scaler takes part in: the saved
     or `fabric_kwargs["precision"] = "16-mixed"` before the constructor, in the same
     function): fp16 is then chosen at run time (a flag, a caller's kwargs), and the
     finding is an info (`when the Fabric's precision is 16-mixed: ...`). Silent when the
-    file also checkpoints with `fabric.save` / `fabric.load`, touches a scaler's or the
-    precision plugin's `state_dict`, for `"bf16-mixed"` and `"32-true"`, a CPU accelerator,
-    `plugins=` or an FSDP / DeepSpeed strategy (their own precision plugins), an export
-    of the weights alone, and when nothing in the file resumes the optimizer.
+    file touches a scaler's or the precision plugin's `state_dict`, for `"bf16-mixed"` and
+    `"32-true"`, a CPU accelerator, `plugins=` or an FSDP / DeepSpeed strategy (their own
+    precision plugins), an export of the weights alone, and when nothing in the file
+    resumes the optimizer.
+
+    Fabric's own checkpoint does not hold that scaler either: `fabric.save(path, state)`
+    stores the `state_dict()` of the modules, optimizers and Stateful objects in `state`
+    and the other entries as they are, nothing more (lightning 2.6.6,
+    `lightning/fabric/strategies/strategy.py`: `Strategy.save_checkpoint` ->
+    `_convert_stateful_objects_in_state`, inherited by the single-device and DDP
+    strategies; `fabric.load` restores only the keys of `state`), while the Trainer's
+    `_CheckpointConnector.dump_checkpoint` adds the precision plugin's `state_dict()`.
+    Measured on CPU with a `MixedPrecision("16-mixed")` plugin: a run settled at a scale
+    of 8192 resumes from `{"model", "optimizer", "step"}` at 65536. The precision plugin
+    is Stateful (`MixedPrecision.state_dict()` returns the scaler's), so the fix is
+    `state["precision"] = fabric.strategy.precision` before both calls (the same run then
+    resumes at 8192). A `fabric.save` of a dict (spelled in the call, or bound once in
+    its function and not filled in elsewhere) holding an optimizer and naming no scaler
+    or precision plugin is flagged, when the file also calls `fabric.load` and every
+    Fabric of the file is such a literal fp16 one (`"16-mixed"`, `"16"`, `16`) on the
+    default or a DDP strategy. Silent for bf16 / 32, a precision read at run time
+    (`**fabric_kwargs` included), DeepSpeed (its engine checkpoint keeps DeepSpeed's own
+    loss scaler) and FSDP (left out with `plugins=`, as above), and a state the rule cannot
+    see whole (a parameter, `**other`, `state.update(...)`).
 
     apex's `amp.initialize(model, optimizer, opt_level="O2")` (or `"O1"`,
     apex's default; `loss_scale` absent or `"dynamic"`) keeps the same kind
@@ -803,6 +823,26 @@ from lightning import Fabric
 def train(model, optimizer, loader, args):
     fabric = Fabric(accelerator="cuda", precision="16-mixed")
     model, optimizer = fabric.setup(model, optimizer)
+    state = {"model": model, "optimizer": optimizer, "step": 0, "precision": fabric.strategy.precision}
+    if args.resume:
+        fabric.load(args.resume, state)
+    for step, batch in enumerate(loader):
+        fabric.backward(model(batch).mean())
+        optimizer.step()
+        state["step"] = step
+        fabric.save("last.ckpt", state)
+""",
+            "the precision plugin (Stateful: its scaler's state) is in the state fabric.save and fabric.load are given",
+        ),
+        Valid(
+            """
+import torch
+from lightning import Fabric
+
+
+def train(model, optimizer, loader, args):
+    fabric = Fabric(accelerator="cuda", precision="bf16-mixed")
+    model, optimizer = fabric.setup(model, optimizer)
     state = {"model": model, "optimizer": optimizer, "step": 0}
     if args.resume:
         fabric.load(args.resume, state)
@@ -812,7 +852,47 @@ def train(model, optimizer, loader, args):
         state["step"] = step
         fabric.save("last.ckpt", state)
 """,
-            "Fabric's own checkpoint (fabric.save / fabric.load) is in use",
+            "fabric.save of a bf16-mixed Fabric: no GradScaler to save",
+        ),
+        Valid(
+            """
+import torch
+from lightning import Fabric
+
+
+def train(model, optimizer, loader, args):
+    fabric = Fabric(accelerator="cuda", precision=args.precision)
+    model, optimizer = fabric.setup(model, optimizer)
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    if args.resume:
+        fabric.load(args.resume, state)
+    for step, batch in enumerate(loader):
+        fabric.backward(model(batch).mean())
+        optimizer.step()
+        state["step"] = step
+        fabric.save("last.ckpt", state)
+""",
+            "fabric.save of a Fabric whose precision is chosen at run time",
+        ),
+        Valid(
+            """
+import torch
+from lightning import Fabric
+
+
+def train(model, optimizer, loader, args):
+    fabric = Fabric(accelerator="cuda", precision="16-mixed", strategy="deepspeed")
+    model, optimizer = fabric.setup(model, optimizer)
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    if args.resume:
+        fabric.load(args.resume, state)
+    for step, batch in enumerate(loader):
+        fabric.backward(model(batch).mean())
+        optimizer.step()
+        state["step"] = step
+        fabric.save("last.ckpt", state)
+""",
+            "DeepSpeed keeps its loss scaler in its own engine checkpoint, which fabric.save writes",
         ),
         Valid(
             """
@@ -1319,6 +1399,49 @@ def train(model, optimizer, loader, args):
             line=14,
             why="Fabric's 16-mixed precision keeps a GradScaler; the hand-written resume checkpoint leaves its scale out",
         ),
+        Invalid(
+            """
+import torch
+from lightning import Fabric
+
+
+def train(model, optimizer, loader, args):
+    fabric = Fabric(accelerator="cuda", precision="16-mixed")
+    model, optimizer = fabric.setup(model, optimizer)
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    if args.resume:
+        fabric.load(args.resume, state)
+    for step, batch in enumerate(loader):
+        fabric.backward(model(batch).mean())
+        optimizer.step()
+        state["step"] = step
+        fabric.save("last.ckpt", state)
+""",
+            line=15,
+            why="fabric.save stores only the state's modules, optimizers and Stateful objects: the precision plugin's "
+            "GradScaler is left out, and the resume restarts at the initial scale",
+        ),
+        Invalid(
+            """
+import torch
+from lightning import Fabric
+
+
+def train(model, optimizer, loader, args):
+    fabric = Fabric(accelerator="cuda", precision=16, strategy="ddp")
+    model, optimizer = fabric.setup(model, optimizer)
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    if args.resume:
+        fabric.load(args.resume, state)
+    for step, batch in enumerate(loader):
+        fabric.backward(model(batch).mean())
+        optimizer.step()
+        state["step"] = step
+        fabric.save("last.ckpt", state)
+""",
+            line=15,
+            why="`16` is Lightning's alias of 16-mixed; DDP saves through the same Strategy.save_checkpoint",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -1473,10 +1596,11 @@ def train(model, optimizer, loader, args):
         if not fabrics:
             return
         held = set().union(*(names for _, _, names in fabrics))
-        if any(c.receiver_dotted in held for c in ctx.method_calls("save", "load", "load_raw")):
-            return  # the framework's own checkpoint is in use here
         if any("scaler" in (c.receiver_dotted or "").lower() or "precision" in (c.receiver_dotted or "").lower()
                for c in ctx.method_calls("state_dict", "load_state_dict")):
+            return
+        if any(c.receiver_dotted in held for c in ctx.method_calls("save", "load", "load_raw")):
+            yield from self._fabric_save(ctx, fabrics)
             return
         saves = [(c, o) for c in ctx.calls_to("torch.save") for o in [_resume_checkpoint(ctx, c)] if o is not None]
         loads = ctx.calls_to("torch.load")
@@ -1502,6 +1626,84 @@ def train(model, optimizer, loader, args):
             help="Save `fabric.strategy.precision.state_dict()` (the scaler's state) with it and restore it with "
             "`fabric.strategy.precision.load_state_dict(...)` on resume",
         )
+
+    def _fabric_save(self, ctx: ModuleContext, fabrics: list) -> Iterator[Diagnostic]:
+        """`fabric.save(path, state)` stores the `state_dict()` of the modules, optimizers and
+        Stateful objects in `state` and nothing else (lightning 2.6.6,
+        `fabric/strategies/strategy.py`: `Strategy.save_checkpoint` ->
+        `_convert_stateful_objects_in_state`; FSDP's `save_checkpoint` alike), never the
+        precision plugin's GradScaler, which the Trainer's checkpoint connector does save. Flagged
+        at the first `fabric.save` of a dict (spelled there or bound once in that function) that
+        holds an optimizer and names no scaler or precision plugin, in a file that also resumes
+        with `fabric.load`, when every Fabric of the file is a literal 16-mixed one on a plain
+        strategy (DeepSpeed keeps its scaler in its engine checkpoint; `_scales` leaves it out)."""
+        from amplint.model import FABRICS
+
+        literal = [(call, names) for call, chosen, names in fabrics if chosen is None]
+        if not literal or len(literal) != len(ctx.calls_to(*FABRICS)):
+            return  # another Fabric of the file may be the one saving (bf16, run-time precision)
+
+        def holds(call) -> bool:  # a plain name only in the constructor's function, an attribute anywhere
+            return any(call.receiver_dotted in names and ("." in call.receiver_dotted or call.scope is ctor.scope)
+                       for ctor, names in literal)
+
+        resumes = [c for c in ctx.method_calls("load", "load_raw") if holds(c)]
+        if not resumes:
+            return  # nothing in the file resumes from it
+        for save in sorted((c for c in ctx.method_calls("save") if holds(c)), key=lambda c: c.order):
+            optimizer = self._fabric_state_optimizer(ctx, save)
+            if optimizer is None:
+                continue
+            ctor = literal[0][0]
+            related = [ctx.related(ctor.node, "this Fabric builds the GradScaler (16-mixed)")]
+            related += [ctx.related(c.node, "restored without it") for c in resumes]
+            data = {"scaler": "fabric.strategy.precision.scaler", "optimizer": optimizer,
+                    "snippet": ctx.code_for(save.node), "side": "save", "bug": "fabric_save", "mechanism": "fabric"}
+            yield ctx.diagnostic(
+                self, save.node, f"fabric.save stores `{optimizer}` but not the GradScaler of Fabric's 16-mixed precision",
+                data=data, related=related,
+                help='Add `"precision": fabric.strategy.precision` (Stateful: its scaler\'s state) to the state '
+                "given to fabric.save and fabric.load",
+            )
+            return
+
+    @staticmethod
+    def _fabric_state_optimizer(ctx: ModuleContext, save) -> Optional[str]:
+        """The optimizer held by the dict `fabric.save` is given, when that dict (a literal, or a
+        name bound once to one in the save's function) has another entry and names no scaler or
+        precision plugin, in its entries or in what the function adds to it; else None."""
+        import libcst as cst
+
+        from amplint.model import literal_string
+
+        state = save.arg(1, "state")
+        name = None
+        if isinstance(state, cst.Name):
+            name = state.value
+            bound = [a for a in ctx.assignments if a.scope is save.scope and a.target == name]
+            if len(bound) != 1 or not isinstance(bound[0].value, cst.Dict):
+                return None
+            state = bound[0].value
+        if not isinstance(state, cst.Dict) or len(state.elements) < 2:
+            return None
+        if any(not isinstance(e, cst.DictElement) for e in state.elements):
+            return None  # `**other`: anything may be in it
+        if any(w in ctx.code_for(state).lower() for w in ("scaler", "precision")):
+            return None
+        if name is not None:
+            for a in ctx.assignments:
+                text = ctx.code_for(a.node).lower()
+                if a.scope is save.scope and text.startswith(name.lower() + "[") and ("scaler" in text or "precision" in text):
+                    return None
+            for c in ctx.method_calls("update", "setdefault", "__setitem__"):
+                if c.scope is save.scope and c.receiver_dotted == name:
+                    return None  # filled in where the rule does not follow
+        for e in state.elements:
+            value = ctx.code_for(e.value)
+            key = literal_string(e.key)
+            if ctx.is_optimizer(value) or (key is not None and "optim" in key.lower() and isinstance(e.value, (cst.Name, cst.Attribute))):
+                return value
+        return None
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """Checkpoint helpers in another module: one that saves the optimizer but not the

@@ -804,11 +804,12 @@ def scaler_checkpoint_io(source: str) -> bool:
     called, or the file names a restore (`load_state_dict`, a `restore_model(...)` helper) after
     which the scaler may be replaced by a fresh one, or builds a `...Checkpointer(` that saves
     what it is given; or apex's `amp.initialize` (its loss scalers) and a save or load; or a
-    Lightning `Fabric` that may run 16-mixed (its precision plugin's scaler) and `torch.save`."""
+    Lightning `Fabric` that may run 16-mixed (its precision plugin's scaler) and `torch.save` or
+    a `x.save(` method call (`fabric.save(path, state)`, which leaves that scaler out)."""
     data = source.encode("utf-8", "surrogatepass")
     if b"apex" in data and b"initialize" in data and (b"save" in data or b"load" in data):
         return True
-    if _fabric_fp16_possible(data) and _torch_function_called(data, b"save"):
+    if _fabric_fp16_possible(data) and (_torch_function_called(data, b"save") or _method_called(data, b"save")):
         return True  # Fabric's 16-mixed precision builds the GradScaler itself
     if not _scaler_may_exist(data):
         return False

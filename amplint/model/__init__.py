@@ -85,6 +85,7 @@ _EXPORTS = {
     # fabrics (Lightning Fabric's fp16 backward, issue 23)
     "scaling_fabric": ".fabrics",
     "fp16_fabrics": ".fabrics",
+    "FABRICS": ".fabrics",
     # bindings
     "assignment_before": ".bindings",
     "constructed_class": ".bindings",
