@@ -525,6 +525,12 @@ CALL_GATES_SOUND = [
                "    torch.save({'model': model.state_dict(), 'optimizer': opt.state_dict()}, 'ckpt.pt')\n"),
     ("AMP402", "scaler = torch.amp.GradScaler()\nopt = torch.optim.AdamW(model.parameters())\n"
                "def resume(path):\n    ckpt = torch.load(path)\n    opt.load_state_dict(ckpt['optimizer'])\n"),
+    # AMP402: Fabric's own checkpoint (`fabric.save`, no torch.save) of a 16-mixed Fabric's state
+    ("AMP402", "from lightning import Fabric\ndef train(model, opt, loader, path):\n"
+               "    fabric = Fabric(accelerator='cuda', precision='16-mixed')\n"
+               "    state = {'model': model, 'optimizer': opt}\n    fabric.load(path, state)\n"
+               "    for x in loader:\n        fabric.backward(model(x).mean())\n        opt.step()\n"
+               "        fabric.save('last.ckpt', state)\n"),
     # AMP106: a scaler's step/unscale_ over fp16 parameters
     ("AMP106", "model = Net().cuda().half()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
                "scaler = torch.amp.GradScaler()\nscaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()\n"),
