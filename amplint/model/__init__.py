@@ -86,6 +86,7 @@ _EXPORTS = {
     "scaling_fabric": ".fabrics",
     "fp16_fabrics": ".fabrics",
     "FABRICS": ".fabrics",
+    "fsdp_full_fabrics": ".fabrics",
     # bindings
     "assignment_before": ".bindings",
     "constructed_class": ".bindings",

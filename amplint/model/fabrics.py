@@ -151,3 +151,47 @@ def _holders(ctx: "ModuleContext", call: CallInfo) -> Set[str]:
         if a.scope is call.scope and not a.unpacked and isinstance(a.value, cst.Name) and a.value.value in names:
             names.add(a.target)
     return names
+
+
+#: Lightning Fabric's FSDP strategy class (not the Trainer's `lightning.pytorch` one)
+_FSDP_STRATEGIES = frozenset(("lightning.fabric.strategies.FSDPStrategy", "lightning.fabric.strategies.fsdp.FSDPStrategy",
+                              "lightning_fabric.strategies.FSDPStrategy", "lightning_fabric.strategies.fsdp.FSDPStrategy"))
+
+
+def fsdp_full_fabrics(ctx: "ModuleContext") -> List[Tuple[CallInfo, Optional[cst.CSTNode], Set[str]]]:
+    """The file's `Fabric(precision="16-mixed", strategy=FSDPStrategy(state_dict_type="full"))`
+    constructors (the strategy spelled in the call, or a name bound once to it in the same
+    function), in `fp16_fabrics`' shape: FSDPPrecision builds a ShardedGradScaler there, and
+    `fabric.load` of a full checkpoint restores a Stateful entry of the state through its
+    `load_state_dict` (lightning 2.6.6, `fabric/strategies/fsdp.py`). The sharded default
+    assigns the saved dict instead, so it is left out, as are `**kwargs`, `plugins=`, a CPU
+    accelerator and a `precision=` given to the strategy."""
+    found: List[Tuple[CallInfo, Optional[cst.CSTNode], Set[str]]] = []
+    for call in ctx.calls_to(*FABRICS):
+        if any(a.star or a.keyword is None for a in call.node.args):
+            continue
+        if not _literal_in(call.arg(None, "precision"), _FP16_MIXED) or call.arg(None, "plugins") is not None:
+            continue
+        accelerator = call.arg(None, "accelerator")
+        if accelerator is not None and not _literal_in(accelerator, ("cuda", "gpu", "auto")):
+            continue
+        if _full_fsdp(ctx, call, call.arg(None, "strategy")):
+            found.append((call, None, _holders(ctx, call)))
+    return found
+
+
+def _full_fsdp(ctx: "ModuleContext", fabric: CallInfo, node: Optional[cst.BaseExpression]) -> bool:
+    """`node` is (or names, bound once in `fabric`'s function) `FSDPStrategy(...)` with a literal
+    `state_dict_type="full"`, no `**kwargs` and no `precision=`."""
+    if isinstance(node, cst.Name):
+        bound = [a for a in ctx.assignments if a.scope is fabric.scope and a.target == node.value]
+        if len(bound) != 1 or bound[0].unpacked or bound[0].order > fabric.order:
+            return False
+        node = bound[0].value
+    if not isinstance(node, cst.Call):
+        return False
+    strategy = next((c for c in ctx.calls_to(*_FSDP_STRATEGIES) if c.node is node), None)
+    if strategy is None or any(a.star for a in node.args) or strategy.arg(None, "precision") is not None:
+        return False
+    return _literal_in(strategy.arg(None, "state_dict_type"), ("full",))
+
