@@ -1078,7 +1078,7 @@ def _unprepared_accelerate_clips(rule: Rule, ctx: ModuleContext, scope: Scope) -
     unscales through `unscale_gradients()`, which unscales only the optimizers `prepare` wrapped
     (`self._optimizers`): with none, it unscales nothing and clips the scaled gradients (AMP102
     reports the step on them)."""
-    from amplint.model import exclusive, literal_number, scaling_accelerator, scaling_choice
+    from amplint.model import exclusive, literal_number, scaling_accelerator, scaling_choice, step_source
 
     events = scope.events
     for index, backward in enumerate(events):
@@ -1106,7 +1106,8 @@ def _unprepared_accelerate_clips(rule: Rule, ctx: ModuleContext, scope: Scope) -
             if choice is not None:
                 message = f"when {choice}: `{func}` sees scaled gradients (`{opt}` unprepared)"
             threshold = clip.arg(1, "clip_value" if "value" in func else "max_norm")
-            data = {"clip_function": func, "threshold": literal_number(threshold) if threshold is not None else None,
+            data = {"step_source": step_source(ctx, backward, step, scope), "clip_function": func,
+                    "threshold": literal_number(threshold) if threshold is not None else None,
                     "scaler": None, "framework": "accelerate",
                     "accelerator": accelerator, "optimizer": opt, "mechanism": "unprepared"}
             help = f"Pass `{opt}` to `{accelerator}.prepare(...)`: its clip then unscales that optimizer's gradients first"
