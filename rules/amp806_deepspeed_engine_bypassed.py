@@ -59,8 +59,9 @@ class DeepspeedEngineBypassed(Rule):
     documented manual backward and is not flagged. The optimizer is read at
     the step: one rebound to a fresh `torch.optim` optimizer (a layer-wise
     distillation loop) is not the engine's. A backward or step on a branch
-    taken only when DeepSpeed is not in use (the `else` of `if args.deepspeed:`,
-    the body of `if not args.use_deepspeed:` or `if ds_config is None:`) runs
+    taken only when DeepSpeed is not in use (the `else` of `if args.deepspeed:`
+    or of `if hasattr(config, "deepspeed") and config.deepspeed.enable:`, the
+    body of `if not args.use_deepspeed:` or `if ds_config is None:`) runs
     no engine and is not flagged.
 
     ## References
@@ -155,6 +156,17 @@ for batch in loader:
         optimizer.step(args)
 """,
             "the step on the branch taken only when DeepSpeed is not in use (Megatron's own optimizer)",
+        ),
+        Valid(
+            """
+import deepspeed
+model, optimizer, _, _ = deepspeed.initialize(args=config, model=model, model_parameters=params)
+for batch in loader:
+    forward_backward(model, batch)
+    if not (hasattr(config, "deepspeed") and config.deepspeed.enable):
+        optimizer.step()
+""",
+            "a config section's switch: `config.deepspeed.enable` off, no engine",
         ),
     ]
 

@@ -556,3 +556,31 @@ def test_a_lightning_precision_against_the_deepspeed_config_its_strategy_runs(tm
         assert len(found) == 1 and found[0].location.row == 7, why
         assert found[0].severity.value == expected, (why, found[0].severity)
         assert any(r.filename and r.filename.endswith("ds.json") for r in found[0].related), why
+
+
+# ------------------------------------------------------------------ a DeepSpeed engine by config (read14 AMP805)
+
+
+@pytest.mark.parametrize("test, body, orelse", [
+    ("args.deepspeed", True, False),
+    ("config.deepspeed.enable", True, False),
+    ("args.deepspeed.enabled is True", True, False),
+    ('hasattr(config, "deepspeed") and config.deepspeed.enable', True, False),
+    ('not (hasattr(config, "deepspeed") and config.deepspeed.enable)', False, True),
+    ('hasattr(config, "deepspeed")', None, False),
+    ("config.deepspeed.enable and args.fp16", True, None),  # failing: fp16 off is enough
+    ("args.deepspeed or args.use_deepspeed", True, False),
+    ("args.deepspeed or args.fp16", None, False),
+    ("config.enable", None, None),
+    ("is_deepspeed_available()", None, None),
+])
+def test_deepspeed_in_use_reads_a_config_sections_switch(test, body, orelse):
+    """`config.deepspeed.enable` is a DeepSpeed flag; an `and` failing (an `or` holding) says
+    only what all its sides say; `hasattr(config, "deepspeed")` failing says DeepSpeed is off."""
+    import ast
+
+    from amplint.model.project.scale import deepspeed_in_use
+
+    node = ast.parse(test, mode="eval").body
+    assert (deepspeed_in_use(node), deepspeed_in_use(node, negated=True)) == (body, orelse)
+

@@ -45,7 +45,7 @@ from .astutil import dotted, walk_expression
 from .dtype_maps import read_dtype_map
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 14
+VERSION = 15
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -147,25 +147,32 @@ def deepspeed_in_use(test: ast.AST, negated: bool = False) -> Optional[bool]:
     `not`, `is None` / `is not None` / `== False` comparisons, `isinstance(m, DeepSpeedEngine)`,
     `distributed_type == DistributedType.DEEPSPEED`, a choice compared to a string naming
     DeepSpeed (`train_engine == "deepspeed"`, `!=`, `in ("deepspeed", "ds_zero3")` with every
-    string naming it), and an `and` (an `or`, negated) holding one. None: the test says nothing
-    about it."""
+    string naming it), and an `and` (an `or`, negated) holding one. A flag may be the switch of a
+    config section naming DeepSpeed (`config.deepspeed.enable`, `args.deepspeed.enabled`), and
+    `hasattr(config, "deepspeed")` failing says DeepSpeed is off (holding, nothing). An `and`
+    failing (an `or` holding) says what every side says alike (`hasattr(config, "deepspeed")
+    and config.deepspeed.enable` failing: off). None: the test says nothing about it."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return deepspeed_in_use(test.operand, not negated)
     if isinstance(test, ast.BoolOp):
         if isinstance(test.op, ast.And) == negated:
-            return None  # an `or` holding, an `and` failing: either side may
+            # an `or` holding, an `and` failing: one side's case at least, so only what all say
+            said = {deepspeed_in_use(side, negated) for side in test.values}
+            return said.pop() if len(said) == 1 else None
         for side in test.values:
             found = deepspeed_in_use(side, negated)
             if found is not None:
                 return found
         return None
     if isinstance(test, (ast.Name, ast.Attribute)):
-        return (not negated) if _names_deepspeed(test) else None
+        return (not negated) if _flag_names_deepspeed(test) else None
     if isinstance(test, ast.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2:
         return (not negated) if "deepspeed" in ast.dump(test.args[1]).lower() else None
+    if isinstance(test, ast.Call) and dotted(test.func) == "hasattr" and len(test.args) == 2 and not test.keywords:
+        return False if negated and _string_naming_deepspeed(test.args[1]) else None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         left, op, right = test.left, test.ops[0], test.comparators[0]
-        if isinstance(left, (ast.Name, ast.Attribute)) and _names_deepspeed(left) and isinstance(right, ast.Constant):
+        if isinstance(left, (ast.Name, ast.Attribute)) and _flag_names_deepspeed(left) and isinstance(right, ast.Constant):
             if right.value is None or right.value is False:
                 used = isinstance(op, (ast.IsNot, ast.NotEq))
             elif right.value is True:
@@ -274,6 +281,18 @@ def _names_deepspeed(node: ast.AST) -> bool:
     return spelled is not None and "deepspeed" in spelled.rsplit(".", 1)[-1].lower()
 
 
+#: the switch of a config section (`config.deepspeed.enable`)
+_SWITCHES = frozenset(("enable", "enabled", "use", "on", "active"))
+
+
+def _flag_names_deepspeed(node: ast.AST) -> bool:
+    """A flag naming DeepSpeed: `args.deepspeed`, `self.use_deepspeed`, or a section's switch
+    (`config.deepspeed.enable`)."""
+    if _names_deepspeed(node):
+        return True
+    return isinstance(node, ast.Attribute) and node.attr.lower() in _SWITCHES and _names_deepspeed(node.value)
+
+
 def relevant(source: str) -> bool:
     return any(word in source for word in RELEVANT)
 
@@ -327,6 +346,7 @@ class _Reader:
         # a project's own DDP comm hook is recognised by what its body does (it reduces a bucket)
         self._reduces = any(w in source for w in ("all_reduce", "allreduce", "reduce_scatter"))
         self.no_engine = 0  # `if` branches around it taken only when DeepSpeed is not in use
+        self.on_engine = 0  # `if` branches around it taken only when DeepSpeed is in use
         self._walked: Tuple[Any, List[ast.AST]] = (None, [])  # the last expression `_expression` walked, its nodes
         self._bodies: Dict[str, List[ast.stmt]] = {}  # per function: its statements (`_single_value`)
         self._methods: Dict[str, Dict[str, Any]] = {}  # per module-level class: its methods' defs by name
@@ -513,11 +533,11 @@ class _Reader:
     def _function(self, qual: str, body: List[ast.stmt], cls: Optional[str], params: List[str], line: int) -> None:
         self.functions[qual] = {"cls": cls or "", "params": params, "r": line}
         self._bodies[qual] = body
-        outer, outer_off = self.path, self.no_engine
-        self.path, self.no_engine = [], 0
+        outer, outer_off, outer_on = self.path, self.no_engine, self.on_engine
+        self.path, self.no_engine, self.on_engine = [], 0, 0
         for stmt in body:
             self._statement(stmt, qual, cls)
-        self.path, self.no_engine = outer, outer_off
+        self.path, self.no_engine, self.on_engine = outer, outer_off, outer_on
 
     def _def(self, node: Any, outer: str, cls: Optional[str]) -> None:
         qual = node.name if outer == "<module>" else f"{outer}.{node.name}"
@@ -721,12 +741,15 @@ class _Reader:
                             known.extend(v for v in values if v not in known and len(known) < 32)
             frame = stmt.lineno * 1000 + stmt.col_offset
             for branch, body in ((0, stmt.body), (1, stmt.orelse)):
-                off = deepspeed_in_use(stmt.test, negated=branch == 1) is False
+                used = deepspeed_in_use(stmt.test, negated=branch == 1)
+                off, on = used is False, used is True
                 self.path.append([frame, branch])
                 self.no_engine += off
+                self.on_engine += on
                 for s in body:
                     self._statement(s, qual, cls)
                 self.no_engine -= off
+                self.on_engine -= on
                 self.path.pop()
             return
         for name, value in ast.iter_fields(stmt):
@@ -996,6 +1019,8 @@ class _Reader:
             event["p"] = [list(p) for p in self.path]
         if self.no_engine:
             event["nds"] = 1  # on a branch taken only without DeepSpeed (`else` of `if args.deepspeed:`)
+        if self.on_engine:
+            event["dso"] = 1  # on a branch taken only with DeepSpeed (`if args.deepspeed:`)
         self.events.append(event)
         return event
 
