@@ -5,7 +5,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from amplint.model import (
     Diagnostic, Invalid, Rule, ScaleConfig, ScaleFinding, ScaleView, Severity, Valid, Wrapper, clip_owner_of,
-    config_place, scale_file_diagnostics, scale_project_diagnostics,
+    config_place, deepspeed_engine_calls, deepspeed_run_time_engine, scale_file_diagnostics,
+    scale_project_diagnostics, torch_scaler_pass,
 )
 
 
@@ -52,7 +53,13 @@ class DeepspeedTorchClip(Rule):
     taken only without DeepSpeed: the `else` of `if args.deepspeed:` or of `if
     train_engine == "deepspeed":`, under `if train_engine != "deepspeed":`
     (the model handed to the clip there is the DDP or FSDP one, even where the
-    same function receives the engine on the DeepSpeed branch). The finding names the
+    same function receives the engine on the DeepSpeed branch), also spelled as
+    a config section's switch (`else` of `if hasattr(config, "deepspeed") and
+    config.deepspeed.enable:`) or told by the other branch calling the engine's
+    own `backward(loss)`/`step()`. Silent too where the model is an engine only
+    by a run-time choice (a setup function returning the engine or the DDP
+    model) and the clip's pass is torch AMP's (`scaler.scale(loss).backward()`,
+    which a DeepSpeed engine does not take) with no engine call. The finding names the
     `deepspeed.initialize` call and, when the config is known, its
     `gradient_clipping` entry.
 
@@ -144,6 +151,83 @@ def main(args, net, opt, info):
 """,
             "the blind drill (wenet): the clip is on the branch taken without DeepSpeed (the DDP model)",
         ),
+        Valid(
+            """
+import torch
+import deepspeed
+
+
+def setup_model(config, model, params):
+    if hasattr(config, "deepspeed") and config.deepspeed.enable:
+        model, optimizer, _, _ = deepspeed.initialize(args=config, model=model, model_parameters=params)
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        optimizer = torch.optim.AdamW(model.parameters())
+    return model, optimizer
+
+
+def train(config, net, params, loader):
+    model, optimizer = setup_model(config, net, params)
+    for x in loader:
+        loss = model(x).sum()
+        if hasattr(config, "deepspeed") and config.deepspeed.enable:
+            model.backward(loss)
+            model.step()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+""",
+            "the blind drill (InternVideo): the clip in the `else` of `config.deepspeed.enable` (the DDP model)",
+        ),
+        Valid(
+            """
+import torch
+import deepspeed
+if args.zero_stage > 0:
+    model, optimizer, _, _ = deepspeed.initialize(args=args, model=model, model_parameters=params)
+for x in loader:
+    loss = model(x).sum()
+    if args.zero_stage > 0:
+        model.backward(loss)
+        model.step()
+    else:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+""",
+            "the engine's own backward and step on the other branch: the clip's model is the plain one",
+        ),
+        Valid(
+            """
+import torch
+import deepspeed
+
+
+def setup_model(config, model, params):
+    if config.deepspeed.enable:
+        model, optimizer, _, _ = deepspeed.initialize(args=config, model=model, model_parameters=params)
+        scaler = None
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        optimizer = torch.optim.AdamW(model.parameters())
+        scaler = torch.cuda.amp.GradScaler()
+    return model, optimizer, scaler
+
+
+def train(config, net, params, loader):
+    model, optimizer, scaler = setup_model(config, net, params)
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            "the blind drill (InternVideo's retrieval_mc): an engine only by config, the clip on torch AMP's GradScaler pass",
+        ),
     ]
 
     INVALID = [
@@ -204,6 +288,27 @@ model_engine.step()
             line=6,
             why="the module handed to `deepspeed.initialize`: its parameters are the engine's",
         ),
+        Invalid(
+            """
+import torch
+import deepspeed
+if config.deepspeed.enable:
+    model, optimizer, _, _ = deepspeed.initialize(args=config, model=model, model_parameters=params)
+else:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+for x in loader:
+    loss = model(x).sum()
+    if config.deepspeed.enable:
+        model.backward(loss)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        model.step()
+    else:
+        loss.backward()
+        optimizer.step()
+""",
+            line=11,
+            why="an engine by config, clipped on the engine's own branch (after `model.backward(loss)`)",
+        ),
     ]
 
     def check_text(self, source: str, path: str) -> Iterator[Diagnostic]:
@@ -222,6 +327,12 @@ model_engine.step()
             engine = _engine(view, path, clip, owner)
             if engine is None or _whole_unscaled_gradients(engine.config):
                 continue
+            names = [owner, owner[: -len(".module")]] if owner.endswith(".module") else [owner]
+            on, off = deepspeed_engine_calls(view, path, clip, names)
+            if off and not on:
+                continue  # the engine's own backward/step on the other branch: the clip's is the plain model's
+            if not on and deepspeed_run_time_engine(view, path, clip, owner, engine) and torch_scaler_pass(view, path, clip, names):
+                continue  # an engine only by a run-time choice, and the clip's pass is torch AMP's (GradScaler)
             spelled = clip.get("spelled") or "clip_grad_norm_"
             message = f"`{spelled}` on DeepSpeed engine `{owner}` bypasses the engine's own clipping"
             limit = clip.get("lim") or "1.0"

@@ -584,3 +584,59 @@ def test_deepspeed_in_use_reads_a_config_sections_switch(test, body, orelse):
     node = ast.parse(test, mode="eval").body
     assert (deepspeed_in_use(node), deepspeed_in_use(node, negated=True)) == (body, orelse)
 
+
+def _run_time_engine_project(root: Path, step: str) -> Path:
+    """InternVideo's shape: `setup_model` in another file returns the engine or the DDP model."""
+    (root / "pyproject.toml").write_text("[project]\nname='vidlm'\n")
+    (root / "vidlm").mkdir()
+    (root / "vidlm" / "__init__.py").write_text("")
+    (root / "vidlm" / "builder.py").write_text(
+        "import torch\nimport deepspeed\n\n"
+        "def setup_model(config, net):\n"
+        "    if hasattr(config, 'deepspeed') and config.deepspeed.enable:\n"
+        "        params = [p for p in net.parameters()]\n"
+        "        scaler = None\n"
+        "    else:\n"
+        "        net = torch.nn.parallel.DistributedDataParallel(net)\n"
+        "        optimizer = torch.optim.AdamW(net.parameters())\n"
+        "        scaler = torch.cuda.amp.GradScaler()\n"
+        "    if hasattr(config, 'deepspeed') and config.deepspeed.enable:\n"
+        "        net, optimizer, _, _ = deepspeed.initialize(args=config, model=net, model_parameters=params)\n"
+        "    return net, optimizer, scaler\n"
+    )
+    (root / "train.py").write_text(
+        "import torch\nfrom vidlm.builder import setup_model\n\n"
+        "def train_one_epoch(config, model, optimizer, scaler, loader):\n"
+        "    for x in loader:\n" + step + "\n\n"
+        "def main(config, net, loader):\n"
+        "    model, optimizer, scaler = setup_model(config, net)\n"
+        "    train_one_epoch(config, model, optimizer, scaler, loader)\n"
+    )
+    return root
+
+
+_IF_ENGINE = (
+    "        loss = model(x).sum()\n"
+    "        if hasattr(config, 'deepspeed') and config.deepspeed.enable:\n"
+    "            model.backward(loss)\n{engine_clip}"
+    "            model.step()\n"
+    "        else:\n"
+    "            scaler.scale(loss).backward()\n"
+    "            scaler.unscale_(optimizer)\n"
+    "            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+    "            scaler.step(optimizer)\n"
+    "            scaler.update()"
+)
+
+
+@pytest.mark.parametrize("why, step, flagged", [
+    ("the clip in the `else` of `config.deepspeed.enable`: the DDP model", _IF_ENGINE.format(engine_clip=""), []),
+    ("the clip after the engine's own backward, on its branch", _IF_ENGINE.format(
+        engine_clip="            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"), [("train.py", 9, "AMP805")]),
+    ("torch AMP's GradScaler pass, no engine call: the engine only by config", (
+        "        loss = model(x).sum()\n        scaler.scale(loss).backward()\n        scaler.unscale_(optimizer)\n"
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        scaler.step(optimizer)\n        scaler.update()"), []),
+])
+def test_a_clip_on_the_plain_path_of_a_run_time_engine(tmp_path, why, step, flagged):
+    root = _run_time_engine_project(tmp_path, step)
+    assert [f for f in findings([root]) if f[2].startswith("AMP80")] == flagged, why

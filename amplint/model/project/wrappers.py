@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..precision_names import LIGHTNING_FSDP_POLICY, lightning_precision
 from . import configs
@@ -1503,12 +1503,67 @@ def clip_owner_of(view: ScaleView, path: str, clip: Dict[str, Any]) -> Optional[
     return owners[0] if len(set(owners)) == 1 else None
 
 
+def engine_calls(view: ScaleView, path: str, at: Dict[str, Any], names: Sequence[str] = ()) -> Tuple[bool, bool]:
+    """Whether a DeepSpeed engine's own `backward(loss)` / `step()` runs in the function of the
+    event `at`: (on a pass through `at`, only on branches exclusive with it). The receiver is
+    one of `names` or may hold a DeepSpeed engine where it is called; `engine.scale(loss).backward()`
+    counts too."""
+    s = view.summary(path)
+    on = off = False
+    for e in s["events"] if s else ():
+        if e["f"] != at["f"] or e is at or e["e"] not in ("back", "step"):
+            continue
+        if e["e"] == "back":
+            recv = e.get("recv") if e.get("n", 0) >= 1 else e.get("scaled")
+        else:
+            recv = e.get("recv") if e.get("n", 0) == 0 else None
+        if not recv or not _may_be_engine(view, path, e, recv, names):
+            continue
+        if exclusive(e.get("p"), at.get("p")):
+            off = True
+        else:
+            on = True
+    return on, off
+
+
+def scaler_pass(view: ScaleView, path: str, at: Dict[str, Any], names: Sequence[str] = ()) -> bool:
+    """A torch GradScaler's backward (`scaler.scale(loss).backward()`) runs before the event
+    `at` in its function, on a pass through it: torch AMP's step, which a DeepSpeed engine
+    (scaling the loss in its own `backward`) does not take."""
+    s = view.summary(path)
+    for e in s["events"] if s else ():
+        if e["f"] != at["f"] or e["e"] != "back" or not e.get("scaled") or (e["r"], e["c"]) >= (at["r"], at["c"]):
+            continue
+        if exclusive(e.get("p"), at.get("p")) or _may_be_engine(view, path, e, e["scaled"], names):
+            continue
+        return True
+    return False
+
+
+def run_time_engine(view: ScaleView, path: str, at: Dict[str, Any], name: str, engine: Wrapper) -> bool:
+    """Whether `name` holds the DeepSpeed `engine` only as a run-time choice: the engine is made
+    on a branch taken only with DeepSpeed (`if config.deepspeed.enable:`), or `name` may hold
+    another wrapper there too (a setup function returning the engine or the DDP model)."""
+    if engine.event.get("dso"):
+        return True
+    return any(not w.deepspeed_engine for w in view.wrappers_at(path, at["f"], name, (at["r"], at["c"])))
+
+
+def _may_be_engine(view: ScaleView, path: str, e: Dict[str, Any], recv: str, names: Sequence[str]) -> bool:
+    if recv in names:
+        return True
+    return any(w.deepspeed_engine for w in view.wrappers_at(path, e["f"], recv, (e["r"], e["c"])))
+
+
 #: the names `amplint.model` exports these under
 ScaleConfig = Config
 ScaleFinding = Finding
 lightning_precision_dtype = lightning_dtype
 WrapperPolicy = Policy
 exclusive_branches = exclusive
+deepspeed_engine_calls = engine_calls
+deepspeed_run_time_engine = run_time_engine
+torch_scaler_pass = scaler_pass
 scale_file_diagnostics = file_diagnostics
 scale_project_diagnostics = project_diagnostics
 scale_file_view = file_view
