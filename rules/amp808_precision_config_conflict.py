@@ -99,7 +99,10 @@ class PrecisionConfigConflict(Rule):
     project root), for a
     `--fp16` / `--bf16` on a script that does not use `HfArgumentParser`
     (its own argparse flags mean what it says), for a
-    GradScaler next to a bf16 or fp32 engine (it refuses only fp16 gradients),
+    GradScaler next to a bf16 or fp32 engine (it refuses only fp16 gradients)
+    or built only on a branch taken without DeepSpeed (the `else` of `if
+    config.deepspeed.enable:`, beside a setup that returns the engine or the
+    DDP model),
     and for an fp16 autocast around an engine's forward (DeepSpeed switches it
     off inside the engine; evaluation code does this on purpose). An
     accelerate YAML whose `mixed_precision` agrees with its DeepSpeed JSON
@@ -179,6 +182,21 @@ trainer = L.Trainer(precision="16-mixed", strategy=strategy)
 """,
             "a config with no precision block: Lightning adds the Trainer's",
         ),
+        Valid(
+            """
+import torch
+import deepspeed
+ds_config = {"train_batch_size": 8, "fp16": {"enabled": True}}
+if hasattr(config, "deepspeed") and config.deepspeed.enable:
+    model, optimizer, _, _ = deepspeed.initialize(model=model, config=ds_config)
+    scaler = None
+else:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    scaler = torch.cuda.amp.GradScaler()
+loss = model(x).sum()
+""",
+            "the GradScaler built only without DeepSpeed (InternVideo's setup_model): it meets the DDP model",
+        ),
     ]
 
     INVALID = [
@@ -249,7 +267,8 @@ trainer = L.Trainer(precision="16-mixed", strategy=strategy)
         for config in view.deepspeed_configs():
             yield from once(self._both_enabled(config))
         for path, e in view.events("ctor"):
-            if e["k"] == "scaler" and e.get("en") is not False:
+            if e["k"] == "scaler" and e.get("en") is not False and not e.get("nds"):
+                # (a GradScaler built only without DeepSpeed, the `else` of `if config.deepspeed.enable:`, meets no engine)
                 yield from once(self._scaler(view, path, e))
             elif e["k"] == "accelerator":
                 yield from once(self._accelerator(view, path, e))
