@@ -99,7 +99,11 @@ class CudaAutocastDeviceType(Rule):
     same-file caller of it, wraps a module in `DistributedDataParallel(model,
     device_ids=[rank])` on every path before it: DDP given `device_ids` raises
     `ValueError` for a CPU module, so a CPU choice never trains (a wrap behind
-    `if args.distributed:` leaves the single-process path). One finding per device choice, at the region of
+    `if args.distributed:` leaves the single-process path). Silent, too, on a move that
+    brings results to the host: from the region's `with` on (`output = [o.to(cpu_device)
+    for o in output]` in the region, after `videos = videos.to(device)` before it), in a
+    function that moved something before the region to another device; the region runs
+    where the inputs are, and that other device is judged on its own. One finding per device choice, at the region of
     the training step; the file's other CUDA-only regions on that device are
     related locations.
 
@@ -148,6 +152,24 @@ class CudaAutocastDeviceType(Rule):
     gate_check = "amplint.core.gates:cuda_autocast_possible"
 
     VALID = [
+        Valid(
+            """
+import torch
+
+
+def evaluate(model, loader, device):
+    cpu_device = torch.device("cpu")
+    results = {}
+    for videos, ids in loader:
+        videos = videos.to(device, non_blocking=True)
+        with torch.cuda.amp.autocast():
+            output = model(videos)
+            output = [o.to(cpu_device) for o in output]
+            results.update(zip(ids, output))
+    return results
+""",
+            "the CPU device only fetches the region's outputs; the inputs went to `device` before it",
+        ),
         Valid(
             """
 import torch
@@ -427,6 +449,22 @@ def train(model, loader, args):
 
     #: the device-mismatch warnings (tests/test_rules_api.py runs them; INVALID holds the error clause)
     DEVICE_INVALID = [
+        Invalid(
+            """
+import torch
+
+
+def evaluate(model, loader, device):
+    cpu_device = torch.device("cpu")
+    for videos, ids in loader:
+        videos = videos.to(cpu_device)
+        with torch.cuda.amp.autocast():
+            output = model(videos)
+    return output
+""",
+            line=8,
+            why="the inputs themselves go to the CPU device before the region",
+        ),
         Invalid(
             """
 import torch
@@ -859,7 +897,10 @@ def device_mismatches(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo
             continue
         scope = info.scope
         found = None
-        for device, move in _moved_to(ctx, [scope], self_only=False):
+        moves = list(_moved_to(ctx, [scope], self_only=False))
+        for device, move in moves:
+            if _fetches_results(ctx, info, device, move, moves):
+                continue  # `o.to(cpu_device)` of the outputs, the inputs moved to `device` before
             choice = _device_choice(ctx, scope, device, move)
             if choice is not None:
                 found = (device, *choice)
@@ -876,6 +917,26 @@ def device_mismatches(ctx: ModuleContext) -> List[Tuple[AutocastRegion, CallInfo
         if found is not None and not _cpu_path_raises(ctx, scope, info):
             out.append((region, info, *found))
     return out
+
+
+def _fetches_results(
+    ctx: ModuleContext, region: CallInfo, device: cst.BaseExpression, move: CallInfo,
+    moves: List[Tuple[cst.BaseExpression, CallInfo]],
+) -> bool:
+    """`move` brings results to the host, not the region's inputs: it runs from the region's
+    `with` on, and the function moved something else before the region to another device
+    (`videos.to(device)`, then `output = [o.to(cpu_device) for o in output]` in the region):
+    the region runs where the inputs are. That other device may itself be a choice (its own
+    move is judged on its own)."""
+    from amplint.model import dotted_name
+
+    if move.order <= region.order:
+        return False
+    spelled = dotted_name(device)
+    return any(
+        other.order < region.order and dotted_name(d) != spelled
+        for d, other in moves
+    )
 
 
 def _reaches_region(ctx: ModuleContext, move: CallInfo, scope: Scope) -> bool:

@@ -161,6 +161,14 @@ class Fp16BackwardWithoutScaler(Rule):
     `False` / `None` (or nothing, over such a default), or hands down a
     parameter of its own function that every call of that function in the file
     passes off (`train_inversion(..., mixed_precision=False)`).
+    The same holds where the backward's own function enters the region only when a
+    parameter is on (`if with_amp: context = torch.cuda.amp.autocast()`, then `with
+    context:`), and the function never rebinds it: silent when the file calls the
+    function and every call leaves the parameter off. A call passing a local bound
+    only to `False` / `None` (`with_amp = False`, then `self._run(with_amp=with_amp)`)
+    leaves it off, and so does `mp.spawn(cls._worker, (with_fsdp, with_amp))`, read
+    with the process index as the first argument. A function nothing in the file
+    calls keeps its finding; one call that may pass the flag on keeps it too.
     An autocast held by a name and called later (`autocast = torch.cuda.amp.autocast
     if amp else suppress`, then `with autocast():`) is that autocast, on at run time.
     So is a context a script binds at module level below the function entering it
@@ -240,6 +248,36 @@ def main(unet, loader, optimizer):
     train_inversion(unet, loader, optimizer, mixed_precision=False)
 """,
             "the helper's autocast is switched by a parameter every run the file shows leaves off",
+        ),
+        Valid(
+            """
+import contextlib
+import torch
+import torch.multiprocessing as mp
+
+
+class TestHead:
+    def test_head(self):
+        with_amp = False
+        self._run_loop(with_fsdp=True, with_amp=with_amp)
+
+    @classmethod
+    def _run_loop(cls, with_fsdp, with_amp):
+        mp.spawn(cls._worker, (with_fsdp, with_amp), nprocs=2)
+
+    @staticmethod
+    def _worker(gpu_id, with_fsdp, with_amp):
+        model, optimizer = build(with_fsdp)
+        for batch in loader:
+            context = contextlib.suppress()
+            if with_amp:
+                context = torch.cuda.amp.autocast()
+            with context:
+                loss = model(batch).mean()
+            loss.backward()
+            optimizer.step()
+""",
+            "the worker enters fp16 autocast only with with_amp on, and its only run passes it off",
         ),
         Valid(
             """
@@ -643,6 +681,40 @@ class Trainer:
     INVALID = [
         Invalid(
             """
+import contextlib
+import torch
+import torch.multiprocessing as mp
+
+
+class TestBlocks:
+    def test_blocks(self):
+        with_amp = True
+        self._run_loop(with_fsdp=True, with_amp=with_amp)
+
+    def test_head(self):
+        self._run_loop(with_fsdp=True, with_amp=False)
+
+    @classmethod
+    def _run_loop(cls, with_fsdp, with_amp):
+        mp.spawn(cls._worker, (with_fsdp, with_amp), nprocs=2)
+
+    @staticmethod
+    def _worker(gpu_id, with_fsdp, with_amp):
+        model, optimizer = build(with_fsdp)
+        for batch in loader:
+            context = contextlib.suppress()
+            if with_amp:
+                context = torch.cuda.amp.autocast()
+            with context:
+                loss = model(batch).mean()
+            loss.backward()
+            optimizer.step()
+""",
+            line=27,
+            why="one test spawns the worker with with_amp on: its fp16 backward is unscaled",
+        ),
+        Invalid(
+            """
 import torch
 import torch.nn.functional as F
 
@@ -1044,6 +1116,8 @@ class Trainer:
                 source = _fp16_source(ctx, scope, event, loss)
                 if source is None or _measures_only(ctx, scope, loss):
                     continue
+                if _region_off_everywhere(ctx, source):
+                    continue  # `if with_amp:` around the autocast, and every run the file shows passes it off
                 if flags is None:
                     yield self._diagnostic(ctx, event, loss, source)
                     continue
@@ -1602,6 +1676,95 @@ def _switched_off(ctx: ModuleContext, call: CallInfo, callee: Scope, region: Aut
     return any(_off_at(ctx, call, callee, name, depth=0) for name in switches)
 
 
+def _region_off_everywhere(ctx: ModuleContext, region: AutocastRegion) -> bool:
+    """The region is entered only when a parameter of its function is on (`if with_amp:` around
+    the autocast, or `enabled=with_amp`), the function never rebinds it, and every call of the
+    function the file shows leaves it off (see `_off_at`); silent-making only with such calls."""
+    import libcst as cst
+
+    from amplint.model import call_arg
+
+    info = ctx.call_info(region.call)
+    if info is None or info.scope is None or info.scope.is_module:
+        return False
+    func = info.scope
+    params = _param_nodes(func)
+    switches = {f.test.value for f in info.path if f.kind == "if" and isinstance(f.test, cst.Name) and f.test.value in params}
+    enabled = call_arg(region.call, None, "enabled")
+    if isinstance(enabled, cst.Name) and enabled.value in params:
+        switches.add(enabled.value)
+    switches = {n for n in switches if not any(a.scope is func for a in ctx.assignments_to(n))}
+    callers = _callers_of(ctx, func)
+    if not switches or not callers:
+        return False
+    return any(all(_off_at(ctx, c, func, name, depth=0) for c in callers) for name in switches)
+
+
+#: what starts processes running a function of the file with the given arguments, the process
+#: index first: `mp.spawn(cls._worker, (with_fsdp, with_amp), nprocs=2)`
+_SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn", "mp.spawn")
+
+
+def _spawned(ctx: ModuleContext, call: CallInfo) -> Optional[Scope]:
+    """The function of the file `mp.spawn(fn, args)` runs: `fn` a name, `self.m` or `cls.m`."""
+    import libcst as cst
+
+    if not (call.calls_any(_SPAWNS) or call.dotted in _SPAWNS):
+        return None
+    fn = call.arg(0, "fn")
+    if isinstance(fn, cst.Name):
+        name, cls = fn.value, None
+    elif isinstance(fn, cst.Attribute) and isinstance(fn.value, cst.Name) and fn.value.value in ("self", "cls"):
+        name, cls = fn.attr.value, call.scope.cls
+        if cls is None:
+            return None
+    else:
+        return None
+    found = [s for s in ctx.scopes if s.name == name and not s.is_module and s.cls is cls]
+    return found[0] if len(found) == 1 else None
+
+
+def _method_of_cls(ctx: ModuleContext, call: CallInfo) -> Optional[Scope]:
+    """`cls.m(...)` in a classmethod: the method `m` of the caller's class."""
+    if call.receiver_dotted != "cls" or not call.method or call.scope.cls is None:
+        return None
+    found = [s for s in ctx.scopes if s.name == call.method and s.cls is call.scope.cls]
+    return found[0] if len(found) == 1 else None
+
+
+def _callers_of(ctx: ModuleContext, func: Scope) -> List[CallInfo]:
+    """The calls of the file that run `func`: direct calls, `cls.m(...)`, and `mp.spawn(func, args)`."""
+    found = list(ctx.callers(func))
+    for c in ctx.calls:
+        if c not in found and (_method_of_cls(ctx, c) is func or _spawned(ctx, c) is func):
+            found.append(c)
+    return found
+
+
+def _passed(ctx: ModuleContext, call: CallInfo, callee: Scope, name: str) -> tuple:
+    """(known, value): what `call` passes `callee`'s parameter `name` (None: nothing spelled)."""
+    import libcst as cst
+
+    positional = list(callee.node.params.params)
+    index = next((i for i, p in enumerate(positional) if p.name.value == name), None)
+    bound = bool(positional) and positional[0].name.value in ("self", "cls")
+    if _spawned(ctx, call) is callee:
+        if index is not None and bound and isinstance(call.arg(0, "fn"), cst.Attribute):
+            index -= 1  # `cls._worker`: the class fills the first parameter
+        args = call.arg(1, "args")
+        if index is None or index < 1:
+            return False, None  # the process index, or a keyword-only parameter spawn never fills
+        if args is None:
+            return True, None
+        if not isinstance(args, cst.Tuple) or any(isinstance(e, cst.StarredElement) for e in args.elements):
+            return False, None
+        elements = [e.value for e in args.elements]
+        return True, elements[index - 1] if index - 1 < len(elements) else None
+    if index is not None and bound and call.method is not None:
+        index -= 1  # `self.helper(...)`: the receiver fills the first parameter
+    return True, call.arg(index if index is not None and index >= 0 else None, name)
+
+
 def _param_nodes(scope: Scope) -> Dict[str, Any]:
     import libcst as cst
 
@@ -1619,11 +1782,9 @@ def _off_at(ctx: ModuleContext, call: CallInfo, callee: Scope, name: str, depth:
     param = params.get(name)
     if param is None:
         return False
-    positional = [p for p in callee.node.params.params]
-    index = next((i for i, p in enumerate(positional) if p.name.value == name), None)
-    if index is not None and positional and positional[0].name.value in ("self", "cls") and call.method is not None:
-        index -= 1  # `self.helper(...)`: the receiver fills the first parameter
-    value = call.arg(index if index is not None and index >= 0 else None, name)
+    known, value = _passed(ctx, call, callee, name)
+    if not known:
+        return False
     if value is None:
         value = param.default
         if value is None:
@@ -1634,9 +1795,14 @@ def _off_at(ctx: ModuleContext, call: CallInfo, callee: Scope, name: str, depth:
         return False
     outer = call.scope
     outer_params = _param_nodes(outer) if outer is not None else {}
-    if value.value not in outer_params or any(a.scope is outer for a in ctx.assignments_to(value.value)):
+    local = [a for a in ctx.assignments_to(value.value) if a.scope is outer]
+    if value.value not in outer_params:
+        # `with_amp = False` then `self._run(with_amp=with_amp)`: a local bound only to off literals
+        return bool(local) and outer is not None and not outer.is_module and all(
+            not a.unpacked and a.order < call.order and _falsy(a.value) for a in local)
+    if local:
         return False
-    callers = [c for c in ctx.calls if ctx.callee(c) is outer]
+    callers = _callers_of(ctx, outer)
     if not callers:
         default = outer_params[value.value].default
         return default is not None and _falsy(default)

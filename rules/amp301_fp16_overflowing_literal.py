@@ -202,6 +202,10 @@ class Fp16OverflowingLiteral(Rule):
     is visibly not fp16 where it is passed (`x.float()`, `torch.zeros(n)`, read
     along the caller's own control flow); a caller in another file is not
     looked for.
+    Silent, too, on an additive mask built from a parameter of the function as it is passed
+    (`ext = (1.0 - video_mask.unsqueeze(1)) * -1e6`: reshaped, combined with numbers, not
+    rebound before): its dtype is the caller's mask's, and a boolean or integer mask from the
+    data makes it fp32. A cast of the mask in the function (`mask = mask.to(dtype)`) keeps it.
 
     Across functions and files (the project model): also flags a fill or an
     additive mask in a function that runs under an fp16 autocast its own file
@@ -240,6 +244,18 @@ class Fp16OverflowingLiteral(Rule):
     gate_sites = "amplint.core.gates:overflowing_literal_lines"
 
     VALID = [
+        Valid(
+            """
+import torch
+
+
+class Retrieval(torch.nn.Module):
+    def similarity(self, visual, video_mask):
+        extended_mask = (1.0 - video_mask.unsqueeze(1)) * -1e6
+        return self.transformer(visual.half(), extended_mask)
+""",
+            "the mask is built from the caller's mask as it is passed: a data mask makes it fp32",
+        ),
         Valid(
             """
 import torch
@@ -770,6 +786,8 @@ model = Attention(1024).cuda().half()
         unknown = dtype in (None, MODULE_FP32)  # a module's fp32 tensor is fp16 once the module is cast
         if unknown and _not_fp16_from_any_caller(ctx, use.tensor, site):
             return None
+        if unknown and _builds_mask(use) and _mask_parameter_as_passed(ctx, use.tensor, site):
+            return None  # `(1.0 - video_mask.unsqueeze(1)) * -1e6`: the caller's mask, bool/int from the data
         if unknown and not use.raises and not _builds_mask(use) and not _low_precision_source(ctx, use.tensor, site):
             # a silent overflow on an existing tensor of unknown dtype: report it only when the
             # tensor visibly comes from an op autocast runs in fp16 (matmul, linear, ...: §6.2 "the
@@ -896,6 +914,54 @@ def _builds_mask(use: "_Use") -> bool:
         return literal_number(use.tensor) is not None if use.tensor is not None else False
     return use.op == "additive" and use.snippet is not None and isinstance(use.snippet, cst.BinaryOperation) and (
         isinstance(use.snippet.operator, cst.Multiply)
+    )
+
+
+#: methods that reshape a tensor and keep its dtype
+_SHAPE_METHODS = frozenset((
+    "unsqueeze", "squeeze", "view", "reshape", "expand", "flatten", "transpose", "permute", "contiguous", "repeat",
+))
+
+
+def _mask_parameter_as_passed(ctx: ModuleContext, mask: Optional[cst.BaseExpression], site: "_Site") -> bool:
+    """The additive mask built at the site (`ext = (1.0 - video_mask.unsqueeze(1)) * -1e6`) is made
+    of a parameter of the function (not `self`), not rebound before it (nor after it, in a loop
+    around it), only reshaped and combined
+    with numbers: it has the dtype the caller's mask has, and a mask from the data is boolean or
+    integer, which `1.0 - m` makes fp32. A cast in the function (`m = m.to(dtype=self.dtype)`,
+    `m.to(dtype)`, `.half()`) keeps the finding, as does any other tensor in the expression."""
+    import libcst as cst
+
+    from amplint.model import literal_number
+
+    scope = site.scope
+    if mask is None or scope.is_module:
+        return False
+    names: List[str] = []
+
+    def plain(node: cst.BaseExpression) -> bool:
+        if literal_number(node) is not None:
+            return True
+        if isinstance(node, cst.Name):
+            names.append(node.value)
+            return True
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract, cst.Multiply)):
+            return plain(node.left) and plain(node.right)
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+            return plain(node.expression)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _SHAPE_METHODS:
+            return all(not a.star and (_is_integer(a.value) or literal_number(a.value) is not None) for a in node.args) and (
+                plain(node.func.value)
+            )
+        return False
+
+    if not plain(mask) or not names:
+        return False
+    in_loop = any(f.kind == "loop" for f in site.path)
+    return all(
+        n in scope.params and n not in ("self", "cls")
+        and not any(a.scope is scope and (a.order < site.order or in_loop) for a in ctx.assignments_to(n, scope))
+        for n in names
     )
 
 

@@ -117,7 +117,7 @@ def attend(q, k, mask, attention_mask):
     scores = q @ k.transpose(-1, -2)  # visibly low precision under fp16: a matmul result
     a = scores + (1 - mask) * -1e9
     scores += mask * -1e9
-    extended_attention_mask = (1.0 - attention_mask) * -10000000000.0
+    extended_attention_mask = (1.0 - attention_mask.to(q.dtype)) * -10000000000.0
     b = torch.where(mask, -1e9, scores)
     c = scores - 1e9 * mask.float()
     d = index + 100000
@@ -127,6 +127,38 @@ def attend(q, k, mask, attention_mask):
     g = (scores + -1e9).softmax(-1)
     return a, b, c, d
 """
+
+
+BUILT_FROM_PARAMETER = """
+import torch
+model = model.half()
+
+def similarity(visual, video_mask, steps):
+    extended_mask = (1.0 - video_mask.unsqueeze(1)) * -1e6
+    out = transformer(visual, extended_mask)
+    video_mask = allgather(video_mask)
+    return out
+
+def cast_first(visual, video_mask):
+    video_mask = video_mask.to(dtype=visual.dtype)
+    extended_mask = (1.0 - video_mask.unsqueeze(1)) * -1e6
+    return transformer(visual, extended_mask)
+
+def in_a_loop(visual, video_mask):
+    for layer in layers:
+        extended_mask = (1.0 - video_mask) * -1e6
+        visual = layer(visual, extended_mask)
+        video_mask = visual.new_ones(visual.shape[:2])
+    return visual
+"""
+
+
+def test_amp301_mask_built_from_a_parameter_as_passed():
+    """The caller's mask, reshaped and shifted: its dtype is the caller's (a data mask makes it
+    fp32); a cast in the function or a rebind in a loop around the site keeps the finding
+    (InternVideo's CLIP4Clip `_loose_similarity`, read14)."""
+    found = lint(BUILT_FROM_PARAMETER, "AMP301")
+    assert [d.location.row for d in found] == [12, 17]
 
 
 def test_amp301_additive_forms_are_warnings():
