@@ -9,7 +9,7 @@ import libcst as cst
 from amplint.model import (
     AUTOCAST_AWARE_OP_NAMESPACES, AUTOCAST_OR_LIBRARY, AUTOCAST_REACHED, AUTOCAST_CONTEXTS, AUTOCAST_LOWER_PRECISION_FUNCS,
     AUTOCAST_LOWER_PRECISION_METHODS, AUTOGRAD_FUNCTION, CALLED_ELSEWHERE, CPP_EXTENSION_LOADERS, CUSTOM_FWD_BWD, KERNEL_FP32,
-    KERNEL_NOT_MIXED, RUNNER_AUTOCAST, CallInfo, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
+    KERNEL_NOT_MIXED, RUNNER_AUTOCAST, UNFORCED, CallInfo, forced_in_file, Diagnostic, Invalid, ModuleContext, Rule, Scope, Severity, Valid,
     imported_names, with_requirement, subnodes,
 )
 
@@ -188,6 +188,28 @@ class CustomFunctionWithoutCustomFwd(Rule):
     project module imports the file. Not when an applying function is passed
     on as a value, or is a method (a module's `forward` runs wherever the
     module is called).
+    Silent on a Function every application of which runs in a method
+    decorated with mmcv's `@force_fp32()` (`mmcv.runner`, mmcv 1.x;
+    `amplint/model/mmcv_fp16.py`) on a module that sets `fp16_enabled`, in
+    a project that turns the flag on (`wrap_fp16_model(...)`,
+    `Fp16OptimizerHook`, `fp16 = dict(...)` in a config): mmcv then casts the
+    method's fp16 arguments to fp32 and runs it under `autocast(enabled=False)`,
+    so the Function's forward runs in fp32 with autocast off (bevfusion's
+    `bev_pool`, applied by `BaseTransform.bev_pool`). The applications
+    followed are the file's own (`F.apply`, a module-level alias `f =
+    F.apply`, an undecorated module-level function of the file applying it,
+    such as `bev_pool(feats, coords, ...)`) and, read when conditions are
+    resolved, the calls of those names in every other project file. Reported
+    as before when any of them runs elsewhere (an `@auto_fp16()` method,
+    which enters autocast, a plain `forward`, a function of another file), is
+    handed on as a value or imported under another name, when the decorator
+    names only some arguments (`apply_to=("pred",)`: the others keep the
+    dtype autocast gave them), or when the module has no `fp16_enabled`
+    (then `force_fp32` does nothing). mmengine, and mmcv 2.x, have no such
+    decorators (only an `autocast` context manager, read as any region). A
+    Function no program of a distributed package's project builds (a
+    registered PointNet++ op no shipped config names) is still reported: its
+    users may build it.
     The incoming grad is followed through views, splits and loops over them
     (`for i, (qc, doc) in enumerate(zip(q.split(b), do.split(b)))`, the
     blockwise backward of a memory-efficient attention).
@@ -744,6 +766,45 @@ with torch.autocast("cuda"):
 """,
             "the kernel's other input is a uint8 handle every application passes (TransformerEngine's EP combine)",
         ),
+        Valid(
+            """
+import torch
+from mmcv.runner import force_fp32, wrap_fp16_model
+from torch.autograd import Function
+
+import bev_pool_ext
+
+
+class _BevPool(Function):
+    @staticmethod
+    def forward(ctx, feats, coords, ranks):
+        ctx.save_for_backward(coords, ranks)
+        return bev_pool_ext.forward(feats, coords, ranks)
+
+    @staticmethod
+    def backward(ctx, grad):
+        coords, ranks = ctx.saved_tensors
+        return bev_pool_ext.backward(grad, coords, ranks), None, None
+
+
+class BevPool(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fp16_enabled = False
+
+    @force_fp32()
+    def forward(self, feats, coords, ranks):
+        return _BevPool.apply(feats, coords, ranks)
+
+
+def train(model, batch):
+    wrap_fp16_model(model)
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(batch).sum()
+    loss.backward()
+""",
+            "every application is in an mmcv `@force_fp32()` method of a module with `fp16_enabled`: fp32 inputs, no autocast (bevfusion's bev_pool)",
+        ),
     ]
 
     INVALID = [
@@ -1040,6 +1101,86 @@ def step(model, x):
             line=6,
             why="the grad reaches backward's einsum blockwise, through a loop over zip(..., do.split(...))",
         ),
+        Invalid(
+            """
+import torch
+from mmcv.runner import auto_fp16, wrap_fp16_model
+from torch.autograd import Function
+
+import bev_pool_ext
+
+
+class _BevPool(Function):
+    @staticmethod
+    def forward(ctx, feats, coords, ranks):
+        ctx.save_for_backward(coords, ranks)
+        return bev_pool_ext.forward(feats, coords, ranks)
+
+    @staticmethod
+    def backward(ctx, grad):
+        coords, ranks = ctx.saved_tensors
+        return bev_pool_ext.backward(grad, coords, ranks), None, None
+
+
+class BevPool(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fp16_enabled = False
+
+    @auto_fp16()
+    def forward(self, feats, coords, ranks):
+        return _BevPool.apply(feats, coords, ranks)
+
+
+def train(model, batch):
+    wrap_fp16_model(model)
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(batch).sum()
+    loss.backward()
+""",
+            line=10,
+            why="mmcv's `@auto_fp16()` runs the method under autocast: the kernel gets fp16 features",
+        ),
+        Invalid(
+            """
+import torch
+from mmcv.runner import force_fp32, wrap_fp16_model
+from torch.autograd import Function
+
+import bev_pool_ext
+
+
+class _BevPool(Function):
+    @staticmethod
+    def forward(ctx, feats, coords, ranks):
+        ctx.save_for_backward(coords, ranks)
+        return bev_pool_ext.forward(feats, coords, ranks)
+
+    @staticmethod
+    def backward(ctx, grad):
+        coords, ranks = ctx.saved_tensors
+        return bev_pool_ext.backward(grad, coords, ranks), None, None
+
+
+class BevPool(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool_size = 4
+
+    @force_fp32()
+    def forward(self, feats, coords, ranks):
+        return _BevPool.apply(feats, coords, ranks)
+
+
+def train(model, batch):
+    wrap_fp16_model(model)
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(batch).sum()
+    loss.backward()
+""",
+            line=10,
+            why="`@force_fp32()` on a module without `fp16_enabled` does nothing: the caller's autocast reaches the kernel",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -1074,6 +1215,10 @@ def step(model, x):
                 # and the file enters no autocast: only a conftest's fixture or an importer may
                 condition = with_requirement(condition, RUNNER_AUTOCAST)
             setup_context = "setup_context" in methods
+            if "force_fp32" in ctx.source and cls.name.value.startswith("_") and forced_in_file(ctx.source, cls.name.value):
+                continue  # a private one applied only in mmcv `@force_fp32()` methods here: fp32 inputs, autocast off
+            # silent when its every application runs in such a method, wherever the project applies it
+            condition = with_requirement(condition, UNFORCED, cls.name.value)
             in_backward = _grad_meets_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
             if not in_backward:
                 continue  # the incoming grad never reaches a dtype-sensitive op

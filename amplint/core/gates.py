@@ -1051,6 +1051,8 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
     # points (a `test*` function, the top level) apply it, through the functions calling its
     # callers, so it reads the file whole
     program = _TEST_DEF.search(source) is not None or "__main__" in source
+    # mmcv's `@force_fp32()` on the methods applying a Function: the rule reads them all
+    forced = "force_fp32" in source
     for i, (start, name, _) in enumerate(headers):
         if start not in found:
             continue
@@ -1061,12 +1063,22 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
         kernel = kernels.search(source, start, end) is not None
         if program and re.search(rf"\b{re.escape(name)}\s*\.\s*apply\b", source):
             return None
-        if name.startswith("_") and not kernel:
+        if forced:
+            lines |= _apply_lines(source, name, every=True)  # each application's method: `@force_fp32()`?
+        elif name.startswith("_") and not kernel:
             continue
-        lines |= _apply_lines(source, name, every=kernel)
+        else:
+            lines |= _apply_lines(source, name, every=kernel)
         if kernel:
             lines |= _integer_attribute_lines(source)
+    if forced:
+        lines |= {source.count("\n", 0, m.start()) + 1 for m in _MMCV_FLAG.finditer(source)}
     return lines
+
+
+#: what AMP501 reads of mmcv's fp16 flag (`amplint/model/mmcv_fp16.py`): the class setting
+#: `self.fp16_enabled`, and what turns it on (a superset of that module's `_FLIPS`)
+_MMCV_FLAG = re.compile(r"\bfp16_enabled\b|\bwrap_fp16_model\b|\bFp16OptimizerHook\b|^fp16\s*=", re.M)
 
 
 _INTEGER_ATTRIBUTE = re.compile(

@@ -199,6 +199,8 @@ _EXPORTS = {
     "AUTOCAST_REACHED": ".facts",
     "AUTOCAST_RUNS": ".facts",
     "CALLED_ELSEWHERE": ".facts",
+    "UNFORCED": ".facts",
+    "forced_in_file": ".mmcv_fp16",
     "RUNNER_AUTOCAST": ".facts",
     "ARGUMENT_PASSED": ".facts",
     "condition_holds": ".facts",

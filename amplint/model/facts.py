@@ -388,6 +388,12 @@ RUNS = "runs"
 #: what a finding on a Function whose own file's every application casts its kernel's inputs by
 #: hand needs (AMP501; a test applying it on inputs it built, with no autocast reaching it, does not count)
 CALLED_ELSEWHERE = "called-elsewhere"
+#: `unforced=<Function>`: some application of the project's Function `<Function>` (a class of
+#: the diagnostic's file) may run outside an mmcv `@force_fp32()` method of a module setting
+#: `fp16_enabled` (`mmcv_fp16.forced_only` does not hold): what a finding on a Function whose
+#: inputs autocast may make low precision needs (AMP501; bevfusion's `bev_pool`, applied only by
+#: `BaseTransform.bev_pool`, runs with fp32 inputs and autocast off)
+UNFORCED = "unforced"
 #: code the diagnostic's file does not show may run its entry points under a low-precision
 #: autocast (`embedded.runner_may_autocast`: a `conftest.py` above it that may enter one, or a
 #: project module importing it): what a finding on a Function that only the file's own entry
@@ -452,6 +458,10 @@ def _requirement_holds(requirement: str, filename: Optional[str], root: Optional
         return runner_may_autocast(filename, root)
     if kind == CALLED_ELSEWHERE:
         return spelled_under_autocast(filename, name, root, precision)
+    if kind == UNFORCED:
+        from .mmcv_fp16 import forced_only
+
+        return filename is None or not forced_only(filename, name, root, lambda path: not _unreached(path, root, precision))
     if kind == ARGUMENT_PASSED:
         return argument_may_be_passed(filename, name, root)
     if kind == DTYPE_PROPERTY_MAY_FP16:
