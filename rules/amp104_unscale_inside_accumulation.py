@@ -885,6 +885,8 @@ def _accumulate_block(ctx: ModuleContext, call: Any) -> Optional[Any]:
     `call` on every micro-batch: no `if` / `else` on the way whose test reads a boundary
     (`sync_gradients`, `% accum`, an `accum...` name), and no such `if` anywhere in the
     block's body (a guard clause `if not accelerator.sync_gradients: continue`)."""
+    import libcst as cst
+
     node = ctx.parent(call.node)
     conditional = False
     while node is not None and not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.Module)):
@@ -899,6 +901,8 @@ def _accumulate_block(ctx: ModuleContext, call: Any) -> Optional[Any]:
 
 
 def _is_accumulate(expr: Any, receiver: str) -> bool:
+    import libcst as cst
+
     from amplint.model import dotted_name
 
     return (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "accumulate"
@@ -913,6 +917,8 @@ def _boundary_test(test: Any) -> bool:
 
 def _if_tests(body: Any) -> List[Any]:
     """The tests of the `if` statements under a block (not in nested functions or classes)."""
+    import libcst as cst
+
     out: List[Any] = []
     stack = [body]
     while stack:
