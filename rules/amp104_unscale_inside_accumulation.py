@@ -152,6 +152,18 @@ class UnscaleInsideAccumulation(Rule):
     in a loop only one of them is in, and when a `step` or a call of a
     function of the file (which may step) comes between them.
 
+    Inside `with accelerator.accumulate(model):` on an Accelerator built with a
+    constant `gradient_accumulation_steps` above 1 (a literal or a module
+    constant), the prepared optimizer's `step` does nothing on the micro-batches
+    that do not sync, so it does not update the scaler there: a clip (or
+    `unscale_gradients()`) in the block that runs on every micro-batch raises on
+    the second one, the step between them notwithstanding. Error and warning as
+    above; silent under a boundary test in the block (`if
+    accelerator.sync_gradients:`, `% accum`, also as a guard clause), for the
+    default of 1 or a count read at run time (`args.accum`), with a plugin,
+    `cpu=` or a `gradient_accumulation_plugin`, and without a `prepare`d
+    optimizer in the file.
+
     Per-parameter gradient hooks (the project model): a function registered
     with `param.register_post_accumulate_grad_hook(hook)` (a nested `def`, or
     the one a factory `make_hook(group)` returns) runs once per parameter
@@ -366,6 +378,35 @@ accelerator.clip_grad_norm_(model.decoder.parameters(), 1.0)
 optimizer.step()
 """,
             "accelerate with bf16: no GradScaler, so nothing is unscaled twice",
+        ),
+        Valid(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16", gradient_accumulation_steps=4)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    with accelerator.accumulate(model):
+        accelerator.backward(model(batch))
+        if accelerator.sync_gradients:
+            accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+            "accelerate's `accumulate`: the clip runs under `sync_gradients`, once per step",
+        ),
+        Valid(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    with accelerator.accumulate(model):
+        accelerator.backward(model(batch))
+        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+            "`accumulate` with the default gradient_accumulation_steps=1: every micro-batch syncs and steps",
         ),
         Valid(
             """
@@ -609,6 +650,24 @@ class GANTrainer:
         ),
         Invalid(
             """
+from accelerate import Accelerator
+
+ACCUMULATE_EVERY = 4
+accelerator = Accelerator(mixed_precision="fp16", gradient_accumulation_steps=ACCUMULATE_EVERY)
+model, optim, loader = accelerator.prepare(model, optim, loader)
+for batch in loader:
+    with accelerator.accumulate(model):
+        loss = model(batch)
+        accelerator.backward(loss)
+        accelerator.clip_grad_norm_(model.parameters(), 0.5)
+        optim.step()
+        optim.zero_grad()
+""",
+            line=10,
+            why="the prepared step skips non-syncing micro-batches, so the scaler is not updated and the second clip raises",
+        ),
+        Invalid(
+            """
 import torch
 
 
@@ -661,6 +720,48 @@ if __name__ == "__main__":
                 reported.add(id(node))
                 yield self._diagnostic(ctx, *finding)
         yield from self._accelerate_twice(ctx)
+        yield from self._accelerate_accumulate(ctx)
+
+    def _accelerate_accumulate(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """accelerate's `clip_grad_norm_` / `clip_grad_value_` / `unscale_gradients()` inside
+        `with accelerator.accumulate(model):` on an Accelerator built with a constant
+        `gradient_accumulation_steps` above 1, not under a boundary test (`if
+        accelerator.sync_gradients:`): the block runs once per micro-batch, each call runs
+        `scaler.unscale_` on every prepared optimizer, and the prepared optimizer's `step` (the
+        only `scaler.update()`) skips the micro-batches that do not sync, so the second
+        micro-batch raises under fp16."""
+        from amplint.model import accelerator_precision, accumulating_accelerator
+
+        if not any(c.method in ("prepare", "prepare_optimizer") and c.node.args for c in ctx.calls):
+            return  # no prepared optimizer: `unscale_gradients` has nothing to unscale
+        for scope in ctx.scopes:
+            for u in scope.calls:
+                if u.method not in _ACCELERATE_UNSCALES or not u.receiver_dotted:
+                    continue
+                if u.method == "unscale_gradients" and u.node.args:
+                    continue
+                block = _accumulate_block(ctx, u)
+                if block is None or accumulating_accelerator(ctx, u.receiver_dotted, scope) is None:
+                    continue
+                settings = accelerator_precision(ctx, u.receiver_dotted, scope)
+                if not settings or not settings <= {"fp16", "runtime"}:
+                    continue
+                yield self._accumulate_diagnostic(ctx, u, block, settings)
+
+    def _accumulate_diagnostic(self, ctx: ModuleContext, u: Any, block: Any, settings: frozenset) -> Diagnostic:
+        certain = settings == {"fp16"}
+        when = "" if certain else "when accelerate runs fp16: "
+        receiver = u.receiver_dotted
+        message = f"{when}`{receiver}.{u.method}` unscales on every micro-batch of `accumulate`; it raises"
+        if len(message) >= 100:
+            message = f"{when}`{u.method}` in `accumulate` unscales each micro-batch; it raises"
+        help = (f"Only the syncing micro-batch steps and updates the scaler: clip under "
+                f"`if {receiver}.sync_gradients:`")
+        data = {"shape": "accelerate-accumulate", "scaler": None, "optimizer": None, "framework": "accelerate",
+                "accelerator": receiver, "first_line": ctx.position(block)[0].row}
+        return ctx.diagnostic(self, u.node, message, data=data, help=help,
+                              related=(ctx.related(block, "accumulates gradients over micro-batches"),),
+                              severity=None if certain else Severity.WARNING)
 
     def _accelerate_twice(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         """accelerate's `clip_grad_norm_` / `clip_grad_value_` / `unscale_gradients()` called twice
@@ -777,6 +878,61 @@ if __name__ == "__main__":
 
 #: accelerate's methods that run `scaler.unscale_` on every prepared optimizer when they are called
 _ACCELERATE_UNSCALES = frozenset(("clip_grad_norm_", "clip_grad_value_", "unscale_gradients"))
+
+
+def _accumulate_block(ctx: ModuleContext, call: Any) -> Optional[Any]:
+    """The `with <receiver>.accumulate(...):` statement of the same function whose body runs
+    `call` on every micro-batch: no `if` / `else` on the way whose test reads a boundary
+    (`sync_gradients`, `% accum`, an `accum...` name), and no such `if` anywhere in the
+    block's body (a guard clause `if not accelerator.sync_gradients: continue`)."""
+    import libcst as cst
+
+    node = ctx.parent(call.node)
+    conditional = False
+    while node is not None and not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.Module)):
+        if isinstance(node, cst.If):
+            conditional = conditional or _boundary_test(node.test)
+        elif isinstance(node, cst.With) and any(_is_accumulate(item.item, call.receiver_dotted) for item in node.items):
+            if conditional or _boundary_in(node.body):
+                return None
+            return node
+        node = ctx.parent(node)
+    return None
+
+
+def _is_accumulate(expr: Any, receiver: str) -> bool:
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    return (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "accumulate"
+            and dotted_name(expr.func.value) == receiver)
+
+
+def _boundary_test(test: Any) -> bool:
+    found = _AccumulationTest()
+    test.visit(found)
+    return bool(found.nodes)
+
+
+def _if_tests(body: Any) -> List[Any]:
+    """The tests of the `if` statements under a block (not in nested functions or classes)."""
+    import libcst as cst
+
+    out: List[Any] = []
+    stack = [body]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(n, cst.If):
+            out.append(n.test)
+        stack.extend(n.children)
+    return out
+
+
+def _boundary_in(body: Any) -> bool:
+    return any(_boundary_test(t) for t in _if_tests(body))
 
 
 def _may_step(ctx: ModuleContext, call: Any) -> bool:

@@ -166,3 +166,69 @@ def test_amp104_silent_without_a_grad_scaler(args, between):
 ])
 def test_amp104_silent_shapes(code):
     assert lint(code, "AMP104") == []
+
+
+ACCUMULATE = """
+from accelerate import Accelerator
+{constants}
+accelerator = Accelerator({args})
+model, optim, loader = accelerator.prepare(model, optim, loader)
+for batch in loader:
+    with accelerator.accumulate(model):
+        accelerator.backward(model(batch))
+{clip}
+        optim.step()
+        optim.zero_grad()
+"""
+CLIP = "        accelerator.clip_grad_norm_(model.parameters(), 0.5)"
+
+
+@pytest.mark.parametrize("constants,args,severity,prefix", [
+    ("", 'mixed_precision="fp16", gradient_accumulation_steps=4', "error", ""),
+    ("ACCUM = 8", "gradient_accumulation_steps=ACCUM", "warning", "when accelerate runs fp16: "),
+    ("", "mixed_precision=args.mixed_precision, gradient_accumulation_steps=2 * 2", "warning", "when accelerate runs fp16: "),
+])
+def test_amp104_an_accelerate_clip_on_every_micro_batch_of_accumulate(constants, args, severity, prefix):
+    found = lint(ACCUMULATE.format(constants=constants, args=args, clip=CLIP), "AMP104")
+    assert [d.location.row for d in found] == [8]
+    assert found[0].severity.value == severity
+    assert found[0].message.startswith(prefix + "`")
+    assert found[0].data["shape"] == "accelerate-accumulate"
+    assert len(found[0].message) < 100
+
+
+@pytest.mark.parametrize("constants,args,clip", [
+    ("", 'mixed_precision="bf16", gradient_accumulation_steps=4', CLIP),  # no scaler
+    ("", 'mixed_precision="fp16"', CLIP),  # default of 1: every micro-batch syncs
+    ("", 'mixed_precision="fp16", gradient_accumulation_steps=args.accum', CLIP),  # may be 1
+    ("ACCUM = 4\nACCUM = 1", 'mixed_precision="fp16", gradient_accumulation_steps=ACCUM', CLIP),
+    ("", 'mixed_precision="fp16", gradient_accumulation_steps=4, deepspeed_plugin=plugin', CLIP),
+    ("", 'mixed_precision="fp16", gradient_accumulation_steps=4',
+     "        if accelerator.sync_gradients:\n    " + CLIP),
+    ("", 'mixed_precision="fp16", gradient_accumulation_steps=4',
+     "        if not accelerator.sync_gradients:\n            continue\n" + CLIP),
+])
+def test_amp104_accumulate_silent_shapes(constants, args, clip):
+    assert lint(ACCUMULATE.format(constants=constants, args=args, clip=clip), "AMP104") == []
+
+
+def test_amp104_accumulate_in_a_trainer_method():
+    code = """
+    from accelerate import Accelerator
+
+    class Trainer:
+        def __init__(self, model, optim):
+            self.accelerator = Accelerator(mixed_precision="fp16", gradient_accumulation_steps=4)
+            self.model, self.optim = self.accelerator.prepare(model, optim)
+
+        def train_step(self, batch):
+            with self.accelerator.accumulate(self.model):
+                self.accelerator.backward(self.model(batch))
+                if self.max_grad_norm is not None:
+                    self.accelerator.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+                self.optim.step()
+                self.optim.zero_grad()
+    """
+    found = lint(code, "AMP104")
+    assert [d.location.row for d in found] == [12]
+    assert found[0].severity.value == "error"

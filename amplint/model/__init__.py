@@ -81,6 +81,7 @@ _EXPORTS = {
     "scaling_choice": ".accelerators",
     "config_scaling_accelerator": ".accelerators",
     "accelerator_precision": ".accelerators",
+    "accumulating_accelerator": ".accelerators",
     "ACCELERATORS": ".accelerators",
     # fabrics (Lightning Fabric's fp16 backward, issue 23)
     "scaling_fabric": ".fabrics",

@@ -240,3 +240,49 @@ def _names_accelerator(ctx: "ModuleContext", node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.SimpleString) and isinstance(evaluated(node), str):
         return evaluated(node).strip() in ("Accelerator", "accelerate.Accelerator")  # a forward reference
     return not ctx.imports.qualnames(node).isdisjoint(ACCELERATORS)
+
+
+#: Accelerator(device_placement, split_batches, mixed_precision, gradient_accumulation_steps, ...)
+_ACCUMULATION_POSITION = 3
+
+
+def accumulating_accelerator(ctx: "ModuleContext", receiver: Optional[str], scope: Scope) -> Optional[CallInfo]:
+    """The `Accelerator(gradient_accumulation_steps=N)` constructor, N a constant above 1 (a
+    literal or a module constant), that `receiver` (as spelled in `scope`) certainly holds, else
+    None. With it `with receiver.accumulate(model):` syncs only every N-th micro-batch, and
+    the prepared optimizer's `step` (which runs `scaler.update()`) skips the others. Never with
+    a plugin (DeepSpeed / FSDP / Megatron-LM clip and scale on their own), `cpu=`, `*args` /
+    `**kwargs`, a `gradient_accumulation_plugin` or a `GradScalerKwargs(enabled=...)` handler.
+    `accelerator_precision` answers whether it scales."""
+    return certain_constructor(ctx, receiver, scope, "_accumulating_accelerators", lambda call: _accumulates(ctx, call))
+
+
+def _accumulates(ctx: "ModuleContext", call: CallInfo) -> bool:
+    from .literals import folded_number
+
+    if not call.calls_any(ACCELERATORS) or _scaler_disabled_somewhere(ctx):
+        return False
+    if any(a.star for a in call.node.args) or call.arg(_CPU_POSITION, "cpu") is not None:
+        return False
+    if any(call.arg(None, plugin) is not None for plugin in (*_PLUGINS, "gradient_accumulation_plugin")):
+        return False
+    steps = folded_number(call.arg(_ACCUMULATION_POSITION, "gradient_accumulation_steps"), _module_numbers(ctx).get)
+    return steps is not None and steps > 1
+
+
+def _module_numbers(ctx: "ModuleContext") -> Dict[str, float]:
+    """Module-level names assigned one number, only ever (`GRADIENT_ACCUMULATE_EVERY = 4`)."""
+    from .literals import literal_number
+
+    cached = ctx.__dict__.get("_module_numbers")
+    if cached is None:
+        found: Dict[str, Optional[float]] = {}
+        for a in ctx.assignments:
+            if "." in a.target:
+                continue
+            value = literal_number(a.value) if a.scope.is_module and not a.unpacked else None
+            if a.target in found and found[a.target] != value:
+                value = None
+            found[a.target] = value
+        cached = ctx.__dict__["_module_numbers"] = {k: v for k, v in found.items() if v is not None}
+    return cached
