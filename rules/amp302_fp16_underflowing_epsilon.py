@@ -781,11 +781,11 @@ def _absorbed(ctx: ModuleContext, node: "cst.BaseExpression") -> Optional[Tuple[
     (`1 - 1e-4` is 1.0 in fp16): the bound it was written to keep away from is the bound."""
     import libcst as cst
 
-    from amplint.model import folded_number, in_fp16
+    from amplint.model import folded_number, in_fp16, module_numbers
 
     if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract))):
         return None
-    constant = _module_constants(ctx)
+    constant = module_numbers(ctx)
     left, right = folded_number(node.left, constant.get), folded_number(node.right, constant.get)
     if left is None or right is None:
         return None
@@ -794,21 +794,6 @@ def _absorbed(ctx: ModuleContext, node: "cst.BaseExpression") -> Optional[Tuple[
     if small == 0 or not math.isfinite(in_fp16(value)) or in_fp16(value) != in_fp16(big):
         return None
     return value, abs(small)
-
-
-def _module_constants(ctx: ModuleContext) -> Dict[str, float]:
-    """Module-level names assigned one number, only ever (`EPS = 1e-7`)."""
-    from amplint.model import literal_number
-
-    found: Dict[str, Optional[float]] = {}
-    for a in ctx.assignments:
-        if "." in a.target:
-            continue
-        value = literal_number(a.value) if a.scope.is_module and not a.unpacked else None
-        if a.target in found and found[a.target] != value:
-            value = None
-        found[a.target] = value
-    return {k: v for k, v in found.items() if v is not None}
 
 
 def _short(text: str, limit: int = 30) -> str:
@@ -1158,10 +1143,10 @@ def _passed(ctx: ModuleContext, scope: "Scope", node: "cst.BaseExpression", call
 def _decay_value(ctx: ModuleContext, scope: "Scope", rate: "cst.BaseExpression", caller: Optional[CallInfo], lerp: bool) -> Optional[Tuple[float, "cst.BaseExpression"]]:
     """(decay, the node spelling it): a constant expression (module constants included) where
     the update is written, or passed for a parameter by `caller`."""
-    from amplint.model import folded_number
+    from amplint.model import folded_number, module_numbers
 
     node = _passed(ctx, scope, rate, caller)
-    value = folded_number(node, _module_constants(ctx).get) if node is not None else None
+    value = folded_number(node, module_numbers(ctx).get) if node is not None else None
     if value is None:
         return None
     return (1 - value if lerp else value), node  # type: ignore[return-value]

@@ -52,6 +52,7 @@ _EXPORTS = {
     "literal_bool": ".literals",
     "literal_number": ".literals",
     "literal_string": ".literals",
+    "module_numbers": ".literals",
     # guards
     "GuardedPaths": ".guards",
     # paths

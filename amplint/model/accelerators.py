@@ -258,7 +258,7 @@ def accumulating_accelerator(ctx: "ModuleContext", receiver: Optional[str], scop
 
 
 def _accumulates(ctx: "ModuleContext", call: CallInfo) -> bool:
-    from .literals import folded_number
+    from .literals import folded_number, module_numbers
 
     if not call.calls_any(ACCELERATORS) or _scaler_disabled_somewhere(ctx):
         return False
@@ -266,23 +266,5 @@ def _accumulates(ctx: "ModuleContext", call: CallInfo) -> bool:
         return False
     if any(call.arg(None, plugin) is not None for plugin in (*_PLUGINS, "gradient_accumulation_plugin")):
         return False
-    steps = folded_number(call.arg(_ACCUMULATION_POSITION, "gradient_accumulation_steps"), _module_numbers(ctx).get)
+    steps = folded_number(call.arg(_ACCUMULATION_POSITION, "gradient_accumulation_steps"), module_numbers(ctx).get)
     return steps is not None and steps > 1
-
-
-def _module_numbers(ctx: "ModuleContext") -> Dict[str, float]:
-    """Module-level names assigned one number, only ever (`GRADIENT_ACCUMULATE_EVERY = 4`)."""
-    from .literals import literal_number
-
-    cached = ctx.__dict__.get("_module_numbers")
-    if cached is None:
-        found: Dict[str, Optional[float]] = {}
-        for a in ctx.assignments:
-            if "." in a.target:
-                continue
-            value = literal_number(a.value) if a.scope.is_module and not a.unpacked else None
-            if a.target in found and found[a.target] != value:
-                value = None
-            found[a.target] = value
-        cached = ctx.__dict__["_module_numbers"] = {k: v for k, v in found.items() if v is not None}
-    return cached

@@ -135,3 +135,21 @@ def in_fp16(value: float) -> float:
         return float(struct.unpack("<e", struct.pack("<e", value))[0])
     except OverflowError:
         return math.copysign(math.inf, value)
+
+
+def module_numbers(ctx: Any) -> "dict[str, float]":
+    """Module-level names of a file's context assigned one number, only ever (`EPS = 1e-7`,
+    `GRADIENT_ACCUMULATE_EVERY = 4`): the constants `folded_number` may read. Kept on the
+    context, so every rule asking about the same file reads its assignments once."""
+    cached = ctx.__dict__.get("_module_numbers")
+    if cached is None:
+        found: "dict[str, Optional[float]]" = {}
+        for a in ctx.assignments:
+            if "." in a.target:
+                continue
+            value = literal_number(a.value) if a.scope.is_module and not a.unpacked else None
+            if a.target in found and found[a.target] != value:
+                value = None
+            found[a.target] = value
+        cached = ctx.__dict__["_module_numbers"] = {k: v for k, v in found.items() if v is not None}
+    return cached
