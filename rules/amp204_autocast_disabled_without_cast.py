@@ -98,6 +98,11 @@ class AutocastDisabledWithoutCast(Rule):
     finding's related locations are the passing calls and the region's start, with
     the chain of calls. Arguments made before the region, or by a project module the
     model does not resolve to an `nn.Linear`/`nn.Conv*`, are not followed.
+    A tensor a function made before its own `autocast(enabled=False)` region
+    (no region in its file around either), by such an op and then only viewed,
+    indexed or unpacked (`qkv = self.qkv(x).reshape(...)`, `q, k, v = qkv[0],
+    qkv[1], qkv[2]`), is flagged where the region uses it: the region only
+    matters under a caller's autocast, and there that op ran in fp16/bf16.
     A disabled region for another device
     (`autocast("cpu", enabled=False)` inside CUDA autocast) does not turn
     CUDA autocast off and is not considered.
@@ -282,6 +287,25 @@ def evaluate(model, postprocess, loader):
 """,
             "the disabled block after the forward feeds no loss (post-processing)",
         ),
+        Valid(
+            """
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.qkv = nn.Linear(dim, dim * 3)
+
+    def forward(self, x):
+        qkv = self.qkv(x).reshape(x.shape[0], -1, 3, 8).permute(2, 0, 1, 3)
+        q, k = qkv[0].float(), qkv[1].float()
+        with torch.autocast("cuda", enabled=False):
+            return (q @ k.transpose(-2, -1)).softmax(-1)
+""",
+            "tensors made before the function's own disabled region, cast to fp32 before it",
+        ),
     ]
 
     INVALID = [
@@ -404,6 +428,26 @@ def train_one_epoch(model, criterion, loader, optimizer, device, scaler):
             line=9,
             why="the sibling shape: the loss's fp32 block comes after the fp16 forward's block, not inside it",
         ),
+        Invalid(
+            """
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.qkv = nn.Linear(dim, dim * 3)
+
+    def forward(self, x):
+        qkv = self.qkv(x).reshape(x.shape[0], -1, 3, 8).permute(2, 0, 1, 3)
+        with torch.cuda.amp.autocast(enabled=False):
+            q, k = qkv[0], qkv[1]
+            return (q @ k.transpose(-2, -1)).softmax(-1)
+""",
+            line=14,
+            why="made before the function's own disabled region, which exists for a caller's autocast: `q` is fp16",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -434,6 +478,11 @@ def train_one_epoch(model, criterion, loader, optimizer, device, scaler):
                         continue
                     reported.add(id(base))
                     yield self._diagnostic(ctx, base, source, op, outer, disabled)
+        for name, source, op, disabled in _made_before_region(ctx):
+            if id(name) in reported:
+                continue
+            reported.add(id(name))
+            yield self._before_region(ctx, name, source, op, disabled)
         found = {}  # the helper's use of the parameter -> the first caller's facts, every passing call
         for base, source, op, outer, disabled, call in _across_calls(ctx):
             if id(base) in reported:
@@ -498,6 +547,19 @@ def train_one_epoch(model, criterion, loader, optimizer, device, scaler):
                         "chain": [k[1] for k in chain]}
                 yield project.diagnostic(self, ProjectCall(path, qual, use), message, data=data, related=tuple(related),
                                          help=f"Use `{name}.float()`")
+
+    def _before_region(self, ctx: ModuleContext, name: cst.Name, source: AutocastOp, op: AutocastOp,
+                       disabled: AutocastRegion) -> Diagnostic:
+        """A tensor the function made by a lower-precision op just before its own disabled region."""
+        from amplint.model import make_fix, replace_node
+        message = f"`{name.value}` from `{source.op}` above is fp16/bf16 under autocast: enabled=False casts nothing back"
+        fix = make_fix(f"Cast `{name.value}` with `.float()`", [replace_node(ctx, name, f"{name.value}.float()")], safe=False)
+        return ctx.diagnostic(
+            self, name, message, fix=fix, help=f"Use `{name.value}.float()`",
+            data={"name": name.value, "source_op": source.op, "op": op.op, "device": disabled.device, "dtype": None,
+                  "shape": "before-region"},
+            related=[ctx.related(source.node, "made under the caller's autocast here")],
+        )
 
     def _diagnostic(
         self,
@@ -575,6 +637,83 @@ def _across_calls(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, AutocastOp, Au
                         if isinstance(base, cst.Name) and base.value == param:
                             if assignment_before(ctx, param, helper, op.statement, op.order) is None:
                                 yield base, source, op, outer, disabled, call
+
+
+def _made_before_region(ctx: ModuleContext) -> Iterator[Tuple[cst.Name, AutocastOp, AutocastOp, AutocastRegion]]:
+    """A function that opens `autocast(enabled=False)` with no region that may be enabled around it
+    in its file, and uses inside it, uncast, a tensor it made before the region, outside any region,
+    by an op autocast runs in lower precision (`qkv = self.qkv(x).reshape(...)`, then `q, k =
+    qkv[0], qkv[1]` and `q @ k.transpose(-2, -1)` in the region). The region is there only for a
+    caller's autocast; under it that op ran in fp16/bf16, so the region computes in low precision."""
+    import libcst as cst
+
+    from amplint.model import active_region, autocast_ops, region_within, strip_views
+    tops = [r for r in ctx.regions if r.enabled is False and not r.framework and _all_disabled(r)]
+    if not tops:
+        return
+    ops = autocast_ops(ctx)
+    for disabled in tops:
+        for op in ops:
+            if not region_within(op.region, disabled) or op.scope.is_module or active_region(op.region) is not None:
+                continue
+            if not torchapi.runs_in_lower_precision(op.op, disabled.device):
+                continue
+            for inp in op.inputs:
+                base = strip_views(ctx, inp)
+                if not isinstance(base, cst.Name) or base.value in op.scope.params:
+                    continue
+                source = _made_outside(ctx, base.value, op.scope, op.statement, op.order, disabled)
+                if source is not None:
+                    yield base, source, op, disabled
+
+
+def _unpacked_element(a: Assignment, name: str) -> Optional[cst.BaseExpression]:
+    """The value `name` takes in `a`: the whole value, or the matching element of `q, k = a, b`;
+    a view of the whole value (`q, k = t.unbind(0)`) for a single unpacked expression."""
+    import libcst as cst
+
+    if not a.unpacked:
+        return a.value
+    targets = [t.target for t in getattr(a.node, "targets", ())]
+    for target in targets:
+        if isinstance(target, (cst.Tuple, cst.List)) and isinstance(a.value, (cst.Tuple, cst.List)):
+            names = [e.value for e in target.elements]
+            if len(names) != len(a.value.elements) or any(not isinstance(n, cst.Name) for n in names):
+                return None
+            for n, e in zip(names, a.value.elements):
+                if n.value == name:
+                    return None if isinstance(e, cst.StarredElement) else e.value
+            return None
+    return a.value
+
+
+def _made_outside(ctx: ModuleContext, name: str, scope: Scope, statement: cst.CSTNode, order: int,
+                  disabled: AutocastRegion) -> Optional[AutocastOp]:
+    """The lower-precision op whose result `name` holds, through views, indexing and unpacking
+    (`qkv[0]`, `t.unbind(0)`), made in `scope` before `disabled`, in no autocast region of the file."""
+    import libcst as cst
+
+    from amplint.model import assignment_before, autocast_op_of, region_within, strip_views
+    for _ in range(6):
+        a = assignment_before(ctx, name, scope, statement, order)
+        if a is None:
+            return None
+        value = _unpacked_element(a, name)
+        if value is None:
+            return None
+        base = strip_views(ctx, value)
+        if a.region is not None and not (region_within(a.region, disabled) and isinstance(base, cst.Name)):
+            return None  # made in another region (the sibling shape), or computed in the fp32 one
+        if isinstance(base, cst.Name):
+            name, statement, order = base.value, a.statement, a.order
+            continue
+        if a.unpacked and value is a.value and isinstance(a.value, (cst.Tuple, cst.List)):
+            return None
+        source = autocast_op_of(ctx, base)
+        if source is None or not torchapi.runs_in_lower_precision(source.op, disabled.device):
+            return None
+        return source
+    return None
 
 
 def _bound_arguments(call: CallInfo, helper: Scope) -> Iterator[Tuple[str, cst.BaseExpression]]:
