@@ -210,6 +210,17 @@ class CustomFunctionWithoutCustomFwd(Rule):
     Function no program of a distributed package's project builds (a
     registered PointNet++ op no shipped config names) is still reported: its
     users may build it.
+    Silent likewise, with no flag needed, when every application runs in a
+    function or method decorated with torch's
+    `@custom_fwd(cast_inputs=torch.float32)` (`torch.cuda.amp.custom_fwd`,
+    `torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`, or
+    imported through a project module re-exporting it, GLIP's
+    `maskrcnn_benchmark/utils/amp.py`): under autocast it casts the floating
+    arguments to fp32 and turns autocast off (GLIP's `deform_conv`, applied
+    by `DeformConv.forward`). A plain `@custom_fwd`, or `cast_inputs=` another
+    dtype, keeps the finding. Another file's own module-level class or
+    function of the same name (a second `QuickCumsumCuda` in
+    `bev_pool_v2.py`) is not a use of the followed one.
     The incoming grad is followed through views, splits and loops over them
     (`for i, (qc, doc) in enumerate(zip(q.split(b), do.split(b)))`, the
     blockwise backward of a memory-efficient attention).
@@ -805,6 +816,37 @@ def train(model, batch):
 """,
             "every application is in an mmcv `@force_fp32()` method of a module with `fp16_enabled`: fp32 inputs, no autocast (bevfusion's bev_pool)",
         ),
+        Valid(
+            """
+import torch
+from torch.autograd import Function
+from torch.cuda.amp import custom_fwd
+
+from . import _C
+
+
+class _DeformConv(Function):
+    @staticmethod
+    def forward(ctx, input, offset, weight):
+        ctx.save_for_backward(input, offset, weight)
+        return _C.deform_conv_forward(input, offset, weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _C.deform_conv_backward(grad, *ctx.saved_tensors)
+
+
+class DeformConv(torch.nn.Module):
+    @custom_fwd(cast_inputs=torch.float32)
+    def forward(self, input, offset):
+        return _DeformConv.apply(input, offset, self.weight)
+
+
+with torch.autocast("cuda"):
+    y = DeformConv()(x, off)
+""",
+            "every application is in a `custom_fwd(cast_inputs=torch.float32)` function: fp32 inputs, autocast off (GLIP's deform_conv)",
+        ),
     ]
 
     INVALID = [
@@ -1181,6 +1223,38 @@ def train(model, batch):
             line=10,
             why="`@force_fp32()` on a module without `fp16_enabled` does nothing: the caller's autocast reaches the kernel",
         ),
+        Invalid(
+            """
+import torch
+from torch.autograd import Function
+from torch.cuda.amp import custom_fwd
+
+from . import _C
+
+
+class _DeformConv(Function):
+    @staticmethod
+    def forward(ctx, input, offset, weight):
+        ctx.save_for_backward(input, offset, weight)
+        return _C.deform_conv_forward(input, offset, weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _C.deform_conv_backward(grad, *ctx.saved_tensors)
+
+
+class DeformConv(torch.nn.Module):
+    @custom_fwd
+    def forward(self, input, offset):
+        return _DeformConv.apply(input, offset, self.weight)
+
+
+with torch.autocast("cuda"):
+    y = DeformConv()(x, off)
+""",
+            line=10,
+            why="`@custom_fwd` without `cast_inputs` casts nothing: the kernel gets autocast's fp16 next to the fp32 weight",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -1215,8 +1289,11 @@ def train(model, batch):
                 # and the file enters no autocast: only a conftest's fixture or an importer may
                 condition = with_requirement(condition, RUNNER_AUTOCAST)
             setup_context = "setup_context" in methods
-            if "force_fp32" in ctx.source and cls.name.value.startswith("_") and forced_in_file(ctx.source, cls.name.value):
-                continue  # a private one applied only in mmcv `@force_fp32()` methods here: fp32 inputs, autocast off
+            forcing = "force_fp32" in ctx.source or "cast_inputs" in ctx.source
+            if forcing and cls.name.value.startswith("_") and forced_in_file(ctx.source, cls.name.value):
+                # a private one applied only in mmcv `@force_fp32()` methods or `custom_fwd(cast_inputs=torch.float32)`
+                # functions here: fp32 inputs, autocast off
+                continue
             # silent when its every application runs in such a method, wherever the project applies it
             condition = with_requirement(condition, UNFORCED, cls.name.value)
             in_backward = _grad_meets_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
