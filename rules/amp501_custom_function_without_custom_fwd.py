@@ -210,6 +210,21 @@ class CustomFunctionWithoutCustomFwd(Rule):
     Function no program of a distributed package's project builds (a
     registered PointNet++ op no shipped config names) is still reported: its
     users may build it.
+    Silent likewise, with no flag needed, when every application runs in a
+    function or method decorated with torch's
+    `@custom_fwd(cast_inputs=torch.float32)` (`torch.cuda.amp.custom_fwd`,
+    `torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`, or
+    imported through a project module re-exporting it, GLIP's
+    `maskrcnn_benchmark/utils/amp.py`): under autocast it casts the floating
+    arguments to fp32 and turns autocast off (GLIP's `deform_conv`, applied
+    by `DeformConv.forward`). A plain `@custom_fwd`, or `cast_inputs=` another
+    dtype, keeps the finding. Another file's own module-level class or
+    function of the same name (a second `QuickCumsumCuda` in
+    `bev_pool_v2.py`) is not a use of the followed one.
+    Silent on a Function whose forward raises on every float input that is
+    not float32 (`if not (input.dtype == torch.float32): raise ...`, or `!=`):
+    the kernel never gets mixed dtypes; an input held so to an integer dtype
+    (`edges.dtype == torch.int64`) is not counted as a float input.
     The incoming grad is followed through views, splits and loops over them
     (`for i, (qc, doc) in enumerate(zip(q.split(b), do.split(b)))`, the
     blockwise backward of a memory-efficient attention).
@@ -805,6 +820,68 @@ def train(model, batch):
 """,
             "every application is in an mmcv `@force_fp32()` method of a module with `fp16_enabled`: fp32 inputs, no autocast (bevfusion's bev_pool)",
         ),
+        Valid(
+            """
+import torch
+from torch.autograd import Function
+from torch.cuda.amp import custom_fwd
+
+from . import _C
+
+
+class _DeformConv(Function):
+    @staticmethod
+    def forward(ctx, input, offset, weight):
+        ctx.save_for_backward(input, offset, weight)
+        return _C.deform_conv_forward(input, offset, weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _C.deform_conv_backward(grad, *ctx.saved_tensors)
+
+
+class DeformConv(torch.nn.Module):
+    @custom_fwd(cast_inputs=torch.float32)
+    def forward(self, input, offset):
+        return _DeformConv.apply(input, offset, self.weight)
+
+
+with torch.autocast("cuda"):
+    y = DeformConv()(x, off)
+""",
+            "every application is in a `custom_fwd(cast_inputs=torch.float32)` function: fp32 inputs, autocast off (GLIP's deform_conv)",
+        ),
+        Valid(
+            """
+import torch
+from torch.autograd import Function
+
+from . import _C
+
+
+class GatherScatter(Function):
+    @staticmethod
+    def forward(ctx, input, weight, edges):
+        if not (input.dtype == torch.float32):
+            raise ValueError("input has to be of type torch.float32.")
+        if weight.dtype != torch.float32:
+            raise ValueError("weight has to be of type torch.float32.")
+        if not (edges.dtype == torch.int64):
+            raise ValueError("edges has to be of type torch.int64.")
+        ctx.save_for_backward(weight, edges)
+        return _C.gather_scatter(input, weight, edges)
+
+    @staticmethod
+    def backward(ctx, grad):
+        weight, edges = ctx.saved_tensors
+        return _C.gather_scatter(grad, weight, edges), None, None
+
+
+with torch.autocast("cuda"):
+    y = GatherScatter.apply(x, w, e)
+""",
+            "forward raises on every float input that is not float32: the kernel never gets mixed dtypes (pytorch3d)",
+        ),
     ]
 
     INVALID = [
@@ -1181,6 +1258,68 @@ def train(model, batch):
             line=10,
             why="`@force_fp32()` on a module without `fp16_enabled` does nothing: the caller's autocast reaches the kernel",
         ),
+        Invalid(
+            """
+import torch
+from torch.autograd import Function
+from torch.cuda.amp import custom_fwd
+
+from . import _C
+
+
+class _DeformConv(Function):
+    @staticmethod
+    def forward(ctx, input, offset, weight):
+        ctx.save_for_backward(input, offset, weight)
+        return _C.deform_conv_forward(input, offset, weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _C.deform_conv_backward(grad, *ctx.saved_tensors)
+
+
+class DeformConv(torch.nn.Module):
+    @custom_fwd
+    def forward(self, input, offset):
+        return _DeformConv.apply(input, offset, self.weight)
+
+
+with torch.autocast("cuda"):
+    y = DeformConv()(x, off)
+""",
+            line=10,
+            why="`@custom_fwd` without `cast_inputs` casts nothing: the kernel gets autocast's fp16 next to the fp32 weight",
+        ),
+        Invalid(
+            """
+import torch
+from torch.autograd import Function
+
+from . import _C
+
+
+class GatherScatter(Function):
+    @staticmethod
+    def forward(ctx, input, weight, edges):
+        if not (input.dtype == torch.float32):
+            raise ValueError("input has to be of type torch.float32.")
+        if not (edges.dtype == torch.int64):
+            raise ValueError("edges has to be of type torch.int64.")
+        ctx.save_for_backward(weight, edges)
+        return _C.gather_scatter(input, weight, edges)
+
+    @staticmethod
+    def backward(ctx, grad):
+        weight, edges = ctx.saved_tensors
+        return _C.gather_scatter(grad, weight, edges), None, None
+
+
+with torch.autocast("cuda"):
+    y = GatherScatter.apply(x, w, e)
+""",
+            line=9,
+            why="only `input` is held to float32: autocast's fp16 `weight` still meets it in the kernel",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -1215,8 +1354,11 @@ def train(model, batch):
                 # and the file enters no autocast: only a conftest's fixture or an importer may
                 condition = with_requirement(condition, RUNNER_AUTOCAST)
             setup_context = "setup_context" in methods
-            if "force_fp32" in ctx.source and cls.name.value.startswith("_") and forced_in_file(ctx.source, cls.name.value):
-                continue  # a private one applied only in mmcv `@force_fp32()` methods here: fp32 inputs, autocast off
+            forcing = "force_fp32" in ctx.source or "cast_inputs" in ctx.source
+            if forcing and cls.name.value.startswith("_") and forced_in_file(ctx.source, cls.name.value):
+                # a private one applied only in mmcv `@force_fp32()` methods or `custom_fwd(cast_inputs=torch.float32)`
+                # functions here: fp32 inputs, autocast off
+                continue
             # silent when its every application runs in such a method, wherever the project applies it
             condition = with_requirement(condition, UNFORCED, cls.name.value)
             in_backward = _grad_meets_op(ctx, bwd, backward) or _extension_call(ctx, bwd, backward, True, extensions, 1)
@@ -1236,6 +1378,12 @@ def train(model, batch):
                 condition = with_requirement(condition, CALLED_ELSEWHERE, cls.name.value)
             # an input every application hands an integer tensor (a handle, an index) is no float input
             integral = _integer_inputs(ctx, forward, setup_context, applied)
+            guarded = _rejected_dtypes(ctx, forward)
+            integral = integral | {p for p, d in guarded.items() if d in _INTEGER_DTYPES}
+            floats = [p.name.value for p in forward.params.params if not _config_default(p.default)][0 if setup_context else 1:]
+            floats = [p for p in floats if p not in integral]
+            if floats and all(guarded.get(p) in ("torch.float32", "torch.float") for p in floats):
+                continue  # forward raises on every float input that is not float32: no mixed dtypes reach the kernel
             kernel = _extension_call(ctx, fwd, forward, setup_context, extensions, 2, integral)
             if kernel is not None:
                 name, count = kernel
@@ -1798,6 +1946,35 @@ def _integer_tensor(ctx: ModuleContext, expr: cst.BaseExpression, scope: Scope, 
     return bool(found) and all(
         not a.unpacked and isinstance(a.node, cst.Assign) and _integer_tensor(ctx, a.value, a.scope, depth + 1) for a in found
     )
+
+
+def _rejected_dtypes(ctx: ModuleContext, forward: cst.FunctionDef) -> Dict[str, str]:
+    """{parameter: dtype} for the top-level guards of `forward` that raise unless the parameter has
+    that dtype (`if not (input.dtype == torch.float32): raise ValueError(...)`, or `!=`):
+    pytorch3d's `GatherScatter` takes float32 input and int64 edges only."""
+    found: Dict[str, str] = {}
+    body = forward.body.body if isinstance(forward.body, cst.IndentedBlock) else ()
+    for stmt in body:
+        if not isinstance(stmt, cst.If) or stmt.orelse is not None:
+            continue
+        inner = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ()
+        if not (len(inner) == 1 and isinstance(inner[0], cst.SimpleStatementLine) and isinstance(inner[0].body[0], cst.Raise)):
+            continue
+        test, negated = stmt.test, False
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, negated = test.expression, True
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            continue
+        op = test.comparisons[0].operator
+        if not ((negated and isinstance(op, cst.Equal)) or (not negated and isinstance(op, cst.NotEqual))):
+            continue
+        left, right = test.left, test.comparisons[0].comparator
+        if not (isinstance(left, cst.Attribute) and left.attr.value == "dtype" and isinstance(left.value, cst.Name)):
+            continue
+        dtype = next(iter(sorted(ctx.qualnames(right))), None)
+        if dtype is not None:
+            found[left.value.value] = dtype
+    return found
 
 
 def _config_default(default: Optional[cst.BaseExpression]) -> bool:

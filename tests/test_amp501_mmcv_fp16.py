@@ -137,3 +137,89 @@ def test_a_caller_in_its_own_file_outside_force_fp32_keeps_the_finding(tmp_path)
 def test_apply_to_naming_every_argument_casts_them_all(tmp_path):
     model = MODEL.replace("@force_fp32()", '@force_fp32(apply_to=("geom", "x"))')
     assert _lint(tmp_path, {"pkg/models/transform.py": model}) == []
+
+
+# torch's `@custom_fwd(cast_inputs=torch.float32)`: the same fact with no flag (GLIP's deform_conv,
+# whose decorator is imported through the project's `utils/amp.py` re-export)
+AMP = "try:\n    from torch.cuda.amp import custom_fwd, custom_bwd\nexcept ImportError:\n    custom_fwd = None\n"
+
+CUSTOM = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+    from pkg.ops.pool import bev_pool, pool_apply
+    from pkg.utils.amp import custom_fwd
+
+
+    class Transform(nn.Module):
+        @custom_fwd(cast_inputs=torch.float32)
+        def pool(self, geom, x):
+            return bev_pool(x, geom) + pool_apply(x, geom, geom)
+
+        def forward(self, img, geom):
+            return self.pool(geom, img)
+    """
+)
+
+PLAIN_TRAIN = textwrap.dedent(
+    """\
+    import torch
+
+    from pkg.models import Transform
+
+
+    def train(loader):
+        model = Transform()
+        with torch.autocast("cuda", dtype=torch.float16):
+            for img, geom in loader:
+                model(img, geom).sum().backward()
+    """
+)
+
+
+def _custom(tmp_path: Path, model: str = CUSTOM, **files: str) -> List[str]:
+    base = {"pkg/models/transform.py": model, "pkg/utils/__init__.py": "", "pkg/utils/amp.py": AMP, "train.py": PLAIN_TRAIN}
+    base.update({k.replace("__", "/").replace("_py", ".py"): v for k, v in files.items()})
+    return _lint(tmp_path, base)
+
+
+def test_applied_only_under_custom_fwd_cast_to_fp32_is_silent(tmp_path):
+    assert _custom(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        CUSTOM.replace("from pkg.utils.amp import custom_fwd", "from torch.cuda.amp import custom_fwd"),
+        CUSTOM.replace("from pkg.utils.amp import custom_fwd", "from ..utils.amp import custom_fwd"),
+        CUSTOM.replace("from pkg.utils.amp import custom_fwd\n", "").replace(
+            "@custom_fwd(cast_inputs=torch.float32)", '@torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)'
+        ),
+    ],
+)
+def test_custom_fwd_spelled_from_torch_or_a_relative_reexport_is_silent(tmp_path, model):
+    assert _custom(tmp_path, model) == []
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("@custom_fwd(cast_inputs=torch.float32)", "@custom_fwd"),  # records autocast's state, casts nothing
+        ("@custom_fwd(cast_inputs=torch.float32)", "@custom_fwd(cast_inputs=torch.float16)"),  # fp16 inputs
+        ("from pkg.utils.amp import custom_fwd", "from pkg.utils.misc import custom_fwd"),  # not torch's
+        ("        return self.pool(geom, img)", "        return bev_pool(img, geom)"),  # outside it
+    ],
+)
+def test_custom_fwd_that_does_not_force_fp32_keeps_the_finding(tmp_path, old, new):
+    assert old in CUSTOM
+    misc = "def custom_fwd(**kwargs):\n    return lambda f: f\n"
+    assert _custom(tmp_path, CUSTOM.replace(old, new), pkg__utils__misc_py=misc) == ["pool.py:8"]
+
+
+def test_another_files_own_class_of_the_same_name_is_not_a_use(tmp_path):
+    # `bev_pool_v2.py` defines and applies its own `PoolCuda`, outside any forced function
+    own = OP.replace("pool_apply = PoolCuda.apply\n", "").replace("def bev_pool(", "def bev_pool_v2(")
+    own += "\n\ndef run(x, geom, ranks):\n    return PoolCuda.apply(x, geom, ranks)\n"
+    found = _lint(tmp_path, {"pkg/ops/pool_v2.py": own})
+    assert found == ["pool_v2.py:8"]  # the second one is reported for itself; the first stays silent

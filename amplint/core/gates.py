@@ -1051,8 +1051,9 @@ def autograd_function_lines(source: str) -> Optional[Set[int]]:
     # points (a `test*` function, the top level) apply it, through the functions calling its
     # callers, so it reads the file whole
     program = _TEST_DEF.search(source) is not None or "__main__" in source
-    # mmcv's `@force_fp32()` on the methods applying a Function: the rule reads them all
-    forced = "force_fp32" in source
+    # mmcv's `@force_fp32()` or torch's `@custom_fwd(cast_inputs=...)` on the methods applying a
+    # Function: the rule reads them all
+    forced = "force_fp32" in source or "cast_inputs" in source
     for i, (start, name, _) in enumerate(headers):
         if start not in found:
             continue

@@ -24,6 +24,16 @@ module-level alias `f = F.apply`, an undecorated module-level function of the fi
 it, such as `bev_pool(feats, coords, ...)`) and every other project file spelling one of those
 names. Any other use (a call outside such a method, a value passed on, an import under another
 name, a notebook, a file that cannot be parsed, a listing cut at its limit) keeps the finding.
+
+torch's `@custom_fwd(cast_inputs=torch.float32)` (`torch.cuda.amp.custom_fwd`, or
+`torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32)`, also imported through a
+project module re-exporting it, such as maskrcnn_benchmark's `utils/amp.py`) does the same for
+any function or method, with no flag: under autocast it casts the floating tensors among the
+arguments to fp32 and runs the body with autocast off (outside autocast it changes nothing, and
+no autocast reaches the body either). So a Function applied only there (GLIP's `deform_conv`,
+applied by `DeformConv.forward`) is forced too; a use in such a function needs no `fp16_enabled`.
+A file defining its own module-level class or function of a followed name (a second
+`QuickCumsumCuda` in `bev_pool_v2.py`) uses its own, not the followed one.
 """
 from __future__ import annotations
 
@@ -36,6 +46,12 @@ from .texts import files_stamp, project_root, read_text, whole_listing
 
 #: the modules mmcv's `force_fp32` is imported from (also inside a vendored copy of mmcv)
 _MMCV_RUNNER = re.compile(r"(?:^|\.)mmcv\.runner(?:\.fp16_utils)?$")
+#: torch's decorator casting a function's arguments (`cast_inputs=`) and turning autocast off
+_CUSTOM_FWD = frozenset((
+    "torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd", "torch.cuda.amp.autocast_mode.custom_fwd",
+    "torch.amp.autocast_mode.custom_fwd",
+))
+_FLOAT32 = frozenset(("torch.float32", "torch.float"))
 #: what turns `fp16_enabled` on: mmcv's wrapper, the hook that calls it, a flag set by hand, or
 #: an OpenMMLab config's `fp16 = dict(...)` (mmdet's and mmdet3d's `train_*` build the hook from it)
 _FLIPS = re.compile(r"\bwrap_fp16_model\s*\(|\bFp16OptimizerHook\b|\.fp16_enabled\s*=\s*True\b|^fp16\s*=\s*dict\(", re.MULTILINE)
@@ -70,8 +86,9 @@ def _parents(tree: ast.AST) -> Dict[int, ast.AST]:
     return out
 
 
-def _imported(tree: ast.Module) -> Dict[str, str]:
-    """{local name: dotted name} for the file's imports (relative ones left out)."""
+def _imported(tree: ast.Module, relative: bool = False) -> Dict[str, str]:
+    """{local name: dotted name} for the file's imports (relative ones left out, unless
+    `relative`: then spelled with their leading dots)."""
     out: Dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -84,6 +101,9 @@ def _imported(tree: ast.Module) -> Dict[str, str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 out[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.ImportFrom) and node.level and relative:
+            for alias in node.names:  # `from ..utils.amp import custom_fwd`: `..utils.amp.custom_fwd`
+                out[alias.asname or alias.name] = "." * node.level + (f"{node.module}." if node.module else "") + alias.name
     return out
 
 
@@ -126,29 +146,65 @@ def _sets_flag(cls: ast.ClassDef) -> bool:
     return False
 
 
-def _forced(function: ast.AST, parents: Dict[int, ast.AST], imports: Dict[str, str]) -> bool:
-    """`function` is a method decorated with mmcv's `@force_fp32()` (every argument cast) of a
-    class that sets `fp16_enabled`."""
+def _resolved(spelled: str, imports: Dict[str, str]) -> Optional[str]:
+    """The dotted name a decorator spelled `spelled` (`force_fp32`, `amp.custom_fwd`) stands for."""
+    head, _, rest = spelled.partition(".")
+    resolved = imports.get(head)
+    if resolved is None:
+        return None
+    return f"{resolved}.{rest}" if rest else resolved
+
+
+#: the dotted name a project module's name stands for, read in that module's imports
+#: (`maskrcnn_benchmark.utils.amp.custom_fwd` -> `torch.cuda.amp.custom_fwd`), or None
+Reexport = Callable[[str], Optional[str]]
+
+
+def _casts_to_fp32(decorator: ast.Call, imports: Dict[str, str]) -> bool:
+    """`custom_fwd(..., cast_inputs=torch.float32)` (or `torch.float`)."""
+    for k in decorator.keywords:
+        if k.arg == "cast_inputs":
+            spelled = _dotted(k.value)
+            return spelled is not None and _resolved(spelled, imports) in _FLOAT32
+    return False
+
+
+def forcing(function: ast.AST, parents: Dict[int, ast.AST], imports: Dict[str, str], reexport: Optional[Reexport] = None) -> Optional[str]:
+    """How `function`'s body gets fp32 arguments with autocast off: "mmcv" for a method decorated
+    with mmcv's `@force_fp32()` (every argument cast) of a class that sets `fp16_enabled` (which
+    the project must turn on), "torch" for a function or method decorated with torch's
+    `@custom_fwd(cast_inputs=torch.float32)` (`reexport` resolves a name a project module
+    re-exports to what that module imports), None otherwise."""
     if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return False
-    cls = parents.get(id(function))
-    if not isinstance(cls, ast.ClassDef) or not _sets_flag(cls):
-        return False
+        return None
     for d in function.decorator_list:
         if not isinstance(d, ast.Call):
             continue
         spelled = _dotted(d.func)
-        if spelled is None or not spelled.endswith("force_fp32"):
+        if spelled is None or not spelled.endswith(("force_fp32", "custom_fwd")):
             continue
-        head, _, rest = spelled.partition(".")
-        resolved = imports.get(head)
-        if resolved is None:
+        full = _resolved(spelled, imports)
+        if full is None:
             continue
-        full = f"{resolved}.{rest}" if rest else resolved
+        if spelled.endswith("custom_fwd"):
+            if full not in _CUSTOM_FWD and reexport is not None:
+                full = reexport(full) or full
+            if full in _CUSTOM_FWD and _casts_to_fp32(d, imports):
+                return "torch"
+            continue
+        cls = parents.get(id(function))
+        if not isinstance(cls, ast.ClassDef) or not _sets_flag(cls):
+            continue
         module, _, name = full.rpartition(".")
         if name == "force_fp32" and _MMCV_RUNNER.search(module) and _casts_every_argument(d, function):  # type: ignore[arg-type]
-            return True
-    return False
+            return "mmcv"
+    return None
+
+
+def _forced(function: ast.AST, parents: Dict[int, ast.AST], imports: Dict[str, str]) -> bool:
+    """`function` is a method decorated with mmcv's `@force_fp32()` (every argument cast) of a
+    class that sets `fp16_enabled`."""
+    return forcing(function, parents, imports) == "mmcv"
 
 
 def _enclosing(node: ast.AST, parents: Dict[int, ast.AST]) -> Optional[ast.AST]:
@@ -159,18 +215,70 @@ def _enclosing(node: ast.AST, parents: Dict[int, ast.AST]) -> Optional[ast.AST]:
     return here
 
 
+class _Modules:
+    """The project's modules by dotted name (the tail of their paths), for a re-export."""
+
+    def __init__(self, listing: List[str]) -> None:
+        self.by_tail: Dict[str, List[str]] = {}
+        for p in listing:
+            if not p.endswith(".py"):
+                continue
+            parts = os.path.abspath(p)[:-3].split(os.sep)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            self.by_tail.setdefault(parts[-1], []).append(os.sep.join(parts))
+
+    def _file(self, dotted: str, importer: str) -> Optional[str]:
+        """The file of module `dotted` (`..utils.amp` relative to `importer`), when one matches."""
+        if dotted.startswith("."):
+            level = len(dotted) - len(dotted.lstrip("."))
+            base = os.path.dirname(os.path.abspath(importer))
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            stem = os.path.join(base, *dotted.lstrip(".").split("."))
+            found = [c for c in (stem + ".py", os.path.join(stem, "__init__.py")) if os.path.isfile(c)]
+        else:
+            parts = dotted.split(".")
+            suffix = os.sep + os.sep.join(parts)
+            stems = [s for s in self.by_tail.get(parts[-1], ()) if s.endswith(suffix)]
+            found = [c for s in stems for c in (s + ".py", os.path.join(s, "__init__.py")) if os.path.isfile(c)]
+        return found[0] if len(found) == 1 else None
+
+    def reexport(self, importer: str) -> Reexport:
+        """What a dotted name spelled in `importer` stands for, one project module deep."""
+
+        def resolve(full: str) -> Optional[str]:
+            module, _, name = full.rpartition(".")
+            path = self._file(module, importer) if module.strip(".") else None
+            tree = _tree(path) if path is not None else None
+            if tree is None:
+                return None
+            return _imported(tree).get(name)
+
+        return resolve
+
+
 class _Uses:
     """Classifies the uses of the followed names in one file: `forced` counts the calls in a
     forced method, `unsafe` is set by any other use; `applying` collects the file's own
-    undecorated module-level functions calling a followed name (own file only)."""
+    undecorated module-level functions calling a followed name (own file only); `kinds` the
+    `forcing` kinds of those calls. Another file's own module-level class, function or name
+    spelled like a followed name (and not imported) is its own: its uses are not followed."""
 
-    def __init__(self, tree: ast.Module, names: Set[str], function: str, own: bool) -> None:
+    def __init__(self, tree: ast.Module, names: Set[str], function: str, own: bool, reexport: Optional[Reexport] = None) -> None:
         self.tree, self.names, self.function, self.own = tree, names, function, own
         self.parents = _parents(tree)
-        self.imports = _imported(tree)
+        self.imports = _imported(tree, relative=True)
+        self.reexport = reexport
         self.forced = 0
+        self.kinds: Set[str] = set()
         self.unsafe = False
         self.applying: Set[str] = set()
+        self.shadowed = False
+        if not own:
+            defined = _defined(tree) - set(self.imports)
+            self.shadowed = function in defined
+            self.names = self.names - defined
 
     def _followed(self, node: ast.AST) -> bool:
         """`node` names one of the names: `N`, `<receiver>.N` (not `self.N`/`cls.N`: a method),
@@ -179,7 +287,7 @@ class _Uses:
             return node.id in self.names and isinstance(node.ctx, ast.Load)
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             if node.attr == "apply" and isinstance(node.value, ast.Name) and node.value.id == self.function:
-                return True
+                return not self.shadowed
             receiver = node.value
             if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
                 return False
@@ -211,8 +319,10 @@ class _Uses:
                 self.unsafe = True  # handed on as a value
                 continue
             holder = _enclosing(parent, self.parents)
-            if _forced(holder, self.parents, self.imports) if holder is not None else False:
+            kind = forcing(holder, self.parents, self.imports, self.reexport) if holder is not None else None
+            if kind is not None:
                 self.forced += 1
+                self.kinds.add(kind)
             elif self.own and self._applying(holder):
                 self.applying.add(holder.name)  # type: ignore[union-attr]
             else:
@@ -246,6 +356,17 @@ class _Uses:
         return isinstance(holder, ast.FunctionDef) and holder in self.tree.body and not holder.decorator_list
 
 
+def _defined(tree: ast.Module) -> Set[str]:
+    """The names the module's top level binds by `class`, `def` or a plain assignment."""
+    out: Set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.add(stmt.name)
+        elif isinstance(stmt, ast.Assign):
+            out.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+    return out
+
+
 def _flag_turned_on(listing: List[str]) -> bool:
     return any(_FLIPS.search(read_text(p) or "") for p in listing if p.endswith(".py"))
 
@@ -255,7 +376,8 @@ _answers: Dict[Tuple[str, str, str, int], bool] = {}
 
 def forced_only(filename: str, function: str, root: Optional[str], may_run: Callable[[str], bool]) -> bool:
     """Every application of the project's Function `function` (a class of `filename`) runs in an
-    mmcv `@force_fp32()` method of a module setting `fp16_enabled`, at least one does, and the
+    mmcv `@force_fp32()` method of a module setting `fp16_enabled` or in a function decorated
+    `@custom_fwd(cast_inputs=torch.float32)`, at least one does, and, for an mmcv one, the
     project turns the flag on (module docstring). `may_run(path)`: a low-precision autocast of
     the project may run that file's code; an unfollowed use in a file where it may not (a test on
     inputs it built) does not count. False when the project cannot be read whole."""
@@ -274,12 +396,12 @@ def forced_only(filename: str, function: str, root: Optional[str], may_run: Call
     return _answers[key]
 
 
-def _own_uses(tree: ast.Module, function: str) -> Optional[_Uses]:
+def _own_uses(tree: ast.Module, function: str, reexport: Optional[Reexport] = None) -> Optional[_Uses]:
     """The uses of the Function in its own file, its aliases and applying functions followed to
     a fixpoint; None when one is not followed (or the chain is deeper than `_ROUNDS`)."""
     names = {function}
     for _ in range(_ROUNDS):
-        uses = _Uses(tree, set(names), function, own=True)
+        uses = _Uses(tree, set(names), function, own=True, reexport=reexport)
         uses.run()
         if uses.unsafe:
             return None
@@ -293,26 +415,28 @@ def _own_uses(tree: ast.Module, function: str) -> Optional[_Uses]:
 def forced_in_file(source: str, function: str) -> bool:
     """The file alone shows `forced_only`: every use of its Function `function` is a call in a
     forced method of the file (none through a function of the file, whose callers may be
-    elsewhere, nor through an alias), there is one, and the file turns `fp16_enabled` on (`wrap_fp16_model(model)`)."""
-    if not _FLIPS.search(source):
-        return False
+    elsewhere, nor through an alias), there is one, and, for an mmcv `@force_fp32()` one, the
+    file turns `fp16_enabled` on (`wrap_fp16_model(model)`)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return False
     uses = _own_uses(tree, function)
     # an alias (`f = _F.apply`) or an applying function may be called from other files
-    return uses is not None and uses.names == {function} and uses.forced > 0
+    if uses is None or uses.names != {function} or uses.forced == 0:
+        return False
+    return "mmcv" not in uses.kinds or _FLIPS.search(source) is not None
 
 
 def _forced_only(own: str, function: str, listing: List[str], may_run: Callable[[str], bool]) -> bool:
     tree = _tree(own)
     if tree is None or not any(isinstance(s, ast.ClassDef) and s.name == function for s in tree.body):
         return False
-    mine = _own_uses(tree, function)
+    modules = _Modules(listing)
+    mine = _own_uses(tree, function, modules.reexport(own))
     if mine is None:
         return False
-    names, forced = mine.names | mine.applying, mine.forced
+    names, forced, kinds = mine.names | mine.applying, mine.forced, set(mine.kinds)
     others = [os.path.abspath(p) for p in listing if os.path.abspath(p) != own]
     words = re.compile(r"\b(?:" + "|".join(re.escape(n) for n in sorted(names)) + r")\b")
     for path in others:
@@ -324,9 +448,11 @@ def _forced_only(own: str, function: str, listing: List[str], may_run: Callable[
         other = _tree(path)
         if other is None:
             return False
-        uses = _Uses(other, set(names), function, own=False)
+        uses = _Uses(other, set(names), function, own=False, reexport=modules.reexport(path))
         uses.run()
         if uses.unsafe and may_run(path):
             return False
         forced += uses.forced
-    return forced > 0 and _flag_turned_on(listing)
+        kinds |= uses.kinds
+    # torch's `custom_fwd(cast_inputs=torch.float32)` needs no flag; mmcv's `force_fp32` does
+    return forced > 0 and ("mmcv" not in kinds or _flag_turned_on(listing))
