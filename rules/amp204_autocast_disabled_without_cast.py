@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Set, Tuple
 
 from amplint.model import Diagnostic, Invalid, Project, ProjectCall, Rule, Severity, Valid, torchapi
 
@@ -102,7 +102,9 @@ class AutocastDisabledWithoutCast(Rule):
     (no region in its file around either), by such an op and then only viewed,
     indexed or unpacked (`qkv = self.qkv(x).reshape(...)`, `q, k, v = qkv[0],
     qkv[1], qkv[2]`), is flagged where the region uses it: the region only
-    matters under a caller's autocast, and there that op ran in fp16/bf16.
+    matters under a caller's autocast, and there that op ran in fp16/bf16. The
+    region's uses of one such op's result are one finding (the first use; the
+    others are related locations, and the fix casts them all).
     A disabled region for another device
     (`autocast("cpu", enabled=False)` inside CUDA autocast) does not turn
     CUDA autocast off and is not considered.
@@ -478,11 +480,14 @@ class Attention(nn.Module):
                         continue
                     reported.add(id(base))
                     yield self._diagnostic(ctx, base, source, op, outer, disabled)
+        uses = {}  # one finding per disabled region and low-precision op: its first uncast use
         for name, source, op, disabled in _made_before_region(ctx):
             if id(name) in reported:
                 continue
             reported.add(id(name))
-            yield self._before_region(ctx, name, source, op, disabled)
+            uses.setdefault((id(disabled), id(source.node)), []).append((name, source, op, disabled))
+        for found_uses in uses.values():
+            yield self._before_region(ctx, *found_uses[0], later=[u[0] for u in found_uses[1:]])
         found = {}  # the helper's use of the parameter -> the first caller's facts, every passing call
         for base, source, op, outer, disabled, call in _across_calls(ctx):
             if id(base) in reported:
@@ -549,16 +554,19 @@ class Attention(nn.Module):
                                          help=f"Use `{name}.float()`")
 
     def _before_region(self, ctx: ModuleContext, name: cst.Name, source: AutocastOp, op: AutocastOp,
-                       disabled: AutocastRegion) -> Diagnostic:
-        """A tensor the function made by a lower-precision op just before its own disabled region."""
+                       disabled: AutocastRegion, later: List[cst.Name]) -> Diagnostic:
+        """A tensor the function made by a lower-precision op just before its own disabled region;
+        `later`: the region's other uncast uses of that op's result, shown as related sites (one bug)."""
         from amplint.model import make_fix, replace_node
         message = f"`{name.value}` from `{source.op}` above is fp16/bf16 under autocast: enabled=False casts nothing back"
-        fix = make_fix(f"Cast `{name.value}` with `.float()`", [replace_node(ctx, name, f"{name.value}.float()")], safe=False)
+        fix = make_fix(f"Cast `{name.value}` with `.float()`",
+                       [replace_node(ctx, n, f"{n.value}.float()") for n in [name, *later]], safe=False)
         return ctx.diagnostic(
             self, name, message, fix=fix, help=f"Use `{name.value}.float()`",
             data={"name": name.value, "source_op": source.op, "op": op.op, "device": disabled.device, "dtype": None,
                   "shape": "before-region"},
-            related=[ctx.related(source.node, "made under the caller's autocast here")],
+            related=[ctx.related(source.node, "made under the caller's autocast here")]
+            + [ctx.related(n, f"`{n.value}` also used uncast") for n in later],
         )
 
     def _diagnostic(
