@@ -749,19 +749,17 @@ if __name__ == "__main__":
                 yield self._accumulate_diagnostic(ctx, u, block, settings)
 
     def _accumulate_diagnostic(self, ctx: ModuleContext, u: Any, block: Any, settings: frozenset) -> Diagnostic:
-        certain = settings == {"fp16"}
-        when = "" if certain else "when accelerate runs fp16: "
         receiver = u.receiver_dotted
-        message = f"{when}`{receiver}.{u.method}` unscales on every micro-batch of `accumulate`; it raises"
-        if len(message) >= 100:
-            message = f"{when}`{u.method}` in `accumulate` unscales each micro-batch; it raises"
+        message, severity = _accelerate_wording(
+            settings, f"`{receiver}.{u.method}` unscales on every micro-batch of `accumulate`; it raises",
+            f"`{u.method}` in `accumulate` unscales each micro-batch; it raises")
         help = (f"Only the syncing micro-batch steps and updates the scaler: clip under "
                 f"`if {receiver}.sync_gradients:`")
         data = {"shape": "accelerate-accumulate", "scaler": None, "optimizer": None, "framework": "accelerate",
                 "accelerator": receiver, "first_line": ctx.position(block)[0].row}
         return ctx.diagnostic(self, u.node, message, data=data, help=help,
                               related=(ctx.related(block, "accumulates gradients over micro-batches"),),
-                              severity=None if certain else Severity.WARNING)
+                              severity=severity)
 
     def _accelerate_twice(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         """accelerate's `clip_grad_norm_` / `clip_grad_value_` / `unscale_gradients()` called twice
@@ -795,18 +793,16 @@ if __name__ == "__main__":
                     break
 
     def _accelerate_diagnostic(self, ctx: ModuleContext, u1: Any, u2: Any, settings: frozenset) -> Diagnostic:
-        certain = settings == {"fp16"}
-        when = "" if certain else "when accelerate runs fp16: "
         row = ctx.position(u1.node)[0].row
-        message = f"{when}`{u2.receiver_dotted}.{u2.method}` unscales every prepared optimizer again before a step; it raises"
-        if len(message) >= 100:
-            message = f"{when}a second `{u2.method}` before a step unscales again; it raises"
+        message, severity = _accelerate_wording(
+            settings, f"`{u2.receiver_dotted}.{u2.method}` unscales every prepared optimizer again before a step; it raises",
+            f"a second `{u2.method}` before a step unscales again; it raises")
         help = (f"Each call runs `scaler.unscale_` on every prepared optimizer and only a step updates the scaler: "
                 f"clip all the parameters in one call")
         data = {"shape": "accelerate-twice", "scaler": None, "optimizer": None, "framework": "accelerate",
                 "accelerator": u2.receiver_dotted, "first_line": row}
         return ctx.diagnostic(self, u2.node, message, data=data, help=help, related=(ctx.related(u1.node, "unscaled first"),),
-                              severity=None if certain else Severity.WARNING)
+                              severity=severity)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """accelerate's clip (or `unscale_gradients`) inside a per-parameter gradient hook
@@ -1271,3 +1267,14 @@ def _step_data(ctx: ModuleContext, flagged: _Step, shape: str, other: Optional[_
         data["step_source"] = loop_body_source(ctx, innermost_common_loop(flagged.path, other.path))
     return data
 
+
+def _accelerate_wording(settings: frozenset, long: str, short: str) -> Tuple[str, Optional[Severity]]:
+    """The message and severity of an accelerate finding: certain (the rule's own severity) when
+    the Accelerator is fp16 in the code, a warning prefixed "when accelerate runs fp16" when its
+    precision is decided at launch; the shorter wording where the long one would pass 100 chars."""
+    certain = settings == {"fp16"}
+    when = "" if certain else "when accelerate runs fp16: "
+    message = when + long
+    if len(message) >= 100:
+        message = when + short
+    return message, None if certain else Severity.WARNING
