@@ -316,8 +316,11 @@ def launched_casts(
     view = project_view(project)
     if not view.launches():
         return
+    by_path: Dict[str, List[Any]] = {}
     for call in project.calls():
-        launches = _plain_launches(project, view, call.path)
+        launches = by_path.get(call.path)
+        if launches is None:
+            launches = by_path[call.path] = _plain_launches(project, view, call.path)
         if not launches:
             continue
         q = project.optimizer_class(call)
