@@ -346,6 +346,16 @@ def _package_top(folder: str, files: Set[str], tops: Dict[str, Optional[str]]) -
     return top
 
 
+def _anchor(path: str, name: str) -> str:
+    """The folder the dotted `name` of the file `path` is found below (its `sys.path` entry)."""
+    module = path[: -len(".py")] if path.endswith(".py") else path
+    if os.path.basename(module) == "__init__":
+        module = os.path.dirname(module)
+    for _ in name.split("."):
+        module = os.path.dirname(module)
+    return module
+
+
 def _parts(rel: str) -> List[str]:
     parts = rel[:-3].split(os.sep) if rel.endswith(".py") else rel.split(os.sep)
     if parts and parts[-1] == "__init__":
@@ -371,15 +381,26 @@ class ModuleIndex:
         cls._last = (key, made)
         return made
 
-    def __init__(self, files: Iterable[str], root: Optional[str]) -> None:
+    def __init__(self, files: Iterable[str], root: Optional[str], nearest: bool = False) -> None:
         self.files: Set[str] = set(files)
         self.by_name: Dict[str, str] = {}
+        #: `nearest`: a top-level name several folders hold a package or module of (the same
+        #: package copied into subprojects of a monorepo, `a/fairseq/` and `b/fairseq/`) -> those
+        #: folders (its `sys.path` entries)
+        self._anchors: Dict[str, List[str]] = {}
         self._resolved: Dict[Tuple[str, int, str], Optional[str]] = {}
         self._folders: Dict[str, str] = {}  # importer -> its folder (asked for every import it has)
         tops: Dict[str, Optional[str]] = {}
         for path in sorted(self.files):
             for name in module_names(path, root, self.files, tops):
                 self.by_name.setdefault(name, path)
+                if nearest:
+                    anchor = _anchor(path, name)
+                    anchors = self._anchors.setdefault(name.split(".", 1)[0], [])
+                    if anchor not in anchors:
+                        anchors.append(anchor)
+        for name in [n for n, a in self._anchors.items() if len(a) < 2]:
+            del self._anchors[name]  # one folder holds it: `by_name` says it
 
     def resolve(self, importer: str, level: int, module: str) -> Optional[str]:
         folder = self._folders.get(importer)
@@ -398,7 +419,18 @@ class ModuleIndex:
             target = os.path.join(base, module.replace(".", os.sep)) if module else base
             return self._file_at(target)
         near = self._file_at(os.path.join(os.path.dirname(importer), module.replace(".", os.sep)))
-        return near if near is not None else self.by_name.get(module)
+        if near is not None:
+            return near
+        anchors = self._anchors.get(module.split(".", 1)[0])
+        if anchors:
+            # several copies of the package: a program run from a folder holding one (`b/`, whose
+            # `b/fairseq` is first on its path) imports that one's modules, and no other copy's
+            # (a module that copy lacks is an alias it sets at run time, or missing)
+            folder = os.path.dirname(importer) + os.sep
+            holding = [a for a in anchors if folder.startswith(a.rstrip(os.sep) + os.sep)]
+            if holding:
+                return self._file_at(os.path.join(max(holding, key=len), *module.split(".")))
+        return self.by_name.get(module)
 
     def _file_at(self, base: str) -> Optional[str]:
         for candidate in (base + ".py", os.path.join(base, "__init__.py")):
