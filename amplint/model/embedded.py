@@ -683,7 +683,15 @@ class _Graph:
 
         self.files: Set[str] = set(files)
         # a package copied into several subprojects resolves to the importer's own copy
-        index = ModuleIndex(files, base, nearest=True)
+        projects: Dict[str, Optional[str]] = {}
+
+        def subproject(path: str) -> Optional[str]:
+            folder = os.path.dirname(path)
+            if folder not in projects:
+                projects[folder] = project_base(path)
+            return projects[folder]
+
+        index = ModuleIndex(files, base, nearest=True, subproject=subproject)
         # a library copy nested in a top-level package imports itself by its own top-level name
         # (`from mmcv.utils import ...` inside `app/annotator/uniformer/mmcv/`): resolve it there
         copies: Set[str] = set()

@@ -381,12 +381,17 @@ class ModuleIndex:
         cls._last = (key, made)
         return made
 
-    def __init__(self, files: Iterable[str], root: Optional[str], nearest: bool = False) -> None:
+    def __init__(
+        self, files: Iterable[str], root: Optional[str], nearest: bool = False,
+        subproject: Optional[Callable[[str], Optional[str]]] = None,
+    ) -> None:
         self.files: Set[str] = set(files)
         self.by_name: Dict[str, str] = {}
         #: `nearest`: a top-level name several folders hold a package or module of (the same
         #: package copied into subprojects of a monorepo, `a/fairseq/` and `b/fairseq/`) -> those
-        #: folders (its `sys.path` entries)
+        #: folders (its `sys.path` entries); `subproject(path)`, the folder of the project holding a
+        #: file (its own packaging below `root`), is one more entry for its files, found only by its
+        #: own files (`a/tests/test_x.py`'s `import train` is `a/train.py`)
         self._anchors: Dict[str, List[str]] = {}
         self._resolved: Dict[Tuple[str, int, str], Optional[str]] = {}
         self._folders: Dict[str, str] = {}  # importer -> its folder (asked for every import it has)
@@ -395,12 +400,17 @@ class ModuleIndex:
             for name in module_names(path, root, self.files, tops):
                 self.by_name.setdefault(name, path)
                 if nearest:
-                    anchor = _anchor(path, name)
-                    anchors = self._anchors.setdefault(name.split(".", 1)[0], [])
-                    if anchor not in anchors:
-                        anchors.append(anchor)
-        for name in [n for n, a in self._anchors.items() if len(a) < 2]:
-            del self._anchors[name]  # one folder holds it: `by_name` says it
+                    self._anchor_name(name, _anchor(path, name))
+            folder = subproject(path) if subproject is not None and root is not None else None
+            if folder is not None and folder != root and _below(path, root) is not None:
+                parts = _parts(_below(path, folder) or "")
+                if parts:
+                    self._anchor_name(".".join(parts), folder)
+
+    def _anchor_name(self, name: str, anchor: str) -> None:
+        anchors = self._anchors.setdefault(name.split(".", 1)[0], [])
+        if anchor not in anchors:
+            anchors.append(anchor)
 
     def resolve(self, importer: str, level: int, module: str) -> Optional[str]:
         folder = self._folders.get(importer)
@@ -429,7 +439,11 @@ class ModuleIndex:
             folder = os.path.dirname(importer) + os.sep
             holding = [a for a in anchors if folder.startswith(a.rstrip(os.sep) + os.sep)]
             if holding:
-                return self._file_at(os.path.join(max(holding, key=len), *module.split(".")))
+                for anchor in sorted(holding, key=len, reverse=True):
+                    found = self._file_at(os.path.join(anchor, *module.split(".")))
+                    if found is not None:
+                        return found
+                return None
         return self.by_name.get(module)
 
     def _file_at(self, base: str) -> Optional[str]:
