@@ -459,3 +459,32 @@ def test_a_subproject_the_checkouts_autocast_runs_is_reached(tmp_path, importer)
     assert _found(tmp_path) == [("lib/fastops/ops/conv/conv_layer.py", 6)]
     (tmp_path / "train.py").write_text("import torch\n" + AUTOCAST_TRAIN)
     assert _found(tmp_path) == []
+
+
+HALF_STEP = "def step(model, x):\n    return model.half()(x.half())\n"
+
+
+@pytest.mark.parametrize(
+    "script, reaches",
+    [
+        # an installed copy: both are equally near the script, so which one it imports is not known
+        ("from fastops.models import build\n", False),
+        # a bare name both copies hold, with no path to either (a URL ending in the folder's name is none)
+        ("# after https://github.com/org/half_lm\nimport trainer\n", False),
+        # a bare name found on a path the script adds: that copy's
+        ("import sys\nsys.path.append('../decoding/half_lm/fastops')\nimport trainer\n", True),
+    ],
+)
+def test_a_script_outside_every_copy_reaches_a_copy_only_by_its_path(tmp_path, script, reaches):
+    """A script of the checkout outside both copies (`YOCO/`, `speechlm/` importing fairseq, which
+    they install) that autocasts: `fastops.models` names no copy by itself (not the first one in
+    the listing's order), nor does a bare `import trainer`; a path to one does."""
+    (tmp_path / ".git").mkdir()
+    _fairseq_copy(tmp_path, "lm/amp", AUTOCAST_TRAIN)
+    _fairseq_copy(tmp_path, "decoding/half_lm", HALF_STEP)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "amp_eval.py").write_text("import torch\n" + script + AUTOCAST_TRAIN)
+    expected = [("lm/amp/fastops/ops/conv/conv_layer.py", 6)]
+    if reaches:
+        expected.insert(0, ("decoding/half_lm/fastops/ops/conv/conv_layer.py", 6))
+    assert sorted(_found(tmp_path)) == expected

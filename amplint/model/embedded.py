@@ -13,6 +13,12 @@ build), and then none of its Functions ever runs, under autocast or not.
   `setup.cfg`, `PKG-INFO`, a `*.dist-info`/`*.egg-info`: a wheel or sdist), as the rest of
   amplint finds a project (a vendored copy that kept its own `setup.py` is a project of its
   own, as `engine/crossfile.py` sees it); else unknown, and nothing here changes a finding.
+  Not a `setup.py` in a subpackage of a package (fairseq's `modules/dynamicconv_layer/setup.py`,
+  which builds that folder's CUDA kernel in place): its modules belong to the package above.
+* A subproject: a project strictly inside the checkout (`.git`) holding it, as microsoft/unilm
+  holds several copies of fairseq (`decoding/GAD/setup.py`, `edgelm/setup.py`). Whether it
+  anticipates autocast is asked of its own files (`subproject_anticipates`), not of the whole
+  checkout's facts.
 * A file's package: the topmost folder of the chain of `__init__.py` folders holding it,
   not above the root.
 * `distributed`: the package is the root itself, or its parent folder holds packaging
@@ -31,9 +37,13 @@ build), and then none of its Functions ever runs, under autocast or not.
   so reached, where the imports cannot tell the program: a module importing the file is a
   package module nothing imports (a registry, a config or the package's users load it) or loads
   modules by a computed name. Asked of the project, then of the checkout (`.git`) holding it,
-  whose packages a subproject's scripts import. The imports are read with the project model's
-  import resolution (`project/index.py`: relative imports, `src/` layouts, a package's own
-  absolute name), by their text, when conditions are resolved. The project model's call graph
+  whose packages a subproject's scripts import; for a file of a subproject, a program the imports
+  cannot tell counts only when it runs some code of the subproject (an autocast of a sibling
+  subproject, importing its own copy of the package, never runs this one). The imports are read
+  with the project model's import resolution (`project/index.py`: relative imports, `src/`
+  layouts, a package's own absolute name; a package copied into several subprojects resolves to
+  the copy whose folder holds the importer, a subproject's modules also by their names relative
+  to it), by their text, when conditions are resolved. The project model's call graph
   cannot narrow it: a chain from a region to a Function passes registries, configs and
   wrappers (`build_model(cfg)`, `DDP(model)`) that it does not follow, so what it does not
   resolve is no proof that nothing leads there.
@@ -816,7 +826,8 @@ class _Graph:
 def _by_name(path: str, text: str, imports, index, stems: Dict[str, List[str]]) -> List[str]:
     """The project files a top-level import the index does not resolve may load by module name
     (`import run_summarization` of a script that puts its folder on `sys.path`), as
-    `project.index.on_path` picks among files sharing the name; among several, those of the
+    `project.index.on_path` picks among files sharing the name, not a module of another
+    subproject whose folder the importer does not name (`_findable`); among several, those of the
     importer's own project (`project_base`) when it has one. Not a dotted one the index
     does not resolve (`import torch.distributed`): another distribution's module."""
     from .project.index import on_path
@@ -827,6 +838,11 @@ def _by_name(path: str, text: str, imports, index, stems: Dict[str, List[str]]) 
             continue
         found = [f for f in stems.get(str(module), ()) if f != path]
         found = [f for f in found if on_path(path, text, f, [o for o in found if o != f])]
+        if found:
+            # a module of another subproject of the checkout (its own packaging, not holding the
+            # importer) is found by a bare name only by its own programs, or by one that puts
+            # its folder on `sys.path`, spelling it (`sys.path.append("../GAD")`)
+            found = [f for f in found if _findable(path, text, f)]
         if len(found) > 1:
             # namesakes in several subprojects of a checkout (each copy's `train.py`): a program
             # of one runs from its folder and finds its own; others only when it has none
@@ -834,6 +850,21 @@ def _by_name(path: str, text: str, imports, index, stems: Dict[str, List[str]]) 
             found = [f for f in found if project_base(f) == own] or found
         out.extend(found)
     return out
+
+
+def _findable(importer: str, text: str, target: str) -> bool:
+    """A bare-name import in `importer` (its `text`) may find `target`: the target's project
+    holds the importer, or is no subproject (it holds `.git`), or the text spells its folder as
+    a path (`sys.path.append("../GAD")`, `"decoding/GAD"`)."""
+    project = project_base(target)
+    if project is None or (os.path.dirname(importer) + os.sep).startswith(project.rstrip(os.sep) + os.sep):
+        return True
+    if os.path.exists(os.path.join(project, _REPOSITORY)):
+        return True
+    # as a path (`"decoding/GAD"`, `"../GAD"`, `"GAD"`), not the import itself (`from fairseq
+    # import`) nor another path ending in the name (`github.com/facebookresearch/fairseq`)
+    name, parent = re.escape(os.path.basename(project)), re.escape(os.path.basename(os.path.dirname(project)))
+    return re.search(r"""(?:\b%s[/\\]+|\.\.[/\\]+|['"])%s\b""" % (parent, name), text) is not None
 
 
 def _graph(base: str, package: Optional[str]) -> Optional[_Graph]:

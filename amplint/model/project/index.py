@@ -346,6 +346,16 @@ def _package_top(folder: str, files: Set[str], tops: Dict[str, Optional[str]]) -
     return top
 
 
+def _shared(folder: str, other: str) -> int:
+    """How many leading folders the two paths share."""
+    n = 0
+    for x, y in zip(folder.rstrip(os.sep).split(os.sep), other.rstrip(os.sep).split(os.sep)):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _anchor(path: str, name: str) -> str:
     """The folder the dotted `name` of the file `path` is found below (its `sys.path` entry)."""
     module = path[: -len(".py")] if path.endswith(".py") else path
@@ -444,6 +454,14 @@ class ModuleIndex:
                     if found is not None:
                         return found
                 return None
+            if len(anchors) > 1:
+                # an importer outside every copy (a script using an installed fairseq): the copy
+                # nearest it (`kosmos-2/unilm/` finds `kosmos-2/fairseq/`); copies equally near
+                # leave the one installed unknown: none is picked by its name's order, nor by
+                # which of them holds the module
+                best = max(_shared(a, folder) for a in anchors)
+                nearest = [a for a in anchors if _shared(a, folder) == best]
+                return self._file_at(os.path.join(nearest[0], *module.split("."))) if len(nearest) == 1 else None
         return self.by_name.get(module)
 
     def _file_at(self, base: str) -> Optional[str]:
