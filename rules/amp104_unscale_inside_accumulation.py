@@ -182,6 +182,18 @@ class UnscaleInsideAccumulation(Rule):
     FSDP / Megatron-LM plugin built inline or by a helper that never returns
     None, and when two parsers offer different choices.
 
+    An `unscale_` of one object and a `step` of another on the same scaler
+    unscale twice without raising: GradScaler keys its per-optimizer state
+    by the object, so `scaler.step(wrapper)` after
+    `scaler.unscale_(wrapper.optimizer)` (a wrapper's inner torch optimizer,
+    also through a one-line `@property` of the class returning it, as
+    fairseq's `AMPOptimizer.optimizer` does) finds the wrapper not unscaled
+    and divides the same gradients by the scale again. Flagged when the
+    `unscale_` argument is one attribute below the `step` argument, in one
+    function or the methods of one class (an `unscale_` exists to clip before
+    the step: its method runs first), silent where the class also unscales
+    the wrapper.
+
     ## References
     - amplint's evidence page: `amplint --explain AMP104` (docs/evidence.md#amp104)
     - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation
@@ -196,6 +208,30 @@ class UnscaleInsideAccumulation(Rule):
     requires = ((".scale(", "unscale_(", ".clip_grad_norm_(", ".clip_grad_value_(", ".unscale_gradients("),)
 
     VALID = [
+        Valid(
+            """
+import torch
+
+
+class AMPOptimizer:
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    @property
+    def optimizer(self):
+        return self._optimizer
+
+    def clip_grad_norm(self, max_norm):
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+
+    def step(self):
+        self.scaler.step(self._optimizer)
+        self.scaler.update()
+""",
+            "a property returning the very optimizer `step` is given: one object, unscaled once",
+        ),
         Valid(
             """
 import torch
@@ -497,6 +533,36 @@ def main():
             """
 import torch
 
+
+class AMPOptimizer:
+    def __init__(self, fp32_optimizer):
+        self.fp32_optimizer = fp32_optimizer  # a wrapper holding the torch optimizer as `.optimizer`
+        self._grad_scaler = torch.amp.GradScaler("cuda")
+
+    @property
+    def scaler(self):
+        return self._grad_scaler
+
+    @property
+    def optimizer(self):
+        return self.fp32_optimizer.optimizer
+
+    def clip_grad_norm(self, max_norm):
+        self.scaler.unscale_(self.optimizer)
+        return self.fp32_optimizer.clip_grad_norm(max_norm)
+
+    def step(self):
+        self.scaler.step(self.fp32_optimizer)
+        self.scaler.update()
+""",
+            line=18,
+            count=1,
+            why="the blind drill (fairseq): unscale_ of the inner optimizer, step of its wrapper, another object to GradScaler",
+        ),
+        Invalid(
+            """
+import torch
+
 scaler = torch.amp.GradScaler("cuda")
 
 
@@ -721,6 +787,39 @@ if __name__ == "__main__":
                 yield self._diagnostic(ctx, *finding)
         yield from self._accelerate_twice(ctx)
         yield from self._accelerate_accumulate(ctx)
+        yield from self._inner_unscaled(ctx)
+
+    def _inner_unscaled(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """`scaler.unscale_(X)` and `scaler.step(Y)` on one scaler where `X` is an attribute of `Y`
+        (`unscale_(self.optimizer)` through a property returning `self.fp32_optimizer.optimizer`,
+        `step(self.fp32_optimizer)`): GradScaler keys its per-optimizer state by the object, so
+        `step` finds the wrapper not yet unscaled and unscales the same gradients again."""
+        if "unscale_(" not in ctx.source or ".step(" not in ctx.source:
+            return
+        for scope, props, calls in _wrapper_scopes(ctx):
+            unscaled = [(c, _resolved(r, props), _resolved(a, props)) for c, m, r, a, _ in calls if m == "unscale_"]
+            stepped = [(c, _resolved(r, props), _resolved(a, props)) for c, m, r, a, _ in calls if m == "step"]
+            all_unscaled = {a for _, _, a in unscaled}
+            for u, receiver, inner in unscaled:
+                if "scaler" not in receiver.lower():
+                    continue
+                for st, st_receiver, outer in stepped:
+                    if st_receiver != receiver or outer in all_unscaled or not inner.startswith(outer + "."):
+                        continue
+                    if "." in inner[len(outer) + 1:]:
+                        continue  # one attribute down: the wrapper's own inner optimizer
+                    arg = ctx.code_for(u.args[0].value)
+                    message = f"`unscale_({arg})` unscales the inner optimizer, `step({ctx.code_for(st.args[0].value)})` again"
+                    if len(message) >= 100:
+                        message = "unscale_ of an inner optimizer, then step of its wrapper: gradients unscaled twice"
+                    data = {"shape": "inner", "scaler": ctx.code_for(u.func.value), "optimizer": arg, "stepped": outer,
+                            "optimizer_class": None, "dtype": None, "device": None}
+                    yield ctx.diagnostic(
+                        self, u, message, data=data,
+                        related=(ctx.related(st, "steps the wrapper: GradScaler keys its state by optimizer object"),),
+                        help="Unscale the object `scaler.step` is given (or step the inner optimizer)",
+                    )
+                    break
 
     def _accelerate_accumulate(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         """accelerate's `clip_grad_norm_` / `clip_grad_value_` / `unscale_gradients()` inside
@@ -870,6 +969,78 @@ if __name__ == "__main__":
         data = {"shape": shape, "scaler": scaler, "optimizer": e.optimizer}
         data.update(_step_data(ctx, flagged, shape, other))
         return ctx.diagnostic(self, e.call.node, message, data=data, help=help)
+
+
+def _wrapper_scopes(ctx: ModuleContext) -> Iterator[Tuple[Any, Dict[str, str], List[Tuple[Any, str, str, str, Any]]]]:
+    """Each class (its methods together) and each module-level function: its properties
+    (`self.name` -> the dotted value a one-line `@property` returns) and its
+    `R.unscale_(A)` / `R.step(A)` calls with one dotted argument: (call, method, R, A, function)."""
+    import libcst as cst
+
+    scopes: List[Tuple[Any, List[Any], bool]] = []
+    for stmt in ctx.module.body:
+        if isinstance(stmt, cst.ClassDef):
+            scopes.append((stmt, [f for f in stmt.body.body if isinstance(f, cst.FunctionDef)], True))
+        elif isinstance(stmt, cst.FunctionDef):
+            scopes.append((stmt, [stmt], False))
+    for scope, functions, is_class in scopes:
+        props: Dict[str, str] = {}
+        calls: List[Tuple[Any, str, str, str, Any]] = []
+        for fn in functions:
+            if is_class and any(_dotted(d.decorator) == "property" for d in fn.decorators):
+                body = fn.body.body
+                if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Return):
+                    value = _dotted(body[0].body[0].value)
+                    if value:
+                        props[f"self.{fn.name.value}"] = value
+                continue
+            for call in _calls_in(fn):
+                func = call.func
+                if not isinstance(func, cst.Attribute) or func.attr.value not in ("unscale_", "step") or len(call.args) != 1:
+                    continue
+                receiver, arg = _dotted(func.value), _dotted(call.args[0].value)
+                if receiver and arg and call.args[0].keyword is None:
+                    calls.append((call, func.attr.value, receiver, arg, fn))
+        if calls:
+            yield scope, props, calls
+
+
+def _calls_in(node: Any) -> List[Any]:
+    """The calls under `node`, in source order."""
+    import libcst as cst
+
+    found: List[Any] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Call):
+            found.append(current)
+        stack.extend(reversed(current.children))
+    return found
+
+
+def _dotted(node: Any) -> Optional[str]:
+    import libcst as cst
+
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def _resolved(name: str, props: Dict[str, str]) -> str:
+    """`self.optimizer` through the class's properties (`self.fp32_optimizer.optimizer`), a few
+    hops at most."""
+    for _ in range(4):
+        head, _, rest = name.partition(".")
+        second, _, tail = rest.partition(".")
+        key = f"{head}.{second}"
+        if head != "self" or key not in props:
+            break
+        name = props[key] + (f".{tail}" if tail else "")
+    return name
 
 
 #: accelerate's methods that run `scaler.unscale_` on every prepared optimizer when they are called

@@ -128,7 +128,15 @@ class Bf16ModelTraining(Rule):
     `NO`; a YAML outside the project is not known), with the script's
     `Accelerator(...)` adding no plugin in code (a `deepspeed_plugin=` name
     bound to None on some path counts as the run without it) and freezing no
-    parameter. Reported at the optimizer, with the launcher as a related
+    parameter (reading `p.requires_grad` freezes nothing). A `torchrun` or
+    `python` command counts too: without accelerate's launcher nothing
+    outside the code hands `Accelerator()` a plugin. The script may import
+    the optimizer's module (a tutorial's `run.py` importing `utils.py`), when
+    every launch reaching it rules the plugins out; a notebook's command
+    blocks are launch commands (its Markdown cells' fences, `!torchrun ...`).
+    The optimizer may be a helper's that its caller prepares (`optimizer =
+    build_adamw(model)`, its parameters `[p for p in model.parameters() if
+    p.requires_grad]`). Reported at the optimizer, with the launcher as a related
     site; optimizer parameter groups from a project helper given the model
     (`get_optimizer_grouped_parameters(model, wd)`) are the model's. A model handed
     to a `Trainer` that builds its own optimizer is not followed.

@@ -125,6 +125,34 @@ class CustomFunctionWithoutCustomFwd(Rule):
     chain from a region to a Function passes a registry, a config or a wrapper
     (`build_model(cfg)`, `DDP(model)`) it does not follow, so a chain it
     cannot resolve is no proof that none exists.
+    A subproject of a checkout (a folder with its own packaging below the
+    `.git`: one of microsoft/unilm's several copies of fairseq, each with its
+    `setup.py`) is its own project: the library clause's "anticipates
+    autocast" is asked of its files, not of the whole checkout, and where the
+    imports cannot tell the program, only a program that runs some code of
+    the subproject counts. Its files import their own copy of a package
+    (`from fairseq.modules import ...` in `b/` is `b/fairseq/`, and a module
+    that copy lacks is no other copy's), and its own modules by their names
+    relative to it (`import train` in `b/tests/`). A script outside every
+    copy imports the one nearest it (`kosmos-2/unilm/` its `kosmos-2/fairseq/`);
+    copies equally near (`YOCO/` using an installed fairseq) leave it unknown,
+    and none is picked. A bare name (`import trainer`) finds another
+    subproject's module only where the script spells its folder as a path
+    (`sys.path.append("../decoding/GAD")`). A `setup.py` in a
+    subpackage of a package (fairseq's `modules/dynamicconv_layer/setup.py`,
+    building its CUDA kernel in place) marks no project: its modules belong
+    to the package above. So an autocast in a sibling subproject, which
+    cannot import this copy, does not reach its Functions:
+    ```text
+    .git/
+    edgelm/setup.py                      # INVALID: reported, edgelm anticipates autocast
+    edgelm/fairseq/tasks/fairseq_task.py       # torch.cuda.amp.autocast() in train_step
+    edgelm/fairseq/modules/dynamicconv_layer/dynamicconv_layer.py  # the Function
+    decoding/GAD/setup.py                # VALID: silent, GAD's fp16 is model.half()
+    decoding/GAD/fairseq/modules/dynamicconv_layer/dynamicconv_layer.py
+    ```
+    It is reported there too once GAD's own code autocasts, or once a
+    program of the checkout that autocasts imports GAD's package.
     A package embedded in an application, below a folder that is not a
     package (a vendored library copy: `annotator/uniformer/mmcv/ops/`,
     `third_party/<lib>/<lib>/` without its own `setup.py`), is library code

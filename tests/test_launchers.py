@@ -603,3 +603,86 @@ def test_a_holder_class_saving_each_attribute_misses_the_scaler_of_a_launched_fp
     kept = HOLDER.replace("self.nnet = nnet\n", "self.nnet = nnet\n        self.scaler = scaler\n").replace("nnet=None)", "nnet=None, scaler=None)")
     held = _project(tmp_path / "held", {"utils.py": kept, "train.py": HOLDER_SCRIPT, "README.md": fp16})
     assert findings(held, {"AMP402"}) == []
+
+
+# ------------------------------------------------------------------ AMP206: torchrun / python launches, a notebook's command blocks
+
+TUTORIAL_UTILS = (
+    "import torch\n"
+    "from torch.optim import AdamW\n"
+    "from accelerate import Accelerator\n"
+    "class Net(torch.nn.Module):\n"
+    "    pass\n"
+    "def init_model(hp):\n"
+    "    model = Net(hp).to(device='cuda', dtype=torch.bfloat16)\n"
+    "    return model\n"
+    "def build_adamw(model, hp):\n"
+    "    params = [p for p in model.parameters() if p.requires_grad]\n"
+    "    return AdamW(params=params, lr=hp.lr)\n"
+    "def wrap(model, hp):\n"
+    "    accelerator = Accelerator(mixed_precision='bf16')\n"
+    "    optimizer = build_adamw(model, hp)\n"
+    "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+    "    return accelerator, model, optimizer\n"
+    "def run(hp, loader):\n"
+    "    model = init_model(hp)\n"
+    "    accelerator, model, optimizer = wrap(model, hp)\n"
+    "    for batch in loader:\n"
+    "        accelerator.backward(model(batch).loss)\n"
+    "        optimizer.step()\n"
+)
+TUTORIAL_SCRIPT = "from utils import run\nrun(hp, loader)\n"
+
+
+def _notebook(*cells):
+    import json
+
+    return json.dumps({"cells": [{"cell_type": kind, "metadata": {}, "source": text.splitlines(True)} for kind, text in cells],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1)
+
+
+def test_a_notebooks_command_blocks_are_launches(tmp_path):
+    project = _project(tmp_path, {
+        "t.ipynb": _notebook(
+            ("markdown", "Run it on 8 GPUs:\n\n```bash\ntorchrun --standalone --nproc_per_node=8 run.py --steps 30\n```\n"),
+            ("code", "import os\n!python3 run.py --steps 1\nprint('done')\n"),
+            ("code", "%%bash\naccelerate launch --use_deepspeed run.py\n"),
+        ),
+        "run.py": "print()\n",
+    })
+    found = launchers.read_launches(str(project / "t.ipynb"), str(project))
+    assert [(l.kind, l.script.endswith("run.py")) for l in found] == [("torchrun", True), ("python", True), ("accelerate", True)]
+    text = (project / "t.ipynb").read_text().split("\n")
+    assert "torchrun" in text[found[0].row - 1] and "!python3" in text[found[1].row - 1]
+    assert found[2].distributed_plugin is True
+
+
+def test_a_bf16_model_prepared_in_a_module_a_torchrun_launched_script_imports(tmp_path):
+    """TransformerEngine's te_mixtral tutorial: the notebook's command block runs `torchrun ...
+    run.py`, which imports the module whose helper builds AdamW on a bf16 model and whose caller
+    hands it to `prepare`: with no accelerate launcher no DeepSpeed or FSDP is behind it."""
+    project = _project(tmp_path, {
+        "utils.py": TUTORIAL_UTILS, "run.py": TUTORIAL_SCRIPT,
+        "tutorial.ipynb": _notebook(("markdown", "```bash\ntorchrun --standalone --nproc_per_node=8 run.py\n```\n")),
+    })
+    assert findings(project, {"AMP206"}) == [("utils.py", 11, "AMP206")]
+    (project / "tutorial.ipynb").unlink()
+    (project / "run.sh").write_text("torchrun --standalone run.py\n")
+    assert findings(project, {"AMP206"}) == [("utils.py", 11, "AMP206")]
+
+
+def test_imported_modules_whose_launches_may_hold_deepspeed_or_fsdp_stay_silent(tmp_path):
+    """The twins: a second script importing the module launched by `accelerate launch` with no
+    layout (accelerate's default config may add DeepSpeed or FSDP), a `deepspeed` launcher, no
+    launch at all, a freeze in the module, and fp32 weights."""
+    plain = "torchrun --nproc_per_node=8 run.py\n"
+    cases = {
+        "default": (plain + "accelerate launch run2.py\n", TUTORIAL_UTILS),
+        "deepspeed": ("deepspeed run.py --deepspeed ds.json\n", TUTORIAL_UTILS),
+        "none": ("echo accelerate\n", TUTORIAL_UTILS),
+        "frozen": (plain, TUTORIAL_UTILS.replace("    return model\n", "    model.embed.requires_grad_(False)\n    return model\n", 1)),
+        "fp32": (plain, TUTORIAL_UTILS.replace(", dtype=torch.bfloat16", "")),
+    }
+    for name, (launcher, utils) in cases.items():
+        project = _project(tmp_path / name, {"utils.py": utils, "run.py": TUTORIAL_SCRIPT, "run2.py": TUTORIAL_SCRIPT, "run.sh": launcher})
+        assert findings(project, {"AMP206"}) == [], name

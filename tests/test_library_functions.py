@@ -408,3 +408,83 @@ def test_own_imports_answers_as_the_one_regex(prefix):
             assert own(text) == bool(old.search(text)), text
             found += own(text)
     assert found  # the cases hold imports the test finds, and others it does not
+
+
+# --- subprojects of a monorepo: each its own packaging below the checkout's `.git`
+
+REGISTRY = "import importlib\n\n\ndef build(name):\n    return importlib.import_module('fastops.models.' + name)\n"
+
+
+def _fairseq_copy(root, folder, trainer):
+    """microsoft/unilm's shape: a copy of one package (`fastops`, fairseq) in the subproject
+    `folder` with its own `setup.py`; its kernel's Function in a subpackage that holds the
+    kernel's build script (`fastops/ops/conv/setup.py`, fairseq's `modules/dynamicconv_layer/`),
+    applied by a model a registry loads by name; `trainer` is the copy's training step."""
+    sub = root / folder
+    _package(sub, "fastops/ops/conv/conv_layer.py", FUNCTION)
+    (sub / "fastops" / "__init__.py").write_text("")
+    (sub / "fastops" / "ops" / "__init__.py").write_text("")
+    (sub / "fastops" / "ops" / "conv" / "setup.py").write_text("from setuptools import setup\nsetup(name='conv_layer', ext_modules=[])\n")
+    _package(sub, "fastops/models/net.py", "from fastops.ops.conv.conv_layer import FusedLinear\n")
+    (sub / "fastops" / "models" / "__init__.py").write_text(REGISTRY)
+    (sub / "fastops" / "trainer.py").write_text(trainer)
+    (sub / "setup.py").write_text("from setuptools import setup\nsetup(name='fastops')\n")
+    (sub / "train.py").write_text("from fastops.models import build\nfrom fastops.trainer import step\n")
+    (sub / "tests").mkdir()
+    (sub / "tests" / "test_train.py").write_text("import train\n")  # a bare name: its own train.py
+
+
+def test_a_sibling_subprojects_autocast_does_not_reach_a_copy_that_never_anticipates_it(tmp_path):
+    """Two copies of one package in sibling subprojects of a checkout: the one whose training
+    step autocasts (edgelm's fairseq) is library code under autocast; the other's (decoding/GAD's
+    fairseq: fp16 by `model.half()`, no autocast anywhere in it) cannot import the first and
+    runs none of its code, so its kernel sees what its own code gives it."""
+    (tmp_path / ".git").mkdir()
+    _fairseq_copy(tmp_path, "amp_lm", AUTOCAST_TRAIN)
+    _fairseq_copy(tmp_path, "decoding/half_lm", "def step(model, x):\n    return model.half()(x.half())\n")
+    assert _found(tmp_path) == [("amp_lm/fastops/ops/conv/conv_layer.py", 6)]
+    # the copy's own autocast: it anticipates it, and a program of it enters it
+    (tmp_path / "decoding" / "half_lm" / "fastops" / "trainer.py").write_text(AUTOCAST_TRAIN)
+    assert sorted(_found(tmp_path)) == [("amp_lm/fastops/ops/conv/conv_layer.py", 6), ("decoding/half_lm/fastops/ops/conv/conv_layer.py", 6)]
+
+
+@pytest.mark.parametrize("importer", ["from fastops.models import build\n", "import fastops.models.net\n"])
+def test_a_subproject_the_checkouts_autocast_runs_is_reached(tmp_path, importer):
+    """A subproject that never anticipates autocast is still reached by a program of the checkout
+    that autocasts and runs its code: by a registry it imports (which model is not known), or by
+    importing the Function's module itself."""
+    (tmp_path / ".git").mkdir()
+    _fairseq_copy(tmp_path, "lib", "def step(model, x):\n    return model(x)\n")
+    (tmp_path / "train.py").write_text("import torch\n" + importer + AUTOCAST_TRAIN)
+    assert _found(tmp_path) == [("lib/fastops/ops/conv/conv_layer.py", 6)]
+    (tmp_path / "train.py").write_text("import torch\n" + AUTOCAST_TRAIN)
+    assert _found(tmp_path) == []
+
+
+HALF_STEP = "def step(model, x):\n    return model.half()(x.half())\n"
+
+
+@pytest.mark.parametrize(
+    "script, reaches",
+    [
+        # an installed copy: both are equally near the script, so which one it imports is not known
+        ("from fastops.models import build\n", False),
+        # a bare name both copies hold, with no path to either (a URL ending in the folder's name is none)
+        ("# after https://github.com/org/half_lm\nimport trainer\n", False),
+        # a bare name found on a path the script adds: that copy's
+        ("import sys\nsys.path.append('../decoding/half_lm/fastops')\nimport trainer\n", True),
+    ],
+)
+def test_a_script_outside_every_copy_reaches_a_copy_only_by_its_path(tmp_path, script, reaches):
+    """A script of the checkout outside both copies (`YOCO/`, `speechlm/` importing fairseq, which
+    they install) that autocasts: `fastops.models` names no copy by itself (not the first one in
+    the listing's order), nor does a bare `import trainer`; a path to one does."""
+    (tmp_path / ".git").mkdir()
+    _fairseq_copy(tmp_path, "lm/amp", AUTOCAST_TRAIN)
+    _fairseq_copy(tmp_path, "decoding/half_lm", HALF_STEP)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "amp_eval.py").write_text("import torch\n" + script + AUTOCAST_TRAIN)
+    expected = [("lm/amp/fastops/ops/conv/conv_layer.py", 6)]
+    if reaches:
+        expected.insert(0, ("decoding/half_lm/fastops/ops/conv/conv_layer.py", 6))
+    assert sorted(_found(tmp_path)) == expected

@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
 LINTABLE_SUFFIXES = (".py", ".pyi", ".ipynb")
 #: files a walk notes for the project model without linting them (`WalkRecord.configs`): DeepSpeed
 #: JSON, accelerate config YAML, and the launchers that may start a script with a precision
-#: (`model/project/launchers.py`: shell scripts, Markdown command blocks, Makefiles by name)
+#: (`model/project/launchers.py`: shell scripts, Markdown command blocks, Makefiles by name; a
+#: notebook, which the walk lints, is noted as a launcher too)
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml", ".sh", ".md")
 CONFIG_NAMES = frozenset(("Makefile", "makefile", "GNUmakefile"))
 
@@ -554,6 +555,8 @@ def _walk(
                 continue
             if found is not None:
                 found.append(full_abs)
+            if configs is not None and f.endswith(".ipynb"):
+                configs.append(full_abs)  # linted, and a launcher too: its command blocks (`launchers.py`)
             full = spelled + f if spelled is not None else os.path.join(dirpath, f)
             if full not in seen:
                 seen.add(full)

@@ -13,6 +13,12 @@ build), and then none of its Functions ever runs, under autocast or not.
   `setup.cfg`, `PKG-INFO`, a `*.dist-info`/`*.egg-info`: a wheel or sdist), as the rest of
   amplint finds a project (a vendored copy that kept its own `setup.py` is a project of its
   own, as `engine/crossfile.py` sees it); else unknown, and nothing here changes a finding.
+  Not a `setup.py` in a subpackage of a package (fairseq's `modules/dynamicconv_layer/setup.py`,
+  which builds that folder's CUDA kernel in place): its modules belong to the package above.
+* A subproject: a project strictly inside the checkout (`.git`) holding it, as microsoft/unilm
+  holds several copies of fairseq (`decoding/GAD/setup.py`, `edgelm/setup.py`). Whether it
+  anticipates autocast is asked of its own files (`subproject_anticipates`), not of the whole
+  checkout's facts.
 * A file's package: the topmost folder of the chain of `__init__.py` folders holding it,
   not above the root.
 * `distributed`: the package is the root itself, or its parent folder holds packaging
@@ -31,9 +37,13 @@ build), and then none of its Functions ever runs, under autocast or not.
   so reached, where the imports cannot tell the program: a module importing the file is a
   package module nothing imports (a registry, a config or the package's users load it) or loads
   modules by a computed name. Asked of the project, then of the checkout (`.git`) holding it,
-  whose packages a subproject's scripts import. The imports are read with the project model's
-  import resolution (`project/index.py`: relative imports, `src/` layouts, a package's own
-  absolute name), by their text, when conditions are resolved. The project model's call graph
+  whose packages a subproject's scripts import; for a file of a subproject, a program the imports
+  cannot tell counts only when it runs some code of the subproject (an autocast of a sibling
+  subproject, importing its own copy of the package, never runs this one). The imports are read
+  with the project model's import resolution (`project/index.py`: relative imports, `src/`
+  layouts, a package's own absolute name; a package copied into several subprojects resolves to
+  the copy whose folder holds the importer, a subproject's modules also by their names relative
+  to it), by their text, when conditions are resolved. The project model's call graph
   cannot narrow it: a chain from a region to a Function passes registries, configs and
   wrappers (`build_model(cfg)`, `DDP(model)`) that it does not follow, so what it does not
   resolve is no proof that nothing leads there.
@@ -79,12 +89,65 @@ def project_base(filename: str, root: Optional[str] = None) -> Optional[str]:
     """The project root (module docstring); None when nothing marks one."""
     if root:
         return os.path.abspath(root)
-    return _above(filename, lambda here: os.path.exists(os.path.join(here, _REPOSITORY)) or _has_packaging(here))
+    return _above(filename, _project_marked)
+
+
+def _project_marked(here: str) -> bool:
+    """`here` holds `.git`, or packaging metadata that is no extension's build script: a
+    `setup.py` in a subpackage of a package (a folder with `__init__.py` whose parent has one:
+    fairseq's `fairseq/modules/dynamicconv_layer/setup.py`, building its CUDA kernel in place)
+    builds no distribution of the package's modules, which belong to the package above."""
+    if os.path.exists(os.path.join(here, _REPOSITORY)):
+        return True
+    if not _has_packaging(here):
+        return False
+    return not (
+        os.path.isfile(os.path.join(here, "__init__.py")) and os.path.isfile(os.path.join(os.path.dirname(here), "__init__.py"))
+    )
 
 
 def _above(filename: str, marked: Callable[[str], bool]) -> Optional[str]:
     """The nearest folder holding the file, or above it, that is `marked` (a few levels up)."""
     return nearest_marked(os.path.dirname(os.path.abspath(filename)), marked, _LEVELS)
+
+
+#: words without which a file anticipates no autocast (`facts.anticipates_autocast`: a region of
+#: any state, custom_fwd/custom_bwd, an autocast-state query, a GradScaler); a framework's mixed
+#: precision is `project.entries.enters_autocast`'s
+_ANTICIPATING = ("autocast", "GradScaler", "custom_fwd", "custom_bwd")
+_anticipating: Dict[Tuple[str, int], bool] = {}
+
+
+def subproject_anticipates(filename: Optional[str], root: Optional[str] = None) -> bool:
+    """The file's project anticipates autocast, asked of that project's own files when it is a
+    subproject strictly inside the checkout (`decoding/GAD/setup.py` of a monorepo, whose facts
+    are the whole checkout's): by their words (`_ANTICIPATING`), which every file anticipating it
+    holds, or a framework's mixed precision set (`project.entries.enters_autocast`). True for a project that is the checkout or lies in none
+    (the run's facts are its own), and when the listing is cut at its limit."""
+    from .project.entries import enters_autocast, may_enter_autocast
+
+    if not filename:
+        return True
+    base = project_base(filename, root)
+    repository = checkout(filename)
+    if base is None or repository is None or not base.startswith(repository.rstrip(os.sep) + os.sep):
+        return True
+    listing = whole_listing(base, (".py", ".ipynb"))
+    if listing is None:
+        return True
+    key = (base, files_stamp(listing))
+    found = _anticipating.get(key)
+    if found is None:
+        if len(_anticipating) > 64:
+            _anticipating.clear()
+        found = False
+        for path in listing:
+            text = read_text(path) or ""
+            if any(w in text for w in _ANTICIPATING) or (may_enter_autocast(text) and enters_autocast(text)):
+                found = True
+                break
+        _anticipating[key] = found
+    return found
 
 
 def checkout(filename: str) -> Optional[str]:
@@ -439,9 +502,12 @@ def unreached(filename: Optional[str], root: Optional[str] = None, anywhere: boo
     # enclosing repository's packages (detectron2's `projects/TensorMask/train_net.py` its trainer)
     repository = checkout(filename)
     bases = [base] + ([repository] if repository is not None and (base + os.sep).startswith(repository + os.sep) else [])
+    # a subproject strictly inside the checkout (its own packaging: `decoding/GAD/setup.py` in a
+    # monorepo): a program the imports cannot tell holds its file only if it runs its code
+    within = base if repository is not None and base != repository and len(bases) > 1 else None
     for where in bases:
         graph = _graph(where, package)
-        if graph is None or graph.reached(os.path.abspath(filename), package, anywhere, by):
+        if graph is None or graph.reached(os.path.abspath(filename), package, anywhere, by, within):
             return False
     return True
 
@@ -626,7 +692,16 @@ class _Graph:
         from .project.index import ModuleIndex, imports_of, module_stem, text_index
 
         self.files: Set[str] = set(files)
-        index = ModuleIndex(files, base)
+        # a package copied into several subprojects resolves to the importer's own copy
+        projects: Dict[str, Optional[str]] = {}
+
+        def subproject(path: str) -> Optional[str]:
+            folder = os.path.dirname(path)
+            if folder not in projects:
+                projects[folder] = project_base(path)
+            return projects[folder]
+
+        index = ModuleIndex(files, base, nearest=True, subproject=subproject)
         # a library copy nested in a top-level package imports itself by its own top-level name
         # (`from mmcv.utils import ...` inside `app/annotator/uniformer/mmcv/`): resolve it there
         copies: Set[str] = set()
@@ -666,6 +741,7 @@ class _Graph:
             for t in targets:
                 self.importers.setdefault(t, set()).add(path)
         self._ups: Dict[str, Set[str]] = {}
+        self._folder_users: Dict[str, Set[str]] = {}
         self._entries: Dict[str, bool] = {}
 
     def _entry(self, path: str) -> bool:
@@ -678,12 +754,18 @@ class _Graph:
             found = self._entries[path] = enters_autocast(read_text(path) or "")
         return found
 
-    def reached(self, target: str, package: Optional[str], anywhere: bool = False, by: str = "autocast") -> bool:
+    def reached(
+        self, target: str, package: Optional[str], anywhere: bool = False, by: str = "autocast", within: Optional[str] = None
+    ) -> bool:
         """Some program that loads `target` may enter a low-precision autocast: one module imports
         (directly or through others, itself included) both `target` and an entry file (`by="fp16"`:
         a file that may run fp16). For a module of the embedded `package`, that module lies outside
         the copy and so does the entry (the copy's own autocast helpers do not count; `anywhere`:
-        any importer outside will do)."""
+        any importer outside will do). `within`: the subproject folder holding `target`, strictly
+        inside the checkout; where the imports cannot tell the program (a registry, a loader), the
+        program is one that runs some code of the subproject: an entry counts only when a module
+        importing it imports a file of the subproject too (an autocast in a sibling subproject,
+        which imports its own copy of the package, never runs this one)."""
         if target not in self.files:
             return True  # a folder the listing skipped: who imports it is not known
         candidates, entry = (self.fp16, lambda e: True) if by == "fp16" else (self.candidates, self._entry)
@@ -695,8 +777,26 @@ class _Graph:
                 return bool(shared)  # a copy nothing outside imports never runs
             return any(shared & self._up(e) and entry(e) for e in candidates if not e.startswith(inside))
         if self._loaded_by_name(up) or (up & self.loaders and any(entry(e) for e in candidates)):
-            return True  # which program holds it, or what else its program loads, is not known
+            if within is None:
+                return True  # which program holds it, or what else its program loads, is not known
+            users = self._users(within)  # the programs that may hold it: those running the subproject's code
+            return any(users & self._up(e) and entry(e) for e in candidates)
         return any(up & self._up(e) and entry(e) for e in candidates)
+
+    def _users(self, folder: str) -> Set[str]:
+        """The files below `folder` and every file importing one of them, directly or through others."""
+        found = self._folder_users.get(folder)
+        if found is None:
+            inside = folder.rstrip(os.sep) + os.sep
+            found = {p for p in self.files if p.startswith(inside)}
+            stack = list(found)
+            while stack:
+                for importer in self.importers.get(stack.pop(), ()):
+                    if importer not in found:
+                        found.add(importer)
+                        stack.append(importer)
+            self._folder_users[folder] = found
+        return found
 
     def _up(self, path: str) -> Set[str]:
         """`path` and every file importing it, directly or through others."""
@@ -726,7 +826,9 @@ class _Graph:
 def _by_name(path: str, text: str, imports, index, stems: Dict[str, List[str]]) -> List[str]:
     """The project files a top-level import the index does not resolve may load by module name
     (`import run_summarization` of a script that puts its folder on `sys.path`), as
-    `project.index.on_path` picks among files sharing the name. Not a dotted one the index
+    `project.index.on_path` picks among files sharing the name, not a module of another
+    subproject whose folder the importer does not name (`_findable`); among several, those of the
+    importer's own project (`project_base`) when it has one. Not a dotted one the index
     does not resolve (`import torch.distributed`): another distribution's module."""
     from .project.index import on_path
 
@@ -735,8 +837,34 @@ def _by_name(path: str, text: str, imports, index, stems: Dict[str, List[str]]) 
         if level or "." in str(module) or index.resolve(path, 0, module) is not None:
             continue
         found = [f for f in stems.get(str(module), ()) if f != path]
-        out.extend(f for f in found if on_path(path, text, f, [o for o in found if o != f]))
+        found = [f for f in found if on_path(path, text, f, [o for o in found if o != f])]
+        if found:
+            # a module of another subproject of the checkout (its own packaging, not holding the
+            # importer) is found by a bare name only by its own programs, or by one that puts
+            # its folder on `sys.path`, spelling it (`sys.path.append("../GAD")`)
+            found = [f for f in found if _findable(path, text, f)]
+        if len(found) > 1:
+            # namesakes in several subprojects of a checkout (each copy's `train.py`): a program
+            # of one runs from its folder and finds its own; others only when it has none
+            own = project_base(path)
+            found = [f for f in found if project_base(f) == own] or found
+        out.extend(found)
     return out
+
+
+def _findable(importer: str, text: str, target: str) -> bool:
+    """A bare-name import in `importer` (its `text`) may find `target`: the target's project
+    holds the importer, or is no subproject (it holds `.git`), or the text spells its folder as
+    a path (`sys.path.append("../GAD")`, `"decoding/GAD"`)."""
+    project = project_base(target)
+    if project is None or (os.path.dirname(importer) + os.sep).startswith(project.rstrip(os.sep) + os.sep):
+        return True
+    if os.path.exists(os.path.join(project, _REPOSITORY)):
+        return True
+    # as a path (`"decoding/GAD"`, `"../GAD"`, `"GAD"`), not the import itself (`from fairseq
+    # import`) nor another path ending in the name (`github.com/facebookresearch/fairseq`)
+    name, parent = re.escape(os.path.basename(project)), re.escape(os.path.basename(os.path.dirname(project)))
+    return re.search(r"""(?:\b%s[/\\]+|\.\.[/\\]+|['"])%s\b""" % (parent, name), text) is not None
 
 
 def _graph(base: str, package: Optional[str]) -> Optional[_Graph]:

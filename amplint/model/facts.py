@@ -426,12 +426,15 @@ def _unreached_embedded(filename: Optional[str], root: Optional[str], by: str = 
 
 def _library_code(facts: ProjectFacts, precision: str, filename: Optional[str], root: Optional[str]) -> bool:
     """A module of a package the project distributes (not a copy embedded in it), in a project
-    that anticipates autocast: it runs under its users' autocast."""
-    from .embedded import distributed, embedded_package
+    that anticipates autocast: it runs under its users' autocast. A subproject of a checkout
+    (its own packaging below the `.git`) is asked by its own files: an autocast of a sibling
+    subproject, which cannot import it, was not written for it."""
+    from .embedded import distributed, embedded_package, subproject_anticipates
 
     return (
         anticipates_autocast(facts, precision) and library_module(filename, root)
         and distributed(filename, root) and embedded_package(filename, root) is None
+        and (precision in ("fp16", "bf16") or subproject_anticipates(filename, root))
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+import os
 import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Pattern, Tuple
 
@@ -299,10 +300,14 @@ def launched_casts(
 ) -> Iterator[LaunchedCast]:
     """Each optimizer constructor (a torch optimizer class) on the parameters of a module made
     `dtype` (also in the same file: the per-file check is silent there, as accelerate's
-    `prepare` may hold DeepSpeed or FSDP), in a script an `accelerate launch` command of the
-    project starts with the plugins ruled out (`Launch.distributed_plugin` False: a process
-    layout given, no `--use_deepspeed` / `--use_fsdp` / `--config_file`), where every call
-    `wrapper` matches in the optimizer's function is a `prepare`, and the script's
+    `prepare` may hold DeepSpeed or FSDP), in a script a command of the project starts with
+    the plugins ruled out: `accelerate launch` with `Launch.distributed_plugin` False (a
+    process layout given, no `--use_deepspeed` / `--use_fsdp` / `--config_file`), or `torchrun`
+    / `python` (no accelerate launcher: its environment, which alone hands `Accelerator()` a
+    plugin from outside the code, is not set). The optimizer's file is the launched script, or
+    a module it imports (every launch reaching the file then rules the plugins out). Every call
+    `wrapper` matches in the optimizer's function (and, for a helper returning the optimizer,
+    in the functions calling it) is a `prepare`, one at least, and the file's
     `Accelerator(...)` adds no plugin in code (none given, or a `deepspeed_plugin=` name that
     may be None: the run without it). Silent where the file freezes parameters (a trainable
     part may be fp32) or names a plugin it may hand on through `**kwargs`."""
@@ -311,18 +316,17 @@ def launched_casts(
     view = project_view(project)
     if not view.launches():
         return
+    by_path: Dict[str, List[Any]] = {}
     for call in project.calls():
-        launches = [l for l in view.launches_of(call.path) if l.kind == "accelerate" and l.distributed_plugin is False]
+        launches = by_path.get(call.path)
+        if launches is None:
+            launches = by_path[call.path] = _plain_launches(project, view, call.path)
         if not launches:
             continue
         q = project.optimizer_class(call)
         if q is None or (optimizer is not None and not optimizer(q)):
             continue
-        info = project.function((call.path, call.func))
-        spelled = [
-            r["f"] for r in (info or {}).get("calls", ())
-            if r["f"] and ((wrapper is not None and wrapper.search(r["f"])) or torchapi.MASTER_WRAPPER.search(r["f"]))
-        ]
+        spelled = _wrappers_around(project, call, wrapper)
         if not any(_PREPARE.search(f) for f in spelled) or not all(_launch_decides(f) for f in spelled):
             continue
         if not _plain_accelerators(view, call.path):
@@ -335,6 +339,52 @@ def launched_casts(
             # the launch that states a precision first (the documented mixed-precision run), then the walk's order
             launch = sorted(launches, key=lambda l: l.mixed_precision is None)[0]
             yield LaunchedCast(call, q, sites[0][0], sites[0][1], launch, tuple(site for _, site in sites[1:3]))
+
+
+#: launchers that start a script with no accelerate launcher (`Accelerator()` then reads no plugin
+#: from the environment `accelerate launch` sets up)
+_PLAIN_KINDS = ("torchrun", "python")
+
+
+def _plain_launches(project: "Project", view: Any, path: str) -> List[Any]:
+    """The launches that start `path` with DeepSpeed, FSDP and Megatron-LM ruled out behind
+    accelerate (`launched_casts`): those of the script itself (an `accelerate launch` with
+    `distributed_plugin` False, a `torchrun` or `python` command); else those of scripts that
+    import it through project imports, when every launch reaching it so rules them out."""
+    from .accelerate_hooks import _imported_files
+
+    def plain(launch: Any) -> bool:
+        return (launch.kind == "accelerate" and launch.distributed_plugin is False) or launch.kind in _PLAIN_KINDS
+
+    direct = [l for l in view.launches_of(path) if plain(l)]
+    if direct:
+        return direct
+    real = os.path.realpath(path)
+    reaching = [l for l in view.launches() if l.script != real and real in _imported_files(project, l.script)]
+    return reaching if reaching and all(plain(l) for l in reaching) else []
+
+
+def _wrappers_around(project: "Project", call: "Call", wrapper: Optional[Pattern[str]]) -> List[str]:
+    """The calls `wrapper` (or a master-weight wrapper) matches in the optimizer's function, and,
+    where that function returns the optimizer (`def build_adamw(model): return AdamW(...)`),
+    in each function of the project calling it (`optimizer = build_adamw(model)`, then
+    `accelerator.prepare(optimizer)`)."""
+    def matching(info: Optional[Dict[str, Any]]) -> List[str]:
+        return [
+            r["f"] for r in (info or {}).get("calls", ())
+            if r["f"] and ((wrapper is not None and wrapper.search(r["f"])) or torchapi.MASTER_WRAPPER.search(r["f"]))
+        ]
+
+    info = project.function((call.path, call.func))
+    spelled = matching(info)
+    record = call.record
+    returned = info is not None and any(
+        r and r.get("c") == record["f"] and r.get("a") == record["a"] and r.get("k") == record["k"] for r in info.get("returns", ())
+    )
+    if returned and call.func != "<module>":
+        for caller in project.callers((call.path, call.func)):
+            spelled.extend(matching(project.function((caller.path, caller.func))))
+    return spelled
 
 
 def _grouped_modules(project: "Project", call: "Call") -> Any:
@@ -371,13 +421,18 @@ def _grouped_modules(project: "Project", call: "Call") -> Any:
     return direct
 
 
+#: a parameter frozen, or a freeze that may be one (`requires_grad = False`, `requires_grad_(False)`,
+#: `requires_grad_(flag)`); a test reading it (`if p.requires_grad`) or setting True freezes nothing
+_FREEZES = re.compile(r"requires_grad\s*=(?!=)(?!\s*True\b)|requires_grad_\((?!\s*(?:True\s*)?\))")
+
+
 def _plain_accelerators(view: Any, path: str) -> bool:
     """The file builds an `Accelerator` and each one adds no DeepSpeed / FSDP / Megatron-LM plugin
     in code (a `deepspeed_plugin=` name bound to None on some path counts as the run without),
-    and the file freezes no parameter."""
+    and the file freezes no parameter (`_FREEZES`: reading `p.requires_grad` is no freeze)."""
     text = view.project_text(path)
     summary = view.summary(path)
-    if text is None or summary is None or "requires_grad" in text:
+    if text is None or summary is None or _FREEZES.search(text):
         return False
     accelerators = [e for e in summary["events"] if e["e"] == "ctor" and e.get("k") == "accelerator"]
     if not accelerators:

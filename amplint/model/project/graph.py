@@ -334,6 +334,11 @@ class Project:
                 if info["cls"] and params and head == params[0] and scope.count(".") == 1:
                     return frozenset({("I", path, info["cls"], "", ())})
                 refs = info["locals"].get(head)
+                if refs and head in params and {"n": head} in refs:
+                    # a parameter bound to itself (`model, opt = accelerator.prepare(model, opt)`
+                    # keeps the module): what the callers pass, and any other binding
+                    others = [r for r in refs if r != {"n": head}]
+                    return self._param_values((path, scope, head)) | (self._values(path, scope, others) if others else _EMPTY)
                 if refs:
                     return self._values(path, scope, refs)
                 unpacked = info.get("ue", {}).get(head)
@@ -702,9 +707,17 @@ class Project:
 
     def updated_modules(self, call: Call) -> TypeSet:
         """The modules whose parameters an optimizer constructor call is given
-        (`Adam(model.parameters())`, `filter(..., model.parameters())`, `params=`)."""
+        (`Adam(model.parameters())`, `filter(..., model.parameters())`, `params=`), also through
+        a local of the optimizer's function bound once to one of those (`params = [p for p in
+        model.parameters() if p.requires_grad]`, then `AdamW(params=params)`)."""
         record = call.record
         ref = record["a"][0] if record["a"] else record["k"].get("params")
+        if ref and "n" in ref and "." not in ref["n"]:
+            info = self.function((call.path, call.func))
+            refs = (info or {}).get("locals", {}).get(ref["n"]) or []
+            if info is None or ref["n"] in info["params"] or len(refs) != 1:
+                return _EMPTY
+            ref = refs[0]
         for _ in range(3):
             if not ref or "c" not in ref:
                 return _EMPTY

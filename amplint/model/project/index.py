@@ -346,6 +346,26 @@ def _package_top(folder: str, files: Set[str], tops: Dict[str, Optional[str]]) -
     return top
 
 
+def _shared(folder: str, other: str) -> int:
+    """How many leading folders the two paths share."""
+    n = 0
+    for x, y in zip(folder.rstrip(os.sep).split(os.sep), other.rstrip(os.sep).split(os.sep)):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _anchor(path: str, name: str) -> str:
+    """The folder the dotted `name` of the file `path` is found below (its `sys.path` entry)."""
+    module = path[: -len(".py")] if path.endswith(".py") else path
+    if os.path.basename(module) == "__init__":
+        module = os.path.dirname(module)
+    for _ in name.split("."):
+        module = os.path.dirname(module)
+    return module
+
+
 def _parts(rel: str) -> List[str]:
     parts = rel[:-3].split(os.sep) if rel.endswith(".py") else rel.split(os.sep)
     if parts and parts[-1] == "__init__":
@@ -371,15 +391,36 @@ class ModuleIndex:
         cls._last = (key, made)
         return made
 
-    def __init__(self, files: Iterable[str], root: Optional[str]) -> None:
+    def __init__(
+        self, files: Iterable[str], root: Optional[str], nearest: bool = False,
+        subproject: Optional[Callable[[str], Optional[str]]] = None,
+    ) -> None:
         self.files: Set[str] = set(files)
         self.by_name: Dict[str, str] = {}
+        #: `nearest`: a top-level name several folders hold a package or module of (the same
+        #: package copied into subprojects of a monorepo, `a/fairseq/` and `b/fairseq/`) -> those
+        #: folders (its `sys.path` entries); `subproject(path)`, the folder of the project holding a
+        #: file (its own packaging below `root`), is one more entry for its files, found only by its
+        #: own files (`a/tests/test_x.py`'s `import train` is `a/train.py`)
+        self._anchors: Dict[str, List[str]] = {}
         self._resolved: Dict[Tuple[str, int, str], Optional[str]] = {}
         self._folders: Dict[str, str] = {}  # importer -> its folder (asked for every import it has)
         tops: Dict[str, Optional[str]] = {}
         for path in sorted(self.files):
             for name in module_names(path, root, self.files, tops):
                 self.by_name.setdefault(name, path)
+                if nearest:
+                    self._anchor_name(name, _anchor(path, name))
+            folder = subproject(path) if subproject is not None and root is not None else None
+            if folder is not None and folder != root and _below(path, root) is not None:
+                parts = _parts(_below(path, folder) or "")
+                if parts:
+                    self._anchor_name(".".join(parts), folder)
+
+    def _anchor_name(self, name: str, anchor: str) -> None:
+        anchors = self._anchors.setdefault(name.split(".", 1)[0], [])
+        if anchor not in anchors:
+            anchors.append(anchor)
 
     def resolve(self, importer: str, level: int, module: str) -> Optional[str]:
         folder = self._folders.get(importer)
@@ -398,7 +439,30 @@ class ModuleIndex:
             target = os.path.join(base, module.replace(".", os.sep)) if module else base
             return self._file_at(target)
         near = self._file_at(os.path.join(os.path.dirname(importer), module.replace(".", os.sep)))
-        return near if near is not None else self.by_name.get(module)
+        if near is not None:
+            return near
+        anchors = self._anchors.get(module.split(".", 1)[0])
+        if anchors:
+            # several copies of the package: a program run from a folder holding one (`b/`, whose
+            # `b/fairseq` is first on its path) imports that one's modules, and no other copy's
+            # (a module that copy lacks is an alias it sets at run time, or missing)
+            folder = os.path.dirname(importer) + os.sep
+            holding = [a for a in anchors if folder.startswith(a.rstrip(os.sep) + os.sep)]
+            if holding:
+                for anchor in sorted(holding, key=len, reverse=True):
+                    found = self._file_at(os.path.join(anchor, *module.split(".")))
+                    if found is not None:
+                        return found
+                return None
+            if len(anchors) > 1:
+                # an importer outside every copy (a script using an installed fairseq): the copy
+                # nearest it (`kosmos-2/unilm/` finds `kosmos-2/fairseq/`); copies equally near
+                # leave the one installed unknown: none is picked by its name's order, nor by
+                # which of them holds the module
+                best = max(_shared(a, folder) for a in anchors)
+                nearest = [a for a in anchors if _shared(a, folder) == best]
+                return self._file_at(os.path.join(nearest[0], *module.split("."))) if len(nearest) == 1 else None
+        return self.by_name.get(module)
 
     def _file_at(self, base: str) -> Optional[str]:
         for candidate in (base + ".py", os.path.join(base, "__init__.py")):

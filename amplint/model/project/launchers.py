@@ -7,8 +7,9 @@ block, `deepspeed train.py --deepspeed ds.json --bf16` for a Hugging Face script
 `TrainingArguments` come from the command line (`HfArgumentParser`). This module reads those
 commands (issue 22/23's launcher facts), over text only:
 
-* which files: the shell scripts (`.sh`), Makefiles and Markdown files (fenced code blocks
-  only) the run's walk met inside the project (`WalkRecord.configs`: not excluded, not
+* which files: the shell scripts (`.sh`), Makefiles, Markdown files (fenced code blocks
+  only) and Jupyter notebooks (their Markdown cells' fenced blocks, their code cells' `!`
+  shell escapes and `%%bash` cells) the run's walk met inside the project (`WalkRecord.configs`: not excluded, not
   ignored, no link leading out), at most `MAX_LAUNCHERS`, only regular files of at most
   `MAX_BYTES` through `core/safe_read.py`, and only those whose bytes name a launcher;
 * what is read: each command (a logical line: backslash-newline continues it, so does a
@@ -46,7 +47,7 @@ MAX_BYTES = 256 * 1024
 #: the most launcher files one project pass reads
 MAX_LAUNCHERS = 256
 #: the files that may hold launch commands (a Makefile by its name)
-LAUNCHER_SUFFIXES = (".sh", ".md")
+LAUNCHER_SUFFIXES = (".sh", ".md", ".ipynb")
 LAUNCHER_NAMES = ("Makefile", "makefile", "GNUmakefile")
 #: a launcher file names one of these (a file holding none is not tokenized)
 _NEEDLES = (b"accelerate", b"torchrun", b"deepspeed", b"--fp16", b"--bf16")
@@ -272,7 +273,8 @@ def read_launches(path: str, root: str) -> List[Launch]:
         return []
     text = data.decode("utf-8", "replace")
     out: List[Launch] = []
-    for tokens in commands(text, markdown=path.lower().endswith(".md")):
+    found = notebook_commands(text) if path.lower().endswith(".ipynb") else commands(text, markdown=path.lower().endswith(".md"))
+    for tokens in found:
         found = parse_command(tokens, path, root)
         if found is not None:
             out.append(found)
@@ -304,6 +306,49 @@ def commands(text: str, markdown: bool = False) -> Iterator[List[Token]]:
                 block.append(re.sub(r"^(\s*)\$ ", r"\1  ", line))  # a `$ ` prompt
         return
     yield from _commands(text)
+
+
+def notebook_commands(text: str) -> Iterator[List[Token]]:
+    """The commands of a Jupyter notebook's JSON: its Markdown cells' fenced code blocks (as a
+    Markdown file's), its code cells' shell escapes (`!torchrun ...` lines, a `%%bash` or
+    `%%sh` cell); rows are the notebook file's (nbformat writes a cell's source one line to a
+    row), the cell's first row when its source cannot be found there. Nothing else of a code
+    cell is a command: its Python is linted as the notebook."""
+    import json
+
+    try:
+        nb = json.loads(text)
+    except ValueError:
+        return
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list):
+        return
+    at = 0
+    for cell in cells:
+        if not isinstance(cell, dict):
+            continue
+        source = cell.get("source")
+        lines = source.splitlines(True) if isinstance(source, str) else [l for l in source or () if isinstance(l, str)]
+        if not lines:
+            continue
+        first = 0
+        for ascii_only in (False, True):
+            spelled = json.dumps(lines[0], ensure_ascii=ascii_only)
+            found = text.find(spelled, at)
+            if found >= 0:
+                at = found + len(spelled)
+                first = text.count("\n", 0, found)
+                break
+        body = "".join(lines)
+        kind = cell.get("cell_type")
+        if kind == "markdown":
+            yield from _shift(commands(body, markdown=True), first)
+        elif kind == "code":
+            if lines[0].startswith(("%%bash", "%%sh")):
+                yield from _shift(_commands("\n" + "".join(lines[1:])), first)
+                continue
+            escaped = "".join(re.sub(r"^(\s*)!", r"\1 ", l) if l.lstrip().startswith("!") else "\n" for l in lines)
+            yield from _shift(_commands(escaped), first)
 
 
 def _shift(found: Iterator[List[Token]], rows: int) -> Iterator[List[Token]]:

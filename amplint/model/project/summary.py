@@ -28,7 +28,7 @@ from . import disabled, loaders, masks, trained, upcasts
 from .astutil import dotted, import_bindings as _import_bindings, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 15
+VERSION = 16
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -522,6 +522,8 @@ class _Summarizer:
             ):
                 self._name_cast(value, target.id, info)
         ref = self.vref(value)
+        if ref is None:
+            ref = self._parameter_list(value)
         if name is None:
             return
         if ref is None:
@@ -537,6 +539,24 @@ class _Summarizer:
             self.classes.setdefault(cls, {"line": 0, "bases": [], "attrs": {}})["attrs"].setdefault(name[5:], []).append([qual, ref])
         elif "." not in name:
             info["locals"].setdefault(name, []).append(ref)
+
+    def _parameter_list(self, value: ast.AST) -> Optional[Dict[str, Any]]:
+        """A comprehension that keeps a module's parameters, as `list(model.parameters())`: `[p
+        for p in model.parameters() if p.requires_grad]`, `[p for n, p in
+        model.named_parameters() if ...]` (one generator, the element its parameter); None else."""
+        if not isinstance(value, (ast.ListComp, ast.GeneratorExp)) or len(value.generators) != 1:
+            return None
+        gen = value.generators[0]
+        it = gen.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("parameters", "named_parameters")):
+            return None
+        target = gen.target
+        if it.func.attr == "named_parameters":
+            target = target.elts[1] if isinstance(target, ast.Tuple) and len(target.elts) == 2 else None
+        if not (isinstance(target, ast.Name) and isinstance(value.elt, ast.Name) and value.elt.id == target.id):
+            return None
+        source = self.vref(it)
+        return {"c": "list", "a": [source], "k": {}} if source is not None else None
 
     def _bind_lambda(self, target: ast.AST, value: ast.Lambda, info: Dict[str, Any], cls: Optional[str], qual: str) -> None:
         """`self.loss_fn = lambda *a, **k: F.binary_cross_entropy(*a, **k)`: the lambda becomes a

@@ -6,7 +6,8 @@ compares the parameter updates.
 Without a `step_source` the canonical reproduction follows the finding's
 `shape`: "every" (unscale_ on every micro-batch), "every-updated" (unscale_ and
 update on every micro-batch), "sometimes" (unscale_ mid-window), "twice"
-(unscale_ twice per step) or "update" (update on every micro-batch).
+(unscale_ twice per step), "inner" (unscale_ of a wrapper's inner optimizer,
+step of the wrapper) or "update" (update on every micro-batch).
 """
 from __future__ import annotations
 
@@ -46,6 +47,25 @@ scaler.unscale_(optimizer)
 scaler.unscale_(optimizer)
 scaler.step(optimizer)
 scaler.update()
+""",
+    "inner": """\
+class _Wrapper:  # a wrapper forwarding its inner optimizer's param_groups (fairseq's FairseqOptimizer)
+    def __init__(self, inner):
+        self.optimizer = inner
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def step(self, *args, **kwargs):
+        return self.optimizer.step(*args, **kwargs)
+
+wrapper = _Wrapper(optimizer)
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)
+scaler.step(wrapper)
+scaler.update()
+optimizer.zero_grad()
 """,
     "update": """\
 scaler.scale(loss / accum).backward()
