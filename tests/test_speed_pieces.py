@@ -253,3 +253,33 @@ def test_a_string_in_a_body_that_looks_like_statements_is_not_cut(monkeypatch):
     inner = "\n".join(f"    x{i} = {i}" for i in range(400))
     source = f'import torch\ndef f(s):\n    s = s.half()\n    t = """\n{inner}\n"""\n    return s.masked_fill(s > 0, -1e9)\n'
     assert excerpt.pieces(source, 500) is None
+
+
+@pytest.mark.parametrize("shape", ["function", "module"])
+def test_a_file_in_pieces_never_builds_the_whole_files_cpython_tree(shape, monkeypatch):
+    # the exact excerpt's `ast.parse` of the whole file (1.2 GB for 140,000 lines in a function)
+    # waits until neither the cut read off the indentation nor the pieces answer
+    source = dense_source(1200, shape) + "\n\ndef unused(x):\n    return x\n" * (shape == "module")
+    whole, _ = _lint(source, monkeypatch, None)
+    calls = []
+    real = excerpt._by_ast
+    monkeypatch.setattr(excerpt, "_by_ast", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(excerpt, "PIECE_BYTES", 4000)
+    split, parts = _lint(source, monkeypatch, 4000)
+    assert split == whole and parts > 5
+    assert not calls
+
+
+def test_a_huge_file_the_pieces_refuse_still_gets_the_exact_excerpt(monkeypatch):
+    # a string at column 0 inside a function defeats the cut read off the indentation and the
+    # pieces; the exact cut (CPython's tree) still blanks the definition holding no site
+    inner = "\n".join(f"x{i} = {i}" for i in range(400))
+    source = f'import torch\n\n\ndef f(s):\n    t = """\n{inner}\n"""\n    return s.masked_fill(s > 0, -1e9)\n\n\ndef g(s):\n    u = """\n{inner}\n"""\n    return u\n'
+    whole, _ = _lint(source, monkeypatch, None)
+    calls = []
+    real = excerpt._by_ast
+    monkeypatch.setattr(excerpt, "_by_ast", lambda *a: calls.append(real(*a)) or calls[-1])
+    monkeypatch.setattr(excerpt, "PIECE_BYTES", 500)
+    split, parts = _lint(source, monkeypatch, 500)
+    assert split == whole and any("AMP301" in d for d in whole)
+    assert parts == 0 and calls and calls[0] is not None
