@@ -472,19 +472,69 @@ def python_parses(text: str, limit: Optional[int] = None) -> bool:
     if len(text) <= limit:
         return _parse(text) is not None
     rows = text.split("\n")
+    if all(_parse(run) is not None for run in _runs_to_parse(rows, limit)):
+        return True
+    del rows
+    return _parse(text) is not None
+
+
+def _runs_to_parse(rows: List[str], limit: int) -> Iterable[str]:
+    """`python_parses`' runs of top-level statements, one text at a time; a top-level function
+    bigger than `limit` with a one-line header (`def NAME(...):`, no decorator) and a body
+    indented by spaces is its header followed by each run of its body's statements in turn
+    (`_body_runs`): the function shape's 140,000-line body would otherwise be one tree of 1.5 GB."""
     starts = _statement_starts(rows, 0, len(rows), "") or []
-    cuts = [0]
+    first_row = 0
     size = 0
     for first, nxt in zip(starts, starts[1:] + [len(rows)]):
+        n = sum(len(rows[r]) + 1 for r in range(first, nxt))
+        body = _body_runs(rows, first, nxt, limit) if n > limit else None
+        if body is not None:
+            if first > first_row:
+                yield "\n".join(rows[first_row:first])
+            yield from body
+            first_row, size = nxt, 0
+            continue
+        if size > limit:
+            yield "\n".join(rows[first_row:first])
+            first_row, size = first, 0
+        size += n
+    yield "\n".join(rows[first_row:])
+
+
+def _body_runs(rows: List[str], head: int, end: int, limit: int) -> Optional[List[str]]:
+    """The texts `rows[head]` (a one-line `def` header at column 0) + each run of about `limit`
+    bytes of its body's statements (`rows[head + 1:end]`, cut where a line at the body's indent
+    starts a statement), or None to keep the function one run. When every such text parses,
+    the function does: the first is a prefix of it, so it ends outside every string and bracket
+    after a complete statement; by induction each next run starts there, at the body's indent
+    (a level on the indentation stack), with a statement that continues none before it (no
+    `else`, `elif`, `except`, `finally`, closing bracket, decorated definition split from its
+    decorator: `_statement_starts`), and reads as it does after the header alone; the body is
+    those runs' statements one after the other. A split read wrongly (through a string or a
+    bracket) leaves some text that does not parse alone: the whole is then parsed to decide."""
+    if _ONE_LINE_DEF.match(rows[head]) is None:
+        return None
+    body_first = next((r for r in range(head + 1, end) if rows[r].strip() and not rows[r].lstrip().startswith("#")), None)
+    if body_first is None:
+        return None
+    indent = rows[body_first][: len(rows[body_first]) - len(rows[body_first].lstrip())]
+    if not indent or indent.strip(" "):
+        return None
+    starts = _statement_starts(rows, head + 1, end, indent)
+    if not starts or starts[0] != body_first:
+        return None
+    cuts = [head + 1]
+    size = 0
+    for first, nxt in zip(starts, starts[1:] + [end]):
         if size > limit:
             cuts.append(first)
             size = 0
         size += sum(len(rows[r]) + 1 for r in range(first, nxt))
-    cuts.append(len(rows))
-    if all(_parse("\n".join(rows[a:b])) is not None for a, b in zip(cuts, cuts[1:])):
-        return True
-    del rows
-    return _parse(text) is not None
+    cuts.append(end)
+    if len(cuts) < 3:
+        return None
+    return [rows[head] + "\n" + "\n".join(rows[a:b]) for a, b in zip(cuts, cuts[1:])]
 
 
 # ------------------------------------------------------------------ the body of one huge function
