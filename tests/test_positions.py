@@ -118,3 +118,23 @@ def test_a_module_with_findings_on_a_third_of_its_statements_stays_per_statement
         node = stmt.body[0].value
         assert positions[node] == expected[node]
     assert calls == {"statements": len(asked), "whole": 0}
+
+
+def test_the_last_statement_mapped_is_not_generated_to_count_its_lines(monkeypatch):
+    # a module that is mostly one function holding every finding: its code is generated once,
+    # for the ranges, not a second time to count its lines (only a later statement needs them)
+    from amplint.model import fastgen
+
+    source = "import torch\n\n\ndef big(s):\n" + "".join(f"    s{i} = s.masked_fill(\n        s > 0, -1e9)\n" for i in range(300)) + "\n\ny = torch.zeros(1)\n"
+    module = cst.parse_module(source)
+    expected = _expected(module)
+    counted = []
+    real = fastgen.code
+    monkeypatch.setattr(fastgen, "code", lambda module_, node: counted.append(node) or real(module_, node))
+    positions = Positions(module)
+    big = module.body[1]
+    inner = big.body.body[150].body[0].value
+    assert positions[inner] == expected[inner]
+    assert big not in counted
+    last = module.body[-1]
+    assert positions[last] == expected[last] and big in counted  # a later statement: counted then

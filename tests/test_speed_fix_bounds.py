@@ -165,6 +165,13 @@ def _texts():
             yield os.path.relpath(name, ROOT), fh.read()
     yield "a string holding lines at column 0", 'x = 1\ndoc = """\ndef f():\nclass C:\n"""\n\n\ndef g():\n    return doc\n' * 20
     yield "decorators, else, brackets at column 0", "@a\n@b\ndef f():\n    pass\nif x:\n    y = [\n1,\n]\nelse:\n    pass\n" * 20
+    # one big function: its body read a run of statements at a time after its header
+    body = "".join(f"    s{i} = scores.masked_fill(scores > k, -1e9)\n" for i in range(40))
+    yield "a function's body", "import torch\ndef attend(q, kt):  # note\n    scores = (q @ kt).half()\n" + body + "    return scores\n"
+    yield "a string in a body holding lines at its indent", "def f(x):\n" + body + '    doc = """\n    y = 1\n    if y:\n"""\n' + body + "    return doc\n"
+    yield "else, except, brackets, decorators at a body's indent", "def f(x):\n" + (body + "    if x:\n        pass\n    else:\n        pass\n    try:\n        y = [\n    1,\n    ]\n    except E:\n        pass\n    @d\n    def g():\n        pass\n") * 3
+    yield "an async body, comments at column 0", "async def f(x):\n" + body + "# a comment\n    await x\n" + body + "\n\n# end\n"
+    yield "a body indented by a tab", "def f(x):\n" + body.replace("    ", "\t") + "\treturn x\n"
 
 
 @pytest.mark.parametrize("name, text", list(_texts()), ids=[n for n, _ in _texts()])
@@ -202,3 +209,21 @@ def test_code_newer_than_this_interpreter_is_judged_by_libcst():
     3.12) does not make its file's fixes look like syntax errors on an older interpreter."""
     assert parses("import torch\nscaler = torch.amp.GradScaler('cuda')\ntype X = int\n")
     assert not parses("import torch\nscaler = torch.amp.GradScaler('cuda'\ntype X = int\n")
+
+
+def test_a_huge_functions_body_is_never_parsed_whole(monkeypatch):
+    """The 140,000-line function shape's fix check: the body is parsed a run at a time after the
+    function's header (CPython's tree of the whole function: 1.5 GB at 140,000 lines)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from scaling import dense_source
+
+    parsed = []
+    real = excerpt._parse
+    monkeypatch.setattr(excerpt, "_parse", lambda t: parsed.append(len(t)) or real(t))
+    text = dense_source(3000, "function").replace("-1e9", "torch.finfo(scores.dtype).min")
+    assert excerpt.python_parses(text, 4000)
+    assert len(parsed) > 10 and max(parsed) < 5000
+    parsed.clear()
+    broken = text.replace("s1500 = scores", "s1500 = (scores")
+    assert not excerpt.python_parses(broken, 4000)
+    assert max(parsed) == len(broken)  # a run that does not parse: the whole text decides

@@ -183,3 +183,103 @@ def test_the_pieces_check_with_stand_ins_decides_as_parsing_every_leaf(i, monkey
         for limit in (300, 1000, 4000):
             got = excerpt.pieces(_ODD[i], limit, wanted)
             assert got == _pieces_parsing_every_leaf(monkeypatch, _ODD[i], limit, wanted)
+
+
+# ------------------------------------------------------------------ the body of one huge function
+
+
+def _in_function(n: int, blocks: bool = False, tail: str = "    return scores\n") -> str:
+    """`_mixed`'s statements as the body of one function (its own `scores`, a leaf read later,
+    `with autocast` blocks, noqa), then a top-level function after it."""
+    body = _mixed(n, blocks)[len(MIXED) :].split("\n\ndef tail")[0]
+    inner = "\n".join("    " + row if row else row for row in body.split("\n"))
+    return MIXED + "def big(q, kt):\n    scores = (q @ kt).half()\n" + inner + "\n" + tail + "\n\ndef tail(x):\n    return x.half().masked_fill(x > 0, -1e9)\n"
+
+
+def test_a_huge_functions_body_is_parsed_in_pieces(monkeypatch):
+    source = dense_source(1200, "function")
+    whole, _ = _lint(source, monkeypatch, None)
+    split, parts = _lint(source, monkeypatch, 4000)
+    assert whole and split == whole
+    assert parts > 5  # the body's statements, a few hundred lines at a time
+    got = excerpt.pieces(source, 4000, pipeline_sites(source))
+    assert got is not None
+    rows = source.split("\n")
+    assert [r for _, span in got for r in span] == list(range(1, len(rows) + 1))
+    for text, _ in got:
+        kept = text.split("\n")
+        assert len(kept) == len(rows)
+        assert kept[3:5] == rows[3:5] and kept[-2] == rows[-2]  # the header, the core, `return`
+
+
+@pytest.mark.parametrize("blocks", [False, True])
+@pytest.mark.parametrize("limit", [3000, 6000, 9000])
+def test_mixed_function_body_in_pieces_gives_the_whole_files_findings(limit, blocks, monkeypatch):
+    source = _in_function(600, blocks)
+    whole, _ = _lint(source, monkeypatch, None)
+    split, parts = _lint(source, monkeypatch, limit)
+    if limit > 3000 and not blocks:  # 3000: the core does not fit; blocks with sites: no leaves
+        assert parts > 2
+    assert split == whole
+    assert any("AMP301" in d for d in whole)
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "    def inner():\n        return s1\n    return inner\n",  # a nested definition
+        "    global NEG\n    return scores\n",
+        "    yield scores\n",
+        "    f = lambda: scores\n    return f\n",
+    ],
+)
+def test_an_unsure_body_is_parsed_whole(tail, monkeypatch):
+    source = _in_function(600, tail=tail)
+    assert excerpt.pieces(source, 6000, pipeline_sites(source)) is None
+    whole, _ = _lint(source, monkeypatch, None)
+    split, parts = _lint(source, monkeypatch, 6000)
+    assert split == whole and parts == 0
+
+
+def test_a_body_leaf_returned_is_not_a_leaf():
+    source = _in_function(600, tail="    return s1, s2\n")
+    got = excerpt.pieces(source, 6000, pipeline_sites(source))
+    assert got is not None
+    for text, _ in got:
+        assert "    s1 = scores" in text and "    s2 = scores" in text  # in the core of every piece
+
+
+def test_a_string_in_a_body_that_looks_like_statements_is_not_cut(monkeypatch):
+    inner = "\n".join(f"    x{i} = {i}" for i in range(400))
+    source = f'import torch\ndef f(s):\n    s = s.half()\n    t = """\n{inner}\n"""\n    return s.masked_fill(s > 0, -1e9)\n'
+    assert excerpt.pieces(source, 500) is None
+
+
+@pytest.mark.parametrize("shape", ["function", "module"])
+def test_a_file_in_pieces_never_builds_the_whole_files_cpython_tree(shape, monkeypatch):
+    # the exact excerpt's `ast.parse` of the whole file (1.2 GB for 140,000 lines in a function)
+    # waits until neither the cut read off the indentation nor the pieces answer
+    source = dense_source(1200, shape) + "\n\ndef unused(x):\n    return x\n" * (shape == "module")
+    whole, _ = _lint(source, monkeypatch, None)
+    calls = []
+    real = excerpt._by_ast
+    monkeypatch.setattr(excerpt, "_by_ast", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(excerpt, "PIECE_BYTES", 4000)
+    split, parts = _lint(source, monkeypatch, 4000)
+    assert split == whole and parts > 5
+    assert not calls
+
+
+def test_a_huge_file_the_pieces_refuse_still_gets_the_exact_excerpt(monkeypatch):
+    # a string at column 0 inside a function defeats the cut read off the indentation and the
+    # pieces; the exact cut (CPython's tree) still blanks the definition holding no site
+    inner = "\n".join(f"x{i} = {i}" for i in range(400))
+    source = f'import torch\n\n\ndef f(s):\n    t = """\n{inner}\n"""\n    return s.masked_fill(s > 0, -1e9)\n\n\ndef g(s):\n    u = """\n{inner}\n"""\n    return u\n'
+    whole, _ = _lint(source, monkeypatch, None)
+    calls = []
+    real = excerpt._by_ast
+    monkeypatch.setattr(excerpt, "_by_ast", lambda *a: calls.append(real(*a)) or calls[-1])
+    monkeypatch.setattr(excerpt, "PIECE_BYTES", 500)
+    split, parts = _lint(source, monkeypatch, 500)
+    assert split == whole and any("AMP301" in d for d in whole)
+    assert parts == 0 and calls and calls[0] is not None

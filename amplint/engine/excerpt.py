@@ -37,8 +37,10 @@ _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _ONE_LINE_CLASS = re.compile(r"class[ \t]+\w+[ \t]*(?:\([^()]*\))?[ \t]*:[ \t]*(?:#.*)?$")
 
 
-def excerpt(source: str, lines: Iterable[int]) -> Optional[str]:
-    """`source` with the definitions holding none of `lines` blanked; None to use it whole."""
+def excerpt(source: str, lines: Iterable[int], exact: bool = True) -> Optional[str]:
+    """`source` with the definitions holding none of `lines` blanked; None to use it whole.
+    `exact` False: only the cut read off the indentation (`_by_columns`), never CPython's tree
+    of the whole file (`exact_excerpt`: ~8 KB a line, 1.2 GB for 140,000 lines)."""
     if "\r" in source:
         return None
     wanted = sorted(set(lines))
@@ -46,9 +48,20 @@ def excerpt(source: str, lines: Iterable[int]) -> Optional[str]:
     if not any(row.startswith(_DEFINES) for row in rows):
         return None  # no top-level definition to blank (and no whole-file CPython tree to build: ~8 KB a line)
     quick = _by_columns(rows, wanted)
-    if quick is not None:
+    if quick is not None or not exact:
         return quick
     return _by_ast(source, rows, wanted)
+
+
+def exact_excerpt(source: str, lines: Iterable[int]) -> Optional[str]:
+    """`excerpt`'s exact cut alone (CPython's parse of the whole file gives the statements), for
+    a caller that already had `excerpt(source, lines, exact=False)` answer None."""
+    if "\r" in source:
+        return None
+    rows = source.split("\n")
+    if not any(row.startswith(_DEFINES) for row in rows):
+        return None
+    return _by_ast(source, rows, sorted(set(lines)))
 
 
 def _blank(rows: List[str], spans: List[range]) -> str:
@@ -309,7 +322,9 @@ def pieces(text: str, limit: Optional[int] = None, wanted: Optional[Iterable[int
     del words
     leaf_bytes = sum(len(rows[r - 1]) + 1 for a, b in leaves for r in range(a, b + 1))
     if leaf_bytes < len(text) // 2 or len(text) - leaf_bytes > limit:
-        return None  # the core is most of the file, or too big to repeat in every piece
+        # the core is most of the file, or too big to repeat in every piece: a huge function's
+        # body may still be cut
+        return _body_pieces(text, rows, spans, limit, sites)
     groups: List[List[Tuple[int, int]]] = [[]]
     size = 0
     for a, b in leaves:
@@ -457,16 +472,196 @@ def python_parses(text: str, limit: Optional[int] = None) -> bool:
     if len(text) <= limit:
         return _parse(text) is not None
     rows = text.split("\n")
+    if all(_parse(run) is not None for run in _runs_to_parse(rows, limit)):
+        return True
+    del rows
+    return _parse(text) is not None
+
+
+def _runs_to_parse(rows: List[str], limit: int) -> Iterable[str]:
+    """`python_parses`' runs of top-level statements, one text at a time; a top-level function
+    bigger than `limit` with a one-line header (`def NAME(...):`, no decorator) and a body
+    indented by spaces is its header followed by each run of its body's statements in turn
+    (`_body_runs`): the function shape's 140,000-line body would otherwise be one tree of 1.5 GB."""
     starts = _statement_starts(rows, 0, len(rows), "") or []
-    cuts = [0]
+    first_row = 0
     size = 0
     for first, nxt in zip(starts, starts[1:] + [len(rows)]):
+        n = sum(len(rows[r]) + 1 for r in range(first, nxt))
+        body = _body_runs(rows, first, nxt, limit) if n > limit else None
+        if body is not None:
+            if first > first_row:
+                yield "\n".join(rows[first_row:first])
+            yield from body
+            first_row, size = nxt, 0
+            continue
+        if size > limit:
+            yield "\n".join(rows[first_row:first])
+            first_row, size = first, 0
+        size += n
+    yield "\n".join(rows[first_row:])
+
+
+def _body_runs(rows: List[str], head: int, end: int, limit: int) -> Optional[List[str]]:
+    """The texts `rows[head]` (a one-line `def` header at column 0) + each run of about `limit`
+    bytes of its body's statements (`rows[head + 1:end]`, cut where a line at the body's indent
+    starts a statement), or None to keep the function one run. When every such text parses,
+    the function does: the first is a prefix of it, so it ends outside every string and bracket
+    after a complete statement; by induction each next run starts there, at the body's indent
+    (a level on the indentation stack), with a statement that continues none before it (no
+    `else`, `elif`, `except`, `finally`, closing bracket, decorated definition split from its
+    decorator: `_statement_starts`), and reads as it does after the header alone; the body is
+    those runs' statements one after the other. A split read wrongly (through a string or a
+    bracket) leaves some text that does not parse alone: the whole is then parsed to decide."""
+    if _ONE_LINE_DEF.match(rows[head]) is None:
+        return None
+    body_first = next((r for r in range(head + 1, end) if rows[r].strip() and not rows[r].lstrip().startswith("#")), None)
+    if body_first is None:
+        return None
+    indent = rows[body_first][: len(rows[body_first]) - len(rows[body_first].lstrip())]
+    if not indent or indent.strip(" "):
+        return None
+    starts = _statement_starts(rows, head + 1, end, indent)
+    if not starts or starts[0] != body_first:
+        return None
+    cuts = [head + 1]
+    size = 0
+    for first, nxt in zip(starts, starts[1:] + [end]):
         if size > limit:
             cuts.append(first)
             size = 0
         size += sum(len(rows[r]) + 1 for r in range(first, nxt))
-    cuts.append(len(rows))
-    if all(_parse("\n".join(rows[a:b])) is not None for a, b in zip(cuts, cuts[1:])):
-        return True
-    del rows
-    return _parse(text) is not None
+    cuts.append(end)
+    if len(cuts) < 3:
+        return None
+    return [rows[head] + "\n" + "\n".join(rows[a:b]) for a, b in zip(cuts, cuts[1:])]
+
+
+# ------------------------------------------------------------------ the body of one huge function
+
+#: a one-line `def NAME(...):` header at column 0
+_ONE_LINE_DEF = re.compile(r"(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(.*\)[^:#]*:[ \t]*(?:#.*)?$")
+#: what makes a body unsure to cut: nested scopes, scope declarations, generators
+_UNSURE = re.compile(r"\b(?:def|class|lambda|global|nonlocal|yield|await|async)\b|^[ \t]*@")
+
+
+def _body_pieces(text: str, rows: List[str], spans: List[Tuple[int, int]], limit: int, sites: Optional[List[int]]) -> Optional[List[Tuple[str, range]]]:
+    """`pieces` for a file most of which is the body of one top-level function with a one-line
+    header: the same leaves (assignments to plain names no other word mentions, mentioning
+    nothing a site-holding statement binds) among the body's statements, every piece keeping
+    the header, the body's other statements and the rest of the file; None (parse whole) when
+    anything is unsure: nested definitions, lambdas, `global`/`nonlocal`, `yield`, a body not
+    indented by spaces, or a piece whose statements do not start where the text said."""
+    big = max(spans, key=lambda s: sum(len(rows[r]) + 1 for r in range(s[0], s[1])))
+    head, end = big
+    match = _ONE_LINE_DEF.match(rows[head])
+    if match is None or sum(len(rows[r]) + 1 for r in range(head, end)) < len(text) // 2:
+        return None
+    body_first = next((r for r in range(head + 1, end) if rows[r].strip() and not rows[r].lstrip().startswith("#")), None)
+    if body_first is None:
+        return None
+    indent = rows[body_first][: len(rows[body_first]) - len(rows[body_first].lstrip())]
+    if not indent or indent.strip(" "):
+        return None
+    if any(_UNSURE.search(rows[r]) for r in range(head + 1, end)):
+        return None
+    starts = _statement_starts(rows, head + 1, end, indent)
+    if not starts or starts[0] != body_first:
+        return None
+    width = len(indent)
+    flat = [r[width:] if r.startswith(indent) else r for r in rows]  # the body at column 0
+    totals: dict = {}
+    for m in _WORD.finditer(text):
+        word = m.group()
+        totals[word] = totals.get(word, 0) + 1
+    body = list(zip(starts, starts[1:] + [end]))
+    candidates = [(a, b) for a, b in body if _LEAF_LINE.match(flat[a]) and ";" not in rows[a]]
+    leaves: List[Tuple[int, int]] = []
+    words: List[dict] = []
+    for i in range(0, len(candidates), 2000):
+        batch = candidates[i : i + 2000]
+        for (a, b), node in zip(batch, _statements(flat, batch)):
+            if node is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not all(isinstance(t, ast.Name) for t in targets):
+                continue
+            if isinstance(node, ast.AnnAssign) and node.value is None:
+                continue
+            last = a + (node.end_lineno or node.lineno)
+            if any(";" in rows[r] for r in range(a, last)) or (last < end and rows[last].startswith(indent) and len(rows[last]) > width and rows[last][width] in " \t"):
+                continue
+            own: dict = {}
+            for word in _WORD.findall("\n".join(rows[a:last])):
+                own[word] = own.get(word, 0) + 1
+            if all(totals.get(t.id, 0) == own.get(t.id, 0) for t in targets):  # type: ignore[attr-defined]
+                leaves.append((a + 1, last))
+                words.append(own)
+    del totals
+    firsts = {a for a, _ in leaves}
+    watched: set = {match.group(1)}
+    for a, b in [s for s in spans if s != big] + body:
+        if a + 1 in firsts or (sites is not None and not _holds(sites, a + 1, b)):
+            continue
+        bind = _BINDS.match(flat[a] if a > head else rows[a])
+        if bind is not None:
+            watched.update(_WORD.findall(bind.group(1) or bind.group(2)))
+        else:
+            watched.update(_WORD.findall("\n".join(rows[a:b])))
+    leaves = [leaf for leaf, own in zip(leaves, words) if not any(w in watched for w in own)]
+    del words
+    leaf_bytes = sum(len(rows[r - 1]) + 1 for a, b in leaves for r in range(a, b + 1))
+    if leaf_bytes < len(text) // 2 or len(text) - leaf_bytes > limit:
+        return None
+    groups: List[List[Tuple[int, int]]] = [[]]
+    size = 0
+    for a, b in leaves:
+        n = sum(len(rows[r - 1]) + 1 for r in range(a, b + 1))
+        if groups[-1] and size + n > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append((a, b))
+        size += n
+    if len(groups) < 2:
+        return None
+    leaf_rows = {a for a, _ in leaves}
+    top_starts = [a + 1 for a, _ in spans if rows[a].strip()]
+    body_core = [a + 1 for a, _ in body if a + 1 not in leaf_rows]
+    all_runs = _runs([row for a, b in leaves for row in range(a, b + 1)])
+    run_ends = [b for _, b in all_runs]
+    out: List[Tuple[str, range]] = []
+    for i, group in enumerate(groups):
+        first_row = 1 if i == 0 else group[0][0]
+        end_row = groups[i + 1][0][0] if i + 1 < len(groups) else len(rows) + 1
+        runs = _runs_outside(all_runs, run_ends, group[0][0], group[-1][1])
+        piece = _body_filled(rows, runs, top_starts, head + 1, sorted(body_core + [a for a, _ in group]), indent, body_first + 1)
+        if piece is None:
+            return None
+        out.append((piece, range(first_row, end_row)))
+    return out
+
+
+def _body_filled(rows: List[str], runs: List[Tuple[int, int]], top: List[int], head: int, expected: List[int], indent: str, body_first: int) -> Optional[str]:
+    """`rows` with the rows of `runs` (inside the body of the function at row `head`) emptied,
+    each run of 3 or more after the body's first statement written as one string statement at
+    the body's indent; None unless the result parses into top-level statements starting at the
+    `top` rows and a function at `head` whose body's statements start at the `expected` rows
+    and the filler strings."""
+    out = list(rows)
+    fillers = []
+    for a, b in runs:
+        out[a - 1 : b] = [""] * (b - a + 1)
+        if b - a >= 2 and a > body_first:
+            out[a - 1] = indent + '"""'
+            out[b - 1] = '"""'
+            fillers.append(a)
+    text = "\n".join(out)
+    tree = _parse(text)
+    if tree is None or [_first_line(n) for n in tree.body] != top:
+        return None
+    func = next((n for n in tree.body if _first_line(n) == head), None)
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.decorator_list or func.lineno != head:
+        return None
+    if [n.lineno for n in func.body] != sorted(expected + fillers):
+        return None
+    return text

@@ -247,17 +247,25 @@ def _in_rule_order(diagnostics: List[Diagnostic], rules: Sequence[Type[Rule]]) -
 def _excerpt_checked(source: str, path: str, config: Config, active: Sequence[Type[Rule]], codes: FrozenSet[str], result: FileResult) -> Optional[List[Diagnostic]]:
     """The diagnostics from parsing only what `active` can fire in (amplint/engine/excerpt.py);
     None when the file must be parsed whole."""
-    from .excerpt import excerpt, pieces
+    from .excerpt import PIECE_BYTES, exact_excerpt, excerpt, pieces
     from ..core.gating import passing, site_lines
 
     lines = site_lines(active, source)
     if lines is None:
         return None
-    text = excerpt(source, lines)
+    # a file that may be parsed in pieces first asks only the cut read off the indentation: the
+    # exact cut's whole-file CPython tree (1.2 GB for a 140,000-line function) is built only when
+    # neither that cut nor the pieces answer (each gives the findings of the whole file)
+    huge = len(source) > PIECE_BYTES
+    text = excerpt(source, lines, exact=not huge)
     if text is None:
         # nothing to cut; a huge file of sites may still be parsed in pieces
         parts = pieces(source, None, lines)
-        return None if parts is None else _pieces_checked(parts, path, config, active, codes, result)
+        if parts is not None:
+            return _pieces_checked(parts, path, config, active, codes, result)
+        text = exact_excerpt(source, lines) if huge else None
+        if text is None:
+            return None
     # the excerpt holds all a rule's findings depend on: a rule whose gate fails on it cannot fire
     kept = passing(active, text)
     if not kept:

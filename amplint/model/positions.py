@@ -47,7 +47,8 @@ class Positions:
         self._ranges: dict = {}  # node -> its range (`fastgen`'s tuple, or libcst's `CodeRange`)
         self._starts: Dict[int, int] = {}  # id(top-level statement) -> its first line, as far as mapped
         self._mapped = 0  # statements of the module's body mapped
-        self._line = 1 + len(module.header)  # the first line of the next statement to map (an EmptyLine is one line)
+        self._line = 1 + len(module.header)  # the first line of the statement after `_last` (an EmptyLine is one line)
+        self._last: Optional[cst.CSTNode] = None  # the statement mapped last, its lines not yet counted
         self._generated = 0  # statements generated one at a time
         self._whole = False
 
@@ -92,10 +93,19 @@ class Positions:
                     stack.extend(c for c in value if isinstance(c, node_base) and type(c) is not empty_line)
                 elif isinstance(value, node_base) and type(value) is not empty_line:
                     stack.append(value)
-        module = self._module
+        self._count_last()
         self._starts[id(stmt)] = self._line
-        # its lines as generated (a blank or comment line before it, `EmptyLine`, is one newline)
-        self._line += len(NEWLINE_RE.findall(fastgen.code(module, stmt)))
+        self._last = stmt
+
+    def _count_last(self) -> None:
+        """Add the lines of the statement mapped last to the next one's first line: only once a
+        statement after it is mapped (a module that is mostly one function holding every finding
+        never generates that function's code a second time just to count its lines)."""
+        last = self._last
+        if last is not None:
+            # its lines as generated (a blank or comment line before it, `EmptyLine`, is one newline)
+            self._line += len(NEWLINE_RE.findall(fastgen.code(self._module, last)))
+            self._last = None
 
     def _generate(self, stmt: cst.CSTNode, first_line: int) -> None:
         fastgen.ranges(self._module, stmt, first_line, self._ranges)
