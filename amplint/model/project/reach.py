@@ -548,15 +548,22 @@ class _Scopes:
 
     def _scope(self, owner: ast.AST, body: List[ast.stmt], module: Dict[str, Tuple[Any, int]],
                params: Dict[str, Any], cls: Optional[ast.ClassDef]) -> None:
-        counts = _bound_names(owner) if not isinstance(owner, ast.Module) else {}
+        # how often each name is bound in this scope and below: walked only where something reads it
+        memo: List[Dict[str, int]] = []
+
+        def counts() -> Dict[str, int]:
+            if not memo:
+                memo.append(_bound_names(owner) if not isinstance(owner, ast.Module) else {})
+            return memo[0]
+
         local: Dict[str, Tuple[Any, int]] = {}
         if not isinstance(owner, ast.Module):
             for stmt in body:
                 if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
                     name, value = stmt.targets[0].id, _literal(stmt.value)
-                    if isinstance(value, bool) and counts.get(name) == 1:
+                    if isinstance(value, bool) and counts().get(name) == 1:
                         local[name] = (value, stmt.lineno)
-        shadowed = set(counts) if not isinstance(owner, ast.Module) else set()
+        shadowed = (lambda name: name in counts()) if not isinstance(owner, ast.Module) else (lambda name: False)
 
         def value(name: str, row: int) -> Any:
             if name in local:
@@ -564,7 +571,7 @@ class _Scopes:
                 return v if at < row else UNKNOWN
             if name in params:
                 return params[name]() if callable(params[name]) else params[name]
-            if name in module and name not in shadowed:
+            if name in module and not shadowed(name):
                 v, at = module[name]
                 if isinstance(owner, ast.Module) and at >= row:
                     return UNKNOWN
@@ -599,11 +606,14 @@ class _Scopes:
             return {}
         if cls is not None and (func.name.startswith("_") or func.name in _MODULE_METHODS):
             return {}  # torch's own calls (`_load_from_state_dict`, `state_dict` on each child)
-        counts = _bound_names(func)
         args = func.args
         positional = [*args.posonlyargs, *args.args]
         defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
         defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        defaults = {n: d for n, d in defaults.items() if _literal(d) is not UNKNOWN and _literal(d) in (False, None, 0)}
+        if not defaults:
+            return {}
+        counts = _bound_names(func)
         out: Dict[str, Any] = {}
         static = any(_called_name(d) == "staticmethod" for d in func.decorator_list)
         sig: Signature = (
