@@ -263,3 +263,22 @@ def test_c_a_guarded_import_keeps_the_file(tmp_path):
         "examples/train.py": _importer(guarded),
     })
     assert rows(root, "train.py") == [8]  # the site after the try
+
+
+def test_c_a_name_the_package_itself_defines_keeps_the_file(tmp_path):
+    # `dualcodec/__init__.py` does not export `BaseTrainer`, but `dualcodec/utils/base_trainer.py`
+    # defines it: a copy of the package installed from a release may export it (Amphion's
+    # dualcodec trainer, a labelled AMP001 pitfall); a name only another package defines decides
+    files = {
+        "dualcodec/__init__.py": "from .model import DualCodec\n",
+        "dualcodec/model.py": "class DualCodec: pass\n",
+        "dualcodec/utils/__init__.py": "",
+        "dualcodec/utils/base_trainer.py": "class BaseTrainer(object):\n    pass\n",
+        "dualcodec/trainer.py": _importer("from dualcodec import BaseTrainer"),
+    }
+    root = write_project(tmp_path / "own", files)
+    assert rows(root, "trainer.py") == [5]
+    files["dualcodec/utils/base_trainer.py"] = "class Other(object):\n    pass\n"
+    files["legacy/base_trainer.py"] = "class BaseTrainer(object):\n    pass\n"
+    root = write_project(tmp_path / "other", files)
+    assert rows(root, "trainer.py") == []

@@ -303,8 +303,20 @@ class Reach:
                 return None
             if self.attribute_stored(name):
                 return None  # `mod.name = ...`, `setattr(mod, "name", ...)` somewhere: it may be bound
+            if self.defined_below(package or os.path.dirname(file or ""), name):
+                return None  # the package's own code defines it: a copy installed from a release may export it
             return f"`{module}` binds no `{name}` in the project"
         return None
+
+    def defined_below(self, folder: str, name: str) -> bool:
+        """Some module in `folder` or below defines `name` at its top level (`class name`, `def
+        name`, `name = ...` at column 0): the package holds it, only this path does not export it
+        (`from dualcodec import BaseTrainer`, defined in `dualcodec/utils/base_trainer.py`)."""
+        if not folder:
+            return False
+        prefix = os.path.abspath(folder).rstrip(os.sep) + os.sep
+        pattern = re.compile(r"^(?:(?:async\s+)?def\s+|class\s+)%s\b|^%s\s*(?::[^=\n]*)?=[^=]" % (re.escape(name), re.escape(name)), re.M)
+        return any(pattern.search(self.text(p) or "") for p in self.files if os.path.abspath(p).startswith(prefix))
 
     def module_spelled(self, dotted: str) -> bool:
         """Some file of the project names the module `dotted` in a string (a `sys.modules` entry
