@@ -75,6 +75,11 @@ def rule_page(rule: Type[Rule]) -> str:
             lines.append(f"- {case.why}")
         lines.append("")
     lines += [
+        "## Sites that never run",
+        "",
+        "Like every rule, not reported at a site no run reaches: a branch a constant excludes, a parameter "
+        "default no call passes, a file whose import of a project module fails ([how it is decided](../reach.md)).",
+        "",
         "## Suppressing",
         "",
         f"On one line: `# noqa: {rule.code}`. For a project or some files: `ignore = [\"{rule.code}\"]` or "

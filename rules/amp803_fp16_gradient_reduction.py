@@ -346,9 +346,66 @@ class TrainConfig:
 """,
             "the precision property maps no setting to fp16 (it refuses it); fp32 reduce; a hardware test is no setting",
         ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecision
+def main():
+    use_empty_init = True
+    if use_empty_init:
+        policy = MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float32)
+    else:
+        policy = MixedPrecision(param_dtype=torch.float16)
+""",
+            "a site that never runs (docs/reach.md): the `else` of a test on a name bound once to `True`",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default as comm_hooks
+def create_ddp_model(model, *, fp16_compression=False, **kwargs):
+    ddp = torch.nn.parallel.DistributedDataParallel(model, **kwargs)
+    if fp16_compression:
+        ddp.register_comm_hook(state=None, hook=comm_hooks.fp16_compress_hook)
+    return ddp
+model = create_ddp_model(net, broadcast_buffers=False)
+""",
+            "a site that never runs (docs/reach.md): the hook only under a default the project's only call leaves off",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import MixedPrecision
+def main(args):
+    use_empty_init = True
+    if args.meta_init:
+        use_empty_init = False
+    if use_empty_init:
+        policy = MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float32)
+    else:
+        policy = MixedPrecision(param_dtype=torch.float16)
+""",
+            line=10,
+            why="the name is bound twice: either branch may run (docs/reach.md)",
+        ),
+        Invalid(
+            """
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default as comm_hooks
+def create_ddp_model(model, *, fp16_compression=False, **kwargs):
+    ddp = torch.nn.parallel.DistributedDataParallel(model, **kwargs)
+    if fp16_compression:
+        ddp.register_comm_hook(state=None, hook=comm_hooks.fp16_compress_hook)
+    return ddp
+def build(net, **options):
+    return create_ddp_model(net, **options)
+""",
+            line=6,
+            why="a call forwards `**options`: it may pass `fp16_compression=True` (docs/reach.md)",
+        ),
         Invalid(
             """
 import torch

@@ -512,6 +512,38 @@ def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[D
     return kept
 
 
+def drop_unreached(diagnostics: List[Diagnostic], projects: "Projects", absolute: Callable[[str], str]) -> List[Diagnostic]:
+    """The diagnostics without those at a site that never runs (issue 22, `model/project/reach`:
+    a branch a constant or a never-passed parameter's default excludes, an autocast such a
+    value switches off, a file whose import of a project module fails). Calls count in every
+    file of the run's projects."""
+    from .pipeline import SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE, read_file
+
+    checked = [d for d in diagnostics if d.code not in (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE, "AMP000") and d.filename.endswith(".py")]
+    if not checked:
+        return diagnostics
+    root_of: Dict[str, Optional[str]] = {}
+    files: Set[str] = set()
+    for root, members in projects.groups.items():
+        files.update(projects.files(root))
+        for full in members:
+            root_of[full] = root
+    from ..model.project.reach import Reach
+
+    reach = Reach(sorted(files), lambda p: read_file(p)[0])
+    dropped: Set[int] = set()
+    for d in checked:
+        full = absolute(d.filename)
+        region = d.data.get("region_row") if isinstance(d.data, dict) else None
+        try:
+            why = reach.of(full, root_of.get(full)).why(d.location.row, region if isinstance(region, int) else None)
+        except (RecursionError, MemoryError, ValueError, OSError):  # undecided: the finding stays
+            why = None
+        if why:
+            dropped.add(id(d))
+    return [d for d in diagnostics if id(d) not in dropped] if dropped else diagnostics
+
+
 class _Store:
     """Text indexes and summaries by absolute path, through the run's cache when it has one."""
 
