@@ -282,3 +282,35 @@ def test_c_a_name_the_package_itself_defines_keeps_the_file(tmp_path):
     files["legacy/base_trainer.py"] = "class BaseTrainer(object):\n    pass\n"
     root = write_project(tmp_path / "other", files)
     assert rows(root, "trainer.py") == []
+
+
+# -- the verdict in the run's cache --------------------------------------------------------------
+
+
+def test_a_warm_run_reuses_the_verdict_and_a_changed_caller_reopens_it(tmp_path, monkeypatch):
+    # a warm run of an unchanged project parses nothing for the verdict; a file whose bytes
+    # changed (now passing the flag) asks again, and the site it makes live is reported
+    from amplint.engine.cache import Cache
+    from amplint.model.project import reach
+
+    root = write_project(tmp_path / "p", {
+        "pkg/__init__.py": "",
+        "pkg/ddp.py": DDP + "def local(net):\n    return create_ddp_model(net)\n",
+        "train.py": "from pkg.ddp import create_ddp_model\nm = create_ddp_model(net)\n",
+    })
+    config = Config(select=frozenset(("AMP803",)))
+    cache_dir = str(tmp_path / "cache")
+
+    def lint():
+        cache = Cache(cache_dir, "fp")
+        found = lint_paths([str(root)], config, cache=cache).diagnostics
+        cache.save()
+        return [d.location.row for d in found if d.filename.endswith("ddp.py")]
+
+    assert lint() == []
+    built = []
+    real = reach.Reach.__init__
+    monkeypatch.setattr(reach.Reach, "__init__", lambda self, *a, **k: (built.append(1), real(self, *a, **k))[1])
+    assert lint() == [] and built == []
+    (root / "train.py").write_text("from pkg.ddp import create_ddp_model\nm = create_ddp_model(net, fp16_compression=True)\n")
+    assert lint() == [8] and built == [1]

@@ -620,7 +620,7 @@ class RawMemo:
 #: the key, in a lint entry's payload, of its fix checks: {check key: outcome}
 FIX_CHECKS = "c"
 #: kinds whose payload is JSON data kept as it is (not a FileResult)
-RAW_KINDS = ("pindex", "summary", "project", "scale", "walks")
+RAW_KINDS = ("pindex", "summary", "project", "scale", "walks", "reach")
 
 
 def _unchanged(entry: list, st: Optional[Stat]) -> bool:

@@ -27,6 +27,7 @@ from ..core.roots import ROOT_MARKERS, holds_any
 from ..core.safe_read import read_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .cache import Cache
     from .discovery import WalkRecord
 
 _PACKAGE = ("__init__.py",)
@@ -512,11 +513,15 @@ def merge(per_file: Iterable[Diagnostic], cross: Iterable[Diagnostic]) -> List[D
     return kept
 
 
-def drop_unreached(diagnostics: List[Diagnostic], projects: "Projects", absolute: Callable[[str], str]) -> List[Diagnostic]:
+def drop_unreached(
+    diagnostics: List[Diagnostic], projects: "Projects", absolute: Callable[[str], str], cache: "Optional[Cache]" = None,
+) -> List[Diagnostic]:
     """The diagnostics without those at a site that never runs (issue 22, `model/project/reach`:
     a branch a constant or a never-passed parameter's default excludes, an autocast such a
     value switches off, a file whose import of a project module fails). Calls count in every
-    file of the run's projects."""
+    file of the run's projects. With a `cache`, the verdict is recorded under a key of every
+    project file's bytes and of the findings asked about, so a warm run of an unchanged
+    project parses nothing."""
     from .pipeline import SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE, read_file
 
     checked = [d for d in diagnostics if d.code not in (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE, "AMP000") and d.filename.endswith(".py")]
@@ -528,20 +533,54 @@ def drop_unreached(diagnostics: List[Diagnostic], projects: "Projects", absolute
         files.update(projects.files(root))
         for full in members:
             root_of[full] = root
-    from ..model.project.reach import Reach
+    asked = [(absolute(d.filename), d.location.row, region_row_of(d)) for d in checked]
+    key = _reach_key(cache, sorted(files), root_of, asked) if cache is not None else None
+    entry = cache.get_raw("reach", "") if key is not None else None
+    if entry and entry.get("key") == key and isinstance(entry.get("dropped"), list):
+        gone = set(entry["dropped"])
+        dropped = {id(d) for i, d in enumerate(checked) if i in gone}
+    else:
+        from ..model.project.reach import Reach
 
-    reach = Reach(sorted(files), lambda p: read_file(p)[0])
-    dropped: Set[int] = set()
-    for d in checked:
-        full = absolute(d.filename)
-        region = d.data.get("region_row") if isinstance(d.data, dict) else None
-        try:
-            why = reach.of(full, root_of.get(full)).why(d.location.row, region if isinstance(region, int) else None)
-        except (RecursionError, MemoryError, ValueError, OSError):  # undecided: the finding stays
-            why = None
-        if why:
-            dropped.add(id(d))
+        reach = Reach(sorted(files), lambda p: read_file(p)[0])
+        dropped = set()
+        gone = set()
+        for i, (d, (full, row, region)) in enumerate(zip(checked, asked)):
+            try:
+                why = reach.of(full, root_of.get(full)).why(row, region)
+            except (RecursionError, MemoryError, ValueError, OSError):  # undecided: the finding stays
+                why = None
+            if why:
+                dropped.add(id(d))
+                gone.add(i)
+        if key is not None:
+            cache.put_raw("reach", "", {"key": key, "dropped": sorted(gone)})
     return [d for d in diagnostics if id(d) not in dropped] if dropped else diagnostics
+
+
+def region_row_of(d: Diagnostic) -> Optional[int]:
+    """The row of the autocast a finding's cause is (`data["region_row"]`), if it names one."""
+    row = d.data.get("region_row") if isinstance(d.data, dict) else None
+    return row if isinstance(row, int) else None
+
+
+def _reach_key(cache: "Cache", files: List[str], root_of: Dict[str, Optional[str]], asked: List[Tuple[str, int, Optional[int]]]) -> Optional[str]:
+    """A digest of every project file's path, project and bytes (as the cache knows them now)
+    and of the sites asked about; None when one file's bytes are not known."""
+    from ..core.digest import blake2b
+
+    h = blake2b(digest_size=16)
+    for path in files:
+        digest = cache.current_digest("lint", path)
+        if digest is None:
+            rel = os.path.relpath(path)
+            digest = cache.current_digest("lint", rel) if rel != path else None
+        if digest is None:
+            return None
+        h.update(f"{path}\0{root_of.get(path)}\0{digest}\0".encode("utf-8", "surrogateescape"))
+    for full, row, region in asked:
+        h.update(f"{full}\0{row}\0{region}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
 
 
 class _Store:

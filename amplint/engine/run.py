@@ -49,16 +49,12 @@ def lint_source(source: str, path: str = "<string>", config: Optional[Config] = 
     facts = ProjectFacts.from_files([whole_file_facts(result, source, config)])
     out = resolve_conditions(result.diagnostics, facts, config)
     from ..model.project.reach import Reach
+    from .crossfile import region_row_of
 
     # sites that never run, the text its own project (no folder: no import is decided)
     reach = Reach([path], lambda p: source if p == path else None).of(path)
-    out = [d for d in out if not reach.why(d.location.row, _region_row(d)) or d.code in (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE)]
+    out = [d for d in out if not reach.why(d.location.row, region_row_of(d)) or d.code in (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE)]
     return sorted(out, key=Diagnostic.sort_key)
-
-
-def _region_row(d: Diagnostic) -> Optional[int]:
-    row = d.data.get("region_row") if isinstance(d.data, dict) else None
-    return row if isinstance(row, int) else None
 
 
 def lint_paths(
@@ -121,7 +117,7 @@ def _after_lint(
         cross = project_diagnostics(projects, rules, codes, cache, indexes, silenced, made)
     if cross:
         diagnostics = merge(diagnostics, resolve_conditions(cross, facts, config))
-    diagnostics = drop_unreached(diagnostics, projects, absolute)  # sites that never run (model/project/reach)
+    diagnostics = drop_unreached(diagnostics, projects, absolute, cache)  # sites that never run (model/project/reach)
     noqa_used = _noqa_used(resolve_conditions(silenced, facts, config)) if silenced else {}
     if noqa_used and UNUSED_NOQA_CODE in codes:
         diagnostics = _discounted(diagnostics, noqa_used)
