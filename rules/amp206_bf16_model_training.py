@@ -111,7 +111,8 @@ class Bf16ModelTraining(Rule):
     masters; accelerate upcasts FSDP1 shards to fp32 under mixed
     precision), Lightning Fabric's `setup`, ColossalAI's `booster.boost`
     (its plugin, ZeRO, Gemini or hybrid parallel under fp16/bf16, keeps
-    fp32 master weights; which plugin is the launch's), a
+    fp32 master weights; which plugin is the launch's; the optimizer may
+    be built inside the call, `boost(net, torch.optim.SGD(...))`), a
     Hugging Face `Trainer` given `optimizers=(...)`; for a module wrapped
     in an FSDP mixed-precision policy (AMP804 reports that); and for a module
     (or parts of it, `model.fc1`, each `layer` of `for layer in model.layers`)
@@ -285,8 +286,9 @@ model, optimizer, _, _, _ = booster.boost(model, optimizer)
 import torch
 from colossalai.booster import Booster
 booster = Booster(plugin=plugin)
-model = GPT(config).cuda().to(torch.bfloat16)
-model, optimizer, _, _, _ = booster.boost(model, torch.optim.SGD(model.parameters(), lr=0.1))
+net = GPT(config).cuda().to(torch.bfloat16)
+model, optimizer, _, _, _ = booster.boost(net, torch.optim.SGD(net.parameters(), lr=0.1))
+optimizer.step()
 """,
             "the optimizer built inside `boost(...)`: the plugin decides the master weights at run time",
         ),
