@@ -12,9 +12,11 @@ if TYPE_CHECKING:  # the per-file model: its functions import what they run (che
 #: what may keep fp32 master weights for (or swap) the optimizer it is handed, beyond AMP201's
 #: wrappers: DeepSpeed; accelerate's `prepare` and Fabric's `setup`, behind which the launch
 #: configuration may put DeepSpeed or FSDP (both keep fp32 masters); a `Trainer` given
-#: `optimizers=(...)`, whose arguments may name a DeepSpeed config
+#: `optimizers=(...)`, whose arguments may name a DeepSpeed config; ColossalAI's `booster.boost`,
+#: whose plugin (ZeRO, Gemini, hybrid parallel under fp16/bf16) may keep fp32 master weights
 _WRAPPER = re.compile(
-    r"fp16|master|initialize|mixedprecision|deepspeed|(?:^|\.)prepare$|(?:^|\.)setup(?:_optimizers)?$|(?-i:Trainer)$",
+    r"fp16|master|initialize|mixedprecision|deepspeed|(?:^|\.)prepare$|(?:^|\.)setup(?:_optimizers)?$"
+    r"|\.boost$|(?-i:Trainer)$",
     re.IGNORECASE,
 )
 _HELP = (
@@ -107,7 +109,10 @@ class Bf16ModelTraining(Rule):
     how the job is launched: DeepSpeed (`deepspeed.initialize`), apex,
     accelerate's `prepare` (a DeepSpeed or FSDP launch config keeps fp32
     masters; accelerate upcasts FSDP1 shards to fp32 under mixed
-    precision), Lightning Fabric's `setup`, a
+    precision), Lightning Fabric's `setup`, ColossalAI's `booster.boost`
+    (its plugin, ZeRO, Gemini or hybrid parallel under fp16/bf16, keeps
+    fp32 master weights; which plugin is the launch's; the optimizer may
+    be built inside the call, `boost(net, torch.optim.SGD(...))`), a
     Hugging Face `Trainer` given `optimizers=(...)`; for a module wrapped
     in an FSDP mixed-precision policy (AMP804 reports that); and for a module
     (or parts of it, `model.fc1`, each `layer` of `for layer in model.layers`)
@@ -263,6 +268,29 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
 model, optimizer = accelerator.prepare(model, optimizer)
 """,
             "accelerate's launch config may put DeepSpeed or FSDP (fp32 masters) behind `prepare`",
+        ),
+        Valid(
+            """
+import torch
+from colossalai.booster import Booster
+from colossalai.booster.plugin import LowLevelZeroPlugin
+booster = Booster(plugin=LowLevelZeroPlugin(precision="bf16"))
+model = GPT(config).cuda().to(torch.bfloat16)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, _, _, _ = booster.boost(model, optimizer)
+""",
+            "ColossalAI's `boost`: the plugin (ZeRO, Gemini, hybrid parallel) may keep fp32 master weights",
+        ),
+        Valid(
+            """
+import torch
+from colossalai.booster import Booster
+booster = Booster(plugin=plugin)
+net = GPT(config).cuda().to(torch.bfloat16)
+model, optimizer, _, _, _ = booster.boost(net, torch.optim.SGD(net.parameters(), lr=0.1))
+optimizer.step()
+""",
+            "the optimizer built inside `boost(...)`: the plugin decides the master weights at run time",
         ),
         Valid(
             """

@@ -114,7 +114,7 @@ def _updates(
         return False
     if _reverted_later(ctx, subjects, cast.call):
         return False
-    if key and master_wrapped(ctx, key, wrapper):
+    if (key and master_wrapped(ctx, key, wrapper)) or _built_in_wrapper(ctx, ctor, wrapper):
         return False
     if keeps_master_weights(ctor) or master_sharded(ctx, subjects, ctor):
         return False
@@ -739,6 +739,20 @@ def master_wrapped(ctx: "ModuleContext", key: str, wrapper: Pattern[str] = MASTE
         for a in call.node.args:
             values = [e.value for e in a.value.elements] if isinstance(a.value, (cst.Tuple, cst.List)) else [a.value]
             if any(dotted_name(v) == key for v in values):
+                return True
+    return False
+
+
+def _built_in_wrapper(ctx: "ModuleContext", ctor: CallInfo, wrapper: Pattern[str]) -> bool:
+    """The optimizer is built inside the call that keeps its master weights, unnamed
+    (`booster.boost(model, torch.optim.SGD(model.parameters()))`, `FP16_Optimizer(SGD(...))`)."""
+    for call in ctx.calls:
+        callee = call.dotted or min(call.qualnames, default="")
+        if call is ctor or not wrapper.search(callee):
+            continue
+        for a in call.node.args:
+            values = [e.value for e in a.value.elements] if isinstance(a.value, (cst.Tuple, cst.List)) else [a.value]
+            if any(v is ctor.node for v in values):
                 return True
     return False
 
