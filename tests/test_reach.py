@@ -185,7 +185,8 @@ def _importer(imports: str) -> str:
     """
 
 
-def test_c_an_absent_submodule_makes_the_file_never_run(tmp_path):
+def test_c_an_absent_submodule_keeps_the_file(tmp_path):
+    # it may be built (a compiled extension, `from . import pool_ext`, whose name no file spells)
     root = write_project(tmp_path, {
         "coati/__init__.py": "",
         "coati/models/__init__.py": "",
@@ -193,7 +194,7 @@ def test_c_an_absent_submodule_makes_the_file_never_run(tmp_path):
         "examples/train.py": _importer("from coati.models.bloom import BLOOMRM"),
         "examples/live.py": _importer("from coati.models.gpt import GPTRM"),
     })
-    assert rows(root, "train.py") == []
+    assert rows(root, "train.py") == [5]
     assert rows(root, "live.py") == [5]
 
 
@@ -252,7 +253,7 @@ def test_c_a_package_that_could_come_from_site_packages_keeps_the_file(tmp_path)
     })
     assert rows(root, "train.py") == [5]
     (root / "vendor" / "setup.py").write_text("from setuptools import setup\nsetup(name='coati')\n")
-    assert rows(root, "train.py") == []  # installed from the project: its own copy
+    assert rows(root, "train.py") == [5]  # its own copy, but `bloom` may be a built module
 
 
 def test_c_a_guarded_import_keeps_the_file(tmp_path):
@@ -281,7 +282,7 @@ def test_c_a_name_the_package_itself_defines_keeps_the_file(tmp_path):
     files["dualcodec/utils/base_trainer.py"] = "class Other(object):\n    pass\n"
     files["legacy/base_trainer.py"] = "class BaseTrainer(object):\n    pass\n"
     root = write_project(tmp_path / "other", files)
-    assert rows(root, "trainer.py") == []
+    assert rows(root, "trainer.py") == [5]  # a package's missing name may be a built submodule
 
 
 # -- the verdict in the run's cache --------------------------------------------------------------

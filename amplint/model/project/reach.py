@@ -15,8 +15,8 @@ Three shapes, each decided only when it is certain; anything else keeps the find
   and a finding whose cause is that region (`data["region_row"]`) is dropped with it;
 - a file that cannot be imported: a statement of its module body imports a project package
   (a regular package, `__init__.py`, in the file's folder or a folder above it up to the
-  project root, every such copy) whose submodule file is absent, or a module of it that binds
-  no such name (no star import, `__getattr__`, `globals()`, `setattr`, `sys.modules` or
+  project root, every such copy) whose module file (a `.py`, not the package: an absent
+  submodule or a name the package lacks may be a built extension) binds no such name (no star import, `__getattr__`, `globals()`, `setattr`, `sys.modules` or
   `__path__` that could bind it, no compiled or generated module of that name). Every row
   after that import, and every function and class body, never runs.
 
@@ -48,9 +48,6 @@ _DYNAMIC = re.compile(r"\b(globals\s*\(|sys\.modules|__path__|exec\s*\(|import_m
 #: folders a run puts on `sys.path` besides the script's own: a packaging file installs the
 #: package it holds (`pip install -e .`), a conftest.py is pytest's rootdir insertion
 _IMPORT_ROOTS = ("setup.py", "setup.cfg", "pyproject.toml", "conftest.py")
-#: how a module may exist without a `.py` file in the source tree (built or generated)
-_BUILT = (".pyx", ".pxd", ".pyi", ".so", ".pyd", ".c", ".cpp", ".cc", ".cu")
-_BUILD_FILES = ("setup.py", "setup.cfg", "pyproject.toml", ".gitignore", "MANIFEST.in", "CMakeLists.txt", "Makefile")
 
 
 class FileReach:
@@ -245,11 +242,7 @@ class Reach:
                 if i != len(rest) - 1:
                     return None  # a module used as a package: left alone
                 return self._binds_all(sub + ".py", None, module, names)
-            if self._maybe_built(here, part):
-                return None
-            if module and self.module_spelled(module):
-                return None  # `sys.modules["pkg.sub"] = ...` somewhere: it may exist at run time
-            return f"`{module}` has no module `{part}` in the project"
+            return None  # an absent module may be built (a compiled extension whose name no file spells)
         if not os.path.isdir(here):
             return None
         init = os.path.join(here, "__init__.py")
@@ -261,26 +254,6 @@ class Reach:
             return os.path.isdir(folder)
         text, tree = self.text(init), self.tree(init)
         return text is not None and tree is not None and not _DYNAMIC.search(text) and not _binds_dynamically(tree)
-
-    def _maybe_built(self, folder: str, part: str) -> bool:
-        """A module of that name the build makes (an extension, a generated file)."""
-        try:
-            entries = os.listdir(folder)
-        except OSError:
-            return True
-        if any(e.startswith(part + ".") and e.endswith(_BUILT) for e in entries):
-            return True
-        word = re.compile(r"\b%s\b" % re.escape(part))
-        folder = os.path.abspath(folder)
-        root = os.path.abspath(self.root or folder)
-        while True:
-            for name in _BUILD_FILES:
-                candidate = os.path.join(folder, name)
-                if os.path.isfile(candidate) and word.search(self.text(candidate) or ""):
-                    return True
-            if folder == root or len(folder) <= len(root):
-                return False
-            folder = os.path.dirname(folder)
 
     def _binds_all(self, file: Optional[str], package: Optional[str], module: str, names: Tuple[str, ...]) -> Optional[str]:
         if not names:
@@ -299,8 +272,8 @@ class Reach:
                 continue
             if package is not None and (os.path.isdir(os.path.join(package, name)) or os.path.isfile(os.path.join(package, name + ".py"))):
                 continue
-            if package is not None and self._maybe_built(package, name):
-                return None
+            if package is not None:
+                return None  # a package's absent submodule may be built (a compiled extension)
             if self.attribute_stored(name):
                 return None  # `mod.name = ...`, `setattr(mod, "name", ...)` somewhere: it may be bound
             if self.defined_below(package or os.path.dirname(file or ""), name):
@@ -317,13 +290,6 @@ class Reach:
         prefix = os.path.abspath(folder).rstrip(os.sep) + os.sep
         pattern = re.compile(r"^(?:(?:async\s+)?def\s+|class\s+)%s\b|^%s\s*(?::[^=\n]*)?=[^=]" % (re.escape(name), re.escape(name)), re.M)
         return any(pattern.search(self.text(p) or "") for p in self.files if os.path.abspath(p).startswith(prefix))
-
-    def module_spelled(self, dotted: str) -> bool:
-        """Some file of the project names the module `dotted` in a string (a `sys.modules` entry
-        or an import hook another file installs)."""
-        pattern = re.compile(r"['\"]%s['\"]" % re.escape(dotted))
-        return any(pattern.search(t or "") for t in (self.text(p) for p in self.files))
-
 
 def _binds_dynamically(tree: ast.Module) -> bool:
     """The module may bind names no statement of it spells: a module-level `__getattr__`
