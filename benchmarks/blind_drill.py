@@ -1,7 +1,7 @@
 """The blind drill: whole public training repositories, labelled by hand before amplint ran on them.
 
-    python benchmarks/blind_drill.py run --mirrors DIR [--split tuning|read|read2|read3|read4|read5|read6|read7|read8|read9|read10|read11|read12|read13|read14|read15|heldout|all|tuning,read] [--jobs 2]
-    python benchmarks/blind_drill.py score [--split tuning|read|read2|read3|read4|read5|read6|read7|read8|read9|read10|read11|read12|read13|read14|read15|heldout|all|tuning,read] [--show]
+    python benchmarks/blind_drill.py run --mirrors DIR [--split tuning|read|read2|read3|read4|read5|read6|read7|read8|read9|read10|read11|read12|read13|read14|read15|read16|heldout|all|tuning,read] [--jobs 2]
+    python benchmarks/blind_drill.py score [--split tuning|read|read2|read3|read4|read5|read6|read7|read8|read9|read10|read11|read12|read13|read14|read15|read16|heldout|all|tuning,read] [--show]
     python benchmarks/blind_drill.py template --split tuning --out PATH   # unjudged findings to adjudicate
     python benchmarks/blind_drill.py score --check                        # exit 1 if a finding is unjudged
     python benchmarks/blind_drill.py adjudicate FINDINGS.json [REVIEWS.json]  # merge an adjudicator's verdicts
@@ -99,9 +99,9 @@ def project_key(project: dict) -> str:
     return project["repo"].replace("/", "+")
 
 
-#: the splits of blind_projects.json ("read" .. "read15": the first fifteen held-out splits, each
+#: the splits of blind_projects.json ("read" .. "read16": the first sixteen held-out splits, each
 #: scored blind and then read; "heldout": the current one, drawn from repositories nobody had labelled)
-SPLITS = ("tuning", "read", "read2", "read3", "read4", "read5", "read6", "read7", "read8", "read9", "read10", "read11", "read12", "read13", "read14", "read15", "heldout")
+SPLITS = ("tuning", "read", "read2", "read3", "read4", "read5", "read6", "read7", "read8", "read9", "read10", "read11", "read12", "read13", "read14", "read15", "read16", "heldout")
 
 
 def in_split(project: dict, split: str) -> bool:

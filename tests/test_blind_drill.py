@@ -27,13 +27,13 @@ def test_projects_are_pinned_and_each_held_out_split_is_its_recorded_draw():
     read = random.Random(draws["read"]["seed"]).sample(first, len(first) // 3)
     assert {split_of[k.replace("+", "/", 1)] for k in read} == {"read"}
     assert sum(s == "read" for s in split_of.values()) == len(read)
-    for split in ("read2", "read3", "read4", "read5", "read6", "read7", "read8", "read9", "read10", "read11", "read12", "read13", "read14", "read15", "heldout"):
+    for split in ("read2", "read3", "read4", "read5", "read6", "read7", "read8", "read9", "read10", "read11", "read12", "read13", "read14", "read15", "read16", "heldout"):
         pool = draws[split]["pool"]
         held = set(random.Random(draws[split]["seed"]).sample(sorted(pool), 20))
         assert held == {r for r, s in split_of.items() if s == split}
         assert set(draws[split]["not_drawn"]) == set(pool) - held
     # each later draw's pool is the one before's leftovers plus repositories never labelled before it
-    order = ("read2", "read3", "read4", "read5", "read6", "read7", "read8", "read9", "read10", "read11", "read12", "read13", "read14", "read15", "heldout")
+    order = ("read2", "read3", "read4", "read5", "read6", "read7", "read8", "read9", "read10", "read11", "read12", "read13", "read14", "read15", "read16", "heldout")
     for i, split in enumerate(order):
         assert all(split_of[r] in order[i:] for r in draws[split]["pool"] if r in split_of), split
     for before, after in zip(order, order[1:]):
