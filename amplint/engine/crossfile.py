@@ -524,7 +524,10 @@ def drop_unreached(
     project parses nothing."""
     from .pipeline import SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE, read_file
 
-    checked = [d for d in diagnostics if d.code not in (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE, "AMP000") and d.filename.endswith(".py")]
+    from .excerpt import PIECE_BYTES
+
+    checked = [d for d in diagnostics if d.code not in (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE, "AMP000") and d.filename.endswith(".py")
+               and _size(absolute(d.filename)) <= PIECE_BYTES]  # a huge file's CPython tree costs ~5 KB a line: its findings stay
     if not checked:
         return diagnostics
     root_of: Dict[str, Optional[str]] = {}
@@ -556,6 +559,13 @@ def drop_unreached(
         if key is not None:
             cache.put_raw("reach", "", {"key": key, "dropped": sorted(gone)})
     return [d for d in diagnostics if id(d) not in dropped] if dropped else diagnostics
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def region_row_of(d: Diagnostic) -> Optional[int]:

@@ -52,8 +52,11 @@ def lint_source(source: str, path: str = "<string>", config: Optional[Config] = 
     from .crossfile import region_row_of
 
     # sites that never run, the text its own project (no folder: no import is decided)
-    reach = Reach([path], lambda p: source if p == path else None).of(path)
-    out = [d for d in out if not reach.why(d.location.row, region_row_of(d)) or d.code in (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE)]
+    from .excerpt import PIECE_BYTES
+
+    if len(source) <= PIECE_BYTES:  # a huge text's CPython tree costs ~5 KB a line: its findings stay
+        reach = Reach([path], lambda p: source if p == path else None).of(path)
+        out = [d for d in out if not reach.why(d.location.row, region_row_of(d)) or d.code in (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE)]
     return sorted(out, key=Diagnostic.sort_key)
 
 
