@@ -325,15 +325,7 @@ def pieces(text: str, limit: Optional[int] = None, wanted: Optional[Iterable[int
         # the core is most of the file, or too big to repeat in every piece: a huge function's
         # body may still be cut
         return _body_pieces(text, rows, spans, limit, sites)
-    groups: List[List[Tuple[int, int]]] = [[]]
-    size = 0
-    for a, b in leaves:
-        n = sum(len(rows[r - 1]) + 1 for r in range(a, b + 1))
-        if groups[-1] and size + n > limit:
-            groups.append([])
-            size = 0
-        groups[-1].append((a, b))
-        size += n
+    groups = _leaf_groups(leaves, rows, limit)
     if len(groups) < 2:
         return None
     leaf_rows = {a for a, _ in leaves}
@@ -613,15 +605,7 @@ def _body_pieces(text: str, rows: List[str], spans: List[Tuple[int, int]], limit
     leaf_bytes = sum(len(rows[r - 1]) + 1 for a, b in leaves for r in range(a, b + 1))
     if leaf_bytes < len(text) // 2 or len(text) - leaf_bytes > limit:
         return None
-    groups: List[List[Tuple[int, int]]] = [[]]
-    size = 0
-    for a, b in leaves:
-        n = sum(len(rows[r - 1]) + 1 for r in range(a, b + 1))
-        if groups[-1] and size + n > limit:
-            groups.append([])
-            size = 0
-        groups[-1].append((a, b))
-        size += n
+    groups = _leaf_groups(leaves, rows, limit)
     if len(groups) < 2:
         return None
     leaf_rows = {a for a, _ in leaves}
@@ -665,3 +649,18 @@ def _body_filled(rows: List[str], runs: List[Tuple[int, int]], top: List[int], h
     if [n.lineno for n in func.body] != sorted(expected + fillers):
         return None
     return text
+
+
+def _leaf_groups(leaves: List[Tuple[int, int]], rows: List[str], limit: int) -> List[List[Tuple[int, int]]]:
+    """The leaves (row spans, in order) in consecutive runs of at most `limit` bytes each (a
+    leaf longer than that is a run of its own): one run per piece."""
+    groups: List[List[Tuple[int, int]]] = [[]]
+    size = 0
+    for a, b in leaves:
+        n = sum(len(rows[r - 1]) + 1 for r in range(a, b + 1))
+        if groups[-1] and size + n > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append((a, b))
+        size += n
+    return groups
