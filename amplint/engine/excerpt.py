@@ -30,7 +30,7 @@ import ast
 import bisect
 import re
 import warnings
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 #: a class statement the cut may look inside: one line, no decorator, its body indented below it
@@ -277,34 +277,9 @@ def pieces(text: str, limit: Optional[int] = None, wanted: Optional[Iterable[int
     starts = _statement_starts(rows, 0, len(rows), "")
     if not starts:
         return None
-    totals: dict = {}
-    for m in _WORD.finditer(text):
-        word = m.group()
-        totals[word] = totals.get(word, 0) + 1
     spans = list(zip(starts, starts[1:] + [len(rows)]))  # 0-based [first, next start)
     candidates = [(a, b) for a, b in spans if _LEAF_LINE.match(rows[a]) and ";" not in rows[a]]
-    leaves: List[Tuple[int, int]] = []  # (first row, last row), 1-based
-    words: List[dict] = []  # the words of each
-    for i in range(0, len(candidates), 2000):  # CPython's tree of 2,000 statements at a time
-        batch = candidates[i : i + 2000]
-        for (a, b), node in zip(batch, _statements(rows, batch)):
-            if node is None:
-                continue
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if not all(isinstance(t, ast.Name) for t in targets):
-                continue
-            if isinstance(node, ast.AnnAssign) and node.value is None:
-                continue
-            last = a + (node.end_lineno or node.lineno)  # 1-based
-            if any(";" in rows[r] for r in range(a, last)):
-                continue
-            own: dict = {}
-            for word in _WORD.findall("\n".join(rows[a:last])):
-                own[word] = own.get(word, 0) + 1
-            if all(totals.get(t.id, 0) == own.get(t.id, 0) for t in targets):  # type: ignore[attr-defined]
-                leaves.append((a + 1, last))
-                words.append(own)
-    del totals
+    leaves, words = _leaf_statements(text, rows, rows, candidates, lambda last: False)
     # a statement a rule can fire in may depend on every mention of what it binds (the uses of
     # `NEG = -1e9`, the calls of a private function holding a site): no leaf may mention it
     sites = sorted(set(wanted)) if wanted is not None else None
@@ -562,34 +537,13 @@ def _body_pieces(text: str, rows: List[str], spans: List[Tuple[int, int]], limit
         return None
     width = len(indent)
     flat = [r[width:] if r.startswith(indent) else r for r in rows]  # the body at column 0
-    totals: dict = {}
-    for m in _WORD.finditer(text):
-        word = m.group()
-        totals[word] = totals.get(word, 0) + 1
     body = list(zip(starts, starts[1:] + [end]))
     candidates = [(a, b) for a, b in body if _LEAF_LINE.match(flat[a]) and ";" not in rows[a]]
-    leaves: List[Tuple[int, int]] = []
-    words: List[dict] = []
-    for i in range(0, len(candidates), 2000):
-        batch = candidates[i : i + 2000]
-        for (a, b), node in zip(batch, _statements(flat, batch)):
-            if node is None:
-                continue
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if not all(isinstance(t, ast.Name) for t in targets):
-                continue
-            if isinstance(node, ast.AnnAssign) and node.value is None:
-                continue
-            last = a + (node.end_lineno or node.lineno)
-            if any(";" in rows[r] for r in range(a, last)) or (last < end and rows[last].startswith(indent) and len(rows[last]) > width and rows[last][width] in " \t"):
-                continue
-            own: dict = {}
-            for word in _WORD.findall("\n".join(rows[a:last])):
-                own[word] = own.get(word, 0) + 1
-            if all(totals.get(t.id, 0) == own.get(t.id, 0) for t in targets):  # type: ignore[attr-defined]
-                leaves.append((a + 1, last))
-                words.append(own)
-    del totals
+
+    def runs_on(last: int) -> bool:  # the next row continues the statement deeper in the body
+        return last < end and rows[last].startswith(indent) and len(rows[last]) > width and rows[last][width] in " \t"
+
+    leaves, words = _leaf_statements(text, flat, rows, candidates, runs_on)
     firsts = {a for a, _ in leaves}
     watched: set = {match.group(1)}
     for a, b in [s for s in spans if s != big] + body:
@@ -649,6 +603,42 @@ def _body_filled(rows: List[str], runs: List[Tuple[int, int]], top: List[int], h
     if [n.lineno for n in func.body] != sorted(expected + fillers):
         return None
     return text
+
+
+def _word_counts(text: str) -> dict:
+    counts: dict = {}
+    for word in _WORD.findall(text):
+        counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+def _leaf_statements(
+    text: str, parse_rows: List[str], rows: List[str], candidates: List[Tuple[int, int]], runs_on: Callable[[int], bool]
+) -> Tuple[List[Tuple[int, int]], List[dict]]:
+    """The candidate statements that are leaves: a plain `name = ...` binding (parsed from
+    `parse_rows`, the rows at column 0) whose names the rest of `text` never mentions, so a piece
+    may leave it out. Returns their 1-based (first, last) rows and the words of each."""
+    totals = _word_counts(text)
+    leaves: List[Tuple[int, int]] = []
+    words: List[dict] = []
+    for i in range(0, len(candidates), 2000):  # CPython's tree of 2,000 statements at a time
+        batch = candidates[i : i + 2000]
+        for (a, b), node in zip(batch, _statements(parse_rows, batch)):
+            if node is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not all(isinstance(t, ast.Name) for t in targets):
+                continue
+            if isinstance(node, ast.AnnAssign) and node.value is None:
+                continue
+            last = a + (node.end_lineno or node.lineno)  # 1-based
+            if any(";" in rows[r] for r in range(a, last)) or runs_on(last):
+                continue
+            own = _word_counts("\n".join(rows[a:last]))
+            if all(totals.get(t.id, 0) == own.get(t.id, 0) for t in targets):  # type: ignore[attr-defined]
+                leaves.append((a + 1, last))
+                words.append(own)
+    return leaves, words
 
 
 def _leaf_groups(leaves: List[Tuple[int, int]], rows: List[str], limit: int) -> List[List[Tuple[int, int]]]:
