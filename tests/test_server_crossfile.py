@@ -216,3 +216,38 @@ def test_unused_noqa_counts_a_directive_that_silences_a_cross_file_finding(tmp_p
     row = text.splitlines().index(next(line for line in text.splitlines() if old in line)) + 1
     assert shown(text) == [("AMP900", row, "unused `noqa` directive (unused: `AMP101`)")]
     assert shown("# edited\n" + text) == [("AMP900", row + 1, "unused `noqa` directive (unused: `AMP101`)")]
+
+
+def test_a_site_that_never_runs_is_dropped_in_the_editor_as_by_the_cli(tmp_path):
+    # model/project/reach in the editor: decided on the model's thread for the buffer's text,
+    # carried along edits; a finding on an edited line stays until the next save decides again
+    from amplint import Config, lint_paths
+
+    text = "import torch\nDEBUG = False\nif DEBUG:\n    ctx = torch.cuda.amp.autocast()\nctx = torch.cuda.amp.autocast()\n"
+    path = tmp_path / "train.py"
+    path.write_text(text)
+    (tmp_path / "pyproject.toml").write_text("")
+    projects = Projects(str(tmp_path))
+    cli = sorted(d.location.row for d in lint_paths([str(path)], Config()).diagnostics if d.code == "AMP001")
+    assert cli == [5]
+    done = threading.Event()
+    cross = CrossFile(lambda: projects, on_ready=lambda p: done.set(), use_cache=False)
+    first = cross.add(lint_python(text, str(path), projects), str(path))
+    assert sorted(d.location.row for d in first.diagnostics if d.code == "AMP001") == [4, 5]  # not decided yet
+    assert done.wait(60)
+
+    def rows(buffer):
+        return sorted(d.location.row for d in cross.add(lint_python(buffer, str(path), projects), str(path)).diagnostics if d.code == "AMP001")
+
+    assert rows(text) == cli
+    assert rows("# a comment\n" + text) == [6]  # moved with the edit, still dropped
+    edited = text.replace("    ctx = torch.cuda.amp.autocast()\n", "    ctx = torch.cuda.amp.autocast()  # edited\n", 1)
+    assert rows(edited) == [4, 5]  # its line was edited: the next save decides
+
+
+def test_a_file_over_the_piece_size_keeps_its_findings_in_the_editor_too(tmp_path):
+    from amplint.engine.excerpt import PIECE_BYTES
+
+    cross = CrossFile(lambda: Projects(str(tmp_path)), use_cache=False)
+    text = "DEBUG = False\n" + "x = 1\n" * (PIECE_BYTES // 6 + 1)
+    assert cross.reach(str(tmp_path / "big.py"), text, Projects(str(tmp_path)).config_for(str(tmp_path / "big.py"))) is None

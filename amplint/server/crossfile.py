@@ -18,6 +18,13 @@ under a project fact (fp16 used somewhere, ...) are decided by the project's
 saved files, as for `amplint FILE`. When a result changes what the document
 shows, the server re-publishes it (`on_ready`). A project's file list is found
 once and again after a save in it (a new file counts from its first save).
+
+The same thread decides which of the buffer's sites never run (`model/project/reach`,
+`engine.crossfile.drop_unreached` in the CLI: a constant branch, a parameter default no call
+of the project passes, a failing project import). The verdict is made for the buffer's text
+and the project's saved files, and carried along edits like the cross-file findings: a
+finding on a line the verdict's text also has is dropped where the CLI would drop it; a
+finding on an edited line stays until the next save decides again.
 """
 from __future__ import annotations
 
@@ -43,6 +50,8 @@ class CrossFile:
         self.use_cache = use_cache
         #: path -> (the text the findings were computed for, the findings)
         self._known: Dict[str, Tuple[str, List[Diagnostic]]] = {}
+        #: path -> (the text its reach verdict was made for, the verdict; None: undecided)
+        self._reach: Dict[str, Tuple[str, Any]] = {}
         #: path -> the `# noqa` codes that silence its cross-file findings (`unused_noqa.used_keys`)
         self._used: Dict[str, Set[Tuple[str, str]]] = {}
         self._wanted: Dict[str, int] = {}  # path -> the generation of its newest request
@@ -65,10 +74,13 @@ class CrossFile:
         me = os.path.abspath(path)
         with self._lock:
             known = self._known.get(me)
+            reach = self._reach.get(me)
             used = self._used.get(me)
             if me in self._stale or (known is None and me not in self._pending):
                 self._stale.discard(me)
                 self._request(me, path, linted.source, linted.config)
+        if reach is not None and reach[1] is not None:
+            linted = _drop_unreached(linted, *reach)
         if used:  # AMP900 counts the comments that silence a cross-file finding as used, as the CLI does
             from ..engine.unused_noqa import discount
 
@@ -107,6 +119,7 @@ class CrossFile:
         with self._lock:
             me = os.path.abspath(path)
             self._known.pop(me, None)
+            self._reach.pop(me, None)
             self._used.pop(me, None)
             self._wanted.pop(me, None)
             self._stale.discard(me)
@@ -144,6 +157,12 @@ class CrossFile:
             found = self.findings(path, text, config, silenced)
         except Exception:  # a rule's crash is an AMP000 finding; this is a last resort (say, a vanished root)
             found = []
+        try:
+            reach = self.reach(path, text, config)
+        except Exception:  # undecided: every finding stays
+            reach = None
+        if reach is not None:
+            found = _drop_unreached_rows(found, reach, lambda row: row)
         from ..engine.unused_noqa import used_keys
 
         used = used_keys(silenced, text)
@@ -153,10 +172,16 @@ class CrossFile:
             self._pending.discard(me)
             old = self._known.get(me)
             self._known[me] = (text, found)
+            old_reach = self._reach.get(me)
+            self._reach[me] = (text, reach)
             old_used = self._used.get(me, set())
             self._used[me] = used
         before = old[1] if old is not None else []
-        if found != before or (found and old is not None and old[0] != text) or used != old_used:
+        from ..model.project.reach import FileReach
+
+        nothing = FileReach()  # an undecided verdict drops what an empty one drops: nothing
+        reach_changed = ((old_reach[1] if old_reach is not None else None) or nothing) != (reach or nothing)
+        if found != before or (found and old is not None and old[0] != text) or used != old_used or reach_changed:
             self.on_ready(me)  # what the document shows changes (else no new publication)
 
     def findings(self, path: str, text: str, config: Config, silenced: Optional[List[Diagnostic]] = None) -> List[Diagnostic]:
@@ -179,6 +204,22 @@ class CrossFile:
         if silenced is not None:
             silenced.extend(dropped)
         return found
+
+    def reach(self, path: str, text: str, config: Config) -> Any:
+        """What never runs in the text `text` of `path` (a `model.project.reach.FileReach`), the
+        project's other files as saved, as `amplint path` decides it; None for a text over
+        `PIECE_BYTES` (the CLI keeps a huge file's findings too)."""
+        from ..engine.crossfile import project_root
+        from ..engine.excerpt import PIECE_BYTES
+        from ..engine.pipeline import read_file
+        from ..model.project.reach import Reach
+
+        if len(text) > PIECE_BYTES:
+            return None
+        me = os.path.abspath(path)
+        root = project_root(me)
+        files = sorted({*self._project_files(root, config), me})
+        return Reach(files, lambda p: text if p == me else read_file(p)[0]).of(me, root)
 
     def _project_files(self, root: Optional[str], config: Config) -> List[str]:
         if root is None:
@@ -206,3 +247,31 @@ class CrossFile:
             with self._lock:
                 self._caches[config] = cache
         return cache
+
+
+def _drop_unreached(linted: Linted, text: str, reach: Any) -> Linted:
+    """`linted` without the findings at sites `reach` (made for `text`) says never run."""
+    if not linted.diagnostics:
+        return linted
+    if linted.source == text:
+        old_row: Callable[[int], Optional[int]] = lambda row: row
+    else:
+        from .relocate import LineMap
+
+        old_row = LineMap(linted.source, text).row  # the buffer's row -> the verdict text's (None: edited)
+    kept = _drop_unreached_rows(linted.diagnostics, reach, old_row)
+    return linted if len(kept) == len(linted.diagnostics) else dataclasses.replace(linted, diagnostics=kept)
+
+
+def _drop_unreached_rows(diagnostics: List[Diagnostic], reach: Any, old_row: Callable[[int], Optional[int]]) -> List[Diagnostic]:
+    from ..engine.crossfile import region_row_of
+    from ..engine.pipeline import PSEUDO_CODES
+
+    kept = []
+    for d in diagnostics:
+        row = old_row(d.location.row) if d.code not in PSEUDO_CODES else None
+        region = region_row_of(d)
+        if row is not None and reach.why(row, old_row(region) if region is not None else None):
+            continue
+        kept.append(d)
+    return kept

@@ -60,6 +60,12 @@ class FileReach:
         self.fails_at: Optional[Tuple[int, str]] = None
         self.bodies: List[Tuple[int, int]] = []  # function and class bodies (dead when the import fails)
 
+    def __eq__(self, other: object) -> bool:  # the server re-publishes a document only when its verdict changes
+        return isinstance(other, FileReach) and (self.rows, self.off_regions, self.fails_at, self.bodies) == (
+            other.rows, other.off_regions, other.fails_at, other.bodies)
+
+    __hash__ = None  # type: ignore[assignment]
+
     def why(self, row: int, region_row: Optional[int] = None) -> Optional[str]:
         """Why a finding at `row` (its cause the autocast at `region_row`) never happens, or None."""
         if self.fails_at is not None:
