@@ -109,6 +109,16 @@ class Fp16BackwardWithoutScaler(Rule):
     message names both switches (`with self.enable_amp on and self.enable_scaler off`).
     A switch read from a function's parameter (what the caller passes may be the other
     flag), a region always on, or a scaler built unconditionally leaves the rule silent.
+    One more shape counts in a file with GradScalers: a fork on a dtype the region does
+    not read. The region is fp16 whatever the model's dtype is (no `dtype=` on CUDA, or
+    `dtype=torch.float16`), the loss is scaled only in the body of an `if` testing that
+    dtype (`if cfg.mixed_precision and cfg.model_dtype == "float16": scaler.scale(loss).backward()`,
+    the test or one conjunct of an `and`), and the `else` backpropagates the same loss
+    unscaled (`loss.backward()`): a bf16 model takes the `else` under fp16 autocast. The
+    message names the test. Silent when the test reads the region's own switch or dtype
+    (`if cfg.amp:` around the scaled branch of `autocast(enabled=cfg.amp)`: the `else`
+    runs with the region off; `dtype=getattr(torch, cfg.model_dtype)`: the `else` is bf16),
+    on an `or` test, and when the region's switch is a parameter.
     A region whose `dtype=` is a configuration object's property, with no literal in the
     file (`torch.autocast("cuda", dtype=self.cfg.autocast_precision)`), counts when the
     project maps it to literal dtypes that include float16: every definition of that name
@@ -676,6 +686,39 @@ class Trainer:
 """,
             "the scaler's switch is a parameter: its caller may pass the autocast's flag",
         ),
+        Valid(
+            """
+import torch
+def train(model, loader, optimizer, cfg):
+    scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp)
+    for x, y in loader:
+        with torch.autocast("cuda", enabled=cfg.amp):
+            loss = model(x, y)
+        if cfg.amp:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        optimizer.step()
+""",
+            "the unscaled branch is taken only with the autocast's own flag off",
+        ),
+        Valid(
+            """
+import torch
+def train(model, loader, optimizer, cfg):
+    dtype = getattr(torch, cfg.torch_dtype)
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=dtype, enabled=cfg.amp):
+            loss = model(x, y)
+        if cfg.amp and cfg.torch_dtype == "float16":
+            scaler = torch.amp.GradScaler("cuda")
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        optimizer.step()
+""",
+            "the autocast's dtype follows the dtype the fork tests: bf16 on the unscaled branch",
+        ),
     ]
 
     INVALID = [
@@ -1092,6 +1135,23 @@ class Trainer:
             line=12,
             why="the GradScaler has a switch of its own: with enable_amp on and enable_scaler off the fp16 loss is not scaled",
         ),
+        Invalid(
+            """
+import torch
+def train(model, loader, optimizer, cfg):
+    for x, y in loader:
+        with torch.autocast("cuda", enabled=cfg.mixed_precision):
+            loss = model(x, y)
+        if cfg.mixed_precision and cfg.model_dtype == "float16":
+            scaler = torch.amp.GradScaler("cuda")
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        optimizer.step()
+""",
+            line=10,
+            why="no dtype: fp16 autocast on CUDA even for a bf16 model, whose branch backpropagates unscaled",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
@@ -1099,6 +1159,7 @@ class Trainer:
 
         flags = _own_flag_scalers(ctx) if ctx.scalers else None
         if ctx.scalers and flags is None:
+            yield from self._dtype_forks(ctx)
             return
         if flags is None and _mentions_scaling(ctx):
             return
@@ -1127,6 +1188,41 @@ class Trainer:
                 if switch and scaler_flags and not (_leaves(switch[1]) & _leaves(scaler_flags[1])):
                     yield self._diagnostic(ctx, event, loss, source, (switch[0], scaler_flags[0]))
 
+    def _dtype_forks(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """A file with GradScalers: the unscaled `loss.backward()` in the `else` of an `if` whose body
+        runs `scaler.scale(loss).backward()` on the same loss, where the test is (or is a conjunct of)
+        a dtype test for fp16 (`cfg.torch_dtype == "float16"`) that the region does not read: the
+        region is fp16 whatever that dtype is (no `dtype=` on CUDA, or `dtype=torch.float16`), so
+        when the test is false the fp16 loss is backpropagated unscaled."""
+        from amplint.model import update_reachable
+
+        if not any(r.dtype == "fp16" and _is_fp16(ctx, r) for r in ctx.regions):
+            return
+        for scope in ctx.scopes:
+            for event in scope.events:
+                if event.kind != "backward":
+                    continue
+                fork = _scaled_fork(scope, event)
+                if fork is None:
+                    continue
+                loss = _loss_expression(event.call)
+                scaled = next((_scaled_loss(ctx, scope, e) for e in fork), None)
+                if loss is None or scaled is None or ctx.code_for(loss).strip() != ctx.code_for(scaled).strip():
+                    continue
+                if not update_reachable(ctx, scope, event):
+                    continue
+                source = _fp16_source(ctx, scope, event, loss)
+                if source is None or source.dtype != "fp16" or _measures_only(ctx, scope, loss):
+                    continue
+                if _region_off_everywhere(ctx, source):
+                    continue
+                switch = _region_flags(ctx, source)
+                if switch is None and source.enabled is not True:
+                    continue  # switched by something the flags cannot name (a parameter): what is on is unknown
+                test = _fp16_dtype_test(ctx, _fork_test(event), _leaves(switch[1]) if switch else set())
+                if test is not None:
+                    yield self._diagnostic(ctx, event, loss, source, dtype_test=test)
+
     def check_project(self, project: Any) -> Iterator[Diagnostic]:
         """A backward without loss scaling, with an optimizer step after it, on a model wrapped by
         FSDP with an fp16 mixed-precision policy (`param_dtype=torch.float16`), read across files
@@ -1139,7 +1235,7 @@ class Trainer:
 
     def _diagnostic(
         self, ctx: ModuleContext, event: Event, loss: cst.BaseExpression, region: AutocastRegion,
-        switches: Optional[tuple] = None,
+        switches: Optional[tuple] = None, dtype_test: Optional[str] = None,
     ) -> Diagnostic:
         from amplint.model import DTYPE_PROPERTY, region_choice_naming
 
@@ -1148,7 +1244,9 @@ class Trainer:
         choice = region_choice_naming(ctx, region, "fp16") if region.dtype is None else None
         prop = _dtype_property(ctx, region) if region.dtype is None and choice is None else None
         condition = f"{DTYPE_PROPERTY}={prop[1]}" if prop is not None else None
-        if switches is not None:  # the scaler is switched by a flag the autocast does not read
+        if dtype_test is not None:  # the scaled branch is taken on a dtype test the fp16 region does not read
+            message = f"`{_short(text, 12)}` from fp16 autocast is unscaled unless `{_short(dtype_test, 40)}`"
+        elif switches is not None:  # the scaler is switched by a flag the autocast does not read
             kind = "fp16 autocast" if region.dtype == "fp16" else "possibly-fp16 autocast"
             for on, off in (switches, [min(_leaves({w}), key=len) for w in switches]):
                 # the switches as written, or (over 100 characters) the flags they end in
@@ -1172,6 +1270,8 @@ class Trainer:
         help = "Scale the loss with `torch.amp.GradScaler`, or autocast to bf16"
         if switches is not None:
             help = "Enable the GradScaler whenever the fp16 autocast is on (the same flag), or autocast to bf16"
+        if dtype_test is not None:
+            help = "The autocast is fp16 whatever that dtype is: pass it as the autocast's dtype, or always scale"
         return ctx.diagnostic(self, event.call.node, message, data=data, help=help, condition=condition)
 
 
@@ -1486,6 +1586,71 @@ def _region_flags(ctx: ModuleContext, region: AutocastRegion) -> Optional[tuple]
         return None
     flags |= read
     return (ctx.code_for(enabled).strip(), flags) if flags else None
+
+
+def _scaled_fork(scope: Scope, event: Event) -> Optional[List[Event]]:
+    """The scaled backwards (`scaler.scale(loss).backward()`) in the body of the `if` whose `else`
+    holds this backward, that `else` being the backward's innermost branch; None otherwise."""
+    frames = [i for i, f in enumerate(event.path) if f.kind in ("if", "else")]
+    if not frames or event.path[frames[-1]].kind != "else":
+        return None
+    node = event.path[frames[-1]].node
+    fork = [e for e in scope.events if e.kind == "scaled_backward"
+            and any(f.kind == "if" and f.node is node for f in e.path)]
+    return fork or None
+
+
+def _fork_test(event: Event) -> cst.BaseExpression:
+    """The test of the `if` whose `else` holds the backward (see `_scaled_fork`)."""
+    return [f for f in event.path if f.kind in ("if", "else")][-1].test
+
+
+#: how a dtype test spells fp16: `== "float16"`, `== torch.float16`, `in ("fp16", "float16")`
+_FP16_SPELLINGS = frozenset(("float16", "fp16", "half", "torch.float16", "torch.half"))
+
+
+def _fp16_dtype_test(ctx: ModuleContext, test: cst.BaseExpression, region_flags: Set[str]) -> Optional[str]:
+    """The text of the test, or of the conjunct of an `and` test, comparing a run-time value with
+    fp16 (`cfg.train_model.torch_dtype == "float16"`, `dtype is torch.float16`) whose flags are
+    none of the region's switch (`region_flags`, their leaves): when it is false the region may
+    still be on. None when there is none (an `or` test, a test of the autocast's own flag)."""
+    import libcst as cst
+
+    conjuncts, todo = [], [test]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+            todo += [node.right, node.left]
+        else:
+            conjuncts.append(node)
+    for node in conjuncts:
+        if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+            continue
+        target = node.comparisons[0]
+        if not isinstance(target.operator, (cst.Equal, cst.Is, cst.In)):
+            continue
+        if isinstance(target.operator, cst.In):
+            if not isinstance(target.comparator, (cst.Tuple, cst.List, cst.Set)):
+                continue
+            values = [e.value for e in target.comparator.elements]
+        else:
+            values = [target.comparator]
+        spelled = {_literal_text(ctx, v) for v in values}
+        if not spelled & _FP16_SPELLINGS:
+            continue
+        flags = _flag_atoms(ctx, node.left)
+        if not flags or _leaves(flags) & region_flags:
+            continue
+        return ctx.code_for(node).strip()
+    return None
+
+
+def _literal_text(ctx: ModuleContext, node: cst.BaseExpression) -> str:
+    import libcst as cst
+
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value if isinstance(node.evaluated_value, str) else ""
+    return _dotted(node)
 
 
 def _scaled_loss(ctx: ModuleContext, scope: Scope, event: Event) -> Optional[cst.BaseExpression]:

@@ -108,6 +108,14 @@ class BackwardInsideAutocast(Rule):
     precision setting (Lightning's `Trainer(precision=...)` running
     `training_step`, accelerate's prepared forward) does not count, as in one
     file (fixtures/projects/backward_helper).
+    An autocast class a project helper returns counts too: `autocast =
+    get_autocast(args.precision)`, whose helper (in any file) returns
+    `torch.cuda.amp.autocast` itself for one precision and `suppress` for
+    another, then `with autocast(): ... scaler.scale(loss).backward()` (also in
+    a closure reading `autocast`) is flagged "(when enabled)", its dtype left to
+    run time. Silent when the `with` passes arguments (`with autocast(enabled=False):`:
+    what they set is not read) and when every return of the helper is no
+    autocast (`return suppress`).
 
     ## References
     - amplint's evidence page: `amplint --explain AMP202` (docs/evidence.md#amp202)

@@ -21,7 +21,11 @@ class ScalerStateNotCheckpointed(Rule):
     while an enabled `GradScaler` is in use in the file, when the scaler's
     `state_dict()` is saved nowhere. It also flags a resume that restores an
     optimizer with `optimizer.load_state_dict(...)` in a file that never calls
-    `scaler.load_state_dict(...)`.
+    `scaler.load_state_dict(...)`. timm's `NativeScaler()` counts as such a
+    scaler (its `__init__` builds an enabled GradScaler, and its `state_dict()`
+    / `load_state_dict()` carry that scaler's state) in a file building no
+    GradScaler of its own: `loss_scaler = NativeScaler()` handed to the
+    training loop, and a checkpoint without `loss_scaler.state_dict()`.
 
     ## Why is this bad?
     The scaler's state is the learned loss scale plus the growth tracker
@@ -348,6 +352,22 @@ Silent for the checkpoint of a loop no scaler takes part in: the saved
     gate_check = "amplint.core.gates:scaler_checkpoint_io"
 
     VALID = [
+        Valid(
+            """
+import torch
+from timm.utils import NativeScaler
+from engine import train_one_epoch
+
+
+def main(args, model, optimizer, loader):
+    loss_scaler = NativeScaler()
+    for epoch in range(args.epochs):
+        train_one_epoch(model, loader, optimizer, loss_scaler)
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scaler": loss_scaler.state_dict(), "epoch": epoch}, "checkpoint.pth")
+""",
+            "timm's NativeScaler saved with its state_dict()",
+        ),
         Valid(
             """
 import torch
@@ -1005,6 +1025,22 @@ def train(model, optimizer, loader):
         Invalid(
             """
 import torch
+from timm.utils import NativeScaler
+from engine import train_one_epoch
+
+
+def main(args, model, optimizer, loader):
+    loss_scaler = NativeScaler()
+    for epoch in range(args.epochs):
+        train_one_epoch(model, loader, optimizer, loss_scaler)
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "checkpoint.pth")
+""",
+            line=10,
+            why="timm's NativeScaler holds an enabled GradScaler: its state_dict() is missing from the checkpoint",
+        ),
+        Invalid(
+            """
+import torch
 from utils import misc
 
 
@@ -1532,6 +1568,8 @@ def train(model, optimizer, loader, args):
 
             rebuilt = rebuilt_scalers(ctx)  # one bug, one finding: AMP107's; its state restarts every epoch anyway
             live = [key for key in live if key not in rebuilt]
+        if not live and not wrapped and not ctx.scalers:
+            live = _timm_scalers(ctx)  # timm's NativeScaler: a GradScaler always on, with its state_dict()
         if not live:
             return
         from amplint.model import scales_bf16_unless_property
@@ -2083,7 +2121,7 @@ def train(model, optimizer, loader, args):
             restores = _restores(ctx, key)
             if not restores:
                 continue
-            for constructor in ctx.scalers[key].constructors:
+            for constructor in (ctx.scalers[key].constructors if key in ctx.scalers else ()):
                 restore = next(
                     # in one function: source order is run order there. Across functions (a trainer's
                     # `_setup_components` building `self.scaler`, its `load_checkpoint` restoring it)
@@ -2572,6 +2610,30 @@ def _live_scalers(ctx: ModuleContext) -> List[str]:
         for key, info in ctx.scalers.items()
         if info.enabled is not False and (info.constructors or key in used)
     ]
+
+
+#: timm's loss scaler (`timm.utils.NativeScaler`): its `__init__` builds an enabled GradScaler, whose
+#: state its `state_dict()` / `load_state_dict()` round-trip
+_TIMM_SCALERS = frozenset(("timm.utils.NativeScaler", "timm.utils.cuda.NativeScaler"))
+
+
+def _timm_scalers(ctx: ModuleContext) -> List[str]:
+    """The names the file binds to a timm `NativeScaler()` (`loss_scaler = NativeScaler()`), in a
+    file with no torch GradScaler of its own; none when the file scales only bf16."""
+    from amplint.model import scales_only_bf16
+
+    import libcst as cst
+
+    if scales_only_bf16(ctx):
+        return []
+    out: List[str] = []
+    for a in ctx.assignments:
+        if a.unpacked or not isinstance(a.value, cst.Call):
+            continue
+        info = ctx.call_info(a.value)
+        if info is not None and info.calls_any(_TIMM_SCALERS) and a.target not in out:
+            out.append(a.target)
+    return out
 
 
 def _save_helper_calls(ctx: ModuleContext) -> List[CallInfo]:

@@ -462,6 +462,62 @@ def test_a_held_autocast_whose_dtype_is_picked_at_run_time_has_no_one_dtype(tmp_
     assert len(seen) == 1 and json.loads(seen.pop()) == [[10, "AMP202", None]]
 
 
+def test_an_autocast_class_a_helper_returns_is_the_region_of_a_with_calling_it(tmp_path):
+    """`autocast = get_autocast(args.precision)` whose project helper returns `torch.cuda.amp.autocast`
+    itself (or `suppress`), then `with autocast():` in another file, also in a closure: a CUDA region
+    on at run time, its dtype left to run time (the helper's lambda returns are not read). Called with
+    arguments it is not read (`with autocast(enabled=False):`); a helper returning only `suppress` is none."""
+    root = write(tmp_path, {
+        "precision.py": """
+            import torch
+            from contextlib import suppress
+
+            def get_autocast(precision):
+                if precision == "amp":
+                    return torch.cuda.amp.autocast
+                elif precision == "amp_bfloat16":
+                    return lambda: torch.cuda.amp.autocast(dtype=torch.bfloat16)
+                return suppress
+
+            def get_plain(precision):
+                return suppress
+        """,
+        "train.py": """
+            from precision import get_autocast, get_plain
+
+            def train_one_epoch(model, data, optimizer, scaler, args):
+                autocast = get_autocast(args.precision)
+
+                def step(x, y):
+                    with autocast():
+                        loss = model(x, y)
+                        scaler.scale(loss).backward()
+                    return loss
+
+                for x, y in data:
+                    step(x, y)
+                    scaler.step(optimizer)
+                    scaler.update()
+
+            def train_plain(model, data, optimizer, scaler, args):
+                autocast = get_plain(args.precision)
+                for x, y in data:
+                    with autocast():
+                        loss = model(x, y)
+                        scaler.scale(loss).backward()
+                    with autocast(enabled=False):
+                        loss = model(x, y)
+                        scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+        """,
+    })
+    result = lint_paths([str(root)], Config())
+    found = [(Path(d.filename).name, d.location.row, d.code, d.data.get("dtype")) for d in result.diagnostics if d.code == "AMP202"]
+    assert found == [("train.py", 10, "AMP202", None)]
+    assert "(when enabled)" in next(d.message for d in result.diagnostics if d.code == "AMP202")
+
+
 def test_a_scaler_built_per_call_is_silent_for_whole_runs_and_conditional_builds(tmp_path):
     root = write(tmp_path, {
         "engine.py": """

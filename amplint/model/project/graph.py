@@ -1031,6 +1031,12 @@ class Project:
         # `with self.amp_autocast():` -- what the callee holds decides
         types = self.name_types(path, func, via)
         held = [t for t in types if t[0] == "A"]
+        if not r.get("va"):
+            # `autocast = get_autocast(args.precision)` returning `torch.cuda.amp.autocast` itself, then
+            # `with autocast():`: that class called with no arguments; its dtype is left to run time (the
+            # helper's other returns, a lambda making a bf16 autocast, are not all read)
+            held += [("A", torchapi.AUTOCAST_CONTEXTS[t[1]], None, True) for t in sorted(types, key=repr)
+                     if t[0] == "X" and torchapi.AUTOCAST_CONTEXTS.get(t[1])]
         if not held:
             return None
         device, dtype, enabled = held[0][1], held[0][2], held[0][3]

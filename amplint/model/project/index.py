@@ -11,7 +11,8 @@ other per-file results:
   may set precision (autocast, a framework's precision flag, a GradScaler);
   "h" -- it may hold an autocast in a `partial` and enter it later (a `partial(`
   whose first argument names autocast, or a name the file binds to it:
-  `ac = torch.autocast`, `autocast as ac`);
+  `ac = torch.autocast`, `autocast as ac`), or enter one a helper makes (`autocast =
+  get_autocast(args.precision)`, then `with autocast():`);
   "g" -- it builds a GradScaler (another file may call that per epoch, or
   save the checkpoint without it); "f" -- it sets a framework's mixed
   precision (Lightning `Trainer(precision=...)`, `Accelerator(mixed_precision=...)`,
@@ -152,8 +153,8 @@ def text_index(source: str) -> Dict[str, str]:
         roles += "o"
     if any(has(literal) and _found(pattern, source, word) for literal, pattern, word in _SETS_PRECISION):
         roles += "a"
-        if has("autocast") and has("partial") and _holds_autocast(source):
-            roles += "h"  # an autocast held in a `partial`, maybe entered later
+        if has("autocast") and ((has("partial") and _holds_autocast(source)) or _enters_made_autocast(source)):
+            roles += "h"  # an autocast held in a `partial` or made by a helper, maybe entered later
         if has("GradScaler("):
             roles += "g"
         if any(has(literal) and _found(pattern, source, word=True) for literal, pattern in _FRAMEWORKS):
@@ -290,6 +291,20 @@ def _holds_autocast(source: str) -> bool:
     if any("autocast" in t for t in targets):
         return True
     return any(_autocast_alias(source, name) for name in {t.rsplit(".", 1)[-1] for t in targets})
+
+
+#: a name spelled with autocast bound to a call's result (`autocast = get_autocast(args.precision)`)
+_MADE_AUTOCAST = re.compile(r"^[ \t]*(\w*autocast\w*)[ \t]*=[ \t]*[\w.]+\(", re.MULTILINE)
+
+
+def _enters_made_autocast(source: str) -> bool:
+    """Whether the file enters, by calling it in a `with` line, a name spelled with autocast that
+    it binds to a call's result (`autocast = get_autocast(args.precision)`, then `with autocast():`):
+    a helper of the project may return an autocast class, which the project model reads."""
+    for name in {m.group(1) for m in _MADE_AUTOCAST.finditer(source)}:
+        if re.search(r"^[ \t]*(?:async[ \t]+)?with\b[^\n]*\b" + re.escape(name) + r"[ \t]*\(", source, re.MULTILINE):
+            return True
+    return False
 
 
 def _autocast_alias(source: str, name: str) -> bool:

@@ -28,7 +28,7 @@ from . import disabled, loaders, masks, trained, upcasts
 from .astutil import dotted, import_bindings as _import_bindings, number as _number, walk_expression as _walk_expression
 
 #: bump when the shape of a summary changes (it is part of the cache key)
-VERSION = 16
+VERSION = 17
 
 #: methods that return the module they are called on (`Net().cuda().half()`)
 _MODULE_KEEPING = frozenset(("cuda", "cpu", "to", "train", "eval", "half", "float", "bfloat16", "requires_grad_", "type", "xpu", "double"))
@@ -739,7 +739,10 @@ class _Summarizer:
         if q is None or not q.startswith(("torch.", "contextlib.", "accelerate.")):
             # `with self.amp_autocast():`, `with amp_context():` -- maybe an autocast held in
             # an attribute or made by a project function; the project model decides
-            return self._add_region(line, parent, None, None, None, via=spelled)
+            index = self._add_region(line, parent, None, None, None, via=spelled)
+            if expr.args or expr.keywords:
+                self.regions[index]["va"] = 1  # called with arguments: what they set is not read
+            return index
         return parent
 
     def _region(self, call: ast.Call, line: int, parent: int, via: Optional[str]) -> int:
