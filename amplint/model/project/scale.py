@@ -45,7 +45,7 @@ from .astutil import dotted, walk_expression
 from .dtype_maps import read_dtype_map
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 15
+VERSION = 16
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -343,6 +343,7 @@ class _Reader:
         self.paths: List[Dict[str, Any]] = []
         self.mutated: Dict[str, List[str]] = {}  # per function: names whose dict is changed in place
         self.path: List[List[int]] = []  # the `if` frames around the statement read: [id, branch]
+        self._tests: Dict[int, ast.AST] = {}  # each `if` frame's test (its text goes on scaler and hook events)
         # a project's own DDP comm hook is recognised by what its body does (it reduces a bucket)
         self._reduces = any(w in source for w in ("all_reduce", "allreduce", "reduce_scatter"))
         self.no_engine = 0  # `if` branches around it taken only when DeepSpeed is not in use
@@ -740,6 +741,7 @@ class _Reader:
                             known = self.refused.setdefault(name, [])
                             known.extend(v for v in values if v not in known and len(known) < 32)
             frame = stmt.lineno * 1000 + stmt.col_offset
+            self._tests[frame] = stmt.test
             for branch, body in ((0, stmt.body), (1, stmt.orelse)):
                 used = deepspeed_in_use(stmt.test, negated=branch == 1)
                 off, on = used is False, used is True
@@ -1017,6 +1019,10 @@ class _Reader:
         event = {"e": kind, "f": qual, **self._position(node), **{k: v for k, v in data.items() if v is not None}}
         if self.path:
             event["p"] = [list(p) for p in self.path]
+            if kind in ("hook", "scalerlike") or data.get("k") == "scaler":
+                # the text of each `if` around it: a scaler and a hook in different functions are
+                # compared by the tests they are under (AMP803)
+                event["pt"] = [_test_text(self._tests.get(frame)) for frame, _ in self.path]
         if self.no_engine:
             event["nds"] = 1  # on a branch taken only without DeepSpeed (`else` of `if args.deepspeed:`)
         if self.on_engine:
@@ -1380,6 +1386,16 @@ _SHARDERS = ("fully_shard", "FullyShardedDataParallel", "FSDP")
 
 #: the words of `TrainingArguments(fsdp=...)` (`FSDPOption`): any of them turns FSDP on
 FSDP_OPTIONS = frozenset(("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "offload", "auto_wrap"))
+
+
+def _test_text(node: Optional[ast.AST]) -> str:
+    """An `if` test as normalised text (at most 160 characters), "" when unknown."""
+    if node is None:
+        return ""
+    try:
+        return ast.unparse(node)[:160]
+    except (ValueError, RecursionError):  # pragma: no cover - a tree ast itself parsed
+        return ""
 
 
 def _fsdp_option(node: Optional[ast.AST]) -> Optional[int]:
