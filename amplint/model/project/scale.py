@@ -73,6 +73,10 @@ FSDP2 = frozenset((
     "torch.distributed._composable.fsdp.fully_shard",
     "torch.distributed._composable.fsdp.fully_shard.fully_shard",
 ))
+#: `wrap(module)` wraps with the `wrapper_cls` of the `enable_wrap(...)` context it runs in (a
+#: no-op outside one); `enable_wrap` sets that class and its keyword arguments
+CONTEXT_WRAPS = frozenset(("torch.distributed.fsdp.wrap.wrap",))
+ENABLE_WRAPS = frozenset(("torch.distributed.fsdp.wrap.enable_wrap",))
 DDP = frozenset(("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"))
 DEEPSPEED_INIT = frozenset(("deepspeed.initialize",))
 FSDP1_POLICIES = frozenset((
@@ -479,6 +483,38 @@ class _Reader:
         """`dtype`'s answer for a dtype literal ('fp16', 'bf16', 'fp32'), else None."""
         found = self.dtype(node)
         return found if found in ("fp16", "bf16", "fp32") else None
+
+    def _context_shards(self, node: ast.Call, kw: Dict[str, ast.AST], qual: str) -> Optional[List[str]]:
+        """The sharding strategies an `enable_wrap(...)` call may set: its `sharding_strategy=`,
+        or the one of the options dict it spreads (`**fsdp_args`, bound once in the function to
+        a `dict(...)` call or a dict literal it never changes in place); a strategy spelled as a
+        name bound once to a choice of strategies gives each. [] when none is set (FSDP's
+        default, FULL_SHARD); None when not known (a parameter, a dict built otherwise)."""
+        options: Dict[str, ast.AST] = dict(kw)
+        for k in node.keywords:
+            if k.arg is not None:
+                continue
+            spread = k.value
+            if isinstance(spread, ast.Name):
+                if self._changed(spread.id, qual):
+                    return None
+                spread = self._single_value(spread.id, qual)
+            if isinstance(spread, ast.Call) and dotted(spread.func) == "dict" and not spread.args:
+                if any(i.arg is None for i in spread.keywords):
+                    return None
+                options.update({i.arg: i.value for i in spread.keywords if i.arg})
+            elif isinstance(spread, ast.Dict) and all(isinstance(key, ast.Constant) for key in spread.keys):
+                options.update({key.value: v for key, v in zip(spread.keys, spread.values)})  # type: ignore[union-attr]
+            else:
+                return None
+        value = options.get("sharding_strategy")
+        if value is None:
+            return []
+        if isinstance(value, ast.Name):
+            value = self._single_value(value.id, qual)
+        choices = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+        out = [dotted(c) for c in choices]
+        return None if any(not c for c in out) else out  # type: ignore[return-value]
 
     def _changed(self, name: str, qual: str) -> bool:
         """Whether function `qual` or the module changes the dict `name` in place (`name[k] = v`,
@@ -1047,6 +1083,21 @@ class _Reader:
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         if method == "add_argument" and node.args:
             self._option(node, kw)
+        if q in CONTEXT_WRAPS:
+            subject = node.args[0] if node.args else kw.get("module")
+            self._event(
+                "wrap", node, qual, k="ctxwrap", t=target, s=dotted(subject) if subject is not None else None,
+                shard=dotted(kw.get("sharding_strategy")) if "sharding_strategy" in kw else None,
+                kwd=1 if any(k.arg is None for k in node.keywords) else None,
+            )
+            return
+        if q in ENABLE_WRAPS:
+            wrapper_cls = kw.get("wrapper_cls")
+            self._event(
+                "ctor", node, qual, k="enable_wrap", wc=self.qualname(dotted(wrapper_cls)) if wrapper_cls is not None else None,
+                shards=self._context_shards(node, kw, qual),
+            )
+            return
         if q in FSDP1 or q in DDP:
             kind = "fsdp1" if q in FSDP1 else "ddp"
             subject = node.args[0] if node.args else kw.get("module")
