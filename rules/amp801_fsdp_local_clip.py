@@ -28,6 +28,14 @@ class FsdpLocalClip(Rule):
     and a base class's loop calling `self.backward_pass(..., models)` runs the
     override of the experiment's subclass, on the models that subclass's own
     `setup_models` returns (each experiment's wrap, not its siblings').
+    A method of a base class reads the attributes the subclasses that
+    inherit it bind (`TorchAgent.update_params` clips `self.model`, which
+    `TorchGeneratorAgent.__init__` wraps): it runs on their instances. The
+    auto-wrap API counts as the FSDP1 wrap it makes: `wrap(module)`
+    (`torch.distributed.fsdp.wrap`) wraps with the `wrapper_cls` of the
+    `enable_wrap(...)` context it runs in, when every `enable_wrap` of the
+    project names `FullyShardedDataParallel` with sharding strategies the
+    code shows (its keywords, or a `dict(...)` of options it spreads).
 
     ## Why is this bad?
     An FSDP1 module's `parameters()` are the rank's own shards (flat
@@ -72,7 +80,10 @@ class FsdpLocalClip(Rule):
     (`FSDP(m, **self.fsdp_defaults)`) whose strategy the code sets to NO_SHARD, or
     to a value decided at run time, on an instance of the wrapping class
     (`core.fsdp_defaults["sharding_strategy"] = ShardingStrategy.NO_SHARD` in a
-    script's `__main__`) --, for `clip_grad_value_` (element-wise, the
+    script's `__main__`) --, for a `wrap(module)` whose `enable_wrap`
+    contexts name another class, spread options the code does not show, or
+    allow NO_SHARD, for a base-class method every subclass binding the FSDP1
+    model overrides, for `clip_grad_value_` (element-wise, the
     same on a shard) and for a model the code does not show to be FSDP1 (a
     wrapper chosen by a registry or a flag value), and when the same function
     also calls the model's own `clip_grad_norm_` (it picks the clip by the
@@ -211,6 +222,38 @@ compiled.clip_grad_norm_(1.0)
 """,
             "the compiled module hands on FSDP's own clip",
         ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+from torch.distributed.fsdp.wrap import enable_wrap, wrap
+options = dict(sharding_strategy=ShardingStrategy.NO_SHARD)
+with enable_wrap(wrapper_cls=FSDP, **options):
+    model = wrap(Net())
+loss = model(x).sum()
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""",
+            "the auto-wrap context wraps with NO_SHARD: every rank holds the whole gradient",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+class Agent:
+    def update_params(self):
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+
+class ShardedAgent(Agent):
+    def __init__(self, net):
+        self.model = FSDP(net)
+
+    def update_params(self):
+        self.model.clip_grad_norm_(1.0)
+""",
+            "the subclass that shards overrides the base class's torch clip",
+        ),
     ]
 
     INVALID = [
@@ -305,6 +348,42 @@ torch.nn.utils.clip_grad_norm_(model._orig_mod.parameters(), 1.0)
 """,
             line=11,
             why="a builder returns the compiled FSDP model; `_orig_mod` is the FSDP module itself",
+        ),
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+from torch.distributed.fsdp.wrap import enable_wrap, wrap
+
+def build(net, zero3):
+    strategy = ShardingStrategy.FULL_SHARD if zero3 else ShardingStrategy.SHARD_GRAD_OP
+    options = dict(sharding_strategy=strategy, use_orig_params=True)
+    with enable_wrap(wrapper_cls=FSDP, **options):
+        return wrap(net)
+
+model = build(Net(), zero3=True)
+loss = model(x).sum()
+loss.backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""",
+            line=14,
+            why="`wrap` inside `enable_wrap(wrapper_cls=FSDP)` builds a sharded FSDP1 module",
+        ),
+        Invalid(
+            """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+class Agent:
+    def update_params(self):
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+
+class ShardedAgent(Agent):
+    def __init__(self, net, zero3):
+        self.model = FSDP(net) if zero3 else net
+""",
+            line=6,
+            why="the base class's method runs on the subclass's instance, whose `self.model` is FSDP1",
         ),
     ]
 

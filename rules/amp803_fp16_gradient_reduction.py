@@ -113,6 +113,12 @@ class Fp16GradientReduction(Rule):
     `if` the hook is not under (`if amp_level != "O0": scaler = GradScaler()`
     and the hook registered on every run): the runs without a scaler reduce
     unscaled gradients in fp16, where the measured hook zeroed small ones.
+    A scaler built in another function of the file is compared by the
+    `if` tests around each: built only under a test the hook is not also
+    under (`if args.use_amp:` in `init_scaler`, the hook under `if
+    args.fp16_grad_sync:` in `wrap_model`), it leaves those runs unscaled
+    and the hook is reported; under the same tests (`if args.fp16:` both),
+    or built unconditionally there, it is silent.
     Where the scaler lives in another file of the project (a trainer class
     the hook's module never names, a test apart), the hook is still reported
     (the fp16 all-reduce is real, and which runs use the scaler is the run's
@@ -258,6 +264,22 @@ def train(args, net):
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
 """,
             "the hook is registered only on the branch that builds the scaler",
+        ),
+        Valid(
+            """
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+def wrap_model(args, net):
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    if args.fp16:
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    return model
+def init_scaler(args):
+    if args.fp16:
+        return torch.amp.GradScaler("cuda")
+    return None
+""",
+            "the scaler of another function is built under the same test as the hook",
         ),
         Valid(
             """
@@ -533,6 +555,24 @@ def train(args, net):
 """,
             line=8,
             why="the scaler exists on one branch; the hook on every run (O0 reduces unscaled fp32 gradients in fp16)",
+        ),
+        Invalid(
+            """
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default as comm_hooks
+def wrap_model(args, model):
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    if args.fp16_grad_sync:
+        model.register_comm_hook(state=None, hook=comm_hooks.fp16_compress_hook)
+    return model
+def init_scaler(args):
+    scaler = None
+    if args.use_amp:
+        scaler = torch.amp.GradScaler("cuda")
+    return scaler
+""",
+            line=6,
+            why="the scaler of another function exists only with --use_amp; the hook runs without it",
         ),
         Invalid(
             """
@@ -932,9 +972,18 @@ def _is_test(view: ScaleView, path: str) -> bool:
 
 
 def _only_on_some_paths(scaler: Dict[str, Any], hook: Dict[str, Any]) -> bool:
-    """The scaler is built in the hook's own function under an `if` branch the hook is not
-    under: the hook runs on paths (an fp32 run, another AMP level) where no scaler exists."""
-    if scaler["f"] != hook["f"]:
-        return False  # another function: how the two meet is not known here, keep silent
+    """The scaler is built under an `if` branch the hook is not under: the hook runs on paths (an
+    fp32 run, another AMP level) where no scaler exists. In the hook's own function the branches
+    are compared by position; in another function of the file by their tests' text: a scaler
+    built there only under tests the hook is not also under (`if args.use_amp:` in
+    `init_scaler`, the hook under `if args.fp16_grad_sync:`) leaves the runs without it."""
     inner, outer = scaler.get("p") or [], hook.get("p") or []
+    if scaler["f"] != hook["f"]:
+        if not inner:
+            return False  # built on every call of its function: how the two meet is not known, keep silent
+        tests, around = scaler.get("pt") or [], hook.get("pt") or []
+        if len(tests) != len(inner) or len(around) != len(outer) or "" in tests:
+            return False
+        hook_tests = {(t, frame[1]) for t, frame in zip(around, outer)}
+        return any((t, frame[1]) not in hook_tests for t, frame in zip(tests, inner))
     return inner[: len(outer)] != outer or len(inner) > len(outer)

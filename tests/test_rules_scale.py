@@ -640,3 +640,66 @@ _IF_ENGINE = (
 def test_a_clip_on_the_plain_path_of_a_run_time_engine(tmp_path, why, step, flagged):
     root = _run_time_engine_project(tmp_path, step)
     assert [f for f in findings([root]) if f[2].startswith("AMP80")] == flagged, why
+
+
+# ------------------------------------------------------------------ the auto-wrap API and inherited clips (read16 AMP801)
+
+_AUTOWRAP_UTILS = (
+    "import contextlib\n"
+    "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy\n"
+    "from torch.distributed.fsdp.wrap import enable_wrap, wrap\n"
+    "@contextlib.contextmanager\n"
+    "def maybe_fsdp_wrap(opt):\n"
+    "    if opt['backend'] not in ('zero2', 'zero3'):\n"
+    "        yield\n"
+    "        return\n"
+    "    strategy = ShardingStrategy.FULL_SHARD if opt['backend'] == 'zero3' else {second}\n"
+    "    fsdp_args = dict(sharding_strategy=strategy, use_orig_params=False)\n"
+    "    with enable_wrap(wrapper_cls={cls}, **fsdp_args):\n"
+    "        yield\n"
+    "def fsdp_wrap(module):\n"
+    "    return wrap(module)\n"
+)
+_AUTOWRAP_BASE = (
+    "import torch\n"
+    "class TorchAgent:\n"
+    "    def update_params(self):\n"
+    "        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.opt['gradient_clip'])\n"
+    "        self.optimizer.step()\n"
+)
+_AUTOWRAP_AGENT = (
+    "from agentlib import utils\n"
+    "from agentlib.base import TorchAgent\n"
+    "class GeneratorAgent(TorchAgent):\n"
+    "    def __init__(self, opt):\n"
+    "        self.opt = opt\n"
+    "        self.model = self.build_model()\n"
+    "        with utils.maybe_fsdp_wrap(opt):\n"
+    "            self.model = utils.fsdp_wrap(self.model)\n"
+    "            if opt['fp16'] and opt['backend'] == 'ddp':\n"
+    "                self.model = self.model.half()\n"
+    "{override}"
+)
+
+
+@pytest.mark.parametrize("second, cls, override, expected", [
+    ("ShardingStrategy.SHARD_GRAD_OP", "FSDP", "", [("agentlib/base.py", 4, "AMP801")]),
+    ("ShardingStrategy.NO_SHARD", "FSDP", "", []),
+    ("ShardingStrategy.SHARD_GRAD_OP", "MyWrapper", "", []),
+    ("ShardingStrategy.SHARD_GRAD_OP", "FSDP", "    def update_params(self):\n        self.model.clip_grad_norm_(1.0)\n", []),
+])
+def test_amp801_follows_the_auto_wrap_context_and_the_subclass_binding(tmp_path, second, cls, override, expected):
+    """`wrap(module)` inside `enable_wrap(wrapper_cls=FSDP, **fsdp_args)` (entered through a
+    context manager of another module) is an FSDP1 wrap; the base class's `update_params` runs on
+    the subclass's instance, whose `self.model` it is. Silent when a strategy may be NO_SHARD, the
+    context names another class, or the subclass overrides the clipping method."""
+    pkg = tmp_path / "agentlib"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    utils = _AUTOWRAP_UTILS.format(second=second, cls=cls)
+    if cls != "FSDP":
+        utils = "class MyWrapper:\n    pass\n" + utils
+    (pkg / "utils.py").write_text(utils)
+    (pkg / "base.py").write_text(_AUTOWRAP_BASE)
+    (pkg / "agent.py").write_text(_AUTOWRAP_AGENT.format(override=override))
+    assert [f for f in findings([tmp_path]) if f[2] == "AMP801"] == expected

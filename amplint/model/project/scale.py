@@ -45,7 +45,7 @@ from .astutil import dotted, walk_expression
 from .dtype_maps import read_dtype_map
 
 #: bump when the shape changes (part of the cache entry)
-VERSION = 15
+VERSION = 16
 #: a call that builds an optimizer by its name (`AdamW8bit`, `build_optimizer`, `Adafactor`)
 _OPTIMIZER_NAME = re.compile(r"(?i)optimi[sz]er|adam|\bsgd\b|^sgd|lion|adafactor|lamb$")
 
@@ -73,6 +73,10 @@ FSDP2 = frozenset((
     "torch.distributed._composable.fsdp.fully_shard",
     "torch.distributed._composable.fsdp.fully_shard.fully_shard",
 ))
+#: `wrap(module)` wraps with the `wrapper_cls` of the `enable_wrap(...)` context it runs in (a
+#: no-op outside one); `enable_wrap` sets that class and its keyword arguments
+CONTEXT_WRAPS = frozenset(("torch.distributed.fsdp.wrap.wrap",))
+ENABLE_WRAPS = frozenset(("torch.distributed.fsdp.wrap.enable_wrap",))
 DDP = frozenset(("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"))
 DEEPSPEED_INIT = frozenset(("deepspeed.initialize",))
 FSDP1_POLICIES = frozenset((
@@ -343,6 +347,7 @@ class _Reader:
         self.paths: List[Dict[str, Any]] = []
         self.mutated: Dict[str, List[str]] = {}  # per function: names whose dict is changed in place
         self.path: List[List[int]] = []  # the `if` frames around the statement read: [id, branch]
+        self._tests: Dict[int, ast.AST] = {}  # each `if` frame's test (its text goes on scaler and hook events)
         # a project's own DDP comm hook is recognised by what its body does (it reduces a bucket)
         self._reduces = any(w in source for w in ("all_reduce", "allreduce", "reduce_scatter"))
         self.no_engine = 0  # `if` branches around it taken only when DeepSpeed is not in use
@@ -478,6 +483,38 @@ class _Reader:
         """`dtype`'s answer for a dtype literal ('fp16', 'bf16', 'fp32'), else None."""
         found = self.dtype(node)
         return found if found in ("fp16", "bf16", "fp32") else None
+
+    def _context_shards(self, node: ast.Call, kw: Dict[str, ast.AST], qual: str) -> Optional[List[str]]:
+        """The sharding strategies an `enable_wrap(...)` call may set: its `sharding_strategy=`,
+        or the one of the options dict it spreads (`**fsdp_args`, bound once in the function to
+        a `dict(...)` call or a dict literal it never changes in place); a strategy spelled as a
+        name bound once to a choice of strategies gives each. [] when none is set (FSDP's
+        default, FULL_SHARD); None when not known (a parameter, a dict built otherwise)."""
+        options: Dict[str, ast.AST] = dict(kw)
+        for k in node.keywords:
+            if k.arg is not None:
+                continue
+            spread = k.value
+            if isinstance(spread, ast.Name):
+                if self._changed(spread.id, qual):
+                    return None
+                spread = self._single_value(spread.id, qual)
+            if isinstance(spread, ast.Call) and dotted(spread.func) == "dict" and not spread.args:
+                if any(i.arg is None for i in spread.keywords):
+                    return None
+                options.update({i.arg: i.value for i in spread.keywords if i.arg})
+            elif isinstance(spread, ast.Dict) and all(isinstance(key, ast.Constant) for key in spread.keys):
+                options.update({key.value: v for key, v in zip(spread.keys, spread.values)})  # type: ignore[union-attr]
+            else:
+                return None
+        value = options.get("sharding_strategy")
+        if value is None:
+            return []
+        if isinstance(value, ast.Name):
+            value = self._single_value(value.id, qual)
+        choices = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+        out = [dotted(c) for c in choices]
+        return None if any(not c for c in out) else out  # type: ignore[return-value]
 
     def _changed(self, name: str, qual: str) -> bool:
         """Whether function `qual` or the module changes the dict `name` in place (`name[k] = v`,
@@ -740,6 +777,7 @@ class _Reader:
                             known = self.refused.setdefault(name, [])
                             known.extend(v for v in values if v not in known and len(known) < 32)
             frame = stmt.lineno * 1000 + stmt.col_offset
+            self._tests[frame] = stmt.test
             for branch, body in ((0, stmt.body), (1, stmt.orelse)):
                 used = deepspeed_in_use(stmt.test, negated=branch == 1)
                 off, on = used is False, used is True
@@ -1017,6 +1055,10 @@ class _Reader:
         event = {"e": kind, "f": qual, **self._position(node), **{k: v for k, v in data.items() if v is not None}}
         if self.path:
             event["p"] = [list(p) for p in self.path]
+            if kind in ("hook", "scalerlike") or data.get("k") == "scaler":
+                # the text of each `if` around it: a scaler and a hook in different functions are
+                # compared by the tests they are under (AMP803)
+                event["pt"] = [_test_text(self._tests.get(frame)) for frame, _ in self.path]
         if self.no_engine:
             event["nds"] = 1  # on a branch taken only without DeepSpeed (`else` of `if args.deepspeed:`)
         if self.on_engine:
@@ -1041,6 +1083,21 @@ class _Reader:
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         if method == "add_argument" and node.args:
             self._option(node, kw)
+        if q in CONTEXT_WRAPS:
+            subject = node.args[0] if node.args else kw.get("module")
+            self._event(
+                "wrap", node, qual, k="ctxwrap", t=target, s=dotted(subject) if subject is not None else None,
+                shard=dotted(kw.get("sharding_strategy")) if "sharding_strategy" in kw else None,
+                kwd=1 if any(k.arg is None for k in node.keywords) else None,
+            )
+            return
+        if q in ENABLE_WRAPS:
+            wrapper_cls = kw.get("wrapper_cls")
+            self._event(
+                "ctor", node, qual, k="enable_wrap", wc=self.qualname(dotted(wrapper_cls)) if wrapper_cls is not None else None,
+                shards=self._context_shards(node, kw, qual),
+            )
+            return
         if q in FSDP1 or q in DDP:
             kind = "fsdp1" if q in FSDP1 else "ddp"
             subject = node.args[0] if node.args else kw.get("module")
@@ -1380,6 +1437,16 @@ _SHARDERS = ("fully_shard", "FullyShardedDataParallel", "FSDP")
 
 #: the words of `TrainingArguments(fsdp=...)` (`FSDPOption`): any of them turns FSDP on
 FSDP_OPTIONS = frozenset(("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "offload", "auto_wrap"))
+
+
+def _test_text(node: Optional[ast.AST]) -> str:
+    """An `if` test as normalised text (at most 160 characters), "" when unknown."""
+    if node is None:
+        return ""
+    try:
+        return ast.unparse(node)[:160]
+    except (ValueError, RecursionError):  # pragma: no cover - a tree ast itself parsed
+        return ""
 
 
 def _fsdp_option(node: Optional[ast.AST]) -> Optional[int]:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 
 from ..precision_names import LIGHTNING_FSDP_POLICY, lightning_precision
 from . import configs
-from .scale import COMPILERS
+from .scale import COMPILERS, FSDP1
 
 Summary = Dict[str, Any]
 Place = Tuple[str, int, int, int, int]  # (path, row, column, end row, end column)
@@ -238,6 +238,13 @@ class ScaleView:
             classes = self._mro(path, cls)
             if this is not None and (path, cls) in self._mro(*this):
                 classes = self._mro(*this)  # `self` is an instance of the subclass: its methods bind too
+            elif this is None and func.count(".") == 1:
+                # a subclass that inherits this method runs it on its own instances: the
+                # attributes its methods bind are the ones `self.` reads there too
+                method = func.rsplit(".", 1)[-1]
+                for sub in self._subclasses(path, cls):
+                    if self._override(sub, method) == (path, func):
+                        classes = classes + [k for k in self._mro(*sub) if k not in classes]
             for p, c in classes:
                 ps = self.summary(p)
                 if ps is None:
@@ -349,6 +356,37 @@ class ScaleView:
             if found is not None:
                 return [found]
         return self.callees(path, func, spelled)
+
+    def _subclasses(self, path: str, cls: str) -> List[Tuple[str, str]]:
+        """The project classes (of the files the project model holds) that derive from `cls` of
+        `path`, directly or through other project classes: those whose bases' last names reach
+        `cls`'s name, kept when the project model's MRO confirms it. A few (16)."""
+        key = ("subclasses", path, cls)
+        if key in self._memo:
+            return self._memo[key]
+        named = self._memo.get(("class-bases",))
+        if named is None:
+            named = []
+            held = getattr(self.project, "summaries", None) or {}  # the project model's files: the glue between scale files too
+            for p in sorted(set(self.files()) | set(held)):
+                for c, info in ((held.get(p) or self.summary(p)) or {}).get("classes", {}).items():
+                    lasts = {b.rsplit(".", 1)[-1] for b in info.get("bases", ()) if b}
+                    if lasts:
+                        named.append((p, c, lasts))
+            self._memo[("class-bases",)] = named
+        names, found = {cls.rsplit(".", 1)[-1]}, []  # type: Set[str], List[Tuple[str, str]]
+        for _ in range(4):
+            grew = False
+            for p, c, lasts in named:
+                if (p, c) != (path, cls) and (p, c) not in found and lasts & names and len(found) < 16:
+                    found.append((p, c))
+                    names.add(c.rsplit(".", 1)[-1])
+                    grew = True
+            if not grew:
+                break
+        out = [sub for sub in found if (path, cls) in self._mro(*sub)]
+        self._memo[key] = out
+        return out
 
     def _override(self, this: Tuple[str, str], method: str) -> Optional[Tuple[str, str]]:
         """The function `method` of class `this` resolves to (its own, else its bases' in MRO order)."""
@@ -620,6 +658,10 @@ class ScaleView:
         return []
 
     def _wrapper(self, path: str, e: Dict[str, Any], element: int) -> Optional[Wrapper]:
+        if e["k"] == "ctxwrap":
+            e = self._context_wrap(e)  # type: ignore[assignment]
+            if e is None:
+                return None
         kind = e["k"]
         w = Wrapper(kind, path, e, element)
         if kind in ("fsdp1", "fsdp2"):
@@ -649,6 +691,33 @@ class ScaleView:
                 return None
             w.framework = accelerator
         return w
+
+    def _context_wrap(self, e: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """`wrap(module)` (`torch.distributed.fsdp.wrap`) as the FSDP1 wrap it makes: it wraps with
+        the `wrapper_cls` of the `enable_wrap(...)` context it runs in (and is a no-op outside one,
+        a run that shards nothing). Known only when the project enters `enable_wrap` somewhere and
+        every such call names FSDP1 with sharding strategies the code shows (`**fsdp_args` bound
+        to a `dict(...)` of the function); the wrap then holds the first sharding strategy, or
+        NO_SHARD when any of them is. None otherwise: another wrapper class, or not known."""
+        key = ("context-wrap",)
+        if key not in self._memo:
+            contexts = [c for _, c in self.events("ctor") if c.get("k") == "enable_wrap"]
+            strategies: Optional[List[str]] = []
+            for c in contexts:
+                if c.get("wc") not in FSDP1 or c.get("shards") is None:
+                    strategies = None
+                    break
+                strategies.extend(c["shards"])  # type: ignore[union-attr]
+            if not contexts:
+                strategies = None
+            self._memo[key] = strategies
+        strategies = self._memo[key]
+        if strategies is None or e.get("kwd"):
+            return None
+        if e.get("shard"):
+            strategies = [e["shard"]]
+        shard = next((x for x in strategies if not x.endswith(_SHARDED_STRATEGIES)), strategies[0] if strategies else None)
+        return {**e, "k": "fsdp1", "shard": shard, "ctx": 1}
 
     def _spread_no_shard(self, path: str, e: Dict[str, Any]) -> bool:
         """Whether the options dict an FSDP1 wrap spreads (`FSDP(m, **self.fsdp_defaults)`)
