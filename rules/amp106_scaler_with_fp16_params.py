@@ -112,8 +112,9 @@ class ScalerWithFp16Params(Rule):
     binding of `weight_dtype` seen before it is taken under `if
     accelerator.mixed_precision == "fp16":` (or `torch.float16 if ... == "fp16"
     else ...`; `args.mixed_precision` counts when it is what the file's
-    `Accelerator(mixed_precision=...)` gets), so the weights are fp16 exactly on
-    the run that scales; the cast is on no `if` branch, and `net`'s own
+    `Accelerator(mixed_precision=...)` gets; a float16 taken under `if
+    accelerator.state.deepspeed_plugin:` is DeepSpeed's run, with no
+    GradScaler), so the weights are fp16 exactly on the run that scales; the cast is on no `if` branch, and `net`'s own
     parameters (no `requires_grad` filter) are those of an optimizer built in
     the same function, handed to `prepare` and stepped after the cast. An
     error when the Accelerator's precision is `"fp16"` in the code, a warning
@@ -133,7 +134,8 @@ class ScalerWithFp16Params(Rule):
     the one upcast before the first `backward` is under `if
     args.mixed_precision == "fp16":`, where `args.mixed_precision` is what
     `Accelerator(mixed_precision=...)` gets and the file's `add_argument`
-    gives it no default. An explicit value wins in accelerate, but None lets
+    gives it no default (`args` bound to `parser.parse_args()`, or to a call
+    of a function of the file that returns it). An explicit value wins in accelerate, but None lets
     it read `ACCELERATE_MIXED_PRECISION`, which `accelerate launch
     --mixed_precision fp16` and accelerate's config file set: on that run the
     upcast is skipped and the GradScaler meets fp16 adapter gradients. Silent
@@ -719,6 +721,8 @@ def _fp16_with_accelerate(
     ]
     spelled = None
     for a in bindings:
+        if any(f.kind == "if" and _deepspeed_test(f.test) for f in a.path):
+            continue  # accelerate runs DeepSpeed there: its engine scales, no GradScaler is built
         if isinstance(a.value, cst.IfExp) and ctx.dtype_of(a.value.body) == "fp16":
             test = _mixed_precision_fp16(a.value.test)
         elif ctx.dtype_of(a.value) == "fp16":
@@ -762,6 +766,8 @@ def _unset_options(ctx: ModuleContext) -> Set[str]:
             continue
         given = call.arg(None, "mixed_precision")
         option = option_read(ctx, given) if given is not None else None
+        if option is None and given is not None:
+            option = _returned_option(ctx, given)
         if option is None or "fp16" not in option.choices:
             continue
         spelled = ctx.code_for(given)
@@ -776,6 +782,32 @@ def _unset_options(ctx: ModuleContext) -> Set[str]:
         if default is None or (isinstance(default, cst.Name) and default.value == "None"):
             out.add(spelled)
     return out
+
+
+def _returned_option(ctx: ModuleContext, node: "cst.BaseExpression") -> Optional[Any]:
+    """The option `args.mixed_precision` reads when `args` is bound only to calls of a function of
+    the file that returns `parser.parse_args()` itself (`def get_args(): ... return
+    parser.parse_args()`, `args = get_args()`), and the file defines that option once."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+    from amplint.model.runtime_choices import options
+
+    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return None
+    bound = [a for a in ctx.assignments if a.target == node.value.value]
+    if not bound:
+        return None
+    for a in bound:
+        func = dotted_name(a.value.func) if isinstance(a.value, cst.Call) and not a.unpacked else None
+        scope = ctx.scope_named(func) if func and "." not in func else None
+        if scope is None or not scope.returns or any(
+            not (isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) and v.func.attr.value == "parse_args")
+            for v, _ in scope.returns
+        ):
+            return None
+    found = options(ctx).get(node.attr.value)
+    return found[0] if found and len(found) == 1 else None
 
 
 def _chosen_dtype(ctx: ModuleContext, call: "CallInfo") -> Optional["cst.BaseExpression"]:
@@ -827,6 +859,25 @@ def _option_guard(call: "CallInfo", options: Set[str]) -> Optional["cst.CSTNode"
         if frame.kind == "if" and _mixed_precision_fp16(frame.test) in options:
             return frame.test
     return None
+
+
+def _deepspeed_test(test: Optional["cst.CSTNode"]) -> bool:
+    """`if accelerator.state.deepspeed_plugin:` (`... is not None`), `if accelerator.distributed_type
+    == DistributedType.DEEPSPEED:`: the branch accelerate takes under DeepSpeed."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    spelled = dotted_name(test) if isinstance(test, (cst.Name, cst.Attribute)) else None
+    if spelled is not None:
+        return spelled.endswith(".deepspeed_plugin")
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    left, (target,) = dotted_name(test.left) or "", test.comparisons
+    right = dotted_name(target.comparator) or ""
+    if left.endswith(".deepspeed_plugin"):
+        return isinstance(target.operator, cst.IsNot) and right == "None"
+    return left.endswith(".distributed_type") and isinstance(target.operator, cst.Equal) and right.endswith("DistributedType.DEEPSPEED")
 
 
 #: `Accelerator(...)` arguments that put DeepSpeed, FSDP or Megatron-LM behind `prepare` (their own scaling)

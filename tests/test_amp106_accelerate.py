@@ -147,3 +147,45 @@ def test_upcast_look_alikes_are_silent(kwargs):
 
 def test_an_adapter_added_on_one_branch_only_is_silent():
     assert lint_lora(adapter="if args.use_lora:\n        unet.add_adapter(lora_config)") == []
+
+
+def _swap(old, new, source=None):
+    source = source or LORA.format(default=", default=None", mp="args.mixed_precision", before="",
+                                   load="unet.to(accelerator.device, dtype=weight_dtype)", adapter="unet.add_adapter(lora_config)",
+                                   guard="args.mixed_precision", upcast="cast_training_params(unet, dtype=torch.float32)", after="")
+    assert old in source
+    source = source.replace(old, new)
+    return [(d.location.row, d.severity.value) for d in lint_source(source, "train.py", Config(select=("AMP106",)))]
+
+
+DEEPSPEED_BRANCH = """    weight_dtype = torch.float32
+    if accelerator.state.deepspeed_plugin:
+        if accelerator.state.deepspeed_plugin.deepspeed_config["fp16"]["enabled"]:
+            weight_dtype = torch.float16
+    else:
+        if accelerator.mixed_precision == "fp16":
+            weight_dtype = torch.float16
+"""
+
+
+def test_a_float16_taken_on_accelerates_deepspeed_branch_leaves_the_scaled_run_alone():
+    # DeepSpeed scales with its own engine: the GradScaler's fp16 run is the else branch's
+    old = """    weight_dtype = torch.float32
+    if accelerator.mixed_precision == "fp16":
+        weight_dtype = torch.float16
+"""
+    assert [s for _, s in _swap(old, DEEPSPEED_BRANCH)] == ["warning"]
+    assert _swap(old, DEEPSPEED_BRANCH.replace("if accelerator.state.deepspeed_plugin:", "if args.deepspeed_fp16:")) == []
+
+
+def test_an_option_read_through_a_function_returning_parse_args():
+    old = """    args = parser.parse_args()
+    return args
+"""
+    assert [s for _, s in _swap(old, "    return parser.parse_args()\n")] == []  # `args` is bound to nothing here
+    source = LORA.format(default=", default=None", mp="args.mixed_precision", before="",
+                         load="unet.to(accelerator.device, dtype=weight_dtype)", adapter="unet.add_adapter(lora_config)",
+                         guard="args.mixed_precision", upcast="cast_training_params(unet, dtype=torch.float32)", after="")
+    source = source.replace(old, "    return parser.parse_args()\n") + "\n\nif __name__ == '__main__':\n    args = parse_args()\n    main(args)\n"
+    assert [s for _, s in _swap("return parser.parse_args()", "return parser.parse_args()", source)] == ["warning"]
+    assert _swap("return parser.parse_args()", "return Namespace(**vars(parser.parse_args()))", source) == []
