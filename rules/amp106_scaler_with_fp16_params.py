@@ -790,8 +790,7 @@ def _returned_option(ctx: ModuleContext, node: "cst.BaseExpression") -> Optional
     parser.parse_args()`, `args = get_args()`), and the file defines that option once."""
     import libcst as cst
 
-    from amplint.model import dotted_name
-    from amplint.model.runtime_choices import options
+    from amplint.model import dotted_name, options
 
     if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
         return None
