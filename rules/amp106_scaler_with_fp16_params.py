@@ -112,8 +112,9 @@ class ScalerWithFp16Params(Rule):
     binding of `weight_dtype` seen before it is taken under `if
     accelerator.mixed_precision == "fp16":` (or `torch.float16 if ... == "fp16"
     else ...`; `args.mixed_precision` counts when it is what the file's
-    `Accelerator(mixed_precision=...)` gets), so the weights are fp16 exactly on
-    the run that scales; the cast is on no `if` branch, and `net`'s own
+    `Accelerator(mixed_precision=...)` gets; a float16 taken under `if
+    accelerator.state.deepspeed_plugin:` is DeepSpeed's run, with no
+    GradScaler), so the weights are fp16 exactly on the run that scales; the cast is on no `if` branch, and `net`'s own
     parameters (no `requires_grad` filter) are those of an optimizer built in
     the same function, handed to `prepare` and stepped after the cast. An
     error when the Accelerator's precision is `"fp16"` in the code, a warning
@@ -124,6 +125,35 @@ class ScalerWithFp16Params(Rule):
     `Accelerator` of the file adds a DeepSpeed / FSDP / Megatron-LM plugin or
     unpacks `**kwargs`, and for a weight dtype chosen apart from accelerate's
     precision (AMP201 covers that fp16 training).
+
+    A warning too, at the test, for the fp32 upcast of adapters keyed on the
+    script's option rather than on accelerate's precision: the frozen `unet` is
+    cast to such a `weight_dtype` (or loaded with `torch_dtype=weight_dtype`),
+    `unet.add_adapter(...)` then gives it adapters of the layers' dtype (peft
+    moves them to the base layer's dtype; only `get_peft_model` upcasts), and
+    the one upcast before the first `backward` is under `if
+    args.mixed_precision == "fp16":`, where `args.mixed_precision` is what
+    `Accelerator(mixed_precision=...)` gets and the file's `add_argument`
+    gives it no default (`args` bound to `parser.parse_args()`, or to a call
+    of a function of the file that returns it). An explicit value wins in accelerate, but None lets
+    it read `ACCELERATE_MIXED_PRECISION`, which `accelerate launch
+    --mixed_precision fp16` and accelerate's config file set: on that run the
+    upcast is skipped and the GradScaler meets fp16 adapter gradients. Silent
+    when the option has a default or is required or assigned, when the
+    parser is not in the file, when an upcast runs outside that test (on
+    every run, or keyed on `accelerator.mixed_precision`), and when the
+    adapter is added on one branch only:
+
+    ```python
+    parser.add_argument("--mixed_precision", default=None, choices=["no", "fp16", "bf16"])
+    ...
+    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    weight_dtype = torch.float16 if accelerator.mixed_precision == "fp16" else torch.float32
+    unet.to(accelerator.device, dtype=weight_dtype)
+    unet.add_adapter(lora_config)
+    if args.mixed_precision == "fp16":  # AMP106 (warning): use accelerator.mixed_precision
+        cast_training_params(unet, dtype=torch.float32)
+    ```
 
     ## References
     - amplint's evidence page: `amplint --explain AMP106` (docs/evidence.md#amp106)
@@ -332,6 +362,37 @@ def own_choice(args):
             "LoRA on a frozen fp16 unet (adapters fp32), frozen modules cast, a text encoder cast only when it is not trained, "
             "a weight dtype chosen apart from accelerate's precision (AMP201's)",
         ),
+        Valid(
+            """
+import argparse
+import torch
+from accelerate import Accelerator
+from diffusers.training_utils import cast_training_params
+
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16"])
+    args = parser.parse_args()
+    return args
+
+
+def main(args):
+    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    weight_dtype = torch.float16 if accelerator.mixed_precision == "fp16" else torch.float32
+    unet.requires_grad_(False)
+    unet.to(accelerator.device, dtype=weight_dtype)
+    unet.add_adapter(lora_config)
+    if accelerator.mixed_precision in ["fp16", "bf16"]:
+        cast_training_params(unet, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, unet.parameters()))
+    unet, optimizer = accelerator.prepare(unet, optimizer)
+    for batch in loader:
+        accelerator.backward(unet(batch).mean())
+        optimizer.step()
+""",
+            "the adapters' fp32 upcast keyed on accelerate's own precision, however fp16 was chosen",
+        ),
     ]
 
     INVALID = [
@@ -463,6 +524,7 @@ def main(args):
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         yield from self._accelerate_casts(ctx)
+        yield from self._option_keyed_upcasts(ctx)
         casts = [c for c in ctx.low_precision_casts if c.dtype in ("fp16", "bf16") and c.subject]
         if not casts:
             return
@@ -517,6 +579,56 @@ def main(args):
             # an accelerate precision fixed to "fp16" in the code raises on every run; one decided
             # at run time (an option, `accelerate launch`/config) only on the fp16 run
             yield ctx.diagnostic(self, cast.call.node, message, data=data, help=help, severity=None if certain else Severity.WARNING)
+
+    def _option_keyed_upcasts(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
+        """`if args.mixed_precision == "fp16": cast_training_params(unet, dtype=torch.float32)`,
+        the fp32 upcast of adapters added to `unet` after it was cast to a weight dtype that is
+        fp16 exactly when accelerate runs fp16: `args.mixed_precision` is what the Accelerator
+        gets, but its default None lets accelerate take fp16 from `accelerate launch
+        --mixed_precision fp16` or its config file, and on that run the adapters stay fp16
+        under accelerate's GradScaler."""
+        from amplint.model import ACCELERATORS, cast_subjects, choice_casts, not_a_training_conversion
+
+        if not any(c.calls_any(ACCELERATORS) for c in ctx.calls) or not _plain_accelerators(ctx):
+            return
+        options = _unset_options(ctx)
+        if not options:
+            return
+        done: Set[int] = set()
+        for cast in choice_casts(ctx, lambda dtypes: "fp16" in dtypes, "fp16"):
+            if any(f.kind in ("if", "else") for f in cast.call.path) or not_a_training_conversion(ctx, cast):
+                continue
+            dtype_node = _chosen_dtype(ctx, cast.call)
+            if dtype_node is None or _fp16_with_accelerate(ctx, dtype_node, cast.call, via_option=False) is None:
+                continue
+            scope = cast.call.scope
+            subjects = cast_subjects(ctx, cast)
+            later = sorted((c for c in ctx.calls if c.scope is scope and c.order > cast.call.order), key=lambda c: c.order)
+            adapter = next(
+                (c for c in later if c.method in ("add_adapter", "inject_adapter") and c.receiver_dotted in subjects
+                 and not any(f.kind in ("if", "else") for f in c.path)), None,
+            )  # an adapter on every run, which takes the (fp16) dtype of the layer it wraps
+            if adapter is None or id(adapter.node) in done:
+                continue
+            backward = next((c for c in later if c.method == "backward" and c.order > adapter.order), None)
+            if backward is None or not any(c.method == "prepare" for c in later) or not any(
+                c.method == "step" and c.order > backward.order for c in later
+            ):
+                continue  # no prepared training step here (the optimizer class may be chosen: `optimizer_cls(...)`)
+            upcasts = [c for c in later if adapter.order < c.order < backward.order and _upcasts(ctx, c, subjects)]
+            guards = [_option_guard(c, options) for c in upcasts]
+            if not upcasts or any(g is None for g in guards):
+                continue  # none (another shape), or one that runs whatever the option says
+            done.add(id(adapter.node))
+            test = guards[0]
+            option = next(o for o in options if o in ctx.code_for(test))
+            subject = adapter.receiver_dotted
+            message = f"`{option}` is None when accelerate launch/config picks fp16: the adapters stay fp16"
+            help = f"Test `accelerator.mixed_precision` (set however fp16 is chosen) before upcasting `{subject}`'s adapters"
+            data = {"module": subject, "option": option, "cast_row": ctx.position(cast.call.node)[0].row,
+                    "adapter_row": ctx.position(adapter.node)[0].row, "dtype": "fp16"}
+            related = (ctx.related(cast.call.node, "cast to the weight dtype here"), ctx.related(adapter.node, "adapter added here"))
+            yield ctx.diagnostic(self, test, message, data=data, help=help, related=related, severity=Severity.WARNING)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """`scaler.step(optimizer)` / `scaler.unscale_(optimizer)` where the optimizer updates a
@@ -588,7 +700,9 @@ def _mixed_precision_fp16(test: Optional["cst.CSTNode"]) -> Optional[str]:
     return None
 
 
-def _fp16_with_accelerate(ctx: ModuleContext, node: Optional["cst.BaseExpression"], cast: "CallInfo") -> Optional[Tuple[str, bool]]:
+def _fp16_with_accelerate(
+    ctx: ModuleContext, node: Optional["cst.BaseExpression"], cast: "CallInfo", via_option: bool = True
+) -> Optional[Tuple[str, bool]]:
     """(the accelerator as spelled, whether its precision is "fp16" in the code) whose fp16 mode is the one binding of the name `node` to
     float16 seen before `cast`: the binding sits under `if accelerator.mixed_precision ==
     "fp16":` (or is `torch.float16 if ... == "fp16" else ...`), where `accelerator` is an
@@ -607,6 +721,8 @@ def _fp16_with_accelerate(ctx: ModuleContext, node: Optional["cst.BaseExpression
     ]
     spelled = None
     for a in bindings:
+        if any(f.kind == "if" and _deepspeed_test(f.test) for f in a.path):
+            continue  # accelerate runs DeepSpeed there: its engine scales, no GradScaler is built
         if isinstance(a.value, cst.IfExp) and ctx.dtype_of(a.value.body) == "fp16":
             test = _mixed_precision_fp16(a.value.test)
         elif ctx.dtype_of(a.value) == "fp16":
@@ -625,12 +741,142 @@ def _fp16_with_accelerate(ctx: ModuleContext, node: Optional["cst.BaseExpression
         if precisions & {"fp16", "runtime"} and _plain_accelerators(ctx):
             return owner, precisions == {"fp16"}
         return None
+    if not via_option:
+        return None
     for call in ctx.calls:  # `args.mixed_precision`, handed to the Accelerator
         if call.calls_any(ACCELERATORS):
             given = call.arg(None, "mixed_precision")
             if given is not None and ctx.code_for(given) == spelled and _plain_accelerators(ctx):
                 return "Accelerator", False
     return None
+
+
+def _unset_options(ctx: ModuleContext) -> Set[str]:
+    """The options (`args.mixed_precision`) a file's `Accelerator(mixed_precision=...)` gets whose
+    argparse default is None (no `default=`, or `default=None`) and that are not required nor
+    assigned in the file: accelerate then takes its precision from `accelerate launch
+    --mixed_precision` or its config file, and the option stays None on such an fp16 run."""
+    import libcst as cst
+
+    from amplint.model import ACCELERATORS, literal_bool, option_read
+
+    out: Set[str] = set()
+    for call in ctx.calls:
+        if not call.calls_any(ACCELERATORS):
+            continue
+        given = call.arg(None, "mixed_precision")
+        option = option_read(ctx, given) if given is not None else None
+        if option is None and given is not None:
+            option = _returned_option(ctx, given)
+        if option is None or "fp16" not in option.choices:
+            continue
+        spelled = ctx.code_for(given)
+        if any(a.target == spelled for a in ctx.assignments):
+            continue  # `args.mixed_precision = ...` somewhere: perhaps filled in from accelerate's
+        defined = [c for c in ctx.calls if c.method == "add_argument" and ctx.position(c.node)[0].row == option.row]
+        if len(defined) != 1:
+            continue
+        default, required = defined[0].arg(None, "default"), defined[0].arg(None, "required")
+        if required is not None and literal_bool(required) is not False:
+            continue
+        if default is None or (isinstance(default, cst.Name) and default.value == "None"):
+            out.add(spelled)
+    return out
+
+
+def _returned_option(ctx: ModuleContext, node: "cst.BaseExpression") -> Optional[Any]:
+    """The option `args.mixed_precision` reads when `args` is bound only to calls of a function of
+    the file that returns `parser.parse_args()` itself (`def get_args(): ... return
+    parser.parse_args()`, `args = get_args()`), and the file defines that option once."""
+    import libcst as cst
+
+    from amplint.model import dotted_name, options
+
+    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return None
+    bound = [a for a in ctx.assignments if a.target == node.value.value]
+    if not bound:
+        return None
+    for a in bound:
+        func = dotted_name(a.value.func) if isinstance(a.value, cst.Call) and not a.unpacked else None
+        scope = ctx.scope_named(func) if func and "." not in func else None
+        if scope is None or not scope.returns or any(
+            not (isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) and v.func.attr.value == "parse_args")
+            for v, _ in scope.returns
+        ):
+            return None
+    found = options(ctx).get(node.attr.value)
+    return found[0] if found and len(found) == 1 else None
+
+
+def _chosen_dtype(ctx: ModuleContext, call: "CallInfo") -> Optional["cst.BaseExpression"]:
+    """The run-time dtype argument of a cast (`unet.to(accelerator.device, dtype=weight_dtype)`,
+    `from_pretrained(..., torch_dtype=weight_dtype)`), None when it has none."""
+    from amplint.model import dtype_choices
+
+    if call.method in ("to", "type"):
+        keys: Tuple[Optional[str], ...] = (None, "dtype")
+    else:
+        keys = ("torch_dtype", "dtype")
+    for a in call.node.args:
+        key = a.keyword.value if a.keyword is not None else None
+        if key in keys and (key is not None or call.method in ("to", "type")):
+            if "fp16" in dtype_choices(ctx, a.value, call.scope, call.order):
+                return a.value
+    return None
+
+
+def _upcasts(ctx: ModuleContext, call: "CallInfo", subjects: Set[str]) -> bool:
+    """An fp32 cast of trainable parameters: diffusers' `cast_training_params(...)` (fp32 unless
+    another dtype is given), `unet.float()` / `unet.to(torch.float32)`, or `param.to(torch.float32)`
+    in a loop over some module's `.parameters()`."""
+    import libcst as cst
+
+    from amplint.model import fp32_cast
+
+    if (call.dotted or "").rsplit(".", 1)[-1] == "cast_training_params":
+        dtype = call.arg(1, "dtype")
+        return dtype is None or ctx.dtype_of(dtype) == "fp32"
+    if not fp32_cast(ctx, call.node):
+        return False
+    receiver = call.receiver_dotted or ""
+    if receiver in subjects:
+        return True
+    for frame in call.path:
+        loop = frame.node
+        if frame.kind == "loop" and isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and loop.target.value == receiver:
+            it = loop.iter
+            if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value == "parameters":
+                return True
+    return False
+
+
+def _option_guard(call: "CallInfo", options: Set[str]) -> Optional["cst.CSTNode"]:
+    """The test `args.mixed_precision == "fp16"` of the innermost `if` around `call` that reads one
+    of `options`; None when no such `if` holds it (the upcast runs on the option's None too)."""
+    for frame in reversed(call.path):
+        if frame.kind == "if" and _mixed_precision_fp16(frame.test) in options:
+            return frame.test
+    return None
+
+
+def _deepspeed_test(test: Optional["cst.CSTNode"]) -> bool:
+    """`if accelerator.state.deepspeed_plugin:` (`... is not None`), `if accelerator.distributed_type
+    == DistributedType.DEEPSPEED:`: the branch accelerate takes under DeepSpeed."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+
+    spelled = dotted_name(test) if isinstance(test, (cst.Name, cst.Attribute)) else None
+    if spelled is not None:
+        return spelled.endswith(".deepspeed_plugin")
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    left, (target,) = dotted_name(test.left) or "", test.comparisons
+    right = dotted_name(target.comparator) or ""
+    if left.endswith(".deepspeed_plugin"):
+        return isinstance(target.operator, cst.IsNot) and right == "None"
+    return left.endswith(".distributed_type") and isinstance(target.operator, cst.Equal) and right.endswith("DistributedType.DEEPSPEED")
 
 
 #: `Accelerator(...)` arguments that put DeepSpeed, FSDP or Megatron-LM behind `prepare` (their own scaling)

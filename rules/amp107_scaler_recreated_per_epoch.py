@@ -65,7 +65,10 @@ class ScalerRecreatedPerEpoch(Rule):
     in `__init__`, and for `enabled=False`. The AMP switch is no such condition: `if amp:
     scaler = GradScaler()` (a flag, `amp` or `args.amp`, that also gates the
     scaler's use or an autocast in the function) builds a scaler on every
-    call whenever AMP is on, like `GradScaler(enabled=amp)`.
+    call whenever AMP is on, like `GradScaler(enabled=amp)`; so does a
+    configuration attribute compared with a string (`if cfg.amp and
+    cfg.dtype == "float16":`) when the same test, however it is wrapped
+    over lines, gates the scaler's use too.
 
     Across files: also flags a function that builds its own GradScaler when
     another file calls it inside a loop; the message names that call.
@@ -230,6 +233,22 @@ for epoch in range(epochs):
 """,
             "the flag gates only the constructor, not the scaler's use: a build-once switch, not AMP's",
         ),
+        Valid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for epoch in range(epochs):
+    if cfg.schedule == "restart":
+        scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            "a configuration test around the constructor alone: a chosen restart, not the AMP switch",
+        ),
     ]
 
     INVALID = [
@@ -345,6 +364,35 @@ def main(args):
 """,
             line=4,
             why="`if amp:` is `GradScaler(enabled=amp)` spelled as a branch: the same switch gates the scaler's use",
+        ),
+        Invalid(
+            """
+import torch
+from torch.amp import GradScaler
+
+def train(cfg, policy, loss_fn, loader):
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    for step, batch in enumerate(loader):
+        with torch.autocast("cuda", enabled=cfg.mixed_precision, dtype=getattr(torch, cfg.torch_dtype)):
+            loss = loss_fn(batch)
+        if cfg.mixed_precision and cfg.torch_dtype == "float16":
+            scaler = GradScaler(enabled=True)
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        if (step + 1) % cfg.accumulation == 0:
+            if (
+                cfg.mixed_precision
+                and cfg.torch_dtype == "float16"
+            ):
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad()
+""",
+            line=10,
+            why="the fp16 path's switch, a flag and a dtype setting, gates the constructor and the scaler's use alike",
         ),
     ]
 

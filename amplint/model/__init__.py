@@ -118,6 +118,7 @@ _EXPORTS = {
     # runtime_choices
     "Option": ".runtime_choices",
     "option_read": ".runtime_choices",
+    "options": ".runtime_choices",
     "option_values": ".runtime_choices",
     "choice_precision": ".runtime_choices",
     # event_index

@@ -6,9 +6,10 @@ conditionally, not with an optimizer built in the same loop: a new run per itera
 function that uses it and is called in a loop of this file (or, called by nothing here, is named
 for an epoch and loops), and does not build its own optimizer or run whole epochs itself.
 The one condition allowed around the constructor is the AMP switch (`_amp_switch`): `if amp:` /
-`if args.amp:`, a flag that also gates the scaler's use or an autocast in the same function, which
-is `GradScaler(enabled=amp)` spelled as a branch; a test of the scaler itself (`if scaler is None:`),
-a comparison (`if epoch == 0:`) or a flag the loop rebinds is a build once or a new run, not this.
+`if args.amp:` (or `if cfg.amp and cfg.dtype == "float16":`), a flag that also gates the scaler's
+use or an autocast in the same function, which is `GradScaler(enabled=amp)` spelled as a branch; a
+test of the scaler itself (`if scaler is None:`), a counter's comparison (`if epoch == 0:`) or a
+flag the loop rebinds is a build once or a new run, not this.
 """
 from __future__ import annotations
 
@@ -137,10 +138,10 @@ def _amp_switch(ctx: ModuleContext, call: CallInfo, frames: Tuple[Frame, ...], k
         return False
     if loop is not None and isinstance(loop.node, cst.For) and _names_in(loop.node.target) & {n.split(".", 1)[0] for n in names}:
         return False  # `for amp in (False, True):` a run per value
-    text = ctx.code_for(test)
+    text = _spelled(ctx, test)
 
     def gated(path: Tuple[Frame, ...]) -> bool:
-        return any(f.kind == "if" and f.test is not None and ctx.code_for(f.test) == text for f in path)
+        return any(f.kind == "if" and f.test is not None and _spelled(ctx, f.test) == text for f in path)
 
     scope = call.scope
     if any(e.kind in _USES and (key is None or e.scaler == key) and gated(e.path) for e in scope.events):
@@ -150,16 +151,29 @@ def _amp_switch(ctx: ModuleContext, call: CallInfo, frames: Tuple[Frame, ...], k
         if id(c.node) not in autocasts:
             continue
         enabled = c.arg(None, "enabled")
-        if gated(c.path) or (enabled is not None and ctx.code_for(enabled) == text):
+        if gated(c.path) or (enabled is not None and _spelled(ctx, enabled) == text):
             return True
     return False
 
 
+def _spelled(ctx: ModuleContext, node: cst.CSTNode) -> str:
+    """A test's text without its layout: the same condition wrapped at another indentation (a
+    parenthesized `and` split over lines) is the same switch."""
+    return "".join(ctx.code_for(node).split())
+
+
 def _flag_names(test: cst.BaseExpression) -> set:
-    """The dotted names a flag test reads (`amp`, `args.amp`; an `and` of flags and calls), or an
-    empty set for any other test."""
+    """The dotted names a flag test reads (`amp`, `args.amp`; an `and` of flags and calls; a
+    configuration attribute compared with a string, `cfg.dtype == "float16"`, which no loop
+    counts), or an empty set for any other test (`epoch == 0`, `not resumed`)."""
     if isinstance(test, (cst.Name, cst.Attribute)):
         name = dotted_name(test)
+        return {name} if name else set()
+    if (
+        isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.comparisons[0].operator, cst.Equal)
+        and isinstance(test.left, cst.Attribute) and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+    ):
+        name = dotted_name(test.left)
         return {name} if name else set()
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         left, right = _flag_names(test.left), _flag_names(test.right)
