@@ -238,6 +238,20 @@ class CustomFunctionWithoutCustomFwd(Rule):
     Function no program of a distributed package's project builds (a
     registered PointNet++ op no shipped config names) is still reported: its
     users may build it.
+    The applications are looked for in the whole checkout (the folder holding
+    `.git`), not only in the nearest packaging: a vendored package with its
+    own `setup.py` (MapTR's `mmdetection3d/`) has its ops applied by the
+    checkout's code around it (`forced_only`; the nearest packaging is read,
+    as before, when the checkout is too large to read whole):
+    ```text
+    .git/
+    mmdetection3d/setup.py
+    mmdetection3d/mmdet3d/ops/bev_pool/bev_pool.py  # the Function, applied by bev_pool()
+    projects/plugin/maptr/modules/encoder.py        # VALID: silent, bev_pool() only in an
+                                                    #   @force_fp32() method, fp16_enabled set
+    projects/plugin/other/encoder.py                # INVALID: reported once bev_pool() is
+                                                    #   also called in an @auto_fp16() forward
+    ```
     Silent likewise, with no flag needed, when every application runs in a
     function or method decorated with torch's
     `@custom_fwd(cast_inputs=torch.float32)` (`torch.cuda.amp.custom_fwd`,
