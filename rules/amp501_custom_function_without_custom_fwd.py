@@ -288,7 +288,20 @@ class CustomFunctionWithoutCustomFwd(Rule):
     the functions it calls. A kernel that dispatches the dtypes of two
     tensors separately, half or bf16 among them (mamba's selective scan:
     activations in fp16/bf16, weights in fp32), is built for what autocast
-    produces: silent. A kernel that dispatches float/double only
+    produces: silent. A tensor the function requires to be float32 (a
+    check of `x.scalar_type() == at::kFloat`) counts as one dispatched
+    separately, next to another tensor dispatched with half among its types
+    (`AT_DISPATCH_FLOATING_TYPES_AND_HALF`; NVIDIA's fused focal loss: fp16
+    logits, an fp32 count of positives):
+    ```cpp
+    // VALID: silent, the logits may be fp16, the count is held to fp32
+    AT_ASSERTM(num_pos.scalar_type() == at::kFloat, "num_pos must be float32");
+    AT_DISPATCH_FLOATING_TYPES_AND_HALF(logits.scalar_type(), "fprop", [&] { ... });
+    // INVALID: reported, the dispatched logits themselves are held to fp32
+    AT_ASSERTM(logits.scalar_type() == at::kFloat, "logits must be float32");
+    AT_DISPATCH_FLOATING_TYPES_AND_HALF(logits.scalar_type(), "fprop", [&] { ... });
+    ```
+    A kernel that dispatches float/double only
     (`AT_DISPATCH_FLOATING_TYPES`, or reads `data_ptr<float>()`) and names no
     half type raises `"..." not implemented for 'Half'` on one fp16 input:
     reported already when forward passes it a single float input.
