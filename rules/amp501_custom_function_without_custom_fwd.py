@@ -238,6 +238,20 @@ class CustomFunctionWithoutCustomFwd(Rule):
     Function no program of a distributed package's project builds (a
     registered PointNet++ op no shipped config names) is still reported: its
     users may build it.
+    The applications are looked for in the whole checkout (the folder holding
+    `.git`), not only in the nearest packaging: a vendored package with its
+    own `setup.py` (MapTR's `mmdetection3d/`) has its ops applied by the
+    checkout's code around it (`forced_only`; the nearest packaging is read,
+    as before, when the checkout is too large to read whole):
+    ```text
+    .git/
+    mmdetection3d/setup.py
+    mmdetection3d/mmdet3d/ops/bev_pool/bev_pool.py  # the Function, applied by bev_pool()
+    projects/plugin/maptr/modules/encoder.py        # VALID: silent, bev_pool() only in an
+                                                    #   @force_fp32() method, fp16_enabled set
+    projects/plugin/other/encoder.py                # INVALID: reported once bev_pool() is
+                                                    #   also called in an @auto_fp16() forward
+    ```
     Silent likewise, with no flag needed, when every application runs in a
     function or method decorated with torch's
     `@custom_fwd(cast_inputs=torch.float32)` (`torch.cuda.amp.custom_fwd`,
@@ -274,7 +288,20 @@ class CustomFunctionWithoutCustomFwd(Rule):
     the functions it calls. A kernel that dispatches the dtypes of two
     tensors separately, half or bf16 among them (mamba's selective scan:
     activations in fp16/bf16, weights in fp32), is built for what autocast
-    produces: silent. A kernel that dispatches float/double only
+    produces: silent. A tensor the function requires to be float32 (a
+    check of `x.scalar_type() == at::kFloat`) counts as one dispatched
+    separately, next to another tensor dispatched with half among its types
+    (`AT_DISPATCH_FLOATING_TYPES_AND_HALF`; NVIDIA's fused focal loss: fp16
+    logits, an fp32 count of positives):
+    ```cpp
+    // VALID: silent, the logits may be fp16, the count is held to fp32
+    AT_ASSERTM(num_pos.scalar_type() == at::kFloat, "num_pos must be float32");
+    AT_DISPATCH_FLOATING_TYPES_AND_HALF(logits.scalar_type(), "fprop", [&] { ... });
+    // INVALID: reported, the dispatched logits themselves are held to fp32
+    AT_ASSERTM(logits.scalar_type() == at::kFloat, "logits must be float32");
+    AT_DISPATCH_FLOATING_TYPES_AND_HALF(logits.scalar_type(), "fprop", [&] { ... });
+    ```
+    A kernel that dispatches float/double only
     (`AT_DISPATCH_FLOATING_TYPES`, or reads `data_ptr<float>()`) and names no
     half type raises `"..." not implemented for 'Half'` on one fp16 input:
     reported already when forward passes it a single float input.

@@ -223,3 +223,33 @@ def test_another_files_own_class_of_the_same_name_is_not_a_use(tmp_path):
     own += "\n\ndef run(x, geom, ranks):\n    return PoolCuda.apply(x, geom, ranks)\n"
     found = _lint(tmp_path, {"pkg/ops/pool_v2.py": own})
     assert found == ["pool_v2.py:8"]  # the second one is reported for itself; the first stays silent
+
+
+def _vendored(tmp_path: Path, model: str = MODEL) -> List[str]:
+    # the op lives in a vendored package with its own packaging (MapTR's `mmdetection3d/`, with
+    # its `setup.py`); the `@force_fp32()` method applying it is the checkout's plugin code
+    files = {
+        "vendor/setup.py": "from setuptools import setup\nsetup(name='pkg')\n",
+        "vendor/pkg/__init__.py": "",
+        "vendor/pkg/ops/__init__.py": "",
+        "vendor/pkg/ops/pool.py": OP,
+        "plugin/__init__.py": "",
+        "plugin/models/__init__.py": "from .transform import Transform\n",
+        "plugin/models/transform.py": model,
+        "tools/train.py": TRAIN.replace("from pkg.models import", "from plugin.models import"),
+    }
+    (tmp_path / ".git").mkdir()
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    result = lint_paths([str(tmp_path)], CONFIG)
+    return [f"{Path(d.filename).name}:{d.location.row}" for d in result.diagnostics if d.code == "AMP501"]
+
+
+def test_a_vendored_packages_op_applied_by_the_checkouts_forced_method_is_silent(tmp_path):
+    assert _vendored(tmp_path) == []
+
+
+def test_a_vendored_packages_op_applied_by_the_checkout_outside_force_fp32_keeps_the_finding(tmp_path):
+    assert _vendored(tmp_path, MODEL.replace("@force_fp32()", "@auto_fp16()")) == ["pool.py:8"]

@@ -160,3 +160,80 @@ def test_a_kernel_requirement_that_fails_starts_no_facts_pass(tmp_path, monkeypa
     no_autocast = FUNCTION.replace('    with torch.autocast("cuda", dtype=torch.bfloat16):\n        return model(x)\n', "    return model(x)\n")
     assert _project(tmp_path, no_autocast, MIXED, name="scan.py") == []
     assert read == []
+
+
+FOCAL = textwrap.dedent(
+    """\
+    import torch
+    import focal_cuda
+
+
+    class FocalFn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, logits, targets, num_pos, alpha):
+            loss, partial = focal_cuda.forward(logits, targets, num_pos, alpha)
+            ctx.save_for_backward(partial, num_pos)
+            return loss
+
+        @staticmethod
+        def backward(ctx, grad):
+            partial, num_pos = ctx.saved_tensors
+            return focal_cuda.backward(grad, partial, num_pos), None, None, None
+
+
+    def step(model, x):
+        with torch.autocast("cuda"):
+            return model(x)
+    """
+)
+FOCAL_CPP = """
+#include <torch/extension.h>
+
+std::vector<at::Tensor> focal_forward_cuda(const at::Tensor &logits, const at::Tensor &targets,
+                                           const at::Tensor &num_pos, const float alpha) {
+  AT_ASSERTM(targets.scalar_type() == at::kLong, "Invalid label type.");
+  AT_ASSERTM(num_pos.numel() == 1 && num_pos.scalar_type() == at::kFloat, "Expect a float32 tensor.");
+  at::Tensor loss = at::zeros({}, logits.options().dtype(at::kFloat));
+  at::Tensor partial = at::empty_like(logits);
+  AT_DISPATCH_FLOATING_TYPES_AND_HALF(logits.scalar_type(), "focal_fprop", [&] {
+    focal_kernel<scalar_t><<<1, 1>>>(loss.data_ptr<float>(), partial.data_ptr<scalar_t>(),
+                                     logits.data_ptr<scalar_t>(), num_pos.data_ptr<float>(), alpha);
+  });
+  return {loss, partial};
+}
+
+std::vector<at::Tensor> focal_forward(const at::Tensor &logits, const at::Tensor &targets,
+                                      const at::Tensor &num_pos, const float alpha) {
+  return focal_forward_cuda(logits, targets, num_pos, alpha);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &focal_forward, "focal forward");
+}
+"""
+
+
+def test_a_kernel_for_low_precision_logits_next_to_a_required_fp32_tensor_is_silent(tmp_path):
+    # NVIDIA's fused focal loss: the logits dispatched with half among the types, the positives'
+    # count asserted float32: built for the fp16 activations autocast makes next to an fp32 tensor
+    assert _project(tmp_path, FOCAL, FOCAL_CPP) == []
+    assert kernel_dtypes("forward", str(tmp_path / "pkg" / "ops.py"), str(tmp_path)) == "mixed"
+
+
+def test_a_kernel_requiring_its_dispatched_tensor_to_be_fp32_is_not_mixed(tmp_path):
+    # the logits themselves asserted float32: an fp16 input raises, whatever the dispatch says
+    cpp = FOCAL_CPP.replace("num_pos.scalar_type() == at::kFloat", "logits.scalar_type() == at::kFloat")
+    assert [row for row, _ in _project(tmp_path, FOCAL, cpp)] == [7]
+    assert kernel_dtypes("forward", str(tmp_path / "pkg" / "ops.py"), str(tmp_path)) is None
+
+
+def test_and_half_names_half(tmp_path):
+    # `AT_DISPATCH_FLOATING_TYPES_AND_HALF` names half (no other spelling of it in the source): two
+    # tensors dispatched separately so are the mixed kernel
+    cpp = FOCAL_CPP.replace(
+        'AT_ASSERTM(num_pos.numel() == 1 && num_pos.scalar_type() == at::kFloat, "Expect a float32 tensor.");',
+        'AT_DISPATCH_FLOATING_TYPES(num_pos.scalar_type(), "focal_count", [&] { count<scalar_t>(num_pos); });',
+    )
+    assert "Half" not in cpp.replace("_AND_HALF", "") and "== at::kFloat" not in cpp
+    assert _project(tmp_path, FOCAL, cpp) == []
+    assert kernel_dtypes("forward", str(tmp_path / "pkg" / "ops.py"), str(tmp_path)) == "mixed"

@@ -11,7 +11,10 @@ Python side can (AMP501, issue 22 shape 11):
 - "mixed": one function dispatches the dtypes of two different tensors separately (mamba's
   selective scan: `DISPATCH_ITYPE...(u.scalar_type())` around `DISPATCH_WTYPE...(A.scalar_type())`)
   and half or bf16 is among them: the kernel is instantiated for low-precision activations next
-  to fp32 weights, the mix autocast produces.
+  to fp32 weights, the mix autocast produces. A tensor whose dtype the function requires to be
+  float32 (`AT_ASSERTM(num_positives_sum.scalar_type() == at::kFloat, ...)`, NVIDIA's fused focal
+  loss, next to `AT_DISPATCH_FLOATING_TYPES_AND_HALF(cls_output.scalar_type(), ...)`) counts as
+  one dispatched separately: the kernel takes low-precision activations next to an fp32 tensor.
 
 Text only, never compiled or imported: the binding (`m.def("fwd", &selective_scan_fwd)`, also in
 `TORCH_LIBRARY` blocks and `m.impl`), the bound function's body found by its name and matched
@@ -30,8 +33,12 @@ _SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".hxx")
 #: levels of callees followed from the bound function
 _DEPTH = 3
 
-_LOW_PRECISION = re.compile(r"\b(?:at::Half|c10::Half|__half|half_t|kHalf|ScalarType::Half|BFloat16|kBFloat16|__nv_bfloat16|_AND_HALF|HALF)\b|_AND2\(|_AND3\(")
+_LOW_PRECISION = re.compile(r"\b(?:at::Half|c10::Half|__half|half_t|kHalf|ScalarType::Half|BFloat16|kBFloat16|__nv_bfloat16|HALF)\b|_AND_HALF\b|_AND2\(|_AND3\(")
 _DISPATCH = re.compile(r"\b(\w*DISPATCH\w*)\s*\(\s*([A-Za-z_][\w.\->]*?)\s*(?:\.|->)\s*(?:scalar_type|type)\s*\(\s*\)")
+#: a tensor whose dtype is required to be float32 (`x.scalar_type() == at::kFloat`, either way round)
+_FP32 = r"(?:(?:at|c10|torch)::)?(?:ScalarType::)?(?:kFloat32|kFloat|Float)\b"
+_TENSOR_DTYPE = r"([A-Za-z_][\w.\->]*?)\s*(?:\.|->)\s*(?:scalar_type|dtype)\s*\(\s*\)"
+_FP32_CHECK = re.compile(_TENSOR_DTYPE + r"\s*==\s*" + _FP32 + "|" + _FP32 + r"\s*==\s*" + _TENSOR_DTYPE)
 _FLOAT_READ = re.compile(r"\b(?:data_ptr|data|mutable_data_ptr|const_data_ptr)\s*<\s*float\s*>\s*\(")
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;(){}]*>)?\s*\(")
 _NOT_CALLEES = frozenset(("if", "for", "while", "switch", "return", "sizeof", "catch", "TORCH_CHECK", "AT_ASSERTM"))
@@ -70,8 +77,10 @@ def _classify(function: str, sources: List[str]) -> Optional[str]:
     text = "\n".join(bodies)
     low = bool(_LOW_PRECISION.search(text))
     for body in bodies:
-        subjects = {m.group(2) for m in _DISPATCH.finditer(body)}
-        if len(subjects) >= 2 and low:
+        dispatched = {m.group(2) for m in _DISPATCH.finditer(body)}
+        fixed = {m.group(1) or m.group(2) for m in _FP32_CHECK.finditer(body)}
+        free = dispatched - fixed  # dispatched, and not itself required to be float32
+        if low and free and len(free | fixed) >= 2:
             return "mixed"
     if low:
         return None

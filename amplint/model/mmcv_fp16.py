@@ -380,11 +380,24 @@ def forced_only(filename: str, function: str, root: Optional[str], may_run: Call
     `@custom_fwd(cast_inputs=torch.float32)`, at least one does, and, for an mmcv one, the
     project turns the flag on (module docstring). `may_run(path)`: a low-precision autocast of
     the project may run that file's code; an unfollowed use in a file where it may not (a test on
-    inputs it built) does not count. False when the project cannot be read whole."""
+    inputs it built) does not count. False when the project cannot be read whole. Without
+    `root`, the applications are looked for in the whole checkout (the `.git` above the file),
+    not only in the nearest packaging: a vendored package (MapTR's `mmdetection3d/`, with its
+    own `setup.py`) has its Functions applied by the checkout's code around it; when that
+    checkout cannot be read whole, the nearest packaging is read, as before."""
     base = project_root(filename, root)
     if base is None:
         return False
-    listing = whole_listing(base, (".py", ".ipynb"))
+    listing = None
+    if not root:
+        from .embedded import checkout
+
+        top = checkout(filename)
+        if top is not None and top != base:
+            listing = whole_listing(top, (".py", ".ipynb"))
+            base = top if listing is not None else base
+    if listing is None:
+        listing = whole_listing(base, (".py", ".ipynb"))
     if listing is None:
         return False
     own = os.path.abspath(filename)
