@@ -74,6 +74,13 @@ class Fp16OverflowingLiteral(Rule):
       `extended_mask = (1.0 - mask) * -1e9`, `softmax(scores - 1e9, -1)`) or in
       `torch.where(mask, -1e9, x)` (warning: it silently becomes `-inf`).
 
+    One bug, one finding: the same constant filled, in consecutive statements
+    of one block, into one tensor or into tensors made from it (three
+    `ch_scores.new(n).fill_(-1e17)` in a row, `x.masked_fill_(a, -1e9)` then
+    `x.masked_fill_(b, -1e9)`) is reported once, at the first fill, the others
+    related locations its fix rewrites too: they meet one dtype, so they hold
+    or fail together.
+
     The finding is kept only when the project can run fp16 (fp16 autocast,
     `.half()`, `torch.float16`, an enabled GradScaler or a dtype decided at
     run time, in any file); see `precision` in the configuration. Not in a
@@ -509,6 +516,51 @@ def rescore(logits, index, mask, size):
         Invalid(
             """
 import torch
+
+model = Decoder().cuda().half()
+
+
+def rescore(ch_scores, size):
+    fw = ch_scores.new(size).fill_(-1e17).view(2, -1)
+    ch = ch_scores.new(size).fill_(-1e17).view(2, -1)
+    lm = ch_scores.new(size).fill_(-1e17).view(2, -1)
+    return fw, ch, lm
+""",
+            line=7,
+            count=1,
+            why="one bug, one finding: three fills in a row of tensors made from `ch_scores` (fairseq's"
+            " noisy-channel rescoring) meet its dtype; one finding, the others related",
+        ),
+        Invalid(
+            """
+import torch
+
+model = Decoder().cuda().half()
+
+
+def mask(scores, pad, eos):
+    scores.masked_fill_(pad, -1e9)
+    scores.masked_fill_(eos, -1e9)
+    return scores
+""",
+            line=7,
+            count=1,
+            fixed="""
+import torch
+
+model = Decoder().cuda().half()
+
+
+def mask(scores, pad, eos):
+    scores.masked_fill_(pad, torch.finfo(scores.dtype).min)
+    scores.masked_fill_(eos, torch.finfo(scores.dtype).min)
+    return scores
+""",
+            why="two fills of `scores` in a row are one finding, and its fix rewrites both",
+        ),
+        Invalid(
+            """
+import torch
 import torch.nn.functional as F
 
 model = Decoder().cuda().half()
@@ -716,10 +768,12 @@ model = Attention(1024).cuda().half()
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         guards = _GuardIndex(ctx)
+        found: List[Tuple[_Site, "_Use", Diagnostic]] = []
         for site in _sites(ctx):
-            diagnostic = self._judge(ctx, site, guards)
-            if diagnostic is not None:
-                yield diagnostic
+            judged = self._judge(ctx, site, guards)
+            if judged is not None:
+                found.append((site, *judged))
+        yield from _one_per_tensor(ctx, found)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """A mask constant in a function that runs under an fp16 autocast its file does not
@@ -727,6 +781,7 @@ model = Attention(1024).cuda().half()
         framework's precision flag), on a tensor that autocast computed in fp16 there."""
         project.reached()  # loads the modules autocast regions lead to
         for path, qual, info in list(project.functions()):
+            found: List[Tuple[ProjectCall, dict, Witness]] = []
             for site in info.get("masks", ()):
                 call = ProjectCall(path, qual, site)
                 own = project.region_of(call)
@@ -736,9 +791,15 @@ model = Attention(1024).cuda().half()
                 witness = next((w for w in witnesses if w.region.enabled is not False and w.region.dtype == "fp16"), None)
                 if witness is None or not _lowered(project, call, site["src"]):
                     continue  # bf16 keeps fp32's range; a tensor not made by autocast may be fp32
-                yield self._project_diagnostic(project, call, site, witness)
+                found.append((call, site, witness))
+            for group in _one_per_filled_name(found):
+                call, site, witness = group[0]
+                yield self._project_diagnostic(project, call, site, witness, [s for _, s, _ in group[1:]])
 
-    def _project_diagnostic(self, project: Project, call: ProjectCall, site: dict, witness: Witness) -> Diagnostic:
+    def _project_diagnostic(self, project: Project, call: ProjectCall, site: dict, witness: Witness,
+                            later: List[dict]) -> Diagnostic:
+        """`later`: the same constant's next fills of the same tensor (one bug), related sites."""
+        from amplint.model import Location, Related
         region = witness.region
         when = " (when enabled)" if region.enabled is None else ""
         tensor = site["x"] or "the tensor"
@@ -755,9 +816,12 @@ model = Attention(1024).cuda().half()
             help = f"Use `torch.finfo({site['x'] or 'x'}.dtype).{bound}`: a fully masked row of inf softmaxes to NaN"
         data = {"literal": site["v"], "op": site["op"], "tensor": site["x"] or None, "raises": bool(site["raises"]),
                 "dtype": region.dtype, "device": region.device}
-        return project.diagnostic(self, call, message, data=data, severity=severity, related=(project.entered(region, witness.chain),), help=help)
+        also = tuple(Related(Location(s["r"], s["c"]), Location(s["er"], s["ec"]), f"{s['t']} also filled in `{s['x']}`'s dtype")
+                     for s in later)
+        return project.diagnostic(self, call, message, data=data, severity=severity,
+                                  related=(project.entered(region, witness.chain), *also), help=help)
 
-    def _judge(self, ctx: ModuleContext, site: _Site, guards: "_GuardIndex") -> Optional[Diagnostic]:
+    def _judge(self, ctx: ModuleContext, site: _Site, guards: "_GuardIndex") -> Optional[Tuple["_Use", Diagnostic]]:
         region = site.region
         if region is not None and (region.enabled is False or region.dtype == "bf16"):
             return None
@@ -799,7 +863,7 @@ model = Attention(1024).cuda().half()
             # a matmul of `.float()`ed operands is fp32 whatever casts the modules: only an fp16
             # autocast running this code lowers it (PatchTST's standalone fp32 timing script)
             condition = with_requirement(condition, AUTOCAST_RUNS)
-        return self._diagnostic(ctx, site, use, condition=condition)
+        return use, self._diagnostic(ctx, site, use, condition=condition)
 
     def _diagnostic(self, ctx: ModuleContext, site: _Site, use: "_Use", condition: Optional[str]) -> Diagnostic:
         tensor_text = ctx.code_for(use.tensor) if use.tensor is not None else None
@@ -832,6 +896,118 @@ model = Attention(1024).cuda().half()
             severity=severity,
             help=help,
         )
+
+
+def _one_per_tensor(ctx: ModuleContext, found: List[Tuple[_Site, "_Use", Diagnostic]]) -> Iterator[Diagnostic]:
+    """One bug, one finding: the same constant filled, in consecutive statements of one block,
+    into the same tensor or into tensors made from it (`x.new(n).fill_(-1e17)` three times over:
+    fairseq's noisy-channel rescoring) is reported once, at the first fill, the others related
+    and fixed with it. They hold or fail together: the dtype they meet is that tensor's."""
+    import dataclasses
+
+    groups: List[List[Tuple[_Site, Diagnostic, "_Use"]]] = []
+    last: Dict[tuple, Tuple[int, int, int]] = {}  # key -> (group index, id of the block, statement index)
+    blocks: Dict[int, Dict[int, int]] = {}
+    for site, use, diagnostic in found:
+        origin = _origin(ctx, use)
+        place = _statement_place(ctx, site.statement, blocks) if origin is not None else None
+        if origin is None or place is None:
+            groups.append([(site, diagnostic, use)])
+            continue
+        key = (id(site.scope), origin, site.value, use.op, diagnostic.condition, diagnostic.message)
+        previous = last.get(key)
+        if previous is not None and previous[1] == place[0] and place[1] - previous[2] in (0, 1):
+            groups[previous[0]].append((site, diagnostic, use))
+            last[key] = (previous[0], place[0], place[1])
+            continue
+        last[key] = (len(groups), place[0], place[1])
+        groups.append([(site, diagnostic, use)])
+    for group in groups:
+        site, diagnostic, _ = group[0]
+        if len(group) == 1:
+            yield diagnostic
+            continue
+        others = group[1:]
+        origin = _origin(ctx, group[0][2])
+        related = tuple(diagnostic.related) + tuple(
+            ctx.related(s.node, f"{s.text} also filled in `{origin}`'s dtype") for s, _, _ in others
+        )
+        fix = diagnostic.fix
+        if fix is not None:
+            if all(d.fix is not None for _, d, _ in others):
+                fix = dataclasses.replace(fix, edits=fix.edits + tuple(e for _, d, _ in others for e in d.fix.edits))
+            else:
+                fix = None  # a fix of only some of the sites would leave the bug
+        yield dataclasses.replace(diagnostic, related=related, fix=fix)
+
+
+def _one_per_filled_name(found: List[Tuple[ProjectCall, dict, Witness]]) -> List[List[Tuple[ProjectCall, dict, Witness]]]:
+    """The project pass's `_one_per_tensor`, on summary records: fills of one named tensor
+    (`scores.masked_fill_(a, -1e9)` then `scores.masked_fill_(b, -1e9)`) with one constant on
+    adjacent rows, under one region, are one finding."""
+    groups: List[List[Tuple[ProjectCall, dict, Witness]]] = []
+    last: Dict[tuple, int] = {}
+    for item in found:
+        _, site, witness = item
+        if not site["x"] or site["op"] == "additive":
+            groups.append([item])
+            continue
+        key = (site["x"], site["v"], site["op"], id(witness.region))
+        index = last.get(key)
+        if index is not None and 0 <= site["r"] - groups[index][-1][1]["er"] <= 1:
+            groups[index].append(item)
+            continue
+        last[key] = len(groups)
+        groups.append([item])
+    return groups
+
+
+def _origin(ctx: ModuleContext, use: "_Use") -> Optional[str]:
+    """The tensor whose dtype a fill meets, spelled: `x` for `x.masked_fill_(...)`,
+    `x.new(n).fill_(...)` and `x.new_full(...)` (methods keeping the receiver's dtype, indexing);
+    None for an expression of anything else (a call, arithmetic) or a fill of no tensor."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+    if use.op == "additive" or use.dtype_node is not None:
+        return None
+    node = use.tensor
+    while True:
+        if isinstance(node, cst.Subscript):
+            node = node.value
+        elif (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+              and node.func.attr.value in _RECEIVER_DTYPE_METHODS):
+            node = node.func.value
+        else:
+            break
+    if not isinstance(node, (cst.Name, cst.Attribute)):
+        return None
+    return dotted_name(node)
+
+
+#: methods whose result has the receiver's dtype (factories `new*`, views, copies)
+_RECEIVER_DTYPE_METHODS = frozenset((
+    "new", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "view", "view_as", "reshape",
+    "unsqueeze", "squeeze", "transpose", "permute", "contiguous", "clone", "detach", "expand", "expand_as",
+    "repeat", "flatten", "masked_fill", "masked_fill_", "fill_",
+))
+
+
+def _statement_place(ctx: ModuleContext, statement: cst.CSTNode, blocks: Dict[int, Dict[int, int]]) -> Optional[Tuple[int, int]]:
+    """(id of the block holding `statement`, its index there): consecutive statements of one block
+    have consecutive indices. `blocks`: the statements' indices of the blocks seen so far."""
+    import libcst as cst
+
+    node: Optional[cst.CSTNode] = statement
+    while node is not None:
+        parent = ctx.parent(node)
+        if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            index = blocks.get(id(parent))
+            if index is None:  # one pass per block: linear in its length
+                index = blocks[id(parent)] = {id(n): i for i, n in enumerate(parent.body)}
+            return id(parent), index[id(node)]
+        node = parent
+    return None
 
 
 # --------------------------------------------------------------------------- sites
