@@ -1,6 +1,7 @@
 """AMP301 fp16-overflowing-literal."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
@@ -79,7 +80,18 @@ class Fp16OverflowingLiteral(Rule):
     `ch_scores.new(n).fill_(-1e17)` in a row, `x.masked_fill_(a, -1e9)` then
     `x.masked_fill_(b, -1e9)`) is reported once, at the first fill, the others
     related locations its fix rewrites too: they meet one dtype, so they hold
-    or fail together.
+    or fail together. Only statements on rows with nothing but comments
+    between are consecutive, and a fill assigned to names nothing else in the
+    file mentions (a dead store) is reported on its own: the findings must not
+    depend on how a huge file is parsed, and such statements are what it is
+    parsed in pieces of.
+
+    ```python
+    scores.masked_fill_(pad, -1e9)  # one finding, here; the next fill related
+    scores.masked_fill_(eos, -1e9)
+
+    a = scores.masked_fill(pad, -1e9)  # a dead store: a finding of its own
+    ```
 
     The finding is kept only when the project can run fp16 (fp16 autocast,
     `.half()`, `torch.float16`, an enabled GradScaler or a dtype decided at
@@ -561,6 +573,25 @@ def mask(scores, pad, eos):
         Invalid(
             """
 import torch
+
+model = Decoder().cuda().half()
+
+
+def mask(scores, pad, eos):
+    a = scores.masked_fill(pad, -1e9)
+    b = scores.masked_fill(eos, -1e9)
+
+    scores.masked_fill_(pad, -1e9)
+    return scores
+""",
+            line=7,
+            count=3,
+            why="one finding each: `a` and `b` are dead stores (what a huge file is parsed in pieces"
+            " of), and an empty row between two fills ends the run",
+        ),
+        Invalid(
+            """
+import torch
 import torch.nn.functional as F
 
 model = Decoder().cuda().half()
@@ -906,8 +937,10 @@ def _one_per_tensor(ctx: ModuleContext, found: List[Tuple[_Site, "_Use", Diagnos
     import dataclasses
 
     groups: List[List[Tuple[_Site, Diagnostic, "_Use"]]] = []
-    last: Dict[tuple, Tuple[int, int, int]] = {}  # key -> (group index, id of the block, statement index)
+    # key -> (group index, id of the block, statement index, the statement's last row)
+    last: Dict[tuple, Tuple[int, int, int, int]] = {}
     blocks: Dict[int, Dict[int, int]] = {}
+    text = _Text(ctx.source)
     for site, use, diagnostic in found:
         origin = _origin(ctx, use)
         place = _statement_place(ctx, site.statement, blocks) if origin is not None else None
@@ -915,12 +948,15 @@ def _one_per_tensor(ctx: ModuleContext, found: List[Tuple[_Site, "_Use", Diagnos
             groups.append([(site, diagnostic, use)])
             continue
         key = (id(site.scope), origin, site.value, use.op, diagnostic.condition, diagnostic.message)
+        first, end = ctx.position(place[2])
         previous = last.get(key)
-        if previous is not None and previous[1] == place[0] and place[1] - previous[2] in (0, 1):
+        if (previous is not None and previous[1] == place[0] and place[1] - previous[2] in (0, 1)
+                and text.adjoin(previous[3], first.row) and not _dead_store(ctx, site.node, text)
+                and not _dead_store(ctx, groups[previous[0]][-1][0].node, text)):
             groups[previous[0]].append((site, diagnostic, use))
-            last[key] = (previous[0], place[0], place[1])
+            last[key] = (previous[0], place[0], place[1], end.row)
             continue
-        last[key] = (len(groups), place[0], place[1])
+        last[key] = (len(groups), place[0], place[1], end.row)
         groups.append([(site, diagnostic, use)])
     for group in groups:
         site, diagnostic, _ = group[0]
@@ -993,9 +1029,11 @@ _RECEIVER_DTYPE_METHODS = frozenset((
 ))
 
 
-def _statement_place(ctx: ModuleContext, statement: cst.CSTNode, blocks: Dict[int, Dict[int, int]]) -> Optional[Tuple[int, int]]:
-    """(id of the block holding `statement`, its index there): consecutive statements of one block
-    have consecutive indices. `blocks`: the statements' indices of the blocks seen so far."""
+def _statement_place(ctx: ModuleContext, statement: cst.CSTNode,
+                     blocks: Dict[int, Dict[int, int]]) -> Optional[Tuple[int, int, cst.CSTNode]]:
+    """(id of the block holding `statement`, its index there, the block's statement holding it):
+    consecutive statements of one block have consecutive indices. `blocks`: the statements'
+    indices of the blocks seen so far."""
     import libcst as cst
 
     node: Optional[cst.CSTNode] = statement
@@ -1005,9 +1043,73 @@ def _statement_place(ctx: ModuleContext, statement: cst.CSTNode, blocks: Dict[in
             index = blocks.get(id(parent))
             if index is None:  # one pass per block: linear in its length
                 index = blocks[id(parent)] = {id(n): i for i, n in enumerate(parent.body)}
-            return id(parent), index[id(node)]
+            return id(parent), index[id(node)], node
         node = parent
     return None
+
+
+# Grouping must not depend on how the file was parsed: a huge module or function body is parsed
+# in pieces (engine/excerpt.py `pieces`), each keeping every statement but one run of *leaves*
+# (assignments to names no other word of the file mentions), the other leaves blanked. So the
+# fills grouped are those of statements no piece blanks (`_dead_store` refuses every leaf), on
+# rows with nothing but comments between (`_adjoin`: a blanked leaf leaves empty rows).
+
+
+class _Text:
+    """The file's rows and word counts, made when first asked (a file with no two fills in a row
+    never splits or counts its text)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._rows: Optional[List[str]] = None
+        self._words: Optional[Dict[str, int]] = None
+
+    @property
+    def rows(self) -> List[str]:
+        if self._rows is None:
+            self._rows = self.source.split("\n")
+        return self._rows
+
+    @property
+    def words(self) -> Dict[str, int]:
+        if self._words is None:
+            self._words = _word_counts(self.source)
+        return self._words
+
+    def adjoin(self, last_row: int, next_row: int) -> bool:
+        """Whether only comment rows lie between row `last_row` and row `next_row` (1-based)."""
+        return all(row.strip().startswith("#") for row in self.rows[last_row:next_row - 1])
+
+
+def _word_counts(text: str) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for m in _WORDS.finditer(text):
+        word = m.group()
+        counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+_WORDS = re.compile(r"\w+")
+
+
+def _dead_store(ctx: ModuleContext, literal: cst.CSTNode, text: _Text) -> bool:
+    """Whether `literal` lies in an assignment to plain names whose every mention in the file
+    lies on its own rows: what a piece may parse alone (a leaf)."""
+    import libcst as cst
+
+    node: Optional[cst.CSTNode] = literal
+    while node is not None and not isinstance(node, (cst.Assign, cst.AnnAssign)):
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return False
+        node = ctx.parent(node)
+    if node is None:
+        return False
+    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+    if not all(isinstance(t, cst.Name) for t in targets):
+        return False
+    first, end = ctx.position(node)
+    own = _word_counts("\n".join(text.rows[first.row - 1:end.row]))  # whole rows, as a leaf's words
+    return all(text.words.get(t.value, 0) <= own.get(t.value, 0) for t in targets)
 
 
 # --------------------------------------------------------------------------- sites
