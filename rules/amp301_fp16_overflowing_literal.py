@@ -398,6 +398,24 @@ def bounds(x):
         Valid(
             """
 import torch
+from detector.utils.amp import custom_fwd
+
+scaler = torch.cuda.amp.GradScaler()
+
+
+class ContrastiveLoss:
+    @custom_fwd(cast_inputs=torch.float32)
+    def __call__(self, img_emb, text_emb, text_mask):
+        logits = torch.matmul(img_emb, text_emb.transpose(-1, -2)) / self.scale.exp()
+        logits = logits.masked_fill(~text_mask, -1000000)
+        return logits.logsumexp(-1)
+""",
+            "a body under custom_fwd(cast_inputs=torch.float32) (here re-exported by a project module)"
+            " computes in fp32: autocast casts its inputs and is off inside (GLIP's ATSS loss)",
+        ),
+        Valid(
+            """
+import torch
 with torch.autocast("cuda"):
     logits = model(x)
     with torch.autocast("cuda", enabled=False):
@@ -569,6 +587,24 @@ def mask(scores, pad, eos):
     return scores
 """,
             why="two fills of `scores` in a row are one finding, and its fix rewrites both",
+        ),
+        Invalid(
+            """
+import torch
+from torch.cuda.amp import custom_fwd
+
+scaler = torch.cuda.amp.GradScaler()
+
+
+class ContrastiveLoss:
+    @custom_fwd(cast_inputs=torch.float32)
+    def __call__(self, img_emb, text_emb, text_mask):
+        logits = torch.matmul(img_emb, text_emb.transpose(-1, -2)).half()
+        return logits.masked_fill(~text_mask, -1000000)
+""",
+            line=11,
+            count=1,
+            why="custom_fwd(cast_inputs=torch.float32) makes the inputs fp32, but the body casts the logits to fp16 itself",
         ),
         Invalid(
             """
@@ -881,6 +917,11 @@ model = Attention(1024).cuda().half()
         unknown = dtype in (None, MODULE_FP32)  # a module's fp32 tensor is fp16 once the module is cast
         if unknown and _not_fp16_from_any_caller(ctx, use.tensor, site):
             return None
+        if dtype is None and region is None and _inputs_cast_to_fp32(ctx, site.scope):
+            # `@custom_fwd(cast_inputs=torch.float32)`: a body written to compute in fp32 (autocast
+            # casts its floating inputs to fp32 and is off inside); only a tensor it visibly makes
+            # fp16 is reported (GLIP's ATSS loss masking contrastive logits of its fp32 embeddings)
+            return None
         if unknown and _builds_mask(use) and _mask_parameter_as_passed(ctx, use.tensor, site):
             return None  # `(1.0 - video_mask.unsqueeze(1)) * -1e6`: the caller's mask, bool/int from the data
         if unknown and not use.raises and not _builds_mask(use) and not _low_precision_source(ctx, use.tensor, site):
@@ -1130,6 +1171,31 @@ def _known_dtype(ctx: ModuleContext, expr: Optional[cst.BaseExpression], site: _
         return None
     found = ctx.known_dtype(expr, site.scope, site.order, site.statement)
     return found if found is not None else ctx.known_dtype(expr, site.scope, site.order, site.statement, path=site.path)
+
+
+def _inputs_cast_to_fp32(ctx: ModuleContext, scope: Scope) -> bool:
+    """`scope` is a function decorated `custom_fwd(..., cast_inputs=torch.float32)` (torch's, or
+    one a project module re-exports): autocast, if on where it is called, casts its floating
+    inputs to fp32 and is off in its body."""
+    import libcst as cst
+
+    from amplint.model import torchapi
+    from amplint.model.literals import call_arg
+
+    node = scope.node
+    if not isinstance(node, cst.FunctionDef):
+        return False
+    for decorator in node.decorators:
+        call = decorator.decorator
+        if not isinstance(call, cst.Call):
+            continue
+        names = ctx.qualnames(call.func) or {dotted_name(call.func) or ""}
+        # torch's, or re-exported by a project module (maskrcnn_benchmark's utils/amp.py)
+        if names & torchapi.CUSTOM_FWD_BWD or any(n.rpartition(".")[2] == "custom_fwd" for n in names):
+            cast = call_arg(call, None, "cast_inputs")
+            if cast is not None and ctx.dtype_of(cast) == "fp32":
+                return True
+    return False
 
 
 def _fp16_condition(site: _Site, dtype: Optional[str]) -> str:
