@@ -1179,8 +1179,7 @@ def _inputs_cast_to_fp32(ctx: ModuleContext, scope: Scope) -> bool:
     inputs to fp32 and is off in its body."""
     import libcst as cst
 
-    from amplint.model import torchapi
-    from amplint.model.literals import call_arg
+    from amplint.model import CUSTOM_FWD_BWD, call_arg, dotted_name
 
     node = scope.node
     if not isinstance(node, cst.FunctionDef):
@@ -1191,7 +1190,7 @@ def _inputs_cast_to_fp32(ctx: ModuleContext, scope: Scope) -> bool:
             continue
         names = ctx.qualnames(call.func) or {dotted_name(call.func) or ""}
         # torch's, or re-exported by a project module (maskrcnn_benchmark's utils/amp.py)
-        if names & torchapi.CUSTOM_FWD_BWD or any(n.rpartition(".")[2] == "custom_fwd" for n in names):
+        if names & CUSTOM_FWD_BWD or any(n.rpartition(".")[2] == "custom_fwd" for n in names):
             cast = call_arg(call, None, "cast_inputs")
             if cast is not None and ctx.dtype_of(cast) == "fp32":
                 return True
