@@ -1,6 +1,7 @@
 """AMP301 fp16-overflowing-literal."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
@@ -73,6 +74,24 @@ class Fp16OverflowingLiteral(Rule):
     - in an additive mask (`scores + (1 - mask) * -1e9`, `scores += mask * -1e9`,
       `extended_mask = (1.0 - mask) * -1e9`, `softmax(scores - 1e9, -1)`) or in
       `torch.where(mask, -1e9, x)` (warning: it silently becomes `-inf`).
+
+    One bug, one finding: the same constant filled, in consecutive statements
+    of one block, into one tensor or into tensors made from it (three
+    `ch_scores.new(n).fill_(-1e17)` in a row, `x.masked_fill_(a, -1e9)` then
+    `x.masked_fill_(b, -1e9)`) is reported once, at the first fill, the others
+    related locations its fix rewrites too: they meet one dtype, so they hold
+    or fail together. Only statements on rows with nothing but comments
+    between are consecutive, and a fill assigned to names nothing else in the
+    file mentions (a dead store) is reported on its own: the findings must not
+    depend on how a huge file is parsed, and such statements are what it is
+    parsed in pieces of.
+
+    ```python
+    scores.masked_fill_(pad, -1e9)  # one finding, here; the next fill related
+    scores.masked_fill_(eos, -1e9)
+
+    a = scores.masked_fill(pad, -1e9)  # a dead store: a finding of its own
+    ```
 
     The finding is kept only when the project can run fp16 (fp16 autocast,
     `.half()`, `torch.float16`, an enabled GradScaler or a dtype decided at
@@ -379,6 +398,24 @@ def bounds(x):
         Valid(
             """
 import torch
+from detector.utils.amp import custom_fwd
+
+scaler = torch.cuda.amp.GradScaler()
+
+
+class ContrastiveLoss:
+    @custom_fwd(cast_inputs=torch.float32)
+    def __call__(self, img_emb, text_emb, text_mask):
+        logits = torch.matmul(img_emb, text_emb.transpose(-1, -2)) / self.scale.exp()
+        logits = logits.masked_fill(~text_mask, -1000000)
+        return logits.logsumexp(-1)
+""",
+            "a body under custom_fwd(cast_inputs=torch.float32) (here re-exported by a project module)"
+            " computes in fp32: autocast casts its inputs and is off inside (GLIP's ATSS loss)",
+        ),
+        Valid(
+            """
+import torch
 with torch.autocast("cuda"):
     logits = model(x)
     with torch.autocast("cuda", enabled=False):
@@ -506,6 +543,88 @@ def rescore(logits, index, mask, size):
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+
+model = Decoder().cuda().half()
+
+
+def rescore(ch_scores, size):
+    fw = ch_scores.new(size).fill_(-1e17).view(2, -1)
+    ch = ch_scores.new(size).fill_(-1e17).view(2, -1)
+    lm = ch_scores.new(size).fill_(-1e17).view(2, -1)
+    return fw, ch, lm
+""",
+            line=7,
+            count=1,
+            why="one bug, one finding: three fills in a row of tensors made from `ch_scores` (fairseq's"
+            " noisy-channel rescoring) meet its dtype; one finding, the others related",
+        ),
+        Invalid(
+            """
+import torch
+
+model = Decoder().cuda().half()
+
+
+def mask(scores, pad, eos):
+    scores.masked_fill_(pad, -1e9)
+    scores.masked_fill_(eos, -1e9)
+    return scores
+""",
+            line=7,
+            count=1,
+            fixed="""
+import torch
+
+model = Decoder().cuda().half()
+
+
+def mask(scores, pad, eos):
+    scores.masked_fill_(pad, torch.finfo(scores.dtype).min)
+    scores.masked_fill_(eos, torch.finfo(scores.dtype).min)
+    return scores
+""",
+            why="two fills of `scores` in a row are one finding, and its fix rewrites both",
+        ),
+        Invalid(
+            """
+import torch
+from torch.cuda.amp import custom_fwd
+
+scaler = torch.cuda.amp.GradScaler()
+
+
+class ContrastiveLoss:
+    @custom_fwd(cast_inputs=torch.float32)
+    def __call__(self, img_emb, text_emb, text_mask):
+        logits = torch.matmul(img_emb, text_emb.transpose(-1, -2)).half()
+        return logits.masked_fill(~text_mask, -1000000)
+""",
+            line=11,
+            count=1,
+            why="custom_fwd(cast_inputs=torch.float32) makes the inputs fp32, but the body casts the logits to fp16 itself",
+        ),
+        Invalid(
+            """
+import torch
+
+model = Decoder().cuda().half()
+
+
+def mask(scores, pad, eos):
+    a = scores.masked_fill(pad, -1e9)
+    b = scores.masked_fill(eos, -1e9)
+
+    scores.masked_fill_(pad, -1e9)
+    return scores
+""",
+            line=7,
+            count=3,
+            why="one finding each: `a` and `b` are dead stores (what a huge file is parsed in pieces"
+            " of), and an empty row between two fills ends the run",
+        ),
         Invalid(
             """
 import torch
@@ -716,10 +835,12 @@ model = Attention(1024).cuda().half()
 
     def check(self, ctx: ModuleContext) -> Iterator[Diagnostic]:
         guards = _GuardIndex(ctx)
+        found: List[Tuple[_Site, "_Use", Diagnostic]] = []
         for site in _sites(ctx):
-            diagnostic = self._judge(ctx, site, guards)
-            if diagnostic is not None:
-                yield diagnostic
+            judged = self._judge(ctx, site, guards)
+            if judged is not None:
+                found.append((site, *judged))
+        yield from _one_per_tensor(ctx, found)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """A mask constant in a function that runs under an fp16 autocast its file does not
@@ -727,6 +848,7 @@ model = Attention(1024).cuda().half()
         framework's precision flag), on a tensor that autocast computed in fp16 there."""
         project.reached()  # loads the modules autocast regions lead to
         for path, qual, info in list(project.functions()):
+            found: List[Tuple[ProjectCall, dict, Witness]] = []
             for site in info.get("masks", ()):
                 call = ProjectCall(path, qual, site)
                 own = project.region_of(call)
@@ -736,9 +858,15 @@ model = Attention(1024).cuda().half()
                 witness = next((w for w in witnesses if w.region.enabled is not False and w.region.dtype == "fp16"), None)
                 if witness is None or not _lowered(project, call, site["src"]):
                     continue  # bf16 keeps fp32's range; a tensor not made by autocast may be fp32
-                yield self._project_diagnostic(project, call, site, witness)
+                found.append((call, site, witness))
+            for group in _one_per_filled_name(found):
+                call, site, witness = group[0]
+                yield self._project_diagnostic(project, call, site, witness, [s for _, s, _ in group[1:]])
 
-    def _project_diagnostic(self, project: Project, call: ProjectCall, site: dict, witness: Witness) -> Diagnostic:
+    def _project_diagnostic(self, project: Project, call: ProjectCall, site: dict, witness: Witness,
+                            later: List[dict]) -> Diagnostic:
+        """`later`: the same constant's next fills of the same tensor (one bug), related sites."""
+        from amplint.model import Location, Related
         region = witness.region
         when = " (when enabled)" if region.enabled is None else ""
         tensor = site["x"] or "the tensor"
@@ -755,9 +883,12 @@ model = Attention(1024).cuda().half()
             help = f"Use `torch.finfo({site['x'] or 'x'}.dtype).{bound}`: a fully masked row of inf softmaxes to NaN"
         data = {"literal": site["v"], "op": site["op"], "tensor": site["x"] or None, "raises": bool(site["raises"]),
                 "dtype": region.dtype, "device": region.device}
-        return project.diagnostic(self, call, message, data=data, severity=severity, related=(project.entered(region, witness.chain),), help=help)
+        also = tuple(Related(Location(s["r"], s["c"]), Location(s["er"], s["ec"]), f"{s['t']} also filled in `{s['x']}`'s dtype")
+                     for s in later)
+        return project.diagnostic(self, call, message, data=data, severity=severity,
+                                  related=(project.entered(region, witness.chain), *also), help=help)
 
-    def _judge(self, ctx: ModuleContext, site: _Site, guards: "_GuardIndex") -> Optional[Diagnostic]:
+    def _judge(self, ctx: ModuleContext, site: _Site, guards: "_GuardIndex") -> Optional[Tuple["_Use", Diagnostic]]:
         region = site.region
         if region is not None and (region.enabled is False or region.dtype == "bf16"):
             return None
@@ -786,6 +917,11 @@ model = Attention(1024).cuda().half()
         unknown = dtype in (None, MODULE_FP32)  # a module's fp32 tensor is fp16 once the module is cast
         if unknown and _not_fp16_from_any_caller(ctx, use.tensor, site):
             return None
+        if dtype is None and region is None and _inputs_cast_to_fp32(ctx, site.scope):
+            # `@custom_fwd(cast_inputs=torch.float32)`: a body written to compute in fp32 (autocast
+            # casts its floating inputs to fp32 and is off inside); only a tensor it visibly makes
+            # fp16 is reported (GLIP's ATSS loss masking contrastive logits of its fp32 embeddings)
+            return None
         if unknown and _builds_mask(use) and _mask_parameter_as_passed(ctx, use.tensor, site):
             return None  # `(1.0 - video_mask.unsqueeze(1)) * -1e6`: the caller's mask, bool/int from the data
         if unknown and not use.raises and not _builds_mask(use) and not _low_precision_source(ctx, use.tensor, site):
@@ -799,7 +935,7 @@ model = Attention(1024).cuda().half()
             # a matmul of `.float()`ed operands is fp32 whatever casts the modules: only an fp16
             # autocast running this code lowers it (PatchTST's standalone fp32 timing script)
             condition = with_requirement(condition, AUTOCAST_RUNS)
-        return self._diagnostic(ctx, site, use, condition=condition)
+        return use, self._diagnostic(ctx, site, use, condition=condition)
 
     def _diagnostic(self, ctx: ModuleContext, site: _Site, use: "_Use", condition: Optional[str]) -> Diagnostic:
         tensor_text = ctx.code_for(use.tensor) if use.tensor is not None else None
@@ -834,6 +970,189 @@ model = Attention(1024).cuda().half()
         )
 
 
+def _one_per_tensor(ctx: ModuleContext, found: List[Tuple[_Site, "_Use", Diagnostic]]) -> Iterator[Diagnostic]:
+    """One bug, one finding: the same constant filled, in consecutive statements of one block,
+    into the same tensor or into tensors made from it (`x.new(n).fill_(-1e17)` three times over:
+    fairseq's noisy-channel rescoring) is reported once, at the first fill, the others related
+    and fixed with it. They hold or fail together: the dtype they meet is that tensor's."""
+    import dataclasses
+
+    groups: List[List[Tuple[_Site, Diagnostic, "_Use"]]] = []
+    # key -> (group index, id of the block, statement index, the statement's last row)
+    last: Dict[tuple, Tuple[int, int, int, int]] = {}
+    blocks: Dict[int, Dict[int, int]] = {}
+    text = _Text(ctx.source)
+    for site, use, diagnostic in found:
+        origin = _origin(ctx, use)
+        place = _statement_place(ctx, site.statement, blocks) if origin is not None else None
+        if origin is None or place is None:
+            groups.append([(site, diagnostic, use)])
+            continue
+        key = (id(site.scope), origin, site.value, use.op, diagnostic.condition, diagnostic.message)
+        first, end = ctx.position(place[2])
+        previous = last.get(key)
+        if (previous is not None and previous[1] == place[0] and place[1] - previous[2] in (0, 1)
+                and text.adjoin(previous[3], first.row) and not _dead_store(ctx, site.node, text)
+                and not _dead_store(ctx, groups[previous[0]][-1][0].node, text)):
+            groups[previous[0]].append((site, diagnostic, use))
+            last[key] = (previous[0], place[0], place[1], end.row)
+            continue
+        last[key] = (len(groups), place[0], place[1], end.row)
+        groups.append([(site, diagnostic, use)])
+    for group in groups:
+        site, diagnostic, _ = group[0]
+        if len(group) == 1:
+            yield diagnostic
+            continue
+        others = group[1:]
+        origin = _origin(ctx, group[0][2])
+        related = tuple(diagnostic.related) + tuple(
+            ctx.related(s.node, f"{s.text} also filled in `{origin}`'s dtype") for s, _, _ in others
+        )
+        fix = diagnostic.fix
+        if fix is not None:
+            if all(d.fix is not None for _, d, _ in others):
+                fix = dataclasses.replace(fix, edits=fix.edits + tuple(e for _, d, _ in others for e in d.fix.edits))
+            else:
+                fix = None  # a fix of only some of the sites would leave the bug
+        yield dataclasses.replace(diagnostic, related=related, fix=fix)
+
+
+def _one_per_filled_name(found: List[Tuple[ProjectCall, dict, Witness]]) -> List[List[Tuple[ProjectCall, dict, Witness]]]:
+    """The project pass's `_one_per_tensor`, on summary records: fills of one named tensor
+    (`scores.masked_fill_(a, -1e9)` then `scores.masked_fill_(b, -1e9)`) with one constant on
+    adjacent rows, under one region, are one finding."""
+    groups: List[List[Tuple[ProjectCall, dict, Witness]]] = []
+    last: Dict[tuple, int] = {}
+    for item in found:
+        _, site, witness = item
+        if not site["x"] or site["op"] == "additive":
+            groups.append([item])
+            continue
+        key = (site["x"], site["v"], site["op"], id(witness.region))
+        index = last.get(key)
+        if index is not None and 0 <= site["r"] - groups[index][-1][1]["er"] <= 1:
+            groups[index].append(item)
+            continue
+        last[key] = len(groups)
+        groups.append([item])
+    return groups
+
+
+def _origin(ctx: ModuleContext, use: "_Use") -> Optional[str]:
+    """The tensor whose dtype a fill meets, spelled: `x` for `x.masked_fill_(...)`,
+    `x.new(n).fill_(...)` and `x.new_full(...)` (methods keeping the receiver's dtype, indexing);
+    None for an expression of anything else (a call, arithmetic) or a fill of no tensor."""
+    import libcst as cst
+
+    from amplint.model import dotted_name
+    if use.op == "additive" or use.dtype_node is not None:
+        return None
+    node = use.tensor
+    while True:
+        if isinstance(node, cst.Subscript):
+            node = node.value
+        elif (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+              and node.func.attr.value in _RECEIVER_DTYPE_METHODS):
+            node = node.func.value
+        else:
+            break
+    if not isinstance(node, (cst.Name, cst.Attribute)):
+        return None
+    return dotted_name(node)
+
+
+#: methods whose result has the receiver's dtype (factories `new*`, views, copies)
+_RECEIVER_DTYPE_METHODS = frozenset((
+    "new", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "view", "view_as", "reshape",
+    "unsqueeze", "squeeze", "transpose", "permute", "contiguous", "clone", "detach", "expand", "expand_as",
+    "repeat", "flatten", "masked_fill", "masked_fill_", "fill_",
+))
+
+
+def _statement_place(ctx: ModuleContext, statement: cst.CSTNode,
+                     blocks: Dict[int, Dict[int, int]]) -> Optional[Tuple[int, int, cst.CSTNode]]:
+    """(id of the block holding `statement`, its index there, the block's statement holding it):
+    consecutive statements of one block have consecutive indices. `blocks`: the statements'
+    indices of the blocks seen so far."""
+    import libcst as cst
+
+    node: Optional[cst.CSTNode] = statement
+    while node is not None:
+        parent = ctx.parent(node)
+        if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            index = blocks.get(id(parent))
+            if index is None:  # one pass per block: linear in its length
+                index = blocks[id(parent)] = {id(n): i for i, n in enumerate(parent.body)}
+            return id(parent), index[id(node)], node
+        node = parent
+    return None
+
+
+# Grouping must not depend on how the file was parsed: a huge module or function body is parsed
+# in pieces (engine/excerpt.py `pieces`), each keeping every statement but one run of *leaves*
+# (assignments to names no other word of the file mentions), the other leaves blanked. So the
+# fills grouped are those of statements no piece blanks (`_dead_store` refuses every leaf), on
+# rows with nothing but comments between (`_adjoin`: a blanked leaf leaves empty rows).
+
+
+class _Text:
+    """The file's rows and word counts, made when first asked (a file with no two fills in a row
+    never splits or counts its text)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._rows: Optional[List[str]] = None
+        self._words: Optional[Dict[str, int]] = None
+
+    @property
+    def rows(self) -> List[str]:
+        if self._rows is None:
+            self._rows = self.source.split("\n")
+        return self._rows
+
+    @property
+    def words(self) -> Dict[str, int]:
+        if self._words is None:
+            self._words = _word_counts(self.source)
+        return self._words
+
+    def adjoin(self, last_row: int, next_row: int) -> bool:
+        """Whether only comment rows lie between row `last_row` and row `next_row` (1-based)."""
+        return all(row.strip().startswith("#") for row in self.rows[last_row:next_row - 1])
+
+
+def _word_counts(text: str) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for m in _WORDS.finditer(text):
+        word = m.group()
+        counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+_WORDS = re.compile(r"\w+")
+
+
+def _dead_store(ctx: ModuleContext, literal: cst.CSTNode, text: _Text) -> bool:
+    """Whether `literal` lies in an assignment to plain names whose every mention in the file
+    lies on its own rows: what a piece may parse alone (a leaf)."""
+    import libcst as cst
+
+    node: Optional[cst.CSTNode] = literal
+    while node is not None and not isinstance(node, (cst.Assign, cst.AnnAssign)):
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return False
+        node = ctx.parent(node)
+    if node is None:
+        return False
+    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+    if not all(isinstance(t, cst.Name) for t in targets):
+        return False
+    first, end = ctx.position(node)
+    own = _word_counts("\n".join(text.rows[first.row - 1:end.row]))  # whole rows, as a leaf's words
+    return all(text.words.get(t.value, 0) <= own.get(t.value, 0) for t in targets)
+
+
 # --------------------------------------------------------------------------- sites
 
 
@@ -852,6 +1171,30 @@ def _known_dtype(ctx: ModuleContext, expr: Optional[cst.BaseExpression], site: _
         return None
     found = ctx.known_dtype(expr, site.scope, site.order, site.statement)
     return found if found is not None else ctx.known_dtype(expr, site.scope, site.order, site.statement, path=site.path)
+
+
+def _inputs_cast_to_fp32(ctx: ModuleContext, scope: Scope) -> bool:
+    """`scope` is a function decorated `custom_fwd(..., cast_inputs=torch.float32)` (torch's, or
+    one a project module re-exports): autocast, if on where it is called, casts its floating
+    inputs to fp32 and is off in its body."""
+    import libcst as cst
+
+    from amplint.model import CUSTOM_FWD_BWD, call_arg, dotted_name
+
+    node = scope.node
+    if not isinstance(node, cst.FunctionDef):
+        return False
+    for decorator in node.decorators:
+        call = decorator.decorator
+        if not isinstance(call, cst.Call):
+            continue
+        names = ctx.qualnames(call.func) or {dotted_name(call.func) or ""}
+        # torch's, or re-exported by a project module (maskrcnn_benchmark's utils/amp.py)
+        if names & CUSTOM_FWD_BWD or any(n.rpartition(".")[2] == "custom_fwd" for n in names):
+            cast = call_arg(call, None, "cast_inputs")
+            if cast is not None and ctx.dtype_of(cast) == "fp32":
+                return True
+    return False
 
 
 def _fp16_condition(site: _Site, dtype: Optional[str]) -> str:

@@ -50,7 +50,8 @@ def _linear(counts):
 
 def test_dtype_of_a_reassigned_name_is_linear(monkeypatch):
     """`scores = scores.masked_fill(...)` n times: known_dtype was asked O(n^10) times."""
-    make = lambda n: "import torch\ndef f(q, k, mask):\n    scores = (q @ k).half()\n" + "    scores = scores.masked_fill(mask, -1e9)\n" * n  # noqa: E731
+    make = lambda n: "import torch\ndef f(q, k, mask):\n    scores = (q @ k).half()\n" + "".join(f"    scores = scores.masked_fill(mask, -{10**9 + i}.0)\n" for i in range(n))  # noqa: E731
+    # (distinct constants: repeated fills of one constant are one finding)
     _linear(_calls_for(monkeypatch, make, ModuleContext, "known_dtype", sizes=(8, 16)))
 
 
@@ -61,13 +62,13 @@ def test_additive_mask_chain_is_linear(monkeypatch):
 
 def test_amp301_dtype_guards_are_read_once_per_scope(monkeypatch):
     make = lambda n: "import torch\nscores = torch.randn(8, 8, dtype=torch.float16)\n" + "".join(  # noqa: E731
-        f"s{i} = scores.masked_fill(scores > k, -1e9)\n" for i in range(n)
+        f"s{i} = scores.masked_fill(scores > k, -{10**9 + i}.0)\n" for i in range(n)
     )
     _linear(_calls_for(monkeypatch, make, _amp301(), "_suites", sizes=(50, 100)))
 
 
 def test_amp301_named_constants_are_matched_once(monkeypatch):
-    make = lambda n: "import torch\nmodel.half()\n" + "".join(f"NEG{i} = -1e9\n" for i in range(n)) + "def f(x, m):\n" + "".join(  # noqa: E731
+    make = lambda n: "import torch\nmodel.half()\n" + "".join(f"NEG{i} = -{10**9 + i}.0\n" for i in range(n)) + "def f(x, m):\n" + "".join(  # noqa: E731
         f"    y{i} = x.masked_fill(m, NEG{i})\n" for i in range(n)
     )
     _linear(_calls_for(monkeypatch, make, _amp301(), "_args", sizes=(50, 100)))

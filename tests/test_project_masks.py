@@ -209,3 +209,56 @@ def test_a_lightning_fp16_trainer_makes_a_mask_in_the_module_a_finding(tmp_path)
     assert [(Path(r.filename).name, r.location.row, r.message.split(" (via")[0]) for r in found[0].related] == [("main.py", 5, "precision set here")]
     (root / "main.py").write_text((root / "main.py").read_text().replace("16-mixed", "bf16-mixed"))
     assert run(root) == []
+
+
+def test_two_fills_of_one_tensor_under_another_files_autocast_are_one_finding(tmp_path):
+    root = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/attn.py": """
+            import torch
+            from torch import nn
+
+            class Attention(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.qkv = nn.Linear(dim, 3 * dim)
+
+                def forward(self, x, pad, causal):
+                    q, k, v = self.qkv(x).chunk(3, dim=-1)
+                    scores = q @ k.transpose(-2, -1)
+                    scores.masked_fill_(pad, -1e9)
+                    scores.masked_fill_(causal, -1e9)
+                    return scores.softmax(-1) @ v
+        """,
+        "pkg/trainer.py": """
+            from functools import partial
+            import torch
+
+            class Trainer:
+                def __init__(self, model, optimizer):
+                    self.model = model
+                    self.optimizer = optimizer
+                    self.amp = partial(torch.autocast, device_type="cuda", dtype=torch.float16)
+
+                def step(self, x, m):
+                    with self.amp():
+                        loss = self.model(x, m, m).sum()
+                    loss.backward()
+        """,
+        "train.py": """
+            import torch
+            from pkg.attn import Attention
+            from pkg.trainer import Trainer
+
+            model = Attention(64).cuda()
+            trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        """,
+    })
+    found = run(root)
+    assert [(Path(d.filename).name, d.location.row) for d in found] == [("attn.py", 13)], "one bug, one finding"
+    d = found[0]
+    assert d.message == "-1e9 in `masked_fill_` does not fit fp16 and raises: `scores` is fp16 under autocast"
+    assert [(Path(r.filename).name if r.filename else None, r.location.row) for r in d.related] == [
+        ("trainer.py", 12), (None, 14)
+    ]
+    assert d.related[1].message == "-1e9 also filled in `scores`'s dtype"

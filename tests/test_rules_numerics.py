@@ -445,3 +445,54 @@ def test_bound_name_and_literal_order():
     assert ctx.imports.bound_name("numpy") is None
     (lit,) = ctx.literals
     assert lit.order > max(c.order for c in ctx.calls)
+
+
+# --------------------------------------------------------------------- AMP301: one bug, one finding
+
+NOISY_CHANNEL = """
+import torch
+model = Decoder().cuda().half()
+
+def rescore(ch_scores, size, mask, other):
+    new_fw = ch_scores.new(size).fill_(-1e17).view(2, -1)
+    new_ch = ch_scores.new(size).fill_(-1e17).view(2, -1)
+    new_lm = ch_scores.new(size).fill_(-1e17).view(2, -1)
+    new_fw[:, 0] = 0
+    other.masked_fill_(mask, -1e9)
+    ch_scores.masked_fill_(mask, -1e9)
+    return new_fw, new_ch, new_lm
+"""
+
+
+def test_consecutive_fills_of_one_tensor_are_one_finding_with_the_others_related():
+    found = lint(NOISY_CHANNEL, "AMP301")
+    assert [(d.location.row, [r.location.row for r in d.related]) for d in found] == [(5, [6, 7]), (9, []), (10, [])]
+    assert found[0].related[0].message == "-1e17 also filled in `ch_scores`'s dtype"
+
+
+def test_fills_apart_or_of_other_constants_stay_separate_findings():
+    source = """
+    import torch
+    model = Decoder().cuda().half()
+
+    def fill(scores, a, b):
+        scores.masked_fill_(a, -1e9)
+        n = a.sum()
+        scores.masked_fill_(b, -1e9)
+        scores.masked_fill_(a, -1e10)
+        return scores, n
+    """
+    assert [(d.location.row, d.related) for d in lint(source, "AMP301")] == [(5, ()), (7, ()), (8, ())]
+
+
+def test_the_one_finding_fixes_every_fill_it_stands_for():
+    source = """
+    import torch
+    model = Decoder().cuda().half()
+
+    def fill(scores, a, b):
+        scores.masked_fill_(a, -1e9)
+        scores.masked_fill_(b, -1e9)
+        return scores
+    """
+    assert fixed(source, "AMP301").count("torch.finfo(scores.dtype).min") == 2

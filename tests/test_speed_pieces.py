@@ -103,6 +103,39 @@ def test_mixed_module_in_pieces_gives_the_whole_files_findings(limit, monkeypatc
     assert split == whole
 
 
+def _runs_of_fills(n: int, shape: str) -> str:
+    """`n` leaves (dead stores of fills of `scores`) with, every 97th, two fills in a row of
+    another tensor that AMP301 reports as one finding (kept in every piece: not leaves)."""
+    pad = "    " if shape == "function" else ""
+    head = ["import torch", "", "k = 0.5"]
+    if shape == "function":
+        head += ["def attend(q, kt):", "    scores = (q @ kt).half()", "    other = scores.clone()"]
+    else:
+        head += ["scores = torch.randn(8, 8, dtype=torch.float16)", "other = scores.clone()"]
+    body = []
+    for i in range(n):
+        if i % 97 == 50:
+            body += [f"{pad}other.masked_fill_(other > {i}, -1e10)", f"{pad}# and below", f"{pad}other.masked_fill_(other < {i}, -1e10)"]
+        body.append(f"{pad}s{i} = scores.masked_fill(scores > k, -1e9)")
+    tail = ["    return scores"] if shape == "function" else []
+    return "\n".join(head + body + tail) + "\n"
+
+
+@pytest.mark.parametrize("shape", ["module", "function"])
+def test_fills_in_a_row_are_one_finding_whatever_the_pieces(shape, monkeypatch):
+    # AMP301 groups the same constant filled into one tensor in consecutive statements: the
+    # groups must be those of the whole parse (a dead store, what pieces are cut into, is never
+    # grouped; blanked rows between two fills end a run)
+    source = _runs_of_fills(1200, shape)
+    whole, _ = _lint(source, monkeypatch, None)
+    split, parts = _lint(source, monkeypatch, 4000)
+    assert parts > 5
+    assert split == whole
+    grouped = [d for d in whole if "also filled" in d]
+    assert len(grouped) == len(range(50, 1200, 97))
+    assert len(whole) == 1200 + len(grouped)
+
+
 def test_a_block_with_a_site_keeps_what_it_names_whole(monkeypatch):
     source = _mixed(600, blocks=True)  # module-level `with autocast` blocks holding sites
     whole, _ = _lint(source, monkeypatch, None)
