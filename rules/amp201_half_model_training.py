@@ -161,7 +161,11 @@ class HalfModelTraining(Rule):
     parameters it is given (`utils.get_optimizer(args, trainable_params)`),
     with `trainable_params` collected from the module (`.parameters()`,
     `list`/`itertools.chain` of them, `append`/`extend` over a list of
-    modules, `named_parameters()` loops, a method named for parameters). Same
+    modules, `named_parameters()` loops, a method named for parameters), or
+    on the `.parameters()` of the module it is given and never rebinds
+    (`optimizer = setup_optimizer(unet, args)` after `unet = unet.to(device,
+    dtype=weight_dtype)`, a `--mixed_precision` choice of the same file,
+    diffusers' pytorch_xla example), in the same file or another. Same
     "may make the model fp16" message. Silent when a value on the way is read
     from anything else (an argument, a config), for a module frozen with
     `requires_grad_(False)`, for a cast before the optimizer of a module
