@@ -121,7 +121,9 @@ class HalfModelTraining(Rule):
     cast to the optimizer's constructor (a rebind behind a flag, `if
     args.use_peft: model = get_peft_model(model, cfg)`, leaves the path where
     the fp16 model itself is optimized; one on both sides of an if/else
-    does not; `DDP(model)`, `nn.DataParallel(model)` and `torch.compile(model)`
+    does not; adapters added in place after the cast, `unet.add_adapter(lora_config)`,
+    are what the optimizer then trains: silent as for a rebind;
+    `DDP(model)`, `nn.DataParallel(model)` and `torch.compile(model)`
     hand the optimizer the model's own parameters and are not rebinds), and
     for bf16 parameters (AMP206 reports those). In the test suite of a vendored
     library copy (its own `setup.py` and license, `third_party/apex/tests/`)
@@ -524,6 +526,19 @@ for batch in loader:
     optimizer.step()
 """,
             "a part frozen, and after the cast a part put back to fp32: the trained part may be that one",
+        ),
+        Valid(
+            """
+import torch
+weight_dtype = torch.float32
+if accelerator.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+prior = WuerstchenPrior.from_pretrained(path, subfolder="prior")
+prior.to(accelerator.device, dtype=weight_dtype)
+prior.add_adapter(LoraConfig(r=4, target_modules=["to_q", "to_v"]))
+optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, prior.parameters()), lr=1e-4)
+""",
+            "an adapter added after the cast: the optimizer trains its parameters, made in a dtype the library picks",
         ),
         Valid(
             """

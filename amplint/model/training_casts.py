@@ -147,7 +147,7 @@ def _updates(
     if params is None or not _references_parameters(ctx, params, subjects, ctor):
         return False
     if cast.call.order < ctor.order:
-        if _rebound_between(ctx, subjects, cast, ctor):
+        if _rebound_between(ctx, subjects, cast, ctor) or _adapter_added_between(ctx, subjects, cast.call, ctor):
             return False
     elif not (key and _stepped_after(ctx, key, cast.call)):
         return False
@@ -710,6 +710,20 @@ def _rebound_between(ctx: "ModuleContext", subjects: Set[str], cast: LowPrecisio
             if _chain_root(ctx, a.value) != s and _kept_by_wrapper(ctx, a.value) != s:
                 rebinds.append(_branches_beyond(a.path, ctor.path))
     return _covers(rebinds)
+
+
+#: methods that add new trainable parameters to a module in place (PEFT's integration in diffusers
+#: and transformers): the adapter's parameters are made after the cast, in a dtype the library picks
+_ADDS_ADAPTER = ("add_adapter", "load_adapter")
+
+
+def _adapter_added_between(ctx: "ModuleContext", subjects: Set[str], cast: CallInfo, ctor: CallInfo) -> bool:
+    """`unet.add_adapter(lora_config)` after the cast and before the optimizer: what it trains are
+    the adapter's parameters, not the ones the cast converted (as `get_peft_model` rebinds)."""
+    for call in ctx.method_calls(*_ADDS_ADAPTER):
+        if cast.order < call.order < ctor.order and call.scope in (cast.scope, ctor.scope) and _matches(call.receiver_dotted, subjects):
+            return True
+    return False
 
 
 def _kept_by_wrapper(ctx: "ModuleContext", value: cst.BaseExpression) -> Optional[str]:
