@@ -122,7 +122,10 @@ class HalfModelTraining(Rule):
     args.use_peft: model = get_peft_model(model, cfg)`, leaves the path where
     the fp16 model itself is optimized; one on both sides of an if/else
     does not; adapters added in place after the cast, `unet.add_adapter(lora_config)`,
-    are what the optimizer then trains: silent as for a rebind;
+    are what the optimizer then trains: silent as for a rebind; so is a
+    cast followed by a check that raises unless the module is fp32 (`if
+    unwrap_model(controlnet).dtype != torch.float32: raise ValueError(...)`:
+    a low-precision run stops there);
     `DDP(model)`, `nn.DataParallel(model)` and `torch.compile(model)`
     hand the optimizer the model's own parameters and are not rebinds), and
     for bf16 parameters (AMP206 reports those). In the test suite of a vendored
@@ -526,6 +529,20 @@ for batch in loader:
     optimizer.step()
 """,
             "a part frozen, and after the cast a part put back to fp32: the trained part may be that one",
+        ),
+        Valid(
+            """
+import torch
+weight_dtype = torch.float32
+if accelerator.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+controlnet.requires_grad_(True)
+controlnet.to(accelerator.device, dtype=weight_dtype)
+if accelerator.unwrap_model(controlnet).dtype != torch.float32:
+    raise ValueError("trainable models must start in full float32 precision")
+optimizer = torch.optim.AdamW(controlnet.parameters(), lr=1e-5)
+""",
+            "the script stops unless the cast module is fp32: a low-precision run never reaches the optimizer",
         ),
         Valid(
             """

@@ -98,7 +98,8 @@ def trained_casts(
                 found = ctor
                 break
         if found is not None:
-            yield TrainedCast(cast, found, cast in chosen, optimizer_class=classes[found])
+            if not _fp32_asserted_after(ctx, subjects, cast.call):
+                yield TrainedCast(cast, found, cast in chosen, optimizer_class=classes[found])
             continue
         if parts_only:
             continue
@@ -788,6 +789,31 @@ def _reverted_later(
                 if low is not None and _on_fp32_path(ctx, low, call):
                     continue
                 return True
+    return False
+
+
+def _fp32_asserted_after(ctx: "ModuleContext", subjects: Set[str], cast: CallInfo) -> bool:
+    """After the cast, the scope raises unless the module is fp32 (`if
+    accelerator.unwrap_model(controlnet).dtype != torch.float32: raise ValueError(...)`,
+    diffusers' check that trainable models start in full precision): on a low-precision path the
+    run stops there, it never trains the cast weights."""
+    import re
+
+    row = ctx.position(cast.node)[0].row
+    words = [re.compile(r"(?<![\w.])%s\b" % re.escape(s)) for s in subjects]
+    for node in descendants(cast.scope.node):
+        if not isinstance(node, cst.If) or not isinstance(node.test, cst.Comparison) or len(node.test.comparisons) != 1:
+            continue
+        if not isinstance(node.test.comparisons[0].operator, (cst.NotEqual, cst.IsNot)):
+            continue
+        text = ctx.code_for(node.test)
+        if ".dtype" not in text or "float32" not in text or not any(w.search(text) for w in words):
+            continue
+        body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+        if not any(isinstance(b, cst.SimpleStatementLine) and any(isinstance(x, cst.Raise) for x in b.body) for b in body):
+            continue
+        if ctx.position(node)[0].row > row:
+            return True
     return False
 
 
