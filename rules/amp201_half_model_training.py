@@ -1,7 +1,7 @@
 """AMP201 half-model-training."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from amplint.model import Diagnostic, Invalid, Project, Rule, Severity, Valid
 
@@ -90,7 +90,13 @@ class HalfModelTraining(Rule):
     the same severity, as AMP105 counts a region that may be fp16: the code
     offers that path, and on it the optimizer updates fp16 weights (the
     message says "may make the model fp16"). A dtype handed in by a caller
-    or read from a config is not followed.
+    or read from a config is not followed. So does an optimizer class picked
+    at run time through a local name every binding of which is an optimizer
+    class (`optimizer_class = bnb.optim.AdamW8bit` behind `--use_8bit_adam`,
+    else `torch.optim.AdamW`). A cast back to fp32 made once the training
+    loop that steps the optimizer is over (`if args.upcast_before_saving:
+    model.to(torch.float32)` after it) does not undo the cast; one inside
+    that loop does.
 
     Silent for inference copies (`model.half().eval()`, an EMA or export
     copy nobody optimizes), for `x.half().float()` rounding tricks, for tensors
@@ -105,12 +111,22 @@ class HalfModelTraining(Rule):
     m.parameters(): p.requires_grad = False`: trainable adapters may be fp32),
     and for files whose freezes cannot be tied to a module (a helper freezing
     what it is passed); freezing another module only (a frozen loss network
-    cast with the trained one) does not silence it. Silent also when the name is
+    cast with the trained one) does not silence it, nor does freezing a part
+    of a module cast in place once the optimizer holds its parameters
+    (`vae.encoder.requires_grad_(False)`, `AdamW(vae.parameters())`, then
+    `vae.to(dtype=weight_dtype)`: every parameter it holds is converted;
+    a part put back to fp32 after the cast, `disc.heads.float()`, keeps it
+    silent). Silent also when the name is
     rebound (`model = get_peft_model(model, config)`) on every path from the
     cast to the optimizer's constructor (a rebind behind a flag, `if
     args.use_peft: model = get_peft_model(model, cfg)`, leaves the path where
     the fp16 model itself is optimized; one on both sides of an if/else
-    does not; `DDP(model)`, `nn.DataParallel(model)` and `torch.compile(model)`
+    does not; adapters added in place after the cast, `unet.add_adapter(lora_config)`,
+    are what the optimizer then trains: silent as for a rebind; so is a
+    cast followed by a check that raises unless the module is fp32 (`if
+    unwrap_model(controlnet).dtype != torch.float32: raise ValueError(...)`:
+    a low-precision run stops there);
+    `DDP(model)`, `nn.DataParallel(model)` and `torch.compile(model)`
     hand the optimizer the model's own parameters and are not rebinds), and
     for bf16 parameters (AMP206 reports those). In the test suite of a vendored
     library copy (its own `setup.py` and license, `third_party/apex/tests/`)
@@ -161,7 +177,11 @@ class HalfModelTraining(Rule):
     parameters it is given (`utils.get_optimizer(args, trainable_params)`),
     with `trainable_params` collected from the module (`.parameters()`,
     `list`/`itertools.chain` of them, `append`/`extend` over a list of
-    modules, `named_parameters()` loops, a method named for parameters). Same
+    modules, `named_parameters()` loops, a method named for parameters), or
+    on the `.parameters()` of the module it is given and never rebinds
+    (`optimizer = setup_optimizer(unet, args)` after `unet = unet.to(device,
+    dtype=weight_dtype)`, a `--mixed_precision` choice of the same file,
+    diffusers' pytorch_xla example), in the same file or another. Same
     "may make the model fp16" message. Silent when a value on the way is read
     from anything else (an argument, a config), for a module frozen with
     `requires_grad_(False)`, for a cast before the optimizer of a module
@@ -487,13 +507,69 @@ import torch
 weight_dtype = torch.float16 if args.mixed_precision == "fp16" else torch.float32
 disc = Discriminator().cuda()
 disc.backbone.requires_grad_(False)
-optimizer = torch.optim.AdamW(disc.parameters(), lr=1e-4)
 disc.to(dtype=weight_dtype)
+optimizer = torch.optim.AdamW(disc.parameters(), lr=1e-4)
 for batch in loader:
     disc(batch).mean().backward()
     optimizer.step()
 """,
-            "part of the cast module is frozen: its trainable parts may be kept fp32",
+            "part of the cast module is frozen before the optimizer: its trainable parts may be kept fp32",
+        ),
+        Valid(
+            """
+import torch
+weight_dtype = torch.float16 if args.mixed_precision == "fp16" else torch.float32
+disc = Discriminator().cuda()
+disc.backbone.requires_grad_(False)
+optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, disc.parameters()), lr=1e-4)
+disc.to(dtype=weight_dtype)
+disc.heads.float()
+for batch in loader:
+    disc(batch).mean().backward()
+    optimizer.step()
+""",
+            "a part frozen, and after the cast a part put back to fp32: the trained part may be that one",
+        ),
+        Valid(
+            """
+import torch
+weight_dtype = torch.float32
+if accelerator.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+controlnet.requires_grad_(True)
+controlnet.to(accelerator.device, dtype=weight_dtype)
+if accelerator.unwrap_model(controlnet).dtype != torch.float32:
+    raise ValueError("trainable models must start in full float32 precision")
+optimizer = torch.optim.AdamW(controlnet.parameters(), lr=1e-5)
+""",
+            "the script stops unless the cast module is fp32: a low-precision run never reaches the optimizer",
+        ),
+        Valid(
+            """
+import torch
+weight_dtype = torch.float32
+if accelerator.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+prior = WuerstchenPrior.from_pretrained(path, subfolder="prior")
+prior.to(accelerator.device, dtype=weight_dtype)
+prior.add_adapter(LoraConfig(r=4, target_modules=["to_q", "to_v"]))
+optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, prior.parameters()), lr=1e-4)
+""",
+            "an adapter added after the cast: the optimizer trains its parameters, made in a dtype the library picks",
+        ),
+        Valid(
+            """
+import torch
+weight_dtype = torch.float16 if args.fp16 else torch.float32
+model = Net().cuda().to(weight_dtype)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+for epoch in range(epochs):
+    for batch in loader:
+        model(batch).mean().backward()
+        optimizer.step()
+    model.float()
+""",
+            "put back to fp32 inside the epoch loop: the next epochs train fp32 weights",
         ),
         Valid(
             """
@@ -516,6 +592,55 @@ optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, model.parameters
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+import bitsandbytes as bnb
+weight_dtype = torch.float32
+if accelerator.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+vae.requires_grad_(True)
+if args.decoder_only:
+    vae.encoder.requires_grad_(False)
+if args.use_8bit_adam:
+    optimizer_class = bnb.optim.AdamW8bit
+else:
+    optimizer_class = torch.optim.AdamW
+optimizer = optimizer_class(filter(lambda p: p.requires_grad, vae.parameters()), lr=4.5e-6)
+vae, optimizer = accelerator.prepare(vae, optimizer)
+vae.to(accelerator.device, dtype=weight_dtype)
+for batch in loader:
+    accelerator.backward(vae(batch).sample.mean())
+    optimizer.step()
+""",
+            line=15,
+            why="diffusers' train_autoencoderkl.py: the optimizer (a class picked at run time) holds the trained "
+                "parameters, then the whole vae is cast in place; freezing its encoder keeps no trained part fp32",
+        ),
+        Invalid(
+            """
+import torch
+import bitsandbytes as bnb
+weight_dtype = torch.float32
+if accelerator.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+transformer.requires_grad_(True)
+transformer.to(accelerator.device, dtype=weight_dtype)
+if args.use_8bit_adam:
+    optimizer_class = bnb.optim.AdamW8bit
+else:
+    optimizer_class = torch.optim.AdamW
+optimizer_G = optimizer_class(transformer.parameters(), lr=1e-5)
+for step in range(args.max_train_steps):
+    transformer(batch).mean().backward()
+    optimizer_G.step()
+if args.upcast_before_saving:
+    transformer.to(torch.float32)
+transformer.save_pretrained(args.output_dir)
+""",
+            line=7,
+            why="diffusers' SANA-Sprint script: put back to fp32 only once the training loop is over, to save",
+        ),
         Invalid(
             """
 import torch
@@ -816,7 +941,7 @@ def main(loader):
         for found in trained_casts(ctx, "fp16"):
             if _one_step_test(found.ctor):
                 continue  # a state check after one step (an EMA, a state_dict round trip): no training
-            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen, built=found.built)
+            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen, built=found.built, klass=found.optimizer_class)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """An optimizer built on a module that another file made fp16 (a builder, a loader,
@@ -889,10 +1014,14 @@ def main(loader):
             yield project.diagnostic(self, cast, message, data=data, related=tuple(related),
                                      help="Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)")
 
-    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False, built: bool = False) -> Diagnostic:
+    def _diagnostic(
+        self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False, built: bool = False,
+        klass: Optional[str] = None,
+    ) -> Diagnostic:
         from amplint.model import describe_cast, literal_number
 
-        opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
+        klass = klass or ctor.qualname  # a class picked at run time: the candidate the rule knows
+        opt = (klass or "optimizer").rsplit(".", 1)[-1]
         what = describe_cast(ctx, cast, chosen)
         message = f"{what}: `{opt}` updates fp16 parameters with no fp32 master copy"
         if chosen:  # the dtype is picked at run time among literals, float16 one of them
@@ -900,7 +1029,7 @@ def main(loader):
         help = "Keep the model fp32 and use `torch.autocast` (with a GradScaler for fp16)"
         data = {
             "optimizer": opt,
-            "optimizer_class": ctor.qualname,
+            "optimizer_class": klass,
             "lr": literal_number(ctor.arg(1, "lr")),
             "eps": literal_number(ctor.arg(None, "eps")),
             "dtype": "fp16",

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, FrozenSet, Iterator
+from typing import TYPE_CHECKING, FrozenSet, Iterator, Optional
 
 from amplint.model import Diagnostic, Invalid, Project, Rule, Severity, Valid
 
@@ -158,7 +158,10 @@ class Bf16ModelTraining(Rule):
     rebinds (their parameters are the model's). A dtype picked at run time
     among literals the file spells counts when bf16 is among them and
     float16 is not (with float16 among them it is AMP201's finding); a dtype
-    read from a config or handed in by a caller is not followed. As in
+    read from a config or handed in by a caller is not followed. A cast back
+    under an `if` testing that very dtype is fp32 (`if load_dtype ==
+    torch.float32: model.to(dtype=torch.float32)`) never runs on the bf16
+    path: it does not undo the cast; one behind another flag does. As in
     AMP201, the cast may be a builder's of the same file (`def
     build_model(): ...; return model.to(torch.bfloat16)`, its result bound to a name,
     or a class casting itself in `__init__`), with the optimizer built on
@@ -443,9 +446,37 @@ def train(model, optimizer, loader):
 """,
             "the helper's module is handed through `wrap`, but one call passes an fp32 module: which one it trains is the caller's",
         ),
+        Valid(
+            """
+import torch
+from transformers import AutoModelForCausalLM
+load_dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype)
+if args.full_precision:
+    model.to(dtype=torch.float32)
+optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+""",
+            "a cast back behind a flag of its own: which dtype trains is decided at run time",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import torch
+from transformers import AutoModelForCausalLM
+load_dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype)
+if load_dtype == torch.float32:
+    model.to(dtype=torch.float32)
+optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+for batch in loader:
+    model(**batch).loss.backward()
+    optimizer.step()
+""",
+            line=4,
+            why="diffusers' train_llada2.py: the cast back runs only where the dtype was fp32 already, never on the bf16 path",
+        ),
         Invalid(
             """
 import torch
@@ -601,7 +632,7 @@ def run_baseline(path, loader):
         if _fsdp_mixed_precision(ctx):
             return  # a bf16 module under an FSDP mixed-precision policy is AMP804's
         for found in trained_casts(ctx, "bf16", optimizer=_torch_optimizer, choice=_bf16_choice, wrapper=_WRAPPER):
-            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen, built=found.built)
+            yield self._diagnostic(ctx, found.cast, found.ctor, chosen=found.chosen, built=found.built, klass=found.optimizer_class)
 
     def check_project(self, project: Project) -> Iterator[Diagnostic]:
         """An optimizer built on a module that another file made bf16 (a builder, a loader, a
@@ -647,17 +678,21 @@ def run_baseline(path, loader):
             }
             yield project.diagnostic(self, ProjectCall(found.path, found.qual, record), message, data=data, related=tuple(related), help=_HELP)
 
-    def _diagnostic(self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False, built: bool = False) -> Diagnostic:
+    def _diagnostic(
+        self, ctx: ModuleContext, cast: LowPrecisionCast, ctor: CallInfo, chosen: bool = False, built: bool = False,
+        klass: Optional[str] = None,
+    ) -> Diagnostic:
         from amplint.model import describe_cast, literal_number
 
-        opt = (ctor.qualname or "optimizer").rsplit(".", 1)[-1]
+        klass = klass or ctor.qualname  # a class picked at run time: the candidate the rule knows
+        opt = (klass or "optimizer").rsplit(".", 1)[-1]
         what = describe_cast(ctx, cast, chosen)
         message = f"{what}: `{opt}` updates bf16 weights with no fp32 master copy"
         if chosen:  # the dtype is picked at run time among literals, bfloat16 one of them
             message = f"{what} may make the model bf16: `{opt}` then has no fp32 master copy"
         data = {
             "optimizer": opt,
-            "optimizer_class": ctor.qualname,
+            "optimizer_class": klass,
             "lr": literal_number(ctor.arg(1, "lr")),
             "eps": literal_number(ctor.arg(None, "eps")),
             "dtype": "bf16",

@@ -46,11 +46,21 @@ def make_optimizer(args, params):
     else:
         klass = torch.optim.AdamW
     return klass(params, lr=args.lr)
+
+
+def setup_optimizer(unet, args):
+    optimizer_cls = torch.optim.AdamW
+    return optimizer_cls(unet.parameters(), lr=args.lr)
+
+
+def setup_wrapped(unet, args):
+    unet = wrap(unet)
+    return torch.optim.AdamW(unet.parameters(), lr=args.lr)
 """
 
 TRAIN = """
 import torch
-from helpers import pick_dtypes, only_bf16, from_config, single, make_optimizer
+from helpers import pick_dtypes, only_bf16, from_config, single, make_optimizer, setup_optimizer, setup_wrapped
 
 
 def train(args, model, frozen, loader):
@@ -204,3 +214,33 @@ def test_an_assigned_cast_counts_and_keeps_the_module(tmp_path):
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     """)
     assert rows == ["train.py:8"]
+
+
+def test_an_optimizer_helper_given_the_module_builds_on_its_parameters(tmp_path):
+    """diffusers' pytorch_xla text-to-image example: `unet = unet.to(device, dtype=weight_dtype)`, the dtype
+    a `--mixed_precision` choice of the file, then `setup_optimizer(unet, args)` builds AdamW on
+    `unet.parameters()`; a helper that rebinds the module first (a wrapper) is not followed."""
+    found, rows = run(tmp_path / "a", """
+        weight_dtype = torch.float32
+        if args.mixed_precision == "fp16":
+            weight_dtype = torch.float16
+        model = model.to(device, dtype=weight_dtype)
+        optimizer = setup_optimizer(model, args)
+        print(sum(p.numel() for p in model.parameters()), "parameters")
+    """)
+    assert rows == ["train.py:10"]
+    assert "may make the model fp16" in found[0].message and "`setup_optimizer`" in found[0].message
+    _, rows = run(tmp_path / "b", """
+        weight_dtype = torch.float16 if args.fp16 else torch.float32
+        model = model.to(device, dtype=weight_dtype)
+        optimizer = setup_wrapped(model, args)
+        print(sum(p.numel() for p in model.parameters()), "parameters")
+    """)
+    assert rows == []
+    _, rows = run(tmp_path / "c", """
+        weight_dtype = torch.float16 if args.fp16 else torch.float32
+        model = model.to(device, dtype=weight_dtype)
+        optimizer = setup_optimizer(copy.deepcopy(model).float(), args)
+        print(sum(p.numel() for p in model.parameters()), "parameters")
+    """)
+    assert rows == []

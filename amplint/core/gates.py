@@ -688,7 +688,9 @@ def _tiny_literal_sites(data: bytes) -> Iterator[int]:
 # -------------------------------------------------------------------- AMP201
 
 #: `torch.optim.AdamW(`, `bnb.optim.AdamW8bit(`, `optim.SGD(`: an optimizer class called through its module path
-_OPTIMIZER_PATH_CALL = re.compile(r"optim\w*\.[A-Z]\w*\s*\(")
+#: `torch.optim.AdamW(`, or the class bound to a name to be called later (`optimizer_class =
+#: torch.optim.AdamW` at the end of its line: diffusers' `--use_8bit_adam` choice)
+_OPTIMIZER_PATH_CALL = re.compile(r"optim\w*\.[A-Z]\w*[ \t]*(?:\(|\r?$)", re.M)
 _FROM_IMPORT = re.compile(r"[ \t]*from[ \t]+([\w.]+)[ \t]+import\b([^\n]*)")
 _PLAIN_IMPORT = re.compile(r"[ \t]*import[ \t]([^\n]*)")
 #: what a from-import line imports that can be an optimizer class or its module
@@ -699,7 +701,8 @@ _OPTIM_MODULE = re.compile(r"\boptim\w*")
 def optimizer_class_used(source: str) -> bool:
     """AMP201's gate: an optimizer class (a name from a module whose path says optim) is used.
 
-    Either called through that path (`torch.optim.AdamW(`) or imported on a line
+    Either called through that path (`torch.optim.AdamW(`), bound to a name at the end of a
+    line (`optimizer_class = torch.optim.AdamW`, called through the name), or imported on a line
     that names it (`from torch.optim import AdamW`, `import torch.optim as O`,
     `from torch import optim as opt`); "optimizer" in prose is neither.
     """

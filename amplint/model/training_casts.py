@@ -54,6 +54,7 @@ class TrainedCast:
     ctor: CallInfo
     chosen: bool  # the dtype is picked at run time among literals, `dtype` one of them
     built: bool = False  # the cast is a builder's (`make_net()`), the optimizer built on its result elsewhere
+    optimizer_class: Optional[str] = None  # the class `ctor` builds (a candidate, for a class picked at run time)
 
 
 def trained_casts(
@@ -68,7 +69,8 @@ def trained_casts(
     optimizer. `choice(candidates)`: whether a run-time dtype with these literal candidates
     counts (default: `dtype` among them); `wrapper`: callees that keep fp32 master weights for
     an optimizer handed to them."""
-    ctors = [c for c in ctx.calls if c.qualname and optimizer(c.qualname)]
+    classes = optimizer_constructors(ctx, optimizer)
+    ctors = list(classes)
     if not ctors:
         return
     frozen = frozen_modules(ctx)
@@ -79,22 +81,60 @@ def trained_casts(
         if not_a_training_conversion(ctx, cast):
             continue
         subjects = cast_subjects(ctx, cast)
+        parts_only = False
         if _frozen_around(frozen, subjects):
-            continue  # a frozen base, or part of it: its trainable parts (adapters, a new head) may be fp32
+            # a frozen base, or part of it: its trainable parts (adapters, a new head) may be fp32;
+            # but an optimizer built before an in-place cast of the whole module holds parameters
+            # the cast then converts, whatever part of it was frozen
+            parts_only = _frozen_parts_only(frozen, subjects) and not _part_reverted(ctx, subjects, cast.call)
+            if not parts_only:
+                continue
         found = None
         for ctor in ctors:
+            if parts_only and not (ctor.order < cast.call.order and cast.call.method in _IN_PLACE):
+                continue
             key = _assigned_key(ctx, ctor)
             if _updates(ctx, cast, subjects, ctor, key, wrapper):
                 found = ctor
                 break
         if found is not None:
-            yield TrainedCast(cast, found, cast in chosen)
+            if not _fp32_asserted_after(ctx, subjects, cast.call):
+                yield TrainedCast(cast, found, cast in chosen, optimizer_class=classes[found])
+            continue
+        if parts_only:
             continue
         if peers is None:
             peers = _peer_builders(ctx, [c for c in casts if c not in chosen], frozen)
         found = _built_and_updated(ctx, cast, subjects, ctors, wrapper, peers)
         if found is not None:
-            yield TrainedCast(cast, found, cast in chosen, built=True)
+            yield TrainedCast(cast, found, cast in chosen, built=True, optimizer_class=classes[found])
+
+
+#: casts that convert the module itself (`Module.half()`, `.to(...)` return `self`)
+_IN_PLACE = ("half", "bfloat16", "to", "type")
+
+
+def optimizer_constructors(ctx: "ModuleContext", optimizer: Callable[[str], bool]) -> Dict[CallInfo, str]:
+    """The file's optimizer constructions of a class `optimizer` takes, with that class: the
+    callee's own (`torch.optim.AdamW(...)`), or for a class picked at run time through a local
+    name every binding of which is an optimizer class (`optimizer_class = bnb.optim.AdamW8bit`
+    behind `--use_8bit_adam`, `torch.optim.AdamW` otherwise: diffusers' scripts), the first
+    candidate `optimizer` takes (a `torch.optim` one first): the code offers that path."""
+    from .scalers import optimizer_classes
+
+    out: Dict[CallInfo, str] = {}
+    for c in ctx.calls:
+        q = c.qualname
+        if q:
+            if optimizer(q):
+                out[c] = q
+            continue
+        if c.qualnames or not isinstance(c.node.func, cst.Name) or not c.node.args:
+            continue
+        picked = sorted((not k.startswith("torch.optim."), k) for k in optimizer_classes(ctx, c) if optimizer(k))
+        if picked:
+            out[c] = picked[0][1]  # a torch class first: the one the verifier knows
+    return out
 
 
 def _updates(
@@ -108,11 +148,11 @@ def _updates(
     if params is None or not _references_parameters(ctx, params, subjects, ctor):
         return False
     if cast.call.order < ctor.order:
-        if _rebound_between(ctx, subjects, cast, ctor):
+        if _rebound_between(ctx, subjects, cast, ctor) or _adapter_added_between(ctx, subjects, cast.call, ctor):
             return False
     elif not (key and _stepped_after(ctx, key, cast.call)):
         return False
-    if _reverted_later(ctx, subjects, cast.call):
+    if _reverted_later(ctx, subjects, cast.call, key, cast):
         return False
     if (key and master_wrapped(ctx, key, wrapper)) or _built_in_wrapper(ctx, ctor, wrapper):
         return False
@@ -448,11 +488,12 @@ def describe_cast(ctx: "ModuleContext", cast: LowPrecisionCast, chosen: bool = F
     node = cast.call.node
     if cast.call.method == "from_pretrained" or (cast.call.dotted or "").endswith("from_pretrained"):
         if chosen:
-            dtype = cast.call.arg(None, "torch_dtype") or cast.call.arg(None, "dtype")
+            keyword = "torch_dtype" if cast.call.arg(None, "torch_dtype") is not None else "dtype"
+            dtype = cast.call.arg(None, keyword)
             spelled = ctx.code_for(dtype) if dtype is not None else "..."
             if len(spelled) > 30 or "\n" in spelled:  # a flag's if/else: the message stays one short sentence
                 spelled = "..."
-            return f"`from_pretrained(..., torch_dtype={spelled})`"
+            return f"`from_pretrained(..., {keyword}={spelled})`"
         return f"`from_pretrained(..., torch_dtype={'bfloat16' if cast.dtype == 'bf16' else 'float16'})`"
     text = ctx.code_for(node)
     if len(text) > 40 or "\n" in text:
@@ -672,6 +713,20 @@ def _rebound_between(ctx: "ModuleContext", subjects: Set[str], cast: LowPrecisio
     return _covers(rebinds)
 
 
+#: methods that add new trainable parameters to a module in place (PEFT's integration in diffusers
+#: and transformers): the adapter's parameters are made after the cast, in a dtype the library picks
+_ADDS_ADAPTER = ("add_adapter", "load_adapter")
+
+
+def _adapter_added_between(ctx: "ModuleContext", subjects: Set[str], cast: CallInfo, ctor: CallInfo) -> bool:
+    """`unet.add_adapter(lora_config)` after the cast and before the optimizer: what it trains are
+    the adapter's parameters, not the ones the cast converted (as `get_peft_model` rebinds)."""
+    for call in ctx.method_calls(*_ADDS_ADAPTER):
+        if cast.order < call.order < ctor.order and call.scope in (cast.scope, ctor.scope) and _matches(call.receiver_dotted, subjects):
+            return True
+    return False
+
+
 def _kept_by_wrapper(ctx: "ModuleContext", value: cst.BaseExpression) -> Optional[str]:
     """`model` for `DDP(model, device_ids=[rank])`, `torch.compile(model)`, `nn.DataParallel(model)`
     (methods chained after them too): wrappers whose `.parameters()` are the module's own,
@@ -718,12 +773,92 @@ def _stepped_after(ctx: "ModuleContext", key: str, cast: CallInfo) -> bool:
     return False
 
 
-def _reverted_later(ctx: "ModuleContext", subjects: Set[str], cast: CallInfo) -> bool:
-    """`model.float()` / `model.to(torch.float32)` later in the same scope."""
+def _reverted_later(
+    ctx: "ModuleContext", subjects: Set[str], cast: CallInfo, key: Optional[str] = None, low: Optional[LowPrecisionCast] = None
+) -> bool:
+    """`model.float()` / `model.to(torch.float32)` later in the same scope. With the optimizer's
+    name `key`: not one made once training is over (after a loop stepping that optimizer, the
+    revert in none of its loops: `--upcast_before_saving`); with the cast `low`, not one under
+    an `if` testing that the cast's run-time dtype was fp32 already (`if load_dtype ==
+    torch.float32: model.to(dtype=torch.float32)`: the low-precision path skips it)."""
     for call in ctx.calls:
         if call.scope is cast.scope and call.order > cast.order and fp32_cast(ctx, call.node):
             if _chain_root(ctx, call.node) in subjects:
+                if key and _trained_before(ctx, key, cast, call):
+                    continue
+                if low is not None and _on_fp32_path(ctx, low, call):
+                    continue
                 return True
+    return False
+
+
+def _fp32_asserted_after(ctx: "ModuleContext", subjects: Set[str], cast: CallInfo) -> bool:
+    """After the cast, the scope raises unless the module is fp32 (`if
+    accelerator.unwrap_model(controlnet).dtype != torch.float32: raise ValueError(...)`,
+    diffusers' check that trainable models start in full precision): on a low-precision path the
+    run stops there, it never trains the cast weights."""
+    import re
+
+    row = ctx.position(cast.node)[0].row
+    words = [re.compile(r"(?<![\w.])%s\b" % re.escape(s)) for s in subjects]
+    for node in descendants(cast.scope.node):
+        if not isinstance(node, cst.If) or not isinstance(node.test, cst.Comparison) or len(node.test.comparisons) != 1:
+            continue
+        if not isinstance(node.test.comparisons[0].operator, (cst.NotEqual, cst.IsNot)):
+            continue
+        text = ctx.code_for(node.test)
+        if ".dtype" not in text or "float32" not in text or not any(w.search(text) for w in words):
+            continue
+        body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+        if not any(isinstance(b, cst.SimpleStatementLine) and any(isinstance(x, cst.Raise) for x in b.body) for b in body):
+            continue
+        if ctx.position(node)[0].row > row:
+            return True
+    return False
+
+
+def _part_reverted(ctx: "ModuleContext", subjects: Set[str], cast: CallInfo) -> bool:
+    """A part of the cast module put back to fp32 later in the scope (`disc.heads.float()`): the
+    trainable part may be that one."""
+    for call in ctx.calls:
+        if call.scope is cast.scope and call.order > cast.order and fp32_cast(ctx, call.node):
+            root = _chain_root(ctx, call.node)
+            if root and any(root.startswith(s + ".") for s in subjects):
+                return True
+    return False
+
+
+def _trained_before(ctx: "ModuleContext", key: str, cast: CallInfo, revert: CallInfo) -> bool:
+    """`key.step()` (or `scaler.step(key)`) in a loop of the cast's scope between the cast and
+    `revert`, the revert in none of the loops around that step: training ran on the cast weights."""
+    for step in ctx.method_calls("step"):
+        if step.scope is not cast.scope or not (cast.order < step.order < revert.order):
+            continue
+        arg = step.arg(0, "optimizer")
+        if step.receiver_dotted != key and not (arg is not None and dotted_name(arg) == key):
+            continue
+        loops = [f.node for f in step.path if f.kind == "loop"]
+        if loops and not any(f.node is node for f in revert.path for node in loops):
+            return True
+    return False
+
+
+def _on_fp32_path(ctx: "ModuleContext", low: LowPrecisionCast, revert: CallInfo) -> bool:
+    """`revert` sits under an `if` (its body) whose test is `name == torch.float32` (or `is`),
+    `name` the run-time dtype the cast `low` was given: it runs only where nothing was cast."""
+    names = {a.value.value for a in low.call.node.args if isinstance(a.value, cst.Name)}
+    if not names:
+        return False
+    for frame in revert.path:
+        test = frame.test
+        if frame.kind != "if" or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            continue
+        target = test.comparisons[0]
+        if not isinstance(target.operator, (cst.Equal, cst.Is)):
+            continue
+        sides = (test.left, target.comparator)
+        if any(isinstance(x, cst.Name) and x.value in names for x in sides) and any(ctx.dtype_of(x) == "fp32" for x in sides):
+            return True
     return False
 
 
@@ -822,6 +957,18 @@ def _frozen_owner(ctx: "ModuleContext", node: cst.CSTNode, name: Optional[str], 
 def _local_module(ctx: "ModuleContext", name: str, scope: Scope) -> bool:
     head = name.split(".")[0]
     return not ctx.imports.is_imported(head) and (head == "self" or head not in scope.params)
+
+
+def _frozen_parts_only(frozen: List[Optional[str]], subjects: Set[str]) -> bool:
+    """Every freeze that reaches the cast module is of a part of it (`vae.encoder` for `vae`):
+    none of unknown reach, of the module itself or of one holding it."""
+    for f in frozen:
+        if f is None:
+            return False
+        for s in subjects:
+            if f == s or s.startswith(f + "."):
+                return False
+    return True
 
 
 def _frozen_around(frozen: List[Optional[str]], subjects: Set[str]) -> bool:

@@ -178,23 +178,29 @@ def optimizer_builds(project: "Project", path: str, func: str) -> List[Build]:
             built = _builder(project, (t[1], t[2]))
             if built is None:
                 continue
-            position, keyword, q = built
+            position, keyword, q, whole = built
             callee = project.function((t[1], t[2]))
             offset = 1 if callee and callee["cls"] and t[2].count(".") == 1 and "." in record["f"] else 0
             params = record["k"].get(keyword)
             if params is None and position is not None and 0 <= position - offset < len(record["a"]):
                 params = record["a"][position - offset]
-            modules = _modules(info, params)
+            if whole:  # `setup_optimizer(unet, args)`: the helper takes the module and builds on its `.parameters()`
+                modules = frozenset({params["n"]}) if params and "n" in params and "m" not in params else frozenset()
+            else:
+                modules = _modules(info, params)
             if modules:
                 out.append(Build(call, q, modules, (t[1], callee["line"] if callee else 0)))
             break
     return out
 
 
-def _builder(project: "Project", key: Tuple[str, str]) -> Optional[Tuple[Optional[int], str, str]]:
-    """(position, name, a torch optimizer class it may construct) of the parameter on which function `key`
-    constructs a torch optimizer (a class among the candidates it may pick: `optimizer_class =
-    torch.optim.AdamW` in one branch), None when it constructs none on a parameter."""
+def _builder(project: "Project", key: Tuple[str, str]) -> Optional[Tuple[Optional[int], str, str, bool]]:
+    """(position, name, a torch optimizer class it may construct, whether the parameter is a module)
+    of the parameter on which function `key` constructs a torch optimizer (a class among the
+    candidates it may pick: `optimizer_class = torch.optim.AdamW` in one branch): the parameter
+    itself (`klass(params, lr=lr)`), or a module parameter whose own `.parameters()` it is given
+    (`def setup_optimizer(unet, args): return AdamW(unet.parameters(), ...)`, the parameter never
+    rebound in the helper); None when it constructs none on a parameter."""
     from .graph import Call
 
     memo = project.__dict__.setdefault("_optimizer_builders", {})
@@ -209,8 +215,14 @@ def _builder(project: "Project", key: Tuple[str, str]) -> Optional[Tuple[Optiona
         if not record["f"]:
             continue
         first = record["a"][0] if record["a"] else record["k"].get("params")
-        if not first or "n" not in first or first["n"] not in params:
+        if not first:
             continue
+        whole = False
+        if "n" not in first or first["n"] not in params:
+            owner, _, method = first.get("c", "").rpartition(".")
+            if method != "parameters" or owner not in params or "m" in first or first["a"] or first["k"] or owner in info["locals"]:
+                continue
+            first, whole = {"n": owner}, True
         classes = set()
         q = project.optimizer_class(Call(key[0], key[1], record))
         if q is not None:
@@ -219,7 +231,7 @@ def _builder(project: "Project", key: Tuple[str, str]) -> Optional[Tuple[Optiona
             classes = {t[1] for t in project.name_types(key[0], key[1], record["f"]) if t[0] == "X" and _torch_optimizer(t[1])}
         if classes:
             name = first["n"]
-            memo[key] = (params.index(name), name, min(classes))
+            memo[key] = (params.index(name), name, min(classes), whole)
             break
     return memo[key]
 
