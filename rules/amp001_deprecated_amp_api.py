@@ -105,10 +105,10 @@ class DeprecatedAmpApi(Rule):
     probes (never called) stays silent. A module that only re-exports the
     names (GLIP's `utils/amp.py`: `try: from torch.cuda.amp import autocast,
     GradScaler, custom_fwd` with `except: autocast = nullcontext`, at its
-    top level) is reported at that import when a project file that may
-    import it names the name on a `from ... import` line and calls it
-    (`GradScaler()`, `@custom_fwd(...)`); linted alone, or with no such
-    importer, it stays silent.
+    top level) is reported at that import when a project file imports the
+    name from it (`from maskrcnn_benchmark.utils.amp import GradScaler`)
+    and calls it (`GradScaler()`, `@custom_fwd(...)`); linted alone, or
+    with no such importer, it stays silent.
 
     On an Ascend NPU branch (`if self.on_npu:`, `if is_npu_available():`, a
     test naming the NPU) of a file that imports

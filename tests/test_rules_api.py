@@ -565,6 +565,12 @@ def test_a_stand_in_module_that_re_exports_the_names_is_reported_when_an_importe
     assert project("alone") == []
     # an importer naming `GradScaler` without calling it (a reference): still silent
     assert project("named", check="from pkg.amp import GradScaler\n\nKIND = GradScaler\n") == []
+    # an importer of the module calling torch's own `GradScaler` (its own finding, not this module's): silent
+    own = project("torch_own", check="from pkg.amp import autocast\nfrom torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n")
+    assert [d.filename.rsplit("/", 1)[-1] for d in own] == ["check.py"]
+    # a parenthesized import spanning lines still names the name
+    found = project("parens", trainer="from pkg.amp import (\n    autocast,\n    GradScaler,\n)\n\nscaler = GradScaler()\n")
+    assert [(d.location.row, d.message.split("`")[1]) for d in found] == [(8, "GradScaler")]
     # importers calling `GradScaler()` and decorating with `@custom_fwd(...)`: those two, at the import
     found = project(
         "called",

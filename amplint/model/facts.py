@@ -554,10 +554,12 @@ def _another_file_spells(filename: str, name: str, root: Optional[str], counts: 
 
 
 def importer_calls(filename: Optional[str], name: str, root: Optional[str] = None) -> bool:
-    """Some project `.py` file that may import `filename` (`project.index.may_import`) names
-    `name` on an import line and calls it (`name(`, `@name`). False outside a project or when
-    the project cannot be read whole (precision first: the module itself calls nothing). Read
-    when conditions are resolved."""
+    """Some project `.py` file that may import `filename` (`project.index.may_import`) imports
+    `name` from it (`from pkg.amp import name`, `from .amp import (...)`) and calls it (`name(`,
+    `@name`); torch's own module of that name (`from torch.cuda.amp import`) is not it. False
+    outside a project or when the project cannot be read whole (precision first: the module
+    itself calls nothing). Read when conditions are resolved."""
+    from .project.index import module_stem
     from .texts import project_root, whole_listing
 
     if filename is None:
@@ -569,9 +571,14 @@ def importer_calls(filename: Optional[str], name: str, root: Optional[str] = Non
     if listing is None:
         return False
     word = re.escape(name)
-    imported = re.compile(rf"^[ \t]*from[ \t]+\S+[ \t]+import[^\n]*\b{word}\b", re.MULTILINE)
-    called = re.compile(rf"(?<![\w.]){word}[ \t]*\(|^[ \t]*@{word}\b", re.MULTILINE)
     target = os.path.abspath(filename)
+    # the name imported from this module (`from pkg.utils.amp import GradScaler`, `from .amp import
+    # (...)`), not the same name from torch itself (that file's own import is its own finding)
+    stem = re.escape(module_stem(target))
+    imported = re.compile(
+        rf"^[ \t]*from[ \t]+(?!torch\.)(?:\S*\.)?{stem}[ \t]+import[ \t]*(?:\([^)]*|[^\n]*)\b{word}\b", re.MULTILINE
+    )
+    called = re.compile(rf"(?<![\w.]){word}[ \t]*\(|^[ \t]*@{word}\b", re.MULTILINE)
     files = [os.path.abspath(p) for p in listing]
     for _path, text in _importers(target, files, _stems(files), {target}):
         if imported.search(text) and called.search(text):
