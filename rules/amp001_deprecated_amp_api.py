@@ -130,8 +130,11 @@ class DeprecatedAmpApi(Rule):
     A deprecated call warns only when it runs: code no program of the project
     runs is not reported (`embedded.never_runs`). That is a module outside
     any package and below the project root that only defines, which nothing
-    imports, names or launches (files that do so and are themselves never
-    loaded do not count: x-flux's copy of ZoeDepth's `trainers/`, whose
+    imports, names or launches (documentation loading it by name counts:
+    `custom_pipeline="clip_guided_images_mixing_stable_diffusion"` in
+    diffusers' community README; prose naming it does not; files that do
+    so and are themselves never loaded do not count: x-flux's copy of
+    ZoeDepth's `trainers/`, whose
     trainers import its `loss.py`, and nothing imports them), and a
     definition of such a module that is a script when its `__main__` block
     does not name it (`loss.py`'s block tests another loss). A file some
