@@ -7,7 +7,7 @@ from typing import Iterator, List, Optional, Tuple
 import libcst as cst
 
 from amplint.model import (
-    DEPRECATED_AMP, FLAG_SET, RUNS, DeprecatedApi, Diagnostic, Frame, Invalid, ModuleContext, Path, Reference, Rule, Severity, Valid,
+    DEPRECATED_AMP, FLAG_SET, IMPORTER_CALLS, RUNS, DeprecatedApi, Diagnostic, Frame, Invalid, ModuleContext, Path, Reference, Rule, Severity, Valid,
     append_argument_edit, call_is_plain, imported_names, insert_keyword_edits, is_version_test, literal_string,
     make_fix, replace_node, rewrite_with_imports, with_requirement,
 )
@@ -102,7 +102,13 @@ class DeprecatedAmpApi(Rule):
     warn. It is reported once, at the import (or the alias), without a fix,
     when every other binding of the name is in the handlers, the handlers
     name no `torch`, and the file calls the name; a name the `try` only
-    probes (never called) stays silent.
+    probes (never called) stays silent. A module that only re-exports the
+    names (GLIP's `utils/amp.py`: `try: from torch.cuda.amp import autocast,
+    GradScaler, custom_fwd` with `except: autocast = nullcontext`, at its
+    top level) is reported at that import when a project file imports the
+    name from it (`from maskrcnn_benchmark.utils.amp import GradScaler`)
+    and calls it (`GradScaler()`, `@custom_fwd(...)`); linted alone, or
+    with no such importer, it stays silent.
 
     On an Ascend NPU branch (`if self.on_npu:`, `if is_npu_available():`, a
     test naming the NPU) of a file that imports
@@ -124,8 +130,11 @@ class DeprecatedAmpApi(Rule):
     A deprecated call warns only when it runs: code no program of the project
     runs is not reported (`embedded.never_runs`). That is a module outside
     any package and below the project root that only defines, which nothing
-    imports, names or launches (files that do so and are themselves never
-    loaded do not count: x-flux's copy of ZoeDepth's `trainers/`, whose
+    imports, names or launches (documentation loading it by name counts:
+    `custom_pipeline="clip_guided_images_mixing_stable_diffusion"` in
+    diffusers' community README; prose naming it does not; files that do
+    so and are themselves never loaded do not count: x-flux's copy of
+    ZoeDepth's `trainers/`, whose
     trainers import its `loss.py`, and nothing imports them), and a
     definition of such a module that is a script when its `__main__` block
     does not name it (`loss.py`'s block tests another loss). A file some
@@ -459,6 +468,22 @@ if digit_version(TORCH_VERSION) >= digit_version("1.6.0"):
             self.loss_scaler = GradScaler()
 """,
             "mmcv's hook: the handler defines no stand-in and the class using the name is version-gated",
+        ),
+        Valid(
+            """
+from contextlib import contextmanager
+
+@contextmanager
+def nullcontext(enter_result=None, **kwargs):
+    yield enter_result
+
+try:
+    from torch.cuda.amp import autocast, GradScaler
+except:
+    GradScaler = nullcontext
+    autocast = nullcontext
+""",
+            "a stand-in module that only re-exports the names, with no project file importing and calling them",
         ),
     ]
 
@@ -831,10 +856,12 @@ def check(scaler):
                 self, ref.node, _message(ctx, ref, api), fix=fix, data=_data(ctx, ref, api), help=_help(ref, api),
                 condition=with_requirement(f"{FLAG_SET}={flag}", *runs.split("=", 1)) if flag is not None else runs,
             )
-        for alias, api in _stand_in_imports(ctx):
+        for alias, api, called in _stand_in_imports(ctx):
+            runs = _runs_condition(ctx, alias)
+            local = ctx.code_for(alias.asname.name) if alias.asname is not None else ctx.code_for(alias.name)
             yield ctx.diagnostic(
                 self, alias, f"`{ctx.code_for(alias.name)}` (`{api.old}`) is deprecated", data=_dispatch_data(ctx, alias, api),
-                help=_help_for(api), condition=_runs_condition(ctx, alias),
+                help=_help_for(api), condition=runs if called else with_requirement(runs, IMPORTER_CALLS, local),
             )
         for alias, api, others in _device_dispatch_imports(ctx):
             yield ctx.diagnostic(
@@ -1088,13 +1115,14 @@ def _device_dispatch_imports(ctx: ModuleContext) -> Iterator[Tuple[cst.ImportAli
             yield alias, api, others
 
 
-def _stand_in_imports(ctx: ModuleContext) -> Iterator[Tuple[cst.ImportAlias, DeprecatedApi]]:
+def _stand_in_imports(ctx: ModuleContext) -> Iterator[Tuple[cst.ImportAlias, DeprecatedApi, bool]]:
     """`try: from torch.cuda.amp import GradScaler` whose `except` defines a stand-in of the same
     name (`class GradScaler: ...`, a dummy for a torch without AMP): the name is rebound, so its
     uses are left alone, but on every torch that has the deprecated class the `try` succeeds and
     the file constructs it. Only when every other binding of the name is in the handlers, the
     handlers name no `torch` (a stand-in, not another API generation), the file calls the name
-    outside them, and the `try` is no version fallback itself."""
+    outside them (True), or else it is a top-level import another file may import and call
+    (False: the finding then needs `importer-calls`), and the `try` is no version fallback itself."""
     import libcst.matchers as m
 
     if "try" not in ctx.module.code:
@@ -1120,9 +1148,15 @@ def _stand_in_imports(ctx: ModuleContext) -> Iterator[Tuple[cst.ImportAlias, Dep
                         continue
                     if _bound_outside(ctx, local, node) or not _binds_in_handlers(ctx, local, node):
                         continue
-                    if not _called_outside(ctx, local, node):
-                        continue
-                    yield alias, api
+                    if _called_outside(ctx, local, node):
+                        yield alias, api, True
+                    elif _at_module_level(ctx, node):
+                        yield alias, api, False
+
+
+def _at_module_level(ctx: ModuleContext, node: cst.CSTNode) -> bool:
+    """`node` is a statement of the module itself (a name it binds is importable from it)."""
+    return isinstance(ctx.parent(node), cst.Module)
 
 
 def _stand_in_try(ctx: ModuleContext, node: cst.Try) -> bool:

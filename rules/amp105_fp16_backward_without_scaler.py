@@ -151,7 +151,12 @@ class Fp16BackwardWithoutScaler(Rule):
     file that never steps, a static method or free function handed nothing and
     returning nothing (an equivalence check building its own nets and printing
     their `.grad` differences), or one repeating the backward in a loop of its
-    own that steps nothing (a fwd+bwd timing), is silent.
+    own that steps nothing (a fwd+bwd timing), is silent. A test (`test*`, in
+    a file importing pytest or unittest or one a test runner collects by its
+    path) is run by the runner, which steps nothing after it: a backward smoke
+    test under fp16 autocast, or a helper only tests call checking that
+    gradients exist, is silent whatever else the file steps; a test that
+    steps an optimizer itself keeps its finding.
     Silent, likewise, on a benchmark whose updates reach nothing it reports: the
     file's own script code measures memory or time (`torch.cuda.max_memory_allocated`,
     `reset_peak_memory_stats`, `torch.cuda.Event`, `time.perf_counter`, the
@@ -419,6 +424,28 @@ class Throughput:
             return
 """,
             "an equivalence check and a timing run nothing calls in the file, no optimizer anywhere: gradients no update reads",
+        ),
+        Valid(
+            """
+import pytest
+import torch
+
+
+class TrainingTesterMixin:
+    def test_mixed_precision_training(self):
+        model = self.model_class(**self.get_init_dict()).to("cuda")
+        with torch.amp.autocast(device_type="cuda", dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(self.inputs), self.target)
+        loss.backward()
+        model.zero_grad()
+
+    def test_training(self):
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        loss = self.model(self.inputs).float().mean()
+        loss.backward()
+        optimizer.step()
+""",
+            "a backward smoke test the test runner runs: no optimizer steps on its gradients, whatever the file's other tests step",
         ),
         Valid(
             """
@@ -722,6 +749,23 @@ def train(model, loader, optimizer, cfg):
     ]
 
     INVALID = [
+        Invalid(
+            """
+import pytest
+import torch
+
+
+def test_fp16_training_converges():
+    model, optimizer = Net().cuda(), torch.optim.AdamW(Net().parameters())
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+""",
+            line=10,
+            why="a test that steps an optimizer itself: the fp16 gradients it updates with may underflow",
+        ),
         Invalid(
             """
 import contextlib

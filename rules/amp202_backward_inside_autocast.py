@@ -93,8 +93,8 @@ class BackwardInsideAutocast(Rule):
     the region is off there. Silent, too, where no optimizer update is within
     reach of the backward (AMP105's Notes: no step in the function, its callees
     or its callers; a static check or timing function nothing in a file without
-    any step calls): a gradient check or a fwd+bwd benchmark, whose gradients
-    are compared or thrown away.
+    any step calls; a test the test runner runs): a gradient check or a fwd+bwd
+    benchmark, whose gradients are compared or thrown away.
 
     Across files: also flags a backward inside an autocast the file alone
     does not show: one held in an attribute or `partial`
@@ -244,9 +244,43 @@ class CHECKS:
 """,
             "an equivalence check: no optimizer anywhere, so the placement changes no update",
         ),
+        Valid(
+            """
+import pytest
+import torch
+
+
+class QuantizationTesterMixin:
+    def _test_quantization_training(self, config_kwargs):
+        model = self._create_quantized_model(config_kwargs)
+        with torch.amp.autocast("cuda", dtype=torch.float16):
+            out = model(**self.get_dummy_inputs())[0]
+            out.norm().backward()
+        assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+    def test_bnb_training(self):
+        self._test_quantization_training({"load_in_4bit": True})
+""",
+            "a gradient-existence test the test runner runs: no optimizer steps after it",
+        ),
     ]
 
     INVALID = [
+        Invalid(
+            """
+import pytest
+import torch
+
+
+def test_amp_step():
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).float().mean()
+        loss.backward()
+        optimizer.step()
+""",
+            line=8,
+            why="a test stepping an optimizer inside the region: the step runs under autocast",
+        ),
         Invalid(
             """
 import torch

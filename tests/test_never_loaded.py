@@ -30,12 +30,21 @@ def test_imported_named_or_run_it_may_load(tmp_path):
         "a launch line": {"run.sh": "python libs/models/attention.py\n"},
         "a computed module of its folder": {"build.py": "import importlib\n\ndef build(n):\n    return importlib.import_module(f'models.{n}')\n"},
         "a loader quoting its name": {"build.py": "import importlib\nNAMES = ['attention']\nmods = [importlib.import_module(n) for n in NAMES]\n"},
+        # diffusers' examples/community/README.md: `DiffusionPipeline.from_pretrained(..., custom_pipeline="<stem>")`
+        "documentation loading it by name": {"libs/models/README.md": '```py\npipe = load(custom_pipeline="attention")\n```\n'},
+        "an rst page quoting it as a value": {"docs/usage.rst": "    registry.build(name='attention')\n"},
     }
     for why, files in cases.items():
         root = tmp_path / why.replace(" ", "_")
         root.mkdir()
         target = _project(root, {"libs/models/attention.py": ATTENTION, **files})
         assert not never_loaded(target, str(root)), why
+
+
+def test_documentation_naming_it_in_prose_does_not_load_it(tmp_path):
+    target = _project(tmp_path, {"libs/models/attention.py": ATTENTION,
+                                 "README.md": "The attention module (libs/models/attention.py) is unused.\n"})
+    assert never_loaded(target, str(tmp_path))
 
 
 def test_a_script_or_a_package_module_is_not_judged(tmp_path):

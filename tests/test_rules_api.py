@@ -528,6 +528,60 @@ def test_a_branch_behind_a_private_flag_only_turned_off_is_silent_unless_another
     assert [d.location.row for d in lint_paths([str(other)], config).diagnostics] == [11]
 
 
+def test_a_stand_in_module_that_re_exports_the_names_is_reported_when_an_importer_calls_them(tmp_path):
+    """GLIP's `maskrcnn_benchmark/utils/amp.py`: a `try: from torch.cuda.amp import ...` whose bare
+    `except:` binds stand-ins, called by the modules importing it, not by the module itself."""
+    from amplint.engine.run import lint_paths
+
+    amp = _src(
+        """
+        from contextlib import contextmanager
+
+        @contextmanager
+        def nullcontext(enter_result=None, **kwargs):
+            yield enter_result
+
+        try:
+            from torch.cuda.amp import autocast, GradScaler, custom_fwd
+        except:
+            GradScaler = nullcontext
+            autocast = nullcontext
+            custom_fwd = nullcontext
+        """
+    )
+    config = Config(select=("AMP001",))
+
+    def project(name, **others):
+        root = tmp_path / name
+        (root / "pkg").mkdir(parents=True)
+        (root / "setup.py").write_text("")
+        (root / "pkg" / "__init__.py").write_text("")
+        (root / "pkg" / "amp.py").write_text(amp)
+        for stem, text in others.items():
+            (root / "pkg" / f"{stem}.py").write_text(text)
+        return lint_paths([str(root)], config).diagnostics
+
+    # nothing imports the module: silent
+    assert project("alone") == []
+    # an importer naming `GradScaler` without calling it (a reference): still silent
+    assert project("named", check="from pkg.amp import GradScaler\n\nKIND = GradScaler\n") == []
+    # an importer of the module calling torch's own `GradScaler` (its own finding, not this module's): silent
+    own = project("torch_own", check="from pkg.amp import autocast\nfrom torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n")
+    assert [d.filename.rsplit("/", 1)[-1] for d in own] == ["check.py"]
+    # a parenthesized import spanning lines still names the name
+    found = project("parens", trainer="from pkg.amp import (\n    autocast,\n    GradScaler,\n)\n\nscaler = GradScaler()\n")
+    assert [(d.location.row, d.message.split("`")[1]) for d in found] == [(8, "GradScaler")]
+    # importers calling `GradScaler()` and decorating with `@custom_fwd(...)`: those two, at the import
+    found = project(
+        "called",
+        trainer="from pkg.amp import GradScaler\n\nscaler = GradScaler()\n",
+        layer="from pkg.amp import custom_fwd\n\n\nclass F:\n    @custom_fwd(cast_inputs=None)\n    def forward(ctx, x):\n        return x\n",
+    )
+    assert sorted((d.filename.endswith("amp.py"), d.location.row, d.message.split("`")[1]) for d in found) == [
+        (True, 8, "GradScaler"), (True, 8, "custom_fwd"),
+    ]
+
+
 # --------------------------------------------------------------- AMP002 device mismatch
 
 

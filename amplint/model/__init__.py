@@ -211,6 +211,7 @@ _EXPORTS = {
     "FP16": ".facts",
     "FP32_DEFAULT": ".facts",
     "FLAG_SET": ".facts",
+    "IMPORTER_CALLS": ".facts",
     "LIGHTNING_FP16": ".facts",
     "DTYPE_PROPERTY": ".facts",
     "DTYPE_PROPERTY_MAY_FP16": ".facts",

@@ -886,6 +886,8 @@ def _graph(base: str, package: Optional[str]) -> Optional[_Graph]:
 
 #: texts that may name a module by its path or dotted name: code, configs, launch scripts
 _NAMING_SUFFIXES = (".py", ".ipynb", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".sh")
+#: the project's documentation: a module it names as a quoted value (`custom_pipeline="x"`) is loaded
+_DOC_SUFFIXES = (".md", ".rst")
 
 
 def never_loaded(filename: Optional[str], root: Optional[str] = None) -> bool:
@@ -897,7 +899,9 @@ def never_loaded(filename: Optional[str], root: Optional[str] = None) -> bool:
     `unreached`, by-name imports of scripts that put folders on `sys.path` included), whose
     dotted or path tail (`baselines.transformer`, `baselines/transformer`, `transformer.py`) no
     code, config or launch script of the project spells (a registry's or a config's `_target_`
-    string, a `python x/y.py` line), whose name no config or shell script holds as a word (`model:
+    string, a `python x/y.py` line), that no documentation page (`.md`, `.rst`) shows loaded by
+    name as a quoted value (`custom_pipeline="x"`: diffusers' community pipelines), whose name no
+    config or shell script holds as a word (`model:
     transformer`; not a Hydra defaults-list entry picking a config file of the project, `- /model:
     transformer` beside `configs/model/transformer.yaml`), and that no file loading modules by a computed name may pick: one quoting its
     name (`import_module(name)` with `"transformer"` beside it) or a module of its folder
@@ -952,6 +956,7 @@ def _unloaded(filename: Optional[str], root: Optional[str], script: bool, tests:
     listing = whole_listing(base, _NAMING_SUFFIXES)
     if listing is None:
         return False
+    listing = listing + (whole_listing(base, _DOC_SUFFIXES) or [])  # documentation cut at its limit: not read
     seen, todo = {path}, [path]
     while todo:
         here = todo.pop()
@@ -1037,6 +1042,8 @@ def _referrers(path: str, graph: "_Graph", listing: List[str]) -> Optional[List[
     word = re.compile(r"(?:[:=][ \t]*['\"]?|['\"/.])%s\b" % re.escape(stem))  # a value, not prose
     # `f"models.{name}"`, `f"pkg.models.{name}"`: a computed module of the folder
     prefix = re.compile(r"['\"](?:[\w.]*\.)?%s[./](?:\{|['\"])" % re.escape(parent))
+    # documentation showing the module loaded by name (`custom_pipeline="clip_guided_..."`)
+    documented = re.compile(r"[=:(][ \t]*['\"]%s['\"]" % re.escape(stem))
     found = sorted(graph.importers.get(path, ()))
     for other in listing:
         if other == path:
@@ -1044,6 +1051,10 @@ def _referrers(path: str, graph: "_Graph", listing: List[str]) -> Optional[List[
         body = read_text(other)
         if body is None:
             return None
+        if other.endswith(_DOC_SUFFIXES):
+            if stem in body and documented.search(body):
+                found.append(other)
+            continue
         if other in graph.loaders and prefix.search(body):
             found.append(other)
         elif stem not in body:

@@ -405,6 +405,10 @@ RUNNER_AUTOCAST = "runner-autocast"
 #: on the attribute that parameter sets, whose default turns the guard off, needs (AMP101's
 #: `if self.clip_grad_norm > 0.0:` when no builder passes `clip_grad_norm`)
 ARGUMENT_PASSED = "argument-passed"
+#: `importer-calls=<name>`: some project file that may import the diagnostic's file imports
+#: `<name>` by that word and calls it (`<name>(` or `@<name>`; `importer_calls`): what a finding
+#: on a module that only re-exports a deprecated name (GLIP's `utils/amp.py`) needs
+IMPORTER_CALLS = "importer-calls"
 
 
 def with_requirement(condition: str, kind: str, name: str = "") -> str:
@@ -467,6 +471,8 @@ def _requirement_holds(requirement: str, filename: Optional[str], root: Optional
         return filename is None or not forced_only(filename, name, root, lambda path: not _unreached(path, root, precision))
     if kind == ARGUMENT_PASSED:
         return argument_may_be_passed(filename, name, root)
+    if kind == IMPORTER_CALLS:
+        return importer_calls(filename, name, root)
     if kind == DTYPE_PROPERTY_MAY_FP16:
         return property_may_be_fp16(filename, name, root, precision)
     raise ValueError(f"unknown requirement {requirement!r}")
@@ -545,6 +551,39 @@ def _another_file_spells(filename: str, name: str, root: Optional[str], counts: 
     word = re.compile(rf"\b{re.escape(name)}\b")
     own = os.path.abspath(filename)
     return any(os.path.abspath(p) != own and word.search(read_text(p) or "") and counts(p) for p in listing)
+
+
+def importer_calls(filename: Optional[str], name: str, root: Optional[str] = None) -> bool:
+    """Some project `.py` file that may import `filename` (`project.index.may_import`) imports
+    `name` from it (`from pkg.amp import name`, `from .amp import (...)`) and calls it (`name(`,
+    `@name`); torch's own module of that name (`from torch.cuda.amp import`) is not it. False
+    outside a project or when the project cannot be read whole (precision first: the module
+    itself calls nothing). Read when conditions are resolved."""
+    from .project.index import module_stem
+    from .texts import project_root, whole_listing
+
+    if filename is None:
+        return False
+    base = project_root(filename, root)
+    if base is None:
+        return False
+    listing = whole_listing(base, (".py",))
+    if listing is None:
+        return False
+    word = re.escape(name)
+    target = os.path.abspath(filename)
+    # the name imported from this module (`from pkg.utils.amp import GradScaler`, `from .amp import
+    # (...)`), not the same name from torch itself (that file's own import is its own finding)
+    stem = re.escape(module_stem(target))
+    imported = re.compile(
+        rf"^[ \t]*from[ \t]+(?!torch\.)(?:\S*\.)?{stem}[ \t]+import[ \t]*(?:\([^)]*|[^\n]*)\b{word}\b", re.MULTILINE
+    )
+    called = re.compile(rf"(?<![\w.]){word}[ \t]*\(|^[ \t]*@{word}\b", re.MULTILINE)
+    files = [os.path.abspath(p) for p in listing]
+    for _path, text in _importers(target, files, _stems(files), {target}):
+        if imported.search(text) and called.search(text):
+            return True
+    return False
 
 
 def spelled_under_autocast(filename: str, name: str, root: Optional[str] = None, precision: str = "auto") -> bool:

@@ -14,8 +14,11 @@ says whether an update is within reach of the function, read along the file's ow
   (`self.optimizer_step()` of a base class in another file);
 * or a function calling it (three levels up; the loop that runs the step helper) does, or calls
   one that does;
-* or the chain of callers reaches a function nothing in the file calls: who runs it is not
-  known. Then the file decides (any optimizer built or stepped, or any `zero_grad()`, anywhere
+* or the chain of callers reaches a function nothing in the file calls. A test of a test module
+  (`test*`, in a file importing pytest or unittest, or one a test runner collects by its path) is
+  run by the runner, and no optimizer steps after a test: only the test's own reach counts (a
+  gradient-existence check, a backward smoke test under fp16 autocast). Otherwise who runs it is
+  not known. Then the file decides (any optimizer built or stepped, or any `zero_grad()`, anywhere
   in it), or, in a file with none, the function itself: an instance method (a trainer's
   `training_step`, run by its base class or a framework between steps), a function handed an
   optimizer (a parameter named so) or returning a value (the loss, for its caller's step) may
@@ -76,9 +79,9 @@ def _reachable(ctx: ModuleContext, scope: Scope, looped: bool) -> bool:
         for s in frontier:
             callers = ctx.callers(s)
             if not callers:
-                if not s.is_module:
+                if not s.is_module and not _test_runner_runs(ctx, s):
                     return file_updates(ctx) or _hands_on(ctx, s, looped and s is scope)  # run from elsewhere
-                continue
+                continue  # module-level code, or a test the runner runs: nothing steps after it
             for call in callers:
                 up = call.scope
                 if up is None or id(up) in seen:
@@ -91,6 +94,21 @@ def _reachable(ctx: ModuleContext, scope: Scope, looped: bool) -> bool:
         if not frontier:
             return False
     return file_updates(ctx) if frontier else False  # callers further up: not followed
+
+
+#: a test module: pytest / unittest imported, or a file a test runner collects by its path
+_TEST_IMPORT = re.compile(r"^[ \t]*(?:import|from)[ \t]+(?:pytest|unittest)\b", re.MULTILINE)
+_TEST_PATH = re.compile(r"(?:^|[/\\])(?:tests?[/\\]|test[^/\\]*\.py$|[^/\\]*_test\.py$|conftest\.py$)")
+
+
+def _test_runner_runs(ctx: ModuleContext, scope: Scope) -> bool:
+    """`scope` is a test (`def test_mixed_precision_training(self):`, `testBackward`) of a test
+    module, a function nothing in the file calls: pytest or unittest runs it, and no optimizer
+    steps after a test returns (what it computes is asserted, then thrown away). A helper it
+    calls is no test (its reach is the test's)."""
+    if not isinstance(scope.node, cst.FunctionDef) or not scope.node.name.value.startswith("test"):
+        return False
+    return bool(_TEST_IMPORT.search(ctx.source) or _TEST_PATH.search(ctx.path.replace("\\", "/")))
 
 
 def _hands_on(ctx: ModuleContext, scope: Scope, looped: bool) -> bool:
