@@ -16,7 +16,7 @@ import itertools
 import os
 import tokenize
 from dataclasses import dataclass, field
-from typing import Any, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
 from ..core.config import Config
 from ..core.diagnostics import Diagnostic, Location, Severity
@@ -606,17 +606,21 @@ def resolve_conditions(diagnostics: Iterable[Diagnostic], facts: ProjectFacts, c
         for d in diagnostics
         if d.condition is None or condition_holds(d.condition, facts, config.precision, d.filename, config.root)
     ]
-    return [_library_test_info(d, config) if d.severity is not Severity.INFO and _rule_finding(d) else d for d in kept]
+    tests: Dict[Optional[str], bool] = {}  # filename -> library_test, asked once per file here (140,000 findings of one file)
+    return [_library_test_info(d, config, tests) if d.severity is not Severity.INFO and _rule_finding(d) else d for d in kept]
 
 
 def _rule_finding(d: Diagnostic) -> bool:
     return d.code not in (SYNTAX_ERROR_CODE, UNUSED_NOQA_CODE) and not is_internal_error(d)
 
 
-def _library_test_info(d: Diagnostic, config: Config) -> Diagnostic:
-    from ..model.embedded import library_test
+def _library_test_info(d: Diagnostic, config: Config, tests: Dict[Optional[str], bool]) -> Diagnostic:
+    found = tests.get(d.filename)
+    if found is None:
+        from ..model.embedded import library_test
 
-    if not library_test(d.filename, config.root):
+        found = tests[d.filename] = library_test(d.filename, config.root)
+    if not found:
         return d
     lowered = copy.copy(d)
     lowered.severity = Severity.INFO

@@ -23,7 +23,7 @@ from libcst.metadata.position_provider import NEWLINE_RE
 
 from . import fastgen
 from .fastgen import as_range
-from .walk import child_fields
+from .walk import _ENTER, _enter, child_fields
 
 
 #: after this many statements generated one at a time, a module where they are most of the
@@ -51,6 +51,7 @@ class Positions:
         self._last: Optional[cst.CSTNode] = None  # the statement mapped last, its lines not yet counted
         self._generated = 0  # statements generated one at a time
         self._whole = False
+        self._tokens_mapped = False  # the token-only nodes (`walk.SKIP`) of the statements mapped too
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
         found = self._ranges.get(node)
@@ -76,26 +77,62 @@ class Positions:
             self._map(stmt)
             self._mapped += 1
             top = self._tops.get(node)
+        if top is None and not self._tokens_mapped:
+            # a token-only node (whitespace, punctuation, an operator: rarely asked about)
+            self._map_tokens()
+            top = self._tops.get(node)
         return top
 
     def _map(self, stmt: cst.CSTNode) -> None:
-        """Every node under `stmt` -> `stmt`, blank and comment lines (`EmptyLine`) left out
-        (in an excerpt they are most of the module); and `stmt`'s first line."""
+        """Every node under `stmt` -> `stmt`, the token-only ones (`walk.SKIP`: whitespace,
+        punctuation, operators, blank and comment lines; over half of a statement's nodes, and
+        in an excerpt the blank lines are most of the module) left to `_map_tokens`; and `stmt`'s
+        first line. Nothing below a token-only node is another kind of node."""
         tops = self._tops
-        node_base, empty_line = cst.CSTNode, cst.EmptyLine
+        enter_types = _ENTER  # type -> whether it is a node that is not token-only
         stack = [stmt]
+        pop, push = stack.pop, stack.append
         while stack:
-            node = stack.pop()
+            node = pop()
             tops[node] = stmt
             for name in child_fields(node):
                 value = getattr(node, name)
-                if type(value) is tuple or type(value) is list:
-                    stack.extend(c for c in value if isinstance(c, node_base) and type(c) is not empty_line)
-                elif isinstance(value, node_base) and type(value) is not empty_line:
-                    stack.append(value)
+                kind = type(value)
+                if kind is tuple or kind is list:
+                    for child in value:
+                        enter = enter_types.get(type(child))
+                        if enter is None:
+                            enter = _enter(type(child))
+                        if enter:
+                            push(child)
+                else:
+                    enter = enter_types.get(kind)
+                    if enter is None:
+                        enter = _enter(kind)
+                    if enter:
+                        push(value)
         self._count_last()
         self._starts[id(stmt)] = self._line
         self._last = stmt
+
+    def _map_tokens(self) -> None:
+        """The token-only nodes of every statement mapped -> that statement (blank and comment
+        lines, `EmptyLine`, and what they hold left out, as before: the whole module is
+        generated for those)."""
+        self._tokens_mapped = True
+        tops = self._tops
+        node_base, empty_line = cst.CSTNode, cst.EmptyLine
+        for stmt in self._module.body[: self._mapped]:
+            stack = [stmt]
+            while stack:
+                node = stack.pop()
+                tops[node] = stmt
+                for name in child_fields(node):
+                    value = getattr(node, name)
+                    if type(value) is tuple or type(value) is list:
+                        stack.extend(c for c in value if isinstance(c, node_base) and type(c) is not empty_line)
+                    elif isinstance(value, node_base) and type(value) is not empty_line:
+                        stack.append(value)
 
     def _count_last(self) -> None:
         """Add the lines of the statement mapped last to the next one's first line: only once a
