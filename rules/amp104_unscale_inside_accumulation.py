@@ -977,6 +977,8 @@ def _wrapper_scopes(ctx: ModuleContext) -> Iterator[Tuple[Any, Dict[str, str], L
     `R.unscale_(A)` / `R.step(A)` calls with one dotted argument: (call, method, R, A, function)."""
     import libcst as cst
 
+    from amplint.model import dotted_name as _dotted
+
     scopes: List[Tuple[Any, List[Any], bool]] = []
     for stmt in ctx.module.body:
         if isinstance(stmt, cst.ClassDef):
@@ -1017,17 +1019,6 @@ def _calls_in(node: Any) -> List[Any]:
             found.append(current)
         stack.extend(reversed(current.children))
     return found
-
-
-def _dotted(node: Any) -> Optional[str]:
-    import libcst as cst
-
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr.value}" if base else None
-    return None
 
 
 def _resolved(name: str, props: Dict[str, str]) -> str:

@@ -283,17 +283,7 @@ def pieces(text: str, limit: Optional[int] = None, wanted: Optional[Iterable[int
     # a statement a rule can fire in may depend on every mention of what it binds (the uses of
     # `NEG = -1e9`, the calls of a private function holding a site): no leaf may mention it
     sites = sorted(set(wanted)) if wanted is not None else None
-    firsts = {a for a, _ in leaves}
-    watched: set = set()
-    for a, b in spans:
-        if a + 1 in firsts or (sites is not None and not _holds(sites, a + 1, b)):
-            continue
-        head = _BINDS.match(rows[a])
-        if head is not None:
-            watched.update(_WORD.findall(head.group(1) or head.group(2)))
-        else:
-            watched.update(_WORD.findall("\n".join(rows[a:b])))
-    leaves = [leaf for leaf, own in zip(leaves, words) if not any(w in watched for w in own)]
+    leaves = _unwatched(leaves, words, rows, spans, sites, set(), lambda a: rows[a])
     del words
     leaf_bytes = sum(len(rows[r - 1]) + 1 for a, b in leaves for r in range(a, b + 1))
     if leaf_bytes < len(text) // 2 or len(text) - leaf_bytes > limit:
@@ -544,17 +534,8 @@ def _body_pieces(text: str, rows: List[str], spans: List[Tuple[int, int]], limit
         return last < end and rows[last].startswith(indent) and len(rows[last]) > width and rows[last][width] in " \t"
 
     leaves, words = _leaf_statements(text, flat, rows, candidates, runs_on)
-    firsts = {a for a, _ in leaves}
-    watched: set = {match.group(1)}
-    for a, b in [s for s in spans if s != big] + body:
-        if a + 1 in firsts or (sites is not None and not _holds(sites, a + 1, b)):
-            continue
-        bind = _BINDS.match(flat[a] if a > head else rows[a])
-        if bind is not None:
-            watched.update(_WORD.findall(bind.group(1) or bind.group(2)))
-        else:
-            watched.update(_WORD.findall("\n".join(rows[a:b])))
-    leaves = [leaf for leaf, own in zip(leaves, words) if not any(w in watched for w in own)]
+    others = [s for s in spans if s != big] + body
+    leaves = _unwatched(leaves, words, rows, others, sites, {match.group(1)}, lambda a: flat[a] if a > head else rows[a])
     del words
     leaf_bytes = sum(len(rows[r - 1]) + 1 for a, b in leaves for r in range(a, b + 1))
     if leaf_bytes < len(text) // 2 or len(text) - leaf_bytes > limit:
@@ -639,6 +620,25 @@ def _leaf_statements(
                 leaves.append((a + 1, last))
                 words.append(own)
     return leaves, words
+
+
+def _unwatched(
+    leaves: List[Tuple[int, int]], words: List[dict], rows: List[str], statements: List[Tuple[int, int]],
+    sites: Optional[List[int]], watched: set, bound_row: Callable[[int], str],
+) -> List[Tuple[int, int]]:
+    """The leaves that mention nothing a kept statement depends on: a statement that holds a
+    site (every one when `sites` is None) watches the names it binds (`bound_row(a)`, its first
+    row at column 0), or every word it spells when it binds none."""
+    firsts = {a for a, _ in leaves}
+    for a, b in statements:
+        if a + 1 in firsts or (sites is not None and not _holds(sites, a + 1, b)):
+            continue
+        bind = _BINDS.match(bound_row(a))
+        if bind is not None:
+            watched.update(_WORD.findall(bind.group(1) or bind.group(2)))
+        else:
+            watched.update(_WORD.findall("\n".join(rows[a:b])))
+    return [leaf for leaf, own in zip(leaves, words) if not any(w in watched for w in own)]
 
 
 def _leaf_groups(leaves: List[Tuple[int, int]], rows: List[str], limit: int) -> List[List[Tuple[int, int]]]:

@@ -42,6 +42,7 @@ import os
 import re
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+from .project.astutil import dotted as _dotted
 from .texts import files_stamp, project_root, read_text, whole_listing
 
 #: the modules mmcv's `force_fp32` is imported from (also inside a vendored copy of mmcv)
@@ -105,15 +106,6 @@ def _imported(tree: ast.Module, relative: bool = False) -> Dict[str, str]:
             for alias in node.names:  # `from ..utils.amp import custom_fwd`: `..utils.amp.custom_fwd`
                 out[alias.asname or alias.name] = "." * node.level + (f"{node.module}." if node.module else "") + alias.name
     return out
-
-
-def _dotted(expr: ast.AST) -> Optional[str]:
-    if isinstance(expr, ast.Name):
-        return expr.id
-    if isinstance(expr, ast.Attribute):
-        inner = _dotted(expr.value)
-        return f"{inner}.{expr.attr}" if inner else None
-    return None
 
 
 def _casts_every_argument(decorator: ast.Call, method: ast.FunctionDef) -> bool:
